@@ -1,0 +1,101 @@
+# scanprop — the only entry point: build, test, bench, format.
+#   make                 library build/libscanprop.a and the apps in build/
+#   make test            build and run every Criterion suite (fails on any failure)
+#   make test-asan       the same suites under AddressSanitizer + UBSan
+#   make CUDA=1          also compile the CUDA backend (*.cu, *_cuda.c) with nvcc
+#   make test-cuda       CUDA=1 and run the CUDA suites (needs a GPU)
+#   make bench           benchmarks against PyTorch CPU (see docs/PERFORMANCE.md)
+#   make BUILD=dir       build somewhere else (parallel worktrees, sanitizer builds)
+
+BUILD   ?= build
+CC      ?= cc
+NVCC    ?= nvcc
+CUDA    ?= 0
+SAN     ?= 0
+WERROR  ?= 0
+
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP -I. -fno-strict-aliasing
+ifeq ($(WERROR),1)
+CFLAGS  += -Werror
+endif
+ifeq ($(SAN),1)
+CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+endif
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/openblas-pthread)
+BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+CFLAGS  += $(BLAS_CFLAGS)
+LDLIBS  += $(BLAS_LIBS) -lz -lm -lpthread
+
+LIB_DIRS := core layers optim schedulers data
+LIB_SRC  := $(filter-out %_cuda.c,$(wildcard $(addsuffix /*.c,$(LIB_DIRS))))
+CUDA_SRC :=
+ifeq ($(CUDA),1)
+CUDA_HOME ?= /usr/local/cuda
+CUDA_SRC  := $(wildcard $(addsuffix /*.cu,$(LIB_DIRS))) $(wildcard $(addsuffix /*_cuda.c,$(LIB_DIRS)))
+CFLAGS    += -DSP_HAVE_CUDA -I$(CUDA_HOME)/include
+NVFLAGS   ?= -O2 -std=c++17 -I. -DSP_HAVE_CUDA -arch=sm_90 -Xcompiler -Wall
+LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudnn -lcusparse -lcublas -lcudart -lstdc++
+endif
+LIB_OBJ  := $(patsubst %,$(BUILD)/obj/%.o,$(LIB_SRC) $(CUDA_SRC))
+LIB      := $(BUILD)/libscanprop.a
+
+APP_SRC  := $(wildcard apps/*.c)
+APP_MAIN := $(filter-out apps/common.c apps/models.c,$(APP_SRC))
+APP_LIB  := $(patsubst %,$(BUILD)/obj/%.o,$(filter apps/common.c apps/models.c,$(APP_SRC)))
+APPS     := $(patsubst apps/%.c,$(BUILD)/%,$(APP_MAIN))
+
+TEST_SRC := $(filter-out %_cuda.c,$(wildcard tests/test_*.c))
+TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+CUDA_TEST_SRC := $(wildcard tests/test_*_cuda.c)
+CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
+
+.PHONY: all lib apps tests test test-asan test-cuda bench format clean
+all: lib apps
+
+lib: $(LIB)
+apps: $(APPS)
+tests: $(TESTS)
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+$(BUILD)/obj/%.c.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/%: $(BUILD)/obj/apps/%.c.o $(APP_LIB) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.c.o $(BUILD)/obj/tests/testutil.c.o $(APP_LIB) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
+
+# Every suite runs even if one fails; the exit status says whether all passed.
+test: all $(TESTS)
+	@BUILD=$(BUILD) ./scripts/run_tests.sh $(TESTS)
+
+test-asan:
+	$(MAKE) BUILD=build-asan SAN=1 CFLAGS="-O1 -g" test
+
+test-cuda:
+	$(MAKE) CUDA=1 BUILD=build-cuda all $(patsubst $(BUILD)/%,build-cuda/%,$(CUDA_TESTS))
+	@BUILD=build-cuda ./scripts/run_tests.sh $(patsubst $(BUILD)/%,build-cuda/%,$(CUDA_TESTS))
+
+bench: all
+	./bench/run.sh
+
+format:
+	clang-format -i $(wildcard */*.c */*.h */*.cu)
+
+clean:
+	rm -rf build build-asan build-cuda
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,41 @@
+/* backend.c — device twins of ops, and the CPU GEMM. */
+#include <cblas.h>
+#include "core/backend.h"
+#include "core/error.h"
+
+#define MAX_TWINS 64
+
+static struct { const sp_opdef *cpu; sp_device dev; const sp_opdef *impl; } twins[MAX_TWINS];
+static int ntwins;
+
+void sp_op_register_device(const sp_opdef *cpu_op, sp_device dev, const sp_opdef *impl)
+{
+    for (int i = 0; i < ntwins; i++)
+        if (twins[i].cpu == cpu_op && twins[i].dev == dev) {
+            twins[i].impl = impl;
+            return;
+        }
+    if (ntwins == MAX_TWINS) sp_fail("too many device ops registered");
+    twins[ntwins].cpu = cpu_op;
+    twins[ntwins].dev = dev;
+    twins[ntwins].impl = impl;
+    ntwins++;
+}
+
+const char *sp_device_name(sp_device dev) { return dev == SP_CUDA ? "cuda" : "cpu"; }
+
+const sp_opdef *sp_op_for_device(const sp_opdef *op, sp_device dev)
+{
+    if (dev == SP_CPU) return op;
+    for (int i = 0; i < ntwins; i++)
+        if (twins[i].cpu == op && twins[i].dev == dev) return twins[i].impl;
+    sp_fail("op %s: no %s implementation (build with make CUDA=1 and call the backend's init)", op->name,
+            sp_device_name(dev));
+}
+
+void sp_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+             const float *B, int ldb, float beta, float *C, int ldc)
+{
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
+                alpha, A, lda, B, ldb, beta, C, ldc);
+}

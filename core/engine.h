@@ -1,0 +1,41 @@
+/* engine.h — backward engines, chosen by name at run time ("linear", "bppsa", "ooo").
+ *
+ * An engine takes a recorded tape and the loss node and accumulates ∂l/∂θ into every
+ * parameter's grad. Engines only call op entry points and backend kernels; they never
+ * touch raw device memory. The engines live in schedulers/. */
+#ifndef SP_ENGINE_H
+#define SP_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "core/tape.h"
+
+typedef struct sp_engine_opts {
+    int scan_levels;          /* bppsa: up-sweep levels, <0 = full scan       */
+    const char *order;        /* ooo: conventional | ooo | reverse-first-k | list */
+    int k;                    /* ooo reverse-first-k                          */
+    size_t mem_cap;           /* ooo reverse-first-k memory cap (bytes, 0=none) */
+    const char *trace_path;   /* ooo: Chrome trace JSON                       */
+    bool plan;                /* bppsa: print the static plan                 */
+} sp_engine_opts;
+
+typedef struct sp_engine sp_engine;
+struct sp_engine {
+    const char *name;
+    sp_engine_opts opts;
+    void (*backward)(sp_engine *e, sp_tape *t, sp_node *loss);
+    void (*destroy)(sp_engine *e);
+    void *state;
+};
+
+/* NULL opts = defaults. Unknown name: sp_fail listing the known engines. */
+sp_engine *sp_engine_create(const char *name, const sp_engine_opts *opts);
+void sp_engine_destroy(sp_engine *e);
+void sp_backward(sp_engine *e, sp_tape *t, sp_node *loss);
+const char *sp_engine_names(void);   /* "linear|bppsa|ooo" as registered */
+
+/* Helpers shared by engines. */
+void sp_mark_needs_grad(sp_tape *t);             /* sets needs_grad, nconsumers  */
+void sp_alloc_grads(sp_tape *t, sp_node *loss);  /* grad buffers, zeroed; seeds loss = 1 */
+
+#endif

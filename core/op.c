@@ -1,0 +1,34 @@
+/* op.c — parameters and layer lifetime, shared by every op. */
+#include <stdio.h>
+#include <stdlib.h>
+#include "core/op.h"
+#include "core/error.h"
+
+sp_param *sp_param_new(sp_layer *owner, const char *suffix, int ndim, const int *shape)
+{
+    if (owner->nparams >= SP_MAX_PARAMS) sp_fail("layer '%s': too many parameters", owner->name);
+    sp_param *p = sp_xcalloc(1, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s.%s", owner->name, suffix);
+    p->value = sp_tensor_new(ndim, shape);
+    p->grad = sp_tensor_new(ndim, shape);
+    p->owner = owner;
+    owner->params[owner->nparams++] = p;
+    return p;
+}
+
+void sp_layer_free(sp_layer *l)
+{
+    if (!l) return;
+    for (int i = 0; i < l->nparams; i++) {
+        sp_tensor_free(&l->params[i]->value);
+        sp_tensor_free(&l->params[i]->grad);
+        free(l->params[i]);
+    }
+    if (l->op->free_layer) l->op->free_layer(l);
+    free(l);
+}
+
+void sp_fill_uniform(sp_tensor *t, sp_rng *r, float bound)
+{
+    for (size_t i = 0; i < t->numel; i++) t->data[i] = sp_rng_uniform_range(r, -bound, bound);
+}

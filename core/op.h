@@ -1,0 +1,106 @@
+/* op.h — the op interface, the heart of scanprop.
+ *
+ * Every op (layers/<op>.c) fills one sp_opdef. It knows its derivative two ways:
+ *   - as products:   backward_input  δ = Jᵀ·dy (input gradient, on the critical path)
+ *                    backward_params G += ∂l/∂θ  (weight gradient, off the critical path)
+ *   - as a matrix:   jt_pattern / jt_values, the transposed Jacobian Jᵀ of one sample in
+ *                    CSR, (input size × output size), pattern from shapes only.
+ * δ and G are separate entry points because the ooo engine, LayerPipe and the pipeline
+ * schedules run them at different times; the linear engine calls both.
+ *
+ * A layer (sp_layer) is the persistent part of an op: hyper-parameters and parameters.
+ * A node (sp_node) is one application of a layer on the tape during one step. */
+#ifndef SP_OP_H
+#define SP_OP_H
+
+#include <stdbool.h>
+#include "core/tensor.h"
+#include "core/csr.h"
+#include "core/rng.h"
+
+#define SP_MAX_PARAMS 4
+#define SP_NAME_LEN 64
+
+typedef struct sp_node sp_node;
+typedef struct sp_tape sp_tape;
+typedef struct sp_layer sp_layer;
+typedef struct sp_opdef sp_opdef;
+
+/* Work and memory of one node, per step (whole batch). */
+typedef struct sp_cost {
+    double fwd_flops;
+    double bwd_input_flops;   /* δ */
+    double bwd_params_flops;  /* G */
+    double out_bytes;         /* the output activation                     */
+    double saved_bytes;       /* retained for backward besides the input   */
+    double param_bytes;
+} sp_cost;
+
+typedef struct sp_param {
+    char name[2 * SP_NAME_LEN]; /* PyTorch name, e.g. "conv1.weight"              */
+    sp_tensor value;          /* PyTorch layout: conv OIHW, linear [out, in]    */
+    sp_tensor grad;           /* same shape; backward_params accumulates into it */
+    sp_layer *owner;
+} sp_param;
+
+/* Op-specific layer structs embed sp_layer as their FIRST member. */
+struct sp_layer {
+    const sp_opdef *op;
+    char name[SP_NAME_LEN];   /* "conv1"; "" for parameter-free ops */
+    sp_param *params[SP_MAX_PARAMS];
+    int nparams;
+};
+
+struct sp_opdef {
+    const char *name;
+    /* Validate x's shape (sp_fail with op name, shapes and expectation on mismatch)
+     * and set n->out.ndim / n->out.shape. */
+    void (*infer)(sp_node *n, const sp_tensor *x);
+    /* y = f(x; θ). May allocate per-step saved state with sp_tape_alloc. */
+    void (*forward)(sp_node *n);
+    /* dx = Jᵀ·dy, overwriting dx (which has x's shape). */
+    void (*backward_input)(sp_node *n, const sp_tensor *dy, sp_tensor *dx);
+    /* θ.grad += ∂l/∂θ given dy. NULL for parameter-free ops. */
+    void (*backward_params)(sp_node *n, const sp_tensor *dy);
+    /* Jᵀ of one sample, (in × out). pattern: allocates indptr/indices from shapes.
+     * values: fills data (nnz preallocated) for sample b from saved state/weights. */
+    void (*jt_pattern)(const sp_node *n, sp_csr *jt);
+    void (*jt_values)(const sp_node *n, int b, sp_csr *jt);
+    sp_cost (*cost)(const sp_node *n);
+    /* PyTorch's default initialisation for this op's parameters. */
+    void (*init_params)(sp_layer *l, sp_rng *r);
+    /* Recurrent ops only: their time steps as a chain. chain_len = T; chain_jt fills
+     * the dense H×H matrix Jᵀ_t = (∂h_t/∂h_{t-1})ᵀ for sample b, t in [1, T]
+     * (row-major, rows index h_{t-1}). chain_backward_params computes G from the
+     * recovered ∇h_t (dh: [B, T, H]) — Eq. 2 of the BPPSA paper. */
+    int (*chain_len)(const sp_node *n);
+    void (*chain_jt)(const sp_node *n, int b, int t, float *jt);
+    void (*chain_backward_params)(sp_node *n, const sp_tensor *dh);
+    void (*free_layer)(sp_layer *l);   /* extra cleanup; NULL if none */
+};
+
+struct sp_node {
+    const sp_opdef *op;       /* NULL for a leaf (data input)                 */
+    sp_layer *layer;
+    sp_node *input;           /* producer of x; NULL for a leaf               */
+    sp_tensor out;            /* y, in the tape's arena                       */
+    sp_tensor grad;           /* ∂l/∂y, allocated by the backward engine      */
+    void *saved;              /* op's per-step saved state (arena)            */
+    const int *labels;        /* loss ops only: [B] class indices             */
+    sp_tape *tape;
+    int index;                /* position on the tape                         */
+    int nconsumers;           /* nodes that read out                          */
+    bool needs_grad;          /* some parameter lies upstream (or at) here    */
+};
+
+/* The input tensor of a node. */
+static inline const sp_tensor *sp_node_x(const sp_node *n) { return &n->input->out; }
+
+/* Parameters: created by layer constructors, owned by their layer. */
+sp_param *sp_param_new(sp_layer *owner, const char *suffix, int ndim, const int *shape);
+void sp_layer_free(sp_layer *l);
+
+/* Uniform(-bound, bound) fill, as PyTorch's kaiming_uniform_(a=√5) / bias init. */
+void sp_fill_uniform(sp_tensor *t, sp_rng *r, float bound);
+
+#endif

@@ -1,0 +1,27 @@
+/* parallel.h — the thread pool and the one thread knob.
+ *
+ * sp_set_threads(n) governs everything: the pool used by sp_parallel_for and
+ * OpenBLAS's own pool. Work is split into contiguous static chunks so the same thread
+ * count always gives the same partition (bitwise reproducible results). */
+#ifndef SP_PARALLEL_H
+#define SP_PARALLEL_H
+
+#include <stddef.h>
+
+void sp_set_threads(int n);
+int sp_get_threads(void);
+
+/* Calls fn(ctx, begin, end) over [0, n) split into at most sp_get_threads() chunks.
+ * Runs inline when n is small or one thread is set. Not reentrant: a nested call runs
+ * inline on the calling thread. */
+typedef void (*sp_range_fn)(void *ctx, size_t begin, size_t end);
+void sp_parallel_for(size_t n, sp_range_fn fn, void *ctx);
+
+/* Set the number of threads OpenBLAS may use for calls made from THIS thread's
+ * current phase (used by lanes of the ooo executor). */
+void sp_blas_set_threads(int n);
+
+/* Wall clock in seconds (monotonic). */
+double sp_now(void);
+
+#endif

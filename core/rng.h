@@ -1,0 +1,18 @@
+/* rng.h — seeded, platform-independent random numbers (xoshiro128+ seeded by splitmix64).
+ * The same seed gives the same stream everywhere; nothing reads the clock. */
+#ifndef SP_RNG_H
+#define SP_RNG_H
+
+#include <stdint.h>
+
+typedef struct sp_rng { uint32_t s[4]; } sp_rng;
+
+void sp_rng_seed(sp_rng *r, uint64_t seed);
+uint32_t sp_rng_u32(sp_rng *r);
+float sp_rng_uniform(sp_rng *r);              /* [0, 1)            */
+float sp_rng_uniform_range(sp_rng *r, float lo, float hi);
+float sp_rng_normal(sp_rng *r);               /* N(0, 1), Box-Muller */
+uint32_t sp_rng_below(sp_rng *r, uint32_t n); /* [0, n), unbiased  */
+void sp_rng_shuffle(sp_rng *r, int *idx, int n);
+
+#endif

@@ -1,0 +1,90 @@
+/* tape.c — record nodes of one step; all storage comes from the tape's arena. */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/tape.h"
+#include "core/error.h"
+#include "core/backend.h"
+
+void sp_tape_init(sp_tape *t)
+{
+    memset(t, 0, sizeof *t);
+    sp_arena_init(&t->arena, 0);
+}
+
+void sp_tape_free(sp_tape *t)
+{
+    sp_arena_free(&t->arena);
+    free(t->nodes);
+    memset(t, 0, sizeof *t);
+}
+
+void sp_tape_reset(sp_tape *t)
+{
+    t->n = 0;
+    sp_arena_reset(&t->arena);
+}
+
+void *sp_tape_alloc(sp_tape *t, size_t bytes) { return sp_arena_alloc(&t->arena, bytes); }
+
+sp_tensor sp_tape_tensor(sp_tape *t, int ndim, const int *shape)
+{
+    sp_tensor x = sp_tensor_view(NULL, ndim, shape);
+    if (!t->shape_only) x.data = sp_tape_alloc(t, x.numel * sizeof(float));
+    return x;
+}
+
+sp_tensor sp_tape_tensor_like(sp_tape *t, const sp_tensor *like)
+{
+    return sp_tape_tensor(t, like->ndim, like->shape);
+}
+
+static sp_node *push_node(sp_tape *t)
+{
+    if (t->n == t->cap) {   /* grows in the first step only */
+        t->cap = t->cap ? 2 * t->cap : 64;
+        t->nodes = sp_xrealloc(t->nodes, (size_t)t->cap * sizeof *t->nodes);
+    }
+    sp_node *n = sp_arena_calloc(&t->arena, sizeof *n);
+    n->tape = t;
+    n->index = t->n;
+    t->nodes[t->n++] = n;
+    return n;
+}
+
+sp_node *sp_tape_input(sp_tape *t, const sp_tensor *x)
+{
+    sp_node *n = push_node(t);
+    n->out = *x;
+    return n;
+}
+
+sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x)
+{
+    assert(x && x->tape == t);
+    sp_node *n = push_node(t);
+    n->op = sp_op_for_device(l->op, x->out.device);
+    n->layer = l;
+    n->input = x;
+    x->nconsumers++;
+    n->op->infer(n, &x->out);
+    n->out = sp_tape_tensor(t, n->out.ndim, n->out.shape);
+    n->out.device = x->out.device;
+    if (!t->shape_only) n->op->forward(n);
+    return n;
+}
+
+sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *labels)
+{
+    assert(logits && logits->tape == t);
+    sp_node *n = push_node(t);
+    n->op = loss->op;
+    n->layer = loss;
+    n->input = logits;
+    n->labels = labels;
+    logits->nconsumers++;
+    loss->op->infer(n, &logits->out);
+    n->out = sp_tape_tensor(t, n->out.ndim, n->out.shape);
+    if (!t->shape_only) loss->op->forward(n);
+    return n;
+}

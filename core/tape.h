@@ -1,0 +1,34 @@
+/* tape.h — the define-by-run graph of one step.
+ *
+ * sp_apply(t, layer, x) validates shapes, allocates the output in the tape's arena,
+ * runs the forward and records a node. The backward engines walk the recorded nodes;
+ * sp_tape_reset drops them all and recycles the arena in O(1). */
+#ifndef SP_TAPE_H
+#define SP_TAPE_H
+
+#include "core/op.h"
+#include "core/arena.h"
+
+struct sp_tape {
+    sp_arena arena;
+    sp_node **nodes;
+    int n, cap;
+    bool shape_only;   /* record shapes and costs, run nothing (planners, simulators) */
+};
+
+void sp_tape_init(sp_tape *t);
+void sp_tape_free(sp_tape *t);
+void sp_tape_reset(sp_tape *t);
+
+/* A leaf holding x (not copied: x must outlive the step). */
+sp_node *sp_tape_input(sp_tape *t, const sp_tensor *x);
+/* Record layer l applied to x. Returns the new node. */
+sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x);
+/* Softmax + cross-entropy, mean over the batch; labels [B] must outlive the step. */
+sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *labels);
+
+void *sp_tape_alloc(sp_tape *t, size_t bytes);
+sp_tensor sp_tape_tensor(sp_tape *t, int ndim, const int *shape);
+sp_tensor sp_tape_tensor_like(sp_tape *t, const sp_tensor *like);
+
+#endif

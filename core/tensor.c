@@ -1,0 +1,69 @@
+/* tensor.c — shapes and the few whole-tensor helpers. */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/tensor.h"
+#include "core/error.h"
+
+size_t sp_shape_numel(int ndim, const int *shape)
+{
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    return n;
+}
+
+sp_tensor sp_tensor_view(float *data, int ndim, const int *shape)
+{
+    assert(ndim >= 1 && ndim <= SP_MAX_DIMS);
+    sp_tensor t = {.data = data, .ndim = ndim, .device = SP_CPU};
+    for (int i = 0; i < ndim; i++) t.shape[i] = shape[i];
+    t.numel = sp_shape_numel(ndim, shape);
+    return t;
+}
+
+sp_tensor sp_tensor_2d(float *data, int d0, int d1)
+{
+    return sp_tensor_view(data, 2, (int[]){d0, d1});
+}
+
+sp_tensor sp_tensor_4d(float *data, int d0, int d1, int d2, int d3)
+{
+    return sp_tensor_view(data, 4, (int[]){d0, d1, d2, d3});
+}
+
+bool sp_tensor_same_shape(const sp_tensor *a, const sp_tensor *b)
+{
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+size_t sp_tensor_sample_numel(const sp_tensor *t)
+{
+    return t->ndim <= 1 ? 1 : t->numel / (size_t)t->shape[0];
+}
+
+sp_tensor sp_tensor_new(int ndim, const int *shape)
+{
+    sp_tensor t = sp_tensor_view(NULL, ndim, shape);
+    t.data = sp_xcalloc(t.numel, sizeof(float));
+    return t;
+}
+
+void sp_tensor_free(sp_tensor *t)
+{
+    free(t->data);
+    t->data = NULL;
+}
+
+void sp_tensor_zero(sp_tensor *t)
+{
+    memset(t->data, 0, t->numel * sizeof(float));
+}
+
+void sp_tensor_copy(sp_tensor *dst, const sp_tensor *src)
+{
+    assert(dst->numel == src->numel);
+    memcpy(dst->data, src->data, src->numel * sizeof(float));
+}

@@ -1,0 +1,40 @@
+/* tensor.h — float32 tensors up to 4-D, row-major (NCHW), tagged with a device.
+ *
+ * A tensor is a small value: a pointer to data plus a shape. It does not own its
+ * storage; the storage belongs either to the per-step arena (activations, gradients
+ * of activations) or to a parameter (persistent). */
+#ifndef SP_TENSOR_H
+#define SP_TENSOR_H
+
+#include <stddef.h>
+#include <stdbool.h>
+
+#define SP_MAX_DIMS 4
+
+typedef enum { SP_CPU = 0, SP_CUDA = 1, SP_NDEVICES } sp_device;
+
+typedef struct sp_tensor {
+    float *data;
+    int ndim;
+    int shape[SP_MAX_DIMS];
+    size_t numel;
+    sp_device device;
+} sp_tensor;
+
+/* Shape helpers. sp_tensor_view does not allocate: data may be NULL. */
+sp_tensor sp_tensor_view(float *data, int ndim, const int *shape);
+sp_tensor sp_tensor_2d(float *data, int d0, int d1);
+sp_tensor sp_tensor_4d(float *data, int d0, int d1, int d2, int d3);
+size_t sp_shape_numel(int ndim, const int *shape);
+bool sp_tensor_same_shape(const sp_tensor *a, const sp_tensor *b);
+/* Elements per sample (all dims but the first). */
+size_t sp_tensor_sample_numel(const sp_tensor *t);
+
+/* Heap-owned tensors (parameters, test fixtures): free with sp_tensor_free. */
+sp_tensor sp_tensor_new(int ndim, const int *shape);
+void sp_tensor_free(sp_tensor *t);
+
+void sp_tensor_zero(sp_tensor *t);
+void sp_tensor_copy(sp_tensor *dst, const sp_tensor *src);
+
+#endif

@@ -1,0 +1,13 @@
+/* elementwise.h — what relu, tanh and sigmoid share: same-shape output, a parameter-
+ * free layer, and cost proportional to the element count. Each activation's math
+ * stays in its own file. */
+#ifndef SP_ELEMENTWISE_H
+#define SP_ELEMENTWISE_H
+
+#include "core/op.h"
+
+void sp_elementwise_infer(sp_node *n, const sp_tensor *x);
+sp_cost sp_elementwise_cost(const sp_node *n, double fwd_per_elem, double bwd_per_elem);
+sp_layer *sp_elementwise_layer(const sp_opdef *op);
+
+#endif

@@ -1,0 +1,35 @@
+/* layers.h — constructors of every built-in op. Each op lives in its own file,
+ * layers/<op>.c, holding the whole truth about it: shapes, forward, δ, G, Jᵀ pattern,
+ * Jᵀ values and cost. Names give PyTorch parameter names ("conv1" → conv1.weight). */
+#ifndef SP_LAYERS_H
+#define SP_LAYERS_H
+
+#include "core/op.h"
+
+/* y = x Wᵀ + b; x [B, in] → [B, out]; W [out, in], b [out]. */
+sp_layer *sp_linear(const char *name, int in, int out);
+/* NCHW, W [cout, cin, k, k] (OIHW), b [cout]; any kernel, stride, padding. */
+sp_layer *sp_conv2d(const char *name, int cin, int cout, int k, int stride, int pad);
+sp_layer *sp_relu(void);
+sp_layer *sp_tanh(void);
+sp_layer *sp_sigmoid(void);
+/* Max pooling, padding counts as -inf (PyTorch semantics). */
+sp_layer *sp_maxpool2d(int k, int stride, int pad);
+/* [B, ...] → [B, prod(...)] */
+sp_layer *sp_flatten(void);
+/* Softmax + cross-entropy, mean over the batch: logits [B, K], labels [B] → [1]. */
+sp_layer *sp_softmax_ce(void);
+
+/* Recurrent layers, batch-first x [B, T, C], h_0 = 0, PyTorch nn.RNN / nn.GRU
+ * equations and names (<name>.weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0;
+ * GRU gate order r, z, n). SP_SEQ_LAST outputs h_T [B, H]; SP_SEQ_ALL outputs
+ * every h_t [B, T, H] (PyTorch's `output`). */
+typedef enum { SP_SEQ_LAST = 0, SP_SEQ_ALL = 1 } sp_seq_output;
+sp_layer *sp_rnn(const char *name, int input, int hidden, sp_seq_output mode);
+sp_layer *sp_gru(const char *name, int input, int hidden, sp_seq_output mode);
+
+/* The opdefs, for code that needs to recognise an op. */
+extern const sp_opdef sp_op_linear, sp_op_conv2d, sp_op_relu, sp_op_tanh, sp_op_sigmoid,
+    sp_op_maxpool2d, sp_op_flatten, sp_op_softmax_ce, sp_op_rnn, sp_op_gru;
+
+#endif

@@ -1,0 +1,30 @@
+/* sigmoid.c — y = 1 / (1 + e^−x).
+ *   δ:  dx = dy ⊙ y(1 − y)        G: none
+ *   Jᵀ = diag(y(1 − y)). */
+#include <math.h>
+#include "layers/elementwise.h"
+#include "layers/layers.h"
+
+static void sigmoid_forward(sp_node *n)
+{
+    const float *x = sp_node_x(n)->data;
+    for (size_t i = 0; i < n->out.numel; i++) n->out.data[i] = 1.0f / (1.0f + expf(-x[i]));
+}
+
+static void sigmoid_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+{
+    const float *y = n->out.data;
+    for (size_t i = 0; i < dx->numel; i++) dx->data[i] = dy->data[i] * y[i] * (1.0f - y[i]);
+}
+
+static sp_cost sigmoid_cost(const sp_node *n) { return sp_elementwise_cost(n, 20, 3); }
+
+const sp_opdef sp_op_sigmoid = {
+    .name = "sigmoid",
+    .infer = sp_elementwise_infer,
+    .forward = sigmoid_forward,
+    .backward_input = sigmoid_backward_input,
+    .cost = sigmoid_cost,
+};
+
+sp_layer *sp_sigmoid(void) { return sp_elementwise_layer(&sp_op_sigmoid); }

@@ -1,0 +1,30 @@
+/* tanh.c — y = tanh(x).
+ *   δ:  dx = dy ⊙ (1 − y²)        G: none
+ *   Jᵀ = diag(1 − y²). */
+#include <math.h>
+#include "layers/elementwise.h"
+#include "layers/layers.h"
+
+static void tanh_forward(sp_node *n)
+{
+    const float *x = sp_node_x(n)->data;
+    for (size_t i = 0; i < n->out.numel; i++) n->out.data[i] = tanhf(x[i]);
+}
+
+static void tanh_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+{
+    const float *y = n->out.data;
+    for (size_t i = 0; i < dx->numel; i++) dx->data[i] = dy->data[i] * (1.0f - y[i] * y[i]);
+}
+
+static sp_cost tanh_cost(const sp_node *n) { return sp_elementwise_cost(n, 20, 3); }
+
+const sp_opdef sp_op_tanh = {
+    .name = "tanh",
+    .infer = sp_elementwise_infer,
+    .forward = tanh_forward,
+    .backward_input = tanh_backward_input,
+    .cost = tanh_cost,
+};
+
+sp_layer *sp_tanh(void) { return sp_elementwise_layer(&sp_op_tanh); }

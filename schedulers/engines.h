@@ -1,0 +1,13 @@
+/* engines.h — constructors of the built-in backward engines (see core/engine.h). */
+#ifndef SP_ENGINES_H
+#define SP_ENGINES_H
+
+#include "core/engine.h"
+
+sp_engine *sp_engine_linear_create(const sp_engine_opts *opts);
+
+/* One node's whole backward, as the linear engine does it: G (if the op has params)
+ * then δ into the producer's grad (accumulating when the producer fans out). */
+void sp_node_backward(sp_node *n);
+
+#endif

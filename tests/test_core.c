@@ -1,0 +1,200 @@
+/* test_core.c — arena, tape, RNG, thread pool, error paths, the gradient checker itself. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+#include "core/arena.h"
+#include "core/error.h"
+#include "core/model.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "core/tape.h"
+#include "layers/layers.h"
+#include "tests/testutil.h"
+
+Test(arena, alignment_and_growth)
+{
+    sp_arena a;
+    sp_arena_init(&a, 0);
+    for (int i = 1; i < 200; i++) {
+        void *p = sp_arena_alloc(&a, (size_t)i * 1000);
+        cr_assert_eq((uintptr_t)p % 64, 0, "allocation %d not 64-byte aligned", i);
+        memset(p, 0xab, (size_t)i * 1000);
+    }
+    cr_assert_gt(a.nmallocs, 1);
+    sp_arena_free(&a);
+}
+
+Test(arena, steady_state_does_not_malloc)
+{
+    sp_arena a;
+    sp_arena_init(&a, 0);
+    for (int step = 0; step < 50; step++) {
+        for (int i = 0; i < 30; i++) sp_arena_alloc(&a, 300000);
+        if (step == 1) a.nmallocs = 0;   /* after the first reset the arena has its size */
+        sp_arena_reset(&a);
+    }
+    cr_assert_eq(a.nmallocs, 0, "steady-state steps allocated %zu blocks", a.nmallocs);
+    sp_arena_free(&a);
+}
+
+Test(rng, seeded_and_uniform)
+{
+    sp_rng a, b;
+    sp_rng_seed(&a, 42);
+    sp_rng_seed(&b, 42);
+    double sum = 0;
+    for (int i = 0; i < 100000; i++) {
+        float u = sp_rng_uniform(&a);
+        cr_assert_eq(u, sp_rng_uniform(&b));
+        cr_assert(u >= 0.0f && u < 1.0f);
+        sum += u;
+    }
+    cr_assert_float_eq(sum / 100000, 0.5, 0.01);
+    sp_rng_seed(&b, 43);
+    cr_assert_neq(sp_rng_u32(&a), sp_rng_u32(&b));
+}
+
+Test(rng, normal_moments)
+{
+    sp_rng r;
+    sp_rng_seed(&r, 7);
+    double s = 0, s2 = 0;
+    int n = 200000;
+    for (int i = 0; i < n; i++) {
+        double v = sp_rng_normal(&r);
+        s += v;
+        s2 += v * v;
+    }
+    cr_assert_float_eq(s / n, 0.0, 0.01);
+    cr_assert_float_eq(s2 / n, 1.0, 0.02);
+}
+
+static void add_range(void *ctx, size_t b, size_t e)
+{
+    int *v = ctx;
+    for (size_t i = b; i < e; i++) v[i] += (int)i;
+}
+
+Test(parallel, covers_every_index_once)
+{
+    sp_set_threads(3);
+    int v[1001] = {0};
+    sp_parallel_for(1001, add_range, v);
+    for (int i = 0; i < 1001; i++) cr_assert_eq(v[i], i);
+    sp_set_threads(1);
+    sp_parallel_for(1001, add_range, v);
+    for (int i = 0; i < 1001; i++) cr_assert_eq(v[i], 2 * i);
+}
+
+Test(tape, reuse_across_steps_keeps_arena_size)
+{
+    sp_model *m = sp_model_new("mlp");
+    sp_model_add(m, sp_linear("fc1", 8, 16));
+    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_linear("fc2", 16, 3));
+    sp_model_init(m, 1);
+    float xs[4 * 8];
+    int ys[4] = {0, 1, 2, 1};
+    tu_fill_uniform(xs, 32, 3, -1, 1);
+    sp_tensor x = sp_tensor_2d(xs, 4, 8);
+    sp_tape t;
+    sp_tape_init(&t);
+    float first = 0;
+    size_t mallocs_after_warmup = 0;
+    for (int step = 0; step < 100; step++) {
+        sp_node *loss = sp_model_loss(m, &t, &x, ys);
+        if (step == 0) first = loss->out.data[0];
+        cr_assert_eq(loss->out.data[0], first, "same input, same loss at step %d", step);
+        cr_assert_eq(t.n, 5);
+        if (step == 2) mallocs_after_warmup = t.arena.nmallocs;
+        sp_tape_reset(&t);
+    }
+    cr_assert_eq(t.arena.nmallocs, mallocs_after_warmup);
+    sp_tape_free(&t);
+    sp_model_free(m);
+}
+
+Test(tape, shape_only_records_without_running)
+{
+    sp_model *m = sp_model_new("mlp");
+    sp_model_add(m, sp_linear("fc1", 8, 16));
+    sp_model_add(m, sp_relu());
+    sp_tape t;
+    sp_tape_init(&t);
+    t.shape_only = true;
+    sp_tensor x = sp_tensor_2d(NULL, 32, 8);
+    sp_node *y = sp_model_forward(m, &t, sp_tape_input(&t, &x));
+    cr_assert_eq(y->out.shape[0], 32);
+    cr_assert_eq(y->out.shape[1], 16);
+    cr_assert_null(y->out.data);
+    sp_cost c = t.nodes[1]->op->cost(t.nodes[1]);
+    cr_assert_float_eq(c.fwd_flops, 2.0 * 32 * 8 * 16, 1e-9);
+    sp_tape_free(&t);
+    sp_model_free(m);
+}
+
+Test(model, registry_has_pytorch_names)
+{
+    sp_model *m = sp_model_new("mlp");
+    sp_model_add(m, sp_linear("fc1", 8, 16));
+    sp_model_add(m, sp_linear("fc2", 16, 3));
+    cr_assert_eq(m->nparams, 4);
+    cr_assert_not_null(sp_model_param(m, "fc1.weight"));
+    cr_assert_not_null(sp_model_param(m, "fc2.bias"));
+    cr_assert_eq(sp_model_param(m, "fc1.weight")->value.shape[0], 16, "linear weight is [out, in]");
+    cr_assert_eq(sp_model_numel(m), (size_t)(8 * 16 + 16 + 16 * 3 + 3));
+    sp_model_free(m);
+}
+
+/* Error paths: a user mistake is one line and exit status 2. */
+static void bad_linear_shape(void)
+{
+    sp_model *m = sp_model_new("bad");
+    sp_model_add(m, sp_linear("fc1", 8, 4));
+    float xs[2 * 7] = {0};
+    sp_tensor x = sp_tensor_2d(xs, 2, 7);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_model_forward(m, &t, sp_tape_input(&t, &x));
+}
+Test(errors, shape_mismatch_exits_2, .exit_code = 2) { bad_linear_shape(); }
+
+Test(errors, label_out_of_range_exits_2, .exit_code = 2)
+{
+    sp_model *m = sp_model_new("bad");
+    sp_model_add(m, sp_linear("fc1", 4, 3));
+    sp_model_init(m, 1);
+    float xs[8] = {0};
+    int ys[2] = {0, 3};
+    sp_tensor x = sp_tensor_2d(xs, 2, 4);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_model_loss(m, &t, &x, ys);
+}
+
+Test(errors, duplicate_param_name_exits_2, .exit_code = 2)
+{
+    sp_model *m = sp_model_new("bad");
+    sp_model_add(m, sp_linear("fc", 4, 3));
+    sp_model_add(m, sp_linear("fc", 3, 3));
+}
+
+/* The checker must be able to fail: a layer whose δ is deliberately off by 1%. */
+static void wrong_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+{
+    sp_op_linear.backward_input(n, dy, dx);
+    for (size_t i = 0; i < dx->numel; i++) dx->data[i] *= 1.01f;
+}
+
+Test(gradcheck, detects_a_wrong_gradient)
+{
+    sp_opdef broken = sp_op_linear;
+    broken.backward_input = wrong_backward_input;
+    sp_layer *l = sp_linear("fc", 7, 5);
+    l->op = &broken;
+    tu_gc_result r = tu_gradcheck(l, 2, (int[]){3, 7}, 11, NULL);
+    cr_assert_gt(r.err_dx, 1e-3, "a 1%% error in δ went unnoticed (err %.2e)", r.err_dx);
+    cr_assert_lt(r.err_param[0], 1e-3, "G is still right (err %.2e)", r.err_param[0]);
+    l->op = &sp_op_linear;
+    sp_layer_free(l);
+}

@@ -1,0 +1,44 @@
+/* testutil.h — helpers shared by the Criterion suites.
+ *
+ * tu_gradcheck checks one layer's δ (backward_input) and G (backward_params) against
+ * central finite differences of the scalar L = Σ r ⊙ y for a fixed random r, so
+ * ∂L/∂y = r. Values of L are accumulated in float64. The reported error of a gradient
+ * g against its finite-difference estimate f over the checked entries is
+ *     max_i |g_i − f_i| / max(1, max_i |f_i|)
+ * and each suite asserts it is below a stated tolerance. */
+#ifndef SP_TESTUTIL_H
+#define SP_TESTUTIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "core/op.h"
+#include "core/tape.h"
+
+typedef struct tu_gc_opts {
+    double eps;          /* finite-difference step (default 1e-2)                  */
+    int max_checks;      /* entries checked per tensor, chosen at random (default 64) */
+    float x_lo, x_hi;    /* input range (default [-1, 1])                          */
+    float min_abs_x;     /* keep |x| >= this (kinks, e.g. relu), default 0          */
+    float grid;          /* >0: inputs are distinct multiples of grid (max-pool ties) */
+    const int *labels;   /* loss ops: labels [B]                                   */
+} tu_gc_opts;
+
+typedef struct tu_gc_result {
+    double err_dx;                        /* δ                                   */
+    double err_param[SP_MAX_PARAMS];      /* G, one per parameter                */
+    double max_abs_dx;                    /* size of the analytic δ (sanity)     */
+    int nparams;
+} tu_gc_result;
+
+/* Parameters are initialised from seed with the op's init (if any); the layer keeps them. */
+tu_gc_result tu_gradcheck(sp_layer *l, int ndim, const int *xshape, uint64_t seed, const tu_gc_opts *opts);
+double tu_gc_worst(const tu_gc_result *r);
+
+/* x[i] ~ U(lo, hi) from seed. */
+void tu_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);
+/* max |a − b| / max(1, max |b|) */
+double tu_max_rel_diff(const float *a, const float *b, size_t n);
+/* A fresh empty directory under /tmp for this process. */
+const char *tu_tmpdir(void);
+
+#endif
