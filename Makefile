@@ -43,7 +43,9 @@ LIB      := $(BUILD)/libscanprop.a
 
 APP_SRC  := $(wildcard apps/*.c)
 APP_MAIN := $(filter-out apps/common.c apps/models.c,$(APP_SRC))
-APP_LIB  := $(patsubst %,$(BUILD)/obj/%.o,$(filter apps/common.c apps/models.c,$(APP_SRC)))
+APP_LIB_OBJ := $(patsubst %,$(BUILD)/obj/%.o,$(filter apps/common.c apps/models.c,$(APP_SRC)))
+# Shared app code as an archive, so a test or app pulls in only what it uses.
+APP_LIB  := $(BUILD)/libspapps.a
 APPS     := $(patsubst apps/%.c,$(BUILD)/%,$(APP_MAIN))
 
 TEST_SRC := $(filter-out %_cuda.c,$(wildcard tests/test_*.c))
@@ -51,7 +53,7 @@ TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 CUDA_TEST_SRC := $(wildcard tests/test_*_cuda.c)
 CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
 
-.PHONY: all lib apps tests test test-asan test-cuda bench format clean
+.PHONY: all lib apps tests test test-asan test-cuda cuda-tests bench format clean
 all: lib apps
 
 lib: $(LIB)
@@ -59,6 +61,10 @@ apps: $(APPS)
 tests: $(TESTS)
 
 $(LIB): $(LIB_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+$(APP_LIB): $(APP_LIB_OBJ)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
 
@@ -85,8 +91,10 @@ test: all $(TESTS)
 test-asan:
 	$(MAKE) BUILD=build-asan SAN=1 CFLAGS="-O1 -g" test
 
+cuda-tests: $(CUDA_TESTS)
+
 test-cuda:
-	$(MAKE) CUDA=1 BUILD=build-cuda all $(patsubst $(BUILD)/%,build-cuda/%,$(CUDA_TESTS))
+	$(MAKE) CUDA=1 BUILD=build-cuda all cuda-tests
 	@BUILD=build-cuda ./scripts/run_tests.sh $(patsubst $(BUILD)/%,build-cuda/%,$(CUDA_TESTS))
 
 bench: all

@@ -1,0 +1,108 @@
+/* models.c — the model zoo. Each builder is the whole model, top to bottom. */
+#include <stdio.h>
+#include <string.h>
+#include "apps/models.h"
+#include "core/error.h"
+#include "layers/layers.h"
+
+/* LeNet-5 as in the BPPSA paper's Fashion-MNIST runs (28×28 input, padding 2 on conv1). */
+sp_model *sp_zoo_lenet(int in_channels)
+{
+    sp_model *m = sp_model_new("lenet");
+    sp_model_add(m, sp_conv2d("conv1", in_channels, 6, 5, 1, 2));
+    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_maxpool2d(2, 2, 0));
+    sp_model_add(m, sp_conv2d("conv2", 6, 16, 5, 1, 0));
+    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_maxpool2d(2, 2, 0));
+    sp_model_add(m, sp_flatten());
+    sp_model_add(m, sp_linear("fc1", 16 * 5 * 5, 120));
+    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_linear("fc2", 120, 84));
+    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_linear("fc3", 84, 10));
+    return m;
+}
+
+/* VGG-11 (config A) for 32×32 inputs, no batch norm: 8 convs, 5 pools, fc 512 → classes. */
+sp_model *sp_zoo_vgg11(int in_channels, int classes)
+{
+    static const int widths[8] = {64, 128, 256, 256, 512, 512, 512, 512};
+    static const int pool_after[8] = {1, 1, 0, 1, 0, 1, 0, 1};
+    sp_model *m = sp_model_new("vgg11");
+    int cin = in_channels;
+    for (int i = 0; i < 8; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "conv%d", i + 1);
+        sp_model_add(m, sp_conv2d(name, cin, widths[i], 3, 1, 1));
+        sp_model_add(m, sp_relu());
+        if (pool_after[i]) sp_model_add(m, sp_maxpool2d(2, 2, 0));
+        cin = widths[i];
+    }
+    sp_model_add(m, sp_flatten());
+    sp_model_add(m, sp_linear("fc", 512, classes));
+    return m;
+}
+
+sp_model *sp_zoo_rnn(int input, int hidden, int classes)
+{
+    sp_model *m = sp_model_new("rnn");
+    sp_model_add(m, sp_rnn("rnn", input, hidden, SP_SEQ_LAST));
+    sp_model_add(m, sp_linear("fc", hidden, classes));
+    return m;
+}
+
+sp_model *sp_zoo_gru(int input, int hidden, int classes)
+{
+    sp_model *m = sp_model_new("gru");
+    sp_model_add(m, sp_gru("gru", input, hidden, SP_SEQ_LAST));
+    sp_model_add(m, sp_linear("fc", hidden, classes));
+    return m;
+}
+
+sp_model *sp_zoo_mlp(int input, int hidden, int classes)
+{
+    sp_model *m = sp_model_new("mlp");
+    sp_model_add(m, sp_flatten());
+    sp_model_add(m, sp_linear("fc1", input, hidden));
+    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_linear("fc2", hidden, classes));
+    return m;
+}
+
+typedef struct zoo_entry {
+    const char *name;
+    int ndim, shape[3];
+} zoo_entry;
+
+static const zoo_entry ZOO[] = {
+    {"lenet", 3, {1, 28, 28}}, {"vgg11", 3, {3, 32, 32}}, {"rnn", 2, {1000, 1}},
+    {"gru", 2, {1034, 12}},    {"mlp", 3, {1, 28, 28}},
+};
+#define NZOO (sizeof ZOO / sizeof ZOO[0])
+
+const char *sp_zoo_names(void) { return "lenet|vgg11|rnn|gru|mlp"; }
+
+static const zoo_entry *zoo_find(const char *name)
+{
+    for (size_t i = 0; i < NZOO; i++)
+        if (strcmp(ZOO[i].name, name) == 0) return &ZOO[i];
+    sp_fail("--model %s: unknown model (expected one of %s)", name, sp_zoo_names());
+}
+
+int sp_zoo_input_shape(const char *name, int shape[3])
+{
+    const zoo_entry *e = zoo_find(name);
+    memcpy(shape, e->shape, sizeof e->shape);
+    return e->ndim;
+}
+
+sp_model *sp_zoo_model(const char *name)
+{
+    const zoo_entry *e = zoo_find(name);
+    if (strcmp(e->name, "lenet") == 0) return sp_zoo_lenet(1);
+    if (strcmp(e->name, "vgg11") == 0) return sp_zoo_vgg11(3, 10);
+    if (strcmp(e->name, "rnn") == 0) return sp_zoo_rnn(1, 20, 10);
+    if (strcmp(e->name, "gru") == 0) return sp_zoo_gru(12, 20, 10);
+    return sp_zoo_mlp(28 * 28, 128, 10);
+}

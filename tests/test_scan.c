@@ -1,0 +1,99 @@
+/* test_scan.c — Algorithm 1's indexing for every n (including n + 1 not a power of
+ * two) and every hybrid depth, executed over 2×2 matrices mod a prime: an associative,
+ * non-commutative operator with exact arithmetic, so any misplaced or mis-ordered
+ * operand shows up. Reference: the sequential exclusive scan. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <string.h>
+#include "schedulers/scan.h"
+
+#define P 1000003ull
+
+typedef struct { uint64_t m[4]; } mat;
+
+static mat mul(mat a, mat b)   /* a·b mod P */
+{
+    mat c;
+    c.m[0] = (a.m[0] * b.m[0] + a.m[1] * b.m[2]) % P;
+    c.m[1] = (a.m[0] * b.m[1] + a.m[1] * b.m[3]) % P;
+    c.m[2] = (a.m[2] * b.m[0] + a.m[3] * b.m[2]) % P;
+    c.m[3] = (a.m[2] * b.m[1] + a.m[3] * b.m[3]) % P;
+    return c;
+}
+static const mat I = {{1, 0, 0, 1}};
+/* A ⋄ B = B·A */
+static mat diamond(mat a, mat b) { return mul(b, a); }
+
+static void run_plan(const sp_scan_plan *p, mat *a)
+{
+    mat prefix = I;
+    for (int s = 0; s < p->nsteps; s++) {
+        const sp_scan_step *st = &p->steps[s];
+        if (s > 0) cr_assert_geq(st->level, p->steps[s - 1].level, "steps ordered by level");
+        switch (st->kind) {
+        case SP_SCAN_UP: a[st->r] = diamond(a[st->l], a[st->r]); break;
+        case SP_SCAN_IDENTITY: a[st->r] = I; break;
+        case SP_SCAN_CARRY: {
+            if (st->l < 0) prefix = I;
+            mat t = a[st->r];
+            a[st->r] = prefix;
+            prefix = diamond(prefix, t);
+            break;
+        }
+        case SP_SCAN_DOWN: {
+            mat t = a[st->l];
+            a[st->l] = a[st->r];
+            a[st->r] = diamond(a[st->r], t);
+            break;
+        }
+        }
+    }
+}
+
+static void check_n(int n, int up_levels)
+{
+    mat a[200], ref[200];
+    uint64_t seed = 12345 + (uint64_t)n;
+    for (int i = 0; i <= n; i++)
+        for (int k = 0; k < 4; k++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            a[i].m[k] = (seed >> 33) % P;
+        }
+    ref[0] = I;
+    for (int i = 1; i <= n; i++) ref[i] = diamond(ref[i - 1], a[i - 1]);
+    sp_scan_plan p;
+    sp_scan_plan_build(&p, n, up_levels);
+    /* a[n] is never read before it is replaced: poison it to prove it. */
+    a[n] = (mat){{7, 7, 7, 7}};
+    run_plan(&p, a);
+    for (int i = 0; i <= n; i++)
+        cr_assert(memcmp(&a[i], &ref[i], sizeof(mat)) == 0, "n=%d up_levels=%d: element %d wrong", n, up_levels, i);
+    sp_scan_plan_free(&p);
+}
+
+Test(scan, full_blelloch_every_n_up_to_130)
+{
+    for (int n = 1; n <= 130; n++) check_n(n, -1);
+}
+
+Test(scan, hybrid_every_depth)
+{
+    for (int n = 1; n <= 65; n++)
+        for (int k = 0; k <= sp_scan_full_levels(n) + 1; k++) check_n(n, k);
+}
+
+Test(scan, full_levels_is_log)
+{
+    cr_assert_eq(sp_scan_full_levels(1), 0);
+    cr_assert_eq(sp_scan_full_levels(3), 1);
+    cr_assert_eq(sp_scan_full_levels(4), 2);
+    cr_assert_eq(sp_scan_full_levels(7), 2);
+    cr_assert_eq(sp_scan_full_levels(8), 3);
+    sp_scan_plan p;
+    sp_scan_plan_build(&p, 1023, -1);   /* n + 1 = 1024: 9 up + identity + 10 down */
+    cr_assert_eq(p.nlevels, 20);
+    sp_scan_plan_free(&p);
+    sp_scan_plan_build(&p, 10, 0);      /* depth 0 = linear BP: one carry per element */
+    cr_assert_eq(p.nlevels, 11);
+    sp_scan_plan_free(&p);
+}
