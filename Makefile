@@ -14,8 +14,8 @@ CUDA    ?= 0
 SAN     ?= 0
 WERROR  ?= 0
 
-CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP -I. -fno-strict-aliasing
+OPT     ?= -O2 -g
+CFLAGS  += $(OPT) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP -I. -fno-strict-aliasing
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror
 endif
@@ -26,7 +26,7 @@ endif
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/openblas-pthread)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 CFLAGS  += $(BLAS_CFLAGS)
-LDLIBS  += $(BLAS_LIBS) -lz -lm -lpthread
+LDLIBS  += $(BLAS_LIBS) -lstb -lz -lm -lpthread
 
 LIB_DIRS := core layers optim schedulers data
 LIB_SRC  := $(filter-out %_cuda.c,$(wildcard $(addsuffix /*.c,$(LIB_DIRS))))
@@ -35,8 +35,11 @@ ifeq ($(CUDA),1)
 CUDA_HOME ?= /usr/local/cuda
 CUDA_SRC  := $(wildcard $(addsuffix /*.cu,$(LIB_DIRS))) $(wildcard $(addsuffix /*_cuda.c,$(LIB_DIRS)))
 CFLAGS    += -DSP_HAVE_CUDA -I$(CUDA_HOME)/include
-NVFLAGS   ?= -O2 -std=c++17 -I. -DSP_HAVE_CUDA -arch=sm_90 -Xcompiler -Wall
-LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudnn -lcusparse -lcublas -lcudart -lstdc++
+NVFLAGS   ?= -O2 -std=c++17 -I. -DSP_HAVE_CUDA -arch=sm_90 -Xcompiler -Wall -MMD -MP
+ifeq ($(WERROR),1)
+NVFLAGS   += -Xcompiler -Werror -Werror all-warnings
+endif
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcusparse -lcublas -lcudart -lstdc++
 endif
 LIB_OBJ  := $(patsubst %,$(BUILD)/obj/%.o,$(LIB_SRC) $(CUDA_SRC))
 LIB      := $(BUILD)/libscanprop.a
@@ -89,7 +92,7 @@ test: all $(TESTS)
 	@BUILD=$(BUILD) ./scripts/run_tests.sh $(TESTS)
 
 test-asan:
-	$(MAKE) BUILD=build-asan SAN=1 CFLAGS="-O1 -g" test
+	$(MAKE) BUILD=build-asan SAN=1 OPT="-O1 -g" test
 
 cuda-tests: $(CUDA_TESTS)
 

@@ -1,5 +1,6 @@
 /* backend.c — device twins of ops, and the CPU GEMM. */
 #include <cblas.h>
+#include <string.h>
 #include "core/backend.h"
 #include "core/error.h"
 
@@ -20,6 +21,33 @@ void sp_op_register_device(const sp_opdef *cpu_op, sp_device dev, const sp_opdef
     twins[ntwins].dev = dev;
     twins[ntwins].impl = impl;
     ntwins++;
+}
+
+static const sp_device_allocator *allocators[SP_NDEVICES];
+
+void sp_backend_register_allocator(sp_device dev, const sp_device_allocator *a) { allocators[dev] = a; }
+
+const sp_device_allocator *sp_backend_allocator(sp_device dev)
+{
+    if (dev == SP_CPU || !allocators[dev])
+        sp_fail("%s memory: no allocator (build with make CUDA=1 and call the backend's init)",
+                sp_device_name(dev));
+    return allocators[dev];
+}
+
+void sp_fill(sp_tensor *t, float value)
+{
+    if (t->device != SP_CPU) {
+        sp_backend_allocator(t->device)->fill(t->data, t->numel, value);
+        return;
+    }
+    for (size_t i = 0; i < t->numel; i++) t->data[i] = value;
+}
+
+void sp_zero(sp_tensor *t)
+{
+    if (t->device != SP_CPU) sp_fill(t, 0.0f);
+    else memset(t->data, 0, t->numel * sizeof(float));
 }
 
 const char *sp_device_name(sp_device dev) { return dev == SP_CUDA ? "cuda" : "cpu"; }

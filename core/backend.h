@@ -15,6 +15,28 @@ void sp_op_register_device(const sp_opdef *cpu_op, sp_device dev, const sp_opdef
 const sp_opdef *sp_op_for_device(const sp_opdef *op, sp_device dev);
 const char *sp_device_name(sp_device dev);
 
+/* Memory of a non-CPU device, registered by that backend's init (sp_cuda_init).
+ * Persistent buffers (parameters) use alloc/free; per-step tensors come from one arena
+ * per tape (sp_tape_tensor_on), created lazily and reset with the tape, so a device
+ * step allocates nothing in steady state, like the host arena. */
+typedef struct sp_device_allocator {
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *p);
+    void *(*arena_new)(void);
+    void *(*arena_alloc)(void *arena, size_t bytes);
+    void (*arena_reset)(void *arena);
+    void (*arena_free)(void *arena);
+    void (*fill)(float *data, size_t n, float value);   /* ordered with the device's ops */
+} sp_device_allocator;
+
+void sp_backend_register_allocator(sp_device dev, const sp_device_allocator *a);
+/* The allocator of dev (not SP_CPU); sp_fail if its backend was not initialised. */
+const sp_device_allocator *sp_backend_allocator(sp_device dev);
+
+/* Whole-tensor fills on the tensor's own device (engines never touch device memory). */
+void sp_fill(sp_tensor *t, float value);
+void sp_zero(sp_tensor *t);
+
 /* Row-major C[M×N] = alpha·op(A)·op(B) + beta·C (CPU: OpenBLAS cblas_sgemm). */
 void sp_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc);

@@ -1,4 +1,5 @@
-/* tape.c — record nodes of one step; all storage comes from the tape's arena. */
+/* tape.c — record nodes of one step; all storage comes from the tape's arenas (the host
+ * arena, and one per other device that the step touches). */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,8 @@ void sp_tape_init(sp_tape *t)
 
 void sp_tape_free(sp_tape *t)
 {
+    for (int d = 0; d < SP_NDEVICES; d++)
+        if (t->dev_arena[d]) sp_backend_allocator((sp_device)d)->arena_free(t->dev_arena[d]);
     sp_arena_free(&t->arena);
     free(t->nodes);
     memset(t, 0, sizeof *t);
@@ -23,6 +26,8 @@ void sp_tape_reset(sp_tape *t)
 {
     t->n = 0;
     sp_arena_reset(&t->arena);
+    for (int d = 0; d < SP_NDEVICES; d++)
+        if (t->dev_arena[d]) sp_backend_allocator((sp_device)d)->arena_reset(t->dev_arena[d]);
 }
 
 void *sp_tape_alloc(sp_tape *t, size_t bytes) { return sp_arena_alloc(&t->arena, bytes); }
@@ -36,7 +41,24 @@ sp_tensor sp_tape_tensor(sp_tape *t, int ndim, const int *shape)
 
 sp_tensor sp_tape_tensor_like(sp_tape *t, const sp_tensor *like)
 {
-    return sp_tape_tensor(t, like->ndim, like->shape);
+    return sp_tape_tensor_on(t, like->device, like->ndim, like->shape);
+}
+
+void *sp_tape_alloc_on(sp_tape *t, sp_device dev, size_t bytes)
+{
+    if (dev == SP_CPU) return sp_tape_alloc(t, bytes);
+    const sp_device_allocator *a = sp_backend_allocator(dev);
+    if (!t->dev_arena[dev]) t->dev_arena[dev] = a->arena_new();   /* first step only */
+    return a->arena_alloc(t->dev_arena[dev], bytes);
+}
+
+sp_tensor sp_tape_tensor_on(sp_tape *t, sp_device dev, int ndim, const int *shape)
+{
+    if (dev == SP_CPU) return sp_tape_tensor(t, ndim, shape);
+    sp_tensor x = sp_tensor_view(NULL, ndim, shape);
+    x.device = dev;
+    if (!t->shape_only) x.data = sp_tape_alloc_on(t, dev, x.numel * sizeof(float));
+    return x;
 }
 
 static sp_node *push_node(sp_tape *t)
@@ -68,8 +90,7 @@ sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x)
     n->input = x;
     x->nconsumers++;
     n->op->infer(n, &x->out);
-    n->out = sp_tape_tensor(t, n->out.ndim, n->out.shape);
-    n->out.device = x->out.device;
+    n->out = sp_tape_tensor_on(t, x->out.device, n->out.ndim, n->out.shape);
     if (!t->shape_only) n->op->forward(n);
     return n;
 }
@@ -78,13 +99,13 @@ sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *l
 {
     assert(logits && logits->tape == t);
     sp_node *n = push_node(t);
-    n->op = loss->op;
+    n->op = sp_op_for_device(loss->op, logits->out.device);
     n->layer = loss;
     n->input = logits;
     n->labels = labels;
     logits->nconsumers++;
-    loss->op->infer(n, &logits->out);
-    n->out = sp_tape_tensor(t, n->out.ndim, n->out.shape);
-    if (!t->shape_only) loss->op->forward(n);
+    n->op->infer(n, &logits->out);
+    n->out = sp_tape_tensor_on(t, logits->out.device, n->out.ndim, n->out.shape);
+    if (!t->shape_only) n->op->forward(n);
     return n;
 }

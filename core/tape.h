@@ -14,6 +14,7 @@ struct sp_tape {
     sp_node **nodes;
     int n, cap;
     bool shape_only;   /* record shapes and costs, run nothing (planners, simulators) */
+    void *dev_arena[SP_NDEVICES];   /* per-step memory on other devices (core/backend.h) */
 };
 
 void sp_tape_init(sp_tape *t);
@@ -29,6 +30,10 @@ sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *l
 
 void *sp_tape_alloc(sp_tape *t, size_t bytes);
 sp_tensor sp_tape_tensor(sp_tape *t, int ndim, const int *shape);
+/* Same shape and device as like. */
 sp_tensor sp_tape_tensor_like(sp_tape *t, const sp_tensor *like);
+/* Per-step memory on device dev (SP_CPU: the host arena), released by sp_tape_reset. */
+void *sp_tape_alloc_on(sp_tape *t, sp_device dev, size_t bytes);
+sp_tensor sp_tape_tensor_on(sp_tape *t, sp_device dev, int ndim, const int *shape);
 
 #endif

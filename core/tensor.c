@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/tensor.h"
+#include "core/backend.h"
 #include "core/error.h"
 
 size_t sp_shape_numel(int ndim, const int *shape)
@@ -53,7 +54,8 @@ sp_tensor sp_tensor_new(int ndim, const int *shape)
 
 void sp_tensor_free(sp_tensor *t)
 {
-    free(t->data);
+    if (t->device != SP_CPU) sp_backend_allocator(t->device)->free(t->data);   /* sp_model_to_device */
+    else free(t->data);
     t->data = NULL;
 }
 

@@ -1,6 +1,7 @@
 /* engine.c — the registry of backward engines and the helpers they share. */
 #include <stdlib.h>
 #include <string.h>
+#include "core/backend.h"
 #include "core/engine.h"
 #include "core/error.h"
 #include "schedulers/engines.h"
@@ -57,10 +58,12 @@ void sp_alloc_grads(sp_tape *t, sp_node *loss)
         sp_node *n = t->nodes[i];
         if (n->needs_grad || n == loss) {
             n->grad = sp_tape_tensor_like(t, &n->out);
-            sp_tensor_zero(&n->grad);
+            sp_zero(&n->grad);
         } else {
             n->grad.data = NULL;
         }
     }
-    loss->grad.data[0] = 1.0f;
+    sp_tensor seed = sp_tensor_view(loss->grad.data, 1, (int[]){1});   /* ∂l/∂l, first entry */
+    seed.device = loss->grad.device;
+    sp_fill(&seed, 1.0f);
 }

@@ -1,0 +1,277 @@
+/* backend_cuda.cu — the CUDA backend: device selection, the stream and library handles,
+ * persistent and per-step device memory, host↔device copies, cuBLAS GEMM. */
+#include "core/cuda.h"
+extern "C" {
+#include "core/backend.h"
+#include "core/error.h"
+}
+
+#define DEV_ALIGN 256   /* cudaMalloc's own alignment; keeps every arena tensor GEMM-friendly */
+
+static sp_cuda_ctx ctx;
+static bool ready;
+
+// ----------------------------------------------------------------------------
+// error checks
+
+void sp_cuda_check_at(cudaError_t e, const char *call, const char *file, int line)
+{
+    if (e != cudaSuccess) sp_fail("CUDA error at %s:%d: %s: %s", file, line, call, cudaGetErrorString(e));
+}
+
+void sp_cublas_check_at(cublasStatus_t s, const char *call, const char *file, int line)
+{
+    if (s != CUBLAS_STATUS_SUCCESS)
+        sp_fail("cuBLAS error at %s:%d: %s: %s", file, line, call, cublasGetStatusString(s));
+}
+
+void sp_cusparse_check_at(cusparseStatus_t s, const char *call, const char *file, int line)
+{
+    if (s != CUSPARSE_STATUS_SUCCESS)
+        sp_fail("cuSPARSE error at %s:%d: %s: %s", file, line, call, cusparseGetErrorString(s));
+}
+
+void sp_cudnn_check_at(cudnnStatus_t s, const char *call, const char *file, int line)
+{
+    if (s != CUDNN_STATUS_SUCCESS) sp_fail("cuDNN error at %s:%d: %s: %s", file, line, call, cudnnGetErrorString(s));
+}
+
+// ----------------------------------------------------------------------------
+// CUDA kernels
+
+__global__ void fill_kernel(float *data, size_t n, float value)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        data[i] = value;
+}
+
+// ----------------------------------------------------------------------------
+// device memory: persistent buffers, and the per-tape step arena
+
+static void *dev_alloc(size_t bytes)
+{
+    void *p = NULL;
+    sp_cuda_check(cudaMalloc(&p, bytes ? bytes : DEV_ALIGN));
+    return p;
+}
+
+static void dev_free(void *p) { sp_cuda_check(cudaFree(p)); }
+
+static void dev_fill(float *data, size_t n, float value)
+{
+    if (n == 0) return;
+    if (value == 0.0f) {
+        sp_cuda_check(cudaMemsetAsync(data, 0, n * sizeof(float), ctx.stream));
+        return;
+    }
+    fill_kernel<<<sp_cuda_blocks(n, 256), 256, 0, ctx.stream>>>(data, n, value);
+    sp_cuda_check(cudaGetLastError());
+}
+
+/* The host arena's policy (core/arena.c) on device memory: bump allocation in blocks;
+ * a reset after a step that needed several blocks replaces them by one block of the
+ * high-water size, so from the second step on nothing is cudaMalloc'ed. */
+typedef struct dev_block {
+    struct dev_block *next;
+    char *base;
+    size_t size, used;
+} dev_block;
+
+typedef struct dev_arena {
+    dev_block *head;
+    size_t used_total, high_water;
+} dev_arena;
+
+static dev_block *dev_block_new(size_t size)
+{
+    dev_block *b = (dev_block *)sp_xcalloc(1, sizeof *b);
+    b->base = (char *)dev_alloc(size);
+    b->size = size;
+    return b;
+}
+
+static void dev_blocks_free(dev_block *b)
+{
+    while (b) {
+        dev_block *next = b->next;
+        dev_free(b->base);   /* cudaFree waits for kernels still using the block */
+        free(b);
+        b = next;
+    }
+}
+
+static void *dev_arena_new(void) { return sp_xcalloc(1, sizeof(dev_arena)); }
+
+static void *dev_arena_alloc(void *arena, size_t bytes)
+{
+    dev_arena *a = (dev_arena *)arena;
+    size_t need = (bytes + DEV_ALIGN - 1) & ~(size_t)(DEV_ALIGN - 1);
+    if (need == 0) need = DEV_ALIGN;
+    dev_block *b = a->head;
+    if (!b || b->used + need > b->size) {
+        size_t size = need > (1u << 20) ? need : (1u << 20);
+        if (b && size < 2 * b->size) size = 2 * b->size;
+        dev_block *nb = dev_block_new(size);
+        nb->next = b;
+        a->head = b = nb;
+    }
+    void *p = b->base + b->used;
+    b->used += need;
+    a->used_total += need;
+    if (a->used_total > a->high_water) a->high_water = a->used_total;
+    return p;
+}
+
+static void dev_arena_reset(void *arena)
+{
+    dev_arena *a = (dev_arena *)arena;
+    if (a->head && a->head->next) {
+        dev_blocks_free(a->head);
+        a->head = dev_block_new(a->high_water);
+    }
+    if (a->head) a->head->used = 0;
+    a->used_total = 0;
+}
+
+static void dev_arena_free(void *arena)
+{
+    dev_arena *a = (dev_arena *)arena;
+    dev_blocks_free(a->head);
+    free(a);
+}
+
+static const sp_device_allocator cuda_allocator = {
+    dev_alloc, dev_free, dev_arena_new, dev_arena_alloc, dev_arena_reset, dev_arena_free, dev_fill,
+};
+
+// ----------------------------------------------------------------------------
+// device, stream, handles
+
+int sp_cuda_device_count(const char **why)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) n = 0;
+    if (why) *why = e != cudaSuccess ? cudaGetErrorString(e) : n == 0 ? "no device found" : NULL;
+    return n;
+}
+
+void sp_cuda_init(int device_id)
+{
+    if (ready) {
+        if (device_id != ctx.device)
+            sp_fail("cuda: device %d: backend already initialised on device %d (expected one device per process)",
+                    device_id, ctx.device);
+        return;
+    }
+    const char *why;
+    int n = sp_cuda_device_count(&why);
+    if (n == 0) sp_fail("cuda: no CUDA device: %s (expected a GPU; make test-cuda runs on a GPU machine)", why);
+    if (device_id < 0 || device_id >= n) sp_fail("cuda: device %d: out of range (expected 0..%d)", device_id, n - 1);
+    ctx.device = device_id;
+    sp_cuda_check(cudaSetDevice(device_id));
+    sp_cuda_check(cudaStreamCreateWithFlags(&ctx.main_stream, cudaStreamNonBlocking));
+    ctx.stream = ctx.main_stream;
+    sp_cublas_check(cublasCreate(&ctx.cublas));
+    /* Full FP32, no TF32: results must match the CPU ops to 1e-5 (tests/test_ops_cuda.c). */
+    sp_cublas_check(cublasSetMathMode(ctx.cublas, CUBLAS_DEFAULT_MATH));
+    sp_cusparse_check(cusparseCreate(&ctx.cusparse));
+    sp_cudnn_check(cudnnCreate(&ctx.cudnn));
+    sp_backend_register_allocator(SP_CUDA, &cuda_allocator);
+    sp_linear_cuda_register();
+    sp_relu_cuda_register();
+    ready = true;
+    sp_cuda_set_stream(NULL);
+}
+
+const sp_cuda_ctx *sp_cuda(void)
+{
+    if (!ready) sp_fail("cuda: backend not initialised (expected sp_cuda_init before any CUDA tensor)");
+    return &ctx;
+}
+
+cudaStream_t sp_cuda_stream(void) { return sp_cuda()->stream; }
+
+void sp_cuda_set_stream(cudaStream_t s)
+{
+    sp_cuda();
+    ctx.stream = s ? s : ctx.main_stream;
+    sp_cusparse_check(cusparseSetStream(ctx.cusparse, ctx.stream));
+    sp_cudnn_check(cudnnSetStream(ctx.cudnn, ctx.stream));
+}
+
+void sp_cuda_synchronize(void) { sp_cuda_check(cudaStreamSynchronize(sp_cuda_stream())); }
+
+// ----------------------------------------------------------------------------
+// tensors and parameters
+
+sp_tensor sp_cuda_tensor_new(int ndim, const int *shape)
+{
+    sp_cuda();
+    sp_tensor t = sp_tensor_view(NULL, ndim, shape);
+    t.data = (float *)dev_alloc(t.numel * sizeof(float));
+    t.device = SP_CUDA;
+    sp_zero(&t);
+    return t;
+}
+
+static void copy(sp_tensor *dst, const sp_tensor *src, sp_device to, cudaMemcpyKind kind)
+{
+    char a[64], b[64];
+    if (dst->device != to || src->device == to || dst->numel != src->numel)
+        sp_fail("cuda copy: %s %s -> %s %s (expected %s, equal sizes)", sp_device_name(src->device),
+                sp_shape_str(src, a, sizeof a), sp_device_name(dst->device), sp_shape_str(dst, b, sizeof b),
+                to == SP_CUDA ? "cpu -> cuda" : "cuda -> cpu");
+    cudaStream_t s = sp_cuda_stream();
+    sp_cuda_check(cudaMemcpyAsync(dst->data, src->data, src->numel * sizeof(float), kind, s));
+    sp_cuda_check(cudaStreamSynchronize(s));
+}
+
+void sp_tensor_to_device(sp_tensor *dst, const sp_tensor *src) { copy(dst, src, SP_CUDA, cudaMemcpyHostToDevice); }
+
+void sp_tensor_to_host(sp_tensor *dst, const sp_tensor *src) { copy(dst, src, SP_CPU, cudaMemcpyDeviceToHost); }
+
+static void move_tensor(sp_tensor *t, sp_device d)
+{
+    if (t->device == d) return;
+    sp_tensor moved = d == SP_CUDA ? sp_cuda_tensor_new(t->ndim, t->shape) : sp_tensor_new(t->ndim, t->shape);
+    if (d == SP_CUDA) sp_tensor_to_device(&moved, t);
+    else sp_tensor_to_host(&moved, t);
+    sp_tensor_free(t);
+    *t = moved;
+}
+
+void sp_layer_to_device(sp_layer *l, sp_device d)
+{
+    for (int i = 0; i < l->nparams; i++) {
+        move_tensor(&l->params[i]->value, d);
+        move_tensor(&l->params[i]->grad, d);
+    }
+}
+
+void sp_model_to_device(sp_model *m, sp_device d)
+{
+    for (int i = 0; i < m->nlayers; i++) sp_layer_to_device(m->layers[i], d);
+    if (m->loss) sp_layer_to_device(m->loss, d);
+}
+
+void sp_cuda_require_params(const sp_layer *l)
+{
+    for (int i = 0; i < l->nparams; i++)
+        if (l->params[i]->value.device != SP_CUDA || l->params[i]->grad.device != SP_CUDA)
+            sp_fail("%s %s: input on cuda, parameter %s on %s (expected sp_model_to_device(m, SP_CUDA))",
+                    l->op->name, l->name, l->params[i]->name, sp_device_name(l->params[i]->value.device));
+}
+
+// ----------------------------------------------------------------------------
+// cuBLAS
+
+void sp_cuda_gemm(cudaStream_t stream, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    /* cuBLAS is column-major: a row-major X is the column-major Xᵀ with the same ld, so
+     * row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands. */
+    sp_cublas_check(cublasSetStream(ctx.cublas, stream));
+    sp_cublas_check(cublasSgemm(ctx.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+}

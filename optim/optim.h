@@ -1,0 +1,140 @@
+/* optim.h — optimizers (SGD, Adam, AdamW) and learning-rate schedules.
+ *
+ * The update rules are PyTorch 1.13's torch.optim single-tensor paths, operation by
+ * operation: hyper-parameters are doubles (Python floats), combined in double exactly
+ * where PyTorch combines them in Python (1 − β1, lr / bc1, 1 − lr·wd), and rounded to
+ * float only where a tensor kernel takes them as a scalar. All tensor arithmetic is
+ * float32 in PyTorch's order, so a run matches torch.optim to a few float ulps.
+ *
+ *   sp_optim *o = sp_optim_create("adamw", m->params, m->nparams, &cfg);
+ *   sp_lr_schedule s = sp_lr_parse("cosine:100", cfg.lr);
+ *   for (int epoch = 0; ...) {
+ *       sp_optim_set_lr(o, sp_lr_at(&s, epoch));
+ *       ... forward, backward ...
+ *       sp_optim_step(o);          (or sp_optim_step_params as gradients become ready)
+ *       sp_optim_zero_grad(o);
+ *   }
+ *   sp_optim_free(o);
+ *
+ * All state is per parameter (momentum buffer; Adam moments and step count) and is
+ * allocated once at construction, so a step never allocates, and updating the
+ * parameters in any grouping or order (sp_optim_step_params, used by the ooo engine
+ * as each layer's weight gradient completes) gives bitwise the same result as one
+ * sp_optim_step. The element-wise updates are split over the thread pool; every
+ * element is independent, so results do not depend on the thread count. */
+#ifndef SP_OPTIM_H
+#define SP_OPTIM_H
+
+#include <stdbool.h>
+#include "core/op.h"
+
+typedef struct sp_optim sp_optim;
+
+/* ---- optimizers ------------------------------------------------------------------ */
+
+/* torch.optim.SGD: d = g + wd·p; with momentum, buf = d on a parameter's first step,
+ * else buf = momentum·buf + (1 − dampening)·d; d = nesterov ? d + momentum·buf : buf;
+ * p −= lr·d. Nesterov needs momentum > 0 and dampening = 0 (as PyTorch). */
+sp_optim *sp_sgd_new(sp_param **params, int n, double lr, double momentum, double dampening,
+                     double weight_decay, bool nesterov);
+
+/* torch.optim.Adam (decoupled = false: g += wd·p) and torch.optim.AdamW (decoupled =
+ * true: p *= 1 − lr·wd before the moments). With t the parameter's own step count:
+ * m = β1·m + (1 − β1)·g, v = β2·v + (1 − β2)·g², p −= lr/(1 − β1^t) · m / (√v/√(1 − β2^t) + eps). */
+sp_optim *sp_adam_new(sp_param **params, int n, double lr, double beta1, double beta2, double eps,
+                      double weight_decay, bool decoupled);
+
+/* Hyper-parameters for sp_optim_create; each optimizer reads the fields it uses. */
+typedef struct sp_optim_cfg {
+    double lr;
+    double weight_decay;                  /* L2 for sgd/adam, decoupled for adamw */
+    double momentum, dampening;           /* sgd */
+    bool nesterov;                        /* sgd */
+    double beta1, beta2, eps;             /* adam, adamw */
+} sp_optim_cfg;
+
+/* PyTorch's defaults: lr 1e-3, momentum 0, dampening 0, betas (0.9, 0.999), eps 1e-8,
+ * weight decay 0 (note: torch.optim.AdamW defaults to 0.01; here it is explicit). */
+sp_optim_cfg sp_optim_cfg_default(void);
+
+/* name: "sgd" | "adam" | "adamw"; anything else is a one-line error, exit 2. */
+sp_optim *sp_optim_create(const char *name, sp_param **params, int n, const sp_optim_cfg *cfg);
+
+/* Update every parameter from its .grad. */
+void sp_optim_step(sp_optim *o);
+/* Update only params[0..k) (each must belong to o, else exit 2; each once per step). */
+void sp_optim_step_params(sp_optim *o, sp_param **params, int k);
+/* Zero the .grad of every parameter (PyTorch 1.13's zero_grad(set_to_none=False)). */
+void sp_optim_zero_grad(sp_optim *o);
+void sp_optim_set_lr(sp_optim *o, double lr);
+double sp_optim_get_lr(const sp_optim *o);
+const char *sp_optim_name(const sp_optim *o);
+void sp_optim_free(sp_optim *o);
+
+/* ---- the optimizer object (read-only for users; sgd.c and adam.c fill it) ---------- */
+
+typedef void (*sp_optim_update_fn)(sp_optim *o, int i);   /* update params[i] */
+
+struct sp_optim {
+    const char *name;            /* "sgd", "adam", "adamw" */
+    sp_param **params;           /* own copy of the array (the params are the model's) */
+    int nparams;
+    double lr;
+    sp_optim_cfg cfg;
+    bool decoupled;              /* AdamW */
+    long *steps;                 /* [nparams] steps taken by each parameter */
+    size_t *offset;              /* [nparams] start of each parameter's state */
+    float *state[2];             /* sgd: momentum buffer; adam: m, v (each Σ numel) */
+    sp_optim_update_fn update;
+};
+
+/* Shared constructor: validates params (non-empty, CPU, no duplicates) and allocates
+ * nstate zeroed float buffers of Σ numel. */
+sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
+                         sp_optim_update_fn update);
+
+/* PyTorch's AVX2 CPU kernels compute every "x.add_(y, alpha=a)" as one fused
+ * multiply-add (vec::fmadd), so the updates use fmaf there to match torch bitwise.
+ * fmaf is exactly rounded on every machine; on x86-64 the element loops are also
+ * compiled for FMA hardware and picked at load time, else fmaf is a libm call. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SP_OPTIM_KERNEL __attribute__((target_clones("fma", "default")))
+#else
+#define SP_OPTIM_KERNEL
+#endif
+
+/* Runs fn over [0, numel) on the thread pool when the tensor is large enough. */
+void sp_optim_for(size_t numel, void (*fn)(void *ctx, size_t begin, size_t end), void *ctx);
+
+/* ---- learning-rate schedules ------------------------------------------------------- */
+
+typedef enum { SP_LR_CONSTANT, SP_LR_STEP, SP_LR_COSINE } sp_lr_kind;
+
+/* The closed forms of torch.optim.lr_scheduler, as a function of the step (or epoch)
+ * index t — the caller decides which it counts:
+ *   constant  lr0
+ *   step      lr0 · γ^floor(t / step_size)                               (StepLR)
+ *   cosine    eta_min + (lr0 − eta_min)(1 + cos(π t / t_max)) / 2        (CosineAnnealingLR;
+ *             like PyTorch it is periodic, so past t_max the rate rises again)
+ * With warmup W > 0 the first W indices ramp linearly from warmup_start·lr0 towards lr0
+ * (LinearLR(start_factor, total_iters=W)) and the schedule above then runs on t − W,
+ * which is SequentialLR([LinearLR, schedule], milestones=[W]). */
+typedef struct sp_lr_schedule {
+    sp_lr_kind kind;
+    double lr0;
+    int step_size;          /* step   */
+    double gamma;           /* step   */
+    int t_max;              /* cosine */
+    double eta_min;         /* cosine */
+    int warmup;             /* 0: none */
+    double warmup_start;    /* start factor in (0, 1] */
+} sp_lr_schedule;
+
+/* spec: "constant" | "step:STEP_SIZE:GAMMA" | "cosine:T_MAX[:ETA_MIN]", optionally
+ * followed by ",warmup:STEPS[:START_FACTOR]" (START_FACTOR defaults to 1/3, LinearLR's
+ * default). Malformed specs: one-line error naming the spec, exit 2. */
+sp_lr_schedule sp_lr_parse(const char *spec, double lr0);
+/* The learning rate at index t >= 0. */
+double sp_lr_at(const sp_lr_schedule *s, int t);
+
+#endif

@@ -1,0 +1,111 @@
+/* optimizer.c — what every optimizer shares: construction and validation of the
+ * parameter list, the per-parameter state block, step / step_params / zero_grad, and
+ * the by-name constructor the apps use. The update rules live in sgd.c and adam.c. */
+#include <stdlib.h>
+#include <string.h>
+#include "core/backend.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "optim/optim.h"
+
+/* Below this many elements a tensor is updated inline: waking the pool costs more. */
+#define OPTIM_PAR_MIN 32768
+
+sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
+                         sp_optim_update_fn update)
+{
+    if (n <= 0 || !params) sp_fail("optim %s: empty parameter list (expected at least one parameter)", name);
+    for (int i = 0; i < n; i++) {
+        const sp_param *p = params[i];
+        if (!p) sp_fail("optim %s: parameter %d is NULL", name, i);
+        if (p->value.device != SP_CPU || p->grad.device != SP_CPU)
+            sp_fail("optim %s: parameter '%s' is on %s (expected cpu tensors)", name, p->name,
+                    sp_device_name(p->value.device != SP_CPU ? p->value.device : p->grad.device));
+        if (p->grad.numel != p->value.numel || !p->grad.data)
+            sp_fail("optim %s: parameter '%s' has no gradient of its shape", name, p->name);
+        /* PyTorch warns and would update a repeated parameter twice per step. */
+        for (int j = 0; j < i; j++)
+            if (params[j] == p) sp_fail("optim %s: parameter '%s' appears twice (expected each once)", name, p->name);
+    }
+    sp_optim *o = sp_xcalloc(1, sizeof *o);
+    o->name = name;
+    o->nparams = n;
+    o->params = sp_xmalloc((size_t)n * sizeof *o->params);
+    memcpy(o->params, params, (size_t)n * sizeof *o->params);
+    o->steps = sp_xcalloc((size_t)n, sizeof *o->steps);
+    o->offset = sp_xmalloc((size_t)n * sizeof *o->offset);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        o->offset[i] = total;
+        total += params[i]->value.numel;
+    }
+    for (int s = 0; s < nstate; s++) o->state[s] = sp_xcalloc(total, sizeof(float));
+    o->update = update;
+    return o;
+}
+
+void sp_optim_for(size_t numel, void (*fn)(void *ctx, size_t begin, size_t end), void *ctx)
+{
+    if (numel < OPTIM_PAR_MIN) fn(ctx, 0, numel);
+    else sp_parallel_for(numel, fn, ctx);
+}
+
+void sp_optim_step(sp_optim *o)
+{
+    for (int i = 0; i < o->nparams; i++) o->update(o, i);
+}
+
+static int param_index(const sp_optim *o, const sp_param *p)
+{
+    for (int i = 0; i < o->nparams; i++)
+        if (o->params[i] == p) return i;
+    sp_fail("optim %s: step_params got parameter '%s', which this optimizer does not manage",
+            o->name, p ? p->name : "(null)");
+}
+
+void sp_optim_step_params(sp_optim *o, sp_param **params, int k)
+{
+    for (int j = 0; j < k; j++) o->update(o, param_index(o, params[j]));
+}
+
+void sp_optim_zero_grad(sp_optim *o)
+{
+    for (int i = 0; i < o->nparams; i++) sp_tensor_zero(&o->params[i]->grad);
+}
+
+void sp_optim_set_lr(sp_optim *o, double lr)
+{
+    if (!(lr >= 0)) sp_fail("optim %s: learning rate %g (expected >= 0)", o->name, lr);
+    o->lr = lr;
+}
+
+double sp_optim_get_lr(const sp_optim *o) { return o->lr; }
+
+const char *sp_optim_name(const sp_optim *o) { return o->name; }
+
+void sp_optim_free(sp_optim *o)
+{
+    if (!o) return;
+    free(o->state[0]);
+    free(o->state[1]);
+    free(o->offset);
+    free(o->steps);
+    free(o->params);
+    free(o);
+}
+
+sp_optim_cfg sp_optim_cfg_default(void)
+{
+    return (sp_optim_cfg){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+}
+
+sp_optim *sp_optim_create(const char *name, sp_param **params, int n, const sp_optim_cfg *c)
+{
+    if (!strcmp(name, "sgd"))
+        return sp_sgd_new(params, n, c->lr, c->momentum, c->dampening, c->weight_decay, c->nesterov);
+    if (!strcmp(name, "adam"))
+        return sp_adam_new(params, n, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, false);
+    if (!strcmp(name, "adamw"))
+        return sp_adam_new(params, n, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, true);
+    sp_fail("optim '%s': unknown optimizer (expected sgd, adam or adamw)", name);
+}

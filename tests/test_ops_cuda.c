@@ -1,0 +1,297 @@
+/* test_ops_cuda.c — every CUDA twin against its CPU op (make test-cuda, needs a GPU).
+ *
+ * Same layers, same inputs, same upstream gradient dy on both devices; the CUDA
+ * forward, δ and G are copied back and compared with the CPU ones. Tolerance: 1e-5 of
+ * the largest reference entry (tu_max_rel_diff) for cuBLAS GEMMs, whose summation order
+ * differs from OpenBLAS; exact equality where the kernel does the CPU's arithmetic in
+ * the CPU's order (relu, the bias gradient). Gradients are checked against the CPU's,
+ * not finite differences: the CPU ops carry the finite-difference checks
+ * (tests/test_layers.c). Without a GPU every test fails with "no CUDA device". */
+#include <criterion/criterion.h>
+#include <string.h>
+#include "core/backend.h"
+#include "core/cuda.h"
+#include "core/engine.h"
+#include "layers/layers.h"
+#include "schedulers/engines.h"
+#include "tests/testutil.h"
+
+#define GEMM_TOL 1e-5
+
+/* First statement of every test: without a GPU the test fails with this line (an
+ * assertion in a .init fixture would be reported as a crash). */
+static void need_gpu(void)
+{
+    const char *why = NULL;
+    int n = sp_cuda_device_count(&why);
+    cr_assert_gt(n, 0, "no CUDA device: %s (make test-cuda must run on a GPU machine)", why);
+    sp_cuda_init(0);
+}
+
+/* A host copy of device tensor d (heap; free with sp_tensor_free). */
+static sp_tensor download(const sp_tensor *d)
+{
+    sp_tensor h = sp_tensor_new(d->ndim, d->shape);
+    sp_tensor_to_host(&h, d);
+    return h;
+}
+
+/* Device tensor on tape t holding a copy of host tensor h. */
+static sp_tensor upload(sp_tape *t, const sp_tensor *h)
+{
+    sp_tensor d = sp_tape_tensor_on(t, SP_CUDA, h->ndim, h->shape);
+    sp_tensor_to_device(&d, h);
+    return d;
+}
+
+static double diff_vs_host(const sp_tensor *dev, const sp_tensor *ref)
+{
+    cr_assert_eq(dev->device, SP_CUDA);
+    cr_assert_eq(dev->numel, ref->numel);
+    sp_tensor h = download(dev);
+    double e = tu_max_rel_diff(h.data, ref->data, h.numel);
+    sp_tensor_free(&h);
+    return e;
+}
+
+static bool equal_vs_host(const sp_tensor *dev, const sp_tensor *ref)
+{
+    sp_tensor h = download(dev);
+    bool eq = memcmp(h.data, ref->data, h.numel * sizeof(float)) == 0;
+    sp_tensor_free(&h);
+    return eq;
+}
+
+/* Two copies of one layer: cpu keeps host parameters, gpu's move to the device. Grads
+ * start nonzero so that G's accumulation (+=, beta = 1) is checked too. */
+static void twin_layers(sp_layer *cpu, sp_layer *gpu, uint64_t seed)
+{
+    sp_rng r;
+    sp_rng_seed(&r, seed);
+    if (cpu->op->init_params) cpu->op->init_params(cpu, &r);
+    for (int p = 0; p < cpu->nparams; p++) {
+        tu_fill_uniform(cpu->params[p]->grad.data, cpu->params[p]->grad.numel, seed + 1 + p, -0.5f, 0.5f);
+        sp_tensor_copy(&gpu->params[p]->value, &cpu->params[p]->value);
+        sp_tensor_copy(&gpu->params[p]->grad, &cpu->params[p]->grad);
+    }
+    sp_layer_to_device(gpu, SP_CUDA);
+}
+
+/* Forward, δ and G of one layer on both devices; asserts each within tol (0 = bitwise). */
+static void compare_layer(sp_layer *cpu, sp_layer *gpu, int ndim, const int *xshape, uint64_t seed, double tol)
+{
+    sp_tape tc, tg;
+    sp_tape_init(&tc);
+    sp_tape_init(&tg);
+    sp_tensor x = sp_tensor_new(ndim, xshape);
+    tu_fill_uniform(x.data, x.numel, seed, -1.0f, 1.0f);
+
+    sp_node *yc = sp_apply(&tc, cpu, sp_tape_input(&tc, &x));
+    sp_tensor xd = upload(&tg, &x);
+    sp_node *yg = sp_apply(&tg, gpu, sp_tape_input(&tg, &xd));
+    cr_assert_neq(yg->op, cpu->op, "%s: sp_apply did not pick the CUDA twin", cpu->op->name);
+    cr_assert_eq(yg->out.device, SP_CUDA, "%s: output not on the device", cpu->op->name);
+
+    sp_tensor dy = sp_tensor_new(yc->out.ndim, yc->out.shape);
+    tu_fill_uniform(dy.data, dy.numel, seed + 7, -1.0f, 1.0f);
+    sp_tensor dxc = sp_tape_tensor_like(&tc, &x);
+    cpu->op->backward_input(yc, &dy, &dxc);
+    if (cpu->op->backward_params) cpu->op->backward_params(yc, &dy);
+
+    sp_tensor dyd = upload(&tg, &dy);
+    sp_tensor dxd = sp_tape_tensor_like(&tg, &xd);
+    cr_assert_eq(dxd.device, SP_CUDA, "sp_tape_tensor_like lost the device");
+    yg->op->backward_input(yg, &dyd, &dxd);
+    if (yg->op->backward_params) yg->op->backward_params(yg, &dyd);
+
+    double ey = diff_vs_host(&yg->out, &yc->out), edx = diff_vs_host(&dxd, &dxc);
+    cr_assert_leq(ey, tol, "%s forward: err %.2e > %.0e", cpu->op->name, ey, tol);
+    cr_assert_leq(edx, tol, "%s δ: err %.2e > %.0e", cpu->op->name, edx, tol);
+    for (int p = 0; p < cpu->nparams; p++) {
+        double eg = diff_vs_host(&gpu->params[p]->grad, &cpu->params[p]->grad);
+        cr_assert_leq(eg, tol, "%s G of %s: err %.2e > %.0e", cpu->op->name, cpu->params[p]->name, eg, tol);
+    }
+    sp_tensor_free(&x);
+    sp_tensor_free(&dy);
+    sp_tape_free(&tc);
+    sp_tape_free(&tg);
+}
+
+Test(cuda, linear_matches_cpu)
+{
+    need_gpu();
+    int sizes[][3] = {{1, 1, 1}, {3, 7, 5}, {5, 13, 2}, {2, 33, 17}, {37, 257, 65}};
+    for (int i = 0; i < 5; i++) {
+        sp_layer *c = sp_linear("fc", sizes[i][1], sizes[i][2]), *g = sp_linear("fc", sizes[i][1], sizes[i][2]);
+        twin_layers(c, g, 100 + i);
+        compare_layer(c, g, 2, (int[]){sizes[i][0], sizes[i][1]}, 200 + i, GEMM_TOL);
+        /* db is a column sum in the CPU's order: bitwise equal. */
+        cr_assert(equal_vs_host(&g->params[1]->grad, &c->params[1]->grad), "linear %d: db differs from the CPU", i);
+        sp_layer_free(c);
+        sp_layer_free(g);   /* device parameters: freed through the CUDA allocator */
+    }
+}
+
+Test(cuda, relu_matches_cpu_bitwise)
+{
+    need_gpu();
+    int shapes[][4] = {{2, 3, 5, 7}, {3, 11, 0, 0}, {1, 1, 0, 0}, {4, 1000, 0, 0}};
+    int ndims[] = {4, 2, 2, 2};
+    for (int i = 0; i < 4; i++) {
+        sp_layer *c = sp_relu(), *g = sp_relu();
+        compare_layer(c, g, ndims[i], shapes[i], 300 + i, 0.0);
+        sp_layer_free(c);
+        sp_layer_free(g);
+    }
+}
+
+static sp_model *mlp(int in, int hidden, int out, uint64_t seed)
+{
+    sp_model *m = sp_model_new("mlp");
+    sp_model_add(m, sp_linear("fc1", in, hidden));
+    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_linear("fc2", hidden, hidden));
+    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_linear("fc3", hidden, out));
+    sp_model_init(m, seed);
+    return m;
+}
+
+/* Whole-chain backward on a tape, seeded with dy at the top node: the linear engine's
+ * walk (sp_alloc_grads + sp_node_backward), so the grad buffers, their zeroing and the
+ * seed all go through the device seam. Runs `steps` steps on one tape. */
+static void chain_backward(sp_model *m, sp_tape *t, const sp_tensor *x, const sp_tensor *dy, int steps)
+{
+    for (int s = 0; s < steps; s++) {
+        sp_tape_reset(t);
+        sp_tensor xin = m->params[0]->value.device == SP_CUDA ? upload(t, x) : *x;
+        sp_node *top = sp_model_forward(m, t, sp_tape_input(t, &xin));
+        sp_mark_needs_grad(t);
+        sp_alloc_grads(t, top);
+        cr_assert_eq(top->grad.device, xin.device, "grad buffer not on the node's device");
+        if (xin.device == SP_CUDA) sp_tensor_to_device(&top->grad, dy);   /* same stream as the ops */
+        else sp_tensor_copy(&top->grad, dy);
+        for (int i = top->index; i >= 0; i--)
+            if (t->nodes[i]->op && t->nodes[i]->needs_grad) sp_node_backward(t->nodes[i]);
+    }
+}
+
+static void compare_param_grads(sp_model *cpu, sp_model *gpu, const char *what)
+{
+    for (int p = 0; p < cpu->nparams; p++) {
+        double e = diff_vs_host(&gpu->params[p]->grad, &cpu->params[p]->grad);
+        cr_assert_leq(e, GEMM_TOL, "%s: G of %s err %.2e > %.0e", what, cpu->params[p]->name, e, GEMM_TOL);
+    }
+}
+
+Test(cuda, chain_gradients_match_cpu)
+{
+    need_gpu();
+    int B = 9, in = 13, hidden = 32, out = 7;
+    sp_model *mc = mlp(in, hidden, out, 5), *mg = mlp(in, hidden, out, 5);
+    sp_model_to_device(mg, SP_CUDA);
+    sp_tensor x = sp_tensor_new(2, (int[]){B, in}), dy = sp_tensor_new(2, (int[]){B, out});
+    tu_fill_uniform(x.data, x.numel, 11, -1.0f, 1.0f);
+    tu_fill_uniform(dy.data, dy.numel, 12, -1.0f, 1.0f);
+
+    sp_tape tc, tg;
+    sp_tape_init(&tc);
+    sp_tape_init(&tg);
+    /* Two steps on one tape: the second reuses the device arena after sp_tape_reset,
+     * and G accumulates across them on both devices. */
+    chain_backward(mc, &tc, &x, &dy, 2);
+    chain_backward(mg, &tg, &x, &dy, 2);
+    compare_param_grads(mc, mg, "2 steps");
+    double ex = diff_vs_host(&tg.nodes[0]->out, &x);
+    cr_assert_eq(ex, 0.0, "input on the device changed");
+
+    /* Back on the host, the parameters are the CPU model's (nothing was updated). */
+    sp_model_to_device(mg, SP_CPU);
+    for (int p = 0; p < mc->nparams; p++) {
+        cr_assert_eq(mg->params[p]->value.device, SP_CPU);
+        cr_assert(memcmp(mg->params[p]->value.data, mc->params[p]->value.data,
+                         mc->params[p]->value.numel * sizeof(float)) == 0,
+                  "%s changed by the round trip", mc->params[p]->name);
+    }
+    sp_tape_free(&tc);
+    sp_tape_free(&tg);
+    sp_tensor_free(&x);
+    sp_tensor_free(&dy);
+    sp_model_free(mc);
+    sp_model_free(mg);
+}
+
+Test(cuda, linear_engine_runs_on_device)
+{
+    need_gpu();
+    /* A scalar output (B = 1, out = 1) is a loss the engine can seed with 1. */
+    sp_model *mc = mlp(6, 16, 1, 9), *mg = mlp(6, 16, 1, 9);
+    sp_model_to_device(mg, SP_CUDA);
+    sp_tensor x = sp_tensor_new(2, (int[]){1, 6});
+    tu_fill_uniform(x.data, x.numel, 13, -1.0f, 1.0f);
+    sp_engine *e = sp_engine_create("linear", NULL);
+    sp_tape tc, tg;
+    sp_tape_init(&tc);
+    sp_tape_init(&tg);
+    sp_backward(e, &tc, sp_model_forward(mc, &tc, sp_tape_input(&tc, &x)));
+    sp_tensor xd = upload(&tg, &x);
+    sp_backward(e, &tg, sp_model_forward(mg, &tg, sp_tape_input(&tg, &xd)));
+    compare_param_grads(mc, mg, "linear engine");
+    sp_engine_destroy(e);
+    sp_tape_free(&tc);
+    sp_tape_free(&tg);
+    sp_tensor_free(&x);
+    sp_model_free(mc);
+    sp_model_free(mg);
+}
+
+Test(cuda, fill_zero_and_copies)
+{
+    need_gpu();
+    sp_tensor h = sp_tensor_new(2, (int[]){3, 1000});
+    tu_fill_uniform(h.data, h.numel, 21, -5.0f, 5.0f);
+    sp_tensor d = sp_cuda_tensor_new(2, h.shape);
+    cr_assert_eq(d.device, SP_CUDA);
+    sp_tensor_to_device(&d, &h);
+    cr_assert(equal_vs_host(&d, &h), "host -> device -> host round trip changed values");
+
+    sp_fill(&d, 2.5f);
+    sp_tensor back = download(&d);
+    for (size_t i = 0; i < back.numel; i++)
+        cr_assert_eq(back.data[i], 2.5f, "sp_fill: entry %zu = %g", i, back.data[i]);
+    sp_zero(&d);
+    sp_tensor_to_host(&back, &d);
+    for (size_t i = 0; i < back.numel; i++)
+        cr_assert_eq(back.data[i], 0.0f, "sp_zero: entry %zu = %g", i, back.data[i]);
+    sp_tensor_free(&back);
+    sp_tensor_free(&d);
+    sp_tensor_free(&h);
+}
+
+/* A CUDA input with parameters left on the host: one clear line, exit 2. */
+Test(cuda, params_on_host_fail_clearly, .exit_code = 2)
+{
+    need_gpu();
+    sp_layer *l = sp_linear("fc", 4, 3);
+    sp_tensor x = sp_tensor_new(2, (int[]){2, 4});
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_tensor xd = upload(&t, &x);
+    sp_apply(&t, l, sp_tape_input(&t, &xd));
+    cr_assert_fail("sp_apply accepted host parameters for a CUDA input");
+}
+
+/* softmax_ce has no CUDA twin yet: the loss dispatch names the op instead of running
+ * the CPU op on device memory. */
+Test(cuda, loss_without_twin_fails_clearly, .exit_code = 2)
+{
+    need_gpu();
+    static const int labels[2] = {0, 1};
+    sp_layer *ce = sp_softmax_ce();
+    sp_tensor x = sp_tensor_new(2, (int[]){2, 3});
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_tensor xd = upload(&t, &x);
+    sp_apply_loss(&t, ce, sp_tape_input(&t, &xd), labels);
+    cr_assert_fail("sp_apply_loss ran a CPU op on device memory");
+}
