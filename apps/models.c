@@ -5,11 +5,13 @@
 #include "core/error.h"
 #include "layers/layers.h"
 
-/* LeNet-5 as in the BPPSA paper's Fashion-MNIST runs (28×28 input, padding 2 on conv1). */
-sp_model *sp_zoo_lenet(int in_channels)
+/* LeNet-5: 28×28 inputs get padding 2 on conv1 (as in the BPPSA paper's Fashion-MNIST
+ * runs), 32×32 inputs none, so both reach conv2 with 16×5×5 features after pooling. */
+sp_model *sp_zoo_lenet(int in_channels, int size)
 {
+    if (size != 28 && size != 32) sp_fail("lenet: input %dx%d, expected 28x28 or 32x32", size, size);
     sp_model *m = sp_model_new("lenet");
-    sp_model_add(m, sp_conv2d("conv1", in_channels, 6, 5, 1, 2));
+    sp_model_add(m, sp_conv2d("conv1", in_channels, 6, 5, 1, size == 28 ? 2 : 0));
     sp_model_add(m, sp_relu());
     sp_model_add(m, sp_maxpool2d(2, 2, 0));
     sp_model_add(m, sp_conv2d("conv2", 6, 16, 5, 1, 0));
@@ -100,7 +102,7 @@ int sp_zoo_input_shape(const char *name, int shape[3])
 sp_model *sp_zoo_model(const char *name)
 {
     const zoo_entry *e = zoo_find(name);
-    if (strcmp(e->name, "lenet") == 0) return sp_zoo_lenet(1);
+    if (strcmp(e->name, "lenet") == 0) return sp_zoo_lenet(1, 28);
     if (strcmp(e->name, "vgg11") == 0) return sp_zoo_vgg11(3, 10);
     if (strcmp(e->name, "rnn") == 0) return sp_zoo_rnn(1, 20, 10);
     if (strcmp(e->name, "gru") == 0) return sp_zoo_gru(12, 20, 10);

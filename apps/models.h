@@ -11,7 +11,7 @@
  * Parameters are left at zero: call sp_model_init. */
 sp_model *sp_zoo_model(const char *name);
 
-sp_model *sp_zoo_lenet(int in_channels);
+sp_model *sp_zoo_lenet(int in_channels, int size);   /* size 28 or 32 */
 sp_model *sp_zoo_vgg11(int in_channels, int classes);
 sp_model *sp_zoo_rnn(int input, int hidden, int classes);
 sp_model *sp_zoo_gru(int input, int hidden, int classes);

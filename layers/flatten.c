@@ -2,6 +2,7 @@
  *   δ:  dx = dy (reshaped)        G: none
  *   Jᵀ = I (in = out). */
 #include <string.h>
+#include "core/csr_ops.h"
 #include "core/error.h"
 #include "layers/layers.h"
 
@@ -20,6 +21,17 @@ static void flatten_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *d
     memcpy(dx->data, dy->data, dx->numel * sizeof(float));
 }
 
+static void flatten_jt_pattern(const sp_node *n, sp_csr *jt)
+{
+    sp_csr_identity(jt, (int)sp_tensor_sample_numel(&n->out));
+}
+
+/* The identity's data is set with the pattern and never changes. */
+static void flatten_jt_values(const sp_node *n, int b, sp_csr *jt)
+{
+    for (int i = 0; i < jt->rows; i++) jt->data[i] = 1.0f;
+}
+
 static sp_cost flatten_cost(const sp_node *n) { return (sp_cost){.out_bytes = 4.0 * (double)n->out.numel}; }
 
 const sp_opdef sp_op_flatten = {
@@ -27,6 +39,8 @@ const sp_opdef sp_op_flatten = {
     .infer = flatten_infer,
     .forward = flatten_forward,
     .backward_input = flatten_backward_input,
+    .jt_pattern = flatten_jt_pattern,
+    .jt_values = flatten_jt_values,
     .cost = flatten_cost,
 };
 

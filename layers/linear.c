@@ -3,7 +3,8 @@
  * x [B, in], W [out, in] (PyTorch layout), b [out], y [B, out].
  *   δ:  dx = dy·W                  (B×out)(out×in)
  *   G:  dW += dyᵀ·x, db += Σ_b dy  (out×B)(B×in)
- *   Jᵀ (per sample, in × out) = Wᵀ: dense, no guaranteed zeros. */
+ *   Jᵀ (per sample, in × out) = Wᵀ: dense, no guaranteed zeros; every entry stored, row i
+ *   holds input i's weights to all outputs. Same for every sample. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -54,6 +55,26 @@ static void linear_backward_params(sp_node *n, const sp_tensor *dy)
         for (int j = 0; j < out; j++) db[j] += dy->data[(size_t)i * out + j];
 }
 
+static void linear_jt_pattern(const sp_node *n, sp_csr *jt)
+{
+    int in = L(n)->in, out = L(n)->out;
+    if ((int64_t)in * out > INT32_MAX)
+        sp_fail("linear %s: Jᵀ of %d×%d exceeds int32 CSR indexing", n->layer->name, in, out);
+    sp_csr_alloc(jt, in, out, (int64_t)in * out);
+    for (int i = 0; i < in; i++) {
+        jt->indptr[i + 1] = (i + 1) * out;
+        for (int j = 0; j < out; j++) jt->indices[(size_t)i * out + j] = j;
+    }
+}
+
+static void linear_jt_values(const sp_node *n, int b, sp_csr *jt)
+{
+    const float *W = n->layer->params[0]->value.data;
+    int in = L(n)->in, out = L(n)->out;
+    for (int i = 0; i < in; i++)
+        for (int j = 0; j < out; j++) jt->data[(size_t)i * out + j] = W[(size_t)j * in + i];
+}
+
 static sp_cost linear_cost(const sp_node *n)
 {
     double B = n->out.shape[0], in = L(n)->in, out = L(n)->out;
@@ -78,6 +99,8 @@ const sp_opdef sp_op_linear = {
     .forward = linear_forward,
     .backward_input = linear_backward_input,
     .backward_params = linear_backward_params,
+    .jt_pattern = linear_jt_pattern,
+    .jt_values = linear_jt_values,
     .cost = linear_cost,
     .init_params = linear_init,
 };

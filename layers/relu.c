@@ -1,6 +1,9 @@
 /* relu.c — y = max(x, 0).
  *   δ:  dx = dy ⊙ [x > 0]         G: none (no parameters)
- *   Jᵀ = diag([x > 0]) (BPPSA Appendix D, Algorithms 6–7). */
+ *   Jᵀ = diag([x > 0]) (BPPSA Appendix D, Algorithms 5–7). The pattern is the whole
+ *   diagonal: slopes of 0 are stored as explicit zeros, so the pattern depends on the
+ *   shape only (docs/JACOBIANS.md). */
+#include "core/csr_ops.h"
 #include "layers/elementwise.h"
 #include "layers/layers.h"
 
@@ -17,6 +20,17 @@ static void relu_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
     for (size_t i = 0; i < dx->numel; i++) dx->data[i] = x[i] > 0.0f ? dy->data[i] : 0.0f;
 }
 
+static void relu_jt_pattern(const sp_node *n, sp_csr *jt)
+{
+    sp_csr_identity(jt, (int)sp_tensor_sample_numel(&n->out));
+}
+
+static void relu_jt_values(const sp_node *n, int b, sp_csr *jt)
+{
+    const float *x = sp_node_x(n)->data + (size_t)b * jt->rows;
+    for (int i = 0; i < jt->rows; i++) jt->data[i] = x[i] > 0.0f ? 1.0f : 0.0f;
+}
+
 static sp_cost relu_cost(const sp_node *n) { return sp_elementwise_cost(n, 1, 1); }
 
 const sp_opdef sp_op_relu = {
@@ -24,6 +38,8 @@ const sp_opdef sp_op_relu = {
     .infer = sp_elementwise_infer,
     .forward = relu_forward,
     .backward_input = relu_backward_input,
+    .jt_pattern = relu_jt_pattern,
+    .jt_values = relu_jt_values,
     .cost = relu_cost,
 };
 

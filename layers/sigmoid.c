@@ -1,7 +1,8 @@
 /* sigmoid.c — y = 1 / (1 + e^−x).
  *   δ:  dx = dy ⊙ y(1 − y)        G: none
- *   Jᵀ = diag(y(1 − y)). */
+ *   Jᵀ = diag(y(1 − y)), from the saved output (no recomputation). */
 #include <math.h>
+#include "core/csr_ops.h"
 #include "layers/elementwise.h"
 #include "layers/layers.h"
 
@@ -17,6 +18,17 @@ static void sigmoid_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *d
     for (size_t i = 0; i < dx->numel; i++) dx->data[i] = dy->data[i] * y[i] * (1.0f - y[i]);
 }
 
+static void sigmoid_jt_pattern(const sp_node *n, sp_csr *jt)
+{
+    sp_csr_identity(jt, (int)sp_tensor_sample_numel(&n->out));
+}
+
+static void sigmoid_jt_values(const sp_node *n, int b, sp_csr *jt)
+{
+    const float *y = n->out.data + (size_t)b * jt->rows;
+    for (int i = 0; i < jt->rows; i++) jt->data[i] = y[i] * (1.0f - y[i]);
+}
+
 static sp_cost sigmoid_cost(const sp_node *n) { return sp_elementwise_cost(n, 20, 3); }
 
 const sp_opdef sp_op_sigmoid = {
@@ -24,6 +36,8 @@ const sp_opdef sp_op_sigmoid = {
     .infer = sp_elementwise_infer,
     .forward = sigmoid_forward,
     .backward_input = sigmoid_backward_input,
+    .jt_pattern = sigmoid_jt_pattern,
+    .jt_values = sigmoid_jt_values,
     .cost = sigmoid_cost,
 };
 

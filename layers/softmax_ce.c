@@ -50,6 +50,24 @@ static void ce_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
         }
 }
 
+static void ce_jt_pattern(const sp_node *n, sp_csr *jt)
+{
+    int K = sp_node_x(n)->shape[1];
+    sp_csr_alloc(jt, K, 1, K);
+    for (int k = 0; k < K; k++) {
+        jt->indptr[k + 1] = k + 1;
+        jt->indices[k] = 0;
+    }
+}
+
+/* With dl = 1 (the loss is the scan's root), Jᵀ·[1] is exactly backward_input's δ_b. */
+static void ce_jt_values(const sp_node *n, int b, sp_csr *jt)
+{
+    const float *p = (const float *)n->saved + (size_t)b * jt->rows;
+    float inv_b = 1.0f / (float)sp_node_x(n)->shape[0];
+    for (int k = 0; k < jt->rows; k++) jt->data[k] = (p[k] - (k == n->labels[b] ? 1.0f : 0.0f)) * inv_b;
+}
+
 static sp_cost ce_cost(const sp_node *n)
 {
     double e = (double)sp_node_x(n)->numel;
@@ -61,6 +79,8 @@ const sp_opdef sp_op_softmax_ce = {
     .infer = ce_infer,
     .forward = ce_forward,
     .backward_input = ce_backward_input,
+    .jt_pattern = ce_jt_pattern,
+    .jt_values = ce_jt_values,
     .cost = ce_cost,
 };
 

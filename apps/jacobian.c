@@ -1,0 +1,138 @@
+/* jacobian — per-op transposed-Jacobian table of a zoo model (BPPSA Table 1, for our
+ * ops): size, nnz, sparsity of guaranteed zeros, CSR vs dense bytes, and analytic
+ * generation time against building Jᵀ column by column from backward_input.
+ * --png DIR draws each pattern like the paper's Figure 5. The work is in
+ * schedulers/jacobian_table.c; this file parses flags and runs one forward pass. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "apps/models.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "schedulers/jacobian_table.h"
+
+typedef struct opts {
+    const char *model, *input, *png;
+    int batch, threads, columns;
+    uint64_t seed;
+} opts;
+
+static void usage(void)
+{
+    printf("usage: jacobian [flags]\n"
+           "Per-op transposed Jacobians of a model: nnz, sparsity, CSR vs dense bytes, analytic\n"
+           "generation vs column-by-column from backward_input. Last stdout line: JSON.\n\n"
+           "flags:\n"
+           "  --model NAME      %s (default lenet)\n"
+           "  --input SHAPE     per-sample input, CxHxW (cnn) or TxC (rnn, gru); default: the model's\n"
+           "  --batch N         samples in the forward pass (default 1)\n"
+           "  --png DIR         write each Jᵀ pattern as DIR/NN_op.png\n"
+           "  --columns N       columns built one at a time per op, the rest extrapolated (default 256)\n"
+           "  --threads N       threads for everything, OpenBLAS included (default 2)\n"
+           "  --seed N          weights and input (default 1)\n"
+           "  --help            this text\n",
+           sp_zoo_names());
+}
+
+static long parse_long(const char *flag, const char *v, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) sp_fail("--%s %s: expected an integer in [%ld, %ld]", flag, v, lo, hi);
+    return x;
+}
+
+static void parse(int argc, char **argv, opts *o)
+{
+    *o = (opts){.model = "lenet", .batch = 1, .threads = 2, .columns = 256, .seed = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage();
+            exit(0);
+        }
+        static const char *known[] = {"model", "input", "batch", "png", "columns", "threads", "seed"};
+        int f = -1;
+        for (int k = 0; k < 7; k++)
+            if (strncmp(a, "--", 2) == 0 && strcmp(a + 2, known[k]) == 0) f = k;
+        if (f < 0) sp_fail("jacobian: unknown argument '%s' (see --help)", a);
+        if (i + 1 >= argc) sp_fail("--%s: missing value", known[f]);
+        const char *v = argv[++i];
+        switch (f) {
+        case 0: o->model = v; break;
+        case 1: o->input = v; break;
+        case 2: o->batch = (int)parse_long("batch", v, 1, 4096); break;
+        case 3: o->png = v; break;
+        case 4: o->columns = (int)parse_long("columns", v, 1, 1 << 30); break;
+        case 5: o->threads = (int)parse_long("threads", v, 1, 64); break;
+        default: o->seed = (uint64_t)parse_long("seed", v, 0, 0x7fffffffL); break;
+        }
+    }
+}
+
+/* "3x32x32" → shape; the number of dimensions must be the model's. */
+static void parse_input(const char *s, const char *model, int ndim, int *shape)
+{
+    const char *p = s;
+    for (int d = 0; d < ndim; d++) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 1 || v > 1 << 20 || (d + 1 < ndim ? *end != 'x' : *end != 0))
+            sp_fail("--input %s: expected %s for %s (positive sizes joined by 'x')", s, ndim == 3 ? "CxHxW" : "TxC",
+                    model);
+        shape[d] = (int)v;
+        p = end + 1;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    parse(argc, argv, &o);
+    sp_set_threads(o.threads);
+    int shape[3], ndim = sp_zoo_input_shape(o.model, shape);
+    if (o.input) parse_input(o.input, o.model, ndim, shape);
+    sp_model *m = sp_zoo_model(o.model);
+    sp_model_init(m, o.seed);
+
+    int xshape[4] = {o.batch, shape[0], shape[1], shape[2]};
+    sp_tensor x = sp_tensor_new(ndim + 1, xshape);
+    sp_rng r;
+    sp_rng_seed(&r, o.seed + 1);
+    for (size_t i = 0; i < x.numel; i++) x.data[i] = sp_rng_uniform_range(&r, -1.0f, 1.0f);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *logits = sp_model_forward(m, &t, sp_tape_input(&t, &x));
+    int *labels = sp_xmalloc((size_t)o.batch * sizeof(int));
+    for (int b = 0; b < o.batch; b++) labels[b] = b % logits->out.shape[1];
+    sp_apply_loss(&t, m->loss, logits, labels);
+
+    sp_jt_opts jo;
+    sp_jt_opts_default(&jo);
+    jo.max_columns = o.columns;
+    jo.png_dir = o.png;
+    sp_jt_table table;
+    sp_jt_table_build(&table, &t, &jo);
+    char in[64];
+    if (ndim == 3) snprintf(in, sizeof in, "%dx%dx%d", shape[0], shape[1], shape[2]);
+    else snprintf(in, sizeof in, "%dx%d", shape[0], shape[1]);
+    printf("%s, input %s, batch %d, threads %d\n", o.model, in, o.batch, o.threads);
+    sp_jt_table_print(&table, stdout);
+
+    /* printed directly: a deep model's ops array outgrows sp_json's fixed buffer; the
+     * model name is a validated zoo name and needs no escaping */
+    char *ops = sp_jt_table_json(&table);
+    printf("{\"model\": \"%s\", \"input\": \"%s\", \"ops\": %s}\n", o.model, in, ops);
+
+    free(ops);
+    sp_jt_table_free(&table);
+    free(labels);
+    sp_tape_free(&t);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+    return 0;
+}

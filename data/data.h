@@ -1,0 +1,126 @@
+/* data.h — datasets and the prefetching DataLoader.
+ *
+ *   sp_dataset *d = sp_fashion_mnist("/usr/share/datasets/fashion-mnist", true, 32);
+ *   sp_loader *l = sp_loader_new(d, 64, true, seed, false);
+ *   for (int e = 0; e < epochs; e++) {
+ *       sp_loader_set_epoch(l, e);
+ *       sp_batch b;
+ *       while (sp_loader_next(l, &b)) step(&b.x, b.y);   // x [B, 1, 32, 32], y [B]
+ *   }
+ *   sp_loader_free(l);
+ *   sp_dataset_free(d);
+ *
+ * A dataset is n labelled samples of one fixed shape (at most 3-D: C×H×W images, T×C
+ * sequences). The built-in ones hold their samples in memory as bytes or floats (they
+ * are small) except the bitstream, which regenerates sample i from (seed, i). Every
+ * reader validates its files; a bad file is one line naming it, exit 2. */
+#ifndef SP_DATA_H
+#define SP_DATA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "core/tensor.h"
+
+#define SP_DATA_MAX_CH 16
+
+typedef struct sp_dataset sp_dataset;
+
+/* To write your own dataset, embed sp_dataset as the FIRST member of your struct, fill
+ * the fields and both hooks. get must be safe to call from the loader's thread. */
+struct sp_dataset {
+    char name[256];    /* file or directory, for messages                     */
+    int n;             /* samples                                             */
+    int ndim;          /* per-sample dimensions, 1..3                         */
+    int shape[3];
+    int nclasses;      /* labels are in [0, nclasses)                         */
+    /* x: sample_numel floats; y: the label. i is in [0, n). */
+    void (*get)(sp_dataset *d, int i, float *x, int *y);
+    void (*free)(sp_dataset *d);          /* frees everything, d included     */
+    /* Per-channel x = (x − mean[c]) / std[c] applied by sp_dataset_get after get
+     * (torchvision's Normalize); 0 channels = off. See sp_dataset_normalize. */
+    int norm_channels;
+    float mean[SP_DATA_MAX_CH], std[SP_DATA_MAX_CH];
+};
+
+size_t sp_dataset_sample_numel(const sp_dataset *d);
+/* d->get, bounds-checked, then normalisation if set. */
+void sp_dataset_get(sp_dataset *d, int i, float *x, int *y);
+/* The channel is dim 0 of a C×H×W sample and the last dim of a T×C sample; nch is
+ * that dim's size, or 1 to use one mean/std for every element. */
+void sp_dataset_normalize(sp_dataset *d, int nch, const float *mean, const float *std);
+void sp_dataset_free(sp_dataset *d);
+
+/* In-memory datasets for readers: storage for n samples of `shape`, returned through x
+ * (bytes, x = byte / divisor, e.g. 255 for pixels) or x (floats), and labels. */
+sp_dataset *sp_dataset_new_u8(const char *name, int n, int ndim, const int *shape, int nclasses,
+                              float divisor, uint8_t **x, int **labels);
+sp_dataset *sp_dataset_new_f32(const char *name, int n, int ndim, const int *shape, int nclasses,
+                               float **x, int **labels);
+/* Every label in [0, d->nclasses), else "<what>: label L of sample i ..." exit 2. */
+void sp_dataset_check_labels(const sp_dataset *d, const int *labels, const char *what);
+/* Zero-pads the H×W images of an in-memory byte dataset (C×H×W) to size×size, centred
+ * (28×28 → 32×32 for VGG-11 on Fashion-MNIST: two zero rows/columns on each side). */
+void sp_dataset_pad(sp_dataset *d, int size);
+/* Writes every sample as safetensors x [N, shape...] F32 and y [N] I64 (readable by
+ * sp_seqset_open when the samples are 2-D, and by torch). Atomic. */
+void sp_dataset_save(sp_dataset *d, const char *path);
+
+/* ---- the datasets ---- */
+
+/* IDX files (MNIST family), raw or gzip: images magic 2051 (ubyte, 3 dims), labels
+ * magic 2049 (ubyte, 1 dim); 10 classes; pixels / 255. Samples are 1×rows×cols. */
+sp_dataset *sp_idx_open(const char *images_path, const char *labels_path);
+/* dir holds {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (Debian's
+ * dataset-fashion-mnist: /usr/share/datasets/fashion-mnist; also MNIST). pad_to = 0
+ * keeps 28×28, else the images are zero-padded to pad_to×pad_to. */
+sp_dataset *sp_fashion_mnist(const char *dir, bool train, int pad_to);
+/* CIFAR-10 binary: data_batch_1..5.bin or test_batch.bin in dir (or in
+ * dir/cifar-10-batches-bin); records of 1 label byte + 3072 bytes CHW; 3×32×32. */
+sp_dataset *sp_cifar10(const char *dir, bool train);
+/* root/<class>/<image>.png, .jpg or .jpeg; classes in strcmp order of their names, images in name
+ * order, resized to size×size (bilinear, stb_image_resize triangle filter, on bytes as
+ * torchvision does on PIL images), channels 1 or 3; pixels / 255. */
+sp_dataset *sp_image_folder(const char *root, int size, int channels);
+/* The directory name of class c of an image folder (NULL for other datasets). */
+const char *sp_image_folder_class(const sp_dataset *d, int c);
+/* safetensors with x [N, T, C] (float dtype) and y [N] (integer dtype); samples T×C.
+ * nclasses from metadata "nclasses" if present, else max(y) + 1. */
+sp_dataset *sp_seqset_open(const char *path);
+/* BPPSA bitstream classification (paper Eq. 8, §4.1): class c uniform in 0..9 and
+ * x_t ~ Bernoulli(0.05 + 0.1·c), t = 0..T-1; samples T×1. Sample i depends only on
+ * (seed, i), so nothing is stored and T can be 30000. */
+sp_dataset *sp_bitstream(int n, int T, uint64_t seed);
+
+/* ---- the loader ---- */
+
+typedef struct sp_batch {
+    sp_tensor x;       /* [n, sample shape...], owned by the loader            */
+    int *y;            /* [n]                                                  */
+    int n;             /* samples; < batch only for a last partial batch       */
+    int index;         /* batch number within the epoch                        */
+    int epoch;
+} sp_batch;
+
+typedef struct sp_loader sp_loader;
+
+/* Batches of `batch` samples. With shuffle, epoch e visits the samples in the order of
+ * sp_rng_shuffle seeded from (seed, e) alone, so any epoch can be replayed. A background
+ * thread assembles the next batch while the caller works on the current one (double
+ * buffering); the buffers are allocated here once. The batch returned by sp_loader_next
+ * stays valid until the next call to sp_loader_next / set_epoch / reset_epoch / free.
+ * Results are bitwise identical to sp_loader_new_sync, whatever the timing. */
+sp_loader *sp_loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last);
+/* The same batches, assembled in the calling thread (no prefetch). */
+sp_loader *sp_loader_new_sync(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last);
+/* The next batch of the current epoch; false at its end (then start another epoch). */
+bool sp_loader_next(sp_loader *l, sp_batch *out);
+/* Start epoch `epoch` from its first batch (a no-op if it is the current epoch and no
+ * batch of it was taken yet). Epoch 0 is current after sp_loader_new. */
+void sp_loader_set_epoch(sp_loader *l, int epoch);
+/* Start the next epoch: sp_loader_set_epoch(l, current + 1). */
+void sp_loader_reset_epoch(sp_loader *l);
+int sp_loader_epoch(const sp_loader *l);
+int sp_loader_nbatches(const sp_loader *l);
+void sp_loader_free(sp_loader *l);
+
+#endif

@@ -1,0 +1,168 @@
+/* dataset.c — the dataset interface and the in-memory datasets the readers build. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "data/data.h"
+
+/* Samples as bytes (pixels, divided by `divisor` on the way out) or as floats. */
+typedef struct mem_dataset {
+    sp_dataset base;
+    uint8_t *u8;
+    float *f32;
+    float divisor;
+    int *labels;
+} mem_dataset;
+
+size_t sp_dataset_sample_numel(const sp_dataset *d)
+{
+    return sp_shape_numel(d->ndim, d->shape);
+}
+
+static void mem_get(sp_dataset *d, int i, float *x, int *y)
+{
+    mem_dataset *m = (mem_dataset *)d;
+    size_t k = sp_dataset_sample_numel(d);
+    if (m->u8) {
+        const uint8_t *s = m->u8 + (size_t)i * k;
+        for (size_t j = 0; j < k; j++) x[j] = (float)s[j] / m->divisor;   /* as ToTensor */
+    } else {
+        memcpy(x, m->f32 + (size_t)i * k, k * sizeof *x);
+    }
+    *y = m->labels[i];
+}
+
+static void mem_free(sp_dataset *d)
+{
+    mem_dataset *m = (mem_dataset *)d;
+    free(m->u8);
+    free(m->f32);
+    free(m->labels);
+    free(m);
+}
+
+static mem_dataset *mem_new(const char *name, int n, int ndim, const int *shape, int nclasses)
+{
+    if (n <= 0) sp_fail("%s: no samples", name);
+    if (ndim < 1 || ndim > 3) sp_fail("%s: samples with %d dimensions (expected 1 to 3)", name, ndim);
+    mem_dataset *m = sp_xcalloc(1, sizeof *m);
+    snprintf(m->base.name, sizeof m->base.name, "%s", name);
+    m->base.n = n;
+    m->base.ndim = ndim;
+    memcpy(m->base.shape, shape, (size_t)ndim * sizeof *shape);
+    m->base.nclasses = nclasses;
+    m->base.get = mem_get;
+    m->base.free = mem_free;
+    m->labels = sp_xcalloc((size_t)n, sizeof *m->labels);
+    return m;
+}
+
+sp_dataset *sp_dataset_new_u8(const char *name, int n, int ndim, const int *shape, int nclasses,
+                              float divisor, uint8_t **x, int **labels)
+{
+    mem_dataset *m = mem_new(name, n, ndim, shape, nclasses);
+    m->divisor = divisor;
+    m->u8 = sp_xcalloc((size_t)n * sp_dataset_sample_numel(&m->base), 1);
+    *x = m->u8;
+    *labels = m->labels;
+    return &m->base;
+}
+
+sp_dataset *sp_dataset_new_f32(const char *name, int n, int ndim, const int *shape, int nclasses,
+                               float **x, int **labels)
+{
+    mem_dataset *m = mem_new(name, n, ndim, shape, nclasses);
+    m->f32 = sp_xcalloc((size_t)n * sp_dataset_sample_numel(&m->base), sizeof(float));
+    *x = m->f32;
+    *labels = m->labels;
+    return &m->base;
+}
+
+void sp_dataset_check_labels(const sp_dataset *d, const int *labels, const char *what)
+{
+    for (int i = 0; i < d->n; i++)
+        if (labels[i] < 0 || labels[i] >= d->nclasses)
+            sp_fail("%s: label %d of sample %d is out of range (expected 0..%d)", what, labels[i], i,
+                    d->nclasses - 1);
+}
+
+static int channel_dim(const sp_dataset *d) { return d->ndim == 3 ? 0 : d->ndim - 1; }
+
+void sp_dataset_normalize(sp_dataset *d, int nch, const float *mean, const float *std)
+{
+    int want = d->shape[channel_dim(d)];
+    if (nch != 1 && nch != want)
+        sp_fail("%s: normalisation with %d channels, expected %d (or 1)", d->name, nch, want);
+    if (nch > SP_DATA_MAX_CH) sp_fail("%s: normalisation of more than %d channels", d->name, SP_DATA_MAX_CH);
+    for (int c = 0; c < nch; c++) {
+        if (!(std[c] > 0.0f)) sp_fail("%s: normalisation std[%d] = %g must be positive", d->name, c, std[c]);
+        d->mean[c] = mean[c];
+        d->std[c] = std[c];
+    }
+    d->norm_channels = nch;
+}
+
+void sp_dataset_get(sp_dataset *d, int i, float *x, int *y)
+{
+    if (i < 0 || i >= d->n) sp_fail("%s: sample %d out of range (dataset has %d)", d->name, i, d->n);
+    d->get(d, i, x, y);
+    if (!d->norm_channels) return;
+    size_t k = sp_dataset_sample_numel(d);
+    int nch = d->norm_channels;
+    /* channel of element j: C×H×W → j / (H·W); T×C → j % C */
+    size_t plane = d->ndim == 3 ? (size_t)d->shape[1] * (size_t)d->shape[2] : 1;
+    size_t cdim = (size_t)d->shape[channel_dim(d)];
+    for (size_t j = 0; j < k; j++) {
+        int c = nch == 1 ? 0 : d->ndim == 3 ? (int)(j / plane) : (int)(j % cdim);
+        x[j] = (x[j] - d->mean[c]) / d->std[c];
+    }
+}
+
+void sp_dataset_free(sp_dataset *d)
+{
+    if (d) d->free(d);
+}
+
+void sp_dataset_pad(sp_dataset *d, int size)
+{
+    mem_dataset *m = (mem_dataset *)d;
+    if (d->get != mem_get || !m->u8 || d->ndim != 3)
+        sp_fail("%s: padding needs an in-memory image dataset of C×H×W bytes", d->name);
+    int C = d->shape[0], H = d->shape[1], W = d->shape[2];
+    if (size < H || size < W)
+        sp_fail("%s: cannot pad %dx%d images to %dx%d (expected a size >= %d)", d->name, H, W, size,
+                size, H > W ? H : W);
+    if (size == H && size == W) return;
+    int top = (size - H) / 2, left = (size - W) / 2;
+    size_t out_numel = (size_t)C * (size_t)size * (size_t)size;
+    uint8_t *out = sp_xcalloc((size_t)d->n * out_numel, 1);
+    for (int i = 0; i < d->n; i++)
+        for (int c = 0; c < C; c++)
+            for (int h = 0; h < H; h++)
+                memcpy(out + (size_t)i * out_numel + ((size_t)c * size + top + h) * size + left,
+                       m->u8 + (((size_t)i * C + c) * H + h) * W, (size_t)W);
+    free(m->u8);
+    m->u8 = out;
+    d->shape[1] = d->shape[2] = size;
+}
+
+void sp_dataset_save(sp_dataset *d, const char *path)
+{
+    size_t k = sp_dataset_sample_numel(d);
+    float *x = sp_xmalloc((size_t)d->n * k * sizeof *x);
+    int64_t *y = sp_xmalloc((size_t)d->n * sizeof *y);
+    for (int i = 0; i < d->n; i++) {
+        int label;
+        sp_dataset_get(d, i, x + (size_t)i * k, &label);
+        y[i] = label;
+    }
+    int xshape[4] = {d->n, d->shape[0], d->shape[1], d->shape[2]}, yshape[1] = {d->n};
+    sp_st_entry e[2] = {{"x", SP_ST_F32, 1 + d->ndim, xshape, x}, {"y", SP_ST_I64, 1, yshape, y}};
+    char nclasses[16];
+    snprintf(nclasses, sizeof nclasses, "%d", d->nclasses);
+    const char *meta[] = {"nclasses", nclasses, NULL};
+    sp_st_write(path, 2, e, meta);
+    free(x);
+    free(y);
+}

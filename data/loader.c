@@ -1,0 +1,187 @@
+/* loader.c — batches in a seeded order, assembled by a background thread.
+ *
+ * Two batch buffers (double buffering). Batch j of an epoch always goes to slot j % 2.
+ * The caller holds at most one batch, the last one returned; calling sp_loader_next
+ * again releases it. With `released` batches given back, the producer may assemble
+ * batch j once j < released + 2, i.e. once slot j % 2 is no longer the caller's. What a
+ * batch contains depends only on (seed, epoch, j), never on timing, so the prefetching
+ * loader and the synchronous one give bitwise identical batches. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/data.h"
+
+struct sp_loader {
+    sp_dataset *d;
+    int batch, nbatches;
+    bool shuffle, prefetch;
+    uint64_t seed;
+    size_t sample_numel;
+    int *order;               /* this epoch's visiting order            */
+    float *x[2];              /* the two slots, allocated once          */
+    int *y[2];
+    int epoch;
+    int taken;                /* batches of this epoch returned so far  */
+    /* shared with the producer thread, under mu */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work;      /* producer: something to assemble / stop */
+    pthread_cond_t done;      /* consumer: a batch is ready / idle      */
+    int produced;             /* batches of this epoch assembled        */
+    int released;             /* batches of this epoch given back       */
+    bool filling, stop;
+};
+
+static uint64_t mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Epoch e's order depends on (seed, e) only, so a resumed run replays it exactly. */
+static void make_order(sp_loader *l)
+{
+    for (int i = 0; i < l->d->n; i++) l->order[i] = i;
+    if (!l->shuffle) return;
+    sp_rng r;
+    sp_rng_seed(&r, mix(l->seed) ^ mix(0xD1B54A32D192ED03ull * ((uint64_t)l->epoch + 1)));
+    sp_rng_shuffle(&r, l->order, l->d->n);
+}
+
+static int batch_size(const sp_loader *l, int j)
+{
+    int start = j * l->batch, left = l->d->n - start;
+    return left < l->batch ? left : l->batch;
+}
+
+static void assemble(sp_loader *l, int j)
+{
+    int slot = j % 2, nb = batch_size(l, j);
+    const int *idx = l->order + (size_t)j * l->batch;
+    for (int s = 0; s < nb; s++)
+        sp_dataset_get(l->d, idx[s], l->x[slot] + (size_t)s * l->sample_numel, &l->y[slot][s]);
+}
+
+static void *producer(void *arg)
+{
+    sp_loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->stop && !(l->produced < l->nbatches && l->produced < l->released + 2))
+            pthread_cond_wait(&l->work, &l->mu);
+        if (l->stop) break;
+        int j = l->produced;
+        l->filling = true;
+        pthread_mutex_unlock(&l->mu);
+        assemble(l, j);   /* order[] and slot j % 2 are stable: see set_epoch / next */
+        pthread_mutex_lock(&l->mu);
+        l->filling = false;
+        l->produced++;
+        pthread_cond_broadcast(&l->done);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static sp_loader *loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last, bool prefetch)
+{
+    if (batch < 1) sp_fail("loader: batch size %d (expected >= 1)", batch);
+    if (d->ndim < 1 || d->ndim > 3) sp_fail("%s: samples with %d dimensions (expected 1 to 3)", d->name, d->ndim);
+    int nbatches = drop_last ? d->n / batch : (d->n + batch - 1) / batch;
+    if (nbatches < 1)
+        sp_fail("%s: %d samples make no full batch of %d (drop_last); use a smaller batch", d->name, d->n, batch);
+    sp_loader *l = sp_xcalloc(1, sizeof *l);
+    *l = (sp_loader){.d = d, .batch = batch, .nbatches = nbatches, .shuffle = shuffle, .prefetch = prefetch,
+                     .seed = seed, .sample_numel = sp_dataset_sample_numel(d)};
+    l->order = sp_xmalloc((size_t)d->n * sizeof *l->order);
+    int cap = batch < d->n ? batch : d->n;
+    for (int s = 0; s < 2; s++) {
+        l->x[s] = sp_xmalloc((size_t)cap * l->sample_numel * sizeof(float));
+        l->y[s] = sp_xmalloc((size_t)cap * sizeof(int));
+    }
+    make_order(l);
+    if (prefetch) {
+        pthread_mutex_init(&l->mu, NULL);
+        pthread_cond_init(&l->work, NULL);
+        pthread_cond_init(&l->done, NULL);
+        if (pthread_create(&l->thread, NULL, producer, l) != 0) sp_fail("loader: cannot start the prefetch thread");
+    }
+    return l;
+}
+
+sp_loader *sp_loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last)
+{
+    return loader_new(d, batch, shuffle, seed, drop_last, true);
+}
+
+sp_loader *sp_loader_new_sync(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last)
+{
+    return loader_new(d, batch, shuffle, seed, drop_last, false);
+}
+
+bool sp_loader_next(sp_loader *l, sp_batch *out)
+{
+    if (l->taken >= l->nbatches) return false;
+    int j = l->taken++;
+    if (l->prefetch) {
+        pthread_mutex_lock(&l->mu);
+        l->released = j;   /* the caller is done with batch j - 1 */
+        pthread_cond_broadcast(&l->work);
+        while (l->produced <= j) pthread_cond_wait(&l->done, &l->mu);
+        pthread_mutex_unlock(&l->mu);
+    } else {
+        assemble(l, j);
+    }
+    int nb = batch_size(l, j), shape[SP_MAX_DIMS] = {nb};
+    memcpy(shape + 1, l->d->shape, (size_t)l->d->ndim * sizeof *shape);
+    *out = (sp_batch){.x = sp_tensor_view(l->x[j % 2], 1 + l->d->ndim, shape), .y = l->y[j % 2], .n = nb,
+                      .index = j, .epoch = l->epoch};
+    return true;
+}
+
+void sp_loader_set_epoch(sp_loader *l, int epoch)
+{
+    if (epoch < 0) sp_fail("loader: epoch %d (expected >= 0)", epoch);
+    if (epoch == l->epoch && l->taken == 0) return;
+    if (l->prefetch) {
+        /* Wait out a batch being assembled: it reads order[] and writes a slot. */
+        pthread_mutex_lock(&l->mu);
+        while (l->filling) pthread_cond_wait(&l->done, &l->mu);
+    }
+    l->epoch = epoch;
+    l->taken = 0;
+    make_order(l);
+    if (l->prefetch) {
+        l->produced = l->released = 0;
+        pthread_cond_broadcast(&l->work);
+        pthread_mutex_unlock(&l->mu);
+    }
+}
+
+void sp_loader_reset_epoch(sp_loader *l) { sp_loader_set_epoch(l, l->epoch + 1); }
+int sp_loader_epoch(const sp_loader *l) { return l->epoch; }
+int sp_loader_nbatches(const sp_loader *l) { return l->nbatches; }
+
+void sp_loader_free(sp_loader *l)
+{
+    if (!l) return;
+    if (l->prefetch) {
+        pthread_mutex_lock(&l->mu);
+        l->stop = true;
+        pthread_cond_broadcast(&l->work);
+        pthread_mutex_unlock(&l->mu);
+        pthread_join(l->thread, NULL);
+        pthread_mutex_destroy(&l->mu);
+        pthread_cond_destroy(&l->work);
+        pthread_cond_destroy(&l->done);
+    }
+    for (int s = 0; s < 2; s++) {
+        free(l->x[s]);
+        free(l->y[s]);
+    }
+    free(l->order);
+    free(l);
+}

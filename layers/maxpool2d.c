@@ -1,0 +1,190 @@
+/* maxpool2d.c — 2-D max pooling, NCHW, PyTorch semantics: padding counts as −inf,
+ * Ho = ⌊(H+2p−k)/s⌋+1 (floor mode), pad <= k/2, ties and NaNs resolved as PyTorch does
+ * (the first maximum in window order wins; a NaN wins and propagates).
+ *
+ *   forward: y[b,c,i,j] = max over the window; saves the argmax (h·W + w, int32)
+ *   δ:       dx[b,c,argmax] += dy[b,c,i,j] (scatter; overlapping windows add up)
+ *   G:       none
+ *   Jᵀ (per sample, C·H·W × C·Ho·Wo): the pattern is every (input, window) membership,
+ *   fixed by shapes alone — a row (c,h,w) lists the windows (c,i,j) that contain (h,w).
+ *   Values are 1 where the input is that window's saved argmax for sample b and explicit
+ *   0 elsewhere, so the pattern never depends on the input (BPPSA §3.3: guaranteed zeros
+ *   only; Appendix D.3 instead builds an input-dependent pattern of the argmaxes). */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include "core/error.h"
+#include "core/parallel.h"
+#include "core/tape.h"
+#include "layers/im2col.h"
+#include "layers/layers.h"
+
+typedef struct pool_layer {
+    sp_layer base;
+    int k, stride, pad;
+} pool_layer;
+
+#define L(n) ((const pool_layer *)(n)->layer)
+
+static sp_conv_geom pool_geom(const sp_node *n)
+{
+    const sp_tensor *x = sp_node_x(n);
+    return (sp_conv_geom){.C = x->shape[1], .H = x->shape[2], .W = x->shape[3], .Ho = n->out.shape[2],
+                          .Wo = n->out.shape[3], .k = L(n)->k, .stride = L(n)->stride, .pad = L(n)->pad};
+}
+
+static void pool_infer(sp_node *n, const sp_tensor *x)
+{
+    const pool_layer *l = L(n);
+    char buf[64];
+    if (x->ndim != 4 || x->shape[2] + 2 * l->pad < l->k || x->shape[3] + 2 * l->pad < l->k)
+        sp_fail("maxpool2d: input %s, expected [B, C, H, W] with H, W >= %d (kernel %d, padding %d)",
+                sp_shape_str(x, buf, sizeof buf), l->k - 2 * l->pad, l->k, l->pad);
+    n->out = sp_tensor_4d(NULL, x->shape[0], x->shape[1], sp_conv_out_size(x->shape[2], l->k, l->stride, l->pad),
+                          sp_conv_out_size(x->shape[3], l->k, l->stride, l->pad));
+}
+
+typedef struct pool_job {
+    sp_conv_geom g;
+    const float *x, *dy;
+    float *y, *dx;
+    int32_t *arg;
+} pool_job;
+
+/* One unit = one (b, c) plane. pad <= k/2 guarantees every window holds an input. */
+static void pool_forward_range(void *ctx, size_t begin, size_t end)
+{
+    const pool_job *J = ctx;
+    const sp_conv_geom *g = &J->g;
+    size_t in_plane = (size_t)g->H * g->W, out_plane = (size_t)g->Ho * g->Wo;
+    for (size_t u = begin; u < end; u++) {
+        const float *x = J->x + u * in_plane;
+        float *y = J->y + u * out_plane;
+        int32_t *arg = J->arg + u * out_plane;
+        for (int i = 0; i < g->Ho; i++) {
+            int h0 = i * g->stride - g->pad, h1 = h0 + g->k;
+            h0 = h0 < 0 ? 0 : h0;
+            h1 = h1 > g->H ? g->H : h1;
+            for (int j = 0; j < g->Wo; j++) {
+                int w0 = j * g->stride - g->pad, w1 = w0 + g->k;
+                w0 = w0 < 0 ? 0 : w0;
+                w1 = w1 > g->W ? g->W : w1;
+                int best = h0 * g->W + w0;
+                float m = -INFINITY;
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++) {
+                        float v = x[h * g->W + w];
+                        if (v > m || isnan(v)) {
+                            m = v;
+                            best = h * g->W + w;
+                        }
+                    }
+                y[i * g->Wo + j] = m;
+                arg[i * g->Wo + j] = best;
+            }
+        }
+    }
+}
+
+static void pool_forward(sp_node *n)
+{
+    pool_job J = {.g = pool_geom(n), .x = sp_node_x(n)->data, .y = n->out.data};
+    J.arg = sp_tape_alloc(n->tape, n->out.numel * sizeof(int32_t));
+    n->saved = J.arg;
+    sp_parallel_for((size_t)n->out.shape[0] * J.g.C, pool_forward_range, &J);
+}
+
+static void pool_backward_range(void *ctx, size_t begin, size_t end)
+{
+    const pool_job *J = ctx;
+    size_t in_plane = (size_t)J->g.H * J->g.W, out_plane = (size_t)J->g.Ho * J->g.Wo;
+    for (size_t u = begin; u < end; u++) {
+        float *dx = J->dx + u * in_plane;
+        const float *dy = J->dy + u * out_plane;
+        const int32_t *arg = J->arg + u * out_plane;
+        memset(dx, 0, in_plane * sizeof(float));
+        for (size_t o = 0; o < out_plane; o++) dx[arg[o]] += dy[o];
+    }
+}
+
+static void pool_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+{
+    pool_job J = {.g = pool_geom(n), .dy = dy->data, .dx = dx->data, .arg = n->saved};
+    sp_parallel_for((size_t)dy->shape[0] * J.g.C, pool_backward_range, &J);
+}
+
+/* ---- Jᵀ: fixed membership pattern, 0/1 values --------------------------------------- */
+
+static void pool_jt_pattern(const sp_node *n, sp_csr *jt)
+{
+    sp_conv_geom g = pool_geom(n);
+    int rows = g.C * g.H * g.W, cols = g.C * g.Ho * g.Wo;
+    int64_t nnz = 0;
+    for (int r = 0; r < rows; r++) {
+        int i_lo, i_hi, j_lo, j_hi;
+        sp_window_range(r / g.W % g.H, g.k, g.stride, g.pad, g.Ho, &i_lo, &i_hi);
+        sp_window_range(r % g.W, g.k, g.stride, g.pad, g.Wo, &j_lo, &j_hi);
+        nnz += (int64_t)(i_hi - i_lo) * (j_hi - j_lo);
+    }
+    if (nnz > INT32_MAX)
+        sp_fail("maxpool2d: Jᵀ has %lld non-zeros, more than int32 CSR indices hold (expected <= %d)",
+                (long long)nnz, INT32_MAX);
+    sp_csr_alloc(jt, rows, cols, nnz);
+    int32_t pos = 0;
+    for (int r = 0; r < rows; r++) {
+        int c = r / (g.H * g.W), i_lo, i_hi, j_lo, j_hi;
+        sp_window_range(r / g.W % g.H, g.k, g.stride, g.pad, g.Ho, &i_lo, &i_hi);
+        sp_window_range(r % g.W, g.k, g.stride, g.pad, g.Wo, &j_lo, &j_hi);
+        jt->indptr[r] = pos;
+        for (int i = i_lo; i < i_hi; i++)
+            for (int j = j_lo; j < j_hi; j++) jt->indices[pos++] = (c * g.Ho + i) * g.Wo + j;
+    }
+    jt->indptr[rows] = pos;
+}
+
+static void pool_jt_values(const sp_node *n, int b, sp_csr *jt)
+{
+    sp_conv_geom g = pool_geom(n);
+    const int32_t *arg = (const int32_t *)n->saved + (size_t)b * g.C * g.Ho * g.Wo;
+    memset(jt->data, 0, (size_t)jt->nnz * sizeof(float));
+    for (int c = 0; c < g.C; c++)
+        for (int i = 0; i < g.Ho; i++)
+            for (int j = 0; j < g.Wo; j++) {
+                int a = arg[(c * g.Ho + i) * g.Wo + j], h = a / g.W, w = a % g.W;
+                int i_lo, i_hi, j_lo, j_hi;   /* the row lists windows (i', j') in order */
+                sp_window_range(h, g.k, g.stride, g.pad, g.Ho, &i_lo, &i_hi);
+                sp_window_range(w, g.k, g.stride, g.pad, g.Wo, &j_lo, &j_hi);
+                int row = (c * g.H + h) * g.W + w;
+                jt->data[jt->indptr[row] + (i - i_lo) * (j_hi - j_lo) + (j - j_lo)] = 1.0f;
+            }
+}
+
+static sp_cost pool_cost(const sp_node *n)
+{
+    double out = (double)n->out.numel, k = L(n)->k;
+    return (sp_cost){.fwd_flops = out * k * k, .bwd_input_flops = out, .out_bytes = 4 * out, .saved_bytes = 4 * out};
+}
+
+const sp_opdef sp_op_maxpool2d = {
+    .name = "maxpool2d",
+    .infer = pool_infer,
+    .forward = pool_forward,
+    .backward_input = pool_backward_input,
+    .jt_pattern = pool_jt_pattern,
+    .jt_values = pool_jt_values,
+    .cost = pool_cost,
+};
+
+sp_layer *sp_maxpool2d(int k, int stride, int pad)
+{
+    if (k < 1 || stride < 1 || pad < 0 || pad > k / 2)
+        sp_fail("maxpool2d: kernel %d, stride %d, padding %d (expected kernel, stride >= 1 and 0 <= padding <= "
+                "kernel/2)",
+                k, stride, pad);
+    pool_layer *l = sp_xcalloc(1, sizeof *l);
+    l->base.op = &sp_op_maxpool2d;
+    l->k = k;
+    l->stride = stride;
+    l->pad = pad;
+    return &l->base;
+}

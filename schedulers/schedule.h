@@ -1,0 +1,232 @@
+/* schedule.h — parallel-training schedules: one master schedule, a simulator, diagrams,
+ * and the LayerPipe partitioner.
+ *
+ * Papers (in ../shared/papers):
+ *   [U] Rahimi, "Unifying Parallelization Schemes to Train Deep Nets" (2025): the master
+ *       schedule w(s,b,d) = (w_weights, w_compute), pred(), the tie-break n(s,b,d),
+ *       Table 1 and the greedy simulator recursion.
+ *   [O] Oh et al., "Out-Of-Order BackProp", EuroSys'22, §5.2: gradient fast-forwarding
+ *       (δ before G) and modulo layer allocation.
+ *   [L] Unnikrishnan & Parhi, "LayerPipe", §III and Algorithm 1.
+ *
+ * The vocabulary of [U]: S stages (layers of a chain), B micro-batches, W workers. A job
+ * is one stage of one micro-batch in one direction, j = (s, b, d). A *scheme* says where
+ * each job runs (w_compute), which worker holds the source of truth of its weights
+ * (w_weights), and how a worker breaks ties between ready jobs (the priority n, smaller
+ * first). The backward job may be split in two finer jobs, δ (input gradient, on the
+ * critical path) and G (weight gradient, off it) — [U] "additional axes", [O] §3, [L] §III.
+ *
+ *   sp_schedule *s = sp_schedule_new(sp_scheme_find("lpp"), &cfg, costs);
+ *   sp_sim r;  sp_simulate(s, costs, &r);        // latency, transfers, storage, ρ
+ *   sp_diagram_text(stdout, s, &r, 0);             // rows = workers, columns = time
+ *
+ * The same sp_schedule is what a real executor runs: each worker (MPI rank) takes its
+ * jobs in the simulated order (sp_sim.order), waits for the jobs in sp_schedule_preds,
+ * fetches weights from weights[j] when they live elsewhere, and sends its outputs to the
+ * workers of sp_schedule_succs. */
+#ifndef SP_SCHEDULE_H
+#define SP_SCHEDULE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+/* ------------------------------------------------------------------------------------ */
+/* Jobs                                                                                 */
+
+typedef enum sp_dir {
+    SP_FWD = 0,      /* F_s: x_{s+1} = F_s x_s                                          */
+    SP_BWD = 1,      /* B_s: the whole backward step, δ and G together ([U] z_s = B_s z_{s+1}) */
+    SP_BWD_DELTA = 2,/* δ: input gradient ∂l/∂x_s, feeds stage s−1 (critical path)     */
+    SP_BWD_GRAD = 3, /* G: weight gradient ∂l/∂w_s (nothing waits for it)              */
+} sp_dir;
+
+typedef struct sp_job {
+    int stage, micro;
+    sp_dir dir;
+} sp_job;
+
+/* "f", "b", "d" (δ), "g" (G). */
+const char *sp_dir_letter(sp_dir d);
+
+/* ------------------------------------------------------------------------------------ */
+/* Per-stage durations and sizes (one micro-batch)                                      */
+
+#define SP_STAGE_NAME 32
+
+typedef struct sp_costs {
+    int stages;
+    char (*name)[SP_STAGE_NAME];
+    double *fwd;          /* time of F_s                                                */
+    double *delta;        /* time of δ_s (BP δ in [L] Table II)                          */
+    double *grad;         /* time of G_s (BP G)                                          */
+    double *act_bytes;    /* activation kept from F_s until its backward (1 = "a unit") */
+    double *param_bytes;  /* weights of stage s                                          */
+    bool *movable;        /* [L] §III-C: δ_s may be split and moved to the next processor */
+    char unit[16];        /* "unit", "us", or the profile's unit                        */
+} sp_costs;
+
+/* [U] Table 1 costs: F takes fwd, the backward takes δ + G. */
+sp_costs *sp_costs_uniform(int stages, double fwd, double delta, double grad);
+/* A profile CSV: a header naming the columns, then one row per stage/layer, e.g.
+ *     layer,fwd,bwd_grad,bwd_delta
+ *     conv1,1.20e6,2.16e6,4.01e7
+ * Column names (case-insensitive, aliases in brackets): layer [name], fwd [fp],
+ * bwd_grad [bp_g, grad], bwd_delta [bp_delta, delta]; optional movable (0/1), act_bytes,
+ * param_bytes. Lines starting with '#' and blank lines are skipped. Bad input: sp_fail
+ * naming the file, line and column. */
+sp_costs *sp_costs_read_csv(const char *path);
+void sp_costs_write_csv(FILE *out, const sp_costs *c);
+void sp_costs_free(sp_costs *c);
+double sp_costs_bwd(const sp_costs *c, int stage);   /* δ + G */
+
+struct sp_model;
+/* Model-derived durations: one stage per op node of the model's forward chain, from each
+ * op's cost() at micro-batch size `batch`; time = FLOPs / (gflops · 10^3) in µs. The input
+ * is one sample of shape in_shape[0..in_ndim) (batch dimension excluded). */
+sp_costs *sp_costs_from_model(struct sp_model *m, int in_ndim, const int *in_shape, int batch,
+                              double gflops);
+
+/* ------------------------------------------------------------------------------------ */
+/* Schemes and the master schedule                                                      */
+
+typedef struct sp_schedule sp_schedule;
+
+/* A scheme is the pair of functions of [U] plus the tie-break n and, optionally, an
+ * in-flight cap (an extra pred edge that bounds activation memory, as 1F1B needs). */
+typedef struct sp_scheme {
+    const char *name;
+    const char *summary;
+    bool split_backward;                        /* δ and G are separate jobs by default */
+    void (*setup)(sp_schedule *s);              /* defaults and constraints (sp_fail)   */
+    int (*compute)(const sp_schedule *s, sp_job j);    /* w_compute(s, b, d)            */
+    int (*weights)(const sp_schedule *s, sp_job j);    /* w_weights(s, b, d)            */
+    long (*priority)(const sp_schedule *s, sp_job j);  /* n(s, b, d): smaller runs first */
+    /* k > 0: F(s, b) also waits until the backward of (s, b − k) is done (so at most k
+     * micro-batches hold activations of stage s). NULL or 0: no cap. */
+    int (*inflight)(const sp_schedule *s, int stage);
+} sp_scheme;
+
+typedef struct sp_sched_config {
+    int stages, micro;       /* S, B                                                    */
+    int workers;             /* W; 0 = the scheme's default                             */
+    int groups, per_group;   /* lpp/fslpp: G and R (W = G·R); 0 = default                */
+    int split;               /* -1 scheme default, 0 whole backward, 1 δ and G apart     */
+    bool no_input_grad;      /* stage 0 computes no δ (its input is data) — [O] Fig. 5   */
+} sp_sched_config;
+
+struct sp_schedule {
+    const sp_scheme *scheme;
+    int stages, micro, workers;
+    int groups, per_group;   /* G, R for the looped schemes (1 and W otherwise)         */
+    bool split_backward, input_grad;
+    int *stage_worker;       /* pipeline schemes: the worker of each stage              */
+    int njobs;
+    sp_job *jobs;            /* job ids 0..njobs−1                                      */
+    int *compute, *weights;  /* w_compute(j), w_weights(j)                              */
+    long *priority;          /* n(j)                                                    */
+    int *pred_off, *preds;   /* CSR: preds of j are preds[pred_off[j] .. pred_off[j+1]) */
+    int *succ_off, *succs;
+    int *index;              /* (dir, micro, stage) → job id, −1 where no such job      */
+};
+
+/* Built-ins: ddp, fsdp, gpipe, 1f1b, lpp, fslpp, ooo-ff, ooo-modulo. */
+const sp_scheme *sp_scheme_find(const char *name);   /* unknown: sp_fail listing names */
+int sp_scheme_count(void);
+const sp_scheme *sp_scheme_at(int i);
+const char *sp_scheme_names(void);                   /* "ddp|fsdp|..." */
+
+/* Materialise every job, its workers, priority and predecessors. costs may be NULL
+ * (unit costs); it only balances the contiguous placement when W < S. */
+sp_schedule *sp_schedule_new(const sp_scheme *scheme, const sp_sched_config *cfg,
+                             const sp_costs *costs);
+void sp_schedule_free(sp_schedule *s);
+
+int sp_schedule_find(const sp_schedule *s, int stage, int micro, sp_dir dir);  /* −1: none */
+const int *sp_schedule_preds(const sp_schedule *s, int job, int *n);
+const int *sp_schedule_succs(const sp_schedule *s, int job, int *n);
+double sp_job_duration(const sp_schedule *s, const sp_costs *c, int job);
+/* "f3", "b0", "d2", "g2" followed by the micro-batch as letters (a = 0, …, z, ba, …)
+ * when B > 1: "f3c". */
+const char *sp_job_label(const sp_schedule *s, int job, char *buf, int len);
+
+/* LPP's hash [U]: h(s, b) = (R·b mod W) + (s mod R). */
+int sp_lpp_hash(int stage, int b, int groups, int per_group);
+
+/* ------------------------------------------------------------------------------------ */
+/* The simulator ([U] "Latency, network, and memory usage from w(s,b,d)")               */
+
+typedef struct sp_worker_stats {
+    int jobs;
+    double busy, utilization;
+    int act_recv;       /* activations fetched from another worker ([U]'s Σ 1[w(s−1,b) ≠ w]) */
+    int grad_recv;      /* backward iterates z_{s+1} fetched from another worker         */
+    int weight_recv;    /* (s, b) computed here with weights elsewhere ([U] Σ 1[w_w ≠ w]) */
+    int weight_stages;  /* stages whose source-of-truth weights live here               */
+    int peak_act;       /* peak number of stage activations held at once                */
+    double peak_act_bytes;
+} sp_worker_stats;
+
+typedef struct sp_sim {
+    int njobs, workers;
+    double *start, *finish;     /* per job                                             */
+    int *order_off, *order;     /* CSR: worker w runs order[order_off[w] .. +1) in order */
+    sp_worker_stats *worker;
+    double latency;             /* max_j t(j)                                          */
+    double utilization;         /* mean over workers                                   */
+    double unit;                /* τ: mean time of one F or one whole backward step     */
+    double rho;                 /* ρ = S·B / ((latency/τ)·W)                             */
+    double rho_bound;           /* M / S, M = peak activations (max over workers)       */
+    int act_recv_max, grad_recv_max, weight_recv_max, weight_stages_max, peak_act_max;
+    double peak_act_bytes_max;
+} sp_sim;
+
+/* The greedy recursion of [U]: repeatedly start the ready job that can start soonest,
+ * ties broken by n. costs may be NULL (F = 1, backward = 1, δ = G = 1/2). */
+void sp_simulate(const sp_schedule *s, const sp_costs *costs, sp_sim *r);
+void sp_sim_free(sp_sim *r);
+
+/* ------------------------------------------------------------------------------------ */
+/* Diagrams                                                                             */
+
+/* Pipeline diagram as text, like [U]'s tables: a header of time steps, one row per
+ * worker, a cell per time step holding the job label ("--" continues a longer job,
+ * blank = idle). max_cols ≤ 0: 160. Longer runs are drawn at a coarser time step. */
+void sp_diagram_text(FILE *out, const sp_schedule *s, const sp_sim *r, int max_cols);
+/* The same as SVG, one colour per micro-batch (forward light, backward dark, G pale). */
+void sp_diagram_svg(FILE *out, const sp_schedule *s, const sp_sim *r, const char *title);
+
+/* ------------------------------------------------------------------------------------ */
+/* LayerPipe ([L] §III, Algorithm 1) and the contiguous PipeDream-style partition       */
+
+typedef struct sp_layerpipe {
+    int layers, processors;     /* L, Np requested                                     */
+    int used;                   /* processors that received work                       */
+    double target;              /* the final Tp (maximum processor time)               */
+    int relaxations;            /* times Tp was multiplied by α (line 34)               */
+    /* per processor, in layer order (processor 0 runs the first layers): */
+    double *assigned;           /* F, G and δ′ of the layers it owns                    */
+    double *borrowed;           /* δ″ taken over from the layer before its first layer  */
+    double *total;
+    /* per layer: */
+    int *owner;                 /* processor of F, G and δ′                             */
+    double *delta_keep;         /* δ′                                                   */
+    double *delta_moved;        /* δ″, computed on processor owner[l + 1]               */
+    int *moved_to;              /* −1 when nothing moved                                */
+    /* the contiguous partition (PipeDream): whole layers, bottleneck minimised */
+    int *contig_owner;
+    double *contig_load;
+    double bottleneck, contig_bottleneck;
+} sp_layerpipe;
+
+/* Algorithm 1 on per-layer FP/G/δ times. alpha > 1 relaxes Tp when Np processors do not
+ * suffice (the paper leaves α open; 1.02 is a fine default). */
+void sp_layerpipe_partition(const sp_costs *c, int processors, double alpha, sp_layerpipe *lp);
+void sp_layerpipe_free(sp_layerpipe *lp);
+void sp_layerpipe_print(FILE *out, const sp_costs *c, const sp_layerpipe *lp);
+
+/* Contiguous partition of n loads into at most `parts` blocks minimising the largest
+ * block, ties broken by the smallest sum of squared block loads (the most even one).
+ * owner[i] ∈ [0, parts), non-decreasing. Returns the bottleneck. */
+double sp_partition_contiguous(const double *load, int n, int parts, int *owner);
+
+#endif

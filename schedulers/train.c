@@ -1,0 +1,189 @@
+/* train.c — the training loop, evaluation and progress display. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/error.h"
+#include "core/parallel.h"
+#include "schedulers/train.h"
+
+float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
+                    double *fwd_s, double *bwd_s, double *step_s)
+{
+    sp_tape_reset(t);
+    sp_optim_zero_grad(o);
+    double t0 = sp_now();
+    sp_node *loss = sp_model_loss(m, t, x, y);
+    double t1 = sp_now();
+    sp_backward(e, t, loss);
+    double t2 = sp_now();
+    sp_optim_step(o);
+    double t3 = sp_now();
+    if (fwd_s) *fwd_s = t1 - t0;
+    if (bwd_s) *bwd_s = t2 - t1;
+    if (step_s) *step_s = t3 - t0;
+    return loss->out.data[0];
+}
+
+void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
+{
+    sp_loader *l = sp_loader_new_sync(d, batch, false, 0, false);
+    sp_tape t;
+    sp_tape_init(&t);
+    double loss = 0.0;
+    long correct = 0, seen = 0;
+    sp_batch b;
+    while (sp_loader_next(l, &b)) {
+        sp_tape_reset(&t);
+        sp_node *ln = sp_model_loss(m, &t, &b.x, b.y);
+        const sp_tensor *z = sp_node_x(ln);   /* logits */
+        int K = z->shape[1];
+        for (int i = 0; i < b.n; i++) {
+            const float *zi = z->data + (size_t)i * K;
+            int best = 0;
+            for (int k = 1; k < K; k++) best = zi[k] > zi[best] ? k : best;
+            correct += best == b.y[i];
+        }
+        loss += (double)ln->out.data[0] * b.n;
+        seen += b.n;
+    }
+    sp_tape_free(&t);
+    sp_loader_free(l);
+    *loss_out = seen ? loss / (double)seen : NAN;
+    *acc_out = seen ? (double)correct / (double)seen : NAN;
+}
+
+/* ---- progress ------------------------------------------------------------------------ */
+
+typedef struct progress {
+    bool tty, quiet;
+    double start, last_print;
+    long total_steps;
+} progress;
+
+static void progress_show(progress *p, const char *app, int epoch, int epochs, long step, double loss,
+                          double ips, bool force)
+{
+    if (p->quiet) return;
+    double now = sp_now();
+    if (!force && now - p->last_print < (p->tty ? 0.1 : 10.0)) return;
+    p->last_print = now;
+    double frac = p->total_steps ? (double)step / (double)p->total_steps : 0.0;
+    double eta = frac > 0 ? (now - p->start) * (1.0 - frac) / frac : 0.0;
+    if (p->tty) {
+        char bar[31];
+        int fill = (int)(frac * 30);
+        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+        bar[30] = 0;
+        fprintf(stderr, "\r%s epoch %d/%d [%s] %ld/%ld loss %.4f %.0f img/s ETA %.0fs   ", app, epoch + 1, epochs,
+                bar, step, p->total_steps, loss, ips, eta);
+    } else {
+        fprintf(stderr, "%s epoch %d/%d step %ld/%ld loss %.4f %.0f img/s ETA %.0fs\n", app, epoch + 1, epochs,
+                step, p->total_steps, loss, ips, eta);
+    }
+}
+
+static void progress_line(progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void progress_line(progress *p, const char *fmt, ...)
+{
+    if (p->quiet) return;
+    if (p->tty) fputc('\n', stderr);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_ms(double *v, long n)
+{
+    if (n <= 0) return NAN;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return 1e3 * (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+static FILE *open_log(const char *path)
+{
+    if (!path) return NULL;
+    FILE *f = fopen(path, "w");
+    if (!f) sp_fail("--log %s: cannot open for writing", path);
+    fprintf(f, "step,epoch,loss,lr,seconds\n");
+    return f;
+}
+
+sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,
+                         const sp_train_cfg *cfg)
+{
+    long per_epoch = sp_loader_nbatches(train);
+    long total = cfg->steps > 0 ? cfg->steps : per_epoch * cfg->epochs;
+    int epochs = cfg->steps > 0 ? (int)((cfg->steps + per_epoch - 1) / per_epoch) : cfg->epochs;
+    sp_train_result r = {.test_loss = NAN, .test_acc = NAN};
+    double *fwd = sp_xmalloc((size_t)(total + 1) * sizeof *fwd);   /* before the loop: no malloc per step */
+    double *bwd = sp_xmalloc((size_t)(total + 1) * sizeof *bwd);
+    double *all = sp_xmalloc((size_t)(total + 1) * sizeof *all);
+    FILE *log = open_log(cfg->log_path);
+    progress p = {.tty = isatty(2), .quiet = cfg->quiet, .start = sp_now(), .total_steps = total};
+    sp_tape t;
+    sp_tape_init(&t);
+    double busy = 0.0;
+    long images = 0;
+
+    for (int epoch = 0; epoch < epochs && r.steps < total; epoch++) {
+        sp_loader_set_epoch(train, epoch);
+        if (cfg->lr) sp_optim_set_lr(o, sp_lr_at(cfg->lr, epoch));
+        double epoch_loss = 0.0;
+        long epoch_steps = 0;
+        sp_batch b;
+        r.epochs = epoch + 1;
+        while (r.steps < total && sp_loader_next(train, &b)) {
+            double f, bw, st;
+            float loss = sp_train_step(m, e, o, &t, &b.x, b.y, &f, &bw, &st);
+            if (!isfinite(loss)) sp_fail("%s: loss became %g at step %ld (try a smaller --lr)", cfg->app, loss, r.steps);
+            fwd[r.steps] = f;
+            bwd[r.steps] = bw;
+            all[r.steps] = st;
+            busy += st;
+            images += b.n;
+            r.steps++;
+            epoch_loss += loss;
+            epoch_steps++;
+            r.last_loss = loss;
+            if (log) fprintf(log, "%ld,%d,%.9g,%.9g,%.6f\n", r.steps, epoch, loss, sp_optim_get_lr(o), sp_now() - p.start);
+            progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
+            if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
+                sp_evaluate(m, test, cfg->eval_batch, &r.test_loss, &r.test_acc);
+                progress_line(&p, "%s step %ld: test loss %.4f acc %.4f", cfg->app, r.steps, r.test_loss, r.test_acc);
+            }
+        }
+        r.train_loss = epoch_steps ? epoch_loss / (double)epoch_steps : NAN;
+        progress_show(&p, cfg->app, epoch, epochs, r.steps, r.last_loss, busy > 0 ? images / busy : 0, true);
+        if (test && cfg->eval_every == 0) {
+            sp_evaluate(m, test, cfg->eval_batch, &r.test_loss, &r.test_acc);
+            progress_line(&p, "%s epoch %d: train loss %.4f, test loss %.4f acc %.4f", cfg->app, epoch + 1,
+                          r.train_loss, r.test_loss, r.test_acc);
+        } else {
+            progress_line(&p, "%s epoch %d: train loss %.4f", cfg->app, epoch + 1, r.train_loss);
+        }
+    }
+    if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every != 0)
+        sp_evaluate(m, test, cfg->eval_batch, &r.test_loss, &r.test_acc);
+    r.seconds = sp_now() - p.start;
+    r.images_per_s = busy > 0 ? (double)images / busy : 0.0;
+    r.forward_ms = median_ms(fwd, r.steps);
+    r.backward_ms = median_ms(bwd, r.steps);
+    r.step_ms = median_ms(all, r.steps);
+    if (log && fclose(log) != 0) sp_fail("--log %s: write failed", cfg->log_path);
+    sp_tape_free(&t);
+    free(fwd);
+    free(bwd);
+    free(all);
+    return r;
+}

@@ -1,0 +1,47 @@
+/* train.h — the training loop every app runs:
+ *   loader → forward on the tape → loss → backward engine → optimizer → arena reset.
+ * Progress goes to stderr (a bar on a TTY, plain periodic lines otherwise). */
+#ifndef SP_TRAIN_H
+#define SP_TRAIN_H
+
+#include <stdbool.h>
+#include "core/engine.h"
+#include "core/model.h"
+#include "data/data.h"
+#include "optim/optim.h"
+
+typedef struct sp_train_cfg {
+    const char *app;           /* for progress lines                          */
+    int epochs;
+    long steps;                /* stop after this many steps (0 = whole epochs) */
+    int eval_every;            /* evaluate every N steps (0 = after each epoch) */
+    int eval_batch;
+    const char *log_path;      /* per-step CSV: step,epoch,loss,lr,seconds     */
+    const sp_lr_schedule *lr;  /* indexed by epoch; NULL = constant            */
+    bool quiet;
+} sp_train_cfg;
+
+typedef struct sp_train_result {
+    long steps;
+    int epochs;                /* epochs started                              */
+    double train_loss;         /* mean loss over the last epoch's steps       */
+    double last_loss;          /* loss of the last step                       */
+    double test_loss, test_acc;   /* NaN without a test set                  */
+    double images_per_s;       /* training samples per second of step time    */
+    double seconds;            /* wall time of the whole loop                 */
+    double forward_ms, backward_ms, step_ms;   /* medians per step (backward: engine only) */
+} sp_train_result;
+
+sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,
+                         const sp_train_cfg *cfg);
+
+/* Mean loss and accuracy of m on d (forward only), in batches of `batch`. */
+void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss, double *acc);
+
+/* One training step on (x, y): zero grads, forward, backward, optimizer step.
+ * Returns the loss; fwd_s/bwd_s/step_s receive the forward, backward (engine only)
+ * and whole-step times if not NULL. */
+float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
+                    double *fwd_s, double *bwd_s, double *step_s);
+
+#endif
