@@ -13,6 +13,8 @@ typedef struct engine_entry {
 
 static const engine_entry ENGINES[] = {
     {"linear", sp_engine_linear_create},
+    {"bppsa", sp_engine_bppsa_create},
+    {"ooo", sp_engine_ooo_create},
 };
 #define NENGINES (sizeof ENGINES / sizeof ENGINES[0])
 

@@ -5,6 +5,9 @@
 #include "core/engine.h"
 
 sp_engine *sp_engine_linear_create(const sp_engine_opts *opts);
+/* BP as a parallel scan over transposed Jacobians (schedulers/bppsa.c). */
+sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts);
+sp_engine *sp_engine_ooo_create(const sp_engine_opts *opts);   /* schedulers/ooo.h */
 
 /* One node's whole backward, as the linear engine does it: G (if the op has params)
  * then δ into the producer's grad (accumulating when the producer fans out). */
