@@ -90,6 +90,8 @@ sp_dataset *sp_seqset_open(const char *path);
  * x_t ~ Bernoulli(0.05 + 0.1·c), t = 0..T-1; samples T×1. Sample i depends only on
  * (seed, i), so nothing is stored and T can be 30000. */
 sp_dataset *sp_bitstream(int n, int T, uint64_t seed);
+/* Class-dependent noisy sequences T×C (data/synthetic_seq.c): the GRU app's default. */
+sp_dataset *sp_synthetic_sequences(int n, int T, int C, int nclasses, uint64_t seed);
 
 /* ---- the loader ---- */
 
