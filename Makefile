@@ -56,7 +56,7 @@ TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 CUDA_TEST_SRC := $(wildcard tests/test_*_cuda.c)
 CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
 
-.PHONY: all lib apps tests test test-asan test-cuda cuda-tests bench format clean
+.PHONY: all lib apps tests test test-long test-asan test-cuda cuda-tests bench format clean
 all: lib apps
 
 lib: $(LIB)
@@ -90,6 +90,10 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.c.o $(BUILD)/obj/tests/testutil.c.o $(APP
 # Every suite runs even if one fails; the exit status says whether all passed.
 test: all $(TESTS)
 	@BUILD=$(BUILD) ./scripts/run_tests.sh $(TESTS)
+
+# The long checks: the whole first epoch of the Figure 6 comparison.
+test-long: all $(BUILD)/tests/test_train
+	SCANPROP_FIG6_STEPS=1000000 BUILD=$(BUILD) $(BUILD)/tests/test_train --jobs=1 --verbose
 
 test-asan:
 	$(MAKE) BUILD=build-asan SAN=1 OPT="-O1 -g" test

@@ -55,12 +55,15 @@ static void parse(int argc, char **argv, opts *o)
             exit(0);
         }
         static const char *known[] = {"model", "input", "batch", "png", "columns", "threads", "seed"};
+        const char *eq = strchr(a, '=');   /* --flag value or --flag=value */
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
         int f = -1;
         for (int k = 0; k < 7; k++)
-            if (strncmp(a, "--", 2) == 0 && strcmp(a + 2, known[k]) == 0) f = k;
+            if (strncmp(a, "--", 2) == 0 && len == strlen(known[k]) + 2 && strncmp(a + 2, known[k], len - 2) == 0)
+                f = k;
         if (f < 0) sp_fail("jacobian: unknown argument '%s' (see --help)", a);
-        if (i + 1 >= argc) sp_fail("--%s: missing value", known[f]);
-        const char *v = argv[++i];
+        if (!eq && i + 1 >= argc) sp_fail("--%s: missing value", known[f]);
+        const char *v = eq ? eq + 1 : argv[++i];
         switch (f) {
         case 0: o->model = v; break;
         case 1: o->input = v; break;

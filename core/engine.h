@@ -16,6 +16,10 @@ typedef struct sp_engine_opts {
     int k;                    /* ooo reverse-first-k                          */
     size_t mem_cap;           /* ooo reverse-first-k memory cap (bytes, 0=none) */
     const char *trace_path;   /* ooo: Chrome trace JSON                       */
+    /* ooo: when set, the optimizer update U_i of layer l runs as a task right after
+     * its weight gradient (the sub lane), and the caller skips its own step. */
+    void (*update)(void *ctx, sp_layer *l);
+    void *update_ctx;
     bool plan;                /* bppsa: print the static plan                 */
 } sp_engine_opts;
 

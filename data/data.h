@@ -77,9 +77,10 @@ sp_dataset *sp_fashion_mnist(const char *dir, bool train, int pad_to);
 /* CIFAR-10 binary: data_batch_1..5.bin or test_batch.bin in dir (or in
  * dir/cifar-10-batches-bin); records of 1 label byte + 3072 bytes CHW; 3×32×32. */
 sp_dataset *sp_cifar10(const char *dir, bool train);
-/* root/<class>/<image>.png, .jpg or .jpeg; classes in strcmp order of their names, images in name
- * order, resized to size×size (bilinear, stb_image_resize triangle filter, on bytes as
- * torchvision does on PIL images), channels 1 or 3; pixels / 255. */
+/* root/<class>/<image>.png, .jpg or .jpeg; classes in strcmp order of their names,
+ * images in name order. Decoded as RGB (alpha dropped), to luminance with PIL's
+ * convert("L") weights if channels = 1, resized to size×size exactly as Pillow's
+ * BILINEAR (torchvision Resize on PIL images); pixels / 255. channels: 1 or 3. */
 sp_dataset *sp_image_folder(const char *root, int size, int channels);
 /* The directory name of class c of an image folder (NULL for other datasets). */
 const char *sp_image_folder_class(const sp_dataset *d, int c);

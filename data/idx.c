@@ -32,6 +32,8 @@ static void idx_read(gzFile g, const char *path, void *buf, size_t n, const char
         int r = gzread(g, (char *)buf + got, (unsigned)want);
         int err = Z_OK;
         const char *msg = r <= 0 ? gzerror(g, &err) : "";
+        size_t plen = strlen(path);   /* zlib prefixes its message with the path */
+        if (strncmp(msg, path, plen) == 0 && msg[plen] == ':') msg += plen + (msg[plen + 1] == ' ' ? 2 : 1);
         if (r < 0 || (r == 0 && err != Z_OK))
             sp_fail("%s: corrupt or truncated while reading %s (%s)", path, what, msg);
         if (r == 0)

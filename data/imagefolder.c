@@ -1,14 +1,14 @@
-/* imagefolder.c — root/<class>/<image> like torchvision's ImageFolder, decoded with
- * stb_image and resized with stb_image_resize (Debian libstb: link with -lstb). */
+/* imagefolder.c — root/<class>/<image> like torchvision's ImageFolder + Resize, decoded
+ * with stb_image (Debian libstb: link with -lstb) and resized as Pillow does. */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <stb/stb_image.h>
-#include <stb/stb_image_resize.h>
 #include "core/error.h"
 #include "data/data.h"
 
@@ -58,7 +58,7 @@ static names list_dir(const char *dir, bool want_dirs)
             names_add(&out, e->d_name);
     }
     closedir(dp);
-    qsort(out.v, (size_t)out.n, sizeof *out.v, by_name);
+    if (out.n > 1) qsort(out.v, (size_t)out.n, sizeof *out.v, by_name);
     return out;
 }
 
@@ -90,19 +90,115 @@ const char *sp_image_folder_class(const sp_dataset *d, int c)
     return f->classes.v[c];
 }
 
-/* One image as C×size×size bytes. */
-static void load_image(const char *path, int size, int channels, uint8_t *chw, uint8_t *hwc)
+/* ---- PIL-compatible bilinear resampling ----
+ * torchvision's Resize on PIL images is Image.resize(BILINEAR): a separable tent filter
+ * widened by the scale when shrinking (antialiasing), weights normalised and rounded to
+ * 22-bit fixed point, a horizontal pass rounded to bytes, then a vertical pass
+ * (Pillow's Resample.c). Doing exactly that keeps the inputs byte-identical to a
+ * PyTorch pipeline on the same PNGs. */
+#define PIL_PRECISION 22
+
+typedef struct taps {
+    int *first, *count;   /* per output: first input index and number of taps */
+    int32_t *k;           /* per output: ksize fixed-point weights            */
+    int ksize;
+} taps;
+
+static taps pil_taps(int in, int out)
+{
+    double scale = (double)in / out, fscale = scale < 1.0 ? 1.0 : scale, support = fscale, inv = 1.0 / fscale;
+    taps t = {.ksize = (int)ceil(support) * 2 + 1};
+    t.first = sp_xmalloc((size_t)out * sizeof(int));
+    t.count = sp_xmalloc((size_t)out * sizeof(int));
+    t.k = sp_xmalloc((size_t)out * (size_t)t.ksize * sizeof(int32_t));
+    double *w = sp_xmalloc((size_t)t.ksize * sizeof(double));
+    for (int o = 0; o < out; o++) {
+        double center = (o + 0.5) * scale, sum = 0.0;
+        int lo = (int)(center - support + 0.5), hi = (int)(center + support + 0.5);
+        if (lo < 0) lo = 0;
+        if (hi > in) hi = in;
+        for (int x = 0; x < hi - lo; x++) {
+            double d = fabs((x + lo - center + 0.5) * inv);
+            w[x] = d < 1.0 ? 1.0 - d : 0.0;
+            sum += w[x];
+        }
+        for (int x = 0; x < hi - lo; x++) {
+            double v = (sum != 0.0 ? w[x] / sum : w[x]) * (1 << PIL_PRECISION);
+            t.k[(size_t)o * t.ksize + x] = (int32_t)(v < 0 ? v - 0.5 : v + 0.5);
+        }
+        t.first[o] = lo;
+        t.count[o] = hi - lo;
+    }
+    free(w);
+    return t;
+}
+
+static void taps_free(taps *t)
+{
+    free(t->first);
+    free(t->count);
+    free(t->k);
+}
+
+static uint8_t pil_clip8(int32_t v)
+{
+    if (v >= (1 << PIL_PRECISION << 8)) return 255;
+    return v <= 0 ? 0 : (uint8_t)(v >> PIL_PRECISION);
+}
+
+/* Resample `n` lines along one axis: element (line, i, c) of src is at
+ * line * line_stride + i * step + c, and likewise in dst with out samples per line. */
+static void pil_pass(const uint8_t *src, uint8_t *dst, int nlines, int in, int out, int C, size_t src_line,
+                     size_t dst_line, size_t src_step, size_t dst_step)
+{
+    taps t = pil_taps(in, out);
+    for (int l = 0; l < nlines; l++)
+        for (int o = 0; o < out; o++)
+            for (int c = 0; c < C; c++) {
+                const int32_t *k = t.k + (size_t)o * t.ksize;
+                int32_t acc = 1 << (PIL_PRECISION - 1);
+                for (int x = 0; x < t.count[o]; x++)
+                    acc += src[l * src_line + (size_t)(t.first[o] + x) * src_step + c] * k[x];
+                dst[l * dst_line + o * dst_step + c] = pil_clip8(acc);
+            }
+    taps_free(&t);
+}
+
+/* H×W×C bytes → size×size×C bytes; horizontal first, as Pillow. */
+static uint8_t *pil_resize(const uint8_t *img, int w, int h, int C, int size)
+{
+    uint8_t *cur = sp_xmalloc((size_t)w * h * C);
+    memcpy(cur, img, (size_t)w * h * C);
+    if (w != size) {
+        uint8_t *next = sp_xmalloc((size_t)size * h * C);
+        pil_pass(cur, next, h, w, size, C, (size_t)w * C, (size_t)size * C, (size_t)C, (size_t)C);
+        free(cur);
+        cur = next;
+    }
+    if (h != size) {
+        uint8_t *next = sp_xmalloc((size_t)size * size * C);
+        pil_pass(cur, next, size, h, size, C, (size_t)C, (size_t)C, (size_t)size * C, (size_t)size * C);
+        free(cur);
+        cur = next;
+    }
+    return cur;
+}
+
+/* One image as C×size×size bytes: decode as RGB, to luminance with PIL's
+ * convert("L") weights (ITU-R 601-2) when one channel is wanted, resize. */
+static void load_image(const char *path, int size, int channels, uint8_t *chw)
 {
     int w, h, comp;
-    uint8_t *img = stbi_load(path, &w, &h, &comp, channels);
+    uint8_t *img = stbi_load(path, &w, &h, &comp, 3);
     if (!img) sp_fail("%s: cannot decode image: %s", path, stbi_failure_reason());
-    if (w == size && h == size) memcpy(hwc, img, (size_t)size * size * channels);
-    else if (!stbir_resize_uint8_generic(img, w, h, 0, hwc, size, size, 0, channels, STBIR_ALPHA_CHANNEL_NONE, 0,
-                                         STBIR_EDGE_CLAMP, STBIR_FILTER_TRIANGLE, STBIR_COLORSPACE_LINEAR, NULL))
-        sp_fail("%s: cannot resize %dx%d to %dx%d", path, w, h, size, size);
+    if (channels == 1)
+        for (size_t p = 0; p < (size_t)w * h; p++)
+            img[p] = (uint8_t)((img[3 * p] * 19595 + img[3 * p + 1] * 38470 + img[3 * p + 2] * 7471 + 0x8000) >> 16);
+    uint8_t *hwc = pil_resize(img, w, h, channels, size);
     stbi_image_free(img);
     for (int c = 0; c < channels; c++)
         for (int p = 0; p < size * size; p++) chw[(size_t)c * size * size + p] = hwc[(size_t)p * channels + c];
+    free(hwc);
 }
 
 sp_dataset *sp_image_folder(const char *root, int size, int channels)
@@ -125,17 +221,15 @@ sp_dataset *sp_image_folder(const char *root, int size, int channels)
     int *y;
     sp_dataset *d = sp_dataset_new_u8(root, (int)total, 3, (int[]){channels, size, size}, classes.n, 255.0f, &x, &y);
     size_t numel = (size_t)channels * size * size;
-    uint8_t *hwc = sp_xmalloc(numel);
     int i = 0;
     for (int c = 0; c < classes.n; c++) {
         for (int k = 0; k < files[c].n; k++, i++) {
             snprintf(path, sizeof path, "%s/%s/%s", root, classes.v[c], files[c].v[k]);
-            load_image(path, size, channels, x + (size_t)i * numel, hwc);
+            load_image(path, size, channels, x + (size_t)i * numel);
             y[i] = c;
         }
         names_free(&files[c]);
     }
-    free(hwc);
     free(files);
     folder_dataset *f = sp_xcalloc(1, sizeof *f);
     f->base = *d;

@@ -6,13 +6,13 @@
  *   z = σ(Z),  Z = W_iz x + b_iz + W_hz h + b_hz
  *   M = W_hn h + b_hn,  n = tanh(N),  N = W_in x + b_in + r ⊙ M
  *   h' = (1 − z) ⊙ n + z ⊙ h
- * Forward saves r, z, n, M per step ([B, T, 4H]) so backward recomputes nothing.
+ * Forward saves r, z, n, M per step ([T, B, 4H]) so backward recomputes nothing.
  * Per step, given g = ∇h_t (the piece gru_step_da, shared by BPTT and the chain):
  *   dN = g(1 − z)(1 − n²), dZ = g(h_{t-1} − n) z(1 − z), dM = dN ⊙ r, dR = dN ⊙ M ⊙ r(1 − r)
  * stored as da = [dR, dZ, dM, dN] (4H): ∂l/∂(W_hh h + b_hh) is the contiguous [dR, dZ, dM],
  * ∂l/∂(W_ih x + b_ih) is [dR, dZ, dN].
  *   BPTT:  g_{t-1} = g ⊙ z + [dR, dZ, dM] W_hh + dy_{t-1}
- *   δ:     dx = [dR, dZ, dN] W_ih                            (two GEMMs over all steps)
+ *   δ:     dx = [dR, dZ, dN] W_ih                            (per sample, all its steps)
  *   G:     dW_ih += [dR, dZ, dN]ᵀ x, dW_hh += Σ_t [dR, dZ, dM]_tᵀ h_{t-1}, biases likewise
  *   chain: Jᵀ_t = W_hrᵀ diag(a) + W_hzᵀ diag(c) + W_hnᵀ diag(e) + diag(z)   (Eq. 11) with
  *          a = (1 − z)(1 − n²) M r(1 − r), c = (h_{t-1} − n) z(1 − z), e = (1 − z)(1 − n²) r. */
@@ -48,20 +48,17 @@ static void gru_forward(sp_node *n)
 {
     sp_recurrent_saved *s = sp_recurrent_save(n);
     int B = s->B, T = s->T, C = SP_REC(n)->input, H = SP_REC(n)->hidden, H3 = 3 * H, H4 = 4 * H;
-    size_t BT = (size_t)B * T, TH = (size_t)T * H;
-    const float *x = sp_node_x(n)->data, *bih = PV(n, B_IH), *bhh = PV(n, B_HH);
+    size_t BT = (size_t)B * T;
+    const float *bih = PV(n, B_IH), *bhh = PV(n, B_HH);
     float *hp = s->fwd_scratch;
     for (size_t i = 0; i < BT; i++) memcpy(s->gates + i * H4, bih, (size_t)H3 * sizeof(float));
-    sp_gemm(false, true, (int)BT, H3, C, 1.0f, x, C, PV(n, W_IH), C, 1.0f, s->gates, H4);
+    sp_gemm(false, true, (int)BT, H3, C, 1.0f, s->x_tm, C, PV(n, W_IH), C, 1.0f, s->gates, H4);
     for (int t = 0; t < T; t++) {
+        float *h = s->hs + (size_t)t * B * H, *gates = s->gates + (size_t)t * B * H4;
         for (int b = 0; b < B; b++) memcpy(hp + (size_t)b * H3, bhh, (size_t)H3 * sizeof(float));
-        if (t > 0)
-            sp_gemm(false, true, B, H3, H, 1.0f, s->hs + (size_t)(t - 1) * H, (int)TH, PV(n, W_HH), H, 1.0f, hp,
-                    H3);
-        for (int b = 0; b < B; b++) {
-            float *h = s->hs + b * TH + (size_t)t * H;
-            gru_step_forward(s->gates + ((size_t)b * T + t) * H4, hp + (size_t)b * H3, t ? h - H : NULL, h, H);
-        }
+        if (t > 0) sp_gemm(false, false, B, H3, H, 1.0f, h - B * H, H, s->whh_t, H3, 1.0f, hp, H3);
+        for (int b = 0; b < B; b++)
+            gru_step_forward(gates + (size_t)b * H4, hp + (size_t)b * H3, t ? h - (B - b) * H : NULL, h + b * H, H);
     }
     sp_recurrent_finish_forward(n);
 }
@@ -86,16 +83,17 @@ static void gru_bptt(sp_node *n, const sp_tensor *dy)
     int B = s->B, T = s->T, H = SP_REC(n)->hidden, H4 = 4 * H;
     sp_recurrent_seed_grad(n, dy, T - 1, s->g, false);
     for (int t = T - 1; t >= 0; t--) {
+        const float *gates = s->gates + (size_t)t * B * H4, *h = s->hs + (size_t)t * B * H;
+        float *da = s->da + (size_t)t * B * H4;
         for (int b = 0; b < B; b++) {
-            size_t row = (size_t)b * T + t;
             float *g = s->g + (size_t)b * H;
-            const float *gate_row = s->gates + row * H4;
-            gru_step_da(gate_row, t ? s->hs + (row - 1) * H : NULL, g, s->da + row * H4, H);
+            const float *gate_row = gates + (size_t)b * H4;
+            gru_step_da(gate_row, t ? h - (B - b) * H : NULL, g, da + (size_t)b * H4, H);
             for (int j = 0; j < H; j++) g[j] *= gate_row[H + j];   /* direct path z ⊙ g */
         }
         if (t == 0) break;
         sp_recurrent_seed_grad(n, dy, t - 1, s->g, true);
-        sp_gemm(false, false, B, H, 3 * H, 1.0f, s->da + (size_t)t * H4, T * H4, PV(n, W_HH), H, 1.0f, s->g, H);
+        sp_gemm(false, false, B, H, 3 * H, 1.0f, da, H4, PV(n, W_HH), H, 1.0f, s->g, H);
     }
 }
 
@@ -104,11 +102,10 @@ static void gru_params_from_da(sp_node *n, const float *da)
     const sp_recurrent_saved *s = SP_REC_SAVED(n);
     int C = SP_REC(n)->input, H = SP_REC(n)->hidden, H4 = 4 * H;
     size_t BT = (size_t)s->B * s->T;
-    const float *x = sp_node_x(n)->data;
     float *dWih = PG(n, W_IH), *dbih = PG(n, B_IH), *dbhh = PG(n, B_HH);
-    sp_gemm(true, false, 2 * H, C, (int)BT, 1.0f, da, H4, x, C, 1.0f, dWih, C);                        /* r, z */
-    sp_gemm(true, false, H, C, (int)BT, 1.0f, da + 3 * H, H4, x, C, 1.0f, dWih + (size_t)2 * H * C, C); /* n */
-    sp_recurrent_acc_whh(n, da, 0, 3 * H, PG(n, W_HH));
+    sp_recurrent_acc_wih(n, da, 0, 2 * H, dWih);                         /* r, z from dR, dZ */
+    sp_recurrent_acc_wih(n, da, 3 * H, H, dWih + (size_t)2 * H * C);     /* n from dN       */
+    sp_recurrent_acc_whh(n, da, 0, 3 * H, PG(n, W_HH));                  /* [dR, dZ, dM]    */
     for (size_t i = 0; i < BT; i++) {
         const float *d = da + i * H4;
         for (int j = 0; j < 2 * H; j++) {
@@ -130,11 +127,10 @@ static void gru_backward_params(sp_node *n, const sp_tensor *dy)
 static void gru_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
 {
     const float *da = sp_recurrent_bptt_once(n, dy, SP_REC_INPUT, gru_bptt);
-    const sp_recurrent_saved *s = SP_REC_SAVED(n);
-    int C = SP_REC(n)->input, H = SP_REC(n)->hidden, BT = s->B * s->T;
+    int C = SP_REC(n)->input, H = SP_REC(n)->hidden;
     const float *W = PV(n, W_IH);
-    sp_gemm(false, false, BT, C, 2 * H, 1.0f, da, 4 * H, W, C, 0.0f, dx->data, C);
-    sp_gemm(false, false, BT, C, H, 1.0f, da + 3 * H, 4 * H, W + (size_t)2 * H * C, C, 1.0f, dx->data, C);
+    sp_recurrent_input_grad(n, da, 0, 2 * H, W, 0.0f, dx->data);
+    sp_recurrent_input_grad(n, da, 3 * H, H, W + (size_t)2 * H * C, 1.0f, dx->data);
 }
 
 /* Eq. 11: column j of Jᵀ_t is ∂h_t[j]/∂h_{t-1}, i.e. z_j e_j + W_hhᵀ [dR, dZ, dM] for g = e_j. */
@@ -142,8 +138,8 @@ static void gru_chain_jt(const sp_node *n, int b, int t, float *jt)
 {
     const sp_recurrent_saved *s = SP_REC_SAVED(n);
     int H = SP_REC(n)->hidden;
-    size_t row = (size_t)b * s->T + t - 1;
-    const float *gr = s->gates + row * 4 * H, *hprev = t > 1 ? s->hs + (row - 1) * H : NULL;
+    size_t row = (size_t)(t - 1) * s->B + b;
+    const float *gr = s->gates + row * 4 * H, *hprev = t > 1 ? s->hs + (row - s->B) * H : NULL;
     const float *Wr = PV(n, W_HH), *Wz = Wr + (size_t)H * H, *Wn = Wz + (size_t)H * H;
     for (int j = 0; j < H; j++) {
         float r = gr[j], z = gr[H + j], nn = gr[2 * H + j], M = gr[3 * H + j];
@@ -158,14 +154,16 @@ static void gru_chain_jt(const sp_node *n, int b, int t, float *jt)
 
 typedef struct chain_ctx { const sp_recurrent_saved *s; const float *dh; int H; } chain_ctx;
 
+/* Rows (t, b) of chain_da from dh, which is batch-first [B, T, H]. */
 static void chain_da_range(void *p, size_t begin, size_t end)
 {
     const chain_ctx *c = p;
     const sp_recurrent_saved *s = c->s;
-    int H = c->H;
+    size_t B = (size_t)s->B, H = (size_t)c->H;
     for (size_t i = begin; i < end; i++) {
-        const float *hprev = i % (size_t)s->T ? s->hs + (i - 1) * H : NULL;
-        gru_step_da(s->gates + i * 4 * H, hprev, c->dh + i * H, s->chain_da + i * 4 * H, H);
+        size_t t = i / B, b = i % B;
+        const float *hprev = t ? s->hs + (i - B) * H : NULL;
+        gru_step_da(s->gates + i * 4 * H, hprev, c->dh + (b * s->T + t) * H, s->chain_da + i * 4 * H, c->H);
     }
 }
 

@@ -59,42 +59,55 @@ sp_recurrent_saved *sp_recurrent_save(sp_node *n)
     const sp_tensor *x = sp_node_x(n);
     sp_recurrent_saved *s = sp_tape_alloc(n->tape, sizeof *s);
     memset(s, 0, sizeof *s);
-    s->B = x->shape[0];
-    s->T = x->shape[1];
-    size_t BT = (size_t)s->B * (size_t)s->T, H = (size_t)l->hidden;
-    s->hs = l->mode == SP_SEQ_ALL ? n->out.data : tape_floats(n, BT * H);
+    int B = s->B = x->shape[0], T = s->T = x->shape[1], C = l->input, H = l->hidden, GH = l->gates * H;
+    size_t BT = (size_t)B * T;
+    s->x_tm = tape_floats(n, BT * C);
+    s->whh_t = tape_floats(n, (size_t)GH * H);
+    s->hs = tape_floats(n, BT * H);
     s->gates = tape_floats(n, BT * (size_t)l->gate_width);
-    s->fwd_scratch = l->gates > 1 ? tape_floats(n, (size_t)s->B * 3 * H) : NULL;
+    s->fwd_scratch = l->gates > 1 ? tape_floats(n, (size_t)B * GH) : NULL;
     s->da = tape_floats(n, BT * (size_t)l->da_width);
-    s->g = tape_floats(n, (size_t)s->B * H);
+    s->g = tape_floats(n, (size_t)B * H);
     s->chain_da = tape_floats(n, BT * (size_t)l->da_width);
     pthread_mutex_init(&s->lock, NULL);
     n->saved = s;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            memcpy(s->x_tm + ((size_t)t * B + b) * C, x->data + ((size_t)b * T + t) * C, (size_t)C * sizeof(float));
+    const float *Whh = n->layer->params[1]->value.data;
+    for (int i = 0; i < GH; i++)
+        for (int k = 0; k < H; k++) s->whh_t[(size_t)k * GH + i] = Whh[(size_t)i * H + k];
     return s;
 }
 
 void sp_recurrent_finish_forward(sp_node *n)
 {
     const sp_recurrent_saved *s = SP_REC_SAVED(n);
-    if (SP_REC(n)->mode == SP_SEQ_ALL) return;   /* hs is the output */
     size_t H = (size_t)SP_REC(n)->hidden;
+    if (SP_REC(n)->mode == SP_SEQ_LAST) {
+        memcpy(n->out.data, s->hs + (size_t)(s->T - 1) * s->B * H, (size_t)s->B * H * sizeof(float));
+        return;
+    }
     for (int b = 0; b < s->B; b++)
-        memcpy(n->out.data + b * H, s->hs + ((size_t)b * s->T + s->T - 1) * H, H * sizeof(float));
+        for (int t = 0; t < s->T; t++)
+            memcpy(n->out.data + ((size_t)b * s->T + t) * H, s->hs + ((size_t)t * s->B + b) * H, H * sizeof(float));
 }
 
 void sp_recurrent_seed_grad(const sp_node *n, const sp_tensor *dy, int t, float *g, bool add)
 {
     const sp_recurrent_saved *s = SP_REC_SAVED(n);
-    int H = SP_REC(n)->hidden;
-    bool all = SP_REC(n)->mode == SP_SEQ_ALL;
+    size_t H = (size_t)SP_REC(n)->hidden;
+    if (SP_REC(n)->mode == SP_SEQ_LAST && t != s->T - 1) {
+        if (!add) memset(g, 0, (size_t)s->B * H * sizeof(float));
+        return;
+    }
     for (int b = 0; b < s->B; b++) {
-        float *gb = g + (size_t)b * H;
-        const float *src = all ? dy->data + ((size_t)b * s->T + t) * H
-                               : (t == s->T - 1 ? dy->data + (size_t)b * H : NULL);
-        for (int j = 0; j < H; j++) {
-            float v = src ? src[j] : 0.0f;
-            gb[j] = add ? gb[j] + v : v;
-        }
+        const float *src = SP_REC(n)->mode == SP_SEQ_ALL ? dy->data + ((size_t)b * s->T + t) * H : dy->data + b * H;
+        float *gb = g + b * H;
+        if (add)
+            for (size_t j = 0; j < H; j++) gb[j] += src[j];
+        else
+            memcpy(gb, src, H * sizeof(float));
     }
 }
 
@@ -115,16 +128,30 @@ const float *sp_recurrent_bptt_once(sp_node *n, const sp_tensor *dy, unsigned us
     return s->da;
 }
 
+void sp_recurrent_acc_wih(const sp_node *n, const float *da, int col, int rows, float *dW)
+{
+    const sp_recurrent_saved *s = SP_REC_SAVED(n);
+    int C = SP_REC(n)->input, W = SP_REC(n)->da_width;
+    sp_gemm(true, false, rows, C, s->T * s->B, 1.0f, da + col, W, s->x_tm, C, 1.0f, dW, C);
+}
+
 void sp_recurrent_acc_whh(const sp_node *n, const float *da, int col, int rows, float *dW)
 {
     const sp_recurrent_saved *s = SP_REC_SAVED(n);
     int H = SP_REC(n)->hidden, W = SP_REC(n)->da_width;
     if (s->T < 2) return;   /* h_0 = 0: no recurrent term */
-    for (int b = 0; b < s->B; b++) {
-        const float *dab = da + ((size_t)b * s->T + 1) * W + col;   /* steps 2..T      */
-        const float *hb = s->hs + (size_t)b * s->T * H;             /* h_1..h_{T-1}    */
-        sp_gemm(true, false, rows, H, s->T - 1, 1.0f, dab, W, hb, H, 1.0f, dW, H);
-    }
+    /* rows of steps 2..T against h_1..h_{T-1}: both contiguous in the time-major layout */
+    sp_gemm(true, false, rows, H, (s->T - 1) * s->B, 1.0f, da + (size_t)s->B * W + col, W, s->hs, H, 1.0f, dW, H);
+}
+
+void sp_recurrent_input_grad(const sp_node *n, const float *da, int col, int rows, const float *W_rows, float beta,
+                             float *dx)
+{
+    const sp_recurrent_saved *s = SP_REC_SAVED(n);
+    int C = SP_REC(n)->input, W = SP_REC(n)->da_width;
+    for (int b = 0; b < s->B; b++)
+        sp_gemm(false, false, s->T, C, rows, 1.0f, da + (size_t)b * W + col, s->B * W, W_rows, C, beta,
+                dx + (size_t)b * s->T * C, C);
 }
 
 sp_cost sp_recurrent_cost(const sp_node *n, double fwd_pointwise_per_h, double bwd_pointwise_per_h)
@@ -138,8 +165,7 @@ sp_cost sp_recurrent_cost(const sp_node *n, double fwd_pointwise_per_h, double b
         .bwd_input_flops = in_proj,   /* dx = da·W_ih; the shared BPTT is counted under G */
         .bwd_params_flops = in_proj + 2 * rec + BT * H * bwd_pointwise_per_h + 2 * BT * GH,
         .out_bytes = 4 * (double)n->out.numel,
-        .saved_bytes = 4 * (BT * (l->mode == SP_SEQ_ALL ? 0 : H) + BT * (l->gate_width + 2.0 * l->da_width) +
-                            B * H * (l->gates > 1 ? 4 : 1)),
+        .saved_bytes = 4 * (BT * (C + H + l->gate_width + 2.0 * l->da_width) + GH * H + B * H + (l->gates > 1 ? B * GH : 0)),
         .param_bytes = 4 * (GH * (C + H + 2)),
     };
 }

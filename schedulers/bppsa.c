@@ -209,7 +209,7 @@ static bool same_chain(const bppsa_state *s, sp_node **nodes, int count)
             s->sig_in[i] != sp_tensor_sample_numel(sp_node_x(nodes[i])))
             return false;
         for (int d = 1; d < nodes[i]->out.ndim; d++)   /* dim 0 is the batch: patterns ignore it */
-            if (s->sig_shapes[i][d] != nodes[i]->out.shape[d]) return false;
+            if (s->sig_shapes[i][d + 1] != nodes[i]->out.shape[d]) return false;
     }
     return true;
 }
@@ -332,8 +332,11 @@ static void print_plan(const bppsa_state *s, int B)
         char res[64] = "-";
         if (si->skip) snprintf(res, sizeof res, "skipped (a[n] unused)");
         else if (st->kind != SP_SCAN_IDENTITY)
-            snprintf(res, sizeof res, "%s %dx%d nnz %lld", kind_name(si->out.kind), si->out.rows,
-                     si->out.kind == EL_VEC ? 1 : si->out.cols, (long long)(si->out.kind == EL_CSR ? si->out.nnz : 0));
+        {
+            int k = snprintf(res, sizeof res, "%s %dx%d", kind_name(si->out.kind), si->out.rows,
+                             si->out.kind == EL_VEC ? 1 : si->out.cols);
+            if (si->out.kind == EL_CSR) snprintf(res + k, sizeof res - (size_t)k, " nnz %lld", (long long)si->out.nnz);
+        }
         bool crit = si->flops > 0 && si->flops == lvl_max;
         printf("%5d %-8s %5d %5d  %-26s %14.3f %s\n", st->level, kinds[st->kind], st->l, st->r, res, si->flops / 1e6,
                crit ? "*" : "");

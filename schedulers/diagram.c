@@ -173,7 +173,7 @@ static void svg_legend(FILE *out, const sp_schedule *s, double y)
 void sp_diagram_svg(FILE *out, const sp_schedule *s, const sp_sim *r, const char *title)
 {
     double span = r->latency > 0 ? r->latency : 1;
-    double px = fmin(48.0, fmax(4.0, 1100.0 / span));
+    double px = fmin(48.0, 1100.0 / span);   /* at most ~1100 px of timeline */
     double width = SVG_LEFT + span * px + SVG_RIGHT + 260;
     double legend_y = SVG_TOP + s->workers * SVG_ROW + SVG_AXIS;
     double height = legend_y + SVG_LEGEND;

@@ -334,7 +334,7 @@ void sp_jt_write_png(const sp_csr *jt, const char *path, int max_side)
     if (H < 1) H = 1;
     if (W < 1) W = 1;
     /* blow tiny matrices up so one entry is several pixels wide */
-    int big = H > W ? H : W, zoom = big >= 256 ? 1 : 256 / big;
+    int big = H > W ? H : W, zoom = big >= 512 ? 1 : 512 / big;
     if (zoom > 16) zoom = 16;
     unsigned char *cls = sp_xcalloc((size_t)H * W, 1);
     for (int i = 0; i < jt->rows; i++) {

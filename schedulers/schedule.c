@@ -334,18 +334,17 @@ static void check_config(const sp_scheme *scheme, const sp_sched_config *cfg, co
 sp_schedule *sp_schedule_new(const sp_scheme *scheme, const sp_sched_config *cfg, const sp_costs *costs)
 {
     check_config(scheme, cfg, costs);
-    sp_schedule *s = sp_xcalloc(1, sizeof *s);
-    s->scheme = scheme;
-    s->stages = cfg->stages;
-    s->micro = cfg->micro;
-    s->workers = cfg->workers;
-    s->groups = cfg->groups;
-    s->per_group = cfg->per_group;
-    s->split_backward = cfg->split < 0 ? scheme->split_backward : cfg->split > 0;
-    s->input_grad = !cfg->no_input_grad;
-    scheme->setup(s);
-    if (s->groups == 0) s->groups = 1;
-    if (s->per_group == 0) s->per_group = s->workers;
+    sp_schedule shape = {
+        .scheme = scheme, .stages = cfg->stages, .micro = cfg->micro, .workers = cfg->workers,
+        .groups = cfg->groups, .per_group = cfg->per_group,
+        .split_backward = cfg->split < 0 ? scheme->split_backward : cfg->split > 0,
+        .input_grad = !cfg->no_input_grad,
+    };
+    scheme->setup(&shape);   /* may sp_fail: nothing is allocated yet */
+    if (shape.groups == 0) shape.groups = 1;
+    if (shape.per_group == 0) shape.per_group = shape.workers;
+    sp_schedule *s = sp_xmalloc(sizeof *s);
+    *s = shape;
     place_stages(s, costs);
     make_jobs(s);
     assign_workers(s);

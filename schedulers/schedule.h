@@ -219,7 +219,7 @@ typedef struct sp_layerpipe {
 } sp_layerpipe;
 
 /* Algorithm 1 on per-layer FP/G/δ times. alpha > 1 relaxes Tp when Np processors do not
- * suffice (the paper leaves α open; 1.02 is a fine default). */
+ * suffice (the paper leaves α open; the app uses 1.01). */
 void sp_layerpipe_partition(const sp_costs *c, int processors, double alpha, sp_layerpipe *lp);
 void sp_layerpipe_free(sp_layerpipe *lp);
 void sp_layerpipe_print(FILE *out, const sp_costs *c, const sp_layerpipe *lp);

@@ -145,25 +145,47 @@ static double parse_number(const char *path, int lineno, const char *col, const 
     return v;
 }
 
-static void parse_row(const char *path, int lineno, char *line, const csv_header *h, sp_costs *c, int s)
+/* One stage's row, parsed without allocating (so an error leaves nothing behind). */
+typedef struct csv_row {
+    char name[SP_STAGE_NAME];
+    double fwd, grad, delta, act_bytes, param_bytes;
+    bool movable, has_name;
+} csv_row;
+
+static csv_row parse_row(const char *path, int lineno, char *line, const csv_header *h)
 {
     char *field[64];
     int n = split_fields(line, field, 64);
     if (n != h->nfields)
         sp_fail("%s:%d: %d fields (expected %d, as in the header)", path, lineno, n, h->nfields);
-    if (h->col[COL_NAME] >= 0) snprintf(c->name[s], SP_STAGE_NAME, "%s", field[h->col[COL_NAME]]);
-    c->fwd[s] = parse_number(path, lineno, "fwd", field[h->col[COL_FWD]]);
-    c->grad[s] = parse_number(path, lineno, "bwd_grad", field[h->col[COL_GRAD]]);
-    c->delta[s] = parse_number(path, lineno, "bwd_delta", field[h->col[COL_DELTA]]);
-    if (h->col[COL_ACT] >= 0) c->act_bytes[s] = parse_number(path, lineno, "act_bytes", field[h->col[COL_ACT]]);
-    if (h->col[COL_PARAM] >= 0)
-        c->param_bytes[s] = parse_number(path, lineno, "param_bytes", field[h->col[COL_PARAM]]);
+    csv_row r = {.act_bytes = 1, .param_bytes = 1, .movable = true};
+    if (h->col[COL_NAME] >= 0) {
+        snprintf(r.name, SP_STAGE_NAME, "%s", field[h->col[COL_NAME]]);
+        r.has_name = true;
+    }
+    r.fwd = parse_number(path, lineno, "fwd", field[h->col[COL_FWD]]);
+    r.grad = parse_number(path, lineno, "bwd_grad", field[h->col[COL_GRAD]]);
+    r.delta = parse_number(path, lineno, "bwd_delta", field[h->col[COL_DELTA]]);
+    if (h->col[COL_ACT] >= 0) r.act_bytes = parse_number(path, lineno, "act_bytes", field[h->col[COL_ACT]]);
+    if (h->col[COL_PARAM] >= 0) r.param_bytes = parse_number(path, lineno, "param_bytes", field[h->col[COL_PARAM]]);
     if (h->col[COL_MOVABLE] >= 0) {
         const char *m = field[h->col[COL_MOVABLE]];
         if (strcmp(m, "0") != 0 && strcmp(m, "1") != 0)
             sp_fail("%s:%d: column movable: '%s' (expected 0 or 1)", path, lineno, m);
-        c->movable[s] = m[0] == '1';
+        r.movable = m[0] == '1';
     }
+    return r;
+}
+
+static void store_row(sp_costs *c, int s, const csv_row *r)
+{
+    if (r->has_name) snprintf(c->name[s], SP_STAGE_NAME, "%s", r->name);
+    c->fwd[s] = r->fwd;
+    c->grad[s] = r->grad;
+    c->delta[s] = r->delta;
+    c->act_bytes[s] = r->act_bytes;
+    c->param_bytes[s] = r->param_bytes;
+    c->movable[s] = r->movable;
 }
 
 /* A line worth parsing: not blank, not a '#' comment. Strips the newline. */
@@ -174,37 +196,38 @@ static bool content_line(char *line)
     return *t && *t != '#';
 }
 
+/* Reads the file twice: the first pass validates every row and counts them, the second
+ * stores them (c == NULL: the first pass). Returns the number of rows. */
+static int read_rows(FILE *f, const char *path, sp_costs *c)
+{
+    char line[4096];
+    int lineno = 0, rows = 0;
+    csv_header h = {.nfields = 0};
+    rewind(f);
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        if (!strchr(line, '\n') && !feof(f)) sp_fail("%s:%d: line longer than %zu bytes", path, lineno, sizeof line - 1);
+        if (!content_line(line)) continue;
+        if (h.nfields == 0) {
+            h = parse_header(path, lineno, line);
+            continue;
+        }
+        csv_row r = parse_row(path, lineno, line, &h);
+        if (c) store_row(c, rows, &r);
+        rows++;
+    }
+    if (h.nfields == 0 || rows == 0) sp_fail("%s: no stages (expected a header line and one row per stage)", path);
+    return rows;
+}
+
 sp_costs *sp_costs_read_csv(const char *path)
 {
     FILE *f = fopen(path, "r");
     if (!f) sp_fail("%s: cannot open profile: %s", path, strerror(errno));
-    char line[4096];
-    int lineno = 0, rows = 0;
-    csv_header h = {.nfields = 0};
-    while (fgets(line, sizeof line, f)) {     /* first pass: header and row count */
-        lineno++;
-        if (!content_line(line)) continue;
-        if (h.nfields == 0)
-            h = parse_header(path, lineno, line);
-        else
-            rows++;
-    }
-    if (h.nfields == 0 || rows == 0) sp_fail("%s: no stages (expected a header line and one row per stage)", path);
+    int rows = read_rows(f, path, NULL);
     sp_costs *c = costs_alloc(rows);
     strcpy(c->unit, "profile");
-    rewind(f);
-    lineno = 0;
-    bool header_seen = false;
-    int s = 0;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        if (!content_line(line)) continue;
-        if (!header_seen) {
-            header_seen = true;
-            continue;
-        }
-        parse_row(path, lineno, line, &h, c, s++);
-    }
+    read_rows(f, path, c);
     fclose(f);
     return c;
 }
@@ -244,9 +267,9 @@ sp_costs *sp_costs_from_model(struct sp_model *m, int in_ndim, const int *in_sha
         if (!n->op) continue;
         sp_cost k = n->op->cost(n);
         if (n->layer && n->layer->name[0])
-            snprintf(c->name[s], SP_STAGE_NAME, "%s", n->layer->name);
+            snprintf(c->name[s], SP_STAGE_NAME, "%.*s", SP_STAGE_NAME - 1, n->layer->name);
         else
-            snprintf(c->name[s], SP_STAGE_NAME, "%s%d", n->op->name, s);
+            snprintf(c->name[s], SP_STAGE_NAME, "%.20s%d", n->op->name, s);
         c->fwd[s] = k.fwd_flops / per_us;
         c->delta[s] = k.bwd_input_flops / per_us;
         c->grad[s] = k.bwd_params_flops / per_us;

@@ -192,17 +192,21 @@ static int workers_of(const sp_schedule *s, int stage, int b, int job_of[3])
     return m;
 }
 
+/* A stage has weights unless its costs say it has none (ReLU, pooling, ...). */
+static bool has_weights(const sp_costs *c, int stage) { return !c || c->param_bytes[stage] > 0; }
+
 /* [U]: worker w receives activations Σ_{(s,b) on w} 1[w_compute(s−1, b) ≠ w] — the input
  * x_s of a forward — and, when a backward job runs away from its forward, the stored x_s.
  * Gradients: the iterate z_{s+1} from the worker of δ_{s+1} (or B_{s+1}).
  * Weights: Σ_{(s,b) on w} 1[w_weights(s, b) ≠ w], once per (s, b) and worker. */
-static void count_pair_transfers(const sp_schedule *s, int st, int b, sp_sim *r)
+
+static void count_pair_transfers(const sp_schedule *s, const sp_costs *c, int st, int b, sp_sim *r)
 {
     int f = sp_schedule_find(s, st, b, SP_FWD), fw = s->compute[f];
     if (st > 0 && s->compute[sp_schedule_find(s, st - 1, b, SP_FWD)] != fw) r->worker[fw].act_recv++;
 
     int job_of[3], m = workers_of(s, st, b, job_of);
-    for (int k = 0; k < m; k++)
+    for (int k = 0; k < m && has_weights(c, st); k++)
         if (s->weights[job_of[k]] != s->compute[job_of[k]]) r->worker[s->compute[job_of[k]]].weight_recv++;
 
     int next = st + 1 < s->stages ? sp_schedule_find(s, st + 1, b, s->split_backward ? SP_BWD_DELTA : SP_BWD) : -1;
@@ -215,16 +219,17 @@ static void count_pair_transfers(const sp_schedule *s, int st, int b, sp_sim *r)
     }
 }
 
-static void count_transfers(const sp_schedule *s, sp_sim *r)
+static void count_transfers(const sp_schedule *s, const sp_costs *c, sp_sim *r)
 {
     for (int b = 0; b < s->micro; b++)
-        for (int st = 0; st < s->stages; st++) count_pair_transfers(s, st, b, r);
+        for (int st = 0; st < s->stages; st++) count_pair_transfers(s, c, st, b, r);
 }
 
-static void count_weight_storage(const sp_schedule *s, sp_sim *r)
+static void count_weight_storage(const sp_schedule *s, const sp_costs *c, sp_sim *r)
 {
     char *holds = sp_xcalloc((size_t)s->workers * s->stages, 1);
-    for (int j = 0; j < s->njobs; j++) holds[(size_t)s->weights[j] * s->stages + s->jobs[j].stage] = 1;
+    for (int j = 0; j < s->njobs; j++)
+        if (has_weights(c, s->jobs[j].stage)) holds[(size_t)s->weights[j] * s->stages + s->jobs[j].stage] = 1;
     for (int w = 0; w < s->workers; w++)
         for (int st = 0; st < s->stages; st++) r->worker[w].weight_stages += holds[(size_t)w * s->stages + st];
     free(holds);
@@ -346,8 +351,8 @@ void sp_simulate(const sp_schedule *s, const sp_costs *c, sp_sim *r)
 
     run_greedy(s, c, r);
     per_worker_time(s, r);
-    count_transfers(s, r);
-    count_weight_storage(s, r);
+    count_transfers(s, c, r);
+    count_weight_storage(s, c, r);
     peak_activations(s, c, r);
     maxima(s, r);
     throughput(s, c, r);

@@ -1,0 +1,343 @@
+/* ooo_exec.c — the two-lane executor of ooo back-propagation and its trace writer.
+ *
+ * A lane is an in-order queue of tasks, like a CUDA stream: main (the calling thread)
+ * runs δO, sub (one persistent thread) runs δW and U (EuroSys '22 §4.1, main-stream and
+ * sub-stream). A task whose predecessor sits on the other lane waits on that task's
+ * completion — an event: one dependency counter per task, decremented by each finished
+ * predecessor. So the CUDA version is the same loop with cudaEventRecord after a task
+ * and cudaStreamWaitEvent before it; nothing else changes.
+ *
+ * Memory cap: before a main task would take the live bytes of the memory model over the
+ * cap, main waits for the sub tasks that come before it in the plan's order; those only
+ * depend on tasks earlier in that order, so they always finish, and once they have, the
+ * live bytes are at most what the order run one task at a time holds (ooo_policy.c has
+ * checked that fits). */
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/error.h"
+#include "core/parallel.h"
+#include "schedulers/ooo.h"
+
+typedef struct run_ctx {
+    sp_tape *tape;
+    const sp_ooo_graph *g;
+    const sp_ooo_plan *p;
+    sp_ooo_exec_cfg cfg;
+    sp_ooo_run *run;
+    double t0;
+    _Atomic int *remaining;   /* [ntasks] unfinished predecessors */
+    _Atomic int *done;        /* [ntasks] */
+    _Atomic int *left;        /* [nbuf] users of each buffer still to finish */
+    _Atomic size_t live, peak;
+    _Atomic int sub_next;     /* plan position of the sub lane's next unfinished task */
+} run_ctx;
+
+struct sp_ooo_exec {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* every state change: task done, work posted, lane idle */
+    pthread_t sub;
+    bool sub_started, quit, sub_busy;
+    unsigned generation;
+    run_ctx *cur;
+};
+
+/* ---- one task ------------------------------------------------------------------------ */
+
+/* δ into the producer's grad exactly as the linear engine does (schedulers/linear.c). */
+static void run_backward_input(sp_node *n)
+{
+    sp_node *in = n->input;
+    if (in->nconsumers == 1) {
+        n->op->backward_input(n, &n->grad, &in->grad);
+        return;
+    }
+    sp_tensor tmp = sp_tape_tensor_like(n->tape, &in->out);
+    n->op->backward_input(n, &n->grad, &tmp);
+    for (size_t i = 0; i < tmp.numel; i++) in->grad.data[i] += tmp.data[i];
+}
+
+static void run_task(run_ctx *c, const sp_ooo_task *t, int lane)
+{
+    switch (t->kind) {
+    case SP_OOO_DO: run_backward_input(t->node); break;
+    case SP_OOO_DW: {
+        /* The tape's arena is not thread-safe: on the sub lane the op sees a copy of its
+         * node whose scratch comes from the lane's own arena. */
+        sp_node view = *t->node;
+        if (lane == SP_OOO_SUB) view.tape = c->cfg.sub_tape;
+        t->node->op->backward_params(&view, &t->node->grad);
+        break;
+    }
+    case SP_OOO_U: c->cfg.update(c->cfg.update_ctx, t->layer); break;
+    case SP_OOO_F: break;
+    }
+}
+
+/* ---- the lanes ---------------------------------------------------------------------- */
+
+static bool mem_blocked(run_ctx *c, int id)
+{
+    if (!c->cfg.mem_cap) return false;
+    size_t need = atomic_load(&c->live) + c->g->tasks[id].alloc;
+    return need > c->cfg.mem_cap && atomic_load(&c->sub_next) < c->p->pos[id];
+}
+
+static bool can_start(run_ctx *c, int id, int lane)
+{
+    return atomic_load(&c->remaining[id]) == 0 && (lane != SP_OOO_MAIN || !mem_blocked(c, id));
+}
+
+static void mem_start(run_ctx *c, const sp_ooo_task *t)
+{
+    size_t live = atomic_fetch_add(&c->live, t->alloc) + t->alloc;
+    size_t peak = atomic_load(&c->peak);
+    while (live > peak && !atomic_compare_exchange_weak(&c->peak, &peak, live)) {
+    }
+}
+
+static void mem_end(run_ctx *c, const sp_ooo_task *t)
+{
+    size_t freed = t->scratch;
+    for (int u = 0; u < t->nuse; u++)
+        if (atomic_fetch_sub(&c->left[t->use[u]], 1) == 1) freed += c->g->buf_bytes[t->use[u]];
+    atomic_fetch_sub(&c->live, freed);
+}
+
+static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane)
+{
+    const int *q = c->p->queue[lane];
+    int n = c->p->nqueue[lane];
+    for (int i = 0; i < n; i++) {
+        int id = q[i];
+        const sp_ooo_task *t = &c->g->tasks[id];
+        if (!can_start(c, id, lane)) {   /* cudaStreamWaitEvent */
+            pthread_mutex_lock(&x->mu);
+            while (!can_start(c, id, lane)) pthread_cond_wait(&x->cv, &x->mu);
+            pthread_mutex_unlock(&x->mu);
+        }
+        mem_start(c, t);
+        double a = sp_now();
+        run_task(c, t, lane);
+        double b = sp_now();
+        c->run->start[id] = a - c->t0;
+        c->run->end[id] = b - c->t0;
+        c->run->busy[lane] += b - a;
+        mem_end(c, t);
+        for (int s = 0; s < t->nsucc; s++) atomic_fetch_sub(&c->remaining[t->succ[s]], 1);
+        if (lane == SP_OOO_SUB) atomic_store(&c->sub_next, i + 1 < n ? c->p->pos[q[i + 1]] : INT_MAX);
+        atomic_store(&c->done[id], 1);   /* cudaEventRecord */
+        pthread_mutex_lock(&x->mu);
+        pthread_cond_broadcast(&x->cv);
+        pthread_mutex_unlock(&x->mu);
+    }
+}
+
+static void *sub_main(void *arg)
+{
+    sp_ooo_exec *x = arg;
+    unsigned seen = 0;
+    pthread_mutex_lock(&x->mu);
+    for (;;) {
+        while (x->generation == seen && !x->quit) pthread_cond_wait(&x->cv, &x->mu);
+        if (x->quit) break;
+        seen = x->generation;
+        run_ctx *c = x->cur;
+        pthread_mutex_unlock(&x->mu);
+        run_lane(x, c, SP_OOO_SUB);
+        pthread_mutex_lock(&x->mu);
+        x->sub_busy = false;
+        pthread_cond_broadcast(&x->cv);
+    }
+    pthread_mutex_unlock(&x->mu);
+    return NULL;
+}
+
+sp_ooo_exec *sp_ooo_exec_new(void)
+{
+    sp_ooo_exec *x = sp_xcalloc(1, sizeof *x);
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->cv, NULL);
+    return x;
+}
+
+void sp_ooo_exec_free(sp_ooo_exec *x)
+{
+    if (!x) return;
+    sp_ooo_exec_finish(x);
+    if (x->sub_started) {
+        pthread_mutex_lock(&x->mu);
+        x->quit = true;
+        pthread_cond_broadcast(&x->cv);
+        pthread_mutex_unlock(&x->mu);
+        pthread_join(x->sub, NULL);
+    }
+    pthread_cond_destroy(&x->cv);
+    pthread_mutex_destroy(&x->mu);
+    free(x);
+}
+
+void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const sp_ooo_plan *p,
+                       const sp_ooo_exec_cfg *cfg, sp_ooo_run *run)
+{
+    sp_ooo_exec_finish(x);
+    run_ctx *c = sp_tape_alloc(t, sizeof *c);
+    *c = (run_ctx){.tape = t, .g = g, .p = p, .cfg = *cfg, .run = run};
+    c->remaining = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(_Atomic int));
+    c->done = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(_Atomic int));
+    c->left = sp_tape_alloc(t, (size_t)(g->nbuf + 1) * sizeof(_Atomic int));
+    for (int i = 0; i < g->ntasks; i++) {
+        atomic_init(&c->remaining[i], g->tasks[i].npred);
+        atomic_init(&c->done[i], 0);
+    }
+    for (int b = 0; b < g->nbuf; b++) atomic_init(&c->left[b], g->buf_users[b]);
+    atomic_init(&c->live, g->start_bytes);
+    atomic_init(&c->peak, g->start_bytes);
+    atomic_init(&c->sub_next, p->nqueue[SP_OOO_SUB] > 0 ? p->pos[p->queue[SP_OOO_SUB][0]] : INT_MAX);
+    memset(run, 0, sizeof *run);
+    run->graph = g;
+    run->plan = p;
+    run->start = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(double));
+    run->end = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(double));
+    memset(run->start, 0, (size_t)g->ntasks * sizeof(double));
+    memset(run->end, 0, (size_t)g->ntasks * sizeof(double));
+    c->t0 = sp_now();
+    if (p->nqueue[SP_OOO_SUB] > 0) {
+        if (!x->sub_started) {   /* first two-lane step only */
+            if (pthread_create(&x->sub, NULL, sub_main, x)) sp_fail("ooo: cannot start the sub-lane thread");
+            x->sub_started = true;
+        }
+        pthread_mutex_lock(&x->mu);
+        x->cur = c;
+        x->sub_busy = true;
+        x->generation++;
+        pthread_cond_broadcast(&x->cv);
+        pthread_mutex_unlock(&x->mu);
+    } else {
+        x->cur = c;
+    }
+    run_lane(x, c, SP_OOO_MAIN);
+    run->main_done = sp_now() - c->t0;
+}
+
+void sp_ooo_exec_wait_task(sp_ooo_exec *x, int task)
+{
+    run_ctx *c = x->cur;
+    if (!c || atomic_load(&c->done[task])) return;
+    pthread_mutex_lock(&x->mu);
+    while (!atomic_load(&c->done[task])) pthread_cond_wait(&x->cv, &x->mu);
+    pthread_mutex_unlock(&x->mu);
+}
+
+bool sp_ooo_exec_busy(const sp_ooo_exec *x) { return x->cur != NULL; }
+
+void sp_ooo_exec_finish(sp_ooo_exec *x)
+{
+    run_ctx *c = x->cur;
+    if (!c) return;
+    pthread_mutex_lock(&x->mu);
+    while (x->sub_busy) pthread_cond_wait(&x->cv, &x->mu);
+    pthread_mutex_unlock(&x->mu);
+    sp_ooo_run *run = c->run;
+    const sp_ooo_graph *g = c->g;
+    run->wall = sp_now() - c->t0;
+    run->peak_bytes = atomic_load(&c->peak);
+    for (int i = g->nexec; i < g->ntasks; i++) {   /* F': when the next forward could start */
+        double at = 0;
+        for (int q = 0; q < g->tasks[i].npred; q++) {
+            int pr = g->tasks[i].pred[q];
+            if (run->end[pr] > at) at = run->end[pr];
+        }
+        run->start[i] = run->end[i] = at;
+    }
+    x->cur = NULL;
+}
+
+/* ---- the trace ---------------------------------------------------------------------- */
+
+void sp_ooo_trace_capture(sp_ooo_trace *tr, const sp_ooo_run *run, const char *title)
+{
+    const sp_ooo_graph *g = run->graph;
+    if (tr->cap < g->ntasks) {   /* grows with the first step only */
+        tr->cap = g->ntasks;
+        tr->rec = sp_xrealloc(tr->rec, (size_t)tr->cap * sizeof *tr->rec);
+    }
+    int nflow = 0;
+    for (int i = 0; i < g->nexec; i++)
+        for (int q = 0; q < g->tasks[i].nsucc; q++) {
+            int s = g->tasks[i].succ[q];
+            nflow += s < g->nexec && run->plan->lane[s] != run->plan->lane[i];
+        }
+    if (tr->fcap < nflow) {
+        tr->fcap = nflow;
+        tr->flow = sp_xrealloc(tr->flow, (size_t)tr->fcap * sizeof *tr->flow);
+    }
+    tr->n = g->ntasks;
+    tr->nflow = 0;
+    for (int i = 0; i < g->ntasks; i++) {
+        const sp_ooo_task *t = &g->tasks[i];
+        sp_ooo_trace_rec *r = &tr->rec[i];
+        sp_ooo_task_label(t, r->name, sizeof r->name);
+        r->kind = t->kind;
+        r->lane = i < g->nexec ? run->plan->lane[i] : SP_OOO_MAIN;
+        r->node = t->node ? t->node->index : -1;
+        r->start = run->start[i];
+        r->end = run->end[i];
+        for (int q = 0; i < g->nexec && q < t->nsucc; q++) {
+            int s = t->succ[q];
+            if (s < g->nexec && run->plan->lane[s] != run->plan->lane[i]) {
+                tr->flow[tr->nflow][0] = i;
+                tr->flow[tr->nflow++][1] = s;
+            }
+        }
+    }
+    snprintf(tr->title, sizeof tr->title, "%s", title);
+}
+
+void sp_ooo_trace_free(sp_ooo_trace *tr)
+{
+    free(tr->rec);
+    free(tr->flow);
+    memset(tr, 0, sizeof *tr);
+}
+
+static const char *const LANE_NAMES[] = {"main lane: δO (critical path)", "sub lane: δW, U"};
+static const char *const KIND_CAT[] = {"dO", "dW", "U", "F"};
+
+void sp_ooo_trace_write(const sp_ooo_trace *tr, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) sp_fail("--trace %s: cannot open for writing", path);
+    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"title\": \"%s\"},\n\"traceEvents\": [\n", tr->title);
+    fprintf(f, "{\"ph\": \"M\", \"pid\": 1, \"name\": \"process_name\", \"args\": {\"name\": \"%s\"}}", tr->title);
+    for (int l = 0; l < 2; l++)
+        fprintf(f, ",\n{\"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"name\": \"thread_name\", \"args\": {\"name\": \"%s\"}}", l,
+                LANE_NAMES[l]);
+    for (int i = 0; i < tr->n; i++) {
+        const sp_ooo_trace_rec *r = &tr->rec[i];
+        if (r->kind == SP_OOO_F) {
+            fprintf(f, ",\n{\"ph\": \"i\", \"s\": \"t\", \"pid\": 1, \"tid\": 0, \"name\": \"%s may start\", "
+                       "\"cat\": \"F\", \"ts\": %.3f}",
+                    r->name, 1e6 * r->start);
+            continue;
+        }
+        fprintf(f, ",\n{\"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"name\": \"%s\", \"cat\": \"%s\", \"ts\": %.3f, "
+                   "\"dur\": %.3f, \"args\": {\"task\": %d, \"node\": %d}}",
+                r->lane, r->name, KIND_CAT[r->kind], 1e6 * r->start, 1e6 * (r->end - r->start), i, r->node);
+    }
+    for (int e = 0; e < tr->nflow; e++) {   /* arrows: the cross-lane waits (CUDA events) */
+        const sp_ooo_trace_rec *a = &tr->rec[tr->flow[e][0]], *b = &tr->rec[tr->flow[e][1]];
+        double from = a->start + 0.999 * (a->end - a->start);
+        fprintf(f, ",\n{\"ph\": \"s\", \"id\": %d, \"pid\": 1, \"tid\": %d, \"name\": \"dep\", \"cat\": \"dep\", "
+                   "\"ts\": %.3f}",
+                e + 1, a->lane, 1e6 * from);
+        fprintf(f, ",\n{\"ph\": \"f\", \"bp\": \"e\", \"id\": %d, \"pid\": 1, \"tid\": %d, \"name\": \"dep\", "
+                   "\"cat\": \"dep\", \"ts\": %.3f}",
+                e + 1, b->lane, 1e6 * b->start);
+    }
+    fprintf(f, "\n]}\n");
+    if (fclose(f) != 0) sp_fail("--trace %s: write failed", path);
+}

@@ -1,0 +1,477 @@
+/* test_conv.c — conv2d and maxpool2d: gradient checks (δ and G) against float64-
+ * accumulated central finite differences (tolerance 5e-3 of the largest entry, as in
+ * test_layers.c), forward/δ/G against naive direct-loop references (float64, relative
+ * 1e-5), shapes and bad-shape errors (exit 2), initialisation, cost, and bitwise
+ * identical results with 1 and 2 threads. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "core/tape.h"
+#include "layers/im2col.h"
+#include "layers/layers.h"
+#include "tests/testutil.h"
+
+#define GC_TOL 5e-3
+#define REF_TOL 1e-5
+
+typedef struct conv_cfg {
+    int B, C, H, W, O, k, s, p;
+} conv_cfg;
+
+static int out_size(int in, int k, int s, int p) { return (in + 2 * p - k) / s + 1; }
+
+/* Some window along a dimension of size n reaches a real (non-padding) input. */
+static bool touches_input(int n, int k, int s, int p)
+{
+    if (n + 2 * p < k) return false;
+    for (int i = 0; i < out_size(n, k, s, p); i++)
+        if (i * s - p + k > 0 && i * s - p < n) return true;
+    return false;
+}
+
+/* A random valid configuration: odd sizes allowed, B, C, O >= 2, and some output that
+ * depends on the input (so δ is not identically zero). */
+static conv_cfg random_cfg(sp_rng *r, int k, int s, int p, int max_hw)
+{
+    conv_cfg c = {.B = 2 + (int)sp_rng_below(r, 2), .C = 2 + (int)sp_rng_below(r, 3), .O = 2 + (int)sp_rng_below(r, 3),
+                  .k = k, .s = s, .p = p};
+    do c.H = 1 + (int)sp_rng_below(r, (uint32_t)max_hw);
+    while (!touches_input(c.H, k, s, p));
+    do c.W = 1 + (int)sp_rng_below(r, (uint32_t)max_hw);
+    while (!touches_input(c.W, k, s, p));
+    return c;
+}
+
+static void gradcheck(sp_layer *l, const int shape[4], uint64_t seed, const tu_gc_opts *o, const char *what)
+{
+    tu_gc_result r = tu_gradcheck(l, 4, shape, seed, o);
+    cr_assert_lt(r.err_dx, GC_TOL, "%s δ: err %.2e", what, r.err_dx);
+    cr_assert_gt(r.max_abs_dx, 0.0, "%s δ is all zeros", what);
+    for (int p = 0; p < r.nparams; p++)
+        cr_assert_lt(r.err_param[p], GC_TOL, "%s G of %s: err %.2e", what, l->params[p]->name, r.err_param[p]);
+    sp_layer_free(l);
+}
+
+Test(conv_gradcheck, random_shapes_all_kernels_strides_paddings)
+{
+    static const int kernels[4] = {1, 2, 3, 5};
+    sp_rng r;
+    sp_rng_seed(&r, 2024);
+    for (int t = 0; t < 36; t++) {   /* every (k, s, p) in {1,2,3,5} × {1,2,3} × {0,1,2} */
+        int k = kernels[t % 4], s = 1 + t / 4 % 3, p = t / 12;
+        conv_cfg c = random_cfg(&r, k, s, p, 9);
+        char what[96];
+        snprintf(what, sizeof what, "conv B%d C%d %dx%d O%d k%d s%d p%d", c.B, c.C, c.H, c.W, c.O, k, s, p);
+        gradcheck(sp_conv2d("conv", c.C, c.O, k, s, p), (int[]){c.B, c.C, c.H, c.W}, 500 + t, NULL, what);
+    }
+}
+
+Test(maxpool_gradcheck, kernels_2_3_strides_1_3_paddings_0_1)
+{
+    sp_rng r;
+    sp_rng_seed(&r, 77);
+    tu_gc_opts o = {.grid = 0.05f};   /* distinct values 0.05 apart, FD step 0.01: never crosses a tie */
+    for (int k = 2; k <= 3; k++)
+        for (int s = 1; s <= 3; s++)
+            for (int p = 0; p <= 1; p++) {
+                conv_cfg c = random_cfg(&r, k, s, p, 9);
+                char what[96];
+                snprintf(what, sizeof what, "maxpool B%d C%d %dx%d k%d s%d p%d", c.B, c.C, c.H, c.W, k, s, p);
+                gradcheck(sp_maxpool2d(k, s, p), (int[]){c.B, c.C, c.H, c.W}, 900 + 10 * k + 3 * s + p, &o, what);
+            }
+}
+
+/* ---- naive references ------------------------------------------------------------- */
+
+#define X4(t, c, a, b, d, e) ((t)[(((size_t)(a) * (c).C + (b)) * (c).H + (d)) * (c).W + (e)])
+
+static void ref_conv_forward(const conv_cfg *c, const float *x, const float *Wt, const float *bias, float *y)
+{
+    int Ho = out_size(c->H, c->k, c->s, c->p), Wo = out_size(c->W, c->k, c->s, c->p);
+    for (int b = 0; b < c->B; b++)
+        for (int o = 0; o < c->O; o++)
+            for (int i = 0; i < Ho; i++)
+                for (int j = 0; j < Wo; j++) {
+                    double acc = bias[o];
+                    for (int ch = 0; ch < c->C; ch++)
+                        for (int kh = 0; kh < c->k; kh++)
+                            for (int kw = 0; kw < c->k; kw++) {
+                                int h = i * c->s - c->p + kh, w = j * c->s - c->p + kw;
+                                if (h < 0 || h >= c->H || w < 0 || w >= c->W) continue;
+                                acc += (double)X4(x, *c, b, ch, h, w) *
+                                       Wt[(((size_t)o * c->C + ch) * c->k + kh) * c->k + kw];
+                            }
+                    y[(((size_t)b * c->O + o) * Ho + i) * Wo + j] = (float)acc;
+                }
+}
+
+/* δ and G by scattering every (output, tap) product, in float64. */
+static void ref_conv_backward(const conv_cfg *c, const float *x, const float *Wt, const float *dy, float *dx,
+                              float *dW, float *db)
+{
+    int Ho = out_size(c->H, c->k, c->s, c->p), Wo = out_size(c->W, c->k, c->s, c->p);
+    size_t nx = (size_t)c->B * c->C * c->H * c->W, nw = (size_t)c->O * c->C * c->k * c->k;
+    double *ddx = calloc(nx, sizeof *ddx), *ddw = calloc(nw, sizeof *ddw), *ddb = calloc((size_t)c->O, sizeof *ddb);
+    for (int b = 0; b < c->B; b++)
+        for (int o = 0; o < c->O; o++)
+            for (int i = 0; i < Ho; i++)
+                for (int j = 0; j < Wo; j++) {
+                    double g = dy[(((size_t)b * c->O + o) * Ho + i) * Wo + j];
+                    ddb[o] += g;
+                    for (int ch = 0; ch < c->C; ch++)
+                        for (int kh = 0; kh < c->k; kh++)
+                            for (int kw = 0; kw < c->k; kw++) {
+                                int h = i * c->s - c->p + kh, w = j * c->s - c->p + kw;
+                                if (h < 0 || h >= c->H || w < 0 || w >= c->W) continue;
+                                size_t wi = (((size_t)o * c->C + ch) * c->k + kh) * c->k + kw;
+                                size_t xi = (((size_t)b * c->C + ch) * c->H + h) * c->W + w;
+                                ddx[xi] += g * Wt[wi];
+                                ddw[wi] += g * x[xi];
+                            }
+                }
+    for (size_t i = 0; i < nx; i++) dx[i] = (float)ddx[i];
+    for (size_t i = 0; i < nw; i++) dW[i] = (float)ddw[i];
+    for (int o = 0; o < c->O; o++) db[o] = (float)ddb[o];
+    free(ddx);
+    free(ddw);
+    free(ddb);
+}
+
+/* Runs forward, δ and G of a fresh conv layer on random x and dy; outputs into y, dx,
+ * dW, db (caller-sized). */
+typedef struct conv_run {
+    float *x, *y, *dy, *dx, *W, *bias, *dW, *db;
+    size_t nx, ny, nw;
+} conv_run;
+
+static conv_run conv_run_new(const conv_cfg *c)
+{
+    conv_run R;
+    R.nx = (size_t)c->B * c->C * c->H * c->W;
+    R.ny = (size_t)c->B * c->O * out_size(c->H, c->k, c->s, c->p) * out_size(c->W, c->k, c->s, c->p);
+    R.nw = (size_t)c->O * c->C * c->k * c->k;
+    R.x = malloc(R.nx * sizeof(float));
+    R.dx = malloc(R.nx * sizeof(float));
+    R.y = malloc(R.ny * sizeof(float));
+    R.dy = malloc(R.ny * sizeof(float));
+    R.W = malloc(R.nw * sizeof(float));
+    R.dW = malloc(R.nw * sizeof(float));
+    R.bias = malloc((size_t)c->O * sizeof(float));
+    R.db = malloc((size_t)c->O * sizeof(float));
+    return R;
+}
+
+static void conv_run_free(conv_run *R)
+{
+    free(R->x), free(R->dx), free(R->y), free(R->dy), free(R->W), free(R->dW), free(R->bias), free(R->db);
+}
+
+/* The op under test: y, dx, dW, db from the same x, dy and parameters. */
+static void conv_run_op(const conv_cfg *c, uint64_t seed, conv_run *R)
+{
+    sp_layer *l = sp_conv2d("conv", c->C, c->O, c->k, c->s, c->p);
+    sp_rng r;
+    sp_rng_seed(&r, seed);
+    l->op->init_params(l, &r);
+    tu_fill_uniform(R->x, R->nx, seed + 1, -1, 1);
+    tu_fill_uniform(R->dy, R->ny, seed + 2, -1, 1);
+    memcpy(R->W, l->params[0]->value.data, R->nw * sizeof(float));
+    memcpy(R->bias, l->params[1]->value.data, (size_t)c->O * sizeof(float));
+
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_tensor xt = sp_tensor_4d(R->x, c->B, c->C, c->H, c->W);
+    sp_node *n = sp_apply(&t, l, sp_tape_input(&t, &xt));
+    cr_assert_eq(n->out.numel, R->ny);
+    memcpy(R->y, n->out.data, R->ny * sizeof(float));
+    sp_tensor dyt = sp_tensor_view(R->dy, 4, n->out.shape), dxt = sp_tensor_4d(R->dx, c->B, c->C, c->H, c->W);
+    n->op->backward_input(n, &dyt, &dxt);
+    sp_tensor_zero(&l->params[0]->grad);
+    sp_tensor_zero(&l->params[1]->grad);
+    n->op->backward_params(n, &dyt);
+    memcpy(R->dW, l->params[0]->grad.data, R->nw * sizeof(float));
+    memcpy(R->db, l->params[1]->grad.data, (size_t)c->O * sizeof(float));
+    sp_tape_free(&t);
+    sp_layer_free(l);
+}
+
+static void check_against_reference(const conv_cfg *c, uint64_t seed)
+{
+    conv_run R = conv_run_new(c);
+    conv_run_op(c, seed, &R);
+    float *y = malloc(R.ny * sizeof(float)), *dx = malloc(R.nx * sizeof(float)), *dW = malloc(R.nw * sizeof(float)),
+          *db = malloc((size_t)c->O * sizeof(float));
+    ref_conv_forward(c, R.x, R.W, R.bias, y);
+    ref_conv_backward(c, R.x, R.W, R.dy, dx, dW, db);
+    double ey = tu_max_rel_diff(R.y, y, R.ny), edx = tu_max_rel_diff(R.dx, dx, R.nx),
+           edw = tu_max_rel_diff(R.dW, dW, R.nw), edb = tu_max_rel_diff(R.db, db, (size_t)c->O);
+    cr_assert_lt(ey, REF_TOL, "forward B%d C%d %dx%d O%d k%d s%d p%d: rel err %.2e", c->B, c->C, c->H, c->W, c->O,
+                 c->k, c->s, c->p, ey);
+    cr_assert_lt(edx, REF_TOL, "δ k%d s%d p%d: rel err %.2e", c->k, c->s, c->p, edx);
+    cr_assert_lt(edw, REF_TOL, "G weight k%d s%d p%d: rel err %.2e", c->k, c->s, c->p, edw);
+    cr_assert_lt(edb, REF_TOL, "G bias k%d s%d p%d: rel err %.2e", c->k, c->s, c->p, edb);
+    free(y), free(dx), free(dW), free(db);
+    conv_run_free(&R);
+}
+
+Test(conv_reference, forward_delta_grad_match_direct_loops)
+{
+    sp_rng r;
+    sp_rng_seed(&r, 31);
+    static const int kernels[5] = {1, 2, 3, 4, 5};
+    for (int t = 0; t < 30; t++) {
+        conv_cfg c = random_cfg(&r, kernels[t % 5], 1 + t % 3, t % 3, 13);
+        check_against_reference(&c, 1000 + t);
+    }
+}
+
+/* Shapes big enough that the batch is split into several GEMM chunks (the column
+ * buffer of one sample is 1.15 MiB and 0.6 MiB), with a partial last chunk. */
+Test(conv_reference, chunked_batches)
+{
+    check_against_reference(&(conv_cfg){.B = 11, .C = 16, .H = 32, .W = 32, .O = 8, .k = 3, .s = 1, .p = 1}, 7);
+    check_against_reference(&(conv_cfg){.B = 6, .C = 9, .H = 33, .W = 31, .O = 5, .k = 5, .s = 2, .p = 2}, 8);
+}
+
+Test(conv, grad_accumulates)
+{
+    conv_cfg c = {.B = 3, .C = 2, .H = 6, .W = 5, .O = 3, .k = 3, .s = 1, .p = 1};
+    sp_layer *l = sp_conv2d("c", c.C, c.O, c.k, c.s, c.p);
+    sp_rng r;
+    sp_rng_seed(&r, 5);
+    l->op->init_params(l, &r);
+    float x[3 * 2 * 6 * 5], dy[3 * 3 * 6 * 5];
+    tu_fill_uniform(x, sizeof x / sizeof *x, 1, -1, 1);
+    tu_fill_uniform(dy, sizeof dy / sizeof *dy, 2, -1, 1);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_tensor xt = sp_tensor_4d(x, c.B, c.C, c.H, c.W);
+    sp_node *n = sp_apply(&t, l, sp_tape_input(&t, &xt));
+    sp_tensor dyt = sp_tensor_view(dy, 4, n->out.shape);
+    sp_tensor_zero(&l->params[0]->grad);
+    sp_tensor_zero(&l->params[1]->grad);
+    n->op->backward_params(n, &dyt);
+    float once_w = l->params[0]->grad.data[7], once_b = l->params[1]->grad.data[1];
+    n->op->backward_params(n, &dyt);
+    cr_assert_float_eq(l->params[0]->grad.data[7], 2 * once_w, 1e-5);
+    cr_assert_float_eq(l->params[1]->grad.data[1], 2 * once_b, 1e-5);
+    cr_assert_neq(once_w, 0.0f);
+    sp_tape_free(&t);
+    sp_layer_free(l);
+}
+
+/* Max pooling: padding as −inf, first maximum in window order. */
+static void ref_maxpool(const conv_cfg *c, const float *x, float *y)
+{
+    int Ho = out_size(c->H, c->k, c->s, c->p), Wo = out_size(c->W, c->k, c->s, c->p);
+    for (int b = 0; b < c->B; b++)
+        for (int ch = 0; ch < c->C; ch++)
+            for (int i = 0; i < Ho; i++)
+                for (int j = 0; j < Wo; j++) {
+                    float m = -INFINITY;
+                    for (int kh = 0; kh < c->k; kh++)
+                        for (int kw = 0; kw < c->k; kw++) {
+                            int h = i * c->s - c->p + kh, w = j * c->s - c->p + kw;
+                            if (h >= 0 && h < c->H && w >= 0 && w < c->W && X4(x, *c, b, ch, h, w) > m)
+                                m = X4(x, *c, b, ch, h, w);
+                        }
+                    y[(((size_t)b * c->C + ch) * Ho + i) * Wo + j] = m;
+                }
+}
+
+Test(maxpool_reference, forward_matches_direct_loops)
+{
+    sp_rng r;
+    sp_rng_seed(&r, 41);
+    for (int t = 0; t < 24; t++) {
+        int k = 1 + t % 4, s = 1 + t / 4 % 3, p = t % 2 && k / 2 >= 1 ? k / 2 : 0;
+        conv_cfg c = random_cfg(&r, k, s, p, 12);
+        size_t nx = (size_t)c.B * c.C * c.H * c.W;
+        int Ho = out_size(c.H, k, s, p), Wo = out_size(c.W, k, s, p);
+        size_t ny = (size_t)c.B * c.C * Ho * Wo;
+        float *x = malloc(nx * sizeof(float)), *ref = malloc(ny * sizeof(float));
+        tu_fill_uniform(x, nx, 60 + t, -1, 1);
+        for (size_t i = 0; i < nx; i += 5) x[i] = -0.25f;   /* some ties: the value is the same either way */
+        ref_maxpool(&c, x, ref);
+        sp_layer *l = sp_maxpool2d(k, s, p);
+        sp_tape tp;
+        sp_tape_init(&tp);
+        sp_tensor xt = sp_tensor_4d(x, c.B, c.C, c.H, c.W);
+        sp_node *n = sp_apply(&tp, l, sp_tape_input(&tp, &xt));
+        cr_assert_eq(n->out.shape[2], Ho);
+        cr_assert_eq(n->out.shape[3], Wo);
+        cr_assert_eq(memcmp(n->out.data, ref, ny * sizeof(float)), 0, "maxpool k%d s%d p%d %dx%d differs", k, s, p,
+                     c.H, c.W);
+        sp_tape_free(&tp);
+        sp_layer_free(l);
+        free(x), free(ref);
+    }
+}
+
+/* δ of a 1×1×2×3 input under k2 s1 (two windows overlapping in column 1). */
+static void pool_delta_2x3(const float x[6], float dx[6])
+{
+    float dy[2] = {10, 20};
+    sp_layer *l = sp_maxpool2d(2, 1, 0);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_tensor xt = sp_tensor_4d((float *)x, 1, 1, 2, 3);
+    sp_node *n = sp_apply(&t, l, sp_tape_input(&t, &xt));
+    cr_assert_eq(n->out.numel, 2);
+    sp_tensor dyt = sp_tensor_view(dy, 4, n->out.shape), dxt = sp_tensor_4d(dx, 1, 1, 2, 3);
+    n->op->backward_input(n, &dyt, &dxt);
+    sp_tape_free(&t);
+    sp_layer_free(l);
+}
+
+Test(maxpool, ties_pick_first_and_overlaps_accumulate)
+{
+    float dx[6];
+    pool_delta_2x3((float[]){1, 1, 1, 0, 0, 0}, dx);   /* ties: window 0 → x[0], window 1 → x[1] */
+    float want_ties[6] = {10, 20, 0, 0, 0, 0};
+    for (int i = 0; i < 6; i++) cr_assert_eq(dx[i], want_ties[i], "ties: dx[%d] = %g", i, dx[i]);
+    pool_delta_2x3((float[]){0, 5, 0, 0, 0, 0}, dx);   /* both windows pick x[1] */
+    float want_overlap[6] = {0, 30, 0, 0, 0, 0};
+    for (int i = 0; i < 6; i++) cr_assert_eq(dx[i], want_overlap[i], "overlap: dx[%d] = %g", i, dx[i]);
+}
+
+/* ---- shapes, init, cost -------------------------------------------------------------- */
+
+Test(conv, output_shape_init_and_cost)
+{
+    sp_layer *l = sp_conv2d("conv1", 3, 4, 3, 2, 1);
+    cr_assert_str_eq(l->params[0]->name, "conv1.weight");
+    cr_assert_str_eq(l->params[1]->name, "conv1.bias");
+    cr_assert_eq(l->params[0]->value.shape[0], 4);
+    cr_assert_eq(l->params[0]->value.shape[1], 3);
+    cr_assert_eq(l->params[0]->value.shape[3], 3);
+    sp_rng r;
+    sp_rng_seed(&r, 1);
+    l->op->init_params(l, &r);
+    float bound = 1.0f / sqrtf(27.0f), wmax = 0, bmax = 0;
+    for (size_t i = 0; i < l->params[0]->value.numel; i++) wmax = fmaxf(wmax, fabsf(l->params[0]->value.data[i]));
+    for (size_t i = 0; i < l->params[1]->value.numel; i++) bmax = fmaxf(bmax, fabsf(l->params[1]->value.data[i]));
+    cr_assert(wmax <= bound && wmax > 0.8f * bound, "weight bound %g, max |w| %g", bound, wmax);
+    cr_assert(bmax <= bound && bmax > 0.2f * bound, "bias bound %g, max |b| %g", bound, bmax);
+
+    sp_tape t;
+    sp_tape_init(&t);
+    t.shape_only = true;
+    sp_tensor x = sp_tensor_4d(NULL, 5, 3, 7, 9);
+    sp_node *n = sp_apply(&t, l, sp_tape_input(&t, &x));
+    cr_assert_eq(n->out.ndim, 4);
+    cr_assert_eq(n->out.shape[0], 5);
+    cr_assert_eq(n->out.shape[1], 4);
+    cr_assert_eq(n->out.shape[2], 4);   /* (7 + 2 − 3) / 2 + 1 */
+    cr_assert_eq(n->out.shape[3], 5);   /* (9 + 2 − 3) / 2 + 1 */
+    sp_cost cost = n->op->cost(n);
+    double flops = 2.0 * 5 * 4 * 3 * 9 * 4 * 5;
+    cr_assert_float_eq(cost.fwd_flops, flops, 1e-9);
+    cr_assert_float_eq(cost.bwd_input_flops, flops, 1e-9);
+    cr_assert_float_eq(cost.bwd_params_flops, flops, 1e-9);
+    cr_assert_float_eq(cost.out_bytes, 4.0 * 5 * 4 * 4 * 5, 1e-9);
+    cr_assert_float_eq(cost.param_bytes, 4.0 * (4 * 27 + 4), 1e-9);
+    sp_tape_free(&t);
+    sp_layer_free(l);
+}
+
+Test(maxpool, output_shape_and_cost)
+{
+    sp_layer *l = sp_maxpool2d(3, 2, 1);
+    sp_tape t;
+    sp_tape_init(&t);
+    t.shape_only = true;
+    sp_tensor x = sp_tensor_4d(NULL, 2, 5, 7, 8);
+    sp_node *n = sp_apply(&t, l, sp_tape_input(&t, &x));
+    cr_assert_eq(n->out.shape[1], 5);
+    cr_assert_eq(n->out.shape[2], 4);   /* (7 + 2 − 3) / 2 + 1 */
+    cr_assert_eq(n->out.shape[3], 4);   /* (8 + 2 − 3) / 2 + 1 = 4 (floor) */
+    sp_cost cost = n->op->cost(n);
+    cr_assert_float_eq(cost.fwd_flops, 2.0 * 5 * 4 * 4 * 9, 1e-9);
+    cr_assert_float_eq(cost.saved_bytes, 4.0 * 2 * 5 * 4 * 4, 1e-9);
+    sp_tape_free(&t);
+    sp_layer_free(l);
+}
+
+/* ---- bad shapes and arguments exit 2 ------------------------------------------------- */
+
+static void apply_shape(sp_layer *l, int ndim, const int *shape)
+{
+    sp_tape t;
+    sp_tape_init(&t);
+    t.shape_only = true;
+    sp_tensor x = sp_tensor_view(NULL, ndim, shape);
+    sp_apply(&t, l, sp_tape_input(&t, &x));
+}
+
+Test(conv_errors, wrong_channels, .exit_code = 2) { apply_shape(sp_conv2d("c", 3, 4, 3, 1, 1), 4, (int[]){2, 4, 8, 8}); }
+Test(conv_errors, not_4d, .exit_code = 2) { apply_shape(sp_conv2d("c", 3, 4, 3, 1, 1), 3, (int[]){3, 8, 8}); }
+Test(conv_errors, input_smaller_than_kernel, .exit_code = 2)
+{
+    apply_shape(sp_conv2d("c", 1, 1, 5, 1, 1), 4, (int[]){1, 1, 2, 9});
+}
+Test(conv_errors, zero_stride, .exit_code = 2) { sp_conv2d("c", 1, 1, 3, 0, 0); }
+Test(conv_errors, negative_padding, .exit_code = 2) { sp_conv2d("c", 1, 1, 3, 1, -1); }
+Test(maxpool_errors, padding_over_half_kernel, .exit_code = 2) { sp_maxpool2d(2, 2, 2); }
+Test(maxpool_errors, zero_kernel, .exit_code = 2) { sp_maxpool2d(0, 1, 0); }
+Test(maxpool_errors, not_4d, .exit_code = 2) { apply_shape(sp_maxpool2d(2, 2, 0), 2, (int[]){4, 16}); }
+Test(maxpool_errors, input_smaller_than_kernel, .exit_code = 2)
+{
+    apply_shape(sp_maxpool2d(3, 1, 0), 4, (int[]){1, 1, 5, 2});
+}
+
+/* ---- determinism ----------------------------------------------------------------------- */
+
+/* The same thread count gives the same bits (DESIGN.md). Across thread counts the
+ * GEMMs are OpenBLAS's business and do differ in the last bits (dW here), so only the
+ * repeat is asserted for the whole op. */
+Test(conv, same_bits_on_repeat_with_2_threads)
+{
+    conv_cfg c = {.B = 9, .C = 32, .H = 17, .W = 15, .O = 48, .k = 3, .s = 1, .p = 1};
+    conv_run a = conv_run_new(&c), b = conv_run_new(&c);
+    sp_set_threads(2);
+    conv_run_op(&c, 3, &a);
+    conv_run_op(&c, 3, &b);
+    cr_assert_eq(memcmp(a.y, b.y, a.ny * sizeof(float)), 0, "forward differs");
+    cr_assert_eq(memcmp(a.dx, b.dx, a.nx * sizeof(float)), 0, "δ differs");
+    cr_assert_eq(memcmp(a.dW, b.dW, a.nw * sizeof(float)), 0, "G weight differs");
+    cr_assert_eq(memcmp(a.db, b.db, (size_t)c.O * sizeof(float)), 0, "G bias differs");
+    conv_run_free(&a);
+    conv_run_free(&b);
+}
+
+/* im2col and col2im themselves fix their summation order: 1 and 2 threads agree. */
+Test(im2col, same_bits_with_1_and_2_threads)
+{
+    sp_conv_geom g = {.C = 5, .H = 13, .W = 11, .k = 3, .stride = 2, .pad = 1};
+    g.Ho = sp_conv_out_size(g.H, g.k, g.stride, g.pad);
+    g.Wo = sp_conv_out_size(g.W, g.k, g.stride, g.pad);
+    int B = 4;
+    size_t nx = (size_t)B * g.C * g.H * g.W, ncol = (size_t)g.C * g.k * g.k * B * g.Ho * g.Wo;
+    float *x = malloc(nx * sizeof(float)), *col[2], *dx[2];
+    tu_fill_uniform(x, nx, 9, -1, 1);
+    for (int t = 0; t < 2; t++) {
+        col[t] = malloc(ncol * sizeof(float));
+        dx[t] = malloc(nx * sizeof(float));
+        sp_set_threads(t + 1);
+        sp_im2col(&g, x, 0, B, col[t]);
+        sp_col2im(&g, col[t], 0, B, dx[t]);
+    }
+    cr_assert_eq(memcmp(col[0], col[1], ncol * sizeof(float)), 0, "im2col differs");
+    cr_assert_eq(memcmp(dx[0], dx[1], nx * sizeof(float)), 0, "col2im differs");
+    /* col2im(im2col(x)) = x times the number of windows covering each input */
+    for (int h = 0; h < g.H; h++)
+        for (int w = 0; w < g.W; w++) {
+            int i_lo, i_hi, j_lo, j_hi;
+            sp_window_range(h, g.k, g.stride, g.pad, g.Ho, &i_lo, &i_hi);
+            sp_window_range(w, g.k, g.stride, g.pad, g.Wo, &j_lo, &j_hi);
+            size_t at = ((size_t)(3 * g.C + 4) * g.H + h) * g.W + w;   /* sample 3, channel 4 */
+            cr_assert_float_eq(dx[0][at], x[at] * (float)((i_hi - i_lo) * (j_hi - j_lo)), 1e-6);
+        }
+    for (int t = 0; t < 2; t++) free(col[t]), free(dx[t]);
+    free(x);
+}

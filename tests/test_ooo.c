@@ -1,0 +1,552 @@
+/* test_ooo.c — the out-of-order engine: its task graph, every order, the two-lane
+ * executor, the memory model and cap, the trace, and bitwise identity with the linear
+ * engine (same arithmetic in another order: tolerance 0, compared with memcmp). */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "apps/models.h"
+#include "core/engine.h"
+#include "core/model.h"
+#include "core/parallel.h"
+#include "layers/layers.h"
+#include "optim/optim.h"
+#include "schedulers/ooo.h"
+#include "tests/testutil.h"
+
+static const char *const ORDERS[] = {"conventional", "ooo", "reverse-first-k", "list"};
+#define NORDERS 4
+
+/* ---- models ---------------------------------------------------------------------------- */
+
+/* A zoo model, or "branchy": fc1 → tanh → h consumed three times (two dead branches)
+ * and one layer applied three times (shared weights), to exercise fan-out sums and the
+ * ordering of repeated weight gradients. */
+typedef struct tmodel {
+    const char *name;
+    sp_model *m;
+    int ndim, shape[4];
+    sp_layer *fc1, *t1, *deadA, *deadB, *shared, *t2, *head;
+} tmodel;
+
+static tmodel tm_make(const char *name, int batch)
+{
+    tmodel tm = {.name = name};
+    if (strcmp(name, "branchy") == 0) {
+        sp_model *m = tm.m = sp_model_new("branchy");
+        tm.fc1 = sp_model_add(m, sp_linear("fc1", 8, 6));
+        tm.t1 = sp_model_add(m, sp_tanh());
+        tm.deadA = sp_model_add(m, sp_linear("dead", 6, 3));
+        tm.deadB = sp_model_add(m, sp_sigmoid());
+        tm.shared = sp_model_add(m, sp_linear("shared", 6, 6));
+        tm.t2 = sp_model_add(m, sp_tanh());
+        tm.head = sp_model_add(m, sp_linear("head", 6, 5));
+        tm.ndim = 2;
+        tm.shape[1] = 8;
+    } else if (strcmp(name, "rnn") == 0 || strcmp(name, "gru") == 0) {
+        int C = name[0] == 'r' ? 1 : 12;
+        tm.m = name[0] == 'r' ? sp_zoo_rnn(C, 20, 10) : sp_zoo_gru(C, 20, 10);
+        tm.ndim = 3;
+        tm.shape[1] = 24;   /* T: short sequences keep the suite fast */
+        tm.shape[2] = C;
+    } else {
+        int s[3];
+        tm.m = sp_zoo_model(name);
+        tm.ndim = 1 + sp_zoo_input_shape(name, s);
+        memcpy(tm.shape + 1, s, sizeof s);
+    }
+    tm.shape[0] = batch;
+    sp_model_init(tm.m, 7);
+    return tm;
+}
+
+static sp_node *tm_loss(tmodel *tm, sp_tape *t, const sp_tensor *x, const int *y)
+{
+    if (!tm->fc1) return sp_model_loss(tm->m, t, x, y);
+    sp_node *h = sp_apply(t, tm->t1, sp_apply(t, tm->fc1, sp_tape_input(t, x)));
+    sp_apply(t, tm->deadA, h);
+    sp_apply(t, tm->deadB, h);
+    sp_node *z = h;
+    for (int i = 0; i < 3; i++) z = sp_apply(t, tm->t2, sp_apply(t, tm->shared, z));
+    return sp_apply_loss(t, tm->m->loss, sp_apply(t, tm->head, z), y);
+}
+
+typedef struct batch {
+    sp_tensor x;
+    int y[64];
+} batch;
+
+static batch make_batch(const tmodel *tm, uint64_t seed)
+{
+    batch b = {.x = sp_tensor_new(tm->ndim, tm->shape)};
+    tu_fill_uniform(b.x.data, b.x.numel, seed, -1, 1);
+    for (int i = 0; i < tm->shape[0]; i++) b.y[i] = (int)((seed * 7 + (uint64_t)i * 3) % 5);
+    return b;
+}
+
+/* ---- training: the linear engine + a full optimizer step, or ooo + per-layer U ------ */
+
+static void update_layer(void *ctx, sp_layer *l) { sp_optim_step_params(ctx, l->params, l->nparams); }
+
+static sp_optim *make_sgd(sp_model *m)
+{
+    return sp_sgd_new(m->params, m->nparams, 0.05, 0.9, 0.0, 1e-4, false);
+}
+
+typedef struct trained {
+    tmodel tm;
+    float loss[4];
+} trained;
+
+/* steps of SGD with momentum; order NULL: linear engine. */
+static trained train(const char *model, int batchsz, const char *order, int steps, sp_engine **keep)
+{
+    trained r = {.tm = tm_make(model, batchsz)};
+    sp_optim *o = make_sgd(r.tm.m);
+    sp_engine_opts eo = {.order = order, .update = update_layer, .update_ctx = o};
+    sp_engine *e = order ? sp_engine_create("ooo", &eo) : sp_engine_create("linear", NULL);
+    sp_tape t;
+    sp_tape_init(&t);
+    for (int s = 0; s < steps; s++) {
+        batch b = make_batch(&r.tm, 100 + (uint64_t)s);
+        sp_tape_reset(&t);
+        sp_model_zero_grad(r.tm.m);
+        sp_node *loss = tm_loss(&r.tm, &t, &b.x, b.y);
+        r.loss[s] = loss->out.data[0];
+        sp_backward(e, &t, loss);
+        if (!order) sp_optim_step(o);
+        sp_tensor_free(&b.x);
+    }
+    sp_tape_free(&t);
+    sp_optim_free(o);
+    if (keep) *keep = e;
+    else sp_engine_destroy(e);
+    return r;
+}
+
+static void assert_same_model(const trained *a, const trained *b, int steps, const char *what)
+{
+    for (int s = 0; s < steps; s++)
+        cr_assert(memcmp(&a->loss[s], &b->loss[s], sizeof(float)) == 0, "%s: loss of step %d %.9g vs %.9g", what, s,
+                  a->loss[s], b->loss[s]);
+    for (int p = 0; p < a->tm.m->nparams; p++) {
+        const sp_param *pa = a->tm.m->params[p], *pb = b->tm.m->params[p];
+        cr_assert(memcmp(pa->grad.data, pb->grad.data, pa->grad.numel * sizeof(float)) == 0,
+                  "%s: grad of %s differs (max rel %.3g)", what, pa->name,
+                  tu_max_rel_diff(pb->grad.data, pa->grad.data, pa->grad.numel));
+        cr_assert(memcmp(pa->value.data, pb->value.data, pa->value.numel * sizeof(float)) == 0,
+                  "%s: %s differs after the updates", what, pa->name);
+    }
+}
+
+/* Every order, on one lane (--threads 1) and on two (--threads 2, each lane's OpenBLAS
+ * on one thread), against the linear engine run with the same thread setting. */
+static void bitwise_all_orders(const char *model, int batchsz, int steps)
+{
+    for (int threads = 1; threads <= 2; threads++) {
+        sp_set_threads(threads);
+        trained ref = train(model, batchsz, NULL, steps, NULL);
+        for (int o = 0; o < NORDERS; o++) {
+            sp_engine *e;
+            trained got = train(model, batchsz, ORDERS[o], steps, &e);
+            char what[96];
+            snprintf(what, sizeof what, "%s, %s, %d thread(s)", model, ORDERS[o], threads);
+            assert_same_model(&ref, &got, steps, what);
+            const sp_ooo_stats *st = sp_ooo_last_stats(e);
+            int lanes = threads == 2 && o != 0 ? 2 : 1;
+            cr_assert_eq(st->lanes, lanes, "%s: %d lanes", what, st->lanes);
+            cr_assert_eq(st->steps, steps);
+            sp_engine_destroy(e);
+            sp_model_free(got.tm.m);
+        }
+        sp_model_free(ref.tm.m);
+    }
+}
+
+Test(bitwise, branchy_fanout_and_shared_weights) { bitwise_all_orders("branchy", 4, 3); }
+Test(bitwise, mlp) { bitwise_all_orders("mlp", 8, 3); }
+Test(bitwise, lenet) { bitwise_all_orders("lenet", 4, 2); }
+Test(bitwise, vgg11) { bitwise_all_orders("vgg11", 2, 2); }
+Test(bitwise, rnn) { bitwise_all_orders("rnn", 4, 3); }
+Test(bitwise, gru) { bitwise_all_orders("gru", 4, 2); }
+
+/* ---- the graph -------------------------------------------------------------------------- */
+
+static int find_task(const sp_ooo_graph *g, sp_ooo_kind kind, const char *layer)
+{
+    for (int i = 0; i < g->ntasks; i++)
+        if (g->tasks[i].kind == kind && strcmp(g->tasks[i].layer->name, layer) == 0) return i;
+    return -1;
+}
+
+static bool has_pred(const sp_ooo_graph *g, int task, int pred)
+{
+    for (int q = 0; q < g->tasks[task].npred; q++)
+        if (g->tasks[task].pred[q] == pred) return true;
+    return false;
+}
+
+Test(graph, true_dependencies_of_a_chain)
+{
+    tmodel tm = tm_make("mlp", 4);   /* flatten, fc1, relu, fc2, loss */
+    batch b = make_batch(&tm, 1);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *loss = tm_loss(&tm, &t, &b.x, b.y);
+    sp_ooo_graph *g = sp_ooo_graph_build(&t, loss, true);
+    cr_assert_eq(g->L, 2);
+    cr_assert_eq(g->nexec, 5 + 2, "δO loss, fc2, relu; δW fc2, fc1; U fc1, fc2 (fc1's input needs no δ)");
+    int dW1 = find_task(g, SP_OOO_DW, "fc1"), dW2 = find_task(g, SP_OOO_DW, "fc2"), dO2 = find_task(g, SP_OOO_DO, "fc2");
+    int U1 = find_task(g, SP_OOO_U, "fc1"), U2 = find_task(g, SP_OOO_U, "fc2"), F1 = find_task(g, SP_OOO_F, "fc1"),
+        F2 = find_task(g, SP_OOO_F, "fc2");
+    cr_assert(dW1 >= 0 && dW2 >= 0 && dO2 >= 0 && U1 >= 0 && U2 >= 0 && F1 >= 0 && F2 >= 0);
+    cr_assert_eq(g->tasks[dW1].npred, 1);
+    cr_assert_eq(g->tasks[g->tasks[dW1].pred[0]].kind, SP_OOO_DO, "δW_fc1 waits only for δO of the relu above");
+    cr_assert_eq(g->tasks[g->tasks[dW1].pred[0]].node->op, &sp_op_relu);
+    cr_assert_eq(g->tasks[dW2].npred, 1);
+    cr_assert_eq(g->tasks[g->tasks[dW2].pred[0]].node, loss, "δW_fc2 waits for the loss's δO");
+    cr_assert(has_pred(g, dO2, g->tasks[dW2].pred[0]), "δO_fc2 and δW_fc2 share their one dependency");
+    cr_assert_eq(g->tasks[dO2].npred, 1, "nothing waits for a δW except U");
+    cr_assert(has_pred(g, U2, dW2) && has_pred(g, U2, dO2), "U_fc2 after δW_fc2 and δO_fc2 (which reads W)");
+    cr_assert(has_pred(g, U1, dW1) && g->tasks[U1].npred == 1);
+    cr_assert(has_pred(g, F1, U1) && has_pred(g, F2, U2) && has_pred(g, F2, F1), "next forward of i needs U_i");
+    for (int i = 0; i < g->nexec; i++)
+        for (int q = 0; q < g->tasks[i].npred; q++)
+            if (g->tasks[i].kind == SP_OOO_DO) cr_assert_eq(g->tasks[g->tasks[i].pred[q]].kind, SP_OOO_DO, "δO waits for δO only");
+    sp_tape_free(&t);
+    sp_tensor_free(&b.x);
+    sp_model_free(tm.m);
+}
+
+Test(graph, fanout_and_shared_weight_edges)
+{
+    tmodel tm = tm_make("branchy", 3);
+    batch b = make_batch(&tm, 2);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *loss = tm_loss(&tm, &t, &b.x, b.y);
+    sp_ooo_graph *g = sp_ooo_graph_build(&t, loss, true);
+    int nW = 0, U = find_task(g, SP_OOO_U, "shared");
+    for (int i = 0; i < g->nexec; i++) {
+        const sp_ooo_task *k = &g->tasks[i];
+        if (k->kind == SP_OOO_DW && k->layer == tm.shared) {
+            nW++;
+            cr_assert(has_pred(g, U, i), "U after every δW of the shared layer");
+        }
+        if (k->kind == SP_OOO_DO && k->node->input->nconsumers == 3) cr_assert_gt(k->scratch, 0);
+    }
+    cr_assert_eq(nW, 3);
+    cr_assert_eq(g->tasks[U].npred, 6, "three δW and three δO (each reads the shared W)");
+    sp_tape_free(&t);
+    sp_tensor_free(&b.x);
+    sp_model_free(tm.m);
+}
+
+/* ---- every order respects the graph, planned and as run ----------------------------- */
+
+static void check_run_respects_graph(const sp_ooo_run *r, const char *what)
+{
+    const sp_ooo_graph *g = r->graph;
+    for (int i = 0; i < g->nexec; i++) {
+        cr_assert_leq(r->start[i], r->end[i], "%s", what);
+        for (int q = 0; q < g->tasks[i].npred; q++) {
+            int p = g->tasks[i].pred[q];
+            char a[64], b[64];
+            cr_assert_leq(r->end[p], r->start[i], "%s: %s started before %s ended", what,
+                          sp_ooo_task_label(&g->tasks[i], a, sizeof a), sp_ooo_task_label(&g->tasks[p], b, sizeof b));
+        }
+    }
+    /* each lane is in order: a task starts after the previous one on its lane ended */
+    for (int l = 0; l < 2; l++)
+        for (int i = 1; i < r->plan->nqueue[l]; i++)
+            cr_assert_leq(r->end[r->plan->queue[l][i - 1]], r->start[r->plan->queue[l][i]], "%s lane %d", what, l);
+}
+
+Test(orders, every_order_respects_the_dependency_graph)
+{
+    const char *models[] = {"branchy", "mlp", "lenet", "rnn"};
+    for (int mi = 0; mi < 4; mi++) {
+        tmodel tm = tm_make(models[mi], 3);
+        batch b = make_batch(&tm, 3);
+        sp_tape t;
+        sp_tape_init(&t);
+        sp_node *loss = tm_loss(&tm, &t, &b.x, b.y);
+        for (int u = 0; u < 2; u++) {
+            sp_ooo_graph *g = sp_ooo_graph_build(&t, loss, u);
+            for (int o = 0; o < NORDERS; o++)
+                for (int lanes = 1; lanes <= 2; lanes++)
+                    for (int k = 0; k <= g->L; k++) {
+                        sp_ooo_plan *p = sp_ooo_plan_make(&t, g, (sp_ooo_order)o, k, 0, lanes == 2);
+                        char why[160];
+                        cr_assert(sp_ooo_plan_check(g, p, why, sizeof why), "%s %s lanes %d k %d: %s", models[mi],
+                                  ORDERS[o], lanes, k, why);
+                        cr_assert_eq(p->nqueue[SP_OOO_SUB] > 0, lanes == 2 && o != SP_OOO_CONVENTIONAL);
+                    }
+        }
+        sp_tape_free(&t);
+        sp_tensor_free(&b.x);
+        sp_model_free(tm.m);
+    }
+}
+
+Test(orders, shapes_of_the_orders)
+{
+    tmodel tm = tm_make("lenet", 2);   /* 5 parameterised layers */
+    batch b = make_batch(&tm, 4);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *loss = tm_loss(&tm, &t, &b.x, b.y);
+    sp_ooo_graph *g = sp_ooo_graph_build(&t, loss, false);
+    cr_assert_eq(g->L, 5);
+    sp_ooo_plan *ooo = sp_ooo_plan_make(&t, g, SP_OOO_OOO, 0, 0, true);
+    int ndo = 0;
+    while (g->tasks[ooo->seq[ndo]].kind == SP_OOO_DO) ndo++;
+    for (int i = ndo; i < g->nexec; i++) cr_assert_eq(g->tasks[ooo->seq[i]].kind, SP_OOO_DW, "ooo: all δO first");
+    sp_ooo_plan *rfk = sp_ooo_plan_make(&t, g, SP_OOO_REVERSE_FIRST_K, 2, 0, true);
+    cr_assert_eq(rfk->k, 2);
+    int tail0 = g->nexec - 2;   /* Algorithm 2 line 6: δW_1, δW_2 last, in forward order */
+    cr_assert_eq(g->tasks[rfk->seq[tail0]].rank, 1);
+    cr_assert_eq(g->tasks[rfk->seq[tail0 + 1]].rank, 2);
+    for (int i = 0; i < tail0; i++) {
+        const sp_ooo_task *k = &g->tasks[rfk->seq[i]];
+        if (k->kind == SP_OOO_DW) cr_assert_gt(k->rank, 2);
+    }
+    sp_ooo_plan *dflt = sp_ooo_plan_make(&t, g, SP_OOO_REVERSE_FIRST_K, 0, 0, true);
+    cr_assert_eq(dflt->k, 3, "k = 0 means ⌈L/2⌉");
+    sp_ooo_plan *conv = sp_ooo_plan_make(&t, g, SP_OOO_CONVENTIONAL, 0, 0, true);
+    cr_assert_eq(conv->nqueue[SP_OOO_SUB], 0, "conventional: one lane");
+    sp_tape_free(&t);
+    sp_tensor_free(&b.x);
+    sp_model_free(tm.m);
+}
+
+Test(exec, two_lanes_overlap_and_respect_dependencies)
+{
+    sp_set_threads(2);
+    const char *models[] = {"lenet", "branchy", "gru"};
+    for (int mi = 0; mi < 3; mi++)
+        for (int o = 0; o < NORDERS; o++) {
+            sp_engine *e;
+            trained r = train(models[mi], 4, ORDERS[o], 2, &e);
+            char what[64];
+            snprintf(what, sizeof what, "%s %s", models[mi], ORDERS[o]);
+            const sp_ooo_stats *st = sp_ooo_last_stats(e);
+            cr_assert_gt(st->ntasks, 0);
+            if (o != SP_OOO_CONVENTIONAL) {
+                cr_assert_gt(st->busy_s[SP_OOO_SUB], 0.0, "%s: the sub lane ran", what);
+                cr_assert_eq(st->blas_threads, 1, "%s: one OpenBLAS thread per lane on 2 threads", what);
+            }
+            cr_assert_leq(st->critical_s, st->wall_s + 1e-9);
+            sp_engine_destroy(e);
+            sp_model_free(r.tm.m);
+        }
+}
+
+/* The run records survive until the tape is reset: check them inside one step. */
+Test(exec, timeline_respects_every_edge)
+{
+    sp_set_threads(2);
+    for (int o = 0; o < NORDERS; o++) {
+        tmodel tm = tm_make("lenet", 4);
+        sp_optim *opt = make_sgd(tm.m);
+        sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = ORDERS[o], .update = update_layer,
+                                                                  .update_ctx = opt});
+        sp_tape t;
+        sp_tape_init(&t);
+        for (int s = 0; s < 3; s++) {
+            batch b = make_batch(&tm, (uint64_t)s);
+            sp_tape_reset(&t);
+            sp_node *loss = tm_loss(&tm, &t, &b.x, b.y);
+            sp_backward(e, &t, loss);
+            check_run_respects_graph(sp_ooo_last_run(e), ORDERS[o]);
+            sp_tensor_free(&b.x);
+        }
+        sp_tape_free(&t);
+        sp_engine_destroy(e);
+        sp_optim_free(opt);
+        sp_model_free(tm.m);
+    }
+}
+
+/* ---- memory -------------------------------------------------------------------------- */
+
+Test(memory, deferring_weight_gradients_costs_memory)
+{
+    tmodel tm = tm_make("vgg11", 2);
+    batch b = make_batch(&tm, 5);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *loss = tm_loss(&tm, &t, &b.x, b.y);
+    sp_ooo_graph *g = sp_ooo_graph_build(&t, loss, false);
+    size_t conv = sp_ooo_plan_make(&t, g, SP_OOO_CONVENTIONAL, 0, 0, true)->peak_bytes;
+    size_t ooo = sp_ooo_plan_make(&t, g, SP_OOO_OOO, 0, 0, true)->peak_bytes;
+    cr_assert_geq(conv, g->start_bytes);
+    cr_assert_gt(ooo, conv, "§3: deferred δW retain their inputs and ∂l/∂y (%zu vs %zu)", ooo, conv);
+    size_t prev = 0;
+    for (int k = 1; k <= g->L; k++) {   /* deferring more layers never needs less */
+        size_t pk = sp_ooo_plan_make(&t, g, SP_OOO_REVERSE_FIRST_K, k, 0, true)->peak_bytes;
+        cr_assert_geq(pk, prev, "k %d", k);
+        prev = pk;
+    }
+    sp_tape_free(&t);
+    sp_tensor_free(&b.x);
+    sp_model_free(tm.m);
+}
+
+/* Algorithm 2 lines 1–2: the cap lowers k; and the two lanes, racing, stay under it. */
+Test(memory, reverse_first_k_honours_its_cap)
+{
+    sp_set_threads(2);
+    tmodel tm = tm_make("vgg11", 2);
+    batch b = make_batch(&tm, 6);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *loss = tm_loss(&tm, &t, &b.x, b.y);
+    sp_ooo_graph *g = sp_ooo_graph_build(&t, loss, false);
+    int L = g->L;
+    size_t full = sp_ooo_plan_make(&t, g, SP_OOO_REVERSE_FIRST_K, L, 0, true)->peak_bytes;
+    size_t conv = sp_ooo_plan_make(&t, g, SP_OOO_REVERSE_FIRST_K, 1, 0, true)->peak_bytes;
+    cr_assert_gt(full, conv);
+    size_t cap = conv + (full - conv) / 2;
+    sp_ooo_plan *p = sp_ooo_plan_make(&t, g, SP_OOO_REVERSE_FIRST_K, L, cap, true);
+    cr_assert_lt(p->k, L, "the cap lowered k");
+    cr_assert_geq(p->k, 1);
+    cr_assert_leq(p->peak_bytes, cap);
+    size_t above = sp_ooo_plan_make(&t, g, SP_OOO_REVERSE_FIRST_K, p->k + 1, 0, true)->peak_bytes;
+    cr_assert_gt(above, cap, "k is the largest that fits");
+    sp_tape_free(&t);
+
+    /* the live peak as the two lanes interleave, over a few steps */
+    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = "reverse-first-k", .k = L, .mem_cap = cap});
+    sp_engine *free_run = sp_engine_create("ooo", &(sp_engine_opts){.order = "reverse-first-k", .k = L});
+    sp_tape_init(&t);
+    for (int s = 0; s < 3; s++) {
+        sp_tape_reset(&t);
+        sp_model_zero_grad(tm.m);
+        sp_backward(e, &t, tm_loss(&tm, &t, &b.x, b.y));
+        const sp_ooo_stats *st = sp_ooo_last_stats(e);
+        cr_assert_leq(st->peak_bytes, cap, "step %d: live peak %zu over the cap %zu", s, st->peak_bytes, cap);
+        cr_assert_eq(st->k, p->k);
+        sp_tape_reset(&t);
+        sp_backward(free_run, &t, tm_loss(&tm, &t, &b.x, b.y));
+        cr_assert_gt(sp_ooo_last_stats(free_run)->peak_bytes, cap, "without the cap the run goes above it");
+    }
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+    sp_engine_destroy(free_run);
+    sp_tensor_free(&b.x);
+    sp_model_free(tm.m);
+}
+
+static void run_with_cap(const char *order, size_t cap)
+{
+    tmodel tm = tm_make("mlp", 2);
+    batch b = make_batch(&tm, 1);
+    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = order, .mem_cap = cap});
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_backward(e, &t, tm_loss(&tm, &t, &b.x, b.y));
+}
+
+Test(memory, cap_below_conventional_exits_2, .exit_code = 2) { run_with_cap("reverse-first-k", 1000); }
+Test(memory, cap_too_small_for_ooo_exits_2, .exit_code = 2) { run_with_cap("ooo", 1000); }
+
+/* ---- errors, trace, async ------------------------------------------------------------------ */
+
+Test(errors, unknown_order_exits_2, .exit_code = 2)
+{
+    sp_engine_create("ooo", &(sp_engine_opts){.order = "fastest"});
+}
+Test(errors, negative_k_exits_2, .exit_code = 2) { sp_engine_create("ooo", &(sp_engine_opts){.k = -1}); }
+Test(errors, stats_of_another_engine_exit_2, .exit_code = 2) { sp_ooo_last_stats(sp_engine_create("linear", NULL)); }
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "%s not written", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+static int count(const char *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+Test(trace, chrome_trace_has_every_task_on_its_lane)
+{
+    sp_set_threads(2);
+    char path[512];
+    snprintf(path, sizeof path, "%s/ooo.json", tu_tmpdir());
+    sp_engine *e;
+    trained r = train("lenet", 4, "list", 2, &e);
+    const sp_ooo_stats *st = sp_ooo_last_stats(e);
+    int ntasks = st->ntasks, L = 0;
+    for (int i = 0; i < r.tm.m->nlayers; i++) L += r.tm.m->layers[i]->nparams > 0;
+    sp_ooo_write_trace(e, path);
+    char *json = slurp(path);
+    cr_assert(strstr(json, "\"traceEvents\"") != NULL);
+    cr_assert_eq(count(json, "\"ph\": \"X\""), ntasks, "one complete event per task");
+    cr_assert_eq(count(json, "\"ph\": \"i\""), L, "one F' marker per layer");
+    cr_assert_gt(count(json, "\"ph\": \"s\""), 0, "cross-lane arrows");
+    cr_assert_eq(count(json, "\"ph\": \"s\""), count(json, "\"ph\": \"f\""));
+    cr_assert(strstr(json, "\"tid\": 1, \"name\": \"δW") != NULL, "δW on the sub lane");
+    cr_assert_eq(json[strlen(json) - 2], '}');
+    free(json);
+    sp_engine_destroy(e);
+    sp_model_free(r.tm.m);
+}
+
+/* F'_i after U_i for real: the next step's forward runs on a second tape while the sub
+ * lane still computes δW and updates; each layer waits for its own update. */
+Test(async, next_forward_overlaps_the_updates_bitwise)
+{
+    sp_set_threads(2);
+    const int steps = 4;
+    trained ref = train("lenet", 4, NULL, steps, NULL);
+    tmodel tm = tm_make("lenet", 4);
+    sp_optim *o = make_sgd(tm.m);
+    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = "reverse-first-k", .k = 5,
+                                                              .update = update_layer, .update_ctx = o});
+    sp_tape tapes[2];
+    batch bs[2];
+    sp_tape_init(&tapes[0]);
+    sp_tape_init(&tapes[1]);
+    float loss[4];
+    for (int s = 0; s < steps; s++) {
+        sp_tape *t = &tapes[s % 2];
+        bs[s % 2] = make_batch(&tm, 100 + (uint64_t)s);
+        sp_tape_reset(t);
+        sp_node *x = sp_tape_input(t, &bs[s % 2].x);
+        for (int i = 0; i < tm.m->nlayers; i++) {
+            sp_ooo_wait_layer(e, tm.m->layers[i]);   /* U_i of the previous step */
+            x = sp_apply(t, tm.m->layers[i], x);
+        }
+        sp_ooo_sync(e);   /* grads are zeroed only once every update has read them */
+        sp_model_zero_grad(tm.m);
+        sp_node *l = sp_apply_loss(t, tm.m->loss, x, bs[s % 2].y);
+        loss[s] = l->out.data[0];
+        sp_ooo_backward_async(e, t, l);
+        if (s > 0) sp_tensor_free(&bs[(s + 1) % 2].x);
+    }
+    sp_ooo_sync(e);
+    sp_tensor_free(&bs[(steps - 1) % 2].x);
+    trained got = {.tm = tm};
+    memcpy(got.loss, loss, sizeof loss);
+    assert_same_model(&ref, &got, steps, "async lenet");
+    cr_assert_lt(sp_ooo_last_stats(e)->critical_s, sp_ooo_last_stats(e)->wall_s, "returned before the sub lane");
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    sp_tape_free(&tapes[0]);
+    sp_tape_free(&tapes[1]);
+    sp_model_free(tm.m);
+    sp_model_free(ref.tm.m);
+}

@@ -1,0 +1,215 @@
+/* test_train.c — whole training runs: the loss falls, runs are bitwise reproducible, the
+ * apps reject bad flags cleanly, LeNet learns Fashion-MNIST, and the BPPSA paper's
+ * Figure 6 claim (bppsa and linear BP give the same training curve). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+#include "apps/models.h"
+#include "core/engine.h"
+#include "core/parallel.h"
+#include "data/data.h"
+#include "optim/optim.h"
+#include "schedulers/train.h"
+
+#define FMNIST "/usr/share/datasets/fashion-mnist"
+
+static const char *bin(const char *app)
+{
+    static char path[4][256];
+    static int k;
+    const char *b = getenv("BUILD");
+    k = (k + 1) % 4;
+    snprintf(path[k], sizeof path[k], "%s/%s", b ? b : "build", app);
+    return path[k];
+}
+
+/* Runs a command; returns its exit status and the last stdout line in `last`. */
+static int run(const char *cmd, char *last, size_t len)
+{
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p, "popen %s", cmd);
+    char line[8192];
+    if (last) last[0] = 0;
+    while (fgets(line, sizeof line, p))
+        if (last) snprintf(last, len, "%s", line);
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static double json_num(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(json, pat);
+    cr_assert_not_null(p, "key %s missing in %s", key, json);
+    return strtod(p + strlen(pat), NULL);
+}
+
+/* Drop the keys that measure time; everything else must be identical. */
+static void strip_timings(char *json)
+{
+    static const char *keys[] = {"images_per_s", "seconds", "forward_ms", "backward_ms", "step_ms"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        char pat[64];
+        snprintf(pat, sizeof pat, ", \"%s\": ", keys[k]);
+        char *p = strstr(json, pat);
+        if (!p) continue;
+        char *end = p + strlen(pat);
+        while (*end && *end != ',' && *end != '}') end++;
+        memmove(p, end, strlen(end) + 1);
+    }
+}
+
+Test(train, demo_loss_goes_down)
+{
+    char out[8192];
+    for (int i = 0; i < 2; i++) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "%s --quiet --backward %s", bin("demo"), i ? "bppsa" : "linear");
+        cr_assert_eq(run(cmd, out, sizeof out), 0);
+        double first = json_num(out, "first_loss"), last = json_num(out, "last_loss");
+        cr_assert_lt(last, 0.1 * first, "loss %g -> %g did not fall by 10x", first, last);
+    }
+}
+
+Test(train, same_seed_same_bits_and_other_seed_differs)
+{
+    char a[8192], b[8192], c[8192], cmd[512];
+    snprintf(cmd, sizeof cmd, "%s --quiet --steps 12 --batch 16 --seed 5 --seq-len 50 --samples 256", bin("rnn"));
+    cr_assert_eq(run(cmd, a, sizeof a), 0);
+    cr_assert_eq(run(cmd, b, sizeof b), 0);
+    strip_timings(a);
+    strip_timings(b);
+    cr_assert_str_eq(a, b, "two runs with the same seed differ");
+    snprintf(cmd, sizeof cmd, "%s --quiet --steps 12 --batch 16 --seed 6 --seq-len 50 --samples 256", bin("rnn"));
+    cr_assert_eq(run(cmd, c, sizeof c), 0);
+    strip_timings(c);
+    cr_assert_str_neq(a, c, "a different seed gave the same run");
+}
+
+Test(train, lenet_deterministic_json)
+{
+    if (access(FMNIST, R_OK) != 0) {
+        cr_log_warn("skipped: %s not installed (apt-get install dataset-fashion-mnist)", FMNIST);
+        return;
+    }
+    char a[8192], b[8192], cmd[512];
+    snprintf(cmd, sizeof cmd, "%s --quiet --steps 15 --threads 2 --seed 11", bin("lenet"));
+    cr_assert_eq(run(cmd, a, sizeof a), 0);
+    cr_assert_eq(run(cmd, b, sizeof b), 0);
+    strip_timings(a);
+    strip_timings(b);
+    cr_assert_str_eq(a, b);
+}
+
+Test(train, bad_flags_exit_2_with_one_line)
+{
+    const char *bad[] = {"--epochs abc", "--batch 0", "--lr -1", "--optim rmsprop", "--backward nope",
+                         "--frobnicate", "--threads 0", "--data /nonexistent/dir", "--load /nonexistent.safetensors",
+                         "--momentum 1.5", "--lr-schedule cosine:x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char cmd[512], err[8192];
+        snprintf(cmd, sizeof cmd, "%s %s --steps 1 --quiet 2>&1 >/dev/null | head -c 4000", bin("lenet"), bad[i]);
+        FILE *p = popen(cmd, "r");
+        size_t n = fread(err, 1, sizeof err - 1, p);
+        err[n] = 0;
+        pclose(p);
+        snprintf(cmd, sizeof cmd, "%s %s --steps 1 --quiet >/dev/null 2>&1", bin("lenet"), bad[i]);
+        cr_assert_eq(run(cmd, NULL, 0), 2, "'%s' should exit 2", bad[i]);
+        cr_assert(strncmp(err, "scanprop: ", 10) == 0, "'%s': message '%s'", bad[i], err);
+        cr_assert_eq(strchr(err, '\n'), err + n - 1, "'%s': expected exactly one line, got '%s'", bad[i], err);
+    }
+}
+
+Test(train, save_is_atomic_and_bad_checkpoint_keeps_the_old_one)
+{
+    char dir[] = "/tmp/scanprop-ckpt-XXXXXX", cmd[1024], out[8192];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "%s --quiet --steps 3 --seq-len 20 --samples 64 --save %s/w.safetensors", bin("rnn"), dir);
+    cr_assert_eq(run(cmd, out, sizeof out), 0);
+    /* a gru checkpoint cannot load into the rnn: exit 2, and --save does not run */
+    snprintf(cmd, sizeof cmd, "%s --quiet --steps 1 --shape S --samples 16 --save %s/g.safetensors", bin("gru"), dir);
+    cr_assert_eq(run(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "cmp -s %s/w.safetensors %s/w.bak || cp %s/w.safetensors %s/w.bak", dir, dir, dir, dir);
+    cr_assert_eq(run(cmd, NULL, 0), 0);
+    snprintf(cmd, sizeof cmd, "%s --quiet --steps 1 --seq-len 20 --samples 64 --load %s/g.safetensors --save %s/w.safetensors 2>/dev/null",
+             bin("rnn"), dir, dir);
+    cr_assert_eq(run(cmd, NULL, 0), 2);
+    snprintf(cmd, sizeof cmd, "cmp -s %s/w.safetensors %s/w.bak", dir, dir);
+    cr_assert_eq(run(cmd, NULL, 0), 0, "the old checkpoint was changed");
+    /* and it loads back into the rnn */
+    snprintf(cmd, sizeof cmd, "%s --quiet --steps 1 --seq-len 20 --samples 64 --load %s/w.safetensors", bin("rnn"), dir);
+    cr_assert_eq(run(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    run(cmd, NULL, 0);
+}
+
+/* Figure 6 of the BPPSA paper: training LeNet-5 with the scan gives the same curve as
+ * linear BP. Same init, same batches; per-step losses within 1e-4 relative. make test
+ * runs the first SCANPROP_FIG6_STEPS steps (default 80); make test-long the whole epoch. */
+Test(train, fig6_bppsa_and_linear_same_training_curve, .timeout = 1800)
+{
+    if (access(FMNIST, R_OK) != 0) {
+        cr_log_warn("skipped: %s not installed", FMNIST);
+        return;
+    }
+    const char *env = getenv("SCANPROP_FIG6_STEPS");
+    long steps = env ? atol(env) : 80;
+    sp_set_threads(2);
+    sp_dataset *d = sp_fashion_mnist(FMNIST, true, 0);
+    float *losses[2];
+    long done = 0;
+    for (int k = 0; k < 2; k++) {
+        sp_model *m = sp_zoo_lenet(1, 28);
+        sp_model_init(m, 42);
+        sp_engine *e = sp_engine_create(k ? "bppsa" : "linear", NULL);
+        sp_optim_cfg cfg = sp_optim_cfg_default();
+        cfg.lr = 0.01;
+        cfg.momentum = 0.9;
+        sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &cfg);
+        sp_loader *l = sp_loader_new(d, 64, true, 42, false);
+        sp_tape t;
+        sp_tape_init(&t);
+        losses[k] = malloc((size_t)sp_loader_nbatches(l) * sizeof(float));
+        sp_batch b;
+        done = 0;
+        while (done < steps && sp_loader_next(l, &b))
+            losses[k][done++] = sp_train_step(m, e, o, &t, &b.x, b.y, NULL, NULL, NULL);
+        sp_tape_free(&t);
+        sp_loader_free(l);
+        sp_optim_free(o);
+        sp_engine_destroy(e);
+        sp_model_free(m);
+    }
+    double worst = 0;
+    for (long s = 0; s < done; s++) {
+        double rel = fabs((double)losses[1][s] - losses[0][s]) / fabs((double)losses[0][s]);
+        worst = fmax(worst, rel);
+        cr_assert_leq(rel, 1e-4, "step %ld: bppsa loss %.8f vs linear %.8f", s, losses[1][s], losses[0][s]);
+    }
+    double head = 0, tail = 0;
+    for (int i = 0; i < 10; i++) head += losses[0][i], tail += losses[0][done - 1 - i];
+    cr_assert_lt(tail, head - 0.3, "the loss should fall within %ld steps (%.3f -> %.3f)", done, head / 10, tail / 10);
+    cr_log_info("fig6: %ld steps, worst per-step relative loss difference %.2e", done, worst);
+    free(losses[0]);
+    free(losses[1]);
+    sp_dataset_free(d);
+}
+
+Test(train, lenet_fashion_mnist_one_epoch_accuracy, .timeout = 900)
+{
+    if (access(FMNIST, R_OK) != 0) {
+        cr_log_warn("skipped: %s not installed", FMNIST);
+        return;
+    }
+    char out[8192], cmd[512];
+    snprintf(cmd, sizeof cmd, "%s --quiet --epochs 1 --threads 2", bin("lenet"));
+    cr_assert_eq(run(cmd, out, sizeof out), 0);
+    double acc = json_num(out, "test_acc");
+    cr_log_info("lenet 1 epoch: test accuracy %.4f", acc);
+    cr_assert_geq(acc, 0.78, "test accuracy %.4f after one epoch (PyTorch, same recipe: 0.80)", acc);
+}
