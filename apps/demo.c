@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include "apps/common.h"
 #include "core/engine.h"
+#include "core/error.h"
 #include "core/model.h"
 #include "core/parallel.h"
 #include "core/rng.h"
@@ -19,7 +20,15 @@ int main(int argc, char **argv)
     sp_app_defaults(&o);
     o.steps = 200;
     o.lr = 0.05;
-    sp_app_parse(argc, argv, "demo", "Train a small MLP on synthetic data (loss should fall).", &o, NULL);
+    int layers = 2, width = 64;
+    sp_flag extra[] = {
+        {"layers", SP_FLAG_INT, &layers, "linear layers (tanh between them): 2L-1 ops in the chain"},
+        {"width", SP_FLAG_INT, &width, "hidden width (default 64)"},
+        {NULL, 0, NULL, NULL},
+    };
+    sp_app_parse(argc, argv, "demo", "Train a small MLP on synthetic data (loss should fall).", &o, extra);
+    if (layers < 1 || layers > 32) sp_fail("--layers %d: expected 1..32", layers);
+    if (width < 1) sp_fail("--width %d: expected >= 1", width);
     sp_set_threads(o.threads);
 
     /* data: class c is a blob around a random centre */
@@ -35,9 +44,12 @@ int main(int argc, char **argv)
 
     /* model, engine, optimizer */
     sp_model *m = sp_model_new("demo");
-    sp_model_add(m, sp_linear("fc1", D, 64));
-    sp_model_add(m, sp_tanh());
-    sp_model_add(m, sp_linear("fc2", 64, K));
+    for (int i = 1; i <= layers; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "fc%d", i);
+        sp_model_add(m, sp_linear(name, i == 1 ? D : width, i == layers ? K : width));
+        if (i < layers) sp_model_add(m, sp_tanh());
+    }
     sp_model_init(m, o.seed);
     sp_engine_opts eo = sp_app_engine_opts(&o);
     sp_engine *e = sp_engine_create(o.backward, &eo);

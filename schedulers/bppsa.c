@@ -316,10 +316,10 @@ static void print_plan(const bppsa_state *s, int B)
 {
     const sp_scan_plan *p = &s->plan;
     double total = 0, span = 0, linear = 0;
-    int matmat = 0;
+    int matmat = 0, work_levels = 0, last_work_level = -1;
     printf("bppsa plan: n = %d links, %d up-sweep levels (full: %d), batch %d\n", s->n, p->up_levels,
            sp_scan_full_levels(s->n), B);
-    printf("%5s %-8s %5s %5s  %-26s %14s %s\n", "level", "kind", "l", "r", "result", "MFLOP/sample", "critical");
+    printf("%5s %-8s %5s %5s  %-26s %14s %s\n", "level", "kind", "l", "r", "result", "FLOP/sample", "critical");
     for (int k = 0, level_start = 0; k < p->nsteps; k++) {
         const sp_scan_step *st = &p->steps[k];
         if (k > 0 && st->level != p->steps[k - 1].level) level_start = k;
@@ -338,19 +338,21 @@ static void print_plan(const bppsa_state *s, int B)
             if (si->out.kind == EL_CSR) snprintf(res + k, sizeof res - (size_t)k, " nnz %lld", (long long)si->out.nnz);
         }
         bool crit = si->flops > 0 && si->flops == lvl_max;
-        printf("%5d %-8s %5d %5d  %-26s %14.3f %s\n", st->level, kinds[st->kind], st->l, st->r, res, si->flops / 1e6,
+        printf("%5d %-8s %5d %5d  %-26s %14.0f %s\n", st->level, kinds[st->kind], st->l, st->r, res, si->flops,
                crit ? "*" : "");
+        if (crit && (k == 0 || st->level != last_work_level)) work_levels++, last_work_level = st->level;
         total += si->flops;
-        if (crit) span += si->flops;
+        if (k == level_start) span += lvl_max;   /* a level takes as long as its longest step */
         if (si->out.kind == EL_CSR || si->out.kind == EL_DENSE) matmat += !si->skip && si->flops > 0;
     }
     for (int i = 0; i + 1 < s->n; i++) {
         const el_type *t = &s->links[i].type;
         linear += 2 * (t->kind == EL_CSR ? (double)t->nnz : (double)t->rows * t->cols);
     }
-    printf("sequential levels: bppsa %d vs linear BP %d; matrix-matrix products %d\n", p->nlevels, s->n - 1, matmat);
-    printf("MFLOP per sample: bppsa total %.3f, critical path %.3f; linear BP %.3f\n", total / 1e6, span / 1e6,
-           linear / 1e6);
+    printf("sequential levels: bppsa %d vs linear BP %d (levels that multiply: %d); matrix-matrix products %d\n",
+           p->nlevels, s->n - 1, work_levels, matmat);
+    printf("FLOP per sample: bppsa total %.0f, critical path %.0f; linear BP %.0f (bppsa does %.1fx the work)\n",
+           total, span, linear, linear > 0 ? total / linear : 0.0);
     fflush(stdout);
 }
 
