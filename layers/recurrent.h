@@ -4,8 +4,9 @@
  *
  * Internal layout is time-major, [T, B, ·] (row (t, b) = t·B + b): each step's rows are
  * one contiguous block, so the recurrence streams through memory (2.5× faster BPTT than
- * batch-first at H = 20, B = 16, where 16 strided streams miss cache), and every
- * all-steps product is ONE GEMM over T·B rows.
+ * batch-first at H = 20, B = 16, where 16 strided streams miss cache), and the input
+ * projection and weight gradients are ONE GEMM each over T·B rows (dx, batch-first like
+ * x, is one GEMM per sample).
  *   x_tm [T, B, C]  x transposed once per forward (x itself is batch-first [B, T, C])
  *   hs   [T, B, H]  h_1 … h_T (row (t-1, b) holds h_t; h_0 = 0 is never stored)
  *   da   [T, B, W]  ∂l/∂(pre-activations) of every step, W = H (RNN) or 4H (GRU):
