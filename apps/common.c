@@ -251,6 +251,9 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
 #include "core/safetensors.h"
 #include "optim/optim.h"
 
+/* U_i of the ooo engine: the optimizer step of one layer's parameters. */
+static void update_layer(void *ctx, sp_layer *l) { sp_optim_step_params(ctx, l->params, l->nparams); }
+
 sp_engine_opts sp_app_engine_opts(const sp_app_opts *o)
 {
     return (sp_engine_opts){.scan_levels = o->scan_levels,
@@ -275,6 +278,10 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     cfg.momentum = o->momentum;
     cfg.weight_decay = o->weight_decay;
     sp_optim *opt = sp_optim_create(o->optim, m->params, m->nparams, &cfg);
+    if (strcmp(o->backward, "ooo") == 0) {   /* per-layer updates U_i as tasks of the sub lane */
+        e->opts.update = update_layer;
+        e->opts.update_ctx = opt;
+    }
     sp_loader *loader = sp_loader_new(train, o->batch, !o->no_shuffle, o->seed, false);
     sp_train_cfg tc = {.app = app,
                        .epochs = o->epochs,

@@ -29,6 +29,7 @@ typedef struct pool {
 static pool P = {.busy = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
                  .start = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 static int g_threads = 1;
+static _Thread_local bool t_inline;   /* sp_parallel_set_inline */
 
 static void chunk_bounds(size_t n, int nchunks, int c, size_t *b, size_t *e)
 {
@@ -79,10 +80,14 @@ int sp_get_threads(void) { return g_threads; }
 
 void sp_blas_set_threads(int n) { openblas_set_num_threads(n); }
 
+int sp_blas_get_threads(void) { return openblas_get_num_threads(); }
+
+void sp_parallel_set_inline(bool on) { t_inline = on; }
+
 void sp_parallel_for(size_t n, sp_range_fn fn, void *ctx)
 {
     int nchunks = g_threads < (int)n ? g_threads : (int)n;
-    if (nchunks <= 1 || pthread_mutex_trylock(&P.busy) != 0) {
+    if (nchunks <= 1 || t_inline || pthread_mutex_trylock(&P.busy) != 0) {
         if (n) fn(ctx, 0, n);
         return;
     }

@@ -6,6 +6,7 @@
 #ifndef SP_PARALLEL_H
 #define SP_PARALLEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 void sp_set_threads(int n);
@@ -20,6 +21,12 @@ void sp_parallel_for(size_t n, sp_range_fn fn, void *ctx);
 /* Set the number of threads OpenBLAS may use for calls made from THIS thread's
  * current phase (used by lanes of the ooo executor). */
 void sp_blas_set_threads(int n);
+/* The thread count OpenBLAS uses now (the ooo executor lowers and restores it). */
+int sp_blas_get_threads(void);
+
+/* on: every sp_parallel_for called from THIS thread runs inline — for a thread that
+ * owns one core, like a lane of the ooo executor. Off by default. */
+void sp_parallel_set_inline(bool on);
 
 /* Wall clock in seconds (monotonic). */
 double sp_now(void);

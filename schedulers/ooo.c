@@ -276,8 +276,51 @@ typedef struct ooo_state {
     sp_ooo_stats stats;
     sp_ooo_trace trace;
     bool in_flight;
-    int threads;            /* sp_get_threads() when the lanes started */
+    int threads;            /* sp_get_threads() when the lanes started      */
+    int blas_saved;         /* OpenBLAS's thread count before the lanes ran */
+    bool lanes_inline;      /* the lanes keep off the thread pool           */
+    char *trace_path;       /* our copy of opts.trace_path                  */
+    /* The last run's task times: the list order's estimates for the next step, the
+     * "profiling performed as part of the training" of §4.1. */
+    double *prof;
+    int *prof_key, nprof, cap_prof;
 } ooo_state;
+
+static int task_key(const sp_ooo_task *t) { return 4 * (t->node ? t->node->index : 0) + (int)t->kind; }
+
+static bool profile_matches(const ooo_state *s, const sp_ooo_graph *g)
+{
+    if (s->nprof != g->nexec) return false;
+    for (int i = 0; i < g->nexec; i++)
+        if (s->prof_key[i] != task_key(&g->tasks[i])) return false;
+    return true;
+}
+
+/* A moving average, each sample clamped to twice the estimate: one step slowed by
+ * another process on the machine must not reorder the next. */
+static void profile_save(ooo_state *s, const sp_ooo_run *r)
+{
+    const sp_ooo_graph *g = r->graph;
+    bool same = profile_matches(s, g);
+    if (s->cap_prof < g->nexec) {   /* first step only */
+        s->cap_prof = g->nexec;
+        s->prof = sp_xrealloc(s->prof, (size_t)s->cap_prof * sizeof *s->prof);
+        s->prof_key = sp_xrealloc(s->prof_key, (size_t)s->cap_prof * sizeof *s->prof_key);
+    }
+    s->nprof = g->nexec;
+    for (int i = 0; i < g->nexec; i++) {
+        double t = r->end[i] - r->start[i];
+        s->prof[i] = same ? 0.7 * s->prof[i] + 0.3 * (t < 2 * s->prof[i] ? t : 2 * s->prof[i]) : t;
+        s->prof_key[i] = task_key(&g->tasks[i]);
+    }
+}
+
+/* Measured seconds replace the flop estimates when the step has the same tasks. */
+static void profile_apply(const ooo_state *s, sp_ooo_graph *g)
+{
+    if (!profile_matches(s, g)) return;
+    for (int i = 0; i < g->nexec; i++) g->tasks[i].est = s->prof[i];
+}
 
 static ooo_state *state_of(sp_engine *e)
 {
@@ -294,7 +337,8 @@ void sp_ooo_sync(sp_engine *e)
     if (!s->in_flight) return;
     sp_ooo_exec_finish(s->exec);
     s->in_flight = false;
-    if (s->stats.lanes == 2) sp_blas_set_threads(s->threads);
+    if (s->stats.lanes == 2) sp_blas_set_threads(s->blas_saved);
+    if (s->lanes_inline) sp_parallel_set_inline(false);
     const sp_ooo_run *r = &s->run;
     sp_ooo_stats *st = &s->stats;
     st->wall_s = r->wall;
@@ -307,6 +351,7 @@ void sp_ooo_sync(sp_engine *e)
     char title[96];
     snprintf(title, sizeof title, "scanprop ooo backward, order %s", st->order);
     sp_ooo_trace_capture(&s->trace, r, title);
+    profile_save(s, r);
 }
 
 static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
@@ -316,6 +361,7 @@ static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
     s->threads = sp_get_threads();
     sp_ooo_graph *g = sp_ooo_graph_build(t, loss, e->opts.update != NULL);
     sp_alloc_grads(t, loss);
+    profile_apply(s, g);
     bool two = s->threads >= 2 && s->order != SP_OOO_CONVENTIONAL;
     sp_ooo_plan *p = sp_ooo_plan_make(t, g, s->order, e->opts.k, e->opts.mem_cap, two);
     sp_ooo_plan *conv = sp_ooo_plan_make(t, g, SP_OOO_CONVENTIONAL, 0, 0, false);
@@ -323,10 +369,18 @@ static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
     st->order = sp_ooo_order_name(s->order);
     st->k = p->k;
     st->lanes = p->nqueue[SP_OOO_SUB] > 0 ? 2 : 1;
-    /* OpenBLAS's thread count is process-wide: while both lanes run GEMMs, each gets
-     * half the threads so two lanes never oversubscribe the cores (docs/OOO.md). */
-    st->blas_threads = st->lanes == 2 ? (s->threads / 2 > 1 ? s->threads / 2 : 1) : s->threads;
-    if (st->lanes == 2) sp_blas_set_threads(st->blas_threads);
+    /* While the lanes run, OpenBLAS runs on one thread per call. Its thread count is
+     * process-wide and its bits depend on it for some shapes (docs/OOO.md), so it must
+     * not change while two lanes run GEMMs: at one thread no op has a reason to touch
+     * it (conv2d lowers it to one around its per-sample GEMMs). On two cores the lanes
+     * also keep off the thread pool: a pool worker would be a third thread on two
+     * cores, and a static partition waits for its slowest chunk. Ops give the same
+     * bits whichever way sp_parallel_for splits them. */
+    s->blas_saved = sp_blas_get_threads();
+    st->blas_threads = st->lanes == 2 ? 1 : s->blas_saved;
+    s->lanes_inline = st->lanes == 2 && s->threads <= 2;
+    if (st->lanes == 2) sp_blas_set_threads(1);
+    if (s->lanes_inline) sp_parallel_set_inline(true);
     st->ntasks = g->nexec;
     st->start_bytes = g->start_bytes;
     st->plan_peak_bytes = p->peak_bytes;
@@ -334,7 +388,8 @@ static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
     st->mem_cap = e->opts.mem_cap;
     sp_tape_reset(&s->sub_tape);
     sp_ooo_exec_cfg cfg = {.update = e->opts.update, .update_ctx = e->opts.update_ctx,
-                           .mem_cap = e->opts.mem_cap, .sub_tape = &s->sub_tape};
+                           .mem_cap = e->opts.mem_cap, .sub_tape = &s->sub_tape,
+                           .lanes_inline = s->lanes_inline};
     s->in_flight = true;
     sp_ooo_exec_begin(s->exec, t, g, p, &cfg, &s->run);
 }
@@ -375,6 +430,9 @@ static void ooo_destroy(sp_engine *e)
     sp_ooo_exec_free(s->exec);
     sp_ooo_trace_free(&s->trace);
     sp_tape_free(&s->sub_tape);
+    free(s->trace_path);
+    free(s->prof);
+    free(s->prof_key);
     free(s);
 }
 
@@ -395,6 +453,11 @@ sp_engine *sp_engine_ooo_create(const sp_engine_opts *opts)
     e->destroy = ooo_destroy;
     e->state = s;
     s->order = order;
+    if (opts->trace_path) {   /* written at destroy: the caller's string may be gone */
+        s->trace_path = sp_xmalloc(strlen(opts->trace_path) + 1);
+        strcpy(s->trace_path, opts->trace_path);
+        e->opts.trace_path = s->trace_path;
+    }
     s->exec = sp_ooo_exec_new();
     sp_tape_init(&s->sub_tape);
     return e;

@@ -47,7 +47,8 @@ typedef struct sp_ooo_task {
     int rank;               /* 1..L: which parameterised layer (forward order), 0: none */
     int npred, nsucc;
     int *pred, *succ;       /* task ids; pred are the true dependencies above          */
-    double est;             /* cost estimate in flops (+ a fixed per-task overhead)    */
+    double est;             /* cost: flops + a per-task overhead, or the engine's time for  */
+                            /* it last step (list order; only ratios matter)            */
     size_t alloc;           /* bytes this task brings to life when it starts           */
     size_t scratch;         /* of which released again when it ends (fan-out sum)      */
     int nuse;
@@ -121,6 +122,7 @@ typedef struct sp_ooo_exec_cfg {
     void *update_ctx;
     size_t mem_cap;         /* main waits for earlier sub tasks rather than exceed it */
     sp_tape *sub_tape;      /* the sub lane's own arena for op scratch (arenas are not thread-safe) */
+    bool lanes_inline;      /* lanes run sp_parallel_for inline (one core each)        */
 } sp_ooo_exec_cfg;
 
 /* What one run measured; times in seconds from the start of the backward. */
@@ -158,10 +160,12 @@ typedef struct sp_ooo_trace {
     char title[96];
 } sp_ooo_trace;
 
+/* schedulers/ooo_trace.c */
 void sp_ooo_trace_capture(sp_ooo_trace *tr, const sp_ooo_run *run, const char *title);
-/* Chrome trace event JSON (ui.perfetto.dev, chrome://tracing): one slice per task on
- * its lane, flow arrows for cross-lane edges, and an instant "F' <layer> may start"
- * where the next forward of a layer becomes possible. Unwritable path: exit 2. */
+/* A path ending in ".svg": a picture. Anything else: Chrome trace event JSON
+ * (ui.perfetto.dev, chrome://tracing). Both show one box per task on its lane, arrows
+ * for cross-lane edges, and "F' <layer> may start" where the next forward of a layer
+ * becomes possible. Unwritable path: exit 2. */
 void sp_ooo_trace_write(const sp_ooo_trace *tr, const char *path);
 void sp_ooo_trace_free(sp_ooo_trace *tr);
 

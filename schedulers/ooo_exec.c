@@ -11,7 +11,7 @@
  * cap, main waits for the sub tasks that come before it in the plan's order; those only
  * depend on tasks earlier in that order, so they always finish, and once they have, the
  * live bytes are at most what the order run one task at a time holds (ooo_policy.c has
- * checked that fits). */
+ * checked that fits). The trace of a run is written by ooo_trace.c. */
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -39,6 +39,7 @@ typedef struct run_ctx {
 struct sp_ooo_exec {
     pthread_mutex_t mu;
     pthread_cond_t cv;        /* every state change: task done, work posted, lane idle */
+    _Atomic int waiters;      /* lanes blocked on cv for a task: only then signal     */
     pthread_t sub;
     bool sub_started, quit, sub_busy;
     unsigned generation;
@@ -107,6 +108,18 @@ static void mem_end(run_ctx *c, const sp_ooo_task *t)
     atomic_fetch_sub(&c->live, freed);
 }
 
+/* Wakes blocked lanes after a task's counters were updated. Every access is seq_cst: a
+ * waiter raises `waiters` before re-checking its condition, and we update the counters
+ * before reading `waiters`, so either it sees our update or we see it waiting. Skipping
+ * the futex when nobody waits keeps a task's hand-off to a few atomics. */
+static void signal_done(sp_ooo_exec *x)
+{
+    if (atomic_load(&x->waiters) == 0) return;
+    pthread_mutex_lock(&x->mu);
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+}
+
 static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane)
 {
     const int *q = c->p->queue[lane];
@@ -116,7 +129,9 @@ static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane)
         const sp_ooo_task *t = &c->g->tasks[id];
         if (!can_start(c, id, lane)) {   /* cudaStreamWaitEvent */
             pthread_mutex_lock(&x->mu);
+            atomic_fetch_add(&x->waiters, 1);   /* before the re-check: see signal_done */
             while (!can_start(c, id, lane)) pthread_cond_wait(&x->cv, &x->mu);
+            atomic_fetch_sub(&x->waiters, 1);
             pthread_mutex_unlock(&x->mu);
         }
         mem_start(c, t);
@@ -130,9 +145,7 @@ static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane)
         for (int s = 0; s < t->nsucc; s++) atomic_fetch_sub(&c->remaining[t->succ[s]], 1);
         if (lane == SP_OOO_SUB) atomic_store(&c->sub_next, i + 1 < n ? c->p->pos[q[i + 1]] : INT_MAX);
         atomic_store(&c->done[id], 1);   /* cudaEventRecord */
-        pthread_mutex_lock(&x->mu);
-        pthread_cond_broadcast(&x->cv);
-        pthread_mutex_unlock(&x->mu);
+        signal_done(x);
     }
 }
 
@@ -147,6 +160,7 @@ static void *sub_main(void *arg)
         seen = x->generation;
         run_ctx *c = x->cur;
         pthread_mutex_unlock(&x->mu);
+        sp_parallel_set_inline(c->cfg.lanes_inline);   /* as the main lane (ooo.c) */
         run_lane(x, c, SP_OOO_SUB);
         pthread_mutex_lock(&x->mu);
         x->sub_busy = false;
@@ -228,7 +242,9 @@ void sp_ooo_exec_wait_task(sp_ooo_exec *x, int task)
     run_ctx *c = x->cur;
     if (!c || atomic_load(&c->done[task])) return;
     pthread_mutex_lock(&x->mu);
+    atomic_fetch_add(&x->waiters, 1);
     while (!atomic_load(&c->done[task])) pthread_cond_wait(&x->cv, &x->mu);
+    atomic_fetch_sub(&x->waiters, 1);
     pthread_mutex_unlock(&x->mu);
 }
 
@@ -254,90 +270,4 @@ void sp_ooo_exec_finish(sp_ooo_exec *x)
         run->start[i] = run->end[i] = at;
     }
     x->cur = NULL;
-}
-
-/* ---- the trace ---------------------------------------------------------------------- */
-
-void sp_ooo_trace_capture(sp_ooo_trace *tr, const sp_ooo_run *run, const char *title)
-{
-    const sp_ooo_graph *g = run->graph;
-    if (tr->cap < g->ntasks) {   /* grows with the first step only */
-        tr->cap = g->ntasks;
-        tr->rec = sp_xrealloc(tr->rec, (size_t)tr->cap * sizeof *tr->rec);
-    }
-    int nflow = 0;
-    for (int i = 0; i < g->nexec; i++)
-        for (int q = 0; q < g->tasks[i].nsucc; q++) {
-            int s = g->tasks[i].succ[q];
-            nflow += s < g->nexec && run->plan->lane[s] != run->plan->lane[i];
-        }
-    if (tr->fcap < nflow) {
-        tr->fcap = nflow;
-        tr->flow = sp_xrealloc(tr->flow, (size_t)tr->fcap * sizeof *tr->flow);
-    }
-    tr->n = g->ntasks;
-    tr->nflow = 0;
-    for (int i = 0; i < g->ntasks; i++) {
-        const sp_ooo_task *t = &g->tasks[i];
-        sp_ooo_trace_rec *r = &tr->rec[i];
-        sp_ooo_task_label(t, r->name, sizeof r->name);
-        r->kind = t->kind;
-        r->lane = i < g->nexec ? run->plan->lane[i] : SP_OOO_MAIN;
-        r->node = t->node ? t->node->index : -1;
-        r->start = run->start[i];
-        r->end = run->end[i];
-        for (int q = 0; i < g->nexec && q < t->nsucc; q++) {
-            int s = t->succ[q];
-            if (s < g->nexec && run->plan->lane[s] != run->plan->lane[i]) {
-                tr->flow[tr->nflow][0] = i;
-                tr->flow[tr->nflow++][1] = s;
-            }
-        }
-    }
-    snprintf(tr->title, sizeof tr->title, "%s", title);
-}
-
-void sp_ooo_trace_free(sp_ooo_trace *tr)
-{
-    free(tr->rec);
-    free(tr->flow);
-    memset(tr, 0, sizeof *tr);
-}
-
-static const char *const LANE_NAMES[] = {"main lane: δO (critical path)", "sub lane: δW, U"};
-static const char *const KIND_CAT[] = {"dO", "dW", "U", "F"};
-
-void sp_ooo_trace_write(const sp_ooo_trace *tr, const char *path)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) sp_fail("--trace %s: cannot open for writing", path);
-    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"title\": \"%s\"},\n\"traceEvents\": [\n", tr->title);
-    fprintf(f, "{\"ph\": \"M\", \"pid\": 1, \"name\": \"process_name\", \"args\": {\"name\": \"%s\"}}", tr->title);
-    for (int l = 0; l < 2; l++)
-        fprintf(f, ",\n{\"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"name\": \"thread_name\", \"args\": {\"name\": \"%s\"}}", l,
-                LANE_NAMES[l]);
-    for (int i = 0; i < tr->n; i++) {
-        const sp_ooo_trace_rec *r = &tr->rec[i];
-        if (r->kind == SP_OOO_F) {
-            fprintf(f, ",\n{\"ph\": \"i\", \"s\": \"t\", \"pid\": 1, \"tid\": 0, \"name\": \"%s may start\", "
-                       "\"cat\": \"F\", \"ts\": %.3f}",
-                    r->name, 1e6 * r->start);
-            continue;
-        }
-        fprintf(f, ",\n{\"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"name\": \"%s\", \"cat\": \"%s\", \"ts\": %.3f, "
-                   "\"dur\": %.3f, \"args\": {\"task\": %d, \"node\": %d}}",
-                r->lane, r->name, KIND_CAT[r->kind], 1e6 * r->start, 1e6 * (r->end - r->start), i, r->node);
-    }
-    for (int e = 0; e < tr->nflow; e++) {   /* arrows: the cross-lane waits (CUDA events) */
-        const sp_ooo_trace_rec *a = &tr->rec[tr->flow[e][0]], *b = &tr->rec[tr->flow[e][1]];
-        double from = a->start + 0.999 * (a->end - a->start);
-        fprintf(f, ",\n{\"ph\": \"s\", \"id\": %d, \"pid\": 1, \"tid\": %d, \"name\": \"dep\", \"cat\": \"dep\", "
-                   "\"ts\": %.3f}",
-                e + 1, a->lane, 1e6 * from);
-        fprintf(f, ",\n{\"ph\": \"f\", \"bp\": \"e\", \"id\": %d, \"pid\": 1, \"tid\": %d, \"name\": \"dep\", "
-                   "\"cat\": \"dep\", \"ts\": %.3f}",
-                e + 1, b->lane, 1e6 * b->start);
-    }
-    fprintf(f, "\n]}\n");
-    if (fclose(f) != 0) sp_fail("--trace %s: write failed", path);
 }

@@ -83,8 +83,9 @@ static int order_reverse_first_k(const sp_ooo_graph *g, int k, int *seq)
         if (t->kind != SP_OOO_DO) continue;
         bool own_w = i + 1 < g->nexec && is_kind(g, i + 1, SP_OOO_DW) && g->tasks[i + 1].node == t->node &&
                      g->tasks[i + 1].rank > k;
-        if (own_w) seq[n++] = ++i;   /* line 4: δW_i before δO_i */
+        if (own_w) seq[n++] = i + 1;   /* line 4: δW_i before δO_i */
         seq[n++] = i;
+        i += own_w;
     }
     for (int r = 1; r <= k; r++)
         for (int i = 0; i < g->nexec; i++)
@@ -93,16 +94,18 @@ static int order_reverse_first_k(const sp_ooo_graph *g, int k, int *seq)
 }
 
 /* Algorithm 1 (multi-region joint scheduling), simplified: each main-lane δO is a
- * region; with no profiler, the speedup of running sub task k beside the rest of region
- * R is modelled from the cost estimates as (rem + T_k) / max(rem, T_k): the overlapped
- * share of two lanes, largest when the two are balanced. Repeatedly the best runnable
- * (region, δW) pair is placed; what fits nowhere runs after the last region in forward
- * order, as the next forward wants it. */
+ * region; with no profiler, the speedup of running sub job k beside the rest of region
+ * R is modelled from the estimates as (rem + T_k) / max(rem, T_k): the overlapped share
+ * of two lanes, largest when the two are balanced. Repeatedly the best runnable
+ * (region, job) pair is placed (lines 3–11). A job is a δW, with its layer's update
+ * when it is the layer's last δW. What fits in no region is list-scheduled after the
+ * regions, in forward order (what the next forward needs first), each job on the lane
+ * that finishes it first: on a CPU nothing else waits for the main lane then. */
 typedef struct list_sim {
     int *main_task, nmain;
     double *rs, *re, *now;   /* region start, end, sub-lane clock within it */
     int *job, njob;
-    double *ready;
+    double *ready, *cost;
     int *region, *slot;      /* placement of each job, -1 = not yet */
 } list_sim;
 
@@ -117,72 +120,110 @@ static bool job_runnable(const sp_ooo_graph *g, const list_sim *s, const int *jo
     return true;
 }
 
-static int order_list(sp_tape *tape, const sp_ooo_graph *g, int *seq)
+/* The U that follows job q's δW, or -1. */
+static int job_update(const sp_ooo_graph *g, int w)
+{
+    const sp_ooo_task *t = &g->tasks[w];
+    for (int q = 0; q < t->nsucc; q++) {
+        const sp_ooo_task *u = &g->tasks[t->succ[q]];
+        if (u->kind != SP_OOO_U) continue;
+        for (int p = 0; p < u->npred; p++)   /* the last δW of the layer: no later δW after it */
+            if (g->tasks[u->pred[p]].kind == SP_OOO_DW && u->pred[p] > w) return -1;
+        return t->succ[q];
+    }
+    return -1;
+}
+
+static void list_setup(sp_tape *tape, const sp_ooo_graph *g, list_sim *s, int *job_of_task)
 {
     int n = g->nexec;
-    list_sim s = {0};
-    s.main_task = sp_tape_alloc(tape, (size_t)n * sizeof(int));
-    s.job = sp_tape_alloc(tape, (size_t)n * sizeof(int));
-    int *job_of_task = sp_tape_alloc(tape, (size_t)n * sizeof(int));
-    double *finish = sp_tape_alloc(tape, (size_t)n * sizeof(double));
-    double clock = 0;
+    s->main_task = sp_tape_alloc(tape, (size_t)n * sizeof(int));
+    s->job = sp_tape_alloc(tape, (size_t)n * sizeof(int));
+    double *finish = sp_tape_alloc(tape, (size_t)n * sizeof(double)), clock = 0;
     for (int i = 0; i < n; i++) {   /* step 2: the main lane, back to back */
         job_of_task[i] = -1;
         finish[i] = 0;
         if (is_kind(g, i, SP_OOO_DO)) {
-            s.main_task[s.nmain++] = i;
+            s->main_task[s->nmain++] = i;
             clock += g->tasks[i].est;
             finish[i] = clock;
         } else if (is_kind(g, i, SP_OOO_DW)) {
-            job_of_task[i] = s.njob;
-            s.job[s.njob++] = i;
+            job_of_task[i] = s->njob;
+            s->job[s->njob++] = i;
         }
     }
-    size_t md = (size_t)(s.nmain + 1) * sizeof(double), jd = (size_t)(s.njob + 1) * sizeof(double);
-    s.rs = sp_tape_alloc(tape, md);
-    s.re = sp_tape_alloc(tape, md);
-    s.now = sp_tape_alloc(tape, md);
-    s.ready = sp_tape_alloc(tape, jd);
-    s.region = sp_tape_alloc(tape, (size_t)(s.njob + 1) * sizeof(int));
-    s.slot = sp_tape_alloc(tape, (size_t)(s.njob + 1) * sizeof(int));
-    for (int j = 0; j < s.nmain; j++) {
-        s.re[j] = finish[s.main_task[j]];
-        s.rs[j] = s.now[j] = s.re[j] - g->tasks[s.main_task[j]].est;
+    size_t md = (size_t)(s->nmain + 1) * sizeof(double), jd = (size_t)(s->njob + 1) * sizeof(double);
+    s->rs = sp_tape_alloc(tape, md);
+    s->re = sp_tape_alloc(tape, md);
+    s->now = sp_tape_alloc(tape, md);
+    s->ready = sp_tape_alloc(tape, jd);
+    s->cost = sp_tape_alloc(tape, jd);
+    s->region = sp_tape_alloc(tape, (size_t)(s->njob + 1) * sizeof(int));
+    s->slot = sp_tape_alloc(tape, (size_t)(s->njob + 1) * sizeof(int));
+    for (int j = 0; j < s->nmain; j++) {
+        s->re[j] = finish[s->main_task[j]];
+        s->rs[j] = s->now[j] = s->re[j] - g->tasks[s->main_task[j]].est;
     }
-    for (int q = 0; q < s.njob; q++) {   /* step 3: when each δW becomes runnable */
-        const sp_ooo_task *t = &g->tasks[s.job[q]];
-        s.ready[q] = 0;
-        s.region[q] = s.slot[q] = -1;
+    for (int q = 0; q < s->njob; q++) {   /* step 3: when each job becomes runnable */
+        const sp_ooo_task *t = &g->tasks[s->job[q]];
+        int u = job_update(g, s->job[q]);
+        s->ready[q] = 0;
+        s->cost[q] = t->est + (u >= 0 ? g->tasks[u].est : 0);
+        s->region[q] = s->slot[q] = -1;
         for (int p = 0; p < t->npred; p++)
-            if (finish[t->pred[p]] > s.ready[q]) s.ready[q] = finish[t->pred[p]];
+            if (finish[t->pred[p]] > s->ready[q]) s->ready[q] = finish[t->pred[p]];
     }
-    for (int placed = 0; placed < s.njob; placed++) {   /* steps 4–5, Algorithm 1 lines 3–11 */
+}
+
+static void list_place(const sp_ooo_graph *g, list_sim *s, const int *job_of_task)
+{
+    for (int placed = 0; placed < s->njob; placed++) {   /* steps 4–5, Algorithm 1 lines 3–11 */
         int bj = -1, bq = -1;
         double bp = 0;
-        for (int j = 0; j < s.nmain; j++) {
-            double rem = s.re[j] - s.now[j];
+        for (int j = 0; j < s->nmain; j++) {
+            double rem = s->re[j] - s->now[j];
             if (rem <= 0) continue;   /* line 11: region full */
-            for (int q = 0; q < s.njob; q++) {
-                if (s.region[q] >= 0 || !job_runnable(g, &s, job_of_task, q, j)) continue;
-                double T = g->tasks[s.job[q]].est, p = (rem + T) / (rem > T ? rem : T);
+            for (int q = 0; q < s->njob; q++) {
+                if (s->region[q] >= 0 || !job_runnable(g, s, job_of_task, q, j)) continue;
+                double T = s->cost[q], p = (rem + T) / (rem > T ? rem : T);
                 if (p > bp * (1 + 1e-12)) bp = p, bj = j, bq = q;
             }
         }
-        if (bq < 0) break;
-        s.region[bq] = bj;
-        s.slot[bq] = placed;
-        s.now[bj] += g->tasks[s.job[bq]].est;
+        if (bq < 0) return;
+        s->region[bq] = bj;
+        s->slot[bq] = placed;
+        s->now[bj] += s->cost[bq];
     }
+}
+
+static int order_list(sp_tape *tape, const sp_ooo_graph *g, int *seq, int *lane)
+{
+    list_sim s = {0};
+    int *job_of_task = sp_tape_alloc(tape, (size_t)(g->nexec + 1) * sizeof(int));
+    list_setup(tape, g, &s, job_of_task);
+    list_place(g, &s, job_of_task);
     int m = 0;
+    double t_sub = 0, t_main = s.nmain ? s.re[s.nmain - 1] : 0;
     for (int j = 0; j < s.nmain; j++) {
         seq[m++] = s.main_task[j];
         for (int placed = 0; placed < s.njob; placed++)
             for (int q = 0; q < s.njob; q++)
-                if (s.region[q] == j && s.slot[q] == placed) seq[m++] = s.job[q];
+                if (s.region[q] == j && s.slot[q] == placed) {
+                    seq[m++] = s.job[q];
+                    t_sub = (t_sub > s.ready[q] ? t_sub : s.ready[q]) + s.cost[q];
+                }
     }
-    for (int r = 1; r <= g->L; r++)   /* leftovers by the next forward's need */
-        for (int q = 0; q < s.njob; q++)
-            if (s.region[q] < 0 && g->tasks[s.job[q]].rank == r) seq[m++] = s.job[q];
+    for (int r = 1; r <= g->L; r++)   /* the tail: earliest finish of the two lanes */
+        for (int q = 0; q < s.njob; q++) {
+            if (s.region[q] >= 0 || g->tasks[s.job[q]].rank != r) continue;
+            double on_main = (t_main > s.ready[q] ? t_main : s.ready[q]) + s.cost[q];
+            double on_sub = (t_sub > s.ready[q] ? t_sub : s.ready[q]) + s.cost[q];
+            int w = s.job[q], u = job_update(g, w);
+            lane[w] = on_main < on_sub ? SP_OOO_MAIN : SP_OOO_SUB;
+            if (u >= 0) lane[u] = lane[w];
+            *(on_main < on_sub ? &t_main : &t_sub) = on_main < on_sub ? on_main : on_sub;
+            seq[m++] = w;
+        }
     return m;
 }
 
@@ -206,14 +247,17 @@ static int place_updates(const sp_ooo_graph *g, const int *base, int nbase, int 
     return n;
 }
 
-static void build_seq(sp_tape *t, const sp_ooo_graph *g, sp_ooo_order order, int k, sp_ooo_plan *p, int *base)
+/* lane: the list order's choices; -1 elsewhere (δO on main, δW and U on sub). */
+static void build_seq(sp_tape *t, const sp_ooo_graph *g, sp_ooo_order order, int k, sp_ooo_plan *p, int *base,
+                      int *lane)
 {
     int nbase = 0;
+    for (int i = 0; i < g->nexec; i++) lane[i] = -1;
     switch (order) {
     case SP_OOO_CONVENTIONAL: nbase = order_conventional(g, base); break;
     case SP_OOO_OOO: nbase = order_ooo(g, base); break;
     case SP_OOO_REVERSE_FIRST_K: nbase = order_reverse_first_k(g, k, base); break;
-    case SP_OOO_LIST: nbase = order_list(t, g, base); break;
+    case SP_OOO_LIST: nbase = order_list(t, g, base, lane); break;
     }
     place_updates(g, base, nbase, p->pos, p->seq);
 }
@@ -231,11 +275,12 @@ sp_ooo_plan *sp_ooo_plan_make(sp_tape *t, const sp_ooo_graph *g, sp_ooo_order or
     p->lane = sp_tape_alloc(t, ib);
     p->queue[0] = sp_tape_alloc(t, ib);
     p->queue[1] = sp_tape_alloc(t, ib);
-    int *base = sp_tape_alloc(t, ib), *left = sp_tape_alloc(t, (size_t)(g->nbuf + 1) * sizeof(int));
+    int *base = sp_tape_alloc(t, ib), *hint = sp_tape_alloc(t, ib);
+    int *left = sp_tape_alloc(t, (size_t)(g->nbuf + 1) * sizeof(int));
     if (order == SP_OOO_REVERSE_FIRST_K) {
         p->k = k <= 0 ? (g->L + 1) / 2 : (k < g->L ? k : g->L);
         for (;; p->k--) {   /* Algorithm 2, lines 1–2: the largest k within the cap */
-            build_seq(t, g, order, p->k, p, base);
+            build_seq(t, g, order, p->k, p, base, hint);
             p->peak_bytes = memory_peak(g, p->seq, n, left);
             if (!mem_cap || p->peak_bytes <= mem_cap) break;
             if (p->k == 0)
@@ -243,7 +288,7 @@ sp_ooo_plan *sp_ooo_plan_make(sp_tape *t, const sp_ooo_graph *g, sp_ooo_order or
                         p->peak_bytes);
         }
     } else {
-        build_seq(t, g, order, 0, p, base);
+        build_seq(t, g, order, 0, p, base, hint);
         p->peak_bytes = memory_peak(g, p->seq, n, left);
         if (mem_cap && p->peak_bytes > mem_cap)
             sp_fail("--mem-cap %zu: order %s retains %zu bytes at its peak (expected a cap of at least that, "
@@ -252,7 +297,8 @@ sp_ooo_plan *sp_ooo_plan_make(sp_tape *t, const sp_ooo_graph *g, sp_ooo_order or
     }
     bool split = two_lanes && order != SP_OOO_CONVENTIONAL;
     for (int i = 0; i < n; i++) {
-        int id = p->seq[i], lane = split && !is_kind(g, id, SP_OOO_DO) ? SP_OOO_SUB : SP_OOO_MAIN;
+        int id = p->seq[i], lane = !split ? SP_OOO_MAIN : hint[id] >= 0 ? hint[id]
+                                         : is_kind(g, id, SP_OOO_DO) ? SP_OOO_MAIN : SP_OOO_SUB;
         p->pos[id] = i;
         p->lane[id] = lane;
         p->queue[lane][p->nqueue[lane]++] = id;

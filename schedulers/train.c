@@ -19,7 +19,7 @@ float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp
     double t1 = sp_now();
     sp_backward(e, t, loss);
     double t2 = sp_now();
-    sp_optim_step(o);
+    if (!e->opts.update) sp_optim_step(o);   /* else the engine ran every layer's update */
     double t3 = sp_now();
     if (fwd_s) *fwd_s = t1 - t0;
     if (bwd_s) *bwd_s = t2 - t1;
