@@ -29,7 +29,8 @@ void sp_im2col(const sp_conv_geom *g, const float *x, int b0, int b1, float *col
 
 /* dx[b] ← col2im(col) for samples [b0, b1): each input element receives the sum of
  * every column entry that im2col would have copied from it, in a fixed order, so the
- * result is the same for any thread count. Overwrites those samples of dx. */
-void sp_col2im(const sp_conv_geom *g, const float *col, int b0, int b1, float *dx);
+ * result is the same for any thread count. Overwrites those samples of dx. col is
+ * scratch: its entries that fall in the padding may be set to 0. */
+void sp_col2im(const sp_conv_geom *g, float *col, int b0, int b1, float *dx);
 
 #endif

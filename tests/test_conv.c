@@ -1,8 +1,8 @@
 /* test_conv.c — conv2d and maxpool2d: gradient checks (δ and G) against float64-
  * accumulated central finite differences (tolerance 5e-3 of the largest entry, as in
  * test_layers.c), forward/δ/G against naive direct-loop references (float64, relative
- * 1e-5), shapes and bad-shape errors (exit 2), initialisation, cost, and bitwise
- * identical results with 1 and 2 threads. */
+ * 1e-5) with 1 and 2 threads, shapes and bad-shape errors (exit 2), initialisation,
+ * cost, and bitwise identical repeats (im2col/col2im: also across thread counts). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -223,18 +223,28 @@ Test(conv_reference, forward_delta_grad_match_direct_loops)
     sp_rng r;
     sp_rng_seed(&r, 31);
     static const int kernels[5] = {1, 2, 3, 4, 5};
-    for (int t = 0; t < 30; t++) {
-        conv_cfg c = random_cfg(&r, kernels[t % 5], 1 + t % 3, t % 3, 13);
+    for (int t = 0; t < 45; t++) {   /* every (k, s, p) in 1..5 × 1..3 × 0..2 */
+        conv_cfg c = random_cfg(&r, kernels[t % 5], 1 + t / 5 % 3, t / 15, 13);
         check_against_reference(&c, 1000 + t);
     }
 }
 
-/* Shapes big enough that the batch is split into several GEMM chunks (the column
- * buffer of one sample is 1.15 MiB and 0.6 MiB), with a partial last chunk. */
-Test(conv_reference, chunked_batches)
+/* Shapes that take every path, with 1 and 2 threads: one sample per GEMM (Ho·Wo >=
+ * 256) and several; G with private per-thread copies (O·K <= 65536) and batched
+ * (O·K = 69120 here), the latter over chunks of 3 and 2 samples (2.25 MiB of
+ * columns per sample against an 8 MiB budget). */
+Test(conv_reference, every_path_1_and_2_threads)
 {
-    check_against_reference(&(conv_cfg){.B = 11, .C = 16, .H = 32, .W = 32, .O = 8, .k = 3, .s = 1, .p = 1}, 7);
-    check_against_reference(&(conv_cfg){.B = 6, .C = 9, .H = 33, .W = 31, .O = 5, .k = 5, .s = 2, .p = 2}, 8);
+    static const conv_cfg cfgs[] = {
+        {.B = 11, .C = 16, .H = 32, .W = 32, .O = 8, .k = 3, .s = 1, .p = 1},
+        {.B = 6, .C = 9, .H = 33, .W = 31, .O = 5, .k = 5, .s = 2, .p = 2},
+        {.B = 5, .C = 64, .H = 32, .W = 32, .O = 120, .k = 3, .s = 1, .p = 1},
+        {.B = 7, .C = 40, .H = 5, .W = 6, .O = 24, .k = 3, .s = 1, .p = 1},
+    };
+    for (int threads = 1; threads <= 2; threads++) {
+        sp_set_threads(threads);
+        for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) check_against_reference(&cfgs[i], 7 + i);
+    }
 }
 
 Test(conv, grad_accumulates)
@@ -427,21 +437,27 @@ Test(maxpool_errors, input_smaller_than_kernel, .exit_code = 2)
 /* ---- determinism ----------------------------------------------------------------------- */
 
 /* The same thread count gives the same bits (DESIGN.md). Across thread counts the
- * GEMMs are OpenBLAS's business and do differ in the last bits (dW here), so only the
- * repeat is asserted for the whole op. */
+ * samples are grouped differently into GEMMs and G's per-thread partial sums differ,
+ * so only the repeat is asserted for the whole op (both G paths, both GEMM widths). */
 Test(conv, same_bits_on_repeat_with_2_threads)
 {
-    conv_cfg c = {.B = 9, .C = 32, .H = 17, .W = 15, .O = 48, .k = 3, .s = 1, .p = 1};
-    conv_run a = conv_run_new(&c), b = conv_run_new(&c);
+    static const conv_cfg cfgs[] = {
+        {.B = 9, .C = 32, .H = 17, .W = 15, .O = 48, .k = 3, .s = 1, .p = 1},
+        {.B = 5, .C = 64, .H = 16, .W = 16, .O = 128, .k = 3, .s = 1, .p = 1},
+    };
     sp_set_threads(2);
-    conv_run_op(&c, 3, &a);
-    conv_run_op(&c, 3, &b);
-    cr_assert_eq(memcmp(a.y, b.y, a.ny * sizeof(float)), 0, "forward differs");
-    cr_assert_eq(memcmp(a.dx, b.dx, a.nx * sizeof(float)), 0, "δ differs");
-    cr_assert_eq(memcmp(a.dW, b.dW, a.nw * sizeof(float)), 0, "G weight differs");
-    cr_assert_eq(memcmp(a.db, b.db, (size_t)c.O * sizeof(float)), 0, "G bias differs");
-    conv_run_free(&a);
-    conv_run_free(&b);
+    for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
+        const conv_cfg *c = &cfgs[i];
+        conv_run a = conv_run_new(c), b = conv_run_new(c);
+        conv_run_op(c, 3, &a);
+        conv_run_op(c, 3, &b);
+        cr_assert_eq(memcmp(a.y, b.y, a.ny * sizeof(float)), 0, "forward differs");
+        cr_assert_eq(memcmp(a.dx, b.dx, a.nx * sizeof(float)), 0, "δ differs");
+        cr_assert_eq(memcmp(a.dW, b.dW, a.nw * sizeof(float)), 0, "G weight differs");
+        cr_assert_eq(memcmp(a.db, b.db, (size_t)c->O * sizeof(float)), 0, "G bias differs");
+        conv_run_free(&a);
+        conv_run_free(&b);
+    }
 }
 
 /* im2col and col2im themselves fix their summation order: 1 and 2 threads agree. */
