@@ -1,0 +1,332 @@
+#!/usr/bin/python3
+"""compare.py — ratio tables (scanprop vs PyTorch CPU) from the JSON lines bench.py wrote.
+
+Usage: /usr/bin/python3 bench/compare.py bench/results/bench-<stamp>.jsonl
+
+Every number is the median over rounds of each run's own median (ours: the app's JSON
+keys, which are medians over steps; PyTorch: the peer scripts' medians). Every ratio is
+"scanprop speed / PyTorch speed": images/s ours ÷ theirs, or ms theirs ÷ ours, so > 1
+always means scanprop is faster. Stdlib only.
+"""
+import json
+import statistics
+import sys
+
+# VGG-11 config A on 3x32x32 (vgg11_step.py, models.c): conv widths and max-pools.
+CFG_A = [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"]
+
+
+def vgg_step_flop(batch):
+    """Useful FLOPs of one VGG-11 training step: forward (2·MACs) + weight gradient
+    (same count) + input gradient (same count) for every conv/linear except conv1, whose
+    input gradient neither framework computes (the data needs none). Equals
+    build/schedule --model vgg11 --costs-out's per-layer fwd/bwd_grad/bwd_delta sum."""
+    layers, c, hw = [], 3, 32
+    for v in CFG_A:
+        if v == "M":
+            hw //= 2
+        else:
+            layers.append(2 * c * v * 9 * hw * hw)
+            c = v
+    layers.append(2 * 512 * 10)
+    fwd = sum(layers)
+    return batch * (3 * fwd - layers[0])
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def fmt(x, nd=1):
+    if x is None:
+        return "—"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{nd}f}"
+
+
+def spread(xs, nd=1):
+    xs = [x for x in xs if x is not None]
+    if len(xs) < 2:
+        return ""
+    return f" ({fmt(min(xs), nd)}–{fmt(max(xs), nd)})"
+
+
+def ratio(a, b):
+    return a / b if a and b else None
+
+
+def rfmt(r):
+    return "—" if r is None else f"**{r:.2f}×**"
+
+
+def load(path):
+    recs = []
+    for line in open(path):
+        line = line.strip()
+        if line.startswith("{"):
+            recs.append(json.loads(line))
+    return recs
+
+
+def sel(recs, section, who, **cfg):
+    out = []
+    for r in recs:
+        if r.get("section") != section or r.get("who") != who or not r.get("json"):
+            continue
+        if all(r["cfg"].get(k) == v for k, v in cfg.items()):
+            out.append(r)
+    return out
+
+
+def torch_rows(recs, section, key, **match):
+    """Rows from the peers' per-config lists (runs / throughput) across rounds."""
+    rows = []
+    for r in sel(recs, section, "torch"):
+        for row in r["json"].get(key, []):
+            if all(row.get(k) == v for k, v in match.items()):
+                rows.append(row)
+    return rows
+
+
+def windows(rec, window, warm=10):
+    """Images/s of consecutive `window`-step windows after `warm` steps of one of our
+    runs (from its per-step log), the peer's throughput method."""
+    st = rec.get("step_s") or []
+    b = rec["json"]["batch"]
+    out = []
+    for i in range(warm, len(st) - window + 1, window):
+        t = sum(st[i:i + window])
+        if t > 0:
+            out.append(window * b / t)
+    return out
+
+
+def best_step_ms(recs):
+    """Fastest single step (ms) over our runs, the first step of each run excluded."""
+    xs = [min(r["step_s"][1:]) * 1e3 for r in recs if len(r.get("step_s") or []) > 1]
+    return min(xs) if xs else None
+
+
+def table(head, rows):
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print()
+
+
+def target_line(name, med_r, best_r, goal):
+    """Met only if the ratio of medians and the ratio of bests both reach the goal:
+    on a loaded machine the two can disagree, and then the verdict says so."""
+    got = [r for r in (med_r, best_r) if r is not None]
+    if not got:
+        return [name, f"≥ {goal:.2f}×", "—", "—", "not measured"]
+    if all(r >= goal for r in got):
+        verdict = "met"
+    elif all(r < goal for r in got):
+        verdict = f"missed by {100 * (1 - max(got) / goal):.0f}%" + ("" if len(got) == 1 else
+                                                                     f"–{100 * (1 - min(got) / goal):.0f}%")
+    else:
+        verdict = "met on one measure only (load)"
+    return [name, f"≥ {goal:.2f}×", fmt(med_r, 2) + "×" if med_r else "—", fmt(best_r, 2) + "×" if best_r else "—",
+            verdict]
+
+
+def main(path):
+    recs = load(path)
+    targets = []
+
+    loads = [(r["section"], r["load1"]) for r in recs if r.get("load1") is not None]
+    if loads:
+        print("## Machine load during the runs\n")
+        print("1-minute load average read before each run (2 cores: above 2 means others' work was "
+              "competing for the CPUs).\n")
+        rows = []
+        for sec in dict.fromkeys(s for s, _ in loads):
+            xs = [x for s, x in loads if s == sec]
+            rows.append([sec, str(len(xs)), f"{med(xs):.2f}", f"{min(xs):.2f}–{max(xs):.2f}"])
+        table(["section", "runs", "median load", "range"], rows)
+
+    # ---- GEMM ---------------------------------------------------------------------------
+    g = [r for r in recs if r.get("section") == "gemm" and r.get("json")]
+    if g:
+        print("## SGEMM context: OpenBLAS, n = 2048, 2 threads\n")
+        rows = []
+        for ct in dict.fromkeys(r["cfg"]["coretype"] for r in g):
+            rs = [r["json"] for r in g if r["cfg"]["coretype"] == ct]
+            gf = [j["gflops_median"] for j in rs]
+            rows.append([f"`{ct}`", rs[0]["core"], fmt(med(gf)) + spread(gf), fmt(max(j["gflops_best"] for j in rs))])
+        table(["OPENBLAS_CORETYPE", "kernel core", "GFLOP/s (median)", "best"], rows)
+
+    # ---- LeNet --------------------------------------------------------------------------
+    if sel(recs, "lenet", "ours") or sel(recs, "lenet", "torch"):
+        print("## LeNet-5 / Fashion-MNIST training throughput (2 threads)\n")
+        print("Both sides: 10 warm-up steps, then windows of equal step counts; *median* = median window "
+              "(median over rounds), *best* = fastest window of any round. The app's own JSON "
+              "`images_per_s` (all steps, warm-up included) is shown for reference.\n")
+        rows = []
+        for b in (64, 256):
+            rs = sel(recs, "lenet", "ours", batch=b)
+            js_rate = [r["json"]["images_per_s"] for r in rs]
+            per_run = [windows(r, r["cfg"].get("window", 50)) for r in rs]
+            o_med = med([med(w) for w in per_run if w])
+            o_best = max((max(w) for w in per_run if w), default=None)
+            th = torch_rows(recs, "lenet", "throughput", batch=b)
+            t_med = med([t["images_per_s_median"] for t in th])
+            t_best = max((t["images_per_s_max"] for t in th), default=None)
+            rm, rb = ratio(o_med, t_med), ratio(o_best, t_best)
+            if b == 64:
+                targets.append(target_line("LeNet-5 b64 images/s vs PyTorch", rm, rb, 1.5))
+            rows.append([str(b), fmt(med(js_rate), 0), fmt(o_med, 0), fmt(o_best, 0), fmt(t_med, 0), fmt(t_best, 0),
+                         rfmt(rm), rfmt(rb), f"{len(rs)}/{len(th)}"])
+        table(["batch", "scanprop JSON img/s", "scanprop median", "scanprop best", "PyTorch median", "PyTorch best",
+               "ratio (median)", "ratio (best)", "runs"], rows)
+
+    # ---- VGG-11 -------------------------------------------------------------------------
+    if sel(recs, "vgg", "ours") or sel(recs, "vgg", "torch"):
+        print("## VGG-11 (3×32×32, SGD) training step (2 threads)\n")
+        rows, rows2 = [], []
+        for b in (32, 128):
+            orr = sel(recs, "vgg", "ours", batch=b)
+            o = [r["json"] for r in orr]
+            t = torch_rows(recs, "vgg", "runs", batch=b)
+            if not o and not t:
+                continue
+            os_, ts = med([j["step_ms"] for j in o]), med([j["step_ms"] for j in t])
+            ob_, tb_ = best_step_ms(orr), min((j["step_minmax_ms"][0] for j in t), default=None)
+            of, tf = med([j["forward_ms"] for j in o]), med([j["fwd_grad_ms"] for j in t])
+            ob, tb = med([j["backward_ms"] for j in o]), med([j["bwd_derived_ms"] for j in t])
+            rt, rtb = ratio(ts, os_), ratio(tb_, ob_)
+            if b == 32:
+                targets.append(target_line("VGG-11 b32 step time vs PyTorch", rt, rtb, 1.0))
+            rows.append([str(b), f"{fmt(os_)} / {fmt(ob_)}", f"{fmt(ts)} / {fmt(tb_)}", rfmt(rt), rfmt(rtb),
+                         fmt(of), fmt(tf), rfmt(ratio(tf, of)), fmt(ob), fmt(tb), rfmt(ratio(tb, ob)),
+                         f"{len(o)}/{len(t)}"])
+            flop = vgg_step_flop(b)
+            rows2.append([str(b), f"{flop / 1e9:.2f}", fmt(flop / os_ / 1e6 if os_ else None),
+                          fmt(flop / ob_ / 1e6 if ob_ else None), fmt(flop / ts / 1e6 if ts else None),
+                          fmt(flop / tb_ / 1e6 if tb_ else None)])
+        print("Step ms as *median / best*. Forward: scanprop `forward_ms` vs PyTorch forward with autograd "
+              "recording (`fwd_grad`); backward: scanprop engine only vs PyTorch step − forward "
+              "(backward + SGD).\n")
+        table(["batch", "scanprop step ms", "PyTorch step ms", "step ratio (median)", "step ratio (best)",
+               "scanprop fwd ms", "PyTorch fwd ms", "fwd ratio", "scanprop bwd ms", "PyTorch bwd+opt ms",
+               "bwd ratio", "runs"], rows)
+        print("Achieved GFLOP/s (useful conv+linear FLOPs of a step ÷ step time):\n")
+        table(["batch", "GFLOP per step", "scanprop (median)", "scanprop (best)", "PyTorch (median)",
+               "PyTorch (best)"], rows2)
+
+    # ---- RNN ----------------------------------------------------------------------------
+    if sel(recs, "rnn", "ours") or sel(recs, "rnn", "torch"):
+        print("## RNN (hidden 20) bitstream task, backward and step time (2 threads)\n")
+        Ts = sorted({r["cfg"]["T"] for r in recs if r.get("section") == "rnn"})
+        rows, rows2 = [], []
+        for T in Ts:
+            for B in (1, 16):
+                lin = [r["json"] for r in sel(recs, "rnn", "ours", T=T, B=B, engine="linear")]
+                bp = [r["json"] for r in sel(recs, "rnn", "ours", T=T, B=B, engine="bppsa")]
+                nr = [r for r in torch_rows(recs, "rnn", "runs", T=T, B=B, impl="rnn")]
+                nc = [r for r in torch_rows(recs, "rnn", "runs", T=T, B=B, impl="cell")]
+                if not (lin or bp or nr or nc):
+                    continue
+                lb, bb = med([j["backward_ms"] for j in lin]), med([j["backward_ms"] for j in bp])
+                rb, cb = med([j["bwd_derived_ms"] for j in nr]), med([j["bwd_derived_ms"] for j in nc])
+                ls, bs = med([j["step_ms"] for j in lin]), med([j["step_ms"] for j in bp])
+                rs, cs = med([j["step_ms"] for j in nr]), med([j["step_ms"] for j in nc])
+                steps = ",".join(str(r["cfg"]["steps"]) for r in sel(recs, "rnn", "ours", T=T, B=B, engine="bppsa"))
+                rows.append([str(T), str(B), fmt(lb, 2), fmt(bb, 2) + (f" [{steps} steps]" if T >= 10000 else ""),
+                             fmt(rb, 2), fmt(cb, 2), rfmt(ratio(rb, lb)), rfmt(ratio(rb, bb)),
+                             f"{ratio(bb, lb):.1f}×" if ratio(bb, lb) else "—"])
+                lbest = best_step_ms(sel(recs, "rnn", "ours", T=T, B=B, engine="linear"))
+                rbest = min((j["step_minmax_ms"][0] for j in nr), default=None)
+                rows2.append([str(T), str(B), fmt(ls, 2), fmt(bs, 2), fmt(rs, 2), fmt(cs, 2), rfmt(ratio(rs, ls)),
+                              rfmt(ratio(rbest, lbest)), rfmt(ratio(cs, ls)), rfmt(ratio(rs, bs))])
+        print("Backward: scanprop = the engine alone (`backward_ms`); PyTorch = step − forward "
+              "(backward + Adam + zero_grad, `bwd_derived_ms`).\n")
+        table(["T", "B", "linear ms", "bppsa ms", "nn.RNN ms", "RNNCell loop ms", "linear vs nn.RNN",
+               "bppsa vs nn.RNN", "bppsa slower than linear"], rows)
+        print("Whole training step (forward + backward + Adam):\n")
+        table(["T", "B", "linear ms", "bppsa ms", "nn.RNN ms", "RNNCell loop ms", "linear vs nn.RNN",
+               "linear vs nn.RNN (best)", "linear vs RNNCell", "bppsa vs nn.RNN"], rows2)
+        plans = [r for r in recs if r.get("section") in ("rnn", "gru") and r.get("plan")]
+        if plans:
+            print("Sequential steps and arithmetic (from `--plan`; per sample):\n")
+            rows = []
+            for r in plans:
+                p = r["plan"]
+                name = f"RNN T={r['cfg']['T']}" if r["section"] == "rnn" else "GRU T=1034"
+                if "bppsa_levels" not in p:
+                    continue
+                rows.append([name, str(p["linear_steps"]), str(p["bppsa_levels"]), str(p["multiply_levels"]),
+                             f"{p.get('linear_flop', 0):,}", f"{p.get('bppsa_flop', 0):,}",
+                             f"{p.get('critical_flop', 0):,}",
+                             f"{p['bppsa_flop'] / p['linear_flop']:.1f}×" if p.get("linear_flop") else "—"])
+            table(["model", "linear BP steps (n−1)", "bppsa levels", "levels that multiply", "linear FLOP",
+                   "bppsa FLOP", "bppsa critical-path FLOP", "bppsa work / linear"], rows)
+
+    # ---- GRU ----------------------------------------------------------------------------
+    if sel(recs, "gru", "ours") or sel(recs, "gru", "torch"):
+        print("## GRU (input 12, hidden 20, T = 1034, B = 16, Adam), 2 threads\n")
+        t = [r["json"] for r in sel(recs, "gru", "torch")]
+        ts, tf, tb = (med([j[k] for j in t]) for k in ("step_ms", "fwd_grad_ms", "bwd_derived_ms"))
+        tbest = min((j["step_minmax_ms"][0] for j in t), default=None)
+        rows = []
+        for e in ("linear", "bppsa"):
+            orr = sel(recs, "gru", "ours", engine=e)
+            o = [r["json"] for r in orr]
+            if not o:
+                continue
+            os_, of, ob = (med([j[k] for j in o]) for k in ("step_ms", "forward_ms", "backward_ms"))
+            obest = best_step_ms(orr)
+            if e == "linear":
+                targets.append(target_line("GRU linear step time vs PyTorch", ratio(ts, os_), ratio(tbest, obest), 5.0))
+            rows.append([f"scanprop {e}", f"{fmt(os_)} / {fmt(obest)}", fmt(of), fmt(ob), rfmt(ratio(ts, os_)),
+                         rfmt(ratio(tbest, obest)), rfmt(ratio(tb, ob)), str(len(o))])
+        if t:
+            rows.append(["PyTorch nn.GRU", f"{fmt(ts)} / {fmt(tbest)}", fmt(tf), fmt(tb) + " (bwd+Adam)", "1.00×",
+                         "1.00×", "1.00×", str(len(t))])
+        print("Step ms as *median / best*; fwd and bwd are medians (scanprop bwd: engine only).\n")
+        table(["", "step ms", "fwd ms", "bwd ms", "step ratio (median)", "step ratio (best)", "bwd ratio", "runs"],
+              rows)
+
+    # ---- ooo ----------------------------------------------------------------------------
+    st = [r for r in recs if r.get("section") == "ooo" and r.get("who") == "status"]
+    oo = sel(recs, "ooo", "ours")
+    if st or oo:
+        print("## Out-of-order backward: training step time by policy (2 threads)\n")
+        if st and not oo:
+            print(f"ooo: {st[-1]['status']}\n")
+        else:
+            cases = list(dict.fromkeys((r["cfg"]["app"], r["cfg"]["batch"]) for r in oo))
+            pol = ["conventional", "ooo", "reverse-first-k", "list"]
+            rows = []
+            for app, b in cases:
+                lin = med([r["json"]["step_ms"] for r in sel(recs, "ooo", "ours", app=app, batch=b, engine="linear")])
+                row = [app, str(b), fmt(lin, 2)]
+                for p in pol:
+                    v = med([r["json"]["step_ms"] for r in sel(recs, "ooo", "ours", app=app, batch=b, engine="ooo",
+                                                                 order=p)])
+                    row.append(f"{fmt(v, 2)} ({ratio(lin, v):.2f}×)" if v and lin else "—")
+                rows.append(row)
+            print("Cells: step ms (linear step ms ÷ this policy's step ms; > 1 = faster than linear).\n")
+            table(["model", "batch", "linear ms"] + [f"ooo --order {p}" for p in pol], rows)
+
+    if targets:
+        print("## Targets\n")
+        print("Verdict \"met\" needs both the ratio of medians and the ratio of bests to reach the goal.\n")
+        table(["target", "goal", "achieved (median)", "achieved (best)", "verdict"], targets)
+
+    failed = [r for r in recs if r.get("error") and r.get("who") != "status"]
+    if failed:
+        print("## Failed runs\n")
+        for r in failed:
+            print(f"- `{r['cmd']}`: rc {r['rc']}: {r['error']}")
+        print()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: compare.py RESULTS.jsonl")
+    main(sys.argv[1])

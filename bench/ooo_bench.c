@@ -1,0 +1,131 @@
+/* ooo_bench.c — training-step time of the linear engine against every ooo order, in
+ * one process, rounds interleaved so that noise from a shared machine hits all alike.
+ *
+ *   ooo_bench MODEL BATCH [ROUNDS] [STEPS] [TRACE_DIR]
+ *
+ * A step is zero_grad, forward, backward and the SGD update: the linear engine then
+ * runs sp_optim_step; the ooo engine runs each layer's update U_i as a task on its sub
+ * lane (the optimizer is per parameter, so both give the same bits). Prints a markdown
+ * table (median step time over all rounds, ratio to linear, lane busy times, critical
+ * path, memory model) and, with TRACE_DIR, writes each order's last step as a Chrome
+ * trace (.json) and a picture (.svg). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "apps/models.h"
+#include "core/engine.h"
+#include "core/parallel.h"
+#include "optim/optim.h"
+#include "schedulers/ooo.h"
+
+#define NCFG 5
+static const char *const ORDERS[NCFG] = {NULL, "conventional", "ooo", "reverse-first-k", "list"};
+
+typedef struct cfg_run {
+    sp_model *m;
+    sp_optim *o;
+    sp_engine *e;
+    sp_tape t;
+    double *times;
+    int ntimes;
+    sp_ooo_stats stats;
+} cfg_run;
+
+static void update_layer(void *ctx, sp_layer *l) { sp_optim_step_params(ctx, l->params, l->nparams); }
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double step(cfg_run *c, bool linear, const sp_tensor *x, const int *y)
+{
+    double t0 = sp_now();
+    sp_tape_reset(&c->t);
+    sp_model_zero_grad(c->m);
+    sp_node *loss = sp_model_loss(c->m, &c->t, x, y);
+    sp_backward(c->e, &c->t, loss);
+    if (linear) sp_optim_step(c->o);
+    return sp_now() - t0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s MODEL BATCH [ROUNDS] [STEPS] [TRACE_DIR]\n", argv[0]);
+        return 2;
+    }
+    const char *model = argv[1];
+    int batch = atoi(argv[2]), rounds = argc > 3 ? atoi(argv[3]) : 5, steps = argc > 4 ? atoi(argv[4]) : 10;
+    const char *trace_dir = argc > 5 ? argv[5] : NULL;
+    sp_set_threads(2);
+    int s[3], nd = sp_zoo_input_shape(model, s), shape[4] = {batch, s[0], s[1], s[2]};
+    sp_tensor x = sp_tensor_new(nd + 1, shape);
+    for (size_t i = 0; i < x.numel; i++) x.data[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+    int *y = calloc((size_t)batch, sizeof(int));
+    for (int i = 0; i < batch; i++) y[i] = i % 10;
+
+    cfg_run runs[NCFG];
+    for (int c = 0; c < NCFG; c++) {
+        cfg_run *r = &runs[c];
+        memset(r, 0, sizeof *r);
+        r->m = sp_zoo_model(model);
+        sp_model_init(r->m, 1);
+        r->o = sp_sgd_new(r->m->params, r->m->nparams, 0.01, 0.9, 0.0, 0.0, false);
+        char path[512];
+        if (trace_dir) snprintf(path, sizeof path, "%s/ooo-%s-%s.json", trace_dir, model, ORDERS[c] ? ORDERS[c] : "");
+        sp_engine_opts eo = {.order = ORDERS[c], .update = update_layer, .update_ctx = r->o,
+                             .trace_path = trace_dir && ORDERS[c] ? path : NULL};
+        r->e = ORDERS[c] ? sp_engine_create("ooo", &eo) : sp_engine_create("linear", NULL);
+        sp_tape_init(&r->t);
+        r->times = calloc((size_t)(rounds * steps), sizeof(double));
+        for (int w = 0; w < 3; w++) step(r, !ORDERS[c], &x, y);   /* warm-up: arenas, threads */
+    }
+    for (int round = 0; round < rounds; round++)
+        for (int c = 0; c < NCFG; c++) {
+            cfg_run *r = &runs[c];
+            for (int i = 0; i < steps; i++) r->times[r->ntimes++] = step(r, !ORDERS[c], &x, y);
+            if (ORDERS[c]) r->stats = *sp_ooo_last_stats(r->e);
+        }
+
+    double base = median(runs[0].times, runs[0].ntimes);
+    printf("| %s, batch %d, 2 threads | step ms (median of %d) | vs linear | main busy ms | sub busy ms | "
+           "critical path ms | U_1 done ms | peak MiB (model) | conventional MiB |\n",
+           model, batch, rounds * steps);
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    printf("| linear | %.2f | 1.00 | | | | | | |\n", 1e3 * base);
+    for (int c = 1; c < NCFG; c++) {
+        cfg_run *r = &runs[c];
+        const sp_ooo_stats *st = &r->stats;
+        double med = median(r->times, r->ntimes);
+        char name[48];
+        snprintf(name, sizeof name, "%s", ORDERS[c]);
+        if (st->k) snprintf(name, sizeof name, "%s (k=%d)", ORDERS[c], st->k);
+        printf("| ooo %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", name, 1e3 * med, base / med,
+               1e3 * st->busy_s[0], 1e3 * st->busy_s[1],
+               1e3 * st->critical_s, 1e3 * st->first_ready_s, st->peak_bytes / 1048576.0,
+               st->conventional_peak_bytes / 1048576.0);
+    }
+    for (int c = 0; c < NCFG; c++) {
+        if (trace_dir && ORDERS[c]) {   /* the picture too (the JSON is written at destroy) */
+            char path[512];
+            snprintf(path, sizeof path, "%s/ooo-%s-%s.svg", trace_dir, model, ORDERS[c]);
+            sp_ooo_write_trace(runs[c].e, path);
+        }
+        sp_engine_destroy(runs[c].e);
+        sp_optim_free(runs[c].o);
+        sp_tape_free(&runs[c].t);
+        sp_model_free(runs[c].m);
+        free(runs[c].times);
+    }
+    sp_tensor_free(&x);
+    free(y);
+    return 0;
+}

@@ -1,0 +1,107 @@
+#!/bin/bash
+# run.sh — `make bench`: scanprop next to PyTorch CPU in one run on one machine.
+#
+#   make bench                        full run, about 10-15 min on 2 cores
+#   BENCH_QUICK=1 make bench          a ~3 min subset (one round, fewer sizes)
+#   BENCH_SECTIONS=ooo,gemm make bench   only some of: gemm lenet vgg rnn gru ooo
+#   BENCH_PERF=1 make bench           also perf-record lenet and vgg11 (top symbols)
+#   BUILD=dir make bench              use the apps in dir (default build)
+#
+# Needs the PyTorch peer scripts in ../shared/peers beside the repository (or
+# SCANPROP_PEERS=dir) and Debian's python3-torch at /usr/bin/python3.
+# Writes bench/results/bench-<stamp>.md (machine, commands, ratio tables), .jsonl (one
+# record per run) and .log (every run's output); bench/results/latest.md links the .md.
+# The apps run with the caller's OPENBLAS_CORETYPE (unset = OpenBLAS's own choice);
+# only the SGEMM micro-benchmark runs both settings.
+set -u
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+BUILD=${BUILD:-build}
+PY=/usr/bin/python3
+PEERS=${SCANPROP_PEERS:-$(dirname "$REPO")/shared/peers}
+QUICK=${BENCH_QUICK:-0}
+SECTIONS=${BENCH_SECTIONS:-gemm,lenet,vgg,rnn,gru,ooo}
+
+die() { echo "bench: $*" >&2; exit 2; }
+
+[ -f "$PEERS/bench_common.py" ] ||
+    die "PyTorch peer scripts not found in $PEERS (expected ../shared/peers beside the repository, or set SCANPROP_PEERS=dir)"
+[ -x "$PY" ] || die "$PY not found (the peers need Debian's python3-torch: scripts/deps.sh)"
+TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) ||
+    die "$PY cannot import torch (apt-get install python3-torch)"
+for app in lenet vgg11 rnn gru; do
+    [ -x "$BUILD/$app" ] || die "$BUILD/$app not built (run make, or make BUILD=$BUILD)"
+done
+
+# The SGEMM probe links the same OpenBLAS as the apps.
+mkdir -p bench/results
+cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra $(pkg-config --cflags openblas 2>/dev/null ||
+    echo -I/usr/include/x86_64-linux-gnu/openblas-pthread) bench/gemm.c \
+    $(pkg-config --libs openblas 2>/dev/null || echo -lopenblas) -o bench/results/bench_gemm ||
+    die "cannot compile bench/gemm.c against OpenBLAS"
+
+STAMP=$(date +%Y%m%d-%H%M%S)
+BASE=bench/results/bench-$STAMP
+MD=$BASE.md
+JSONL=$BASE.jsonl
+LOG=$BASE.log
+: > "$JSONL"
+: > "$LOG"
+
+header() {
+    echo "# scanprop vs PyTorch CPU — bench $STAMP"
+    echo
+    echo '```'
+    echo "command:            ${BENCH_CMD:-make bench} (BENCH_QUICK=$QUICK BENCH_SECTIONS=$SECTIONS BUILD=$BUILD)"
+    echo "date:               $(date -Is)"
+    echo "host:               $(uname -srm)"
+    echo "cpu:                $(lscpu | sed -n 's/^Model name: *//p') (family $(lscpu | sed -n 's/^CPU family: *//p'), model $(lscpu | sed -n 's/^Model: *//p'))"
+    echo "cores:              $(nproc) online; $(lscpu | sed -n 's/^Thread(s) per core: *//p') thread(s)/core; $(lscpu | sed -n 's/^Hypervisor vendor: *//p' | sed 's/^./hypervisor &/')"
+    echo "memory:             $(free -g | awk '/Mem:/{print $2" GiB"}')"
+    echo "load average:       $(cut -d' ' -f1-3 /proc/loadavg) (at start)"
+    echo "OPENBLAS_CORETYPE:  ${OPENBLAS_CORETYPE:-unset} (used by every app and peer run)"
+    echo "OpenBLAS:           $("$PY" -c 'import ctypes; l=ctypes.CDLL("libopenblas.so.0"); l.openblas_get_config.restype=ctypes.c_char_p; l.openblas_get_corename.restype=ctypes.c_char_p; print(l.openblas_get_config().decode(), "| core", l.openblas_get_corename().decode())' 2>/dev/null)"
+    echo "torch:              $TORCH_VERSION ($(dpkg-query -W -f='${Package} ${Version}' python3-torch 2>/dev/null)), peers: torch 2 threads, OpenBLAS pool 1 thread"
+    echo "scanprop:           $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes'), apps in $BUILD, --threads 2"
+    echo "threading env:      $(env | grep -E '^(OMP_|OPENBLAS_|MKL_|GOMP_)' | tr '\n' ' ')"
+    echo '```'
+    echo
+}
+
+header | tee "$MD"
+T0=$(date +%s)
+Q=()
+[ "$QUICK" = 1 ] && Q=(--quick)
+"$PY" bench/bench.py --build "$BUILD" --peers "$PEERS" --out "$JSONL" --log "$LOG" \
+    --gemm bench/results/bench_gemm --data-dir bench/results/data --sections "$SECTIONS" "${Q[@]}"
+STATUS=$?
+
+{
+    echo "Wall time $(( $(date +%s) - T0 )) s; load average at end: $(cut -d' ' -f1-3 /proc/loadavg)."
+    echo "Raw records: \`$JSONL\`; every run's output: \`$LOG\`."
+    echo
+    "$PY" bench/compare.py "$JSONL"
+} | tee -a "$MD"
+
+if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf >/dev/null; then
+    {
+        for run in "lenet --data bench/results/data/fmnist --steps 200 --batch 64" \
+                   "vgg11 --data bench/results/data/cifar --data-format cifar10 --steps 6 --batch 32"; do
+            echo "## perf: $BUILD/$run --threads 2 --quiet (top symbols, self time)"
+            echo
+            echo '```'
+            # shellcheck disable=SC2086
+            perf record -q -o "$BASE.perf.data" -- "$BUILD"/$run --threads 2 --quiet >/dev/null 2>&1
+            perf report -i "$BASE.perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null |
+                grep -E '^ +[0-9.]+%' | head -25
+            echo '```'
+            echo
+        done
+        rm -f "$BASE.perf.data" "$BASE.perf.data.old"
+    } | tee -a "$MD"
+fi
+
+ln -sf "$(basename "$MD")" bench/results/latest.md
+echo "bench: results in $MD"
+[ $STATUS = 0 ] || echo "bench: some runs failed (see the Failed runs section and $LOG)" >&2
+exit $STATUS
