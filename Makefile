@@ -56,6 +56,7 @@ TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 CUDA_TEST_SRC := $(wildcard tests/test_*_cuda.c)
 CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
 
+.SECONDARY:
 .PHONY: all lib apps tests test test-long test-asan test-cuda cuda-tests bench format clean
 all: lib apps
 
