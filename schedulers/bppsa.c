@@ -182,12 +182,13 @@ static void state_clear(bppsa_state *s)
     memset(s, 0, sizeof *s);
 }
 
-/* The chain's nodes, from the logits back to the first op (nodes[0] = logits). */
-static int collect_chain(sp_node *loss, sp_node ***out)
+/* The chain's nodes, from the logits back to the first op (nodes[0] = logits), in the
+ * tape's arena: a step allocates nothing, and an error exit leaves nothing behind. */
+static int collect_chain(sp_tape *t, sp_node *loss, sp_node ***out)
 {
     int count = 0;
     for (sp_node *x = loss->input; x && x->op; x = x->input) count++;
-    sp_node **nodes = sp_xmalloc((size_t)(count ? count : 1) * sizeof *nodes);
+    sp_node **nodes = sp_tape_alloc(t, (size_t)(count ? count : 1) * sizeof *nodes);
     int i = 0;
     for (sp_node *x = loss->input; x && x->op; x = x->input) {
         if (x->nconsumers != 1)
@@ -240,7 +241,8 @@ static void build_chain(bppsa_state *s, sp_node **nodes, int count, int up_level
 {
     state_clear(s);
     s->nnodes = count;
-    s->nodes = nodes;
+    s->nodes = sp_xrealloc(s->nodes, (size_t)count * sizeof *s->nodes);
+    memcpy(s->nodes, nodes, (size_t)count * sizeof *nodes);
     s->sig_ops = sp_xmalloc((size_t)count * sizeof *s->sig_ops);
     s->sig_shapes = sp_xmalloc((size_t)count * sizeof *s->sig_shapes);
     s->sig_in = sp_xmalloc((size_t)count * sizeof *s->sig_in);
@@ -510,11 +512,10 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
     bppsa_state *s = e->state;
     sp_mark_needs_grad(t);
     sp_node **nodes;
-    int count = collect_chain(loss, &nodes);
+    int count = collect_chain(t, loss, &nodes);
     if (count == 0) return;
     if (same_chain(s, nodes, count)) {
-        free(s->nodes);
-        s->nodes = nodes;
+        memcpy(s->nodes, nodes, (size_t)count * sizeof *nodes);
         for (int i = 0; i < s->n; i++) {   /* refresh node pointers of the links */
             int j = 0;
             while (j + 1 < count && s->node_pos[j + 1] <= i + 1) j++;
