@@ -56,7 +56,8 @@ TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 CUDA_TEST_SRC := $(wildcard tests/test_*_cuda.c)
 CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
 
-.SECONDARY:
+# Objects built through pattern rules are kept (not deleted as intermediates).
+.PRECIOUS: $(BUILD)/obj/%.c.o $(BUILD)/obj/%.cu.o
 .PHONY: all lib apps tests test test-long test-asan test-cuda cuda-tests bench format clean
 all: lib apps
 
