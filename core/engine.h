@@ -40,6 +40,6 @@ const char *sp_engine_names(void);   /* "linear|bppsa|ooo" as registered */
 
 /* Helpers shared by engines. */
 void sp_mark_needs_grad(sp_tape *t);             /* sets needs_grad, nconsumers  */
-void sp_alloc_grads(sp_tape *t, sp_node *loss);  /* grad buffers, zeroed; seeds loss = 1 */
+void sp_alloc_grads(sp_tape *t, sp_node *loss);  /* grad buffers (zeroed where accumulated); seeds loss = 1 */
 
 #endif

@@ -2,8 +2,15 @@
  *
  * Static contiguous chunks (not work stealing) keep results bitwise reproducible for
  * a given thread count. The pool serves one parallel_for at a time; a call made while
- * it is busy (a nested call, or a second lane of the ooo executor) runs inline. */
+ * it is busy (a nested call, or a second lane of the ooo executor) runs inline.
+ *
+ * Hand-off. A training step is a string of parallel_fors a few tens of µs apart
+ * (LeNet-5's ReLU over a batch of 64 takes ~40 µs), so a futex wake-up per call (tens
+ * of µs on a VM) would cost as much as the work. Workers and the caller therefore spin
+ * on an atomic for up to SPIN_S before they sleep on a condition variable; the sleeper
+ * count tells the other side whether it must signal (see wait_for / wake). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <time.h>
 #include <cblas.h>
@@ -11,23 +18,24 @@
 #include "core/error.h"
 
 #define SP_MAX_THREADS 64
+#define SPIN_S 100e-6   /* how long a waiting thread spins before it sleeps */
 
 typedef struct pool {
     pthread_mutex_t busy;          /* held by the caller of an active parallel_for */
-    pthread_mutex_t lock;
-    pthread_cond_t start, done;
+    pthread_mutex_t lock;          /* guards the sleeps only                       */
+    pthread_cond_t cv;
+    _Atomic int sleepers;          /* threads blocked (or about to block) on cv    */
     pthread_t workers[SP_MAX_THREADS];
     int nworkers;                  /* threads besides the caller */
-    unsigned generation;
-    int pending;
-    sp_range_fn fn;
+    _Atomic unsigned generation;   /* bumped to post work                          */
+    _Atomic int pending;           /* workers not done with the current job        */
+    sp_range_fn fn;                /* the job: written before generation is bumped */
     void *ctx;
     size_t n;
     int nchunks;
 } pool;
 
-static pool P = {.busy = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
-                 .start = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+static pool P = {.busy = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 static int g_threads = 1;
 static _Thread_local bool t_inline;   /* sp_parallel_set_inline */
 
@@ -37,27 +45,59 @@ static void chunk_bounds(size_t n, int nchunks, int c, size_t *b, size_t *e)
     *e = n * (size_t)(c + 1) / (size_t)nchunks;
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Waits until done(arg) holds: spins for SPIN_S, then sleeps on the pool's cv. Every
+ * atomic is seq_cst: a sleeper raises `sleepers` before its last check, and wake()
+ * is called after the state change, so either the sleeper sees the change or wake()
+ * sees the sleeper. */
+static void wait_for(bool (*done)(void *), void *arg)
+{
+    double t0 = 0;
+    for (unsigned i = 0; !done(arg); i++) {
+        cpu_relax();
+        if ((i & 63) != 63) continue;
+        if (t0 == 0) t0 = sp_now();
+        else if (sp_now() - t0 > SPIN_S) {
+            pthread_mutex_lock(&P.lock);
+            atomic_fetch_add(&P.sleepers, 1);
+            while (!done(arg)) pthread_cond_wait(&P.cv, &P.lock);
+            atomic_fetch_sub(&P.sleepers, 1);
+            pthread_mutex_unlock(&P.lock);
+            return;
+        }
+    }
+}
+
+static void wake(void)
+{
+    if (atomic_load(&P.sleepers) == 0) return;
+    pthread_mutex_lock(&P.lock);
+    pthread_cond_broadcast(&P.cv);
+    pthread_mutex_unlock(&P.lock);
+}
+
+static bool new_job(void *seen) { return atomic_load(&P.generation) != *(unsigned *)seen; }
+static bool all_done(void *unused) { return atomic_load(&P.pending) == 0; }
+
 static void *worker_main(void *arg)
 {
     int id = (int)(size_t)arg;   /* chunk id = id + 1; the caller runs chunk 0 */
     unsigned seen = 0;
     for (;;) {
-        pthread_mutex_lock(&P.lock);
-        while (P.generation == seen) pthread_cond_wait(&P.start, &P.lock);
-        seen = P.generation;
-        sp_range_fn fn = P.fn;
-        void *ctx = P.ctx;
-        size_t n = P.n;
-        int nchunks = P.nchunks;
-        pthread_mutex_unlock(&P.lock);
-        if (id + 1 < nchunks) {
+        wait_for(new_job, &seen);
+        seen = atomic_load(&P.generation);
+        if (id + 1 < P.nchunks) {
             size_t b, e;
-            chunk_bounds(n, nchunks, id + 1, &b, &e);
-            if (b < e) fn(ctx, b, e);
+            chunk_bounds(P.n, P.nchunks, id + 1, &b, &e);
+            if (b < e) P.fn(P.ctx, b, e);
         }
-        pthread_mutex_lock(&P.lock);
-        if (--P.pending == 0) pthread_cond_signal(&P.done);
-        pthread_mutex_unlock(&P.lock);
+        if (atomic_fetch_sub(&P.pending, 1) == 1) wake();
     }
     return NULL;
 }
@@ -73,14 +113,12 @@ void sp_set_threads(int n)
     }
     g_threads = n;
     pthread_mutex_unlock(&P.busy);
-    openblas_set_num_threads(n);
+    /* OpenBLAS never starts threads of its own: large GEMMs are split over this pool
+     * (sp_gemm), so two pools never compete for the cores. */
+    openblas_set_num_threads(1);
 }
 
 int sp_get_threads(void) { return g_threads; }
-
-void sp_blas_set_threads(int n) { openblas_set_num_threads(n); }
-
-int sp_blas_get_threads(void) { return openblas_get_num_threads(); }
 
 void sp_parallel_set_inline(bool on) { t_inline = on; }
 
@@ -91,23 +129,19 @@ void sp_parallel_for(size_t n, sp_range_fn fn, void *ctx)
         if (n) fn(ctx, 0, n);
         return;
     }
-    pthread_mutex_lock(&P.lock);
     P.fn = fn;
     P.ctx = ctx;
     P.n = n;
     P.nchunks = nchunks;
-    P.pending = P.nworkers;
-    P.generation++;
-    pthread_cond_broadcast(&P.start);
-    pthread_mutex_unlock(&P.lock);
+    atomic_store(&P.pending, P.nworkers);
+    atomic_fetch_add(&P.generation, 1);   /* publishes the job */
+    wake();
 
     size_t b, e;
     chunk_bounds(n, nchunks, 0, &b, &e);
     fn(ctx, b, e);
 
-    pthread_mutex_lock(&P.lock);
-    while (P.pending > 0) pthread_cond_wait(&P.done, &P.lock);
-    pthread_mutex_unlock(&P.lock);
+    wait_for(all_done, NULL);
     pthread_mutex_unlock(&P.busy);
 }
 

@@ -1,8 +1,9 @@
 /* parallel.h — the thread pool and the one thread knob.
  *
- * sp_set_threads(n) governs everything: the pool used by sp_parallel_for and
- * OpenBLAS's own pool. Work is split into contiguous static chunks so the same thread
- * count always gives the same partition (bitwise reproducible results). */
+ * sp_set_threads(n) governs everything: the pool used by sp_parallel_for, and through
+ * it OpenBLAS, which is kept single-threaded while sp_gemm splits large products over
+ * the pool (core/backend.h). Work is split into contiguous static chunks so the same
+ * thread count always gives the same partition (bitwise reproducible results). */
 #ifndef SP_PARALLEL_H
 #define SP_PARALLEL_H
 
@@ -17,12 +18,6 @@ int sp_get_threads(void);
  * inline on the calling thread. */
 typedef void (*sp_range_fn)(void *ctx, size_t begin, size_t end);
 void sp_parallel_for(size_t n, sp_range_fn fn, void *ctx);
-
-/* Set the number of threads OpenBLAS may use for calls made from THIS thread's
- * current phase (used by lanes of the ooo executor). */
-void sp_blas_set_threads(int n);
-/* The thread count OpenBLAS uses now (the ooo executor lowers and restores it). */
-int sp_blas_get_threads(void);
 
 /* on: every sp_parallel_for called from THIS thread runs inline — for a thread that
  * owns one core, like a lane of the ooo executor. Off by default. */

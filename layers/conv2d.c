@@ -129,22 +129,6 @@ static void gather_range(void *ctx, size_t begin, size_t end)
     gather(J->S, J->dy, J->rows + begin * (size_t)J->S->P, (size_t)J->N, J->b0 + (int)begin, (int)(end - begin));
 }
 
-/* ---- threading ----------------------------------------------------------------------- */
-/* While the pool's threads each run their own GEMMs, OpenBLAS must not start threads
- * of its own on top: it runs single-threaded for the call, then gets its count back
- * (the ooo engine's two lanes already hold it at one, and then nothing changes). */
-static int blas_solo_begin(void)
-{
-    int t = sp_blas_get_threads();
-    if (t != 1) sp_blas_set_threads(1);
-    return t;
-}
-
-static void blas_solo_end(int t)
-{
-    if (t != 1) sp_blas_set_threads(t);
-}
-
 /* Samples [*b0, *b1) of slot s. */
 static void slot_samples(const conv_saved *S, size_t s, int *b0, int *b1)
 {
@@ -175,10 +159,10 @@ static void forward_slots(void *ctx, size_t begin, size_t end)
             if (nb == 1) {   /* one sample: the GEMM writes y[b0] itself, bias preloaded */
                 float *y = J->y + (size_t)b0 * S->O * S->P;
                 for (int o = 0; o < S->O; o++) fill(y + (size_t)o * S->P, J->bias[o], S->P);
-                sp_gemm(false, false, S->O, S->P, S->K, 1.0f, J->W, S->K, col, S->P, 1.0f, y, S->P);
+                sp_gemm_serial(false, false, S->O, S->P, S->K, 1.0f, J->W, S->K, col, S->P, 1.0f, y, S->P);
                 continue;
             }
-            sp_gemm(false, false, S->O, N, S->K, 1.0f, J->W, S->K, col, N, 0.0f, rows, N);
+            sp_gemm_serial(false, false, S->O, N, S->K, 1.0f, J->W, S->K, col, N, 0.0f, rows, N);
             scatter(S, rows, J->bias, J->y, b0, nb);
         }
     }
@@ -212,9 +196,7 @@ static void conv_forward(sp_node *n)
                  .bias = n->layer->params[1]->value.data, .y = n->out.data};
     J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
     J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
-    int bt = blas_solo_begin();
     sp_parallel_for((size_t)S->slots, forward_slots, &J);
-    blas_solo_end(bt);
 }
 
 /* ---- δ ---------------------------------------------------------------------------------- */
@@ -241,7 +223,7 @@ static void delta_slots(void *ctx, size_t begin, size_t end)
                 gather(S, J->dy, rows, (size_t)N, b0, nb);
                 dyt = rows;
             }
-            sp_gemm(true, false, S->K, N, S->O, 1.0f, J->W, S->K, dyt, N, 0.0f, dcol, N);
+            sp_gemm_serial(true, false, S->K, N, S->O, 1.0f, J->W, S->K, dyt, N, 0.0f, dcol, N);
             sp_col2im(&S->g, dcol, b0, b0 + nb, J->dx);
         }
     }
@@ -254,9 +236,7 @@ static void conv_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
     delta_job J = {.S = S, .W = n->layer->params[0]->value.data, .dy = dy->data, .dx = dx->data};
     J.dcol = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
     J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
-    int bt = blas_solo_begin();
     sp_parallel_for((size_t)S->slots, delta_slots, &J);
-    blas_solo_end(bt);
 }
 
 /* ---- G ----------------------------------------------------------------------------------- */
@@ -289,7 +269,7 @@ static void grad_slots(void *ctx, size_t begin, size_t end)
                 gather(S, J->dy, rows, (size_t)N, b0, nb);
                 dyt = rows;
             }
-            sp_gemm(false, true, S->O, S->K, N, 1.0f, dyt, N, col, N, 1.0f, part, S->K);
+            sp_gemm_serial(false, true, S->O, S->K, N, 1.0f, dyt, N, col, N, 1.0f, part, S->K);
         }
     }
 }
@@ -302,9 +282,7 @@ static void grad_private(sp_node *n, const sp_tensor *dy)
     J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
     J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
     J.part = sp_tape_alloc(n->tape, (size_t)S->slots * nw * sizeof(float));
-    int bt = blas_solo_begin();
     sp_parallel_for((size_t)S->slots, grad_slots, &J);
-    blas_solo_end(bt);
     float *dW = n->layer->params[0]->grad.data;
     for (int s = 0; s < S->slots; s++)
         for (size_t i = 0; i < nw; i++) dW[i] += J.part[(size_t)s * nw + i];

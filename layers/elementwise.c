@@ -19,3 +19,13 @@ sp_layer *sp_elementwise_layer(const sp_opdef *op)
     l->op = op;
     return l;
 }
+
+void sp_elementwise_for(size_t n, sp_range_fn fn, void *ctx)
+{
+    enum { MIN_PARALLEL = 1 << 15 };   /* ~10 µs of a pointwise map: below, one thread */
+    if (n < MIN_PARALLEL) {
+        if (n) fn(ctx, 0, n);
+        return;
+    }
+    sp_parallel_for(n, fn, ctx);
+}

@@ -5,9 +5,14 @@
 #define SP_ELEMENTWISE_H
 
 #include "core/op.h"
+#include "core/parallel.h"
 
 void sp_elementwise_infer(sp_node *n, const sp_tensor *x);
 sp_cost sp_elementwise_cost(const sp_node *n, double fwd_per_elem, double bwd_per_elem);
 sp_layer *sp_elementwise_layer(const sp_opdef *op);
+/* fn(ctx, begin, end) over [0, n) elements: on the thread pool when n is large enough
+ * to pay for the hand-off, else inline. For pointwise maps, whose bits never depend on
+ * the split. */
+void sp_elementwise_for(size_t n, sp_range_fn fn, void *ctx);
 
 #endif

@@ -11,6 +11,7 @@
  *   0 elsewhere, so the pattern never depends on the input (BPPSA §3.3: guaranteed zeros
  *   only; Appendix D.3 instead builds an input-dependent pattern of the argmaxes). */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include "core/error.h"
@@ -51,38 +52,73 @@ typedef struct pool_job {
     int32_t *arg;
 } pool_job;
 
-/* One unit = one (b, c) plane. pad <= k/2 guarantees every window holds an input. */
+/* One window member: v at index i replaces the running max when it is larger or NaN
+ * (PyTorch's rule). Written as selects, not a branch: on trained activations the
+ * comparison is a coin flip, and a mispredicted branch per element costs more than
+ * the whole window. */
+#define POOL_TAKE(v, i)                            \
+    do {                                           \
+        float v_ = (v);                            \
+        int take_ = (v_ > m) | (v_ != v_);         \
+        m = take_ ? v_ : m;                        \
+        best = take_ ? (i) : best;                 \
+    } while (0)
+
+/* The common 2×2, stride 2, no padding window: four loads per output. */
+static void pool_plane_2x2(const sp_conv_geom *g, const float *restrict x, float *restrict y,
+                           int32_t *restrict arg)
+{
+    int W = g->W, Wo = g->Wo;
+    for (int i = 0; i < g->Ho; i++) {
+        const float *restrict r0 = x + (size_t)(2 * i) * W, *restrict r1 = r0 + W;
+        float *restrict yr = y + (size_t)i * Wo;
+        int32_t *restrict ar = arg + (size_t)i * Wo;
+        for (int j = 0; j < Wo; j++) {   /* vectorised over j */
+            int i0 = 2 * i * W + 2 * j, best = i0;
+            float m = r0[2 * j];
+            POOL_TAKE(r0[2 * j + 1], i0 + 1);
+            POOL_TAKE(r1[2 * j], i0 + W);
+            POOL_TAKE(r1[2 * j + 1], i0 + W + 1);
+            yr[j] = m;
+            ar[j] = best;
+        }
+    }
+}
+
+/* Any kernel, stride and padding (pad <= k/2 guarantees every window holds an input). */
+static void pool_plane(const sp_conv_geom *g, const float *x, float *y, int32_t *arg)
+{
+    for (int i = 0; i < g->Ho; i++) {
+        int h0 = i * g->stride - g->pad, h1 = h0 + g->k;
+        h0 = h0 < 0 ? 0 : h0;
+        h1 = h1 > g->H ? g->H : h1;
+        for (int j = 0; j < g->Wo; j++) {
+            int w0 = j * g->stride - g->pad, w1 = w0 + g->k;
+            w0 = w0 < 0 ? 0 : w0;
+            w1 = w1 > g->W ? g->W : w1;
+            int best = h0 * g->W + w0;
+            float m = -INFINITY;
+            for (int h = h0; h < h1; h++)
+                for (int w = w0; w < w1; w++) POOL_TAKE(x[h * g->W + w], h * g->W + w);
+            y[i * g->Wo + j] = m;
+            arg[i * g->Wo + j] = best;
+        }
+    }
+}
+
+/* One unit = one (b, c) plane. */
 static void pool_forward_range(void *ctx, size_t begin, size_t end)
 {
     const pool_job *J = ctx;
     const sp_conv_geom *g = &J->g;
     size_t in_plane = (size_t)g->H * g->W, out_plane = (size_t)g->Ho * g->Wo;
+    bool two = g->k == 2 && g->stride == 2 && g->pad == 0;
     for (size_t u = begin; u < end; u++) {
         const float *x = J->x + u * in_plane;
         float *y = J->y + u * out_plane;
         int32_t *arg = J->arg + u * out_plane;
-        for (int i = 0; i < g->Ho; i++) {
-            int h0 = i * g->stride - g->pad, h1 = h0 + g->k;
-            h0 = h0 < 0 ? 0 : h0;
-            h1 = h1 > g->H ? g->H : h1;
-            for (int j = 0; j < g->Wo; j++) {
-                int w0 = j * g->stride - g->pad, w1 = w0 + g->k;
-                w0 = w0 < 0 ? 0 : w0;
-                w1 = w1 > g->W ? g->W : w1;
-                int best = h0 * g->W + w0;
-                float m = -INFINITY;
-                for (int h = h0; h < h1; h++)
-                    for (int w = w0; w < w1; w++) {
-                        float v = x[h * g->W + w];
-                        if (v > m || isnan(v)) {
-                            m = v;
-                            best = h * g->W + w;
-                        }
-                    }
-                y[i * g->Wo + j] = m;
-                arg[i * g->Wo + j] = best;
-            }
-        }
+        if (two) pool_plane_2x2(g, x, y, arg);
+        else pool_plane(g, x, y, arg);
     }
 }
 
@@ -94,14 +130,43 @@ static void pool_forward(sp_node *n)
     sp_parallel_for((size_t)n->out.shape[0] * J.g.C, pool_forward_range, &J);
 }
 
+/* 2×2, stride 2, no padding: each input lies in at most one window, so every dx is
+ * written once, with no memset and no scatter. 0 + g is what the scatter onto zeros
+ * computes (it turns −0 into +0). */
+static void unpool_plane_2x2(const sp_conv_geom *g, const float *restrict dy, const int32_t *restrict arg,
+                             float *restrict dx)
+{
+    int W = g->W, Wo = g->Wo;
+    for (int i = 0; i < g->Ho; i++) {
+        float *restrict r0 = dx + (size_t)(2 * i) * W, *restrict r1 = r0 + W;
+        const float *restrict dyr = dy + (size_t)i * Wo;
+        const int32_t *restrict ar = arg + (size_t)i * Wo;
+        for (int j = 0; j < Wo; j++) {
+            int i0 = 2 * i * W + 2 * j, b = ar[j];
+            float v = 0.0f + dyr[j];
+            r0[2 * j] = b == i0 ? v : 0.0f;
+            r0[2 * j + 1] = b == i0 + 1 ? v : 0.0f;
+            r1[2 * j] = b == i0 + W ? v : 0.0f;
+            r1[2 * j + 1] = b == i0 + W + 1 ? v : 0.0f;
+        }
+        if (W > 2 * Wo) r0[W - 1] = r1[W - 1] = 0.0f;   /* odd width: the last column */
+    }
+    if (g->H > 2 * g->Ho) memset(dx + (size_t)(2 * g->Ho) * W, 0, (size_t)W * sizeof(float));
+}
+
 static void pool_backward_range(void *ctx, size_t begin, size_t end)
 {
     const pool_job *J = ctx;
     size_t in_plane = (size_t)J->g.H * J->g.W, out_plane = (size_t)J->g.Ho * J->g.Wo;
+    bool two = J->g.k == 2 && J->g.stride == 2 && J->g.pad == 0;
     for (size_t u = begin; u < end; u++) {
         float *dx = J->dx + u * in_plane;
         const float *dy = J->dy + u * out_plane;
         const int32_t *arg = J->arg + u * out_plane;
+        if (two) {
+            unpool_plane_2x2(&J->g, dy, arg, dx);
+            continue;
+        }
         memset(dx, 0, in_plane * sizeof(float));
         for (size_t o = 0; o < out_plane; o++) dx[arg[o]] += dy[o];
     }

@@ -56,11 +56,18 @@ void sp_mark_needs_grad(sp_tape *t)
 
 void sp_alloc_grads(sp_tape *t, sp_node *loss)
 {
+    /* A node read by exactly one op, which the backward runs (at or before the loss),
+     * gets ∂l/∂y overwritten by that op's δ (backward_input's contract): no zeroing.
+     * A fan-out accumulates into it, and an output nobody back-propagates keeps 0. */
+    int *uses = sp_tape_alloc(t, (size_t)(loss->index + 1) * sizeof *uses);
+    memset(uses, 0, (size_t)(loss->index + 1) * sizeof *uses);
+    for (int i = 0; i <= loss->index; i++)
+        if (t->nodes[i]->input) uses[t->nodes[i]->input->index]++;
     for (int i = 0; i <= loss->index; i++) {
         sp_node *n = t->nodes[i];
         if (n->needs_grad || n == loss) {
             n->grad = sp_tape_tensor_like(t, &n->out);
-            sp_zero(&n->grad);
+            if (n == loss || n->nconsumers != 1 || uses[i] != 1) sp_zero(&n->grad);
         } else {
             n->grad.data = NULL;
         }

@@ -277,7 +277,6 @@ typedef struct ooo_state {
     sp_ooo_trace trace;
     bool in_flight;
     int threads;            /* sp_get_threads() when the lanes started      */
-    int blas_saved;         /* OpenBLAS's thread count before the lanes ran */
     bool lanes_inline;      /* the lanes keep off the thread pool           */
     char *trace_path;       /* our copy of opts.trace_path                  */
     /* The last run's task times: the list order's estimates for the next step, the
@@ -337,7 +336,6 @@ void sp_ooo_sync(sp_engine *e)
     if (!s->in_flight) return;
     sp_ooo_exec_finish(s->exec);
     s->in_flight = false;
-    if (s->stats.lanes == 2) sp_blas_set_threads(s->blas_saved);
     if (s->lanes_inline) sp_parallel_set_inline(false);
     const sp_ooo_run *r = &s->run;
     sp_ooo_stats *st = &s->stats;
@@ -369,17 +367,11 @@ static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
     st->order = sp_ooo_order_name(s->order);
     st->k = p->k;
     st->lanes = p->nqueue[SP_OOO_SUB] > 0 ? 2 : 1;
-    /* While the lanes run, OpenBLAS runs on one thread per call. Its thread count is
-     * process-wide and its bits depend on it for some shapes (docs/OOO.md), so it must
-     * not change while two lanes run GEMMs: at one thread no op has a reason to touch
-     * it (conv2d lowers it to one around its per-sample GEMMs). On two cores the lanes
-     * also keep off the thread pool: a pool worker would be a third thread on two
-     * cores, and a static partition waits for its slowest chunk. Ops give the same
-     * bits whichever way sp_parallel_for splits them. */
-    s->blas_saved = sp_blas_get_threads();
-    st->blas_threads = st->lanes == 2 ? 1 : s->blas_saved;
+    /* On two cores the lanes keep off the thread pool: a pool worker would be a third
+     * thread on two cores, and a static partition waits for its slowest chunk. Ops give
+     * the same bits whichever way sp_parallel_for splits them (their own splits, and
+     * sp_gemm's, follow the thread count, not the pool), so nothing else changes. */
     s->lanes_inline = st->lanes == 2 && s->threads <= 2;
-    if (st->lanes == 2) sp_blas_set_threads(1);
     if (s->lanes_inline) sp_parallel_set_inline(true);
     st->ntasks = g->nexec;
     st->start_bytes = g->start_bytes;

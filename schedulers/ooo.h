@@ -175,7 +175,6 @@ typedef struct sp_ooo_stats {
     const char *order;
     int k;                  /* reverse-first-k: k after the cap; 0 otherwise           */
     int lanes;              /* 2, or 1 with --threads 1 or the conventional order      */
-    int blas_threads;       /* OpenBLAS threads per call while the lanes ran           */
     int ntasks;             /* δO + δW + U executed                                    */
     long steps;             /* backward passes run by this engine                      */
     double wall_s;          /* backward + updates                                      */

@@ -140,14 +140,11 @@ static void assert_same_model(const trained *a, const trained *b, int steps, con
 }
 
 /* Every order, on one lane (--threads 1) and on two (--threads 2), against the linear
- * engine run with the same global setting. OpenBLAS's bits depend on its thread count
- * for some shapes (docs/OOO.md), and two lanes run it on one thread each, so on two
- * threads both engines run with OpenBLAS at one thread. */
+ * engine run with the same thread setting. */
 static void bitwise_orders_threads(const char *model, int batchsz, int steps, int tlo, int thi)
 {
     for (int threads = tlo; threads <= thi; threads++) {
         sp_set_threads(threads);
-        sp_blas_set_threads(1);
         trained ref = train(model, batchsz, NULL, steps, NULL);
         for (int o = 0; o < NORDERS; o++) {
             sp_engine *e;
@@ -345,7 +342,6 @@ Test(exec, two_lanes_overlap_and_respect_dependencies)
             cr_assert_gt(st->ntasks, 0);
             if (o != SP_OOO_CONVENTIONAL) {
                 cr_assert_gt(st->busy_s[SP_OOO_SUB], 0.0, "%s: the sub lane ran", what);
-                cr_assert_eq(st->blas_threads, 1, "%s: one OpenBLAS thread per lane on 2 threads", what);
             }
             cr_assert_leq(st->critical_s, st->wall_s + 1e-9);
             sp_engine_destroy(e);
@@ -550,7 +546,6 @@ Test(trace, chrome_trace_has_every_task_on_its_lane)
 Test(async, next_forward_overlaps_the_updates_bitwise)
 {
     sp_set_threads(2);
-    sp_blas_set_threads(1);   /* the lanes' setting, for the reference too (see above) */
     const int steps = 4;
     trained ref = train("lenet", 4, NULL, steps, NULL);
     tmodel tm = tm_make("lenet", 4);

@@ -1,0 +1,135 @@
+/* opprof.c — where a training step's time goes, op by op.
+ *
+ *   opprof MODEL BATCH [STEPS] [THREADS]        (make opprof; MODEL: lenet | vgg11 | mlp)
+ *
+ * Runs the linear engine's step by hand on a random batch so that each piece can be
+ * timed on its own: every layer's forward (sp_apply), δ (backward_input) and G
+ * (backward_params), zero_grad and the SGD update. Prints, per op, the median over
+ * STEPS steps (after 5 warm-up steps) in µs, its share of the step, and for conv and
+ * linear the achieved GFLOP/s from the op's own cost(). The sum of the medians is
+ * compared with the median of whole steps, so time lost between ops shows. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "apps/models.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "optim/optim.h"
+#include "schedulers/engines.h"
+
+enum { PH_FWD, PH_DELTA, PH_G, NPH };
+#define WARMUP 5
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: opprof MODEL BATCH [STEPS] [THREADS]\n");
+        return 2;
+    }
+    const char *name = argv[1];
+    int B = atoi(argv[2]), steps = argc > 3 ? atoi(argv[3]) : 50, threads = argc > 4 ? atoi(argv[4]) : 2;
+    if (B < 1 || steps < 1) sp_fail("opprof: BATCH and STEPS must be >= 1");
+    sp_set_threads(threads);
+    sp_model *m = sp_zoo_model(name);
+    sp_model_init(m, 1);
+    int shape[3];
+    int nd = sp_zoo_input_shape(name, shape);
+    int xs[4] = {B, shape[0], shape[1], shape[2]};
+    sp_tensor x = sp_tensor_new(nd + 1, xs);
+    sp_rng r;
+    sp_rng_seed(&r, 7);
+    for (size_t i = 0; i < x.numel; i++) x.data[i] = sp_rng_uniform(&r);
+    int *y = malloc((size_t)B * sizeof *y);
+    for (int b = 0; b < B; b++) y[b] = b % 10;
+    sp_optim_cfg cfg = sp_optim_cfg_default();
+    cfg.lr = 1e-4;
+    cfg.momentum = 0.9;
+    sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &cfg);
+
+    int L = m->nlayers + 1;   /* the layers and the loss */
+    double *t[NPH], *zero = malloc((size_t)steps * sizeof(double)), *upd = malloc((size_t)steps * sizeof(double));
+    double *whole = malloc((size_t)steps * sizeof(double));
+    for (int p = 0; p < NPH; p++) t[p] = calloc((size_t)L * steps, sizeof(double));
+    double *flops[NPH];
+    for (int p = 0; p < NPH; p++) flops[p] = calloc((size_t)L, sizeof(double));
+    sp_tape tape;
+    sp_tape_init(&tape);
+    for (int s = -WARMUP; s < steps; s++) {
+        double w0 = sp_now(), a;
+        sp_tape_reset(&tape);
+        a = sp_now();
+        sp_model_zero_grad(m);
+        if (s >= 0) zero[s] = sp_now() - a;
+        sp_node *n = sp_tape_input(&tape, &x);
+        for (int l = 0; l < L; l++) {
+            a = sp_now();
+            n = l < m->nlayers ? sp_apply(&tape, m->layers[l], n) : sp_apply_loss(&tape, m->loss, n, y);
+            if (s >= 0) t[PH_FWD][(size_t)l * steps + s] = sp_now() - a;
+        }
+        sp_mark_needs_grad(&tape);
+        sp_alloc_grads(&tape, n);
+        for (int l = L - 1; l >= 0; l--) {   /* node l + 1 is layer l (node 0: the input) */
+            sp_node *nd_ = tape.nodes[l + 1];
+            if (nd_->op->backward_params && nd_->layer->nparams > 0) {
+                a = sp_now();
+                nd_->op->backward_params(nd_, &nd_->grad);
+                if (s >= 0) t[PH_G][(size_t)l * steps + s] = sp_now() - a;
+            }
+            if (nd_->input->needs_grad) {
+                a = sp_now();
+                nd_->op->backward_input(nd_, &nd_->grad, &nd_->input->grad);
+                if (s >= 0) t[PH_DELTA][(size_t)l * steps + s] = sp_now() - a;
+            }
+            if (s == 0) {
+                sp_cost c = nd_->op->cost(nd_);
+                flops[PH_FWD][l] = c.fwd_flops, flops[PH_DELTA][l] = c.bwd_input_flops;
+                flops[PH_G][l] = c.bwd_params_flops;
+            }
+        }
+        a = sp_now();
+        sp_optim_step(o);
+        if (s >= 0) upd[s] = sp_now() - a, whole[s] = sp_now() - w0;
+    }
+
+    printf("%s, batch %d, %d threads, median of %d steps (µs)\n\n", name, B, threads, steps);
+    printf("| op | fwd | δ | G | total | share | GFLOP/s fwd, δ, G |\n|---|---:|---:|---:|---:|---:|---|\n");
+    double step = median(whole, steps), sum = 0;
+    for (int l = 0; l < L; l++) {
+        double med[NPH], tot = 0;
+        for (int p = 0; p < NPH; p++) tot += med[p] = median(t[p] + (size_t)l * steps, steps);
+        sum += tot;
+        sp_layer *ly = l < m->nlayers ? m->layers[l] : m->loss;
+        char gf[64] = "";
+        if (flops[PH_FWD][l] > 1e6)
+            snprintf(gf, sizeof gf, "%.1f, %.1f, %.1f", flops[PH_FWD][l] / med[0] * 1e-9,
+                     med[1] > 0 ? flops[PH_DELTA][l] / med[1] * 1e-9 : 0, med[2] > 0 ? flops[PH_G][l] / med[2] * 1e-9 : 0);
+        printf("| %s %s | %.0f | %.0f | %.0f | %.0f | %.1f%% | %s |\n", ly->op->name, ly->name, 1e6 * med[0],
+               1e6 * med[1], 1e6 * med[2], 1e6 * tot, 100 * tot / step, gf);
+    }
+    double z = median(zero, steps), u = median(upd, steps);
+    sum += z + u;
+    printf("| zero_grad | | | | %.0f | %.1f%% | |\n| sgd update | | | | %.0f | %.1f%% | |\n", 1e6 * z, 100 * z / step,
+           1e6 * u, 100 * u / step);
+    printf("\nsum of op medians %.0f µs; median step %.0f µs (%.0f images/s)\n", 1e6 * sum, 1e6 * step, B / step);
+    sp_tape_free(&tape);
+    sp_optim_free(o);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+    free(y);
+    for (int p = 0; p < NPH; p++) free(t[p]), free(flops[p]);
+    free(zero), free(upd), free(whole);
+    return 0;
+}
