@@ -5,7 +5,8 @@
 #include "core/parallel.h"
 #include "layers/im2col.h"
 
-static int floor_div(int a, int d) { return a >= 0 ? a / d : -((-a + d - 1) / d); }
+/* Stride 1 is the common case: no division (im2col computes these per row of col). */
+static int floor_div(int a, int d) { return d == 1 ? a : a >= 0 ? a / d : -((-a + d - 1) / d); }
 static int ceil_div(int a, int d) { return -floor_div(-a, d); }
 static int imax(int a, int b) { return a > b ? a : b; }
 static int imin(int a, int b) { return a < b ? a : b; }
@@ -68,8 +69,8 @@ static void im2col_range(void *ctx, size_t begin, size_t end)
         for (int bb = 0; bb < J->nb; bb++) {
             const float *xp = J->src + ((size_t)(J->b0 + bb) * g->C + c) * plane;
             float *dst = J->col + r * ld + (size_t)bb * P;
-            memset(dst, 0, (size_t)i_lo * Wo * sizeof(float));
-            memset(dst + (size_t)i_hi * Wo, 0, (size_t)(g->Ho - i_hi) * Wo * sizeof(float));
+            if (i_lo > 0) memset(dst, 0, (size_t)i_lo * Wo * sizeof(float));
+            if (i_hi < g->Ho) memset(dst + (size_t)i_hi * Wo, 0, (size_t)(g->Ho - i_hi) * Wo * sizeof(float));
             if (band) {
                 memcpy(dst + first, xp + (ptrdiff_t)first + shift, (last - first) * sizeof(float));
                 for (int i = i_lo; i < i_hi; i++) {
