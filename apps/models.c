@@ -1,4 +1,5 @@
 /* models.c — the model zoo. Each builder is the whole model, top to bottom. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "apps/models.h"
@@ -26,6 +27,25 @@ sp_model *sp_zoo_lenet(int in_channels, int size)
     return m;
 }
 
+/* torchvision's VGG initialisation: conv weights Kaiming-normal (fan_out, ReLU gain),
+ * linear weights N(0, 0.01²), biases 0. With the per-layer PyTorch defaults
+ * (kaiming_uniform with a = √5, std 1/√(3·fan_in)) a VGG without batch norm shrinks
+ * its signal by ~√6 per conv+ReLU, and SGD (lr 0.01, momentum 0.9) was still at loss
+ * ln 10 after 500 steps on Fashion-MNIST; with this scheme the loss is ~0.6 by step 300. */
+static void vgg_init(sp_model *m, sp_rng *r)
+{
+    for (int i = 0; i < m->nparams; i++) {
+        sp_tensor *w = &m->params[i]->value;
+        if (w->ndim == 1) {
+            sp_tensor_zero(w);
+            continue;
+        }
+        float std = 0.01f;
+        if (w->ndim == 4) std = sqrtf(2.0f / (float)(w->shape[0] * w->shape[2] * w->shape[3]));
+        for (size_t j = 0; j < w->numel; j++) w->data[j] = std * sp_rng_normal(r);
+    }
+}
+
 /* VGG-11 (config A) for 32×32 inputs, no batch norm: 8 convs, 5 pools, fc 512 → classes. */
 sp_model *sp_zoo_vgg11(int in_channels, int classes)
 {
@@ -43,6 +63,7 @@ sp_model *sp_zoo_vgg11(int in_channels, int classes)
     }
     sp_model_add(m, sp_flatten());
     sp_model_add(m, sp_linear("fc", 512, classes));
+    m->init = vgg_init;
     return m;
 }
 

@@ -16,6 +16,7 @@
 #include "core/engine.h"
 #include "core/parallel.h"
 #include "optim/optim.h"
+#include "bench/stats.h"
 #include "schedulers/ooo.h"
 
 #define NCFG 5
@@ -32,18 +33,6 @@ typedef struct cfg_run {
 } cfg_run;
 
 static void update_layer(void *ctx, sp_layer *l) { sp_optim_step_params(ctx, l->params, l->nparams); }
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static double step(cfg_run *c, bool linear, const sp_tensor *x, const int *y)
 {
@@ -95,7 +84,7 @@ int main(int argc, char **argv)
             if (ORDERS[c]) r->stats = *sp_ooo_last_stats(r->e);
         }
 
-    double base = median(runs[0].times, runs[0].ntimes);
+    double base = bench_median(runs[0].times, runs[0].ntimes);
     printf("| %s, batch %d, 2 threads | step ms (median of %d) | vs linear | main busy ms | sub busy ms | "
            "critical path ms | U_1 done ms | peak MiB (model) | conventional MiB |\n",
            model, batch, rounds * steps);
@@ -104,7 +93,7 @@ int main(int argc, char **argv)
     for (int c = 1; c < NCFG; c++) {
         cfg_run *r = &runs[c];
         const sp_ooo_stats *st = &r->stats;
-        double med = median(r->times, r->ntimes);
+        double med = bench_median(r->times, r->ntimes);
         char name[48];
         snprintf(name, sizeof name, "%s", ORDERS[c]);
         if (st->k) snprintf(name, sizeof name, "%s (k=%d)", ORDERS[c], st->k);

@@ -16,22 +16,11 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "optim/optim.h"
+#include "bench/stats.h"
 #include "schedulers/engines.h"
 
 enum { PH_FWD, PH_DELTA, PH_G, NPH };
 #define WARMUP 5
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 int main(int argc, char **argv)
 {
@@ -106,10 +95,10 @@ int main(int argc, char **argv)
 
     printf("%s, batch %d, %d threads, median of %d steps (µs)\n\n", name, B, threads, steps);
     printf("| op | fwd | δ | G | total | share | GFLOP/s fwd, δ, G |\n|---|---:|---:|---:|---:|---:|---|\n");
-    double step = median(whole, steps), sum = 0;
+    double step = bench_median(whole, steps), sum = 0;
     for (int l = 0; l < L; l++) {
         double med[NPH], tot = 0;
-        for (int p = 0; p < NPH; p++) tot += med[p] = median(t[p] + (size_t)l * steps, steps);
+        for (int p = 0; p < NPH; p++) tot += med[p] = bench_median(t[p] + (size_t)l * steps, steps);
         sum += tot;
         sp_layer *ly = l < m->nlayers ? m->layers[l] : m->loss;
         char gf[64] = "";
@@ -119,7 +108,7 @@ int main(int argc, char **argv)
         printf("| %s %s | %.0f | %.0f | %.0f | %.0f | %.1f%% | %s |\n", ly->op->name, ly->name, 1e6 * med[0],
                1e6 * med[1], 1e6 * med[2], 1e6 * tot, 100 * tot / step, gf);
     }
-    double z = median(zero, steps), u = median(upd, steps);
+    double z = bench_median(zero, steps), u = bench_median(upd, steps);
     sum += z + u;
     printf("| zero_grad | | | | %.0f | %.1f%% | |\n| sgd update | | | | %.0f | %.1f%% | |\n", 1e6 * z, 100 * z / step,
            1e6 * u, 100 * u / step);

@@ -48,6 +48,10 @@ void sp_model_init(sp_model *m, uint64_t seed)
 {
     sp_rng r;
     sp_rng_seed(&r, seed);
+    if (m->init) {
+        m->init(m, &r);
+        return;
+    }
     for (int i = 0; i < m->nlayers; i++)
         if (m->layers[i]->op->init_params) m->layers[i]->op->init_params(m->layers[i], &r);
 }

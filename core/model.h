@@ -22,12 +22,15 @@ typedef struct sp_model {
     sp_param **params;
     int nparams, cap_params;
     sp_layer *loss;        /* softmax + cross-entropy */
+    /* Optional whole-model initialisation (e.g. torchvision's VGG scheme); NULL: each
+     * op's PyTorch default (init_params). */
+    void (*init)(struct sp_model *m, sp_rng *r);
 } sp_model;
 
 sp_model *sp_model_new(const char *name);
 void sp_model_free(sp_model *m);
 sp_layer *sp_model_add(sp_model *m, sp_layer *l);     /* takes ownership */
-void sp_model_init(sp_model *m, uint64_t seed);        /* PyTorch default init */
+void sp_model_init(sp_model *m, uint64_t seed);        /* m->init, else PyTorch defaults */
 sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x);
 /* forward + softmax-cross-entropy loss node. */
 sp_node *sp_model_loss(sp_model *m, sp_tape *t, const sp_tensor *x, const int *labels);

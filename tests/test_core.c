@@ -8,6 +8,7 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "core/tape.h"
+#include "apps/models.h"
 #include "layers/layers.h"
 #include "tests/testutil.h"
 
@@ -143,6 +144,40 @@ Test(model, registry_has_pytorch_names)
     cr_assert_not_null(sp_model_param(m, "fc2.bias"));
     cr_assert_eq(sp_model_param(m, "fc1.weight")->value.shape[0], 16, "linear weight is [out, in]");
     cr_assert_eq(sp_model_numel(m), (size_t)(8 * 16 + 16 + 16 * 3 + 3));
+    sp_model_free(m);
+}
+
+static double sample_std(const sp_tensor *t, double *mean)
+{
+    double s = 0, s2 = 0;
+    for (size_t i = 0; i < t->numel; i++) s += t->data[i], s2 += (double)t->data[i] * t->data[i];
+    *mean = s / (double)t->numel;
+    return sqrt(s2 / (double)t->numel - *mean * *mean);
+}
+
+/* VGG-11 uses torchvision's scheme (a model-level init); LeNet keeps the per-op
+ * PyTorch defaults, kaiming_uniform(a = √5): U(±1/√fan_in). */
+Test(model, vgg11_init_is_torchvisions_and_lenet_keeps_the_defaults)
+{
+    sp_model *m = sp_zoo_vgg11(3, 10);
+    sp_model_init(m, 3);
+    double mean, sd;
+    sd = sample_std(&sp_model_param(m, "conv2.weight")->value, &mean);   /* fan_out = 128·9 */
+    cr_assert_float_eq(sd, sqrt(2.0 / (128 * 9)), 0.03 * sqrt(2.0 / (128 * 9)), "conv2 std %g", sd);
+    cr_assert_lt(fabs(mean), 0.05 * sd);
+    sd = sample_std(&sp_model_param(m, "fc.weight")->value, &mean);
+    cr_assert_float_eq(sd, 0.01, 0.001, "fc std %g", sd);
+    const sp_tensor *b = &sp_model_param(m, "conv5.bias")->value;
+    for (size_t i = 0; i < b->numel; i++) cr_assert_eq(b->data[i], 0.0f);
+    sp_model_free(m);
+
+    m = sp_zoo_lenet(1, 28);
+    sp_model_init(m, 3);
+    const sp_tensor *w = &sp_model_param(m, "conv2.weight")->value;   /* fan_in = 6·25 */
+    float bound = 1.0f / sqrtf(150.0f), mx = 0;
+    for (size_t i = 0; i < w->numel; i++) mx = fmaxf(mx, fabsf(w->data[i]));
+    cr_assert_leq(mx, bound);
+    cr_assert_gt(mx, 0.95f * bound);
     sp_model_free(m);
 }
 
