@@ -102,7 +102,7 @@ int main(int argc, char **argv)
         sum += tot;
         sp_layer *ly = l < m->nlayers ? m->layers[l] : m->loss;
         char gf[64] = "";
-        if (flops[PH_FWD][l] > 1e6)
+        if (ly->nparams > 0 && flops[PH_FWD][l] > 1e6)   /* conv and linear: arithmetic-bound */
             snprintf(gf, sizeof gf, "%.1f, %.1f, %.1f", flops[PH_FWD][l] / med[0] * 1e-9,
                      med[1] > 0 ? flops[PH_DELTA][l] / med[1] * 1e-9 : 0, med[2] > 0 ? flops[PH_G][l] / med[2] * 1e-9 : 0);
         printf("| %s %s | %.0f | %.0f | %.0f | %.0f | %.1f%% | %s |\n", ly->op->name, ly->name, 1e6 * med[0],
