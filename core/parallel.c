@@ -45,33 +45,30 @@ static void chunk_bounds(size_t n, int nchunks, int c, size_t *b, size_t *e)
     *e = n * (size_t)(c + 1) / (size_t)nchunks;
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 /* Waits until done(arg) holds: spins for SPIN_S, then sleeps on the pool's cv. Every
  * atomic is seq_cst: a sleeper raises `sleepers` before its last check, and wake()
  * is called after the state change, so either the sleeper sees the change or wake()
  * sees the sleeper. */
-static void wait_for(bool (*done)(void *), void *arg)
+bool sp_spin_until(bool (*done)(void *), void *arg, double seconds)
 {
     double t0 = 0;
     for (unsigned i = 0; !done(arg); i++) {
-        cpu_relax();
+        sp_cpu_relax();
         if ((i & 63) != 63) continue;
         if (t0 == 0) t0 = sp_now();
-        else if (sp_now() - t0 > SPIN_S) {
-            pthread_mutex_lock(&P.lock);
-            atomic_fetch_add(&P.sleepers, 1);
-            while (!done(arg)) pthread_cond_wait(&P.cv, &P.lock);
-            atomic_fetch_sub(&P.sleepers, 1);
-            pthread_mutex_unlock(&P.lock);
-            return;
-        }
+        else if (sp_now() - t0 > seconds) return done(arg);
     }
+    return true;
+}
+
+static void wait_for(bool (*done)(void *), void *arg)
+{
+    if (sp_spin_until(done, arg, SPIN_S)) return;
+    pthread_mutex_lock(&P.lock);
+    atomic_fetch_add(&P.sleepers, 1);
+    while (!done(arg)) pthread_cond_wait(&P.cv, &P.lock);
+    atomic_fetch_sub(&P.sleepers, 1);
+    pthread_mutex_unlock(&P.lock);
 }
 
 static void wake(void)

@@ -23,6 +23,19 @@ void sp_parallel_for(size_t n, sp_range_fn fn, void *ctx);
  * owns one core, like a lane of the ooo executor. Off by default. */
 void sp_parallel_set_inline(bool on);
 
+/* A hint inside a spin-wait loop (x86 pause). */
+static inline void sp_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Spins until done(arg) holds or `seconds` have passed; returns done(arg). For
+ * hand-offs between threads that are usually microseconds apart: the caller falls
+ * back to sleeping on a condition variable when this returns false. */
+bool sp_spin_until(bool (*done)(void *), void *arg, double seconds);
+
 /* Wall clock in seconds (monotonic). */
 double sp_now(void);
 

@@ -120,6 +120,21 @@ static void signal_done(sp_ooo_exec *x)
     pthread_mutex_unlock(&x->mu);
 }
 
+/* How long a lane spins for the other lane's event before it sleeps: tasks of a small
+ * model are 5–100 µs apart, and a futex wake-up on a VM costs tens of µs. */
+#define LANE_SPIN_S 200e-6
+
+typedef struct start_wait {
+    run_ctx *c;
+    int id, lane;
+} start_wait;
+
+static bool startable(void *arg)
+{
+    start_wait *w = arg;
+    return can_start(w->c, w->id, w->lane);
+}
+
 static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane)
 {
     const int *q = c->p->queue[lane];
@@ -127,7 +142,7 @@ static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane)
     for (int i = 0; i < n; i++) {
         int id = q[i];
         const sp_ooo_task *t = &c->g->tasks[id];
-        if (!can_start(c, id, lane)) {   /* cudaStreamWaitEvent */
+        if (!sp_spin_until(startable, &(start_wait){c, id, lane}, LANE_SPIN_S)) {   /* cudaStreamWaitEvent */
             pthread_mutex_lock(&x->mu);
             atomic_fetch_add(&x->waiters, 1);   /* before the re-check: see signal_done */
             while (!can_start(c, id, lane)) pthread_cond_wait(&x->cv, &x->mu);
