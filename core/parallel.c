@@ -45,10 +45,6 @@ static void chunk_bounds(size_t n, int nchunks, int c, size_t *b, size_t *e)
     *e = n * (size_t)(c + 1) / (size_t)nchunks;
 }
 
-/* Waits until done(arg) holds: spins for SPIN_S, then sleeps on the pool's cv. Every
- * atomic is seq_cst: a sleeper raises `sleepers` before its last check, and wake()
- * is called after the state change, so either the sleeper sees the change or wake()
- * sees the sleeper. */
 bool sp_spin_until(bool (*done)(void *), void *arg, double seconds)
 {
     double t0 = 0;
@@ -61,6 +57,10 @@ bool sp_spin_until(bool (*done)(void *), void *arg, double seconds)
     return true;
 }
 
+/* Waits until done(arg) holds: spins for SPIN_S, then sleeps on the pool's cv. Every
+ * atomic is seq_cst: a sleeper raises `sleepers` before its last check, and wake()
+ * is called after the state change, so either the sleeper sees the change or wake()
+ * sees the sleeper. */
 static void wait_for(bool (*done)(void *), void *arg)
 {
     if (sp_spin_until(done, arg, SPIN_S)) return;

@@ -349,29 +349,46 @@ Test(exec, two_lanes_overlap_and_respect_dependencies)
         }
 }
 
+/* LeNet-5 on the ooo engine with per-layer SGD updates, and a tape of its own. */
+typedef struct lane_rig {
+    tmodel tm;
+    sp_optim *opt;
+    sp_engine *e;
+    sp_tape t;
+} lane_rig;
+
+static lane_rig rig_make(const char *order)
+{
+    lane_rig r = {.tm = tm_make("lenet", 4)};
+    r.opt = make_sgd(r.tm.m);
+    r.e = sp_engine_create("ooo", &(sp_engine_opts){.order = order, .update = update_layer, .update_ctx = r.opt});
+    sp_tape_init(&r.t);
+    return r;
+}
+
+static void rig_free(lane_rig *r)
+{
+    sp_tape_free(&r->t);
+    sp_engine_destroy(r->e);
+    sp_optim_free(r->opt);
+    sp_model_free(r->tm.m);
+}
+
 /* The run records survive until the tape is reset: check them inside one step. */
 Test(exec, timeline_respects_every_edge)
 {
     sp_set_threads(2);
     for (int o = 0; o < NORDERS; o++) {
-        tmodel tm = tm_make("lenet", 4);
-        sp_optim *opt = make_sgd(tm.m);
-        sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = ORDERS[o], .update = update_layer,
-                                                                  .update_ctx = opt});
-        sp_tape t;
-        sp_tape_init(&t);
+        lane_rig r = rig_make(ORDERS[o]);
         for (int s = 0; s < 3; s++) {
-            batch b = make_batch(&tm, (uint64_t)s);
-            sp_tape_reset(&t);
-            sp_node *loss = tm_loss(&tm, &t, &b.x, b.y);
-            sp_backward(e, &t, loss);
-            check_run_respects_graph(sp_ooo_last_run(e), ORDERS[o]);
+            batch b = make_batch(&r.tm, (uint64_t)s);
+            sp_tape_reset(&r.t);
+            sp_node *loss = tm_loss(&r.tm, &r.t, &b.x, b.y);
+            sp_backward(r.e, &r.t, loss);
+            check_run_respects_graph(sp_ooo_last_run(r.e), ORDERS[o]);
             sp_tensor_free(&b.x);
         }
-        sp_tape_free(&t);
-        sp_engine_destroy(e);
-        sp_optim_free(opt);
-        sp_model_free(tm.m);
+        rig_free(&r);
     }
 }
 
@@ -381,25 +398,17 @@ Test(exec, steady_state_steps_do_not_grow_the_arena)
 {
     sp_set_threads(2);
     for (int o = 0; o < NORDERS; o++) {
-        tmodel tm = tm_make("lenet", 4);
-        sp_optim *opt = make_sgd(tm.m);
-        sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = ORDERS[o], .update = update_layer,
-                                                                  .update_ctx = opt});
-        batch b = make_batch(&tm, 9);
-        sp_tape t;
-        sp_tape_init(&t);
+        lane_rig r = rig_make(ORDERS[o]);
+        batch b = make_batch(&r.tm, 9);
         size_t warm = 0;
         for (int s = 0; s < 6; s++) {
-            if (s == 3) warm = t.arena.nmallocs;
-            sp_tape_reset(&t);
-            sp_backward(e, &t, tm_loss(&tm, &t, &b.x, b.y));
+            if (s == 3) warm = r.t.arena.nmallocs;
+            sp_tape_reset(&r.t);
+            sp_backward(r.e, &r.t, tm_loss(&r.tm, &r.t, &b.x, b.y));
         }
-        cr_assert_eq(t.arena.nmallocs, warm, "%s: the arena grew in steady state", ORDERS[o]);
-        sp_tape_free(&t);
-        sp_engine_destroy(e);
-        sp_optim_free(opt);
+        cr_assert_eq(r.t.arena.nmallocs, warm, "%s: the arena grew in steady state", ORDERS[o]);
         sp_tensor_free(&b.x);
-        sp_model_free(tm.m);
+        rig_free(&r);
     }
 }
 
