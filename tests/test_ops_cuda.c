@@ -95,13 +95,13 @@ static void compare_layer(sp_layer *cpu, sp_layer *gpu, int ndim, const int *xsh
     sp_tensor dy = sp_tensor_new(yc->out.ndim, yc->out.shape);
     tu_fill_uniform(dy.data, dy.numel, seed + 7, -1.0f, 1.0f);
     sp_tensor dxc = sp_tape_tensor_like(&tc, &x);
-    cpu->op->backward_input(yc, &dy, &dxc);
+    cpu->op->backward_input(yc, 0, &dy, &dxc);
     if (cpu->op->backward_params) cpu->op->backward_params(yc, &dy);
 
     sp_tensor dyd = upload(&tg, &dy);
     sp_tensor dxd = sp_tape_tensor_like(&tg, &xd);
     cr_assert_eq(dxd.device, SP_CUDA, "sp_tape_tensor_like lost the device");
-    yg->op->backward_input(yg, &dyd, &dxd);
+    yg->op->backward_input(yg, 0, &dyd, &dxd);
     if (yg->op->backward_params) yg->op->backward_params(yg, &dyd);
 
     double ey = diff_vs_host(&yg->out, &yc->out), edx = diff_vs_host(&dxd, &dxc);
