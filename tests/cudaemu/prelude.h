@@ -29,6 +29,15 @@
 #define __logf logf
 #define __fdividef(a, b) ((a) / (b))
 #define rsqrtf(x) (1.0f / sqrtf(x))
+/* Round-to-nearest intrinsics: host float arithmetic is already exactly that (x86-64
+ * without -mfma never contracts). */
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
 
 /* Blocks run one at a time and a block's threads one at a time, so an atomic is a
  * plain read-modify-write; it still returns the old value as CUDA's does. */
