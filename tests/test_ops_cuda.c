@@ -399,10 +399,10 @@ Test(cuda, softmax_ce_matches_cpu)
         sp_tensor dl = sp_tensor_new(1, (int[]){1});
         dl.data[0] = 0.75f;
         sp_tensor dzc = sp_tape_tensor_like(&tc, &z);
-        lc->op->backward_input(lc, &dl, &dzc);
+        lc->op->backward_input(lc, 0, &dl, &dzc);
         sp_tensor dld = upload(&tg, &dl);
         sp_tensor dzg = sp_tape_tensor_like(&tg, &zd);
-        lg->op->backward_input(lg, &dld, &dzg);
+        lg->op->backward_input(lg, 0, &dld, &dzg);
         double ed = diff_vs_host(&dzg, &dzc);
         cr_assert_leq(ed, TRANSCENDENTAL_TOL, "softmax_ce δ (B %d, K %d): err %.2e", B, K, ed);
         sp_tensor_free(&dl);
