@@ -604,12 +604,12 @@ void sp_st_save(const char *path, int n, const char *const *names, const sp_tens
 
 void sp_model_save(const sp_model *m, const char *path)
 {
-    int n = m->nparams;
+    int n = sp_model_nstate(m);   /* parameters and buffers */
     const char **names = sp_xcalloc((size_t)(n ? n : 1), sizeof *names);
     const sp_tensor **ts = sp_xcalloc((size_t)(n ? n : 1), sizeof *ts);
     for (int i = 0; i < n; i++) {
-        names[i] = m->params[i]->name;
-        ts[i] = &m->params[i]->value;
+        names[i] = sp_model_state(m, i)->name;
+        ts[i] = &sp_model_state(m, i)->value;
     }
     const char *meta[] = {"scanprop_model", m->name, NULL};
     sp_st_save(path, n, names, ts, meta);
@@ -633,8 +633,8 @@ void sp_model_load(sp_model *m, const char *path)
     sp_st_file *f = sp_st_open(path);
     char first[512] = "", shape_buf[64];
     int problems = 0;
-    for (int i = 0; i < m->nparams; i++) {
-        const sp_param *p = m->params[i];
+    for (int i = 0; i < sp_model_nstate(m); i++) {
+        const sp_param *p = sp_model_state(m, i);
         const sp_st_tensor *t = sp_st_find(f, p->name);
         if (!t) {
             note_problem(first, sizeof first, &problems, "missing tensor %s (expected shape %s)",
@@ -658,8 +658,8 @@ void sp_model_load(sp_model *m, const char *path)
         sp_fail("%s: %s; and %d more problem%s", path, first, problems - 1,
                 problems > 2 ? "s" : "");
     if (problems) sp_fail("%s: %s", path, first);
-    for (int i = 0; i < m->nparams; i++) {
-        sp_param *p = m->params[i];
+    for (int i = 0; i < sp_model_nstate(m); i++) {
+        sp_param *p = sp_model_state(m, i);
         sp_st_read_f32(f, p->name, p->value.data, p->value.ndim, p->value.shape);
     }
     sp_st_close(f);

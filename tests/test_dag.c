@@ -248,3 +248,127 @@ Test(model, dag_forward_and_chain_test)
     sp_model_free(m);
     sp_model_free(c);
 }
+
+/* ---- batch norm, global average pooling, bias-free conv ----------------------------- */
+
+static void check1(sp_layer *l, int ndim, const int *shape, uint64_t seed)
+{
+    tu_gc_result r = tu_gradcheck(l, ndim, shape, seed, NULL);
+    cr_assert_lt(r.err_dx, GC_TOL, "%s δ: err %.2e", l->op->name, r.err_dx);
+    cr_assert_gt(r.max_abs_dx, 0.0, "%s δ is all zeros", l->op->name);
+    for (int p = 0; p < r.nparams; p++)
+        cr_assert_lt(r.err_param[p], GC_TOL, "%s G of %s: err %.2e", l->op->name, l->params[p]->name,
+                     r.err_param[p]);
+    sp_layer_free(l);
+}
+
+Test(gradcheck, batchnorm2d_training_and_eval)
+{
+    check1(sp_batchnorm2d("bn", 3), 4, (int[]){4, 3, 3, 2}, 31);
+    check1(sp_batchnorm2d("bn", 2), 4, (int[]){2, 2, 1, 1}, 32);   /* N = 2 per channel */
+    sp_layer *l = sp_batchnorm2d("bn", 3);
+    l->eval = true;   /* the running statistics (the init's 0 and 1): a per-channel affine map */
+    tu_gc_result r = tu_gradcheck(l, 4, (int[]){3, 3, 2, 2}, 33, NULL);
+    cr_assert_lt(tu_gc_worst(&r), GC_TOL, "eval-mode batch norm: err %.2e", tu_gc_worst(&r));
+    sp_layer_free(l);
+    l = sp_batchnorm2d("bn", 2);
+    l->eval = true;
+    sp_rng rr;
+    sp_rng_seed(&rr, 4);
+    l->op->init_params(l, &rr);
+    l->params[0]->value.data[0] = 1.5f, l->params[1]->value.data[1] = -0.5f;
+    l->buffers[0]->value.data[0] = 0.3f, l->buffers[1]->value.data[1] = 2.0f;
+    sp_tensor x = sp_tensor_new(4, (int[]){1, 2, 1, 1});
+    x.data[0] = 1.0f, x.data[1] = 2.0f;
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *y = sp_apply(&t, l, sp_tape_input(&t, &x));
+    cr_assert_float_eq(y->out.data[0], 1.5f * (1.0f - 0.3f) / sqrtf(1.0f + 1e-5f), 1e-6);
+    cr_assert_float_eq(y->out.data[1], 2.0f / sqrtf(2.0f + 1e-5f) - 0.5f, 1e-6);
+    sp_tape_free(&t);
+    sp_tensor_free(&x);
+    sp_layer_free(l);
+}
+
+/* Training mode normalises with the batch's statistics and moves the running ones by
+ * momentum 0.1 (the variance unbiased), counting batches; eval mode leaves them. */
+Test(batchnorm2d, running_statistics_follow_pytorch)
+{
+    sp_layer *l = sp_batchnorm2d("bn", 1);
+    float xs[4] = {1, 2, 4, 9};   /* mean 4, biased var 9.5, unbiased 38/3 */
+    sp_tensor x = sp_tensor_view(xs, 4, (int[]){2, 1, 1, 2});
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *y = sp_apply(&t, l, sp_tape_input(&t, &x));
+    for (int i = 0; i < 4; i++) cr_assert_float_eq(y->out.data[i], (xs[i] - 4.0f) / sqrtf(9.5f + 1e-5f), 1e-6);
+    cr_assert_float_eq(l->buffers[0]->value.data[0], 0.4f, 1e-6);
+    cr_assert_float_eq(l->buffers[1]->value.data[0], 0.9f + 0.1f * 38.0f / 3.0f, 1e-5);
+    cr_assert_eq(l->buffers[2]->value.data[0], 1.0f);
+    cr_assert_str_eq(l->buffers[0]->name, "bn.running_mean");
+    cr_assert_str_eq(l->buffers[2]->name, "bn.num_batches_tracked");
+    l->eval = true;
+    sp_tape_reset(&t);
+    sp_apply(&t, l, sp_tape_input(&t, &x));
+    cr_assert_float_eq(l->buffers[0]->value.data[0], 0.4f, 1e-6, "eval mode must not move the statistics");
+    cr_assert_eq(l->buffers[2]->value.data[0], 1.0f);
+    sp_tape_free(&t);
+    sp_layer_free(l);
+}
+
+Test(gradcheck, global_avgpool2d_and_bias_free_conv)
+{
+    check1(sp_global_avgpool2d(), 4, (int[]){2, 3, 4, 5}, 41);
+    sp_layer *c = sp_conv2d_nobias("c", 3, 4, 3, 2, 1);
+    cr_assert_eq(c->nparams, 1);
+    cr_assert_str_eq(c->params[0]->name, "c.weight");
+    check1(c, 4, (int[]){2, 3, 5, 5}, 42);
+}
+
+/* ---- ResNet-20 ------------------------------------------------------------------------ */
+
+#include "apps/models.h"
+
+/* Every engine against linear BP on ResNet-20 (batch norm in training mode), batch 2. */
+Test(engines, resnet20, .timeout = 900)
+{
+    static const char *orders[] = {"conventional", "ooo", "reverse-first-k", "list"};
+    sp_set_threads(2);
+    sp_model *m = sp_zoo_resnet20(1, 10);
+    cr_assert_not(sp_model_is_chain(m));
+    sp_model_init(m, 3);
+    fixture f = {.m = m, .x = sp_tensor_new(4, (int[]){2, 1, 32, 32}), .y = {3, 7}};
+    tu_fill_uniform(f.x.data, f.x.numel, 5, 0, 1);
+    gradients(&f, "linear", NULL);
+    float **ref = snapshot(m);
+    for (int o = 0; o < 4; o++) {
+        gradients(&f, "ooo", &(sp_engine_opts){.order = orders[o]});
+        for (int p = 0; p < m->nparams; p++)
+            cr_assert(memcmp(ref[p], m->params[p]->grad.data, m->params[p]->grad.numel * sizeof(float)) == 0,
+                      "resnet20, ooo %s: grad of %s differs from linear BP", orders[o], m->params[p]->name);
+    }
+    gradients(&f, "bppsa", &(sp_engine_opts){.scan_levels = -1});
+    for (int p = 0; p < m->nparams; p++) {
+        double d = tu_max_rel_diff(m->params[p]->grad.data, ref[p], m->params[p]->grad.numel);
+        cr_assert_lt(d, BPPSA_TOL, "resnet20, bppsa: grad of %s differs by %.2e", m->params[p]->name, d);
+    }
+    free_snapshot(ref, m->nparams);
+    drop(&f);
+}
+
+/* Names as the CIFAR ResNet code has them, buffers included, and the parameter count
+ * of ResNet-20 with option-B shortcuts (0.27 M + the two 1×1 shortcut convs). */
+Test(model, resnet20_names_and_size)
+{
+    sp_model *m = sp_zoo_resnet20(3, 10);
+    const char *want[] = {"conv1.weight", "bn1.weight", "bn1.running_var", "layer1.0.conv1.weight",
+                          "layer2.0.shortcut.0.weight", "layer2.0.shortcut.1.num_batches_tracked",
+                          "layer3.2.bn2.bias", "fc.weight", "fc.bias"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert_not_null(sp_model_param(m, want[i]), "missing %s", want[i]);
+    cr_assert_null(sp_model_param(m, "layer1.0.shortcut.0.weight"), "stage 1 has identity shortcuts");
+    cr_assert_null(sp_model_param(m, "conv1.bias"), "convs before batch norm have no bias");
+    size_t convs = 3 * 16 * 9 + 6 * 16 * 16 * 9 + (16 * 32 * 9 + 5 * 32 * 32 * 9) + (32 * 64 * 9 + 5 * 64 * 64 * 9);
+    size_t shortcuts = 16 * 32 + 32 * 64, bn = 2 * (16 + 6 * 16 + 6 * 32 + 6 * 64 + 32 + 64), fc = 64 * 10 + 10;
+    cr_assert_eq(sp_model_numel(m), convs + shortcuts + bn + fc);
+    sp_model_free(m);
+}
