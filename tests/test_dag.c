@@ -372,3 +372,113 @@ Test(model, resnet20_names_and_size)
     cr_assert_eq(sp_model_numel(m), convs + shortcuts + bn + fc);
     sp_model_free(m);
 }
+
+/* ---- per-input Jᵀ blocks of add and concat ------------------------------------------ */
+
+/* For each input i and sample b: dense(J_iᵀ)·dy_b == backward_input(n, i, dy)_b. */
+static void check_jt_blocks(sp_layer *l, int n, const int (*shapes)[SP_MAX_DIMS], int ndim)
+{
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_tensor xs[4];
+    sp_node *in[4];
+    for (int i = 0; i < n; i++) {
+        xs[i] = sp_tensor_new(ndim, shapes[i]);
+        tu_fill_uniform(xs[i].data, xs[i].numel, 70 + (uint64_t)i, -1, 1);
+        in[i] = sp_tape_input(&t, &xs[i]);
+    }
+    sp_node *y = sp_apply_n(&t, l, n, in);
+    sp_tensor dy = sp_tensor_new(y->out.ndim, y->out.shape);
+    tu_fill_uniform(dy.data, dy.numel, 80, -1, 1);
+    int B = y->out.shape[0];
+    size_t out = sp_tensor_sample_numel(&y->out);
+    for (int i = 0; i < n; i++) {
+        sp_tensor dx = sp_tensor_new(ndim, shapes[i]);
+        y->op->backward_input(y, i, &dy, &dx);
+        size_t rows = sp_tensor_sample_numel(&xs[i]);
+        sp_csr jt;
+        y->op->jt_pattern(y, i, &jt);
+        cr_assert_eq((size_t)jt.rows, rows, "%s J_%dᵀ rows", l->op->name, i);
+        cr_assert_eq((size_t)jt.cols, out, "%s J_%dᵀ cols", l->op->name, i);
+        for (int b = 0; b < B; b++) {
+            y->op->jt_values(y, i, b, &jt);
+            for (size_t r = 0; r < rows; r++) {
+                double acc = 0;
+                for (int32_t q = jt.indptr[r]; q < jt.indptr[r + 1]; q++)
+                    acc += (double)jt.data[q] * dy.data[(size_t)b * out + (size_t)jt.indices[q]];
+                cr_assert_float_eq(acc, dx.data[(size_t)b * rows + r], 1e-6, "%s J_%dᵀ·dy, sample %d row %zu",
+                                   l->op->name, i, b, r);
+            }
+        }
+        sp_csr_free(&jt);
+        sp_tensor_free(&dx);
+    }
+    for (int i = 0; i < n; i++) sp_tensor_free(&xs[i]);
+    sp_tensor_free(&dy);
+    sp_tape_free(&t);
+    sp_layer_free(l);
+}
+
+Test(jt, add_and_concat_per_input)
+{
+    check_jt_blocks(sp_add(), 2, (const int[][SP_MAX_DIMS]){{2, 3, 2, 2}, {2, 3, 2, 2}}, 4);
+    check_jt_blocks(sp_concat(), 3, (const int[][SP_MAX_DIMS]){{2, 1, 2, 3}, {2, 3, 2, 3}, {2, 2, 2, 3}}, 4);
+}
+
+/* ---- grouped conv, avgpool2d, dropout ---------------------------------------------------- */
+
+Test(gradcheck, grouped_and_depthwise_conv)
+{
+    check1(sp_conv2d_groups("g", 4, 6, 3, 1, 1, 2, true), 4, (int[]){2, 4, 5, 5}, 51);
+    check1(sp_conv2d_groups("dw", 3, 3, 3, 2, 1, 3, false), 4, (int[]){2, 3, 6, 5}, 52);
+    sp_layer *l = sp_conv2d_groups("one", 2, 3, 3, 1, 1, 1, true);
+    cr_assert_eq(l->op, &sp_op_conv2d, "groups = 1 is the GEMM conv");
+    sp_layer_free(l);
+    l = sp_conv2d_groups("dw", 4, 4, 3, 1, 1, 4, false);
+    cr_assert_eq(l->params[0]->value.shape[1], 1, "depthwise weight is [C, 1, k, k]");
+    sp_layer_free(l);
+}
+
+Test(gradcheck, avgpool2d)
+{
+    check1(sp_avgpool2d(2, 2, 0), 4, (int[]){2, 3, 4, 6}, 61);
+    check1(sp_avgpool2d(3, 1, 1), 4, (int[]){2, 2, 5, 4}, 62);
+}
+
+/* Dropout: with its mask fixed the map is linear and diagonal, y = m ⊙ x, so δ must be
+ * m ⊙ dy with the same m; about p of the elements are dropped and the rest scaled by
+ * 1/(1−p); eval mode is the identity; the same seed gives the same masks. */
+Test(dropout, mask_delta_eval_and_seed)
+{
+    float masks[2][1000];
+    for (int run = 0; run < 2; run++) {
+        sp_model *m = sp_model_new("d");
+        sp_layer *l = sp_model_add(m, sp_dropout(0.25f));
+        sp_model_init(m, 9);
+        sp_tensor x = sp_tensor_new(2, (int[]){10, 100}), dy = sp_tensor_new(2, (int[]){10, 100}),
+                  dx = sp_tensor_new(2, (int[]){10, 100});
+        tu_fill_uniform(x.data, x.numel, 1, 0.5f, 1.5f);
+        tu_fill_uniform(dy.data, dy.numel, 2, -1, 1);
+        sp_tape t;
+        sp_tape_init(&t);
+        sp_node *y = sp_apply(&t, l, sp_tape_input(&t, &x));
+        y->op->backward_input(y, 0, &dy, &dx);
+        int dropped = 0;
+        for (size_t i = 0; i < x.numel; i++) {
+            float k = y->out.data[i] / x.data[i];
+            masks[run][i] = k;
+            cr_assert(k == 0.0f || fabsf(k - 1.0f / 0.75f) < 1e-6f, "element %zu scaled by %g", i, k);
+            cr_assert_float_eq(dx.data[i], k * dy.data[i], 1e-6);
+            dropped += k == 0.0f;
+        }
+        cr_assert(dropped > 200 && dropped < 300, "%d of 1000 dropped at p = 0.25", dropped);
+        sp_model_set_training(m, false);
+        sp_tape_reset(&t);
+        y = sp_apply(&t, l, sp_tape_input(&t, &x));
+        cr_assert(memcmp(y->out.data, x.data, x.numel * sizeof(float)) == 0, "eval mode is the identity");
+        sp_tape_free(&t);
+        sp_tensor_free(&x), sp_tensor_free(&dy), sp_tensor_free(&dx);
+        sp_model_free(m);
+    }
+    cr_assert(memcmp(masks[0], masks[1], sizeof masks[0]) == 0, "same seed, same mask");
+}
