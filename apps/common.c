@@ -228,19 +228,19 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
     const char *fmt = o->data_format ? o->data_format : "fashion-mnist";
     if (strcmp(fmt, "fashion-mnist") == 0 || strcmp(fmt, "mnist") == 0 || strcmp(fmt, "idx") == 0) {
         const char *dir = o->data ? o->data : FMNIST_DIR;
-        *train = sp_fashion_mnist(dir, true, pad_to);
-        *test = sp_fashion_mnist(dir, false, pad_to);
+        *train = sp_check_ptr(sp_fashion_mnist(dir, true, pad_to));
+        *test = sp_check_ptr(sp_fashion_mnist(dir, false, pad_to));
     } else if (strcmp(fmt, "cifar10") == 0) {
         if (!o->data) sp_fail("--data-format cifar10 needs --data DIR (the cifar-10-batches-bin directory)");
-        *train = sp_cifar10(o->data, true);
-        *test = sp_cifar10(o->data, false);
+        *train = sp_check_ptr(sp_cifar10(o->data, true));
+        *test = sp_check_ptr(sp_cifar10(o->data, false));
     } else if (strcmp(fmt, "folder") == 0) {
         if (!o->data) sp_fail("--data-format folder needs --data DIR (DIR/train/<class>/*, DIR/test/<class>/*)");
         char tr[4096], te[4096];
         snprintf(tr, sizeof tr, "%s/train", o->data);
         snprintf(te, sizeof te, "%s/test", o->data);
-        *train = sp_image_folder(tr, pad_to ? pad_to : 28, 1);
-        *test = sp_image_folder(te, pad_to ? pad_to : 28, 1);
+        *train = sp_check_ptr(sp_image_folder(tr, pad_to ? pad_to : 28, 1));
+        *test = sp_check_ptr(sp_image_folder(te, pad_to ? pad_to : 28, 1));
     } else {
         sp_fail("--data-format %s: unknown (expected fashion-mnist | mnist | cifar10 | folder)", fmt);
     }
@@ -270,7 +270,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_engine_opts eo = sp_app_engine_opts(o);
     sp_engine *e = sp_engine_create(o->backward, &eo);
-    if (o->load) sp_model_load(m, o->load);
+    if (o->load) sp_check(sp_model_load(m, o->load));
     else sp_model_init(m, o->seed);
 
     sp_optim_cfg cfg = sp_optim_cfg_default();
@@ -292,7 +292,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
                        .lr = &sched,
                        .quiet = o->quiet};
     sp_train_result r = sp_train(m, e, opt, loader, test, &tc);
-    if (o->save) sp_model_save(m, o->save);
+    if (o->save) sp_check(sp_model_save(m, o->save));
 
     sp_json j;
     sp_json_begin(&j);
