@@ -30,6 +30,7 @@ static void names_free(names *s)
 {
     for (int i = 0; i < s->n; i++) free(s->v[i]);
     free(s->v);
+    *s = (names){0};
 }
 
 static int by_name(const void *a, const void *b)
