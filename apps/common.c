@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "apps/common.h"
+#include "core/fileio.h"
+#include "core/safetensors.h"
 #include "core/error.h"
 #include "optim/optim.h"
 
@@ -438,6 +440,9 @@ static void check_ranges(sp_app_opts *o)
             sp_fail("--scan-levels %s: expected 0 (linear BP) .. the model's full depth, or full", o->scan_levels_arg);
         o->scan_levels = (int)x;
     }
+    /* checkpoint files refused before any data is read or any step is run */
+    if (o->load) sp_st_close(sp_check_ptr(sp_st_open(o->load)));
+    if (o->save) sp_check(sp_check_save_target(o->save));
     /* --steps alone runs as many epochs as it needs; with --epochs, whichever comes first */
     if (o->steps > 0 && !sp_flag_given("epochs")) o->epochs = 0;
 }

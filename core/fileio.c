@@ -133,12 +133,13 @@ static void atomic_free(sp_atomic_file *a)
     a->fd = -1;
 }
 
-int sp_atomic_begin(sp_atomic_file *a, const char *path)
+/* The file a save to `path` replaces: path itself, or a symlink's resolved target;
+ * refused if it exists and is not a regular file. *keep_mode: its permissions (0 if new). */
+static int resolve_target(const char *path, char **out, mode_t *keep_mode)
 {
-    *a = (sp_atomic_file){.fd = -1};
     struct stat st;
-    mode_t keep_mode = 0;
     char *target = NULL;
+    *keep_mode = 0;
     if (lstat(path, &st) != 0) {
         if (errno != ENOENT) return sp_error("cannot write %s: %s (nothing written)", path, strerror(errno));
         target = strdup(path);
@@ -160,10 +161,34 @@ int sp_atomic_begin(sp_atomic_file *a, const char *path)
             free(target);
             return SP_ERR;
         }
-        keep_mode = st.st_mode & 07777;
+        *keep_mode = st.st_mode & 07777;
         if (!target) target = strdup(path);
     }
     if (!target) return sp_error("%s: out of memory", path);
+    *out = target;
+    return SP_OK;
+}
+
+int sp_check_save_target(const char *path)
+{
+    char *target;
+    mode_t mode;
+    if (resolve_target(path, &target, &mode) != SP_OK) return SP_ERR;
+    char dir[PATH_MAX];
+    const char *base;
+    split_path(target, dir, sizeof dir, &base);
+    int rc = access(dir, W_OK | X_OK) == 0 ? SP_OK
+             : sp_error("cannot write %s: directory %s: %s", path, dir, strerror(errno));
+    free(target);
+    return rc;
+}
+
+int sp_atomic_begin(sp_atomic_file *a, const char *path)
+{
+    *a = (sp_atomic_file){.fd = -1};
+    mode_t keep_mode;
+    char *target;
+    if (resolve_target(path, &target, &keep_mode) != SP_OK) return SP_ERR;
     size_t tlen = strlen(target) + 32;
     char *tmp = malloc(tlen);
     if (!tmp || tlen > sizeof cleanup_path) {

@@ -30,6 +30,10 @@ int sp_pread_full(int fd, void *buf, size_t n, off_t off, const char *path, cons
 /* "a FIFO", "a directory", "a character device", ... for messages. */
 const char *sp_file_kind(mode_t mode);
 
+/* Would a save to path be allowed (absent or a regular file, or a symlink to one, in a
+ * writable directory)? For apps, to refuse --save before hours of training. */
+int sp_check_save_target(const char *path) SP_MUST_CHECK;
+
 typedef struct sp_atomic_file {
     int fd;          /* write the new content here                        */
     char *target;    /* the file replaced (the symlink's target if a link)  */
