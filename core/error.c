@@ -1,5 +1,6 @@
 /* error.c — returnable errors (thread-local message), one-line exits for apps, checked
  * allocation, the ceiling on file-driven allocations. */
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,10 +9,19 @@
 
 #define ERR_LEN 1024
 static _Thread_local char last_error[ERR_LEN];
+static _Thread_local jmp_buf *try_frame;   /* innermost sp_try of this thread */
 
 void sp_fail(const char *fmt, ...)
 {
     va_list ap;
+    if (try_frame) {   /* inside sp_try: the caller gets the message and SP_ERR */
+        char buf[ERR_LEN];
+        va_start(ap, fmt);
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        memcpy(last_error, buf, sizeof buf);
+        longjmp(*try_frame, 1);
+    }
     fflush(stdout);
     fputs("scanprop: ", stderr);
     va_start(ap, fmt);
@@ -19,6 +29,20 @@ void sp_fail(const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     exit(SP_EXIT_USAGE);
+}
+
+int sp_try(void (*fn)(void *arg), void *arg)
+{
+    jmp_buf frame;
+    jmp_buf *volatile outer = try_frame;
+    if (setjmp(frame)) {
+        try_frame = outer;
+        return SP_ERR;
+    }
+    try_frame = &frame;
+    fn(arg);
+    try_frame = outer;
+    return SP_OK;
 }
 
 int sp_error(const char *fmt, ...)

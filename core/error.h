@@ -33,6 +33,15 @@
  * programming errors; library entry points use sp_error instead. */
 void sp_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
+/* Run fn(arg) so that an sp_fail inside it, in this thread, returns SP_ERR with its
+ * message in sp_last_error() instead of exiting. For construction from user input whose
+ * checks still use sp_fail — models and their layers (sizes, kernel configurations),
+ * engines (sp_engine_create), optimizers, learning-rate schedules — so an embedding
+ * program survives a bad configuration. On failure, what fn allocated before the check
+ * is not freed (construction checks come before allocation where they can), and fn
+ * must not hold locks or other threads' state. Nests; other threads are unaffected. */
+int sp_try(void (*fn)(void *arg), void *arg) SP_MUST_CHECK;
+
 /* Record a one-line error message for this thread; returns SP_ERR, so a fallible
  * function can `return sp_error("%s: not a regular file", path);`. */
 int sp_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

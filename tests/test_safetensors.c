@@ -17,9 +17,11 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "core/engine.h"
 #include "core/model.h"
 #include "core/safetensors.h"
 #include "layers/layers.h"
+#include "optim/optim.h"
 #include "tests/testutil.h"
 
 /* Fallible calls return SP_OK / SP_ERR (or NULL) with the message in sp_last_error(). */
@@ -894,4 +896,38 @@ Test(files, apps_refuse_fifos_and_devices_at_once, .timeout = 60)
     cr_assert(strstr(out, "is a FIFO, not a regular file: refusing to replace it"), "%s", out);
     cr_assert(is_fifo(fifo), "the FIFO was replaced");
     unlink(fifo);
+}
+
+/* Issue 15 item 2: construction from user input whose checks use sp_fail (layers,
+ * engines, schedules) returns an error under sp_try; the program goes on. */
+static void bad_conv(void *arg) { *(sp_layer **)arg = sp_conv2d("c", 1, 6, 0, 1, 0); }
+static void bad_engine(void *arg) { *(sp_engine **)arg = sp_engine_create("nope", NULL); }
+static void bad_schedule(void *arg) { *(sp_lr_schedule *)arg = sp_lr_parse("bogus", 0.1); }
+static void good_engine(void *arg) { *(sp_engine **)arg = sp_engine_create("linear", NULL); }
+static void nested(void *arg)
+{
+    sp_engine *e = NULL;
+    *(int *)arg = sp_try(bad_engine, &e);
+    sp_fail("outer failure after an inner one");
+}
+
+Test(errors, construction_failures_are_returned_under_sp_try)
+{
+    sp_layer *l = NULL;
+    cr_assert_eq(sp_try(bad_conv, &l), SP_ERR);
+    assert_error_has("conv2d c: channels 1 -> 6, kernel 0");
+    cr_assert_null(l);
+    sp_engine *e = NULL;
+    cr_assert_eq(sp_try(bad_engine, &e), SP_ERR);
+    assert_error_has("--backward nope: unknown engine");
+    sp_lr_schedule s;
+    cr_assert_eq(sp_try(bad_schedule, &s), SP_ERR);
+    assert_error_has("--lr-schedule 'bogus'");
+    int inner = 0;
+    cr_assert_eq(sp_try(nested, &inner), SP_ERR);
+    cr_assert_eq(inner, SP_ERR);
+    cr_assert_str_eq(sp_last_error(), "outer failure after an inner one");
+    cr_assert_eq(sp_try(good_engine, &e), SP_OK, "%s", sp_last_error());
+    cr_assert_not_null(e);
+    sp_engine_destroy(e);
 }
