@@ -737,7 +737,8 @@ int sp_model_load(sp_model *m, const char *path)
         }
     }
     for (int i = 0; i < f->n; i++)
-        if (!sp_model_param(m, f->tensors[i].name))
+        if (strncmp(f->tensors[i].name, SP_ST_STATE_PREFIX, strlen(SP_ST_STATE_PREFIX)) != 0 &&
+            !sp_model_param(m, f->tensors[i].name))
             note_problem(first, sizeof first, &problems, "unexpected tensor %s (model %s has no such "
                          "parameter)", f->tensors[i].name, m->name);
     int rc = SP_OK;
