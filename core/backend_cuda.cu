@@ -186,6 +186,7 @@ void sp_cuda_init(int device_id)
     sp_softmax_ce_cuda_register();
     sp_maxpool2d_cuda_register();
     sp_conv2d_cuda_register();
+    sp_optim_cuda_register();
     ready = true;
     sp_cuda_set_stream(NULL);
 }

@@ -86,6 +86,7 @@ void sp_flatten_cuda_register(void);
 void sp_softmax_ce_cuda_register(void);
 void sp_maxpool2d_cuda_register(void);
 void sp_conv2d_cuda_register(void);
+void sp_optim_cuda_register(void);   /* fused SGD / Adam / AdamW (optim/optim_cuda.cu) */
 
 /* Check a CUDA runtime / cuBLAS / cuSPARSE / cuDNN status; on failure one line naming
  * the call and file:line, exit 2 (sp_fail). After a kernel launch:
