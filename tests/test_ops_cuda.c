@@ -10,6 +10,7 @@
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/backend.h"
@@ -547,4 +548,75 @@ Test(cuda, vgg11_training_step_matches_cpu)
 {
     need_gpu();
     compare_training(vgg11, 4, (int[]){2, 3, 32, 32}, 10, "sgd");
+}
+
+/* ---- lanes and the arena ------------------------------------------------------------ */
+
+typedef struct lane_job {
+    int lane;
+    sp_model *m;
+    const sp_tensor *x, *dy;
+} lane_job;
+
+static void *lane_main(void *arg)
+{
+    lane_job *j = arg;
+    sp_cuda_set_lane(j->lane);
+    sp_tape t;
+    sp_tape_init(&t);
+    chain_backward(j->m, &t, j->x, j->dy, 2);
+    sp_cuda_synchronize();
+    sp_tape_free(&t);
+    return NULL;
+}
+
+/* Two host threads, each on its own lane (stream + handles), train two models at once:
+ * each ends where the CPU does. */
+Test(cuda, two_lanes_from_two_threads)
+{
+    need_gpu();
+    int B = 5, in = 9, hidden = 16, out = 4;
+    sp_model *mc = mlp(in, hidden, out, 3), *ga = mlp(in, hidden, out, 3), *gb = mlp(in, hidden, out, 3);
+    sp_model_to_device(ga, SP_CUDA);
+    sp_model_to_device(gb, SP_CUDA);
+    sp_tensor x = sp_tensor_new(2, (int[]){B, in}), dy = sp_tensor_new(2, (int[]){B, out});
+    tu_fill_uniform(x.data, x.numel, 31, -1.0f, 1.0f);
+    tu_fill_uniform(dy.data, dy.numel, 32, -1.0f, 1.0f);
+    sp_tape tc;
+    sp_tape_init(&tc);
+    chain_backward(mc, &tc, &x, &dy, 2);
+    lane_job ja = {0, ga, &x, &dy}, jb = {1, gb, &x, &dy};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, lane_main, &ja);
+    pthread_create(&tb, NULL, lane_main, &jb);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    compare_param_grads(mc, ga, "lane 0");
+    compare_param_grads(mc, gb, "lane 1");
+    cr_assert_neq(sp_cuda()->lanes[0].stream, sp_cuda()->lanes[1].stream);
+    cr_assert_neq((void *)sp_cuda()->lanes[0].cublas, (void *)sp_cuda()->lanes[1].cublas);
+    sp_tape_free(&tc);
+    sp_tensor_free(&x);
+    sp_tensor_free(&dy);
+    sp_model_free(mc);
+    sp_model_free(ga);
+    sp_model_free(gb);
+}
+
+/* SCANPROP_CUDA_ARENA=off: every step tensor is its own cudaMalloc; same results. */
+Test(cuda, arena_off_gives_the_same_step)
+{
+    setenv("SCANPROP_CUDA_ARENA", "off", 1);
+    need_gpu();
+    compare_training(lenet, 4, (int[]){2, 1, 28, 28}, 10, "sgd");
+}
+
+Test(cuda, arena_bad_setting_fails_clearly, .exit_code = 2, .init = cr_redirect_stderr)
+{
+    setenv("SCANPROP_CUDA_ARENA", "maybe", 1);
+    need_gpu();
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_tape_tensor_on(&t, SP_CUDA, 1, (int[]){4});
+    cr_assert_fail("SCANPROP_CUDA_ARENA=maybe accepted");
 }
