@@ -137,7 +137,7 @@ test-cuda:
 	@BUILD=build-cuda ./scripts/run_tests.sh $(patsubst $(BUILD)/%,build-cuda/%,$(CUDA_TESTS))
 
 # The CUDA suites without a GPU (docs/CUDA.md): default, shuffled and protected modes,
-# then once more under ASan+UBSan.
+# once more under ASan+UBSan, then the planted-bug script (each bug must be caught).
 EMU_TESTS = $(patsubst $(BUILD)/%,$(1)/%,$(CUDA_TESTS))
 test-cuda-emu:
 	$(MAKE) CUDA=1 CUDA_EMU=1 BUILD=build-emu all cuda-tests
@@ -146,6 +146,7 @@ test-cuda-emu:
 	@SCANPROP_EMU_PROTECT=1 BUILD=build-emu ./scripts/run_tests.sh $(call EMU_TESTS,build-emu)
 	$(MAKE) CUDA=1 CUDA_EMU=1 BUILD=build-emu-asan SAN=1 OPT="-O1 -g" cuda-tests
 	@BUILD=build-emu-asan ./scripts/run_tests.sh $(call EMU_TESTS,build-emu-asan)
+	./tests/cudaemu/planted_bugs.sh
 
 bench: all
 	./bench/run.sh

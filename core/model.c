@@ -3,6 +3,7 @@
 #include <string.h>
 #include <stdio.h>
 #include "core/model.h"
+#include "core/backend.h"
 #include "core/error.h"
 #include "layers/layers.h"
 
@@ -122,7 +123,7 @@ sp_param *sp_model_param(const sp_model *m, const char *name)
 
 void sp_model_zero_grad(sp_model *m)
 {
-    for (int i = 0; i < m->nparams; i++) sp_tensor_zero(&m->params[i]->grad);
+    for (int i = 0; i < m->nparams; i++) sp_zero(&m->params[i]->grad);
 }
 
 size_t sp_model_numel(const sp_model *m)
