@@ -32,6 +32,12 @@ BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/i
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 CFLAGS  += $(BLAS_CFLAGS)
 LDLIBS  += $(BLAS_LIBS) -lstb -lz -lm -lpthread
+# oneDNN for the convolutions (core/dnnl.c); make DNNL=0 builds the im2col path only.
+DNNL    ?= 1
+ifeq ($(DNNL),1)
+CFLAGS  += -DSP_HAVE_DNNL
+LDLIBS  += -ldnnl -lgomp
+endif
 
 LIB_DIRS := core layers optim schedulers data
 LIB_SRC  := $(filter-out %_cuda.c,$(wildcard $(addsuffix /*.c,$(LIB_DIRS))))
