@@ -13,13 +13,13 @@ void sp_app_defaults(sp_app_opts *o)
     *o = (sp_app_opts){
         .optim = "sgd", .backward = "linear", .lr_schedule = "constant", .epochs = 1, .batch = 64,
         .threads = 2, .lr = 0.01, .momentum = 0.9f, .seed = 1, .scan_levels = -1, .order = "ooo",
-        .k = 2,
+        .k = 2, .partition = "cost", .bucket_mb = 25, .comm_timeout = 60,
     };
 }
 
 static const sp_flag *common_flags(sp_app_opts *o)
 {
-    static sp_flag f[40];
+    static sp_flag f[48];
     sp_flag list[] = {
         {"data", SP_FLAG_STR, &o->data, "dataset directory or file"},
         {"data-format", SP_FLAG_STR, &o->data_format, "dataset format (app-specific)"},
@@ -46,6 +46,15 @@ static const sp_flag *common_flags(sp_app_opts *o)
         {"log", SP_FLAG_STR, &o->log, "per-step CSV log: step,epoch,loss,lr,seconds"},
         {"eval-every", SP_FLAG_INT, &o->eval_every, "evaluate every N steps (0 = per epoch)"},
         {"quiet", SP_FLAG_BOOL, &o->quiet, "no progress output"},
+        {"parallel", SP_FLAG_STR, &o->parallel, "under mpirun: ddp | fsdp | gpipe | 1f1b | lpp | fslpp | ooo-ff | ooo-modulo"},
+        {"microbatches", SP_FLAG_INT, &o->microbatches, "parallel: micro-batches B per step (default W, pipelines 2W)"},
+        {"groups", SP_FLAG_INT, &o->groups, "parallel lpp/fslpp: groups G (W = G*R)"},
+        {"partition", SP_FLAG_STR, &o->partition, "parallel pipelines: cost (measured) | layerpipe"},
+        {"bucket-mb", SP_FLAG_DOUBLE, &o->bucket_mb, "parallel: gradient bucket size in MB (default 25)"},
+        {"comm-timeout", SP_FLAG_DOUBLE, &o->comm_timeout, "parallel: seconds a rank waits for a peer (default 60)"},
+        {"costs", SP_FLAG_STR, &o->costs, "parallel: stage costs CSV instead of measuring them"},
+        {"costs-out", SP_FLAG_STR, &o->costs_out, "parallel: write the stage costs used (build/schedule --profile)"},
+        {"exec-order", SP_FLAG_STR, &o->exec_order, "parallel: write each rank's executed job order"},
         {NULL, 0, NULL, NULL},
     };
     memcpy(f, list, sizeof list);
@@ -121,6 +130,12 @@ static void check_ranges(const sp_app_opts *o)
     if (o->eval_every < 0) sp_fail("--eval-every %d: expected >= 0", o->eval_every);
     if (o->k < 1) sp_fail("--k %d: expected >= 1", o->k);
     if (o->mem_cap < 0) sp_fail("--mem-cap %ld: expected >= 0", o->mem_cap);
+    if (o->microbatches < 0) sp_fail("--microbatches %d: expected >= 1", o->microbatches);
+    if (o->groups < 0) sp_fail("--groups %d: expected >= 1", o->groups);
+    if (!(o->comm_timeout > 0)) sp_fail("--comm-timeout %g: expected seconds > 0", o->comm_timeout);
+    bool par = o->parallel != NULL;
+    if (!par && (o->microbatches || o->groups || o->costs || o->costs_out || o->exec_order))
+        sp_fail("--microbatches, --groups, --costs, --costs-out and --exec-order need --parallel");
 }
 
 void sp_app_parse(int argc, char **argv, const char *app, const char *summary, sp_app_opts *o,
@@ -250,6 +265,8 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
 #include "core/parallel.h"
 #include "core/safetensors.h"
 #include "optim/optim.h"
+#include "core/comm.h"
+#include "schedulers/exec.h"
 
 /* U_i of the ooo engine: the optimizer step of one layer's parameters. */
 static void update_layer(void *ctx, sp_layer *l) { sp_optim_step_params(ctx, l->params, l->nparams); }
@@ -278,11 +295,13 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     cfg.momentum = o->momentum;
     cfg.weight_decay = o->weight_decay;
     sp_optim *opt = sp_optim_create(o->optim, m->params, m->nparams, &cfg);
-    if (strcmp(o->backward, "ooo") == 0) {   /* per-layer updates U_i as tasks of the sub lane */
+    struct sp_exec *ex = sp_app_exec_new(o, m, opt, train->ndim, train->shape);
+    if (!ex && strcmp(o->backward, "ooo") == 0) {   /* per-layer updates U_i as tasks of the sub lane */
         e->opts.update = update_layer;
         e->opts.update_ctx = opt;
     }
-    sp_loader *loader = sp_loader_new(train, o->batch, !o->no_shuffle, o->seed, false);
+    /* Parallel: every batch splits into the micro-batches (a short last batch is dropped). */
+    sp_loader *loader = sp_loader_new(train, o->batch, !o->no_shuffle, o->seed, ex != NULL);
     sp_train_cfg tc = {.app = app,
                        .epochs = o->epochs,
                        .steps = o->steps,
@@ -290,9 +309,11 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
                        .eval_batch = o->batch > 256 ? o->batch : 256,
                        .log_path = o->log,
                        .lr = &sched,
-                       .quiet = o->quiet};
+                       .quiet = o->quiet || !sp_app_prints(ex),
+                       .exec = ex};
     sp_train_result r = sp_train(m, e, opt, loader, test, &tc);
-    if (o->save) sp_model_save(m, o->save);
+    if (ex && o->save) sp_exec_sync_weights(ex);
+    if (o->save && sp_app_prints(ex)) sp_model_save(m, o->save);
 
     sp_json j;
     sp_json_begin(&j);
@@ -313,10 +334,74 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     }
     sp_json_num(&j, "step_ms", r.step_ms);
     sp_json_num(&j, "last_loss", r.last_loss);
-    sp_json_end_print(&j);
+    sp_app_exec_json(ex, o, &j);
+    if (sp_app_prints(ex)) sp_json_end_print(&j);
+    sp_app_exec_end(ex);
 
     sp_loader_free(loader);
     sp_optim_free(opt);
     sp_engine_destroy(e);
     return r;
+}
+
+/* ---- parallel runs ------------------------------------------------------------------------ */
+
+struct sp_exec *sp_app_exec_new(const sp_app_opts *o, sp_model *m, struct sp_optim *opt, int sample_ndim,
+                                const int *sample_shape)
+{
+    if (!o->parallel) return NULL;
+    if (!sp_comm_have_mpi() && getenv("OMPI_COMM_WORLD_SIZE"))
+        sp_fail("--parallel %s: this build has no MPI (rebuild with make MPI=1)", o->parallel);
+    sp_comm_set_timeout(o->comm_timeout);
+    sp_comm_init(NULL, NULL);
+    sp_comm *w = sp_comm_world();
+    if (strcmp(o->backward, "linear") != 0)
+        sp_comm_fail_all(w, "--parallel %s --backward %s: the executor runs the schedule's own F/B jobs "
+                            "(expected --backward linear)", o->parallel, o->backward);
+    sp_exec_cfg c = {.scheme = o->parallel,
+                     .micro = o->microbatches,
+                     .groups = o->groups,
+                     .partition = o->partition,
+                     .bucket_mb = o->bucket_mb,
+                     .costs_in = o->costs,
+                     .costs_out = o->costs_out,
+                     .order_out = o->exec_order,
+                     .trace_path = o->trace};
+    return sp_exec_new(w, m, opt, &c, sample_ndim, sample_shape, o->batch);
+}
+
+bool sp_app_prints(const struct sp_exec *x) { return !x || sp_exec_rank(x) == 0; }
+
+void sp_app_exec_json(struct sp_exec *x, const sp_app_opts *o, sp_json *j)
+{
+    if (!x) return;
+    sp_exec_stats st;
+    sp_exec_gather_stats(x, &st);
+    double steps = st.steps > 0 ? (double)st.steps : 1.0, comm = 0;
+    char busy[2048], idle[2048];
+    size_t nb = 0, ni = 0;
+    busy[0] = idle[0] = 0;
+    for (int r = 0; r < st.workers; r++) {
+        comm += st.comm[r] / st.workers;
+        double b = 1e3 * st.busy[r] / steps, i = 1e3 * (st.wall[r] - st.busy[r]) / steps;
+        if (nb < sizeof busy - 32) nb += (size_t)snprintf(busy + nb, sizeof busy - nb, "%s%.3f", r ? ", " : "[", b);
+        if (ni < sizeof idle - 32) ni += (size_t)snprintf(idle + ni, sizeof idle - ni, "%s%.3f", r ? ", " : "[", i);
+    }
+    snprintf(busy + nb, sizeof busy - nb, "]");
+    snprintf(idle + ni, sizeof idle - ni, "]");
+    sp_json_str(j, "parallel", o->parallel);
+    sp_json_int(j, "workers", st.workers);
+    sp_json_int(j, "microbatches", sp_exec_schedule(x)->micro);
+    sp_json_num(j, "comm_ms", 1e3 * comm / steps);
+    sp_json_raw(j, "busy_ms", busy);
+    sp_json_raw(j, "idle_ms", idle);
+    sp_exec_stats_free(&st);
+}
+
+void sp_app_exec_end(struct sp_exec *x)
+{
+    if (!x) return;
+    sp_exec_finish(x);
+    sp_exec_free(x);
+    sp_comm_finalize();
 }

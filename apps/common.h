@@ -29,6 +29,10 @@ typedef struct sp_app_opts {
     long mem_cap;
     const char *order, *trace;
     bool plan;
+    /* parallel training on MPI ranks (schedulers/exec.h) */
+    const char *parallel, *partition, *costs_out, *costs, *exec_order;
+    int microbatches, groups;
+    double bucket_mb, comm_timeout;
 } sp_app_opts;
 
 /* Defaults shared by all apps; each app then overrides what it needs (lr, batch…). */
@@ -68,3 +72,16 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
 void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp_dataset **test);
 /* The engine options from the app flags. */
 sp_engine_opts sp_app_engine_opts(const sp_app_opts *o);
+
+/* --parallel: MPI up, the executor for model m (one sample of sample_shape, global batch
+ * o->batch). NULL without --parallel. */
+struct sp_exec;
+struct sp_exec *sp_app_exec_new(const sp_app_opts *o, sp_model *m, struct sp_optim *opt, int sample_ndim,
+                                const int *sample_shape);
+/* The JSON keys of a parallel run ("parallel", "workers", "microbatches", "comm_ms",
+ * "busy_ms", "idle_ms" per rank, per step), the order/trace files; then MPI down. Every
+ * rank calls it; only rank 0 prints. */
+void sp_app_exec_json(struct sp_exec *x, const sp_app_opts *o, sp_json *j);
+void sp_app_exec_end(struct sp_exec *x);
+/* Whether this process prints (rank 0, or no --parallel). */
+bool sp_app_prints(const struct sp_exec *x);
