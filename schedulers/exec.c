@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/rng.h"
@@ -205,6 +206,13 @@ static void infer_shapes(sp_exec *x, int ndim, const int *shape)
     sp_tape_free(&t);
 }
 
+static double round6(double v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.6g", v);
+    return strtod(buf, NULL);
+}
+
 static void setup_costs(sp_exec *x, int ndim, const int *shape)
 {
     int rows = x->batch / x->B;
@@ -228,6 +236,13 @@ static void setup_costs(sp_exec *x, int ndim, const int *shape)
             x->costs->fwd[s] = v[3 * s], x->costs->delta[s] = v[3 * s + 1], x->costs->grad[s] = v[3 * s + 2];
         snprintf(x->costs->unit, sizeof x->costs->unit, "us");
         free(v);
+    }
+    /* Plan with exactly the numbers --costs-out writes (%.6g), so that build/schedule
+     * --profile on that file simulates the very schedule this run executes. */
+    for (int s = 0; s < x->S; s++) {
+        x->costs->fwd[s] = round6(x->costs->fwd[s]);
+        x->costs->delta[s] = round6(x->costs->delta[s]);
+        x->costs->grad[s] = round6(x->costs->grad[s]);
     }
     for (int s = 0; s < x->S; s++) {
         sp_layer *l = x->m->layers[s];
@@ -685,6 +700,22 @@ static void begin_step(sp_exec *x, const sp_tensor *in, const int *labels)
     for (int c = 0; c < x->ncomms; c++) start_buckets(x, c);
 }
 
+/* $SCANPROP_EXEC_FAULT = exit:RANK:STEP | hang:RANK:STEP — the tests' injected fault:
+ * that rank exits (without MPI_Finalize) or stops answering halfway through its jobs of
+ * that step (counted from 1). */
+static void maybe_fault(sp_exec *x, int i, int njobs)
+{
+    const char *f = getenv("SCANPROP_EXEC_FAULT");
+    if (!f || i != njobs / 2) return;
+    char kind[8] = "";
+    int rank = -1;
+    long step = -1;
+    if (sscanf(f, "%7[a-z]:%d:%ld", kind, &rank, &step) != 3 || rank != x->rank || step != x->steps + 1) return;
+    if (!strcmp(kind, "exit")) _exit(3);
+    if (!strcmp(kind, "hang"))
+        for (;;) pause();
+}
+
 float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *fwd_s, double *bwd_s,
                    double *step_s)
 {
@@ -697,6 +728,7 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
     for (int i = 0; i < njobs; i++) {
         int job = order[i];
         sp_job j = x->sched->jobs[job];
+        maybe_fault(x, i, njobs);
         label_job(x, job, x->steps);
         double j0 = sp_now();
         if (j.dir == SP_FWD) run_forward(x, job, j);
