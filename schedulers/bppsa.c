@@ -577,3 +577,10 @@ sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts)
     e->state = sp_xcalloc(1, sizeof(bppsa_state));
     return e;
 }
+
+int sp_bppsa_chain_links(const sp_node *loss)
+{
+    int n = 0;
+    for (sp_node *x = loss->input; x && x->op; x = x->input) n += x->op->chain_len ? x->op->chain_len(x) : 1;
+    return n;
+}
