@@ -64,6 +64,10 @@ EMU_OBJ   := $(patsubst %,$(BUILD)/obj/%.o,$(wildcard tests/cudaemu/*.cc))
 LDLIBS    += -lstdc++
 else
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcusparse -lcublas -lcudart -lstdc++
+# NCCL (core/comm_nccl.cu) comes with the toolkit; the emulator has none.
+CFLAGS    += -DSP_HAVE_NCCL
+NVFLAGS   += -DSP_HAVE_NCCL
+LDLIBS    := $(subst -lcudnn,-lnccl -lcudnn,$(LDLIBS))
 endif
 endif
 LIB_OBJ  := $(patsubst %,$(BUILD)/obj/%.o,$(LIB_SRC) $(CUDA_SRC))
