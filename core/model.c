@@ -3,6 +3,7 @@
 #include <string.h>
 #include <stdio.h>
 #include "core/model.h"
+#include "core/backend.h"
 #include "core/error.h"
 #include "layers/layers.h"
 
@@ -147,7 +148,7 @@ void sp_model_set_training(sp_model *m, bool training)
 
 void sp_model_zero_grad(sp_model *m)
 {
-    for (int i = 0; i < m->nparams; i++) sp_tensor_zero(&m->params[i]->grad);
+    for (int i = 0; i < m->nparams; i++) sp_zero(&m->params[i]->grad);
 }
 
 size_t sp_model_numel(const sp_model *m)
