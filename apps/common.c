@@ -69,6 +69,8 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .meta = "FILE", .scope = SP_SCOPE_CKPT},
         {"save", SP_FLAG_STR, &o->save, "save the final weights (atomic replace)", .group = G_CKPT, .meta = "FILE",
          .scope = SP_SCOPE_CKPT},
+        {"eval-only", SP_FLAG_BOOL, &o->eval_only, "evaluate the --load weights on the test set (eval mode), no "
+         "training", .group = G_CKPT, .needs = "load,!save", .scope = SP_SCOPE_CKPT},
         {"backward", SP_FLAG_STR, &o->backward, "backward engine", .group = G_ENGINE,
          .choices = "linear|bppsa|ooo", .scope = SP_SCOPE_ENGINE},
         {"scan-levels", SP_FLAG_STR, &o->scan_levels_arg, "up-sweep levels: 0 (= linear BP) .. the model's "
@@ -641,6 +643,28 @@ void sp_app_check_scan_levels(const sp_app_opts *o, sp_model *m, const sp_tensor
                 m->name, n);
 }
 
+/* --eval-only: the loaded weights on d in eval mode; the JSON line says what was run. */
+static sp_train_result eval_only(const char *app, const sp_app_opts *o, sp_model *m, sp_dataset *d)
+{
+    sp_train_result r = {.train_loss = NAN, .last_loss = NAN};
+    double t0 = sp_now();
+    sp_evaluate(m, d, o->batch > 256 ? o->batch : 256, &r.test_loss, &r.test_acc);
+    r.seconds = sp_now() - t0;
+    sp_json j;
+    sp_json_begin(&j);
+    sp_json_str(&j, "app", app);
+    sp_json_str(&j, "mode", "eval-only");
+    sp_json_str(&j, "load", o->load);
+    sp_json_str(&j, "dataset", d->name);
+    sp_json_int(&j, "samples", d->n);
+    sp_json_int(&j, "threads", o->threads);
+    sp_json_num(&j, "test_loss", r.test_loss);
+    sp_json_num(&j, "test_acc", r.test_acc);
+    sp_json_num(&j, "seconds", r.seconds);
+    sp_json_end_print(&j);
+    return r;
+}
+
 sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m, sp_dataset *train,
                              sp_dataset *test, bool timing_keys)
 {
@@ -651,6 +675,10 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_engine *e = sp_engine_create(o->backward, &eo);
     if (o->load) sp_check(sp_model_load(m, o->load));
     else sp_model_init(m, o->seed);
+    if (o->eval_only) {
+        sp_engine_destroy(e);
+        return eval_only(app, o, m, test ? test : train);
+    }
     if (o->scan_levels >= 0 && strcmp(o->backward, "bppsa") == 0) {   /* one sample, to know the chain */
         sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
         sp_batch b;
@@ -692,6 +720,10 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_json_int(&j, "steps", r.steps);
     sp_json_int(&j, "batch", sp_loader_batch(loader));   /* what ran */
     sp_json_int(&j, "threads", o->threads);
+    sp_json_str(&j, "optim", o->optim);
+    sp_json_num(&j, "lr", o->lr);
+    sp_json_int(&j, "seed", (long)o->seed);
+    sp_json_str(&j, "dataset", train->name);
     if (strcmp(o->backward, "bppsa") == 0) {
         if (o->scan_levels < 0) sp_json_str(&j, "scan_levels", "full");
         else sp_json_int(&j, "scan_levels", o->scan_levels);
@@ -700,6 +732,8 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
         const sp_ooo_stats *st = sp_ooo_last_stats(e);
         sp_json_str(&j, "order", st->order);
         if (strcmp(st->order, "reverse-first-k") == 0) sp_json_int(&j, "k", st->k);
+        sp_json_num(&j, "critical_path_ms", 1e3 * st->critical_s);
+        sp_json_int(&j, "peak_bytes", (long)st->peak_bytes);
     }
     sp_json_num(&j, "train_loss", r.train_loss);
     sp_json_num(&j, "test_loss", r.test_loss);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include "core/engine.h"
 #include "core/model.h"
+#include "core/safetensors.h"
 #include "core/parallel.h"
 #include "layers/layers.h"
 #include "tests/testutil.h"
@@ -481,4 +482,27 @@ Test(dropout, mask_delta_eval_and_seed)
         sp_model_free(m);
     }
     cr_assert(memcmp(masks[0], masks[1], sizeof masks[0]) == 0, "same seed, same mask");
+}
+
+/* A checkpoint holds the buffers too: running statistics survive save → load. */
+Test(model, resnet20_checkpoint_round_trip_with_buffers)
+{
+    sp_model *a = sp_zoo_resnet20(1, 10), *b = sp_zoo_resnet20(1, 10);
+    sp_model_init(a, 1);
+    sp_model_init(b, 2);
+    sp_param *rv = sp_model_param(a, "layer2.1.bn1.running_var");
+    cr_assert_not_null(rv);
+    rv->value.data[3] = 7.5f;
+    sp_model_param(a, "bn1.num_batches_tracked")->value.data[0] = 12;
+    char path[300];
+    snprintf(path, sizeof path, "%s/resnet20.safetensors", tu_tmpdir());
+    cr_assert_eq(sp_model_save(a, path), 0);
+    cr_assert_eq(sp_model_load(b, path), 0);
+    for (int i = 0; i < sp_model_nstate(a); i++) {
+        const sp_param *p = sp_model_state(a, i), *q = sp_model_state(b, i);
+        cr_assert(memcmp(p->value.data, q->value.data, p->value.numel * sizeof(float)) == 0, "%s differs", p->name);
+    }
+    cr_assert_eq(sp_model_param(b, "layer2.1.bn1.running_var")->value.data[3], 7.5f);
+    remove(path);
+    sp_model_free(a), sp_model_free(b);
 }
