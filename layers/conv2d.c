@@ -211,7 +211,7 @@ static void conv_forward(sp_node *n)
     if (S->dnnl) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_forward(n->tape, &c, x->data, n->layer->params[0]->value.data,
-                             n->layer->params[1]->value.data, n->out.data);
+                             bias_of(n), n->out.data);
         return;
     }
     size_t cols = (size_t)S->slots * S->cs * S->P;
