@@ -7,6 +7,7 @@
 #   make test-cuda-emu   the CUDA suites on the CPU, through the CUDA emulator (tests/cudaemu/)
 #   make bench           benchmarks against PyTorch CPU (see docs/PERFORMANCE.md)
 #   make opprof          build/opprof: per-op timers of a training step
+#   make install PREFIX=dir   libscanprop.a, the headers (include/scanprop) and scanprop.pc
 #   make BUILD=dir       build somewhere else (parallel worktrees, sanitizer builds)
 #   make MPI=0|1         without / with Open MPI (default: with it when mpicc is found);
 #                        make test then also runs the suites under mpirun (test_comm, test_exec)
@@ -93,7 +94,7 @@ CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
 
 # Objects built through pattern rules are kept (not deleted as intermediates).
 .PRECIOUS: $(BUILD)/obj/%.c.o $(BUILD)/obj/%.cu.o
-.PHONY: all lib apps tests test test-long test-asan test-cuda test-cuda-emu cuda-tests bench opprof format clean
+.PHONY: all lib apps tests test install test-long test-asan test-cuda test-cuda-emu cuda-tests bench opprof format clean
 all: lib apps
 
 lib: $(LIB)
@@ -148,6 +149,12 @@ tests: $(MPI_WORKERS)
 # Every suite runs even if one fails; the exit status says whether all passed.
 test: all $(TESTS) $(MPI_WORKERS)
 	@BUILD=$(BUILD) ./scripts/run_tests.sh $(TESTS)
+	@BUILD=$(BUILD) ./scripts/test_install.sh
+
+# The static library, headers and a pkg-config file whose Libs are this build's link line.
+PREFIX ?= /usr/local
+install: lib
+	@./scripts/install.sh "$(PREFIX)" "$(BUILD)" "$(LDLIBS)"
 
 # The long checks: the whole first epoch of the Figure 6 comparison.
 test-long: all $(BUILD)/tests/test_train
