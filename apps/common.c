@@ -668,6 +668,10 @@ static sp_train_result eval_only(const char *app, const sp_app_opts *o, sp_model
 sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m, sp_dataset *train,
                              sp_dataset *test, bool timing_keys)
 {
+    if (o->eval_only) {   /* --load is required by the flags */
+        sp_check(sp_model_load(m, o->load));
+        return eval_only(app, o, m, test ? test : train);
+    }
     if (o->batch > train->n)
         sp_fail("--batch %d exceeds the %d training samples of %s", o->batch, train->n, train->name);
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
@@ -675,10 +679,6 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_engine *e = sp_engine_create(o->backward, &eo);
     if (o->load) sp_check(sp_model_load(m, o->load));
     else sp_model_init(m, o->seed);
-    if (o->eval_only) {
-        sp_engine_destroy(e);
-        return eval_only(app, o, m, test ? test : train);
-    }
     if (o->scan_levels >= 0 && strcmp(o->backward, "bppsa") == 0) {   /* one sample, to know the chain */
         sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
         sp_batch b;
