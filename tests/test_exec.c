@@ -60,10 +60,12 @@ static double compare(const char *pa, const char *pb, bool *bitwise)
         const sp_st_tensor *ta = sp_st_at(a, i), *tb = sp_st_find(b, ta->name);
         cr_assert_not_null(tb, "%s missing in %s", ta->name, pb);
         cr_assert_eq(ta->nbytes, tb->nbytes);
-        *bitwise &= memcmp(ta->data, tb->data, ta->nbytes) == 0;
-        float *x = malloc(ta->nbytes), *y = malloc(tb->nbytes);
-        memcpy(x, ta->data, ta->nbytes);
-        memcpy(y, tb->data, tb->nbytes);
+        int shape[SP_ST_MAX_DIMS];
+        for (int d = 0; d < ta->ndim; d++) shape[d] = (int)ta->shape[d];
+        float *x = malloc(ta->numel * sizeof *x), *y = malloc(tb->numel * sizeof *y);
+        cr_assert_eq(sp_st_read_f32(a, ta->name, x, ta->ndim, shape), SP_OK, "%s", sp_last_error());
+        cr_assert_eq(sp_st_read_f32(b, ta->name, y, ta->ndim, shape), SP_OK, "%s", sp_last_error());
+        *bitwise &= memcmp(x, y, ta->numel * sizeof *x) == 0;
         double d = tu_max_rel_diff(x, y, ta->numel);
         worst = d > worst ? d : worst;
         free(x);
