@@ -639,7 +639,8 @@ void sp_app_check_scan_levels(const sp_app_opts *o, sp_model *m, const sp_tensor
     int n = sp_bppsa_chain_links(loss), full = sp_scan_full_levels(n);
     sp_tape_free(&t);
     if (o->scan_levels > full)
-        sp_fail("--scan-levels %d: expected 0..%d for %s (a chain of %d Jacobians), or full", o->scan_levels, full,
+        sp_fail("--scan-levels %d: expected 0..%d for %s (its longest scanned chain: %d Jacobians), or full",
+                o->scan_levels, full,
                 m->name, n);
 }
 

@@ -642,7 +642,17 @@ sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts)
 
 int sp_bppsa_chain_links(const sp_node *loss)
 {
-    int n = 0;
-    for (sp_node *x = loss->input; x && x->op; x = x->input) n += x->op->chain_len ? x->op->chain_len(x) : 1;
+    /* the longest chain segment (a DAG scans each segment on its own) */
+    sp_tape *t = loss->tape;
+    sp_mark_needs_grad(t);
+    sp_node **nodes;
+    int *start, n = 0;
+    int nseg = collect_segments(t, (sp_node *)loss, &nodes, &start);
+    for (int k = 0; k < nseg; k++) {
+        int links = 0;
+        for (int i = start[k]; i < start[k + 1]; i++)
+            links += scans_time(nodes[i]) ? nodes[i]->op->chain_len(nodes[i]) : 1;
+        n = links > n ? links : n;
+    }
     return n;
 }
