@@ -244,7 +244,7 @@ static void delta_slots(void *ctx, size_t begin, size_t end)
     }
 }
 
-static void conv_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const conv_saved *S = n->saved;
     if (S->dnnl) {
@@ -397,7 +397,7 @@ static void jt_rows_range(void *ctx, size_t begin, size_t end, bool values)
 static void jt_indices_range(void *ctx, size_t b, size_t e) { jt_rows_range(ctx, b, e, false); }
 static void jt_data_range(void *ctx, size_t b, size_t e) { jt_rows_range(ctx, b, e, true); }
 
-static void conv_jt_pattern(const sp_node *n, sp_csr *jt)
+static void conv_jt_pattern(const sp_node *n, int i, sp_csr *jt)
 {
     sp_conv_geom g = conv_geom(n);
     int O = L(n)->cout, rows = g.C * g.H * g.W, cols = O * g.Ho * g.Wo;
@@ -426,7 +426,7 @@ static void conv_jt_pattern(const sp_node *n, sp_csr *jt)
 }
 
 /* The weights do not depend on the sample: b is unused. */
-static void conv_jt_values(const sp_node *n, int b, sp_csr *jt)
+static void conv_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
 {
     jt_job J = {.n = n, .g = conv_geom(n), .O = L(n)->cout, .jt = jt};
     sp_parallel_for((size_t)jt->rows, jt_data_range, &J);
@@ -489,4 +489,12 @@ sp_layer *sp_conv2d(const char *name, int cin, int cout, int k, int stride, int 
     sp_param_new(&l->base, "weight", 4, (int[]){cout, cin, k, k});
     sp_param_new(&l->base, "bias", 1, (int[]){cout});
     return &l->base;
+}
+
+void sp_conv2d_geometry(const sp_layer *l, int *k, int *stride, int *pad)
+{
+    const conv_layer *c = (const conv_layer *)l;
+    *k = c->k;
+    *stride = c->stride;
+    *pad = c->pad;
 }

@@ -35,6 +35,7 @@
 #include <string.h>
 #include "core/error.h"
 #include "core/parallel.h"
+#include "schedulers/engines.h"
 #include "schedulers/ooo.h"
 
 typedef struct run_ctx {
@@ -70,19 +71,6 @@ struct sp_ooo_exec {
 
 /* ---- one task ------------------------------------------------------------------------ */
 
-/* δ into the producer's grad exactly as the linear engine does (schedulers/linear.c). */
-static void run_backward_input(sp_node *n)
-{
-    sp_node *in = n->input;   /* n may be a view: in is the tape's own node */
-    if (in->nconsumers == 1) {
-        n->op->backward_input(n, &n->grad, &in->grad);
-        return;
-    }
-    sp_tensor tmp = sp_tape_tensor_like(n->tape, &in->out);
-    n->op->backward_input(n, &n->grad, &tmp);
-    for (size_t i = 0; i < tmp.numel; i++) in->grad.data[i] += tmp.data[i];
-}
-
 static void run_task(run_ctx *c, const sp_ooo_task *t, int lane)
 {
     /* The tape's arena is not thread-safe: the op sees a copy of its node whose scratch
@@ -93,7 +81,7 @@ static void run_task(run_ctx *c, const sp_ooo_task *t, int lane)
         view.tape = lane == SP_OOO_SUB ? c->cfg.sub_tape : c->main_scratch;
     }
     switch (t->kind) {
-    case SP_OOO_DO: run_backward_input(&view); break;
+    case SP_OOO_DO: sp_node_backward_inputs(&view); break;   /* exactly as linear.c */
     case SP_OOO_DW: t->node->op->backward_params(&view, &t->node->grad); break;
     case SP_OOO_U: c->cfg.update(c->cfg.update_ctx, t->layer); break;
     case SP_OOO_F: break;

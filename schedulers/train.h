@@ -12,13 +12,17 @@
 
 typedef struct sp_train_cfg {
     const char *app;           /* for progress lines                          */
-    int epochs;
-    long steps;                /* stop after this many steps (0 = whole epochs) */
+    int epochs;                /* 0: as many as `steps` needs                 */
+    long steps;                /* stop after this many steps (0 = whole epochs); with
+                                * both limits, whichever comes first            */
     int eval_every;            /* evaluate every N steps (0 = after each epoch) */
     int eval_batch;
     const char *log_path;      /* per-step CSV: step,epoch,loss,lr,seconds     */
     const sp_lr_schedule *lr;  /* indexed by epoch; NULL = constant            */
     bool quiet;
+    /* --parallel: the executor runs each step on the MPI ranks (schedulers/exec.h). Every
+     * rank calls sp_train alike; the test set is split over the ranks for evaluation. */
+    struct sp_exec *exec;
 } sp_train_cfg;
 
 typedef struct sp_train_result {
