@@ -141,6 +141,8 @@ Test(safetensors, reads_hand_assembled_file)
     cr_assert_eq(q->ndim, 0);
     cr_assert_eq(q->numel, 1);
 
+    cr_assert_eq(memcmp(sp_st_find(f, "w")->data, w, sizeof w), 0, "data maps the tensor's bytes");
+    cr_assert_eq(sp_st_find(f, "d")->offset, 8 + strlen(header) + 40);
     float got[4];
     OK(sp_st_read_f32(f, "w", got, 2, (int[]){2, 2}));
     cr_assert_eq(memcmp(got, w, sizeof w), 0);
