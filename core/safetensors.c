@@ -389,6 +389,16 @@ sp_st_file *sp_st_open(const char *path)
                  (unsigned long long)hlen, f->size - 8);
         goto fail;
     }
+    {   /* a long header that does not even start as JSON is refused before it is read */
+        char head[256];
+        size_t k = hlen < sizeof head ? (size_t)hlen : sizeof head, i = 0;
+        if (sp_pread_full(fd, head, k, 8, path, "the header") != SP_OK) goto fail;
+        while (i < k && strchr(" \t\n\r", head[i]) && head[i]) i++;
+        if (i < k && head[i] != '{') {
+            sp_error("%s: bad safetensors header at byte %zu: expected '{'", path, 8 + i);
+            goto fail;
+        }
+    }
     header = sp_file_alloc((size_t)hlen + 1, 0, path);
     if (!header || sp_pread_full(fd, header, (size_t)hlen, 8, path, "the header") != SP_OK) goto fail;
     f->buffer_off = 8 + hlen;
