@@ -97,7 +97,7 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .group = G_PAR, .meta = "X", .range = "0.001..", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"costs", SP_FLAG_STR, &o->costs, "stage costs CSV (as --costs-out writes) instead of measuring",
          .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
-        {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs used (for build/schedule --profile)",
+        {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs this run measured (for build/schedule --profile)",
          .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"exec-order", SP_FLAG_STR, &o->exec_order, "write each rank's executed job order", .group = G_PAR,
          .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},

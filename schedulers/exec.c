@@ -86,6 +86,7 @@ struct sp_exec {
     trace_ev *ev;
     int nev, cap_ev;
     double trace_t0;
+    double *meas;            /* [6·S]: Σ F, δ, G compute seconds and their counts      */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -439,12 +440,7 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
     build_schedule(x);
     setup_weights(x);
     setup_buckets(x);
-    if (x->rank == 0 && cfg->costs_out) {
-        FILE *f = fopen(cfg->costs_out, "w");
-        if (!f) sp_comm_die(world, "--costs-out %s: cannot open for writing", cfg->costs_out);
-        sp_costs_write_csv(f, x->costs);
-        if (fclose(f) != 0) sp_comm_die(world, "--costs-out %s: write failed", cfg->costs_out);
-    }
+    x->meas = sp_xcalloc((size_t)x->S * 6, sizeof *x->meas);
     int SB = x->S * x->B;
     x->tapes = sp_xcalloc((size_t)x->B, sizeof *x->tapes);
     for (int b = 0; b < x->B; b++) sp_tape_init(&x->tapes[b]);
@@ -483,6 +479,7 @@ void sp_exec_free(sp_exec *x)
     free(x->sends);
     free(x->order_rec);
     free(x->ev);
+    free(x->meas);
     free(x->st);
     sp_sim_free(&x->sim);
     sp_schedule_free(x->sched);
@@ -554,6 +551,14 @@ static sp_tensor *ensure_dy(sp_exec *x, int s, int b)
     return &x->dy[k];
 }
 
+/* Compute seconds of one job part (0 F, 1 δ, 2 G) of stage s; the first step warms up. */
+static void measured(sp_exec *x, int s, int part, double seconds)
+{
+    if (x->steps == 0) return;
+    x->meas[6 * s + part] += seconds;
+    x->meas[6 * s + 3 + part] += 1;
+}
+
 static void run_forward(sp_exec *x, int job, sp_job j)
 {
     int s = j.stage, b = j.micro;
@@ -575,7 +580,9 @@ static void run_forward(sp_exec *x, int job, sp_job j)
     double t0 = sp_now();
     sp_node *n = x->node[s * x->B + b] = sp_apply(t, x->st[s].layer, in);
     if (s == x->S - 1) x->loss[b] = sp_apply_loss(t, x->m->loss, n, x->yin[b]);
-    x->fwd_s += sp_now() - t0;
+    double dt = sp_now() - t0;
+    x->fwd_s += dt;
+    measured(x, s, 0, dt);
     send_to_succs(x, job, &n->out, tag_of(x, 0, s, b), false);
 }
 
@@ -599,6 +606,7 @@ static void run_backward(sp_exec *x, int job, sp_job j)
     double t0 = sp_now();
     bool params = j.dir != SP_BWD_DELTA && n->op->backward_params && n->layer->nparams > 0;
     if (params) n->op->backward_params(n, dy);
+    double t1 = sp_now();
     bool delta = j.dir != SP_BWD_GRAD && s > 0;
     if (delta) {
         int k = (s - 1) * x->B + b;
@@ -606,7 +614,10 @@ static void run_backward(sp_exec *x, int job, sp_job j)
         n->op->backward_input(n, dy, &x->dy[k]);
         x->have_dy[k] = true;
     }
-    x->bwd_s += sp_now() - t0;
+    double t2 = sp_now();
+    x->bwd_s += t2 - t0;
+    if (j.dir != SP_BWD_DELTA) measured(x, s, 2, t1 - t0);
+    if (j.dir != SP_BWD_GRAD) measured(x, s, 1, t2 - t1);
     if (delta) send_to_succs(x, job, &x->dy[(s - 1) * x->B + b], tag_of(x, 1, s - 1, b), true);
     if (j.dir != SP_BWD_DELTA) grad_done(x, s);
 }
@@ -893,8 +904,37 @@ static void write_trace(sp_exec *x)
     free(all);
 }
 
+/* --costs-out: the stage costs this run measured (mean compute µs of each stage's F, δ
+ * and G jobs over every rank and every step but the first), the calibration that
+ * build/schedule --profile reads. Falls back to the planning costs after one step. */
+static void write_costs(sp_exec *x)
+{
+    float *v = sp_xmalloc(sizeof(float) * 6 * (size_t)x->S);
+    for (int i = 0; i < 6 * x->S; i++) v[i] = (float)x->meas[i];
+    sp_allreduce(x->world, v, 6 * (size_t)x->S);
+    if (x->rank == 0) {
+        sp_costs *c = sp_costs_uniform(x->S, 0, 0, 0);
+        double *dst[3] = {c->fwd, c->delta, c->grad}, *plan[3] = {x->costs->fwd, x->costs->delta, x->costs->grad};
+        for (int s = 0; s < x->S; s++) {
+            memcpy(c->name[s], x->costs->name[s], SP_STAGE_NAME);
+            c->act_bytes[s] = x->costs->act_bytes[s];
+            c->param_bytes[s] = x->costs->param_bytes[s];
+            for (int p = 0; p < 3; p++) {
+                float n = v[6 * s + 3 + p];
+                dst[p][s] = n > 0 ? 1e6 * v[6 * s + p] / n : plan[p][s];
+            }
+        }
+        FILE *f = open_out(x, "--costs-out", x->cfg.costs_out);
+        sp_costs_write_csv(f, c);
+        if (fclose(f) != 0) sp_comm_die(x->world, "--costs-out %s: write failed", x->cfg.costs_out);
+        sp_costs_free(c);
+    }
+    free(v);
+}
+
 void sp_exec_finish(sp_exec *x)
 {
+    if (x->cfg.costs_out) write_costs(x);
     if (x->cfg.order_out) write_order(x);
     if (x->cfg.trace_path) write_trace(x);
 }

@@ -13,8 +13,9 @@
  * LeNet does the same for ddp, fsdp, gpipe (also with --partition layerpipe), 1f1b, lpp.
  *
  * Order. The executed job order of every rank (--exec-order) equals the order the
- * simulator computes from the same costs (--costs-out) — in this process, from
- * schedulers/schedule.h alone.
+ * simulator computes from the same stage costs (given with --costs: uneven, so that the
+ * pipeline placement and the ties matter) — in this process, from schedulers/schedule.h
+ * alone. --costs-out writes the costs the run measured, readable by the simulator.
  *
  * Faults. A rank that stops answering makes the others stop with one line naming the
  * rank, the operation and the job, exit 2, within the timeout; a rank that exits
@@ -109,7 +110,19 @@ static void check_order(const char *scheme, int W, const char *order_path, const
     sp_schedule_free(s);
     sp_costs_free(c);
     remove(order_path);
-    remove(costs_path);
+}
+
+/* Uneven costs of the demo's 7 stages (fc1 tanh fc2 tanh fc3 tanh fc4), µs. */
+static const char *plan_costs(void)
+{
+    const char *path = tmp("plan.csv");
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "layer,fwd,bwd_grad,bwd_delta\n");
+    const double fwd[7] = {40, 5, 90, 7, 60, 3, 20};
+    for (int s = 0; s < 7; s++) fprintf(f, "l%d,%g,%g,%g\n", s, fwd[s], 0.9 * fwd[s], s ? 1.1 * fwd[s] : 0);
+    fclose(f);
+    return path;
 }
 
 static void demo_scheme(const char *scheme)
@@ -117,6 +130,7 @@ static void demo_scheme(const char *scheme)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[2048];
+    const char *plan = plan_costs();
     const char *ref = tmp("ref.safetensors"), *one = tmp("one.safetensors"), *par = tmp("par.safetensors");
     snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --save %s >/dev/null", bin("demo"), ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
@@ -129,8 +143,9 @@ static void demo_scheme(const char *scheme)
         char groups[32] = "";
         if (!strcmp(scheme, "lpp") || !strcmp(scheme, "fslpp")) snprintf(groups, sizeof groups, "--groups %d", GROUPS);
         snprintf(cmd, sizeof cmd,
-                 "%s " DEMO_FLAGS " --parallel %s --microbatches %d %s --save %s --exec-order %s --costs-out %s",
-                 bin("demo"), scheme, MICRO, groups, par, order, costs);
+                 "%s " DEMO_FLAGS " --parallel %s --microbatches %d %s --save %s --exec-order %s --costs %s "
+                 "--costs-out %s",
+                 bin("demo"), scheme, MICRO, groups, par, order, plan, costs);
         char np[16];
         snprintf(np, sizeof np, "-np %d", W);
         mpi_run("", np, cmd, &r);
@@ -143,9 +158,15 @@ static void demo_scheme(const char *scheme)
         d = compare(par, one, &bit);
         if (is_pipeline(scheme)) cr_assert(bit, "%s -np %d vs one rank: not bitwise (max rel %.3g)", scheme, W, d);
         else cr_assert(d <= 1e-6, "%s -np %d vs one rank: max rel diff %.3g > 1e-6", scheme, W, d);
-        check_order(scheme, W, order, costs);
+        check_order(scheme, W, order, plan);
+        sp_costs *measured = sp_costs_read_csv(costs);   /* what a calibrated simulation reads */
+        cr_assert_eq(measured->stages, 7);
+        cr_assert(measured->fwd[2] > 0 && measured->grad[0] > 0, "%s: measured costs are empty", scheme);
+        sp_costs_free(measured);
+        remove(costs);
         remove(par);
     }
+    remove(plan);
     remove(ref);
     remove(one);
 }
