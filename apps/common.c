@@ -83,7 +83,7 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
         {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON (with --backward ooo or --parallel)",
          .group = G_OOO, .meta = "FILE", .scope = SP_SCOPE_ENGINE},
         {"parallel", SP_FLAG_STR, &o->parallel, "run the master schedule on the MPI ranks", .group = G_PAR,
-         .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo", .needs = "backward=linear",
+         .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|scan", .needs = "backward=linear",
          .scope = SP_SCOPE_RUN},
         {"microbatches", SP_FLAG_INT, &o->microbatches, "micro-batches B per step (0 = W, pipelines 2W)",
          .group = G_PAR, .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},

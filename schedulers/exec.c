@@ -87,6 +87,7 @@ struct sp_exec {
     int nev, cap_ev;
     double trace_t0;
     double *meas;            /* [6·S]: Σ F, δ, G compute seconds and their counts      */
+    size_t in_numel;         /* one input sample                                       */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -257,9 +258,16 @@ static void setup_costs(sp_exec *x, int ndim, const int *shape)
 
 /* ---- setup: the schedule and its refusals ------------------------------------------------- */
 
+static bool is_scan(const char *name) { return !strcmp(name, "scan"); }
+typedef struct seg {
+    int a, b;            /* layers (−1: none)                              */
+    int in, out;         /* per-sample sizes of the segment's input/output */
+} seg;
+static seg segment_of(const sp_exec *x, int r);
 static bool is_pipeline(const char *name)
 {
-    return !strcmp(name, "gpipe") || !strcmp(name, "1f1b") || !strcmp(name, "ooo-ff") || !strcmp(name, "ooo-modulo");
+    return !strcmp(name, "gpipe") || !strcmp(name, "1f1b") || !strcmp(name, "ooo-ff") || !strcmp(name, "ooo-modulo") ||
+           is_scan(name);
 }
 static bool is_looped(const char *name) { return !strcmp(name, "lpp") || !strcmp(name, "fslpp"); }
 static bool is_data(const char *name) { return !strcmp(name, "ddp") || !strcmp(name, "fsdp"); }
@@ -271,7 +279,14 @@ static void check_config(sp_exec *x)
     sp_comm *w = x->world;
     if (!is_pipeline(name) && !is_looped(name) && !is_data(name))
         sp_comm_fail_all(w, "--parallel %s: unknown scheme (expected ddp | fsdp | gpipe | 1f1b | lpp | fslpp | "
-                            "ooo-ff | ooo-modulo)", name);
+                            "ooo-ff | ooo-modulo | scan)", name);
+    if (is_scan(name)) {
+        if (x->B != 1) sp_comm_fail_all(w, "--parallel scan: --microbatches %d (the scan runs the whole batch: 1)", x->B);
+        for (int s = 0; s < x->S; s++)
+            if (!x->m->layers[s]->op->jt_pattern || x->m->layers[s]->op->chain_len)
+                sp_comm_fail_all(w, "--parallel scan: layer %d (%s) has no per-sample transposed Jacobian to scan",
+                                 s, x->m->layers[s]->op->name);
+    }
     if (x->B < 1) sp_comm_fail_all(w, "--microbatches %d: expected >= 1", x->B);
     if (x->batch % x->B != 0)
         sp_comm_fail_all(w, "--parallel %s: --batch %d does not split into %d micro-batches (expected a multiple)",
@@ -317,7 +332,8 @@ static void build_schedule(sp_exec *x)
         sp_layerpipe_free(&lp);
         sc.placement = placement;
     }
-    x->sched = sp_schedule_new(sp_scheme_find(name), &sc, x->costs);
+    /* scan: the forward is GPipe's with one micro-batch on the same contiguous segments */
+    x->sched = sp_schedule_new(sp_scheme_find(is_scan(name) ? "gpipe" : name), &sc, x->costs);
     free(placement);
     sp_simulate(x->sched, x->costs, &x->sim);
 }
@@ -427,7 +443,8 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
     x->opt = o;
     x->cfg = *cfg;
     x->batch = batch;
-    x->B = cfg->micro > 0 ? cfg->micro : is_pipeline(cfg->scheme) ? 2 * x->W : x->W;
+    x->B = cfg->micro > 0 ? cfg->micro : is_scan(cfg->scheme) ? 1 : is_pipeline(cfg->scheme) ? 2 * x->W : x->W;
+    x->in_numel = sp_shape_numel(sample_ndim, sample_shape);
     check_config(x);
     x->st = sp_xcalloc((size_t)x->S, sizeof *x->st);
     for (int s = 0; s < x->S; s++) {
@@ -438,6 +455,10 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
     infer_shapes(x, sample_ndim, sample_shape);
     setup_costs(x, sample_ndim, sample_shape);
     build_schedule(x);
+    if (is_scan(cfg->scheme))
+        for (int r = 0; r < x->W; r++)
+            if (segment_of(x, r).a < 0)
+                sp_comm_fail_all(world, "--parallel scan: the cost partition left rank %d without layers (use fewer ranks)", r);
     setup_weights(x);
     setup_buckets(x);
     x->meas = sp_xcalloc((size_t)x->S * 6, sizeof *x->meas);
@@ -711,6 +732,174 @@ static void begin_step(sp_exec *x, const sp_tensor *in, const int *labels)
     for (int c = 0; c < x->ncomms; c++) start_buckets(x, c);
 }
 
+
+/* ---- BPPSA across ranks (--parallel scan) ------------------------------------------------ */
+
+/* Rank r holds the layers [a_r, b_r] (GPipe's contiguous placement). Its element of the
+ * scan is the product of its transposed Jacobians, per sample,
+ *     P_r = Jᵀ_{a_r} · … · Jᵀ_{b_r}        (in_{a_r} × out_{b_r}),
+ * and the last rank's is the vector v = P_{W−1}·∇y l. The ranks run an inclusive suffix
+ * scan (Hillis–Steele: at level k, rank r receives T_{r+2^k} and forms T_r·T_{r+2^k}),
+ * ⌈log₂ W⌉ levels of send/recv, after which T_r is ∂l/∂(input of segment r); one more
+ * exchange hands T_{r+1} to rank r as ∂l/∂(output of its segment), and each rank
+ * back-propagates its own segment linearly from there (its δ and G). Rank 0's element
+ * is never needed (nobody reads T_0), so rank 0 does not form it. */
+
+static seg segment_of(const sp_exec *x, int r)
+{
+    seg g = {-1, -1, 0, 0};
+    for (int s = 0; s < x->S; s++)
+        if (x->sched->stage_worker[s] == r) {
+            if (g.a < 0) g.a = s;
+            g.b = s;
+        }
+    if (g.a < 0) return g;
+    const stage_info *lo = g.a > 0 ? &x->st[g.a - 1] : NULL, *hi = &x->st[g.b];
+    size_t in = 1, out = 1;
+    if (lo)
+        for (int i = 1; i < lo->out_ndim; i++) in *= (size_t)lo->out_shape[i];
+    else
+        in = x->in_numel;
+    for (int i = 1; i < hi->out_ndim; i++) out *= (size_t)hi->out_shape[i];
+    g.in = (int)in, g.out = (int)out;
+    return g;
+}
+
+/* dst (rows × c) = Jᵀ (rows × m, CSR) · M (m × c), one sample. */
+static void csr_times_dense(const sp_csr *jt, const float *M, int c, float *dst)
+{
+    for (int i = 0; i < jt->rows; i++) {
+        float *d = dst + (size_t)i * c;
+        memset(d, 0, sizeof(float) * (size_t)c);
+        for (int32_t e = jt->indptr[i]; e < jt->indptr[i + 1]; e++) {
+            float v = jt->data[e];
+            const float *mrow = M + (size_t)jt->indices[e] * c;
+            for (int k = 0; k < c; k++) d[k] += v * mrow[k];
+        }
+    }
+}
+
+/* P_r for every sample: [n, in, out]. */
+static float *segment_product(sp_exec *x, seg g, int n)
+{
+    size_t maxdim = (size_t)g.out;
+    for (int s = g.a; s <= g.b; s++) {
+        size_t in = sp_tensor_sample_numel(sp_node_x(x->node[s * x->B]));
+        maxdim = in > maxdim ? in : maxdim;
+    }
+    float *P = sp_xmalloc(sizeof(float) * (size_t)n * g.in * g.out);
+    float *cur = sp_xmalloc(sizeof(float) * maxdim * g.out), *nxt = sp_xmalloc(sizeof(float) * maxdim * g.out);
+    sp_csr *jt = sp_xcalloc((size_t)(g.b - g.a + 1), sizeof *jt);
+    for (int s = g.a; s <= g.b; s++) {
+        sp_node *nd = x->node[s * x->B];
+        nd->op->jt_pattern(nd, &jt[s - g.a]);
+    }
+    for (int smp = 0; smp < n; smp++) {
+        /* cur = I (out × out), then cur = Jᵀ_s · cur from the last layer down */
+        memset(cur, 0, sizeof(float) * (size_t)g.out * g.out);
+        for (int i = 0; i < g.out; i++) cur[(size_t)i * g.out + i] = 1.0f;
+        for (int s = g.b; s >= g.a; s--) {
+            sp_node *nd = x->node[s * x->B];
+            nd->op->jt_values(nd, smp, &jt[s - g.a]);
+            csr_times_dense(&jt[s - g.a], cur, g.out, nxt);
+            float *t = cur;
+            cur = nxt, nxt = t;
+        }
+        memcpy(P + (size_t)smp * g.in * g.out, cur, sizeof(float) * (size_t)g.in * g.out);
+    }
+    for (int s = g.a; s <= g.b; s++) sp_csr_free(&jt[s - g.a]);
+    free(jt);
+    free(cur);
+    free(nxt);
+    return P;
+}
+
+/* Back-propagate the rank's own segment from ∂l/∂(its output) in x->dy[b]. */
+static void segment_backward(sp_exec *x, seg g)
+{
+    for (int s = g.b; s >= g.a; s--) {
+        sp_node *nd = x->node[s * x->B];
+        sp_tensor *dy = &x->dy[s * x->B];
+        if (nd->op->backward_params && nd->layer->nparams > 0) nd->op->backward_params(nd, dy);
+        if (s > 0) {
+            x->dy[(s - 1) * x->B] = sp_tape_tensor_like(&x->tapes[0], &nd->input->out);
+            nd->op->backward_input(nd, dy, &x->dy[(s - 1) * x->B]);
+        }
+    }
+}
+
+/* Columns of T_r after the levels that cover ranks r .. r + span − 1. */
+static int scan_cols(const sp_exec *x, int r, int span)
+{
+    int last = r + span - 1;
+    return last >= x->W - 1 ? 1 : segment_of(x, last).out;
+}
+
+static void scan_backward(sp_exec *x)
+{
+    double t0 = sp_now();
+    int W = x->W, r = x->rank, n = x->rows[0];
+    seg me = segment_of(x, r);
+    float *T = NULL;
+    int cols = 0;
+    sp_comm_set_label("bppsa scan across ranks");
+    if (r == W - 1) {   /* v = the segment's δ chain applied to ∇y l (and its G on the way) */
+        x->dy[me.b * x->B] = *ensure_dy(x, me.b, 0);
+        segment_backward(x, me);
+        cols = 1;
+        T = sp_xmalloc(sizeof(float) * (size_t)n * me.in);
+        if (me.a > 0) memcpy(T, x->dy[(me.a - 1) * x->B].data, sizeof(float) * (size_t)n * me.in);
+    } else if (r > 0) {
+        T = segment_product(x, me, n);
+        cols = me.out;
+    }
+    for (int span = 1; span < W; span *= 2) {
+        sp_req sreq = {0}, rreq = {0};
+        if (r > 0 && r - span > 0) {   /* rank 0 never needs anyone's T; nor do we send to it here */
+            sp_isend(x->world, T, (size_t)n * me.in * cols, r - span, tag_of(x, 2, span, 0), &sreq);
+        }
+        float *Tn = NULL;
+        int ncols = 0;
+        if (r > 0 && r + span < W) {
+            seg o = segment_of(x, r + span);
+            ncols = scan_cols(x, r + span, span);
+            Tn = sp_xmalloc(sizeof(float) * (size_t)n * o.in * ncols);
+            sp_irecv(x->world, Tn, (size_t)n * o.in * ncols, r + span, tag_of(x, 2, span, 0), &rreq);
+        }
+        sp_wait(&rreq);
+        sp_wait(&sreq);
+        if (Tn) {   /* T_r ← T_r · T_{r+span}, per sample: (in × cols)·(cols × ncols) */
+            float *R = sp_xcalloc((size_t)n * me.in * ncols, sizeof(float));
+            for (int smp = 0; smp < n; smp++) {
+                const float *A = T + (size_t)smp * me.in * cols, *Bm = Tn + (size_t)smp * cols * ncols;
+                float *C = R + (size_t)smp * me.in * ncols;
+                for (int i = 0; i < me.in; i++)
+                    for (int k = 0; k < cols; k++) {
+                        float a = A[(size_t)i * cols + k];
+                        for (int j = 0; j < ncols; j++) C[(size_t)i * ncols + j] += a * Bm[(size_t)k * ncols + j];
+                    }
+            }
+            free(T);
+            free(Tn);
+            T = R;
+            cols = ncols;
+        }
+    }
+    /* T_r is now ∂l/∂(input of segment r), [n, in]. Hand it to rank r − 1. */
+    sp_req sreq = {0}, rreq = {0};
+    if (r > 0) sp_isend(x->world, T, (size_t)n * me.in, r - 1, tag_of(x, 3, 0, 0), &sreq);
+    if (r < W - 1) {
+        sp_tensor y = stage_tensor(x, me.b, 0);
+        sp_irecv(x->world, y.data, y.numel, r + 1, tag_of(x, 3, 0, 0), &rreq);
+        sp_wait(&rreq);
+        x->dy[me.b * x->B] = y;
+        segment_backward(x, me);
+    }
+    sp_wait(&sreq);
+    free(T);
+    x->bwd_s += sp_now() - t0;
+}
+
 /* $SCANPROP_EXEC_FAULT = exit:RANK:STEP | hang:RANK:STEP — the tests' injected fault:
  * that rank exits (without MPI_Finalize) or stops answering halfway through its jobs of
  * that step (counted from 1). */
@@ -743,12 +932,14 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
         label_job(x, job, x->steps);
         double j0 = sp_now();
         if (j.dir == SP_FWD) run_forward(x, job, j);
+        else if (is_scan(x->cfg.scheme)) continue;   /* the backward is the scan below */
         else run_backward(x, job, j);
         x->done[job] = true;
         trace_add(x, job, j0, sp_now());
         if (x->steps == 0) x->order_rec[x->norder++] = job;
         poll_buckets(x);
     }
+    if (is_scan(x->cfg.scheme)) scan_backward(x);
     /* Gradients: every bucket finished, unpacked where the sum landed. */
     sp_comm_set_label("gradient synchronisation");
     for (int i = 0; i < x->nbuckets; i++) {

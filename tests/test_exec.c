@@ -336,3 +336,29 @@ Test(exec, ddp_allreduce_overlaps_backward, .timeout = 120)
                       "rank %d step %d: the first allreduce started at %.0f us, after the backward ended at %.0f us",
                       pid, step, first_comm[pid][step], last_bwd[pid][step]);
 }
+
+/* ---- BPPSA across ranks ------------------------------------------------------------------- */
+
+Test(exec, scan_across_ranks_equals_linear_bp_for_a_16_layer_mlp, .timeout = 300)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[2048];
+#define SCAN_FLAGS "--layers 16 --width 16 --steps 4 --batch 16 --threads 1 --quiet"
+    const char *ref = tmp("scan-ref.safetensors"), *par = tmp("scan-par.safetensors");
+    snprintf(cmd, sizeof cmd, "%s " SCAN_FLAGS " --save %s >/dev/null", bin("demo"), ref);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    for (int W = 2; W <= 4; W += 2) {
+        snprintf(cmd, sizeof cmd, "%s " SCAN_FLAGS " --parallel scan --save %s", bin("demo"), par);
+        char np[16];
+        snprintf(np, sizeof np, "-np %d", W);
+        mpi_run("", np, cmd, &r);
+        cr_assert_eq(r.status, 0, "scan -np %d: status %d\n%s", W, r.status, r.err);
+        cr_assert(strstr(r.out, "\"parallel\": \"scan\""), "%s", r.out);
+        bool bit;
+        double d = compare(par, ref, &bit);
+        cr_assert(d <= 1e-6, "scan -np %d vs linear BP: max rel diff %.3g > 1e-6", W, d);
+        remove(par);
+    }
+    remove(ref);
+}
