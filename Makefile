@@ -34,6 +34,12 @@ BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/i
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 CFLAGS  += $(BLAS_CFLAGS)
 LDLIBS  += $(BLAS_LIBS) -lstb -lz -lm -lpthread
+# oneDNN for the convolutions (core/dnnl.c); make DNNL=0 builds the im2col path only.
+DNNL    ?= 1
+ifeq ($(DNNL),1)
+CFLAGS  += -DSP_HAVE_DNNL
+LDLIBS  += -ldnnl -lgomp
+endif
 
 # Open MPI (core/comm_mpi.c): the flags mpicc would pass, so cc stays the compiler.
 MPI     ?= $(if $(shell command -v mpicc 2>/dev/null),1,0)
@@ -157,7 +163,7 @@ test-cuda:
 	@BUILD=build-cuda ./scripts/run_tests.sh $(patsubst $(BUILD)/%,build-cuda/%,$(CUDA_TESTS))
 
 # The CUDA suites without a GPU (docs/CUDA.md): default, shuffled and protected modes,
-# then once more under ASan+UBSan.
+# once more under ASan+UBSan, then the planted-bug script (each bug must be caught).
 EMU_TESTS = $(patsubst $(BUILD)/%,$(1)/%,$(CUDA_TESTS))
 test-cuda-emu:
 	$(MAKE) CUDA=1 CUDA_EMU=1 BUILD=build-emu all cuda-tests
@@ -166,6 +172,7 @@ test-cuda-emu:
 	@SCANPROP_EMU_PROTECT=1 BUILD=build-emu ./scripts/run_tests.sh $(call EMU_TESTS,build-emu)
 	$(MAKE) CUDA=1 CUDA_EMU=1 BUILD=build-emu-asan SAN=1 OPT="-O1 -g" cuda-tests
 	@BUILD=build-emu-asan ./scripts/run_tests.sh $(call EMU_TESTS,build-emu-asan)
+	./tests/cudaemu/planted_bugs.sh
 
 bench: all
 	./bench/run.sh

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "apps/common.h"
+#include "core/fileio.h"
+#include "core/safetensors.h"
 #include "core/error.h"
 #include "optim/optim.h"
 
@@ -460,6 +462,9 @@ static void check_ranges(sp_app_opts *o)
     }
     if (o->trace && strcmp(o->backward, "ooo") != 0 && !o->parallel)
         sp_fail("--trace needs --backward ooo or --parallel");
+    /* checkpoint files refused before any data is read or any step is run */
+    if (o->load) sp_st_close(sp_check_ptr(sp_st_open(o->load)));
+    if (o->save) sp_check(sp_check_save_target(o->save));
     /* --steps alone runs as many epochs as it needs; with --epochs, whichever comes first */
     if (o->steps > 0 && !sp_flag_given("epochs")) o->epochs = 0;
 }
@@ -583,19 +588,19 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
         sp_fail("--data-format %s needs --data DIR (only fashion-mnist has a default directory)", fmt);
     if (strcmp(fmt, "fashion-mnist") == 0 || strcmp(fmt, "mnist") == 0 || strcmp(fmt, "idx") == 0) {
         const char *dir = o->data ? o->data : FMNIST_DIR;
-        *train = sp_fashion_mnist(dir, true, pad_to);
-        *test = sp_fashion_mnist(dir, false, pad_to);
+        *train = sp_check_ptr(sp_fashion_mnist(dir, true, pad_to));
+        *test = sp_check_ptr(sp_fashion_mnist(dir, false, pad_to));
     } else if (strcmp(fmt, "cifar10") == 0) {
         if (!o->data) sp_fail("--data-format cifar10 needs --data DIR (the cifar-10-batches-bin directory)");
-        *train = sp_cifar10(o->data, true);
-        *test = sp_cifar10(o->data, false);
+        *train = sp_check_ptr(sp_cifar10(o->data, true));
+        *test = sp_check_ptr(sp_cifar10(o->data, false));
     } else if (strcmp(fmt, "folder") == 0) {
         if (!o->data) sp_fail("--data-format folder needs --data DIR (DIR/train/<class>/*, DIR/test/<class>/*)");
         char tr[4096], te[4096];
         snprintf(tr, sizeof tr, "%s/train", o->data);
         snprintf(te, sizeof te, "%s/test", o->data);
-        *train = sp_image_folder(tr, pad_to ? pad_to : 28, 1);
-        *test = sp_image_folder(te, pad_to ? pad_to : 28, 1);
+        *train = sp_check_ptr(sp_image_folder(tr, pad_to ? pad_to : 28, 1));
+        *test = sp_check_ptr(sp_image_folder(te, pad_to ? pad_to : 28, 1));
     } else {
         sp_fail("--data-format %s: unknown (expected fashion-mnist | mnist | cifar10 | folder)", fmt);
     }
@@ -644,7 +649,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_engine_opts eo = sp_app_engine_opts(o);
     sp_engine *e = sp_engine_create(o->backward, &eo);
-    if (o->load) sp_model_load(m, o->load);
+    if (o->load) sp_check(sp_model_load(m, o->load));
     else sp_model_init(m, o->seed);
     if (o->scan_levels >= 0 && strcmp(o->backward, "bppsa") == 0) {   /* one sample, to know the chain */
         sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
@@ -677,7 +682,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
                        .exec = ex};
     sp_train_result r = sp_train(m, e, opt, loader, test, &tc);
     if (ex && o->save) sp_exec_sync_weights(ex);
-    if (o->save && sp_app_prints(ex)) sp_model_save(m, o->save);
+    if (o->save && sp_app_prints(ex)) sp_check(sp_model_save(m, o->save));
 
     sp_json j;
     sp_json_begin(&j);

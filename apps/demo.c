@@ -92,7 +92,7 @@ int main(int argc, char **argv)
     sp_json_num(&j, "first_loss", first);
     sp_json_num(&j, "last_loss", loss);
     if (ex && o.save) sp_exec_sync_weights(ex);
-    if (o.save && sp_app_prints(ex)) sp_model_save(m, o.save);
+    if (o.save && sp_app_prints(ex)) sp_check(sp_model_save(m, o.save));
     sp_app_exec_json(ex, &o, &j);
     if (sp_app_prints(ex)) sp_json_end_print(&j);
     sp_app_exec_end(ex);

@@ -162,14 +162,14 @@ static sp_costs *measure_costs(sp_exec *x, int ndim, const int *shape, int rows)
         sp_tensor seed = sp_tape_tensor(&t, 1, (int[]){1});
         seed.data[0] = 1.0f;
         sp_tensor dy = sp_tape_tensor_like(&t, &h->out);
-        l->op->backward_input(l, &seed, &dy);
+        l->op->backward_input(l, 0, &seed, &dy);
         for (int s = x->S - 1; s >= 0; s--) {
             sp_node *n = nodes[s];
             double t0 = sp_now();
             if (n->op->backward_params && n->layer->nparams > 0) n->op->backward_params(n, &dy);
             double t1 = sp_now();
             sp_tensor dx = sp_tape_tensor_like(&t, &n->input->out);
-            if (s > 0) n->op->backward_input(n, &dy, &dx);
+            if (s > 0) n->op->backward_input(n, 0, &dy, &dx);
             double t2 = sp_now();
             if (t1 - t0 < c->grad[s]) c->grad[s] = t1 - t0;
             if (s > 0 && t2 - t1 < c->delta[s]) c->delta[s] = t2 - t1;
@@ -559,7 +559,7 @@ static sp_tensor *ensure_dy(sp_exec *x, int s, int b)
         sp_tensor seed = sp_tape_tensor(t, 1, (int[]){1});
         seed.data[0] = (float)x->rows[b] / (float)x->batch;   /* the micro-batch's share of the mean */
         x->dy[k] = sp_tape_tensor_like(t, &l->input->out);
-        l->op->backward_input(l, &seed, &x->dy[k]);
+        l->op->backward_input(l, 0, &seed, &x->dy[k]);
     } else {
         int p = dy_producer(x, s, b);
         if (local(x, p)) sp_comm_die(x->world, "internal: job order: ∂l/∂y_%d of micro-batch %d not ready", s, b);
@@ -632,7 +632,7 @@ static void run_backward(sp_exec *x, int job, sp_job j)
     if (delta) {
         int k = (s - 1) * x->B + b;
         x->dy[k] = sp_tape_tensor_like(&x->tapes[b], &n->input->out);
-        n->op->backward_input(n, dy, &x->dy[k]);
+        n->op->backward_input(n, 0, dy, &x->dy[k]);
         x->have_dy[k] = true;
     }
     double t2 = sp_now();
@@ -792,7 +792,7 @@ static float *segment_product(sp_exec *x, seg g, int n)
     sp_csr *jt = sp_xcalloc((size_t)(g.b - g.a + 1), sizeof *jt);
     for (int s = g.a; s <= g.b; s++) {
         sp_node *nd = x->node[s * x->B];
-        nd->op->jt_pattern(nd, &jt[s - g.a]);
+        nd->op->jt_pattern(nd, 0, &jt[s - g.a]);
     }
     for (int smp = 0; smp < n; smp++) {
         /* cur = I (out × out), then cur = Jᵀ_s · cur from the last layer down */
@@ -800,7 +800,7 @@ static float *segment_product(sp_exec *x, seg g, int n)
         for (int i = 0; i < g.out; i++) cur[(size_t)i * g.out + i] = 1.0f;
         for (int s = g.b; s >= g.a; s--) {
             sp_node *nd = x->node[s * x->B];
-            nd->op->jt_values(nd, smp, &jt[s - g.a]);
+            nd->op->jt_values(nd, 0, smp, &jt[s - g.a]);
             csr_times_dense(&jt[s - g.a], cur, g.out, nxt);
             float *t = cur;
             cur = nxt, nxt = t;
@@ -823,7 +823,7 @@ static void segment_backward(sp_exec *x, seg g)
         if (nd->op->backward_params && nd->layer->nparams > 0) nd->op->backward_params(nd, dy);
         if (s > 0) {
             x->dy[(s - 1) * x->B] = sp_tape_tensor_like(&x->tapes[0], &nd->input->out);
-            nd->op->backward_input(nd, dy, &x->dy[(s - 1) * x->B]);
+            nd->op->backward_input(nd, 0, dy, &x->dy[(s - 1) * x->B]);
         }
     }
 }

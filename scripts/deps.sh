@@ -2,7 +2,7 @@
 # Installs the Debian packages scanprop needs, only those that are missing.
 # Usage: scripts/deps.sh            (as root, or with sudo available)
 set -euo pipefail
-pkgs=(build-essential pkg-config libopenblas-dev libcriterion-dev zlib1g-dev libstb-dev
+pkgs=(build-essential pkg-config libopenblas-dev libcriterion-dev zlib1g-dev libstb-dev libdnnl-dev
       python3-torch python3-numpy dataset-fashion-mnist openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -54,6 +54,7 @@ static const char *tmp(const char *name)
 static double compare(const char *pa, const char *pb, bool *bitwise)
 {
     sp_st_file *a = sp_st_open(pa), *b = sp_st_open(pb);
+    cr_assert(a && b, "cannot open %s or %s", pa, pb);
     cr_assert_eq(sp_st_count(a), sp_st_count(b));
     double worst = 0;
     *bitwise = true;
@@ -61,10 +62,12 @@ static double compare(const char *pa, const char *pb, bool *bitwise)
         const sp_st_tensor *ta = sp_st_at(a, i), *tb = sp_st_find(b, ta->name);
         cr_assert_not_null(tb, "%s missing in %s", ta->name, pb);
         cr_assert_eq(ta->nbytes, tb->nbytes);
-        *bitwise &= memcmp(ta->data, tb->data, ta->nbytes) == 0;
-        float *x = malloc(ta->nbytes), *y = malloc(tb->nbytes);
-        memcpy(x, ta->data, ta->nbytes);
-        memcpy(y, tb->data, tb->nbytes);
+        int shape[SP_ST_MAX_DIMS];
+        for (int d = 0; d < ta->ndim; d++) shape[d] = (int)ta->shape[d];
+        float *x = malloc(ta->nbytes + 4), *y = malloc(tb->nbytes + 4);
+        cr_assert_eq(sp_st_read_f32(a, ta->name, x, ta->ndim, shape), 0);
+        cr_assert_eq(sp_st_read_f32(b, ta->name, y, ta->ndim, shape), 0);
+        *bitwise &= memcmp(x, y, ta->nbytes) == 0;
         double d = tu_max_rel_diff(x, y, ta->numel);
         worst = d > worst ? d : worst;
         free(x);
