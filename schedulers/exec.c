@@ -63,6 +63,7 @@ struct sp_exec {
     stage_info *st;
     sp_comm **comms;
     int ncomms;
+    int *comm_min;           /* the lowest world rank of each communicator's set         */
     bucket *buckets;
     int nbuckets;
     int *next_bucket;        /* per comm: the next bucket to start (same order everywhere) */
@@ -280,6 +281,9 @@ static void check_config(sp_exec *x)
     if (!is_pipeline(name) && !is_looped(name) && !is_data(name))
         sp_comm_fail_all(w, "--parallel %s: unknown scheme (expected ddp | fsdp | gpipe | 1f1b | lpp | fslpp | "
                             "ooo-ff | ooo-modulo | scan)", name);
+    if (x->cfg.ooo && strcmp(name, "ddp") != 0)
+        sp_comm_fail_all(w, "--parallel %s --backward ooo: ooo's data-parallel order is for ddp (the pipelines "
+                            "have ooo-ff and ooo-modulo)", name);
     if (is_scan(name)) {
         if (x->B != 1) sp_comm_fail_all(w, "--parallel scan: --microbatches %d (the scan runs the whole batch: 1)", x->B);
         for (int s = 0; s < x->S; s++)
@@ -317,6 +321,15 @@ static void build_schedule(sp_exec *x)
 {
     const char *name = x->cfg.scheme;
     sp_sched_config sc = {.stages = x->S, .micro = x->B, .workers = x->W, .split = -1, .no_input_grad = true};
+    if (x->cfg.ooo) {   /* ddp --backward ooo: reverse first-k over the first k parameterised layers */
+        int params = 0, k = x->cfg.k;
+        for (int s = 0; s < x->S; s++) params += x->st[s].nfloats > 0;
+        if (k <= 0) k = params / 2 > 0 ? params / 2 : 1;
+        if (k > params) sp_comm_fail_all(x->world, "--k %d: the model has %d parameterised layers", k, params);
+        for (int s = 0, seen = 0; s < x->S && seen < k; s++)
+            if (x->st[s].nfloats > 0 && ++seen == k) sc.first_k = s + 1;
+        name = "ddp-ooo";
+    }
     if (is_looped(name)) {
         sc.groups = x->cfg.groups > 0 ? x->cfg.groups : 1;
         sc.per_group = x->W / sc.groups;
@@ -393,7 +406,11 @@ static void setup_weights(sp_exec *x)
     /* One communicator per distinct set (collective on the world, in set order). */
     x->ncomms = nsets;
     x->comms = sp_xcalloc((size_t)(nsets ? nsets : 1), sizeof *x->comms);
-    for (int i = 0; i < nsets; i++) x->comms[i] = sp_comm_split(x->world, sets[i][x->rank] ? 0 : -1, x->rank);
+    x->comm_min = sp_xcalloc((size_t)(nsets ? nsets : 1), sizeof(int));
+    for (int i = 0; i < nsets; i++) {
+        x->comms[i] = sp_comm_split(x->world, sets[i][x->rank] ? 0 : -1, x->rank);
+        while (!sets[i][x->comm_min[i]]) x->comm_min[i]++;
+    }
     for (int st = 0; st < x->S; st++)
         if (set_of[st] >= 0 && sets[set_of[st]][x->rank]) x->st[st].comm = set_of[st];
     for (int i = 0; i < nsets; i++) free(sets[i]);
@@ -403,15 +420,46 @@ static void setup_weights(sp_exec *x)
     free(weights);
 }
 
-/* Buckets: stages in backward order (S−1 … 0), consecutive stages of the same
- * communicator and kind packed until --bucket-mb; the rank's own stages only. */
+/* When the stage's gradients are complete in the simulation, on the lowest rank of its
+ * communicator — the same number on every rank, so every member orders alike. */
+static double grads_ready_at(const sp_exec *x, int st)
+{
+    int w = x->comm_min[x->st[st].comm];
+    double t = -1;
+    for (int j = 0; j < x->sched->njobs; j++) {
+        sp_job jb = x->sched->jobs[j];
+        if (jb.stage == st && x->sched->compute[j] == w && (jb.dir == SP_BWD || jb.dir == SP_BWD_GRAD))
+            t = x->sim.finish[j] > t ? x->sim.finish[j] : t;
+    }
+    return t < 0 ? 1e300 : t;   /* an owner that computes none of it: last */
+}
+
+static const sp_exec *g_sort_exec;
+static int by_ready(const void *pa, const void *pb)
+{
+    int a = *(const int *)pa, b = *(const int *)pb;
+    double ta = grads_ready_at(g_sort_exec, a), tb = grads_ready_at(g_sort_exec, b);
+    if (ta != tb) return ta < tb ? -1 : 1;
+    return b - a;   /* ties: the higher stage first (backward order) */
+}
+
+/* Buckets: stages in the order their gradients complete in the schedule (backward
+ * order S−1 … 0 for the conventional schemes; ooo's order for ddp-ooo), consecutive
+ * stages of the same communicator and kind packed until --bucket-mb; the rank's own
+ * stages only. */
 static void setup_buckets(sp_exec *x)
 {
     double cap = x->cfg.bucket_mb > 0 ? x->cfg.bucket_mb * 1024 * 1024 / sizeof(float) : 0;
     x->buckets = sp_xcalloc((size_t)x->S, sizeof *x->buckets);
     x->nbuckets = 0;
     bucket *cur = NULL;
-    for (int st = x->S - 1; st >= 0; st--) {
+    int *order = sp_xmalloc(sizeof(int) * (size_t)x->S), n = 0;
+    for (int st = x->S - 1; st >= 0; st--)
+        if (x->st[st].comm >= 0 && x->st[st].sync != SYNC_NONE) order[n++] = st;
+    g_sort_exec = x;
+    qsort(order, (size_t)n, sizeof *order, by_ready);
+    for (int i = 0; i < n; i++) {
+        int st = order[i];
         stage_info *si = &x->st[st];
         if (si->comm < 0 || si->sync == SYNC_NONE) continue;
         bool join = cur && cur->comm == si->comm && cur->sync == si->sync && si->sync == SYNC_ALLREDUCE &&
@@ -427,6 +475,7 @@ static void setup_buckets(sp_exec *x)
         cur->n += si->nfloats;
         si->bucket = (int)(cur - x->buckets);
     }
+    free(order);
     for (int i = 0; i < x->nbuckets; i++) x->buckets[i].buf = sp_xmalloc(sizeof(float) * (x->buckets[i].n + 1));
     x->next_bucket = sp_xcalloc((size_t)(x->ncomms ? x->ncomms : 1), sizeof(int));
 }
@@ -486,6 +535,7 @@ void sp_exec_free(sp_exec *x)
     for (int i = 0; i < x->nbuckets; i++) free(x->buckets[i].stages), free(x->buckets[i].buf);
     for (int i = 0; i < x->ncomms; i++) sp_comm_free(x->comms[i]);
     free(x->comms);
+    free(x->comm_min);
     free(x->buckets);
     free(x->next_bucket);
     free(x->tapes);

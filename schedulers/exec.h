@@ -46,6 +46,10 @@ typedef struct sp_exec_cfg {
                                   sp_exec_finish): the calibration for build/schedule    */
     const char *order_out;     /* write "rank job-label ..." lines: the executed order   */
     const char *trace_path;    /* Chrome/Perfetto trace of every rank's jobs and waits   */
+    bool ooo;                  /* ddp: ooo's reverse first-k order of the weight gradients
+                                  (the schedule "ddp-ooo"), over the first k parameterised
+                                  layers; k <= 0: half of them                           */
+    int k;
 } sp_exec_cfg;
 
 typedef struct sp_exec sp_exec;
