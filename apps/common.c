@@ -87,7 +87,7 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
         {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON (with --backward ooo or --parallel)",
          .group = G_OOO, .meta = "FILE", .scope = SP_SCOPE_ENGINE},
         {"parallel", SP_FLAG_STR, &o->parallel, "run the master schedule on the MPI ranks", .group = G_PAR,
-         .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo", .needs = "backward=linear",
+         .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|scan", .needs = "backward=linear|ooo",
          .scope = SP_SCOPE_RUN},
         {"microbatches", SP_FLAG_INT, &o->microbatches, "micro-batches B per step (0 = W, pipelines 2W)",
          .group = G_PAR, .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
@@ -101,7 +101,7 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .group = G_PAR, .meta = "X", .range = "0.001..", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"costs", SP_FLAG_STR, &o->costs, "stage costs CSV (as --costs-out writes) instead of measuring",
          .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
-        {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs used (for build/schedule --profile)",
+        {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs this run measured (for build/schedule --profile)",
          .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"exec-order", SP_FLAG_STR, &o->exec_order, "write each rank's executed job order", .group = G_PAR,
          .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
@@ -774,7 +774,9 @@ struct sp_exec *sp_app_exec_new(const sp_app_opts *o, sp_model *m, struct sp_opt
                      .costs_in = o->costs,
                      .costs_out = o->costs_out,
                      .order_out = o->exec_order,
-                     .trace_path = o->trace};
+                     .trace_path = o->trace,
+                     .ooo = strcmp(o->backward, "ooo") == 0,
+                     .k = o->k};
     return sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
 }
 
