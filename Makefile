@@ -7,6 +7,8 @@
 #   make bench           benchmarks against PyTorch CPU (see docs/PERFORMANCE.md)
 #   make opprof          build/opprof: per-op timers of a training step
 #   make BUILD=dir       build somewhere else (parallel worktrees, sanitizer builds)
+#   make CC=clang        build with clang (compiler-specific flags only where accepted)
+#   make build-clang     clang builds of everything, plain and SAN=1 (CI runs it)
 
 BUILD   ?= build
 CC      ?= cc
@@ -15,11 +17,17 @@ CUDA    ?= 0
 SAN     ?= 0
 WERROR  ?= 0
 
+# $(call cc-option,FLAG): FLAG when $(CC) accepts it (as an error, not a warning), else
+# nothing; compiler-specific flags go only to the compiler that has them (make CC=clang).
+cc-option = $(shell $(CC) -Werror $(1) -x c -c /dev/null -o /dev/null >/dev/null 2>&1 && echo $(1))
+
 # -O2 with -O3's vectoriser cost model: GCC 12's -O2 default ("very cheap") leaves
 # pointwise loops of unknown length scalar, and a scalar ReLU branches on every sign.
 # Vectorising maps changes no bits (no reassociation, no contraction under -std=c11).
+# Clang has no such flag (its -O2 already vectorises with the full cost model).
 OPT     ?= -O2 -g
-CFLAGS  += $(OPT) -fvect-cost-model=dynamic -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP -I. -fno-strict-aliasing
+VECT_FLAGS := $(call cc-option,-fvect-cost-model=dynamic)
+CFLAGS  += $(OPT) $(VECT_FLAGS) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP -I. -fno-strict-aliasing
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror
 endif
@@ -62,7 +70,7 @@ CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
 
 # Objects built through pattern rules are kept (not deleted as intermediates).
 .PRECIOUS: $(BUILD)/obj/%.c.o $(BUILD)/obj/%.cu.o
-.PHONY: all lib apps tests test test-long test-asan test-cuda cuda-tests bench opprof format clean
+.PHONY: all lib apps tests test test-long test-asan test-cuda cuda-tests bench opprof format clean build-clang
 all: lib apps
 
 lib: $(LIB)
@@ -104,6 +112,12 @@ test-long: all $(BUILD)/tests/test_train
 test-asan:
 	$(MAKE) BUILD=build-asan SAN=1 OPT="-O1 -g" test
 
+# Both compilers must build everything: clang, plain and with ASan+UBSan, into their own
+# directories (WERROR=1 on the command line carries over).
+build-clang:
+	$(MAKE) CC=clang BUILD=build-clang all opprof tests
+	$(MAKE) CC=clang BUILD=build-clang-asan SAN=1 OPT="-O1 -g" all opprof tests
+
 cuda-tests: $(CUDA_TESTS)
 
 test-cuda:
@@ -122,6 +136,6 @@ format:
 	clang-format -i $(wildcard */*.c */*.h */*.cu)
 
 clean:
-	rm -rf build build-asan build-cuda
+	rm -rf build build-asan build-cuda build-clang build-clang-asan
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
