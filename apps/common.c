@@ -43,6 +43,8 @@ static const sp_flag *common_flags(sp_app_opts *o)
         {"no-shuffle", SP_FLAG_BOOL, &o->no_shuffle, "keep the dataset order"},
         {"load", SP_FLAG_STR, &o->load, "initial weights (safetensors)"},
         {"save", SP_FLAG_STR, &o->save, "save the final weights (safetensors, atomic)"},
+        {"save-every", SP_FLAG_LONG, &o->save_every, "also save to --save every N steps, resumable (0 = off)"},
+        {"resume", SP_FLAG_STR, &o->resume, "continue from a --save-every checkpoint, bitwise"},
         {"log", SP_FLAG_STR, &o->log, "per-step CSV log: step,epoch,loss,lr,seconds"},
         {"eval-every", SP_FLAG_INT, &o->eval_every, "evaluate every N steps (0 = per epoch)"},
         {"quiet", SP_FLAG_BOOL, &o->quiet, "no progress output"},
@@ -121,6 +123,9 @@ static void check_ranges(const sp_app_opts *o)
     if (o->eval_every < 0) sp_fail("--eval-every %d: expected >= 0", o->eval_every);
     if (o->k < 1) sp_fail("--k %d: expected >= 1", o->k);
     if (o->mem_cap < 0) sp_fail("--mem-cap %ld: expected >= 0", o->mem_cap);
+    if (o->save_every < 0) sp_fail("--save-every %ld: expected >= 0", o->save_every);
+    if (o->save_every > 0 && !o->save) sp_fail("--save-every needs --save FILE (the checkpoint it replaces)");
+    if (o->resume && o->load) sp_fail("--resume and --load both give the weights; use one");
 }
 
 void sp_app_parse(int argc, char **argv, const char *app, const char *summary, sp_app_opts *o,
@@ -271,7 +276,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_engine_opts eo = sp_app_engine_opts(o);
     sp_engine *e = sp_engine_create(o->backward, &eo);
     if (o->load) sp_model_load(m, o->load);
-    else sp_model_init(m, o->seed);
+    else sp_model_init(m, o->seed);   /* --resume overwrites it in sp_train */
 
     sp_optim_cfg cfg = sp_optim_cfg_default();
     cfg.lr = o->lr;
@@ -290,9 +295,22 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
                        .eval_batch = o->batch > 256 ? o->batch : 256,
                        .log_path = o->log,
                        .lr = &sched,
-                       .quiet = o->quiet};
+                       .quiet = o->quiet,
+                       .save_every = o->save_every,
+                       .save_path = o->save,
+                       .resume_path = o->resume};
+    /* What decides a run's numbers: a resume must match (schedulers/checkpoint.h). */
+    char lr[32], mom[32], wd[32], batch[16], seed[24];
+    snprintf(lr, sizeof lr, "%.17g", o->lr);
+    snprintf(mom, sizeof mom, "%.17g", o->momentum);
+    snprintf(wd, sizeof wd, "%.17g", o->weight_decay);
+    snprintf(batch, sizeof batch, "%d", o->batch);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    const char *run_meta[] = {"lr", lr, "lr-schedule", o->lr_schedule, "momentum", mom, "weight-decay", wd,
+                              "batch", batch, "seed", seed, "no-shuffle", o->no_shuffle ? "yes" : "no", NULL};
+    tc.run_meta = run_meta;
     sp_train_result r = sp_train(m, e, opt, loader, test, &tc);
-    if (o->save) sp_model_save(m, o->save);
+    if (o->save && o->save_every == 0) sp_model_save(m, o->save);   /* else sp_train saved it */
 
     sp_json j;
     sp_json_begin(&j);

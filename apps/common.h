@@ -19,6 +19,8 @@ typedef struct sp_flag {
 /* The flags every training app takes (the training issue's list). */
 typedef struct sp_app_opts {
     const char *data, *data_format, *optim, *backward, *load, *save, *log, *lr_schedule;
+    const char *resume;   /* --resume FILE: continue a --save-every checkpoint */
+    long save_every;      /* --save-every N: resumable checkpoint to --save every N steps */
     int epochs, batch, threads, eval_every;
     long steps;
     double lr, momentum, weight_decay;   /* doubles, as PyTorch's Python floats */

@@ -651,7 +651,8 @@ void sp_model_load(sp_model *m, const char *path)
             sp_fail("%s: parameter %s is not on the CPU; load before moving the model", path, p->name);
     }
     for (int i = 0; i < f->n; i++)
-        if (!sp_model_param(m, f->tensors[i].name))
+        if (strncmp(f->tensors[i].name, SP_ST_STATE_PREFIX, strlen(SP_ST_STATE_PREFIX)) != 0 &&
+            !sp_model_param(m, f->tensors[i].name))
             note_problem(first, sizeof first, &problems, "unexpected tensor %s (model %s has no such "
                          "parameter)", f->tensors[i].name, m->name);
     if (problems > 1)

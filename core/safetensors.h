@@ -70,6 +70,10 @@ void sp_st_write(const char *path, int n, const sp_st_entry *entries, const char
 void sp_st_save(const char *path, int n, const char *const *names, const sp_tensor *const *tensors,
                 const char *const *metadata);
 
+/* Tensors named "state/..." are a resumable checkpoint's training state
+ * (schedulers/checkpoint.h); sp_model_load skips them. */
+#define SP_ST_STATE_PREFIX "state/"
+
 /* Every parameter under its PyTorch name. */
 struct sp_model;
 void sp_model_save(const struct sp_model *m, const char *path);

@@ -19,6 +19,13 @@ typedef struct sp_train_cfg {
     const char *log_path;      /* per-step CSV: step,epoch,loss,lr,seconds     */
     const sp_lr_schedule *lr;  /* indexed by epoch; NULL = constant            */
     bool quiet;
+    /* Resumable checkpoints (schedulers/checkpoint.h): every save_every steps and after
+     * the last step to save_path; resume_path restores one before the first step, and
+     * the run continues bitwise as if uninterrupted (steps/epochs count from the start).
+     * run_meta: the settings a resume must match, {"key", "value", ..., NULL}. */
+    long save_every;
+    const char *save_path, *resume_path;
+    const char *const *run_meta;
 } sp_train_cfg;
 
 typedef struct sp_train_result {
