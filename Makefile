@@ -9,6 +9,7 @@
 #   make BUILD=dir       build somewhere else (parallel worktrees, sanitizer builds)
 #   make CC=clang        build with clang (compiler-specific flags only where accepted)
 #   make build-clang     clang builds of everything, plain and SAN=1 (CI runs it)
+#   make fuzz            libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS=N each (docs/RELIABILITY.md)
 
 BUILD   ?= build
 CC      ?= cc
@@ -34,6 +35,9 @@ endif
 ifeq ($(SAN),1)
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
+endif
+ifeq ($(FUZZ),1)
+CFLAGS  += -fsanitize=fuzzer-no-link
 endif
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/openblas-pthread)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
@@ -70,7 +74,7 @@ CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
 
 # Objects built through pattern rules are kept (not deleted as intermediates).
 .PRECIOUS: $(BUILD)/obj/%.c.o $(BUILD)/obj/%.cu.o
-.PHONY: all lib apps tests test test-long test-asan test-cuda cuda-tests bench opprof format clean build-clang
+.PHONY: all lib apps tests test test-long test-asan test-cuda cuda-tests bench opprof format clean build-clang fuzz fuzz-build fuzzers
 all: lib apps
 
 lib: $(LIB)
@@ -105,9 +109,11 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.c.o $(BUILD)/obj/tests/testutil.c.o $(APP
 test: all $(TESTS)
 	@BUILD=$(BUILD) ./scripts/run_tests.sh $(TESTS)
 
-# The long checks: the whole first epoch of the Figure 6 comparison.
-test-long: all $(BUILD)/tests/test_train
+# The long checks: the whole first epoch of the Figure 6 comparison; the soak (2,000
+# steps of each app's model and engine: no per-step leak, the engines agree).
+test-long: all $(BUILD)/tests/test_train $(BUILD)/tests/test_soak
 	SCANPROP_FIG6_STEPS=1000000 BUILD=$(BUILD) $(BUILD)/tests/test_train --jobs=1 --verbose
+	SCANPROP_SOAK_STEPS=2000 SCANPROP_SOAK_REPORT=1 $(BUILD)/tests/test_soak --jobs=1
 
 test-asan:
 	$(MAKE) BUILD=build-asan SAN=1 OPT="-O1 -g" test
@@ -117,6 +123,22 @@ test-asan:
 build-clang:
 	$(MAKE) CC=clang BUILD=build-clang all opprof tests
 	$(MAKE) CC=clang BUILD=build-clang-asan SAN=1 OPT="-O1 -g" all opprof tests
+
+# Fuzzing: one libFuzzer binary per reader (tests/fuzz/targets.c), the library built
+# with clang, coverage, ASan and UBSan into build-fuzz/; each runs FUZZ_SECONDS on a
+# scratch copy of its seed corpus tests/fuzz/corpus/<target> (scripts/fuzz.sh).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := safetensors idx cifar seqset image
+fuzzers: $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
+$(BUILD)/obj/tests/fuzz/stb_image.c.o: CFLAGS += -w
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz.c tests/fuzz/targets.c $(BUILD)/obj/tests/fuzz/stb_image.c.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -DFZ_RUN=fz_$* -DFZ_WRAP_FAIL -Wl,--wrap=sp_fail $< \
+	    $(BUILD)/obj/tests/fuzz/stb_image.c.o $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
+fuzz-build:
+	$(MAKE) CC=clang BUILD=build-fuzz SAN=1 FUZZ=1 OPT="-O1 -g" fuzzers
+fuzz: fuzz-build
+	./scripts/fuzz.sh build-fuzz/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 cuda-tests: $(CUDA_TESTS)
 
@@ -136,6 +158,6 @@ format:
 	clang-format -i $(wildcard */*.c */*.h */*.cu)
 
 clean:
-	rm -rf build build-asan build-cuda build-clang build-clang-asan
+	rm -rf build build-asan build-cuda build-clang build-clang-asan build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

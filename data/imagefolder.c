@@ -184,11 +184,62 @@ static uint8_t *pil_resize(const uint8_t *img, int w, int h, int C, int size)
     return cur;
 }
 
+/* stb_image 2.27 (Debian 12's libstb) builds a JPEG Huffman table without checking
+ * that the 16 code counts of a DHT segment add up to at most 256, and a hostile file
+ * writes past the table (found by fuzzing, docs/RELIABILITY.md). So a JPEG's segments
+ * are walked first, as a decoder meets them (entropy-coded data is skipped to the next
+ * marker), and such a table is refused. Returns the byte offset of the bad table, or
+ * -1. Not a JPEG: -1 (stb_image's other decoders check their own tables). */
+static long jpeg_bad_huffman(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;   /* stbi_load reports it */
+    unsigned char head[2];
+    long bad = -1;
+    if (fread(head, 1, 2, f) != 2 || head[0] != 0xFF || head[1] != 0xD8 || fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return -1;
+    }
+    long n = ftell(f);
+    unsigned char *b = n > 0 ? malloc((size_t)n) : NULL;
+    if (!b || fseek(f, 0, SEEK_SET) != 0 || fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        fclose(f);
+        return -1;
+    }
+    fclose(f);
+    for (long i = 2; i + 1 < n && bad < 0;) {
+        if (b[i] != 0xFF || b[i + 1] == 0xFF) {   /* entropy-coded data, fill bytes */
+            i++;
+            continue;
+        }
+        unsigned m = b[i + 1];
+        if (m == 0x00 || (m >= 0xD0 && m <= 0xD7) || m == 0x01) {   /* stuffing, RSTn, TEM */
+            i += 2;
+            continue;
+        }
+        if (m == 0xD9 || i + 3 >= n) break;   /* EOI */
+        long len = (long)b[i + 2] << 8 | b[i + 3], end = i + 2 + len < n ? i + 2 + len : n;
+        if (m == 0xC4)
+            for (long t = i + 4; t + 17 <= end;) {   /* tables: class/id, 16 counts, symbols */
+                long codes = 0;
+                for (int k = 1; k <= 16; k++) codes += b[t + k];
+                if (codes > 256) bad = t;
+                t += 17 + codes;
+            }
+        i += 2 + len;   /* after SOS's header, entropy-coded data runs to the next marker */
+    }
+    free(b);
+    return bad;
+}
+
 /* One image as C×size×size bytes: decode as RGB, to luminance with PIL's
  * convert("L") weights (ITU-R 601-2) when one channel is wanted, resize. */
 static void load_image(const char *path, int size, int channels, uint8_t *chw)
 {
     int w, h, comp;
+    long bad = jpeg_bad_huffman(path);
+    if (bad >= 0) sp_fail("%s: corrupt JPEG: a Huffman table at byte %ld has more than 256 codes", path, bad);
     uint8_t *img = stbi_load(path, &w, &h, &comp, 3);
     if (!img) sp_fail("%s: cannot decode image: %s", path, stbi_failure_reason());
     if (channels == 1)

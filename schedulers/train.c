@@ -176,6 +176,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
                 sp_checkpoint_save(cfg->save_path, m, o,
                                    &(sp_train_state){r.steps, epoch, epoch_steps, epoch_loss, sp_optim_get_lr(o)},
                                    cfg->run_meta);
+            if (cfg->on_step) cfg->on_step(cfg->on_step_ctx, r.steps);
             progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
             if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
                 sp_evaluate(m, test, cfg->eval_batch, &r.test_loss, &r.test_acc);

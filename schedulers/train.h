@@ -26,6 +26,9 @@ typedef struct sp_train_cfg {
     long save_every;
     const char *save_path, *resume_path;
     const char *const *run_meta;
+    /* Called after every step with the steps done so far (NULL = none): soak tests. */
+    void (*on_step)(void *ctx, long steps);
+    void *on_step_ctx;
 } sp_train_cfg;
 
 typedef struct sp_train_result {
