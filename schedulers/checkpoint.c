@@ -28,18 +28,20 @@ typedef struct names {
     int n;
 } names;
 
-static const char *name_add(names *nm, const char *fmt, const char *a, const char *b)
+/* fmt with a, b into the next name slot (truncated names are refused by the caller). */
+static const char *name_add(names *nm, const char *fmt, const char *a, const char *b, bool *too_long)
 {
     char *s = nm->s[nm->n++];
-    if ((size_t)snprintf(s, NAME_LEN, fmt, a, b) >= NAME_LEN) sp_fail("checkpoint: parameter name %s too long", a);
+    if ((size_t)snprintf(s, NAME_LEN, fmt, a, b) >= NAME_LEN) *too_long = true;
     return s;
 }
 
 static const int scalar_shape[1] = {1};
 
-void sp_checkpoint_save(const char *path, const sp_model *m, const sp_optim *o, const sp_train_state *s,
-                        const char *const *run_meta)
+int sp_checkpoint_save(const char *path, const sp_model *m, const sp_optim *o, const sp_train_state *s,
+                       const char *const *run_meta)
 {
+    bool too_long = false;
     const char *kinds[2];
     int nk = state_kinds(o, kinds), np = m->nparams;
     int cap = np + o->nparams * (1 + nk) + 5;
@@ -54,10 +56,10 @@ void sp_checkpoint_save(const char *path, const sp_model *m, const sp_optim *o, 
     for (int i = 0; i < o->nparams; i++) {
         const sp_param *p = o->params[i];
         steps[i] = o->steps[i];
-        e[n++] = (sp_st_entry){name_add(&nm, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, "step"), SP_ST_I64, 0,
+        e[n++] = (sp_st_entry){name_add(&nm, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, "step", &too_long), SP_ST_I64, 0,
                                scalar_shape, &steps[i]};
         for (int k = 0; k < nk; k++)
-            e[n++] = (sp_st_entry){name_add(&nm, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, kinds[k]), SP_ST_F32,
+            e[n++] = (sp_st_entry){name_add(&nm, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, kinds[k], &too_long), SP_ST_F32,
                                    p->value.ndim, p->value.shape, o->state[k] + o->offset[i]};
     }
     int64_t step = s->step, epoch = s->epoch, batch = s->batch;
@@ -82,119 +84,129 @@ void sp_checkpoint_save(const char *path, const sp_model *m, const sp_optim *o, 
         meta[j++] = keys[i / 2];
         meta[j++] = run_meta[i + 1];
     }
-    sp_st_write(path, n, e, meta);
+    int rc = too_long ? sp_error("%s: a parameter name is too long for a checkpoint tensor name", path)
+                      : sp_st_write(path, n, e, meta);
     free(keys);
     free(meta);
     free(steps);
     free(nm.s);
     free(e);
+    return rc;
 }
 
-/* The scalar `name` of dtype dt, or one line naming the problem and exit 2. */
-static const unsigned char *scalar(const sp_st_file *f, const char *name, sp_st_dtype dt)
+/* The scalar `name` of dtype dt into out (8 bytes), or SP_ERR naming the problem. */
+static int scalar(const sp_st_file *f, const char *name, sp_st_dtype dt, void *out)
 {
     const sp_st_tensor *t = sp_st_find(f, name);
     if (!t)
-        sp_fail("%s: no tensor %s (not a resumable checkpoint: those are written by --save-every)", sp_st_path(f),
-                name);
+        return sp_error("%s: no tensor %s (not a resumable checkpoint: those are written by --save-every)",
+                        sp_st_path(f), name);
     if (t->dtype != dt || t->numel != 1)
-        sp_fail("%s: %s is %s with %zu elements, expected one %s", sp_st_path(f), name, sp_st_dtype_name(t->dtype),
-                t->numel, sp_st_dtype_name(dt));
-    return t->data;
+        return sp_error("%s: %s is %s with %zu elements, expected one %s", sp_st_path(f), name,
+                        sp_st_dtype_name(t->dtype), t->numel, sp_st_dtype_name(dt));
+    return sp_st_read_raw(f, t, out);
 }
 
-static int64_t get_i64(const sp_st_file *f, const char *name)
-{
-    int64_t v;
-    memcpy(&v, scalar(f, name, SP_ST_I64), sizeof v);
-    return v;
-}
-
-static double get_f64(const sp_st_file *f, const char *name)
-{
-    double v;
-    memcpy(&v, scalar(f, name, SP_ST_F64), sizeof v);
-    return v;
-}
-
-/* `name` is F32 with p's shape: its data, else exit 2. */
-static const unsigned char *buffer(const sp_st_file *f, const char *name, const sp_param *p)
+/* `name` is F32 with p's shape: the tensor, else NULL naming the problem. */
+static const sp_st_tensor *buffer(const sp_st_file *f, const char *name, const sp_param *p)
 {
     const sp_st_tensor *t = sp_st_find(f, name);
     if (!t)
-        sp_fail("%s: no tensor %s (not a resumable checkpoint of this optimizer: those are written by "
-                "--save-every)", sp_st_path(f), name);
+        return sp_error("%s: no tensor %s (not a resumable checkpoint of this optimizer: those are written by "
+                        "--save-every)", sp_st_path(f), name), NULL;
     bool same = t->dtype == SP_ST_F32 && t->ndim == p->value.ndim;
     for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == p->value.shape[d];
     if (!same) {
         char buf[64];
-        sp_fail("%s: %s is not F32 of shape %s like %s", sp_st_path(f), name,
-                sp_shape_str(&p->value, buf, sizeof buf), p->name);
+        return sp_error("%s: %s is not F32 of shape %s like %s", sp_st_path(f), name,
+                        sp_shape_str(&p->value, buf, sizeof buf), p->name), NULL;
     }
-    return t->data;
+    return t;
 }
 
-static void check_meta(const sp_st_file *f, const char *key, const char *want)
+static int check_meta(const sp_st_file *f, const char *key, const char *want)
 {
     char k[NAME_LEN];
     snprintf(k, sizeof k, "run.%s", key);
     const char *got = sp_st_metadata(f, k);
     if (!got)
-        sp_fail("%s: no metadata %s (not a resumable checkpoint: those are written by --save-every)", sp_st_path(f),
-                k);
+        return sp_error("%s: no metadata %s (not a resumable checkpoint: those are written by --save-every)",
+                        sp_st_path(f), k);
     if (strcmp(got, want) != 0)
-        sp_fail("%s: saved with --%s %s, this run has --%s %s (a resumed run must use the same settings)",
-                sp_st_path(f), key, got, key, want);
+        return sp_error("%s: saved with --%s %s, this run has --%s %s (a resumed run must use the same settings)",
+                        sp_st_path(f), key, got, key, want);
+    return SP_OK;
 }
 
-void sp_checkpoint_load(const char *path, sp_model *m, sp_optim *o, sp_train_state *s,
-                        const char *const *run_meta)
+/* Everything checked, nothing changed: SP_OK and the loop state in *t. */
+static int check_all(const sp_st_file *f, const sp_model *m, const sp_optim *o, sp_train_state *t,
+                     const char *const *run_meta)
 {
-    sp_st_file *f = sp_st_open(path);
-    const char *model = sp_st_metadata(f, "scanprop_model");
+    const char *path = sp_st_path(f), *model = sp_st_metadata(f, "scanprop_model");
     if (model && strcmp(model, m->name) != 0)
-        sp_fail("%s: a checkpoint of model %s, this is %s", path, model, m->name);
-    check_meta(f, "optim", o->name);
-    for (int i = 0; run_meta && run_meta[i]; i += 2) check_meta(f, run_meta[i], run_meta[i + 1]);
-
-    /* every check before any change */
+        return sp_error("%s: a checkpoint of model %s, this is %s", path, model, m->name);
+    if (check_meta(f, "optim", o->name) != SP_OK) return SP_ERR;
+    for (int i = 0; run_meta && run_meta[i]; i += 2)
+        if (check_meta(f, run_meta[i], run_meta[i + 1]) != SP_OK) return SP_ERR;
     const char *kinds[2];
     int nk = state_kinds(o, kinds);
     char name[NAME_LEN];
     for (int i = 0; i < o->nparams; i++) {
         const sp_param *p = o->params[i];
+        int64_t st;
         snprintf(name, sizeof name, SP_ST_STATE_PREFIX "optim/%s/step", p->name);
-        int64_t st = get_i64(f, name);
-        if (st < 0) sp_fail("%s: %s = %lld (expected >= 0)", path, name, (long long)st);
+        if (scalar(f, name, SP_ST_I64, &st) != SP_OK) return SP_ERR;
+        if (st < 0) return sp_error("%s: %s = %lld (expected >= 0)", path, name, (long long)st);
         for (int k = 0; k < nk; k++) {
             snprintf(name, sizeof name, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, kinds[k]);
-            buffer(f, name, p);
+            if (!buffer(f, name, p)) return SP_ERR;
         }
     }
-    sp_train_state t = {
-        .step = (long)get_i64(f, SP_ST_STATE_PREFIX "train/step"),
-        .epoch = 0,
-        .batch = (long)get_i64(f, SP_ST_STATE_PREFIX "train/batch"),
-        .epoch_loss = get_f64(f, SP_ST_STATE_PREFIX "train/epoch_loss"),
-        .lr = get_f64(f, SP_ST_STATE_PREFIX "train/lr"),
-    };
-    int64_t epoch = get_i64(f, SP_ST_STATE_PREFIX "train/epoch");
-    if (t.step < 0 || t.batch < 0 || t.batch > t.step || epoch < 0 || epoch > INT32_MAX || !(t.lr >= 0))
-        sp_fail("%s: inconsistent training state (step %ld, epoch %lld, batch %ld, lr %g)", path, t.step,
-                (long long)epoch, t.batch, t.lr);
-    t.epoch = (int)epoch;
+    int64_t step, epoch, batch;
+    if (scalar(f, SP_ST_STATE_PREFIX "train/step", SP_ST_I64, &step) != SP_OK ||
+        scalar(f, SP_ST_STATE_PREFIX "train/epoch", SP_ST_I64, &epoch) != SP_OK ||
+        scalar(f, SP_ST_STATE_PREFIX "train/batch", SP_ST_I64, &batch) != SP_OK ||
+        scalar(f, SP_ST_STATE_PREFIX "train/epoch_loss", SP_ST_F64, &t->epoch_loss) != SP_OK ||
+        scalar(f, SP_ST_STATE_PREFIX "train/lr", SP_ST_F64, &t->lr) != SP_OK)
+        return SP_ERR;
+    if (step < 0 || batch < 0 || batch > step || epoch < 0 || epoch > INT32_MAX || !(t->lr >= 0))
+        return sp_error("%s: inconsistent training state (step %lld, epoch %lld, batch %lld, lr %g)", path,
+                        (long long)step, (long long)epoch, (long long)batch, t->lr);
+    t->step = (long)step;
+    t->epoch = (int)epoch;
+    t->batch = (long)batch;
+    return SP_OK;
+}
 
-    sp_model_load(m, path);   /* checks the weights, then reads them */
-    for (int i = 0; i < o->nparams; i++) {
+int sp_checkpoint_load(const char *path, sp_model *m, sp_optim *o, sp_train_state *s,
+                       const char *const *run_meta)
+{
+    sp_st_file *f = sp_st_open(path);
+    if (!f) return SP_ERR;
+    sp_train_state t = {0};
+    if (check_all(f, m, o, &t, run_meta) != SP_OK || sp_model_load(m, path) != SP_OK) {
+        sp_st_close(f);
+        return SP_ERR;
+    }
+    const char *kinds[2];
+    int nk = state_kinds(o, kinds);
+    char name[NAME_LEN];
+    /* checked above: only a read error (the file changed under us) fails now */
+    int rc = SP_OK;
+    for (int i = 0; rc == SP_OK && i < o->nparams; i++) {
         const sp_param *p = o->params[i];
+        int64_t st = 0;
         snprintf(name, sizeof name, SP_ST_STATE_PREFIX "optim/%s/step", p->name);
-        o->steps[i] = (long)get_i64(f, name);
-        for (int k = 0; k < nk; k++) {
+        rc = scalar(f, name, SP_ST_I64, &st);
+        o->steps[i] = (long)st;
+        for (int k = 0; rc == SP_OK && k < nk; k++) {
             snprintf(name, sizeof name, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, kinds[k]);
-            memcpy(o->state[k] + o->offset[i], buffer(f, name, p), p->value.numel * sizeof(float));
+            rc = sp_st_read_raw(f, buffer(f, name, p), o->state[k] + o->offset[i]);
         }
     }
+    sp_st_close(f);
+    if (rc != SP_OK) return SP_ERR;
     sp_optim_set_lr(o, t.lr);
     *s = t;
-    sp_st_close(f);
+    return SP_OK;
 }

@@ -27,6 +27,7 @@
 #ifndef SP_CHECKPOINT_H
 #define SP_CHECKPOINT_H
 
+#include "core/error.h"
 #include "core/model.h"
 #include "optim/optim.h"
 
@@ -38,13 +39,14 @@ typedef struct sp_train_state {
     double lr;          /* the optimizer's rate            */
 } sp_train_state;
 
-/* run_meta: NULL or {"key", "value", ..., NULL}, stored as "run.<key>". */
-void sp_checkpoint_save(const char *path, const sp_model *m, const sp_optim *o, const sp_train_state *s,
-                        const char *const *run_meta);
+/* run_meta: NULL or {"key", "value", ..., NULL}, stored as "run.<key>". SP_OK, or
+ * SP_ERR with the message in sp_last_error() and the old file intact. */
+int sp_checkpoint_save(const char *path, const sp_model *m, const sp_optim *o, const sp_train_state *s,
+                       const char *const *run_meta) SP_MUST_CHECK;
 /* Checks everything first (a resumable checkpoint of this model and optimizer, the same
- * run settings), then restores weights, optimizer state and *s. Any problem: one line
- * naming the file, exit 2, nothing changed. */
-void sp_checkpoint_load(const char *path, sp_model *m, sp_optim *o, sp_train_state *s,
-                        const char *const *run_meta);
+ * run settings), then restores weights, optimizer state and *s. SP_OK, or SP_ERR with
+ * one line naming the file in sp_last_error() and nothing changed. */
+int sp_checkpoint_load(const char *path, sp_model *m, sp_optim *o, sp_train_state *s,
+                       const char *const *run_meta) SP_MUST_CHECK;
 
 #endif

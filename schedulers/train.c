@@ -1,4 +1,5 @@
 /* train.c — the training loop, evaluation and progress display. */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "schedulers/checkpoint.h"
+#include "schedulers/exec.h"
 #include "schedulers/train.h"
 
 float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
@@ -54,6 +56,44 @@ void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double
     sp_loader_free(l);
     *loss_out = seen ? loss / (double)seen : NAN;
     *acc_out = seen ? (double)correct / (double)seen : NAN;
+}
+
+/* ---- evaluation across ranks --------------------------------------------------------- */
+
+/* Rank r of W evaluates the samples [r·n/W, (r+1)·n/W) of d; the sums meet by allreduce. */
+typedef struct slice_ds {
+    sp_dataset d;
+    sp_dataset *base;
+    int off;
+} slice_ds;
+
+static void slice_get(sp_dataset *d, int i, float *x, int *y)
+{
+    slice_ds *s = (slice_ds *)d;
+    sp_dataset_get(s->base, s->off + i, x, y);
+}
+
+static void evaluate(sp_model *m, sp_dataset *d, int batch, const sp_train_cfg *cfg, double *loss, double *acc)
+{
+    if (!cfg->exec) {
+        sp_evaluate(m, d, batch, loss, acc);
+        return;
+    }
+    sp_exec_sync_weights(cfg->exec);
+    int W = sp_exec_workers(cfg->exec), r = sp_exec_rank(cfg->exec);
+    int lo = (int)((long)d->n * r / W), hi = (int)((long)d->n * (r + 1) / W);
+    slice_ds s = {.d = *d, .base = d, .off = lo};
+    s.d.n = hi - lo;
+    s.d.get = slice_get;
+    s.d.free = NULL;
+    s.d.norm_channels = 0;   /* the base normalises */
+    double l = 0, a = 0;
+    if (s.d.n > 0) sp_evaluate(m, &s.d, batch, &l, &a);
+    float sums[2] = {(float)(l * s.d.n), (float)(a * s.d.n + 0.5)};
+    sp_comm_set_label("evaluation");
+    sp_allreduce(sp_comm_world(), sums, 2);
+    *loss = d->n ? (double)sums[0] / d->n : NAN;
+    *acc = d->n ? floor((double)sums[1]) / d->n : NAN;
 }
 
 /* ---- progress ------------------------------------------------------------------------ */
@@ -124,8 +164,12 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
                          const sp_train_cfg *cfg)
 {
     long per_epoch = sp_loader_nbatches(train);
-    long total = cfg->steps > 0 ? cfg->steps : per_epoch * cfg->epochs;
-    int epochs = cfg->steps > 0 ? (int)((cfg->steps + per_epoch - 1) / per_epoch) : cfg->epochs;
+    if (cfg->epochs < 0 || cfg->steps < 0 || (cfg->epochs == 0 && cfg->steps == 0))
+        sp_fail("%s: %d epochs and %ld steps: give at least one limit", cfg->app, cfg->epochs, cfg->steps);
+    /* both limits: whichever comes first; steps alone: as many epochs as they need */
+    long total = cfg->epochs > 0 ? per_epoch * cfg->epochs : cfg->steps;
+    if (cfg->steps > 0 && cfg->steps < total) total = cfg->steps;
+    int epochs = (int)((total + per_epoch - 1) / per_epoch);
     sp_train_result r = {.test_loss = NAN, .test_acc = NAN};
     double *fwd = sp_xmalloc((size_t)(total + 1) * sizeof *fwd);   /* before the loop: no malloc per step */
     double *bwd = sp_xmalloc((size_t)(total + 1) * sizeof *bwd);
@@ -138,7 +182,8 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     long images = 0;
     sp_train_state resumed = {0};
     if (cfg->resume_path) {
-        sp_checkpoint_load(cfg->resume_path, m, o, &resumed, cfg->run_meta);
+        if (sp_checkpoint_load(cfg->resume_path, m, o, &resumed, cfg->run_meta) != SP_OK)
+            sp_fail("%s", sp_last_error());
         if (resumed.batch > per_epoch)
             sp_fail("--resume %s: saved after batch %ld of an epoch of %ld batches (a different dataset?)",
                     cfg->resume_path, resumed.batch, per_epoch);
@@ -160,7 +205,8 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         r.epochs = epoch + 1;
         while (r.steps < total && sp_loader_next(train, &b)) {
             double f, bw, st;
-            float loss = sp_train_step(m, e, o, &t, &b.x, b.y, &f, &bw, &st);
+            float loss = cfg->exec ? sp_exec_step(cfg->exec, &b.x, b.y, &f, &bw, &st)
+                                   : sp_train_step(m, e, o, &t, &b.x, b.y, &f, &bw, &st);
             if (!isfinite(loss)) sp_fail("%s: loss became %g at step %ld (try a smaller --lr)", cfg->app, loss, r.steps);
             fwd[r.steps] = f;
             bwd[r.steps] = bw;
@@ -172,21 +218,22 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             epoch_steps++;
             r.last_loss = loss;
             if (log) fprintf(log, "%ld,%d,%.9g,%.9g,%.6f\n", r.steps, epoch, loss, sp_optim_get_lr(o), sp_now() - p.start);
-            if (cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total))
+            if (cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total) &&
                 sp_checkpoint_save(cfg->save_path, m, o,
                                    &(sp_train_state){r.steps, epoch, epoch_steps, epoch_loss, sp_optim_get_lr(o)},
-                                   cfg->run_meta);
+                                   cfg->run_meta) != SP_OK)
+                sp_fail("%s", sp_last_error());
             if (cfg->on_step) cfg->on_step(cfg->on_step_ctx, r.steps);
             progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
             if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
-                sp_evaluate(m, test, cfg->eval_batch, &r.test_loss, &r.test_acc);
+                evaluate(m, test, cfg->eval_batch, cfg, &r.test_loss, &r.test_acc);
                 progress_line(&p, "%s step %ld: test loss %.4f acc %.4f", cfg->app, r.steps, r.test_loss, r.test_acc);
             }
         }
         r.train_loss = epoch_steps ? epoch_loss / (double)epoch_steps : NAN;
         progress_show(&p, cfg->app, epoch, epochs, r.steps, r.last_loss, busy > 0 ? images / busy : 0, true);
         if (test && cfg->eval_every == 0) {
-            sp_evaluate(m, test, cfg->eval_batch, &r.test_loss, &r.test_acc);
+            evaluate(m, test, cfg->eval_batch, cfg, &r.test_loss, &r.test_acc);
             progress_line(&p, "%s epoch %d: train loss %.4f, test loss %.4f acc %.4f", cfg->app, epoch + 1,
                           r.train_loss, r.test_loss, r.test_acc);
         } else {
@@ -194,13 +241,16 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         }
     }
     if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every != 0)
-        sp_evaluate(m, test, cfg->eval_batch, &r.test_loss, &r.test_acc);
+        evaluate(m, test, cfg->eval_batch, cfg, &r.test_loss, &r.test_acc);
     r.seconds = sp_now() - p.start;
     r.images_per_s = busy > 0 ? (double)images / busy : 0.0;
     r.forward_ms = median_ms(fwd + first, r.steps - first);
     r.backward_ms = median_ms(bwd + first, r.steps - first);
     r.step_ms = median_ms(all + first, r.steps - first);
-    if (log && fclose(log) != 0) sp_fail("--log %s: write failed", cfg->log_path);
+    if (log) {
+        bool bad = ferror(log) != 0;
+        if (fclose(log) != 0 || bad) sp_fail("--log %s: write failed: %s", cfg->log_path, strerror(errno));
+    }
     sp_tape_free(&t);
     free(fwd);
     free(bwd);

@@ -12,8 +12,9 @@
 
 typedef struct sp_train_cfg {
     const char *app;           /* for progress lines                          */
-    int epochs;
-    long steps;                /* stop after this many steps (0 = whole epochs) */
+    int epochs;                /* 0: as many as `steps` needs                 */
+    long steps;                /* stop after this many steps (0 = whole epochs); with
+                                * both limits, whichever comes first            */
     int eval_every;            /* evaluate every N steps (0 = after each epoch) */
     int eval_batch;
     const char *log_path;      /* per-step CSV: step,epoch,loss,lr,seconds     */
@@ -29,6 +30,9 @@ typedef struct sp_train_cfg {
     /* Called after every step with the steps done so far (NULL = none): soak tests. */
     void (*on_step)(void *ctx, long steps);
     void *on_step_ctx;
+    /* --parallel: the executor runs each step on the MPI ranks (schedulers/exec.h). Every
+     * rank calls sp_train alike; the test set is split over the ranks for evaluation. */
+    struct sp_exec *exec;
 } sp_train_cfg;
 
 typedef struct sp_train_result {

@@ -2,8 +2,8 @@
 # Installs the Debian packages scanprop needs, only those that are missing.
 # Usage: scripts/deps.sh            (as root, or with sudo available)
 set -euo pipefail
-pkgs=(build-essential pkg-config libopenblas-dev libcriterion-dev zlib1g-dev libstb-dev
-      python3-torch python3-numpy dataset-fashion-mnist
+pkgs=(build-essential pkg-config libopenblas-dev libcriterion-dev zlib1g-dev libstb-dev libdnnl-dev
+      python3-torch python3-numpy dataset-fashion-mnist openmpi-bin libopenmpi-dev
       clang libclang-rt-dev)   # clang builds (make build-clang) and libFuzzer (make fuzz)
 missing=()
 for p in "${pkgs[@]}"; do

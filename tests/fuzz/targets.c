@@ -2,8 +2,8 @@
  * harnesses (tests/fuzz/fuzz_*.c) and the corpus regression suite (tests/test_fuzz.c).
  *
  * The readers take paths, so an input is written to a scratch directory first. A
- * reader may refuse an input (an error status, or today's one line and exit 2); it
- * must never crash, read or write out of bounds, overflow, hang or leak. Datasets that
+ * reader may refuse an input (an error status with a message in sp_last_error()); it
+ * must never crash, exit, read or write out of bounds, overflow, hang or leak. Datasets that
  * open are read back sample by sample, so a bad size that got through shows. Each
  * target returns 1 if the input opened, 0 if it was refused with an error status. */
 #include <dirent.h>
@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include "core/error.h"
 #include "core/safetensors.h"
 #include "data/data.h"
 
@@ -59,7 +60,10 @@ static const char *fz_file(const char *name, const uint8_t *data, size_t size)
 /* Every sample, through the checked accessor. 1 if d opened, 0 if it was refused. */
 static int fz_walk(sp_dataset *d)
 {
-    if (!d) return 0;
+    if (!d) {
+        if (!*sp_last_error()) abort();   /* a refusal always says why */
+        return 0;
+    }
     size_t numel = sp_dataset_sample_numel(d);
     float *x = malloc(numel ? numel * sizeof *x : 1);
     for (int i = 0; i < d->n; i++) {
@@ -76,7 +80,10 @@ static int fz_walk(sp_dataset *d)
 static int fz_safetensors(const uint8_t *data, size_t size)
 {
     sp_st_file *f = sp_st_open(fz_file("t.safetensors", data, size));
-    if (!f) return 0;
+    if (!f) {
+        if (!*sp_last_error()) abort();
+        return 0;
+    }
     for (int i = 0; i < sp_st_count(f); i++) {
         const sp_st_tensor *t = sp_st_at(f, i);
         int shape[SP_ST_MAX_DIMS];
@@ -87,8 +94,9 @@ static int fz_safetensors(const uint8_t *data, size_t size)
         }
         if (n != t->numel || n > 1 << 24) continue;
         void *buf = malloc(n ? n * 4 : 4);
-        if (t->dtype <= SP_ST_BF16) sp_st_read_f32(f, t->name, buf, t->ndim, shape);
-        else sp_st_read_i32(f, t->name, buf, t->ndim, shape);
+        int rc = t->dtype <= SP_ST_BF16 ? sp_st_read_f32(f, t->name, buf, t->ndim, shape)
+                                        : sp_st_read_i32(f, t->name, buf, t->ndim, shape);
+        if (rc != SP_OK && !*sp_last_error()) abort();   /* a failure always says why */
         free(buf);
     }
     sp_st_metadata(f, "format");
