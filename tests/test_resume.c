@@ -166,7 +166,7 @@ Test(resume, refuses_other_settings_and_plain_checkpoints)
     snprintf(cmd, sizeof cmd, "%s %s --steps 5 --save-every 2", bin("rnn"), a);
     expect_refused(cmd, "--save-every needs --save");
     snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --load %s/r.st", bin("rnn"), a, dir, dir);
-    expect_refused(cmd, "--resume and --load");
+    expect_refused(cmd, "--resume does not apply with --load");
     snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/missing.st", bin("rnn"), a, dir);
     expect_refused(cmd, "missing.st");
 
