@@ -510,6 +510,11 @@ static int read_bytes_at(const sp_st_file *f, const sp_st_tensor *t, void *dst, 
     return sp_pread_full(f->fd, dst, n, (off_t)(t->offset + from), f->path, what);
 }
 
+int sp_st_read_raw(const sp_st_file *f, const sp_st_tensor *t, void *dst)
+{
+    return read_bytes_at(f, t, dst, t->nbytes, 0);
+}
+
 int sp_st_read_f32(const sp_st_file *f, const char *name, float *dst, int ndim, const int *shape)
 {
     const sp_st_tensor *t = get_checked(f, name, ndim, shape, true);
