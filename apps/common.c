@@ -71,6 +71,10 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .scope = SP_SCOPE_CKPT},
         {"eval-only", SP_FLAG_BOOL, &o->eval_only, "evaluate the --load weights on the test set (eval mode), no "
          "training", .group = G_CKPT, .needs = "load,!save", .scope = SP_SCOPE_CKPT},
+        {"save-every", SP_FLAG_LONG, &o->save_every, "also write a resumable checkpoint to --save every N steps "
+         "(0 = off)", .group = G_CKPT, .meta = "N", .range = "0..", .needs = "save,!parallel", .scope = SP_SCOPE_CKPT},
+        {"resume", SP_FLAG_STR, &o->resume, "continue the run of a --save-every checkpoint, bitwise as if "
+         "uninterrupted", .group = G_CKPT, .meta = "FILE", .needs = "!load,!parallel", .scope = SP_SCOPE_CKPT},
         {"backward", SP_FLAG_STR, &o->backward, "backward engine", .group = G_ENGINE,
          .choices = "linear|bppsa|ooo", .scope = SP_SCOPE_ENGINE},
         {"scan-levels", SP_FLAG_STR, &o->scan_levels_arg, "up-sweep levels: 0 (= linear BP) .. the model's "
@@ -87,7 +91,7 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
         {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON (with --backward ooo or --parallel)",
          .group = G_OOO, .meta = "FILE", .scope = SP_SCOPE_ENGINE},
         {"parallel", SP_FLAG_STR, &o->parallel, "run the master schedule on the MPI ranks", .group = G_PAR,
-         .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo", .needs = "backward=linear",
+         .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|scan", .needs = "backward=linear|ooo",
          .scope = SP_SCOPE_RUN},
         {"microbatches", SP_FLAG_INT, &o->microbatches, "micro-batches B per step (0 = W, pipelines 2W)",
          .group = G_PAR, .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
@@ -101,7 +105,7 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .group = G_PAR, .meta = "X", .range = "0.001..", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"costs", SP_FLAG_STR, &o->costs, "stage costs CSV (as --costs-out writes) instead of measuring",
          .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
-        {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs used (for build/schedule --profile)",
+        {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs this run measured (for build/schedule --profile)",
          .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"exec-order", SP_FLAG_STR, &o->exec_order, "write each rank's executed job order", .group = G_PAR,
          .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
@@ -679,7 +683,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_engine_opts eo = sp_app_engine_opts(o);
     sp_engine *e = sp_engine_create(o->backward, &eo);
     if (o->load) sp_check(sp_model_load(m, o->load));
-    else sp_model_init(m, o->seed);
+    else sp_model_init(m, o->seed);   /* --resume overwrites it in sp_train */
     if (o->scan_levels >= 0 && strcmp(o->backward, "bppsa") == 0) {   /* one sample, to know the chain */
         sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
         sp_batch b;
@@ -708,10 +712,23 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
                        .log_path = o->log,
                        .lr = &sched,
                        .quiet = o->quiet || !sp_app_prints(ex),
-                       .exec = ex};
+                       .exec = ex,
+                       .save_every = o->save_every,
+                       .save_path = o->save,
+                       .resume_path = o->resume};
+    /* What decides a run's numbers: a resume must match (schedulers/checkpoint.h). */
+    char lr[32], mom[32], wd[32], batch[16], seed[24];
+    snprintf(lr, sizeof lr, "%.17g", o->lr);
+    snprintf(mom, sizeof mom, "%.17g", o->momentum);
+    snprintf(wd, sizeof wd, "%.17g", o->weight_decay);
+    snprintf(batch, sizeof batch, "%d", o->batch);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    const char *run_meta[] = {"lr", lr, "lr-schedule", o->lr_schedule, "momentum", mom, "weight-decay", wd,
+                              "batch", batch, "seed", seed, "no-shuffle", o->no_shuffle ? "yes" : "no", NULL};
+    tc.run_meta = run_meta;
     sp_train_result r = sp_train(m, e, opt, loader, test, &tc);
     if (ex && o->save) sp_exec_sync_weights(ex);
-    if (o->save && sp_app_prints(ex)) sp_check(sp_model_save(m, o->save));
+    if (o->save && o->save_every == 0 && sp_app_prints(ex)) sp_check(sp_model_save(m, o->save));   /* else sp_train saved */
 
     sp_json j;
     sp_json_begin(&j);
@@ -775,7 +792,9 @@ struct sp_exec *sp_app_exec_new(const sp_app_opts *o, sp_model *m, struct sp_opt
                      .costs_in = o->costs,
                      .costs_out = o->costs_out,
                      .order_out = o->exec_order,
-                     .trace_path = o->trace};
+                     .trace_path = o->trace,
+                     .ooo = strcmp(o->backward, "ooo") == 0,
+                     .k = o->k};
     return sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
 }
 

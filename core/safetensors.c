@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "core/error.h"
@@ -45,6 +46,8 @@ size_t sp_st_dtype_size(sp_st_dtype dt) { return dtypes[dt].size; }
 struct sp_st_file {
     char *path;
     int fd;                         /* open until sp_st_close            */
+    unsigned char *map;             /* the file, mapped read-only (data) */
+    bool mapped;                    /* map is an mmap (else malloc)      */
     size_t size, buffer_size;
     uint64_t buffer_off;            /* 8 + header length                 */
     sp_st_tensor *tensors;
@@ -386,12 +389,34 @@ sp_st_file *sp_st_open(const char *path)
                  (unsigned long long)hlen, f->size - 8);
         goto fail;
     }
+    {   /* a long header that does not even start as JSON is refused before it is read */
+        char head[256];
+        size_t k = hlen < sizeof head ? (size_t)hlen : sizeof head, i = 0;
+        if (sp_pread_full(fd, head, k, 8, path, "the header") != SP_OK) goto fail;
+        while (i < k && strchr(" \t\n\r", head[i]) && head[i]) i++;
+        if (i < k && head[i] != '{') {
+            sp_error("%s: bad safetensors header at byte %zu: expected '{'", path, 8 + i);
+            goto fail;
+        }
+    }
     header = sp_file_alloc((size_t)hlen + 1, 0, path);
     if (!header || sp_pread_full(fd, header, (size_t)hlen, 8, path, "the header") != SP_OK) goto fail;
     f->buffer_off = 8 + hlen;
     f->buffer_size = f->size - 8 - (size_t)hlen;
     if (parse_header(f, header, (size_t)hlen) != SP_OK || check_coverage(f) != SP_OK) goto fail;
     free(header);
+    header = NULL;
+    /* Only now, the file valid: map it for sp_st_tensor.data (costs address space,
+     * not memory). Where mapping fails, read it (under the file ceiling). */
+    void *map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map != MAP_FAILED) {
+        f->map = map;
+        f->mapped = true;
+    } else if (!(f->map = sp_file_alloc(f->size, 0, path)) ||
+               sp_pread_full(fd, f->map, f->size, 0, path, "the file") != SP_OK) {
+        goto fail;
+    }
+    for (int i = 0; i < f->n; i++) f->tensors[i].data = f->map + f->tensors[i].offset;
     return f;
 fail:
     free(header);
@@ -407,6 +432,8 @@ void sp_st_close(sp_st_file *f)
     free(f->meta);
     free(f->tensors);
     if (f->fd >= 0) close(f->fd);
+    if (f->mapped) munmap(f->map, f->size);
+    else free(f->map);
     free(f->path);
     free(f);
 }
@@ -481,6 +508,11 @@ static int read_bytes_at(const sp_st_file *f, const sp_st_tensor *t, void *dst, 
     char what[300];
     snprintf(what, sizeof what, "tensor %s", t->name);
     return sp_pread_full(f->fd, dst, n, (off_t)(t->offset + from), f->path, what);
+}
+
+int sp_st_read_raw(const sp_st_file *f, const sp_st_tensor *t, void *dst)
+{
+    return read_bytes_at(f, t, dst, t->nbytes, 0);
 }
 
 int sp_st_read_f32(const sp_st_file *f, const char *name, float *dst, int ndim, const int *shape)

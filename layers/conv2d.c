@@ -9,6 +9,12 @@
  *   for the one tap (kh, kw) = (h+p−i·s, w+p−j·s) linking them, when it lies in [0, k)
  *   (BPPSA §3.4, Appendix D.1, which gives only k=3, p=1; this is the general case).
  *
+ * Two paths. By default (oneDNN builds) the forward, δ and G run on oneDNN's JIT
+ * convolutions (core/dnnl.h), with G for tiny output maps (Ho·Wo <= 16) on im2col and
+ * oneDNN's SGEMM; SCANPROP_CONV=gemm selects the im2col + OpenBLAS path below for all
+ * three, which the tests use as the reference. The choice is made at the forward and
+ * kept in the saved state, so δ and G follow it.
+ *
  * How the work is split. The forward and δ give each pool thread its own contiguous
  * range of samples and run single-threaded GEMMs on it: one sample per GEMM when
  * Ho·Wo >= MIN_GEMM_COLS (the GEMM then reads dy and writes y in NCHW directly), else
@@ -39,6 +45,10 @@
 #define MIN_GEMM_COLS 256
 /* G keeps a private copy per thread of weights up to this many floats (O·K). */
 #define G_PRIVATE_MAX_FLOATS 65536
+/* oneDNN's G kernels loop over output positions: at Ho·Wo <= 16 (VGG-11's last four
+ * convs) they ran 2–5× slower than im2col + SGEMM (oneDNN's, see core/dnnl.h), which
+ * then computes G on the oneDNN path too (docs/PERFORMANCE.md). */
+#define DNNL_G_MIN_P 16
 /* Otherwise its column buffer per chunk: inside the 32 MiB L3 of the target machine. */
 #define G_CHUNK_BYTES (8u << 20)
 
@@ -359,7 +369,7 @@ static void bias_grad_range(void *ctx, size_t begin, size_t end)
 static void conv_backward_params(sp_node *n, const sp_tensor *dy)
 {
     const conv_saved *S = n->saved;
-    if (S->dnnl) {
+    if (S->dnnl && S->P > DNNL_G_MIN_P) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_weights(n->tape, &c, sp_node_x(n)->data, dy->data, n->layer->params[0]->grad.data);
     } else if ((size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS) grad_private(n, dy);
