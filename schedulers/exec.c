@@ -281,6 +281,9 @@ static void check_config(sp_exec *x)
     if (!is_pipeline(name) && !is_looped(name) && !is_data(name))
         sp_comm_fail_all(w, "--parallel %s: unknown scheme (expected ddp | fsdp | gpipe | 1f1b | lpp | fslpp | "
                             "ooo-ff | ooo-modulo | scan)", name);
+    if (!sp_model_is_chain(x->m))   /* the stages apply layers one after another */
+        sp_comm_fail_all(w, "--parallel %s: model %s has residual or dense connections; the parallel executor "
+                            "runs chains of layers", name, x->m->name);
     if (x->cfg.ooo && strcmp(name, "ddp") != 0)
         sp_comm_fail_all(w, "--parallel %s --backward ooo: ooo's data-parallel order is for ddp (the pipelines "
                             "have ooo-ff and ooo-modulo)", name);
