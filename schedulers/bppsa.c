@@ -318,7 +318,7 @@ static void print_plan(const bppsa_state *s, int B)
 {
     const sp_scan_plan *p = &s->plan;
     double total = 0, span = 0, linear = 0;
-    int matmat = 0, work_levels = 0, last_work_level = -1;
+    int matmat = 0;
     printf("bppsa plan: n = %d links, %d up-sweep levels (full: %d), batch %d\n", s->n, p->up_levels,
            sp_scan_full_levels(s->n), B);
     printf("%5s %-8s %5s %5s  %-26s %14s %s\n", "level", "kind", "l", "r", "result", "FLOP/sample", "critical");
@@ -335,24 +335,23 @@ static void print_plan(const bppsa_state *s, int B)
         if (si->skip) snprintf(res, sizeof res, "skipped (a[n] unused)");
         else if (st->kind != SP_SCAN_IDENTITY)
         {
-            int k = snprintf(res, sizeof res, "%s %dx%d", kind_name(si->out.kind), si->out.rows,
-                             si->out.kind == EL_VEC ? 1 : si->out.cols);
+            int k = snprintf(res, sizeof res, "%s %dx%d%s", kind_name(si->out.kind), si->out.rows,
+                             si->out.kind == EL_VEC ? 1 : si->out.cols, st->product ? "" : " (move)");
             if (si->out.kind == EL_CSR) snprintf(res + k, sizeof res - (size_t)k, " nnz %lld", (long long)si->out.nnz);
         }
         bool crit = si->flops > 0 && si->flops == lvl_max;
         printf("%5d %-8s %5d %5d  %-26s %14.0f %s\n", st->level, kinds[st->kind], st->l, st->r, res, si->flops,
                crit ? "*" : "");
-        if (crit && (k == 0 || st->level != last_work_level)) work_levels++, last_work_level = st->level;
         total += si->flops;
         if (k == level_start) span += lvl_max;   /* a level takes as long as its longest step */
-        if (si->out.kind == EL_CSR || si->out.kind == EL_DENSE) matmat += !si->skip && si->flops > 0;
+        if (si->out.kind == EL_CSR || si->out.kind == EL_DENSE) matmat += st->product;
     }
     for (int i = 0; i + 1 < s->n; i++) {
         const el_type *t = &s->links[i].type;
         linear += 2 * (t->kind == EL_CSR ? (double)t->nnz : (double)t->rows * t->cols);
     }
-    printf("sequential levels: bppsa %d vs linear BP %d (levels that multiply: %d); matrix-matrix products %d\n",
-           p->nlevels, s->n - 1, work_levels, matmat);
+    printf("sequential levels: bppsa %d vs linear BP %d (longest product chain %d); matrix-matrix products %d\n",
+           p->work_levels, s->n - 1, p->chain_depth, matmat);
     printf("FLOP per sample: bppsa total %.0f, critical path %.0f; linear BP %.0f (bppsa does %.1fx the work)\n",
            total, span, linear, linear > 0 ? total / linear : 0.0);
     fflush(stdout);
@@ -449,13 +448,17 @@ static int run_level(exec_ctx *c, el_type *ty, el *reg, el_type *reg_t, int k, t
             ty[st->r] = si->out;
             break;
         case SP_SCAN_IDENTITY: ty[st->r] = (el_type){.kind = EL_ID}; break;
-        case SP_SCAN_CARRY: {   /* a[r] ← P; P ← a_old[r]·P */
+        case SP_SCAN_CARRY: {   /* a[r] ← P; P ← a_old[r]·P (P = I: a move) */
             if (st->l < 0) *reg_t = (el_type){.kind = EL_ID};
             el_type old_t = ty[st->r];
             for (int b = 0; b < B; b++) {
                 float *old = A(c, st->r, b).v;
                 A(c, st->r, b).v = reg[b].v;
                 if (si->skip) continue;
+                if (!st->product) {
+                    reg[b].v = old;
+                    continue;
+                }
                 float *out = sp_tape_alloc(t, floats);
                 tasks[ntasks++] = make_task(&old_t, old, reg_t, reg[b].v, si, out);
                 reg[b].v = out;
@@ -464,11 +467,16 @@ static int run_level(exec_ctx *c, el_type *ty, el *reg, el_type *reg_t, int k, t
             if (!si->skip) *reg_t = si->out;
             break;
         }
-        case SP_SCAN_DOWN: {   /* T ← a[l]; a[l] ← a[r]; a[r] ← T·a[r] */
+        case SP_SCAN_DOWN: {   /* T ← a[l]; a[l] ← a[r]; a[r] ← T·a[r] (a move when T or a[r] is I) */
             el_type T_t = ty[st->l];
             for (int b = 0; b < B; b++) {
-                float *T = A(c, st->l, b).v, *out = sp_tape_alloc(t, floats);
+                float *T = A(c, st->l, b).v;
                 A(c, st->l, b).v = A(c, st->r, b).v;
+                if (!st->product) {   /* the result is the operand that is not I (read only from now on) */
+                    if (T_t.kind != EL_ID) A(c, st->r, b).v = T;
+                    continue;
+                }
+                float *out = sp_tape_alloc(t, floats);
                 tasks[ntasks++] = make_task(&T_t, T, &ty[st->r], A(c, st->r, b).v, si, out);
                 A(c, st->r, b).v = out;
             }
