@@ -20,7 +20,8 @@ typedef struct sp_engine_opts {
      * its weight gradient (the sub lane), and the caller skips its own step. */
     void (*update)(void *ctx, sp_layer *l);
     void *update_ctx;
-    bool plan;                /* bppsa: print the static plan                 */
+    bool plan;                /* bppsa: print the static plan (summary)       */
+    bool plan_full;           /* bppsa: ... with every step of the scan       */
 } sp_engine_opts;
 
 typedef struct sp_engine sp_engine;

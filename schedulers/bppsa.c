@@ -24,6 +24,7 @@
 #include "core/csr_ops.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/model.h"
 #include "schedulers/engines.h"
 #include "schedulers/scan.h"
 
@@ -44,6 +45,13 @@ typedef struct el_type {
 typedef struct el {
     float *v;
 } el;
+
+/* One product of one sample: out = M·X with the types fixed by the type pass. */
+typedef struct task {
+    el_type Mt, Xt, Ot;
+    float *M, *X, *out;
+    sp_spgemm_plan *plan;
+} task;
 
 typedef struct link {
     sp_node *node;             /* refreshed every step                               */
@@ -72,7 +80,14 @@ typedef struct bppsa_state {
     sp_scan_plan plan;
     step_info *steps;
     bool plan_printed;
+    /* per-sample arena bytes of the scan (each allocation rounded as the arena does) */
+    size_t link_bytes, prod_bytes;
+    sp_bppsa_stats stats;      /* of the last backward                                 */
+    bool have_stats;
 } bppsa_state;
+
+/* What sp_arena_alloc hands out for a request of `bytes` (core/arena.c: 64-byte units). */
+static size_t arena_bytes(size_t bytes) { return bytes ? (bytes + 63) & ~(size_t)63 : 64; }
 
 /* ---- element arithmetic ------------------------------------------------------------- */
 
@@ -310,50 +325,116 @@ static void type_pass(bppsa_state *s)
     for (int i = 1; i <= n; i++)
         if (a[i].kind != EL_VEC) sp_fail("bppsa: internal: a[%d] ends as %s", i, kind_name(a[i].kind));
     free(a);
+    /* memory per sample: the Jᵀ values of every link but a[n]'s, and one new buffer per
+     * product (moves and skipped steps allocate nothing; nothing is freed in a step) */
+    s->link_bytes = s->prod_bytes = 0;
+    for (int i = 0; i + 1 < n; i++) {
+        const link *L = &s->links[i];
+        size_t floats = el_floats(&L->type);
+        if (L->t == 0 && L->type.kind == EL_DENSE) floats += (size_t)L->pattern.nnz;
+        s->link_bytes += arena_bytes(floats * sizeof(float));
+    }
+    for (int k = 0; k < s->plan.nsteps; k++)
+        if (s->plan.steps[k].product && !s->steps[k].skip)
+            s->prod_bytes += arena_bytes(el_floats(&s->steps[k].out) * sizeof(float));
+}
+
+/* The figures of the plan for a batch of B; forward_bytes: the tape's bytes in use when
+ * the backward starts (the forward's activations, as for every engine). */
+static void compute_stats(bppsa_state *s, sp_tape *t, sp_node *loss, int B, size_t forward_bytes)
+{
+    const sp_scan_plan *p = &s->plan;
+    sp_bppsa_stats *st = &s->stats;
+    *st = (sp_bppsa_stats){.n = s->n, .up_levels = p->up_levels, .full_levels = sp_scan_full_levels(s->n),
+                           .levels = p->work_levels, .linear_levels = s->n - 1, .chain_depth = p->chain_depth,
+                           .batch = B, .forward_bytes = forward_bytes};
+    for (int k = 0; k < p->nsteps;) {   /* a level lasts as long as its longest step */
+        double lvl_max = 0;
+        int level = p->steps[k].level;
+        for (; k < p->nsteps && p->steps[k].level == level; k++) {
+            lvl_max = fmax(lvl_max, s->steps[k].flops);
+            st->flops += s->steps[k].flops;
+            el_kind ok = s->steps[k].out.kind;
+            st->matmat += p->steps[k].product && (ok == EL_CSR || ok == EL_DENSE);
+        }
+        st->critical_flops += lvl_max;
+    }
+    for (int i = 0; i + 1 < s->n; i++) {
+        const el_type *ty = &s->links[i].type;
+        st->linear_flops += 2 * (ty->kind == EL_CSR ? (double)ty->nnz : (double)ty->rows * ty->cols);
+    }
+    /* gradient buffers (sp_alloc_grads), the chain and bookkeeping arrays */
+    size_t g = arena_bytes((size_t)(s->nnodes ? s->nnodes : 1) * sizeof(sp_node *)) +
+               arena_bytes((size_t)(loss->index + 1) * sizeof(int));
+    for (int i = 0; i <= loss->index; i++)
+        if (t->nodes[i]->needs_grad || t->nodes[i] == loss) g += arena_bytes(t->nodes[i]->out.numel * sizeof(float));
+    st->grad_bytes = g;
+    size_t n1 = (size_t)s->n + 1, b = (size_t)B;
+    st->scan_bytes = b * (s->link_bytes + s->prod_bytes) + arena_bytes(n1 * b * sizeof(el)) +
+                     arena_bytes(n1 * sizeof(el_type)) + arena_bytes(b * sizeof(el)) + arena_bytes(n1 * b * sizeof(task));
+    st->jt_bytes = b * s->link_bytes;
+    st->product_bytes = b * s->prod_bytes;
+    for (int i = 0; i < s->nnodes; i++)   /* ∇h_t of a recurrent op for its weight gradient */
+        if (s->nodes[i]->op->chain_len && s->nodes[i]->layer && s->nodes[i]->layer->nparams)
+            st->scan_bytes += arena_bytes((size_t)B * (size_t)s->nodes[i]->op->chain_len(s->nodes[i]) *
+                                          sp_tensor_sample_numel(&s->nodes[i]->out) * sizeof(float));
+    st->peak_bytes = forward_bytes + st->grad_bytes + st->scan_bytes;
+    s->have_stats = true;
 }
 
 /* ---- the plan, printed (--plan) ---------------------------------------------------------- */
 
-static void print_plan(const bppsa_state *s, int B)
+static const char *fmt_bytes(char *buf, size_t len, size_t bytes)
+{
+    if (bytes >= (size_t)1 << 30) snprintf(buf, len, "%.2f GiB", (double)bytes / (double)(1 << 30));
+    else if (bytes >= (size_t)1 << 20) snprintf(buf, len, "%.1f MiB", (double)bytes / (double)(1 << 20));
+    else snprintf(buf, len, "%.1f KiB", (double)bytes / 1024.0);
+    return buf;
+}
+
+static void print_plan(const bppsa_state *s, bool full)
 {
     const sp_scan_plan *p = &s->plan;
-    double total = 0, span = 0, linear = 0;
-    int matmat = 0;
+    const sp_bppsa_stats *st = &s->stats;
     printf("bppsa plan: n = %d links, %d up-sweep levels (full: %d), batch %d\n", s->n, p->up_levels,
-           sp_scan_full_levels(s->n), B);
-    printf("%5s %-8s %5s %5s  %-26s %14s %s\n", "level", "kind", "l", "r", "result", "FLOP/sample", "critical");
-    for (int k = 0, level_start = 0; k < p->nsteps; k++) {
-        const sp_scan_step *st = &p->steps[k];
-        if (k > 0 && st->level != p->steps[k - 1].level) level_start = k;
-        double lvl_max = 0;
-        int lvl_end = k;
-        while (lvl_end < p->nsteps && p->steps[lvl_end].level == st->level) lvl_end++;
-        for (int j = level_start; j < lvl_end; j++) lvl_max = fmax(lvl_max, s->steps[j].flops);
-        const step_info *si = &s->steps[k];
-        static const char *kinds[] = {"up", "identity", "carry", "down"};
-        char res[64] = "-";
-        if (si->skip) snprintf(res, sizeof res, "skipped (a[n] unused)");
-        else if (st->kind != SP_SCAN_IDENTITY)
-        {
-            int k = snprintf(res, sizeof res, "%s %dx%d%s", kind_name(si->out.kind), si->out.rows,
-                             si->out.kind == EL_VEC ? 1 : si->out.cols, st->product ? "" : " (move)");
-            if (si->out.kind == EL_CSR) snprintf(res + k, sizeof res - (size_t)k, " nnz %lld", (long long)si->out.nnz);
+           st->full_levels, st->batch);
+    if (full) {
+        printf("%5s %-8s %5s %5s  %-26s %14s %s\n", "level", "kind", "l", "r", "result", "FLOP/sample", "critical");
+        for (int k = 0, level_start = 0; k < p->nsteps; k++) {
+            const sp_scan_step *sc = &p->steps[k];
+            if (k > 0 && sc->level != p->steps[k - 1].level) level_start = k;
+            static double lvl_max;
+            if (k == level_start) {
+                lvl_max = 0;
+                for (int j = k; j < p->nsteps && p->steps[j].level == sc->level; j++)
+                    lvl_max = fmax(lvl_max, s->steps[j].flops);
+            }
+            const step_info *si = &s->steps[k];
+            static const char *kinds[] = {"up", "identity", "carry", "down"};
+            char res[64] = "-";
+            if (si->skip) {
+                snprintf(res, sizeof res, "skipped (a[n] unused)");
+            } else if (sc->kind != SP_SCAN_IDENTITY) {
+                int len = snprintf(res, sizeof res, "%s %dx%d%s", kind_name(si->out.kind), si->out.rows,
+                                   si->out.kind == EL_VEC ? 1 : si->out.cols, sc->product ? "" : " (move)");
+                if (si->out.kind == EL_CSR)
+                    snprintf(res + len, sizeof res - (size_t)len, " nnz %lld", (long long)si->out.nnz);
+            }
+            bool crit = si->flops > 0 && si->flops == lvl_max;
+            printf("%5d %-8s %5d %5d  %-26s %14.0f %s\n", sc->level, kinds[sc->kind], sc->l, sc->r, res, si->flops,
+                   crit ? "*" : "");
         }
-        bool crit = si->flops > 0 && si->flops == lvl_max;
-        printf("%5d %-8s %5d %5d  %-26s %14.0f %s\n", st->level, kinds[st->kind], st->l, st->r, res, si->flops,
-               crit ? "*" : "");
-        total += si->flops;
-        if (k == level_start) span += lvl_max;   /* a level takes as long as its longest step */
-        if (si->out.kind == EL_CSR || si->out.kind == EL_DENSE) matmat += st->product;
-    }
-    for (int i = 0; i + 1 < s->n; i++) {
-        const el_type *t = &s->links[i].type;
-        linear += 2 * (t->kind == EL_CSR ? (double)t->nnz : (double)t->rows * t->cols);
     }
     printf("sequential levels: bppsa %d vs linear BP %d (longest product chain %d); matrix-matrix products %d\n",
-           p->work_levels, s->n - 1, p->chain_depth, matmat);
+           st->levels, st->linear_levels, st->chain_depth, st->matmat);
     printf("FLOP per sample: bppsa total %.0f, critical path %.0f; linear BP %.0f (bppsa does %.1fx the work)\n",
-           total, span, linear, linear > 0 ? total / linear : 0.0);
+           st->flops, st->critical_flops, st->linear_flops, st->linear_flops > 0 ? st->flops / st->linear_flops : 0.0);
+    char b[6][32];
+    printf("memory per step: scan %s (Jt values %s, products %s) + gradients %s + forward %s = peak %s"
+           " (linear BP: forward + gradients)\n",
+           fmt_bytes(b[0], 32, st->scan_bytes), fmt_bytes(b[1], 32, st->jt_bytes), fmt_bytes(b[2], 32, st->product_bytes),
+           fmt_bytes(b[3], 32, st->grad_bytes), fmt_bytes(b[4], 32, st->forward_bytes),
+           fmt_bytes(b[5], 32, st->peak_bytes));
     fflush(stdout);
 }
 
@@ -390,13 +471,6 @@ static void fill_links_range(void *p, size_t begin, size_t end)
         }
     }
 }
-
-/* One product of one sample: out = M·X with the types fixed by the type pass. */
-typedef struct task {
-    el_type Mt, Xt, Ot;
-    float *M, *X, *out;
-    sp_spgemm_plan *plan;
-} task;
 
 typedef struct level_ctx {
     task *tasks;
@@ -518,6 +592,7 @@ static void weight_gradients(exec_ctx *c, sp_tape *t)
 static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
 {
     bppsa_state *s = e->state;
+    size_t forward_bytes = t->arena.used_total;
     sp_mark_needs_grad(t);
     sp_node **nodes;
     int count = collect_chain(t, loss, &nodes);
@@ -534,8 +609,9 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
         type_pass(s);
     }
     int B = loss->input->out.shape[0], n = s->n;
+    compute_stats(s, t, loss, B, forward_bytes);
     if (e->opts.plan && !s->plan_printed) {
-        print_plan(s, B);
+        print_plan(s, e->opts.plan_full);
         s->plan_printed = true;
     }
 
@@ -584,4 +660,34 @@ sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts)
     e->destroy = bppsa_destroy;
     e->state = sp_xcalloc(1, sizeof(bppsa_state));
     return e;
+}
+
+bool sp_bppsa_stats_get(const sp_engine *e, sp_bppsa_stats *out)
+{
+    if (!e || e->backward != bppsa_backward || !((bppsa_state *)e->state)->have_stats) return false;
+    *out = ((bppsa_state *)e->state)->stats;
+    return true;
+}
+
+int sp_bppsa_links(sp_model *m, int ndim, const int *sample_shape)
+{
+    int shape[SP_MAX_DIMS] = {1};
+    if (ndim < 0 || ndim + 1 > SP_MAX_DIMS) sp_fail("bppsa: samples of %d dimensions", ndim);
+    for (int i = 0; i < ndim; i++) shape[i + 1] = sample_shape[i];
+    sp_tape t;
+    sp_tape_init(&t);
+    t.shape_only = true;
+    sp_tensor x = sp_tensor_view(NULL, ndim + 1, shape);
+    sp_model_forward(m, &t, sp_tape_input(&t, &x));
+    int n = 0;
+    for (int i = 0; i < t.n; i++)
+        if (t.nodes[i]->op) n += t.nodes[i]->op->chain_len ? t.nodes[i]->op->chain_len(t.nodes[i]) : 1;
+    sp_tape_free(&t);
+    return n;
+}
+
+int sp_bppsa_max_scan_levels(sp_model *m, int ndim, const int *sample_shape)
+{
+    int n = sp_bppsa_links(m, ndim, sample_shape);
+    return n > 0 ? sp_scan_full_levels(n) : 0;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include "apps/models.h"
 #include "core/engine.h"
+#include "schedulers/engines.h"
 #include "core/model.h"
 #include "core/parallel.h"
 #include "layers/layers.h"
@@ -178,5 +179,68 @@ Test(bppsa, vgg11_conv_front, .timeout = 600)
     double w = compare(m, &x, y, -1);
     cr_log_info("vgg11 conv1-4: max relative difference bppsa vs linear %.2e", w);
     sp_tensor_free(&x);
+    sp_model_free(m);
+}
+
+/* The plan's predicted peak memory (--plan's "memory per step") against the tape
+ * arena's high-water mark of a real step: within 25%. Models where the scan dominates
+ * (LeNet: conv Jᵀ and their products) and where it does not (the RNN). */
+static void check_memory(sp_model *m, const sp_tensor *x, const int *y, int up_levels)
+{
+    sp_engine_opts o = {.scan_levels = up_levels, .order = "ooo"};
+    sp_engine *e = sp_engine_create("bppsa", &o);
+    sp_bppsa_stats st;
+    cr_assert_not(sp_bppsa_stats_get(e, &st), "no figures before the first backward");
+    sp_tape t;
+    sp_tape_init(&t);
+    for (int step = 0; step < 2; step++) {
+        sp_tape_reset(&t);
+        sp_model_zero_grad(m);
+        sp_node *l = sp_model_loss(m, &t, x, y);
+        sp_backward(e, &t, l);
+    }
+    cr_assert(sp_bppsa_stats_get(e, &st));
+    double measured = (double)t.arena.high_water, predicted = (double)st.peak_bytes;
+    cr_log_info("%s up_levels %d: predicted peak %.0f bytes (scan %zu), arena high-water %.0f", m->name, up_levels,
+                predicted, st.scan_bytes, measured);
+    cr_assert_gt(st.scan_bytes, 0);
+    cr_assert_lt(fabs(measured - predicted), 0.25 * measured, "%s up_levels %d: predicted %.0f, measured %.0f bytes",
+                 m->name, up_levels, predicted, measured);
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+}
+
+Test(bppsa, predicted_memory_matches_the_arena)
+{
+    sp_set_threads(2);
+    sp_model *m = sp_zoo_lenet(1, 28);
+    sp_model_init(m, 5);
+    sp_tensor x = input(4, (int[]){8, 1, 28, 28}, 6);
+    int y[8] = {2, 9, 4, 1, 0, 3, 5, 7};
+    check_memory(m, &x, y, -1);
+    check_memory(m, &x, y, 1);
+    check_memory(m, &x, y, 0);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+
+    m = sp_zoo_rnn(1, 20, 10);
+    sp_model_init(m, 7);
+    x = input(3, (int[]){8, 300, 1}, 8);
+    check_memory(m, &x, y, -1);
+    check_memory(m, &x, y, 3);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+}
+
+Test(bppsa, max_scan_levels_query)
+{
+    sp_model *m = sp_zoo_rnn(1, 20, 10);
+    cr_assert_eq(sp_bppsa_links(m, 2, (int[]){10, 1}), 11);   /* 10 time steps + fc */
+    cr_assert_eq(sp_bppsa_max_scan_levels(m, 2, (int[]){10, 1}), 3);
+    cr_assert_eq(sp_bppsa_max_scan_levels(m, 2, (int[]){1000, 1}), 9);
+    sp_model_free(m);
+    m = sp_zoo_lenet(1, 28);   /* 12 ops */
+    cr_assert_eq(sp_bppsa_links(m, 3, (int[]){1, 28, 28}), 12);
+    cr_assert_eq(sp_bppsa_max_scan_levels(m, 3, (int[]){1, 28, 28}), 3);
     sp_model_free(m);
 }
