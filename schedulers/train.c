@@ -27,17 +27,37 @@ float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp
     return loss->out.data[0];
 }
 
-void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
-{
-    sp_loader *l = sp_loader_new_sync(d, batch, false, 0, false);
+/* Evaluation state kept across the evaluations of one training run: the loader's batch
+ * buffers and the tape's arena are allocated by the first evaluation and reused, so
+ * evaluating every epoch (or every N steps) allocates nothing after the first time. */
+typedef struct evaluator {
+    sp_loader *l;
     sp_tape t;
-    sp_tape_init(&t);
+} evaluator;
+
+static void evaluator_init(evaluator *ev, sp_dataset *d, int batch)
+{
+    ev->l = sp_loader_new_sync(d, batch, false, 0, false);
+    sp_tape_init(&ev->t);
+}
+
+static void evaluator_free(evaluator *ev)
+{
+    if (!ev->l) return;
+    sp_tape_free(&ev->t);
+    sp_loader_free(ev->l);
+    ev->l = NULL;
+}
+
+static void evaluate(evaluator *ev, sp_model *m, double *loss_out, double *acc_out)
+{
+    sp_loader_set_epoch(ev->l, 0);   /* rewinds (no shuffle: the same order every time) */
     double loss = 0.0;
     long correct = 0, seen = 0;
     sp_batch b;
-    while (sp_loader_next(l, &b)) {
-        sp_tape_reset(&t);
-        sp_node *ln = sp_model_loss(m, &t, &b.x, b.y);
+    while (sp_loader_next(ev->l, &b)) {
+        sp_tape_reset(&ev->t);
+        sp_node *ln = sp_model_loss(m, &ev->t, &b.x, b.y);
         const sp_tensor *z = sp_node_x(ln);   /* logits */
         int K = z->shape[1];
         for (int i = 0; i < b.n; i++) {
@@ -49,10 +69,16 @@ void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double
         loss += (double)ln->out.data[0] * b.n;
         seen += b.n;
     }
-    sp_tape_free(&t);
-    sp_loader_free(l);
     *loss_out = seen ? loss / (double)seen : NAN;
     *acc_out = seen ? (double)correct / (double)seen : NAN;
+}
+
+void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
+{
+    evaluator ev;
+    evaluator_init(&ev, d, batch);
+    evaluate(&ev, m, loss_out, acc_out);
+    evaluator_free(&ev);
 }
 
 /* ---- progress ------------------------------------------------------------------------ */
@@ -133,6 +159,8 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     progress p = {.tty = isatty(2), .quiet = cfg->quiet, .start = sp_now(), .total_steps = total};
     sp_tape t;
     sp_tape_init(&t);
+    evaluator ev = {0};
+    if (test) evaluator_init(&ev, test, cfg->eval_batch);
     double busy = 0.0;
     long images = 0;
 
@@ -159,14 +187,14 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             if (log) fprintf(log, "%ld,%d,%.9g,%.9g,%.6f\n", r.steps, epoch, loss, sp_optim_get_lr(o), sp_now() - p.start);
             progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
             if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
-                sp_evaluate(m, test, cfg->eval_batch, &r.test_loss, &r.test_acc);
+                evaluate(&ev, m, &r.test_loss, &r.test_acc);
                 progress_line(&p, "%s step %ld: test loss %.4f acc %.4f", cfg->app, r.steps, r.test_loss, r.test_acc);
             }
         }
         r.train_loss = epoch_steps ? epoch_loss / (double)epoch_steps : NAN;
         progress_show(&p, cfg->app, epoch, epochs, r.steps, r.last_loss, busy > 0 ? images / busy : 0, true);
         if (test && cfg->eval_every == 0) {
-            sp_evaluate(m, test, cfg->eval_batch, &r.test_loss, &r.test_acc);
+            evaluate(&ev, m, &r.test_loss, &r.test_acc);
             progress_line(&p, "%s epoch %d: train loss %.4f, test loss %.4f acc %.4f", cfg->app, epoch + 1,
                           r.train_loss, r.test_loss, r.test_acc);
         } else {
@@ -174,7 +202,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         }
     }
     if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every != 0)
-        sp_evaluate(m, test, cfg->eval_batch, &r.test_loss, &r.test_acc);
+        evaluate(&ev, m, &r.test_loss, &r.test_acc);
     r.seconds = sp_now() - p.start;
     r.images_per_s = busy > 0 ? (double)images / busy : 0.0;
     r.forward_ms = median_ms(fwd, r.steps);
@@ -182,6 +210,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     r.step_ms = median_ms(all, r.steps);
     if (log && fclose(log) != 0) sp_fail("--log %s: write failed", cfg->log_path);
     sp_tape_free(&t);
+    evaluator_free(&ev);
     free(fwd);
     free(bwd);
     free(all);
