@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "apps/common.h"
+#include "core/engine.h"
 #include "core/error.h"
 
 void sp_app_defaults(sp_app_opts *o)
@@ -34,8 +35,9 @@ static const sp_flag *common_flags(sp_app_opts *o)
         {"seed", SP_FLAG_U64, &o->seed, "random seed (init, shuffling, synthetic data)"},
         {"threads", SP_FLAG_INT, &o->threads, "threads for everything, OpenBLAS included"},
         {"backward", SP_FLAG_STR, &o->backward, "backward engine: linear | bppsa | ooo"},
-        {"scan-levels", SP_FLAG_INT, &o->scan_levels, "bppsa: up-sweep levels (default: full scan)"},
-        {"plan", SP_FLAG_BOOL, &o->plan, "bppsa: print the static scan plan"},
+        {"scan-levels", SP_FLAG_INT, &o->scan_levels, "bppsa: up-sweep levels K | auto | full (default: full)"},
+        {"plan", SP_FLAG_BOOL, &o->plan, "bppsa: print the scan plan's summary and exit (--plan=full: every step)"},
+        {"plan-svg", SP_FLAG_STR, &o->plan_svg, "bppsa: draw the scan tree (short chains) to FILE.svg and exit"},
         {"order", SP_FLAG_STR, &o->order, "ooo: conventional | ooo | reverse-first-k | list"},
         {"k", SP_FLAG_INT, &o->k, "ooo reverse-first-k: k"},
         {"mem-cap", SP_FLAG_LONG, &o->mem_cap, "ooo reverse-first-k: memory cap in bytes"},
@@ -140,6 +142,22 @@ void sp_app_parse(int argc, char **argv, const char *app, const char *summary, s
         if (!f) f = find(common, name, len);
         if (!f) sp_fail("%s: unknown flag '--%.*s' (see --help)", app, (int)len, name);
         const char *v = eq ? eq + 1 : NULL;
+        if (f->dst == &o->plan && v) {   /* --plan=full | --plan=summary */
+            if (strcmp(v, "full") != 0 && strcmp(v, "summary") != 0)
+                sp_fail("--plan=%s: expected --plan, --plan=summary or --plan=full", v);
+            o->plan = true;
+            o->plan_full = strcmp(v, "full") == 0;
+            continue;
+        }
+        if (f->dst == &o->scan_levels) {   /* names for the two special depths */
+            const char *w = v ? v : i + 1 < argc ? argv[i + 1] : "";
+            int named = strcmp(w, "auto") == 0 ? SP_SCAN_LEVELS_AUTO : strcmp(w, "full") == 0 ? SP_SCAN_LEVELS_FULL : 0;
+            if (named) {
+                o->scan_levels = named;
+                if (!v) i++;
+                continue;
+            }
+        }
         if (f->kind == SP_FLAG_BOOL) {
             if (v) sp_fail("--%s takes no value", f->name);
             set_value(f, "");
@@ -249,6 +267,7 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
 /* ---- the training app runner ---------------------------------------------------------- */
 #include "core/parallel.h"
 #include "core/safetensors.h"
+#include "schedulers/engines.h"
 #include "optim/optim.h"
 
 /* U_i of the ooo engine: the optimizer step of one layer's parameters. */
@@ -261,12 +280,58 @@ sp_engine_opts sp_app_engine_opts(const sp_app_opts *o)
                             .k = o->k,
                             .mem_cap = (size_t)o->mem_cap,
                             .trace_path = o->trace,
-                            .plan = o->plan};
+                            .plan = o->plan || o->plan_full,
+                            .plan_full = o->plan_full,
+                            .plan_svg = o->plan_svg};
+}
+
+/* --plan / --plan-svg: one forward and one bppsa backward on the first batch print the
+ * plan (and draw it), then the JSON line carries the plan's figures. Nothing trains. */
+void sp_app_plan_only(const char *app, const sp_app_opts *o, sp_model *m, const sp_tensor *x, const int *y)
+{
+    sp_engine_opts eo = sp_app_engine_opts(o);
+    eo.plan = true;
+    sp_engine *e = sp_engine_create("bppsa", &eo);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *loss = sp_model_loss(m, &t, x, y);
+    sp_backward(e, &t, loss);
+    sp_bppsa_stats st;
+    if (!sp_bppsa_stats_get(e, &st)) sp_fail("%s: --plan: no plan was made", app);
+    sp_json j;
+    sp_json_begin(&j);
+    sp_json_str(&j, "app", app);
+    sp_json_str(&j, "backward", "bppsa");
+    sp_json_str(&j, "mode", "plan");
+    sp_json_int(&j, "links", st.n);
+    sp_json_int(&j, "batch", st.batch);
+    sp_json_int(&j, "scan_levels", st.up_levels);
+    sp_json_int(&j, "full_levels", st.full_levels);
+    sp_json_int(&j, "levels", st.levels);
+    sp_json_int(&j, "linear_levels", st.linear_levels);
+    sp_json_num(&j, "flops_per_sample", st.flops);
+    sp_json_num(&j, "critical_flops_per_sample", st.critical_flops);
+    sp_json_num(&j, "linear_flops_per_sample", st.linear_flops);
+    sp_json_num(&j, "scan_bytes", (double)st.scan_bytes);
+    sp_json_num(&j, "peak_bytes", (double)st.peak_bytes);
+    sp_json_end_print(&j);
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
 }
 
 sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m, sp_dataset *train,
                              sp_dataset *test, bool timing_keys)
 {
+    if (o->plan || o->plan_full || o->plan_svg) {
+        if (o->load) sp_model_load(m, o->load);
+        else sp_model_init(m, o->seed);
+        sp_loader *l = sp_loader_new_sync(train, o->batch, false, o->seed, false);
+        sp_batch b;
+        if (!sp_loader_next(l, &b)) sp_fail("%s: --plan: the training set is empty", app);
+        sp_app_plan_only(app, o, m, &b.x, b.y);
+        sp_loader_free(l);
+        return (sp_train_result){0};
+    }
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_engine_opts eo = sp_app_engine_opts(o);
     sp_engine *e = sp_engine_create(o->backward, &eo);

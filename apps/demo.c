@@ -58,10 +58,19 @@ int main(int argc, char **argv)
     cfg.momentum = o.momentum;
     sp_optim *opt = sp_optim_create(o.optim, m->params, m->nparams, &cfg);
 
+    int B = o.batch < N ? o.batch : N;
+    if (o.plan || o.plan_svg) {   /* print (draw) the bppsa plan of one batch, train nothing */
+        sp_tensor x = sp_tensor_2d(xs, B, D);
+        sp_app_plan_only("demo", &o, m, &x, ys);
+        sp_optim_free(opt);
+        sp_engine_destroy(e);
+        sp_model_free(m);
+        return 0;
+    }
+
     /* the loop: forward on a tape, backward, step, reset */
     sp_tape t;
     sp_tape_init(&t);
-    int B = o.batch < N ? o.batch : N;
     float first = 0, loss = 0;
     for (long s = 0; s < o.steps; s++) {
         int start = (int)((s * B) % (N - B + 1));

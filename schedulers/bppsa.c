@@ -83,6 +83,8 @@ typedef struct bppsa_state {
     /* per-sample arena bytes of the scan (each allocation rounded as the arena does) */
     size_t link_bytes, prod_bytes;
     sp_bppsa_stats stats;      /* of the last backward                                 */
+    double *auto_time;         /* --scan-levels auto: modelled time of K = 0 .. F      */
+    int auto_n;
     bool have_stats;
 } bppsa_state;
 
@@ -177,9 +179,8 @@ static void product(const el_type *Mt, float *M, const el_type *Xt, float *X, sp
 
 /* ---- the chain ---------------------------------------------------------------------- */
 
-static void state_clear(bppsa_state *s)
+static void plan_clear(bppsa_state *s)
 {
-    for (int i = 0; i < s->n; i++) sp_csr_free(&s->links[i].pattern);
     if (s->steps)
         for (int i = 0; i < s->plan.nsteps; i++)
             if (s->steps[i].spgemm) {
@@ -188,6 +189,14 @@ static void state_clear(bppsa_state *s)
             }
     sp_scan_plan_free(&s->plan);
     free(s->steps);
+    s->steps = NULL;
+}
+
+static void state_clear(bppsa_state *s)
+{
+    for (int i = 0; i < s->n; i++) sp_csr_free(&s->links[i].pattern);
+    plan_clear(s);
+    free(s->auto_time);
     free(s->links);
     free(s->node_pos);
     free(s->nodes);
@@ -285,7 +294,6 @@ static void build_chain(bppsa_state *s, sp_node **nodes, int count, int up_level
         int T = nodes[i]->op->chain_len ? nodes[i]->op->chain_len(nodes[i]) : 0;
         for (int t = T ? T : 1; t >= 1; t--, pos++) build_link(&s->links[pos], nodes[i], T ? t : 0, pos + 1 < n);
     }
-    sp_scan_plan_build(&s->plan, n, up_levels);
 }
 
 /* Decide every step's output type and run the symbolic SpGEMMs (once per chain). */
@@ -339,6 +347,8 @@ static void type_pass(bppsa_state *s)
             s->prod_bytes += arena_bytes(el_floats(&s->steps[k].out) * sizeof(float));
 }
 
+static double modelled_time(const bppsa_state *s, int B, int P);
+
 /* The figures of the plan for a batch of B; forward_bytes: the tape's bytes in use when
  * the backward starts (the forward's activations, as for every engine). */
 static void compute_stats(bppsa_state *s, sp_tape *t, sp_node *loss, int B, size_t forward_bytes)
@@ -379,10 +389,58 @@ static void compute_stats(bppsa_state *s, sp_tape *t, sp_node *loss, int B, size
             st->scan_bytes += arena_bytes((size_t)B * (size_t)s->nodes[i]->op->chain_len(s->nodes[i]) *
                                           sp_tensor_sample_numel(&s->nodes[i]->out) * sizeof(float));
     st->peak_bytes = forward_bytes + st->grad_bytes + st->scan_bytes;
+    int P = sp_get_threads();
+    st->modelled_seconds = modelled_time(s, B, P > 0 ? P : 1);
     s->have_stats = true;
 }
 
 /* ---- the plan, printed (--plan) ---------------------------------------------------------- */
+
+/* --scan-levels auto: the depth K whose plan the cost model says runs fastest here.
+ * Model: the levels run one after another; a level lasts as long as the larger of its
+ * most expensive product (a product is not split across threads) and its whole work for
+ * the batch spread over the threads, at RATE FLOP/s per thread, plus a barrier:
+ *     time(K) = Σ_levels [ max(crit_l, B · work_l / P) / RATE + SYNC ].
+ * With few threads and a batch to spread, the work term rules and small K wins (K = 0 is
+ * linear BP); with many threads the critical path rules and the full scan wins, which is
+ * the paper's GPU setting. */
+#define AUTO_RATE 2e9    /* FLOP/s per thread (matrix-vector class, this CPU)      */
+#define AUTO_SYNC 10e-6  /* seconds per level: one sp_parallel_for barrier          */
+
+static double modelled_time(const bppsa_state *s, int B, int P)
+{
+    const sp_scan_plan *p = &s->plan;
+    double time = 0;
+    for (int k = 0; k < p->nsteps;) {
+        double crit = 0, work = 0;
+        bool any = false;
+        int level = p->steps[k].level;
+        for (; k < p->nsteps && p->steps[k].level == level; k++) {
+            crit = fmax(crit, s->steps[k].flops);
+            work += s->steps[k].flops;
+            any |= p->steps[k].product;
+        }
+        if (any) time += fmax(crit, (double)B * work / P) / AUTO_RATE + AUTO_SYNC;
+    }
+    return time;
+}
+
+static int auto_levels(bppsa_state *s, int B)
+{
+    int F = sp_scan_full_levels(s->n), best = 0, P = sp_get_threads();
+    double best_t = INFINITY;
+    s->auto_time = sp_xrealloc(s->auto_time, (size_t)(F + 1) * sizeof *s->auto_time);
+    s->auto_n = F + 1;
+    for (int K = 0; K <= F; K++) {
+        sp_scan_plan_build(&s->plan, s->n, K);
+        type_pass(s);
+        double t = s->auto_time[K] = modelled_time(s, B, P > 0 ? P : 1);
+        if (t < best_t) best_t = t, best = K;
+        plan_clear(s);
+    }
+    return best;
+}
+
 
 static const char *fmt_bytes(char *buf, size_t len, size_t bytes)
 {
@@ -430,6 +488,12 @@ static void print_plan(const bppsa_state *s, bool full)
     printf("FLOP per sample: bppsa total %.0f, critical path %.0f; linear BP %.0f (bppsa does %.1fx the work)\n",
            st->flops, st->critical_flops, st->linear_flops, st->linear_flops > 0 ? st->flops / st->linear_flops : 0.0);
     char b[6][32];
+    if (s->auto_time) {
+        printf("--scan-levels auto (modelled time per step on %d threads):", sp_get_threads());
+        for (int K = 0; K < s->auto_n; K++)
+            printf(" K=%d %.3g ms%s", K, 1e3 * s->auto_time[K], K == p->up_levels ? " (chosen)" : "");
+        printf("\n");
+    }
     printf("memory per step: scan %s (Jt values %s, products %s) + gradients %s + forward %s = peak %s"
            " (linear BP: forward + gradients)\n",
            fmt_bytes(b[0], 32, st->scan_bytes), fmt_bytes(b[1], 32, st->jt_bytes), fmt_bytes(b[2], 32, st->product_bytes),
@@ -606,6 +670,9 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
         }
     } else {
         build_chain(s, nodes, count, e->opts.scan_levels);
+        int K = e->opts.scan_levels;
+        if (K == SP_SCAN_LEVELS_AUTO) K = auto_levels(s, loss->input->out.shape[0]);
+        sp_scan_plan_build(&s->plan, s->n, K);
         type_pass(s);
     }
     int B = loss->input->out.shape[0], n = s->n;

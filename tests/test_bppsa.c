@@ -10,6 +10,7 @@
 #include <string.h>
 #include "apps/models.h"
 #include "core/engine.h"
+#include "schedulers/scan.h"
 #include "schedulers/engines.h"
 #include "core/model.h"
 #include "core/parallel.h"
@@ -243,4 +244,150 @@ Test(bppsa, max_scan_levels_query)
     cr_assert_eq(sp_bppsa_links(m, 3, (int[]){1, 28, 28}), 12);
     cr_assert_eq(sp_bppsa_max_scan_levels(m, 3, (int[]){1, 28, 28}), 3);
     sp_model_free(m);
+}
+
+/* --plan's summary figures against closed forms: the sequential levels (docs/BPPSA.md,
+ * "Counting levels") and linear BP's FLOPs, Σ over the links a scan reads (all but
+ * Jᵀ_1) of 2·entries(Jᵀ). */
+static int closed_levels(int n, int K)
+{
+    int F = 0;
+    while ((2L << F) <= n) F++;
+    if (K >= 0 && K < F) return 2 * K + n / (1 << K) - 1;
+    int down = 0;
+    for (long d = 0; 3L << d <= n; d++) down++;
+    return F + down;
+}
+
+static sp_bppsa_stats plan_of(sp_model *m, const sp_tensor *x, const int *y, int K)
+{
+    sp_engine_opts o = {.scan_levels = K, .order = "ooo"};
+    sp_engine *e = sp_engine_create("bppsa", &o);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_backward(e, &t, sp_model_loss(m, &t, x, y));
+    sp_bppsa_stats st;
+    cr_assert(sp_bppsa_stats_get(e, &st));
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+    return st;
+}
+
+Test(bppsa, plan_summary_closed_forms)
+{
+    sp_set_threads(2);
+    sp_model *m = sp_model_new("mlp");   /* fc1 tanh fc2 sigmoid fc3 relu fc4: n = 7 */
+    sp_model_add(m, sp_linear("fc1", 7, 9));
+    sp_model_add(m, sp_tanh());
+    sp_model_add(m, sp_linear("fc2", 9, 8));
+    sp_model_add(m, sp_sigmoid());
+    sp_model_add(m, sp_linear("fc3", 8, 5));
+    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_linear("fc4", 5, 4));
+    sp_model_init(m, 3);
+    sp_tensor x = input(2, (int[]){3, 7}, 4);
+    int y[16] = {0, 3, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+    /* fc4 5·4, relu diag 5, fc3 8·5, sigmoid diag 8, fc2 9·8, tanh diag 9 (fc1: never read) */
+    double mlp_linear = 2.0 * (20 + 5 + 40 + 8 + 72 + 9);
+    for (int K = -1; K <= 3; K++) {
+        sp_bppsa_stats st = plan_of(m, &x, y, K);
+        cr_assert_eq(st.n, 7);
+        cr_assert_eq(st.levels, closed_levels(7, K), "mlp K=%d", K);
+        cr_assert_eq(st.linear_levels, 6);
+        cr_assert_float_eq(st.linear_flops, mlp_linear, 1e-9, "mlp: linear BP FLOPs %g", st.linear_flops);
+        if (K == 0) cr_assert_float_eq(st.flops, mlp_linear, 1e-9, "K = 0 does linear BP's work");
+        else cr_assert_gt(st.flops, mlp_linear, "K = %d: the scan does extra work", K);
+    }
+    sp_tensor_free(&x);
+    sp_model_free(m);
+
+    int H = 20, C = 10;
+    m = sp_zoo_rnn(1, H, C);
+    sp_model_init(m, 7);
+    int Ts[] = {1, 2, 10, 37, 64};
+    for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++) {
+        int T = Ts[i], n = T + 1;
+        x = input(3, (int[]){2, T, 1}, 8);
+        for (int K = -1; K <= sp_bppsa_max_scan_levels(m, 2, (int[]){T, 1}); K++) {
+            sp_bppsa_stats st = plan_of(m, &x, y, K);
+            cr_assert_eq(st.n, n, "rnn T=%d", T);
+            cr_assert_eq(st.levels, closed_levels(n, K), "rnn T=%d K=%d: %d levels", T, K, st.levels);
+            cr_assert_eq(st.linear_levels, n - 1);
+            cr_assert_float_eq(st.linear_flops, 2.0 * H * C + (T - 1) * 2.0 * H * H, 1e-9, "rnn T=%d", T);
+        }
+        sp_tensor_free(&x);
+    }
+    sp_model_free(m);
+}
+
+/* ---- the apps' --plan ------------------------------------------------------------------ */
+#include <stdlib.h>
+#include <sys/wait.h>
+
+static const char *bin(const char *app)
+{
+    static char path[256];
+    const char *b = getenv("BUILD");
+    snprintf(path, sizeof path, "%s/%s", b ? b : "build", app);
+    return path;
+}
+
+/* Runs `cmd`; exit status, stdout's line count and last line. */
+static int run_cmd(const char *cmd, int *lines, char *last, size_t len)
+{
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char line[8192];
+    *lines = 0;
+    last[0] = 0;
+    while (fgets(line, sizeof line, p)) {
+        (*lines)++;
+        snprintf(last, len, "%s", line);
+    }
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static long json_int(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(json, pat);
+    cr_assert_not_null(p, "key %s missing in %s", key, json);
+    return strtol(p + strlen(pat), NULL, 10);
+}
+
+Test(bppsa_app, plan_prints_and_exits)
+{
+    char cmd[512], last[8192];
+    int lines;
+    /* summary: 5 lines and the JSON; no training (no "epoch" on stderr, no steps key) */
+    snprintf(cmd, sizeof cmd, "%s --plan --seq-len 10 --samples 64 2>&1", bin("rnn"));
+    cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0, "%s", cmd);
+    cr_assert_leq(lines, 6, "--plan prints a summary, got %d lines", lines);
+    cr_assert(strstr(last, "\"mode\": \"plan\""), "%s", last);
+    cr_assert_null(strstr(last, "\"steps\""), "--plan trained: %s", last);
+    cr_assert_eq(json_int(last, "links"), 11);
+    cr_assert_eq(json_int(last, "levels"), closed_levels(11, -1));
+    cr_assert_eq(json_int(last, "linear_levels"), 10);
+    /* K = 0 is linear BP's count */
+    snprintf(cmd, sizeof cmd, "%s --plan --seq-len 10 --samples 64 --scan-levels 0 2>&1", bin("rnn"));
+    cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0);
+    cr_assert_eq(json_int(last, "levels"), 10);
+    /* the full table: one line per step */
+    snprintf(cmd, sizeof cmd, "%s --plan=full --seq-len 10 --samples 64 --scan-levels full 2>&1", bin("rnn"));
+    cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0);
+    sp_scan_plan p;
+    sp_scan_plan_build(&p, 11, -1);
+    cr_assert_eq(lines, 5 + 1 + p.nsteps, "--plan=full: %d lines for %d steps", lines, p.nsteps);
+    sp_scan_plan_free(&p);
+    /* auto picks a depth in range */
+    snprintf(cmd, sizeof cmd, "%s --plan --seq-len 10 --samples 64 --scan-levels auto 2>&1", bin("rnn"));
+    cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0);
+    long K = json_int(last, "scan_levels");
+    cr_assert(K >= 0 && K <= 3, "auto chose %ld", K);
+    /* a bad value: one line, exit 2 */
+    snprintf(cmd, sizeof cmd, "%s --plan=everything --seq-len 10 2>&1", bin("rnn"));
+    cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 2);
+    cr_assert_eq(lines, 1, "%s", last);
 }
