@@ -290,7 +290,7 @@ sp_engine_opts sp_app_engine_opts(const sp_app_opts *o)
 void sp_app_plan_only(const char *app, const sp_app_opts *o, sp_model *m, const sp_tensor *x, const int *y)
 {
     sp_engine_opts eo = sp_app_engine_opts(o);
-    eo.plan = true;
+    eo.plan = o->plan || o->plan_full || !o->plan_svg;
     sp_engine *e = sp_engine_create("bppsa", &eo);
     sp_tape t;
     sp_tape_init(&t);

@@ -502,6 +502,129 @@ static void print_plan(const bppsa_state *s, bool full)
     fflush(stdout);
 }
 
+/* ---- the scan tree, drawn (--plan-svg) -------------------------------------------------- */
+
+#define SVG_MAX_LINKS 128
+
+/* One column per element of a, one row per level (row 0: the input array). A step is a
+ * node at its result's position, coloured by what it computes; its edges come from where
+ * its operands were last written. The most expensive step of every level that multiplies
+ * (the critical path of the level-synchronous schedule) has a red outline. */
+/* An operand's path: down its own column while it is untouched, then to the step. */
+static void edge_to(FILE *f, int x1, int y1, int x2, int y2, int rowh, const char *style)
+{
+    int ybend = y2 - rowh > y1 ? y2 - rowh : y1;
+    fprintf(f, "<polyline points=\"%d,%d %d,%d %d,%d\" fill=\"none\" %s/>\n", x1, y1, x1, ybend, x2, y2, style);
+}
+
+static void draw_plan_svg(const bppsa_state *s, const char *path)
+{
+    const sp_scan_plan *p = &s->plan;
+    int n = s->n;
+    if (n > SVG_MAX_LINKS)
+        sp_fail("--plan-svg: the chain has %d links; the tree is drawn for at most %d (a shorter --seq-len?)", n,
+                SVG_MAX_LINKS);
+    FILE *f = fopen(path, "w");
+    if (!f) sp_fail("--plan-svg %s: cannot open for writing", path);
+    int colw = n > 40 ? 22 : 40, rowh = 46, left = 110, top = 70;
+    int rows = p->nlevels + 1, width = left + (n + 1) * colw + 30, height = top + rows * rowh + 90;
+    if (width < 1040) width = 1040;
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+               "font-family=\"sans-serif\" font-size=\"11\">\n", width, height, width, height);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"10\" y=\"20\" font-size=\"14\">BPPSA scan: n = %d links, %d up-sweep levels (full %d); "
+               "%d sequential levels vs %d for linear BP</text>\n", n, p->up_levels, sp_scan_full_levels(n),
+            p->work_levels, n - 1);
+#define X(pos) (left + (pos) * colw + colw / 2)
+#define Y(row) (top + (row) * rowh + rowh / 2)
+    for (int i = 0; i <= n; i++)
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">%d</text>\n", X(i), top - 8, i);
+    fprintf(f, "<text x=\"10\" y=\"%d\">input a</text>\n", Y(0) + 4);
+    int *last = sp_xcalloc((size_t)n + 1, sizeof *last);
+    /* row labels */
+    for (int k = 0; k < p->nsteps; k++)
+        if (k == 0 || p->steps[k].level != p->steps[k - 1].level) {
+            const sp_scan_step *st = &p->steps[k];
+            static const char *names[] = {"up-sweep", "identity", "carry", "down-sweep"};
+            fprintf(f, "<text x=\"10\" y=\"%d\">%d %s</text>\n", Y(st->level + 1) + 4, st->level, names[st->kind]);
+        }
+    /* inputs */
+    for (int i = 0; i <= n; i++) {
+        const char *fill = i == 0 ? "#4caf50" : i == n ? "#ffffff" : s->links[i - 1].type.kind == EL_CSR ? "#2196f3" : "#ff9800";
+        fprintf(f, "<g class=\"input\"><rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\" stroke=\"#333\"%s/>"
+                   "<title>a[%d] = %s</title></g>\n", X(i) - 7, Y(0) - 7, fill, i == n ? " stroke-dasharray=\"2,2\"" : "",
+                i, i == 0 ? "the loss gradient (vector)" : i == n ? "Jt_1 (never read)" : kind_name(s->links[i - 1].type.kind));
+    }
+    int carry_pos = -1, carry_row = 0;
+    for (int k = 0, level_start = 0; k < p->nsteps; k++) {
+        const sp_scan_step *st = &p->steps[k];
+        const step_info *si = &s->steps[k];
+        if (k > 0 && st->level != p->steps[k - 1].level) level_start = k;
+        double lvl_max = 0;
+        for (int j = level_start; j < p->nsteps && p->steps[j].level == st->level; j++)
+            lvl_max = fmax(lvl_max, s->steps[j].flops);
+        int row = st->level + 1;
+        const char *edge = "stroke=\"#999\"", *move = "stroke=\"#bbb\" stroke-dasharray=\"3,3\"";
+        switch (st->kind) {
+        case SP_SCAN_UP:
+            edge_to(f, X(st->l), Y(last[st->l]), X(st->r), Y(row), rowh, edge);
+            edge_to(f, X(st->r), Y(last[st->r]), X(st->r), Y(row), rowh, edge);
+            last[st->r] = row;
+            break;
+        case SP_SCAN_IDENTITY: last[st->r] = row; break;
+        case SP_SCAN_CARRY:
+            edge_to(f, X(st->r), Y(last[st->r]), X(st->r), Y(row), rowh, edge);
+            if (carry_pos >= 0)
+                edge_to(f, X(carry_pos), Y(carry_row), X(st->r), Y(row), rowh, edge);
+            carry_pos = st->r;
+            carry_row = row;
+            last[st->r] = row;
+            break;
+        case SP_SCAN_DOWN:
+            edge_to(f, X(st->l), Y(last[st->l]), X(st->r), Y(row), rowh, edge);
+            edge_to(f, X(st->r), Y(last[st->r]), X(st->r), Y(row), rowh, edge);
+            edge_to(f, X(st->r), Y(last[st->r]), X(st->l), Y(row), rowh, move);
+            fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"3\" fill=\"#bbb\"/>\n", X(st->l), Y(row));
+            last[st->l] = last[st->r] = row;
+            break;
+        }
+        const char *fill, *what;
+        if (st->kind == SP_SCAN_IDENTITY) fill = "#ffffff", what = "a[n] = I";
+        else if (si->skip) fill = "#ffffff", what = "skipped: a[n] is overwritten";
+        else if (!st->product) fill = "#dddddd", what = "move (a product with I)";
+        else if (si->out.kind == EL_VEC) fill = "#4caf50", what = "matrix-vector product";
+        else if (si->out.kind == EL_CSR) fill = "#2196f3", what = "sparse matrix product (CSR)";
+        else fill = "#ff9800", what = "dense matrix product";
+        bool crit = si->flops > 0 && si->flops == lvl_max;
+        fprintf(f, "<g class=\"step\"><circle cx=\"%d\" cy=\"%d\" r=\"8\" fill=\"%s\" stroke=\"%s\" stroke-width=\"%d\"%s/>"
+                   "<title>level %d %s l=%d r=%d: %s, %.0f FLOP/sample%s</title></g>\n",
+                X(st->r), Y(row), fill, crit ? "#d32f2f" : "#333", crit ? 3 : 1,
+                si->skip ? " stroke-dasharray=\"2,2\"" : "", st->level,
+                st->kind == SP_SCAN_UP ? "up" : st->kind == SP_SCAN_DOWN ? "down" : st->kind == SP_SCAN_CARRY ? "carry" : "identity",
+                st->l, st->r, what, si->flops, crit ? " (critical)" : "");
+        if (st->kind == SP_SCAN_IDENTITY)
+            fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"10\">I</text>\n", X(st->r), Y(row) + 4);
+    }
+    /* legend */
+    static const struct { const char *fill, *text; } legend[] = {
+        {"#4caf50", "vector (matrix-vector product)"}, {"#2196f3", "sparse matrix (CSR)"},
+        {"#ff9800", "dense matrix"}, {"#dddddd", "move (product with I)"}, {"#ffffff", "identity / skipped"}};
+    int ly = top + rows * rowh + 20;
+    for (int i = 0; i < 5; i++) {
+        int lx = 10 + i * 200;
+        fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"7\" fill=\"%s\" stroke=\"#333\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
+                lx + 7, ly, legend[i].fill, lx + 20, ly + 4, legend[i].text);
+    }
+    fprintf(f, "<circle cx=\"17\" cy=\"%d\" r=\"7\" fill=\"white\" stroke=\"#d32f2f\" stroke-width=\"3\"/>"
+               "<text x=\"30\" y=\"%d\">the most expensive step of its level (critical path)</text>\n", ly + 24, ly + 28);
+    fprintf(f, "</svg>\n");
+#undef X
+#undef Y
+    free(last);
+    if (fclose(f) != 0) sp_fail("--plan-svg %s: write failed", path);
+}
+
 /* ---- one step ------------------------------------------------------------------------ */
 
 typedef struct exec_ctx {
@@ -677,8 +800,9 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
     }
     int B = loss->input->out.shape[0], n = s->n;
     compute_stats(s, t, loss, B, forward_bytes);
-    if (e->opts.plan && !s->plan_printed) {
-        print_plan(s, e->opts.plan_full);
+    if ((e->opts.plan || e->opts.plan_svg) && !s->plan_printed) {
+        if (e->opts.plan) print_plan(s, e->opts.plan_full);
+        if (e->opts.plan_svg) draw_plan_svg(s, e->opts.plan_svg);
         s->plan_printed = true;
     }
 

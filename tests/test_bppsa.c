@@ -323,6 +323,7 @@ Test(bppsa, plan_summary_closed_forms)
 /* ---- the apps' --plan ------------------------------------------------------------------ */
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 static const char *bin(const char *app)
 {
@@ -390,4 +391,50 @@ Test(bppsa_app, plan_prints_and_exits)
     snprintf(cmd, sizeof cmd, "%s --plan=everything --seq-len 10 2>&1", bin("rnn"));
     cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 2);
     cr_assert_eq(lines, 1, "%s", last);
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+    int c = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) c++;
+    return c;
+}
+
+/* --plan-svg: a well-formed SVG with one node per plan step and per input element. */
+Test(bppsa_app, plan_svg_draws_the_tree)
+{
+    char cmd[512], last[8192], path[] = "test_bppsa_plan.svg";
+    int lines;
+    int Ts[] = {7, 20};
+    int Ks[] = {-1, 2};
+    for (int c = 0; c < 2; c++) {
+        int n = Ts[c] + 1;
+        snprintf(cmd, sizeof cmd, "%s --plan-svg %s --seq-len %d --samples 64 --scan-levels %d 2>&1", bin("rnn"), path,
+                 Ts[c], Ks[c]);
+        cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0, "%s: %s", cmd, last);
+        FILE *f = fopen(path, "rb");
+        cr_assert_not_null(f);
+        static char buf[1 << 20];
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        remove(path);
+        buf[len] = 0;
+        cr_assert(strncmp(buf, "<?xml", 5) == 0 && strstr(buf, "<svg xmlns=\"http://www.w3.org/2000/svg\""));
+        cr_assert(len > 7 && strcmp(buf + len - 7, "</svg>\n") == 0, "the SVG is not closed");
+        cr_assert_eq(count_of(buf, "<g "), count_of(buf, "</g>"), "unbalanced groups");
+        cr_assert_eq(count_of(buf, "<svg"), 1);
+        sp_scan_plan p;
+        sp_scan_plan_build(&p, n, Ks[c]);
+        cr_assert_eq(count_of(buf, "class=\"step\""), p.nsteps, "T=%d: %d step nodes, the plan has %d steps", Ts[c],
+                     count_of(buf, "class=\"step\""), p.nsteps);
+        cr_assert_eq(count_of(buf, "class=\"input\""), n + 1);
+        int crit = count_of(buf, "(critical)");
+        cr_assert_geq(crit, p.work_levels, "every level that multiplies has a critical step");
+        sp_scan_plan_free(&p);
+    }
+    /* a long chain is refused in one line */
+    snprintf(cmd, sizeof cmd, "%s --plan-svg %s --seq-len 1000 --samples 64 2>&1", bin("rnn"), path);
+    cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 2);
+    cr_assert_eq(lines, 1, "%s", last);
+    cr_assert_eq(access(path, F_OK), -1, "nothing written for a refused chain");
 }
