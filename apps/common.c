@@ -1,96 +1,219 @@
 /* common.c — flag parsing and the JSON summary line shared by the apps. */
 #include <errno.h>
-#include <stdarg.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "apps/common.h"
-#include "core/engine.h"
 #include "core/error.h"
+#include "optim/optim.h"
 
 void sp_app_defaults(sp_app_opts *o)
 {
     *o = (sp_app_opts){
         .optim = "sgd", .backward = "linear", .lr_schedule = "constant", .epochs = 1, .batch = 64,
         .threads = 2, .lr = 0.01, .momentum = 0.9f, .seed = 1, .scan_levels = -1, .order = "ooo",
-        .k = 2,
+        .k = 0, .scan_levels_arg = "full",
     };
 }
 
-static const sp_flag *common_flags(sp_app_opts *o)
+#define G_TRAIN "training"
+#define G_LOOP "epochs and logs (the epoch loop)"
+#define G_CKPT "checkpoints (safetensors)"
+#define G_DATA "data"
+#define G_ENGINE "backward engine"
+#define G_BPPSA "bppsa engine (with --backward bppsa)"
+#define G_OOO "ooo engine (with --backward ooo)"
+
+/* The common flags of the training apps; `scope` says which apps take each one. */
+static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
 {
-    static sp_flag f[40];
     sp_flag list[] = {
-        {"data", SP_FLAG_STR, &o->data, "dataset directory or file"},
-        {"data-format", SP_FLAG_STR, &o->data_format, "dataset format (app-specific)"},
-        {"epochs", SP_FLAG_INT, &o->epochs, "training epochs"},
-        {"steps", SP_FLAG_LONG, &o->steps, "stop after N steps (0 = whole epochs)"},
-        {"batch", SP_FLAG_INT, &o->batch, "batch size"},
-        {"lr", SP_FLAG_DOUBLE, &o->lr, "learning rate"},
-        {"lr-schedule", SP_FLAG_STR, &o->lr_schedule, "constant | step:SIZE:GAMMA | cosine:TMAX[:MIN]"},
-        {"momentum", SP_FLAG_DOUBLE, &o->momentum, "SGD momentum"},
-        {"weight-decay", SP_FLAG_DOUBLE, &o->weight_decay, "weight decay"},
-        {"optim", SP_FLAG_STR, &o->optim, "sgd | adam | adamw"},
-        {"seed", SP_FLAG_U64, &o->seed, "random seed (init, shuffling, synthetic data)"},
-        {"threads", SP_FLAG_INT, &o->threads, "threads for everything, OpenBLAS included"},
-        {"backward", SP_FLAG_STR, &o->backward, "backward engine: linear | bppsa | ooo"},
-        {"scan-levels", SP_FLAG_INT, &o->scan_levels, "bppsa: up-sweep levels K | auto | full (default: full)"},
-        {"plan", SP_FLAG_BOOL, &o->plan, "bppsa: print the scan plan's summary and exit (--plan=full: every step)"},
-        {"plan-svg", SP_FLAG_STR, &o->plan_svg, "bppsa: draw the scan tree (short chains) to FILE.svg and exit"},
-        {"order", SP_FLAG_STR, &o->order, "ooo: conventional | ooo | reverse-first-k | list"},
-        {"k", SP_FLAG_INT, &o->k, "ooo reverse-first-k: k"},
-        {"mem-cap", SP_FLAG_LONG, &o->mem_cap, "ooo reverse-first-k: memory cap in bytes"},
-        {"trace", SP_FLAG_STR, &o->trace, "ooo: write a Chrome/Perfetto trace JSON"},
-        {"no-shuffle", SP_FLAG_BOOL, &o->no_shuffle, "keep the dataset order"},
-        {"load", SP_FLAG_STR, &o->load, "initial weights (safetensors)"},
-        {"save", SP_FLAG_STR, &o->save, "save the final weights (safetensors, atomic)"},
-        {"log", SP_FLAG_STR, &o->log, "per-step CSV log: step,epoch,loss,lr,seconds"},
-        {"eval-every", SP_FLAG_INT, &o->eval_every, "evaluate every N steps (0 = per epoch)"},
-        {"quiet", SP_FLAG_BOOL, &o->quiet, "no progress output"},
-        {NULL, 0, NULL, NULL},
+        {"data", SP_FLAG_STR, &o->data, "dataset directory (fashion-mnist: Debian's dataset-fashion-mnist if not given)",
+         .group = G_DATA, .meta = "DIR", .scope = SP_SCOPE_IMAGES},
+        {"data-format", SP_FLAG_STR, &o->data_format, "dataset format; mnist, cifar10 and folder need --data",
+         .group = G_DATA, .choices = "fashion-mnist|mnist|idx|cifar10|folder", .scope = SP_SCOPE_IMAGES},
+        {"steps", SP_FLAG_LONG, &o->steps, "stop after N steps; with --epochs, whichever limit comes first; "
+         "alone, as many epochs as it needs (0 = whole epochs)", .group = G_TRAIN, .range = "0..1000000000",
+         .scope = SP_SCOPE_RUN},
+        {"batch", SP_FLAG_INT, &o->batch, "batch size (at most the training samples)", .group = G_TRAIN,
+         .range = "1..", .scope = SP_SCOPE_RUN},
+        {"lr", SP_FLAG_DOUBLE, &o->lr, "learning rate (> 0)", .group = G_TRAIN, .meta = "X", .scope = SP_SCOPE_RUN},
+        {"optim", SP_FLAG_STR, &o->optim, "optimizer", .group = G_TRAIN, .choices = "sgd|adam|adamw",
+         .scope = SP_SCOPE_RUN},
+        {"momentum", SP_FLAG_DOUBLE, &o->momentum, "SGD momentum, in [0, 1)", .group = G_TRAIN, .meta = "X",
+         .needs = "optim=sgd", .scope = SP_SCOPE_RUN},
+        {"weight-decay", SP_FLAG_DOUBLE, &o->weight_decay, "L2 weight decay (decoupled with adamw)",
+         .group = G_TRAIN, .meta = "X", .range = "0..", .scope = SP_SCOPE_RUN},
+        {"seed", SP_FLAG_U64, &o->seed, "random seed (init, shuffling, synthetic data)", .group = G_TRAIN,
+         .scope = SP_SCOPE_RUN},
+        {"threads", SP_FLAG_INT, &o->threads, "threads for everything, OpenBLAS included", .group = G_TRAIN,
+         .range = "1..64", .scope = SP_SCOPE_RUN},
+        {"quiet", SP_FLAG_BOOL, &o->quiet, "no progress output on stderr", .group = G_TRAIN, .scope = SP_SCOPE_RUN},
+        {"epochs", SP_FLAG_INT, &o->epochs, "training epochs; with --steps, whichever limit comes first",
+         .group = G_LOOP, .range = "1..", .scope = SP_SCOPE_LOOP},
+        {"lr-schedule", SP_FLAG_STR, &o->lr_schedule, "per-epoch learning rate: constant | step:SIZE:GAMMA | "
+         "cosine:TMAX[:MIN]", .group = G_LOOP, .meta = "SPEC", .scope = SP_SCOPE_LOOP},
+        {"no-shuffle", SP_FLAG_BOOL, &o->no_shuffle, "keep the dataset order", .group = G_LOOP,
+         .scope = SP_SCOPE_LOOP},
+        {"eval-every", SP_FLAG_INT, &o->eval_every, "evaluate on the test set every N steps (0 = after each epoch)",
+         .group = G_LOOP, .range = "0..", .scope = SP_SCOPE_LOOP},
+        {"log", SP_FLAG_STR, &o->log, "per-step CSV log: step,epoch,loss,lr,seconds", .group = G_LOOP,
+         .meta = "FILE", .scope = SP_SCOPE_LOOP},
+        {"load", SP_FLAG_STR, &o->load, "initial weights (instead of the seeded init)", .group = G_CKPT,
+         .meta = "FILE", .scope = SP_SCOPE_CKPT},
+        {"save", SP_FLAG_STR, &o->save, "save the final weights (atomic replace)", .group = G_CKPT, .meta = "FILE",
+         .scope = SP_SCOPE_CKPT},
+        {"backward", SP_FLAG_STR, &o->backward, "backward engine", .group = G_ENGINE,
+         .choices = "linear|bppsa|ooo", .scope = SP_SCOPE_ENGINE},
+        {"scan-levels", SP_FLAG_STR, &o->scan_levels_arg, "up-sweep levels: 0 (= linear BP) .. the model's "
+         "full depth, full, or auto (the plan's cost model picks; docs/BPPSA.md)", .group = G_BPPSA,
+         .meta = "N|full|auto", .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
+        {"plan", SP_FLAG_BOOL, &o->plan, "print the scan plan's summary and exit without training "
+         "(--plan=full: every step)", .group = G_BPPSA, .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
+        {"plan-svg", SP_FLAG_STR, &o->plan_svg, "draw the scan tree of a short chain to FILE and exit",
+         .group = G_BPPSA, .meta = "FILE", .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
+        {"order", SP_FLAG_STR, &o->order, "task order of the two lanes", .group = G_OOO,
+         .choices = "conventional|ooo|reverse-first-k|list", .needs = "backward=ooo", .scope = SP_SCOPE_ENGINE},
+        {"k", SP_FLAG_INT, &o->k, "layers in reverse-first order (0 = half the parameterised layers)",
+         .group = G_OOO, .range = "0..", .needs = "backward=ooo,order=reverse-first-k", .scope = SP_SCOPE_ENGINE},
+        {"mem-cap", SP_FLAG_LONG, &o->mem_cap, "memory cap of the backward pass in bytes (0 = none)",
+         .group = G_OOO, .meta = "BYTES", .range = "0..", .needs = "backward=ooo", .scope = SP_SCOPE_ENGINE},
+        {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON", .group = G_OOO, .meta = "FILE",
+         .needs = "backward=ooo", .scope = SP_SCOPE_ENGINE},
+        {0},
     };
+    int n = (int)(sizeof list / sizeof list[0]);
+    if (n > cap) sp_fail("internal: too many common flags");
     memcpy(f, list, sizeof list);
-    return f;
+    return n - 1;
 }
 
-static void usage(FILE *out, const char *app, const char *summary, const sp_flag *a, const sp_flag *b)
-{
-    fprintf(out, "usage: %s [flags]\n%s\n\nflags:\n", app, summary);
-    for (const sp_flag *set[2] = {b, a}, **s = set; s < set + 2; s++)
-        for (const sp_flag *f = *s; f && f->name; f++) {
-            const char *arg = f->kind == SP_FLAG_BOOL ? "" : f->kind == SP_FLAG_STR ? " S" : " N";
-            fprintf(out, "  --%s%-*s %s\n", f->name, (int)(18 - strlen(f->name) - strlen(arg)), arg, f->help);
-        }
-    fprintf(out, "  --help               this text\n");
-}
+/* ---- the flag parser ------------------------------------------------------------------ */
 
-static const sp_flag *find(const sp_flag *set, const char *name, size_t len)
+static sp_flag *g_flags;        /* the table of the last parse, for sp_flag_given and needs */
+static bool g_plan_full;        /* --plan=full was given */
+static const char *g_app;
+
+static sp_flag *find(sp_flag *set, const char *name, size_t len)
 {
-    for (const sp_flag *f = set; f && f->name; f++)
+    for (sp_flag *f = set; f && f->name; f++)
         if (strlen(f->name) == len && strncmp(f->name, name, len) == 0) return f;
     return NULL;
 }
 
-static void set_value(const sp_flag *f, const char *v)
+bool sp_flag_given(const char *name)
+{
+    sp_flag *f = find(g_flags, name, strlen(name));
+    return f && f->set;
+}
+
+static const char *kind_meta(const sp_flag *f)
+{
+    if (f->meta) return f->meta;
+    switch (f->kind) {
+    case SP_FLAG_STR: return "S";
+    case SP_FLAG_DOUBLE: return "X";
+    case SP_FLAG_BOOL: return "";
+    default: return "N";
+    }
+}
+
+/* The current value of a flag as text ("" for an unset string or a bool). */
+static const char *value_str(const sp_flag *f, char *buf, size_t len)
+{
+    buf[0] = 0;
+    switch (f->kind) {
+    case SP_FLAG_STR: snprintf(buf, len, "%s", *(const char **)f->dst ? *(const char **)f->dst : ""); break;
+    case SP_FLAG_INT: snprintf(buf, len, "%d", *(int *)f->dst); break;
+    case SP_FLAG_LONG: snprintf(buf, len, "%ld", *(long *)f->dst); break;
+    case SP_FLAG_U64: snprintf(buf, len, "%llu", (unsigned long long)*(uint64_t *)f->dst); break;
+    case SP_FLAG_DOUBLE: snprintf(buf, len, "%g", *(double *)f->dst); break;
+    case SP_FLAG_BOOL: break;
+    }
+    return buf;
+}
+
+/* "a|b|c" contains v as a whole alternative */
+static bool in_list(const char *list, const char *v, size_t vlen)
+{
+    for (const char *p = list; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        if (n == vlen && strncmp(p, v, n) == 0) return true;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return false;
+}
+
+/* "a|b|c" -> "a, b or c" */
+static const char *alternatives(const char *list, char *buf, size_t len)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    int total = 1;
+    for (const char *p = list; *p; p++) total += *p == '|';
+    int i = 0;
+    for (const char *p = list; *p && k + 8 < len;) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        k += (size_t)snprintf(buf + k, len - k, "%s%.*s", i == 0 ? "" : i == total - 1 ? " or " : ", ", (int)n, p);
+        i++;
+        if (!bar || k >= len) break;
+        p = bar + 1;
+    }
+    return buf;
+}
+
+static void range_of(const sp_flag *f, double *lo, double *hi)
+{
+    *lo = -INFINITY;
+    *hi = INFINITY;
+    if (!f->range) return;
+    const char *dots = strstr(f->range, "..");
+    if (dots != f->range) *lo = strtod(f->range, NULL);
+    if (dots && dots[2]) *hi = strtod(dots + 2, NULL);
+}
+
+static void out_of_range(const sp_flag *f, const char *v)
+{
+    double lo, hi;
+    range_of(f, &lo, &hi);
+    if (isinf(hi)) sp_fail("--%s %s: expected >= %g", f->name, v, lo);
+    if (isinf(lo)) sp_fail("--%s %s: expected <= %g", f->name, v, hi);
+    sp_fail("--%s %s: expected %g..%g", f->name, v, lo, hi);
+}
+
+static void set_value(sp_flag *f, const char *v)
 {
     char *end;
+    double lo, hi;
+    range_of(f, &lo, &hi);
     errno = 0;
     switch (f->kind) {
     case SP_FLAG_STR:
         if (!*v) sp_fail("--%s: empty value", f->name);
+        if (f->choices && !in_list(f->choices, v, strlen(v))) {
+            char alt[512];
+            sp_fail("--%s %s: expected %s", f->name, v, alternatives(f->choices, alt, sizeof alt));
+        }
         *(const char **)f->dst = v;
         return;
     case SP_FLAG_INT: {
         long x = strtol(v, &end, 10);
         if (*end || !*v || errno || x < -2147483647L || x > 2147483647L)
             sp_fail("--%s %s: expected an integer", f->name, v);
+        if ((double)x < lo || (double)x > hi) out_of_range(f, v);
         *(int *)f->dst = (int)x;
         return;
     }
     case SP_FLAG_LONG: {
         long x = strtol(v, &end, 10);
         if (*end || !*v || errno) sp_fail("--%s %s: expected an integer", f->name, v);
+        if ((double)x < lo || (double)x > hi) out_of_range(f, v);
         *(long *)f->dst = x;
         return;
     }
@@ -98,12 +221,14 @@ static void set_value(const sp_flag *f, const char *v)
         if (*v == '-') sp_fail("--%s %s: expected a non-negative integer", f->name, v);
         unsigned long long x = strtoull(v, &end, 10);
         if (*end || !*v || errno) sp_fail("--%s %s: expected a non-negative integer", f->name, v);
+        if ((double)x < lo || (double)x > hi) out_of_range(f, v);
         *(uint64_t *)f->dst = x;
         return;
     }
     case SP_FLAG_DOUBLE: {
         double x = strtod(v, &end);
         if (*end || !*v || errno || !isfinite(x)) sp_fail("--%s %s: expected a number", f->name, v);
+        if (x < lo || x > hi) out_of_range(f, v);
         *(double *)f->dst = x;
         return;
     }
@@ -111,54 +236,180 @@ static void set_value(const sp_flag *f, const char *v)
     }
 }
 
-static void check_ranges(const sp_app_opts *o)
+/* Levenshtein distance, for "did you mean". */
+static size_t edit_distance(const char *a, size_t la, const char *b)
 {
-    if (o->epochs < 1) sp_fail("--epochs %d: expected >= 1", o->epochs);
-    if (o->steps < 0) sp_fail("--steps %ld: expected >= 0", o->steps);
-    if (o->batch < 1) sp_fail("--batch %d: expected >= 1", o->batch);
-    if (o->threads < 1 || o->threads > 64) sp_fail("--threads %d: expected 1..64", o->threads);
-    if (!(o->lr > 0)) sp_fail("--lr %g: expected > 0", o->lr);
-    if (o->momentum < 0 || o->momentum >= 1) sp_fail("--momentum %g: expected in [0, 1)", o->momentum);
-    if (o->weight_decay < 0) sp_fail("--weight-decay %g: expected >= 0", o->weight_decay);
-    if (o->eval_every < 0) sp_fail("--eval-every %d: expected >= 0", o->eval_every);
-    if (o->k < 1) sp_fail("--k %d: expected >= 1", o->k);
-    if (o->mem_cap < 0) sp_fail("--mem-cap %ld: expected >= 0", o->mem_cap);
+    size_t lb = strlen(b), row[64];
+    if (la >= 63 || lb >= 63) return 99;
+    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
 }
 
-void sp_app_parse(int argc, char **argv, const char *app, const char *summary, sp_app_opts *o,
-                  const sp_flag *extra)
+/* The closest flag of `set` to name[0..len), or NULL if none is close. */
+static const sp_flag *closest(const sp_flag *set, const char *name, size_t len)
 {
-    const sp_flag *common = common_flags(o);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout, app, summary, common, extra);
+    const sp_flag *best = NULL;
+    size_t bd = 99;
+    for (const sp_flag *f = set; f && f->name; f++) {
+        size_t d = edit_distance(name, len, f->name), fl = strlen(f->name);
+        if (len >= 3 && (strncmp(f->name, name, len < fl ? len : fl) == 0)) d = d < 1 ? d : 1;   /* a prefix */
+        if (d < bd) bd = d, best = f;
+    }
+    size_t limit = len <= 4 ? 1 : len <= 8 ? 2 : 3;
+    return bd <= limit ? best : NULL;
+}
+
+static void unknown_flag(const sp_flag *set, const sp_flag *elsewhere, const char *name, size_t len)
+{
+    const sp_flag *near = closest(set, name, len);
+    char hint[128] = "";
+    if (near) snprintf(hint, sizeof hint, "; did you mean --%s?", near->name);
+    const sp_flag *other = elsewhere ? find((sp_flag *)elsewhere, name, len) : NULL;
+    if (other) sp_fail("%s: --%s does not apply to %s%s (see --help)", g_app, other->name, g_app, hint);
+    if (near) sp_fail("%s: unknown flag '--%.*s'%s", g_app, (int)len, name, hint);
+    sp_fail("%s: unknown flag '--%.*s' (see --help)", g_app, (int)len, name);
+}
+
+/* Whether one condition of `needs` holds; writes what it asks for into why. */
+static bool condition(const char *c, size_t n, char *why, size_t wlen)
+{
+    bool neg = *c == '!';
+    if (neg) c++, n--;
+    const char *eq = memchr(c, '=', n);
+    size_t nl = eq ? (size_t)(eq - c) : n;
+    sp_flag *f = find(g_flags, c, nl);
+    if (neg) {
+        snprintf(why, wlen, "does not apply with --%.*s", (int)nl, c);
+        return !(f && f->set);
+    }
+    if (!eq) {
+        snprintf(why, wlen, "needs --%.*s", (int)nl, c);
+        return f && f->set;
+    }
+    char list[256], alt[512];
+    snprintf(list, sizeof list, "%.*s", (int)(n - nl - 1), eq + 1);
+    snprintf(why, wlen, "needs --%.*s %s", (int)nl, c, alternatives(list, alt, sizeof alt));
+    if (!f || f->kind != SP_FLAG_STR) return false;
+    const char *v = *(const char **)f->dst;
+    return v && in_list(list, v, strlen(v));
+}
+
+static void check_needs(const sp_flag *f)
+{
+    for (const char *p = f->needs; p && *p;) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        char why[600];
+        if (!condition(p, n, why, sizeof why)) sp_fail("--%s %s", f->name, why);
+        if (!comma) break;
+        p = comma + 1;
+    }
+}
+
+/* "backward=ooo,!list,!svg" -> "needs --backward ooo; not with --list or --svg" */
+static const char *needs_text(const char *needs, char *buf, size_t len)
+{
+    size_t k = 0;
+    char neg[8][64];
+    int nneg = 0;
+    buf[0] = 0;
+    for (const char *p = needs; *p && k < len;) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        if (*p == '!' && nneg < 8) {
+            snprintf(neg[nneg++], sizeof neg[0], "--%.*s", (int)n - 1, p + 1);
+        } else {
+            char why[300];
+            condition(p, n, why, sizeof why);
+            k += (size_t)snprintf(buf + k, len - k, "%s%s", k ? "; " : "", why);
+        }
+        if (!comma) break;
+        p = comma + 1;
+    }
+    for (int i = 0; i < nneg && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%s", i == 0 ? (k ? "; not with " : "not with ") : i == nneg - 1 ? " or " : ", ",
+                              neg[i]);
+    return buf;
+}
+
+static void usage(const char *app, const char *summary, const sp_flag *set)
+{
+    printf("usage: %s [flags]\n%s\n", app, summary);
+    const char *groups[32];
+    int ng = 0;
+    for (const sp_flag *f = set; f->name; f++) {
+        const char *g = f->group ? f->group : app;
+        bool seen = false;
+        for (int i = 0; i < ng; i++) seen |= strcmp(groups[i], g) == 0;
+        if (!seen && ng < 32) groups[ng++] = g;
+    }
+    for (int i = 0; i < ng; i++) {
+        printf("\n%s:\n", groups[i]);
+        for (const sp_flag *f = set; f->name; f++) {
+            if (strcmp(f->group ? f->group : app, groups[i]) != 0) continue;
+            char left[64], val[128], alt[1024];
+            const char *meta = kind_meta(f);
+            snprintf(left, sizeof left, "--%s%s%s", f->name, *meta ? " " : "", meta);
+            printf("  %-22s %s", left, f->help);
+            value_str(f, val, sizeof val);
+            if (f->choices) printf("; one of %s", alternatives(f->choices, alt, sizeof alt));
+            if (f->range) printf("; range %s", f->range);
+            if (f->def) printf(" (default %s)", f->def);
+            else if (f->kind != SP_FLAG_BOOL && val[0]) printf(" (default %s)", val);
+            if (f->needs) printf(" [%s]", needs_text(f->needs, alt, sizeof alt));
+            printf("\n");
+        }
+    }
+    printf("\n  %-22s this text\n", "--help");
+}
+
+static bool g_output_check;
+
+static void check_output_at_exit(void) { sp_app_check_output(); }
+
+static void parse(int argc, char **argv, const char *app, const char *summary, sp_flag *set, const sp_flag *elsewhere)
+{
+    g_flags = set;
+    g_app = app;
+    if (!g_output_check) {
+        g_output_check = true;
+        atexit(check_output_at_exit);
+    }
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(app, summary, set);
             exit(0);
         }
-        if (strncmp(a, "--", 2) != 0) sp_fail("%s: unexpected argument '%s' (see --help)", app, a);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0) {
+            if (a[0] == '-' && a[1]) unknown_flag(set, elsewhere, a + 1, strlen(a + 1));
+            sp_fail("%s: unexpected argument '%s' (see --help)", app, a);
+        }
         const char *name = a + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        const sp_flag *f = find(extra, name, len);
-        if (!f) f = find(common, name, len);
-        if (!f) sp_fail("%s: unknown flag '--%.*s' (see --help)", app, (int)len, name);
+        sp_flag *f = find(set, name, len);
+        if (!f) unknown_flag(set, elsewhere, name, len);
+        f->set = true;   /* given twice: the last value counts */
         const char *v = eq ? eq + 1 : NULL;
-        if (f->dst == &o->plan && v) {   /* --plan=full | --plan=summary */
-            if (strcmp(v, "full") != 0 && strcmp(v, "summary") != 0)
-                sp_fail("--plan=%s: expected --plan, --plan=summary or --plan=full", v);
-            o->plan = true;
-            o->plan_full = strcmp(v, "full") == 0;
-            continue;
-        }
-        if (f->dst == &o->scan_levels) {   /* names for the two special depths */
-            const char *w = v ? v : i + 1 < argc ? argv[i + 1] : "";
-            int named = strcmp(w, "auto") == 0 ? SP_SCAN_LEVELS_AUTO : strcmp(w, "full") == 0 ? SP_SCAN_LEVELS_FULL : 0;
-            if (named) {
-                o->scan_levels = named;
-                if (!v) i++;
-                continue;
-            }
-        }
         if (f->kind == SP_FLAG_BOOL) {
+            if (v && strcmp(f->name, "plan") == 0) {   /* --plan=full | --plan=summary */
+                if (strcmp(v, "full") != 0 && strcmp(v, "summary") != 0)
+                    sp_fail("--plan=%s: expected --plan, --plan=summary or --plan=full", v);
+                g_plan_full = strcmp(v, "full") == 0;
+                v = NULL;
+            }
             if (v) sp_fail("--%s takes no value", f->name);
             set_value(f, "");
             continue;
@@ -169,7 +420,82 @@ void sp_app_parse(int argc, char **argv, const char *app, const char *summary, s
         }
         set_value(f, v);
     }
+    for (const sp_flag *f = set; f->name; f++)
+        if (f->set) check_needs(f);
+}
+
+void sp_flags_parse(int argc, char **argv, const char *app, const char *summary, sp_flag *flags)
+{
+    parse(argc, argv, app, summary, flags, NULL);
+}
+
+static void check_ranges(sp_app_opts *o)
+{
+    if (!(o->lr > 0)) sp_fail("--lr %g: expected > 0", o->lr);
+    if (o->momentum < 0 || o->momentum >= 1) sp_fail("--momentum %g: expected in [0, 1)", o->momentum);
+    if (sp_flag_given("lr-schedule")) sp_lr_parse(o->lr_schedule, o->lr);   /* fail before any data is read */
+    const char *fmt = o->data_format ? o->data_format : "fashion-mnist";
+    if (!o->data && sp_flag_given("data-format") && strcmp(fmt, "fashion-mnist") != 0)
+        sp_fail("--data-format %s needs --data DIR (only fashion-mnist has a default directory)", fmt);
+    o->plan_full = g_plan_full;
+    if (strcmp(o->scan_levels_arg, "full") == 0) {
+        o->scan_levels = SP_SCAN_LEVELS_FULL;
+    } else if (strcmp(o->scan_levels_arg, "auto") == 0) {
+        o->scan_levels = SP_SCAN_LEVELS_AUTO;
+    } else {
+        char *end;
+        errno = 0;
+        long x = strtol(o->scan_levels_arg, &end, 10);
+        if (!*o->scan_levels_arg || *end || errno || x < 0 || x > 1000000)
+            sp_fail("--scan-levels %s: expected 0 (linear BP) .. the model's full depth, full or auto",
+                    o->scan_levels_arg);
+        o->scan_levels = (int)x;
+    }
+    /* --steps alone runs as many epochs as it needs; with --epochs, whichever comes first */
+    if (o->steps > 0 && !sp_flag_given("epochs")) o->epochs = 0;
+}
+
+void sp_app_parse(int argc, char **argv, const char *app, const char *summary, sp_app_opts *o, unsigned scopes,
+                  sp_flag *extra)
+{
+    static sp_flag common[64], set[128];
+    int nc = common_flags(o, common, 64), n = 0;
+    for (const sp_flag *f = extra; f && f->name; f++) {
+        if (n + 1 >= 128) sp_fail("internal: too many flags");
+        set[n++] = *f;
+    }
+    for (int i = 0; i < nc; i++)
+        if (!common[i].scope || (common[i].scope & scopes)) {
+            if (n + 1 >= 128) sp_fail("internal: too many flags");
+            set[n++] = common[i];
+        }
+    set[n] = (sp_flag){0};
+    parse(argc, argv, app, summary, set, common);
+    for (int i = 0; i < n; i++)   /* the app's table learns which of its flags were given */
+        for (sp_flag *f = extra; f && f->name; f++)
+            if (strcmp(f->name, set[i].name) == 0) f->set = set[i].set;
     check_ranges(o);
+}
+
+/* ---- output ------------------------------------------------------------------------- */
+
+void sp_app_check_output(void)
+{
+    errno = 0;
+    bool bad = fflush(stdout) != 0;
+    int e = errno;
+    if (!bad && !ferror(stdout)) return;
+    fprintf(stderr, "scanprop: stdout: write failed: %s\n", bad && e ? strerror(e) : "an earlier write failed");
+    _exit(SP_EXIT_USAGE);
+}
+
+void sp_app_close_output(FILE *f, const char *what)
+{
+    errno = 0;
+    bool bad = ferror(f) != 0;
+    int e = errno;
+    if (fclose(f) != 0) bad = true, e = errno;
+    if (bad) sp_fail("%s: write failed: %s", what, e ? strerror(e) : "an earlier write failed");
 }
 
 /* ---- JSON ---------------------------------------------------------------------------- */
@@ -233,7 +559,7 @@ void sp_json_end_print(sp_json *j)
 {
     put(j, "}");
     printf("%s\n", j->buf);
-    fflush(stdout);
+    sp_app_check_output();
 }
 
 /* ---- datasets of the image apps ----------------------------------------------------- */
@@ -244,6 +570,8 @@ void sp_json_end_print(sp_json *j)
 void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp_dataset **test)
 {
     const char *fmt = o->data_format ? o->data_format : "fashion-mnist";
+    if (!o->data && strcmp(fmt, "fashion-mnist") != 0)
+        sp_fail("--data-format %s needs --data DIR (only fashion-mnist has a default directory)", fmt);
     if (strcmp(fmt, "fashion-mnist") == 0 || strcmp(fmt, "mnist") == 0 || strcmp(fmt, "idx") == 0) {
         const char *dir = o->data ? o->data : FMNIST_DIR;
         *train = sp_fashion_mnist(dir, true, pad_to);
@@ -268,7 +596,8 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
 #include "core/parallel.h"
 #include "core/safetensors.h"
 #include "schedulers/engines.h"
-#include "optim/optim.h"
+#include "schedulers/ooo.h"
+#include "schedulers/scan.h"
 
 /* U_i of the ooo engine: the optimizer step of one layer's parameters. */
 static void update_layer(void *ctx, sp_layer *l) { sp_optim_step_params(ctx, l->params, l->nparams); }
@@ -280,7 +609,7 @@ sp_engine_opts sp_app_engine_opts(const sp_app_opts *o)
                             .k = o->k,
                             .mem_cap = (size_t)o->mem_cap,
                             .trace_path = o->trace,
-                            .plan = o->plan || o->plan_full,
+                            .plan = o->plan,
                             .plan_full = o->plan_full,
                             .plan_svg = o->plan_svg};
 }
@@ -290,7 +619,7 @@ sp_engine_opts sp_app_engine_opts(const sp_app_opts *o)
 void sp_app_plan_only(const char *app, const sp_app_opts *o, sp_model *m, const sp_tensor *x, const int *y)
 {
     sp_engine_opts eo = sp_app_engine_opts(o);
-    eo.plan = o->plan || o->plan_full || !o->plan_svg;
+    eo.plan = o->plan || !o->plan_svg;
     sp_engine *e = sp_engine_create("bppsa", &eo);
     sp_tape t;
     sp_tape_init(&t);
@@ -319,24 +648,45 @@ void sp_app_plan_only(const char *app, const sp_app_opts *o, sp_model *m, const 
     sp_engine_destroy(e);
 }
 
+void sp_app_check_scan_levels(const sp_app_opts *o, sp_model *m, const sp_tensor *x1, const int *y1)
+{
+    if (strcmp(o->backward, "bppsa") != 0 || o->scan_levels < 0) return;
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *loss = sp_model_loss(m, &t, x1, y1);
+    int n = sp_bppsa_chain_links(loss), full = sp_scan_full_levels(n);
+    sp_tape_free(&t);
+    if (o->scan_levels > full)
+        sp_fail("--scan-levels %d: expected 0..%d for %s (a chain of %d Jacobians), or full", o->scan_levels, full,
+                m->name, n);
+}
+
 sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m, sp_dataset *train,
                              sp_dataset *test, bool timing_keys)
 {
-    if (o->plan || o->plan_full || o->plan_svg) {
-        if (o->load) sp_model_load(m, o->load);
-        else sp_model_init(m, o->seed);
-        sp_loader *l = sp_loader_new_sync(train, o->batch, false, o->seed, false);
-        sp_batch b;
-        if (!sp_loader_next(l, &b)) sp_fail("%s: --plan: the training set is empty", app);
-        sp_app_plan_only(app, o, m, &b.x, b.y);
-        sp_loader_free(l);
-        return (sp_train_result){0};
-    }
+    if (o->batch > train->n)
+        sp_fail("--batch %d exceeds the %d training samples of %s", o->batch, train->n, train->name);
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_engine_opts eo = sp_app_engine_opts(o);
     sp_engine *e = sp_engine_create(o->backward, &eo);
     if (o->load) sp_model_load(m, o->load);
     else sp_model_init(m, o->seed);
+    if (o->scan_levels >= 0 && strcmp(o->backward, "bppsa") == 0) {   /* one sample, to know the chain */
+        sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
+        sp_batch b;
+        sp_loader_next(one, &b);
+        sp_app_check_scan_levels(o, m, &b.x, b.y);
+        sp_loader_free(one);
+    }
+    if (o->plan || o->plan_svg) {   /* the plan of the first batch; nothing trains */
+        sp_loader *l = sp_loader_new_sync(train, o->batch, false, o->seed, false);
+        sp_batch b;
+        if (!sp_loader_next(l, &b)) sp_fail("%s: --plan: the training set is empty", app);
+        sp_app_plan_only(app, o, m, &b.x, b.y);
+        sp_loader_free(l);
+        sp_engine_destroy(e);
+        return (sp_train_result){0};
+    }
 
     sp_optim_cfg cfg = sp_optim_cfg_default();
     cfg.lr = o->lr;
@@ -365,8 +715,19 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_json_str(&j, "backward", o->backward);
     sp_json_int(&j, "epochs", r.epochs);
     sp_json_int(&j, "steps", r.steps);
-    sp_json_int(&j, "batch", o->batch);
+    sp_json_int(&j, "batch", sp_loader_batch(loader));   /* what ran */
     sp_json_int(&j, "threads", o->threads);
+    if (strcmp(o->backward, "bppsa") == 0) {
+        sp_bppsa_stats bs;
+        if (o->scan_levels == SP_SCAN_LEVELS_AUTO && sp_bppsa_stats_get(e, &bs)) sp_json_int(&j, "scan_levels", bs.up_levels);
+        else if (o->scan_levels < 0) sp_json_str(&j, "scan_levels", "full");
+        else sp_json_int(&j, "scan_levels", o->scan_levels);
+    }
+    if (strcmp(o->backward, "ooo") == 0 && r.steps > 0) {   /* what the engine ran */
+        const sp_ooo_stats *st = sp_ooo_last_stats(e);
+        sp_json_str(&j, "order", st->order);
+        if (strcmp(st->order, "reverse-first-k") == 0) sp_json_int(&j, "k", st->k);
+    }
     sp_json_num(&j, "train_loss", r.train_loss);
     sp_json_num(&j, "test_loss", r.test_loss);
     sp_json_num(&j, "test_acc", r.test_acc);

@@ -22,13 +22,17 @@ int main(int argc, char **argv)
     o.lr = 0.05;
     int layers = 2, width = 64;
     sp_flag extra[] = {
-        {"layers", SP_FLAG_INT, &layers, "linear layers (tanh between them): 2L-1 ops in the chain"},
-        {"width", SP_FLAG_INT, &width, "hidden width (default 64)"},
-        {NULL, 0, NULL, NULL},
+        {"layers", SP_FLAG_INT, &layers, "linear layers (tanh between them): 2L-1 ops in the chain", .range = "1..32"},
+        {"width", SP_FLAG_INT, &width, "hidden width", .range = "1.."},
+        {0},
     };
-    sp_app_parse(argc, argv, "demo", "Train a small MLP on synthetic data (loss should fall).", &o, extra);
-    if (layers < 1 || layers > 32) sp_fail("--layers %d: expected 1..32", layers);
-    if (width < 1) sp_fail("--width %d: expected >= 1", width);
+    /* demo's loop is the one on this screen: no epochs, data files, checkpoints or logs */
+    sp_app_parse(argc, argv, "demo",
+                 "Train a small MLP on synthetic data (loss should fall). --steps counts the steps; batches walk\n"
+                 "the 512 synthetic samples in order.",
+                 &o, SP_SCOPE_RUN | SP_SCOPE_ENGINE, extra);
+    if (o.steps < 1) sp_fail("--steps %ld: demo needs at least 1 step", o.steps);
+    if (o.batch > N) sp_fail("--batch %d exceeds the %d training samples of demo", o.batch, N);
     sp_set_threads(o.threads);
 
     /* data: class c is a blob around a random centre */
@@ -51,14 +55,17 @@ int main(int argc, char **argv)
         if (i < layers) sp_model_add(m, sp_tanh());
     }
     sp_model_init(m, o.seed);
+    sp_tensor x1 = sp_tensor_2d(xs, 1, D);
+    sp_app_check_scan_levels(&o, m, &x1, ys);
     sp_engine_opts eo = sp_app_engine_opts(&o);
     sp_engine *e = sp_engine_create(o.backward, &eo);
     sp_optim_cfg cfg = sp_optim_cfg_default();
     cfg.lr = o.lr;
     cfg.momentum = o.momentum;
+    cfg.weight_decay = o.weight_decay;
     sp_optim *opt = sp_optim_create(o.optim, m->params, m->nparams, &cfg);
 
-    int B = o.batch < N ? o.batch : N;
+    int B = o.batch;
     if (o.plan || o.plan_svg) {   /* print (draw) the bppsa plan of one batch, train nothing */
         sp_tensor x = sp_tensor_2d(xs, B, D);
         sp_app_plan_only("demo", &o, m, &x, ys);
@@ -84,6 +91,7 @@ int main(int argc, char **argv)
     sp_json_str(&j, "app", "demo");
     sp_json_str(&j, "backward", o.backward);
     sp_json_int(&j, "steps", o.steps);
+    sp_json_int(&j, "batch", B);
     sp_json_num(&j, "first_loss", first);
     sp_json_num(&j, "last_loss", loss);
     sp_json_end_print(&j);

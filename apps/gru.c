@@ -17,16 +17,19 @@ int main(int argc, char **argv)
     int hidden = 20, samples = 1024, classes = 10;
     const char *shape = "L", *dataset = "synthetic";
     sp_flag extra[] = {
-        {"shape", SP_FLAG_STR, &shape, "S (259x38) | M (517x24) | L (1034x12), synthetic data"},
-        {"hidden", SP_FLAG_INT, &hidden, "hidden size (default 20)"},
-        {"samples", SP_FLAG_INT, &samples, "synthetic training samples (default 1024)"},
-        {"classes", SP_FLAG_INT, &classes, "synthetic classes (default 10)"},
-        {"dataset", SP_FLAG_STR, &dataset, "synthetic | FILE.safetensors (x [N,F,C], y [N])"},
-        {NULL, 0, NULL, NULL},
+        {"dataset", SP_FLAG_STR, &dataset, "synthetic or FILE.safetensors (x [N,F,C], y [N]; no test set)",
+         .meta = "synthetic|FILE"},
+        {"shape", SP_FLAG_STR, &shape, "synthetic frames x features: S 259x38, M 517x24, L 1034x12", .choices = "S|M|L",
+         .needs = "dataset=synthetic"},
+        {"samples", SP_FLAG_INT, &samples, "synthetic training samples", .range = "1..", .needs = "dataset=synthetic"},
+        {"classes", SP_FLAG_INT, &classes, "synthetic classes", .range = "2..", .needs = "dataset=synthetic"},
+        {"hidden", SP_FLAG_INT, &hidden, "hidden size", .range = "1.."},
+        {0},
     };
-    sp_app_parse(argc, argv, "gru", "Train a GRU on F x C feature sequences (BPPSA paper, Sec. 4.3).", &o, extra);
-    if (hidden < 1) sp_fail("--hidden %d: expected >= 1", hidden);
-    if (samples < 1 || classes < 2) sp_fail("--samples/--classes: expected >= 1 / >= 2");
+    sp_app_parse(argc, argv, "gru", "Train a GRU on F x C feature sequences (BPPSA paper, Sec. 4.3).", &o, SP_SCOPE_TRAINER,
+                 extra);
+    if (strcmp(dataset, "synthetic") != 0 && sp_flag_given("eval-every"))
+        sp_fail("--eval-every needs a test set (--dataset synthetic; a FILE has none)");
     sp_set_threads(o.threads);
     sp_dataset *train, *test = NULL;
     if (strcmp(dataset, "synthetic") == 0) {
@@ -34,7 +37,7 @@ int main(int argc, char **argv)
         if (strcmp(shape, "S") == 0) F = 259, C = 38;
         else if (strcmp(shape, "M") == 0) F = 517, C = 24;
         else if (strcmp(shape, "L") == 0) F = 1034, C = 12;
-        else sp_fail("--shape %s: expected S, M or L", shape);
+        else F = 1034, C = 12;
         train = sp_synthetic_sequences(samples, F, C, classes, o.seed);
         test = sp_synthetic_sequences(samples / 4 > o.batch ? samples / 4 : o.batch, F, C, classes, o.seed + 1000003);
     } else {

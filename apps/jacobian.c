@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "apps/common.h"
 #include "apps/models.h"
 #include "core/error.h"
 #include "core/parallel.h"
@@ -19,61 +20,25 @@ typedef struct opts {
     uint64_t seed;
 } opts;
 
-static void usage(void)
-{
-    printf("usage: jacobian [flags]\n"
-           "Per-op transposed Jacobians of a model: nnz, sparsity, CSR vs dense bytes, analytic\n"
-           "generation vs column-by-column from backward_input. Last stdout line: JSON.\n\n"
-           "flags:\n"
-           "  --model NAME      %s (default lenet)\n"
-           "  --input SHAPE     per-sample input, CxHxW (cnn) or TxC (rnn, gru); default: the model's\n"
-           "  --batch N         samples in the forward pass (default 1)\n"
-           "  --png DIR         write each Jᵀ pattern as DIR/NN_op.png\n"
-           "  --columns N       columns built one at a time per op, the rest extrapolated (default 256)\n"
-           "  --threads N       threads for everything, OpenBLAS included (default 2)\n"
-           "  --seed N          weights and input (default 1)\n"
-           "  --help            this text\n",
-           sp_zoo_names());
-}
-
-static long parse_long(const char *flag, const char *v, long lo, long hi)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || errno || x < lo || x > hi) sp_fail("--%s %s: expected an integer in [%ld, %ld]", flag, v, lo, hi);
-    return x;
-}
-
 static void parse(int argc, char **argv, opts *o)
 {
     *o = (opts){.model = "lenet", .batch = 1, .threads = 2, .columns = 256, .seed = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage();
-            exit(0);
-        }
-        static const char *known[] = {"model", "input", "batch", "png", "columns", "threads", "seed"};
-        const char *eq = strchr(a, '=');   /* --flag value or --flag=value */
-        size_t len = eq ? (size_t)(eq - a) : strlen(a);
-        int f = -1;
-        for (int k = 0; k < 7; k++)
-            if (strncmp(a, "--", 2) == 0 && len == strlen(known[k]) + 2 && strncmp(a + 2, known[k], len - 2) == 0)
-                f = k;
-        if (f < 0) sp_fail("jacobian: unknown argument '%s' (see --help)", a);
-        if (!eq && i + 1 >= argc) sp_fail("--%s: missing value", known[f]);
-        const char *v = eq ? eq + 1 : argv[++i];
-        switch (f) {
-        case 0: o->model = v; break;
-        case 1: o->input = v; break;
-        case 2: o->batch = (int)parse_long("batch", v, 1, 4096); break;
-        case 3: o->png = v; break;
-        case 4: o->columns = (int)parse_long("columns", v, 1, 1 << 30); break;
-        case 5: o->threads = (int)parse_long("threads", v, 1, 64); break;
-        default: o->seed = (uint64_t)parse_long("seed", v, 0, 0x7fffffffL); break;
-        }
-    }
+    sp_flag table[] = {
+        {"model", SP_FLAG_STR, &o->model, "the zoo model", .choices = sp_zoo_names()},
+        {"input", SP_FLAG_STR, &o->input, "per-sample input, CxHxW (cnn) or TxC (rnn, gru)", .meta = "SHAPE",
+         .def = "the model's"},
+        {"batch", SP_FLAG_INT, &o->batch, "samples in the forward pass", .range = "1..4096"},
+        {"png", SP_FLAG_STR, &o->png, "write each Jt pattern as DIR/NN_op.png", .meta = "DIR"},
+        {"columns", SP_FLAG_INT, &o->columns, "columns built one at a time per op, the rest extrapolated",
+         .range = "1..1073741824"},
+        {"threads", SP_FLAG_INT, &o->threads, "threads for everything, OpenBLAS included", .range = "1..64"},
+        {"seed", SP_FLAG_U64, &o->seed, "weights and input", .range = "0..2147483647"},
+        {0},
+    };
+    sp_flags_parse(argc, argv, "jacobian",
+                   "Per-op transposed Jacobians of a model: nnz, sparsity, CSR vs dense bytes, analytic\n"
+                   "generation vs column-by-column from backward_input. Last stdout line: JSON.",
+                   table);
 }
 
 /* "3x32x32" → shape; the number of dimensions must be the model's. */

@@ -10,7 +10,7 @@ int main(int argc, char **argv)
     sp_app_opts o;
     sp_app_defaults(&o);
     sp_app_parse(argc, argv, "lenet", "Train LeNet-5 (conv 6, conv 16, fc 120, 84, 10) on 28x28 or 32x32 images.", &o,
-                 NULL);
+                 SP_SCOPE_TRAINER | SP_SCOPE_IMAGES, NULL);
     sp_set_threads(o.threads);
     sp_dataset *train, *test;
     sp_app_open_images(&o, 0, &train, &test);

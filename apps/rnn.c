@@ -17,17 +17,17 @@ int main(int argc, char **argv)
     int T = 1000, hidden = 20, samples = 32000;
     const char *dataset = "bitstream";
     sp_flag extra[] = {
-        {"seq-len", SP_FLAG_INT, &T, "bitstream length T (default 1000)"},
-        {"hidden", SP_FLAG_INT, &hidden, "hidden size (default 20)"},
-        {"samples", SP_FLAG_INT, &samples, "bitstream training samples (default 32000)"},
-        {"dataset", SP_FLAG_STR, &dataset, "bitstream | FILE.safetensors (x [N,T,C], y [N])"},
-        {NULL, 0, NULL, NULL},
+        {"dataset", SP_FLAG_STR, &dataset, "bitstream (synthetic, Eq. 8) or FILE.safetensors (x [N,T,C], y [N]; "
+         "no test set)", .meta = "bitstream|FILE"},
+        {"seq-len", SP_FLAG_INT, &T, "bitstream length T", .range = "1..", .needs = "dataset=bitstream"},
+        {"samples", SP_FLAG_INT, &samples, "bitstream training samples", .range = "1..", .needs = "dataset=bitstream"},
+        {"hidden", SP_FLAG_INT, &hidden, "hidden size", .range = "1.."},
+        {0},
     };
     sp_app_parse(argc, argv, "rnn", "Train an Elman RNN on the BPPSA bitstream task (Eq. 8) or a sequence file.", &o,
-                 extra);
-    if (T < 1) sp_fail("--seq-len %d: expected >= 1", T);
-    if (hidden < 1) sp_fail("--hidden %d: expected >= 1", hidden);
-    if (samples < 1) sp_fail("--samples %d: expected >= 1", samples);
+                 SP_SCOPE_TRAINER, extra);
+    if (strcmp(dataset, "bitstream") != 0 && sp_flag_given("eval-every"))
+        sp_fail("--eval-every needs a test set (--dataset bitstream; a FILE has none)");
     sp_set_threads(o.threads);
     sp_dataset *train, *test;
     if (strcmp(dataset, "bitstream") == 0) {

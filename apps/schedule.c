@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "apps/common.h"
 #include "apps/models.h"
 #include "core/error.h"
 #include "core/model.h"
@@ -24,116 +25,73 @@ typedef struct opts {
     bool split, no_split, no_input_grad, no_diagram, list;
 } opts;
 
-typedef enum { F_STR, F_INT, F_NUM, F_BOOL } flag_kind;
-typedef struct flag {
-    const char *name;
-    flag_kind kind;
-    void *dst;
-    const char *help;
-} flag;
-
-static int flag_table(opts *o, flag *f)
-{
-    flag list[] = {
-        {"scheme", F_STR, &o->scheme, "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo (default gpipe)"},
-        {"stages", F_INT, &o->stages, "S, pipeline stages (default 4; --model/--profile: one per layer)"},
-        {"microbatches", F_INT, &o->micro, "B, micro-batches (default 8)"},
-        {"workers", F_INT, &o->workers, "W (default: B for ddp/fsdp, S for pipelines, G*R for lpp)"},
-        {"groups", F_INT, &o->groups, "lpp/fslpp: G groups"},
-        {"per-group", F_INT, &o->per_group, "lpp/fslpp: R workers per group"},
-        {"split", F_BOOL, &o->split, "backward as two jobs, delta before G (any scheme)"},
-        {"no-split", F_BOOL, &o->no_split, "backward as one job (ooo schemes split by default)"},
-        {"no-input-grad", F_BOOL, &o->no_input_grad, "stage 0 computes no delta (its input is data)"},
-        {"fwd-cost", F_NUM, &o->fwd, "time of a forward job (default 1)"},
-        {"bwd-cost", F_NUM, &o->bwd, "time of a backward job (default 1; delta = G = half)"},
-        {"delta-cost", F_NUM, &o->delta, "time of a delta job (default bwd-cost/2)"},
-        {"grad-cost", F_NUM, &o->grad, "time of a G job (default bwd-cost/2)"},
-        {"model", F_STR, &o->model, "durations from the op costs of a zoo model (lenet|vgg11|rnn|gru|mlp)"},
-        {"batch-size", F_INT, &o->batch, "--model: samples per micro-batch (default 32)"},
-        {"gflops", F_NUM, &o->gflops, "--model: worker speed in GFLOP/s, times in us (default 1000)"},
-        {"profile", F_STR, &o->profile, "durations from a profile CSV (layer,fwd,bwd_grad,bwd_delta)"},
-        {"costs-out", F_STR, &o->costs_out, "write the per-stage costs as a profile CSV"},
-        {"svg", F_STR, &o->svg, "write the pipeline diagram as SVG"},
-        {"title", F_STR, &o->title, "SVG title"},
-        {"max-cols", F_INT, &o->max_cols, "text diagram width in time steps (default 160)"},
-        {"no-diagram", F_BOOL, &o->no_diagram, "do not print the text diagram"},
-        {"layerpipe", F_STR, &o->layerpipe, "LayerPipe Algorithm 1 on a profile CSV"},
-        {"processors", F_INT, &o->processors, "--layerpipe: processors (default 3)"},
-        {"alpha", F_NUM, &o->alpha, "--layerpipe: relaxation factor of Tp (default 1.01)"},
-        {"list", F_BOOL, &o->list, "list the schemes"},
-        {NULL, F_BOOL, NULL, NULL},
-    };
-    memcpy(f, list, sizeof list);
-    return (int)(sizeof list / sizeof list[0]) - 1;
-}
-
-static void usage(const flag *f)
-{
-    printf("usage: schedule [flags]\n"
-           "Simulate a parallel-training schedule (one master schedule: DDP, FSDP, GPipe, 1F1B,\n"
-           "LPP, FSLPP, ooo fast-forwarding and modulo allocation), print its pipeline diagram\n"
-           "and statistics, or balance a pipeline with LayerPipe. Last stdout line: JSON.\n\nflags:\n");
-    for (; f->name; f++) {
-        const char *arg = f->kind == F_BOOL ? "" : f->kind == F_STR ? " S" : " N";
-        printf("  --%s%-*s %s\n", f->name, (int)(18 - strlen(f->name) - strlen(arg)), arg, f->help);
-    }
-    printf("  --help               this text\n");
-}
-
-static void set_flag(const flag *f, const char *v)
-{
-    char *end;
-    errno = 0;
-    if (f->kind == F_STR) {
-        if (!*v) sp_fail("--%s: empty value", f->name);
-        *(const char **)f->dst = v;
-    } else if (f->kind == F_INT) {
-        long x = strtol(v, &end, 10);
-        if (!*v || *end || errno || x < -2147483647L || x > 2147483647L)
-            sp_fail("--%s %s: expected an integer", f->name, v);
-        *(int *)f->dst = (int)x;
-    } else {
-        double x = strtod(v, &end);
-        if (!*v || *end || errno || !isfinite(x)) sp_fail("--%s %s: expected a number", f->name, v);
-        *(double *)f->dst = x;
-    }
-}
+#define SIM "!layerpipe,!list"          /* the simulator's flags */
+#define UNIFORM SIM ",!model,!profile"  /* durations given by the cost flags */
 
 static void parse(int argc, char **argv, opts *o)
 {
-    flag table[40];
-    flag_table(o, table);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(table);
-            exit(0);
-        }
-        if (strncmp(a, "--", 2) != 0) sp_fail("schedule: unexpected argument '%s' (see --help)", a);
-        const char *name = a + 2, *eq = strchr(name, '=');
-        size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        const flag *f = NULL;
-        for (const flag *t = table; t->name && !f; t++)
-            if (strlen(t->name) == len && strncmp(t->name, name, len) == 0) f = t;
-        if (!f) sp_fail("schedule: unknown flag '--%.*s' (see --help)", (int)len, name);
-        if (f->kind == F_BOOL) {
-            if (eq) sp_fail("--%s takes no value", f->name);
-            *(bool *)f->dst = true;
-            continue;
-        }
-        if (!eq && i + 1 >= argc) sp_fail("--%s: missing value", f->name);
-        set_flag(f, eq ? eq + 1 : argv[++i]);
-    }
+    const char *scheme_names = sp_scheme_names();
+    sp_flag table[] = {
+        {"scheme", SP_FLAG_STR, &o->scheme, "the schedule", .choices = scheme_names, .group = "schedule",
+         .needs = SIM},
+        {"stages", SP_FLAG_INT, &o->stages, "S, pipeline stages (--model/--profile: one per layer)", .range = "1..",
+         .group = "schedule", .needs = UNIFORM},
+        {"microbatches", SP_FLAG_INT, &o->micro, "B, micro-batches", .range = "1..", .group = "schedule", .needs = SIM},
+        {"workers", SP_FLAG_INT, &o->workers, "W workers", .def = "B for ddp/fsdp, S for pipelines, G*R for lpp",
+         .range = "1..", .group = "schedule", .needs = SIM},
+        {"groups", SP_FLAG_INT, &o->groups, "G groups", .def = "from W", .range = "1..", .group = "schedule",
+         .needs = SIM ",scheme=lpp|fslpp"},
+        {"per-group", SP_FLAG_INT, &o->per_group, "R workers per group", .def = "from W", .range = "1..", .group = "schedule",
+         .needs = SIM ",scheme=lpp|fslpp"},
+        {"split", SP_FLAG_BOOL, &o->split, "backward as two jobs, delta before G (any scheme)", .group = "schedule",
+         .needs = SIM ",!no-split"},
+        {"no-split", SP_FLAG_BOOL, &o->no_split, "backward as one job (ooo schemes split by default)",
+         .group = "schedule", .needs = SIM},
+        {"no-input-grad", SP_FLAG_BOOL, &o->no_input_grad, "stage 0 computes no delta (its input is data)",
+         .group = "schedule", .needs = SIM},
+        {"fwd-cost", SP_FLAG_DOUBLE, &o->fwd, "time of a forward job", .range = "0..", .group = "uniform durations",
+         .needs = UNIFORM},
+        {"bwd-cost", SP_FLAG_DOUBLE, &o->bwd, "time of a backward job (delta = G = half)", .range = "0..",
+         .group = "uniform durations", .needs = UNIFORM},
+        {"delta-cost", SP_FLAG_DOUBLE, &o->delta, "time of a delta job", .def = "bwd-cost/2", .range = "0..",
+         .group = "uniform durations", .needs = UNIFORM},
+        {"grad-cost", SP_FLAG_DOUBLE, &o->grad, "time of a G job", .def = "bwd-cost/2", .range = "0..",
+         .group = "uniform durations", .needs = UNIFORM},
+        {"model", SP_FLAG_STR, &o->model, "durations from the op costs of a zoo model", .choices = sp_zoo_names(),
+         .group = "durations from a model or a profile", .needs = SIM ",!profile"},
+        {"batch-size", SP_FLAG_INT, &o->batch, "samples per micro-batch", .range = "1..",
+         .group = "durations from a model or a profile", .needs = SIM ",model"},
+        {"gflops", SP_FLAG_DOUBLE, &o->gflops, "worker speed in GFLOP/s, times in us", .meta = "X",
+         .group = "durations from a model or a profile", .needs = SIM ",model"},
+        {"profile", SP_FLAG_STR, &o->profile, "durations from a profile CSV (layer,fwd,bwd_grad,bwd_delta)",
+         .meta = "CSV", .group = "durations from a model or a profile", .needs = SIM},
+        {"costs-out", SP_FLAG_STR, &o->costs_out, "write the per-stage costs as a profile CSV", .meta = "CSV",
+         .group = "output", .needs = SIM},
+        {"svg", SP_FLAG_STR, &o->svg, "write the pipeline diagram as SVG", .meta = "FILE", .group = "output",
+         .needs = SIM},
+        {"title", SP_FLAG_STR, &o->title, "SVG title", .group = "output", .needs = SIM ",svg"},
+        {"max-cols", SP_FLAG_INT, &o->max_cols, "text diagram width in time steps", .range = "1..", .group = "output",
+         .needs = SIM ",!no-diagram"},
+        {"no-diagram", SP_FLAG_BOOL, &o->no_diagram, "do not print the text diagram", .group = "output", .needs = SIM},
+        {"layerpipe", SP_FLAG_STR, &o->layerpipe, "LayerPipe Algorithm 1 on a profile CSV (instead of a schedule)",
+         .meta = "CSV", .group = "layerpipe", .needs = "!list"},
+        {"processors", SP_FLAG_INT, &o->processors, "processors", .range = "1..", .group = "layerpipe",
+         .needs = "layerpipe"},
+        {"alpha", SP_FLAG_DOUBLE, &o->alpha, "relaxation factor of Tp", .range = "1..", .group = "layerpipe",
+         .needs = "layerpipe"},
+        {"list", SP_FLAG_BOOL, &o->list, "list the schemes (and nothing else)", .group = "layerpipe"},
+        {0},
+    };
+    sp_flags_parse(argc, argv, "schedule",
+                   "Simulate a parallel-training schedule (one master schedule: DDP, FSDP, GPipe, 1F1B,\n"
+                   "LPP, FSLPP, ooo fast-forwarding and modulo allocation), print its pipeline diagram\n"
+                   "and statistics, or balance a pipeline with LayerPipe. Last stdout line: JSON.",
+                   table);
 }
 
 static void check(const opts *o)
 {
-    if (o->split && o->no_split) sp_fail("--split and --no-split: pick one");
-    if (!(o->fwd >= 0) || !(o->bwd >= 0)) sp_fail("--fwd-cost/--bwd-cost: expected >= 0");
-    if ((o->delta != -1 && !(o->delta >= 0)) || (o->grad != -1 && !(o->grad >= 0)))
-        sp_fail("--delta-cost/--grad-cost: expected >= 0");
-    if (o->model && o->profile) sp_fail("--model and --profile: pick one source of durations");
-    if (o->max_cols < 0) sp_fail("--max-cols %d: expected >= 1", o->max_cols);
+    if (!(o->gflops > 0)) sp_fail("--gflops %g: expected > 0", o->gflops);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -158,7 +116,9 @@ static void write_costs(const opts *o, const sp_costs *c)
     FILE *f = fopen(o->costs_out, "w");
     if (!f) sp_fail("--costs-out %s: cannot write: %s", o->costs_out, strerror(errno));
     sp_costs_write_csv(f, c);
-    fclose(f);
+    char what[4200];
+    snprintf(what, sizeof what, "--costs-out %s", o->costs_out);
+    sp_app_close_output(f, what);
 }
 
 static void json_array_d(const char *key, const double *v, int n, size_t stride)
@@ -214,7 +174,9 @@ static void write_svg(const opts *o, const sp_schedule *s, const sp_sim *r)
     FILE *f = fopen(o->svg, "w");
     if (!f) sp_fail("--svg %s: cannot write: %s", o->svg, strerror(errno));
     sp_diagram_svg(f, s, r, o->title);
-    if (fclose(f) != 0) sp_fail("--svg %s: write failed", o->svg);
+    char what[4200];
+    snprintf(what, sizeof what, "--svg %s", o->svg);
+    sp_app_close_output(f, what);
 }
 
 static int run_schedule(opts *o)

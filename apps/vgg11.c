@@ -12,7 +12,7 @@ int main(int argc, char **argv)
     o.batch = 32;
     o.lr = 0.01;
     sp_app_parse(argc, argv, "vgg11", "Train VGG-11 (8 convs 64..512, 5 max-pools, fc 512->10) on 32x32 images.", &o,
-                 NULL);
+                 SP_SCOPE_TRAINER | SP_SCOPE_IMAGES, NULL);
     sp_set_threads(o.threads);
     sp_dataset *train, *test;
     sp_app_open_images(&o, 32, &train, &test);

@@ -180,6 +180,12 @@ void sp_cuda_init(int device_id)
     sp_backend_register_allocator(SP_CUDA, &cuda_allocator);
     sp_linear_cuda_register();
     sp_relu_cuda_register();
+    sp_tanh_cuda_register();
+    sp_sigmoid_cuda_register();
+    sp_flatten_cuda_register();
+    sp_softmax_ce_cuda_register();
+    sp_maxpool2d_cuda_register();
+    sp_conv2d_cuda_register();
     ready = true;
     sp_cuda_set_stream(NULL);
 }

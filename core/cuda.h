@@ -80,6 +80,12 @@ static inline unsigned sp_cuda_blocks(size_t n, unsigned block)
 /* Twins of the CPU ops, registered by sp_cuda_init; one per layers/<op>_cuda.cu. */
 void sp_linear_cuda_register(void);
 void sp_relu_cuda_register(void);
+void sp_tanh_cuda_register(void);
+void sp_sigmoid_cuda_register(void);
+void sp_flatten_cuda_register(void);
+void sp_softmax_ce_cuda_register(void);
+void sp_maxpool2d_cuda_register(void);
+void sp_conv2d_cuda_register(void);
 
 /* Check a CUDA runtime / cuBLAS / cuSPARSE / cuDNN status; on failure one line naming
  * the call and file:line, exit 2 (sp_fail). After a kernel launch:

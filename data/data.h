@@ -124,6 +124,8 @@ void sp_loader_set_epoch(sp_loader *l, int epoch);
 void sp_loader_reset_epoch(sp_loader *l);
 int sp_loader_epoch(const sp_loader *l);
 int sp_loader_nbatches(const sp_loader *l);
+/* The size of a full batch as run: the batch size, or the dataset's size if smaller. */
+int sp_loader_batch(const sp_loader *l);
 void sp_loader_free(sp_loader *l);
 
 #endif

@@ -90,7 +90,9 @@ static sp_loader *loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t se
 {
     if (batch < 1) sp_fail("loader: batch size %d (expected >= 1)", batch);
     if (d->ndim < 1 || d->ndim > 3) sp_fail("%s: samples with %d dimensions (expected 1 to 3)", d->name, d->ndim);
-    int nbatches = drop_last ? d->n / batch : (d->n + batch - 1) / batch;
+    if (d->n < 1) sp_fail("%s: no samples", d->name);
+    /* d->n / batch + remainder: no d->n + batch - 1, which overflows for batch near INT_MAX */
+    int nbatches = d->n / batch + (!drop_last && d->n % batch != 0);
     if (nbatches < 1)
         sp_fail("%s: %d samples make no full batch of %d (drop_last); use a smaller batch", d->name, d->n, batch);
     sp_loader *l = sp_xcalloc(1, sizeof *l);
@@ -164,6 +166,7 @@ void sp_loader_set_epoch(sp_loader *l, int epoch)
 void sp_loader_reset_epoch(sp_loader *l) { sp_loader_set_epoch(l, l->epoch + 1); }
 int sp_loader_epoch(const sp_loader *l) { return l->epoch; }
 int sp_loader_nbatches(const sp_loader *l) { return l->nbatches; }
+int sp_loader_batch(const sp_loader *l) { return l->batch < l->d->n ? l->batch : l->d->n; }
 
 void sp_loader_free(sp_loader *l)
 {

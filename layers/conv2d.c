@@ -467,3 +467,11 @@ sp_layer *sp_conv2d(const char *name, int cin, int cout, int k, int stride, int 
     sp_param_new(&l->base, "bias", 1, (int[]){cout});
     return &l->base;
 }
+
+void sp_conv2d_geometry(const sp_layer *l, int *k, int *stride, int *pad)
+{
+    const conv_layer *c = (const conv_layer *)l;
+    *k = c->k;
+    *stride = c->stride;
+    *pad = c->pad;
+}

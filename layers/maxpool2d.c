@@ -253,3 +253,11 @@ sp_layer *sp_maxpool2d(int k, int stride, int pad)
     l->pad = pad;
     return &l->base;
 }
+
+void sp_maxpool2d_geometry(const sp_layer *l, int *k, int *stride, int *pad)
+{
+    const pool_layer *p = (const pool_layer *)l;
+    *k = p->k;
+    *stride = p->stride;
+    *pad = p->pad;
+}

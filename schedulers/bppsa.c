@@ -882,3 +882,10 @@ int sp_bppsa_max_scan_levels(sp_model *m, int ndim, const int *sample_shape)
     int n = sp_bppsa_links(m, ndim, sample_shape);
     return n > 0 ? sp_scan_full_levels(n) : 0;
 }
+
+int sp_bppsa_chain_links(const sp_node *loss)
+{
+    int n = 0;
+    for (sp_node *x = loss->input; x && x->op; x = x->input) n += x->op->chain_len ? x->op->chain_len(x) : 1;
+    return n;
+}

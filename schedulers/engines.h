@@ -7,6 +7,8 @@
 sp_engine *sp_engine_linear_create(const sp_engine_opts *opts);
 /* BP as a parallel scan over transposed Jacobians (schedulers/bppsa.c). */
 sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts);
+/* Jacobians in the chain bppsa scans for this loss (its n; for checking --scan-levels). */
+int sp_bppsa_chain_links(const sp_node *loss);
 sp_engine *sp_engine_ooo_create(const sp_engine_opts *opts);   /* schedulers/ooo.h */
 
 /* The figures of a bppsa plan (what --plan prints), for the last backward's batch. */

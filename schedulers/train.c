@@ -1,4 +1,5 @@
 /* train.c — the training loop, evaluation and progress display. */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -149,8 +150,12 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
                          const sp_train_cfg *cfg)
 {
     long per_epoch = sp_loader_nbatches(train);
-    long total = cfg->steps > 0 ? cfg->steps : per_epoch * cfg->epochs;
-    int epochs = cfg->steps > 0 ? (int)((cfg->steps + per_epoch - 1) / per_epoch) : cfg->epochs;
+    if (cfg->epochs < 0 || cfg->steps < 0 || (cfg->epochs == 0 && cfg->steps == 0))
+        sp_fail("%s: %d epochs and %ld steps: give at least one limit", cfg->app, cfg->epochs, cfg->steps);
+    /* both limits: whichever comes first; steps alone: as many epochs as they need */
+    long total = cfg->epochs > 0 ? per_epoch * cfg->epochs : cfg->steps;
+    if (cfg->steps > 0 && cfg->steps < total) total = cfg->steps;
+    int epochs = (int)((total + per_epoch - 1) / per_epoch);
     sp_train_result r = {.test_loss = NAN, .test_acc = NAN};
     double *fwd = sp_xmalloc((size_t)(total + 1) * sizeof *fwd);   /* before the loop: no malloc per step */
     double *bwd = sp_xmalloc((size_t)(total + 1) * sizeof *bwd);
@@ -208,7 +213,10 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     r.forward_ms = median_ms(fwd, r.steps);
     r.backward_ms = median_ms(bwd, r.steps);
     r.step_ms = median_ms(all, r.steps);
-    if (log && fclose(log) != 0) sp_fail("--log %s: write failed", cfg->log_path);
+    if (log) {
+        bool bad = ferror(log) != 0;
+        if (fclose(log) != 0 || bad) sp_fail("--log %s: write failed: %s", cfg->log_path, strerror(errno));
+    }
     sp_tape_free(&t);
     evaluator_free(&ev);
     free(fwd);

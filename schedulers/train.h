@@ -12,8 +12,9 @@
 
 typedef struct sp_train_cfg {
     const char *app;           /* for progress lines                          */
-    int epochs;
-    long steps;                /* stop after this many steps (0 = whole epochs) */
+    int epochs;                /* 0: as many as `steps` needs                 */
+    long steps;                /* stop after this many steps (0 = whole epochs); with
+                                * both limits, whichever comes first            */
     int eval_every;            /* evaluate every N steps (0 = after each epoch) */
     int eval_batch;
     const char *log_path;      /* per-step CSV: step,epoch,loss,lr,seconds     */

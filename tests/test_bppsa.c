@@ -363,7 +363,7 @@ Test(bppsa_app, plan_prints_and_exits)
     char cmd[512], last[8192];
     int lines;
     /* summary: 5 lines and the JSON; no training (no "epoch" on stderr, no steps key) */
-    snprintf(cmd, sizeof cmd, "%s --plan --seq-len 10 --samples 64 2>&1", bin("rnn"));
+    snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan --seq-len 10 --samples 64 2>&1", bin("rnn"));
     cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0, "%s", cmd);
     cr_assert_leq(lines, 6, "--plan prints a summary, got %d lines", lines);
     cr_assert(strstr(last, "\"mode\": \"plan\""), "%s", last);
@@ -372,23 +372,23 @@ Test(bppsa_app, plan_prints_and_exits)
     cr_assert_eq(json_int(last, "levels"), closed_levels(11, -1));
     cr_assert_eq(json_int(last, "linear_levels"), 10);
     /* K = 0 is linear BP's count */
-    snprintf(cmd, sizeof cmd, "%s --plan --seq-len 10 --samples 64 --scan-levels 0 2>&1", bin("rnn"));
+    snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan --seq-len 10 --samples 64 --scan-levels 0 2>&1", bin("rnn"));
     cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0);
     cr_assert_eq(json_int(last, "levels"), 10);
     /* the full table: one line per step */
-    snprintf(cmd, sizeof cmd, "%s --plan=full --seq-len 10 --samples 64 --scan-levels full 2>&1", bin("rnn"));
+    snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan=full --seq-len 10 --samples 64 --scan-levels full 2>&1", bin("rnn"));
     cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0);
     sp_scan_plan p;
     sp_scan_plan_build(&p, 11, -1);
     cr_assert_eq(lines, 5 + 1 + p.nsteps, "--plan=full: %d lines for %d steps", lines, p.nsteps);
     sp_scan_plan_free(&p);
     /* auto picks a depth in range */
-    snprintf(cmd, sizeof cmd, "%s --plan --seq-len 10 --samples 64 --scan-levels auto 2>&1", bin("rnn"));
+    snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan --seq-len 10 --samples 64 --scan-levels auto 2>&1", bin("rnn"));
     cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0);
     long K = json_int(last, "scan_levels");
     cr_assert(K >= 0 && K <= 3, "auto chose %ld", K);
     /* a bad value: one line, exit 2 */
-    snprintf(cmd, sizeof cmd, "%s --plan=everything --seq-len 10 2>&1", bin("rnn"));
+    snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan=everything --seq-len 10 2>&1", bin("rnn"));
     cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 2);
     cr_assert_eq(lines, 1, "%s", last);
 }
@@ -407,10 +407,11 @@ Test(bppsa_app, plan_svg_draws_the_tree)
     int lines;
     int Ts[] = {7, 20};
     int Ks[] = {-1, 2};
+    const char *Karg[] = {"full", "2"};
     for (int c = 0; c < 2; c++) {
         int n = Ts[c] + 1;
-        snprintf(cmd, sizeof cmd, "%s --plan-svg %s --seq-len %d --samples 64 --scan-levels %d 2>&1", bin("rnn"), path,
-                 Ts[c], Ks[c]);
+        snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan-svg %s --seq-len %d --samples 64 --scan-levels %s 2>&1",
+                 bin("rnn"), path, Ts[c], Karg[c]);
         cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0, "%s: %s", cmd, last);
         FILE *f = fopen(path, "rb");
         cr_assert_not_null(f);
@@ -433,7 +434,7 @@ Test(bppsa_app, plan_svg_draws_the_tree)
         sp_scan_plan_free(&p);
     }
     /* a long chain is refused in one line */
-    snprintf(cmd, sizeof cmd, "%s --plan-svg %s --seq-len 1000 --samples 64 2>&1", bin("rnn"), path);
+    snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan-svg %s --seq-len 1000 --samples 64 2>&1", bin("rnn"), path);
     cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 2);
     cr_assert_eq(lines, 1, "%s", last);
     cr_assert_eq(access(path, F_OK), -1, "nothing written for a refused chain");

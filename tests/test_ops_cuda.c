@@ -8,6 +8,8 @@
  * not finite differences: the CPU ops carry the finite-difference checks
  * (tests/test_layers.c). Without a GPU every test fails with "no CUDA device". */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <stdlib.h>
 #include <string.h>
 #include "core/backend.h"
 #include "core/cuda.h"
@@ -269,7 +271,7 @@ Test(cuda, fill_zero_and_copies)
 }
 
 /* A CUDA input with parameters left on the host: one clear line, exit 2. */
-Test(cuda, params_on_host_fail_clearly, .exit_code = 2)
+Test(cuda, params_on_host_fail_clearly, .exit_code = 2, .init = cr_redirect_stderr)
 {
     need_gpu();
     sp_layer *l = sp_linear("fc", 4, 3);
@@ -281,17 +283,147 @@ Test(cuda, params_on_host_fail_clearly, .exit_code = 2)
     cr_assert_fail("sp_apply accepted host parameters for a CUDA input");
 }
 
-/* softmax_ce has no CUDA twin yet: the loss dispatch names the op instead of running
- * the CPU op on device memory. */
-Test(cuda, loss_without_twin_fails_clearly, .exit_code = 2)
+/* rnn has no CUDA twin yet: the dispatch names the op instead of running the CPU op on
+ * device memory. */
+Test(cuda, op_without_twin_fails_clearly, .exit_code = 2, .init = cr_redirect_stderr)
 {
     need_gpu();
-    static const int labels[2] = {0, 1};
+    sp_layer *r = sp_rnn("rnn", 3, 4, SP_SEQ_LAST);
+    sp_tensor x = sp_tensor_new(3, (int[]){2, 5, 3});
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_tensor xd = upload(&t, &x);
+    sp_apply(&t, r, sp_tape_input(&t, &xd));
+    cr_assert_fail("sp_apply ran a CPU op on device memory");
+}
+
+/* tanh/sigmoid: the CPU's arithmetic, but CUDA's tanhf/expf may differ from glibc's by
+ * a few ulps on a GPU (bitwise under the emulator). */
+#define TRANSCENDENTAL_TOL 1e-6
+
+Test(cuda, tanh_sigmoid_match_cpu)
+{
+    need_gpu();
+    int shapes[][4] = {{2, 3, 5, 7}, {3, 11, 0, 0}, {1, 1, 0, 0}, {4, 1000, 0, 0}};
+    int ndims[] = {4, 2, 2, 2};
+    for (int i = 0; i < 4; i++) {
+        sp_layer *c = sp_tanh(), *g = sp_tanh();
+        compare_layer(c, g, ndims[i], shapes[i], 400 + i, TRANSCENDENTAL_TOL);
+        sp_layer_free(c);
+        sp_layer_free(g);
+        c = sp_sigmoid();
+        g = sp_sigmoid();
+        compare_layer(c, g, ndims[i], shapes[i], 410 + i, TRANSCENDENTAL_TOL);
+        sp_layer_free(c);
+        sp_layer_free(g);
+    }
+}
+
+Test(cuda, flatten_is_a_view_and_matches_cpu_bitwise)
+{
+    need_gpu();
+    int shapes[][4] = {{2, 3, 5, 7}, {1, 1, 1, 1}, {5, 2, 3, 1}};
+    for (int i = 0; i < 3; i++) {
+        sp_layer *c = sp_flatten(), *g = sp_flatten();
+        compare_layer(c, g, 4, shapes[i], 500 + i, 0.0);
+        sp_layer_free(c);
+        sp_layer_free(g);
+    }
+    sp_layer *f = sp_flatten();
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_tensor x = sp_tensor_new(4, (int[]){2, 3, 4, 5});
+    sp_tensor xd = upload(&t, &x);
+    sp_node *y = sp_apply(&t, f, sp_tape_input(&t, &xd));
+    cr_assert_eq(y->out.data, xd.data, "flatten on the device copied instead of viewing its input");
+    cr_assert_eq(y->out.ndim, 2);
+    sp_tape_free(&t);
+    sp_tensor_free(&x);
+    sp_layer_free(f);
+}
+
+Test(cuda, maxpool2d_matches_cpu_bitwise)
+{
+    need_gpu();
+    /* {B, C, H, W, k, stride, pad}: the common 2x2/2, odd sizes, overlapping windows
+     * (k > stride, so δ adds up), padding > 0, stride 1 */
+    int cases[][7] = {{2, 3, 8, 8, 2, 2, 0}, {3, 2, 7, 9, 2, 2, 0}, {2, 3, 9, 7, 3, 2, 1},
+                      {1, 4, 5, 5, 3, 1, 1}, {2, 1, 11, 6, 4, 3, 2}};
+    for (int i = 0; i < 5; i++) {
+        int *q = cases[i];
+        sp_layer *c = sp_maxpool2d(q[4], q[5], q[6]), *g = sp_maxpool2d(q[4], q[5], q[6]);
+        compare_layer(c, g, 4, q, 600 + i, 0.0);
+        sp_layer_free(c);
+        sp_layer_free(g);
+    }
+}
+
+Test(cuda, conv2d_matches_cpu)
+{
+    need_gpu();
+    /* {B, cin, H, W, cout, k, stride, pad}: odd sizes, stride > 1, padding > 0, 1x1 */
+    int cases[][8] = {{2, 3, 8, 8, 4, 3, 1, 1}, {3, 2, 7, 9, 5, 3, 2, 1}, {1, 1, 5, 5, 1, 1, 1, 0},
+                      {2, 4, 11, 6, 3, 5, 2, 2}, {4, 3, 6, 6, 6, 2, 2, 0}};
+    for (int i = 0; i < 5; i++) {
+        int *q = cases[i];
+        sp_layer *c = sp_conv2d("conv", q[1], q[4], q[5], q[6], q[7]);
+        sp_layer *g = sp_conv2d("conv", q[1], q[4], q[5], q[6], q[7]);
+        twin_layers(c, g, 700 + i);
+        compare_layer(c, g, 4, q, 710 + i, GEMM_TOL);
+        sp_layer_free(c);
+        sp_layer_free(g);
+    }
+}
+
+Test(cuda, softmax_ce_matches_cpu)
+{
+    need_gpu();
+    int sizes[][2] = {{1, 1}, {3, 7}, {130, 10}, {5, 33}};
+    for (int i = 0; i < 4; i++) {
+        int B = sizes[i][0], K = sizes[i][1];
+        int *labels = malloc((size_t)B * sizeof *labels);
+        for (int b = 0; b < B; b++) labels[b] = (b * 7 + i) % K;
+        sp_layer *ce = sp_softmax_ce();
+        sp_tape tc, tg;
+        sp_tape_init(&tc);
+        sp_tape_init(&tg);
+        sp_tensor z = sp_tensor_new(2, (int[]){B, K});
+        tu_fill_uniform(z.data, z.numel, 800 + i, -4.0f, 4.0f);
+        sp_node *lc = sp_apply_loss(&tc, ce, sp_tape_input(&tc, &z), labels);
+        sp_tensor zd = upload(&tg, &z);
+        sp_node *lg = sp_apply_loss(&tg, ce, sp_tape_input(&tg, &zd), labels);
+        cr_assert_neq(lg->op, ce->op, "softmax_ce: sp_apply_loss did not pick the CUDA twin");
+        double el = diff_vs_host(&lg->out, &lc->out);
+        cr_assert_leq(el, TRANSCENDENTAL_TOL, "softmax_ce loss (B %d, K %d): err %.2e", B, K, el);
+
+        sp_tensor dl = sp_tensor_new(1, (int[]){1});
+        dl.data[0] = 0.75f;
+        sp_tensor dzc = sp_tape_tensor_like(&tc, &z);
+        lc->op->backward_input(lc, &dl, &dzc);
+        sp_tensor dld = upload(&tg, &dl);
+        sp_tensor dzg = sp_tape_tensor_like(&tg, &zd);
+        lg->op->backward_input(lg, &dld, &dzg);
+        double ed = diff_vs_host(&dzg, &dzc);
+        cr_assert_leq(ed, TRANSCENDENTAL_TOL, "softmax_ce δ (B %d, K %d): err %.2e", B, K, ed);
+        sp_tensor_free(&dl);
+        sp_tensor_free(&z);
+        sp_tape_free(&tc);
+        sp_tape_free(&tg);
+        sp_layer_free(ce);
+        free(labels);
+    }
+}
+
+/* A label outside [0, K) on the device: the CPU op's one line, exit 2. */
+Test(cuda, softmax_ce_bad_label_fails_clearly, .exit_code = 2, .init = cr_redirect_stderr)
+{
+    need_gpu();
+    static const int labels[2] = {0, 3};
     sp_layer *ce = sp_softmax_ce();
     sp_tensor x = sp_tensor_new(2, (int[]){2, 3});
     sp_tape t;
     sp_tape_init(&t);
     sp_tensor xd = upload(&t, &x);
     sp_apply_loss(&t, ce, sp_tape_input(&t, &xd), labels);
-    cr_assert_fail("sp_apply_loss ran a CPU op on device memory");
+    cr_assert_fail("softmax_ce accepted label 3 of 3 classes");
 }
