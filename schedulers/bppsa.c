@@ -399,18 +399,42 @@ static void compute_stats(bppsa_state *s, sp_tape *t, sp_node *loss, int B, size
 /* --scan-levels auto: the depth K whose plan the cost model says runs fastest here.
  * Model: the levels run one after another; a level lasts as long as the larger of its
  * most expensive product (a product is not split across threads) and its whole work for
- * the batch spread over the threads, at RATE FLOP/s per thread, plus a barrier:
- *     time(K) = Σ_levels [ max(crit_l, B · work_l / P) / RATE + SYNC ].
- * With few threads and a batch to spread, the work term rules and small K wins (K = 0 is
- * linear BP); with many threads the critical path rules and the full scan wins, which is
- * the paper's GPU setting. */
-#define AUTO_RATE 2e9    /* FLOP/s per thread (matrix-vector class, this CPU)      */
-#define AUTO_SYNC 10e-6  /* seconds per level: one sp_parallel_for barrier          */
+ * the batch spread over the threads, at RATE FLOP/s per thread, plus one barrier:
+ *     time(K) = Σ_levels that multiply [ max(crit_l, B · work_l / P) / RATE + sync ].
+ * sync is measured once (the median of 15 empty sp_parallel_for rounds): on a loaded
+ * machine a barrier costs far more than its idle ~10 µs, which favours fewer levels. With
+ * few threads and cheap barriers the work term rules and small K wins (K = 0 is linear
+ * BP); with many threads or costly barriers the full scan wins (the paper's GPU case). */
+#define AUTO_RATE 1e9    /* FLOP/s per thread for the scan's small products (this CPU) */
+
+static double g_sync = -1;   /* seconds per barrier, measured on first use */
+
+static void nothing(void *ctx, size_t b, size_t e) { (void)ctx, (void)b, (void)e; }
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double barrier_seconds(void)
+{
+    if (g_sync >= 0) return g_sync;
+    double t[15];
+    int P = sp_get_threads();
+    for (int i = 0; i < 15; i++) {
+        double t0 = sp_now();
+        sp_parallel_for((size_t)(P > 1 ? 4 * P : 1), nothing, NULL);
+        t[i] = sp_now() - t0;
+    }
+    qsort(t, 15, sizeof *t, cmp_dbl);
+    return g_sync = t[7];
+}
 
 static double modelled_time(const bppsa_state *s, int B, int P)
 {
     const sp_scan_plan *p = &s->plan;
-    double time = 0;
+    double time = 0, sync = barrier_seconds();
     for (int k = 0; k < p->nsteps;) {
         double crit = 0, work = 0;
         bool any = false;
@@ -420,7 +444,7 @@ static double modelled_time(const bppsa_state *s, int B, int P)
             work += s->steps[k].flops;
             any |= p->steps[k].product;
         }
-        if (any) time += fmax(crit, (double)B * work / P) / AUTO_RATE + AUTO_SYNC;
+        if (any) time += fmax(crit, (double)B * work / P) / AUTO_RATE + sync;
     }
     return time;
 }
