@@ -15,7 +15,7 @@ void sp_app_defaults(sp_app_opts *o)
     *o = (sp_app_opts){
         .optim = "sgd", .backward = "linear", .lr_schedule = "constant", .epochs = 1, .batch = 64,
         .threads = 2, .lr = 0.01, .momentum = 0.9f, .seed = 1, .scan_levels = -1, .order = "ooo",
-        .k = 0, .scan_levels_arg = "full",
+        .k = 0, .scan_levels_arg = "full", .prune_scope = "global",
     };
 }
 
@@ -66,6 +66,11 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .meta = "FILE", .scope = SP_SCOPE_CKPT},
         {"save", SP_FLAG_STR, &o->save, "save the final weights (atomic replace)", .group = G_CKPT, .meta = "FILE",
          .scope = SP_SCOPE_CKPT},
+        {"prune", SP_FLAG_DOUBLE, &o->prune, "magnitude-prune this fraction of the conv/linear weights after "
+         "--load or init, then retrain with the masks kept (docs/BPPSA.md)", .group = G_CKPT, .meta = "X",
+         .range = "0..", .scope = SP_SCOPE_CKPT},
+        {"prune-scope", SP_FLAG_STR, &o->prune_scope, "rank weights per layer or over all layers together",
+         .group = G_CKPT, .choices = "layer|global", .needs = "prune", .scope = SP_SCOPE_CKPT},
         {"backward", SP_FLAG_STR, &o->backward, "backward engine", .group = G_ENGINE,
          .choices = "linear|bppsa|ooo", .scope = SP_SCOPE_ENGINE},
         {"scan-levels", SP_FLAG_STR, &o->scan_levels_arg, "up-sweep levels: 0 (= linear BP) .. the model's "
@@ -432,6 +437,7 @@ void sp_flags_parse(int argc, char **argv, const char *app, const char *summary,
 static void check_ranges(sp_app_opts *o)
 {
     if (!(o->lr > 0)) sp_fail("--lr %g: expected > 0", o->lr);
+    if (!(o->prune >= 0 && o->prune < 1)) sp_fail("--prune %g: expected a fraction in [0, 1)", o->prune);
     if (o->momentum < 0 || o->momentum >= 1) sp_fail("--momentum %g: expected in [0, 1)", o->momentum);
     if (sp_flag_given("lr-schedule")) sp_lr_parse(o->lr_schedule, o->lr);   /* fail before any data is read */
     const char *fmt = o->data_format ? o->data_format : "fashion-mnist";
@@ -595,6 +601,7 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
 /* ---- the training app runner ---------------------------------------------------------- */
 #include "core/parallel.h"
 #include "core/safetensors.h"
+#include "optim/prune.h"
 #include "schedulers/engines.h"
 #include "schedulers/ooo.h"
 #include "schedulers/scan.h"
@@ -669,8 +676,11 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_engine_opts eo = sp_app_engine_opts(o);
     sp_engine *e = sp_engine_create(o->backward, &eo);
-    if (o->load) sp_model_load(m, o->load);
+    sp_pruning *pruning = NULL;
+    if (o->load) pruning = sp_prune_load(m, o->load);   /* plain or torch-pruned checkpoints */
     else sp_model_init(m, o->seed);
+    if (o->prune > 0)
+        pruning = sp_prune_magnitude(m, pruning, o->prune, strcmp(o->prune_scope, "layer") == 0 ? SP_PRUNE_LAYER : SP_PRUNE_GLOBAL);
     if (o->scan_levels >= 0 && strcmp(o->backward, "bppsa") == 0) {   /* one sample, to know the chain */
         sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
         sp_batch b;
@@ -685,6 +695,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
         sp_app_plan_only(app, o, m, &b.x, b.y);
         sp_loader_free(l);
         sp_engine_destroy(e);
+        sp_prune_free(pruning);
         return (sp_train_result){0};
     }
 
@@ -707,7 +718,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
                        .lr = &sched,
                        .quiet = o->quiet};
     sp_train_result r = sp_train(m, e, opt, loader, test, &tc);
-    if (o->save) sp_model_save(m, o->save);
+    if (o->save) sp_prune_save(pruning, m, o->save);
 
     sp_json j;
     sp_json_begin(&j);
@@ -728,6 +739,12 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
         sp_json_str(&j, "order", st->order);
         if (strcmp(st->order, "reverse-first-k") == 0) sp_json_int(&j, "k", st->k);
     }
+    if (pruning) {   /* the fraction of the prunable weights that are pruned */
+        int64_t kept = 0, all = 0;
+        for (int i = 0; i < m->nparams; i++)
+            if (pruning->mask[i]) kept += sp_prune_kept(pruning, i), all += (int64_t)m->params[i]->value.numel;
+        sp_json_num(&j, "pruned", all ? 1.0 - (double)kept / (double)all : 0.0);
+    }
     sp_json_num(&j, "train_loss", r.train_loss);
     sp_json_num(&j, "test_loss", r.test_loss);
     sp_json_num(&j, "test_acc", r.test_acc);
@@ -744,5 +761,6 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_loader_free(loader);
     sp_optim_free(opt);
     sp_engine_destroy(e);
+    sp_prune_free(pruning);
     return r;
 }

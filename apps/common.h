@@ -71,6 +71,8 @@ typedef struct sp_app_opts {
     bool plan, plan_full;                /* --plan, --plan=full: print the bppsa plan, exit */
     const char *plan_svg;                /* --plan-svg FILE: draw the scan tree and exit   */
     const char *scan_levels_arg;         /* --scan-levels as given: N | full | auto */
+    double prune;                        /* --prune AMOUNT: magnitude-prune conv/linear weights */
+    const char *prune_scope;             /* --prune-scope layer | global */
 } sp_app_opts;
 
 /* Defaults shared by all apps; each app then overrides what it needs (lr, batch…). */

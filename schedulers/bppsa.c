@@ -58,7 +58,22 @@ typedef struct link {
     int t;                     /* time step for recurrent ops, 0 otherwise           */
     el_type type;
     sp_csr pattern;            /* CSR links and dense links built from CSR           */
+    /* A pruned layer (masks on its parameters): `pattern` keeps only the entries that
+     * are not pruned; `full` is the op's own pattern, which jt_values fills, and keep[k]
+     * the position in `full` of pattern's entry k. */
+    sp_csr full;
+    int64_t *keep;
 } link;
+
+/* Floats one sample's element of a link takes: the element, then scratch for the op's
+ * values (a pruned layer's full pattern; a dense link's CSR values before expansion). */
+static size_t link_floats(const link *L)
+{
+    size_t f = L->type.kind == EL_CSR ? (size_t)L->type.nnz : (size_t)L->type.rows * (size_t)L->type.cols;
+    if (L->t == 0 && L->type.kind == EL_DENSE) f += (size_t)L->pattern.nnz;
+    if (L->keep) f += (size_t)L->full.nnz;
+    return f;
+}
 
 typedef struct step_info {
     el_type out;               /* a[r] after the step (CARRY: the register)           */
@@ -194,7 +209,11 @@ static void plan_clear(bppsa_state *s)
 
 static void state_clear(bppsa_state *s)
 {
-    for (int i = 0; i < s->n; i++) sp_csr_free(&s->links[i].pattern);
+    for (int i = 0; i < s->n; i++) {
+        sp_csr_free(&s->links[i].pattern);
+        sp_csr_free(&s->links[i].full);
+        free(s->links[i].keep);
+    }
     plan_clear(s);
     free(s->auto_time);
     free(s->links);
@@ -239,6 +258,49 @@ static bool same_chain(const bppsa_state *s, sp_node **nodes, int count)
     return true;
 }
 
+/* A layer with pruned parameters: its Jᵀ entries that come from pruned weights are 0 at
+ * every step (the optimizer keeps them 0), so they leave the pattern and the symbolic
+ * phase sees the real sparsity. Which entries: the op's values with every masked weight
+ * replaced by its mask (Jᵀ entries of conv and linear are single weights, so an entry is
+ * 0 exactly where its weight is pruned). */
+static void drop_pruned(link *L, sp_node *node)
+{
+    sp_layer *l = node->layer;
+    bool masked = false;
+    for (int i = 0; l && i < l->nparams; i++) masked |= l->params[i]->mask != NULL;
+    if (!masked) return;
+    float *saved[SP_MAX_PARAMS];
+    for (int i = 0; i < l->nparams; i++) {
+        saved[i] = l->params[i]->value.data;
+        if (l->params[i]->mask) l->params[i]->value.data = (float *)l->params[i]->mask;   /* read only */
+    }
+    sp_csr full = L->pattern;
+    full.data = sp_xmalloc((size_t)(full.nnz ? full.nnz : 1) * sizeof(float));
+    node->op->jt_values(node, 0, &full);
+    for (int i = 0; i < l->nparams; i++) l->params[i]->value.data = saved[i];
+    int64_t kept = 0;
+    for (int64_t k = 0; k < full.nnz; k++) kept += full.data[k] != 0.0f;
+    sp_csr p;
+    sp_csr_alloc(&p, full.rows, full.cols, kept);
+    L->keep = sp_xmalloc((size_t)(kept ? kept : 1) * sizeof *L->keep);
+    int64_t j = 0;
+    for (int r = 0; r < full.rows; r++) {
+        for (int64_t k = full.indptr[r]; k < full.indptr[r + 1]; k++)
+            if (full.data[k] != 0.0f) {
+                p.indices[j] = full.indices[k];
+                L->keep[j++] = k;
+            }
+        p.indptr[r + 1] = (int32_t)j;
+    }
+    free(full.data);
+    p.own_data = false;
+    free(p.data);
+    p.data = NULL;
+    L->full = L->pattern;   /* the op's pattern: jt_values fills it */
+    L->full.data = NULL;
+    L->pattern = p;
+}
+
 static void build_link(link *L, sp_node *node, int t, bool needed)
 {
     L->node = node;
@@ -252,6 +314,7 @@ static void build_link(link *L, sp_node *node, int t, bool needed)
     L->type = (el_type){.kind = EL_CSR, .rows = in, .cols = out};
     if (!needed) return;   /* a[n]: Jᵀ_1 is never read (its product is replaced by I) */
     node->op->jt_pattern(node, &L->pattern);
+    drop_pruned(L, node);
     if ((double)L->pattern.nnz >= DENSE_FILL * (double)in * (double)out) {
         L->type.kind = EL_DENSE;
     } else {
@@ -336,12 +399,7 @@ static void type_pass(bppsa_state *s)
     /* memory per sample: the Jᵀ values of every link but a[n]'s, and one new buffer per
      * product (moves and skipped steps allocate nothing; nothing is freed in a step) */
     s->link_bytes = s->prod_bytes = 0;
-    for (int i = 0; i + 1 < n; i++) {
-        const link *L = &s->links[i];
-        size_t floats = el_floats(&L->type);
-        if (L->t == 0 && L->type.kind == EL_DENSE) floats += (size_t)L->pattern.nnz;
-        s->link_bytes += arena_bytes(floats * sizeof(float));
-    }
+    for (int i = 0; i + 1 < n; i++) s->link_bytes += arena_bytes(link_floats(&s->links[i]) * sizeof(float));
     for (int k = 0; k < s->plan.nsteps; k++)
         if (s->plan.steps[k].product && !s->steps[k].skip)
             s->prod_bytes += arena_bytes(el_floats(&s->steps[k].out) * sizeof(float));
@@ -670,16 +728,25 @@ static void fill_links_range(void *p, size_t begin, size_t end)
         float *dst = A(c, i + 1, b).v;
         if (L->t > 0) {
             L->node->op->chain_jt(L->node, b, L->t, dst);
-        } else if (L->type.kind == EL_CSR) {
-            sp_csr m = L->pattern;
-            m.data = dst;
-            L->node->op->jt_values(L->node, b, &m);
-        } else {   /* dense from CSR: values into scratch after the dense block, then expand */
-            sp_csr m = L->pattern;
-            m.data = dst + (size_t)L->type.rows * L->type.cols;
-            L->node->op->jt_values(L->node, b, &m);
-            sp_csr_to_dense(&m, dst);
+            continue;
         }
+        /* CSR values go straight into the element; a dense link's into scratch after it */
+        float *vals = dst, *scratch = dst + el_floats(&L->type);
+        if (L->type.kind == EL_DENSE) {
+            vals = scratch;
+            scratch += L->pattern.nnz;
+        }
+        sp_csr m = L->pattern;
+        m.data = vals;
+        if (L->keep) {   /* pruned: the op fills its full pattern, the kept entries are gathered */
+            sp_csr f = L->full;
+            f.data = scratch;
+            L->node->op->jt_values(L->node, b, &f);
+            for (int64_t j = 0; j < m.nnz; j++) vals[j] = scratch[L->keep[j]];
+        } else {
+            L->node->op->jt_values(L->node, b, &m);
+        }
+        if (L->type.kind == EL_DENSE) sp_csr_to_dense(&m, dst);
     }
 }
 
@@ -845,8 +912,7 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
     for (int i = 0; i < n; i++) {
         link *L = &s->links[i];
         ty[i + 1] = L->type;
-        size_t floats = i + 1 < n ? el_floats(&L->type) : 0;
-        if (L->t == 0 && L->type.kind == EL_DENSE && i + 1 < n) floats += (size_t)L->pattern.nnz;
+        size_t floats = i + 1 < n ? link_floats(L) : 0;
         for (int b = 0; b < B; b++) A(&c, i + 1, b).v = floats ? sp_tape_alloc(t, floats * sizeof(float)) : NULL;
     }
     ty[n].kind = EL_NONE;

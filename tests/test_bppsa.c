@@ -11,6 +11,7 @@
 #include "apps/models.h"
 #include "core/engine.h"
 #include "schedulers/scan.h"
+#include "optim/prune.h"
 #include "schedulers/engines.h"
 #include "core/model.h"
 #include "core/parallel.h"
@@ -438,4 +439,43 @@ Test(bppsa_app, plan_svg_draws_the_tree)
     cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 2);
     cr_assert_eq(lines, 1, "%s", last);
     cr_assert_eq(access(path, F_OK), -1, "nothing written for a refused chain");
+}
+
+/* Pruned networks (the paper's CNN case): bppsa, whose Jᵀ patterns drop the pruned
+ * entries, against linear BP on the same masked weights. */
+Test(bppsa, pruned_lenet_and_vgg_front)
+{
+    sp_set_threads(2);
+    sp_model *m = sp_zoo_lenet(1, 28);
+    sp_model_init(m, 5);
+    sp_pruning *p = sp_prune_magnitude(m, NULL, 0.97, SP_PRUNE_GLOBAL);
+    sp_tensor x = input(4, (int[]){3, 1, 28, 28}, 6);
+    int y[3] = {2, 9, 4};
+    for (int K = -1; K <= 3; K++) compare(m, &x, y, K);
+    sp_prune_free(p);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+
+    m = sp_model_new("vgg11-front");
+    static const int widths[4] = {64, 128, 256, 256}, pool_after[4] = {1, 1, 0, 1};
+    int cin = 3;
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "conv%d", i + 1);
+        sp_model_add(m, sp_conv2d(name, cin, widths[i], 3, 1, 1));
+        sp_model_add(m, sp_relu());
+        if (pool_after[i]) sp_model_add(m, sp_maxpool2d(2, 2, 0));
+        cin = widths[i];
+    }
+    sp_model_add(m, sp_flatten());
+    sp_model_add(m, sp_linear("fc", 256 * 1 * 1, 10));
+    sp_model_init(m, 12);
+    p = sp_prune_magnitude(m, NULL, 0.97, SP_PRUNE_LAYER);
+    x = input(4, (int[]){2, 3, 8, 8}, 13);
+    int y2[2] = {4, 7};
+    double w = compare(m, &x, y2, -1);
+    cr_log_info("pruned vgg11 conv1-4: max relative difference bppsa vs linear %.2e", w);
+    sp_prune_free(p);
+    sp_tensor_free(&x);
+    sp_model_free(m);
 }
