@@ -634,6 +634,36 @@ void sp_app_plan_only(const char *app, const sp_app_opts *o, sp_model *m, const 
     sp_backward(e, &t, loss);
     sp_bppsa_stats st;
     if (!sp_bppsa_stats_get(e, &st)) sp_fail("%s: --plan: no plan was made", app);
+    bool pruned = false;
+    for (int i = 0; i < m->nparams; i++) pruned |= m->params[i]->mask != NULL;
+    if (pruned && eo.plan) {   /* the paper's Figure 10: FLOPs per level, dense next to pruned */
+        const float *masks[512];
+        int np = m->nparams < 512 ? m->nparams : 512;
+        for (int i = 0; i < np; i++) masks[i] = m->params[i]->mask, m->params[i]->mask = NULL;
+        sp_engine_opts dq = eo;
+        dq.plan = false;
+        dq.plan_svg = NULL;
+        sp_engine *d = sp_engine_create("bppsa", &dq);
+        sp_tape td;
+        sp_tape_init(&td);
+        sp_backward(d, &td, sp_model_loss(m, &td, x, y));
+        for (int i = 0; i < np; i++) m->params[i]->mask = masks[i];
+        double dt[256], dc[256], pt[256], pc[256];
+        int nl = sp_bppsa_level_flops(d, dt, dc, 256), pl = sp_bppsa_level_flops(e, pt, pc, 256);
+        sp_bppsa_stats ds;
+        sp_bppsa_stats_get(d, &ds);
+        if (nl == pl && nl <= 256) {
+            printf("FLOP per sample per level, dense vs pruned (all steps | the critical step):\n");
+            printf("%5s %16s %16s %16s %16s\n", "level", "dense", "pruned", "dense crit", "pruned crit");
+            for (int l = 0; l < nl; l++)
+                printf("%5d %16.0f %16.0f %16.0f %16.0f\n", l, dt[l], pt[l], dc[l], pc[l]);
+        }
+        printf("dense: bppsa total %.0f, critical path %.0f, linear BP %.0f; pruned: %.0f, %.0f, %.0f "
+               "(critical path %.1fx shorter)\n", ds.flops, ds.critical_flops, ds.linear_flops, st.flops,
+               st.critical_flops, st.linear_flops, st.critical_flops > 0 ? ds.critical_flops / st.critical_flops : 0.0);
+        sp_tape_free(&td);
+        sp_engine_destroy(d);
+    }
     sp_json j;
     sp_json_begin(&j);
     sp_json_str(&j, "app", app);

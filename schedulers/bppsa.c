@@ -979,3 +979,18 @@ int sp_bppsa_chain_links(const sp_node *loss)
     for (sp_node *x = loss->input; x && x->op; x = x->input) n += x->op->chain_len ? x->op->chain_len(x) : 1;
     return n;
 }
+
+int sp_bppsa_level_flops(const sp_engine *e, double *total, double *critical, int cap)
+{
+    if (!e || e->backward != bppsa_backward || !((bppsa_state *)e->state)->have_stats) return 0;
+    const bppsa_state *s = e->state;
+    const sp_scan_plan *p = &s->plan;
+    for (int l = 0; l < p->nlevels && l < cap; l++) total[l] = critical[l] = 0;
+    for (int k = 0; k < p->nsteps; k++) {
+        int l = p->steps[k].level;
+        if (l >= cap) continue;
+        total[l] += s->steps[k].flops;
+        critical[l] = fmax(critical[l], s->steps[k].flops);
+    }
+    return p->nlevels;
+}

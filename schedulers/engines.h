@@ -33,6 +33,9 @@ typedef struct sp_bppsa_stats {
 
 /* False unless e is a bppsa engine that has run a backward. */
 bool sp_bppsa_stats_get(const sp_engine *e, sp_bppsa_stats *out);
+/* FLOP per sample of every plan level (all its steps; its most expensive step), for up
+ * to cap levels; returns the plan's level count (0 if e has no plan yet). */
+int sp_bppsa_level_flops(const sp_engine *e, double *total, double *critical, int cap);
 /* Links of m's chain for samples of the given shape (a recurrent op counts its time
  * steps), from a shape-only forward; and the valid --scan-levels range is
  * 0 .. sp_bppsa_max_scan_levels (larger values are the full scan). */
