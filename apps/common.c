@@ -60,7 +60,7 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .scope = SP_SCOPE_LOOP},
         {"eval-every", SP_FLAG_INT, &o->eval_every, "evaluate on the test set every N steps (0 = after each epoch)",
          .group = G_LOOP, .range = "0..", .scope = SP_SCOPE_LOOP},
-        {"log", SP_FLAG_STR, &o->log, "per-step CSV log: step,epoch,loss,lr,seconds", .group = G_LOOP,
+        {"log", SP_FLAG_STR, &o->log, "CSV log: step,epoch,loss,lr,seconds,test_loss,test_acc (a row per step; a row per evaluation, loss empty)", .group = G_LOOP,
          .meta = "FILE", .scope = SP_SCOPE_LOOP},
         {"load", SP_FLAG_STR, &o->load, "initial weights (instead of the seeded init)", .group = G_CKPT,
          .meta = "FILE", .scope = SP_SCOPE_CKPT},

@@ -142,8 +142,14 @@ static FILE *open_log(const char *path)
     if (!path) return NULL;
     FILE *f = fopen(path, "w");
     if (!f) sp_fail("--log %s: cannot open for writing", path);
-    fprintf(f, "step,epoch,loss,lr,seconds\n");
+    fprintf(f, "step,epoch,loss,lr,seconds,test_loss,test_acc\n");
     return f;
+}
+
+/* An evaluation's row of the --log CSV: the loss column empty, the test columns set. */
+static void log_eval(FILE *log, long step, int epoch, const sp_optim *o, double seconds, double loss, double acc)
+{
+    if (log) fprintf(log, "%ld,%d,,%.9g,%.6f,%.9g,%.9g\n", step, epoch, sp_optim_get_lr(o), seconds, loss, acc);
 }
 
 sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,
@@ -189,10 +195,11 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             epoch_loss += loss;
             epoch_steps++;
             r.last_loss = loss;
-            if (log) fprintf(log, "%ld,%d,%.9g,%.9g,%.6f\n", r.steps, epoch, loss, sp_optim_get_lr(o), sp_now() - p.start);
+            if (log) fprintf(log, "%ld,%d,%.9g,%.9g,%.6f,,\n", r.steps, epoch, loss, sp_optim_get_lr(o), sp_now() - p.start);
             progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
             if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
                 evaluate(&ev, m, &r.test_loss, &r.test_acc);
+                log_eval(log, r.steps, epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
                 progress_line(&p, "%s step %ld: test loss %.4f acc %.4f", cfg->app, r.steps, r.test_loss, r.test_acc);
             }
         }
@@ -200,14 +207,17 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         progress_show(&p, cfg->app, epoch, epochs, r.steps, r.last_loss, busy > 0 ? images / busy : 0, true);
         if (test && cfg->eval_every == 0) {
             evaluate(&ev, m, &r.test_loss, &r.test_acc);
+            log_eval(log, r.steps, epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
             progress_line(&p, "%s epoch %d: train loss %.4f, test loss %.4f acc %.4f", cfg->app, epoch + 1,
                           r.train_loss, r.test_loss, r.test_acc);
         } else {
             progress_line(&p, "%s epoch %d: train loss %.4f", cfg->app, epoch + 1, r.train_loss);
         }
     }
-    if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every != 0)
+    if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every != 0) {
         evaluate(&ev, m, &r.test_loss, &r.test_acc);
+        log_eval(log, r.steps, r.epochs - 1, o, sp_now() - p.start, r.test_loss, r.test_acc);
+    }
     r.seconds = sp_now() - p.start;
     r.images_per_s = busy > 0 ? (double)images / busy : 0.0;
     r.forward_ms = median_ms(fwd, r.steps);

@@ -3,7 +3,7 @@
 # Usage: scripts/deps.sh            (as root, or with sudo available)
 set -euo pipefail
 pkgs=(build-essential pkg-config libopenblas-dev libcriterion-dev zlib1g-dev libstb-dev
-      python3-torch python3-numpy dataset-fashion-mnist)
+      python3-torch python3-numpy dataset-fashion-mnist python3-matplotlib)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
