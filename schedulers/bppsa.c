@@ -429,7 +429,9 @@ static void compute_stats(bppsa_state *s, sp_tape *t, sp_node *loss, int B, size
     }
     for (int i = 0; i + 1 < s->n; i++) {
         const el_type *ty = &s->links[i].type;
-        st->linear_flops += 2 * (ty->kind == EL_CSR ? (double)ty->nnz : (double)ty->rows * ty->cols);
+        double entries = ty->kind == EL_CSR ? (double)ty->nnz : (double)ty->rows * ty->cols;
+        st->linear_flops += 2 * entries;
+        st->dense_jt_entries += s->links[i].keep ? (double)s->links[i].full.nnz : entries;
     }
     /* gradient buffers (sp_alloc_grads), the chain and bookkeeping arrays */
     size_t g = arena_bytes((size_t)(s->nnodes ? s->nnodes : 1) * sizeof(sp_node *)) +

@@ -22,6 +22,7 @@ typedef struct sp_bppsa_stats {
     int batch;
     double flops, critical_flops, linear_flops;   /* per sample                         */
     double modelled_seconds;   /* the --scan-levels auto cost model's time for the batch */
+    double dense_jt_entries;   /* Σ entries of the links' Jᵀ before pruning (per sample) */
     /* Memory, predicted from the plan's element types (arena bytes of one step):
      * peak = forward + grads + scan, the tape arena's high-water mark for the step.   */
     size_t forward_bytes;      /* the tape in use when the backward starts (measured)   */
