@@ -627,6 +627,7 @@ void sp_app_plan_only(const char *app, const sp_app_opts *o, sp_model *m, const 
 {
     sp_engine_opts eo = sp_app_engine_opts(o);
     eo.plan = o->plan || !o->plan_svg;
+    eo.plan_only = true;
     sp_engine *e = sp_engine_create("bppsa", &eo);
     sp_tape t;
     sp_tape_init(&t);

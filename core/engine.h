@@ -28,6 +28,7 @@ typedef struct sp_engine_opts {
     bool plan;                /* bppsa: print the static plan (summary)       */
     bool plan_full;           /* bppsa: ... with every step of the scan       */
     const char *plan_svg;     /* bppsa: draw the scan tree to this file       */
+    bool plan_only;           /* bppsa: make (and print) the plan, compute nothing */
 } sp_engine_opts;
 
 typedef struct sp_engine sp_engine;

@@ -898,6 +898,7 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
         if (e->opts.plan_svg) draw_plan_svg(s, e->opts.plan_svg);
         s->plan_printed = true;
     }
+    if (e->opts.plan_only) return;   /* --plan: the figures are all there is to it */
 
     /* a[0] = ∇x_n l: the loss's δ for dl = 1 */
     sp_alloc_grads(t, loss);
