@@ -7,7 +7,13 @@
 #   make test-cuda-emu   the CUDA suites on the CPU, through the CUDA emulator (tests/cudaemu/)
 #   make bench           benchmarks against PyTorch CPU (see docs/PERFORMANCE.md)
 #   make opprof          build/opprof: per-op timers of a training step
+#   make install PREFIX=dir   libscanprop.a, the headers (include/scanprop) and scanprop.pc
 #   make BUILD=dir       build somewhere else (parallel worktrees, sanitizer builds)
+#   make CC=clang        build with clang (compiler-specific flags only where accepted)
+#   make build-clang     clang builds of everything, plain and SAN=1 (CI runs it)
+#   make fuzz            libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS=N each (docs/RELIABILITY.md)
+#   make MPI=0|1         without / with Open MPI (default: with it when mpicc is found);
+#                        make test then also runs the suites under mpirun (test_comm, test_exec)
 
 BUILD   ?= build
 CC      ?= cc
@@ -16,11 +22,17 @@ CUDA    ?= 0
 SAN     ?= 0
 WERROR  ?= 0
 
+# $(call cc-option,FLAG): FLAG when $(CC) accepts it (as an error, not a warning), else
+# nothing; compiler-specific flags go only to the compiler that has them (make CC=clang).
+cc-option = $(shell $(CC) -Werror $(1) -x c -c /dev/null -o /dev/null >/dev/null 2>&1 && echo $(1))
+
 # -O2 with -O3's vectoriser cost model: GCC 12's -O2 default ("very cheap") leaves
 # pointwise loops of unknown length scalar, and a scalar ReLU branches on every sign.
 # Vectorising maps changes no bits (no reassociation, no contraction under -std=c11).
+# Clang has no such flag (its -O2 already vectorises with the full cost model).
 OPT     ?= -O2 -g
-CFLAGS  += $(OPT) -fvect-cost-model=dynamic -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP -I. -fno-strict-aliasing
+VECT_FLAGS := $(call cc-option,-fvect-cost-model=dynamic)
+CFLAGS  += $(OPT) $(VECT_FLAGS) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP -I. -fno-strict-aliasing
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror
 endif
@@ -28,10 +40,26 @@ ifeq ($(SAN),1)
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
 endif
+ifeq ($(FUZZ),1)
+CFLAGS  += -fsanitize=fuzzer-no-link
+endif
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/openblas-pthread)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 CFLAGS  += $(BLAS_CFLAGS)
 LDLIBS  += $(BLAS_LIBS) -lstb -lz -lm -lpthread
+# oneDNN for the convolutions (core/dnnl.c); make DNNL=0 builds the im2col path only.
+DNNL    ?= 1
+ifeq ($(DNNL),1)
+CFLAGS  += -DSP_HAVE_DNNL
+LDLIBS  += -ldnnl -lgomp
+endif
+
+# Open MPI (core/comm_mpi.c): the flags mpicc would pass, so cc stays the compiler.
+MPI     ?= $(if $(shell command -v mpicc 2>/dev/null),1,0)
+ifeq ($(MPI),1)
+CFLAGS  += -DSP_HAVE_MPI $(shell mpicc --showme:compile)
+LDLIBS  += $(shell mpicc --showme:link)
+endif
 
 LIB_DIRS := core layers optim schedulers data
 LIB_SRC  := $(filter-out %_cuda.c,$(wildcard $(addsuffix /*.c,$(LIB_DIRS))))
@@ -55,6 +83,10 @@ EMU_OBJ   := $(patsubst %,$(BUILD)/obj/%.o,$(wildcard tests/cudaemu/*.cc))
 LDLIBS    += -lstdc++
 else
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcusparse -lcublas -lcudart -lstdc++
+# NCCL (core/comm_nccl.cu) comes with the toolkit; the emulator has none.
+CFLAGS    += -DSP_HAVE_NCCL
+NVFLAGS   += -DSP_HAVE_NCCL
+LDLIBS    := $(subst -lcudnn,-lnccl -lcudnn,$(LDLIBS))
 endif
 endif
 LIB_OBJ  := $(patsubst %,$(BUILD)/obj/%.o,$(LIB_SRC) $(CUDA_SRC))
@@ -74,7 +106,8 @@ CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
 
 # Objects built through pattern rules are kept (not deleted as intermediates).
 .PRECIOUS: $(BUILD)/obj/%.c.o $(BUILD)/obj/%.cu.o
-.PHONY: all lib apps tests test test-long test-asan test-cuda test-cuda-emu cuda-tests bench opprof format clean
+.PHONY: all lib apps tests test install test-long test-asan test-cuda test-cuda-emu cuda-tests bench opprof format clean \
+        build-clang fuzz fuzz-build fuzzers
 all: lib apps
 
 lib: $(LIB)
@@ -119,16 +152,53 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.c.o $(BUILD)/obj/tests/testutil.c.o $(APP
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
 
-# Every suite runs even if one fails; the exit status says whether all passed.
-test: all $(TESTS)
-	@BUILD=$(BUILD) ./scripts/run_tests.sh $(TESTS)
+# Programs the MPI suites start under mpirun (test_comm, test_exec).
+MPI_WORKERS := $(BUILD)/tests/comm_worker
+$(BUILD)/tests/comm_worker: $(BUILD)/obj/tests/comm_worker.c.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+tests: $(MPI_WORKERS)
 
-# The long checks: the whole first epoch of the Figure 6 comparison.
-test-long: all $(BUILD)/tests/test_train
+# Every suite runs even if one fails; the exit status says whether all passed.
+test: all $(TESTS) $(MPI_WORKERS)
+	@BUILD=$(BUILD) ./scripts/run_tests.sh $(TESTS)
+	@BUILD=$(BUILD) ./scripts/test_install.sh
+
+# The static library, headers and a pkg-config file whose Libs are this build's link line.
+PREFIX ?= /usr/local
+install: lib
+	@./scripts/install.sh "$(PREFIX)" "$(BUILD)" "$(LDLIBS)"
+
+# The long checks: the whole first epoch of the Figure 6 comparison; the soak (2,000
+# steps of each app's model and engine: no per-step leak, the engines agree).
+test-long: all $(BUILD)/tests/test_train $(BUILD)/tests/test_soak
 	SCANPROP_FIG6_STEPS=1000000 BUILD=$(BUILD) $(BUILD)/tests/test_train --jobs=1 --verbose
+	SCANPROP_SOAK_STEPS=2000 SCANPROP_SOAK_REPORT=1 $(BUILD)/tests/test_soak --jobs=1
 
 test-asan:
 	$(MAKE) BUILD=build-asan SAN=1 OPT="-O1 -g" test
+
+# Both compilers must build everything: clang, plain and with ASan+UBSan, into their own
+# directories (WERROR=1 on the command line carries over).
+build-clang:
+	$(MAKE) CC=clang BUILD=build-clang all opprof tests
+	$(MAKE) CC=clang BUILD=build-clang-asan SAN=1 OPT="-O1 -g" all opprof tests
+
+# Fuzzing: one libFuzzer binary per reader (tests/fuzz/targets.c), the library built
+# with clang, coverage, ASan and UBSan into build-fuzz/; each runs FUZZ_SECONDS on a
+# scratch copy of its seed corpus tests/fuzz/corpus/<target> (scripts/fuzz.sh).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := safetensors idx cifar seqset image
+fuzzers: $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
+$(BUILD)/obj/tests/fuzz/stb_image.c.o: CFLAGS += -w
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz.c tests/fuzz/targets.c $(BUILD)/obj/tests/fuzz/stb_image.c.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -DFZ_RUN=fz_$* $< \
+	    $(BUILD)/obj/tests/fuzz/stb_image.c.o $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
+fuzz-build:
+	$(MAKE) CC=clang BUILD=build-fuzz SAN=1 FUZZ=1 OPT="-O1 -g" fuzzers
+fuzz: fuzz-build
+	./scripts/fuzz.sh build-fuzz/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 cuda-tests: $(CUDA_TESTS)
 
@@ -137,7 +207,7 @@ test-cuda:
 	@BUILD=build-cuda ./scripts/run_tests.sh $(patsubst $(BUILD)/%,build-cuda/%,$(CUDA_TESTS))
 
 # The CUDA suites without a GPU (docs/CUDA.md): default, shuffled and protected modes,
-# then once more under ASan+UBSan.
+# once more under ASan+UBSan, then the planted-bug script (each bug must be caught).
 EMU_TESTS = $(patsubst $(BUILD)/%,$(1)/%,$(CUDA_TESTS))
 test-cuda-emu:
 	$(MAKE) CUDA=1 CUDA_EMU=1 BUILD=build-emu all cuda-tests
@@ -146,6 +216,7 @@ test-cuda-emu:
 	@SCANPROP_EMU_PROTECT=1 BUILD=build-emu ./scripts/run_tests.sh $(call EMU_TESTS,build-emu)
 	$(MAKE) CUDA=1 CUDA_EMU=1 BUILD=build-emu-asan SAN=1 OPT="-O1 -g" cuda-tests
 	@BUILD=build-emu-asan ./scripts/run_tests.sh $(call EMU_TESTS,build-emu-asan)
+	./tests/cudaemu/planted_bugs.sh
 
 bench: all
 	./bench/run.sh
@@ -159,6 +230,6 @@ format:
 	clang-format -i $(wildcard */*.c */*.h */*.cu)
 
 clean:
-	rm -rf build build-asan build-cuda build-emu build-emu-asan
+	rm -rf build build-asan build-cuda build-emu build-emu-asan build-clang build-clang-asan build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "apps/common.h"
+#include "core/fileio.h"
+#include "core/safetensors.h"
 #include "core/error.h"
 #include "optim/optim.h"
 
@@ -15,7 +17,8 @@ void sp_app_defaults(sp_app_opts *o)
     *o = (sp_app_opts){
         .optim = "sgd", .backward = "linear", .lr_schedule = "constant", .epochs = 1, .batch = 64,
         .threads = 2, .lr = 0.01, .momentum = 0.9f, .seed = 1, .scan_levels = -1, .order = "ooo",
-        .k = 0, .scan_levels_arg = "full", .prune_scope = "global",
+        .k = 0, .scan_levels_arg = "full", .partition = "cost", .bucket_mb = 25, .comm_timeout = 60,
+        .prune_scope = "global",
     };
 }
 
@@ -26,6 +29,7 @@ void sp_app_defaults(sp_app_opts *o)
 #define G_ENGINE "backward engine"
 #define G_BPPSA "bppsa engine (with --backward bppsa)"
 #define G_OOO "ooo engine (with --backward ooo)"
+#define G_PAR "parallel training (run under mpirun -np W)"
 
 /* The common flags of the training apps; `scope` says which apps take each one. */
 static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
@@ -66,9 +70,15 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .meta = "FILE", .scope = SP_SCOPE_CKPT},
         {"save", SP_FLAG_STR, &o->save, "save the final weights (atomic replace)", .group = G_CKPT, .meta = "FILE",
          .scope = SP_SCOPE_CKPT},
+        {"eval-only", SP_FLAG_BOOL, &o->eval_only, "evaluate the --load weights on the test set (eval mode), no "
+         "training", .group = G_CKPT, .needs = "load,!save", .scope = SP_SCOPE_CKPT},
+        {"save-every", SP_FLAG_LONG, &o->save_every, "also write a resumable checkpoint to --save every N steps "
+         "(0 = off)", .group = G_CKPT, .meta = "N", .range = "0..", .needs = "save,!parallel", .scope = SP_SCOPE_CKPT},
+        {"resume", SP_FLAG_STR, &o->resume, "continue the run of a --save-every checkpoint, bitwise as if "
+         "uninterrupted", .group = G_CKPT, .meta = "FILE", .needs = "!load,!parallel", .scope = SP_SCOPE_CKPT},
         {"prune", SP_FLAG_DOUBLE, &o->prune, "magnitude-prune this fraction of the conv/linear weights after "
          "--load or init, then retrain with the masks kept (docs/BPPSA.md)", .group = G_CKPT, .meta = "X",
-         .range = "0..", .scope = SP_SCOPE_CKPT},
+         .range = "0..", .needs = "!save-every,!resume,!parallel", .scope = SP_SCOPE_CKPT},
         {"prune-scope", SP_FLAG_STR, &o->prune_scope, "rank weights per layer or over all layers together",
          .group = G_CKPT, .choices = "layer|global", .needs = "prune", .scope = SP_SCOPE_CKPT},
         {"backward", SP_FLAG_STR, &o->backward, "backward engine", .group = G_ENGINE,
@@ -86,8 +96,27 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .group = G_OOO, .range = "0..", .needs = "backward=ooo,order=reverse-first-k", .scope = SP_SCOPE_ENGINE},
         {"mem-cap", SP_FLAG_LONG, &o->mem_cap, "memory cap of the backward pass in bytes (0 = none)",
          .group = G_OOO, .meta = "BYTES", .range = "0..", .needs = "backward=ooo", .scope = SP_SCOPE_ENGINE},
-        {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON", .group = G_OOO, .meta = "FILE",
-         .needs = "backward=ooo", .scope = SP_SCOPE_ENGINE},
+        {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON (with --backward ooo or --parallel)",
+         .group = G_OOO, .meta = "FILE", .scope = SP_SCOPE_ENGINE},
+        {"parallel", SP_FLAG_STR, &o->parallel, "run the master schedule on the MPI ranks", .group = G_PAR,
+         .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|scan", .needs = "backward=linear|ooo",
+         .scope = SP_SCOPE_RUN},
+        {"microbatches", SP_FLAG_INT, &o->microbatches, "micro-batches B per step (0 = W, pipelines 2W)",
+         .group = G_PAR, .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"groups", SP_FLAG_INT, &o->groups, "groups G of lpp/fslpp (W = G*R; 0 = 1)", .group = G_PAR,
+         .range = "0..", .needs = "parallel=lpp|fslpp", .scope = SP_SCOPE_RUN},
+        {"partition", SP_FLAG_STR, &o->partition, "pipeline stages: by measured cost, or LayerPipe's Algorithm 1",
+         .group = G_PAR, .choices = "cost|layerpipe", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"bucket-mb", SP_FLAG_DOUBLE, &o->bucket_mb, "gradient bucket size in MB (as PyTorch DDP)", .group = G_PAR,
+         .meta = "X", .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"comm-timeout", SP_FLAG_DOUBLE, &o->comm_timeout, "seconds a rank waits for a peer before the job stops",
+         .group = G_PAR, .meta = "X", .range = "0.001..", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"costs", SP_FLAG_STR, &o->costs, "stage costs CSV (as --costs-out writes) instead of measuring",
+         .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs this run measured (for build/schedule --profile)",
+         .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"exec-order", SP_FLAG_STR, &o->exec_order, "write each rank's executed job order", .group = G_PAR,
+         .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {0},
     };
     int n = (int)(sizeof list / sizeof list[0]);
@@ -457,6 +486,11 @@ static void check_ranges(sp_app_opts *o)
                     o->scan_levels_arg);
         o->scan_levels = (int)x;
     }
+    if (o->trace && strcmp(o->backward, "ooo") != 0 && !o->parallel)
+        sp_fail("--trace needs --backward ooo or --parallel");
+    /* checkpoint files refused before any data is read or any step is run */
+    if (o->load) sp_st_close(sp_check_ptr(sp_st_open(o->load)));
+    if (o->save) sp_check(sp_check_save_target(o->save));
     /* --steps alone runs as many epochs as it needs; with --epochs, whichever comes first */
     if (o->steps > 0 && !sp_flag_given("epochs")) o->epochs = 0;
 }
@@ -580,19 +614,19 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
         sp_fail("--data-format %s needs --data DIR (only fashion-mnist has a default directory)", fmt);
     if (strcmp(fmt, "fashion-mnist") == 0 || strcmp(fmt, "mnist") == 0 || strcmp(fmt, "idx") == 0) {
         const char *dir = o->data ? o->data : FMNIST_DIR;
-        *train = sp_fashion_mnist(dir, true, pad_to);
-        *test = sp_fashion_mnist(dir, false, pad_to);
+        *train = sp_check_ptr(sp_fashion_mnist(dir, true, pad_to));
+        *test = sp_check_ptr(sp_fashion_mnist(dir, false, pad_to));
     } else if (strcmp(fmt, "cifar10") == 0) {
         if (!o->data) sp_fail("--data-format cifar10 needs --data DIR (the cifar-10-batches-bin directory)");
-        *train = sp_cifar10(o->data, true);
-        *test = sp_cifar10(o->data, false);
+        *train = sp_check_ptr(sp_cifar10(o->data, true));
+        *test = sp_check_ptr(sp_cifar10(o->data, false));
     } else if (strcmp(fmt, "folder") == 0) {
         if (!o->data) sp_fail("--data-format folder needs --data DIR (DIR/train/<class>/*, DIR/test/<class>/*)");
         char tr[4096], te[4096];
         snprintf(tr, sizeof tr, "%s/train", o->data);
         snprintf(te, sizeof te, "%s/test", o->data);
-        *train = sp_image_folder(tr, pad_to ? pad_to : 28, 1);
-        *test = sp_image_folder(te, pad_to ? pad_to : 28, 1);
+        *train = sp_check_ptr(sp_image_folder(tr, pad_to ? pad_to : 28, 1));
+        *test = sp_check_ptr(sp_image_folder(te, pad_to ? pad_to : 28, 1));
     } else {
         sp_fail("--data-format %s: unknown (expected fashion-mnist | mnist | cifar10 | folder)", fmt);
     }
@@ -601,8 +635,10 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
 /* ---- the training app runner ---------------------------------------------------------- */
 #include "core/parallel.h"
 #include "core/safetensors.h"
+#include "core/comm.h"
 #include "optim/prune.h"
 #include "schedulers/engines.h"
+#include "schedulers/exec.h"
 #include "schedulers/ooo.h"
 #include "schedulers/scan.h"
 
@@ -702,17 +738,43 @@ void sp_app_check_scan_levels(const sp_app_opts *o, sp_model *m, const sp_tensor
                 m->name, n);
 }
 
+/* --eval-only: the loaded weights on d in eval mode; the JSON line says what was run. */
+static sp_train_result eval_only(const char *app, const sp_app_opts *o, sp_model *m, sp_dataset *d)
+{
+    sp_train_result r = {.train_loss = NAN, .last_loss = NAN};
+    double t0 = sp_now();
+    sp_evaluate(m, d, o->batch > 256 ? o->batch : 256, &r.test_loss, &r.test_acc);
+    r.seconds = sp_now() - t0;
+    sp_json j;
+    sp_json_begin(&j);
+    sp_json_str(&j, "app", app);
+    sp_json_str(&j, "mode", "eval-only");
+    sp_json_str(&j, "load", o->load);
+    sp_json_str(&j, "dataset", d->name);
+    sp_json_int(&j, "samples", d->n);
+    sp_json_int(&j, "threads", o->threads);
+    sp_json_num(&j, "test_loss", r.test_loss);
+    sp_json_num(&j, "test_acc", r.test_acc);
+    sp_json_num(&j, "seconds", r.seconds);
+    sp_json_end_print(&j);
+    return r;
+}
+
 sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m, sp_dataset *train,
                              sp_dataset *test, bool timing_keys)
 {
+    if (o->eval_only) {   /* --load is required by the flags */
+        sp_check(sp_model_load(m, o->load));
+        return eval_only(app, o, m, test ? test : train);
+    }
     if (o->batch > train->n)
         sp_fail("--batch %d exceeds the %d training samples of %s", o->batch, train->n, train->name);
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_engine_opts eo = sp_app_engine_opts(o);
     sp_engine *e = sp_engine_create(o->backward, &eo);
     sp_pruning *pruning = NULL;
-    if (o->load) pruning = sp_prune_load(m, o->load);   /* plain or torch-pruned checkpoints */
-    else sp_model_init(m, o->seed);
+    if (o->load) sp_check(sp_prune_load(m, o->load, &pruning));   /* plain or torch-pruned checkpoints */
+    else sp_model_init(m, o->seed);   /* --resume overwrites it in sp_train */
     if (o->prune > 0)
         pruning = sp_prune_magnitude(m, pruning, o->prune, strcmp(o->prune_scope, "layer") == 0 ? SP_PRUNE_LAYER : SP_PRUNE_GLOBAL);
     if (o->scan_levels >= 0 && strcmp(o->backward, "bppsa") == 0) {   /* one sample, to know the chain */
@@ -738,11 +800,13 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     cfg.momentum = o->momentum;
     cfg.weight_decay = o->weight_decay;
     sp_optim *opt = sp_optim_create(o->optim, m->params, m->nparams, &cfg);
-    if (strcmp(o->backward, "ooo") == 0) {   /* per-layer updates U_i as tasks of the sub lane */
+    struct sp_exec *ex = sp_app_exec_new(o, m, opt, train->ndim, train->shape);
+    if (!ex && strcmp(o->backward, "ooo") == 0) {   /* per-layer updates U_i as tasks of the sub lane */
         e->opts.update = update_layer;
         e->opts.update_ctx = opt;
     }
-    sp_loader *loader = sp_loader_new(train, o->batch, !o->no_shuffle, o->seed, false);
+    /* Parallel: every batch splits into the micro-batches (a short last batch is dropped). */
+    sp_loader *loader = sp_loader_new(train, o->batch, !o->no_shuffle, o->seed, ex != NULL);
     sp_train_cfg tc = {.app = app,
                        .epochs = o->epochs,
                        .steps = o->steps,
@@ -750,9 +814,27 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
                        .eval_batch = o->batch > 256 ? o->batch : 256,
                        .log_path = o->log,
                        .lr = &sched,
-                       .quiet = o->quiet};
+                       .quiet = o->quiet || !sp_app_prints(ex),
+                       .exec = ex,
+                       .save_every = o->save_every,
+                       .save_path = o->save,
+                       .resume_path = o->resume};
+    /* What decides a run's numbers: a resume must match (schedulers/checkpoint.h). */
+    char lr[32], mom[32], wd[32], batch[16], seed[24];
+    snprintf(lr, sizeof lr, "%.17g", o->lr);
+    snprintf(mom, sizeof mom, "%.17g", o->momentum);
+    snprintf(wd, sizeof wd, "%.17g", o->weight_decay);
+    snprintf(batch, sizeof batch, "%d", o->batch);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    const char *run_meta[] = {"lr", lr, "lr-schedule", o->lr_schedule, "momentum", mom, "weight-decay", wd,
+                              "batch", batch, "seed", seed, "no-shuffle", o->no_shuffle ? "yes" : "no", NULL};
+    tc.run_meta = run_meta;
     sp_train_result r = sp_train(m, e, opt, loader, test, &tc);
-    if (o->save) sp_prune_save(pruning, m, o->save);
+    if (ex && o->save) sp_exec_sync_weights(ex);
+    if (o->save && o->save_every == 0 && sp_app_prints(ex)) {   /* else sp_train saved */
+        if (pruning) sp_check(sp_prune_save(pruning, m, o->save));
+        else sp_check(sp_model_save(m, o->save));
+    }
 
     sp_json j;
     sp_json_begin(&j);
@@ -762,6 +844,10 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_json_int(&j, "steps", r.steps);
     sp_json_int(&j, "batch", sp_loader_batch(loader));   /* what ran */
     sp_json_int(&j, "threads", o->threads);
+    sp_json_str(&j, "optim", o->optim);
+    sp_json_num(&j, "lr", o->lr);
+    sp_json_int(&j, "seed", (long)o->seed);
+    sp_json_str(&j, "dataset", train->name);
     if (strcmp(o->backward, "bppsa") == 0) {
         sp_bppsa_stats bs;
         if (o->scan_levels == SP_SCAN_LEVELS_AUTO && sp_bppsa_stats_get(e, &bs)) sp_json_int(&j, "scan_levels", bs.up_levels);
@@ -772,6 +858,8 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
         const sp_ooo_stats *st = sp_ooo_last_stats(e);
         sp_json_str(&j, "order", st->order);
         if (strcmp(st->order, "reverse-first-k") == 0) sp_json_int(&j, "k", st->k);
+        sp_json_num(&j, "critical_path_ms", 1e3 * st->critical_s);
+        sp_json_int(&j, "peak_bytes", (long)st->peak_bytes);
     }
     if (pruning) {   /* the fraction of the prunable weights that are pruned */
         int64_t kept = 0, all = 0;
@@ -790,11 +878,72 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     }
     sp_json_num(&j, "step_ms", r.step_ms);
     sp_json_num(&j, "last_loss", r.last_loss);
-    sp_json_end_print(&j);
+    sp_app_exec_json(ex, o, &j);
+    if (sp_app_prints(ex)) sp_json_end_print(&j);
+    sp_app_exec_end(ex);
 
     sp_loader_free(loader);
     sp_optim_free(opt);
     sp_engine_destroy(e);
     sp_prune_free(pruning);
     return r;
+}
+
+/* ---- parallel runs ------------------------------------------------------------------------ */
+
+struct sp_exec *sp_app_exec_new(const sp_app_opts *o, sp_model *m, struct sp_optim *opt, int sample_ndim,
+                                const int *sample_shape)
+{
+    if (!o->parallel) return NULL;
+    if (!sp_comm_have_mpi() && getenv("OMPI_COMM_WORLD_SIZE"))
+        sp_fail("--parallel %s: this build has no MPI (rebuild with make MPI=1)", o->parallel);
+    sp_comm_set_timeout(o->comm_timeout);
+    sp_comm_init(NULL, NULL);
+    sp_exec_cfg c = {.scheme = o->parallel,
+                     .micro = o->microbatches,
+                     .groups = o->groups,
+                     .partition = o->partition,
+                     .bucket_mb = o->bucket_mb,
+                     .costs_in = o->costs,
+                     .costs_out = o->costs_out,
+                     .order_out = o->exec_order,
+                     .trace_path = o->trace,
+                     .ooo = strcmp(o->backward, "ooo") == 0,
+                     .k = o->k};
+    return sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
+}
+
+bool sp_app_prints(const struct sp_exec *x) { return !x || sp_exec_rank(x) == 0; }
+
+void sp_app_exec_json(struct sp_exec *x, const sp_app_opts *o, sp_json *j)
+{
+    if (!x) return;
+    sp_exec_stats st;
+    sp_exec_gather_stats(x, &st);
+    double steps = st.steps > 0 ? (double)st.steps : 1.0, comm = 0;
+    char busy[2048], idle[2048];
+    size_t nb = 0, ni = 0;
+    for (int r = 0; r < st.workers; r++) {
+        comm += st.comm[r] / st.workers;
+        double b = 1e3 * st.busy[r] / steps, i = 1e3 * (st.wall[r] - st.busy[r]) / steps;
+        if (nb < sizeof busy - 32) nb += (size_t)snprintf(busy + nb, sizeof busy - nb, "%s%.3f", r ? ", " : "[", b);
+        if (ni < sizeof idle - 32) ni += (size_t)snprintf(idle + ni, sizeof idle - ni, "%s%.3f", r ? ", " : "[", i);
+    }
+    snprintf(busy + nb, sizeof busy - nb, "]");
+    snprintf(idle + ni, sizeof idle - ni, "]");
+    sp_json_str(j, "parallel", o->parallel);
+    sp_json_int(j, "workers", st.workers);
+    sp_json_int(j, "microbatches", sp_exec_schedule(x)->micro);
+    sp_json_num(j, "comm_ms", 1e3 * comm / steps);
+    sp_json_raw(j, "busy_ms", busy);
+    sp_json_raw(j, "idle_ms", idle);
+    sp_exec_stats_free(&st);
+}
+
+void sp_app_exec_end(struct sp_exec *x)
+{
+    if (!x) return;
+    sp_exec_finish(x);
+    sp_exec_free(x);
+    sp_comm_finalize();
 }

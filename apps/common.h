@@ -25,7 +25,7 @@ enum {
     SP_SCOPE_RUN = 1,        /* every training app, demo included: steps, batch, lr, optim… */
     SP_SCOPE_ENGINE = 2,     /* --backward and the engines' options                       */
     SP_SCOPE_LOOP = 4,       /* the epoch loop of sp_train: epochs, lr schedule, log, eval */
-    SP_SCOPE_CKPT = 8,       /* --load / --save                                           */
+    SP_SCOPE_CKPT = 8,       /* --load / --save / --save-every / --resume                 */
     SP_SCOPE_IMAGES = 16,    /* --data / --data-format (lenet, vgg11)                     */
     SP_SCOPE_TRAINER = 1 | 2 | 4 | 8,   /* an app that runs sp_app_train                  */
 };
@@ -59,11 +59,14 @@ bool sp_flag_given(const char *name);
 /* The flags every training app takes (the training issue's list). */
 typedef struct sp_app_opts {
     const char *data, *data_format, *optim, *backward, *load, *save, *log, *lr_schedule;
+    const char *resume;   /* --resume FILE: continue a --save-every checkpoint */
+    long save_every;      /* --save-every N: resumable checkpoint to --save every N steps */
     int epochs, batch, threads, eval_every;   /* epochs 0: as many as --steps needs */
     long steps;
     double lr, momentum, weight_decay;   /* doubles, as PyTorch's Python floats */
     uint64_t seed;
     bool no_shuffle, quiet;
+    bool eval_only;                      /* --eval-only: evaluate --load, no training */
     /* engine options */
     int scan_levels, k;                  /* scan_levels -1: the full scan */
     long mem_cap;
@@ -73,6 +76,10 @@ typedef struct sp_app_opts {
     const char *scan_levels_arg;         /* --scan-levels as given: N | full | auto */
     double prune;                        /* --prune AMOUNT: magnitude-prune conv/linear weights */
     const char *prune_scope;             /* --prune-scope layer | global */
+    /* parallel training on MPI ranks (schedulers/exec.h) */
+    const char *parallel, *partition, *costs_out, *costs, *exec_order;
+    int microbatches, groups;
+    double bucket_mb, comm_timeout;
 } sp_app_opts;
 
 /* Defaults shared by all apps; each app then overrides what it needs (lr, batch…). */
@@ -124,5 +131,19 @@ sp_engine_opts sp_app_engine_opts(const sp_app_opts *o);
  * level count above sp_scan_full_levels(n) is refused with the valid range. A no-op
  * unless --backward bppsa with a number of levels. */
 void sp_app_check_scan_levels(const sp_app_opts *o, sp_model *m, const sp_tensor *x1, const int *y1);
+
+/* --parallel: MPI up, the executor for model m (one sample of sample_shape, global batch
+ * o->batch). NULL without --parallel. */
+struct sp_exec;
+struct sp_optim;
+struct sp_exec *sp_app_exec_new(const sp_app_opts *o, sp_model *m, struct sp_optim *opt, int sample_ndim,
+                                const int *sample_shape);
+/* The JSON keys of a parallel run ("parallel", "workers", "microbatches", "comm_ms",
+ * "busy_ms", "idle_ms": per rank, per step). Collective; only rank 0 prints the line. */
+void sp_app_exec_json(struct sp_exec *x, const sp_app_opts *o, sp_json *j);
+/* The order/trace files, then MPI down (every rank). */
+void sp_app_exec_end(struct sp_exec *x);
+/* Whether this process prints (rank 0, or no --parallel). */
+bool sp_app_prints(const struct sp_exec *x);
 
 #endif

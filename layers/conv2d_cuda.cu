@@ -85,7 +85,7 @@ static const conv_plan *plan_for(const sp_node *n)
     if (nplans == CONV_MAX_PLANS) sp_fail("conv2d: more than %d shapes on the device", CONV_MAX_PLANS);
     conv_plan *p = &plans[nplans];
     *p = conv_plan{B, C, H, W, O, k, stride, pad, n->out.shape[2], n->out.shape[3]};
-    cudnnHandle_t h = sp_cuda()->cudnn;
+    cudnnHandle_t h = sp_cuda_current()->cudnn;
     sp_cudnn_check(cudnnCreateTensorDescriptor(&p->x));
     sp_cudnn_check(cudnnCreateTensorDescriptor(&p->y));
     sp_cudnn_check(cudnnCreateFilterDescriptor(&p->w));
@@ -130,26 +130,25 @@ static void conv_cuda_forward(sp_node *n)
 {
     sp_cuda_require_params(n->layer);
     const conv_plan *p = plan_for(n);
-    const sp_cuda_ctx *c = sp_cuda();
+    const sp_cuda_lane *c = sp_cuda_current();
     float one = 1.0f, zero = 0.0f;
     void *ws = workspace(n, p->ws_fwd);
-    sp_cudnn_check(cudnnSetStream(c->cudnn, sp_cuda_stream()));
     sp_cudnn_check(cudnnConvolutionForward(c->cudnn, &one, p->x, sp_node_x(n)->data, p->w,
                                            n->layer->params[0]->value.data, p->conv, p->fwd, ws, p->ws_fwd, &zero,
                                            p->y, n->out.data));
     size_t total = n->out.numel;
+    if (n->layer->nparams < 2) return;   /* sp_conv2d_nobias */
     conv_bias_add_kernel<<<sp_cuda_blocks(total, 256), 256, 0, sp_cuda_stream()>>>(
         n->out.data, n->layer->params[1]->value.data, p->O, p->Ho * p->Wo, total);
     sp_cuda_check(cudaGetLastError());
 }
 
-static void conv_cuda_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void conv_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const conv_plan *p = plan_for(n);
-    const sp_cuda_ctx *c = sp_cuda();
+    const sp_cuda_lane *c = sp_cuda_current();
     float one = 1.0f, zero = 0.0f;
     void *ws = workspace(n, p->ws_data);
-    sp_cudnn_check(cudnnSetStream(c->cudnn, sp_cuda_stream()));
     sp_cudnn_check(cudnnConvolutionBackwardData(c->cudnn, &one, p->w, n->layer->params[0]->value.data, p->y,
                                                 dy->data, p->conv, p->bwd_data, ws, p->ws_data, &zero, p->x,
                                                 dx->data));
@@ -158,13 +157,13 @@ static void conv_cuda_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor 
 static void conv_cuda_backward_params(sp_node *n, const sp_tensor *dy)
 {
     const conv_plan *p = plan_for(n);
-    const sp_cuda_ctx *c = sp_cuda();
+    const sp_cuda_lane *c = sp_cuda_current();
     float one = 1.0f;
     void *ws = workspace(n, p->ws_filter);
-    sp_cudnn_check(cudnnSetStream(c->cudnn, sp_cuda_stream()));
     sp_cudnn_check(cudnnConvolutionBackwardFilter(c->cudnn, &one, p->x, sp_node_x(n)->data, p->y, dy->data, p->conv,
                                                   p->bwd_filter, ws, p->ws_filter, &one, p->w,
                                                   n->layer->params[0]->grad.data));
+    if (n->layer->nparams < 2) return;   /* sp_conv2d_nobias */
     conv_bias_grad_kernel<<<sp_cuda_blocks((size_t)p->O, 128), 128, 0, sp_cuda_stream()>>>(
         n->layer->params[1]->grad.data, dy->data, p->B, p->O, p->Ho * p->Wo);
     sp_cuda_check(cudaGetLastError());

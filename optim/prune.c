@@ -135,12 +135,9 @@ void sp_prune_free(sp_pruning *p)
 
 #define NAME_MAX_LEN (2 * SP_NAME_LEN + 8)
 
-void sp_prune_save(const sp_pruning *p, const sp_model *m, const char *path)
+int sp_prune_save(const sp_pruning *p, const sp_model *m, const char *path)
 {
-    if (!p) {
-        sp_model_save(m, path);
-        return;
-    }
+    if (!p) return sp_model_save(m, path);
     int n = 0;
     for (int i = 0; i < m->nparams; i++) n += p->mask[i] ? 2 : 1;
     const char **names = sp_xcalloc((size_t)n, sizeof *names);
@@ -164,64 +161,83 @@ void sp_prune_save(const sp_pruning *p, const sp_model *m, const char *path)
         ts[k++] = &masks[i];
     }
     const char *meta[] = {"scanprop_model", m->name, "pruning", "torch.nn.utils.prune (weight_orig, weight_mask)", NULL};
-    sp_st_save(path, n, names, ts, meta);
+    int st = sp_st_save(path, n, names, ts, meta);
     free(masks);
     free(buf);
     free(ts);
     free(names);
+    return st;
 }
 
-sp_pruning *sp_prune_load(sp_model *m, const char *path)
+static bool ends_with(const char *s, const char *tail)
 {
+    size_t a = strlen(s), b = strlen(tail);
+    return a > b && strcmp(s + a - b, tail) == 0;
+}
+
+int sp_prune_load(sp_model *m, const char *path, sp_pruning **out)
+{
+    *out = NULL;
     sp_st_file *f = sp_st_open(path);
+    if (!f) return SP_ERR;
     bool any = false;
-    for (int i = 0; i < sp_st_count(f); i++) {
-        const char *name = sp_st_at(f, i)->name;
-        size_t len = strlen(name);
-        any |= len > 5 && strcmp(name + len - 5, "_mask") == 0;
-    }
+    for (int i = 0; i < sp_st_count(f); i++) any |= ends_with(sp_st_at(f, i)->name, "_mask");
     if (!any) {
         sp_st_close(f);
-        sp_model_load(m, path);
-        return NULL;
+        return sp_model_load(m, path);
     }
-    sp_pruning *p = pruning_new(m);
-    int used = 0;
-    for (int i = 0; i < m->nparams; i++) {
+    /* checks first */
+    int used = 0, st = SP_OK;
+    for (int i = 0; i < m->nparams && st == SP_OK; i++) {
         sp_param *w = m->params[i];
         char orig[NAME_MAX_LEN], mask[NAME_MAX_LEN];
         snprintf(orig, sizeof orig, "%s_orig", w->name);
         snprintf(mask, sizeof mask, "%s_mask", w->name);
-        bool has_orig = sp_st_find(f, orig) != NULL, has_mask = sp_st_find(f, mask) != NULL;
+        bool has_orig = sp_st_find(f, orig) != NULL, has_mask = sp_st_find(f, mask) != NULL, plain = sp_st_find(f, w->name) != NULL;
         if (has_orig != has_mask)
-            sp_fail("%s: %s without %s (a pruned parameter needs both)", path, has_orig ? orig : mask,
-                    has_orig ? mask : orig);
-        if (!has_orig) {
-            if (!sp_st_find(f, w->name)) sp_fail("%s: missing tensor %s (or %s and %s)", path, w->name, orig, mask);
-            sp_st_read_f32(f, w->name, w->value.data, w->value.ndim, w->value.shape);
-            used++;
+            st = sp_error("%s: %s without %s (a pruned parameter needs both)", path, has_orig ? orig : mask,
+                          has_orig ? mask : orig);
+        else if (has_orig && plain)
+            st = sp_error("%s: both %s and %s (expected one of them)", path, w->name, orig);
+        else if (!has_orig && !plain)
+            st = sp_error("%s: missing tensor %s (or %s and %s)", path, w->name, orig, mask);
+        used += has_orig ? 2 : 1;
+    }
+    if (st == SP_OK && used != sp_st_count(f))
+        for (int i = 0; i < sp_st_count(f) && st == SP_OK; i++) {
+            char base[NAME_MAX_LEN];
+            snprintf(base, sizeof base, "%s", sp_st_at(f, i)->name);
+            if (ends_with(base, "_orig") || ends_with(base, "_mask")) base[strlen(base) - 5] = 0;
+            if (!sp_model_param(m, base))
+                st = sp_error("%s: unexpected tensor %s (model %s has no such parameter)", path, sp_st_at(f, i)->name,
+                              m->name);
+        }
+    if (st != SP_OK) {
+        sp_st_close(f);
+        return SP_ERR;
+    }
+    sp_pruning *p = pruning_new(m);
+    for (int i = 0; i < m->nparams && st == SP_OK; i++) {
+        sp_param *w = m->params[i];
+        char orig[NAME_MAX_LEN], mask[NAME_MAX_LEN];
+        snprintf(orig, sizeof orig, "%s_orig", w->name);
+        snprintf(mask, sizeof mask, "%s_mask", w->name);
+        if (!sp_st_find(f, orig)) {
+            st = sp_st_read_f32(f, w->name, w->value.data, w->value.ndim, w->value.shape);
             continue;
         }
-        if (sp_st_find(f, w->name)) sp_fail("%s: both %s and %s (expected one of them)", path, w->name, orig);
-        sp_st_read_f32(f, orig, w->value.data, w->value.ndim, w->value.shape);
+        st = sp_st_read_f32(f, orig, w->value.data, w->value.ndim, w->value.shape);
         float *mk = mask_of(p, i);
-        sp_st_read_f32(f, mask, mk, w->value.ndim, w->value.shape);
-        for (size_t j = 0; j < w->value.numel; j++)
-            if (mk[j] != 0.0f && mk[j] != 1.0f) sp_fail("%s: %s has a value %g (expected 0 or 1)", path, mask, mk[j]);
-        used += 2;
-    }
-    if (used != sp_st_count(f)) {
-        for (int i = 0; i < sp_st_count(f); i++) {
-            const char *name = sp_st_at(f, i)->name;
-            char base[NAME_MAX_LEN];
-            snprintf(base, sizeof base, "%s", name);
-            size_t len = strlen(base);
-            if (len > 5 && (strcmp(base + len - 5, "_orig") == 0 || strcmp(base + len - 5, "_mask") == 0)) base[len - 5] = 0;
-            if (!sp_model_param(m, base))
-                sp_fail("%s: unexpected tensor %s (model %s has no such parameter)", path, name, m->name);
-        }
+        if (st == SP_OK) st = sp_st_read_f32(f, mask, mk, w->value.ndim, w->value.shape);
+        for (size_t j = 0; st == SP_OK && j < w->value.numel; j++)
+            if (mk[j] != 0.0f && mk[j] != 1.0f) st = sp_error("%s: %s has a value %g (expected 0 or 1)", path, mask, mk[j]);
     }
     sp_st_close(f);
+    if (st != SP_OK) {
+        sp_prune_free(p);
+        return SP_ERR;
+    }
     apply(p);
-    return p;
+    *out = p;
+    return SP_OK;
 }

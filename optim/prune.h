@@ -26,6 +26,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include "core/error.h"
 #include "core/model.h"
 
 typedef enum { SP_PRUNE_LAYER, SP_PRUNE_GLOBAL } sp_prune_scope;
@@ -41,12 +42,15 @@ bool sp_prune_eligible(const sp_param *p);
  * (a new pruning) or an existing one, whose masks are kept and extended. Sets
  * sp_param.mask and applies W ← W ⊙ M. Returns the pruning (the argument if given). */
 sp_pruning *sp_prune_magnitude(sp_model *m, sp_pruning *p, double amount, sp_prune_scope scope);
-/* Loads a checkpoint into m: plain names, or torch's *_orig + *_mask pairs. Returns the
- * pruning the masks describe (attached to m's parameters, W ← W ⊙ M), or NULL when the
- * checkpoint has no masks (then this is sp_model_load). */
-sp_pruning *sp_prune_load(sp_model *m, const char *path);
-/* Saves m with torch's names for the pruned parameters (p NULL: sp_model_save). */
-void sp_prune_save(const sp_pruning *p, const sp_model *m, const char *path);
+/* Loads a checkpoint into m: plain names, or torch's *_orig + *_mask pairs. *out gets
+ * the pruning the masks describe (attached to m's parameters, W ← W ⊙ M), or NULL when
+ * the checkpoint has no masks (then this is sp_model_load). SP_OK, or SP_ERR with one
+ * line (sp_last_error) naming the problem; names and pairs are checked before anything
+ * is read, so only a read error can leave m partly loaded. */
+int sp_prune_load(sp_model *m, const char *path, sp_pruning **out) SP_MUST_CHECK;
+/* Saves m with torch's names for the pruned parameters (p NULL: sp_model_save), through
+ * the same atomic write. SP_OK or SP_ERR. */
+int sp_prune_save(const sp_pruning *p, const sp_model *m, const char *path) SP_MUST_CHECK;
 /* Kept (non-zero mask) entries of parameter i, or its numel when it is not pruned. */
 int64_t sp_prune_kept(const sp_pruning *p, int i);
 /* Detaches the masks from the parameters and frees them. NULL is fine. */

@@ -11,6 +11,13 @@
  * steps (Jᵀ_t = ∂h_t/∂h_{t−1}ᵀ, dense H×H), so an RNN scans over time (§4.1). Every
  * sample of the batch is an independent scan.
  *
+ * A model that is not a chain (residual and dense connections) is cut into its chain
+ * segments: maximal runs of single-input ops each read by exactly one op. Segments are
+ * scanned one after another in reverse tape order, and joined by plain products: the
+ * last (lowest) op of a segment sends δ_i = J_iᵀ·∇y into each of its inputs with
+ * backward_input, adding into a producer that fans out, exactly as linear BP does. A
+ * segment's head thus starts with its ∇y complete. (docs/BPPSA.md: why not I + J_f.)
+ *
  * What is computed once and cached across steps (patterns never depend on the input,
  * §3.3–3.4): the chain, the plan, each link's Jᵀ pattern, and a *type pass* over the plan
  * that decides what every element is after every step (vector, CSR with a known
@@ -94,17 +101,25 @@ typedef struct bppsa_state {
     int *node_pos;             /* per node: a-position of its (last-time-step) link    */
     sp_scan_plan plan;
     step_info *steps;
-    bool plan_printed;
     /* per-sample arena bytes of the scan (each allocation rounded as the arena does) */
     size_t link_bytes, prod_bytes;
-    sp_bppsa_stats stats;      /* of the last backward                                 */
+    sp_bppsa_stats stats;      /* this segment's figures, of the last backward          */
     double *auto_time;         /* --scan-levels auto: modelled time of K = 0 .. F      */
     int auto_n;
-    bool have_stats;
 } bppsa_state;
 
 /* What sp_arena_alloc hands out for a request of `bytes` (core/arena.c: 64-byte units). */
 static size_t arena_bytes(size_t bytes) { return bytes ? (bytes + 63) & ~(size_t)63 : 64; }
+
+/* The engine: one scan state per chain segment of the model, in the order they run. */
+typedef struct bppsa_engine {
+    bppsa_state *seg;
+    int nseg;
+    bool plan_printed;
+    sp_bppsa_stats stats;      /* the whole backward: segments summed                  */
+    int main_seg;              /* the segment with the most links (plans, pictures)    */
+    bool have_stats;
+} bppsa_engine;
 
 /* ---- element arithmetic ------------------------------------------------------------- */
 
@@ -225,24 +240,42 @@ static void state_clear(bppsa_state *s)
     memset(s, 0, sizeof *s);
 }
 
-/* The chain's nodes, from the logits back to the first op (nodes[0] = logits), in the
- * tape's arena: a step allocates nothing, and an error exit leaves nothing behind. */
-static int collect_chain(sp_tape *t, sp_node *loss, sp_node ***out)
+/* A recurrent op that outputs its last hidden state scans over its time steps. */
+static bool scans_time(const sp_node *n) { return n->op->chain_len && n->out.ndim == 2; }
+
+/* The chain segments of the tape below the loss, in the tape's arena (a step allocates
+ * nothing, and an error exit leaves nothing behind). Segment k is nodes[start[k] ..
+ * start[k+1]): its head (highest on the tape, whose ∇y is complete when the segment
+ * runs) first, then each op's single input down to the tail. A node x extends the
+ * segment below it to its input p when x has one input, a Jᵀ and no time steps, and p is
+ * an op that needs a gradient and is read by x alone. Heads descend, so every consumer
+ * of a head belongs to an earlier segment: segments run in this order. */
+static int collect_segments(sp_tape *t, sp_node *loss, sp_node ***out, int **out_start)
 {
-    int count = 0;
-    for (sp_node *x = loss->input; x && x->op; x = x->input) count++;
-    sp_node **nodes = sp_tape_alloc(t, (size_t)(count ? count : 1) * sizeof *nodes);
-    int i = 0;
-    for (sp_node *x = loss->input; x && x->op; x = x->input) {
-        if (x->nconsumers != 1)
-            sp_fail("bppsa: op %s (node %d) feeds %d ops; the scan needs a chain (use --backward linear)",
-                    x->op->name, x->index, x->nconsumers);
-        if (!x->op->jt_pattern && !x->op->chain_len)
-            sp_fail("bppsa: op %s has no transposed Jacobian", x->op->name);
-        nodes[i++] = x;
+    int N = loss->index;
+    sp_node **nodes = sp_tape_alloc(t, (size_t)(N + 1) * sizeof *nodes);
+    int *start = sp_tape_alloc(t, (size_t)(N + 2) * sizeof *start);
+    bool *taken = sp_tape_alloc(t, (size_t)(N + 1) * sizeof *taken);
+    memset(taken, 0, (size_t)(N + 1) * sizeof *taken);
+    int nseg = 0, count = 0;
+    for (int i = N - 1; i >= 0; i--) {
+        sp_node *x = t->nodes[i];
+        if (!x->op || !x->needs_grad || taken[i]) continue;
+        start[nseg++] = count;
+        for (;;) {
+            taken[x->index] = true;
+            nodes[count++] = x;
+            sp_node *p = x->input;
+            if (x->ninputs != 1 || !sp_node_has_jt(x) || x->op->chain_len || !p->op || !p->needs_grad ||
+                p->nconsumers != 1)
+                break;
+            x = p;
+        }
     }
+    start[nseg] = count;
     *out = nodes;
-    return count;
+    *out_start = start;
+    return nseg;
 }
 
 static bool same_chain(const bppsa_state *s, sp_node **nodes, int count)
@@ -276,7 +309,7 @@ static void drop_pruned(link *L, sp_node *node)
     }
     sp_csr full = L->pattern;
     full.data = sp_xmalloc((size_t)(full.nnz ? full.nnz : 1) * sizeof(float));
-    node->op->jt_values(node, 0, &full);
+    node->op->jt_values(node, 0, 0, &full);
     for (int i = 0; i < l->nparams; i++) l->params[i]->value.data = saved[i];
     int64_t kept = 0;
     for (int64_t k = 0; k < full.nnz; k++) kept += full.data[k] != 0.0f;
@@ -305,7 +338,7 @@ static void build_link(link *L, sp_node *node, int t, bool needed)
 {
     L->node = node;
     L->t = t;
-    if (node->op->chain_len) {
+    if (scans_time(node)) {
         int H = node->out.shape[node->out.ndim - 1];
         L->type = (el_type){.kind = EL_DENSE, .rows = H, .cols = H};
         return;
@@ -313,7 +346,7 @@ static void build_link(link *L, sp_node *node, int t, bool needed)
     int in = (int)sp_tensor_sample_numel(sp_node_x(node)), out = (int)sp_tensor_sample_numel(&node->out);
     L->type = (el_type){.kind = EL_CSR, .rows = in, .cols = out};
     if (!needed) return;   /* a[n]: Jᵀ_1 is never read (its product is replaced by I) */
-    node->op->jt_pattern(node, &L->pattern);
+    node->op->jt_pattern(node, 0, &L->pattern);
     drop_pruned(L, node);
     if ((double)L->pattern.nnz >= DENSE_FILL * (double)in * (double)out) {
         L->type.kind = EL_DENSE;
@@ -340,10 +373,7 @@ static void build_chain(bppsa_state *s, sp_node **nodes, int count, int up_level
         s->sig_shapes[i][0] = nodes[i]->out.ndim;
         s->sig_in[i] = sp_tensor_sample_numel(sp_node_x(nodes[i]));
         for (int d = 0; d < nodes[i]->out.ndim; d++) s->sig_shapes[i][d + 1] = nodes[i]->out.shape[d];
-        if (nodes[i]->op->chain_len) {
-            if (i != count - 1 || nodes[i]->out.ndim != 2)
-                sp_fail("bppsa: recurrent op %s must be the first op and output its last hidden state",
-                        nodes[i]->op->name);
+        if (scans_time(nodes[i])) {   /* the tail of its segment (collect_segments) */
             n += nodes[i]->op->chain_len(nodes[i]);
         } else {
             n++;
@@ -354,7 +384,7 @@ static void build_chain(bppsa_state *s, sp_node **nodes, int count, int up_level
     int pos = 0;
     for (int i = 0; i < count; i++) {
         s->node_pos[i] = pos + 1;
-        int T = nodes[i]->op->chain_len ? nodes[i]->op->chain_len(nodes[i]) : 0;
+        int T = scans_time(nodes[i]) ? nodes[i]->op->chain_len(nodes[i]) : 0;
         for (int t = T ? T : 1; t >= 1; t--, pos++) build_link(&s->links[pos], nodes[i], T ? t : 0, pos + 1 < n);
     }
 }
@@ -407,15 +437,14 @@ static void type_pass(bppsa_state *s)
 
 static double modelled_time(const bppsa_state *s, int B, int P);
 
-/* The figures of the plan for a batch of B; forward_bytes: the tape's bytes in use when
- * the backward starts (the forward's activations, as for every engine). */
-static void compute_stats(bppsa_state *s, sp_tape *t, sp_node *loss, int B, size_t forward_bytes)
+/* One segment's figures for a batch of B (memory: the scan's own arena bytes). */
+static void compute_stats(bppsa_state *s, int B)
 {
     const sp_scan_plan *p = &s->plan;
     sp_bppsa_stats *st = &s->stats;
     *st = (sp_bppsa_stats){.n = s->n, .up_levels = p->up_levels, .full_levels = sp_scan_full_levels(s->n),
                            .levels = p->work_levels, .linear_levels = s->n - 1, .chain_depth = p->chain_depth,
-                           .batch = B, .forward_bytes = forward_bytes};
+                           .batch = B};
     for (int k = 0; k < p->nsteps;) {   /* a level lasts as long as its longest step */
         double lvl_max = 0;
         int level = p->steps[k].level;
@@ -433,25 +462,58 @@ static void compute_stats(bppsa_state *s, sp_tape *t, sp_node *loss, int B, size
         st->linear_flops += 2 * entries;
         st->dense_jt_entries += s->links[i].keep ? (double)s->links[i].full.nnz : entries;
     }
-    /* gradient buffers (sp_alloc_grads), the chain and bookkeeping arrays */
-    size_t g = arena_bytes((size_t)(s->nnodes ? s->nnodes : 1) * sizeof(sp_node *)) +
-               arena_bytes((size_t)(loss->index + 1) * sizeof(int));
-    for (int i = 0; i <= loss->index; i++)
-        if (t->nodes[i]->needs_grad || t->nodes[i] == loss) g += arena_bytes(t->nodes[i]->out.numel * sizeof(float));
-    st->grad_bytes = g;
     size_t n1 = (size_t)s->n + 1, b = (size_t)B;
     st->scan_bytes = b * (s->link_bytes + s->prod_bytes) + arena_bytes(n1 * b * sizeof(el)) +
                      arena_bytes(n1 * sizeof(el_type)) + arena_bytes(b * sizeof(el)) + arena_bytes(n1 * b * sizeof(task));
     st->jt_bytes = b * s->link_bytes;
     st->product_bytes = b * s->prod_bytes;
     for (int i = 0; i < s->nnodes; i++)   /* ∇h_t of a recurrent op for its weight gradient */
-        if (s->nodes[i]->op->chain_len && s->nodes[i]->layer && s->nodes[i]->layer->nparams)
+        if (scans_time(s->nodes[i]) && s->nodes[i]->layer && s->nodes[i]->layer->nparams)
             st->scan_bytes += arena_bytes((size_t)B * (size_t)s->nodes[i]->op->chain_len(s->nodes[i]) *
                                           sp_tensor_sample_numel(&s->nodes[i]->out) * sizeof(float));
-    st->peak_bytes = forward_bytes + st->grad_bytes + st->scan_bytes;
     int P = sp_get_threads();
     st->modelled_seconds = modelled_time(s, B, P > 0 ? P : 1);
-    s->have_stats = true;
+}
+
+/* The whole backward: the scanned segments summed (they run one after another), the
+ * gradient buffers (sp_alloc_grads) and bookkeeping, and the forward's bytes, measured
+ * when the backward starts (every engine keeps those). peak = the arena's high water. */
+static void engine_stats(bppsa_engine *E, const bool *scanned, sp_tape *t, sp_node *loss, int B, size_t forward_bytes)
+{
+    sp_bppsa_stats *st = &E->stats;
+    *st = (sp_bppsa_stats){.batch = B, .forward_bytes = forward_bytes};
+    int best = -1;
+    for (int k = 0; k < E->nseg; k++) {
+        if (!scanned[k]) continue;
+        const sp_bppsa_stats *g = &E->seg[k].stats;
+        if (best < 0 || g->n > E->seg[best].stats.n) best = k;
+        st->n += g->n;
+        st->levels += g->levels;
+        st->linear_levels += g->linear_levels;
+        st->chain_depth += g->chain_depth;
+        st->matmat += g->matmat;
+        st->flops += g->flops;
+        st->critical_flops += g->critical_flops;
+        st->linear_flops += g->linear_flops;
+        st->modelled_seconds += g->modelled_seconds;
+        st->dense_jt_entries += g->dense_jt_entries;
+        st->scan_bytes += g->scan_bytes;
+        st->jt_bytes += g->jt_bytes;
+        st->product_bytes += g->product_bytes;
+    }
+    if (best >= 0) {
+        st->up_levels = E->seg[best].stats.up_levels;
+        st->full_levels = E->seg[best].stats.full_levels;
+    }
+    E->main_seg = best < 0 ? 0 : best;
+    int N = loss->index;   /* collect_segments' arrays, then sp_alloc_grads' */
+    size_t g = arena_bytes((size_t)(N + 1) * sizeof(sp_node *)) + arena_bytes((size_t)(N + 2) * sizeof(int)) +
+               arena_bytes((size_t)(N + 1) * sizeof(bool)) + arena_bytes((size_t)(N + 1) * sizeof(int));
+    for (int i = 0; i <= N; i++)
+        if (t->nodes[i]->needs_grad || t->nodes[i] == loss) g += arena_bytes(t->nodes[i]->out.numel * sizeof(float));
+    st->grad_bytes = g;
+    st->peak_bytes = forward_bytes + st->grad_bytes + st->scan_bytes;
+    E->have_stats = true;
 }
 
 /* ---- the plan, printed (--plan) ---------------------------------------------------------- */
@@ -571,18 +633,12 @@ static void print_plan(const bppsa_state *s, bool full)
            st->levels, st->linear_levels, st->chain_depth, st->matmat);
     printf("FLOP per sample: bppsa total %.0f, critical path %.0f; linear BP %.0f (bppsa does %.1fx the work)\n",
            st->flops, st->critical_flops, st->linear_flops, st->linear_flops > 0 ? st->flops / st->linear_flops : 0.0);
-    char b[6][32];
     if (s->auto_time) {
         printf("--scan-levels auto (modelled time per step on %d threads):", sp_get_threads());
         for (int K = 0; K < s->auto_n; K++)
             printf(" K=%d %.3g ms%s", K, 1e3 * s->auto_time[K], K == p->up_levels ? " (chosen)" : "");
         printf("\n");
     }
-    printf("memory per step: scan %s (Jt values %s, products %s) + gradients %s + forward %s = peak %s"
-           " (linear BP: forward + gradients)\n",
-           fmt_bytes(b[0], 32, st->scan_bytes), fmt_bytes(b[1], 32, st->jt_bytes), fmt_bytes(b[2], 32, st->product_bytes),
-           fmt_bytes(b[3], 32, st->grad_bytes), fmt_bytes(b[4], 32, st->forward_bytes),
-           fmt_bytes(b[5], 32, st->peak_bytes));
     fflush(stdout);
 }
 
@@ -599,6 +655,17 @@ static void edge_to(FILE *f, int x1, int y1, int x2, int y2, int rowh, const cha
 {
     int ybend = y2 - rowh > y1 ? y2 - rowh : y1;
     fprintf(f, "<polyline points=\"%d,%d %d,%d %d,%d\" fill=\"none\" %s/>\n", x1, y1, x1, ybend, x2, y2, style);
+}
+
+static void print_memory(const sp_bppsa_stats *st)
+{
+    char b[6][32];
+    printf("memory per step: scan %s (Jt values %s, products %s) + gradients %s + forward %s = peak %s"
+           " (linear BP: forward + gradients)\n",
+           fmt_bytes(b[0], 32, st->scan_bytes), fmt_bytes(b[1], 32, st->jt_bytes), fmt_bytes(b[2], 32, st->product_bytes),
+           fmt_bytes(b[3], 32, st->grad_bytes), fmt_bytes(b[4], 32, st->forward_bytes),
+           fmt_bytes(b[5], 32, st->peak_bytes));
+    fflush(stdout);
 }
 
 static void draw_plan_svg(const bppsa_state *s, const char *path)
@@ -743,10 +810,10 @@ static void fill_links_range(void *p, size_t begin, size_t end)
         if (L->keep) {   /* pruned: the op fills its full pattern, the kept entries are gathered */
             sp_csr f = L->full;
             f.data = scratch;
-            L->node->op->jt_values(L->node, b, &f);
+            L->node->op->jt_values(L->node, 0, b, &f);
             for (int64_t j = 0; j < m.nnz; j++) vals[j] = scratch[L->keep[j]];
         } else {
-            L->node->op->jt_values(L->node, b, &m);
+            L->node->op->jt_values(L->node, 0, b, &m);
         }
         if (L->type.kind == EL_DENSE) sp_csr_to_dense(&m, dst);
     }
@@ -855,7 +922,7 @@ static void weight_gradients(exec_ctx *c, sp_tape *t)
         size_t per = sp_tensor_sample_numel(&node->out);
         for (int b = 0; b < B; b++) memmove(node->grad.data + (size_t)b * per, A(c, pos, b).v, per * sizeof(float));
         if (!node->layer || node->layer->nparams == 0) continue;
-        if (!node->op->chain_len) {
+        if (!scans_time(node)) {
             node->op->backward_params(node, &node->grad);
             continue;
         }
@@ -869,14 +936,9 @@ static void weight_gradients(exec_ctx *c, sp_tape *t)
     }
 }
 
-static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
+/* One segment: the scan gives ∇y of every node from its head's, then G of each (Eq. 2). */
+static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nodes, int count)
 {
-    bppsa_state *s = e->state;
-    size_t forward_bytes = t->arena.used_total;
-    sp_mark_needs_grad(t);
-    sp_node **nodes;
-    int count = collect_chain(t, loss, &nodes);
-    if (count == 0) return;
     if (same_chain(s, nodes, count)) {
         memcpy(s->nodes, nodes, (size_t)count * sizeof *nodes);
         for (int i = 0; i < s->n; i++) {   /* refresh node pointers of the links */
@@ -887,31 +949,22 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
     } else {
         build_chain(s, nodes, count, e->opts.scan_levels);
         int K = e->opts.scan_levels;
-        if (K == SP_SCAN_LEVELS_AUTO) K = auto_levels(s, loss->input->out.shape[0]);
+        if (K == SP_SCAN_LEVELS_AUTO) K = auto_levels(s, nodes[0]->out.shape[0]);
         sp_scan_plan_build(&s->plan, s->n, K);
         type_pass(s);
     }
-    int B = loss->input->out.shape[0], n = s->n;
-    compute_stats(s, t, loss, B, forward_bytes);
-    if ((e->opts.plan || e->opts.plan_svg) && !s->plan_printed) {
-        if (e->opts.plan) print_plan(s, e->opts.plan_full);
-        if (e->opts.plan_svg) draw_plan_svg(s, e->opts.plan_svg);
-        s->plan_printed = true;
-    }
+    sp_node *head = nodes[0];
+    int B = head->out.shape[0], n = s->n;
     if (e->opts.plan_only) return;   /* --plan: the figures are all there is to it */
 
-    /* a[0] = ∇x_n l: the loss's δ for dl = 1 */
-    sp_alloc_grads(t, loss);
-    sp_node *logits = loss->input;
-    loss->op->backward_input(loss, &loss->grad, &logits->grad);
-
-    /* element storage for this step (arena) and types that evolve with the plan */
+    /* element storage for this step (arena) and types that evolve with the plan;
+     * a[0] = ∇y of the head, complete (the loss's δ, or every consumer's) */
     exec_ctx c = {.s = s, .B = B};
     c.a = sp_tape_alloc(t, (size_t)(n + 1) * (size_t)B * sizeof *c.a);
     el_type *ty = sp_tape_alloc(t, (size_t)(n + 1) * sizeof *ty);
-    ty[0] = (el_type){.kind = EL_VEC, .rows = (int)sp_tensor_sample_numel(&logits->out)};
-    size_t in0 = sp_tensor_sample_numel(&logits->out);
-    for (int b = 0; b < B; b++) A(&c, 0, b).v = logits->grad.data + (size_t)b * in0;
+    ty[0] = (el_type){.kind = EL_VEC, .rows = (int)sp_tensor_sample_numel(&head->out)};
+    size_t in0 = sp_tensor_sample_numel(&head->out);
+    for (int b = 0; b < B; b++) A(&c, 0, b).v = head->grad.data + (size_t)b * in0;
     for (int i = 0; i < n; i++) {
         link *L = &s->links[i];
         ty[i + 1] = L->type;
@@ -929,10 +982,63 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
     weight_gradients(&c, t);
 }
 
+static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
+{
+    bppsa_engine *E = e->state;
+    size_t forward_bytes = t->arena.used_total;
+    sp_mark_needs_grad(t);
+    sp_node **nodes;
+    int *start;
+    int nseg = collect_segments(t, loss, &nodes, &start);
+    if (nseg == 0) return;
+    if (nseg != E->nseg) {   /* another model: every segment is built afresh */
+        for (int k = 0; k < E->nseg; k++) state_clear(&E->seg[k]);
+        E->seg = sp_xrealloc(E->seg, (size_t)nseg * sizeof *E->seg);
+        memset(E->seg, 0, (size_t)nseg * sizeof *E->seg);
+        E->nseg = nseg;
+    }
+    bool print = e->opts.plan && !E->plan_printed, draw = e->opts.plan_svg && !E->plan_printed;
+    bool only = e->opts.plan_only;
+    if (print && nseg > 1)
+        printf("bppsa: the model is a DAG: %d chain segments, each scanned, joined by δ = Jᵀ·∇y at the joins\n",
+               nseg);
+    bool scanned[nseg];
+
+    /* ∇ of the logits: the loss's δ for dl = 1 */
+    sp_alloc_grads(t, loss);
+    if (!only) sp_node_backward_inputs(loss);
+    for (int k = 0; k < nseg; k++) {
+        sp_node **seg = nodes + start[k];
+        int count = start[k + 1] - start[k];
+        sp_node *tail = seg[count - 1];
+        scanned[k] = !(count == 1 && !scans_time(tail));
+        if (!scanned[k]) {   /* nothing to scan: G and δ of the one op */
+            if (print) printf("bppsa segment %d: %s#%d alone, no scan\n", k, tail->op->name, tail->index);
+            if (!only) sp_node_backward(tail);
+            continue;
+        }
+        scan_segment(e, &E->seg[k], t, seg, count);
+        compute_stats(&E->seg[k], seg[0]->out.shape[0]);
+        if (print) {
+            if (nseg > 1)
+                printf("bppsa segment %d: %s#%d .. %s#%d (%d ops)\n", k, seg[0]->op->name, seg[0]->index,
+                       tail->op->name, tail->index, count);
+            print_plan(&E->seg[k], e->opts.plan_full);
+        }
+        if (!only) sp_node_backward_inputs(tail);   /* the join: δ into the inputs below the segment */
+    }
+    engine_stats(E, scanned, t, loss, loss->input->out.shape[0], forward_bytes);
+    if (print) print_memory(&E->stats);
+    if (draw) draw_plan_svg(&E->seg[E->main_seg], e->opts.plan_svg);
+    E->plan_printed |= print || draw;
+}
+
 static void bppsa_destroy(sp_engine *e)
 {
-    state_clear(e->state);
-    free(e->state);
+    bppsa_engine *E = e->state;
+    for (int k = 0; k < E->nseg; k++) state_clear(&E->seg[k]);
+    free(E->seg);
+    free(E);
 }
 
 sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts)
@@ -942,14 +1048,14 @@ sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts)
     e->opts = *opts;
     e->backward = bppsa_backward;
     e->destroy = bppsa_destroy;
-    e->state = sp_xcalloc(1, sizeof(bppsa_state));
+    e->state = sp_xcalloc(1, sizeof(bppsa_engine));
     return e;
 }
 
 bool sp_bppsa_stats_get(const sp_engine *e, sp_bppsa_stats *out)
 {
-    if (!e || e->backward != bppsa_backward || !((bppsa_state *)e->state)->have_stats) return false;
-    *out = ((bppsa_state *)e->state)->stats;
+    if (!e || e->backward != bppsa_backward || !((bppsa_engine *)e->state)->have_stats) return false;
+    *out = ((bppsa_engine *)e->state)->stats;
     return true;
 }
 
@@ -985,8 +1091,9 @@ int sp_bppsa_chain_links(const sp_node *loss)
 
 int sp_bppsa_level_flops(const sp_engine *e, double *total, double *critical, int cap)
 {
-    if (!e || e->backward != bppsa_backward || !((bppsa_state *)e->state)->have_stats) return 0;
-    const bppsa_state *s = e->state;
+    const bppsa_engine *E = e ? e->state : NULL;
+    if (!e || e->backward != bppsa_backward || !E->have_stats) return 0;
+    const bppsa_state *s = &E->seg[E->main_seg];
     const sp_scan_plan *p = &s->plan;
     for (int l = 0; l < p->nlevels && l < cap; l++) total[l] = critical[l] = 0;
     for (int k = 0; k < p->nsteps; k++) {

@@ -45,7 +45,9 @@ int sp_bppsa_links(struct sp_model *m, int ndim, const int *sample_shape);
 int sp_bppsa_max_scan_levels(struct sp_model *m, int ndim, const int *sample_shape);
 
 /* One node's whole backward, as the linear engine does it: G (if the op has params)
- * then δ into the producer's grad (accumulating when the producer fans out). */
+ * then, input by input in argument order, δ_i into the producer's grad (accumulating
+ * when the producer fans out). sp_node_backward_inputs is the δ part alone. */
 void sp_node_backward(sp_node *n);
+void sp_node_backward_inputs(sp_node *n);
 
 #endif

@@ -8,6 +8,8 @@
 #include <unistd.h>
 #include "core/error.h"
 #include "core/parallel.h"
+#include "schedulers/checkpoint.h"
+#include "schedulers/exec.h"
 #include "schedulers/train.h"
 
 float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
@@ -30,14 +32,24 @@ float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp
 
 /* Evaluation state kept across the evaluations of one training run: the loader's batch
  * buffers and the tape's arena are allocated by the first evaluation and reused, so
- * evaluating every epoch (or every N steps) allocates nothing after the first time. */
+ * evaluating every epoch (or every N steps) allocates nothing after the first time (a
+ * new tape and loader per evaluation fragmented the heap: issue 19, item 15). */
+typedef struct slice_ds {
+    sp_dataset d;
+    sp_dataset *base;
+    int off;
+} slice_ds;
+
 typedef struct evaluator {
+    slice_ds slice;            /* with ranks: this rank's share of the test set */
+    sp_dataset *d;             /* what this process evaluates (NULL: nothing)   */
     sp_loader *l;
     sp_tape t;
 } evaluator;
 
 static void evaluator_init(evaluator *ev, sp_dataset *d, int batch)
 {
+    ev->d = d;
     ev->l = sp_loader_new_sync(d, batch, false, 0, false);
     sp_tape_init(&ev->t);
 }
@@ -50,9 +62,11 @@ static void evaluator_free(evaluator *ev)
     ev->l = NULL;
 }
 
-static void evaluate(evaluator *ev, sp_model *m, double *loss_out, double *acc_out)
+static void eval_pass(evaluator *ev, sp_model *m, double *loss_out, double *acc_out)
 {
-    sp_loader_set_epoch(ev->l, 0);   /* rewinds (no shuffle: the same order every time) */
+    bool was_training = !m->eval;
+    sp_model_set_training(m, false);   /* batch norm: running statistics; no dropout */
+    sp_loader_set_epoch(ev->l, 0);     /* rewinds (no shuffle: the same order every time) */
     double loss = 0.0;
     long correct = 0, seen = 0;
     sp_batch b;
@@ -70,16 +84,60 @@ static void evaluate(evaluator *ev, sp_model *m, double *loss_out, double *acc_o
         loss += (double)ln->out.data[0] * b.n;
         seen += b.n;
     }
+    sp_model_set_training(m, was_training);
     *loss_out = seen ? loss / (double)seen : NAN;
     *acc_out = seen ? (double)correct / (double)seen : NAN;
 }
 
 void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
 {
-    evaluator ev;
+    evaluator ev = {0};
     evaluator_init(&ev, d, batch);
-    evaluate(&ev, m, loss_out, acc_out);
+    eval_pass(&ev, m, loss_out, acc_out);
     evaluator_free(&ev);
+}
+
+/* ---- evaluation across ranks --------------------------------------------------------- */
+
+/* Rank r of W evaluates the samples [r·n/W, (r+1)·n/W) of d; the sums meet by allreduce. */
+static void slice_get(sp_dataset *d, int i, float *x, int *y)
+{
+    slice_ds *s = (slice_ds *)d;
+    sp_dataset_get(s->base, s->off + i, x, y);
+}
+
+static void evaluator_open(evaluator *ev, sp_dataset *d, int batch, const sp_train_cfg *cfg)
+{
+    *ev = (evaluator){0};
+    if (!cfg->exec) {
+        evaluator_init(ev, d, batch);
+        return;
+    }
+    int W = sp_exec_workers(cfg->exec), r = sp_exec_rank(cfg->exec);
+    int lo = (int)((long)d->n * r / W), hi = (int)((long)d->n * (r + 1) / W);
+    ev->slice = (slice_ds){.d = *d, .base = d, .off = lo};
+    ev->slice.d.n = hi - lo;
+    ev->slice.d.get = slice_get;
+    ev->slice.d.free = NULL;
+    ev->slice.d.norm_channels = 0;   /* the base normalises */
+    if (ev->slice.d.n > 0) evaluator_init(ev, &ev->slice.d, batch);
+}
+
+static void evaluate(evaluator *ev, sp_model *m, sp_dataset *d, const sp_train_cfg *cfg, double *loss, double *acc)
+{
+    if (!cfg->exec) {
+        eval_pass(ev, m, loss, acc);
+        return;
+    }
+    sp_exec_sync_weights(cfg->exec);
+    int n = ev->l ? ev->d->n : 0;
+    double l = 0, a = 0;
+    if (n > 0) eval_pass(ev, m, &l, &a);
+    float sums[2] = {(float)(l * n), (float)(a * n + 0.5)};
+    sp_comm_set_label("evaluation");
+    sp_allreduce(sp_comm_world(), sums, 2);
+    *loss = d->n ? (double)sums[0] / d->n : NAN;
+    *acc = d->n ? floor((double)sums[1]) / d->n : NAN;
 }
 
 /* ---- progress ------------------------------------------------------------------------ */
@@ -171,20 +229,36 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     sp_tape t;
     sp_tape_init(&t);
     evaluator ev = {0};
-    if (test) evaluator_init(&ev, test, cfg->eval_batch);
+    if (test) evaluator_open(&ev, test, cfg->eval_batch, cfg);
     double busy = 0.0;
     long images = 0;
+    sp_train_state resumed = {0};
+    if (cfg->resume_path) {
+        if (sp_checkpoint_load(cfg->resume_path, m, o, &resumed, cfg->run_meta) != SP_OK)
+            sp_fail("%s", sp_last_error());
+        if (resumed.batch > per_epoch)
+            sp_fail("--resume %s: saved after batch %ld of an epoch of %ld batches (a different dataset?)",
+                    cfg->resume_path, resumed.batch, per_epoch);
+        r.steps = resumed.step;
+    }
+    long first = r.steps;   /* the timing arrays are indexed by step */
 
-    for (int epoch = 0; epoch < epochs && r.steps < total; epoch++) {
+    for (int epoch = resumed.epoch; epoch < epochs && r.steps < total; epoch++) {
         sp_loader_set_epoch(train, epoch);
         if (cfg->lr) sp_optim_set_lr(o, sp_lr_at(cfg->lr, epoch));
         double epoch_loss = 0.0;
         long epoch_steps = 0;
         sp_batch b;
+        if (cfg->resume_path && epoch == resumed.epoch) {   /* the epoch's order; skip what was done */
+            for (; epoch_steps < resumed.batch; epoch_steps++)
+                if (!sp_loader_next(train, &b)) break;
+            epoch_loss = resumed.epoch_loss;
+        }
         r.epochs = epoch + 1;
         while (r.steps < total && sp_loader_next(train, &b)) {
             double f, bw, st;
-            float loss = sp_train_step(m, e, o, &t, &b.x, b.y, &f, &bw, &st);
+            float loss = cfg->exec ? sp_exec_step(cfg->exec, &b.x, b.y, &f, &bw, &st)
+                                   : sp_train_step(m, e, o, &t, &b.x, b.y, &f, &bw, &st);
             if (!isfinite(loss)) sp_fail("%s: loss became %g at step %ld (try a smaller --lr)", cfg->app, loss, r.steps);
             fwd[r.steps] = f;
             bwd[r.steps] = bw;
@@ -196,9 +270,15 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             epoch_steps++;
             r.last_loss = loss;
             if (log) fprintf(log, "%ld,%d,%.9g,%.9g,%.6f,,\n", r.steps, epoch, loss, sp_optim_get_lr(o), sp_now() - p.start);
+            if (cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total) &&
+                sp_checkpoint_save(cfg->save_path, m, o,
+                                   &(sp_train_state){r.steps, epoch, epoch_steps, epoch_loss, sp_optim_get_lr(o)},
+                                   cfg->run_meta) != SP_OK)
+                sp_fail("%s", sp_last_error());
+            if (cfg->on_step) cfg->on_step(cfg->on_step_ctx, r.steps);
             progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
             if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
-                evaluate(&ev, m, &r.test_loss, &r.test_acc);
+                evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
                 log_eval(log, r.steps, epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
                 progress_line(&p, "%s step %ld: test loss %.4f acc %.4f", cfg->app, r.steps, r.test_loss, r.test_acc);
             }
@@ -206,7 +286,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         r.train_loss = epoch_steps ? epoch_loss / (double)epoch_steps : NAN;
         progress_show(&p, cfg->app, epoch, epochs, r.steps, r.last_loss, busy > 0 ? images / busy : 0, true);
         if (test && cfg->eval_every == 0) {
-            evaluate(&ev, m, &r.test_loss, &r.test_acc);
+            evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
             log_eval(log, r.steps, epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
             progress_line(&p, "%s epoch %d: train loss %.4f, test loss %.4f acc %.4f", cfg->app, epoch + 1,
                           r.train_loss, r.test_loss, r.test_acc);
@@ -215,14 +295,14 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         }
     }
     if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every != 0) {
-        evaluate(&ev, m, &r.test_loss, &r.test_acc);
+        evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
         log_eval(log, r.steps, r.epochs - 1, o, sp_now() - p.start, r.test_loss, r.test_acc);
     }
     r.seconds = sp_now() - p.start;
     r.images_per_s = busy > 0 ? (double)images / busy : 0.0;
-    r.forward_ms = median_ms(fwd, r.steps);
-    r.backward_ms = median_ms(bwd, r.steps);
-    r.step_ms = median_ms(all, r.steps);
+    r.forward_ms = median_ms(fwd + first, r.steps - first);
+    r.backward_ms = median_ms(bwd + first, r.steps - first);
+    r.step_ms = median_ms(all + first, r.steps - first);
     if (log) {
         bool bad = ferror(log) != 0;
         if (fclose(log) != 0 || bad) sp_fail("--log %s: write failed: %s", cfg->log_path, strerror(errno));

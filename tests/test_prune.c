@@ -128,8 +128,9 @@ Test(prune, checkpoint_uses_torch_names)
     sp_model *m = sp_zoo_lenet(1, 28);
     sp_model_init(m, 4);
     sp_pruning *p = sp_prune_magnitude(m, NULL, 0.5, SP_PRUNE_LAYER);
-    sp_prune_save(p, m, path);
+    cr_assert_eq(sp_prune_save(p, m, path), SP_OK);
     sp_st_file *f = sp_st_open(path);
+    cr_assert_not_null(f);
     cr_assert_not_null(sp_st_find(f, "conv1.weight_orig"));
     cr_assert_not_null(sp_st_find(f, "conv1.weight_mask"));
     cr_assert_null(sp_st_find(f, "conv1.weight"));
@@ -139,7 +140,8 @@ Test(prune, checkpoint_uses_torch_names)
     sp_st_close(f);
 
     sp_model *q = sp_zoo_lenet(1, 28);
-    sp_pruning *pq = sp_prune_load(q, path);
+    sp_pruning *pq;
+    cr_assert_eq(sp_prune_load(q, path, &pq), SP_OK);
     cr_assert_not_null(pq);
     for (int i = 0; i < m->nparams; i++) {
         cr_assert_eq(memcmp(q->params[i]->value.data, m->params[i]->value.data, m->params[i]->value.numel * 4), 0);
@@ -150,9 +152,18 @@ Test(prune, checkpoint_uses_torch_names)
         }
     }
     /* a plain checkpoint: no masks */
-    sp_model_save(m, path);
+    cr_assert_eq(sp_model_save(m, path), SP_OK);
     sp_model *r = sp_zoo_lenet(1, 28);
-    cr_assert_null(sp_prune_load(r, path));
+    sp_pruning *pr;
+    cr_assert_eq(sp_prune_load(r, path, &pr), SP_OK);
+    cr_assert_null(pr);
+    /* a mask without its weight: one line, nothing loaded */
+    sp_tensor mk = sp_tensor_view(p->mask[0], m->params[0]->value.ndim, m->params[0]->value.shape);
+    const char *names[] = {"conv1.weight_mask"};
+    const sp_tensor *ts[] = {&mk};
+    cr_assert_eq(sp_st_save(path, 1, names, ts, NULL), SP_OK);
+    cr_assert_eq(sp_prune_load(r, path, &pr), SP_ERR);
+    cr_assert(strstr(sp_last_error(), "conv1.weight_mask without conv1.weight_orig"), "%s", sp_last_error());
     remove(path);
     sp_prune_free(pq);
     sp_prune_free(p);
