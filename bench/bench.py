@@ -293,8 +293,8 @@ def sec_rnn(R, q):
                     n = rnn_steps(T, e, q)
                     want = e == "bppsa" and B == Bs[-1] and rnd == 0
                     js, _ = R.run("rnn", "ours", {"T": T, "B": B, "engine": e, "steps": n}, rnd,
-                                  R.ours("rnn", "--steps", n, "--seq-len", T, "--batch", B, "--samples", n * B,
-                                         "--backward", e), want_plan=want)
+                                  R.ours("rnn", "--paper-defaults", "--steps", n, "--seq-len", T, "--batch", B,
+                                         "--samples", n * B, "--backward", e), want_plan=want)
                     if js:
                         log(f"  [rnn T{T} B{B} r{rnd}] ours {e}: bwd {js['backward_ms']:.2f} ms, "
                             f"step {js['step_ms']:.2f} ms")
