@@ -237,3 +237,120 @@ Test(prune, pruned_jt_patterns_have_the_expected_nnz)
     sp_tensor_free(&x);
     sp_model_free(m);
 }
+
+/* ---- PyTorch: torch.nn.utils.prune's checkpoints, both ways (tests/parity/prune.py) --- */
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#define PY "/usr/bin/python3"
+
+static const char *parity_script(char *buf, size_t len)
+{
+    const char *src = __FILE__, *slash = strrchr(src, '/');
+    snprintf(buf, len, "%.*sparity/prune.py", slash ? (int)(slash - src + 1) : 0, src);
+    return buf;
+}
+
+static int sh(const char *cmd)
+{
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static float *read_f32(const char *path, const char *name, int ndim, const int *shape)
+{
+    sp_st_file *f = sp_st_open(path);
+    cr_assert_not_null(f, "%s: %s", path, sp_last_error());
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    float *v = malloc(n * sizeof *v);
+    cr_assert_eq(sp_st_read_f32(f, name, v, ndim, shape), SP_OK, "%s", sp_last_error());
+    sp_st_close(f);
+    return v;
+}
+
+Test(prune, torch_checkpoints_both_ways, .timeout = 300)
+{
+    char dir[] = "/tmp/sp_prune_XXXXXX", cmd[2048], sc[512], path[512];
+    if (access(PY, X_OK) != 0) {
+        cr_log_warn("skipped: %s not found (apt-get install python3-torch)", PY);
+        return;
+    }
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "%s %s %s", PY, parity_script(sc, sizeof sc), dir);
+    int st = sh(cmd);
+    if (st == 77) {
+        cr_log_warn("skipped: %s cannot import torch", PY);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        sh(cmd);
+        return;
+    }
+    cr_assert_eq(st, 0, "%s", cmd);
+    sp_set_threads(2);
+    const char *engines[] = {"linear", "bppsa"};
+    for (int e = 0; e < 2; e++) {
+        /* torch's pruned state_dict (weight_orig holds the unpruned values) into scanprop */
+        sp_model *m = sp_zoo_lenet(1, 28);
+        sp_pruning *p;
+        snprintf(path, sizeof path, "%s/pruned.safetensors", dir);
+        cr_assert_eq(sp_prune_load(m, path, &p), SP_OK, "%s", sp_last_error());
+        cr_assert_not_null(p);
+        int64_t kept = 0, all = 0;
+        for (int i = 0; i < m->nparams; i++)
+            if (p->mask[i]) kept += sp_prune_kept(p, i), all += (int64_t)m->params[i]->value.numel;
+        cr_assert_eq(all - kept, llround(0.9 * all), "torch pruned 90%% of the weights");
+        snprintf(path, sizeof path, "%s/data.safetensors", dir);
+        float *x = read_f32(path, "x", 4, (int[]){8, 1, 28, 28});
+        sp_st_file *f = sp_st_open(path);
+        int32_t y[8];
+        cr_assert_eq(sp_st_read_i32(f, "y", y, 1, (int[]){8}), SP_OK);
+        sp_st_close(f);
+        sp_tensor xt = sp_tensor_view(x, 4, (int[]){8, 1, 28, 28});
+        sp_engine *eng = sp_engine_create(engines[e], NULL);
+        sp_optim_cfg cfg = sp_optim_cfg_default();
+        cfg.lr = 0.05;
+        cfg.momentum = 0.9;
+        sp_optim *opt = sp_optim_create("sgd", m->params, m->nparams, &cfg);
+        sp_tape t;
+        sp_tape_init(&t);
+        for (int s = 0; s < 5; s++) sp_train_step(m, eng, opt, &t, &xt, y, NULL, NULL, NULL);
+        /* the effective weights after 5 steps: torch's weight_orig * weight_mask */
+        snprintf(path, sizeof path, "%s/expected.safetensors", dir);
+        for (int i = 0; i < m->nparams; i++) {
+            const sp_param *w = m->params[i];
+            float *want = read_f32(path, w->name, w->value.ndim, w->value.shape);
+            double worst = 0, scale = 1;
+            for (size_t j = 0; j < w->value.numel; j++) scale = fmax(scale, fabs(want[j]));
+            size_t wj = 0;
+            for (size_t j = 0; j < w->value.numel; j++) {
+                double d = fabs(w->value.data[j] - want[j]) / scale;
+                if (d > worst) worst = d, wj = j;
+            }
+            cr_assert_lt(worst, 1e-4, "%s: %s differs from torch's by %.2e at %zu after 5 pruned SGD steps",
+                         engines[e], w->name, worst, wj);
+            free(want);
+        }
+        /* and scanprop's checkpoint into torch (prune.identity + load_state_dict): same logits */
+        snprintf(path, sizeof path, "%s/ours.safetensors", dir);
+        cr_assert_eq(sp_prune_save(p, m, path), SP_OK);
+        snprintf(cmd, sizeof cmd, "%s %s %s --check %s", PY, sc, dir, path);
+        cr_assert_eq(sh(cmd), 0, "%s", cmd);
+        sp_tape_reset(&t);
+        sp_node *l = sp_model_loss(m, &t, &xt, y);
+        const sp_tensor *z = sp_node_x(l);
+        snprintf(path, sizeof path, "%s/logits.safetensors", dir);
+        float *want = read_f32(path, "logits", 2, (int[]){8, 10});
+        for (int j = 0; j < 80; j++)
+            cr_assert_float_eq(z->data[j], want[j], 1e-4 * fmax(1, fabs(want[j])), "logit %d: ours %g, torch %g", j,
+                               z->data[j], want[j]);
+        free(want);
+        sp_tape_free(&t);
+        sp_optim_free(opt);
+        sp_engine_destroy(eng);
+        sp_prune_free(p);
+        sp_model_free(m);
+        free(x);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    sh(cmd);
+}
