@@ -44,7 +44,7 @@ Test(prune, magnitude_per_layer_and_global)
             int64_t kept = sp_prune_kept(p, i);
             kept_all += kept;
             all += (int64_t)w->value.numel;
-            if (!scope) cr_assert_eq(w->value.numel - kept, llround(0.8 * w->value.numel), "%s", w->name);
+            if (!scope) cr_assert_eq((long long)w->value.numel - kept, llround(0.8 * (double)w->value.numel), "%s", w->name);
             for (size_t j = 0; j < w->value.numel; j++)
                 if (p->mask[i][j] == 0.0f) cr_assert_eq(w->value.data[j], 0.0f, "pruned entries are 0");
         }
