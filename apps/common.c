@@ -813,7 +813,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
                        .steps = o->steps,
                        .eval_every = o->eval_every,
                        .eval_batch = o->batch > 256 ? o->batch : 256,
-                       .log_path = o->log,
+                       .log_path = sp_app_prints(ex) ? o->log : NULL,   /* rank 0 writes the log */
                        .lr = &sched,
                        .quiet = o->quiet || !sp_app_prints(ex),
                        .exec = ex,
