@@ -115,7 +115,7 @@ static float *soak(const char *what, sp_model *m, const char *eng, sp_dataset *t
     probe p = {.mid = steps / 2, .total = steps};
     /* evaluations (full runs: every 300 steps, never at a probe; short runs: at the end) */
     int eval_every = full_run() ? (int)(steps * 3 / 20) : (int)steps;
-    sp_train_cfg tc = {.app = what, .epochs = 1, .steps = steps, .eval_every = eval_every, .eval_batch = 256,
+    sp_train_cfg tc = {.app = what, .epochs = 0, .steps = steps, .eval_every = eval_every, .eval_batch = 256,
                        .quiet = true, .on_step = on_step, .on_step_ctx = &p};
     sp_train_result r = sp_train(m, e, o, l, test, &tc);
     cr_assert_eq(r.steps, steps);
