@@ -7,6 +7,7 @@
 #   make test-cuda-emu   the CUDA suites on the CPU, through the CUDA emulator (tests/cudaemu/)
 #   make bench           benchmarks against PyTorch CPU (see docs/PERFORMANCE.md)
 #   make opprof          build/opprof: per-op timers of a training step
+#   make install PREFIX=dir   libscanprop.a, the headers (include/scanprop) and scanprop.pc
 #   make BUILD=dir       build somewhere else (parallel worktrees, sanitizer builds)
 #   make CC=clang        build with clang (compiler-specific flags only where accepted)
 #   make build-clang     clang builds of everything, plain and SAN=1 (CI runs it)
@@ -105,7 +106,7 @@ CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
 
 # Objects built through pattern rules are kept (not deleted as intermediates).
 .PRECIOUS: $(BUILD)/obj/%.c.o $(BUILD)/obj/%.cu.o
-.PHONY: all lib apps tests test test-long test-asan test-cuda test-cuda-emu cuda-tests bench opprof format clean \
+.PHONY: all lib apps tests test install test-long test-asan test-cuda test-cuda-emu cuda-tests bench opprof format clean \
         build-clang fuzz fuzz-build fuzzers
 all: lib apps
 
@@ -161,6 +162,12 @@ tests: $(MPI_WORKERS)
 # Every suite runs even if one fails; the exit status says whether all passed.
 test: all $(TESTS) $(MPI_WORKERS)
 	@BUILD=$(BUILD) ./scripts/run_tests.sh $(TESTS)
+	@BUILD=$(BUILD) ./scripts/test_install.sh
+
+# The static library, headers and a pkg-config file whose Libs are this build's link line.
+PREFIX ?= /usr/local
+install: lib
+	@./scripts/install.sh "$(PREFIX)" "$(BUILD)" "$(LDLIBS)"
 
 # The long checks: the whole first epoch of the Figure 6 comparison; the soak (2,000
 # steps of each app's model and engine: no per-step leak, the engines agree).

@@ -66,6 +66,7 @@ typedef struct sp_app_opts {
     double lr, momentum, weight_decay;   /* doubles, as PyTorch's Python floats */
     uint64_t seed;
     bool no_shuffle, quiet;
+    bool eval_only;                      /* --eval-only: evaluate --load, no training */
     /* engine options */
     int scan_levels, k;                  /* scan_levels -1: the full scan */
     long mem_cap;

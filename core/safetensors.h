@@ -46,6 +46,10 @@ typedef struct sp_st_tensor {
     int64_t shape[SP_ST_MAX_DIMS];
     size_t numel, nbytes;
     uint64_t offset;                  /* of its first byte in the file        */
+    /* Its bytes (little-endian, possibly unaligned) in a read-only mapping of the file:
+     * no memory is used until they are touched. sp_st_read_* do not touch them (they
+     * pread), so prefer those; a file truncated under a mapping raises SIGBUS. */
+    const unsigned char *data;
 } sp_st_tensor;
 
 typedef struct sp_st_file sp_st_file;

@@ -33,6 +33,8 @@ float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp
 void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
 {
     sp_loader *l = sp_loader_new_sync(d, batch, false, 0, false);
+    bool was_training = !m->eval;
+    sp_model_set_training(m, false);   /* batch norm: running statistics; no dropout */
     sp_tape t;
     sp_tape_init(&t);
     double loss = 0.0;
@@ -54,6 +56,7 @@ void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double
     }
     sp_tape_free(&t);
     sp_loader_free(l);
+    sp_model_set_training(m, was_training);
     *loss_out = seen ? loss / (double)seen : NAN;
     *acc_out = seen ? (double)correct / (double)seen : NAN;
 }
