@@ -133,7 +133,7 @@ Test(bppsa, gru)
     sp_model_free(m);
 }
 
-Test(bppsa, fan_out_is_rejected, .exit_code = 2)
+Test(bppsa, fan_out_is_rejected, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_layer *fc = sp_linear("fc", 4, 4);
     sp_layer *ce = sp_softmax_ce();

@@ -269,7 +269,7 @@ Test(cuda, fill_zero_and_copies)
 }
 
 /* A CUDA input with parameters left on the host: one clear line, exit 2. */
-Test(cuda, params_on_host_fail_clearly, .exit_code = 2)
+Test(cuda, params_on_host_fail_clearly, .exit_code = 2, .init = tu_capture_stderr)
 {
     need_gpu();
     sp_layer *l = sp_linear("fc", 4, 3);
@@ -283,7 +283,7 @@ Test(cuda, params_on_host_fail_clearly, .exit_code = 2)
 
 /* softmax_ce has no CUDA twin yet: the loss dispatch names the op instead of running
  * the CPU op on device memory. */
-Test(cuda, loss_without_twin_fails_clearly, .exit_code = 2)
+Test(cuda, loss_without_twin_fails_clearly, .exit_code = 2, .init = tu_capture_stderr)
 {
     need_gpu();
     static const int labels[2] = {0, 1};

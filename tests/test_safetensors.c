@@ -25,6 +25,13 @@ static void exits_2(void)
     if (__lsan_disable) __lsan_disable();
 }
 
+/* .init of a test that must exit 2: no leak report, the one-line error captured and checked */
+static void quiet_exit_2(void)
+{
+    exits_2();
+    tu_capture_stderr();
+}
+
 /* ---------------------------------------------------------------- helpers */
 
 static const char *tmp_path(const char *name)
@@ -244,7 +251,7 @@ ParameterizedTestParameters(safetensors_corrupt, header)
     return cr_make_param_array(bad_case, bad_cases, sizeof bad_cases / sizeof *bad_cases);
 }
 
-ParameterizedTest(bad_case *c, safetensors_corrupt, header, .exit_code = 2, .init = exits_2)
+ParameterizedTest(bad_case *c, safetensors_corrupt, header, .exit_code = 2, .init = quiet_exit_2)
 {
     static unsigned char zeros[64];
     const char *path = tmp_path(c->name);
@@ -252,14 +259,14 @@ ParameterizedTest(bad_case *c, safetensors_corrupt, header, .exit_code = 2, .ini
     sp_st_close(sp_st_open(path));
 }
 
-Test(safetensors_corrupt, file_shorter_than_length_field, .exit_code = 2, .init = exits_2)
+Test(safetensors_corrupt, file_shorter_than_length_field, .exit_code = 2, .init = quiet_exit_2)
 {
     const char *path = tmp_path("short.safetensors");
     write_bytes(path, "\x10\0\0\0\0", 5);
     sp_st_open(path);
 }
 
-Test(safetensors_corrupt, header_length_beyond_file, .exit_code = 2, .init = exits_2)
+Test(safetensors_corrupt, header_length_beyond_file, .exit_code = 2, .init = quiet_exit_2)
 {
     const char *path = tmp_path("long.safetensors");
     unsigned char b[16] = {200};
@@ -268,7 +275,7 @@ Test(safetensors_corrupt, header_length_beyond_file, .exit_code = 2, .init = exi
     sp_st_open(path);
 }
 
-Test(safetensors_corrupt, truncated_data, .exit_code = 2, .init = exits_2)
+Test(safetensors_corrupt, truncated_data, .exit_code = 2, .init = quiet_exit_2)
 {
     /* A valid file cut in the middle of its data. */
     float v[8] = {0};
@@ -282,9 +289,9 @@ Test(safetensors_corrupt, truncated_data, .exit_code = 2, .init = exits_2)
     sp_st_open(path);
 }
 
-Test(safetensors_corrupt, missing_file, .exit_code = 2, .init = exits_2) { sp_st_open(tmp_path("does-not-exist")); }
+Test(safetensors_corrupt, missing_file, .exit_code = 2, .init = quiet_exit_2) { sp_st_open(tmp_path("does-not-exist")); }
 
-Test(safetensors_corrupt, missing_tensor, .exit_code = 2, .init = exits_2)
+Test(safetensors_corrupt, missing_tensor, .exit_code = 2, .init = quiet_exit_2)
 {
     const char *path = tmp_path("one.safetensors");
     write_st(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", "\0\0\0\0", 4);
@@ -292,7 +299,7 @@ Test(safetensors_corrupt, missing_tensor, .exit_code = 2, .init = exits_2)
     sp_st_read_f32(sp_st_open(path), "v", &x, 1, (int[]){1});
 }
 
-Test(safetensors_corrupt, float_read_as_labels, .exit_code = 2, .init = exits_2)
+Test(safetensors_corrupt, float_read_as_labels, .exit_code = 2, .init = quiet_exit_2)
 {
     const char *path = tmp_path("f.safetensors");
     write_st(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", "\0\0\0\0", 4);
@@ -379,7 +386,7 @@ Test(model_ckpt, wrong_shape_is_one_precise_line)
     sp_model_free(a);
 }
 
-Test(model_ckpt, wrong_shape_exits_2, .exit_code = 2, .init = exits_2)
+Test(model_ckpt, wrong_shape_exits_2, .exit_code = 2, .init = quiet_exit_2)
 {
     sp_model *a = small_model(1, 1);
     const char *path = tmp_path("ckpt2.safetensors");
@@ -446,7 +453,7 @@ static bool has_temp_files(void)
     return found;
 }
 
-Test(safetensors_atomic, nonexistent_directory_exits_2, .exit_code = 2, .init = exits_2)
+Test(safetensors_atomic, nonexistent_directory_exits_2, .exit_code = 2, .init = quiet_exit_2)
 {
     save_small(tmp_path("no/such/dir/x.safetensors"));
 }
