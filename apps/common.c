@@ -599,8 +599,14 @@ sp_engine_opts sp_app_engine_opts(const sp_app_opts *o)
                             .plan = o->plan};
 }
 
-void sp_app_check_scan_levels(const sp_app_opts *o, sp_model *m, const sp_tensor *x1, const int *y1)
+void sp_app_check_engine(const sp_app_opts *o, sp_model *m, const sp_tensor *x1, const int *y1)
 {
+    if (strcmp(o->backward, "ooo") == 0 && o->k > 0) {   /* the engine would clamp k silently */
+        int L = 0;
+        for (int i = 0; i < m->nlayers; i++) L += m->layers[i]->nparams > 0;
+        if (o->k > L)
+            sp_fail("--k %d: expected 0..%d for %s (its parameterised layers; 0 = half of them)", o->k, L, m->name);
+    }
     if (strcmp(o->backward, "bppsa") != 0 || o->scan_levels < 0) return;
     sp_tape t;
     sp_tape_init(&t);
@@ -610,6 +616,19 @@ void sp_app_check_scan_levels(const sp_app_opts *o, sp_model *m, const sp_tensor
     if (o->scan_levels > full)
         sp_fail("--scan-levels %d: expected 0..%d for %s (a chain of %d Jacobians), or full", o->scan_levels, full,
                 m->name, n);
+}
+
+void sp_app_json_engine(sp_json *j, const sp_app_opts *o, sp_engine *e, bool ran)
+{
+    if (strcmp(o->backward, "bppsa") == 0) {
+        if (o->scan_levels < 0) sp_json_str(j, "scan_levels", "full");
+        else sp_json_int(j, "scan_levels", o->scan_levels);
+    }
+    if (strcmp(o->backward, "ooo") == 0 && ran) {   /* what the engine ran */
+        const sp_ooo_stats *st = sp_ooo_last_stats(e);
+        sp_json_str(j, "order", st->order);
+        if (strcmp(st->order, "reverse-first-k") == 0) sp_json_int(j, "k", st->k);
+    }
 }
 
 sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m, sp_dataset *train,
@@ -622,11 +641,11 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_engine *e = sp_engine_create(o->backward, &eo);
     if (o->load) sp_model_load(m, o->load);
     else sp_model_init(m, o->seed);
-    if (o->scan_levels >= 0 && strcmp(o->backward, "bppsa") == 0) {   /* one sample, to know the chain */
+    {   /* the engine options against the model, on one sample */
         sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
         sp_batch b;
         sp_loader_next(one, &b);
-        sp_app_check_scan_levels(o, m, &b.x, b.y);
+        sp_app_check_engine(o, m, &b.x, b.y);
         sp_loader_free(one);
     }
 
@@ -659,15 +678,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_json_int(&j, "steps", r.steps);
     sp_json_int(&j, "batch", sp_loader_batch(loader));   /* what ran */
     sp_json_int(&j, "threads", o->threads);
-    if (strcmp(o->backward, "bppsa") == 0) {
-        if (o->scan_levels < 0) sp_json_str(&j, "scan_levels", "full");
-        else sp_json_int(&j, "scan_levels", o->scan_levels);
-    }
-    if (strcmp(o->backward, "ooo") == 0 && r.steps > 0) {   /* what the engine ran */
-        const sp_ooo_stats *st = sp_ooo_last_stats(e);
-        sp_json_str(&j, "order", st->order);
-        if (strcmp(st->order, "reverse-first-k") == 0) sp_json_int(&j, "k", st->k);
-    }
+    sp_app_json_engine(&j, o, e, r.steps > 0);
     sp_json_num(&j, "train_loss", r.train_loss);
     sp_json_num(&j, "test_loss", r.test_loss);
     sp_json_num(&j, "test_acc", r.test_acc);
