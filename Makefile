@@ -4,9 +4,12 @@
 #   make test-asan       the same suites under AddressSanitizer + UBSan
 #   make CUDA=1          also compile the CUDA backend (*.cu, *_cuda.c) with nvcc
 #   make test-cuda       CUDA=1 and run the CUDA suites (needs a GPU)
+#   make test-cuda-emu   the CUDA suites on the CPU, through the CUDA emulator (tests/cudaemu/)
 #   make bench           benchmarks against PyTorch CPU (see docs/PERFORMANCE.md)
 #   make opprof          build/opprof: per-op timers of a training step
 #   make BUILD=dir       build somewhere else (parallel worktrees, sanitizer builds)
+#   make MPI=0|1         without / with Open MPI (default: with it when mpicc is found);
+#                        make test then also runs the suites under mpirun (test_comm, test_exec)
 
 BUILD   ?= build
 CC      ?= cc
@@ -31,6 +34,19 @@ BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/i
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 CFLAGS  += $(BLAS_CFLAGS)
 LDLIBS  += $(BLAS_LIBS) -lstb -lz -lm -lpthread
+# oneDNN for the convolutions (core/dnnl.c); make DNNL=0 builds the im2col path only.
+DNNL    ?= 1
+ifeq ($(DNNL),1)
+CFLAGS  += -DSP_HAVE_DNNL
+LDLIBS  += -ldnnl -lgomp
+endif
+
+# Open MPI (core/comm_mpi.c): the flags mpicc would pass, so cc stays the compiler.
+MPI     ?= $(if $(shell command -v mpicc 2>/dev/null),1,0)
+ifeq ($(MPI),1)
+CFLAGS  += -DSP_HAVE_MPI $(shell mpicc --showme:compile)
+LDLIBS  += $(shell mpicc --showme:link)
+endif
 
 LIB_DIRS := core layers optim schedulers data
 LIB_SRC  := $(filter-out %_cuda.c,$(wildcard $(addsuffix /*.c,$(LIB_DIRS))))
@@ -43,7 +59,22 @@ NVFLAGS   ?= -O2 -std=c++17 -I. -DSP_HAVE_CUDA -arch=sm_90 -Xcompiler -Wall -MMD
 ifeq ($(WERROR),1)
 NVFLAGS   += -Xcompiler -Werror -Werror all-warnings
 endif
+ifeq ($(CUDA_EMU),1)
+# The CUDA emulator (tests/cudaemu/, docs/CUDA.md): .cu compiled as host C++ by
+# nvcc-emu, linked against replacement cudart/cuBLAS/cuDNN/cuSPARSE built on the real headers.
+NVCC      := tests/cudaemu/nvcc-emu
+EMU_SAN   := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+NVFLAGS   += $(if $(filter 1,$(SAN)),$(EMU_SAN))
+EMU_LIB   := $(BUILD)/libcudaemu.a
+EMU_OBJ   := $(patsubst %,$(BUILD)/obj/%.o,$(wildcard tests/cudaemu/*.cc))
+LDLIBS    += -lstdc++
+else
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcusparse -lcublas -lcudart -lstdc++
+# NCCL (core/comm_nccl.cu) comes with the toolkit; the emulator has none.
+CFLAGS    += -DSP_HAVE_NCCL
+NVFLAGS   += -DSP_HAVE_NCCL
+LDLIBS    := $(subst -lcudnn,-lnccl -lcudnn,$(LDLIBS))
+endif
 endif
 LIB_OBJ  := $(patsubst %,$(BUILD)/obj/%.o,$(LIB_SRC) $(CUDA_SRC))
 LIB      := $(BUILD)/libscanprop.a
@@ -62,7 +93,7 @@ CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
 
 # Objects built through pattern rules are kept (not deleted as intermediates).
 .PRECIOUS: $(BUILD)/obj/%.c.o $(BUILD)/obj/%.cu.o
-.PHONY: all lib apps tests test test-long test-asan test-cuda cuda-tests bench opprof format clean
+.PHONY: all lib apps tests test test-long test-asan test-cuda test-cuda-emu cuda-tests bench opprof format clean
 all: lib apps
 
 lib: $(LIB)
@@ -85,6 +116,20 @@ $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
+ifeq ($(CUDA_EMU),1)
+EMU_CXXFLAGS := $(OPT) -std=c++17 -Wall -Wextra -Wno-unused-parameter -MMD -MP -I$(CUDA_HOME)/include \
+                $(if $(filter 1,$(WERROR)),-Werror) \
+                $(if $(filter 1,$(SAN)),$(EMU_SAN))
+$(BUILD)/obj/%.cc.o: %.cc
+	@mkdir -p $(@D)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(EMU_LIB): $(EMU_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+# Linked after libscanprop.a: the programs' prerequisites end with it.
+$(APPS) $(TESTS) $(CUDA_TESTS) $(BUILD)/opprof: $(EMU_LIB)
+endif
+
 $(BUILD)/%: $(BUILD)/obj/apps/%.c.o $(APP_LIB) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
@@ -93,8 +138,15 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.c.o $(BUILD)/obj/tests/testutil.c.o $(APP
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
 
+# Programs the MPI suites start under mpirun (test_comm, test_exec).
+MPI_WORKERS := $(BUILD)/tests/comm_worker
+$(BUILD)/tests/comm_worker: $(BUILD)/obj/tests/comm_worker.c.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+tests: $(MPI_WORKERS)
+
 # Every suite runs even if one fails; the exit status says whether all passed.
-test: all $(TESTS)
+test: all $(TESTS) $(MPI_WORKERS)
 	@BUILD=$(BUILD) ./scripts/run_tests.sh $(TESTS)
 
 # The long checks: the whole first epoch of the Figure 6 comparison.
@@ -110,6 +162,18 @@ test-cuda:
 	$(MAKE) CUDA=1 BUILD=build-cuda all cuda-tests
 	@BUILD=build-cuda ./scripts/run_tests.sh $(patsubst $(BUILD)/%,build-cuda/%,$(CUDA_TESTS))
 
+# The CUDA suites without a GPU (docs/CUDA.md): default, shuffled and protected modes,
+# once more under ASan+UBSan, then the planted-bug script (each bug must be caught).
+EMU_TESTS = $(patsubst $(BUILD)/%,$(1)/%,$(CUDA_TESTS))
+test-cuda-emu:
+	$(MAKE) CUDA=1 CUDA_EMU=1 BUILD=build-emu all cuda-tests
+	@BUILD=build-emu ./scripts/run_tests.sh $(call EMU_TESTS,build-emu)
+	@SCANPROP_EMU_ORDER=shuffle BUILD=build-emu ./scripts/run_tests.sh $(call EMU_TESTS,build-emu)
+	@SCANPROP_EMU_PROTECT=1 BUILD=build-emu ./scripts/run_tests.sh $(call EMU_TESTS,build-emu)
+	$(MAKE) CUDA=1 CUDA_EMU=1 BUILD=build-emu-asan SAN=1 OPT="-O1 -g" cuda-tests
+	@BUILD=build-emu-asan ./scripts/run_tests.sh $(call EMU_TESTS,build-emu-asan)
+	./tests/cudaemu/planted_bugs.sh
+
 bench: all
 	./bench/run.sh
 
@@ -122,6 +186,6 @@ format:
 	clang-format -i $(wildcard */*.c */*.h */*.cu)
 
 clean:
-	rm -rf build build-asan build-cuda
+	rm -rf build build-asan build-cuda build-emu build-emu-asan
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,5 +1,7 @@
 /* backend_cuda.cu — the CUDA backend: device selection, the stream and library handles,
  * persistent and per-step device memory, host↔device copies, cuBLAS GEMM. */
+#include <cstdlib>
+#include <cstring>
 #include "core/cuda.h"
 extern "C" {
 #include "core/backend.h"
@@ -10,6 +12,7 @@ extern "C" {
 
 static sp_cuda_ctx ctx;
 static bool ready;
+static thread_local int cur_lane;   /* this host thread's lane */
 
 // ----------------------------------------------------------------------------
 // error checks
@@ -61,16 +64,24 @@ static void dev_fill(float *data, size_t n, float value)
 {
     if (n == 0) return;
     if (value == 0.0f) {
-        sp_cuda_check(cudaMemsetAsync(data, 0, n * sizeof(float), ctx.stream));
+        sp_cuda_check(cudaMemsetAsync(data, 0, n * sizeof(float), sp_cuda_stream()));
         return;
     }
-    fill_kernel<<<sp_cuda_blocks(n, 256), 256, 0, ctx.stream>>>(data, n, value);
+    fill_kernel<<<sp_cuda_blocks(n, 256), 256, 0, sp_cuda_stream()>>>(data, n, value);
     sp_cuda_check(cudaGetLastError());
 }
 
 /* The host arena's policy (core/arena.c) on device memory: bump allocation in blocks;
  * a reset after a step that needed several blocks replaces them by one block of the
- * high-water size, so from the second step on nothing is cudaMalloc'ed. */
+ * high-water size, so from the second step on nothing is cudaMalloc'ed.
+ *
+ * Reuse and streams: a reset hands the same memory to the next step, whose kernels may
+ * be queued on any lane while the previous step's are still running there. A reset
+ * therefore waits for every lane (cudaDeviceSynchronize) before the memory is reused —
+ * one host-device synchronisation per step, which reading the step's loss implies anyway.
+ * SCANPROP_CUDA_ARENA=off (debug): every allocation is its own cudaMalloc, freed at the
+ * reset, so an overrun leaves its allocation instead of landing in a neighbour
+ * (the emulator then reports it at the guard page). */
 typedef struct dev_block {
     struct dev_block *next;
     char *base;
@@ -80,6 +91,9 @@ typedef struct dev_block {
 typedef struct dev_arena {
     dev_block *head;
     size_t used_total, high_water;
+    bool off;          /* SCANPROP_CUDA_ARENA=off */
+    void **own;        /* off: this step's allocations */
+    size_t nown, cap;
 } dev_arena;
 
 static dev_block *dev_block_new(size_t size)
@@ -100,11 +114,33 @@ static void dev_blocks_free(dev_block *b)
     }
 }
 
-static void *dev_arena_new(void) { return sp_xcalloc(1, sizeof(dev_arena)); }
+static bool arena_off(void)
+{
+    const char *e = getenv("SCANPROP_CUDA_ARENA");
+    if (!e || !*e || strcmp(e, "on") == 0) return false;
+    if (strcmp(e, "off") == 0) return true;
+    sp_fail("SCANPROP_CUDA_ARENA=%s (expected on or off)", e);
+}
+
+static void *dev_arena_new(void)
+{
+    dev_arena *a = (dev_arena *)sp_xcalloc(1, sizeof(dev_arena));
+    a->off = arena_off();
+    return a;
+}
 
 static void *dev_arena_alloc(void *arena, size_t bytes)
 {
     dev_arena *a = (dev_arena *)arena;
+    if (a->off) {
+        if (a->nown == a->cap) {
+            a->cap = a->cap ? 2 * a->cap : 64;
+            a->own = (void **)sp_xrealloc(a->own, a->cap * sizeof *a->own);
+        }
+        void *p = NULL;
+        sp_cuda_check(cudaMalloc(&p, bytes ? bytes : 4));
+        return a->own[a->nown++] = p;
+    }
     size_t need = (bytes + DEV_ALIGN - 1) & ~(size_t)(DEV_ALIGN - 1);
     if (need == 0) need = DEV_ALIGN;
     dev_block *b = a->head;
@@ -122,9 +158,17 @@ static void *dev_arena_alloc(void *arena, size_t bytes)
     return p;
 }
 
+static void dev_own_free(dev_arena *a)
+{
+    for (size_t i = 0; i < a->nown; i++) dev_free(a->own[i]);
+    a->nown = 0;
+}
+
 static void dev_arena_reset(void *arena)
 {
     dev_arena *a = (dev_arena *)arena;
+    sp_cuda_check(cudaDeviceSynchronize());   /* no lane may still use the memory */
+    dev_own_free(a);
     if (a->head && a->head->next) {
         dev_blocks_free(a->head);
         a->head = dev_block_new(a->high_water);
@@ -136,6 +180,8 @@ static void dev_arena_reset(void *arena)
 static void dev_arena_free(void *arena)
 {
     dev_arena *a = (dev_arena *)arena;
+    dev_own_free(a);
+    free(a->own);
     dev_blocks_free(a->head);
     free(a);
 }
@@ -170,18 +216,29 @@ void sp_cuda_init(int device_id)
     if (device_id < 0 || device_id >= n) sp_fail("cuda: device %d: out of range (expected 0..%d)", device_id, n - 1);
     ctx.device = device_id;
     sp_cuda_check(cudaSetDevice(device_id));
-    sp_cuda_check(cudaStreamCreateWithFlags(&ctx.main_stream, cudaStreamNonBlocking));
-    ctx.stream = ctx.main_stream;
-    sp_cublas_check(cublasCreate(&ctx.cublas));
-    /* Full FP32, no TF32: results must match the CPU ops to 1e-5 (tests/test_ops_cuda.c). */
-    sp_cublas_check(cublasSetMathMode(ctx.cublas, CUBLAS_DEFAULT_MATH));
-    sp_cusparse_check(cusparseCreate(&ctx.cusparse));
-    sp_cudnn_check(cudnnCreate(&ctx.cudnn));
+    for (int i = 0; i < SP_CUDA_LANES; i++) {
+        sp_cuda_lane *l = &ctx.lanes[i];
+        sp_cuda_check(cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking));
+        sp_cublas_check(cublasCreate(&l->cublas));
+        /* Full FP32, no TF32: results must match the CPU ops to 1e-5 (tests/test_ops_cuda.c). */
+        sp_cublas_check(cublasSetMathMode(l->cublas, CUBLAS_DEFAULT_MATH));
+        sp_cublas_check(cublasSetStream(l->cublas, l->stream));
+        sp_cusparse_check(cusparseCreate(&l->cusparse));
+        sp_cusparse_check(cusparseSetStream(l->cusparse, l->stream));
+        sp_cudnn_check(cudnnCreate(&l->cudnn));
+        sp_cudnn_check(cudnnSetStream(l->cudnn, l->stream));
+    }
     sp_backend_register_allocator(SP_CUDA, &cuda_allocator);
     sp_linear_cuda_register();
     sp_relu_cuda_register();
+    sp_tanh_cuda_register();
+    sp_sigmoid_cuda_register();
+    sp_flatten_cuda_register();
+    sp_softmax_ce_cuda_register();
+    sp_maxpool2d_cuda_register();
+    sp_conv2d_cuda_register();
+    sp_optim_cuda_register();
     ready = true;
-    sp_cuda_set_stream(NULL);
 }
 
 const sp_cuda_ctx *sp_cuda(void)
@@ -190,17 +247,22 @@ const sp_cuda_ctx *sp_cuda(void)
     return &ctx;
 }
 
-cudaStream_t sp_cuda_stream(void) { return sp_cuda()->stream; }
+const sp_cuda_lane *sp_cuda_current(void) { return &sp_cuda()->lanes[cur_lane]; }
 
-void sp_cuda_set_stream(cudaStream_t s)
+cudaStream_t sp_cuda_stream(void) { return sp_cuda_current()->stream; }
+
+void sp_cuda_set_lane(int lane)
 {
     sp_cuda();
-    ctx.stream = s ? s : ctx.main_stream;
-    sp_cusparse_check(cusparseSetStream(ctx.cusparse, ctx.stream));
-    sp_cudnn_check(cudnnSetStream(ctx.cudnn, ctx.stream));
+    if (lane < 0 || lane >= SP_CUDA_LANES) sp_fail("cuda: lane %d (expected 0..%d)", lane, SP_CUDA_LANES - 1);
+    cur_lane = lane;
 }
 
-void sp_cuda_synchronize(void) { sp_cuda_check(cudaStreamSynchronize(sp_cuda_stream())); }
+void sp_cuda_synchronize(void)
+{
+    sp_cuda();
+    sp_cuda_check(cudaDeviceSynchronize());
+}
 
 // ----------------------------------------------------------------------------
 // tensors and parameters
@@ -271,7 +333,10 @@ void sp_cuda_gemm(cudaStream_t stream, bool trans_a, bool trans_b, int M, int N,
 {
     /* cuBLAS is column-major: a row-major X is the column-major Xᵀ with the same ld, so
      * row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands. */
-    sp_cublas_check(cublasSetStream(ctx.cublas, stream));
-    sp_cublas_check(cublasSgemm(ctx.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+    const sp_cuda_lane *l = NULL;
+    for (int i = 0; i < SP_CUDA_LANES; i++)
+        if (ctx.lanes[i].stream == stream) l = &ctx.lanes[i];
+    if (!l) sp_fail("sp_cuda_gemm: stream %p is no lane's stream (expected sp_cuda_stream())", (void *)stream);
+    sp_cublas_check(cublasSgemm(l->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                                 N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
 }

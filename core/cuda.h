@@ -31,26 +31,35 @@ extern "C" {
 
 #include "core/model.h"
 
-typedef struct sp_cuda_ctx {
-    int device;
-    cudaStream_t stream;         /* where ops launch; sp_cuda_set_stream switches lanes */
-    cudaStream_t main_stream;    /* created by sp_cuda_init                             */
+/* One lane of work: a stream and library handles bound to it once, at init. Each host
+ * thread issues to its own lane (sp_cuda_set_lane), so two threads never share a handle
+ * (a shared handle with SetStream-then-call would race). */
+#define SP_CUDA_LANES 2
+typedef struct sp_cuda_lane {
+    cudaStream_t stream;
     cublasHandle_t cublas;
     cusparseHandle_t cusparse;
     cudnnHandle_t cudnn;
+} sp_cuda_lane;
+
+typedef struct sp_cuda_ctx {
+    int device;
+    sp_cuda_lane lanes[SP_CUDA_LANES];
 } sp_cuda_ctx;
 
 /* GPUs visible; 0 with *why set to the runtime's reason when there are none. */
 int sp_cuda_device_count(const char **why);
-/* Select the GPU, create the stream and handles, register the op twins and the device
- * allocator. Idempotent for the same id; sp_fail when there is no such device. */
+/* Select the GPU, create the lanes, register the op twins, the optimizer updates and the
+ * device allocator. Idempotent for the same id; sp_fail when there is no such device. */
 void sp_cuda_init(int device_id);
 /* The context; sp_fail if sp_cuda_init was not called. */
 const sp_cuda_ctx *sp_cuda(void);
+/* The calling thread's lane (lane 0 until sp_cuda_set_lane), and its stream. */
+const sp_cuda_lane *sp_cuda_current(void);
 cudaStream_t sp_cuda_stream(void);
-/* Ops launch on s from now on (the ooo engine's second lane); NULL = the main stream. */
-void sp_cuda_set_stream(cudaStream_t s);
-/* Wait for everything queued on the current stream. */
+/* Ops issued by this host thread go to lane (0 .. SP_CUDA_LANES-1) from now on. */
+void sp_cuda_set_lane(int lane);
+/* Wait for everything queued on every lane. */
 void sp_cuda_synchronize(void);
 
 /* Persistent device tensor, zeroed; sp_tensor_free releases it. */
@@ -66,7 +75,8 @@ void sp_model_to_device(sp_model *m, sp_device d);
  * about to hand their pointers to a kernel). */
 void sp_cuda_require_params(const sp_layer *l);
 
-/* Row-major C[M×N] = alpha·op(A)·op(B) + beta·C on cuBLAS, device pointers, like sp_gemm. */
+/* Row-major C[M×N] = alpha·op(A)·op(B) + beta·C on cuBLAS, device pointers, like sp_gemm;
+ * stream must be a lane's stream (its handle is used). */
 void sp_cuda_gemm(cudaStream_t stream, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
@@ -80,6 +90,13 @@ static inline unsigned sp_cuda_blocks(size_t n, unsigned block)
 /* Twins of the CPU ops, registered by sp_cuda_init; one per layers/<op>_cuda.cu. */
 void sp_linear_cuda_register(void);
 void sp_relu_cuda_register(void);
+void sp_tanh_cuda_register(void);
+void sp_sigmoid_cuda_register(void);
+void sp_flatten_cuda_register(void);
+void sp_softmax_ce_cuda_register(void);
+void sp_maxpool2d_cuda_register(void);
+void sp_conv2d_cuda_register(void);
+void sp_optim_cuda_register(void);   /* fused SGD / Adam / AdamW (optim/optim_cuda.cu) */
 
 /* Check a CUDA runtime / cuBLAS / cuSPARSE / cuDNN status; on failure one line naming
  * the call and file:line, exit 2 (sp_fail). After a kernel launch:

@@ -17,6 +17,10 @@ sp_layer *sp_sigmoid(void);
 sp_layer *sp_maxpool2d(int k, int stride, int pad);
 /* [B, ...] → [B, prod(...)] */
 sp_layer *sp_flatten(void);
+/* Ops of several inputs (sp_apply2 / sp_apply_n): the sum of same-shaped inputs, and
+ * the concatenation along dim 1 (channels) of inputs that agree in every other dim. */
+sp_layer *sp_add(void);
+sp_layer *sp_concat(void);
 /* Softmax + cross-entropy, mean over the batch: logits [B, K], labels [B] → [1]. */
 sp_layer *sp_softmax_ce(void);
 
@@ -28,8 +32,12 @@ typedef enum { SP_SEQ_LAST = 0, SP_SEQ_ALL = 1 } sp_seq_output;
 sp_layer *sp_rnn(const char *name, int input, int hidden, sp_seq_output mode);
 sp_layer *sp_gru(const char *name, int input, int hidden, sp_seq_output mode);
 
+/* Kernel size, stride and padding of a conv2d / maxpool2d layer (for device twins). */
+void sp_conv2d_geometry(const sp_layer *l, int *k, int *stride, int *pad);
+void sp_maxpool2d_geometry(const sp_layer *l, int *k, int *stride, int *pad);
+
 /* The opdefs, for code that needs to recognise an op. */
 extern const sp_opdef sp_op_linear, sp_op_conv2d, sp_op_relu, sp_op_tanh, sp_op_sigmoid,
-    sp_op_maxpool2d, sp_op_flatten, sp_op_softmax_ce, sp_op_rnn, sp_op_gru;
+    sp_op_maxpool2d, sp_op_flatten, sp_op_softmax_ce, sp_op_rnn, sp_op_gru, sp_op_add, sp_op_concat;
 
 #endif

@@ -72,6 +72,12 @@ static void adam_update(sp_optim *o, int i)
         .l2 = !o->decoupled && h->weight_decay != 0,
         .decoupled = o->decoupled,
     };
+    if (o->device != SP_CPU) {
+        sp_adam_args a = {c.p, c.m, c.v, c.g, prm->value.numel, c.wd, c.decay_factor, c.beta1, c.one_minus_beta1,
+                          c.beta2, c.one_minus_beta2, c.bc2_sqrt, c.eps, c.neg_step_size, c.l2, c.decoupled};
+        sp_optim_device(o->device)->adam(&a);
+        return;
+    }
     sp_optim_for(prm->value.numel, adam_range, &c);
 }
 

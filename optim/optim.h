@@ -85,11 +85,12 @@ struct sp_optim {
     long *steps;                 /* [nparams] steps taken by each parameter */
     size_t *offset;              /* [nparams] start of each parameter's state */
     float *state[2];             /* sgd: momentum buffer; adam: m, v (each Σ numel) */
+    sp_device device;            /* where the parameters and the state live */
     sp_optim_update_fn update;
 };
 
-/* Shared constructor: validates params (non-empty, CPU, no duplicates) and allocates
- * nstate zeroed float buffers of Σ numel. */
+/* Shared constructor: validates params (non-empty, all on one device, no duplicates)
+ * and allocates nstate zeroed float buffers of Σ numel on that device. */
 sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
                          sp_optim_update_fn update);
 
@@ -105,6 +106,35 @@ sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
 
 /* Runs fn over [0, numel) on the thread pool when the tensor is large enough. */
 void sp_optim_for(size_t numel, void (*fn)(void *ctx, size_t begin, size_t end), void *ctx);
+
+/* ---- device updates ---------------------------------------------------------------- */
+
+/* One parameter's update with every scalar already rounded as the CPU rule rounds it;
+ * a device backend registers kernels doing exactly the CPU arithmetic (optim_cuda.cu). */
+typedef struct sp_sgd_args {
+    float *p, *buf;
+    const float *g;
+    size_t n;
+    float wd, momentum, one_minus_damp, neg_lr;
+    bool use_wd, use_momentum, first, nesterov;
+} sp_sgd_args;
+
+typedef struct sp_adam_args {
+    float *p, *m, *v;
+    const float *g;
+    size_t n;
+    float wd, decay_factor, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size;
+    bool l2, decoupled;
+} sp_adam_args;
+
+typedef struct sp_optim_device_ops {
+    void (*sgd)(const sp_sgd_args *a);
+    void (*adam)(const sp_adam_args *a);
+} sp_optim_device_ops;
+
+void sp_optim_register_device(sp_device dev, const sp_optim_device_ops *ops);
+/* The updates of dev; sp_fail if its backend registered none. */
+const sp_optim_device_ops *sp_optim_device(sp_device dev);
 
 /* ---- learning-rate schedules ------------------------------------------------------- */
 

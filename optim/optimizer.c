@@ -15,12 +15,13 @@ sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
                          sp_optim_update_fn update)
 {
     if (n <= 0 || !params) sp_fail("optim %s: empty parameter list (expected at least one parameter)", name);
+    sp_device dev = params[0] ? params[0]->value.device : SP_CPU;
     for (int i = 0; i < n; i++) {
         const sp_param *p = params[i];
         if (!p) sp_fail("optim %s: parameter %d is NULL", name, i);
-        if (p->value.device != SP_CPU || p->grad.device != SP_CPU)
-            sp_fail("optim %s: parameter '%s' is on %s (expected cpu tensors)", name, p->name,
-                    sp_device_name(p->value.device != SP_CPU ? p->value.device : p->grad.device));
+        if (p->value.device != dev || p->grad.device != dev)
+            sp_fail("optim %s: parameter '%s' is on %s (expected %s tensors, as the first parameter)", name, p->name,
+                    sp_device_name(p->value.device != dev ? p->value.device : p->grad.device), sp_device_name(dev));
         if (p->grad.numel != p->value.numel || !p->grad.data)
             sp_fail("optim %s: parameter '%s' has no gradient of its shape", name, p->name);
         /* PyTorch warns and would update a repeated parameter twice per step. */
@@ -39,7 +40,17 @@ sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
         o->offset[i] = total;
         total += params[i]->value.numel;
     }
-    for (int s = 0; s < nstate; s++) o->state[s] = sp_xcalloc(total, sizeof(float));
+    o->device = dev;
+    for (int s = 0; s < nstate; s++) {
+        if (dev == SP_CPU) {
+            o->state[s] = sp_xcalloc(total, sizeof(float));
+            continue;
+        }
+        sp_optim_device(dev);   /* fails now, not at the first step, without device updates */
+        const sp_device_allocator *a = sp_backend_allocator(dev);
+        o->state[s] = a->alloc(total * sizeof(float));
+        a->fill(o->state[s], total, 0.0f);
+    }
     o->update = update;
     return o;
 }
@@ -70,7 +81,7 @@ void sp_optim_step_params(sp_optim *o, sp_param **params, int k)
 
 void sp_optim_zero_grad(sp_optim *o)
 {
-    for (int i = 0; i < o->nparams; i++) sp_tensor_zero(&o->params[i]->grad);
+    for (int i = 0; i < o->nparams; i++) sp_zero(&o->params[i]->grad);
 }
 
 void sp_optim_set_lr(sp_optim *o, double lr)
@@ -86,12 +97,25 @@ const char *sp_optim_name(const sp_optim *o) { return o->name; }
 void sp_optim_free(sp_optim *o)
 {
     if (!o) return;
-    free(o->state[0]);
-    free(o->state[1]);
+    for (int s = 0; s < 2; s++) {
+        if (o->device == SP_CPU) free(o->state[s]);
+        else if (o->state[s]) sp_backend_allocator(o->device)->free(o->state[s]);
+    }
     free(o->offset);
     free(o->steps);
     free(o->params);
     free(o);
+}
+
+static const sp_optim_device_ops *device_ops[SP_NDEVICES];
+
+void sp_optim_register_device(sp_device dev, const sp_optim_device_ops *ops) { device_ops[dev] = ops; }
+
+const sp_optim_device_ops *sp_optim_device(sp_device dev)
+{
+    if (dev == SP_CPU || !device_ops[dev])
+        sp_fail("optim: no %s updates (build with make CUDA=1 and call the backend's init)", sp_device_name(dev));
+    return device_ops[dev];
 }
 
 sp_optim_cfg sp_optim_cfg_default(void)

@@ -67,7 +67,13 @@ static void sgd_update(sp_optim *o, int i)
         .first = o->steps[i] == 0,
         .nesterov = h->nesterov,
     };
-    sp_optim_for(p->value.numel, sgd_range, &c);
+    if (o->device != SP_CPU) {
+        sp_sgd_args a = {c.p, c.buf, c.g, p->value.numel, c.wd, c.momentum, c.one_minus_damp, c.neg_lr,
+                         c.use_wd, c.use_momentum, c.first, c.nesterov};
+        sp_optim_device(o->device)->sgd(&a);
+    } else {
+        sp_optim_for(p->value.numel, sgd_range, &c);
+    }
     o->steps[i]++;
 }
 

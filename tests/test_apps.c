@@ -288,7 +288,7 @@ static void make_sequences(void)
     char path[4400];
     snprintf(path, sizeof path, "%s/seq.safetensors", tu_tmpdir());
     sp_dataset *d = sp_bitstream(8, 6, 3);
-    sp_dataset_save(d, path);
+    cr_assert_eq(sp_dataset_save(d, path), SP_OK, "%s", sp_last_error());
     sp_dataset_free(d);
 }
 

@@ -8,11 +8,17 @@
  * not finite differences: the CPU ops carry the finite-difference checks
  * (tests/test_layers.c). Without a GPU every test fails with "no CUDA device". */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include "core/backend.h"
 #include "core/cuda.h"
 #include "core/engine.h"
 #include "layers/layers.h"
+#include "optim/optim.h"
+#include "apps/models.h"
 #include "schedulers/engines.h"
 #include "tests/testutil.h"
 
@@ -50,6 +56,10 @@ static double diff_vs_host(const sp_tensor *dev, const sp_tensor *ref)
     cr_assert_eq(dev->numel, ref->numel);
     sp_tensor h = download(dev);
     double e = tu_max_rel_diff(h.data, ref->data, h.numel);
+    /* tu_max_rel_diff's fmax skips NaN; device memory starts as NaN under the emulator,
+     * so an entry never written must count as the worst error. */
+    for (size_t i = 0; i < h.numel; i++)
+        if (isnan(h.data[i]) != isnan(ref->data[i])) e = INFINITY;
     sp_tensor_free(&h);
     return e;
 }
@@ -95,13 +105,13 @@ static void compare_layer(sp_layer *cpu, sp_layer *gpu, int ndim, const int *xsh
     sp_tensor dy = sp_tensor_new(yc->out.ndim, yc->out.shape);
     tu_fill_uniform(dy.data, dy.numel, seed + 7, -1.0f, 1.0f);
     sp_tensor dxc = sp_tape_tensor_like(&tc, &x);
-    cpu->op->backward_input(yc, &dy, &dxc);
+    cpu->op->backward_input(yc, 0, &dy, &dxc);
     if (cpu->op->backward_params) cpu->op->backward_params(yc, &dy);
 
     sp_tensor dyd = upload(&tg, &dy);
     sp_tensor dxd = sp_tape_tensor_like(&tg, &xd);
     cr_assert_eq(dxd.device, SP_CUDA, "sp_tape_tensor_like lost the device");
-    yg->op->backward_input(yg, &dyd, &dxd);
+    yg->op->backward_input(yg, 0, &dyd, &dxd);
     if (yg->op->backward_params) yg->op->backward_params(yg, &dyd);
 
     double ey = diff_vs_host(&yg->out, &yc->out), edx = diff_vs_host(&dxd, &dxc);
@@ -269,7 +279,7 @@ Test(cuda, fill_zero_and_copies)
 }
 
 /* A CUDA input with parameters left on the host: one clear line, exit 2. */
-Test(cuda, params_on_host_fail_clearly, .exit_code = 2, .init = tu_capture_stderr)
+Test(cuda, params_on_host_fail_clearly, .exit_code = 2, .init = cr_redirect_stderr)
 {
     need_gpu();
     sp_layer *l = sp_linear("fc", 4, 3);
@@ -281,17 +291,336 @@ Test(cuda, params_on_host_fail_clearly, .exit_code = 2, .init = tu_capture_stder
     cr_assert_fail("sp_apply accepted host parameters for a CUDA input");
 }
 
-/* softmax_ce has no CUDA twin yet: the loss dispatch names the op instead of running
- * the CPU op on device memory. */
-Test(cuda, loss_without_twin_fails_clearly, .exit_code = 2, .init = tu_capture_stderr)
+/* rnn has no CUDA twin yet: the dispatch names the op instead of running the CPU op on
+ * device memory. */
+Test(cuda, op_without_twin_fails_clearly, .exit_code = 2, .init = cr_redirect_stderr)
 {
     need_gpu();
-    static const int labels[2] = {0, 1};
+    sp_layer *r = sp_rnn("rnn", 3, 4, SP_SEQ_LAST);
+    sp_tensor x = sp_tensor_new(3, (int[]){2, 5, 3});
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_tensor xd = upload(&t, &x);
+    sp_apply(&t, r, sp_tape_input(&t, &xd));
+    cr_assert_fail("sp_apply ran a CPU op on device memory");
+}
+
+/* tanh/sigmoid: the CPU's arithmetic, but CUDA's tanhf/expf may differ from glibc's by
+ * a few ulps on a GPU (bitwise under the emulator). */
+#define TRANSCENDENTAL_TOL 1e-6
+
+Test(cuda, tanh_sigmoid_match_cpu)
+{
+    need_gpu();
+    int shapes[][4] = {{2, 3, 5, 7}, {3, 11, 0, 0}, {1, 1, 0, 0}, {4, 1000, 0, 0}};
+    int ndims[] = {4, 2, 2, 2};
+    for (int i = 0; i < 4; i++) {
+        sp_layer *c = sp_tanh(), *g = sp_tanh();
+        compare_layer(c, g, ndims[i], shapes[i], 400 + i, TRANSCENDENTAL_TOL);
+        sp_layer_free(c);
+        sp_layer_free(g);
+        c = sp_sigmoid();
+        g = sp_sigmoid();
+        compare_layer(c, g, ndims[i], shapes[i], 410 + i, TRANSCENDENTAL_TOL);
+        sp_layer_free(c);
+        sp_layer_free(g);
+    }
+}
+
+Test(cuda, flatten_is_a_view_and_matches_cpu_bitwise)
+{
+    need_gpu();
+    int shapes[][4] = {{2, 3, 5, 7}, {1, 1, 1, 1}, {5, 2, 3, 1}};
+    for (int i = 0; i < 3; i++) {
+        sp_layer *c = sp_flatten(), *g = sp_flatten();
+        compare_layer(c, g, 4, shapes[i], 500 + i, 0.0);
+        sp_layer_free(c);
+        sp_layer_free(g);
+    }
+    sp_layer *f = sp_flatten();
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_tensor x = sp_tensor_new(4, (int[]){2, 3, 4, 5});
+    sp_tensor xd = upload(&t, &x);
+    sp_node *y = sp_apply(&t, f, sp_tape_input(&t, &xd));
+    cr_assert_eq(y->out.data, xd.data, "flatten on the device copied instead of viewing its input");
+    cr_assert_eq(y->out.ndim, 2);
+    sp_tape_free(&t);
+    sp_tensor_free(&x);
+    sp_layer_free(f);
+}
+
+Test(cuda, maxpool2d_matches_cpu_bitwise)
+{
+    need_gpu();
+    /* {B, C, H, W, k, stride, pad}: the common 2x2/2, odd sizes, overlapping windows
+     * (k > stride, so δ adds up), padding > 0, stride 1 */
+    int cases[][7] = {{2, 3, 8, 8, 2, 2, 0}, {3, 2, 7, 9, 2, 2, 0}, {2, 3, 9, 7, 3, 2, 1},
+                      {1, 4, 5, 5, 3, 1, 1}, {2, 1, 11, 6, 4, 3, 2}};
+    for (int i = 0; i < 5; i++) {
+        int *q = cases[i];
+        sp_layer *c = sp_maxpool2d(q[4], q[5], q[6]), *g = sp_maxpool2d(q[4], q[5], q[6]);
+        compare_layer(c, g, 4, q, 600 + i, 0.0);
+        sp_layer_free(c);
+        sp_layer_free(g);
+    }
+}
+
+Test(cuda, conv2d_matches_cpu)
+{
+    need_gpu();
+    /* {B, cin, H, W, cout, k, stride, pad}: odd sizes, stride > 1, padding > 0, 1x1 */
+    int cases[][8] = {{2, 3, 8, 8, 4, 3, 1, 1}, {3, 2, 7, 9, 5, 3, 2, 1}, {1, 1, 5, 5, 1, 1, 1, 0},
+                      {2, 4, 11, 6, 3, 5, 2, 2}, {4, 3, 6, 6, 6, 2, 2, 0}};
+    for (int i = 0; i < 5; i++) {
+        int *q = cases[i];
+        sp_layer *c = sp_conv2d("conv", q[1], q[4], q[5], q[6], q[7]);
+        sp_layer *g = sp_conv2d("conv", q[1], q[4], q[5], q[6], q[7]);
+        twin_layers(c, g, 700 + i);
+        compare_layer(c, g, 4, q, 710 + i, GEMM_TOL);
+        sp_layer_free(c);
+        sp_layer_free(g);
+    }
+}
+
+Test(cuda, softmax_ce_matches_cpu)
+{
+    need_gpu();
+    int sizes[][2] = {{1, 1}, {3, 7}, {130, 10}, {5, 33}};
+    for (int i = 0; i < 4; i++) {
+        int B = sizes[i][0], K = sizes[i][1];
+        int *labels = malloc((size_t)B * sizeof *labels);
+        for (int b = 0; b < B; b++) labels[b] = (b * 7 + i) % K;
+        sp_layer *ce = sp_softmax_ce();
+        sp_tape tc, tg;
+        sp_tape_init(&tc);
+        sp_tape_init(&tg);
+        sp_tensor z = sp_tensor_new(2, (int[]){B, K});
+        tu_fill_uniform(z.data, z.numel, 800 + i, -4.0f, 4.0f);
+        sp_node *lc = sp_apply_loss(&tc, ce, sp_tape_input(&tc, &z), labels);
+        sp_tensor zd = upload(&tg, &z);
+        sp_node *lg = sp_apply_loss(&tg, ce, sp_tape_input(&tg, &zd), labels);
+        cr_assert_neq(lg->op, ce->op, "softmax_ce: sp_apply_loss did not pick the CUDA twin");
+        double el = diff_vs_host(&lg->out, &lc->out);
+        cr_assert_leq(el, TRANSCENDENTAL_TOL, "softmax_ce loss (B %d, K %d): err %.2e", B, K, el);
+
+        sp_tensor dl = sp_tensor_new(1, (int[]){1});
+        dl.data[0] = 0.75f;
+        sp_tensor dzc = sp_tape_tensor_like(&tc, &z);
+        lc->op->backward_input(lc, 0, &dl, &dzc);
+        sp_tensor dld = upload(&tg, &dl);
+        sp_tensor dzg = sp_tape_tensor_like(&tg, &zd);
+        lg->op->backward_input(lg, 0, &dld, &dzg);
+        double ed = diff_vs_host(&dzg, &dzc);
+        cr_assert_leq(ed, TRANSCENDENTAL_TOL, "softmax_ce δ (B %d, K %d): err %.2e", B, K, ed);
+        sp_tensor_free(&dl);
+        sp_tensor_free(&z);
+        sp_tape_free(&tc);
+        sp_tape_free(&tg);
+        sp_layer_free(ce);
+        free(labels);
+    }
+}
+
+/* A label outside [0, K) on the device: the CPU op's one line, exit 2. */
+Test(cuda, softmax_ce_bad_label_fails_clearly, .exit_code = 2, .init = cr_redirect_stderr)
+{
+    need_gpu();
+    static const int labels[2] = {0, 3};
     sp_layer *ce = sp_softmax_ce();
     sp_tensor x = sp_tensor_new(2, (int[]){2, 3});
     sp_tape t;
     sp_tape_init(&t);
     sp_tensor xd = upload(&t, &x);
     sp_apply_loss(&t, ce, sp_tape_input(&t, &xd), labels);
-    cr_assert_fail("sp_apply_loss ran a CPU op on device memory");
+    cr_assert_fail("softmax_ce accepted label 3 of 3 classes");
+}
+
+/* ---- optimizers and whole training steps ------------------------------------------ */
+
+/* The fused device updates do the CPU rule's operations in its order (optim_cuda.cu):
+ * parameters after three steps must be bitwise the CPU's. */
+Test(cuda, optimizers_match_cpu_bitwise)
+{
+    need_gpu();
+    const char *names[] = {"sgd", "sgd", "sgd", "adam", "adam", "adamw"};
+    sp_optim_cfg cfgs[6];
+    for (int i = 0; i < 6; i++) cfgs[i] = sp_optim_cfg_default();
+    cfgs[0].lr = 0.1;
+    cfgs[1] = (sp_optim_cfg){.lr = 0.05, .momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-3};
+    cfgs[2] = (sp_optim_cfg){.lr = 0.05, .momentum = 0.9, .nesterov = true, .weight_decay = 5e-4};
+    cfgs[4].weight_decay = 1e-2;
+    cfgs[5].weight_decay = 1e-2;
+    for (int c = 0; c < 6; c++) {
+        sp_layer *lc = sp_linear("fc", 37, 5), *lg = sp_linear("fc", 37, 5);
+        twin_layers(lc, lg, 900 + c);
+        sp_optim *oc = sp_optim_create(names[c], lc->params, lc->nparams, &cfgs[c]);
+        sp_optim *og = sp_optim_create(names[c], lg->params, lg->nparams, &cfgs[c]);
+        for (int s = 0; s < 3; s++) {
+            for (int p = 0; p < lc->nparams; p++) {   /* a fresh gradient per step */
+                tu_fill_uniform(lc->params[p]->grad.data, lc->params[p]->grad.numel, 950 + 10 * c + s, -1, 1);
+                sp_tensor_to_device(&lg->params[p]->grad, &lc->params[p]->grad);
+            }
+            sp_optim_step(oc);
+            sp_optim_step(og);
+        }
+        for (int p = 0; p < lc->nparams; p++)
+            cr_assert(equal_vs_host(&lg->params[p]->value, &lc->params[p]->value), "%s (config %d): %s differs",
+                      names[c], c, lc->params[p]->name);
+        sp_optim_zero_grad(og);
+        sp_tensor z = download(&lg->params[0]->grad);
+        for (size_t i = 0; i < z.numel; i++) cr_assert_eq(z.data[i], 0.0f, "zero_grad left %g", z.data[i]);
+        sp_tensor_free(&z);
+        sp_optim_free(oc);
+        sp_optim_free(og);
+        sp_layer_free(lc);
+        sp_layer_free(lg);
+    }
+}
+
+/* steps training steps (forward, loss, linear-engine backward, update); the losses. */
+static void train(sp_model *m, const char *optim, const sp_tensor *x, const int *labels, int steps, float *losses)
+{
+    bool dev = m->params[0]->value.device == SP_CUDA;
+    sp_optim_cfg cfg = sp_optim_cfg_default();
+    cfg.lr = strcmp(optim, "sgd") == 0 ? 0.05 : 1e-3;
+    cfg.momentum = strcmp(optim, "sgd") == 0 ? 0.9 : 0.0;
+    sp_optim *o = sp_optim_create(optim, m->params, m->nparams, &cfg);
+    sp_engine *e = sp_engine_create("linear", NULL);
+    sp_tape t;
+    sp_tape_init(&t);
+    for (int s = 0; s < steps; s++) {
+        sp_tape_reset(&t);
+        sp_tensor xin = dev ? upload(&t, x) : *x;
+        sp_node *loss = sp_model_loss(m, &t, &xin, labels);
+        sp_backward(e, &t, loss);
+        sp_optim_step(o);
+        sp_optim_zero_grad(o);
+        if (dev) {
+            sp_tensor l = download(&loss->out);
+            losses[s] = l.data[0];
+            sp_tensor_free(&l);
+        } else {
+            losses[s] = loss->out.data[0];
+        }
+    }
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+}
+
+#define STEP_TOL 1e-4
+
+static void compare_training(sp_model *(*make)(void), int ndim, const int *xshape, int classes, const char *optim)
+{
+    sp_model *mc = make(), *mg = make();
+    sp_model_init(mc, 42);
+    sp_model_init(mg, 42);
+    sp_model_to_device(mg, SP_CUDA);
+    sp_tensor x = sp_tensor_new(ndim, xshape);
+    tu_fill_uniform(x.data, x.numel, 77, -1.0f, 1.0f);
+    int B = xshape[0], *labels = malloc((size_t)B * sizeof *labels);
+    for (int b = 0; b < B; b++) labels[b] = (3 * b + 1) % classes;
+    enum { STEPS = 2 };
+    float lc[STEPS], lg[STEPS];
+    train(mc, optim, &x, labels, STEPS, lc);
+    train(mg, optim, &x, labels, STEPS, lg);
+    for (int s = 0; s < STEPS; s++)
+        cr_assert_leq(fabs(lc[s] - lg[s]), STEP_TOL * fabs(lc[s]), "%s/%s step %d: loss cpu %.7g cuda %.7g",
+                      mc->name, optim, s, lc[s], lg[s]);
+    for (int p = 0; p < mc->nparams; p++) {
+        double e = diff_vs_host(&mg->params[p]->value, &mc->params[p]->value);
+        cr_assert_leq(e, STEP_TOL, "%s/%s: %s after %d steps: err %.2e", mc->name, optim, mc->params[p]->name, STEPS, e);
+    }
+    free(labels);
+    sp_tensor_free(&x);
+    sp_model_free(mc);
+    sp_model_free(mg);
+}
+
+static sp_model *lenet(void) { return sp_zoo_lenet(1, 28); }
+static sp_model *vgg11(void) { return sp_zoo_vgg11(3, 10); }
+
+Test(cuda, lenet_training_step_matches_cpu)
+{
+    need_gpu();
+    compare_training(lenet, 4, (int[]){3, 1, 28, 28}, 10, "sgd");
+    compare_training(lenet, 4, (int[]){3, 1, 28, 28}, 10, "adam");
+}
+
+Test(cuda, vgg11_training_step_matches_cpu)
+{
+    need_gpu();
+    compare_training(vgg11, 4, (int[]){2, 3, 32, 32}, 10, "sgd");
+}
+
+/* ---- lanes and the arena ------------------------------------------------------------ */
+
+typedef struct lane_job {
+    int lane;
+    sp_model *m;
+    const sp_tensor *x, *dy;
+} lane_job;
+
+static void *lane_main(void *arg)
+{
+    lane_job *j = arg;
+    sp_cuda_set_lane(j->lane);
+    sp_tape t;
+    sp_tape_init(&t);
+    chain_backward(j->m, &t, j->x, j->dy, 2);
+    sp_cuda_synchronize();
+    sp_tape_free(&t);
+    return NULL;
+}
+
+/* Two host threads, each on its own lane (stream + handles), train two models at once:
+ * each ends where the CPU does. */
+Test(cuda, two_lanes_from_two_threads)
+{
+    need_gpu();
+    int B = 5, in = 9, hidden = 16, out = 4;
+    sp_model *mc = mlp(in, hidden, out, 3), *ga = mlp(in, hidden, out, 3), *gb = mlp(in, hidden, out, 3);
+    sp_model_to_device(ga, SP_CUDA);
+    sp_model_to_device(gb, SP_CUDA);
+    sp_tensor x = sp_tensor_new(2, (int[]){B, in}), dy = sp_tensor_new(2, (int[]){B, out});
+    tu_fill_uniform(x.data, x.numel, 31, -1.0f, 1.0f);
+    tu_fill_uniform(dy.data, dy.numel, 32, -1.0f, 1.0f);
+    sp_tape tc;
+    sp_tape_init(&tc);
+    chain_backward(mc, &tc, &x, &dy, 2);
+    lane_job ja = {0, ga, &x, &dy}, jb = {1, gb, &x, &dy};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, lane_main, &ja);
+    pthread_create(&tb, NULL, lane_main, &jb);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    compare_param_grads(mc, ga, "lane 0");
+    compare_param_grads(mc, gb, "lane 1");
+    cr_assert_neq(sp_cuda()->lanes[0].stream, sp_cuda()->lanes[1].stream);
+    cr_assert_neq((void *)sp_cuda()->lanes[0].cublas, (void *)sp_cuda()->lanes[1].cublas);
+    sp_tape_free(&tc);
+    sp_tensor_free(&x);
+    sp_tensor_free(&dy);
+    sp_model_free(mc);
+    sp_model_free(ga);
+    sp_model_free(gb);
+}
+
+/* SCANPROP_CUDA_ARENA=off: every step tensor is its own cudaMalloc; same results. */
+Test(cuda, arena_off_gives_the_same_step)
+{
+    setenv("SCANPROP_CUDA_ARENA", "off", 1);
+    need_gpu();
+    compare_training(lenet, 4, (int[]){2, 1, 28, 28}, 10, "sgd");
+}
+
+Test(cuda, arena_bad_setting_fails_clearly, .exit_code = 2, .init = cr_redirect_stderr)
+{
+    setenv("SCANPROP_CUDA_ARENA", "maybe", 1);
+    need_gpu();
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_tape_tensor_on(&t, SP_CUDA, 1, (int[]){4});
+    cr_assert_fail("SCANPROP_CUDA_ARENA=maybe accepted");
 }

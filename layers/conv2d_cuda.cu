@@ -1,0 +1,182 @@
+/* conv2d_cuda.cu — the CUDA twin of layers/conv2d.c: NCHW float32 convolution on cuDNN,
+ * any kernel, stride and padding the CPU op supports (zero padding, no dilation).
+ *
+ *   forward: y = conv(x, W) (cudnnConvolutionForward, beta 0), then y += b (own kernel)
+ *   δ:       dx = convᵀ(dy, W)                (cudnnConvolutionBackwardData, beta 0)
+ *   G:       dW += dy ⋆ x                     (cudnnConvolutionBackwardFilter, beta 1)
+ *            db += Σ_{b,p} dy                 (own kernel, one thread per channel)
+ * A plan per shape (batch, channels, image, kernel, stride, padding) holds the cuDNN
+ * descriptors and the three algorithms chosen once with cudnnFind*Algorithm (the
+ * fastest that succeeds within CONV_WS_CAP bytes of workspace), with their workspace
+ * sizes; the workspace itself comes from the tape's device arena at each call. Plans
+ * live until sp_conv2d_cuda_release (process end). Sums are cuDNN's order: results
+ * match the CPU op to 1e-5 of the largest entry, not bitwise. */
+#include <pthread.h>
+#include "core/cuda.h"
+extern "C" {
+#include "core/backend.h"
+#include "core/error.h"
+#include "core/tape.h"
+#include "layers/layers.h"
+}
+
+#define CONV_MAX_PLANS 128
+#define CONV_WS_CAP ((size_t)512 << 20)
+
+typedef struct conv_plan {
+    int B, C, H, W, O, k, stride, pad, Ho, Wo;
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdDataAlgo_t bwd_data;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    size_t ws_fwd, ws_data, ws_filter;
+} conv_plan;
+
+static conv_plan plans[CONV_MAX_PLANS];
+static int nplans;
+static pthread_mutex_t plans_lock = PTHREAD_MUTEX_INITIALIZER;
+
+// ----------------------------------------------------------------------------
+// CUDA kernels
+
+__global__ void conv_bias_add_kernel(float *y, const float *b, int O, int P, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] += b[i / P % O];
+}
+
+__global__ void conv_bias_grad_kernel(float *db, const float *dy, int B, int O, int P)
+{
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= O) return;
+    float acc = 0.0f;
+    for (int b = 0; b < B; b++)
+        for (int p = 0; p < P; p++) acc += dy[((size_t)b * O + o) * P + p];
+    db[o] += acc;
+}
+
+// ----------------------------------------------------------------------------
+// plans: descriptors and algorithms per shape
+
+template <typename Perf> static int pick(const Perf *perf, int n, const char *what)
+{
+    for (int i = 0; i < n; i++)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= CONV_WS_CAP) return i;
+    sp_fail("conv2d: cuDNN found no %s algorithm within %zu MiB of workspace", what, CONV_WS_CAP >> 20);
+}
+
+static const conv_plan *plan_for(const sp_node *n)
+{
+    const sp_tensor *x = sp_node_x(n);
+    int k, stride, pad;
+    sp_conv2d_geometry(n->layer, &k, &stride, &pad);
+    int B = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3], O = n->out.shape[1];
+    pthread_mutex_lock(&plans_lock);
+    for (int i = 0; i < nplans; i++) {
+        const conv_plan *p = &plans[i];
+        if (p->B == B && p->C == C && p->H == H && p->W == W && p->O == O && p->k == k && p->stride == stride &&
+            p->pad == pad) {
+            pthread_mutex_unlock(&plans_lock);
+            return p;
+        }
+    }
+    if (nplans == CONV_MAX_PLANS) sp_fail("conv2d: more than %d shapes on the device", CONV_MAX_PLANS);
+    conv_plan *p = &plans[nplans];
+    *p = conv_plan{B, C, H, W, O, k, stride, pad, n->out.shape[2], n->out.shape[3]};
+    cudnnHandle_t h = sp_cuda_current()->cudnn;
+    sp_cudnn_check(cudnnCreateTensorDescriptor(&p->x));
+    sp_cudnn_check(cudnnCreateTensorDescriptor(&p->y));
+    sp_cudnn_check(cudnnCreateFilterDescriptor(&p->w));
+    sp_cudnn_check(cudnnCreateConvolutionDescriptor(&p->conv));
+    sp_cudnn_check(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, C, H, W));
+    sp_cudnn_check(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, O, p->Ho, p->Wo));
+    sp_cudnn_check(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, O, C, k, k));
+    sp_cudnn_check(cudnnSetConvolution2dDescriptor(p->conv, pad, pad, stride, stride, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                   CUDNN_DATA_FLOAT));
+    /* Full FP32 (no TF32 tensor cores): the CPU comparison's 1e-5 must hold. */
+    sp_cudnn_check(cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH));
+    int got = 0;
+    cudnnConvolutionFwdAlgoPerf_t fperf[8];
+    sp_cudnn_check(cudnnFindConvolutionForwardAlgorithm(h, p->x, p->w, p->conv, p->y, 8, &got, fperf));
+    int i = pick(fperf, got, "forward");
+    p->fwd = fperf[i].algo;
+    p->ws_fwd = fperf[i].memory;
+    cudnnConvolutionBwdDataAlgoPerf_t dperf[8];
+    sp_cudnn_check(cudnnFindConvolutionBackwardDataAlgorithm(h, p->w, p->y, p->conv, p->x, 8, &got, dperf));
+    i = pick(dperf, got, "backward-data");
+    p->bwd_data = dperf[i].algo;
+    p->ws_data = dperf[i].memory;
+    cudnnConvolutionBwdFilterAlgoPerf_t wperf[8];
+    sp_cudnn_check(cudnnFindConvolutionBackwardFilterAlgorithm(h, p->x, p->y, p->conv, p->w, 8, &got, wperf));
+    i = pick(wperf, got, "backward-filter");
+    p->bwd_filter = wperf[i].algo;
+    p->ws_filter = wperf[i].memory;
+    nplans++;
+    pthread_mutex_unlock(&plans_lock);
+    return p;
+}
+
+static void *workspace(sp_node *n, size_t bytes)
+{
+    return bytes ? sp_tape_alloc_on(n->tape, SP_CUDA, bytes) : NULL;
+}
+
+// ----------------------------------------------------------------------------
+// the op
+
+static void conv_cuda_forward(sp_node *n)
+{
+    sp_cuda_require_params(n->layer);
+    const conv_plan *p = plan_for(n);
+    const sp_cuda_lane *c = sp_cuda_current();
+    float one = 1.0f, zero = 0.0f;
+    void *ws = workspace(n, p->ws_fwd);
+    sp_cudnn_check(cudnnConvolutionForward(c->cudnn, &one, p->x, sp_node_x(n)->data, p->w,
+                                           n->layer->params[0]->value.data, p->conv, p->fwd, ws, p->ws_fwd, &zero,
+                                           p->y, n->out.data));
+    size_t total = n->out.numel;
+    conv_bias_add_kernel<<<sp_cuda_blocks(total, 256), 256, 0, sp_cuda_stream()>>>(
+        n->out.data, n->layer->params[1]->value.data, p->O, p->Ho * p->Wo, total);
+    sp_cuda_check(cudaGetLastError());
+}
+
+static void conv_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
+{
+    const conv_plan *p = plan_for(n);
+    const sp_cuda_lane *c = sp_cuda_current();
+    float one = 1.0f, zero = 0.0f;
+    void *ws = workspace(n, p->ws_data);
+    sp_cudnn_check(cudnnConvolutionBackwardData(c->cudnn, &one, p->w, n->layer->params[0]->value.data, p->y,
+                                                dy->data, p->conv, p->bwd_data, ws, p->ws_data, &zero, p->x,
+                                                dx->data));
+}
+
+static void conv_cuda_backward_params(sp_node *n, const sp_tensor *dy)
+{
+    const conv_plan *p = plan_for(n);
+    const sp_cuda_lane *c = sp_cuda_current();
+    float one = 1.0f;
+    void *ws = workspace(n, p->ws_filter);
+    sp_cudnn_check(cudnnConvolutionBackwardFilter(c->cudnn, &one, p->x, sp_node_x(n)->data, p->y, dy->data, p->conv,
+                                                  p->bwd_filter, ws, p->ws_filter, &one, p->w,
+                                                  n->layer->params[0]->grad.data));
+    conv_bias_grad_kernel<<<sp_cuda_blocks((size_t)p->O, 128), 128, 0, sp_cuda_stream()>>>(
+        n->layer->params[1]->grad.data, dy->data, p->B, p->O, p->Ho * p->Wo);
+    sp_cuda_check(cudaGetLastError());
+}
+
+static sp_opdef conv_cuda_op;
+
+void sp_conv2d_cuda_register(void)
+{
+    conv_cuda_op.name = "conv2d";
+    conv_cuda_op.infer = sp_op_conv2d.infer;
+    conv_cuda_op.forward = conv_cuda_forward;
+    conv_cuda_op.backward_input = conv_cuda_backward_input;
+    conv_cuda_op.backward_params = conv_cuda_backward_params;
+    conv_cuda_op.cost = sp_op_conv2d.cost;
+    conv_cuda_op.init_params = sp_op_conv2d.init_params;
+    sp_op_register_device(&sp_op_conv2d, SP_CUDA, &conv_cuda_op);
+}

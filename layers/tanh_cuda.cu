@@ -1,0 +1,65 @@
+/* tanh_cuda.cu — the CUDA twin of layers/tanh.c: y = tanh(x), dx = dy ⊙ (1 − y²).
+ * The products use __fmul_rn/__fadd_rn so nvcc cannot contract them into FMAs: the
+ * arithmetic is the CPU op's, rounding for rounding; only tanhf itself differs between
+ * CUDA's libdevice and glibc (a few ulps on a GPU, bitwise under the emulator). */
+#include "core/cuda.h"
+extern "C" {
+#include "core/backend.h"
+#include "core/tape.h"
+#include "layers/layers.h"
+}
+
+// ----------------------------------------------------------------------------
+// CUDA kernels
+
+__global__ void tanh_forward_kernel(float *y, const float *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = tanhf(x[i]);
+}
+
+__global__ void tanh_backward_kernel(float *dx, const float *dy, const float *y, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dx[i] = __fmul_rn(dy[i], __fsub_rn(1.0f, __fmul_rn(y[i], y[i])));
+}
+
+// ----------------------------------------------------------------------------
+// kernel launchers
+
+static void tanh_forward_cuda(float *y, const float *x, size_t n, cudaStream_t stream)
+{
+    tanh_forward_kernel<<<sp_cuda_blocks(n, 256), 256, 0, stream>>>(y, x, n);
+    sp_cuda_check(cudaGetLastError());
+}
+
+static void tanh_backward_cuda(float *dx, const float *dy, const float *y, size_t n, cudaStream_t stream)
+{
+    tanh_backward_kernel<<<sp_cuda_blocks(n, 256), 256, 0, stream>>>(dx, dy, y, n);
+    sp_cuda_check(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------
+// the op
+
+static void tanh_cuda_forward(sp_node *n)
+{
+    tanh_forward_cuda(n->out.data, sp_node_x(n)->data, n->out.numel, sp_cuda_stream());
+}
+
+static void tanh_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
+{
+    tanh_backward_cuda(dx->data, dy->data, n->out.data, dx->numel, sp_cuda_stream());
+}
+
+static sp_opdef tanh_cuda_op;
+
+void sp_tanh_cuda_register(void)
+{
+    tanh_cuda_op.name = "tanh";
+    tanh_cuda_op.infer = sp_op_tanh.infer;
+    tanh_cuda_op.forward = tanh_cuda_forward;
+    tanh_cuda_op.backward_input = tanh_cuda_backward_input;
+    tanh_cuda_op.cost = sp_op_tanh.cost;
+    sp_op_register_device(&sp_op_tanh, SP_CUDA, &tanh_cuda_op);
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# planted_bugs.sh — proves the CUDA emulator can fail (make test-cuda-emu runs it).
+#
+# Copies the repository and its build-emu/ into a scratch directory, then for each bug:
+# restores the pristine sources, plants the bug with one sed edit in a copy of a .cu
+# file, rebuilds (only that object and the test relink), runs the CUDA suite's tests that
+# exercise the code, and requires them to FAIL with the expected evidence in their
+# output. Prints one line per bug; exit status 1 if any bug went unnoticed (or could
+# not be planted: the sed pattern no longer matches the source).
+set -u
+cd "$(dirname "$0")/../.."
+root=$PWD
+[ -x build-emu/tests/test_ops_cuda ] || { echo "planted_bugs: build-emu/ missing (run make test-cuda-emu)"; exit 2; }
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/scanprop-bugs.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+git ls-files -z | xargs -0 cp -a --parents -t "$scratch" 2>/dev/null
+cp -a build-emu "$scratch/"
+cd "$scratch"
+missed=0
+
+# plant NAME FILE SED-EXPR ENV FILTER EVIDENCE-REGEX
+plant() {
+  local name=$1 file=$2 expr=$3 envs=$4 filter=$5 evidence=$6
+  cp "$root/$file" "$file.orig"
+  sed -e "$expr" "$file.orig" > "$file"
+  if cmp -s "$file" "$file.orig"; then
+    echo "NOT PLANTED  $name: '$expr' does not match $file"; missed=$((missed+1)); mv "$file.orig" "$file"; return
+  fi
+  rm "$file.orig"
+  if ! make -s CUDA=1 CUDA_EMU=1 BUILD=build-emu build-emu/tests/test_ops_cuda >build.log 2>&1; then
+    echo "NOT BUILT    $name (see build.log)"; sed -n 1,20p build.log; missed=$((missed+1)); cp "$root/$file" "$file"; return
+  fi
+  out=$(env $envs timeout 300 build-emu/tests/test_ops_cuda --jobs=1 --filter "$filter" 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ] && grep -Eq "$evidence" <<<"$out"; then
+    echo "caught       $name: $(grep -Em1 "$evidence" <<<"$out" | sed 's/^ *//' | cut -c1-150)"
+  else
+    echo "MISSED       $name (exit $rc)"; tail -5 <<<"$out"; missed=$((missed+1))
+  fi
+  cp "$root/$file" "$file"   # pristine again for the next bug
+}
+
+# 1. swapped GEMM dimensions: y = x·Wᵀ computed as an [out × B] product
+plant "swapped GEMM dims (linear forward)" layers/linear_cuda.cu \
+  's/sp_cuda_gemm(stream, false, true, B, out, in,/sp_cuda_gemm(stream, false, true, out, B, in,/' \
+  "" "cuda/linear_matches_cpu" "cudaemu: cublasSgemm|linear forward: err|linear .*: err"
+# 2. missing stream synchronisation after a device->host copy
+plant "missing stream sync (device->host copy)" core/backend_cuda.cu \
+  '/cudaMemcpyAsync(dst->data, src->data/{n;s/sp_cuda_check(cudaStreamSynchronize(s));//}' \
+  "" "cuda/fill_zero_and_copies" "round trip changed values|entry [0-9]+ ="
+# 3. out-of-bounds kernel loop: one element past the end (SCANPROP_CUDA_ARENA=off: own allocation)
+plant "out-of-bounds kernel loop (relu, i <= n)" layers/relu_cuda.cu \
+  '0,/i < n;/s/i < n;/i <= n;/' \
+  "SCANPROP_CUDA_ARENA=off" "cuda/relu_matches_cpu_bitwise" "cudaemu: out-of-bounds access"
+# 4. host code dereferencing device memory (the loss gradient read on the host)
+plant "host dereference of device memory (softmax_ce δ)" layers/softmax_ce_cuda.cu \
+  's/const ce_saved \*s = (const ce_saved \*)n->saved;/const ce_saved *s = (const ce_saved *)n->saved; if (dy->data[0] == 12345.0f) return;/' \
+  "SCANPROP_EMU_PROTECT=1" "cuda/softmax_ce_matches_cpu" "cudaemu: host code touched device memory"
+# 5. missing __syncthreads before thread 0 reads the other threads' shared-memory losses
+plant "missing __syncthreads (softmax_ce loss)" layers/softmax_ce_cuda.cu \
+  '0,/__syncthreads();/s/__syncthreads();//' \
+  "" "cuda/softmax_ce_matches_cpu" "softmax_ce loss .*err"
+# 6. wrong stream: a kernel on the legacy default stream instead of the lane's stream
+plant "wrong stream (relu on the legacy stream)" layers/relu_cuda.cu \
+  's/relu_forward_kernel<<<sp_cuda_blocks(n, 256), 256, 0, stream>>>/relu_forward_kernel<<<sp_cuda_blocks(n, 256), 256, 0, 0>>>/' \
+  "" "cuda/relu_matches_cpu_bitwise" "relu forward: err"
+# 7. invalid launch configuration: 2048 threads per block
+plant "launch with 2048 threads per block (tanh)" layers/tanh_cuda.cu \
+  's/tanh_forward_kernel<<<sp_cuda_blocks(n, 256), 256,/tanh_forward_kernel<<<sp_cuda_blocks(n, 2048), 2048,/' \
+  "" "cuda/tanh_sigmoid_match_cpu" "invalid configuration argument"
+
+if [ $missed -ne 0 ]; then echo "planted bugs: $missed not caught"; exit 1; fi
+echo "planted bugs: all caught"
