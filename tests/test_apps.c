@@ -193,8 +193,8 @@ static void check_coverage(const char *name, const walk *w, int n)
     }
 }
 
-/* A tiny image folder: 2 classes x 4 images, train and test. */
-static void make_images(void)
+/* A tiny image folder: 2 classes x `per_class` images, train and test. */
+static void make_images(int per_class)
 {
     unsigned char px[8 * 8];
     char path[4400];
@@ -207,7 +207,7 @@ static void make_images(void)
             mkdir(path, 0755);
             snprintf(path, sizeof path, "%s/img/%s/%s", tu_tmpdir(), split[s], cls[c]);
             mkdir(path, 0755);
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < per_class; i++) {
                 for (int j = 0; j < 64; j++) px[j] = (unsigned char)((j * (7 + i) + c * 97 + s * 13) & 255);
                 snprintf(path, sizeof path, "%s/img/%s/%s/%d.png", tu_tmpdir(), split[s], cls[c], i);
                 cr_assert(stbi_write_png(path, 8, 8, 1, px, 8));
@@ -245,6 +245,19 @@ static void make_images(void)
         {NULL, "--trace %T/t.json", REFUSED, "--trace needs --backward ooo"},                                  \
         {"--backward ooo", "--trace %T/t.json", FILE_MADE, "%T/t.json"}
 
+/* parallel training on one rank (tests/test_exec.c runs it under mpirun) */
+#define PAR_WALK                                                                                               \
+    {NULL, "--parallel ddp", EFFECT, NULL}, {"--parallel gpipe --batch 2", "--microbatches 2", EFFECT, NULL},          \
+        {NULL, "--microbatches 2", REFUSED, "--microbatches needs --parallel"},                              \
+        {"--parallel ddp", "--groups 2", REFUSED, "--groups needs --parallel lpp or fslpp"},                 \
+        {NULL, "--partition layerpipe", REFUSED, "--partition needs --parallel"},                            \
+        {NULL, "--bucket-mb 1", REFUSED, "--bucket-mb needs --parallel"},                                    \
+        {NULL, "--comm-timeout 5", REFUSED, "--comm-timeout needs --parallel"},                              \
+        {"--parallel gpipe --batch 2", "--costs %T/none.csv", REFUSED, "none.csv"},                                    \
+        {"--parallel gpipe --batch 2", "--costs-out %T/costs.csv", FILE_MADE, "%T/costs.csv"},                         \
+        {"--parallel ddp", "--exec-order %T/order.txt", FILE_MADE, "%T/order.txt"},                          \
+        {"--parallel ddp", "--backward ooo", REFUSED, "--parallel needs --backward linear"}
+
 /* bppsa runs: light models only */
 #define BPPSA_WALK                                                                         \
     {NULL, "--backward bppsa", EFFECT, NULL}, {"--backward bppsa", "--scan-levels 1", EFFECT, NULL}, \
@@ -253,12 +266,13 @@ static void make_images(void)
 
 Test(walk, lenet)
 {
-    make_images();
+    make_images(4);
     walk w[] = {
         TRAIN_WALK("adam", NULL),
         LOOP_WALK,
         ENGINE_WALK("1"),
         BPPSA_WALK,
+        PAR_WALK,
         {NULL, "--data %T/nowhere", REFUSED, "nowhere"},
         {NULL, "--data-format mnist", REFUSED, "train-images-idx3-ubyte"},
     };
@@ -266,19 +280,20 @@ Test(walk, lenet)
     check_coverage("lenet", w, N(w));
 }
 
-Test(walk, vgg11)
+Test(walk, vgg11)   /* VGG-11 is slow: 4 images, batch 1 */
 {
-    make_images();
+    make_images(2);
     walk w[] = {
         TRAIN_WALK("adam", NULL),
         LOOP_WALK,
         ENGINE_WALK("1"),
+        PAR_WALK,
         {NULL, "--backward bppsa --scan-levels 99", REFUSED, "expected 0.."},
         {NULL, "--backward bppsa --plan --scan-levels 99", REFUSED, "expected 0.."},
         {NULL, "--data %T/nowhere", REFUSED, "nowhere"},
         {NULL, "--data-format cifar10", REFUSED, "data_batch"},
     };
-    run_walk("vgg11", "--data %T/img --data-format folder --batch 4 --threads 1", w, N(w));
+    run_walk("vgg11", "--data %T/img --data-format folder --batch 1 --threads 1", w, N(w));
     check_coverage("vgg11", w, N(w));
 }
 
@@ -300,6 +315,7 @@ Test(walk, rnn)
         LOOP_WALK,
         ENGINE_WALK("2"),
         BPPSA_WALK,
+        PAR_WALK,
         {NULL, "--seq-len 9", EFFECT, NULL},
         {NULL, "--samples 24", EFFECT, NULL},
         {NULL, "--hidden 5", EFFECT, NULL},
@@ -319,6 +335,7 @@ Test(walk, gru)
         TRAIN_WALK("sgd", "--optim sgd"),
         LOOP_WALK,
         ENGINE_WALK("2"),
+        PAR_WALK,
         {NULL, "--backward bppsa --scan-levels 99", REFUSED, "expected 0.."},
         {NULL, "--backward bppsa --plan --scan-levels 99", REFUSED, "expected 0.."},
         {NULL, "--shape M", EFFECT, NULL},
@@ -350,8 +367,9 @@ Test(walk, demo)
         {NULL, "--width 9", EFFECT, NULL},
         BPPSA_WALK,
         ENGINE_WALK("2"),
+        PAR_WALK,
+        {NULL, "--save %T/x.st", FILE_MADE, "%T/x.st"},
         /* what demo's one-screen loop does not do is refused, not ignored (issue 15) */
-        {NULL, "--save %T/x.st", REFUSED, "--save does not apply to demo"},
         {NULL, "--load %T/x.st", REFUSED, "--load does not apply to demo"},
         {NULL, "--log %T/x.csv", REFUSED, "--log does not apply to demo"},
         {NULL, "--epochs 2", REFUSED, "--epochs does not apply to demo"},
@@ -489,7 +507,7 @@ Test(flags, refused_with_the_reason)
         {"lenet", "--backward nope", "expected linear, bppsa or ooo"},
         {"rnn", "--data /nonexistent", "--data does not apply to rnn"},
         {"gru", "--data-format cifar10", "--data-format does not apply to gru"},
-        {"demo", "--save %T/w.st", "--save does not apply to demo"},
+        {"demo", "--load %T/w.st", "--load does not apply to demo"},
         {"demo", "--weight-decay -1", "--weight-decay -1: expected >= 0"},
         {"schedule", "--scheme gpipe --groups 2", "--groups needs --scheme lpp or fslpp"},
         {"schedule", "--alpha 2", "--alpha needs --layerpipe"},
