@@ -69,6 +69,12 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .meta = "FILE", .scope = SP_SCOPE_CKPT},
         {"save", SP_FLAG_STR, &o->save, "save the final weights (atomic replace)", .group = G_CKPT, .meta = "FILE",
          .scope = SP_SCOPE_CKPT},
+        {"eval-only", SP_FLAG_BOOL, &o->eval_only, "evaluate the --load weights on the test set (eval mode), no "
+         "training", .group = G_CKPT, .needs = "load,!save", .scope = SP_SCOPE_CKPT},
+        {"save-every", SP_FLAG_LONG, &o->save_every, "also write a resumable checkpoint to --save every N steps "
+         "(0 = off)", .group = G_CKPT, .meta = "N", .range = "0..", .needs = "save,!parallel", .scope = SP_SCOPE_CKPT},
+        {"resume", SP_FLAG_STR, &o->resume, "continue the run of a --save-every checkpoint, bitwise as if "
+         "uninterrupted", .group = G_CKPT, .meta = "FILE", .needs = "!load,!parallel", .scope = SP_SCOPE_CKPT},
         {"backward", SP_FLAG_STR, &o->backward, "backward engine", .group = G_ENGINE,
          .choices = "linear|bppsa|ooo", .scope = SP_SCOPE_ENGINE},
         {"scan-levels", SP_FLAG_STR, &o->scan_levels_arg, "up-sweep levels: 0 (= linear BP) .. the model's "
@@ -85,7 +91,7 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
         {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON (with --backward ooo or --parallel)",
          .group = G_OOO, .meta = "FILE", .scope = SP_SCOPE_ENGINE},
         {"parallel", SP_FLAG_STR, &o->parallel, "run the master schedule on the MPI ranks", .group = G_PAR,
-         .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo", .needs = "backward=linear",
+         .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|scan", .needs = "backward=linear|ooo",
          .scope = SP_SCOPE_RUN},
         {"microbatches", SP_FLAG_INT, &o->microbatches, "micro-batches B per step (0 = W, pipelines 2W)",
          .group = G_PAR, .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
@@ -99,7 +105,7 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .group = G_PAR, .meta = "X", .range = "0.001..", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"costs", SP_FLAG_STR, &o->costs, "stage costs CSV (as --costs-out writes) instead of measuring",
          .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
-        {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs used (for build/schedule --profile)",
+        {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs this run measured (for build/schedule --profile)",
          .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"exec-order", SP_FLAG_STR, &o->exec_order, "write each rank's executed job order", .group = G_PAR,
          .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
@@ -653,23 +659,52 @@ void sp_app_json_engine(sp_json *j, const sp_app_opts *o, sp_engine *e, bool ran
         if (o->scan_levels < 0) sp_json_str(j, "scan_levels", "full");
         else sp_json_int(j, "scan_levels", o->scan_levels);
     }
-    if (strcmp(o->backward, "ooo") == 0 && ran) {   /* what the engine ran */
+    if (strcmp(o->backward, "ooo") == 0 && ran) {   /* what the engine ran (if it ran: not under --parallel) */
         const sp_ooo_stats *st = sp_ooo_last_stats(e);
+        if (!st || !st->order || st->steps == 0) return;
         sp_json_str(j, "order", st->order);
         if (strcmp(st->order, "reverse-first-k") == 0) sp_json_int(j, "k", st->k);
+        sp_json_num(j, "critical_path_ms", 1e3 * st->critical_s);
+        sp_json_int(j, "peak_bytes", (long)st->peak_bytes);
     }
+}
+
+/* --eval-only: the loaded weights on d in eval mode; the JSON line says what was run. */
+static sp_train_result eval_only(const char *app, const sp_app_opts *o, sp_model *m, sp_dataset *d)
+{
+    sp_train_result r = {.train_loss = NAN, .last_loss = NAN};
+    double t0 = sp_now();
+    sp_evaluate(m, d, o->batch > 256 ? o->batch : 256, &r.test_loss, &r.test_acc);
+    r.seconds = sp_now() - t0;
+    sp_json j;
+    sp_json_begin(&j);
+    sp_json_str(&j, "app", app);
+    sp_json_str(&j, "mode", "eval-only");
+    sp_json_str(&j, "load", o->load);
+    sp_json_str(&j, "dataset", d->name);
+    sp_json_int(&j, "samples", d->n);
+    sp_json_int(&j, "threads", o->threads);
+    sp_json_num(&j, "test_loss", r.test_loss);
+    sp_json_num(&j, "test_acc", r.test_acc);
+    sp_json_num(&j, "seconds", r.seconds);
+    sp_json_end_print(&j);
+    return r;
 }
 
 sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m, sp_dataset *train,
                              sp_dataset *test, bool timing_keys)
 {
+    if (o->eval_only) {   /* --load is required by the flags */
+        sp_check(sp_model_load(m, o->load));
+        return eval_only(app, o, m, test ? test : train);
+    }
     if (o->batch > train->n)
         sp_fail("--batch %d exceeds the %d training samples of %s", o->batch, train->n, train->name);
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_engine_opts eo = sp_app_engine_opts(o);
     sp_engine *e = sp_engine_create(o->backward, &eo);
     if (o->load) sp_check(sp_model_load(m, o->load));
-    else sp_model_init(m, o->seed);
+    else sp_model_init(m, o->seed);   /* --resume overwrites it in sp_train */
     {   /* the engine options against the model, on one sample */
         sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
         sp_batch b;
@@ -698,10 +733,23 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
                        .log_path = o->log,
                        .lr = &sched,
                        .quiet = o->quiet || !sp_app_prints(ex),
-                       .exec = ex};
+                       .exec = ex,
+                       .save_every = o->save_every,
+                       .save_path = o->save,
+                       .resume_path = o->resume};
+    /* What decides a run's numbers: a resume must match (schedulers/checkpoint.h). */
+    char lr[32], mom[32], wd[32], batch[16], seed[24];
+    snprintf(lr, sizeof lr, "%.17g", o->lr);
+    snprintf(mom, sizeof mom, "%.17g", o->momentum);
+    snprintf(wd, sizeof wd, "%.17g", o->weight_decay);
+    snprintf(batch, sizeof batch, "%d", o->batch);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    const char *run_meta[] = {"lr", lr, "lr-schedule", o->lr_schedule, "momentum", mom, "weight-decay", wd,
+                              "batch", batch, "seed", seed, "no-shuffle", o->no_shuffle ? "yes" : "no", NULL};
+    tc.run_meta = run_meta;
     sp_train_result r = sp_train(m, e, opt, loader, test, &tc);
     if (ex && o->save) sp_exec_sync_weights(ex);
-    if (o->save && sp_app_prints(ex)) sp_check(sp_model_save(m, o->save));
+    if (o->save && o->save_every == 0 && sp_app_prints(ex)) sp_check(sp_model_save(m, o->save));   /* else sp_train saved */
 
     sp_json j;
     sp_json_begin(&j);
@@ -711,6 +759,10 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_json_int(&j, "steps", r.steps);
     sp_json_int(&j, "batch", sp_loader_batch(loader));   /* what ran */
     sp_json_int(&j, "threads", o->threads);
+    sp_json_str(&j, "optim", o->optim);
+    sp_json_num(&j, "lr", o->lr);
+    sp_json_int(&j, "seed", (long)o->seed);
+    sp_json_str(&j, "dataset", train->name);
     sp_app_json_engine(&j, o, e, r.steps > 0);
     sp_json_num(&j, "train_loss", r.train_loss);
     sp_json_num(&j, "test_loss", r.test_loss);
@@ -751,7 +803,9 @@ struct sp_exec *sp_app_exec_new(const sp_app_opts *o, sp_model *m, struct sp_opt
                      .costs_in = o->costs,
                      .costs_out = o->costs_out,
                      .order_out = o->exec_order,
-                     .trace_path = o->trace};
+                     .trace_path = o->trace,
+                     .ooo = strcmp(o->backward, "ooo") == 0,
+                     .k = o->k};
     return sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
 }
 

@@ -25,7 +25,7 @@ enum {
     SP_SCOPE_RUN = 1,        /* every training app, demo included: steps, batch, lr, optim… */
     SP_SCOPE_ENGINE = 2,     /* --backward and the engines' options                       */
     SP_SCOPE_LOOP = 4,       /* the epoch loop of sp_train: epochs, lr schedule, log, eval */
-    SP_SCOPE_CKPT = 8,       /* --load / --save                                           */
+    SP_SCOPE_CKPT = 8,       /* --load / --save / --save-every / --resume                 */
     SP_SCOPE_IMAGES = 16,    /* --data / --data-format (lenet, vgg11)                     */
     SP_SCOPE_TRAINER = 1 | 2 | 4 | 8,   /* an app that runs sp_app_train                  */
 };
@@ -59,11 +59,14 @@ bool sp_flag_given(const char *name);
 /* The flags every training app takes (the training issue's list). */
 typedef struct sp_app_opts {
     const char *data, *data_format, *optim, *backward, *load, *save, *log, *lr_schedule;
+    const char *resume;   /* --resume FILE: continue a --save-every checkpoint */
+    long save_every;      /* --save-every N: resumable checkpoint to --save every N steps */
     int epochs, batch, threads, eval_every;   /* epochs 0: as many as --steps needs */
     long steps;
     double lr, momentum, weight_decay;   /* doubles, as PyTorch's Python floats */
     uint64_t seed;
     bool no_shuffle, quiet;
+    bool eval_only;                      /* --eval-only: evaluate --load, no training */
     /* engine options */
     int scan_levels, k;                  /* scan_levels -1: the full scan */
     long mem_cap;

@@ -50,6 +50,12 @@ bool sp_dnnl_conv_set(bool on)
 
 #ifndef SP_HAVE_DNNL
 
+bool sp_dnnl_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc)
+{
+    return false;
+}
+
 void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
                           float *y)
 {
@@ -108,6 +114,16 @@ static void md_tag(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims, dnnl_
 static void one_thread(void)
 {
     if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+}
+
+bool sp_dnnl_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc)
+{
+    if ((double)M * N * K < SP_DNNL_GEMM_MIN_MACS || !sp_dnnl_conv_on()) return false;
+    one_thread();
+    check(dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc),
+          "sgemm");
+    return true;
 }
 
 static dnnl_primitive_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to)

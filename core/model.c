@@ -24,6 +24,7 @@ void sp_model_free(sp_model *m)
     free(m->from);
     free(m->from_start);
     free(m->params);
+    free(m->buffers);
     free(m);
 }
 
@@ -40,6 +41,10 @@ int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from)
     for (int i = 0; i < l->nparams; i++)
         if (sp_model_param(m, l->params[i]->name))
             sp_fail("model '%s': duplicate parameter name '%s'", m->name, l->params[i]->name);
+    for (int i = 0; i < l->nbuffers; i++)
+        if (sp_model_param(m, l->buffers[i]->name))
+            sp_fail("model '%s': duplicate buffer name '%s'", m->name, l->buffers[i]->name);
+    l->eval = m->eval;
     if (m->nlayers == m->cap_layers) {
         m->cap_layers = m->cap_layers ? 2 * m->cap_layers : 16;
         m->layers = sp_xrealloc(m->layers, (size_t)m->cap_layers * sizeof *m->layers);
@@ -60,6 +65,13 @@ int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from)
             m->params = sp_xrealloc(m->params, (size_t)m->cap_params * sizeof *m->params);
         }
         m->params[m->nparams++] = l->params[i];
+    }
+    for (int i = 0; i < l->nbuffers; i++) {
+        if (m->nbuffers == m->cap_buffers) {
+            m->cap_buffers = m->cap_buffers ? 2 * m->cap_buffers : 16;
+            m->buffers = sp_xrealloc(m->buffers, (size_t)m->cap_buffers * sizeof *m->buffers);
+        }
+        m->buffers[m->nbuffers++] = l->buffers[i];
     }
     return m->nlayers - 1;
 }
@@ -116,9 +128,22 @@ sp_node *sp_model_loss(sp_model *m, sp_tape *t, const sp_tensor *x, const int *l
 
 sp_param *sp_model_param(const sp_model *m, const char *name)
 {
-    for (int i = 0; i < m->nparams; i++)
-        if (strcmp(m->params[i]->name, name) == 0) return m->params[i];
+    for (int i = 0; i < sp_model_nstate(m); i++)
+        if (strcmp(sp_model_state(m, i)->name, name) == 0) return sp_model_state(m, i);
     return NULL;
+}
+
+int sp_model_nstate(const sp_model *m) { return m->nparams + m->nbuffers; }
+
+sp_param *sp_model_state(const sp_model *m, int i)
+{
+    return i < m->nparams ? m->params[i] : m->buffers[i - m->nparams];
+}
+
+void sp_model_set_training(sp_model *m, bool training)
+{
+    m->eval = !training;
+    for (int i = 0; i < m->nlayers; i++) m->layers[i]->eval = !training;
 }
 
 void sp_model_zero_grad(sp_model *m)

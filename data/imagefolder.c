@@ -215,6 +215,40 @@ static unsigned char *read_file(const char *path, int *len)
     return buf;
 }
 
+/* stb_image 2.27 (Debian 12's libstb) builds a JPEG Huffman table without checking
+ * that the 16 code counts of a DHT segment add up to at most 256, and a hostile file
+ * writes past the table (found by fuzzing, docs/RELIABILITY.md). So a JPEG's segments
+ * are walked first, as a decoder meets them (entropy-coded data is skipped to the next
+ * marker), and such a table is refused. Returns the byte offset of the bad table, or
+ * -1. Not a JPEG: -1 (stb_image's other decoders check their own tables). */
+static long jpeg_bad_huffman(const unsigned char *b, long n)
+{
+    long bad = -1;
+    if (n < 2 || b[0] != 0xFF || b[1] != 0xD8) return -1;
+    for (long i = 2; i + 1 < n && bad < 0;) {
+        if (b[i] != 0xFF || b[i + 1] == 0xFF) {   /* entropy-coded data, fill bytes */
+            i++;
+            continue;
+        }
+        unsigned m = b[i + 1];
+        if (m == 0x00 || (m >= 0xD0 && m <= 0xD7) || m == 0x01) {   /* stuffing, RSTn, TEM */
+            i += 2;
+            continue;
+        }
+        if (m == 0xD9 || i + 3 >= n) break;   /* EOI */
+        long len = (long)b[i + 2] << 8 | b[i + 3], end = i + 2 + len < n ? i + 2 + len : n;
+        if (m == 0xC4)
+            for (long t = i + 4; t + 17 <= end;) {   /* tables: class/id, 16 counts, symbols */
+                long codes = 0;
+                for (int k = 1; k <= 16; k++) codes += b[t + k];
+                if (codes > 256) bad = t;
+                t += 17 + codes;
+            }
+        i += 2 + len;   /* after SOS's header, entropy-coded data runs to the next marker */
+    }
+    return bad;
+}
+
 /* One image as C×size×size bytes: decode as RGB, to luminance with PIL's
  * convert("L") weights (ITU-R 601-2) when one channel is wanted, resize. The decoded
  * size is checked against the ceiling before stb_image allocates it. */
@@ -223,6 +257,11 @@ static int load_image(const char *path, int size, int channels, uint8_t *chw)
     int len, w, h, comp;
     unsigned char *file = read_file(path, &len);
     if (!file) return SP_ERR;
+    long bad = jpeg_bad_huffman(file, len);   /* before stb_image parses anything */
+    if (bad >= 0) {
+        free(file);
+        return sp_error("%s: corrupt JPEG: a Huffman table at byte %ld has more than 256 codes", path, bad);
+    }
     if (!stbi_info_from_memory(file, len, &w, &h, &comp)) {
         free(file);
         return sp_error("%s: cannot decode image: %s", path, stbi_failure_reason());

@@ -221,7 +221,7 @@ static int collect_segments(sp_tape *t, sp_node *loss, sp_node ***out, int **out
             taken[x->index] = true;
             nodes[count++] = x;
             sp_node *p = x->input;
-            if (x->ninputs != 1 || !x->op->jt_pattern || x->op->chain_len || !p->op || !p->needs_grad ||
+            if (x->ninputs != 1 || !sp_node_has_jt(x) || x->op->chain_len || !p->op || !p->needs_grad ||
                 p->nconsumers != 1)
                 break;
             x = p;

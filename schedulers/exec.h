@@ -42,9 +42,14 @@ typedef struct sp_exec_cfg {
     const char *partition;     /* "cost" (default: measured stage costs) | "layerpipe"  */
     double bucket_mb;          /* gradient buckets (MB); <= 0: one bucket per stage      */
     const char *costs_in;      /* a profile CSV instead of measuring (sp_costs_read_csv) */
-    const char *costs_out;     /* write the stage costs used (rank 0)                    */
+    const char *costs_out;     /* write the stage costs this run measured (rank 0, at
+                                  sp_exec_finish): the calibration for build/schedule    */
     const char *order_out;     /* write "rank job-label ..." lines: the executed order   */
     const char *trace_path;    /* Chrome/Perfetto trace of every rank's jobs and waits   */
+    bool ooo;                  /* ddp: ooo's reverse first-k order of the weight gradients
+                                  (the schedule "ddp-ooo"), over the first k parameterised
+                                  layers; k <= 0: half of them                           */
+    int k;
 } sp_exec_cfg;
 
 typedef struct sp_exec sp_exec;

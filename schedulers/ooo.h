@@ -130,6 +130,7 @@ typedef struct sp_ooo_run {
     const sp_ooo_graph *graph;
     const sp_ooo_plan *plan;
     double *start, *end;    /* [ntasks]; F' tasks: start = end = when they could start */
+    int *ran_on;            /* [ntasks] the lane that ran the task (F': SP_OOO_MAIN)   */
     double busy[2];         /* per-lane time inside tasks                               */
     double main_done, wall; /* main lane finished; everything finished                 */
     size_t peak_bytes;      /* memory model, live, as the lanes actually interleaved  */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include "core/error.h"
 #include "core/parallel.h"
+#include "schedulers/checkpoint.h"
 #include "schedulers/exec.h"
 #include "schedulers/train.h"
 
@@ -32,6 +33,8 @@ float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp
 void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
 {
     sp_loader *l = sp_loader_new_sync(d, batch, false, 0, false);
+    bool was_training = !m->eval;
+    sp_model_set_training(m, false);   /* batch norm: running statistics; no dropout */
     sp_tape t;
     sp_tape_init(&t);
     double loss = 0.0;
@@ -53,6 +56,7 @@ void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double
     }
     sp_tape_free(&t);
     sp_loader_free(l);
+    sp_model_set_training(m, was_training);
     *loss_out = seen ? loss / (double)seen : NAN;
     *acc_out = seen ? (double)correct / (double)seen : NAN;
 }
@@ -179,13 +183,28 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     sp_tape_init(&t);
     double busy = 0.0;
     long images = 0;
+    sp_train_state resumed = {0};
+    if (cfg->resume_path) {
+        if (sp_checkpoint_load(cfg->resume_path, m, o, &resumed, cfg->run_meta) != SP_OK)
+            sp_fail("%s", sp_last_error());
+        if (resumed.batch > per_epoch)
+            sp_fail("--resume %s: saved after batch %ld of an epoch of %ld batches (a different dataset?)",
+                    cfg->resume_path, resumed.batch, per_epoch);
+        r.steps = resumed.step;
+    }
+    long first = r.steps;   /* the timing arrays are indexed by step */
 
-    for (int epoch = 0; epoch < epochs && r.steps < total; epoch++) {
+    for (int epoch = resumed.epoch; epoch < epochs && r.steps < total; epoch++) {
         sp_loader_set_epoch(train, epoch);
         if (cfg->lr) sp_optim_set_lr(o, sp_lr_at(cfg->lr, epoch));
         double epoch_loss = 0.0;
         long epoch_steps = 0;
         sp_batch b;
+        if (cfg->resume_path && epoch == resumed.epoch) {   /* the epoch's order; skip what was done */
+            for (; epoch_steps < resumed.batch; epoch_steps++)
+                if (!sp_loader_next(train, &b)) break;
+            epoch_loss = resumed.epoch_loss;
+        }
         r.epochs = epoch + 1;
         while (r.steps < total && sp_loader_next(train, &b)) {
             double f, bw, st;
@@ -202,6 +221,12 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             epoch_steps++;
             r.last_loss = loss;
             if (log) fprintf(log, "%ld,%d,%.9g,%.9g,%.6f\n", r.steps, epoch, loss, sp_optim_get_lr(o), sp_now() - p.start);
+            if (cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total) &&
+                sp_checkpoint_save(cfg->save_path, m, o,
+                                   &(sp_train_state){r.steps, epoch, epoch_steps, epoch_loss, sp_optim_get_lr(o)},
+                                   cfg->run_meta) != SP_OK)
+                sp_fail("%s", sp_last_error());
+            if (cfg->on_step) cfg->on_step(cfg->on_step_ctx, r.steps);
             progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
             if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
                 evaluate(m, test, cfg->eval_batch, cfg, &r.test_loss, &r.test_acc);
@@ -222,9 +247,9 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         evaluate(m, test, cfg->eval_batch, cfg, &r.test_loss, &r.test_acc);
     r.seconds = sp_now() - p.start;
     r.images_per_s = busy > 0 ? (double)images / busy : 0.0;
-    r.forward_ms = median_ms(fwd, r.steps);
-    r.backward_ms = median_ms(bwd, r.steps);
-    r.step_ms = median_ms(all, r.steps);
+    r.forward_ms = median_ms(fwd + first, r.steps - first);
+    r.backward_ms = median_ms(bwd + first, r.steps - first);
+    r.step_ms = median_ms(all + first, r.steps - first);
     if (log) {
         bool bad = ferror(log) != 0;
         if (fclose(log) != 0 || bad) sp_fail("--log %s: write failed: %s", cfg->log_path, strerror(errno));

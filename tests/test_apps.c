@@ -230,7 +230,11 @@ static void make_images(int per_class)
     {NULL, "--epochs 2", EFFECT, NULL}, {"--epochs 2", "--lr-schedule step:1:0.1", EFFECT, NULL},            \
         {NULL, "--no-shuffle", EFFECT, NULL}, {NULL, "--eval-every 1", STDERR_HAS, "step 1: test loss"},     \
         {NULL, "--log %T/log.csv", FILE_MADE, "%T/log.csv"}, {NULL, "--save %T/w.st", FILE_MADE, "%T/w.st"}, \
-        {NULL, "--load %T/w.st", EFFECT, NULL}
+        {NULL, "--load %T/w.st", EFFECT, NULL}, {"--load %T/w.st", "--eval-only", STDOUT_HAS, "eval-only"},     \
+        {NULL, "--eval-only", REFUSED, "--eval-only needs --load"},                                            \
+        {NULL, "--save-every 3", REFUSED, "--save-every needs --save"},                                        \
+        {"--steps 3", "--save-every 2 --save %T/r.st", FILE_MADE, "%T/r.st"},                                  \
+        {"--steps 3", "--resume %T/r.st", EFFECT, NULL}
 
 #define ENGINE_WALK(K)                                                                                         \
     {NULL, "--backward ooo", EFFECT, NULL}, {NULL, "--scan-levels 1", REFUSED, "--scan-levels needs --backward bppsa"}, \
@@ -256,7 +260,8 @@ static void make_images(int per_class)
         {"--parallel gpipe --batch 2", "--costs %T/none.csv", REFUSED, "none.csv"},                                    \
         {"--parallel gpipe --batch 2", "--costs-out %T/costs.csv", FILE_MADE, "%T/costs.csv"},                         \
         {"--parallel ddp", "--exec-order %T/order.txt", FILE_MADE, "%T/order.txt"},                          \
-        {"--parallel ddp", "--backward ooo", REFUSED, "--parallel needs --backward linear"}
+        {"--parallel ddp", "--backward bppsa", REFUSED, "--parallel needs --backward linear or ooo"}, \
+        {"--parallel ddp", "--backward ooo", EFFECT, NULL}
 
 /* bppsa runs: light models only */
 #define BPPSA_WALK                                                                         \
@@ -385,7 +390,7 @@ Test(walk, jacobian)
 {
     walk w[] = {
         {NULL, "--model lenet", EFFECT, NULL},
-        {NULL, "--model resnet", REFUSED, "expected lenet, vgg11, rnn, gru or mlp"},
+        {NULL, "--model resnet", REFUSED, "--model resnet: expected lenet, vgg11, rnn, gru, mlp"},
         {"--model rnn", "--input 7x1", EFFECT, NULL},
         {NULL, "--input 20x20", REFUSED, "--input 20x20"},
         {NULL, "--batch 2", EFFECT, NULL},
