@@ -725,8 +725,14 @@ void sp_app_plan_only(const char *app, const sp_app_opts *o, sp_model *m, const 
     sp_engine_destroy(e);
 }
 
-void sp_app_check_scan_levels(const sp_app_opts *o, sp_model *m, const sp_tensor *x1, const int *y1)
+void sp_app_check_engine(const sp_app_opts *o, sp_model *m, const sp_tensor *x1, const int *y1)
 {
+    if (strcmp(o->backward, "ooo") == 0 && o->k > 0) {   /* the engine would clamp k silently */
+        int L = 0;
+        for (int i = 0; i < m->nlayers; i++) L += m->layers[i]->nparams > 0;
+        if (o->k > L)
+            sp_fail("--k %d: expected 0..%d for %s (its parameterised layers; 0 = half of them)", o->k, L, m->name);
+    }
     if (strcmp(o->backward, "bppsa") != 0 || o->scan_levels < 0) return;
     sp_tape t;
     sp_tape_init(&t);
@@ -737,6 +743,24 @@ void sp_app_check_scan_levels(const sp_app_opts *o, sp_model *m, const sp_tensor
         sp_fail("--scan-levels %d: expected 0..%d for %s (its longest scanned chain: %d Jacobians), or full",
                 o->scan_levels, full,
                 m->name, n);
+}
+
+void sp_app_json_engine(sp_json *j, const sp_app_opts *o, sp_engine *e, bool ran)
+{
+    if (strcmp(o->backward, "bppsa") == 0) {
+        sp_bppsa_stats bs;
+        if (o->scan_levels == SP_SCAN_LEVELS_AUTO && sp_bppsa_stats_get(e, &bs)) sp_json_int(j, "scan_levels", bs.up_levels);
+        else if (o->scan_levels < 0) sp_json_str(j, "scan_levels", "full");
+        else sp_json_int(j, "scan_levels", o->scan_levels);
+    }
+    if (strcmp(o->backward, "ooo") == 0 && ran) {   /* what the engine ran (if it ran: not under --parallel) */
+        const sp_ooo_stats *st = sp_ooo_last_stats(e);
+        if (!st || !st->order || st->steps == 0) return;
+        sp_json_str(j, "order", st->order);
+        if (strcmp(st->order, "reverse-first-k") == 0) sp_json_int(j, "k", st->k);
+        sp_json_num(j, "critical_path_ms", 1e3 * st->critical_s);
+        sp_json_int(j, "peak_bytes", (long)st->peak_bytes);
+    }
 }
 
 /* --eval-only: the loaded weights on d in eval mode; the JSON line says what was run. */
@@ -778,11 +802,11 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     else sp_model_init(m, o->seed);   /* --resume overwrites it in sp_train */
     if (o->prune > 0)
         pruning = sp_prune_magnitude(m, pruning, o->prune, strcmp(o->prune_scope, "layer") == 0 ? SP_PRUNE_LAYER : SP_PRUNE_GLOBAL);
-    if (o->scan_levels >= 0 && strcmp(o->backward, "bppsa") == 0) {   /* one sample, to know the chain */
+    {   /* the engine options against the model, on one sample */
         sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
         sp_batch b;
         sp_loader_next(one, &b);
-        sp_app_check_scan_levels(o, m, &b.x, b.y);
+        sp_app_check_engine(o, m, &b.x, b.y);
         sp_loader_free(one);
     }
     if (o->plan || o->plan_svg) {   /* the plan of the first batch; nothing trains */
@@ -849,19 +873,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_json_num(&j, "lr", o->lr);
     sp_json_int(&j, "seed", (long)o->seed);
     sp_json_str(&j, "dataset", train->name);
-    if (strcmp(o->backward, "bppsa") == 0) {
-        sp_bppsa_stats bs;
-        if (o->scan_levels == SP_SCAN_LEVELS_AUTO && sp_bppsa_stats_get(e, &bs)) sp_json_int(&j, "scan_levels", bs.up_levels);
-        else if (o->scan_levels < 0) sp_json_str(&j, "scan_levels", "full");
-        else sp_json_int(&j, "scan_levels", o->scan_levels);
-    }
-    if (strcmp(o->backward, "ooo") == 0 && r.steps > 0) {   /* what the engine ran */
-        const sp_ooo_stats *st = sp_ooo_last_stats(e);
-        sp_json_str(&j, "order", st->order);
-        if (strcmp(st->order, "reverse-first-k") == 0) sp_json_int(&j, "k", st->k);
-        sp_json_num(&j, "critical_path_ms", 1e3 * st->critical_s);
-        sp_json_int(&j, "peak_bytes", (long)st->peak_bytes);
-    }
+    sp_app_json_engine(&j, o, e, r.steps > 0);
     if (pruning) {   /* the fraction of the prunable weights that are pruned */
         int64_t kept = 0, all = 0;
         for (int i = 0; i < m->nparams; i++)

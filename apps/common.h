@@ -127,10 +127,13 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
 void sp_app_plan_only(const char *app, const sp_app_opts *o, sp_model *m, const sp_tensor *x, const int *y);
 /* The engine options from the app flags. */
 sp_engine_opts sp_app_engine_opts(const sp_app_opts *o);
-/* --scan-levels against the model: one forward of (x1, y1) gives the chain's length n; a
- * level count above sp_scan_full_levels(n) is refused with the valid range. A no-op
- * unless --backward bppsa with a number of levels. */
-void sp_app_check_scan_levels(const sp_app_opts *o, sp_model *m, const sp_tensor *x1, const int *y1);
+/* The engine's keys of the JSON line: scan_levels (bppsa); order and k as run (ooo,
+ * once a step `ran`). */
+void sp_app_json_engine(sp_json *j, const sp_app_opts *o, sp_engine *e, bool ran);
+/* The engine options against the model, which the engines would clamp silently:
+ * --scan-levels above sp_scan_full_levels(n) of the chain (one forward of (x1, y1) gives
+ * n), --k above the parameterised layers. One line with the valid range, exit 2. */
+void sp_app_check_engine(const sp_app_opts *o, sp_model *m, const sp_tensor *x1, const int *y1);
 
 /* --parallel: MPI up, the executor for model m (one sample of sample_shape, global batch
  * o->batch). NULL without --parallel. */

@@ -59,7 +59,7 @@ int main(int argc, char **argv)
     }
     sp_model_init(m, o.seed);
     sp_tensor x1 = sp_tensor_2d(xs, 1, D);
-    sp_app_check_scan_levels(&o, m, &x1, ys);
+    sp_app_check_engine(&o, m, &x1, ys);
     sp_engine_opts eo = sp_app_engine_opts(&o);
     sp_engine *e = sp_engine_create(o.backward, &eo);
     sp_optim_cfg cfg = sp_optim_cfg_default();
@@ -98,6 +98,8 @@ int main(int argc, char **argv)
     sp_json_str(&j, "backward", o.backward);
     sp_json_int(&j, "steps", o.steps);
     sp_json_int(&j, "batch", B);
+    sp_json_int(&j, "threads", o.threads);
+    sp_app_json_engine(&j, &o, e, o.steps > 0);
     sp_json_num(&j, "first_loss", first);
     sp_json_num(&j, "last_loss", loss);
     if (ex && o.save) sp_exec_sync_weights(ex);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "schedulers/schedule.h"
+#include "tests/testutil.h"
 
 typedef struct run {
     sp_schedule *s;
@@ -649,21 +650,21 @@ Test(diagram, svg_one_colour_per_micro_batch)
 /* ------------------------------------------------------------------------------------ */
 /* Errors a user can cause                                                              */
 
-Test(errors, unknown_scheme, .exit_code = 2) { sp_scheme_find("pipedream-2bw"); }
+Test(errors, unknown_scheme, .exit_code = 2, .init = tu_capture_stderr) { sp_scheme_find("pipedream-2bw"); }
 
-Test(errors, pipeline_with_more_workers_than_stages, .exit_code = 2)
+Test(errors, pipeline_with_more_workers_than_stages, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_sched_config c = {.stages = 2, .micro = 4, .workers = 3, .split = -1};
     sp_schedule_new(sp_scheme_find("gpipe"), &c, NULL);
 }
 
-Test(errors, lpp_workers_must_be_g_times_r, .exit_code = 2)
+Test(errors, lpp_workers_must_be_g_times_r, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_sched_config c = {.stages = 4, .micro = 4, .workers = 6, .groups = 2, .per_group = 2, .split = -1};
     sp_schedule_new(sp_scheme_find("lpp"), &c, NULL);
 }
 
-Test(errors, costs_for_other_stage_count, .exit_code = 2)
+Test(errors, costs_for_other_stage_count, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_costs *c = sp_costs_uniform(3, 1, 1, 1);
     sp_sched_config sc = {.stages = 4, .micro = 2, .split = -1};
