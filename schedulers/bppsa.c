@@ -329,8 +329,10 @@ static void drop_pruned(link *L, sp_node *node)
     p.own_data = false;
     free(p.data);
     p.data = NULL;
+    if (L->pattern.own_data) free(L->pattern.data);   /* values live in the arena, per step */
     L->full = L->pattern;   /* the op's pattern: jt_values fills it */
     L->full.data = NULL;
+    L->full.own_data = false;
     L->pattern = p;
 }
 
