@@ -59,7 +59,7 @@ int main(int argc, char **argv)
     }
     sp_model_init(m, o.seed);
     sp_tensor x1 = sp_tensor_2d(xs, 1, D);
-    sp_app_check_scan_levels(&o, m, &x1, ys);
+    sp_app_check_engine(&o, m, &x1, ys);
     sp_engine_opts eo = sp_app_engine_opts(&o);
     sp_engine *e = sp_engine_create(o.backward, &eo);
     sp_optim_cfg cfg = sp_optim_cfg_default();
@@ -70,10 +70,19 @@ int main(int argc, char **argv)
     /* --parallel (under mpirun): the same steps on the ranks, by the master schedule */
     struct sp_exec *ex = sp_app_exec_new(&o, m, opt, 1, (int[]){D});
 
+    int B = o.batch;
+    if (o.plan || o.plan_svg) {   /* print (draw) the bppsa plan of one batch, train nothing */
+        sp_tensor x = sp_tensor_2d(xs, B, D);
+        sp_app_plan_only("demo", &o, m, &x, ys);
+        sp_optim_free(opt);
+        sp_engine_destroy(e);
+        sp_model_free(m);
+        return 0;
+    }
+
     /* the loop: forward on a tape, backward, step, reset */
     sp_tape t;
     sp_tape_init(&t);
-    int B = o.batch;
     float first = 0, loss = 0;
     for (long s = 0; s < o.steps; s++) {
         int start = (int)((s * B) % (N - B + 1));
@@ -89,6 +98,8 @@ int main(int argc, char **argv)
     sp_json_str(&j, "backward", o.backward);
     sp_json_int(&j, "steps", o.steps);
     sp_json_int(&j, "batch", B);
+    sp_json_int(&j, "threads", o.threads);
+    sp_app_json_engine(&j, &o, e, o.steps > 0);
     sp_json_num(&j, "first_loss", first);
     sp_json_num(&j, "last_loss", loss);
     if (ex && o.save) sp_exec_sync_weights(ex);

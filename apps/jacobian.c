@@ -88,7 +88,8 @@ int main(int argc, char **argv)
     char in[64];
     if (ndim == 3) snprintf(in, sizeof in, "%dx%dx%d", shape[0], shape[1], shape[2]);
     else snprintf(in, sizeof in, "%dx%d", shape[0], shape[1]);
-    printf("%s, input %s, batch %d, threads %d\n", o.model, in, o.batch, o.threads);
+    printf("%s, input %s, batch %d, threads %d, seed %llu\n", o.model, in, o.batch, o.threads,
+           (unsigned long long)o.seed);
     sp_jt_table_print(&table, stdout);
 
     /* printed directly: a deep model's ops array outgrows sp_json's fixed buffer; the

@@ -4,6 +4,7 @@
  * Both show one box per task on its lane, arrows for the cross-lane dependencies (the
  * events a CUDA version records and waits on), and a marker where the next step's
  * forward of each layer could start (F'_i after U_i, EuroSys '22 §2's problem). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,5 +202,6 @@ void sp_ooo_trace_write(const sp_ooo_trace *tr, const char *path)
     size_t n = strlen(path);
     if (n > 4 && strcmp(path + n - 4, ".svg") == 0) write_svg(tr, f);
     else write_json(tr, f);
-    if (fclose(f) != 0) sp_fail("--trace %s: write failed", path);
+    bool bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad) sp_fail("--trace %s: write failed: %s", path, strerror(errno));
 }

@@ -478,18 +478,18 @@ static void apply_shape(sp_layer *l, int ndim, const int *shape)
     sp_apply(&t, l, sp_tape_input(&t, &x));
 }
 
-Test(conv_errors, wrong_channels, .exit_code = 2) { apply_shape(sp_conv2d("c", 3, 4, 3, 1, 1), 4, (int[]){2, 4, 8, 8}); }
-Test(conv_errors, not_4d, .exit_code = 2) { apply_shape(sp_conv2d("c", 3, 4, 3, 1, 1), 3, (int[]){3, 8, 8}); }
-Test(conv_errors, input_smaller_than_kernel, .exit_code = 2)
+Test(conv_errors, wrong_channels, .exit_code = 2, .init = tu_capture_stderr) { apply_shape(sp_conv2d("c", 3, 4, 3, 1, 1), 4, (int[]){2, 4, 8, 8}); }
+Test(conv_errors, not_4d, .exit_code = 2, .init = tu_capture_stderr) { apply_shape(sp_conv2d("c", 3, 4, 3, 1, 1), 3, (int[]){3, 8, 8}); }
+Test(conv_errors, input_smaller_than_kernel, .exit_code = 2, .init = tu_capture_stderr)
 {
     apply_shape(sp_conv2d("c", 1, 1, 5, 1, 1), 4, (int[]){1, 1, 2, 9});
 }
-Test(conv_errors, zero_stride, .exit_code = 2) { sp_conv2d("c", 1, 1, 3, 0, 0); }
-Test(conv_errors, negative_padding, .exit_code = 2) { sp_conv2d("c", 1, 1, 3, 1, -1); }
-Test(maxpool_errors, padding_over_half_kernel, .exit_code = 2) { sp_maxpool2d(2, 2, 2); }
-Test(maxpool_errors, zero_kernel, .exit_code = 2) { sp_maxpool2d(0, 1, 0); }
-Test(maxpool_errors, not_4d, .exit_code = 2) { apply_shape(sp_maxpool2d(2, 2, 0), 2, (int[]){4, 16}); }
-Test(maxpool_errors, input_smaller_than_kernel, .exit_code = 2)
+Test(conv_errors, zero_stride, .exit_code = 2, .init = tu_capture_stderr) { sp_conv2d("c", 1, 1, 3, 0, 0); }
+Test(conv_errors, negative_padding, .exit_code = 2, .init = tu_capture_stderr) { sp_conv2d("c", 1, 1, 3, 1, -1); }
+Test(maxpool_errors, padding_over_half_kernel, .exit_code = 2, .init = tu_capture_stderr) { sp_maxpool2d(2, 2, 2); }
+Test(maxpool_errors, zero_kernel, .exit_code = 2, .init = tu_capture_stderr) { sp_maxpool2d(0, 1, 0); }
+Test(maxpool_errors, not_4d, .exit_code = 2, .init = tu_capture_stderr) { apply_shape(sp_maxpool2d(2, 2, 0), 2, (int[]){4, 16}); }
+Test(maxpool_errors, input_smaller_than_kernel, .exit_code = 2, .init = tu_capture_stderr)
 {
     apply_shape(sp_maxpool2d(3, 1, 0), 4, (int[]){1, 1, 5, 2});
 }

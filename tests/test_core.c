@@ -192,9 +192,9 @@ static void bad_linear_shape(void)
     sp_tape_init(&t);
     sp_model_forward(m, &t, sp_tape_input(&t, &x));
 }
-Test(errors, shape_mismatch_exits_2, .exit_code = 2) { bad_linear_shape(); }
+Test(errors, shape_mismatch_exits_2, .exit_code = 2, .init = tu_capture_stderr) { bad_linear_shape(); }
 
-Test(errors, label_out_of_range_exits_2, .exit_code = 2)
+Test(errors, label_out_of_range_exits_2, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_model *m = sp_model_new("bad");
     sp_model_add(m, sp_linear("fc1", 4, 3));
@@ -207,7 +207,7 @@ Test(errors, label_out_of_range_exits_2, .exit_code = 2)
     sp_model_loss(m, &t, &x, ys);
 }
 
-Test(errors, duplicate_param_name_exits_2, .exit_code = 2)
+Test(errors, duplicate_param_name_exits_2, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_model *m = sp_model_new("bad");
     sp_model_add(m, sp_linear("fc", 4, 3));

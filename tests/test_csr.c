@@ -10,6 +10,7 @@
 #include "core/csr_ops.h"
 #include "core/parallel.h"
 #include "core/rng.h"
+#include "tests/testutil.h"
 
 #define TOL 1e-5
 
@@ -211,7 +212,7 @@ static void mismatched_spgemm(void)
     sp_spgemm_plan p;
     sp_spgemm_symbolic(&p, &A, &B);
 }
-Test(spgemm, shape_mismatch_exits_2, .exit_code = 2) { mismatched_spgemm(); }
+Test(spgemm, shape_mismatch_exits_2, .exit_code = 2, .init = tu_capture_stderr) { mismatched_spgemm(); }
 
 Test(mixed, csr_dense_and_dense_csr)
 {

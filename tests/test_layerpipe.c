@@ -246,24 +246,24 @@ Test(profile, round_trip)
     sp_costs_free(b);
 }
 
-Test(profile, missing_column, .exit_code = 2)
+Test(profile, missing_column, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_costs_read_csv(write_file("bad1.csv", "layer,fwd,bwd_grad\nl1,1,2\n"));
 }
 
-Test(profile, not_a_number, .exit_code = 2)
+Test(profile, not_a_number, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_costs_read_csv(write_file("bad2.csv", "fwd,bwd_grad,bwd_delta\n1,2,three\n"));
 }
 
-Test(profile, ragged_row, .exit_code = 2)
+Test(profile, ragged_row, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_costs_read_csv(write_file("bad3.csv", "fwd,bwd_grad,bwd_delta\n1,2,3\n1,2\n"));
 }
 
-Test(profile, missing_file, .exit_code = 2) { sp_costs_read_csv("/nonexistent/profile.csv"); }
+Test(profile, missing_file, .exit_code = 2, .init = tu_capture_stderr) { sp_costs_read_csv("/nonexistent/profile.csv"); }
 
-Test(profile, bad_processor_count, .exit_code = 2)
+Test(profile, bad_processor_count, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_costs *c = sample_network();
     sp_layerpipe lp;

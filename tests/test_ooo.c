@@ -523,17 +523,17 @@ static void run_with_cap(const char *order, size_t cap)
     sp_backward(e, &t, tm_loss(&tm, &t, &b.x, b.y));
 }
 
-Test(memory, cap_below_conventional_exits_2, .exit_code = 2) { run_with_cap("reverse-first-k", 1000); }
-Test(memory, cap_too_small_for_ooo_exits_2, .exit_code = 2) { run_with_cap("ooo", 1000); }
+Test(memory, cap_below_conventional_exits_2, .exit_code = 2, .init = tu_capture_stderr) { run_with_cap("reverse-first-k", 1000); }
+Test(memory, cap_too_small_for_ooo_exits_2, .exit_code = 2, .init = tu_capture_stderr) { run_with_cap("ooo", 1000); }
 
 /* ---- errors, trace, async ------------------------------------------------------------------ */
 
-Test(errors, unknown_order_exits_2, .exit_code = 2)
+Test(errors, unknown_order_exits_2, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_engine_create("ooo", &(sp_engine_opts){.order = "fastest"});
 }
-Test(errors, negative_k_exits_2, .exit_code = 2) { sp_engine_create("ooo", &(sp_engine_opts){.k = -1}); }
-Test(errors, stats_of_another_engine_exit_2, .exit_code = 2) { sp_ooo_last_stats(sp_engine_create("linear", NULL)); }
+Test(errors, negative_k_exits_2, .exit_code = 2, .init = tu_capture_stderr) { sp_engine_create("ooo", &(sp_engine_opts){.k = -1}); }
+Test(errors, stats_of_another_engine_exit_2, .exit_code = 2, .init = tu_capture_stderr) { sp_ooo_last_stats(sp_engine_create("linear", NULL)); }
 
 static char *slurp(const char *path)
 {

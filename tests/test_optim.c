@@ -282,41 +282,41 @@ static sp_param *one_param(void)
     return g_params[g_nparams++] = make_param("w", 1, &n);
 }
 
-Test(errors, unknown_optimizer_exits_2, .exit_code = 2)
+Test(errors, unknown_optimizer_exits_2, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_param *p = one_param();
     sp_optim_cfg cfg = sp_optim_cfg_default();
     sp_optim_create("rmsprop", &p, 1, &cfg);
 }
 
-Test(errors, nesterov_without_momentum_exits_2, .exit_code = 2)
+Test(errors, nesterov_without_momentum_exits_2, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_param *p = one_param();
     sp_sgd_new(&p, 1, 0.1, 0, 0, 0, true);
 }
 
-Test(errors, bad_beta_exits_2, .exit_code = 2)
+Test(errors, bad_beta_exits_2, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_param *p = one_param();
     sp_adam_new(&p, 1, 1e-3, 1.0, 0.999, 1e-8, 0, false);
 }
 
-Test(errors, empty_param_list_exits_2, .exit_code = 2) { sp_sgd_new(NULL, 0, 0.1, 0, 0, 0, false); }
+Test(errors, empty_param_list_exits_2, .exit_code = 2, .init = tu_capture_stderr) { sp_sgd_new(NULL, 0, 0.1, 0, 0, 0, false); }
 
-Test(errors, duplicate_param_exits_2, .exit_code = 2)
+Test(errors, duplicate_param_exits_2, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_param *p = one_param();
     sp_sgd_new((sp_param *[]){p, p}, 2, 0.1, 0, 0, 0, false);
 }
 
-Test(errors, step_params_foreign_param_exits_2, .exit_code = 2)
+Test(errors, step_params_foreign_param_exits_2, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_param *p = one_param(), *q = one_param();
     g_optim = sp_sgd_new(&p, 1, 0.1, 0, 0, 0, false);
     sp_optim_step_params(g_optim, &q, 1);
 }
 
-Test(errors, negative_lr_exits_2, .exit_code = 2)
+Test(errors, negative_lr_exits_2, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_param *p = one_param();
     g_optim = sp_sgd_new(&p, 1, 0.1, 0, 0, 0, false);
@@ -324,7 +324,7 @@ Test(errors, negative_lr_exits_2, .exit_code = 2)
 }
 
 #define BAD_SPEC(tag, spec)                                                          \
-    Test(errors, lr_spec_##tag##_exits_2, .exit_code = 2) { sp_lr_parse(spec, 0.1); }
+    Test(errors, lr_spec_##tag##_exits_2, .exit_code = 2, .init = tu_capture_stderr) { sp_lr_parse(spec, 0.1); }
 BAD_SPEC(unknown, "linear:5")
 BAD_SPEC(cosine_missing_tmax, "cosine")
 BAD_SPEC(step_missing_gamma, "step:3")

@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <sys/wait.h>
 #include "core/safetensors.h"
+#include "tests/testutil.h"
 
 #define TOL 1e-4
 #define PY "/usr/bin/python3"
@@ -68,7 +69,7 @@ static int run(const char *cmd, char *last, size_t len)
 
 static void make_workdir(char *dir, size_t len)
 {
-    snprintf(dir, len, "/tmp/sp_parity_XXXXXX");
+    snprintf(dir, len, "%s/parity_XXXXXX", tu_tmpdir());   /* tu_tmpdir goes at exit, pass or fail */
     cr_assert_not_null(mkdtemp(dir), "mkdtemp %s", dir);
 }
 
@@ -222,7 +223,7 @@ Test(parity, lenet)
     if (!have_fashion_mnist("lenet")) return;
     static const parity_run runs[] = {{"sgd", "0.01", "0.9", "0"}, {"sgd", "0.01", "0.9", "5e-4"}};
     static const char *const engines[] = {"linear"};
-    char dir[64], py[256], flags[256], cmd[1024];
+    char dir[4200], py[256], flags[256], cmd[16384];
     make_workdir(dir, sizeof dir);
     run_flags(flags, sizeof flags, runs, 2);
     snprintf(cmd, sizeof cmd, PY " -B %s lenet %s --steps 20 --batch 64 --seed 2 --f64%s",
@@ -239,7 +240,7 @@ Test(parity, vgg11)
     if (!have_fashion_mnist("vgg11")) return;
     static const parity_run runs[] = {{"sgd", "0.01", "0.9", "0"}};
     static const char *const engines[] = {"linear"};
-    char dir[64], py[256], flags[256], cmd[1024], common[256];
+    char dir[4200], py[256], flags[256], cmd[16384], common[4400];
     make_workdir(dir, sizeof dir);
     run_flags(flags, sizeof flags, runs, 1);
     snprintf(cmd, sizeof cmd, PY " -B %s vgg11 %s --steps 3 --batch 8 --init kaiming --f64 --subset 8%s",
@@ -257,7 +258,7 @@ static const char *const SEQ_ENGINES[] = {"linear", "bppsa"};
 
 static void check_seq(const char *app, int T, int C)
 {
-    char dir[64], py[256], flags[256], cmd[1024], common[256];
+    char dir[4200], py[256], flags[256], cmd[16384], common[4400];
     make_workdir(dir, sizeof dir);
     run_flags(flags, sizeof flags, SEQ_RUNS, 2);
     snprintf(cmd, sizeof cmd,

@@ -439,8 +439,8 @@ static void apply_shape(ctor_fn ctor, int ndim, const int *shape)
     sp_apply(&tp, l, sp_tape_input(&tp, &x));
 }
 
-Test(shapes, rnn_x_not_3d, .exit_code = 2) { apply_shape(sp_rnn, 2, (int[]){3, 4}); }
-Test(shapes, rnn_c_mismatch, .exit_code = 2) { apply_shape(sp_rnn, 3, (int[]){3, 5, 7}); }
-Test(shapes, gru_x_not_3d, .exit_code = 2) { apply_shape(sp_gru, 4, (int[]){1, 3, 5, 4}); }
-Test(shapes, gru_c_mismatch, .exit_code = 2) { apply_shape(sp_gru, 3, (int[]){2, 5, 3}); }
-Test(shapes, bad_hidden, .exit_code = 2) { sp_rnn("rnn", 4, 0, SP_SEQ_LAST); }
+Test(shapes, rnn_x_not_3d, .exit_code = 2, .init = tu_capture_stderr) { apply_shape(sp_rnn, 2, (int[]){3, 4}); }
+Test(shapes, rnn_c_mismatch, .exit_code = 2, .init = tu_capture_stderr) { apply_shape(sp_rnn, 3, (int[]){3, 5, 7}); }
+Test(shapes, gru_x_not_3d, .exit_code = 2, .init = tu_capture_stderr) { apply_shape(sp_gru, 4, (int[]){1, 3, 5, 4}); }
+Test(shapes, gru_c_mismatch, .exit_code = 2, .init = tu_capture_stderr) { apply_shape(sp_gru, 3, (int[]){2, 5, 3}); }
+Test(shapes, bad_hidden, .exit_code = 2, .init = tu_capture_stderr) { sp_rnn("rnn", 4, 0, SP_SEQ_LAST); }

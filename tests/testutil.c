@@ -1,9 +1,15 @@
 /* testutil.c — finite-difference gradient checking and small fixtures. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include "core/error.h"
 #include "core/rng.h"
 #include "layers/layers.h"
@@ -24,14 +30,151 @@ double tu_max_rel_diff(const float *a, const float *b, size_t n)
     return worst / scale;
 }
 
+static char tmp_path[4200];
+static pid_t tmp_owner;
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+static void remove_tmpdir(void)
+{
+    if (tmp_path[0] && getpid() == tmp_owner) nftw(tmp_path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *tu_bin(const char *name)
+{
+    static char path[8][4096];
+    static int k;
+    const char *b = getenv("BUILD");
+    k = (k + 1) % 8;
+    snprintf(path[k], sizeof path[k], "%s/%s", b && *b ? b : "build", name);
+    return path[k];
+}
+
+/* A forked child shares its parent's directory; only the process that made it removes it. */
 const char *tu_tmpdir(void)
 {
-    static char path[64];
-    if (!path[0]) {
-        snprintf(path, sizeof path, "/tmp/scanprop-test-XXXXXX");
-        if (!mkdtemp(path)) sp_fail("cannot create a temporary directory");
+    if (!tmp_path[0]) {
+        char root[4096];
+        snprintf(root, sizeof root, "%s", tu_bin("tmp"));
+        mkdir(root, 0755);
+        char *abs = realpath(root, NULL);
+        snprintf(tmp_path, sizeof tmp_path, "%s/scanprop-test-XXXXXX", abs ? abs : root);
+        free(abs);
+        if (!mkdtemp(tmp_path)) sp_fail("cannot create a temporary directory under %s: %s", root, strerror(errno));
+        tmp_owner = getpid();
+        atexit(remove_tmpdir);
     }
-    return path;
+    return tmp_path;
+}
+
+/* ---- quiet expected errors ----------------------------------------------------------- */
+
+static int saved_stderr = -1, expected_status;
+static pid_t capture_owner;
+static char capture_file[4300], expect_text[512];
+
+static void say(const char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0) {
+        ssize_t w = write(saved_stderr, s, n);
+        if (w <= 0) return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+static void capture_check(int status, void *arg)
+{
+    if (getpid() != capture_owner || saved_stderr < 0) return;   /* a forked child */
+    fflush(stderr);
+    static char text[8192];
+    size_t n = 0;
+    FILE *f = fopen(capture_file, "r");
+    if (f) {
+        n = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+    }
+    text[n] = 0;
+    remove(capture_file);
+    int expected = expected_status;
+    if (expected != 2 || status != 2) {   /* not an expected error: show what it printed */
+        say(text);
+        if (expected == 2 && status != 2) {
+            say("(expected: exit 2 with one line 'scanprop: ...')\n");
+        }
+        return;
+    }
+    char *nl = strchr(text, '\n');
+    bool one_line = strncmp(text, "scanprop: ", 10) == 0 && nl && nl[1] == 0;
+    bool has = !expect_text[0] || strstr(text, expect_text);
+    if (one_line && has) return;
+    say("expected error output: one line 'scanprop: ...'");
+    if (expect_text[0]) {
+        say(" containing '");
+        say(expect_text);
+        say("'");
+    }
+    say("; got:\n");
+    say(text);
+    remove_tmpdir();
+    _exit(1);
+}
+
+void tu_capture_stderr(void)
+{
+    if (capture_owner == getpid()) return;
+    snprintf(capture_file, sizeof capture_file, "%s/stderr.txt", tu_tmpdir());
+    fflush(stderr);
+    int fd = open(capture_file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return;
+    saved_stderr = dup(2);
+    dup2(fd, 2);
+    close(fd);
+    capture_owner = getpid();
+    /* read now: Criterion's test record is not valid any more at exit */
+    expected_status = criterion_current_test && criterion_current_test->data ? criterion_current_test->data->exit_code : 0;
+    on_exit(capture_check, NULL);   /* after remove_tmpdir's atexit: runs first */
+}
+
+void tu_expect_error(const char *text)
+{
+    snprintf(expect_text, sizeof expect_text, "%s", text ? text : "");
+    tu_capture_stderr();
+}
+
+int tu_run(const char *cmd, char *out, size_t outlen, char *err, size_t errlen)
+{
+    static int seq;
+    char o[4300], e[4300], full[16384];
+    const char *dir = tu_tmpdir();
+    seq++;
+    snprintf(o, sizeof o, "%s/run%d.out", dir, seq);
+    snprintf(e, sizeof e, "%s/run%d.err", dir, seq);
+    snprintf(full, sizeof full, "( %s ) >'%s' 2>'%s' </dev/null", cmd, o, e);
+    fflush(NULL);
+    int st = system(full);
+    const char *paths[2] = {o, e};
+    char *bufs[2] = {out, err};
+    size_t lens[2] = {outlen, errlen};
+    for (int i = 0; i < 2; i++) {
+        if (bufs[i] && lens[i]) {
+            size_t n = 0;
+            FILE *f = fopen(paths[i], "r");
+            if (f) {
+                n = fread(bufs[i], 1, lens[i] - 1, f);
+                fclose(f);
+            }
+            bufs[i][n] = 0;
+        }
+        remove(paths[i]);
+    }
+    if (st == -1) return -1;
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
 }
 
 /* y = l(xs) on tape t: a loss op with labels, else l applied to the ninputs leaves. */

@@ -58,7 +58,25 @@ int tu_dag_input_shape(const char *name, int *shape);
 void tu_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);
 /* max |a − b| / max(1, max |b|) */
 double tu_max_rel_diff(const float *a, const float *b, size_t n);
-/* A fresh empty directory under /tmp for this process. */
+/* A fresh empty directory for this test process, under $BUILD/tmp (build/tmp), never
+ * /tmp; removed with everything in it when the process that made it exits, whether the
+ * test passed or failed (scripts/run_tests.sh also clears $BUILD/tmp after a crash). */
 const char *tu_tmpdir(void);
+
+/* Quiet expected errors. As a test's or suite's .init (or called first in a test): stderr
+ * goes to a file. At exit, a test declared with .exit_code = 2 must have printed exactly
+ * one line "scanprop: …" (containing the text given to tu_expect_error, if any); then
+ * nothing is shown. Otherwise the captured text is printed with what was expected, and a
+ * wrong message turns the exit status into 1, so the test fails. A test expecting exit 0
+ * shows its stderr as before. */
+void tu_capture_stderr(void);
+void tu_expect_error(const char *text);
+
+/* Runs `cmd` with /bin/sh, stdout and stderr into files of tu_tmpdir() (nothing shown);
+ * out/err (if not NULL) receive them, NUL-terminated and cut to their size. Returns the
+ * exit status, or 128 + signal. */
+int tu_run(const char *cmd, char *out, size_t outlen, char *err, size_t errlen);
+/* The path of a built binary: $BUILD/name (default build/name); up to 8 live at once. */
+const char *tu_bin(const char *name);
 
 #endif

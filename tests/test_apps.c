@@ -1,0 +1,676 @@
+/* test_apps.c — the apps' flags, as a user meets them (issue 15 item 1, issue 19 items
+ * 9–13):
+ *   - every flag of every app either takes effect or is refused: a walk runs each app
+ *     with each flag of its --help and checks the effect (the output changes, a file
+ *     appears, the progress goes quiet) or the refusal (exit 2, one line saying why);
+ *     a flag in --help without a walk entry fails the test;
+ *   - README.md's flag list is the --help of every app;
+ *   - the cases the issues name: flags that do not apply, "did you mean", --k 0,
+ *     --batch beyond the dataset (and INT_MAX: no overflow), --steps with --epochs,
+ *     --scan-levels out of range, output to a full disk (/dev/full).
+ * Every run's stdout and stderr go to files (tu_run); nothing is printed. */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <stb/stb_image_write.h>
+#include "core/error.h"
+#include "data/data.h"
+#include "schedulers/scan.h"
+#include "tests/testutil.h"
+
+#define OUT 65536
+
+static char out[OUT], err[OUT], out0[OUT], err0[OUT];
+
+/* `fmt` with %T replaced by the test's temporary directory */
+static const char *expand(const char *fmt)
+{
+    static char buf[2][16384];
+    static int k;
+    k ^= 1;
+    size_t n = 0;
+    for (const char *p = fmt; *p && n + 4300 < sizeof buf[k]; p++) {
+        if (p[0] == '%' && p[1] == 'T') {
+            n += (size_t)snprintf(buf[k] + n, sizeof buf[k] - n, "%s", tu_tmpdir());
+            p++;
+        } else {
+            buf[k][n++] = *p;
+        }
+    }
+    buf[k][n] = 0;
+    return buf[k];
+}
+
+static int app(const char *name, const char *args, char *o, char *e)
+{
+    char cmd[40000];
+    /* MPI_Init's libraries (pmix, hwloc, Open MPI) leave allocations LeakSanitizer
+     * reports at exit; --parallel runs in the sanitizer build skip the leak check */
+    const char *env = strstr(args, "--parallel") ? "ASAN_OPTIONS=detect_leaks=0 " : "";
+    snprintf(cmd, sizeof cmd, "%s%s %s", env, tu_bin(name), expand(args));
+    return tu_run(cmd, o, OUT, e, OUT);
+}
+
+/* Drops what measures time: JSON keys ending in _ms / _s / seconds / images_per_s, and
+ * text lines with "ms" columns (jacobian's table). */
+static void strip_times(char *s)
+{
+    static const char *keys[] = {"images_per_s", "seconds", "forward_ms", "backward_ms", "step_ms", "analytic_ms",
+                                 "columnwise_ms"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        char pat[64];
+        snprintf(pat, sizeof pat, "\"%s\": ", keys[k]);
+        for (char *p; (p = strstr(s, pat));) {
+            char *end = p + strlen(pat);
+            while (*end && *end != ',' && *end != '}') end++;
+            memmove(p, end, strlen(end) + 1);
+        }
+    }
+    for (char *line = s; *line;) {   /* lines with timings */
+        char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line + 1) : strlen(line);
+        char keep = line[len - (nl ? 1 : 0)];
+        line[len - (nl ? 1 : 0)] = 0;
+        bool timed = strstr(line, " ms ") || strstr(line, " ms\t") || strstr(line, "img/s") || strstr(line, "FLOP");
+        line[len - (nl ? 1 : 0)] = keep;
+        if (timed && line[0] != '{') memmove(line, line + len, strlen(line + len) + 1);
+        else line += len;
+    }
+}
+
+/* ---- the walk --------------------------------------------------------------------- */
+
+typedef enum {
+    EFFECT,        /* stdout (times dropped) differs from the run without `args`        */
+    QUIET,         /* stderr empty, but not without `args`                               */
+    FILE_MADE,     /* `what` (after %T) exists and is not empty                          */
+    STDOUT_HAS,    /* stdout contains `what`                                             */
+    STDOUT_LACKS,  /* stdout lacks `what` (present without `args`)                       */
+    STDERR_HAS,    /* exit 0 and stderr contains `what`                                  */
+    REFUSED,       /* exit 2, one line "scanprop: …" containing `what`                   */
+} effect;
+
+typedef struct walk {
+    const char *with;   /* added to the app's base for both runs (e.g. "--backward ooo");
+                         * "=ARGS": ARGS instead of the base                               */
+    const char *args;   /* the flag(s) under test                                         */
+    effect expect;
+    const char *what;
+} walk;
+
+static bool one_line_error(const char *e)
+{
+    const char *nl = strchr(e, '\n');
+    return strncmp(e, "scanprop: ", 10) == 0 && nl && nl[1] == 0;
+}
+
+/* refusals_only: the runs that end before training (the sanitizer build of VGG-11 is too
+ * slow to train 60 times; the same flag code trains in the lenet walk) */
+static void run_walk_some(const char *name, const char *base, const walk *w, int n, bool refusals_only)
+{
+    for (int i = 0; i < n; i++) {
+        if (refusals_only && w[i].expect != REFUSED) continue;
+        char a0[8192], a1[9000];
+        if (w[i].with && w[i].with[0] == '=') snprintf(a0, sizeof a0, "%s", w[i].with + 1);   /* instead of base */
+        else snprintf(a0, sizeof a0, "%s %s", base, w[i].with ? w[i].with : "");
+        snprintf(a1, sizeof a1, "%s %s", a0, w[i].args);
+        const char *what = w[i].what ? expand(w[i].what) : "";
+        char whatc[4400];
+        snprintf(whatc, sizeof whatc, "%s", what);
+        if (w[i].expect == FILE_MADE) remove(whatc);
+        int rc = app(name, a1, out, err);
+        if (w[i].expect == REFUSED) {
+            cr_expect_eq(rc, 2, "%s %s: exit %d, expected 2 (refused); stderr: %s", name, a1, rc, err);
+            cr_expect(one_line_error(err), "%s %s: expected one line 'scanprop: ...', got '%s'", name, a1, err);
+            cr_expect(strstr(err, whatc), "%s %s: expected the error to say '%s', got '%s'", name, a1, whatc, err);
+            continue;
+        }
+        cr_expect_eq(rc, 0, "%s %s: exit %d; stderr: %s", name, a1, rc, err);
+        if (rc != 0) continue;
+        switch (w[i].expect) {
+        case FILE_MADE: {
+            struct stat st;
+            cr_expect(stat(whatc, &st) == 0 && st.st_size > 0, "%s %s: %s not written", name, a1, whatc);
+            break;
+        }
+        case STDOUT_HAS: cr_expect(strstr(out, whatc), "%s %s: stdout lacks '%s'", name, a1, whatc); break;
+        case STDERR_HAS: cr_expect(strstr(err, whatc), "%s %s: stderr lacks '%s': %s", name, a1, whatc, err); break;
+        default: {
+            static char cached[8192];   /* the last base run, reused while `with` stays */
+            if (strcmp(cached, a0) != 0 || w[i].expect == QUIET) {
+                cr_expect_eq(app(name, a0, out0, err0), 0, "%s %s: exit != 0; stderr: %s", name, a0, err0);
+                snprintf(cached, sizeof cached, "%s", a0);
+                strip_times(out0);
+            }
+            if (w[i].expect == QUIET) {
+                cr_expect(err[0] == 0 && err0[0] != 0, "%s %s: stderr '%s', without it '%s'", name, a1, err, err0);
+            } else if (w[i].expect == STDOUT_LACKS) {
+                cr_expect(strstr(out0, whatc) && !strstr(out, whatc), "%s %s: '%s' should go away", name, a1, whatc);
+            } else {
+                strip_times(out);
+                cr_expect_str_neq(out, out0, "%s: %s had no visible effect (stdout %s)", name, w[i].args, out);
+            }
+        }
+        }
+    }
+}
+
+static void run_walk(const char *name, const char *base, const walk *w, int n)
+{
+    run_walk_some(name, base, w, n, false);
+}
+
+/* The flags of an app's --help ("  --name ..." lines), space-separated, help excluded. */
+static void help_flags(const char *name, char *list, size_t len)
+{
+    cr_assert_eq(app(name, "--help", out, err), 0, "%s --help: %s", name, err);
+    cr_assert_eq(err[0], 0, "%s --help wrote to stderr: %s", name, err);
+    size_t k = 0;
+    list[0] = 0;
+    for (char *line = out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, "  --", 4) != 0) continue;
+        size_t n = strspn(line + 4, "abcdefghijklmnopqrstuvwxyz0123456789-");
+        if (n == 4 && strncmp(line + 4, "help", 4) == 0) continue;
+        k += (size_t)snprintf(list + k, len - k, " %.*s ", (int)n, line + 4);
+        cr_assert_lt(k, len);
+    }
+}
+
+/* Every flag of --help has a walk entry that names it. */
+static void check_coverage(const char *name, const walk *w, int n)
+{
+    char flags[8192];
+    help_flags(name, flags, sizeof flags);
+    for (char *p = flags; (p = strchr(p, ' ')) && p[1];) {
+        char flag[64];
+        size_t len = strcspn(p + 1, " ");
+        if (len == 0) {
+            p++;
+            continue;
+        }
+        snprintf(flag, sizeof flag, "--%.*s", (int)len, p + 1);
+        bool found = false;
+        for (int i = 0; i < n && !found; i++) {
+            const char *a = strstr(w[i].args, flag);
+            found = a && (a[strlen(flag)] == ' ' || a[strlen(flag)] == 0);
+        }
+        cr_expect(found, "%s %s: no entry in the flag walk of tests/test_apps.c (a flag must take effect or be refused)",
+                  name, flag);
+        p += len + 1;
+    }
+}
+
+/* A tiny image folder: 2 classes x `per_class` images, train and test. */
+static void make_images(int per_class)
+{
+    unsigned char px[8 * 8];
+    char path[4400];
+    const char *split[] = {"train", "test"}, *cls[] = {"cat", "dog"};
+    for (int s = 0; s < 2; s++)
+        for (int c = 0; c < 2; c++) {
+            snprintf(path, sizeof path, "%s/img", tu_tmpdir());
+            mkdir(path, 0755);
+            snprintf(path, sizeof path, "%s/img/%s", tu_tmpdir(), split[s]);
+            mkdir(path, 0755);
+            snprintf(path, sizeof path, "%s/img/%s/%s", tu_tmpdir(), split[s], cls[c]);
+            mkdir(path, 0755);
+            for (int i = 0; i < per_class; i++) {
+                for (int j = 0; j < 64; j++) px[j] = (unsigned char)((j * (7 + i) + c * 97 + s * 13) & 255);
+                snprintf(path, sizeof path, "%s/img/%s/%s/%d.png", tu_tmpdir(), split[s], cls[c], i);
+                cr_assert(stbi_write_png(path, 8, 8, 1, px, 8));
+            }
+        }
+}
+
+#define N(w) ((int)(sizeof w / sizeof w[0]))
+
+/* the flags every trainer shares; OTHER: an optimizer other than the app's default, SGD:
+ * `with` that makes it SGD, K: a --k other than the default half of the layers */
+#define TRAIN_WALK(OTHER, SGD)                                                                                   \
+    {NULL, "--steps 1", EFFECT, NULL}, {NULL, "--batch 2", EFFECT, NULL}, {NULL, "--lr 0.5", EFFECT, NULL},        \
+        {NULL, "--optim " OTHER, EFFECT, NULL}, {SGD, "--momentum 0.5", EFFECT, NULL},                            \
+        {"--optim adam", "--momentum 0.5", REFUSED, "--momentum needs --optim sgd"},                              \
+        {NULL, "--weight-decay 0.5", EFFECT, NULL}, {NULL, "--seed 7", EFFECT, NULL},                            \
+        {NULL, "--threads 2", EFFECT, NULL}, {NULL, "--quiet", QUIET, NULL}
+
+#define LOOP_WALK                                                                                            \
+    {NULL, "--epochs 2", EFFECT, NULL}, {"--epochs 2", "--lr-schedule step:1:0.1", EFFECT, NULL},            \
+        {NULL, "--no-shuffle", EFFECT, NULL}, {NULL, "--eval-every 1", STDERR_HAS, "step 1: test loss"},     \
+        {NULL, "--log %T/log.csv", FILE_MADE, "%T/log.csv"}, {NULL, "--save %T/w.st", FILE_MADE, "%T/w.st"}, \
+        {NULL, "--load %T/w.st", EFFECT, NULL}, {"--load %T/w.st", "--eval-only", STDOUT_HAS, "eval-only"},     \
+        {NULL, "--eval-only", REFUSED, "--eval-only needs --load"},                                            \
+        {NULL, "--save-every 3", REFUSED, "--save-every needs --save"},                                        \
+        {"--steps 3", "--save-every 2 --save %T/r.st", FILE_MADE, "%T/r.st"},                                  \
+        {"--steps 3", "--resume %T/r.st", EFFECT, NULL},                                               \
+        {NULL, "--prune 0.5", EFFECT, NULL}, {NULL, "--prune-scope layer", REFUSED, "--prune-scope needs --prune"}, \
+        {"--prune 0.5", "--prune-scope layer", STDOUT_HAS, "\"pruned\": 0.5"}
+
+#define ENGINE_WALK(K)                                                                                         \
+    {NULL, "--backward ooo", EFFECT, NULL}, {NULL, "--scan-levels 1", REFUSED, "--scan-levels needs --backward bppsa"}, \
+        {NULL, "--plan", REFUSED, "--plan needs --backward bppsa"},                                            \
+        {NULL, "--plan-svg %T/p.svg", REFUSED, "--plan-svg needs --backward bppsa"},                           \
+        {NULL, "--order list", REFUSED, "--order needs --backward ooo"},                                       \
+        {"--backward ooo", "--order list", EFFECT, NULL},                                                      \
+        {"--backward ooo", "--k 1", REFUSED, "--k needs --order reverse-first-k"},                             \
+        {"--backward ooo --order reverse-first-k", "--k " K, EFFECT, NULL},                                    \
+        {"--backward ooo --order reverse-first-k", "--k 99", REFUSED, "--k 99: expected 0.."},                 \
+        {NULL, "--mem-cap 1000", REFUSED, "--mem-cap needs --backward ooo"},                                   \
+        {"--backward ooo", "--mem-cap 1000", REFUSED, "--mem-cap 1000"},                                       \
+        {NULL, "--trace %T/t.json", REFUSED, "--trace needs --backward ooo"},                                  \
+        {"--backward ooo", "--trace %T/t.json", FILE_MADE, "%T/t.json"}
+
+/* parallel training on one rank (tests/test_exec.c runs it under mpirun) */
+#define PAR_WALK                                                                                               \
+    {NULL, "--parallel ddp", EFFECT, NULL}, {"--parallel gpipe --batch 2", "--microbatches 2", EFFECT, NULL},          \
+        {NULL, "--microbatches 2", REFUSED, "--microbatches needs --parallel"},                              \
+        {"--parallel ddp", "--groups 2", REFUSED, "--groups needs --parallel lpp or fslpp"},                 \
+        {NULL, "--partition layerpipe", REFUSED, "--partition needs --parallel"},                            \
+        {NULL, "--bucket-mb 1", REFUSED, "--bucket-mb needs --parallel"},                                    \
+        {NULL, "--comm-timeout 5", REFUSED, "--comm-timeout needs --parallel"},                              \
+        {"--parallel gpipe --batch 2", "--costs %T/none.csv", REFUSED, "none.csv"},                                    \
+        {"--parallel gpipe --batch 2", "--costs-out %T/costs.csv", FILE_MADE, "%T/costs.csv"},                         \
+        {"--parallel ddp", "--exec-order %T/order.txt", FILE_MADE, "%T/order.txt"},                          \
+        {"--parallel ddp", "--backward bppsa", REFUSED, "--parallel needs --backward linear or ooo"}, \
+        {"--parallel ddp", "--backward ooo", EFFECT, NULL}
+
+/* bppsa runs: light models only */
+#define BPPSA_WALK                                                                         \
+    {NULL, "--backward bppsa", EFFECT, NULL}, {"--backward bppsa", "--scan-levels 1", EFFECT, NULL}, \
+        {"--backward bppsa", "--plan", STDOUT_HAS, "bppsa plan"},                           \
+        {"--backward bppsa", "--scan-levels 99", REFUSED, "expected 0.."}
+
+Test(walk, lenet)
+{
+    make_images(4);
+    walk w[] = {
+        TRAIN_WALK("adam", NULL),
+        LOOP_WALK,
+        ENGINE_WALK("1"),
+        BPPSA_WALK,
+        PAR_WALK,
+        {NULL, "--data %T/nowhere", REFUSED, "nowhere"},
+        {NULL, "--data-format mnist", REFUSED, "train-images-idx3-ubyte"},
+    };
+    run_walk("lenet", "--data %T/img --data-format folder --batch 4 --threads 1", w, N(w));
+    check_coverage("lenet", w, N(w));
+}
+
+Test(walk, vgg11)   /* VGG-11 is slow: 4 images, batch 1 */
+{
+    make_images(2);
+    walk w[] = {
+        TRAIN_WALK("adam", NULL),
+        LOOP_WALK,
+        ENGINE_WALK("1"),
+        PAR_WALK,
+        {NULL, "--backward bppsa --scan-levels 99", REFUSED, "expected 0.."},
+        {NULL, "--backward bppsa --plan --scan-levels 99", REFUSED, "expected 0.."},
+        {NULL, "--data %T/nowhere", REFUSED, "nowhere"},
+        {NULL, "--data-format cifar10", REFUSED, "data_batch"},
+    };
+#if defined(__SANITIZE_ADDRESS__)
+    bool sanitized = true;
+#else
+    bool sanitized = false;
+#endif
+    run_walk_some("vgg11", "--data %T/img --data-format folder --batch 1 --threads 1", w, N(w), sanitized);
+    check_coverage("vgg11", w, N(w));
+}
+
+/* a small sequence file: x [N, T, C], y [N] */
+static void make_sequences(void)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/seq.safetensors", tu_tmpdir());
+    sp_dataset *d = sp_bitstream(8, 6, 3);
+    cr_assert_eq(sp_dataset_save(d, path), SP_OK, "%s", sp_last_error());
+    sp_dataset_free(d);
+}
+
+Test(walk, rnn)
+{
+    make_sequences();
+    walk w[] = {
+        TRAIN_WALK("sgd", "--optim sgd"),
+        LOOP_WALK,
+        ENGINE_WALK("2"),
+        BPPSA_WALK,
+        PAR_WALK,
+        {NULL, "--paper-defaults", EFFECT, NULL},
+        {NULL, "--seq-len 9", EFFECT, NULL},
+        {NULL, "--samples 24", EFFECT, NULL},
+        {NULL, "--hidden 5", EFFECT, NULL},
+        {"=--batch 4 --steps 2", "--dataset %T/seq.safetensors", STDOUT_HAS, "\"test_loss\": null"},
+        {"=--steps 1", "--dataset %T/seq.safetensors --seq-len 9", REFUSED, "--seq-len needs --dataset bitstream"},
+        {NULL, "--data %T", REFUSED, "--data does not apply to rnn"},
+        {NULL, "--data-format cifar10", REFUSED, "--data-format does not apply to rnn"},
+    };
+    run_walk("rnn", "--seq-len 8 --samples 32 --batch 4 --threads 1", w, N(w));
+    check_coverage("rnn", w, N(w));
+}
+
+Test(walk, gru)
+{
+    make_sequences();
+    walk w[] = {
+        TRAIN_WALK("sgd", "--optim sgd"),
+        LOOP_WALK,
+        ENGINE_WALK("2"),
+        PAR_WALK,
+        {NULL, "--backward bppsa --scan-levels 99", REFUSED, "expected 0.."},
+        {NULL, "--backward bppsa --plan --scan-levels 99", REFUSED, "expected 0.."},
+        {NULL, "--shape M", EFFECT, NULL},
+        {NULL, "--samples 12", EFFECT, NULL},
+        {NULL, "--classes 3", EFFECT, NULL},
+        {NULL, "--hidden 5", EFFECT, NULL},
+        {"=--batch 4 --steps 2", "--dataset %T/seq.safetensors", STDOUT_HAS, "\"test_loss\": null"},
+        {"=--steps 1", "--dataset %T/seq.safetensors --classes 3", REFUSED, "--classes needs --dataset synthetic"},
+        {NULL, "--data-format cifar10", REFUSED, "--data-format does not apply to gru"},
+    };
+    run_walk("gru", "--shape S --samples 8 --batch 4 --threads 1", w, N(w));
+    check_coverage("gru", w, N(w));
+}
+
+Test(walk, demo)
+{
+    walk w[] = {
+        {NULL, "--steps 2", EFFECT, NULL},
+        {NULL, "--batch 8", EFFECT, NULL},
+        {NULL, "--lr 0.5", EFFECT, NULL},
+        {NULL, "--optim adam", EFFECT, NULL},
+        {NULL, "--momentum 0.5", EFFECT, NULL},
+        {"--optim adam", "--momentum 0.5", REFUSED, "--momentum needs --optim sgd"},
+        {NULL, "--weight-decay 0.5", EFFECT, NULL},
+        {NULL, "--seed 7", EFFECT, NULL},
+        {NULL, "--threads 2", EFFECT, NULL},
+        {NULL, "--quiet", QUIET, NULL},
+        {NULL, "--layers 3", EFFECT, NULL},
+        {NULL, "--width 9", EFFECT, NULL},
+        BPPSA_WALK,
+        ENGINE_WALK("2"),
+        PAR_WALK,
+        {NULL, "--save %T/x.st", FILE_MADE, "%T/x.st"},
+        /* what demo's one-screen loop does not do is refused, not ignored (issue 15) */
+        {NULL, "--load %T/x.st", REFUSED, "--load does not apply to demo"},
+        {NULL, "--log %T/x.csv", REFUSED, "--log does not apply to demo"},
+        {NULL, "--epochs 2", REFUSED, "--epochs does not apply to demo"},
+        {NULL, "--lr-schedule cosine:5", REFUSED, "--lr-schedule does not apply to demo"},
+        {NULL, "--data %T", REFUSED, "--data does not apply to demo"},
+        {NULL, "--batch 513", REFUSED, "--batch 513 exceeds the 512 training samples"},
+    };
+    run_walk("demo", "--steps 3 --threads 1", w, N(w));
+    check_coverage("demo", w, N(w));
+}
+
+Test(walk, jacobian)
+{
+    walk w[] = {
+        {NULL, "--model lenet", EFFECT, NULL},
+        {NULL, "--model resnet", REFUSED, "--model resnet: expected lenet, vgg11, rnn, gru, mlp"},
+        {"--model rnn", "--input 7x1", EFFECT, NULL},
+        {NULL, "--input 20x20", REFUSED, "--input 20x20"},
+        {NULL, "--batch 2", EFFECT, NULL},
+        {NULL, "--batch 0", REFUSED, "--batch 0: expected 1..4096"},
+        {NULL, "--png %T/png", FILE_MADE, "%T/png/01_fc1.png"},
+        {NULL, "--columns 100000", STDOUT_LACKS, "~ columnwise extrapolated"},
+        {NULL, "--threads 1", EFFECT, NULL},
+        {NULL, "--seed 7", EFFECT, NULL},
+    };
+    run_walk("jacobian", "--model mlp --columns 4", w, N(w));
+    check_coverage("jacobian", w, N(w));
+}
+
+Test(walk, schedule)
+{
+    walk w[] = {
+        {NULL, "--scheme 1f1b", EFFECT, NULL},
+        {NULL, "--stages 3", EFFECT, NULL},
+        {NULL, "--microbatches 3", EFFECT, NULL},
+        {"--scheme ddp", "--workers 2", EFFECT, NULL},
+        {NULL, "--workers 0", REFUSED, "--workers 0: expected >= 1"},
+        {"--scheme lpp --stages 4 --workers 4", "--groups 2 --per-group 2", EFFECT, NULL},
+        {NULL, "--groups 2", REFUSED, "--groups needs --scheme lpp or fslpp"},
+        {NULL, "--per-group 2", REFUSED, "--per-group needs --scheme lpp or fslpp"},
+        {NULL, "--split", EFFECT, NULL},
+        {"--scheme ooo-ff", "--no-split", EFFECT, NULL},
+        {NULL, "--split --no-split", REFUSED, "--split does not apply with --no-split"},
+        {NULL, "--no-input-grad", EFFECT, NULL},
+        {NULL, "--fwd-cost 2", EFFECT, NULL},
+        {NULL, "--bwd-cost 3", EFFECT, NULL},
+        {NULL, "--delta-cost 2", EFFECT, NULL},
+        {NULL, "--grad-cost 2", EFFECT, NULL},
+        {NULL, "--model mlp", EFFECT, NULL},
+        {NULL, "--model mlp --stages 3", REFUSED, "--stages does not apply with --model"},
+        {NULL, "--model mlp --fwd-cost 2", REFUSED, "--fwd-cost does not apply with --model"},
+        {"--model mlp", "--batch-size 4", EFFECT, NULL},
+        {"--model mlp", "--gflops 10", EFFECT, NULL},
+        {NULL, "--gflops 10", REFUSED, "--gflops needs --model"},
+        {NULL, "--profile %T/none.csv", REFUSED, "none.csv"},
+        {NULL, "--costs-out %T/c.csv", FILE_MADE, "%T/c.csv"},
+        {NULL, "--svg %T/d.svg", FILE_MADE, "%T/d.svg"},
+        {NULL, "--title x", REFUSED, "--title needs --svg"},
+        {NULL, "--max-cols 5", EFFECT, NULL},
+        {NULL, "--no-diagram", EFFECT, NULL},
+        {"=", "--layerpipe docs/layerpipe-table2.csv", EFFECT, NULL},
+        {"=--layerpipe docs/layerpipe-table2.csv", "--processors 2", EFFECT, NULL},
+        {"=--layerpipe docs/layerpipe-table2.csv --processors 2", "--alpha 1.5", EFFECT, NULL},
+        {NULL, "--alpha 1.5", REFUSED, "--alpha needs --layerpipe"},
+        {NULL, "--layerpipe docs/layerpipe-table2.csv", REFUSED, "--microbatches does not apply with --layerpipe"},
+        {"=", "--list", EFFECT, NULL},
+        {NULL, "--list", REFUSED, "--microbatches does not apply with --list"},
+    };
+    run_walk("schedule", "--microbatches 4", w, N(w));
+    check_coverage("schedule", w, N(w));
+}
+
+/* ---- README.md's flag list is the code's -------------------------------------------- */
+
+Test(readme, flag_list_matches_help)
+{
+    FILE *f = fopen("README.md", "r");
+    cr_assert_not_null(f, "README.md not found (run from the repository root)");
+    static char text[1 << 17];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    const char *begin = strstr(text, "<!-- flags:begin"), *end = strstr(text, "<!-- flags:end");
+    cr_assert(begin && end && begin < end, "README.md: no <!-- flags:begin --> ... <!-- flags:end --> section");
+    const char *apps[] = {"lenet", "vgg11", "rnn", "gru", "demo", "jacobian", "schedule"};
+    for (size_t a = 0; a < sizeof apps / sizeof apps[0]; a++) {
+        char readme[8192] = "", help[8192];
+        size_t k = 0;
+        char tag[64];
+        snprintf(tag, sizeof tag, "`build/%s`", apps[a]);
+        for (const char *line = begin; line < end; line = strchr(line, '\n') + 1) {
+            const char *eol = strchr(line, '\n');
+            char row[4096];
+            snprintf(row, sizeof row, "%.*s", (int)(eol - line), line);
+            if (!strstr(row, tag)) continue;
+            for (const char *p = row; (p = strstr(p, "`--"));) {   /* `--flag ...` */
+                size_t len = strspn(p + 3, "abcdefghijklmnopqrstuvwxyz0123456789-");
+                k += (size_t)snprintf(readme + k, sizeof readme - k, " %.*s ", (int)len, p + 3);
+                p += 3 + len;
+            }
+        }
+        help_flags(apps[a], help, sizeof help);
+        /* each list within the other: same sets */
+        for (int pass = 0; pass < 2; pass++) {
+            const char *x = pass ? readme : help, *y = pass ? help : readme;
+            for (const char *p = x; (p = strchr(p, ' ')) && p[1];) {
+                size_t len = strcspn(p + 1, " ");
+                if (len) {
+                    char needle[80];
+                    snprintf(needle, sizeof needle, " %.*s ", (int)len, p + 1);
+                    cr_expect(strstr(y, needle), "build/%s --%.*s: in %s but not in %s", apps[a], (int)len, p + 1,
+                              pass ? "README.md's flag list" : "--help", pass ? "--help" : "README.md's flag list");
+                }
+                p += len + 1;
+            }
+        }
+    }
+}
+
+/* ---- the cases issue 15 names ------------------------------------------------------- */
+
+Test(flags, refused_with_the_reason)
+{
+    static const struct {
+        const char *app, *args, *says;
+    } cases[] = {
+        {"lenet", "--trace %T/t.json", "--trace needs --backward ooo"},
+        {"lenet", "--plan", "--plan needs --backward bppsa"},
+        {"lenet", "--order list", "--order needs --backward ooo"},
+        {"lenet", "--data-format mnist", "--data-format mnist needs --data DIR"},
+        {"lenet", "--btach 4", "did you mean --batch?"},
+        {"lenet", "--epoch 2", "did you mean --epochs?"},
+        {"lenet", "-batch 4", "did you mean --batch?"},
+        {"lenet", "--optim rmsprop", "expected sgd, adam or adamw"},
+        {"lenet", "--backward nope", "expected linear, bppsa or ooo"},
+        {"rnn", "--data /nonexistent", "--data does not apply to rnn"},
+        {"gru", "--data-format cifar10", "--data-format does not apply to gru"},
+        {"demo", "--load %T/w.st", "--load does not apply to demo"},
+        {"demo", "--weight-decay -1", "--weight-decay -1: expected >= 0"},
+        {"schedule", "--scheme gpipe --groups 2", "--groups needs --scheme lpp or fslpp"},
+        {"schedule", "--alpha 2", "--alpha needs --layerpipe"},
+        {"schedule", "--workers 0", "--workers 0: expected >= 1"},
+        {"jacobian", "--colums 3", "did you mean --columns?"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = app(cases[i].app, cases[i].args, out, err);
+        cr_expect_eq(rc, 2, "%s %s: exit %d", cases[i].app, cases[i].args, rc);
+        cr_expect(one_line_error(err) && strstr(err, cases[i].says), "%s %s: expected one line with '%s', got '%s'",
+                  cases[i].app, cases[i].args, cases[i].says, err);
+        cr_expect_eq(out[0], 0, "%s %s: wrote to stdout: %s", cases[i].app, cases[i].args, out);
+    }
+}
+
+Test(flags, help_shows_defaults_and_values)
+{
+    cr_assert_eq(app("lenet", "--help", out, err), 0);
+    const char *must[] = {"fashion-mnist, mnist, idx, cifar10 or folder", "linear, bppsa or ooo",
+                          "conventional, ooo, reverse-first-k or list", "sgd, adam or adamw", "(default 64)",
+                          "(default 0.01)", "needs --backward ooo", "bppsa engine", "ooo engine", "whichever limit comes first"};
+    for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
+        cr_expect(strstr(out, must[i]), "lenet --help lacks '%s'", must[i]);
+}
+
+/* docs/OOO.md: "--k 0 means that default" (half the parameterised layers) */
+Test(flags, k_zero_is_half_the_layers)
+{
+    cr_assert_eq(app("demo", "--steps 1 --layers 4 --backward ooo --order reverse-first-k --k 0 --quiet", out, err), 0,
+                 "%s", err);
+    cr_expect(strstr(out, "\"k\": 2"), "4 linear layers, --k 0: expected k 2 in %s", out);
+}
+
+/* ---- issue 19 items 9–13 -------------------------------------------------------------- */
+
+/* item 9: (n + batch - 1) / batch overflowed for batch near INT_MAX (UBSan aborts) */
+Test(numbers, loader_batch_int_max_does_not_overflow)
+{
+    float *x;
+    int *y, shape[1] = {1};
+    sp_dataset *d = sp_dataset_new_f32("three", 3, 1, shape, 2, &x, &y);
+    for (int i = 0; i < 3; i++) x[i] = (float)i, y[i] = i % 2;
+    sp_loader *l = sp_loader_new_sync(d, INT_MAX, false, 1, false);
+    cr_expect_eq(sp_loader_nbatches(l), 1);
+    cr_expect_eq(sp_loader_batch(l), 3, "the batch as run is the dataset's 3 samples");
+    sp_batch b;
+    cr_assert(sp_loader_next(l, &b));
+    cr_expect_eq(b.n, 3);
+    cr_expect(!sp_loader_next(l, &b));
+    sp_loader_free(l);
+    l = sp_loader_new_sync(d, INT_MAX - 1, false, 1, false);
+    cr_expect_eq(sp_loader_nbatches(l), 1);
+    sp_loader_free(l);
+    sp_dataset_free(d);
+}
+
+/* items 9 and 10: a batch beyond the dataset is refused, not run as another size */
+Test(numbers, batch_beyond_the_dataset_is_refused)
+{
+    const char *args[] = {"--batch 2147483647", "--batch 99999999", "--batch 33"};
+    for (int i = 0; i < 3; i++) {
+        char a[256];
+        snprintf(a, sizeof a, "--seq-len 4 --samples 32 --quiet %s", args[i]);
+        cr_expect_eq(app("rnn", a, out, err), 2, "rnn %s", a);
+        cr_expect(one_line_error(err) && strstr(err, "exceeds the 32 training samples"), "rnn %s: '%s'", a, err);
+    }
+    /* the JSON reports the batch that ran */
+    cr_assert_eq(app("rnn", "--seq-len 4 --samples 32 --quiet --batch 32", out, err), 0, "%s", err);
+    cr_expect(strstr(out, "\"batch\": 32,"), "%s", out);
+}
+
+/* item 11: --steps with --epochs stops at whichever comes first; --steps alone runs on */
+Test(numbers, steps_and_epochs)
+{
+    static const struct {
+        const char *args;
+        const char *steps, *epochs;
+    } cases[] = {
+        {"--epochs 1 --steps 20", "\"steps\": 8,", "\"epochs\": 1,"},   /* 8 batches per epoch */
+        {"--epochs 3 --steps 10", "\"steps\": 10,", "\"epochs\": 2,"},
+        {"--steps 20", "\"steps\": 20,", "\"epochs\": 3,"},
+        {"--epochs 2", "\"steps\": 16,", "\"epochs\": 2,"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char a[256];
+        snprintf(a, sizeof a, "--seq-len 4 --samples 32 --batch 4 --quiet %s", cases[i].args);
+        cr_assert_eq(app("rnn", a, out, err), 0, "rnn %s: %s", a, err);
+        cr_expect(strstr(out, cases[i].steps) && strstr(out, cases[i].epochs), "rnn %s: expected %s %s in %s", a,
+                  cases[i].steps, cases[i].epochs, out);
+    }
+}
+
+/* item 12: --scan-levels outside 0..full refused with the model's range; full by name */
+Test(numbers, scan_levels_range)
+{
+    int full = sp_scan_full_levels(7);   /* demo --layers 4: 4 linear + 3 tanh */
+    char range[64], a[256], too_many[16];
+    snprintf(range, sizeof range, "expected 0..%d for demo", full);
+    snprintf(too_many, sizeof too_many, "%d", full + 1);
+    const char *bad[] = {"-5", "999", too_many, "x", ""};
+    for (int i = 0; i < 5; i++) {
+        snprintf(a, sizeof a, "--steps 1 --layers 4 --quiet --backward bppsa --scan-levels '%s'", bad[i]);
+        cr_expect_eq(app("demo", a, out, err), 2, "demo %s", a);
+        cr_expect(one_line_error(err) && strstr(err, "--scan-levels"), "demo %s: '%s'", a, err);
+        if (i == 1 || i == 2) cr_expect(strstr(err, range), "demo %s: expected '%s' in '%s'", a, range, err);
+    }
+    cr_expect_eq(app("demo", "--steps 1 --layers 4 --quiet --backward bppsa --scan-levels full", out, err), 0, "%s", err);
+    cr_expect(strstr(out, "\"scan_levels\": \"full\""), "%s", out);
+    snprintf(a, sizeof a, "--steps 1 --layers 4 --quiet --backward bppsa --scan-levels %d", full);
+    cr_expect_eq(app("demo", a, out, err), 0, "%s", err);
+}
+
+/* item 13: a write error on any output is an error, stdout included */
+Test(output, full_disk_is_an_error)
+{
+    if (access("/dev/full", W_OK) != 0) {
+        cr_log_warn("skipped: no /dev/full");
+        return;
+    }
+    static const struct {
+        const char *app, *args;
+    } cases[] = {
+        {"demo", "--steps 1 --quiet > /dev/full"},
+        {"rnn", "--seq-len 4 --samples 16 --steps 1 --quiet > /dev/full"},
+        {"rnn", "--seq-len 4 --samples 16 --steps 1 --quiet --log /dev/full"},
+        {"schedule", "--model lenet --no-diagram --costs-out /dev/full"},
+        {"schedule", "--no-diagram --svg /dev/full"},
+        {"schedule", "> /dev/full"},
+        {"jacobian", "--model mlp --columns 2 > /dev/full"},
+        {"lenet", "--help > /dev/full"},
+        {"demo", "--steps 1 --quiet --backward ooo --trace /dev/full"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = app(cases[i].app, cases[i].args, out, err);
+        cr_expect_eq(rc, 2, "%s %s: exit %d (stderr %s)", cases[i].app, cases[i].args, rc, err);
+        cr_expect(strstr(err, "write failed"), "%s %s: '%s'", cases[i].app, cases[i].args, err);
+    }
+    /* the message names the reason when the failing write is the last one */
+    cr_assert_eq(app("demo", "--steps 1 --quiet > /dev/full", out, err), 2);
+    cr_expect(strstr(err, "write failed: No space left on device"), "%s", err);
+}
