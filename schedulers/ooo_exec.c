@@ -65,6 +65,7 @@ struct sp_ooo_exec {
     pthread_t sub;
     bool sub_started, quit, sub_busy;
     sp_tape main_scratch;     /* the main lane's arena for op scratch, reset by begin */
+    size_t scratch_total;     /* most op scratch of one step, both lanes together     */
     unsigned generation;
     run_ctx *cur;
 };
@@ -304,7 +305,18 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
                        const sp_ooo_exec_cfg *cfg, sp_ooo_run *run)
 {
     sp_ooo_exec_finish(x);
-    sp_tape_reset(&x->main_scratch);
+    /* Either lane may take any task, so either may need a whole step's scratch: each
+     * lane's arena is kept one block of at least that size (an allocation that size,
+     * then a reset, which merges the blocks), so no step after the first mallocs. */
+    sp_tape *lanes[2] = {&x->main_scratch, cfg->sub_tape};
+    for (int l = 0; l < 2; l++) {
+        if (!lanes[l]) continue;
+        sp_tape_reset(lanes[l]);
+        if (x->scratch_total) {
+            sp_tape_alloc(lanes[l], x->scratch_total);
+            sp_tape_reset(lanes[l]);
+        }
+    }
     run_ctx *c = sp_tape_alloc(t, sizeof *c);
     *c = (run_ctx){.tape = t, .g = g, .p = p, .cfg = *cfg, .run = run, .main_scratch = &x->main_scratch};
     c->remaining = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(_Atomic int));
@@ -384,6 +396,8 @@ void sp_ooo_exec_finish(sp_ooo_exec *x)
     pthread_mutex_lock(&x->mu);
     while (x->sub_busy) pthread_cond_wait(&x->cv, &x->mu);
     pthread_mutex_unlock(&x->mu);
+    size_t scratch = x->main_scratch.arena.used_total + (c->cfg.sub_tape ? c->cfg.sub_tape->arena.used_total : 0);
+    if (scratch > x->scratch_total) x->scratch_total = scratch;
     sp_ooo_run *run = c->run;
     const sp_ooo_graph *g = c->g;
     run->wall = sp_now() - c->t0;
