@@ -666,6 +666,14 @@ Test(output, full_disk_is_an_error)
         cr_expect_eq(rc, 2, "%s %s: exit %d (stderr %s)", cases[i].app, cases[i].args, rc, err);
         cr_expect(strstr(err, "write failed"), "%s %s: '%s'", cases[i].app, cases[i].args, err);
     }
+    /* jacobian --png: the picture files (stbi_write_png never checked its writes) */
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/pngfull", tu_tmpdir());
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(dir, sizeof dir, "%s/pngfull/00_flatten_1.png", tu_tmpdir());
+    cr_assert_eq(symlink("/dev/full", dir), 0);
+    cr_expect_eq(app("jacobian", "--model mlp --columns 2 --png %T/pngfull", out, err), 2);
+    cr_expect(strstr(err, "write failed: No space left on device"), "jacobian --png: '%s'", err);
     /* the message names the reason when the failing write is the last one */
     cr_assert_eq(app("demo", "--steps 1 --quiet > /dev/full", out, err), 2);
     cr_expect(strstr(err, "write failed: No space left on device"), "%s", err);
