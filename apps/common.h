@@ -71,8 +71,11 @@ typedef struct sp_app_opts {
     int scan_levels, k;                  /* scan_levels -1: the full scan */
     long mem_cap;
     const char *order, *trace;
-    bool plan;
-    const char *scan_levels_arg;         /* --scan-levels as given: N | full */
+    bool plan, plan_full;                /* --plan, --plan=full: print the bppsa plan, exit */
+    const char *plan_svg;                /* --plan-svg FILE: draw the scan tree and exit   */
+    const char *scan_levels_arg;         /* --scan-levels as given: N | full | auto */
+    double prune;                        /* --prune AMOUNT: magnitude-prune conv/linear weights */
+    const char *prune_scope;             /* --prune-scope layer | global */
     /* parallel training on MPI ranks (schedulers/exec.h) */
     const char *parallel, *partition, *costs_out, *costs, *exec_order;
     int microbatches, groups;
@@ -119,6 +122,9 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
 /* --data-format fashion-mnist (default, --data defaults to Debian's package dir) |
  * mnist | cifar10 | folder; pad_to = 32 zero-pads 28×28 images (VGG-11). */
 void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp_dataset **test);
+/* --plan / --plan-svg: print (and draw) the bppsa plan for the batch (x, y) and the
+ * JSON line of its figures; trains nothing. sp_app_train calls it on the first batch. */
+void sp_app_plan_only(const char *app, const sp_app_opts *o, sp_model *m, const sp_tensor *x, const int *y);
 /* The engine options from the app flags. */
 sp_engine_opts sp_app_engine_opts(const sp_app_opts *o);
 /* The engine's keys of the JSON line: scan_levels (bppsa); order and k as run (ooo,

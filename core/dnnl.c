@@ -218,11 +218,26 @@ static entry *lookup(int kind, const sp_dnnl_conv *k)
     return e;
 }
 
+/* One stream per calling thread, also listed globally so that a thread's stream stays
+ * reachable after the thread ends (the ooo sub lane's; no leak for LeakSanitizer). */
+typedef struct stream_node {
+    dnnl_stream_t s;
+    struct stream_node *next;
+} stream_node;
+static stream_node *streams;
 static _Thread_local dnnl_stream_t t_stream;
 
 static dnnl_stream_t stream(void)
 {
-    if (!t_stream) check(dnnl_stream_create(&t_stream, engine, dnnl_stream_default_flags), "stream_create");
+    if (!t_stream) {
+        stream_node *n = sp_xcalloc(1, sizeof *n);
+        check(dnnl_stream_create(&n->s, engine, dnnl_stream_default_flags), "stream_create");
+        pthread_mutex_lock(&cache_mu);
+        n->next = streams;
+        streams = n;
+        pthread_mutex_unlock(&cache_mu);
+        t_stream = n->s;
+    }
     return t_stream;
 }
 

@@ -157,3 +157,40 @@ size_t sp_model_numel(const sp_model *m)
     for (int i = 0; i < m->nparams; i++) n += m->params[i]->value.numel;
     return n;
 }
+
+void sp_model_summary(sp_model *m, int ndim, const int *sample_shape, FILE *f)
+{
+    if (ndim < 1 || ndim >= SP_MAX_DIMS) sp_fail("model '%s': summary of a %d-dim sample", m->name, ndim);
+    int shape[SP_MAX_DIMS] = {1};
+    memcpy(shape + 1, sample_shape, (size_t)ndim * sizeof *shape);
+    sp_tape t;
+    sp_tape_init(&t);
+    t.shape_only = true;
+    sp_tensor x = sp_tensor_view(NULL, ndim + 1, shape);
+    sp_model_forward(m, &t, sp_tape_input(&t, &x));
+    fprintf(f, "%-4s %-36s %-12s %-18s %10s %14s\n", "#", "layer", "reads", "output", "params", "FLOPs");
+    double flops = 0;
+    for (int i = 0, li = 0; i < t.n; i++) {
+        const sp_node *n = t.nodes[i];
+        if (!n->op) continue;
+        char name[SP_NAME_LEN + 24], reads[48] = "", out[48] = "";
+        snprintf(name, sizeof name, "%s%s%s%s", n->layer->name, n->layer->name[0] ? " (" : "", n->op->name,
+                 n->layer->name[0] ? ")" : "");
+        for (int k = m->from_start[li]; k < m->from_start[li + 1]; k++) {
+            size_t at = strlen(reads);
+            if (m->from[k] == SP_MODEL_INPUT) snprintf(reads + at, sizeof reads - at, "%sin", at ? "," : "");
+            else snprintf(reads + at, sizeof reads - at, "%s%d", at ? "," : "", m->from[k]);
+        }
+        for (int d = 1, at = 0; d < n->out.ndim; d++)
+            at += snprintf(out + at, sizeof out - (size_t)at, "%s%d", d > 1 ? "x" : "", n->out.shape[d]);
+        size_t np = 0;
+        for (int p = 0; p < n->layer->nparams; p++) np += n->layer->params[p]->value.numel;
+        double fl = n->op->cost ? n->op->cost(n).fwd_flops : 0;
+        flops += fl;
+        fprintf(f, "%-4d %-36s %-12s %-18s %10zu %14.0f\n", li, name, reads, out, np, fl);
+        li++;
+    }
+    fprintf(f, "total: %d layers, %zu parameters, %.0f forward FLOPs per sample%s\n", m->nlayers, sp_model_numel(m),
+            flops, sp_model_is_chain(m) ? " (a chain)" : " (a DAG)");
+    sp_tape_free(&t);
+}

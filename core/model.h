@@ -20,6 +20,7 @@
 #define SP_MODEL_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "core/tape.h"
 
 typedef struct sp_model {
@@ -60,6 +61,11 @@ sp_param *sp_model_param(const sp_model *m, const char *name);
 /* Saved state, as in a state_dict: the parameters, then the buffers. */
 int sp_model_nstate(const sp_model *m);
 sp_param *sp_model_state(const sp_model *m, int i);
+/* One line per layer to f: index, name (or op), the layers it reads, output shape,
+ * parameters and forward FLOPs per sample; then the totals. The model is recorded on a
+ * shape-only tape for one sample of sample_shape (ndim dims, no batch dim): nothing
+ * runs. */
+void sp_model_summary(sp_model *m, int ndim, const int *sample_shape, FILE *f);
 /* Training mode (the default) or eval mode for every layer: batch norm's statistics,
  * dropout. */
 void sp_model_set_training(sp_model *m, bool training);

@@ -46,6 +46,10 @@ typedef struct sp_param {
     sp_tensor value;          /* PyTorch layout: conv OIHW, linear [out, in]    */
     sp_tensor grad;           /* same shape; backward_params accumulates into it */
     sp_layer *owner;
+    /* Pruning (optim/prune.h): 0/1 per entry of value, NULL = dense. The optimizer zeroes
+     * the masked entries of grad before and of value after every update, so pruned
+     * weights stay exactly 0 in the forward; bppsa drops them from Jᵀ patterns. */
+    const float *mask;
 } sp_param;
 
 /* Op-specific layer structs embed sp_layer as their FIRST member. */

@@ -92,7 +92,8 @@ static void avg_jt_pattern(const sp_node *n, int i0, sp_csr *jt)
         sp_window_range(r % g.W, g.k, g.stride, g.pad, g.Wo, &j_lo, &j_hi);
         nnz += (int64_t)(i_hi - i_lo) * (j_hi - j_lo);
     }
-    if (nnz > INT32_MAX) sp_fail("avgpool2d: Jᵀ has %lld non-zeros, more than int32 CSR indices hold", (long long)nnz);
+    if (nnz > INT32_MAX)
+        sp_fail("avgpool2d: Jᵀ has %lld non-zeros, more than int32 CSR indices hold", (long long)nnz);
     sp_csr_alloc(jt, rows, cols, nnz);
     int32_t pos = 0;
     for (int r = 0; r < rows; r++) {

@@ -10,8 +10,8 @@
  *   (BPPSA §3.4, Appendix D.1, which gives only k=3, p=1; this is the general case).
  *
  * Two paths. By default (oneDNN builds) the forward, δ and G run on oneDNN's JIT
- * convolutions (core/dnnl.h), with G for tiny output maps (Ho·Wo <= 16) on im2col and
- * oneDNN's SGEMM; SCANPROP_CONV=gemm selects the im2col + OpenBLAS path below for all
+ * convolutions (core/dnnl.h), except for fewer than 4 input channels (all three) and
+ * G of tiny output maps (Ho·Wo <= 16), which run im2col with oneDNN's SGEMM; SCANPROP_CONV=gemm selects the im2col + OpenBLAS path below for all
  * three, which the tests use as the reference. The choice is made at the forward and
  * kept in the saved state, so δ and G follow it.
  *
@@ -49,6 +49,10 @@
  * convs) they ran 2–5× slower than im2col + SGEMM (oneDNN's, see core/dnnl.h), which
  * then computes G on the oneDNN path too (docs/PERFORMANCE.md). */
 #define DNNL_G_MIN_P 16
+/* With fewer input channels (LeNet-5's and VGG-11's first convs) oneDNN pads them to a
+ * vector's width and reorders the output: im2col + oneDNN's SGEMM measured 1.4–1.8×
+ * faster on LeNet-5's conv1 (opprof, one thread). */
+#define DNNL_MIN_C 4
 /* Otherwise its column buffer per chunk: inside the 32 MiB L3 of the target machine. */
 #define G_CHUNK_BYTES (8u << 20)
 
@@ -217,7 +221,7 @@ static void conv_forward(sp_node *n)
     const sp_tensor *x = sp_node_x(n);
     conv_saved *S = conv_plan(n);
     n->saved = S;
-    S->dnnl = sp_dnnl_conv_on();
+    S->dnnl = sp_dnnl_conv_on() && S->g.C >= DNNL_MIN_C;
     if (S->dnnl) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_forward(n->tape, &c, x->data, n->layer->params[0]->value.data,

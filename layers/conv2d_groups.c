@@ -2,7 +2,7 @@
  * channels is the depthwise convolution of MobileNet. The input's C channels and the O
  * outputs are split into G equal groups; output o sees only its group's C/G channels.
  *   W [O, C/G, k, k] (PyTorch's layout), b [O] (optional, as bias=False).
- *   forward: y[b,o,i,j] = b[o] + Σ_{c∈grp(o), u, v} W[o, c−c₀, u, v]·x[b, c, i·s−p+u, j·s−p+v]
+ *   forward: y[b,o,i,j] = b[o] + Σ_{c∈grp(o),u,v} W[o,c−c₀,u,v]·x[b,c,i·s−p+u,j·s−p+v]
  *   δ:       dx[b,c,h,w] = Σ_{o∈grp(c)} Σ_{windows (i,j) ∋ (h,w)} W[o, c−c₀, h+p−i·s, w+p−j·s]·dy[b,o,i,j]
  *   G:       dW[o, c−c₀, u, v] += Σ_{b,i,j} dy[b,o,i,j]·x[b, c, i·s−p+u, j·s−p+v];  db[o] += Σ dy
  *   Jᵀ (per sample): conv2d's pattern restricted to o ∈ grp(c).
@@ -245,7 +245,8 @@ sp_layer *sp_conv2d_groups(const char *name, int cin, int cout, int k, int strid
     if (groups < 1 || cin % groups || cout % groups)
         sp_fail("conv2d %s: %d groups for %d -> %d channels (expected groups >= 1 dividing both)", name, groups, cin,
                 cout);
-    if (groups == 1) return bias ? sp_conv2d(name, cin, cout, k, stride, pad) : sp_conv2d_nobias(name, cin, cout, k, stride, pad);
+    if (groups == 1)
+        return bias ? sp_conv2d(name, cin, cout, k, stride, pad) : sp_conv2d_nobias(name, cin, cout, k, stride, pad);
     if (k < 1 || stride < 1 || pad < 0)
         sp_fail("conv2d %s: kernel %d, stride %d, padding %d (expected kernel, stride >= 1 and padding >= 0)", name, k,
                 stride, pad);

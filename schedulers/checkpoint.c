@@ -43,14 +43,14 @@ int sp_checkpoint_save(const char *path, const sp_model *m, const sp_optim *o, c
 {
     bool too_long = false;
     const char *kinds[2];
-    int nk = state_kinds(o, kinds), np = m->nparams;
+    int nk = state_kinds(o, kinds), np = sp_model_nstate(m);   /* parameters and buffers */
     int cap = np + o->nparams * (1 + nk) + 5;
     sp_st_entry *e = sp_xcalloc((size_t)cap, sizeof *e);
     names nm = {sp_xcalloc((size_t)cap, NAME_LEN), 0};
     int n = 0;
     for (int i = 0; i < np; i++) {
-        const sp_tensor *v = &m->params[i]->value;
-        e[n++] = (sp_st_entry){m->params[i]->name, SP_ST_F32, v->ndim, v->shape, v->data};
+        const sp_param *p = sp_model_state(m, i);
+        e[n++] = (sp_st_entry){p->name, SP_ST_F32, p->value.ndim, p->value.shape, p->value.data};
     }
     int64_t *steps = sp_xmalloc((size_t)o->nparams * sizeof *steps);
     for (int i = 0; i < o->nparams; i++) {

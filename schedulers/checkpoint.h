@@ -1,7 +1,8 @@
 /* checkpoint.h — resumable training checkpoints (--save-every N, --resume FILE).
  *
- * One safetensors file holds the weights under their PyTorch names (exactly what
- * sp_model_save writes, so torch and --load read them) and, under names that start
+ * One safetensors file holds the weights and buffers (batch norm's running statistics)
+ * under their PyTorch names (exactly what sp_model_save writes, so torch and --load
+ * read them) and, under names that start
  * with SP_ST_STATE_PREFIX ("state/"), everything else a run needs to continue bitwise
  * as if it had never stopped:
  *
@@ -20,7 +21,8 @@
  * (data/loader.c), so (epoch, batch) and the seed restore both: the run's settings that
  * decide the result (optimizer and its hyper-parameters, schedule, batch, seed,
  * shuffling) are stored as metadata "run.<key>" and a resume with different ones is
- * refused, naming the first difference. With torch:
+ * refused, naming the first difference. Not saved: a dropout layer's own generator
+ * (no app model has dropout; a model with it resumes, but not bitwise). With torch:
  *   sd = {k: v for k, v in load_file(f).items() if not k.startswith("state/")}
  * Saves are atomic (sp_st_write): a kill or a failed write leaves the previous
  * checkpoint complete. */

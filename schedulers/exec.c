@@ -291,6 +291,12 @@ static void check_config(sp_exec *x)
                 sp_comm_fail_all(w, "--parallel scan: layer %d (%s) has no per-sample transposed Jacobian to scan",
                                  s, x->m->layers[s]->op->name);
     }
+    if (!sp_model_is_chain(x->m))
+        sp_comm_fail_all(w, "--parallel %s: %s is not a chain of layers (the executor's stages are a chain's layers)",
+                         name, x->m->name);
+    if (x->m->nbuffers > 0)
+        sp_comm_fail_all(w, "--parallel %s: %s has buffers (batch norm statistics would be per micro-batch and "
+                            "per rank; not supported)", name, x->m->name);
     if (x->B < 1) sp_comm_fail_all(w, "--microbatches %d: expected >= 1", x->B);
     if (x->batch % x->B != 0)
         sp_comm_fail_all(w, "--parallel %s: --batch %d does not split into %d micro-batches (expected a multiple)",

@@ -24,7 +24,11 @@
  *
  * Configurations the schedule cannot run (W ≠ G·R, more pipeline workers than stages,
  * fewer micro-batches than data-parallel workers, a batch that B does not divide) are
- * refused with one line before any rank starts work. */
+ * refused with one line before any rank starts work.
+ *
+ * Two variants: cfg.ooo with "ddp" runs the schedule "ddp-ooo" (ooo's reverse first-k
+ * order of δ and G); "scan" is BPPSA across ranks — GPipe's forward with one
+ * micro-batch, then a scan over the ranks' products of transposed Jacobians (exec.c). */
 #ifndef SP_EXEC_H
 #define SP_EXEC_H
 
@@ -36,7 +40,7 @@
 #include "schedulers/schedule.h"
 
 typedef struct sp_exec_cfg {
-    const char *scheme;        /* ddp | fsdp | gpipe | 1f1b | lpp | fslpp | ooo-ff | ooo-modulo */
+    const char *scheme;        /* ddp | fsdp | gpipe | 1f1b | lpp | fslpp | ooo-ff | ooo-modulo | scan */
     int micro;                 /* B; 0: W (data parallel), 2·W (pipelines)              */
     int groups;                /* lpp/fslpp: G (R = W / G); 0: 1                         */
     const char *partition;     /* "cost" (default: measured stage costs) | "layerpipe"  */

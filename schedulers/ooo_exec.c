@@ -156,8 +156,23 @@ static void signal_done(sp_ooo_exec *x)
 /* How long a lane spins for the other lane's event before it sleeps: tasks of a small
  * model are 5–100 µs apart, and a futex wake-up on a VM costs tens of µs. */
 #define LANE_SPIN_S 200e-6
-/* A task goes wide (both cores) only above this estimate: waking the pool costs µs. */
-#define WIDE_MIN_EST 2e5
+/* A task goes wide (both cores) only above this many flops: waking the pool costs µs. */
+#define WIDE_MIN_FLOPS 2e5
+/* Below this many flops in a whole backward, the sub lane is not woken: the main lane
+ * runs the plan alone, with the thread pool, as the linear engine would. A hand-off
+ * between threads costs tens of µs on a VM (more under load), and a backward this small
+ * (LeNet-5 at batch 16: ~3e7) has too little beside its δ chain to pay for them. */
+static double g_min_two_lane_flops = 5e7;
+
+void sp_ooo_exec_set_min_two_lane_flops(double flops) { g_min_two_lane_flops = flops; }
+
+/* A task's arithmetic from its op's cost model (est may hold last step's seconds). */
+static double task_flops(const sp_ooo_task *t)
+{
+    if ((t->kind != SP_OOO_DO && t->kind != SP_OOO_DW) || !t->node->op->cost) return 0;
+    sp_cost k = t->node->op->cost(t->node);
+    return t->kind == SP_OOO_DO ? k.bwd_input_flops : k.bwd_params_flops;
+}
 
 typedef struct lane_wait {
     run_ctx *c;
@@ -211,7 +226,7 @@ static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane, bool all)
         if (id < 0) return;
         const sp_ooo_task *t = &c->g->tasks[id];
         /* the other lane waits and nothing else is ready: this task gets both cores */
-        bool wide = c->cfg.lanes_inline && !more && atomic_load(&c->idle[other]) && t->est >= WIDE_MIN_EST;
+        bool wide = c->cfg.lanes_inline && !more && atomic_load(&c->idle[other]) && task_flops(t) >= WIDE_MIN_FLOPS;
         if (wide) {
             atomic_store(&c->wide, 1);
             sp_parallel_set_inline(false);
@@ -320,6 +335,16 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
     run->ran_on = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(int));
     memset(run->ran_on, 0, (size_t)g->ntasks * sizeof(int));
     c->t0 = sp_now();
+    double work = 0;
+    for (int i = 0; i < g->nexec; i++) work += task_flops(&g->tasks[i]);
+    if (p->nqueue[SP_OOO_SUB] > 0 && work < g_min_two_lane_flops) {   /* too small to share */
+        x->cur = c;
+        if (cfg->lanes_inline) sp_parallel_set_inline(false);
+        run_lane(x, c, SP_OOO_MAIN, true);
+        if (cfg->lanes_inline) sp_parallel_set_inline(true);
+        run->main_done = sp_now() - c->t0;
+        return;
+    }
     if (p->nqueue[SP_OOO_SUB] > 0) {
         if (!x->sub_started) {   /* first two-lane step only */
             if (pthread_create(&x->sub, NULL, sub_main, x)) sp_fail("ooo: cannot start the sub-lane thread");

@@ -4,6 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential pkg-config libopenblas-dev libcriterion-dev zlib1g-dev libstb-dev libdnnl-dev
       python3-torch python3-numpy dataset-fashion-mnist openmpi-bin libopenmpi-dev
+      python3-matplotlib   # scripts/plot.py
       clang libclang-rt-dev)   # clang builds (make build-clang) and libFuzzer (make fuzz)
 missing=()
 for p in "${pkgs[@]}"; do

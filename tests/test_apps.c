@@ -237,7 +237,8 @@ static void make_images(int per_class)
         {NULL, "--weight-decay 0.5", EFFECT, NULL}, {NULL, "--seed 7", EFFECT, NULL},                            \
         {NULL, "--threads 2", EFFECT, NULL}, {NULL, "--quiet", QUIET, NULL}
 
-#define LOOP_WALK                                                                                            \
+/* SCOPE: the expectation of --prune-scope (rnn and gru have one prunable layer: no effect) */
+#define LOOP_WALK(...)                                                                                       \
     {NULL, "--epochs 2", EFFECT, NULL}, {"--epochs 2", "--lr-schedule step:1:0.1", EFFECT, NULL},            \
         {NULL, "--no-shuffle", EFFECT, NULL}, {NULL, "--eval-every 1", STDERR_HAS, "step 1: test loss"},     \
         {NULL, "--log %T/log.csv", FILE_MADE, "%T/log.csv"}, {NULL, "--save %T/w.st", FILE_MADE, "%T/w.st"}, \
@@ -245,7 +246,9 @@ static void make_images(int per_class)
         {NULL, "--eval-only", REFUSED, "--eval-only needs --load"},                                            \
         {NULL, "--save-every 3", REFUSED, "--save-every needs --save"},                                        \
         {"--steps 3", "--save-every 2 --save %T/r.st", FILE_MADE, "%T/r.st"},                                  \
-        {"--steps 3", "--resume %T/r.st", EFFECT, NULL}
+        {"--steps 3", "--resume %T/r.st", EFFECT, NULL}, {NULL, "--prune 0.5", STDOUT_HAS, "\"pruned\": 0.5"},       \
+        {"--prune 0.5", "--prune-scope layer", __VA_ARGS__},                                                       \
+        {NULL, "--prune-scope layer", REFUSED, "--prune-scope needs --prune"}
 
 #define ENGINE_WALK(K)                                                                                         \
     {NULL, "--backward ooo", EFFECT, NULL}, {NULL, "--scan-levels 1", REFUSED, "--scan-levels needs --backward bppsa"}, \
@@ -258,7 +261,8 @@ static void make_images(int per_class)
         {NULL, "--mem-cap 1000", REFUSED, "--mem-cap needs --backward ooo"},                                   \
         {"--backward ooo", "--mem-cap 1000", REFUSED, "--mem-cap 1000"},                                       \
         {NULL, "--trace %T/t.json", REFUSED, "--trace needs --backward ooo"},                                  \
-        {"--backward ooo", "--trace %T/t.json", FILE_MADE, "%T/t.json"}
+        {"--backward ooo", "--trace %T/t.json", FILE_MADE, "%T/t.json"},                                      \
+        {NULL, "--plan-svg %T/p.svg", REFUSED, "--plan-svg needs --backward bppsa"}
 
 /* parallel training on one rank (tests/test_exec.c runs it under mpirun) */
 #define PAR_WALK                                                                                               \
@@ -278,6 +282,7 @@ static void make_images(int per_class)
 #define BPPSA_WALK                                                                         \
     {NULL, "--backward bppsa", EFFECT, NULL}, {"--backward bppsa", "--scan-levels 1", EFFECT, NULL}, \
         {"--backward bppsa", "--plan", STDOUT_HAS, "bppsa plan"},                           \
+        {"--backward bppsa", "--plan-svg %T/p.svg", FILE_MADE, "%T/p.svg"},                  \
         {"--backward bppsa", "--scan-levels 99", REFUSED, "expected 0.."}
 
 Test(walk, lenet)
@@ -285,7 +290,7 @@ Test(walk, lenet)
     make_images(4);
     walk w[] = {
         TRAIN_WALK("adam", NULL),
-        LOOP_WALK,
+        LOOP_WALK(EFFECT, NULL),
         ENGINE_WALK("1"),
         BPPSA_WALK,
         PAR_WALK,
@@ -301,7 +306,7 @@ Test(walk, vgg11)   /* VGG-11 is slow: 4 images, batch 1 */
     make_images(2);
     walk w[] = {
         TRAIN_WALK("adam", NULL),
-        LOOP_WALK,
+        LOOP_WALK(EFFECT, NULL),
         ENGINE_WALK("1"),
         PAR_WALK,
         {NULL, "--backward bppsa --scan-levels 99", REFUSED, "expected 0.."},
@@ -333,11 +338,12 @@ Test(walk, rnn)
     make_sequences();
     walk w[] = {
         TRAIN_WALK("sgd", "--optim sgd"),
-        LOOP_WALK,
+        LOOP_WALK(STDOUT_HAS, "\"pruned\": 0.5"),
         ENGINE_WALK("2"),
         BPPSA_WALK,
         PAR_WALK,
         {NULL, "--seq-len 9", EFFECT, NULL},
+        {NULL, "--paper-defaults", EFFECT, NULL},
         {NULL, "--samples 24", EFFECT, NULL},
         {NULL, "--hidden 5", EFFECT, NULL},
         {"=--batch 4 --steps 2", "--dataset %T/seq.safetensors", STDOUT_HAS, "\"test_loss\": null"},
@@ -354,7 +360,7 @@ Test(walk, gru)
     make_sequences();
     walk w[] = {
         TRAIN_WALK("sgd", "--optim sgd"),
-        LOOP_WALK,
+        LOOP_WALK(STDOUT_HAS, "\"pruned\": 0.5"),
         ENGINE_WALK("2"),
         PAR_WALK,
         {NULL, "--backward bppsa --scan-levels 99", REFUSED, "expected 0.."},

@@ -506,3 +506,21 @@ Test(model, resnet20_checkpoint_round_trip_with_buffers)
     remove(path);
     sp_model_free(a), sp_model_free(b);
 }
+
+/* sp_model_summary: one line per layer with what it reads, the output shape, parameters
+ * and FLOPs; the totals (ResNet-20: 272,186 parameters, ~41 M multiply-adds). */
+Test(model, summary_of_resnet20)
+{
+    sp_model *m = sp_zoo_resnet20(1, 10);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    sp_model_summary(m, 3, (int[]){1, 32, 32}, f);
+    fclose(f);
+    cr_assert_not_null(strstr(buf, "total: 72 layers, 272186 parameters, 82720000 forward FLOPs per sample (a DAG)"),
+                       "%s", buf);
+    cr_assert_not_null(strstr(buf, "add                                  7,2          16x32x32"), "%s", buf);
+    cr_assert_not_null(strstr(buf, "layer2.0.shortcut.0 (conv2d)"), "%s", buf);
+    free(buf);
+    sp_model_free(m);
+}

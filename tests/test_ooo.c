@@ -173,6 +173,10 @@ static void bitwise_all_orders(const char *model, int batchsz, int steps)
 
 /* Above two threads the lanes share the thread pool (first come) instead of keeping
  * off it: the partition an op sees then varies from run to run, its bits must not. */
+/* The tests exercise both lanes on small models: no minimum of work. The default, which
+ * keeps a small backward on the main lane alone, is tested in exec/small_backward_alone. */
+static void __attribute__((constructor)) both_lanes_always(void) { sp_ooo_exec_set_min_two_lane_flops(0); }
+
 Test(bitwise, lenet_three_threads) { bitwise_orders_threads("lenet", 6, 2, 3, 3); }
 Test(bitwise, branchy_fanout_and_shared_weights) { bitwise_all_orders("branchy", 4, 3); }
 Test(bitwise, mlp) { bitwise_all_orders("mlp", 8, 3); }
@@ -359,6 +363,20 @@ Test(exec, two_lanes_overlap_and_respect_dependencies)
             sp_model_free(r.tm.m);
         }
     cr_assert_gt(sub_busy, 0.0, "the sub lane ran");
+}
+
+Test(exec, small_backward_alone)
+{
+    sp_ooo_exec_set_min_two_lane_flops(5e7);   /* the default */
+    bitwise_orders_threads("lenet", 4, 2, 2, 2);
+    sp_set_threads(2);
+    sp_engine *e;
+    trained r = train("lenet", 4, "ooo", 2, &e);
+    const sp_ooo_stats *st = sp_ooo_last_stats(e);
+    cr_assert_eq(st->busy_s[SP_OOO_SUB], 0.0, "LeNet-5 at batch 4 stays on the main lane");
+    cr_assert_gt(st->busy_s[SP_OOO_MAIN], 0.0);
+    sp_engine_destroy(e);
+    sp_model_free(r.tm.m);
 }
 
 /* LeNet-5 on the ooo engine with per-layer SGD updates, and a tape of its own. */

@@ -133,6 +133,21 @@ Test(resume, lenet_bitwise, .timeout = 300)
     check_resume("lenet", "--batch 32 --optim sgd --momentum 0.9 --lr 0.02", 11, 24, 11);
 }
 
+/* ResNet-20: batch norm's running statistics are buffers, saved with the weights.
+ * Slow (evaluation on the test set): make test-long runs it (SCANPROP_RESUME_SLOW=1). */
+Test(resume, resnet_batchnorm_bitwise, .timeout = 1200)
+{
+    if (!getenv("SCANPROP_RESUME_SLOW")) {
+        cr_log_info("skipped: make test-long runs it");
+        return;
+    }
+    if (access(FMNIST, R_OK) != 0) {
+        cr_log_warn("skipped: %s not installed", FMNIST);
+        return;
+    }
+    check_resume("resnet", "--batch 8 --optim sgd --momentum 0.9 --lr 0.05", 5, 10, 5);
+}
+
 static void expect_refused(const char *cmd, const char *needle)
 {
     char err[4096];

@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include "apps/models.h"
 #include "core/engine.h"
+#include "core/error.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "layers/layers.h"
@@ -115,7 +116,7 @@ static float *soak(const char *what, sp_model *m, const char *eng, sp_dataset *t
     probe p = {.mid = steps / 2, .total = steps};
     /* evaluations (full runs: every 300 steps, never at a probe; short runs: at the end) */
     int eval_every = full_run() ? (int)(steps * 3 / 20) : (int)steps;
-    sp_train_cfg tc = {.app = what, .epochs = 1, .steps = steps, .eval_every = eval_every, .eval_batch = 256,
+    sp_train_cfg tc = {.app = what, .epochs = 0, .steps = steps, .eval_every = eval_every, .eval_batch = 256,
                        .quiet = true, .on_step = on_step, .on_step_ctx = &p};
     sp_train_result r = sp_train(m, e, o, l, test, &tc);
     cr_assert_eq(r.steps, steps);
@@ -211,6 +212,23 @@ Test(soak, vgg11)
     /* no test set: evaluating VGG-11 on 10000 images costs more than the steps */
     free(soak("vgg11", m, "linear", train, NULL, 2, "sgd", 0.01, steps, &n));
     free(soak("vgg11", m, "ooo", train, NULL, 2, "sgd", 0.01, steps, &n));
+    sp_model_free(m);
+    sp_dataset_free(train);
+}
+
+/* ResNet-20 (batch norm, residual adds), linear BP only: its leak check. */
+Test(soak, resnet)
+{
+    if (access(FMNIST, R_OK) != 0) {
+        cr_log_warn("skipped: %s not installed", FMNIST);
+        return;
+    }
+    sp_set_threads(2);
+    sp_dataset *train = sp_fashion_mnist(FMNIST, true, 32);
+    cr_assert_not_null(train, "%s", sp_last_error());
+    sp_model *m = sp_zoo_resnet20(1, 10);
+    size_t n;
+    free(soak("resnet", m, "linear", train, NULL, 4, "sgd", 0.01, soak_steps(8), &n));
     sp_model_free(m);
     sp_dataset_free(train);
 }
