@@ -140,6 +140,8 @@ static void time_columnwise(sp_jt_row *r, sp_node *n, const sp_csr *jt, const sp
     free(cols);
 }
 
+static void png_to_file(void *f, void *data, int size) { fwrite(data, 1, (size_t)size, f); }
+
 static void png_path(char *buf, size_t len, const char *dir, int idx, const char *name)
 {
     snprintf(buf, len, "%s/%02d_%s.png", dir, idx, name);
@@ -350,8 +352,14 @@ void sp_jt_write_png(const sp_csr *jt, const char *path, int max_side)
     for (int y = 0; y < h; y++)
         for (int x = 0; x < w; x++)
             memcpy(rgb + ((size_t)y * w + x) * 3, colour[cls[(size_t)(y / zoom) * W + x / zoom]], 3);
-    int ok = stbi_write_png(path, w, h, 3, rgb, w * 3);
+    /* through our FILE: stbi_write_png does not check its fwrite or fclose */
+    FILE *f = fopen(path, "wb");
+    if (!f) sp_fail("--png %s: cannot write the image: %s", path, strerror(errno));
+    int ok = stbi_write_png_to_func(png_to_file, f, w, h, 3, rgb, w * 3);
+    bool bad = !ok || ferror(f);
+    int err = errno;
+    if (fclose(f) != 0) bad = true, err = errno;
     free(rgb);
     free(cls);
-    if (!ok) sp_fail("--png %s: cannot write the image", path);
+    if (bad) sp_fail("--png %s: write failed: %s", path, err ? strerror(err) : "cannot encode the image");
 }

@@ -237,7 +237,8 @@ static void make_images(int per_class)
         {NULL, "--weight-decay 0.5", EFFECT, NULL}, {NULL, "--seed 7", EFFECT, NULL},                            \
         {NULL, "--threads 2", EFFECT, NULL}, {NULL, "--quiet", QUIET, NULL}
 
-#define LOOP_WALK                                                                                            \
+/* SCOPE: the expectation of --prune-scope (rnn and gru have one prunable layer: no effect) */
+#define LOOP_WALK(...)                                                                                       \
     {NULL, "--epochs 2", EFFECT, NULL}, {"--epochs 2", "--lr-schedule step:1:0.1", EFFECT, NULL},            \
         {NULL, "--no-shuffle", EFFECT, NULL}, {NULL, "--eval-every 1", STDERR_HAS, "step 1: test loss"},     \
         {NULL, "--log %T/log.csv", FILE_MADE, "%T/log.csv"}, {NULL, "--save %T/w.st", FILE_MADE, "%T/w.st"}, \
@@ -245,14 +246,13 @@ static void make_images(int per_class)
         {NULL, "--eval-only", REFUSED, "--eval-only needs --load"},                                            \
         {NULL, "--save-every 3", REFUSED, "--save-every needs --save"},                                        \
         {"--steps 3", "--save-every 2 --save %T/r.st", FILE_MADE, "%T/r.st"},                                  \
-        {"--steps 3", "--resume %T/r.st", EFFECT, NULL},                                               \
-        {NULL, "--prune 0.5", EFFECT, NULL}, {NULL, "--prune-scope layer", REFUSED, "--prune-scope needs --prune"}, \
-        {"--prune 0.5", "--prune-scope layer", STDOUT_HAS, "\"pruned\": 0.5"}
+        {"--steps 3", "--resume %T/r.st", EFFECT, NULL}, {NULL, "--prune 0.5", STDOUT_HAS, "\"pruned\": 0.5"},       \
+        {"--prune 0.5", "--prune-scope layer", __VA_ARGS__},                                                       \
+        {NULL, "--prune-scope layer", REFUSED, "--prune-scope needs --prune"}
 
 #define ENGINE_WALK(K)                                                                                         \
     {NULL, "--backward ooo", EFFECT, NULL}, {NULL, "--scan-levels 1", REFUSED, "--scan-levels needs --backward bppsa"}, \
         {NULL, "--plan", REFUSED, "--plan needs --backward bppsa"},                                            \
-        {NULL, "--plan-svg %T/p.svg", REFUSED, "--plan-svg needs --backward bppsa"},                           \
         {NULL, "--order list", REFUSED, "--order needs --backward ooo"},                                       \
         {"--backward ooo", "--order list", EFFECT, NULL},                                                      \
         {"--backward ooo", "--k 1", REFUSED, "--k needs --order reverse-first-k"},                             \
@@ -261,7 +261,8 @@ static void make_images(int per_class)
         {NULL, "--mem-cap 1000", REFUSED, "--mem-cap needs --backward ooo"},                                   \
         {"--backward ooo", "--mem-cap 1000", REFUSED, "--mem-cap 1000"},                                       \
         {NULL, "--trace %T/t.json", REFUSED, "--trace needs --backward ooo"},                                  \
-        {"--backward ooo", "--trace %T/t.json", FILE_MADE, "%T/t.json"}
+        {"--backward ooo", "--trace %T/t.json", FILE_MADE, "%T/t.json"},                                      \
+        {NULL, "--plan-svg %T/p.svg", REFUSED, "--plan-svg needs --backward bppsa"}
 
 /* parallel training on one rank (tests/test_exec.c runs it under mpirun) */
 #define PAR_WALK                                                                                               \
@@ -281,6 +282,7 @@ static void make_images(int per_class)
 #define BPPSA_WALK                                                                         \
     {NULL, "--backward bppsa", EFFECT, NULL}, {"--backward bppsa", "--scan-levels 1", EFFECT, NULL}, \
         {"--backward bppsa", "--plan", STDOUT_HAS, "bppsa plan"},                           \
+        {"--backward bppsa", "--plan-svg %T/p.svg", FILE_MADE, "%T/p.svg"},                  \
         {"--backward bppsa", "--scan-levels 99", REFUSED, "expected 0.."}
 
 Test(walk, lenet)
@@ -288,7 +290,7 @@ Test(walk, lenet)
     make_images(4);
     walk w[] = {
         TRAIN_WALK("adam", NULL),
-        LOOP_WALK,
+        LOOP_WALK(EFFECT, NULL),
         ENGINE_WALK("1"),
         BPPSA_WALK,
         PAR_WALK,
@@ -304,7 +306,7 @@ Test(walk, vgg11)   /* VGG-11 is slow: 4 images, batch 1 */
     make_images(2);
     walk w[] = {
         TRAIN_WALK("adam", NULL),
-        LOOP_WALK,
+        LOOP_WALK(EFFECT, NULL),
         ENGINE_WALK("1"),
         PAR_WALK,
         {NULL, "--backward bppsa --scan-levels 99", REFUSED, "expected 0.."},
@@ -336,12 +338,12 @@ Test(walk, rnn)
     make_sequences();
     walk w[] = {
         TRAIN_WALK("sgd", "--optim sgd"),
-        LOOP_WALK,
+        LOOP_WALK(STDOUT_HAS, "\"pruned\": 0.5"),
         ENGINE_WALK("2"),
         BPPSA_WALK,
         PAR_WALK,
-        {NULL, "--paper-defaults", EFFECT, NULL},
         {NULL, "--seq-len 9", EFFECT, NULL},
+        {NULL, "--paper-defaults", EFFECT, NULL},
         {NULL, "--samples 24", EFFECT, NULL},
         {NULL, "--hidden 5", EFFECT, NULL},
         {"=--batch 4 --steps 2", "--dataset %T/seq.safetensors", STDOUT_HAS, "\"test_loss\": null"},
@@ -358,7 +360,7 @@ Test(walk, gru)
     make_sequences();
     walk w[] = {
         TRAIN_WALK("sgd", "--optim sgd"),
-        LOOP_WALK,
+        LOOP_WALK(STDOUT_HAS, "\"pruned\": 0.5"),
         ENGINE_WALK("2"),
         PAR_WALK,
         {NULL, "--backward bppsa --scan-levels 99", REFUSED, "expected 0.."},
@@ -670,6 +672,14 @@ Test(output, full_disk_is_an_error)
         cr_expect_eq(rc, 2, "%s %s: exit %d (stderr %s)", cases[i].app, cases[i].args, rc, err);
         cr_expect(strstr(err, "write failed"), "%s %s: '%s'", cases[i].app, cases[i].args, err);
     }
+    /* jacobian --png: the picture files (stbi_write_png never checked its writes) */
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/pngfull", tu_tmpdir());
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(dir, sizeof dir, "%s/pngfull/00_flatten_1.png", tu_tmpdir());
+    cr_assert_eq(symlink("/dev/full", dir), 0);
+    cr_expect_eq(app("jacobian", "--model mlp --columns 2 --png %T/pngfull", out, err), 2);
+    cr_expect(strstr(err, "write failed: No space left on device"), "jacobian --png: '%s'", err);
     /* the message names the reason when the failing write is the last one */
     cr_assert_eq(app("demo", "--steps 1 --quiet > /dev/full", out, err), 2);
     cr_expect(strstr(err, "write failed: No space left on device"), "%s", err);
