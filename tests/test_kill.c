@@ -1,5 +1,6 @@
 /* test_kill.c — checkpoints survive the worst: SIGKILL at random moments of a run that
- * saves a resumable checkpoint after every step (so most kills land inside a save), and
+ * saves a resumable checkpoint after every step (half of the kills the moment a save's
+ * temp file appears, half at a random moment after the run's first save), and
  * a full disk. After every kill the checkpoint on disk must be complete and resumable
  * (the app's own --resume checks every tensor and the training state), and it never
  * goes back in time; a save that cannot be written leaves the old file byte for byte
@@ -137,11 +138,19 @@ Test(kill, sigkill_during_saves_keeps_a_complete_checkpoint, .timeout = 240)
                          "--save", ck, NULL};
         char *resume[] = {(char *)bin("rnn"), RNN_ARGS, "--optim", "adam", "--steps", "100000", "--save-every", "1",
                           "--save", ck, "--resume", ck, NULL};
+        struct stat before = {0};
+        stat(ck, &before);
         pid_t pid = spawn(have ? resume : fresh, out, err);
-        usleep((useconds_t)(50000 + rand() % 300000));   /* 50..350 ms: start-up, resume, steps, saves */
+        double until = now() + 20.0;   /* however loaded the machine is */
         if (kills % 2) {   /* every other kill: the moment a save's temp file is there */
-            double until = now() + 2.0;
             while (strays(dir, false) == 0 && now() < until) usleep(100);
+        } else {   /* else at a random moment once this run has saved once (it makes progress) */
+            struct stat st;
+            while ((stat(ck, &st) != 0 || (st.st_mtim.tv_sec == before.st_mtim.tv_sec &&
+                                           st.st_mtim.tv_nsec == before.st_mtim.tv_nsec && st.st_ino == before.st_ino)) &&
+                   now() < until)
+                usleep(500);
+            usleep((useconds_t)(rand() % 100000));   /* 0..100 ms more: steps, saves */
         }
         kill(pid, SIGKILL);
         int st;
@@ -166,7 +175,7 @@ Test(kill, sigkill_during_saves_keeps_a_complete_checkpoint, .timeout = 240)
     cr_log_info("%d kills (%d inside a save), %d checkpoints checked, %ld steps in all, %.1f s", kills, mid_save,
                 checked, last, secs);
     cr_assert_geq(checked, KILLS - 5, "only %d of %d kills left a checkpoint to check", checked, KILLS);
-    cr_assert_gt(last, KILLS / 2, "the runs made no progress (%ld steps)", last);
+    cr_assert_geq(last, KILLS / 2, "the runs made no progress (%ld steps)", last);   /* >= 1 save per other run */
     cr_assert_geq(mid_save, KILLS / 4, "only %d of %d kills landed inside a save", mid_save, KILLS);
     if (getenv("SCANPROP_KILL_REPORT"))
         fprintf(stderr, "kill test: %d kills, %d inside a save, %d checkpoints checked, %ld steps, %.1f s\n", kills,

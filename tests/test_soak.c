@@ -162,16 +162,41 @@ static double rel_diff(const float *a, const float *b, size_t n)
     return num / fmax(den, 1e-30);
 }
 
-/* All three engines: leak checks for each, then weights against linear BP's. */
+/* All three engines: leak checks for each, then weights against linear BP's. tol < 0:
+ * a chaotic run (SGD with momentum on a conv net: float rounding differences grow until
+ * the weights are unrelated, linear BP against itself with a perturbed lr included), so
+ * the engines must agree on the outcome instead — test accuracy within -tol, test loss
+ * within 10% — and the weights' difference is only reported. */
 static void three_engines(const char *what, sp_model *m, sp_dataset *train, sp_dataset *test, int batch,
                           const char *optim, double lr, long steps, double tol)
 {
     static const char *engines[] = {"linear", "bppsa", "ooo"};
     float *w[3];
+    double loss[3] = {0}, acc[3] = {0};
     size_t n = 0;
-    for (int k = 0; k < 3; k++) w[k] = soak(what, m, engines[k], train, test, batch, optim, lr, steps, &n);
+    for (int k = 0; k < 3; k++) {
+        w[k] = soak(what, m, engines[k], train, test, batch, optim, lr, steps, &n);
+        if (tol < 0 && test) sp_evaluate(m, test, 256, &loss[k], &acc[k]);
+    }
     for (int k = 1; k < 3; k++) {
+        if (tol < 0 && test) {
+            if (getenv("SCANPROP_SOAK_REPORT"))
+                fprintf(stderr, "soak %-6s %s vs linear after %ld steps: test accuracy %.4f vs %.4f, loss %.4f vs %.4f\n",
+                        what, engines[k], steps, acc[k], acc[0], loss[k], loss[0]);
+            cr_assert_leq(fabs(acc[k] - acc[0]), -tol, "%s: %s reaches test accuracy %.4f, linear BP %.4f", what,
+                          engines[k], acc[k], acc[0]);
+            cr_assert_leq(fabs(loss[k] - loss[0]), 0.1 * loss[0], "%s: %s reaches test loss %.4f, linear BP %.4f",
+                          what, engines[k], loss[k], loss[0]);
+        }
         double d = rel_diff(w[k], w[0], n);
+        if (tol < 0) {
+            cr_log_info("%s: %s vs linear after %ld steps: weights differ by %.3g (chaotic run)", what, engines[k],
+                        steps, d);
+            if (getenv("SCANPROP_SOAK_REPORT"))
+                fprintf(stderr, "soak %-6s %s vs linear after %ld steps: weights differ by %.3g (relative max)\n",
+                        what, engines[k], steps, d);
+            continue;
+        }
         cr_log_info("%s: %s vs linear after %ld steps: max relative difference %.3g", what, engines[k], steps, d);
         if (getenv("SCANPROP_SOAK_REPORT"))
             fprintf(stderr, "soak %-6s %s vs linear after %ld steps: weights differ by %.3g (relative max)\n", what,
@@ -192,7 +217,7 @@ Test(soak, lenet)
     sp_set_threads(2);
     sp_dataset *train = sp_fashion_mnist(FMNIST, true, 0), *test = sp_fashion_mnist(FMNIST, false, 0);
     sp_model *m = sp_zoo_lenet(1, 28);
-    three_engines("lenet", m, train, test, 16, "sgd", 0.01, soak_steps(60), 1e-3);
+    three_engines("lenet", m, train, test, 16, "sgd", 0.01, soak_steps(60), full_run() ? -0.02 : 1e-3);
     sp_model_free(m);
     sp_dataset_free(train);
     sp_dataset_free(test);
