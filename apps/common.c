@@ -7,6 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 #include "apps/common.h"
+#ifdef SP_HAVE_CUDA
+#include "core/cuda.h"
+#endif
 #include "core/error.h"
 #include "optim/optim.h"
 
@@ -15,7 +18,7 @@ void sp_app_defaults(sp_app_opts *o)
     *o = (sp_app_opts){
         .optim = "sgd", .backward = "linear", .lr_schedule = "constant", .epochs = 1, .batch = 64,
         .threads = 2, .lr = 0.01, .momentum = 0.9f, .seed = 1, .scan_levels = -1, .order = "ooo",
-        .k = 0, .scan_levels_arg = "full",
+        .k = 0, .scan_levels_arg = "full", .device = "cpu",
     };
 }
 
@@ -52,6 +55,8 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
         {"threads", SP_FLAG_INT, &o->threads, "threads for everything, OpenBLAS included", .group = G_TRAIN,
          .range = "1..64", .scope = SP_SCOPE_RUN},
         {"quiet", SP_FLAG_BOOL, &o->quiet, "no progress output on stderr", .group = G_TRAIN, .scope = SP_SCOPE_RUN},
+        {"device", SP_FLAG_STR, &o->device, "where the step runs; cuda needs a make CUDA=1 build, a GPU and "
+         "--backward linear (docs/CUDA.md)", .group = G_TRAIN, .choices = "cpu|cuda", .scope = SP_SCOPE_RUN},
         {"epochs", SP_FLAG_INT, &o->epochs, "training epochs; with --steps, whichever limit comes first",
          .group = G_LOOP, .range = "1..", .scope = SP_SCOPE_LOOP},
         {"lr-schedule", SP_FLAG_STR, &o->lr_schedule, "per-epoch learning rate: constant | step:SIZE:GAMMA | "
@@ -612,6 +617,31 @@ void sp_app_check_scan_levels(const sp_app_opts *o, sp_model *m, const sp_tensor
                 m->name, n);
 }
 
+void sp_app_use_device(const sp_app_opts *o, sp_model *m)
+{
+    if (strcmp(o->device, "cuda") != 0) return;
+    if (strcmp(o->backward, "linear") != 0)
+        sp_fail("--device cuda needs --backward linear (the %s engine runs on the CPU)", o->backward);
+#ifdef SP_HAVE_CUDA
+    const char *why = NULL;
+    if (sp_cuda_device_count(&why) == 0) sp_fail("--device cuda: no CUDA device (%s)", why);
+    sp_cuda_init(0);
+    sp_model_to_device(m, SP_CUDA);
+#else
+    (void)m;
+    sp_fail("--device cuda: this build has no CUDA backend (rebuild with make CUDA=1)");
+#endif
+}
+
+void sp_app_device_to_host(sp_model *m)
+{
+#ifdef SP_HAVE_CUDA
+    if (m->nparams && m->params[0]->value.device != SP_CPU) sp_model_to_device(m, SP_CPU);
+#else
+    (void)m;
+#endif
+}
+
 sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m, sp_dataset *train,
                              sp_dataset *test, bool timing_keys)
 {
@@ -622,6 +652,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_engine *e = sp_engine_create(o->backward, &eo);
     if (o->load) sp_model_load(m, o->load);
     else sp_model_init(m, o->seed);
+    sp_app_use_device(o, m);   /* checkpoints load and save on the host; the step runs on --device */
     if (o->scan_levels >= 0 && strcmp(o->backward, "bppsa") == 0) {   /* one sample, to know the chain */
         sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
         sp_batch b;
@@ -649,11 +680,13 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
                        .lr = &sched,
                        .quiet = o->quiet};
     sp_train_result r = sp_train(m, e, opt, loader, test, &tc);
+    sp_app_device_to_host(m);
     if (o->save) sp_model_save(m, o->save);
 
     sp_json j;
     sp_json_begin(&j);
     sp_json_str(&j, "app", app);
+    sp_json_str(&j, "device", o->device);
     sp_json_str(&j, "backward", o->backward);
     sp_json_int(&j, "epochs", r.epochs);
     sp_json_int(&j, "steps", r.steps);

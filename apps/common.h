@@ -70,6 +70,7 @@ typedef struct sp_app_opts {
     const char *order, *trace;
     bool plan;
     const char *scan_levels_arg;         /* --scan-levels as given: N | full */
+    const char *device;                  /* cpu | cuda */
 } sp_app_opts;
 
 /* Defaults shared by all apps; each app then overrides what it needs (lr, batch…). */
@@ -112,6 +113,12 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
 /* --data-format fashion-mnist (default, --data defaults to Debian's package dir) |
  * mnist | cifar10 | folder; pad_to = 32 zero-pads 28×28 images (VGG-11). */
 void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp_dataset **test);
+/* --device cuda: one line and exit 2 on a build without CUDA, without a GPU, or with an
+ * engine other than linear; else the backend starts and m's parameters move to the GPU.
+ * --device cpu: nothing. */
+void sp_app_use_device(const sp_app_opts *o, sp_model *m);
+/* m's parameters back on the host (before saving a checkpoint). */
+void sp_app_device_to_host(sp_model *m);
 /* The engine options from the app flags. */
 sp_engine_opts sp_app_engine_opts(const sp_app_opts *o);
 /* --scan-levels against the model: one forward of (x1, y1) gives the chain's length n; a

@@ -186,8 +186,25 @@ static void dev_arena_free(void *arena)
     free(a);
 }
 
+static void dev_upload(float *dst, const float *src, size_t n)
+{
+    if (n == 0) return;
+    cudaStream_t s = sp_cuda_stream();
+    sp_cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, s));
+    sp_cuda_check(cudaStreamSynchronize(s));
+}
+
+static void dev_download(float *dst, const float *src, size_t n)
+{
+    if (n == 0) return;
+    cudaStream_t s = sp_cuda_stream();
+    sp_cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+    sp_cuda_check(cudaStreamSynchronize(s));
+}
+
 static const sp_device_allocator cuda_allocator = {
-    dev_alloc, dev_free, dev_arena_new, dev_arena_alloc, dev_arena_reset, dev_arena_free, dev_fill,
+    dev_alloc, dev_free, dev_arena_new, dev_arena_alloc, dev_arena_reset, dev_arena_free, dev_fill, dev_upload,
+    dev_download,
 };
 
 // ----------------------------------------------------------------------------

@@ -6,9 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "core/backend.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "schedulers/train.h"
+
+static sp_device model_device(const sp_model *m) { return m->nparams ? m->params[0]->value.device : SP_CPU; }
 
 float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
                     double *fwd_s, double *bwd_s, double *step_s)
@@ -16,7 +19,8 @@ float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp
     sp_tape_reset(t);
     sp_optim_zero_grad(o);
     double t0 = sp_now();
-    sp_node *loss = sp_model_loss(m, t, x, y);
+    sp_tensor xin = sp_tape_copy_on(t, model_device(m), x);   /* the batch goes up (--device cuda) */
+    sp_node *loss = sp_model_loss(m, t, &xin, y);
     double t1 = sp_now();
     sp_backward(e, t, loss);
     double t2 = sp_now();
@@ -25,7 +29,7 @@ float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp
     if (fwd_s) *fwd_s = t1 - t0;
     if (bwd_s) *bwd_s = t2 - t1;
     if (step_s) *step_s = t3 - t0;
-    return loss->out.data[0];
+    return sp_tensor_get(&loss->out, 0);   /* waits for the step on a device */
 }
 
 void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
@@ -38,16 +42,23 @@ void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double
     sp_batch b;
     while (sp_loader_next(l, &b)) {
         sp_tape_reset(&t);
-        sp_node *ln = sp_model_loss(m, &t, &b.x, b.y);
+        sp_tensor xin = sp_tape_copy_on(&t, model_device(m), &b.x);
+        sp_node *ln = sp_model_loss(m, &t, &xin, b.y);
         const sp_tensor *z = sp_node_x(ln);   /* logits */
         int K = z->shape[1];
+        const float *zh = z->data;
+        if (z->device != SP_CPU) {   /* the logits come down */
+            float *h = sp_tape_alloc(&t, z->numel * sizeof(float));
+            sp_tensor_read(h, z);
+            zh = h;
+        }
         for (int i = 0; i < b.n; i++) {
-            const float *zi = z->data + (size_t)i * K;
+            const float *zi = zh + (size_t)i * K;
             int best = 0;
             for (int k = 1; k < K; k++) best = zi[k] > zi[best] ? k : best;
             correct += best == b.y[i];
         }
-        loss += (double)ln->out.data[0] * b.n;
+        loss += (double)sp_tensor_get(&ln->out, 0) * b.n;
         seen += b.n;
     }
     sp_tape_free(&t);
