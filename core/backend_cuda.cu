@@ -254,6 +254,7 @@ void sp_cuda_init(int device_id)
     sp_softmax_ce_cuda_register();
     sp_maxpool2d_cuda_register();
     sp_conv2d_cuda_register();
+    sp_recurrent_cuda_register();
     sp_optim_cuda_register();
     ready = true;
 }

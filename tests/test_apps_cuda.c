@@ -178,3 +178,10 @@ Test(apps_cuda, no_device_is_one_line_and_exit_2)
     snprintf(cmd, sizeof cmd, "%s --steps 1 --device cuda --backward bppsa --quiet >/dev/null 2>&1", bin("demo"));
     cr_assert_eq(run(cmd, NULL, 0), 2, "--device cuda with bppsa should exit 2");
 }
+
+Test(apps_cuda, rnn_gru_match_cpu)
+{
+    static const char *const keys[] = {"train_loss", "last_loss"};
+    same_on_both("rnn", "--steps 5 --batch 8 --seq-len 20", keys, 2);
+    same_on_both("gru", "--steps 5 --batch 8 --shape S --samples 64", keys, 2);
+}

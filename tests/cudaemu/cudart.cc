@@ -718,6 +718,18 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
     return e;
 }
 
+/* height rows of width bytes, each checked like a cudaMemcpyAsync of its own. */
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                              enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    LOCK;
+    if (width > dpitch || width > spitch) return cudaErrorInvalidPitchValue;
+    CUstream_st *s = S(stream);
+    for (size_t r = 0; r < height; r++)
+        queue_copy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind, s, "cudaMemcpy2DAsync");
+    return cudaSuccess;
+}
+
 cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
 {
     LOCK;
