@@ -6,6 +6,7 @@
 #   make test-cuda       CUDA=1 and run the CUDA suites (needs a GPU)
 #   make test-cuda-emu   the CUDA suites on the CPU, through the CUDA emulator (tests/cudaemu/)
 #   make bench           benchmarks against PyTorch CPU (see docs/PERFORMANCE.md)
+#   make bench-cuda      on a GPU machine: scanprop's GPU step next to PyTorch's (docs/CUDA.md)
 #   make opprof          build/opprof: per-op timers of a training step
 #   make BUILD=dir       build somewhere else (parallel worktrees, sanitizer builds)
 
@@ -74,7 +75,7 @@ CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
 
 # Objects built through pattern rules are kept (not deleted as intermediates).
 .PRECIOUS: $(BUILD)/obj/%.c.o $(BUILD)/obj/%.cu.o
-.PHONY: all lib apps tests test test-long test-asan test-cuda test-cuda-emu cuda-tests bench opprof format clean
+.PHONY: all lib apps tests test test-long test-asan test-cuda test-cuda-emu cuda-tests bench bench-cuda opprof format clean
 all: lib apps
 
 lib: $(LIB)
@@ -147,6 +148,11 @@ test-cuda-emu:
 	$(MAKE) CUDA=1 CUDA_EMU=1 BUILD=build-emu-asan SAN=1 OPT="-O1 -g" cuda-tests
 	@BUILD=build-emu-asan ./scripts/run_tests.sh $(call EMU_TESTS,build-emu-asan)
 	./tests/cudaemu/planted_bugs.sh
+
+# On a GPU machine: scanprop's step next to PyTorch's on the GPU (docs/CUDA.md).
+bench-cuda:
+	$(MAKE) CUDA=1 BUILD=build-cuda all
+	BUILD=build-cuda ./bench/cuda.sh
 
 bench: all
 	./bench/run.sh
