@@ -145,7 +145,7 @@ test-cuda-emu:
 	@BUILD=build-emu ./scripts/run_tests.sh $(call EMU_TESTS,build-emu)
 	@SCANPROP_EMU_ORDER=shuffle BUILD=build-emu ./scripts/run_tests.sh $(call EMU_TESTS,build-emu)
 	@SCANPROP_EMU_PROTECT=1 BUILD=build-emu ./scripts/run_tests.sh $(call EMU_TESTS,build-emu)
-	$(MAKE) CUDA=1 CUDA_EMU=1 BUILD=build-emu-asan SAN=1 OPT="-O1 -g" cuda-tests
+	$(MAKE) CUDA=1 CUDA_EMU=1 BUILD=build-emu-asan SAN=1 OPT="-O1 -g" all cuda-tests
 	@BUILD=build-emu-asan ./scripts/run_tests.sh $(call EMU_TESTS,build-emu-asan)
 	./tests/cudaemu/planted_bugs.sh
 

@@ -68,7 +68,9 @@ void sp_tensor_read(float *dst, const sp_tensor *t)
 
 sp_tensor sp_tape_copy_on(sp_tape *t, sp_device dev, const sp_tensor *x)
 {
-    if (dev == SP_CPU) return *x;
+    if (x->device == dev) return *x;
+    if (x->device != SP_CPU) sp_fail("sp_tape_copy_on: %s tensor to %s (expected a host tensor)",
+                                     sp_device_name(x->device), sp_device_name(dev));
     sp_tensor d = sp_tape_tensor_on(t, dev, x->ndim, x->shape);
     sp_backend_allocator(dev)->upload(d.data, x->data, x->numel);
     return d;

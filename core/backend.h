@@ -31,6 +31,12 @@ typedef struct sp_device_allocator {
      * they return once the data has arrived. */
     void (*upload)(float *dev_dst, const float *host_src, size_t n);
     void (*download)(float *host_dst, const float *dev_src, size_t n);
+    /* The training loop's prefetch: copy n floats into pinned host slot `slot` (0 or 1)
+     * and start their upload to the slot's device buffer on a copy stream (returned);
+     * use_staged(slot) makes the calling lane's stream wait for that upload. A slot may
+     * be staged again once the step that used it has been waited for. */
+    float *(*stage)(int slot, const float *host_src, size_t n);
+    void (*use_staged)(int slot);
 } sp_device_allocator;
 
 void sp_backend_register_allocator(sp_device dev, const sp_device_allocator *a);
@@ -42,7 +48,7 @@ const sp_device_allocator *sp_backend_allocator(sp_device dev);
 float sp_tensor_get(const sp_tensor *t, size_t i);
 /* All of t into host memory dst (t.numel floats). */
 void sp_tensor_read(float *dst, const sp_tensor *t);
-/* x (host) on device dev: x itself for SP_CPU, else a copy in tape t's device memory. */
+/* x on device dev: x itself if it is there already, else a copy in tape t's device memory. */
 sp_tensor sp_tape_copy_on(sp_tape *t, sp_device dev, const sp_tensor *x);
 
 /* Whole-tensor fills on the tensor's own device (engines never touch device memory). */
