@@ -9,6 +9,8 @@
 #   make bench-cuda      on a GPU machine: scanprop's GPU step next to PyTorch's (docs/CUDA.md)
 #   make opprof          build/opprof: per-op timers of a training step
 #   make BUILD=dir       build somewhere else (parallel worktrees, sanitizer builds)
+#   make MPI=0|1         without / with Open MPI (default: with it when mpicc is found);
+#                        make test then also runs the suites under mpirun (test_comm, test_exec)
 
 BUILD   ?= build
 CC      ?= cc
@@ -33,6 +35,19 @@ BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/i
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 CFLAGS  += $(BLAS_CFLAGS)
 LDLIBS  += $(BLAS_LIBS) -lstb -lz -lm -lpthread
+# oneDNN for the convolutions (core/dnnl.c); make DNNL=0 builds the im2col path only.
+DNNL    ?= 1
+ifeq ($(DNNL),1)
+CFLAGS  += -DSP_HAVE_DNNL
+LDLIBS  += -ldnnl -lgomp
+endif
+
+# Open MPI (core/comm_mpi.c): the flags mpicc would pass, so cc stays the compiler.
+MPI     ?= $(if $(shell command -v mpicc 2>/dev/null),1,0)
+ifeq ($(MPI),1)
+CFLAGS  += -DSP_HAVE_MPI $(shell mpicc --showme:compile)
+LDLIBS  += $(shell mpicc --showme:link)
+endif
 
 LIB_DIRS := core layers optim schedulers data
 LIB_SRC  := $(filter-out %_cuda.c,$(wildcard $(addsuffix /*.c,$(LIB_DIRS))))
@@ -56,6 +71,10 @@ EMU_OBJ   := $(patsubst %,$(BUILD)/obj/%.o,$(wildcard tests/cudaemu/*.cc))
 LDLIBS    += -lstdc++
 else
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcusparse -lcublas -lcudart -lstdc++
+# NCCL (core/comm_nccl.cu) comes with the toolkit; the emulator has none.
+CFLAGS    += -DSP_HAVE_NCCL
+NVFLAGS   += -DSP_HAVE_NCCL
+LDLIBS    := $(subst -lcudnn,-lnccl -lcudnn,$(LDLIBS))
 endif
 endif
 LIB_OBJ  := $(patsubst %,$(BUILD)/obj/%.o,$(LIB_SRC) $(CUDA_SRC))
@@ -120,8 +139,15 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.c.o $(BUILD)/obj/tests/testutil.c.o $(APP
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
 
+# Programs the MPI suites start under mpirun (test_comm, test_exec).
+MPI_WORKERS := $(BUILD)/tests/comm_worker
+$(BUILD)/tests/comm_worker: $(BUILD)/obj/tests/comm_worker.c.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+tests: $(MPI_WORKERS)
+
 # Every suite runs even if one fails; the exit status says whether all passed.
-test: all $(TESTS)
+test: all $(TESTS) $(MPI_WORKERS)
 	@BUILD=$(BUILD) ./scripts/run_tests.sh $(TESTS)
 
 # The long checks: the whole first epoch of the Figure 6 comparison.

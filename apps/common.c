@@ -10,6 +10,8 @@
 #ifdef SP_HAVE_CUDA
 #include "core/cuda.h"
 #endif
+#include "core/fileio.h"
+#include "core/safetensors.h"
 #include "core/error.h"
 #include "optim/optim.h"
 
@@ -18,7 +20,7 @@ void sp_app_defaults(sp_app_opts *o)
     *o = (sp_app_opts){
         .optim = "sgd", .backward = "linear", .lr_schedule = "constant", .epochs = 1, .batch = 64,
         .threads = 2, .lr = 0.01, .momentum = 0.9f, .seed = 1, .scan_levels = -1, .order = "ooo",
-        .k = 0, .scan_levels_arg = "full", .device = "cpu",
+        .k = 0, .scan_levels_arg = "full", .device = "cpu", .partition = "cost", .bucket_mb = 25, .comm_timeout = 60,
     };
 }
 
@@ -29,6 +31,7 @@ void sp_app_defaults(sp_app_opts *o)
 #define G_ENGINE "backward engine"
 #define G_BPPSA "bppsa engine (with --backward bppsa)"
 #define G_OOO "ooo engine (with --backward ooo)"
+#define G_PAR "parallel training (run under mpirun -np W)"
 
 /* The common flags of the training apps; `scope` says which apps take each one. */
 static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
@@ -84,8 +87,27 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .group = G_OOO, .range = "0..", .needs = "backward=ooo,order=reverse-first-k", .scope = SP_SCOPE_ENGINE},
         {"mem-cap", SP_FLAG_LONG, &o->mem_cap, "memory cap of the backward pass in bytes (0 = none)",
          .group = G_OOO, .meta = "BYTES", .range = "0..", .needs = "backward=ooo", .scope = SP_SCOPE_ENGINE},
-        {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON", .group = G_OOO, .meta = "FILE",
-         .needs = "backward=ooo", .scope = SP_SCOPE_ENGINE},
+        {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON (with --backward ooo or --parallel)",
+         .group = G_OOO, .meta = "FILE", .scope = SP_SCOPE_ENGINE},
+        {"parallel", SP_FLAG_STR, &o->parallel, "run the master schedule on the MPI ranks", .group = G_PAR,
+         .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo", .needs = "backward=linear",
+         .scope = SP_SCOPE_RUN},
+        {"microbatches", SP_FLAG_INT, &o->microbatches, "micro-batches B per step (0 = W, pipelines 2W)",
+         .group = G_PAR, .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"groups", SP_FLAG_INT, &o->groups, "groups G of lpp/fslpp (W = G*R; 0 = 1)", .group = G_PAR,
+         .range = "0..", .needs = "parallel=lpp|fslpp", .scope = SP_SCOPE_RUN},
+        {"partition", SP_FLAG_STR, &o->partition, "pipeline stages: by measured cost, or LayerPipe's Algorithm 1",
+         .group = G_PAR, .choices = "cost|layerpipe", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"bucket-mb", SP_FLAG_DOUBLE, &o->bucket_mb, "gradient bucket size in MB (as PyTorch DDP)", .group = G_PAR,
+         .meta = "X", .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"comm-timeout", SP_FLAG_DOUBLE, &o->comm_timeout, "seconds a rank waits for a peer before the job stops",
+         .group = G_PAR, .meta = "X", .range = "0.001..", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"costs", SP_FLAG_STR, &o->costs, "stage costs CSV (as --costs-out writes) instead of measuring",
+         .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs used (for build/schedule --profile)",
+         .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"exec-order", SP_FLAG_STR, &o->exec_order, "write each rank's executed job order", .group = G_PAR,
+         .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {0},
     };
     int n = (int)(sizeof list / sizeof list[0]);
@@ -443,6 +465,11 @@ static void check_ranges(sp_app_opts *o)
             sp_fail("--scan-levels %s: expected 0 (linear BP) .. the model's full depth, or full", o->scan_levels_arg);
         o->scan_levels = (int)x;
     }
+    if (o->trace && strcmp(o->backward, "ooo") != 0 && !o->parallel)
+        sp_fail("--trace needs --backward ooo or --parallel");
+    /* checkpoint files refused before any data is read or any step is run */
+    if (o->load) sp_st_close(sp_check_ptr(sp_st_open(o->load)));
+    if (o->save) sp_check(sp_check_save_target(o->save));
     /* --steps alone runs as many epochs as it needs; with --epochs, whichever comes first */
     if (o->steps > 0 && !sp_flag_given("epochs")) o->epochs = 0;
 }
@@ -566,19 +593,19 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
         sp_fail("--data-format %s needs --data DIR (only fashion-mnist has a default directory)", fmt);
     if (strcmp(fmt, "fashion-mnist") == 0 || strcmp(fmt, "mnist") == 0 || strcmp(fmt, "idx") == 0) {
         const char *dir = o->data ? o->data : FMNIST_DIR;
-        *train = sp_fashion_mnist(dir, true, pad_to);
-        *test = sp_fashion_mnist(dir, false, pad_to);
+        *train = sp_check_ptr(sp_fashion_mnist(dir, true, pad_to));
+        *test = sp_check_ptr(sp_fashion_mnist(dir, false, pad_to));
     } else if (strcmp(fmt, "cifar10") == 0) {
         if (!o->data) sp_fail("--data-format cifar10 needs --data DIR (the cifar-10-batches-bin directory)");
-        *train = sp_cifar10(o->data, true);
-        *test = sp_cifar10(o->data, false);
+        *train = sp_check_ptr(sp_cifar10(o->data, true));
+        *test = sp_check_ptr(sp_cifar10(o->data, false));
     } else if (strcmp(fmt, "folder") == 0) {
         if (!o->data) sp_fail("--data-format folder needs --data DIR (DIR/train/<class>/*, DIR/test/<class>/*)");
         char tr[4096], te[4096];
         snprintf(tr, sizeof tr, "%s/train", o->data);
         snprintf(te, sizeof te, "%s/test", o->data);
-        *train = sp_image_folder(tr, pad_to ? pad_to : 28, 1);
-        *test = sp_image_folder(te, pad_to ? pad_to : 28, 1);
+        *train = sp_check_ptr(sp_image_folder(tr, pad_to ? pad_to : 28, 1));
+        *test = sp_check_ptr(sp_image_folder(te, pad_to ? pad_to : 28, 1));
     } else {
         sp_fail("--data-format %s: unknown (expected fashion-mnist | mnist | cifar10 | folder)", fmt);
     }
@@ -587,7 +614,9 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
 /* ---- the training app runner ---------------------------------------------------------- */
 #include "core/parallel.h"
 #include "core/safetensors.h"
+#include "core/comm.h"
 #include "schedulers/engines.h"
+#include "schedulers/exec.h"
 #include "schedulers/ooo.h"
 #include "schedulers/scan.h"
 
@@ -650,7 +679,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_engine_opts eo = sp_app_engine_opts(o);
     sp_engine *e = sp_engine_create(o->backward, &eo);
-    if (o->load) sp_model_load(m, o->load);
+    if (o->load) sp_check(sp_model_load(m, o->load));
     else sp_model_init(m, o->seed);
     sp_app_use_device(o, m);   /* checkpoints load and save on the host; the step runs on --device */
     if (o->scan_levels >= 0 && strcmp(o->backward, "bppsa") == 0) {   /* one sample, to know the chain */
@@ -666,11 +695,13 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     cfg.momentum = o->momentum;
     cfg.weight_decay = o->weight_decay;
     sp_optim *opt = sp_optim_create(o->optim, m->params, m->nparams, &cfg);
-    if (strcmp(o->backward, "ooo") == 0) {   /* per-layer updates U_i as tasks of the sub lane */
+    struct sp_exec *ex = sp_app_exec_new(o, m, opt, train->ndim, train->shape);
+    if (!ex && strcmp(o->backward, "ooo") == 0) {   /* per-layer updates U_i as tasks of the sub lane */
         e->opts.update = update_layer;
         e->opts.update_ctx = opt;
     }
-    sp_loader *loader = sp_loader_new(train, o->batch, !o->no_shuffle, o->seed, false);
+    /* Parallel: every batch splits into the micro-batches (a short last batch is dropped). */
+    sp_loader *loader = sp_loader_new(train, o->batch, !o->no_shuffle, o->seed, ex != NULL);
     sp_train_cfg tc = {.app = app,
                        .epochs = o->epochs,
                        .steps = o->steps,
@@ -678,10 +709,12 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
                        .eval_batch = o->batch > 256 ? o->batch : 256,
                        .log_path = o->log,
                        .lr = &sched,
-                       .quiet = o->quiet};
+                       .quiet = o->quiet || !sp_app_prints(ex),
+                       .exec = ex};
     sp_train_result r = sp_train(m, e, opt, loader, test, &tc);
     sp_app_device_to_host(m);
-    if (o->save) sp_model_save(m, o->save);
+    if (ex && o->save) sp_exec_sync_weights(ex);
+    if (o->save && sp_app_prints(ex)) sp_check(sp_model_save(m, o->save));
 
     sp_json j;
     sp_json_begin(&j);
@@ -712,10 +745,69 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     }
     sp_json_num(&j, "step_ms", r.step_ms);
     sp_json_num(&j, "last_loss", r.last_loss);
-    sp_json_end_print(&j);
+    sp_app_exec_json(ex, o, &j);
+    if (sp_app_prints(ex)) sp_json_end_print(&j);
+    sp_app_exec_end(ex);
 
     sp_loader_free(loader);
     sp_optim_free(opt);
     sp_engine_destroy(e);
     return r;
+}
+
+/* ---- parallel runs ------------------------------------------------------------------------ */
+
+struct sp_exec *sp_app_exec_new(const sp_app_opts *o, sp_model *m, struct sp_optim *opt, int sample_ndim,
+                                const int *sample_shape)
+{
+    if (!o->parallel) return NULL;
+    if (!sp_comm_have_mpi() && getenv("OMPI_COMM_WORLD_SIZE"))
+        sp_fail("--parallel %s: this build has no MPI (rebuild with make MPI=1)", o->parallel);
+    sp_comm_set_timeout(o->comm_timeout);
+    sp_comm_init(NULL, NULL);
+    sp_exec_cfg c = {.scheme = o->parallel,
+                     .micro = o->microbatches,
+                     .groups = o->groups,
+                     .partition = o->partition,
+                     .bucket_mb = o->bucket_mb,
+                     .costs_in = o->costs,
+                     .costs_out = o->costs_out,
+                     .order_out = o->exec_order,
+                     .trace_path = o->trace};
+    return sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
+}
+
+bool sp_app_prints(const struct sp_exec *x) { return !x || sp_exec_rank(x) == 0; }
+
+void sp_app_exec_json(struct sp_exec *x, const sp_app_opts *o, sp_json *j)
+{
+    if (!x) return;
+    sp_exec_stats st;
+    sp_exec_gather_stats(x, &st);
+    double steps = st.steps > 0 ? (double)st.steps : 1.0, comm = 0;
+    char busy[2048], idle[2048];
+    size_t nb = 0, ni = 0;
+    for (int r = 0; r < st.workers; r++) {
+        comm += st.comm[r] / st.workers;
+        double b = 1e3 * st.busy[r] / steps, i = 1e3 * (st.wall[r] - st.busy[r]) / steps;
+        if (nb < sizeof busy - 32) nb += (size_t)snprintf(busy + nb, sizeof busy - nb, "%s%.3f", r ? ", " : "[", b);
+        if (ni < sizeof idle - 32) ni += (size_t)snprintf(idle + ni, sizeof idle - ni, "%s%.3f", r ? ", " : "[", i);
+    }
+    snprintf(busy + nb, sizeof busy - nb, "]");
+    snprintf(idle + ni, sizeof idle - ni, "]");
+    sp_json_str(j, "parallel", o->parallel);
+    sp_json_int(j, "workers", st.workers);
+    sp_json_int(j, "microbatches", sp_exec_schedule(x)->micro);
+    sp_json_num(j, "comm_ms", 1e3 * comm / steps);
+    sp_json_raw(j, "busy_ms", busy);
+    sp_json_raw(j, "idle_ms", idle);
+    sp_exec_stats_free(&st);
+}
+
+void sp_app_exec_end(struct sp_exec *x)
+{
+    if (!x) return;
+    sp_exec_finish(x);
+    sp_exec_free(x);
+    sp_comm_finalize();
 }

@@ -71,6 +71,10 @@ typedef struct sp_app_opts {
     bool plan;
     const char *scan_levels_arg;         /* --scan-levels as given: N | full */
     const char *device;                  /* cpu | cuda */
+    /* parallel training on MPI ranks (schedulers/exec.h) */
+    const char *parallel, *partition, *costs_out, *costs, *exec_order;
+    int microbatches, groups;
+    double bucket_mb, comm_timeout;
 } sp_app_opts;
 
 /* Defaults shared by all apps; each app then overrides what it needs (lr, batch…). */
@@ -125,5 +129,19 @@ sp_engine_opts sp_app_engine_opts(const sp_app_opts *o);
  * level count above sp_scan_full_levels(n) is refused with the valid range. A no-op
  * unless --backward bppsa with a number of levels. */
 void sp_app_check_scan_levels(const sp_app_opts *o, sp_model *m, const sp_tensor *x1, const int *y1);
+
+/* --parallel: MPI up, the executor for model m (one sample of sample_shape, global batch
+ * o->batch). NULL without --parallel. */
+struct sp_exec;
+struct sp_optim;
+struct sp_exec *sp_app_exec_new(const sp_app_opts *o, sp_model *m, struct sp_optim *opt, int sample_ndim,
+                                const int *sample_shape);
+/* The JSON keys of a parallel run ("parallel", "workers", "microbatches", "comm_ms",
+ * "busy_ms", "idle_ms": per rank, per step). Collective; only rank 0 prints the line. */
+void sp_app_exec_json(struct sp_exec *x, const sp_app_opts *o, sp_json *j);
+/* The order/trace files, then MPI down (every rank). */
+void sp_app_exec_end(struct sp_exec *x);
+/* Whether this process prints (rank 0, or no --parallel). */
+bool sp_app_prints(const struct sp_exec *x);
 
 #endif

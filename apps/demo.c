@@ -7,6 +7,8 @@
 #include "core/model.h"
 #include "core/parallel.h"
 #include "core/rng.h"
+#include "core/safetensors.h"
+#include "schedulers/exec.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
 
@@ -24,6 +26,7 @@ int main(int argc, char **argv)
     sp_flag extra[] = {
         {"layers", SP_FLAG_INT, &layers, "linear layers (tanh between them): 2L-1 ops in the chain", .range = "1..32"},
         {"width", SP_FLAG_INT, &width, "hidden width", .range = "1.."},
+        {"save", SP_FLAG_STR, &o.save, "save the final weights (safetensors)", .meta = "FILE"},
         {0},
     };
     /* demo's loop is the one on this screen: no epochs, data files, checkpoints or logs */
@@ -65,6 +68,8 @@ int main(int argc, char **argv)
     cfg.momentum = o.momentum;
     cfg.weight_decay = o.weight_decay;
     sp_optim *opt = sp_optim_create(o.optim, m->params, m->nparams, &cfg);
+    /* --parallel (under mpirun): the same steps on the ranks, by the master schedule */
+    struct sp_exec *ex = sp_app_exec_new(&o, m, opt, 1, (int[]){D});
 
     /* the loop: forward on a tape, backward, step, reset */
     sp_tape t;
@@ -74,9 +79,10 @@ int main(int argc, char **argv)
     for (long s = 0; s < o.steps; s++) {
         int start = (int)((s * B) % (N - B + 1));
         sp_tensor x = sp_tensor_2d(xs + start * D, B, D);
-        loss = sp_train_step(m, e, opt, &t, &x, ys + start, NULL, NULL, NULL);
+        loss = ex ? sp_exec_step(ex, &x, ys + start, NULL, NULL, NULL)
+                  : sp_train_step(m, e, opt, &t, &x, ys + start, NULL, NULL, NULL);
         if (s == 0) first = loss;
-        if (!o.quiet && (s % 50 == 0 || s == o.steps - 1)) fprintf(stderr, "step %ld loss %.4f\n", s, loss);
+        if (!o.quiet && sp_app_prints(ex) && (s % 50 == 0 || s == o.steps - 1)) fprintf(stderr, "step %ld loss %.4f\n", s, loss);
     }
     sp_json j;
     sp_json_begin(&j);
@@ -87,7 +93,11 @@ int main(int argc, char **argv)
     sp_json_int(&j, "batch", B);
     sp_json_num(&j, "first_loss", first);
     sp_json_num(&j, "last_loss", loss);
-    sp_json_end_print(&j);
+    if (ex && o.save) sp_exec_sync_weights(ex);
+    if (o.save && sp_app_prints(ex)) sp_check(sp_model_save(m, o.save));
+    sp_app_exec_json(ex, &o, &j);
+    if (sp_app_prints(ex)) sp_json_end_print(&j);
+    sp_app_exec_end(ex);
 
     sp_tape_free(&t);
     sp_optim_free(opt);

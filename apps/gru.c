@@ -38,10 +38,10 @@ int main(int argc, char **argv)
         else if (strcmp(shape, "M") == 0) F = 517, C = 24;
         else if (strcmp(shape, "L") == 0) F = 1034, C = 12;
         else F = 1034, C = 12;
-        train = sp_synthetic_sequences(samples, F, C, classes, o.seed);
-        test = sp_synthetic_sequences(samples / 4 > o.batch ? samples / 4 : o.batch, F, C, classes, o.seed + 1000003);
+        train = sp_check_ptr(sp_synthetic_sequences(samples, F, C, classes, o.seed));
+        test = sp_check_ptr(sp_synthetic_sequences(samples / 4 > o.batch ? samples / 4 : o.batch, F, C, classes, o.seed + 1000003));
     } else {
-        train = sp_seqset_open(dataset);
+        train = sp_check_ptr(sp_seqset_open(dataset));
     }
     if (train->ndim != 2) sp_fail("gru: samples of %s are not F×C sequences", train->name);
     sp_model *m = sp_zoo_gru(train->shape[1], hidden, train->nclasses);

@@ -31,10 +31,10 @@ int main(int argc, char **argv)
     sp_set_threads(o.threads);
     sp_dataset *train, *test;
     if (strcmp(dataset, "bitstream") == 0) {
-        train = sp_bitstream(samples, T, o.seed);
-        test = sp_bitstream(samples / 10 > o.batch ? samples / 10 : o.batch, T, o.seed + 1000003);
+        train = sp_check_ptr(sp_bitstream(samples, T, o.seed));
+        test = sp_check_ptr(sp_bitstream(samples / 10 > o.batch ? samples / 10 : o.batch, T, o.seed + 1000003));
     } else {
-        train = sp_seqset_open(dataset);
+        train = sp_check_ptr(sp_seqset_open(dataset));
         test = NULL;
     }
     if (train->ndim != 2) sp_fail("rnn: samples of %s are not T×C sequences", train->name);

@@ -96,7 +96,7 @@ class Runner:
         return [os.path.join(self.build, app), "--threads", "2", "--quiet", *map(str, args)]
 
     def torch(self, script, *args):
-        # The peers' tuned defaults: torch 2 threads, OpenBLAS pool 1 thread (peers/README.md).
+        # The peers' tuned defaults: torch 2 threads, OpenBLAS pool 1 thread (bench/peers/common.py).
         return [PY, os.path.join(self.peers, script), "--threads", "2", "--blas-threads", "1", *map(str, args)]
 
 
@@ -234,7 +234,7 @@ def sec_lenet(R, q, data):
                     log(f"  [lenet r{rnd}] ours b{b}: {js['images_per_s']:.0f} img/s")
             else:
                 js, _ = R.run("lenet", "torch", {"batches": [64, 256]}, rnd,
-                              R.torch("lenet_fmnist.py", "--epochs", 0, "--tput-batches", "64,256",
+                              R.torch("lenet.py", "--epochs", 0, "--tput-batches", "64,256",
                                       "--tput-steps", tsteps, "--tput-reps", treps, "--tput-warmup", 10))
                 if js:
                     log(f"  [lenet r{rnd}] torch: " + ", ".join(
@@ -257,7 +257,7 @@ def sec_vgg(R, q, data):
                 args = ["--batches", ",".join(map(str, batches))]
                 args += ["--reps", 3, "--warmup", 1, "--budget-s", 4] if q else ["--reps", 5, "--warmup", 2,
                                                                                   "--budget-s", 6]
-                js, _ = R.run("vgg", "torch", {"batches": batches}, rnd, R.torch("vgg11_step.py", *args))
+                js, _ = R.run("vgg", "torch", {"batches": batches}, rnd, R.torch("vgg11.py", *args))
                 if js:
                     log(f"  [vgg r{rnd}] torch: " + ", ".join(
                         f"b{r['batch']} step {r['step_ms']:.1f} ms" for r in js["runs"]))
@@ -293,7 +293,7 @@ def sec_rnn(R, q):
                 else:
                     budget = 1 if q else (4 if T >= 10000 else 2)
                     js, _ = R.run("rnn", "torch", {"T": T, "B": Bs}, rnd,
-                                  R.torch("rnn_bitstream.py", "--T", T, "--B", ",".join(map(str, Bs)),
+                                  R.torch("rnn.py", "--T", T, "--B", ",".join(map(str, Bs)),
                                           "--impls", "rnn,cell", "--reps", 3 if q else 5, "--budget-s", budget))
                     if js:
                         log(f"  [rnn T{T} r{rnd}] torch: " + ", ".join(
@@ -315,7 +315,7 @@ def sec_gru(R, q):
                     log(f"  [gru r{rnd}] ours {e}: step {js['step_ms']:.1f} ms, bwd {js['backward_ms']:.1f} ms")
             else:
                 js, _ = R.run("gru", "torch", {}, rnd,
-                              R.torch("gru_step.py", "--reps", 3 if q else 7, "--budget-s", 2 if q else 5))
+                              R.torch("gru.py", "--reps", 3 if q else 7, "--budget-s", 2 if q else 5))
                 if js:
                     log(f"  [gru r{rnd}] torch: step {js['step_ms']:.1f} ms")
 

@@ -79,7 +79,7 @@ int main(int argc, char **argv)
             }
             if (nd_->input->needs_grad) {
                 a = sp_now();
-                nd_->op->backward_input(nd_, &nd_->grad, &nd_->input->grad);
+                nd_->op->backward_input(nd_, 0, &nd_->grad, &nd_->input->grad);
                 if (s >= 0) t[PH_DELTA][(size_t)l * steps + s] = sp_now() - a;
             }
             if (s == 0) {

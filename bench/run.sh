@@ -7,8 +7,9 @@
 #   BENCH_PERF=1 make bench           also perf-record lenet and vgg11 (top symbols)
 #   BUILD=dir make bench              use the apps in dir (default build)
 #
-# Needs the PyTorch peer scripts in ../shared/peers beside the repository (or
-# SCANPROP_PEERS=dir) and Debian's python3-torch at /usr/bin/python3.
+# The PyTorch reference scripts are bench/peers/*.py (SCANPROP_PEERS=dir runs others
+# with the same command lines); they need Debian's python3-torch at /usr/bin/python3
+# and the Fashion-MNIST files of dataset-fashion-mnist (scripts/deps.sh installs both).
 # Writes bench/results/bench-<stamp>.md (machine, commands, ratio tables), .jsonl (one
 # record per run) and .log (every run's output); bench/results/latest.md links the .md.
 # The apps run with the caller's OPENBLAS_CORETYPE (unset = OpenBLAS's own choice);
@@ -18,14 +19,13 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 BUILD=${BUILD:-build}
 PY=/usr/bin/python3
-PEERS=${SCANPROP_PEERS:-$(dirname "$REPO")/shared/peers}
+PEERS=${SCANPROP_PEERS:-$REPO/bench/peers}
 QUICK=${BENCH_QUICK:-0}
 SECTIONS=${BENCH_SECTIONS:-gemm,lenet,vgg,rnn,gru,ooo}
 
 die() { echo "bench: $*" >&2; exit 2; }
 
-[ -f "$PEERS/bench_common.py" ] ||
-    die "PyTorch peer scripts not found in $PEERS (expected ../shared/peers beside the repository, or set SCANPROP_PEERS=dir)"
+[ -f "$PEERS/common.py" ] || die "PyTorch reference scripts not found in $PEERS (bench/peers, or SCANPROP_PEERS=dir)"
 [ -x "$PY" ] || die "$PY not found (the peers need Debian's python3-torch: scripts/deps.sh)"
 TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) ||
     die "$PY cannot import torch (apt-get install python3-torch)"

@@ -1,13 +1,27 @@
-/* error.c — one-line user errors (exit 2) and checked allocation. */
+/* error.c — returnable errors (thread-local message), one-line exits for apps, checked
+ * allocation, the ceiling on file-driven allocations. */
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
 #include "core/tensor.h"
 
+#define ERR_LEN 1024
+static _Thread_local char last_error[ERR_LEN];
+static _Thread_local jmp_buf *try_frame;   /* innermost sp_try of this thread */
+
 void sp_fail(const char *fmt, ...)
 {
     va_list ap;
+    if (try_frame) {   /* inside sp_try: the caller gets the message and SP_ERR */
+        char buf[ERR_LEN];
+        va_start(ap, fmt);
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        memcpy(last_error, buf, sizeof buf);
+        longjmp(*try_frame, 1);
+    }
     fflush(stdout);
     fputs("scanprop: ", stderr);
     va_start(ap, fmt);
@@ -15,6 +29,62 @@ void sp_fail(const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     exit(SP_EXIT_USAGE);
+}
+
+int sp_try(void (*fn)(void *arg), void *arg)
+{
+    jmp_buf frame;
+    jmp_buf *volatile outer = try_frame;
+    if (setjmp(frame)) {
+        try_frame = outer;
+        return SP_ERR;
+    }
+    try_frame = &frame;
+    fn(arg);
+    try_frame = outer;
+    return SP_OK;
+}
+
+int sp_error(const char *fmt, ...)
+{
+    char buf[ERR_LEN];   /* an argument may be sp_last_error() itself */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    memcpy(last_error, buf, sizeof buf);
+    return SP_ERR;
+}
+
+int sp_error_prefix(const char *fmt, ...)
+{
+    char buf[ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n + 3 < sizeof buf) {   /* the old message, truncated to fit */
+        size_t k = (size_t)n, room = sizeof buf - k - 3, len = strlen(last_error);
+        memcpy(buf + k, ": ", 2);
+        memcpy(buf + k + 2, last_error, len < room ? len : room);
+        buf[k + 2 + (len < room ? len : room)] = 0;
+    }
+    memcpy(last_error, buf, sizeof buf);
+    return SP_ERR;
+}
+
+const char *sp_last_error(void) { return last_error; }
+void sp_clear_error(void) { last_error[0] = 0; }
+
+void sp_check(int status)
+{
+    if (status != SP_OK) sp_fail("%s", last_error[0] ? last_error : "unknown error");
+}
+
+void *sp_check_ptr(void *p)
+{
+    if (!p) sp_fail("%s", last_error[0] ? last_error : "unknown error");
+    return p;
 }
 
 void *sp_xmalloc(size_t bytes)
@@ -42,6 +112,39 @@ char *sp_xstrdup(const char *s)
 {
     size_t n = strlen(s) + 1;
     return memcpy(sp_xmalloc(n), s, n);
+}
+
+/* ---- the ceiling on allocations sized by file contents ---- */
+
+#define DEFAULT_FILE_ALLOC (16ull << 30)
+static size_t file_alloc_override;   /* 0: default / environment */
+
+size_t sp_file_alloc_limit(void)
+{
+    if (file_alloc_override) return file_alloc_override;
+    static size_t from_env;   /* read once; a benign race writes the same value */
+    if (!from_env) {
+        const char *s = getenv("SCANPROP_MAX_FILE_ALLOC");
+        char *end;
+        unsigned long long v = s ? strtoull(s, &end, 10) : 0;
+        from_env = s && *s && !*end && v ? (size_t)v : (size_t)DEFAULT_FILE_ALLOC;
+    }
+    return from_env;
+}
+
+void sp_set_file_alloc_limit(size_t bytes) { file_alloc_override = bytes; }
+
+void *sp_file_alloc(size_t bytes, int zero, const char *what)
+{
+    size_t limit = sp_file_alloc_limit();
+    if (bytes > limit) {
+        sp_error("%s: needs %zu bytes, above the %zu-byte limit on one allocation from a file "
+                 "(SCANPROP_MAX_FILE_ALLOC)", what, bytes, limit);
+        return NULL;
+    }
+    void *p = zero ? calloc(bytes ? bytes : 1, 1) : malloc(bytes ? bytes : 1);
+    if (!p) sp_error("%s: out of memory allocating %zu bytes", what, bytes);
+    return p;
 }
 
 const char *sp_shape_str(const sp_tensor *t, char *buf, size_t len)

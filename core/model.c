@@ -21,19 +21,38 @@ void sp_model_free(sp_model *m)
     for (int i = 0; i < m->nlayers; i++) sp_layer_free(m->layers[i]);
     sp_layer_free(m->loss);
     free(m->layers);
+    free(m->from);
+    free(m->from_start);
     free(m->params);
     free(m);
 }
 
-sp_layer *sp_model_add(sp_model *m, sp_layer *l)
+int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from)
 {
+    int arity = l->op->arity ? l->op->arity : 1;
+    if (arity == SP_ARITY_ANY ? ninputs < 1 : ninputs != arity)
+        sp_fail("model '%s': layer %d (%s) given %d inputs, expected %d", m->name, m->nlayers, l->op->name, ninputs,
+                arity);
+    for (int k = 0; k < ninputs; k++)
+        if (from[k] < SP_MODEL_INPUT || from[k] >= m->nlayers)
+            sp_fail("model '%s': layer %d (%s) reads layer %d, expected an earlier layer or the input", m->name,
+                    m->nlayers, l->op->name, from[k]);
     for (int i = 0; i < l->nparams; i++)
         if (sp_model_param(m, l->params[i]->name))
             sp_fail("model '%s': duplicate parameter name '%s'", m->name, l->params[i]->name);
     if (m->nlayers == m->cap_layers) {
         m->cap_layers = m->cap_layers ? 2 * m->cap_layers : 16;
         m->layers = sp_xrealloc(m->layers, (size_t)m->cap_layers * sizeof *m->layers);
+        m->from_start = sp_xrealloc(m->from_start, ((size_t)m->cap_layers + 1) * sizeof *m->from_start);
     }
+    int used = m->nlayers ? m->from_start[m->nlayers] : 0;
+    if (used + ninputs > m->cap_from) {
+        m->cap_from = 2 * (used + ninputs);
+        m->from = sp_xrealloc(m->from, (size_t)m->cap_from * sizeof *m->from);
+    }
+    m->from_start[0] = 0;
+    memcpy(m->from + used, from, (size_t)ninputs * sizeof *from);
+    m->from_start[m->nlayers + 1] = used + ninputs;
     m->layers[m->nlayers++] = l;
     for (int i = 0; i < l->nparams; i++) {
         if (m->nparams == m->cap_params) {
@@ -42,7 +61,22 @@ sp_layer *sp_model_add(sp_model *m, sp_layer *l)
         }
         m->params[m->nparams++] = l->params[i];
     }
+    return m->nlayers - 1;
+}
+
+sp_layer *sp_model_add(sp_model *m, sp_layer *l)
+{
+    sp_model_add_from(m, l, 1, (int[]){sp_model_last(m)});
     return l;
+}
+
+int sp_model_last(const sp_model *m) { return m->nlayers - 1; }
+
+bool sp_model_is_chain(const sp_model *m)
+{
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->from_start[i + 1] - m->from_start[i] != 1 || m->from[m->from_start[i]] != i - 1) return false;
+    return true;
 }
 
 void sp_model_init(sp_model *m, uint64_t seed)
@@ -59,8 +93,19 @@ void sp_model_init(sp_model *m, uint64_t seed)
 
 sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x)
 {
-    for (int i = 0; i < m->nlayers; i++) x = sp_apply(t, m->layers[i], x);
-    return x;
+    if (sp_model_is_chain(m)) {
+        for (int i = 0; i < m->nlayers; i++) x = sp_apply(t, m->layers[i], x);
+        return x;
+    }
+    sp_node **out = sp_tape_alloc(t, ((size_t)m->nlayers + 1) * sizeof *out), **in = out + 1;   /* out[-1]: x */
+    out[0] = x;
+    sp_node **args = sp_tape_alloc(t, ((size_t)m->from_start[m->nlayers] + 1) * sizeof *args);
+    for (int i = 0; i < m->nlayers; i++) {
+        int k0 = m->from_start[i], nin = m->from_start[i + 1] - k0;
+        for (int k = 0; k < nin; k++) args[k0 + k] = in[m->from[k0 + k]];
+        in[i] = sp_apply_n(t, m->layers[i], nin, args + k0);
+    }
+    return m->nlayers ? in[m->nlayers - 1] : x;
 }
 
 sp_node *sp_model_loss(sp_model *m, sp_tape *t, const sp_tensor *x, const int *labels)

@@ -1,14 +1,21 @@
-/* model.h — a model is an ordered list of layers with a parameter registry.
+/* model.h — a model is an ordered list of layers with a parameter registry, and for
+ * each layer the layers whose outputs it reads.
  *
  *   sp_model *m = sp_model_new("lenet");
- *   sp_model_add(m, sp_conv2d("conv1", 1, 6, 5, 1, 2));
+ *   sp_model_add(m, sp_conv2d("conv1", 1, 6, 5, 1, 2));      reads the layer before
  *   sp_model_add(m, sp_relu());
  *   ...
  *   sp_model_init(m, seed);
  *
- * sp_model_forward applies the layers in order on a tape (a chain, which is what the
- * BPPSA scan and the pipeline schedules need). Models that are not chains call
- * sp_apply directly. */
+ * A residual block reads an earlier output a second time:
+ *
+ *   int x = sp_model_last(m);                                  the block's input
+ *   sp_model_add(m, sp_conv2d("b.conv1", 16, 16, 3, 1, 1)); ...
+ *   sp_model_add_from(m, sp_add(), 2, (int[]){sp_model_last(m), x});
+ *
+ * sp_model_forward applies the layers in order on a tape; the last layer's output is the
+ * model's. A model where every layer reads the one before is a chain (what the pipeline
+ * schedules need); any other is a DAG, which every backward engine runs. */
 #ifndef SP_MODEL_H
 #define SP_MODEL_H
 
@@ -22,6 +29,9 @@ typedef struct sp_model {
     sp_param **params;
     int nparams, cap_params;
     sp_layer *loss;        /* softmax + cross-entropy */
+    int *from;             /* layer i reads the outputs of layers from[from_start[i] ..   */
+    int *from_start;       /* from_start[i + 1]) (SP_MODEL_INPUT: the model's input)     */
+    int cap_from;
     /* Optional whole-model initialisation (e.g. torchvision's VGG scheme); NULL: each
      * op's PyTorch default (init_params). */
     void (*init)(struct sp_model *m, sp_rng *r);
@@ -29,7 +39,15 @@ typedef struct sp_model {
 
 sp_model *sp_model_new(const char *name);
 void sp_model_free(sp_model *m);
-sp_layer *sp_model_add(sp_model *m, sp_layer *l);     /* takes ownership */
+#define SP_MODEL_INPUT (-1)
+
+sp_layer *sp_model_add(sp_model *m, sp_layer *l);     /* takes ownership; reads the last layer */
+/* l (owned from now on) reading the outputs of layers from[0..ninputs-1], indices of
+ * earlier layers or SP_MODEL_INPUT, in l's argument order. Returns l's index. Bad
+ * index or arity: sp_fail naming the model and layer. */
+int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from);
+int sp_model_last(const sp_model *m);                  /* index of the last layer; SP_MODEL_INPUT if none */
+bool sp_model_is_chain(const sp_model *m);
 void sp_model_init(sp_model *m, uint64_t seed);        /* m->init, else PyTorch defaults */
 sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x);
 /* forward + softmax-cross-entropy loss node. */

@@ -1,12 +1,17 @@
 /* op.h — the op interface, the heart of scanprop.
  *
  * Every op (layers/<op>.c) fills one sp_opdef. It knows its derivative two ways:
- *   - as products:   backward_input  δ = Jᵀ·dy (input gradient, on the critical path)
+ *   - as products:   backward_input  δ_i = J_iᵀ·dy (gradient of input i, on the critical
+ *                                    path)
  *                    backward_params G += ∂l/∂θ  (weight gradient, off the critical path)
- *   - as a matrix:   jt_pattern / jt_values, the transposed Jacobian Jᵀ of one sample in
- *                    CSR, (input size × output size), pattern from shapes only.
+ *   - as a matrix:   jt_pattern / jt_values, the transposed Jacobian block J_iᵀ of input
+ *                    i for one sample in CSR, (input-i size × output size), pattern from
+ *                    shapes only.
  * δ and G are separate entry points because the ooo engine, LayerPipe and the pipeline
  * schedules run them at different times; the linear engine calls both.
+ *
+ * Most ops have one input (i is then always 0); add and concat have several
+ * (.arity), and a node's output may feed any number of nodes: the tape is a DAG.
  *
  * A layer (sp_layer) is the persistent part of an op: hyper-parameters and parameters.
  * A node (sp_node) is one application of a layer on the tape during one step. */
@@ -51,21 +56,27 @@ struct sp_layer {
     int nparams;
 };
 
+/* sp_opdef.arity for ops taking any number (>= 1) of inputs. */
+#define SP_ARITY_ANY (-1)
+
 struct sp_opdef {
     const char *name;
-    /* Validate x's shape (sp_fail with op name, shapes and expectation on mismatch)
-     * and set n->out.ndim / n->out.shape. */
+    /* Number of inputs: 0 means 1; SP_ARITY_ANY: one or more. */
+    int arity;
+    /* Validate the inputs' shapes (x is input 0; others: sp_node_in(n, i)) — sp_fail
+     * with op name, shapes and expectation on mismatch — and set n->out.ndim/shape. */
     void (*infer)(sp_node *n, const sp_tensor *x);
     /* y = f(x; θ). May allocate per-step saved state with sp_tape_alloc. */
     void (*forward)(sp_node *n);
-    /* dx = Jᵀ·dy, overwriting dx (which has x's shape). */
-    void (*backward_input)(sp_node *n, const sp_tensor *dy, sp_tensor *dx);
+    /* dx = J_iᵀ·dy for input i, overwriting dx (which has input i's shape). */
+    void (*backward_input)(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx);
     /* θ.grad += ∂l/∂θ given dy. NULL for parameter-free ops. */
     void (*backward_params)(sp_node *n, const sp_tensor *dy);
-    /* Jᵀ of one sample, (in × out). pattern: allocates indptr/indices from shapes.
-     * values: fills data (nnz preallocated) for sample b from saved state/weights. */
-    void (*jt_pattern)(const sp_node *n, sp_csr *jt);
-    void (*jt_values)(const sp_node *n, int b, sp_csr *jt);
+    /* J_iᵀ of one sample, (input-i size × out). pattern: allocates indptr/indices from
+     * shapes. values: fills data (nnz preallocated) for sample b from saved state and
+     * weights. */
+    void (*jt_pattern)(const sp_node *n, int i, sp_csr *jt);
+    void (*jt_values)(const sp_node *n, int i, int b, sp_csr *jt);
     sp_cost (*cost)(const sp_node *n);
     /* PyTorch's default initialisation for this op's parameters. */
     void (*init_params)(sp_layer *l, sp_rng *r);
@@ -82,19 +93,22 @@ struct sp_opdef {
 struct sp_node {
     const sp_opdef *op;       /* NULL for a leaf (data input)                 */
     sp_layer *layer;
-    sp_node *input;           /* producer of x; NULL for a leaf               */
+    sp_node *input;           /* inputs[0], the producer of x; NULL for a leaf */
+    sp_node **inputs;         /* the ninputs producers, in argument order (may */
+    int ninputs;              /* repeat a node); &input when ninputs == 1      */
     sp_tensor out;            /* y, in the tape's arena                       */
     sp_tensor grad;           /* ∂l/∂y, allocated by the backward engine      */
     void *saved;              /* op's per-step saved state (arena)            */
     const int *labels;        /* loss ops only: [B] class indices             */
     sp_tape *tape;
     int index;                /* position on the tape                         */
-    int nconsumers;           /* nodes that read out                          */
+    int nconsumers;           /* input slots of later nodes that read out     */
     bool needs_grad;          /* some parameter lies upstream (or at) here    */
 };
 
-/* The input tensor of a node. */
+/* The input tensor of a node (input 0), and input i. */
 static inline const sp_tensor *sp_node_x(const sp_node *n) { return &n->input->out; }
+static inline const sp_tensor *sp_node_in(const sp_node *n, int i) { return &n->inputs[i]->out; }
 
 /* Parameters: created by layer constructors, owned by their layer. */
 sp_param *sp_param_new(sp_layer *owner, const char *suffix, int ndim, const int *shape);

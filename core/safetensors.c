@@ -2,8 +2,14 @@
  *
  * The JSON parser accepts exactly what a safetensors header can hold: one object whose
  * values are tensor descriptions {"dtype", "shape", "data_offsets"} or the string map
- * "__metadata__". Anything else is an error naming the byte where it went wrong. */
+ * "__metadata__". Anything else is an error naming the byte where it went wrong.
+ *
+ * Reading never trusts a size before checking it: the 8-byte length against the file
+ * size, then only the header is read and parsed, the offsets checked against the data
+ * buffer (exactly covered, as the reference library requires), and tensor bytes are
+ * read with pread(2) straight into the caller's array when a tensor is asked for. */
 #include <errno.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -13,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "core/error.h"
+#include "core/fileio.h"
 #include "core/model.h"
 #include "core/safetensors.h"
 
@@ -22,6 +29,8 @@
 
 /* The reference implementation refuses headers above 100 MB; so do we. */
 #define ST_MAX_HEADER (100ull * 1000 * 1000)
+/* Conversions (F64/F16/BF16, integers) go through a bounce buffer of this size. */
+#define ST_CHUNK (1u << 16)
 
 static const struct { const char *name; size_t size; } dtypes[SP_ST_NDTYPES] = {
     [SP_ST_F64] = {"F64", 8}, [SP_ST_F32] = {"F32", 4}, [SP_ST_F16] = {"F16", 2},
@@ -35,26 +44,43 @@ size_t sp_st_dtype_size(sp_st_dtype dt) { return dtypes[dt].size; }
 
 struct sp_st_file {
     char *path;
-    unsigned char *bytes;           /* the whole file                    */
+    int fd;                         /* open until sp_st_close            */
     size_t size, buffer_size;
-    const unsigned char *buffer;    /* bytes + 8 + header length         */
+    uint64_t buffer_off;            /* 8 + header length                 */
     sp_st_tensor *tensors;
     int n, cap;
     char **meta;                    /* key, value, key, value, ...       */
     int nmeta;
+    char **strings;                 /* every string the parser made      */
+    int nstrings, capstrings;
 };
 
 /* ---------------------------------------------------------------- JSON header */
 
+/* A failure anywhere in the parser records the message and jumps back to parse_header;
+ * everything allocated on the way is owned by the sp_st_file, which the caller frees. */
 typedef struct jparser {
     const char *path;
     const char *s;
     size_t len, pos;
+    sp_st_file *f;
+    jmp_buf *out;
 } jparser;
+
+__attribute__((noreturn, format(printf, 2, 3))) static void pfail(const jparser *p, const char *fmt, ...)
+{
+    char msg[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sp_error("%s", msg);
+    longjmp(*p->out, 1);
+}
 
 __attribute__((noreturn)) static void jfail(const jparser *p, const char *what)
 {
-    sp_fail("%s: bad safetensors header at byte %zu: %s", p->path, 8 + p->pos, what);
+    pfail(p, "%s: bad safetensors header at byte %zu: %s", p->path, 8 + p->pos, what);
 }
 
 static void jskip(jparser *p)
@@ -103,11 +129,23 @@ static size_t put_utf8(char *o, unsigned cp)
     o[2] = (char)(0x80 | (cp >> 6 & 63)); o[3] = (char)(0x80 | (cp & 63)); return 4;
 }
 
-/* A JSON string, unescaped into a fresh NUL-terminated buffer. */
+/* A buffer of n bytes owned by the file (freed by sp_st_close, also after a failure). */
+static char *own(sp_st_file *f, size_t n)
+{
+    if (f->nstrings == f->capstrings) {
+        f->capstrings = f->capstrings ? 2 * f->capstrings : 32;
+        f->strings = sp_xrealloc(f->strings, (size_t)f->capstrings * sizeof *f->strings);
+    }
+    return f->strings[f->nstrings++] = sp_xmalloc(n);
+}
+
+/* A JSON string, unescaped into a fresh NUL-terminated buffer owned by the file. */
 static char *jstring(jparser *p)
 {
     jexpect(p, '"');
-    char *out = sp_xmalloc(p->len - p->pos + 1);   /* unescaping never grows */
+    size_t end = p->pos;   /* the raw span bounds the unescaped size (escapes never grow) */
+    while (end < p->len && p->s[end] != '"') end += p->s[end] == '\\' ? 2 : 1;
+    char *out = own(p->f, (end < p->len ? end : p->len) - p->pos + 1);
     size_t k = 0;
     for (;;) {
         if (p->pos >= p->len) jfail(p, "unterminated string");
@@ -130,7 +168,7 @@ static char *jstring(jparser *p)
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
         }
         if (cp == 0) jfail(p, "NUL character in string");
-        k += put_utf8(out + k, cp);
+        k += put_utf8(out + k, cp);   /* 6 or 12 escape bytes become at most 4 */
     }
     out[k] = 0;
     return out;
@@ -168,6 +206,14 @@ static int juint_array(jparser *p, uint64_t *v, int max, const char *what)
     }
 }
 
+static void shape_str64(char *buf, size_t len, int ndim, const int64_t *shape)
+{
+    size_t k = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < ndim && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (k < len) snprintf(buf + k, len - k, "]");
+}
+
 static void parse_tensor(jparser *p, sp_st_file *f, char *name)
 {
     sp_st_tensor t = {.name = name, .dtype = SP_ST_NDTYPES, .ndim = -1};
@@ -182,9 +228,8 @@ static void parse_tensor(jparser *p, sp_st_file *f, char *name)
             for (int i = 0; i < SP_ST_NDTYPES; i++)
                 if (strcmp(dt, dtypes[i].name) == 0) t.dtype = (sp_st_dtype)i;
             if (t.dtype == SP_ST_NDTYPES)
-                sp_fail("%s: tensor %s has unknown dtype \"%s\" (expected F64, F32, F16, BF16, I64, "
-                        "I32, I16, I8, U8 or BOOL)", p->path, name, dt);
-            free(dt);
+                pfail(p, "%s: tensor %s has unknown dtype \"%.40s\" (expected F64, F32, F16, BF16, I64, "
+                      "I32, I16, I8, U8 or BOOL)", p->path, name, dt);
         } else if (strcmp(key, "shape") == 0 && t.ndim < 0) {
             t.ndim = juint_array(p, shape, SP_ST_MAX_DIMS, "shape has more than 8 dimensions");
         } else if (strcmp(key, "data_offsets") == 0 && noff < 0) {
@@ -193,34 +238,40 @@ static void parse_tensor(jparser *p, sp_st_file *f, char *name)
         } else {
             jfail(p, "unexpected or repeated key in a tensor entry (expected dtype, shape, data_offsets)");
         }
-        free(key);
         if (jpeek(p, '}')) break;
         jexpect(p, ',');
     }
     p->pos++;
     if (t.dtype == SP_ST_NDTYPES || t.ndim < 0 || noff < 0)
-        sp_fail("%s: tensor %s lacks dtype, shape or data_offsets", p->path, name);
+        pfail(p, "%s: tensor %s lacks dtype, shape or data_offsets", p->path, name);
+    /* Overflow checked before anything is sized from these numbers (juint keeps every
+     * value below 2^63, so each fits int64_t). */
     size_t numel = 1;
     bool overflow = false;
     for (int i = 0; i < t.ndim; i++) {
         t.shape[i] = (int64_t)shape[i];
         overflow |= __builtin_mul_overflow(numel, (size_t)shape[i], &numel);
     }
-    overflow |= __builtin_mul_overflow(numel, dtypes[t.dtype].size, &t.nbytes);
+    char sh[200];
+    shape_str64(sh, sizeof sh, t.ndim, t.shape);
+    if (overflow)
+        pfail(p, "%s: tensor %s: the element count of shape %s overflows 64 bits", p->path, name, sh);
+    if (__builtin_mul_overflow(numel, dtypes[t.dtype].size, &t.nbytes))
+        pfail(p, "%s: tensor %s: %zu elements of %s (shape %s) overflow a 64-bit byte count", p->path, name,
+              numel, dtypes[t.dtype].name, sh);
     if (off[1] < off[0])
-        sp_fail("%s: tensor %s has data_offsets [%llu, %llu] with end before begin", p->path, name,
-                (unsigned long long)off[0], (unsigned long long)off[1]);
-    if (overflow || t.nbytes != off[1] - off[0])
-        sp_fail("%s: tensor %s: %zu elements of %s need %zu bytes but data_offsets [%llu, %llu] "
-                "span %llu", p->path, name, numel, dtypes[t.dtype].name, t.nbytes,
-                (unsigned long long)off[0], (unsigned long long)off[1],
-                (unsigned long long)(off[1] - off[0]));
+        pfail(p, "%s: tensor %s has data_offsets [%llu, %llu] with end before begin", p->path, name,
+              (unsigned long long)off[0], (unsigned long long)off[1]);
+    if (t.nbytes != off[1] - off[0])
+        pfail(p, "%s: tensor %s: shape %s of %s is %zu elements, %zu bytes, but data_offsets [%llu, %llu] "
+              "span %llu", p->path, name, sh, dtypes[t.dtype].name, numel, t.nbytes,
+              (unsigned long long)off[0], (unsigned long long)off[1], (unsigned long long)(off[1] - off[0]));
     if (off[1] > f->buffer_size)
-        sp_fail("%s: tensor %s: data_offsets [%llu, %llu] run past the end of the %zu-byte data "
-                "buffer (truncated file?)", p->path, name, (unsigned long long)off[0],
-                (unsigned long long)off[1], f->buffer_size);
+        pfail(p, "%s: tensor %s: data_offsets [%llu, %llu] run past the end of the %zu-byte data "
+              "buffer (truncated file?)", p->path, name, (unsigned long long)off[0],
+              (unsigned long long)off[1], f->buffer_size);
     t.numel = numel;
-    t.data = f->buffer + off[0];
+    t.offset = f->buffer_off + off[0];
     if (f->n == f->cap) {
         f->cap = f->cap ? 2 * f->cap : 16;
         f->tensors = sp_xrealloc(f->tensors, (size_t)f->cap * sizeof *f->tensors);
@@ -231,7 +282,7 @@ static void parse_tensor(jparser *p, sp_st_file *f, char *name)
 static void parse_metadata(jparser *p, sp_st_file *f)
 {
     if (f->meta) jfail(p, "repeated __metadata__");
-    f->meta = sp_xcalloc(1, sizeof *f->meta);
+    f->meta = sp_xcalloc(2, sizeof *f->meta);
     jexpect(p, '{');
     if (jpeek(p, '}')) { p->pos++; return; }
     for (;;) {
@@ -249,12 +300,15 @@ static void parse_metadata(jparser *p, sp_st_file *f)
 static int by_offset(const void *a, const void *b)
 {
     const sp_st_tensor *x = *(const sp_st_tensor *const *)a, *y = *(const sp_st_tensor *const *)b;
-    return x->data < y->data ? -1 : x->data > y->data;
+    if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+    return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
 }
 
-static void parse_header(sp_st_file *f, const char *s, size_t len)
+static int parse_header(sp_st_file *f, const char *s, size_t len)
 {
-    jparser p = {.path = f->path, .s = s, .len = len};
+    jmp_buf out;
+    jparser p = {.path = f->path, .s = s, .len = len, .f = f, .out = &out};
+    if (setjmp(out)) return SP_ERR;
     jexpect(&p, '{');
     if (jpeek(&p, '}')) p.pos++;
     else for (;;) {
@@ -262,9 +316,8 @@ static void parse_header(sp_st_file *f, const char *s, size_t len)
         jexpect(&p, ':');
         if (strcmp(key, "__metadata__") == 0) {
             parse_metadata(&p, f);
-            free(key);
         } else {
-            if (sp_st_find(f, key)) sp_fail("%s: tensor %s appears twice in the header", f->path, key);
+            if (sp_st_find(f, key)) pfail(&p, "%s: tensor %s appears twice in the header", f->path, key);
             parse_tensor(&p, f, key);
         }
         if (jpeek(&p, '}')) { p.pos++; break; }
@@ -272,60 +325,88 @@ static void parse_header(sp_st_file *f, const char *s, size_t len)
     }
     jskip(&p);
     if (p.pos != len) jfail(&p, "trailing characters after the header object");
+    return SP_OK;
+}
 
-    /* Disjointness: sort by begin, each must end before the next begins. Zero-size
-     * tensors occupy no bytes and cannot overlap. */
+/* The tensors must tile the data buffer exactly, as the reference library requires:
+ * sorted by offset, each begins where the previous ended and the last ends at the end
+ * of the file. Overlaps, gaps and trailing bytes are refused with the byte offset. */
+static int check_coverage(sp_st_file *f)
+{
     const sp_st_tensor **sorted = sp_xmalloc((size_t)(f->n ? f->n : 1) * sizeof *sorted);
-    int m = 0;
-    for (int i = 0; i < f->n; i++)
-        if (f->tensors[i].nbytes) sorted[m++] = &f->tensors[i];
-    qsort(sorted, (size_t)m, sizeof *sorted, by_offset);
-    for (int i = 1; i < m; i++)
-        if (sorted[i - 1]->data + sorted[i - 1]->nbytes > sorted[i]->data)
-            sp_fail("%s: tensors %s and %s overlap in the data buffer", f->path, sorted[i - 1]->name,
-                    sorted[i]->name);
+    for (int i = 0; i < f->n; i++) sorted[i] = &f->tensors[i];
+    qsort(sorted, (size_t)f->n, sizeof *sorted, by_offset);
+    uint64_t at = f->buffer_off;
+    const sp_st_tensor *prev = NULL;
+    int rc = SP_OK;
+    for (int i = 0; i < f->n && rc == SP_OK; i++) {
+        const sp_st_tensor *t = sorted[i];
+        if (t->offset < at)
+            rc = sp_error("%s: tensors %s and %s overlap in the data buffer", f->path, prev->name, t->name);
+        else if (t->offset > at)
+            rc = sp_error("%s: bytes %llu..%llu belong to no tensor (a gap before %s; the data_offsets "
+                          "must cover the data buffer exactly)", f->path, (unsigned long long)at,
+                          (unsigned long long)t->offset - 1, t->name);
+        if (t->nbytes) prev = t;
+        at = t->offset + t->nbytes;
+    }
     free(sorted);
+    if (rc == SP_OK && at != f->size)
+        rc = sp_error("%s: %llu trailing bytes from byte %llu to the end of the file (the tensors' "
+                      "data_offsets end there)", f->path, (unsigned long long)(f->size - at),
+                      (unsigned long long)at);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- reading */
 
 sp_st_file *sp_st_open(const char *path)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) sp_fail("%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode))
-        sp_fail("%s: not a regular file", path);
+    int fd = sp_open_regular(path, &st);
+    if (fd < 0) return NULL;
     sp_st_file *f = sp_xcalloc(1, sizeof *f);
     f->path = sp_xstrdup(path);
+    f->fd = fd;
     f->size = (size_t)st.st_size;
-    f->bytes = sp_xmalloc(f->size + 1);
-    if (fread(f->bytes, 1, f->size, fp) != f->size) sp_fail("%s: read error: %s", path, strerror(errno));
-    fclose(fp);
-    if (f->size < 8)
-        sp_fail("%s: %zu bytes is too short for a safetensors file (truncated?)", path, f->size);
+    char *header = NULL;
     uint64_t hlen;
-    memcpy(&hlen, f->bytes, 8);
-    if (hlen > ST_MAX_HEADER)
-        sp_fail("%s: header length %llu is above the 100 MB limit (not a safetensors file?)", path,
-                (unsigned long long)hlen);
-    if (hlen > f->size - 8)
-        sp_fail("%s: header length %llu exceeds the %zu bytes after it (truncated file?)", path,
-                (unsigned long long)hlen, f->size - 8);
-    f->buffer = f->bytes + 8 + hlen;
+    if (f->size < 8) {
+        sp_error("%s: %zu bytes is too short for a safetensors file (truncated?)", path, f->size);
+        goto fail;
+    }
+    if (sp_pread_full(fd, &hlen, 8, 0, path, "the header length") != SP_OK) goto fail;
+    if (hlen > ST_MAX_HEADER) {
+        sp_error("%s: header length %llu is above the 100 MB limit (not a safetensors file?)", path,
+                 (unsigned long long)hlen);
+        goto fail;
+    }
+    if (hlen > f->size - 8) {
+        sp_error("%s: header length %llu exceeds the %zu bytes after it (truncated file?)", path,
+                 (unsigned long long)hlen, f->size - 8);
+        goto fail;
+    }
+    header = sp_file_alloc((size_t)hlen + 1, 0, path);
+    if (!header || sp_pread_full(fd, header, (size_t)hlen, 8, path, "the header") != SP_OK) goto fail;
+    f->buffer_off = 8 + hlen;
     f->buffer_size = f->size - 8 - (size_t)hlen;
-    parse_header(f, (const char *)f->bytes + 8, (size_t)hlen);
+    if (parse_header(f, header, (size_t)hlen) != SP_OK || check_coverage(f) != SP_OK) goto fail;
+    free(header);
     return f;
+fail:
+    free(header);
+    sp_st_close(f);
+    return NULL;
 }
 
 void sp_st_close(sp_st_file *f)
 {
     if (!f) return;
-    for (int i = 0; i < f->n; i++) free((char *)f->tensors[i].name);
-    for (int i = 0; i < 2 * f->nmeta; i++) free(f->meta[i]);
+    for (int i = 0; i < f->nstrings; i++) free(f->strings[i]);
+    free(f->strings);
     free(f->meta);
     free(f->tensors);
-    free(f->bytes);
+    if (f->fd >= 0) close(f->fd);
     free(f->path);
     free(f);
 }
@@ -348,14 +429,6 @@ const char *sp_st_metadata(const sp_st_file *f, const char *key)
     return NULL;
 }
 
-static void shape_str64(char *buf, size_t len, int ndim, const int64_t *shape)
-{
-    size_t k = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < ndim && k < len; i++)
-        k += (size_t)snprintf(buf + k, len - k, i ? ", %lld" : "%lld", (long long)shape[i]);
-    if (k < len) snprintf(buf + k, len - k, "]");
-}
-
 /* Writes "problem" for tensor `name` against the wanted shape into msg; false if fine. */
 static bool shape_problem(const sp_st_tensor *t, int ndim, const int *shape, char *msg, size_t len)
 {
@@ -363,10 +436,10 @@ static bool shape_problem(const sp_st_tensor *t, int ndim, const int *shape, cha
     for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
     if (same) return false;
     int64_t want[SP_ST_MAX_DIMS];
-    for (int i = 0; i < ndim; i++) want[i] = shape[i];
+    for (int i = 0; i < ndim && i < SP_ST_MAX_DIMS; i++) want[i] = shape[i];
     char got_s[160], want_s[160];
     shape_str64(got_s, sizeof got_s, t->ndim, t->shape);
-    shape_str64(want_s, sizeof want_s, ndim, want);
+    shape_str64(want_s, sizeof want_s, ndim < SP_ST_MAX_DIMS ? ndim : SP_ST_MAX_DIMS, want);
     snprintf(msg, len, "%s has shape %s, expected %s", t->name, got_s, want_s);
     return true;
 }
@@ -377,12 +450,13 @@ static const sp_st_tensor *get_checked(const sp_st_file *f, const char *name, in
                                        const int *shape, bool want_float)
 {
     const sp_st_tensor *t = sp_st_find(f, name);
-    if (!t) sp_fail("%s: no tensor named %s", f->path, name);
+    if (!t) return sp_error("%s: no tensor named %s", f->path, name), NULL;
     if (is_float(t->dtype) != want_float)
-        sp_fail("%s: %s has dtype %s, expected %s", f->path, name, dtypes[t->dtype].name,
-                want_float ? "a float dtype (F32, F64, F16, BF16)" : "an integer dtype (I64, I32, U8, ...)");
+        return sp_error("%s: %s has dtype %s, expected %s", f->path, name, dtypes[t->dtype].name,
+                        want_float ? "a float dtype (F32, F64, F16, BF16)" : "an integer dtype (I64, I32, U8, ...)"),
+               NULL;
     char msg[400];
-    if (shape_problem(t, ndim, shape, msg, sizeof msg)) sp_fail("%s: %s", f->path, msg);
+    if (shape_problem(t, ndim, shape, msg, sizeof msg)) return sp_error("%s: %s", f->path, msg), NULL;
     return t;
 }
 
@@ -402,49 +476,76 @@ static float half_to_float(uint16_t h)
     return v;
 }
 
-void sp_st_read_f32(const sp_st_file *f, const char *name, float *dst, int ndim, const int *shape)
+static int read_bytes_at(const sp_st_file *f, const sp_st_tensor *t, void *dst, size_t n, uint64_t from)
+{
+    char what[300];
+    snprintf(what, sizeof what, "tensor %s", t->name);
+    return sp_pread_full(f->fd, dst, n, (off_t)(t->offset + from), f->path, what);
+}
+
+int sp_st_read_f32(const sp_st_file *f, const char *name, float *dst, int ndim, const int *shape)
 {
     const sp_st_tensor *t = get_checked(f, name, ndim, shape, true);
-    const unsigned char *s = t->data;
-    if (t->dtype == SP_ST_F32) {
-        memcpy(dst, s, t->nbytes);
-        return;
-    }
-    for (size_t i = 0; i < t->numel; i++) {
-        if (t->dtype == SP_ST_F64) {
-            double v;
-            memcpy(&v, s + 8 * i, 8);
-            dst[i] = (float)v;
-        } else {
-            uint16_t h;
-            memcpy(&h, s + 2 * i, 2);
-            if (t->dtype == SP_ST_F16) dst[i] = half_to_float(h);
-            else {
-                uint32_t bits = (uint32_t)h << 16;
-                memcpy(&dst[i], &bits, 4);
+    if (!t) return SP_ERR;
+    if (t->dtype == SP_ST_F32) return read_bytes_at(f, t, dst, t->nbytes, 0);   /* no copy in between */
+    size_t w = dtypes[t->dtype].size;
+    unsigned char *buf = sp_xmalloc(ST_CHUNK);
+    for (size_t i0 = 0; i0 < t->numel; i0 += ST_CHUNK / w) {
+        size_t m = t->numel - i0 < ST_CHUNK / w ? t->numel - i0 : ST_CHUNK / w;
+        if (read_bytes_at(f, t, buf, m * w, i0 * w) != SP_OK) return free(buf), SP_ERR;
+        for (size_t i = 0; i < m; i++) {
+            if (t->dtype == SP_ST_F64) {
+                double v;
+                memcpy(&v, buf + 8 * i, 8);
+                dst[i0 + i] = (float)v;
+            } else {
+                uint16_t h;
+                memcpy(&h, buf + 2 * i, 2);
+                if (t->dtype == SP_ST_F16) dst[i0 + i] = half_to_float(h);
+                else {
+                    uint32_t bits = (uint32_t)h << 16;
+                    memcpy(&dst[i0 + i], &bits, 4);
+                }
             }
         }
     }
+    free(buf);
+    return SP_OK;
 }
 
-void sp_st_read_i32(const sp_st_file *f, const char *name, int32_t *dst, int ndim, const int *shape)
+/* Element i of an integer tensor in buf. */
+static int64_t int_at(sp_st_dtype dt, const unsigned char *s, size_t i)
+{
+    switch (dt) {
+    case SP_ST_I64: { int64_t x; memcpy(&x, s + 8 * i, 8); return x; }
+    case SP_ST_I32: { int32_t x; memcpy(&x, s + 4 * i, 4); return x; }
+    case SP_ST_I16: { int16_t x; memcpy(&x, s + 2 * i, 2); return x; }
+    case SP_ST_I8: return (int8_t)s[i];
+    default: return s[i];   /* U8, BOOL */
+    }
+}
+
+int sp_st_read_i32(const sp_st_file *f, const char *name, int32_t *dst, int ndim, const int *shape)
 {
     const sp_st_tensor *t = get_checked(f, name, ndim, shape, false);
-    const unsigned char *s = t->data;
+    if (!t) return SP_ERR;
     size_t w = dtypes[t->dtype].size;
-    for (size_t i = 0; i < t->numel; i++) {
-        int64_t v;
-        switch (t->dtype) {
-        case SP_ST_I64: memcpy(&v, s + w * i, 8); break;
-        case SP_ST_I32: { int32_t x; memcpy(&x, s + w * i, 4); v = x; break; }
-        case SP_ST_I16: { int16_t x; memcpy(&x, s + w * i, 2); v = x; break; }
-        case SP_ST_I8: v = (int8_t)s[i]; break;
-        default: v = s[i]; break;   /* U8, BOOL */
+    unsigned char *buf = sp_xmalloc(ST_CHUNK);
+    /* Two passes, so a value that does not fit leaves dst untouched. */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i0 = 0; i0 < t->numel; i0 += ST_CHUNK / w) {
+            size_t m = t->numel - i0 < ST_CHUNK / w ? t->numel - i0 : ST_CHUNK / w;
+            if (read_bytes_at(f, t, buf, m * w, i0 * w) != SP_OK) return free(buf), SP_ERR;
+            for (size_t i = 0; i < m; i++) {
+                int64_t v = int_at(t->dtype, buf, i);
+                if (pass == 1) dst[i0 + i] = (int32_t)v;
+                else if (v < INT32_MIN || v > INT32_MAX)
+                    return free(buf), sp_error("%s: %s[%zu] = %lld does not fit in int32", f->path, name,
+                                               i0 + i, (long long)v);
+            }
         }
-        if (v < INT32_MIN || v > INT32_MAX)
-            sp_fail("%s: %s[%zu] = %lld does not fit in int32", f->path, name, i, (long long)v);
-        dst[i] = (int32_t)v;
-    }
+    free(buf);
+    return SP_OK;
 }
 
 /* ---------------------------------------------------------------- writing */
@@ -486,123 +587,104 @@ static void sb_jstring(sbuf *b, const char *s)
     sb_put(b, "\"", 1);
 }
 
-/* Header JSON padded with spaces to a multiple of 8, so the buffer starts aligned. */
-static sbuf build_header(const char *path, int n, const sp_st_entry *e, const char *const *meta)
+/* Bytes of entry e, or SP_ERR if its shape is invalid or its size overflows. */
+static int entry_bytes(const char *path, const sp_st_entry *e, size_t *bytes)
 {
-    sbuf b = {0};
-    sb_str(&b, "{\"__metadata__\":{\"format\":\"pt\",\"scanprop_version\":\"" SP_SCANPROP_VERSION "\"");
-    for (int i = 0; meta && meta[i]; i += 2) {
-        if (!meta[i + 1]) sp_fail("%s: metadata key %s has no value", path, meta[i]);
-        if (strcmp(meta[i], "format") == 0 || strcmp(meta[i], "scanprop_version") == 0) continue;
-        sb_put(&b, ",", 1);
-        sb_jstring(&b, meta[i]);
-        sb_put(&b, ":", 1);
-        sb_jstring(&b, meta[i + 1]);
+    if (e->ndim < 0 || e->ndim > SP_ST_MAX_DIMS)
+        return sp_error("%s: tensor %s has %d dimensions (at most 8)", path, e->name, e->ndim);
+    if ((unsigned)e->dtype >= SP_ST_NDTYPES) return sp_error("%s: tensor %s has an invalid dtype", path, e->name);
+    size_t b = dtypes[e->dtype].size;
+    for (int d = 0; d < e->ndim; d++) {
+        if (e->shape[d] < 0) return sp_error("%s: tensor %s has a negative dimension", path, e->name);
+        if (__builtin_mul_overflow(b, (size_t)e->shape[d], &b))
+            return sp_error("%s: tensor %s: its byte count overflows", path, e->name);
     }
-    sb_put(&b, "}", 1);
+    *bytes = b;
+    return SP_OK;
+}
+
+/* Header JSON padded with spaces to a multiple of 8, so the buffer starts aligned. */
+static int build_header(sbuf *b, const char *path, int n, const sp_st_entry *e, const char *const *meta)
+{
+    *b = (sbuf){0};
+    sb_str(b, "{\"__metadata__\":{\"format\":\"pt\",\"scanprop_version\":\"" SP_SCANPROP_VERSION "\"");
+    for (int i = 0; meta && meta[i]; i += 2) {
+        if (!meta[i + 1]) return sp_error("%s: metadata key %s has no value", path, meta[i]);
+        if (strcmp(meta[i], "format") == 0 || strcmp(meta[i], "scanprop_version") == 0) continue;
+        sb_put(b, ",", 1);
+        sb_jstring(b, meta[i]);
+        sb_put(b, ":", 1);
+        sb_jstring(b, meta[i + 1]);
+    }
+    sb_put(b, "}", 1);
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         if (!e[i].name[0] || strcmp(e[i].name, "__metadata__") == 0)
-            sp_fail("%s: invalid tensor name \"%s\"", path, e[i].name);
+            return sp_error("%s: invalid tensor name \"%s\"", path, e[i].name);
         for (int j = 0; j < i; j++)
-            if (strcmp(e[i].name, e[j].name) == 0) sp_fail("%s: tensor name %s given twice", path, e[i].name);
-        if (e[i].ndim < 0 || e[i].ndim > SP_ST_MAX_DIMS)
-            sp_fail("%s: tensor %s has %d dimensions (at most 8)", path, e[i].name, e[i].ndim);
-        size_t bytes = dtypes[e[i].dtype].size;
-        sb_put(&b, ",", 1);
-        sb_jstring(&b, e[i].name);
-        sb_printf(&b, ":{\"dtype\":\"%s\",\"shape\":[", dtypes[e[i].dtype].name);
-        for (int d = 0; d < e[i].ndim; d++) {
-            if (e[i].shape[d] < 0) sp_fail("%s: tensor %s has a negative dimension", path, e[i].name);
-            sb_printf(&b, d ? ",%d" : "%d", e[i].shape[d]);
-            bytes *= (size_t)e[i].shape[d];
-        }
-        sb_printf(&b, "],\"data_offsets\":[%zu,%zu]}", off, off + bytes);
-        off += bytes;
+            if (strcmp(e[i].name, e[j].name) == 0) return sp_error("%s: tensor name %s given twice", path, e[i].name);
+        size_t bytes;
+        if (entry_bytes(path, &e[i], &bytes) != SP_OK) return SP_ERR;
+        sb_put(b, ",", 1);
+        sb_jstring(b, e[i].name);
+        sb_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", dtypes[e[i].dtype].name);
+        for (int d = 0; d < e[i].ndim; d++) sb_printf(b, d ? ",%d" : "%d", e[i].shape[d]);
+        sb_printf(b, "],\"data_offsets\":[%zu,%zu]}", off, off + bytes);
+        if (__builtin_add_overflow(off, bytes, &off)) return sp_error("%s: the data size overflows", path);
     }
-    sb_put(&b, "}", 1);
-    while (b.len % 8) sb_put(&b, " ", 1);
-    return b;
+    sb_put(b, "}", 1);
+    while (b->len % 8) sb_put(b, " ", 1);
+    return SP_OK;
 }
 
-static size_t entry_bytes(const sp_st_entry *e)
+int sp_st_write(const char *path, int n, const sp_st_entry *entries, const char *const *metadata)
 {
-    return sp_shape_numel(e->ndim, e->shape) * dtypes[e->dtype].size;
-}
-
-/* Make the rename durable. Best effort: the new file is already complete and in place,
- * and some file systems refuse fsync on directories. */
-static void fsync_parent_dir(const char *path)
-{
-    char *dir = sp_xstrdup(path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) strcpy(dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
+    sbuf h;
+    if (build_header(&h, path, n, entries, metadata) != SP_OK) {
+        free(h.s);
+        return SP_ERR;
     }
-    free(dir);
-}
-
-void sp_st_write(const char *path, int n, const sp_st_entry *entries, const char *const *metadata)
-{
-    sbuf h = build_header(path, n, entries, metadata);
-    char tmp[PATH_MAX];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
-        sp_fail("%s: path too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) sp_fail("%s: cannot create %s: %s (nothing written)", path, tmp, strerror(errno));
-    FILE *fp = fdopen(fd, "wb");
-    if (!fp) {
-        close(fd);
-        unlink(tmp);
-        sp_fail("%s: cannot write: %s (nothing written)", path, strerror(errno));
+    sp_atomic_file a;
+    if (sp_atomic_begin(&a, path) != SP_OK) {
+        free(h.s);
+        return SP_ERR;
     }
     uint64_t hlen = h.len;
-    errno = 0;
-    bool ok = fwrite(&hlen, 8, 1, fp) == 1 && fwrite(h.s, 1, h.len, fp) == h.len;
-    for (int i = 0; ok && i < n; i++) {
-        size_t bytes = entry_bytes(&entries[i]);
-        ok = fwrite(entries[i].data, 1, bytes, fp) == bytes;
-    }
-    ok = ok && fflush(fp) == 0 && fsync(fd) == 0;
-    int err = ok ? 0 : errno ? errno : EIO;
-    if (fclose(fp) != 0 && ok) {
-        ok = false;
-        err = errno;
-    }
-    if (ok && rename(tmp, path) != 0) {
-        ok = false;
-        err = errno;
+    int rc = sp_atomic_write(&a, &hlen, 8);
+    if (rc == SP_OK) rc = sp_atomic_write(&a, h.s, h.len);
+    for (int i = 0; rc == SP_OK && i < n; i++) {
+        size_t bytes = 0;
+        rc = entry_bytes(path, &entries[i], &bytes);
+        if (rc == SP_OK) rc = sp_atomic_write(&a, entries[i].data, bytes);
     }
     free(h.s);
-    if (!ok) {
-        unlink(tmp);
-        sp_fail("%s: cannot write: %s (the existing file, if any, is unchanged)", path, strerror(err));
+    if (rc != SP_OK) {
+        sp_atomic_abort(&a);
+        return SP_ERR;
     }
-    fsync_parent_dir(path);
+    return sp_atomic_commit(&a);
 }
 
-void sp_st_save(const char *path, int n, const char *const *names, const sp_tensor *const *tensors,
-                const char *const *metadata)
+int sp_st_save(const char *path, int n, const char *const *names, const sp_tensor *const *tensors,
+               const char *const *metadata)
 {
     sp_st_entry *e = sp_xcalloc((size_t)(n ? n : 1), sizeof *e);
     for (int i = 0; i < n; i++) {
-        if (tensors[i]->device != SP_CPU)
-            sp_fail("%s: tensor %s is on the %s; copy it to the CPU before saving", path, names[i],
-                    tensors[i]->device == SP_CUDA ? "GPU" : "device");
+        if (tensors[i]->device != SP_CPU) {
+            free(e);
+            return sp_error("%s: tensor %s is on the %s; copy it to the CPU before saving", path, names[i],
+                            tensors[i]->device == SP_CUDA ? "GPU" : "device");
+        }
         e[i] = (sp_st_entry){names[i], SP_ST_F32, tensors[i]->ndim, tensors[i]->shape, tensors[i]->data};
     }
-    sp_st_write(path, n, e, metadata);
+    int rc = sp_st_write(path, n, e, metadata);
     free(e);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- models */
 
-void sp_model_save(const sp_model *m, const char *path)
+int sp_model_save(const sp_model *m, const char *path)
 {
     int n = m->nparams;
     const char **names = sp_xcalloc((size_t)(n ? n : 1), sizeof *names);
@@ -612,9 +694,10 @@ void sp_model_save(const sp_model *m, const char *path)
         ts[i] = &m->params[i]->value;
     }
     const char *meta[] = {"scanprop_model", m->name, NULL};
-    sp_st_save(path, n, names, ts, meta);
+    int rc = sp_st_save(path, n, names, ts, meta);
     free(names);
     free(ts);
+    return rc;
 }
 
 static void note_problem(char *first, size_t len, int *count, const char *fmt, ...)
@@ -628,9 +711,14 @@ static void note_problem(char *first, size_t len, int *count, const char *fmt, .
     va_end(ap);
 }
 
-void sp_model_load(sp_model *m, const char *path)
+int sp_model_load(sp_model *m, const char *path)
 {
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i]->value.device != SP_CPU)
+            return sp_error("%s: parameter %s is not on the CPU; load before moving the model", path,
+                            m->params[i]->name);
     sp_st_file *f = sp_st_open(path);
+    if (!f) return SP_ERR;
     char first[512] = "", shape_buf[64];
     int problems = 0;
     for (int i = 0; i < m->nparams; i++) {
@@ -647,20 +735,23 @@ void sp_model_load(sp_model *m, const char *path)
             if (shape_problem(t, p->value.ndim, p->value.shape, msg, sizeof msg))
                 note_problem(first, sizeof first, &problems, "%s", msg);
         }
-        if (p->value.device != SP_CPU)
-            sp_fail("%s: parameter %s is not on the CPU; load before moving the model", path, p->name);
     }
     for (int i = 0; i < f->n; i++)
-        if (!sp_model_param(m, f->tensors[i].name))
+        if (strncmp(f->tensors[i].name, SP_ST_STATE_PREFIX, strlen(SP_ST_STATE_PREFIX)) != 0 &&
+            !sp_model_param(m, f->tensors[i].name))
             note_problem(first, sizeof first, &problems, "unexpected tensor %s (model %s has no such "
                          "parameter)", f->tensors[i].name, m->name);
+    int rc = SP_OK;
     if (problems > 1)
-        sp_fail("%s: %s; and %d more problem%s", path, first, problems - 1,
-                problems > 2 ? "s" : "");
-    if (problems) sp_fail("%s: %s", path, first);
-    for (int i = 0; i < m->nparams; i++) {
+        rc = sp_error("%s: %s; and %d more problem%s", path, first, problems - 1, problems > 2 ? "s" : "");
+    else if (problems)
+        rc = sp_error("%s: %s", path, first);
+    /* Every check passed: only a read error (the file changed under us) can fail now,
+     * and then some parameters may already hold the new values. */
+    for (int i = 0; rc == SP_OK && i < m->nparams; i++) {
         sp_param *p = m->params[i];
-        sp_st_read_f32(f, p->name, p->value.data, p->value.ndim, p->value.shape);
+        rc = sp_st_read_f32(f, p->name, p->value.data, p->value.ndim, p->value.shape);
     }
     sp_st_close(f);
+    return rc;
 }

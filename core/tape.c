@@ -81,18 +81,39 @@ sp_node *sp_tape_input(sp_tape *t, const sp_tensor *x)
     return n;
 }
 
-sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x)
+sp_node *sp_apply_n(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs)
 {
-    assert(x && x->tape == t);
+    int arity = l->op->arity ? l->op->arity : 1;
+    if (arity == SP_ARITY_ANY ? ninputs < 1 : ninputs != arity)
+        sp_fail("op %s: applied to %d inputs, expected %s%d", l->op->name, ninputs,
+                arity == SP_ARITY_ANY ? "at least " : "", arity == SP_ARITY_ANY ? 1 : arity);
+    for (int i = 0; i < ninputs; i++) {
+        assert(xs[i] && xs[i]->tape == t);
+        if (xs[i]->out.device != xs[0]->out.device)
+            sp_fail("op %s: input %d is on another device than input 0", l->op->name, i);
+    }
     sp_node *n = push_node(t);
-    n->op = sp_op_for_device(l->op, x->out.device);
+    n->op = sp_op_for_device(l->op, xs[0]->out.device);
     n->layer = l;
-    n->input = x;
-    x->nconsumers++;
-    n->op->infer(n, &x->out);
-    n->out = sp_tape_tensor_on(t, x->out.device, n->out.ndim, n->out.shape);
+    n->input = xs[0];
+    n->ninputs = ninputs;
+    n->inputs = &n->input;
+    if (ninputs > 1) {
+        n->inputs = sp_tape_alloc(t, (size_t)ninputs * sizeof *n->inputs);
+        memcpy(n->inputs, xs, (size_t)ninputs * sizeof *n->inputs);
+    }
+    for (int i = 0; i < ninputs; i++) xs[i]->nconsumers++;
+    n->op->infer(n, &xs[0]->out);
+    n->out = sp_tape_tensor_on(t, xs[0]->out.device, n->out.ndim, n->out.shape);
     if (!t->shape_only) n->op->forward(n);
     return n;
+}
+
+sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x) { return sp_apply_n(t, l, 1, &x); }
+
+sp_node *sp_apply2(sp_tape *t, sp_layer *l, sp_node *a, sp_node *b)
+{
+    return sp_apply_n(t, l, 2, (sp_node *[]){a, b});
 }
 
 sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *labels)
@@ -102,6 +123,8 @@ sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *l
     n->op = sp_op_for_device(loss->op, logits->out.device);
     n->layer = loss;
     n->input = logits;
+    n->inputs = &n->input;
+    n->ninputs = 1;
     n->labels = labels;
     logits->nconsumers++;
     n->op->infer(n, &logits->out);

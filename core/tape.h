@@ -1,7 +1,8 @@
 /* tape.h — the define-by-run graph of one step.
  *
  * sp_apply(t, layer, x) validates shapes, allocates the output in the tape's arena,
- * runs the forward and records a node. The backward engines walk the recorded nodes;
+ * runs the forward and records a node. Nodes are recorded after their inputs, so the
+ * tape order is a topological order of the DAG (reverse it to back-propagate). The backward engines walk the recorded nodes;
  * sp_tape_reset drops them all and recycles the arena in O(1). */
 #ifndef SP_TAPE_H
 #define SP_TAPE_H
@@ -25,6 +26,11 @@ void sp_tape_reset(sp_tape *t);
 sp_node *sp_tape_input(sp_tape *t, const sp_tensor *x);
 /* Record layer l applied to x. Returns the new node. */
 sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x);
+/* The same for ops of several inputs (add, concat): l applied to xs[0..ninputs-1], in
+ * the op's argument order; a node may appear more than once. A count the op does not
+ * take: sp_fail naming the op. */
+sp_node *sp_apply_n(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs);
+sp_node *sp_apply2(sp_tape *t, sp_layer *l, sp_node *a, sp_node *b);
 /* Softmax + cross-entropy, mean over the batch; labels [B] must outlive the step. */
 sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *labels);
 

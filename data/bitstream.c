@@ -41,7 +41,7 @@ static void bitstream_free(sp_dataset *d) { free(d); }
 
 sp_dataset *sp_bitstream(int n, int T, uint64_t seed)
 {
-    if (n < 1 || T < 1) sp_fail("bitstream: n = %d and T = %d must both be positive", n, T);
+    if (n < 1 || T < 1) return sp_error("bitstream: n = %d and T = %d must both be positive", n, T), NULL;
     bitstream *b = sp_xcalloc(1, sizeof *b);
     snprintf(b->base.name, sizeof b->base.name, "bitstream(n=%d, T=%d, seed=%llu)", n, T, (unsigned long long)seed);
     b->base.n = n;

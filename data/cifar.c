@@ -5,38 +5,50 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "core/error.h"
+#include "core/fileio.h"
 #include "data/data.h"
 
 #define CIFAR_PIXELS 3072
 #define CIFAR_RECORD (1 + CIFAR_PIXELS)
 #define CIFAR_CLASSES 10
 
-/* Size of a readable CIFAR batch file, checked to be whole records. */
-static size_t cifar_file_records(const char *path)
+/* A CIFAR batch file opened (regular file only), its size checked to be whole records. */
+static int cifar_open(const char *path, size_t *records)
 {
     struct stat st;
-    if (stat(path, &st) != 0) sp_fail("%s: cannot open: %s", path, strerror(errno));
-    if (st.st_size == 0 || st.st_size % CIFAR_RECORD)
-        sp_fail("%s: size %lld is not a positive multiple of %d (1 label byte + 3072 pixels per "
-                "record; truncated?)", path, (long long)st.st_size, CIFAR_RECORD);
-    return (size_t)st.st_size / CIFAR_RECORD;
+    int fd = sp_open_regular(path, &st);
+    if (fd < 0) return -1;
+    if (st.st_size == 0 || st.st_size % CIFAR_RECORD) {
+        close(fd);
+        return sp_error("%s: size %lld is not a positive multiple of %d (1 label byte + 3072 pixels per "
+                        "record; truncated?)", path, (long long)st.st_size, CIFAR_RECORD);
+    }
+    *records = (size_t)st.st_size / CIFAR_RECORD;
+    return fd;
 }
 
-static void cifar_read(const char *path, size_t records, uint8_t *x, int *y)
+static int cifar_read(int fd, const char *path, size_t records, uint8_t *x, int *y)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) sp_fail("%s: cannot open: %s", path, strerror(errno));
-    unsigned char rec[CIFAR_RECORD];
-    for (size_t r = 0; r < records; r++) {
-        if (fread(rec, 1, CIFAR_RECORD, fp) != CIFAR_RECORD)
-            sp_fail("%s: truncated at record %zu (the file changed while reading?)", path, r);
-        if (rec[0] >= CIFAR_CLASSES)
-            sp_fail("%s: record %zu has label %d (expected 0..9)", path, r, rec[0]);
-        y[r] = rec[0];
-        memcpy(x + r * CIFAR_PIXELS, rec + 1, CIFAR_PIXELS);
+    unsigned char *buf = sp_xmalloc(256 * CIFAR_RECORD);
+    for (size_t r0 = 0; r0 < records; r0 += 256) {
+        size_t m = records - r0 < 256 ? records - r0 : 256;
+        if (sp_pread_full(fd, buf, m * CIFAR_RECORD, (off_t)(r0 * CIFAR_RECORD), path, "the records") != SP_OK)
+            return free(buf), SP_ERR;
+        for (size_t k = 0; k < m; k++) {
+            const unsigned char *rec = buf + k * CIFAR_RECORD;
+            if (rec[0] >= CIFAR_CLASSES) {
+                int label = rec[0];
+                free(buf);
+                return sp_error("%s: record %zu has label %d (expected 0..9)", path, r0 + k, label);
+            }
+            y[r0 + k] = rec[0];
+            memcpy(x + (r0 + k) * CIFAR_PIXELS, rec + 1, CIFAR_PIXELS);
+        }
     }
-    fclose(fp);
+    free(buf);
+    return SP_OK;
 }
 
 sp_dataset *sp_cifar10(const char *dir, bool train)
@@ -45,22 +57,36 @@ sp_dataset *sp_cifar10(const char *dir, bool train)
     snprintf(base, sizeof base, "%s/cifar-10-batches-bin", dir);
     struct stat st;
     if (stat(base, &st) != 0 || !S_ISDIR(st.st_mode)) snprintf(base, sizeof base, "%s", dir);
-    int nfiles = train ? 5 : 1;
+    int nfiles = train ? 5 : 1, fds[5];
     size_t total = 0, records[5];
-    for (int f = 0; f < nfiles; f++) {
+    sp_dataset *d = NULL;
+    int opened = 0;
+    for (; opened < nfiles; opened++) {
+        int f = opened;
         if (train) snprintf(paths[f], sizeof paths[f], "%s/data_batch_%d.bin", base, f + 1);
         else snprintf(paths[f], sizeof paths[f], "%s/test_batch.bin", base);
-        records[f] = cifar_file_records(paths[f]);
+        fds[f] = cifar_open(paths[f], &records[f]);
+        if (fds[f] < 0) goto done;
         total += records[f];
     }
-    if (total > 1u << 30) sp_fail("%s: implausibly many CIFAR records (%zu)", dir, total);
+    if (total > 1u << 30) {
+        sp_error("%s: implausibly many CIFAR records (%zu)", dir, total);
+        goto done;
+    }
     uint8_t *x;
     int *y;
-    sp_dataset *d = sp_dataset_new_u8(base, (int)total, 3, (int[]){3, 32, 32}, CIFAR_CLASSES, 255.0f, &x, &y);
+    d = sp_dataset_new_u8(base, (int)total, 3, (int[]){3, 32, 32}, CIFAR_CLASSES, 255.0f, &x, &y);
+    if (!d) goto done;
     size_t at = 0;
     for (int f = 0; f < nfiles; f++) {
-        cifar_read(paths[f], records[f], x + at * CIFAR_PIXELS, y + at);
+        if (cifar_read(fds[f], paths[f], records[f], x + at * CIFAR_PIXELS, y + at) != SP_OK) {
+            sp_dataset_free(d);
+            d = NULL;
+            goto done;
+        }
         at += records[f];
     }
+done:
+    for (int f = 0; f < opened; f++) close(fds[f]);
     return d;
 }

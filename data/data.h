@@ -12,13 +12,21 @@
  *
  * A dataset is n labelled samples of one fixed shape (at most 3-D: C×H×W images, T×C
  * sequences). The built-in ones hold their samples in memory as bytes or floats (they
- * are small) except the bitstream, which regenerates sample i from (seed, i). Every
- * reader validates its files; a bad file is one line naming it, exit 2. */
+ * are small) except the bitstream, which regenerates sample i from (seed, i).
+ *
+ * Errors (core/error.h): every reader and constructor returns NULL (or SP_ERR) with one
+ * line naming the file and the problem in sp_last_error(); nothing exits. Readers
+ * refuse a path that is not a regular file (FIFO, device, directory) before it can
+ * block, report "cannot open X: Permission denied" as such, check every size the file
+ * announces against the bytes it has before allocating (and against the ceiling of
+ * sp_file_alloc), refuse bytes after the announced data (raw files and .gz streams,
+ * naming the byte offset) and refuse non-finite float inputs naming the sample. */
 #ifndef SP_DATA_H
 #define SP_DATA_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include "core/error.h"
 #include "core/tensor.h"
 
 #define SP_DATA_MAX_CH 16
@@ -47,52 +55,55 @@ size_t sp_dataset_sample_numel(const sp_dataset *d);
 void sp_dataset_get(sp_dataset *d, int i, float *x, int *y);
 /* The channel is dim 0 of a C×H×W sample and the last dim of a T×C sample; nch is
  * that dim's size, or 1 to use one mean/std for every element. */
-void sp_dataset_normalize(sp_dataset *d, int nch, const float *mean, const float *std);
+int sp_dataset_normalize(sp_dataset *d, int nch, const float *mean, const float *std) SP_MUST_CHECK;
 void sp_dataset_free(sp_dataset *d);
 
 /* In-memory datasets for readers: storage for n samples of `shape`, returned through x
  * (bytes, x = byte / divisor, e.g. 255 for pixels) or x (floats), and labels. */
 sp_dataset *sp_dataset_new_u8(const char *name, int n, int ndim, const int *shape, int nclasses,
-                              float divisor, uint8_t **x, int **labels);
+                              float divisor, uint8_t **x, int **labels) SP_MUST_CHECK;
 sp_dataset *sp_dataset_new_f32(const char *name, int n, int ndim, const int *shape, int nclasses,
-                               float **x, int **labels);
-/* Every label in [0, d->nclasses), else "<what>: label L of sample i ..." exit 2. */
-void sp_dataset_check_labels(const sp_dataset *d, const int *labels, const char *what);
+                               float **x, int **labels) SP_MUST_CHECK;
+/* Every label in [0, d->nclasses), else SP_ERR "<what>: label L of sample i ...". */
+int sp_dataset_check_labels(const sp_dataset *d, const int *labels, const char *what) SP_MUST_CHECK;
+/* Every one of the n samples' floats (x as laid out by sp_dataset_new_f32) finite, else
+ * SP_ERR "<what>: sample i has a NaN/inf input at element j (...)". */
+int sp_dataset_check_finite(const sp_dataset *d, const float *x, const char *what) SP_MUST_CHECK;
 /* Zero-pads the H×W images of an in-memory byte dataset (C×H×W) to size×size, centred
  * (28×28 → 32×32 for VGG-11 on Fashion-MNIST: two zero rows/columns on each side). */
-void sp_dataset_pad(sp_dataset *d, int size);
+int sp_dataset_pad(sp_dataset *d, int size) SP_MUST_CHECK;
 /* Writes every sample as safetensors x [N, shape...] F32 and y [N] I64 (readable by
  * sp_seqset_open when the samples are 2-D, and by torch). Atomic. */
-void sp_dataset_save(sp_dataset *d, const char *path);
+int sp_dataset_save(sp_dataset *d, const char *path) SP_MUST_CHECK;
 
 /* ---- the datasets ---- */
 
 /* IDX files (MNIST family), raw or gzip: images magic 2051 (ubyte, 3 dims), labels
  * magic 2049 (ubyte, 1 dim); 10 classes; pixels / 255. Samples are 1×rows×cols. */
-sp_dataset *sp_idx_open(const char *images_path, const char *labels_path);
+sp_dataset *sp_idx_open(const char *images_path, const char *labels_path) SP_MUST_CHECK;
 /* dir holds {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (Debian's
  * dataset-fashion-mnist: /usr/share/datasets/fashion-mnist; also MNIST). pad_to = 0
  * keeps 28×28, else the images are zero-padded to pad_to×pad_to. */
-sp_dataset *sp_fashion_mnist(const char *dir, bool train, int pad_to);
+sp_dataset *sp_fashion_mnist(const char *dir, bool train, int pad_to) SP_MUST_CHECK;
 /* CIFAR-10 binary: data_batch_1..5.bin or test_batch.bin in dir (or in
  * dir/cifar-10-batches-bin); records of 1 label byte + 3072 bytes CHW; 3×32×32. */
-sp_dataset *sp_cifar10(const char *dir, bool train);
+sp_dataset *sp_cifar10(const char *dir, bool train) SP_MUST_CHECK;
 /* root/<class>/<image>.png, .jpg or .jpeg; classes in strcmp order of their names,
  * images in name order. Decoded as RGB (alpha dropped), to luminance with PIL's
  * convert("L") weights if channels = 1, resized to size×size exactly as Pillow's
  * BILINEAR (torchvision Resize on PIL images); pixels / 255. channels: 1 or 3. */
-sp_dataset *sp_image_folder(const char *root, int size, int channels);
+sp_dataset *sp_image_folder(const char *root, int size, int channels) SP_MUST_CHECK;
 /* The directory name of class c of an image folder (NULL for other datasets). */
 const char *sp_image_folder_class(const sp_dataset *d, int c);
 /* safetensors with x [N, T, C] (float dtype) and y [N] (integer dtype); samples T×C.
  * nclasses from metadata "nclasses" if present, else max(y) + 1. */
-sp_dataset *sp_seqset_open(const char *path);
+sp_dataset *sp_seqset_open(const char *path) SP_MUST_CHECK;
 /* BPPSA bitstream classification (paper Eq. 8, §4.1): class c uniform in 0..9 and
  * x_t ~ Bernoulli(0.05 + 0.1·c), t = 0..T-1; samples T×1. Sample i depends only on
  * (seed, i), so nothing is stored and T can be 30000. */
-sp_dataset *sp_bitstream(int n, int T, uint64_t seed);
+sp_dataset *sp_bitstream(int n, int T, uint64_t seed) SP_MUST_CHECK;
 /* Class-dependent noisy sequences T×C (data/synthetic_seq.c): the GRU app's default. */
-sp_dataset *sp_synthetic_sequences(int n, int T, int C, int nclasses, uint64_t seed);
+sp_dataset *sp_synthetic_sequences(int n, int T, int C, int nclasses, uint64_t seed) SP_MUST_CHECK;
 
 /* ---- the loader ---- */
 

@@ -1,4 +1,6 @@
 /* dataset.c — the dataset interface and the in-memory datasets the readers build. */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,10 +44,25 @@ static void mem_free(sp_dataset *d)
     free(m);
 }
 
-static mem_dataset *mem_new(const char *name, int n, int ndim, const int *shape, int nclasses)
+/* Storage for n samples of `shape`, elem bytes each value; sizes checked for overflow
+ * and against the ceiling on file-driven allocations. NULL on failure. */
+static mem_dataset *mem_new(const char *name, int n, int ndim, const int *shape, int nclasses, size_t elem,
+                            void **x)
 {
-    if (n <= 0) sp_fail("%s: no samples", name);
-    if (ndim < 1 || ndim > 3) sp_fail("%s: samples with %d dimensions (expected 1 to 3)", name, ndim);
+    if (n <= 0) return sp_error("%s: no samples", name), NULL;
+    if (ndim < 1 || ndim > 3) return sp_error("%s: samples with %d dimensions (expected 1 to 3)", name, ndim), NULL;
+    size_t bytes = elem;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 1) return sp_error("%s: sample dimension %d has size %d (expected >= 1)", name, i, shape[i]), NULL;
+        if (__builtin_mul_overflow(bytes, (size_t)shape[i], &bytes)) bytes = SIZE_MAX;
+    }
+    if (__builtin_mul_overflow(bytes, (size_t)n, &bytes)) bytes = SIZE_MAX;
+    char what[320];
+    snprintf(what, sizeof what, "%s: %d samples", name, n);
+    void *data = sp_file_alloc(bytes, 1, what);
+    if (!data) return NULL;
+    int *labels = sp_file_alloc((size_t)n * sizeof *labels, 1, what);
+    if (!labels) return free(data), NULL;
     mem_dataset *m = sp_xcalloc(1, sizeof *m);
     snprintf(m->base.name, sizeof m->base.name, "%s", name);
     m->base.n = n;
@@ -54,16 +71,19 @@ static mem_dataset *mem_new(const char *name, int n, int ndim, const int *shape,
     m->base.nclasses = nclasses;
     m->base.get = mem_get;
     m->base.free = mem_free;
-    m->labels = sp_xcalloc((size_t)n, sizeof *m->labels);
+    m->labels = labels;
+    *x = data;
     return m;
 }
 
 sp_dataset *sp_dataset_new_u8(const char *name, int n, int ndim, const int *shape, int nclasses,
                               float divisor, uint8_t **x, int **labels)
 {
-    mem_dataset *m = mem_new(name, n, ndim, shape, nclasses);
+    void *data;
+    mem_dataset *m = mem_new(name, n, ndim, shape, nclasses, 1, &data);
+    if (!m) return NULL;
     m->divisor = divisor;
-    m->u8 = sp_xcalloc((size_t)n * sp_dataset_sample_numel(&m->base), 1);
+    m->u8 = data;
     *x = m->u8;
     *labels = m->labels;
     return &m->base;
@@ -72,35 +92,58 @@ sp_dataset *sp_dataset_new_u8(const char *name, int n, int ndim, const int *shap
 sp_dataset *sp_dataset_new_f32(const char *name, int n, int ndim, const int *shape, int nclasses,
                                float **x, int **labels)
 {
-    mem_dataset *m = mem_new(name, n, ndim, shape, nclasses);
-    m->f32 = sp_xcalloc((size_t)n * sp_dataset_sample_numel(&m->base), sizeof(float));
+    void *data;
+    mem_dataset *m = mem_new(name, n, ndim, shape, nclasses, sizeof(float), &data);
+    if (!m) return NULL;
+    m->f32 = data;
     *x = m->f32;
     *labels = m->labels;
     return &m->base;
 }
 
-void sp_dataset_check_labels(const sp_dataset *d, const int *labels, const char *what)
+int sp_dataset_check_labels(const sp_dataset *d, const int *labels, const char *what)
 {
     for (int i = 0; i < d->n; i++)
         if (labels[i] < 0 || labels[i] >= d->nclasses)
-            sp_fail("%s: label %d of sample %d is out of range (expected 0..%d)", what, labels[i], i,
-                    d->nclasses - 1);
+            return sp_error("%s: label %d of sample %d is out of range (expected 0..%d)", what, labels[i], i,
+                            d->nclasses - 1);
+    return SP_OK;
+}
+
+int sp_dataset_check_finite(const sp_dataset *d, const float *x, const char *what)
+{
+    size_t k = sp_dataset_sample_numel(d), total = (size_t)d->n * k;
+    for (size_t j = 0; j < total; j++)
+        if (!isfinite(x[j])) {
+            size_t e = j % k;
+            char where[64] = "";
+            if (d->ndim == 2) snprintf(where, sizeof where, " (t = %zu, c = %zu)", e / (size_t)d->shape[1],
+                                       e % (size_t)d->shape[1]);
+            return sp_error("%s: sample %zu has a non-finite input %s at element %zu%s (inputs must be finite)",
+                            what, j / k, isnan(x[j]) ? "NaN" : x[j] > 0 ? "+inf" : "-inf", e, where);
+        }
+    return SP_OK;
 }
 
 static int channel_dim(const sp_dataset *d) { return d->ndim == 3 ? 0 : d->ndim - 1; }
 
-void sp_dataset_normalize(sp_dataset *d, int nch, const float *mean, const float *std)
+int sp_dataset_normalize(sp_dataset *d, int nch, const float *mean, const float *std)
 {
     int want = d->shape[channel_dim(d)];
     if (nch != 1 && nch != want)
-        sp_fail("%s: normalisation with %d channels, expected %d (or 1)", d->name, nch, want);
-    if (nch > SP_DATA_MAX_CH) sp_fail("%s: normalisation of more than %d channels", d->name, SP_DATA_MAX_CH);
+        return sp_error("%s: normalisation with %d channels, expected %d (or 1)", d->name, nch, want);
+    if (nch > SP_DATA_MAX_CH) return sp_error("%s: normalisation of more than %d channels", d->name, SP_DATA_MAX_CH);
     for (int c = 0; c < nch; c++) {
-        if (!(std[c] > 0.0f)) sp_fail("%s: normalisation std[%d] = %g must be positive", d->name, c, std[c]);
+        if (!(std[c] > 0.0f) || !isfinite(std[c]) || !isfinite(mean[c]))
+            return sp_error("%s: normalisation mean[%d] = %g, std[%d] = %g (expected finite, std > 0)", d->name, c,
+                            mean[c], c, std[c]);
+    }
+    for (int c = 0; c < nch; c++) {
         d->mean[c] = mean[c];
         d->std[c] = std[c];
     }
     d->norm_channels = nch;
+    return SP_OK;
 }
 
 void sp_dataset_get(sp_dataset *d, int i, float *x, int *y)
@@ -124,19 +167,21 @@ void sp_dataset_free(sp_dataset *d)
     if (d) d->free(d);
 }
 
-void sp_dataset_pad(sp_dataset *d, int size)
+int sp_dataset_pad(sp_dataset *d, int size)
 {
     mem_dataset *m = (mem_dataset *)d;
     if (d->get != mem_get || !m->u8 || d->ndim != 3)
-        sp_fail("%s: padding needs an in-memory image dataset of C×H×W bytes", d->name);
+        return sp_error("%s: padding needs an in-memory image dataset of C×H×W bytes", d->name);
     int C = d->shape[0], H = d->shape[1], W = d->shape[2];
-    if (size < H || size < W)
-        sp_fail("%s: cannot pad %dx%d images to %dx%d (expected a size >= %d)", d->name, H, W, size,
-                size, H > W ? H : W);
-    if (size == H && size == W) return;
+    if (size < H || size < W || size > 65536)
+        return sp_error("%s: cannot pad %dx%d images to %dx%d (expected a size in %d..65536)", d->name, H, W, size,
+                        size, H > W ? H : W);
+    if (size == H && size == W) return SP_OK;
     int top = (size - H) / 2, left = (size - W) / 2;
-    size_t out_numel = (size_t)C * (size_t)size * (size_t)size;
-    uint8_t *out = sp_xcalloc((size_t)d->n * out_numel, 1);
+    size_t out_numel = (size_t)C * (size_t)size * (size_t)size, bytes;
+    if (__builtin_mul_overflow((size_t)d->n, out_numel, &bytes)) bytes = SIZE_MAX;
+    uint8_t *out = sp_file_alloc(bytes, 1, d->name);
+    if (!out) return SP_ERR;
     for (int i = 0; i < d->n; i++)
         for (int c = 0; c < C; c++)
             for (int h = 0; h < H; h++)
@@ -145,12 +190,15 @@ void sp_dataset_pad(sp_dataset *d, int size)
     free(m->u8);
     m->u8 = out;
     d->shape[1] = d->shape[2] = size;
+    return SP_OK;
 }
 
-void sp_dataset_save(sp_dataset *d, const char *path)
+int sp_dataset_save(sp_dataset *d, const char *path)
 {
-    size_t k = sp_dataset_sample_numel(d);
-    float *x = sp_xmalloc((size_t)d->n * k * sizeof *x);
+    size_t k = sp_dataset_sample_numel(d), bytes;
+    if (__builtin_mul_overflow((size_t)d->n * k, sizeof(float), &bytes)) bytes = SIZE_MAX;
+    float *x = sp_file_alloc(bytes, 0, path);
+    if (!x) return SP_ERR;
     int64_t *y = sp_xmalloc((size_t)d->n * sizeof *y);
     for (int i = 0; i < d->n; i++) {
         int label;
@@ -162,7 +210,8 @@ void sp_dataset_save(sp_dataset *d, const char *path)
     char nclasses[16];
     snprintf(nclasses, sizeof nclasses, "%d", d->nclasses);
     const char *meta[] = {"nclasses", nclasses, NULL};
-    sp_st_write(path, 2, e, meta);
+    int rc = sp_st_write(path, 2, e, meta);
     free(x);
     free(y);
+    return rc;
 }

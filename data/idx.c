@@ -1,45 +1,191 @@
-/* idx.c — IDX files (MNIST, Fashion-MNIST), raw or gzip (zlib reads both).
+/* idx.c — IDX files (MNIST, Fashion-MNIST), raw or gzip.
  *
  * Header: magic 0x0000TTDD (TT = 0x08 unsigned byte, DD = number of dimensions), then
- * DD big-endian uint32 sizes, then the bytes. Images 2051 = 0x803, labels 2049 = 0x801. */
+ * DD big-endian uint32 sizes, then the bytes. Images 2051 = 0x803, labels 2049 = 0x801.
+ *
+ * The gzip stream is inflated here (zlib's inflate, not gzread) so that bytes after the
+ * end of the compressed stream are seen and refused with their offset, and so that
+ * sizes the header announces are checked against the file before anything is
+ * allocated: a raw file must hold exactly the announced bytes, a gzip file at least
+ * 1/1032 of them (deflate cannot compress better than 1032:1). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 #include "core/error.h"
+#include "core/fileio.h"
 #include "data/data.h"
 
 #define IDX_IMAGES 2051u
 #define IDX_LABELS 2049u
 #define IDX_CLASSES 10
+#define IN_CHUNK (1u << 17)
+#define DEFLATE_MAX_RATIO 1032
 
-static gzFile idx_open(const char *path)
+typedef struct idx_src {
+    const char *path;
+    int fd;
+    off_t size, pos;          /* file size; bytes taken from the file so far   */
+    bool gz, zinit, ended;  /* ended: the current gzip member is complete */
+    z_stream z;
+    unsigned char *in;        /* gz: compressed input buffer                   */
+} idx_src;
+
+static void src_close(idx_src *s)
 {
-    gzFile g = gzopen(path, "rb");
-    if (!g) sp_fail("%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
-    gzbuffer(g, 1 << 17);
-    return g;
+    if (s->zinit) inflateEnd(&s->z);
+    free(s->in);
+    if (s->fd >= 0) close(s->fd);
+    s->fd = -1;
+    s->in = NULL;
+    s->zinit = false;
 }
 
-/* Exactly n bytes, or "truncated" naming what was being read. */
-static void idx_read(gzFile g, const char *path, void *buf, size_t n, const char *what)
+static int src_open(idx_src *s, const char *path)
 {
+    *s = (idx_src){.path = path, .fd = -1};
+    struct stat st;
+    s->fd = sp_open_regular(path, &st);
+    if (s->fd < 0) return SP_ERR;
+    s->size = st.st_size;
+    unsigned char m[2] = {0};
+    if (s->size >= 2 && sp_pread_full(s->fd, m, 2, 0, path, "the magic number") != SP_OK) return src_close(s), SP_ERR;
+    s->gz = m[0] == 0x1f && m[1] == 0x8b;
+    if (s->gz) {
+        s->in = sp_xmalloc(IN_CHUNK);
+        if (inflateInit2(&s->z, 15 + 16) != Z_OK) {
+            src_close(s);
+            return sp_error("%s: cannot start gzip decompression (out of memory)", path);
+        }
+        s->zinit = true;
+    }
+    return SP_OK;
+}
+
+/* Refill the compressed input if it is used up; *eof at the end of the file. */
+static int refill(idx_src *s, bool *eof)
+{
+    *eof = false;
+    if (s->z.avail_in) return SP_OK;
+    ssize_t r;
+    do r = pread(s->fd, s->in, IN_CHUNK, s->pos);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) return sp_error("%s: read error: %s", s->path, strerror(errno));
+    s->z.next_in = s->in;
+    s->z.avail_in = (uInt)r;
+    s->pos += r;
+    *eof = r == 0;
+    return SP_OK;
+}
+
+/* Offset in the file of the next compressed byte not yet consumed. */
+static long long gz_offset(const idx_src *s) { return (long long)(s->pos - s->z.avail_in); }
+
+/* One inflate call into out[0..want); *made bytes produced. SP_ERR on corrupt data or
+ * when input is needed and the file has ended (`what` names what was being read). */
+static int inflate_step(idx_src *s, unsigned char *out, size_t want, size_t *made, const char *what)
+{
+    s->z.next_out = out;
+    s->z.avail_out = (uInt)want;
+    int r = inflate(&s->z, Z_NO_FLUSH);
+    *made = want - s->z.avail_out;
+    if (r == Z_STREAM_END) {
+        s->ended = true;
+        return SP_OK;
+    }
+    if (r != Z_OK && r != Z_BUF_ERROR)
+        return sp_error("%s: corrupt gzip data near byte %lld while reading %s (%s)", s->path, gz_offset(s), what,
+                        s->z.msg ? s->z.msg : "inflate failed");
+    if (*made || s->z.avail_in) return SP_OK;
+    bool eof;
+    if (refill(s, &eof) != SP_OK) return SP_ERR;
+    if (eof) return sp_error("%s: truncated: the compressed stream ends while reading %s", s->path, what);
+    return SP_OK;
+}
+
+/* After the end of a gzip member: the next member starts (true in *more), the file
+ * ends, or the bytes that follow are refused with their offset. */
+static int next_member(idx_src *s, bool *more)
+{
+    bool eof;
+    *more = false;
+    if (refill(s, &eof) != SP_OK) return SP_ERR;
+    if (eof) return SP_OK;
+    if (s->z.next_in[0] != 0x1f)
+        return sp_error("%s: %lld trailing bytes from byte %lld, after the end of the gzip stream", s->path,
+                        (long long)(s->size - gz_offset(s)), gz_offset(s));
+    inflateReset(&s->z);
+    s->ended = false;
+    *more = true;
+    return SP_OK;
+}
+
+/* Exactly n bytes, or an error naming what was being read. */
+static int src_read(idx_src *s, void *buf, size_t n, const char *what)
+{
+    if (!s->gz) {
+        if (sp_pread_full(s->fd, buf, n, s->pos, s->path, what) != SP_OK) return SP_ERR;
+        s->pos += (off_t)n;
+        return SP_OK;
+    }
     size_t got = 0;
     while (got < n) {
-        size_t want = n - got > (1u << 30) ? (1u << 30) : n - got;
-        int r = gzread(g, (char *)buf + got, (unsigned)want);
-        int err = Z_OK;
-        const char *msg = r <= 0 ? gzerror(g, &err) : "";
-        size_t plen = strlen(path);   /* zlib prefixes its message with the path */
-        if (strncmp(msg, path, plen) == 0 && msg[plen] == ':') msg += plen + (msg[plen + 1] == ' ' ? 2 : 1);
-        if (r < 0 || (r == 0 && err != Z_OK))
-            sp_fail("%s: corrupt or truncated while reading %s (%s)", path, what, msg);
-        if (r == 0)
-            sp_fail("%s: truncated: %s needs %zu bytes, the file ends after %zu", path, what, n, got);
-        got += (size_t)r;
+        if (s->ended) {   /* another member may follow, as `cat a.gz b.gz` makes */
+            bool more;
+            if (next_member(s, &more) != SP_OK) return SP_ERR;
+            if (!more)
+                return sp_error("%s: truncated: %s needs %zu bytes, the compressed stream ends after %zu",
+                                s->path, what, n, got);
+        }
+        size_t made, want = n - got > (1u << 30) ? (1u << 30) : n - got;
+        if (inflate_step(s, (unsigned char *)buf + got, want, &made, what) != SP_OK) return SP_ERR;
+        got += made;
     }
+    return SP_OK;
+}
+
+/* Nothing may follow the announced data: not in a raw file, not in the decompressed
+ * stream, not after the end of the gzip stream (further empty members are fine). */
+static int src_expect_end(idx_src *s, size_t announced)
+{
+    if (!s->gz) {
+        if (s->pos != s->size)
+            return sp_error("%s: %lld extra bytes from byte %lld, after the %zu the header announces", s->path,
+                            (long long)(s->size - s->pos), (long long)s->pos, announced);
+        return SP_OK;
+    }
+    for (;;) {
+        while (!s->ended) {
+            unsigned char extra;
+            size_t made;
+            if (inflate_step(s, &extra, 1, &made, "the end of the stream") != SP_OK) return SP_ERR;
+            if (made)
+                return sp_error("%s: extra data after the %zu bytes the header announces (decompressed)",
+                                s->path, announced);
+        }
+        bool more;
+        if (next_member(s, &more) != SP_OK) return SP_ERR;
+        if (!more) return SP_OK;
+    }
+}
+
+/* Can the file hold `bytes` bytes after its header? Checked before allocating. */
+static int src_can_hold(const idx_src *s, size_t header, size_t bytes, const char *what)
+{
+    unsigned long long have = (unsigned long long)s->size;
+    if (!s->gz) {
+        if (have - header < bytes)
+            return sp_error("%s: truncated: the header announces %s of %zu bytes, the file has %llu after "
+                            "the header", s->path, what, bytes, have - header);
+        return SP_OK;
+    }
+    if (bytes / DEFLATE_MAX_RATIO > have)
+        return sp_error("%s: the header announces %s of %zu bytes, more than a %llu-byte gzip file can "
+                        "hold (deflate compresses at most %d:1)", s->path, what, bytes, have, DEFLATE_MAX_RATIO);
+    return SP_OK;
 }
 
 static uint32_t be32(const unsigned char *b)
@@ -48,59 +194,67 @@ static uint32_t be32(const unsigned char *b)
 }
 
 /* Magic and the `ndim` sizes. */
-static void idx_header(gzFile g, const char *path, uint32_t magic, uint32_t *dims, int ndim)
+static int idx_header(idx_src *s, uint32_t magic, uint32_t *dims, int ndim)
 {
     unsigned char b[16];
-    idx_read(g, path, b, 4, "the magic number");
+    if (src_read(s, b, 4, "the magic number") != SP_OK) return SP_ERR;
     uint32_t got = be32(b);
     if (got != magic)
-        sp_fail("%s: bad magic number %u (0x%08x), expected %u for IDX %s%s", path, got, got, magic,
-                magic == IDX_IMAGES ? "images" : "labels",
-                got == IDX_IMAGES ? " (this is an images file)" : got == IDX_LABELS ? " (this is a labels file)" : "");
-    idx_read(g, path, b, 4 * (size_t)ndim, "the dimension sizes");
+        return sp_error("%s: bad magic number %u (0x%08x), expected %u for IDX %s%s", s->path, got, got, magic,
+                        magic == IDX_IMAGES ? "images" : "labels",
+                        got == IDX_IMAGES ? " (this is an images file)"
+                        : got == IDX_LABELS ? " (this is a labels file)" : "");
+    if (src_read(s, b, 4 * (size_t)ndim, "the dimension sizes") != SP_OK) return SP_ERR;
     for (int i = 0; i < ndim; i++) dims[i] = be32(b + 4 * i);
+    return SP_OK;
 }
 
-static void idx_expect_end(gzFile g, const char *path, size_t bytes)
+static sp_dataset *idx_load(idx_src *gi, idx_src *gl)
 {
-    char extra;
-    if (gzread(g, &extra, 1) > 0)
-        sp_fail("%s: extra bytes after the %zu the header announces", path, bytes);
+    uint32_t dims[3], nlabels;
+    if (idx_header(gi, IDX_IMAGES, dims, 3) != SP_OK || idx_header(gl, IDX_LABELS, &nlabels, 1) != SP_OK)
+        return NULL;
+    if (dims[0] == 0 || dims[0] > 1u << 30 || dims[1] == 0 || dims[2] == 0 || dims[1] > 4096 || dims[2] > 4096)
+        return sp_error("%s: implausible sizes %u x %u x %u (expected count in 1..2^30, rows and cols in "
+                        "1..4096)", gi->path, dims[0], dims[1], dims[2]), NULL;
+    if (nlabels != dims[0])
+        return sp_error("%s: %u labels but %s has %u images (expected the same count)", gl->path, nlabels,
+                        gi->path, dims[0]), NULL;
+    size_t bytes = (size_t)dims[0] * dims[1] * dims[2];   /* < 2^54: no overflow */
+    if (src_can_hold(gi, 16, bytes, "the pixels") != SP_OK || src_can_hold(gl, 8, dims[0], "the labels") != SP_OK)
+        return NULL;
+    int n = (int)dims[0], shape[3] = {1, (int)dims[1], (int)dims[2]};
+    uint8_t *x;
+    int *y;
+    sp_dataset *d = sp_dataset_new_u8(gi->path, n, 3, shape, IDX_CLASSES, 255.0f, &x, &y);
+    if (!d) return NULL;
+    uint8_t *raw = sp_xmalloc((size_t)n);
+    bool ok = src_read(gi, x, bytes, "the pixels") == SP_OK && src_expect_end(gi, bytes) == SP_OK &&
+              src_read(gl, raw, (size_t)n, "the labels") == SP_OK && src_expect_end(gl, (size_t)n) == SP_OK;
+    for (int i = 0; ok && i < n; i++) y[i] = raw[i];
+    free(raw);
+    if (!ok || sp_dataset_check_labels(d, y, gl->path) != SP_OK) {
+        sp_dataset_free(d);
+        return NULL;
+    }
+    return d;
 }
 
 sp_dataset *sp_idx_open(const char *images_path, const char *labels_path)
 {
-    uint32_t dims[3], nlabels;
-    gzFile gi = idx_open(images_path), gl = idx_open(labels_path);
-    idx_header(gi, images_path, IDX_IMAGES, dims, 3);
-    idx_header(gl, labels_path, IDX_LABELS, &nlabels, 1);
-    if (dims[0] == 0 || dims[0] > 1u << 30 || dims[1] == 0 || dims[2] == 0 || dims[1] > 4096 || dims[2] > 4096)
-        sp_fail("%s: implausible sizes %u x %u x %u (expected count in 1..2^30, rows and cols in 1..4096)",
-                images_path, dims[0], dims[1], dims[2]);
-    if (nlabels != dims[0])
-        sp_fail("%s: %u labels but %s has %u images (expected the same count)", labels_path, nlabels,
-                images_path, dims[0]);
-    int n = (int)dims[0], shape[3] = {1, (int)dims[1], (int)dims[2]};
-    uint8_t *x;
-    int *y;
-    sp_dataset *d = sp_dataset_new_u8(images_path, n, 3, shape, IDX_CLASSES, 255.0f, &x, &y);
-    size_t bytes = (size_t)n * dims[1] * dims[2];
-    idx_read(gi, images_path, x, bytes, "the pixels");
-    idx_expect_end(gi, images_path, bytes);
-    uint8_t *raw = sp_xmalloc((size_t)n);
-    idx_read(gl, labels_path, raw, (size_t)n, "the labels");
-    idx_expect_end(gl, labels_path, (size_t)n);
-    for (int i = 0; i < n; i++) y[i] = raw[i];
-    free(raw);
-    gzclose(gi);
-    gzclose(gl);
-    sp_dataset_check_labels(d, y, labels_path);
+    idx_src gi, gl = {.fd = -1};
+    if (src_open(&gi, images_path) != SP_OK) return NULL;
+    if (src_open(&gl, labels_path) != SP_OK) return src_close(&gi), NULL;
+    sp_dataset *d = idx_load(&gi, &gl);
+    src_close(&gi);
+    src_close(&gl);
     return d;
 }
 
 /* dir/<prefix>-<kind>[.gz], also the "train-images.idx3-ubyte" spelling and the
- * torchvision layout dir/FashionMNIST/raw. */
-static void find_idx(char *out, size_t len, const char *dir, const char *prefix, const char *kind)
+ * torchvision layout dir/FashionMNIST/raw. The first name that exists is taken (a file
+ * that exists but cannot be read is reported as such when it is opened, not skipped). */
+static int find_idx(char *out, size_t len, const char *dir, const char *prefix, const char *kind)
 {
     static const char *const subdirs[] = {"", "/FashionMNIST/raw", "/MNIST/raw"};
     static const char *const seps[] = {"-", "."}, *const exts[] = {".gz", ""};
@@ -110,19 +264,24 @@ static void find_idx(char *out, size_t len, const char *dir, const char *prefix,
                 const char *dot = strchr(kind, '-');
                 snprintf(out, len, "%s%s/%s-%.*s%s%s%s", dir, subdirs[s], prefix, (int)(dot - kind), kind,
                          seps[p], dot + 1, exts[e]);
-                if (access(out, R_OK) == 0) return;
+                struct stat st;
+                if (stat(out, &st) == 0 || (errno != ENOENT && errno != ENOTDIR)) return SP_OK;
             }
-    sp_fail("%s: no %s-%s or %s-%s.gz (expected the Fashion-MNIST/MNIST IDX files, e.g. "
-            "/usr/share/datasets/fashion-mnist)", dir, prefix, kind, prefix, kind);
+    return sp_error("%s: no %s-%s or %s-%s.gz (expected the Fashion-MNIST/MNIST IDX files, e.g. "
+                    "/usr/share/datasets/fashion-mnist)", dir, prefix, kind, prefix, kind);
 }
 
 sp_dataset *sp_fashion_mnist(const char *dir, bool train, int pad_to)
 {
     char images[4096], labels[4096];
     const char *prefix = train ? "train" : "t10k";
-    find_idx(images, sizeof images, dir, prefix, "images-idx3-ubyte");
-    find_idx(labels, sizeof labels, dir, prefix, "labels-idx1-ubyte");
+    if (find_idx(images, sizeof images, dir, prefix, "images-idx3-ubyte") != SP_OK ||
+        find_idx(labels, sizeof labels, dir, prefix, "labels-idx1-ubyte") != SP_OK)
+        return NULL;
     sp_dataset *d = sp_idx_open(images, labels);
-    if (pad_to) sp_dataset_pad(d, pad_to);
+    if (d && pad_to && sp_dataset_pad(d, pad_to) != SP_OK) {
+        sp_dataset_free(d);
+        return NULL;
+    }
     return d;
 }

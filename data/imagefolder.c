@@ -2,14 +2,17 @@
  * with stb_image (Debian libstb: link with -lstb) and resized as Pillow does. */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <stb/stb_image.h>
 #include "core/error.h"
+#include "core/fileio.h"
 #include "data/data.h"
 
 typedef struct names { char **v; int n, cap; } names;
@@ -27,6 +30,7 @@ static void names_free(names *s)
 {
     for (int i = 0; i < s->n; i++) free(s->v[i]);
     free(s->v);
+    *s = (names){0};
 }
 
 static int by_name(const void *a, const void *b)
@@ -41,12 +45,14 @@ static bool is_image(const char *name)
 }
 
 /* Entries of dir (hidden ones skipped) that are directories (want_dirs) or image files,
- * sorted by name so the class numbering and sample order never depend on the file system. */
-static names list_dir(const char *dir, bool want_dirs)
+ * sorted by name so the class numbering and sample order never depend on the file system.
+ * An entry named like an image that is not a regular file (a FIFO, a device) is an
+ * error, not something to open and block on. */
+static int list_dir(const char *dir, bool want_dirs, names *out)
 {
-    names out = {0};
+    *out = (names){0};
     DIR *dp = opendir(dir);
-    if (!dp) sp_fail("%s: cannot open directory: %s", dir, strerror(errno));
+    if (!dp) return sp_error("cannot open directory %s: %s", dir, strerror(errno));
     struct dirent *e;
     char path[4096];
     while ((e = readdir(dp))) {
@@ -55,11 +61,16 @@ static names list_dir(const char *dir, bool want_dirs)
         struct stat st;
         if (stat(path, &st) != 0) continue;
         if (want_dirs ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode) && is_image(e->d_name))
-            names_add(&out, e->d_name);
+            names_add(out, e->d_name);
+        else if (!want_dirs && is_image(e->d_name) && !S_ISDIR(st.st_mode)) {
+            closedir(dp);
+            names_free(out);
+            return sp_error("%s: not a regular file (%s)", path, sp_file_kind(st.st_mode));
+        }
     }
     closedir(dp);
-    if (out.n > 1) qsort(out.v, (size_t)out.n, sizeof *out.v, by_name);
-    return out;
+    if (out->n > 1) qsort(out->v, (size_t)out->n, sizeof *out->v, by_name);
+    return SP_OK;
 }
 
 /* The in-memory samples plus the class names (label c is classes.v[c]). */
@@ -184,13 +195,47 @@ static uint8_t *pil_resize(const uint8_t *img, int w, int h, int C, int size)
     return cur;
 }
 
-/* One image as C×size×size bytes: decode as RGB, to luminance with PIL's
- * convert("L") weights (ITU-R 601-2) when one channel is wanted, resize. */
-static void load_image(const char *path, int size, int channels, uint8_t *chw)
+/* The whole file in memory (regular files only, size under the allocation ceiling). */
+static unsigned char *read_file(const char *path, int *len)
 {
-    int w, h, comp;
-    uint8_t *img = stbi_load(path, &w, &h, &comp, 3);
-    if (!img) sp_fail("%s: cannot decode image: %s", path, stbi_failure_reason());
+    struct stat st;
+    int fd = sp_open_regular(path, &st);
+    if (fd < 0) return NULL;
+    if (st.st_size > INT_MAX) {
+        close(fd);
+        return sp_error("%s: %lld bytes is too large for an image file", path, (long long)st.st_size), NULL;
+    }
+    unsigned char *buf = sp_file_alloc((size_t)st.st_size, 0, path);
+    if (buf && sp_pread_full(fd, buf, (size_t)st.st_size, 0, path, "the image") != SP_OK) {
+        free(buf);
+        buf = NULL;
+    }
+    close(fd);
+    *len = (int)st.st_size;
+    return buf;
+}
+
+/* One image as C×size×size bytes: decode as RGB, to luminance with PIL's
+ * convert("L") weights (ITU-R 601-2) when one channel is wanted, resize. The decoded
+ * size is checked against the ceiling before stb_image allocates it. */
+static int load_image(const char *path, int size, int channels, uint8_t *chw)
+{
+    int len, w, h, comp;
+    unsigned char *file = read_file(path, &len);
+    if (!file) return SP_ERR;
+    if (!stbi_info_from_memory(file, len, &w, &h, &comp)) {
+        free(file);
+        return sp_error("%s: cannot decode image: %s", path, stbi_failure_reason());
+    }
+    size_t decoded = (size_t)w * (size_t)h * 3;   /* stb_image keeps w, h below 2^24 */
+    if (decoded > sp_file_alloc_limit()) {
+        free(file);
+        return sp_error("%s: a %dx%d image needs %zu bytes decoded, above the %zu-byte limit on one allocation "
+                        "from a file (SCANPROP_MAX_FILE_ALLOC)", path, w, h, decoded, sp_file_alloc_limit());
+    }
+    uint8_t *img = stbi_load_from_memory(file, len, &w, &h, &comp, 3);
+    free(file);
+    if (!img) return sp_error("%s: cannot decode image: %s", path, stbi_failure_reason());
     if (channels == 1)
         for (size_t p = 0; p < (size_t)w * h; p++)
             img[p] = (uint8_t)((img[3 * p] * 19595 + img[3 * p + 1] * 38470 + img[3 * p + 2] * 7471 + 0x8000) >> 16);
@@ -199,37 +244,50 @@ static void load_image(const char *path, int size, int channels, uint8_t *chw)
     for (int c = 0; c < channels; c++)
         for (int p = 0; p < size * size; p++) chw[(size_t)c * size * size + p] = hwc[(size_t)p * channels + c];
     free(hwc);
+    return SP_OK;
 }
 
 sp_dataset *sp_image_folder(const char *root, int size, int channels)
 {
-    if (channels != 1 && channels != 3) sp_fail("%s: %d channels requested (expected 1 or 3)", root, channels);
-    if (size < 1 || size > 4096) sp_fail("%s: image size %d (expected 1..4096)", root, size);
-    names classes = list_dir(root, true);
-    if (classes.n == 0) sp_fail("%s: no class directories (expected root/<class>/<image>.png|jpg)", root);
+    if (channels != 1 && channels != 3)
+        return sp_error("%s: %d channels requested (expected 1 or 3)", root, channels), NULL;
+    if (size < 1 || size > 4096) return sp_error("%s: image size %d (expected 1..4096)", root, size), NULL;
+    names classes;
+    if (list_dir(root, true, &classes) != SP_OK) return NULL;
+    if (classes.n == 0) {
+        names_free(&classes);
+        return sp_error("%s: no class directories (expected root/<class>/<image>.png|jpg)", root), NULL;
+    }
     names *files = sp_xcalloc((size_t)classes.n, sizeof *files);
+    sp_dataset *d = NULL;
     long total = 0;
     char path[8192];
     for (int c = 0; c < classes.n; c++) {
         snprintf(path, sizeof path, "%s/%s", root, classes.v[c]);
-        files[c] = list_dir(path, false);
-        if (files[c].n == 0) sp_fail("%s: class directory has no .png/.jpg/.jpeg images", path);
+        if (list_dir(path, false, &files[c]) != SP_OK) goto fail;
+        if (files[c].n == 0) {
+            sp_error("%s: class directory has no .png/.jpg/.jpeg images", path);
+            goto fail;
+        }
         total += files[c].n;
     }
-    if (total > 1L << 30) sp_fail("%s: too many images (%ld)", root, total);
+    if (total > 1L << 30) {
+        sp_error("%s: too many images (%ld)", root, total);
+        goto fail;
+    }
     uint8_t *x;
     int *y;
-    sp_dataset *d = sp_dataset_new_u8(root, (int)total, 3, (int[]){channels, size, size}, classes.n, 255.0f, &x, &y);
+    d = sp_dataset_new_u8(root, (int)total, 3, (int[]){channels, size, size}, classes.n, 255.0f, &x, &y);
+    if (!d) goto fail;
     size_t numel = (size_t)channels * size * size;
     int i = 0;
-    for (int c = 0; c < classes.n; c++) {
+    for (int c = 0; c < classes.n; c++)
         for (int k = 0; k < files[c].n; k++, i++) {
             snprintf(path, sizeof path, "%s/%s/%s", root, classes.v[c], files[c].v[k]);
-            load_image(path, size, channels, x + (size_t)i * numel);
+            if (load_image(path, size, channels, x + (size_t)i * numel) != SP_OK) goto fail;
             y[i] = c;
         }
-        names_free(&files[c]);
-    }
+    for (int c = 0; c < classes.n; c++) names_free(&files[c]);
     free(files);
     folder_dataset *f = sp_xcalloc(1, sizeof *f);
     f->base = *d;
@@ -238,4 +296,10 @@ sp_dataset *sp_image_folder(const char *root, int size, int channels)
     f->mem = d;
     f->classes = classes;
     return &f->base;
+fail:
+    sp_dataset_free(d);
+    for (int c = 0; c < classes.n; c++) names_free(&files[c]);
+    free(files);
+    names_free(&classes);
+    return NULL;
 }

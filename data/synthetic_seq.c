@@ -2,14 +2,19 @@
  * (the BPPSA paper's S/M/L shapes without its speech features): sample i of class c has
  * x_t[f] = 0.5·cos(1.3·c·(f + 1)) + 0.5·sin(0.05·(c + 1)·t) + N(0, 0.5²), seeded. */
 #include <math.h>
+#include "core/error.h"
 #include "core/rng.h"
 #include "data/data.h"
 
 sp_dataset *sp_synthetic_sequences(int n, int T, int C, int nclasses, uint64_t seed)
 {
+    if (n < 1 || T < 1 || C < 1 || nclasses < 1)
+        return sp_error("synthetic sequences: n = %d, T = %d, C = %d and classes = %d must all be positive", n, T,
+                        C, nclasses), NULL;
     float *x;
     int *y;
     sp_dataset *d = sp_dataset_new_f32("synthetic sequences", n, 2, (int[]){T, C}, nclasses, &x, &y);
+    if (!d) return NULL;
     sp_rng r;
     sp_rng_seed(&r, seed);
     for (int i = 0; i < n; i++) {

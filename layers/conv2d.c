@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "core/backend.h"
+#include "core/dnnl.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/tape.h"
@@ -51,6 +52,7 @@ typedef struct conv_saved {
     int slots;   /* forward and δ: one contiguous range of samples per pool thread */
     int cs;      /* forward and δ: samples per GEMM                               */
     int cg;      /* G: samples per GEMM                                           */
+    bool dnnl;   /* the forward ran on oneDNN: so do δ and G (core/dnnl.c)        */
 } conv_saved;
 
 #define L(n) ((const conv_layer *)(n)->layer)
@@ -186,11 +188,24 @@ static conv_saved *conv_plan(sp_node *n)
     return S;
 }
 
+static sp_dnnl_conv dnnl_shape(const conv_saved *S)
+{
+    return (sp_dnnl_conv){.B = S->B, .C = S->g.C, .H = S->g.H, .W = S->g.W, .O = S->O, .k = S->g.k,
+                          .stride = S->g.stride, .pad = S->g.pad, .Ho = S->g.Ho, .Wo = S->g.Wo};
+}
+
 static void conv_forward(sp_node *n)
 {
     const sp_tensor *x = sp_node_x(n);
     conv_saved *S = conv_plan(n);
     n->saved = S;
+    S->dnnl = sp_dnnl_conv_on();
+    if (S->dnnl) {
+        sp_dnnl_conv c = dnnl_shape(S);
+        sp_dnnl_conv_forward(n->tape, &c, x->data, n->layer->params[0]->value.data,
+                             n->layer->params[1]->value.data, n->out.data);
+        return;
+    }
     size_t cols = (size_t)S->slots * S->cs * S->P;
     fwd_job J = {.S = S, .x = x->data, .W = n->layer->params[0]->value.data,
                  .bias = n->layer->params[1]->value.data, .y = n->out.data};
@@ -229,9 +244,14 @@ static void delta_slots(void *ctx, size_t begin, size_t end)
     }
 }
 
-static void conv_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const conv_saved *S = n->saved;
+    if (S->dnnl) {
+        sp_dnnl_conv c = dnnl_shape(S);
+        sp_dnnl_conv_backward_data(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data);
+        return;
+    }
     size_t cols = (size_t)S->slots * S->cs * S->P;
     delta_job J = {.S = S, .W = n->layer->params[0]->value.data, .dy = dy->data, .dx = dx->data};
     J.dcol = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
@@ -331,7 +351,10 @@ static void bias_grad_range(void *ctx, size_t begin, size_t end)
 static void conv_backward_params(sp_node *n, const sp_tensor *dy)
 {
     const conv_saved *S = n->saved;
-    if ((size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS) grad_private(n, dy);
+    if (S->dnnl) {
+        sp_dnnl_conv c = dnnl_shape(S);
+        sp_dnnl_conv_backward_weights(n->tape, &c, sp_node_x(n)->data, dy->data, n->layer->params[0]->grad.data);
+    } else if ((size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS) grad_private(n, dy);
     else grad_batched(n, dy);
     bias_job J = {.S = S, .dy = dy->data, .db = n->layer->params[1]->grad.data};
     sp_parallel_for((size_t)S->O, bias_grad_range, &J);
@@ -374,7 +397,7 @@ static void jt_rows_range(void *ctx, size_t begin, size_t end, bool values)
 static void jt_indices_range(void *ctx, size_t b, size_t e) { jt_rows_range(ctx, b, e, false); }
 static void jt_data_range(void *ctx, size_t b, size_t e) { jt_rows_range(ctx, b, e, true); }
 
-static void conv_jt_pattern(const sp_node *n, sp_csr *jt)
+static void conv_jt_pattern(const sp_node *n, int i, sp_csr *jt)
 {
     sp_conv_geom g = conv_geom(n);
     int O = L(n)->cout, rows = g.C * g.H * g.W, cols = O * g.Ho * g.Wo;
@@ -403,7 +426,7 @@ static void conv_jt_pattern(const sp_node *n, sp_csr *jt)
 }
 
 /* The weights do not depend on the sample: b is unused. */
-static void conv_jt_values(const sp_node *n, int b, sp_csr *jt)
+static void conv_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
 {
     jt_job J = {.n = n, .g = conv_geom(n), .O = L(n)->cout, .jt = jt};
     sp_parallel_for((size_t)jt->rows, jt_data_range, &J);

@@ -142,7 +142,7 @@ static void conv_cuda_forward(sp_node *n)
     sp_cuda_check(cudaGetLastError());
 }
 
-static void conv_cuda_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void conv_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const conv_plan *p = plan_for(n);
     const sp_cuda_lane *c = sp_cuda_current();

@@ -16,18 +16,18 @@ static void flatten_forward(sp_node *n)
     memcpy(n->out.data, sp_node_x(n)->data, n->out.numel * sizeof(float));
 }
 
-static void flatten_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void flatten_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     memcpy(dx->data, dy->data, dx->numel * sizeof(float));
 }
 
-static void flatten_jt_pattern(const sp_node *n, sp_csr *jt)
+static void flatten_jt_pattern(const sp_node *n, int i, sp_csr *jt)
 {
     sp_csr_identity(jt, (int)sp_tensor_sample_numel(&n->out));
 }
 
 /* The identity's data is set with the pattern and never changes. */
-static void flatten_jt_values(const sp_node *n, int b, sp_csr *jt)
+static void flatten_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
 {
     for (int i = 0; i < jt->rows; i++) jt->data[i] = 1.0f;
 }

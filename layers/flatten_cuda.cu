@@ -13,7 +13,7 @@ extern "C" {
 
 static void flatten_cuda_forward(sp_node *n) { n->out.data = sp_node_x(n)->data; }
 
-static void flatten_cuda_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void flatten_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     if (dx->data == dy->data) return;
     sp_cuda_check(cudaMemcpyAsync(dx->data, dy->data, dx->numel * sizeof(float), cudaMemcpyDeviceToDevice,

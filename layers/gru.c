@@ -124,7 +124,7 @@ static void gru_backward_params(sp_node *n, const sp_tensor *dy)
     gru_params_from_da(n, sp_recurrent_bptt_once(n, dy, SP_REC_PARAMS, gru_bptt));
 }
 
-static void gru_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void gru_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const float *da = sp_recurrent_bptt_once(n, dy, SP_REC_INPUT, gru_bptt);
     int C = SP_REC(n)->input, H = SP_REC(n)->hidden;

@@ -17,6 +17,10 @@ sp_layer *sp_sigmoid(void);
 sp_layer *sp_maxpool2d(int k, int stride, int pad);
 /* [B, ...] → [B, prod(...)] */
 sp_layer *sp_flatten(void);
+/* Ops of several inputs (sp_apply2 / sp_apply_n): the sum of same-shaped inputs, and
+ * the concatenation along dim 1 (channels) of inputs that agree in every other dim. */
+sp_layer *sp_add(void);
+sp_layer *sp_concat(void);
 /* Softmax + cross-entropy, mean over the batch: logits [B, K], labels [B] → [1]. */
 sp_layer *sp_softmax_ce(void);
 
@@ -34,6 +38,6 @@ void sp_maxpool2d_geometry(const sp_layer *l, int *k, int *stride, int *pad);
 
 /* The opdefs, for code that needs to recognise an op. */
 extern const sp_opdef sp_op_linear, sp_op_conv2d, sp_op_relu, sp_op_tanh, sp_op_sigmoid,
-    sp_op_maxpool2d, sp_op_flatten, sp_op_softmax_ce, sp_op_rnn, sp_op_gru;
+    sp_op_maxpool2d, sp_op_flatten, sp_op_softmax_ce, sp_op_rnn, sp_op_gru, sp_op_add, sp_op_concat;
 
 #endif

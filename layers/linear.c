@@ -38,7 +38,7 @@ static void linear_forward(sp_node *n)
     sp_gemm(false, true, B, out, in, 1.0f, x->data, in, W, in, 1.0f, n->out.data, out);
 }
 
-static void linear_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void linear_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const float *W = n->layer->params[0]->value.data;
     int B = dy->shape[0], in = L(n)->in, out = L(n)->out;
@@ -55,7 +55,7 @@ static void linear_backward_params(sp_node *n, const sp_tensor *dy)
         for (int j = 0; j < out; j++) db[j] += dy->data[(size_t)i * out + j];
 }
 
-static void linear_jt_pattern(const sp_node *n, sp_csr *jt)
+static void linear_jt_pattern(const sp_node *n, int i, sp_csr *jt)
 {
     int in = L(n)->in, out = L(n)->out;
     if ((int64_t)in * out > INT32_MAX)
@@ -67,7 +67,7 @@ static void linear_jt_pattern(const sp_node *n, sp_csr *jt)
     }
 }
 
-static void linear_jt_values(const sp_node *n, int b, sp_csr *jt)
+static void linear_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
 {
     const float *W = n->layer->params[0]->value.data;
     int in = L(n)->in, out = L(n)->out;

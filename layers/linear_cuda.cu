@@ -73,7 +73,7 @@ static void linear_cuda_forward(sp_node *n)
                         sp_cuda_stream());
 }
 
-static void linear_cuda_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void linear_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     int out = W_OF(n)->shape[0], in = W_OF(n)->shape[1];
     linear_backward_input_cuda(dx->data, dy->data, W_OF(n)->data, dy->shape[0], in, out, sp_cuda_stream());

@@ -172,7 +172,7 @@ static void pool_backward_range(void *ctx, size_t begin, size_t end)
     }
 }
 
-static void pool_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void pool_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     pool_job J = {.g = pool_geom(n), .dy = dy->data, .dx = dx->data, .arg = n->saved};
     sp_parallel_for((size_t)dy->shape[0] * J.g.C, pool_backward_range, &J);
@@ -180,7 +180,7 @@ static void pool_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
 
 /* ---- Jᵀ: fixed membership pattern, 0/1 values --------------------------------------- */
 
-static void pool_jt_pattern(const sp_node *n, sp_csr *jt)
+static void pool_jt_pattern(const sp_node *n, int i, sp_csr *jt)
 {
     sp_conv_geom g = pool_geom(n);
     int rows = g.C * g.H * g.W, cols = g.C * g.Ho * g.Wo;
@@ -207,7 +207,7 @@ static void pool_jt_pattern(const sp_node *n, sp_csr *jt)
     jt->indptr[rows] = pos;
 }
 
-static void pool_jt_values(const sp_node *n, int b, sp_csr *jt)
+static void pool_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
 {
     sp_conv_geom g = pool_geom(n);
     const int32_t *arg = (const int32_t *)n->saved + (size_t)b * g.C * g.Ho * g.Wo;

@@ -89,7 +89,7 @@ static void pool_cuda_forward(sp_node *n)
     pool_forward_cuda(n->out.data, arg, sp_node_x(n)->data, geom_of(n), n->out.numel, sp_cuda_stream());
 }
 
-static void pool_cuda_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void pool_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     size_t planes = (size_t)dx->shape[0] * dx->shape[1];
     pool_backward_cuda(dx->data, dy->data, (const int32_t *)n->saved, geom_of(n), planes, sp_cuda_stream());

@@ -251,7 +251,7 @@ static const float *rec_bptt(sp_node *n, const sp_tensor *dy)
     return s->da;
 }
 
-static void rec_cuda_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void rec_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const float *da = rec_bptt(n, dy);
     const rec_saved *s = (const rec_saved *)n->saved;

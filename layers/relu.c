@@ -35,18 +35,18 @@ static void relu_backward_range(void *ctx, size_t begin, size_t end)
     }
 }
 
-static void relu_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void relu_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     relu_bwd J = {.x = sp_node_x(n)->data, .dy = dy->data, .dx = dx->data};
     sp_elementwise_for(dx->numel, relu_backward_range, &J);
 }
 
-static void relu_jt_pattern(const sp_node *n, sp_csr *jt)
+static void relu_jt_pattern(const sp_node *n, int i, sp_csr *jt)
 {
     sp_csr_identity(jt, (int)sp_tensor_sample_numel(&n->out));
 }
 
-static void relu_jt_values(const sp_node *n, int b, sp_csr *jt)
+static void relu_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
 {
     const float *x = sp_node_x(n)->data + (size_t)b * jt->rows;
     for (int i = 0; i < jt->rows; i++) jt->data[i] = x[i] > 0.0f ? 1.0f : 0.0f;

@@ -45,7 +45,7 @@ static void relu_cuda_forward(sp_node *n)
     relu_forward_cuda(n->out.data, sp_node_x(n)->data, n->out.numel, sp_cuda_stream());
 }
 
-static void relu_cuda_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void relu_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     relu_backward_cuda(dx->data, dy->data, sp_node_x(n)->data, dx->numel, sp_cuda_stream());
 }

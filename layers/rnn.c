@@ -78,7 +78,7 @@ static void rnn_backward_params(sp_node *n, const sp_tensor *dy)
     rnn_params_from_da(n, sp_recurrent_bptt_once(n, dy, SP_REC_PARAMS, rnn_bptt));
 }
 
-static void rnn_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void rnn_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const float *da = sp_recurrent_bptt_once(n, dy, SP_REC_INPUT, rnn_bptt);
     sp_recurrent_input_grad(n, da, 0, SP_REC(n)->hidden, PV(n, W_IH), 0.0f, dx->data);

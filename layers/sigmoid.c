@@ -12,18 +12,18 @@ static void sigmoid_forward(sp_node *n)
     for (size_t i = 0; i < n->out.numel; i++) n->out.data[i] = 1.0f / (1.0f + expf(-x[i]));
 }
 
-static void sigmoid_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void sigmoid_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const float *y = n->out.data;
     for (size_t i = 0; i < dx->numel; i++) dx->data[i] = dy->data[i] * y[i] * (1.0f - y[i]);
 }
 
-static void sigmoid_jt_pattern(const sp_node *n, sp_csr *jt)
+static void sigmoid_jt_pattern(const sp_node *n, int i, sp_csr *jt)
 {
     sp_csr_identity(jt, (int)sp_tensor_sample_numel(&n->out));
 }
 
-static void sigmoid_jt_values(const sp_node *n, int b, sp_csr *jt)
+static void sigmoid_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
 {
     const float *y = n->out.data + (size_t)b * jt->rows;
     for (int i = 0; i < jt->rows; i++) jt->data[i] = y[i] * (1.0f - y[i]);

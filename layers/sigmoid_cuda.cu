@@ -47,7 +47,7 @@ static void sigmoid_cuda_forward(sp_node *n)
     sigmoid_forward_cuda(n->out.data, sp_node_x(n)->data, n->out.numel, sp_cuda_stream());
 }
 
-static void sigmoid_cuda_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void sigmoid_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     sigmoid_backward_cuda(dx->data, dy->data, n->out.data, dx->numel, sp_cuda_stream());
 }

@@ -38,7 +38,7 @@ static void ce_forward(sp_node *n)
     n->out.data[0] = (float)(total / B);
 }
 
-static void ce_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void ce_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const float *p = n->saved;
     int B = dx->shape[0], K = dx->shape[1];
@@ -50,7 +50,7 @@ static void ce_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
         }
 }
 
-static void ce_jt_pattern(const sp_node *n, sp_csr *jt)
+static void ce_jt_pattern(const sp_node *n, int i, sp_csr *jt)
 {
     int K = sp_node_x(n)->shape[1];
     sp_csr_alloc(jt, K, 1, K);
@@ -61,7 +61,7 @@ static void ce_jt_pattern(const sp_node *n, sp_csr *jt)
 }
 
 /* With dl = 1 (the loss is the scan's root), Jᵀ·[1] is exactly backward_input's δ_b. */
-static void ce_jt_values(const sp_node *n, int b, sp_csr *jt)
+static void ce_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
 {
     const float *p = (const float *)n->saved + (size_t)b * jt->rows;
     float inv_b = 1.0f / (float)sp_node_x(n)->shape[0];

@@ -99,7 +99,7 @@ static void ce_cuda_forward(sp_node *n)
     ce_forward_cuda(n->out.data, s->p, z->data, s->labels, B, K, st);
 }
 
-static void ce_cuda_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void ce_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const ce_saved *s = (const ce_saved *)n->saved;
     ce_backward_cuda(dx->data, dy->data, s->p, s->labels, dx->shape[0], dx->shape[1], sp_cuda_stream());

@@ -47,7 +47,7 @@ static void tanh_cuda_forward(sp_node *n)
     tanh_forward_cuda(n->out.data, sp_node_x(n)->data, n->out.numel, sp_cuda_stream());
 }
 
-static void tanh_cuda_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void tanh_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     tanh_backward_cuda(dx->data, dy->data, n->out.data, dx->numel, sp_cuda_stream());
 }

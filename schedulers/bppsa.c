@@ -11,6 +11,13 @@
  * steps (Jᵀ_t = ∂h_t/∂h_{t−1}ᵀ, dense H×H), so an RNN scans over time (§4.1). Every
  * sample of the batch is an independent scan.
  *
+ * A model that is not a chain (residual and dense connections) is cut into its chain
+ * segments: maximal runs of single-input ops each read by exactly one op. Segments are
+ * scanned one after another in reverse tape order, and joined by plain products: the
+ * last (lowest) op of a segment sends δ_i = J_iᵀ·∇y into each of its inputs with
+ * backward_input, adding into a producer that fans out, exactly as linear BP does. A
+ * segment's head thus starts with its ∇y complete. (docs/BPPSA.md: why not I + J_f.)
+ *
  * What is computed once and cached across steps (patterns never depend on the input,
  * §3.3–3.4): the chain, the plan, each link's Jᵀ pattern, and a *type pass* over the plan
  * that decides what every element is after every step (vector, CSR with a known
@@ -71,8 +78,14 @@ typedef struct bppsa_state {
     int *node_pos;             /* per node: a-position of its (last-time-step) link    */
     sp_scan_plan plan;
     step_info *steps;
-    bool plan_printed;
 } bppsa_state;
+
+/* The engine: one scan state per chain segment of the model, in the order they run. */
+typedef struct bppsa_engine {
+    bppsa_state *seg;
+    int nseg;
+    bool plan_printed;
+} bppsa_engine;
 
 /* ---- element arithmetic ------------------------------------------------------------- */
 
@@ -182,24 +195,42 @@ static void state_clear(bppsa_state *s)
     memset(s, 0, sizeof *s);
 }
 
-/* The chain's nodes, from the logits back to the first op (nodes[0] = logits), in the
- * tape's arena: a step allocates nothing, and an error exit leaves nothing behind. */
-static int collect_chain(sp_tape *t, sp_node *loss, sp_node ***out)
+/* A recurrent op that outputs its last hidden state scans over its time steps. */
+static bool scans_time(const sp_node *n) { return n->op->chain_len && n->out.ndim == 2; }
+
+/* The chain segments of the tape below the loss, in the tape's arena (a step allocates
+ * nothing, and an error exit leaves nothing behind). Segment k is nodes[start[k] ..
+ * start[k+1]): its head (highest on the tape, whose ∇y is complete when the segment
+ * runs) first, then each op's single input down to the tail. A node x extends the
+ * segment below it to its input p when x has one input, a Jᵀ and no time steps, and p is
+ * an op that needs a gradient and is read by x alone. Heads descend, so every consumer
+ * of a head belongs to an earlier segment: segments run in this order. */
+static int collect_segments(sp_tape *t, sp_node *loss, sp_node ***out, int **out_start)
 {
-    int count = 0;
-    for (sp_node *x = loss->input; x && x->op; x = x->input) count++;
-    sp_node **nodes = sp_tape_alloc(t, (size_t)(count ? count : 1) * sizeof *nodes);
-    int i = 0;
-    for (sp_node *x = loss->input; x && x->op; x = x->input) {
-        if (x->nconsumers != 1)
-            sp_fail("bppsa: op %s (node %d) feeds %d ops; the scan needs a chain (use --backward linear)",
-                    x->op->name, x->index, x->nconsumers);
-        if (!x->op->jt_pattern && !x->op->chain_len)
-            sp_fail("bppsa: op %s has no transposed Jacobian", x->op->name);
-        nodes[i++] = x;
+    int N = loss->index;
+    sp_node **nodes = sp_tape_alloc(t, (size_t)(N + 1) * sizeof *nodes);
+    int *start = sp_tape_alloc(t, (size_t)(N + 2) * sizeof *start);
+    bool *taken = sp_tape_alloc(t, (size_t)(N + 1) * sizeof *taken);
+    memset(taken, 0, (size_t)(N + 1) * sizeof *taken);
+    int nseg = 0, count = 0;
+    for (int i = N - 1; i >= 0; i--) {
+        sp_node *x = t->nodes[i];
+        if (!x->op || !x->needs_grad || taken[i]) continue;
+        start[nseg++] = count;
+        for (;;) {
+            taken[x->index] = true;
+            nodes[count++] = x;
+            sp_node *p = x->input;
+            if (x->ninputs != 1 || !x->op->jt_pattern || x->op->chain_len || !p->op || !p->needs_grad ||
+                p->nconsumers != 1)
+                break;
+            x = p;
+        }
     }
+    start[nseg] = count;
     *out = nodes;
-    return count;
+    *out_start = start;
+    return nseg;
 }
 
 static bool same_chain(const bppsa_state *s, sp_node **nodes, int count)
@@ -219,7 +250,7 @@ static void build_link(link *L, sp_node *node, int t, bool needed)
 {
     L->node = node;
     L->t = t;
-    if (node->op->chain_len) {
+    if (scans_time(node)) {
         int H = node->out.shape[node->out.ndim - 1];
         L->type = (el_type){.kind = EL_DENSE, .rows = H, .cols = H};
         return;
@@ -227,7 +258,7 @@ static void build_link(link *L, sp_node *node, int t, bool needed)
     int in = (int)sp_tensor_sample_numel(sp_node_x(node)), out = (int)sp_tensor_sample_numel(&node->out);
     L->type = (el_type){.kind = EL_CSR, .rows = in, .cols = out};
     if (!needed) return;   /* a[n]: Jᵀ_1 is never read (its product is replaced by I) */
-    node->op->jt_pattern(node, &L->pattern);
+    node->op->jt_pattern(node, 0, &L->pattern);
     if ((double)L->pattern.nnz >= DENSE_FILL * (double)in * (double)out) {
         L->type.kind = EL_DENSE;
     } else {
@@ -253,10 +284,7 @@ static void build_chain(bppsa_state *s, sp_node **nodes, int count, int up_level
         s->sig_shapes[i][0] = nodes[i]->out.ndim;
         s->sig_in[i] = sp_tensor_sample_numel(sp_node_x(nodes[i]));
         for (int d = 0; d < nodes[i]->out.ndim; d++) s->sig_shapes[i][d + 1] = nodes[i]->out.shape[d];
-        if (nodes[i]->op->chain_len) {
-            if (i != count - 1 || nodes[i]->out.ndim != 2)
-                sp_fail("bppsa: recurrent op %s must be the first op and output its last hidden state",
-                        nodes[i]->op->name);
+        if (scans_time(nodes[i])) {   /* the tail of its segment (collect_segments) */
             n += nodes[i]->op->chain_len(nodes[i]);
         } else {
             n++;
@@ -267,7 +295,7 @@ static void build_chain(bppsa_state *s, sp_node **nodes, int count, int up_level
     int pos = 0;
     for (int i = 0; i < count; i++) {
         s->node_pos[i] = pos + 1;
-        int T = nodes[i]->op->chain_len ? nodes[i]->op->chain_len(nodes[i]) : 0;
+        int T = scans_time(nodes[i]) ? nodes[i]->op->chain_len(nodes[i]) : 0;
         for (int t = T ? T : 1; t >= 1; t--, pos++) build_link(&s->links[pos], nodes[i], T ? t : 0, pos + 1 < n);
     }
     sp_scan_plan_build(&s->plan, n, up_levels);
@@ -382,11 +410,11 @@ static void fill_links_range(void *p, size_t begin, size_t end)
         } else if (L->type.kind == EL_CSR) {
             sp_csr m = L->pattern;
             m.data = dst;
-            L->node->op->jt_values(L->node, b, &m);
+            L->node->op->jt_values(L->node, 0, b, &m);
         } else {   /* dense from CSR: values into scratch after the dense block, then expand */
             sp_csr m = L->pattern;
             m.data = dst + (size_t)L->type.rows * L->type.cols;
-            L->node->op->jt_values(L->node, b, &m);
+            L->node->op->jt_values(L->node, 0, b, &m);
             sp_csr_to_dense(&m, dst);
         }
     }
@@ -493,7 +521,7 @@ static void weight_gradients(exec_ctx *c, sp_tape *t)
         size_t per = sp_tensor_sample_numel(&node->out);
         for (int b = 0; b < B; b++) memmove(node->grad.data + (size_t)b * per, A(c, pos, b).v, per * sizeof(float));
         if (!node->layer || node->layer->nparams == 0) continue;
-        if (!node->op->chain_len) {
+        if (!scans_time(node)) {
             node->op->backward_params(node, &node->grad);
             continue;
         }
@@ -507,13 +535,9 @@ static void weight_gradients(exec_ctx *c, sp_tape *t)
     }
 }
 
-static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
+/* One segment: the scan gives ∇y of every node from its head's, then G of each (Eq. 2). */
+static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nodes, int count)
 {
-    bppsa_state *s = e->state;
-    sp_mark_needs_grad(t);
-    sp_node **nodes;
-    int count = collect_chain(t, loss, &nodes);
-    if (count == 0) return;
     if (same_chain(s, nodes, count)) {
         memcpy(s->nodes, nodes, (size_t)count * sizeof *nodes);
         for (int i = 0; i < s->n; i++) {   /* refresh node pointers of the links */
@@ -525,24 +549,17 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
         build_chain(s, nodes, count, e->opts.scan_levels);
         type_pass(s);
     }
-    int B = loss->input->out.shape[0], n = s->n;
-    if (e->opts.plan && !s->plan_printed) {
-        print_plan(s, B);
-        s->plan_printed = true;
-    }
+    sp_node *head = nodes[0];
+    int B = head->out.shape[0], n = s->n;
 
-    /* a[0] = ∇x_n l: the loss's δ for dl = 1 */
-    sp_alloc_grads(t, loss);
-    sp_node *logits = loss->input;
-    loss->op->backward_input(loss, &loss->grad, &logits->grad);
-
-    /* element storage for this step (arena) and types that evolve with the plan */
+    /* element storage for this step (arena) and types that evolve with the plan;
+     * a[0] = ∇y of the head, complete (the loss's δ, or every consumer's) */
     exec_ctx c = {.s = s, .B = B};
     c.a = sp_tape_alloc(t, (size_t)(n + 1) * (size_t)B * sizeof *c.a);
     el_type *ty = sp_tape_alloc(t, (size_t)(n + 1) * sizeof *ty);
-    ty[0] = (el_type){.kind = EL_VEC, .rows = (int)sp_tensor_sample_numel(&logits->out)};
-    size_t in0 = sp_tensor_sample_numel(&logits->out);
-    for (int b = 0; b < B; b++) A(&c, 0, b).v = logits->grad.data + (size_t)b * in0;
+    ty[0] = (el_type){.kind = EL_VEC, .rows = (int)sp_tensor_sample_numel(&head->out)};
+    size_t in0 = sp_tensor_sample_numel(&head->out);
+    for (int b = 0; b < B; b++) A(&c, 0, b).v = head->grad.data + (size_t)b * in0;
     for (int i = 0; i < n; i++) {
         link *L = &s->links[i];
         ty[i + 1] = L->type;
@@ -561,10 +578,55 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
     weight_gradients(&c, t);
 }
 
+static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
+{
+    bppsa_engine *E = e->state;
+    sp_mark_needs_grad(t);
+    sp_node **nodes;
+    int *start;
+    int nseg = collect_segments(t, loss, &nodes, &start);
+    if (nseg == 0) return;
+    if (nseg != E->nseg) {   /* another model: every segment is built afresh */
+        for (int k = 0; k < E->nseg; k++) state_clear(&E->seg[k]);
+        E->seg = sp_xrealloc(E->seg, (size_t)nseg * sizeof *E->seg);
+        memset(E->seg, 0, (size_t)nseg * sizeof *E->seg);
+        E->nseg = nseg;
+    }
+    bool print = e->opts.plan && !E->plan_printed;
+    if (print && nseg > 1)
+        printf("bppsa: the model is a DAG: %d chain segments, each scanned, joined by δ = Jᵀ·∇y at the joins\n",
+               nseg);
+
+    /* ∇ of the logits: the loss's δ for dl = 1 */
+    sp_alloc_grads(t, loss);
+    sp_node_backward_inputs(loss);
+    for (int k = 0; k < nseg; k++) {
+        sp_node **seg = nodes + start[k];
+        int count = start[k + 1] - start[k];
+        sp_node *tail = seg[count - 1];
+        if (count == 1 && !scans_time(tail)) {   /* nothing to scan: G and δ of the one op */
+            if (print) printf("bppsa segment %d: %s#%d alone, no scan\n", k, tail->op->name, tail->index);
+            sp_node_backward(tail);
+            continue;
+        }
+        scan_segment(e, &E->seg[k], t, seg, count);
+        if (print) {
+            if (nseg > 1)
+                printf("bppsa segment %d: %s#%d .. %s#%d (%d ops)\n", k, seg[0]->op->name, seg[0]->index,
+                       tail->op->name, tail->index, count);
+            print_plan(&E->seg[k], seg[0]->out.shape[0]);
+        }
+        sp_node_backward_inputs(tail);   /* the join: δ into the inputs below the segment */
+    }
+    E->plan_printed |= print;
+}
+
 static void bppsa_destroy(sp_engine *e)
 {
-    state_clear(e->state);
-    free(e->state);
+    bppsa_engine *E = e->state;
+    for (int k = 0; k < E->nseg; k++) state_clear(&E->seg[k]);
+    free(E->seg);
+    free(E);
 }
 
 sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts)
@@ -574,7 +636,7 @@ sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts)
     e->opts = *opts;
     e->backward = bppsa_backward;
     e->destroy = bppsa_destroy;
-    e->state = sp_xcalloc(1, sizeof(bppsa_state));
+    e->state = sp_xcalloc(1, sizeof(bppsa_engine));
     return e;
 }
 

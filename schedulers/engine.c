@@ -50,19 +50,20 @@ void sp_mark_needs_grad(sp_tape *t)
 {
     for (int i = 0; i < t->n; i++) {
         sp_node *n = t->nodes[i];
-        n->needs_grad = n->op && ((n->layer && n->layer->nparams > 0) || (n->input && n->input->needs_grad));
+        n->needs_grad = n->op && n->layer && n->layer->nparams > 0;
+        for (int k = 0; n->op && k < n->ninputs; k++) n->needs_grad |= n->inputs[k]->needs_grad;
     }
 }
 
 void sp_alloc_grads(sp_tape *t, sp_node *loss)
 {
-    /* A node read by exactly one op, which the backward runs (at or before the loss),
+    /* A node read once (one input slot of one op), which the backward runs (at or before the loss),
      * gets ∂l/∂y overwritten by that op's δ (backward_input's contract): no zeroing.
      * A fan-out accumulates into it, and an output nobody back-propagates keeps 0. */
     int *uses = sp_tape_alloc(t, (size_t)(loss->index + 1) * sizeof *uses);
     memset(uses, 0, (size_t)(loss->index + 1) * sizeof *uses);
     for (int i = 0; i <= loss->index; i++)
-        if (t->nodes[i]->input) uses[t->nodes[i]->input->index]++;
+        for (int k = 0; k < t->nodes[i]->ninputs; k++) uses[t->nodes[i]->inputs[k]->index]++;
     for (int i = 0; i <= loss->index; i++) {
         sp_node *n = t->nodes[i];
         if (n->needs_grad || n == loss) {

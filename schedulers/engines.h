@@ -12,7 +12,9 @@ int sp_bppsa_chain_links(const sp_node *loss);
 sp_engine *sp_engine_ooo_create(const sp_engine_opts *opts);   /* schedulers/ooo.h */
 
 /* One node's whole backward, as the linear engine does it: G (if the op has params)
- * then δ into the producer's grad (accumulating when the producer fans out). */
+ * then, input by input in argument order, δ_i into the producer's grad (accumulating
+ * when the producer fans out). sp_node_backward_inputs is the δ part alone. */
 void sp_node_backward(sp_node *n);
+void sp_node_backward_inputs(sp_node *n);
 
 #endif

@@ -23,8 +23,8 @@ bool sp_jt_supported(const sp_node *n) { return n->op && n->op->jt_pattern && n-
 
 void sp_jt_build(const sp_node *n, int b, sp_csr *jt)
 {
-    n->op->jt_pattern(n, jt);
-    n->op->jt_values(n, b, jt);
+    n->op->jt_pattern(n, 0, jt);
+    n->op->jt_values(n, 0, b, jt);
 }
 
 static int batch_of(const sp_node *n) { return sp_node_x(n)->shape[0]; }
@@ -51,7 +51,7 @@ void sp_jt_columnwise(sp_node *n, const int *cols, int ncols, float *dense)
     dy.device = dx.device = SP_CPU;
     for (int k = 0; k < ncols; k++) {
         for (int b = 0; b < copies; b++) dy.data[(size_t)b * out + cols[k]] = 1.0f;
-        n->op->backward_input(n, &dy, &dx);
+        n->op->backward_input(n, 0, &dy, &dx);
         for (int b = 0; b < copies; b++) dy.data[(size_t)b * out + cols[k]] = 0.0f;
         memcpy(dense + (size_t)k * B * in, dx.data, (size_t)B * in * sizeof(float));
     }
@@ -89,9 +89,9 @@ static void time_analytic(sp_jt_row *r, const sp_node *n, sp_csr *jt, const sp_j
     double tp = 0.0, tv = 0.0;
     for (;;) {
         double t0 = sp_now();
-        n->op->jt_pattern(n, jt);
+        n->op->jt_pattern(n, 0, jt);
         double t1 = sp_now();
-        for (int b = 0; b < B; b++) n->op->jt_values(n, b, jt);
+        for (int b = 0; b < B; b++) n->op->jt_values(n, 0, b, jt);
         double t2 = sp_now();
         tp += t1 - t0;
         tv += t2 - t1;

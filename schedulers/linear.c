@@ -1,23 +1,33 @@
 /* linear.c — classic back-propagation: walk the tape in reverse, Θ(n) sequential steps.
  *
- * Each node with ∂l/∂y in hand computes its weight gradient G (backward_params) and its
- * input gradient δ (backward_input). Everything else in scanprop is checked against it. */
+ * The tape order is topological, so in reverse every node has its ∂l/∂y complete (all
+ * its consumers have added their δ) when it is reached. It computes its weight gradient
+ * G (backward_params) and the gradient δ_i of each input i (backward_input), written
+ * into a producer read once, added into one that fans out. Everything else in scanprop
+ * is checked against it. */
 #include <stdlib.h>
 #include "core/error.h"
 #include "schedulers/engines.h"
 
+void sp_node_backward_inputs(sp_node *n)
+{
+    for (int k = 0; k < n->ninputs; k++) {
+        sp_node *in = n->inputs[k];
+        if (!in->needs_grad) continue;
+        if (in->nconsumers == 1) {   /* the common chain case: write δ in place */
+            n->op->backward_input(n, k, &n->grad, &in->grad);
+            continue;
+        }
+        sp_tensor tmp = sp_tape_tensor_like(n->tape, &in->out);   /* fan-out: accumulate */
+        n->op->backward_input(n, k, &n->grad, &tmp);
+        for (size_t i = 0; i < tmp.numel; i++) in->grad.data[i] += tmp.data[i];
+    }
+}
+
 void sp_node_backward(sp_node *n)
 {
     if (n->op->backward_params && n->layer->nparams > 0) n->op->backward_params(n, &n->grad);
-    sp_node *in = n->input;
-    if (!in || !in->needs_grad) return;
-    if (in->nconsumers == 1) {   /* the common chain case: write δ in place */
-        n->op->backward_input(n, &n->grad, &in->grad);
-        return;
-    }
-    sp_tensor tmp = sp_tape_tensor_like(n->tape, &in->out);   /* fan-out: accumulate */
-    n->op->backward_input(n, &n->grad, &tmp);
-    for (size_t i = 0; i < tmp.numel; i++) in->grad.data[i] += tmp.data[i];
+    sp_node_backward_inputs(n);
 }
 
 static void linear_backward(sp_engine *e, sp_tape *t, sp_node *loss)

@@ -3,7 +3,8 @@
  *
  * The graph holds only the true dependencies of §3 (Fig. 3b): a node's δO and δW both
  * wait for its ∂l/∂y, i.e. for the δO of every consumer; nothing waits for a δW except
- * the layer's update. Two more edges keep the bits of the linear engine: consumers of a
+ * the layer's update. The tape may be a DAG: a node's δO task computes the δ of each of
+ * its inputs (add, concat), and a node feeding several others waits for all of them. Two more edges keep the bits of the linear engine: consumers of a
  * fan-out add into the shared ∂l/∂x in the linear engine's order (highest tape index
  * first), and the δW of a layer applied several times accumulate in that order too. */
 #include <stdio.h>
@@ -28,21 +29,32 @@ typedef struct node_lists {
     int *start, *items;
 } node_lists;
 
+/* Input slot k of n is the first slot of n holding that producer (add(x, x) reads x
+ * twice but is one consumer of it). */
+static bool first_slot(const sp_node *n, int k)
+{
+    for (int j = 0; j < k; j++)
+        if (n->inputs[j] == n->inputs[k]) return false;
+    return true;
+}
+
 static node_lists consumers(sp_tape *t, int N, const bool *inset, bool only_grad)
 {
     node_lists l = {sp_tape_alloc(t, (size_t)(N + 1) * sizeof(int)), NULL};
     memset(l.start, 0, (size_t)(N + 1) * sizeof(int));
     for (int i = 0; i < N; i++) {
-        const sp_node *in = t->nodes[i]->input;
-        if (inset[i] && in && (!only_grad || in->needs_grad)) l.start[in->index + 1]++;
+        const sp_node *n = t->nodes[i];
+        for (int k = 0; inset[i] && k < n->ninputs; k++)
+            if (first_slot(n, k) && (!only_grad || n->inputs[k]->needs_grad)) l.start[n->inputs[k]->index + 1]++;
     }
     for (int i = 0; i < N; i++) l.start[i + 1] += l.start[i];
     l.items = sp_tape_alloc(t, (size_t)l.start[N] * sizeof(int) + sizeof(int));
     int *fill = sp_tape_alloc(t, (size_t)N * sizeof(int));
     memcpy(fill, l.start, (size_t)N * sizeof(int));
     for (int i = N - 1; i >= 0; i--) {   /* descending: the linear engine's visiting order */
-        const sp_node *in = t->nodes[i]->input;
-        if (inset[i] && in && (!only_grad || in->needs_grad)) l.items[fill[in->index]++] = i;
+        const sp_node *n = t->nodes[i];
+        for (int k = 0; inset[i] && k < n->ninputs; k++)
+            if (first_slot(n, k) && (!only_grad || n->inputs[k]->needs_grad)) l.items[fill[n->inputs[k]->index]++] = i;
     }
     return l;
 }
@@ -175,7 +187,9 @@ sp_ooo_graph *sp_ooo_graph_build(sp_tape *t, sp_node *loss, bool with_updates)
     int nt = 0;   /* task ids: δO and δW in the linear engine's visiting order, then U, F' */
     for (int i = N - 1; i >= 0; i--) {
         sp_node *n = t->nodes[i];
-        idD[i] = inset[i] && n->input && n->input->needs_grad ? nt++ : -1;
+        bool delta = false;   /* one δO task computes δ of every input that needs it */
+        for (int k = 0; inset[i] && k < n->ninputs; k++) delta |= n->inputs[k]->needs_grad;
+        idD[i] = delta ? nt++ : -1;
         idW[i] = rank[i] ? nt++ : -1;
     }
     int L = g->L, *idU = sp_tape_alloc(t, (size_t)(L + 1) * sizeof(int));
@@ -197,10 +211,10 @@ sp_ooo_graph *sp_ooo_graph_build(sp_tape *t, sp_node *loss, bool with_updates)
         if (idW[i] >= 0)
             g->tasks[idW[i]] = (sp_ooo_task){.kind = SP_OOO_DW, .node = n, .layer = n->layer, .rank = rank[i],
                                              .est = c.bwd_params_flops + OOO_TASK_OVERHEAD};
-        if (idD[i] >= 0 && n->input->nconsumers > 1) {   /* fan-out: δ goes through a sum buffer */
-            g->tasks[idD[i]].scratch = n->input->out.numel * sizeof(float);
-            g->tasks[idD[i]].alloc += g->tasks[idD[i]].scratch;
-        }
+        for (int k = 0; idD[i] >= 0 && k < n->ninputs; k++)   /* fan-out: δ goes through a sum buffer */
+            if (n->inputs[k]->needs_grad && n->inputs[k]->nconsumers > 1)
+                g->tasks[idD[i]].scratch += n->inputs[k]->out.numel * sizeof(float);
+        if (idD[i] >= 0) g->tasks[idD[i]].alloc += g->tasks[idD[i]].scratch;
     }
     for (int r = 0; r < L; r++) {   /* U and F' of each layer sit at its first node */
         sp_node *first = NULL;
@@ -219,7 +233,8 @@ sp_ooo_graph *sp_ooo_graph_build(sp_tape *t, sp_node *loss, bool with_updates)
     }
 
     node_lists writers = consumers(t, N, inset, true), readers = consumers(t, N, inset, false);
-    builder b = {.t = t, .g = g, .edges = sp_tape_alloc(t, (size_t)(8 * N + 4 * L + 8) * sizeof(edge))};
+    size_t max_edges = 3 * (size_t)writers.start[N] + 4 * (size_t)N + 2 * (size_t)L + 8;
+    builder b = {.t = t, .g = g, .edges = sp_tape_alloc(t, max_edges * sizeof(edge))};
     for (int m = 0; m < N; m++)
         for (int j = writers.start[m]; j < writers.start[m + 1]; j++) {
             int c = writers.items[j];

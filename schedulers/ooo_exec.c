@@ -20,6 +20,7 @@
 #include <string.h>
 #include "core/error.h"
 #include "core/parallel.h"
+#include "schedulers/engines.h"
 #include "schedulers/ooo.h"
 
 typedef struct run_ctx {
@@ -48,23 +49,10 @@ struct sp_ooo_exec {
 
 /* ---- one task ------------------------------------------------------------------------ */
 
-/* δ into the producer's grad exactly as the linear engine does (schedulers/linear.c). */
-static void run_backward_input(sp_node *n)
-{
-    sp_node *in = n->input;
-    if (in->nconsumers == 1) {
-        n->op->backward_input(n, &n->grad, &in->grad);
-        return;
-    }
-    sp_tensor tmp = sp_tape_tensor_like(n->tape, &in->out);
-    n->op->backward_input(n, &n->grad, &tmp);
-    for (size_t i = 0; i < tmp.numel; i++) in->grad.data[i] += tmp.data[i];
-}
-
 static void run_task(run_ctx *c, const sp_ooo_task *t, int lane)
 {
     switch (t->kind) {
-    case SP_OOO_DO: run_backward_input(t->node); break;
+    case SP_OOO_DO: sp_node_backward_inputs(t->node); break;   /* exactly as linear.c */
     case SP_OOO_DW: {
         /* The tape's arena is not thread-safe: on the sub lane the op sees a copy of its
          * node whose scratch comes from the lane's own arena. */

@@ -201,12 +201,21 @@ static void place_contiguous(sp_schedule *s, const sp_costs *c)
     free(load);
 }
 
-static void place_stages(sp_schedule *s, const sp_costs *c)
+static void place_stages(sp_schedule *s, const sp_costs *c, const int *given)
 {
     int kind = placement_of(s->scheme);
     s->stage_worker = sp_xmalloc(sizeof(int) * s->stages);
     for (int st = 0; st < s->stages; st++) s->stage_worker[st] = st % s->workers;
-    if (kind == PLACE_CONTIGUOUS) place_contiguous(s, c);
+    if (kind == PLACE_CONTIGUOUS && given) {
+        for (int st = 0; st < s->stages; st++) {
+            if (given[st] < 0 || given[st] >= s->workers || (st > 0 && given[st] < given[st - 1]))
+                sp_fail("--scheme %s: placement of stage %d on worker %d (expected non-decreasing workers in [0, %d))",
+                        s->scheme->name, st, given[st], s->workers);
+            s->stage_worker[st] = given[st];
+        }
+    } else if (kind == PLACE_CONTIGUOUS) {
+        place_contiguous(s, c);
+    }
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -345,7 +354,7 @@ sp_schedule *sp_schedule_new(const sp_scheme *scheme, const sp_sched_config *cfg
     if (shape.per_group == 0) shape.per_group = shape.workers;
     sp_schedule *s = sp_xmalloc(sizeof *s);
     *s = shape;
-    place_stages(s, costs);
+    place_stages(s, costs, cfg->placement);
     make_jobs(s);
     assign_workers(s);
     build_edges(s);

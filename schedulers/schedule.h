@@ -112,6 +112,8 @@ typedef struct sp_sched_config {
     int groups, per_group;   /* lpp/fslpp: G and R (W = G·R); 0 = default                */
     int split;               /* -1 scheme default, 0 whole backward, 1 δ and G apart     */
     bool no_input_grad;      /* stage 0 computes no δ (its input is data) — [O] Fig. 5   */
+    const int *placement;    /* pipeline schemes: the worker of each stage, non-decreasing
+                                (e.g. LayerPipe's partition); NULL: balanced by cost    */
 } sp_sched_config;
 
 struct sp_schedule {

@@ -248,6 +248,9 @@ sp_costs *sp_costs_from_model(struct sp_model *m, int in_ndim, const int *in_sha
 {
     if (batch < 1) sp_fail("--batch-size %d: expected >= 1", batch);
     if (!(gflops > 0)) sp_fail("--gflops %g: expected > 0", gflops);
+    if (!sp_model_is_chain(m))
+        sp_fail("--model %s: not a chain of layers (it has residual or dense connections); the pipeline "
+                "schedules need a chain", m->name);
     int shape[SP_MAX_DIMS] = {batch};
     for (int i = 0; i < in_ndim; i++) shape[i + 1] = in_shape[i];
     sp_tape t;

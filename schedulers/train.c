@@ -9,6 +9,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "schedulers/exec.h"
 #include "schedulers/train.h"
 
 static sp_device model_device(const sp_model *m) { return m->nparams ? m->params[0]->value.device : SP_CPU; }
@@ -83,6 +84,44 @@ void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double
     sp_loader_free(l);
     *loss_out = seen ? loss / (double)seen : NAN;
     *acc_out = seen ? (double)correct / (double)seen : NAN;
+}
+
+/* ---- evaluation across ranks --------------------------------------------------------- */
+
+/* Rank r of W evaluates the samples [r·n/W, (r+1)·n/W) of d; the sums meet by allreduce. */
+typedef struct slice_ds {
+    sp_dataset d;
+    sp_dataset *base;
+    int off;
+} slice_ds;
+
+static void slice_get(sp_dataset *d, int i, float *x, int *y)
+{
+    slice_ds *s = (slice_ds *)d;
+    sp_dataset_get(s->base, s->off + i, x, y);
+}
+
+static void evaluate(sp_model *m, sp_dataset *d, int batch, const sp_train_cfg *cfg, double *loss, double *acc)
+{
+    if (!cfg->exec) {
+        sp_evaluate(m, d, batch, loss, acc);
+        return;
+    }
+    sp_exec_sync_weights(cfg->exec);
+    int W = sp_exec_workers(cfg->exec), r = sp_exec_rank(cfg->exec);
+    int lo = (int)((long)d->n * r / W), hi = (int)((long)d->n * (r + 1) / W);
+    slice_ds s = {.d = *d, .base = d, .off = lo};
+    s.d.n = hi - lo;
+    s.d.get = slice_get;
+    s.d.free = NULL;
+    s.d.norm_channels = 0;   /* the base normalises */
+    double l = 0, a = 0;
+    if (s.d.n > 0) sp_evaluate(m, &s.d, batch, &l, &a);
+    float sums[2] = {(float)(l * s.d.n), (float)(a * s.d.n + 0.5)};
+    sp_comm_set_label("evaluation");
+    sp_allreduce(sp_comm_world(), sums, 2);
+    *loss = d->n ? (double)sums[0] / d->n : NAN;
+    *acc = d->n ? floor((double)sums[1]) / d->n : NAN;
 }
 
 /* ---- progress ------------------------------------------------------------------------ */
@@ -188,7 +227,8 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             float loss;
             bool next = false;
             if (dev == SP_CPU) {
-                loss = sp_train_step(m, e, o, &t, &b.x, b.y, &f, &bw, &st);
+                loss = cfg->exec ? sp_exec_step(cfg->exec, &b.x, b.y, &f, &bw, &st)
+                                 : sp_train_step(m, e, o, &t, &b.x, b.y, &f, &bw, &st);
             } else {
                 double t0 = sp_now();
                 sp_backend_allocator(dev)->use_staged(slot);
@@ -211,7 +251,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             if (log) fprintf(log, "%ld,%d,%.9g,%.9g,%.6f\n", r.steps, epoch, loss, sp_optim_get_lr(o), sp_now() - p.start);
             progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
             if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
-                sp_evaluate(m, test, cfg->eval_batch, &r.test_loss, &r.test_acc);
+                evaluate(m, test, cfg->eval_batch, cfg, &r.test_loss, &r.test_acc);
                 progress_line(&p, "%s step %ld: test loss %.4f acc %.4f", cfg->app, r.steps, r.test_loss, r.test_acc);
             }
             if (dev == SP_CPU) {
@@ -225,7 +265,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         r.train_loss = epoch_steps ? epoch_loss / (double)epoch_steps : NAN;
         progress_show(&p, cfg->app, epoch, epochs, r.steps, r.last_loss, busy > 0 ? images / busy : 0, true);
         if (test && cfg->eval_every == 0) {
-            sp_evaluate(m, test, cfg->eval_batch, &r.test_loss, &r.test_acc);
+            evaluate(m, test, cfg->eval_batch, cfg, &r.test_loss, &r.test_acc);
             progress_line(&p, "%s epoch %d: train loss %.4f, test loss %.4f acc %.4f", cfg->app, epoch + 1,
                           r.train_loss, r.test_loss, r.test_acc);
         } else {
@@ -233,7 +273,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         }
     }
     if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every != 0)
-        sp_evaluate(m, test, cfg->eval_batch, &r.test_loss, &r.test_acc);
+        evaluate(m, test, cfg->eval_batch, cfg, &r.test_loss, &r.test_acc);
     r.seconds = sp_now() - p.start;
     r.images_per_s = busy > 0 ? (double)images / busy : 0.0;
     r.forward_ms = median_ms(fwd, r.steps);

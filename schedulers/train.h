@@ -20,6 +20,9 @@ typedef struct sp_train_cfg {
     const char *log_path;      /* per-step CSV: step,epoch,loss,lr,seconds     */
     const sp_lr_schedule *lr;  /* indexed by epoch; NULL = constant            */
     bool quiet;
+    /* --parallel: the executor runs each step on the MPI ranks (schedulers/exec.h). Every
+     * rank calls sp_train alike; the test set is split over the ranks for evaluation. */
+    struct sp_exec *exec;
 } sp_train_cfg;
 
 typedef struct sp_train_result {

@@ -2,8 +2,8 @@
 # Installs the Debian packages scanprop needs, only those that are missing.
 # Usage: scripts/deps.sh            (as root, or with sudo available)
 set -euo pipefail
-pkgs=(build-essential pkg-config libopenblas-dev libcriterion-dev zlib1g-dev libstb-dev
-      python3-torch python3-numpy dataset-fashion-mnist)
+pkgs=(build-essential pkg-config libopenblas-dev libcriterion-dev zlib1g-dev libstb-dev libdnnl-dev
+      python3-torch python3-numpy dataset-fashion-mnist openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -133,22 +133,43 @@ Test(bppsa, gru)
     sp_model_free(m);
 }
 
-Test(bppsa, fan_out_is_rejected, .exit_code = 2)
+/* A node read by two ops, one layer applied twice: the scan runs per chain segment and
+ * joins them with δ (schedulers/bppsa.c). */
+Test(bppsa, fan_out_and_shared_weights_match_linear)
 {
-    sp_layer *fc = sp_linear("fc", 4, 4);
+    sp_layer *fc = sp_linear("fc", 4, 4), *out = sp_linear("out", 4, 3), *tanh1 = sp_tanh(), *add = sp_add();
     sp_layer *ce = sp_softmax_ce();
     sp_rng r;
     sp_rng_seed(&r, 1);
     fc->op->init_params(fc, &r);
+    out->op->init_params(out, &r);
     sp_tensor x = input(2, (int[]){2, 4}, 1);
     int y[2] = {0, 1};
-    sp_tape t;
-    sp_tape_init(&t);
-    sp_node *a = sp_apply(&t, fc, sp_tape_input(&t, &x));
-    sp_apply(&t, fc, a);   /* a second consumer of a */
-    sp_node *l = sp_apply_loss(&t, ce, a, y);
-    sp_engine *e = sp_engine_create("bppsa", NULL);
-    sp_backward(e, &t, l);
+    float *g[2][2];
+    for (int k = 0; k < 2; k++) {
+        sp_tape t;
+        sp_tape_init(&t);
+        sp_node *a = sp_apply(&t, fc, sp_tape_input(&t, &x));
+        sp_node *b = sp_apply(&t, tanh1, sp_apply(&t, fc, a));   /* a second consumer of a */
+        sp_node *l = sp_apply_loss(&t, ce, sp_apply(&t, out, sp_apply2(&t, add, a, b)), y);
+        sp_engine *e = sp_engine_create(k ? "bppsa" : "linear", NULL);
+        for (int p = 0; p < 2; p++) sp_tensor_zero(&fc->params[p]->grad), sp_tensor_zero(&out->params[p]->grad);
+        sp_backward(e, &t, l);
+        for (int p = 0; p < 2; p++) {
+            g[k][p] = malloc(fc->params[p]->grad.numel * sizeof(float));
+            memcpy(g[k][p], fc->params[p]->grad.data, fc->params[p]->grad.numel * sizeof(float));
+        }
+        sp_engine_destroy(e);
+        sp_tape_free(&t);
+    }
+    for (int p = 0; p < 2; p++) {
+        double d = tu_max_rel_diff(g[1][p], g[0][p], fc->params[p]->grad.numel);
+        cr_assert_lt(d, TOL, "%s: bppsa vs linear %.2e", fc->params[p]->name, d);
+        free(g[0][p]);
+        free(g[1][p]);
+    }
+    sp_tensor_free(&x);
+    sp_layer_free(fc), sp_layer_free(out), sp_layer_free(tanh1), sp_layer_free(add), sp_layer_free(ce);
 }
 
 /* VGG-11's convolutional front (conv1..conv4 with VGG's widths, ReLUs and pools) under

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/dnnl.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "core/tape.h"
@@ -189,7 +190,7 @@ static void conv_run_op(const conv_cfg *c, uint64_t seed, conv_run *R)
     cr_assert_eq(n->out.numel, R->ny);
     memcpy(R->y, n->out.data, R->ny * sizeof(float));
     sp_tensor dyt = sp_tensor_view(R->dy, 4, n->out.shape), dxt = sp_tensor_4d(R->dx, c->B, c->C, c->H, c->W);
-    n->op->backward_input(n, &dyt, &dxt);
+    n->op->backward_input(n, 0, &dyt, &dxt);
     sp_tensor_zero(&l->params[0]->grad);
     sp_tensor_zero(&l->params[1]->grad);
     n->op->backward_params(n, &dyt);
@@ -245,6 +246,61 @@ Test(conv_reference, every_path_1_and_2_threads)
         sp_set_threads(threads);
         for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) check_against_reference(&cfgs[i], 7 + i);
     }
+}
+
+/* Both paths of conv2d, oneDNN (the default) and im2col + OpenBLAS (SCANPROP_CONV=gemm):
+ * each matches the direct loops, they match each other, and oneDNN's run is bitwise
+ * repeatable for a fixed thread count. The shapes: LeNet-5's and VGG-11's convs at small
+ * batches, odd sizes, strides and paddings, a batch of 1, more threads than samples. */
+static void compare_paths(const conv_cfg *c, uint64_t seed)
+{
+    bool was = sp_dnnl_conv_on();
+    cr_assert(sp_dnnl_conv_set(false));
+    check_against_reference(c, seed);
+    conv_run G = conv_run_new(c);
+    conv_run_op(c, seed, &G);
+    cr_assert(sp_dnnl_conv_set(true), "this build has no oneDNN (make DNNL=1)");
+    check_against_reference(c, seed);
+    conv_run D = conv_run_new(c), D2 = conv_run_new(c);
+    conv_run_op(c, seed, &D);
+    conv_run_op(c, seed, &D2);
+    const char *what[4] = {"y", "dx", "dW", "db"};
+    const float *g[4] = {G.y, G.dx, G.dW, G.db}, *d[4] = {D.y, D.dx, D.dW, D.db}, *d2[4] = {D2.y, D2.dx, D2.dW, D2.db};
+    size_t n[4] = {G.ny, G.nx, G.nw, (size_t)c->O};
+    for (int i = 0; i < 4; i++) {
+        double e = tu_max_rel_diff(d[i], g[i], n[i]);
+        cr_assert_lt(e, REF_TOL, "%s B%d C%d %dx%d O%d k%d s%d p%d: oneDNN vs gemm rel err %.2e", what[i], c->B, c->C,
+                     c->H, c->W, c->O, c->k, c->s, c->p, e);
+        cr_assert(memcmp(d[i], d2[i], n[i] * sizeof(float)) == 0, "%s B%d C%d O%d: two oneDNN runs differ", what[i],
+                  c->B, c->C, c->O);
+    }
+    conv_run_free(&G), conv_run_free(&D), conv_run_free(&D2);
+    sp_dnnl_conv_set(was);
+}
+
+Test(conv_paths, dnnl_matches_gemm_and_repeats_bitwise)
+{
+    static const conv_cfg cfgs[] = {
+        {.B = 8, .C = 1, .H = 28, .W = 28, .O = 6, .k = 5, .s = 1, .p = 2},    /* LeNet-5 */
+        {.B = 8, .C = 6, .H = 14, .W = 14, .O = 16, .k = 5, .s = 1, .p = 0},
+        {.B = 3, .C = 3, .H = 32, .W = 32, .O = 64, .k = 3, .s = 1, .p = 1},   /* VGG-11 */
+        {.B = 3, .C = 64, .H = 16, .W = 16, .O = 128, .k = 3, .s = 1, .p = 1},
+        {.B = 5, .C = 256, .H = 2, .W = 2, .O = 32, .k = 3, .s = 1, .p = 1},
+        {.B = 1, .C = 5, .H = 9, .W = 7, .O = 3, .k = 3, .s = 2, .p = 1},
+        {.B = 3, .C = 17, .H = 11, .W = 10, .O = 20, .k = 4, .s = 3, .p = 2},
+        {.B = 2, .C = 2, .H = 6, .W = 6, .O = 3, .k = 1, .s = 1, .p = 0},
+    };
+    for (int threads = 1; threads <= 3; threads++) {
+        sp_set_threads(threads);
+        for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) compare_paths(&cfgs[i], 70 + i);
+    }
+    sp_rng r;
+    sp_rng_seed(&r, 77);
+    for (int t = 0; t < 12; t++) {
+        conv_cfg c = random_cfg(&r, 1 + t % 5, 1 + t % 3, t % 3, 12);
+        compare_paths(&c, 700 + t);
+    }
+    sp_set_threads(1);
 }
 
 Test(conv, grad_accumulates)
@@ -333,7 +389,7 @@ static void pool_delta_2x3(const float x[6], float dx[6])
     sp_node *n = sp_apply(&t, l, sp_tape_input(&t, &xt));
     cr_assert_eq(n->out.numel, 2);
     sp_tensor dyt = sp_tensor_view(dy, 4, n->out.shape), dxt = sp_tensor_4d(dx, 1, 1, 2, 3);
-    n->op->backward_input(n, &dyt, &dxt);
+    n->op->backward_input(n, 0, &dyt, &dxt);
     sp_tape_free(&t);
     sp_layer_free(l);
 }

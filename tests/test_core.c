@@ -215,9 +215,9 @@ Test(errors, duplicate_param_name_exits_2, .exit_code = 2)
 }
 
 /* The checker must be able to fail: a layer whose δ is deliberately off by 1%. */
-static void wrong_backward_input(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void wrong_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
-    sp_op_linear.backward_input(n, dy, dx);
+    sp_op_linear.backward_input(n, i, dy, dx);
     for (size_t i = 0; i < dx->numel; i++) dx->data[i] *= 1.01f;
 }
 

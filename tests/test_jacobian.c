@@ -72,7 +72,7 @@ static int64_t check_jt(sp_node *n, uint64_t seed)
     dy.data = malloc(n->out.numel * sizeof(float));
     dx.data = malloc(dx.numel * sizeof(float));
     tu_fill_uniform(dy.data, dy.numel, seed, -1.0f, 1.0f);
-    n->op->backward_input(n, &dy, &dx);
+    n->op->backward_input(n, 0, &dy, &dx);
 
     sp_csr jt;
     int64_t nnz0 = -1;
@@ -300,8 +300,8 @@ Test(jt, cached_symbolic_product_across_steps)
         sp_tensor dy = sp_tensor_new(nr->out.ndim, nr->out.shape), mid = sp_tensor_new(4, nc->out.shape),
                   dx = sp_tensor_new(4, shape);
         tu_fill_uniform(dy.data, dy.numel, 400 + step, -1.0f, 1.0f);
-        relu->op->backward_input(nr, &dy, &mid);
-        conv->op->backward_input(nc, &mid, &dx);
+        relu->op->backward_input(nr, 0, &dy, &mid);
+        conv->op->backward_input(nc, 0, &mid, &dx);
         float *y = malloc(sizeof(float) * C.rows);
         sp_csr_spmv(&C, dy.data, y);
         double e = rel_err(y, dx.data, dx.numel);
@@ -343,8 +343,8 @@ static void check_chain(sp_layer *l, int B, int T, int C, int H, uint64_t seed)
             sp_dense_mm(H, 1, H, jt, g, gv);
             memcpy(dy2.data + ((size_t)b * T + t - 2) * H, gv, sizeof(float) * H);
         }
-        n->op->backward_input(n, &dy1, &dx1);
-        n->op->backward_input(n, &dy2, &dx2);
+        n->op->backward_input(n, 0, &dy1, &dx1);
+        n->op->backward_input(n, 0, &dy2, &dx2);
         for (int b = 0; b < B; b++) {
             size_t len = (size_t)(t - 1) * C;   /* x_1 … x_{t−1} */
             const float *a = dx1.data + (size_t)b * T * C, *c = dx2.data + (size_t)b * T * C;

@@ -76,9 +76,9 @@ static void assert_jt_matches_delta(sp_node *n, sp_csr *jt, const char *what)
     float *jdy = malloc(in * sizeof(float));
     tu_fill_uniform(dy, (size_t)B * out, 99, -1, 1);
     sp_tensor dyt = sp_tensor_view(dy, 4, n->out.shape), dxt = sp_tensor_view(dx, 4, n->input->out.shape);
-    n->op->backward_input(n, &dyt, &dxt);
+    n->op->backward_input(n, 0, &dyt, &dxt);
     for (int b = 0; b < B; b++) {
-        n->op->jt_values(n, b, jt);
+        n->op->jt_values(n, 0, b, jt);
         float *d = densify(jt);
         for (size_t r = 0; r < in; r++) {
             double acc = 0.0;
@@ -141,7 +141,7 @@ Test(jt_conv, random_shapes_pattern_values_and_delta)
         sp_node *n = apply_random(&tape, l, &c, 20 + t, &x);
 
         sp_csr jt;
-        n->op->jt_pattern(n, &jt);
+        n->op->jt_pattern(n, 0, &jt);
         int Ho = out_size(c.H, c.k, c.s, c.p), Wo = out_size(c.W, c.k, c.s, c.p);
         cr_assert_eq(jt.rows, c.C * c.H * c.W, "%s rows", what);
         cr_assert_eq(jt.cols, c.O * Ho * Wo, "%s cols", what);
@@ -149,7 +149,7 @@ Test(jt_conv, random_shapes_pattern_values_and_delta)
         long long want = valid_taps(&c) * c.C * c.O;
         cr_assert_eq(jt.nnz, want, "%s: nnz %lld, closed form %lld", what, (long long)jt.nnz, want);
 
-        n->op->jt_values(n, 0, &jt);
+        n->op->jt_values(n, 0, 0, &jt);
         float *got = densify(&jt), *ref = conv_dense_reference(&c, l->params[0]->value.data);
         size_t total = (size_t)jt.rows * jt.cols;
         cr_assert_eq(memcmp(got, ref, total * sizeof(float)), 0, "%s: Jᵀ differs from the definition", what);
@@ -175,7 +175,7 @@ Test(jt_conv, vgg11_conv1_matches_paper)
     sp_tensor x = sp_tensor_4d(NULL, 1, 3, 32, 32);
     sp_node *n = sp_apply(&tape, l, sp_tape_input(&tape, &x));
     sp_csr jt;
-    n->op->jt_pattern(n, &jt);
+    n->op->jt_pattern(n, 0, &jt);
     cr_assert_eq(jt.nnz, 3LL * 64 * 94 * 94);   /* per dimension 3·32 − 2 valid taps */
     cr_assert_eq(jt.nnz, valid_taps(&c) * 3 * 64);
     double sparsity = 1.0 - (double)jt.nnz / ((double)jt.rows * jt.cols);
@@ -208,8 +208,8 @@ Test(jt_maxpool, random_shapes_fixed_pattern_and_delta)
         sp_node *n1 = apply_random(&t1, l, &c, 300 + t, &x1), *n2 = apply_random(&t2, l, &c, 600 + t, &x2);
 
         sp_csr a, b;
-        n1->op->jt_pattern(n1, &a);
-        n2->op->jt_pattern(n2, &b);
+        n1->op->jt_pattern(n1, 0, &a);
+        n2->op->jt_pattern(n2, 0, &b);
         int Ho = out_size(c.H, k, s, p), Wo = out_size(c.W, k, s, p);
         cr_assert_eq(a.rows, c.C * c.H * c.W);
         cr_assert_eq(a.cols, c.C * Ho * Wo);
@@ -222,7 +222,7 @@ Test(jt_maxpool, random_shapes_fixed_pattern_and_delta)
 
         /* values: 0/1, exactly one 1 per window (column), at that window's maximum */
         for (int bb = 0; bb < c.B; bb++) {
-            n1->op->jt_values(n1, bb, &a);
+            n1->op->jt_values(n1, 0, bb, &a);
             float *d = densify(&a);
             for (int col = 0; col < a.cols; col++) {
                 int ones = 0;
@@ -260,7 +260,7 @@ Test(jt_maxpool, vgg11_pool1_matches_paper)
     sp_tensor x = sp_tensor_4d(NULL, 1, 64, 32, 32);
     sp_node *n = sp_apply(&tape, l, sp_tape_input(&tape, &x));
     sp_csr jt;
-    n->op->jt_pattern(n, &jt);
+    n->op->jt_pattern(n, 0, &jt);
     cr_assert_eq(jt.nnz, 64 * 32 * 32);   /* non-overlapping windows: one per input */
     double sparsity = 1.0 - (double)jt.nnz / ((double)jt.rows * jt.cols);
     cr_assert(fabs(sparsity - 0.99994) < 5e-6, "sparsity %.6f, paper 0.99994", sparsity);

@@ -43,6 +43,9 @@ static tmodel tm_make(const char *name, int batch)
         tm.head = sp_model_add(m, sp_linear("head", 6, 5));
         tm.ndim = 2;
         tm.shape[1] = 8;
+    } else if (strcmp(name, "resconv") == 0 || strcmp(name, "dense") == 0) {   /* DAGs: tests/testutil.c */
+        tm.m = tu_dag_model(name);
+        tm.ndim = 1 + tu_dag_input_shape(name, tm.shape + 1);
     } else if (strcmp(name, "rnn") == 0 || strcmp(name, "gru") == 0) {
         int C = name[0] == 'r' ? 1 : 12;
         tm.m = name[0] == 'r' ? sp_zoo_rnn(C, 20, 10) : sp_zoo_gru(C, 20, 10);
@@ -176,6 +179,8 @@ Test(bitwise, mlp) { bitwise_all_orders("mlp", 8, 3); }
 Test(bitwise, lenet) { bitwise_all_orders("lenet", 4, 2); }
 Test(bitwise, vgg11) { bitwise_all_orders("vgg11", 2, 2); }
 Test(bitwise, rnn) { bitwise_all_orders("rnn", 4, 3); }
+Test(bitwise, residual_dag) { bitwise_all_orders("resconv", 4, 3); }
+Test(bitwise, dense_block_dag) { bitwise_all_orders("dense", 4, 3); }
 Test(bitwise, gru) { bitwise_all_orders("gru", 4, 2); }
 
 /* ---- the graph -------------------------------------------------------------------------- */

@@ -105,13 +105,13 @@ static void compare_layer(sp_layer *cpu, sp_layer *gpu, int ndim, const int *xsh
     sp_tensor dy = sp_tensor_new(yc->out.ndim, yc->out.shape);
     tu_fill_uniform(dy.data, dy.numel, seed + 7, -1.0f, 1.0f);
     sp_tensor dxc = sp_tape_tensor_like(&tc, &x);
-    cpu->op->backward_input(yc, &dy, &dxc);
+    cpu->op->backward_input(yc, 0, &dy, &dxc);
     if (cpu->op->backward_params) cpu->op->backward_params(yc, &dy);
 
     sp_tensor dyd = upload(&tg, &dy);
     sp_tensor dxd = sp_tape_tensor_like(&tg, &xd);
     cr_assert_eq(dxd.device, SP_CUDA, "sp_tape_tensor_like lost the device");
-    yg->op->backward_input(yg, &dyd, &dxd);
+    yg->op->backward_input(yg, 0, &dyd, &dxd);
     if (yg->op->backward_params) yg->op->backward_params(yg, &dyd);
 
     double ey = diff_vs_host(&yg->out, &yc->out), edx = diff_vs_host(&dxd, &dxc);
@@ -432,10 +432,10 @@ Test(cuda, softmax_ce_matches_cpu)
         sp_tensor dl = sp_tensor_new(1, (int[]){1});
         dl.data[0] = 0.75f;
         sp_tensor dzc = sp_tape_tensor_like(&tc, &z);
-        lc->op->backward_input(lc, &dl, &dzc);
+        lc->op->backward_input(lc, 0, &dl, &dzc);
         sp_tensor dld = upload(&tg, &dl);
         sp_tensor dzg = sp_tape_tensor_like(&tg, &zd);
-        lg->op->backward_input(lg, &dld, &dzg);
+        lg->op->backward_input(lg, 0, &dld, &dzg);
         double ed = diff_vs_host(&dzg, &dzc);
         cr_assert_leq(ed, TRANSCENDENTAL_TOL, "softmax_ce δ (B %d, K %d): err %.2e", B, K, ed);
         sp_tensor_free(&dl);

@@ -97,9 +97,9 @@ static void check_against_pytorch(const ref_case *c, sp_seq_output mode, bool in
     sp_tensor dy = sp_tape_tensor_like(&t, &y->out);
     memcpy(dy.data, all ? c->dy_all : c->dy_last, dy.numel * sizeof(float));
     sp_tensor dx = sp_tensor_new(3, (int[]){c->B, c->T, c->C});
-    if (input_first) y->op->backward_input(y, &dy, &dx);
+    if (input_first) y->op->backward_input(y, 0, &dy, &dx);
     y->op->backward_params(y, &dy);
-    if (!input_first) y->op->backward_input(y, &dy, &dx);
+    if (!input_first) y->op->backward_input(y, 0, &dy, &dx);
     check_close(dx.data, all ? c->dx_all : c->dx_last, dx.numel, "dx");
     for (int p = 0; p < 4; p++)
         check_close(l->params[p]->grad.data, all ? c->g_all[p] : c->g_last[p], l->params[p]->grad.numel,
@@ -285,7 +285,7 @@ static void *run_params(void *p)
 static void *run_input(void *p)
 {
     bw_job *j = p;
-    j->n->op->backward_input(j->n, j->dy, j->dx);
+    j->n->op->backward_input(j->n, 0, j->dy, j->dx);
     return NULL;
 }
 
@@ -388,7 +388,7 @@ Test(backward, steady_state_no_malloc)
         sp_tensor dy = sp_tape_tensor_like(&tp, &y->out), dx = sp_tape_tensor_like(&tp, &x);
         tu_fill_uniform(dy.data, dy.numel, 72, -1, 1);
         y->op->backward_params(y, &dy);
-        y->op->backward_input(y, &dy, &dx);
+        y->op->backward_input(y, 0, &dy, &dx);
         sp_tape_reset(&tp);
     }
     cr_assert_eq(tp.arena.nmallocs, mallocs, "arena allocated in a steady-state step");

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include "core/error.h"
 #include "core/rng.h"
+#include "layers/layers.h"
 #include "tests/testutil.h"
 
 void tu_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi)
@@ -33,20 +34,27 @@ const char *tu_tmpdir(void)
     return path;
 }
 
+/* y = l(xs) on tape t: a loss op with labels, else l applied to the ninputs leaves. */
+static sp_node *apply(sp_tape *t, sp_layer *l, int ninputs, const sp_tensor *xs, const int *labels)
+{
+    sp_node *in[TU_MAX_INPUTS];
+    for (int i = 0; i < ninputs; i++) in[i] = sp_tape_input(t, &xs[i]);
+    return labels ? sp_apply_loss(t, l, in[0], labels) : sp_apply_n(t, l, ninputs, in);
+}
+
 /* L = Σ r ⊙ f(x), float64 accumulation, on a scratch tape. */
-static double eval_L(sp_layer *l, const sp_tensor *x, const float *r, const int *labels, sp_tape *t)
+static double eval_L(sp_layer *l, int ninputs, const sp_tensor *xs, const float *r, const int *labels, sp_tape *t)
 {
     sp_tape_reset(t);
-    sp_node *in = sp_tape_input(t, x);
-    sp_node *y = labels ? sp_apply_loss(t, l, in, labels) : sp_apply(t, l, in);
+    sp_node *y = apply(t, l, ninputs, xs, labels);
     double L = 0.0;
     for (size_t i = 0; i < y->out.numel; i++) L += (double)r[i] * (double)y->out.data[i];
     return L;
 }
 
 /* Compare analytic grad g of tensor v (perturbed in place) with finite differences. */
-static double check_tensor(sp_tensor *v, const float *g, sp_layer *l, const sp_tensor *x, const float *r,
-                           const tu_gc_opts *o, sp_rng *pick, sp_tape *t)
+static double check_tensor(sp_tensor *v, const float *g, sp_layer *l, int ninputs, const sp_tensor *xs,
+                           const float *r, const tu_gc_opts *o, sp_rng *pick, sp_tape *t)
 {
     int nchk = (size_t)o->max_checks < v->numel ? o->max_checks : (int)v->numel;
     double worst = 0.0, scale = 1.0;
@@ -56,9 +64,9 @@ static double check_tensor(sp_tensor *v, const float *g, sp_layer *l, const sp_t
         size_t i = (size_t)nchk == v->numel ? (size_t)c : sp_rng_below(pick, (uint32_t)v->numel);
         float keep = v->data[i];
         v->data[i] = keep + (float)o->eps;
-        double Lp = eval_L(l, x, r, o->labels, t);
+        double Lp = eval_L(l, ninputs, xs, r, o->labels, t);
         v->data[i] = keep - (float)o->eps;
-        double Lm = eval_L(l, x, r, o->labels, t);
+        double Lm = eval_L(l, ninputs, xs, r, o->labels, t);
         v->data[i] = keep;
         idx[c] = i;
         fd[c] = (Lp - Lm) / (2.0 * o->eps);
@@ -70,60 +78,85 @@ static double check_tensor(sp_tensor *v, const float *g, sp_layer *l, const sp_t
     return worst / scale;
 }
 
-tu_gc_result tu_gradcheck(sp_layer *l, int ndim, const int *xshape, uint64_t seed, const tu_gc_opts *opts)
+static void fill_input(sp_tensor *x, sp_rng *r, const tu_gc_opts *o)
+{
+    for (size_t i = 0; i < x->numel; i++) {
+        float v = sp_rng_uniform_range(r, o->x_lo, o->x_hi);
+        if (o->min_abs_x > 0 && fabsf(v) < o->min_abs_x) v = v < 0 ? -o->min_abs_x : o->min_abs_x;
+        x->data[i] = v;
+    }
+    if (o->grid > 0) {   /* distinct values: a random permutation of a grid */
+        int *perm = sp_xmalloc(x->numel * sizeof *perm);
+        for (size_t i = 0; i < x->numel; i++) perm[i] = (int)i;
+        sp_rng_shuffle(r, perm, (int)x->numel);
+        for (size_t i = 0; i < x->numel; i++) x->data[i] = o->grid * ((float)perm[i] - 0.5f * (float)x->numel);
+        free(perm);
+    }
+}
+
+tu_gc_result tu_gradcheck_n(sp_layer *l, int ninputs, const int *ndims, const int (*shapes)[SP_MAX_DIMS],
+                            uint64_t seed, const tu_gc_opts *opts)
 {
     tu_gc_opts o = opts ? *opts : (tu_gc_opts){0};
     if (o.eps == 0) o.eps = 1e-2;
     if (o.max_checks == 0) o.max_checks = 64;
     if (o.x_lo == 0 && o.x_hi == 0) o.x_lo = -1, o.x_hi = 1;
+    if (ninputs < 1 || ninputs > TU_MAX_INPUTS) sp_fail("tu_gradcheck_n: %d inputs", ninputs);
     sp_rng r;
     sp_rng_seed(&r, seed);
     if (l->op->init_params) l->op->init_params(l, &r);
 
-    sp_tensor x = sp_tensor_new(ndim, xshape);
-    for (size_t i = 0; i < x.numel; i++) {
-        float v = sp_rng_uniform_range(&r, o.x_lo, o.x_hi);
-        if (o.min_abs_x > 0 && fabsf(v) < o.min_abs_x) v = v < 0 ? -o.min_abs_x : o.min_abs_x;
-        x.data[i] = v;
-    }
-    if (o.grid > 0) {   /* distinct values: a random permutation of a grid */
-        int *perm = sp_xmalloc(x.numel * sizeof *perm);
-        for (size_t i = 0; i < x.numel; i++) perm[i] = (int)i;
-        sp_rng_shuffle(&r, perm, (int)x.numel);
-        for (size_t i = 0; i < x.numel; i++) x.data[i] = o.grid * ((float)perm[i] - 0.5f * (float)x.numel);
-        free(perm);
+    sp_tensor xs[TU_MAX_INPUTS], dxs[TU_MAX_INPUTS];
+    for (int i = 0; i < ninputs; i++) {
+        xs[i] = sp_tensor_new(ndims[i], shapes[i]);
+        fill_input(&xs[i], &r, &o);
     }
 
     sp_tape t, scratch;
     sp_tape_init(&t);
     sp_tape_init(&scratch);
-    sp_node *in = sp_tape_input(&t, &x);
-    sp_node *y = o.labels ? sp_apply_loss(&t, l, in, o.labels) : sp_apply(&t, l, in);
+    sp_node *y = apply(&t, l, ninputs, xs, o.labels);
     float *rv = sp_xmalloc(y->out.numel * sizeof *rv);
     for (size_t i = 0; i < y->out.numel; i++) rv[i] = sp_rng_uniform_range(&r, -1, 1);
     sp_tensor dy = sp_tensor_view(rv, y->out.ndim, y->out.shape);
 
-    tu_gc_result res = {.nparams = l->nparams};
-    sp_tensor dx = sp_tensor_new(ndim, xshape);
-    for (size_t i = 0; i < dx.numel; i++) dx.data[i] = NAN;   /* δ must overwrite */
-    y->op->backward_input(y, &dy, &dx);
-    for (size_t i = 0; i < dx.numel; i++) res.max_abs_dx = fmax(res.max_abs_dx, fabs(dx.data[i]));
+    tu_gc_result res = {.nparams = l->nparams, .ninputs = ninputs};
+    for (int i = 0; i < ninputs; i++) {
+        dxs[i] = sp_tensor_new(ndims[i], shapes[i]);
+        for (size_t k = 0; k < dxs[i].numel; k++) dxs[i].data[k] = NAN;   /* δ must overwrite */
+        y->op->backward_input(y, i, &dy, &dxs[i]);
+        for (size_t k = 0; k < dxs[i].numel; k++) res.max_abs_dx = fmax(res.max_abs_dx, fabs(dxs[i].data[k]));
+    }
     for (int p = 0; p < l->nparams; p++) sp_tensor_zero(&l->params[p]->grad);
     if (y->op->backward_params) y->op->backward_params(y, &dy);
 
     sp_rng pick;
     sp_rng_seed(&pick, seed ^ 0x5eed);
-    res.err_dx = check_tensor(&x, dx.data, l, &x, rv, &o, &pick, &scratch);
-    if (isnan(res.max_abs_dx)) res.err_dx = INFINITY;
+    for (int i = 0; i < ninputs; i++) {
+        bool nan = false;
+        for (size_t k = 0; k < dxs[i].numel; k++) nan |= isnan(dxs[i].data[k]);
+        res.err_in[i] = nan ? INFINITY : check_tensor(&xs[i], dxs[i].data, l, ninputs, xs, rv, &o, &pick, &scratch);
+        res.err_dx = fmax(res.err_dx, res.err_in[i]);
+    }
     for (int p = 0; p < l->nparams; p++)
-        res.err_param[p] = check_tensor(&l->params[p]->value, l->params[p]->grad.data, l, &x, rv, &o, &pick, &scratch);
+        res.err_param[p] = check_tensor(&l->params[p]->value, l->params[p]->grad.data, l, ninputs, xs, rv, &o,
+                                        &pick, &scratch);
 
     free(rv);
-    sp_tensor_free(&dx);
-    sp_tensor_free(&x);
+    for (int i = 0; i < ninputs; i++) {
+        sp_tensor_free(&dxs[i]);
+        sp_tensor_free(&xs[i]);
+    }
     sp_tape_free(&t);
     sp_tape_free(&scratch);
     return res;
+}
+
+tu_gc_result tu_gradcheck(sp_layer *l, int ndim, const int *xshape, uint64_t seed, const tu_gc_opts *opts)
+{
+    int shape[1][SP_MAX_DIMS] = {{0}};
+    memcpy(shape[0], xshape, (size_t)ndim * sizeof(int));
+    return tu_gradcheck_n(l, 1, &ndim, shape, seed, opts);
 }
 
 double tu_gc_worst(const tu_gc_result *r)
@@ -131,4 +164,87 @@ double tu_gc_worst(const tu_gc_result *r)
     double w = r->err_dx;
     for (int p = 0; p < r->nparams; p++) w = fmax(w, r->err_param[p]);
     return w;
+}
+
+/* ---- small DAG models ---------------------------------------------------------------- */
+
+static int add2(sp_model *m, sp_layer *l, int a, int b) { return sp_model_add_from(m, l, 2, (int[]){a, b}); }
+
+static sp_model *resmlp(void)
+{
+    sp_model *m = sp_model_new("resmlp");
+    sp_model_add(m, sp_linear("fc0", 8, 6));
+    int x = sp_model_add_from(m, sp_tanh(), 1, (int[]){0});
+    sp_model_add_from(m, sp_sigmoid(), 1, (int[]){x});   /* dead branch */
+    sp_model_add_from(m, sp_linear("fc1", 6, 6), 1, (int[]){x});
+    sp_model_add(m, sp_tanh());
+    int f = sp_model_add_from(m, sp_linear("fc2", 6, 6), 1, (int[]){sp_model_last(m)});
+    add2(m, sp_add(), f, x);
+    int h = sp_model_add_from(m, sp_tanh(), 1, (int[]){sp_model_last(m)});
+    int hh = add2(m, sp_add(), h, h);
+    add2(m, sp_concat(), hh, x);
+    sp_model_add(m, sp_linear("fc3", 12, 5));
+    return m;
+}
+
+/* conv → relu → [a + f(a)] → relu → [s(b) + g(b)] → relu → flatten → fc */
+static sp_model *resconv(void)
+{
+    sp_model *m = sp_model_new("resconv");
+    sp_model_add(m, sp_conv2d("conv0", 2, 4, 3, 1, 1));
+    int a = sp_model_add_from(m, sp_relu(), 1, (int[]){sp_model_last(m)});
+    sp_model_add(m, sp_conv2d("b1.conv1", 4, 4, 3, 1, 1));
+    sp_model_add(m, sp_relu());
+    int f = sp_model_add_from(m, sp_conv2d("b1.conv2", 4, 4, 3, 1, 1), 1, (int[]){sp_model_last(m)});
+    add2(m, sp_add(), f, a);
+    int b = sp_model_add_from(m, sp_relu(), 1, (int[]){sp_model_last(m)});
+    sp_model_add(m, sp_conv2d("b2.conv1", 4, 6, 3, 2, 1));
+    sp_model_add(m, sp_relu());
+    int g = sp_model_add_from(m, sp_conv2d("b2.conv2", 6, 6, 3, 1, 1), 1, (int[]){sp_model_last(m)});
+    int s = sp_model_add_from(m, sp_conv2d("b2.shortcut", 4, 6, 1, 2, 0), 1, (int[]){b});
+    add2(m, sp_add(), g, s);
+    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_flatten());
+    sp_model_add(m, sp_linear("fc", 6 * 3 * 3, 5));
+    return m;
+}
+
+static sp_model *dense(void)
+{
+    sp_model *m = sp_model_new("dense");
+    int feats[4], nfeat = 0, C = 4;
+    sp_model_add(m, sp_conv2d("conv0", 2, 4, 3, 1, 1));
+    feats[nfeat++] = sp_model_last(m);
+    for (int l = 0; l < 3; l++) {
+        int in = nfeat == 1 ? feats[0] : sp_model_add_from(m, sp_concat(), nfeat, feats);
+        char name[32];
+        snprintf(name, sizeof name, "block.layer%d.conv", l + 1);
+        sp_model_add_from(m, sp_relu(), 1, (int[]){in});
+        feats[nfeat++] = sp_model_add_from(m, sp_conv2d(name, C, 3, 3, 1, 1), 1, (int[]){sp_model_last(m)});
+        C += 3;
+    }
+    sp_model_add_from(m, sp_concat(), nfeat, feats);
+    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_maxpool2d(2, 2, 0));
+    sp_model_add(m, sp_flatten());
+    sp_model_add(m, sp_linear("fc", C * 3 * 3, 5));
+    return m;
+}
+
+sp_model *tu_dag_model(const char *name)
+{
+    if (strcmp(name, "resmlp") == 0) return resmlp();
+    if (strcmp(name, "resconv") == 0) return resconv();
+    if (strcmp(name, "dense") == 0) return dense();
+    sp_fail("tu_dag_model: unknown model %s", name);
+}
+
+int tu_dag_input_shape(const char *name, int *shape)
+{
+    if (strcmp(name, "resmlp") == 0) {
+        shape[0] = 8;
+        return 1;
+    }
+    shape[0] = 2, shape[1] = 6, shape[2] = 6;
+    return 3;
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include "core/op.h"
 #include "core/tape.h"
+#include "core/model.h"
 
 typedef struct tu_gc_opts {
     double eps;          /* finite-difference step (default 1e-2)                  */
@@ -23,8 +24,12 @@ typedef struct tu_gc_opts {
     const int *labels;   /* loss ops: labels [B]                                   */
 } tu_gc_opts;
 
+#define TU_MAX_INPUTS 8
+
 typedef struct tu_gc_result {
-    double err_dx;                        /* δ                                   */
+    double err_dx;                        /* δ (the worst input's)               */
+    double err_in[TU_MAX_INPUTS];         /* δ_i of each input                   */
+    int ninputs;
     double err_param[SP_MAX_PARAMS];      /* G, one per parameter                */
     double max_abs_dx;                    /* size of the analytic δ (sanity)     */
     int nparams;
@@ -32,7 +37,22 @@ typedef struct tu_gc_result {
 
 /* Parameters are initialised from seed with the op's init (if any); the layer keeps them. */
 tu_gc_result tu_gradcheck(sp_layer *l, int ndim, const int *xshape, uint64_t seed, const tu_gc_opts *opts);
+/* The same for an op of ninputs inputs (input i: ndims[i] dims, shapes[i]); every δ_i is
+ * checked against finite differences in that input. */
+tu_gc_result tu_gradcheck_n(sp_layer *l, int ninputs, const int *ndims, const int (*shapes)[SP_MAX_DIMS],
+                            uint64_t seed, const tu_gc_opts *opts);
 double tu_gc_worst(const tu_gc_result *r);
+
+/* Small DAG models (parameters at zero: call sp_model_init), input [B, ...]:
+ *   "resmlp"  [B, 8]: fc → tanh → a residual pair of fc+tanh joined by add, add(h, h),
+ *             concat(h, x) (a second read of the block input), a dead sigmoid branch;
+ *   "resconv" [B, 2, 6, 6]: conv → relu → a basic block (identity shortcut) → a block
+ *             with a strided 1×1 conv shortcut (ResNet option B) → flatten → fc;
+ *   "dense"   [B, 2, 6, 6]: a DenseNet-style block: conv, then three relu→conv(growth 3)
+ *             layers each reading the concat of every earlier output, pool, fc.
+ * tu_dag_input_shape fills the per-sample shape and returns its ndim. */
+sp_model *tu_dag_model(const char *name);
+int tu_dag_input_shape(const char *name, int *shape);
 
 /* x[i] ~ U(lo, hi) from seed. */
 void tu_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);

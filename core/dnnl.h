@@ -1,0 +1,39 @@
+/* dnnl.h — convolutions on oneDNN (Debian's libdnnl, oneDNN 2.x), the CPU path of conv2d.
+ *
+ * The tensors stay in the layouts the ops use (x, y: NCHW; W: OIHW). Each call splits
+ * the batch into sp_get_threads() contiguous slots, like the im2col path, and runs one
+ * single-threaded oneDNN primitive per slot on the thread pool: oneDNN's own OpenMP
+ * team is never started, so `--threads N` still governs every core, a lane of the ooo
+ * engine running inline uses exactly its one core, and the bits depend only on the
+ * shape and the thread count. Inside a slot the primitive works in the blocked layouts
+ * oneDNN's JIT kernels want (nChw16c …), reordered in and out per call.
+ * Primitives are created on first use of a (kind, slot batch, shape) and cached.
+ *
+ * SCANPROP_CONV=gemm (or sp_dnnl_conv_set(false)) selects the im2col + OpenBLAS path,
+ * which stays the reference of the tests; SCANPROP_CONV=dnnl or unset: oneDNN when the
+ * build has it (make DNNL=0 builds without). */
+#ifndef SP_DNNL_H
+#define SP_DNNL_H
+
+#include <stdbool.h>
+#include "core/tape.h"
+
+typedef struct sp_dnnl_conv {
+    int B, C, H, W, O, k, stride, pad, Ho, Wo;
+} sp_dnnl_conv;
+
+/* Whether conv2d uses oneDNN now (SCANPROP_CONV, read once; a bad value exits 2). */
+bool sp_dnnl_conv_on(void);
+/* Switches conv2d's path at run time (tests compare both); false when on is asked for
+ * and the build has no oneDNN. */
+bool sp_dnnl_conv_set(bool on);
+
+/* y = conv(x, w) + b. Scratch from the tape's arena. */
+void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
+                          float *y);
+/* dx = convᵀ(dy, w) (overwrites dx). */
+void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx);
+/* dw += Σ_b dy_b ⋆ x_b; the slots' partial sums are added in slot order. */
+void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw);
+
+#endif

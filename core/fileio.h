@@ -1,0 +1,52 @@
+/* fileio.h — opening files a user named, and replacing them atomically.
+ *
+ * Reading: sp_open_regular refuses anything that is not a regular file (FIFO, device,
+ * directory, socket) before it can block: it checks the type with stat, opens with
+ * O_NONBLOCK and checks again with fstat, then restores blocking reads. Errors name
+ * the path and errno's text, EACCES included ("cannot open X: Permission denied").
+ *
+ * Writing: sp_atomic_begin / sp_atomic_commit replace `path` only after the whole new
+ * content is on disk (temp file "<target>.tmp.<pid>" in the target's directory,
+ * fsync, rename, fsync of the directory), so an interrupted or failed save leaves the
+ * old file intact. The target must be absent or a regular file; a symbolic link is
+ * followed and the file it points to is replaced (the link stays a link). Between
+ * begin and commit/abort, SIGINT and SIGTERM remove the temp file before the process
+ * dies of the signal as usual; begin also removes stale "<target>.tmp.<pid>" files
+ * whose process no longer exists (left by SIGKILL or a crash). Saves are serialised
+ * process-wide. All return SP_OK / SP_ERR (or -1) with sp_last_error() set. */
+#ifndef SP_FILEIO_H
+#define SP_FILEIO_H
+
+#include <stddef.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include "core/error.h"
+
+/* A file descriptor (O_CLOEXEC, blocking) of the regular file `path`, its stat in *st;
+ * -1 with "cannot open <path>: <reason>" or "<path>: not a regular file (a FIFO)". */
+int sp_open_regular(const char *path, struct stat *st) SP_MUST_CHECK;
+/* Exactly n bytes at offset off; SP_ERR naming path and `what` on a short read. */
+int sp_pread_full(int fd, void *buf, size_t n, off_t off, const char *path, const char *what) SP_MUST_CHECK;
+/* "a FIFO", "a directory", "a character device", ... for messages. */
+const char *sp_file_kind(mode_t mode);
+
+/* Would a save to path be allowed (absent or a regular file, or a symlink to one, in a
+ * writable directory)? For apps, to refuse --save before hours of training. */
+int sp_check_save_target(const char *path) SP_MUST_CHECK;
+
+typedef struct sp_atomic_file {
+    int fd;          /* write the new content here                        */
+    char *target;    /* the file replaced (the symlink's target if a link)  */
+    char *tmp;       /* target + ".tmp.<pid>"                             */
+} sp_atomic_file;
+
+int sp_atomic_begin(sp_atomic_file *a, const char *path) SP_MUST_CHECK;
+/* write(2) all n bytes to a->fd (retrying short writes); SP_ERR with errno's text. */
+int sp_atomic_write(sp_atomic_file *a, const void *buf, size_t n) SP_MUST_CHECK;
+/* fsync, close, rename over the target. On failure the temp file is removed and the
+ * target untouched. Always ends the save (no abort needed after it). */
+int sp_atomic_commit(sp_atomic_file *a) SP_MUST_CHECK;
+/* Give up: remove the temp file, leave the target as it was. */
+void sp_atomic_abort(sp_atomic_file *a);
+
+#endif

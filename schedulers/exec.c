@@ -1,0 +1,900 @@
+/* exec.c — runs the master schedule on MPI ranks (see exec.h for the contract).
+ *
+ * Setup (collective, identical on every rank): stage costs (measured on rank 0 and
+ * broadcast, or read from a CSV), sp_schedule_new + sp_simulate, then from the job table
+ * alone: which ranks compute each stage and which hold its weights → one communicator
+ * per distinct set of ranks, gradient buckets, send lists. A step then walks
+ * sim.order[rank] — nothing else decides what runs when. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/error.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "core/tape.h"
+#include "schedulers/exec.h"
+
+enum { SYNC_NONE, SYNC_ALLREDUCE, SYNC_OWNER };
+
+typedef struct stage_info {
+    sp_layer *layer;
+    int sync;                /* SYNC_*                                               */
+    int comm;                /* index into x->comms, −1 when this rank is no member  */
+    int owner;               /* SYNC_OWNER: world rank of the master copy            */
+    int owner_in_comm;
+    bool owns;               /* this rank steps the optimizer for the stage          */
+    int bucket;              /* −1: no parameters or no sync                         */
+    int grad_jobs;           /* local jobs per step that write its gradients (B or G) */
+    int out_ndim, out_shape[SP_MAX_DIMS];   /* one sample's output                   */
+    sp_req wreq[SP_MAX_PARAMS];
+    size_t nfloats;          /* parameters                                           */
+} stage_info;
+
+typedef struct bucket {
+    int *stages, nstages;
+    int comm, sync, root;
+    float *buf;
+    size_t n;
+    int pending;             /* gradient jobs still to run this step                 */
+    bool started;
+    sp_req req;
+    double t_start, t_done;
+} bucket;
+
+typedef struct trace_ev {
+    int what;                /* job id, or −1 − bucket (a collective)                */
+    int step;
+    double t0, t1;
+} trace_ev;
+
+#define TRACE_STEPS 3
+
+struct sp_exec {
+    sp_comm *world;
+    int rank, W, S, B, batch;
+    sp_model *m;
+    sp_optim *opt;
+    sp_exec_cfg cfg;
+    sp_costs *costs;
+    sp_schedule *sched;
+    sp_sim sim;
+    stage_info *st;
+    sp_comm **comms;
+    int ncomms;
+    bucket *buckets;
+    int nbuckets;
+    int *next_bucket;        /* per comm: the next bucket to start (same order everywhere) */
+    /* per step */
+    sp_tape *tapes;          /* one per micro-batch                                  */
+    sp_node **node;          /* [s·B + b]                                            */
+    sp_node **loss;          /* [b]                                                  */
+    sp_tensor *dy;           /* [s·B + b]: ∂l/∂y_s                                   */
+    bool *have_dy;
+    sp_tensor *xin;          /* [b]: the micro-batch's input rows                    */
+    const int **yin;
+    int *rows;               /* [b]: rows of micro-batch b                           */
+    sp_req *sends;
+    int nsends, cap_sends;
+    bool *done;              /* [job]                                                */
+    /* accounting */
+    long steps;
+    double busy, comm_s, wall, fwd_s, bwd_s;
+    int *order_rec;          /* the first step's executed job ids                    */
+    int norder;
+    trace_ev *ev;
+    int nev, cap_ev;
+    double trace_t0;
+};
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+
+static bool local(const sp_exec *x, int job) { return x->sched->compute[job] == x->rank; }
+static int job_of(const sp_exec *x, int s, int b, sp_dir d) { return sp_schedule_find(x->sched, s, b, d); }
+static bool is_bwd(sp_dir d) { return d != SP_FWD; }
+
+/* The job that produces ∂l/∂y_s of micro-batch b (δ or whole B of stage s+1). */
+static int dy_producer(const sp_exec *x, int s, int b)
+{
+    return job_of(x, s + 1, b, x->sched->split_backward ? SP_BWD_DELTA : SP_BWD);
+}
+
+static int tag_of(const sp_exec *x, int kind, int s, int b) { return (kind * x->S + s) * x->B + b; }
+
+static void label_job(const sp_exec *x, int job, long step)
+{
+    char lab[32], buf[96];
+    sp_job_label(x->sched, job, lab, sizeof lab);
+    snprintf(buf, sizeof buf, "step %ld, job %s", step + 1, lab);
+    sp_comm_set_label(buf);
+}
+
+static void trace_add(sp_exec *x, int what, double t0, double t1)
+{
+    if (!x->cfg.trace_path || x->steps >= TRACE_STEPS) return;
+    if (x->nev == x->cap_ev) {
+        x->cap_ev = x->cap_ev ? 2 * x->cap_ev : 256;
+        x->ev = sp_xrealloc(x->ev, sizeof *x->ev * (size_t)x->cap_ev);
+    }
+    x->ev[x->nev++] = (trace_ev){what, (int)x->steps, t0, t1};
+}
+
+static sp_req *new_send(sp_exec *x)
+{
+    if (x->nsends == x->cap_sends) {
+        /* Only between steps can the array move (requests hold no pointer into it). */
+        x->cap_sends = x->cap_sends ? 2 * x->cap_sends : 64;
+        x->sends = sp_xrealloc(x->sends, sizeof *x->sends * (size_t)x->cap_sends);
+    }
+    return &x->sends[x->nsends++];
+}
+
+/* ---- setup: costs ------------------------------------------------------------------------ */
+
+/* Per-layer F, δ, G times on one micro-batch, measured on this process (min of 3). */
+static sp_costs *measure_costs(sp_exec *x, int ndim, const int *shape, int rows)
+{
+    sp_costs *c = sp_costs_uniform(x->S, 0, 0, 0);
+    int full[SP_MAX_DIMS + 1] = {rows};
+    for (int i = 0; i < ndim; i++) full[i + 1] = shape[i];
+    sp_tensor in = sp_tensor_new(ndim + 1, full);
+    sp_rng r;
+    sp_rng_seed(&r, 7);
+    for (size_t i = 0; i < in.numel; i++) in.data[i] = sp_rng_uniform(&r) * 2.0f - 1.0f;
+    int *labels = sp_xcalloc((size_t)rows, sizeof *labels);
+    sp_tape t;
+    sp_tape_init(&t);
+    for (int s = 0; s < x->S; s++) c->fwd[s] = c->delta[s] = c->grad[s] = INFINITY;
+    for (int rep = 0; rep < 3; rep++) {
+        sp_tape_reset(&t);
+        sp_node *h = sp_tape_input(&t, &in);
+        sp_node **nodes = sp_tape_alloc(&t, sizeof *nodes * (size_t)x->S);
+        for (int s = 0; s < x->S; s++) {
+            double t0 = sp_now();
+            h = nodes[s] = sp_apply(&t, x->m->layers[s], h);
+            double dt = sp_now() - t0;
+            if (dt < c->fwd[s]) c->fwd[s] = dt;
+        }
+        sp_node *l = sp_apply_loss(&t, x->m->loss, h, labels);
+        sp_tensor seed = sp_tape_tensor(&t, 1, (int[]){1});
+        seed.data[0] = 1.0f;
+        sp_tensor dy = sp_tape_tensor_like(&t, &h->out);
+        l->op->backward_input(l, 0, &seed, &dy);
+        for (int s = x->S - 1; s >= 0; s--) {
+            sp_node *n = nodes[s];
+            double t0 = sp_now();
+            if (n->op->backward_params && n->layer->nparams > 0) n->op->backward_params(n, &dy);
+            double t1 = sp_now();
+            sp_tensor dx = sp_tape_tensor_like(&t, &n->input->out);
+            if (s > 0) n->op->backward_input(n, 0, &dy, &dx);
+            double t2 = sp_now();
+            if (t1 - t0 < c->grad[s]) c->grad[s] = t1 - t0;
+            if (s > 0 && t2 - t1 < c->delta[s]) c->delta[s] = t2 - t1;
+            dy = dx;
+        }
+    }
+    for (int s = 0; s < x->S; s++) {
+        if (!isfinite(c->delta[s])) c->delta[s] = 0;
+        c->fwd[s] *= 1e6, c->delta[s] *= 1e6, c->grad[s] *= 1e6;   /* µs */
+    }
+    snprintf(c->unit, sizeof c->unit, "us");
+    sp_model_zero_grad(x->m);
+    sp_tape_free(&t);
+    free(labels);
+    sp_tensor_free(&in);
+    return c;
+}
+
+/* One sample's output shape per layer, from a shape-only pass. */
+static void infer_shapes(sp_exec *x, int ndim, const int *shape)
+{
+    sp_tape t;
+    sp_tape_init(&t);
+    t.shape_only = true;
+    int full[SP_MAX_DIMS] = {1};
+    for (int i = 0; i < ndim; i++) full[i + 1] = shape[i];
+    sp_tensor in = sp_tensor_view(NULL, ndim + 1, full);
+    sp_node *h = sp_tape_input(&t, &in);
+    for (int s = 0; s < x->S; s++) {
+        h = sp_apply(&t, x->m->layers[s], h);
+        stage_info *si = &x->st[s];
+        si->out_ndim = h->out.ndim;
+        memcpy(si->out_shape, h->out.shape, sizeof si->out_shape);
+        si->out_shape[0] = 1;
+    }
+    sp_tape_free(&t);
+}
+
+static double round6(double v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.6g", v);
+    return strtod(buf, NULL);
+}
+
+static void setup_costs(sp_exec *x, int ndim, const int *shape)
+{
+    int rows = x->batch / x->B;
+    if (x->cfg.costs_in) {
+        x->costs = sp_costs_read_csv(x->cfg.costs_in);
+        if (x->costs->stages != x->S)
+            sp_comm_fail_all(x->world, "--costs %s: %d stages, the model has %d layers", x->cfg.costs_in,
+                             x->costs->stages, x->S);
+    } else {
+        x->costs = sp_costs_uniform(x->S, 0, 0, 0);
+        float *v = sp_xcalloc((size_t)x->S * 3, sizeof *v);
+        if (x->rank == 0) {
+            sp_costs *mc = measure_costs(x, ndim, shape, rows);
+            for (int s = 0; s < x->S; s++) {
+                v[3 * s] = (float)mc->fwd[s], v[3 * s + 1] = (float)mc->delta[s], v[3 * s + 2] = (float)mc->grad[s];
+            }
+            sp_costs_free(mc);
+        }
+        sp_broadcast(x->world, v, (size_t)x->S * 3, 0);   /* every rank plans with rank 0's numbers */
+        for (int s = 0; s < x->S; s++)
+            x->costs->fwd[s] = v[3 * s], x->costs->delta[s] = v[3 * s + 1], x->costs->grad[s] = v[3 * s + 2];
+        snprintf(x->costs->unit, sizeof x->costs->unit, "us");
+        free(v);
+    }
+    /* Plan with exactly the numbers --costs-out writes (%.6g), so that build/schedule
+     * --profile on that file simulates the very schedule this run executes. */
+    for (int s = 0; s < x->S; s++) {
+        x->costs->fwd[s] = round6(x->costs->fwd[s]);
+        x->costs->delta[s] = round6(x->costs->delta[s]);
+        x->costs->grad[s] = round6(x->costs->grad[s]);
+    }
+    for (int s = 0; s < x->S; s++) {
+        sp_layer *l = x->m->layers[s];
+        snprintf(x->costs->name[s], SP_STAGE_NAME, "%.31s", l->name[0] ? l->name : l->op->name);
+        size_t act = 1;
+        for (int i = 1; i < x->st[s].out_ndim; i++) act *= (size_t)x->st[s].out_shape[i];
+        x->costs->act_bytes[s] = (double)act * rows * sizeof(float);
+        x->costs->param_bytes[s] = (double)x->st[s].nfloats * sizeof(float);
+    }
+}
+
+/* ---- setup: the schedule and its refusals ------------------------------------------------- */
+
+static bool is_pipeline(const char *name)
+{
+    return !strcmp(name, "gpipe") || !strcmp(name, "1f1b") || !strcmp(name, "ooo-ff") || !strcmp(name, "ooo-modulo");
+}
+static bool is_looped(const char *name) { return !strcmp(name, "lpp") || !strcmp(name, "fslpp"); }
+static bool is_data(const char *name) { return !strcmp(name, "ddp") || !strcmp(name, "fsdp"); }
+
+/* Every rank checks the same things and refuses alike, before any work. */
+static void check_config(sp_exec *x)
+{
+    const char *name = x->cfg.scheme;
+    sp_comm *w = x->world;
+    if (!is_pipeline(name) && !is_looped(name) && !is_data(name))
+        sp_comm_fail_all(w, "--parallel %s: unknown scheme (expected ddp | fsdp | gpipe | 1f1b | lpp | fslpp | "
+                            "ooo-ff | ooo-modulo)", name);
+    if (x->B < 1) sp_comm_fail_all(w, "--microbatches %d: expected >= 1", x->B);
+    if (x->batch % x->B != 0)
+        sp_comm_fail_all(w, "--parallel %s: --batch %d does not split into %d micro-batches (expected a multiple)",
+                         name, x->batch, x->B);
+    if (is_data(name) && x->B < x->W)
+        sp_comm_fail_all(w, "--parallel %s: %d micro-batches for %d workers (each rank needs one: expected "
+                            "--microbatches >= %d)", name, x->B, x->W, x->W);
+    if (is_pipeline(name) && x->W > x->S)
+        sp_comm_fail_all(w, "--parallel %s: %d workers for %d stages (a pipeline needs workers <= stages, the "
+                            "model's %d layers)", name, x->W, x->S, x->S);
+    if (is_looped(name)) {
+        int G = x->cfg.groups > 0 ? x->cfg.groups : 1;
+        if (x->W % G != 0)
+            sp_comm_fail_all(w, "--parallel %s: %d workers but --groups %d (expected W = G*R, W a multiple of G)",
+                             name, x->W, G);
+        int R = x->W / G;
+        if (R > x->S)
+            sp_comm_fail_all(w, "--parallel %s: %d workers per group for %d stages (expected R <= S)", name, R, x->S);
+        if (x->B < G)
+            sp_comm_fail_all(w, "--parallel %s: %d micro-batches for %d groups (expected --microbatches >= %d)",
+                             name, x->B, G, G);
+    }
+    if (x->cfg.partition && strcmp(x->cfg.partition, "cost") && strcmp(x->cfg.partition, "layerpipe"))
+        sp_comm_fail_all(w, "--partition %s: expected cost | layerpipe", x->cfg.partition);
+}
+
+static void build_schedule(sp_exec *x)
+{
+    const char *name = x->cfg.scheme;
+    sp_sched_config sc = {.stages = x->S, .micro = x->B, .workers = x->W, .split = -1, .no_input_grad = true};
+    if (is_looped(name)) {
+        sc.groups = x->cfg.groups > 0 ? x->cfg.groups : 1;
+        sc.per_group = x->W / sc.groups;
+    }
+    int *placement = NULL;
+    if (x->cfg.partition && !strcmp(x->cfg.partition, "layerpipe") && is_pipeline(name)) {
+        /* LayerPipe's Algorithm 1 assigns whole layers to processors in order, balancing
+         * with the δ it could move; here each layer's δ stays with its owner. */
+        sp_layerpipe lp;
+        sp_layerpipe_partition(x->costs, x->W, 1.01, &lp);
+        placement = sp_xmalloc(sizeof(int) * (size_t)x->S);
+        memcpy(placement, lp.owner, sizeof(int) * (size_t)x->S);
+        sp_layerpipe_free(&lp);
+        sc.placement = placement;
+    }
+    x->sched = sp_schedule_new(sp_scheme_find(name), &sc, x->costs);
+    free(placement);
+    sp_simulate(x->sched, x->costs, &x->sim);
+}
+
+/* ---- setup: who holds which weights ------------------------------------------------------- */
+
+static int find_or_add_set(sp_exec *x, char **sets, int *nsets, const char *member)
+{
+    for (int i = 0; i < *nsets; i++)
+        if (!memcmp(sets[i], member, (size_t)x->W)) return i;
+    sets[*nsets] = sp_xmalloc((size_t)x->W);
+    memcpy(sets[*nsets], member, (size_t)x->W);
+    return (*nsets)++;
+}
+
+static void setup_weights(sp_exec *x)
+{
+    const sp_schedule *s = x->sched;
+    char **sets = sp_xcalloc((size_t)x->S, sizeof *sets);
+    int nsets = 0;
+    int *set_of = sp_xmalloc(sizeof(int) * (size_t)x->S);
+    char *compute = sp_xmalloc((size_t)x->W), *weights = sp_xmalloc((size_t)x->W);
+    for (int st = 0; st < x->S; st++) {
+        stage_info *si = &x->st[st];
+        memset(compute, 0, (size_t)x->W);
+        memset(weights, 0, (size_t)x->W);
+        for (int j = 0; j < s->njobs; j++) {
+            if (s->jobs[j].stage != st) continue;
+            compute[s->compute[j]] = 1;
+            weights[s->weights[j]] = 1;
+            if (local(x, j) && (s->jobs[j].dir == SP_BWD || s->jobs[j].dir == SP_BWD_GRAD)) si->grad_jobs++;
+        }
+        int nc = 0, nw = 0, owner = -1;
+        for (int r = 0; r < x->W; r++) nc += compute[r], nw += weights[r], owner = weights[r] && owner < 0 ? r : owner;
+        set_of[st] = -1;
+        si->comm = -1;
+        si->bucket = -1;
+        if (si->nfloats == 0) continue;
+        if (!memcmp(compute, weights, (size_t)x->W)) {
+            si->sync = nc > 1 ? SYNC_ALLREDUCE : SYNC_NONE;
+            si->owns = compute[x->rank];
+            if (si->sync == SYNC_ALLREDUCE) set_of[st] = find_or_add_set(x, sets, &nsets, compute);
+        } else if (nw == 1) {
+            si->sync = SYNC_OWNER;
+            si->owner = owner;
+            si->owns = x->rank == owner;
+            compute[owner] = 1;
+            set_of[st] = find_or_add_set(x, sets, &nsets, compute);
+            int k = 0;
+            for (int r = 0; r < owner; r++) k += compute[r];
+            si->owner_in_comm = k;
+        } else {
+            sp_comm_fail_all(x->world, "--parallel %s: stage %d is computed on %d ranks with weights on %d others "
+                             "(the executor supports replicas or one owner)", x->cfg.scheme, st, nc, nw);
+        }
+    }
+    /* One communicator per distinct set (collective on the world, in set order). */
+    x->ncomms = nsets;
+    x->comms = sp_xcalloc((size_t)(nsets ? nsets : 1), sizeof *x->comms);
+    for (int i = 0; i < nsets; i++) x->comms[i] = sp_comm_split(x->world, sets[i][x->rank] ? 0 : -1, x->rank);
+    for (int st = 0; st < x->S; st++)
+        if (set_of[st] >= 0 && sets[set_of[st]][x->rank]) x->st[st].comm = set_of[st];
+    for (int i = 0; i < nsets; i++) free(sets[i]);
+    free(sets);
+    free(set_of);
+    free(compute);
+    free(weights);
+}
+
+/* Buckets: stages in backward order (S−1 … 0), consecutive stages of the same
+ * communicator and kind packed until --bucket-mb; the rank's own stages only. */
+static void setup_buckets(sp_exec *x)
+{
+    double cap = x->cfg.bucket_mb > 0 ? x->cfg.bucket_mb * 1024 * 1024 / sizeof(float) : 0;
+    x->buckets = sp_xcalloc((size_t)x->S, sizeof *x->buckets);
+    x->nbuckets = 0;
+    bucket *cur = NULL;
+    for (int st = x->S - 1; st >= 0; st--) {
+        stage_info *si = &x->st[st];
+        if (si->comm < 0 || si->sync == SYNC_NONE) continue;
+        bool join = cur && cur->comm == si->comm && cur->sync == si->sync && si->sync == SYNC_ALLREDUCE &&
+                    (double)(cur->n + si->nfloats) <= cap;
+        if (!join) {
+            cur = &x->buckets[x->nbuckets++];
+            cur->stages = sp_xmalloc(sizeof(int) * (size_t)x->S);
+            cur->comm = si->comm;
+            cur->sync = si->sync;
+            cur->root = si->owner_in_comm;
+        }
+        cur->stages[cur->nstages++] = st;
+        cur->n += si->nfloats;
+        si->bucket = (int)(cur - x->buckets);
+    }
+    for (int i = 0; i < x->nbuckets; i++) x->buckets[i].buf = sp_xmalloc(sizeof(float) * (x->buckets[i].n + 1));
+    x->next_bucket = sp_xcalloc((size_t)(x->ncomms ? x->ncomms : 1), sizeof(int));
+}
+
+sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg *cfg, int sample_ndim,
+                     const int *sample_shape, int batch)
+{
+    sp_exec *x = sp_xcalloc(1, sizeof *x);
+    x->world = world;
+    x->rank = sp_comm_rank(world);
+    x->W = sp_comm_size(world);
+    x->S = m->nlayers;
+    x->m = m;
+    x->opt = o;
+    x->cfg = *cfg;
+    x->batch = batch;
+    x->B = cfg->micro > 0 ? cfg->micro : is_pipeline(cfg->scheme) ? 2 * x->W : x->W;
+    check_config(x);
+    x->st = sp_xcalloc((size_t)x->S, sizeof *x->st);
+    for (int s = 0; s < x->S; s++) {
+        stage_info *si = &x->st[s];
+        si->layer = m->layers[s];
+        for (int p = 0; p < si->layer->nparams; p++) si->nfloats += si->layer->params[p]->value.numel;
+    }
+    infer_shapes(x, sample_ndim, sample_shape);
+    setup_costs(x, sample_ndim, sample_shape);
+    build_schedule(x);
+    setup_weights(x);
+    setup_buckets(x);
+    if (x->rank == 0 && cfg->costs_out) {
+        FILE *f = fopen(cfg->costs_out, "w");
+        if (!f) sp_comm_die(world, "--costs-out %s: cannot open for writing", cfg->costs_out);
+        sp_costs_write_csv(f, x->costs);
+        if (fclose(f) != 0) sp_comm_die(world, "--costs-out %s: write failed", cfg->costs_out);
+    }
+    int SB = x->S * x->B;
+    x->tapes = sp_xcalloc((size_t)x->B, sizeof *x->tapes);
+    for (int b = 0; b < x->B; b++) sp_tape_init(&x->tapes[b]);
+    x->node = sp_xcalloc((size_t)SB, sizeof *x->node);
+    x->dy = sp_xcalloc((size_t)SB, sizeof *x->dy);
+    x->have_dy = sp_xcalloc((size_t)SB, sizeof *x->have_dy);
+    x->loss = sp_xcalloc((size_t)x->B, sizeof *x->loss);
+    x->xin = sp_xcalloc((size_t)x->B, sizeof *x->xin);
+    x->yin = sp_xcalloc((size_t)x->B, sizeof *x->yin);
+    x->rows = sp_xcalloc((size_t)x->B, sizeof *x->rows);
+    x->done = sp_xcalloc((size_t)x->sched->njobs, sizeof *x->done);
+    x->order_rec = sp_xmalloc(sizeof(int) * (size_t)(x->sched->njobs + 1));
+    /* Every rank starts its first step together (the measured costs took rank 0 a while). */
+    sp_barrier(world);
+    return x;
+}
+
+void sp_exec_free(sp_exec *x)
+{
+    if (!x) return;
+    for (int b = 0; b < x->B; b++) sp_tape_free(&x->tapes[b]);
+    for (int i = 0; i < x->nbuckets; i++) free(x->buckets[i].stages), free(x->buckets[i].buf);
+    for (int i = 0; i < x->ncomms; i++) sp_comm_free(x->comms[i]);
+    free(x->comms);
+    free(x->buckets);
+    free(x->next_bucket);
+    free(x->tapes);
+    free(x->node);
+    free(x->dy);
+    free(x->have_dy);
+    free(x->loss);
+    free(x->xin);
+    free(x->yin);
+    free(x->rows);
+    free(x->done);
+    free(x->sends);
+    free(x->order_rec);
+    free(x->ev);
+    free(x->st);
+    sp_sim_free(&x->sim);
+    sp_schedule_free(x->sched);
+    sp_costs_free(x->costs);
+    free(x);
+}
+
+int sp_exec_rank(const sp_exec *x) { return x->rank; }
+int sp_exec_workers(const sp_exec *x) { return x->W; }
+const sp_schedule *sp_exec_schedule(const sp_exec *x) { return x->sched; }
+const sp_costs *sp_exec_costs(const sp_exec *x) { return x->costs; }
+
+/* ---- a step ---------------------------------------------------------------------------- */
+
+/* Send out to every other rank that runs a successor of `job` reading it (once each). */
+static void send_to_succs(sp_exec *x, int job, const sp_tensor *out, int tag, bool grads)
+{
+    int n;
+    const int *succ = sp_schedule_succs(x->sched, job, &n);
+    int sent[8], nsent = 0;
+    for (int i = 0; i < n; i++) {
+        int w = x->sched->compute[succ[i]];
+        sp_job sj = x->sched->jobs[succ[i]];
+        if (w == x->rank || is_bwd(sj.dir) != grads) continue;   /* local, or a cap edge */
+        bool dup = false;
+        for (int k = 0; k < nsent; k++) dup |= sent[k] == w;
+        if (dup || nsent == 8) continue;
+        sent[nsent++] = w;
+        sp_isend(x->world, out->data, out->numel, w, tag, new_send(x));
+    }
+}
+
+static sp_tensor stage_tensor(sp_exec *x, int s, int b)
+{
+    int shape[SP_MAX_DIMS];
+    memcpy(shape, x->st[s].out_shape, sizeof shape);
+    shape[0] = x->rows[b];
+    return sp_tape_tensor(&x->tapes[b], x->st[s].out_ndim, shape);
+}
+
+static void wait_weights(sp_exec *x, int s)
+{
+    stage_info *si = &x->st[s];
+    if (si->sync == SYNC_OWNER && si->comm >= 0) sp_wait_all(si->wreq, si->layer->nparams);
+}
+
+/* ∂l/∂y_s of micro-batch b, from the local tape, the loss, or the rank that made it. */
+static sp_tensor *ensure_dy(sp_exec *x, int s, int b)
+{
+    int k = s * x->B + b;
+    if (x->have_dy[k]) return &x->dy[k];
+    sp_tape *t = &x->tapes[b];
+    if (s == x->S - 1) {
+        sp_node *l = x->loss[b];
+        if (!l) sp_comm_die(x->world, "internal: the loss of micro-batch %d is on another rank", b);
+        sp_tensor seed = sp_tape_tensor(t, 1, (int[]){1});
+        seed.data[0] = (float)x->rows[b] / (float)x->batch;   /* the micro-batch's share of the mean */
+        x->dy[k] = sp_tape_tensor_like(t, &l->input->out);
+        l->op->backward_input(l, 0, &seed, &x->dy[k]);
+    } else {
+        int p = dy_producer(x, s, b);
+        if (local(x, p)) sp_comm_die(x->world, "internal: job order: ∂l/∂y_%d of micro-batch %d not ready", s, b);
+        x->dy[k] = stage_tensor(x, s, b);
+        sp_req r;
+        sp_irecv(x->world, x->dy[k].data, x->dy[k].numel, x->sched->compute[p], tag_of(x, 1, s, b), &r);
+        sp_wait(&r);
+    }
+    x->have_dy[k] = true;
+    return &x->dy[k];
+}
+
+static void run_forward(sp_exec *x, int job, sp_job j)
+{
+    int s = j.stage, b = j.micro;
+    sp_tape *t = &x->tapes[b];
+    sp_node *in;
+    if (s == 0) {
+        in = sp_tape_input(t, &x->xin[b]);
+    } else if (x->node[(s - 1) * x->B + b]) {
+        in = x->node[(s - 1) * x->B + b];
+    } else {
+        int p = job_of(x, s - 1, b, SP_FWD);
+        sp_tensor a = stage_tensor(x, s - 1, b);
+        sp_req r;
+        sp_irecv(x->world, a.data, a.numel, x->sched->compute[p], tag_of(x, 0, s - 1, b), &r);
+        sp_wait(&r);
+        in = sp_tape_input(t, &a);
+    }
+    wait_weights(x, s);
+    double t0 = sp_now();
+    sp_node *n = x->node[s * x->B + b] = sp_apply(t, x->st[s].layer, in);
+    if (s == x->S - 1) x->loss[b] = sp_apply_loss(t, x->m->loss, n, x->yin[b]);
+    x->fwd_s += sp_now() - t0;
+    send_to_succs(x, job, &n->out, tag_of(x, 0, s, b), false);
+}
+
+static void start_buckets(sp_exec *x, int comm);
+
+static void grad_done(sp_exec *x, int s)
+{
+    stage_info *si = &x->st[s];
+    if (si->bucket < 0) return;
+    bucket *bk = &x->buckets[si->bucket];
+    if (--bk->pending == 0) start_buckets(x, bk->comm);
+}
+
+static void run_backward(sp_exec *x, int job, sp_job j)
+{
+    int s = j.stage, b = j.micro;
+    sp_node *n = x->node[s * x->B + b];
+    if (!n) sp_comm_die(x->world, "internal: backward of stage %d, micro-batch %d without its forward here", s, b);
+    sp_tensor *dy = ensure_dy(x, s, b);
+    wait_weights(x, s);
+    double t0 = sp_now();
+    bool params = j.dir != SP_BWD_DELTA && n->op->backward_params && n->layer->nparams > 0;
+    if (params) n->op->backward_params(n, dy);
+    bool delta = j.dir != SP_BWD_GRAD && s > 0;
+    if (delta) {
+        int k = (s - 1) * x->B + b;
+        x->dy[k] = sp_tape_tensor_like(&x->tapes[b], &n->input->out);
+        n->op->backward_input(n, 0, dy, &x->dy[k]);
+        x->have_dy[k] = true;
+    }
+    x->bwd_s += sp_now() - t0;
+    if (delta) send_to_succs(x, job, &x->dy[(s - 1) * x->B + b], tag_of(x, 1, s - 1, b), true);
+    if (j.dir != SP_BWD_DELTA) grad_done(x, s);
+}
+
+static void pack(sp_exec *x, bucket *bk, bool in)
+{
+    size_t off = 0;
+    for (int i = 0; i < bk->nstages; i++) {
+        sp_layer *l = x->st[bk->stages[i]].layer;
+        for (int p = 0; p < l->nparams; p++) {
+            sp_tensor *g = &l->params[p]->grad;
+            if (in) memcpy(bk->buf + off, g->data, g->numel * sizeof(float));
+            else memcpy(g->data, bk->buf + off, g->numel * sizeof(float));
+            off += g->numel;
+        }
+    }
+}
+
+/* Start the ready buckets of one communicator, strictly in bucket order (the order in
+ * which collectives are issued must be the same on every member). */
+static void start_buckets(sp_exec *x, int comm)
+{
+    for (;;) {
+        int i = x->next_bucket[comm];
+        while (i < x->nbuckets && x->buckets[i].comm != comm) i++;
+        if (i >= x->nbuckets || x->buckets[i].pending > 0) {
+            x->next_bucket[comm] = i;
+            return;
+        }
+        bucket *bk = &x->buckets[i];
+        pack(x, bk, true);
+        sp_comm *c = x->comms[comm];
+        if (bk->sync == SYNC_ALLREDUCE) sp_iallreduce(c, bk->buf, bk->n, &bk->req);
+        else sp_ireduce(c, bk->buf, bk->n, bk->root, &bk->req);
+        bk->started = true;
+        bk->t_start = sp_now();
+        bk->t_done = 0;
+        x->next_bucket[comm] = i + 1;
+    }
+}
+
+/* Notice finished collectives early (the trace shows when each one ended). */
+static void poll_buckets(sp_exec *x)
+{
+    for (int i = 0; i < x->nbuckets; i++) {
+        bucket *bk = &x->buckets[i];
+        if (bk->started && bk->t_done == 0 && sp_test(&bk->req)) bk->t_done = sp_now();
+    }
+}
+
+static void begin_step(sp_exec *x, const sp_tensor *in, const int *labels)
+{
+    int n = in->shape[0];
+    if (n % x->B != 0)
+        sp_comm_die(x->world, "a batch of %d samples does not split into %d micro-batches", n, x->B);
+    size_t per = sp_tensor_sample_numel(in);
+    for (int b = 0; b < x->B; b++) {
+        sp_tape_reset(&x->tapes[b]);
+        x->rows[b] = n / x->B;
+        sp_tensor v = *in;
+        v.shape[0] = x->rows[b];
+        v.numel = per * (size_t)x->rows[b];
+        v.data = in->data + per * (size_t)(b * x->rows[b]);
+        x->xin[b] = v;
+        x->yin[b] = labels + b * x->rows[b];
+        x->loss[b] = NULL;
+    }
+    int SB = x->S * x->B;
+    memset(x->node, 0, sizeof *x->node * (size_t)SB);
+    memset(x->have_dy, 0, sizeof *x->have_dy * (size_t)SB);
+    memset(x->done, 0, sizeof *x->done * (size_t)x->sched->njobs);
+    x->nsends = 0;
+    for (int i = 0; i < x->nbuckets; i++) {
+        bucket *bk = &x->buckets[i];
+        bk->pending = 0;
+        bk->started = false;
+        for (int k = 0; k < bk->nstages; k++) bk->pending += x->st[bk->stages[k]].grad_jobs;
+    }
+    for (int c = 0; c < x->ncomms; c++) x->next_bucket[c] = 0;
+    sp_optim_zero_grad(x->opt);
+    /* Weights whose master copy lives elsewhere: fetch them all now, wait per stage. */
+    for (int s = 0; s < x->S; s++) {
+        stage_info *si = &x->st[s];
+        if (si->sync != SYNC_OWNER || si->comm < 0) continue;
+        for (int p = 0; p < si->layer->nparams; p++)
+            sp_ibroadcast(x->comms[si->comm], si->layer->params[p]->value.data, si->layer->params[p]->value.numel,
+                          si->owner_in_comm, &si->wreq[p]);
+    }
+    /* Buckets with no local gradient job (a rank that computes none of the stage but
+     * owns it) start at once. */
+    for (int c = 0; c < x->ncomms; c++) start_buckets(x, c);
+}
+
+/* $SCANPROP_EXEC_FAULT = exit:RANK:STEP | hang:RANK:STEP — the tests' injected fault:
+ * that rank exits (without MPI_Finalize) or stops answering halfway through its jobs of
+ * that step (counted from 1). */
+static void maybe_fault(sp_exec *x, int i, int njobs)
+{
+    const char *f = getenv("SCANPROP_EXEC_FAULT");
+    if (!f || i != njobs / 2) return;
+    char kind[8] = "";
+    int rank = -1;
+    long step = -1;
+    if (sscanf(f, "%7[a-z]:%d:%ld", kind, &rank, &step) != 3 || rank != x->rank || step != x->steps + 1) return;
+    if (!strcmp(kind, "exit")) _exit(3);
+    if (!strcmp(kind, "hang"))
+        for (;;) pause();
+}
+
+float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *fwd_s, double *bwd_s,
+                   double *step_s)
+{
+    double t0 = sp_now(), c0 = sp_comm_wait_seconds();
+    if (x->steps == 0) x->trace_t0 = t0;
+    x->fwd_s = x->bwd_s = 0;
+    begin_step(x, in, labels);
+    const int *order = x->sim.order + x->sim.order_off[x->rank];
+    int njobs = x->sim.order_off[x->rank + 1] - x->sim.order_off[x->rank];
+    for (int i = 0; i < njobs; i++) {
+        int job = order[i];
+        sp_job j = x->sched->jobs[job];
+        maybe_fault(x, i, njobs);
+        label_job(x, job, x->steps);
+        double j0 = sp_now();
+        if (j.dir == SP_FWD) run_forward(x, job, j);
+        else run_backward(x, job, j);
+        x->done[job] = true;
+        trace_add(x, job, j0, sp_now());
+        if (x->steps == 0) x->order_rec[x->norder++] = job;
+        poll_buckets(x);
+    }
+    /* Gradients: every bucket finished, unpacked where the sum landed. */
+    sp_comm_set_label("gradient synchronisation");
+    for (int i = 0; i < x->nbuckets; i++) {
+        bucket *bk = &x->buckets[i];
+        if (!bk->started) sp_comm_die(x->world, "internal: gradient bucket %d never started", i);
+        sp_wait(&bk->req);
+        if (bk->t_done == 0) bk->t_done = sp_now();
+        trace_add(x, -1 - i, bk->t_start, bk->t_done);
+        if (bk->sync == SYNC_ALLREDUCE || x->comms[bk->comm]->rank == bk->root) pack(x, bk, false);
+    }
+    sp_wait_all(x->sends, x->nsends);
+    /* The owners' updates. */
+    double u0 = sp_now();
+    for (int s = 0; s < x->S; s++) {
+        stage_info *si = &x->st[s];
+        if (si->owns && si->nfloats) sp_optim_step_params(x->opt, si->layer->params, si->layer->nparams);
+    }
+    x->bwd_s += sp_now() - u0;
+    /* The batch's loss: the shares of the micro-batches whose last stage ran here. */
+    float loss = 0;
+    for (int b = 0; b < x->B; b++)
+        if (x->loss[b]) loss += (float)x->rows[b] / (float)x->batch * x->loss[b]->out.data[0];
+    sp_comm_set_label("loss allreduce");
+    sp_allreduce(x->world, &loss, 1);
+    double t1 = sp_now();
+    x->busy += x->fwd_s + x->bwd_s;
+    x->comm_s += sp_comm_wait_seconds() - c0;
+    x->wall += t1 - t0;
+    x->steps++;
+    if (fwd_s) *fwd_s = x->fwd_s;
+    if (bwd_s) *bwd_s = x->bwd_s;
+    if (step_s) *step_s = t1 - t0;
+    return loss;
+}
+
+void sp_exec_sync_weights(sp_exec *x)
+{
+    sp_comm_set_label("weight synchronisation");
+    for (int s = 0; s < x->S; s++) {
+        stage_info *si = &x->st[s];
+        if (!si->nfloats) continue;
+        /* The lowest rank that steps the stage is its source of truth. */
+        int mine = si->owns ? x->rank : x->W;
+        float f = (float)mine;
+        float all[1024];
+        float *buf = x->W <= 1024 ? all : sp_xmalloc(sizeof(float) * (size_t)x->W);
+        sp_allgather(x->world, &f, buf, 1);
+        int root = x->W;
+        for (int r = 0; r < x->W; r++) root = (int)buf[r] < root ? (int)buf[r] : root;
+        if (buf != all) free(buf);
+        for (int p = 0; p < si->layer->nparams; p++)
+            sp_broadcast(x->world, si->layer->params[p]->value.data, si->layer->params[p]->value.numel, root);
+    }
+}
+
+/* ---- statistics, order, trace --------------------------------------------------------------- */
+
+void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st)
+{
+    st->workers = x->W;
+    st->steps = x->steps;
+    float mine[3] = {(float)x->busy, (float)x->comm_s, (float)x->wall};
+    float *all = sp_xmalloc(sizeof(float) * 3 * (size_t)x->W);
+    sp_allgather(x->world, mine, all, 3);
+    st->busy = sp_xmalloc(sizeof(double) * (size_t)x->W);
+    st->comm = sp_xmalloc(sizeof(double) * (size_t)x->W);
+    st->wall = sp_xmalloc(sizeof(double) * (size_t)x->W);
+    for (int r = 0; r < x->W; r++) st->busy[r] = all[3 * r], st->comm[r] = all[3 * r + 1], st->wall[r] = all[3 * r + 2];
+    free(all);
+}
+
+void sp_exec_stats_free(sp_exec_stats *st)
+{
+    free(st->busy);
+    free(st->comm);
+    free(st->wall);
+}
+
+static FILE *open_out(sp_exec *x, const char *flag, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) sp_comm_die(x->world, "%s %s: cannot open for writing", flag, path);
+    return f;
+}
+
+static void write_order(sp_exec *x)
+{
+    int n = x->sched->njobs;
+    float *mine = sp_xmalloc(sizeof(float) * (size_t)n), *all = sp_xmalloc(sizeof(float) * (size_t)n * (size_t)x->W);
+    for (int i = 0; i < n; i++) mine[i] = i < x->norder ? (float)x->order_rec[i] : -1.0f;
+    sp_allgather(x->world, mine, all, (size_t)n);
+    if (x->rank == 0) {
+        FILE *f = open_out(x, "--exec-order", x->cfg.order_out);
+        char lab[32];
+        for (int r = 0; r < x->W; r++) {
+            fprintf(f, "w%d", r);
+            for (int i = 0; i < n && all[(size_t)r * n + i] >= 0; i++)
+                fprintf(f, " %s", sp_job_label(x->sched, (int)all[(size_t)r * n + i], lab, sizeof lab));
+            fputc('\n', f);
+        }
+        if (fclose(f) != 0) sp_comm_die(x->world, "--exec-order %s: write failed", x->cfg.order_out);
+    }
+    free(mine);
+    free(all);
+}
+
+/* Chrome trace: one process per rank, thread 0 = compute jobs, thread 1 = collectives. */
+static void write_trace(sp_exec *x)
+{
+    float cnt = (float)x->nev, *counts = sp_xmalloc(sizeof(float) * (size_t)x->W);
+    sp_allgather(x->world, &cnt, counts, 1);
+    int maxn = 0;
+    for (int r = 0; r < x->W; r++) maxn = (int)counts[r] > maxn ? (int)counts[r] : maxn;
+    size_t per = 4 * (size_t)maxn + 1;
+    float *mine = sp_xcalloc(per, sizeof(float)), *all = sp_xmalloc(sizeof(float) * per * (size_t)x->W);
+    for (int i = 0; i < x->nev; i++) {
+        trace_ev *e = &x->ev[i];
+        mine[4 * i] = (float)e->what;
+        mine[4 * i + 1] = (float)e->step;
+        mine[4 * i + 2] = (float)((e->t0 - x->trace_t0) * 1e6);
+        mine[4 * i + 3] = (float)((e->t1 - x->trace_t0) * 1e6);
+    }
+    /* Ranks share the machine's monotonic clock; on a cluster they would need an offset. */
+    sp_allgather(x->world, mine, all, per);
+    if (x->rank == 0) {
+        FILE *f = open_out(x, "--trace", x->cfg.trace_path);
+        fprintf(f, "{\"traceEvents\": [\n");
+        bool first = true;
+        char lab[32];
+        for (int r = 0; r < x->W; r++) {
+            fprintf(f, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}}",
+                    first ? "" : ",\n", r, r);
+            first = false;
+            fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": "
+                       "\"compute\"}}", r);
+            fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, \"args\": {\"name\": "
+                       "\"communication\"}}", r);
+            for (int i = 0; i < (int)counts[r]; i++) {
+                const float *e = all + (size_t)r * per + 4 * (size_t)i;
+                int what = (int)e[0];
+                const char *name = what >= 0 ? sp_job_label(x->sched, what, lab, sizeof lab) : lab;
+                if (what < 0) snprintf(lab, sizeof lab, "gradient bucket %d", -1 - what);
+                fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
+                           "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"step\": %d}}",
+                        name, what >= 0 ? "job" : "allreduce", r, what >= 0 ? 0 : 1, e[2], e[3] - e[2], (int)e[1]);
+            }
+        }
+        fprintf(f, "\n]}\n");
+        if (fclose(f) != 0) sp_comm_die(x->world, "--trace %s: write failed", x->cfg.trace_path);
+    }
+    free(counts);
+    free(mine);
+    free(all);
+}
+
+void sp_exec_finish(sp_exec *x)
+{
+    if (x->cfg.order_out) write_order(x);
+    if (x->cfg.trace_path) write_trace(x);
+}

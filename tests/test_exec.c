@@ -1,0 +1,319 @@
+/* test_exec — the master schedule executed on MPI ranks (schedulers/exec.c), under
+ * mpirun -np 2 and -np 4 --oversubscribe. Skipped in a build without MPI.
+ *
+ * Equality. Every scheme trains the demo MLP (4 linear layers, 7 stages) for 4 steps of
+ * a 32-sample batch in 4 micro-batches and must end with the weights of
+ *   (a) the plain single-process run (no --parallel, whole batch): within 1e-6
+ *       relative for every scheme (different summation order: micro-batch partial sums);
+ *   (b) the same scheme on ONE rank (all micro-batches accumulated in order): bitwise for
+ *       the pipeline schemes (gpipe, 1f1b, ooo-ff, ooo-modulo), where each stage's
+ *       gradients are summed over micro-batches in micro-batch order on one rank by
+ *       construction; within 1e-6 for ddp, fsdp, lpp and fslpp, whose sums cross ranks
+ *       (MPI's reduction order is its own).
+ * LeNet does the same for ddp, fsdp, gpipe (also with --partition layerpipe), 1f1b, lpp.
+ *
+ * Order. The executed job order of every rank (--exec-order) equals the order the
+ * simulator computes from the same costs (--costs-out) — in this process, from
+ * schedulers/schedule.h alone.
+ *
+ * Faults. A rank that stops answering makes the others stop with one line naming the
+ * rank, the operation and the job, exit 2, within the timeout; a rank that exits
+ * mid-step ends the job (mpirun) — nothing hangs. Impossible configurations are refused
+ * with one line before any work.
+ *
+ * Overlap. With small buckets, DDP's gradient allreduce starts while the backward still
+ * runs (asserted on the trace's intervals). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <unistd.h>
+#include "core/safetensors.h"
+#include "schedulers/schedule.h"
+#include "tests/mpirun.h"
+
+static const char *bin(const char *name)
+{
+    static char path[4][512];
+    static int k;
+    const char *b = getenv("BUILD");
+    k = (k + 1) % 4;
+    snprintf(path[k], sizeof path[k], "%s/%s", b ? b : "build", name);
+    return path[k];
+}
+
+static const char *tmp(const char *name)
+{
+    static char path[8][512];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(path[k], sizeof path[k], "%s/%s", tu_tmpdir(), name);
+    return path[k];
+}
+
+/* max |a − b| / max(1, max |b|) over every tensor; *bitwise when all bytes agree. */
+static double compare(const char *pa, const char *pb, bool *bitwise)
+{
+    sp_st_file *a = sp_st_open(pa), *b = sp_st_open(pb);
+    cr_assert_eq(sp_st_count(a), sp_st_count(b));
+    double worst = 0;
+    *bitwise = true;
+    for (int i = 0; i < sp_st_count(a); i++) {
+        const sp_st_tensor *ta = sp_st_at(a, i), *tb = sp_st_find(b, ta->name);
+        cr_assert_not_null(tb, "%s missing in %s", ta->name, pb);
+        cr_assert_eq(ta->nbytes, tb->nbytes);
+        int shape[SP_ST_MAX_DIMS];
+        for (int d = 0; d < ta->ndim; d++) shape[d] = (int)ta->shape[d];
+        float *x = malloc(ta->numel * sizeof *x), *y = malloc(tb->numel * sizeof *y);
+        cr_assert_eq(sp_st_read_f32(a, ta->name, x, ta->ndim, shape), SP_OK, "%s", sp_last_error());
+        cr_assert_eq(sp_st_read_f32(b, ta->name, y, ta->ndim, shape), SP_OK, "%s", sp_last_error());
+        *bitwise &= memcmp(x, y, ta->numel * sizeof *x) == 0;
+        double d = tu_max_rel_diff(x, y, ta->numel);
+        worst = d > worst ? d : worst;
+        free(x);
+        free(y);
+    }
+    sp_st_close(a);
+    sp_st_close(b);
+    return worst;
+}
+
+static bool is_pipeline(const char *s)
+{
+    return !strcmp(s, "gpipe") || !strcmp(s, "1f1b") || !strcmp(s, "ooo-ff") || !strcmp(s, "ooo-modulo");
+}
+
+#define DEMO_FLAGS "--layers 4 --steps 4 --batch 32 --threads 1 --quiet"
+#define MICRO 4
+#define GROUPS 2
+
+/* The order file's line for worker w, and the simulator's, from the same costs. */
+static void check_order(const char *scheme, int W, const char *order_path, const char *costs_path)
+{
+    sp_costs *c = sp_costs_read_csv(costs_path);
+    sp_sched_config sc = {.stages = c->stages, .micro = MICRO, .workers = W, .split = -1, .no_input_grad = true};
+    if (!strcmp(scheme, "lpp") || !strcmp(scheme, "fslpp")) sc.groups = GROUPS, sc.per_group = W / GROUPS;
+    sp_schedule *s = sp_schedule_new(sp_scheme_find(scheme), &sc, c);
+    sp_sim sim;
+    sp_simulate(s, c, &sim);
+    FILE *f = fopen(order_path, "r");
+    cr_assert_not_null(f, "%s: no --exec-order file", scheme);
+    static char line[65536], want[65536];
+    for (int w = 0; w < W; w++) {
+        cr_assert_not_null(fgets(line, sizeof line, f), "%s: order file has no line for w%d", scheme, w);
+        line[strcspn(line, "\n")] = 0;
+        int n = snprintf(want, sizeof want, "w%d", w);
+        char lab[32];
+        for (int i = sim.order_off[w]; i < sim.order_off[w + 1]; i++)
+            n += snprintf(want + n, sizeof want - (size_t)n, " %s", sp_job_label(s, sim.order[i], lab, sizeof lab));
+        cr_assert_str_eq(line, want, "%s -np %d: executed order differs from the simulated one", scheme, W);
+    }
+    fclose(f);
+    sp_sim_free(&sim);
+    sp_schedule_free(s);
+    sp_costs_free(c);
+    remove(order_path);
+    remove(costs_path);
+}
+
+static void demo_scheme(const char *scheme)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[2048];
+    const char *ref = tmp("ref.safetensors"), *one = tmp("one.safetensors"), *par = tmp("par.safetensors");
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --save %s >/dev/null", bin("demo"), ref);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel %s --microbatches %d --save %s", bin("demo"), scheme,
+             MICRO, one);
+    mpi_run("", "-np 1", cmd, &r);
+    cr_assert_eq(r.status, 0, "%s -np 1: status %d\n%s", scheme, r.status, r.err);
+    for (int W = 2; W <= 4; W += 2) {
+        const char *order = tmp("order.txt"), *costs = tmp("costs.csv");
+        char groups[32] = "";
+        if (!strcmp(scheme, "lpp") || !strcmp(scheme, "fslpp")) snprintf(groups, sizeof groups, "--groups %d", GROUPS);
+        snprintf(cmd, sizeof cmd,
+                 "%s " DEMO_FLAGS " --parallel %s --microbatches %d %s --save %s --exec-order %s --costs-out %s",
+                 bin("demo"), scheme, MICRO, groups, par, order, costs);
+        char np[16];
+        snprintf(np, sizeof np, "-np %d", W);
+        mpi_run("", np, cmd, &r);
+        cr_assert_eq(r.status, 0, "%s -np %d: status %d\n%s", scheme, W, r.status, r.err);
+        cr_assert(strstr(r.out, "\"parallel\": ") && strstr(r.out, "\"comm_ms\": ") && strstr(r.out, "\"busy_ms\": ["),
+                  "%s: JSON line without the parallel keys: %s", scheme, r.out);
+        bool bit;
+        double d = compare(par, ref, &bit);
+        cr_assert(d <= 1e-6, "%s -np %d vs single process: max rel diff %.3g > 1e-6", scheme, W, d);
+        d = compare(par, one, &bit);
+        if (is_pipeline(scheme)) cr_assert(bit, "%s -np %d vs one rank: not bitwise (max rel %.3g)", scheme, W, d);
+        else cr_assert(d <= 1e-6, "%s -np %d vs one rank: max rel diff %.3g > 1e-6", scheme, W, d);
+        check_order(scheme, W, order, costs);
+        remove(par);
+    }
+    remove(ref);
+    remove(one);
+}
+
+Test(exec, demo_ddp, .timeout = 300) { demo_scheme("ddp"); }
+Test(exec, demo_fsdp, .timeout = 300) { demo_scheme("fsdp"); }
+Test(exec, demo_gpipe, .timeout = 300) { demo_scheme("gpipe"); }
+Test(exec, demo_1f1b, .timeout = 300) { demo_scheme("1f1b"); }
+Test(exec, demo_lpp, .timeout = 300) { demo_scheme("lpp"); }
+Test(exec, demo_fslpp, .timeout = 300) { demo_scheme("fslpp"); }
+Test(exec, demo_ooo_ff, .timeout = 300) { demo_scheme("ooo-ff"); }
+Test(exec, demo_ooo_modulo, .timeout = 300) { demo_scheme("ooo-modulo"); }
+
+#define LENET_FLAGS "--steps 3 --batch 32 --threads 1 --quiet"
+
+Test(exec, lenet_schemes_match_single_process, .timeout = 600)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) cr_skip_test("no Fashion-MNIST");
+    static mpi_result r;
+    char cmd[2048];
+    const char *ref = tmp("lenet-ref.safetensors"), *one = tmp("lenet-one.safetensors"), *par = tmp("lenet-par.safetensors");
+    snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --save %s >/dev/null", bin("lenet"), ref);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --parallel gpipe --microbatches 4 --save %s", bin("lenet"), one);
+    mpi_run("", "-np 1", cmd, &r);
+    cr_assert_eq(r.status, 0, "lenet -np 1: %s", r.err);
+    const char *runs[][2] = {
+        {"ddp", "--microbatches 4"},   {"fsdp", "--microbatches 4"},
+        {"gpipe", "--microbatches 4"}, {"gpipe", "--microbatches 4 --partition layerpipe"},
+        {"1f1b", "--microbatches 4"},  {"lpp", "--microbatches 4 --groups 2"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --parallel %s %s --save %s", bin("lenet"), runs[i][0], runs[i][1],
+                 par);
+        mpi_run("", "-np 2", cmd, &r);
+        cr_assert_eq(r.status, 0, "lenet %s %s: status %d\n%s", runs[i][0], runs[i][1], r.status, r.err);
+        bool bit;
+        double d = compare(par, ref, &bit);
+        cr_assert(d <= 1e-6, "lenet %s %s vs single process: max rel %.3g", runs[i][0], runs[i][1], d);
+        if (is_pipeline(runs[i][0])) {
+            d = compare(par, one, &bit);
+            cr_assert(bit, "lenet %s %s vs one rank: not bitwise (max rel %.3g)", runs[i][0], runs[i][1], d);
+        }
+        cr_assert(strstr(r.out, "\"workers\": 2"), "%s", r.out);
+        remove(par);
+    }
+    remove(ref);
+    remove(one);
+}
+
+/* ---- faults ------------------------------------------------------------------------------ */
+
+static int count_lines(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+Test(exec, impossible_configurations_are_refused_before_work, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    struct {
+        const char *np, *flags, *want;
+    } cases[] = {
+        {"-np 4", "--layers 4 --parallel lpp --groups 3 --microbatches 4", "expected W = G*R"},
+        {"-np 4", "--layers 1 --parallel gpipe", "4 workers for 1 stages (a pipeline needs workers <= stages"},
+        {"-np 2", "--layers 2 --parallel ddp --microbatches 1", "expected --microbatches >= 2"},
+        {"-np 2", "--layers 2 --parallel ddp --microbatches 3 --batch 32", "--batch 32 does not split into 3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "%s --steps 3 --threads 1 --quiet %s", bin("demo"), cases[i].flags);
+        mpi_run("", cases[i].np, cmd, &r);
+        cr_assert_eq(r.status, 2, "%s: status %d, want 2\n%s", cases[i].flags, r.status, r.err);
+        cr_assert(strstr(r.err, cases[i].want), "%s: stderr lacks '%s':\n%s", cases[i].flags, cases[i].want, r.err);
+        cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "%s: want one line:\n%s", cases[i].flags, r.err);
+        cr_assert(!strstr(r.out, "\"app\""), "%s: work was done: %s", cases[i].flags, r.out);
+    }
+    /* A bad flag value is refused by the flag parser, before MPI starts (each rank says so). */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s --steps 3 --quiet --parallel zigzag", bin("demo"));
+    mpi_run("", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 2, "zigzag: status %d\n%s", r.status, r.err);
+    cr_assert(strstr(r.err, "scanprop: --parallel zigzag"), "%s", r.err);
+}
+
+Test(exec, a_rank_that_hangs_mid_step_stops_the_others, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 4 --comm-timeout 2", bin("demo"));
+    mpi_run("SCANPROP_EXEC_FAULT=hang:1:2", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 2, "status %d, want 2\n%s", r.status, r.err);
+    cr_assert(r.seconds < 30, "took %.1f s with a 2 s timeout", r.seconds);
+    cr_assert(strstr(r.err, "scanprop: rank 0: ") && strstr(r.err, "rank 1") && strstr(r.err, "during step 2, job ") &&
+                  strstr(r.err, "no answer within 2 s"),
+              "stderr:\n%s", r.err);
+    cr_assert(!strstr(r.out, "\"app\""));
+}
+
+Test(exec, a_rank_that_exits_mid_step_ends_the_job, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --microbatches 4 --comm-timeout 20", bin("demo"));
+    mpi_run("SCANPROP_EXEC_FAULT=exit:1:2", "-np 4", cmd, &r);
+    cr_assert_neq(r.status, 0, "the job succeeded although rank 1 died\n%s", r.err);
+    cr_assert(r.seconds < 25, "took %.1f s", r.seconds);
+    /* mpirun names the dead process: "Process name: [[job,1],1]" (or "process rank 1") */
+    cr_assert(strstr(r.err, ",1],1]") || strstr(r.err, "process rank 1"), "stderr:\n%s", r.err);
+    cr_assert(!strstr(r.out, "\"app\""));
+}
+
+/* ---- communication hidden behind the backward ------------------------------------------- */
+
+Test(exec, ddp_allreduce_overlaps_backward, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    const char *trace = tmp("trace.json");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s --layers 8 --width 256 --steps 3 --batch 64 --threads 1 --quiet --parallel ddp --microbatches 2 "
+             "--bucket-mb 0.2 --trace %s",
+             bin("demo"), trace);
+    mpi_run("", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
+    FILE *f = fopen(trace, "r");
+    cr_assert_not_null(f, "no trace written");
+    /* Per rank and step: the end of its last backward job and the start of its first
+     * gradient collective. */
+    double last_bwd[2][3], first_comm[2][3];
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 3; b++) last_bwd[a][b] = -1, first_comm[a][b] = 1e30;
+    int ncomm = 0;
+    static char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        char name[64];
+        int pid, tid, step;
+        double ts, dur;
+        const char *p = strstr(line, "\"ph\": \"X\"");
+        if (!p) continue;
+        cr_assert_eq(sscanf(line, "{\"name\": \"%63[^\"]\"", name), 1, "%s", line);
+        p = strstr(line, "\"pid\": ");
+        cr_assert_eq(sscanf(p, "\"pid\": %d, \"tid\": %d, \"ts\": %lf, \"dur\": %lf, \"args\": {\"step\": %d}", &pid,
+                            &tid, &ts, &dur, &step),
+                     5, "%s", line);
+        if (pid > 1 || step > 2) continue;
+        if (tid == 1) {
+            ncomm++;
+            if (ts < first_comm[pid][step]) first_comm[pid][step] = ts;
+        } else if (name[0] == 'b') {
+            if (ts + dur > last_bwd[pid][step]) last_bwd[pid][step] = ts + dur;
+        }
+    }
+    fclose(f);
+    remove(trace);
+    cr_assert(ncomm >= 2 * 3 * 2, "only %d collectives traced (want several buckets per rank and step)", ncomm);
+    for (int pid = 0; pid < 2; pid++)
+        for (int step = 0; step < 3; step++)
+            cr_assert(first_comm[pid][step] < last_bwd[pid][step],
+                      "rank %d step %d: the first allreduce started at %.0f us, after the backward ended at %.0f us",
+                      pid, step, first_comm[pid][step], last_bwd[pid][step]);
+}
