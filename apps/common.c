@@ -651,6 +651,7 @@ void sp_app_use_device(const sp_app_opts *o, sp_model *m)
     if (strcmp(o->device, "cuda") != 0) return;
     if (strcmp(o->backward, "linear") != 0)
         sp_fail("--device cuda needs --backward linear (the %s engine runs on the CPU)", o->backward);
+    if (o->parallel) sp_fail("--device cuda with --parallel %s: the parallel schedules run on the CPU", o->parallel);
 #ifdef SP_HAVE_CUDA
     const char *why = NULL;
     if (sp_cuda_device_count(&why) == 0) sp_fail("--device cuda: no CUDA device (%s)", why);
