@@ -124,6 +124,11 @@ EMU_CXXFLAGS := $(OPT) -std=c++17 -Wall -Wextra -Wno-unused-parameter -MMD -MP -
 $(BUILD)/obj/%.cc.o: %.cc
 	@mkdir -p $(@D)
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+# The naive library loops (cuBLAS, cuDNN) stay -O2 and uninstrumented in the ASan build:
+# they are test infrastructure, bounds-checked by their own registry checks, and the
+# sanitizer would only multiply the time of every emulated convolution.
+$(BUILD)/obj/tests/cudaemu/cublas.cc.o $(BUILD)/obj/tests/cudaemu/cudnn.cc.o: EMU_CXXFLAGS := \
+    $(filter-out $(EMU_SAN) -O1,$(EMU_CXXFLAGS)) -O2
 $(EMU_LIB): $(EMU_OBJ)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^

@@ -134,7 +134,7 @@ Test(apps_cuda, vgg11_matches_cpu)
 {
     static const char *const keys[] = {"train_loss", "last_loss"};
     char args[512];
-    snprintf(args, sizeof args, "--data-format mnist --data %s --steps 2 --batch 2", tiny_idx(8, 2));
+    snprintf(args, sizeof args, "--data-format mnist --data %s --steps 1 --batch 2", tiny_idx(4, 1));
     same_on_both("vgg11", args, keys, 2);
     cleanup();
 }
