@@ -8,7 +8,11 @@
 #   make bench           benchmarks against PyTorch CPU (see docs/PERFORMANCE.md)
 #   make bench-cuda      on a GPU machine: scanprop's GPU step next to PyTorch's (docs/CUDA.md)
 #   make opprof          build/opprof: per-op timers of a training step
+#   make install PREFIX=dir   libscanprop.a, the headers (include/scanprop) and scanprop.pc
 #   make BUILD=dir       build somewhere else (parallel worktrees, sanitizer builds)
+#   make CC=clang        build with clang (compiler-specific flags only where accepted)
+#   make build-clang     clang builds of everything, plain and SAN=1 (CI runs it)
+#   make fuzz            libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS=N each (docs/RELIABILITY.md)
 #   make MPI=0|1         without / with Open MPI (default: with it when mpicc is found);
 #                        make test then also runs the suites under mpirun (test_comm, test_exec)
 
@@ -19,17 +23,26 @@ CUDA    ?= 0
 SAN     ?= 0
 WERROR  ?= 0
 
+# $(call cc-option,FLAG): FLAG when $(CC) accepts it (as an error, not a warning), else
+# nothing; compiler-specific flags go only to the compiler that has them (make CC=clang).
+cc-option = $(shell $(CC) -Werror $(1) -x c -c /dev/null -o /dev/null >/dev/null 2>&1 && echo $(1))
+
 # -O2 with -O3's vectoriser cost model: GCC 12's -O2 default ("very cheap") leaves
 # pointwise loops of unknown length scalar, and a scalar ReLU branches on every sign.
 # Vectorising maps changes no bits (no reassociation, no contraction under -std=c11).
+# Clang has no such flag (its -O2 already vectorises with the full cost model).
 OPT     ?= -O2 -g
-CFLAGS  += $(OPT) -fvect-cost-model=dynamic -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP -I. -fno-strict-aliasing
+VECT_FLAGS := $(call cc-option,-fvect-cost-model=dynamic)
+CFLAGS  += $(OPT) $(VECT_FLAGS) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP -I. -fno-strict-aliasing
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror
 endif
 ifeq ($(SAN),1)
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
+endif
+ifeq ($(FUZZ),1)
+CFLAGS  += -fsanitize=fuzzer-no-link
 endif
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/openblas-pthread)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
@@ -94,7 +107,8 @@ CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
 
 # Objects built through pattern rules are kept (not deleted as intermediates).
 .PRECIOUS: $(BUILD)/obj/%.c.o $(BUILD)/obj/%.cu.o
-.PHONY: all lib apps tests test test-long test-asan test-cuda test-cuda-emu cuda-tests bench bench-cuda opprof format clean
+.PHONY: all lib apps tests test install test-long test-asan test-cuda test-cuda-emu cuda-tests bench bench-cuda opprof \
+        format clean build-clang fuzz fuzz-build fuzzers
 all: lib apps
 
 lib: $(LIB)
@@ -154,13 +168,44 @@ tests: $(MPI_WORKERS)
 # Every suite runs even if one fails; the exit status says whether all passed.
 test: all $(TESTS) $(MPI_WORKERS)
 	@BUILD=$(BUILD) ./scripts/run_tests.sh $(TESTS)
+	@BUILD=$(BUILD) ./scripts/test_install.sh
 
-# The long checks: the whole first epoch of the Figure 6 comparison.
-test-long: all $(BUILD)/tests/test_train
+# The static library, headers and a pkg-config file whose Libs are this build's link line.
+PREFIX ?= /usr/local
+install: lib
+	@./scripts/install.sh "$(PREFIX)" "$(BUILD)" "$(LDLIBS)"
+
+# The long checks: the whole first epoch of the Figure 6 comparison; the soak (2,000
+# steps of each app's model and engine: no per-step leak, the engines agree).
+test-long: all $(BUILD)/tests/test_train $(BUILD)/tests/test_soak $(BUILD)/tests/test_resume
 	SCANPROP_FIG6_STEPS=1000000 BUILD=$(BUILD) $(BUILD)/tests/test_train --jobs=1 --verbose
+	SCANPROP_SOAK_STEPS=2000 SCANPROP_SOAK_REPORT=1 $(BUILD)/tests/test_soak --jobs=1
+	SCANPROP_RESUME_SLOW=1 BUILD=$(BUILD) $(BUILD)/tests/test_resume --jobs=1 --filter 'resume/resnet*'
 
 test-asan:
 	$(MAKE) BUILD=build-asan SAN=1 OPT="-O1 -g" test
+
+# Both compilers must build everything: clang, plain and with ASan+UBSan, into their own
+# directories (WERROR=1 on the command line carries over).
+build-clang:
+	$(MAKE) CC=clang BUILD=build-clang all opprof tests
+	$(MAKE) CC=clang BUILD=build-clang-asan SAN=1 OPT="-O1 -g" all opprof tests
+
+# Fuzzing: one libFuzzer binary per reader (tests/fuzz/targets.c), the library built
+# with clang, coverage, ASan and UBSan into build-fuzz/; each runs FUZZ_SECONDS on a
+# scratch copy of its seed corpus tests/fuzz/corpus/<target> (scripts/fuzz.sh).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := safetensors idx cifar seqset image
+fuzzers: $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
+$(BUILD)/obj/tests/fuzz/stb_image.c.o: CFLAGS += -w
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz.c tests/fuzz/targets.c $(BUILD)/obj/tests/fuzz/stb_image.c.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -DFZ_RUN=fz_$* $< \
+	    $(BUILD)/obj/tests/fuzz/stb_image.c.o $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
+fuzz-build:
+	$(MAKE) CC=clang BUILD=build-fuzz SAN=1 FUZZ=1 OPT="-O1 -g" fuzzers
+fuzz: fuzz-build
+	./scripts/fuzz.sh build-fuzz/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 cuda-tests: $(CUDA_TESTS)
 
@@ -197,6 +242,6 @@ format:
 	clang-format -i $(wildcard */*.c */*.h */*.cu)
 
 clean:
-	rm -rf build build-asan build-cuda build-emu build-emu-asan
+	rm -rf build build-asan build-cuda build-emu build-emu-asan build-clang build-clang-asan build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -21,6 +21,7 @@ void sp_app_defaults(sp_app_opts *o)
         .optim = "sgd", .backward = "linear", .lr_schedule = "constant", .epochs = 1, .batch = 64,
         .threads = 2, .lr = 0.01, .momentum = 0.9f, .seed = 1, .scan_levels = -1, .order = "ooo",
         .k = 0, .scan_levels_arg = "full", .device = "cpu", .partition = "cost", .bucket_mb = 25, .comm_timeout = 60,
+        .prune_scope = "global",
     };
 }
 
@@ -68,19 +69,32 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .scope = SP_SCOPE_LOOP},
         {"eval-every", SP_FLAG_INT, &o->eval_every, "evaluate on the test set every N steps (0 = after each epoch)",
          .group = G_LOOP, .range = "0..", .scope = SP_SCOPE_LOOP},
-        {"log", SP_FLAG_STR, &o->log, "per-step CSV log: step,epoch,loss,lr,seconds", .group = G_LOOP,
+        {"log", SP_FLAG_STR, &o->log, "CSV log: step,epoch,loss,lr,seconds,test_loss,test_acc (a row per step; a row per evaluation, loss empty)", .group = G_LOOP,
          .meta = "FILE", .scope = SP_SCOPE_LOOP},
         {"load", SP_FLAG_STR, &o->load, "initial weights (instead of the seeded init)", .group = G_CKPT,
          .meta = "FILE", .scope = SP_SCOPE_CKPT},
         {"save", SP_FLAG_STR, &o->save, "save the final weights (atomic replace)", .group = G_CKPT, .meta = "FILE",
          .scope = SP_SCOPE_CKPT},
+        {"eval-only", SP_FLAG_BOOL, &o->eval_only, "evaluate the --load weights on the test set (eval mode), no "
+         "training", .group = G_CKPT, .needs = "load,!save", .scope = SP_SCOPE_CKPT},
+        {"save-every", SP_FLAG_LONG, &o->save_every, "also write a resumable checkpoint to --save every N steps "
+         "(0 = off)", .group = G_CKPT, .meta = "N", .range = "0..", .needs = "save,!parallel", .scope = SP_SCOPE_CKPT},
+        {"resume", SP_FLAG_STR, &o->resume, "continue the run of a --save-every checkpoint, bitwise as if "
+         "uninterrupted", .group = G_CKPT, .meta = "FILE", .needs = "!load,!parallel", .scope = SP_SCOPE_CKPT},
+        {"prune", SP_FLAG_DOUBLE, &o->prune, "magnitude-prune this fraction of the conv/linear weights after "
+         "--load or init, then retrain with the masks kept (docs/BPPSA.md)", .group = G_CKPT, .meta = "X",
+         .range = "0..", .needs = "!save-every,!resume,!parallel", .scope = SP_SCOPE_CKPT},
+        {"prune-scope", SP_FLAG_STR, &o->prune_scope, "rank weights per layer or over all layers together",
+         .group = G_CKPT, .choices = "layer|global", .needs = "prune", .scope = SP_SCOPE_CKPT},
         {"backward", SP_FLAG_STR, &o->backward, "backward engine", .group = G_ENGINE,
          .choices = "linear|bppsa|ooo", .scope = SP_SCOPE_ENGINE},
         {"scan-levels", SP_FLAG_STR, &o->scan_levels_arg, "up-sweep levels: 0 (= linear BP) .. the model's "
-         "full depth, or full", .group = G_BPPSA, .meta = "N|full", .needs = "backward=bppsa",
-         .scope = SP_SCOPE_ENGINE},
-        {"plan", SP_FLAG_BOOL, &o->plan, "print the static scan plan", .group = G_BPPSA, .needs = "backward=bppsa",
-         .scope = SP_SCOPE_ENGINE},
+         "full depth, full, or auto (the plan's cost model picks; docs/BPPSA.md)", .group = G_BPPSA,
+         .meta = "N|full|auto", .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
+        {"plan", SP_FLAG_BOOL, &o->plan, "print the scan plan's summary and exit without training "
+         "(--plan=full: every step)", .group = G_BPPSA, .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
+        {"plan-svg", SP_FLAG_STR, &o->plan_svg, "draw the scan tree of a short chain to FILE and exit",
+         .group = G_BPPSA, .meta = "FILE", .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
         {"order", SP_FLAG_STR, &o->order, "task order of the two lanes", .group = G_OOO,
          .choices = "conventional|ooo|reverse-first-k|list", .needs = "backward=ooo", .scope = SP_SCOPE_ENGINE},
         {"k", SP_FLAG_INT, &o->k, "layers in reverse-first order (0 = half the parameterised layers)",
@@ -90,7 +104,7 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
         {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON (with --backward ooo or --parallel)",
          .group = G_OOO, .meta = "FILE", .scope = SP_SCOPE_ENGINE},
         {"parallel", SP_FLAG_STR, &o->parallel, "run the master schedule on the MPI ranks", .group = G_PAR,
-         .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo", .needs = "backward=linear",
+         .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|scan", .needs = "backward=linear|ooo",
          .scope = SP_SCOPE_RUN},
         {"microbatches", SP_FLAG_INT, &o->microbatches, "micro-batches B per step (0 = W, pipelines 2W)",
          .group = G_PAR, .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
@@ -104,7 +118,7 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .group = G_PAR, .meta = "X", .range = "0.001..", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"costs", SP_FLAG_STR, &o->costs, "stage costs CSV (as --costs-out writes) instead of measuring",
          .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
-        {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs used (for build/schedule --profile)",
+        {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs this run measured (for build/schedule --profile)",
          .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"exec-order", SP_FLAG_STR, &o->exec_order, "write each rank's executed job order", .group = G_PAR,
          .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
@@ -119,6 +133,7 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
 /* ---- the flag parser ------------------------------------------------------------------ */
 
 static sp_flag *g_flags;        /* the table of the last parse, for sp_flag_given and needs */
+static bool g_plan_full;        /* --plan=full was given */
 static const char *g_app;
 
 static sp_flag *find(sp_flag *set, const char *name, size_t len)
@@ -428,6 +443,12 @@ static void parse(int argc, char **argv, const char *app, const char *summary, s
         f->set = true;   /* given twice: the last value counts */
         const char *v = eq ? eq + 1 : NULL;
         if (f->kind == SP_FLAG_BOOL) {
+            if (v && strcmp(f->name, "plan") == 0) {   /* --plan=full | --plan=summary */
+                if (strcmp(v, "full") != 0 && strcmp(v, "summary") != 0)
+                    sp_fail("--plan=%s: expected --plan, --plan=summary or --plan=full", v);
+                g_plan_full = strcmp(v, "full") == 0;
+                v = NULL;
+            }
             if (v) sp_fail("--%s takes no value", f->name);
             set_value(f, "");
             continue;
@@ -450,19 +471,24 @@ void sp_flags_parse(int argc, char **argv, const char *app, const char *summary,
 static void check_ranges(sp_app_opts *o)
 {
     if (!(o->lr > 0)) sp_fail("--lr %g: expected > 0", o->lr);
+    if (!(o->prune >= 0 && o->prune < 1)) sp_fail("--prune %g: expected a fraction in [0, 1)", o->prune);
     if (o->momentum < 0 || o->momentum >= 1) sp_fail("--momentum %g: expected in [0, 1)", o->momentum);
     if (sp_flag_given("lr-schedule")) sp_lr_parse(o->lr_schedule, o->lr);   /* fail before any data is read */
     const char *fmt = o->data_format ? o->data_format : "fashion-mnist";
     if (!o->data && sp_flag_given("data-format") && strcmp(fmt, "fashion-mnist") != 0)
         sp_fail("--data-format %s needs --data DIR (only fashion-mnist has a default directory)", fmt);
+    o->plan_full = g_plan_full;
     if (strcmp(o->scan_levels_arg, "full") == 0) {
-        o->scan_levels = -1;
+        o->scan_levels = SP_SCAN_LEVELS_FULL;
+    } else if (strcmp(o->scan_levels_arg, "auto") == 0) {
+        o->scan_levels = SP_SCAN_LEVELS_AUTO;
     } else {
         char *end;
         errno = 0;
         long x = strtol(o->scan_levels_arg, &end, 10);
         if (!*o->scan_levels_arg || *end || errno || x < 0 || x > 1000000)
-            sp_fail("--scan-levels %s: expected 0 (linear BP) .. the model's full depth, or full", o->scan_levels_arg);
+            sp_fail("--scan-levels %s: expected 0 (linear BP) .. the model's full depth, full or auto",
+                    o->scan_levels_arg);
         o->scan_levels = (int)x;
     }
     if (o->trace && strcmp(o->backward, "ooo") != 0 && !o->parallel)
@@ -615,6 +641,7 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
 #include "core/parallel.h"
 #include "core/safetensors.h"
 #include "core/comm.h"
+#include "optim/prune.h"
 #include "schedulers/engines.h"
 #include "schedulers/exec.h"
 #include "schedulers/ooo.h"
@@ -630,7 +657,77 @@ sp_engine_opts sp_app_engine_opts(const sp_app_opts *o)
                             .k = o->k,
                             .mem_cap = (size_t)o->mem_cap,
                             .trace_path = o->trace,
-                            .plan = o->plan};
+                            .plan = o->plan,
+                            .plan_full = o->plan_full,
+                            .plan_svg = o->plan_svg};
+}
+
+/* --plan / --plan-svg: one forward and one bppsa backward on the first batch print the
+ * plan (and draw it), then the JSON line carries the plan's figures. Nothing trains. */
+void sp_app_plan_only(const char *app, const sp_app_opts *o, sp_model *m, const sp_tensor *x, const int *y)
+{
+    sp_engine_opts eo = sp_app_engine_opts(o);
+    eo.plan = o->plan || !o->plan_svg;
+    eo.plan_only = true;
+    sp_engine *e = sp_engine_create("bppsa", &eo);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *loss = sp_model_loss(m, &t, x, y);
+    sp_backward(e, &t, loss);
+    sp_bppsa_stats st;
+    if (!sp_bppsa_stats_get(e, &st)) sp_fail("%s: --plan: no plan was made", app);
+    bool pruned = false;
+    for (int i = 0; i < m->nparams; i++) pruned |= m->params[i]->mask != NULL;
+    if (pruned && eo.plan && st.dense_jt_entries > 5e7)
+        printf("dense plan: not made (its Jt hold %.3g entries per sample; its symbolic products would need "
+               "gigabytes)\n", st.dense_jt_entries);
+    else if (pruned && eo.plan) {   /* the paper's Figure 10: FLOPs per level, dense next to pruned */
+        const float *masks[512];
+        int np = m->nparams < 512 ? m->nparams : 512;
+        for (int i = 0; i < np; i++) masks[i] = m->params[i]->mask, m->params[i]->mask = NULL;
+        sp_engine_opts dq = eo;
+        dq.plan = false;
+        dq.plan_svg = NULL;
+        sp_engine *d = sp_engine_create("bppsa", &dq);
+        sp_tape td;
+        sp_tape_init(&td);
+        sp_backward(d, &td, sp_model_loss(m, &td, x, y));
+        for (int i = 0; i < np; i++) m->params[i]->mask = masks[i];
+        double dt[256], dc[256], pt[256], pc[256];
+        int nl = sp_bppsa_level_flops(d, dt, dc, 256), pl = sp_bppsa_level_flops(e, pt, pc, 256);
+        sp_bppsa_stats ds;
+        sp_bppsa_stats_get(d, &ds);
+        if (nl == pl && nl <= 256) {
+            printf("FLOP per sample per level, dense vs pruned (all steps | the critical step):\n");
+            printf("%5s %16s %16s %16s %16s\n", "level", "dense", "pruned", "dense crit", "pruned crit");
+            for (int l = 0; l < nl; l++)
+                printf("%5d %16.0f %16.0f %16.0f %16.0f\n", l, dt[l], pt[l], dc[l], pc[l]);
+        }
+        printf("dense: bppsa total %.0f, critical path %.0f, linear BP %.0f; pruned: %.0f, %.0f, %.0f "
+               "(critical path %.1fx shorter)\n", ds.flops, ds.critical_flops, ds.linear_flops, st.flops,
+               st.critical_flops, st.linear_flops, st.critical_flops > 0 ? ds.critical_flops / st.critical_flops : 0.0);
+        sp_tape_free(&td);
+        sp_engine_destroy(d);
+    }
+    sp_json j;
+    sp_json_begin(&j);
+    sp_json_str(&j, "app", app);
+    sp_json_str(&j, "backward", "bppsa");
+    sp_json_str(&j, "mode", "plan");
+    sp_json_int(&j, "links", st.n);
+    sp_json_int(&j, "batch", st.batch);
+    sp_json_int(&j, "scan_levels", st.up_levels);
+    sp_json_int(&j, "full_levels", st.full_levels);
+    sp_json_int(&j, "levels", st.levels);
+    sp_json_int(&j, "linear_levels", st.linear_levels);
+    sp_json_num(&j, "flops_per_sample", st.flops);
+    sp_json_num(&j, "critical_flops_per_sample", st.critical_flops);
+    sp_json_num(&j, "linear_flops_per_sample", st.linear_flops);
+    sp_json_num(&j, "scan_bytes", (double)st.scan_bytes);
+    sp_json_num(&j, "peak_bytes", (double)st.peak_bytes);
+    sp_json_end_print(&j);
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
 }
 
 void sp_app_check_scan_levels(const sp_app_opts *o, sp_model *m, const sp_tensor *x1, const int *y1)
@@ -642,7 +739,8 @@ void sp_app_check_scan_levels(const sp_app_opts *o, sp_model *m, const sp_tensor
     int n = sp_bppsa_chain_links(loss), full = sp_scan_full_levels(n);
     sp_tape_free(&t);
     if (o->scan_levels > full)
-        sp_fail("--scan-levels %d: expected 0..%d for %s (a chain of %d Jacobians), or full", o->scan_levels, full,
+        sp_fail("--scan-levels %d: expected 0..%d for %s (its longest scanned chain: %d Jacobians), or full",
+                o->scan_levels, full,
                 m->name, n);
 }
 
@@ -652,6 +750,13 @@ void sp_app_use_device(const sp_app_opts *o, sp_model *m)
     if (strcmp(o->backward, "linear") != 0)
         sp_fail("--device cuda needs --backward linear (the %s engine runs on the CPU)", o->backward);
     if (o->parallel) sp_fail("--device cuda with --parallel %s: the parallel schedules run on the CPU", o->parallel);
+    if (o->resume || o->save_every > 0)
+        sp_fail("--device cuda with --%s: resumable checkpoints are written during training from host tensors "
+                "(expected --save, which saves at the end)", o->resume ? "resume" : "save-every");
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i]->mask)
+            sp_fail("--device cuda: %s is pruned (masks are applied on the host; train pruned models on the CPU)",
+                    m->params[i]->name);
 #ifdef SP_HAVE_CUDA
     const char *why = NULL;
     if (sp_cuda_device_count(&why) == 0) sp_fail("--device cuda: no CUDA device (%s)", why);
@@ -672,16 +777,45 @@ void sp_app_device_to_host(sp_model *m)
 #endif
 }
 
+/* --eval-only: the loaded weights on d in eval mode; the JSON line says what was run. */
+static sp_train_result eval_only(const char *app, const sp_app_opts *o, sp_model *m, sp_dataset *d)
+{
+    sp_train_result r = {.train_loss = NAN, .last_loss = NAN};
+    double t0 = sp_now();
+    sp_evaluate(m, d, o->batch > 256 ? o->batch : 256, &r.test_loss, &r.test_acc);
+    r.seconds = sp_now() - t0;
+    sp_json j;
+    sp_json_begin(&j);
+    sp_json_str(&j, "app", app);
+    sp_json_str(&j, "mode", "eval-only");
+    sp_json_str(&j, "load", o->load);
+    sp_json_str(&j, "dataset", d->name);
+    sp_json_int(&j, "samples", d->n);
+    sp_json_int(&j, "threads", o->threads);
+    sp_json_num(&j, "test_loss", r.test_loss);
+    sp_json_num(&j, "test_acc", r.test_acc);
+    sp_json_num(&j, "seconds", r.seconds);
+    sp_json_end_print(&j);
+    return r;
+}
+
 sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m, sp_dataset *train,
                              sp_dataset *test, bool timing_keys)
 {
+    if (o->eval_only) {   /* --load is required by the flags */
+        sp_check(sp_model_load(m, o->load));
+        return eval_only(app, o, m, test ? test : train);
+    }
     if (o->batch > train->n)
         sp_fail("--batch %d exceeds the %d training samples of %s", o->batch, train->n, train->name);
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_engine_opts eo = sp_app_engine_opts(o);
     sp_engine *e = sp_engine_create(o->backward, &eo);
-    if (o->load) sp_check(sp_model_load(m, o->load));
-    else sp_model_init(m, o->seed);
+    sp_pruning *pruning = NULL;
+    if (o->load) sp_check(sp_prune_load(m, o->load, &pruning));   /* plain or torch-pruned checkpoints */
+    else sp_model_init(m, o->seed);   /* --resume overwrites it in sp_train */
+    if (o->prune > 0)
+        pruning = sp_prune_magnitude(m, pruning, o->prune, strcmp(o->prune_scope, "layer") == 0 ? SP_PRUNE_LAYER : SP_PRUNE_GLOBAL);
     sp_app_use_device(o, m);   /* checkpoints load and save on the host; the step runs on --device */
     if (o->scan_levels >= 0 && strcmp(o->backward, "bppsa") == 0) {   /* one sample, to know the chain */
         sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
@@ -689,6 +823,16 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
         sp_loader_next(one, &b);
         sp_app_check_scan_levels(o, m, &b.x, b.y);
         sp_loader_free(one);
+    }
+    if (o->plan || o->plan_svg) {   /* the plan of the first batch; nothing trains */
+        sp_loader *l = sp_loader_new_sync(train, o->batch, false, o->seed, false);
+        sp_batch b;
+        if (!sp_loader_next(l, &b)) sp_fail("%s: --plan: the training set is empty", app);
+        sp_app_plan_only(app, o, m, &b.x, b.y);
+        sp_loader_free(l);
+        sp_engine_destroy(e);
+        sp_prune_free(pruning);
+        return (sp_train_result){0};
     }
 
     sp_optim_cfg cfg = sp_optim_cfg_default();
@@ -708,14 +852,30 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
                        .steps = o->steps,
                        .eval_every = o->eval_every,
                        .eval_batch = o->batch > 256 ? o->batch : 256,
-                       .log_path = o->log,
+                       .log_path = sp_app_prints(ex) ? o->log : NULL,   /* rank 0 writes the log */
                        .lr = &sched,
                        .quiet = o->quiet || !sp_app_prints(ex),
-                       .exec = ex};
+                       .exec = ex,
+                       .save_every = o->save_every,
+                       .save_path = o->save,
+                       .resume_path = o->resume};
+    /* What decides a run's numbers: a resume must match (schedulers/checkpoint.h). */
+    char lr[32], mom[32], wd[32], batch[16], seed[24];
+    snprintf(lr, sizeof lr, "%.17g", o->lr);
+    snprintf(mom, sizeof mom, "%.17g", o->momentum);
+    snprintf(wd, sizeof wd, "%.17g", o->weight_decay);
+    snprintf(batch, sizeof batch, "%d", o->batch);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    const char *run_meta[] = {"lr", lr, "lr-schedule", o->lr_schedule, "momentum", mom, "weight-decay", wd,
+                              "batch", batch, "seed", seed, "no-shuffle", o->no_shuffle ? "yes" : "no", NULL};
+    tc.run_meta = run_meta;
     sp_train_result r = sp_train(m, e, opt, loader, test, &tc);
     sp_app_device_to_host(m);
     if (ex && o->save) sp_exec_sync_weights(ex);
-    if (o->save && sp_app_prints(ex)) sp_check(sp_model_save(m, o->save));
+    if (o->save && o->save_every == 0 && sp_app_prints(ex)) {   /* else sp_train saved */
+        if (pruning) sp_check(sp_prune_save(pruning, m, o->save));
+        else sp_check(sp_model_save(m, o->save));
+    }
 
     sp_json j;
     sp_json_begin(&j);
@@ -726,14 +886,28 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_json_int(&j, "steps", r.steps);
     sp_json_int(&j, "batch", sp_loader_batch(loader));   /* what ran */
     sp_json_int(&j, "threads", o->threads);
+    sp_json_str(&j, "optim", o->optim);
+    sp_json_num(&j, "lr", o->lr);
+    sp_json_int(&j, "seed", (long)o->seed);
+    sp_json_str(&j, "dataset", train->name);
     if (strcmp(o->backward, "bppsa") == 0) {
-        if (o->scan_levels < 0) sp_json_str(&j, "scan_levels", "full");
+        sp_bppsa_stats bs;
+        if (o->scan_levels == SP_SCAN_LEVELS_AUTO && sp_bppsa_stats_get(e, &bs)) sp_json_int(&j, "scan_levels", bs.up_levels);
+        else if (o->scan_levels < 0) sp_json_str(&j, "scan_levels", "full");
         else sp_json_int(&j, "scan_levels", o->scan_levels);
     }
     if (strcmp(o->backward, "ooo") == 0 && r.steps > 0) {   /* what the engine ran */
         const sp_ooo_stats *st = sp_ooo_last_stats(e);
         sp_json_str(&j, "order", st->order);
         if (strcmp(st->order, "reverse-first-k") == 0) sp_json_int(&j, "k", st->k);
+        sp_json_num(&j, "critical_path_ms", 1e3 * st->critical_s);
+        sp_json_int(&j, "peak_bytes", (long)st->peak_bytes);
+    }
+    if (pruning) {   /* the fraction of the prunable weights that are pruned */
+        int64_t kept = 0, all = 0;
+        for (int i = 0; i < m->nparams; i++)
+            if (pruning->mask[i]) kept += sp_prune_kept(pruning, i), all += (int64_t)m->params[i]->value.numel;
+        sp_json_num(&j, "pruned", all ? 1.0 - (double)kept / (double)all : 0.0);
     }
     sp_json_num(&j, "train_loss", r.train_loss);
     sp_json_num(&j, "test_loss", r.test_loss);
@@ -753,6 +927,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_loader_free(loader);
     sp_optim_free(opt);
     sp_engine_destroy(e);
+    sp_prune_free(pruning);
     return r;
 }
 
@@ -774,7 +949,9 @@ struct sp_exec *sp_app_exec_new(const sp_app_opts *o, sp_model *m, struct sp_opt
                      .costs_in = o->costs,
                      .costs_out = o->costs_out,
                      .order_out = o->exec_order,
-                     .trace_path = o->trace};
+                     .trace_path = o->trace,
+                     .ooo = strcmp(o->backward, "ooo") == 0,
+                     .k = o->k};
     return sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
 }
 

@@ -25,7 +25,7 @@ enum {
     SP_SCOPE_RUN = 1,        /* every training app, demo included: steps, batch, lr, optim… */
     SP_SCOPE_ENGINE = 2,     /* --backward and the engines' options                       */
     SP_SCOPE_LOOP = 4,       /* the epoch loop of sp_train: epochs, lr schedule, log, eval */
-    SP_SCOPE_CKPT = 8,       /* --load / --save                                           */
+    SP_SCOPE_CKPT = 8,       /* --load / --save / --save-every / --resume                 */
     SP_SCOPE_IMAGES = 16,    /* --data / --data-format (lenet, vgg11)                     */
     SP_SCOPE_TRAINER = 1 | 2 | 4 | 8,   /* an app that runs sp_app_train                  */
 };
@@ -59,17 +59,23 @@ bool sp_flag_given(const char *name);
 /* The flags every training app takes (the training issue's list). */
 typedef struct sp_app_opts {
     const char *data, *data_format, *optim, *backward, *load, *save, *log, *lr_schedule;
+    const char *resume;   /* --resume FILE: continue a --save-every checkpoint */
+    long save_every;      /* --save-every N: resumable checkpoint to --save every N steps */
     int epochs, batch, threads, eval_every;   /* epochs 0: as many as --steps needs */
     long steps;
     double lr, momentum, weight_decay;   /* doubles, as PyTorch's Python floats */
     uint64_t seed;
     bool no_shuffle, quiet;
+    bool eval_only;                      /* --eval-only: evaluate --load, no training */
     /* engine options */
     int scan_levels, k;                  /* scan_levels -1: the full scan */
     long mem_cap;
     const char *order, *trace;
-    bool plan;
-    const char *scan_levels_arg;         /* --scan-levels as given: N | full */
+    bool plan, plan_full;                /* --plan, --plan=full: print the bppsa plan, exit */
+    const char *plan_svg;                /* --plan-svg FILE: draw the scan tree and exit   */
+    const char *scan_levels_arg;         /* --scan-levels as given: N | full | auto */
+    double prune;                        /* --prune AMOUNT: magnitude-prune conv/linear weights */
+    const char *prune_scope;             /* --prune-scope layer | global */
     const char *device;                  /* cpu | cuda */
     /* parallel training on MPI ranks (schedulers/exec.h) */
     const char *parallel, *partition, *costs_out, *costs, *exec_order;
@@ -123,6 +129,9 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
 void sp_app_use_device(const sp_app_opts *o, sp_model *m);
 /* m's parameters back on the host (before saving a checkpoint). */
 void sp_app_device_to_host(sp_model *m);
+/* --plan / --plan-svg: print (and draw) the bppsa plan for the batch (x, y) and the
+ * JSON line of its figures; trains nothing. sp_app_train calls it on the first batch. */
+void sp_app_plan_only(const char *app, const sp_app_opts *o, sp_model *m, const sp_tensor *x, const int *y);
 /* The engine options from the app flags. */
 sp_engine_opts sp_app_engine_opts(const sp_app_opts *o);
 /* --scan-levels against the model: one forward of (x1, y1) gives the chain's length n; a

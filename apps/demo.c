@@ -71,10 +71,19 @@ int main(int argc, char **argv)
     /* --parallel (under mpirun): the same steps on the ranks, by the master schedule */
     struct sp_exec *ex = sp_app_exec_new(&o, m, opt, 1, (int[]){D});
 
+    int B = o.batch;
+    if (o.plan || o.plan_svg) {   /* print (draw) the bppsa plan of one batch, train nothing */
+        sp_tensor x = sp_tensor_2d(xs, B, D);
+        sp_app_plan_only("demo", &o, m, &x, ys);
+        sp_optim_free(opt);
+        sp_engine_destroy(e);
+        sp_model_free(m);
+        return 0;
+    }
+
     /* the loop: forward on a tape, backward, step, reset */
     sp_tape t;
     sp_tape_init(&t);
-    int B = o.batch;
     float first = 0, loss = 0;
     for (long s = 0; s < o.steps; s++) {
         int start = (int)((s * B) % (N - B + 1));

@@ -93,6 +93,75 @@ sp_model *sp_zoo_mlp(int input, int hidden, int classes)
     return m;
 }
 
+/* One basic block of ResNet (He et al. 2016, §4.2): conv3×3 → bn → relu → conv3×3 → bn,
+ * plus the shortcut, → relu. A shortcut that changes shape is option B: a strided
+ * 1×1 conv + bn (<block>.shortcut.0, .shortcut.1); otherwise the identity. Returns the
+ * index of the block's output layer. */
+static int basic_block(sp_model *m, const char *name, int x, int cin, int cout, int stride)
+{
+    char n[64];
+    snprintf(n, sizeof n, "%s.conv1", name);
+    sp_model_add_from(m, sp_conv2d_nobias(n, cin, cout, 3, stride, 1), 1, (int[]){x});
+    snprintf(n, sizeof n, "%s.bn1", name);
+    sp_model_add(m, sp_batchnorm2d(n, cout));
+    sp_model_add(m, sp_relu());
+    snprintf(n, sizeof n, "%s.conv2", name);
+    sp_model_add(m, sp_conv2d_nobias(n, cout, cout, 3, 1, 1));
+    snprintf(n, sizeof n, "%s.bn2", name);
+    int f = sp_model_add_from(m, sp_batchnorm2d(n, cout), 1, (int[]){sp_model_last(m)});
+    int s = x;
+    if (stride != 1 || cin != cout) {
+        snprintf(n, sizeof n, "%s.shortcut.0", name);
+        sp_model_add_from(m, sp_conv2d_nobias(n, cin, cout, 1, stride, 0), 1, (int[]){x});
+        snprintf(n, sizeof n, "%s.shortcut.1", name);
+        s = sp_model_add_from(m, sp_batchnorm2d(n, cout), 1, (int[]){sp_model_last(m)});
+    }
+    sp_model_add_from(m, sp_add(), 2, (int[]){f, s});
+    sp_model_add(m, sp_relu());
+    return sp_model_last(m);
+}
+
+/* Kaiming-normal (fan_in, ReLU gain) convolution and linear weights, as the usual CIFAR
+ * ResNet code does; linear bias PyTorch's default; batch norm γ = 1, β = 0. */
+static void resnet_init(sp_model *m, sp_rng *r)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        sp_layer *l = m->layers[i];
+        if (l->op->init_params) l->op->init_params(l, r);   /* biases, batch norm */
+        if (l->op != &sp_op_conv2d && l->op != &sp_op_linear) continue;
+        sp_tensor *w = &l->params[0]->value;
+        size_t fan_in = w->numel / (size_t)w->shape[0];
+        float std = sqrtf(2.0f / (float)fan_in);
+        for (size_t j = 0; j < w->numel; j++) w->data[j] = std * sp_rng_normal(r);
+    }
+}
+
+/* ResNet-20 for 32×32 inputs (He et al. 2016, §4.2, the CIFAR variant): conv3×3 16 →
+ * 3 stages × 3 basic blocks (16, 32, 64 channels, stride 2 entering stages 2 and 3,
+ * option-B shortcuts there) → global average pooling → fc. Convs have no bias (batch
+ * norm follows each). */
+sp_model *sp_zoo_resnet20(int in_channels, int classes)
+{
+    sp_model *m = sp_model_new("resnet20");
+    sp_model_add(m, sp_conv2d_nobias("conv1", in_channels, 16, 3, 1, 1));
+    sp_model_add(m, sp_batchnorm2d("bn1", 16));
+    sp_model_add(m, sp_relu());
+    int x = sp_model_last(m);
+    static const int widths[3] = {16, 32, 64};
+    int cin = 16;
+    for (int s = 0; s < 3; s++)
+        for (int b = 0; b < 3; b++) {
+            char name[32];
+            snprintf(name, sizeof name, "layer%d.%d", s + 1, b);
+            x = basic_block(m, name, x, cin, widths[s], s > 0 && b == 0 ? 2 : 1);
+            cin = widths[s];
+        }
+    sp_model_add(m, sp_global_avgpool2d());
+    sp_model_add(m, sp_linear("fc", 64, classes));
+    m->init = resnet_init;
+    return m;
+}
+
 typedef struct zoo_entry {
     const char *name;
     int ndim, shape[3];
@@ -100,11 +169,11 @@ typedef struct zoo_entry {
 
 static const zoo_entry ZOO[] = {
     {"lenet", 3, {1, 28, 28}}, {"vgg11", 3, {3, 32, 32}}, {"rnn", 2, {1000, 1}},
-    {"gru", 2, {1034, 12}},    {"mlp", 3, {1, 28, 28}},
+    {"gru", 2, {1034, 12}},    {"mlp", 3, {1, 28, 28}}, {"resnet20", 3, {1, 32, 32}},
 };
 #define NZOO (sizeof ZOO / sizeof ZOO[0])
 
-const char *sp_zoo_names(void) { return "lenet|vgg11|rnn|gru|mlp"; }
+const char *sp_zoo_names(void) { return "lenet|vgg11|rnn|gru|mlp|resnet20"; }
 
 static const zoo_entry *zoo_find(const char *name)
 {
@@ -127,5 +196,6 @@ sp_model *sp_zoo_model(const char *name)
     if (strcmp(e->name, "vgg11") == 0) return sp_zoo_vgg11(3, 10);
     if (strcmp(e->name, "rnn") == 0) return sp_zoo_rnn(1, 20, 10);
     if (strcmp(e->name, "gru") == 0) return sp_zoo_gru(12, 20, 10);
+    if (strcmp(e->name, "resnet20") == 0) return sp_zoo_resnet20(1, 10);
     return sp_zoo_mlp(28 * 28, 128, 10);
 }

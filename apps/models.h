@@ -7,7 +7,7 @@
 
 /* "lenet" (1×28×28 → 10), "vgg11" (3×32×32 → 10, config A, no batch norm),
  * "rnn" (bitstream: T×1 → 10, hidden 20), "gru" (T×12 → 10, hidden 20),
- * "mlp" (1×28×28 → 10, 784-128-10). Unknown name: sp_fail listing the valid ones.
+ * "mlp" (1×28×28 → 10, 784-128-10), "resnet20" (1×32×32 → 10). Unknown name: sp_fail listing the valid ones.
  * Parameters are left at zero: call sp_model_init. */
 sp_model *sp_zoo_model(const char *name);
 
@@ -16,6 +16,9 @@ sp_model *sp_zoo_vgg11(int in_channels, int classes);
 sp_model *sp_zoo_rnn(int input, int hidden, int classes);
 sp_model *sp_zoo_gru(int input, int hidden, int classes);
 sp_model *sp_zoo_mlp(int input, int hidden, int classes);
+/* "resnet20": ResNet-20, CIFAR variant, 32×32 inputs, option-B (1×1 conv + bn)
+ * shortcuts, batch norm: a DAG (sp_model_add_from). */
+sp_model *sp_zoo_resnet20(int in_channels, int classes);
 
 /* The default per-sample input shape of a zoo model (ndim 3: C×H×W, or T×C with
  * ndim 2 for rnn/gru, T taken from the paper's defaults). */

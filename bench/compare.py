@@ -158,7 +158,7 @@ def main(path):
             rs = [r["json"] for r in g if r["cfg"]["coretype"] == ct]
             gf = [j["gflops_median"] for j in rs]
             rows.append([f"`{ct}`", rs[0]["core"], fmt(med(gf)) + spread(gf), fmt(max(j["gflops_best"] for j in rs))])
-        table(["OPENBLAS_CORETYPE", "kernel core", "GFLOP/s (median)", "best"], rows)
+        table(["SGEMM (oneDNN, or OpenBLAS under OPENBLAS_CORETYPE)", "kernel core", "GFLOP/s (median)", "best"], rows)
 
     # ---- LeNet --------------------------------------------------------------------------
     if sel(recs, "lenet", "ours") or sel(recs, "lenet", "torch"):

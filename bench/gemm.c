@@ -4,9 +4,14 @@
  * OPENBLAS_CORETYPE=Haswell and with the variable unset; the core OpenBLAS picked is in
  * the output because the variable only takes effect at library load.
  *
- *   gemm [n] [threads] [reps]     (defaults 2048 2 5)
- * Prints one JSON line: n, threads, core, median/best GFLOP/s over reps after a warm-up. */
+ *   gemm [n] [threads] [reps] [openblas|dnnl]     (defaults 2048 2 5 openblas)
+ * Prints one JSON line: n, threads, core, median/best GFLOP/s over reps after a warm-up.
+ * dnnl: oneDNN's dnnl_sgemm (what scanprop's products use, core/dnnl.h) on `threads`
+ * OpenMP threads; core is then "oneDNN". */
 #include <cblas.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -33,11 +38,14 @@ int main(int argc, char **argv)
     int n = argc > 1 ? atoi(argv[1]) : 2048;
     int threads = argc > 2 ? atoi(argv[2]) : 2;
     int reps = argc > 3 ? atoi(argv[3]) : 5;
-    if (n < 1 || threads < 1 || reps < 1 || reps > 100) {
-        fprintf(stderr, "gemm: usage: gemm [n >= 1] [threads >= 1] [reps 1..100]\n");
+    const char *lib = argc > 4 ? argv[4] : "openblas";
+    int dnnl = !strcmp(lib, "dnnl");
+    if (n < 1 || threads < 1 || reps < 1 || reps > 100 || (!dnnl && strcmp(lib, "openblas"))) {
+        fprintf(stderr, "gemm: usage: gemm [n >= 1] [threads >= 1] [reps 1..100] [openblas|dnnl]\n");
         return 2;
     }
     openblas_set_num_threads(threads);
+    omp_set_num_threads(threads);
     size_t nn = (size_t)n * (size_t)n;
     float *a = malloc(nn * sizeof *a), *b = malloc(nn * sizeof *b), *c = malloc(nn * sizeof *c);
     if (!a || !b || !c) {
@@ -53,17 +61,17 @@ int main(int argc, char **argv)
         b[i] = (float)(s >> 8) / (float)(1u << 23) - 1.0f;
     }
     double flop = 2.0 * n * (double)n * n, gf[100];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    for (int r = 0; r < reps; r++) {
+    for (int r = -1; r < reps; r++) {   /* r = -1: warm-up */
         double t0 = now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        gf[r] = flop / (now() - t0) / 1e9;
+        if (dnnl) dnnl_sgemm('N', 'N', n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        if (r >= 0) gf[r] = flop / (now() - t0) / 1e9;
     }
     qsort(gf, (size_t)reps, sizeof gf[0], cmp);
     const char *ct = getenv("OPENBLAS_CORETYPE");
     printf("{\"app\": \"sgemm\", \"n\": %d, \"threads\": %d, \"reps\": %d, \"coretype_env\": \"%s\", "
            "\"core\": \"%s\", \"gflops_median\": %.2f, \"gflops_best\": %.2f, \"checksum\": %.6g}\n",
-           n, threads, reps, ct ? ct : "unset", openblas_get_corename(), gf[reps / 2], gf[reps - 1],
+           n, threads, reps, ct ? ct : "unset", dnnl ? "oneDNN" : openblas_get_corename(), gf[reps / 2], gf[reps - 1],
            (double)c[0] + c[nn - 1]);
     free(a);
     free(b);

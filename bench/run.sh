@@ -36,9 +36,9 @@ done
 # The SGEMM probe links the same OpenBLAS as the apps.
 mkdir -p bench/results
 cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra $(pkg-config --cflags openblas 2>/dev/null ||
-    echo -I/usr/include/x86_64-linux-gnu/openblas-pthread) bench/gemm.c \
-    $(pkg-config --libs openblas 2>/dev/null || echo -lopenblas) -o bench/results/bench_gemm ||
-    die "cannot compile bench/gemm.c against OpenBLAS"
+    echo -I/usr/include/x86_64-linux-gnu/openblas-pthread) -fopenmp bench/gemm.c \
+    $(pkg-config --libs openblas 2>/dev/null || echo -lopenblas) -ldnnl -o bench/results/bench_gemm ||
+    die "cannot compile bench/gemm.c against OpenBLAS and oneDNN"
 
 STAMP=$(date +%Y%m%d-%H%M%S)
 BASE=bench/results/bench-$STAMP

@@ -50,6 +50,12 @@ bool sp_dnnl_conv_set(bool on)
 
 #ifndef SP_HAVE_DNNL
 
+bool sp_dnnl_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc)
+{
+    return false;
+}
+
 void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
                           float *y)
 {
@@ -108,6 +114,16 @@ static void md_tag(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims, dnnl_
 static void one_thread(void)
 {
     if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+}
+
+bool sp_dnnl_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc)
+{
+    if ((double)M * N * K < SP_DNNL_GEMM_MIN_MACS || !sp_dnnl_conv_on()) return false;
+    one_thread();
+    check(dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc),
+          "sgemm");
+    return true;
 }
 
 static dnnl_primitive_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to)
@@ -202,11 +218,26 @@ static entry *lookup(int kind, const sp_dnnl_conv *k)
     return e;
 }
 
+/* One stream per calling thread, also listed globally so that a thread's stream stays
+ * reachable after the thread ends (the ooo sub lane's; no leak for LeakSanitizer). */
+typedef struct stream_node {
+    dnnl_stream_t s;
+    struct stream_node *next;
+} stream_node;
+static stream_node *streams;
 static _Thread_local dnnl_stream_t t_stream;
 
 static dnnl_stream_t stream(void)
 {
-    if (!t_stream) check(dnnl_stream_create(&t_stream, engine, dnnl_stream_default_flags), "stream_create");
+    if (!t_stream) {
+        stream_node *n = sp_xcalloc(1, sizeof *n);
+        check(dnnl_stream_create(&n->s, engine, dnnl_stream_default_flags), "stream_create");
+        pthread_mutex_lock(&cache_mu);
+        n->next = streams;
+        streams = n;
+        pthread_mutex_unlock(&cache_mu);
+        t_stream = n->s;
+    }
     return t_stream;
 }
 

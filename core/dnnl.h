@@ -9,9 +9,16 @@
  * oneDNN's JIT kernels want (nChw16c …), reordered in and out per call.
  * Primitives are created on first use of a (kind, slot batch, shape) and cached.
  *
- * SCANPROP_CONV=gemm (or sp_dnnl_conv_set(false)) selects the im2col + OpenBLAS path,
- * which stays the reference of the tests; SCANPROP_CONV=dnnl or unset: oneDNN when the
- * build has it (make DNNL=0 builds without). */
+ * Matrix products: sp_gemm_serial (core/backend.h) hands every product of at least
+ * SP_DNNL_GEMM_MIN_MACS multiply-adds to oneDNN's JIT SGEMM on one thread. OpenBLAS
+ * keeps the tiny ones (the RNN's 16×20×20), where it is as fast and calls cost less.
+ * Debian's OpenBLAS 0.3.21 runs its generic SSE3 kernels on CPUs it does not know and
+ * its AVX2 ones under OPENBLAS_CORETYPE=Haswell; oneDNN picks AVX-512 where it exists.
+ *
+ * SCANPROP_CONV=gemm (or sp_dnnl_conv_set(false)) selects the previous path for both,
+ * im2col + OpenBLAS convolutions and OpenBLAS products, which stays the reference of
+ * the tests; SCANPROP_CONV=dnnl or unset: oneDNN when the build has it (make DNNL=0
+ * builds without). */
 #ifndef SP_DNNL_H
 #define SP_DNNL_H
 
@@ -27,6 +34,12 @@ bool sp_dnnl_conv_on(void);
 /* Switches conv2d's path at run time (tests compare both); false when on is asked for
  * and the build has no oneDNN. */
 bool sp_dnnl_conv_set(bool on);
+
+/* Row-major C = alpha·op(A)·op(B) + beta·C on oneDNN, one thread; false (nothing done)
+ * when oneDNN is off or the product is below SP_DNNL_GEMM_MIN_MACS. */
+#define SP_DNNL_GEMM_MIN_MACS 8192
+bool sp_dnnl_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc);
 
 /* y = conv(x, w) + b. Scratch from the tape's arena. */
 void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,

@@ -10,8 +10,13 @@
 #include <stddef.h>
 #include "core/tape.h"
 
+/* --scan-levels by name: the full scan, and a depth chosen from the plan's cost model. */
+#define SP_SCAN_LEVELS_FULL (-1)
+#define SP_SCAN_LEVELS_AUTO (-2)
+
 typedef struct sp_engine_opts {
-    int scan_levels;          /* bppsa: up-sweep levels, <0 = full scan       */
+    int scan_levels;          /* bppsa: up-sweep levels; SP_SCAN_LEVELS_FULL (any other
+                               * value < 0 too), SP_SCAN_LEVELS_AUTO             */
     const char *order;        /* ooo: conventional | ooo | reverse-first-k | list */
     int k;                    /* ooo reverse-first-k                          */
     size_t mem_cap;           /* ooo reverse-first-k memory cap (bytes, 0=none) */
@@ -20,7 +25,10 @@ typedef struct sp_engine_opts {
      * its weight gradient (the sub lane), and the caller skips its own step. */
     void (*update)(void *ctx, sp_layer *l);
     void *update_ctx;
-    bool plan;                /* bppsa: print the static plan                 */
+    bool plan;                /* bppsa: print the static plan (summary)       */
+    bool plan_full;           /* bppsa: ... with every step of the scan       */
+    const char *plan_svg;     /* bppsa: draw the scan tree to this file       */
+    bool plan_only;           /* bppsa: make (and print) the plan, compute nothing */
 } sp_engine_opts;
 
 typedef struct sp_engine sp_engine;

@@ -24,6 +24,7 @@ void sp_model_free(sp_model *m)
     free(m->from);
     free(m->from_start);
     free(m->params);
+    free(m->buffers);
     free(m);
 }
 
@@ -40,6 +41,10 @@ int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from)
     for (int i = 0; i < l->nparams; i++)
         if (sp_model_param(m, l->params[i]->name))
             sp_fail("model '%s': duplicate parameter name '%s'", m->name, l->params[i]->name);
+    for (int i = 0; i < l->nbuffers; i++)
+        if (sp_model_param(m, l->buffers[i]->name))
+            sp_fail("model '%s': duplicate buffer name '%s'", m->name, l->buffers[i]->name);
+    l->eval = m->eval;
     if (m->nlayers == m->cap_layers) {
         m->cap_layers = m->cap_layers ? 2 * m->cap_layers : 16;
         m->layers = sp_xrealloc(m->layers, (size_t)m->cap_layers * sizeof *m->layers);
@@ -60,6 +65,13 @@ int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from)
             m->params = sp_xrealloc(m->params, (size_t)m->cap_params * sizeof *m->params);
         }
         m->params[m->nparams++] = l->params[i];
+    }
+    for (int i = 0; i < l->nbuffers; i++) {
+        if (m->nbuffers == m->cap_buffers) {
+            m->cap_buffers = m->cap_buffers ? 2 * m->cap_buffers : 16;
+            m->buffers = sp_xrealloc(m->buffers, (size_t)m->cap_buffers * sizeof *m->buffers);
+        }
+        m->buffers[m->nbuffers++] = l->buffers[i];
     }
     return m->nlayers - 1;
 }
@@ -116,9 +128,22 @@ sp_node *sp_model_loss(sp_model *m, sp_tape *t, const sp_tensor *x, const int *l
 
 sp_param *sp_model_param(const sp_model *m, const char *name)
 {
-    for (int i = 0; i < m->nparams; i++)
-        if (strcmp(m->params[i]->name, name) == 0) return m->params[i];
+    for (int i = 0; i < sp_model_nstate(m); i++)
+        if (strcmp(sp_model_state(m, i)->name, name) == 0) return sp_model_state(m, i);
     return NULL;
+}
+
+int sp_model_nstate(const sp_model *m) { return m->nparams + m->nbuffers; }
+
+sp_param *sp_model_state(const sp_model *m, int i)
+{
+    return i < m->nparams ? m->params[i] : m->buffers[i - m->nparams];
+}
+
+void sp_model_set_training(sp_model *m, bool training)
+{
+    m->eval = !training;
+    for (int i = 0; i < m->nlayers; i++) m->layers[i]->eval = !training;
 }
 
 void sp_model_zero_grad(sp_model *m)
@@ -131,4 +156,41 @@ size_t sp_model_numel(const sp_model *m)
     size_t n = 0;
     for (int i = 0; i < m->nparams; i++) n += m->params[i]->value.numel;
     return n;
+}
+
+void sp_model_summary(sp_model *m, int ndim, const int *sample_shape, FILE *f)
+{
+    if (ndim < 1 || ndim >= SP_MAX_DIMS) sp_fail("model '%s': summary of a %d-dim sample", m->name, ndim);
+    int shape[SP_MAX_DIMS] = {1};
+    memcpy(shape + 1, sample_shape, (size_t)ndim * sizeof *shape);
+    sp_tape t;
+    sp_tape_init(&t);
+    t.shape_only = true;
+    sp_tensor x = sp_tensor_view(NULL, ndim + 1, shape);
+    sp_model_forward(m, &t, sp_tape_input(&t, &x));
+    fprintf(f, "%-4s %-36s %-12s %-18s %10s %14s\n", "#", "layer", "reads", "output", "params", "FLOPs");
+    double flops = 0;
+    for (int i = 0, li = 0; i < t.n; i++) {
+        const sp_node *n = t.nodes[i];
+        if (!n->op) continue;
+        char name[SP_NAME_LEN + 24], reads[48] = "", out[48] = "";
+        snprintf(name, sizeof name, "%s%s%s%s", n->layer->name, n->layer->name[0] ? " (" : "", n->op->name,
+                 n->layer->name[0] ? ")" : "");
+        for (int k = m->from_start[li]; k < m->from_start[li + 1]; k++) {
+            size_t at = strlen(reads);
+            if (m->from[k] == SP_MODEL_INPUT) snprintf(reads + at, sizeof reads - at, "%sin", at ? "," : "");
+            else snprintf(reads + at, sizeof reads - at, "%s%d", at ? "," : "", m->from[k]);
+        }
+        for (int d = 1, at = 0; d < n->out.ndim; d++)
+            at += snprintf(out + at, sizeof out - (size_t)at, "%s%d", d > 1 ? "x" : "", n->out.shape[d]);
+        size_t np = 0;
+        for (int p = 0; p < n->layer->nparams; p++) np += n->layer->params[p]->value.numel;
+        double fl = n->op->cost ? n->op->cost(n).fwd_flops : 0;
+        flops += fl;
+        fprintf(f, "%-4d %-36s %-12s %-18s %10zu %14.0f\n", li, name, reads, out, np, fl);
+        li++;
+    }
+    fprintf(f, "total: %d layers, %zu parameters, %.0f forward FLOPs per sample%s\n", m->nlayers, sp_model_numel(m),
+            flops, sp_model_is_chain(m) ? " (a chain)" : " (a DAG)");
+    sp_tape_free(&t);
 }

@@ -20,6 +20,7 @@
 #define SP_MODEL_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "core/tape.h"
 
 typedef struct sp_model {
@@ -28,6 +29,9 @@ typedef struct sp_model {
     int nlayers, cap_layers;
     sp_param **params;
     int nparams, cap_params;
+    sp_param **buffers;    /* the layers' buffers (batch norm's running statistics) */
+    int nbuffers, cap_buffers;
+    bool eval;             /* sp_model_set_training(m, false)                        */
     sp_layer *loss;        /* softmax + cross-entropy */
     int *from;             /* layer i reads the outputs of layers from[from_start[i] ..   */
     int *from_start;       /* from_start[i + 1]) (SP_MODEL_INPUT: the model's input)     */
@@ -52,7 +56,19 @@ void sp_model_init(sp_model *m, uint64_t seed);        /* m->init, else PyTorch 
 sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x);
 /* forward + softmax-cross-entropy loss node. */
 sp_node *sp_model_loss(sp_model *m, sp_tape *t, const sp_tensor *x, const int *labels);
+/* A parameter or buffer by its PyTorch name; NULL if none. */
 sp_param *sp_model_param(const sp_model *m, const char *name);
+/* Saved state, as in a state_dict: the parameters, then the buffers. */
+int sp_model_nstate(const sp_model *m);
+sp_param *sp_model_state(const sp_model *m, int i);
+/* One line per layer to f: index, name (or op), the layers it reads, output shape,
+ * parameters and forward FLOPs per sample; then the totals. The model is recorded on a
+ * shape-only tape for one sample of sample_shape (ndim dims, no batch dim): nothing
+ * runs. */
+void sp_model_summary(sp_model *m, int ndim, const int *sample_shape, FILE *f);
+/* Training mode (the default) or eval mode for every layer: batch norm's statistics,
+ * dropout. */
+void sp_model_set_training(sp_model *m, bool training);
 void sp_model_zero_grad(sp_model *m);
 size_t sp_model_numel(const sp_model *m);
 

@@ -16,9 +16,24 @@ sp_param *sp_param_new(sp_layer *owner, const char *suffix, int ndim, const int 
     return p;
 }
 
+sp_param *sp_buffer_new(sp_layer *owner, const char *suffix, int ndim, const int *shape)
+{
+    if (owner->nbuffers >= SP_MAX_PARAMS) sp_fail("layer '%s': too many buffers", owner->name);
+    sp_param *p = sp_xcalloc(1, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s.%s", owner->name, suffix);
+    p->value = sp_tensor_new(ndim, shape);
+    p->owner = owner;
+    owner->buffers[owner->nbuffers++] = p;
+    return p;
+}
+
 void sp_layer_free(sp_layer *l)
 {
     if (!l) return;
+    for (int i = 0; i < l->nbuffers; i++) {
+        sp_tensor_free(&l->buffers[i]->value);
+        free(l->buffers[i]);
+    }
     for (int i = 0; i < l->nparams; i++) {
         sp_tensor_free(&l->params[i]->value);
         sp_tensor_free(&l->params[i]->grad);

@@ -46,6 +46,10 @@ typedef struct sp_param {
     sp_tensor value;          /* PyTorch layout: conv OIHW, linear [out, in]    */
     sp_tensor grad;           /* same shape; backward_params accumulates into it */
     sp_layer *owner;
+    /* Pruning (optim/prune.h): 0/1 per entry of value, NULL = dense. The optimizer zeroes
+     * the masked entries of grad before and of value after every update, so pruned
+     * weights stay exactly 0 in the forward; bppsa drops them from Jᵀ patterns. */
+    const float *mask;
 } sp_param;
 
 /* Op-specific layer structs embed sp_layer as their FIRST member. */
@@ -54,6 +58,12 @@ struct sp_layer {
     char name[SP_NAME_LEN];   /* "conv1"; "" for parameter-free ops */
     sp_param *params[SP_MAX_PARAMS];
     int nparams;
+    /* State that is saved and loaded but not trained (batch norm's running_mean,
+     * running_var, num_batches_tracked): no grad, never seen by an optimizer. */
+    sp_param *buffers[SP_MAX_PARAMS];
+    int nbuffers;
+    bool eval;                /* eval mode (sp_model_set_training): batch norm uses its
+                               * running statistics, dropout passes x through */
 };
 
 /* sp_opdef.arity for ops taking any number (>= 1) of inputs. */
@@ -77,6 +87,9 @@ struct sp_opdef {
      * weights. */
     void (*jt_pattern)(const sp_node *n, int i, sp_csr *jt);
     void (*jt_values)(const sp_node *n, int i, int b, sp_csr *jt);
+    /* NULL, or false where this node has no per-sample Jᵀ (batch norm in training mode
+     * couples the samples of a batch): sp_node_has_jt. */
+    bool (*jt_exists)(const sp_node *n);
     sp_cost (*cost)(const sp_node *n);
     /* PyTorch's default initialisation for this op's parameters. */
     void (*init_params)(sp_layer *l, sp_rng *r);
@@ -110,8 +123,16 @@ struct sp_node {
 static inline const sp_tensor *sp_node_x(const sp_node *n) { return &n->input->out; }
 static inline const sp_tensor *sp_node_in(const sp_node *n, int i) { return &n->inputs[i]->out; }
 
+/* Whether n's op gives a per-sample Jᵀ for n. */
+static inline bool sp_node_has_jt(const sp_node *n)
+{
+    return n->op->jt_pattern && (!n->op->jt_exists || n->op->jt_exists(n));
+}
+
 /* Parameters: created by layer constructors, owned by their layer. */
 sp_param *sp_param_new(sp_layer *owner, const char *suffix, int ndim, const int *shape);
+/* A buffer (sp_layer.buffers): value only, grad left empty. */
+sp_param *sp_buffer_new(sp_layer *owner, const char *suffix, int ndim, const int *shape);
 void sp_layer_free(sp_layer *l);
 
 /* Uniform(-bound, bound) fill, as PyTorch's kaiming_uniform_(a=√5) / bias init. */

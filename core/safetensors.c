@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "core/error.h"
@@ -45,6 +46,8 @@ size_t sp_st_dtype_size(sp_st_dtype dt) { return dtypes[dt].size; }
 struct sp_st_file {
     char *path;
     int fd;                         /* open until sp_st_close            */
+    unsigned char *map;             /* the file, mapped read-only (data) */
+    bool mapped;                    /* map is an mmap (else malloc)      */
     size_t size, buffer_size;
     uint64_t buffer_off;            /* 8 + header length                 */
     sp_st_tensor *tensors;
@@ -386,12 +389,34 @@ sp_st_file *sp_st_open(const char *path)
                  (unsigned long long)hlen, f->size - 8);
         goto fail;
     }
+    {   /* a long header that does not even start as JSON is refused before it is read */
+        char head[256];
+        size_t k = hlen < sizeof head ? (size_t)hlen : sizeof head, i = 0;
+        if (sp_pread_full(fd, head, k, 8, path, "the header") != SP_OK) goto fail;
+        while (i < k && strchr(" \t\n\r", head[i]) && head[i]) i++;
+        if (i < k && head[i] != '{') {
+            sp_error("%s: bad safetensors header at byte %zu: expected '{'", path, 8 + i);
+            goto fail;
+        }
+    }
     header = sp_file_alloc((size_t)hlen + 1, 0, path);
     if (!header || sp_pread_full(fd, header, (size_t)hlen, 8, path, "the header") != SP_OK) goto fail;
     f->buffer_off = 8 + hlen;
     f->buffer_size = f->size - 8 - (size_t)hlen;
     if (parse_header(f, header, (size_t)hlen) != SP_OK || check_coverage(f) != SP_OK) goto fail;
     free(header);
+    header = NULL;
+    /* Only now, the file valid: map it for sp_st_tensor.data (costs address space,
+     * not memory). Where mapping fails, read it (under the file ceiling). */
+    void *map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map != MAP_FAILED) {
+        f->map = map;
+        f->mapped = true;
+    } else if (!(f->map = sp_file_alloc(f->size, 0, path)) ||
+               sp_pread_full(fd, f->map, f->size, 0, path, "the file") != SP_OK) {
+        goto fail;
+    }
+    for (int i = 0; i < f->n; i++) f->tensors[i].data = f->map + f->tensors[i].offset;
     return f;
 fail:
     free(header);
@@ -407,6 +432,8 @@ void sp_st_close(sp_st_file *f)
     free(f->meta);
     free(f->tensors);
     if (f->fd >= 0) close(f->fd);
+    if (f->mapped) munmap(f->map, f->size);
+    else free(f->map);
     free(f->path);
     free(f);
 }
@@ -481,6 +508,11 @@ static int read_bytes_at(const sp_st_file *f, const sp_st_tensor *t, void *dst, 
     char what[300];
     snprintf(what, sizeof what, "tensor %s", t->name);
     return sp_pread_full(f->fd, dst, n, (off_t)(t->offset + from), f->path, what);
+}
+
+int sp_st_read_raw(const sp_st_file *f, const sp_st_tensor *t, void *dst)
+{
+    return read_bytes_at(f, t, dst, t->nbytes, 0);
 }
 
 int sp_st_read_f32(const sp_st_file *f, const char *name, float *dst, int ndim, const int *shape)
@@ -686,12 +718,12 @@ int sp_st_save(const char *path, int n, const char *const *names, const sp_tenso
 
 int sp_model_save(const sp_model *m, const char *path)
 {
-    int n = m->nparams;
+    int n = sp_model_nstate(m);   /* parameters and buffers */
     const char **names = sp_xcalloc((size_t)(n ? n : 1), sizeof *names);
     const sp_tensor **ts = sp_xcalloc((size_t)(n ? n : 1), sizeof *ts);
     for (int i = 0; i < n; i++) {
-        names[i] = m->params[i]->name;
-        ts[i] = &m->params[i]->value;
+        names[i] = sp_model_state(m, i)->name;
+        ts[i] = &sp_model_state(m, i)->value;
     }
     const char *meta[] = {"scanprop_model", m->name, NULL};
     int rc = sp_st_save(path, n, names, ts, meta);
@@ -721,8 +753,8 @@ int sp_model_load(sp_model *m, const char *path)
     if (!f) return SP_ERR;
     char first[512] = "", shape_buf[64];
     int problems = 0;
-    for (int i = 0; i < m->nparams; i++) {
-        const sp_param *p = m->params[i];
+    for (int i = 0; i < sp_model_nstate(m); i++) {
+        const sp_param *p = sp_model_state(m, i);
         const sp_st_tensor *t = sp_st_find(f, p->name);
         if (!t) {
             note_problem(first, sizeof first, &problems, "missing tensor %s (expected shape %s)",
@@ -748,8 +780,8 @@ int sp_model_load(sp_model *m, const char *path)
         rc = sp_error("%s: %s", path, first);
     /* Every check passed: only a read error (the file changed under us) can fail now,
      * and then some parameters may already hold the new values. */
-    for (int i = 0; rc == SP_OK && i < m->nparams; i++) {
-        sp_param *p = m->params[i];
+    for (int i = 0; rc == SP_OK && i < sp_model_nstate(m); i++) {
+        sp_param *p = sp_model_state(m, i);
         rc = sp_st_read_f32(f, p->name, p->value.data, p->value.ndim, p->value.shape);
     }
     sp_st_close(f);

@@ -46,6 +46,10 @@ typedef struct sp_st_tensor {
     int64_t shape[SP_ST_MAX_DIMS];
     size_t numel, nbytes;
     uint64_t offset;                  /* of its first byte in the file        */
+    /* Its bytes (little-endian, possibly unaligned) in a read-only mapping of the file:
+     * no memory is used until they are touched. sp_st_read_* do not touch them (they
+     * pread), so prefer those; a file truncated under a mapping raises SIGBUS. */
+    const unsigned char *data;
 } sp_st_tensor;
 
 typedef struct sp_st_file sp_st_file;
@@ -69,6 +73,8 @@ size_t sp_st_dtype_size(sp_st_dtype dt);
  * "file: x has shape [..], expected [..]". */
 int sp_st_read_f32(const sp_st_file *f, const char *name, float *dst, int ndim, const int *shape) SP_MUST_CHECK;
 int sp_st_read_i32(const sp_st_file *f, const char *name, int32_t *dst, int ndim, const int *shape) SP_MUST_CHECK;
+/* t's t->nbytes bytes as stored (little-endian, no conversion) into dst. */
+int sp_st_read_raw(const sp_st_file *f, const sp_st_tensor *t, void *dst) SP_MUST_CHECK;
 
 /* One tensor to write: raw little-endian data of `dtype`. */
 typedef struct sp_st_entry {

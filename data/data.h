@@ -1,6 +1,7 @@
 /* data.h — datasets and the prefetching DataLoader.
  *
  *   sp_dataset *d = sp_fashion_mnist("/usr/share/datasets/fashion-mnist", true, 32);
+ *   if (!d) { fprintf(stderr, "%s\n", sp_last_error()); return; }   // or sp_check_ptr(...)
  *   sp_loader *l = sp_loader_new(d, 64, true, seed, false);
  *   for (int e = 0; e < epochs; e++) {
  *       sp_loader_set_epoch(l, e);

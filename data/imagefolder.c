@@ -215,6 +215,73 @@ static unsigned char *read_file(const char *path, int *len)
     return buf;
 }
 
+/* stb_image 2.27 (Debian 12's libstb) builds a JPEG Huffman table without checking
+ * that the 16 code counts of a DHT segment add up to at most 256, and a hostile file
+ * writes past the table (found by fuzzing, docs/RELIABILITY.md). So a JPEG's segments
+ * are walked first, as a decoder meets them (entropy-coded data is skipped to the next
+ * marker), and such a table is refused. Returns the byte offset of the bad table, or
+ * -1. Not a JPEG: -1 (stb_image's other decoders check their own tables). */
+static long jpeg_bad_huffman(const unsigned char *b, long n)
+{
+    long bad = -1, i = 0;
+    while (i < n && b[i] == 0xFF) i++;   /* SOI, after any fill bytes (stb_image allows them) */
+    if (i == 0 || i >= n || b[i] != 0xD8) return -1;
+    for (i++; i + 1 < n && bad < 0;) {
+        if (b[i] != 0xFF || b[i + 1] == 0xFF) {   /* entropy-coded data, fill bytes */
+            i++;
+            continue;
+        }
+        unsigned m = b[i + 1];
+        if (m == 0x00 || (m >= 0xD0 && m <= 0xD7) || m == 0x01) {   /* stuffing, RSTn, TEM */
+            i += 2;
+            continue;
+        }
+        if (m == 0xD9 || i + 3 >= n) break;   /* EOI */
+        long len = (long)b[i + 2] << 8 | b[i + 3], end = i + 2 + len;
+        if (m == 0xC4)   /* tables (class/id, 16 counts, symbols) while the segment has bytes left,
+                          * read as stb_image does, even past the segment's end */
+            for (long t = i + 4; t < end && t < n;) {
+                long codes = 0;
+                for (int k = 1; k <= 16 && t + k < n; k++) codes += b[t + k];   /* past the end: 0 */
+                if (codes > 256) bad = t;
+                t += 17 + codes;
+            }
+        i += 2 + len;   /* after SOS's header, entropy-coded data runs to the next marker */
+    }
+    return bad;
+}
+
+/* stb_image 2.27's PNM reader (found by fuzzing): it reads the header's numbers into an
+ * int without an overflow check (undefined behaviour past 9 digits), and for a maxval
+ * above 255 it allocates 8-bit pixels but converts them as 16-bit ones, reading past
+ * the buffer. Returns what is wrong with a P5/P6 header (at byte *at), or NULL. */
+static const char *pnm_problem(const unsigned char *b, long n, long *at)
+{
+    if (n < 2 || b[0] != 'P' || (b[1] != '5' && b[1] != '6')) return NULL;
+    long i = 2, value = 0, dims[2] = {0, 0};
+    for (int field = 0; field < 3 && i < n; field++) {   /* width, height, maxval */
+        for (;;) {   /* white space and comments, as stb_image skips them */
+            while (i < n && (b[i] == ' ' || (b[i] >= '\t' && b[i] <= '\r'))) i++;
+            if (i >= n || b[i] != '#') break;
+            while (i < n && b[i] != '\n' && b[i] != '\r') i++;
+        }
+        long start = i;
+        for (value = 0; i < n && b[i] >= '0' && b[i] <= '9'; i++)
+            if (i - start < 10) value = value * 10 + (b[i] - '0');
+        *at = start;
+        if (i - start > 9) return "a number with more than 9 digits";
+        /* no digits: stb_image reads 0 and goes on */
+        if (field == 2 && value > 255) return "16-bit samples (maxval above 255), which are not supported";
+        if (field < 2) dims[field] = value;
+        if (field == 2) {   /* one white-space byte, then the samples: all of them there? */
+            long need = dims[0] * dims[1] * (b[1] == '6' ? 3 : 1), have = n - i - 1;
+            *at = i + 1;
+            if (need > have) return "the header claims more samples than the file holds";
+        }
+    }
+    return NULL;
+}
+
 /* One image as C×size×size bytes: decode as RGB, to luminance with PIL's
  * convert("L") weights (ITU-R 601-2) when one channel is wanted, resize. The decoded
  * size is checked against the ceiling before stb_image allocates it. */
@@ -223,6 +290,16 @@ static int load_image(const char *path, int size, int channels, uint8_t *chw)
     int len, w, h, comp;
     unsigned char *file = read_file(path, &len);
     if (!file) return SP_ERR;
+    long bad = jpeg_bad_huffman(file, len);   /* before stb_image parses anything */
+    if (bad >= 0) {
+        free(file);
+        return sp_error("%s: corrupt JPEG: a Huffman table at byte %ld has more than 256 codes", path, bad);
+    }
+    const char *pnm = pnm_problem(file, len, &bad);
+    if (pnm) {
+        free(file);
+        return sp_error("%s: PNM header: %s (at byte %ld)", path, pnm, bad);
+    }
     if (!stbi_info_from_memory(file, len, &w, &h, &comp)) {
         free(file);
         return sp_error("%s: cannot decode image: %s", path, stbi_failure_reason());

@@ -9,6 +9,12 @@
  *   for the one tap (kh, kw) = (h+p−i·s, w+p−j·s) linking them, when it lies in [0, k)
  *   (BPPSA §3.4, Appendix D.1, which gives only k=3, p=1; this is the general case).
  *
+ * Two paths. By default (oneDNN builds) the forward, δ and G run on oneDNN's JIT
+ * convolutions (core/dnnl.h), except for fewer than 4 input channels (all three) and
+ * G of tiny output maps (Ho·Wo <= 16), which run im2col with oneDNN's SGEMM; SCANPROP_CONV=gemm selects the im2col + OpenBLAS path below for all
+ * three, which the tests use as the reference. The choice is made at the forward and
+ * kept in the saved state, so δ and G follow it.
+ *
  * How the work is split. The forward and δ give each pool thread its own contiguous
  * range of samples and run single-threaded GEMMs on it: one sample per GEMM when
  * Ho·Wo >= MIN_GEMM_COLS (the GEMM then reads dy and writes y in NCHW directly), else
@@ -25,6 +31,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "core/backend.h"
 #include "core/dnnl.h"
@@ -38,13 +45,28 @@
 #define MIN_GEMM_COLS 256
 /* G keeps a private copy per thread of weights up to this many floats (O·K). */
 #define G_PRIVATE_MAX_FLOATS 65536
+/* oneDNN's G kernels loop over output positions: at Ho·Wo <= 16 (VGG-11's last four
+ * convs) they ran 2–5× slower than im2col + SGEMM (oneDNN's, see core/dnnl.h), which
+ * then computes G on the oneDNN path too (docs/PERFORMANCE.md). */
+#define DNNL_G_MIN_P 16
+/* With fewer input channels (LeNet-5's and VGG-11's first convs) oneDNN pads them to a
+ * vector's width and reorders the output: im2col + oneDNN's SGEMM measured 1.4–1.8×
+ * faster on LeNet-5's conv1 (opprof, one thread). */
+#define DNNL_MIN_C 4
 /* Otherwise its column buffer per chunk: inside the 32 MiB L3 of the target machine. */
 #define G_CHUNK_BYTES (8u << 20)
 
 typedef struct conv_layer {
     sp_layer base;
     int cin, cout, k, stride, pad;
+    float *zero_bias;   /* [cout] zeros: the bias of a conv built without one */
 } conv_layer;
+
+/* The bias values, or zeros for a bias-free conv (params[1] absent). */
+static const float *bias_of(const sp_node *n)
+{
+    return n->layer->nparams > 1 ? n->layer->params[1]->value.data : ((const conv_layer *)n->layer)->zero_bias;
+}
 
 typedef struct conv_saved {
     sp_conv_geom g;
@@ -199,16 +221,16 @@ static void conv_forward(sp_node *n)
     const sp_tensor *x = sp_node_x(n);
     conv_saved *S = conv_plan(n);
     n->saved = S;
-    S->dnnl = sp_dnnl_conv_on();
+    S->dnnl = sp_dnnl_conv_on() && S->g.C >= DNNL_MIN_C;
     if (S->dnnl) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_forward(n->tape, &c, x->data, n->layer->params[0]->value.data,
-                             n->layer->params[1]->value.data, n->out.data);
+                             bias_of(n), n->out.data);
         return;
     }
     size_t cols = (size_t)S->slots * S->cs * S->P;
     fwd_job J = {.S = S, .x = x->data, .W = n->layer->params[0]->value.data,
-                 .bias = n->layer->params[1]->value.data, .y = n->out.data};
+                 .bias = bias_of(n), .y = n->out.data};
     J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
     J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
     sp_parallel_for((size_t)S->slots, forward_slots, &J);
@@ -351,11 +373,12 @@ static void bias_grad_range(void *ctx, size_t begin, size_t end)
 static void conv_backward_params(sp_node *n, const sp_tensor *dy)
 {
     const conv_saved *S = n->saved;
-    if (S->dnnl) {
+    if (S->dnnl && S->P > DNNL_G_MIN_P) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_weights(n->tape, &c, sp_node_x(n)->data, dy->data, n->layer->params[0]->grad.data);
     } else if ((size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS) grad_private(n, dy);
     else grad_batched(n, dy);
+    if (n->layer->nparams < 2) return;
     bias_job J = {.S = S, .dy = dy->data, .db = n->layer->params[1]->grad.data};
     sp_parallel_for((size_t)S->O, bias_grad_range, &J);
 }
@@ -457,8 +480,10 @@ static void conv_init(sp_layer *l, sp_rng *r)
     const conv_layer *c = (const conv_layer *)l;
     float bound = 1.0f / sqrtf((float)(c->cin * c->k * c->k));
     sp_fill_uniform(&l->params[0]->value, r, bound);
-    sp_fill_uniform(&l->params[1]->value, r, bound);
+    if (l->nparams > 1) sp_fill_uniform(&l->params[1]->value, r, bound);
 }
+
+static void conv_free(sp_layer *l) { free(((conv_layer *)l)->zero_bias); }
 
 const sp_opdef sp_op_conv2d = {
     .name = "conv2d",
@@ -470,9 +495,10 @@ const sp_opdef sp_op_conv2d = {
     .jt_values = conv_jt_values,
     .cost = conv_cost,
     .init_params = conv_init,
+    .free_layer = conv_free,
 };
 
-sp_layer *sp_conv2d(const char *name, int cin, int cout, int k, int stride, int pad)
+static sp_layer *conv_new(const char *name, int cin, int cout, int k, int stride, int pad, bool bias)
 {
     if (cin < 1 || cout < 1 || k < 1 || stride < 1 || pad < 0)
         sp_fail("conv2d %s: channels %d -> %d, kernel %d, stride %d, padding %d (expected channels, kernel, "
@@ -487,8 +513,19 @@ sp_layer *sp_conv2d(const char *name, int cin, int cout, int k, int stride, int 
     l->stride = stride;
     l->pad = pad;
     sp_param_new(&l->base, "weight", 4, (int[]){cout, cin, k, k});
-    sp_param_new(&l->base, "bias", 1, (int[]){cout});
+    if (bias) sp_param_new(&l->base, "bias", 1, (int[]){cout});
+    else l->zero_bias = sp_xcalloc((size_t)cout, sizeof(float));
     return &l->base;
+}
+
+sp_layer *sp_conv2d(const char *name, int cin, int cout, int k, int stride, int pad)
+{
+    return conv_new(name, cin, cout, k, stride, pad, true);
+}
+
+sp_layer *sp_conv2d_nobias(const char *name, int cin, int cout, int k, int stride, int pad)
+{
+    return conv_new(name, cin, cout, k, stride, pad, false);
 }
 
 void sp_conv2d_geometry(const sp_layer *l, int *k, int *stride, int *pad)

@@ -137,6 +137,7 @@ static void conv_cuda_forward(sp_node *n)
                                            n->layer->params[0]->value.data, p->conv, p->fwd, ws, p->ws_fwd, &zero,
                                            p->y, n->out.data));
     size_t total = n->out.numel;
+    if (n->layer->nparams < 2) return;   /* sp_conv2d_nobias */
     conv_bias_add_kernel<<<sp_cuda_blocks(total, 256), 256, 0, sp_cuda_stream()>>>(
         n->out.data, n->layer->params[1]->value.data, p->O, p->Ho * p->Wo, total);
     sp_cuda_check(cudaGetLastError());
@@ -162,6 +163,7 @@ static void conv_cuda_backward_params(sp_node *n, const sp_tensor *dy)
     sp_cudnn_check(cudnnConvolutionBackwardFilter(c->cudnn, &one, p->x, sp_node_x(n)->data, p->y, dy->data, p->conv,
                                                   p->bwd_filter, ws, p->ws_filter, &one, p->w,
                                                   n->layer->params[0]->grad.data));
+    if (n->layer->nparams < 2) return;   /* sp_conv2d_nobias */
     conv_bias_grad_kernel<<<sp_cuda_blocks((size_t)p->O, 128), 128, 0, sp_cuda_stream()>>>(
         n->layer->params[1]->grad.data, dy->data, p->B, p->O, p->Ho * p->Wo);
     sp_cuda_check(cudaGetLastError());

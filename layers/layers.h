@@ -17,6 +17,22 @@ sp_layer *sp_sigmoid(void);
 sp_layer *sp_maxpool2d(int k, int stride, int pad);
 /* [B, ...] → [B, prod(...)] */
 sp_layer *sp_flatten(void);
+/* nn.BatchNorm2d(C) (eps 1e-5, momentum 0.1): <name>.weight, bias and the buffers
+ * running_mean, running_var, num_batches_tracked; batch statistics in training mode,
+ * running ones in eval mode (sp_model_set_training). */
+sp_layer *sp_batchnorm2d(const char *name, int channels);
+/* nn.Conv2d(cin, cout, k, stride, pad, groups=G, bias=bias): W [cout, cin/G, k, k];
+ * G = cin = cout is the depthwise convolution. G = 1 gives sp_conv2d(_nobias). */
+sp_layer *sp_conv2d_groups(const char *name, int cin, int cout, int k, int stride, int pad, int groups, bool bias);
+/* nn.AvgPool2d(k, stride, pad) with count_include_pad (padding counts as zeros). */
+sp_layer *sp_avgpool2d(int k, int stride, int pad);
+/* nn.Dropout(p): zero with probability p and scale by 1/(1−p) in training mode, the
+ * identity in eval mode; masks from the layer's generator, seeded by sp_model_init. */
+sp_layer *sp_dropout(float p);
+/* [B, C, H, W] → [B, C], the mean over each map (adaptive_avg_pool2d(x, 1).flatten(1)). */
+sp_layer *sp_global_avgpool2d(void);
+/* conv2d without a bias (nn.Conv2d(..., bias=False): <name>.weight only). */
+sp_layer *sp_conv2d_nobias(const char *name, int cin, int cout, int k, int stride, int pad);
 /* Ops of several inputs (sp_apply2 / sp_apply_n): the sum of same-shaped inputs, and
  * the concatenation along dim 1 (channels) of inputs that agree in every other dim. */
 sp_layer *sp_add(void);
@@ -38,6 +54,7 @@ void sp_maxpool2d_geometry(const sp_layer *l, int *k, int *stride, int *pad);
 
 /* The opdefs, for code that needs to recognise an op. */
 extern const sp_opdef sp_op_linear, sp_op_conv2d, sp_op_relu, sp_op_tanh, sp_op_sigmoid,
-    sp_op_maxpool2d, sp_op_flatten, sp_op_softmax_ce, sp_op_rnn, sp_op_gru, sp_op_add, sp_op_concat;
+    sp_op_maxpool2d, sp_op_flatten, sp_op_softmax_ce, sp_op_rnn, sp_op_gru, sp_op_add, sp_op_concat,
+    sp_op_batchnorm2d, sp_op_global_avgpool2d, sp_op_avgpool2d, sp_op_dropout, sp_op_conv2d_groups;
 
 #endif

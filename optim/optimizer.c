@@ -22,6 +22,9 @@ sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
         if (p->value.device != dev || p->grad.device != dev)
             sp_fail("optim %s: parameter '%s' is on %s (expected %s tensors, as the first parameter)", name, p->name,
                     sp_device_name(p->value.device != dev ? p->value.device : p->grad.device), sp_device_name(dev));
+        if (dev != SP_CPU && p->mask)
+            sp_fail("optim %s: parameter '%s' is pruned and on %s (expected pruned parameters on the cpu)", name,
+                    p->name, sp_device_name(dev));
         if (p->grad.numel != p->value.numel || !p->grad.data)
             sp_fail("optim %s: parameter '%s' has no gradient of its shape", name, p->name);
         /* PyTorch warns and would update a repeated parameter twice per step. */
@@ -61,9 +64,24 @@ void sp_optim_for(size_t numel, void (*fn)(void *ctx, size_t begin, size_t end),
     else sp_parallel_for(numel, fn, ctx);
 }
 
+/* One parameter's update; a pruned parameter (mask set) gets its pruned entries' gradient
+ * zeroed before (no momentum or Adam state builds up for them) and its value after. */
+static void update_one(sp_optim *o, int i)
+{
+    sp_param *p = o->params[i];
+    if (!p->mask) {
+        o->update(o, i);
+        return;
+    }
+    const float *mk = p->mask;
+    for (size_t j = 0; j < p->grad.numel; j++) p->grad.data[j] *= mk[j];
+    o->update(o, i);
+    for (size_t j = 0; j < p->value.numel; j++) p->value.data[j] *= mk[j];
+}
+
 void sp_optim_step(sp_optim *o)
 {
-    for (int i = 0; i < o->nparams; i++) o->update(o, i);
+    for (int i = 0; i < o->nparams; i++) update_one(o, i);
 }
 
 static int param_index(const sp_optim *o, const sp_param *p)
@@ -76,7 +94,7 @@ static int param_index(const sp_optim *o, const sp_param *p)
 
 void sp_optim_step_params(sp_optim *o, sp_param **params, int k)
 {
-    for (int j = 0; j < k; j++) o->update(o, param_index(o, params[j]));
+    for (int j = 0; j < k; j++) update_one(o, param_index(o, params[j]));
 }
 
 void sp_optim_zero_grad(sp_optim *o)

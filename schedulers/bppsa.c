@@ -31,6 +31,7 @@
 #include "core/csr_ops.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/model.h"
 #include "schedulers/engines.h"
 #include "schedulers/scan.h"
 
@@ -52,12 +53,34 @@ typedef struct el {
     float *v;
 } el;
 
+/* One product of one sample: out = M·X with the types fixed by the type pass. */
+typedef struct task {
+    el_type Mt, Xt, Ot;
+    float *M, *X, *out;
+    sp_spgemm_plan *plan;
+} task;
+
 typedef struct link {
     sp_node *node;             /* refreshed every step                               */
     int t;                     /* time step for recurrent ops, 0 otherwise           */
     el_type type;
     sp_csr pattern;            /* CSR links and dense links built from CSR           */
+    /* A pruned layer (masks on its parameters): `pattern` keeps only the entries that
+     * are not pruned; `full` is the op's own pattern, which jt_values fills, and keep[k]
+     * the position in `full` of pattern's entry k. */
+    sp_csr full;
+    int64_t *keep;
 } link;
+
+/* Floats one sample's element of a link takes: the element, then scratch for the op's
+ * values (a pruned layer's full pattern; a dense link's CSR values before expansion). */
+static size_t link_floats(const link *L)
+{
+    size_t f = L->type.kind == EL_CSR ? (size_t)L->type.nnz : (size_t)L->type.rows * (size_t)L->type.cols;
+    if (L->t == 0 && L->type.kind == EL_DENSE) f += (size_t)L->pattern.nnz;
+    if (L->keep) f += (size_t)L->full.nnz;
+    return f;
+}
 
 typedef struct step_info {
     el_type out;               /* a[r] after the step (CARRY: the register)           */
@@ -78,13 +101,24 @@ typedef struct bppsa_state {
     int *node_pos;             /* per node: a-position of its (last-time-step) link    */
     sp_scan_plan plan;
     step_info *steps;
+    /* per-sample arena bytes of the scan (each allocation rounded as the arena does) */
+    size_t link_bytes, prod_bytes;
+    sp_bppsa_stats stats;      /* this segment's figures, of the last backward          */
+    double *auto_time;         /* --scan-levels auto: modelled time of K = 0 .. F      */
+    int auto_n;
 } bppsa_state;
+
+/* What sp_arena_alloc hands out for a request of `bytes` (core/arena.c: 64-byte units). */
+static size_t arena_bytes(size_t bytes) { return bytes ? (bytes + 63) & ~(size_t)63 : 64; }
 
 /* The engine: one scan state per chain segment of the model, in the order they run. */
 typedef struct bppsa_engine {
     bppsa_state *seg;
     int nseg;
     bool plan_printed;
+    sp_bppsa_stats stats;      /* the whole backward: segments summed                  */
+    int main_seg;              /* the segment with the most links (plans, pictures)    */
+    bool have_stats;
 } bppsa_engine;
 
 /* ---- element arithmetic ------------------------------------------------------------- */
@@ -175,9 +209,8 @@ static void product(const el_type *Mt, float *M, const el_type *Xt, float *X, sp
 
 /* ---- the chain ---------------------------------------------------------------------- */
 
-static void state_clear(bppsa_state *s)
+static void plan_clear(bppsa_state *s)
 {
-    for (int i = 0; i < s->n; i++) sp_csr_free(&s->links[i].pattern);
     if (s->steps)
         for (int i = 0; i < s->plan.nsteps; i++)
             if (s->steps[i].spgemm) {
@@ -186,6 +219,18 @@ static void state_clear(bppsa_state *s)
             }
     sp_scan_plan_free(&s->plan);
     free(s->steps);
+    s->steps = NULL;
+}
+
+static void state_clear(bppsa_state *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        sp_csr_free(&s->links[i].pattern);
+        sp_csr_free(&s->links[i].full);
+        free(s->links[i].keep);
+    }
+    plan_clear(s);
+    free(s->auto_time);
     free(s->links);
     free(s->node_pos);
     free(s->nodes);
@@ -221,7 +266,7 @@ static int collect_segments(sp_tape *t, sp_node *loss, sp_node ***out, int **out
             taken[x->index] = true;
             nodes[count++] = x;
             sp_node *p = x->input;
-            if (x->ninputs != 1 || !x->op->jt_pattern || x->op->chain_len || !p->op || !p->needs_grad ||
+            if (x->ninputs != 1 || !sp_node_has_jt(x) || x->op->chain_len || !p->op || !p->needs_grad ||
                 p->nconsumers != 1)
                 break;
             x = p;
@@ -246,6 +291,49 @@ static bool same_chain(const bppsa_state *s, sp_node **nodes, int count)
     return true;
 }
 
+/* A layer with pruned parameters: its Jᵀ entries that come from pruned weights are 0 at
+ * every step (the optimizer keeps them 0), so they leave the pattern and the symbolic
+ * phase sees the real sparsity. Which entries: the op's values with every masked weight
+ * replaced by its mask (Jᵀ entries of conv and linear are single weights, so an entry is
+ * 0 exactly where its weight is pruned). */
+static void drop_pruned(link *L, sp_node *node)
+{
+    sp_layer *l = node->layer;
+    bool masked = false;
+    for (int i = 0; l && i < l->nparams; i++) masked |= l->params[i]->mask != NULL;
+    if (!masked) return;
+    float *saved[SP_MAX_PARAMS];
+    for (int i = 0; i < l->nparams; i++) {
+        saved[i] = l->params[i]->value.data;
+        if (l->params[i]->mask) l->params[i]->value.data = (float *)l->params[i]->mask;   /* read only */
+    }
+    sp_csr full = L->pattern;
+    full.data = sp_xmalloc((size_t)(full.nnz ? full.nnz : 1) * sizeof(float));
+    node->op->jt_values(node, 0, 0, &full);
+    for (int i = 0; i < l->nparams; i++) l->params[i]->value.data = saved[i];
+    int64_t kept = 0;
+    for (int64_t k = 0; k < full.nnz; k++) kept += full.data[k] != 0.0f;
+    sp_csr p;
+    sp_csr_alloc(&p, full.rows, full.cols, kept);
+    L->keep = sp_xmalloc((size_t)(kept ? kept : 1) * sizeof *L->keep);
+    int64_t j = 0;
+    for (int r = 0; r < full.rows; r++) {
+        for (int64_t k = full.indptr[r]; k < full.indptr[r + 1]; k++)
+            if (full.data[k] != 0.0f) {
+                p.indices[j] = full.indices[k];
+                L->keep[j++] = k;
+            }
+        p.indptr[r + 1] = (int32_t)j;
+    }
+    free(full.data);
+    p.own_data = false;
+    free(p.data);
+    p.data = NULL;
+    L->full = L->pattern;   /* the op's pattern: jt_values fills it */
+    L->full.data = NULL;
+    L->pattern = p;
+}
+
 static void build_link(link *L, sp_node *node, int t, bool needed)
 {
     L->node = node;
@@ -259,6 +347,7 @@ static void build_link(link *L, sp_node *node, int t, bool needed)
     L->type = (el_type){.kind = EL_CSR, .rows = in, .cols = out};
     if (!needed) return;   /* a[n]: Jᵀ_1 is never read (its product is replaced by I) */
     node->op->jt_pattern(node, 0, &L->pattern);
+    drop_pruned(L, node);
     if ((double)L->pattern.nnz >= DENSE_FILL * (double)in * (double)out) {
         L->type.kind = EL_DENSE;
     } else {
@@ -298,7 +387,6 @@ static void build_chain(bppsa_state *s, sp_node **nodes, int count, int up_level
         int T = scans_time(nodes[i]) ? nodes[i]->op->chain_len(nodes[i]) : 0;
         for (int t = T ? T : 1; t >= 1; t--, pos++) build_link(&s->links[pos], nodes[i], T ? t : 0, pos + 1 < n);
     }
-    sp_scan_plan_build(&s->plan, n, up_levels);
 }
 
 /* Decide every step's output type and run the symbolic SpGEMMs (once per chain). */
@@ -338,52 +426,354 @@ static void type_pass(bppsa_state *s)
     for (int i = 1; i <= n; i++)
         if (a[i].kind != EL_VEC) sp_fail("bppsa: internal: a[%d] ends as %s", i, kind_name(a[i].kind));
     free(a);
+    /* memory per sample: the Jᵀ values of every link but a[n]'s, and one new buffer per
+     * product (moves and skipped steps allocate nothing; nothing is freed in a step) */
+    s->link_bytes = s->prod_bytes = 0;
+    for (int i = 0; i + 1 < n; i++) s->link_bytes += arena_bytes(link_floats(&s->links[i]) * sizeof(float));
+    for (int k = 0; k < s->plan.nsteps; k++)
+        if (s->plan.steps[k].product && !s->steps[k].skip)
+            s->prod_bytes += arena_bytes(el_floats(&s->steps[k].out) * sizeof(float));
+}
+
+static double modelled_time(const bppsa_state *s, int B, int P);
+
+/* One segment's figures for a batch of B (memory: the scan's own arena bytes). */
+static void compute_stats(bppsa_state *s, int B)
+{
+    const sp_scan_plan *p = &s->plan;
+    sp_bppsa_stats *st = &s->stats;
+    *st = (sp_bppsa_stats){.n = s->n, .up_levels = p->up_levels, .full_levels = sp_scan_full_levels(s->n),
+                           .levels = p->work_levels, .linear_levels = s->n - 1, .chain_depth = p->chain_depth,
+                           .batch = B};
+    for (int k = 0; k < p->nsteps;) {   /* a level lasts as long as its longest step */
+        double lvl_max = 0;
+        int level = p->steps[k].level;
+        for (; k < p->nsteps && p->steps[k].level == level; k++) {
+            lvl_max = fmax(lvl_max, s->steps[k].flops);
+            st->flops += s->steps[k].flops;
+            el_kind ok = s->steps[k].out.kind;
+            st->matmat += p->steps[k].product && (ok == EL_CSR || ok == EL_DENSE);
+        }
+        st->critical_flops += lvl_max;
+    }
+    for (int i = 0; i + 1 < s->n; i++) {
+        const el_type *ty = &s->links[i].type;
+        double entries = ty->kind == EL_CSR ? (double)ty->nnz : (double)ty->rows * ty->cols;
+        st->linear_flops += 2 * entries;
+        st->dense_jt_entries += s->links[i].keep ? (double)s->links[i].full.nnz : entries;
+    }
+    size_t n1 = (size_t)s->n + 1, b = (size_t)B;
+    st->scan_bytes = b * (s->link_bytes + s->prod_bytes) + arena_bytes(n1 * b * sizeof(el)) +
+                     arena_bytes(n1 * sizeof(el_type)) + arena_bytes(b * sizeof(el)) + arena_bytes(n1 * b * sizeof(task));
+    st->jt_bytes = b * s->link_bytes;
+    st->product_bytes = b * s->prod_bytes;
+    for (int i = 0; i < s->nnodes; i++)   /* ∇h_t of a recurrent op for its weight gradient */
+        if (scans_time(s->nodes[i]) && s->nodes[i]->layer && s->nodes[i]->layer->nparams)
+            st->scan_bytes += arena_bytes((size_t)B * (size_t)s->nodes[i]->op->chain_len(s->nodes[i]) *
+                                          sp_tensor_sample_numel(&s->nodes[i]->out) * sizeof(float));
+    int P = sp_get_threads();
+    st->modelled_seconds = modelled_time(s, B, P > 0 ? P : 1);
+}
+
+/* The whole backward: the scanned segments summed (they run one after another), the
+ * gradient buffers (sp_alloc_grads) and bookkeeping, and the forward's bytes, measured
+ * when the backward starts (every engine keeps those). peak = the arena's high water. */
+static void engine_stats(bppsa_engine *E, const bool *scanned, sp_tape *t, sp_node *loss, int B, size_t forward_bytes)
+{
+    sp_bppsa_stats *st = &E->stats;
+    *st = (sp_bppsa_stats){.batch = B, .forward_bytes = forward_bytes};
+    int best = -1;
+    for (int k = 0; k < E->nseg; k++) {
+        if (!scanned[k]) continue;
+        const sp_bppsa_stats *g = &E->seg[k].stats;
+        if (best < 0 || g->n > E->seg[best].stats.n) best = k;
+        st->n += g->n;
+        st->levels += g->levels;
+        st->linear_levels += g->linear_levels;
+        st->chain_depth += g->chain_depth;
+        st->matmat += g->matmat;
+        st->flops += g->flops;
+        st->critical_flops += g->critical_flops;
+        st->linear_flops += g->linear_flops;
+        st->modelled_seconds += g->modelled_seconds;
+        st->dense_jt_entries += g->dense_jt_entries;
+        st->scan_bytes += g->scan_bytes;
+        st->jt_bytes += g->jt_bytes;
+        st->product_bytes += g->product_bytes;
+    }
+    if (best >= 0) {
+        st->up_levels = E->seg[best].stats.up_levels;
+        st->full_levels = E->seg[best].stats.full_levels;
+    }
+    E->main_seg = best < 0 ? 0 : best;
+    int N = loss->index;   /* collect_segments' arrays, then sp_alloc_grads' */
+    size_t g = arena_bytes((size_t)(N + 1) * sizeof(sp_node *)) + arena_bytes((size_t)(N + 2) * sizeof(int)) +
+               arena_bytes((size_t)(N + 1) * sizeof(bool)) + arena_bytes((size_t)(N + 1) * sizeof(int));
+    for (int i = 0; i <= N; i++)
+        if (t->nodes[i]->needs_grad || t->nodes[i] == loss) g += arena_bytes(t->nodes[i]->out.numel * sizeof(float));
+    st->grad_bytes = g;
+    st->peak_bytes = forward_bytes + st->grad_bytes + st->scan_bytes;
+    E->have_stats = true;
 }
 
 /* ---- the plan, printed (--plan) ---------------------------------------------------------- */
 
-static void print_plan(const bppsa_state *s, int B)
+/* --scan-levels auto: the depth K whose plan the cost model says runs fastest here.
+ * Model: the levels run one after another; a level lasts as long as the larger of its
+ * most expensive product (a product is not split across threads) and its whole work for
+ * the batch spread over the threads, at RATE FLOP/s per thread, plus one barrier:
+ *     time(K) = Σ_levels that multiply [ max(crit_l, B · work_l / P) / RATE + sync ].
+ * sync is measured once (the median of 15 empty sp_parallel_for rounds): on a loaded
+ * machine a barrier costs far more than its idle ~10 µs, which favours fewer levels. With
+ * few threads and cheap barriers the work term rules and small K wins (K = 0 is linear
+ * BP); with many threads or costly barriers the full scan wins (the paper's GPU case). */
+#define AUTO_RATE 1e9    /* FLOP/s per thread for the scan's small products (this CPU) */
+
+static double g_sync = -1;   /* seconds per barrier, measured on first use */
+
+static void nothing(void *ctx, size_t b, size_t e) { (void)ctx, (void)b, (void)e; }
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double barrier_seconds(void)
+{
+    if (g_sync >= 0) return g_sync;
+    double t[15];
+    int P = sp_get_threads();
+    for (int i = 0; i < 15; i++) {
+        double t0 = sp_now();
+        sp_parallel_for((size_t)(P > 1 ? 4 * P : 1), nothing, NULL);
+        t[i] = sp_now() - t0;
+    }
+    qsort(t, 15, sizeof *t, cmp_dbl);
+    return g_sync = t[7];
+}
+
+static double modelled_time(const bppsa_state *s, int B, int P)
 {
     const sp_scan_plan *p = &s->plan;
-    double total = 0, span = 0, linear = 0;
-    int matmat = 0, work_levels = 0, last_work_level = -1;
+    double time = 0, sync = barrier_seconds();
+    for (int k = 0; k < p->nsteps;) {
+        double crit = 0, work = 0;
+        bool any = false;
+        int level = p->steps[k].level;
+        for (; k < p->nsteps && p->steps[k].level == level; k++) {
+            crit = fmax(crit, s->steps[k].flops);
+            work += s->steps[k].flops;
+            any |= p->steps[k].product;
+        }
+        if (any) time += fmax(crit, (double)B * work / P) / AUTO_RATE + sync;
+    }
+    return time;
+}
+
+static int auto_levels(bppsa_state *s, int B)
+{
+    int F = sp_scan_full_levels(s->n), best = 0, P = sp_get_threads();
+    double best_t = INFINITY;
+    s->auto_time = sp_xrealloc(s->auto_time, (size_t)(F + 1) * sizeof *s->auto_time);
+    s->auto_n = F + 1;
+    for (int K = 0; K <= F; K++) {
+        sp_scan_plan_build(&s->plan, s->n, K);
+        type_pass(s);
+        double t = s->auto_time[K] = modelled_time(s, B, P > 0 ? P : 1);
+        if (t < best_t) best_t = t, best = K;
+        plan_clear(s);
+    }
+    return best;
+}
+
+
+static const char *fmt_bytes(char *buf, size_t len, size_t bytes)
+{
+    if (bytes >= (size_t)1 << 30) snprintf(buf, len, "%.2f GiB", (double)bytes / (double)(1 << 30));
+    else if (bytes >= (size_t)1 << 20) snprintf(buf, len, "%.1f MiB", (double)bytes / (double)(1 << 20));
+    else snprintf(buf, len, "%.1f KiB", (double)bytes / 1024.0);
+    return buf;
+}
+
+static void print_plan(const bppsa_state *s, bool full)
+{
+    const sp_scan_plan *p = &s->plan;
+    const sp_bppsa_stats *st = &s->stats;
     printf("bppsa plan: n = %d links, %d up-sweep levels (full: %d), batch %d\n", s->n, p->up_levels,
-           sp_scan_full_levels(s->n), B);
-    printf("%5s %-8s %5s %5s  %-26s %14s %s\n", "level", "kind", "l", "r", "result", "FLOP/sample", "critical");
+           st->full_levels, st->batch);
+    if (full) {
+        printf("%5s %-8s %5s %5s  %-26s %14s %s\n", "level", "kind", "l", "r", "result", "FLOP/sample", "critical");
+        for (int k = 0, level_start = 0; k < p->nsteps; k++) {
+            const sp_scan_step *sc = &p->steps[k];
+            if (k > 0 && sc->level != p->steps[k - 1].level) level_start = k;
+            static double lvl_max;
+            if (k == level_start) {
+                lvl_max = 0;
+                for (int j = k; j < p->nsteps && p->steps[j].level == sc->level; j++)
+                    lvl_max = fmax(lvl_max, s->steps[j].flops);
+            }
+            const step_info *si = &s->steps[k];
+            static const char *kinds[] = {"up", "identity", "carry", "down"};
+            char res[64] = "-";
+            if (si->skip) {
+                snprintf(res, sizeof res, "skipped (a[n] unused)");
+            } else if (sc->kind != SP_SCAN_IDENTITY) {
+                int len = snprintf(res, sizeof res, "%s %dx%d%s", kind_name(si->out.kind), si->out.rows,
+                                   si->out.kind == EL_VEC ? 1 : si->out.cols, sc->product ? "" : " (move)");
+                if (si->out.kind == EL_CSR)
+                    snprintf(res + len, sizeof res - (size_t)len, " nnz %lld", (long long)si->out.nnz);
+            }
+            bool crit = si->flops > 0 && si->flops == lvl_max;
+            printf("%5d %-8s %5d %5d  %-26s %14.0f %s\n", sc->level, kinds[sc->kind], sc->l, sc->r, res, si->flops,
+                   crit ? "*" : "");
+        }
+    }
+    printf("sequential levels: bppsa %d vs linear BP %d (longest product chain %d); matrix-matrix products %d\n",
+           st->levels, st->linear_levels, st->chain_depth, st->matmat);
+    printf("FLOP per sample: bppsa total %.0f, critical path %.0f; linear BP %.0f (bppsa does %.1fx the work)\n",
+           st->flops, st->critical_flops, st->linear_flops, st->linear_flops > 0 ? st->flops / st->linear_flops : 0.0);
+    if (s->auto_time) {
+        printf("--scan-levels auto (modelled time per step on %d threads):", sp_get_threads());
+        for (int K = 0; K < s->auto_n; K++)
+            printf(" K=%d %.3g ms%s", K, 1e3 * s->auto_time[K], K == p->up_levels ? " (chosen)" : "");
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+/* ---- the scan tree, drawn (--plan-svg) -------------------------------------------------- */
+
+#define SVG_MAX_LINKS 128
+
+/* One column per element of a, one row per level (row 0: the input array). A step is a
+ * node at its result's position, coloured by what it computes; its edges come from where
+ * its operands were last written. The most expensive step of every level that multiplies
+ * (the critical path of the level-synchronous schedule) has a red outline. */
+/* An operand's path: down its own column while it is untouched, then to the step. */
+static void edge_to(FILE *f, int x1, int y1, int x2, int y2, int rowh, const char *style)
+{
+    int ybend = y2 - rowh > y1 ? y2 - rowh : y1;
+    fprintf(f, "<polyline points=\"%d,%d %d,%d %d,%d\" fill=\"none\" %s/>\n", x1, y1, x1, ybend, x2, y2, style);
+}
+
+static void print_memory(const sp_bppsa_stats *st)
+{
+    char b[6][32];
+    printf("memory per step: scan %s (Jt values %s, products %s) + gradients %s + forward %s = peak %s"
+           " (linear BP: forward + gradients)\n",
+           fmt_bytes(b[0], 32, st->scan_bytes), fmt_bytes(b[1], 32, st->jt_bytes), fmt_bytes(b[2], 32, st->product_bytes),
+           fmt_bytes(b[3], 32, st->grad_bytes), fmt_bytes(b[4], 32, st->forward_bytes),
+           fmt_bytes(b[5], 32, st->peak_bytes));
+    fflush(stdout);
+}
+
+static void draw_plan_svg(const bppsa_state *s, const char *path)
+{
+    const sp_scan_plan *p = &s->plan;
+    int n = s->n;
+    if (n > SVG_MAX_LINKS)
+        sp_fail("--plan-svg: the chain has %d links; the tree is drawn for at most %d (a shorter --seq-len?)", n,
+                SVG_MAX_LINKS);
+    FILE *f = fopen(path, "w");
+    if (!f) sp_fail("--plan-svg %s: cannot open for writing", path);
+    int colw = n > 40 ? 22 : 40, rowh = 46, left = 110, top = 70;
+    int rows = p->nlevels + 1, width = left + (n + 1) * colw + 30, height = top + rows * rowh + 90;
+    if (width < 1040) width = 1040;
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+               "font-family=\"sans-serif\" font-size=\"11\">\n", width, height, width, height);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"10\" y=\"20\" font-size=\"14\">BPPSA scan: n = %d links, %d up-sweep levels (full %d); "
+               "%d sequential levels vs %d for linear BP</text>\n", n, p->up_levels, sp_scan_full_levels(n),
+            p->work_levels, n - 1);
+#define X(pos) (left + (pos) * colw + colw / 2)
+#define Y(row) (top + (row) * rowh + rowh / 2)
+    for (int i = 0; i <= n; i++)
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">%d</text>\n", X(i), top - 8, i);
+    fprintf(f, "<text x=\"10\" y=\"%d\">input a</text>\n", Y(0) + 4);
+    int *last = sp_xcalloc((size_t)n + 1, sizeof *last);
+    /* row labels */
+    for (int k = 0; k < p->nsteps; k++)
+        if (k == 0 || p->steps[k].level != p->steps[k - 1].level) {
+            const sp_scan_step *st = &p->steps[k];
+            static const char *names[] = {"up-sweep", "identity", "carry", "down-sweep"};
+            fprintf(f, "<text x=\"10\" y=\"%d\">%d %s</text>\n", Y(st->level + 1) + 4, st->level, names[st->kind]);
+        }
+    /* inputs */
+    for (int i = 0; i <= n; i++) {
+        const char *fill = i == 0 ? "#4caf50" : i == n ? "#ffffff" : s->links[i - 1].type.kind == EL_CSR ? "#2196f3" : "#ff9800";
+        fprintf(f, "<g class=\"input\"><rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\" stroke=\"#333\"%s/>"
+                   "<title>a[%d] = %s</title></g>\n", X(i) - 7, Y(0) - 7, fill, i == n ? " stroke-dasharray=\"2,2\"" : "",
+                i, i == 0 ? "the loss gradient (vector)" : i == n ? "Jt_1 (never read)" : kind_name(s->links[i - 1].type.kind));
+    }
+    int carry_pos = -1, carry_row = 0;
     for (int k = 0, level_start = 0; k < p->nsteps; k++) {
         const sp_scan_step *st = &p->steps[k];
+        const step_info *si = &s->steps[k];
         if (k > 0 && st->level != p->steps[k - 1].level) level_start = k;
         double lvl_max = 0;
-        int lvl_end = k;
-        while (lvl_end < p->nsteps && p->steps[lvl_end].level == st->level) lvl_end++;
-        for (int j = level_start; j < lvl_end; j++) lvl_max = fmax(lvl_max, s->steps[j].flops);
-        const step_info *si = &s->steps[k];
-        static const char *kinds[] = {"up", "identity", "carry", "down"};
-        char res[64] = "-";
-        if (si->skip) snprintf(res, sizeof res, "skipped (a[n] unused)");
-        else if (st->kind != SP_SCAN_IDENTITY)
-        {
-            int k = snprintf(res, sizeof res, "%s %dx%d", kind_name(si->out.kind), si->out.rows,
-                             si->out.kind == EL_VEC ? 1 : si->out.cols);
-            if (si->out.kind == EL_CSR) snprintf(res + k, sizeof res - (size_t)k, " nnz %lld", (long long)si->out.nnz);
+        for (int j = level_start; j < p->nsteps && p->steps[j].level == st->level; j++)
+            lvl_max = fmax(lvl_max, s->steps[j].flops);
+        int row = st->level + 1;
+        const char *edge = "stroke=\"#999\"", *move = "stroke=\"#bbb\" stroke-dasharray=\"3,3\"";
+        switch (st->kind) {
+        case SP_SCAN_UP:
+            edge_to(f, X(st->l), Y(last[st->l]), X(st->r), Y(row), rowh, edge);
+            edge_to(f, X(st->r), Y(last[st->r]), X(st->r), Y(row), rowh, edge);
+            last[st->r] = row;
+            break;
+        case SP_SCAN_IDENTITY: last[st->r] = row; break;
+        case SP_SCAN_CARRY:
+            edge_to(f, X(st->r), Y(last[st->r]), X(st->r), Y(row), rowh, edge);
+            if (carry_pos >= 0)
+                edge_to(f, X(carry_pos), Y(carry_row), X(st->r), Y(row), rowh, edge);
+            carry_pos = st->r;
+            carry_row = row;
+            last[st->r] = row;
+            break;
+        case SP_SCAN_DOWN:
+            edge_to(f, X(st->l), Y(last[st->l]), X(st->r), Y(row), rowh, edge);
+            edge_to(f, X(st->r), Y(last[st->r]), X(st->r), Y(row), rowh, edge);
+            edge_to(f, X(st->r), Y(last[st->r]), X(st->l), Y(row), rowh, move);
+            fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"3\" fill=\"#bbb\"/>\n", X(st->l), Y(row));
+            last[st->l] = last[st->r] = row;
+            break;
         }
+        const char *fill, *what;
+        if (st->kind == SP_SCAN_IDENTITY) fill = "#ffffff", what = "a[n] = I";
+        else if (si->skip) fill = "#ffffff", what = "skipped: a[n] is overwritten";
+        else if (!st->product) fill = "#dddddd", what = "move (a product with I)";
+        else if (si->out.kind == EL_VEC) fill = "#4caf50", what = "matrix-vector product";
+        else if (si->out.kind == EL_CSR) fill = "#2196f3", what = "sparse matrix product (CSR)";
+        else fill = "#ff9800", what = "dense matrix product";
         bool crit = si->flops > 0 && si->flops == lvl_max;
-        printf("%5d %-8s %5d %5d  %-26s %14.0f %s\n", st->level, kinds[st->kind], st->l, st->r, res, si->flops,
-               crit ? "*" : "");
-        if (crit && (k == 0 || st->level != last_work_level)) work_levels++, last_work_level = st->level;
-        total += si->flops;
-        if (k == level_start) span += lvl_max;   /* a level takes as long as its longest step */
-        if (si->out.kind == EL_CSR || si->out.kind == EL_DENSE) matmat += !si->skip && si->flops > 0;
+        fprintf(f, "<g class=\"step\"><circle cx=\"%d\" cy=\"%d\" r=\"8\" fill=\"%s\" stroke=\"%s\" stroke-width=\"%d\"%s/>"
+                   "<title>level %d %s l=%d r=%d: %s, %.0f FLOP/sample%s</title></g>\n",
+                X(st->r), Y(row), fill, crit ? "#d32f2f" : "#333", crit ? 3 : 1,
+                si->skip ? " stroke-dasharray=\"2,2\"" : "", st->level,
+                st->kind == SP_SCAN_UP ? "up" : st->kind == SP_SCAN_DOWN ? "down" : st->kind == SP_SCAN_CARRY ? "carry" : "identity",
+                st->l, st->r, what, si->flops, crit ? " (critical)" : "");
+        if (st->kind == SP_SCAN_IDENTITY)
+            fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"10\">I</text>\n", X(st->r), Y(row) + 4);
     }
-    for (int i = 0; i + 1 < s->n; i++) {
-        const el_type *t = &s->links[i].type;
-        linear += 2 * (t->kind == EL_CSR ? (double)t->nnz : (double)t->rows * t->cols);
+    /* legend */
+    static const struct { const char *fill, *text; } legend[] = {
+        {"#4caf50", "vector (matrix-vector product)"}, {"#2196f3", "sparse matrix (CSR)"},
+        {"#ff9800", "dense matrix"}, {"#dddddd", "move (product with I)"}, {"#ffffff", "identity / skipped"}};
+    int ly = top + rows * rowh + 20;
+    for (int i = 0; i < 5; i++) {
+        int lx = 10 + i * 200;
+        fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"7\" fill=\"%s\" stroke=\"#333\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
+                lx + 7, ly, legend[i].fill, lx + 20, ly + 4, legend[i].text);
     }
-    printf("sequential levels: bppsa %d vs linear BP %d (levels that multiply: %d); matrix-matrix products %d\n",
-           p->nlevels, s->n - 1, work_levels, matmat);
-    printf("FLOP per sample: bppsa total %.0f, critical path %.0f; linear BP %.0f (bppsa does %.1fx the work)\n",
-           total, span, linear, linear > 0 ? total / linear : 0.0);
-    fflush(stdout);
+    fprintf(f, "<circle cx=\"17\" cy=\"%d\" r=\"7\" fill=\"white\" stroke=\"#d32f2f\" stroke-width=\"3\"/>"
+               "<text x=\"30\" y=\"%d\">the most expensive step of its level (critical path)</text>\n", ly + 24, ly + 28);
+    fprintf(f, "</svg>\n");
+#undef X
+#undef Y
+    free(last);
+    if (fclose(f) != 0) sp_fail("--plan-svg %s: write failed", path);
 }
 
 /* ---- one step ------------------------------------------------------------------------ */
@@ -407,25 +797,27 @@ static void fill_links_range(void *p, size_t begin, size_t end)
         float *dst = A(c, i + 1, b).v;
         if (L->t > 0) {
             L->node->op->chain_jt(L->node, b, L->t, dst);
-        } else if (L->type.kind == EL_CSR) {
-            sp_csr m = L->pattern;
-            m.data = dst;
-            L->node->op->jt_values(L->node, 0, b, &m);
-        } else {   /* dense from CSR: values into scratch after the dense block, then expand */
-            sp_csr m = L->pattern;
-            m.data = dst + (size_t)L->type.rows * L->type.cols;
-            L->node->op->jt_values(L->node, 0, b, &m);
-            sp_csr_to_dense(&m, dst);
+            continue;
         }
+        /* CSR values go straight into the element; a dense link's into scratch after it */
+        float *vals = dst, *scratch = dst + el_floats(&L->type);
+        if (L->type.kind == EL_DENSE) {
+            vals = scratch;
+            scratch += L->pattern.nnz;
+        }
+        sp_csr m = L->pattern;
+        m.data = vals;
+        if (L->keep) {   /* pruned: the op fills its full pattern, the kept entries are gathered */
+            sp_csr f = L->full;
+            f.data = scratch;
+            L->node->op->jt_values(L->node, 0, b, &f);
+            for (int64_t j = 0; j < m.nnz; j++) vals[j] = scratch[L->keep[j]];
+        } else {
+            L->node->op->jt_values(L->node, 0, b, &m);
+        }
+        if (L->type.kind == EL_DENSE) sp_csr_to_dense(&m, dst);
     }
 }
-
-/* One product of one sample: out = M·X with the types fixed by the type pass. */
-typedef struct task {
-    el_type Mt, Xt, Ot;
-    float *M, *X, *out;
-    sp_spgemm_plan *plan;
-} task;
 
 typedef struct level_ctx {
     task *tasks;
@@ -477,13 +869,17 @@ static int run_level(exec_ctx *c, el_type *ty, el *reg, el_type *reg_t, int k, t
             ty[st->r] = si->out;
             break;
         case SP_SCAN_IDENTITY: ty[st->r] = (el_type){.kind = EL_ID}; break;
-        case SP_SCAN_CARRY: {   /* a[r] ← P; P ← a_old[r]·P */
+        case SP_SCAN_CARRY: {   /* a[r] ← P; P ← a_old[r]·P (P = I: a move) */
             if (st->l < 0) *reg_t = (el_type){.kind = EL_ID};
             el_type old_t = ty[st->r];
             for (int b = 0; b < B; b++) {
                 float *old = A(c, st->r, b).v;
                 A(c, st->r, b).v = reg[b].v;
                 if (si->skip) continue;
+                if (!st->product) {
+                    reg[b].v = old;
+                    continue;
+                }
                 float *out = sp_tape_alloc(t, floats);
                 tasks[ntasks++] = make_task(&old_t, old, reg_t, reg[b].v, si, out);
                 reg[b].v = out;
@@ -492,11 +888,16 @@ static int run_level(exec_ctx *c, el_type *ty, el *reg, el_type *reg_t, int k, t
             if (!si->skip) *reg_t = si->out;
             break;
         }
-        case SP_SCAN_DOWN: {   /* T ← a[l]; a[l] ← a[r]; a[r] ← T·a[r] */
+        case SP_SCAN_DOWN: {   /* T ← a[l]; a[l] ← a[r]; a[r] ← T·a[r] (a move when T or a[r] is I) */
             el_type T_t = ty[st->l];
             for (int b = 0; b < B; b++) {
-                float *T = A(c, st->l, b).v, *out = sp_tape_alloc(t, floats);
+                float *T = A(c, st->l, b).v;
                 A(c, st->l, b).v = A(c, st->r, b).v;
+                if (!st->product) {   /* the result is the operand that is not I (read only from now on) */
+                    if (T_t.kind != EL_ID) A(c, st->r, b).v = T;
+                    continue;
+                }
+                float *out = sp_tape_alloc(t, floats);
                 tasks[ntasks++] = make_task(&T_t, T, &ty[st->r], A(c, st->r, b).v, si, out);
                 A(c, st->r, b).v = out;
             }
@@ -547,10 +948,14 @@ static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nod
         }
     } else {
         build_chain(s, nodes, count, e->opts.scan_levels);
+        int K = e->opts.scan_levels;
+        if (K == SP_SCAN_LEVELS_AUTO) K = auto_levels(s, nodes[0]->out.shape[0]);
+        sp_scan_plan_build(&s->plan, s->n, K);
         type_pass(s);
     }
     sp_node *head = nodes[0];
     int B = head->out.shape[0], n = s->n;
+    if (e->opts.plan_only) return;   /* --plan: the figures are all there is to it */
 
     /* element storage for this step (arena) and types that evolve with the plan;
      * a[0] = ∇y of the head, complete (the loss's δ, or every consumer's) */
@@ -563,8 +968,7 @@ static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nod
     for (int i = 0; i < n; i++) {
         link *L = &s->links[i];
         ty[i + 1] = L->type;
-        size_t floats = i + 1 < n ? el_floats(&L->type) : 0;
-        if (L->t == 0 && L->type.kind == EL_DENSE && i + 1 < n) floats += (size_t)L->pattern.nnz;
+        size_t floats = i + 1 < n ? link_floats(L) : 0;
         for (int b = 0; b < B; b++) A(&c, i + 1, b).v = floats ? sp_tape_alloc(t, floats * sizeof(float)) : NULL;
     }
     ty[n].kind = EL_NONE;
@@ -581,6 +985,7 @@ static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nod
 static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
 {
     bppsa_engine *E = e->state;
+    size_t forward_bytes = t->arena.used_total;
     sp_mark_needs_grad(t);
     sp_node **nodes;
     int *start;
@@ -592,33 +997,40 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
         memset(E->seg, 0, (size_t)nseg * sizeof *E->seg);
         E->nseg = nseg;
     }
-    bool print = e->opts.plan && !E->plan_printed;
+    bool print = e->opts.plan && !E->plan_printed, draw = e->opts.plan_svg && !E->plan_printed;
+    bool only = e->opts.plan_only;
     if (print && nseg > 1)
         printf("bppsa: the model is a DAG: %d chain segments, each scanned, joined by δ = Jᵀ·∇y at the joins\n",
                nseg);
+    bool scanned[nseg];
 
     /* ∇ of the logits: the loss's δ for dl = 1 */
     sp_alloc_grads(t, loss);
-    sp_node_backward_inputs(loss);
+    if (!only) sp_node_backward_inputs(loss);
     for (int k = 0; k < nseg; k++) {
         sp_node **seg = nodes + start[k];
         int count = start[k + 1] - start[k];
         sp_node *tail = seg[count - 1];
-        if (count == 1 && !scans_time(tail)) {   /* nothing to scan: G and δ of the one op */
+        scanned[k] = !(count == 1 && !scans_time(tail));
+        if (!scanned[k]) {   /* nothing to scan: G and δ of the one op */
             if (print) printf("bppsa segment %d: %s#%d alone, no scan\n", k, tail->op->name, tail->index);
-            sp_node_backward(tail);
+            if (!only) sp_node_backward(tail);
             continue;
         }
         scan_segment(e, &E->seg[k], t, seg, count);
+        compute_stats(&E->seg[k], seg[0]->out.shape[0]);
         if (print) {
             if (nseg > 1)
                 printf("bppsa segment %d: %s#%d .. %s#%d (%d ops)\n", k, seg[0]->op->name, seg[0]->index,
                        tail->op->name, tail->index, count);
-            print_plan(&E->seg[k], seg[0]->out.shape[0]);
+            print_plan(&E->seg[k], e->opts.plan_full);
         }
-        sp_node_backward_inputs(tail);   /* the join: δ into the inputs below the segment */
+        if (!only) sp_node_backward_inputs(tail);   /* the join: δ into the inputs below the segment */
     }
-    E->plan_printed |= print;
+    engine_stats(E, scanned, t, loss, loss->input->out.shape[0], forward_bytes);
+    if (print) print_memory(&E->stats);
+    if (draw) draw_plan_svg(&E->seg[E->main_seg], e->opts.plan_svg);
+    E->plan_printed |= print || draw;
 }
 
 static void bppsa_destroy(sp_engine *e)
@@ -640,9 +1052,65 @@ sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts)
     return e;
 }
 
+bool sp_bppsa_stats_get(const sp_engine *e, sp_bppsa_stats *out)
+{
+    if (!e || e->backward != bppsa_backward || !((bppsa_engine *)e->state)->have_stats) return false;
+    *out = ((bppsa_engine *)e->state)->stats;
+    return true;
+}
+
+int sp_bppsa_links(sp_model *m, int ndim, const int *sample_shape)
+{
+    int shape[SP_MAX_DIMS] = {1};
+    if (ndim < 0 || ndim + 1 > SP_MAX_DIMS) sp_fail("bppsa: samples of %d dimensions", ndim);
+    for (int i = 0; i < ndim; i++) shape[i + 1] = sample_shape[i];
+    sp_tape t;
+    sp_tape_init(&t);
+    t.shape_only = true;
+    sp_tensor x = sp_tensor_view(NULL, ndim + 1, shape);
+    sp_model_forward(m, &t, sp_tape_input(&t, &x));
+    int n = 0;
+    for (int i = 0; i < t.n; i++)
+        if (t.nodes[i]->op) n += t.nodes[i]->op->chain_len ? t.nodes[i]->op->chain_len(t.nodes[i]) : 1;
+    sp_tape_free(&t);
+    return n;
+}
+
+int sp_bppsa_max_scan_levels(sp_model *m, int ndim, const int *sample_shape)
+{
+    int n = sp_bppsa_links(m, ndim, sample_shape);
+    return n > 0 ? sp_scan_full_levels(n) : 0;
+}
+
 int sp_bppsa_chain_links(const sp_node *loss)
 {
-    int n = 0;
-    for (sp_node *x = loss->input; x && x->op; x = x->input) n += x->op->chain_len ? x->op->chain_len(x) : 1;
+    /* the longest chain segment (a DAG scans each segment on its own) */
+    sp_tape *t = loss->tape;
+    sp_mark_needs_grad(t);
+    sp_node **nodes;
+    int *start, n = 0;
+    int nseg = collect_segments(t, (sp_node *)loss, &nodes, &start);
+    for (int k = 0; k < nseg; k++) {
+        int links = 0;
+        for (int i = start[k]; i < start[k + 1]; i++)
+            links += scans_time(nodes[i]) ? nodes[i]->op->chain_len(nodes[i]) : 1;
+        n = links > n ? links : n;
+    }
     return n;
+}
+
+int sp_bppsa_level_flops(const sp_engine *e, double *total, double *critical, int cap)
+{
+    const bppsa_engine *E = e ? e->state : NULL;
+    if (!e || e->backward != bppsa_backward || !E->have_stats) return 0;
+    const bppsa_state *s = &E->seg[E->main_seg];
+    const sp_scan_plan *p = &s->plan;
+    for (int l = 0; l < p->nlevels && l < cap; l++) total[l] = critical[l] = 0;
+    for (int k = 0; k < p->nsteps; k++) {
+        int l = p->steps[k].level;
+        if (l >= cap) continue;
+        total[l] += s->steps[k].flops;
+        critical[l] = fmax(critical[l], s->steps[k].flops);
+    }
+    return p->nlevels;
 }

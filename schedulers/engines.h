@@ -7,9 +7,43 @@
 sp_engine *sp_engine_linear_create(const sp_engine_opts *opts);
 /* BP as a parallel scan over transposed Jacobians (schedulers/bppsa.c). */
 sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts);
-/* Jacobians in the chain bppsa scans for this loss (its n; for checking --scan-levels). */
+/* Jacobians in the longest chain (segment) bppsa scans for this loss (its n; for checking
+ * --scan-levels). */
 int sp_bppsa_chain_links(const sp_node *loss);
 sp_engine *sp_engine_ooo_create(const sp_engine_opts *opts);   /* schedulers/ooo.h */
+
+/* The figures of a bppsa plan (what --plan prints), for the last backward's batch. */
+typedef struct sp_bppsa_stats {
+    int n;                     /* links of the chain; the scan array has n + 1 elements */
+    int up_levels, full_levels;
+    int levels;                /* sequential levels that multiply (docs/BPPSA.md)       */
+    int linear_levels;         /* linear BP's sequential products: n − 1                */
+    int chain_depth;           /* longest chain of products                             */
+    int matmat;                /* matrix-matrix products per sample                     */
+    int batch;
+    double flops, critical_flops, linear_flops;   /* per sample                         */
+    double modelled_seconds;   /* the --scan-levels auto cost model's time for the batch */
+    double dense_jt_entries;   /* Σ entries of the links' Jᵀ before pruning (per sample) */
+    /* Memory, predicted from the plan's element types (arena bytes of one step):
+     * peak = forward + grads + scan, the tape arena's high-water mark for the step.   */
+    size_t forward_bytes;      /* the tape in use when the backward starts (measured)   */
+    size_t grad_bytes;         /* ∂l/∂x buffers of the nodes and bookkeeping            */
+    size_t scan_bytes;         /* the scan: Jᵀ values, products, arrays (all samples)   */
+    size_t jt_bytes, product_bytes;   /* parts of scan_bytes                            */
+    size_t peak_bytes;
+} sp_bppsa_stats;
+
+/* False unless e is a bppsa engine that has run a backward. */
+bool sp_bppsa_stats_get(const sp_engine *e, sp_bppsa_stats *out);
+/* FLOP per sample of every plan level (all its steps; its most expensive step), for up
+ * to cap levels; returns the plan's level count (0 if e has no plan yet). */
+int sp_bppsa_level_flops(const sp_engine *e, double *total, double *critical, int cap);
+/* Links of m's chain for samples of the given shape (a recurrent op counts its time
+ * steps), from a shape-only forward; and the valid --scan-levels range is
+ * 0 .. sp_bppsa_max_scan_levels (larger values are the full scan). */
+struct sp_model;
+int sp_bppsa_links(struct sp_model *m, int ndim, const int *sample_shape);
+int sp_bppsa_max_scan_levels(struct sp_model *m, int ndim, const int *sample_shape);
 
 /* One node's whole backward, as the linear engine does it: G (if the op has params)
  * then, input by input in argument order, δ_i into the producer's grad (accumulating

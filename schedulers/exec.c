@@ -63,6 +63,7 @@ struct sp_exec {
     stage_info *st;
     sp_comm **comms;
     int ncomms;
+    int *comm_min;           /* the lowest world rank of each communicator's set         */
     bucket *buckets;
     int nbuckets;
     int *next_bucket;        /* per comm: the next bucket to start (same order everywhere) */
@@ -86,6 +87,8 @@ struct sp_exec {
     trace_ev *ev;
     int nev, cap_ev;
     double trace_t0;
+    double *meas;            /* [6·S]: Σ F, δ, G compute seconds and their counts      */
+    size_t in_numel;         /* one input sample                                       */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -256,9 +259,16 @@ static void setup_costs(sp_exec *x, int ndim, const int *shape)
 
 /* ---- setup: the schedule and its refusals ------------------------------------------------- */
 
+static bool is_scan(const char *name) { return !strcmp(name, "scan"); }
+typedef struct seg {
+    int a, b;            /* layers (−1: none)                              */
+    int in, out;         /* per-sample sizes of the segment's input/output */
+} seg;
+static seg segment_of(const sp_exec *x, int r);
 static bool is_pipeline(const char *name)
 {
-    return !strcmp(name, "gpipe") || !strcmp(name, "1f1b") || !strcmp(name, "ooo-ff") || !strcmp(name, "ooo-modulo");
+    return !strcmp(name, "gpipe") || !strcmp(name, "1f1b") || !strcmp(name, "ooo-ff") || !strcmp(name, "ooo-modulo") ||
+           is_scan(name);
 }
 static bool is_looped(const char *name) { return !strcmp(name, "lpp") || !strcmp(name, "fslpp"); }
 static bool is_data(const char *name) { return !strcmp(name, "ddp") || !strcmp(name, "fsdp"); }
@@ -270,7 +280,23 @@ static void check_config(sp_exec *x)
     sp_comm *w = x->world;
     if (!is_pipeline(name) && !is_looped(name) && !is_data(name))
         sp_comm_fail_all(w, "--parallel %s: unknown scheme (expected ddp | fsdp | gpipe | 1f1b | lpp | fslpp | "
-                            "ooo-ff | ooo-modulo)", name);
+                            "ooo-ff | ooo-modulo | scan)", name);
+    if (x->cfg.ooo && strcmp(name, "ddp") != 0)
+        sp_comm_fail_all(w, "--parallel %s --backward ooo: ooo's data-parallel order is for ddp (the pipelines "
+                            "have ooo-ff and ooo-modulo)", name);
+    if (is_scan(name)) {
+        if (x->B != 1) sp_comm_fail_all(w, "--parallel scan: --microbatches %d (the scan runs the whole batch: 1)", x->B);
+        for (int s = 0; s < x->S; s++)
+            if (!x->m->layers[s]->op->jt_pattern || x->m->layers[s]->op->chain_len)
+                sp_comm_fail_all(w, "--parallel scan: layer %d (%s) has no per-sample transposed Jacobian to scan",
+                                 s, x->m->layers[s]->op->name);
+    }
+    if (!sp_model_is_chain(x->m))
+        sp_comm_fail_all(w, "--parallel %s: %s is not a chain of layers (the executor's stages are a chain's layers)",
+                         name, x->m->name);
+    if (x->m->nbuffers > 0)
+        sp_comm_fail_all(w, "--parallel %s: %s has buffers (batch norm statistics would be per micro-batch and "
+                            "per rank; not supported)", name, x->m->name);
     if (x->B < 1) sp_comm_fail_all(w, "--microbatches %d: expected >= 1", x->B);
     if (x->batch % x->B != 0)
         sp_comm_fail_all(w, "--parallel %s: --batch %d does not split into %d micro-batches (expected a multiple)",
@@ -301,6 +327,15 @@ static void build_schedule(sp_exec *x)
 {
     const char *name = x->cfg.scheme;
     sp_sched_config sc = {.stages = x->S, .micro = x->B, .workers = x->W, .split = -1, .no_input_grad = true};
+    if (x->cfg.ooo) {   /* ddp --backward ooo: reverse first-k over the first k parameterised layers */
+        int params = 0, k = x->cfg.k;
+        for (int s = 0; s < x->S; s++) params += x->st[s].nfloats > 0;
+        if (k <= 0) k = params / 2 > 0 ? params / 2 : 1;
+        if (k > params) sp_comm_fail_all(x->world, "--k %d: the model has %d parameterised layers", k, params);
+        for (int s = 0, seen = 0; s < x->S && seen < k; s++)
+            if (x->st[s].nfloats > 0 && ++seen == k) sc.first_k = s + 1;
+        name = "ddp-ooo";
+    }
     if (is_looped(name)) {
         sc.groups = x->cfg.groups > 0 ? x->cfg.groups : 1;
         sc.per_group = x->W / sc.groups;
@@ -316,7 +351,8 @@ static void build_schedule(sp_exec *x)
         sp_layerpipe_free(&lp);
         sc.placement = placement;
     }
-    x->sched = sp_schedule_new(sp_scheme_find(name), &sc, x->costs);
+    /* scan: the forward is GPipe's with one micro-batch on the same contiguous segments */
+    x->sched = sp_schedule_new(sp_scheme_find(is_scan(name) ? "gpipe" : name), &sc, x->costs);
     free(placement);
     sp_simulate(x->sched, x->costs, &x->sim);
 }
@@ -376,7 +412,11 @@ static void setup_weights(sp_exec *x)
     /* One communicator per distinct set (collective on the world, in set order). */
     x->ncomms = nsets;
     x->comms = sp_xcalloc((size_t)(nsets ? nsets : 1), sizeof *x->comms);
-    for (int i = 0; i < nsets; i++) x->comms[i] = sp_comm_split(x->world, sets[i][x->rank] ? 0 : -1, x->rank);
+    x->comm_min = sp_xcalloc((size_t)(nsets ? nsets : 1), sizeof(int));
+    for (int i = 0; i < nsets; i++) {
+        x->comms[i] = sp_comm_split(x->world, sets[i][x->rank] ? 0 : -1, x->rank);
+        while (!sets[i][x->comm_min[i]]) x->comm_min[i]++;
+    }
     for (int st = 0; st < x->S; st++)
         if (set_of[st] >= 0 && sets[set_of[st]][x->rank]) x->st[st].comm = set_of[st];
     for (int i = 0; i < nsets; i++) free(sets[i]);
@@ -386,15 +426,46 @@ static void setup_weights(sp_exec *x)
     free(weights);
 }
 
-/* Buckets: stages in backward order (S−1 … 0), consecutive stages of the same
- * communicator and kind packed until --bucket-mb; the rank's own stages only. */
+/* When the stage's gradients are complete in the simulation, on the lowest rank of its
+ * communicator — the same number on every rank, so every member orders alike. */
+static double grads_ready_at(const sp_exec *x, int st)
+{
+    int w = x->comm_min[x->st[st].comm];
+    double t = -1;
+    for (int j = 0; j < x->sched->njobs; j++) {
+        sp_job jb = x->sched->jobs[j];
+        if (jb.stage == st && x->sched->compute[j] == w && (jb.dir == SP_BWD || jb.dir == SP_BWD_GRAD))
+            t = x->sim.finish[j] > t ? x->sim.finish[j] : t;
+    }
+    return t < 0 ? 1e300 : t;   /* an owner that computes none of it: last */
+}
+
+static const sp_exec *g_sort_exec;
+static int by_ready(const void *pa, const void *pb)
+{
+    int a = *(const int *)pa, b = *(const int *)pb;
+    double ta = grads_ready_at(g_sort_exec, a), tb = grads_ready_at(g_sort_exec, b);
+    if (ta != tb) return ta < tb ? -1 : 1;
+    return b - a;   /* ties: the higher stage first (backward order) */
+}
+
+/* Buckets: stages in the order their gradients complete in the schedule (backward
+ * order S−1 … 0 for the conventional schemes; ooo's order for ddp-ooo), consecutive
+ * stages of the same communicator and kind packed until --bucket-mb; the rank's own
+ * stages only. */
 static void setup_buckets(sp_exec *x)
 {
     double cap = x->cfg.bucket_mb > 0 ? x->cfg.bucket_mb * 1024 * 1024 / sizeof(float) : 0;
     x->buckets = sp_xcalloc((size_t)x->S, sizeof *x->buckets);
     x->nbuckets = 0;
     bucket *cur = NULL;
-    for (int st = x->S - 1; st >= 0; st--) {
+    int *order = sp_xmalloc(sizeof(int) * (size_t)x->S), n = 0;
+    for (int st = x->S - 1; st >= 0; st--)
+        if (x->st[st].comm >= 0 && x->st[st].sync != SYNC_NONE) order[n++] = st;
+    g_sort_exec = x;
+    qsort(order, (size_t)n, sizeof *order, by_ready);
+    for (int i = 0; i < n; i++) {
+        int st = order[i];
         stage_info *si = &x->st[st];
         if (si->comm < 0 || si->sync == SYNC_NONE) continue;
         bool join = cur && cur->comm == si->comm && cur->sync == si->sync && si->sync == SYNC_ALLREDUCE &&
@@ -410,6 +481,7 @@ static void setup_buckets(sp_exec *x)
         cur->n += si->nfloats;
         si->bucket = (int)(cur - x->buckets);
     }
+    free(order);
     for (int i = 0; i < x->nbuckets; i++) x->buckets[i].buf = sp_xmalloc(sizeof(float) * (x->buckets[i].n + 1));
     x->next_bucket = sp_xcalloc((size_t)(x->ncomms ? x->ncomms : 1), sizeof(int));
 }
@@ -426,7 +498,8 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
     x->opt = o;
     x->cfg = *cfg;
     x->batch = batch;
-    x->B = cfg->micro > 0 ? cfg->micro : is_pipeline(cfg->scheme) ? 2 * x->W : x->W;
+    x->B = cfg->micro > 0 ? cfg->micro : is_scan(cfg->scheme) ? 1 : is_pipeline(cfg->scheme) ? 2 * x->W : x->W;
+    x->in_numel = sp_shape_numel(sample_ndim, sample_shape);
     check_config(x);
     x->st = sp_xcalloc((size_t)x->S, sizeof *x->st);
     for (int s = 0; s < x->S; s++) {
@@ -437,14 +510,13 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
     infer_shapes(x, sample_ndim, sample_shape);
     setup_costs(x, sample_ndim, sample_shape);
     build_schedule(x);
+    if (is_scan(cfg->scheme))
+        for (int r = 0; r < x->W; r++)
+            if (segment_of(x, r).a < 0)
+                sp_comm_fail_all(world, "--parallel scan: the cost partition left rank %d without layers (use fewer ranks)", r);
     setup_weights(x);
     setup_buckets(x);
-    if (x->rank == 0 && cfg->costs_out) {
-        FILE *f = fopen(cfg->costs_out, "w");
-        if (!f) sp_comm_die(world, "--costs-out %s: cannot open for writing", cfg->costs_out);
-        sp_costs_write_csv(f, x->costs);
-        if (fclose(f) != 0) sp_comm_die(world, "--costs-out %s: write failed", cfg->costs_out);
-    }
+    x->meas = sp_xcalloc((size_t)x->S * 6, sizeof *x->meas);
     int SB = x->S * x->B;
     x->tapes = sp_xcalloc((size_t)x->B, sizeof *x->tapes);
     for (int b = 0; b < x->B; b++) sp_tape_init(&x->tapes[b]);
@@ -469,6 +541,7 @@ void sp_exec_free(sp_exec *x)
     for (int i = 0; i < x->nbuckets; i++) free(x->buckets[i].stages), free(x->buckets[i].buf);
     for (int i = 0; i < x->ncomms; i++) sp_comm_free(x->comms[i]);
     free(x->comms);
+    free(x->comm_min);
     free(x->buckets);
     free(x->next_bucket);
     free(x->tapes);
@@ -483,6 +556,7 @@ void sp_exec_free(sp_exec *x)
     free(x->sends);
     free(x->order_rec);
     free(x->ev);
+    free(x->meas);
     free(x->st);
     sp_sim_free(&x->sim);
     sp_schedule_free(x->sched);
@@ -554,6 +628,14 @@ static sp_tensor *ensure_dy(sp_exec *x, int s, int b)
     return &x->dy[k];
 }
 
+/* Compute seconds of one job part (0 F, 1 δ, 2 G) of stage s; the first step warms up. */
+static void measured(sp_exec *x, int s, int part, double seconds)
+{
+    if (x->steps == 0) return;
+    x->meas[6 * s + part] += seconds;
+    x->meas[6 * s + 3 + part] += 1;
+}
+
 static void run_forward(sp_exec *x, int job, sp_job j)
 {
     int s = j.stage, b = j.micro;
@@ -575,7 +657,9 @@ static void run_forward(sp_exec *x, int job, sp_job j)
     double t0 = sp_now();
     sp_node *n = x->node[s * x->B + b] = sp_apply(t, x->st[s].layer, in);
     if (s == x->S - 1) x->loss[b] = sp_apply_loss(t, x->m->loss, n, x->yin[b]);
-    x->fwd_s += sp_now() - t0;
+    double dt = sp_now() - t0;
+    x->fwd_s += dt;
+    measured(x, s, 0, dt);
     send_to_succs(x, job, &n->out, tag_of(x, 0, s, b), false);
 }
 
@@ -599,6 +683,7 @@ static void run_backward(sp_exec *x, int job, sp_job j)
     double t0 = sp_now();
     bool params = j.dir != SP_BWD_DELTA && n->op->backward_params && n->layer->nparams > 0;
     if (params) n->op->backward_params(n, dy);
+    double t1 = sp_now();
     bool delta = j.dir != SP_BWD_GRAD && s > 0;
     if (delta) {
         int k = (s - 1) * x->B + b;
@@ -606,7 +691,10 @@ static void run_backward(sp_exec *x, int job, sp_job j)
         n->op->backward_input(n, 0, dy, &x->dy[k]);
         x->have_dy[k] = true;
     }
-    x->bwd_s += sp_now() - t0;
+    double t2 = sp_now();
+    x->bwd_s += t2 - t0;
+    if (j.dir != SP_BWD_DELTA) measured(x, s, 2, t1 - t0);
+    if (j.dir != SP_BWD_GRAD) measured(x, s, 1, t2 - t1);
     if (delta) send_to_succs(x, job, &x->dy[(s - 1) * x->B + b], tag_of(x, 1, s - 1, b), true);
     if (j.dir != SP_BWD_DELTA) grad_done(x, s);
 }
@@ -700,6 +788,174 @@ static void begin_step(sp_exec *x, const sp_tensor *in, const int *labels)
     for (int c = 0; c < x->ncomms; c++) start_buckets(x, c);
 }
 
+
+/* ---- BPPSA across ranks (--parallel scan) ------------------------------------------------ */
+
+/* Rank r holds the layers [a_r, b_r] (GPipe's contiguous placement). Its element of the
+ * scan is the product of its transposed Jacobians, per sample,
+ *     P_r = Jᵀ_{a_r} · … · Jᵀ_{b_r}        (in_{a_r} × out_{b_r}),
+ * and the last rank's is the vector v = P_{W−1}·∇y l. The ranks run an inclusive suffix
+ * scan (Hillis–Steele: at level k, rank r receives T_{r+2^k} and forms T_r·T_{r+2^k}),
+ * ⌈log₂ W⌉ levels of send/recv, after which T_r is ∂l/∂(input of segment r); one more
+ * exchange hands T_{r+1} to rank r as ∂l/∂(output of its segment), and each rank
+ * back-propagates its own segment linearly from there (its δ and G). Rank 0's element
+ * is never needed (nobody reads T_0), so rank 0 does not form it. */
+
+static seg segment_of(const sp_exec *x, int r)
+{
+    seg g = {-1, -1, 0, 0};
+    for (int s = 0; s < x->S; s++)
+        if (x->sched->stage_worker[s] == r) {
+            if (g.a < 0) g.a = s;
+            g.b = s;
+        }
+    if (g.a < 0) return g;
+    const stage_info *lo = g.a > 0 ? &x->st[g.a - 1] : NULL, *hi = &x->st[g.b];
+    size_t in = 1, out = 1;
+    if (lo)
+        for (int i = 1; i < lo->out_ndim; i++) in *= (size_t)lo->out_shape[i];
+    else
+        in = x->in_numel;
+    for (int i = 1; i < hi->out_ndim; i++) out *= (size_t)hi->out_shape[i];
+    g.in = (int)in, g.out = (int)out;
+    return g;
+}
+
+/* dst (rows × c) = Jᵀ (rows × m, CSR) · M (m × c), one sample. */
+static void csr_times_dense(const sp_csr *jt, const float *M, int c, float *dst)
+{
+    for (int i = 0; i < jt->rows; i++) {
+        float *d = dst + (size_t)i * c;
+        memset(d, 0, sizeof(float) * (size_t)c);
+        for (int32_t e = jt->indptr[i]; e < jt->indptr[i + 1]; e++) {
+            float v = jt->data[e];
+            const float *mrow = M + (size_t)jt->indices[e] * c;
+            for (int k = 0; k < c; k++) d[k] += v * mrow[k];
+        }
+    }
+}
+
+/* P_r for every sample: [n, in, out]. */
+static float *segment_product(sp_exec *x, seg g, int n)
+{
+    size_t maxdim = (size_t)g.out;
+    for (int s = g.a; s <= g.b; s++) {
+        size_t in = sp_tensor_sample_numel(sp_node_x(x->node[s * x->B]));
+        maxdim = in > maxdim ? in : maxdim;
+    }
+    float *P = sp_xmalloc(sizeof(float) * (size_t)n * g.in * g.out);
+    float *cur = sp_xmalloc(sizeof(float) * maxdim * g.out), *nxt = sp_xmalloc(sizeof(float) * maxdim * g.out);
+    sp_csr *jt = sp_xcalloc((size_t)(g.b - g.a + 1), sizeof *jt);
+    for (int s = g.a; s <= g.b; s++) {
+        sp_node *nd = x->node[s * x->B];
+        nd->op->jt_pattern(nd, 0, &jt[s - g.a]);
+    }
+    for (int smp = 0; smp < n; smp++) {
+        /* cur = I (out × out), then cur = Jᵀ_s · cur from the last layer down */
+        memset(cur, 0, sizeof(float) * (size_t)g.out * g.out);
+        for (int i = 0; i < g.out; i++) cur[(size_t)i * g.out + i] = 1.0f;
+        for (int s = g.b; s >= g.a; s--) {
+            sp_node *nd = x->node[s * x->B];
+            nd->op->jt_values(nd, 0, smp, &jt[s - g.a]);
+            csr_times_dense(&jt[s - g.a], cur, g.out, nxt);
+            float *t = cur;
+            cur = nxt, nxt = t;
+        }
+        memcpy(P + (size_t)smp * g.in * g.out, cur, sizeof(float) * (size_t)g.in * g.out);
+    }
+    for (int s = g.a; s <= g.b; s++) sp_csr_free(&jt[s - g.a]);
+    free(jt);
+    free(cur);
+    free(nxt);
+    return P;
+}
+
+/* Back-propagate the rank's own segment from ∂l/∂(its output) in x->dy[b]. */
+static void segment_backward(sp_exec *x, seg g)
+{
+    for (int s = g.b; s >= g.a; s--) {
+        sp_node *nd = x->node[s * x->B];
+        sp_tensor *dy = &x->dy[s * x->B];
+        if (nd->op->backward_params && nd->layer->nparams > 0) nd->op->backward_params(nd, dy);
+        if (s > 0) {
+            x->dy[(s - 1) * x->B] = sp_tape_tensor_like(&x->tapes[0], &nd->input->out);
+            nd->op->backward_input(nd, 0, dy, &x->dy[(s - 1) * x->B]);
+        }
+    }
+}
+
+/* Columns of T_r after the levels that cover ranks r .. r + span − 1. */
+static int scan_cols(const sp_exec *x, int r, int span)
+{
+    int last = r + span - 1;
+    return last >= x->W - 1 ? 1 : segment_of(x, last).out;
+}
+
+static void scan_backward(sp_exec *x)
+{
+    double t0 = sp_now();
+    int W = x->W, r = x->rank, n = x->rows[0];
+    seg me = segment_of(x, r);
+    float *T = NULL;
+    int cols = 0;
+    sp_comm_set_label("bppsa scan across ranks");
+    if (r == W - 1) {   /* v = the segment's δ chain applied to ∇y l (and its G on the way) */
+        x->dy[me.b * x->B] = *ensure_dy(x, me.b, 0);
+        segment_backward(x, me);
+        cols = 1;
+        T = sp_xmalloc(sizeof(float) * (size_t)n * me.in);
+        if (me.a > 0) memcpy(T, x->dy[(me.a - 1) * x->B].data, sizeof(float) * (size_t)n * me.in);
+    } else if (r > 0) {
+        T = segment_product(x, me, n);
+        cols = me.out;
+    }
+    for (int span = 1; span < W; span *= 2) {
+        sp_req sreq = {0}, rreq = {0};
+        if (r > 0 && r - span > 0) {   /* rank 0 never needs anyone's T; nor do we send to it here */
+            sp_isend(x->world, T, (size_t)n * me.in * cols, r - span, tag_of(x, 2, span, 0), &sreq);
+        }
+        float *Tn = NULL;
+        int ncols = 0;
+        if (r > 0 && r + span < W) {
+            seg o = segment_of(x, r + span);
+            ncols = scan_cols(x, r + span, span);
+            Tn = sp_xmalloc(sizeof(float) * (size_t)n * o.in * ncols);
+            sp_irecv(x->world, Tn, (size_t)n * o.in * ncols, r + span, tag_of(x, 2, span, 0), &rreq);
+        }
+        sp_wait(&rreq);
+        sp_wait(&sreq);
+        if (Tn) {   /* T_r ← T_r · T_{r+span}, per sample: (in × cols)·(cols × ncols) */
+            float *R = sp_xcalloc((size_t)n * me.in * ncols, sizeof(float));
+            for (int smp = 0; smp < n; smp++) {
+                const float *A = T + (size_t)smp * me.in * cols, *Bm = Tn + (size_t)smp * cols * ncols;
+                float *C = R + (size_t)smp * me.in * ncols;
+                for (int i = 0; i < me.in; i++)
+                    for (int k = 0; k < cols; k++) {
+                        float a = A[(size_t)i * cols + k];
+                        for (int j = 0; j < ncols; j++) C[(size_t)i * ncols + j] += a * Bm[(size_t)k * ncols + j];
+                    }
+            }
+            free(T);
+            free(Tn);
+            T = R;
+            cols = ncols;
+        }
+    }
+    /* T_r is now ∂l/∂(input of segment r), [n, in]. Hand it to rank r − 1. */
+    sp_req sreq = {0}, rreq = {0};
+    if (r > 0) sp_isend(x->world, T, (size_t)n * me.in, r - 1, tag_of(x, 3, 0, 0), &sreq);
+    if (r < W - 1) {
+        sp_tensor y = stage_tensor(x, me.b, 0);
+        sp_irecv(x->world, y.data, y.numel, r + 1, tag_of(x, 3, 0, 0), &rreq);
+        sp_wait(&rreq);
+        x->dy[me.b * x->B] = y;
+        segment_backward(x, me);
+    }
+    sp_wait(&sreq);
+    free(T);
+    x->bwd_s += sp_now() - t0;
+}
+
 /* $SCANPROP_EXEC_FAULT = exit:RANK:STEP | hang:RANK:STEP — the tests' injected fault:
  * that rank exits (without MPI_Finalize) or stops answering halfway through its jobs of
  * that step (counted from 1). */
@@ -732,12 +988,14 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
         label_job(x, job, x->steps);
         double j0 = sp_now();
         if (j.dir == SP_FWD) run_forward(x, job, j);
+        else if (is_scan(x->cfg.scheme)) continue;   /* the backward is the scan below */
         else run_backward(x, job, j);
         x->done[job] = true;
         trace_add(x, job, j0, sp_now());
         if (x->steps == 0) x->order_rec[x->norder++] = job;
         poll_buckets(x);
     }
+    if (is_scan(x->cfg.scheme)) scan_backward(x);
     /* Gradients: every bucket finished, unpacked where the sum landed. */
     sp_comm_set_label("gradient synchronisation");
     for (int i = 0; i < x->nbuckets; i++) {
@@ -893,8 +1151,37 @@ static void write_trace(sp_exec *x)
     free(all);
 }
 
+/* --costs-out: the stage costs this run measured (mean compute µs of each stage's F, δ
+ * and G jobs over every rank and every step but the first), the calibration that
+ * build/schedule --profile reads. Falls back to the planning costs after one step. */
+static void write_costs(sp_exec *x)
+{
+    float *v = sp_xmalloc(sizeof(float) * 6 * (size_t)x->S);
+    for (int i = 0; i < 6 * x->S; i++) v[i] = (float)x->meas[i];
+    sp_allreduce(x->world, v, 6 * (size_t)x->S);
+    if (x->rank == 0) {
+        sp_costs *c = sp_costs_uniform(x->S, 0, 0, 0);
+        double *dst[3] = {c->fwd, c->delta, c->grad}, *plan[3] = {x->costs->fwd, x->costs->delta, x->costs->grad};
+        for (int s = 0; s < x->S; s++) {
+            memcpy(c->name[s], x->costs->name[s], SP_STAGE_NAME);
+            c->act_bytes[s] = x->costs->act_bytes[s];
+            c->param_bytes[s] = x->costs->param_bytes[s];
+            for (int p = 0; p < 3; p++) {
+                float n = v[6 * s + 3 + p];
+                dst[p][s] = n > 0 ? 1e6 * v[6 * s + p] / n : plan[p][s];
+            }
+        }
+        FILE *f = open_out(x, "--costs-out", x->cfg.costs_out);
+        sp_costs_write_csv(f, c);
+        if (fclose(f) != 0) sp_comm_die(x->world, "--costs-out %s: write failed", x->cfg.costs_out);
+        sp_costs_free(c);
+    }
+    free(v);
+}
+
 void sp_exec_finish(sp_exec *x)
 {
+    if (x->cfg.costs_out) write_costs(x);
     if (x->cfg.order_out) write_order(x);
     if (x->cfg.trace_path) write_trace(x);
 }

@@ -24,7 +24,11 @@
  *
  * Configurations the schedule cannot run (W ≠ G·R, more pipeline workers than stages,
  * fewer micro-batches than data-parallel workers, a batch that B does not divide) are
- * refused with one line before any rank starts work. */
+ * refused with one line before any rank starts work.
+ *
+ * Two variants: cfg.ooo with "ddp" runs the schedule "ddp-ooo" (ooo's reverse first-k
+ * order of δ and G); "scan" is BPPSA across ranks — GPipe's forward with one
+ * micro-batch, then a scan over the ranks' products of transposed Jacobians (exec.c). */
 #ifndef SP_EXEC_H
 #define SP_EXEC_H
 
@@ -36,15 +40,20 @@
 #include "schedulers/schedule.h"
 
 typedef struct sp_exec_cfg {
-    const char *scheme;        /* ddp | fsdp | gpipe | 1f1b | lpp | fslpp | ooo-ff | ooo-modulo */
+    const char *scheme;        /* ddp | fsdp | gpipe | 1f1b | lpp | fslpp | ooo-ff | ooo-modulo | scan */
     int micro;                 /* B; 0: W (data parallel), 2·W (pipelines)              */
     int groups;                /* lpp/fslpp: G (R = W / G); 0: 1                         */
     const char *partition;     /* "cost" (default: measured stage costs) | "layerpipe"  */
     double bucket_mb;          /* gradient buckets (MB); <= 0: one bucket per stage      */
     const char *costs_in;      /* a profile CSV instead of measuring (sp_costs_read_csv) */
-    const char *costs_out;     /* write the stage costs used (rank 0)                    */
+    const char *costs_out;     /* write the stage costs this run measured (rank 0, at
+                                  sp_exec_finish): the calibration for build/schedule    */
     const char *order_out;     /* write "rank job-label ..." lines: the executed order   */
     const char *trace_path;    /* Chrome/Perfetto trace of every rank's jobs and waits   */
+    bool ooo;                  /* ddp: ooo's reverse first-k order of the weight gradients
+                                  (the schedule "ddp-ooo"), over the first k parameterised
+                                  layers; k <= 0: half of them                           */
+    int k;
 } sp_exec_cfg;
 
 typedef struct sp_exec sp_exec;

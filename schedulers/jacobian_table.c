@@ -19,7 +19,7 @@
 
 /* ---- sizes and the two ways to get Jᵀ ----------------------------------------------- */
 
-bool sp_jt_supported(const sp_node *n) { return n->op && n->op->jt_pattern && n->op->jt_values; }
+bool sp_jt_supported(const sp_node *n) { return n->op && sp_node_has_jt(n) && n->op->jt_values; }
 
 void sp_jt_build(const sp_node *n, int b, sp_csr *jt)
 {

@@ -130,6 +130,7 @@ typedef struct sp_ooo_run {
     const sp_ooo_graph *graph;
     const sp_ooo_plan *plan;
     double *start, *end;    /* [ntasks]; F' tasks: start = end = when they could start */
+    int *ran_on;            /* [ntasks] the lane that ran the task (F': SP_OOO_MAIN)   */
     double busy[2];         /* per-lane time inside tasks                               */
     double main_done, wall; /* main lane finished; everything finished                 */
     size_t peak_bytes;      /* memory model, live, as the lanes actually interleaved  */
@@ -142,6 +143,9 @@ void sp_ooo_exec_free(sp_ooo_exec *x);
 void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const sp_ooo_plan *p,
                        const sp_ooo_exec_cfg *cfg, sp_ooo_run *run);
 void sp_ooo_exec_wait_task(sp_ooo_exec *x, int task);
+/* A backward of fewer flops (ops' cost models) runs on the main lane alone, with the
+ * thread pool (default 5e7); tests set 0 to exercise both lanes on small models. */
+void sp_ooo_exec_set_min_two_lane_flops(double flops);
 void sp_ooo_exec_finish(sp_ooo_exec *x);
 bool sp_ooo_exec_busy(const sp_ooo_exec *x);
 

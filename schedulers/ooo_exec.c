@@ -1,16 +1,31 @@
 /* ooo_exec.c — the two-lane executor of ooo back-propagation and its trace writer.
  *
- * A lane is an in-order queue of tasks, like a CUDA stream: main (the calling thread)
- * runs δO, sub (one persistent thread) runs δW and U (EuroSys '22 §4.1, main-stream and
- * sub-stream). A task whose predecessor sits on the other lane waits on that task's
- * completion — an event: one dependency counter per task, decremented by each finished
- * predecessor. So the CUDA version is the same loop with cudaEventRecord after a task
- * and cudaStreamWaitEvent before it; nothing else changes.
+ * Two lanes, main (the calling thread) and sub (one persistent thread), pull tasks from
+ * one priority queue: the ready tasks in the plan's order, the plan's main-lane tasks
+ * (the δO chain, and the δW a policy keeps in place) before its sub-lane ones (δW, U).
+ * So the policies' orders stay, and the executor is work-conserving: a lane never
+ * idles while a task is ready, whichever lane the plan gave it to (EuroSys '22 §4.1
+ * fixes each task to its stream; on a CPU a fixed lane left a core idle whenever its
+ * queue's head waited on the other lane). A task whose predecessors are not done is
+ * not ready: one dependency counter per task, decremented by each finished predecessor
+ * (on a GPU, cudaEventRecord after a task and cudaStreamWaitEvent before it).
  *
- * Memory cap: before a main task would take the live bytes of the memory model over the
- * cap, main waits for the sub tasks that come before it in the plan's order; those only
- * depend on tasks earlier in that order, so they always finish, and once they have, the
- * live bytes are at most what the order run one task at a time holds (ooo_policy.c has
+ * Both cores for one task: on two threads each lane runs its ops single-threaded (the
+ * engine sets lanes_inline), but when a lane takes the only ready task while the other
+ * lane waits with nothing to do, the task runs on the thread pool, and the waiting lane
+ * sleeps instead of spinning, so the two cores go to that task. An op's bits do not
+ * depend on which thread runs it nor on whether its parallel_for runs inline (its
+ * splits follow sp_get_threads()), and the graph orders every pair of tasks that write
+ * the same memory, so every interleaving gives the linear engine's bits.
+ *
+ * The main lane returns from sp_ooo_exec_begin once the plan's main-lane tasks are done
+ * (the async engine then starts the next forward); sp_ooo_exec_finish runs what is left
+ * on the calling thread too, beside the sub lane.
+ *
+ * Memory cap: a plan main-lane task that would take the live bytes of the memory model
+ * over the cap waits until every task before it in the plan's order is done; the first
+ * task not done is then never held back, and once the earlier ones are done the live
+ * bytes are at most what the order run one task at a time holds (ooo_policy.c has
  * checked that fits). The trace of a run is written by ooo_trace.c. */
 #include <limits.h>
 #include <pthread.h>
@@ -34,7 +49,13 @@ typedef struct run_ctx {
     _Atomic int *done;        /* [ntasks] */
     _Atomic int *left;        /* [nbuf] users of each buffer still to finish */
     _Atomic size_t live, peak;
-    _Atomic int sub_next;     /* plan position of the sub lane's next unfinished task */
+    _Atomic int head[2];      /* per plan queue: how many of its tasks were taken */
+    _Atomic int frontier;     /* plan position of the first task not done */
+    _Atomic int main_left;    /* the plan's main-lane tasks not done */
+    _Atomic int all_left;     /* executable tasks not done */
+    _Atomic int idle[2];      /* the lane waits with nothing ready */
+    _Atomic int wide;         /* a lane runs a task on the thread pool (both cores) */
+    sp_tape *main_scratch;
 } run_ctx;
 
 struct sp_ooo_exec {
@@ -43,6 +64,7 @@ struct sp_ooo_exec {
     _Atomic int waiters;      /* lanes blocked on cv for a task: only then signal     */
     pthread_t sub;
     bool sub_started, quit, sub_busy;
+    sp_tape main_scratch;     /* the main lane's arena for op scratch, reset by begin */
     unsigned generation;
     run_ctx *cur;
 };
@@ -51,16 +73,16 @@ struct sp_ooo_exec {
 
 static void run_task(run_ctx *c, const sp_ooo_task *t, int lane)
 {
-    switch (t->kind) {
-    case SP_OOO_DO: sp_node_backward_inputs(t->node); break;   /* exactly as linear.c */
-    case SP_OOO_DW: {
-        /* The tape's arena is not thread-safe: on the sub lane the op sees a copy of its
-         * node whose scratch comes from the lane's own arena. */
-        sp_node view = *t->node;
-        if (lane == SP_OOO_SUB) view.tape = c->cfg.sub_tape;
-        t->node->op->backward_params(&view, &t->node->grad);
-        break;
+    /* The tape's arena is not thread-safe: the op sees a copy of its node whose scratch
+     * comes from the running lane's own arena (either lane may take any task). */
+    sp_node view;
+    if (t->node) {
+        view = *t->node;
+        view.tape = lane == SP_OOO_SUB ? c->cfg.sub_tape : c->main_scratch;
     }
+    switch (t->kind) {
+    case SP_OOO_DO: sp_node_backward_inputs(&view); break;   /* exactly as linear.c */
+    case SP_OOO_DW: t->node->op->backward_params(&view, &t->node->grad); break;
     case SP_OOO_U: c->cfg.update(c->cfg.update_ctx, t->layer); break;
     case SP_OOO_F: break;
     }
@@ -70,14 +92,37 @@ static void run_task(run_ctx *c, const sp_ooo_task *t, int lane)
 
 static bool mem_blocked(run_ctx *c, int id)
 {
-    if (!c->cfg.mem_cap) return false;
+    if (!c->cfg.mem_cap || c->p->lane[id] != SP_OOO_MAIN) return false;
     size_t need = atomic_load(&c->live) + c->g->tasks[id].alloc;
-    return need > c->cfg.mem_cap && atomic_load(&c->sub_next) < c->p->pos[id];
+    return need > c->cfg.mem_cap && atomic_load(&c->frontier) < c->p->pos[id];
 }
 
-static bool can_start(run_ctx *c, int id, int lane)
+/* The task a lane takes next: the head of the plan's main-lane queue if it is ready,
+ * else the head of its sub-lane queue if that is; -1 if neither. The queues keep the
+ * plan's order (a head is the first task of its queue not yet taken), whichever lane
+ * takes them. */
+static int head_ready(run_ctx *c, int q)
 {
-    return atomic_load(&c->remaining[id]) == 0 && (lane != SP_OOO_MAIN || !mem_blocked(c, id));
+    int h = atomic_load(&c->head[q]);
+    if (h >= c->p->nqueue[q]) return -1;
+    int id = c->p->queue[q][h];
+    return atomic_load(&c->remaining[id]) == 0 && !mem_blocked(c, id) ? id : -1;
+}
+
+static bool any_ready(run_ctx *c) { return head_ready(c, SP_OOO_MAIN) >= 0 || head_ready(c, SP_OOO_SUB) >= 0; }
+
+/* Takes the next task (see head_ready); *more: whether another head is ready too. */
+static int claim(run_ctx *c, bool *more)
+{
+    for (;;) {
+        int q = SP_OOO_MAIN, id = head_ready(c, q);
+        if (id < 0) id = head_ready(c, q = SP_OOO_SUB);
+        if (id < 0) return -1;
+        int h = atomic_load(&c->head[q]);
+        if (c->p->queue[q][h] != id || !atomic_compare_exchange_strong(&c->head[q], &h, h + 1)) continue;
+        *more = any_ready(c);
+        return id;
+    }
 }
 
 static void mem_start(run_ctx *c, const sp_ooo_task *t)
@@ -111,43 +156,99 @@ static void signal_done(sp_ooo_exec *x)
 /* How long a lane spins for the other lane's event before it sleeps: tasks of a small
  * model are 5–100 µs apart, and a futex wake-up on a VM costs tens of µs. */
 #define LANE_SPIN_S 200e-6
+/* A task goes wide (both cores) only above this many flops: waking the pool costs µs. */
+#define WIDE_MIN_FLOPS 2e5
+/* Below this many flops in a whole backward, the sub lane is not woken: the main lane
+ * runs the plan alone, with the thread pool, as the linear engine would. A hand-off
+ * between threads costs tens of µs on a VM (more under load), and a backward this small
+ * (LeNet-5 at batch 16: ~3e7) has too little beside its δ chain to pay for them. */
+static double g_min_two_lane_flops = 5e7;
 
-typedef struct start_wait {
-    run_ctx *c;
-    int id, lane;
-} start_wait;
+void sp_ooo_exec_set_min_two_lane_flops(double flops) { g_min_two_lane_flops = flops; }
 
-static bool startable(void *arg)
+/* A task's arithmetic from its op's cost model (est may hold last step's seconds). */
+static double task_flops(const sp_ooo_task *t)
 {
-    start_wait *w = arg;
-    return can_start(w->c, w->id, w->lane);
+    if ((t->kind != SP_OOO_DO && t->kind != SP_OOO_DW) || !t->node->op->cost) return 0;
+    sp_cost k = t->node->op->cost(t->node);
+    return t->kind == SP_OOO_DO ? k.bwd_input_flops : k.bwd_params_flops;
 }
 
-static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane)
+typedef struct lane_wait {
+    run_ctx *c;
+    int lane;
+    bool all;   /* main: stay until every task is done, not only the plan's main-lane ones */
+} lane_wait;
+
+static bool lane_finished(const lane_wait *w)
 {
-    const int *q = c->p->queue[lane];
-    int n = c->p->nqueue[lane];
-    for (int i = 0; i < n; i++) {
-        int id = q[i];
+    return atomic_load(&w->c->all_left) == 0 ||
+           (w->lane == SP_OOO_MAIN && !w->all && atomic_load(&w->c->main_left) == 0);
+}
+
+static bool lane_may_go(void *arg)
+{
+    lane_wait *w = arg;
+    return lane_finished(w) || any_ready(w->c) || atomic_load(&w->c->wide);
+}
+
+static bool lane_may_go_now(void *arg)
+{
+    lane_wait *w = arg;
+    return lane_finished(w) || any_ready(w->c);
+}
+
+static void advance_frontier(run_ctx *c)
+{
+    int f = atomic_load(&c->frontier);
+    while (f < c->g->nexec && atomic_load(&c->done[c->p->seq[f]]))
+        if (atomic_compare_exchange_weak(&c->frontier, &f, f + 1)) f++;
+}
+
+static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane, bool all)
+{
+    lane_wait w = {c, lane, all};
+    int other = 1 - lane;
+    for (;;) {
+        bool more = false;
+        int id = -1;
+        while (!lane_finished(&w) && (id = claim(c, &more)) < 0) {
+            atomic_store(&c->idle[lane], 1);
+            if (atomic_load(&c->wide) || !sp_spin_until(lane_may_go, &w, LANE_SPIN_S) || atomic_load(&c->wide)) {
+                pthread_mutex_lock(&x->mu);
+                atomic_fetch_add(&x->waiters, 1);   /* before the re-check: see signal_done */
+                while (!lane_may_go_now(&w)) pthread_cond_wait(&x->cv, &x->mu);
+                atomic_fetch_sub(&x->waiters, 1);
+                pthread_mutex_unlock(&x->mu);
+            }
+            atomic_store(&c->idle[lane], 0);
+        }
+        if (id < 0) return;
         const sp_ooo_task *t = &c->g->tasks[id];
-        if (!sp_spin_until(startable, &(start_wait){c, id, lane}, LANE_SPIN_S)) {   /* cudaStreamWaitEvent */
-            pthread_mutex_lock(&x->mu);
-            atomic_fetch_add(&x->waiters, 1);   /* before the re-check: see signal_done */
-            while (!can_start(c, id, lane)) pthread_cond_wait(&x->cv, &x->mu);
-            atomic_fetch_sub(&x->waiters, 1);
-            pthread_mutex_unlock(&x->mu);
+        /* the other lane waits and nothing else is ready: this task gets both cores */
+        bool wide = c->cfg.lanes_inline && !more && atomic_load(&c->idle[other]) && task_flops(t) >= WIDE_MIN_FLOPS;
+        if (wide) {
+            atomic_store(&c->wide, 1);
+            sp_parallel_set_inline(false);
         }
         mem_start(c, t);
         double a = sp_now();
         run_task(c, t, lane);
         double b = sp_now();
+        if (wide) {
+            sp_parallel_set_inline(true);
+            atomic_store(&c->wide, 0);
+        }
         c->run->start[id] = a - c->t0;
         c->run->end[id] = b - c->t0;
+        c->run->ran_on[id] = lane;
         c->run->busy[lane] += b - a;
         mem_end(c, t);
         for (int s = 0; s < t->nsucc; s++) atomic_fetch_sub(&c->remaining[t->succ[s]], 1);
-        if (lane == SP_OOO_SUB) atomic_store(&c->sub_next, i + 1 < n ? c->p->pos[q[i + 1]] : INT_MAX);
         atomic_store(&c->done[id], 1);   /* cudaEventRecord */
+        advance_frontier(c);
+        if (c->p->lane[id] == SP_OOO_MAIN) atomic_fetch_sub(&c->main_left, 1);
+        atomic_fetch_sub(&c->all_left, 1);
         signal_done(x);
     }
 }
@@ -164,7 +265,7 @@ static void *sub_main(void *arg)
         run_ctx *c = x->cur;
         pthread_mutex_unlock(&x->mu);
         sp_parallel_set_inline(c->cfg.lanes_inline);   /* as the main lane (ooo.c) */
-        run_lane(x, c, SP_OOO_SUB);
+        run_lane(x, c, SP_OOO_SUB, true);
         pthread_mutex_lock(&x->mu);
         x->sub_busy = false;
         pthread_cond_broadcast(&x->cv);
@@ -178,6 +279,7 @@ sp_ooo_exec *sp_ooo_exec_new(void)
     sp_ooo_exec *x = sp_xcalloc(1, sizeof *x);
     pthread_mutex_init(&x->mu, NULL);
     pthread_cond_init(&x->cv, NULL);
+    sp_tape_init(&x->main_scratch);
     return x;
 }
 
@@ -194,6 +296,7 @@ void sp_ooo_exec_free(sp_ooo_exec *x)
     }
     pthread_cond_destroy(&x->cv);
     pthread_mutex_destroy(&x->mu);
+    sp_tape_free(&x->main_scratch);
     free(x);
 }
 
@@ -201,8 +304,9 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
                        const sp_ooo_exec_cfg *cfg, sp_ooo_run *run)
 {
     sp_ooo_exec_finish(x);
+    sp_tape_reset(&x->main_scratch);
     run_ctx *c = sp_tape_alloc(t, sizeof *c);
-    *c = (run_ctx){.tape = t, .g = g, .p = p, .cfg = *cfg, .run = run};
+    *c = (run_ctx){.tape = t, .g = g, .p = p, .cfg = *cfg, .run = run, .main_scratch = &x->main_scratch};
     c->remaining = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(_Atomic int));
     c->done = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(_Atomic int));
     c->left = sp_tape_alloc(t, (size_t)(g->nbuf + 1) * sizeof(_Atomic int));
@@ -210,10 +314,17 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
         atomic_init(&c->remaining[i], g->tasks[i].npred);
         atomic_init(&c->done[i], 0);
     }
+    atomic_init(&c->frontier, 0);
+    atomic_init(&c->head[0], 0);
+    atomic_init(&c->head[1], 0);
+    atomic_init(&c->main_left, p->nqueue[SP_OOO_MAIN]);
+    atomic_init(&c->all_left, g->nexec);
+    atomic_init(&c->idle[0], 0);
+    atomic_init(&c->idle[1], 0);
+    atomic_init(&c->wide, 0);
     for (int b = 0; b < g->nbuf; b++) atomic_init(&c->left[b], g->buf_users[b]);
     atomic_init(&c->live, g->start_bytes);
     atomic_init(&c->peak, g->start_bytes);
-    atomic_init(&c->sub_next, p->nqueue[SP_OOO_SUB] > 0 ? p->pos[p->queue[SP_OOO_SUB][0]] : INT_MAX);
     memset(run, 0, sizeof *run);
     run->graph = g;
     run->plan = p;
@@ -221,7 +332,19 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
     run->end = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(double));
     memset(run->start, 0, (size_t)g->ntasks * sizeof(double));
     memset(run->end, 0, (size_t)g->ntasks * sizeof(double));
+    run->ran_on = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(int));
+    memset(run->ran_on, 0, (size_t)g->ntasks * sizeof(int));
     c->t0 = sp_now();
+    double work = 0;
+    for (int i = 0; i < g->nexec; i++) work += task_flops(&g->tasks[i]);
+    if (p->nqueue[SP_OOO_SUB] > 0 && work < g_min_two_lane_flops) {   /* too small to share */
+        x->cur = c;
+        if (cfg->lanes_inline) sp_parallel_set_inline(false);
+        run_lane(x, c, SP_OOO_MAIN, true);
+        if (cfg->lanes_inline) sp_parallel_set_inline(true);
+        run->main_done = sp_now() - c->t0;
+        return;
+    }
     if (p->nqueue[SP_OOO_SUB] > 0) {
         if (!x->sub_started) {   /* first two-lane step only */
             if (pthread_create(&x->sub, NULL, sub_main, x)) sp_fail("ooo: cannot start the sub-lane thread");
@@ -236,7 +359,7 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
     } else {
         x->cur = c;
     }
-    run_lane(x, c, SP_OOO_MAIN);
+    run_lane(x, c, SP_OOO_MAIN, false);
     run->main_done = sp_now() - c->t0;
 }
 
@@ -257,6 +380,7 @@ void sp_ooo_exec_finish(sp_ooo_exec *x)
 {
     run_ctx *c = x->cur;
     if (!c) return;
+    run_lane(x, c, SP_OOO_MAIN, true);   /* what is left, beside the sub lane */
     pthread_mutex_lock(&x->mu);
     while (x->sub_busy) pthread_cond_wait(&x->cv, &x->mu);
     pthread_mutex_unlock(&x->mu);

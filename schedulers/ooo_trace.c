@@ -19,7 +19,7 @@ static int cross_lane_edges(const sp_ooo_run *run)
     for (int i = 0; i < g->nexec; i++)
         for (int q = 0; q < g->tasks[i].nsucc; q++) {
             int s = g->tasks[i].succ[q];
-            n += s < g->nexec && run->plan->lane[s] != run->plan->lane[i];
+            n += s < g->nexec && run->ran_on[s] != run->ran_on[i];
         }
     return n;
 }
@@ -43,13 +43,13 @@ void sp_ooo_trace_capture(sp_ooo_trace *tr, const sp_ooo_run *run, const char *t
         sp_ooo_trace_rec *r = &tr->rec[i];
         sp_ooo_task_label(t, r->name, sizeof r->name);
         r->kind = t->kind;
-        r->lane = i < g->nexec ? run->plan->lane[i] : SP_OOO_MAIN;
+        r->lane = i < g->nexec ? run->ran_on[i] : SP_OOO_MAIN;
         r->node = t->node ? t->node->index : -1;
         r->start = run->start[i];
         r->end = run->end[i];
         for (int q = 0; i < g->nexec && q < t->nsucc; q++) {
             int s = t->succ[q];
-            if (s < g->nexec && run->plan->lane[s] != run->plan->lane[i]) {
+            if (s < g->nexec && run->ran_on[s] != run->ran_on[i]) {
                 tr->flow[tr->nflow][0] = i;
                 tr->flow[tr->nflow++][1] = s;
             }

@@ -27,7 +27,7 @@ static void push(sp_scan_plan *p, int *cap, sp_scan_kind kind, int level, int l,
         *cap = *cap ? 2 * *cap : 64;
         p->steps = sp_xrealloc(p->steps, (size_t)*cap * sizeof *p->steps);
     }
-    p->steps[p->nsteps++] = (sp_scan_step){kind, level, l, r};
+    p->steps[p->nsteps++] = (sp_scan_step){kind, level, l, r, false};
 }
 
 static void sweep_level(sp_scan_plan *p, int *cap, sp_scan_kind kind, int level, int d)
@@ -37,6 +37,60 @@ static void sweep_level(sp_scan_plan *p, int *cap, sp_scan_kind kind, int level,
         long r = i + full - 1;
         push(p, cap, kind, level, (int)(i + half - 1), (int)(r < p->n ? r : p->n));
     }
+}
+
+/* Which steps multiply (see sp_scan_step.product), the levels that do, and the longest
+ * chain of products. Per element: ID (the identity), NONE (a[n] before the scan gives
+ * it a value), or the depth of the product chain that made it (inputs: 0). */
+enum { ID = -1, NONE = -2 };
+
+static int combine(int x, int y, bool *product)   /* depth of x·y */
+{
+    *product = false;
+    if (x == ID) return y;
+    if (y == ID) return x;
+    *product = true;
+    return (x > y ? x : y) + 1;
+}
+
+static void mark_products(sp_scan_plan *p)
+{
+    int n = p->n, reg = ID, last_level = -1;
+    int *d = sp_xcalloc((size_t)n + 1, sizeof *d);
+    d[n] = NONE;
+    p->work_levels = 0;
+    for (int k = 0; k < p->nsteps; k++) {
+        sp_scan_step *st = &p->steps[k];
+        bool prod = false;
+        switch (st->kind) {
+        case SP_SCAN_UP:
+            if (st->r != n) d[st->r] = combine(d[st->r], d[st->l], &prod);
+            break;
+        case SP_SCAN_IDENTITY: d[st->r] = ID; break;
+        case SP_SCAN_CARRY: {
+            if (st->l < 0) reg = ID;
+            int old = d[st->r];
+            d[st->r] = reg;
+            if (st->r != n) reg = combine(old, reg, &prod);
+            break;
+        }
+        case SP_SCAN_DOWN: {
+            int T = d[st->l];
+            d[st->l] = d[st->r];
+            d[st->r] = combine(T, d[st->r], &prod);
+            break;
+        }
+        }
+        st->product = prod;
+        if (prod && st->level != last_level) {
+            p->work_levels++;
+            last_level = st->level;
+        }
+    }
+    p->chain_depth = 0;
+    for (int i = 0; i <= n; i++)
+        if (d[i] > p->chain_depth) p->chain_depth = d[i];
+    free(d);
 }
 
 void sp_scan_plan_build(sp_scan_plan *p, int n, int up_levels)
@@ -65,6 +119,7 @@ void sp_scan_plan_build(sp_scan_plan *p, int n, int up_levels)
     level++;
     for (int d = top; d >= 0; d--, level++) sweep_level(p, &cap, SP_SCAN_DOWN, level, d);
     p->nlevels = level;
+    mark_products(p);
 }
 
 void sp_scan_plan_free(sp_scan_plan *p)

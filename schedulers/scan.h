@@ -13,6 +13,8 @@
 #ifndef SP_SCAN_H
 #define SP_SCAN_H
 
+#include <stdbool.h>
+
 typedef enum {
     SP_SCAN_UP,         /* a[r] ← a[l] ⋄ a[r] = a[r]·a[l]                        */
     SP_SCAN_IDENTITY,   /* a[r] ← I                                              */
@@ -25,12 +27,26 @@ typedef struct sp_scan_step {
     sp_scan_kind kind;
     int level;          /* steps of the same level are independent               */
     int l, r;
+    /* true when the step multiplies two operands neither of which is the identity and
+     * its result is read later; false for the identity seed, for moves (a product
+     * with I is its other operand: a pointer copy) and for results written into a[n]
+     * during the up-sweep or the carry (overwritten before anything reads them). */
+    bool product;
 } sp_scan_step;
 
 typedef struct sp_scan_plan {
     int n;              /* a has n + 1 elements                                  */
     int up_levels;      /* levels actually up-swept                              */
-    int nlevels;        /* sequential levels in total (the "steps" of the paper) */
+    int nlevels;        /* levels of the plan, moves and the identity seed included */
+    /* The "sequential levels" figure: levels that contain at least one product. The
+     * levels run one after another (each waits for the one before), so this is the
+     * length of the dependency chain the executor walks. Closed form (docs/BPPSA.md):
+     *   K = 0 .. F−1 (hybrid):  2K + ⌊n / 2^K⌋ − 1        (K = 0: n − 1, linear BP)
+     *   full scan (K ≥ F):      F + #{d ≥ 0 : 3·2^d ≤ n}  with F = ⌊log2 n⌋        */
+    int work_levels;
+    /* Longest chain of products through the step graph (as-soon-as-possible
+     * scheduling could reach it); <= work_levels, equal when n + 1 is a power of 2. */
+    int chain_depth;
     int nsteps;
     sp_scan_step *steps;   /* ordered by level                                   */
 } sp_scan_plan;

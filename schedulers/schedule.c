@@ -14,6 +14,7 @@
  *   fslpp       h(s,b)             h(s,s)             forward first       [U] w_FSLPP
  *   ooo-ff      s                  s                  F, δ, then G        [O] §5.2.1
  *   ooo-modulo  s mod W            s mod W            F, δ, then G        [O] §5.2.1
+ *   ddp-ooo     b                  b                  reverse first-k     [O] §5.1, Alg. 2
  *
  * with h(s,b) = (R·b mod W) + (s mod R). When W < S the pipeline schemes place
  * contiguous blocks of stages on each worker, balanced by cost (the "conventional
@@ -80,6 +81,20 @@ static long prio_backward_first(const sp_schedule *s, sp_job j)
     return rank(s, j, klass[j.dir]);
 }
 
+/* ooo's data-parallel order, reverse first-k ([O] Algorithm 2): the stages ≥ K run their
+ * backward conventionally from the top (G_s, then δ_s), then the δ of the stages < K,
+ * then their G in forward order — so the weights the next forward needs first have
+ * their gradients (and their synchronisation) first. Forwards first, as DDP. */
+static long prio_reverse_first_k(const sp_schedule *s, sp_job j)
+{
+    long S = s->stages, K = s->first_k, pos;
+    if (j.dir == SP_FWD) return (long)j.micro * 3 * S + j.stage;
+    if (j.stage >= K) pos = 2 * (S - 1 - j.stage) + (j.dir == SP_BWD_GRAD ? 0 : 1);
+    else if (j.dir == SP_BWD_DELTA) pos = 2 * (S - K) + (K - 1 - j.stage);
+    else pos = 2 * (S - K) + K + j.stage;
+    return ((long)s->micro + j.micro) * 3 * S + pos;
+}
+
 /* 1F1B's warm-up (PipeDream-Flush): worker w keeps at most W − w micro-batches in flight.
  * Under the greedy recursion n alone cannot bound memory — worker 0 would run forwards
  * until the first backward arrives — so the cap is an extra pred edge. */
@@ -91,6 +106,14 @@ static int inflight_1f1b(const sp_schedule *s, int stage) { return s->workers - 
 static void setup_data_parallel(sp_schedule *s)
 {
     if (s->workers == 0) s->workers = s->micro;   /* [U] Table 1: W = B */
+}
+
+static void setup_ddp_ooo(sp_schedule *s)
+{
+    setup_data_parallel(s);
+    if (s->first_k <= 0) s->first_k = s->stages / 2 > 0 ? s->stages / 2 : 1;
+    if (s->first_k > s->stages)
+        sp_fail("--scheme ddp-ooo: first k = %d stages of %d (expected k <= S)", s->first_k, s->stages);
 }
 
 static void setup_pipeline(sp_schedule *s)
@@ -158,6 +181,9 @@ static const builtin BUILTINS[] = {
     {{"ooo-modulo", "modulo layer allocation s mod W + fast-forwarding (ooo §5.2.1)", true,
       setup_pipeline, w_placed, w_placed, prio_forward_first, NULL},
      PLACE_MODULO},
+    {{"ddp-ooo", "DDP with ooo's reverse first-k weight-gradient order (ooo §5.1, Algorithm 2)", true,
+      setup_ddp_ooo, w_micro, w_micro, prio_reverse_first_k, NULL},
+     PLACE_NONE},
 };
 #define NBUILTINS ((int)(sizeof BUILTINS / sizeof BUILTINS[0]))
 
@@ -347,7 +373,7 @@ sp_schedule *sp_schedule_new(const sp_scheme *scheme, const sp_sched_config *cfg
         .scheme = scheme, .stages = cfg->stages, .micro = cfg->micro, .workers = cfg->workers,
         .groups = cfg->groups, .per_group = cfg->per_group,
         .split_backward = cfg->split < 0 ? scheme->split_backward : cfg->split > 0,
-        .input_grad = !cfg->no_input_grad,
+        .input_grad = !cfg->no_input_grad, .first_k = cfg->first_k,
     };
     scheme->setup(&shape);   /* may sp_fail: nothing is allocated yet */
     if (shape.groups == 0) shape.groups = 1;

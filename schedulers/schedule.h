@@ -112,6 +112,7 @@ typedef struct sp_sched_config {
     int groups, per_group;   /* lpp/fslpp: G and R (W = G·R); 0 = default                */
     int split;               /* -1 scheme default, 0 whole backward, 1 δ and G apart     */
     bool no_input_grad;      /* stage 0 computes no δ (its input is data) — [O] Fig. 5   */
+    int first_k;             /* ddp-ooo: stages 0..first_k−1 are ooo's "first k" (0: S/2) */
     const int *placement;    /* pipeline schemes: the worker of each stage, non-decreasing
                                 (e.g. LayerPipe's partition); NULL: balanced by cost    */
 } sp_sched_config;
@@ -121,6 +122,7 @@ struct sp_schedule {
     int stages, micro, workers;
     int groups, per_group;   /* G, R for the looped schemes (1 and W otherwise)         */
     bool split_backward, input_grad;
+    int first_k;             /* ddp-ooo                                                 */
     int *stage_worker;       /* pipeline schemes: the worker of each stage              */
     int njobs;
     sp_job *jobs;            /* job ids 0..njobs−1                                      */
@@ -131,7 +133,7 @@ struct sp_schedule {
     int *index;              /* (dir, micro, stage) → job id, −1 where no such job      */
 };
 
-/* Built-ins: ddp, fsdp, gpipe, 1f1b, lpp, fslpp, ooo-ff, ooo-modulo. */
+/* Built-ins: ddp, fsdp, gpipe, 1f1b, lpp, fslpp, ooo-ff, ooo-modulo, ddp-ooo. */
 const sp_scheme *sp_scheme_find(const char *name);   /* unknown: sp_fail listing names */
 int sp_scheme_count(void);
 const sp_scheme *sp_scheme_at(int i);

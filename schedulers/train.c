@@ -9,6 +9,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "schedulers/checkpoint.h"
 #include "schedulers/exec.h"
 #include "schedulers/train.h"
 
@@ -51,23 +52,55 @@ static sp_tensor stage_batch(sp_device dev, const sp_tensor *x, int slot)
     return d;
 }
 
-void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
-{
-    sp_loader *l = sp_loader_new_sync(d, batch, false, 0, false);
+/* Evaluation state kept across the evaluations of one training run: the loader's batch
+ * buffers and the tape's arena are allocated by the first evaluation and reused, so
+ * evaluating every epoch (or every N steps) allocates nothing after the first time (a
+ * new tape and loader per evaluation fragmented the heap: issue 19, item 15). */
+typedef struct slice_ds {
+    sp_dataset d;
+    sp_dataset *base;
+    int off;
+} slice_ds;
+
+typedef struct evaluator {
+    slice_ds slice;            /* with ranks: this rank's share of the test set */
+    sp_dataset *d;             /* what this process evaluates (NULL: nothing)   */
+    sp_loader *l;
     sp_tape t;
-    sp_tape_init(&t);
+} evaluator;
+
+static void evaluator_init(evaluator *ev, sp_dataset *d, int batch)
+{
+    ev->d = d;
+    ev->l = sp_loader_new_sync(d, batch, false, 0, false);
+    sp_tape_init(&ev->t);
+}
+
+static void evaluator_free(evaluator *ev)
+{
+    if (!ev->l) return;
+    sp_tape_free(&ev->t);
+    sp_loader_free(ev->l);
+    ev->l = NULL;
+}
+
+static void eval_pass(evaluator *ev, sp_model *m, double *loss_out, double *acc_out)
+{
+    bool was_training = !m->eval;
+    sp_model_set_training(m, false);   /* batch norm: running statistics; no dropout */
+    sp_loader_set_epoch(ev->l, 0);     /* rewinds (no shuffle: the same order every time) */
     double loss = 0.0;
     long correct = 0, seen = 0;
     sp_batch b;
-    while (sp_loader_next(l, &b)) {
-        sp_tape_reset(&t);
-        sp_tensor xin = sp_tape_copy_on(&t, model_device(m), &b.x);
-        sp_node *ln = sp_model_loss(m, &t, &xin, b.y);
+    while (sp_loader_next(ev->l, &b)) {
+        sp_tape_reset(&ev->t);
+        sp_tensor xin = sp_tape_copy_on(&ev->t, model_device(m), &b.x);
+        sp_node *ln = sp_model_loss(m, &ev->t, &xin, b.y);
         const sp_tensor *z = sp_node_x(ln);   /* logits */
         int K = z->shape[1];
         const float *zh = z->data;
         if (z->device != SP_CPU) {   /* the logits come down */
-            float *h = sp_tape_alloc(&t, z->numel * sizeof(float));
+            float *h = sp_tape_alloc(&ev->t, z->numel * sizeof(float));
             sp_tensor_read(h, z);
             zh = h;
         }
@@ -80,44 +113,56 @@ void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double
         loss += (double)sp_tensor_get(&ln->out, 0) * b.n;
         seen += b.n;
     }
-    sp_tape_free(&t);
-    sp_loader_free(l);
+    sp_model_set_training(m, was_training);
     *loss_out = seen ? loss / (double)seen : NAN;
     *acc_out = seen ? (double)correct / (double)seen : NAN;
+}
+
+void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
+{
+    evaluator ev = {0};
+    evaluator_init(&ev, d, batch);
+    eval_pass(&ev, m, loss_out, acc_out);
+    evaluator_free(&ev);
 }
 
 /* ---- evaluation across ranks --------------------------------------------------------- */
 
 /* Rank r of W evaluates the samples [r·n/W, (r+1)·n/W) of d; the sums meet by allreduce. */
-typedef struct slice_ds {
-    sp_dataset d;
-    sp_dataset *base;
-    int off;
-} slice_ds;
-
 static void slice_get(sp_dataset *d, int i, float *x, int *y)
 {
     slice_ds *s = (slice_ds *)d;
     sp_dataset_get(s->base, s->off + i, x, y);
 }
 
-static void evaluate(sp_model *m, sp_dataset *d, int batch, const sp_train_cfg *cfg, double *loss, double *acc)
+static void evaluator_open(evaluator *ev, sp_dataset *d, int batch, const sp_train_cfg *cfg)
+{
+    *ev = (evaluator){0};
+    if (!cfg->exec) {
+        evaluator_init(ev, d, batch);
+        return;
+    }
+    int W = sp_exec_workers(cfg->exec), r = sp_exec_rank(cfg->exec);
+    int lo = (int)((long)d->n * r / W), hi = (int)((long)d->n * (r + 1) / W);
+    ev->slice = (slice_ds){.d = *d, .base = d, .off = lo};
+    ev->slice.d.n = hi - lo;
+    ev->slice.d.get = slice_get;
+    ev->slice.d.free = NULL;
+    ev->slice.d.norm_channels = 0;   /* the base normalises */
+    if (ev->slice.d.n > 0) evaluator_init(ev, &ev->slice.d, batch);
+}
+
+static void evaluate(evaluator *ev, sp_model *m, sp_dataset *d, const sp_train_cfg *cfg, double *loss, double *acc)
 {
     if (!cfg->exec) {
-        sp_evaluate(m, d, batch, loss, acc);
+        eval_pass(ev, m, loss, acc);
         return;
     }
     sp_exec_sync_weights(cfg->exec);
-    int W = sp_exec_workers(cfg->exec), r = sp_exec_rank(cfg->exec);
-    int lo = (int)((long)d->n * r / W), hi = (int)((long)d->n * (r + 1) / W);
-    slice_ds s = {.d = *d, .base = d, .off = lo};
-    s.d.n = hi - lo;
-    s.d.get = slice_get;
-    s.d.free = NULL;
-    s.d.norm_channels = 0;   /* the base normalises */
+    int n = ev->l ? ev->d->n : 0;
     double l = 0, a = 0;
-    if (s.d.n > 0) sp_evaluate(m, &s.d, batch, &l, &a);
-    float sums[2] = {(float)(l * s.d.n), (float)(a * s.d.n + 0.5)};
+    if (n > 0) eval_pass(ev, m, &l, &a);
+    float sums[2] = {(float)(l * n), (float)(a * n + 0.5)};
     sp_comm_set_label("evaluation");
     sp_allreduce(sp_comm_world(), sums, 2);
     *loss = d->n ? (double)sums[0] / d->n : NAN;
@@ -184,8 +229,14 @@ static FILE *open_log(const char *path)
     if (!path) return NULL;
     FILE *f = fopen(path, "w");
     if (!f) sp_fail("--log %s: cannot open for writing", path);
-    fprintf(f, "step,epoch,loss,lr,seconds\n");
+    fprintf(f, "step,epoch,loss,lr,seconds,test_loss,test_acc\n");
     return f;
+}
+
+/* An evaluation's row of the --log CSV: the loss column empty, the test columns set. */
+static void log_eval(FILE *log, long step, int epoch, const sp_optim *o, double seconds, double loss, double acc)
+{
+    if (log) fprintf(log, "%ld,%d,,%.9g,%.6f,%.9g,%.9g\n", step, epoch, sp_optim_get_lr(o), seconds, loss, acc);
 }
 
 sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,
@@ -206,15 +257,32 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     progress p = {.tty = isatty(2), .quiet = cfg->quiet, .start = sp_now(), .total_steps = total};
     sp_tape t;
     sp_tape_init(&t);
+    evaluator ev = {0};
+    if (test) evaluator_open(&ev, test, cfg->eval_batch, cfg);
     double busy = 0.0;
     long images = 0;
+    sp_train_state resumed = {0};
+    if (cfg->resume_path) {
+        if (sp_checkpoint_load(cfg->resume_path, m, o, &resumed, cfg->run_meta) != SP_OK)
+            sp_fail("%s", sp_last_error());
+        if (resumed.batch > per_epoch)
+            sp_fail("--resume %s: saved after batch %ld of an epoch of %ld batches (a different dataset?)",
+                    cfg->resume_path, resumed.batch, per_epoch);
+        r.steps = resumed.step;
+    }
+    long first = r.steps;   /* the timing arrays are indexed by step */
 
-    for (int epoch = 0; epoch < epochs && r.steps < total; epoch++) {
+    for (int epoch = resumed.epoch; epoch < epochs && r.steps < total; epoch++) {
         sp_loader_set_epoch(train, epoch);
         if (cfg->lr) sp_optim_set_lr(o, sp_lr_at(cfg->lr, epoch));
         double epoch_loss = 0.0;
         long epoch_steps = 0;
         sp_batch b, nb = {0};
+        if (cfg->resume_path && epoch == resumed.epoch) {   /* the epoch's order; skip what was done */
+            for (; epoch_steps < resumed.batch; epoch_steps++)
+                if (!sp_loader_next(train, &b)) break;
+            epoch_loss = resumed.epoch_loss;
+        }
         r.epochs = epoch + 1;
         /* On a device, batch k+1 goes up (pinned slot, copy stream) while step k runs:
          * step k is queued, the next batch fetched and staged, then step k's loss read. */
@@ -248,10 +316,17 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             epoch_loss += loss;
             epoch_steps++;
             r.last_loss = loss;
-            if (log) fprintf(log, "%ld,%d,%.9g,%.9g,%.6f\n", r.steps, epoch, loss, sp_optim_get_lr(o), sp_now() - p.start);
+            if (log) fprintf(log, "%ld,%d,%.9g,%.9g,%.6f,,\n", r.steps, epoch, loss, sp_optim_get_lr(o), sp_now() - p.start);
+            if (cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total) &&
+                sp_checkpoint_save(cfg->save_path, m, o,
+                                   &(sp_train_state){r.steps, epoch, epoch_steps, epoch_loss, sp_optim_get_lr(o)},
+                                   cfg->run_meta) != SP_OK)
+                sp_fail("%s", sp_last_error());
+            if (cfg->on_step) cfg->on_step(cfg->on_step_ctx, r.steps);
             progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
             if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
-                evaluate(m, test, cfg->eval_batch, cfg, &r.test_loss, &r.test_acc);
+                evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
+                log_eval(log, r.steps, epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
                 progress_line(&p, "%s step %ld: test loss %.4f acc %.4f", cfg->app, r.steps, r.test_loss, r.test_acc);
             }
             if (dev == SP_CPU) {
@@ -265,25 +340,29 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         r.train_loss = epoch_steps ? epoch_loss / (double)epoch_steps : NAN;
         progress_show(&p, cfg->app, epoch, epochs, r.steps, r.last_loss, busy > 0 ? images / busy : 0, true);
         if (test && cfg->eval_every == 0) {
-            evaluate(m, test, cfg->eval_batch, cfg, &r.test_loss, &r.test_acc);
+            evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
+            log_eval(log, r.steps, epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
             progress_line(&p, "%s epoch %d: train loss %.4f, test loss %.4f acc %.4f", cfg->app, epoch + 1,
                           r.train_loss, r.test_loss, r.test_acc);
         } else {
             progress_line(&p, "%s epoch %d: train loss %.4f", cfg->app, epoch + 1, r.train_loss);
         }
     }
-    if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every != 0)
-        evaluate(m, test, cfg->eval_batch, cfg, &r.test_loss, &r.test_acc);
+    if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every != 0) {
+        evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
+        log_eval(log, r.steps, r.epochs - 1, o, sp_now() - p.start, r.test_loss, r.test_acc);
+    }
     r.seconds = sp_now() - p.start;
     r.images_per_s = busy > 0 ? (double)images / busy : 0.0;
-    r.forward_ms = median_ms(fwd, r.steps);
-    r.backward_ms = median_ms(bwd, r.steps);
-    r.step_ms = median_ms(all, r.steps);
+    r.forward_ms = median_ms(fwd + first, r.steps - first);
+    r.backward_ms = median_ms(bwd + first, r.steps - first);
+    r.step_ms = median_ms(all + first, r.steps - first);
     if (log) {
         bool bad = ferror(log) != 0;
         if (fclose(log) != 0 || bad) sp_fail("--log %s: write failed: %s", cfg->log_path, strerror(errno));
     }
     sp_tape_free(&t);
+    evaluator_free(&ev);
     free(fwd);
     free(bwd);
     free(all);

@@ -20,6 +20,16 @@ typedef struct sp_train_cfg {
     const char *log_path;      /* per-step CSV: step,epoch,loss,lr,seconds     */
     const sp_lr_schedule *lr;  /* indexed by epoch; NULL = constant            */
     bool quiet;
+    /* Resumable checkpoints (schedulers/checkpoint.h): every save_every steps and after
+     * the last step to save_path; resume_path restores one before the first step, and
+     * the run continues bitwise as if uninterrupted (steps/epochs count from the start).
+     * run_meta: the settings a resume must match, {"key", "value", ..., NULL}. */
+    long save_every;
+    const char *save_path, *resume_path;
+    const char *const *run_meta;
+    /* Called after every step with the steps done so far (NULL = none): soak tests. */
+    void (*on_step)(void *ctx, long steps);
+    void *on_step_ctx;
     /* --parallel: the executor runs each step on the MPI ranks (schedulers/exec.h). Every
      * rank calls sp_train alike; the test set is split over the ranks for evaluation. */
     struct sp_exec *exec;

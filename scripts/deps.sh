@@ -3,7 +3,9 @@
 # Usage: scripts/deps.sh            (as root, or with sudo available)
 set -euo pipefail
 pkgs=(build-essential pkg-config libopenblas-dev libcriterion-dev zlib1g-dev libstb-dev libdnnl-dev
-      python3-torch python3-numpy dataset-fashion-mnist openmpi-bin libopenmpi-dev)
+      python3-torch python3-numpy dataset-fashion-mnist openmpi-bin libopenmpi-dev
+      python3-matplotlib   # scripts/plot.py
+      clang libclang-rt-dev)   # clang builds (make build-clang) and libFuzzer (make fuzz)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

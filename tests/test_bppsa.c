@@ -10,6 +10,9 @@
 #include <string.h>
 #include "apps/models.h"
 #include "core/engine.h"
+#include "schedulers/scan.h"
+#include "optim/prune.h"
+#include "schedulers/engines.h"
 #include "core/model.h"
 #include "core/parallel.h"
 #include "layers/layers.h"
@@ -198,6 +201,302 @@ Test(bppsa, vgg11_conv_front, .timeout = 600)
     int y[2] = {4, 7};
     double w = compare(m, &x, y, -1);
     cr_log_info("vgg11 conv1-4: max relative difference bppsa vs linear %.2e", w);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+}
+
+/* The plan's predicted peak memory (--plan's "memory per step") against the tape
+ * arena's high-water mark of a real step: within 25%. Models where the scan dominates
+ * (LeNet: conv Jᵀ and their products) and where it does not (the RNN). */
+static void check_memory(sp_model *m, const sp_tensor *x, const int *y, int up_levels)
+{
+    sp_engine_opts o = {.scan_levels = up_levels, .order = "ooo"};
+    sp_engine *e = sp_engine_create("bppsa", &o);
+    sp_bppsa_stats st;
+    cr_assert_not(sp_bppsa_stats_get(e, &st), "no figures before the first backward");
+    sp_tape t;
+    sp_tape_init(&t);
+    for (int step = 0; step < 2; step++) {
+        sp_tape_reset(&t);
+        sp_model_zero_grad(m);
+        sp_node *l = sp_model_loss(m, &t, x, y);
+        sp_backward(e, &t, l);
+    }
+    cr_assert(sp_bppsa_stats_get(e, &st));
+    double measured = (double)t.arena.high_water, predicted = (double)st.peak_bytes;
+    cr_log_info("%s up_levels %d: predicted peak %.0f bytes (scan %zu), arena high-water %.0f", m->name, up_levels,
+                predicted, st.scan_bytes, measured);
+    cr_assert_gt(st.scan_bytes, 0);
+    cr_assert_lt(fabs(measured - predicted), 0.25 * measured, "%s up_levels %d: predicted %.0f, measured %.0f bytes",
+                 m->name, up_levels, predicted, measured);
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+}
+
+Test(bppsa, predicted_memory_matches_the_arena)
+{
+    sp_set_threads(2);
+    sp_model *m = sp_zoo_lenet(1, 28);
+    sp_model_init(m, 5);
+    sp_tensor x = input(4, (int[]){8, 1, 28, 28}, 6);
+    int y[8] = {2, 9, 4, 1, 0, 3, 5, 7};
+    check_memory(m, &x, y, -1);
+    check_memory(m, &x, y, 1);
+    check_memory(m, &x, y, 0);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+
+    m = sp_zoo_rnn(1, 20, 10);
+    sp_model_init(m, 7);
+    x = input(3, (int[]){8, 300, 1}, 8);
+    check_memory(m, &x, y, -1);
+    check_memory(m, &x, y, 3);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+}
+
+Test(bppsa, max_scan_levels_query)
+{
+    sp_model *m = sp_zoo_rnn(1, 20, 10);
+    cr_assert_eq(sp_bppsa_links(m, 2, (int[]){10, 1}), 11);   /* 10 time steps + fc */
+    cr_assert_eq(sp_bppsa_max_scan_levels(m, 2, (int[]){10, 1}), 3);
+    cr_assert_eq(sp_bppsa_max_scan_levels(m, 2, (int[]){1000, 1}), 9);
+    sp_model_free(m);
+    m = sp_zoo_lenet(1, 28);   /* 12 ops */
+    cr_assert_eq(sp_bppsa_links(m, 3, (int[]){1, 28, 28}), 12);
+    cr_assert_eq(sp_bppsa_max_scan_levels(m, 3, (int[]){1, 28, 28}), 3);
+    sp_model_free(m);
+}
+
+/* --plan's summary figures against closed forms: the sequential levels (docs/BPPSA.md,
+ * "Counting levels") and linear BP's FLOPs, Σ over the links a scan reads (all but
+ * Jᵀ_1) of 2·entries(Jᵀ). */
+static int closed_levels(int n, int K)
+{
+    int F = 0;
+    while ((2L << F) <= n) F++;
+    if (K >= 0 && K < F) return 2 * K + n / (1 << K) - 1;
+    int down = 0;
+    for (long d = 0; 3L << d <= n; d++) down++;
+    return F + down;
+}
+
+static sp_bppsa_stats plan_of(sp_model *m, const sp_tensor *x, const int *y, int K)
+{
+    sp_engine_opts o = {.scan_levels = K, .order = "ooo"};
+    sp_engine *e = sp_engine_create("bppsa", &o);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_backward(e, &t, sp_model_loss(m, &t, x, y));
+    sp_bppsa_stats st;
+    cr_assert(sp_bppsa_stats_get(e, &st));
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+    return st;
+}
+
+Test(bppsa, plan_summary_closed_forms)
+{
+    sp_set_threads(2);
+    sp_model *m = sp_model_new("mlp");   /* fc1 tanh fc2 sigmoid fc3 relu fc4: n = 7 */
+    sp_model_add(m, sp_linear("fc1", 7, 9));
+    sp_model_add(m, sp_tanh());
+    sp_model_add(m, sp_linear("fc2", 9, 8));
+    sp_model_add(m, sp_sigmoid());
+    sp_model_add(m, sp_linear("fc3", 8, 5));
+    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_linear("fc4", 5, 4));
+    sp_model_init(m, 3);
+    sp_tensor x = input(2, (int[]){3, 7}, 4);
+    int y[16] = {0, 3, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+    /* fc4 5·4, relu diag 5, fc3 8·5, sigmoid diag 8, fc2 9·8, tanh diag 9 (fc1: never read) */
+    double mlp_linear = 2.0 * (20 + 5 + 40 + 8 + 72 + 9);
+    for (int K = -1; K <= 3; K++) {
+        sp_bppsa_stats st = plan_of(m, &x, y, K);
+        cr_assert_eq(st.n, 7);
+        cr_assert_eq(st.levels, closed_levels(7, K), "mlp K=%d", K);
+        cr_assert_eq(st.linear_levels, 6);
+        cr_assert_float_eq(st.linear_flops, mlp_linear, 1e-9, "mlp: linear BP FLOPs %g", st.linear_flops);
+        if (K == 0) cr_assert_float_eq(st.flops, mlp_linear, 1e-9, "K = 0 does linear BP's work");
+        else cr_assert_gt(st.flops, mlp_linear, "K = %d: the scan does extra work", K);
+    }
+    sp_tensor_free(&x);
+    sp_model_free(m);
+
+    int H = 20, C = 10;
+    m = sp_zoo_rnn(1, H, C);
+    sp_model_init(m, 7);
+    int Ts[] = {1, 2, 10, 37, 64};
+    for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++) {
+        int T = Ts[i], n = T + 1;
+        x = input(3, (int[]){2, T, 1}, 8);
+        for (int K = -1; K <= sp_bppsa_max_scan_levels(m, 2, (int[]){T, 1}); K++) {
+            sp_bppsa_stats st = plan_of(m, &x, y, K);
+            cr_assert_eq(st.n, n, "rnn T=%d", T);
+            cr_assert_eq(st.levels, closed_levels(n, K), "rnn T=%d K=%d: %d levels", T, K, st.levels);
+            cr_assert_eq(st.linear_levels, n - 1);
+            cr_assert_float_eq(st.linear_flops, 2.0 * H * C + (T - 1) * 2.0 * H * H, 1e-9, "rnn T=%d", T);
+        }
+        sp_tensor_free(&x);
+    }
+    sp_model_free(m);
+}
+
+/* ---- the apps' --plan ------------------------------------------------------------------ */
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *bin(const char *app)
+{
+    static char path[256];
+    const char *b = getenv("BUILD");
+    snprintf(path, sizeof path, "%s/%s", b ? b : "build", app);
+    return path;
+}
+
+/* Runs `cmd`; exit status, stdout's line count and last line. */
+static int run_cmd(const char *cmd, int *lines, char *last, size_t len)
+{
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char line[8192];
+    *lines = 0;
+    last[0] = 0;
+    while (fgets(line, sizeof line, p)) {
+        (*lines)++;
+        snprintf(last, len, "%s", line);
+    }
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static long json_int(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(json, pat);
+    cr_assert_not_null(p, "key %s missing in %s", key, json);
+    return strtol(p + strlen(pat), NULL, 10);
+}
+
+Test(bppsa_app, plan_prints_and_exits)
+{
+    char cmd[512], last[8192];
+    int lines;
+    /* summary: 5 lines and the JSON; no training (no "epoch" on stderr, no steps key) */
+    snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan --seq-len 10 --samples 64 2>&1", bin("rnn"));
+    cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0, "%s", cmd);
+    cr_assert_leq(lines, 6, "--plan prints a summary, got %d lines", lines);
+    cr_assert(strstr(last, "\"mode\": \"plan\""), "%s", last);
+    cr_assert_null(strstr(last, "\"steps\""), "--plan trained: %s", last);
+    cr_assert_eq(json_int(last, "links"), 11);
+    cr_assert_eq(json_int(last, "levels"), closed_levels(11, -1));
+    cr_assert_eq(json_int(last, "linear_levels"), 10);
+    /* K = 0 is linear BP's count */
+    snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan --seq-len 10 --samples 64 --scan-levels 0 2>&1", bin("rnn"));
+    cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0);
+    cr_assert_eq(json_int(last, "levels"), 10);
+    /* the full table: one line per step */
+    snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan=full --seq-len 10 --samples 64 --scan-levels full 2>&1", bin("rnn"));
+    cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0);
+    sp_scan_plan p;
+    sp_scan_plan_build(&p, 11, -1);
+    cr_assert_eq(lines, 5 + 1 + p.nsteps, "--plan=full: %d lines for %d steps", lines, p.nsteps);
+    sp_scan_plan_free(&p);
+    /* auto picks a depth in range */
+    snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan --seq-len 10 --samples 64 --scan-levels auto 2>&1", bin("rnn"));
+    cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0);
+    long K = json_int(last, "scan_levels");
+    cr_assert(K >= 0 && K <= 3, "auto chose %ld", K);
+    /* a bad value: one line, exit 2 */
+    snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan=everything --seq-len 10 2>&1", bin("rnn"));
+    cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 2);
+    cr_assert_eq(lines, 1, "%s", last);
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+    int c = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) c++;
+    return c;
+}
+
+/* --plan-svg: a well-formed SVG with one node per plan step and per input element. */
+Test(bppsa_app, plan_svg_draws_the_tree)
+{
+    char cmd[512], last[8192], path[] = "test_bppsa_plan.svg";
+    int lines;
+    int Ts[] = {7, 20};
+    int Ks[] = {-1, 2};
+    const char *Karg[] = {"full", "2"};
+    for (int c = 0; c < 2; c++) {
+        int n = Ts[c] + 1;
+        snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan-svg %s --seq-len %d --samples 64 --scan-levels %s 2>&1",
+                 bin("rnn"), path, Ts[c], Karg[c]);
+        cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0, "%s: %s", cmd, last);
+        FILE *f = fopen(path, "rb");
+        cr_assert_not_null(f);
+        static char buf[1 << 20];
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        remove(path);
+        buf[len] = 0;
+        cr_assert(strncmp(buf, "<?xml", 5) == 0 && strstr(buf, "<svg xmlns=\"http://www.w3.org/2000/svg\""));
+        cr_assert(len > 7 && strcmp(buf + len - 7, "</svg>\n") == 0, "the SVG is not closed");
+        cr_assert_eq(count_of(buf, "<g "), count_of(buf, "</g>"), "unbalanced groups");
+        cr_assert_eq(count_of(buf, "<svg"), 1);
+        sp_scan_plan p;
+        sp_scan_plan_build(&p, n, Ks[c]);
+        cr_assert_eq(count_of(buf, "class=\"step\""), p.nsteps, "T=%d: %d step nodes, the plan has %d steps", Ts[c],
+                     count_of(buf, "class=\"step\""), p.nsteps);
+        cr_assert_eq(count_of(buf, "class=\"input\""), n + 1);
+        int crit = count_of(buf, "(critical)");
+        cr_assert_geq(crit, p.work_levels, "every level that multiplies has a critical step");
+        sp_scan_plan_free(&p);
+    }
+    /* a long chain is refused in one line */
+    snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan-svg %s --seq-len 1000 --samples 64 2>&1", bin("rnn"), path);
+    cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 2);
+    cr_assert_eq(lines, 1, "%s", last);
+    cr_assert_eq(access(path, F_OK), -1, "nothing written for a refused chain");
+}
+
+/* Pruned networks (the paper's CNN case): bppsa, whose Jᵀ patterns drop the pruned
+ * entries, against linear BP on the same masked weights. */
+Test(bppsa, pruned_lenet_and_vgg_front)
+{
+    sp_set_threads(2);
+    sp_model *m = sp_zoo_lenet(1, 28);
+    sp_model_init(m, 5);
+    sp_pruning *p = sp_prune_magnitude(m, NULL, 0.97, SP_PRUNE_GLOBAL);
+    sp_tensor x = input(4, (int[]){3, 1, 28, 28}, 6);
+    int y[3] = {2, 9, 4};
+    for (int K = -1; K <= 3; K++) compare(m, &x, y, K);
+    sp_prune_free(p);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+
+    m = sp_model_new("vgg11-front");
+    static const int widths[4] = {64, 128, 256, 256}, pool_after[4] = {1, 1, 0, 1};
+    int cin = 3;
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "conv%d", i + 1);
+        sp_model_add(m, sp_conv2d(name, cin, widths[i], 3, 1, 1));
+        sp_model_add(m, sp_relu());
+        if (pool_after[i]) sp_model_add(m, sp_maxpool2d(2, 2, 0));
+        cin = widths[i];
+    }
+    sp_model_add(m, sp_flatten());
+    sp_model_add(m, sp_linear("fc", 256 * 1 * 1, 10));
+    sp_model_init(m, 12);
+    p = sp_prune_magnitude(m, NULL, 0.97, SP_PRUNE_LAYER);
+    x = input(4, (int[]){2, 3, 8, 8}, 13);
+    int y2[2] = {4, 7};
+    double w = compare(m, &x, y2, -1);
+    cr_log_info("pruned vgg11 conv1-4: max relative difference bppsa vs linear %.2e", w);
+    sp_prune_free(p);
     sp_tensor_free(&x);
     sp_model_free(m);
 }

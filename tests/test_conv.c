@@ -259,7 +259,11 @@ static void compare_paths(const conv_cfg *c, uint64_t seed)
     check_against_reference(c, seed);
     conv_run G = conv_run_new(c);
     conv_run_op(c, seed, &G);
-    cr_assert(sp_dnnl_conv_set(true), "this build has no oneDNN (make DNNL=1)");
+    if (!sp_dnnl_conv_set(true)) {   /* make DNNL=0: the gemm path alone */
+        cr_log_warn("no oneDNN in this build: only the gemm path checked");
+        conv_run_free(&G);
+        return;
+    }
     check_against_reference(c, seed);
     conv_run D = conv_run_new(c), D2 = conv_run_new(c);
     conv_run_op(c, seed, &D);

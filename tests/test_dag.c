@@ -12,6 +12,7 @@
 #include <string.h>
 #include "core/engine.h"
 #include "core/model.h"
+#include "core/safetensors.h"
 #include "core/parallel.h"
 #include "layers/layers.h"
 #include "tests/testutil.h"
@@ -247,4 +248,279 @@ Test(model, dag_forward_and_chain_test)
     sp_tensor_free(&x);
     sp_model_free(m);
     sp_model_free(c);
+}
+
+/* ---- batch norm, global average pooling, bias-free conv ----------------------------- */
+
+static void check1(sp_layer *l, int ndim, const int *shape, uint64_t seed)
+{
+    tu_gc_result r = tu_gradcheck(l, ndim, shape, seed, NULL);
+    cr_assert_lt(r.err_dx, GC_TOL, "%s δ: err %.2e", l->op->name, r.err_dx);
+    cr_assert_gt(r.max_abs_dx, 0.0, "%s δ is all zeros", l->op->name);
+    for (int p = 0; p < r.nparams; p++)
+        cr_assert_lt(r.err_param[p], GC_TOL, "%s G of %s: err %.2e", l->op->name, l->params[p]->name,
+                     r.err_param[p]);
+    sp_layer_free(l);
+}
+
+Test(gradcheck, batchnorm2d_training_and_eval)
+{
+    check1(sp_batchnorm2d("bn", 3), 4, (int[]){4, 3, 3, 2}, 31);
+    check1(sp_batchnorm2d("bn", 2), 4, (int[]){2, 2, 1, 1}, 32);   /* N = 2 per channel */
+    sp_layer *l = sp_batchnorm2d("bn", 3);
+    l->eval = true;   /* the running statistics (the init's 0 and 1): a per-channel affine map */
+    tu_gc_result r = tu_gradcheck(l, 4, (int[]){3, 3, 2, 2}, 33, NULL);
+    cr_assert_lt(tu_gc_worst(&r), GC_TOL, "eval-mode batch norm: err %.2e", tu_gc_worst(&r));
+    sp_layer_free(l);
+    l = sp_batchnorm2d("bn", 2);
+    l->eval = true;
+    sp_rng rr;
+    sp_rng_seed(&rr, 4);
+    l->op->init_params(l, &rr);
+    l->params[0]->value.data[0] = 1.5f, l->params[1]->value.data[1] = -0.5f;
+    l->buffers[0]->value.data[0] = 0.3f, l->buffers[1]->value.data[1] = 2.0f;
+    sp_tensor x = sp_tensor_new(4, (int[]){1, 2, 1, 1});
+    x.data[0] = 1.0f, x.data[1] = 2.0f;
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *y = sp_apply(&t, l, sp_tape_input(&t, &x));
+    cr_assert_float_eq(y->out.data[0], 1.5f * (1.0f - 0.3f) / sqrtf(1.0f + 1e-5f), 1e-6);
+    cr_assert_float_eq(y->out.data[1], 2.0f / sqrtf(2.0f + 1e-5f) - 0.5f, 1e-6);
+    sp_tape_free(&t);
+    sp_tensor_free(&x);
+    sp_layer_free(l);
+}
+
+/* Training mode normalises with the batch's statistics and moves the running ones by
+ * momentum 0.1 (the variance unbiased), counting batches; eval mode leaves them. */
+Test(batchnorm2d, running_statistics_follow_pytorch)
+{
+    sp_layer *l = sp_batchnorm2d("bn", 1);
+    float xs[4] = {1, 2, 4, 9};   /* mean 4, biased var 9.5, unbiased 38/3 */
+    sp_tensor x = sp_tensor_view(xs, 4, (int[]){2, 1, 1, 2});
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *y = sp_apply(&t, l, sp_tape_input(&t, &x));
+    for (int i = 0; i < 4; i++) cr_assert_float_eq(y->out.data[i], (xs[i] - 4.0f) / sqrtf(9.5f + 1e-5f), 1e-6);
+    cr_assert_float_eq(l->buffers[0]->value.data[0], 0.4f, 1e-6);
+    cr_assert_float_eq(l->buffers[1]->value.data[0], 0.9f + 0.1f * 38.0f / 3.0f, 1e-5);
+    cr_assert_eq(l->buffers[2]->value.data[0], 1.0f);
+    cr_assert_str_eq(l->buffers[0]->name, "bn.running_mean");
+    cr_assert_str_eq(l->buffers[2]->name, "bn.num_batches_tracked");
+    l->eval = true;
+    sp_tape_reset(&t);
+    sp_apply(&t, l, sp_tape_input(&t, &x));
+    cr_assert_float_eq(l->buffers[0]->value.data[0], 0.4f, 1e-6, "eval mode must not move the statistics");
+    cr_assert_eq(l->buffers[2]->value.data[0], 1.0f);
+    sp_tape_free(&t);
+    sp_layer_free(l);
+}
+
+Test(gradcheck, global_avgpool2d_and_bias_free_conv)
+{
+    check1(sp_global_avgpool2d(), 4, (int[]){2, 3, 4, 5}, 41);
+    sp_layer *c = sp_conv2d_nobias("c", 3, 4, 3, 2, 1);
+    cr_assert_eq(c->nparams, 1);
+    cr_assert_str_eq(c->params[0]->name, "c.weight");
+    check1(c, 4, (int[]){2, 3, 5, 5}, 42);
+}
+
+/* ---- ResNet-20 ------------------------------------------------------------------------ */
+
+#include "apps/models.h"
+
+/* Every engine against linear BP on ResNet-20 (batch norm in training mode), batch 2. */
+Test(engines, resnet20, .timeout = 900)
+{
+    static const char *orders[] = {"conventional", "ooo", "reverse-first-k", "list"};
+    sp_set_threads(2);
+    sp_model *m = sp_zoo_resnet20(1, 10);
+    cr_assert_not(sp_model_is_chain(m));
+    sp_model_init(m, 3);
+    fixture f = {.m = m, .x = sp_tensor_new(4, (int[]){2, 1, 32, 32}), .y = {3, 7}};
+    tu_fill_uniform(f.x.data, f.x.numel, 5, 0, 1);
+    gradients(&f, "linear", NULL);
+    float **ref = snapshot(m);
+    for (int o = 0; o < 4; o++) {
+        gradients(&f, "ooo", &(sp_engine_opts){.order = orders[o]});
+        for (int p = 0; p < m->nparams; p++)
+            cr_assert(memcmp(ref[p], m->params[p]->grad.data, m->params[p]->grad.numel * sizeof(float)) == 0,
+                      "resnet20, ooo %s: grad of %s differs from linear BP", orders[o], m->params[p]->name);
+    }
+    gradients(&f, "bppsa", &(sp_engine_opts){.scan_levels = -1});
+    for (int p = 0; p < m->nparams; p++) {
+        double d = tu_max_rel_diff(m->params[p]->grad.data, ref[p], m->params[p]->grad.numel);
+        cr_assert_lt(d, BPPSA_TOL, "resnet20, bppsa: grad of %s differs by %.2e", m->params[p]->name, d);
+    }
+    free_snapshot(ref, m->nparams);
+    drop(&f);
+}
+
+/* Names as the CIFAR ResNet code has them, buffers included, and the parameter count
+ * of ResNet-20 with option-B shortcuts (0.27 M + the two 1×1 shortcut convs). */
+Test(model, resnet20_names_and_size)
+{
+    sp_model *m = sp_zoo_resnet20(3, 10);
+    const char *want[] = {"conv1.weight", "bn1.weight", "bn1.running_var", "layer1.0.conv1.weight",
+                          "layer2.0.shortcut.0.weight", "layer2.0.shortcut.1.num_batches_tracked",
+                          "layer3.2.bn2.bias", "fc.weight", "fc.bias"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert_not_null(sp_model_param(m, want[i]), "missing %s", want[i]);
+    cr_assert_null(sp_model_param(m, "layer1.0.shortcut.0.weight"), "stage 1 has identity shortcuts");
+    cr_assert_null(sp_model_param(m, "conv1.bias"), "convs before batch norm have no bias");
+    size_t convs = 3 * 16 * 9 + 6 * 16 * 16 * 9 + (16 * 32 * 9 + 5 * 32 * 32 * 9) + (32 * 64 * 9 + 5 * 64 * 64 * 9);
+    size_t shortcuts = 16 * 32 + 32 * 64, bn = 2 * (16 + 6 * 16 + 6 * 32 + 6 * 64 + 32 + 64), fc = 64 * 10 + 10;
+    cr_assert_eq(sp_model_numel(m), convs + shortcuts + bn + fc);
+    sp_model_free(m);
+}
+
+/* ---- per-input Jᵀ blocks of add and concat ------------------------------------------ */
+
+/* For each input i and sample b: dense(J_iᵀ)·dy_b == backward_input(n, i, dy)_b. */
+static void check_jt_blocks(sp_layer *l, int n, const int (*shapes)[SP_MAX_DIMS], int ndim)
+{
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_tensor xs[4];
+    sp_node *in[4];
+    for (int i = 0; i < n; i++) {
+        xs[i] = sp_tensor_new(ndim, shapes[i]);
+        tu_fill_uniform(xs[i].data, xs[i].numel, 70 + (uint64_t)i, -1, 1);
+        in[i] = sp_tape_input(&t, &xs[i]);
+    }
+    sp_node *y = sp_apply_n(&t, l, n, in);
+    sp_tensor dy = sp_tensor_new(y->out.ndim, y->out.shape);
+    tu_fill_uniform(dy.data, dy.numel, 80, -1, 1);
+    int B = y->out.shape[0];
+    size_t out = sp_tensor_sample_numel(&y->out);
+    for (int i = 0; i < n; i++) {
+        sp_tensor dx = sp_tensor_new(ndim, shapes[i]);
+        y->op->backward_input(y, i, &dy, &dx);
+        size_t rows = sp_tensor_sample_numel(&xs[i]);
+        sp_csr jt;
+        y->op->jt_pattern(y, i, &jt);
+        cr_assert_eq((size_t)jt.rows, rows, "%s J_%dᵀ rows", l->op->name, i);
+        cr_assert_eq((size_t)jt.cols, out, "%s J_%dᵀ cols", l->op->name, i);
+        for (int b = 0; b < B; b++) {
+            y->op->jt_values(y, i, b, &jt);
+            for (size_t r = 0; r < rows; r++) {
+                double acc = 0;
+                for (int32_t q = jt.indptr[r]; q < jt.indptr[r + 1]; q++)
+                    acc += (double)jt.data[q] * dy.data[(size_t)b * out + (size_t)jt.indices[q]];
+                cr_assert_float_eq(acc, dx.data[(size_t)b * rows + r], 1e-6, "%s J_%dᵀ·dy, sample %d row %zu",
+                                   l->op->name, i, b, r);
+            }
+        }
+        sp_csr_free(&jt);
+        sp_tensor_free(&dx);
+    }
+    for (int i = 0; i < n; i++) sp_tensor_free(&xs[i]);
+    sp_tensor_free(&dy);
+    sp_tape_free(&t);
+    sp_layer_free(l);
+}
+
+Test(jt, add_and_concat_per_input)
+{
+    check_jt_blocks(sp_add(), 2, (const int[][SP_MAX_DIMS]){{2, 3, 2, 2}, {2, 3, 2, 2}}, 4);
+    check_jt_blocks(sp_concat(), 3, (const int[][SP_MAX_DIMS]){{2, 1, 2, 3}, {2, 3, 2, 3}, {2, 2, 2, 3}}, 4);
+}
+
+/* ---- grouped conv, avgpool2d, dropout ---------------------------------------------------- */
+
+Test(gradcheck, grouped_and_depthwise_conv)
+{
+    check1(sp_conv2d_groups("g", 4, 6, 3, 1, 1, 2, true), 4, (int[]){2, 4, 5, 5}, 51);
+    check1(sp_conv2d_groups("dw", 3, 3, 3, 2, 1, 3, false), 4, (int[]){2, 3, 6, 5}, 52);
+    sp_layer *l = sp_conv2d_groups("one", 2, 3, 3, 1, 1, 1, true);
+    cr_assert_eq(l->op, &sp_op_conv2d, "groups = 1 is the GEMM conv");
+    sp_layer_free(l);
+    l = sp_conv2d_groups("dw", 4, 4, 3, 1, 1, 4, false);
+    cr_assert_eq(l->params[0]->value.shape[1], 1, "depthwise weight is [C, 1, k, k]");
+    sp_layer_free(l);
+}
+
+Test(gradcheck, avgpool2d)
+{
+    check1(sp_avgpool2d(2, 2, 0), 4, (int[]){2, 3, 4, 6}, 61);
+    check1(sp_avgpool2d(3, 1, 1), 4, (int[]){2, 2, 5, 4}, 62);
+}
+
+/* Dropout: with its mask fixed the map is linear and diagonal, y = m ⊙ x, so δ must be
+ * m ⊙ dy with the same m; about p of the elements are dropped and the rest scaled by
+ * 1/(1−p); eval mode is the identity; the same seed gives the same masks. */
+Test(dropout, mask_delta_eval_and_seed)
+{
+    float masks[2][1000];
+    for (int run = 0; run < 2; run++) {
+        sp_model *m = sp_model_new("d");
+        sp_layer *l = sp_model_add(m, sp_dropout(0.25f));
+        sp_model_init(m, 9);
+        sp_tensor x = sp_tensor_new(2, (int[]){10, 100}), dy = sp_tensor_new(2, (int[]){10, 100}),
+                  dx = sp_tensor_new(2, (int[]){10, 100});
+        tu_fill_uniform(x.data, x.numel, 1, 0.5f, 1.5f);
+        tu_fill_uniform(dy.data, dy.numel, 2, -1, 1);
+        sp_tape t;
+        sp_tape_init(&t);
+        sp_node *y = sp_apply(&t, l, sp_tape_input(&t, &x));
+        y->op->backward_input(y, 0, &dy, &dx);
+        int dropped = 0;
+        for (size_t i = 0; i < x.numel; i++) {
+            float k = y->out.data[i] / x.data[i];
+            masks[run][i] = k;
+            cr_assert(k == 0.0f || fabsf(k - 1.0f / 0.75f) < 1e-6f, "element %zu scaled by %g", i, k);
+            cr_assert_float_eq(dx.data[i], k * dy.data[i], 1e-6);
+            dropped += k == 0.0f;
+        }
+        cr_assert(dropped > 200 && dropped < 300, "%d of 1000 dropped at p = 0.25", dropped);
+        sp_model_set_training(m, false);
+        sp_tape_reset(&t);
+        y = sp_apply(&t, l, sp_tape_input(&t, &x));
+        cr_assert(memcmp(y->out.data, x.data, x.numel * sizeof(float)) == 0, "eval mode is the identity");
+        sp_tape_free(&t);
+        sp_tensor_free(&x), sp_tensor_free(&dy), sp_tensor_free(&dx);
+        sp_model_free(m);
+    }
+    cr_assert(memcmp(masks[0], masks[1], sizeof masks[0]) == 0, "same seed, same mask");
+}
+
+/* A checkpoint holds the buffers too: running statistics survive save → load. */
+Test(model, resnet20_checkpoint_round_trip_with_buffers)
+{
+    sp_model *a = sp_zoo_resnet20(1, 10), *b = sp_zoo_resnet20(1, 10);
+    sp_model_init(a, 1);
+    sp_model_init(b, 2);
+    sp_param *rv = sp_model_param(a, "layer2.1.bn1.running_var");
+    cr_assert_not_null(rv);
+    rv->value.data[3] = 7.5f;
+    sp_model_param(a, "bn1.num_batches_tracked")->value.data[0] = 12;
+    char path[300];
+    snprintf(path, sizeof path, "%s/resnet20.safetensors", tu_tmpdir());
+    cr_assert_eq(sp_model_save(a, path), 0);
+    cr_assert_eq(sp_model_load(b, path), 0);
+    for (int i = 0; i < sp_model_nstate(a); i++) {
+        const sp_param *p = sp_model_state(a, i), *q = sp_model_state(b, i);
+        cr_assert(memcmp(p->value.data, q->value.data, p->value.numel * sizeof(float)) == 0, "%s differs", p->name);
+    }
+    cr_assert_eq(sp_model_param(b, "layer2.1.bn1.running_var")->value.data[3], 7.5f);
+    remove(path);
+    sp_model_free(a), sp_model_free(b);
+}
+
+/* sp_model_summary: one line per layer with what it reads, the output shape, parameters
+ * and FLOPs; the totals (ResNet-20: 272,186 parameters, ~41 M multiply-adds). */
+Test(model, summary_of_resnet20)
+{
+    sp_model *m = sp_zoo_resnet20(1, 10);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    sp_model_summary(m, 3, (int[]){1, 32, 32}, f);
+    fclose(f);
+    cr_assert_not_null(strstr(buf, "total: 72 layers, 272186 parameters, 82720000 forward FLOPs per sample (a DAG)"),
+                       "%s", buf);
+    cr_assert_not_null(strstr(buf, "add                                  7,2          16x32x32"), "%s", buf);
+    cr_assert_not_null(strstr(buf, "layer2.0.shortcut.0 (conv2d)"), "%s", buf);
+    free(buf);
+    sp_model_free(m);
 }

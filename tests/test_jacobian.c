@@ -463,3 +463,31 @@ Test(table, rnn_chain_row)
     sp_tensor_free(&x);
     sp_model_free(m);
 }
+
+/* ---- the ops of models beyond chains (issue 10) ---------------------------------- */
+
+Test(jt, avgpool2d_global_avgpool2d_dropout)
+{
+    int cfg[][6] = {{2, 2, 0, 3, 6, 6}, {3, 1, 1, 2, 5, 6}, {3, 2, 1, 2, 7, 7}};
+    for (int i = 0; i < 3; i++) {
+        int k = cfg[i][0], s = cfg[i][1], p = cfg[i][2], C = cfg[i][3], H = cfg[i][4], W = cfg[i][5];
+        int64_t nnz = (int64_t)C * valid_taps(H, k, s, p) * valid_taps(W, k, s, p);
+        check_op(sp_avgpool2d(k, s, p), 4, (int[]){2, C, H, W}, 90 + i, nnz, NULL);
+    }
+    check_op(sp_global_avgpool2d(), 4, (int[]){2, 3, 4, 5}, 95, 60, NULL);
+    check_op(sp_dropout(0.4f), 4, (int[]){3, 2, 3, 3}, 96, 18, NULL);
+}
+
+Test(jt, grouped_conv_and_eval_batchnorm)
+{
+    /* cin, cout, k, stride, pad, groups */
+    int cfg[][6] = {{4, 6, 3, 1, 1, 2}, {3, 3, 3, 2, 1, 3}, {4, 8, 1, 1, 0, 4}};
+    for (int i = 0; i < 3; i++) {
+        int ci = cfg[i][0], co = cfg[i][1], k = cfg[i][2], s = cfg[i][3], p = cfg[i][4], G = cfg[i][5];
+        int64_t nnz = (int64_t)ci * (co / G) * valid_taps(6, k, s, p) * valid_taps(5, k, s, p);
+        check_op(sp_conv2d_groups("g", ci, co, k, s, p, G, i != 1), 4, (int[]){2, ci, 6, 5}, 97 + i, nnz, NULL);
+    }
+    sp_layer *bn = sp_batchnorm2d("bn", 3);
+    bn->eval = true;   /* per-channel affine: a diagonal Jᵀ (none per sample in training mode) */
+    check_op(bn, 4, (int[]){2, 3, 2, 2}, 100, 12, NULL);
+}

@@ -3,6 +3,7 @@
  * non-commutative operator with exact arithmetic, so any misplaced or mis-ordered
  * operand shows up. Reference: the sequential exclusive scan. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include "schedulers/scan.h"
@@ -24,29 +25,42 @@ static const mat I = {{1, 0, 0, 1}};
 /* A ⋄ B = B·A */
 static mat diamond(mat a, mat b) { return mul(b, a); }
 
+static bool is_id(mat a) { return memcmp(&a, &I, sizeof a) == 0; }
+
+/* Runs the plan; checks each step's `product` flag against the values: a product has
+ * two operands that are not the identity (random matrices never are) and is not a
+ * write into a[n] before the down-sweep (the up-sweep's last pair, the last carry). */
 static void run_plan(const sp_scan_plan *p, mat *a)
 {
     mat prefix = I;
     for (int s = 0; s < p->nsteps; s++) {
         const sp_scan_step *st = &p->steps[s];
         if (s > 0) cr_assert_geq(st->level, p->steps[s - 1].level, "steps ordered by level");
+        bool real = false;
         switch (st->kind) {
-        case SP_SCAN_UP: a[st->r] = diamond(a[st->l], a[st->r]); break;
+        case SP_SCAN_UP:
+            real = st->r != p->n && !is_id(a[st->l]) && !is_id(a[st->r]);
+            a[st->r] = diamond(a[st->l], a[st->r]);
+            break;
         case SP_SCAN_IDENTITY: a[st->r] = I; break;
         case SP_SCAN_CARRY: {
             if (st->l < 0) prefix = I;
             mat t = a[st->r];
+            real = st->r != p->n && !is_id(prefix) && !is_id(t);
             a[st->r] = prefix;
             prefix = diamond(prefix, t);
             break;
         }
         case SP_SCAN_DOWN: {
             mat t = a[st->l];
+            real = !is_id(t) && !is_id(a[st->r]);
             a[st->l] = a[st->r];
             a[st->r] = diamond(a[st->r], t);
             break;
         }
         }
+        cr_assert_eq(st->product, real, "n=%d up_levels=%d step %d (level %d, %d..%d): product flag %d, values say %d",
+                     p->n, p->up_levels, s, st->level, st->l, st->r, st->product, real);
     }
 }
 
@@ -95,5 +109,46 @@ Test(scan, full_levels_is_log)
     sp_scan_plan_free(&p);
     sp_scan_plan_build(&p, 10, 0);      /* depth 0 = linear BP: one carry per element */
     cr_assert_eq(p.nlevels, 11);
+    sp_scan_plan_free(&p);
+}
+
+/* The "sequential levels" figure against the closed form docs/BPPSA.md states:
+ *   F = ⌊log2 n⌋;  K < F: 2K + ⌊n / 2^K⌋ − 1;  full: F + #{d ≥ 0 : 3·2^d ≤ n}. */
+static int closed_form_levels(int n, int K)
+{
+    int F = 0;
+    while ((2L << F) <= n) F++;
+    if (K >= 0 && K < F) return 2 * K + n / (1 << K) - 1;
+    int down = 0;
+    for (long d = 0; 3L << d <= n; d++) down++;
+    return F + down;
+}
+
+Test(scan, sequential_levels_closed_form)
+{
+    for (int n = 1; n <= 64; n++) {
+        cr_assert_eq(sp_scan_full_levels(n), (int)floor(log2(n)), "n=%d", n);
+        for (int K = -1; K <= sp_scan_full_levels(n) + 2; K++) {
+            sp_scan_plan p;
+            sp_scan_plan_build(&p, n, K);
+            cr_assert_eq(p.work_levels, closed_form_levels(n, K), "n=%d K=%d: %d levels, closed form %d", n, K,
+                         p.work_levels, closed_form_levels(n, K));
+            cr_assert_leq(p.chain_depth, p.work_levels, "n=%d K=%d", n, K);
+            if (K == 0) cr_assert_eq(p.work_levels, n - 1, "n=%d: K = 0 is linear BP's n - 1 products", n);
+            if (K < 0 && ((n + 1) & n) == 0)
+                cr_assert_eq(p.chain_depth, p.work_levels, "n=%d: n + 1 a power of two", n);
+            sp_scan_plan_free(&p);
+        }
+    }
+    /* the examples the issue and docs name: n = 7 full → 4 (2 up + 2 down), n = 11 → 5 */
+    sp_scan_plan p;
+    sp_scan_plan_build(&p, 7, -1);
+    cr_assert_eq(p.work_levels, 4);
+    sp_scan_plan_free(&p);
+    sp_scan_plan_build(&p, 11, -1);
+    cr_assert_eq(p.work_levels, 5);
+    sp_scan_plan_free(&p);
+    sp_scan_plan_build(&p, 1023, -1);
+    cr_assert_eq(p.work_levels, 18);
     sp_scan_plan_free(&p);
 }

@@ -264,6 +264,46 @@ Test(paper, mechanical_formulas)
         }
 }
 
+/* docs/SCHEDULES.md §6: the activations LPP worker w = R·g + r (group g, position r)
+ * receives, in closed form: micro-batches of its group × its stages s ≥ 1 (the stage
+ * before sits on the neighbouring worker when R > 1; on the same one when R = 1):
+ *     act(w) = ⌈(B − g)/G⌉ · (⌈(S − r)/R⌉ − [r = 0])   for R > 1,   0 for R = 1.
+ * Workers with r = 0 receive fewer than the others (S = 4, B = 8, G = R = 2:
+ * [4, 8, 4, 8]); only the maximum is S·B/W, and only when R | S and G | B. */
+static int ceil_pos(int a, int b) { return a > 0 ? (a + b - 1) / b : 0; }
+
+static int lpp_act_closed_form(int S, int B, int G, int R, int w)
+{
+    int g = w / R, r = w % R;
+    if (R == 1) return 0;
+    return ceil_pos(B - g, G) * (ceil_pos(S - r, R) - (r == 0 ? 1 : 0));
+}
+
+Test(paper, lpp_activation_traffic_per_worker)
+{
+    int grid = 0;
+    for (int S = 1; S <= 9; S++)
+        for (int B = 1; B <= 10; B++)
+            for (int G = 1; G <= 4; G++)
+                for (int R = 1; R <= 5 && R <= S; R++) {   /* the scheme needs R ≤ S */
+                    cfg c = {"lpp", S, B, 0, G, R};
+                    run x = simulate_table_units(c);
+                    cr_assert_eq(x.s->workers, G * R);
+                    for (int w = 0; w < G * R; w++)
+                        cr_assert_eq(x.r.worker[w].act_recv, lpp_act_closed_form(S, B, G, R, w),
+                                     CFG_FMT ": w%d receives %d activations, the closed form says %d", CFG_ARGS(c), w,
+                                     x.r.worker[w].act_recv, lpp_act_closed_form(S, B, G, R, w));
+                    run_free(&x);
+                    grid++;
+                }
+    cr_assert_eq(grid, (1 + 2 + 3 + 4 + 5 * 5) * 10 * 4);
+    /* the issue's example */
+    run x = simulate_table_units((cfg){"lpp", 4, 8, 0, 2, 2});
+    int want[4] = {4, 8, 4, 8};
+    for (int w = 0; w < 4; w++) cr_assert_eq(x.r.worker[w].act_recv, want[w], "w%d", w);
+    run_free(&x);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Interpolation: "When G = 1 and R = S, LPP is identical to PP. When G = B and R = 1,    */
 /* LPP is identical to DDP."                                                            */

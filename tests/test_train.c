@@ -14,6 +14,7 @@
 #include "data/data.h"
 #include "optim/optim.h"
 #include "schedulers/train.h"
+#include "tests/testutil.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
 
@@ -212,4 +213,30 @@ Test(train, lenet_fashion_mnist_one_epoch_accuracy, .timeout = 900)
     double acc = json_num(out, "test_acc");
     cr_log_info("lenet 1 epoch: test accuracy %.4f", acc);
     cr_assert_geq(acc, 0.78, "test accuracy %.4f after one epoch (PyTorch, same recipe: 0.80)", acc);
+}
+
+/* --eval-only --load: the saved weights evaluated without training give the test loss
+ * and accuracy the training run reported; the JSON line names optim, lr, seed, dataset. */
+Test(train, eval_only_reproduces_the_test_numbers)
+{
+    if (access(FMNIST, R_OK) != 0) {
+        cr_log_warn("skipped: %s not installed (apt-get install dataset-fashion-mnist)", FMNIST);
+        return;
+    }
+    char a[8192], b[8192], cmd[1024], ck[300];
+    snprintf(ck, sizeof ck, "%s/eval_only.safetensors", tu_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s --quiet --steps 8 --seed 3 --save %s", bin("lenet"), ck);
+    cr_assert_eq(run(cmd, a, sizeof a), 0);
+    cr_assert_eq(json_num(a, "seed"), 3);
+    cr_assert_eq(json_num(a, "lr"), 0.01);
+    cr_assert_not_null(strstr(a, "\"optim\": \"sgd\""));
+    cr_assert_not_null(strstr(a, "\"dataset\": \""));
+    snprintf(cmd, sizeof cmd, "%s --eval-only --load %s", bin("lenet"), ck);
+    cr_assert_eq(run(cmd, b, sizeof b), 0);
+    cr_assert_not_null(strstr(b, "\"mode\": \"eval-only\""), "%s", b);
+    cr_assert_eq(json_num(a, "test_acc"), json_num(b, "test_acc"));
+    cr_assert_eq(json_num(a, "test_loss"), json_num(b, "test_loss"));
+    snprintf(cmd, sizeof cmd, "%s --eval-only >/dev/null 2>&1", bin("lenet"));
+    cr_assert_eq(run(cmd, NULL, 0), 2, "--eval-only without --load");
+    remove(ck);
 }

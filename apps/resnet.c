@@ -1,0 +1,30 @@
+/* resnet — train ResNet-20 (He et al. 2016, CIFAR variant, option-B shortcuts, batch norm)
+ * on 32×32 images: Fashion-MNIST
+ * zero-padded to 32×32 by default, CIFAR-10 with --data-format cifar10. */
+#include "apps/common.h"
+#include "apps/models.h"
+#include "core/error.h"
+#include "core/parallel.h"
+
+int main(int argc, char **argv)
+{
+    sp_app_opts o;
+    sp_app_defaults(&o);
+    o.batch = 128;
+    o.lr = 0.1;
+    o.momentum = 0.9;
+    o.weight_decay = 1e-4;
+    sp_app_parse(argc, argv, "resnet", "Train ResNet-20 (3 stages x 3 basic blocks, 16/32/64 channels, option-B shortcuts, batch norm) on 32x32 images.", &o,
+                 SP_SCOPE_TRAINER | SP_SCOPE_IMAGES, NULL);
+    sp_set_threads(o.threads);
+    sp_dataset *train, *test;
+    sp_app_open_images(&o, 32, &train, &test);
+    if (train->ndim != 3 || train->shape[1] != 32 || train->shape[2] != 32)
+        sp_fail("resnet: samples of %s are %dx%d, expected 32x32", train->name, train->shape[1], train->shape[2]);
+    sp_model *m = sp_zoo_resnet20(train->shape[0], train->nclasses);
+    sp_app_train("resnet", &o, m, train, test, true);
+    sp_model_free(m);
+    sp_dataset_free(train);
+    sp_dataset_free(test);
+    return 0;
+}

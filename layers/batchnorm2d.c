@@ -1,0 +1,269 @@
+/* batchnorm2d.c — batch normalisation over (B, H, W) per channel, PyTorch's
+ * nn.BatchNorm2d(C, eps=1e-5, momentum=0.1) with affine weight γ and bias β.
+ *   training: μ_c, σ²_c = the batch's mean and biased variance over N = B·H·W values,
+ *             x̂ = (x − μ)/√(σ² + eps), y = γ·x̂ + β; the running statistics move by
+ *             momentum: rm ← (1−m)·rm + m·μ, rv ← (1−m)·rv + m·σ²·N/(N−1) (unbiased),
+ *             and num_batches_tracked counts the batches.
+ *   eval:     y = γ·(x − rm)/√(rv + eps) + β.
+ *   δ (training): dx = γ/(N·√(σ²+eps)) · (N·dy − Σdy − x̂·Σ(dy·x̂))   (sums per channel)
+ *   δ (eval):     dx = dy·γ/√(rv + eps)
+ *   G: dγ += Σ dy·x̂, dβ += Σ dy.
+ *   Jᵀ: in eval mode diagonal, γ_c/√(rv_c + eps); in training mode the batch statistics
+ *   couple the samples, so no per-sample Jᵀ exists (jt_exists is false; bppsa then
+ *   ends a chain segment here and sends δ as a product).
+ * Parameters weight, bias; buffers running_mean, running_var, num_batches_tracked (a
+ * float of shape [1] here, an int64 scalar in PyTorch, whose load_state_dict accepts [1]). Init: γ = 1, β = 0,
+ * rm = 0, rv = 1. Sums per channel in float64, one channel per task: bits do not
+ * depend on the thread count. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "core/csr_ops.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "core/tape.h"
+#include "layers/layers.h"
+
+typedef struct bn_layer {
+    sp_layer base;
+    int C;
+    float eps, momentum;
+} bn_layer;
+
+typedef struct bn_saved {
+    bool training;
+    float *xhat;      /* training: x̂, [B, C, H, W]          */
+    float *scale;     /* [C]: γ/√(var + eps) of the mode used */
+} bn_saved;
+
+#define BN(n) ((const bn_layer *)(n)->layer)
+
+static void bn_infer(sp_node *n, const sp_tensor *x)
+{
+    char buf[64];
+    if (x->ndim != 4 || x->shape[1] != BN(n)->C)
+        sp_fail("batchnorm2d %s: input %s, expected [B, %d, H, W]", n->layer->name, sp_shape_str(x, buf, sizeof buf),
+                BN(n)->C);
+    if (!n->layer->eval && x->shape[0] * x->shape[2] * x->shape[3] < 2)
+        sp_fail("batchnorm2d %s: input %s has one value per channel; training mode needs more (PyTorch refuses too)",
+                n->layer->name, sp_shape_str(x, buf, sizeof buf));
+    n->out = sp_tensor_view(NULL, 4, x->shape);
+}
+
+typedef struct bn_job {
+    sp_node *n;
+    const float *dy;
+    float *dx;
+} bn_job;
+
+static void bn_forward_range(void *ctx, size_t c0, size_t c1)
+{
+    sp_node *n = ((bn_job *)ctx)->n;
+    const bn_layer *l = BN(n);
+    bn_saved *S = n->saved;
+    const sp_tensor *x = sp_node_x(n);
+    int B = x->shape[0], C = x->shape[1];
+    size_t P = (size_t)x->shape[2] * x->shape[3], N = (size_t)B * P;
+    const float *gamma = n->layer->params[0]->value.data, *beta = n->layer->params[1]->value.data;
+    float *rm = n->layer->buffers[0]->value.data, *rv = n->layer->buffers[1]->value.data;
+    for (size_t c = c0; c < c1; c++) {
+        float mean, scale;
+        if (S->training) {
+            double s = 0, ss = 0;
+            for (int b = 0; b < B; b++) {
+                const float *xc = x->data + ((size_t)b * C + c) * P;
+                for (size_t p = 0; p < P; p++) s += xc[p];
+            }
+            double mu = s / (double)N;
+            for (int b = 0; b < B; b++) {
+                const float *xc = x->data + ((size_t)b * C + c) * P;
+                for (size_t p = 0; p < P; p++) ss += ((double)xc[p] - mu) * ((double)xc[p] - mu);
+            }
+            double var = ss / (double)N;
+            mean = (float)mu;
+            float inv = (float)(1.0 / sqrt(var + (double)l->eps));
+            scale = gamma[c] * inv;
+            float m = l->momentum;
+            rm[c] = (1 - m) * rm[c] + m * mean;
+            rv[c] = (1 - m) * rv[c] + m * (float)(var * (double)N / (double)(N - 1));
+            for (int b = 0; b < B; b++) {
+                const float *xc = x->data + ((size_t)b * C + c) * P;
+                float *xh = S->xhat + ((size_t)b * C + c) * P, *y = n->out.data + ((size_t)b * C + c) * P;
+                for (size_t p = 0; p < P; p++) {
+                    xh[p] = (xc[p] - mean) * inv;
+                    y[p] = gamma[c] * xh[p] + beta[c];
+                }
+            }
+        } else {
+            mean = rm[c];
+            scale = gamma[c] / sqrtf(rv[c] + l->eps);
+            for (int b = 0; b < B; b++) {
+                const float *xc = x->data + ((size_t)b * C + c) * P;
+                float *y = n->out.data + ((size_t)b * C + c) * P;
+                for (size_t p = 0; p < P; p++) y[p] = (xc[p] - mean) * scale + beta[c];
+            }
+        }
+        S->scale[c] = scale;
+    }
+}
+
+static void bn_forward(sp_node *n)
+{
+    const sp_tensor *x = sp_node_x(n);
+    bn_saved *S = sp_tape_alloc(n->tape, sizeof *S);
+    S->training = !n->layer->eval;
+    S->xhat = S->training ? sp_tape_alloc(n->tape, x->numel * sizeof(float)) : NULL;
+    S->scale = sp_tape_alloc(n->tape, (size_t)x->shape[1] * sizeof(float));
+    n->saved = S;
+    if (S->training) n->layer->buffers[2]->value.data[0] += 1.0f;
+    bn_job J = {.n = n};
+    sp_parallel_for((size_t)x->shape[1], bn_forward_range, &J);
+}
+
+/* Σdy and Σdy·x̂ of channel c (float64). */
+static void channel_sums(const sp_node *n, const float *dy, size_t c, double *sdy, double *sdyx)
+{
+    const bn_saved *S = n->saved;
+    const sp_tensor *x = sp_node_x(n);
+    int B = x->shape[0], C = x->shape[1];
+    size_t P = (size_t)x->shape[2] * x->shape[3];
+    double a = 0, b2 = 0;
+    for (int b = 0; b < B; b++) {
+        const float *d = dy + ((size_t)b * C + c) * P, *xh = S->xhat ? S->xhat + ((size_t)b * C + c) * P : NULL;
+        for (size_t p = 0; p < P; p++) {
+            a += d[p];
+            if (xh) b2 += (double)d[p] * xh[p];
+        }
+    }
+    *sdy = a;
+    *sdyx = b2;
+}
+
+static void bn_delta_range(void *ctx, size_t c0, size_t c1)
+{
+    const bn_job *J = ctx;
+    const sp_node *n = J->n;
+    const bn_saved *S = n->saved;
+    const sp_tensor *x = sp_node_x(n);
+    int B = x->shape[0], C = x->shape[1];
+    size_t P = (size_t)x->shape[2] * x->shape[3];
+    double N = (double)B * (double)P;
+    for (size_t c = c0; c < c1; c++) {
+        float k = S->scale[c];
+        if (!S->training) {
+            for (int b = 0; b < B; b++) {
+                size_t o = ((size_t)b * C + c) * P;
+                for (size_t p = 0; p < P; p++) J->dx[o + p] = J->dy[o + p] * k;
+            }
+            continue;
+        }
+        double sdy, sdyx;
+        channel_sums(n, J->dy, c, &sdy, &sdyx);
+        float mdy = (float)(sdy / N), mdyx = (float)(sdyx / N);
+        for (int b = 0; b < B; b++) {
+            size_t o = ((size_t)b * C + c) * P;
+            for (size_t p = 0; p < P; p++) J->dx[o + p] = k * (J->dy[o + p] - mdy - S->xhat[o + p] * mdyx);
+        }
+    }
+}
+
+static void bn_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
+{
+    bn_job J = {.n = n, .dy = dy->data, .dx = dx->data};
+    sp_parallel_for((size_t)dx->shape[1], bn_delta_range, &J);
+}
+
+static void bn_params_range(void *ctx, size_t c0, size_t c1)
+{
+    const bn_job *J = ctx;
+    const sp_node *n = J->n;
+    const bn_saved *S = n->saved;
+    float *dg = n->layer->params[0]->grad.data, *db = n->layer->params[1]->grad.data;
+    for (size_t c = c0; c < c1; c++) {
+        double sdy, sdyx;
+        channel_sums(n, J->dy, c, &sdy, &sdyx);
+        if (!S->training) {   /* eval: x̂ = (x − rm)/√(rv + eps), recomputed */
+            const sp_tensor *x = sp_node_x(n);
+            int B = x->shape[0], C = x->shape[1];
+            size_t P = (size_t)x->shape[2] * x->shape[3];
+            float rm = n->layer->buffers[0]->value.data[c];
+            float inv = 1.0f / sqrtf(n->layer->buffers[1]->value.data[c] + BN(n)->eps);
+            sdyx = 0;
+            for (int b = 0; b < B; b++)
+                for (size_t p = 0; p < P; p++) {
+                    size_t o = ((size_t)b * C + c) * P + p;
+                    sdyx += (double)J->dy[o] * ((x->data[o] - rm) * inv);
+                }
+        }
+        dg[c] += (float)sdyx;
+        db[c] += (float)sdy;
+    }
+}
+
+static void bn_backward_params(sp_node *n, const sp_tensor *dy)
+{
+    bn_job J = {.n = n, .dy = dy->data};
+    sp_parallel_for((size_t)dy->shape[1], bn_params_range, &J);
+}
+
+static bool bn_jt_exists(const sp_node *n) { return !((const bn_saved *)n->saved)->training; }
+
+static void bn_jt_pattern(const sp_node *n, int i, sp_csr *jt)
+{
+    sp_csr_identity(jt, (int)sp_tensor_sample_numel(&n->out));
+}
+
+static void bn_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
+{
+    const bn_saved *S = n->saved;
+    size_t P = (size_t)n->out.shape[2] * n->out.shape[3];
+    for (int r = 0; r < jt->rows; r++) jt->data[r] = S->scale[(size_t)r / P];
+}
+
+static sp_cost bn_cost(const sp_node *n)
+{
+    double e = (double)n->out.numel, C = BN(n)->C;
+    return (sp_cost){.fwd_flops = 7 * e, .bwd_input_flops = 6 * e, .bwd_params_flops = 3 * e, .out_bytes = 4 * e,
+                     .saved_bytes = 4 * (e + C), .param_bytes = 4 * 2 * C};
+}
+
+static void bn_init(sp_layer *l, sp_rng *r)
+{
+    sp_tensor *g = &l->params[0]->value;
+    for (size_t i = 0; i < g->numel; i++) g->data[i] = 1.0f;
+    sp_tensor_zero(&l->params[1]->value);
+    sp_tensor_zero(&l->buffers[0]->value);
+    for (size_t i = 0; i < l->buffers[1]->value.numel; i++) l->buffers[1]->value.data[i] = 1.0f;
+    sp_tensor_zero(&l->buffers[2]->value);
+}
+
+const sp_opdef sp_op_batchnorm2d = {
+    .name = "batchnorm2d",
+    .infer = bn_infer,
+    .forward = bn_forward,
+    .backward_input = bn_backward_input,
+    .backward_params = bn_backward_params,
+    .jt_pattern = bn_jt_pattern,
+    .jt_values = bn_jt_values,
+    .jt_exists = bn_jt_exists,
+    .cost = bn_cost,
+    .init_params = bn_init,
+};
+
+sp_layer *sp_batchnorm2d(const char *name, int channels)
+{
+    if (channels < 1) sp_fail("batchnorm2d %s: %d channels, expected >= 1", name, channels);
+    bn_layer *l = sp_xcalloc(1, sizeof *l);
+    l->base.op = &sp_op_batchnorm2d;
+    snprintf(l->base.name, sizeof l->base.name, "%s", name);
+    l->C = channels;
+    l->eps = 1e-5f;
+    l->momentum = 0.1f;
+    sp_param_new(&l->base, "weight", 1, (int[]){channels});
+    sp_param_new(&l->base, "bias", 1, (int[]){channels});
+    sp_buffer_new(&l->base, "running_mean", 1, (int[]){channels});
+    sp_buffer_new(&l->base, "running_var", 1, (int[]){channels});
+    sp_buffer_new(&l->base, "num_batches_tracked", 1, (int[]){1});   /* PyTorch: a scalar; [1] loads into it */
+    bn_init(&l->base, NULL);
+    return &l->base;
+}

@@ -1,0 +1,25 @@
+/* scanprop.h — the public API of scanprop in one header: what a model author needs to
+ * build a model in C (layers, residual and dense connections), train it (data loader,
+ * optimizer, backward engine, training loop) and save it (safetensors, PyTorch names).
+ *
+ *   cc my_model.c $(pkg-config --cflags --libs scanprop)     after make install
+ *
+ * docs/ARCHITECTURE.md describes the modules; each header says what its calls do. */
+#ifndef SCANPROP_H
+#define SCANPROP_H
+
+#include "core/tensor.h"
+#include "core/rng.h"
+#include "core/error.h"
+#include "core/op.h"
+#include "core/tape.h"
+#include "core/model.h"
+#include "core/engine.h"
+#include "core/parallel.h"
+#include "core/safetensors.h"
+#include "layers/layers.h"
+#include "optim/optim.h"
+#include "data/data.h"
+#include "schedulers/train.h"
+
+#endif

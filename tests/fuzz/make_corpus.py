@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Writes the fuzzers' seed corpus, tests/fuzz/corpus/<target>/: small valid files and
+hand-broken ones (the kinds of damage a real file gets: truncation, a wrong count, a bad
+magic, trailing bytes, overlapping offsets, absurd sizes). Deterministic; run from the
+repository root: python3 tests/fuzz/make_corpus.py. The JPEG seed comes from
+stb_image_write (Debian libstb-dev) through a throwaway C program, if cc is there."""
+import gzip, json, os, struct, subprocess, tempfile, zlib
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def put(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# ---- safetensors ----------------------------------------------------------------------
+def st(tensors, meta=None, pad=True):
+    """tensors: list of (name, dtype, shape, bytes)."""
+    header, off, buf = {}, 0, b""
+    if meta is not None:
+        header["__metadata__"] = meta
+    for name, dt, shape, data in tensors:
+        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(data)]}
+        off += len(data)
+        buf += data
+    h = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + buf
+
+
+def f32(*v):
+    return struct.pack("<%df" % len(v), *v)
+
+
+def i64(*v):
+    return struct.pack("<%dq" % len(v), *v)
+
+
+valid = st([("a", "F32", [2, 3], f32(1, 2, 3, 4, 5, 6)), ("b", "I64", [2], i64(7, -8)),
+            ("c", "F16", [2], struct.pack("<2H", 0x3C00, 0xFC00)), ("d", "BF16", [1], struct.pack("<H", 0x3F80)),
+            ("e", "U8", [3], bytes([0, 1, 255])), ("f", "BOOL", [1], b"\x01"), ("g", "F64", [], struct.pack("<d", 2.5)),
+            ("h", "I32", [1, 1], struct.pack("<i", -3)), ("i", "I16", [1], struct.pack("<h", 9)),
+            ("j", "I8", [2], struct.pack("<2b", -1, 1)), ("k", "F32", [0, 4], b"")],
+           meta={"format": "pt", "scanprop_model": "x"})
+put("safetensors", "valid.safetensors", valid)
+put("safetensors", "empty.safetensors", st([]))
+put("safetensors", "escapes.safetensors", st([("n\\u00e9\"\\\\/\\t", "F32", [1], f32(0))]))
+put("safetensors", "truncated.safetensors", valid[:-5])
+put("safetensors", "trailing.safetensors", valid + b"\0" * 16)
+put("safetensors", "header-too-long.safetensors", struct.pack("<Q", 1 << 62) + valid[8:])
+put("safetensors", "header-past-end.safetensors", struct.pack("<Q", len(valid)) + valid[8:])
+put("safetensors", "bad-json.safetensors", struct.pack("<Q", 16) + b'{"a":{"dtype":,}')
+put("safetensors", "overlap.safetensors",
+    st([("a", "F32", [2], f32(1, 2)), ("b", "F32", [2], f32(3, 4))]).replace(b"[8,16]", b"[4,12]"))
+put("safetensors", "shape-mismatch.safetensors", st([("a", "F32", [3], f32(1, 2))]))
+put("safetensors", "shape-overflow.safetensors",
+    st([("a", "F32", [1], f32(1))]).replace(b"[1]", b"[1099511627776,1099511627776,1099511627776]"))
+put("safetensors", "unknown-dtype.safetensors", st([("a", "F8", [1], b"\0")]))
+put("safetensors", "metadata-not-string.safetensors", st([("a", "F32", [1], f32(1))], meta={"k": 1}))
+put("safetensors", "duplicate.safetensors",
+    struct.pack("<Q", 96) + b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},'
+    b'"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}  ' + b"\0")
+
+# ---- IDX: [u32 length of the images file][images][labels] (tests/fuzz/targets.c) ---------
+def idx_images(n, r, c, pixels=None):
+    return struct.pack(">IIII", 2051, n, r, c) + (pixels if pixels is not None else bytes(range(n * r * c)))
+
+
+def idx_labels(labels):
+    return struct.pack(">II", 2049, len(labels)) + bytes(labels)
+
+
+def idx(images, labels):
+    return struct.pack("<I", len(images)) + images + labels
+
+
+def gz(b):
+    return gzip.compress(b, mtime=0)
+
+
+img, lab = idx_images(2, 4, 4), idx_labels([3, 9])
+put("idx", "valid", idx(img, lab))
+put("idx", "valid-gz", idx(gz(img), gz(lab)))
+put("idx", "valid-gz-images-raw-labels", idx(gz(img), lab))
+put("idx", "label-out-of-range", idx(img, idx_labels([3, 10])))
+put("idx", "count-mismatch", idx(img, idx_labels([1, 2, 3])))
+put("idx", "truncated-pixels", idx(img[:-3], lab))
+put("idx", "trailing-bytes", idx(img + b"\0\0", lab))
+put("idx", "swapped-files", idx(lab, img))
+put("idx", "huge-dims", idx(struct.pack(">IIII", 2051, 1 << 30, 4096, 4096), lab))
+put("idx", "zero-rows", idx(idx_images(2, 0, 4, b""), lab))
+g = bytearray(gz(img))
+g[len(g) // 2] ^= 0xFF
+put("idx", "corrupt-gz", idx(bytes(g), lab))
+put("idx", "truncated-gz", idx(gz(img)[:-6], lab))
+put("idx", "gz-then-garbage", idx(gz(img) + b"garbage!", lab))
+
+# ---- CIFAR-10 binary ---------------------------------------------------------------------
+rec = bytes([7]) + bytes(i % 256 for i in range(3072))
+put("cifar", "valid-1", rec)
+put("cifar", "valid-2", rec + bytes([0]) + bytes(3072))
+put("cifar", "label-10", bytes([10]) + rec[1:])
+put("cifar", "short", rec[:-1])
+put("cifar", "one-and-a-bit", rec + b"\x01\x02")
+
+# ---- sequence sets: x [N, T, C] float, y [N] integer ------------------------------------
+x = f32(*[0.5 * i for i in range(12)])
+put("seqset", "valid.safetensors", st([("x", "F32", [2, 3, 2], x), ("y", "I64", [2], i64(0, 1))]))
+put("seqset", "nclasses.safetensors",
+    st([("x", "F32", [2, 3, 2], x), ("y", "I32", [2], struct.pack("<2i", 0, 4))], meta={"nclasses": "5"}))
+put("seqset", "x-f64.safetensors",
+    st([("x", "F64", [1, 2, 1], struct.pack("<2d", 1, 2)), ("y", "U8", [1], b"\x02")]))
+put("seqset", "x-2d.safetensors", st([("x", "F32", [2, 6], x), ("y", "I64", [2], i64(0, 1))]))
+put("seqset", "no-y.safetensors", st([("x", "F32", [2, 3, 2], x)]))
+put("seqset", "negative-label.safetensors", st([("x", "F32", [2, 3, 2], x), ("y", "I64", [2], i64(0, -1))]))
+put("seqset", "label-too-big.safetensors",
+    st([("x", "F32", [2, 3, 2], x), ("y", "I64", [2], i64(0, 1 << 40))]))
+put("seqset", "y-count.safetensors", st([("x", "F32", [2, 3, 2], x), ("y", "I64", [3], i64(0, 1, 2))]))
+put("seqset", "nclasses-bad.safetensors",
+    st([("x", "F32", [2, 3, 2], x), ("y", "I64", [2], i64(0, 1))], meta={"nclasses": "-3"}))
+
+
+# ---- images (stb_image decodes by content) ---------------------------------------------
+def png(w, h, color_type, rows, bitdepth=8, extra=b""):
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
+    raw = b"".join(b"\0" + r for r in rows)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, bitdepth, color_type, 0, 0, 0))
+            + extra + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+
+
+rgb = png(3, 2, 2, [bytes([255, 0, 0, 0, 255, 0, 0, 0, 255]), bytes([9, 9, 9, 200, 100, 50, 1, 2, 3])])
+put("image", "rgb.png", rgb)
+put("image", "grey-alpha.png", png(2, 2, 4, [bytes([10, 255, 20, 128]), bytes([30, 0, 40, 64])]))
+plte = struct.pack(">I", 6) + b"PLTE" + bytes([0, 0, 0, 255, 255, 255])
+plte += struct.pack(">I", zlib.crc32(b"PLTE" + bytes([0, 0, 0, 255, 255, 255])) & 0xFFFFFFFF)
+put("image", "palette.png", png(2, 1, 3, [bytes([0, 1])], extra=plte))
+put("image", "grey16.png", png(1, 1, 0, [bytes([0x12, 0x34])], bitdepth=16))
+put("image", "truncated.png", rgb[:-20])
+bad = bytearray(rgb)
+bad[30] ^= 0x55
+put("image", "bad-crc.png", bytes(bad))
+put("image", "huge.png", png(1, 1, 2, [bytes(3)]).replace(struct.pack(">II", 1, 1), struct.pack(">II", 100000, 100000), 1))
+bmp_px = bytes([0, 0, 255, 0, 255, 0, 0, 0]) + bytes([255, 0, 0, 9, 9, 9, 0, 0])   # 2x2, rows padded to 8
+put("image", "rgb.bmp", b"BM" + struct.pack("<IHHI", 54 + len(bmp_px), 0, 0, 54)
+    + struct.pack("<IiiHHIIiiII", 40, 2, 2, 1, 24, 0, len(bmp_px), 2835, 2835, 0, 0) + bmp_px)
+put("image", "rgb.tga", struct.pack("<BBBHHBHHHHBB", 0, 0, 2, 0, 0, 0, 0, 0, 2, 2, 24, 0) + bytes(range(12)))
+put("image", "rgb.ppm", b"P6\n2 2\n255\n" + bytes(range(12)))
+put("image", "grey.pgm", b"P5\n2 1\n255\n\x00\xff")
+put("image", "zero-size.ppm", b"P6\n0 0\n255\n")
+put("image", "gif-header.gif", b"GIF89a\x01\x00\x01\x00\x00\x00\x00;")
+
+# JPEG through stb_image_write (a baseline encoder), 8x8 and 17x9 (partial MCUs)
+src = r'''
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#include <stb/stb_image_write.h>
+int main(int c, char **v) {
+    unsigned char px[17 * 9 * 3];
+    for (int i = 0; i < 17 * 9 * 3; i++) px[i] = (unsigned char)(i * 37);
+    return !(stbi_write_jpg(v[1], 8, 8, 3, px, 90) && stbi_write_jpg(v[2], 17, 9, 1, px, 50));
+}'''
+with tempfile.TemporaryDirectory() as t:
+    with open(os.path.join(t, "w.c"), "w") as f:
+        f.write(src)
+    try:
+        subprocess.run(["cc", "-w", "-o", os.path.join(t, "w"), os.path.join(t, "w.c"), "-lm"], check=True)
+        subprocess.run([os.path.join(t, "w"), os.path.join(t, "a.jpg"), os.path.join(t, "b.jpg")], check=True)
+        for n in ("a.jpg", "b.jpg"):
+            with open(os.path.join(t, n), "rb") as f:
+                data = f.read()
+            put("image", "stbw-" + n, data)
+        put("image", "truncated.jpg", data[: len(data) // 2])
+    except (OSError, subprocess.CalledProcessError) as e:
+        print("no JPEG seeds:", e)
+print("corpus written to", ROOT)

@@ -1,0 +1,116 @@
+/* test_fuzz.c — the fuzzers' corpus as regression tests: every file of
+ * tests/fuzz/corpus/<target>/ goes through the same code as the fuzzer
+ * (tests/fuzz/targets.c) in a child process, which must end normally: the input opened
+ * (exit 0), or the reader refused it with an error status and a one-line message
+ * (exit 3). An exit from inside a reader, a signal, a sanitizer report (make
+ * test-asan) or any other status fails. Files named crash-* are inputs that once
+ * crashed a reader (docs/RELIABILITY.md) and must now be refused. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+#include "tests/fuzz/targets.c"
+
+#define CORPUS "tests/fuzz/corpus"
+
+/* Runs target on the file in a child; its exit status (or -signal), stderr into err. */
+static int run_one(const fz_target *t, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *data = malloc(n > 0 ? (size_t)n : 1);
+    cr_assert_eq(fread(data, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    fz_scratch();   /* made here, so the children share it and it is removed once */
+    int pipefd[2];
+    cr_assert_eq(pipe(pipefd), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pipefd[1], 2);
+        close(pipefd[0]);
+        int opened = t->run(data, (size_t)n);
+        if (!opened) fprintf(stderr, "%s\n", sp_last_error());
+        fflush(NULL);
+        _exit(opened ? 0 : 3);
+    }
+    close(pipefd[1]);
+    size_t got = 0;
+    ssize_t r;
+    while ((r = read(pipefd[0], err + got, errlen - 1 - got)) > 0) got += (size_t)r;
+    err[got] = 0;
+    close(pipefd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    free(data);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+}
+
+static void run_corpus(const char *name)
+{
+    const fz_target *t = NULL;
+    for (size_t i = 0; i < sizeof fz_targets / sizeof fz_targets[0]; i++)
+        if (strcmp(fz_targets[i].name, name) == 0) t = &fz_targets[i];
+    cr_assert_not_null(t);
+    char dir[256], path[512], err[4096];
+    snprintf(dir, sizeof dir, "%s/%s", CORPUS, name);
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "no corpus %s (run from the repository root)", dir);
+    int files = 0, opened = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        int st = run_one(t, path, err, sizeof err);
+        files++;
+        opened += st == 0;
+        cr_expect(st == 0 || st == 3, "%s: the reader did not return (status %d): %s", path, st, err);
+        if (strncmp(e->d_name, "crash-", 6) == 0)
+            cr_expect(st == 3, "%s: a once-crashing input was not refused (status %d)", path, st);
+        if (st == 3)
+            cr_expect(strlen(err) > 1 && strchr(err, '\n') == err + strlen(err) - 1,
+                      "%s: a refusal is one line, got '%s'", path, err);
+    }
+    closedir(d);
+    fz_cleanup();
+    fz_dir[0] = 0;
+    cr_assert_gt(files, 0, "empty corpus %s", dir);
+    cr_assert_gt(opened, 0, "%s: no valid seed opened", dir);
+    cr_assert_lt(opened, files, "%s: no broken seed was refused", dir);
+}
+
+Test(fuzz_corpus, safetensors) { run_corpus("safetensors"); }
+Test(fuzz_corpus, idx) { run_corpus("idx"); }
+Test(fuzz_corpus, cifar) { run_corpus("cifar"); }
+Test(fuzz_corpus, seqset) { run_corpus("seqset"); }
+Test(fuzz_corpus, image) { run_corpus("image"); }
+
+/* Inputs fuzz_image found that broke stb_image 2.27 (Debian 12's libstb), now refused
+ * before it reads them (data/imagefolder.c), and what the refusal says. */
+Test(fuzz_corpus, stb_image_crashes_refused_with_the_reason)
+{
+    static const struct { const char *file, *says; } cases[] = {
+        {"crash-jpeg-dht-over-256-codes.jpg", "more than 256 codes"},    /* writes past the table */
+        {"crash-jpeg-dht-after-fill-bytes.jpg", "more than 256 codes"},  /* FF fill before SOI  */
+        {"crash-jpeg-dht-past-segment.jpg", "more than 256 codes"},      /* table past the segment */
+        {"crash-pnm-number-overflow.ppm", "more than 9 digits"},         /* int overflow (UB)   */
+        {"crash-pnm-16bit-overflow.pgm", "16-bit samples"},              /* heap read overflow  */
+        {"crash-pnm-claims-2414152-rows.pgm", "claims more samples"},    /* 21 bytes, 2.4 Mpixel */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[256], err[4096];
+        snprintf(path, sizeof path, CORPUS "/image/%s", cases[i].file);
+        int st = run_one(&fz_targets[4], path, err, sizeof err);
+        cr_expect_eq(st, 3, "%s: status %d: %s", cases[i].file, st, err);
+        cr_expect(strstr(err, cases[i].says), "%s: '%s' does not say '%s'", cases[i].file, err, cases[i].says);
+    }
+    fz_cleanup();
+    fz_dir[0] = 0;
+}
