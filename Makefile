@@ -6,6 +6,7 @@
 #   make test-cuda       CUDA=1 and run the CUDA suites (needs a GPU)
 #   make test-cuda-emu   the CUDA suites on the CPU, through the CUDA emulator (tests/cudaemu/)
 #   make bench           benchmarks against PyTorch CPU (see docs/PERFORMANCE.md)
+#   make bench-cuda      on a GPU machine: scanprop's GPU step next to PyTorch's (docs/CUDA.md)
 #   make opprof          build/opprof: per-op timers of a training step
 #   make install PREFIX=dir   libscanprop.a, the headers (include/scanprop) and scanprop.pc
 #   make BUILD=dir       build somewhere else (parallel worktrees, sanitizer builds)
@@ -106,8 +107,8 @@ CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
 
 # Objects built through pattern rules are kept (not deleted as intermediates).
 .PRECIOUS: $(BUILD)/obj/%.c.o $(BUILD)/obj/%.cu.o
-.PHONY: all lib apps tests test install test-long test-asan test-cuda test-cuda-emu cuda-tests bench opprof format clean \
-        build-clang fuzz fuzz-build fuzzers
+.PHONY: all lib apps tests test install test-long test-asan test-cuda test-cuda-emu cuda-tests bench bench-cuda opprof \
+        format clean build-clang fuzz fuzz-build fuzzers
 all: lib apps
 
 lib: $(LIB)
@@ -137,6 +138,11 @@ EMU_CXXFLAGS := $(OPT) -std=c++17 -Wall -Wextra -Wno-unused-parameter -MMD -MP -
 $(BUILD)/obj/%.cc.o: %.cc
 	@mkdir -p $(@D)
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+# The naive library loops (cuBLAS, cuDNN) stay -O2 and uninstrumented in the ASan build:
+# they are test infrastructure, bounds-checked by their own registry checks, and the
+# sanitizer would only multiply the time of every emulated convolution.
+$(BUILD)/obj/tests/cudaemu/cublas.cc.o $(BUILD)/obj/tests/cudaemu/cudnn.cc.o: EMU_CXXFLAGS := \
+    $(filter-out $(EMU_SAN) -O1,$(EMU_CXXFLAGS)) -O2
 $(EMU_LIB): $(EMU_OBJ)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
@@ -215,9 +221,14 @@ test-cuda-emu:
 	@BUILD=build-emu ./scripts/run_tests.sh $(call EMU_TESTS,build-emu)
 	@SCANPROP_EMU_ORDER=shuffle BUILD=build-emu ./scripts/run_tests.sh $(call EMU_TESTS,build-emu)
 	@SCANPROP_EMU_PROTECT=1 BUILD=build-emu ./scripts/run_tests.sh $(call EMU_TESTS,build-emu)
-	$(MAKE) CUDA=1 CUDA_EMU=1 BUILD=build-emu-asan SAN=1 OPT="-O1 -g" cuda-tests
+	$(MAKE) CUDA=1 CUDA_EMU=1 BUILD=build-emu-asan SAN=1 OPT="-O1 -g" all cuda-tests
 	@BUILD=build-emu-asan ./scripts/run_tests.sh $(call EMU_TESTS,build-emu-asan)
 	./tests/cudaemu/planted_bugs.sh
+
+# On a GPU machine: scanprop's step next to PyTorch's on the GPU (docs/CUDA.md).
+bench-cuda:
+	$(MAKE) CUDA=1 BUILD=build-cuda all
+	BUILD=build-cuda ./bench/cuda.sh
 
 bench: all
 	./bench/run.sh

@@ -7,6 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 #include "apps/common.h"
+#ifdef SP_HAVE_CUDA
+#include "core/cuda.h"
+#endif
 #include "core/fileio.h"
 #include "core/safetensors.h"
 #include "core/error.h"
@@ -17,7 +20,7 @@ void sp_app_defaults(sp_app_opts *o)
     *o = (sp_app_opts){
         .optim = "sgd", .backward = "linear", .lr_schedule = "constant", .epochs = 1, .batch = 64,
         .threads = 2, .lr = 0.01, .momentum = 0.9f, .seed = 1, .scan_levels = -1, .order = "ooo",
-        .k = 0, .scan_levels_arg = "full", .partition = "cost", .bucket_mb = 25, .comm_timeout = 60,
+        .k = 0, .scan_levels_arg = "full", .device = "cpu", .partition = "cost", .bucket_mb = 25, .comm_timeout = 60,
         .prune_scope = "global",
     };
 }
@@ -56,6 +59,8 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
         {"threads", SP_FLAG_INT, &o->threads, "threads for everything, OpenBLAS included", .group = G_TRAIN,
          .range = "1..64", .scope = SP_SCOPE_RUN},
         {"quiet", SP_FLAG_BOOL, &o->quiet, "no progress output on stderr", .group = G_TRAIN, .scope = SP_SCOPE_RUN},
+        {"device", SP_FLAG_STR, &o->device, "where the step runs; cuda needs a make CUDA=1 build, a GPU and "
+         "--backward linear (docs/CUDA.md)", .group = G_TRAIN, .choices = "cpu|cuda", .scope = SP_SCOPE_RUN},
         {"epochs", SP_FLAG_INT, &o->epochs, "training epochs; with --steps, whichever limit comes first",
          .group = G_LOOP, .range = "1..", .scope = SP_SCOPE_LOOP},
         {"lr-schedule", SP_FLAG_STR, &o->lr_schedule, "per-epoch learning rate: constant | step:SIZE:GAMMA | "
@@ -763,6 +768,39 @@ void sp_app_json_engine(sp_json *j, const sp_app_opts *o, sp_engine *e, bool ran
     }
 }
 
+void sp_app_use_device(const sp_app_opts *o, sp_model *m)
+{
+    if (strcmp(o->device, "cuda") != 0) return;
+    if (strcmp(o->backward, "linear") != 0)
+        sp_fail("--device cuda needs --backward linear (the %s engine runs on the CPU)", o->backward);
+    if (o->parallel) sp_fail("--device cuda with --parallel %s: the parallel schedules run on the CPU", o->parallel);
+    if (o->resume || o->save_every > 0)
+        sp_fail("--device cuda with --%s: resumable checkpoints are written during training from host tensors "
+                "(expected --save, which saves at the end)", o->resume ? "resume" : "save-every");
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i]->mask)
+            sp_fail("--device cuda: %s is pruned (masks are applied on the host; train pruned models on the CPU)",
+                    m->params[i]->name);
+#ifdef SP_HAVE_CUDA
+    const char *why = NULL;
+    if (sp_cuda_device_count(&why) == 0) sp_fail("--device cuda: no CUDA device (%s)", why);
+    sp_cuda_init(0);
+    sp_model_to_device(m, SP_CUDA);
+#else
+    (void)m;
+    sp_fail("--device cuda: this build has no CUDA backend (rebuild with make CUDA=1)");
+#endif
+}
+
+void sp_app_device_to_host(sp_model *m)
+{
+#ifdef SP_HAVE_CUDA
+    if (m->nparams && m->params[0]->value.device != SP_CPU) sp_model_to_device(m, SP_CPU);
+#else
+    (void)m;
+#endif
+}
+
 /* --eval-only: the loaded weights on d in eval mode; the JSON line says what was run. */
 static sp_train_result eval_only(const char *app, const sp_app_opts *o, sp_model *m, sp_dataset *d)
 {
@@ -802,6 +840,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     else sp_model_init(m, o->seed);   /* --resume overwrites it in sp_train */
     if (o->prune > 0)
         pruning = sp_prune_magnitude(m, pruning, o->prune, strcmp(o->prune_scope, "layer") == 0 ? SP_PRUNE_LAYER : SP_PRUNE_GLOBAL);
+    sp_app_use_device(o, m);   /* checkpoints load and save on the host; the step runs on --device */
     {   /* the engine options against the model, on one sample */
         sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
         sp_batch b;
@@ -855,6 +894,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
                               "batch", batch, "seed", seed, "no-shuffle", o->no_shuffle ? "yes" : "no", NULL};
     tc.run_meta = run_meta;
     sp_train_result r = sp_train(m, e, opt, loader, test, &tc);
+    sp_app_device_to_host(m);
     if (ex && o->save) sp_exec_sync_weights(ex);
     if (o->save && o->save_every == 0 && sp_app_prints(ex)) {   /* else sp_train saved */
         if (pruning) sp_check(sp_prune_save(pruning, m, o->save));
@@ -864,6 +904,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_json j;
     sp_json_begin(&j);
     sp_json_str(&j, "app", app);
+    sp_json_str(&j, "device", o->device);
     sp_json_str(&j, "backward", o->backward);
     sp_json_int(&j, "epochs", r.epochs);
     sp_json_int(&j, "steps", r.steps);

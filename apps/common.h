@@ -76,6 +76,7 @@ typedef struct sp_app_opts {
     const char *scan_levels_arg;         /* --scan-levels as given: N | full | auto */
     double prune;                        /* --prune AMOUNT: magnitude-prune conv/linear weights */
     const char *prune_scope;             /* --prune-scope layer | global */
+    const char *device;                  /* cpu | cuda */
     /* parallel training on MPI ranks (schedulers/exec.h) */
     const char *parallel, *partition, *costs_out, *costs, *exec_order;
     int microbatches, groups;
@@ -122,6 +123,12 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
 /* --data-format fashion-mnist (default, --data defaults to Debian's package dir) |
  * mnist | cifar10 | folder; pad_to = 32 zero-pads 28×28 images (VGG-11). */
 void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp_dataset **test);
+/* --device cuda: one line and exit 2 on a build without CUDA, without a GPU, or with an
+ * engine other than linear; else the backend starts and m's parameters move to the GPU.
+ * --device cpu: nothing. */
+void sp_app_use_device(const sp_app_opts *o, sp_model *m);
+/* m's parameters back on the host (before saving a checkpoint). */
+void sp_app_device_to_host(sp_model *m);
 /* --plan / --plan-svg: print (and draw) the bppsa plan for the batch (x, y) and the
  * JSON line of its figures; trains nothing. sp_app_train calls it on the first batch. */
 void sp_app_plan_only(const char *app, const sp_app_opts *o, sp_model *m, const sp_tensor *x, const int *y);

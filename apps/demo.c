@@ -60,6 +60,7 @@ int main(int argc, char **argv)
     sp_model_init(m, o.seed);
     sp_tensor x1 = sp_tensor_2d(xs, 1, D);
     sp_app_check_engine(&o, m, &x1, ys);
+    sp_app_use_device(&o, m);
     sp_engine_opts eo = sp_app_engine_opts(&o);
     sp_engine *e = sp_engine_create(o.backward, &eo);
     sp_optim_cfg cfg = sp_optim_cfg_default();
@@ -95,6 +96,7 @@ int main(int argc, char **argv)
     sp_json j;
     sp_json_begin(&j);
     sp_json_str(&j, "app", "demo");
+    sp_json_str(&j, "device", o.device);
     sp_json_str(&j, "backward", o.backward);
     sp_json_int(&j, "steps", o.steps);
     sp_json_int(&j, "batch", B);

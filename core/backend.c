@@ -5,6 +5,7 @@
 #include "core/dnnl.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/tape.h"
 
 #define MAX_TWINS 64
 
@@ -50,6 +51,30 @@ void sp_zero(sp_tensor *t)
 {
     if (t->device != SP_CPU) sp_fill(t, 0.0f);
     else memset(t->data, 0, t->numel * sizeof(float));
+}
+
+float sp_tensor_get(const sp_tensor *t, size_t i)
+{
+    if (t->device == SP_CPU) return t->data[i];
+    float v;
+    sp_backend_allocator(t->device)->download(&v, t->data + i, 1);
+    return v;
+}
+
+void sp_tensor_read(float *dst, const sp_tensor *t)
+{
+    if (t->device == SP_CPU) memcpy(dst, t->data, t->numel * sizeof(float));
+    else sp_backend_allocator(t->device)->download(dst, t->data, t->numel);
+}
+
+sp_tensor sp_tape_copy_on(sp_tape *t, sp_device dev, const sp_tensor *x)
+{
+    if (x->device == dev) return *x;
+    if (x->device != SP_CPU) sp_fail("sp_tape_copy_on: %s tensor to %s (expected a host tensor)",
+                                     sp_device_name(x->device), sp_device_name(dev));
+    sp_tensor d = sp_tape_tensor_on(t, dev, x->ndim, x->shape);
+    sp_backend_allocator(dev)->upload(d.data, x->data, x->numel);
+    return d;
 }
 
 const char *sp_device_name(sp_device dev) { return dev == SP_CUDA ? "cuda" : "cpu"; }

@@ -27,11 +27,29 @@ typedef struct sp_device_allocator {
     void (*arena_reset)(void *arena);
     void (*arena_free)(void *arena);
     void (*fill)(float *data, size_t n, float value);   /* ordered with the device's ops */
+    /* Copies of n floats, ordered after the work queued on the calling thread's lane;
+     * they return once the data has arrived. */
+    void (*upload)(float *dev_dst, const float *host_src, size_t n);
+    void (*download)(float *host_dst, const float *dev_src, size_t n);
+    /* The training loop's prefetch: copy n floats into pinned host slot `slot` (0 or 1)
+     * and start their upload to the slot's device buffer on a copy stream (returned);
+     * use_staged(slot) makes the calling lane's stream wait for that upload. A slot may
+     * be staged again once the step that used it has been waited for. */
+    float *(*stage)(int slot, const float *host_src, size_t n);
+    void (*use_staged)(int slot);
 } sp_device_allocator;
 
 void sp_backend_register_allocator(sp_device dev, const sp_device_allocator *a);
 /* The allocator of dev (not SP_CPU); sp_fail if its backend was not initialised. */
 const sp_device_allocator *sp_backend_allocator(sp_device dev);
+
+/* Host copies of device data, for code that runs on any device (the training loop). */
+/* Entry i of t, wherever t lives. */
+float sp_tensor_get(const sp_tensor *t, size_t i);
+/* All of t into host memory dst (t.numel floats). */
+void sp_tensor_read(float *dst, const sp_tensor *t);
+/* x on device dev: x itself if it is there already, else a copy in tape t's device memory. */
+sp_tensor sp_tape_copy_on(sp_tape *t, sp_device dev, const sp_tensor *x);
 
 /* Whole-tensor fills on the tensor's own device (engines never touch device memory). */
 void sp_fill(sp_tensor *t, float value);

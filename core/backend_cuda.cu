@@ -186,8 +186,64 @@ static void dev_arena_free(void *arena)
     free(a);
 }
 
+static void dev_upload(float *dst, const float *src, size_t n)
+{
+    if (n == 0) return;
+    cudaStream_t s = sp_cuda_stream();
+    sp_cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, s));
+    sp_cuda_check(cudaStreamSynchronize(s));
+}
+
+static void dev_download(float *dst, const float *src, size_t n)
+{
+    if (n == 0) return;
+    cudaStream_t s = sp_cuda_stream();
+    sp_cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+    sp_cuda_check(cudaStreamSynchronize(s));
+}
+
+/* Two pinned host buffers and two device buffers, so the upload of batch k+1 (on the
+ * copy stream) overlaps step k, which reads the other slot. */
+typedef struct staged_slot {
+    float *host, *dev;
+    size_t cap;
+    cudaEvent_t done;
+    bool pending;
+} staged_slot;
+
+static staged_slot slots[2];
+static cudaStream_t copy_stream;
+
+static float *dev_stage(int slot, const float *host, size_t n)
+{
+    if (slot < 0 || slot > 1) sp_fail("cuda: staging slot %d (expected 0 or 1)", slot);
+    staged_slot *s = &slots[slot];
+    if (s->pending) sp_cuda_check(cudaEventSynchronize(s->done));   /* the pinned buffer is free again */
+    if (n > s->cap) {
+        sp_cuda_check(cudaFreeHost(s->host));
+        sp_cuda_check(cudaFree(s->dev));
+        sp_cuda_check(cudaMallocHost((void **)&s->host, n * sizeof(float)));
+        sp_cuda_check(cudaMalloc((void **)&s->dev, n * sizeof(float)));
+        s->cap = n;
+    }
+    if (n) {
+        memcpy(s->host, host, n * sizeof(float));
+        sp_cuda_check(cudaMemcpyAsync(s->dev, s->host, n * sizeof(float), cudaMemcpyHostToDevice, copy_stream));
+    }
+    sp_cuda_check(cudaEventRecord(s->done, copy_stream));
+    s->pending = true;
+    return s->dev;
+}
+
+static void dev_use_staged(int slot)
+{
+    if (slot < 0 || slot > 1 || !slots[slot].pending) sp_fail("cuda: staging slot %d was not staged", slot);
+    sp_cuda_check(cudaStreamWaitEvent(sp_cuda_stream(), slots[slot].done, 0));
+}
+
 static const sp_device_allocator cuda_allocator = {
-    dev_alloc, dev_free, dev_arena_new, dev_arena_alloc, dev_arena_reset, dev_arena_free, dev_fill,
+    dev_alloc, dev_free, dev_arena_new, dev_arena_alloc, dev_arena_reset, dev_arena_free, dev_fill, dev_upload,
+    dev_download, dev_stage, dev_use_staged,
 };
 
 // ----------------------------------------------------------------------------
@@ -228,6 +284,8 @@ void sp_cuda_init(int device_id)
         sp_cudnn_check(cudnnCreate(&l->cudnn));
         sp_cudnn_check(cudnnSetStream(l->cudnn, l->stream));
     }
+    sp_cuda_check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; i++) sp_cuda_check(cudaEventCreateWithFlags(&slots[i].done, cudaEventDisableTiming));
     sp_backend_register_allocator(SP_CUDA, &cuda_allocator);
     sp_linear_cuda_register();
     sp_relu_cuda_register();
@@ -237,6 +295,7 @@ void sp_cuda_init(int device_id)
     sp_softmax_ce_cuda_register();
     sp_maxpool2d_cuda_register();
     sp_conv2d_cuda_register();
+    sp_recurrent_cuda_register();
     sp_optim_cuda_register();
     ready = true;
 }

@@ -96,6 +96,7 @@ void sp_flatten_cuda_register(void);
 void sp_softmax_ce_cuda_register(void);
 void sp_maxpool2d_cuda_register(void);
 void sp_conv2d_cuda_register(void);
+void sp_recurrent_cuda_register(void);   /* rnn and gru (layers/recurrent_cuda.cu) */
 void sp_optim_cuda_register(void);   /* fused SGD / Adam / AdamW (optim/optim_cuda.cu) */
 
 /* Check a CUDA runtime / cuBLAS / cuSPARSE / cuDNN status; on failure one line naming

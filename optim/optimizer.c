@@ -22,6 +22,9 @@ sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
         if (p->value.device != dev || p->grad.device != dev)
             sp_fail("optim %s: parameter '%s' is on %s (expected %s tensors, as the first parameter)", name, p->name,
                     sp_device_name(p->value.device != dev ? p->value.device : p->grad.device), sp_device_name(dev));
+        if (dev != SP_CPU && p->mask)
+            sp_fail("optim %s: parameter '%s' is pruned and on %s (expected pruned parameters on the cpu)", name,
+                    p->name, sp_device_name(dev));
         if (p->grad.numel != p->value.numel || !p->grad.data)
             sp_fail("optim %s: parameter '%s' has no gradient of its shape", name, p->name);
         /* PyTorch warns and would update a repeated parameter twice per step. */

@@ -6,28 +6,50 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "core/backend.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "schedulers/checkpoint.h"
 #include "schedulers/exec.h"
 #include "schedulers/train.h"
 
-float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
-                    double *fwd_s, double *bwd_s, double *step_s)
+static sp_device model_device(const sp_model *m) { return m->nparams ? m->params[0]->value.device : SP_CPU; }
+
+/* The step up to its loss node; on a device everything is queued, nothing waited for. */
+static sp_node *step_queue(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
+                           double *fwd_s, double *bwd_s)
 {
     sp_tape_reset(t);
     sp_optim_zero_grad(o);
     double t0 = sp_now();
-    sp_node *loss = sp_model_loss(m, t, x, y);
+    sp_tensor xin = sp_tape_copy_on(t, model_device(m), x);   /* the batch goes up (--device cuda) */
+    sp_node *loss = sp_model_loss(m, t, &xin, y);
     double t1 = sp_now();
     sp_backward(e, t, loss);
     double t2 = sp_now();
     if (!e->opts.update) sp_optim_step(o);   /* else the engine ran every layer's update */
-    double t3 = sp_now();
     if (fwd_s) *fwd_s = t1 - t0;
     if (bwd_s) *bwd_s = t2 - t1;
-    if (step_s) *step_s = t3 - t0;
-    return loss->out.data[0];
+    return loss;
+}
+
+float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
+                    double *fwd_s, double *bwd_s, double *step_s)
+{
+    double t0 = sp_now();
+    sp_node *loss = step_queue(m, e, o, t, x, y, fwd_s, bwd_s);
+    float l = sp_tensor_get(&loss->out, 0);   /* waits for the step on a device */
+    if (step_s) *step_s = sp_now() - t0;
+    return l;
+}
+
+/* A batch's x in device slot `slot`, its upload started (sp_device_allocator.stage). */
+static sp_tensor stage_batch(sp_device dev, const sp_tensor *x, int slot)
+{
+    sp_tensor d = sp_tensor_view(NULL, x->ndim, x->shape);
+    d.device = dev;
+    d.data = sp_backend_allocator(dev)->stage(slot, x->data, x->numel);
+    return d;
 }
 
 /* Evaluation state kept across the evaluations of one training run: the loader's batch
@@ -72,16 +94,23 @@ static void eval_pass(evaluator *ev, sp_model *m, double *loss_out, double *acc_
     sp_batch b;
     while (sp_loader_next(ev->l, &b)) {
         sp_tape_reset(&ev->t);
-        sp_node *ln = sp_model_loss(m, &ev->t, &b.x, b.y);
+        sp_tensor xin = sp_tape_copy_on(&ev->t, model_device(m), &b.x);
+        sp_node *ln = sp_model_loss(m, &ev->t, &xin, b.y);
         const sp_tensor *z = sp_node_x(ln);   /* logits */
         int K = z->shape[1];
+        const float *zh = z->data;
+        if (z->device != SP_CPU) {   /* the logits come down */
+            float *h = sp_tape_alloc(&ev->t, z->numel * sizeof(float));
+            sp_tensor_read(h, z);
+            zh = h;
+        }
         for (int i = 0; i < b.n; i++) {
-            const float *zi = z->data + (size_t)i * K;
+            const float *zi = zh + (size_t)i * K;
             int best = 0;
             for (int k = 1; k < K; k++) best = zi[k] > zi[best] ? k : best;
             correct += best == b.y[i];
         }
-        loss += (double)ln->out.data[0] * b.n;
+        loss += (double)sp_tensor_get(&ln->out, 0) * b.n;
         seen += b.n;
     }
     sp_model_set_training(m, was_training);
@@ -248,17 +277,35 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         if (cfg->lr) sp_optim_set_lr(o, sp_lr_at(cfg->lr, epoch));
         double epoch_loss = 0.0;
         long epoch_steps = 0;
-        sp_batch b;
+        sp_batch b, nb = {0};
         if (cfg->resume_path && epoch == resumed.epoch) {   /* the epoch's order; skip what was done */
             for (; epoch_steps < resumed.batch; epoch_steps++)
                 if (!sp_loader_next(train, &b)) break;
             epoch_loss = resumed.epoch_loss;
         }
         r.epochs = epoch + 1;
-        while (r.steps < total && sp_loader_next(train, &b)) {
+        /* On a device, batch k+1 goes up (pinned slot, copy stream) while step k runs:
+         * step k is queued, the next batch fetched and staged, then step k's loss read. */
+        sp_device dev = model_device(m);
+        int slot = 0;
+        bool have = r.steps < total && sp_loader_next(train, &b);
+        sp_tensor xd = have && dev != SP_CPU ? stage_batch(dev, &b.x, slot) : b.x;
+        while (have) {
             double f, bw, st;
-            float loss = cfg->exec ? sp_exec_step(cfg->exec, &b.x, b.y, &f, &bw, &st)
-                                   : sp_train_step(m, e, o, &t, &b.x, b.y, &f, &bw, &st);
+            float loss;
+            bool next = false;
+            if (dev == SP_CPU) {
+                loss = cfg->exec ? sp_exec_step(cfg->exec, &b.x, b.y, &f, &bw, &st)
+                                 : sp_train_step(m, e, o, &t, &b.x, b.y, &f, &bw, &st);
+            } else {
+                double t0 = sp_now();
+                sp_backend_allocator(dev)->use_staged(slot);
+                sp_node *ln = step_queue(m, e, o, &t, &xd, b.y, &f, &bw);
+                next = r.steps + 1 < total && sp_loader_next(train, &nb);   /* b.y stays valid: copied up */
+                if (next) xd = stage_batch(dev, &nb.x, slot ^ 1);
+                loss = sp_tensor_get(&ln->out, 0);
+                st = sp_now() - t0;
+            }
             if (!isfinite(loss)) sp_fail("%s: loss became %g at step %ld (try a smaller --lr)", cfg->app, loss, r.steps);
             fwd[r.steps] = f;
             bwd[r.steps] = bw;
@@ -281,6 +328,13 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
                 evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
                 log_eval(log, r.steps, epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
                 progress_line(&p, "%s step %ld: test loss %.4f acc %.4f", cfg->app, r.steps, r.test_loss, r.test_acc);
+            }
+            if (dev == SP_CPU) {
+                have = r.steps < total && sp_loader_next(train, &b);
+            } else {
+                have = next;
+                b = nb;
+                slot ^= 1;
             }
         }
         r.train_loss = epoch_steps ? epoch_loss / (double)epoch_steps : NAN;

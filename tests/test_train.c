@@ -111,7 +111,7 @@ Test(train, bad_flags_exit_2_with_one_line)
 {
     const char *bad[] = {"--epochs abc", "--batch 0", "--lr -1", "--optim rmsprop", "--backward nope",
                          "--frobnicate", "--threads 0", "--data /nonexistent/dir", "--load /nonexistent.safetensors",
-                         "--momentum 1.5", "--lr-schedule cosine:x"};
+                         "--momentum 1.5", "--lr-schedule cosine:x", "--device cuda", "--device tpu"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char cmd[512], err[8192];
         snprintf(cmd, sizeof cmd, "%s %s --steps 1 --quiet 2>&1 >/dev/null | head -c 4000", bin("lenet"), bad[i]);

@@ -1,0 +1,187 @@
+/* test_apps_cuda.c — the apps with --device cuda against --device cpu (make test-cuda on a
+ * GPU, make test-cuda-emu through the emulator): same seed, same data, same steps, so the
+ * losses must agree to 1e-4 (cuBLAS/cuDNN sum in another order than the CPU ops). The
+ * image apps read a tiny IDX dataset written here (the 10k test images would take the
+ * emulator minutes). Bad input: --device cuda without a device is one line, exit 2. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+#include "tests/testutil.h"
+
+#define LOSS_TOL 1e-4
+
+static const char *bin(const char *app)
+{
+    static char path[4][256];
+    static int k;
+    const char *b = getenv("BUILD");
+    k = (k + 1) % 4;
+    snprintf(path[k], sizeof path[k], "%s/%s", b ? b : "build", app);
+    return path[k];
+}
+
+/* Runs a command; its exit status, and its last stdout line in `last`. */
+static int run(const char *cmd, char *last, size_t len)
+{
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p, "popen %s", cmd);
+    char line[8192];
+    if (last) last[0] = 0;
+    while (fgets(line, sizeof line, p))
+        if (last) snprintf(last, len, "%s", line);
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static double json_num(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(json, pat);
+    cr_assert_not_null(p, "key %s missing in %s", key, json);
+    return strtod(p + strlen(pat), NULL);
+}
+
+static void put_be32(FILE *f, uint32_t v)
+{
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8),
+                          (unsigned char)v};
+    fwrite(b, 1, 4, f);
+}
+
+/* prefix-images-idx3-ubyte and prefix-labels-idx1-ubyte with n random 28x28 images. */
+static void write_idx(const char *dir, const char *prefix, int n, unsigned seed)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte", dir, prefix);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    put_be32(f, 0x803);
+    put_be32(f, (uint32_t)n);
+    put_be32(f, 28);
+    put_be32(f, 28);
+    srand(seed);
+    for (int i = 0; i < n * 28 * 28; i++) fputc(rand() % 256, f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte", dir, prefix);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    put_be32(f, 0x801);
+    put_be32(f, (uint32_t)n);
+    for (int i = 0; i < n; i++) fputc(rand() % 10, f);
+    fclose(f);
+}
+
+static const char *tiny_idx(int ntrain, int ntest)
+{
+    static char dir[256];
+    snprintf(dir, sizeof dir, "%s/idx-%d-%d", tu_tmpdir(), ntrain, ntest);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    cr_assert_eq(system(cmd), 0);
+    write_idx(dir, "train", ntrain, 1);
+    write_idx(dir, "t10k", ntest, 2);
+    return dir;
+}
+
+/* Test files live in this test process's own temporary directory. */
+static void cleanup(void)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tu_tmpdir());
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* The app on both devices with the same arguments; the JSON keys `keys` must agree. */
+static void same_on_both(const char *app, const char *args, const char *const *keys, int nkeys)
+{
+    char cpu[8192], gpu[8192], cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s --device cpu --quiet", bin(app), args);
+    cr_assert_eq(run(cmd, cpu, sizeof cpu), 0, "%s failed", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s --device cuda --quiet", bin(app), args);
+    cr_assert_eq(run(cmd, gpu, sizeof gpu), 0, "%s failed", cmd);
+    cr_assert(strstr(gpu, "\"device\": \"cuda\""), "JSON without the device: %s", gpu);
+    cr_assert(strstr(cpu, "\"device\": \"cpu\""), "JSON without the device: %s", cpu);
+    for (int i = 0; i < nkeys; i++) {
+        double c = json_num(cpu, keys[i]), g = json_num(gpu, keys[i]);
+        cr_assert(isfinite(g), "%s %s on cuda: %g", app, keys[i], g);
+        cr_assert_leq(fabs(c - g), LOSS_TOL * fabs(c), "%s %s: cpu %.8g, cuda %.8g", app, keys[i], c, g);
+    }
+}
+
+Test(apps_cuda, demo_matches_cpu)
+{
+    static const char *const keys[] = {"first_loss", "last_loss"};
+    same_on_both("demo", "--steps 30", keys, 2);
+    same_on_both("demo", "--steps 10 --optim adam --lr 0.01", keys, 2);
+}
+
+Test(apps_cuda, lenet_matches_cpu)
+{
+    static const char *const keys[] = {"train_loss", "last_loss", "test_loss"};
+    char args[512];
+    snprintf(args, sizeof args, "--data-format mnist --data %s --steps 5 --batch 8", tiny_idx(64, 8));
+    same_on_both("lenet", args, keys, 3);
+    cleanup();
+}
+
+Test(apps_cuda, vgg11_matches_cpu)
+{
+    static const char *const keys[] = {"train_loss", "last_loss"};
+    char args[512];
+    snprintf(args, sizeof args, "--data-format mnist --data %s --steps 1 --batch 2", tiny_idx(4, 1));
+    same_on_both("vgg11", args, keys, 2);
+    cleanup();
+}
+
+Test(apps_cuda, checkpoint_saved_from_the_device_loads_on_the_cpu)
+{
+    char path[512], cmd[1024], a[8192], b[8192];
+    snprintf(path, sizeof path, "%s/demo-dev.safetensors", tu_tmpdir());
+    const char *dir = tiny_idx(16, 4);
+    snprintf(cmd, sizeof cmd, "%s --data-format mnist --data %s --steps 2 --batch 4 --device cuda --quiet --save %s",
+             bin("lenet"), dir, path);
+    cr_assert_eq(run(cmd, a, sizeof a), 0, "%s", cmd);
+    /* the saved weights, loaded on each device, give the same test loss */
+    snprintf(cmd, sizeof cmd, "%s --data-format mnist --data %s --steps 1 --batch 4 --lr 1e-30 --device cpu --quiet "
+             "--load %s", bin("lenet"), dir, path);
+    cr_assert_eq(run(cmd, a, sizeof a), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s --data-format mnist --data %s --steps 1 --batch 4 --lr 1e-30 --device cuda --quiet "
+             "--load %s", bin("lenet"), dir, path);
+    cr_assert_eq(run(cmd, b, sizeof b), 0, "%s", cmd);
+    double c = json_num(a, "test_loss"), g = json_num(b, "test_loss");
+    cr_assert_leq(fabs(c - g), LOSS_TOL * fabs(c), "test loss after load: cpu %.8g, cuda %.8g", c, g);
+    cleanup();
+}
+
+/* No device (the emulator's SCANPROP_EMU_NODEVICE=1 stands for a machine without a GPU):
+ * one line naming the problem, exit 2. */
+Test(apps_cuda, no_device_is_one_line_and_exit_2)
+{
+    char cmd[1024], err[4096];
+    snprintf(cmd, sizeof cmd, "SCANPROP_EMU_NODEVICE=1 %s --steps 1 --device cuda --quiet 2>&1 >/dev/null",
+             bin("demo"));
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(err, 1, sizeof err - 1, p);
+    err[n] = 0;
+    int st = pclose(p);
+    if (!getenv("SCANPROP_REAL_GPU")) {   /* a real GPU ignores the emulator's switch */
+        cr_assert_eq(WEXITSTATUS(st), 2, "exit %d, message '%s'", WEXITSTATUS(st), err);
+        cr_assert(strncmp(err, "scanprop: --device cuda: no CUDA device", 39) == 0, "message '%s'", err);
+        cr_assert_eq(strchr(err, '\n'), err + n - 1, "expected one line, got '%s'", err);
+    }
+    snprintf(cmd, sizeof cmd, "%s --steps 1 --device cuda --backward bppsa --quiet >/dev/null 2>&1", bin("demo"));
+    cr_assert_eq(run(cmd, NULL, 0), 2, "--device cuda with bppsa should exit 2");
+}
+
+Test(apps_cuda, rnn_gru_match_cpu)
+{
+    static const char *const keys[] = {"train_loss", "last_loss"};
+    same_on_both("rnn", "--steps 5 --batch 8 --seq-len 20", keys, 2);
+    same_on_both("gru", "--steps 5 --batch 8 --shape S --samples 64", keys, 2);
+}
