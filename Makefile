@@ -182,8 +182,10 @@ test-long: all $(BUILD)/tests/test_train $(BUILD)/tests/test_soak $(BUILD)/tests
 	SCANPROP_SOAK_STEPS=2000 SCANPROP_SOAK_REPORT=1 $(BUILD)/tests/test_soak --jobs=1
 	SCANPROP_RESUME_SLOW=1 BUILD=$(BUILD) $(BUILD)/tests/test_resume --jobs=1 --filter 'resume/resnet*'
 
+# (tests/lsan.supp: what oneDNN and OpenMP keep for the life of the process)
 test-asan:
-	$(MAKE) BUILD=build-asan SAN=1 OPT="-O1 -g" test
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	  $(MAKE) BUILD=build-asan SAN=1 OPT="-O1 -g" test
 
 # Both compilers must build everything: clang, plain and with ASan+UBSan, into their own
 # directories (WERROR=1 on the command line carries over).
