@@ -235,7 +235,8 @@ static void make_images(int per_class)
         {NULL, "--optim " OTHER, EFFECT, NULL}, {SGD, "--momentum 0.5", EFFECT, NULL},                            \
         {"--optim adam", "--momentum 0.5", REFUSED, "--momentum needs --optim sgd"},                              \
         {NULL, "--weight-decay 0.5", EFFECT, NULL}, {NULL, "--seed 7", EFFECT, NULL},                            \
-        {NULL, "--threads 2", EFFECT, NULL}, {NULL, "--quiet", QUIET, NULL}
+        {NULL, "--threads 2", EFFECT, NULL}, {NULL, "--quiet", QUIET, NULL},                                      \
+        {NULL, "--device cuda", REFUSED, "no CUDA backend"}
 
 /* SCOPE: the expectation of --prune-scope (rnn and gru have one prunable layer: no effect) */
 #define LOOP_WALK(...)                                                                                       \
@@ -390,6 +391,7 @@ Test(walk, demo)
         {NULL, "--seed 7", EFFECT, NULL},
         {NULL, "--threads 2", EFFECT, NULL},
         {NULL, "--quiet", QUIET, NULL},
+        {NULL, "--device cuda", REFUSED, "no CUDA backend"},
         {NULL, "--layers 3", EFFECT, NULL},
         {NULL, "--width 9", EFFECT, NULL},
         BPPSA_WALK,
