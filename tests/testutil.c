@@ -124,8 +124,24 @@ static void capture_check(int status, void *arg)
     _exit(1);
 }
 
+/* Under AddressSanitizer the capture is off: with stderr redirected and the check run
+ * from on_exit, Criterion reports every .exit_code test as having "exited during its
+ * setup or teardown" (seen with GCC 12 and clang 14 ASan builds). The sanitizer builds
+ * then print the expected errors and check only the exit status; the plain builds check
+ * the message too. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TU_ASAN 1
+#endif
+#endif
+
 void tu_capture_stderr(void)
 {
+#ifdef TU_ASAN
+    return;
+#endif
     if (capture_owner == getpid()) return;
     snprintf(capture_file, sizeof capture_file, "%s/stderr.txt", tu_tmpdir());
     fflush(stderr);
