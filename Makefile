@@ -168,12 +168,12 @@ tests: $(MPI_WORKERS)
 # Every suite runs even if one fails; the exit status says whether all passed.
 test: all $(TESTS) $(MPI_WORKERS)
 	@BUILD=$(BUILD) ./scripts/run_tests.sh $(TESTS)
-	@BUILD=$(BUILD) ./scripts/test_install.sh
+	@BUILD=$(BUILD) SAN=$(SAN) ./scripts/test_install.sh
 
 # The static library, headers and a pkg-config file whose Libs are this build's link line.
 PREFIX ?= /usr/local
 install: lib
-	@./scripts/install.sh "$(PREFIX)" "$(BUILD)" "$(LDLIBS)"
+	@./scripts/install.sh "$(PREFIX)" "$(BUILD)" "$(LDFLAGS) $(LDLIBS)"
 
 # The long checks: the whole first epoch of the Figure 6 comparison; the soak (2,000
 # steps of each app's model and engine: no per-step leak, the engines agree).

@@ -9,7 +9,7 @@ tmp=$(mktemp -d /tmp/scanprop-install-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 log=$tmp/log
 fail() { echo "test_install: $1" >&2; cat "$log" >&2; exit 1; }
-make --no-print-directory -s install PREFIX="$tmp/prefix" BUILD="$build" >"$log" 2>&1 || fail "make install failed"
+make --no-print-directory -s install PREFIX="$tmp/prefix" BUILD="$build" SAN="${SAN:-0}" >"$log" 2>&1 || fail "make install failed"
 export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
 flags=$(pkg-config --cflags --libs scanprop 2>>"$log") || fail "pkg-config does not know scanprop"
 ${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/residual" tests/install/residual.c $flags >>"$log" 2>&1 ||
