@@ -282,6 +282,24 @@ static const char *pnm_problem(const unsigned char *b, long n, long *at)
     return NULL;
 }
 
+/* stb_image 2.27's PNG reader grows its IDAT buffer to whatever length a chunk header
+ * claims (found by fuzzing: a 68-byte file made it allocate 1.1 GB). A chunk cannot be
+ * longer than the file, so the chunks are walked first and one whose length runs past
+ * the end is refused. Returns the chunk's byte offset, or -1 (also when not a PNG). */
+static long png_bad_chunk(const unsigned char *b, long n)
+{
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+    if (n < 8 || memcmp(b, sig, 8) != 0) return -1;
+    for (long i = 8; i + 8 <= n;) {
+        unsigned long len = (unsigned long)b[i] << 24 | (unsigned long)b[i + 1] << 16 |
+                            (unsigned long)b[i + 2] << 8 | b[i + 3];
+        if (len > (unsigned long)(n - i - 8)) return i;   /* data (then a CRC) past the end */
+        if (memcmp(b + i + 4, "IEND", 4) == 0) break;
+        i += 12 + (long)len;
+    }
+    return -1;
+}
+
 /* One image as C×size×size bytes: decode as RGB, to luminance with PIL's
  * convert("L") weights (ITU-R 601-2) when one channel is wanted, resize. The decoded
  * size is checked against the ceiling before stb_image allocates it. */
@@ -294,6 +312,10 @@ static int load_image(const char *path, int size, int channels, uint8_t *chw)
     if (bad >= 0) {
         free(file);
         return sp_error("%s: corrupt JPEG: a Huffman table at byte %ld has more than 256 codes", path, bad);
+    }
+    if ((bad = png_bad_chunk(file, len)) >= 0) {
+        free(file);
+        return sp_error("%s: corrupt PNG: the chunk at byte %ld claims more bytes than the file holds", path, bad);
     }
     const char *pnm = pnm_problem(file, len, &bad);
     if (pnm) {

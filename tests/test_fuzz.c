@@ -103,6 +103,7 @@ Test(fuzz_corpus, stb_image_crashes_refused_with_the_reason)
         {"crash-pnm-number-overflow.ppm", "more than 9 digits"},         /* int overflow (UB)   */
         {"crash-pnm-16bit-overflow.pgm", "16-bit samples"},              /* heap read overflow  */
         {"crash-pnm-claims-2414152-rows.pgm", "claims more samples"},    /* 21 bytes, 2.4 Mpixel */
+        {"crash-png-idat-length-past-end.png", "claims more bytes than the file holds"},   /* 68 bytes, 1.1 GB */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[256], err[4096];
