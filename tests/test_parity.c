@@ -288,7 +288,7 @@ Test(parity, resnet20, .timeout = 900)
     if (!have_fashion_mnist("resnet20")) return;
     static const parity_run runs[] = {{"sgd", "0.05", "0.9", "5e-4"}};
     static const char *const engines[] = {"linear", "ooo"};
-    char dir[64], py[256], flags[256], cmd[1024], common[256];
+    char dir[4200], py[256], flags[256], cmd[16384], common[4400];
     make_workdir(dir, sizeof dir);
     run_flags(flags, sizeof flags, runs, 1);
     snprintf(cmd, sizeof cmd, PY " -B %s %s --steps 3 --batch 8 --subset 8%s", script("resnet.py", py, sizeof py),
@@ -296,7 +296,7 @@ Test(parity, resnet20, .timeout = 900)
     snprintf(common, sizeof common, "--steps 3 --batch 8 --data %s/data", dir);
     if (torch_side("resnet20", cmd)) {
         check_app("resnet", dir, common, runs, 1, engines, 2);
-        char exp[512], exe[256], json[8192];
+        char exp[4300], exe[256], json[8192];
         snprintf(exp, sizeof exp, "%s/expected-0.safetensors", dir);
         sp_st_file *f = sp_st_open(exp);
         cr_assert_not_null(f, "%s", sp_last_error());
