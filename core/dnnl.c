@@ -93,11 +93,13 @@ typedef struct entry {
     size_t want_bytes[NARG];
     dnnl_memory_desc_t scratch_md, bias_md;
     size_t scratch_bytes;
+    int id;                       /* index of this entry's memory objects in a thread's set */
     struct entry *next;
 } entry;
 
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static entry *cache;
+static int n_entries;
 static dnnl_engine_t engine;
 
 static void check(dnnl_status_t s, const char *what)
@@ -211,6 +213,7 @@ static entry *lookup(int kind, const sp_dnnl_conv *k)
     if (!e) {
         one_thread();   /* a primitive is planned for the threads it sees when created */
         e = create(kind, k);
+        e->id = n_entries++;
         e->next = cache;
         cache = e;
     }
@@ -218,34 +221,89 @@ static entry *lookup(int kind, const sp_dnnl_conv *k)
     return e;
 }
 
-/* One stream per calling thread, also listed globally so that a thread's stream stays
- * reachable after the thread ends (the ooo sub lane's; no leak for LeakSanitizer). */
-typedef struct stream_node {
-    dnnl_stream_t s;
-    struct stream_node *next;
-} stream_node;
-static stream_node *streams;
-static _Thread_local dnnl_stream_t t_stream;
+/* Per calling thread: its stream and, per cache entry it has run, the memory objects of
+ * that entry, created on first use and rebound to the call's buffers with
+ * dnnl_memory_set_data_handle. A thread runs one slot at a time, so its objects are
+ * never shared; a steady-state step creates none. When a thread ends (an ooo
+ * executor's sub lane) its set goes to a free list for the next thread; every set also
+ * stays on a global list, reachable to the end (no leak for LeakSanitizer). */
+typedef struct bound {
+    dnnl_memory_t user[NARG], want[NARG], scratch, bias;
+    dnnl_memory_t w_from, w_to;   /* the shared weights' reorder in run() */
+} bound;
 
-static dnnl_stream_t stream(void)
+typedef struct thread_state {
+    dnnl_stream_t s;
+    int n;                        /* entries b[] has room for */
+    bound **b;
+    struct thread_state *next_all, *next_free;
+} thread_state;
+
+static thread_state *all_states, *free_states;
+static pthread_key_t state_key;
+static pthread_once_t state_once = PTHREAD_ONCE_INIT;
+static _Thread_local thread_state *t_state;
+
+static void state_release(void *p)
 {
-    if (!t_stream) {
-        stream_node *n = sp_xcalloc(1, sizeof *n);
-        check(dnnl_stream_create(&n->s, engine, dnnl_stream_default_flags), "stream_create");
-        pthread_mutex_lock(&cache_mu);
-        n->next = streams;
-        streams = n;
-        pthread_mutex_unlock(&cache_mu);
-        t_stream = n->s;
-    }
-    return t_stream;
+    thread_state *ts = p;
+    pthread_mutex_lock(&cache_mu);
+    ts->next_free = free_states;
+    free_states = ts;
+    pthread_mutex_unlock(&cache_mu);
 }
 
-static dnnl_memory_t mem(const dnnl_memory_desc_t *md, void *p)
+static void state_key_init(void)
 {
-    dnnl_memory_t m;
-    check(dnnl_memory_create(&m, md, engine, p), "memory_create");
-    return m;
+    if (pthread_key_create(&state_key, state_release)) sp_fail("oneDNN: cannot create a thread key");
+}
+
+static thread_state *state(void)
+{
+    if (t_state) return t_state;
+    pthread_once(&state_once, state_key_init);
+    pthread_mutex_lock(&cache_mu);
+    thread_state *ts = free_states;
+    if (ts) free_states = ts->next_free;
+    pthread_mutex_unlock(&cache_mu);
+    if (!ts) {
+        ts = sp_xcalloc(1, sizeof *ts);
+        check(dnnl_stream_create(&ts->s, engine, dnnl_stream_default_flags), "stream_create");
+        pthread_mutex_lock(&cache_mu);
+        ts->next_all = all_states;
+        all_states = ts;
+        pthread_mutex_unlock(&cache_mu);
+    }
+    pthread_setspecific(state_key, ts);
+    t_state = ts;
+    return ts;
+}
+
+static dnnl_stream_t stream(void) { return state()->s; }
+
+/* This thread's memory objects for e (created empty on first use). */
+static bound *bound_of(const entry *e)
+{
+    thread_state *ts = state();
+    if (e->id >= ts->n) {
+        int n = ts->n ? ts->n : 16;
+        while (n <= e->id) n *= 2;
+        bound **b = sp_xcalloc((size_t)n, sizeof *b);
+        if (ts->n) memcpy(b, ts->b, (size_t)ts->n * sizeof *b);
+        free(ts->b);
+        ts->b = b;
+        ts->n = n;
+    }
+    if (!ts->b[e->id]) ts->b[e->id] = sp_xcalloc(1, sizeof(bound));
+    return ts->b[e->id];
+}
+
+/* *m bound to p: created on first use, then only rebound. */
+static dnnl_memory_t mem(dnnl_memory_t *m, const dnnl_memory_desc_t *md, void *p)
+{
+    if (!*m) check(dnnl_memory_create(m, md, engine, p), "memory_create");
+    else check(dnnl_memory_set_data_handle(*m, p), "memory_set_data_handle");
+    return *m;
 }
 
 static void exec(dnnl_primitive_t p, int n, const dnnl_exec_arg_t *args)
@@ -288,37 +346,30 @@ static void run_slots(void *ctx, size_t begin, size_t end)
         int b0, b1;
         slot_range(J, (int)s, &b0, &b1);
         unsigned char *sc = J->scratch[s];
+        bound *m = bound_of(e);
         dnnl_memory_t user[NARG], use[NARG];
         for (int r = 0; r < NARG; r++) {
             void *p = J->user[r] + (size_t)b0 * J->per_sample[r];
             if (J->kind == BWD_W && r == OUT) p = J->partial + s * nw;
-            user[r] = mem(&e->user[r], p);
+            user[r] = mem(&m->user[r], &e->user[r], p);
             use[r] = user[r];
             if (!e->reorder[r]) continue;
             if (r == IN1 && J->shared_w) {
-                use[r] = mem(&e->want[r], J->shared_w);
+                use[r] = mem(&m->want[r], &e->want[r], J->shared_w);
                 continue;
             }
-            use[r] = mem(&e->want[r], sc);
+            use[r] = mem(&m->want[r], &e->want[r], sc);
             sc += up(e->want_bytes[r]);
             if (r != OUT) run_reorder(e->reorder[r], user[r], use[r]);
         }
-        dnnl_memory_t scratch = mem(&e->scratch_md, e->scratch_bytes ? sc : NULL), bias = NULL;
+        dnnl_memory_t scratch = mem(&m->scratch, &e->scratch_md, e->scratch_bytes ? sc : NULL);
         dnnl_exec_arg_t args[5] = {{e->arg[IN0], use[IN0]}, {e->arg[IN1], use[IN1]}, {e->arg[OUT], use[OUT]},
                                    {DNNL_ARG_SCRATCHPAD, scratch}};
         int nargs = 4;
-        if (J->kind == FWD) {
-            bias = mem(&e->bias_md, (void *)J->bias);
-            args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bias};
-        }
+        if (J->kind == FWD)
+            args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mem(&m->bias, &e->bias_md, (void *)J->bias)};
         exec(e->prim, nargs, args);
         if (e->reorder[OUT]) run_reorder(e->reorder[OUT], use[OUT], user[OUT]);
-        for (int r = 0; r < NARG; r++) {
-            if (use[r] != user[r]) dnnl_memory_destroy(use[r]);
-            dnnl_memory_destroy(user[r]);
-        }
-        dnnl_memory_destroy(scratch);
-        if (bias) dnnl_memory_destroy(bias);
     }
 }
 
@@ -366,10 +417,9 @@ static void run(sp_tape *t, int kind, const sp_dnnl_conv *c, float *in0, float *
         one_thread();
         J->shared_w = sp_tape_alloc(t, J->e[0]->want_bytes[IN1] + ALIGN);
         J->shared_w = (void *)up((uintptr_t)J->shared_w);
-        dnnl_memory_t from = mem(&J->e[0]->user[IN1], in1), to = mem(&J->e[0]->want[IN1], J->shared_w);
-        run_reorder(J->e[0]->reorder[IN1], from, to);
-        dnnl_memory_destroy(from);
-        dnnl_memory_destroy(to);
+        bound *m = bound_of(J->e[0]);
+        run_reorder(J->e[0]->reorder[IN1], mem(&m->w_from, &J->e[0]->user[IN1], in1),
+                    mem(&m->w_to, &J->e[0]->want[IN1], J->shared_w));
     }
     for (int s = 0; s < J->slots; s++) {
         const entry *e = J->e[s];

@@ -80,6 +80,23 @@ int posix_memalign(void **out, size_t align, size_t n)
 
 static long count(void) { return atomic_load(&allocs); }
 
+#ifdef SP_HAVE_DNNL
+#include <dlfcn.h>
+#include <oneapi/dnnl/dnnl.h>
+
+/* dnnl_memory_create, counted: core/dnnl.c makes its memory objects once per thread and
+ * cache entry and rebinds them per call, so a steady-state step creates none. */
+static atomic_long dnnl_mems;
+typedef dnnl_status_t (*memory_create_fn)(dnnl_memory_t *, const dnnl_memory_desc_t *, dnnl_engine_t, void *);
+dnnl_status_t dnnl_memory_create(dnnl_memory_t *m, const dnnl_memory_desc_t *md, dnnl_engine_t e, void *h)
+{
+    static memory_create_fn real;
+    if (!real) *(void **)&real = dlsym(RTLD_NEXT, "dnnl_memory_create");
+    atomic_fetch_add_explicit(&dnnl_mems, 1, memory_order_relaxed);
+    return real(m, md, e, h);
+}
+#endif
+
 /* The counter sees the allocator at all (so a zero below means something). */
 Test(alloc, the_counter_counts)
 {
@@ -109,10 +126,12 @@ static void steady_state(const char *engine, sp_model *m, const sp_tensor *x, co
     sp_engine_destroy(e);
 }
 
-/* The im2col/GEMM convolution path. The oneDNN path (core/dnnl.c, the default when built
- * with oneDNN) wraps the step's buffers in dnnl_memory objects at every execution:
- * ~280 small allocations per LeNet step, the same sizes every step (no growth), counted
- * and reported separately below. */
+/* The im2col/GEMM convolution path. On the oneDNN path (core/dnnl.c, the default when
+ * built with oneDNN) scanprop's own code allocates nothing per step either (its memory
+ * objects are cached, see oneDNN_steps_create_no_memory_objects), but oneDNN itself
+ * does: dnnl_primitive_execute builds its argument map on the heap (~2 allocations per
+ * execution) and dnnl_sgemm takes a packing buffer per call, ~165 allocator calls per
+ * LeNet b64 step in all, the same sizes every step. */
 Test(alloc, training_steps_do_not_allocate)
 {
     sp_set_threads(2);
@@ -168,4 +187,42 @@ Test(alloc, epochs_and_evaluations_do_not_allocate)
     sp_dnnl_conv_set(was);
     cr_assert_eq(ten, two, "10 epochs made %ld heap allocations, 2 epochs %ld: each epoch or evaluation allocates",
                  ten, two);
+}
+
+/* The oneDNN convolution path creates its dnnl_memory objects in the first steps only
+ * (one set per thread and primitive), then rebinds them: none in later steps. The
+ * linear engine on 2 threads runs each slot on the same thread every step (the pool's
+ * chunks are static), so the count after the first step is exactly zero. */
+Test(alloc, oneDNN_steps_create_no_memory_objects)
+{
+#ifdef SP_HAVE_DNNL
+    sp_set_threads(2);
+    bool was = sp_dnnl_conv_on();
+    cr_assert(sp_dnnl_conv_set(true));
+    sp_model *m = sp_zoo_lenet(1, 28);
+    sp_model_init(m, 1);
+    sp_tensor x = sp_tensor_new(4, (int[]){8, 1, 28, 28});
+    for (size_t i = 0; i < x.numel; i++) x.data[i] = (float)((i * 2654435761u) % 1000) / 1000.0f;
+    int y[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    sp_engine *e = sp_engine_create("linear", NULL);
+    sp_optim_cfg cfg = sp_optim_cfg_default();
+    cfg.lr = 0.01;
+    sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &cfg);
+    sp_tape t;
+    sp_tape_init(&t);
+    long first = atomic_load(&dnnl_mems);
+    sp_train_step(m, e, o, &t, &x, y, NULL, NULL, NULL);
+    long warm = atomic_load(&dnnl_mems);
+    cr_assert_gt(warm - first, 0, "the first step made no oneDNN memory object: is conv2 on oneDNN?");
+    for (int s = 0; s < 5; s++) sp_train_step(m, e, o, &t, &x, y, NULL, NULL, NULL);
+    long n = atomic_load(&dnnl_mems) - warm;
+    cr_assert_eq(n, 0, "5 steady-state steps created %ld oneDNN memory objects (the first step %ld)", n,
+                 warm - first);
+    sp_tape_free(&t);
+    sp_optim_free(o);
+    sp_engine_destroy(e);
+    sp_dnnl_conv_set(was);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+#endif
 }
