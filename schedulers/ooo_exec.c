@@ -12,8 +12,9 @@
  *
  * Both cores for one task: on two threads each lane runs its ops single-threaded (the
  * engine sets lanes_inline), but when a lane takes the only ready task while the other
- * lane waits with nothing to do, the task runs on the thread pool, and the waiting lane
- * sleeps instead of spinning, so the two cores go to that task. An op's bits do not
+ * lane runs nothing (it waits with nothing to do, or its thread has not woken up yet),
+ * the task runs on the thread pool, and a waiting lane sleeps instead of spinning, so
+ * the two cores go to that task. An op's bits do not
  * depend on which thread runs it nor on whether its parallel_for runs inline (its
  * splits follow sp_get_threads()), and the graph orders every pair of tasks that write
  * the same memory, so every interleaving gives the linear engine's bits.
@@ -53,7 +54,7 @@ typedef struct run_ctx {
     _Atomic int frontier;     /* plan position of the first task not done */
     _Atomic int main_left;    /* the plan's main-lane tasks not done */
     _Atomic int all_left;     /* executable tasks not done */
-    _Atomic int idle[2];      /* the lane waits with nothing ready */
+    _Atomic int idle[2];      /* the lane runs no task: it waits, or has not started */
     _Atomic int wide;         /* a lane runs a task on the thread pool (both cores) */
     sp_tape *main_scratch;
 } run_ctx;
@@ -222,8 +223,10 @@ static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane, bool all)
                 atomic_fetch_sub(&x->waiters, 1);
                 pthread_mutex_unlock(&x->mu);
             }
-            atomic_store(&c->idle[lane], 0);
         }
+        /* running a task, or gone: the main lane may be running the next forward on
+         * the pool after it returns (the async engine) */
+        atomic_store(&c->idle[lane], 0);
         if (id < 0) return;
         const sp_ooo_task *t = &c->g->tasks[id];
         /* the other lane waits and nothing else is ready: this task gets both cores */
@@ -331,8 +334,10 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
     atomic_init(&c->head[1], 0);
     atomic_init(&c->main_left, p->nqueue[SP_OOO_MAIN]);
     atomic_init(&c->all_left, g->nexec);
-    atomic_init(&c->idle[0], 0);
-    atomic_init(&c->idle[1], 0);
+    /* The sub lane runs nothing until its thread wakes (tens of µs on a VM, more under
+     * load): until then the main lane's tasks may take both cores. */
+    atomic_init(&c->idle[SP_OOO_MAIN], 0);
+    atomic_init(&c->idle[SP_OOO_SUB], 1);
     atomic_init(&c->wide, 0);
     for (int b = 0; b < g->nbuf; b++) atomic_init(&c->left[b], g->buf_users[b]);
     atomic_init(&c->live, g->start_bytes);
