@@ -26,10 +26,10 @@
  * finish waits for the backward and turns them into seconds from the fork.
  *
  * --cuda-graph: the backward's δO and δW tasks (both streams, their events) are captured
- * with cudaStreamBeginCapture on lane 0 once a step has the same key as the step before
- * (the key hashes every task's node, op, shapes and device pointers: the same model on
- * the same shapes reuses the same arena addresses from the second step on), instantiated,
- * and replayed while the key stays; a new key runs live and is captured the step after.
+ * with cudaStreamBeginCapture on lane 0 the second time a key is seen (the key hashes
+ * every task's node, op, shapes and device pointers: the same model on the same shapes
+ * reuses the same arena addresses from the second step on), instantiated, and replayed
+ * whenever the key comes again; a new key (a new shape) runs live, then is captured.
  * The updates U run live after the replay: their scalars (the learning rate of a
  * schedule, Adam's bias corrections) are kernel arguments that change between steps. */
 #include <cstdint>
@@ -44,6 +44,10 @@ extern "C" {
 
 namespace {
 
+/* Backwards whose graphs are kept: the training loop alternates two staged input
+ * buffers (core/backend_cuda.cu), so a steady state has two keys; four leave room. */
+#define GRAPH_CACHE 4
+
 struct dev_exec {
     int cap;                        /* events allocated per array */
     cudaEvent_t *done;              /* [cap] cross-stream completion (no timing) */
@@ -52,9 +56,13 @@ struct dev_exec {
     bool timed;                     /* the last begin recorded timing events */
     int ntimed;
     const sp_ooo_plan *plan;
-    /* --cuda-graph */
-    uint64_t last_key, exec_key;
-    cudaGraphExec_t exec;
+    /* --cuda-graph: the backwards seen lately, by key; a graph for those seen twice */
+    struct {
+        uint64_t key;
+        cudaGraphExec_t exec;
+        long used;
+    } seen[GRAPH_CACHE];
+    long clock;
     sp_ooo_device_stats st;
 };
 
@@ -89,7 +97,8 @@ void dev_destroy(void *p)
     dev_exec *x = (dev_exec *)p;
     if (!x) return;
     sp_cuda_check(cudaDeviceSynchronize());
-    if (x->exec) sp_cuda_check(cudaGraphExecDestroy(x->exec));
+    for (int i = 0; i < GRAPH_CACHE; i++)
+        if (x->seen[i].exec) sp_cuda_check(cudaGraphExecDestroy(x->seen[i].exec));
     for (int i = 0; i < x->cap; i++) {
         sp_cuda_check(cudaEventDestroy(x->done[i]));
         sp_cuda_check(cudaEventDestroy(x->t_start[i]));
@@ -238,33 +247,38 @@ void dev_begin(void *px, sp_tape *tape, const sp_ooo_graph *g, const sp_ooo_plan
         return;
     }
     uint64_t key = backward_key(g, p);
-    bool replay = x->exec && key == x->exec_key;
-    if (!replay && key != x->last_key) {   /* a new shape: live this step, captured at the next */
-        x->last_key = key;
+    int slot = -1, lru = 0;
+    for (int i = 0; i < GRAPH_CACHE; i++) {
+        if (x->seen[i].used && x->seen[i].key == key) slot = i;
+        if (x->seen[i].used < x->seen[lru].used) lru = i;
+    }
+    x->clock++;
+    if (slot < 0) {   /* a new key (a new shape, the first steps): live, captured when seen again */
+        if (x->seen[lru].exec) sp_cuda_check(cudaGraphExecDestroy(x->seen[lru].exec));
+        x->seen[lru].key = key;
+        x->seen[lru].exec = NULL;
+        x->seen[lru].used = x->clock;
         fork_lanes(x, two);
         queue_tasks(x, g, p, cfg, run, false, all_tasks);
         join_lanes(x, two);
         return;
     }
-    if (!replay) {   /* the second step with this key: capture the δO/δW of both streams */
-        if (x->exec) sp_cuda_check(cudaGraphExecDestroy(x->exec));
-        x->exec = NULL;
+    x->seen[slot].used = x->clock;
+    if (!x->seen[slot].exec) {   /* seen before: capture the δO/δW of both streams */
         cudaGraph_t gr;
         sp_cuda_check(cudaStreamBeginCapture(lane_stream(0), cudaStreamCaptureModeGlobal));
         fork_lanes(x, two);
         queue_tasks(x, g, p, cfg, run, false, grad_tasks);
         join_lanes(x, two);
         sp_cuda_check(cudaStreamEndCapture(lane_stream(0), &gr));
-        sp_cuda_check(cudaGraphInstantiate(&x->exec, gr, 0));
+        sp_cuda_check(cudaGraphInstantiate(&x->seen[slot].exec, gr, 0));
         sp_cuda_check(cudaGraphDestroy(gr));
-        x->exec_key = key;
         x->st.graph_captures++;
     } else {
         for (int i = 0; i < g->nexec; i++) run->ran_on[i] = p->lane[i];
         x->st.graph_replays++;
     }
-    x->last_key = key;
-    sp_cuda_check(cudaGraphLaunch(x->exec, lane_stream(0)));
+    sp_cuda_check(cudaGraphLaunch(x->seen[slot].exec, lane_stream(0)));
     bool sub_u = false;   /* the updates, live, after the replayed backward */
     for (int i = 0; i < g->nexec; i++) sub_u |= g->tasks[i].kind == SP_OOO_U && p->lane[i] == SP_OOO_SUB;
     if (sub_u) {

@@ -107,6 +107,7 @@ struct CUstream_st {
     unsigned flags = 0;
     int priority = 0;                /* lower = more urgent (cudaDeviceGetStreamPriorityRange) */
     bool legacy = false;
+    bool running = false;            /* its head item is under way (waiting for its events) */
     CUgraph_st *cap = nullptr;       /* capturing into this graph */
     std::vector<int> cap_tail;       /* the graph nodes the next captured work depends on */
 };
@@ -230,8 +231,10 @@ void run_one(CUstream_st *s)
 {
     item it = std::move(s->q.front());
     s->q.pop_front();
+    s->running = true;   /* nothing else of this stream may start before this item is done */
     for (const wait_on &w : it.waits) run_stream(w.stream, w.seq);
     if (it.fn) it.fn();
+    s->running = false;
     s->done++;
 }
 
@@ -249,7 +252,8 @@ void run_stream(CUstream_st *s, unsigned long long upto)
         }
         std::vector<CUstream_st *> busy;
         for (CUstream_st *o : streams)
-            if (!o->q.empty()) busy.push_back(o);
+            if (!o->q.empty() && !o->running) busy.push_back(o);
+        if (busy.empty()) emu::fail("stream %p waits for itself (an event cycle)", (void *)s);
         run_one(busy[rng() % busy.size()]);
     }
 }
@@ -261,7 +265,7 @@ void run_all()
     for (;;) {
         std::vector<CUstream_st *> busy;
         for (CUstream_st *s : streams)
-            if (!s->q.empty()) busy.push_back(s);
+            if (!s->q.empty() && !s->running) busy.push_back(s);
         if (busy.empty()) return;
         if (!shuffle_mode) {   /* the most urgent stream first (lowest priority number) */
             std::stable_sort(busy.begin(), busy.end(),
