@@ -263,6 +263,9 @@ static void make_images(int per_class)
         {"--backward ooo", "--mem-cap 1000", REFUSED, "--mem-cap 1000"},                                       \
         {NULL, "--trace %T/t.json", REFUSED, "--trace needs --backward ooo"},                                  \
         {"--backward ooo", "--trace %T/t.json", FILE_MADE, "%T/t.json"},                                      \
+        {NULL, "--cuda-graph", REFUSED, "--cuda-graph needs --backward ooo"},                                  \
+        {"--backward ooo", "--cuda-graph", REFUSED, "--cuda-graph needs --device cuda"},                       \
+        {"--backward ooo --device cuda", "--cuda-graph", REFUSED, "no CUDA backend"},                          \
         {NULL, "--plan-svg %T/p.svg", REFUSED, "--plan-svg needs --backward bppsa"}
 
 /* parallel training on one rank (tests/test_exec.c runs it under mpirun) */
