@@ -780,7 +780,7 @@ void sp_app_use_device(const sp_app_opts *o, sp_model *m)
 {
     if (strcmp(o->device, "cuda") != 0) return;
     if (strcmp(o->backward, "linear") != 0 && strcmp(o->backward, "ooo") != 0)
-        sp_fail("--device cuda needs --backward linear (the %s engine runs on the CPU)", o->backward);
+        sp_fail("--device cuda needs --backward linear or ooo (the %s engine runs on the CPU)", o->backward);
     if (o->parallel) sp_fail("--device cuda with --parallel %s: the parallel schedules run on the CPU", o->parallel);
     if (o->resume || o->save_every > 0)
         sp_fail("--device cuda with --%s: resumable checkpoints are written during training from host tensors "
