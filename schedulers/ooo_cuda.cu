@@ -316,6 +316,12 @@ void dev_finish(void *px, sp_ooo_run *run)
         if (run->end[i] > run->wall) run->wall = run->end[i];
         if (x->plan->lane[i] == SP_OOO_MAIN && run->end[i] > run->main_done) run->main_done = run->end[i];
     }
+    for (int i = g->nexec; i < g->ntasks; i++) {   /* F': when the next forward of a layer could start */
+        double at = 0;
+        for (int q = 0; q < g->tasks[i].npred; q++)
+            if (run->end[g->tasks[i].pred[q]] > at) at = run->end[g->tasks[i].pred[q]];
+        run->start[i] = run->end[i] = at;
+    }
     x->timed = false;
 }
 
