@@ -165,7 +165,6 @@ void queue_tasks(dev_exec *x, const sp_ooo_graph *g, const sp_ooo_plan *p, const
 
 bool all_tasks(const sp_ooo_task *) { return true; }
 bool grad_tasks(const sp_ooo_task *t) { return t->kind != SP_OOO_U; }
-bool update_tasks(const sp_ooo_task *t) { return t->kind == SP_OOO_U; }
 
 void fork_lanes(dev_exec *x, bool two)
 {
