@@ -211,7 +211,7 @@ static void ooo_vs_cpu_linear(const char *app, const char *args, const char *ooo
 Test(apps_cuda, lenet_ooo_list_matches_cpu_linear)
 {
     char args[512];
-    snprintf(args, sizeof args, "--data-format mnist --data %s --steps 5 --batch 8", tiny_idx(64, 8));
+    snprintf(args, sizeof args, "--data-format mnist --data %s --steps 4 --batch 8", tiny_idx(32, 4));
     ooo_vs_cpu_linear("lenet", args, "--order list");
     cleanup();
 }
@@ -220,7 +220,7 @@ Test(apps_cuda, vgg11_ooo_cuda_graph_matches_cpu_linear)
 {
     char args[512];
     /* steps 1-2 live (the arena settles, two staged input slots), 3-4 captured, 5- replayed */
-    snprintf(args, sizeof args, "--data-format mnist --data %s --steps 6 --batch 2", tiny_idx(16, 1));
+    snprintf(args, sizeof args, "--data-format mnist --data %s --steps 6 --batch 1", tiny_idx(16, 1));
     ooo_vs_cpu_linear("vgg11", args, "--cuda-graph");
     cleanup();
 }
