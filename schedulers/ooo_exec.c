@@ -334,9 +334,10 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
     atomic_init(&c->head[1], 0);
     atomic_init(&c->main_left, p->nqueue[SP_OOO_MAIN]);
     atomic_init(&c->all_left, g->nexec);
-    /* The sub lane runs nothing until its thread wakes (tens of µs on a VM, more under
-     * load): until then the main lane's tasks may take both cores. */
-    atomic_init(&c->idle[SP_OOO_MAIN], 0);
+    /* No lane runs a task yet: the sub lane's thread may take tens of µs to wake on a
+     * VM (more under load), and a descheduled main thread as long; until a lane claims
+     * a task, the other lane's tasks may take both cores. */
+    atomic_init(&c->idle[SP_OOO_MAIN], 1);
     atomic_init(&c->idle[SP_OOO_SUB], 1);
     atomic_init(&c->wide, 0);
     for (int b = 0; b < g->nbuf; b++) atomic_init(&c->left[b], g->buf_users[b]);
@@ -356,6 +357,7 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
     for (int i = 0; i < g->nexec; i++) work += task_flops(&g->tasks[i]);
     if (p->nqueue[SP_OOO_SUB] > 0 && work < g_min_two_lane_flops) {   /* too small to share */
         x->cur = c;
+        atomic_store(&c->idle[SP_OOO_SUB], 0);   /* the pool is this lane's already: no wide hand-off */
         if (cfg->lanes_inline) sp_parallel_set_inline(false);
         run_lane(x, c, SP_OOO_MAIN, true);
         if (cfg->lanes_inline) sp_parallel_set_inline(true);
