@@ -88,6 +88,11 @@ typedef struct sp_exec_stats {
 void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st);
 void sp_exec_stats_free(sp_exec_stats *st);
 
+/* --parallel scan --plan: the cross-rank scan's segments, its ⌈log₂ W⌉ levels (which
+ * rank sends which T to which, sizes and FLOPs per level) and the hand-off. Returns the
+ * number of levels. Not collective; rank 0 prints. */
+int sp_exec_print_plan(const sp_exec *x, FILE *f);
+
 /* Writes the finished trace / order files (collective). */
 void sp_exec_finish(sp_exec *x);
 

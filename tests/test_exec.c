@@ -373,6 +373,96 @@ Test(exec, scan_across_ranks_equals_linear_bp_for_a_16_layer_mlp, .timeout = 300
     remove(ref);
 }
 
+/* The recurrent chain: rnn's (and gru's) time steps split over the ranks, each rank's
+ * segment of chain_jt products scanned across ranks, against linear BP (BPTT). SGD with
+ * momentum, so a wrong gradient shows at once in the weights. */
+static void rnn_scan(const char *app, const char *flags, int maxW)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[2048];
+    const char *ref = tmp("rscan-ref.safetensors"), *par = tmp("rscan-par.safetensors");
+    snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", bin(app), flags, ref);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    for (int W = 2; W <= maxW; W += 2) {
+        snprintf(cmd, sizeof cmd, "%s %s --parallel scan --save %s", bin(app), flags, par);
+        char np[16];
+        snprintf(np, sizeof np, "-np %d", W);
+        mpi_run("", np, cmd, &r);
+        cr_assert_eq(r.status, 0, "%s scan -np %d: status %d\n%s", app, W, r.status, r.err);
+        cr_assert(strstr(r.out, "\"parallel\": \"scan\"") && strstr(r.out, "\"workers\": ") , "%s", r.out);
+        bool bit;
+        double d = compare(par, ref, &bit);
+        cr_assert(d <= 1e-6, "%s scan -np %d vs linear BP: max rel diff %.3g > 1e-6", app, W, d);
+        remove(par);
+    }
+    remove(ref);
+}
+
+Test(exec, scan_across_ranks_equals_linear_bp_for_an_rnn_chain, .timeout = 300)
+{
+    rnn_scan("rnn", "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 4 --optim sgd --lr 0.1 --threads 1 --quiet",
+             4);
+}
+
+Test(exec, scan_across_ranks_equals_linear_bp_for_a_gru_chain, .timeout = 300)
+{
+    rnn_scan("gru", "--shape S --samples 8 --batch 4 --steps 2 --optim sgd --lr 0.1 --threads 1 --quiet", 2);
+}
+
+/* --parallel scan --plan: ⌈log₂ W⌉ levels; at the level of span k, rank r + k sends its T
+ * to rank r for every r >= 1 with r + k < W (rank 0 reads no T_0), nothing else. */
+static void check_plan(const char *app, const char *flags, int W)
+{
+    static mpi_result r;
+    char cmd[1024], np[16];
+    snprintf(cmd, sizeof cmd, "%s %s --parallel scan --plan", bin(app), flags);
+    snprintf(np, sizeof np, "-np %d", W);
+    mpi_run("", np, cmd, &r);
+    cr_assert_eq(r.status, 0, "%s plan -np %d: status %d\n%s", app, W, r.status, r.err);
+    int want_levels = 0;
+    while ((1 << want_levels) < W) want_levels++;
+    char key[64];
+    snprintf(key, sizeof key, "\"levels\": %d", want_levels);
+    cr_assert(strstr(r.out, key), "%s -np %d: want %s:\n%s", app, W, key, r.out);
+    int levels = 0;
+    for (const char *line = r.out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        int lv, span;
+        if (sscanf(line, "level %d (span %d):", &lv, &span) != 2) continue;
+        levels++;
+        cr_assert_eq(lv, levels, "%s -np %d: levels out of order:\n%s", app, W, r.out);
+        cr_assert_eq(span, 1 << (lv - 1), "%s -np %d: level %d has span %d", app, W, lv, span);
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        bool seen[64][64] = {{false}};
+        int pairs = 0;
+        for (const char *p = strstr(line, "rank "); p && p < line + len; p = strstr(p + 1, "rank ")) {
+            int a, b;
+            if (sscanf(p, "rank %d -> rank %d", &a, &b) != 2) continue;
+            cr_assert(a >= 0 && a < W && b >= 0 && b < W && !seen[a][b], "%s -np %d: bad pair %d -> %d", app, W, a, b);
+            seen[a][b] = true;
+            pairs++;
+            cr_assert(a == b + span && b >= 1, "%s -np %d level %d: rank %d -> rank %d is not in the closed form", app,
+                      W, lv, a, b);
+        }
+        int want = 0;
+        for (int b = 1; b + span < W; b++) {
+            want++;
+            cr_assert(seen[b + span][b], "%s -np %d level %d: no %d -> %d", app, W, lv, b + span, b);
+        }
+        cr_assert_eq(pairs, want, "%s -np %d level %d: %d pairs, want %d", app, W, lv, pairs, want);
+    }
+    cr_assert_eq(levels, want_levels, "%s -np %d: %d level lines, want %d:\n%s", app, W, levels, want_levels, r.out);
+    cr_assert(!strstr(r.out, "\"train_loss\""), "--plan trained:\n%s", r.out);
+}
+
+Test(exec, scan_plan_prints_ceil_log2_w_levels, .timeout = 300)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    for (int W = 1; W <= 4; W++) check_plan("demo", "--layers 16 --width 16 --batch 16 --threads 1", W);
+    check_plan("rnn", "--seq-len 16 --samples 64 --batch 8 --threads 1", 4);
+}
+
 /* ---- ooo's data-parallel order ------------------------------------------------------------ */
 
 Test(exec, ddp_with_ooo_order_gives_the_same_weights, .timeout = 300)
