@@ -42,6 +42,9 @@ typedef struct bucket {
     bool started;
     sp_req req;
     double t_start, t_done;
+    bool outstanding;        /* ddp: its sum is not yet applied (the next step's
+                                forward of its first stage waits for it)         */
+    long step;               /* the step whose gradients it carries              */
 } bucket;
 
 typedef struct trace_ev {
@@ -93,6 +96,10 @@ struct sp_exec {
     /* --parallel scan over a recurrent first layer: its time steps split over the ranks */
     bool tscan;
     int T, H;                /* the recurrent layer's steps and hidden size            */
+    /* ddp: a bucket's update is applied when the next step's forward first needs one of
+     * its stages (cross-step overlap), with the learning rate of the step it belongs to */
+    bool deferred;
+    double pending_lr;
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -117,15 +124,17 @@ static void label_job(const sp_exec *x, int job, long step)
     sp_comm_set_label(buf);
 }
 
-static void trace_add(sp_exec *x, int what, double t0, double t1)
+static void trace_add_step(sp_exec *x, int what, long step, double t0, double t1)
 {
-    if (!x->cfg.trace_path || x->steps >= TRACE_STEPS) return;
+    if (!x->cfg.trace_path || step >= TRACE_STEPS) return;
     if (x->nev == x->cap_ev) {
         x->cap_ev = x->cap_ev ? 2 * x->cap_ev : 256;
         x->ev = sp_xrealloc(x->ev, sizeof *x->ev * (size_t)x->cap_ev);
     }
-    x->ev[x->nev++] = (trace_ev){what, (int)x->steps, t0, t1};
+    x->ev[x->nev++] = (trace_ev){what, (int)step, t0, t1};
 }
+
+static void trace_add(sp_exec *x, int what, double t0, double t1) { trace_add_step(x, what, x->steps, t0, t1); }
 
 static sp_req *new_send(sp_exec *x)
 {
@@ -551,6 +560,9 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
         setup_weights(x);
         setup_buckets(x);
     }
+    x->deferred = !strcmp(cfg->scheme, "ddp") && x->nbuckets > 0;
+    for (int s = 0; s < x->S; s++)
+        if (x->st[s].nfloats && (x->st[s].bucket < 0 || x->st[s].sync != SYNC_ALLREDUCE)) x->deferred = false;
     x->meas = sp_xcalloc((size_t)x->S * 6, sizeof *x->meas);
     int SB = x->S * x->B;
     x->tapes = sp_xcalloc((size_t)x->B, sizeof *x->tapes);
@@ -671,6 +683,8 @@ static void measured(sp_exec *x, int s, int part, double seconds)
     x->meas[6 * s + 3 + part] += 1;
 }
 
+static void finish_bucket(sp_exec *x, int i, bool update);
+
 static void run_forward(sp_exec *x, int job, sp_job j)
 {
     int s = j.stage, b = j.micro;
@@ -687,6 +701,12 @@ static void run_forward(sp_exec *x, int job, sp_job j)
         sp_irecv(x->world, a.data, a.numel, x->sched->compute[p], tag_of(x, 0, s - 1, b), &r);
         sp_wait(&r);
         in = sp_tape_input(t, &a);
+    }
+    int bi = x->st[s].bucket;
+    if (x->deferred && bi >= 0 && x->buckets[bi].outstanding) {   /* the previous step's update of this stage */
+        sp_comm_set_label("the previous step's gradient allreduce");
+        finish_bucket(x, bi, true);
+        label_job(x, job, x->steps);
     }
     wait_weights(x, s);
     double t0 = sp_now();
@@ -771,12 +791,43 @@ static void start_buckets(sp_exec *x, int comm)
     }
 }
 
+/* Wait for bucket i's collective and unpack its sum; with update (ddp's deferred
+ * updates), also step its stages with the learning rate of the step it belongs to and
+ * zero their gradients for the step that runs now. */
+static void finish_bucket(sp_exec *x, int i, bool update)
+{
+    bucket *bk = &x->buckets[i];
+    sp_wait(&bk->req);
+    if (bk->t_done == 0) bk->t_done = sp_now();
+    trace_add_step(x, -1 - i, bk->step, bk->t_start, bk->t_done);
+    if (bk->sync == SYNC_ALLREDUCE || x->comms[bk->comm]->rank == bk->root) pack(x, bk, false);
+    bk->outstanding = false;
+    if (!update) return;
+    double u0 = sp_now(), lr = sp_optim_get_lr(x->opt);
+    sp_optim_set_lr(x->opt, x->pending_lr);
+    for (int k = 0; k < bk->nstages; k++) {
+        sp_layer *l = x->st[bk->stages[k]].layer;
+        if (x->st[bk->stages[k]].owns) sp_optim_step_params(x->opt, l->params, l->nparams);
+        for (int p = 0; p < l->nparams; p++) sp_zero(&l->params[p]->grad);
+    }
+    sp_optim_set_lr(x->opt, lr);
+    x->bwd_s += sp_now() - u0;
+}
+
+/* Every update still outstanding (before the weights are read: evaluation, saving). */
+static void flush_updates(sp_exec *x)
+{
+    sp_comm_set_label("the last step's gradient allreduce");
+    for (int i = 0; i < x->nbuckets; i++)
+        if (x->buckets[i].outstanding) finish_bucket(x, i, true);
+}
+
 /* Notice finished collectives early (the trace shows when each one ended). */
 static void poll_buckets(sp_exec *x)
 {
     for (int i = 0; i < x->nbuckets; i++) {
         bucket *bk = &x->buckets[i];
-        if (bk->started && bk->t_done == 0 && sp_test(&bk->req)) bk->t_done = sp_now();
+        if ((bk->started || bk->outstanding) && bk->t_done == 0 && sp_test(&bk->req)) bk->t_done = sp_now();
     }
 }
 
@@ -809,7 +860,7 @@ static void begin_step(sp_exec *x, const sp_tensor *in, const int *labels)
         for (int k = 0; k < bk->nstages; k++) bk->pending += x->st[bk->stages[k]].grad_jobs;
     }
     for (int c = 0; c < x->ncomms; c++) x->next_bucket[c] = 0;
-    sp_optim_zero_grad(x->opt);
+    if (!x->deferred) sp_optim_zero_grad(x->opt);   /* deferred: each bucket's stages after their update */
     /* Weights whose master copy lives elsewhere: fetch them all now, wait per stage. */
     for (int s = 0; s < x->S; s++) {
         stage_info *si = &x->st[s];
@@ -1206,20 +1257,21 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
         poll_buckets(x);
     }
     if (is_scan(x->cfg.scheme) && !x->tscan) scan_backward(x);
-    /* Gradients: every bucket finished, unpacked where the sum landed. */
+    /* Gradients: every bucket finished, unpacked where the sum landed, and the owners'
+     * updates — or, for ddp, left in flight: the next step's forward of a stage applies
+     * its bucket's update first (cross-step overlap). */
     sp_comm_set_label("gradient synchronisation");
     for (int i = 0; i < x->nbuckets; i++) {
         bucket *bk = &x->buckets[i];
         if (!bk->started) sp_comm_die(x->world, "internal: gradient bucket %d never started", i);
-        sp_wait(&bk->req);
-        if (bk->t_done == 0) bk->t_done = sp_now();
-        trace_add(x, -1 - i, bk->t_start, bk->t_done);
-        if (bk->sync == SYNC_ALLREDUCE || x->comms[bk->comm]->rank == bk->root) pack(x, bk, false);
+        bk->step = x->steps;
+        if (x->deferred) bk->outstanding = true;
+        else finish_bucket(x, i, false);
     }
+    x->pending_lr = sp_optim_get_lr(x->opt);
     sp_wait_all(x->sends, x->nsends);
-    /* The owners' updates. */
     double u0 = sp_now();
-    for (int s = 0; s < x->S; s++) {
+    for (int s = 0; s < x->S && !x->deferred; s++) {
         stage_info *si = &x->st[s];
         if (si->owns && si->nfloats) sp_optim_step_params(x->opt, si->layer->params, si->layer->nparams);
     }
@@ -1244,6 +1296,7 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
 
 void sp_exec_sync_weights(sp_exec *x)
 {
+    flush_updates(x);
     sp_comm_set_label("weight synchronisation");
     for (int s = 0; s < x->S; s++) {
         stage_info *si = &x->st[s];
@@ -1392,6 +1445,7 @@ static void write_costs(sp_exec *x)
 
 void sp_exec_finish(sp_exec *x)
 {
+    flush_updates(x);
     if (x->cfg.costs_out) write_costs(x);
     if (x->cfg.order_out) write_order(x);
     if (x->cfg.trace_path) write_trace(x);
