@@ -48,12 +48,15 @@ typedef struct bucket {
 } bucket;
 
 typedef struct trace_ev {
-    int what;                /* job id, or −1 − bucket (a collective)                */
+    int what;                /* job id, −1 − bucket (a collective in flight), or
+                                WAIT_EV − bucket (this rank blocked on it)            */
     int step;
     double t0, t1;
 } trace_ev;
 
 #define TRACE_STEPS 3
+#define WAIT_EV (-1000000)
+#define WAIT_LOSS (-3000000)
 
 struct sp_exec {
     sp_comm *world;
@@ -560,7 +563,10 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
         setup_weights(x);
         setup_buckets(x);
     }
-    x->deferred = !strcmp(cfg->scheme, "ddp") && x->nbuckets > 0;
+    /* $SCANPROP_EXEC_STEPWISE=1: every update at the end of its own step (the comparison
+     * in docs/DISTRIBUTED.md) */
+    const char *stepwise = getenv("SCANPROP_EXEC_STEPWISE");
+    x->deferred = !strcmp(cfg->scheme, "ddp") && x->nbuckets > 0 && !(stepwise && !strcmp(stepwise, "1"));
     for (int s = 0; s < x->S; s++)
         if (x->st[s].nfloats && (x->st[s].bucket < 0 || x->st[s].sync != SYNC_ALLREDUCE)) x->deferred = false;
     x->meas = sp_xcalloc((size_t)x->S * 6, sizeof *x->meas);
@@ -797,9 +803,12 @@ static void start_buckets(sp_exec *x, int comm)
 static void finish_bucket(sp_exec *x, int i, bool update)
 {
     bucket *bk = &x->buckets[i];
+    double w0 = sp_now();
     sp_wait(&bk->req);
-    if (bk->t_done == 0) bk->t_done = sp_now();
+    double w1 = sp_now();
+    if (bk->t_done == 0) bk->t_done = w1;
     trace_add_step(x, -1 - i, bk->step, bk->t_start, bk->t_done);
+    if (w1 - w0 > 1e-6) trace_add(x, WAIT_EV - i, w0, w1);
     if (bk->sync == SYNC_ALLREDUCE || x->comms[bk->comm]->rank == bk->root) pack(x, bk, false);
     bk->outstanding = false;
     if (!update) return;
@@ -1282,8 +1291,10 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
         if (x->loss[b] && (!x->tscan || x->rank == 0))   /* the time scan: every rank has the loss */
             loss += (float)x->rows[b] / (float)x->batch * x->loss[b]->out.data[0];
     sp_comm_set_label("loss allreduce");
+    double l0 = sp_now();
     sp_allreduce(x->world, &loss, 1);
     double t1 = sp_now();
+    trace_add(x, WAIT_LOSS, l0, t1);
     x->busy += x->fwd_s + x->bwd_s;
     x->comm_s += sp_comm_wait_seconds() - c0;
     x->wall += t1 - t0;
@@ -1397,14 +1408,20 @@ static void write_trace(sp_exec *x)
                        "\"compute\"}}", r);
             fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, \"args\": {\"name\": "
                        "\"communication\"}}", r);
+            fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 2, \"args\": {\"name\": "
+                       "\"blocked on a gradient collective\"}}", r);
             for (int i = 0; i < (int)counts[r]; i++) {
                 const float *e = all + (size_t)r * per + 4 * (size_t)i;
                 int what = (int)e[0];
+                bool wait = what <= WAIT_EV / 2;
                 const char *name = what >= 0 ? sp_job_label(x->sched, what, lab, sizeof lab) : lab;
-                if (what < 0) snprintf(lab, sizeof lab, "gradient bucket %d", -1 - what);
+                if (what == WAIT_LOSS) snprintf(lab, sizeof lab, "loss allreduce");
+                else if (wait) snprintf(lab, sizeof lab, "wait for bucket %d", WAIT_EV - what);
+                else if (what < 0) snprintf(lab, sizeof lab, "gradient bucket %d", -1 - what);
                 fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
                            "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"step\": %d}}",
-                        name, what >= 0 ? "job" : "allreduce", r, what >= 0 ? 0 : 1, e[2], e[3] - e[2], (int)e[1]);
+                        name, what >= 0 ? "job" : wait ? "wait" : "allreduce", r, what >= 0 ? 0 : wait ? 2 : 1, e[2],
+                        e[3] - e[2], (int)e[1]);
             }
         }
         fprintf(f, "\n]}\n");

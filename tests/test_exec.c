@@ -416,6 +416,65 @@ Test(exec, ddp_allreduce_overlaps_backward, .timeout = 120)
                       pid, step, first_comm[pid][step], last_bwd[pid][step]);
 }
 
+/* DDP's cross-step overlap: a bucket's update waits until the next step's forward needs
+ * one of its stages, so the collectives of step k are still in flight when step k + 1's
+ * first job starts; with $SCANPROP_EXEC_STEPWISE=1 every collective ends inside its own
+ * step. The weights are bitwise the same either way (the same sums, applied once each). */
+static bool comm_crosses_steps(const char *trace)
+{
+    FILE *f = fopen(trace, "r");
+    cr_assert_not_null(f, "no trace written");
+    double comm_end[2][3], first_job[2][3];
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 3; b++) comm_end[a][b] = -1, first_job[a][b] = 1e30;
+    static char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        int pid, tid, step;
+        double ts, dur;
+        const char *p = strstr(line, "\"ph\": \"X\"");
+        if (!p || !(p = strstr(line, "\"pid\": "))) continue;
+        cr_assert_eq(sscanf(p, "\"pid\": %d, \"tid\": %d, \"ts\": %lf, \"dur\": %lf, \"args\": {\"step\": %d}", &pid,
+                            &tid, &ts, &dur, &step),
+                     5, "%s", line);
+        if (pid > 1 || step > 2) continue;
+        if (tid == 1 && ts + dur > comm_end[pid][step]) comm_end[pid][step] = ts + dur;
+        if (tid == 0 && ts < first_job[pid][step]) first_job[pid][step] = ts;
+    }
+    fclose(f);
+    remove(trace);
+    bool crosses = false;
+    for (int pid = 0; pid < 2; pid++)
+        for (int step = 0; step < 2; step++) {
+            cr_assert(comm_end[pid][step] > 0 && first_job[pid][step + 1] < 1e30, "rank %d step %d: nothing traced",
+                      pid, step);
+            crosses |= comm_end[pid][step] > first_job[pid][step + 1];
+        }
+    return crosses;
+}
+
+Test(exec, ddp_updates_overlap_the_next_steps_forward, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    const char *trace = tmp("xstep.json"), *a = tmp("xstep-a.safetensors"), *b = tmp("xstep-b.safetensors");
+    char cmd[1024];
+    const char *flags = "--layers 8 --width 64 --steps 3 --batch 32 --threads 1 --quiet --parallel ddp --microbatches 2 "
+                        "--bucket-mb 0.02";
+    snprintf(cmd, sizeof cmd, "%s %s --trace %s --save %s", bin("demo"), flags, trace, a);
+    mpi_run("", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
+    cr_assert(comm_crosses_steps(trace), "no gradient collective of step k was still in flight in step k + 1");
+    snprintf(cmd, sizeof cmd, "%s %s --trace %s --save %s", bin("demo"), flags, trace, b);
+    mpi_run("SCANPROP_EXEC_STEPWISE=1", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
+    cr_assert(!comm_crosses_steps(trace), "stepwise: a collective outlived its step");
+    bool bit;
+    double d = compare(a, b, &bit);
+    cr_assert(bit, "deferred and stepwise updates: not bitwise (max rel %.3g)", d);
+    remove(a);
+    remove(b);
+}
+
 /* ---- BPPSA across ranks ------------------------------------------------------------------- */
 
 Test(exec, scan_across_ranks_equals_linear_bp_for_a_16_layer_mlp, .timeout = 300)
