@@ -103,6 +103,13 @@ struct sp_exec {
      * its stages (cross-step overlap), with the learning rate of the step it belongs to */
     bool deferred;
     double pending_lr;
+    /* The batch's loss: its allreduce starts as soon as the rank's last loss is computed
+     * (it then overlaps the backward) and is waited for at the end of the step. */
+    int loss_jobs, loss_left;    /* local F jobs of the last stage per step, still to run */
+    float loss_buf;
+    sp_req loss_req;
+    bool loss_started;
+    double loss_t0;
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -567,6 +574,8 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
      * in docs/DISTRIBUTED.md) */
     const char *stepwise = getenv("SCANPROP_EXEC_STEPWISE");
     x->deferred = !strcmp(cfg->scheme, "ddp") && x->nbuckets > 0 && !(stepwise && !strcmp(stepwise, "1"));
+    for (int j = 0; j < x->sched->njobs && !x->tscan; j++)
+        if (local(x, j) && x->sched->jobs[j].dir == SP_FWD && x->sched->jobs[j].stage == x->S - 1) x->loss_jobs++;
     for (int s = 0; s < x->S; s++)
         if (x->st[s].nfloats && (x->st[s].bucket < 0 || x->st[s].sync != SYNC_ALLREDUCE)) x->deferred = false;
     x->meas = sp_xcalloc((size_t)x->S * 6, sizeof *x->meas);
@@ -797,6 +806,18 @@ static void start_buckets(sp_exec *x, int comm)
     }
 }
 
+/* The shares of the micro-batches whose last stage ran here, summed over the ranks. */
+static void start_loss(sp_exec *x)
+{
+    float loss = 0;
+    for (int b = 0; b < x->B; b++)
+        if (x->loss[b] && (!x->tscan || x->rank == 0))   /* the time scan: every rank has the loss */
+            loss += (float)x->rows[b] / (float)x->batch * x->loss[b]->out.data[0];
+    x->loss_buf = loss;
+    sp_iallreduce(x->world, &x->loss_buf, 1, &x->loss_req);
+    x->loss_started = true;
+}
+
 /* Wait for bucket i's collective and unpack its sum; with update (ddp's deferred
  * updates), also step its stages with the learning rate of the step it belongs to and
  * zero their gradients for the step that runs now. */
@@ -869,7 +890,10 @@ static void begin_step(sp_exec *x, const sp_tensor *in, const int *labels)
         for (int k = 0; k < bk->nstages; k++) bk->pending += x->st[bk->stages[k]].grad_jobs;
     }
     for (int c = 0; c < x->ncomms; c++) x->next_bucket[c] = 0;
-    if (!x->deferred) sp_optim_zero_grad(x->opt);   /* deferred: each bucket's stages after their update */
+    /* deferred: each bucket's stages are zeroed after their update (finish_bucket) */
+    if (!x->deferred || x->steps == 0) sp_optim_zero_grad(x->opt);
+    x->loss_left = x->loss_jobs;
+    x->loss_started = false;
     /* Weights whose master copy lives elsewhere: fetch them all now, wait per stage. */
     for (int s = 0; s < x->S; s++) {
         stage_info *si = &x->st[s];
@@ -1257,7 +1281,10 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
         maybe_fault(x, i, njobs);
         label_job(x, job, x->steps);
         double j0 = sp_now();
-        if (j.dir == SP_FWD) run_forward(x, job, j);
+        if (j.dir == SP_FWD) {
+            run_forward(x, job, j);
+            if (j.stage == x->S - 1 && --x->loss_left == 0) start_loss(x);
+        }
         else if (is_scan(x->cfg.scheme)) continue;   /* the backward is the scan below */
         else run_backward(x, job, j);
         x->done[job] = true;
@@ -1285,14 +1312,12 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
         if (si->owns && si->nfloats) sp_optim_step_params(x->opt, si->layer->params, si->layer->nparams);
     }
     x->bwd_s += sp_now() - u0;
-    /* The batch's loss: the shares of the micro-batches whose last stage ran here. */
-    float loss = 0;
-    for (int b = 0; b < x->B; b++)
-        if (x->loss[b] && (!x->tscan || x->rank == 0))   /* the time scan: every rank has the loss */
-            loss += (float)x->rows[b] / (float)x->batch * x->loss[b]->out.data[0];
+    /* The batch's loss (started after the rank's last loss, or now). */
     sp_comm_set_label("loss allreduce");
+    if (!x->loss_started) start_loss(x);
     double l0 = sp_now();
-    sp_allreduce(x->world, &loss, 1);
+    sp_wait(&x->loss_req);
+    float loss = x->loss_buf;
     double t1 = sp_now();
     trace_add(x, WAIT_LOSS, l0, t1);
     x->busy += x->fwd_s + x->bwd_s;
