@@ -54,7 +54,7 @@ typedef struct trace_ev {
     double t0, t1;
 } trace_ev;
 
-#define TRACE_STEPS 3
+#define TRACE_STEPS 10   /* the first steps of a run, in the trace */
 #define WAIT_EV (-1000000)
 #define WAIT_LOSS (-3000000)
 
