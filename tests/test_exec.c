@@ -327,6 +327,15 @@ Test(exec, impossible_configurations_are_refused_before_work, .timeout = 120)
         cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "%s: want one line:\n%s", cases[i].flags, r.err);
         cr_assert(!strstr(r.out, "\"app\""), "%s: work was done: %s", cases[i].flags, r.out);
     }
+    /* The time scan needs a step per rank. */
+    char rcmd[1024];
+    snprintf(rcmd, sizeof rcmd, "%s --seq-len 3 --samples 16 --batch 4 --steps 1 --threads 1 --quiet --parallel scan",
+             bin("rnn"));
+    mpi_run("", "-np 4", rcmd, &r);
+    cr_assert_eq(r.status, 2, "rnn scan, 4 ranks, 3 steps: status %d\n%s", r.status, r.err);
+    cr_assert(strstr(r.err, "4 ranks for 3 time steps (expected ranks <= steps)"), "%s", r.err);
+    cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "want one line:\n%s", r.err);
+    cr_assert(!strstr(r.out, "\"app\""), "work was done: %s", r.out);
     /* A bad flag value is refused by the flag parser, before MPI starts (each rank says so). */
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s --steps 3 --quiet --parallel zigzag", bin("demo"));
