@@ -12,6 +12,7 @@
  * thread has a fixed order of operations, and the partials are added in a fixed order,
  * so a run inline on one lane of the ooo engine gives the bits of the pool's run. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,13 +95,12 @@ typedef struct entry {
     size_t want_bytes[NARG];
     dnnl_memory_desc_t scratch_md, bias_md;
     size_t scratch_bytes;
-    int id;                       /* index of this entry's memory objects in a thread's set */
+    struct bound *_Atomic sets;   /* memory objects and streams, see acquire() */
     struct entry *next;
 } entry;
 
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static entry *cache;
-static int n_entries;
 static dnnl_engine_t engine;
 
 static void check(dnnl_status_t s, const char *what)
@@ -214,6 +214,8 @@ static entry *create(int kind, const sp_dnnl_conv *k)
     return e;
 }
 
+static void sets_make(entry *e);
+
 static entry *lookup(int kind, const sp_dnnl_conv *k)
 {
     pthread_mutex_lock(&cache_mu);
@@ -222,7 +224,7 @@ static entry *lookup(int kind, const sp_dnnl_conv *k)
     if (!e) {
         one_thread();   /* a primitive is planned for the threads it sees when created */
         e = create(kind, k);
-        e->id = n_entries++;
+        sets_make(e);
         e->next = cache;
         cache = e;
     }
@@ -230,99 +232,87 @@ static entry *lookup(int kind, const sp_dnnl_conv *k)
     return e;
 }
 
-/* Per calling thread: its stream and, per cache entry it has run, the memory objects of
- * that entry, created on first use and rebound to the call's buffers with
- * dnnl_memory_set_data_handle. A thread runs one slot at a time, so its objects are
- * never shared; a steady-state step creates none. When a thread ends (an ooo
- * executor's sub lane) its set goes to a free list for the next thread; every set also
- * stays on a global list, reachable to the end (no leak for LeakSanitizer). */
+/* Memory objects and a stream, one set per concurrent user of a cache entry: a slot
+ * takes a free set, rebinds its memory objects to the call's buffers with
+ * dnnl_memory_set_data_handle, runs, and gives it back. An entry's sets are made with
+ * the entry (threads + 1: every pool thread and an ooo sub lane at once), so whichever
+ * threads run it in a later step, nothing is created then; a further set is made only
+ * if more users than that ever meet. */
 typedef struct bound {
+    dnnl_stream_t s;
     dnnl_memory_t user[NARG], want[NARG], scratch, bias;
     dnnl_memory_t w_from, w_to;   /* the shared weights' reorder in run() */
+    _Atomic int busy;
+    struct bound *next;
 } bound;
 
-typedef struct thread_state {
-    dnnl_stream_t s;
-    int n;                        /* entries b[] has room for */
-    bound **b;
-    struct thread_state *next_all, *next_free;
-} thread_state;
-
-static thread_state *all_states, *free_states;
-static pthread_key_t state_key;
-static pthread_once_t state_once = PTHREAD_ONCE_INIT;
-static _Thread_local thread_state *t_state;
-
-static void state_release(void *p)
+static void mem_new(dnnl_memory_t *m, const dnnl_memory_desc_t *md)
 {
-    thread_state *ts = p;
-    pthread_mutex_lock(&cache_mu);
-    ts->next_free = free_states;
-    free_states = ts;
-    pthread_mutex_unlock(&cache_mu);
+    check(dnnl_memory_create(m, md, engine, NULL), "memory_create");
 }
 
-static void state_key_init(void)
+static bound *bound_new(const entry *e)
 {
-    if (pthread_key_create(&state_key, state_release)) sp_fail("oneDNN: cannot create a thread key");
-}
-
-static thread_state *state(void)
-{
-    if (t_state) return t_state;
-    pthread_once(&state_once, state_key_init);
-    pthread_mutex_lock(&cache_mu);
-    thread_state *ts = free_states;
-    if (ts) free_states = ts->next_free;
-    pthread_mutex_unlock(&cache_mu);
-    if (!ts) {
-        ts = sp_xcalloc(1, sizeof *ts);
-        check(dnnl_stream_create(&ts->s, engine, dnnl_stream_default_flags), "stream_create");
-        pthread_mutex_lock(&cache_mu);
-        ts->next_all = all_states;
-        all_states = ts;
-        pthread_mutex_unlock(&cache_mu);
+    bound *m = sp_xcalloc(1, sizeof *m);
+    check(dnnl_stream_create(&m->s, engine, dnnl_stream_default_flags), "stream_create");
+    for (int r = 0; r < NARG; r++) {
+        mem_new(&m->user[r], &e->user[r]);
+        if (e->reorder[r]) mem_new(&m->want[r], &e->want[r]);
     }
-    pthread_setspecific(state_key, ts);
-    t_state = ts;
-    return ts;
-}
-
-static dnnl_stream_t stream(void) { return state()->s; }
-
-/* This thread's memory objects for e (created empty on first use). */
-static bound *bound_of(const entry *e)
-{
-    thread_state *ts = state();
-    if (e->id >= ts->n) {
-        int n = ts->n ? ts->n : 16;
-        while (n <= e->id) n *= 2;
-        bound **b = sp_xcalloc((size_t)n, sizeof *b);
-        if (ts->n) memcpy(b, ts->b, (size_t)ts->n * sizeof *b);
-        free(ts->b);
-        ts->b = b;
-        ts->n = n;
+    mem_new(&m->scratch, &e->scratch_md);
+    if (e->kind == FWD) mem_new(&m->bias, &e->bias_md);
+    if (e->reorder[IN1]) {
+        mem_new(&m->w_from, &e->user[IN1]);
+        mem_new(&m->w_to, &e->want[IN1]);
     }
-    if (!ts->b[e->id]) ts->b[e->id] = sp_xcalloc(1, sizeof(bound));
-    return ts->b[e->id];
+    return m;
 }
 
-/* *m bound to p: created on first use, then only rebound. */
+/* threads + 1 sets, made with the entry (under cache_mu). */
+static void sets_make(entry *e)
+{
+    for (int n = 0; n <= sp_get_threads(); n++) {
+        bound *m = bound_new(e);
+        m->next = atomic_load(&e->sets);
+        atomic_store(&e->sets, m);
+    }
+}
+
+static bound *acquire(const entry *e_)
+{
+    entry *e = (entry *)e_;   /* only its list of sets changes, under cache_mu */
+    for (bound *m = atomic_load(&e->sets); m; m = m->next) {
+        int free_ = 0;
+        if (atomic_compare_exchange_strong(&m->busy, &free_, 1)) return m;
+    }
+    pthread_mutex_lock(&cache_mu);
+    one_thread();
+    bound *m = bound_new(e);
+    atomic_store(&m->busy, 1);
+    m->next = atomic_load(&e->sets);
+    atomic_store(&e->sets, m);   /* readers see the old head or this one: both lists are whole */
+    pthread_mutex_unlock(&cache_mu);
+    return m;
+}
+
+static void release(bound *m) { atomic_store(&m->busy, 0); }
+
+/* *m rebound to p. */
 static dnnl_memory_t mem(dnnl_memory_t *m, const dnnl_memory_desc_t *md, void *p)
 {
-    if (!*m) check(dnnl_memory_create(m, md, engine, p), "memory_create");
-    else check(dnnl_memory_set_data_handle(*m, p), "memory_set_data_handle");
+    (void)md;
+    check(dnnl_memory_set_data_handle(*m, p), "memory_set_data_handle");
     return *m;
 }
 
-static void exec(dnnl_primitive_t p, int n, const dnnl_exec_arg_t *args)
+static void exec(const bound *m, dnnl_primitive_t p, int n, const dnnl_exec_arg_t *args)
 {
-    check(dnnl_primitive_execute(p, stream(), n, args), "primitive_execute");
+    check(dnnl_primitive_execute(p, m->s, n, args), "primitive_execute");
 }
 
-static void run_reorder(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
+static void run_reorder(const bound *m, dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
 {
-    exec(r, 2, (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+    exec(m, r, 2, (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 
 static size_t up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
@@ -355,7 +345,7 @@ static void run_slots(void *ctx, size_t begin, size_t end)
         int b0, b1;
         slot_range(J, (int)s, &b0, &b1);
         unsigned char *sc = J->scratch[s];
-        bound *m = bound_of(e);
+        bound *m = acquire(e);
         dnnl_memory_t user[NARG], use[NARG];
         for (int r = 0; r < NARG; r++) {
             void *p = J->user[r] + (size_t)b0 * J->per_sample[r];
@@ -369,7 +359,7 @@ static void run_slots(void *ctx, size_t begin, size_t end)
             }
             use[r] = mem(&m->want[r], &e->want[r], sc);
             sc += up(e->want_bytes[r]);
-            if (r != OUT) run_reorder(e->reorder[r], user[r], use[r]);
+            if (r != OUT) run_reorder(m, e->reorder[r], user[r], use[r]);
         }
         dnnl_memory_t scratch = mem(&m->scratch, &e->scratch_md, e->scratch_bytes ? sc : NULL);
         dnnl_exec_arg_t args[5] = {{e->arg[IN0], use[IN0]}, {e->arg[IN1], use[IN1]}, {e->arg[OUT], use[OUT]},
@@ -377,8 +367,9 @@ static void run_slots(void *ctx, size_t begin, size_t end)
         int nargs = 4;
         if (J->kind == FWD)
             args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mem(&m->bias, &e->bias_md, (void *)J->bias)};
-        exec(e->prim, nargs, args);
-        if (e->reorder[OUT]) run_reorder(e->reorder[OUT], use[OUT], user[OUT]);
+        exec(m, e->prim, nargs, args);
+        if (e->reorder[OUT]) run_reorder(m, e->reorder[OUT], use[OUT], user[OUT]);
+        release(m);
     }
 }
 
@@ -426,9 +417,10 @@ static void run(sp_tape *t, int kind, const sp_dnnl_conv *c, float *in0, float *
         one_thread();
         J->shared_w = sp_tape_alloc(t, J->e[0]->want_bytes[IN1] + ALIGN);
         J->shared_w = (void *)up((uintptr_t)J->shared_w);
-        bound *m = bound_of(J->e[0]);
-        run_reorder(J->e[0]->reorder[IN1], mem(&m->w_from, &J->e[0]->user[IN1], in1),
+        bound *m = acquire(J->e[0]);
+        run_reorder(m, J->e[0]->reorder[IN1], mem(&m->w_from, &J->e[0]->user[IN1], in1),
                     mem(&m->w_to, &J->e[0]->want[IN1], J->shared_w));
+        release(m);
     }
     for (int s = 0; s < J->slots; s++) {
         const entry *e = J->e[s];

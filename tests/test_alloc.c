@@ -84,8 +84,8 @@ static long count(void) { return atomic_load(&allocs); }
 #include <dlfcn.h>
 #include <oneapi/dnnl/dnnl.h>
 
-/* dnnl_memory_create, counted: core/dnnl.c makes its memory objects once per thread and
- * cache entry and rebinds them per call, so a steady-state step creates none. */
+/* dnnl_memory_create, counted: core/dnnl.c makes its memory objects with each cache
+ * entry and rebinds them per call, so a steady-state step creates none. */
 static atomic_long dnnl_mems;
 typedef dnnl_status_t (*memory_create_fn)(dnnl_memory_t *, const dnnl_memory_desc_t *, dnnl_engine_t, void *);
 dnnl_status_t dnnl_memory_create(dnnl_memory_t *m, const dnnl_memory_desc_t *md, dnnl_engine_t e, void *h)
@@ -189,10 +189,8 @@ Test(alloc, epochs_and_evaluations_do_not_allocate)
                  ten, two);
 }
 
-/* The oneDNN convolution path creates its dnnl_memory objects in the first steps only
- * (one set per thread and primitive), then rebinds them: none in later steps. The
- * linear engine on 2 threads runs each slot on the same thread every step (the pool's
- * chunks are static), so the count after the first step is exactly zero. */
+/* The oneDNN convolution path creates its dnnl_memory objects with its primitives in
+ * the first step (threads + 1 sets each), then rebinds them: none in later steps. */
 Test(alloc, oneDNN_steps_create_no_memory_objects)
 {
 #ifdef SP_HAVE_DNNL
