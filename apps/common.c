@@ -771,7 +771,7 @@ void sp_app_json_engine(sp_json *j, const sp_app_opts *o, sp_engine *e, bool ran
 void sp_app_use_device(const sp_app_opts *o, sp_model *m)
 {
     if (strcmp(o->device, "cuda") != 0) return;
-    if (strcmp(o->backward, "linear") != 0)
+    if (strcmp(o->backward, "linear") != 0 && strcmp(o->backward, "bppsa") != 0)
         sp_fail("--device cuda needs --backward linear (the %s engine runs on the CPU)", o->backward);
     if (o->parallel) sp_fail("--device cuda with --parallel %s: the parallel schedules run on the CPU", o->parallel);
     if (o->resume || o->save_every > 0)

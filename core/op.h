@@ -100,6 +100,12 @@ struct sp_opdef {
     int (*chain_len)(const sp_node *n);
     void (*chain_jt)(const sp_node *n, int b, int t, float *jt);
     void (*chain_backward_params)(sp_node *n, const sp_tensor *dh);
+    /* Device twins only (docs/CUDA.md), used by the bppsa engine on the device: every
+     * sample at once, one launch. jt_values_all: jt's indptr/indices are device copies
+     * of jt_pattern's; sample b's values go to jt->data + b·stride. chain_jt_all: Jᵀ_t
+     * of every sample for t = T down to t_lo, sample b's at jt + ((T − t)·B + b)·H². */
+    void (*jt_values_all)(const sp_node *n, int i, const sp_csr *jt, size_t stride);
+    void (*chain_jt_all)(const sp_node *n, int t_lo, float *jt);
     void (*free_layer)(sp_layer *l);   /* extra cleanup; NULL if none */
 };
 

@@ -1,0 +1,259 @@
+/* bppsa_cuda.cu — the bppsa engine's products on the device (see bppsa_cuda.h).
+ *
+ * Elements are row-major, as on the host. Each launch covers a batch of products that
+ * share their operand types: one thread per output entry (or output row where a row is
+ * accumulated by scatter), indexing the batch through pointer arrays. Every output
+ * entry is summed by one thread in the CPU kernels' order (core/csr_ops.c): CSR rows
+ * in index order, CSR·CSR in Gustavson order (A's entries, then B's row). Dense·dense
+ * and dense·vector go to cublasSgemmBatched (FP32, the lane's handle). */
+#include <string.h>
+#include "core/cuda.h"
+extern "C" {
+#include "core/backend.h"
+#include "core/error.h"
+#include "schedulers/bppsa_cuda.h"
+}
+
+struct sp_bppsa_cache {
+    struct entry {
+        const int32_t *host;
+        int32_t *dev;   /* rows + 1 offsets, then nnz indices */
+        int64_t rows, nnz;
+    } *e;
+    int n, cap;
+};
+
+// ----------------------------------------------------------------------------
+// CUDA kernels
+
+/* out[k] = src[k] (len floats each), one thread per float of the batch. */
+__global__ void bppsa_copy_kernel(float *const *out, float *const *src, size_t len, int count)
+{
+    size_t n = len * count;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x)
+        out[q / len][q % len] = src[q / len][q % len];
+}
+
+__global__ void bppsa_gather_kernel(float *dst, float *const *src, size_t len, int count)
+{
+    size_t n = len * count;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x)
+        dst[q] = src[q / len][q % len];
+}
+
+/* CSR (rows × K) · X (K × N, N = 1 for a vector): one thread per output entry. */
+__global__ void bppsa_csr_dense_kernel(float *const *out, float *const *M, float *const *X, const int32_t *indptr,
+                                       const int32_t *indices, int rows, int N, int count)
+{
+    size_t per = (size_t)rows * N, n = per * count;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
+        size_t k = q / per, e = q % per;
+        int i = (int)(e / N), j = (int)(e % N);
+        const float *a = M[k], *x = X[k];
+        float acc = 0.0f;
+        for (int32_t p = indptr[i]; p < indptr[i + 1]; p++) acc += a[p] * x[(size_t)indices[p] * N + j];
+        out[k][e] = acc;
+    }
+}
+
+/* D (Mr × rows) · CSR (rows × cols): one thread per output row, scattering in order. */
+__global__ void bppsa_dense_csr_kernel(float *const *out, float *const *M, float *const *X, const int32_t *indptr,
+                                       const int32_t *indices, int Mr, int rows, int cols, int count)
+{
+    size_t n = (size_t)Mr * count;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
+        size_t k = q / Mr, m = q % Mr;
+        const float *a = M[k] + m * rows, *b = X[k];
+        float *c = out[k] + m * cols;
+        for (int j = 0; j < cols; j++) c[j] = 0.0f;
+        for (int p = 0; p < rows; p++) {
+            float av = a[p];
+            for (int32_t e = indptr[p]; e < indptr[p + 1]; e++) c[indices[e]] += av * b[e];
+        }
+    }
+}
+
+/* CSR · CSR on C's pattern (from the host's symbolic phase, sorted rows): one thread
+ * per output row; each product lands on its column by binary search. */
+__global__ void bppsa_spgemm_kernel(float *const *out, float *const *M, float *const *X, const int32_t *a_ptr,
+                                    const int32_t *a_idx, const int32_t *b_ptr, const int32_t *b_idx,
+                                    const int32_t *c_ptr, const int32_t *c_idx, int rows, int count)
+{
+    size_t n = (size_t)rows * count;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
+        size_t k = q / rows;
+        int i = (int)(q % rows);
+        const float *a = M[k], *b = X[k];
+        float *c = out[k];
+        int32_t c0 = c_ptr[i], c1 = c_ptr[i + 1];
+        for (int32_t e = c0; e < c1; e++) c[e] = 0.0f;
+        for (int32_t p = a_ptr[i]; p < a_ptr[i + 1]; p++) {
+            float av = a[p];
+            int32_t r = a_idx[p];
+            for (int32_t e = b_ptr[r]; e < b_ptr[r + 1]; e++) {
+                int32_t col = b_idx[e], lo = c0, hi = c1 - 1;
+                while (lo < hi) {
+                    int32_t mid = (lo + hi) / 2;
+                    if (c_idx[mid] < col) lo = mid + 1;
+                    else hi = mid;
+                }
+                c[lo] += av * b[e];
+            }
+        }
+    }
+}
+
+/* dense[b] ← CSR values of sample b: one thread per (sample, row). */
+__global__ void bppsa_csr_to_dense_kernel(float *dense, const float *vals, const int32_t *indptr,
+                                          const int32_t *indices, int rows, int cols, size_t stride, int B)
+{
+    size_t n = (size_t)rows * B;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
+        size_t b = q / rows;
+        int i = (int)(q % rows);
+        float *d = dense + b * stride + (size_t)i * cols;
+        const float *v = vals + b * stride;
+        for (int j = 0; j < cols; j++) d[j] = 0.0f;
+        for (int32_t p = indptr[i]; p < indptr[i + 1]; p++) d[indices[p]] = v[p];
+    }
+}
+
+// ----------------------------------------------------------------------------
+// kernel launchers
+
+#define GRID(n, block) sp_cuda_blocks((size_t)(n), block), block, 0, st
+
+static size_t floats_of(const sp_bppsa_mat *m)
+{
+    switch (m->kind) {
+    case SP_BD_VEC: return (size_t)m->rows;
+    case SP_BD_CSR: return (size_t)m->nnz;
+    case SP_BD_DENSE: return (size_t)m->rows * m->cols;
+    default: return 0;
+    }
+}
+
+/* The pointer arrays' device copy: [M | X | out], count each. */
+static float **upload_ptrs(sp_tape *t, float *const *M, float *const *X, float *const *out, int count,
+                           cudaStream_t st)
+{
+    size_t bytes = (size_t)count * sizeof(float *);
+    float **host = (float **)sp_tape_alloc(t, 3 * bytes);
+    memcpy(host, M, bytes);
+    memcpy(host + count, X, bytes);
+    memcpy(host + 2 * count, out, bytes);
+    float **dev = (float **)sp_tape_alloc_on(t, SP_CUDA, 3 * bytes);
+    sp_cuda_check(cudaMemcpyAsync(dev, host, 3 * bytes, cudaMemcpyHostToDevice, st));
+    return dev;
+}
+
+extern "C" int sp_bppsa_cuda_products(sp_tape *t, const sp_bppsa_mat *Mt, const sp_bppsa_mat *Xt,
+                                      const sp_bppsa_mat *Ot, float *const *M, float *const *X, float *const *out,
+                                      int count)
+{
+    if (count == 0) return 0;
+    const sp_cuda_lane *lane = sp_cuda_current();
+    cudaStream_t st = lane->stream;
+    if (Mt->kind == SP_BD_DENSE && (Xt->kind == SP_BD_DENSE || Xt->kind == SP_BD_VEC)) {
+        /* row-major out (r × c) = M (r × k) · X (k × c) is column-major outᵀ = Xᵀ·Mᵀ */
+        float **dev = upload_ptrs(t, M, X, out, count, st);
+        int r = Mt->rows, k = Mt->cols, c = Xt->kind == SP_BD_VEC ? 1 : Xt->cols;
+        float one = 1.0f, zero = 0.0f;
+        sp_cublas_check(cublasSgemmBatched(lane->cublas, CUBLAS_OP_N, CUBLAS_OP_N, c, r, k, &one, dev + count, c, dev,
+                                           k, &zero, dev + 2 * count, c, count));
+        return 1;
+    }
+    float **dev = upload_ptrs(t, M, X, out, count, st);
+    float **dM = dev, **dX = dev + count, **dO = dev + 2 * count;
+    if (Mt->kind == SP_BD_ID || Xt->kind == SP_BD_ID) {
+        size_t len = floats_of(Ot);
+        bppsa_copy_kernel<<<GRID(len * count, 256)>>>(dO, Xt->kind == SP_BD_ID ? dM : dX, len, count);
+    } else if (Mt->kind == SP_BD_CSR && Xt->kind == SP_BD_CSR) {
+        bppsa_spgemm_kernel<<<GRID((size_t)Mt->rows * count, 128)>>>(dO, dM, dX, Mt->indptr, Mt->indices, Xt->indptr,
+                                                                     Xt->indices, Ot->indptr, Ot->indices, Mt->rows,
+                                                                     count);
+    } else if (Mt->kind == SP_BD_CSR) {   /* · vector or · dense */
+        int N = Xt->kind == SP_BD_VEC ? 1 : Xt->cols;
+        bppsa_csr_dense_kernel<<<GRID((size_t)Mt->rows * N * count, 256)>>>(dO, dM, dX, Mt->indptr, Mt->indices,
+                                                                            Mt->rows, N, count);
+    } else if (Mt->kind == SP_BD_DENSE && Xt->kind == SP_BD_CSR) {
+        bppsa_dense_csr_kernel<<<GRID((size_t)Mt->rows * count, 128)>>>(dO, dM, dX, Xt->indptr, Xt->indices,
+                                                                        Mt->rows, Xt->rows, Xt->cols, count);
+    } else {
+        sp_fail("bppsa (cuda): internal: no product for kinds %d · %d", Mt->kind, Xt->kind);
+    }
+    sp_cuda_check(cudaGetLastError());
+    return 1;
+}
+
+extern "C" void sp_bppsa_cuda_gather(sp_tape *t, float *dst, float *const *src, int count, size_t len)
+{
+    if (count == 0 || len == 0) return;
+    cudaStream_t st = sp_cuda_stream();
+    size_t bytes = (size_t)count * sizeof(float *);
+    float **host = (float **)sp_tape_alloc(t, bytes);
+    memcpy(host, src, bytes);
+    float **dev = (float **)sp_tape_alloc_on(t, SP_CUDA, bytes);
+    sp_cuda_check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, st));
+    bppsa_gather_kernel<<<GRID(len * count, 256)>>>(dst, dev, len, count);
+    sp_cuda_check(cudaGetLastError());
+}
+
+extern "C" void sp_bppsa_cuda_csr_to_dense(const sp_bppsa_mat *P, const float *vals, float *dense, size_t stride,
+                                           int B)
+{
+    cudaStream_t st = sp_cuda_stream();
+    bppsa_csr_to_dense_kernel<<<GRID((size_t)P->rows * B, 128)>>>(dense, vals, P->indptr, P->indices, P->rows,
+                                                                  P->cols, stride, B);
+    sp_cuda_check(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------
+// the pattern cache
+
+extern "C" sp_bppsa_cache *sp_bppsa_cuda_cache_new(void)
+{
+    return (sp_bppsa_cache *)sp_xcalloc(1, sizeof(sp_bppsa_cache));
+}
+
+extern "C" void sp_bppsa_cuda_cache_reset(sp_bppsa_cache *c)
+{
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) sp_cuda_check(cudaFree(c->e[i].dev));   /* waits for the device */
+    c->n = 0;
+}
+
+extern "C" void sp_bppsa_cuda_cache_free(sp_bppsa_cache *c)
+{
+    if (!c) return;
+    sp_bppsa_cuda_cache_reset(c);
+    free(c->e);
+    free(c);
+}
+
+extern "C" void sp_bppsa_cuda_pattern(sp_bppsa_cache *c, int rows, int64_t nnz, const int32_t *indptr,
+                                      const int32_t *indices, const int32_t **d_indptr, const int32_t **d_indices)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->e[i].host == indptr && c->e[i].rows == rows && c->e[i].nnz == nnz) {
+            *d_indptr = c->e[i].dev;
+            *d_indices = c->e[i].dev + rows + 1;
+            return;
+        }
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 16;
+        c->e = (sp_bppsa_cache::entry *)sp_xrealloc(c->e, (size_t)c->cap * sizeof *c->e);
+    }
+    sp_bppsa_cache::entry *e = &c->e[c->n++];
+    e->host = indptr;
+    e->rows = rows;
+    e->nnz = nnz;
+    size_t count = (size_t)rows + 1 + (size_t)nnz;
+    sp_cuda_check(cudaMalloc((void **)&e->dev, count * sizeof(int32_t)));
+    /* synchronous: the host pattern may be freed once the plan changes */
+    sp_cuda_check(cudaMemcpy(e->dev, indptr, ((size_t)rows + 1) * sizeof(int32_t), cudaMemcpyHostToDevice));
+    if (nnz)
+        sp_cuda_check(cudaMemcpy(e->dev + rows + 1, indices, (size_t)nnz * sizeof(int32_t), cudaMemcpyHostToDevice));
+    *d_indptr = e->dev;
+    *d_indices = e->dev + rows + 1;
+}
