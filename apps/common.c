@@ -10,6 +10,7 @@
 #ifdef SP_HAVE_CUDA
 #include "core/cuda.h"
 #endif
+#include "core/backend.h"
 #include "core/fileio.h"
 #include "core/safetensors.h"
 #include "core/error.h"
@@ -672,7 +673,8 @@ void sp_app_plan_only(const char *app, const sp_app_opts *o, sp_model *m, const 
     sp_engine *e = sp_engine_create("bppsa", &eo);
     sp_tape t;
     sp_tape_init(&t);
-    sp_node *loss = sp_model_loss(m, &t, x, y);
+    sp_tensor xin = m->nparams ? sp_tape_copy_on(&t, m->params[0]->value.device, x) : *x;   /* --device cuda */
+    sp_node *loss = sp_model_loss(m, &t, &xin, y);
     sp_backward(e, &t, loss);
     sp_bppsa_stats st;
     if (!sp_bppsa_stats_get(e, &st)) sp_fail("%s: --plan: no plan was made", app);
