@@ -116,7 +116,14 @@ typedef struct bppsa_state {
 
 /* Symbolic SpGEMM phases run (once per sparse product of a plan, never per step). */
 static long g_symbolic_calls;
-long sp_bppsa_symbolic_calls(void) { return g_symbolic_calls; }
+long sp_bppsa_symbolic_calls(void)
+{
+#ifdef SP_HAVE_CUDA
+    return g_symbolic_calls + sp_bppsa_cuda_symbolic_calls();
+#else
+    return g_symbolic_calls;
+#endif
+}
 
 /* What sp_arena_alloc hands out for a request of `bytes` (core/arena.c: 64-byte units). */
 static size_t arena_bytes(size_t bytes) { return bytes ? (bytes + 63) & ~(size_t)63 : 64; }
@@ -967,7 +974,11 @@ static void run_tasks_dev(bppsa_state *s, task *tasks, int ntasks, sp_tape *t)
                 count++;
             }
         sp_bppsa_mat mt = dev_mat(s, &g->Mt), xt = dev_mat(s, &g->Xt), ot = dev_mat(s, &g->Ot);
-        sp_bppsa_cuda_products(t, &mt, &xt, &ot, M, X, O, count);
+        if (g->plan)   /* CSR·CSR: cuSPARSE, symbolic phase once per plan */
+            sp_bppsa_cuda_spgemm(s->dev_cache, g->plan, &mt, &xt, g->Ot.indptr, g->Ot.indices, g->Ot.nnz, M, X, O,
+                                 count);
+        else
+            sp_bppsa_cuda_products(t, &mt, &xt, &ot, M, X, O, count);
     }
 }
 

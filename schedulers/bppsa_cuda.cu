@@ -4,8 +4,10 @@
  * share their operand types: one thread per output entry (or output row where a row is
  * accumulated by scatter), indexing the batch through pointer arrays. Every output
  * entry is summed by one thread in the CPU kernels' order (core/csr_ops.c): CSR rows
- * in index order, CSR·CSR in Gustavson order (A's entries, then B's row). Dense·dense
- * and dense·vector go to cublasSgemmBatched (FP32, the lane's handle). */
+ * in index order. Dense·dense and dense·vector go to cublasSgemmBatched (FP32, the
+ * lane's handle); CSR·CSR to cuSPARSE's generic SpGEMM with structure reuse (below):
+ * its symbolic phase once per plan, then only cusparseSpGEMMreuse_compute per product
+ * (cuSPARSE has no batched SpGEMM: one call per sample). */
 #include <string.h>
 #include "core/cuda.h"
 extern "C" {
@@ -14,6 +16,16 @@ extern "C" {
 #include "schedulers/bppsa_cuda.h"
 }
 
+/* One CSR·CSR product of a plan on cuSPARSE: descriptors, the buffers compute still
+ * needs (4 and 5), and C's pattern as cuSPARSE wrote it. */
+typedef struct spgemm_dev {
+    const void *key;   /* the host plan (sp_spgemm_plan) */
+    cusparseSpMatDescr_t A, B, C;
+    cusparseSpGEMMDescr_t d;
+    void *buf4, *buf5;
+    int32_t *c_ptr, *c_idx;
+} spgemm_dev;
+
 struct sp_bppsa_cache {
     struct entry {
         const int32_t *host;
@@ -21,7 +33,11 @@ struct sp_bppsa_cache {
         int64_t rows, nnz;
     } *e;
     int n, cap;
+    spgemm_dev *g;
+    int ng, gcap;
 };
+
+static long g_symbolic;   /* cuSPARSE symbolic phases run (sp_bppsa_cuda_symbolic_calls) */
 
 // ----------------------------------------------------------------------------
 // CUDA kernels
@@ -69,36 +85,6 @@ __global__ void bppsa_dense_csr_kernel(float *const *out, float *const *M, float
         for (int p = 0; p < rows; p++) {
             float av = a[p];
             for (int32_t e = indptr[p]; e < indptr[p + 1]; e++) c[indices[e]] += av * b[e];
-        }
-    }
-}
-
-/* CSR · CSR on C's pattern (from the host's symbolic phase, sorted rows): one thread
- * per output row; each product lands on its column by binary search. */
-__global__ void bppsa_spgemm_kernel(float *const *out, float *const *M, float *const *X, const int32_t *a_ptr,
-                                    const int32_t *a_idx, const int32_t *b_ptr, const int32_t *b_idx,
-                                    const int32_t *c_ptr, const int32_t *c_idx, int rows, int count)
-{
-    size_t n = (size_t)rows * count;
-    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
-        size_t k = q / rows;
-        int i = (int)(q % rows);
-        const float *a = M[k], *b = X[k];
-        float *c = out[k];
-        int32_t c0 = c_ptr[i], c1 = c_ptr[i + 1];
-        for (int32_t e = c0; e < c1; e++) c[e] = 0.0f;
-        for (int32_t p = a_ptr[i]; p < a_ptr[i + 1]; p++) {
-            float av = a[p];
-            int32_t r = a_idx[p];
-            for (int32_t e = b_ptr[r]; e < b_ptr[r + 1]; e++) {
-                int32_t col = b_idx[e], lo = c0, hi = c1 - 1;
-                while (lo < hi) {
-                    int32_t mid = (lo + hi) / 2;
-                    if (c_idx[mid] < col) lo = mid + 1;
-                    else hi = mid;
-                }
-                c[lo] += av * b[e];
-            }
         }
     }
 }
@@ -168,10 +154,6 @@ extern "C" int sp_bppsa_cuda_products(sp_tape *t, const sp_bppsa_mat *Mt, const 
     if (Mt->kind == SP_BD_ID || Xt->kind == SP_BD_ID) {
         size_t len = floats_of(Ot);
         bppsa_copy_kernel<<<GRID(len * count, 256)>>>(dO, Xt->kind == SP_BD_ID ? dM : dX, len, count);
-    } else if (Mt->kind == SP_BD_CSR && Xt->kind == SP_BD_CSR) {
-        bppsa_spgemm_kernel<<<GRID((size_t)Mt->rows * count, 128)>>>(dO, dM, dX, Mt->indptr, Mt->indices, Xt->indptr,
-                                                                     Xt->indices, Ot->indptr, Ot->indices, Mt->rows,
-                                                                     count);
     } else if (Mt->kind == SP_BD_CSR) {   /* · vector or · dense */
         int N = Xt->kind == SP_BD_VEC ? 1 : Xt->cols;
         bppsa_csr_dense_kernel<<<GRID((size_t)Mt->rows * N * count, 256)>>>(dO, dM, dX, Mt->indptr, Mt->indices,
@@ -221,6 +203,18 @@ extern "C" void sp_bppsa_cuda_cache_reset(sp_bppsa_cache *c)
     if (!c) return;
     for (int i = 0; i < c->n; i++) sp_cuda_check(cudaFree(c->e[i].dev));   /* waits for the device */
     c->n = 0;
+    for (int i = 0; i < c->ng; i++) {
+        spgemm_dev *g = &c->g[i];
+        sp_cusparse_check(cusparseDestroySpMat(g->A));
+        sp_cusparse_check(cusparseDestroySpMat(g->B));
+        sp_cusparse_check(cusparseDestroySpMat(g->C));
+        sp_cusparse_check(cusparseSpGEMM_destroyDescr(g->d));
+        sp_cuda_check(cudaFree(g->buf4));
+        sp_cuda_check(cudaFree(g->buf5));
+        sp_cuda_check(cudaFree(g->c_ptr));
+        sp_cuda_check(cudaFree(g->c_idx));
+    }
+    c->ng = 0;
 }
 
 extern "C" void sp_bppsa_cuda_cache_free(sp_bppsa_cache *c)
@@ -228,6 +222,7 @@ extern "C" void sp_bppsa_cuda_cache_free(sp_bppsa_cache *c)
     if (!c) return;
     sp_bppsa_cuda_cache_reset(c);
     free(c->e);
+    free(c->g);
     free(c);
 }
 
@@ -256,4 +251,102 @@ extern "C" void sp_bppsa_cuda_pattern(sp_bppsa_cache *c, int rows, int64_t nnz, 
         sp_cuda_check(cudaMemcpy(e->dev + rows + 1, indices, (size_t)nnz * sizeof(int32_t), cudaMemcpyHostToDevice));
     *d_indptr = e->dev;
     *d_indices = e->dev + rows + 1;
+}
+
+// ----------------------------------------------------------------------------
+// CSR·CSR on cuSPARSE: the generic SpGEMM with structure reuse
+
+extern "C" long sp_bppsa_cuda_symbolic_calls(void) { return g_symbolic; }
+
+static void *dev_buffer(size_t bytes)
+{
+    void *p = NULL;
+    sp_cuda_check(cudaMalloc(&p, bytes ? bytes : 1));
+    return p;
+}
+
+static cusparseSpMatDescr_t csr_descr(int64_t rows, int64_t cols, int64_t nnz, const int32_t *ptr, const int32_t *idx)
+{
+    cusparseSpMatDescr_t m;
+    sp_cusparse_check(cusparseCreateCsr(&m, rows, cols, nnz, (void *)ptr, (void *)idx, NULL, CUSPARSE_INDEX_32I,
+                                        CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F));
+    return m;
+}
+
+/* The symbolic phase of one product, once per plan: work estimation, C's nnz and row
+ * offsets, C's column indices, checked against the host's pattern (the rest of the
+ * plan's types were derived from it). */
+static spgemm_dev *spgemm_symbolic(sp_bppsa_cache *c, const void *key, const sp_bppsa_mat *Mt,
+                                   const sp_bppsa_mat *Xt, const int32_t *h_ptr, const int32_t *h_idx, int64_t h_nnz)
+{
+    for (int i = 0; i < c->ng; i++)
+        if (c->g[i].key == key) return &c->g[i];
+    if (c->ng == c->gcap) {
+        c->gcap = c->gcap ? 2 * c->gcap : 8;
+        c->g = (spgemm_dev *)sp_xrealloc(c->g, (size_t)c->gcap * sizeof *c->g);
+    }
+    spgemm_dev *g = &c->g[c->ng++];
+    memset(g, 0, sizeof *g);
+    g->key = key;
+    cusparseHandle_t h = sp_cuda_current()->cusparse;
+    cusparseOperation_t N = CUSPARSE_OPERATION_NON_TRANSPOSE;
+    cusparseSpGEMMAlg_t alg = CUSPARSE_SPGEMM_DEFAULT;
+    int64_t rows = Mt->rows, cols = Xt->cols;
+    g->A = csr_descr(Mt->rows, Mt->cols, Mt->nnz, Mt->indptr, Mt->indices);
+    g->B = csr_descr(Xt->rows, Xt->cols, Xt->nnz, Xt->indptr, Xt->indices);
+    g->c_ptr = (int32_t *)dev_buffer(((size_t)rows + 1) * sizeof(int32_t));
+    g->C = csr_descr(rows, cols, 0, g->c_ptr, NULL);
+    sp_cusparse_check(cusparseSpGEMM_createDescr(&g->d));
+    size_t s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0;
+    sp_cusparse_check(cusparseSpGEMMreuse_workEstimation(h, N, N, g->A, g->B, g->C, alg, g->d, &s1, NULL));
+    void *b1 = dev_buffer(s1);
+    sp_cusparse_check(cusparseSpGEMMreuse_workEstimation(h, N, N, g->A, g->B, g->C, alg, g->d, &s1, b1));
+    sp_cusparse_check(cusparseSpGEMMreuse_nnz(h, N, N, g->A, g->B, g->C, alg, g->d, &s2, NULL, &s3, NULL, &s4, NULL));
+    void *b2 = dev_buffer(s2), *b3 = dev_buffer(s3);
+    g->buf4 = dev_buffer(s4);
+    sp_cusparse_check(cusparseSpGEMMreuse_nnz(h, N, N, g->A, g->B, g->C, alg, g->d, &s2, b2, &s3, b3, &s4, g->buf4));
+    int64_t r, cc, nnz;
+    sp_cusparse_check(cusparseSpMatGetSize(g->C, &r, &cc, &nnz));
+    if (nnz != h_nnz)
+        sp_fail("bppsa (cuda): cuSPARSE finds %lld entries in a product, the host's symbolic phase %lld",
+                (long long)nnz, (long long)h_nnz);
+    g->c_idx = (int32_t *)dev_buffer((size_t)nnz * sizeof(int32_t));
+    float *vals = (float *)dev_buffer((size_t)nnz * sizeof(float));   /* copy wants C complete */
+    sp_cusparse_check(cusparseCsrSetPointers(g->C, g->c_ptr, g->c_idx, vals));
+    sp_cusparse_check(cusparseSpGEMMreuse_copy(h, N, N, g->A, g->B, g->C, alg, g->d, &s5, NULL));
+    g->buf5 = dev_buffer(s5);
+    sp_cusparse_check(cusparseSpGEMMreuse_copy(h, N, N, g->A, g->B, g->C, alg, g->d, &s5, g->buf5));
+    /* C's pattern against the host's: downstream products use the host's */
+    int32_t *ptr = (int32_t *)sp_xmalloc(((size_t)rows + 1 + (size_t)nnz) * sizeof(int32_t)), *idx = ptr + rows + 1;
+    sp_cuda_check(cudaStreamSynchronize(sp_cuda_stream()));
+    sp_cuda_check(cudaMemcpy(ptr, g->c_ptr, ((size_t)rows + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    if (nnz) sp_cuda_check(cudaMemcpy(idx, g->c_idx, (size_t)nnz * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    bool same = memcmp(ptr, h_ptr, ((size_t)rows + 1) * sizeof(int32_t)) == 0 &&
+                memcmp(idx, h_idx, (size_t)nnz * sizeof(int32_t)) == 0;
+    free(ptr);
+    if (!same) sp_fail("bppsa (cuda): cuSPARSE's pattern of a product differs from the host's symbolic phase");
+    sp_cuda_check(cudaFree(b1));
+    sp_cuda_check(cudaFree(b2));
+    sp_cuda_check(cudaFree(b3));
+    sp_cuda_check(cudaFree(vals));
+    g_symbolic++;
+    return g;
+}
+
+extern "C" int sp_bppsa_cuda_spgemm(sp_bppsa_cache *c, const void *key, const sp_bppsa_mat *Mt,
+                                    const sp_bppsa_mat *Xt, const int32_t *h_ptr, const int32_t *h_idx,
+                                    int64_t h_nnz, float *const *M, float *const *X, float *const *out, int count)
+{
+    spgemm_dev *g = spgemm_symbolic(c, key, Mt, Xt, h_ptr, h_idx, h_nnz);
+    cusparseHandle_t h = sp_cuda_current()->cusparse;
+    cusparseOperation_t N = CUSPARSE_OPERATION_NON_TRANSPOSE;
+    float one = 1.0f, zero = 0.0f;
+    for (int k = 0; k < count; k++) {   /* the numeric phase only */
+        sp_cusparse_check(cusparseCsrSetPointers(g->A, (void *)Mt->indptr, (void *)Mt->indices, M[k]));
+        sp_cusparse_check(cusparseCsrSetPointers(g->B, (void *)Xt->indptr, (void *)Xt->indices, X[k]));
+        sp_cusparse_check(cusparseCsrSetPointers(g->C, g->c_ptr, g->c_idx, out[k]));
+        sp_cusparse_check(cusparseSpGEMMreuse_compute(h, N, N, &one, g->A, g->B, &zero, g->C, CUDA_R_32F,
+                                                      CUSPARSE_SPGEMM_DEFAULT, g->d));
+    }
+    return count;
 }

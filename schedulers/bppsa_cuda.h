@@ -4,9 +4,9 @@
  * the symbolic phase of every sparse product, pointer bookkeeping); on the device it
  * only asks for batched products: every product of one plan level that has the same
  * operand types (every sample, every step of the level) is ONE launch — one
- * cublasSgemmBatched for dense·dense and dense·vector, one own kernel for the products
- * with a CSR operand (the CSR·CSR numeric phase on the host-computed pattern of C) and
- * for the moves by the identity. Operands are addressed through pointer arrays in the
+ * cublasSgemmBatched for dense·dense and dense·vector, one own kernel for CSR·vector,
+ * CSR·dense, dense·CSR and the moves by the identity. CSR·CSR products go to cuSPARSE's
+ * generic SpGEMM with structure reuse, one call per sample (sp_bppsa_cuda_spgemm). Operands are addressed through pointer arrays in the
  * step's device arena, copied up with the launch on the lane's stream. CSR patterns
  * are copied to the device once per plan (sp_bppsa_cuda_pattern's cache). */
 #ifndef SP_BPPSA_CUDA_H
@@ -47,6 +47,16 @@ void sp_bppsa_cuda_pattern(sp_bppsa_cache *c, int rows, int64_t nnz, const int32
  * device copy. Returns the number of launches (1). */
 int sp_bppsa_cuda_products(sp_tape *t, const sp_bppsa_mat *Mt, const sp_bppsa_mat *Xt, const sp_bppsa_mat *Ot,
                            float *const *M, float *const *X, float *const *out, int count);
+/* CSR·CSR through cuSPARSE's generic SpGEMM with structure reuse: the symbolic phase
+ * (work estimation, nnz, copy) runs once per key (the host's sp_spgemm_plan) and its
+ * pattern is checked against the host's (h_ptr, h_idx, h_nnz); every call runs the
+ * numeric phase (cusparseSpGEMMreuse_compute) for each of the count products. Returns
+ * the launches. */
+int sp_bppsa_cuda_spgemm(sp_bppsa_cache *c, const void *key, const sp_bppsa_mat *Mt, const sp_bppsa_mat *Xt,
+                         const int32_t *h_ptr, const int32_t *h_idx, int64_t h_nnz, float *const *M, float *const *X,
+                         float *const *out, int count);
+/* cuSPARSE symbolic phases run in this process. */
+long sp_bppsa_cuda_symbolic_calls(void);
 /* dst + k·len ← src[k] (len floats each) for k < count: one launch. */
 void sp_bppsa_cuda_gather(sp_tape *t, float *dst, float *const *src, int count, size_t len);
 /* dense[b] (rows × cols, every entry written) ← the CSR values vals + b·stride with
