@@ -184,6 +184,33 @@ __global__ void rec_chain_jt_kernel(float *jt, const float *hs, const float *gat
     }
 }
 
+/* The factors of Jᵀ_t (the same t and sample layout, (gates + zdiag)·H floats each):
+ * RNN v = 1 − h_t²; GRU [a, c, e, z] of Eq. 11, as rec_chain_jt_kernel computes them. */
+__global__ void rec_chain_factors_kernel(float *v, const float *hs, const float *gates, int B, int T, int H, int t_lo,
+                                         int gru)
+{
+    size_t n = (size_t)(T - t_lo + 1) * B * H;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
+        size_t lb = q / H, b = lb % B;
+        int t = T - (int)(lb / B), j = (int)(q % H);
+        size_t row = b * T + (t - 1);
+        if (!gru) {
+            float h = hs[row * H + j];
+            v[q] = 1.0f - h * h;
+            continue;
+        }
+        const float *gr = gates + row * 4 * H;
+        float r = gr[j], z = gr[H + j], nn = gr[2 * H + j], M = gr[3 * H + j];
+        float hj = t > 1 ? hs[(row - 1) * H + j] : 0.0f;
+        float dn = (1.0f - z) * (1.0f - nn * nn);
+        float *o = v + lb * 4 * H;
+        o[j] = dn * M * r * (1.0f - r);
+        o[H + j] = (hj - nn) * z * (1.0f - z);
+        o[2 * H + j] = dn * r;
+        o[3 * H + j] = z;
+    }
+}
+
 /* da of every step from its total ∇h_t (dh [B, T, H], recovered by the scan): the
  * pointwise parts of rnn_da_kernel / gru_da_kernel with g = dh_t, no recurrence. */
 __global__ void rec_chain_da_kernel(float *da, const float *dh, const float *hs, const float *gates, int B, int T,
@@ -375,6 +402,24 @@ static void rec_cuda_chain_jt(const sp_node *n, int b, int t, float *jt)
                                   cudaMemcpyDeviceToDevice, sp_cuda_stream()));
 }
 
+static int rec_cuda_chain_jt_factors(const sp_node *n, int t_lo, float *v, bool *zdiag, const float **W)
+{
+    bool gru = is_gru(n);
+    *zdiag = gru;
+    *W = PV(n, W_HH);
+    if (v) {
+        const rec_saved *s = (const rec_saved *)n->saved;
+        int H = SP_REC(n)->hidden;
+        size_t count = (size_t)(s->T - t_lo + 1) * s->B * H;
+        cudaStream_t st = sp_cuda_stream();
+        if (count) {
+            rec_chain_factors_kernel<<<GRID(count)>>>(v, s->hs, s->gates, s->B, s->T, H, t_lo, gru);
+            sp_cuda_check(cudaGetLastError());
+        }
+    }
+    return gru ? 3 : 1;
+}
+
 static void rec_cuda_chain_backward_params(sp_node *n, const sp_tensor *dh)
 {
     rec_saved *s = (rec_saved *)n->saved;
@@ -401,6 +446,7 @@ static void register_twin(sp_opdef *twin, const sp_opdef *cpu)
     twin->chain_len = cpu->chain_len;
     twin->chain_jt = rec_cuda_chain_jt;
     twin->chain_jt_all = rec_cuda_chain_jt_all;
+    twin->chain_jt_factors = rec_cuda_chain_jt_factors;
     twin->chain_backward_params = rec_cuda_chain_backward_params;
     sp_op_register_device(cpu, SP_CUDA, twin);
 }

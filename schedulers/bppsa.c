@@ -41,7 +41,9 @@
 /* A link's Jᵀ is stored dense when at least this fraction of it is non-zero. */
 #define DENSE_FILL 0.25
 
-typedef enum { EL_NONE, EL_ID, EL_VEC, EL_CSR, EL_DENSE } el_kind;
+/* EL_FACT (device only): a recurrent step's Jᵀ_t = Σ_g W_gᵀ·diag(v_g) (+ diag(z)), its
+ * per-sample data the vectors, W_hh shared (op.h: chain_jt_factors). */
+typedef enum { EL_NONE, EL_ID, EL_VEC, EL_CSR, EL_DENSE, EL_FACT } el_kind;
 
 /* The static type of a scan element: the same for every sample and every step. */
 typedef struct el_type {
@@ -49,6 +51,9 @@ typedef struct el_type {
     int rows, cols;            /* VEC: rows only                                      */
     int64_t nnz;               /* CSR                                                 */
     const int32_t *indptr, *indices;   /* CSR pattern (owned by a link or a plan)     */
+    int gates;                 /* FACT: the W_g blocks; zdiag: a diag(z) term too    */
+    bool zdiag;
+    const float *w;            /* FACT: W_hh on the device                           */
 } el_type;
 
 /* One sample's value of an element: the type's data. */
@@ -75,11 +80,13 @@ typedef struct link {
     int64_t *keep;
 } link;
 
+static size_t el_floats(const el_type *t);
+
 /* Floats one sample's element of a link takes: the element, then scratch for the op's
  * values (a pruned layer's full pattern; a dense link's CSR values before expansion). */
 static size_t link_floats(const link *L)
 {
-    size_t f = L->type.kind == EL_CSR ? (size_t)L->type.nnz : (size_t)L->type.rows * (size_t)L->type.cols;
+    size_t f = el_floats(&L->type);
     if (L->t == 0 && L->type.kind == EL_DENSE) f += (size_t)L->pattern.nnz;
     if (L->keep) f += (size_t)L->full.nnz;
     return f;
@@ -146,6 +153,7 @@ static size_t el_floats(const el_type *t)
     case EL_VEC: return (size_t)t->rows;
     case EL_CSR: return (size_t)t->nnz;
     case EL_DENSE: return (size_t)t->rows * (size_t)t->cols;
+    case EL_FACT: return (size_t)(t->gates + t->zdiag) * (size_t)t->rows;
     default: return 0;
     }
 }
@@ -158,7 +166,7 @@ static sp_csr csr_view(const el_type *t, float *data)
 
 static const char *kind_name(el_kind k)
 {
-    static const char *names[] = {"none", "I", "vec", "csr", "dense"};
+    static const char *names[] = {"none", "I", "vec", "csr", "dense", "fact"};
     return names[k];
 }
 
@@ -171,6 +179,8 @@ static el_type product_type(const el_type *M, const el_type *X, sp_spgemm_plan *
     if (M->kind == EL_ID) return *X;
     if (M->cols != X->rows)
         sp_fail("bppsa: internal shape mismatch %d×%d · %d×%d", M->rows, M->cols, X->rows, X->cols);
+    if ((M->kind == EL_FACT && X->kind == EL_CSR) || (M->kind == EL_CSR && X->kind == EL_FACT))
+        sp_fail("bppsa: internal: a factored recurrent Jᵀ meets a CSR operand");
     el_type r = {.rows = M->rows, .cols = X->cols};
     double m_entries = M->kind == EL_CSR ? (double)M->nnz : (double)M->rows * M->cols;
     if (X->kind == EL_VEC) {
@@ -302,9 +312,9 @@ static int collect_segments(sp_tape *t, sp_node *loss, sp_node ***out, int **out
     return nseg;
 }
 
-static bool same_chain(const bppsa_state *s, sp_node **nodes, int count)
+static bool same_chain(const bppsa_state *s, sp_node **nodes, int count, bool device)
 {
-    if (!s->sig_ops || s->nnodes != count) return false;
+    if (!s->sig_ops || s->nnodes != count || s->device != device) return false;
     for (int i = 0; i < count; i++) {
         if (s->sig_ops[i] != nodes[i]->op || s->sig_shapes[i][0] != nodes[i]->out.ndim ||
             s->sig_in[i] != sp_tensor_sample_numel(sp_node_x(nodes[i])))
@@ -362,13 +372,17 @@ static void drop_pruned(link *L, sp_node *node)
     L->pattern = p;
 }
 
-static void build_link(link *L, sp_node *node, int t, bool needed)
+static void build_link(link *L, sp_node *node, int t, bool needed, bool device)
 {
     L->node = node;
     L->t = t;
     if (scans_time(node)) {
         int H = node->out.shape[node->out.ndim - 1];
         L->type = (el_type){.kind = EL_DENSE, .rows = H, .cols = H};
+        if (device && node->op->chain_jt_factors) {   /* W_hh once, the diagonals as vectors */
+            L->type.kind = EL_FACT;
+            L->type.gates = node->op->chain_jt_factors(node, 1, NULL, &L->type.zdiag, &L->type.w);
+        }
         return;
     }
     int in = (int)sp_tensor_sample_numel(sp_node_x(node)), out = (int)sp_tensor_sample_numel(&node->out);
@@ -385,9 +399,10 @@ static void build_link(link *L, sp_node *node, int t, bool needed)
     }
 }
 
-static void build_chain(bppsa_state *s, sp_node **nodes, int count, int up_levels)
+static void build_chain(bppsa_state *s, sp_node **nodes, int count, bool device)
 {
     state_clear(s);
+    s->device = device;
     s->nnodes = count;
     s->nodes = sp_xrealloc(s->nodes, (size_t)count * sizeof *s->nodes);
     memcpy(s->nodes, nodes, (size_t)count * sizeof *nodes);
@@ -413,7 +428,8 @@ static void build_chain(bppsa_state *s, sp_node **nodes, int count, int up_level
     for (int i = 0; i < count; i++) {
         s->node_pos[i] = pos + 1;
         int T = scans_time(nodes[i]) ? nodes[i]->op->chain_len(nodes[i]) : 0;
-        for (int t = T ? T : 1; t >= 1; t--, pos++) build_link(&s->links[pos], nodes[i], T ? t : 0, pos + 1 < n);
+        for (int t = T ? T : 1; t >= 1; t--, pos++)
+            build_link(&s->links[pos], nodes[i], T ? t : 0, pos + 1 < n, device);
     }
 }
 
@@ -630,7 +646,8 @@ static const char *fmt_bytes(char *buf, size_t len, size_t bytes)
 static bool same_type(const el_type *a, const el_type *b)
 {
     return a->kind == b->kind && a->rows == b->rows && a->cols == b->cols && a->nnz == b->nnz &&
-           a->indptr == b->indptr && a->indices == b->indices;
+           a->indptr == b->indptr && a->indices == b->indices && a->gates == b->gates && a->zdiag == b->zdiag &&
+           a->w == b->w;
 }
 
 /* Whether plan step k multiplies (run_level makes a task of it for every sample). */
@@ -949,7 +966,8 @@ static float *el_alloc(exec_ctx *c, sp_tape *t, size_t bytes)
 #ifdef SP_HAVE_CUDA
 static sp_bppsa_mat dev_mat(bppsa_state *s, const el_type *t)
 {
-    sp_bppsa_mat m = {.kind = (int)t->kind, .rows = t->rows, .cols = t->cols, .nnz = t->nnz};
+    sp_bppsa_mat m = {.kind = (int)t->kind, .rows = t->rows, .cols = t->cols, .nnz = t->nnz, .gates = t->gates,
+                      .zdiag = t->zdiag, .w = t->w};
     if (t->kind == EL_CSR)
         sp_bppsa_cuda_pattern(s->dev_cache, t->rows, t->nnz, t->indptr, t->indices, &m.indptr, &m.indices);
     return m;
@@ -996,12 +1014,19 @@ static void fill_links_dev(exec_ctx *c, sp_tape *t)
             int T = node->op->chain_len(node), H = s->links[first].type.rows, need = 0;
             while (need < T && first + need + 1 < n) need++;   /* a[n] is never read */
             if (!need) continue;
-            if (!node->op->chain_jt_all) sp_fail("bppsa: op %s has no Jᵀ on the device", node->op->name);
-            size_t HH = (size_t)H * H;
-            float *block = sp_tape_alloc_on(t, SP_CUDA, (size_t)need * B * HH * sizeof(float));
+            const el_type *ty = &s->links[first].type;
+            size_t per = ty->kind == EL_FACT ? el_floats(ty) : (size_t)H * H;
+            float *block = sp_tape_alloc_on(t, SP_CUDA, (size_t)need * B * per * sizeof(float));
             for (int l = 0; l < need; l++)
-                for (int b = 0; b < B; b++) A(c, first + l + 1, b).v = block + ((size_t)l * B + b) * HH;
-            node->op->chain_jt_all(node, T - need + 1, block);
+                for (int b = 0; b < B; b++) A(c, first + l + 1, b).v = block + ((size_t)l * B + b) * per;
+            if (ty->kind == EL_FACT) {
+                bool zd;
+                const float *w;
+                node->op->chain_jt_factors(node, T - need + 1, block, &zd, &w);
+            } else {
+                if (!node->op->chain_jt_all) sp_fail("bppsa: op %s has no Jᵀ on the device", node->op->name);
+                node->op->chain_jt_all(node, T - need + 1, block);
+            }
             continue;
         }
         if (first + 1 >= n) continue;
@@ -1146,7 +1171,8 @@ static void weight_gradients(exec_ctx *c, sp_tape *t)
 /* One segment: the scan gives ∇y of every node from its head's, then G of each (Eq. 2). */
 static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nodes, int count)
 {
-    if (same_chain(s, nodes, count)) {
+    bool device = nodes[0]->out.device != SP_CPU;
+    if (same_chain(s, nodes, count, device)) {
         memcpy(s->nodes, nodes, (size_t)count * sizeof *nodes);
         for (int i = 0; i < s->n; i++) {   /* refresh node pointers of the links */
             int j = 0;
@@ -1154,7 +1180,7 @@ static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nod
             s->links[i].node = nodes[j];
         }
     } else {
-        build_chain(s, nodes, count, e->opts.scan_levels);
+        build_chain(s, nodes, count, device);
         int K = e->opts.scan_levels;
         if (K == SP_SCAN_LEVELS_AUTO) K = auto_levels(s, nodes[0]->out.shape[0]);
         sp_scan_plan_build(&s->plan, s->n, K);
@@ -1162,7 +1188,6 @@ static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nod
     }
     sp_node *head = nodes[0];
     int B = head->out.shape[0], n = s->n;
-    s->device = head->out.device != SP_CPU;
 #ifdef SP_HAVE_CUDA
     if (s->device && !s->dev_cache) s->dev_cache = sp_bppsa_cuda_cache_new();
 #endif

@@ -89,6 +89,36 @@ __global__ void bppsa_dense_csr_kernel(float *const *out, float *const *M, float
     }
 }
 
+/* Entry (i, j) of a factored recurrent Jᵀ: Σ_g W_g[j][i]·v_g[j] (+ z_j on the diagonal),
+ * the CPU chain_jt's arithmetic in its order. */
+__device__ float bppsa_fact_at(const float *W, const float *v, int G, int zd, int H, int i, int j)
+{
+    float s = 0.0f;
+    for (int g = 0; g < G; g++) s += W[((size_t)g * H + j) * H + i] * v[(size_t)g * H + j];
+    return zd && i == j ? s + v[(size_t)G * H + j] : s;
+}
+
+/* out (R × N) = M (R × K) · X (K × N) where M and/or X is factored (mG > 0 / xG > 0:
+ * entries computed on the fly from W_hh and the sample's vectors), the other dense
+ * (row-major; X with N = 1 is a vector). One thread per output entry, j in order. */
+__global__ void bppsa_fact_kernel(float *const *out, float *const *M, float *const *X, const float *mW, int mG,
+                                  int mZ, const float *xW, int xG, int xZ, int R, int K, int N, int count)
+{
+    size_t per = (size_t)R * N, n = per * count;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
+        size_t k = q / per, e = q % per;
+        int i = (int)(e / N), c = (int)(e % N);
+        const float *m = M[k], *x = X[k];
+        float acc = 0.0f;
+        for (int j = 0; j < K; j++) {
+            float a = mG ? bppsa_fact_at(mW, m, mG, mZ, K, i, j) : m[(size_t)i * K + j];
+            float b = xG ? bppsa_fact_at(xW, x, xG, xZ, N, j, c) : x[(size_t)j * N + c];
+            acc += a * b;
+        }
+        out[k][e] = acc;
+    }
+}
+
 /* dense[b] ← CSR values of sample b: one thread per (sample, row). */
 __global__ void bppsa_csr_to_dense_kernel(float *dense, const float *vals, const int32_t *indptr,
                                           const int32_t *indices, int rows, int cols, size_t stride, int B)
@@ -154,6 +184,14 @@ extern "C" int sp_bppsa_cuda_products(sp_tape *t, const sp_bppsa_mat *Mt, const 
     if (Mt->kind == SP_BD_ID || Xt->kind == SP_BD_ID) {
         size_t len = floats_of(Ot);
         bppsa_copy_kernel<<<GRID(len * count, 256)>>>(dO, Xt->kind == SP_BD_ID ? dM : dX, len, count);
+    } else if (Mt->kind == SP_BD_FACT || Xt->kind == SP_BD_FACT) {
+        if (Mt->kind == SP_BD_CSR || Xt->kind == SP_BD_CSR)
+            sp_fail("bppsa (cuda): internal: a factored Jᵀ times a CSR operand");
+        int N = Xt->kind == SP_BD_VEC ? 1 : Xt->cols;
+        bool mf = Mt->kind == SP_BD_FACT, xf = Xt->kind == SP_BD_FACT;
+        bppsa_fact_kernel<<<GRID((size_t)Mt->rows * N * count, 256)>>>(
+            dO, dM, dX, mf ? Mt->w : NULL, mf ? Mt->gates : 0, mf && Mt->zdiag, xf ? Xt->w : NULL,
+            xf ? Xt->gates : 0, xf && Xt->zdiag, Mt->rows, Mt->cols, N, count);
     } else if (Mt->kind == SP_BD_CSR) {   /* · vector or · dense */
         int N = Xt->kind == SP_BD_VEC ? 1 : Xt->cols;
         bppsa_csr_dense_kernel<<<GRID((size_t)Mt->rows * N * count, 256)>>>(dO, dM, dX, Mt->indptr, Mt->indices,

@@ -12,6 +12,7 @@
 #ifndef SP_BPPSA_CUDA_H
 #define SP_BPPSA_CUDA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "core/tape.h"
@@ -21,13 +22,16 @@ extern "C" {
 #endif
 
 /* The element kinds of bppsa.c (el_kind): none, identity, vector, CSR, dense. */
-enum { SP_BD_NONE, SP_BD_ID, SP_BD_VEC, SP_BD_CSR, SP_BD_DENSE };
+enum { SP_BD_NONE, SP_BD_ID, SP_BD_VEC, SP_BD_CSR, SP_BD_DENSE, SP_BD_FACT };
 
 /* An operand's type with its CSR pattern on the device. */
 typedef struct sp_bppsa_mat {
     int kind, rows, cols;
     int64_t nnz;
     const int32_t *indptr, *indices;   /* device */
+    int gates;                         /* FACT: Σ_g W_gᵀ·diag(v_g) (+ diag(z) if zdiag) */
+    bool zdiag;
+    const float *w;                    /* FACT: W_hh, the W_g stacked (device)     */
 } sp_bppsa_mat;
 
 typedef struct sp_bppsa_cache sp_bppsa_cache;

@@ -2,7 +2,8 @@
  * make test-cuda-emu).
  *
  * 1. The Jᵀ routines' device twins (jt_values_all / jt_values of linear, conv2d,
- *    maxpool2d, relu, tanh, sigmoid, flatten; chain_jt_all / chain_jt of rnn and gru)
+ *    maxpool2d, relu, tanh, sigmoid, flatten; chain_jt_all / chain_jt and the factored
+ *    chain_jt_factors of rnn and gru)
  *    against the CPU routines, sample by sample: bitwise where the twin does the CPU's
  *    arithmetic on bitwise-equal saved state; tanh/sigmoid 1e-6 (their y comes from
  *    libdevice on a GPU); rnn/gru 1e-4 of the largest entry (h_t from cuBLAS sums).
@@ -162,6 +163,32 @@ static void compare_chain_jt(sp_layer *cpu, sp_layer *gpu, int B, int T, int C, 
             cr_assert_leq(e, GRAD_TOL, "%s chain_jt_all t %d sample %d: err %.2e", name, t, b, e);
         }
     free(got);
+    /* the factored form (W_hh once, (gates + zdiag)·H floats per step and sample),
+     * expanded here by Σ_g W_g[j][i]·v_g[j] (+ z_j on the diagonal) */
+    cr_assert(yg->op->chain_jt_factors, "%s: no factored Jᵀ", name);
+    bool zd;
+    const float *W;
+    int G = yg->op->chain_jt_factors(yg, t_lo, dev, &zd, &W);
+    cr_assert_eq(G, yg->layer->params[1]->value.shape[0] / H, "%s: %d gates", name, G);
+    cr_assert_eq(W, yg->layer->params[1]->value.data, "%s: W is not W_hh itself", name);
+    size_t per = (size_t)(G + zd) * H;
+    float *v = download_floats(dev, count * per), *w = download_floats(W, (size_t)G * HH), *jt = malloc(HH * sizeof *jt);
+    for (int t = T; t >= t_lo; t--)
+        for (int b = 0; b < B; b++) {
+            const float *vb = v + ((size_t)(T - t) * B + b) * per;
+            for (int i = 0; i < H; i++)
+                for (int j = 0; j < H; j++) {
+                    float e = 0.0f;
+                    for (int g = 0; g < G; g++) e += w[((size_t)g * H + j) * H + i] * vb[(size_t)g * H + j];
+                    jt[(size_t)i * H + j] = zd && i == j ? e + vb[(size_t)G * H + j] : e;
+                }
+            yc->op->chain_jt(yc, b, t, ref);
+            double e = rel_err(jt, ref, HH);
+            cr_assert_leq(e, GRAD_TOL, "%s chain_jt_factors t %d sample %d: err %.2e", name, t, b, e);
+        }
+    free(v);
+    free(w);
+    free(jt);
     int b = B - 1, t = t_lo;
     yg->op->chain_jt(yg, b, t, dev);
     got = download_floats(dev, HH);
