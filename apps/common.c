@@ -743,7 +743,8 @@ void sp_app_check_engine(const sp_app_opts *o, sp_model *m, const sp_tensor *x1,
     if (strcmp(o->backward, "bppsa") != 0 || o->scan_levels < 0) return;
     sp_tape t;
     sp_tape_init(&t);
-    sp_node *loss = sp_model_loss(m, &t, x1, y1);
+    sp_tensor xin = m->nparams ? sp_tape_copy_on(&t, m->params[0]->value.device, x1) : *x1;   /* --device cuda */
+    sp_node *loss = sp_model_loss(m, &t, &xin, y1);
     int n = sp_bppsa_chain_links(loss), full = sp_scan_full_levels(n);
     sp_tape_free(&t);
     if (o->scan_levels > full)

@@ -283,10 +283,13 @@ extern "C" void sp_bppsa_cuda_pattern(sp_bppsa_cache *c, int rows, int64_t nnz, 
     e->nnz = nnz;
     size_t count = (size_t)rows + 1 + (size_t)nnz;
     sp_cuda_check(cudaMalloc((void **)&e->dev, count * sizeof(int32_t)));
-    /* synchronous: the host pattern may be freed once the plan changes */
-    sp_cuda_check(cudaMemcpy(e->dev, indptr, ((size_t)rows + 1) * sizeof(int32_t), cudaMemcpyHostToDevice));
+    /* on the lane's stream, ahead of the kernels that read it (the host pattern lives
+     * until the plan changes, and the reset that precedes that waits for the device) */
+    cudaStream_t st = sp_cuda_stream();
+    sp_cuda_check(cudaMemcpyAsync(e->dev, indptr, ((size_t)rows + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, st));
     if (nnz)
-        sp_cuda_check(cudaMemcpy(e->dev + rows + 1, indices, (size_t)nnz * sizeof(int32_t), cudaMemcpyHostToDevice));
+        sp_cuda_check(cudaMemcpyAsync(e->dev + rows + 1, indices, (size_t)nnz * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, st));
     *d_indptr = e->dev;
     *d_indices = e->dev + rows + 1;
 }
