@@ -699,8 +699,8 @@ static void print_device_plan(const bppsa_state *s)
         total += launches;
         all += bytes;
     }
-    printf("device plan: %d product launches in all, %s of products; Jt built by one launch per op\n", total,
-           fmt_bytes(buf, sizeof buf, all));
+    printf("device plan: %d product launches in all, %s of products; Jt: one launch per op (two where a CSR Jt "
+           "is expanded dense)\n", total, fmt_bytes(buf, sizeof buf, all));
 }
 
 static void print_plan(const bppsa_state *s, bool full)
