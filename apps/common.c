@@ -61,7 +61,7 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .range = "1..64", .scope = SP_SCOPE_RUN},
         {"quiet", SP_FLAG_BOOL, &o->quiet, "no progress output on stderr", .group = G_TRAIN, .scope = SP_SCOPE_RUN},
         {"device", SP_FLAG_STR, &o->device, "where the step runs; cuda needs a make CUDA=1 build, a GPU and "
-         "--backward linear (docs/CUDA.md)", .group = G_TRAIN, .choices = "cpu|cuda", .scope = SP_SCOPE_RUN},
+         "--backward linear or ooo (docs/CUDA.md)", .group = G_TRAIN, .choices = "cpu|cuda", .scope = SP_SCOPE_RUN},
         {"epochs", SP_FLAG_INT, &o->epochs, "training epochs; with --steps, whichever limit comes first",
          .group = G_LOOP, .range = "1..", .scope = SP_SCOPE_LOOP},
         {"lr-schedule", SP_FLAG_STR, &o->lr_schedule, "per-epoch learning rate: constant | step:SIZE:GAMMA | "
@@ -93,7 +93,8 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          "full depth, full, or auto (the plan's cost model picks; docs/BPPSA.md)", .group = G_BPPSA,
          .meta = "N|full|auto", .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
         {"plan", SP_FLAG_BOOL, &o->plan, "print the scan plan's summary and exit without training "
-         "(--plan=full: every step)", .group = G_BPPSA, .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
+         "(--plan=full: every step; with --parallel scan: the cross-rank levels) [needs --backward bppsa or "
+         "--parallel scan]", .group = G_BPPSA, .scope = SP_SCOPE_ENGINE},
         {"plan-svg", SP_FLAG_STR, &o->plan_svg, "draw the scan tree of a short chain to FILE and exit",
          .group = G_BPPSA, .meta = "FILE", .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
         {"order", SP_FLAG_STR, &o->order, "task order of the two lanes", .group = G_OOO,
@@ -104,6 +105,9 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .group = G_OOO, .meta = "BYTES", .range = "0..", .needs = "backward=ooo", .scope = SP_SCOPE_ENGINE},
         {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON (with --backward ooo or --parallel)",
          .group = G_OOO, .meta = "FILE", .scope = SP_SCOPE_ENGINE},
+        {"cuda-graph", SP_FLAG_BOOL, &o->cuda_graph, "capture the steady-state backward as a CUDA Graph once, "
+         "replay it each step (docs/CUDA.md)", .group = G_OOO, .needs = "backward=ooo,device=cuda,!trace",
+         .scope = SP_SCOPE_ENGINE},
         {"parallel", SP_FLAG_STR, &o->parallel, "run the master schedule on the MPI ranks", .group = G_PAR,
          .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|scan", .needs = "backward=linear|ooo",
          .scope = SP_SCOPE_RUN},
@@ -492,6 +496,8 @@ static void check_ranges(sp_app_opts *o)
                     o->scan_levels_arg);
         o->scan_levels = (int)x;
     }
+    if (o->plan && strcmp(o->backward, "bppsa") != 0 && !(o->parallel && strcmp(o->parallel, "scan") == 0))
+        sp_fail("--plan needs --backward bppsa or --parallel scan");
     if (o->trace && strcmp(o->backward, "ooo") != 0 && !o->parallel)
         sp_fail("--trace needs --backward ooo or --parallel");
     /* checkpoint files refused before any data is read or any step is run */
@@ -768,14 +774,19 @@ void sp_app_json_engine(sp_json *j, const sp_app_opts *o, sp_engine *e, bool ran
         if (strcmp(st->order, "reverse-first-k") == 0) sp_json_int(j, "k", st->k);
         sp_json_num(j, "critical_path_ms", 1e3 * st->critical_s);
         sp_json_int(j, "peak_bytes", (long)st->peak_bytes);
+        if (o->cuda_graph) {
+            sp_ooo_device_stats ds = sp_ooo_device_stats_get(e);
+            sp_json_int(j, "graph_captures", ds.graph_captures);
+            sp_json_int(j, "graph_replays", ds.graph_replays);
+        }
     }
 }
 
 void sp_app_use_device(const sp_app_opts *o, sp_model *m)
 {
     if (strcmp(o->device, "cuda") != 0) return;
-    if (strcmp(o->backward, "linear") != 0 && strcmp(o->backward, "bppsa") != 0)
-        sp_fail("--device cuda needs --backward linear (the %s engine runs on the CPU)", o->backward);
+    if (strcmp(o->backward, "linear") != 0 && strcmp(o->backward, "bppsa") != 0 && strcmp(o->backward, "ooo") != 0)
+        sp_fail("--device cuda needs --backward linear, bppsa or ooo (the %s engine runs on the CPU)", o->backward);
     if (o->parallel) sp_fail("--device cuda with --parallel %s: the parallel schedules run on the CPU", o->parallel);
     if (o->resume || o->save_every > 0)
         sp_fail("--device cuda with --%s: resumable checkpoints are written during training from host tensors "
@@ -838,6 +849,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_engine_opts eo = sp_app_engine_opts(o);
     sp_engine *e = sp_engine_create(o->backward, &eo);
+    if (o->cuda_graph) sp_ooo_set_cuda_graph(e, true);
     sp_pruning *pruning = NULL;
     if (o->load) sp_check(sp_prune_load(m, o->load, &pruning));   /* plain or torch-pruned checkpoints */
     else sp_model_init(m, o->seed);   /* --resume overwrites it in sp_train */
@@ -851,7 +863,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
         sp_app_check_engine(o, m, &b.x, b.y);
         sp_loader_free(one);
     }
-    if (o->plan || o->plan_svg) {   /* the plan of the first batch; nothing trains */
+    if ((o->plan || o->plan_svg) && !o->parallel) {   /* the plan of the first batch; nothing trains */
         sp_loader *l = sp_loader_new_sync(train, o->batch, false, o->seed, false);
         sp_batch b;
         if (!sp_loader_next(l, &b)) sp_fail("%s: --plan: the training set is empty", app);
@@ -967,7 +979,22 @@ struct sp_exec *sp_app_exec_new(const sp_app_opts *o, sp_model *m, struct sp_opt
                      .trace_path = o->trace,
                      .ooo = strcmp(o->backward, "ooo") == 0,
                      .k = o->k};
-    return sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
+    struct sp_exec *x = sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
+    if (o->plan) {   /* --parallel scan --plan: the cross-rank levels; nothing trains */
+        if (sp_exec_rank(x) == 0) {
+            int levels = sp_exec_print_plan(x, stdout);
+            sp_json j;
+            sp_json_begin(&j);
+            sp_json_str(&j, "mode", "plan");
+            sp_json_str(&j, "parallel", o->parallel);
+            sp_json_int(&j, "workers", sp_exec_workers(x));
+            sp_json_int(&j, "levels", levels);
+            sp_json_end_print(&j);
+        }
+        sp_app_exec_end(x);
+        exit(0);
+    }
+    return x;
 }
 
 bool sp_app_prints(const struct sp_exec *x) { return !x || sp_exec_rank(x) == 0; }
