@@ -151,6 +151,19 @@ void sp_model_zero_grad(sp_model *m)
     for (int i = 0; i < m->nparams; i++) sp_zero(&m->params[i]->grad);
 }
 
+const char *sp_model_layer_label(const sp_model *m, int i, char *buf, size_t len)
+{
+    const sp_layer *l = m->layers[i];
+    if (l->name[0]) {
+        snprintf(buf, len, "%s", l->name);
+        return buf;
+    }
+    int k = 0;
+    for (int j = 0; j <= i; j++) k += strcmp(m->layers[j]->op->name, l->op->name) == 0;
+    snprintf(buf, len, "%s_%d", l->op->name, k);
+    return buf;
+}
+
 size_t sp_model_numel(const sp_model *m)
 {
     size_t n = 0;

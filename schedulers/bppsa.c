@@ -598,6 +598,17 @@ static const char *fmt_bytes(char *buf, size_t len, size_t bytes)
     return buf;
 }
 
+/* What a[i] (i = 1..n) holds: the Jᵀ of the op sp_node_label names, at time step t for a
+ * recurrent op ("rnn[t=3]"). */
+static const char *link_label(const link *L, char *buf, size_t len)
+{
+    char name[SP_NAME_LEN + 16];
+    sp_node_label(L->node, name, sizeof name);
+    if (scans_time(L->node)) snprintf(buf, len, "%s[t=%d]", name, L->t);
+    else snprintf(buf, len, "%s", name);
+    return buf;
+}
+
 static void print_plan(const bppsa_state *s, bool full)
 {
     const sp_scan_plan *p = &s->plan;
@@ -605,6 +616,12 @@ static void print_plan(const bppsa_state *s, bool full)
     printf("bppsa plan: n = %d links, %d up-sweep levels (full: %d), batch %d\n", s->n, p->up_levels,
            st->full_levels, st->batch);
     if (full) {
+        printf("a[1..%d] = Jt of:", s->n);
+        for (int i = 0; i < s->n; i++) {
+            char name[SP_NAME_LEN + 32];
+            printf(" %s", link_label(&s->links[i], name, sizeof name));
+        }
+        printf("\n");
         printf("%5s %-8s %5s %5s  %-26s %14s %s\n", "level", "kind", "l", "r", "result", "FLOP/sample", "critical");
         for (int k = 0, level_start = 0; k < p->nsteps; k++) {
             const sp_scan_step *sc = &p->steps[k];
@@ -705,9 +722,12 @@ static void draw_plan_svg(const bppsa_state *s, const char *path)
     /* inputs */
     for (int i = 0; i <= n; i++) {
         const char *fill = i == 0 ? "#4caf50" : i == n ? "#ffffff" : s->links[i - 1].type.kind == EL_CSR ? "#2196f3" : "#ff9800";
+        char name[SP_NAME_LEN + 32] = "";
+        if (i > 0) link_label(&s->links[i - 1], name, sizeof name);
         fprintf(f, "<g class=\"input\"><rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\" stroke=\"#333\"%s/>"
-                   "<title>a[%d] = %s</title></g>\n", X(i) - 7, Y(0) - 7, fill, i == n ? " stroke-dasharray=\"2,2\"" : "",
-                i, i == 0 ? "the loss gradient (vector)" : i == n ? "Jt_1 (never read)" : kind_name(s->links[i - 1].type.kind));
+                   "<title>a[%d] = %s%s%s%s</title></g>\n", X(i) - 7, Y(0) - 7, fill, i == n ? " stroke-dasharray=\"2,2\"" : "",
+                i, i == 0 ? "the loss gradient (vector)" : "Jt of ", name, i == 0 ? "" : i == n ? " (never read)" : ", ",
+                i == 0 || i == n ? "" : kind_name(s->links[i - 1].type.kind));
     }
     int carry_pos = -1, carry_row = 0;
     for (int k = 0, level_start = 0; k < p->nsteps; k++) {
@@ -1015,7 +1035,8 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
         sp_node *tail = seg[count - 1];
         scanned[k] = !(count == 1 && !scans_time(tail));
         if (!scanned[k]) {   /* nothing to scan: G and δ of the one op */
-            if (print) printf("bppsa segment %d: %s#%d alone, no scan\n", k, tail->op->name, tail->index);
+            char a[SP_NAME_LEN + 16];
+            if (print) printf("bppsa segment %d: %s alone, no scan\n", k, sp_node_label(tail, a, sizeof a));
             if (!only) sp_node_backward(tail);
             continue;
         }
@@ -1023,8 +1044,11 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
         compute_stats(&E->seg[k], seg[0]->out.shape[0]);
         if (print) {
             if (nseg > 1)
-                printf("bppsa segment %d: %s#%d .. %s#%d (%d ops)\n", k, seg[0]->op->name, seg[0]->index,
-                       tail->op->name, tail->index, count);
+            {
+                char a[SP_NAME_LEN + 16], b[SP_NAME_LEN + 16];
+                printf("bppsa segment %d: %s .. %s (%d ops)\n", k, sp_node_label(seg[0], a, sizeof a),
+                       sp_node_label(tail, b, sizeof b), count);
+            }
             print_plan(&E->seg[k], e->opts.plan_full);
         }
         if (!only) sp_node_backward_inputs(tail);   /* the join: δ into the inputs below the segment */
