@@ -519,7 +519,10 @@ Test(model, summary_of_resnet20)
     fclose(f);
     cr_assert_not_null(strstr(buf, "total: 72 layers, 272186 parameters, 82720000 forward FLOPs per sample (a DAG)"),
                        "%s", buf);
-    cr_assert_not_null(strstr(buf, "add                                  7,2          16x32x32"), "%s", buf);
+    char want[128];
+    snprintf(want, sizeof want, "%-36s %-12s %s", "add_1 (add)", "7,2", "16x32x32");   /* the first block's x + f(x) */
+    cr_assert_not_null(strstr(buf, want), "%s", buf);
+    cr_assert_not_null(strstr(buf, "relu_19 (relu)"), "%s", buf);
     cr_assert_not_null(strstr(buf, "layer2.0.shortcut.0 (conv2d)"), "%s", buf);
     free(buf);
     sp_model_free(m);
