@@ -175,14 +175,10 @@ Test(bppsa, fan_out_and_shared_weights_match_linear)
     sp_layer_free(fc), sp_layer_free(out), sp_layer_free(tanh1), sp_layer_free(add), sp_layer_free(ce);
 }
 
-/* VGG-11's convolutional front (conv1..conv4 with VGG's widths, ReLUs and pools) under
- * the scan, on 3×16×16 inputs. The whole conv stack on 32×32 is out of reach on a CPU:
- * its plan needs ~1.1 TFLOP per sample, 3100× linear BP, because products of conv
- * Jacobians fill in towards dense (docs/BPPSA.md); the front at 32×32 passes too but
- * takes ~100 s and 2 GB, so the suite uses 16×16 (same links, smaller fill-in). */
-Test(bppsa, vgg11_conv_front, .timeout = 600)
+/* VGG-11's first four convolutions (3 input channels, widths 64–256, pools after 1, 2
+ * and 4) and a classifier, for side × side inputs, initialised from seed 12. */
+static sp_model *vgg11_front(int side)
 {
-    sp_set_threads(2);
     sp_model *m = sp_model_new("vgg11-front");
     static const int widths[4] = {64, 128, 256, 256}, pool_after[4] = {1, 1, 0, 1};
     int cin = 3;
@@ -195,8 +191,20 @@ Test(bppsa, vgg11_conv_front, .timeout = 600)
         cin = widths[i];
     }
     sp_model_add(m, sp_flatten());
-    sp_model_add(m, sp_linear("fc", 256 * 2 * 2, 10));
+    sp_model_add(m, sp_linear("fc", 256 * (side / 8) * (side / 8), 10));
     sp_model_init(m, 12);
+    return m;
+}
+
+/* VGG-11's convolutional front (conv1..conv4 with VGG's widths, ReLUs and pools) under
+ * the scan, on 3×16×16 inputs. The whole conv stack on 32×32 is out of reach on a CPU:
+ * its plan needs ~1.1 TFLOP per sample, 3100× linear BP, because products of conv
+ * Jacobians fill in towards dense (docs/BPPSA.md); the front at 32×32 passes too but
+ * takes ~100 s and 2 GB, so the suite uses 16×16 (same links, smaller fill-in). */
+Test(bppsa, vgg11_conv_front, .timeout = 600)
+{
+    sp_set_threads(2);
+    sp_model *m = vgg11_front(16);
     sp_tensor x = input(4, (int[]){2, 3, 16, 16}, 13);
     int y[2] = {4, 7};
     double w = compare(m, &x, y, -1);
@@ -477,20 +485,7 @@ Test(bppsa, pruned_lenet_and_vgg_front)
     sp_tensor_free(&x);
     sp_model_free(m);
 
-    m = sp_model_new("vgg11-front");
-    static const int widths[4] = {64, 128, 256, 256}, pool_after[4] = {1, 1, 0, 1};
-    int cin = 3;
-    for (int i = 0; i < 4; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "conv%d", i + 1);
-        sp_model_add(m, sp_conv2d(name, cin, widths[i], 3, 1, 1));
-        sp_model_add(m, sp_relu());
-        if (pool_after[i]) sp_model_add(m, sp_maxpool2d(2, 2, 0));
-        cin = widths[i];
-    }
-    sp_model_add(m, sp_flatten());
-    sp_model_add(m, sp_linear("fc", 256 * 1 * 1, 10));
-    sp_model_init(m, 12);
+    m = vgg11_front(8);
     p = sp_prune_magnitude(m, NULL, 0.97, SP_PRUNE_LAYER);
     x = input(4, (int[]){2, 3, 8, 8}, 13);
     int y2[2] = {4, 7};

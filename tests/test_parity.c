@@ -54,19 +54,6 @@ static const char *script(const char *name, char *buf, size_t len)
     return buf;
 }
 
-/* Runs cmd (stderr passes through); returns its exit status, the last stdout line in `last`. */
-static int run(const char *cmd, char *last, size_t len)
-{
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p, "popen %s", cmd);
-    char line[8192];
-    if (last) last[0] = 0;
-    while (fgets(line, sizeof line, p))
-        if (last) snprintf(last, len, "%s", line);
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void make_workdir(char *dir, size_t len)
 {
     snprintf(dir, len, "%s/parity_XXXXXX", tu_tmpdir());   /* tu_tmpdir goes at exit, pass or fail */
@@ -87,7 +74,7 @@ static bool torch_side(const char *what, const char *cmd)
         cr_log_warn("skipped: parity %s: %s not found (apt-get install python3-torch)", what, PY);
         return false;
     }
-    int st = run(cmd, NULL, 0);
+    int st = tu_run_last(cmd, NULL, 0);
     if (st == SKIP) {
         cr_log_warn("skipped: parity %s: %s cannot import torch (apt-get install python3-torch)", what, PY);
         return false;
@@ -102,15 +89,6 @@ static bool have_fashion_mnist(const char *what)
         return true;
     cr_log_warn("skipped: parity %s: %s not installed (apt-get install dataset-fashion-mnist)", what, FMNIST);
     return false;
-}
-
-static double json_num(const char *json, const char *key)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    const char *p = strstr(json, pat);
-    cr_assert_not_null(p, "key %s missing in %s", key, json);
-    return strtod(p + strlen(pat), NULL);
 }
 
 static float *read_tensor(const sp_st_file *f, const sp_st_tensor *t, int shape[SP_ST_MAX_DIMS])
@@ -163,7 +141,7 @@ static void compare(const char *what, const char *got_path, const char *exp_path
     }
     const char *loss_s = sp_st_metadata(exp, "last_loss"), *cond_s = sp_st_metadata(exp, "f32_vs_f64");
     cr_assert_not_null(loss_s, "%s: no last_loss in %s", what, exp_path);
-    double loss_t = strtod(loss_s, NULL), loss = json_num(json, "last_loss");
+    double loss_t = strtod(loss_s, NULL), loss = tu_json_num(json, "last_loss");
     cr_expect_leq(fabs(loss - loss_t), TOL * fabs(loss_t), "%s: last loss %.9g, PyTorch %.9g", what, loss, loss_t);
     if (cond_s)
         cr_expect_leq(strtod(cond_s, NULL), TOL / 10,
@@ -212,7 +190,7 @@ static void check_app(const char *app, const char *dir, const char *common, cons
                      "--weight-decay %s --backward %s",
                      bin(app, exe, sizeof exe), common, init, got, runs[k].optim, runs[k].lr, mom,
                      runs[k].weight_decay, engines[e]);
-            cr_assert_eq(run(cmd, json, sizeof json), 0, "%s failed: %s", what, cmd);
+            cr_assert_eq(tu_run_last(cmd, json, sizeof json), 0, "%s failed: %s", what, cmd);
             compare(what, got, exp, init, json);
         }
 }
@@ -304,8 +282,8 @@ Test(parity, resnet20, .timeout = 900)
         sp_st_close(f);
         snprintf(cmd, sizeof cmd, "%s --data %s/data --eval-only --load %s/got-0-linear.safetensors",
                  bin("resnet", exe, sizeof exe), dir, dir);
-        cr_assert_eq(run(cmd, json, sizeof json), 0, "%s", cmd);
-        double got = json_num(json, "test_loss");
+        cr_assert_eq(tu_run_last(cmd, json, sizeof json), 0, "%s", cmd);
+        double got = tu_json_num(json, "test_loss");
         cr_expect_leq(fabs(got - want), TOL * fabs(want), "resnet20 eval-mode test loss %.9g, PyTorch %.9g", got,
                       want);
     }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/wait.h>
+#include "tests/testutil.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
 
@@ -28,16 +29,6 @@ static void remove_dir(void)
 }
 
 TestSuite(resume, .init = make_dir, .fini = remove_dir);
-
-static const char *bin(const char *app)
-{
-    static char path[4][256];
-    static int k;
-    const char *b = getenv("BUILD");
-    k = (k + 1) % 4;
-    snprintf(path[k], sizeof path[k], "%s/%s", b ? b : "build", app);
-    return path[k];
-}
 
 /* Runs cmd (stderr into err if given, else discarded); exit status, last stdout line. */
 static int run(const char *cmd, char *last, size_t len, char *err, size_t errlen)
@@ -61,21 +52,6 @@ static int run(const char *cmd, char *last, size_t len, char *err, size_t errlen
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* Drop the keys that measure time (and "seconds"); the rest must match exactly. */
-static void strip_timings(char *json)
-{
-    static const char *keys[] = {"images_per_s", "seconds", "forward_ms", "backward_ms", "step_ms"};
-    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
-        char pat[64];
-        snprintf(pat, sizeof pat, ", \"%s\": ", keys[k]);
-        char *p = strstr(json, pat);
-        if (!p) continue;
-        char *end = p + strlen(pat);
-        while (*end && *end != ',' && *end != '}') end++;
-        memmove(p, end, strlen(end) + 1);
-    }
-}
-
 static bool same_file(const char *a, const char *b)
 {
     char cmd[512];
@@ -89,20 +65,20 @@ static bool same_file(const char *a, const char *b)
 static void check_resume(const char *app, const char *args, int stop, int total, int every)
 {
     char cmd[2048], full[8192], resumed[8192], part[8192];
-    snprintf(cmd, sizeof cmd, "%s --quiet %s --steps %d --save-every %d --save %s/full.st", bin(app), args, total,
+    snprintf(cmd, sizeof cmd, "%s --quiet %s --steps %d --save-every %d --save %s/full.st", tu_bin(app), args, total,
              every, dir);
     cr_assert_eq(run(cmd, full, sizeof full, NULL, 0), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s --quiet %s --steps %d --save-every %d --save %s/part.st", bin(app), args, stop,
+    snprintf(cmd, sizeof cmd, "%s --quiet %s --steps %d --save-every %d --save %s/part.st", tu_bin(app), args, stop,
              every, dir);
     cr_assert_eq(run(cmd, part, sizeof part, NULL, 0), 0, "%s", cmd);
     cr_assert_not(same_file("full.st", "part.st"), "the stopped run already ended where the full one ends");
     snprintf(cmd, sizeof cmd, "%s --quiet %s --steps %d --resume %s/part.st --save-every %d --save %s/resumed.st",
-             bin(app), args, total, dir, every, dir);
+             tu_bin(app), args, total, dir, every, dir);
     cr_assert_eq(run(cmd, resumed, sizeof resumed, NULL, 0), 0, "%s", cmd);
     cr_assert(same_file("full.st", "resumed.st"), "%s %s: resumed at step %d, the final checkpoint differs from "
               "the uninterrupted run's", app, args, stop);
-    strip_timings(full);
-    strip_timings(resumed);
+    tu_strip_timings(full);
+    tu_strip_timings(resumed);
     cr_assert_str_eq(resumed, full, "%s %s: resumed at step %d", app, args, stop);
 }
 
@@ -161,31 +137,31 @@ Test(resume, refuses_other_settings_and_plain_checkpoints)
 {
     char cmd[2048];
     const char *a = "--quiet --seq-len 20 --samples 64 --batch 16 --hidden 8";
-    snprintf(cmd, sizeof cmd, "%s %s --steps 3 --save-every 2 --save %s/r.st", bin("rnn"), a, dir);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 3 --save-every 2 --save %s/r.st", tu_bin("rnn"), a, dir);
     cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0);
-    snprintf(cmd, sizeof cmd, "%s %s --steps 3 --save %s/plain.st", bin("rnn"), a, dir);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 3 --save %s/plain.st", tu_bin("rnn"), a, dir);
     cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0);
 
-    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --batch 8", bin("rnn"), a, dir);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --batch 8", tu_bin("rnn"), a, dir);
     expect_refused(cmd, "saved with --batch 16, this run has --batch 8");
-    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --optim sgd", bin("rnn"), a, dir);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --optim sgd", tu_bin("rnn"), a, dir);
     expect_refused(cmd, "saved with --optim adam, this run has --optim sgd");
-    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --lr 0.5", bin("rnn"), a, dir);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --lr 0.5", tu_bin("rnn"), a, dir);
     expect_refused(cmd, "--lr");
-    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --seed 9", bin("rnn"), a, dir);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --seed 9", tu_bin("rnn"), a, dir);
     expect_refused(cmd, "--seed");
-    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/plain.st", bin("rnn"), a, dir);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/plain.st", tu_bin("rnn"), a, dir);
     expect_refused(cmd, "not a resumable checkpoint");
-    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --hidden 9", bin("rnn"), a, dir);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --hidden 9", tu_bin("rnn"), a, dir);
     expect_refused(cmd, "r.st");
-    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --save-every 2", bin("rnn"), a);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --save-every 2", tu_bin("rnn"), a);
     expect_refused(cmd, "--save-every needs --save");
-    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --load %s/r.st", bin("rnn"), a, dir, dir);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --load %s/r.st", tu_bin("rnn"), a, dir, dir);
     expect_refused(cmd, "--resume does not apply with --load");
-    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/missing.st", bin("rnn"), a, dir);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/missing.st", tu_bin("rnn"), a, dir);
     expect_refused(cmd, "missing.st");
 
     /* a resumable checkpoint is still an ordinary weights file for --load */
-    snprintf(cmd, sizeof cmd, "%s %s --steps 1 --load %s/r.st", bin("rnn"), a, dir);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 1 --load %s/r.st", tu_bin("rnn"), a, dir);
     cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0, "--load of a resumable checkpoint failed");
 }

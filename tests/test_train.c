@@ -18,61 +18,14 @@
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
 
-static const char *bin(const char *app)
-{
-    static char path[4][256];
-    static int k;
-    const char *b = getenv("BUILD");
-    k = (k + 1) % 4;
-    snprintf(path[k], sizeof path[k], "%s/%s", b ? b : "build", app);
-    return path[k];
-}
-
-/* Runs a command; returns its exit status and the last stdout line in `last`. */
-static int run(const char *cmd, char *last, size_t len)
-{
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p, "popen %s", cmd);
-    char line[8192];
-    if (last) last[0] = 0;
-    while (fgets(line, sizeof line, p))
-        if (last) snprintf(last, len, "%s", line);
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static double json_num(const char *json, const char *key)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    const char *p = strstr(json, pat);
-    cr_assert_not_null(p, "key %s missing in %s", key, json);
-    return strtod(p + strlen(pat), NULL);
-}
-
-/* Drop the keys that measure time; everything else must be identical. */
-static void strip_timings(char *json)
-{
-    static const char *keys[] = {"images_per_s", "seconds", "forward_ms", "backward_ms", "step_ms"};
-    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
-        char pat[64];
-        snprintf(pat, sizeof pat, ", \"%s\": ", keys[k]);
-        char *p = strstr(json, pat);
-        if (!p) continue;
-        char *end = p + strlen(pat);
-        while (*end && *end != ',' && *end != '}') end++;
-        memmove(p, end, strlen(end) + 1);
-    }
-}
-
 Test(train, demo_loss_goes_down)
 {
     char out[8192];
     for (int i = 0; i < 2; i++) {
         char cmd[512];
-        snprintf(cmd, sizeof cmd, "%s --quiet --backward %s", bin("demo"), i ? "bppsa" : "linear");
-        cr_assert_eq(run(cmd, out, sizeof out), 0);
-        double first = json_num(out, "first_loss"), last = json_num(out, "last_loss");
+        snprintf(cmd, sizeof cmd, "%s --quiet --backward %s", tu_bin("demo"), i ? "bppsa" : "linear");
+        cr_assert_eq(tu_run_last(cmd, out, sizeof out), 0);
+        double first = tu_json_num(out, "first_loss"), last = tu_json_num(out, "last_loss");
         cr_assert_lt(last, 0.1 * first, "loss %g -> %g did not fall by 10x", first, last);
     }
 }
@@ -80,15 +33,15 @@ Test(train, demo_loss_goes_down)
 Test(train, same_seed_same_bits_and_other_seed_differs)
 {
     char a[8192], b[8192], c[8192], cmd[512];
-    snprintf(cmd, sizeof cmd, "%s --quiet --steps 12 --batch 16 --seed 5 --seq-len 50 --samples 256", bin("rnn"));
-    cr_assert_eq(run(cmd, a, sizeof a), 0);
-    cr_assert_eq(run(cmd, b, sizeof b), 0);
-    strip_timings(a);
-    strip_timings(b);
+    snprintf(cmd, sizeof cmd, "%s --quiet --steps 12 --batch 16 --seed 5 --seq-len 50 --samples 256", tu_bin("rnn"));
+    cr_assert_eq(tu_run_last(cmd, a, sizeof a), 0);
+    cr_assert_eq(tu_run_last(cmd, b, sizeof b), 0);
+    tu_strip_timings(a);
+    tu_strip_timings(b);
     cr_assert_str_eq(a, b, "two runs with the same seed differ");
-    snprintf(cmd, sizeof cmd, "%s --quiet --steps 12 --batch 16 --seed 6 --seq-len 50 --samples 256", bin("rnn"));
-    cr_assert_eq(run(cmd, c, sizeof c), 0);
-    strip_timings(c);
+    snprintf(cmd, sizeof cmd, "%s --quiet --steps 12 --batch 16 --seed 6 --seq-len 50 --samples 256", tu_bin("rnn"));
+    cr_assert_eq(tu_run_last(cmd, c, sizeof c), 0);
+    tu_strip_timings(c);
     cr_assert_str_neq(a, c, "a different seed gave the same run");
 }
 
@@ -99,11 +52,11 @@ Test(train, lenet_deterministic_json)
         return;
     }
     char a[8192], b[8192], cmd[512];
-    snprintf(cmd, sizeof cmd, "%s --quiet --steps 15 --threads 2 --seed 11", bin("lenet"));
-    cr_assert_eq(run(cmd, a, sizeof a), 0);
-    cr_assert_eq(run(cmd, b, sizeof b), 0);
-    strip_timings(a);
-    strip_timings(b);
+    snprintf(cmd, sizeof cmd, "%s --quiet --steps 15 --threads 2 --seed 11", tu_bin("lenet"));
+    cr_assert_eq(tu_run_last(cmd, a, sizeof a), 0);
+    cr_assert_eq(tu_run_last(cmd, b, sizeof b), 0);
+    tu_strip_timings(a);
+    tu_strip_timings(b);
     cr_assert_str_eq(a, b);
 }
 
@@ -114,13 +67,13 @@ Test(train, bad_flags_exit_2_with_one_line)
                          "--momentum 1.5", "--lr-schedule cosine:x", "--device cuda", "--device tpu"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char cmd[512], err[8192];
-        snprintf(cmd, sizeof cmd, "%s %s --steps 1 --quiet 2>&1 >/dev/null | head -c 4000", bin("lenet"), bad[i]);
+        snprintf(cmd, sizeof cmd, "%s %s --steps 1 --quiet 2>&1 >/dev/null | head -c 4000", tu_bin("lenet"), bad[i]);
         FILE *p = popen(cmd, "r");
         size_t n = fread(err, 1, sizeof err - 1, p);
         err[n] = 0;
         pclose(p);
-        snprintf(cmd, sizeof cmd, "%s %s --steps 1 --quiet >/dev/null 2>&1", bin("lenet"), bad[i]);
-        cr_assert_eq(run(cmd, NULL, 0), 2, "'%s' should exit 2", bad[i]);
+        snprintf(cmd, sizeof cmd, "%s %s --steps 1 --quiet >/dev/null 2>&1", tu_bin("lenet"), bad[i]);
+        cr_assert_eq(tu_run_last(cmd, NULL, 0), 2, "'%s' should exit 2", bad[i]);
         cr_assert(strncmp(err, "scanprop: ", 10) == 0, "'%s': message '%s'", bad[i], err);
         cr_assert_eq(strchr(err, '\n'), err + n - 1, "'%s': expected exactly one line, got '%s'", bad[i], err);
     }
@@ -130,21 +83,21 @@ Test(train, save_is_atomic_and_bad_checkpoint_keeps_the_old_one)
 {
     char dir[4200], cmd[20000], out[8192];
     snprintf(dir, sizeof dir, "%s", tu_tmpdir());   /* removed at exit, pass or fail */
-    snprintf(cmd, sizeof cmd, "%s --quiet --steps 3 --seq-len 20 --samples 64 --save %s/w.safetensors", bin("rnn"), dir);
-    cr_assert_eq(run(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "%s --quiet --steps 3 --seq-len 20 --samples 64 --save %s/w.safetensors", tu_bin("rnn"), dir);
+    cr_assert_eq(tu_run_last(cmd, out, sizeof out), 0);
     /* a gru checkpoint cannot load into the rnn: exit 2, and --save does not run */
-    snprintf(cmd, sizeof cmd, "%s --quiet --steps 1 --shape S --samples 16 --save %s/g.safetensors", bin("gru"), dir);
-    cr_assert_eq(run(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "%s --quiet --steps 1 --shape S --samples 16 --save %s/g.safetensors", tu_bin("gru"), dir);
+    cr_assert_eq(tu_run_last(cmd, out, sizeof out), 0);
     snprintf(cmd, sizeof cmd, "cmp -s %s/w.safetensors %s/w.bak || cp %s/w.safetensors %s/w.bak", dir, dir, dir, dir);
-    cr_assert_eq(run(cmd, NULL, 0), 0);
+    cr_assert_eq(tu_run_last(cmd, NULL, 0), 0);
     snprintf(cmd, sizeof cmd, "%s --quiet --steps 1 --seq-len 20 --samples 64 --load %s/g.safetensors --save %s/w.safetensors 2>/dev/null",
-             bin("rnn"), dir, dir);
-    cr_assert_eq(run(cmd, NULL, 0), 2);
+             tu_bin("rnn"), dir, dir);
+    cr_assert_eq(tu_run_last(cmd, NULL, 0), 2);
     snprintf(cmd, sizeof cmd, "cmp -s %s/w.safetensors %s/w.bak", dir, dir);
-    cr_assert_eq(run(cmd, NULL, 0), 0, "the old checkpoint was changed");
+    cr_assert_eq(tu_run_last(cmd, NULL, 0), 0, "the old checkpoint was changed");
     /* and it loads back into the rnn */
-    snprintf(cmd, sizeof cmd, "%s --quiet --steps 1 --seq-len 20 --samples 64 --load %s/w.safetensors", bin("rnn"), dir);
-    cr_assert_eq(run(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "%s --quiet --steps 1 --seq-len 20 --samples 64 --load %s/w.safetensors", tu_bin("rnn"), dir);
+    cr_assert_eq(tu_run_last(cmd, out, sizeof out), 0);
 }
 
 /* Figure 6 of the BPPSA paper: training LeNet-5 with the scan gives the same curve as
@@ -206,9 +159,9 @@ Test(train, lenet_fashion_mnist_one_epoch_accuracy, .timeout = 900)
         return;
     }
     char out[8192], cmd[512];
-    snprintf(cmd, sizeof cmd, "%s --quiet --epochs 1 --threads 2", bin("lenet"));
-    cr_assert_eq(run(cmd, out, sizeof out), 0);
-    double acc = json_num(out, "test_acc");
+    snprintf(cmd, sizeof cmd, "%s --quiet --epochs 1 --threads 2", tu_bin("lenet"));
+    cr_assert_eq(tu_run_last(cmd, out, sizeof out), 0);
+    double acc = tu_json_num(out, "test_acc");
     cr_log_info("lenet 1 epoch: test accuracy %.4f", acc);
     cr_assert_geq(acc, 0.78, "test accuracy %.4f after one epoch (PyTorch, same recipe: 0.80)", acc);
 }
@@ -256,18 +209,18 @@ Test(train, eval_only_reproduces_the_test_numbers)
     }
     char a[8192], b[8192], cmd[1024], ck[300];
     snprintf(ck, sizeof ck, "%s/eval_only.safetensors", tu_tmpdir());
-    snprintf(cmd, sizeof cmd, "%s --quiet --steps 8 --seed 3 --save %s", bin("lenet"), ck);
-    cr_assert_eq(run(cmd, a, sizeof a), 0);
-    cr_assert_eq(json_num(a, "seed"), 3);
-    cr_assert_eq(json_num(a, "lr"), 0.01);
+    snprintf(cmd, sizeof cmd, "%s --quiet --steps 8 --seed 3 --save %s", tu_bin("lenet"), ck);
+    cr_assert_eq(tu_run_last(cmd, a, sizeof a), 0);
+    cr_assert_eq(tu_json_num(a, "seed"), 3);
+    cr_assert_eq(tu_json_num(a, "lr"), 0.01);
     cr_assert_not_null(strstr(a, "\"optim\": \"sgd\""));
     cr_assert_not_null(strstr(a, "\"dataset\": \""));
-    snprintf(cmd, sizeof cmd, "%s --eval-only --load %s", bin("lenet"), ck);
-    cr_assert_eq(run(cmd, b, sizeof b), 0);
+    snprintf(cmd, sizeof cmd, "%s --eval-only --load %s", tu_bin("lenet"), ck);
+    cr_assert_eq(tu_run_last(cmd, b, sizeof b), 0);
     cr_assert_not_null(strstr(b, "\"mode\": \"eval-only\""), "%s", b);
-    cr_assert_eq(json_num(a, "test_acc"), json_num(b, "test_acc"));
-    cr_assert_eq(json_num(a, "test_loss"), json_num(b, "test_loss"));
-    snprintf(cmd, sizeof cmd, "%s --eval-only >/dev/null 2>&1", bin("lenet"));
-    cr_assert_eq(run(cmd, NULL, 0), 2, "--eval-only without --load");
+    cr_assert_eq(tu_json_num(a, "test_acc"), tu_json_num(b, "test_acc"));
+    cr_assert_eq(tu_json_num(a, "test_loss"), tu_json_num(b, "test_loss"));
+    snprintf(cmd, sizeof cmd, "%s --eval-only >/dev/null 2>&1", tu_bin("lenet"));
+    cr_assert_eq(tu_run_last(cmd, NULL, 0), 2, "--eval-only without --load");
     remove(ck);
 }

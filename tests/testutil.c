@@ -162,6 +162,41 @@ void tu_expect_error(const char *text)
     tu_capture_stderr();
 }
 
+int tu_run_last(const char *cmd, char *last, size_t len)
+{
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p, "popen %s", cmd);
+    char line[8192];
+    if (last) last[0] = 0;
+    while (fgets(line, sizeof line, p))
+        if (last) snprintf(last, len, "%s", line);
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+double tu_json_num(const char *json, const char *key)
+{
+    char pat[128];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(json, pat);
+    cr_assert_not_null(p, "key %s missing in %s", key, json);
+    return strtod(p + strlen(pat), NULL);
+}
+
+void tu_strip_timings(char *json)
+{
+    static const char *keys[] = {"images_per_s", "seconds", "forward_ms", "backward_ms", "step_ms"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        char pat[64];
+        snprintf(pat, sizeof pat, ", \"%s\": ", keys[k]);
+        char *p = strstr(json, pat);
+        if (!p) continue;
+        char *end = p + strlen(pat);
+        while (*end && *end != ',' && *end != '}') end++;
+        memmove(p, end, strlen(end) + 1);
+    }
+}
+
 int tu_run(const char *cmd, char *out, size_t outlen, char *err, size_t errlen)
 {
     static int seq;

@@ -78,5 +78,13 @@ void tu_expect_error(const char *text);
 int tu_run(const char *cmd, char *out, size_t outlen, char *err, size_t errlen);
 /* The path of a built binary: $BUILD/name (default build/name); up to 8 live at once. */
 const char *tu_bin(const char *name);
+/* Runs `cmd` with popen, stderr passing through; the last stdout line goes to `last`
+ * (if not NULL). Returns the exit status, or -1 if it did not exit. */
+int tu_run_last(const char *cmd, char *last, size_t len);
+/* The number after `"key": ` in an app's JSON line; the test fails if the key is missing. */
+double tu_json_num(const char *json, const char *key);
+/* Removes the keys that measure time (images_per_s, seconds, forward_ms, backward_ms,
+ * step_ms) from a JSON line, so two runs' lines can be compared byte for byte. */
+void tu_strip_timings(char *json);
 
 #endif

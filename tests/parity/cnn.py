@@ -36,48 +36,21 @@ except ImportError as e:   # exit 77: tests/test_parity.c reports the test as sk
     print(f"cnn.py: {e} (the parity tests need Debian's python3-torch)", file=sys.stderr)
     sys.exit(77)
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+sys.path.insert(0, os.path.join(here, "..", "..", "python"))
 import st  # noqa: E402
+import scanprop_torch as sp  # noqa: E402
 
 
-class LeNet(nn.Module):
-    """apps/models.c sp_zoo_lenet(1, 28)."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 6, 5, padding=2)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1 = nn.Linear(16 * 5 * 5, 120)
-        self.fc2 = nn.Linear(120, 84)
-        self.fc3 = nn.Linear(84, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
-        x = F.relu(self.fc2(x))
-        return self.fc3(x)
+def LeNet():
+    """apps/models.c sp_zoo_lenet(1, 28), as the project's python module defines it."""
+    return sp.zoo("lenet", in_channels=1)
 
 
-class VGG11(nn.Module):
+def VGG11():
     """apps/models.c sp_zoo_vgg11(1, 10): config A, no batch norm, 32×32 inputs."""
-    WIDTHS = (64, 128, 256, 256, 512, 512, 512, 512)
-    POOL_AFTER = (True, True, False, True, False, True, False, True)
-
-    def __init__(self, cin=1, classes=10):
-        super().__init__()
-        for i, w in enumerate(self.WIDTHS):
-            setattr(self, f"conv{i + 1}", nn.Conv2d(cin, w, 3, padding=1))
-            cin = w
-        self.fc = nn.Linear(512, classes)
-
-    def forward(self, x):
-        for i, pool in enumerate(self.POOL_AFTER):
-            x = F.relu(getattr(self, f"conv{i + 1}")(x))
-            if pool:
-                x = F.max_pool2d(x, 2)
-        return self.fc(torch.flatten(x, 1))
+    return sp.zoo("vgg11", in_channels=1)
 
 
 def idx_path(data, prefix, kind):
