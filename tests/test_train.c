@@ -171,10 +171,10 @@ Test(train, lenet_fashion_mnist_one_epoch_accuracy, .timeout = 900)
 Test(train, rnn_defaults_one_epoch_accuracy, .timeout = 600)
 {
     char out[8192], cmd[512];
-    snprintf(cmd, sizeof cmd, "%s --quiet --epochs 1 --threads 2", bin("rnn"));
-    cr_assert_eq(run(cmd, out, sizeof out), 0);
-    cr_assert_eq(json_num(out, "steps"), 6000, "the defaults changed: %s", out);
-    double acc = json_num(out, "test_acc");
+    snprintf(cmd, sizeof cmd, "%s --quiet --epochs 1 --threads 2", tu_bin("rnn"));
+    cr_assert_eq(tu_run_last(cmd, out, sizeof out), 0);
+    cr_assert_eq(tu_json_num(out, "steps"), 6000, "the defaults changed: %s", out);
+    double acc = tu_json_num(out, "test_acc");
     cr_log_info("rnn 1 epoch, defaults: test accuracy %.4f", acc);
     cr_assert_geq(acc, 0.5, "test accuracy %.4f after one epoch with the defaults (seed 1 reached 0.554)", acc);
 }
@@ -192,10 +192,10 @@ Test(train, resnet20_fashion_mnist_one_epoch_accuracy, .timeout = 3600)
         return;
     }
     char out[8192], cmd[512];
-    snprintf(cmd, sizeof cmd, "%s --quiet --epochs 1 --threads 2", bin("resnet"));
-    cr_assert_eq(run(cmd, out, sizeof out), 0);
-    double acc = json_num(out, "test_acc");
-    cr_log_info("resnet20 1 epoch: test accuracy %.4f in %.0f s", acc, json_num(out, "seconds"));
+    snprintf(cmd, sizeof cmd, "%s --quiet --epochs 1 --threads 2", tu_bin("resnet"));
+    cr_assert_eq(tu_run_last(cmd, out, sizeof out), 0);
+    double acc = tu_json_num(out, "test_acc");
+    cr_log_info("resnet20 1 epoch: test accuracy %.4f in %.0f s", acc, tu_json_num(out, "seconds"));
     cr_assert_geq(acc, 0.85, "test accuracy %.4f after one epoch", acc);
 }
 
