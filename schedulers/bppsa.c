@@ -697,7 +697,8 @@ static void draw_plan_svg(const bppsa_state *s, const char *path)
     FILE *f = fopen(path, "w");
     if (!f) sp_fail("--plan-svg %s: cannot open for writing", path);
     int colw = n > 40 ? 22 : 40, rowh = 46, left = 110, top = 70;
-    int rows = p->nlevels + 1, width = left + (n + 1) * colw + 30, height = top + rows * rowh + 90;
+    int names_h = 90;   /* each column's op, rotated, under the tree */
+    int rows = p->nlevels + 1, width = left + (n + 1) * colw + 30, height = top + rows * rowh + names_h + 90;
     if (width < 1040) width = 1040;
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
@@ -779,11 +780,27 @@ static void draw_plan_svg(const bppsa_state *s, const char *path)
         if (st->kind == SP_SCAN_IDENTITY)
             fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"10\">I</text>\n", X(st->r), Y(row) + 4);
     }
+    /* which op's Jt each column starts with (a[0]: the loss gradient) */
+    fprintf(f, "<text x=\"10\" y=\"%d\">Jt of</text>\n", top + rows * rowh + 12);
+    for (int i = 0; i <= n; i++) {
+        char name[SP_NAME_LEN + 32] = "(∇l)";
+        if (i > 0) link_label(&s->links[i - 1], name, sizeof name);
+        int x = X(i) - 3, y = top + rows * rowh + 6;
+        fprintf(f, "<text class=\"op\" x=\"%d\" y=\"%d\" transform=\"rotate(50 %d %d)\" font-size=\"10\" fill=\"#333\">",
+                x, y, x, y);
+        for (const char *c = name; *c; c++) {   /* names come from C code: escape XML */
+            if (*c == '<') fputs("&lt;", f);
+            else if (*c == '>') fputs("&gt;", f);
+            else if (*c == '&') fputs("&amp;", f);
+            else fputc(*c, f);
+        }
+        fprintf(f, "</text>\n");
+    }
     /* legend */
     static const struct { const char *fill, *text; } legend[] = {
         {"#4caf50", "vector (matrix-vector product)"}, {"#2196f3", "sparse matrix (CSR)"},
         {"#ff9800", "dense matrix"}, {"#dddddd", "move (product with I)"}, {"#ffffff", "identity / skipped"}};
-    int ly = top + rows * rowh + 20;
+    int ly = top + rows * rowh + names_h + 20;
     for (int i = 0; i < 5; i++) {
         int lx = 10 + i * 200;
         fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"7\" fill=\"%s\" stroke=\"#333\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
