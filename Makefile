@@ -229,6 +229,7 @@ test-cuda-emu:
 
 # On a GPU machine: scanprop's step next to PyTorch's on the GPU (docs/CUDA.md).
 bench-cuda:
+	@./bench/cuda.sh --check
 	$(MAKE) CUDA=1 BUILD=build-cuda all
 	BUILD=build-cuda ./bench/cuda.sh
 

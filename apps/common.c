@@ -60,7 +60,7 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .range = "1..64", .scope = SP_SCOPE_RUN},
         {"quiet", SP_FLAG_BOOL, &o->quiet, "no progress output on stderr", .group = G_TRAIN, .scope = SP_SCOPE_RUN},
         {"device", SP_FLAG_STR, &o->device, "where the step runs; cuda needs a make CUDA=1 build, a GPU and "
-         "--backward linear (docs/CUDA.md)", .group = G_TRAIN, .choices = "cpu|cuda", .scope = SP_SCOPE_RUN},
+         "--backward linear or ooo (docs/CUDA.md)", .group = G_TRAIN, .choices = "cpu|cuda", .scope = SP_SCOPE_RUN},
         {"epochs", SP_FLAG_INT, &o->epochs, "training epochs; with --steps, whichever limit comes first",
          .group = G_LOOP, .range = "1..", .scope = SP_SCOPE_LOOP},
         {"lr-schedule", SP_FLAG_STR, &o->lr_schedule, "per-epoch learning rate: constant | step:SIZE:GAMMA | "
@@ -103,6 +103,9 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .group = G_OOO, .meta = "BYTES", .range = "0..", .needs = "backward=ooo", .scope = SP_SCOPE_ENGINE},
         {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON (with --backward ooo or --parallel)",
          .group = G_OOO, .meta = "FILE", .scope = SP_SCOPE_ENGINE},
+        {"cuda-graph", SP_FLAG_BOOL, &o->cuda_graph, "capture the steady-state backward as a CUDA Graph once, "
+         "replay it each step (docs/CUDA.md)", .group = G_OOO, .needs = "backward=ooo,device=cuda,!trace",
+         .scope = SP_SCOPE_ENGINE},
         {"parallel", SP_FLAG_STR, &o->parallel, "run the master schedule on the MPI ranks", .group = G_PAR,
          .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|scan", .needs = "backward=linear|ooo",
          .scope = SP_SCOPE_RUN},
@@ -767,14 +770,19 @@ void sp_app_json_engine(sp_json *j, const sp_app_opts *o, sp_engine *e, bool ran
         if (strcmp(st->order, "reverse-first-k") == 0) sp_json_int(j, "k", st->k);
         sp_json_num(j, "critical_path_ms", 1e3 * st->critical_s);
         sp_json_int(j, "peak_bytes", (long)st->peak_bytes);
+        if (o->cuda_graph) {
+            sp_ooo_device_stats ds = sp_ooo_device_stats_get(e);
+            sp_json_int(j, "graph_captures", ds.graph_captures);
+            sp_json_int(j, "graph_replays", ds.graph_replays);
+        }
     }
 }
 
 void sp_app_use_device(const sp_app_opts *o, sp_model *m)
 {
     if (strcmp(o->device, "cuda") != 0) return;
-    if (strcmp(o->backward, "linear") != 0)
-        sp_fail("--device cuda needs --backward linear (the %s engine runs on the CPU)", o->backward);
+    if (strcmp(o->backward, "linear") != 0 && strcmp(o->backward, "ooo") != 0)
+        sp_fail("--device cuda needs --backward linear or ooo (the %s engine runs on the CPU)", o->backward);
     if (o->parallel) sp_fail("--device cuda with --parallel %s: the parallel schedules run on the CPU", o->parallel);
     if (o->resume || o->save_every > 0)
         sp_fail("--device cuda with --%s: resumable checkpoints are written during training from host tensors "
@@ -837,6 +845,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_engine_opts eo = sp_app_engine_opts(o);
     sp_engine *e = sp_engine_create(o->backward, &eo);
+    if (o->cuda_graph) sp_ooo_set_cuda_graph(e, true);
     sp_pruning *pruning = NULL;
     if (o->load) sp_check(sp_prune_load(m, o->load, &pruning));   /* plain or torch-pruned checkpoints */
     else sp_model_init(m, o->seed);   /* --resume overwrites it in sp_train */

@@ -77,6 +77,7 @@ typedef struct sp_app_opts {
     double prune;                        /* --prune AMOUNT: magnitude-prune conv/linear weights */
     const char *prune_scope;             /* --prune-scope layer | global */
     const char *device;                  /* cpu | cuda */
+    bool cuda_graph;                     /* --cuda-graph: replay the ooo backward as a CUDA Graph */
     /* parallel training on MPI ranks (schedulers/exec.h) */
     const char *parallel, *partition, *costs_out, *costs, *exec_order;
     int microbatches, groups;

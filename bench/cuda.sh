@@ -1,44 +1,98 @@
 #!/bin/bash
-# cuda.sh — `make bench-cuda` (on a GPU machine): scanprop's training step on the GPU
-# next to PyTorch's (bench/cuda_peer.py) in the same run, same models and batch sizes,
-# full FP32 on both sides. scanprop's time is the app's median step_ms (--device cuda;
-# each step ends by reading the loss back, so it includes the synchronisation), PyTorch's
-# the median of synchronised steps. Writes bench/results/cuda-<stamp>.md and prints it.
-#   BUILD=dir (default build-cuda)   STEPS=n (default 50)   PY=python (default python3)
+# cuda.sh — `make bench-cuda` (on a GPU machine): scanprop on the GPU next to PyTorch
+# (bench/cuda_peer.py, cuDNN, full FP32 on both sides) in one run on one GPU:
+#   1. rnn T in {100, 1000, 10000} x B in {1, 16, 64} and gru S/M/L (B 16): linear and bppsa
+#      on the device vs nn.RNN / nn.GRU, end to end and the backward time as the BPPSA
+#      paper defines it (a step minus a forward-only step);
+#   2. lenet (b64, b256) and vgg11 (b32, b128): linear, ooo with each --order, ooo
+#      --cuda-graph, vs PyTorch.
+# scanprop's step time is the app's median step_ms (--device cuda; each step ends by
+# reading the loss back, so it includes the synchronisation). scanprop's backward time is
+# step_ms - forward_ms of a run under CUDA_LAUNCH_BLOCKING=1 (every launch waits for the
+# device, so the host's forward time is the device's); PyTorch's is its step minus its
+# forward-only step. Writes bench/results/cuda-<stamp>.md and prints it.
+#   BUILD=dir (default build-cuda)   STEPS=n (default 30)   PY=python (default python3)
+#   cuda.sh --check    only the GPU check (make bench-cuda runs it before building)
+# Without a GPU: one line, exit 2.
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 BUILD=${BUILD:-build-cuda}
-STEPS=${STEPS:-50}
+STEPS=${STEPS:-30}
 PY=${PY:-python3}
 die() { echo "bench-cuda: $*" >&2; exit 2; }
+SMI=${NVIDIA_SMI:-nvidia-smi}   # tests point it elsewhere to check the no-GPU line on any machine
+command -v "$SMI" >/dev/null 2>&1 || die "no GPU: $SMI not found (make bench-cuda needs an NVIDIA GPU)"
+"$SMI" -L >/dev/null 2>&1 || die "no GPU: $SMI -L fails (make bench-cuda needs an NVIDIA GPU)"
+[ "${1:-}" = "--check" ] && exit 0
 for app in lenet vgg11 rnn gru; do [ -x "$BUILD/$app" ] || die "$BUILD/$app not built (make CUDA=1 BUILD=$BUILD)"; done
-command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || die "no GPU (nvidia-smi -L fails)"
 "$PY" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null || die "$PY: torch without CUDA"
 mkdir -p bench/results
 OUT=bench/results/cuda-$(date +%Y%m%d-%H%M%S).md
 key() { sed -n "s/.*\"$1\": \\([0-9.eE+-]*\\).*/\\1/p"; }
+ratio() { awk "BEGIN{ if ($2 > 0) printf \"%.2f\", $1/$2; else print \"-\" }"; }
+app() {   # model args...: the JSON line of a run on the device
+    local model=$1
+    shift
+    "$BUILD/$model" "$@" --steps "$STEPS" --device cuda --quiet | tail -1
+}
 {
     echo "# scanprop vs PyTorch on the GPU — $(date -Is)"
     echo
-    echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); CPU: $(lscpu | sed -n 's/^Model name: *//p')"
+    echo "GPU: $("$SMI" --query-gpu=name,driver_version --format=csv,noheader); CPU: $(lscpu | sed -n 's/^Model name: *//p')"
     echo "command: make bench-cuda (BUILD=$BUILD STEPS=$STEPS)"
     echo
-    echo "| model | batch | scanprop ms/step | PyTorch ms/step | scanprop / PyTorch |"
-    echo "|---|---|---|---|---|"
+    echo "## BPPSA: rnn and gru (backward = step − forward-only step)"
+    echo
+    echo "| model | B | linear ms/step | bppsa ms/step | PyTorch ms/step | linear bwd ms | bppsa bwd ms | PyTorch bwd ms | bppsa bwd speed-up vs PyTorch | bppsa end-to-end vs PyTorch |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
 } > "$OUT"
-run() {   # model app-args batch
-    local model=$1 args=$2 batch=$3
-    local s p
-    s=$("$BUILD/$model" $args --batch "$batch" --steps "$STEPS" --device cuda --quiet | tail -1 | key step_ms)
-    p=$("$PY" bench/cuda_peer.py "$model" "$batch" "$STEPS" | tail -1 | key step_ms)
-    [ -n "$s" ] && [ -n "$p" ] || die "$model batch $batch: no timing (scanprop '$s', PyTorch '$p')"
-    echo "| $model | $batch | $s | $p | $(awk "BEGIN{printf \"%.2f\", $s/$p}") |" >> "$OUT"
+seqrow() {   # label peer-model peer-arg app args...
+    local label=$1 pm=$2 pa=$3 batch=$4
+    shift 4
+    local lin bp lb bb p ls bs pb pf
+    lin=$(app "$@" --batch "$batch" --backward linear)
+    bp=$(app "$@" --batch "$batch" --backward bppsa)
+    lb=$(CUDA_LAUNCH_BLOCKING=1 app "$@" --batch "$batch" --backward linear)
+    bb=$(CUDA_LAUNCH_BLOCKING=1 app "$@" --batch "$batch" --backward bppsa)
+    p=$("$PY" bench/cuda_peer.py "$pm" "$batch" "$STEPS" "$pa" | tail -1)
+    ls=$(key step_ms <<<"$lin"); bs=$(key step_ms <<<"$bp"); ps=$(key step_ms <<<"$p"); pb=$(key backward_ms <<<"$p")
+    local lbw bbw
+    lbw=$(awk "BEGIN{printf \"%.3f\", $(key step_ms <<<"$lb") - $(key forward_ms <<<"$lb")}")
+    bbw=$(awk "BEGIN{printf \"%.3f\", $(key step_ms <<<"$bb") - $(key forward_ms <<<"$bb")}")
+    [ -n "$ls" ] && [ -n "$bs" ] && [ -n "$ps" ] || die "$label B $batch: no timing (linear '$ls', bppsa '$bs', PyTorch '$ps')"
+    echo "| $label | $batch | $ls | $bs | $ps | $lbw | $bbw | $pb | $(ratio "$pb" "$bbw") | $(ratio "$ps" "$bs") |" >> "$OUT"
 }
-run lenet "" 64
-run lenet "" 256
-run vgg11 "" 32
-run vgg11 "" 128
-run rnn "--seq-len 1000" 16
-run gru "--shape L" 16
+for T in 100 1000 10000; do
+    for B in 1 16 64; do seqrow "rnn T=$T" rnn "$T" "$B" rnn --seq-len "$T"; done
+done
+for S in S M L; do seqrow "gru $S" gru "$S" 16 gru --shape "$S"; done
+{
+    echo
+    echo "## ooo: lenet and vgg11 (two prioritised streams; ratios: linear ms / this ms)"
+    echo
+    echo "| model | B | PyTorch | linear | ooo conventional | ooo ooo | ooo reverse-first-k | ooo list | ooo + graph | best ooo vs linear |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+} >> "$OUT"
+convrow() {   # model batch
+    local model=$1 batch=$2 p lin row best
+    p=$(key step_ms <<<"$("$PY" bench/cuda_peer.py "$model" "$batch" "$STEPS" | tail -1)")
+    lin=$(key step_ms <<<"$(app "$model" --batch "$batch")")
+    [ -n "$p" ] && [ -n "$lin" ] || die "$model b$batch: no timing (PyTorch '$p', linear '$lin')"
+    row="| $model | $batch | $p | $lin"
+    best=1e30
+    for o in conventional ooo reverse-first-k list graph; do
+        local args="--backward ooo --order $o" t
+        [ "$o" = graph ] && args="--backward ooo --cuda-graph"
+        t=$(key step_ms <<<"$(app "$model" --batch "$batch" $args)")
+        [ -n "$t" ] || die "$model b$batch $args: no timing"
+        row="$row | $t ($(ratio "$lin" "$t")×)"
+        best=$(awk "BEGIN{print ($t < $best) ? $t : $best}")
+    done
+    echo "$row | $(ratio "$lin" "$best")× |" >> "$OUT"
+}
+convrow lenet 64
+convrow lenet 256
+convrow vgg11 32
+convrow vgg11 128
 cat "$OUT"

@@ -3,8 +3,12 @@
 time of one training step (forward, cross-entropy, backward, optimizer step, synchronised)
 of the models scanprop's apps train, at the same sizes, with cuDNN, full FP32 (no TF32).
 
-  cuda_peer.py MODEL BATCH [STEPS]     MODEL: lenet | vgg11 | rnn | gru
-Prints one JSON line: {"model", "batch", "step_ms", "torch", "cudnn", "gpu"}."""
+  cuda_peer.py MODEL BATCH [STEPS] [T|SHAPE]   MODEL: lenet | vgg11 | rnn | gru
+  (rnn: T, the sequence length, default 1000; gru: S, M or L, default L)
+Prints one JSON line: {"model", "batch", "step_ms", "forward_ms", "backward_ms", "torch", "cudnn",
+"gpu"}: step_ms a whole step; forward_ms a forward-only step (forward and loss, no
+backward, no update); backward_ms = step_ms - forward_ms, the BPPSA paper's definition of
+the backward time ("normal - forward-only")."""
 import json
 import sys
 import time
@@ -49,10 +53,12 @@ def main():
         net, x, classes, opt = lenet(), torch.randn(batch, 1, 28, 28), 10, "sgd"
     elif model == "vgg11":
         net, x, classes, opt = vgg11(), torch.randn(batch, 1, 32, 32), 10, "sgd"
-    elif model == "rnn":   # the bitstream task: T = 1000, H = 20
-        net, x, classes, opt = Seq(nn.RNN, 1, 20, 2), torch.randn(batch, 1000, 1), 2, "adam"
-    elif model == "gru":   # shape L: 1034 frames x 12 features, H = 20
-        net, x, classes, opt = Seq(nn.GRU, 12, 20, 10), torch.randn(batch, 1034, 12), 10, "adam"
+    elif model == "rnn":   # the bitstream task: T (default 1000), H = 20
+        T = int(sys.argv[4]) if len(sys.argv) > 4 else 1000
+        net, x, classes, opt = Seq(nn.RNN, 1, 20, 2), torch.randn(batch, T, 1), 2, "adam"
+    elif model == "gru":   # the gru app's shapes (apps/gru.c): frames x features
+        frames, feats = {"S": (259, 38), "M": (517, 24), "L": (1034, 12)}[sys.argv[4] if len(sys.argv) > 4 else "L"]
+        net, x, classes, opt = Seq(nn.GRU, feats, 20, 10), torch.randn(batch, frames, feats), 10, "adam"
     else:
         sys.exit("cuda_peer.py: model %s (expected lenet, vgg11, rnn or gru)" % model)
     net, x = net.to(dev), x.to(dev)
@@ -60,20 +66,25 @@ def main():
     o = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9) if opt == "sgd" else \
         torch.optim.Adam(net.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
-    times = []
-    for i in range(steps + 10):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        o.zero_grad()
-        loss = loss_fn(net(x), y)
-        loss.backward()
-        o.step()
-        loss.item()
-        torch.cuda.synchronize()
-        if i >= 10:
-            times.append(time.perf_counter() - t0)
-    times.sort()
-    print(json.dumps({"model": model, "batch": batch, "step_ms": 1e3 * times[len(times) // 2],
+    def median_ms(forward_only):
+        times = []
+        for i in range(steps + 10):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            o.zero_grad()
+            loss = loss_fn(net(x), y)
+            if not forward_only:
+                loss.backward()
+                o.step()
+            loss.item()
+            torch.cuda.synchronize()
+            if i >= 10:
+                times.append(time.perf_counter() - t0)
+        times.sort()
+        return 1e3 * times[len(times) // 2]
+
+    step, fwd = median_ms(False), median_ms(True)
+    print(json.dumps({"model": model, "batch": batch, "step_ms": step, "forward_ms": fwd, "backward_ms": step - fwd,
                       "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
                       "gpu": torch.cuda.get_device_name(0)}))
 

@@ -272,9 +272,11 @@ void sp_cuda_init(int device_id)
     if (device_id < 0 || device_id >= n) sp_fail("cuda: device %d: out of range (expected 0..%d)", device_id, n - 1);
     ctx.device = device_id;
     sp_cuda_check(cudaSetDevice(device_id));
+    int least = 0, greatest = 0;   /* lane 0 (the critical path) first when both have work */
+    sp_cuda_check(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     for (int i = 0; i < SP_CUDA_LANES; i++) {
         sp_cuda_lane *l = &ctx.lanes[i];
-        sp_cuda_check(cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking));
+        sp_cuda_check(cudaStreamCreateWithPriority(&l->stream, cudaStreamNonBlocking, i == 0 ? greatest : least));
         sp_cublas_check(cublasCreate(&l->cublas));
         /* Full FP32, no TF32: results must match the CPU ops to 1e-5 (tests/test_ops_cuda.c). */
         sp_cublas_check(cublasSetMathMode(l->cublas, CUBLAS_DEFAULT_MATH));
@@ -297,6 +299,7 @@ void sp_cuda_init(int device_id)
     sp_conv2d_cuda_register();
     sp_recurrent_cuda_register();
     sp_optim_cuda_register();
+    sp_ooo_cuda_register();
     ready = true;
 }
 

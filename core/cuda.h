@@ -33,7 +33,8 @@ extern "C" {
 
 /* One lane of work: a stream and library handles bound to it once, at init. Each host
  * thread issues to its own lane (sp_cuda_set_lane), so two threads never share a handle
- * (a shared handle with SetStream-then-call would race). */
+ * (a shared handle with SetStream-then-call would race). Lane 0's stream has the
+ * device's greatest priority, lane 1's its least (the ooo engine's δ and δW streams). */
 #define SP_CUDA_LANES 2
 typedef struct sp_cuda_lane {
     cudaStream_t stream;
@@ -98,6 +99,7 @@ void sp_maxpool2d_cuda_register(void);
 void sp_conv2d_cuda_register(void);
 void sp_recurrent_cuda_register(void);   /* rnn and gru (layers/recurrent_cuda.cu) */
 void sp_optim_cuda_register(void);   /* fused SGD / Adam / AdamW (optim/optim_cuda.cu) */
+void sp_ooo_cuda_register(void);     /* the ooo engine's two-stream executor (schedulers/ooo_cuda.cu) */
 
 /* Check a CUDA runtime / cuBLAS / cuSPARSE / cuDNN status; on failure one line naming
  * the call and file:line, exit 2 (sp_fail). After a kernel launch:

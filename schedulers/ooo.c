@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/backend.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "schedulers/engines.h"
@@ -285,14 +286,23 @@ const char *sp_ooo_task_label(const sp_ooo_task *k, char *buf, size_t len)
 
 /* ---- the engine --------------------------------------------------------------------- */
 
+/* The device executor, registered by sp_cuda_init (schedulers/ooo_cuda.cu). */
+static const sp_ooo_device_exec *g_device_exec;
+
+void sp_ooo_register_device(const sp_ooo_device_exec *x) { g_device_exec = x; }
+
 typedef struct ooo_state {
     sp_ooo_order order;
+    void *dev;              /* the device executor's state, made at the first device step */
+    bool on_device;         /* the last backward ran on the device                         */
+    bool cuda_graph;        /* --cuda-graph                                                 */
     sp_ooo_exec *exec;
     sp_tape sub_tape;       /* the sub lane's arena for op scratch */
     sp_ooo_run run;
     sp_ooo_stats stats;
     sp_ooo_trace trace;
     bool in_flight;
+    bool timed;             /* the device backward recorded timing events */
     int threads;            /* sp_get_threads() when the lanes started      */
     bool lanes_inline;      /* the lanes keep off the thread pool           */
     char *trace_path;       /* our copy of opts.trace_path                  */
@@ -351,7 +361,8 @@ void sp_ooo_sync(sp_engine *e)
 {
     ooo_state *s = state_of(e);
     if (!s->in_flight) return;
-    sp_ooo_exec_finish(s->exec);
+    if (s->on_device) g_device_exec->finish(s->dev, &s->run);
+    else sp_ooo_exec_finish(s->exec);
     s->in_flight = false;
     if (s->lanes_inline) sp_parallel_set_inline(false);
     const sp_ooo_run *r = &s->run;
@@ -363,8 +374,10 @@ void sp_ooo_sync(sp_engine *e)
     st->peak_bytes = r->peak_bytes;
     st->first_ready_s = r->graph->L > 0 ? r->end[r->graph->nexec] : r->wall;
     st->steps++;
+    if (s->on_device && !s->timed) return;   /* no event times this step (--cuda-graph, or not asked) */
     char title[96];
-    snprintf(title, sizeof title, "scanprop ooo backward, order %s", st->order);
+    snprintf(title, sizeof title, "scanprop ooo backward%s, order %s", s->on_device ? " on cuda (stream times)" : "",
+             st->order);
     sp_ooo_trace_capture(&s->trace, r, title);
     profile_save(s, r);
 }
@@ -376,8 +389,13 @@ static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
     s->threads = sp_get_threads();
     sp_ooo_graph *g = sp_ooo_graph_build(t, loss, e->opts.update != NULL);
     sp_alloc_grads(t, loss);
-    profile_apply(s, g);
-    bool two = s->threads >= 2 && s->order != SP_OOO_CONVENTIONAL;
+    s->on_device = loss->out.device != SP_CPU;
+    if (s->on_device && !g_device_exec)
+        sp_fail("ooo: the loss is on %s but no device executor is registered (expected sp_cuda_init first)",
+                sp_device_name(loss->out.device));
+    if (!s->on_device || !s->cuda_graph) profile_apply(s, g);   /* a captured backward keeps its plan */
+    /* On a device the two lanes are streams: the host thread count does not matter. */
+    bool two = (s->on_device || s->threads >= 2) && s->order != SP_OOO_CONVENTIONAL;
     sp_ooo_plan *p = sp_ooo_plan_make(t, g, s->order, e->opts.k, e->opts.mem_cap, two);
     sp_ooo_plan *conv = sp_ooo_plan_make(t, g, SP_OOO_CONVENTIONAL, 0, 0, false);
     sp_ooo_stats *st = &s->stats;
@@ -388,7 +406,7 @@ static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
      * thread on two cores, and a static partition waits for its slowest chunk. Ops give
      * the same bits whichever way sp_parallel_for splits them (their own splits, and
      * sp_gemm's, follow the thread count, not the pool), so nothing else changes. */
-    s->lanes_inline = st->lanes == 2 && s->threads <= 2;
+    s->lanes_inline = !s->on_device && st->lanes == 2 && s->threads <= 2;
     if (s->lanes_inline) sp_parallel_set_inline(true);
     st->ntasks = g->nexec;
     st->start_bytes = g->start_bytes;
@@ -400,6 +418,24 @@ static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
                            .mem_cap = e->opts.mem_cap, .sub_tape = &s->sub_tape,
                            .lanes_inline = s->lanes_inline};
     s->in_flight = true;
+    if (s->on_device) {
+        if (!s->dev) s->dev = g_device_exec->create();
+        sp_ooo_run *r = &s->run;   /* the CPU executor's bookkeeping, filled by finish */
+        memset(r, 0, sizeof *r);
+        r->graph = g;
+        r->plan = p;
+        r->start = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(double));
+        r->end = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(double));
+        r->ran_on = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(int));
+        memset(r->start, 0, (size_t)(g->ntasks + 1) * sizeof(double));
+        memset(r->end, 0, (size_t)(g->ntasks + 1) * sizeof(double));
+        memset(r->ran_on, 0, (size_t)(g->ntasks + 1) * sizeof(int));
+        r->peak_bytes = p->peak_bytes;   /* the model: the streams' interleaving is not observed */
+        /* Event times when someone reads them: the trace, the list order's profile. */
+        s->timed = !s->cuda_graph && (e->opts.trace_path || s->order == SP_OOO_LIST);
+        g_device_exec->begin(s->dev, t, g, p, &cfg, r, s->timed, s->cuda_graph);
+        return;
+    }
     sp_ooo_exec_begin(s->exec, t, g, p, &cfg, &s->run);
 }
 
@@ -421,6 +457,23 @@ void sp_ooo_wait_layer(sp_engine *e, const sp_layer *l)
 }
 
 const sp_ooo_stats *sp_ooo_last_stats(sp_engine *e) { return &state_of(e)->stats; }
+
+void sp_ooo_set_cuda_graph(sp_engine *e, bool on)
+{
+    ooo_state *s = state_of(e);
+    if (on && e->opts.trace_path)
+        sp_fail("--cuda-graph with --trace %s: a replayed graph has no per-task event times (expected one of them)",
+                e->opts.trace_path);
+    s->cuda_graph = on;
+}
+
+sp_ooo_device_stats sp_ooo_device_stats_get(sp_engine *e)
+{
+    ooo_state *s = state_of(e);
+    sp_ooo_device_stats d = {0};
+    if (s->dev) g_device_exec->stats(s->dev, &d);
+    return d;
+}
 const sp_ooo_run *sp_ooo_last_run(sp_engine *e) { return &state_of(e)->run; }
 
 void sp_ooo_write_trace(sp_engine *e, const char *path)
@@ -437,6 +490,7 @@ static void ooo_destroy(sp_engine *e)
     sp_ooo_sync(e);
     if (e->opts.trace_path && s->trace.n > 0) sp_ooo_trace_write(&s->trace, e->opts.trace_path);
     sp_ooo_exec_free(s->exec);
+    if (s->dev) g_device_exec->destroy(s->dev);
     sp_ooo_trace_free(&s->trace);
     sp_tape_free(&s->sub_tape);
     free(s->trace_path);

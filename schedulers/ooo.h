@@ -173,6 +173,39 @@ void sp_ooo_trace_capture(sp_ooo_trace *tr, const sp_ooo_run *run, const char *t
 void sp_ooo_trace_write(const sp_ooo_trace *tr, const char *path);
 void sp_ooo_trace_free(sp_ooo_trace *tr);
 
+/* ---- the device executor (schedulers/ooo_cuda.cu, docs/OOO.md "On the GPU") -------- */
+
+/* Two prioritised streams: the main-lane tasks on lane 0 (high priority), the sub-lane
+ * ones on lane 1 (low priority), each task after cudaStreamWaitEvent on the end event of
+ * every predecessor queued on the other stream. Registered by sp_cuda_init; the engine
+ * uses it when the loss lives on the device. */
+typedef struct sp_ooo_device_stats {
+    long graph_captures;    /* --cuda-graph: backwards captured (a new shape, or the first) */
+    long graph_replays;     /* ... and replayed                                          */
+    int cross_events;       /* cudaStreamWaitEvent per backward (cross-stream edges)     */
+} sp_ooo_device_stats;
+
+typedef struct sp_ooo_device_exec {
+    void *(*create)(void);
+    void (*destroy)(void *x);
+    /* Queues the plan; returns at once. timing: per-task events whose times fill run at
+     * finish (the trace, the list order's profile); graph: --cuda-graph. */
+    void (*begin)(void *x, sp_tape *t, const sp_ooo_graph *g, const sp_ooo_plan *p, const sp_ooo_exec_cfg *cfg,
+                  sp_ooo_run *run, bool timing, bool graph);
+    /* Waits for the backward when it was timed and fills run's times (seconds). */
+    void (*finish)(void *x, sp_ooo_run *run);
+    void (*stats)(void *x, sp_ooo_device_stats *out);
+} sp_ooo_device_exec;
+
+void sp_ooo_register_device(const sp_ooo_device_exec *x);
+/* --cuda-graph: on the device, capture the backward (δO and δW on both streams, their
+ * events) once its shapes are steady, replay it each step, re-capture when they change.
+ * The per-layer updates U run after the replay on the sub stream (their scalars, e.g.
+ * Adam's step count, change every step). Not with a trace (no event times in a graph). */
+void sp_ooo_set_cuda_graph(sp_engine *e, bool on);
+/* Zeroes when the engine has not run on the device. */
+sp_ooo_device_stats sp_ooo_device_stats_get(sp_engine *e);
+
 /* ---- the engine (schedulers/ooo.c) ---------------------------------------------- */
 
 typedef struct sp_ooo_stats {

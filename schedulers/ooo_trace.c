@@ -67,6 +67,8 @@ void sp_ooo_trace_free(sp_ooo_trace *tr)
 }
 
 static const char *const LANE_NAMES[] = {"main lane: δO (critical path)", "sub lane: δW, U"};
+/* A device trace (schedulers/ooo_cuda.cu): the lanes are CUDA streams. */
+static const char *const STREAM_NAMES[] = {"stream 0, high priority: δO (critical path)", "stream 1, low priority: δW, U"};
 
 /* Names come from layer names given in C code; escape what JSON and XML would choke on. */
 static void put_text(FILE *f, const char *s, bool xml)
@@ -91,9 +93,10 @@ static void write_json(const sp_ooo_trace *tr, FILE *f)
     fputs("\"},\n\"traceEvents\": [\n{\"ph\": \"M\", \"pid\": 1, \"name\": \"process_name\", \"args\": {\"name\": \"", f);
     put_text(f, tr->title, false);
     fputs("\"}}", f);
+    bool dev = strstr(tr->title, " on cuda") != NULL;
     for (int l = 0; l < 2; l++)
         fprintf(f, ",\n{\"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"name\": \"thread_name\", \"args\": {\"name\": \"%s\"}}",
-                l, LANE_NAMES[l]);
+                l, dev ? STREAM_NAMES[l] : LANE_NAMES[l]);
     for (int i = 0; i < tr->n; i++) {
         const sp_ooo_trace_rec *r = &tr->rec[i];
         bool marker = r->kind == SP_OOO_F;

@@ -263,6 +263,9 @@ static void make_images(int per_class)
         {"--backward ooo", "--mem-cap 1000", REFUSED, "--mem-cap 1000"},                                       \
         {NULL, "--trace %T/t.json", REFUSED, "--trace needs --backward ooo"},                                  \
         {"--backward ooo", "--trace %T/t.json", FILE_MADE, "%T/t.json"},                                      \
+        {NULL, "--cuda-graph", REFUSED, "--cuda-graph needs --backward ooo"},                                  \
+        {"--backward ooo", "--cuda-graph", REFUSED, "--cuda-graph needs --device cuda"},                       \
+        {"--backward ooo --device cuda", "--cuda-graph", REFUSED, "no CUDA backend"},                          \
         {NULL, "--plan-svg %T/p.svg", REFUSED, "--plan-svg needs --backward bppsa"}
 
 /* parallel training on one rank (tests/test_exec.c runs it under mpirun) */
@@ -685,4 +688,20 @@ Test(output, full_disk_is_an_error)
     /* the message names the reason when the failing write is the last one */
     cr_assert_eq(app("demo", "--steps 1 --quiet > /dev/full", out, err), 2);
     cr_expect(strstr(err, "write failed: No space left on device"), "%s", err);
+}
+
+/* ---- make bench-cuda without a GPU: one line, exit 2 (issue 12) ---------------------- */
+
+Test(bench, cuda_without_gpu_is_one_line_and_exit_2)
+{
+    /* NVIDIA_SMI points nowhere, so this holds on a GPU machine too */
+    FILE *p = popen("NVIDIA_SMI=/nonexistent/nvidia-smi ./bench/cuda.sh 2>&1; echo \"rc=$?\"", "r");
+    cr_assert_not_null(p);
+    char out[2048];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    pclose(p);
+    cr_assert(strncmp(out, "bench-cuda: no GPU: ", 20) == 0, "first line: %s", out);
+    const char *nl = strchr(out, '\n');
+    cr_assert(nl && strcmp(nl + 1, "rc=2\n") == 0, "expected one line then exit 2, got: %s", out);
 }

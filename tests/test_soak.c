@@ -223,6 +223,24 @@ Test(soak, lenet)
     sp_dataset_free(test);
 }
 
+/* The zoo's MLP (flatten, 784-128-10 with relu) on Fashion-MNIST: a first version of
+ * this soak aborted under BPPSA with it (docs/RELIABILITY.md). */
+Test(soak, mlp)
+{
+    if (access(FMNIST, R_OK) != 0) {
+        cr_log_warn("skipped: %s not installed", FMNIST);
+        return;
+    }
+    sp_set_threads(2);
+    sp_dataset *train = sp_fashion_mnist(FMNIST, true, 0), *test = sp_fashion_mnist(FMNIST, false, 0);
+    cr_assert(train && test, "%s", sp_last_error());
+    sp_model *m = sp_zoo_mlp(28 * 28, 128, 10);
+    three_engines("mlp", m, train, test, 16, "sgd", 0.01, soak_steps(60), full_run() ? -0.02 : 1e-3);
+    sp_model_free(m);
+    sp_dataset_free(train);
+    sp_dataset_free(test);
+}
+
 Test(soak, vgg11)
 {
     if (access(FMNIST, R_OK) != 0) {

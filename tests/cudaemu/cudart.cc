@@ -56,9 +56,32 @@ uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 
 struct CUstream_st;
+struct CUgraph_st;
 struct CUevent_st {
     CUstream_st *stream = nullptr;
     unsigned long long seq = 0;   /* done when stream->done >= seq */
+    bool timing = true;           /* not cudaEventDisableTiming */
+    std::shared_ptr<double> when; /* host clock when the last record ran; < 0 while pending */
+    CUgraph_st *cap = nullptr;    /* recorded inside a stream capture: a graph-internal edge */
+    std::vector<int> cap_deps;    /* ... on these graph nodes */
+};
+
+/* A captured graph: nodes in capture order (deps always name earlier nodes). */
+struct cap_node {
+    std::string what;
+    std::function<void()> fn;
+    std::vector<int> deps;
+};
+struct CUgraph_st {
+    std::vector<cap_node> nodes;
+    CUstream_st *origin = nullptr;
+    bool global = false;          /* cudaStreamCaptureModeGlobal (or ThreadLocal: same here) */
+    cudaError_t invalid = cudaSuccess;
+    std::string why;              /* the call that invalidated the capture */
+    bool ended = false;
+};
+struct CUgraphExec_st {
+    std::vector<cap_node> nodes;
 };
 
 namespace {
@@ -82,7 +105,11 @@ struct CUstream_st {
     std::deque<item> q;
     unsigned long long enq = 0, done = 0;
     unsigned flags = 0;
+    int priority = 0;                /* lower = more urgent (cudaDeviceGetStreamPriorityRange) */
     bool legacy = false;
+    bool running = false;            /* its head item is under way (waiting for its events) */
+    CUgraph_st *cap = nullptr;       /* capturing into this graph */
+    std::vector<int> cap_tail;       /* the graph nodes the next captured work depends on */
 };
 
 namespace {
@@ -102,6 +129,7 @@ thread_local cudaError_t last_error = cudaSuccess;
 bool shuffle_mode, protect_mode, no_device, inited;
 std::mt19937_64 rng(12345);
 int exec_depth;
+std::set<CUgraph_st *> capturing;   /* captures begun and not ended */
 size_t page;
 
 void init()
@@ -175,6 +203,18 @@ CUstream_st *S(cudaStream_t s)
  * every blocking stream after it (CUDA's legacy default stream semantics). */
 void push(CUstream_st *s, const char *what, std::function<void()> fn, std::vector<wait_on> waits = {})
 {
+    if (s->cap) {   /* captured: a graph node after the stream's tail, nothing queued */
+        CUgraph_st *g = s->cap;
+        g->nodes.push_back(cap_node{what, std::move(fn), s->cap_tail});
+        s->cap_tail = {(int)g->nodes.size() - 1};
+        return;
+    }
+    if (s->legacy && !capturing.empty())   /* the legacy stream's implicit sync breaks a capture */
+        for (CUgraph_st *g : capturing)
+            if (g->invalid == cudaSuccess) {
+                g->invalid = cudaErrorStreamCaptureImplicit;
+                g->why = std::string(what) + " on the legacy default stream";
+            }
     if (s->legacy) {
         for (CUstream_st *o : streams)
             if (o != s && !(o->flags & cudaStreamNonBlocking)) waits.push_back({o, o->enq});
@@ -191,15 +231,31 @@ void run_one(CUstream_st *s)
 {
     item it = std::move(s->q.front());
     s->q.pop_front();
+    s->running = true;   /* nothing else of this stream may start before this item is done */
     for (const wait_on &w : it.waits) run_stream(w.stream, w.seq);
     if (it.fn) it.fn();
+    s->running = false;
     s->done++;
 }
 
+/* Streams are independent: a GPU runs them side by side. In shuffle mode a sync on one
+ * stream lets every stream progress, item by item in a random order, until the stream
+ * has run what was asked; so work on another stream runs before, between or after this
+ * one's, and a cross-stream dependency without an event shows. */
 void run_stream(CUstream_st *s, unsigned long long upto)
 {
     exec_scope scope;
-    while (s->done < upto && !s->q.empty()) run_one(s);
+    while (s->done < upto && !s->q.empty()) {
+        if (!shuffle_mode) {
+            run_one(s);
+            continue;
+        }
+        std::vector<CUstream_st *> busy;
+        for (CUstream_st *o : streams)
+            if (!o->q.empty() && !o->running) busy.push_back(o);
+        if (busy.empty()) emu::fail("stream %p waits for itself (an event cycle)", (void *)s);
+        run_one(busy[rng() % busy.size()]);
+    }
 }
 
 /* Everything queued anywhere; streams interleave item by item in shuffle mode. */
@@ -209,13 +265,64 @@ void run_all()
     for (;;) {
         std::vector<CUstream_st *> busy;
         for (CUstream_st *s : streams)
-            if (!s->q.empty()) busy.push_back(s);
+            if (!s->q.empty() && !s->running) busy.push_back(s);
         if (busy.empty()) return;
-        if (!shuffle_mode) {
+        if (!shuffle_mode) {   /* the most urgent stream first (lowest priority number) */
+            std::stable_sort(busy.begin(), busy.end(),
+                             [](const CUstream_st *a, const CUstream_st *b) { return a->priority < b->priority; });
             for (CUstream_st *s : busy) run_stream(s, s->enq);
         } else {
             run_one(busy[rng() % busy.size()]);
         }
+    }
+}
+
+/* While a capture is under way, a call that would wait for the device or change its
+ * memory is an error, as on a GPU (cudaStreamCaptureModeGlobal, what the backend uses):
+ * the capture is invalidated, and cudaStreamEndCapture reports it. */
+cudaError_t capture_forbids(const char *call)
+{
+    if (capturing.empty()) return cudaSuccess;
+    for (CUgraph_st *g : capturing)
+        if (g->invalid == cudaSuccess) {
+            g->invalid = cudaErrorStreamCaptureInvalidated;
+            g->why = call;
+        }
+    emu::set_error(cudaErrorStreamCaptureUnsupported);
+    return cudaErrorStreamCaptureUnsupported;
+}
+
+double now_ms()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+/* Runs a graph's nodes once, in a topological order (a random one in shuffle mode). */
+void run_graph(const std::vector<cap_node> &nodes)
+{
+    size_t n = nodes.size();
+    std::vector<int> left(n);
+    std::vector<std::vector<int>> succ(n);
+    for (size_t i = 0; i < n; i++) {
+        left[i] = (int)nodes[i].deps.size();
+        for (int d : nodes[i].deps) succ[(size_t)d].push_back((int)i);
+    }
+    std::vector<int> ready;
+    for (size_t i = 0; i < n; i++)
+        if (left[i] == 0) ready.push_back((int)i);
+    while (!ready.empty()) {
+        size_t k = shuffle_mode ? rng() % ready.size() : 0;
+        int i = ready[k];
+        ready.erase(ready.begin() + (long)k);
+        if (nodes[(size_t)i].fn) nodes[(size_t)i].fn();
+        std::vector<int> now;
+        for (int j : succ[(size_t)i])
+            if (--left[(size_t)j] == 0) now.push_back(j);
+        std::sort(now.begin(), now.end());
+        ready.insert(ready.end(), now.begin(), now.end());
+        if (!shuffle_mode) std::sort(ready.begin(), ready.end());
     }
 }
 
@@ -479,6 +586,14 @@ cudaError_t queue_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
     if (!want_dd && is_device(dst)) emu::fail("%s %s: destination %p is device memory", who, kind_name(kind), dst);
     if (!want_sd && is_device(src)) emu::fail("%s %s: source %p is device memory", who, kind_name(kind), src);
     const alloc_rec *pin = find_alloc(src, nullptr);
+    bool pageable = (kind == cudaMemcpyHostToDevice && !(pin && pin->pinned)) ||
+                    (kind == cudaMemcpyDeviceToHost && !(find_alloc(dst, nullptr) && find_alloc(dst, nullptr)->pinned));
+    if (s->cap && pageable) {   /* a graph cannot copy pageable memory: the driver refuses */
+        s->cap->invalid = cudaErrorStreamCaptureInvalidated;
+        s->cap->why = std::string(who) + " of pageable host memory";
+        emu::set_error(cudaErrorStreamCaptureUnsupported);
+        return cudaErrorStreamCaptureUnsupported;
+    }
     if (kind == cudaMemcpyHostToDevice && !(pin && pin->pinned)) {
         /* pageable: staged now, as the driver does before returning */
         auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
@@ -632,6 +747,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 cudaError_t cudaDeviceSynchronize(void)
 {
     LOCK;
+    if (cudaError_t e = capture_forbids("cudaDeviceSynchronize")) return e;
     run_all();
     return cudaSuccess;
 }
@@ -650,6 +766,11 @@ cudaError_t cudaPeekAtLastError(void) { return last_error; }
 const char *cudaGetErrorName(cudaError_t e)
 {
     switch (e) {
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaSuccess: return "cudaSuccess";
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
@@ -665,6 +786,11 @@ const char *cudaGetErrorName(cudaError_t e)
 const char *cudaGetErrorString(cudaError_t e)
 {
     switch (e) {
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnjoined: return "capture was not joined to the original stream";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorNotReady: return "device not ready";
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
@@ -681,6 +807,7 @@ static cudaError_t do_alloc(void **p, size_t size, bool pinned)
 {
     LOCK;
     if (no_device) return cudaErrorNoDevice;
+    if (cudaError_t e = capture_forbids(pinned ? "cudaMallocHost" : "cudaMalloc")) return e;
     *p = nullptr;
     if (size == 0) return cudaSuccess;
     size_t len = (size + 3) & ~(size_t)3;
@@ -700,6 +827,7 @@ static cudaError_t do_free(void *p, bool pinned)
 {
     LOCK;
     if (!p) return cudaSuccess;
+    if (cudaError_t e = capture_forbids(pinned ? "cudaFreeHost" : "cudaFree")) return e;
     auto it = allocs.find((uintptr_t)p);
     if (it == allocs.end() || it->second.pinned != pinned)
         emu::fail("%s(%p): not the start of a live %s allocation", pinned ? "cudaFreeHost" : "cudaFree", p,
@@ -732,6 +860,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
     LOCK;
+    if (cudaError_t c = capture_forbids("cudaMemcpy")) return c;
     cudaError_t e = queue_copy(dst, src, count, kind, &legacy_stream, "cudaMemcpy");
     run_stream(&legacy_stream, legacy_stream.enq);
     return e;
@@ -761,6 +890,7 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t 
 cudaError_t cudaMemset(void *devPtr, int value, size_t count)
 {
     LOCK;
+    if (cudaError_t c = capture_forbids("cudaMemset")) return c;
     cudaError_t e = cudaMemsetAsync(devPtr, value, count, nullptr);
     run_stream(&legacy_stream, legacy_stream.enq);
     return e;
@@ -793,6 +923,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
     LOCK;
     CUstream_st *s = S(stream);
+    if (cudaError_t e = capture_forbids("cudaStreamSynchronize")) return e;
     run_stream(s, s->enq);
     return cudaSuccess;
 }
@@ -806,7 +937,12 @@ cudaError_t cudaEventCreate(cudaEvent_t *event)
     return cudaSuccess;
 }
 
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int) { return cudaEventCreate(event); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
+{
+    *event = new CUevent_st;
+    (*event)->timing = !(flags & cudaEventDisableTiming);
+    return cudaSuccess;
+}
 
 cudaError_t cudaEventDestroy(cudaEvent_t event)
 {
@@ -818,9 +954,19 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
     LOCK;
     CUstream_st *s = S(stream);
-    push(s, "cudaEventRecord", nullptr);   /* a marker: the event completes when it runs */
+    if (s->cap) {   /* inside a capture: an edge of the graph, not a completion to wait for */
+        event->cap = s->cap;
+        event->cap_deps = s->cap_tail;
+        event->stream = nullptr;
+        return cudaSuccess;
+    }
+    auto when = std::make_shared<double>(-1.0);
+    /* a marker: the event completes (and takes its time) when it runs */
+    push(s, "cudaEventRecord", [when]() { *when = now_ms(); });
     event->stream = s;
     event->seq = s->enq;
+    event->when = when;
+    event->cap = nullptr;
     return cudaSuccess;
 }
 
@@ -828,8 +974,24 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 {
     LOCK;
     CUstream_st *s = S(stream);
+    if (event->cap) {   /* a captured event: the stream joins (or forks into) that capture */
+        if (!capturing.count(event->cap)) return cudaErrorStreamCaptureIsolation;
+        if (s->cap && s->cap != event->cap) return cudaErrorStreamCaptureMerge;
+        if (!s->cap) {
+            s->cap = event->cap;
+            s->cap_tail.clear();
+        }
+        for (int d : event->cap_deps)
+            if (std::find(s->cap_tail.begin(), s->cap_tail.end(), d) == s->cap_tail.end()) s->cap_tail.push_back(d);
+        return cudaSuccess;
+    }
     if (!event->stream) return cudaSuccess;   /* never recorded: no dependency */
     if (!streams.count(event->stream)) return cudaErrorInvalidResourceHandle;
+    if (s->cap) {   /* a capture may not wait for work outside it */
+        s->cap->invalid = cudaErrorStreamCaptureIsolation;
+        s->cap->why = "cudaStreamWaitEvent on an event recorded outside the capture";
+        return cudaErrorStreamCaptureIsolation;
+    }
     push(s, "cudaStreamWaitEvent", nullptr, {{event->stream, event->seq}});
     return cudaSuccess;
 }
@@ -837,16 +999,147 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
     LOCK;
+    if (cudaError_t e = capture_forbids("cudaEventSynchronize")) return e;
     if (event->stream) run_stream(event->stream, event->seq);
     return cudaSuccess;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
 
-/* The emulator has no clock worth reporting: timing stays GPU-only. */
-cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t)
+/* The host clock when each event's marker ran: work runs one item at a time at the
+ * synchronisation points, so this is the emulated work's own time, serialised; no
+ * GPU timing can be read from it (docs/CUDA.md). */
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
-    *ms = 0.0f;
+    LOCK;
+    if (!start->timing || !end->timing || start->cap || end->cap) return cudaErrorInvalidResourceHandle;
+    if (!start->when || !end->when) return cudaErrorInvalidResourceHandle;   /* never recorded */
+    if (*start->when < 0 || *end->when < 0) return cudaErrorNotReady;
+    *ms = (float)(*end->when - *start->when);
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    if (leastPriority) *leastPriority = 0;   /* as an H100 */
+    if (greatestPriority) *greatestPriority = -5;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
+{
+    LOCK;
+    cudaError_t e = cudaStreamCreateWithFlags(pStream, flags);
+    (*pStream)->priority = priority > 0 ? 0 : priority < -5 ? -5 : priority;   /* clamped, as the driver */
+    return e;
+}
+
+cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int *priority)
+{
+    LOCK;
+    *priority = S(hStream)->priority;
+    return cudaSuccess;
+}
+
+// ---- graphs: stream capture, instantiation, replay
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+    LOCK;
+    CUstream_st *s = S(stream);
+    if (s->legacy) return cudaErrorStreamCaptureUnsupported;   /* the legacy stream cannot be captured */
+    if (s->cap) return cudaErrorIllegalState;
+    CUgraph_st *g = new CUgraph_st;
+    g->origin = s;
+    g->global = mode != cudaStreamCaptureModeRelaxed;
+    s->cap = g;
+    s->cap_tail.clear();
+    if (g->global) capturing.insert(g);
+    return cudaSuccess;
+}
+
+/* Every stream that forked from the origin must have joined it again: its last node is
+ * an ancestor of (or one of) the origin's tail; else cudaErrorStreamCaptureUnjoined. */
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+    LOCK;
+    CUstream_st *s = S(stream);
+    *pGraph = nullptr;
+    if (!s->cap) return cudaErrorIllegalState;
+    CUgraph_st *g = s->cap;
+    if (g->origin != s) return cudaErrorStreamCaptureUnmatched;
+    std::vector<char> reach(g->nodes.size(), 0);
+    std::vector<int> todo(s->cap_tail);
+    while (!todo.empty()) {
+        int i = todo.back();
+        todo.pop_back();
+        if (reach[(size_t)i]) continue;
+        reach[(size_t)i] = 1;
+        for (int d : g->nodes[(size_t)i].deps) todo.push_back(d);
+    }
+    bool unjoined = false;
+    for (CUstream_st *o : streams) {
+        if (o == s || o->cap != g) continue;
+        for (int t : o->cap_tail) unjoined |= !reach[(size_t)t];
+        o->cap = nullptr;
+        o->cap_tail.clear();
+    }
+    s->cap = nullptr;
+    s->cap_tail.clear();
+    capturing.erase(g);
+    if (g->invalid != cudaSuccess || unjoined) {
+        if (unjoined && g->invalid == cudaSuccess) g->why = "a stream forked from the capture did not join it";
+        fprintf(stderr, "cudaemu: stream capture invalidated: %s\n", g->why.c_str());
+        cudaError_t e = unjoined && g->invalid == cudaSuccess ? cudaErrorStreamCaptureUnjoined : g->invalid;
+        delete g;
+        return e;
+    }
+    g->ended = true;
+    *pGraph = g;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus)
+{
+    LOCK;
+    CUstream_st *s = S(stream);
+    *pCaptureStatus = !s->cap ? cudaStreamCaptureStatusNone
+                      : s->cap->invalid != cudaSuccess ? cudaStreamCaptureStatusInvalidated
+                                                       : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long)
+{
+    LOCK;
+    if (!graph || !graph->ended) return cudaErrorInvalidValue;
+    if (cudaError_t e = capture_forbids("cudaGraphInstantiate")) return e;
+    *pGraphExec = new CUgraphExec_st{graph->nodes};
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+    LOCK;
+    if (!graphExec) return cudaErrorInvalidValue;
+    CUstream_st *s = S(stream);
+    if (s->cap) return cudaErrorStreamCaptureUnsupported;
+    CUgraphExec_st *x = graphExec;
+    push(s, "cudaGraphLaunch", [x]() { run_graph(x->nodes); });
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
+{
+    LOCK;
+    run_all();   /* a launch still queued keeps using it */
+    delete graphExec;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    delete graph;
     return cudaSuccess;
 }
 

@@ -18,19 +18,19 @@ cp -a build-emu "$scratch/"
 cd "$scratch"
 missed=0
 
-# plant NAME FILE SED-EXPR ENV FILTER EVIDENCE-REGEX
+# plant NAME FILE SED-EXPR ENV FILTER EVIDENCE-REGEX [SUITE (default test_ops_cuda)]
 plant() {
-  local name=$1 file=$2 expr=$3 envs=$4 filter=$5 evidence=$6
+  local name=$1 file=$2 expr=$3 envs=$4 filter=$5 evidence=$6 suite=${7:-test_ops_cuda}
   cp "$root/$file" "$file.orig"
   sed -e "$expr" "$file.orig" > "$file"
   if cmp -s "$file" "$file.orig"; then
     echo "NOT PLANTED  $name: '$expr' does not match $file"; missed=$((missed+1)); mv "$file.orig" "$file"; return
   fi
   rm "$file.orig"
-  if ! make -s CUDA=1 CUDA_EMU=1 BUILD=build-emu build-emu/tests/test_ops_cuda >build.log 2>&1; then
+  if ! make -s CUDA=1 CUDA_EMU=1 BUILD=build-emu build-emu/tests/$suite >build.log 2>&1; then
     echo "NOT BUILT    $name (see build.log)"; sed -n 1,20p build.log; missed=$((missed+1)); cp "$root/$file" "$file"; return
   fi
-  out=$(env $envs timeout 300 build-emu/tests/test_ops_cuda --jobs=1 --filter "$filter" 2>&1)
+  out=$(env BUILD=build-emu $envs timeout 300 build-emu/tests/$suite --jobs=1 --filter "$filter" 2>&1)
   rc=$?
   if [ $rc -ne 0 ] && grep -Eq "$evidence" <<<"$out"; then
     echo "caught       $name: $(grep -Em1 "$evidence" <<<"$out" | sed 's/^ *//' | cut -c1-150)"
@@ -68,6 +68,12 @@ plant "wrong stream (relu on the legacy stream)" layers/relu_cuda.cu \
 plant "launch with 2048 threads per block (tanh)" layers/tanh_cuda.cu \
   's/tanh_forward_kernel<<<sp_cuda_blocks(n, 256), 256,/tanh_forward_kernel<<<sp_cuda_blocks(n, 2048), 2048,/' \
   "" "cuda/tanh_sigmoid_match_cpu" "invalid configuration argument"
+# 8. a missing cross-stream event in the ooo engine's device executor: the δW stream no
+#    longer waits for the δ stream (shuffle mode interleaves the streams at each sync)
+plant "missing cudaStreamWaitEvent (ooo δ -> δW stream)" schedulers/ooo_cuda.cu \
+  's/sp_cuda_check(cudaStreamWaitEvent(s, x->done\[pr\], 0));/(void)0;/' \
+  "SCANPROP_EMU_ORDER=shuffle" "ooo_cuda/every_order_bitwise_equals_device_linear_*" \
+  "differs from the device linear engine|vs linear" test_ooo_cuda
 
 if [ $missed -ne 0 ]; then echo "planted bugs: $missed not caught"; exit 1; fi
 echo "planted bugs: all caught"

@@ -1,0 +1,270 @@
+/* test_ooo_cuda.c — the ooo engine on the device (schedulers/ooo_cuda.cu): every order
+ * on two prioritised streams gives bitwise the losses, gradients and weights of the
+ * device linear engine; a CUDA Graph replay of the backward gives bitwise the same step;
+ * the device trace shows both streams; the emulator's capture checks (make test-cuda on
+ * a GPU, make test-cuda-emu without one; SCANPROP_EMU_ORDER=shuffle interleaves the
+ * streams, so a missing event shows as different bits: tests/cudaemu/planted_bugs.sh). */
+#include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/backend.h"
+#include "core/cuda.h"
+#include "core/engine.h"
+#include "layers/layers.h"
+#include "optim/optim.h"
+#include "apps/models.h"
+#include "schedulers/engines.h"
+#include "schedulers/ooo.h"
+#include "tests/testutil.h"
+
+static void need_gpu(void)
+{
+    const char *why = NULL;
+    int n = sp_cuda_device_count(&why);
+    cr_assert_gt(n, 0, "no CUDA device: %s (make test-cuda must run on a GPU machine)", why);
+    sp_cuda_init(0);
+}
+
+static sp_tensor download(const sp_tensor *d)
+{
+    sp_tensor h = sp_tensor_new(d->ndim, d->shape);
+    sp_tensor_to_host(&h, d);
+    return h;
+}
+
+static void update_layer(void *ctx, sp_layer *l) { sp_optim_step_params(ctx, l->params, l->nparams); }
+
+enum { MAXP = 64, MAXSTEPS = 8 };
+
+/* What a run leaves: every step's loss, the last step's parameter gradients and the
+ * final weights, on the host. */
+typedef struct result {
+    float loss[MAXSTEPS];
+    int np;
+    sp_tensor grad[MAXP], value[MAXP];
+    sp_ooo_device_stats dev;
+} result;
+
+static void result_free(result *r)
+{
+    for (int p = 0; p < r->np; p++) {
+        sp_tensor_free(&r->grad[p]);
+        sp_tensor_free(&r->value[p]);
+    }
+}
+
+typedef struct run_cfg {
+    const char *engine, *order, *optim, *trace;
+    bool graph;
+    int steps;
+} run_cfg;
+
+/* steps training steps on the device, as schedulers/train.c runs them. */
+static void run(sp_model *(*make)(void), int ndim, const int *xshape, int classes, const run_cfg *c, result *r)
+{
+    sp_model *m = make();
+    sp_model_init(m, 42);
+    sp_model_to_device(m, SP_CUDA);
+    sp_tensor x = sp_tensor_new(ndim, xshape);
+    int B = xshape[0], *labels = malloc((size_t)B * sizeof *labels);
+    for (int b = 0; b < B; b++) labels[b] = (3 * b + 1) % classes;
+    sp_optim_cfg cfg = sp_optim_cfg_default();
+    bool sgd = strcmp(c->optim, "sgd") == 0;
+    cfg.lr = sgd ? 0.05 : 1e-3;
+    cfg.momentum = sgd ? 0.9 : 0.0;
+    cfg.weight_decay = 1e-4;
+    sp_optim *o = sp_optim_create(c->optim, m->params, m->nparams, &cfg);
+    bool ooo = strcmp(c->engine, "ooo") == 0;
+    sp_engine_opts eo = {.order = c->order, .trace_path = c->trace};
+    if (ooo) {
+        eo.update = update_layer;
+        eo.update_ctx = o;
+    }
+    sp_engine *e = sp_engine_create(c->engine, &eo);
+    if (c->graph) sp_ooo_set_cuda_graph(e, true);
+    sp_tape t;
+    sp_tape_init(&t);
+    for (int s = 0; s < c->steps; s++) {
+        tu_fill_uniform(x.data, x.numel, 77 + (uint64_t)s, -1.0f, 1.0f);   /* a new batch each step */
+        sp_tape_reset(&t);
+        sp_optim_zero_grad(o);
+        sp_tensor xin = sp_tape_copy_on(&t, SP_CUDA, &x);
+        sp_node *loss = sp_model_loss(m, &t, &xin, labels);
+        sp_backward(e, &t, loss);
+        if (!ooo) sp_optim_step(o);
+        sp_tensor l = download(&loss->out);
+        r->loss[s] = l.data[0];
+        sp_tensor_free(&l);
+    }
+    r->np = m->nparams;
+    cr_assert_leq(r->np, MAXP);
+    for (int p = 0; p < m->nparams; p++) {
+        r->grad[p] = download(&m->params[p]->grad);
+        r->value[p] = download(&m->params[p]->value);
+    }
+    if (ooo) r->dev = sp_ooo_device_stats_get(e);
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    free(labels);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+}
+
+static void assert_bitwise(const result *a, const result *b, int steps, const char *what)
+{
+    for (int s = 0; s < steps; s++)
+        cr_assert(memcmp(&a->loss[s], &b->loss[s], sizeof(float)) == 0, "%s: step %d loss %.9g vs linear %.9g", what,
+                  s, a->loss[s], b->loss[s]);
+    cr_assert_eq(a->np, b->np);
+    for (int p = 0; p < a->np; p++) {
+        cr_assert(memcmp(a->grad[p].data, b->grad[p].data, a->grad[p].numel * sizeof(float)) == 0,
+                  "%s: gradient of parameter %d differs from the device linear engine (not bitwise)", what, p);
+        cr_assert(memcmp(a->value[p].data, b->value[p].data, a->value[p].numel * sizeof(float)) == 0,
+                  "%s: parameter %d after %d steps differs from the device linear engine (not bitwise)", what, p,
+                  steps);
+    }
+}
+
+static sp_model *lenet(void) { return sp_zoo_lenet(1, 28); }
+
+static sp_model *mlp(void)
+{
+    sp_model *m = sp_model_new("mlp");
+    sp_model_add(m, sp_linear("fc1", 20, 32));
+    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_linear("fc2", 32, 32));
+    sp_model_add(m, sp_tanh());
+    sp_model_add(m, sp_linear("fc3", 32, 10));
+    return m;
+}
+
+static const char *const orders[] = {"conventional", "ooo", "reverse-first-k", "list"};
+
+static void every_order(sp_model *(*make)(void), int ndim, const int *xshape, const char *optim)
+{
+    need_gpu();
+    enum { STEPS = 3 };
+    result lin = {0};
+    run(make, ndim, xshape, 10, &(run_cfg){.engine = "linear", .optim = optim, .steps = STEPS}, &lin);
+    for (int i = 0; i < 4; i++) {
+        result r = {0};
+        run(make, ndim, xshape, 10, &(run_cfg){.engine = "ooo", .order = orders[i], .optim = optim, .steps = STEPS},
+            &r);
+        char what[96];
+        snprintf(what, sizeof what, "ooo --order %s (%s)", orders[i], optim);
+        assert_bitwise(&r, &lin, STEPS, what);
+        result_free(&r);
+    }
+    result_free(&lin);
+}
+
+Test(ooo_cuda, every_order_bitwise_equals_device_linear_lenet)
+{
+    every_order(lenet, 4, (int[]){4, 1, 28, 28}, "sgd");
+}
+
+Test(ooo_cuda, every_order_bitwise_equals_device_linear_mlp)
+{
+    every_order(mlp, 2, (int[]){8, 20}, "sgd");
+    every_order(mlp, 2, (int[]){8, 20}, "adam");
+}
+
+/* The backward captured once its key repeats and replayed after: every step bitwise the
+ * step without a graph (the linear engine's). */
+Test(ooo_cuda, graph_replay_bitwise_equals_no_graph)
+{
+    need_gpu();
+    enum { STEPS = 6 };
+    const char *optims[] = {"sgd", "adam"};
+    for (int k = 0; k < 2; k++) {
+        result lin = {0}, g = {0};
+        run(mlp, 2, (int[]){8, 20}, 10, &(run_cfg){.engine = "linear", .optim = optims[k], .steps = STEPS}, &lin);
+        run(mlp, 2, (int[]){8, 20}, 10,
+            &(run_cfg){.engine = "ooo", .order = "ooo", .optim = optims[k], .graph = true, .steps = STEPS}, &g);
+        cr_assert_geq(g.dev.graph_captures, 1, "no backward was captured");
+        cr_assert_geq(g.dev.graph_replays, 1, "no backward was replayed");
+        cr_assert_geq(g.dev.graph_captures + g.dev.graph_replays, STEPS - 2,
+                      "captures %ld + replays %ld: expected every step after the first two", g.dev.graph_captures,
+                      g.dev.graph_replays);
+        assert_bitwise(&g, &lin, STEPS, optims[k]);
+        result_free(&lin);
+        result_free(&g);
+    }
+    result lin = {0}, g = {0};   /* LeNet: convolutions, pooling in the graph */
+    run(lenet, 4, (int[]){2, 1, 28, 28}, 10, &(run_cfg){.engine = "linear", .optim = "sgd", .steps = 4}, &lin);
+    run(lenet, 4, (int[]){2, 1, 28, 28}, 10,
+        &(run_cfg){.engine = "ooo", .order = "list", .optim = "sgd", .graph = true, .steps = 4}, &g);
+    cr_assert_geq(g.dev.graph_replays + g.dev.graph_captures, 1);
+    assert_bitwise(&g, &lin, 4, "lenet graph");
+    result_free(&lin);
+    result_free(&g);
+}
+
+/* --trace on the device: per-task event times on both streams, same JSON as the CPU's. */
+Test(ooo_cuda, trace_shows_both_streams)
+{
+    need_gpu();
+    char path[512];
+    snprintf(path, sizeof path, "%s/trace.json", tu_tmpdir());
+    result r = {0};
+    run(lenet, 4, (int[]){2, 1, 28, 28}, 10,
+        &(run_cfg){.engine = "ooo", .order = "ooo", .optim = "sgd", .trace = path, .steps = 2}, &r);
+    result_free(&r);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "no trace at %s", path);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cr_assert(strstr(buf, "on cuda (stream times)"), "not a device trace: %.200s", buf);
+    cr_assert(strstr(buf, "\"ph\": \"X\", \"pid\": 1, \"tid\": 0"), "no task on stream 0");
+    cr_assert(strstr(buf, "\"ph\": \"X\", \"pid\": 1, \"tid\": 1"), "no task on stream 1");
+    cr_assert(strstr(buf, "\"ph\": \"s\""), "no cross-stream event arrow");
+    cr_assert_eq(remove(path), 0);
+    remove(tu_tmpdir());
+}
+
+Test(ooo_cuda, lanes_have_priorities)
+{
+    need_gpu();
+    int p0 = 0, p1 = 0, least = 0, greatest = 0;
+    cr_assert_eq(cudaDeviceGetStreamPriorityRange(&least, &greatest), cudaSuccess);
+    cr_assert_eq(cudaStreamGetPriority(sp_cuda()->lanes[0].stream, &p0), cudaSuccess);
+    cr_assert_eq(cudaStreamGetPriority(sp_cuda()->lanes[1].stream, &p1), cudaSuccess);
+    cr_assert_eq(p0, greatest, "lane 0 (δ) priority %d, expected the greatest %d", p0, greatest);
+    cr_assert_eq(p1, least, "lane 1 (δW) priority %d, expected the least %d", p1, least);
+}
+
+/* As on a GPU: a malloc or a sync during a global capture is refused and the capture
+ * invalidated; a stream forked from a capture must join it again. */
+Test(ooo_cuda, capture_refuses_malloc_sync_and_unjoined_forks, .init = cr_redirect_stderr)
+{
+    need_gpu();
+    cudaStream_t a = sp_cuda()->lanes[0].stream, b = sp_cuda()->lanes[1].stream;
+    cudaGraph_t g = NULL;
+    void *p = NULL;
+    cr_assert_eq(cudaStreamBeginCapture(a, cudaStreamCaptureModeGlobal), cudaSuccess);
+    cr_assert_eq(cudaMalloc(&p, 64), cudaErrorStreamCaptureUnsupported);
+    cr_assert_neq(cudaStreamEndCapture(a, &g), cudaSuccess);
+    cr_assert_null(g);
+    (void)cudaGetLastError();
+    cr_assert_eq(cudaStreamBeginCapture(a, cudaStreamCaptureModeGlobal), cudaSuccess);
+    cr_assert_eq(cudaStreamSynchronize(b), cudaErrorStreamCaptureUnsupported);
+    cr_assert_neq(cudaStreamEndCapture(a, &g), cudaSuccess);
+    (void)cudaGetLastError();
+    cudaEvent_t fork;
+    cr_assert_eq(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), cudaSuccess);
+    float *d = NULL;
+    cr_assert_eq(cudaMalloc((void **)&d, 256), cudaSuccess);
+    cr_assert_eq(cudaStreamBeginCapture(a, cudaStreamCaptureModeGlobal), cudaSuccess);
+    cr_assert_eq(cudaEventRecord(fork, a), cudaSuccess);
+    cr_assert_eq(cudaStreamWaitEvent(b, fork, 0), cudaSuccess);   /* b joins the capture ... */
+    cr_assert_eq(cudaMemsetAsync(d, 0, 256, b), cudaSuccess);     /* ... and never rejoins a */
+    cr_assert_eq(cudaStreamEndCapture(a, &g), cudaErrorStreamCaptureUnjoined);
+    cr_assert_eq(cudaEventDestroy(fork), cudaSuccess);
+    cr_assert_eq(cudaFree(d), cudaSuccess);
+}
