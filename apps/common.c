@@ -92,7 +92,8 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          "full depth, full, or auto (the plan's cost model picks; docs/BPPSA.md)", .group = G_BPPSA,
          .meta = "N|full|auto", .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
         {"plan", SP_FLAG_BOOL, &o->plan, "print the scan plan's summary and exit without training "
-         "(--plan=full: every step)", .group = G_BPPSA, .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
+         "(--plan=full: every step; with --parallel scan: the cross-rank levels) [needs --backward bppsa or "
+         "--parallel scan]", .group = G_BPPSA, .scope = SP_SCOPE_ENGINE},
         {"plan-svg", SP_FLAG_STR, &o->plan_svg, "draw the scan tree of a short chain to FILE and exit",
          .group = G_BPPSA, .meta = "FILE", .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
         {"order", SP_FLAG_STR, &o->order, "task order of the two lanes", .group = G_OOO,
@@ -494,6 +495,8 @@ static void check_ranges(sp_app_opts *o)
                     o->scan_levels_arg);
         o->scan_levels = (int)x;
     }
+    if (o->plan && strcmp(o->backward, "bppsa") != 0 && !(o->parallel && strcmp(o->parallel, "scan") == 0))
+        sp_fail("--plan needs --backward bppsa or --parallel scan");
     if (o->trace && strcmp(o->backward, "ooo") != 0 && !o->parallel)
         sp_fail("--trace needs --backward ooo or --parallel");
     /* checkpoint files refused before any data is read or any step is run */
@@ -859,7 +862,7 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
         sp_app_check_engine(o, m, &b.x, b.y);
         sp_loader_free(one);
     }
-    if (o->plan || o->plan_svg) {   /* the plan of the first batch; nothing trains */
+    if ((o->plan || o->plan_svg) && !o->parallel) {   /* the plan of the first batch; nothing trains */
         sp_loader *l = sp_loader_new_sync(train, o->batch, false, o->seed, false);
         sp_batch b;
         if (!sp_loader_next(l, &b)) sp_fail("%s: --plan: the training set is empty", app);
@@ -975,7 +978,22 @@ struct sp_exec *sp_app_exec_new(const sp_app_opts *o, sp_model *m, struct sp_opt
                      .trace_path = o->trace,
                      .ooo = strcmp(o->backward, "ooo") == 0,
                      .k = o->k};
-    return sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
+    struct sp_exec *x = sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
+    if (o->plan) {   /* --parallel scan --plan: the cross-rank levels; nothing trains */
+        if (sp_exec_rank(x) == 0) {
+            int levels = sp_exec_print_plan(x, stdout);
+            sp_json j;
+            sp_json_begin(&j);
+            sp_json_str(&j, "mode", "plan");
+            sp_json_str(&j, "parallel", o->parallel);
+            sp_json_int(&j, "workers", sp_exec_workers(x));
+            sp_json_int(&j, "levels", levels);
+            sp_json_end_print(&j);
+        }
+        sp_app_exec_end(x);
+        exit(0);
+    }
+    return x;
 }
 
 bool sp_app_prints(const struct sp_exec *x) { return !x || sp_exec_rank(x) == 0; }

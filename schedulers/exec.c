@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "core/backend.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/rng.h"
@@ -41,15 +42,21 @@ typedef struct bucket {
     bool started;
     sp_req req;
     double t_start, t_done;
+    bool outstanding;        /* ddp: its sum is not yet applied (the next step's
+                                forward of its first stage waits for it)         */
+    long step;               /* the step whose gradients it carries              */
 } bucket;
 
 typedef struct trace_ev {
-    int what;                /* job id, or −1 − bucket (a collective)                */
+    int what;                /* job id, −1 − bucket (a collective in flight), or
+                                WAIT_EV − bucket (this rank blocked on it)            */
     int step;
     double t0, t1;
 } trace_ev;
 
-#define TRACE_STEPS 3
+#define TRACE_STEPS 10   /* the first steps of a run, in the trace */
+#define WAIT_EV (-1000000)
+#define WAIT_LOSS (-3000000)
 
 struct sp_exec {
     sp_comm *world;
@@ -89,6 +96,20 @@ struct sp_exec {
     double trace_t0;
     double *meas;            /* [6·S]: Σ F, δ, G compute seconds and their counts      */
     size_t in_numel;         /* one input sample                                       */
+    /* --parallel scan over a recurrent first layer: its time steps split over the ranks */
+    bool tscan;
+    int T, H;                /* the recurrent layer's steps and hidden size            */
+    /* ddp: a bucket's update is applied when the next step's forward first needs one of
+     * its stages (cross-step overlap), with the learning rate of the step it belongs to */
+    bool deferred;
+    double pending_lr;
+    /* The batch's loss: its allreduce starts as soon as the rank's last loss is computed
+     * (it then overlaps the backward) and is waited for at the end of the step. */
+    int loss_jobs, loss_left;    /* local F jobs of the last stage per step, still to run */
+    float loss_buf;
+    sp_req loss_req;
+    bool loss_started;
+    double loss_t0;
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -113,15 +134,17 @@ static void label_job(const sp_exec *x, int job, long step)
     sp_comm_set_label(buf);
 }
 
-static void trace_add(sp_exec *x, int what, double t0, double t1)
+static void trace_add_step(sp_exec *x, int what, long step, double t0, double t1)
 {
-    if (!x->cfg.trace_path || x->steps >= TRACE_STEPS) return;
+    if (!x->cfg.trace_path || step >= TRACE_STEPS) return;
     if (x->nev == x->cap_ev) {
         x->cap_ev = x->cap_ev ? 2 * x->cap_ev : 256;
         x->ev = sp_xrealloc(x->ev, sizeof *x->ev * (size_t)x->cap_ev);
     }
-    x->ev[x->nev++] = (trace_ev){what, (int)x->steps, t0, t1};
+    x->ev[x->nev++] = (trace_ev){what, (int)step, t0, t1};
 }
+
+static void trace_add(sp_exec *x, int what, double t0, double t1) { trace_add_step(x, what, x->steps, t0, t1); }
 
 static sp_req *new_send(sp_exec *x)
 {
@@ -265,6 +288,7 @@ typedef struct seg {
     int in, out;         /* per-sample sizes of the segment's input/output */
 } seg;
 static seg segment_of(const sp_exec *x, int r);
+static void check_scan(sp_exec *x);
 static bool is_pipeline(const char *name)
 {
     return !strcmp(name, "gpipe") || !strcmp(name, "1f1b") || !strcmp(name, "ooo-ff") || !strcmp(name, "ooo-modulo") ||
@@ -289,10 +313,19 @@ static void check_config(sp_exec *x)
                             "have ooo-ff and ooo-modulo)", name);
     if (is_scan(name)) {
         if (x->B != 1) sp_comm_fail_all(w, "--parallel scan: --microbatches %d (the scan runs the whole batch: 1)", x->B);
-        for (int s = 0; s < x->S; s++)
-            if (!x->m->layers[s]->op->jt_pattern || x->m->layers[s]->op->chain_len)
+        /* A recurrent first layer: the scan runs over its time steps (exec.c, BPPSA across
+         * ranks); otherwise over the layers, each of which needs a per-sample Jᵀ. */
+        const sp_opdef *op0 = x->S > 0 ? x->m->layers[0]->op : NULL;
+        x->tscan = op0 && op0->chain_len && op0->chain_jt && op0->chain_backward_params;
+        for (int s = x->tscan ? 1 : 0; s < x->S; s++) {
+            const sp_opdef *op = x->m->layers[s]->op;
+            if (op->chain_len)
+                sp_comm_fail_all(w, "--parallel scan: layer %d (%s) is recurrent; the scan runs over the time steps "
+                                    "of a recurrent FIRST layer only", s, op->name);
+            if (!x->tscan && !op->jt_pattern)
                 sp_comm_fail_all(w, "--parallel scan: layer %d (%s) has no per-sample transposed Jacobian to scan",
-                                 s, x->m->layers[s]->op->name);
+                                 s, op->name);
+        }
     }
     if (!sp_model_is_chain(x->m))
         sp_comm_fail_all(w, "--parallel %s: %s is not a chain of layers (the executor's stages are a chain's layers)",
@@ -307,7 +340,7 @@ static void check_config(sp_exec *x)
     if (is_data(name) && x->B < x->W)
         sp_comm_fail_all(w, "--parallel %s: %d micro-batches for %d workers (each rank needs one: expected "
                             "--microbatches >= %d)", name, x->B, x->W, x->W);
-    if (is_pipeline(name) && x->W > x->S)
+    if (is_pipeline(name) && !x->tscan && x->W > x->S)
         sp_comm_fail_all(w, "--parallel %s: %d workers for %d stages (a pipeline needs workers <= stages, the "
                             "model's %d layers)", name, x->W, x->S, x->S);
     if (is_looped(name)) {
@@ -329,7 +362,10 @@ static void check_config(sp_exec *x)
 static void build_schedule(sp_exec *x)
 {
     const char *name = x->cfg.scheme;
-    sp_sched_config sc = {.stages = x->S, .micro = x->B, .workers = x->W, .split = -1, .no_input_grad = true};
+    /* A time scan has no pipeline: every rank runs the whole (short) forward, so the
+     * schedule is that of one worker (the step does not walk it). */
+    sp_sched_config sc = {.stages = x->S, .micro = x->B, .workers = x->tscan ? 1 : x->W, .split = -1,
+                          .no_input_grad = true};
     if (x->cfg.ooo) {   /* ddp --backward ooo: reverse first-k over the first k parameterised layers */
         int params = 0, k = x->cfg.k;
         for (int s = 0; s < x->S; s++) params += x->st[s].nfloats > 0;
@@ -511,14 +547,37 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
         for (int p = 0; p < si->layer->nparams; p++) si->nfloats += si->layer->params[p]->value.numel;
     }
     infer_shapes(x, sample_ndim, sample_shape);
+    if (x->tscan) {
+        const stage_info *r0 = &x->st[0];
+        if (r0->out_ndim != 2)
+            sp_comm_fail_all(world, "--parallel scan: %s returns every step's hidden state; the time scan needs the "
+                                    "last step's only", x->m->layers[0]->op->name);
+        x->T = sample_ndim >= 1 ? sample_shape[0] : 1;
+        x->H = r0->out_shape[1];
+        if (x->W > x->T)
+            sp_comm_fail_all(world, "--parallel scan: %d ranks for %d time steps (expected ranks <= steps)", x->W, x->T);
+    }
     setup_costs(x, sample_ndim, sample_shape);
     build_schedule(x);
-    if (is_scan(cfg->scheme))
-        for (int r = 0; r < x->W; r++)
-            if (segment_of(x, r).a < 0)
-                sp_comm_fail_all(world, "--parallel scan: the cost partition left rank %d without layers (use fewer ranks)", r);
-    setup_weights(x);
-    setup_buckets(x);
+    if (is_scan(cfg->scheme)) check_scan(x);
+    if (x->tscan) {   /* every rank holds every weight and steps them all (the same sums everywhere) */
+        for (int s = 0; s < x->S; s++) x->st[s].owns = true, x->st[s].comm = x->st[s].bucket = -1;
+        x->comms = sp_xcalloc(1, sizeof *x->comms);
+        x->comm_min = sp_xcalloc(1, sizeof(int));
+        x->buckets = sp_xcalloc(1, sizeof *x->buckets);
+        x->next_bucket = sp_xcalloc(1, sizeof(int));
+    } else {
+        setup_weights(x);
+        setup_buckets(x);
+    }
+    /* $SCANPROP_EXEC_STEPWISE=1: every update at the end of its own step (the comparison
+     * in docs/DISTRIBUTED.md) */
+    const char *stepwise = getenv("SCANPROP_EXEC_STEPWISE");
+    x->deferred = !strcmp(cfg->scheme, "ddp") && x->nbuckets > 0 && !(stepwise && !strcmp(stepwise, "1"));
+    for (int j = 0; j < x->sched->njobs && !x->tscan; j++)
+        if (local(x, j) && x->sched->jobs[j].dir == SP_FWD && x->sched->jobs[j].stage == x->S - 1) x->loss_jobs++;
+    for (int s = 0; s < x->S; s++)
+        if (x->st[s].nfloats && (x->st[s].bucket < 0 || x->st[s].sync != SYNC_ALLREDUCE)) x->deferred = false;
     x->meas = sp_xcalloc((size_t)x->S * 6, sizeof *x->meas);
     int SB = x->S * x->B;
     x->tapes = sp_xcalloc((size_t)x->B, sizeof *x->tapes);
@@ -639,6 +698,8 @@ static void measured(sp_exec *x, int s, int part, double seconds)
     x->meas[6 * s + 3 + part] += 1;
 }
 
+static void finish_bucket(sp_exec *x, int i, bool update);
+
 static void run_forward(sp_exec *x, int job, sp_job j)
 {
     int s = j.stage, b = j.micro;
@@ -655,6 +716,12 @@ static void run_forward(sp_exec *x, int job, sp_job j)
         sp_irecv(x->world, a.data, a.numel, x->sched->compute[p], tag_of(x, 0, s - 1, b), &r);
         sp_wait(&r);
         in = sp_tape_input(t, &a);
+    }
+    int bi = x->st[s].bucket;
+    if (x->deferred && bi >= 0 && x->buckets[bi].outstanding) {   /* the previous step's update of this stage */
+        sp_comm_set_label("the previous step's gradient allreduce");
+        finish_bucket(x, bi, true);
+        label_job(x, job, x->steps);
     }
     wait_weights(x, s);
     double t0 = sp_now();
@@ -739,12 +806,58 @@ static void start_buckets(sp_exec *x, int comm)
     }
 }
 
+/* The shares of the micro-batches whose last stage ran here, summed over the ranks. */
+static void start_loss(sp_exec *x)
+{
+    float loss = 0;
+    for (int b = 0; b < x->B; b++)
+        if (x->loss[b] && (!x->tscan || x->rank == 0))   /* the time scan: every rank has the loss */
+            loss += (float)x->rows[b] / (float)x->batch * x->loss[b]->out.data[0];
+    x->loss_buf = loss;
+    sp_iallreduce(x->world, &x->loss_buf, 1, &x->loss_req);
+    x->loss_started = true;
+}
+
+/* Wait for bucket i's collective and unpack its sum; with update (ddp's deferred
+ * updates), also step its stages with the learning rate of the step it belongs to and
+ * zero their gradients for the step that runs now. */
+static void finish_bucket(sp_exec *x, int i, bool update)
+{
+    bucket *bk = &x->buckets[i];
+    double w0 = sp_now();
+    sp_wait(&bk->req);
+    double w1 = sp_now();
+    if (bk->t_done == 0) bk->t_done = w1;
+    trace_add_step(x, -1 - i, bk->step, bk->t_start, bk->t_done);
+    if (w1 - w0 > 1e-6) trace_add(x, WAIT_EV - i, w0, w1);
+    if (bk->sync == SYNC_ALLREDUCE || x->comms[bk->comm]->rank == bk->root) pack(x, bk, false);
+    bk->outstanding = false;
+    if (!update) return;
+    double u0 = sp_now(), lr = sp_optim_get_lr(x->opt);
+    sp_optim_set_lr(x->opt, x->pending_lr);
+    for (int k = 0; k < bk->nstages; k++) {
+        sp_layer *l = x->st[bk->stages[k]].layer;
+        if (x->st[bk->stages[k]].owns) sp_optim_step_params(x->opt, l->params, l->nparams);
+        for (int p = 0; p < l->nparams; p++) sp_zero(&l->params[p]->grad);
+    }
+    sp_optim_set_lr(x->opt, lr);
+    x->bwd_s += sp_now() - u0;
+}
+
+/* Every update still outstanding (before the weights are read: evaluation, saving). */
+static void flush_updates(sp_exec *x)
+{
+    sp_comm_set_label("the last step's gradient allreduce");
+    for (int i = 0; i < x->nbuckets; i++)
+        if (x->buckets[i].outstanding) finish_bucket(x, i, true);
+}
+
 /* Notice finished collectives early (the trace shows when each one ended). */
 static void poll_buckets(sp_exec *x)
 {
     for (int i = 0; i < x->nbuckets; i++) {
         bucket *bk = &x->buckets[i];
-        if (bk->started && bk->t_done == 0 && sp_test(&bk->req)) bk->t_done = sp_now();
+        if ((bk->started || bk->outstanding) && bk->t_done == 0 && sp_test(&bk->req)) bk->t_done = sp_now();
     }
 }
 
@@ -777,7 +890,10 @@ static void begin_step(sp_exec *x, const sp_tensor *in, const int *labels)
         for (int k = 0; k < bk->nstages; k++) bk->pending += x->st[bk->stages[k]].grad_jobs;
     }
     for (int c = 0; c < x->ncomms; c++) x->next_bucket[c] = 0;
-    sp_optim_zero_grad(x->opt);
+    /* deferred: each bucket's stages are zeroed after their update (finish_bucket) */
+    if (!x->deferred || x->steps == 0) sp_optim_zero_grad(x->opt);
+    x->loss_left = x->loss_jobs;
+    x->loss_started = false;
     /* Weights whose master copy lives elsewhere: fetch them all now, wait per stage. */
     for (int s = 0; s < x->S; s++) {
         stage_info *si = &x->st[s];
@@ -794,19 +910,36 @@ static void begin_step(sp_exec *x, const sp_tensor *in, const int *labels)
 
 /* ---- BPPSA across ranks (--parallel scan) ------------------------------------------------ */
 
-/* Rank r holds the layers [a_r, b_r] (GPipe's contiguous placement). Its element of the
- * scan is the product of its transposed Jacobians, per sample,
+/* Over layers: rank r holds the layers [a_r, b_r] (GPipe's contiguous placement). Its
+ * element of the scan is the product of its transposed Jacobians, per sample,
  *     P_r = Jᵀ_{a_r} · … · Jᵀ_{b_r}        (in_{a_r} × out_{b_r}),
  * and the last rank's is the vector v = P_{W−1}·∇y l. The ranks run an inclusive suffix
  * scan (Hillis–Steele: at level k, rank r receives T_{r+2^k} and forms T_r·T_{r+2^k}),
  * ⌈log₂ W⌉ levels of send/recv, after which T_r is ∂l/∂(input of segment r); one more
  * exchange hands T_{r+1} to rank r as ∂l/∂(output of its segment), and each rank
  * back-propagates its own segment linearly from there (its δ and G). Rank 0's element
- * is never needed (nobody reads T_0), so rank 0 does not form it. */
+ * is never needed (nobody reads T_0), so rank 0 does not form it.
+ *
+ * Over time (a recurrent first layer, SEQ_LAST: rnn, gru): every rank runs the whole
+ * forward (the recurrence is sequential; a pipeline over time would take as long) and
+ * the backward of the layers after the recurrent one, which gives ∇h_T. The time steps
+ * 1..T are split into W contiguous segments [a_r, b_r]; the chain ∇h_{t−1} = Jᵀ_t·∇h_t
+ * (the op's chain_jt, H × H) is scanned exactly as above with P_r = Jᵀ_{a_r} ⋯ Jᵀ_{b_r}
+ * and v = ∇h_{a_{W−1}−1}; after the hand-off each rank recovers ∇h_t of its own steps
+ * with T/W matrix–vector products. The ranks then allgather the segments of ∇h and each
+ * computes the weight gradients from the whole [B, T, H] (the op's
+ * chain_backward_params, Eq. 2 of [B]) — the same sums on every rank, so no gradient
+ * collective is needed and every rank steps the optimizer. */
 
 static seg segment_of(const sp_exec *x, int r)
 {
     seg g = {-1, -1, 0, 0};
+    if (x->tscan) {
+        g.a = (int)((long)r * x->T / x->W) + 1;
+        g.b = (int)((long)(r + 1) * x->T / x->W);
+        g.in = g.out = x->H;
+        return g;
+    }
     for (int s = 0; s < x->S; s++)
         if (x->sched->stage_worker[s] == r) {
             if (g.a < 0) g.a = s;
@@ -822,6 +955,22 @@ static seg segment_of(const sp_exec *x, int r)
     for (int i = 1; i < hi->out_ndim; i++) out *= (size_t)hi->out_shape[i];
     g.in = (int)in, g.out = (int)out;
     return g;
+}
+
+/* Every rank holds a segment, and no element is out of reach (dense per sample). */
+static void check_scan(sp_exec *x)
+{
+    for (int r = 0; r < x->W; r++) {
+        seg g = segment_of(x, r);
+        if (g.a < 0)
+            sp_comm_fail_all(x->world, "--parallel scan: the cost partition left rank %d without layers (use fewer "
+                                       "ranks)", r);
+        double bytes = 4.0 * x->batch * g.in * g.out;
+        if (r > 0 && r < x->W - 1 && bytes > 1024.0 * 1024 * 1024)
+            sp_comm_fail_all(x->world, "--parallel scan: rank %d's element is %d x %d per sample (%.1f GB for a batch "
+                                       "of %d); the scan suits chains with narrow segment boundaries (use fewer ranks)",
+                             r, g.in, g.out, bytes / 1e9, x->batch);
+    }
 }
 
 /* dst (rows × c) = Jᵀ (rows × m, CSR) · M (m × c), one sample. */
@@ -873,6 +1022,58 @@ static float *segment_product(sp_exec *x, seg g, int n)
     return P;
 }
 
+/* The time segment's P_r = Jᵀ_a ⋯ Jᵀ_b per sample: [n, H, H]. */
+static float *time_product(sp_exec *x, seg g, int n)
+{
+    int H = x->H;
+    size_t HH = (size_t)H * H;
+    const sp_node *nd = x->node[0];
+    float *P = sp_xmalloc(sizeof(float) * (size_t)n * HH), *jt = sp_xmalloc(sizeof(float) * HH);
+    float *cur = sp_xcalloc(HH, sizeof(float)), *nxt = sp_xcalloc(HH, sizeof(float));
+    for (int smp = 0; smp < n; smp++) {
+        nd->op->chain_jt(nd, smp, g.b, cur);   /* Jᵀ_b, then Jᵀ_t · (…) down to t = a */
+        for (int t = g.b - 1; t >= g.a; t--) {
+            nd->op->chain_jt(nd, smp, t, jt);
+            sp_gemm(false, false, H, H, H, 1.0f, jt, H, cur, H, 0.0f, nxt, H);
+            float *tmp = cur;
+            cur = nxt, nxt = tmp;
+        }
+        memcpy(P + (size_t)smp * HH, cur, sizeof(float) * HH);
+    }
+    free(jt);
+    free(cur);
+    free(nxt);
+    return P;
+}
+
+/* ∇h_t for t = b … a of the time segment from ∇h_b (dhb, [n, H]) into mine ([n, len, H],
+ * step a first); below ([n, H]) receives ∇h_{a−1} when given. */
+static void time_sweep(sp_exec *x, seg g, int n, const float *dhb, float *mine, float *below)
+{
+    int H = x->H, len = g.b - g.a + 1;
+    const sp_node *nd = x->node[0];
+    float *jt = sp_xmalloc(sizeof(float) * (size_t)H * H), *v = sp_xmalloc(sizeof(float) * (size_t)H);
+    float *tmp = sp_xmalloc(sizeof(float) * (size_t)H);
+    for (int smp = 0; smp < n; smp++) {
+        memcpy(v, dhb + (size_t)smp * H, sizeof(float) * (size_t)H);
+        for (int t = g.b; t >= g.a; t--) {
+            memcpy(mine + ((size_t)smp * len + (size_t)(t - g.a)) * H, v, sizeof(float) * (size_t)H);
+            if (t == g.a && !below) break;
+            nd->op->chain_jt(nd, smp, t, jt);   /* v ← Jᵀ_t · v */
+            float *dst = t == g.a ? below + (size_t)smp * H : v;
+            for (int i = 0; i < H; i++) {
+                float acc = 0;
+                for (int j = 0; j < H; j++) acc += jt[(size_t)i * H + j] * v[j];
+                tmp[i] = acc;
+            }
+            memcpy(dst, tmp, sizeof(float) * (size_t)H);
+        }
+    }
+    free(jt);
+    free(v);
+    free(tmp);
+}
+
 /* Back-propagate the rank's own segment from ∂l/∂(its output) in x->dy[b]. */
 static void segment_backward(sp_exec *x, seg g)
 {
@@ -894,6 +1095,45 @@ static int scan_cols(const sp_exec *x, int r, int span)
     return last >= x->W - 1 ? 1 : segment_of(x, last).out;
 }
 
+/* The ⌈log₂ W⌉ levels: T ([n, in_r, *cols]) becomes T_r = ∂l/∂(input of segment r). */
+static float *scan_levels(sp_exec *x, float *T, int *cols, int n)
+{
+    int W = x->W, r = x->rank;
+    seg me = segment_of(x, r);
+    for (int span = 1; span < W; span *= 2) {
+        sp_req sreq = {0}, rreq = {0};
+        if (r > 0 && r - span > 0)   /* rank 0 never needs anyone's T; nor do we send to it here */
+            sp_isend(x->world, T, (size_t)n * me.in * *cols, r - span, tag_of(x, 2, span, 0), &sreq);
+        float *Tn = NULL;
+        int ncols = 0;
+        if (r > 0 && r + span < W) {
+            seg o = segment_of(x, r + span);
+            ncols = scan_cols(x, r + span, span);
+            Tn = sp_xmalloc(sizeof(float) * (size_t)n * o.in * ncols);
+            sp_irecv(x->world, Tn, (size_t)n * o.in * ncols, r + span, tag_of(x, 2, span, 0), &rreq);
+        }
+        sp_wait(&rreq);
+        sp_wait(&sreq);
+        if (Tn) {   /* T_r ← T_r · T_{r+span}, per sample: (in × cols)·(cols × ncols) */
+            float *R = sp_xcalloc((size_t)n * me.in * ncols, sizeof(float));
+            for (int smp = 0; smp < n; smp++) {
+                const float *A = T + (size_t)smp * me.in * *cols, *Bm = Tn + (size_t)smp * *cols * ncols;
+                float *C = R + (size_t)smp * me.in * ncols;
+                for (int i = 0; i < me.in; i++)
+                    for (int k = 0; k < *cols; k++) {
+                        float a = A[(size_t)i * *cols + k];
+                        for (int j = 0; j < ncols; j++) C[(size_t)i * ncols + j] += a * Bm[(size_t)k * ncols + j];
+                    }
+            }
+            free(T);
+            free(Tn);
+            T = R;
+            *cols = ncols;
+        }
+    }
+    return T;
+}
+
 static void scan_backward(sp_exec *x)
 {
     double t0 = sp_now();
@@ -912,38 +1152,7 @@ static void scan_backward(sp_exec *x)
         T = segment_product(x, me, n);
         cols = me.out;
     }
-    for (int span = 1; span < W; span *= 2) {
-        sp_req sreq = {0}, rreq = {0};
-        if (r > 0 && r - span > 0) {   /* rank 0 never needs anyone's T; nor do we send to it here */
-            sp_isend(x->world, T, (size_t)n * me.in * cols, r - span, tag_of(x, 2, span, 0), &sreq);
-        }
-        float *Tn = NULL;
-        int ncols = 0;
-        if (r > 0 && r + span < W) {
-            seg o = segment_of(x, r + span);
-            ncols = scan_cols(x, r + span, span);
-            Tn = sp_xmalloc(sizeof(float) * (size_t)n * o.in * ncols);
-            sp_irecv(x->world, Tn, (size_t)n * o.in * ncols, r + span, tag_of(x, 2, span, 0), &rreq);
-        }
-        sp_wait(&rreq);
-        sp_wait(&sreq);
-        if (Tn) {   /* T_r ← T_r · T_{r+span}, per sample: (in × cols)·(cols × ncols) */
-            float *R = sp_xcalloc((size_t)n * me.in * ncols, sizeof(float));
-            for (int smp = 0; smp < n; smp++) {
-                const float *A = T + (size_t)smp * me.in * cols, *Bm = Tn + (size_t)smp * cols * ncols;
-                float *C = R + (size_t)smp * me.in * ncols;
-                for (int i = 0; i < me.in; i++)
-                    for (int k = 0; k < cols; k++) {
-                        float a = A[(size_t)i * cols + k];
-                        for (int j = 0; j < ncols; j++) C[(size_t)i * ncols + j] += a * Bm[(size_t)k * ncols + j];
-                    }
-            }
-            free(T);
-            free(Tn);
-            T = R;
-            cols = ncols;
-        }
-    }
+    T = scan_levels(x, T, &cols, n);
     /* T_r is now ∂l/∂(input of segment r), [n, in]. Hand it to rank r − 1. */
     sp_req sreq = {0}, rreq = {0};
     if (r > 0) sp_isend(x->world, T, (size_t)n * me.in, r - 1, tag_of(x, 3, 0, 0), &sreq);
@@ -957,6 +1166,84 @@ static void scan_backward(sp_exec *x)
     sp_wait(&sreq);
     free(T);
     x->bwd_s += sp_now() - t0;
+}
+
+/* The time scan's backward (see above): ∇h_T from the layers after the recurrent one,
+ * the scan over the ranks' time segments, the allgather of ∇h, the weight gradients. */
+static void time_scan_backward(sp_exec *x)
+{
+    double t0 = sp_now();
+    int W = x->W, r = x->rank, n = x->rows[0], H = x->H, Tn = x->T;
+    sp_comm_set_label("bppsa scan across ranks over time");
+    for (int s = x->S - 1; s >= 1; s--) {   /* the layers above the recurrent one, on every rank */
+        sp_node *nd = x->node[s * x->B];
+        sp_tensor *dy = ensure_dy(x, s, 0);
+        if (nd->op->backward_params && nd->layer->nparams > 0) nd->op->backward_params(nd, dy);
+        x->dy[(s - 1) * x->B] = sp_tape_tensor_like(&x->tapes[0], &nd->input->out);
+        nd->op->backward_input(nd, 0, dy, &x->dy[(s - 1) * x->B]);
+        x->have_dy[(s - 1) * x->B] = true;
+    }
+    const float *dhT = ensure_dy(x, 0, 0)->data;   /* ∇h_T, [n, H] */
+    seg me = segment_of(x, r);
+    int len = me.b - me.a + 1, maxlen = (Tn + W - 1) / W;
+    float *mine = sp_xcalloc((size_t)n * maxlen * H, sizeof(float));
+    float *T = NULL;
+    int cols = 0;
+    if (r == W - 1) {
+        T = sp_xmalloc(sizeof(float) * (size_t)n * H);
+        time_sweep(x, me, n, dhT, mine, W > 1 ? T : NULL);
+        cols = 1;
+    } else if (r > 0) {
+        T = time_product(x, me, n);
+        cols = H;
+    }
+    T = scan_levels(x, T, &cols, n);
+    sp_req sreq = {0}, rreq = {0};
+    if (r > 0) sp_isend(x->world, T, (size_t)n * H, r - 1, tag_of(x, 3, 0, 0), &sreq);
+    if (r < W - 1) {   /* ∇h_{b_r} from rank r + 1, then this segment's steps */
+        float *dhb = sp_xmalloc(sizeof(float) * (size_t)n * H);
+        sp_irecv(x->world, dhb, (size_t)n * H, r + 1, tag_of(x, 3, 0, 0), &rreq);
+        sp_wait(&rreq);
+        time_sweep(x, me, n, dhb, mine, NULL);
+        free(dhb);
+    }
+    sp_wait(&sreq);
+    free(T);
+    /* Every rank's segment of ∇h ([n, len, H], padded to maxlen), then G from all of it. */
+    if (len < maxlen) {   /* compact per sample [n, len, H] → [n, maxlen, H] (in place, backwards) */
+        for (int smp = n - 1; smp >= 0; smp--) {
+            memmove(mine + (size_t)smp * maxlen * H, mine + (size_t)smp * len * H, sizeof(float) * (size_t)len * H);
+            memset(mine + ((size_t)smp * maxlen + (size_t)len) * H, 0, sizeof(float) * (size_t)(maxlen - len) * H);
+        }
+    }
+    size_t per = (size_t)n * maxlen * H;
+    float *all = sp_xmalloc(sizeof(float) * per * (size_t)W);
+    sp_comm_set_label("allgather of the recovered hidden-state gradients");
+    sp_allgather(x->world, mine, all, per);
+    sp_tensor dh = sp_tape_tensor(&x->tapes[0], 3, (int[]){n, Tn, H});
+    for (int q = 0; q < W; q++) {
+        seg g = segment_of(x, q);
+        int lq = g.b - g.a + 1;
+        for (int smp = 0; smp < n; smp++)
+            memcpy(dh.data + ((size_t)smp * Tn + (size_t)(g.a - 1)) * H, all + per * q + (size_t)smp * maxlen * H,
+                   sizeof(float) * (size_t)lq * H);
+    }
+    sp_node *rec = x->node[0];
+    rec->op->chain_backward_params(rec, &dh);
+    free(all);
+    free(mine);
+    x->bwd_s += sp_now() - t0;
+}
+
+/* The time scan's forward: the whole model on the whole batch, on every rank. */
+static void time_scan_forward(sp_exec *x)
+{
+    double t0 = sp_now();
+    sp_tape *t = &x->tapes[0];
+    sp_node *h = sp_tape_input(t, &x->xin[0]);
+    for (int s = 0; s < x->S; s++) h = x->node[s * x->B] = sp_apply(t, x->st[s].layer, h);
+    x->loss[0] = sp_apply_loss(t, x->m->loss, h, x->yin[0]);
+    x->fwd_s += sp_now() - t0;
 }
 
 /* $SCANPROP_EXEC_FAULT = exit:RANK:STEP | hang:RANK:STEP — the tests' injected fault:
@@ -982,15 +1269,22 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
     if (x->steps == 0) x->trace_t0 = t0;
     x->fwd_s = x->bwd_s = 0;
     begin_step(x, in, labels);
-    const int *order = x->sim.order + x->sim.order_off[x->rank];
-    int njobs = x->sim.order_off[x->rank + 1] - x->sim.order_off[x->rank];
+    if (x->tscan) {
+        time_scan_forward(x);
+        time_scan_backward(x);
+    }
+    const int *order = x->tscan ? NULL : x->sim.order + x->sim.order_off[x->rank];
+    int njobs = x->tscan ? 0 : x->sim.order_off[x->rank + 1] - x->sim.order_off[x->rank];
     for (int i = 0; i < njobs; i++) {
         int job = order[i];
         sp_job j = x->sched->jobs[job];
         maybe_fault(x, i, njobs);
         label_job(x, job, x->steps);
         double j0 = sp_now();
-        if (j.dir == SP_FWD) run_forward(x, job, j);
+        if (j.dir == SP_FWD) {
+            run_forward(x, job, j);
+            if (j.stage == x->S - 1 && --x->loss_left == 0) start_loss(x);
+        }
         else if (is_scan(x->cfg.scheme)) continue;   /* the backward is the scan below */
         else run_backward(x, job, j);
         x->done[job] = true;
@@ -998,32 +1292,34 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
         if (x->steps == 0) x->order_rec[x->norder++] = job;
         poll_buckets(x);
     }
-    if (is_scan(x->cfg.scheme)) scan_backward(x);
-    /* Gradients: every bucket finished, unpacked where the sum landed. */
+    if (is_scan(x->cfg.scheme) && !x->tscan) scan_backward(x);
+    /* Gradients: every bucket finished, unpacked where the sum landed, and the owners'
+     * updates — or, for ddp, left in flight: the next step's forward of a stage applies
+     * its bucket's update first (cross-step overlap). */
     sp_comm_set_label("gradient synchronisation");
     for (int i = 0; i < x->nbuckets; i++) {
         bucket *bk = &x->buckets[i];
         if (!bk->started) sp_comm_die(x->world, "internal: gradient bucket %d never started", i);
-        sp_wait(&bk->req);
-        if (bk->t_done == 0) bk->t_done = sp_now();
-        trace_add(x, -1 - i, bk->t_start, bk->t_done);
-        if (bk->sync == SYNC_ALLREDUCE || x->comms[bk->comm]->rank == bk->root) pack(x, bk, false);
+        bk->step = x->steps;
+        if (x->deferred) bk->outstanding = true;
+        else finish_bucket(x, i, false);
     }
+    x->pending_lr = sp_optim_get_lr(x->opt);
     sp_wait_all(x->sends, x->nsends);
-    /* The owners' updates. */
     double u0 = sp_now();
-    for (int s = 0; s < x->S; s++) {
+    for (int s = 0; s < x->S && !x->deferred; s++) {
         stage_info *si = &x->st[s];
         if (si->owns && si->nfloats) sp_optim_step_params(x->opt, si->layer->params, si->layer->nparams);
     }
     x->bwd_s += sp_now() - u0;
-    /* The batch's loss: the shares of the micro-batches whose last stage ran here. */
-    float loss = 0;
-    for (int b = 0; b < x->B; b++)
-        if (x->loss[b]) loss += (float)x->rows[b] / (float)x->batch * x->loss[b]->out.data[0];
+    /* The batch's loss (started after the rank's last loss, or now). */
     sp_comm_set_label("loss allreduce");
-    sp_allreduce(x->world, &loss, 1);
+    if (!x->loss_started) start_loss(x);
+    double l0 = sp_now();
+    sp_wait(&x->loss_req);
+    float loss = x->loss_buf;
     double t1 = sp_now();
+    trace_add(x, WAIT_LOSS, l0, t1);
     x->busy += x->fwd_s + x->bwd_s;
     x->comm_s += sp_comm_wait_seconds() - c0;
     x->wall += t1 - t0;
@@ -1036,6 +1332,7 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
 
 void sp_exec_sync_weights(sp_exec *x)
 {
+    flush_updates(x);
     sp_comm_set_label("weight synchronisation");
     for (int s = 0; s < x->S; s++) {
         stage_info *si = &x->st[s];
@@ -1136,14 +1433,20 @@ static void write_trace(sp_exec *x)
                        "\"compute\"}}", r);
             fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, \"args\": {\"name\": "
                        "\"communication\"}}", r);
+            fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 2, \"args\": {\"name\": "
+                       "\"blocked on a gradient collective\"}}", r);
             for (int i = 0; i < (int)counts[r]; i++) {
                 const float *e = all + (size_t)r * per + 4 * (size_t)i;
                 int what = (int)e[0];
+                bool wait = what <= WAIT_EV / 2;
                 const char *name = what >= 0 ? sp_job_label(x->sched, what, lab, sizeof lab) : lab;
-                if (what < 0) snprintf(lab, sizeof lab, "gradient bucket %d", -1 - what);
+                if (what == WAIT_LOSS) snprintf(lab, sizeof lab, "loss allreduce");
+                else if (wait) snprintf(lab, sizeof lab, "wait for bucket %d", WAIT_EV - what);
+                else if (what < 0) snprintf(lab, sizeof lab, "gradient bucket %d", -1 - what);
                 fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
                            "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"step\": %d}}",
-                        name, what >= 0 ? "job" : "allreduce", r, what >= 0 ? 0 : 1, e[2], e[3] - e[2], (int)e[1]);
+                        name, what >= 0 ? "job" : wait ? "wait" : "allreduce", r, what >= 0 ? 0 : wait ? 2 : 1, e[2],
+                        e[3] - e[2], (int)e[1]);
             }
         }
         fprintf(f, "\n]}\n");
@@ -1184,7 +1487,56 @@ static void write_costs(sp_exec *x)
 
 void sp_exec_finish(sp_exec *x)
 {
+    flush_updates(x);
     if (x->cfg.costs_out) write_costs(x);
     if (x->cfg.order_out) write_order(x);
     if (x->cfg.trace_path) write_trace(x);
+}
+
+/* ---- the cross-rank scan's plan (--parallel scan --plan) --------------------------------- */
+
+int sp_exec_print_plan(const sp_exec *x, FILE *f)
+{
+    int W = x->W, n = x->batch, levels = 0;
+    for (int span = 1; span < W; span *= 2) levels++;
+    fprintf(f, "cross-rank scan plan: %d ranks, batch %d, over the %s; %d levels (ceil(log2 %d))\n", W, n,
+            x->tscan ? "time steps of the recurrent first layer" : "layers", levels, W);
+    for (int r = 0; r < W; r++) {
+        seg g = segment_of(x, r);
+        fprintf(f, "segment: rank %d %s %d-%d [%d -> %d per sample]", r, x->tscan ? "steps" : "layers", g.a, g.b, g.in,
+                g.out);
+        if (W > 1 && r == 0) fprintf(f, ": no element (nobody reads T_0)\n");
+        else if (r == W - 1)
+            fprintf(f, ": element v = P_%d * grad (%d floats per sample), by back-propagating the segment\n", r, g.in);
+        else if (x->tscan)
+            fprintf(f, ": element P_%d, %d x %d per sample, %.4g FLOPs (%d products of chain_jt)\n", r, g.in, g.out,
+                    2.0 * n * g.in * g.in * g.out * (g.b - g.a), g.b - g.a);
+        else
+            fprintf(f, ": element P_%d, %d x %d per sample, %.4g floats (a product of %d Jt)\n", r, g.in, g.out,
+                    (double)n * g.in * g.out, g.b - g.a + 1);
+    }
+    int level = 0;
+    for (int span = 1; span < W; span *= 2) {
+        fprintf(f, "level %d (span %d):", ++level, span);
+        int pairs = 0;
+        for (int r = 1; r + span < W; r++) {   /* rank r receives T_{r+span} (rank 0 takes no part) */
+            seg me = segment_of(x, r), o = segment_of(x, r + span);
+            int cols = scan_cols(x, r, span), ncols = scan_cols(x, r + span, span);
+            fprintf(f, "%s rank %d -> rank %d (%d x %d per sample, %.4g floats; rank %d forms T_%d*T_%d, %.4g FLOPs)",
+                    pairs++ ? ";" : "", r + span, r, o.in, ncols, (double)n * o.in * ncols, r, r, r + span,
+                    2.0 * n * me.in * cols * ncols);
+        }
+        fprintf(f, "%s\n", pairs ? "" : " none (rank 0 needs no T_0)");
+    }
+    fprintf(f, "hand-off:");
+    for (int r = 1; r < W; r++)
+        fprintf(f, "%s rank %d -> rank %d (%d floats per sample)", r > 1 ? ";" : "", r, r - 1, segment_of(x, r).in);
+    if (W == 1) fprintf(f, " none");
+    fprintf(f, "\n");
+    if (x->tscan) {
+        int maxlen = (x->T + W - 1) / W;
+        fprintf(f, "allgather: every rank's %d x %d steps of grad h per sample (%.4g floats), then every rank's weight "
+                   "gradients from all %d steps\n", maxlen, x->H, (double)n * maxlen * x->H * W, x->T);
+    }
+    return levels;
 }

@@ -17,7 +17,10 @@
  * started as soon as the rank's last gradient job of the bucket is done (buckets of
  * --bucket-mb, consecutive stages); a stage whose master copy lives on one rank (fsdp,
  * fslpp) is broadcast from it at the start of the step and its gradients are reduced to
- * it. The owner(s) then run the optimizer on their stages. Every rank sees the same
+ * it. The owner(s) then run the optimizer on their stages — for ddp, a bucket's update
+ * waits until the next step's forward first needs one of its stages, so the collectives
+ * overlap that forward too (cross-step overlap; sp_exec_sync_weights and sp_exec_finish
+ * apply what is outstanding; $SCANPROP_EXEC_STEPWISE=1 turns it off). Every rank sees the same
  * global batch; micro-batch b is rows [b·n/B, (b+1)·n/B), and its loss gradient is
  * scaled by its share of the batch, so every scheme computes the gradient of the mean
  * loss over the whole batch — the single-process step.
@@ -28,7 +31,9 @@
  *
  * Two variants: cfg.ooo with "ddp" runs the schedule "ddp-ooo" (ooo's reverse first-k
  * order of δ and G); "scan" is BPPSA across ranks — GPipe's forward with one
- * micro-batch, then a scan over the ranks' products of transposed Jacobians (exec.c). */
+ * micro-batch, then a scan over the ranks' products of transposed Jacobians (exec.c),
+ * or, when the first layer is recurrent (rnn, gru), a scan over its time steps split
+ * into one segment per rank (the forward then runs whole on every rank). */
 #ifndef SP_EXEC_H
 #define SP_EXEC_H
 
@@ -87,6 +92,11 @@ typedef struct sp_exec_stats {
 } sp_exec_stats;
 void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st);
 void sp_exec_stats_free(sp_exec_stats *st);
+
+/* --parallel scan --plan: the cross-rank scan's segments, its ⌈log₂ W⌉ levels (which
+ * rank sends which T to which, sizes and FLOPs per level) and the hand-off. Returns the
+ * number of levels. Not collective; rank 0 prints. */
+int sp_exec_print_plan(const sp_exec *x, FILE *f);
 
 /* Writes the finished trace / order files (collective). */
 void sp_exec_finish(sp_exec *x);

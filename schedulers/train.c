@@ -162,7 +162,7 @@ static void evaluate(evaluator *ev, sp_model *m, sp_dataset *d, const sp_train_c
     int n = ev->l ? ev->d->n : 0;
     double l = 0, a = 0;
     if (n > 0) eval_pass(ev, m, &l, &a);
-    float sums[2] = {(float)(l * n), (float)(a * n + 0.5)};
+    float sums[2] = {(float)(l * n), (float)floor(a * n + 0.5)};   /* rounded per rank, then summed */
     sp_comm_set_label("evaluation");
     sp_allreduce(sp_comm_world(), sums, 2);
     *loss = d->n ? (double)sums[0] / d->n : NAN;

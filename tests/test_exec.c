@@ -27,6 +27,8 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <unistd.h>
+#include <stb/stb_image_write.h>
+#include <sys/stat.h>
 #include "core/safetensors.h"
 #include "schedulers/schedule.h"
 #include "tests/mpirun.h"
@@ -228,6 +230,73 @@ Test(exec, lenet_schemes_match_single_process, .timeout = 600)
     remove(one);
 }
 
+/* Every scheme (ddp, ddp with ooo's order, fsdp, gpipe, 1f1b, lpp, fslpp, ooo-ff,
+ * ooo-modulo, scan) on the issue's other apps, a couple of steps each, against the
+ * single process (1e-6): rnn and gru, and VGG-11 on eight 8×8 images for three of them
+ * (VGG-11 is slow here; the same executor code runs every scheme). */
+static void app_schemes(const char *app, const char *flags, const char *only)
+{
+    static mpi_result r;
+    char cmd[2048];
+    const char *ref = tmp("app-ref.safetensors"), *par = tmp("app-par.safetensors");
+    snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", bin(app), flags, ref);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    const char *runs[][3] = {
+        {"ddp", "", "-np 2"},          {"ddp-ooo", "--backward ooo", "-np 2"},
+        {"fsdp", "", "-np 2"},         {"gpipe", "", "-np 2"},
+        {"1f1b", "", "-np 2"},         {"lpp", "--groups 2 --microbatches 4", "-np 4"},
+        {"fslpp", "--groups 2 --microbatches 4", "-np 4"},
+        {"ooo-ff", "", "-np 2"},       {"ooo-modulo", "", "-np 2"},
+        {"scan", "", "-np 2"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        char name[16];
+        snprintf(name, sizeof name, " %s ", runs[i][0]);
+        if (only && !strstr(only, name)) continue;
+        snprintf(cmd, sizeof cmd, "%s %s --parallel %s %s --save %s", bin(app), flags,
+                 strcmp(runs[i][0], "ddp-ooo") ? runs[i][0] : "ddp", runs[i][1], par);
+        mpi_run("", runs[i][2], cmd, &r);
+        cr_assert_eq(r.status, 0, "%s %s: status %d\n%s", app, runs[i][0], r.status, r.err);
+        bool bit;
+        double d = compare(par, ref, &bit);
+        cr_assert(d <= 1e-6, "%s %s %s vs single process: max rel %.3g", app, runs[i][0], runs[i][2], d);
+        remove(par);
+    }
+    remove(ref);
+}
+
+Test(exec, every_scheme_trains_rnn_and_gru, .timeout = 300)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    app_schemes("rnn", "--seq-len 16 --samples 64 --batch 8 --steps 3 --optim sgd --threads 1 --quiet", NULL);
+    app_schemes("gru", "--shape S --samples 8 --batch 4 --steps 2 --optim sgd --threads 1 --quiet", NULL);
+}
+
+Test(exec, schemes_train_vgg11, .timeout = 300)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    unsigned char px[64];
+    char path[1024];
+    const char *split[] = {"train", "test"}, *cls[] = {"cat", "dog"};
+    for (int s = 0; s < 2; s++)
+        for (int c = 0; c < 2; c++)
+            for (int i = 0; i < 4; i++) {
+                snprintf(path, sizeof path, "%s/img", tu_tmpdir());
+                mkdir(path, 0755);
+                snprintf(path, sizeof path, "%s/img/%s", tu_tmpdir(), split[s]);
+                mkdir(path, 0755);
+                snprintf(path, sizeof path, "%s/img/%s/%s", tu_tmpdir(), split[s], cls[c]);
+                mkdir(path, 0755);
+                for (int j = 0; j < 64; j++) px[j] = (unsigned char)((j * (7 + i) + c * 97 + s * 13) & 255);
+                snprintf(path, sizeof path, "%s/img/%s/%s/%d.png", tu_tmpdir(), split[s], cls[c], i);
+                cr_assert(stbi_write_png(path, 8, 8, 1, px, 8));
+            }
+    char flags[1024];
+    snprintf(flags, sizeof flags, "--data %s/img --data-format folder --batch 4 --steps 2 --optim sgd --threads 1 --quiet",
+             tu_tmpdir());
+    app_schemes("vgg11", flags, " ddp-ooo 1f1b fslpp ");
+}
+
 /* ---- faults ------------------------------------------------------------------------------ */
 
 static int count_lines(const char *text, const char *needle)
@@ -258,6 +327,15 @@ Test(exec, impossible_configurations_are_refused_before_work, .timeout = 120)
         cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "%s: want one line:\n%s", cases[i].flags, r.err);
         cr_assert(!strstr(r.out, "\"app\""), "%s: work was done: %s", cases[i].flags, r.out);
     }
+    /* The time scan needs a step per rank. */
+    char rcmd[1024];
+    snprintf(rcmd, sizeof rcmd, "%s --seq-len 3 --samples 16 --batch 4 --steps 1 --threads 1 --quiet --parallel scan",
+             bin("rnn"));
+    mpi_run("", "-np 4", rcmd, &r);
+    cr_assert_eq(r.status, 2, "rnn scan, 4 ranks, 3 steps: status %d\n%s", r.status, r.err);
+    cr_assert(strstr(r.err, "4 ranks for 3 time steps (expected ranks <= steps)"), "%s", r.err);
+    cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "want one line:\n%s", r.err);
+    cr_assert(!strstr(r.out, "\"app\""), "work was done: %s", r.out);
     /* A bad flag value is refused by the flag parser, before MPI starts (each rank says so). */
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s --steps 3 --quiet --parallel zigzag", bin("demo"));
@@ -347,6 +425,65 @@ Test(exec, ddp_allreduce_overlaps_backward, .timeout = 120)
                       pid, step, first_comm[pid][step], last_bwd[pid][step]);
 }
 
+/* DDP's cross-step overlap: a bucket's update waits until the next step's forward needs
+ * one of its stages, so the collectives of step k are still in flight when step k + 1's
+ * first job starts; with $SCANPROP_EXEC_STEPWISE=1 every collective ends inside its own
+ * step. The weights are bitwise the same either way (the same sums, applied once each). */
+static bool comm_crosses_steps(const char *trace)
+{
+    FILE *f = fopen(trace, "r");
+    cr_assert_not_null(f, "no trace written");
+    double comm_end[2][3], first_job[2][3];
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 3; b++) comm_end[a][b] = -1, first_job[a][b] = 1e30;
+    static char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        int pid, tid, step;
+        double ts, dur;
+        const char *p = strstr(line, "\"ph\": \"X\"");
+        if (!p || !(p = strstr(line, "\"pid\": "))) continue;
+        cr_assert_eq(sscanf(p, "\"pid\": %d, \"tid\": %d, \"ts\": %lf, \"dur\": %lf, \"args\": {\"step\": %d}", &pid,
+                            &tid, &ts, &dur, &step),
+                     5, "%s", line);
+        if (pid > 1 || step > 2) continue;
+        if (tid == 1 && ts + dur > comm_end[pid][step]) comm_end[pid][step] = ts + dur;
+        if (tid == 0 && ts < first_job[pid][step]) first_job[pid][step] = ts;
+    }
+    fclose(f);
+    remove(trace);
+    bool crosses = false;
+    for (int pid = 0; pid < 2; pid++)
+        for (int step = 0; step < 2; step++) {
+            cr_assert(comm_end[pid][step] > 0 && first_job[pid][step + 1] < 1e30, "rank %d step %d: nothing traced",
+                      pid, step);
+            crosses |= comm_end[pid][step] > first_job[pid][step + 1];
+        }
+    return crosses;
+}
+
+Test(exec, ddp_updates_overlap_the_next_steps_forward, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    const char *trace = tmp("xstep.json"), *a = tmp("xstep-a.safetensors"), *b = tmp("xstep-b.safetensors");
+    char cmd[1024];
+    const char *flags = "--layers 8 --width 64 --steps 3 --batch 32 --threads 1 --quiet --parallel ddp --microbatches 2 "
+                        "--bucket-mb 0.02";
+    snprintf(cmd, sizeof cmd, "%s %s --trace %s --save %s", bin("demo"), flags, trace, a);
+    mpi_run("", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
+    cr_assert(comm_crosses_steps(trace), "no gradient collective of step k was still in flight in step k + 1");
+    snprintf(cmd, sizeof cmd, "%s %s --trace %s --save %s", bin("demo"), flags, trace, b);
+    mpi_run("SCANPROP_EXEC_STEPWISE=1", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
+    cr_assert(!comm_crosses_steps(trace), "stepwise: a collective outlived its step");
+    bool bit;
+    double d = compare(a, b, &bit);
+    cr_assert(bit, "deferred and stepwise updates: not bitwise (max rel %.3g)", d);
+    remove(a);
+    remove(b);
+}
+
 /* ---- BPPSA across ranks ------------------------------------------------------------------- */
 
 Test(exec, scan_across_ranks_equals_linear_bp_for_a_16_layer_mlp, .timeout = 300)
@@ -371,6 +508,96 @@ Test(exec, scan_across_ranks_equals_linear_bp_for_a_16_layer_mlp, .timeout = 300
         remove(par);
     }
     remove(ref);
+}
+
+/* The recurrent chain: rnn's (and gru's) time steps split over the ranks, each rank's
+ * segment of chain_jt products scanned across ranks, against linear BP (BPTT). SGD with
+ * momentum, so a wrong gradient shows at once in the weights. */
+static void rnn_scan(const char *app, const char *flags, int maxW)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[2048];
+    const char *ref = tmp("rscan-ref.safetensors"), *par = tmp("rscan-par.safetensors");
+    snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", bin(app), flags, ref);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    for (int W = 2; W <= maxW; W += 2) {
+        snprintf(cmd, sizeof cmd, "%s %s --parallel scan --save %s", bin(app), flags, par);
+        char np[16];
+        snprintf(np, sizeof np, "-np %d", W);
+        mpi_run("", np, cmd, &r);
+        cr_assert_eq(r.status, 0, "%s scan -np %d: status %d\n%s", app, W, r.status, r.err);
+        cr_assert(strstr(r.out, "\"parallel\": \"scan\"") && strstr(r.out, "\"workers\": ") , "%s", r.out);
+        bool bit;
+        double d = compare(par, ref, &bit);
+        cr_assert(d <= 1e-6, "%s scan -np %d vs linear BP: max rel diff %.3g > 1e-6", app, W, d);
+        remove(par);
+    }
+    remove(ref);
+}
+
+Test(exec, scan_across_ranks_equals_linear_bp_for_an_rnn_chain, .timeout = 300)
+{
+    rnn_scan("rnn", "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 4 --optim sgd --lr 0.1 --threads 1 --quiet",
+             4);
+}
+
+Test(exec, scan_across_ranks_equals_linear_bp_for_a_gru_chain, .timeout = 300)
+{
+    rnn_scan("gru", "--shape S --samples 8 --batch 4 --steps 2 --optim sgd --lr 0.1 --threads 1 --quiet", 2);
+}
+
+/* --parallel scan --plan: ⌈log₂ W⌉ levels; at the level of span k, rank r + k sends its T
+ * to rank r for every r >= 1 with r + k < W (rank 0 reads no T_0), nothing else. */
+static void check_plan(const char *app, const char *flags, int W)
+{
+    static mpi_result r;
+    char cmd[1024], np[16];
+    snprintf(cmd, sizeof cmd, "%s %s --parallel scan --plan", bin(app), flags);
+    snprintf(np, sizeof np, "-np %d", W);
+    mpi_run("", np, cmd, &r);
+    cr_assert_eq(r.status, 0, "%s plan -np %d: status %d\n%s", app, W, r.status, r.err);
+    int want_levels = 0;
+    while ((1 << want_levels) < W) want_levels++;
+    char key[64];
+    snprintf(key, sizeof key, "\"levels\": %d", want_levels);
+    cr_assert(strstr(r.out, key), "%s -np %d: want %s:\n%s", app, W, key, r.out);
+    int levels = 0;
+    for (const char *line = r.out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        int lv, span;
+        if (sscanf(line, "level %d (span %d):", &lv, &span) != 2) continue;
+        levels++;
+        cr_assert_eq(lv, levels, "%s -np %d: levels out of order:\n%s", app, W, r.out);
+        cr_assert_eq(span, 1 << (lv - 1), "%s -np %d: level %d has span %d", app, W, lv, span);
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        bool seen[64][64] = {{false}};
+        int pairs = 0;
+        for (const char *p = strstr(line, "rank "); p && p < line + len; p = strstr(p + 1, "rank ")) {
+            int a, b;
+            if (sscanf(p, "rank %d -> rank %d", &a, &b) != 2) continue;
+            cr_assert(a >= 0 && a < W && b >= 0 && b < W && !seen[a][b], "%s -np %d: bad pair %d -> %d", app, W, a, b);
+            seen[a][b] = true;
+            pairs++;
+            cr_assert(a == b + span && b >= 1, "%s -np %d level %d: rank %d -> rank %d is not in the closed form", app,
+                      W, lv, a, b);
+        }
+        int want = 0;
+        for (int b = 1; b + span < W; b++) {
+            want++;
+            cr_assert(seen[b + span][b], "%s -np %d level %d: no %d -> %d", app, W, lv, b + span, b);
+        }
+        cr_assert_eq(pairs, want, "%s -np %d level %d: %d pairs, want %d", app, W, lv, pairs, want);
+    }
+    cr_assert_eq(levels, want_levels, "%s -np %d: %d level lines, want %d:\n%s", app, W, levels, want_levels, r.out);
+    cr_assert(!strstr(r.out, "\"train_loss\""), "--plan trained:\n%s", r.out);
+}
+
+Test(exec, scan_plan_prints_ceil_log2_w_levels, .timeout = 300)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    for (int W = 1; W <= 4; W++) check_plan("demo", "--layers 16 --width 16 --batch 16 --threads 1", W);
+    check_plan("rnn", "--seq-len 16 --samples 64 --batch 8 --threads 1", 4);
 }
 
 /* ---- ooo's data-parallel order ------------------------------------------------------------ */
