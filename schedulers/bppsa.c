@@ -703,6 +703,17 @@ static void print_device_plan(const bppsa_state *s)
            "is expanded dense)\n", total, fmt_bytes(buf, sizeof buf, all));
 }
 
+/* What a[i] (i = 1..n) holds: the Jᵀ of the op sp_node_label names, at time step t for a
+ * recurrent op ("rnn[t=3]"). */
+static const char *link_label(const link *L, char *buf, size_t len)
+{
+    char name[SP_NAME_LEN + 16];
+    sp_node_label(L->node, name, sizeof name);
+    if (scans_time(L->node)) snprintf(buf, len, "%s[t=%d]", name, L->t);
+    else snprintf(buf, len, "%s", name);
+    return buf;
+}
+
 static void print_plan(const bppsa_state *s, bool full)
 {
     const sp_scan_plan *p = &s->plan;
@@ -710,6 +721,12 @@ static void print_plan(const bppsa_state *s, bool full)
     printf("bppsa plan: n = %d links, %d up-sweep levels (full: %d), batch %d\n", s->n, p->up_levels,
            st->full_levels, st->batch);
     if (full) {
+        printf("a[1..%d] = Jt of:", s->n);
+        for (int i = 0; i < s->n; i++) {
+            char name[SP_NAME_LEN + 32];
+            printf(" %s", link_label(&s->links[i], name, sizeof name));
+        }
+        printf("\n");
         printf("%5s %-8s %5s %5s  %-26s %14s %s\n", "level", "kind", "l", "r", "result", "FLOP/sample", "critical");
         for (int k = 0, level_start = 0; k < p->nsteps; k++) {
             const sp_scan_step *sc = &p->steps[k];
@@ -785,7 +802,8 @@ static void draw_plan_svg(const bppsa_state *s, const char *path)
     FILE *f = fopen(path, "w");
     if (!f) sp_fail("--plan-svg %s: cannot open for writing", path);
     int colw = n > 40 ? 22 : 40, rowh = 46, left = 110, top = 70;
-    int rows = p->nlevels + 1, width = left + (n + 1) * colw + 30, height = top + rows * rowh + 90;
+    int names_h = 90;   /* each column's op, rotated, under the tree */
+    int rows = p->nlevels + 1, width = left + (n + 1) * colw + 30, height = top + rows * rowh + names_h + 90;
     if (width < 1040) width = 1040;
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
@@ -810,9 +828,12 @@ static void draw_plan_svg(const bppsa_state *s, const char *path)
     /* inputs */
     for (int i = 0; i <= n; i++) {
         const char *fill = i == 0 ? "#4caf50" : i == n ? "#ffffff" : s->links[i - 1].type.kind == EL_CSR ? "#2196f3" : "#ff9800";
+        char name[SP_NAME_LEN + 32] = "";
+        if (i > 0) link_label(&s->links[i - 1], name, sizeof name);
         fprintf(f, "<g class=\"input\"><rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\" stroke=\"#333\"%s/>"
-                   "<title>a[%d] = %s</title></g>\n", X(i) - 7, Y(0) - 7, fill, i == n ? " stroke-dasharray=\"2,2\"" : "",
-                i, i == 0 ? "the loss gradient (vector)" : i == n ? "Jt_1 (never read)" : kind_name(s->links[i - 1].type.kind));
+                   "<title>a[%d] = %s%s%s%s</title></g>\n", X(i) - 7, Y(0) - 7, fill, i == n ? " stroke-dasharray=\"2,2\"" : "",
+                i, i == 0 ? "the loss gradient (vector)" : "Jt of ", name, i == 0 ? "" : i == n ? " (never read)" : ", ",
+                i == 0 || i == n ? "" : kind_name(s->links[i - 1].type.kind));
     }
     int carry_pos = -1, carry_row = 0;
     for (int k = 0, level_start = 0; k < p->nsteps; k++) {
@@ -864,11 +885,27 @@ static void draw_plan_svg(const bppsa_state *s, const char *path)
         if (st->kind == SP_SCAN_IDENTITY)
             fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"10\">I</text>\n", X(st->r), Y(row) + 4);
     }
+    /* which op's Jt each column starts with (a[0]: the loss gradient) */
+    fprintf(f, "<text x=\"10\" y=\"%d\">Jt of</text>\n", top + rows * rowh + 12);
+    for (int i = 0; i <= n; i++) {
+        char name[SP_NAME_LEN + 32] = "(∇l)";
+        if (i > 0) link_label(&s->links[i - 1], name, sizeof name);
+        int x = X(i) - 3, y = top + rows * rowh + 6;
+        fprintf(f, "<text class=\"op\" x=\"%d\" y=\"%d\" transform=\"rotate(50 %d %d)\" font-size=\"10\" fill=\"#333\">",
+                x, y, x, y);
+        for (const char *c = name; *c; c++) {   /* names come from C code: escape XML */
+            if (*c == '<') fputs("&lt;", f);
+            else if (*c == '>') fputs("&gt;", f);
+            else if (*c == '&') fputs("&amp;", f);
+            else fputc(*c, f);
+        }
+        fprintf(f, "</text>\n");
+    }
     /* legend */
     static const struct { const char *fill, *text; } legend[] = {
         {"#4caf50", "vector (matrix-vector product)"}, {"#2196f3", "sparse matrix (CSR)"},
         {"#ff9800", "dense matrix"}, {"#dddddd", "move (product with I)"}, {"#ffffff", "identity / skipped"}};
-    int ly = top + rows * rowh + 20;
+    int ly = top + rows * rowh + names_h + 20;
     for (int i = 0; i < 5; i++) {
         int lx = 10 + i * 200;
         fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"7\" fill=\"%s\" stroke=\"#333\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
@@ -1259,7 +1296,8 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
         sp_node *tail = seg[count - 1];
         scanned[k] = !(count == 1 && !scans_time(tail));
         if (!scanned[k]) {   /* nothing to scan: G and δ of the one op */
-            if (print) printf("bppsa segment %d: %s#%d alone, no scan\n", k, tail->op->name, tail->index);
+            char a[SP_NAME_LEN + 16];
+            if (print) printf("bppsa segment %d: %s alone, no scan\n", k, sp_node_label(tail, a, sizeof a));
             if (!only) sp_node_backward(tail);
             continue;
         }
@@ -1267,8 +1305,11 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
         compute_stats(&E->seg[k], seg[0]->out.shape[0]);
         if (print) {
             if (nseg > 1)
-                printf("bppsa segment %d: %s#%d .. %s#%d (%d ops)\n", k, seg[0]->op->name, seg[0]->index,
-                       tail->op->name, tail->index, count);
+            {
+                char a[SP_NAME_LEN + 16], b[SP_NAME_LEN + 16];
+                printf("bppsa segment %d: %s .. %s (%d ops)\n", k, sp_node_label(seg[0], a, sizeof a),
+                       sp_node_label(tail, b, sizeof b), count);
+            }
             print_plan(&E->seg[k], e->opts.plan_full);
             if (E->seg[k].device) print_device_plan(&E->seg[k]);
         }
