@@ -10,8 +10,11 @@ int main(int argc, char **argv)
 {
     sp_app_opts o;
     sp_app_defaults(&o);
-    o.batch = 128;
-    o.lr = 0.1;
+    /* One epoch on Fashion-MNIST: He et al.'s batch 128 / lr 0.1 ends the epoch at test
+     * accuracy 0.837 (its constant lr is still large); batch 64 / lr 0.02 reaches 0.877
+     * (docs/PERFORMANCE.md). The paper's setting stays one flag away. */
+    o.batch = 64;
+    o.lr = 0.02;
     o.momentum = 0.9;
     o.weight_decay = 1e-4;
     sp_app_parse(argc, argv, "resnet", "Train ResNet-20 (3 stages x 3 basic blocks, 16/32/64 channels, option-B shortcuts, batch norm) on 32x32 images.", &o,

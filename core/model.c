@@ -151,6 +151,19 @@ void sp_model_zero_grad(sp_model *m)
     for (int i = 0; i < m->nparams; i++) sp_zero(&m->params[i]->grad);
 }
 
+const char *sp_model_layer_label(const sp_model *m, int i, char *buf, size_t len)
+{
+    const sp_layer *l = m->layers[i];
+    if (l->name[0]) {
+        snprintf(buf, len, "%s", l->name);
+        return buf;
+    }
+    int k = 0;
+    for (int j = 0; j <= i; j++) k += strcmp(m->layers[j]->op->name, l->op->name) == 0;
+    snprintf(buf, len, "%s_%d", l->op->name, k);
+    return buf;
+}
+
 size_t sp_model_numel(const sp_model *m)
 {
     size_t n = 0;
@@ -174,8 +187,8 @@ void sp_model_summary(sp_model *m, int ndim, const int *sample_shape, FILE *f)
         const sp_node *n = t.nodes[i];
         if (!n->op) continue;
         char name[SP_NAME_LEN + 24], reads[48] = "", out[48] = "";
-        snprintf(name, sizeof name, "%s%s%s%s", n->layer->name, n->layer->name[0] ? " (" : "", n->op->name,
-                 n->layer->name[0] ? ")" : "");
+        char label[SP_NAME_LEN + 16];   /* "conv1 (conv2d)", "relu_2 (relu)": the name every output uses */
+        snprintf(name, sizeof name, "%s (%s)", sp_model_layer_label(m, li, label, sizeof label), n->op->name);
         for (int k = m->from_start[li]; k < m->from_start[li + 1]; k++) {
             size_t at = strlen(reads);
             if (m->from[k] == SP_MODEL_INPUT) snprintf(reads + at, sizeof reads - at, "%sin", at ? "," : "");

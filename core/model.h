@@ -50,6 +50,9 @@ sp_layer *sp_model_add(sp_model *m, sp_layer *l);     /* takes ownership; reads 
  * earlier layers or SP_MODEL_INPUT, in l's argument order. Returns l's index. Bad
  * index or arity: sp_fail naming the model and layer. */
 int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from);
+/* Layer i's name as sp_node_label gives its node: the layer's name, or "<op>_<k>" with k
+ * counting that op's layers up to i (the model's forward applies them in this order). */
+const char *sp_model_layer_label(const sp_model *m, int i, char *buf, size_t len);
 int sp_model_last(const sp_model *m);                  /* index of the last layer; SP_MODEL_INPUT if none */
 bool sp_model_is_chain(const sp_model *m);
 void sp_model_init(sp_model *m, uint64_t seed);        /* m->init, else PyTorch defaults */

@@ -100,6 +100,17 @@ struct sp_opdef {
     int (*chain_len)(const sp_node *n);
     void (*chain_jt)(const sp_node *n, int b, int t, float *jt);
     void (*chain_backward_params)(sp_node *n, const sp_tensor *dh);
+    /* Device twins only (docs/CUDA.md), used by the bppsa engine on the device: every
+     * sample at once, one launch. jt_values_all: jt's indptr/indices are device copies
+     * of jt_pattern's; sample b's values go to jt->data + b·stride. chain_jt_all: Jᵀ_t
+     * of every sample for t = T down to t_lo, sample b's at jt + ((T − t)·B + b)·H². */
+    void (*jt_values_all)(const sp_node *n, int i, const sp_csr *jt, size_t stride);
+    void (*chain_jt_all)(const sp_node *n, int t_lo, float *jt);
+    /* Device twins of recurrent ops: Jᵀ_t factored as Σ_g W_gᵀ·diag(v_g) (+ diag(z) when
+     * *zdiag), W_g the g-th H×H block of W_hh (*W, on the device, shared by every step
+     * and sample); writes (gates + zdiag)·H floats per step and sample, laid out as
+     * chain_jt_all's (nothing when v is NULL). Returns gates. */
+    int (*chain_jt_factors)(const sp_node *n, int t_lo, float *v, bool *zdiag, const float **W);
     void (*free_layer)(sp_layer *l);   /* extra cleanup; NULL if none */
 };
 

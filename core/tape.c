@@ -1,6 +1,7 @@
 /* tape.c — record nodes of one step; all storage comes from the tape's arenas (the host
  * arena, and one per other device that the step touches). */
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/tape.h"
@@ -72,6 +73,23 @@ static sp_node *push_node(sp_tape *t)
     n->index = t->n;
     t->nodes[t->n++] = n;
     return n;
+}
+
+const char *sp_node_label(const sp_node *n, char *buf, size_t len)
+{
+    if (!n->op) {
+        snprintf(buf, len, "input");
+        return buf;
+    }
+    if (n->layer && n->layer->name[0]) {
+        snprintf(buf, len, "%s", n->layer->name);
+        return buf;
+    }
+    int k = 0;   /* device twins share the op's name */
+    for (int i = 0; i <= n->index && i < n->tape->n; i++)
+        k += n->tape->nodes[i]->op && strcmp(n->tape->nodes[i]->op->name, n->op->name) == 0;
+    snprintf(buf, len, "%s_%d", n->op->name, k);
+    return buf;
 }
 
 sp_node *sp_tape_input(sp_tape *t, const sp_tensor *x)

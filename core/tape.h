@@ -34,6 +34,11 @@ sp_node *sp_apply2(sp_tape *t, sp_layer *l, sp_node *a, sp_node *b);
 /* Softmax + cross-entropy, mean over the batch; labels [B] must outlive the step. */
 sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *labels);
 
+/* The name every output uses for a node (traces, Jacobian tables, schedule costs, bppsa
+ * plans): its layer's name ("conv1"), or for a parameter-free op "<op>_<k>", k = 1, 2, …
+ * counting that op's nodes on the tape ("relu_2"); "input" for a leaf. Returns buf. */
+const char *sp_node_label(const sp_node *n, char *buf, size_t len);
+
 void *sp_tape_alloc(sp_tape *t, size_t bytes);
 sp_tensor sp_tape_tensor(sp_tape *t, int ndim, const int *shape);
 /* Same shape and device as like. */

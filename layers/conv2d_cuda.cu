@@ -169,6 +169,58 @@ static void conv_cuda_backward_params(sp_node *n, const sp_tensor *dy)
     sp_cuda_check(cudaGetLastError());
 }
 
+// ----------------------------------------------------------------------------
+// Jᵀ (the bppsa engine on the device): the CPU op's pattern — row (c, h, w) lists, for
+// each o, the outputs (i, j) whose window covers (h, w), in column order (o, i, j) —
+// filled with the weight each entry multiplies; the same for every sample. One thread
+// per (sample, row).
+
+__device__ void conv_window_range(int x, int k, int s, int p, int out, int *lo, int *hi)
+{
+    int l = x + p - k + 1;   /* windows i with 0 <= x + p − i·s <= k − 1 */
+    *lo = l <= 0 ? 0 : (l + s - 1) / s;
+    int h = (x + p) / s + 1;
+    *hi = h < out ? h : out;
+    if (*hi < *lo) *hi = *lo;
+}
+
+__global__ void conv_jt_kernel(float *data, size_t stride, const int32_t *indptr, const float *Wt, int C, int H, int W,
+                               int O, int Ho, int Wo, int k, int s, int p, int nb)
+{
+    size_t rows = (size_t)C * H * W, n = (size_t)nb * rows;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
+        size_t b = q / rows, row = q % rows;
+        int c = (int)(row / ((size_t)H * W)), h = (int)(row / W % H), w = (int)(row % W);
+        int i_lo, i_hi, j_lo, j_hi;
+        conv_window_range(h, k, s, p, Ho, &i_lo, &i_hi);
+        conv_window_range(w, k, s, p, Wo, &j_lo, &j_hi);
+        float *d = data + b * stride + indptr[row];
+        for (int o = 0; o < O; o++)
+            for (int i = i_lo; i < i_hi; i++)
+                for (int j = j_lo; j < j_hi; j++)
+                    *d++ = Wt[(((size_t)o * C + c) * k + (h + p - i * s)) * k + (w + p - j * s)];
+    }
+}
+
+static void conv_jt_launch(const sp_node *n, const sp_csr *jt, size_t stride, int nb)
+{
+    const sp_tensor *x = sp_node_x(n);
+    int k, s, p;
+    sp_conv2d_geometry(n->layer, &k, &s, &p);
+    cudaStream_t st = sp_cuda_stream();
+    conv_jt_kernel<<<sp_cuda_blocks((size_t)nb * jt->rows, 128), 128, 0, st>>>(
+        jt->data, stride, jt->indptr, n->layer->params[0]->value.data, x->shape[1], x->shape[2], x->shape[3],
+        n->out.shape[1], n->out.shape[2], n->out.shape[3], k, s, p, nb);
+    sp_cuda_check(cudaGetLastError());
+}
+
+static void conv_cuda_jt_values(const sp_node *n, int i, int b, sp_csr *jt) { conv_jt_launch(n, jt, 0, 1); }
+
+static void conv_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, size_t stride)
+{
+    conv_jt_launch(n, jt, stride, n->out.shape[0]);
+}
+
 static sp_opdef conv_cuda_op;
 
 void sp_conv2d_cuda_register(void)
@@ -180,5 +232,8 @@ void sp_conv2d_cuda_register(void)
     conv_cuda_op.backward_params = conv_cuda_backward_params;
     conv_cuda_op.cost = sp_op_conv2d.cost;
     conv_cuda_op.init_params = sp_op_conv2d.init_params;
+    conv_cuda_op.jt_pattern = sp_op_conv2d.jt_pattern;
+    conv_cuda_op.jt_values = conv_cuda_jt_values;
+    conv_cuda_op.jt_values_all = conv_cuda_jt_values_all;
     sp_op_register_device(&sp_op_conv2d, SP_CUDA, &conv_cuda_op);
 }

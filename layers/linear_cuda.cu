@@ -86,6 +86,33 @@ static void linear_cuda_backward_params(sp_node *n, const sp_tensor *dy)
                                 sp_node_x(n)->data, dy->shape[0], in, out, sp_cuda_stream());
 }
 
+/* Jᵀ (the bppsa engine on the device): Wᵀ in the CPU op's full row-major pattern, the
+ * same for every sample. */
+__global__ void linear_jt_kernel(float *data, size_t stride, const float *W, int in, int out, int nb)
+{
+    size_t per = (size_t)in * out, n = (size_t)nb * per;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n; k += (size_t)gridDim.x * blockDim.x) {
+        size_t b = k / per, e = k % per, i = e / out, j = e % out;
+        data[b * stride + e] = W[j * in + i];
+    }
+}
+
+static void linear_jt_launch(const sp_node *n, const sp_csr *jt, size_t stride, int nb)
+{
+    int out = W_OF(n)->shape[0], in = W_OF(n)->shape[1];
+    cudaStream_t st = sp_cuda_stream();
+    linear_jt_kernel<<<sp_cuda_blocks((size_t)nb * in * out, 256), 256, 0, st>>>(jt->data, stride, W_OF(n)->data, in,
+                                                                                 out, nb);
+    sp_cuda_check(cudaGetLastError());
+}
+
+static void linear_cuda_jt_values(const sp_node *n, int i, int b, sp_csr *jt) { linear_jt_launch(n, jt, 0, 1); }
+
+static void linear_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, size_t stride)
+{
+    linear_jt_launch(n, jt, stride, n->out.shape[0]);
+}
+
 static sp_opdef linear_cuda_op;
 
 void sp_linear_cuda_register(void)
@@ -97,5 +124,8 @@ void sp_linear_cuda_register(void)
     linear_cuda_op.backward_params = linear_cuda_backward_params;
     linear_cuda_op.cost = sp_op_linear.cost;
     linear_cuda_op.init_params = sp_op_linear.init_params;
+    linear_cuda_op.jt_pattern = sp_op_linear.jt_pattern;
+    linear_cuda_op.jt_values = linear_cuda_jt_values;
+    linear_cuda_op.jt_values_all = linear_cuda_jt_values_all;
     sp_op_register_device(&sp_op_linear, SP_CUDA, &linear_cuda_op);
 }

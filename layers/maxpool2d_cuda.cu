@@ -95,6 +95,54 @@ static void pool_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_
     pool_backward_cuda(dx->data, dy->data, (const int32_t *)n->saved, geom_of(n), planes, sp_cuda_stream());
 }
 
+/* Jᵀ (the bppsa engine on the device): the CPU op's window pattern (row (c, h, w) lists
+ * the windows (i, j) that cover it, in order), 1 where (h, w) is the window's argmax.
+ * One thread per input row: it zeroes its row, then sets the entries whose window
+ * chose it — every entry written by one thread, no atomics. */
+__device__ void pool_window_range(int x, int k, int s, int p, int out, int *lo, int *hi)
+{
+    int l = x + p - k + 1;   /* windows i with i·s ≤ x + p < i·s + k */
+    *lo = l <= 0 ? 0 : (l + s - 1) / s;
+    int h = (x + p) / s + 1;
+    *hi = h < out ? h : out;
+    if (*hi < *lo) *hi = *lo;
+}
+
+__global__ void pool_jt_kernel(float *data, size_t stride, const int32_t *indptr, const int32_t *arg, pool_geom g,
+                               int C, int b0, int nb)
+{
+    size_t rows = (size_t)C * g.H * g.W, n = (size_t)nb * rows;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n; k += (size_t)gridDim.x * blockDim.x) {
+        size_t b = k / rows, row = k % rows;
+        int c = (int)(row / ((size_t)g.H * g.W)), h = (int)(row / g.W % g.H), w = (int)(row % g.W);
+        int i_lo, i_hi, j_lo, j_hi;
+        pool_window_range(h, g.k, g.stride, g.pad, g.Ho, &i_lo, &i_hi);
+        pool_window_range(w, g.k, g.stride, g.pad, g.Wo, &j_lo, &j_hi);
+        float *d = data + b * stride + indptr[row];
+        const int32_t *a = arg + ((size_t)(b0 + b) * C + c) * g.Ho * g.Wo;
+        for (int i = i_lo; i < i_hi; i++)
+            for (int j = j_lo; j < j_hi; j++)
+                d[(i - i_lo) * (j_hi - j_lo) + (j - j_lo)] = a[i * g.Wo + j] == h * g.W + w ? 1.0f : 0.0f;
+    }
+}
+
+static void pool_jt_launch(const sp_node *n, const sp_csr *jt, size_t stride, int b0, int nb)
+{
+    pool_geom g = geom_of(n);
+    int C = sp_node_x(n)->shape[1];
+    cudaStream_t st = sp_cuda_stream();
+    pool_jt_kernel<<<sp_cuda_blocks((size_t)nb * jt->rows, 128), 128, 0, st>>>(jt->data, stride, jt->indptr,
+                                                                                (const int32_t *)n->saved, g, C, b0, nb);
+    sp_cuda_check(cudaGetLastError());
+}
+
+static void pool_cuda_jt_values(const sp_node *n, int i, int b, sp_csr *jt) { pool_jt_launch(n, jt, 0, b, 1); }
+
+static void pool_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, size_t stride)
+{
+    pool_jt_launch(n, jt, stride, 0, n->out.shape[0]);
+}
+
 static sp_opdef pool_cuda_op;
 
 void sp_maxpool2d_cuda_register(void)
@@ -104,5 +152,8 @@ void sp_maxpool2d_cuda_register(void)
     pool_cuda_op.forward = pool_cuda_forward;
     pool_cuda_op.backward_input = pool_cuda_backward_input;
     pool_cuda_op.cost = sp_op_maxpool2d.cost;
+    pool_cuda_op.jt_pattern = sp_op_maxpool2d.jt_pattern;
+    pool_cuda_op.jt_values = pool_cuda_jt_values;
+    pool_cuda_op.jt_values_all = pool_cuda_jt_values_all;
     sp_op_register_device(&sp_op_maxpool2d, SP_CUDA, &pool_cuda_op);
 }

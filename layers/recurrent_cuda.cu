@@ -157,6 +157,86 @@ __global__ void rec_bias_grad_kernel(float *dbih, float *dbhh, const float *da, 
     dbhh[j] += ahh;
 }
 
+/* Jᵀ_t = (∂h_t/∂h_{t-1})ᵀ of every sample for t = T .. t_lo (the bppsa chain), rows
+ * index h_{t-1}; sample b's at jt + ((T − t)·B + b)·H². RNN: W_hhᵀ diag(1 − h_t²).
+ * GRU (Eq. 11): W_hrᵀ diag(a) + W_hzᵀ diag(c) + W_hnᵀ diag(e) + diag(z). The CPU's
+ * chain_jt arithmetic, entry for entry. One thread per entry. */
+__global__ void rec_chain_jt_kernel(float *jt, const float *hs, const float *gates, const float *Whh, int B, int T,
+                                    int H, int t_lo, int gru)
+{
+    size_t HH = (size_t)H * H, n = (size_t)(T - t_lo + 1) * B * HH;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
+        size_t e = q % HH, lb = q / HH, b = lb % B;
+        int t = T - (int)(lb / B), i = (int)(e / H), j = (int)(e % H);
+        size_t row = b * T + (t - 1);
+        if (!gru) {
+            float h = hs[row * H + j];
+            jt[q] = Whh[(size_t)j * H + i] * (1.0f - h * h);
+            continue;
+        }
+        const float *gr = gates + row * 4 * H;
+        const float *Wr = Whh, *Wz = Wr + HH, *Wn = Wz + HH;
+        float r = gr[j], z = gr[H + j], nn = gr[2 * H + j], M = gr[3 * H + j];
+        float hj = t > 1 ? hs[(row - 1) * H + j] : 0.0f;
+        float dn = (1.0f - z) * (1.0f - nn * nn);
+        float a = dn * M * r * (1.0f - r), c = (hj - nn) * z * (1.0f - z), ee = dn * r;
+        jt[q] = Wr[(size_t)j * H + i] * a + Wz[(size_t)j * H + i] * c + Wn[(size_t)j * H + i] * ee + (i == j ? z : 0.0f);
+    }
+}
+
+/* The factors of Jᵀ_t (the same t and sample layout, (gates + zdiag)·H floats each):
+ * RNN v = 1 − h_t²; GRU [a, c, e, z] of Eq. 11, as rec_chain_jt_kernel computes them. */
+__global__ void rec_chain_factors_kernel(float *v, const float *hs, const float *gates, int B, int T, int H, int t_lo,
+                                         int gru)
+{
+    size_t n = (size_t)(T - t_lo + 1) * B * H;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
+        size_t lb = q / H, b = lb % B;
+        int t = T - (int)(lb / B), j = (int)(q % H);
+        size_t row = b * T + (t - 1);
+        if (!gru) {
+            float h = hs[row * H + j];
+            v[q] = 1.0f - h * h;
+            continue;
+        }
+        const float *gr = gates + row * 4 * H;
+        float r = gr[j], z = gr[H + j], nn = gr[2 * H + j], M = gr[3 * H + j];
+        float hj = t > 1 ? hs[(row - 1) * H + j] : 0.0f;
+        float dn = (1.0f - z) * (1.0f - nn * nn);
+        float *o = v + lb * 4 * H;
+        o[j] = dn * M * r * (1.0f - r);
+        o[H + j] = (hj - nn) * z * (1.0f - z);
+        o[2 * H + j] = dn * r;
+        o[3 * H + j] = z;
+    }
+}
+
+/* da of every step from its total ∇h_t (dh [B, T, H], recovered by the scan): the
+ * pointwise parts of rnn_da_kernel / gru_da_kernel with g = dh_t, no recurrence. */
+__global__ void rec_chain_da_kernel(float *da, const float *dh, const float *hs, const float *gates, int B, int T,
+                                    int H, int gru)
+{
+    size_t n = (size_t)B * T * H;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
+        size_t row = q / H, j = q % H;
+        float gv = dh[q];
+        if (!gru) {
+            da[q] = gv * (1.0f - hs[q] * hs[q]);
+            continue;
+        }
+        int t = (int)(row % T);
+        const float *gr = gates + row * 4 * H;
+        float r = gr[j], z = gr[H + j], nn = gr[2 * H + j], M = gr[3 * H + j];
+        float hj = t > 0 ? hs[(row - 1) * H + j] : 0.0f;
+        float dN = gv * (1.0f - z) * (1.0f - nn * nn);
+        float *d = da + row * 4 * H;
+        d[j] = dN * M * r * (1.0f - r);
+        d[H + j] = gv * (hj - nn) * z * (1.0f - z);
+        d[2 * H + j] = dN * r;
+        d[3 * H + j] = dN;
+    }
+}
+
 // ----------------------------------------------------------------------------
 // kernel launchers
 
@@ -267,9 +347,9 @@ static void rec_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_t
                  C);
 }
 
-static void rec_cuda_backward_params(sp_node *n, const sp_tensor *dy)
+/* G from da: dW_ih, dW_hh, the biases (BPTT's and the chain's). */
+static void rec_params_from_da(sp_node *n, const float *da)
 {
-    const float *da = rec_bptt(n, dy);
     const rec_saved *s = (const rec_saved *)n->saved;
     int C = SP_REC(n)->input, H = SP_REC(n)->hidden, B = s->B, T = s->T, BT = B * T;
     const float *x = sp_node_x(n)->data;
@@ -291,6 +371,66 @@ static void rec_cuda_backward_params(sp_node *n, const sp_tensor *dy)
     sp_cuda_check(cudaGetLastError());
 }
 
+static void rec_cuda_backward_params(sp_node *n, const sp_tensor *dy) { rec_params_from_da(n, rec_bptt(n, dy)); }
+
+// ----------------------------------------------------------------------------
+// the chain (the bppsa engine on the device)
+
+static void chain_jt_launch(const sp_node *n, int t_lo, float *jt)
+{
+    const rec_saved *s = (const rec_saved *)n->saved;
+    int H = SP_REC(n)->hidden;
+    size_t count = (size_t)(s->T - t_lo + 1) * s->B * H * H;
+    cudaStream_t st = sp_cuda_stream();
+    if (count == 0) return;
+    rec_chain_jt_kernel<<<GRID(count)>>>(jt, s->hs, s->gates, PV(n, W_HH), s->B, s->T, H, t_lo, is_gru(n));
+    sp_cuda_check(cudaGetLastError());
+}
+
+static void rec_cuda_chain_jt_all(const sp_node *n, int t_lo, float *jt) { chain_jt_launch(n, t_lo, jt); }
+
+/* One sample, one step (the CPU interface; tests): Jᵀ_t of sample b copied out of a
+ * scratch batch of all samples at t. */
+static void rec_cuda_chain_jt(const sp_node *n, int b, int t, float *jt)
+{
+    const rec_saved *s = (const rec_saved *)n->saved;
+    int H = SP_REC(n)->hidden;
+    size_t HH = (size_t)H * H;
+    float *all = (float *)sp_tape_alloc_on(n->tape, SP_CUDA, (size_t)(s->T - t + 1) * s->B * HH * sizeof(float));
+    chain_jt_launch(n, t, all);
+    sp_cuda_check(cudaMemcpyAsync(jt, all + ((size_t)(s->T - t) * s->B + b) * HH, HH * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, sp_cuda_stream()));
+}
+
+static int rec_cuda_chain_jt_factors(const sp_node *n, int t_lo, float *v, bool *zdiag, const float **W)
+{
+    bool gru = is_gru(n);
+    *zdiag = gru;
+    *W = PV(n, W_HH);
+    if (v) {
+        const rec_saved *s = (const rec_saved *)n->saved;
+        int H = SP_REC(n)->hidden;
+        size_t count = (size_t)(s->T - t_lo + 1) * s->B * H;
+        cudaStream_t st = sp_cuda_stream();
+        if (count) {
+            rec_chain_factors_kernel<<<GRID(count)>>>(v, s->hs, s->gates, s->B, s->T, H, t_lo, gru);
+            sp_cuda_check(cudaGetLastError());
+        }
+    }
+    return gru ? 3 : 1;
+}
+
+static void rec_cuda_chain_backward_params(sp_node *n, const sp_tensor *dh)
+{
+    rec_saved *s = (rec_saved *)n->saved;
+    int H = SP_REC(n)->hidden;
+    cudaStream_t st = sp_cuda_stream();
+    rec_chain_da_kernel<<<GRID((size_t)s->B * s->T * H)>>>(s->da, dh->data, s->hs, s->gates, s->B, s->T, H, is_gru(n));
+    sp_cuda_check(cudaGetLastError());
+    s->bptt_dy = NULL;   /* da is the chain's now: a later δ or G runs its BPTT afresh */
+    rec_params_from_da(n, s->da);
+}
+
 static sp_opdef rnn_cuda_op, gru_cuda_op;
 
 static void register_twin(sp_opdef *twin, const sp_opdef *cpu)
@@ -303,6 +443,11 @@ static void register_twin(sp_opdef *twin, const sp_opdef *cpu)
     twin->cost = cpu->cost;
     twin->init_params = cpu->init_params;
     twin->free_layer = cpu->free_layer;
+    twin->chain_len = cpu->chain_len;
+    twin->chain_jt = rec_cuda_chain_jt;
+    twin->chain_jt_all = rec_cuda_chain_jt_all;
+    twin->chain_jt_factors = rec_cuda_chain_jt_factors;
+    twin->chain_backward_params = rec_cuda_chain_backward_params;
     sp_op_register_device(cpu, SP_CUDA, twin);
 }
 

@@ -52,6 +52,34 @@ static void sigmoid_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, 
     sigmoid_backward_cuda(dx->data, dy->data, n->out.data, dx->numel, sp_cuda_stream());
 }
 
+// ----------------------------------------------------------------------------
+// Jᵀ (the bppsa engine on the device): diagonal, y(1 − y), the CPU op's arithmetic
+
+__global__ void sigmoid_jt_kernel(float *data, size_t stride, const float *src, int rows, int b0, int nb)
+{
+    size_t n = (size_t)nb * rows;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t b = i / rows, r = i % rows;
+        float v = src[(b0 + b) * rows + r];
+        data[b * stride + r] = __fmul_rn(v, __fsub_rn(1.0f, v));
+    }
+}
+
+static void sigmoid_jt_launch(const sp_node *n, const sp_csr *jt, size_t stride, int b0, int nb)
+{
+    cudaStream_t st = sp_cuda_stream();
+    sigmoid_jt_kernel<<<sp_cuda_blocks((size_t)nb * jt->rows, 256), 256, 0, st>>>(jt->data, stride, n->out.data, jt->rows, b0,
+                                                                                nb);
+    sp_cuda_check(cudaGetLastError());
+}
+
+static void sigmoid_cuda_jt_values(const sp_node *n, int i, int b, sp_csr *jt) { sigmoid_jt_launch(n, jt, 0, b, 1); }
+
+static void sigmoid_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, size_t stride)
+{
+    sigmoid_jt_launch(n, jt, stride, 0, n->out.shape[0]);
+}
+
 static sp_opdef sigmoid_cuda_op;
 
 void sp_sigmoid_cuda_register(void)
@@ -61,5 +89,8 @@ void sp_sigmoid_cuda_register(void)
     sigmoid_cuda_op.forward = sigmoid_cuda_forward;
     sigmoid_cuda_op.backward_input = sigmoid_cuda_backward_input;
     sigmoid_cuda_op.cost = sp_op_sigmoid.cost;
+    sigmoid_cuda_op.jt_pattern = sp_op_sigmoid.jt_pattern;
+    sigmoid_cuda_op.jt_values = sigmoid_cuda_jt_values;
+    sigmoid_cuda_op.jt_values_all = sigmoid_cuda_jt_values_all;
     sp_op_register_device(&sp_op_sigmoid, SP_CUDA, &sigmoid_cuda_op);
 }

@@ -34,11 +34,16 @@
 #include "core/model.h"
 #include "schedulers/engines.h"
 #include "schedulers/scan.h"
+#ifdef SP_HAVE_CUDA
+#include "schedulers/bppsa_cuda.h"
+#endif
 
 /* A link's Jᵀ is stored dense when at least this fraction of it is non-zero. */
 #define DENSE_FILL 0.25
 
-typedef enum { EL_NONE, EL_ID, EL_VEC, EL_CSR, EL_DENSE } el_kind;
+/* EL_FACT (device only): a recurrent step's Jᵀ_t = Σ_g W_gᵀ·diag(v_g) (+ diag(z)), its
+ * per-sample data the vectors, W_hh shared (op.h: chain_jt_factors). */
+typedef enum { EL_NONE, EL_ID, EL_VEC, EL_CSR, EL_DENSE, EL_FACT } el_kind;
 
 /* The static type of a scan element: the same for every sample and every step. */
 typedef struct el_type {
@@ -46,6 +51,9 @@ typedef struct el_type {
     int rows, cols;            /* VEC: rows only                                      */
     int64_t nnz;               /* CSR                                                 */
     const int32_t *indptr, *indices;   /* CSR pattern (owned by a link or a plan)     */
+    int gates;                 /* FACT: the W_g blocks; zdiag: a diag(z) term too    */
+    bool zdiag;
+    const float *w;            /* FACT: W_hh on the device                           */
 } el_type;
 
 /* One sample's value of an element: the type's data. */
@@ -72,11 +80,13 @@ typedef struct link {
     int64_t *keep;
 } link;
 
+static size_t el_floats(const el_type *t);
+
 /* Floats one sample's element of a link takes: the element, then scratch for the op's
  * values (a pruned layer's full pattern; a dense link's CSR values before expansion). */
 static size_t link_floats(const link *L)
 {
-    size_t f = L->type.kind == EL_CSR ? (size_t)L->type.nnz : (size_t)L->type.rows * (size_t)L->type.cols;
+    size_t f = el_floats(&L->type);
     if (L->t == 0 && L->type.kind == EL_DENSE) f += (size_t)L->pattern.nnz;
     if (L->keep) f += (size_t)L->full.nnz;
     return f;
@@ -84,6 +94,7 @@ static size_t link_floats(const link *L)
 
 typedef struct step_info {
     el_type out;               /* a[r] after the step (CARRY: the register)           */
+    el_type mt, xt;            /* the product's operands M·X (device plan: launches)   */
     sp_spgemm_plan *spgemm;    /* UP with CSR·CSR                                    */
     double flops;              /* per sample                                         */
     bool skip;                 /* UP into a[n]: its value is never read               */
@@ -106,7 +117,20 @@ typedef struct bppsa_state {
     sp_bppsa_stats stats;      /* this segment's figures, of the last backward          */
     double *auto_time;         /* --scan-levels auto: modelled time of K = 0 .. F      */
     int auto_n;
+    bool device;               /* the chain runs on the GPU (schedulers/bppsa_cuda.cu)  */
+    void *dev_cache;           /* its CSR patterns on the device (sp_bppsa_cache)      */
 } bppsa_state;
+
+/* Symbolic SpGEMM phases run (once per sparse product of a plan, never per step). */
+static long g_symbolic_calls;
+long sp_bppsa_symbolic_calls(void)
+{
+#ifdef SP_HAVE_CUDA
+    return g_symbolic_calls + sp_bppsa_cuda_symbolic_calls();
+#else
+    return g_symbolic_calls;
+#endif
+}
 
 /* What sp_arena_alloc hands out for a request of `bytes` (core/arena.c: 64-byte units). */
 static size_t arena_bytes(size_t bytes) { return bytes ? (bytes + 63) & ~(size_t)63 : 64; }
@@ -129,6 +153,7 @@ static size_t el_floats(const el_type *t)
     case EL_VEC: return (size_t)t->rows;
     case EL_CSR: return (size_t)t->nnz;
     case EL_DENSE: return (size_t)t->rows * (size_t)t->cols;
+    case EL_FACT: return (size_t)(t->gates + t->zdiag) * (size_t)t->rows;
     default: return 0;
     }
 }
@@ -141,7 +166,7 @@ static sp_csr csr_view(const el_type *t, float *data)
 
 static const char *kind_name(el_kind k)
 {
-    static const char *names[] = {"none", "I", "vec", "csr", "dense"};
+    static const char *names[] = {"none", "I", "vec", "csr", "dense", "fact"};
     return names[k];
 }
 
@@ -154,6 +179,8 @@ static el_type product_type(const el_type *M, const el_type *X, sp_spgemm_plan *
     if (M->kind == EL_ID) return *X;
     if (M->cols != X->rows)
         sp_fail("bppsa: internal shape mismatch %d×%d · %d×%d", M->rows, M->cols, X->rows, X->cols);
+    if ((M->kind == EL_FACT && X->kind == EL_CSR) || (M->kind == EL_CSR && X->kind == EL_FACT))
+        sp_fail("bppsa: internal: a factored recurrent Jᵀ meets a CSR operand");
     el_type r = {.rows = M->rows, .cols = X->cols};
     double m_entries = M->kind == EL_CSR ? (double)M->nnz : (double)M->rows * M->cols;
     if (X->kind == EL_VEC) {
@@ -163,6 +190,7 @@ static el_type product_type(const el_type *M, const el_type *X, sp_spgemm_plan *
         sp_csr A = csr_view(M, NULL), B = csr_view(X, NULL);
         *plan = sp_xcalloc(1, sizeof **plan);
         sp_spgemm_symbolic(*plan, &A, &B);
+        g_symbolic_calls++;
         r.kind = EL_CSR;
         r.nnz = (*plan)->nnz;
         r.indptr = (*plan)->indptr;
@@ -211,6 +239,9 @@ static void product(const el_type *Mt, float *M, const el_type *Xt, float *X, sp
 
 static void plan_clear(bppsa_state *s)
 {
+#ifdef SP_HAVE_CUDA
+    sp_bppsa_cuda_cache_reset(s->dev_cache);   /* device copies of patterns about to go */
+#endif
     if (s->steps)
         for (int i = 0; i < s->plan.nsteps; i++)
             if (s->steps[i].spgemm) {
@@ -230,6 +261,9 @@ static void state_clear(bppsa_state *s)
         free(s->links[i].keep);
     }
     plan_clear(s);
+#ifdef SP_HAVE_CUDA
+    sp_bppsa_cuda_cache_free(s->dev_cache);
+#endif
     free(s->auto_time);
     free(s->links);
     free(s->node_pos);
@@ -278,9 +312,9 @@ static int collect_segments(sp_tape *t, sp_node *loss, sp_node ***out, int **out
     return nseg;
 }
 
-static bool same_chain(const bppsa_state *s, sp_node **nodes, int count)
+static bool same_chain(const bppsa_state *s, sp_node **nodes, int count, bool device)
 {
-    if (!s->sig_ops || s->nnodes != count) return false;
+    if (!s->sig_ops || s->nnodes != count || s->device != device) return false;
     for (int i = 0; i < count; i++) {
         if (s->sig_ops[i] != nodes[i]->op || s->sig_shapes[i][0] != nodes[i]->out.ndim ||
             s->sig_in[i] != sp_tensor_sample_numel(sp_node_x(nodes[i])))
@@ -302,6 +336,8 @@ static void drop_pruned(link *L, sp_node *node)
     bool masked = false;
     for (int i = 0; l && i < l->nparams; i++) masked |= l->params[i]->mask != NULL;
     if (!masked) return;
+    if (node->out.device != SP_CPU)
+        sp_fail("bppsa: layer %s has pruned parameters; on the device bppsa takes unpruned layers only", l->name);
     float *saved[SP_MAX_PARAMS];
     for (int i = 0; i < l->nparams; i++) {
         saved[i] = l->params[i]->value.data;
@@ -336,13 +372,17 @@ static void drop_pruned(link *L, sp_node *node)
     L->pattern = p;
 }
 
-static void build_link(link *L, sp_node *node, int t, bool needed)
+static void build_link(link *L, sp_node *node, int t, bool needed, bool device)
 {
     L->node = node;
     L->t = t;
     if (scans_time(node)) {
         int H = node->out.shape[node->out.ndim - 1];
         L->type = (el_type){.kind = EL_DENSE, .rows = H, .cols = H};
+        if (device && node->op->chain_jt_factors) {   /* W_hh once, the diagonals as vectors */
+            L->type.kind = EL_FACT;
+            L->type.gates = node->op->chain_jt_factors(node, 1, NULL, &L->type.zdiag, &L->type.w);
+        }
         return;
     }
     int in = (int)sp_tensor_sample_numel(sp_node_x(node)), out = (int)sp_tensor_sample_numel(&node->out);
@@ -359,9 +399,10 @@ static void build_link(link *L, sp_node *node, int t, bool needed)
     }
 }
 
-static void build_chain(bppsa_state *s, sp_node **nodes, int count, int up_levels)
+static void build_chain(bppsa_state *s, sp_node **nodes, int count, bool device)
 {
     state_clear(s);
+    s->device = device;
     s->nnodes = count;
     s->nodes = sp_xrealloc(s->nodes, (size_t)count * sizeof *s->nodes);
     memcpy(s->nodes, nodes, (size_t)count * sizeof *nodes);
@@ -387,7 +428,8 @@ static void build_chain(bppsa_state *s, sp_node **nodes, int count, int up_level
     for (int i = 0; i < count; i++) {
         s->node_pos[i] = pos + 1;
         int T = scans_time(nodes[i]) ? nodes[i]->op->chain_len(nodes[i]) : 0;
-        for (int t = T ? T : 1; t >= 1; t--, pos++) build_link(&s->links[pos], nodes[i], T ? t : 0, pos + 1 < n);
+        for (int t = T ? T : 1; t >= 1; t--, pos++)
+            build_link(&s->links[pos], nodes[i], T ? t : 0, pos + 1 < n, device);
     }
 }
 
@@ -406,6 +448,7 @@ static void type_pass(bppsa_state *s)
         switch (st->kind) {
         case SP_SCAN_UP:
             si->skip = st->r == n;
+            si->mt = a[st->r], si->xt = a[st->l];
             if (!si->skip) a[st->r] = si->out = product_type(&a[st->r], &a[st->l], &si->spgemm, &si->flops);
             break;
         case SP_SCAN_IDENTITY: a[st->r] = (el_type){.kind = EL_ID}; break;
@@ -414,11 +457,13 @@ static void type_pass(bppsa_state *s)
             el_type old = a[st->r];
             a[st->r] = reg;
             si->skip = st->r == n;
+            si->mt = old, si->xt = reg;
             if (!si->skip) reg = si->out = product_type(&old, &reg, &si->spgemm, &si->flops);
             break;
         }
         case SP_SCAN_DOWN: {
             el_type T = a[st->l];
+            si->mt = T, si->xt = a[st->r];
             a[st->l] = a[st->r];
             a[st->r] = si->out = product_type(&T, &a[st->r], &si->spgemm, &si->flops);
             break;
@@ -598,6 +643,77 @@ static const char *fmt_bytes(char *buf, size_t len, size_t bytes)
     return buf;
 }
 
+static bool same_type(const el_type *a, const el_type *b)
+{
+    return a->kind == b->kind && a->rows == b->rows && a->cols == b->cols && a->nnz == b->nnz &&
+           a->indptr == b->indptr && a->indices == b->indices && a->gates == b->gates && a->zdiag == b->zdiag &&
+           a->w == b->w;
+}
+
+/* Whether plan step k multiplies (run_level makes a task of it for every sample). */
+static bool step_multiplies(const bppsa_state *s, int k)
+{
+    const sp_scan_step *st = &s->plan.steps[k];
+    if (s->steps[k].skip || st->kind == SP_SCAN_IDENTITY) return false;
+    return st->kind == SP_SCAN_UP || st->product;
+}
+
+/* The device plan of level `level` starting at step k: launches (one per distinct
+ * operand types, as run_tasks_dev groups them) and the bytes its products write for a
+ * batch of B. Returns the first step of the next level. */
+static int device_level(const bppsa_state *s, int k, int B, int *launches, size_t *bytes)
+{
+    const sp_scan_plan *p = &s->plan;
+    int level = p->steps[k].level, start = k;
+    *launches = 0;
+    *bytes = 0;
+    for (; k < p->nsteps && p->steps[k].level == level; k++) {
+        if (!step_multiplies(s, k)) continue;
+        const step_info *si = &s->steps[k];
+        *bytes += (size_t)B * el_floats(&si->out) * sizeof(float);
+        bool seen = false;
+        for (int j = start; j < k && !seen; j++)
+            seen = step_multiplies(s, j) && same_type(&s->steps[j].mt, &si->mt) && same_type(&s->steps[j].xt, &si->xt) &&
+                   same_type(&s->steps[j].out, &si->out);
+        *launches += !seen;
+    }
+    return k;
+}
+
+static const char *fmt_bytes(char *buf, size_t len, size_t bytes);
+
+static void print_device_plan(const bppsa_state *s)
+{
+    const sp_scan_plan *p = &s->plan;
+    int B = s->stats.batch, total = 0;
+    size_t all = 0;
+    char buf[32];
+    printf("device plan (batch %d): level: launches, bytes written\n", B);
+    for (int k = 0; k < p->nsteps;) {
+        int level = p->steps[k].level, launches;
+        size_t bytes;
+        k = device_level(s, k, B, &launches, &bytes);
+        if (!launches) continue;
+        printf("  level %d: %d launch%s, %s\n", level, launches, launches == 1 ? "" : "es",
+               fmt_bytes(buf, sizeof buf, bytes));
+        total += launches;
+        all += bytes;
+    }
+    printf("device plan: %d product launches in all, %s of products; Jt: one launch per op (two where a CSR Jt "
+           "is expanded dense)\n", total, fmt_bytes(buf, sizeof buf, all));
+}
+
+/* What a[i] (i = 1..n) holds: the Jᵀ of the op sp_node_label names, at time step t for a
+ * recurrent op ("rnn[t=3]"). */
+static const char *link_label(const link *L, char *buf, size_t len)
+{
+    char name[SP_NAME_LEN + 16];
+    sp_node_label(L->node, name, sizeof name);
+    if (scans_time(L->node)) snprintf(buf, len, "%s[t=%d]", name, L->t);
+    else snprintf(buf, len, "%s", name);
+    return buf;
+}
+
 static void print_plan(const bppsa_state *s, bool full)
 {
     const sp_scan_plan *p = &s->plan;
@@ -605,6 +721,12 @@ static void print_plan(const bppsa_state *s, bool full)
     printf("bppsa plan: n = %d links, %d up-sweep levels (full: %d), batch %d\n", s->n, p->up_levels,
            st->full_levels, st->batch);
     if (full) {
+        printf("a[1..%d] = Jt of:", s->n);
+        for (int i = 0; i < s->n; i++) {
+            char name[SP_NAME_LEN + 32];
+            printf(" %s", link_label(&s->links[i], name, sizeof name));
+        }
+        printf("\n");
         printf("%5s %-8s %5s %5s  %-26s %14s %s\n", "level", "kind", "l", "r", "result", "FLOP/sample", "critical");
         for (int k = 0, level_start = 0; k < p->nsteps; k++) {
             const sp_scan_step *sc = &p->steps[k];
@@ -680,7 +802,8 @@ static void draw_plan_svg(const bppsa_state *s, const char *path)
     FILE *f = fopen(path, "w");
     if (!f) sp_fail("--plan-svg %s: cannot open for writing", path);
     int colw = n > 40 ? 22 : 40, rowh = 46, left = 110, top = 70;
-    int rows = p->nlevels + 1, width = left + (n + 1) * colw + 30, height = top + rows * rowh + 90;
+    int names_h = 90;   /* each column's op, rotated, under the tree */
+    int rows = p->nlevels + 1, width = left + (n + 1) * colw + 30, height = top + rows * rowh + names_h + 90;
     if (width < 1040) width = 1040;
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
@@ -705,9 +828,12 @@ static void draw_plan_svg(const bppsa_state *s, const char *path)
     /* inputs */
     for (int i = 0; i <= n; i++) {
         const char *fill = i == 0 ? "#4caf50" : i == n ? "#ffffff" : s->links[i - 1].type.kind == EL_CSR ? "#2196f3" : "#ff9800";
+        char name[SP_NAME_LEN + 32] = "";
+        if (i > 0) link_label(&s->links[i - 1], name, sizeof name);
         fprintf(f, "<g class=\"input\"><rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\" stroke=\"#333\"%s/>"
-                   "<title>a[%d] = %s</title></g>\n", X(i) - 7, Y(0) - 7, fill, i == n ? " stroke-dasharray=\"2,2\"" : "",
-                i, i == 0 ? "the loss gradient (vector)" : i == n ? "Jt_1 (never read)" : kind_name(s->links[i - 1].type.kind));
+                   "<title>a[%d] = %s%s%s%s</title></g>\n", X(i) - 7, Y(0) - 7, fill, i == n ? " stroke-dasharray=\"2,2\"" : "",
+                i, i == 0 ? "the loss gradient (vector)" : "Jt of ", name, i == 0 ? "" : i == n ? " (never read)" : ", ",
+                i == 0 || i == n ? "" : kind_name(s->links[i - 1].type.kind));
     }
     int carry_pos = -1, carry_row = 0;
     for (int k = 0, level_start = 0; k < p->nsteps; k++) {
@@ -759,11 +885,27 @@ static void draw_plan_svg(const bppsa_state *s, const char *path)
         if (st->kind == SP_SCAN_IDENTITY)
             fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"10\">I</text>\n", X(st->r), Y(row) + 4);
     }
+    /* which op's Jt each column starts with (a[0]: the loss gradient) */
+    fprintf(f, "<text x=\"10\" y=\"%d\">Jt of</text>\n", top + rows * rowh + 12);
+    for (int i = 0; i <= n; i++) {
+        char name[SP_NAME_LEN + 32] = "(∇l)";
+        if (i > 0) link_label(&s->links[i - 1], name, sizeof name);
+        int x = X(i) - 3, y = top + rows * rowh + 6;
+        fprintf(f, "<text class=\"op\" x=\"%d\" y=\"%d\" transform=\"rotate(50 %d %d)\" font-size=\"10\" fill=\"#333\">",
+                x, y, x, y);
+        for (const char *c = name; *c; c++) {   /* names come from C code: escape XML */
+            if (*c == '<') fputs("&lt;", f);
+            else if (*c == '>') fputs("&gt;", f);
+            else if (*c == '&') fputs("&amp;", f);
+            else fputc(*c, f);
+        }
+        fprintf(f, "</text>\n");
+    }
     /* legend */
     static const struct { const char *fill, *text; } legend[] = {
         {"#4caf50", "vector (matrix-vector product)"}, {"#2196f3", "sparse matrix (CSR)"},
         {"#ff9800", "dense matrix"}, {"#dddddd", "move (product with I)"}, {"#ffffff", "identity / skipped"}};
-    int ly = top + rows * rowh + 20;
+    int ly = top + rows * rowh + names_h + 20;
     for (int i = 0; i < 5; i++) {
         int lx = 10 + i * 200;
         fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"7\" fill=\"%s\" stroke=\"#333\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
@@ -850,6 +992,125 @@ static task make_task(const el_type *Mt, float *M, const el_type *Xt, float *X, 
     return (task){.Mt = *Mt, .Xt = *Xt, .Ot = si->out, .M = M, .X = X, .out = out, .plan = si->spgemm};
 }
 
+/* ---- one step on the device (schedulers/bppsa_cuda.cu) --------------------------------- */
+
+/* An element's storage in the step: the host arena, or the device arena. */
+static float *el_alloc(exec_ctx *c, sp_tape *t, size_t bytes)
+{
+    return c->s->device ? sp_tape_alloc_on(t, SP_CUDA, bytes) : sp_tape_alloc(t, bytes);
+}
+
+#ifdef SP_HAVE_CUDA
+static sp_bppsa_mat dev_mat(bppsa_state *s, const el_type *t)
+{
+    sp_bppsa_mat m = {.kind = (int)t->kind, .rows = t->rows, .cols = t->cols, .nnz = t->nnz, .gates = t->gates,
+                      .zdiag = t->zdiag, .w = t->w};
+    if (t->kind == EL_CSR)
+        sp_bppsa_cuda_pattern(s->dev_cache, t->rows, t->nnz, t->indptr, t->indices, &m.indptr, &m.indices);
+    return m;
+}
+
+/* A level's products: those of equal operand types (every sample, every step) are one
+ * launch. */
+static void run_tasks_dev(bppsa_state *s, task *tasks, int ntasks, sp_tape *t)
+{
+    bool *done = sp_tape_alloc(t, (size_t)(ntasks ? ntasks : 1) * sizeof *done);
+    memset(done, 0, (size_t)ntasks * sizeof *done);
+    float **M = sp_tape_alloc(t, 3 * (size_t)(ntasks ? ntasks : 1) * sizeof *M), **X = M + ntasks, **O = X + ntasks;
+    for (int k = 0; k < ntasks; k++) {
+        if (done[k]) continue;
+        const task *g = &tasks[k];
+        int count = 0;
+        for (int j = k; j < ntasks; j++)
+            if (!done[j] && same_type(&tasks[j].Mt, &g->Mt) && same_type(&tasks[j].Xt, &g->Xt) &&
+                same_type(&tasks[j].Ot, &g->Ot)) {
+                done[j] = true;
+                M[count] = tasks[j].M, X[count] = tasks[j].X, O[count] = tasks[j].out;
+                count++;
+            }
+        sp_bppsa_mat mt = dev_mat(s, &g->Mt), xt = dev_mat(s, &g->Xt), ot = dev_mat(s, &g->Ot);
+        if (g->plan)   /* CSR·CSR: cuSPARSE, symbolic phase once per plan */
+            sp_bppsa_cuda_spgemm(s->dev_cache, g->plan, &mt, &xt, g->Ot.indptr, g->Ot.indices, g->Ot.nnz, M, X, O,
+                                 count);
+        else
+            sp_bppsa_cuda_products(t, &mt, &xt, &ot, M, X, O, count);
+    }
+}
+
+/* Every link's Jᵀ for every sample, one launch per node: a recurrent node's steps in
+ * one block (chain_jt_all), any other link's samples in one block (jt_values_all; a
+ * dense link's CSR values land in scratch after each sample's element, then expand). */
+static void fill_links_dev(exec_ctx *c, sp_tape *t)
+{
+    bppsa_state *s = c->s;
+    int B = c->B, n = s->n;
+    for (int k = 0; k < s->nnodes; k++) {
+        sp_node *node = s->nodes[k];
+        int first = s->node_pos[k] - 1;   /* link index of its first (t = T) link */
+        if (scans_time(node)) {
+            int T = node->op->chain_len(node), H = s->links[first].type.rows, need = 0;
+            while (need < T && first + need + 1 < n) need++;   /* a[n] is never read */
+            if (!need) continue;
+            const el_type *ty = &s->links[first].type;
+            size_t per = ty->kind == EL_FACT ? el_floats(ty) : (size_t)H * H;
+            float *block = sp_tape_alloc_on(t, SP_CUDA, (size_t)need * B * per * sizeof(float));
+            for (int l = 0; l < need; l++)
+                for (int b = 0; b < B; b++) A(c, first + l + 1, b).v = block + ((size_t)l * B + b) * per;
+            if (ty->kind == EL_FACT) {
+                bool zd;
+                const float *w;
+                node->op->chain_jt_factors(node, T - need + 1, block, &zd, &w);
+            } else {
+                if (!node->op->chain_jt_all) sp_fail("bppsa: op %s has no Jᵀ on the device", node->op->name);
+                node->op->chain_jt_all(node, T - need + 1, block);
+            }
+            continue;
+        }
+        if (first + 1 >= n) continue;
+        link *L = &s->links[first];
+        if (!node->op->jt_values_all) sp_fail("bppsa: op %s has no Jᵀ on the device", node->op->name);
+        size_t floats = link_floats(L), el_n = el_floats(&L->type);
+        float *block = sp_tape_alloc_on(t, SP_CUDA, (size_t)B * floats * sizeof(float));
+        for (int b = 0; b < B; b++) A(c, first + 1, b).v = block + (size_t)b * floats;
+        el_type pt = {.kind = EL_CSR, .rows = L->pattern.rows, .cols = L->pattern.cols, .nnz = L->pattern.nnz,
+                      .indptr = L->pattern.indptr, .indices = L->pattern.indices};
+        sp_bppsa_mat P = dev_mat(s, &pt);
+        bool dense = L->type.kind == EL_DENSE;
+        sp_csr m = {.rows = P.rows, .cols = P.cols, .nnz = P.nnz, .indptr = (int32_t *)P.indptr,
+                    .indices = (int32_t *)P.indices, .data = dense ? block + el_n : block};
+        node->op->jt_values_all(node, 0, &m, floats);
+        if (dense) sp_bppsa_cuda_csr_to_dense(&P, block + el_n, block, floats, B);
+    }
+}
+
+/* weight_gradients on the device: the scatters as gathers through pointer arrays. */
+static void weight_gradients_dev(exec_ctx *c, sp_tape *t)
+{
+    bppsa_state *s = c->s;
+    int B = c->B;
+    for (int i = 0; i < s->nnodes; i++) {
+        sp_node *node = s->nodes[i];
+        int pos = s->node_pos[i];
+        size_t per = sp_tensor_sample_numel(&node->out);
+        float **src = sp_tape_alloc(t, (size_t)B * sizeof *src);
+        for (int b = 0; b < B; b++) src[b] = A(c, pos, b).v;
+        sp_bppsa_cuda_gather(t, node->grad.data, src, B, per);
+        if (!node->layer || node->layer->nparams == 0) continue;
+        if (!scans_time(node)) {
+            node->op->backward_params(node, &node->grad);
+            continue;
+        }
+        int T = node->op->chain_len(node), H = (int)per;
+        sp_tensor dh = sp_tape_tensor_on(t, SP_CUDA, 3, (int[]){B, T, H});
+        float **hs = sp_tape_alloc(t, (size_t)B * T * sizeof *hs);
+        for (int b = 0; b < B; b++)
+            for (int tt = 1; tt <= T; tt++) hs[(size_t)b * T + tt - 1] = A(c, pos + T - tt, b).v;
+        sp_bppsa_cuda_gather(t, dh.data, hs, B * T, (size_t)H);
+        node->op->chain_backward_params(node, &dh);
+    }
+}
+#endif
+
 /* Run the plan's steps of one level: bookkeeping (swaps, types, output buffers) here,
  * serially; the products of all its steps and samples as one batch of tasks. */
 static int run_level(exec_ctx *c, el_type *ty, el *reg, el_type *reg_t, int k, task *tasks, sp_tape *t)
@@ -864,7 +1125,7 @@ static int run_level(exec_ctx *c, el_type *ty, el *reg, el_type *reg_t, int k, t
         case SP_SCAN_UP:   /* a[r] ← a[r]·a[l] */
             if (si->skip) break;
             for (int b = 0; b < B; b++) {
-                float *out = sp_tape_alloc(t, floats);
+                float *out = el_alloc(c, t, floats);
                 tasks[ntasks++] = make_task(&ty[st->r], A(c, st->r, b).v, &ty[st->l], A(c, st->l, b).v, si, out);
                 A(c, st->r, b).v = out;
             }
@@ -882,7 +1143,7 @@ static int run_level(exec_ctx *c, el_type *ty, el *reg, el_type *reg_t, int k, t
                     reg[b].v = old;
                     continue;
                 }
-                float *out = sp_tape_alloc(t, floats);
+                float *out = el_alloc(c, t, floats);
                 tasks[ntasks++] = make_task(&old_t, old, reg_t, reg[b].v, si, out);
                 reg[b].v = out;
             }
@@ -899,7 +1160,7 @@ static int run_level(exec_ctx *c, el_type *ty, el *reg, el_type *reg_t, int k, t
                     if (T_t.kind != EL_ID) A(c, st->r, b).v = T;
                     continue;
                 }
-                float *out = sp_tape_alloc(t, floats);
+                float *out = el_alloc(c, t, floats);
                 tasks[ntasks++] = make_task(&T_t, T, &ty[st->r], A(c, st->r, b).v, si, out);
                 A(c, st->r, b).v = out;
             }
@@ -909,6 +1170,12 @@ static int run_level(exec_ctx *c, el_type *ty, el *reg, el_type *reg_t, int k, t
         }
         }
     }
+#ifdef SP_HAVE_CUDA
+    if (c->s->device) {
+        run_tasks_dev(c->s, tasks, ntasks, t);
+        return k;
+    }
+#endif
     run_tasks(tasks, ntasks);
     return k;
 }
@@ -941,7 +1208,8 @@ static void weight_gradients(exec_ctx *c, sp_tape *t)
 /* One segment: the scan gives ∇y of every node from its head's, then G of each (Eq. 2). */
 static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nodes, int count)
 {
-    if (same_chain(s, nodes, count)) {
+    bool device = nodes[0]->out.device != SP_CPU;
+    if (same_chain(s, nodes, count, device)) {
         memcpy(s->nodes, nodes, (size_t)count * sizeof *nodes);
         for (int i = 0; i < s->n; i++) {   /* refresh node pointers of the links */
             int j = 0;
@@ -949,7 +1217,7 @@ static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nod
             s->links[i].node = nodes[j];
         }
     } else {
-        build_chain(s, nodes, count, e->opts.scan_levels);
+        build_chain(s, nodes, count, device);
         int K = e->opts.scan_levels;
         if (K == SP_SCAN_LEVELS_AUTO) K = auto_levels(s, nodes[0]->out.shape[0]);
         sp_scan_plan_build(&s->plan, s->n, K);
@@ -957,6 +1225,9 @@ static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nod
     }
     sp_node *head = nodes[0];
     int B = head->out.shape[0], n = s->n;
+#ifdef SP_HAVE_CUDA
+    if (s->device && !s->dev_cache) s->dev_cache = sp_bppsa_cuda_cache_new();
+#endif
     if (e->opts.plan_only) return;   /* --plan: the figures are all there is to it */
 
     /* element storage for this step (arena) and types that evolve with the plan;
@@ -970,17 +1241,27 @@ static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nod
     for (int i = 0; i < n; i++) {
         link *L = &s->links[i];
         ty[i + 1] = L->type;
-        size_t floats = i + 1 < n ? link_floats(L) : 0;
+        size_t floats = i + 1 < n && !s->device ? link_floats(L) : 0;   /* device: fill_links_dev */
         for (int b = 0; b < B; b++) A(&c, i + 1, b).v = floats ? sp_tape_alloc(t, floats * sizeof(float)) : NULL;
     }
     ty[n].kind = EL_NONE;
-    sp_parallel_for((size_t)(n - 1) * (size_t)B, fill_links_range, &c);
+#ifdef SP_HAVE_CUDA
+    if (s->device) fill_links_dev(&c, t);
+    else
+#endif
+        sp_parallel_for((size_t)(n - 1) * (size_t)B, fill_links_range, &c);
 
     /* the scan, level by level */
     el *reg = sp_tape_alloc(t, (size_t)B * sizeof *reg);
     el_type reg_t = {.kind = EL_ID};
     task *tasks = sp_tape_alloc(t, (size_t)(n + 1) * (size_t)B * sizeof *tasks);
     for (int k = 0; k < s->plan.nsteps;) k = run_level(&c, ty, reg, &reg_t, k, tasks, t);
+#ifdef SP_HAVE_CUDA
+    if (s->device) {
+        weight_gradients_dev(&c, t);
+        return;
+    }
+#endif
     weight_gradients(&c, t);
 }
 
@@ -1015,7 +1296,8 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
         sp_node *tail = seg[count - 1];
         scanned[k] = !(count == 1 && !scans_time(tail));
         if (!scanned[k]) {   /* nothing to scan: G and δ of the one op */
-            if (print) printf("bppsa segment %d: %s#%d alone, no scan\n", k, tail->op->name, tail->index);
+            char a[SP_NAME_LEN + 16];
+            if (print) printf("bppsa segment %d: %s alone, no scan\n", k, sp_node_label(tail, a, sizeof a));
             if (!only) sp_node_backward(tail);
             continue;
         }
@@ -1023,9 +1305,13 @@ static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
         compute_stats(&E->seg[k], seg[0]->out.shape[0]);
         if (print) {
             if (nseg > 1)
-                printf("bppsa segment %d: %s#%d .. %s#%d (%d ops)\n", k, seg[0]->op->name, seg[0]->index,
-                       tail->op->name, tail->index, count);
+            {
+                char a[SP_NAME_LEN + 16], b[SP_NAME_LEN + 16];
+                printf("bppsa segment %d: %s .. %s (%d ops)\n", k, sp_node_label(seg[0], a, sizeof a),
+                       sp_node_label(tail, b, sizeof b), count);
+            }
             print_plan(&E->seg[k], e->opts.plan_full);
+            if (E->seg[k].device) print_device_plan(&E->seg[k]);
         }
         if (!only) sp_node_backward_inputs(tail);   /* the join: δ into the inputs below the segment */
     }

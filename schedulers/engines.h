@@ -10,6 +10,9 @@ sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts);
 /* Jacobians in the longest chain (segment) bppsa scans for this loss (its n; for checking
  * --scan-levels). */
 int sp_bppsa_chain_links(const sp_node *loss);
+/* Symbolic SpGEMM phases the bppsa engine has run in this process: once per sparse
+ * product of a plan (per shape), never per step (tests count them). */
+long sp_bppsa_symbolic_calls(void);
 sp_engine *sp_engine_ooo_create(const sp_engine_opts *opts);   /* schedulers/ooo.h */
 
 /* The figures of a bppsa plan (what --plan prints), for the last backward's batch. */

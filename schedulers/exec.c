@@ -271,8 +271,8 @@ static void setup_costs(sp_exec *x, int ndim, const int *shape)
         x->costs->grad[s] = round6(x->costs->grad[s]);
     }
     for (int s = 0; s < x->S; s++) {
-        sp_layer *l = x->m->layers[s];
-        snprintf(x->costs->name[s], SP_STAGE_NAME, "%.31s", l->name[0] ? l->name : l->op->name);
+        char label[SP_NAME_LEN + 16];
+        snprintf(x->costs->name[s], SP_STAGE_NAME, "%.31s", sp_model_layer_label(x->m, s, label, sizeof label));
         size_t act = 1;
         for (int i = 1; i < x->st[s].out_ndim; i++) act *= (size_t)x->st[s].out_shape[i];
         x->costs->act_bytes[s] = (double)act * rows * sizeof(float);

@@ -63,13 +63,8 @@ void sp_jt_columnwise(sp_node *n, const int *cols, int ncols, float *dense)
 
 static void row_name(sp_jt_row *r, const sp_node *n, sp_tape *t)
 {
-    if (n->layer && n->layer->name[0]) {
-        snprintf(r->name, sizeof r->name, "%s", n->layer->name);
-        return;
-    }
-    int k = 0;   /* parameter-free ops: op_k, k counting that op on the tape */
-    for (int i = 0; i <= n->index && i < t->n; i++) k += t->nodes[i]->op == n->op;
-    snprintf(r->name, sizeof r->name, "%s_%d", n->op->name, k);
+    (void)t;
+    sp_node_label(n, r->name, sizeof r->name);   /* parameter-free ops: op_k, as everywhere */
 }
 
 static void fill_sizes(sp_jt_row *r, int64_t nnz, int rows)

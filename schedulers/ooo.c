@@ -276,9 +276,11 @@ sp_ooo_graph *sp_ooo_graph_build(sp_tape *t, sp_node *loss, bool with_updates)
 const char *sp_ooo_task_label(const sp_ooo_task *k, char *buf, size_t len)
 {
     static const char *const kind[] = {"δO", "δW", "U", "F'"};
+    char name[SP_NAME_LEN + 16];
     const sp_layer *l = k->layer;
-    if (l && l->name[0]) snprintf(buf, len, "%s %s", kind[k->kind], l->name);
-    else snprintf(buf, len, "%s %s#%d", kind[k->kind], k->node ? k->node->op->name : "?", k->node ? k->node->index : -1);
+    if (k->node) sp_node_label(k->node, name, sizeof name);   /* "relu_2", as every output names it */
+    else snprintf(name, sizeof name, "%s", l && l->name[0] ? l->name : "?");
+    snprintf(buf, len, "%s %s", kind[k->kind], name);
     return buf;
 }
 

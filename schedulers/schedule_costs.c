@@ -269,10 +269,8 @@ sp_costs *sp_costs_from_model(struct sp_model *m, int in_ndim, const int *in_sha
         sp_node *n = t.nodes[i];
         if (!n->op) continue;
         sp_cost k = n->op->cost(n);
-        if (n->layer && n->layer->name[0])
-            snprintf(c->name[s], SP_STAGE_NAME, "%.*s", SP_STAGE_NAME - 1, n->layer->name);
-        else
-            snprintf(c->name[s], SP_STAGE_NAME, "%.20s%d", n->op->name, s);
+        char label[SP_NAME_LEN + 16];
+        snprintf(c->name[s], SP_STAGE_NAME, "%.*s", SP_STAGE_NAME - 1, sp_node_label(n, label, sizeof label));
         c->fwd[s] = k.fwd_flops / per_us;
         c->delta[s] = k.bwd_input_flops / per_us;
         c->grad[s] = k.bwd_params_flops / per_us;

@@ -97,13 +97,14 @@ static void cleanup(void)
     cr_assert_eq(system(cmd), 0);
 }
 
-/* The app on both devices with the same arguments; the JSON keys `keys` must agree. */
-static void same_on_both(const char *app, const char *args, const char *const *keys, int nkeys)
+/* The app on the CPU with args and on the device with args and gpu_args; the JSON keys
+ * `keys` must agree. */
+static void cpu_vs_cuda(const char *app, const char *args, const char *gpu_args, const char *const *keys, int nkeys)
 {
     char cpu[8192], gpu[8192], cmd[1024];
     snprintf(cmd, sizeof cmd, "%s %s --device cpu --quiet", bin(app), args);
     cr_assert_eq(run(cmd, cpu, sizeof cpu), 0, "%s failed", cmd);
-    snprintf(cmd, sizeof cmd, "%s %s --device cuda --quiet", bin(app), args);
+    snprintf(cmd, sizeof cmd, "%s %s %s --device cuda --quiet", bin(app), args, gpu_args);
     cr_assert_eq(run(cmd, gpu, sizeof gpu), 0, "%s failed", cmd);
     cr_assert(strstr(gpu, "\"device\": \"cuda\""), "JSON without the device: %s", gpu);
     cr_assert(strstr(cpu, "\"device\": \"cpu\""), "JSON without the device: %s", cpu);
@@ -112,6 +113,12 @@ static void same_on_both(const char *app, const char *args, const char *const *k
         cr_assert(isfinite(g), "%s %s on cuda: %g", app, keys[i], g);
         cr_assert_leq(fabs(c - g), LOSS_TOL * fabs(c), "%s %s: cpu %.8g, cuda %.8g", app, keys[i], c, g);
     }
+}
+
+/* The app on both devices with the same arguments. */
+static void same_on_both(const char *app, const char *args, const char *const *keys, int nkeys)
+{
+    cpu_vs_cuda(app, args, "", keys, nkeys);
 }
 
 Test(apps_cuda, demo_matches_cpu)
@@ -175,8 +182,8 @@ Test(apps_cuda, no_device_is_one_line_and_exit_2)
         cr_assert(strncmp(err, "scanprop: --device cuda: no CUDA device", 39) == 0, "message '%s'", err);
         cr_assert_eq(strchr(err, '\n'), err + n - 1, "expected one line, got '%s'", err);
     }
-    snprintf(cmd, sizeof cmd, "%s --steps 1 --device cuda --backward bppsa --quiet >/dev/null 2>&1", bin("demo"));
-    cr_assert_eq(run(cmd, NULL, 0), 2, "--device cuda with bppsa should exit 2");
+    snprintf(cmd, sizeof cmd, "%s --steps 1 --device cuda --parallel ddp --quiet >/dev/null 2>&1", bin("demo"));
+    cr_assert_eq(run(cmd, NULL, 0), 2, "--device cuda with --parallel should exit 2");
 }
 
 Test(apps_cuda, rnn_gru_match_cpu)
@@ -184,6 +191,16 @@ Test(apps_cuda, rnn_gru_match_cpu)
     static const char *const keys[] = {"train_loss", "last_loss"};
     same_on_both("rnn", "--steps 5 --batch 8 --seq-len 20", keys, 2);
     same_on_both("gru", "--steps 5 --batch 8 --shape S --samples 64", keys, 2);
+}
+
+/* --backward bppsa on the device (schedulers/bppsa_cuda.cu) against the CPU's linear
+ * engine: the scan's gradients are BPTT's up to summation order. */
+Test(apps_cuda, rnn_gru_bppsa_on_the_device_match_cpu_linear)
+{
+    static const char *const keys[] = {"train_loss", "last_loss"};
+    cpu_vs_cuda("rnn", "--steps 5 --batch 8 --seq-len 20", "--backward bppsa", keys, 2);
+    cpu_vs_cuda("rnn", "--steps 5 --batch 8 --seq-len 20", "--backward bppsa --scan-levels 2", keys, 2);
+    cpu_vs_cuda("gru", "--steps 5 --batch 8 --shape S --samples 64", "--backward bppsa", keys, 2);
 }
 
 /* The ooo engine on the device (issue 12): two prioritised streams with events, and the

@@ -410,7 +410,7 @@ Test(bppsa_app, plan_prints_and_exits)
     cr_assert_eq(run_cmd(cmd, &lines, last, sizeof last), 0);
     sp_scan_plan p;
     sp_scan_plan_build(&p, 11, -1);
-    cr_assert_eq(lines, 5 + 1 + p.nsteps, "--plan=full: %d lines for %d steps", lines, p.nsteps);
+    cr_assert_eq(lines, 5 + 2 + p.nsteps, "--plan=full: %d lines for %d steps (and the a[] names line)", lines, p.nsteps);
     sp_scan_plan_free(&p);
     /* auto picks a depth in range */
     snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan --seq-len 10 --samples 64 --scan-levels auto 2>&1", bin("rnn"));

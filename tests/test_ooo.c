@@ -354,20 +354,25 @@ Test(exec, two_lanes_overlap_and_respect_dependencies)
     sp_set_threads(2);
     double sub_busy = 0;   /* the lanes share the work: tiny models may run on main alone */
     const char *models[] = {"lenet", "branchy", "gru"};
-    for (int mi = 0; mi < 3; mi++)
-        for (int o = 0; o < NORDERS; o++) {
-            sp_engine *e;
-            trained r = train(models[mi], 4, ORDERS[o], 2, &e);
-            char what[64];
-            snprintf(what, sizeof what, "%s %s", models[mi], ORDERS[o]);
-            const sp_ooo_stats *st = sp_ooo_last_stats(e);
-            cr_assert_gt(st->ntasks, 0);
-            if (o != SP_OOO_CONVENTIONAL) sub_busy += st->busy_s[SP_OOO_SUB];
-            else cr_assert_eq(st->busy_s[SP_OOO_SUB], 0.0, "%s: one lane", what);
-            cr_assert_leq(st->critical_s, st->wall_s + 1e-9);
-            sp_engine_destroy(e);
-            sp_model_free(r.tm.m);
-        }
+    /* Which lane takes a ready task is a race (the executor is work-conserving): on a
+     * loaded machine the main lane can drain a whole pass before the sub lane's thread is
+     * scheduled. So the sub lane must run at least once in up to five rounds. */
+    for (int round = 0; round < 5 && sub_busy == 0; round++) {
+        for (int mi = 0; mi < 3; mi++)
+            for (int o = 0; o < NORDERS; o++) {
+                sp_engine *e;
+                trained r = train(models[mi], 4, ORDERS[o], 2, &e);
+                char what[64];
+                snprintf(what, sizeof what, "%s %s", models[mi], ORDERS[o]);
+                const sp_ooo_stats *st = sp_ooo_last_stats(e);
+                cr_assert_gt(st->ntasks, 0);
+                if (o != SP_OOO_CONVENTIONAL) sub_busy += st->busy_s[SP_OOO_SUB];
+                else cr_assert_eq(st->busy_s[SP_OOO_SUB], 0.0, "%s: one lane", what);
+                cr_assert_leq(st->critical_s, st->wall_s + 1e-9);
+                sp_engine_destroy(e);
+                sp_model_free(r.tm.m);
+            }
+    }
     cr_assert_gt(sub_busy, 0.0, "the sub lane ran");
 }
 

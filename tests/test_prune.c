@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "apps/models.h"
@@ -353,4 +354,50 @@ Test(prune, torch_checkpoints_both_ways, .timeout = 300)
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     sh(cmd);
+}
+
+/* --plan with --prune prints the FLOPs of every level for the dense network next to the
+ * pruned one (the paper's Figure 10): each column sums to its own plan's total (the dense
+ * one made by a --plan run without --prune), and no pruned level costs more than dense. */
+static double json_field(const char *s, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(s, pat);
+    cr_assert_not_null(p, "no %s in %s", key, s);
+    return strtod(p + strlen(pat), NULL);
+}
+
+Test(prune, plan_prints_dense_next_to_pruned_per_level, .timeout = 300)
+{
+    static char out[1 << 16], dense[1 << 16];
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan --batch 1", tu_bin("lenet"));
+    cr_assert_eq(tu_run(cmd, dense, sizeof dense, NULL, 0), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan --batch 1 --prune 0.97", tu_bin("lenet"));
+    cr_assert_eq(tu_run(cmd, out, sizeof out, NULL, 0), 0, "%s", cmd);
+    const char *t = strstr(out, "FLOP per sample per level, dense vs pruned");
+    cr_assert_not_null(t, "no per-level table: %s", out);
+    t = strchr(strchr(t, '\n') + 1, '\n') + 1;   /* past the title and the column header */
+    double sum_d = 0, sum_p = 0;
+    int levels = 0, lv;
+    double d, p, dc, pc;
+    int used;
+    while (sscanf(t, "%d %lf %lf %lf %lf%n", &lv, &d, &p, &dc, &pc, &used) == 5) {
+        cr_assert_eq(lv, levels, "levels in order");
+        cr_assert_leq(p, d, "level %d: pruned %g FLOP > dense %g", lv, p, d);
+        cr_assert_leq(dc, d);
+        cr_assert_leq(pc, p);
+        sum_d += d, sum_p += p, levels++;
+        t = strchr(t + used, '\n');
+        if (!t) break;
+        t++;
+    }
+    cr_assert_gt(levels, 3);
+    const char *jd = strrchr(dense, '{'), *jp = strrchr(out, '{');
+    double want_d = json_field(jd, "flops_per_sample"), want_p = json_field(jp, "flops_per_sample");
+    cr_assert_lt(fabs(sum_d - want_d), 1e-9 * want_d + 1, "dense column sums to %.0f, the dense plan has %.0f", sum_d,
+                 want_d);
+    cr_assert_lt(fabs(sum_p - want_p), 1e-9 * want_p + 1, "pruned column sums to %.0f, the plan has %.0f", sum_p, want_p);
+    cr_assert_lt(sum_p, 0.2 * sum_d, "97%% pruning: the scan's work falls (%.0f vs %.0f)", sum_p, sum_d);
 }

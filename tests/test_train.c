@@ -166,6 +166,39 @@ Test(train, lenet_fashion_mnist_one_epoch_accuracy, .timeout = 900)
     cr_assert_geq(acc, 0.78, "test accuracy %.4f after one epoch (PyTorch, same recipe: 0.80)", acc);
 }
 
+/* Issue 16's done-when: build/rnn with its defaults (T = 100, hidden 64, 48000 samples,
+ * batch 8, Adam 1e-3) reaches well above chance (0.1) in one epoch; ~13 s on 2 cores. */
+Test(train, rnn_defaults_one_epoch_accuracy, .timeout = 600)
+{
+    char out[8192], cmd[512];
+    snprintf(cmd, sizeof cmd, "%s --quiet --epochs 1 --threads 2", tu_bin("rnn"));
+    cr_assert_eq(tu_run_last(cmd, out, sizeof out), 0);
+    cr_assert_eq(tu_json_num(out, "steps"), 6000, "the defaults changed: %s", out);
+    double acc = tu_json_num(out, "test_acc");
+    cr_log_info("rnn 1 epoch, defaults: test accuracy %.4f", acc);
+    cr_assert_geq(acc, 0.5, "test accuracy %.4f after one epoch with the defaults (seed 1 reached 0.554)", acc);
+}
+
+/* Issue 10's done-when, in make test-long only (about 10 minutes on 2 cores): ResNet-20
+ * reaches 0.85 test accuracy on Fashion-MNIST in one epoch. */
+Test(train, resnet20_fashion_mnist_one_epoch_accuracy, .timeout = 3600)
+{
+    if (!getenv("SCANPROP_RESNET_EPOCH")) {
+        cr_log_info("skipped: the one-epoch ResNet-20 run is in make test-long (SCANPROP_RESNET_EPOCH=1)");
+        return;
+    }
+    if (access(FMNIST, R_OK) != 0) {
+        cr_log_warn("skipped: %s not installed", FMNIST);
+        return;
+    }
+    char out[8192], cmd[512];
+    snprintf(cmd, sizeof cmd, "%s --quiet --epochs 1 --threads 2", tu_bin("resnet"));
+    cr_assert_eq(tu_run_last(cmd, out, sizeof out), 0);
+    double acc = tu_json_num(out, "test_acc");
+    cr_log_info("resnet20 1 epoch: test accuracy %.4f in %.0f s", acc, tu_json_num(out, "seconds"));
+    cr_assert_geq(acc, 0.85, "test accuracy %.4f after one epoch", acc);
+}
+
 /* --eval-only --load: the saved weights evaluated without training give the test loss
  * and accuracy the training run reported; the JSON line names optim, lr, seed, dataset. */
 Test(train, eval_only_reproduces_the_test_numbers)

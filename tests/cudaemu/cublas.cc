@@ -43,7 +43,8 @@ void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float
 }
 
 cublasStatus_t check_gemm(const char *who, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                          const float *A, int lda, const float *B, int ldb, const float *C, int ldc)
+                          const float *A, int lda, const float *B, int ldb, const float *C, int ldc,
+                          bool extents = true)
 {
     if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
     if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T))
@@ -51,7 +52,7 @@ cublasStatus_t check_gemm(const char *who, cublasOperation_t ta, cublasOperation
     int ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m;
     int br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
     if (lda < (ar > 1 ? ar : 1) || ldb < (br > 1 ? br : 1) || ldc < (m > 1 ? m : 1)) return CUBLAS_STATUS_INVALID_VALUE;
-    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    if (m == 0 || n == 0 || !extents) return CUBLAS_STATUS_SUCCESS;
     check_matrix(who, "A", A, ar, ac, lda);
     check_matrix(who, "B", B, br, bc, ldb);
     check_matrix(who, "C", C, m, n, ldc);
@@ -148,6 +149,31 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
     emu::enqueue(handle->stream, "cublasSgemmStridedBatched", [=]() {
         for (int b = 0; b < batchCount; b++)
             gemm(transa, transb, m, n, k, al, A + b * strideA, lda, B + b * strideB, ldb, be, C + b * strideC, ldc);
+    });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* Pointer arrays live in device memory: their extent is checked at the call, the
+ * pointers they hold (and each matrix's extent) when the work runs, as the GPU reads
+ * them then. */
+cublasStatus_t cublasSgemmBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                  int n, int k, const float *alpha, const float *const Aarray[], int lda,
+                                  const float *const Barray[], int ldb, const float *beta, float *const Carray[],
+                                  int ldc, int batchCount)
+{
+    if (batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    cublasStatus_t s = check_gemm("cublasSgemmBatched", transa, transb, m, n, k, nullptr, lda, nullptr, ldb, nullptr,
+                                  ldc, false);
+    if (s != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0 || batchCount == 0) return s;
+    emu::check_device_range("cublasSgemmBatched: Aarray", Aarray, (size_t)batchCount * sizeof(float *));
+    emu::check_device_range("cublasSgemmBatched: Barray", Barray, (size_t)batchCount * sizeof(float *));
+    emu::check_device_range("cublasSgemmBatched: Carray", Carray, (size_t)batchCount * sizeof(float *));
+    float al = *alpha, be = *beta;
+    emu::enqueue(handle->stream, "cublasSgemmBatched", [=]() {
+        for (int b = 0; b < batchCount; b++) {
+            check_gemm("cublasSgemmBatched", transa, transb, m, n, k, Aarray[b], lda, Barray[b], ldb, Carray[b], ldc);
+            gemm(transa, transb, m, n, k, al, Aarray[b], lda, Barray[b], ldb, be, Carray[b], ldc);
+        }
     });
     return CUBLAS_STATUS_SUCCESS;
 }
