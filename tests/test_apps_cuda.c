@@ -15,38 +15,6 @@
 
 #define LOSS_TOL 1e-4
 
-static const char *bin(const char *app)
-{
-    static char path[4][256];
-    static int k;
-    const char *b = getenv("BUILD");
-    k = (k + 1) % 4;
-    snprintf(path[k], sizeof path[k], "%s/%s", b ? b : "build", app);
-    return path[k];
-}
-
-/* Runs a command; its exit status, and its last stdout line in `last`. */
-static int run(const char *cmd, char *last, size_t len)
-{
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p, "popen %s", cmd);
-    char line[8192];
-    if (last) last[0] = 0;
-    while (fgets(line, sizeof line, p))
-        if (last) snprintf(last, len, "%s", line);
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static double json_num(const char *json, const char *key)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    const char *p = strstr(json, pat);
-    cr_assert_not_null(p, "key %s missing in %s", key, json);
-    return strtod(p + strlen(pat), NULL);
-}
-
 static void put_be32(FILE *f, uint32_t v)
 {
     unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8),
@@ -102,14 +70,14 @@ static void cleanup(void)
 static void cpu_vs_cuda(const char *app, const char *args, const char *gpu_args, const char *const *keys, int nkeys)
 {
     char cpu[8192], gpu[8192], cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s %s --device cpu --quiet", bin(app), args);
-    cr_assert_eq(run(cmd, cpu, sizeof cpu), 0, "%s failed", cmd);
-    snprintf(cmd, sizeof cmd, "%s %s %s --device cuda --quiet", bin(app), args, gpu_args);
-    cr_assert_eq(run(cmd, gpu, sizeof gpu), 0, "%s failed", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s --device cpu --quiet", tu_bin(app), args);
+    cr_assert_eq(tu_run_last(cmd, cpu, sizeof cpu), 0, "%s failed", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s %s --device cuda --quiet", tu_bin(app), args, gpu_args);
+    cr_assert_eq(tu_run_last(cmd, gpu, sizeof gpu), 0, "%s failed", cmd);
     cr_assert(strstr(gpu, "\"device\": \"cuda\""), "JSON without the device: %s", gpu);
     cr_assert(strstr(cpu, "\"device\": \"cpu\""), "JSON without the device: %s", cpu);
     for (int i = 0; i < nkeys; i++) {
-        double c = json_num(cpu, keys[i]), g = json_num(gpu, keys[i]);
+        double c = tu_json_num(cpu, keys[i]), g = tu_json_num(gpu, keys[i]);
         cr_assert(isfinite(g), "%s %s on cuda: %g", app, keys[i], g);
         cr_assert_leq(fabs(c - g), LOSS_TOL * fabs(c), "%s %s: cpu %.8g, cuda %.8g", app, keys[i], c, g);
     }
@@ -152,16 +120,16 @@ Test(apps_cuda, checkpoint_saved_from_the_device_loads_on_the_cpu)
     snprintf(path, sizeof path, "%s/demo-dev.safetensors", tu_tmpdir());
     const char *dir = tiny_idx(16, 4);
     snprintf(cmd, sizeof cmd, "%s --data-format mnist --data %s --steps 2 --batch 4 --device cuda --quiet --save %s",
-             bin("lenet"), dir, path);
-    cr_assert_eq(run(cmd, a, sizeof a), 0, "%s", cmd);
+             tu_bin("lenet"), dir, path);
+    cr_assert_eq(tu_run_last(cmd, a, sizeof a), 0, "%s", cmd);
     /* the saved weights, loaded on each device, give the same test loss */
     snprintf(cmd, sizeof cmd, "%s --data-format mnist --data %s --steps 1 --batch 4 --lr 1e-30 --device cpu --quiet "
-             "--load %s", bin("lenet"), dir, path);
-    cr_assert_eq(run(cmd, a, sizeof a), 0, "%s", cmd);
+             "--load %s", tu_bin("lenet"), dir, path);
+    cr_assert_eq(tu_run_last(cmd, a, sizeof a), 0, "%s", cmd);
     snprintf(cmd, sizeof cmd, "%s --data-format mnist --data %s --steps 1 --batch 4 --lr 1e-30 --device cuda --quiet "
-             "--load %s", bin("lenet"), dir, path);
-    cr_assert_eq(run(cmd, b, sizeof b), 0, "%s", cmd);
-    double c = json_num(a, "test_loss"), g = json_num(b, "test_loss");
+             "--load %s", tu_bin("lenet"), dir, path);
+    cr_assert_eq(tu_run_last(cmd, b, sizeof b), 0, "%s", cmd);
+    double c = tu_json_num(a, "test_loss"), g = tu_json_num(b, "test_loss");
     cr_assert_leq(fabs(c - g), LOSS_TOL * fabs(c), "test loss after load: cpu %.8g, cuda %.8g", c, g);
     cleanup();
 }
@@ -172,7 +140,7 @@ Test(apps_cuda, no_device_is_one_line_and_exit_2)
 {
     char cmd[1024], err[4096];
     snprintf(cmd, sizeof cmd, "SCANPROP_EMU_NODEVICE=1 %s --steps 1 --device cuda --quiet 2>&1 >/dev/null",
-             bin("demo"));
+             tu_bin("demo"));
     FILE *p = popen(cmd, "r");
     size_t n = fread(err, 1, sizeof err - 1, p);
     err[n] = 0;
@@ -182,8 +150,8 @@ Test(apps_cuda, no_device_is_one_line_and_exit_2)
         cr_assert(strncmp(err, "scanprop: --device cuda: no CUDA device", 39) == 0, "message '%s'", err);
         cr_assert_eq(strchr(err, '\n'), err + n - 1, "expected one line, got '%s'", err);
     }
-    snprintf(cmd, sizeof cmd, "%s --steps 1 --device cuda --parallel ddp --quiet >/dev/null 2>&1", bin("demo"));
-    cr_assert_eq(run(cmd, NULL, 0), 2, "--device cuda with --parallel should exit 2");
+    snprintf(cmd, sizeof cmd, "%s --steps 1 --device cuda --parallel ddp --quiet >/dev/null 2>&1", tu_bin("demo"));
+    cr_assert_eq(tu_run_last(cmd, NULL, 0), 2, "--device cuda with --parallel should exit 2");
 }
 
 Test(apps_cuda, rnn_gru_match_cpu)
@@ -209,19 +177,19 @@ static void ooo_vs_cpu_linear(const char *app, const char *args, const char *ooo
 {
     static const char *const keys[] = {"train_loss", "last_loss"};
     char cpu[8192], gpu[8192], cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s %s --device cpu --quiet", bin(app), args);
-    cr_assert_eq(run(cmd, cpu, sizeof cpu), 0, "%s failed", cmd);
-    snprintf(cmd, sizeof cmd, "%s %s --device cuda --backward ooo %s --quiet", bin(app), args, ooo_args);
-    cr_assert_eq(run(cmd, gpu, sizeof gpu), 0, "%s failed", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s --device cpu --quiet", tu_bin(app), args);
+    cr_assert_eq(tu_run_last(cmd, cpu, sizeof cpu), 0, "%s failed", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s --device cuda --backward ooo %s --quiet", tu_bin(app), args, ooo_args);
+    cr_assert_eq(tu_run_last(cmd, gpu, sizeof gpu), 0, "%s failed", cmd);
     cr_assert(strstr(gpu, "\"backward\": \"ooo\"") && strstr(gpu, "\"device\": \"cuda\""), "%s", gpu);
     for (int i = 0; i < 2; i++) {
-        double c = json_num(cpu, keys[i]), g = json_num(gpu, keys[i]);
+        double c = tu_json_num(cpu, keys[i]), g = tu_json_num(gpu, keys[i]);
         cr_assert(isfinite(g), "%s %s on cuda: %g", app, keys[i], g);
         cr_assert_leq(fabs(c - g), LOSS_TOL * fabs(c), "%s %s: cpu linear %.8g, cuda ooo %.8g", app, keys[i], c, g);
     }
     if (strstr(ooo_args, "--cuda-graph")) {
-        cr_assert_geq(json_num(gpu, "graph_captures"), 1, "no backward captured: %s", gpu);
-        cr_assert_geq(json_num(gpu, "graph_replays"), 1, "no backward replayed: %s", gpu);
+        cr_assert_geq(tu_json_num(gpu, "graph_captures"), 1, "no backward captured: %s", gpu);
+        cr_assert_geq(tu_json_num(gpu, "graph_replays"), 1, "no backward replayed: %s", gpu);
     }
 }
 
