@@ -24,16 +24,9 @@
 #include "schedulers/engines.h"
 #include "schedulers/scan.h"
 #include "tests/testutil.h"
+#include "tests/cudatest.h"
 
 #define GRAD_TOL 1e-4
-
-static void need_gpu(void)
-{
-    const char *why = NULL;
-    int n = sp_cuda_device_count(&why);
-    cr_assert_gt(n, 0, "no CUDA device: %s (make test-cuda must run on a GPU machine)", why);
-    sp_cuda_init(0);
-}
 
 static float *download_floats(const float *dev, size_t n)
 {

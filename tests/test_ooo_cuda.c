@@ -19,21 +19,7 @@
 #include "schedulers/engines.h"
 #include "schedulers/ooo.h"
 #include "tests/testutil.h"
-
-static void need_gpu(void)
-{
-    const char *why = NULL;
-    int n = sp_cuda_device_count(&why);
-    cr_assert_gt(n, 0, "no CUDA device: %s (make test-cuda must run on a GPU machine)", why);
-    sp_cuda_init(0);
-}
-
-static sp_tensor download(const sp_tensor *d)
-{
-    sp_tensor h = sp_tensor_new(d->ndim, d->shape);
-    sp_tensor_to_host(&h, d);
-    return h;
-}
+#include "tests/cudatest.h"
 
 static void update_layer(void *ctx, sp_layer *l) { sp_optim_step_params(ctx, l->params, l->nparams); }
 

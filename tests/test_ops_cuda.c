@@ -21,26 +21,10 @@
 #include "apps/models.h"
 #include "schedulers/engines.h"
 #include "tests/testutil.h"
+#include "tests/cudatest.h"
 
 #define GEMM_TOL 1e-5
 
-/* First statement of every test: without a GPU the test fails with this line (an
- * assertion in a .init fixture would be reported as a crash). */
-static void need_gpu(void)
-{
-    const char *why = NULL;
-    int n = sp_cuda_device_count(&why);
-    cr_assert_gt(n, 0, "no CUDA device: %s (make test-cuda must run on a GPU machine)", why);
-    sp_cuda_init(0);
-}
-
-/* A host copy of device tensor d (heap; free with sp_tensor_free). */
-static sp_tensor download(const sp_tensor *d)
-{
-    sp_tensor h = sp_tensor_new(d->ndim, d->shape);
-    sp_tensor_to_host(&h, d);
-    return h;
-}
 
 /* Device tensor on tape t holding a copy of host tensor h. */
 static sp_tensor upload(sp_tape *t, const sp_tensor *h)
