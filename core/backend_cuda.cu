@@ -207,6 +207,8 @@ static void dev_download(float *dst, const float *src, size_t n)
 typedef struct staged_slot {
     float *host, *dev;
     size_t cap;
+    int *yhost, *ydev;   /* the labels (stage_labels) */
+    size_t ycap;
     cudaEvent_t done;
     bool pending;
 } staged_slot;
@@ -235,6 +237,31 @@ static float *dev_stage(int slot, const float *host, size_t n)
     return s->dev;
 }
 
+static int *dev_stage_labels(int slot, const int *host, size_t n)
+{
+    if (slot < 0 || slot > 1 || !slots[slot].pending) sp_fail("cuda: labels staged in slot %d before its batch", slot);
+    staged_slot *s = &slots[slot];   /* stage() waited for the slot's previous upload */
+    if (n > s->ycap) {
+        sp_cuda_check(cudaFreeHost(s->yhost));
+        sp_cuda_check(cudaFree(s->ydev));
+        sp_cuda_check(cudaMallocHost((void **)&s->yhost, n * sizeof(int)));
+        sp_cuda_check(cudaMalloc((void **)&s->ydev, n * sizeof(int)));
+        s->ycap = n;
+    }
+    if (n) {
+        memcpy(s->yhost, host, n * sizeof(int));
+        sp_cuda_check(cudaMemcpyAsync(s->ydev, s->yhost, n * sizeof(int), cudaMemcpyHostToDevice, copy_stream));
+    }
+    sp_cuda_check(cudaEventRecord(s->done, copy_stream));
+    return s->ydev;
+}
+
+static const void *dev_arena_base(void *arena)
+{
+    dev_arena *a = (dev_arena *)arena;
+    return a->off || !a->head ? NULL : a->head->base;
+}
+
 static void dev_use_staged(int slot)
 {
     if (slot < 0 || slot > 1 || !slots[slot].pending) sp_fail("cuda: staging slot %d was not staged", slot);
@@ -243,8 +270,31 @@ static void dev_use_staged(int slot)
 
 static const sp_device_allocator cuda_allocator = {
     dev_alloc, dev_free, dev_arena_new, dev_arena_alloc, dev_arena_reset, dev_arena_free, dev_fill, dev_upload,
-    dev_download, dev_stage, dev_use_staged,
+    dev_download, dev_stage, dev_use_staged, dev_stage_labels, dev_arena_base,
 };
+
+/* Whole-step graphs: captured on the calling lane's stream (global mode: any forbidden
+ * call anywhere fails the capture, as the driver does), replayed there. */
+static void graph_begin(void) { sp_cuda_check(cudaStreamBeginCapture(sp_cuda_stream(), cudaStreamCaptureModeGlobal)); }
+
+static void *graph_end(void)
+{
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    sp_cuda_check(cudaStreamEndCapture(sp_cuda_stream(), &g));
+    sp_cuda_check(cudaGraphInstantiate(&x, g, 0));
+    sp_cuda_check(cudaGraphDestroy(g));
+    return x;
+}
+
+static void graph_launch(void *x) { sp_cuda_check(cudaGraphLaunch((cudaGraphExec_t)x, sp_cuda_stream())); }
+
+static void graph_free(void *x)
+{
+    if (x) sp_cuda_check(cudaGraphExecDestroy((cudaGraphExec_t)x));
+}
+
+static const sp_device_graph cuda_graph = {graph_begin, graph_end, graph_launch, graph_free};
 
 // ----------------------------------------------------------------------------
 // device, stream, handles
@@ -289,6 +339,7 @@ void sp_cuda_init(int device_id)
     sp_cuda_check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
     for (int i = 0; i < 2; i++) sp_cuda_check(cudaEventCreateWithFlags(&slots[i].done, cudaEventDisableTiming));
     sp_backend_register_allocator(SP_CUDA, &cuda_allocator);
+    sp_backend_register_graph(SP_CUDA, &cuda_graph);
     sp_linear_cuda_register();
     sp_relu_cuda_register();
     sp_tanh_cuda_register();

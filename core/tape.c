@@ -144,6 +144,7 @@ sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *l
     n->inputs = &n->input;
     n->ninputs = 1;
     n->labels = labels;
+    n->dev_labels = logits->out.device != SP_CPU ? t->dev_labels : NULL;
     logits->nconsumers++;
     n->op->infer(n, &logits->out);
     n->out = sp_tape_tensor_on(t, logits->out.device, n->out.ndim, n->out.shape);

@@ -203,6 +203,10 @@ void sp_ooo_register_device(const sp_ooo_device_exec *x);
  * The per-layer updates U run after the replay on the sub stream (their scalars, e.g.
  * Adam's step count, change every step). Not with a trace (no event times in a graph). */
 void sp_ooo_set_cuda_graph(sp_engine *e, bool on);
+/* The caller captures the whole step as one graph (schedulers/train.h, sp_step_graph):
+ * no capture of the engine's own, no event timing (a graph has none), and the list
+ * order keeps its flop estimates (a captured plan must not change between replays). */
+void sp_ooo_set_step_capture(sp_engine *e, bool on);
 /* Zeroes when the engine has not run on the device. */
 sp_ooo_device_stats sp_ooo_device_stats_get(sp_engine *e);
 

@@ -18,12 +18,13 @@
 #include "apps/models.h"
 #include "schedulers/engines.h"
 #include "schedulers/ooo.h"
+#include "schedulers/train.h"
 #include "tests/testutil.h"
 #include "tests/cudatest.h"
 
 static void update_layer(void *ctx, sp_layer *l) { sp_optim_step_params(ctx, l->params, l->nparams); }
 
-enum { MAXP = 64, MAXSTEPS = 8 };
+enum { MAXP = 64, MAXSTEPS = 16 };
 
 /* What a run leaves: every step's loss, the last step's parameter gradients and the
  * final weights, on the host. */
@@ -253,4 +254,112 @@ Test(ooo_cuda, capture_refuses_malloc_sync_and_unjoined_forks, .init = cr_redire
     cr_assert_eq(cudaStreamEndCapture(a, &g), cudaErrorStreamCaptureUnjoined);
     cr_assert_eq(cudaEventDestroy(fork), cudaSuccess);
     cr_assert_eq(cudaFree(d), cudaSuccess);
+}
+
+/* ---- the whole step as one graph (schedulers/train.c, sp_step_graph) ------------------- */
+
+typedef struct step_cfg {
+    const char *engine, *optim;
+    bool graph;
+    int steps;
+    const int *batch;   /* [steps] the batch size of each step (a smaller last batch: a new shape) */
+} step_cfg;
+
+/* steps as the training loop runs them on a device: the batch and its labels staged in
+ * alternating slots, the learning rate changed every step (a cosine schedule), and with
+ * graph the step captured and replayed by sp_step_graph. */
+static void run_steps(const step_cfg *c, result *r, long *captures, long *replays)
+{
+    sp_model *m = mlp();
+    sp_model_init(m, 42);
+    sp_model_to_device(m, SP_CUDA);
+    sp_optim_cfg cfg = sp_optim_cfg_default();
+    bool sgd = strcmp(c->optim, "sgd") == 0;
+    cfg.lr = sgd ? 0.05 : 1e-3;
+    cfg.momentum = sgd ? 0.9 : 0.0;
+    cfg.weight_decay = 1e-4;
+    sp_optim *o = sp_optim_create(c->optim, m->params, m->nparams, &cfg);
+    sp_lr_schedule sched = sp_lr_parse("cosine:5", cfg.lr);
+    bool ooo = strcmp(c->engine, "ooo") == 0;
+    sp_engine_opts eo = {.order = "ooo"};
+    if (ooo) {
+        eo.update = update_layer;
+        eo.update_ctx = o;
+    }
+    sp_engine *e = sp_engine_create(c->engine, &eo);
+    sp_step_graph *g = c->graph ? sp_step_graph_new(m, e, o) : NULL;
+    const sp_device_allocator *a = sp_backend_allocator(SP_CUDA);
+    sp_tape t;
+    sp_tape_init(&t);
+    int labels[2][8];
+    for (int s = 0; s < c->steps; s++) {
+        int B = c->batch[s], slot = s % 2;
+        cr_assert_leq(B, 8);
+        sp_tensor x = sp_tensor_2d(NULL, B, 20);
+        x.data = malloc(x.numel * sizeof(float));
+        tu_fill_uniform(x.data, x.numel, 77 + (uint64_t)s, -1.0f, 1.0f);
+        for (int b = 0; b < B; b++) labels[slot][b] = (3 * b + s) % 10;
+        sp_tensor xd = sp_tensor_2d(NULL, B, 20);
+        xd.device = SP_CUDA;
+        xd.data = a->stage(slot, x.data, x.numel);
+        const int *yd = a->stage_labels(slot, labels[slot], (size_t)B);
+        a->use_staged(slot);
+        sp_optim_set_lr(o, sp_lr_at(&sched, s));   /* a new learning rate every step */
+        const sp_tensor *lt;
+        if (g) {
+            lt = sp_step_graph_step(g, &t, &xd, labels[slot], yd);
+        } else {
+            sp_tape_reset(&t);
+            sp_optim_zero_grad(o);
+            sp_node *loss = sp_model_loss(m, &t, &xd, labels[slot]);
+            sp_backward(e, &t, loss);
+            if (!ooo) sp_optim_step(o);
+            lt = &loss->out;
+        }
+        r->loss[s] = sp_tensor_get(lt, 0);
+        free(x.data);
+    }
+    r->np = m->nparams;
+    for (int p = 0; p < m->nparams; p++) {
+        r->grad[p] = download(&m->params[p]->grad);
+        r->value[p] = download(&m->params[p]->value);
+    }
+    if (g) {
+        sp_step_graph_counts(g, captures, replays);
+        sp_step_graph_free(g);
+    }
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    sp_model_free(m);
+}
+
+/* Forward, loss, backward and updates captured as one graph per shape and replayed:
+ * every step bitwise the device linear engine's without a graph, with SGD + momentum
+ * and with Adam, the learning rate changing every step, and a smaller last batch (a
+ * new shape: live, captured, replayed, then the full batch's graph replayed again). */
+Test(ooo_cuda, whole_step_graph_bitwise_equals_no_graph)
+{
+    need_gpu();
+    enum { STEPS = 13 };
+    static const int batch[STEPS] = {8, 8, 8, 8, 8, 8, 5, 5, 5, 5, 5, 8, 8};
+    const char *optims[] = {"sgd", "adam"};
+    for (int k = 0; k < 2; k++) {
+        result lin = {0}, g = {0};
+        long captures = 0, replays = 0;
+        run_steps(&(step_cfg){.engine = "linear", .optim = optims[k], .steps = STEPS, .batch = batch}, &lin, NULL,
+                  NULL);
+        run_steps(&(step_cfg){.engine = "ooo", .optim = optims[k], .graph = true, .steps = STEPS, .batch = batch}, &g,
+                  &captures, &replays);
+        /* keys (slot, shape): 8 → live ×3 (the first without an arena), captured ×2, replayed;
+         * 5 → live ×2, captured ×2, replayed; 8 again → replayed ×2 */
+        cr_assert_eq(captures, 4, "%s: %ld whole steps captured, expected 4 (two slots × two shapes)", optims[k],
+                     captures);
+        cr_assert_eq(replays, 4, "%s: %ld whole steps replayed, expected 4", optims[k], replays);
+        char what[64];
+        snprintf(what, sizeof what, "whole-step graph (%s)", optims[k]);
+        assert_bitwise(&g, &lin, STEPS, what);
+        result_free(&lin);
+        result_free(&g);
+    }
 }
