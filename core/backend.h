@@ -40,6 +40,9 @@ typedef struct sp_device_allocator {
     /* After stage(slot, ...): the batch's n labels into the slot's device buffer, on the
      * same upload (use_staged waits for both). */
     int *(*stage_labels)(int slot, const int *host_src, size_t n);
+    /* The work queued so far on the calling lane is the last to read slot `slot`: its
+     * next upload waits for it (a step whose tail may outlive the next step's queueing). */
+    void (*release_staged)(int slot);
     /* Where the arena's memory starts after a reset: the same base and the same requests
      * give the same addresses (what a captured graph relies on); NULL when it cannot
      * promise that (SCANPROP_CUDA_ARENA=off, nothing allocated yet). */

@@ -6,6 +6,7 @@
 extern "C" {
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/tape.h"
 }
 
 #define DEV_ALIGN 256   /* cudaMalloc's own alignment; keeps every arena tensor GEMM-friendly */
@@ -92,6 +93,7 @@ typedef struct dev_arena {
     dev_block *head;
     size_t used_total, high_water;
     bool off;          /* SCANPROP_CUDA_ARENA=off */
+    bool joined;       /* sp_cuda_arena_joined since the last reset: lane 0 holds all its work */
     void **own;        /* off: this step's allocations */
     size_t nown, cap;
 } dev_arena;
@@ -167,7 +169,11 @@ static void dev_own_free(dev_arena *a)
 static void dev_arena_reset(void *arena)
 {
     dev_arena *a = (dev_arena *)arena;
-    sp_cuda_check(cudaDeviceSynchronize());   /* no lane may still use the memory */
+    if (a->joined)   /* every lane's work on it was joined into lane 0 */
+        sp_cuda_check(cudaStreamSynchronize(ctx.lanes[0].stream));
+    else   /* no lane may still use the memory */
+        sp_cuda_check(cudaDeviceSynchronize());
+    a->joined = false;
     dev_own_free(a);
     if (a->head && a->head->next) {
         dev_blocks_free(a->head);
@@ -211,6 +217,8 @@ typedef struct staged_slot {
     size_t ycap;
     cudaEvent_t done;
     bool pending;
+    cudaEvent_t released;   /* release_staged: the slot's last reader */
+    bool release;
 } staged_slot;
 
 static staged_slot slots[2];
@@ -227,6 +235,10 @@ static float *dev_stage(int slot, const float *host, size_t n)
         sp_cuda_check(cudaMallocHost((void **)&s->host, n * sizeof(float)));
         sp_cuda_check(cudaMalloc((void **)&s->dev, n * sizeof(float)));
         s->cap = n;
+    }
+    if (s->release) {   /* the step that read the slot may still run: the upload waits for it */
+        sp_cuda_check(cudaStreamWaitEvent(copy_stream, s->released, 0));
+        s->release = false;
     }
     if (n) {
         memcpy(s->host, host, n * sizeof(float));
@@ -256,6 +268,13 @@ static int *dev_stage_labels(int slot, const int *host, size_t n)
     return s->ydev;
 }
 
+static void dev_release_staged(int slot)
+{
+    if (slot < 0 || slot > 1) sp_fail("cuda: staging slot %d (expected 0 or 1)", slot);
+    sp_cuda_check(cudaEventRecord(slots[slot].released, sp_cuda_stream()));
+    slots[slot].release = true;
+}
+
 static const void *dev_arena_base(void *arena)
 {
     dev_arena *a = (dev_arena *)arena;
@@ -270,7 +289,7 @@ static void dev_use_staged(int slot)
 
 static const sp_device_allocator cuda_allocator = {
     dev_alloc, dev_free, dev_arena_new, dev_arena_alloc, dev_arena_reset, dev_arena_free, dev_fill, dev_upload,
-    dev_download, dev_stage, dev_use_staged, dev_stage_labels, dev_arena_base,
+    dev_download, dev_stage, dev_use_staged, dev_stage_labels, dev_release_staged, dev_arena_base,
 };
 
 /* Whole-step graphs: captured on the calling lane's stream (global mode: any forbidden
@@ -337,7 +356,10 @@ void sp_cuda_init(int device_id)
         sp_cudnn_check(cudnnSetStream(l->cudnn, l->stream));
     }
     sp_cuda_check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
-    for (int i = 0; i < 2; i++) sp_cuda_check(cudaEventCreateWithFlags(&slots[i].done, cudaEventDisableTiming));
+    for (int i = 0; i < 2; i++) {
+        sp_cuda_check(cudaEventCreateWithFlags(&slots[i].done, cudaEventDisableTiming));
+        sp_cuda_check(cudaEventCreateWithFlags(&slots[i].released, cudaEventDisableTiming));
+    }
     sp_backend_register_allocator(SP_CUDA, &cuda_allocator);
     sp_backend_register_graph(SP_CUDA, &cuda_graph);
     sp_linear_cuda_register();
@@ -375,6 +397,11 @@ void sp_cuda_synchronize(void)
 {
     sp_cuda();
     sp_cuda_check(cudaDeviceSynchronize());
+}
+
+void sp_cuda_arena_joined(sp_tape *t)
+{
+    if (t && t->dev_arena[SP_CUDA]) ((dev_arena *)t->dev_arena[SP_CUDA])->joined = true;
 }
 
 // ----------------------------------------------------------------------------

@@ -454,8 +454,11 @@ void sp_ooo_wait_layer(sp_engine *e, const sp_layer *l)
     ooo_state *s = state_of(e);
     if (!s->in_flight) return;
     const sp_ooo_graph *g = s->run.graph;
-    for (int r = 0; r < g->L; r++)
-        if (g->layers[r] == l && g->u_task[r] >= 0) sp_ooo_exec_wait_task(s->exec, g->u_task[r]);
+    for (int r = 0; r < g->L; r++) {
+        if (g->layers[r] != l || g->u_task[r] < 0) continue;
+        if (s->on_device) g_device_exec->wait_task(s->dev, g->u_task[r]);
+        else sp_ooo_exec_wait_task(s->exec, g->u_task[r]);
+    }
 }
 
 const sp_ooo_stats *sp_ooo_last_stats(sp_engine *e) { return &state_of(e)->stats; }

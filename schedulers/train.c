@@ -41,6 +41,34 @@ static sp_node *step_queue(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, c
     return step_body(m, e, o, t, x, y, fwd_s, bwd_s);
 }
 
+/* ---- ooo on a device: the next forward overlaps the last δW/U ------------------------- */
+
+static void wait_layer(void *e, const sp_layer *l) { sp_ooo_wait_layer(e, l); }
+
+/* The step on tape t while the previous step's backward (on the other tape) may still
+ * run its last δW and U on the sub stream: each layer's forward waits for that layer's
+ * update alone (sp_ooo_wait_layer); then the streams are joined, the gradients zeroed
+ * and this step's backward queued without a join (sp_ooo_backward_async). The staged
+ * batch of the previous step (slot `release`) is released after the join. */
+static sp_node *step_queue_overlap(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x,
+                                   const int *y, int release, double *fwd_s, double *bwd_s)
+{
+    sp_tape_reset(t);   /* the tape of two steps ago: joined, so lane 0 alone is waited for */
+    double t0 = sp_now();
+    t->before_apply = wait_layer;
+    t->before_apply_ctx = e;
+    sp_node *loss = sp_model_loss(m, t, x, y);
+    t->before_apply = NULL;
+    sp_ooo_sync(e);   /* the previous backward's tail joined: every update has read its gradient */
+    sp_backend_allocator(model_device(m))->release_staged(release);
+    sp_optim_zero_grad(o);
+    double t1 = sp_now();
+    sp_ooo_backward_async(e, t, loss);
+    if (fwd_s) *fwd_s = t1 - t0;
+    if (bwd_s) *bwd_s = sp_now() - t1;
+    return loss;
+}
+
 /* ---- the whole step as one device graph ----------------------------------------------- */
 
 #define STEP_GRAPHS 4   /* two staged input slots, times a full and a smaller last batch */
@@ -392,6 +420,11 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     }
     long first = r.steps;   /* the timing arrays are indexed by step */
     sp_step_graph *sg = cfg->cuda_graph && model_device(m) != SP_CPU ? sp_step_graph_new(m, e, o) : NULL;
+    /* ooo on a device without the graph: step k+1's forward overlaps step k's last δW/U */
+    bool overlap = !sg && model_device(m) != SP_CPU && strcmp(e->name, "ooo") == 0 && e->opts.update;
+    sp_tape tapes[2];
+    sp_tape_init(&tapes[0]);
+    sp_tape_init(&tapes[1]);
 
     for (int epoch = resumed.epoch; epoch < epochs && r.steps < total; epoch++) {
         sp_loader_set_epoch(train, epoch);
@@ -427,6 +460,8 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
                     lt = sp_step_graph_step(sg, &t, &xd, b.y, yd);
                     f = sp_now() - t0;   /* queueing (or one launch); the backward inside */
                     bw = 0;
+                } else if (overlap) {
+                    lt = &step_queue_overlap(m, e, o, &tapes[r.steps % 2], &xd, b.y, slot ^ 1, &f, &bw)->out;
                 } else {
                     lt = &step_queue(m, e, o, &t, &xd, b.y, &f, &bw)->out;
                 }
@@ -455,6 +490,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             if (cfg->on_step) cfg->on_step(cfg->on_step_ctx, r.steps);
             progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
             if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
+                if (overlap) sp_ooo_sync(e);   /* every update in */
                 evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
                 log_eval(log, r.steps, epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
                 progress_line(&p, "%s step %ld: test loss %.4f acc %.4f", cfg->app, r.steps, r.test_loss, r.test_acc);
@@ -467,6 +503,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
                 slot ^= 1;
             }
         }
+        if (overlap) sp_ooo_sync(e);   /* every update in: evaluation, the end of training */
         r.train_loss = epoch_steps ? epoch_loss / (double)epoch_steps : NAN;
         progress_show(&p, cfg->app, epoch, epochs, r.steps, r.last_loss, busy > 0 ? images / busy : 0, true);
         if (test && cfg->eval_every == 0) {
@@ -496,6 +533,8 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         sp_step_graph_free(sg);
     }
     sp_tape_free(&t);
+    sp_tape_free(&tapes[0]);
+    sp_tape_free(&tapes[1]);
     evaluator_free(&ev);
     free(fwd);
     free(bwd);

@@ -191,6 +191,97 @@ Test(ooo_cuda, graph_replay_bitwise_equals_no_graph)
     result_free(&g);
 }
 
+/* ---- the next forward overlaps the last δW/U (sp_ooo_backward_async on the device) ---- */
+
+static void wait_layer_cb(void *e, const sp_layer *l) { sp_ooo_wait_layer(e, l); }
+
+/* As schedulers/train.c runs ooo on a device: step k+1 on the other tape, each layer's
+ * forward waiting only for that layer's U of step k (its event), then the join, the
+ * gradient zeroing and step k+1's backward, queued without a join. */
+static void run_overlap(sp_model *(*make)(void), int ndim, const int *xshape, const char *order, const char *optim,
+                        int steps, result *r)
+{
+    sp_model *m = make();
+    sp_model_init(m, 42);
+    sp_model_to_device(m, SP_CUDA);
+    sp_tensor x = sp_tensor_new(ndim, xshape);
+    int B = xshape[0], *labels = malloc((size_t)B * sizeof *labels);
+    for (int b = 0; b < B; b++) labels[b] = (3 * b + 1) % 10;
+    sp_optim_cfg cfg = sp_optim_cfg_default();
+    bool sgd = strcmp(optim, "sgd") == 0;
+    cfg.lr = sgd ? 0.05 : 1e-3;
+    cfg.momentum = sgd ? 0.9 : 0.0;
+    cfg.weight_decay = 1e-4;
+    sp_optim *o = sp_optim_create(optim, m->params, m->nparams, &cfg);
+    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = order, .update = update_layer, .update_ctx = o});
+    sp_tape tapes[2];
+    sp_tape_init(&tapes[0]);
+    sp_tape_init(&tapes[1]);
+    for (int s = 0; s < steps; s++) {
+        sp_tape *t = &tapes[s % 2];
+        tu_fill_uniform(x.data, x.numel, 77 + (uint64_t)s, -1.0f, 1.0f);
+        sp_tape_reset(t);
+        sp_tensor xin = sp_tape_copy_on(t, SP_CUDA, &x);
+        t->before_apply = wait_layer_cb;
+        t->before_apply_ctx = e;
+        sp_node *loss = sp_model_loss(m, t, &xin, labels);
+        t->before_apply = NULL;
+        sp_ooo_sync(e);   /* gradients are zeroed only once every update has read them */
+        sp_optim_zero_grad(o);
+        sp_ooo_backward_async(e, t, loss);
+        sp_tensor l = download(&loss->out);
+        r->loss[s] = l.data[0];
+        sp_tensor_free(&l);
+    }
+    sp_ooo_sync(e);
+    r->np = m->nparams;
+    for (int p = 0; p < m->nparams; p++) {
+        r->grad[p] = download(&m->params[p]->grad);
+        r->value[p] = download(&m->params[p]->value);
+    }
+    r->dev = sp_ooo_device_stats_get(e);
+    sp_tape_free(&tapes[0]);
+    sp_tape_free(&tapes[1]);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    free(labels);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+}
+
+static void overlap_every_order(sp_model *(*make)(void), int ndim, const int *xshape, const char *optim)
+{
+    need_gpu();
+    enum { STEPS = 4 };
+    result lin = {0};
+    run(make, ndim, xshape, 10, &(run_cfg){.engine = "linear", .optim = optim, .steps = STEPS}, &lin);
+    for (int i = 0; i < 4; i++) {
+        result r = {0};
+        run_overlap(make, ndim, xshape, orders[i], optim, STEPS, &r);
+        char what[96];
+        snprintf(what, sizeof what, "ooo --order %s, next forward overlapping (%s)", orders[i], optim);
+        assert_bitwise(&r, &lin, STEPS, what);
+        if (strcmp(orders[i], "conventional") != 0)   /* one stream: nothing to wait for */
+            cr_assert_geq(r.dev.layer_waits, STEPS - 1, "%s: %ld per-layer waits (expected every step after the first)",
+                          what, r.dev.layer_waits);
+        result_free(&r);
+    }
+    result_free(&lin);
+}
+
+/* The forward of step k+1 waits for each layer's U event only: bitwise the device linear
+ * engine in every order (tests/cudaemu/planted_bugs.sh drops the wait: stale weights). */
+Test(ooo_cuda, next_forward_overlaps_updates_bitwise_lenet)
+{
+    overlap_every_order(lenet, 4, (int[]){4, 1, 28, 28}, "sgd");
+}
+
+Test(ooo_cuda, next_forward_overlaps_updates_bitwise_mlp)
+{
+    overlap_every_order(mlp, 2, (int[]){8, 20}, "sgd");
+    overlap_every_order(mlp, 2, (int[]){8, 20}, "adam");
+}
+
 /* --trace on the device: per-task event times on both streams, same JSON as the CPU's. */
 Test(ooo_cuda, trace_shows_both_streams)
 {
