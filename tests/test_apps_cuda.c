@@ -209,3 +209,29 @@ Test(apps_cuda, vgg11_ooo_cuda_graph_matches_cpu_linear)
     ooo_vs_cpu_linear("vgg11", args, "--cuda-graph");
     cleanup();
 }
+
+/* --cuda-graph captures the whole step (forward, loss, backward, updates) once per shape:
+ * an epoch of 20 samples in batches of 8 ends with a batch of 4 (a second shape, captured
+ * too), and the step learning-rate schedule changes the rate every epoch (a device scalar
+ * of the replayed update). Slots restart each epoch: epoch 1 runs live (the arena settles),
+ * epoch 2 captures two keys, epoch 3 captures one and replays two. */
+Test(apps_cuda, lenet_whole_step_graph_last_batch_matches_cpu_linear)
+{
+    char args[512], cpu[8192], gpu[8192], cmd[1024];
+    snprintf(args, sizeof args, "--data-format mnist --data %s --epochs 3 --batch 8 --lr-schedule step:1:0.5",
+             tiny_idx(20, 4));
+    snprintf(cmd, sizeof cmd, "%s %s --device cpu --quiet", tu_bin("lenet"), args);
+    cr_assert_eq(tu_run_last(cmd, cpu, sizeof cpu), 0, "%s failed", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s --device cuda --backward ooo --cuda-graph --quiet", tu_bin("lenet"), args);
+    cr_assert_eq(tu_run_last(cmd, gpu, sizeof gpu), 0, "%s failed", cmd);
+    cr_assert(strstr(gpu, "\"cuda_graph\": \"step\""), "not a whole-step graph: %s", gpu);
+    cr_assert_eq(tu_json_num(gpu, "graph_captures"), 3, "%s", gpu);
+    cr_assert_eq(tu_json_num(gpu, "graph_replays"), 2, "%s", gpu);
+    static const char *const keys[] = {"train_loss", "last_loss", "test_loss"};
+    for (int i = 0; i < 3; i++) {
+        double c = tu_json_num(cpu, keys[i]), g = tu_json_num(gpu, keys[i]);
+        cr_assert_leq(fabs(c - g), LOSS_TOL * fabs(c), "lenet %s: cpu linear %.8g, cuda ooo whole-step graph %.8g",
+                      keys[i], c, g);
+    }
+    cleanup();
+}

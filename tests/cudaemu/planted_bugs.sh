@@ -85,6 +85,12 @@ plant "labels copied from pageable memory inside a capture (softmax_ce)" layers/
   's/if (n->dev_labels) {/if (false \&\& n->dev_labels) {/' \
   "" "ooo_cuda/whole_step_graph_bitwise_equals_no_graph" "softmax_ce_cuda.cu.*cudaMemcpyAsync.*not permitted when stream is capturing|pageable host memory" \
   test_ooo_cuda
+# 11. the next step's forward no longer waits for each layer's update event (ooo on the
+#     device, the forward overlapping the last δW/U): it reads weights before U_i
+plant "forward without its wait for U_i (ooo next forward overlap)" schedulers/ooo_cuda.cu \
+  's/sp_cuda_check(cudaStreamWaitEvent(sp_cuda_stream(), x->done\[task\], 0));/(void)0;/' \
+  "SCANPROP_EMU_ORDER=shuffle" "ooo_cuda/next_forward_overlaps_updates_bitwise_*" \
+  "next forward overlapping .* vs linear|differs from the device linear engine" test_ooo_cuda
 
 if [ $missed -ne 0 ]; then echo "planted bugs: $missed not caught"; exit 1; fi
 echo "planted bugs: all caught"
