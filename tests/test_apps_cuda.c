@@ -188,8 +188,8 @@ static void ooo_vs_cpu_linear(const char *app, const char *args, const char *ooo
         cr_assert_leq(fabs(c - g), LOSS_TOL * fabs(c), "%s %s: cpu linear %.8g, cuda ooo %.8g", app, keys[i], c, g);
     }
     if (strstr(ooo_args, "--cuda-graph")) {
-        cr_assert_geq(tu_json_num(gpu, "graph_captures"), 1, "no backward captured: %s", gpu);
-        cr_assert_geq(tu_json_num(gpu, "graph_replays"), 1, "no backward replayed: %s", gpu);
+        cr_assert_geq(tu_json_num(gpu, "graph_captures"), 1, "no step captured: %s", gpu);
+        cr_assert_geq(tu_json_num(gpu, "graph_replays"), 1, "no step replayed: %s", gpu);
     }
 }
 
@@ -204,7 +204,8 @@ Test(apps_cuda, lenet_ooo_list_matches_cpu_linear)
 Test(apps_cuda, vgg11_ooo_cuda_graph_matches_cpu_linear)
 {
     char args[512];
-    /* steps 1-2 live (the arena settles, two staged input slots), 3-4 captured, 5- replayed */
+    /* the whole step: steps 1-3 live (the first before the arena exists, then two staged
+     * input slots), 4-5 captured, 6 replayed */
     snprintf(args, sizeof args, "--data-format mnist --data %s --steps 6 --batch 1", tiny_idx(16, 1));
     ooo_vs_cpu_linear("vgg11", args, "--cuda-graph");
     cleanup();
@@ -234,4 +235,17 @@ Test(apps_cuda, lenet_whole_step_graph_last_batch_matches_cpu_linear)
                       keys[i], c, g);
     }
     cleanup();
+}
+
+/* The demo's loop is sp_train_step (no staged labels): --cuda-graph captures the ooo
+ * backward alone there (sp_ooo_set_cuda_graph), and says so. */
+Test(apps_cuda, demo_ooo_backward_graph_matches_cpu)
+{
+    static const char *const keys[] = {"first_loss", "last_loss"};
+    char gpu[8192], cmd[1024];
+    cpu_vs_cuda("demo", "--steps 8 --backward ooo", "--cuda-graph", keys, 2);
+    snprintf(cmd, sizeof cmd, "%s --steps 8 --backward ooo --device cuda --cuda-graph --quiet", tu_bin("demo"));
+    cr_assert_eq(tu_run_last(cmd, gpu, sizeof gpu), 0, "%s failed", cmd);
+    cr_assert(strstr(gpu, "\"cuda_graph\": \"backward\""), "%s", gpu);
+    cr_assert_geq(tu_json_num(gpu, "graph_replays"), 1, "%s", gpu);
 }
