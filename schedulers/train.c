@@ -503,7 +503,11 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
                 slot ^= 1;
             }
         }
-        if (overlap) sp_ooo_sync(e);   /* every update in: evaluation, the end of training */
+        if (overlap) {   /* every update in (evaluation, the end of training); the next epoch's */
+            sp_ooo_sync(e);   /* first uploads wait for the join (its last step's δW read a slot) */
+            sp_backend_allocator(model_device(m))->release_staged(0);
+            sp_backend_allocator(model_device(m))->release_staged(1);
+        }
         r.train_loss = epoch_steps ? epoch_loss / (double)epoch_steps : NAN;
         progress_show(&p, cfg->app, epoch, epochs, r.steps, r.last_loss, busy > 0 ? images / busy : 0, true);
         if (test && cfg->eval_every == 0) {

@@ -201,6 +201,16 @@ Test(apps_cuda, lenet_ooo_list_matches_cpu_linear)
     cleanup();
 }
 
+/* The next forward overlapping the last δW/U, over two epochs with a smaller last batch:
+ * the epoch's last backward is joined before the next epoch's uploads and evaluation. */
+Test(apps_cuda, lenet_ooo_overlap_two_epochs_matches_cpu_linear)
+{
+    char args[512];
+    snprintf(args, sizeof args, "--data-format mnist --data %s --epochs 2 --batch 8", tiny_idx(20, 4));
+    ooo_vs_cpu_linear("lenet", args, "--order reverse-first-k");
+    cleanup();
+}
+
 Test(apps_cuda, vgg11_ooo_cuda_graph_matches_cpu_linear)
 {
     char args[512];
