@@ -79,7 +79,10 @@ static void dev_fill(float *data, size_t n, float value)
  * Reuse and streams: a reset hands the same memory to the next step, whose kernels may
  * be queued on any lane while the previous step's are still running there. A reset
  * therefore waits for every lane (cudaDeviceSynchronize) before the memory is reused —
- * one host-device synchronisation per step, which reading the step's loss implies anyway.
+ * one host-device synchronisation per step, which reading the step's loss implies anyway
+ * — or, when the ooo engine joined every other lane's work on this arena into lane 0
+ * (sp_cuda_arena_joined), for lane 0 alone: the other lane may then still run the next
+ * tape's tail (the next forward overlapping the last δW/U, schedulers/ooo_cuda.cu).
  * SCANPROP_CUDA_ARENA=off (debug): every allocation is its own cudaMalloc, freed at the
  * reset, so an overrun leaves its allocation instead of landing in a neighbour
  * (the emulator then reports it at the guard page). */

@@ -28,7 +28,9 @@
  * Timing (--trace, the list order's profile): a timing event before and after each task;
  * finish waits for the backward and turns them into seconds from the fork.
  *
- * --cuda-graph: the backward's δO and δW tasks (both streams, their events) are captured
+ * The backward as a graph (sp_ooo_set_cuda_graph: the demo's --cuda-graph; the training
+ * loop captures the whole step instead, schedulers/train.c, and the engine then runs live
+ * inside that capture): the backward's δO and δW tasks (both streams, their events) are captured
  * with cudaStreamBeginCapture on lane 0 the second time a key is seen (the key hashes
  * every task's node, op, shapes and device pointers: the same model on the same shapes
  * reuses the same arena addresses from the second step on), instantiated, and replayed
@@ -59,7 +61,7 @@ struct dev_exec {
     bool timed;                     /* the last begin recorded timing events */
     bool need_join;                 /* lane 1 still runs the last backward's tail: finish joins it */
     bool *u_recorded;               /* [cap] done[task] recorded for this U (the next forward waits on it) */
-    sp_tape *tape;                  /* the last backward's tape (its arena is fenced at the join) */
+    sp_tape *tape;                  /* the last backward's tape (its arena is marked joined at the join) */
     int ntimed;
     const sp_ooo_plan *plan;
     /* --cuda-graph: the backwards seen lately, by key; a graph for those seen twice */

@@ -85,7 +85,13 @@ plant "labels copied from pageable memory inside a capture (softmax_ce)" layers/
   's/if (n->dev_labels) {/if (false \&\& n->dev_labels) {/' \
   "" "ooo_cuda/whole_step_graph_bitwise_equals_no_graph" "softmax_ce_cuda.cu.*cudaMemcpyAsync.*not permitted when stream is capturing|pageable host memory" \
   test_ooo_cuda
-# 11. the next step's forward no longer waits for each layer's update event (ooo on the
+# 11. a host synchronisation inside the captured step (softmax_ce waits for its kernel):
+#     legal live, refused by a capture
+plant "host sync inside a captured whole step (softmax_ce)" layers/softmax_ce_cuda.cu \
+  's/    ce_forward_cuda(n->out.data, s->p, z->data, s->labels, B, K, st);/&\n    sp_cuda_check(cudaStreamSynchronize(st));/' \
+  "" "ooo_cuda/whole_step_graph_bitwise_equals_no_graph" "cudaStreamSynchronize\(st\).*not permitted when stream is capturing" \
+  test_ooo_cuda
+# 12. the next step's forward no longer waits for each layer's update event (ooo on the
 #     device, the forward overlapping the last δW/U): it reads weights before U_i
 plant "forward without its wait for U_i (ooo next forward overlap)" schedulers/ooo_cuda.cu \
   's/sp_cuda_check(cudaStreamWaitEvent(sp_cuda_stream(), x->done\[task\], 0));/(void)0;/' \
