@@ -350,7 +350,7 @@ Test(ooo_cuda, capture_refuses_malloc_sync_and_unjoined_forks, .init = cr_redire
 /* ---- the whole step as one graph (schedulers/train.c, sp_step_graph) ------------------- */
 
 typedef struct step_cfg {
-    const char *engine, *optim;
+    const char *engine, *optim, *order;
     bool graph;
     int steps;
     const int *batch;   /* [steps] the batch size of each step (a smaller last batch: a new shape) */
@@ -372,7 +372,7 @@ static void run_steps(const step_cfg *c, result *r, long *captures, long *replay
     sp_optim *o = sp_optim_create(c->optim, m->params, m->nparams, &cfg);
     sp_lr_schedule sched = sp_lr_parse("cosine:5", cfg.lr);
     bool ooo = strcmp(c->engine, "ooo") == 0;
-    sp_engine_opts eo = {.order = "ooo"};
+    sp_engine_opts eo = {.order = c->order};
     if (ooo) {
         eo.update = update_layer;
         eo.update_ctx = o;
@@ -426,22 +426,24 @@ static void run_steps(const step_cfg *c, result *r, long *captures, long *replay
 }
 
 /* Forward, loss, backward and updates captured as one graph per shape and replayed:
- * every step bitwise the device linear engine's without a graph, with SGD + momentum
- * and with Adam, the learning rate changing every step, and a smaller last batch (a
- * new shape: live, captured, replayed, then the full batch's graph replayed again). */
+ * every step bitwise the device linear engine's without a graph, with SGD + momentum,
+ * Adam and AdamW (three orders), the learning rate changing every step, and a smaller
+ * last batch (a new shape: live, captured, replayed, then the full batch's graph
+ * replayed again). */
 Test(ooo_cuda, whole_step_graph_bitwise_equals_no_graph)
 {
     need_gpu();
     enum { STEPS = 13 };
     static const int batch[STEPS] = {8, 8, 8, 8, 8, 8, 5, 5, 5, 5, 5, 8, 8};
-    const char *optims[] = {"sgd", "adam"};
-    for (int k = 0; k < 2; k++) {
+    const char *optims[] = {"sgd", "adam", "adamw"}, *ords[] = {"ooo", "list", "reverse-first-k"};
+    for (int k = 0; k < 3; k++) {
         result lin = {0}, g = {0};
         long captures = 0, replays = 0;
         run_steps(&(step_cfg){.engine = "linear", .optim = optims[k], .steps = STEPS, .batch = batch}, &lin, NULL,
                   NULL);
-        run_steps(&(step_cfg){.engine = "ooo", .optim = optims[k], .graph = true, .steps = STEPS, .batch = batch}, &g,
-                  &captures, &replays);
+        run_steps(&(step_cfg){.engine = "ooo", .optim = optims[k], .order = ords[k], .graph = true, .steps = STEPS,
+                              .batch = batch},
+                  &g, &captures, &replays);
         /* keys (slot, shape): 8 → live ×3 (the first without an arena), captured ×2, replayed;
          * 5 → live ×2, captured ×2, replayed; 8 again → replayed ×2 */
         cr_assert_eq(captures, 4, "%s: %ld whole steps captured, expected 4 (two slots × two shapes)", optims[k],
