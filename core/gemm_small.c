@@ -7,7 +7,9 @@
  * under a mask, so C outside [M×N] is never touched. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "core/gemm_small.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -154,15 +156,28 @@ __attribute__((target("avx2,fma"))) static void small_avx2(const small_args *g)
 
 typedef void (*small_fn)(const small_args *);
 
+/* oneDNN's DNNL_MAX_CPU_ISA caps this kernel's variant too, so one variable makes the
+ * whole process compute like an older CPU (bench/run.sh's AVX2 runs): "AVX2"… keeps the
+ * AVX2 variant at most, "SSE41" and lower the baseline; unset, ALL or AVX512…: any. */
+static int isa_cap(void)
+{
+    const char *v = getenv("DNNL_MAX_CPU_ISA");
+    if (!v || !*v || !strncasecmp(v, "ALL", 3) || !strncasecmp(v, "AVX512", 6) || !strncasecmp(v, "AVX10", 5))
+        return 2;
+    return !strncasecmp(v, "AVX2", 4) ? 1 : 0;
+}
+
 static small_fn pick(const char **isa)
 {
+    int cap = isa_cap();
+    (void)cap;
 #ifdef SP_SMALL_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) {
+    if (cap >= 2 && __builtin_cpu_supports("avx512f")) {
         *isa = "avx512";
         return small_avx512;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (cap >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         *isa = "avx2";
         return small_avx2;
     }

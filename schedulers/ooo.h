@@ -145,7 +145,10 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
 void sp_ooo_exec_wait_task(sp_ooo_exec *x, int task);
 /* A backward of fewer flops (ops' cost models) runs on the main lane alone, with the
  * thread pool (default 5e7); tests set 0 to exercise both lanes on small models. */
-void sp_ooo_exec_set_min_two_lane_flops(double flops);
+void sp_ooo_exec_set_min_two_lane_flops(double flops);   /* 0: always two lanes, no tuning */
+/* Off: every backward above the size rule runs on two lanes (tests that time the
+ * lanes); on (default): the executor measures both modes and keeps the faster. */
+void sp_ooo_exec_set_lane_tuning(bool on);
 void sp_ooo_exec_finish(sp_ooo_exec *x);
 bool sp_ooo_exec_busy(const sp_ooo_exec *x);
 

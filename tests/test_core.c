@@ -336,3 +336,16 @@ Test(parallel, subnormals_flush_to_zero_in_every_thread)
     volatile float small = 2e-38f;
     cr_assert_eq(small * 0.25f, 0.0f, "a subnormal result was not flushed to zero");
 }
+
+/* DNNL_MAX_CPU_ISA caps the small kernel as it caps oneDNN (the bench's AVX2 runs). */
+Test(gemm_small, dnnl_max_cpu_isa_caps_the_variant)
+{
+    setenv("DNNL_MAX_CPU_ISA", "AVX2", 1);
+    const char *isa = sp_gemm_small_isa();   /* first use in this test's process */
+#if defined(__x86_64__)
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    cr_assert_str_eq(isa, avx2 ? "avx2" : "sse2", "DNNL_MAX_CPU_ISA=AVX2 ran %s", isa);
+#else
+    cr_assert_str_eq(isa, "sse2");
+#endif
+}
