@@ -140,9 +140,82 @@ int sp_get_threads(void) { return g_threads; }
 
 void sp_parallel_set_inline(bool on) { t_inline = on; }
 
+/* ---- help between inline threads ------------------------------------------------------
+ * A thread that runs its loops inline (an ooo lane) still splits each loop into the
+ * pool's chunks, [n·c/k, n·(c+1)/k) for k = min(threads, n), and offers them in the
+ * one help slot while it works through them itself; an idle thread (the other lane,
+ * waiting for a task) takes chunks from there. Every chunk is the one the pool would
+ * run, so the bits stay the pool's whoever runs it. States: 0 free, 1 being filled,
+ * 2 open, 3 closing (the owner waits until no helper is inside, then frees it). */
+static struct {
+    _Atomic int state, next, active;
+    sp_range_fn fn;
+    void *ctx;
+    size_t n;
+    int nchunks;
+} H;
+static void (*_Atomic g_help_notify)(void *);
+static void *_Atomic g_help_notify_ctx;
+static _Thread_local bool t_helping;
+
+void sp_parallel_set_help_notify(void (*notify)(void *), void *ctx)
+{
+    atomic_store(&g_help_notify, NULL);
+    atomic_store(&g_help_notify_ctx, ctx);
+    atomic_store(&g_help_notify, notify);
+}
+
+bool sp_parallel_help_open(void) { return atomic_load(&H.state) == 2; }
+
+static void run_chunks(void)
+{
+    int c;
+    while ((c = atomic_fetch_add(&H.next, 1)) < H.nchunks) {
+        size_t b, e;
+        chunk_bounds(H.n, H.nchunks, c, &b, &e);
+        if (b < e) H.fn(H.ctx, b, e);
+    }
+}
+
+bool sp_parallel_help(void)
+{
+    if (atomic_load(&H.state) != 2) return false;
+    atomic_fetch_add(&H.active, 1);
+    bool open = atomic_load(&H.state) == 2;   /* re-checked inside: the owner waits for us now */
+    if (open) {
+        bool was = t_helping;
+        t_helping = true;   /* loops nested in a chunk run inline, offered to nobody */
+        run_chunks();
+        t_helping = was;
+    }
+    atomic_fetch_sub(&H.active, 1);
+    return open;
+}
+
+/* Runs the loop as chunks offered for help; false (nothing run) when the slot is taken. */
+static bool offer(size_t n, int nchunks, sp_range_fn fn, void *ctx)
+{
+    void (*notify)(void *) = atomic_load(&g_help_notify);
+    int free_state = 0;
+    if (!notify || t_helping || !atomic_compare_exchange_strong(&H.state, &free_state, 1)) return false;
+    H.fn = fn;
+    H.ctx = ctx;
+    H.n = n;
+    H.nchunks = nchunks;
+    atomic_store(&H.next, 0);
+    atomic_store(&H.state, 2);
+    notify(atomic_load(&g_help_notify_ctx));
+    run_chunks();
+    atomic_store(&H.state, 3);
+    while (atomic_load(&H.active) != 0) sp_cpu_relax();   /* a helper finishing its chunk */
+    atomic_store(&H.state, 0);
+    return true;
+}
+
 void sp_parallel_for(size_t n, sp_range_fn fn, void *ctx)
 {
     int nchunks = g_threads < (int)n ? g_threads : (int)n;
+    if (nchunks > 1 && t_inline && offer(n, nchunks, fn, ctx)) return;
     if (nchunks <= 1 || t_inline || pthread_mutex_trylock(&P.busy) != 0) {
         if (n) fn(ctx, 0, n);
         return;

@@ -37,6 +37,16 @@ void sp_parallel_for(size_t n, sp_range_fn fn, void *ctx);
  * owns one core, like a lane of the ooo executor. Off by default. */
 void sp_parallel_set_inline(bool on);
 
+/* Help between inline threads (the ooo lanes): while a notify function is set, a loop
+ * of an inline thread is split into the pool's chunks and offered; an idle thread calls
+ * sp_parallel_help to run offered chunks (true: it took part in one), and
+ * sp_parallel_help_open tells whether any is on offer. notify(ctx) is called on each
+ * offer, to wake a sleeping helper; NULL stops offering. The chunks are the pool's
+ * own, so results are bitwise those of the pool whoever runs them. */
+void sp_parallel_set_help_notify(void (*notify)(void *), void *ctx);
+bool sp_parallel_help(void);
+bool sp_parallel_help_open(void);
+
 /* A hint inside a spin-wait loop (x86 pause). */
 static inline void sp_cpu_relax(void)
 {

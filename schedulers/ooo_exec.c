@@ -245,14 +245,17 @@ static bool lane_finished(const lane_wait *w)
 static bool lane_may_go(void *arg)
 {
     lane_wait *w = arg;
-    return lane_finished(w) || any_ready(w->c) || atomic_load(&w->c->wide);
+    return lane_finished(w) || any_ready(w->c) || atomic_load(&w->c->wide) || sp_parallel_help_open();
 }
 
 static bool lane_may_go_now(void *arg)
 {
     lane_wait *w = arg;
-    return lane_finished(w) || any_ready(w->c);
+    return lane_finished(w) || any_ready(w->c) || sp_parallel_help_open();
 }
+
+/* The other lane offers chunks of its op (core/parallel.h): wake this one if it sleeps. */
+static void help_wake(void *arg) { signal_done(arg); }
 
 static void advance_frontier(run_ctx *c)
 {
@@ -269,6 +272,7 @@ static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane, bool all)
         bool more = false;
         int id = -1;
         while (!lane_finished(&w) && (id = claim(c, &more)) < 0) {
+            if (sp_parallel_help()) continue;   /* ran chunks of the other lane's op */
             atomic_store(&c->idle[lane], 1);
             if (atomic_load(&c->wide) || !sp_spin_until(lane_may_go, &w, LANE_SPIN_S) || atomic_load(&c->wide)) {
                 pthread_mutex_lock(&x->mu);
@@ -345,6 +349,7 @@ void sp_ooo_exec_free(sp_ooo_exec *x)
 {
     if (!x) return;
     sp_ooo_exec_finish(x);
+    sp_parallel_set_help_notify(NULL, NULL);
     if (x->sub_started) {
         pthread_mutex_lock(&x->mu);
         x->quit = true;
@@ -419,6 +424,7 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
         return;
     }
     if (p->nqueue[SP_OOO_SUB] > 0) {
+        if (cfg->lanes_inline) sp_parallel_set_help_notify(help_wake, x);   /* until finish */
         if (!x->sub_started) {   /* first two-lane step only */
             if (pthread_create(&x->sub, NULL, sub_main, x)) sp_fail("ooo: cannot start the sub-lane thread");
             x->sub_started = true;
@@ -457,6 +463,7 @@ void sp_ooo_exec_finish(sp_ooo_exec *x)
     pthread_mutex_lock(&x->mu);
     while (x->sub_busy) pthread_cond_wait(&x->cv, &x->mu);
     pthread_mutex_unlock(&x->mu);
+    sp_parallel_set_help_notify(NULL, NULL);   /* both lanes are out: nobody to help */
     size_t scratch = x->main_scratch.arena.used_total + (c->cfg.sub_tape ? c->cfg.sub_tape->arena.used_total : 0);
     if (scratch > x->scratch_total) x->scratch_total = scratch;
     sp_ooo_run *run = c->run;

@@ -1,6 +1,10 @@
 /* test_core.c — arena, tape, RNG, thread pool, error paths, the gradient checker itself. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/arena.h"
@@ -348,4 +352,57 @@ Test(gemm_small, dnnl_max_cpu_isa_caps_the_variant)
 #else
     cr_assert_str_eq(isa, "sse2");
 #endif
+}
+
+/* ---- help between inline threads (core/parallel.h) ---- */
+
+typedef struct help_rec {
+    _Atomic int owner_started;
+    pthread_t who[2];
+    size_t b[2], e[2];
+    _Atomic int nran;
+} help_rec;
+
+static void help_chunk(void *ctx, size_t begin, size_t end)
+{
+    help_rec *r = ctx;
+    int k = begin == 0 ? 0 : 1;
+    r->who[k] = pthread_self();
+    r->b[k] = begin;
+    r->e[k] = end;
+    if (k == 0) {   /* the owner's first chunk: long enough for the helper to take the second */
+        atomic_store(&r->owner_started, 1);
+        for (int i = 0; i < 2000 && atomic_load(&r->nran) == 0; i++) usleep(500);
+    }
+    atomic_fetch_add(&r->nran, 1);
+}
+
+static void no_op_notify(void *ctx) { (void)ctx; }
+
+static void *inline_owner(void *arg)
+{
+    sp_parallel_set_inline(true);
+    sp_parallel_for(101, help_chunk, arg);
+    return NULL;
+}
+
+Test(parallel, an_idle_thread_runs_the_pools_chunks_of_an_inline_loop)
+{
+    sp_set_threads(2);
+    sp_parallel_set_help_notify(no_op_notify, NULL);
+    help_rec r = {0};
+    pthread_t owner;
+    cr_assert_eq(pthread_create(&owner, NULL, inline_owner, &r), 0);
+    while (!atomic_load(&r.owner_started)) sched_yield();
+    bool helped = false;
+    for (int i = 0; i < 100000 && !helped; i++) helped = sp_parallel_help();
+    pthread_join(owner, NULL);
+    cr_assert(helped, "the offered chunk was never taken");
+    cr_assert_eq(atomic_load(&r.nran), 2, "chunks run: %d", atomic_load(&r.nran));
+    cr_assert(pthread_equal(r.who[0], owner) && pthread_equal(r.who[1], pthread_self()), "who ran which chunk");
+    /* the pool's split of 101 over 2 threads */
+    cr_assert(r.b[0] == 0 && r.e[0] == 50 && r.b[1] == 50 && r.e[1] == 101, "chunks [%zu,%zu) [%zu,%zu)", r.b[0], r.e[0],
+              r.b[1], r.e[1]);
+    cr_assert(!sp_parallel_help_open());
+    sp_parallel_set_help_notify(NULL, NULL);
 }
