@@ -23,6 +23,7 @@
 #include "layers/layers.h"
 #include "apps/models.h"
 #include "schedulers/engines.h"
+#include "schedulers/bppsa_cuda.h"
 #include "schedulers/scan.h"
 #include "tests/testutil.h"
 #include "tests/cudatest.h"
@@ -390,8 +391,9 @@ typedef struct tstep {
     double flops;
 } tstep;
 
-/* The modelled time of depth K for the chain of links a[1..n] (a[0]: a vector of v rows). */
-static double model_time(const ttype *links, int n, int v, int B, int K)
+/* The modelled time of depth K for the chain of links a[1..n] (a[0]: a vector of v rows);
+ * *gemm (if given): the products per sample with a dense M and a dense or vector X. */
+static double model_time_gemm(const ttype *links, int n, int v, int B, int K, long *gemm)
 {
     sp_scan_plan p;
     sp_scan_plan_build(&p, n, K);
@@ -430,6 +432,7 @@ static double model_time(const ttype *links, int n, int v, int B, int K)
         double flops = 0, bytes = 0;
         for (; k < p.nsteps && p.steps[k].level == level; k++) {
             if (!st[k].mult) continue;
+            if (gemm) *gemm += st[k].m.kind == T_DENSE && (st[k].x.kind == T_DENSE || st[k].x.kind == T_VEC);
             flops += B * st[k].flops;
             bytes += B * 4.0 * (tfloats(st[k].m) + tfloats(st[k].x) + tfloats(st[k].out));
             bool seen = false;
@@ -443,6 +446,11 @@ static double model_time(const ttype *links, int n, int v, int B, int K)
     free(a);
     sp_scan_plan_free(&p);
     return time;
+}
+
+static double model_time(const ttype *links, int n, int v, int B, int K)
+{
+    return model_time_gemm(links, n, v, B, K, NULL);
 }
 
 static int model_choice(const ttype *links, int n, int v, int B, double *best_t)
@@ -591,4 +599,41 @@ Test(bppsa_cuda, bad_scanprop_gpu_model_exits_2, .exit_code = 2, .init = cr_redi
     need_gpu();
     setenv("SCANPROP_GPU_MODEL", "launch_us=1,gemm_tflops=fast", 1);
     sp_bppsa_gpu_model_get();
+}
+
+/* Products that turn dense go to cuBLAS, as on the CPU (BLAS there): at every depth the
+ * products cublasSgemmBatched runs are exactly the plan's dense·dense and dense·vector
+ * products × B (the MLP chain of the model tests: a CSR·dense product turns dense in the
+ * own kernel, every later product of it is a GEMM). */
+Test(bppsa_cuda, dense_products_run_on_cublas)
+{
+    need_gpu();
+    int L = 4, W = 24, in = 6, C = 5, B = 3, n = 2 * L - 1;
+    ttype *links = calloc((size_t)n, sizeof *links);
+    for (int i = 0; i < n; i++)
+        links[i] = i % 2 ? (ttype){.kind = T_CSR, .rows = W, .cols = W, .nnz = W, .tag = i + 1}
+                         : (ttype){.kind = T_DENSE, .rows = W, .cols = i ? W : C};
+    sp_model *m = wide_mlp(L, W, in, C);
+    sp_model_init(m, 5);
+    sp_model_to_device(m, SP_CUDA);
+    sp_tensor x = sp_tensor_new(2, (int[]){B, in});
+    tu_fill_uniform(x.data, x.numel, 9, -1.0f, 1.0f);
+    int labels[3] = {0, 3, 4};
+    float *g = malloc(nparams_total(m) * sizeof *g);
+    int F = sp_scan_full_levels(n);
+    long deeper = 0;
+    for (int K = 0; K <= F; K++) {
+        long want = 0;
+        model_time_gemm(links, n, C, B, K, &want);
+        long before = sp_bppsa_cuda_gemm_products();
+        grads_of(m, "bppsa", K, &x, labels, g, 1);
+        long got = sp_bppsa_cuda_gemm_products() - before;
+        cr_assert_eq(got, want * B, "K=%d: %ld products on cuBLAS, the plan has %ld dense ones", K, got, want * B);
+        if (K == F) deeper = want;
+    }
+    cr_assert_gt(deeper, 0, "the full scan has no dense product");
+    free(g);
+    free(links);
+    sp_tensor_free(&x);
+    sp_model_free(m);
 }
