@@ -10,6 +10,9 @@
  * 2. Whole backward passes: bppsa on the device gives the gradients of the linear
  *    engine on the device and on the CPU (MLP, LeNet, RNN up to T = 2000, GRU), at every
  *    scan depth; the sparse path's symbolic phase runs once per shape, not per step.
+ * 3. --scan-levels auto on the device: the depth the device cost model picks, the model
+ *    re-derived here from the scan plan and the chain's element types (an RNN at
+ *    T = 1000, B = 16; a wide MLP; SCANPROP_GPU_MODEL); dense products on cuBLAS.
  * Tolerance for gradients: 1e-4 of the largest entry (the scan sums in another order
  * than BPTT; both devices' products use FP32). */
 #include <criterion/criterion.h>
