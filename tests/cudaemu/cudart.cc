@@ -238,10 +238,21 @@ void run_one(CUstream_st *s)
     s->done++;
 }
 
+/* The head item of o waits for nothing that has not run yet. */
+bool head_ready(const CUstream_st *o)
+{
+    for (const wait_on &w : o->q.front().waits)
+        if (w.stream->done < w.seq) return false;
+    return true;
+}
+
 /* Streams are independent: a GPU runs them side by side. In shuffle mode a sync on one
  * stream lets every stream progress, item by item in a random order, until the stream
  * has run what was asked; so work on another stream runs before, between or after this
- * one's, and a cross-stream dependency without an event shows. */
+ * one's, and a cross-stream dependency without an event shows. Another stream steps in
+ * only when its head is ready: one whose head waits for a stream stopped in the middle
+ * of an item (the item that waits for this one) would wait for it forever here, where
+ * a GPU would simply let it wait (the emulator runs streams by recursion). */
 void run_stream(CUstream_st *s, unsigned long long upto)
 {
     exec_scope scope;
@@ -252,7 +263,7 @@ void run_stream(CUstream_st *s, unsigned long long upto)
         }
         std::vector<CUstream_st *> busy;
         for (CUstream_st *o : streams)
-            if (!o->q.empty() && !o->running) busy.push_back(o);
+            if (!o->q.empty() && !o->running && (o == s || head_ready(o))) busy.push_back(o);
         if (busy.empty()) emu::fail("stream %p waits for itself (an event cycle)", (void *)s);
         run_one(busy[rng() % busy.size()]);
     }
