@@ -24,6 +24,7 @@
  * pattern, dense, identity) and runs the symbolic phase of every sparse×sparse product.
  * Each training step then only fills Jᵀ values and runs numeric products. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,8 @@ typedef struct bppsa_state {
     size_t link_bytes, prod_bytes;
     sp_bppsa_stats stats;      /* this segment's figures, of the last backward          */
     double *auto_time;         /* --scan-levels auto: modelled time of K = 0 .. F      */
+    int *auto_launches;        /* ... on the device: product launches of K = 0 .. F    */
+    double *auto_launch_time;  /* ... and the launch latency's share of auto_time       */
     int auto_n;
     bool device;               /* the chain runs on the GPU (schedulers/bppsa_cuda.cu)  */
     void *dev_cache;           /* its CSR patterns on the device (sp_bppsa_cache)      */
@@ -265,6 +268,8 @@ static void state_clear(bppsa_state *s)
     sp_bppsa_cuda_cache_free(s->dev_cache);
 #endif
     free(s->auto_time);
+    free(s->auto_launches);
+    free(s->auto_launch_time);
     free(s->links);
     free(s->node_pos);
     free(s->nodes);
@@ -483,6 +488,7 @@ static void type_pass(bppsa_state *s)
 }
 
 static double modelled_time(const bppsa_state *s, int B, int P);
+static double device_time(const bppsa_state *s, int B, const sp_bppsa_gpu_model *g, int *launches, double *launch_s);
 
 /* One segment's figures for a batch of B (memory: the scan's own arena bytes). */
 static void compute_stats(bppsa_state *s, int B)
@@ -519,7 +525,12 @@ static void compute_stats(bppsa_state *s, int B)
             st->scan_bytes += arena_bytes((size_t)B * (size_t)s->nodes[i]->op->chain_len(s->nodes[i]) *
                                           sp_tensor_sample_numel(&s->nodes[i]->out) * sizeof(float));
     int P = sp_get_threads();
-    st->modelled_seconds = modelled_time(s, B, P > 0 ? P : 1);
+    if (s->device) {
+        sp_bppsa_gpu_model g = sp_bppsa_gpu_model_get();
+        st->modelled_seconds = device_time(s, B, &g, NULL, NULL);
+    } else {
+        st->modelled_seconds = modelled_time(s, B, P > 0 ? P : 1);
+    }
 }
 
 /* The whole backward: the scanned segments summed (they run one after another), the
@@ -618,16 +629,139 @@ static double modelled_time(const bppsa_state *s, int B, int P)
     return time;
 }
 
+/* ---- the device cost model (--scan-levels auto on the device) ------------------------
+ *
+ * On a GPU a level's products of one operand type are one batched launch (run_tasks_dev),
+ * so a level costs its launches' latency plus its arithmetic and memory traffic, the whole
+ * batch spread over the device; the levels run one after another (each waits for the one
+ * before on the lane's stream):
+ *
+ *     time_l  = launches_l · LAUNCH + B·Σ flops(dense, own kernels) / GEMM
+ *             + B·Σ flops(CSR·CSR) / SPGEMM + B·Σ bytes(M, X, out) / BW
+ *     time(K) = Σ_levels time_l
+ *
+ * A CSR·CSR group is one cusparseSpGEMMreuse_compute per sample (cuSPARSE has no batched
+ * SpGEMM): B launches. FLOPs are the plan's (a CSR product's: 2 per multiply-add of its
+ * symbolic phase, i.e. nnz-based); bytes are the operands read and the result written
+ * once (a factored recurrent Jᵀ its (gates + 1)·H floats; W_hh, shared, not counted).
+ * The Jᵀ fills and the weight gradients cost the same at every K and are left out.
+ * Constants: an H100 SXM5 (NVIDIA's H100 datasheet: 67 TFLOP/s FP32 without tensor
+ * cores, 3.35 TB/s HBM3); 5 µs per launch (a kernel launch plus the pointer arrays'
+ * upload queued before it, the order of a launch's host-to-start latency); cuSPARSE
+ * SpGEMM 20 GFLOP/s (no public figure: an estimate of its hash-based numeric phase,
+ * memory-bound far below the GEMM rate). Peak rates flatter the small H×H GEMMs of an
+ * RNN; the model ranks depths, it does not predict milliseconds. */
+#define GPU_LAUNCH_S 5e-6
+#define GPU_GEMM_FLOPS 67e12
+#define GPU_SPGEMM_FLOPS 20e9
+#define GPU_BANDWIDTH 3.35e12
+
+sp_bppsa_gpu_model sp_bppsa_gpu_model_get(void)
+{
+    sp_bppsa_gpu_model g = {.name = "H100 SXM5 (defaults)", .launch_s = GPU_LAUNCH_S, .gemm_flops = GPU_GEMM_FLOPS,
+                            .spgemm_flops = GPU_SPGEMM_FLOPS, .bandwidth = GPU_BANDWIDTH};
+    const char *env = getenv("SCANPROP_GPU_MODEL");
+    if (!env || !*env) return g;
+    snprintf(g.name, sizeof g.name, "SCANPROP_GPU_MODEL");
+    static const struct {
+        const char *key;
+        size_t off;
+        double unit;
+    } keys[] = {{"launch_us", offsetof(sp_bppsa_gpu_model, launch_s), 1e-6},
+                {"gemm_tflops", offsetof(sp_bppsa_gpu_model, gemm_flops), 1e12},
+                {"spgemm_gflops", offsetof(sp_bppsa_gpu_model, spgemm_flops), 1e9},
+                {"bw_gbs", offsetof(sp_bppsa_gpu_model, bandwidth), 1e9}};
+    const char *p = env;
+    while (*p) {
+        size_t len = strcspn(p, ","), k = 0, klen = strcspn(p, "=");
+        for (; k < sizeof keys / sizeof *keys; k++)
+            if (klen < len && strlen(keys[k].key) == klen && strncmp(p, keys[k].key, klen) == 0) break;
+        char *end;
+        double v = k < sizeof keys / sizeof *keys ? strtod(p + klen + 1, &end) : 0;
+        if (k == sizeof keys / sizeof *keys || end != p + len || !(v > 0) || !isfinite(v))
+            sp_fail("SCANPROP_GPU_MODEL: '%.*s': expected launch_us, gemm_tflops, spgemm_gflops or bw_gbs = a "
+                    "positive number, comma-separated", (int)len, p);
+        *(double *)((char *)&g + keys[k].off) = v * keys[k].unit;
+        p += len + (p[len] == ',');
+    }
+    return g;
+}
+
+/* The device figures of one plan level for a batch of B. */
+typedef struct dev_level {
+    int launches;
+    size_t written;            /* bytes of the products' results                       */
+    double moved;              /* bytes read and written                                */
+    double flops, sp_flops;    /* dense and own-kernel products; CSR·CSR (cuSPARSE)     */
+    double seconds;            /* the model's time                                      */
+} dev_level;
+
+static bool same_type(const el_type *a, const el_type *b);
+static bool step_multiplies(const bppsa_state *s, int k);
+
+/* The device plan of the level starting at step k: launches (one per distinct operand
+ * types, as run_tasks_dev groups them; B per CSR·CSR step), bytes, FLOPs and modelled
+ * time for a batch of B. Returns the first step of the next level. */
+static int device_level(const bppsa_state *s, int k, int B, const sp_bppsa_gpu_model *g, dev_level *d)
+{
+    const sp_scan_plan *p = &s->plan;
+    int level = p->steps[k].level, start = k;
+    *d = (dev_level){0};
+    for (; k < p->nsteps && p->steps[k].level == level; k++) {
+        if (!step_multiplies(s, k)) continue;
+        const step_info *si = &s->steps[k];
+        size_t out = el_floats(&si->out) * sizeof(float);
+        d->written += (size_t)B * out;
+        d->moved += (double)B * (double)((el_floats(&si->mt) + el_floats(&si->xt)) * sizeof(float) + out);
+        if (si->spgemm) {
+            d->sp_flops += (double)B * si->flops;
+            d->launches += B;
+            continue;
+        }
+        d->flops += (double)B * si->flops;
+        bool seen = false;
+        for (int j = start; j < k && !seen; j++)
+            seen = step_multiplies(s, j) && same_type(&s->steps[j].mt, &si->mt) && same_type(&s->steps[j].xt, &si->xt) &&
+                   same_type(&s->steps[j].out, &si->out);
+        d->launches += !seen;
+    }
+    d->seconds = d->launches * g->launch_s + d->flops / g->gemm_flops + d->sp_flops / g->spgemm_flops +
+                 d->moved / g->bandwidth;
+    return k;
+}
+
+/* The device model's time of the current plan; its launches and their latency. */
+static double device_time(const bppsa_state *s, int B, const sp_bppsa_gpu_model *g, int *launches, double *launch_s)
+{
+    double time = 0;
+    int all = 0;
+    for (int k = 0; k < s->plan.nsteps;) {
+        dev_level d;
+        k = device_level(s, k, B, g, &d);
+        time += d.seconds;
+        all += d.launches;
+    }
+    if (launches) *launches = all;
+    if (launch_s) *launch_s = all * g->launch_s;
+    return time;
+}
+
 static int auto_levels(bppsa_state *s, int B)
 {
     int F = sp_scan_full_levels(s->n), best = 0, P = sp_get_threads();
     double best_t = INFINITY;
     s->auto_time = sp_xrealloc(s->auto_time, (size_t)(F + 1) * sizeof *s->auto_time);
+    s->auto_launches = sp_xrealloc(s->auto_launches, (size_t)(F + 1) * sizeof *s->auto_launches);
+    s->auto_launch_time = sp_xrealloc(s->auto_launch_time, (size_t)(F + 1) * sizeof *s->auto_launch_time);
     s->auto_n = F + 1;
+    sp_bppsa_gpu_model g = sp_bppsa_gpu_model_get();
     for (int K = 0; K <= F; K++) {
         sp_scan_plan_build(&s->plan, s->n, K);
         type_pass(s);
-        double t = s->auto_time[K] = modelled_time(s, B, P > 0 ? P : 1);
+        s->auto_launches[K] = 0, s->auto_launch_time[K] = 0;
+        double t = s->auto_time[K] = s->device
+                                         ? device_time(s, B, &g, &s->auto_launches[K], &s->auto_launch_time[K])
+                                         : modelled_time(s, B, P > 0 ? P : 1);
         if (t < best_t) best_t = t, best = K;
         plan_clear(s);
     }
@@ -658,28 +792,6 @@ static bool step_multiplies(const bppsa_state *s, int k)
     return st->kind == SP_SCAN_UP || st->product;
 }
 
-/* The device plan of level `level` starting at step k: launches (one per distinct
- * operand types, as run_tasks_dev groups them) and the bytes its products write for a
- * batch of B. Returns the first step of the next level. */
-static int device_level(const bppsa_state *s, int k, int B, int *launches, size_t *bytes)
-{
-    const sp_scan_plan *p = &s->plan;
-    int level = p->steps[k].level, start = k;
-    *launches = 0;
-    *bytes = 0;
-    for (; k < p->nsteps && p->steps[k].level == level; k++) {
-        if (!step_multiplies(s, k)) continue;
-        const step_info *si = &s->steps[k];
-        *bytes += (size_t)B * el_floats(&si->out) * sizeof(float);
-        bool seen = false;
-        for (int j = start; j < k && !seen; j++)
-            seen = step_multiplies(s, j) && same_type(&s->steps[j].mt, &si->mt) && same_type(&s->steps[j].xt, &si->xt) &&
-                   same_type(&s->steps[j].out, &si->out);
-        *launches += !seen;
-    }
-    return k;
-}
-
 static const char *fmt_bytes(char *buf, size_t len, size_t bytes);
 
 static void print_device_plan(const bppsa_state *s)
@@ -687,20 +799,40 @@ static void print_device_plan(const bppsa_state *s)
     const sp_scan_plan *p = &s->plan;
     int B = s->stats.batch, total = 0;
     size_t all = 0;
-    char buf[32];
-    printf("device plan (batch %d): level: launches, bytes written\n", B);
+    double time = 0;
+    char buf[32], mv[32];
+    sp_bppsa_gpu_model g = sp_bppsa_gpu_model_get();
+    printf("device plan (batch %d): level: launches, bytes written, bytes moved, FLOP (CSR·CSR), modelled time\n", B);
     for (int k = 0; k < p->nsteps;) {
-        int level = p->steps[k].level, launches;
-        size_t bytes;
-        k = device_level(s, k, B, &launches, &bytes);
-        if (!launches) continue;
-        printf("  level %d: %d launch%s, %s\n", level, launches, launches == 1 ? "" : "es",
-               fmt_bytes(buf, sizeof buf, bytes));
-        total += launches;
-        all += bytes;
+        int level = p->steps[k].level;
+        dev_level d;
+        k = device_level(s, k, B, &g, &d);
+        if (!d.launches) continue;
+        printf("  level %d: %d launch%s, %s, %s moved, %.3g FLOP (%.3g), %.3g us\n", level, d.launches,
+               d.launches == 1 ? "" : "es", fmt_bytes(buf, sizeof buf, d.written), fmt_bytes(mv, sizeof mv, (size_t)d.moved),
+               d.flops + d.sp_flops, d.sp_flops, 1e6 * d.seconds);
+        total += d.launches;
+        all += d.written;
+        time += d.seconds;
     }
-    printf("device plan: %d product launches in all, %s of products; Jt: one launch per op (two where a CSR Jt "
-           "is expanded dense)\n", total, fmt_bytes(buf, sizeof buf, all));
+    printf("device plan: %d product launches in all, %s of products, modelled %.3g ms on %s (launch %.3g us, GEMM "
+           "%.3g TFLOP/s, SpGEMM %.3g GFLOP/s, memory %.3g GB/s); Jt: one launch per op (two where a CSR Jt is "
+           "expanded dense)\n",
+           total, fmt_bytes(buf, sizeof buf, all), 1e3 * time, g.name, 1e6 * g.launch_s, g.gemm_flops / 1e12,
+           g.spgemm_flops / 1e9, g.bandwidth / 1e9);
+    if (!s->auto_time) return;
+    /* why auto chose its depth: the two ends and the choice, launches against work */
+    int K = p->up_levels, F = s->auto_n - 1;
+    printf("device auto: chose K=%d%s, %.3g ms modelled (%d launches = %.3g ms, arithmetic and memory %.3g ms)", K,
+           K == F ? " (the full scan)" : K == 0 ? " (linear BP's order)" : "", 1e3 * s->auto_time[K],
+           s->auto_launches[K], 1e3 * s->auto_launch_time[K], 1e3 * (s->auto_time[K] - s->auto_launch_time[K]));
+    for (int j = 0; j <= F; j += F > 0 ? F : 1)
+        if (j != K)
+            printf("; K=%d: %.3g ms (%d launches = %.3g ms, work %.3g ms)", j, 1e3 * s->auto_time[j],
+                   s->auto_launches[j], 1e3 * s->auto_launch_time[j], 1e3 * (s->auto_time[j] - s->auto_launch_time[j]));
+    printf(": %s\n", K == F   ? "fewer levels save more launch latency than the extra products cost"
+                      : K == 0 ? "the scan's extra products cost more than the launches they save"
+                               : "deeper levels' products cost more than the launches they save");
 }
 
 /* What a[i] (i = 1..n) holds: the Jᵀ of the op sp_node_label names, at time step t for a
@@ -758,7 +890,8 @@ static void print_plan(const bppsa_state *s, bool full)
     printf("FLOP per sample: bppsa total %.0f, critical path %.0f; linear BP %.0f (bppsa does %.1fx the work)\n",
            st->flops, st->critical_flops, st->linear_flops, st->linear_flops > 0 ? st->flops / st->linear_flops : 0.0);
     if (s->auto_time) {
-        printf("--scan-levels auto (modelled time per step on %d threads):", sp_get_threads());
+        if (s->device) printf("--scan-levels auto (device model, modelled time per step):");
+        else printf("--scan-levels auto (modelled time per step on %d threads):", sp_get_threads());
         for (int K = 0; K < s->auto_n; K++)
             printf(" K=%d %.3g ms%s", K, 1e3 * s->auto_time[K], K == p->up_levels ? " (chosen)" : "");
         printf("\n");

@@ -38,6 +38,7 @@ struct sp_bppsa_cache {
 };
 
 static long g_symbolic;   /* cuSPARSE symbolic phases run (sp_bppsa_cuda_symbolic_calls) */
+static long g_gemm;       /* products run by cublasSgemmBatched (sp_bppsa_cuda_gemm_products) */
 
 // ----------------------------------------------------------------------------
 // CUDA kernels
@@ -177,6 +178,7 @@ extern "C" int sp_bppsa_cuda_products(sp_tape *t, const sp_bppsa_mat *Mt, const 
         float one = 1.0f, zero = 0.0f;
         sp_cublas_check(cublasSgemmBatched(lane->cublas, CUBLAS_OP_N, CUBLAS_OP_N, c, r, k, &one, dev + count, c, dev,
                                            k, &zero, dev + 2 * count, c, count));
+        g_gemm += count;
         return 1;
     }
     float **dev = upload_ptrs(t, M, X, out, count, st);
@@ -298,6 +300,7 @@ extern "C" void sp_bppsa_cuda_pattern(sp_bppsa_cache *c, int rows, int64_t nnz, 
 // CSR·CSR on cuSPARSE: the generic SpGEMM with structure reuse
 
 extern "C" long sp_bppsa_cuda_symbolic_calls(void) { return g_symbolic; }
+extern "C" long sp_bppsa_cuda_gemm_products(void) { return g_gemm; }
 
 static void *dev_buffer(size_t bytes)
 {

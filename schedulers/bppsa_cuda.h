@@ -61,6 +61,9 @@ int sp_bppsa_cuda_spgemm(sp_bppsa_cache *c, const void *key, const sp_bppsa_mat 
                          float *const *out, int count);
 /* cuSPARSE symbolic phases run in this process. */
 long sp_bppsa_cuda_symbolic_calls(void);
+/* Products (one per sample and step) run by cublasSgemmBatched in this process: every
+ * dense·dense and dense·vector product, i.e. every product after one turned dense. */
+long sp_bppsa_cuda_gemm_products(void);
 /* dst + k·len ← src[k] (len floats each) for k < count: one launch. */
 void sp_bppsa_cuda_gather(sp_tape *t, float *dst, float *const *src, int count, size_t len);
 /* dense[b] (rows × cols, every entry written) ← the CSR values vals + b·stride with

@@ -36,6 +36,22 @@ typedef struct sp_bppsa_stats {
     size_t peak_bytes;
 } sp_bppsa_stats;
 
+/* The device cost model of --scan-levels auto (docs/BPPSA.md, "Choosing the depth on the
+ * device"). Per plan level: launches · launch_s + dense FLOPs / gemm_flops + SpGEMM FLOPs /
+ * spgemm_flops + bytes moved / bandwidth; the levels run one after another. The defaults
+ * are an H100 SXM5's; SCANPROP_GPU_MODEL="launch_us=5,gemm_tflops=67,spgemm_gflops=20,
+ * bw_gbs=3350" (any subset) overrides them for another GPU. */
+typedef struct sp_bppsa_gpu_model {
+    char name[64];             /* "H100 SXM5 (defaults)" or "SCANPROP_GPU_MODEL"      */
+    double launch_s;           /* one launch: a kernel or library call, its pointer upload */
+    double gemm_flops;         /* FP32 FLOP/s of dense and own-kernel products          */
+    double spgemm_flops;       /* FLOP/s of cuSPARSE SpGEMM's numeric phase             */
+    double bandwidth;          /* device memory, bytes/s                                */
+} sp_bppsa_gpu_model;
+/* The constants in use: the defaults with SCANPROP_GPU_MODEL applied (a bad value stops
+ * with one line naming it, exit 2). */
+sp_bppsa_gpu_model sp_bppsa_gpu_model_get(void);
+
 /* False unless e is a bppsa engine that has run a backward. */
 bool sp_bppsa_stats_get(const sp_engine *e, sp_bppsa_stats *out);
 /* FLOP per sample of every plan level (all its steps; its most expensive step), for up

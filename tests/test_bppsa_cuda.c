@@ -10,9 +10,13 @@
  * 2. Whole backward passes: bppsa on the device gives the gradients of the linear
  *    engine on the device and on the CPU (MLP, LeNet, RNN up to T = 2000, GRU), at every
  *    scan depth; the sparse path's symbolic phase runs once per shape, not per step.
+ * 3. --scan-levels auto on the device: the depth the device cost model picks, the model
+ *    re-derived here from the scan plan and the chain's element types (an RNN at
+ *    T = 1000, B = 16; a wide MLP; SCANPROP_GPU_MODEL); dense products on cuBLAS.
  * Tolerance for gradients: 1e-4 of the largest entry (the scan sums in another order
  * than BPTT; both devices' products use FP32). */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +26,7 @@
 #include "layers/layers.h"
 #include "apps/models.h"
 #include "schedulers/engines.h"
+#include "schedulers/bppsa_cuda.h"
 #include "schedulers/scan.h"
 #include "tests/testutil.h"
 #include "tests/cudatest.h"
@@ -331,6 +336,307 @@ Test(bppsa_cuda, symbolic_phase_once_per_shape)
     grads_of(m, "bppsa", SP_SCAN_LEVELS_FULL, &x, labels, g, 3);   /* one engine, three steps */
     cr_assert_eq(sp_bppsa_symbolic_calls() - before, first, "the symbolic phase ran again in later steps");
     free(g);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+}
+
+/* ---- 3. --scan-levels auto on the device: the device cost model ------------------------ */
+
+/* The model of docs/BPPSA.md ("Choosing the depth on the device"), re-derived here from
+ * the scan plan (schedulers/scan.c, tested by test_scan.c) and the chain's element types,
+ * for chains whose products never meet two CSR operands (dense, factored recurrent and
+ * diagonal CSR Jᵀ): per level, launches · 5 µs + B · FLOPs / 67 TFLOP/s + B · bytes /
+ * 3.35 TB/s (the H100 SXM5 defaults); a launch per distinct (M, X, result) type of a level;
+ * the levels summed. */
+static struct {
+    double launch, gemm, bw;
+} gpu = {5e-6, 67e12, 3.35e12};
+
+typedef enum { T_NONE, T_ID, T_VEC, T_CSR, T_DENSE, T_FACT } tkind;
+typedef struct ttype {
+    tkind kind;
+    int rows, cols;
+    long nnz;   /* CSR */
+    int tag;    /* a CSR link's own pattern (its position); 0 otherwise */
+} ttype;
+
+static bool teq(ttype a, ttype b)
+{
+    return a.kind == b.kind && a.rows == b.rows && a.cols == b.cols && a.nnz == b.nnz && a.tag == b.tag;
+}
+
+static double tfloats(ttype t)
+{
+    return t.kind == T_VEC ? t.rows : t.kind == T_CSR ? (double)t.nnz : t.kind == T_DENSE ? (double)t.rows * t.cols
+                                                     : t.kind == T_FACT ? t.rows : 0;   /* an RNN: 1 gate */
+}
+
+static double tentries(ttype t) { return t.kind == T_CSR ? (double)t.nnz : (double)t.rows * t.cols; }
+
+/* M·X: the result's type and its FLOPs per sample. */
+static ttype tproduct(ttype M, ttype X, double *flops)
+{
+    *flops = 0;
+    if (X.kind == T_ID) return M;
+    if (M.kind == T_ID) return X;
+    cr_assert(!(M.kind == T_CSR && X.kind == T_CSR), "this model test covers no CSR·CSR product");
+    if (X.kind == T_VEC) {
+        *flops = 2 * tentries(M);
+        return (ttype){.kind = T_VEC, .rows = M.rows};
+    }
+    *flops = M.kind == T_CSR ? 2 * tentries(M) * X.cols : 2.0 * M.rows * tentries(X);
+    return (ttype){.kind = T_DENSE, .rows = M.rows, .cols = X.cols};
+}
+
+typedef struct tstep {
+    bool mult;
+    ttype m, x, out;
+    double flops;
+} tstep;
+
+/* The modelled time of depth K for the chain of links a[1..n] (a[0]: a vector of v rows);
+ * *gemm (if given): the products per sample with a dense M and a dense or vector X. */
+static double model_time_gemm(const ttype *links, int n, int v, int B, int K, long *gemm)
+{
+    sp_scan_plan p;
+    sp_scan_plan_build(&p, n, K);
+    ttype *a = calloc((size_t)n + 1, sizeof *a), reg = {.kind = T_ID};
+    a[0] = (ttype){.kind = T_VEC, .rows = v};
+    for (int i = 1; i < n; i++) a[i] = links[i - 1];
+    a[n].kind = T_NONE;
+    tstep *st = calloc((size_t)p.nsteps, sizeof *st);
+    for (int k = 0; k < p.nsteps; k++) {
+        const sp_scan_step *s = &p.steps[k];
+        tstep *t = &st[k];
+        if (s->kind == SP_SCAN_UP) {
+            t->mult = s->r != n;
+            t->m = a[s->r], t->x = a[s->l];
+            if (t->mult) a[s->r] = t->out = tproduct(a[s->r], a[s->l], &t->flops);
+        } else if (s->kind == SP_SCAN_IDENTITY) {
+            a[s->r] = (ttype){.kind = T_ID};
+        } else if (s->kind == SP_SCAN_CARRY) {
+            if (s->l < 0) reg = (ttype){.kind = T_ID};
+            ttype old = a[s->r];
+            a[s->r] = reg;
+            t->mult = s->r != n && s->product;
+            t->m = old, t->x = reg;
+            if (s->r != n) reg = t->out = tproduct(old, reg, &t->flops);
+        } else {
+            ttype T = a[s->l];
+            t->mult = s->product;
+            t->m = T, t->x = a[s->r];
+            a[s->l] = a[s->r];
+            a[s->r] = t->out = tproduct(T, a[s->r], &t->flops);
+        }
+    }
+    double time = 0;
+    for (int k = 0; k < p.nsteps;) {
+        int level = p.steps[k].level, start = k, launches = 0;
+        double flops = 0, bytes = 0;
+        for (; k < p.nsteps && p.steps[k].level == level; k++) {
+            if (!st[k].mult) continue;
+            if (gemm) *gemm += st[k].m.kind == T_DENSE && (st[k].x.kind == T_DENSE || st[k].x.kind == T_VEC);
+            flops += B * st[k].flops;
+            bytes += B * 4.0 * (tfloats(st[k].m) + tfloats(st[k].x) + tfloats(st[k].out));
+            bool seen = false;
+            for (int j = start; j < k; j++)
+                seen |= st[j].mult && teq(st[j].m, st[k].m) && teq(st[j].x, st[k].x) && teq(st[j].out, st[k].out);
+            launches += !seen;
+        }
+        time += launches * gpu.launch + flops / gpu.gemm + bytes / gpu.bw;
+    }
+    free(st);
+    free(a);
+    sp_scan_plan_free(&p);
+    return time;
+}
+
+static double model_time(const ttype *links, int n, int v, int B, int K)
+{
+    return model_time_gemm(links, n, v, B, K, NULL);
+}
+
+static int model_choice(const ttype *links, int n, int v, int B, double *best_t)
+{
+    int F = sp_scan_full_levels(n), best = 0;
+    *best_t = INFINITY;
+    for (int K = 0; K <= F; K++) {
+        double t = model_time(links, n, v, B, K);
+        if (t < *best_t) *best_t = t, best = K;
+    }
+    return best;
+}
+
+/* bppsa --scan-levels auto on the device: the depth it chose, its gradients against the
+ * device linear engine's. */
+static int auto_on_device(sp_model *m, int ndim, const int *xshape, int classes)
+{
+    sp_model_init(m, 11);
+    sp_model_to_device(m, SP_CUDA);
+    sp_tensor x = sp_tensor_new(ndim, xshape);
+    tu_fill_uniform(x.data, x.numel, 13, -1.0f, 1.0f);
+    int B = xshape[0], *labels = malloc((size_t)B * sizeof *labels);
+    for (int b = 0; b < B; b++) labels[b] = (5 * b + 2) % classes;
+    size_t n = nparams_total(m);
+    float *gl = malloc(n * sizeof *gl), *gb = malloc(n * sizeof *gb);
+    grads_of(m, "linear", 0, &x, labels, gl, 1);
+    sp_engine_opts eo = {.scan_levels = SP_SCAN_LEVELS_AUTO};
+    sp_engine *e = sp_engine_create("bppsa", &eo);
+    sp_tape t;
+    sp_tape_init(&t);
+    for (int p = 0; p < m->nparams; p++) sp_zero(&m->params[p]->grad);
+    sp_tensor xin = sp_tape_tensor_on(&t, SP_CUDA, x.ndim, x.shape);
+    sp_tensor_to_device(&xin, &x);
+    sp_backward(e, &t, sp_model_loss(m, &t, &xin, labels));
+    size_t off = 0;
+    for (int p = 0; p < m->nparams; p++) {
+        sp_tensor_read(gb + off, &m->params[p]->grad);
+        off += m->params[p]->grad.numel;
+    }
+    sp_bppsa_stats st;
+    cr_assert(sp_bppsa_stats_get(e, &st));
+    double err = rel_err(gb, gl, n);
+    cr_assert_leq(err, GRAD_TOL, "%s auto (K=%d): bppsa vs linear on the device: err %.2e", m->name, st.up_levels,
+                  err);
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+    free(gl);
+    free(gb);
+    free(labels);
+    sp_tensor_free(&x);
+    return st.up_levels;
+}
+
+/* A long RNN chain (T = 1000, B = 16, the paper's setting): K = 0 is 1000 sequential
+ * launches, a full-depth scan Θ(log T) levels of one or two launches; the model picks a
+ * depth with the full scan's 18 levels. */
+Test(bppsa_cuda, auto_depth_long_rnn_follows_the_device_model)
+{
+    need_gpu();
+    unsetenv("SCANPROP_GPU_MODEL");
+    int T = 1000, B = 16, H = 8, C = 4, n = T + 1;
+    ttype *links = calloc((size_t)n, sizeof *links);
+    links[0] = (ttype){.kind = T_DENSE, .rows = H, .cols = C};   /* fc's Jᵀ */
+    for (int i = 1; i < n; i++) links[i] = (ttype){.kind = T_FACT, .rows = H, .cols = H};
+    double t_best, t0 = model_time(links, n, C, B, 0);
+    int want = model_choice(links, n, C, B, &t_best), F = sp_scan_full_levels(n);
+    double t_full = model_time(links, n, C, B, F);
+    sp_scan_plan p;
+    sp_scan_plan_build(&p, n, want);
+    int levels = p.work_levels;
+    sp_scan_plan_free(&p);
+    sp_scan_plan_build(&p, n, F);
+    cr_assert_eq(levels, p.work_levels, "the model's choice K=%d has %d levels, the full scan %d", want, levels,
+                 p.work_levels);
+    sp_scan_plan_free(&p);
+    cr_assert_geq(want, F - 1, "the model's choice K=%d, full %d", want, F);
+    cr_assert_lt(t_best * 10, t0, "full-depth scan %.3g ms vs K=0 %.3g ms", 1e3 * t_best, 1e3 * t0);
+    cr_assert_leq(t_best, t_full * 1.01);
+    free(links);
+    int got = auto_on_device(sp_zoo_rnn(3, H, C), 3, (int[]){B, T, 3}, C);
+    cr_assert_eq(got, want, "auto chose K=%d, the device model says K=%d", got, want);
+}
+
+/* An MLP (fc → tanh → … → fc, width 96): the full scan multiplies dense 96×96 blocks and
+ * mixes operand types within a level (more launches per level, not fewer), so the model
+ * picks a shallower depth than the full scan. With SCANPROP_GPU_MODEL (another GPU) the
+ * choice follows the overridden constants. */
+static sp_model *wide_mlp(int L, int W, int in, int C)
+{
+    sp_model *m = sp_model_new("wide_mlp");
+    for (int l = 0; l < L; l++) {
+        char name[16];
+        snprintf(name, sizeof name, "fc%d", l + 1);
+        sp_model_add(m, sp_linear(name, l ? W : in, l + 1 < L ? W : C));
+        if (l + 1 < L) sp_model_add(m, sp_tanh());
+    }
+    return m;
+}
+
+Test(bppsa_cuda, auto_depth_mlp_follows_the_device_model)
+{
+    need_gpu();
+    unsetenv("SCANPROP_GPU_MODEL");
+    int L = 8, W = 96, in = 10, C = 5, B = 4, n = 2 * L - 1;
+    ttype *links = calloc((size_t)n, sizeof *links);
+    for (int i = 0; i < n; i++)   /* a[1] = fc8's Jᵀ, a[2] = tanh's, ... a[n] = fc1's (never read) */
+        links[i] = i % 2 ? (ttype){.kind = T_CSR, .rows = W, .cols = W, .nnz = W, .tag = i + 1}
+                         : (ttype){.kind = T_DENSE, .rows = W, .cols = i ? W : C};
+    double t_best;
+    int want = model_choice(links, n, C, B, &t_best), F = sp_scan_full_levels(n);
+    cr_assert_lt(want, F, "the model picks the full scan (K=%d) for the MLP", want);
+    int got = auto_on_device(wide_mlp(L, W, in, C), 2, (int[]){B, in}, C);
+    cr_assert_eq(got, want, "auto chose K=%d, the device model says K=%d", got, want);
+    free(links);
+}
+
+/* SCANPROP_GPU_MODEL, another GPU's constants: with a slow GEMM rate (1 µs launches,
+ * 2 GFLOP/s, 100 GB/s) the RNN's H×H products outweigh the launches they save and the
+ * model picks a shallow scan; the engine follows the overridden constants. A bad value
+ * stops with one line naming it. */
+Test(bppsa_cuda, auto_depth_follows_scanprop_gpu_model)
+{
+    need_gpu();
+    setenv("SCANPROP_GPU_MODEL", "launch_us=1,gemm_tflops=0.002,bw_gbs=100", 1);
+    gpu.launch = 1e-6, gpu.gemm = 2e9, gpu.bw = 100e9;
+    int T = 200, B = 4, H = 8, C = 4, n = T + 1;
+    ttype *links = calloc((size_t)n, sizeof *links);
+    links[0] = (ttype){.kind = T_DENSE, .rows = H, .cols = C};
+    for (int i = 1; i < n; i++) links[i] = (ttype){.kind = T_FACT, .rows = H, .cols = H};
+    double t_best;
+    int want = model_choice(links, n, C, B, &t_best), F = sp_scan_full_levels(n);
+    free(links);
+    gpu.launch = 5e-6, gpu.gemm = 67e12, gpu.bw = 3.35e12;
+    cr_assert_lt(want, F - 1, "the slow-GEMM model picks K=%d of %d", want, F);
+    int got = auto_on_device(sp_zoo_rnn(3, H, C), 3, (int[]){B, T, 3}, C);
+    cr_assert_eq(got, want, "auto chose K=%d, the overridden device model says K=%d", got, want);
+    sp_bppsa_gpu_model g = sp_bppsa_gpu_model_get();
+    cr_assert(g.launch_s == 1e-6 && g.gemm_flops == 2e9 && g.bandwidth == 100e9 && g.spgemm_flops == 20e9,
+              "SCANPROP_GPU_MODEL read as %g s, %g, %g, %g", g.launch_s, g.gemm_flops, g.spgemm_flops, g.bandwidth);
+    unsetenv("SCANPROP_GPU_MODEL");
+}
+
+/* A bad SCANPROP_GPU_MODEL stops with one line (sp_fail: exit 2) when auto reads it. */
+Test(bppsa_cuda, bad_scanprop_gpu_model_exits_2, .exit_code = 2, .init = cr_redirect_stderr)
+{
+    need_gpu();
+    setenv("SCANPROP_GPU_MODEL", "launch_us=1,gemm_tflops=fast", 1);
+    sp_bppsa_gpu_model_get();
+}
+
+/* Products that turn dense go to cuBLAS, as on the CPU (BLAS there): at every depth the
+ * products cublasSgemmBatched runs are exactly the plan's dense·dense and dense·vector
+ * products × B (the MLP chain of the model tests: a CSR·dense product turns dense in the
+ * own kernel, every later product of it is a GEMM). */
+Test(bppsa_cuda, dense_products_run_on_cublas)
+{
+    need_gpu();
+    int L = 4, W = 24, in = 6, C = 5, B = 3, n = 2 * L - 1;
+    ttype *links = calloc((size_t)n, sizeof *links);
+    for (int i = 0; i < n; i++)
+        links[i] = i % 2 ? (ttype){.kind = T_CSR, .rows = W, .cols = W, .nnz = W, .tag = i + 1}
+                         : (ttype){.kind = T_DENSE, .rows = W, .cols = i ? W : C};
+    sp_model *m = wide_mlp(L, W, in, C);
+    sp_model_init(m, 5);
+    sp_model_to_device(m, SP_CUDA);
+    sp_tensor x = sp_tensor_new(2, (int[]){B, in});
+    tu_fill_uniform(x.data, x.numel, 9, -1.0f, 1.0f);
+    int labels[3] = {0, 3, 4};
+    float *g = malloc(nparams_total(m) * sizeof *g);
+    int F = sp_scan_full_levels(n);
+    long deeper = 0;
+    for (int K = 0; K <= F; K++) {
+        long want = 0;
+        model_time_gemm(links, n, C, B, K, &want);
+        long before = sp_bppsa_cuda_gemm_products();
+        grads_of(m, "bppsa", K, &x, labels, g, 1);
+        long got = sp_bppsa_cuda_gemm_products() - before;
+        cr_assert_eq(got, want * B, "K=%d: %ld products on cuBLAS, the plan has %ld dense ones", K, got, want * B);
+        if (K == F) deeper = want;
+    }
+    cr_assert_gt(deeper, 0, "the full scan has no dense product");
+    free(g);
+    free(links);
     sp_tensor_free(&x);
     sp_model_free(m);
 }

@@ -98,5 +98,13 @@ plant "forward without its wait for U_i (ooo next forward overlap)" schedulers/o
   "SCANPROP_EMU_ORDER=shuffle" "ooo_cuda/next_forward_overlaps_updates_bitwise_*" \
   "next forward overlapping .* vs linear|differs from the device linear engine" test_ooo_cuda
 
+# 13. the bppsa device engine multiplies a level's batch in the wrong order: X·M instead of
+#    M·X in the one cublasSgemmBatched of dense·dense and dense·vector products (the scan's
+#    operator does not commute)
+plant "swapped operands in bppsa's batched level product (cublasSgemmBatched)" schedulers/bppsa_cuda.cu \
+  's/\&one, dev + count, c, dev,/\&one, dev, c, dev + count,/' \
+  "" "bppsa_cuda/mlp_every_depth_matches_linear" \
+  "bppsa vs linear on the device: err|cudaemu: .*cublasSgemmBatched" test_bppsa_cuda
+
 if [ $missed -ne 0 ]; then echo "planted bugs: $missed not caught"; exit 1; fi
 echo "planted bugs: all caught"
