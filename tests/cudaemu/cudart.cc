@@ -242,6 +242,22 @@ void run_one(CUstream_st *s)
  * stream lets every stream progress, item by item in a random order, until the stream
  * has run what was asked; so work on another stream runs before, between or after this
  * one's, and a cross-stream dependency without an event shows. */
+/* Whether running s until it has done upto items needs a stream that is running an
+ * item now (so it cannot finish until that item does); waits followed a few levels. */
+bool needs_running(const CUstream_st *s, unsigned long long upto, int depth)
+{
+    if (s->done >= upto) return false;
+    if (s->running) return true;
+    if (depth > 8) return false;
+    unsigned long long k = s->done;
+    for (const item &it : s->q) {
+        if (k++ >= upto) break;
+        for (const wait_on &w : it.waits)
+            if (needs_running(w.stream, w.seq, depth + 1)) return true;
+    }
+    return false;
+}
+
 void run_stream(CUstream_st *s, unsigned long long upto)
 {
     exec_scope scope;
@@ -250,9 +266,12 @@ void run_stream(CUstream_st *s, unsigned long long upto)
             run_one(s);
             continue;
         }
+        /* Only streams whose head can run: one whose head needs a stream that is running
+         * an item now (further up this call chain) would wait for it forever here, while
+         * on a GPU it simply runs later — not a cycle. */
         std::vector<CUstream_st *> busy;
         for (CUstream_st *o : streams)
-            if (!o->q.empty() && !o->running) busy.push_back(o);
+            if (!o->q.empty() && !o->running && !needs_running(o, o->done + 1, 0)) busy.push_back(o);
         if (busy.empty()) emu::fail("stream %p waits for itself (an event cycle)", (void *)s);
         run_one(busy[rng() % busy.size()]);
     }
