@@ -105,8 +105,8 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          .group = G_OOO, .meta = "BYTES", .range = "0..", .needs = "backward=ooo", .scope = SP_SCOPE_ENGINE},
         {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON (with --backward ooo or --parallel)",
          .group = G_OOO, .meta = "FILE", .scope = SP_SCOPE_ENGINE},
-        {"cuda-graph", SP_FLAG_BOOL, &o->cuda_graph, "capture the steady-state backward as a CUDA Graph once, "
-         "replay it each step (docs/CUDA.md)", .group = G_OOO, .needs = "backward=ooo,device=cuda,!trace",
+        {"cuda-graph", SP_FLAG_BOOL, &o->cuda_graph, "capture the steady-state training step (forward, "
+         "backward, updates) as a CUDA Graph once per shape, replay it each step (docs/CUDA.md)", .group = G_OOO, .needs = "backward=ooo,device=cuda,!trace",
          .scope = SP_SCOPE_ENGINE},
         {"parallel", SP_FLAG_STR, &o->parallel, "run the master schedule on the MPI ranks", .group = G_PAR,
          .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|scan", .needs = "backward=linear|ooo",
@@ -776,8 +776,9 @@ void sp_app_json_engine(sp_json *j, const sp_app_opts *o, sp_engine *e, bool ran
         if (strcmp(st->order, "reverse-first-k") == 0) sp_json_int(j, "k", st->k);
         sp_json_num(j, "critical_path_ms", 1e3 * st->critical_s);
         sp_json_int(j, "peak_bytes", (long)st->peak_bytes);
-        if (o->cuda_graph) {
-            sp_ooo_device_stats ds = sp_ooo_device_stats_get(e);
+        sp_ooo_device_stats ds = sp_ooo_device_stats_get(e);
+        if (o->cuda_graph && ds.graph_captures + ds.graph_replays > 0) {   /* the backward alone (demo) */
+            sp_json_str(j, "cuda_graph", "backward");
             sp_json_int(j, "graph_captures", ds.graph_captures);
             sp_json_int(j, "graph_replays", ds.graph_replays);
         }
@@ -899,7 +900,8 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
                        .exec = ex,
                        .save_every = o->save_every,
                        .save_path = o->save,
-                       .resume_path = o->resume};
+                       .resume_path = o->resume,
+                       .cuda_graph = o->cuda_graph};
     /* What decides a run's numbers: a resume must match (schedulers/checkpoint.h). */
     char lr[32], mom[32], wd[32], batch[16], seed[24];
     snprintf(lr, sizeof lr, "%.17g", o->lr);
@@ -932,6 +934,11 @@ sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m,
     sp_json_int(&j, "seed", (long)o->seed);
     sp_json_str(&j, "dataset", train->name);
     sp_app_json_engine(&j, o, e, r.steps > 0);
+    if (o->cuda_graph && r.graph_captures + r.graph_replays > 0) {   /* the whole step (sp_train) */
+        sp_json_str(&j, "cuda_graph", "step");
+        sp_json_int(&j, "graph_captures", r.graph_captures);
+        sp_json_int(&j, "graph_replays", r.graph_replays);
+    }
     if (pruning) {   /* the fraction of the prunable weights that are pruned */
         int64_t kept = 0, all = 0;
         for (int i = 0; i < m->nparams; i++)

@@ -9,6 +9,7 @@
 #include "core/rng.h"
 #include "core/safetensors.h"
 #include "schedulers/exec.h"
+#include "schedulers/ooo.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
 
@@ -63,6 +64,7 @@ int main(int argc, char **argv)
     sp_app_use_device(&o, m);
     sp_engine_opts eo = sp_app_engine_opts(&o);
     sp_engine *e = sp_engine_create(o.backward, &eo);
+    if (o.cuda_graph) sp_ooo_set_cuda_graph(e, true);   /* its loop is sp_train_step: the backward alone */
     sp_optim_cfg cfg = sp_optim_cfg_default();
     cfg.lr = o.lr;
     cfg.momentum = o.momentum;

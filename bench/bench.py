@@ -341,7 +341,8 @@ def sec_ooo(R, q, fm, cf):
         R.out.flush()
         log(f"  ooo: {status}")
         return
-    cases = [("lenet", 16, 50 if q else 100)] + ([] if q else [("lenet", 8, 100)]) + [("vgg11", 8, 5 if q else 10)]
+    cases = [("lenet", 64, 30 if q else 60), ("lenet", 16, 50 if q else 100)] + ([] if q else [("lenet", 8, 100)]) + \
+        [("vgg11", 8, 5 if q else 10)]
     for rnd in range(1 if q else 2):
         for app, b, n in cases:
             data = ["--data", fm] if app == "lenet" else ["--data", cf, "--data-format", "cifar10"]

@@ -13,7 +13,10 @@
 # Writes bench/results/bench-<stamp>.md (machine, commands, ratio tables), .jsonl (one
 # record per run) and .log (every run's output); bench/results/latest.md links the .md.
 # The apps run with the caller's OPENBLAS_CORETYPE (unset = OpenBLAS's own choice);
-# only the SGEMM micro-benchmark runs both settings.
+# only the SGEMM micro-benchmark runs both settings. An AVX2-only machine, emulated:
+#   DNNL_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell make bench
+# caps oneDNN (ours and torch's), scanprop's small kernel, torch's ATen kernels and
+# OpenBLAS at AVX2 + FMA.
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
@@ -60,6 +63,7 @@ header() {
     echo "memory:             $(free -g | awk '/Mem:/{print $2" GiB"}')"
     echo "load average:       $(cut -d' ' -f1-3 /proc/loadavg) (at start)"
     echo "OPENBLAS_CORETYPE:  ${OPENBLAS_CORETYPE:-unset} (used by every app and peer run)"
+    echo "ISA caps:           DNNL_MAX_CPU_ISA=${DNNL_MAX_CPU_ISA:-unset} (oneDNN here and in torch, and scanprop's small kernel) ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-unset} (torch)"
     echo "OpenBLAS:           $("$PY" -c 'import ctypes; l=ctypes.CDLL("libopenblas.so.0"); l.openblas_get_config.restype=ctypes.c_char_p; l.openblas_get_corename.restype=ctypes.c_char_p; print(l.openblas_get_config().decode(), "| core", l.openblas_get_corename().decode())' 2>/dev/null)"
     echo "torch:              $TORCH_VERSION ($(dpkg-query -W -f='${Package} ${Version}' python3-torch 2>/dev/null)), peers: torch 2 threads, OpenBLAS pool 1 thread"
     echo "scanprop:           $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes'), apps in $BUILD, --threads 2"

@@ -38,6 +38,17 @@ const sp_device_allocator *sp_backend_allocator(sp_device dev)
     return allocators[dev];
 }
 
+static const sp_device_graph *graphs[SP_NDEVICES];
+
+void sp_backend_register_graph(sp_device dev, const sp_device_graph *g) { graphs[dev] = g; }
+
+const sp_device_graph *sp_backend_graph(sp_device dev)
+{
+    if (dev == SP_CPU || !graphs[dev])
+        sp_fail("%s graphs: not supported (build with make CUDA=1 and call the backend's init)", sp_device_name(dev));
+    return graphs[dev];
+}
+
 void sp_fill(sp_tensor *t, float value)
 {
     if (t->device != SP_CPU) {

@@ -37,12 +37,38 @@ typedef struct sp_device_allocator {
      * be staged again once the step that used it has been waited for. */
     float *(*stage)(int slot, const float *host_src, size_t n);
     void (*use_staged)(int slot);
+    /* After stage(slot, ...): the batch's n labels into the slot's device buffer, on the
+     * same upload (use_staged waits for both). */
+    int *(*stage_labels)(int slot, const int *host_src, size_t n);
+    /* The work queued so far on the calling lane is the last to read slot `slot`: its
+     * next upload waits for it (a step whose tail may outlive the next step's queueing). */
+    void (*release_staged)(int slot);
+    /* Where the arena's memory starts after a reset: the same base and the same requests
+     * give the same addresses (what a captured graph relies on); NULL when it cannot
+     * promise that (SCANPROP_CUDA_ARENA=off, nothing allocated yet). */
+    const void *(*arena_base)(void *arena);
     void (*add)(float *dst, const float *src, size_t n);   /* dst[i] += src[i], ordered like fill */
 } sp_device_allocator;
 
 void sp_backend_register_allocator(sp_device dev, const sp_device_allocator *a);
 /* The allocator of dev (not SP_CPU); sp_fail if its backend was not initialised. */
 const sp_device_allocator *sp_backend_allocator(sp_device dev);
+
+/* Graphs of queued work (CUDA Graphs), for the whole-step capture of the training loop
+ * (schedulers/train.h, sp_step_graph): everything the calling thread queues on its lane
+ * — and on the lanes forked from it — between capture_begin and capture_end becomes one
+ * graph; launch queues it on the calling lane. No host sync, allocation or copy of
+ * pageable memory may happen in between (the backend fails with one line if it does). */
+typedef struct sp_device_graph {
+    void (*capture_begin)(void);
+    void *(*capture_end)(void);
+    void (*launch)(void *graph);
+    void (*free)(void *graph);
+} sp_device_graph;
+
+void sp_backend_register_graph(sp_device dev, const sp_device_graph *g);
+/* The graph support of dev; sp_fail if its backend registered none. */
+const sp_device_graph *sp_backend_graph(sp_device dev);
 
 /* Host copies of device data, for code that runs on any device (the training loop). */
 /* Entry i of t, wherever t lives. */

@@ -6,6 +6,7 @@
 extern "C" {
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/tape.h"
 }
 
 #define DEV_ALIGN 256   /* cudaMalloc's own alignment; keeps every arena tensor GEMM-friendly */
@@ -92,7 +93,10 @@ static void dev_fill(float *data, size_t n, float value)
  * Reuse and streams: a reset hands the same memory to the next step, whose kernels may
  * be queued on any lane while the previous step's are still running there. A reset
  * therefore waits for every lane (cudaDeviceSynchronize) before the memory is reused —
- * one host-device synchronisation per step, which reading the step's loss implies anyway.
+ * one host-device synchronisation per step, which reading the step's loss implies anyway
+ * — or, when the ooo engine joined every other lane's work on this arena into lane 0
+ * (sp_cuda_arena_joined), for lane 0 alone: the other lane may then still run the next
+ * tape's tail (the next forward overlapping the last δW/U, schedulers/ooo_cuda.cu).
  * SCANPROP_CUDA_ARENA=off (debug): every allocation is its own cudaMalloc, freed at the
  * reset, so an overrun leaves its allocation instead of landing in a neighbour
  * (the emulator then reports it at the guard page). */
@@ -106,6 +110,7 @@ typedef struct dev_arena {
     dev_block *head;
     size_t used_total, high_water;
     bool off;          /* SCANPROP_CUDA_ARENA=off */
+    bool joined;       /* sp_cuda_arena_joined since the last reset: lane 0 holds all its work */
     void **own;        /* off: this step's allocations */
     size_t nown, cap;
 } dev_arena;
@@ -181,7 +186,11 @@ static void dev_own_free(dev_arena *a)
 static void dev_arena_reset(void *arena)
 {
     dev_arena *a = (dev_arena *)arena;
-    sp_cuda_check(cudaDeviceSynchronize());   /* no lane may still use the memory */
+    if (a->joined)   /* every lane's work on it was joined into lane 0 */
+        sp_cuda_check(cudaStreamSynchronize(ctx.lanes[0].stream));
+    else   /* no lane may still use the memory */
+        sp_cuda_check(cudaDeviceSynchronize());
+    a->joined = false;
     dev_own_free(a);
     if (a->head && a->head->next) {
         dev_blocks_free(a->head);
@@ -221,8 +230,12 @@ static void dev_download(float *dst, const float *src, size_t n)
 typedef struct staged_slot {
     float *host, *dev;
     size_t cap;
+    int *yhost, *ydev;   /* the labels (stage_labels) */
+    size_t ycap;
     cudaEvent_t done;
     bool pending;
+    cudaEvent_t released;   /* release_staged: the slot's last reader */
+    bool release;
 } staged_slot;
 
 static staged_slot slots[2];
@@ -240,6 +253,10 @@ static float *dev_stage(int slot, const float *host, size_t n)
         sp_cuda_check(cudaMalloc((void **)&s->dev, n * sizeof(float)));
         s->cap = n;
     }
+    if (s->release) {   /* the step that read the slot may still run: the upload waits for it */
+        sp_cuda_check(cudaStreamWaitEvent(copy_stream, s->released, 0));
+        s->release = false;
+    }
     if (n) {
         memcpy(s->host, host, n * sizeof(float));
         sp_cuda_check(cudaMemcpyAsync(s->dev, s->host, n * sizeof(float), cudaMemcpyHostToDevice, copy_stream));
@@ -247,6 +264,38 @@ static float *dev_stage(int slot, const float *host, size_t n)
     sp_cuda_check(cudaEventRecord(s->done, copy_stream));
     s->pending = true;
     return s->dev;
+}
+
+static int *dev_stage_labels(int slot, const int *host, size_t n)
+{
+    if (slot < 0 || slot > 1 || !slots[slot].pending) sp_fail("cuda: labels staged in slot %d before its batch", slot);
+    staged_slot *s = &slots[slot];   /* stage() waited for the slot's previous upload */
+    if (n > s->ycap) {
+        sp_cuda_check(cudaFreeHost(s->yhost));
+        sp_cuda_check(cudaFree(s->ydev));
+        sp_cuda_check(cudaMallocHost((void **)&s->yhost, n * sizeof(int)));
+        sp_cuda_check(cudaMalloc((void **)&s->ydev, n * sizeof(int)));
+        s->ycap = n;
+    }
+    if (n) {
+        memcpy(s->yhost, host, n * sizeof(int));
+        sp_cuda_check(cudaMemcpyAsync(s->ydev, s->yhost, n * sizeof(int), cudaMemcpyHostToDevice, copy_stream));
+    }
+    sp_cuda_check(cudaEventRecord(s->done, copy_stream));
+    return s->ydev;
+}
+
+static void dev_release_staged(int slot)
+{
+    if (slot < 0 || slot > 1) sp_fail("cuda: staging slot %d (expected 0 or 1)", slot);
+    sp_cuda_check(cudaEventRecord(slots[slot].released, sp_cuda_stream()));
+    slots[slot].release = true;
+}
+
+static const void *dev_arena_base(void *arena)
+{
+    dev_arena *a = (dev_arena *)arena;
+    return a->off || !a->head ? NULL : a->head->base;
 }
 
 static void dev_use_staged(int slot)
@@ -257,8 +306,31 @@ static void dev_use_staged(int slot)
 
 static const sp_device_allocator cuda_allocator = {
     dev_alloc, dev_free, dev_arena_new, dev_arena_alloc, dev_arena_reset, dev_arena_free, dev_fill, dev_upload,
-    dev_download, dev_stage, dev_use_staged, dev_add,
+    dev_download, dev_stage, dev_use_staged, dev_stage_labels, dev_release_staged, dev_arena_base, dev_add,
 };
+
+/* Whole-step graphs: captured on the calling lane's stream (global mode: any forbidden
+ * call anywhere fails the capture, as the driver does), replayed there. */
+static void graph_begin(void) { sp_cuda_check(cudaStreamBeginCapture(sp_cuda_stream(), cudaStreamCaptureModeGlobal)); }
+
+static void *graph_end(void)
+{
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    sp_cuda_check(cudaStreamEndCapture(sp_cuda_stream(), &g));
+    sp_cuda_check(cudaGraphInstantiate(&x, g, 0));
+    sp_cuda_check(cudaGraphDestroy(g));
+    return x;
+}
+
+static void graph_launch(void *x) { sp_cuda_check(cudaGraphLaunch((cudaGraphExec_t)x, sp_cuda_stream())); }
+
+static void graph_free(void *x)
+{
+    if (x) sp_cuda_check(cudaGraphExecDestroy((cudaGraphExec_t)x));
+}
+
+static const sp_device_graph cuda_graph = {graph_begin, graph_end, graph_launch, graph_free};
 
 // ----------------------------------------------------------------------------
 // device, stream, handles
@@ -301,8 +373,12 @@ void sp_cuda_init(int device_id)
         sp_cudnn_check(cudnnSetStream(l->cudnn, l->stream));
     }
     sp_cuda_check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
-    for (int i = 0; i < 2; i++) sp_cuda_check(cudaEventCreateWithFlags(&slots[i].done, cudaEventDisableTiming));
+    for (int i = 0; i < 2; i++) {
+        sp_cuda_check(cudaEventCreateWithFlags(&slots[i].done, cudaEventDisableTiming));
+        sp_cuda_check(cudaEventCreateWithFlags(&slots[i].released, cudaEventDisableTiming));
+    }
     sp_backend_register_allocator(SP_CUDA, &cuda_allocator);
+    sp_backend_register_graph(SP_CUDA, &cuda_graph);
     sp_linear_cuda_register();
     sp_relu_cuda_register();
     sp_tanh_cuda_register();
@@ -344,6 +420,11 @@ void sp_cuda_synchronize(void)
 {
     sp_cuda();
     sp_cuda_check(cudaDeviceSynchronize());
+}
+
+void sp_cuda_arena_joined(sp_tape *t)
+{
+    if (t && t->dev_arena[SP_CUDA]) ((dev_arena *)t->dev_arena[SP_CUDA])->joined = true;
 }
 
 // ----------------------------------------------------------------------------

@@ -62,6 +62,10 @@ cudaStream_t sp_cuda_stream(void);
 void sp_cuda_set_lane(int lane);
 /* Wait for everything queued on every lane. */
 void sp_cuda_synchronize(void);
+/* Every lane's work on t's device memory has been joined into lane 0 (the ooo engine's
+ * join): t's next reset need only wait for lane 0, not for the whole device — so the
+ * other lane may still run another tape's work (the previous backward's tail). */
+void sp_cuda_arena_joined(sp_tape *t);
 
 /* Persistent device tensor, zeroed; sp_tensor_free releases it. */
 sp_tensor sp_cuda_tensor_new(int ndim, const int *shape);

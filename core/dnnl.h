@@ -10,8 +10,9 @@
  * Primitives are created on first use of a (kind, slot batch, shape) and cached.
  *
  * Matrix products: sp_gemm_serial (core/backend.h) hands every product of at least
- * SP_DNNL_GEMM_MIN_MACS multiply-adds to oneDNN's JIT SGEMM on one thread. OpenBLAS
- * keeps the tiny ones (the RNN's 16×20×20), where it is as fast and calls cost less.
+ * SP_DNNL_GEMM_MIN_MACS multiply-adds to oneDNN's JIT SGEMM on one thread; OpenBLAS
+ * keeps the tiny ones. The recurrent steps' own products (16×20×20, 16×60×20) go to
+ * the project's small kernel first (core/gemm_small.h, layers/recurrent.h).
  * Debian's OpenBLAS 0.3.21 runs its generic SSE3 kernels on CPUs it does not know and
  * its AVX2 ones under OPENBLAS_CORETYPE=Haswell; oneDNN picks AVX-512 where it exists.
  *

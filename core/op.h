@@ -124,6 +124,8 @@ struct sp_node {
     sp_tensor grad;           /* ∂l/∂y, allocated by the backward engine      */
     void *saved;              /* op's per-step saved state (arena)            */
     const int *labels;        /* loss ops only: [B] class indices             */
+    const int *dev_labels;    /* loss ops on a device: the same labels staged */
+                              /* there already (sp_tape.dev_labels), or NULL  */
     sp_tape *tape;
     int index;                /* position on the tape                         */
     int nconsumers;           /* input slots of later nodes that read out     */

@@ -15,6 +15,9 @@
 #include <time.h>
 #include <cblas.h>
 #include "core/parallel.h"
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 #include "core/error.h"
 
 #define SP_MAX_THREADS 64
@@ -85,6 +88,7 @@ static bool all_done(void *unused) { return atomic_load(&P.pending) == 0; }
 static void *worker_main(void *arg)
 {
     int id = (int)(size_t)arg;   /* chunk id = id + 1; the caller runs chunk 0 */
+    sp_flush_denormals();        /* inherited from the creator already; said again for clarity */
     unsigned seen = 0;
     for (;;) {
         wait_for(new_job, &seen);
@@ -99,9 +103,26 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+void sp_flush_denormals(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_setcsr(_mm_getcsr() | 0x8040u);   /* FTZ (bit 15) and DAZ (bit 6) */
+#endif
+}
+
+bool sp_denormals_flushed(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    return (_mm_getcsr() & 0x8040u) == 0x8040u;
+#else
+    return false;
+#endif
+}
+
 void sp_set_threads(int n)
 {
     if (n < 1 || n > SP_MAX_THREADS) sp_fail("--threads %d: expected 1..%d", n, SP_MAX_THREADS);
+    sp_flush_denormals();   /* before any worker starts: threads inherit the MXCSR */
     pthread_mutex_lock(&P.busy);
     while (P.nworkers < n - 1) {   /* workers are never torn down, only left idle */
         if (pthread_create(&P.workers[P.nworkers], NULL, worker_main, (void *)(size_t)P.nworkers))

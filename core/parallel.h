@@ -15,6 +15,18 @@
 void sp_set_threads(int n);
 int sp_get_threads(void);
 
+/* Subnormal floats are flushed to zero, as TensorFlow's and oneDNN's own threads do:
+ * results below 2⁻¹²⁶ ≈ 1.2e-38 become 0 (FTZ) and subnormal inputs read as 0 (DAZ).
+ * Gradients that fade over a long chain (the RNN at T = 1000 under Adam's lr 1e-5)
+ * reach that range, and every x86 operation on a subnormal takes a microcode assist of
+ * ~100 cycles on Intel cores: BPTT ran 3× slower for values no gradient step can feel.
+ * sp_set_threads sets it on the calling thread before the pool starts (workers inherit
+ * it and set it again), so every app and every pool thread computes with it;
+ * sp_flush_denormals sets it on the calling thread only (a thread of the caller's own).
+ * No effect off x86; sp_denormals_flushed reports the calling thread's state. */
+void sp_flush_denormals(void);
+bool sp_denormals_flushed(void);
+
 /* Calls fn(ctx, begin, end) over [0, n) split into at most sp_get_threads() chunks.
  * Runs inline when n is small or one thread is set. Not reentrant: a nested call runs
  * inline on the calling thread. */

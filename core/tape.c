@@ -123,6 +123,7 @@ sp_node *sp_apply_n(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs)
     for (int i = 0; i < ninputs; i++) xs[i]->nconsumers++;
     n->op->infer(n, &xs[0]->out);
     n->out = sp_tape_tensor_on(t, xs[0]->out.device, n->out.ndim, n->out.shape);
+    if (t->before_apply && !t->shape_only) t->before_apply(t->before_apply_ctx, l);
     if (!t->shape_only) n->op->forward(n);
     return n;
 }
@@ -144,6 +145,7 @@ sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *l
     n->inputs = &n->input;
     n->ninputs = 1;
     n->labels = labels;
+    n->dev_labels = logits->out.device != SP_CPU ? t->dev_labels : NULL;
     logits->nconsumers++;
     n->op->infer(n, &logits->out);
     n->out = sp_tape_tensor_on(t, logits->out.device, n->out.ndim, n->out.shape);

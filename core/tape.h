@@ -16,6 +16,15 @@ struct sp_tape {
     int n, cap;
     bool shape_only;   /* record shapes and costs, run nothing (planners, simulators) */
     void *dev_arena[SP_NDEVICES];   /* per-step memory on other devices (core/backend.h) */
+    /* Set by a caller that staged the labels on the device (the training loop's
+     * prefetch, a whole-step CUDA graph): sp_apply_loss hands them to the loss node,
+     * whose device twin then reads them there instead of copying them up. */
+    const int *dev_labels;
+    /* Called before each sp_apply / sp_apply_n runs a layer's forward (NULL: none): the
+     * training loop's next forward waits there for that layer's update of the previous
+     * step, still running (sp_ooo_wait_layer). */
+    void (*before_apply)(void *ctx, const sp_layer *l);
+    void *before_apply_ctx;
 };
 
 void sp_tape_init(sp_tape *t);

@@ -56,7 +56,7 @@ static void gru_forward(sp_node *n)
     for (int t = 0; t < T; t++) {
         float *h = s->hs + (size_t)t * B * H, *gates = s->gates + (size_t)t * B * H4;
         for (int b = 0; b < B; b++) memcpy(hp + (size_t)b * H3, bhh, (size_t)H3 * sizeof(float));
-        if (t > 0) sp_gemm(false, false, B, H3, H, 1.0f, h - B * H, H, s->whh_t, H3, 1.0f, hp, H3);
+        if (t > 0) sp_rec_step_gemm(B, H3, H, 1.0f, h - B * H, H, s->whh_t, H3, 1.0f, hp, H3);
         for (int b = 0; b < B; b++)
             gru_step_forward(gates + (size_t)b * H4, hp + (size_t)b * H3, t ? h - (B - b) * H : NULL, h + b * H, H);
     }
@@ -93,7 +93,7 @@ static void gru_bptt(sp_node *n, const sp_tensor *dy)
         }
         if (t == 0) break;
         sp_recurrent_seed_grad(n, dy, t - 1, s->g, true);
-        sp_gemm(false, false, B, H, 3 * H, 1.0f, da, H4, PV(n, W_HH), H, 1.0f, s->g, H);
+        sp_rec_step_gemm(B, H, 3 * H, 1.0f, da, H4, PV(n, W_HH), H, 1.0f, s->g, H);
     }
 }
 

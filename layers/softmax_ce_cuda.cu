@@ -1,7 +1,8 @@
 /* softmax_ce_cuda.cu — the CUDA twin of layers/softmax_ce.c: softmax + cross-entropy,
  * mean over the batch, logits z [B, K] on the device, labels [B] on the host.
  *
- *   forward: labels are range-checked on the host (the CPU op's message) and copied up;
+ *   forward: labels are range-checked on the host (the CPU op's message) and copied up
+ *            (or read where the caller staged them: sp_tape.dev_labels);
  *            one block of threads, each thread one row (max, Σ exp in double, p saved,
  *            the row's loss in double) into shared memory; after a barrier thread 0
  *            adds the rows' losses in row order — the CPU op's order, so the loss is
@@ -91,11 +92,14 @@ static void ce_cuda_forward(sp_node *n)
             sp_fail("softmax_ce: label %d of sample %d out of range [0, %d)", n->labels[b], b, K);
     ce_saved *s = (ce_saved *)sp_tape_alloc(n->tape, sizeof *s);
     s->p = (float *)sp_tape_alloc_on(n->tape, SP_CUDA, z->numel * sizeof(float));
-    s->labels = (int *)sp_tape_alloc_on(n->tape, SP_CUDA, (size_t)B * sizeof(int));
     n->saved = s;
     cudaStream_t st = sp_cuda_stream();
-    /* labels outlive the step (sp_apply_loss's contract), so the copy may stay queued */
-    sp_cuda_check(cudaMemcpyAsync(s->labels, n->labels, (size_t)B * sizeof(int), cudaMemcpyHostToDevice, st));
+    if (n->dev_labels) {   /* staged by the caller (a whole-step graph must not copy pageable memory) */
+        s->labels = (int *)n->dev_labels;
+    } else {   /* labels outlive the step (sp_apply_loss's contract), so the copy may stay queued */
+        s->labels = (int *)sp_tape_alloc_on(n->tape, SP_CUDA, (size_t)B * sizeof(int));
+        sp_cuda_check(cudaMemcpyAsync(s->labels, n->labels, (size_t)B * sizeof(int), cudaMemcpyHostToDevice, st));
+    }
     ce_forward_cuda(n->out.data, s->p, z->data, s->labels, B, K, st);
 }
 

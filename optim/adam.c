@@ -51,7 +51,7 @@ static void adam_update(sp_optim *o, int i)
 {
     sp_param *prm = o->params[i];
     const sp_optim_cfg *h = &o->cfg;
-    double step = (double)++o->steps[i];
+    double step = (double)(o->sc_dev ? o->steps[i] : ++o->steps[i]);   /* device scalars: staged and counted */
     double bc1 = 1 - pow(h->beta1, step);
     double bc2 = 1 - pow(h->beta2, step);
     double step_size = o->lr / bc1;
@@ -73,12 +73,23 @@ static void adam_update(sp_optim *o, int i)
         .decoupled = o->decoupled,
     };
     if (o->device != SP_CPU) {
-        sp_adam_args a = {c.p, c.m, c.v, c.g, prm->value.numel, c.wd, c.decay_factor, c.beta1, c.one_minus_beta1,
+        sp_adam_args a = {c.p, c.m, c.v, c.g, o->sc_dev ? o->sc_dev + i : NULL, prm->value.numel, c.wd, c.decay_factor, c.beta1, c.one_minus_beta1,
                           c.beta2, c.one_minus_beta2, c.bc2_sqrt, c.eps, c.neg_step_size, c.l2, c.decoupled};
         sp_optim_device(o->device)->adam(&a);
         return;
     }
     sp_optim_for(prm->value.numel, adam_range, &c);
+}
+
+/* The scalars adam_update computes, for the coming step (device scalars). */
+static void adam_scalars(sp_optim *o, int i, sp_optim_scalars *out)
+{
+    const sp_optim_cfg *h = &o->cfg;
+    double step = (double)++o->steps[i];
+    double bc1 = 1 - pow(h->beta1, step);
+    double bc2 = 1 - pow(h->beta2, step);
+    *out = (sp_optim_scalars){.neg_lr = (float)(-(o->lr / bc1)), .decay_factor = (float)(1 - o->lr * h->weight_decay),
+                              .bc2_sqrt = (float)sqrt(bc2)};
 }
 
 sp_optim *sp_adam_new(sp_param **params, int n, double lr, double beta1, double beta2, double eps,
@@ -92,6 +103,7 @@ sp_optim *sp_adam_new(sp_param **params, int n, double lr, double beta1, double 
     if (!(beta2 >= 0 && beta2 < 1)) sp_fail("optim %s: beta2 %g (expected in [0, 1))", name, beta2);
     if (!(weight_decay >= 0)) sp_fail("optim %s: weight decay %g (expected >= 0)", name, weight_decay);
     sp_optim *o = sp_optim_alloc(name, params, n, 2, adam_update);
+    o->scalars = adam_scalars;
     o->lr = lr;
     o->decoupled = decoupled;
     o->cfg = sp_optim_cfg_default();

@@ -68,12 +68,33 @@ void sp_optim_step_params(sp_optim *o, sp_param **params, int k);
 void sp_optim_zero_grad(sp_optim *o);
 void sp_optim_set_lr(sp_optim *o, double lr);
 double sp_optim_get_lr(const sp_optim *o);
+
+/* Whole-step CUDA Graphs (docs/CUDA.md, "The whole step as one graph"): a replayed
+ * graph repeats its kernels' arguments, so the scalars that change between steps (the
+ * learning rate, SGD's first-step flag, Adam's bias corrections) must live in device
+ * memory. With device scalars on (device optimizers only), sp_optim_stage_scalars
+ * computes every parameter's scalars for the coming step exactly as its update would
+ * (same doubles, same roundings), advances the step counts, and queues ONE copy of
+ * them to the device on the calling lane; the update kernels then read them there.
+ * Call it once per step, before the step's updates are queued (outside a capture). */
+void sp_optim_device_scalars(sp_optim *o, bool on);
+void sp_optim_stage_scalars(sp_optim *o);
 const char *sp_optim_name(const sp_optim *o);
 void sp_optim_free(sp_optim *o);
 
 /* ---- the optimizer object (read-only for users; sgd.c and adam.c fill it) ---------- */
 
 typedef void (*sp_optim_update_fn)(sp_optim *o, int i);   /* update params[i] */
+
+/* One parameter's per-step scalars, as a device update kernel reads them (device
+ * scalars on): float exactly as the CPU rule rounds them. */
+typedef struct sp_optim_scalars {
+    float neg_lr;           /* sgd: −lr; adam/adamw: −lr / (1 − β1^t) */
+    float decay_factor;     /* adamw: 1 − lr·wd */
+    float bc2_sqrt;         /* adam/adamw: √(1 − β2^t) */
+    int first;              /* sgd: the parameter's first step */
+} sp_optim_scalars;
+typedef void (*sp_optim_scalars_fn)(sp_optim *o, int i, sp_optim_scalars *out);   /* advances steps[i] */
 
 struct sp_optim {
     const char *name;            /* "sgd", "adam", "adamw" */
@@ -87,6 +108,11 @@ struct sp_optim {
     float *state[2];             /* sgd: momentum buffer; adam: m, v (each Σ numel) */
     sp_device device;            /* where the parameters and the state live */
     sp_optim_update_fn update;
+    sp_optim_scalars_fn scalars; /* the coming step's scalars (device scalars) */
+    /* device scalars (sp_optim_device_scalars): the staged scalars of each parameter */
+    void *sc_handle;             /* the backend's pinned + device buffers */
+    sp_optim_scalars *sc_host;   /* [nparams] staging (host) */
+    const sp_optim_scalars *sc_dev;   /* [nparams] on the device, read by the kernels */
 };
 
 /* Shared constructor: validates params (non-empty, all on one device, no duplicates)
@@ -114,6 +140,7 @@ void sp_optim_for(size_t numel, void (*fn)(void *ctx, size_t begin, size_t end),
 typedef struct sp_sgd_args {
     float *p, *buf;
     const float *g;
+    const sp_optim_scalars *dev;   /* device scalars: neg_lr and first read there (else NULL) */
     size_t n;
     float wd, momentum, one_minus_damp, neg_lr;
     bool use_wd, use_momentum, first, nesterov;
@@ -122,6 +149,7 @@ typedef struct sp_sgd_args {
 typedef struct sp_adam_args {
     float *p, *m, *v;
     const float *g;
+    const sp_optim_scalars *dev;   /* device scalars: neg_step_size, decay_factor, bc2_sqrt read there */
     size_t n;
     float wd, decay_factor, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size;
     bool l2, decoupled;
@@ -130,6 +158,11 @@ typedef struct sp_adam_args {
 typedef struct sp_optim_device_ops {
     void (*sgd)(const sp_sgd_args *a);
     void (*adam)(const sp_adam_args *a);
+    /* Device scalars: n structs in device memory (and a pinned staging copy); upload
+     * queues one copy of src on the calling lane (src is copied first: it may change). */
+    void *(*scalars_new)(int n, const sp_optim_scalars **dev);
+    void (*scalars_upload)(void *h, const sp_optim_scalars *src, int n);
+    void (*scalars_free)(void *h);
 } sp_optim_device_ops;
 
 void sp_optim_register_device(sp_device dev, const sp_optim_device_ops *ops);

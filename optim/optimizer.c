@@ -110,11 +110,37 @@ void sp_optim_set_lr(sp_optim *o, double lr)
 
 double sp_optim_get_lr(const sp_optim *o) { return o->lr; }
 
+void sp_optim_device_scalars(sp_optim *o, bool on)
+{
+    if (on == (o->sc_handle != NULL)) return;
+    if (o->device == SP_CPU) sp_fail("optim %s: device scalars need parameters on a device (they are on the cpu)", o->name);
+    const sp_optim_device_ops *d = sp_optim_device(o->device);
+    if (on) {
+        if (!o->scalars || !d->scalars_new) sp_fail("optim %s: no device scalars on %s", o->name, sp_device_name(o->device));
+        o->sc_handle = d->scalars_new(o->nparams, &o->sc_dev);
+        o->sc_host = sp_xcalloc((size_t)o->nparams, sizeof *o->sc_host);
+        return;
+    }
+    d->scalars_free(o->sc_handle);
+    free(o->sc_host);
+    o->sc_handle = NULL;
+    o->sc_host = NULL;
+    o->sc_dev = NULL;
+}
+
+void sp_optim_stage_scalars(sp_optim *o)
+{
+    if (!o->sc_handle) sp_fail("optim %s: sp_optim_stage_scalars without device scalars (sp_optim_device_scalars)", o->name);
+    for (int i = 0; i < o->nparams; i++) o->scalars(o, i, &o->sc_host[i]);
+    sp_optim_device(o->device)->scalars_upload(o->sc_handle, o->sc_host, o->nparams);
+}
+
 const char *sp_optim_name(const sp_optim *o) { return o->name; }
 
 void sp_optim_free(sp_optim *o)
 {
     if (!o) return;
+    if (o->sc_handle) sp_optim_device_scalars(o, false);
     for (int s = 0; s < 2; s++) {
         if (o->device == SP_CPU) free(o->state[s]);
         else if (o->state[s]) sp_backend_allocator(o->device)->free(o->state[s]);

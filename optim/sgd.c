@@ -68,12 +68,19 @@ static void sgd_update(sp_optim *o, int i)
         .nesterov = h->nesterov,
     };
     if (o->device != SP_CPU) {
-        sp_sgd_args a = {c.p, c.buf, c.g, p->value.numel, c.wd, c.momentum, c.one_minus_damp, c.neg_lr,
-                         c.use_wd, c.use_momentum, c.first, c.nesterov};
+        sp_sgd_args a = {c.p, c.buf, c.g, o->sc_dev ? o->sc_dev + i : NULL, p->value.numel, c.wd, c.momentum,
+                         c.one_minus_damp, c.neg_lr, c.use_wd, c.use_momentum, c.first, c.nesterov};
         sp_optim_device(o->device)->sgd(&a);
+        if (o->sc_dev) return;   /* sp_optim_stage_scalars counted the step */
     } else {
         sp_optim_for(p->value.numel, sgd_range, &c);
     }
+    o->steps[i]++;
+}
+
+static void sgd_scalars(sp_optim *o, int i, sp_optim_scalars *out)
+{
+    *out = (sp_optim_scalars){.neg_lr = (float)(-o->lr), .first = o->steps[i] == 0};
     o->steps[i]++;
 }
 
@@ -88,6 +95,7 @@ sp_optim *sp_sgd_new(sp_param **params, int n, double lr, double momentum, doubl
         sp_fail("optim sgd: nesterov with momentum %g and dampening %g (expected momentum > 0 and dampening 0)",
                 momentum, dampening);
     sp_optim *o = sp_optim_alloc("sgd", params, n, momentum != 0 ? 1 : 0, sgd_update);
+    o->scalars = sgd_scalars;
     o->lr = lr;
     o->cfg = sp_optim_cfg_default();
     o->cfg.lr = lr;

@@ -295,7 +295,8 @@ typedef struct ooo_state {
     sp_ooo_order order;
     void *dev;              /* the device executor's state, made at the first device step */
     bool on_device;         /* the last backward ran on the device                         */
-    bool cuda_graph;        /* --cuda-graph                                                 */
+    bool cuda_graph;        /* --cuda-graph: the backward captured by the engine            */
+    bool step_capture;      /* the caller captures the whole step (sp_ooo_set_step_capture) */
     sp_ooo_exec *exec;
     sp_tape sub_tape;       /* the sub lane's arena for op scratch */
     sp_ooo_run run;
@@ -393,7 +394,8 @@ static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
     if (s->on_device && !g_device_exec)
         sp_fail("ooo: the loss is on %s but no device executor is registered (expected sp_cuda_init first)",
                 sp_device_name(loss->out.device));
-    if (!s->on_device || !s->cuda_graph) profile_apply(s, g);   /* a captured backward keeps its plan */
+    bool graphed = s->cuda_graph || s->step_capture;
+    if (!s->on_device || !graphed) profile_apply(s, g);   /* a captured backward keeps its plan */
     /* On a device the two lanes are streams: the host thread count does not matter. */
     bool two = (s->on_device || s->threads >= 2) && s->order != SP_OOO_CONVENTIONAL;
     sp_ooo_plan *p = sp_ooo_plan_make(t, g, s->order, e->opts.k, e->opts.mem_cap, two);
@@ -432,8 +434,8 @@ static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
         memset(r->ran_on, 0, (size_t)(g->ntasks + 1) * sizeof(int));
         r->peak_bytes = p->peak_bytes;   /* the model: the streams' interleaving is not observed */
         /* Event times when someone reads them: the trace, the list order's profile. */
-        s->timed = !s->cuda_graph && (e->opts.trace_path || s->order == SP_OOO_LIST);
-        g_device_exec->begin(s->dev, t, g, p, &cfg, r, s->timed, s->cuda_graph);
+        s->timed = !graphed && (e->opts.trace_path || s->order == SP_OOO_LIST);
+        g_device_exec->begin(s->dev, t, g, p, &cfg, r, s->timed, s->cuda_graph && !s->step_capture);
         return;
     }
     sp_ooo_exec_begin(s->exec, t, g, p, &cfg, &s->run);
@@ -452,8 +454,11 @@ void sp_ooo_wait_layer(sp_engine *e, const sp_layer *l)
     ooo_state *s = state_of(e);
     if (!s->in_flight) return;
     const sp_ooo_graph *g = s->run.graph;
-    for (int r = 0; r < g->L; r++)
-        if (g->layers[r] == l && g->u_task[r] >= 0) sp_ooo_exec_wait_task(s->exec, g->u_task[r]);
+    for (int r = 0; r < g->L; r++) {
+        if (g->layers[r] != l || g->u_task[r] < 0) continue;
+        if (s->on_device) g_device_exec->wait_task(s->dev, g->u_task[r]);
+        else sp_ooo_exec_wait_task(s->exec, g->u_task[r]);
+    }
 }
 
 const sp_ooo_stats *sp_ooo_last_stats(sp_engine *e) { return &state_of(e)->stats; }
@@ -465,6 +470,15 @@ void sp_ooo_set_cuda_graph(sp_engine *e, bool on)
         sp_fail("--cuda-graph with --trace %s: a replayed graph has no per-task event times (expected one of them)",
                 e->opts.trace_path);
     s->cuda_graph = on;
+}
+
+void sp_ooo_set_step_capture(sp_engine *e, bool on)
+{
+    ooo_state *s = state_of(e);
+    if (on && e->opts.trace_path)
+        sp_fail("--cuda-graph with --trace %s: a replayed graph has no per-task event times (expected one of them)",
+                e->opts.trace_path);
+    s->step_capture = on;
 }
 
 sp_ooo_device_stats sp_ooo_device_stats_get(sp_engine *e)

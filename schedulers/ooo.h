@@ -145,7 +145,10 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
 void sp_ooo_exec_wait_task(sp_ooo_exec *x, int task);
 /* A backward of fewer flops (ops' cost models) runs on the main lane alone, with the
  * thread pool (default 5e7); tests set 0 to exercise both lanes on small models. */
-void sp_ooo_exec_set_min_two_lane_flops(double flops);
+void sp_ooo_exec_set_min_two_lane_flops(double flops);   /* 0: always two lanes, no tuning */
+/* Off: every backward above the size rule runs on two lanes (tests that time the
+ * lanes); on (default): the executor measures both modes and keeps the faster. */
+void sp_ooo_exec_set_lane_tuning(bool on);
 void sp_ooo_exec_finish(sp_ooo_exec *x);
 bool sp_ooo_exec_busy(const sp_ooo_exec *x);
 
@@ -183,6 +186,7 @@ typedef struct sp_ooo_device_stats {
     long graph_captures;    /* --cuda-graph: backwards captured (a new shape, or the first) */
     long graph_replays;     /* ... and replayed                                          */
     int cross_events;       /* cudaStreamWaitEvent per backward (cross-stream edges)     */
+    long layer_waits;       /* next forwards' waits for one layer's U (sp_ooo_wait_layer) */
 } sp_ooo_device_stats;
 
 typedef struct sp_ooo_device_exec {
@@ -192,9 +196,12 @@ typedef struct sp_ooo_device_exec {
      * finish (the trace, the list order's profile); graph: --cuda-graph. */
     void (*begin)(void *x, sp_tape *t, const sp_ooo_graph *g, const sp_ooo_plan *p, const sp_ooo_exec_cfg *cfg,
                   sp_ooo_run *run, bool timing, bool graph);
-    /* Waits for the backward when it was timed and fills run's times (seconds). */
+    /* Joins the streams (the caller's stream waits for the sub stream's last task);
+     * when the backward was timed, waits for it and fills run's times (seconds). */
     void (*finish)(void *x, sp_ooo_run *run);
     void (*stats)(void *x, sp_ooo_device_stats *out);
+    /* Before the join: the calling lane's stream waits for task (a U) on its stream. */
+    void (*wait_task)(void *x, int task);
 } sp_ooo_device_exec;
 
 void sp_ooo_register_device(const sp_ooo_device_exec *x);
@@ -203,6 +210,10 @@ void sp_ooo_register_device(const sp_ooo_device_exec *x);
  * The per-layer updates U run after the replay on the sub stream (their scalars, e.g.
  * Adam's step count, change every step). Not with a trace (no event times in a graph). */
 void sp_ooo_set_cuda_graph(sp_engine *e, bool on);
+/* The caller captures the whole step as one graph (schedulers/train.h, sp_step_graph):
+ * no capture of the engine's own, no event timing (a graph has none), and the list
+ * order keeps its flop estimates (a captured plan must not change between replays). */
+void sp_ooo_set_step_capture(sp_engine *e, bool on);
 /* Zeroes when the engine has not run on the device. */
 sp_ooo_device_stats sp_ooo_device_stats_get(sp_engine *e);
 
@@ -236,7 +247,10 @@ void sp_ooo_write_trace(sp_engine *e, const char *path);
 /* Overlapping the next forward with the tail of this backward (F'_i after U_i):
  * backward_async returns when the critical path is done while δW and U continue on the
  * sub lane. Until sp_ooo_sync: keep this tape and the batch alive (record the next step
- * on another tape), and apply a layer only after sp_ooo_wait_layer on it. */
+ * on another tape), and apply a layer only after sp_ooo_wait_layer on it. On a device
+ * nothing blocks the host: backward_async returns once the tasks are queued, wait_layer
+ * makes the calling lane's stream wait for the layer's U event, and sync makes it wait
+ * for the sub stream's last task (zero the gradients only after it). */
 void sp_ooo_backward_async(sp_engine *e, sp_tape *t, sp_node *loss);
 void sp_ooo_wait_layer(sp_engine *e, const sp_layer *l);
 void sp_ooo_sync(sp_engine *e);

@@ -18,14 +18,19 @@
  * the linear engine's bits whatever the streams' interleaving.
  *
  * The backward forks from lane 0 (lane 1 waits for an event recorded after the forward,
- * the gradient zeroing and the seed) and joins it at the end (lane 0 waits for lane 1's
- * last event), so whatever the caller queues next on lane 0 — the loss read, the next
- * step's forward — comes after every update.
+ * the gradient zeroing and the seed) and joins it in finish (sp_ooo_sync: lane 0 waits
+ * for lane 1's last event). Between the two, the next step's forward may be queued on
+ * lane 0 (sp_ooo_backward_async): each layer's forward waits only for that layer's U
+ * event (sp_ooo_wait_layer → wait_task), so it overlaps the last δW/U on lane 1 — F'_i
+ * after U_i, as on the CPU. At the join the tape's arena is marked joined: its reset
+ * then waits for lane 0 alone, not for the whole device (core/backend_cuda.cu).
  *
  * Timing (--trace, the list order's profile): a timing event before and after each task;
  * finish waits for the backward and turns them into seconds from the fork.
  *
- * --cuda-graph: the backward's δO and δW tasks (both streams, their events) are captured
+ * The backward as a graph (sp_ooo_set_cuda_graph: the demo's --cuda-graph; the training
+ * loop captures the whole step instead, schedulers/train.c, and the engine then runs live
+ * inside that capture): the backward's δO and δW tasks (both streams, their events) are captured
  * with cudaStreamBeginCapture on lane 0 the second time a key is seen (the key hashes
  * every task's node, op, shapes and device pointers: the same model on the same shapes
  * reuses the same arena addresses from the second step on), instantiated, and replayed
@@ -54,6 +59,9 @@ struct dev_exec {
     cudaEvent_t *t_start, *t_end;   /* [cap] timing */
     cudaEvent_t t0, fork, join, after_graph;
     bool timed;                     /* the last begin recorded timing events */
+    bool need_join;                 /* lane 1 still runs the last backward's tail: finish joins it */
+    bool *u_recorded;               /* [cap] done[task] recorded for this U (the next forward waits on it) */
+    sp_tape *tape;                  /* the last backward's tape (its arena is marked joined at the join) */
     int ntimed;
     const sp_ooo_plan *plan;
     /* --cuda-graph: the backwards seen lately, by key; a graph for those seen twice */
@@ -74,6 +82,7 @@ void grow(dev_exec *x, int n)
     x->done = (cudaEvent_t *)sp_xrealloc(x->done, (size_t)cap * sizeof(cudaEvent_t));
     x->t_start = (cudaEvent_t *)sp_xrealloc(x->t_start, (size_t)cap * sizeof(cudaEvent_t));
     x->t_end = (cudaEvent_t *)sp_xrealloc(x->t_end, (size_t)cap * sizeof(cudaEvent_t));
+    x->u_recorded = (bool *)sp_xrealloc(x->u_recorded, (size_t)cap * sizeof(bool));
     for (int i = x->cap; i < cap; i++) {
         sp_cuda_check(cudaEventCreateWithFlags(&x->done[i], cudaEventDisableTiming));
         sp_cuda_check(cudaEventCreate(&x->t_start[i]));
@@ -111,6 +120,7 @@ void dev_destroy(void *p)
     free(x->done);
     free(x->t_start);
     free(x->t_end);
+    free(x->u_recorded);
     free(x);
 }
 
@@ -157,7 +167,10 @@ void queue_tasks(dev_exec *x, const sp_ooo_graph *g, const sp_ooo_plan *p, const
         if (timing) sp_cuda_check(cudaEventRecord(x->t_start[id], s));
         run_task(cfg, t);
         if (timing) sp_cuda_check(cudaEventRecord(x->t_end[id], s));
-        if (cross_succ(g, p, id)) sp_cuda_check(cudaEventRecord(x->done[id], s));
+        /* done: for successors on the other stream, and after every U for the next step's
+         * forward of that layer (sp_ooo_wait_layer), which may start before the join */
+        if (cross_succ(g, p, id) || t->kind == SP_OOO_U) sp_cuda_check(cudaEventRecord(x->done[id], s));
+        x->u_recorded[id] = t->kind == SP_OOO_U;
         sp_cuda_set_lane(0);
         run->ran_on[id] = lane;
     }
@@ -227,22 +240,24 @@ uint64_t backward_key(const sp_ooo_graph *g, const sp_ooo_plan *p)
 void dev_begin(void *px, sp_tape *tape, const sp_ooo_graph *g, const sp_ooo_plan *p, const sp_ooo_exec_cfg *cfg,
                sp_ooo_run *run, bool timing, bool graph)
 {
-    (void)tape;
     dev_exec *x = (dev_exec *)px;
     if (sp_cuda_current() != &sp_cuda()->lanes[0])
         sp_fail("ooo on cuda: the backward is queued from lane %d (expected lane 0: the engine owns both lanes)",
                 (int)(sp_cuda_current() - sp_cuda()->lanes));
     grow(x, g->ntasks + 1);
+    memset(x->u_recorded, 0, (size_t)x->cap * sizeof(bool));
     x->plan = p;
+    x->tape = tape;
     x->st.cross_events = 0;
     bool two = p->nqueue[SP_OOO_SUB] > 0;
     timing = timing && !graph;
     x->timed = timing;
+    x->need_join = false;
     if (timing) sp_cuda_check(cudaEventRecord(x->t0, lane_stream(0)));
-    if (!graph) {
+    if (!graph) {   /* the join waits for finish (sp_ooo_sync): the next forward may come first */
         fork_lanes(x, two);
         queue_tasks(x, g, p, cfg, run, timing, all_tasks);
-        join_lanes(x, two);
+        x->need_join = two;
         return;
     }
     uint64_t key = backward_key(g, p);
@@ -302,9 +317,26 @@ double elapsed_s(cudaEvent_t a, cudaEvent_t b)
     return 1e-3 * (double)ms;
 }
 
+/* The next step's forward of a layer: the calling lane's stream waits for that layer's
+ * update U (recorded on its stream by the last backward), not for the whole backward. */
+void dev_wait_task(void *px, int task)
+{
+    dev_exec *x = (dev_exec *)px;
+    if (!x->need_join || task < 0 || task >= x->cap || !x->u_recorded[task]) return;   /* joined already */
+    sp_cuda_check(cudaStreamWaitEvent(sp_cuda_stream(), x->done[task], 0));
+    x->st.layer_waits++;
+}
+
+/* The join (lane 0 waits for lane 1's last task; the tape's arena may then be reset
+ * after lane 0 alone), then the timing events when the backward was timed. */
 void dev_finish(void *px, sp_ooo_run *run)
 {
     dev_exec *x = (dev_exec *)px;
+    if (x->need_join) {
+        join_lanes(x, true);
+        x->need_join = false;
+        sp_cuda_arena_joined(x->tape);
+    }
     if (!x->timed) return;
     const sp_ooo_graph *g = run->graph;
     sp_cuda_check(cudaStreamSynchronize(lane_stream(0)));   /* lane 0 waited for lane 1's last task */
@@ -326,7 +358,7 @@ void dev_finish(void *px, sp_ooo_run *run)
 
 void dev_stats(void *px, sp_ooo_device_stats *out) { *out = ((dev_exec *)px)->st; }
 
-const sp_ooo_device_exec cuda_ooo_exec = {dev_create, dev_destroy, dev_begin, dev_finish, dev_stats};
+const sp_ooo_device_exec cuda_ooo_exec = {dev_create, dev_destroy, dev_begin, dev_finish, dev_stats, dev_wait_task};
 
 }   // namespace
 

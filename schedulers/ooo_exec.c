@@ -29,6 +29,7 @@
  * bytes are at most what the order run one task at a time holds (ooo_policy.c has
  * checked that fits). The trace of a run is written by ooo_trace.c. */
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -59,6 +60,21 @@ typedef struct run_ctx {
     sp_tape *main_scratch;
 } run_ctx;
 
+/* Two lanes or one, measured: the step-to-step time of each mode on this backward (keyed
+ * by its task count and flops), probed alternately for the first TUNE_PROBES steps, then
+ * the faster mode, with the other probed again every TUNE_REPROBE steps. Both modes give
+ * the same bits; only the time differs, and which is faster depends on the machine and
+ * the model (LeNet-5 b64 here: two lanes 1.4× slower; docs/PERFORMANCE.md). */
+enum { TUNE_PROBES = 6, TUNE_REPROBE = 64 };
+typedef struct lane_tuner {
+    int nexec;
+    double work;
+    long steps;           /* steps seen with this key */
+    int prev;             /* mode of the previous step: 0 one lane, 1 two lanes, -1 none */
+    double prev_begin;    /* when it began */
+    double est[2];        /* smoothed step time per mode, 0 = not yet measured */
+} lane_tuner;
+
 struct sp_ooo_exec {
     pthread_mutex_t mu;
     pthread_cond_t cv;        /* every state change: task done, work posted, lane idle */
@@ -69,6 +85,7 @@ struct sp_ooo_exec {
     size_t scratch_total;     /* most op scratch of one step, both lanes together     */
     unsigned generation;
     run_ctx *cur;
+    lane_tuner tune;
 };
 
 /* ---- one task ------------------------------------------------------------------------ */
@@ -166,7 +183,44 @@ static void signal_done(sp_ooo_exec *x)
  * (LeNet-5 at batch 16: ~3e7) has too little beside its δ chain to pay for them. */
 static double g_min_two_lane_flops = 5e7;
 
-void sp_ooo_exec_set_min_two_lane_flops(double flops) { g_min_two_lane_flops = flops; }
+/* Measure which lane mode is faster (lane_tuner); off when a test forces two lanes. */
+static bool g_tune_lanes = true;
+
+void sp_ooo_exec_set_min_two_lane_flops(double flops)
+{
+    g_min_two_lane_flops = flops;
+    g_tune_lanes = flops > 0;
+}
+
+void sp_ooo_exec_set_lane_tuning(bool on) { g_tune_lanes = on; }
+
+/* Whether this step runs on two lanes: the size rule, then the measured choice. */
+static bool choose_two_lanes(lane_tuner *u, int nexec, double work, double now)
+{
+    if (work < g_min_two_lane_flops) {
+        u->prev = -1;
+        return false;
+    }
+    if (!g_tune_lanes) return true;
+    if (u->nexec != nexec || u->work != work) {   /* another backward: start over */
+        *u = (lane_tuner){.nexec = nexec, .work = work, .prev = -1};
+    } else if (u->prev >= 0) {
+        double dt = now - u->prev_begin, *e = &u->est[u->prev];
+        /* an evaluation or a checkpoint between two steps is no step: skip outliers */
+        if (*e == 0 || dt < 3 * *e) *e = *e == 0 ? dt : (u->steps <= TUNE_PROBES ? fmin(*e, dt) : 0.75 * *e + 0.25 * dt);
+    }
+    long k = u->steps++;
+    int mode;
+    if (k < TUNE_PROBES || u->est[0] == 0 || u->est[1] == 0)
+        mode = (int)(k % 2 == 0);   /* two, one, two, … */
+    else {
+        mode = u->est[1] <= u->est[0];
+        if (k % TUNE_REPROBE == 0) mode = !mode;
+    }
+    u->prev = mode;
+    u->prev_begin = now;
+    return mode == 1;
+}
 
 /* A task's arithmetic from its op's cost model (est may hold last step's seconds). */
 static double task_flops(const sp_ooo_task *t)
@@ -355,7 +409,7 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
     c->t0 = sp_now();
     double work = 0;
     for (int i = 0; i < g->nexec; i++) work += task_flops(&g->tasks[i]);
-    if (p->nqueue[SP_OOO_SUB] > 0 && work < g_min_two_lane_flops) {   /* too small to share */
+    if (p->nqueue[SP_OOO_SUB] > 0 && !choose_two_lanes(&x->tune, g->nexec, work, c->t0)) {   /* one lane */
         x->cur = c;
         atomic_store(&c->idle[SP_OOO_SUB], 0);   /* the pool is this lane's already: no wide hand-off */
         if (cfg->lanes_inline) sp_parallel_set_inline(false);

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,15 +12,15 @@
 #include "core/parallel.h"
 #include "schedulers/checkpoint.h"
 #include "schedulers/exec.h"
+#include "schedulers/ooo.h"
 #include "schedulers/train.h"
 
 static sp_device model_device(const sp_model *m) { return m->nparams ? m->params[0]->value.device : SP_CPU; }
 
-/* The step up to its loss node; on a device everything is queued, nothing waited for. */
-static sp_node *step_queue(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
-                           double *fwd_s, double *bwd_s)
+/* The step after the tape's reset; on a device everything is queued, nothing waited for. */
+static sp_node *step_body(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
+                          double *fwd_s, double *bwd_s)
 {
-    sp_tape_reset(t);
     sp_optim_zero_grad(o);
     double t0 = sp_now();
     sp_tensor xin = sp_tape_copy_on(t, model_device(m), x);   /* the batch goes up (--device cuda) */
@@ -31,6 +32,153 @@ static sp_node *step_queue(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, c
     if (fwd_s) *fwd_s = t1 - t0;
     if (bwd_s) *bwd_s = t2 - t1;
     return loss;
+}
+
+static sp_node *step_queue(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
+                           double *fwd_s, double *bwd_s)
+{
+    sp_tape_reset(t);
+    return step_body(m, e, o, t, x, y, fwd_s, bwd_s);
+}
+
+/* ---- ooo on a device: the next forward overlaps the last δW/U ------------------------- */
+
+static void wait_layer(void *e, const sp_layer *l) { sp_ooo_wait_layer(e, l); }
+
+/* The step on tape t while the previous step's backward (on the other tape) may still
+ * run its last δW and U on the sub stream: each layer's forward waits for that layer's
+ * update alone (sp_ooo_wait_layer); then the streams are joined, the gradients zeroed
+ * and this step's backward queued without a join (sp_ooo_backward_async). The staged
+ * batch of the previous step (slot `release`) is released after the join. */
+static sp_node *step_queue_overlap(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x,
+                                   const int *y, int release, double *fwd_s, double *bwd_s)
+{
+    sp_tape_reset(t);   /* the tape of two steps ago: joined, so lane 0 alone is waited for */
+    double t0 = sp_now();
+    t->before_apply = wait_layer;
+    t->before_apply_ctx = e;
+    sp_node *loss = sp_model_loss(m, t, x, y);
+    t->before_apply = NULL;
+    sp_ooo_sync(e);   /* the previous backward's tail joined: every update has read its gradient */
+    sp_backend_allocator(model_device(m))->release_staged(release);
+    sp_optim_zero_grad(o);
+    double t1 = sp_now();
+    sp_ooo_backward_async(e, t, loss);
+    if (fwd_s) *fwd_s = t1 - t0;
+    if (bwd_s) *bwd_s = sp_now() - t1;
+    return loss;
+}
+
+/* ---- the whole step as one device graph ----------------------------------------------- */
+
+#define STEP_GRAPHS 4   /* two staged input slots, times a full and a smaller last batch */
+
+struct sp_step_graph {
+    sp_model *m;
+    sp_engine *e;
+    sp_optim *o;
+    sp_device dev;
+    struct {
+        uint64_t key;
+        long used;            /* 0: empty */
+        bool capturable;      /* no host randomness in the step */
+        void *graph;          /* captured: replay it */
+        sp_tensor loss;       /* the captured step's loss (its arena address) */
+        int classes;          /* the logits' width: replayed labels are range-checked */
+    } c[STEP_GRAPHS];
+    long clock, captures, replays;
+};
+
+static uint64_t mix64(uint64_t h, uint64_t v)
+{
+    for (int b = 0; b < 8; b++) h = (h ^ ((v >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+    return h;
+}
+
+sp_step_graph *sp_step_graph_new(sp_model *m, sp_engine *e, sp_optim *o)
+{
+    sp_device dev = model_device(m);
+    if (dev == SP_CPU) sp_fail("--cuda-graph: the model is on the cpu (expected --device cuda)");
+    sp_backend_graph(dev);   /* fails now without graph support */
+    sp_step_graph *g = sp_xcalloc(1, sizeof *g);
+    *g = (sp_step_graph){.m = m, .e = e, .o = o, .dev = dev};
+    sp_optim_device_scalars(o, true);
+    if (strcmp(e->name, "ooo") == 0) sp_ooo_set_step_capture(e, true);
+    return g;
+}
+
+/* Ops whose forward draws host randomness each step: a replay would repeat it. */
+static bool step_capturable(const sp_tape *t)
+{
+    for (int i = 0; i < t->n; i++)
+        if (t->nodes[i]->op && strcmp(t->nodes[i]->op->name, "dropout") == 0 && !t->nodes[i]->layer->eval) return false;
+    return true;
+}
+
+const sp_tensor *sp_step_graph_step(sp_step_graph *g, sp_tape *t, const sp_tensor *x, const int *y, const int *y_dev)
+{
+    const sp_device_allocator *a = sp_backend_allocator(g->dev);
+    sp_tape_reset(t);   /* waits for the previous step: outside any capture */
+    const void *base = t->dev_arena[g->dev] ? a->arena_base(t->dev_arena[g->dev]) : NULL;
+    uint64_t key = 0xcbf29ce484222325ull;
+    key = mix64(key, (uint64_t)(uintptr_t)x->data);
+    key = mix64(key, (uint64_t)(uintptr_t)y_dev);
+    key = mix64(key, (uint64_t)(uintptr_t)base);
+    key = mix64(key, (uint64_t)g->m->eval);
+    key = mix64(key, (uint64_t)x->ndim);
+    for (int d = 0; d < x->ndim; d++) key = mix64(key, (uint64_t)x->shape[d]);
+    int slot = -1, lru = 0;
+    for (int i = 0; i < STEP_GRAPHS; i++) {
+        if (g->c[i].used && g->c[i].key == key) slot = i;
+        if (g->c[i].used < g->c[lru].used) lru = i;
+    }
+    g->clock++;
+    sp_optim_stage_scalars(g->o);   /* this step's lr, step counts, bias corrections: one copy */
+    if (slot >= 0 && g->c[slot].graph) {   /* replay */
+        int K = g->c[slot].classes, B = x->shape[0];
+        for (int b = 0; b < B; b++)   /* the live op's check, in its words */
+            if (y[b] < 0 || y[b] >= K) sp_fail("softmax_ce: label %d of sample %d out of range [0, %d)", y[b], b, K);
+        g->c[slot].used = g->clock;
+        sp_backend_graph(g->dev)->launch(g->c[slot].graph);
+        g->replays++;
+        return &g->c[slot].loss;
+    }
+    bool capture = slot >= 0 && g->c[slot].capturable && base;
+    if (slot < 0) {   /* a new key: live now, captured when it comes again */
+        slot = lru;
+        sp_backend_graph(g->dev)->free(g->c[slot].graph);
+        g->c[slot].graph = NULL;
+        g->c[slot].key = key;
+    }
+    g->c[slot].used = g->clock;
+    if (capture) sp_backend_graph(g->dev)->capture_begin();
+    t->dev_labels = y_dev;
+    sp_node *loss = step_body(g->m, g->e, g->o, t, x, y, NULL, NULL);
+    t->dev_labels = NULL;
+    if (capture) {
+        g->c[slot].graph = sp_backend_graph(g->dev)->capture_end();
+        sp_backend_graph(g->dev)->launch(g->c[slot].graph);
+        g->captures++;
+    }
+    g->c[slot].capturable = base && y_dev && step_capturable(t);
+    g->c[slot].loss = loss->out;
+    g->c[slot].classes = sp_node_x(loss)->shape[1];
+    return &g->c[slot].loss;
+}
+
+void sp_step_graph_counts(const sp_step_graph *g, long *captures, long *replays)
+{
+    *captures = g->captures;
+    *replays = g->replays;
+}
+
+void sp_step_graph_free(sp_step_graph *g)
+{
+    if (!g) return;
+    for (int i = 0; i < STEP_GRAPHS; i++) sp_backend_graph(g->dev)->free(g->c[i].graph);
+    sp_optim_device_scalars(g->o, false);
+    if (strcmp(g->e->name, "ooo") == 0) sp_ooo_set_step_capture(g->e, false);
+    free(g);
 }
 
 float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
@@ -271,6 +419,12 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         r.steps = resumed.step;
     }
     long first = r.steps;   /* the timing arrays are indexed by step */
+    sp_step_graph *sg = cfg->cuda_graph && model_device(m) != SP_CPU ? sp_step_graph_new(m, e, o) : NULL;
+    /* ooo on a device without the graph: step k+1's forward overlaps step k's last δW/U */
+    bool overlap = !sg && model_device(m) != SP_CPU && strcmp(e->name, "ooo") == 0 && e->opts.update;
+    sp_tape tapes[2];
+    sp_tape_init(&tapes[0]);
+    sp_tape_init(&tapes[1]);
 
     for (int epoch = resumed.epoch; epoch < epochs && r.steps < total; epoch++) {
         sp_loader_set_epoch(train, epoch);
@@ -290,6 +444,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         int slot = 0;
         bool have = r.steps < total && sp_loader_next(train, &b);
         sp_tensor xd = have && dev != SP_CPU ? stage_batch(dev, &b.x, slot) : b.x;
+        const int *yd = have && sg ? sp_backend_allocator(dev)->stage_labels(slot, b.y, (size_t)b.n) : NULL;
         while (have) {
             double f, bw, st;
             float loss;
@@ -300,10 +455,20 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             } else {
                 double t0 = sp_now();
                 sp_backend_allocator(dev)->use_staged(slot);
-                sp_node *ln = step_queue(m, e, o, &t, &xd, b.y, &f, &bw);
+                const sp_tensor *lt;
+                if (sg) {
+                    lt = sp_step_graph_step(sg, &t, &xd, b.y, yd);
+                    f = sp_now() - t0;   /* queueing (or one launch); the backward inside */
+                    bw = 0;
+                } else if (overlap) {
+                    lt = &step_queue_overlap(m, e, o, &tapes[r.steps % 2], &xd, b.y, slot ^ 1, &f, &bw)->out;
+                } else {
+                    lt = &step_queue(m, e, o, &t, &xd, b.y, &f, &bw)->out;
+                }
                 next = r.steps + 1 < total && sp_loader_next(train, &nb);   /* b.y stays valid: copied up */
                 if (next) xd = stage_batch(dev, &nb.x, slot ^ 1);
-                loss = sp_tensor_get(&ln->out, 0);
+                if (next && sg) yd = sp_backend_allocator(dev)->stage_labels(slot ^ 1, nb.y, (size_t)nb.n);
+                loss = sp_tensor_get(lt, 0);
                 st = sp_now() - t0;
             }
             if (!isfinite(loss)) sp_fail("%s: loss became %g at step %ld (try a smaller --lr)", cfg->app, loss, r.steps);
@@ -325,6 +490,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             if (cfg->on_step) cfg->on_step(cfg->on_step_ctx, r.steps);
             progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
             if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
+                if (overlap) sp_ooo_sync(e);   /* every update in */
                 evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
                 log_eval(log, r.steps, epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
                 progress_line(&p, "%s step %ld: test loss %.4f acc %.4f", cfg->app, r.steps, r.test_loss, r.test_acc);
@@ -336,6 +502,11 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
                 b = nb;
                 slot ^= 1;
             }
+        }
+        if (overlap) {   /* every update in (evaluation, the end of training); the next epoch's */
+            sp_ooo_sync(e);   /* first uploads wait for the join (its last step's δW read a slot) */
+            sp_backend_allocator(model_device(m))->release_staged(0);
+            sp_backend_allocator(model_device(m))->release_staged(1);
         }
         r.train_loss = epoch_steps ? epoch_loss / (double)epoch_steps : NAN;
         progress_show(&p, cfg->app, epoch, epochs, r.steps, r.last_loss, busy > 0 ? images / busy : 0, true);
@@ -361,7 +532,13 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         bool bad = ferror(log) != 0;
         if (fclose(log) != 0 || bad) sp_fail("--log %s: write failed: %s", cfg->log_path, strerror(errno));
     }
+    if (sg) {
+        sp_step_graph_counts(sg, &r.graph_captures, &r.graph_replays);
+        sp_step_graph_free(sg);
+    }
     sp_tape_free(&t);
+    sp_tape_free(&tapes[0]);
+    sp_tape_free(&tapes[1]);
     evaluator_free(&ev);
     free(fwd);
     free(bwd);

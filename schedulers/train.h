@@ -33,6 +33,9 @@ typedef struct sp_train_cfg {
     /* --parallel: the executor runs each step on the MPI ranks (schedulers/exec.h). Every
      * rank calls sp_train alike; the test set is split over the ranks for evaluation. */
     struct sp_exec *exec;
+    /* --cuda-graph: on a device, the whole steady-state step (forward, loss, backward,
+     * updates) captured as one graph per batch shape and replayed (sp_step_graph). */
+    bool cuda_graph;
 } sp_train_cfg;
 
 typedef struct sp_train_result {
@@ -44,6 +47,7 @@ typedef struct sp_train_result {
     double images_per_s;       /* training samples per second of step time    */
     double seconds;            /* wall time of the whole loop                 */
     double forward_ms, backward_ms, step_ms;   /* medians per step (backward: engine only) */
+    long graph_captures, graph_replays;        /* cfg.cuda_graph: whole steps captured / replayed */
 } sp_train_result;
 
 sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,
@@ -57,5 +61,29 @@ void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss, double *ac
  * and whole-step times if not NULL. */
 float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
                     double *fwd_s, double *bwd_s, double *step_s);
+
+/* ---- the whole step as one device graph (--cuda-graph, docs/CUDA.md) --------------------
+ *
+ * A step whose inputs sit in fixed device buffers (the staged batch and labels) and
+ * whose update reads its per-step scalars from device memory (sp_optim_device_scalars)
+ * repeats the same kernels with the same arguments every time, so it can be captured
+ * once and replayed. Each step is keyed by what the captured work depends on: the batch
+ * and label buffers, the batch shape, the step arena's base (same base and same shapes:
+ * same addresses) and the training mode. A key seen for the first time runs live; the
+ * second time it is captured (and launched); after that it is replayed — no host work
+ * but the scalars' copy and one launch. A new shape (the last, smaller batch of an
+ * epoch) is a new key: live, then captured; a few keys are kept (two input slots).
+ * Steps that draw host randomness (dropout) always run live. */
+typedef struct sp_step_graph sp_step_graph;
+
+/* Turns on o's device scalars (and, for the ooo engine, sp_ooo_set_step_capture)
+ * until sp_step_graph_free. m's parameters must be on a device. */
+sp_step_graph *sp_step_graph_new(sp_model *m, sp_engine *e, sp_optim *o);
+/* One training step queued on the device: x (device, fixed buffer) and the labels y
+ * (host; y_dev: the same labels staged on the device). Returns the loss tensor on the
+ * device, valid until the next step; nothing is waited for. */
+const sp_tensor *sp_step_graph_step(sp_step_graph *g, sp_tape *t, const sp_tensor *x, const int *y, const int *y_dev);
+void sp_step_graph_counts(const sp_step_graph *g, long *captures, long *replays);
+void sp_step_graph_free(sp_step_graph *g);
 
 #endif

@@ -188,8 +188,8 @@ static void ooo_vs_cpu_linear(const char *app, const char *args, const char *ooo
         cr_assert_leq(fabs(c - g), LOSS_TOL * fabs(c), "%s %s: cpu linear %.8g, cuda ooo %.8g", app, keys[i], c, g);
     }
     if (strstr(ooo_args, "--cuda-graph")) {
-        cr_assert_geq(tu_json_num(gpu, "graph_captures"), 1, "no backward captured: %s", gpu);
-        cr_assert_geq(tu_json_num(gpu, "graph_replays"), 1, "no backward replayed: %s", gpu);
+        cr_assert_geq(tu_json_num(gpu, "graph_captures"), 1, "no step captured: %s", gpu);
+        cr_assert_geq(tu_json_num(gpu, "graph_replays"), 1, "no step replayed: %s", gpu);
     }
 }
 
@@ -201,10 +201,21 @@ Test(apps_cuda, lenet_ooo_list_matches_cpu_linear)
     cleanup();
 }
 
+/* The next forward overlapping the last δW/U, over two epochs with a smaller last batch:
+ * the epoch's last backward is joined before the next epoch's uploads and evaluation. */
+Test(apps_cuda, lenet_ooo_overlap_two_epochs_matches_cpu_linear)
+{
+    char args[512];
+    snprintf(args, sizeof args, "--data-format mnist --data %s --epochs 2 --batch 8", tiny_idx(20, 4));
+    ooo_vs_cpu_linear("lenet", args, "--order reverse-first-k");
+    cleanup();
+}
+
 Test(apps_cuda, vgg11_ooo_cuda_graph_matches_cpu_linear)
 {
     char args[512];
-    /* steps 1-2 live (the arena settles, two staged input slots), 3-4 captured, 5- replayed */
+    /* the whole step: steps 1-3 live (the first before the arena exists, then two staged
+     * input slots), 4-5 captured, 6 replayed */
     snprintf(args, sizeof args, "--data-format mnist --data %s --steps 6 --batch 1", tiny_idx(16, 1));
     ooo_vs_cpu_linear("vgg11", args, "--cuda-graph");
     cleanup();
@@ -222,4 +233,43 @@ Test(apps_cuda, resnet_matches_cpu_linear)
     ooo_vs_cpu_linear("resnet", args, "");
     cpu_vs_cuda("resnet", args, "--backward bppsa", keys, 2);
     cleanup();
+}
+
+/* --cuda-graph captures the whole step (forward, loss, backward, updates) once per shape:
+ * an epoch of 20 samples in batches of 8 ends with a batch of 4 (a second shape, captured
+ * too), and the step learning-rate schedule changes the rate every epoch (a device scalar
+ * of the replayed update). Slots restart each epoch: epoch 1 runs live (the arena settles),
+ * epoch 2 captures two keys, epoch 3 captures one and replays two. */
+Test(apps_cuda, lenet_whole_step_graph_last_batch_matches_cpu_linear)
+{
+    char args[512], cpu[8192], gpu[8192], cmd[1024];
+    snprintf(args, sizeof args, "--data-format mnist --data %s --epochs 3 --batch 8 --lr-schedule step:1:0.5",
+             tiny_idx(20, 4));
+    snprintf(cmd, sizeof cmd, "%s %s --device cpu --quiet", tu_bin("lenet"), args);
+    cr_assert_eq(tu_run_last(cmd, cpu, sizeof cpu), 0, "%s failed", cmd);
+    snprintf(cmd, sizeof cmd, "%s %s --device cuda --backward ooo --cuda-graph --quiet", tu_bin("lenet"), args);
+    cr_assert_eq(tu_run_last(cmd, gpu, sizeof gpu), 0, "%s failed", cmd);
+    cr_assert(strstr(gpu, "\"cuda_graph\": \"step\""), "not a whole-step graph: %s", gpu);
+    cr_assert_eq(tu_json_num(gpu, "graph_captures"), 3, "%s", gpu);
+    cr_assert_eq(tu_json_num(gpu, "graph_replays"), 2, "%s", gpu);
+    static const char *const keys[] = {"train_loss", "last_loss", "test_loss"};
+    for (int i = 0; i < 3; i++) {
+        double c = tu_json_num(cpu, keys[i]), g = tu_json_num(gpu, keys[i]);
+        cr_assert_leq(fabs(c - g), LOSS_TOL * fabs(c), "lenet %s: cpu linear %.8g, cuda ooo whole-step graph %.8g",
+                      keys[i], c, g);
+    }
+    cleanup();
+}
+
+/* The demo's loop is sp_train_step (no staged labels): --cuda-graph captures the ooo
+ * backward alone there (sp_ooo_set_cuda_graph), and says so. */
+Test(apps_cuda, demo_ooo_backward_graph_matches_cpu)
+{
+    static const char *const keys[] = {"first_loss", "last_loss"};
+    char gpu[8192], cmd[1024];
+    cpu_vs_cuda("demo", "--steps 8 --backward ooo", "--cuda-graph", keys, 2);
+    snprintf(cmd, sizeof cmd, "%s --steps 8 --backward ooo --device cuda --cuda-graph --quiet", tu_bin("demo"));
+    cr_assert_eq(tu_run_last(cmd, gpu, sizeof gpu), 0, "%s failed", cmd);
+    cr_assert(strstr(gpu, "\"cuda_graph\": \"backward\""), "%s", gpu);
+    cr_assert_geq(tu_json_num(gpu, "graph_replays"), 1, "%s", gpu);
 }

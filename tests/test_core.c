@@ -1,9 +1,11 @@
 /* test_core.c — arena, tape, RNG, thread pool, error paths, the gradient checker itself. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "core/arena.h"
 #include "core/error.h"
+#include "core/gemm_small.h"
 #include "core/model.h"
 #include "core/parallel.h"
 #include "core/rng.h"
@@ -232,4 +234,118 @@ Test(gradcheck, detects_a_wrong_gradient)
     cr_assert_lt(r.err_param[0], 1e-3, "G is still right (err %.2e)", r.err_param[0]);
     l->op = &sp_op_linear;
     sp_layer_free(l);
+}
+
+/* ---- the small-product kernel (core/gemm_small.h) against a double-precision loop ---- */
+
+static double ref_at(const float *X, int ld, bool trans, int r, int c)
+{
+    return trans ? X[(size_t)c * ld + r] : X[(size_t)r * ld + c];
+}
+
+/* One shape on the current variant: C inside [M×N] checked against Σ in double, the
+ * guard columns and rows around it untouched, beta = 0 ignoring a NaN in C. */
+static void check_small(bool ta, bool tb, int M, int N, int K, float alpha, float beta, sp_rng *r)
+{
+    int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 5;
+    int arows = ta ? K : M, brows = tb ? N : K;
+    float *A = malloc(sizeof(float) * (size_t)arows * lda), *B = malloc(sizeof(float) * (size_t)brows * ldb);
+    float *C = malloc(sizeof(float) * (size_t)(M + 1) * ldc), *C0 = malloc(sizeof(float) * (size_t)(M + 1) * ldc);
+    for (int i = 0; i < arows * lda; i++) A[i] = 2.0f * sp_rng_uniform(r) - 1.0f;
+    for (int i = 0; i < brows * ldb; i++) B[i] = 2.0f * sp_rng_uniform(r) - 1.0f;
+    for (int i = 0; i < (M + 1) * ldc; i++) C[i] = C0[i] = 2.0f * sp_rng_uniform(r) - 1.0f;
+    if (beta == 0.0f) C[0] = C0[0] = NAN;
+    cr_assert(sp_gemm_small(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), "%dx%dx%d refused", M, N, K);
+    for (int i = 0; i <= M; i++)
+        for (int j = 0; j < ldc; j++) {
+            float got = C[(size_t)i * ldc + j];
+            if (i == M || j >= N) {
+                cr_assert(memcmp(&got, &C0[(size_t)i * ldc + j], sizeof got) == 0,
+                          "%s ta%d tb%d %dx%dx%d: C[%d][%d] outside the product was written", sp_gemm_small_isa(), ta,
+                          tb, M, N, K, i, j);
+                continue;
+            }
+            double want = 0.0, mag = 0.0;
+            for (int k = 0; k < K; k++) {
+                double p = ref_at(A, lda, ta, i, k) * ref_at(B, ldb, tb, k, j);
+                want += p;
+                mag += fabs(p);
+            }
+            want *= alpha;
+            if (beta != 0.0f) want += beta * (double)C0[(size_t)i * ldc + j];
+            cr_assert(fabs(got - want) <= 1e-6 * (fabs(alpha) * mag + fabs(beta) + 1.0),
+                      "%s ta%d tb%d %dx%dx%d alpha %g beta %g: C[%d][%d] = %.9g, want %.9g", sp_gemm_small_isa(), ta,
+                      tb, M, N, K, alpha, beta, i, j, got, want);
+        }
+    free(A), free(B), free(C), free(C0);
+}
+
+Test(gemm_small, every_variant_matches_a_double_loop)
+{
+    static const char *isas[] = {"avx512", "avx2", "sse2"};
+    static const int shapes[][3] = {{1, 1, 1},  {16, 20, 20}, {16, 60, 20}, {16, 20, 60}, {9, 17, 3},
+                                    {7, 64, 5}, {3, 33, 64},  {20, 20, 80}, {13, 1, 31},  {5, 16, 16}};
+    sp_rng r;
+    sp_rng_seed(&r, 11);
+    int ran = 0;
+    for (size_t v = 0; v < sizeof isas / sizeof *isas; v++) {
+        if (!sp_gemm_small_force(isas[v])) continue;
+        ran++;
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (int t = 0; t < 4; t++) {
+                check_small(t & 1, t & 2, shapes[s][0], shapes[s][1], shapes[s][2], 1.0f, 1.0f, &r);
+                check_small(t & 1, t & 2, shapes[s][0], shapes[s][1], shapes[s][2], -0.5f, 0.0f, &r);
+                check_small(t & 1, t & 2, shapes[s][0], shapes[s][1], shapes[s][2], 2.0f, 0.25f, &r);
+            }
+    }
+    cr_assert_geq(ran, 1, "no variant of the small kernel ran");
+    cr_assert(!sp_gemm_small_force("avx9000"), "an unknown variant was accepted");
+}
+
+Test(gemm_small, refuses_what_it_does_not_cover)
+{
+    float a[4] = {0}, c[4] = {0};
+    cr_assert(!sp_gemm_small(false, false, 4, SP_GEMM_SMALL_MAX_N + 1, 1, 1.0f, a, 1, a, 1, 0.0f, c, 1));
+    cr_assert(!sp_gemm_small(false, false, 64, 64, 64, 1.0f, a, 1, a, 1, 0.0f, c, 1));   /* > MAX_MACS */
+    cr_assert(!sp_gemm_small(false, false, 0, 4, 4, 1.0f, a, 1, a, 1, 0.0f, c, 1));
+}
+
+/* ---- subnormals are flushed on the caller and in every pool thread ---- */
+
+static volatile float g_tiny = 1e-39f;   /* subnormal: below FLT_MIN ≈ 1.18e-38 */
+
+static void tiny_products(void *ctx, size_t begin, size_t end)
+{
+    float *out = ctx;
+    for (size_t i = begin; i < end; i++) {
+        volatile float x = g_tiny;
+        out[i] = x * 1.0f + (sp_denormals_flushed() ? 0.0f : 1.0f);
+    }
+}
+
+Test(parallel, subnormals_flush_to_zero_in_every_thread)
+{
+    volatile float before = g_tiny * 1.0f;
+    cr_assert_neq(before, 0.0f, "subnormals already flushed before sp_set_threads: the test proves nothing");
+    sp_set_threads(2);
+    cr_assert(sp_denormals_flushed());
+    enum { N = 4096 };
+    float out[N];
+    sp_parallel_for(N, tiny_products, out);
+    for (int i = 0; i < N; i++) cr_assert_eq(out[i], 0.0f, "index %d: %g (a thread kept subnormals)", i, out[i]);
+    volatile float small = 2e-38f;
+    cr_assert_eq(small * 0.25f, 0.0f, "a subnormal result was not flushed to zero");
+}
+
+/* DNNL_MAX_CPU_ISA caps the small kernel as it caps oneDNN (the bench's AVX2 runs). */
+Test(gemm_small, dnnl_max_cpu_isa_caps_the_variant)
+{
+    setenv("DNNL_MAX_CPU_ISA", "AVX2", 1);
+    const char *isa = sp_gemm_small_isa();   /* first use in this test's process */
+#if defined(__x86_64__)
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    cr_assert_str_eq(isa, avx2 ? "avx2" : "sse2", "DNNL_MAX_CPU_ISA=AVX2 ran %s", isa);
+#else
+    cr_assert_str_eq(isa, "sse2");
+#endif
 }

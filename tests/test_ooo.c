@@ -390,6 +390,29 @@ Test(exec, small_backward_alone)
     sp_model_free(r.tm.m);
 }
 
+/* The lane tuner (ooo_exec.c) probes two lanes, one, two, … on its first steps: every
+ * mode gives the linear engine's bits, and a one-lane step leaves the sub lane idle. */
+Test(exec, lane_tuning_probes_both_modes_bitwise)
+{
+    sp_ooo_exec_set_min_two_lane_flops(1);   /* above the size rule, tuning on */
+    sp_set_threads(2);
+    for (int steps = 1; steps <= 4; steps++) {
+        trained ref = train("lenet", 8, NULL, steps, NULL);
+        sp_engine *e;
+        trained got = train("lenet", 8, "ooo", steps, &e);
+        char what[64];
+        snprintf(what, sizeof what, "tuned lanes, %d steps", steps);
+        assert_same_model(&ref, &got, steps, what);
+        const sp_ooo_stats *st = sp_ooo_last_stats(e);
+        if (steps % 2 == 0) cr_assert_eq(st->busy_s[SP_OOO_SUB], 0.0, "%s: the probe of one lane used two", what);
+        cr_assert_gt(st->busy_s[SP_OOO_MAIN], 0.0);
+        sp_engine_destroy(e);
+        sp_model_free(got.tm.m);
+        sp_model_free(ref.tm.m);
+    }
+    sp_ooo_exec_set_min_two_lane_flops(0);
+}
+
 /* LeNet-5 on the ooo engine with per-layer SGD updates, and a tape of its own. */
 typedef struct lane_rig {
     tmodel tm;

@@ -18,12 +18,13 @@
 #include "apps/models.h"
 #include "schedulers/engines.h"
 #include "schedulers/ooo.h"
+#include "schedulers/train.h"
 #include "tests/testutil.h"
 #include "tests/cudatest.h"
 
 static void update_layer(void *ctx, sp_layer *l) { sp_optim_step_params(ctx, l->params, l->nparams); }
 
-enum { MAXP = 64, MAXSTEPS = 8 };
+enum { MAXP = 64, MAXSTEPS = 16 };
 
 /* What a run leaves: every step's loss, the last step's parameter gradients and the
  * final weights, on the host. */
@@ -190,6 +191,97 @@ Test(ooo_cuda, graph_replay_bitwise_equals_no_graph)
     result_free(&g);
 }
 
+/* ---- the next forward overlaps the last δW/U (sp_ooo_backward_async on the device) ---- */
+
+static void wait_layer_cb(void *e, const sp_layer *l) { sp_ooo_wait_layer(e, l); }
+
+/* As schedulers/train.c runs ooo on a device: step k+1 on the other tape, each layer's
+ * forward waiting only for that layer's U of step k (its event), then the join, the
+ * gradient zeroing and step k+1's backward, queued without a join. */
+static void run_overlap(sp_model *(*make)(void), int ndim, const int *xshape, const char *order, const char *optim,
+                        int steps, result *r)
+{
+    sp_model *m = make();
+    sp_model_init(m, 42);
+    sp_model_to_device(m, SP_CUDA);
+    sp_tensor x = sp_tensor_new(ndim, xshape);
+    int B = xshape[0], *labels = malloc((size_t)B * sizeof *labels);
+    for (int b = 0; b < B; b++) labels[b] = (3 * b + 1) % 10;
+    sp_optim_cfg cfg = sp_optim_cfg_default();
+    bool sgd = strcmp(optim, "sgd") == 0;
+    cfg.lr = sgd ? 0.05 : 1e-3;
+    cfg.momentum = sgd ? 0.9 : 0.0;
+    cfg.weight_decay = 1e-4;
+    sp_optim *o = sp_optim_create(optim, m->params, m->nparams, &cfg);
+    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = order, .update = update_layer, .update_ctx = o});
+    sp_tape tapes[2];
+    sp_tape_init(&tapes[0]);
+    sp_tape_init(&tapes[1]);
+    for (int s = 0; s < steps; s++) {
+        sp_tape *t = &tapes[s % 2];
+        tu_fill_uniform(x.data, x.numel, 77 + (uint64_t)s, -1.0f, 1.0f);
+        sp_tape_reset(t);
+        sp_tensor xin = sp_tape_copy_on(t, SP_CUDA, &x);
+        t->before_apply = wait_layer_cb;
+        t->before_apply_ctx = e;
+        sp_node *loss = sp_model_loss(m, t, &xin, labels);
+        t->before_apply = NULL;
+        sp_ooo_sync(e);   /* gradients are zeroed only once every update has read them */
+        sp_optim_zero_grad(o);
+        sp_ooo_backward_async(e, t, loss);
+        sp_tensor l = download(&loss->out);
+        r->loss[s] = l.data[0];
+        sp_tensor_free(&l);
+    }
+    sp_ooo_sync(e);
+    r->np = m->nparams;
+    for (int p = 0; p < m->nparams; p++) {
+        r->grad[p] = download(&m->params[p]->grad);
+        r->value[p] = download(&m->params[p]->value);
+    }
+    r->dev = sp_ooo_device_stats_get(e);
+    sp_tape_free(&tapes[0]);
+    sp_tape_free(&tapes[1]);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    free(labels);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+}
+
+static void overlap_every_order(sp_model *(*make)(void), int ndim, const int *xshape, const char *optim)
+{
+    need_gpu();
+    enum { STEPS = 4 };
+    result lin = {0};
+    run(make, ndim, xshape, 10, &(run_cfg){.engine = "linear", .optim = optim, .steps = STEPS}, &lin);
+    for (int i = 0; i < 4; i++) {
+        result r = {0};
+        run_overlap(make, ndim, xshape, orders[i], optim, STEPS, &r);
+        char what[96];
+        snprintf(what, sizeof what, "ooo --order %s, next forward overlapping (%s)", orders[i], optim);
+        assert_bitwise(&r, &lin, STEPS, what);
+        if (strcmp(orders[i], "conventional") != 0)   /* one stream: nothing to wait for */
+            cr_assert_geq(r.dev.layer_waits, STEPS - 1, "%s: %ld per-layer waits (expected every step after the first)",
+                          what, r.dev.layer_waits);
+        result_free(&r);
+    }
+    result_free(&lin);
+}
+
+/* The forward of step k+1 waits for each layer's U event only: bitwise the device linear
+ * engine in every order (tests/cudaemu/planted_bugs.sh drops the wait: stale weights). */
+Test(ooo_cuda, next_forward_overlaps_updates_bitwise_lenet)
+{
+    overlap_every_order(lenet, 4, (int[]){4, 1, 28, 28}, "sgd");
+}
+
+Test(ooo_cuda, next_forward_overlaps_updates_bitwise_mlp)
+{
+    overlap_every_order(mlp, 2, (int[]){8, 20}, "sgd");
+    overlap_every_order(mlp, 2, (int[]){8, 20}, "adam");
+}
+
 /* --trace on the device: per-task event times on both streams, same JSON as the CPU's. */
 Test(ooo_cuda, trace_shows_both_streams)
 {
@@ -253,4 +345,114 @@ Test(ooo_cuda, capture_refuses_malloc_sync_and_unjoined_forks, .init = cr_redire
     cr_assert_eq(cudaStreamEndCapture(a, &g), cudaErrorStreamCaptureUnjoined);
     cr_assert_eq(cudaEventDestroy(fork), cudaSuccess);
     cr_assert_eq(cudaFree(d), cudaSuccess);
+}
+
+/* ---- the whole step as one graph (schedulers/train.c, sp_step_graph) ------------------- */
+
+typedef struct step_cfg {
+    const char *engine, *optim, *order;
+    bool graph;
+    int steps;
+    const int *batch;   /* [steps] the batch size of each step (a smaller last batch: a new shape) */
+} step_cfg;
+
+/* steps as the training loop runs them on a device: the batch and its labels staged in
+ * alternating slots, the learning rate changed every step (a cosine schedule), and with
+ * graph the step captured and replayed by sp_step_graph. */
+static void run_steps(const step_cfg *c, result *r, long *captures, long *replays)
+{
+    sp_model *m = mlp();
+    sp_model_init(m, 42);
+    sp_model_to_device(m, SP_CUDA);
+    sp_optim_cfg cfg = sp_optim_cfg_default();
+    bool sgd = strcmp(c->optim, "sgd") == 0;
+    cfg.lr = sgd ? 0.05 : 1e-3;
+    cfg.momentum = sgd ? 0.9 : 0.0;
+    cfg.weight_decay = 1e-4;
+    sp_optim *o = sp_optim_create(c->optim, m->params, m->nparams, &cfg);
+    sp_lr_schedule sched = sp_lr_parse("cosine:5", cfg.lr);
+    bool ooo = strcmp(c->engine, "ooo") == 0;
+    sp_engine_opts eo = {.order = c->order};
+    if (ooo) {
+        eo.update = update_layer;
+        eo.update_ctx = o;
+    }
+    sp_engine *e = sp_engine_create(c->engine, &eo);
+    sp_step_graph *g = c->graph ? sp_step_graph_new(m, e, o) : NULL;
+    const sp_device_allocator *a = sp_backend_allocator(SP_CUDA);
+    sp_tape t;
+    sp_tape_init(&t);
+    int labels[2][8];
+    for (int s = 0; s < c->steps; s++) {
+        int B = c->batch[s], slot = s % 2;
+        cr_assert_leq(B, 8);
+        sp_tensor x = sp_tensor_2d(NULL, B, 20);
+        x.data = malloc(x.numel * sizeof(float));
+        tu_fill_uniform(x.data, x.numel, 77 + (uint64_t)s, -1.0f, 1.0f);
+        for (int b = 0; b < B; b++) labels[slot][b] = (3 * b + s) % 10;
+        sp_tensor xd = sp_tensor_2d(NULL, B, 20);
+        xd.device = SP_CUDA;
+        xd.data = a->stage(slot, x.data, x.numel);
+        const int *yd = a->stage_labels(slot, labels[slot], (size_t)B);
+        a->use_staged(slot);
+        sp_optim_set_lr(o, sp_lr_at(&sched, s));   /* a new learning rate every step */
+        const sp_tensor *lt;
+        if (g) {
+            lt = sp_step_graph_step(g, &t, &xd, labels[slot], yd);
+        } else {
+            sp_tape_reset(&t);
+            sp_optim_zero_grad(o);
+            sp_node *loss = sp_model_loss(m, &t, &xd, labels[slot]);
+            sp_backward(e, &t, loss);
+            if (!ooo) sp_optim_step(o);
+            lt = &loss->out;
+        }
+        r->loss[s] = sp_tensor_get(lt, 0);
+        free(x.data);
+    }
+    r->np = m->nparams;
+    for (int p = 0; p < m->nparams; p++) {
+        r->grad[p] = download(&m->params[p]->grad);
+        r->value[p] = download(&m->params[p]->value);
+    }
+    if (g) {
+        sp_step_graph_counts(g, captures, replays);
+        sp_step_graph_free(g);
+    }
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    sp_model_free(m);
+}
+
+/* Forward, loss, backward and updates captured as one graph per shape and replayed:
+ * every step bitwise the device linear engine's without a graph, with SGD + momentum,
+ * Adam and AdamW (three orders), the learning rate changing every step, and a smaller
+ * last batch (a new shape: live, captured, replayed, then the full batch's graph
+ * replayed again). */
+Test(ooo_cuda, whole_step_graph_bitwise_equals_no_graph)
+{
+    need_gpu();
+    enum { STEPS = 13 };
+    static const int batch[STEPS] = {8, 8, 8, 8, 8, 8, 5, 5, 5, 5, 5, 8, 8};
+    const char *optims[] = {"sgd", "adam", "adamw"}, *ords[] = {"ooo", "list", "reverse-first-k"};
+    for (int k = 0; k < 3; k++) {
+        result lin = {0}, g = {0};
+        long captures = 0, replays = 0;
+        run_steps(&(step_cfg){.engine = "linear", .optim = optims[k], .steps = STEPS, .batch = batch}, &lin, NULL,
+                  NULL);
+        run_steps(&(step_cfg){.engine = "ooo", .optim = optims[k], .order = ords[k], .graph = true, .steps = STEPS,
+                              .batch = batch},
+                  &g, &captures, &replays);
+        /* keys (slot, shape): 8 → live ×3 (the first without an arena), captured ×2, replayed;
+         * 5 → live ×2, captured ×2, replayed; 8 again → replayed ×2 */
+        cr_assert_eq(captures, 4, "%s: %ld whole steps captured, expected 4 (two slots × two shapes)", optims[k],
+                     captures);
+        cr_assert_eq(replays, 4, "%s: %ld whole steps replayed, expected 4", optims[k], replays);
+        char what[64];
+        snprintf(what, sizeof what, "whole-step graph (%s)", optims[k]);
+        assert_bitwise(&g, &lin, STEPS, what);
+        result_free(&lin);
+        result_free(&g);
+    }
 }

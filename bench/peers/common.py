@@ -2,7 +2,8 @@
 
 The scripts time PyTorch CPU doing the same work as scanprop's apps, in its *tuned*
 configuration: `--threads` intra-op threads and OpenBLAS's own thread pool held at
-`--blas-threads` (default 1). Debian's torch 1.13 does not pass set_num_threads on to
+`--blas-threads` (default 1), and subnormal floats flushed to zero (`--flush-denormal 1`,
+as scanprop's own threads compute: core/parallel.h). Debian's torch 1.13 does not pass set_num_threads on to
 OpenBLAS, so without the second setting torch's OpenMP team and OpenBLAS's pool would
 both try to fill the cores. Run them with /usr/bin/python3 (Debian's python3-torch).
 Each script prints one JSON line last; bench/bench.py reads it.
@@ -29,17 +30,20 @@ def parser(doc):
     ap = argparse.ArgumentParser(description=doc)
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     ap.add_argument("--blas-threads", type=int, default=1, help="OpenBLAS's own thread pool")
+    ap.add_argument("--flush-denormal", type=int, choices=(0, 1), default=1,
+                    help="torch.set_flush_denormal: 1 (default) computes as scanprop does, subnormals as 0")
     return ap
 
 
 def setup(a):
     """Applies the thread settings; returns the environment facts for the JSON line."""
     torch.set_num_threads(a.threads)
+    flushed = torch.set_flush_denormal(bool(a.flush_denormal))
     blas = _openblas()
     if blas:
         blas.openblas_set_num_threads(a.blas_threads)
     info = {"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "mkldnn_enabled": torch.backends.mkldnn.enabled}
+            "mkldnn_enabled": torch.backends.mkldnn.enabled, "flush_denormal": bool(a.flush_denormal) and flushed}
     if blas:
         info["openblas_threads"] = blas.openblas_get_num_threads()
         info["openblas_core"] = blas.openblas_get_corename().decode()

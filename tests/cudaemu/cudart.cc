@@ -238,26 +238,21 @@ void run_one(CUstream_st *s)
     s->done++;
 }
 
+/* The head item of o waits for nothing that has not run yet. */
+bool head_ready(const CUstream_st *o)
+{
+    for (const wait_on &w : o->q.front().waits)
+        if (w.stream->done < w.seq) return false;
+    return true;
+}
+
 /* Streams are independent: a GPU runs them side by side. In shuffle mode a sync on one
  * stream lets every stream progress, item by item in a random order, until the stream
  * has run what was asked; so work on another stream runs before, between or after this
- * one's, and a cross-stream dependency without an event shows. */
-/* Whether running s until it has done upto items needs a stream that is running an
- * item now (so it cannot finish until that item does); waits followed a few levels. */
-bool needs_running(const CUstream_st *s, unsigned long long upto, int depth)
-{
-    if (s->done >= upto) return false;
-    if (s->running) return true;
-    if (depth > 8) return false;
-    unsigned long long k = s->done;
-    for (const item &it : s->q) {
-        if (k++ >= upto) break;
-        for (const wait_on &w : it.waits)
-            if (needs_running(w.stream, w.seq, depth + 1)) return true;
-    }
-    return false;
-}
-
+ * one's, and a cross-stream dependency without an event shows. Another stream steps in
+ * only when its head is ready: one whose head waits for a stream stopped in the middle
+ * of an item (the item that waits for this one) would wait for it forever here, where
+ * a GPU would simply let it wait (the emulator runs streams by recursion). */
 void run_stream(CUstream_st *s, unsigned long long upto)
 {
     exec_scope scope;
@@ -266,12 +261,9 @@ void run_stream(CUstream_st *s, unsigned long long upto)
             run_one(s);
             continue;
         }
-        /* Only streams whose head can run: one whose head needs a stream that is running
-         * an item now (further up this call chain) would wait for it forever here, while
-         * on a GPU it simply runs later — not a cycle. */
         std::vector<CUstream_st *> busy;
         for (CUstream_st *o : streams)
-            if (!o->q.empty() && !o->running && !needs_running(o, o->done + 1, 0)) busy.push_back(o);
+            if (!o->q.empty() && !o->running && (o == s || head_ready(o))) busy.push_back(o);
         if (busy.empty()) emu::fail("stream %p waits for itself (an event cycle)", (void *)s);
         run_one(busy[rng() % busy.size()]);
     }

@@ -74,6 +74,29 @@ plant "missing cudaStreamWaitEvent (ooo δ -> δW stream)" schedulers/ooo_cuda.c
   's/sp_cuda_check(cudaStreamWaitEvent(s, x->done\[pr\], 0));/(void)0;/' \
   "SCANPROP_EMU_ORDER=shuffle" "ooo_cuda/every_order_bitwise_equals_device_linear_*" \
   "differs from the device linear engine|vs linear" test_ooo_cuda
+# 9. a whole-step graph with the learning rate left a kernel argument (not read from the
+#    device scalars): the replays repeat the captured step's rate while it changes per step
+plant "device scalar left on the host (SGD lr in a replayed whole step)" optim/optim_cuda.cu \
+  's/float neg_lr = sc ? sc->neg_lr : a.neg_lr;/float neg_lr = a.neg_lr;/' \
+  "" "ooo_cuda/whole_step_graph_bitwise_equals_no_graph" "whole-step graph \(sgd\): step [0-9]+ loss" test_ooo_cuda
+# 10. the labels copied from pageable host memory inside the captured step: the driver
+#     (and the emulator) refuse the capture
+plant "labels copied from pageable memory inside a capture (softmax_ce)" layers/softmax_ce_cuda.cu \
+  's/if (n->dev_labels) {/if (false \&\& n->dev_labels) {/' \
+  "" "ooo_cuda/whole_step_graph_bitwise_equals_no_graph" "softmax_ce_cuda.cu.*cudaMemcpyAsync.*not permitted when stream is capturing|pageable host memory" \
+  test_ooo_cuda
+# 11. a host synchronisation inside the captured step (softmax_ce waits for its kernel):
+#     legal live, refused by a capture
+plant "host sync inside a captured whole step (softmax_ce)" layers/softmax_ce_cuda.cu \
+  's/    ce_forward_cuda(n->out.data, s->p, z->data, s->labels, B, K, st);/&\n    sp_cuda_check(cudaStreamSynchronize(st));/' \
+  "" "ooo_cuda/whole_step_graph_bitwise_equals_no_graph" "cudaStreamSynchronize\(st\).*not permitted when stream is capturing" \
+  test_ooo_cuda
+# 12. the next step's forward no longer waits for each layer's update event (ooo on the
+#     device, the forward overlapping the last δW/U): it reads weights before U_i
+plant "forward without its wait for U_i (ooo next forward overlap)" schedulers/ooo_cuda.cu \
+  's/sp_cuda_check(cudaStreamWaitEvent(sp_cuda_stream(), x->done\[task\], 0));/(void)0;/' \
+  "SCANPROP_EMU_ORDER=shuffle" "ooo_cuda/next_forward_overlaps_updates_bitwise_*" \
+  "next forward overlapping .* vs linear|differs from the device linear engine" test_ooo_cuda
 
 # 9-11. the DAG ops' twins: an off-by-one avgpool window, a missing barrier in batch
 #    norm's block sum (a thread reads the total after another has started the next
