@@ -64,6 +64,18 @@ void sp_zero(sp_tensor *t)
     else memset(t->data, 0, t->numel * sizeof(float));
 }
 
+void sp_accumulate(sp_tensor *dst, const sp_tensor *src)
+{
+    if (dst->device != src->device || dst->numel != src->numel)
+        sp_fail("sp_accumulate: %s tensor of %zu into %s tensor of %zu (expected one device, equal sizes)",
+                sp_device_name(src->device), src->numel, sp_device_name(dst->device), dst->numel);
+    if (dst->device != SP_CPU) {
+        sp_backend_allocator(dst->device)->add(dst->data, src->data, dst->numel);
+        return;
+    }
+    for (size_t i = 0; i < dst->numel; i++) dst->data[i] += src->data[i];
+}
+
 float sp_tensor_get(const sp_tensor *t, size_t i)
 {
     if (t->device == SP_CPU) return t->data[i];

@@ -47,6 +47,7 @@ typedef struct sp_device_allocator {
      * give the same addresses (what a captured graph relies on); NULL when it cannot
      * promise that (SCANPROP_CUDA_ARENA=off, nothing allocated yet). */
     const void *(*arena_base)(void *arena);
+    void (*add)(float *dst, const float *src, size_t n);   /* dst[i] += src[i], ordered like fill */
 } sp_device_allocator;
 
 void sp_backend_register_allocator(sp_device dev, const sp_device_allocator *a);
@@ -80,6 +81,8 @@ sp_tensor sp_tape_copy_on(sp_tape *t, sp_device dev, const sp_tensor *x);
 /* Whole-tensor fills on the tensor's own device (engines never touch device memory). */
 void sp_fill(sp_tensor *t, float value);
 void sp_zero(sp_tensor *t);
+/* dst[i] += src[i] on their (common) device, in float: the engines' fan-out sums. */
+void sp_accumulate(sp_tensor *dst, const sp_tensor *src);
 
 /* Row-major C[M×N] = alpha·op(A)·op(B) + beta·C on the CPU. A product of at least
  * SP_GEMM_SPLIT_MACS multiply-adds is split into sp_get_threads() blocks of C's rows or

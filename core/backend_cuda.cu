@@ -61,6 +61,20 @@ static void *dev_alloc(size_t bytes)
 
 static void dev_free(void *p) { sp_cuda_check(cudaFree(p)); }
 
+__global__ void grad_accumulate_kernel(float *dst, const float *src, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __fadd_rn(dst[i], src[i]);
+}
+
+/* The engines' fan-out sum (sp_accumulate), on the calling lane: the host's float adds. */
+static void dev_add(float *dst, const float *src, size_t n)
+{
+    if (n == 0) return;
+    grad_accumulate_kernel<<<sp_cuda_blocks(n, 256), 256, 0, sp_cuda_stream()>>>(dst, src, n);
+    sp_cuda_check(cudaGetLastError());
+}
+
 static void dev_fill(float *data, size_t n, float value)
 {
     if (n == 0) return;
@@ -292,7 +306,7 @@ static void dev_use_staged(int slot)
 
 static const sp_device_allocator cuda_allocator = {
     dev_alloc, dev_free, dev_arena_new, dev_arena_alloc, dev_arena_reset, dev_arena_free, dev_fill, dev_upload,
-    dev_download, dev_stage, dev_use_staged, dev_stage_labels, dev_release_staged, dev_arena_base,
+    dev_download, dev_stage, dev_use_staged, dev_stage_labels, dev_release_staged, dev_arena_base, dev_add,
 };
 
 /* Whole-step graphs: captured on the calling lane's stream (global mode: any forbidden
@@ -374,6 +388,12 @@ void sp_cuda_init(int device_id)
     sp_maxpool2d_cuda_register();
     sp_conv2d_cuda_register();
     sp_recurrent_cuda_register();
+    sp_add_cuda_register();
+    sp_concat_cuda_register();
+    sp_batchnorm2d_cuda_register();
+    sp_avgpool2d_cuda_register();
+    sp_dropout_cuda_register();
+    sp_conv2d_groups_cuda_register();
     sp_optim_cuda_register();
     sp_ooo_cuda_register();
     ready = true;
@@ -452,6 +472,8 @@ void sp_layer_to_device(sp_layer *l, sp_device d)
         move_tensor(&l->params[i]->value, d);
         move_tensor(&l->params[i]->grad, d);
     }
+    for (int i = 0; i < l->nbuffers; i++)   /* batch norm's running statistics: no grad */
+        move_tensor(&l->buffers[i]->value, d);
 }
 
 void sp_model_to_device(sp_model *m, sp_device d)

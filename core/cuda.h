@@ -102,6 +102,12 @@ void sp_softmax_ce_cuda_register(void);
 void sp_maxpool2d_cuda_register(void);
 void sp_conv2d_cuda_register(void);
 void sp_recurrent_cuda_register(void);   /* rnn and gru (layers/recurrent_cuda.cu) */
+void sp_add_cuda_register(void);
+void sp_concat_cuda_register(void);
+void sp_batchnorm2d_cuda_register(void);
+void sp_avgpool2d_cuda_register(void);   /* avgpool2d and global_avgpool2d */
+void sp_dropout_cuda_register(void);
+void sp_conv2d_groups_cuda_register(void);
 void sp_optim_cuda_register(void);   /* fused SGD / Adam / AdamW (optim/optim_cuda.cu) */
 void sp_ooo_cuda_register(void);     /* the ooo engine's two-stream executor (schedulers/ooo_cuda.cu) */
 

@@ -142,6 +142,12 @@ sp_layer *sp_avgpool2d(int k, int stride, int pad)
     return &l->base;
 }
 
+void sp_avgpool2d_geometry(const sp_layer *l, int *k, int *stride, int *pad)
+{
+    const avg_layer *a = (const avg_layer *)l;
+    *k = a->k, *stride = a->stride, *pad = a->pad;
+}
+
 /* ---- global average pooling -------------------------------------------------------- */
 
 static void gap_infer(sp_node *n, const sp_tensor *x)

@@ -267,3 +267,9 @@ sp_layer *sp_batchnorm2d(const char *name, int channels)
     bn_init(&l->base, NULL);
     return &l->base;
 }
+
+void sp_batchnorm2d_hparams(const sp_layer *l, float *eps, float *momentum)
+{
+    *eps = ((const bn_layer *)l)->eps;
+    *momentum = ((const bn_layer *)l)->momentum;
+}

@@ -258,3 +258,9 @@ sp_layer *sp_conv2d_groups(const char *name, int cin, int cout, int k, int strid
     if (bias) sp_param_new(&l->base, "bias", 1, (int[]){cout});
     return &l->base;
 }
+
+void sp_conv2d_groups_geometry(const sp_layer *l, int *k, int *stride, int *pad, int *groups)
+{
+    const gconv_layer *c = (const gconv_layer *)l;
+    *k = c->k, *stride = c->stride, *pad = c->pad, *groups = c->groups;
+}

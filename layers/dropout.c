@@ -96,3 +96,7 @@ sp_layer *sp_dropout(float p)
     sp_rng_seed(&l->rng, 0);
     return &l->base;
 }
+
+float sp_dropout_p(const sp_layer *l) { return ((const dropout_layer *)l)->p; }
+
+sp_rng *sp_dropout_rng(sp_layer *l) { return &((dropout_layer *)l)->rng; }

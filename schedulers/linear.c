@@ -6,6 +6,7 @@
  * into a producer read once, added into one that fans out. Everything else in scanprop
  * is checked against it. */
 #include <stdlib.h>
+#include "core/backend.h"
 #include "core/error.h"
 #include "schedulers/engines.h"
 
@@ -20,7 +21,7 @@ void sp_node_backward_inputs(sp_node *n)
         }
         sp_tensor tmp = sp_tape_tensor_like(n->tape, &in->out);   /* fan-out: accumulate */
         n->op->backward_input(n, k, &n->grad, &tmp);
-        for (size_t i = 0; i < tmp.numel; i++) in->grad.data[i] += tmp.data[i];
+        sp_accumulate(&in->grad, &tmp);   /* on the tensors' device */
     }
 }
 

@@ -221,6 +221,20 @@ Test(apps_cuda, vgg11_ooo_cuda_graph_matches_cpu_linear)
     cleanup();
 }
 
+/* ResNet-20 (the DAG ops' twins: batch norm, add with its fan-out, global average
+ * pooling) with --device cuda, --backward linear, ooo and bppsa (batch norm in training
+ * mode ends its segments), against the CPU's linear engine: the losses to 1e-4. */
+Test(apps_cuda, resnet_matches_cpu_linear)
+{
+    static const char *const keys[] = {"train_loss", "last_loss"};
+    char args[512];
+    snprintf(args, sizeof args, "--data-format mnist --data %s --steps 2 --batch 2", tiny_idx(8, 2));
+    same_on_both("resnet", args, keys, 2);
+    ooo_vs_cpu_linear("resnet", args, "");
+    cpu_vs_cuda("resnet", args, "--backward bppsa", keys, 2);
+    cleanup();
+}
+
 /* --cuda-graph captures the whole step (forward, loss, backward, updates) once per shape:
  * an epoch of 20 samples in batches of 8 ends with a batch of 4 (a second shape, captured
  * too), and the step learning-rate schedule changes the rate every epoch (a device scalar

@@ -645,3 +645,276 @@ Test(cuda, rnn_gru_training_steps_match_cpu)
     compare_training(gru, 3, (int[]){5, 12, 3}, 4, "sgd");
     compare_training(gru, 3, (int[]){5, 12, 3}, 4, "adam");
 }
+
+/* ---- the DAG models' ops: add, concat, batchnorm2d, avgpool2d, global_avgpool2d,
+ * dropout, grouped conv2d --------------------------------------------------------------- */
+
+/* Jᵀ of input i on both devices: the twin's jt_values_all (every sample, a stride with
+ * a gap) and jt_values (the last sample) against the CPU op's jt_values, within tol. */
+static void compare_node_jt(sp_node *yc, sp_node *yg, int i, double tol)
+{
+    const char *name = yc->op->name;
+    cr_assert(yg->op->jt_values_all && yg->op->jt_values && yg->op->jt_pattern, "%s: no device Jᵀ", name);
+    sp_csr P;
+    yc->op->jt_pattern(yc, i, &P);
+    int B = yc->out.shape[0];
+    size_t nnz = (size_t)P.nnz, stride = nnz + 3;
+    int32_t *dptr, *didx;
+    float *dvals;
+    sp_cuda_check(cudaMalloc((void **)&dptr, ((size_t)P.rows + 1) * sizeof(int32_t)));
+    sp_cuda_check(cudaMalloc((void **)&didx, (nnz ? nnz : 1) * sizeof(int32_t)));
+    sp_cuda_check(cudaMalloc((void **)&dvals, (size_t)B * stride * sizeof(float)));
+    sp_cuda_check(cudaMemcpy(dptr, P.indptr, ((size_t)P.rows + 1) * sizeof(int32_t), cudaMemcpyHostToDevice));
+    sp_cuda_check(cudaMemcpy(didx, P.indices, nnz * sizeof(int32_t), cudaMemcpyHostToDevice));
+    sp_csr D = P;
+    D.indptr = dptr, D.indices = didx, D.data = dvals;
+    yg->op->jt_values_all(yg, i, &D, stride);
+    float *got = malloc((size_t)B * stride * sizeof *got), *ref = malloc((nnz ? nnz : 1) * sizeof *ref);
+    sp_cuda_synchronize();   /* the twin queued on its lane, a non-blocking stream */
+    sp_cuda_check(cudaMemcpy(got, dvals, (size_t)B * stride * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int b = 0; b < B; b++) {
+        P.data = ref;
+        yc->op->jt_values(yc, i, b, &P);
+        double e = tu_max_rel_diff(got + (size_t)b * stride, ref, nnz);
+        for (size_t k = 0; k < nnz; k++)
+            if (isnan(got[(size_t)b * stride + k])) e = INFINITY;
+        cr_assert_leq(e, tol, "%s Jᵀ of input %d, sample %d (jt_values_all): err %.2e > %.0e", name, i, b, e, tol);
+    }
+    yg->op->jt_values(yg, i, B - 1, &D);
+    sp_cuda_synchronize();
+    sp_cuda_check(cudaMemcpy(got, dvals, nnz * sizeof(float), cudaMemcpyDeviceToHost));
+    double e = tu_max_rel_diff(got, ref, nnz);
+    for (size_t k = 0; k < nnz; k++)
+        if (isnan(got[k])) e = INFINITY;
+    cr_assert_leq(e, tol, "%s Jᵀ of input %d (jt_values): err %.2e > %.0e", name, i, e, tol);
+    free(got);
+    free(ref);
+    P.data = NULL;
+    sp_csr_free(&P);
+    cudaFree(dptr);
+    cudaFree(didx);
+    cudaFree(dvals);
+}
+
+/* One layer of n inputs (shapes[i], ndim dims each; input k may repeat an earlier one:
+ * same[k] = its index, or -1) on both devices: forward, every δ_i and Jᵀ_i bitwise. */
+static void compare_multi(sp_layer *cpu, sp_layer *gpu, int n, int ndim, const int (*shapes)[4], const int *same,
+                          uint64_t seed)
+{
+    sp_tape tc, tg;
+    sp_tape_init(&tc);
+    sp_tape_init(&tg);
+    sp_node *xc[8], *xg[8];
+    sp_tensor x[8];
+    for (int i = 0; i < n; i++) {
+        if (same[i] >= 0) {
+            xc[i] = xc[same[i]], xg[i] = xg[same[i]], x[i] = (sp_tensor){0};
+            continue;
+        }
+        x[i] = sp_tensor_new(ndim, shapes[i]);
+        tu_fill_uniform(x[i].data, x[i].numel, seed + (uint64_t)i, -1.0f, 1.0f);
+        xc[i] = sp_tape_input(&tc, &x[i]);
+        sp_tensor xd = upload(&tg, &x[i]);
+        xg[i] = sp_tape_input(&tg, &xd);
+    }
+    sp_node *yc = sp_apply_n(&tc, cpu, n, xc), *yg = sp_apply_n(&tg, gpu, n, xg);
+    const char *name = cpu->op->name;
+    cr_assert_neq(yg->op, cpu->op, "%s: sp_apply_n did not pick the CUDA twin", name);
+    cr_assert(equal_vs_host(&yg->out, &yc->out), "%s forward differs from the CPU", name);
+    sp_tensor dy = sp_tensor_new(yc->out.ndim, yc->out.shape);
+    tu_fill_uniform(dy.data, dy.numel, seed + 50, -1.0f, 1.0f);
+    sp_tensor dyd = upload(&tg, &dy);
+    for (int i = 0; i < n; i++) {
+        sp_tensor dxc = sp_tape_tensor_like(&tc, &xc[i]->out), dxd = sp_tape_tensor_like(&tg, &xg[i]->out);
+        cpu->op->backward_input(yc, i, &dy, &dxc);
+        yg->op->backward_input(yg, i, &dyd, &dxd);
+        cr_assert(equal_vs_host(&dxd, &dxc), "%s δ of input %d differs from the CPU", name, i);
+        compare_node_jt(yc, yg, i, 0.0);
+    }
+    for (int i = 0; i < n; i++) sp_tensor_free(&x[i]);
+    sp_tensor_free(&dy);
+    sp_tape_free(&tc);
+    sp_tape_free(&tg);
+}
+
+Test(cuda, add_concat_match_cpu_bitwise)
+{
+    need_gpu();
+    static const int s4[3][4] = {{2, 3, 4, 5}, {2, 3, 4, 5}, {2, 3, 4, 5}};
+    sp_layer *c = sp_add(), *g = sp_add();
+    compare_multi(c, g, 3, 4, s4, (int[]){-1, -1, -1}, 1);
+    compare_multi(c, g, 2, 4, s4, (int[]){-1, 0}, 2);   /* add(x, x) */
+    compare_multi(c, g, 1, 4, s4, (int[]){-1}, 3);
+    sp_layer_free(c);
+    sp_layer_free(g);
+    static const int cc[3][4] = {{2, 1, 3, 3}, {2, 4, 3, 3}, {2, 2, 3, 3}}, c2[2][4] = {{3, 2}, {3, 5}};
+    c = sp_concat(), g = sp_concat();
+    compare_multi(c, g, 3, 4, cc, (int[]){-1, -1, -1}, 4);
+    compare_multi(c, g, 2, 2, c2, (int[]){-1, -1}, 5);
+    compare_multi(c, g, 2, 4, cc, (int[]){-1, 0}, 6);   /* concat(x, x) */
+    sp_layer_free(c);
+    sp_layer_free(g);
+}
+
+/* compare_layer, then Jᵀ on fresh tapes (the forward's saved state kept). */
+static void compare_layer_jt(sp_layer *cpu, sp_layer *gpu, int ndim, const int *xshape, uint64_t seed, double tol)
+{
+    compare_layer(cpu, gpu, ndim, xshape, seed, tol);
+    sp_tape tc, tg;
+    sp_tape_init(&tc);
+    sp_tape_init(&tg);
+    sp_tensor x = sp_tensor_new(ndim, xshape);
+    tu_fill_uniform(x.data, x.numel, seed + 3, -1.0f, 1.0f);
+    sp_node *yc = sp_apply(&tc, cpu, sp_tape_input(&tc, &x));
+    sp_tensor xd = upload(&tg, &x);
+    sp_node *yg = sp_apply(&tg, gpu, sp_tape_input(&tg, &xd));
+    compare_node_jt(yc, yg, 0, tol);
+    sp_tensor_free(&x);
+    sp_tape_free(&tc);
+    sp_tape_free(&tg);
+}
+
+Test(cuda, avgpool2d_matches_cpu_bitwise)
+{
+    need_gpu();
+    int geo[][3] = {{2, 2, 0}, {3, 2, 1}, {3, 1, 1}, {1, 1, 0}, {4, 3, 2}};
+    int shapes[][4] = {{2, 3, 8, 8}, {2, 2, 9, 7}, {1, 3, 5, 6}, {2, 2, 3, 3}, {2, 1, 7, 9}};
+    for (int i = 0; i < 5; i++) {
+        sp_layer *c = sp_avgpool2d(geo[i][0], geo[i][1], geo[i][2]), *g = sp_avgpool2d(geo[i][0], geo[i][1], geo[i][2]);
+        compare_layer_jt(c, g, 4, shapes[i], 400 + i, 0.0);
+        sp_layer_free(c);
+        sp_layer_free(g);
+    }
+    for (int i = 0; i < 3; i++) {
+        sp_layer *c = sp_global_avgpool2d(), *g = sp_global_avgpool2d();
+        compare_layer_jt(c, g, 4, shapes[i], 420 + i, 0.0);
+        sp_layer_free(c);
+        sp_layer_free(g);
+    }
+}
+
+#define BN_TOL 1e-5
+
+static void compare_bn_buffers(const sp_layer *c, const sp_layer *g, const char *what)
+{
+    for (int i = 0; i < c->nbuffers; i++) {
+        double e = diff_vs_host(&g->buffers[i]->value, &c->buffers[i]->value);
+        cr_assert_leq(e, BN_TOL, "batchnorm2d %s: buffer %s err %.2e", what, c->buffers[i]->name, e);
+    }
+}
+
+Test(cuda, batchnorm2d_matches_cpu)
+{
+    need_gpu();
+    int shapes[][4] = {{4, 3, 5, 6}, {2, 16, 8, 8}, {3, 2, 1, 1}, {1, 5, 17, 19}};
+    for (int i = 0; i < 4; i++) {
+        int C = shapes[i][1];
+        sp_layer *c = sp_batchnorm2d("bn", C), *g = sp_batchnorm2d("bn", C);
+        twin_layers(c, g, 500 + i);
+        /* γ, β away from 1, 0 so that they matter */
+        sp_layer_to_device(g, SP_CPU);
+        tu_fill_uniform(c->params[0]->value.data, (size_t)C, 510 + i, 0.5f, 1.5f);
+        tu_fill_uniform(c->params[1]->value.data, (size_t)C, 520 + i, -0.5f, 0.5f);
+        sp_tensor_copy(&g->params[0]->value, &c->params[0]->value);
+        sp_tensor_copy(&g->params[1]->value, &c->params[1]->value);
+        sp_layer_to_device(g, SP_CUDA);
+        compare_layer(c, g, 4, shapes[i], 530 + i, BN_TOL);   /* training mode */
+        compare_bn_buffers(c, g, "training");
+        compare_layer(c, g, 4, shapes[i], 540 + i, BN_TOL);   /* running stats move again */
+        compare_bn_buffers(c, g, "second step");
+        c->eval = g->eval = true;   /* eval mode: the running statistics, and a Jᵀ */
+        compare_layer_jt(c, g, 4, shapes[i], 550 + i, BN_TOL);
+        compare_bn_buffers(c, g, "eval");
+        sp_layer_free(c);
+        sp_layer_free(g);
+    }
+}
+
+Test(cuda, dropout_masks_match_cpu_bitwise)
+{
+    need_gpu();
+    float ps[] = {0.5f, 0.1f, 0.0f};
+    for (int i = 0; i < 3; i++) {
+        sp_layer *c = sp_dropout(ps[i]), *g = sp_dropout(ps[i]);
+        sp_rng rc, rg;
+        sp_rng_seed(&rc, 600 + i);
+        sp_rng_seed(&rg, 600 + i);
+        c->op->init_params(c, &rc);
+        g->op->init_params(g, &rg);
+        /* Twice: the generator advances the same on both devices. */
+        compare_layer_jt(c, g, 4, (int[]){3, 2, 5, 7}, 610 + i, 0.0);
+        compare_layer(c, g, 2, (int[]){5, 301}, 620 + i, 0.0);
+        c->eval = g->eval = true;
+        compare_layer_jt(c, g, 2, (int[]){4, 9}, 630 + i, 0.0);
+        sp_layer_free(c);
+        sp_layer_free(g);
+    }
+}
+
+Test(cuda, conv2d_groups_matches_cpu)
+{
+    need_gpu();
+    /* cin, cout, k, stride, pad, groups, bias; input H, W */
+    int cfg[][9] = {{4, 6, 3, 1, 1, 2, 1, 7, 6},
+                    {6, 6, 3, 2, 1, 6, 0, 9, 8},   /* depthwise, no bias */
+                    {6, 9, 1, 1, 0, 3, 1, 5, 5},
+                    {8, 4, 5, 2, 2, 4, 0, 11, 10}};
+    for (int i = 0; i < 4; i++) {
+        int *q = cfg[i];
+        sp_layer *c = sp_conv2d_groups("g", q[0], q[1], q[2], q[3], q[4], q[5], q[6]);
+        sp_layer *g = sp_conv2d_groups("g", q[0], q[1], q[2], q[3], q[4], q[5], q[6]);
+        cr_assert_eq(c->op, &sp_op_conv2d_groups);
+        twin_layers(c, g, 700 + i);
+        compare_layer(c, g, 4, (int[]){3, q[0], q[7], q[8]}, 710 + i, GEMM_TOL);
+        /* Jᵀ: the weights themselves, bitwise */
+        sp_tape tc, tg;
+        sp_tape_init(&tc);
+        sp_tape_init(&tg);
+        sp_tensor x = sp_tensor_new(4, (int[]){2, q[0], q[7], q[8]});
+        tu_fill_uniform(x.data, x.numel, 720 + i, -1.0f, 1.0f);
+        sp_node *yc = sp_apply(&tc, c, sp_tape_input(&tc, &x));
+        sp_tensor xd = upload(&tg, &x);
+        compare_node_jt(yc, sp_apply(&tg, g, sp_tape_input(&tg, &xd)), 0, 0.0);
+        sp_tensor_free(&x);
+        sp_tape_free(&tc);
+        sp_tape_free(&tg);
+        sp_layer_free(c);
+        sp_layer_free(g);
+    }
+}
+
+/* A DAG with every new op and two fan-outs (the engines' δ sums on the device):
+ *   x → conv → bn → relu ─┬→ gconv → bn → add ─→ avgpool ─┬→ concat → dropout → gap → fc
+ *                         └────────────────────┘           └→ dwconv ┘                     */
+static sp_model *dagnet(void)
+{
+    sp_model *m = sp_model_new("dagnet");
+    sp_model_add(m, sp_conv2d_nobias("c1", 2, 8, 3, 1, 1));
+    sp_model_add(m, sp_batchnorm2d("bn1", 8));
+    int r = sp_model_add_from(m, sp_relu(), 1, (int[]){sp_model_last(m)});
+    sp_model_add(m, sp_conv2d_groups("g1", 8, 8, 3, 1, 1, 4, false));
+    int b = sp_model_add_from(m, sp_batchnorm2d("bn2", 8), 1, (int[]){sp_model_last(m)});
+    sp_model_add_from(m, sp_add(), 2, (int[]){b, r});
+    int p = sp_model_add_from(m, sp_avgpool2d(2, 2, 0), 1, (int[]){sp_model_last(m)});
+    int d = sp_model_add_from(m, sp_conv2d_groups("dw", 8, 8, 3, 1, 1, 8, true), 1, (int[]){p});
+    sp_model_add_from(m, sp_concat(), 2, (int[]){p, d});
+    sp_model_add(m, sp_dropout(0.25f));
+    sp_model_add(m, sp_global_avgpool2d());
+    sp_model_add(m, sp_linear("fc", 16, 5));
+    return m;
+}
+
+static sp_model *resnet20(void) { return sp_zoo_resnet20(1, 10); }
+
+Test(cuda, dag_training_steps_match_cpu)
+{
+    need_gpu();
+    compare_training(dagnet, 4, (int[]){3, 2, 8, 8}, 5, "sgd");
+    compare_training(dagnet, 4, (int[]){3, 2, 8, 8}, 5, "adam");
+}
+
+Test(cuda, resnet20_training_step_matches_cpu)
+{
+    need_gpu();
+    compare_training(resnet20, 4, (int[]){2, 1, 32, 32}, 10, "sgd");
+}

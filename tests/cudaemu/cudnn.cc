@@ -8,7 +8,10 @@
  * algorithm with a smaller workspace than it asked for fails with
  * CUDNN_STATUS_BAD_PARAM as cuDNN does, and the workspace is checked against the
  * allocation registry and overwritten with NaN, so a caller cannot rely on its content.
- * Output descriptors must match the convolution's output shape exactly. */
+ * Output descriptors must match the convolution's output shape exactly.
+ * Grouped convolution (cudnnSetConvolutionGroupCount): x has G·c channels for a filter
+ * of [K, c, R, S], K divisible by G; output k reads input channels g·c … g·c + c − 1,
+ * g = k / (K/G). */
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -30,27 +33,33 @@ struct cudnnConvolutionStruct {
     int pad_h = 0, pad_w = 0, u = 1, v = 1, dil_h = 1, dil_w = 1;
     cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
     bool set = false;
+    int groups = 1;
 };
 
 namespace {
 
+/* C: the filter's channels (per group); the input has G·C. */
 struct conv_shape {
     int N, C, H, W, K, R, S, P, Q;
     cudnnConvolutionStruct cv;
+    int G;
 };
 
 size_t fast_workspace(const conv_shape &s) { return (size_t)s.C * s.R * s.S * s.Q * sizeof(float); }
+
+/* Input channel of filter channel c for output k. */
+inline int in_channel(const conv_shape &s, int k, int c) { return k / (s.K / s.G) * s.C + c; }
 
 cudnnStatus_t shape_of(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t cv,
                        cudnnTensorDescriptor_t y, conv_shape *s)
 {
     if (!x || !w || !cv || !y || !x->set || !w->set || !cv->set || !y->set) return CUDNN_STATUS_BAD_PARAM;
-    if (x->c != w->c) return CUDNN_STATUS_BAD_PARAM;
+    if (cv->groups < 1 || x->c != w->c * cv->groups || w->k % cv->groups) return CUDNN_STATUS_BAD_PARAM;
     int eh = (w->h - 1) * cv->dil_h + 1, ew = (w->w - 1) * cv->dil_w + 1;
     int P = (x->h + 2 * cv->pad_h - eh) / cv->u + 1, Q = (x->w + 2 * cv->pad_w - ew) / cv->v + 1;
     if (P <= 0 || Q <= 0) return CUDNN_STATUS_BAD_PARAM;
     if (y->n != x->n || y->c != w->k || y->h != P || y->w != Q) return CUDNN_STATUS_BAD_PARAM;
-    *s = conv_shape{x->n, x->c, x->h, x->w, w->k, w->h, w->w, P, Q, *cv};
+    *s = conv_shape{x->n, w->c, x->h, x->w, w->k, w->h, w->w, P, Q, *cv, cv->groups};
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -205,7 +214,21 @@ cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, in
 {
     if (computeType != CUDNN_DATA_FLOAT) return CUDNN_STATUS_NOT_SUPPORTED;
     if (pad_h < 0 || pad_w < 0 || u <= 0 || v <= 0 || dilation_h <= 0 || dilation_w <= 0) return CUDNN_STATUS_BAD_PARAM;
-    *d = cudnnConvolutionStruct{pad_h, pad_w, u, v, dilation_h, dilation_w, mode, true};
+    *d = cudnnConvolutionStruct{pad_h, pad_w, u, v, dilation_h, dilation_w, mode, true, d->groups};   /* keeps the group count */
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int groupCount)
+{
+    if (!d || groupCount < 1) return CUDNN_STATUS_BAD_PARAM;
+    d->groups = groupCount;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int *groupCount)
+{
+    if (!d) return CUDNN_STATUS_BAD_PARAM;
+    *groupCount = d->groups;
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -215,7 +238,7 @@ cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescri
                                                     const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
                                                     int *n, int *c, int *h, int *wo)
 {
-    if (!cv->set || !x->set || !w->set || x->c != w->c) return CUDNN_STATUS_BAD_PARAM;
+    if (!cv->set || !x->set || !w->set || x->c != w->c * cv->groups) return CUDNN_STATUS_BAD_PARAM;
     *n = x->n;
     *c = w->k;
     *h = (x->h + 2 * cv->pad_h - ((w->h - 1) * cv->dil_h + 1)) / cv->u + 1;
@@ -313,7 +336,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const 
     if (st != CUDNN_STATUS_SUCCESS) return st;
     const float *x = (const float *)xv, *w = (const float *)wv;
     float *y = (float *)yv;
-    check("cudnnConvolutionForward", "x", x, (size_t)s.N * s.C * s.H * s.W);
+    check("cudnnConvolutionForward", "x", x, (size_t)s.N * s.G * s.C * s.H * s.W);
     check("cudnnConvolutionForward", "w", w, (size_t)s.K * s.C * s.R * s.S);
     check("cudnnConvolutionForward", "y", y, (size_t)s.N * s.K * s.P * s.Q);
     float al = *(const float *)alpha, be = *(const float *)beta;
@@ -330,7 +353,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const 
                                 for (int t = 0; t < s.S; t++) {
                                     int ih, iw;
                                     if (!tap(s, p, q, r, t, &ih, &iw)) continue;
-                                    acc += x[(((size_t)n * s.C + c) * s.H + ih) * s.W + iw] *
+                                    acc += x[(((size_t)n * s.G * s.C + in_channel(s, k, c)) * s.H + ih) * s.W + iw] *
                                            w[(((size_t)k * s.C + c) * s.R + r) * s.S + t];
                                 }
                         float *o = &y[(((size_t)n * s.K + k) * s.P + p) * s.Q + q];
@@ -355,12 +378,12 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, c
     float *dx = (float *)dxv;
     check("cudnnConvolutionBackwardData", "w", w, (size_t)s.K * s.C * s.R * s.S);
     check("cudnnConvolutionBackwardData", "dy", dy, (size_t)s.N * s.K * s.P * s.Q);
-    check("cudnnConvolutionBackwardData", "dx", dx, (size_t)s.N * s.C * s.H * s.W);
+    check("cudnnConvolutionBackwardData", "dx", dx, (size_t)s.N * s.G * s.C * s.H * s.W);
     float al = *(const float *)alpha, be = *(const float *)beta;
     size_t need = algo == 1 ? fast_workspace(s) : 0;
     emu::enqueue(h->stream, "cudnnConvolutionBackwardData", [=]() {
         if (need) scribble(ws, need);
-        size_t nx = (size_t)s.N * s.C * s.H * s.W;
+        size_t nx = (size_t)s.N * s.G * s.C * s.H * s.W;
         float *acc = new float[nx]();
         for (int n = 0; n < s.N; n++)
             for (int k = 0; k < s.K; k++)
@@ -372,7 +395,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, c
                                 for (int t = 0; t < s.S; t++) {
                                     int ih, iw;
                                     if (!tap(s, p, q, r, t, &ih, &iw)) continue;
-                                    acc[(((size_t)n * s.C + c) * s.H + ih) * s.W + iw] +=
+                                    acc[(((size_t)n * s.G * s.C + in_channel(s, k, c)) * s.H + ih) * s.W + iw] +=
                                         g * w[(((size_t)k * s.C + c) * s.R + r) * s.S + t];
                                 }
                     }
@@ -395,7 +418,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
     if (st != CUDNN_STATUS_SUCCESS) return st;
     const float *x = (const float *)xv, *dy = (const float *)dyv;
     float *dw = (float *)dwv;
-    check("cudnnConvolutionBackwardFilter", "x", x, (size_t)s.N * s.C * s.H * s.W);
+    check("cudnnConvolutionBackwardFilter", "x", x, (size_t)s.N * s.G * s.C * s.H * s.W);
     check("cudnnConvolutionBackwardFilter", "dy", dy, (size_t)s.N * s.K * s.P * s.Q);
     check("cudnnConvolutionBackwardFilter", "dw", dw, (size_t)s.K * s.C * s.R * s.S);
     float al = *(const float *)alpha, be = *(const float *)beta;
@@ -413,7 +436,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
                                     int ih, iw;
                                     if (!tap(s, p, q, r, t, &ih, &iw)) continue;
                                     acc += dy[(((size_t)n * s.K + k) * s.P + p) * s.Q + q] *
-                                           x[(((size_t)n * s.C + c) * s.H + ih) * s.W + iw];
+                                           x[(((size_t)n * s.G * s.C + in_channel(s, k, c)) * s.H + ih) * s.W + iw];
                                 }
                         float *o = &dw[(((size_t)k * s.C + c) * s.R + r) * s.S + t];
                         *o = be == 0.0f ? al * acc : al * acc + be * *o;

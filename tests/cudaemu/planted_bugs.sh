@@ -106,5 +106,18 @@ plant "swapped operands in bppsa's batched level product (cublasSgemmBatched)" s
   "" "bppsa_cuda/mlp_every_depth_matches_linear" \
   "bppsa vs linear on the device: err|cudaemu: .*cublasSgemmBatched" test_bppsa_cuda
 
+# 14-16. the DAG ops' twins: an off-by-one avgpool window, a missing barrier in batch
+#    norm's block sum (a thread reads the total after another has started the next
+#    sum), and add skipping its second input
+plant "off-by-one avgpool window (a <= k)" layers/avgpool2d_cuda.cu \
+  's/for (int a = 0; a < g.k; a++)/for (int a = 0; a <= g.k; a++)/' \
+  "" "cuda/avgpool2d_matches_cpu_bitwise" "avgpool2d forward: err"
+plant "missing __syncthreads (batchnorm2d block sum)" layers/batchnorm2d_cuda.cu \
+  's/__syncthreads();   \/\* all have read red\[0\]/(void)0;   \/* all have read red[0]/' \
+  "" "cuda/batchnorm2d_matches_cpu" "batchnorm2d .*err"
+plant "add skips an input (i = 2)" layers/add_cuda.cu \
+  's/for (int i = 1; i < n->ninputs; i++) add_into_cuda/for (int i = 2; i < n->ninputs; i++) add_into_cuda/' \
+  "" "cuda/add_concat_match_cpu_bitwise" "add forward differs"
+
 if [ $missed -ne 0 ]; then echo "planted bugs: $missed not caught"; exit 1; fi
 echo "planted bugs: all caught"

@@ -1,0 +1,86 @@
+/* add_cuda.cu — the CUDA twin of layers/add.c: y = x_0 + x_1 + … (same shapes).
+ *   forward: y = x_0 (a device copy), then y += x_i for i = 1, 2, … left to right, one
+ *            kernel per input, __fadd_rn: the CPU op's float sums, so bitwise equal.
+ *   δ_i:     dx_i = dy (a device copy).
+ *   Jᵀ_i:    the identity; its values, 1, for every sample in one launch. */
+#include "core/cuda.h"
+extern "C" {
+#include "core/backend.h"
+#include "core/tape.h"
+#include "layers/layers.h"
+}
+
+// ----------------------------------------------------------------------------
+// CUDA kernels
+
+__global__ void add_into_kernel(float *y, const float *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __fadd_rn(y[i], x[i]);
+}
+
+__global__ void add_jt_kernel(float *data, size_t stride, size_t rows, int nb)
+{
+    size_t n = (size_t)nb * rows;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        data[i / rows * stride + i % rows] = 1.0f;
+}
+
+// ----------------------------------------------------------------------------
+// kernel launchers
+
+static void add_into_cuda(float *y, const float *x, size_t n, cudaStream_t stream)
+{
+    add_into_kernel<<<sp_cuda_blocks(n, 256), 256, 0, stream>>>(y, x, n);
+    sp_cuda_check(cudaGetLastError());
+}
+
+static void copy_cuda(float *dst, const float *src, size_t n, cudaStream_t stream)
+{
+    sp_cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+}
+
+// ----------------------------------------------------------------------------
+// the op
+
+static void add_cuda_forward(sp_node *n)
+{
+    cudaStream_t st = sp_cuda_stream();
+    copy_cuda(n->out.data, sp_node_in(n, 0)->data, n->out.numel, st);
+    for (int i = 1; i < n->ninputs; i++) add_into_cuda(n->out.data, sp_node_in(n, i)->data, n->out.numel, st);
+}
+
+static void add_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
+{
+    copy_cuda(dx->data, dy->data, dx->numel, sp_cuda_stream());
+}
+
+static void add_jt_launch(const sp_csr *jt, size_t stride, int nb)
+{
+    add_jt_kernel<<<sp_cuda_blocks((size_t)nb * jt->rows, 256), 256, 0, sp_cuda_stream()>>>(jt->data, stride,
+                                                                                              (size_t)jt->rows, nb);
+    sp_cuda_check(cudaGetLastError());
+}
+
+static void add_cuda_jt_values(const sp_node *n, int i, int b, sp_csr *jt) { add_jt_launch(jt, 0, 1); }
+
+static void add_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, size_t stride)
+{
+    add_jt_launch(jt, stride, n->out.shape[0]);
+}
+
+static sp_opdef add_cuda_op;
+
+void sp_add_cuda_register(void)
+{
+    add_cuda_op.name = "add";
+    add_cuda_op.arity = sp_op_add.arity;
+    add_cuda_op.infer = sp_op_add.infer;
+    add_cuda_op.forward = add_cuda_forward;
+    add_cuda_op.backward_input = add_cuda_backward_input;
+    add_cuda_op.cost = sp_op_add.cost;
+    add_cuda_op.jt_pattern = sp_op_add.jt_pattern;
+    add_cuda_op.jt_values = add_cuda_jt_values;
+    add_cuda_op.jt_values_all = add_cuda_jt_values_all;
+    sp_op_register_device(&sp_op_add, SP_CUDA, &add_cuda_op);
+}
