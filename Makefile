@@ -31,8 +31,12 @@ cc-option = $(shell $(CC) -Werror $(1) -x c -c /dev/null -o /dev/null >/dev/null
 # pointwise loops of unknown length scalar, and a scalar ReLU branches on every sign.
 # Vectorising maps changes no bits (no reassociation, no contraction under -std=c11).
 # Clang has no such flag (its -O2 already vectorises with the full cost model).
+# -fno-trapping-math: nothing here reads floating-point exception flags, and without it
+# GCC keeps a compare or a float→int conversion inside a loop as a branch (it could
+# trap), so the recurrent ops' branch-free exp (layers/recurrent.h) stayed scalar. It
+# changes no result: no reassociation, no contraction.
 OPT     ?= -O2 -g
-VECT_FLAGS := $(call cc-option,-fvect-cost-model=dynamic)
+VECT_FLAGS := $(call cc-option,-fvect-cost-model=dynamic) -fno-trapping-math
 CFLAGS  += $(OPT) $(VECT_FLAGS) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP -I. -fno-strict-aliasing
 ifeq ($(WERROR),1)
 CFLAGS  += -Werror

@@ -1,11 +1,12 @@
 /* gemm_small.c — tiny row-major SGEMM for the recurrent ops (see gemm_small.h).
  *
- * op(B) [K×N] is copied into a panel of K rows of Np = roundup(N, 16) floats, zero
- * padded, 64-byte aligned. C is then computed in blocks of up to 8 (AVX-512) or 4 rows × 16 columns:
- * each block's accumulators live in registers while k runs 0 … K−1, one panel row load
- * and one broadcast of op(A)[i][k] per row and k. The block's last columns are stored
- * under a mask, so C outside [M×N] is never touched. */
+ * op(B) [K×N] is read in place (op(B) = Bᵀ is first copied into a panel of K rows).
+ * C is computed in blocks of up to 8 (AVX-512) or 4 rows × 16 columns: each block's
+ * accumulators live in registers while k runs 0 … K−1, with one masked load of a row of
+ * op(B) and one broadcast of op(A)[i][k] per row and k. The block's last columns are
+ * loaded and stored under a mask, so nothing outside op(B) and C[M×N] is touched. */
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,7 @@
 
 typedef struct small_args {
     bool ta;
-    int M, N, K, lda, ldc, Np;
+    int M, N, K, lda, ldc, ldp;   /* ldp: row stride of panel */
     float alpha, beta;
     const float *A;
     const float *panel;
@@ -34,7 +35,7 @@ static void small_generic(const small_args *g)
     for (int i = 0; i < g->M; i++)
         for (int j = 0; j < g->N; j++) {
             float acc = 0.0f;
-            for (int k = 0; k < g->K; k++) acc += A_AT(g, g->ta, i, k) * g->panel[(size_t)k * g->Np + j];
+            for (int k = 0; k < g->K; k++) acc += A_AT(g, g->ta, i, k) * g->panel[(size_t)k * g->ldp + j];
             float *c = g->C + (size_t)i * g->ldc + j;
             *c = g->beta == 0.0f ? g->alpha * acc : g->alpha * acc + g->beta * *c;
         }
@@ -51,13 +52,13 @@ __attribute__((target("avx512f"), always_inline)) static inline void block512(co
     __m512 acc[8];
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
+    int left = g->N - j0;
+    __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
     for (int k = 0; k < g->K; k++) {
-        __m512 b = _mm512_load_ps(g->panel + (size_t)k * g->Np + j0);
+        __m512 b = _mm512_maskz_loadu_ps(m, g->panel + (size_t)k * g->ldp + j0);
 #pragma GCC unroll 8
         for (int r = 0; r < MR; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(A_AT(g, TA, i0 + r, k)), b, acc[r]);
     }
-    int left = g->N - j0;
-    __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
     __m512 alpha = _mm512_set1_ps(g->alpha), beta = _mm512_set1_ps(g->beta);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
@@ -102,9 +103,13 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void block256(c
     __m256 lo[4], hi[4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) lo[r] = hi[r] = _mm256_setzero_ps();
+    int left = g->N - j0;
+    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane);
+    __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(left - 8), lane);
     for (int k = 0; k < g->K; k++) {
-        const float *p = g->panel + (size_t)k * g->Np + j0;
-        __m256 b0 = _mm256_load_ps(p), b1 = _mm256_load_ps(p + 8);
+        const float *p = g->panel + (size_t)k * g->ldp + j0;
+        __m256 b0 = _mm256_maskload_ps(p, m0), b1 = _mm256_maskload_ps(p + 8, m1);
 #pragma GCC unroll 4
         for (int r = 0; r < MR; r++) {
             __m256 a = _mm256_set1_ps(A_AT(g, TA, i0 + r, k));
@@ -112,10 +117,6 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void block256(c
             hi[r] = _mm256_fmadd_ps(a, b1, hi[r]);
         }
     }
-    int left = g->N - j0;
-    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane);
-    __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(left - 8), lane);
     __m256 alpha = _mm256_set1_ps(g->alpha), beta = _mm256_set1_ps(g->beta);
 #pragma GCC unroll 4
     for (int r = 0; r < MR; r++) {
@@ -167,10 +168,27 @@ static int isa_cap(void)
     return !strncasecmp(v, "AVX2", 4) ? 1 : 0;
 }
 
+int sp_cpu_isa_level(void)
+{
+    static _Atomic int level = -1;
+    int l = atomic_load(&level);
+    if (l < 0) {   /* racing first calls store the same value */
+        l = 0;
+#ifdef SP_SMALL_X86
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) l = 1;
+        if (__builtin_cpu_supports("avx512f")) l = 2;
+#endif
+        int cap = isa_cap();
+        l = l < cap ? l : cap;
+        atomic_store(&level, l);
+    }
+    return l;
+}
+
 static small_fn pick(const char **isa)
 {
-    int cap = isa_cap();
-    (void)cap;
+    int cap = sp_cpu_isa_level();
 #ifdef SP_SMALL_X86
     __builtin_cpu_init();
     if (cap >= 2 && __builtin_cpu_supports("avx512f")) {
@@ -227,19 +245,17 @@ bool sp_gemm_small(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                    const float *B, int ldb, float beta, float *C, int ldc)
 {
     if (M <= 0 || N <= 0 || K <= 0 || N > SP_GEMM_SMALL_MAX_N) return false;
-    int Np = (N + 15) & ~15;
-    if ((long)K * Np > SP_GEMM_SMALL_PANEL || (long)M * N * K > SP_GEMM_SMALL_MAX_MACS) return false;
+    if ((long)M * N * K > SP_GEMM_SMALL_MAX_MACS) return false;
+    small_args g = {.ta = trans_a, .M = M, .N = N, .K = K, .lda = lda, .ldc = ldc, .ldp = ldb, .alpha = alpha,
+                    .beta = beta, .A = A, .panel = B, .C = C};
     _Alignas(64) float panel[SP_GEMM_SMALL_PANEL];
-    for (int k = 0; k < K; k++) {
-        float *row = panel + (size_t)k * Np;
-        if (trans_b)
-            for (int j = 0; j < N; j++) row[j] = B[(size_t)j * ldb + k];
-        else
-            memcpy(row, B + (size_t)k * ldb, (size_t)N * sizeof(float));
-        for (int j = N; j < Np; j++) row[j] = 0.0f;
+    if (trans_b) {   /* op(B) = Bᵀ: its rows are B's columns, copied into a panel */
+        if ((long)K * N > SP_GEMM_SMALL_PANEL) return false;
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < N; j++) panel[(size_t)k * N + j] = B[(size_t)j * ldb + k];
+        g.panel = panel;
+        g.ldp = N;
     }
-    small_args g = {.ta = trans_a, .M = M, .N = N, .K = K, .lda = lda, .ldc = ldc, .Np = Np, .alpha = alpha,
-                    .beta = beta, .A = A, .panel = panel, .C = C};
     get_kernel()(&g);
     return true;
 }

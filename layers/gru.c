@@ -28,15 +28,15 @@ enum { W_IH, W_HH, B_IH, B_HH };
 
 /* Pointwise part of one step for one sample: pre = [W_i x + b_i | W_h h + b_h] →
  * saved gates [r, z, n, M] (overwriting gate_row's first 3H) and h. */
-static inline void gru_step_forward(float *gate_row, const float *hp, const float *hprev, float *h, int H)
+__attribute__((always_inline)) static inline void gru_step_forward(float *restrict gate_row, const float *restrict hp, const float *restrict hprev,
+                                    float *restrict h, int H)
 {
-    for (int j = 0; j < H; j++) {
+    for (int j = 0; j < H; j++) {   /* branch-free: vectorised (sp_rec_expf) */
         float r = sp_rec_sigmoid(gate_row[j] + hp[j]);
         float z = sp_rec_sigmoid(gate_row[H + j] + hp[H + j]);
         float M = hp[2 * H + j];
         float nn = sp_rec_tanh(gate_row[2 * H + j] + r * M);
-        float hj = hprev ? hprev[j] : 0.0f;
-        h[j] = (1.0f - z) * nn + z * hj;
+        h[j] = (1.0f - z) * nn + z * hprev[j];
         gate_row[j] = r;
         gate_row[H + j] = z;
         gate_row[2 * H + j] = nn;
@@ -44,21 +44,31 @@ static inline void gru_step_forward(float *gate_row, const float *hp, const floa
     }
 }
 
+/* One step of the whole batch: rows b of gates [B, 4H], hp [B, 3H], hprev and h [B, H]. */
+__attribute__((always_inline)) static inline void gru_forward_pointwise_body(float *gates, const float *hp,
+                                                                           const float *hprev, float *h, int B, int H)
+{
+    for (int b = 0; b < B; b++)
+        gru_step_forward(gates + (size_t)b * 4 * H, hp + (size_t)b * 3 * H, hprev + (size_t)b * H, h + (size_t)b * H, H);
+}
+SP_REC_MULTIVERSION(gru_forward_pointwise, (float *gates, const float *hp, const float *hprev, float *h, int B, int H),
+                    (gates, hp, hprev, h, B, H))
+
 static void gru_forward(sp_node *n)
 {
     sp_recurrent_saved *s = sp_recurrent_save(n);
     int B = s->B, T = s->T, C = SP_REC(n)->input, H = SP_REC(n)->hidden, H3 = 3 * H, H4 = 4 * H;
     size_t BT = (size_t)B * T;
     const float *bih = PV(n, B_IH), *bhh = PV(n, B_HH);
-    float *hp = s->fwd_scratch;
+    float *hp = s->fwd_scratch, *h0 = s->g;   /* h_0 = 0; g is BPTT's, free until then */
+    memset(h0, 0, (size_t)B * H * sizeof(float));
     for (size_t i = 0; i < BT; i++) memcpy(s->gates + i * H4, bih, (size_t)H3 * sizeof(float));
     sp_gemm(false, true, (int)BT, H3, C, 1.0f, s->x_tm, C, PV(n, W_IH), C, 1.0f, s->gates, H4);
     for (int t = 0; t < T; t++) {
         float *h = s->hs + (size_t)t * B * H, *gates = s->gates + (size_t)t * B * H4;
         for (int b = 0; b < B; b++) memcpy(hp + (size_t)b * H3, bhh, (size_t)H3 * sizeof(float));
         if (t > 0) sp_rec_step_gemm(B, H3, H, 1.0f, h - B * H, H, s->whh_t, H3, 1.0f, hp, H3);
-        for (int b = 0; b < B; b++)
-            gru_step_forward(gates + (size_t)b * H4, hp + (size_t)b * H3, t ? h - (B - b) * H : NULL, h + b * H, H);
+        gru_forward_pointwise(gates, hp, t ? h - B * H : h0, h, B, H);
     }
     sp_recurrent_finish_forward(n);
 }

@@ -98,20 +98,58 @@ static inline void sp_rec_step_gemm(int M, int N, int K, float alpha, const floa
         sp_gemm(false, false, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* tanh through one expf: glibc's tanhf costs ~4× an expf and is the forward's hot spot
- * at H = 20. Absolute error ≤ 1e-7; below |x| < 2⁻⁵ a Taylor series keeps the relative
- * error ≤ 3e-6 where (1 − e)/(1 + e) would cancel. */
-static inline float sp_rec_tanh(float x)
-{
-    float a = fabsf(x);
-    if (a < 0.03125f) {
-        float x2 = x * x;
-        return x * (1.0f - x2 * (1.0f / 3.0f - x2 * (2.0f / 15.0f)));
+/* The pointwise loops of the recurrent ops, compiled for AVX-512, AVX2 and the baseline;
+ * SP_REC_MULTIVERSION(name, (params), (args)) defines name() calling the variant of
+ * name_body() that sp_cpu_isa_level() (core/gemm_small.h: the CPU, capped by
+ * DNNL_MAX_CPU_ISA) allows. No contraction under -std=c11: every variant, same bits. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SP_REC_MULTIVERSION(name, params, args)                                                            \
+    __attribute__((target("avx512f"))) static void name##_avx512 params { name##_body args; }            \
+    __attribute__((target("avx2"))) static void name##_avx2 params { name##_body args; }                 \
+    static void name params                                                                               \
+    {                                                                                                     \
+        int level = sp_cpu_isa_level();                                                                   \
+        if (level >= 2) name##_avx512 args;                                                               \
+        else if (level >= 1) name##_avx2 args;                                                            \
+        else name##_body args;                                                                            \
     }
-    float e = expf(-2.0f * a);
-    return copysignf((1.0f - e) / (1.0f + e), x);
+#else
+#define SP_REC_MULTIVERSION(name, params, args)                                                            \
+    static void name params { name##_body args; }
+#endif
+
+/* e^x for the recurrent ops' gates, in plain arithmetic so GCC vectorises the loops that
+ * call it (glibc's expf is a call per element: 2 sigmoids and a tanh per GRU unit made
+ * the GRU forward 2/3 expf). x = n·ln 2 + r with n = round(x·log₂e) (the 1.5·2²³ trick)
+ * and |r| ≤ ln 2 / 2 (ln 2 in two parts), e^r by its Taylor series to r⁶ (truncation
+ * ≤ 1.2e-7 relative), 2ⁿ built in the exponent bits. Relative error ≤ 3e-7 (≈ 3 ulp,
+ * tests/test_rnn.c, suite pointwise); x is clamped to [−87.3, 88.3], where e^x stays a
+ * normal float, and a NaN stays NaN. */
+__attribute__((always_inline)) static inline float sp_rec_expf(float x)
+{
+    x = x < -87.3f ? -87.3f : x;
+    x = x > 88.3f ? 88.3f : x;
+    float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693145751953125f;   /* ln 2's high part: exact in n·hi */
+    r = r - n * 1.42860677e-06f;             /* and its low part */
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    int e = (int)(n == n ? n : 0.0f) + 127;   /* NaN: p is NaN already */
+    union { unsigned u; float f; } scale = {.u = (unsigned)e << 23};
+    return p * scale.f;
 }
 
-static inline float sp_rec_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* tanh through one exp: glibc's tanhf costs ~4× an expf. Absolute error ≤ 2e-7; below
+ * |x| < 2⁻⁵ a Taylor series keeps the relative error ≤ 3e-6 where (1 − e)/(1 + e)
+ * would cancel. Both sides are computed and one selected, so loops vectorise. */
+__attribute__((always_inline)) static inline float sp_rec_tanh(float x)
+{
+    float a = fabsf(x), x2 = x * x;
+    float small = x * (1.0f - x2 * (1.0f / 3.0f - x2 * (2.0f / 15.0f)));
+    float e = sp_rec_expf(-2.0f * a);
+    float big = copysignf((1.0f - e) / (1.0f + e), x);
+    return a < 0.03125f ? small : big;
+}
+
+__attribute__((always_inline)) static inline float sp_rec_sigmoid(float x) { return 1.0f / (1.0f + sp_rec_expf(-x)); }
 
 #endif

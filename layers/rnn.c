@@ -19,6 +19,12 @@ enum { W_IH, W_HH, B_IH, B_HH };
 #define PV(n, i) ((n)->layer->params[i]->value.data)
 #define PG(n, i) ((n)->layer->params[i]->grad.data)
 
+__attribute__((always_inline)) static inline void rnn_tanh_inplace_body(float *h, int count)
+{
+    for (int i = 0; i < count; i++) h[i] = sp_rec_tanh(h[i]);
+}
+SP_REC_MULTIVERSION(rnn_tanh_inplace, (float *h, int count), (h, count))
+
 static void rnn_forward(sp_node *n)
 {
     sp_recurrent_saved *s = sp_recurrent_save(n);
@@ -32,7 +38,7 @@ static void rnn_forward(sp_node *n)
     for (int t = 0; t < T; t++) {
         float *ht = hs + (size_t)t * BH;
         if (t > 0) sp_rec_step_gemm(B, H, H, 1.0f, ht - BH, H, s->whh_t, H, 1.0f, ht, H);
-        for (int i = 0; i < BH; i++) ht[i] = sp_rec_tanh(ht[i]);
+        rnn_tanh_inplace(ht, BH);
     }
     sp_recurrent_finish_forward(n);
 }

@@ -413,6 +413,24 @@ Test(pointwise, fast_tanh_accuracy)
     cr_assert_eq(sp_rec_tanh(100.0f), 1.0f);
 }
 
+Test(pointwise, vectorisable_exp_and_sigmoid_accuracy)
+{
+    double worst = 0, worst_sig = 0;
+    for (float v = -87.0f; v < 88.0f; v += 1.7e-3f) {
+        double want = exp((double)v), got = sp_rec_expf(v);
+        worst = fmax(worst, fabs(got - want) / want);
+        double s = 1.0 / (1.0 + exp(-(double)v)), gs = sp_rec_sigmoid(v);
+        if (s > 1e-30) worst_sig = fmax(worst_sig, fabs(gs - s) / s);
+    }
+    cr_assert_lt(worst, 3e-7, "exp rel err %.2e", worst);
+    cr_assert_lt(worst_sig, 5e-7, "sigmoid rel err %.2e", worst_sig);
+    cr_assert_eq(sp_rec_expf(0.0f), 1.0f);
+    cr_assert(isnan(sp_rec_expf(NAN)) && isnan(sp_rec_tanh(NAN)) && isnan(sp_rec_sigmoid(NAN)), "NaN must stay NaN");
+    cr_assert(isfinite(sp_rec_expf(1e30f)) && sp_rec_expf(-1e30f) >= 0.0f, "clamped, not inf");
+    cr_assert_lt(sp_rec_sigmoid(-1e30f), 1e-38f);
+    cr_assert_eq(sp_rec_sigmoid(1e30f), 1.0f);
+}
+
 Test(shapes, shape_only_cost)
 {
     sp_layer *l = sp_gru("gru", 12, 20, SP_SEQ_LAST);
