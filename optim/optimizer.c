@@ -37,6 +37,7 @@ sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
     o->params = sp_xmalloc((size_t)n * sizeof *o->params);
     memcpy(o->params, params, (size_t)n * sizeof *o->params);
     o->steps = sp_xcalloc((size_t)n, sizeof *o->steps);
+    o->zeroed = sp_xcalloc((size_t)n, sizeof *o->zeroed);
     o->offset = sp_xmalloc((size_t)n * sizeof *o->offset);
     size_t total = 0;
     for (int i = 0; i < n; i++) {
@@ -58,8 +59,34 @@ sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
     return o;
 }
 
+/* Elements per block of an update that zeroes its gradient: 16 KiB of each stream, so
+ * the block's gradient is still in L1/L2 when it is zeroed. */
+#define ZERO_BLOCK 4096
+
+typedef struct zero_job {
+    void (*fn)(void *ctx, size_t begin, size_t end);
+    void *ctx;
+    float *g;
+} zero_job;
+
+static void zero_range(void *vctx, size_t begin, size_t end)
+{
+    const zero_job *J = vctx;
+    for (size_t b = begin; b < end; b += ZERO_BLOCK) {
+        size_t e = end - b > ZERO_BLOCK ? b + ZERO_BLOCK : end;
+        J->fn(J->ctx, b, e);
+        memset(J->g + b, 0, (e - b) * sizeof(float));
+    }
+}
+
+/* The gradient the update running on this thread zeroes (update_one), or NULL: two ooo
+ * lanes may update two layers at once. */
+static _Thread_local float *t_zero_g;
+
 void sp_optim_for(size_t numel, void (*fn)(void *ctx, size_t begin, size_t end), void *ctx)
 {
+    zero_job J = {fn, ctx, t_zero_g};
+    if (t_zero_g) fn = zero_range, ctx = &J;
     if (numel < OPTIM_PAR_MIN) fn(ctx, 0, numel);
     else sp_parallel_for(numel, fn, ctx);
 }
@@ -69,14 +96,19 @@ void sp_optim_for(size_t numel, void (*fn)(void *ctx, size_t begin, size_t end),
 static void update_one(sp_optim *o, int i)
 {
     sp_param *p = o->params[i];
-    if (!p->mask) {
-        o->update(o, i);
-        return;
+    bool zero = o->zero_in_step && o->device == SP_CPU;
+    t_zero_g = zero ? p->grad.data : NULL;
+    if (p->mask) {
+        const float *mk = p->mask;
+        for (size_t j = 0; j < p->grad.numel; j++) p->grad.data[j] *= mk[j];
     }
-    const float *mk = p->mask;
-    for (size_t j = 0; j < p->grad.numel; j++) p->grad.data[j] *= mk[j];
     o->update(o, i);
-    for (size_t j = 0; j < p->value.numel; j++) p->value.data[j] *= mk[j];
+    t_zero_g = NULL;
+    if (zero) o->zeroed[i] = true;
+    if (p->mask) {
+        const float *mk = p->mask;
+        for (size_t j = 0; j < p->value.numel; j++) p->value.data[j] *= mk[j];
+    }
 }
 
 void sp_optim_step(sp_optim *o)
@@ -99,7 +131,17 @@ void sp_optim_step_params(sp_optim *o, sp_param **params, int k)
 
 void sp_optim_zero_grad(sp_optim *o)
 {
-    for (int i = 0; i < o->nparams; i++) sp_zero(&o->params[i]->grad);
+    for (int i = 0; i < o->nparams; i++) {
+        if (!o->zeroed[i]) sp_zero(&o->params[i]->grad);
+        o->zeroed[i] = false;
+    }
+}
+
+void sp_optim_set_zero_in_step(sp_optim *o, bool on)
+{
+    o->zero_in_step = on;
+    if (!on)
+        for (int i = 0; i < o->nparams; i++) o->zeroed[i] = false;
 }
 
 void sp_optim_set_lr(sp_optim *o, double lr)
@@ -147,6 +189,7 @@ void sp_optim_free(sp_optim *o)
     }
     free(o->offset);
     free(o->steps);
+    free(o->zeroed);
     free(o->params);
     free(o);
 }

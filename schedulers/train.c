@@ -422,6 +422,10 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     sp_step_graph *sg = cfg->cuda_graph && model_device(m) != SP_CPU ? sp_step_graph_new(m, e, o) : NULL;
     /* ooo on a device without the graph: step k+1's forward overlaps step k's last δW/U */
     bool overlap = !sg && model_device(m) != SP_CPU && strcmp(e->name, "ooo") == 0 && e->opts.update;
+    /* On the CPU each update zeroes the gradient it read (in cache, same pass) and the
+     * next step's zero_grad skips it: nothing writes a gradient in between here. */
+    bool zero_in_step = model_device(m) == SP_CPU;
+    if (zero_in_step) sp_optim_set_zero_in_step(o, true);
     sp_tape tapes[2];
     sp_tape_init(&tapes[0]);
     sp_tape_init(&tapes[1]);
@@ -543,5 +547,6 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     free(fwd);
     free(bwd);
     free(all);
+    if (zero_in_step) sp_optim_set_zero_in_step(o, false);
     return r;
 }

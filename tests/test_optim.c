@@ -233,6 +233,63 @@ Test(optim, zero_grad_and_lr)
     free_param(p);
 }
 
+/* sp_optim_set_zero_in_step: the updates give the same bits as without it, each leaves
+ * its gradient zero (the pooled 40000-element one too), and zero_grad still zeroes a
+ * parameter no update touched since. */
+static void check_zero_in_step(const char *name)
+{
+    sp_optim_cfg cfg = sp_optim_cfg_default();
+    cfg.lr = 0.01;
+    cfg.momentum = 0.9;
+    sp_param *a[NP], *b[NP];
+    make_set(a, 7);
+    make_set(b, 7);
+    sp_optim *oa = sp_optim_create(name, a, NP, &cfg);
+    sp_optim *ob = sp_optim_create(name, b, NP, &cfg);
+    sp_optim_set_zero_in_step(ob, true);
+    sp_set_threads(2);
+    for (int s = 0; s < 3; s++) {
+        fill_grads(a, s);
+        sp_optim_zero_grad(ob);   /* skips what the last step zeroed; a written grad stays written below */
+        for (int i = 0; i < NP; i++)
+            for (size_t j = 0; j < b[i]->grad.numel; j++) cr_assert_eq(b[i]->grad.data[j], 0.0f, "%s: step %d param %d", name, s, i);
+        fill_grads(b, s);
+        sp_optim_step(oa);
+        sp_optim_zero_grad(oa);
+        sp_optim_step_params(ob, (sp_param *[]){b[2], b[0]}, 2);
+        sp_optim_step_params(ob, (sp_param *[]){b[4], b[1], b[3]}, 3);
+        for (int i = 0; i < NP; i++) {
+            cr_assert_eq(memcmp(a[i]->value.data, b[i]->value.data, a[i]->value.numel * sizeof(float)), 0,
+                         "%s: step %d param %d differs with zero_in_step", name, s, i);
+            for (size_t j = 0; j < b[i]->grad.numel; j++)
+                cr_assert_eq(b[i]->grad.data[j], 0.0f, "%s: step %d param %d grad[%zu] not zeroed", name, s, i, j);
+        }
+    }
+    /* the loop's contract: zero_grad, backward (grads written), updates. Param 1 is not
+     * updated this time: zero_grad must zero its gradient itself */
+    sp_optim_zero_grad(ob);
+    fill_grads(b, 9);
+    sp_optim_step_params(ob, (sp_param *[]){b[0]}, 1);
+    sp_optim_zero_grad(ob);
+    for (int i = 0; i < NP; i++)
+        for (size_t j = 0; j < b[i]->grad.numel; j++) cr_assert_eq(b[i]->grad.data[j], 0.0f, "%s: param %d", name, i);
+    /* off: an update leaves its gradient as it was */
+    sp_optim_set_zero_in_step(ob, false);
+    fill_grads(b, 10);
+    sp_optim_step(ob);
+    cr_assert_neq(b[0]->grad.data[123], 0.0f);
+    sp_set_threads(1);
+    sp_optim_free(oa);
+    sp_optim_free(ob);
+    for (int i = 0; i < NP; i++) {
+        free_param(a[i]);
+        free_param(b[i]);
+    }
+}
+
+Test(optim, zero_in_step_sgd) { check_zero_in_step("sgd"); }
+Test(optim, zero_in_step_adamw) { check_zero_in_step("adamw"); }
+
 /* ---- learning-rate schedules ----------------------------------------------------------- */
 
 Test(lr_schedule, matches_torch_schedulers)
