@@ -2,7 +2,8 @@
  *
  * Two lanes, main (the calling thread) and sub (one persistent thread), pull tasks from
  * one priority queue: the ready tasks in the plan's order, the plan's main-lane tasks
- * (the δO chain, and the δW a policy keeps in place) before its sub-lane ones (δW, U).
+ * (the δO chain, and the δW a policy keeps in place) before its sub-lane ones (δW, U);
+ * an update that waits may be passed by the tasks behind it (first_ready).
  * So the policies' orders stay, and the executor is work-conserving: a lane never
  * idles while a task is ready, whichever lane the plan gave it to (EuroSys '22 §4.1
  * fixes each task to its stream; on a CPU a fixed lane left a core idle whenever its
