@@ -381,6 +381,58 @@ Test(exec, two_lanes_overlap_and_respect_dependencies)
     cr_assert_gt(sub_busy, 0.0, "the sub lane ran");
 }
 
+/* A waiting update may be passed (ooo_exec.c, first_ready): the top layer's δW is made
+ * slow, so U_top waits for it at the head of the sub queue while δW of the layer below
+ * is ready behind it. That δW must start on the idle lane before the slow one ends; with
+ * a strict queue head it could only start after U_top, i.e. after the slow δW. */
+static sp_opdef g_slow_linear;
+static void slow_backward_params(sp_node *n, const sp_tensor *dy)
+{
+    sp_op_linear.backward_params(n, dy);
+    double t0 = sp_now();
+    while (sp_now() - t0 < 0.2) sp_cpu_relax();   /* 200 ms: far above any hand-off, even under load */
+}
+
+Test(exec, a_waiting_update_is_passed)
+{
+    sp_set_threads(2);
+    sp_ooo_exec_set_min_two_lane_flops(0);   /* two lanes, no tuner */
+    g_slow_linear = sp_op_linear;
+    g_slow_linear.backward_params = slow_backward_params;
+    sp_model *m = sp_model_new("slowtop");
+    sp_layer *low = sp_model_add(m, sp_linear("low", 8, 8));
+    sp_model_add(m, sp_tanh());
+    sp_layer *top = sp_model_add(m, sp_linear("top", 8, 5));
+    top->op = &g_slow_linear;
+    sp_model_init(m, 3);
+    tmodel tm = {.name = "slowtop", .m = m, .ndim = 2, .shape = {4, 8}};
+    batch b = make_batch(&tm, 1);
+    sp_optim *o = make_sgd(m);
+    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = "ooo", .update = update_layer, .update_ctx = o});
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_model_zero_grad(m);
+    sp_backward(e, &t, sp_model_loss(m, &t, &b.x, b.y));
+    const sp_ooo_run *r = sp_ooo_last_run(e);
+    const sp_ooo_graph *g = r->graph;
+    int dw_top = -1, dw_low = -1;
+    for (int i = 0; i < g->nexec; i++) {
+        if (g->tasks[i].kind != SP_OOO_DW) continue;
+        if (g->tasks[i].node->layer == top) dw_top = i;
+        if (g->tasks[i].node->layer == low) dw_low = i;
+    }
+    cr_assert(dw_top >= 0 && dw_low >= 0);
+    cr_assert_lt(r->start[dw_low], r->end[dw_top], "δW low started at %.1f ms, after the slow δW top ended (%.1f ms)",
+                 1e3 * r->start[dw_low], 1e3 * r->end[dw_top]);
+    cr_assert_neq(r->ran_on[dw_low], r->ran_on[dw_top]);
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    sp_tensor_free(&b.x);
+    sp_model_free(m);
+    sp_ooo_exec_set_min_two_lane_flops(5e7);
+}
+
 Test(exec, small_backward_alone)
 {
     sp_ooo_exec_set_min_two_lane_flops(5e7);   /* the default */
