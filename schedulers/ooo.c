@@ -459,6 +459,10 @@ void sp_ooo_wait_layer(sp_engine *e, const sp_layer *l)
         if (s->on_device) g_device_exec->wait_task(s->dev, g->u_task[r]);
         else sp_ooo_exec_wait_task(s->exec, g->u_task[r]);
     }
+    /* On the CPU the overlapping forward runs its loops inline on the main lane (the sub
+     * lane takes chunks of them while it has nothing else to do); once every task is
+     * done, join, so the rest of the forward has the thread pool again. */
+    if (!s->on_device && sp_ooo_exec_all_done(s->exec)) sp_ooo_sync(e);
 }
 
 const sp_ooo_stats *sp_ooo_last_stats(sp_engine *e) { return &state_of(e)->stats; }

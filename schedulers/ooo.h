@@ -151,6 +151,8 @@ void sp_ooo_exec_set_min_two_lane_flops(double flops);   /* 0: always two lanes,
 void sp_ooo_exec_set_lane_tuning(bool on);
 void sp_ooo_exec_finish(sp_ooo_exec *x);
 bool sp_ooo_exec_busy(const sp_ooo_exec *x);
+/* Every task of the running backward is done (only the join is left). */
+bool sp_ooo_exec_all_done(const sp_ooo_exec *x);
 
 /* A copy of one run's timeline that outlives the tape (the engine keeps the last one). */
 typedef struct sp_ooo_trace_rec {

@@ -476,6 +476,8 @@ void sp_ooo_exec_wait_task(sp_ooo_exec *x, int task)
 
 bool sp_ooo_exec_busy(const sp_ooo_exec *x) { return x->cur != NULL; }
 
+bool sp_ooo_exec_all_done(const sp_ooo_exec *x) { return x->cur && atomic_load(&x->cur->all_left) == 0; }
+
 void sp_ooo_exec_finish(sp_ooo_exec *x)
 {
     run_ctx *c = x->cur;

@@ -41,26 +41,37 @@ static sp_node *step_queue(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, c
     return step_body(m, e, o, t, x, y, fwd_s, bwd_s);
 }
 
-/* ---- ooo on a device: the next forward overlaps the last δW/U ------------------------- */
+/* ---- ooo: the next forward overlaps the last δW/U (CPU lanes or device streams) ------- */
 
 static void wait_layer(void *e, const sp_layer *l) { sp_ooo_wait_layer(e, l); }
 
 /* The step on tape t while the previous step's backward (on the other tape) may still
- * run its last δW and U on the sub stream: each layer's forward waits for that layer's
- * update alone (sp_ooo_wait_layer); then the streams are joined, the gradients zeroed
- * and this step's backward queued without a join (sp_ooo_backward_async). The staged
- * batch of the previous step (slot `release`) is released after the join. */
+ * run its last δW and U on the sub lane or stream: each layer's forward waits for that
+ * layer's update alone (sp_ooo_wait_layer); then the lanes are joined, the gradients
+ * zeroed and this step's backward started without a join (sp_ooo_backward_async). On a
+ * device the staged batch of the previous step (slot `release`) is released after the
+ * join; on the CPU (release < 0) the batch and labels are copied into the tape, since
+ * the loader reuses its buffers while this step's last δW may still read them. */
 static sp_node *step_queue_overlap(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x,
                                    const int *y, int release, double *fwd_s, double *bwd_s)
 {
     sp_tape_reset(t);   /* the tape of two steps ago: joined, so lane 0 alone is waited for */
     double t0 = sp_now();
+    sp_tensor xc;
+    if (release < 0) {
+        xc = sp_tape_tensor(t, x->ndim, x->shape);
+        memcpy(xc.data, x->data, x->numel * sizeof(float));
+        int *yc = sp_tape_alloc(t, (size_t)x->shape[0] * sizeof *yc);
+        memcpy(yc, y, (size_t)x->shape[0] * sizeof *yc);
+        x = &xc;
+        y = yc;
+    }
     t->before_apply = wait_layer;
     t->before_apply_ctx = e;
     sp_node *loss = sp_model_loss(m, t, x, y);
     t->before_apply = NULL;
     sp_ooo_sync(e);   /* the previous backward's tail joined: every update has read its gradient */
-    sp_backend_allocator(model_device(m))->release_staged(release);
+    if (release >= 0) sp_backend_allocator(model_device(m))->release_staged(release);
     sp_optim_zero_grad(o);
     double t1 = sp_now();
     sp_ooo_backward_async(e, t, loss);
@@ -420,8 +431,10 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     }
     long first = r.steps;   /* the timing arrays are indexed by step */
     sp_step_graph *sg = cfg->cuda_graph && model_device(m) != SP_CPU ? sp_step_graph_new(m, e, o) : NULL;
-    /* ooo on a device without the graph: step k+1's forward overlaps step k's last δW/U */
-    bool overlap = !sg && model_device(m) != SP_CPU && strcmp(e->name, "ooo") == 0 && e->opts.update;
+    /* ooo without the graph: step k+1's forward overlaps step k's last δW/U (on the CPU
+     * with two threads or more: its lanes; docs/OOO.md) */
+    bool overlap = !sg && !cfg->exec && strcmp(e->name, "ooo") == 0 && e->opts.update &&
+                   (model_device(m) != SP_CPU || sp_get_threads() >= 2);
     /* On the CPU each update zeroes the gradient it read (in cache, same pass) and the
      * next step's zero_grad skips it: nothing writes a gradient in between here. */
     bool zero_in_step = model_device(m) == SP_CPU;
@@ -453,7 +466,11 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             double f, bw, st;
             float loss;
             bool next = false;
-            if (dev == SP_CPU) {
+            if (dev == SP_CPU && overlap) {
+                double t0 = sp_now();
+                loss = sp_tensor_get(&step_queue_overlap(m, e, o, &tapes[r.steps % 2], &b.x, b.y, -1, &f, &bw)->out, 0);
+                st = sp_now() - t0;
+            } else if (dev == SP_CPU) {
                 loss = cfg->exec ? sp_exec_step(cfg->exec, &b.x, b.y, &f, &bw, &st)
                                  : sp_train_step(m, e, o, &t, &b.x, b.y, &f, &bw, &st);
             } else {
@@ -486,6 +503,8 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             epoch_steps++;
             r.last_loss = loss;
             if (log) fprintf(log, "%ld,%d,%.9g,%.9g,%.6f,,\n", r.steps, epoch, loss, sp_optim_get_lr(o), sp_now() - p.start);
+            /* a checkpoint holds every update of the step: join the lanes first */
+            if (overlap && cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total)) sp_ooo_sync(e);
             if (cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total) &&
                 sp_checkpoint_save(cfg->save_path, m, o,
                                    &(sp_train_state){r.steps, epoch, epoch_steps, epoch_loss, sp_optim_get_lr(o)},
@@ -509,8 +528,10 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         }
         if (overlap) {   /* every update in (evaluation, the end of training); the next epoch's */
             sp_ooo_sync(e);   /* first uploads wait for the join (its last step's δW read a slot) */
-            sp_backend_allocator(model_device(m))->release_staged(0);
-            sp_backend_allocator(model_device(m))->release_staged(1);
+            if (dev != SP_CPU) {
+                sp_backend_allocator(dev)->release_staged(0);
+                sp_backend_allocator(dev)->release_staged(1);
+            }
         }
         r.train_loss = epoch_steps ? epoch_loss / (double)epoch_steps : NAN;
         progress_show(&p, cfg->app, epoch, epochs, r.steps, r.last_loss, busy > 0 ? images / busy : 0, true);

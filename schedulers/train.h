@@ -27,7 +27,9 @@ typedef struct sp_train_cfg {
     long save_every;
     const char *save_path, *resume_path;
     const char *const *run_meta;
-    /* Called after every step with the steps done so far (NULL = none): soak tests. */
+    /* Called after every step with the steps done so far (NULL = none): soak tests. With
+     * ooo (update in the engine, two threads or a device) the step's last δW/U may still
+     * be running then: the next forward overlaps them. */
     void (*on_step)(void *ctx, long steps);
     void *on_step_ctx;
     /* --parallel: the executor runs each step on the MPI ranks (schedulers/exec.h). Every
