@@ -30,6 +30,7 @@
 #include "data/data.h"
 #include "optim/optim.h"
 #include "schedulers/train.h"
+#include "tests/testutil.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
 
@@ -138,14 +139,7 @@ static float *soak(const char *what, sp_model *m, const char *eng, sp_dataset *t
                       "%s %s: RSS grew from %.1f to %.1f MiB between steps %ld and %ld, %.1f MiB of it outside "
                       "malloc's free lists", what, eng, p.rss_mid / 1048576.0, p.rss_end / 1048576.0, p.mid, steps,
                       unexplained / 1048576.0);
-    size_t n = 0;
-    for (int i = 0; i < m->nparams; i++) n += m->params[i]->value.numel;
-    float *w = malloc(n * sizeof *w), *q = w;
-    for (int i = 0; i < m->nparams; i++) {
-        memcpy(q, m->params[i]->value.data, m->params[i]->value.numel * sizeof *q);
-        q += m->params[i]->value.numel;
-    }
-    *nweights = n;
+    float *w = tu_model_weights(m, nweights);
     sp_loader_free(l);
     sp_optim_free(o);
     sp_engine_destroy(e);

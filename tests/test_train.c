@@ -237,7 +237,7 @@ static void update_layer(void *ctx, sp_layer *l) { sp_optim_step_params(ctx, l->
 /* LeNet-5 on 96 random 1×28×28 samples, batch 8 (12 steps, shuffled: the loader reuses
  * its buffers while a step's last δW may still read the batch), SGD with momentum;
  * every weight after the run, and the run's losses. */
-static float *train_lenet(const char *order, long *nw, double *train_loss)
+static float *train_lenet(const char *order, size_t *nw, double *train_loss)
 {
     int shape[3] = {1, 28, 28};
     float *x;
@@ -259,13 +259,7 @@ static float *train_lenet(const char *order, long *nw, double *train_loss)
     sp_train_result r = sp_train(m, e, o, l, NULL, &tc);
     cr_assert_eq(r.steps, 24);
     *train_loss = r.train_loss;
-    *nw = 0;
-    for (int i = 0; i < m->nparams; i++) *nw += (long)m->params[i]->value.numel;
-    float *w = malloc((size_t)*nw * sizeof *w), *q = w;
-    for (int i = 0; i < m->nparams; i++) {
-        memcpy(q, m->params[i]->value.data, m->params[i]->value.numel * sizeof *q);
-        q += m->params[i]->value.numel;
-    }
+    float *w = tu_model_weights(m, nw);
     sp_loader_free(l);
     sp_engine_destroy(e);
     sp_optim_free(o);
@@ -278,7 +272,7 @@ Test(train, ooo_overlapping_the_next_forward_is_bitwise_linear)
 {
     sp_set_threads(2);
     sp_ooo_exec_set_min_two_lane_flops(0);   /* two lanes on this small model, no tuner */
-    long n, n2;
+    size_t n, n2;
     double l0, l1;
     float *ref = train_lenet(NULL, &n, &l0);
     static const char *orders[] = {"ooo", "reverse-first-k", "list", "conventional"};

@@ -442,3 +442,15 @@ int tu_dag_input_shape(const char *name, int *shape)
     shape[0] = 2, shape[1] = 6, shape[2] = 6;
     return 3;
 }
+
+float *tu_model_weights(const sp_model *m, size_t *n)
+{
+    *n = 0;
+    for (int i = 0; i < m->nparams; i++) *n += m->params[i]->value.numel;
+    float *w = malloc(*n * sizeof *w), *q = w;
+    for (int i = 0; i < m->nparams; i++) {
+        memcpy(q, m->params[i]->value.data, m->params[i]->value.numel * sizeof *q);
+        q += m->params[i]->value.numel;
+    }
+    return w;
+}

@@ -56,6 +56,8 @@ int tu_dag_input_shape(const char *name, int *shape);
 
 /* x[i] ~ U(lo, hi) from seed. */
 void tu_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);
+/* Every parameter value of m, in order, in one malloc'd array (caller frees); *n its length. */
+float *tu_model_weights(const sp_model *m, size_t *n);
 /* max |a − b| / max(1, max |b|) */
 double tu_max_rel_diff(const float *a, const float *b, size_t n);
 /* A fresh empty directory for this test process, under $BUILD/tmp (build/tmp), never
