@@ -96,19 +96,16 @@ void sp_optim_for(size_t numel, void (*fn)(void *ctx, size_t begin, size_t end),
 static void update_one(sp_optim *o, int i)
 {
     sp_param *p = o->params[i];
+    const float *mk = p->mask;
     bool zero = o->zero_in_step && o->device == SP_CPU;
-    t_zero_g = zero ? p->grad.data : NULL;
-    if (p->mask) {
-        const float *mk = p->mask;
+    if (mk)
         for (size_t j = 0; j < p->grad.numel; j++) p->grad.data[j] *= mk[j];
-    }
+    t_zero_g = zero ? p->grad.data : NULL;
     o->update(o, i);
     t_zero_g = NULL;
     if (zero) o->zeroed[i] = true;
-    if (p->mask) {
-        const float *mk = p->mask;
+    if (mk)
         for (size_t j = 0; j < p->value.numel; j++) p->value.data[j] *= mk[j];
-    }
 }
 
 void sp_optim_step(sp_optim *o)

@@ -118,6 +118,14 @@ static bool mem_blocked(run_ctx *c, int id)
     return need > c->cfg.mem_cap && atomic_load(&c->frontier) < c->p->pos[id];
 }
 
+/* Moves a queue's head over the tasks already taken at its front. */
+static void advance_head(run_ctx *c, int q)
+{
+    int h = atomic_load(&c->head[q]);
+    while (h < c->p->nqueue[q] && atomic_load(&c->taken[c->p->queue[q][h]]))
+        if (atomic_compare_exchange_weak(&c->head[q], &h, h + 1)) h++;
+}
+
 /* The task a lane takes next: the first ready task of the plan's main-lane queue, else
  * of its sub-lane queue; -1 if none. Each queue is taken in the plan's order, with one
  * exception: an update U_i that is not ready yet (its δW_i runs on the other lane) may
@@ -126,13 +134,6 @@ static bool mem_blocked(run_ctx *c, int id)
  * it the δW keep their order (what the policies decide) and a U runs as soon as it can.
  * Under a memory cap the queues stay strict: the cap's bound relies on it (see the top
  * of this file). */
-static void advance_head(run_ctx *c, int q)
-{
-    int h = atomic_load(&c->head[q]);
-    while (h < c->p->nqueue[q] && atomic_load(&c->taken[c->p->queue[q][h]]))
-        if (atomic_compare_exchange_weak(&c->head[q], &h, h + 1)) h++;
-}
-
 static int first_ready(run_ctx *c, int q, bool claim_it)
 {
     int n = c->p->nqueue[q];
