@@ -461,8 +461,12 @@ Test(exec, lane_tuning_probes_both_modes_bitwise)
         snprintf(what, sizeof what, "tuned lanes, %d steps", steps);
         assert_same_model(&ref, &got, steps, what);
         const sp_ooo_stats *st = sp_ooo_last_stats(e);
-        if (steps % 2 == 0) cr_assert_eq(st->busy_s[SP_OOO_SUB], 0.0, "%s: the probe of one lane used two", what);
-        cr_assert_gt(st->busy_s[SP_OOO_MAIN], 0.0);
+        if (steps % 2 == 0) {   /* the one-lane probe: the main lane ran every task */
+            cr_assert_eq(st->busy_s[SP_OOO_SUB], 0.0, "%s: the probe of one lane used two", what);
+            cr_assert_gt(st->busy_s[SP_OOO_MAIN], 0.0, "%s", what);
+        } else {   /* two lanes: which one takes a task is a race (a descheduled main lane may run none) */
+            cr_assert_gt(st->busy_s[SP_OOO_MAIN] + st->busy_s[SP_OOO_SUB], 0.0, "%s", what);
+        }
         sp_engine_destroy(e);
         sp_model_free(got.tm.m);
         sp_model_free(ref.tm.m);
