@@ -107,6 +107,9 @@ Test(resume, lenet_bitwise, .timeout = 300)
         return;
     }
     check_resume("lenet", "--batch 32 --optim sgd --momentum 0.9 --lr 0.02", 11, 24, 11);
+    /* ooo on two threads: the next forward overlaps the last δW/U (checkpoints join the
+     * lanes first), the batch is copied into one of two tapes; resuming is bitwise too */
+    check_resume("lenet", "--batch 32 --optim sgd --momentum 0.9 --lr 0.02 --backward ooo --threads 2", 11, 24, 11);
 }
 
 /* ResNet-20: batch norm's running statistics are buffers, saved with the weights.

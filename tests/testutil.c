@@ -185,7 +185,7 @@ double tu_json_num(const char *json, const char *key)
 
 void tu_strip_timings(char *json)
 {
-    static const char *keys[] = {"images_per_s", "seconds", "forward_ms", "backward_ms", "step_ms"};
+    static const char *keys[] = {"images_per_s", "seconds", "forward_ms", "backward_ms", "step_ms", "critical_path_ms"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         char pat[64];
         snprintf(pat, sizeof pat, ", \"%s\": ", keys[k]);
