@@ -13,6 +13,7 @@
 #include "core/parallel.h"
 #include "data/data.h"
 #include "optim/optim.h"
+#include "schedulers/checkpoint.h"
 #include "schedulers/ooo.h"
 #include "schedulers/train.h"
 #include "tests/testutil.h"
@@ -284,4 +285,70 @@ Test(train, ooo_overlapping_the_next_forward_is_bitwise_linear)
         free(w);
     }
     free(ref);
+}
+
+/* The first layer's update, the step's last task, made slow (100 ms): the loop has long
+ * queued the next step or written its checkpoint by then, unless it joins the lanes. */
+typedef struct slow_first {
+    sp_optim *o;
+    const sp_param *first;
+} slow_first;
+
+static void update_slow_first(void *ctx, sp_layer *l)
+{
+    slow_first *sf = ctx;
+    if (l->nparams > 0 && l->params[0] == sf->first) usleep(100000);
+    sp_optim_step_params(sf->o, l->params, l->nparams);
+}
+
+/* --save-every with ooo on two threads: each checkpoint holds every update of its step.
+ * The last one is written before the loop's end-of-epoch join, so without the join before
+ * a checkpoint it would hold conv1's weights from before their last update. */
+Test(train, ooo_checkpoint_holds_every_update_of_its_step)
+{
+    sp_set_threads(2);
+    sp_ooo_exec_set_min_two_lane_flops(0);
+    int shape[3] = {1, 28, 28};
+    float *x;
+    int *y;
+    sp_dataset *d = sp_dataset_new_f32("rand", 24, 3, shape, 10, &x, &y);
+    cr_assert_not_null(d);
+    tu_fill_uniform(x, 24 * 28 * 28, 5, -1, 1);
+    for (int i = 0; i < 24; i++) y[i] = i % 10;
+    sp_model *m = sp_zoo_model("lenet");
+    sp_model_init(m, 3);
+    sp_optim_cfg oc = sp_optim_cfg_default();
+    oc.lr = 0.05;
+    oc.momentum = 0.9;
+    sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &oc);
+    slow_first sf = {o, m->params[0]};
+    sp_engine_opts eo = {.order = "ooo", .update = update_slow_first, .update_ctx = &sf};
+    sp_engine *e = sp_engine_create("ooo", &eo);
+    sp_loader *l = sp_loader_new(d, 8, false, 1, false);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/overlap.st", tu_tmpdir());
+    sp_train_cfg tc = {.app = "overlap", .epochs = 0, .steps = 3, .quiet = true, .save_every = 1, .save_path = path};
+    sp_train_result r = sp_train(m, e, o, l, NULL, &tc);
+    cr_assert_eq(r.steps, 3);
+    size_t n, n2;
+    float *w = tu_model_weights(m, &n);   /* sp_train has joined: every update in */
+    sp_model *m2 = sp_zoo_model("lenet");
+    sp_model_init(m2, 4);
+    sp_optim *o2 = sp_optim_create("sgd", m2->params, m2->nparams, &oc);
+    sp_train_state st;
+    cr_assert_eq(sp_checkpoint_load(path, m2, o2, &st, NULL), SP_OK, "%s", sp_last_error());
+    cr_assert_eq(st.step, 3);
+    float *w2 = tu_model_weights(m2, &n2);
+    cr_assert_eq(n2, n);
+    cr_assert_eq(memcmp(w2, w, n * sizeof *w), 0, "the step-3 checkpoint differs from the weights after step 3");
+    free(w);
+    free(w2);
+    remove(path);
+    sp_optim_free(o2);
+    sp_model_free(m2);
+    sp_loader_free(l);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    sp_model_free(m);
+    sp_dataset_free(d);
 }
