@@ -233,38 +233,69 @@ Test(train, eval_only_reproduces_the_test_numbers)
 
 /* ---- ooo on the CPU: the next forward overlaps the last δW/U (train.c) -------------- */
 
-static void update_layer(void *ctx, sp_layer *l) { sp_optim_step_params(ctx, l->params, l->nparams); }
+/* The per-layer update the apps give ooo, optionally with conv1's (the first layer's: the
+ * step's last task) made slow, so that the loop has long queued the next step, written a
+ * checkpoint or started an evaluation by the time it lands, unless it joins the lanes. */
+typedef struct layer_update {
+    sp_optim *o;
+    const sp_param *slow;   /* NULL: none is slow */
+} layer_update;
 
-/* LeNet-5 on 96 random 1×28×28 samples, batch 8 (12 steps, shuffled: the loader reuses
- * its buffers while a step's last δW may still read the batch), SGD with momentum;
- * every weight after the run, and the run's losses. */
-static float *train_lenet(const char *order, size_t *nw, double *train_loss)
+static void update_layer(void *ctx, sp_layer *l)
+{
+    layer_update *u = ctx;
+    if (u->slow && l->nparams > 0 && l->params[0] == u->slow) usleep(100000);
+    sp_optim_step_params(u->o, l->params, l->nparams);
+}
+
+/* n random 1×28×28 samples, labels from a fixed pattern. */
+static sp_dataset *rand_images(int n, uint64_t seed)
 {
     int shape[3] = {1, 28, 28};
     float *x;
     int *y;
-    sp_dataset *d = sp_dataset_new_f32("rand", 96, 3, shape, 10, &x, &y);
+    sp_dataset *d = sp_dataset_new_f32("rand", n, 3, shape, 10, &x, &y);
     cr_assert_not_null(d);
-    tu_fill_uniform(x, 96 * 28 * 28, 11, -1, 1);
-    for (int i = 0; i < 96; i++) y[i] = (i * 7) % 10;
+    tu_fill_uniform(x, (size_t)n * 28 * 28, seed, -1, 1);
+    for (int i = 0; i < n; i++) y[i] = (i * 7) % 10;
+    return d;
+}
+
+/* LeNet-5 from seed 3 trained on d in batches of 8 by tc, SGD with momentum; engine:
+ * linear BP (order NULL) or ooo with that order and per-layer updates (conv1's slow if
+ * asked). Returns every weight after the run (sp_train has joined: every update in). */
+static float *train_lenet_on(sp_dataset *d, const char *order, bool slow_conv1, bool shuffle, sp_dataset *test,
+                             const sp_train_cfg *tc, sp_train_result *r, size_t *nw)
+{
     sp_model *m = sp_zoo_model("lenet");
     sp_model_init(m, 3);
     sp_optim_cfg oc = sp_optim_cfg_default();
     oc.lr = 0.05;
     oc.momentum = 0.9;
     sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &oc);
-    sp_engine_opts eo = {.order = order, .update = order ? update_layer : NULL, .update_ctx = o};
+    layer_update u = {o, slow_conv1 ? m->params[0] : NULL};
+    sp_engine_opts eo = {.order = order, .update = update_layer, .update_ctx = &u};
     sp_engine *e = sp_engine_create(order ? "ooo" : "linear", order ? &eo : NULL);
-    sp_loader *l = sp_loader_new(d, 8, true, 1, false);
-    sp_train_cfg tc = {.app = "overlap", .epochs = 2, .quiet = true};
-    sp_train_result r = sp_train(m, e, o, l, NULL, &tc);
-    cr_assert_eq(r.steps, 24);
-    *train_loss = r.train_loss;
+    sp_loader *l = sp_loader_new(d, 8, shuffle, 1, false);
+    *r = sp_train(m, e, o, l, test, tc);
     float *w = tu_model_weights(m, nw);
     sp_loader_free(l);
     sp_engine_destroy(e);
     sp_optim_free(o);
     sp_model_free(m);
+    return w;
+}
+
+/* 96 samples, 12 steps an epoch, shuffled (the loader reuses its buffers while a step's
+ * last δW may still read the batch): every weight after two epochs, and the train loss. */
+static float *train_lenet(const char *order, size_t *nw, double *train_loss)
+{
+    sp_dataset *d = rand_images(96, 11);
+    sp_train_cfg tc = {.app = "overlap", .epochs = 2, .quiet = true};
+    sp_train_result r;
+    float *w = train_lenet_on(d, order, false, true, NULL, &tc, &r, nw);
+    cr_assert_eq(r.steps, 24);
+    *train_loss = r.train_loss;
     sp_dataset_free(d);
     return w;
 }
@@ -287,53 +318,25 @@ Test(train, ooo_overlapping_the_next_forward_is_bitwise_linear)
     free(ref);
 }
 
-/* The first layer's update, the step's last task, made slow (100 ms): the loop has long
- * queued the next step or written its checkpoint by then, unless it joins the lanes. */
-typedef struct slow_first {
-    sp_optim *o;
-    const sp_param *first;
-} slow_first;
-
-static void update_slow_first(void *ctx, sp_layer *l)
-{
-    slow_first *sf = ctx;
-    if (l->nparams > 0 && l->params[0] == sf->first) usleep(100000);
-    sp_optim_step_params(sf->o, l->params, l->nparams);
-}
-
-/* --save-every with ooo on two threads: each checkpoint holds every update of its step.
- * The last one is written before the loop's end-of-epoch join, so without the join before
- * a checkpoint it would hold conv1's weights from before their last update. */
+/* The next forward overlaps the last δW/U, so a checkpoint must join the lanes first to
+ * hold every update of its step. The last one is written before the loop's end-of-run
+ * join: without its own join it holds conv1's weights from before their last update. */
 Test(train, ooo_checkpoint_holds_every_update_of_its_step)
 {
     sp_set_threads(2);
     sp_ooo_exec_set_min_two_lane_flops(0);
-    int shape[3] = {1, 28, 28};
-    float *x;
-    int *y;
-    sp_dataset *d = sp_dataset_new_f32("rand", 24, 3, shape, 10, &x, &y);
-    cr_assert_not_null(d);
-    tu_fill_uniform(x, 24 * 28 * 28, 5, -1, 1);
-    for (int i = 0; i < 24; i++) y[i] = i % 10;
-    sp_model *m = sp_zoo_model("lenet");
-    sp_model_init(m, 3);
-    sp_optim_cfg oc = sp_optim_cfg_default();
-    oc.lr = 0.05;
-    oc.momentum = 0.9;
-    sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &oc);
-    slow_first sf = {o, m->params[0]};
-    sp_engine_opts eo = {.order = "ooo", .update = update_slow_first, .update_ctx = &sf};
-    sp_engine *e = sp_engine_create("ooo", &eo);
-    sp_loader *l = sp_loader_new(d, 8, false, 1, false);
     char path[4200];
     snprintf(path, sizeof path, "%s/overlap.st", tu_tmpdir());
-    sp_train_cfg tc = {.app = "overlap", .epochs = 0, .steps = 3, .quiet = true, .save_every = 1, .save_path = path};
-    sp_train_result r = sp_train(m, e, o, l, NULL, &tc);
-    cr_assert_eq(r.steps, 3);
+    sp_dataset *d = rand_images(24, 5);
+    sp_train_cfg tc = {.app = "overlap", .steps = 3, .quiet = true, .save_every = 1, .save_path = path};
+    sp_train_result r;
     size_t n, n2;
-    float *w = tu_model_weights(m, &n);   /* sp_train has joined: every update in */
+    float *w = train_lenet_on(d, "ooo", true, false, NULL, &tc, &r, &n);
+    cr_assert_eq(r.steps, 3);
     sp_model *m2 = sp_zoo_model("lenet");
     sp_model_init(m2, 4);
+    sp_optim_cfg oc = sp_optim_cfg_default();
+    oc.momentum = 0.9;
     sp_optim *o2 = sp_optim_create("sgd", m2->params, m2->nparams, &oc);
     sp_train_state st;
     cr_assert_eq(sp_checkpoint_load(path, m2, o2, &st, NULL), SP_OK, "%s", sp_last_error());
@@ -346,9 +349,32 @@ Test(train, ooo_checkpoint_holds_every_update_of_its_step)
     remove(path);
     sp_optim_free(o2);
     sp_model_free(m2);
-    sp_loader_free(l);
-    sp_engine_destroy(e);
-    sp_optim_free(o);
+    sp_dataset_free(d);
+}
+
+/* ... and an evaluation must join them to see every update of its step. */
+Test(train, ooo_evaluation_sees_every_update_of_its_step)
+{
+    sp_set_threads(2);
+    sp_ooo_exec_set_min_two_lane_flops(0);
+    sp_dataset *d = rand_images(24, 5);
+    sp_train_cfg tc = {.app = "overlap", .steps = 3, .quiet = true, .eval_every = 3, .eval_batch = 8};
+    sp_train_result r;
+    size_t n;
+    float *w = train_lenet_on(d, "ooo", true, false, d, &tc, &r, &n);
+    cr_assert_eq(r.steps, 3);
+    sp_model *m = sp_zoo_model("lenet");
+    size_t k = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        memcpy(m->params[i]->value.data, w + k, m->params[i]->value.numel * sizeof *w);
+        k += m->params[i]->value.numel;
+    }
+    cr_assert_eq(k, n);
+    double loss, acc;
+    sp_evaluate(m, d, 8, &loss, &acc);
+    cr_assert_eq(r.test_loss, loss, "the step-3 evaluation's loss %.9g, the weights after step 3 give %.9g",
+                 r.test_loss, loss);
+    free(w);
     sp_model_free(m);
     sp_dataset_free(d);
 }
