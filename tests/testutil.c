@@ -183,18 +183,21 @@ double tu_json_num(const char *json, const char *key)
     return strtod(p + strlen(pat), NULL);
 }
 
+void tu_strip_key(char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, ", \"%s\": ", key);
+    char *p = strstr(json, pat);
+    if (!p) return;
+    char *end = p + strlen(pat);
+    while (*end && *end != ',' && *end != '}') end++;
+    memmove(p, end, strlen(end) + 1);
+}
+
 void tu_strip_timings(char *json)
 {
     static const char *keys[] = {"images_per_s", "seconds", "forward_ms", "backward_ms", "step_ms", "critical_path_ms"};
-    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
-        char pat[64];
-        snprintf(pat, sizeof pat, ", \"%s\": ", keys[k]);
-        char *p = strstr(json, pat);
-        if (!p) continue;
-        char *end = p + strlen(pat);
-        while (*end && *end != ',' && *end != '}') end++;
-        memmove(p, end, strlen(end) + 1);
-    }
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) tu_strip_key(json, keys[k]);
 }
 
 int tu_run(const char *cmd, char *out, size_t outlen, char *err, size_t errlen)

@@ -85,8 +85,11 @@ const char *tu_bin(const char *name);
 int tu_run_last(const char *cmd, char *last, size_t len);
 /* The number after `"key": ` in an app's JSON line; the test fails if the key is missing. */
 double tu_json_num(const char *json, const char *key);
+/* Removes `"key": value` from an app's JSON line (not the first key). */
+void tu_strip_key(char *json, const char *key);
 /* Removes the keys that measure time (images_per_s, seconds, forward_ms, backward_ms,
- * step_ms) from a JSON line, so two runs' lines can be compared byte for byte. */
+ * step_ms, critical_path_ms) from a JSON line, so two runs' lines can be compared byte
+ * for byte. */
 void tu_strip_timings(char *json);
 
 #endif
