@@ -204,7 +204,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := safetensors idx cifar seqset image
 fuzzers: $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 # stb_image 2.27's JPEG bit reader shifts by more than 31 once a marker cuts a scan short
-# (code_bits < 0, and what it shifts is then 0): fixed upstream in 2.28, not patchable in
+# (code_bits < 0, and what it shifts is then 0): nothings/stb#1293, fixed in 2.28; not patchable in
 # Debian's header nor checkable before decoding; every other check stays on
 # (docs/RELIABILITY.md, corpus image/stb-jpeg-marker-mid-scan.jpg).
 $(BUILD)/obj/tests/fuzz/stb_image.c.o: CFLAGS += -w -fno-sanitize=shift-exponent
