@@ -52,26 +52,27 @@ BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/i
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 CFLAGS  += $(BLAS_CFLAGS)
 LDLIBS  += $(BLAS_LIBS) -lstb -lz -lm -lpthread
-# oneDNN for the convolutions (core/dnnl.c); make DNNL=0 builds the im2col path only.
+# oneDNN for the convolutions (core/kernels/dnnl.c); make DNNL=0 builds the im2col path only.
 DNNL    ?= 1
 ifeq ($(DNNL),1)
 CFLAGS  += -DSP_HAVE_DNNL
 LDLIBS  += -ldnnl -lgomp
 endif
 
-# Open MPI (core/comm_mpi.c): the flags mpicc would pass, so cc stays the compiler.
+# Open MPI (core/comm/comm_mpi.c): the flags mpicc would pass, so cc stays the compiler.
 MPI     ?= $(if $(shell command -v mpicc 2>/dev/null),1,0)
 ifeq ($(MPI),1)
 CFLAGS  += -DSP_HAVE_MPI $(shell mpicc --showme:compile)
 LDLIBS  += $(shell mpicc --showme:link)
 endif
 
+# The library is every source under these folders, subfolders included (docs/ARCHITECTURE.md).
 LIB_DIRS := core layers optim schedulers data
-LIB_SRC  := $(filter-out %_cuda.c,$(wildcard $(addsuffix /*.c,$(LIB_DIRS))))
+LIB_SRC  := $(filter-out %_cuda.c,$(shell find $(LIB_DIRS) -name '*.c' | sort))
 CUDA_SRC :=
 ifeq ($(CUDA),1)
 CUDA_HOME ?= /usr/local/cuda
-CUDA_SRC  := $(wildcard $(addsuffix /*.cu,$(LIB_DIRS))) $(wildcard $(addsuffix /*_cuda.c,$(LIB_DIRS)))
+CUDA_SRC  := $(shell find $(LIB_DIRS) -name '*.cu' -o -name '*_cuda.c' | sort)
 CFLAGS    += -DSP_HAVE_CUDA -I$(CUDA_HOME)/include
 NVFLAGS   ?= -O2 -std=c++17 -I. -DSP_HAVE_CUDA -arch=sm_90 -Xcompiler -Wall -MMD -MP
 ifeq ($(WERROR),1)
@@ -88,7 +89,7 @@ EMU_OBJ   := $(patsubst %,$(BUILD)/obj/%.o,$(wildcard tests/cudaemu/*.cc))
 LDLIBS    += -lstdc++
 else
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcusparse -lcublas -lcudart -lstdc++
-# NCCL (core/comm_nccl.cu) comes with the toolkit; the emulator has none.
+# NCCL (core/comm/comm_nccl.cu) comes with the toolkit; the emulator has none.
 CFLAGS    += -DSP_HAVE_NCCL
 NVFLAGS   += -DSP_HAVE_NCCL
 LDLIBS    := $(subst -lcudnn,-lnccl -lcudnn,$(LDLIBS))
@@ -97,11 +98,8 @@ endif
 LIB_OBJ  := $(patsubst %,$(BUILD)/obj/%.o,$(LIB_SRC) $(CUDA_SRC))
 LIB      := $(BUILD)/libscanprop.a
 
-APP_SRC  := $(wildcard apps/*.c)
-APP_MAIN := $(filter-out apps/common.c apps/models.c,$(APP_SRC))
-APP_LIB_OBJ := $(patsubst %,$(BUILD)/obj/%.o,$(filter apps/common.c apps/models.c,$(APP_SRC)))
-# Shared app code as an archive, so a test or app pulls in only what it uses.
-APP_LIB  := $(BUILD)/libspapps.a
+# Each apps/*.c is one main(): its model, its flags, and a call of the runner.
+APP_MAIN := $(wildcard apps/*.c)
 APPS     := $(patsubst apps/%.c,$(BUILD)/%,$(APP_MAIN))
 
 TEST_SRC := $(filter-out %_cuda.c,$(wildcard tests/test_*.c))
@@ -120,10 +118,6 @@ apps: $(APPS)
 tests: $(TESTS)
 
 $(LIB): $(LIB_OBJ)
-	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
-
-$(APP_LIB): $(APP_LIB_OBJ)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
 
@@ -154,11 +148,11 @@ $(EMU_LIB): $(EMU_OBJ)
 $(APPS) $(TESTS) $(CUDA_TESTS) $(BUILD)/opprof: $(EMU_LIB)
 endif
 
-$(BUILD)/%: $(BUILD)/obj/apps/%.c.o $(APP_LIB) $(LIB)
+$(BUILD)/%: $(BUILD)/obj/apps/%.c.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.c.o $(BUILD)/obj/tests/testutil.c.o $(APP_LIB) $(LIB)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.c.o $(BUILD)/obj/tests/testutil.c.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
 
@@ -246,11 +240,11 @@ bench: all
 
 # Per-op timers of one training step: build/opprof lenet 64 (docs/PERFORMANCE.md).
 opprof: $(BUILD)/opprof
-$(BUILD)/opprof: $(BUILD)/obj/bench/opprof.c.o $(APP_LIB) $(LIB)
+$(BUILD)/opprof: $(BUILD)/obj/bench/opprof.c.o $(LIB)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 format:
-	clang-format -i $(wildcard */*.c */*.h */*.cu)
+	clang-format -i $(shell find $(LIB_DIRS) apps -name '*.[ch]' -o -name '*.cu')
 
 clean:
 	rm -rf build build-asan build-cuda build-emu build-emu-asan build-clang build-clang-asan build-fuzz

@@ -14,12 +14,12 @@
 #include "core/op.h"
 #include "core/tape.h"
 #include "core/model.h"
-#include "core/engine.h"
+#include "schedulers/backward/engine.h"
 #include "core/parallel.h"
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
 #include "data/data.h"
-#include "schedulers/train.h"
+#include "schedulers/train/train.h"
 
 #endif

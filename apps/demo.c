@@ -1,15 +1,15 @@
 /* demo — the whole training loop on one screen: an MLP learns a synthetic 4-class
  * problem (Gaussian blobs in 32 dimensions). Start here to write your own model. */
 #include <stdio.h>
-#include "apps/common.h"
-#include "core/engine.h"
+#include "schedulers/train/run.h"
+#include "schedulers/backward/engine.h"
 #include "core/error.h"
 #include "core/model.h"
 #include "core/parallel.h"
 #include "core/rng.h"
-#include "core/safetensors.h"
-#include "schedulers/exec.h"
-#include "schedulers/ooo.h"
+#include "core/io/safetensors.h"
+#include "schedulers/parallel/exec.h"
+#include "schedulers/backward/ooo.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
 

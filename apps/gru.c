@@ -2,8 +2,8 @@
  * features, a linear layer on the last hidden state. Synthetic sequences in the paper's
  * S/M/L shapes by default (--shape), or --dataset FILE.safetensors with real features. */
 #include <string.h>
-#include "apps/common.h"
-#include "apps/models.h"
+#include "schedulers/train/run.h"
+#include "layers/zoo.h"
 #include "core/error.h"
 #include "core/parallel.h"
 

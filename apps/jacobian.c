@@ -2,17 +2,17 @@
  * ops): size, nnz, sparsity of guaranteed zeros, CSR vs dense bytes, and analytic
  * generation time against building Jᵀ column by column from backward_input.
  * --png DIR draws each pattern like the paper's Figure 5. The work is in
- * schedulers/jacobian_table.c; this file parses flags and runs one forward pass. */
+ * schedulers/backward/jacobian_table.c; this file parses flags and runs one forward pass. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "apps/common.h"
-#include "apps/models.h"
+#include "schedulers/train/run.h"
+#include "layers/zoo.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/rng.h"
-#include "schedulers/jacobian_table.h"
+#include "schedulers/backward/jacobian_table.h"
 
 typedef struct opts {
     const char *model, *input, *png;

@@ -1,7 +1,7 @@
 /* lenet — train LeNet-5 on Fashion-MNIST (default), MNIST-style IDX files, CIFAR-10 or
  * an image folder. */
-#include "apps/common.h"
-#include "apps/models.h"
+#include "schedulers/train/run.h"
+#include "layers/zoo.h"
 #include "core/error.h"
 #include "core/parallel.h"
 

@@ -1,5 +1,5 @@
 /* schedule — simulate a parallel-training schedule and draw it, or balance a pipeline
- * with LayerPipe. Thin main: flags → schedulers/schedule.h → print.
+ * with LayerPipe. Thin main: flags → schedulers/parallel/schedule.h → print.
  *
  *   schedule --scheme lpp --stages 8 --microbatches 16 --groups 2 --per-group 4 --svg out.svg
  *   schedule --scheme gpipe --model vgg11 --workers 4
@@ -12,11 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "apps/common.h"
-#include "apps/models.h"
+#include "schedulers/train/run.h"
+#include "layers/zoo.h"
 #include "core/error.h"
 #include "core/model.h"
-#include "schedulers/schedule.h"
+#include "schedulers/parallel/schedule.h"
 
 typedef struct opts {
     const char *scheme, *model, *profile, *svg, *title, *layerpipe, *costs_out;

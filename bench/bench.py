@@ -128,7 +128,7 @@ def read_steplog(path):
 
 
 def parse_plan(out):
-    """The two summary lines of the bppsa --plan output (schedulers/bppsa.c)."""
+    """The two summary lines of the bppsa --plan output (schedulers/backward/bppsa.c)."""
     plan = {}
     m = re.search(r"sequential levels: bppsa (\d+) vs linear BP (\d+) \(longest product chain (\d+)\)", out)
     if m:   # the levels count only levels that multiply (docs/BPPSA.md, "Counting levels")

@@ -6,7 +6,7 @@
  *
  *   gemm [n] [threads] [reps] [openblas|dnnl]     (defaults 2048 2 5 openblas)
  * Prints one JSON line: n, threads, core, median/best GFLOP/s over reps after a warm-up.
- * dnnl: oneDNN's dnnl_sgemm (what scanprop's products use, core/dnnl.h) on `threads`
+ * dnnl: oneDNN's dnnl_sgemm (what scanprop's products use, core/kernels/dnnl.h) on `threads`
  * OpenMP threads; core is then "oneDNN". */
 #include <cblas.h>
 #include <omp.h>

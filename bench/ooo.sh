@@ -9,7 +9,7 @@ ROUNDS=${ROUNDS:-5}
 STEPS=${STEPS:-10}
 BLAS_CFLAGS=$(pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/openblas-pthread)
 BLAS_LIBS=$(pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
-cc -O2 -std=c11 -D_GNU_SOURCE -pthread -I. $BLAS_CFLAGS bench/ooo_bench.c "$BUILD/libspapps.a" "$BUILD/libscanprop.a" \
+cc -O2 -std=c11 -D_GNU_SOURCE -pthread -I. $BLAS_CFLAGS bench/ooo_bench.c "$BUILD/libscanprop.a" \
    $BLAS_LIBS -ldnnl -lgomp -lz -lm -lpthread -o "$BUILD/ooo_bench"
 "$BUILD/ooo_bench" lenet 16 "$ROUNDS" "$STEPS" $TRACE_DIR
 echo

@@ -12,12 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "apps/models.h"
-#include "core/engine.h"
+#include "layers/zoo.h"
+#include "schedulers/backward/engine.h"
 #include "core/parallel.h"
 #include "optim/optim.h"
 #include "bench/stats.h"
-#include "schedulers/ooo.h"
+#include "schedulers/backward/ooo.h"
 
 #define NCFG 5
 static const char *const ORDERS[NCFG] = {NULL, "conventional", "ooo", "reverse-first-k", "list"};

@@ -13,13 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "apps/models.h"
+#include "layers/zoo.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "optim/optim.h"
 #include "bench/stats.h"
-#include "schedulers/engines.h"
+#include "schedulers/backward/engines.h"
 
 enum { PH_FWD, PH_DELTA, PH_G, NPH };
 

@@ -3,7 +3,7 @@
 #include <string.h>
 #include <stdio.h>
 #include "core/model.h"
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "layers/layers.h"
 

@@ -2,7 +2,7 @@
  *
  * sp_set_threads(n) governs everything: the pool used by sp_parallel_for, and through
  * it OpenBLAS and oneDNN, which run single-threaded per call while sp_gemm splits large
- * products and conv2d its batch over the pool (core/backend.h, core/dnnl.h): oneDNN's
+ * products and conv2d its batch over the pool (core/kernels/dense.h, core/kernels/dnnl.h): oneDNN's
  * OpenMP is held at one thread in every thread that calls it, so it never starts a
  * team of its own and the process keeps n threads busy at most. Work is split into contiguous static chunks so the same
  * thread count always gives the same partition (bitwise reproducible results). */

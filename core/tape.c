@@ -6,7 +6,7 @@
 #include <string.h>
 #include "core/tape.h"
 #include "core/error.h"
-#include "core/backend.h"
+#include "core/device.h"
 
 void sp_tape_init(sp_tape *t)
 {

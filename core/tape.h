@@ -15,7 +15,7 @@ struct sp_tape {
     sp_node **nodes;
     int n, cap;
     bool shape_only;   /* record shapes and costs, run nothing (planners, simulators) */
-    void *dev_arena[SP_NDEVICES];   /* per-step memory on other devices (core/backend.h) */
+    void *dev_arena[SP_NDEVICES];   /* per-step memory on other devices (core/device.h) */
     /* Set by a caller that staged the labels on the device (the training loop's
      * prefetch, a whole-step CUDA graph): sp_apply_loss hands them to the loss node,
      * whose device twin then reads them there instead of copying them up. */

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/tensor.h"
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/error.h"
 
 size_t sp_shape_numel(int ndim, const int *shape)

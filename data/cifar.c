@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "core/error.h"
-#include "core/fileio.h"
+#include "core/io/fileio.h"
 #include "data/data.h"
 
 #define CIFAR_PIXELS 3072

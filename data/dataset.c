@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
 #include "data/data.h"
 
 /* Samples as bytes (pixels, divided by `divisor` on the way out) or as floats. */

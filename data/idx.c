@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <zlib.h>
 #include "core/error.h"
-#include "core/fileio.h"
+#include "core/io/fileio.h"
 #include "data/data.h"
 
 #define IDX_IMAGES 2051u

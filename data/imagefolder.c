@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <stb/stb_image.h>
 #include "core/error.h"
-#include "core/fileio.h"
+#include "core/io/fileio.h"
 #include "data/data.h"
 
 typedef struct names { char **v; int n, cap; } names;

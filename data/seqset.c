@@ -3,7 +3,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include "core/error.h"
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
 #include "data/data.h"
 
 static sp_dataset *seqset_load(sp_st_file *f, const char *path)

@@ -3,7 +3,7 @@
  *   J_iᵀ = I for every input i. Any number (>= 1) of inputs; a node may be added to
  *   itself (add(x, x) = 2x: the engines sum both slots' δ into x's gradient). */
 #include <string.h>
-#include "core/csr_ops.h"
+#include "core/kernels/csr_ops.h"
 #include "core/error.h"
 #include "layers/elementwise.h"
 #include "layers/layers.h"

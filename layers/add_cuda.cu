@@ -3,9 +3,9 @@
  *            kernel per input, __fadd_rn: the CPU op's float sums, so bitwise equal.
  *   δ_i:     dx_i = dy (a device copy).
  *   Jᵀ_i:    the identity; its values, 1, for every sample in one launch. */
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 extern "C" {
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/tape.h"
 #include "layers/layers.h"
 }

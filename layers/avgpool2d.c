@@ -11,7 +11,7 @@
  *   Jᵀ (per sample, C·H·W × C): row (c,h,w) has 1/(H·W) in column c. */
 #include <stdio.h>
 #include <string.h>
-#include "core/csr_ops.h"
+#include "core/kernels/csr_ops.h"
 #include "core/error.h"
 #include "layers/elementwise.h"
 #include "layers/im2col.h"

@@ -8,9 +8,9 @@
  *   global δ: one thread per input element, dy[b, c] / P.
  * Every sum in the CPU's order with __fadd_rn/__fmul_rn: bitwise equal to the CPU op.
  * Jᵀ: the CPU op's pattern, every value the constant 1/k² (1/P), one launch. */
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 extern "C" {
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/tape.h"
 #include "layers/layers.h"
 }

@@ -18,7 +18,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include "core/csr_ops.h"
+#include "core/kernels/csr_ops.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/tape.h"

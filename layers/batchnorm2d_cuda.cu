@@ -13,9 +13,9 @@
  * Jᵀ (eval mode only, as the CPU op: training couples the samples): diag(k_c). The
  * buffers must be on the device with the parameters (sp_layer_to_device moves both). */
 #include <math.h>
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 extern "C" {
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/tape.h"
 #include "layers/layers.h"

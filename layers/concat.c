@@ -4,7 +4,7 @@
  *   J_iᵀ: a selection, (C_i·S × ΣC·S) with one 1 per row, at column (off_i + c)·S + s
  *   for row c·S + s (S: elements per channel). */
 #include <string.h>
-#include "core/csr_ops.h"
+#include "core/kernels/csr_ops.h"
 #include "core/error.h"
 #include "layers/elementwise.h"
 #include "layers/layers.h"

@@ -4,9 +4,9 @@
  *   δ_i:     dx_i = dy[:, off_i : off_i + C_i], the inverse copy.
  *   Jᵀ_i:    a selection (the CPU op's pattern); its values, 1, in one launch.
  * Copies only: bitwise equal to the CPU op. */
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 extern "C" {
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/tape.h"
 #include "layers/layers.h"
 }

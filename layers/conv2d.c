@@ -10,7 +10,7 @@
  *   (BPPSA §3.4, Appendix D.1, which gives only k=3, p=1; this is the general case).
  *
  * Two paths. By default (oneDNN builds) the forward, δ and G run on oneDNN's JIT
- * convolutions (core/dnnl.h), except for fewer than 4 input channels (all three) and
+ * convolutions (core/kernels/dnnl.h), except for fewer than 4 input channels (all three) and
  * G of tiny output maps (Ho·Wo <= 16), which run im2col with oneDNN's SGEMM; SCANPROP_CONV=gemm selects the im2col + OpenBLAS path below for all
  * three, which the tests use as the reference. The choice is made at the forward and
  * kept in the saved state, so δ and G follow it.
@@ -33,8 +33,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/backend.h"
-#include "core/dnnl.h"
+#include "core/device.h"
+#include "core/kernels/dense.h"
+#include "core/kernels/dnnl.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/tape.h"
@@ -46,7 +47,7 @@
 /* G keeps a private copy per thread of weights up to this many floats (O·K). */
 #define G_PRIVATE_MAX_FLOATS 65536
 /* oneDNN's G kernels loop over output positions: at Ho·Wo <= 16 (VGG-11's last four
- * convs) they ran 2–5× slower than im2col + SGEMM (oneDNN's, see core/dnnl.h), which
+ * convs) they ran 2–5× slower than im2col + SGEMM (oneDNN's, see core/kernels/dnnl.h), which
  * then computes G on the oneDNN path too (docs/PERFORMANCE.md). */
 #define DNNL_G_MIN_P 16
 /* With fewer input channels (LeNet-5's and VGG-11's first convs) oneDNN pads them to a
@@ -74,7 +75,7 @@ typedef struct conv_saved {
     int slots;   /* forward and δ: one contiguous range of samples per pool thread */
     int cs;      /* forward and δ: samples per GEMM                               */
     int cg;      /* G: samples per GEMM                                           */
-    bool dnnl;   /* the forward ran on oneDNN: so do δ and G (core/dnnl.c)        */
+    bool dnnl;   /* the forward ran on oneDNN: so do δ and G (core/kernels/dnnl.c)        */
 } conv_saved;
 
 #define L(n) ((const conv_layer *)(n)->layer)

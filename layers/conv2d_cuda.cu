@@ -12,9 +12,9 @@
  * live until sp_conv2d_cuda_release (process end). Sums are cuDNN's order: results
  * match the CPU op to 1e-5 of the largest entry, not bitwise. */
 #include <pthread.h>
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 extern "C" {
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/tape.h"
 #include "layers/layers.h"

@@ -11,9 +11,9 @@
  * Jᵀ: the CPU op's pattern (row (c, h, w): for each o of c's group, the windows
  * covering (h, w)), filled with the weights, one thread per (sample, row). */
 #include <pthread.h>
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 extern "C" {
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/tape.h"
 #include "layers/layers.h"

@@ -9,7 +9,7 @@
  * not reproduced; its distribution is). */
 #include <stdio.h>
 #include <string.h>
-#include "core/csr_ops.h"
+#include "core/kernels/csr_ops.h"
 #include "core/error.h"
 #include "core/tape.h"
 #include "layers/elementwise.h"

@@ -7,9 +7,9 @@
  * waits for its copy (a host sync per dropout forward); the products are one kernel.
  *   δ: dx = dy ⊙ m (or dy), one kernel (or a device copy).
  *   Jᵀ: diag(m_b) (or the identity's 1s), one launch for every sample. */
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 extern "C" {
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/rng.h"
 #include "core/tape.h"
 #include "layers/layers.h"

@@ -2,7 +2,7 @@
  *   δ:  dx = dy (reshaped)        G: none
  *   Jᵀ = I (in = out). */
 #include <string.h>
-#include "core/csr_ops.h"
+#include "core/kernels/csr_ops.h"
 #include "core/error.h"
 #include "layers/layers.h"
 

@@ -1,9 +1,9 @@
 /* flatten_cuda.cu — the CUDA twin of layers/flatten.c: [B, d1, ...] → [B, d1·…].
  * The forward is a view (the output points at the input's device memory, no copy);
  * δ copies dy into dx on the stream. Bitwise the CPU op. */
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 extern "C" {
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/tape.h"
 #include "layers/layers.h"
 }

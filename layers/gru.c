@@ -17,7 +17,8 @@
  *   chain: Jᵀ_t = W_hrᵀ diag(a) + W_hzᵀ diag(c) + W_hnᵀ diag(e) + diag(z)   (Eq. 11) with
  *          a = (1 − z)(1 − n²) M r(1 − r), c = (h_{t-1} − n) z(1 − z), e = (1 − z)(1 − n²) r. */
 #include <string.h>
-#include "core/backend.h"
+#include "core/device.h"
+#include "core/kernels/dense.h"
 #include "core/parallel.h"
 #include "core/tape.h"
 #include "layers/recurrent.h"

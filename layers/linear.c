@@ -8,7 +8,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include "core/backend.h"
+#include "core/device.h"
+#include "core/kernels/dense.h"
 #include "core/error.h"
 #include "core/tape.h"
 #include "layers/layers.h"

@@ -6,9 +6,9 @@
  *   G:        dW += dyᵀ·x (beta = 1), db += Σ_b dy    — column sums in row order,
  *             the CPU op's summation order, so db matches it bit for bit.
  * Shapes, cost and initialisation are the CPU op's (device-independent). */
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 extern "C" {
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/tape.h"
 #include "layers/layers.h"
 }

@@ -5,9 +5,9 @@
  *            order — the CPU op's scatter order, so overlapping windows add up bit for bit. */
 #include <math.h>
 #include <stdint.h>
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 extern "C" {
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/tape.h"
 #include "layers/layers.h"
 }

@@ -1,7 +1,8 @@
 /* recurrent.c — plumbing shared by the RNN and GRU ops (see recurrent.h). */
 #include <stdio.h>
 #include <string.h>
-#include "core/backend.h"
+#include "core/device.h"
+#include "core/kernels/dense.h"
 #include "core/error.h"
 #include "core/tape.h"
 #include "layers/recurrent.h"

@@ -17,8 +17,9 @@
 
 #include <math.h>
 #include <pthread.h>
-#include "core/backend.h"
-#include "core/gemm_small.h"
+#include "core/device.h"
+#include "core/kernels/dense.h"
+#include "core/kernels/gemm_small.h"
 #include "core/op.h"
 #include "layers/layers.h"
 
@@ -88,7 +89,7 @@ void sp_recurrent_input_grad(const sp_node *n, const float *da, int col, int row
 sp_cost sp_recurrent_cost(const sp_node *n, double fwd_pointwise_per_h, double bwd_pointwise_per_h);
 
 /* One recurrent step's product, C = alpha·A·B + beta·C with A, B, C row-major and not
- * transposed: the project's small kernel when it covers the shape (core/gemm_small.h;
+ * transposed: the project's small kernel when it covers the shape (core/kernels/gemm_small.h;
  * 0.44 µs at 16×20×20 where OpenBLAS takes 0.57 and its dispatch more), sp_gemm else.
  * Only the per-step products use it, so every other product rounds as before. */
 static inline void sp_rec_step_gemm(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
@@ -100,7 +101,7 @@ static inline void sp_rec_step_gemm(int M, int N, int K, float alpha, const floa
 
 /* The pointwise loops of the recurrent ops, compiled for AVX-512, AVX2 and the baseline;
  * SP_REC_MULTIVERSION(name, (params), (args)) defines name() calling the variant of
- * name_body() that sp_cpu_isa_level() (core/gemm_small.h: the CPU, capped by
+ * name_body() that sp_cpu_isa_level() (core/kernels/gemm_small.h: the CPU, capped by
  * DNNL_MAX_CPU_ISA) allows. No contraction under -std=c11: every variant, same bits. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SP_REC_MULTIVERSION(name, params, args)                                                            \

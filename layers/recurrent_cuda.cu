@@ -15,9 +15,9 @@
  * The tanh is the CPU's sp_rec_tanh formula (one expf). Sums are cuBLAS's order: the
  * results match the CPU op to 1e-4 of the largest entry (tests/test_ops_cuda.c). */
 #include <math.h>
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 extern "C" {
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/tape.h"
 #include "layers/recurrent.h"

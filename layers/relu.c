@@ -3,7 +3,7 @@
  *   Jᵀ = diag([x > 0]) (BPPSA Appendix D, Algorithms 5–7). The pattern is the whole
  *   diagonal: slopes of 0 are stored as explicit zeros, so the pattern depends on the
  *   shape only (docs/JACOBIANS.md). */
-#include "core/csr_ops.h"
+#include "core/kernels/csr_ops.h"
 #include "layers/elementwise.h"
 #include "layers/layers.h"
 

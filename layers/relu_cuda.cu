@@ -1,8 +1,8 @@
 /* relu_cuda.cu — the CUDA twin of layers/relu.c: y = max(x, 0), dx = dy ⊙ [x > 0].
  * Same comparisons as the CPU op, so results are bitwise equal to it. */
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 extern "C" {
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/tape.h"
 #include "layers/layers.h"
 }

@@ -4,13 +4,14 @@
  *
  * x [B, T, C]; W_ih [H, C], W_hh [H, H], b_ih, b_hh [H]. Output h_T [B, H] or every
  * h_t [B, T, H]. Forward: the input projection of all steps is ONE GEMM, then one small
- * [B, H]×W_hhᵀ GEMM per step (core/gemm_small.h at H = 20, B = 16: 0.44 µs, OpenBLAS 0.57).
+ * [B, H]×W_hhᵀ GEMM per step (core/kernels/gemm_small.h at H = 20, B = 16: 0.44 µs, OpenBLAS 0.57).
  *   BPTT:  a_t = g_t ⊙ (1 − h_t²),  g_{t-1} = a_t W_hh + dy_{t-1}   (g_T = dy_T)
  *   δ:     dx = a W_ih                           one GEMM per sample over all its steps
  *   G:     dW_ih += aᵀx, dW_hh += Σ_t a_tᵀ h_{t-1}, db_ih = db_hh += Σ a   (Eq. 2)
  *   chain: Jᵀ_t = W_hhᵀ · diag(1 − h_t²)  (H × H, rows index h_{t-1}). */
 #include <string.h>
-#include "core/backend.h"
+#include "core/device.h"
+#include "core/kernels/dense.h"
 #include "core/parallel.h"
 #include "core/tape.h"
 #include "layers/recurrent.h"

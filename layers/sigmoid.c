@@ -2,7 +2,7 @@
  *   δ:  dx = dy ⊙ y(1 − y)        G: none
  *   Jᵀ = diag(y(1 − y)), from the saved output (no recomputation). */
 #include <math.h>
-#include "core/csr_ops.h"
+#include "core/kernels/csr_ops.h"
 #include "layers/elementwise.h"
 #include "layers/layers.h"
 

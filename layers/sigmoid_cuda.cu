@@ -2,9 +2,9 @@
  * The products use __fmul_rn/__fadd_rn so nvcc cannot contract them into FMAs: the
  * arithmetic is the CPU op's, rounding for rounding; only expf itself differs between
  * CUDA's libdevice and glibc (a few ulps on a GPU, bitwise under the emulator). */
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 extern "C" {
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/tape.h"
 #include "layers/layers.h"
 }

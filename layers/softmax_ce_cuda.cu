@@ -9,9 +9,9 @@
  *            the CPU's bit for bit wherever exp/log are (the emulator: always).
  *   δ:       dz = dl/B · (p − onehot), dl read from the device.
  * Per-step state on the device: p [B, K] and the labels. */
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 extern "C" {
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/tape.h"
 #include "layers/layers.h"

@@ -2,7 +2,7 @@
  *   δ:  dx = dy ⊙ (1 − y²)        G: none
  *   Jᵀ = diag(1 − y²), from the saved output (no recomputation). */
 #include <math.h>
-#include "core/csr_ops.h"
+#include "core/kernels/csr_ops.h"
 #include "layers/elementwise.h"
 #include "layers/layers.h"
 

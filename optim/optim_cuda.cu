@@ -6,10 +6,10 @@
  * is bitwise the CPU step (tests/test_ops_cuda.c checks it). */
 #include <cstdlib>
 #include <cstring>
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 extern "C" {
 #include "core/error.h"
-#include "core/backend.h"
+#include "core/device.h"
 #include "optim/optim.h"
 }
 

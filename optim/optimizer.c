@@ -3,7 +3,7 @@
  * the by-name constructor the apps use. The update rules live in sgd.c and adam.c. */
 #include <stdlib.h>
 #include <string.h>
-#include "core/backend.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "optim/optim.h"

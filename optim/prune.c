@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
 #include "optim/prune.h"
 
 bool sp_prune_eligible(const sp_param *p)

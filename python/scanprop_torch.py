@@ -97,7 +97,7 @@ def zoo(name, in_channels=None, classes=10):
     torch = _torch()
     nn, F = torch.nn, torch.nn.functional
 
-    class LeNet(nn.Module):          # apps/models.c sp_zoo_lenet(1, 28)
+    class LeNet(nn.Module):          # layers/zoo.c sp_zoo_lenet(1, 28)
         def __init__(self, cin):
             super().__init__()
             self.conv1 = nn.Conv2d(cin, 6, 5, padding=2)

@@ -13,9 +13,10 @@ inc=$prefix/include/scanprop
 mkdir -p "$prefix/lib/pkgconfig" "$inc"
 cp "$build/libscanprop.a" "$prefix/lib/"
 cp scanprop.h "$inc/"
-for d in core layers optim schedulers data; do
-    mkdir -p "$inc/$d"
-    cp $d/*.h "$inc/$d/"
+# every header of the library's folders, subfolders included, at its source path
+for h in $(find core layers optim schedulers data -name '*.h'); do
+    mkdir -p "$inc/$(dirname "$h")"
+    cp "$h" "$inc/$h"
 done
 cat > "$prefix/lib/pkgconfig/scanprop.pc" <<PC
 prefix=$prefix

@@ -1,6 +1,6 @@
 /* comm_worker — the program tests/test_comm.c runs under mpirun.
  *
- *   comm_worker ops       every operation of core/comm.h, checked against values each
+ *   comm_worker ops       every operation of core/comm/comm.h, checked against values each
  *                         rank computes itself; rank 0 prints "ok <n> ranks"
  *   comm_worker groups    sub-communicators: split by rank % 2, allreduce inside each
  *   comm_worker hang      rank 1 stops answering; the others must time out (exit 2)
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "core/comm.h"
+#include "core/comm/comm.h"
 
 static int failures;
 

@@ -4,7 +4,7 @@
 #define SP_CUDATEST_H
 
 #include <criterion/criterion.h>
-#include "core/cuda.h"
+#include "core/kernels/cuda.h"
 #include "core/tensor.h"
 
 /* First statement of every test: without a GPU the test fails with this line (an

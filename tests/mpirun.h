@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include "core/comm.h"
+#include "core/comm/comm.h"
 #include "core/parallel.h"
 #include "tests/testutil.h"
 

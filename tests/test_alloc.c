@@ -15,14 +15,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "apps/models.h"
-#include "core/dnnl.h"
-#include "core/engine.h"
+#include "layers/zoo.h"
+#include "core/kernels/dnnl.h"
+#include "schedulers/backward/engine.h"
 #include "core/model.h"
 #include "core/parallel.h"
 #include "data/data.h"
 #include "optim/optim.h"
-#include "schedulers/train.h"
+#include "schedulers/train/train.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define COUNTING 0
@@ -84,7 +84,7 @@ static long count(void) { return atomic_load(&allocs); }
 #include <dlfcn.h>
 #include <oneapi/dnnl/dnnl.h>
 
-/* dnnl_memory_create, counted: core/dnnl.c makes its memory objects with each cache
+/* dnnl_memory_create, counted: core/kernels/dnnl.c makes its memory objects with each cache
  * entry and rebinds them per call, so a steady-state step creates none. */
 static atomic_long dnnl_mems;
 typedef dnnl_status_t (*memory_create_fn)(dnnl_memory_t *, const dnnl_memory_desc_t *, dnnl_engine_t, void *);
@@ -126,7 +126,7 @@ static void steady_state(const char *engine, sp_model *m, const sp_tensor *x, co
     sp_engine_destroy(e);
 }
 
-/* The im2col/GEMM convolution path. On the oneDNN path (core/dnnl.c, the default when
+/* The im2col/GEMM convolution path. On the oneDNN path (core/kernels/dnnl.c, the default when
  * built with oneDNN) scanprop's own code allocates nothing per step either (its memory
  * objects are cached, see oneDNN_steps_create_no_memory_objects), but oneDNN itself
  * does: dnnl_primitive_execute builds its argument map on the heap (~2 allocations per

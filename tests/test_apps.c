@@ -19,7 +19,7 @@
 #include <stb/stb_image_write.h>
 #include "core/error.h"
 #include "data/data.h"
-#include "schedulers/scan.h"
+#include "schedulers/backward/scan.h"
 #include "tests/testutil.h"
 
 #define OUT 65536

@@ -161,7 +161,7 @@ Test(apps_cuda, rnn_gru_match_cpu)
     same_on_both("gru", "--steps 5 --batch 8 --shape S --samples 64", keys, 2);
 }
 
-/* --backward bppsa on the device (schedulers/bppsa_cuda.cu) against the CPU's linear
+/* --backward bppsa on the device (schedulers/backward/bppsa_cuda.cu) against the CPU's linear
  * engine: the scan's gradients are BPTT's up to summation order. */
 Test(apps_cuda, rnn_gru_bppsa_on_the_device_match_cpu_linear)
 {

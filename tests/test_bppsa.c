@@ -8,11 +8,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include "apps/models.h"
-#include "core/engine.h"
-#include "schedulers/scan.h"
+#include "layers/zoo.h"
+#include "schedulers/backward/engine.h"
+#include "schedulers/backward/scan.h"
 #include "optim/prune.h"
-#include "schedulers/engines.h"
+#include "schedulers/backward/engines.h"
 #include "core/model.h"
 #include "core/parallel.h"
 #include "layers/layers.h"
@@ -137,7 +137,7 @@ Test(bppsa, gru)
 }
 
 /* A node read by two ops, one layer applied twice: the scan runs per chain segment and
- * joins them with δ (schedulers/bppsa.c). */
+ * joins them with δ (schedulers/backward/bppsa.c). */
 Test(bppsa, fan_out_and_shared_weights_match_linear)
 {
     sp_layer *fc = sp_linear("fc", 4, 4), *out = sp_linear("out", 4, 3), *tanh1 = sp_tanh(), *add = sp_add();

@@ -1,10 +1,10 @@
-/* test_comm — core/comm.h under mpirun: every operation on 2 and 4 ranks (4 share the
+/* test_comm — core/comm/comm.h under mpirun: every operation on 2 and 4 ranks (4 share the
  * cores with --oversubscribe), sub-communicators, and the two faults: a rank that stops
  * answering (the others time out with one line naming the rank and the operation, exit
  * 2) and a rank that exits mid-step (mpirun ends the job; nothing hangs). Plus the
  * one-rank implementation every build has. Skipped without MPI. */
 #include <criterion/criterion.h>
-#include "core/comm.h"
+#include "core/comm/comm.h"
 #include "tests/mpirun.h"
 
 

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/dnnl.h"
+#include "core/kernels/dnnl.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "core/tape.h"

@@ -9,12 +9,12 @@
 #include <string.h>
 #include "core/arena.h"
 #include "core/error.h"
-#include "core/gemm_small.h"
+#include "core/kernels/gemm_small.h"
 #include "core/model.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "core/tape.h"
-#include "apps/models.h"
+#include "layers/zoo.h"
 #include "layers/layers.h"
 #include "tests/testutil.h"
 
@@ -240,7 +240,7 @@ Test(gradcheck, detects_a_wrong_gradient)
     sp_layer_free(l);
 }
 
-/* ---- the small-product kernel (core/gemm_small.h) against a double-precision loop ---- */
+/* ---- the small-product kernel (core/kernels/gemm_small.h) against a double-precision loop ---- */
 
 static double ref_at(const float *X, int ld, bool trans, int r, int c)
 {

@@ -1,4 +1,4 @@
-/* test_csr.c — the CSR kernels of core/csr_ops.h against dense float64 references.
+/* test_csr.c — the CSR kernels of core/kernels/csr_ops.h against dense float64 references.
  *
  * Random matrices have a controlled density and some empty rows and columns. Errors are
  * max|got − ref| / max|ref| (relative to the largest reference entry); float32 sums of
@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/csr_ops.h"
+#include "core/kernels/csr_ops.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "tests/testutil.h"

@@ -10,9 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/engine.h"
+#include "schedulers/backward/engine.h"
 #include "core/model.h"
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
 #include "core/parallel.h"
 #include "layers/layers.h"
 #include "tests/testutil.h"
@@ -327,7 +327,7 @@ Test(gradcheck, global_avgpool2d_and_bias_free_conv)
 
 /* ---- ResNet-20 ------------------------------------------------------------------------ */
 
-#include "apps/models.h"
+#include "layers/zoo.h"
 
 /* Every engine against linear BP on ResNet-20 (batch norm in training mode), batch 2. */
 Test(engines, resnet20, .timeout = 900)

@@ -13,7 +13,7 @@
 #include <zlib.h>
 #include <stb/stb_image_write.h>
 #include "core/rng.h"
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
 #include "data/data.h"
 #include "tests/testutil.h"
 

@@ -1,4 +1,4 @@
-/* test_exec — the master schedule executed on MPI ranks (schedulers/exec.c), under
+/* test_exec — the master schedule executed on MPI ranks (schedulers/parallel/exec.c), under
  * mpirun -np 2 and -np 4 --oversubscribe. Skipped in a build without MPI.
  *
  * Equality. Every scheme trains the demo MLP (4 linear layers, 7 stages) for 4 steps of
@@ -14,7 +14,7 @@
  *
  * Order. The executed job order of every rank (--exec-order) equals the order the
  * simulator computes from the same stage costs (given with --costs: uneven, so that the
- * pipeline placement and the ties matter) — in this process, from schedulers/schedule.h
+ * pipeline placement and the ties matter) — in this process, from schedulers/parallel/schedule.h
  * alone. --costs-out writes the costs the run measured, readable by the simulator.
  *
  * Faults. A rank that stops answering makes the others stop with one line naming the
@@ -29,8 +29,8 @@
 #include <unistd.h>
 #include <stb/stb_image_write.h>
 #include <sys/stat.h>
-#include "core/safetensors.h"
-#include "schedulers/schedule.h"
+#include "core/io/safetensors.h"
+#include "schedulers/parallel/schedule.h"
 #include "tests/mpirun.h"
 
 static const char *bin(const char *name)

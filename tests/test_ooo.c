@@ -5,13 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "apps/models.h"
-#include "core/engine.h"
+#include "layers/zoo.h"
+#include "schedulers/backward/engine.h"
 #include "core/model.h"
 #include "core/parallel.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
-#include "schedulers/ooo.h"
+#include "schedulers/backward/ooo.h"
 #include "tests/testutil.h"
 
 static const char *const ORDERS[] = {"conventional", "ooo", "reverse-first-k", "list"};

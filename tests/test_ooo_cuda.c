@@ -1,4 +1,4 @@
-/* test_ooo_cuda.c — the ooo engine on the device (schedulers/ooo_cuda.cu): every order
+/* test_ooo_cuda.c — the ooo engine on the device (schedulers/backward/ooo_cuda.cu): every order
  * on two prioritised streams gives bitwise the losses, gradients and weights of the
  * device linear engine; a CUDA Graph replay of the backward gives bitwise the same step;
  * the device trace shows both streams; the emulator's capture checks (make test-cuda on
@@ -10,15 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/backend.h"
-#include "core/cuda.h"
-#include "core/engine.h"
+#include "core/device.h"
+#include "core/kernels/cuda.h"
+#include "schedulers/backward/engine.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
-#include "apps/models.h"
-#include "schedulers/engines.h"
-#include "schedulers/ooo.h"
-#include "schedulers/train.h"
+#include "layers/zoo.h"
+#include "schedulers/backward/engines.h"
+#include "schedulers/backward/ooo.h"
+#include "schedulers/train/train.h"
 #include "tests/testutil.h"
 #include "tests/cudatest.h"
 
@@ -49,7 +49,7 @@ typedef struct run_cfg {
     int steps;
 } run_cfg;
 
-/* steps training steps on the device, as schedulers/train.c runs them. */
+/* steps training steps on the device, as schedulers/train/train.c runs them. */
 static void run(sp_model *(*make)(void), int ndim, const int *xshape, int classes, const run_cfg *c, result *r)
 {
     sp_model *m = make();
@@ -195,7 +195,7 @@ Test(ooo_cuda, graph_replay_bitwise_equals_no_graph)
 
 static void wait_layer_cb(void *e, const sp_layer *l) { sp_ooo_wait_layer(e, l); }
 
-/* As schedulers/train.c runs ooo on a device: step k+1 on the other tape, each layer's
+/* As schedulers/train/train.c runs ooo on a device: step k+1 on the other tape, each layer's
  * forward waiting only for that layer's U of step k (its event), then the join, the
  * gradient zeroing and step k+1's backward, queued without a join. */
 static void run_overlap(sp_model *(*make)(void), int ndim, const int *xshape, const char *order, const char *optim,
@@ -347,7 +347,7 @@ Test(ooo_cuda, capture_refuses_malloc_sync_and_unjoined_forks, .init = cr_redire
     cr_assert_eq(cudaFree(d), cudaSuccess);
 }
 
-/* ---- the whole step as one graph (schedulers/train.c, sp_step_graph) ------------------- */
+/* ---- the whole step as one graph (schedulers/train/train.c, sp_step_graph) ------------------- */
 
 typedef struct step_cfg {
     const char *engine, *optim, *order;

@@ -13,13 +13,13 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/backend.h"
-#include "core/cuda.h"
-#include "core/engine.h"
+#include "core/device.h"
+#include "core/kernels/cuda.h"
+#include "schedulers/backward/engine.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
-#include "apps/models.h"
-#include "schedulers/engines.h"
+#include "layers/zoo.h"
+#include "schedulers/backward/engines.h"
 #include "tests/testutil.h"
 #include "tests/cudatest.h"
 

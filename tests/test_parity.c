@@ -24,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/wait.h>
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
 #include "tests/testutil.h"
 
 #define TOL 1e-4

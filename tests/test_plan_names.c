@@ -7,11 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "apps/models.h"
+#include "layers/zoo.h"
 #include "core/parallel.h"
 #include "core/tape.h"
 #include "layers/layers.h"
-#include "schedulers/ooo.h"
+#include "schedulers/backward/ooo.h"
 #include "tests/testutil.h"
 
 #define MAXN 128
@@ -152,7 +152,7 @@ static names trace_names_lenet(void)
     return s;
 }
 
-/* VGG-11: the trace's labels (sp_ooo_task_label, which schedulers/ooo_trace.c writes)
+/* VGG-11: the trace's labels (sp_ooo_task_label, which schedulers/backward/ooo_trace.c writes)
  * from the task graph of one batch-1 forward, without a training run's evaluation. */
 static names trace_names_model(sp_model *m, int c, int h)
 {

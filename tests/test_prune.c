@@ -6,16 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "apps/models.h"
-#include "core/engine.h"
+#include "layers/zoo.h"
+#include "schedulers/backward/engine.h"
 #include "core/model.h"
 #include "core/parallel.h"
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
 #include "optim/prune.h"
-#include "schedulers/engines.h"
-#include "schedulers/train.h"
+#include "schedulers/backward/engines.h"
+#include "schedulers/train/train.h"
 #include "tests/testutil.h"
 
 static sp_tensor input(int ndim, const int *shape, uint64_t seed)

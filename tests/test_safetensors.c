@@ -17,9 +17,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "core/engine.h"
+#include "schedulers/backward/engine.h"
 #include "core/model.h"
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
 #include "tests/testutil.h"

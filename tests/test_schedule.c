@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "schedulers/schedule.h"
+#include "schedulers/parallel/schedule.h"
 #include "tests/testutil.h"
 
 typedef struct run {

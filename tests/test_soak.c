@@ -21,16 +21,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "apps/models.h"
-#include "core/engine.h"
+#include "layers/zoo.h"
+#include "schedulers/backward/engine.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "layers/layers.h"
 #include "data/data.h"
 #include "optim/optim.h"
-#include "schedulers/ooo.h"
-#include "schedulers/train.h"
+#include "schedulers/backward/ooo.h"
+#include "schedulers/train/train.h"
 #include "tests/testutil.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"

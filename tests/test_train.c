@@ -8,14 +8,14 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/wait.h>
-#include "apps/models.h"
-#include "core/engine.h"
+#include "layers/zoo.h"
+#include "schedulers/backward/engine.h"
 #include "core/parallel.h"
 #include "data/data.h"
 #include "optim/optim.h"
-#include "schedulers/checkpoint.h"
-#include "schedulers/ooo.h"
-#include "schedulers/train.h"
+#include "schedulers/train/checkpoint.h"
+#include "schedulers/backward/ooo.h"
+#include "schedulers/train/train.h"
 #include "tests/testutil.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"

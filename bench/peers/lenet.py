@@ -1,6 +1,6 @@
 """lenet.py — PyTorch's LeNet-5 training throughput on Fashion-MNIST, next to build/lenet.
 
-LeNet-5 as in apps/models.c: conv 1->6 5x5 padding 2, ReLU, max-pool 2, conv 6->16 5x5,
+LeNet-5 as in layers/zoo.c: conv 1->6 5x5 padding 2, ReLU, max-pool 2, conv 6->16 5x5,
 ReLU, max-pool 2, linear 400->120->84->10 with ReLUs; cross-entropy, SGD lr 0.01
 momentum 0.9; pixels scaled to [0, 1]. For each --tput-batches entry: images/s of
 --tput-reps windows of --tput-steps steps after --tput-warmup steps, each step taking

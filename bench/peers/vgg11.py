@@ -1,4 +1,4 @@
-"""vgg11.py — PyTorch's VGG-11 training step next to build/vgg11 (apps/models.c).
+"""vgg11.py — PyTorch's VGG-11 training step next to build/vgg11 (layers/zoo.c).
 
 VGG-11 (configuration A) for 3x32x32 inputs without batch norm or dropout: 3x3 convs
 (padding 1) + ReLU with 2x2 max-pools after conv 1, 2, 4, 6 and 8, then one 512 -> 10

@@ -45,7 +45,7 @@ plant "swapped GEMM dims (linear forward)" layers/linear_cuda.cu \
   's/sp_cuda_gemm(stream, false, true, B, out, in,/sp_cuda_gemm(stream, false, true, out, B, in,/' \
   "" "cuda/linear_matches_cpu" "cudaemu: cublasSgemm|linear forward: err|linear .*: err"
 # 2. missing stream synchronisation after a device->host copy
-plant "missing stream sync (device->host copy)" core/backend_cuda.cu \
+plant "missing stream sync (device->host copy)" core/kernels/cuda_backend.cu \
   '/cudaMemcpyAsync(dst->data, src->data/{n;s/sp_cuda_check(cudaStreamSynchronize(s));//}' \
   "" "cuda/fill_zero_and_copies" "round trip changed values|entry [0-9]+ ="
 # 3. out-of-bounds kernel loop: one element past the end (SCANPROP_CUDA_ARENA=off: own allocation)
@@ -70,7 +70,7 @@ plant "launch with 2048 threads per block (tanh)" layers/tanh_cuda.cu \
   "" "cuda/tanh_sigmoid_match_cpu" "invalid configuration argument"
 # 8. a missing cross-stream event in the ooo engine's device executor: the δW stream no
 #    longer waits for the δ stream (shuffle mode interleaves the streams at each sync)
-plant "missing cudaStreamWaitEvent (ooo δ -> δW stream)" schedulers/ooo_cuda.cu \
+plant "missing cudaStreamWaitEvent (ooo δ -> δW stream)" schedulers/backward/ooo_cuda.cu \
   's/sp_cuda_check(cudaStreamWaitEvent(s, x->done\[pr\], 0));/(void)0;/' \
   "SCANPROP_EMU_ORDER=shuffle" "ooo_cuda/every_order_bitwise_equals_device_linear_*" \
   "differs from the device linear engine|vs linear" test_ooo_cuda
@@ -93,7 +93,7 @@ plant "host sync inside a captured whole step (softmax_ce)" layers/softmax_ce_cu
   test_ooo_cuda
 # 12. the next step's forward no longer waits for each layer's update event (ooo on the
 #     device, the forward overlapping the last δW/U): it reads weights before U_i
-plant "forward without its wait for U_i (ooo next forward overlap)" schedulers/ooo_cuda.cu \
+plant "forward without its wait for U_i (ooo next forward overlap)" schedulers/backward/ooo_cuda.cu \
   's/sp_cuda_check(cudaStreamWaitEvent(sp_cuda_stream(), x->done\[task\], 0));/(void)0;/' \
   "SCANPROP_EMU_ORDER=shuffle" "ooo_cuda/next_forward_overlaps_updates_bitwise_*" \
   "next forward overlapping .* vs linear|differs from the device linear engine" test_ooo_cuda
@@ -101,7 +101,7 @@ plant "forward without its wait for U_i (ooo next forward overlap)" schedulers/o
 # 13. the bppsa device engine multiplies a level's batch in the wrong order: X·M instead of
 #    M·X in the one cublasSgemmBatched of dense·dense and dense·vector products (the scan's
 #    operator does not commute)
-plant "swapped operands in bppsa's batched level product (cublasSgemmBatched)" schedulers/bppsa_cuda.cu \
+plant "swapped operands in bppsa's batched level product (cublasSgemmBatched)" schedulers/backward/bppsa_cuda.cu \
   's/\&one, dev + count, c, dev,/\&one, dev, c, dev + count,/' \
   "" "bppsa_cuda/mlp_every_depth_matches_linear" \
   "bppsa vs linear on the device: err|cudaemu: .*cublasSgemmBatched" test_bppsa_cuda

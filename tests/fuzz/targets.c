@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include "core/error.h"
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
 #include "data/data.h"
 
 static char fz_dir[64];

@@ -44,12 +44,12 @@ import scanprop_torch as sp  # noqa: E402
 
 
 def LeNet():
-    """apps/models.c sp_zoo_lenet(1, 28), as the project's python module defines it."""
+    """layers/zoo.c sp_zoo_lenet(1, 28), as the project's python module defines it."""
     return sp.zoo("lenet", in_channels=1)
 
 
 def VGG11():
-    """apps/models.c sp_zoo_vgg11(1, 10): config A, no batch norm, 32×32 inputs."""
+    """layers/zoo.c sp_zoo_vgg11(1, 10): config A, no batch norm, 32×32 inputs."""
     return sp.zoo("vgg11", in_channels=1)
 
 

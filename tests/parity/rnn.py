@@ -38,7 +38,7 @@ from cnn import optimizer  # noqa: E402
 
 
 class SeqClassifier(nn.Module):
-    """apps/models.c sp_zoo_rnn / sp_zoo_gru: the cell's last hidden state → fc."""
+    """layers/zoo.c sp_zoo_rnn / sp_zoo_gru: the cell's last hidden state → fc."""
 
     def __init__(self, cell, name, input, hidden, classes):
         super().__init__()

@@ -1,0 +1,281 @@
+/* fileio.c — regular-file checks before reading, atomic replacement with temp-file
+ * cleanup on SIGINT/SIGTERM and of stale temp files. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/io/fileio.h"
+
+const char *sp_file_kind(mode_t mode)
+{
+    return S_ISREG(mode) ? "a regular file" : S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
+           : S_ISSOCK(mode) ? "a socket" : S_ISLNK(mode) ? "a symbolic link" : "not a regular file";
+}
+
+int sp_open_regular(const char *path, struct stat *st)
+{
+    struct stat own;
+    if (!st) st = &own;
+    /* stat first: opening a FIFO blocks and opening a device can have effects */
+    if (stat(path, st) != 0) return sp_error("cannot open %s: %s", path, strerror(errno));
+    if (!S_ISREG(st->st_mode)) return sp_error("%s: not a regular file (%s)", path, sp_file_kind(st->st_mode));
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return sp_error("cannot open %s: %s", path, strerror(errno));
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {   /* replaced in between */
+        close(fd);
+        return sp_error("%s: not a regular file (%s)", path, sp_file_kind(st->st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
+int sp_pread_full(int fd, void *buf, size_t n, off_t off, const char *path, const char *what)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)buf + got, n - got, off + (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return sp_error("%s: read error in %s: %s", path, what, strerror(errno));
+        if (r == 0)
+            return sp_error("%s: truncated: %s needs %zu bytes at byte %lld, the file ends after %zu",
+                            path, what, n, (long long)off, got);
+        got += (size_t)r;
+    }
+    return SP_OK;
+}
+
+/* ---------------------------------------------------------------- atomic replace */
+
+static pthread_mutex_t save_lock = PTHREAD_MUTEX_INITIALIZER;
+static char cleanup_path[PATH_MAX + 32];
+static volatile sig_atomic_t cleanup_active;
+static struct sigaction old_int, old_term;
+static int hooked_int, hooked_term;
+
+/* Remove the temp file, then die of the signal as if we had not been there. */
+static void on_signal(int sig)
+{
+    int saved = errno;
+    if (cleanup_active) unlink(cleanup_path);
+    sigaction(sig, sig == SIGINT ? &old_int : &old_term, NULL);
+    raise(sig);   /* blocked until we return, then delivered to the old disposition */
+    errno = saved;
+}
+
+static void hook(int sig, struct sigaction *old, int *hooked)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    *hooked = 0;
+    if (sigaction(sig, NULL, old) != 0 || old->sa_handler == SIG_IGN) return;   /* ignored: stay so */
+    *hooked = sigaction(sig, &sa, NULL) == 0;
+}
+
+static void unhook(void)
+{
+    cleanup_active = 0;
+    if (hooked_int) sigaction(SIGINT, &old_int, NULL);
+    if (hooked_term) sigaction(SIGTERM, &old_term, NULL);
+    hooked_int = hooked_term = 0;
+}
+
+/* "<dir>" and "<base>" of a path. */
+static void split_path(const char *path, char *dir, size_t dlen, const char **base)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, dlen, ".");
+    else if (slash == path) snprintf(dir, dlen, "/");
+    else snprintf(dir, dlen, "%.*s", (int)(slash - path), path);
+    *base = slash ? slash + 1 : path;
+}
+
+/* Delete "<target>.tmp.<pid>" files whose process is gone (SIGKILL, crash). */
+static void remove_stale(const char *target)
+{
+    char dir[PATH_MAX];
+    const char *base;
+    split_path(target, dir, sizeof dir, &base);
+    size_t blen = strlen(base);
+    DIR *dp = opendir(dir);
+    if (!dp) return;
+    struct dirent *e;
+    while ((e = readdir(dp))) {
+        const char *n = e->d_name;
+        if (strncmp(n, base, blen) != 0 || strncmp(n + blen, ".tmp.", 5) != 0) continue;
+        const char *digits = n + blen + 5;
+        char *end;
+        long pid = strtol(digits, &end, 10);
+        if (!*digits || *end || pid <= 0 || pid > INT_MAX || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;   /* alive (or not ours to judge) */
+        struct stat st;
+        if (fstatat(dirfd(dp), n, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+            unlinkat(dirfd(dp), n, 0);
+    }
+    closedir(dp);
+}
+
+static void atomic_free(sp_atomic_file *a)
+{
+    free(a->target);
+    free(a->tmp);
+    a->target = a->tmp = NULL;
+    a->fd = -1;
+}
+
+/* The file a save to `path` replaces: path itself, or a symlink's resolved target;
+ * refused if it exists and is not a regular file. *keep_mode: its permissions (0 if new). */
+static int resolve_target(const char *path, char **out, mode_t *keep_mode)
+{
+    struct stat st;
+    char *target = NULL;
+    *keep_mode = 0;
+    if (lstat(path, &st) != 0) {
+        if (errno != ENOENT) return sp_error("cannot write %s: %s (nothing written)", path, strerror(errno));
+        target = strdup(path);
+    } else {
+        if (S_ISLNK(st.st_mode)) {
+            target = realpath(path, NULL);
+            if (!target)
+                return sp_error("%s: a symbolic link whose target cannot be resolved: %s (nothing written)",
+                                path, strerror(errno));
+            if (stat(target, &st) != 0) {
+                int err = errno;
+                free(target);
+                return sp_error("cannot write %s: %s (nothing written)", path, strerror(err));
+            }
+        }
+        if (!S_ISREG(st.st_mode)) {
+            sp_error("%s%s%s exists and is %s, not a regular file: refusing to replace it (nothing written)",
+                     path, target ? " -> " : "", target ? target : "", sp_file_kind(st.st_mode));
+            free(target);
+            return SP_ERR;
+        }
+        *keep_mode = st.st_mode & 07777;
+        if (!target) target = strdup(path);
+    }
+    if (!target) return sp_error("%s: out of memory", path);
+    *out = target;
+    return SP_OK;
+}
+
+int sp_check_save_target(const char *path)
+{
+    char *target;
+    mode_t mode;
+    if (resolve_target(path, &target, &mode) != SP_OK) return SP_ERR;
+    char dir[PATH_MAX];
+    const char *base;
+    split_path(target, dir, sizeof dir, &base);
+    int rc = access(dir, W_OK | X_OK) == 0 ? SP_OK
+             : sp_error("cannot write %s: directory %s: %s", path, dir, strerror(errno));
+    free(target);
+    return rc;
+}
+
+int sp_atomic_begin(sp_atomic_file *a, const char *path)
+{
+    *a = (sp_atomic_file){.fd = -1};
+    mode_t keep_mode;
+    char *target;
+    if (resolve_target(path, &target, &keep_mode) != SP_OK) return SP_ERR;
+    size_t tlen = strlen(target) + 32;
+    char *tmp = malloc(tlen);
+    if (!tmp || tlen > sizeof cleanup_path) {
+        free(target);
+        free(tmp);
+        return sp_error("%s: path too long (nothing written)", path);
+    }
+    snprintf(tmp, tlen, "%s.tmp.%ld", target, (long)getpid());
+    a->target = target;
+    a->tmp = tmp;
+
+    pthread_mutex_lock(&save_lock);
+    remove_stale(target);
+    memcpy(cleanup_path, tmp, strlen(tmp) + 1);
+    cleanup_active = 1;
+    hook(SIGINT, &old_int, &hooked_int);
+    hook(SIGTERM, &old_term, &hooked_term);
+    unlink(tmp);   /* our own leftover, if a failed save of this process left one */
+    a->fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (a->fd < 0) {
+        int err = errno;
+        unhook();
+        pthread_mutex_unlock(&save_lock);
+        sp_error("%s: cannot create %s: %s (nothing written)", path, tmp, strerror(err));
+        atomic_free(a);
+        return SP_ERR;
+    }
+    if (keep_mode) fchmod(a->fd, keep_mode);
+    return SP_OK;
+}
+
+int sp_atomic_write(sp_atomic_file *a, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t w = write(a->fd, p, n > (1u << 30) ? (1u << 30) : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return sp_error("cannot write %s: %s (the existing file, if any, is unchanged)", a->target,
+                                    w < 0 ? strerror(errno) : "no progress");
+        p += w;
+        n -= (size_t)w;
+    }
+    return SP_OK;
+}
+
+/* Make the rename durable. Best effort: the new file is already complete and in place,
+ * and some file systems refuse fsync on directories. */
+static void fsync_parent_dir(const char *path)
+{
+    char dir[PATH_MAX];
+    const char *base;
+    split_path(path, dir, sizeof dir, &base);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+static void end_save(sp_atomic_file *a, bool remove_tmp)
+{
+    if (remove_tmp) unlink(a->tmp);
+    unhook();
+    pthread_mutex_unlock(&save_lock);
+    atomic_free(a);
+}
+
+int sp_atomic_commit(sp_atomic_file *a)
+{
+    int err = 0;
+    if (fsync(a->fd) != 0) err = errno;
+    if (close(a->fd) != 0 && !err) err = errno;
+    a->fd = -1;
+    if (!err && rename(a->tmp, a->target) != 0) err = errno;
+    if (err) {
+        sp_error("cannot write %s: %s (the existing file, if any, is unchanged)", a->target, strerror(err));
+        end_save(a, true);
+        return SP_ERR;
+    }
+    fsync_parent_dir(a->target);
+    end_save(a, false);
+    return SP_OK;
+}
+
+void sp_atomic_abort(sp_atomic_file *a)
+{
+    if (!a->tmp) return;
+    if (a->fd >= 0) close(a->fd);
+    end_save(a, true);
+}

@@ -1,0 +1,458 @@
+/* dnnl.c — conv2d's forward, δ and G on oneDNN; see core/kernels/dnnl.h for the design.
+ *
+ * One call: the batch is cut into S = min(threads, B) contiguous slots (the split of
+ * conv2d's im2col path); every slot gets the cached primitive for its batch size (at
+ * most two sizes), its own scratch from the tape's arena (carved out on the calling
+ * thread, as the arena is not thread-safe) and runs on one pool thread with oneDNN
+ * held to that one thread. Arguments whose layout the primitive wants blocked are
+ * reordered per slot; the weights, shared by every slot, are reordered once before
+ * the slots start. G: each slot writes its own partial dW, added to dw in slot order.
+ *
+ * Deterministic: the split depends on B and the thread count only, a primitive on one
+ * thread has a fixed order of operations, and the partials are added in a fixed order,
+ * so a run inline on one lane of the ooo engine gives the bits of the pool's run. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/kernels/dnnl.h"
+#include "core/error.h"
+#include "core/parallel.h"
+
+static int g_mode = -1;   /* -1 not read yet, 0 gemm, 1 oneDNN */
+
+#ifdef SP_HAVE_DNNL
+#define HAVE_DNNL 1
+#else
+#define HAVE_DNNL 0
+#endif
+
+static void read_env(void)
+{
+    const char *v = getenv("SCANPROP_CONV");
+    if (!v || !*v || !strcmp(v, "dnnl")) g_mode = HAVE_DNNL;
+    else if (!strcmp(v, "gemm")) g_mode = 0;
+    else sp_fail("SCANPROP_CONV=%s: expected dnnl or gemm", v);
+}
+
+bool sp_dnnl_conv_on(void)
+{
+    if (g_mode < 0) read_env();
+    return g_mode == 1;
+}
+
+bool sp_dnnl_conv_set(bool on)
+{
+    g_mode = on && HAVE_DNNL;
+    return g_mode == (int)on;
+}
+
+#ifndef SP_HAVE_DNNL
+
+bool sp_dnnl_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc)
+{
+    return false;
+}
+
+void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
+                          float *y)
+{
+    sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
+}
+void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx)
+{
+    sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
+}
+void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw)
+{
+    sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
+}
+
+#else
+
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#define MAX_SLOTS 64
+#define ALIGN 64
+#define CHANNEL_BLOCK 16   /* oneDNN's AVX-512 channel block (nChw16c) */
+
+enum { FWD, BWD_D, BWD_W };
+/* A primitive's three tensors: two inputs, one output. Role 1 is the weights (input of
+ * FWD and BWD_D, output of BWD_W). */
+enum { IN0, IN1, OUT, NARG };
+
+typedef struct entry {
+    int kind;
+    sp_dnnl_conv key;             /* B = the slot's batch */
+    dnnl_primitive_t prim;
+    int arg[NARG];                /* DNNL_ARG_* of each role */
+    dnnl_memory_desc_t user[NARG], want[NARG];
+    dnnl_primitive_t reorder[NARG];   /* NULL: the primitive takes the user layout */
+    size_t want_bytes[NARG];
+    dnnl_memory_desc_t scratch_md, bias_md;
+    size_t scratch_bytes;
+    struct bound *_Atomic sets;   /* memory objects and streams, see acquire() */
+    struct entry *next;
+} entry;
+
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static entry *cache;
+static dnnl_engine_t engine;
+
+static void check(dnnl_status_t s, const char *what)
+{
+    if (s != dnnl_success) sp_fail("oneDNN: %s failed (status %d)", what, (int)s);
+}
+
+static void md_tag(dnnl_memory_desc_t *md, int nd, const dnnl_dim_t *dims, dnnl_format_tag_t tag)
+{
+    check(dnnl_memory_desc_init_by_tag(md, nd, dims, dnnl_f32, tag), "memory_desc_init_by_tag");
+}
+
+/* Every oneDNN call of this thread runs on it alone: the pool provides the cores. */
+static void one_thread(void)
+{
+    if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+}
+
+bool sp_dnnl_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc)
+{
+    if ((double)M * N * K < SP_DNNL_GEMM_MIN_MACS || !sp_dnnl_conv_on()) return false;
+    one_thread();
+    check(dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc),
+          "sgemm");
+    return true;
+}
+
+static dnnl_primitive_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to)
+{
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t r;
+    check(dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, NULL), "reorder_primitive_desc_create");
+    check(dnnl_primitive_create(&r, pd), "primitive_create (reorder)");
+    dnnl_primitive_desc_destroy(pd);
+    return r;
+}
+
+static entry *create(int kind, const sp_dnnl_conv *k)
+{
+    if (!engine) check(dnnl_engine_create(&engine, dnnl_cpu, 0), "engine_create");
+    entry *e = sp_xcalloc(1, sizeof *e);
+    e->kind = kind;
+    e->key = *k;
+    dnnl_dims_t xd = {k->B, k->C, k->H, k->W}, wd = {k->O, k->C, k->k, k->k}, bd = {k->O},
+                yd = {k->B, k->O, k->Ho, k->Wo};
+    dnnl_dims_t st = {k->stride, k->stride}, pad = {k->pad, k->pad};
+    /* oneDNN pads on the right only as far as the last window reaches */
+    dnnl_dims_t pad_r = {(k->Ho - 1) * k->stride + k->k - k->H - k->pad, (k->Wo - 1) * k->stride + k->k - k->W - k->pad};
+    dnnl_memory_desc_t x, w, b, y, xa, wa, ya;
+    md_tag(&x, 4, xd, dnnl_nchw);
+    md_tag(&w, 4, wd, dnnl_oihw);
+    md_tag(&b, 1, bd, dnnl_a);
+    md_tag(&y, 4, yd, dnnl_nchw);
+    md_tag(&xa, 4, xd, dnnl_format_tag_any);
+    md_tag(&wa, 4, wd, dnnl_format_tag_any);
+    md_tag(&ya, 4, yd, dnnl_format_tag_any);
+    if (kind == BWD_W && k->C % CHANNEL_BLOCK) {
+        /* G with input channels that do not fill oneDNN's blocks (LeNet-5's conv2: 6 of
+         * 16): channels-last src and diff_dst, no padded channels; 2.0× faster there
+         * (opprof lenet 64, one thread, best of 200: 520 → 260 µs). The forward lost
+         * with it (215 → 300 µs) and δ did not move, so they keep the blocked layouts. */
+        md_tag(&xa, 4, xd, dnnl_nhwc);
+        md_tag(&ya, 4, yd, dnnl_nhwc);
+    }
+    e->bias_md = b;
+    dnnl_primitive_attr_t attr;
+    check(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
+    check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "set_scratchpad_mode");
+    dnnl_convolution_desc_t fd, bd_;
+    check(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &xa, &wa, &b, &ya,
+                                             st, pad, pad_r),
+          "convolution_forward_desc_init");
+    dnnl_primitive_desc_t fpd, pd;
+    check(dnnl_primitive_desc_create(&fpd, &fd, attr, engine, NULL), "primitive_desc_create (conv forward)");
+    dnnl_query_t q[NARG];
+    if (kind == FWD) {
+        pd = fpd;
+        e->user[IN0] = x, e->user[IN1] = w, e->user[OUT] = y;
+        e->arg[IN0] = DNNL_ARG_SRC, e->arg[IN1] = DNNL_ARG_WEIGHTS, e->arg[OUT] = DNNL_ARG_DST;
+        q[IN0] = dnnl_query_src_md, q[IN1] = dnnl_query_weights_md, q[OUT] = dnnl_query_dst_md;
+    } else if (kind == BWD_D) {
+        check(dnnl_convolution_backward_data_desc_init(&bd_, dnnl_convolution_direct, &xa, &wa, &ya, st, pad, pad_r),
+              "convolution_backward_data_desc_init");
+        check(dnnl_primitive_desc_create(&pd, &bd_, attr, engine, fpd), "primitive_desc_create (conv backward data)");
+        e->user[IN0] = y, e->user[IN1] = w, e->user[OUT] = x;
+        e->arg[IN0] = DNNL_ARG_DIFF_DST, e->arg[IN1] = DNNL_ARG_WEIGHTS, e->arg[OUT] = DNNL_ARG_DIFF_SRC;
+        q[IN0] = dnnl_query_diff_dst_md, q[IN1] = dnnl_query_weights_md, q[OUT] = dnnl_query_diff_src_md;
+    } else {
+        check(dnnl_convolution_backward_weights_desc_init(&bd_, dnnl_convolution_direct, &xa, &wa, NULL, &ya, st, pad,
+                                                          pad_r),
+              "convolution_backward_weights_desc_init");
+        check(dnnl_primitive_desc_create(&pd, &bd_, attr, engine, fpd),
+              "primitive_desc_create (conv backward weights)");
+        e->user[IN0] = x, e->user[IN1] = y, e->user[OUT] = w;
+        e->arg[IN0] = DNNL_ARG_SRC, e->arg[IN1] = DNNL_ARG_DIFF_DST, e->arg[OUT] = DNNL_ARG_DIFF_WEIGHTS;
+        q[IN0] = dnnl_query_src_md, q[IN1] = dnnl_query_diff_dst_md, q[OUT] = dnnl_query_diff_weights_md;
+    }
+    for (int r = 0; r < NARG; r++) {
+        e->want[r] = *dnnl_primitive_desc_query_md(pd, q[r], 0);
+        if (dnnl_memory_desc_equal(&e->want[r], &e->user[r])) continue;
+        e->want_bytes[r] = dnnl_memory_desc_get_size(&e->want[r]);
+        e->reorder[r] = r == OUT ? make_reorder(&e->want[r], &e->user[r]) : make_reorder(&e->user[r], &e->want[r]);
+    }
+    e->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    e->scratch_bytes = dnnl_memory_desc_get_size(&e->scratch_md);
+    check(dnnl_primitive_create(&e->prim, pd), "primitive_create (convolution)");
+    if (pd != fpd) dnnl_primitive_desc_destroy(pd);
+    dnnl_primitive_desc_destroy(fpd);
+    dnnl_primitive_attr_destroy(attr);
+    return e;
+}
+
+static void sets_make(entry *e);
+
+static entry *lookup(int kind, const sp_dnnl_conv *k)
+{
+    pthread_mutex_lock(&cache_mu);
+    entry *e = cache;
+    while (e && (e->kind != kind || memcmp(&e->key, k, sizeof *k))) e = e->next;
+    if (!e) {
+        one_thread();   /* a primitive is planned for the threads it sees when created */
+        e = create(kind, k);
+        sets_make(e);
+        e->next = cache;
+        cache = e;
+    }
+    pthread_mutex_unlock(&cache_mu);
+    return e;
+}
+
+/* Memory objects and a stream, one set per concurrent user of a cache entry: a slot
+ * takes a free set, rebinds its memory objects to the call's buffers with
+ * dnnl_memory_set_data_handle, runs, and gives it back. An entry's sets are made with
+ * the entry (threads + 1: every pool thread and an ooo sub lane at once), so whichever
+ * threads run it in a later step, nothing is created then; a further set is made only
+ * if more users than that ever meet. */
+typedef struct bound {
+    dnnl_stream_t s;
+    dnnl_memory_t user[NARG], want[NARG], scratch, bias;
+    dnnl_memory_t w_from, w_to;   /* the shared weights' reorder in run() */
+    _Atomic int busy;
+    struct bound *next;
+} bound;
+
+static void mem_new(dnnl_memory_t *m, const dnnl_memory_desc_t *md)
+{
+    check(dnnl_memory_create(m, md, engine, NULL), "memory_create");
+}
+
+static bound *bound_new(const entry *e)
+{
+    bound *m = sp_xcalloc(1, sizeof *m);
+    check(dnnl_stream_create(&m->s, engine, dnnl_stream_default_flags), "stream_create");
+    for (int r = 0; r < NARG; r++) {
+        mem_new(&m->user[r], &e->user[r]);
+        if (e->reorder[r]) mem_new(&m->want[r], &e->want[r]);
+    }
+    mem_new(&m->scratch, &e->scratch_md);
+    if (e->kind == FWD) mem_new(&m->bias, &e->bias_md);
+    if (e->reorder[IN1]) {
+        mem_new(&m->w_from, &e->user[IN1]);
+        mem_new(&m->w_to, &e->want[IN1]);
+    }
+    return m;
+}
+
+/* threads + 1 sets, made with the entry (under cache_mu). */
+static void sets_make(entry *e)
+{
+    for (int n = 0; n <= sp_get_threads(); n++) {
+        bound *m = bound_new(e);
+        m->next = atomic_load(&e->sets);
+        atomic_store(&e->sets, m);
+    }
+}
+
+static bound *acquire(const entry *e_)
+{
+    entry *e = (entry *)e_;   /* only its list of sets changes, under cache_mu */
+    for (bound *m = atomic_load(&e->sets); m; m = m->next) {
+        int free_ = 0;
+        if (atomic_compare_exchange_strong(&m->busy, &free_, 1)) return m;
+    }
+    pthread_mutex_lock(&cache_mu);
+    one_thread();
+    bound *m = bound_new(e);
+    atomic_store(&m->busy, 1);
+    m->next = atomic_load(&e->sets);
+    atomic_store(&e->sets, m);   /* readers see the old head or this one: both lists are whole */
+    pthread_mutex_unlock(&cache_mu);
+    return m;
+}
+
+static void release(bound *m) { atomic_store(&m->busy, 0); }
+
+/* *m rebound to p. */
+static dnnl_memory_t mem(dnnl_memory_t *m, const dnnl_memory_desc_t *md, void *p)
+{
+    (void)md;
+    check(dnnl_memory_set_data_handle(*m, p), "memory_set_data_handle");
+    return *m;
+}
+
+static void exec(const bound *m, dnnl_primitive_t p, int n, const dnnl_exec_arg_t *args)
+{
+    check(dnnl_primitive_execute(p, m->s, n, args), "primitive_execute");
+}
+
+static void run_reorder(const bound *m, dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
+{
+    exec(m, r, 2, (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
+static size_t up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+typedef struct job {
+    int kind, slots;
+    sp_dnnl_conv c;
+    entry *e[MAX_SLOTS];
+    float *user[NARG];            /* the whole batch; role 1 (weights) not per sample */
+    size_t per_sample[NARG];      /* floats per sample of each batched role, 0 for weights */
+    const float *bias;
+    unsigned char *scratch[MAX_SLOTS];
+    void *shared_w;               /* weights already in the primitives' layout, or NULL */
+    float *partial;               /* BWD_W: [slots][O·C·k·k] */
+} job;
+
+static void slot_range(const job *J, int s, int *b0, int *b1)
+{
+    *b0 = (int)((size_t)J->c.B * (size_t)s / (size_t)J->slots);
+    *b1 = (int)((size_t)J->c.B * (size_t)(s + 1) / (size_t)J->slots);
+}
+
+static void run_slots(void *ctx, size_t begin, size_t end)
+{
+    const job *J = ctx;
+    one_thread();
+    size_t nw = (size_t)J->c.O * J->c.C * J->c.k * J->c.k;
+    for (size_t s = begin; s < end; s++) {
+        const entry *e = J->e[s];
+        int b0, b1;
+        slot_range(J, (int)s, &b0, &b1);
+        unsigned char *sc = J->scratch[s];
+        bound *m = acquire(e);
+        dnnl_memory_t user[NARG], use[NARG];
+        for (int r = 0; r < NARG; r++) {
+            void *p = J->user[r] + (size_t)b0 * J->per_sample[r];
+            if (J->kind == BWD_W && r == OUT) p = J->partial + s * nw;
+            user[r] = mem(&m->user[r], &e->user[r], p);
+            use[r] = user[r];
+            if (!e->reorder[r]) continue;
+            if (r == IN1 && J->shared_w) {
+                use[r] = mem(&m->want[r], &e->want[r], J->shared_w);
+                continue;
+            }
+            use[r] = mem(&m->want[r], &e->want[r], sc);
+            sc += up(e->want_bytes[r]);
+            if (r != OUT) run_reorder(m, e->reorder[r], user[r], use[r]);
+        }
+        dnnl_memory_t scratch = mem(&m->scratch, &e->scratch_md, e->scratch_bytes ? sc : NULL);
+        dnnl_exec_arg_t args[5] = {{e->arg[IN0], use[IN0]}, {e->arg[IN1], use[IN1]}, {e->arg[OUT], use[OUT]},
+                                   {DNNL_ARG_SCRATCHPAD, scratch}};
+        int nargs = 4;
+        if (J->kind == FWD)
+            args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mem(&m->bias, &e->bias_md, (void *)J->bias)};
+        exec(m, e->prim, nargs, args);
+        if (e->reorder[OUT]) run_reorder(m, e->reorder[OUT], use[OUT], user[OUT]);
+        release(m);
+    }
+}
+
+typedef struct sum_job {
+    float *dw;
+    const float *partial;
+    int slots;
+    size_t n;
+} sum_job;
+
+static void sum_range(void *ctx, size_t begin, size_t end)
+{
+    const sum_job *J = ctx;
+    for (int s = 0; s < J->slots; s++) {
+        const float *p = J->partial + (size_t)s * J->n;
+        for (size_t i = begin; i < end; i++) J->dw[i] += p[i];
+    }
+}
+
+static void run(sp_tape *t, int kind, const sp_dnnl_conv *c, float *in0, float *in1, float *out, const float *bias)
+{
+    job *J = sp_tape_alloc(t, sizeof *J);
+    memset(J, 0, sizeof *J);
+    J->kind = kind;
+    J->c = *c;
+    J->slots = sp_get_threads() < c->B ? sp_get_threads() : c->B;
+    if (J->slots > MAX_SLOTS) J->slots = MAX_SLOTS;
+    J->user[IN0] = in0, J->user[IN1] = in1, J->user[OUT] = out;
+    J->bias = bias;
+    size_t xs = (size_t)c->C * c->H * c->W, ys = (size_t)c->O * c->Ho * c->Wo;
+    J->per_sample[IN0] = kind == BWD_D ? ys : xs;
+    J->per_sample[IN1] = kind == BWD_W ? ys : 0;
+    J->per_sample[OUT] = kind == FWD ? ys : kind == BWD_D ? xs : 0;
+    bool same_w = true;
+    for (int s = 0; s < J->slots; s++) {
+        int b0, b1;
+        slot_range(J, s, &b0, &b1);
+        sp_dnnl_conv k = *c;
+        k.B = b1 - b0;
+        J->e[s] = (s > 0 && J->e[s - 1]->key.B == k.B) ? J->e[s - 1] : lookup(kind, &k);
+        same_w = same_w && dnnl_memory_desc_equal(&J->e[s]->want[IN1], &J->e[0]->want[IN1]);
+    }
+    /* The weights into the primitives' layout once, before the slots start. */
+    if (kind != BWD_W && J->e[0]->reorder[IN1] && same_w) {
+        one_thread();
+        J->shared_w = sp_tape_alloc(t, J->e[0]->want_bytes[IN1] + ALIGN);
+        J->shared_w = (void *)up((uintptr_t)J->shared_w);
+        bound *m = acquire(J->e[0]);
+        run_reorder(m, J->e[0]->reorder[IN1], mem(&m->w_from, &J->e[0]->user[IN1], in1),
+                    mem(&m->w_to, &J->e[0]->want[IN1], J->shared_w));
+        release(m);
+    }
+    for (int s = 0; s < J->slots; s++) {
+        const entry *e = J->e[s];
+        size_t bytes = up(e->scratch_bytes) + ALIGN;
+        for (int r = 0; r < NARG; r++)
+            if (e->reorder[r] && !(r == IN1 && J->shared_w)) bytes += up(e->want_bytes[r]);
+        J->scratch[s] = (unsigned char *)up((uintptr_t)sp_tape_alloc(t, bytes));
+    }
+    size_t nw = (size_t)c->O * c->C * c->k * c->k;
+    if (kind == BWD_W) J->partial = sp_tape_alloc(t, (size_t)J->slots * nw * sizeof(float));
+    sp_parallel_for((size_t)J->slots, run_slots, J);
+    if (kind == BWD_W) {
+        sum_job S = {.dw = out, .partial = J->partial, .slots = J->slots, .n = nw};
+        if (nw >= 4096) sp_parallel_for(nw, sum_range, &S);
+        else sum_range(&S, 0, nw);
+    }
+}
+
+void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
+                          float *y)
+{
+    run(t, FWD, c, (float *)x, (float *)w, y, b);
+}
+
+void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx)
+{
+    run(t, BWD_D, c, (float *)dy, (float *)w, dx, NULL);
+}
+
+void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw)
+{
+    run(t, BWD_W, c, (float *)x, (float *)dy, dw, NULL);
+}
+
+#endif

@@ -1,0 +1,53 @@
+/* dnnl.h — convolutions on oneDNN (Debian's libdnnl, oneDNN 2.x), the CPU path of conv2d.
+ *
+ * The tensors stay in the layouts the ops use (x, y: NCHW; W: OIHW). Each call splits
+ * the batch into sp_get_threads() contiguous slots, like the im2col path, and runs one
+ * single-threaded oneDNN primitive per slot on the thread pool: oneDNN's own OpenMP
+ * team is never started, so `--threads N` still governs every core, a lane of the ooo
+ * engine running inline uses exactly its one core, and the bits depend only on the
+ * shape and the thread count. Inside a slot the primitive works in the blocked layouts
+ * oneDNN's JIT kernels want (nChw16c …), reordered in and out per call.
+ * Primitives are created on first use of a (kind, slot batch, shape) and cached.
+ *
+ * Matrix products: sp_gemm_serial (core/kernels/dense.h) hands every product of at least
+ * SP_DNNL_GEMM_MIN_MACS multiply-adds to oneDNN's JIT SGEMM on one thread; OpenBLAS
+ * keeps the tiny ones. The recurrent steps' own products (16×20×20, 16×60×20) go to
+ * the project's small kernel first (core/kernels/gemm_small.h, layers/recurrent.h).
+ * Debian's OpenBLAS 0.3.21 runs its generic SSE3 kernels on CPUs it does not know and
+ * its AVX2 ones under OPENBLAS_CORETYPE=Haswell; oneDNN picks AVX-512 where it exists.
+ *
+ * SCANPROP_CONV=gemm (or sp_dnnl_conv_set(false)) selects the previous path for both,
+ * im2col + OpenBLAS convolutions and OpenBLAS products, which stays the reference of
+ * the tests; SCANPROP_CONV=dnnl or unset: oneDNN when the build has it (make DNNL=0
+ * builds without). */
+#ifndef SP_DNNL_H
+#define SP_DNNL_H
+
+#include <stdbool.h>
+#include "core/tape.h"
+
+typedef struct sp_dnnl_conv {
+    int B, C, H, W, O, k, stride, pad, Ho, Wo;
+} sp_dnnl_conv;
+
+/* Whether conv2d uses oneDNN now (SCANPROP_CONV, read once; a bad value exits 2). */
+bool sp_dnnl_conv_on(void);
+/* Switches conv2d's path at run time (tests compare both); false when on is asked for
+ * and the build has no oneDNN. */
+bool sp_dnnl_conv_set(bool on);
+
+/* Row-major C = alpha·op(A)·op(B) + beta·C on oneDNN, one thread; false (nothing done)
+ * when oneDNN is off or the product is below SP_DNNL_GEMM_MIN_MACS. */
+#define SP_DNNL_GEMM_MIN_MACS 8192
+bool sp_dnnl_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc);
+
+/* y = conv(x, w) + b. Scratch from the tape's arena. */
+void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
+                          float *y);
+/* dx = convᵀ(dy, w) (overwrites dx). */
+void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx);
+/* dw += Σ_b dy_b ⋆ x_b; the slots' partial sums are added in slot order. */
+void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw);
+
+#endif

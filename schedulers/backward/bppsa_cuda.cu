@@ -1,0 +1,396 @@
+/* bppsa_cuda.cu — the bppsa engine's products on the device (see bppsa_cuda.h).
+ *
+ * Elements are row-major, as on the host. Each launch covers a batch of products that
+ * share their operand types: one thread per output entry (or output row where a row is
+ * accumulated by scatter), indexing the batch through pointer arrays. Every output
+ * entry is summed by one thread in the CPU kernels' order (core/kernels/csr_ops.c): CSR rows
+ * in index order. Dense·dense and dense·vector go to cublasSgemmBatched (FP32, the
+ * lane's handle); CSR·CSR to cuSPARSE's generic SpGEMM with structure reuse (below):
+ * its symbolic phase once per plan, then only cusparseSpGEMMreuse_compute per product
+ * (cuSPARSE has no batched SpGEMM: one call per sample). */
+#include <string.h>
+#include "core/kernels/cuda.h"
+extern "C" {
+#include "core/device.h"
+#include "core/error.h"
+#include "schedulers/backward/bppsa_cuda.h"
+}
+
+/* One CSR·CSR product of a plan on cuSPARSE: descriptors, the buffers compute still
+ * needs (4 and 5), and C's pattern as cuSPARSE wrote it. */
+typedef struct spgemm_dev {
+    const void *key;   /* the host plan (sp_spgemm_plan) */
+    cusparseSpMatDescr_t A, B, C;
+    cusparseSpGEMMDescr_t d;
+    void *buf4, *buf5;
+    int32_t *c_ptr, *c_idx;
+} spgemm_dev;
+
+struct sp_bppsa_cache {
+    struct entry {
+        const int32_t *host;
+        int32_t *dev;   /* rows + 1 offsets, then nnz indices */
+        int64_t rows, nnz;
+    } *e;
+    int n, cap;
+    spgemm_dev *g;
+    int ng, gcap;
+};
+
+static long g_symbolic;   /* cuSPARSE symbolic phases run (sp_bppsa_cuda_symbolic_calls) */
+static long g_gemm;       /* products run by cublasSgemmBatched (sp_bppsa_cuda_gemm_products) */
+
+// ----------------------------------------------------------------------------
+// CUDA kernels
+
+/* out[k] = src[k] (len floats each), one thread per float of the batch. */
+__global__ void bppsa_copy_kernel(float *const *out, float *const *src, size_t len, int count)
+{
+    size_t n = len * count;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x)
+        out[q / len][q % len] = src[q / len][q % len];
+}
+
+__global__ void bppsa_gather_kernel(float *dst, float *const *src, size_t len, int count)
+{
+    size_t n = len * count;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x)
+        dst[q] = src[q / len][q % len];
+}
+
+/* CSR (rows × K) · X (K × N, N = 1 for a vector): one thread per output entry. */
+__global__ void bppsa_csr_dense_kernel(float *const *out, float *const *M, float *const *X, const int32_t *indptr,
+                                       const int32_t *indices, int rows, int N, int count)
+{
+    size_t per = (size_t)rows * N, n = per * count;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
+        size_t k = q / per, e = q % per;
+        int i = (int)(e / N), j = (int)(e % N);
+        const float *a = M[k], *x = X[k];
+        float acc = 0.0f;
+        for (int32_t p = indptr[i]; p < indptr[i + 1]; p++) acc += a[p] * x[(size_t)indices[p] * N + j];
+        out[k][e] = acc;
+    }
+}
+
+/* D (Mr × rows) · CSR (rows × cols): one thread per output row, scattering in order. */
+__global__ void bppsa_dense_csr_kernel(float *const *out, float *const *M, float *const *X, const int32_t *indptr,
+                                       const int32_t *indices, int Mr, int rows, int cols, int count)
+{
+    size_t n = (size_t)Mr * count;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
+        size_t k = q / Mr, m = q % Mr;
+        const float *a = M[k] + m * rows, *b = X[k];
+        float *c = out[k] + m * cols;
+        for (int j = 0; j < cols; j++) c[j] = 0.0f;
+        for (int p = 0; p < rows; p++) {
+            float av = a[p];
+            for (int32_t e = indptr[p]; e < indptr[p + 1]; e++) c[indices[e]] += av * b[e];
+        }
+    }
+}
+
+/* Entry (i, j) of a factored recurrent Jᵀ: Σ_g W_g[j][i]·v_g[j] (+ z_j on the diagonal),
+ * the CPU chain_jt's arithmetic in its order. */
+__device__ float bppsa_fact_at(const float *W, const float *v, int G, int zd, int H, int i, int j)
+{
+    float s = 0.0f;
+    for (int g = 0; g < G; g++) s += W[((size_t)g * H + j) * H + i] * v[(size_t)g * H + j];
+    return zd && i == j ? s + v[(size_t)G * H + j] : s;
+}
+
+/* out (R × N) = M (R × K) · X (K × N) where M and/or X is factored (mG > 0 / xG > 0:
+ * entries computed on the fly from W_hh and the sample's vectors), the other dense
+ * (row-major; X with N = 1 is a vector). One thread per output entry, j in order. */
+__global__ void bppsa_fact_kernel(float *const *out, float *const *M, float *const *X, const float *mW, int mG,
+                                  int mZ, const float *xW, int xG, int xZ, int R, int K, int N, int count)
+{
+    size_t per = (size_t)R * N, n = per * count;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
+        size_t k = q / per, e = q % per;
+        int i = (int)(e / N), c = (int)(e % N);
+        const float *m = M[k], *x = X[k];
+        float acc = 0.0f;
+        for (int j = 0; j < K; j++) {
+            float a = mG ? bppsa_fact_at(mW, m, mG, mZ, K, i, j) : m[(size_t)i * K + j];
+            float b = xG ? bppsa_fact_at(xW, x, xG, xZ, N, j, c) : x[(size_t)j * N + c];
+            acc += a * b;
+        }
+        out[k][e] = acc;
+    }
+}
+
+/* dense[b] ← CSR values of sample b: one thread per (sample, row). */
+__global__ void bppsa_csr_to_dense_kernel(float *dense, const float *vals, const int32_t *indptr,
+                                          const int32_t *indices, int rows, int cols, size_t stride, int B)
+{
+    size_t n = (size_t)rows * B;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n; q += (size_t)gridDim.x * blockDim.x) {
+        size_t b = q / rows;
+        int i = (int)(q % rows);
+        float *d = dense + b * stride + (size_t)i * cols;
+        const float *v = vals + b * stride;
+        for (int j = 0; j < cols; j++) d[j] = 0.0f;
+        for (int32_t p = indptr[i]; p < indptr[i + 1]; p++) d[indices[p]] = v[p];
+    }
+}
+
+// ----------------------------------------------------------------------------
+// kernel launchers
+
+#define GRID(n, block) sp_cuda_blocks((size_t)(n), block), block, 0, st
+
+static size_t floats_of(const sp_bppsa_mat *m)
+{
+    switch (m->kind) {
+    case SP_BD_VEC: return (size_t)m->rows;
+    case SP_BD_CSR: return (size_t)m->nnz;
+    case SP_BD_DENSE: return (size_t)m->rows * m->cols;
+    default: return 0;
+    }
+}
+
+/* The pointer arrays' device copy: [M | X | out], count each. */
+static float **upload_ptrs(sp_tape *t, float *const *M, float *const *X, float *const *out, int count,
+                           cudaStream_t st)
+{
+    size_t bytes = (size_t)count * sizeof(float *);
+    float **host = (float **)sp_tape_alloc(t, 3 * bytes);
+    memcpy(host, M, bytes);
+    memcpy(host + count, X, bytes);
+    memcpy(host + 2 * count, out, bytes);
+    float **dev = (float **)sp_tape_alloc_on(t, SP_CUDA, 3 * bytes);
+    sp_cuda_check(cudaMemcpyAsync(dev, host, 3 * bytes, cudaMemcpyHostToDevice, st));
+    return dev;
+}
+
+extern "C" int sp_bppsa_cuda_products(sp_tape *t, const sp_bppsa_mat *Mt, const sp_bppsa_mat *Xt,
+                                      const sp_bppsa_mat *Ot, float *const *M, float *const *X, float *const *out,
+                                      int count)
+{
+    if (count == 0) return 0;
+    const sp_cuda_lane *lane = sp_cuda_current();
+    cudaStream_t st = lane->stream;
+    if (Mt->kind == SP_BD_DENSE && (Xt->kind == SP_BD_DENSE || Xt->kind == SP_BD_VEC)) {
+        /* row-major out (r × c) = M (r × k) · X (k × c) is column-major outᵀ = Xᵀ·Mᵀ */
+        float **dev = upload_ptrs(t, M, X, out, count, st);
+        int r = Mt->rows, k = Mt->cols, c = Xt->kind == SP_BD_VEC ? 1 : Xt->cols;
+        float one = 1.0f, zero = 0.0f;
+        sp_cublas_check(cublasSgemmBatched(lane->cublas, CUBLAS_OP_N, CUBLAS_OP_N, c, r, k, &one, dev + count, c, dev,
+                                           k, &zero, dev + 2 * count, c, count));
+        g_gemm += count;
+        return 1;
+    }
+    float **dev = upload_ptrs(t, M, X, out, count, st);
+    float **dM = dev, **dX = dev + count, **dO = dev + 2 * count;
+    if (Mt->kind == SP_BD_ID || Xt->kind == SP_BD_ID) {
+        size_t len = floats_of(Ot);
+        bppsa_copy_kernel<<<GRID(len * count, 256)>>>(dO, Xt->kind == SP_BD_ID ? dM : dX, len, count);
+    } else if (Mt->kind == SP_BD_FACT || Xt->kind == SP_BD_FACT) {
+        if (Mt->kind == SP_BD_CSR || Xt->kind == SP_BD_CSR)
+            sp_fail("bppsa (cuda): internal: a factored Jᵀ times a CSR operand");
+        int N = Xt->kind == SP_BD_VEC ? 1 : Xt->cols;
+        bool mf = Mt->kind == SP_BD_FACT, xf = Xt->kind == SP_BD_FACT;
+        bppsa_fact_kernel<<<GRID((size_t)Mt->rows * N * count, 256)>>>(
+            dO, dM, dX, mf ? Mt->w : NULL, mf ? Mt->gates : 0, mf && Mt->zdiag, xf ? Xt->w : NULL,
+            xf ? Xt->gates : 0, xf && Xt->zdiag, Mt->rows, Mt->cols, N, count);
+    } else if (Mt->kind == SP_BD_CSR) {   /* · vector or · dense */
+        int N = Xt->kind == SP_BD_VEC ? 1 : Xt->cols;
+        bppsa_csr_dense_kernel<<<GRID((size_t)Mt->rows * N * count, 256)>>>(dO, dM, dX, Mt->indptr, Mt->indices,
+                                                                            Mt->rows, N, count);
+    } else if (Mt->kind == SP_BD_DENSE && Xt->kind == SP_BD_CSR) {
+        bppsa_dense_csr_kernel<<<GRID((size_t)Mt->rows * count, 128)>>>(dO, dM, dX, Xt->indptr, Xt->indices,
+                                                                        Mt->rows, Xt->rows, Xt->cols, count);
+    } else {
+        sp_fail("bppsa (cuda): internal: no product for kinds %d · %d", Mt->kind, Xt->kind);
+    }
+    sp_cuda_check(cudaGetLastError());
+    return 1;
+}
+
+extern "C" void sp_bppsa_cuda_gather(sp_tape *t, float *dst, float *const *src, int count, size_t len)
+{
+    if (count == 0 || len == 0) return;
+    cudaStream_t st = sp_cuda_stream();
+    size_t bytes = (size_t)count * sizeof(float *);
+    float **host = (float **)sp_tape_alloc(t, bytes);
+    memcpy(host, src, bytes);
+    float **dev = (float **)sp_tape_alloc_on(t, SP_CUDA, bytes);
+    sp_cuda_check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, st));
+    bppsa_gather_kernel<<<GRID(len * count, 256)>>>(dst, dev, len, count);
+    sp_cuda_check(cudaGetLastError());
+}
+
+extern "C" void sp_bppsa_cuda_csr_to_dense(const sp_bppsa_mat *P, const float *vals, float *dense, size_t stride,
+                                           int B)
+{
+    cudaStream_t st = sp_cuda_stream();
+    bppsa_csr_to_dense_kernel<<<GRID((size_t)P->rows * B, 128)>>>(dense, vals, P->indptr, P->indices, P->rows,
+                                                                  P->cols, stride, B);
+    sp_cuda_check(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------
+// the pattern cache
+
+extern "C" sp_bppsa_cache *sp_bppsa_cuda_cache_new(void)
+{
+    return (sp_bppsa_cache *)sp_xcalloc(1, sizeof(sp_bppsa_cache));
+}
+
+extern "C" void sp_bppsa_cuda_cache_reset(sp_bppsa_cache *c)
+{
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) sp_cuda_check(cudaFree(c->e[i].dev));   /* waits for the device */
+    c->n = 0;
+    for (int i = 0; i < c->ng; i++) {
+        spgemm_dev *g = &c->g[i];
+        sp_cusparse_check(cusparseDestroySpMat(g->A));
+        sp_cusparse_check(cusparseDestroySpMat(g->B));
+        sp_cusparse_check(cusparseDestroySpMat(g->C));
+        sp_cusparse_check(cusparseSpGEMM_destroyDescr(g->d));
+        sp_cuda_check(cudaFree(g->buf4));
+        sp_cuda_check(cudaFree(g->buf5));
+        sp_cuda_check(cudaFree(g->c_ptr));
+        sp_cuda_check(cudaFree(g->c_idx));
+    }
+    c->ng = 0;
+}
+
+extern "C" void sp_bppsa_cuda_cache_free(sp_bppsa_cache *c)
+{
+    if (!c) return;
+    sp_bppsa_cuda_cache_reset(c);
+    free(c->e);
+    free(c->g);
+    free(c);
+}
+
+extern "C" void sp_bppsa_cuda_pattern(sp_bppsa_cache *c, int rows, int64_t nnz, const int32_t *indptr,
+                                      const int32_t *indices, const int32_t **d_indptr, const int32_t **d_indices)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->e[i].host == indptr && c->e[i].rows == rows && c->e[i].nnz == nnz) {
+            *d_indptr = c->e[i].dev;
+            *d_indices = c->e[i].dev + rows + 1;
+            return;
+        }
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 16;
+        c->e = (sp_bppsa_cache::entry *)sp_xrealloc(c->e, (size_t)c->cap * sizeof *c->e);
+    }
+    sp_bppsa_cache::entry *e = &c->e[c->n++];
+    e->host = indptr;
+    e->rows = rows;
+    e->nnz = nnz;
+    size_t count = (size_t)rows + 1 + (size_t)nnz;
+    sp_cuda_check(cudaMalloc((void **)&e->dev, count * sizeof(int32_t)));
+    /* on the lane's stream, ahead of the kernels that read it (the host pattern lives
+     * until the plan changes, and the reset that precedes that waits for the device) */
+    cudaStream_t st = sp_cuda_stream();
+    sp_cuda_check(cudaMemcpyAsync(e->dev, indptr, ((size_t)rows + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+    if (nnz)
+        sp_cuda_check(cudaMemcpyAsync(e->dev + rows + 1, indices, (size_t)nnz * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, st));
+    *d_indptr = e->dev;
+    *d_indices = e->dev + rows + 1;
+}
+
+// ----------------------------------------------------------------------------
+// CSR·CSR on cuSPARSE: the generic SpGEMM with structure reuse
+
+extern "C" long sp_bppsa_cuda_symbolic_calls(void) { return g_symbolic; }
+extern "C" long sp_bppsa_cuda_gemm_products(void) { return g_gemm; }
+
+static void *dev_buffer(size_t bytes)
+{
+    void *p = NULL;
+    sp_cuda_check(cudaMalloc(&p, bytes ? bytes : 1));
+    return p;
+}
+
+static cusparseSpMatDescr_t csr_descr(int64_t rows, int64_t cols, int64_t nnz, const int32_t *ptr, const int32_t *idx)
+{
+    cusparseSpMatDescr_t m;
+    sp_cusparse_check(cusparseCreateCsr(&m, rows, cols, nnz, (void *)ptr, (void *)idx, NULL, CUSPARSE_INDEX_32I,
+                                        CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F));
+    return m;
+}
+
+/* The symbolic phase of one product, once per plan: work estimation, C's nnz and row
+ * offsets, C's column indices, checked against the host's pattern (the rest of the
+ * plan's types were derived from it). */
+static spgemm_dev *spgemm_symbolic(sp_bppsa_cache *c, const void *key, const sp_bppsa_mat *Mt,
+                                   const sp_bppsa_mat *Xt, const int32_t *h_ptr, const int32_t *h_idx, int64_t h_nnz)
+{
+    for (int i = 0; i < c->ng; i++)
+        if (c->g[i].key == key) return &c->g[i];
+    if (c->ng == c->gcap) {
+        c->gcap = c->gcap ? 2 * c->gcap : 8;
+        c->g = (spgemm_dev *)sp_xrealloc(c->g, (size_t)c->gcap * sizeof *c->g);
+    }
+    spgemm_dev *g = &c->g[c->ng++];
+    memset(g, 0, sizeof *g);
+    g->key = key;
+    cusparseHandle_t h = sp_cuda_current()->cusparse;
+    cusparseOperation_t N = CUSPARSE_OPERATION_NON_TRANSPOSE;
+    cusparseSpGEMMAlg_t alg = CUSPARSE_SPGEMM_DEFAULT;
+    int64_t rows = Mt->rows, cols = Xt->cols;
+    g->A = csr_descr(Mt->rows, Mt->cols, Mt->nnz, Mt->indptr, Mt->indices);
+    g->B = csr_descr(Xt->rows, Xt->cols, Xt->nnz, Xt->indptr, Xt->indices);
+    g->c_ptr = (int32_t *)dev_buffer(((size_t)rows + 1) * sizeof(int32_t));
+    g->C = csr_descr(rows, cols, 0, g->c_ptr, NULL);
+    sp_cusparse_check(cusparseSpGEMM_createDescr(&g->d));
+    size_t s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0;
+    sp_cusparse_check(cusparseSpGEMMreuse_workEstimation(h, N, N, g->A, g->B, g->C, alg, g->d, &s1, NULL));
+    void *b1 = dev_buffer(s1);
+    sp_cusparse_check(cusparseSpGEMMreuse_workEstimation(h, N, N, g->A, g->B, g->C, alg, g->d, &s1, b1));
+    sp_cusparse_check(cusparseSpGEMMreuse_nnz(h, N, N, g->A, g->B, g->C, alg, g->d, &s2, NULL, &s3, NULL, &s4, NULL));
+    void *b2 = dev_buffer(s2), *b3 = dev_buffer(s3);
+    g->buf4 = dev_buffer(s4);
+    sp_cusparse_check(cusparseSpGEMMreuse_nnz(h, N, N, g->A, g->B, g->C, alg, g->d, &s2, b2, &s3, b3, &s4, g->buf4));
+    int64_t r, cc, nnz;
+    sp_cusparse_check(cusparseSpMatGetSize(g->C, &r, &cc, &nnz));
+    if (nnz != h_nnz)
+        sp_fail("bppsa (cuda): cuSPARSE finds %lld entries in a product, the host's symbolic phase %lld",
+                (long long)nnz, (long long)h_nnz);
+    g->c_idx = (int32_t *)dev_buffer((size_t)nnz * sizeof(int32_t));
+    float *vals = (float *)dev_buffer((size_t)nnz * sizeof(float));   /* copy wants C complete */
+    sp_cusparse_check(cusparseCsrSetPointers(g->C, g->c_ptr, g->c_idx, vals));
+    sp_cusparse_check(cusparseSpGEMMreuse_copy(h, N, N, g->A, g->B, g->C, alg, g->d, &s5, NULL));
+    g->buf5 = dev_buffer(s5);
+    sp_cusparse_check(cusparseSpGEMMreuse_copy(h, N, N, g->A, g->B, g->C, alg, g->d, &s5, g->buf5));
+    /* C's pattern against the host's: downstream products use the host's */
+    int32_t *ptr = (int32_t *)sp_xmalloc(((size_t)rows + 1 + (size_t)nnz) * sizeof(int32_t)), *idx = ptr + rows + 1;
+    sp_cuda_check(cudaStreamSynchronize(sp_cuda_stream()));
+    sp_cuda_check(cudaMemcpy(ptr, g->c_ptr, ((size_t)rows + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    if (nnz) sp_cuda_check(cudaMemcpy(idx, g->c_idx, (size_t)nnz * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    bool same = memcmp(ptr, h_ptr, ((size_t)rows + 1) * sizeof(int32_t)) == 0 &&
+                memcmp(idx, h_idx, (size_t)nnz * sizeof(int32_t)) == 0;
+    free(ptr);
+    if (!same) sp_fail("bppsa (cuda): cuSPARSE's pattern of a product differs from the host's symbolic phase");
+    sp_cuda_check(cudaFree(b1));
+    sp_cuda_check(cudaFree(b2));
+    sp_cuda_check(cudaFree(b3));
+    sp_cuda_check(cudaFree(vals));
+    g_symbolic++;
+    return g;
+}
+
+extern "C" int sp_bppsa_cuda_spgemm(sp_bppsa_cache *c, const void *key, const sp_bppsa_mat *Mt,
+                                    const sp_bppsa_mat *Xt, const int32_t *h_ptr, const int32_t *h_idx,
+                                    int64_t h_nnz, float *const *M, float *const *X, float *const *out, int count)
+{
+    spgemm_dev *g = spgemm_symbolic(c, key, Mt, Xt, h_ptr, h_idx, h_nnz);
+    cusparseHandle_t h = sp_cuda_current()->cusparse;
+    cusparseOperation_t N = CUSPARSE_OPERATION_NON_TRANSPOSE;
+    float one = 1.0f, zero = 0.0f;
+    for (int k = 0; k < count; k++) {   /* the numeric phase only */
+        sp_cusparse_check(cusparseCsrSetPointers(g->A, (void *)Mt->indptr, (void *)Mt->indices, M[k]));
+        sp_cusparse_check(cusparseCsrSetPointers(g->B, (void *)Xt->indptr, (void *)Xt->indices, X[k]));
+        sp_cusparse_check(cusparseCsrSetPointers(g->C, g->c_ptr, g->c_idx, out[k]));
+        sp_cusparse_check(cusparseSpGEMMreuse_compute(h, N, N, &one, g->A, g->B, &zero, g->C, CUDA_R_32F,
+                                                      CUSPARSE_SPGEMM_DEFAULT, g->d));
+    }
+    return count;
+}

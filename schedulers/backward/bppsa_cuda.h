@@ -1,0 +1,77 @@
+/* bppsa_cuda.h — the bppsa engine's device work (schedulers/backward/bppsa_cuda.cu, make CUDA=1).
+ *
+ * schedulers/backward/bppsa.c keeps the whole plan on the host (chain, scan plan, type pass with
+ * the symbolic phase of every sparse product, pointer bookkeeping); on the device it
+ * only asks for batched products: every product of one plan level that has the same
+ * operand types (every sample, every step of the level) is ONE launch — one
+ * cublasSgemmBatched for dense·dense and dense·vector, one own kernel for CSR·vector,
+ * CSR·dense, dense·CSR and the moves by the identity. CSR·CSR products go to cuSPARSE's
+ * generic SpGEMM with structure reuse, one call per sample (sp_bppsa_cuda_spgemm). Operands are addressed through pointer arrays in the
+ * step's device arena, copied up with the launch on the lane's stream. CSR patterns
+ * are copied to the device once per plan (sp_bppsa_cuda_pattern's cache). */
+#ifndef SP_BPPSA_CUDA_H
+#define SP_BPPSA_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "core/tape.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The element kinds of bppsa.c (el_kind): none, identity, vector, CSR, dense. */
+enum { SP_BD_NONE, SP_BD_ID, SP_BD_VEC, SP_BD_CSR, SP_BD_DENSE, SP_BD_FACT };
+
+/* An operand's type with its CSR pattern on the device. */
+typedef struct sp_bppsa_mat {
+    int kind, rows, cols;
+    int64_t nnz;
+    const int32_t *indptr, *indices;   /* device */
+    int gates;                         /* FACT: Σ_g W_gᵀ·diag(v_g) (+ diag(z) if zdiag) */
+    bool zdiag;
+    const float *w;                    /* FACT: W_hh, the W_g stacked (device)     */
+} sp_bppsa_mat;
+
+typedef struct sp_bppsa_cache sp_bppsa_cache;
+
+sp_bppsa_cache *sp_bppsa_cuda_cache_new(void);
+/* Forget (and free) every device pattern: the host patterns they mirror may go. */
+void sp_bppsa_cuda_cache_reset(sp_bppsa_cache *c);
+void sp_bppsa_cuda_cache_free(sp_bppsa_cache *c);
+/* The device copy of a host pattern (rows + 1 offsets, nnz indices), uploaded on first
+ * use and kept until the reset. */
+void sp_bppsa_cuda_pattern(sp_bppsa_cache *c, int rows, int64_t nnz, const int32_t *indptr, const int32_t *indices,
+                           const int32_t **d_indptr, const int32_t **d_indices);
+
+/* out[k] = M[k]·X[k] for k < count, all of types Mt, Xt → Ot, in one launch on the
+ * calling lane's stream (an identity operand: a copy of the other). The pointer arrays
+ * are host memory that lives until the tape is reset; t's device arena holds their
+ * device copy. Returns the number of launches (1). */
+int sp_bppsa_cuda_products(sp_tape *t, const sp_bppsa_mat *Mt, const sp_bppsa_mat *Xt, const sp_bppsa_mat *Ot,
+                           float *const *M, float *const *X, float *const *out, int count);
+/* CSR·CSR through cuSPARSE's generic SpGEMM with structure reuse: the symbolic phase
+ * (work estimation, nnz, copy) runs once per key (the host's sp_spgemm_plan) and its
+ * pattern is checked against the host's (h_ptr, h_idx, h_nnz); every call runs the
+ * numeric phase (cusparseSpGEMMreuse_compute) for each of the count products. Returns
+ * the launches. */
+int sp_bppsa_cuda_spgemm(sp_bppsa_cache *c, const void *key, const sp_bppsa_mat *Mt, const sp_bppsa_mat *Xt,
+                         const int32_t *h_ptr, const int32_t *h_idx, int64_t h_nnz, float *const *M, float *const *X,
+                         float *const *out, int count);
+/* cuSPARSE symbolic phases run in this process. */
+long sp_bppsa_cuda_symbolic_calls(void);
+/* Products (one per sample and step) run by cublasSgemmBatched in this process: every
+ * dense·dense and dense·vector product, i.e. every product after one turned dense. */
+long sp_bppsa_cuda_gemm_products(void);
+/* dst + k·len ← src[k] (len floats each) for k < count: one launch. */
+void sp_bppsa_cuda_gather(sp_tape *t, float *dst, float *const *src, int count, size_t len);
+/* dense[b] (rows × cols, every entry written) ← the CSR values vals + b·stride with
+ * pattern P, for b < B, the dense blocks at dense + b·stride: one launch. */
+void sp_bppsa_cuda_csr_to_dense(const sp_bppsa_mat *P, const float *vals, float *dense, size_t stride, int B);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

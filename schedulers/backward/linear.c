@@ -1,0 +1,51 @@
+/* linear.c — classic back-propagation: walk the tape in reverse, Θ(n) sequential steps.
+ *
+ * The tape order is topological, so in reverse every node has its ∂l/∂y complete (all
+ * its consumers have added their δ) when it is reached. It computes its weight gradient
+ * G (backward_params) and the gradient δ_i of each input i (backward_input), written
+ * into a producer read once, added into one that fans out. Everything else in scanprop
+ * is checked against it. */
+#include <stdlib.h>
+#include "core/device.h"
+#include "core/error.h"
+#include "schedulers/backward/engines.h"
+
+void sp_node_backward_inputs(sp_node *n)
+{
+    for (int k = 0; k < n->ninputs; k++) {
+        sp_node *in = n->inputs[k];
+        if (!in->needs_grad) continue;
+        if (in->nconsumers == 1) {   /* the common chain case: write δ in place */
+            n->op->backward_input(n, k, &n->grad, &in->grad);
+            continue;
+        }
+        sp_tensor tmp = sp_tape_tensor_like(n->tape, &in->out);   /* fan-out: accumulate */
+        n->op->backward_input(n, k, &n->grad, &tmp);
+        sp_accumulate(&in->grad, &tmp);   /* on the tensors' device */
+    }
+}
+
+void sp_node_backward(sp_node *n)
+{
+    if (n->op->backward_params && n->layer->nparams > 0) n->op->backward_params(n, &n->grad);
+    sp_node_backward_inputs(n);
+}
+
+static void linear_backward(sp_engine *e, sp_tape *t, sp_node *loss)
+{
+    sp_mark_needs_grad(t);
+    sp_alloc_grads(t, loss);
+    for (int i = loss->index; i >= 0; i--) {
+        sp_node *n = t->nodes[i];
+        if (n->op && (n->needs_grad || n == loss)) sp_node_backward(n);
+    }
+}
+
+sp_engine *sp_engine_linear_create(const sp_engine_opts *opts)
+{
+    sp_engine *e = sp_xcalloc(1, sizeof *e);
+    e->name = "linear";
+    e->opts = *opts;
+    e->backward = linear_backward;
+    return e;
+}

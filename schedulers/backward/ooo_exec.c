@@ -1,0 +1,506 @@
+/* ooo_exec.c — the two-lane executor of ooo back-propagation and its trace writer.
+ *
+ * Two lanes, main (the calling thread) and sub (one persistent thread), pull tasks from
+ * one priority queue: the ready tasks in the plan's order, the plan's main-lane tasks
+ * (the δO chain, and the δW a policy keeps in place) before its sub-lane ones (δW, U);
+ * an update that waits may be passed by the tasks behind it (first_ready).
+ * So the policies' orders stay, and the executor is work-conserving: a lane never
+ * idles while a task is ready, whichever lane the plan gave it to (EuroSys '22 §4.1
+ * fixes each task to its stream; on a CPU a fixed lane left a core idle whenever its
+ * queue's head waited on the other lane). A task whose predecessors are not done is
+ * not ready: one dependency counter per task, decremented by each finished predecessor
+ * (on a GPU, cudaEventRecord after a task and cudaStreamWaitEvent before it).
+ *
+ * Both cores for one task: on two threads each lane runs its ops single-threaded (the
+ * engine sets lanes_inline), but when a lane takes the only ready task while the other
+ * lane runs nothing (it waits with nothing to do, or its thread has not woken up yet),
+ * the task runs on the thread pool, and a waiting lane sleeps instead of spinning, so
+ * the two cores go to that task. An op's bits do not
+ * depend on which thread runs it nor on whether its parallel_for runs inline (its
+ * splits follow sp_get_threads()), and the graph orders every pair of tasks that write
+ * the same memory, so every interleaving gives the linear engine's bits.
+ *
+ * The main lane returns from sp_ooo_exec_begin once the plan's main-lane tasks are done
+ * (the async engine then starts the next forward); sp_ooo_exec_finish runs what is left
+ * on the calling thread too, beside the sub lane.
+ *
+ * Memory cap: a plan main-lane task that would take the live bytes of the memory model
+ * over the cap waits until every task before it in the plan's order is done; the first
+ * task not done is then never held back, and once the earlier ones are done the live
+ * bytes are at most what the order run one task at a time holds (ooo_policy.c has
+ * checked that fits). The trace of a run is written by ooo_trace.c. */
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/error.h"
+#include "core/parallel.h"
+#include "schedulers/backward/engines.h"
+#include "schedulers/backward/ooo.h"
+
+typedef struct run_ctx {
+    sp_tape *tape;
+    const sp_ooo_graph *g;
+    const sp_ooo_plan *p;
+    sp_ooo_exec_cfg cfg;
+    sp_ooo_run *run;
+    double t0;
+    _Atomic int *remaining;   /* [ntasks] unfinished predecessors */
+    _Atomic int *done;        /* [ntasks] */
+    _Atomic int *left;        /* [nbuf] users of each buffer still to finish */
+    _Atomic size_t live, peak;
+    _Atomic int *taken;       /* [ntasks] claimed by a lane */
+    _Atomic int head[2];      /* per plan queue: every task before this one is taken */
+    _Atomic int frontier;     /* plan position of the first task not done */
+    _Atomic int main_left;    /* the plan's main-lane tasks not done */
+    _Atomic int all_left;     /* executable tasks not done */
+    _Atomic int idle[2];      /* the lane runs no task: it waits, or has not started */
+    _Atomic int wide;         /* a lane runs a task on the thread pool (both cores) */
+    sp_tape *main_scratch;
+} run_ctx;
+
+/* Two lanes or one, measured: the step-to-step time of each mode on this backward (keyed
+ * by its task count and flops), probed alternately for the first TUNE_PROBES steps, then
+ * the faster mode, with the other probed again every TUNE_REPROBE steps. Both modes give
+ * the same bits; only the time differs, and which is faster depends on the machine and
+ * the model (LeNet-5 b64 here: two lanes 1.4× slower; docs/PERFORMANCE.md). */
+enum { TUNE_PROBES = 6, TUNE_REPROBE = 64 };
+typedef struct lane_tuner {
+    int nexec;
+    double work;
+    long steps;           /* steps seen with this key */
+    int prev;             /* mode of the previous step: 0 one lane, 1 two lanes, -1 none */
+    double prev_begin;    /* when it began */
+    double est[2];        /* smoothed step time per mode, 0 = not yet measured */
+} lane_tuner;
+
+struct sp_ooo_exec {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* every state change: task done, work posted, lane idle */
+    _Atomic int waiters;      /* lanes blocked on cv for a task: only then signal     */
+    pthread_t sub;
+    bool sub_started, quit, sub_busy;
+    sp_tape main_scratch;     /* the main lane's arena for op scratch, reset by begin */
+    size_t scratch_total;     /* most op scratch of one step, both lanes together     */
+    unsigned generation;
+    run_ctx *cur;
+    lane_tuner tune;
+};
+
+/* ---- one task ------------------------------------------------------------------------ */
+
+static void run_task(run_ctx *c, const sp_ooo_task *t, int lane)
+{
+    /* The tape's arena is not thread-safe: the op sees a copy of its node whose scratch
+     * comes from the running lane's own arena (either lane may take any task). */
+    sp_node view;
+    if (t->node) {
+        view = *t->node;
+        view.tape = lane == SP_OOO_SUB ? c->cfg.sub_tape : c->main_scratch;
+    }
+    switch (t->kind) {
+    case SP_OOO_DO: sp_node_backward_inputs(&view); break;   /* exactly as linear.c */
+    case SP_OOO_DW: t->node->op->backward_params(&view, &t->node->grad); break;
+    case SP_OOO_U: c->cfg.update(c->cfg.update_ctx, t->layer); break;
+    case SP_OOO_F: break;
+    }
+}
+
+/* ---- the lanes ---------------------------------------------------------------------- */
+
+static bool mem_blocked(run_ctx *c, int id)
+{
+    if (!c->cfg.mem_cap || c->p->lane[id] != SP_OOO_MAIN) return false;
+    size_t need = atomic_load(&c->live) + c->g->tasks[id].alloc;
+    return need > c->cfg.mem_cap && atomic_load(&c->frontier) < c->p->pos[id];
+}
+
+/* Moves a queue's head over the tasks already taken at its front. */
+static void advance_head(run_ctx *c, int q)
+{
+    int h = atomic_load(&c->head[q]);
+    while (h < c->p->nqueue[q] && atomic_load(&c->taken[c->p->queue[q][h]]))
+        if (atomic_compare_exchange_weak(&c->head[q], &h, h + 1)) h++;
+}
+
+/* The task a lane takes next: the first ready task of the plan's main-lane queue, else
+ * of its sub-lane queue; -1 if none. Each queue is taken in the plan's order, with one
+ * exception: an update U_i that is not ready yet (its δW_i runs on the other lane) may
+ * be passed by the tasks behind it. Without it the order ooo at VGG-11 batch 8 queued
+ * δW conv3 behind U conv4 and left one core idle for 7 ms of a 42 ms backward; with
+ * it the δW keep their order (what the policies decide) and a U runs as soon as it can.
+ * Under a memory cap the queues stay strict: the cap's bound relies on it (see the top
+ * of this file). */
+static int first_ready(run_ctx *c, int q, bool claim_it)
+{
+    int n = c->p->nqueue[q];
+    for (int i = atomic_load(&c->head[q]); i < n; i++) {
+        int id = c->p->queue[q][i];
+        if (atomic_load(&c->taken[id])) continue;
+        if (atomic_load(&c->remaining[id]) != 0 || mem_blocked(c, id)) {
+            if (c->g->tasks[id].kind == SP_OOO_U && !c->cfg.mem_cap) continue;   /* may be passed */
+            return -1;
+        }
+        if (!claim_it) return id;
+        int no = 0;
+        if (!atomic_compare_exchange_strong(&c->taken[id], &no, 1)) continue;   /* the other lane took it */
+        advance_head(c, q);
+        return id;
+    }
+    return -1;
+}
+
+static bool any_ready(run_ctx *c) { return first_ready(c, SP_OOO_MAIN, false) >= 0 || first_ready(c, SP_OOO_SUB, false) >= 0; }
+
+/* Takes the next task (see first_ready); *more: whether another task is ready too. */
+static int claim(run_ctx *c, bool *more)
+{
+    int id = first_ready(c, SP_OOO_MAIN, true);
+    if (id < 0) id = first_ready(c, SP_OOO_SUB, true);
+    if (id >= 0) *more = any_ready(c);
+    return id;
+}
+
+static void mem_start(run_ctx *c, const sp_ooo_task *t)
+{
+    size_t live = atomic_fetch_add(&c->live, t->alloc) + t->alloc;
+    size_t peak = atomic_load(&c->peak);
+    while (live > peak && !atomic_compare_exchange_weak(&c->peak, &peak, live)) {
+    }
+}
+
+static void mem_end(run_ctx *c, const sp_ooo_task *t)
+{
+    size_t freed = t->scratch;
+    for (int u = 0; u < t->nuse; u++)
+        if (atomic_fetch_sub(&c->left[t->use[u]], 1) == 1) freed += c->g->buf_bytes[t->use[u]];
+    atomic_fetch_sub(&c->live, freed);
+}
+
+/* Wakes blocked lanes after a task's counters were updated. Every access is seq_cst: a
+ * waiter raises `waiters` before re-checking its condition, and we update the counters
+ * before reading `waiters`, so either it sees our update or we see it waiting. Skipping
+ * the futex when nobody waits keeps a task's hand-off to a few atomics. */
+static void signal_done(sp_ooo_exec *x)
+{
+    if (atomic_load(&x->waiters) == 0) return;
+    pthread_mutex_lock(&x->mu);
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+}
+
+/* How long a lane spins for the other lane's event before it sleeps: tasks of a small
+ * model are 5–100 µs apart, and a futex wake-up on a VM costs tens of µs. */
+#define LANE_SPIN_S 200e-6
+/* A task goes wide (both cores) only above this many flops: waking the pool costs µs. */
+#define WIDE_MIN_FLOPS 2e5
+/* Below this many flops in a whole backward, the sub lane is not woken: the main lane
+ * runs the plan alone, with the thread pool, as the linear engine would. A hand-off
+ * between threads costs tens of µs on a VM (more under load), and a backward this small
+ * (LeNet-5 at batch 16: ~3e7) has too little beside its δ chain to pay for them. */
+static double g_min_two_lane_flops = 5e7;
+
+/* Measure which lane mode is faster (lane_tuner); off when a test forces two lanes. */
+static bool g_tune_lanes = true;
+
+void sp_ooo_exec_set_min_two_lane_flops(double flops)
+{
+    g_min_two_lane_flops = flops;
+    g_tune_lanes = flops > 0;
+}
+
+void sp_ooo_exec_set_lane_tuning(bool on) { g_tune_lanes = on; }
+
+/* Whether this step runs on two lanes: the size rule, then the measured choice. */
+static bool choose_two_lanes(lane_tuner *u, int nexec, double work, double now)
+{
+    if (work < g_min_two_lane_flops) {
+        u->prev = -1;
+        return false;
+    }
+    if (!g_tune_lanes) return true;
+    if (u->nexec != nexec || u->work != work) {   /* another backward: start over */
+        *u = (lane_tuner){.nexec = nexec, .work = work, .prev = -1};
+    } else if (u->prev >= 0) {
+        double dt = now - u->prev_begin, *e = &u->est[u->prev];
+        /* an evaluation or a checkpoint between two steps is no step: skip outliers */
+        if (*e == 0 || dt < 3 * *e) *e = *e == 0 ? dt : (u->steps <= TUNE_PROBES ? fmin(*e, dt) : 0.75 * *e + 0.25 * dt);
+    }
+    long k = u->steps++;
+    int mode;
+    if (k < TUNE_PROBES || u->est[0] == 0 || u->est[1] == 0)
+        mode = (int)(k % 2 == 0);   /* two, one, two, … */
+    else {
+        mode = u->est[1] <= u->est[0];
+        if (k % TUNE_REPROBE == 0) mode = !mode;
+    }
+    u->prev = mode;
+    u->prev_begin = now;
+    return mode == 1;
+}
+
+/* A task's arithmetic from its op's cost model (est may hold last step's seconds). */
+static double task_flops(const sp_ooo_task *t)
+{
+    if ((t->kind != SP_OOO_DO && t->kind != SP_OOO_DW) || !t->node->op->cost) return 0;
+    sp_cost k = t->node->op->cost(t->node);
+    return t->kind == SP_OOO_DO ? k.bwd_input_flops : k.bwd_params_flops;
+}
+
+typedef struct lane_wait {
+    run_ctx *c;
+    int lane;
+    bool all;   /* main: stay until every task is done, not only the plan's main-lane ones */
+} lane_wait;
+
+static bool lane_finished(const lane_wait *w)
+{
+    return atomic_load(&w->c->all_left) == 0 ||
+           (w->lane == SP_OOO_MAIN && !w->all && atomic_load(&w->c->main_left) == 0);
+}
+
+static bool lane_may_go(void *arg)
+{
+    lane_wait *w = arg;
+    return lane_finished(w) || any_ready(w->c) || atomic_load(&w->c->wide) || sp_parallel_help_open();
+}
+
+static bool lane_may_go_now(void *arg)
+{
+    lane_wait *w = arg;
+    return lane_finished(w) || any_ready(w->c) || sp_parallel_help_open();
+}
+
+/* The other lane offers chunks of its op (core/parallel.h): wake this one if it sleeps. */
+static void help_wake(void *arg) { signal_done(arg); }
+
+static void advance_frontier(run_ctx *c)
+{
+    int f = atomic_load(&c->frontier);
+    while (f < c->g->nexec && atomic_load(&c->done[c->p->seq[f]]))
+        if (atomic_compare_exchange_weak(&c->frontier, &f, f + 1)) f++;
+}
+
+static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane, bool all)
+{
+    lane_wait w = {c, lane, all};
+    int other = 1 - lane;
+    for (;;) {
+        bool more = false;
+        int id = -1;
+        while (!lane_finished(&w) && (id = claim(c, &more)) < 0) {
+            if (sp_parallel_help()) continue;   /* ran chunks of the other lane's op */
+            atomic_store(&c->idle[lane], 1);
+            if (atomic_load(&c->wide) || !sp_spin_until(lane_may_go, &w, LANE_SPIN_S) || atomic_load(&c->wide)) {
+                pthread_mutex_lock(&x->mu);
+                atomic_fetch_add(&x->waiters, 1);   /* before the re-check: see signal_done */
+                while (!lane_may_go_now(&w)) pthread_cond_wait(&x->cv, &x->mu);
+                atomic_fetch_sub(&x->waiters, 1);
+                pthread_mutex_unlock(&x->mu);
+            }
+        }
+        /* running a task, or gone: the main lane may be running the next forward on
+         * the pool after it returns (the async engine) */
+        atomic_store(&c->idle[lane], 0);
+        if (id < 0) return;
+        const sp_ooo_task *t = &c->g->tasks[id];
+        /* the other lane waits and nothing else is ready: this task gets both cores */
+        bool wide = c->cfg.lanes_inline && !more && atomic_load(&c->idle[other]) && task_flops(t) >= WIDE_MIN_FLOPS;
+        if (wide) {
+            atomic_store(&c->wide, 1);
+            sp_parallel_set_inline(false);
+        }
+        mem_start(c, t);
+        double a = sp_now();
+        run_task(c, t, lane);
+        double b = sp_now();
+        if (wide) {
+            sp_parallel_set_inline(true);
+            atomic_store(&c->wide, 0);
+        }
+        c->run->start[id] = a - c->t0;
+        c->run->end[id] = b - c->t0;
+        c->run->ran_on[id] = lane;
+        c->run->busy[lane] += b - a;
+        mem_end(c, t);
+        for (int s = 0; s < t->nsucc; s++) atomic_fetch_sub(&c->remaining[t->succ[s]], 1);
+        atomic_store(&c->done[id], 1);   /* cudaEventRecord */
+        advance_frontier(c);
+        if (c->p->lane[id] == SP_OOO_MAIN) atomic_fetch_sub(&c->main_left, 1);
+        atomic_fetch_sub(&c->all_left, 1);
+        signal_done(x);
+    }
+}
+
+static void *sub_main(void *arg)
+{
+    sp_ooo_exec *x = arg;
+    unsigned seen = 0;
+    pthread_mutex_lock(&x->mu);
+    for (;;) {
+        while (x->generation == seen && !x->quit) pthread_cond_wait(&x->cv, &x->mu);
+        if (x->quit) break;
+        seen = x->generation;
+        run_ctx *c = x->cur;
+        pthread_mutex_unlock(&x->mu);
+        sp_parallel_set_inline(c->cfg.lanes_inline);   /* as the main lane (ooo.c) */
+        run_lane(x, c, SP_OOO_SUB, true);
+        pthread_mutex_lock(&x->mu);
+        x->sub_busy = false;
+        pthread_cond_broadcast(&x->cv);
+    }
+    pthread_mutex_unlock(&x->mu);
+    return NULL;
+}
+
+sp_ooo_exec *sp_ooo_exec_new(void)
+{
+    sp_ooo_exec *x = sp_xcalloc(1, sizeof *x);
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->cv, NULL);
+    sp_tape_init(&x->main_scratch);
+    return x;
+}
+
+void sp_ooo_exec_free(sp_ooo_exec *x)
+{
+    if (!x) return;
+    sp_ooo_exec_finish(x);
+    sp_parallel_set_help_notify(NULL, NULL);
+    if (x->sub_started) {
+        pthread_mutex_lock(&x->mu);
+        x->quit = true;
+        pthread_cond_broadcast(&x->cv);
+        pthread_mutex_unlock(&x->mu);
+        pthread_join(x->sub, NULL);
+    }
+    pthread_cond_destroy(&x->cv);
+    pthread_mutex_destroy(&x->mu);
+    sp_tape_free(&x->main_scratch);
+    free(x);
+}
+
+void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const sp_ooo_plan *p,
+                       const sp_ooo_exec_cfg *cfg, sp_ooo_run *run)
+{
+    sp_ooo_exec_finish(x);
+    /* Either lane may take any task, so either may need a whole step's scratch: each
+     * lane's arena is kept one block of at least that size (an allocation that size,
+     * then a reset, which merges the blocks), so no step after the first mallocs. */
+    sp_tape *lanes[2] = {&x->main_scratch, cfg->sub_tape};
+    for (int l = 0; l < 2; l++) {
+        if (!lanes[l]) continue;
+        sp_tape_reset(lanes[l]);
+        if (x->scratch_total) {
+            sp_tape_alloc(lanes[l], x->scratch_total);
+            sp_tape_reset(lanes[l]);
+        }
+    }
+    run_ctx *c = sp_tape_alloc(t, sizeof *c);
+    *c = (run_ctx){.tape = t, .g = g, .p = p, .cfg = *cfg, .run = run, .main_scratch = &x->main_scratch};
+    c->remaining = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(_Atomic int));
+    c->done = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(_Atomic int));
+    c->taken = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(_Atomic int));
+    c->left = sp_tape_alloc(t, (size_t)(g->nbuf + 1) * sizeof(_Atomic int));
+    for (int i = 0; i < g->ntasks; i++) {
+        atomic_init(&c->remaining[i], g->tasks[i].npred);
+        atomic_init(&c->done[i], 0);
+        atomic_init(&c->taken[i], 0);
+    }
+    atomic_init(&c->frontier, 0);
+    atomic_init(&c->head[0], 0);
+    atomic_init(&c->head[1], 0);
+    atomic_init(&c->main_left, p->nqueue[SP_OOO_MAIN]);
+    atomic_init(&c->all_left, g->nexec);
+    /* No lane runs a task yet: the sub lane's thread may take tens of µs to wake on a
+     * VM (more under load), and a descheduled main thread as long; until a lane claims
+     * a task, the other lane's tasks may take both cores. */
+    atomic_init(&c->idle[SP_OOO_MAIN], 1);
+    atomic_init(&c->idle[SP_OOO_SUB], 1);
+    atomic_init(&c->wide, 0);
+    for (int b = 0; b < g->nbuf; b++) atomic_init(&c->left[b], g->buf_users[b]);
+    atomic_init(&c->live, g->start_bytes);
+    atomic_init(&c->peak, g->start_bytes);
+    memset(run, 0, sizeof *run);
+    run->graph = g;
+    run->plan = p;
+    run->start = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(double));
+    run->end = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(double));
+    memset(run->start, 0, (size_t)g->ntasks * sizeof(double));
+    memset(run->end, 0, (size_t)g->ntasks * sizeof(double));
+    run->ran_on = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(int));
+    memset(run->ran_on, 0, (size_t)g->ntasks * sizeof(int));
+    c->t0 = sp_now();
+    double work = 0;
+    for (int i = 0; i < g->nexec; i++) work += task_flops(&g->tasks[i]);
+    if (p->nqueue[SP_OOO_SUB] > 0 && !choose_two_lanes(&x->tune, g->nexec, work, c->t0)) {   /* one lane */
+        x->cur = c;
+        atomic_store(&c->idle[SP_OOO_SUB], 0);   /* the pool is this lane's already: no wide hand-off */
+        if (cfg->lanes_inline) sp_parallel_set_inline(false);
+        run_lane(x, c, SP_OOO_MAIN, true);
+        if (cfg->lanes_inline) sp_parallel_set_inline(true);
+        run->main_done = sp_now() - c->t0;
+        return;
+    }
+    if (p->nqueue[SP_OOO_SUB] > 0) {
+        if (cfg->lanes_inline) sp_parallel_set_help_notify(help_wake, x);   /* until finish */
+        if (!x->sub_started) {   /* first two-lane step only */
+            if (pthread_create(&x->sub, NULL, sub_main, x)) sp_fail("ooo: cannot start the sub-lane thread");
+            x->sub_started = true;
+        }
+        pthread_mutex_lock(&x->mu);
+        x->cur = c;
+        x->sub_busy = true;
+        x->generation++;
+        pthread_cond_broadcast(&x->cv);
+        pthread_mutex_unlock(&x->mu);
+    } else {
+        x->cur = c;
+    }
+    run_lane(x, c, SP_OOO_MAIN, false);
+    run->main_done = sp_now() - c->t0;
+}
+
+void sp_ooo_exec_wait_task(sp_ooo_exec *x, int task)
+{
+    run_ctx *c = x->cur;
+    if (!c || atomic_load(&c->done[task])) return;
+    pthread_mutex_lock(&x->mu);
+    atomic_fetch_add(&x->waiters, 1);
+    while (!atomic_load(&c->done[task])) pthread_cond_wait(&x->cv, &x->mu);
+    atomic_fetch_sub(&x->waiters, 1);
+    pthread_mutex_unlock(&x->mu);
+}
+
+bool sp_ooo_exec_busy(const sp_ooo_exec *x) { return x->cur != NULL; }
+
+bool sp_ooo_exec_all_done(const sp_ooo_exec *x) { return x->cur && atomic_load(&x->cur->all_left) == 0; }
+
+void sp_ooo_exec_finish(sp_ooo_exec *x)
+{
+    run_ctx *c = x->cur;
+    if (!c) return;
+    run_lane(x, c, SP_OOO_MAIN, true);   /* what is left, beside the sub lane */
+    pthread_mutex_lock(&x->mu);
+    while (x->sub_busy) pthread_cond_wait(&x->cv, &x->mu);
+    pthread_mutex_unlock(&x->mu);
+    sp_parallel_set_help_notify(NULL, NULL);   /* both lanes are out: nobody to help */
+    size_t scratch = x->main_scratch.arena.used_total + (c->cfg.sub_tape ? c->cfg.sub_tape->arena.used_total : 0);
+    if (scratch > x->scratch_total) x->scratch_total = scratch;
+    sp_ooo_run *run = c->run;
+    const sp_ooo_graph *g = c->g;
+    run->wall = sp_now() - c->t0;
+    run->peak_bytes = atomic_load(&c->peak);
+    for (int i = g->nexec; i < g->ntasks; i++) {   /* F': when the next forward could start */
+        double at = 0;
+        for (int q = 0; q < g->tasks[i].npred; q++) {
+            int pr = g->tasks[i].pred[q];
+            if (run->end[pr] > at) at = run->end[pr];
+        }
+        run->start[i] = run->end[i] = at;
+    }
+    x->cur = NULL;
+}

@@ -1,0 +1,104 @@
+/* exec.h — the master schedule executed for real, one MPI rank per worker.
+ *
+ * The executor builds the SAME sp_schedule the simulator draws (schedulers/parallel/schedule.h)
+ * from the model's layers as stages (the loss rides with the last one), the scheme, B
+ * micro-batches and W = the communicator's size workers, simulates it with the stage
+ * costs, and then every rank runs its own jobs in the simulated order sp_sim.order:
+ *
+ *   F(s, b)       sp_apply of layer s on micro-batch b (its own tape), the input taken
+ *                 from the local tape or received from the rank that ran F(s−1, b)
+ *   B / δ (s, b)  backward_input (and, for B, backward_params) with ∂l/∂y_s taken from
+ *                 the local tape or received from the rank that ran δ(s+1, b)
+ *   G (s, b)      backward_params
+ *
+ * A job's output goes, non-blocking, to every other rank that runs one of its
+ * successors. Weights follow w_weights: a stage computed by several ranks that all hold
+ * it (ddp, lpp) has its gradients summed by a non-blocking allreduce over those ranks,
+ * started as soon as the rank's last gradient job of the bucket is done (buckets of
+ * --bucket-mb, consecutive stages); a stage whose master copy lives on one rank (fsdp,
+ * fslpp) is broadcast from it at the start of the step and its gradients are reduced to
+ * it. The owner(s) then run the optimizer on their stages — for ddp, a bucket's update
+ * waits until the next step's forward first needs one of its stages, so the collectives
+ * overlap that forward too (cross-step overlap; sp_exec_sync_weights and sp_exec_finish
+ * apply what is outstanding; $SCANPROP_EXEC_STEPWISE=1 turns it off). Every rank sees the same
+ * global batch; micro-batch b is rows [b·n/B, (b+1)·n/B), and its loss gradient is
+ * scaled by its share of the batch, so every scheme computes the gradient of the mean
+ * loss over the whole batch — the single-process step.
+ *
+ * Configurations the schedule cannot run (W ≠ G·R, more pipeline workers than stages,
+ * fewer micro-batches than data-parallel workers, a batch that B does not divide) are
+ * refused with one line before any rank starts work.
+ *
+ * Two variants: cfg.ooo with "ddp" runs the schedule "ddp-ooo" (ooo's reverse first-k
+ * order of δ and G); "scan" is BPPSA across ranks — GPipe's forward with one
+ * micro-batch, then a scan over the ranks' products of transposed Jacobians (exec.c),
+ * or, when the first layer is recurrent (rnn, gru), a scan over its time steps split
+ * into one segment per rank (the forward then runs whole on every rank). */
+#ifndef SP_EXEC_H
+#define SP_EXEC_H
+
+#include <stdbool.h>
+#include <stdio.h>
+#include "core/comm/comm.h"
+#include "core/model.h"
+#include "optim/optim.h"
+#include "schedulers/parallel/schedule.h"
+
+typedef struct sp_exec_cfg {
+    const char *scheme;        /* ddp | fsdp | gpipe | 1f1b | lpp | fslpp | ooo-ff | ooo-modulo | scan */
+    int micro;                 /* B; 0: W (data parallel), 2·W (pipelines)              */
+    int groups;                /* lpp/fslpp: G (R = W / G); 0: 1                         */
+    const char *partition;     /* "cost" (default: measured stage costs) | "layerpipe"  */
+    double bucket_mb;          /* gradient buckets (MB); <= 0: one bucket per stage      */
+    const char *costs_in;      /* a profile CSV instead of measuring (sp_costs_read_csv) */
+    const char *costs_out;     /* write the stage costs this run measured (rank 0, at
+                                  sp_exec_finish): the calibration for build/schedule    */
+    const char *order_out;     /* write "rank job-label ..." lines: the executed order   */
+    const char *trace_path;    /* Chrome/Perfetto trace of every rank's jobs and waits   */
+    bool ooo;                  /* ddp: ooo's reverse first-k order of the weight gradients
+                                  (the schedule "ddp-ooo"), over the first k parameterised
+                                  layers; k <= 0: half of them                           */
+    int k;
+} sp_exec_cfg;
+
+typedef struct sp_exec sp_exec;
+
+/* Collective over `world`. sample_shape: one sample (no batch dimension); batch: the
+ * global batch every step gets (shorter batches must split into B parts too). */
+sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg *cfg, int sample_ndim,
+                     const int *sample_shape, int batch);
+void sp_exec_free(sp_exec *x);
+
+/* One training step on the global batch (identical on every rank): zero grads, the
+ * rank's jobs, gradient synchronisation, the owners' optimizer steps. Returns the batch's
+ * mean loss (every rank). Optional times as sp_train_step. */
+float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *fwd_s, double *bwd_s,
+                   double *step_s);
+
+/* Every rank gets every stage's current weights (before evaluation or --save). */
+void sp_exec_sync_weights(sp_exec *x);
+
+int sp_exec_rank(const sp_exec *x);
+int sp_exec_workers(const sp_exec *x);
+const sp_schedule *sp_exec_schedule(const sp_exec *x);
+const sp_costs *sp_exec_costs(const sp_exec *x);
+
+/* Totals since sp_exec_new, gathered over the ranks (collective): per rank busy seconds
+ * (inside jobs), comm seconds (waiting on communication) and wall seconds of steps. */
+typedef struct sp_exec_stats {
+    int workers;
+    long steps;
+    double *busy, *comm, *wall;   /* [workers] */
+} sp_exec_stats;
+void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st);
+void sp_exec_stats_free(sp_exec_stats *st);
+
+/* --parallel scan --plan: the cross-rank scan's segments, its ⌈log₂ W⌉ levels (which
+ * rank sends which T to which, sizes and FLOPs per level) and the hand-off. Returns the
+ * number of levels. Not collective; rank 0 prints. */
+int sp_exec_print_plan(const sp_exec *x, FILE *f);
+
+/* Writes the finished trace / order files (collective). */
+void sp_exec_finish(sp_exec *x);
+
+#endif

@@ -1,0 +1,284 @@
+/* schedule_costs.c — where job durations come from: unit costs ([U] Table 1), a
+ * measured profile (CSV), or the op cost functions of a model (core/op.h). */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "core/error.h"
+#include "core/model.h"
+#include "core/tape.h"
+#include "schedulers/parallel/schedule.h"
+
+static sp_costs *costs_alloc(int stages)
+{
+    sp_costs *c = sp_xcalloc(1, sizeof *c);
+    c->stages = stages;
+    c->name = sp_xcalloc(stages, sizeof *c->name);
+    c->fwd = sp_xcalloc(stages, sizeof(double));
+    c->delta = sp_xcalloc(stages, sizeof(double));
+    c->grad = sp_xcalloc(stages, sizeof(double));
+    c->act_bytes = sp_xcalloc(stages, sizeof(double));
+    c->param_bytes = sp_xcalloc(stages, sizeof(double));
+    c->movable = sp_xcalloc(stages, sizeof(bool));
+    for (int s = 0; s < stages; s++) {
+        snprintf(c->name[s], SP_STAGE_NAME, "stage%d", s);
+        c->act_bytes[s] = 1;
+        c->param_bytes[s] = 1;
+        c->movable[s] = true;
+    }
+    strcpy(c->unit, "unit");
+    return c;
+}
+
+void sp_costs_free(sp_costs *c)
+{
+    if (!c) return;
+    free(c->name);
+    free(c->fwd);
+    free(c->delta);
+    free(c->grad);
+    free(c->act_bytes);
+    free(c->param_bytes);
+    free(c->movable);
+    free(c);
+}
+
+double sp_costs_bwd(const sp_costs *c, int stage) { return c->delta[stage] + c->grad[stage]; }
+
+sp_costs *sp_costs_uniform(int stages, double fwd, double delta, double grad)
+{
+    if (stages < 1) sp_fail("--stages %d: expected >= 1", stages);
+    if (!(fwd >= 0) || !(delta >= 0) || !(grad >= 0))
+        sp_fail("costs %g/%g/%g: expected forward, delta and G durations >= 0", fwd, delta, grad);
+    sp_costs *c = costs_alloc(stages);
+    for (int s = 0; s < stages; s++) {
+        c->fwd[s] = fwd;
+        c->delta[s] = delta;
+        c->grad[s] = grad;
+    }
+    return c;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Profile CSV                                                                          */
+
+enum { COL_NAME, COL_FWD, COL_GRAD, COL_DELTA, COL_MOVABLE, COL_ACT, COL_PARAM, NCOLS };
+
+static const char *const COL_ALIASES[NCOLS][4] = {
+    [COL_NAME] = {"layer", "name", "stage", NULL},
+    [COL_FWD] = {"fwd", "fp", "forward", NULL},
+    [COL_GRAD] = {"bwd_grad", "bp_g", "grad", "g"},
+    [COL_DELTA] = {"bwd_delta", "bp_delta", "delta", NULL},
+    [COL_MOVABLE] = {"movable", NULL},
+    [COL_ACT] = {"act_bytes", NULL},
+    [COL_PARAM] = {"param_bytes", NULL},
+};
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
+    return s;
+}
+
+/* Splits line at commas in place; returns the number of fields (at most max). */
+static int split_fields(char *line, char **field, int max)
+{
+    int n = 0;
+    for (char *p = line;; ) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = 0;
+        if (n < max) field[n] = trim(p);
+        n++;
+        if (!comma) return n;
+        p = comma + 1;
+    }
+}
+
+static int column_kind(const char *name)
+{
+    for (int k = 0; k < NCOLS; k++)
+        for (int a = 0; a < 4 && COL_ALIASES[k][a]; a++)
+            if (strcasecmp(name, COL_ALIASES[k][a]) == 0) return k;
+    return -1;
+}
+
+typedef struct csv_header {
+    int col[NCOLS];   /* field index of each kind, −1 when absent */
+    int nfields;
+} csv_header;
+
+static csv_header parse_header(const char *path, int lineno, char *line)
+{
+    char *field[64];
+    csv_header h;
+    for (int k = 0; k < NCOLS; k++) h.col[k] = -1;
+    h.nfields = split_fields(line, field, 64);
+    if (h.nfields > 64) sp_fail("%s:%d: %d columns (expected at most 64)", path, lineno, h.nfields);
+    for (int i = 0; i < h.nfields; i++) {
+        int k = column_kind(field[i]);
+        if (k < 0)
+            sp_fail("%s:%d: unknown column '%s' (expected layer, fwd, bwd_grad, bwd_delta, "
+                    "movable, act_bytes, param_bytes)",
+                    path, lineno, field[i]);
+        if (h.col[k] >= 0) sp_fail("%s:%d: column '%s' given twice", path, lineno, field[i]);
+        h.col[k] = i;
+    }
+    if (h.col[COL_FWD] < 0 || h.col[COL_GRAD] < 0 || h.col[COL_DELTA] < 0)
+        sp_fail("%s:%d: header must name the columns fwd, bwd_grad and bwd_delta (e.g. "
+                "'layer,fwd,bwd_grad,bwd_delta')",
+                path, lineno);
+    return h;
+}
+
+static double parse_number(const char *path, int lineno, const char *col, const char *text)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (!*text || *end || errno || !isfinite(v) || v < 0)
+        sp_fail("%s:%d: column %s: '%s' is not a number >= 0", path, lineno, col, text);
+    return v;
+}
+
+/* One stage's row, parsed without allocating (so an error leaves nothing behind). */
+typedef struct csv_row {
+    char name[SP_STAGE_NAME];
+    double fwd, grad, delta, act_bytes, param_bytes;
+    bool movable, has_name;
+} csv_row;
+
+static csv_row parse_row(const char *path, int lineno, char *line, const csv_header *h)
+{
+    char *field[64];
+    int n = split_fields(line, field, 64);
+    if (n != h->nfields)
+        sp_fail("%s:%d: %d fields (expected %d, as in the header)", path, lineno, n, h->nfields);
+    csv_row r = {.act_bytes = 1, .param_bytes = 1, .movable = true};
+    if (h->col[COL_NAME] >= 0) {
+        snprintf(r.name, SP_STAGE_NAME, "%s", field[h->col[COL_NAME]]);
+        r.has_name = true;
+    }
+    r.fwd = parse_number(path, lineno, "fwd", field[h->col[COL_FWD]]);
+    r.grad = parse_number(path, lineno, "bwd_grad", field[h->col[COL_GRAD]]);
+    r.delta = parse_number(path, lineno, "bwd_delta", field[h->col[COL_DELTA]]);
+    if (h->col[COL_ACT] >= 0) r.act_bytes = parse_number(path, lineno, "act_bytes", field[h->col[COL_ACT]]);
+    if (h->col[COL_PARAM] >= 0) r.param_bytes = parse_number(path, lineno, "param_bytes", field[h->col[COL_PARAM]]);
+    if (h->col[COL_MOVABLE] >= 0) {
+        const char *m = field[h->col[COL_MOVABLE]];
+        if (strcmp(m, "0") != 0 && strcmp(m, "1") != 0)
+            sp_fail("%s:%d: column movable: '%s' (expected 0 or 1)", path, lineno, m);
+        r.movable = m[0] == '1';
+    }
+    return r;
+}
+
+static void store_row(sp_costs *c, int s, const csv_row *r)
+{
+    if (r->has_name) snprintf(c->name[s], SP_STAGE_NAME, "%s", r->name);
+    c->fwd[s] = r->fwd;
+    c->grad[s] = r->grad;
+    c->delta[s] = r->delta;
+    c->act_bytes[s] = r->act_bytes;
+    c->param_bytes[s] = r->param_bytes;
+    c->movable[s] = r->movable;
+}
+
+/* A line worth parsing: not blank, not a '#' comment. Strips the newline. */
+static bool content_line(char *line)
+{
+    line[strcspn(line, "\r\n")] = 0;
+    char *t = trim(line);
+    return *t && *t != '#';
+}
+
+/* Reads the file twice: the first pass validates every row and counts them, the second
+ * stores them (c == NULL: the first pass). Returns the number of rows. */
+static int read_rows(FILE *f, const char *path, sp_costs *c)
+{
+    char line[4096];
+    int lineno = 0, rows = 0;
+    csv_header h = {.nfields = 0};
+    rewind(f);
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        if (!strchr(line, '\n') && !feof(f)) sp_fail("%s:%d: line longer than %zu bytes", path, lineno, sizeof line - 1);
+        if (!content_line(line)) continue;
+        if (h.nfields == 0) {
+            h = parse_header(path, lineno, line);
+            continue;
+        }
+        csv_row r = parse_row(path, lineno, line, &h);
+        if (c) store_row(c, rows, &r);
+        rows++;
+    }
+    if (h.nfields == 0 || rows == 0) sp_fail("%s: no stages (expected a header line and one row per stage)", path);
+    return rows;
+}
+
+sp_costs *sp_costs_read_csv(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) sp_fail("%s: cannot open profile: %s", path, strerror(errno));
+    int rows = read_rows(f, path, NULL);
+    sp_costs *c = costs_alloc(rows);
+    strcpy(c->unit, "profile");
+    read_rows(f, path, c);
+    fclose(f);
+    return c;
+}
+
+void sp_costs_write_csv(FILE *out, const sp_costs *c)
+{
+    fprintf(out, "layer,fwd,bwd_grad,bwd_delta,movable,act_bytes,param_bytes\n");
+    for (int s = 0; s < c->stages; s++)
+        fprintf(out, "%s,%.6g,%.6g,%.6g,%d,%.6g,%.6g\n", c->name[s], c->fwd[s], c->grad[s], c->delta[s],
+                c->movable[s] ? 1 : 0, c->act_bytes[s], c->param_bytes[s]);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Model-derived costs                                                                  */
+
+/* Record the model on a shape-only tape (nothing runs) and read each node's cost. */
+sp_costs *sp_costs_from_model(struct sp_model *m, int in_ndim, const int *in_shape, int batch, double gflops)
+{
+    if (batch < 1) sp_fail("--batch-size %d: expected >= 1", batch);
+    if (!(gflops > 0)) sp_fail("--gflops %g: expected > 0", gflops);
+    if (!sp_model_is_chain(m))
+        sp_fail("--model %s: not a chain of layers (it has residual or dense connections); the pipeline "
+                "schedules need a chain", m->name);
+    int shape[SP_MAX_DIMS] = {batch};
+    for (int i = 0; i < in_ndim; i++) shape[i + 1] = in_shape[i];
+    sp_tape t;
+    sp_tape_init(&t);
+    t.shape_only = true;
+    sp_tensor x = sp_tensor_view(NULL, in_ndim + 1, shape);
+    sp_model_forward(m, &t, sp_tape_input(&t, &x));
+
+    int stages = 0;
+    for (int i = 0; i < t.n; i++) stages += t.nodes[i]->op != NULL;
+    if (stages == 0) sp_fail("--model %s: no layers", m->name);
+    sp_costs *c = costs_alloc(stages);
+    strcpy(c->unit, "us");
+    double per_us = gflops * 1e3;   /* FLOPs per microsecond */
+    for (int i = 0, s = 0; i < t.n; i++) {
+        sp_node *n = t.nodes[i];
+        if (!n->op) continue;
+        sp_cost k = n->op->cost(n);
+        char label[SP_NAME_LEN + 16];
+        snprintf(c->name[s], SP_STAGE_NAME, "%.*s", SP_STAGE_NAME - 1, sp_node_label(n, label, sizeof label));
+        c->fwd[s] = k.fwd_flops / per_us;
+        c->delta[s] = k.bwd_input_flops / per_us;
+        c->grad[s] = k.bwd_params_flops / per_us;
+        /* The stage keeps its input x_s (and whatever it saved) until its backward. */
+        c->act_bytes[s] = 4.0 * (double)n->input->out.numel + k.saved_bytes;
+        c->param_bytes[s] = k.param_bytes;
+        s++;
+    }
+    sp_tape_free(&t);
+    return c;
+}

@@ -1,0 +1,573 @@
+/* train.c — the training loop, evaluation and progress display. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/device.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "schedulers/train/checkpoint.h"
+#include "schedulers/parallel/exec.h"
+#include "schedulers/backward/ooo.h"
+#include "schedulers/train/train.h"
+
+static sp_device model_device(const sp_model *m) { return m->nparams ? m->params[0]->value.device : SP_CPU; }
+
+/* The step after the tape's reset; on a device everything is queued, nothing waited for. */
+static sp_node *step_body(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
+                          double *fwd_s, double *bwd_s)
+{
+    sp_optim_zero_grad(o);
+    double t0 = sp_now();
+    sp_tensor xin = sp_tape_copy_on(t, model_device(m), x);   /* the batch goes up (--device cuda) */
+    sp_node *loss = sp_model_loss(m, t, &xin, y);
+    double t1 = sp_now();
+    sp_backward(e, t, loss);
+    double t2 = sp_now();
+    if (!e->opts.update) sp_optim_step(o);   /* else the engine ran every layer's update */
+    if (fwd_s) *fwd_s = t1 - t0;
+    if (bwd_s) *bwd_s = t2 - t1;
+    return loss;
+}
+
+static sp_node *step_queue(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
+                           double *fwd_s, double *bwd_s)
+{
+    sp_tape_reset(t);
+    return step_body(m, e, o, t, x, y, fwd_s, bwd_s);
+}
+
+/* ---- ooo: the next forward overlaps the last δW/U (CPU lanes or device streams) ------- */
+
+static void wait_layer(void *e, const sp_layer *l) { sp_ooo_wait_layer(e, l); }
+
+/* The step on tape t while the previous step's backward (on the other tape) may still
+ * run its last δW and U on the sub lane or stream: each layer's forward waits for that
+ * layer's update alone (sp_ooo_wait_layer); then the lanes are joined, the gradients
+ * zeroed and this step's backward started without a join (sp_ooo_backward_async). On a
+ * device the staged batch of the previous step (slot `release`) is released after the
+ * join; on the CPU (release < 0) the batch and labels are copied into the tape, since
+ * the loader reuses its buffers while this step's last δW may still read them. */
+static sp_node *step_queue_overlap(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x,
+                                   const int *y, int release, double *fwd_s, double *bwd_s)
+{
+    sp_tape_reset(t);   /* the tape of two steps ago: joined, so lane 0 alone is waited for */
+    double t0 = sp_now();
+    sp_tensor xc;
+    if (release < 0) {
+        xc = sp_tape_tensor(t, x->ndim, x->shape);
+        memcpy(xc.data, x->data, x->numel * sizeof(float));
+        int *yc = sp_tape_alloc(t, (size_t)x->shape[0] * sizeof *yc);
+        memcpy(yc, y, (size_t)x->shape[0] * sizeof *yc);
+        x = &xc;
+        y = yc;
+    }
+    t->before_apply = wait_layer;
+    t->before_apply_ctx = e;
+    sp_node *loss = sp_model_loss(m, t, x, y);
+    t->before_apply = NULL;
+    sp_ooo_sync(e);   /* the previous backward's tail joined: every update has read its gradient */
+    if (release >= 0) sp_backend_allocator(model_device(m))->release_staged(release);
+    sp_optim_zero_grad(o);
+    double t1 = sp_now();
+    sp_ooo_backward_async(e, t, loss);
+    if (fwd_s) *fwd_s = t1 - t0;
+    if (bwd_s) *bwd_s = sp_now() - t1;
+    return loss;
+}
+
+/* ---- the whole step as one device graph ----------------------------------------------- */
+
+#define STEP_GRAPHS 4   /* two staged input slots, times a full and a smaller last batch */
+
+struct sp_step_graph {
+    sp_model *m;
+    sp_engine *e;
+    sp_optim *o;
+    sp_device dev;
+    struct {
+        uint64_t key;
+        long used;            /* 0: empty */
+        bool capturable;      /* no host randomness in the step */
+        void *graph;          /* captured: replay it */
+        sp_tensor loss;       /* the captured step's loss (its arena address) */
+        int classes;          /* the logits' width: replayed labels are range-checked */
+    } c[STEP_GRAPHS];
+    long clock, captures, replays;
+};
+
+static uint64_t mix64(uint64_t h, uint64_t v)
+{
+    for (int b = 0; b < 8; b++) h = (h ^ ((v >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+    return h;
+}
+
+sp_step_graph *sp_step_graph_new(sp_model *m, sp_engine *e, sp_optim *o)
+{
+    sp_device dev = model_device(m);
+    if (dev == SP_CPU) sp_fail("--cuda-graph: the model is on the cpu (expected --device cuda)");
+    sp_backend_graph(dev);   /* fails now without graph support */
+    sp_step_graph *g = sp_xcalloc(1, sizeof *g);
+    *g = (sp_step_graph){.m = m, .e = e, .o = o, .dev = dev};
+    sp_optim_device_scalars(o, true);
+    if (strcmp(e->name, "ooo") == 0) sp_ooo_set_step_capture(e, true);
+    return g;
+}
+
+/* Ops whose forward draws host randomness each step: a replay would repeat it. */
+static bool step_capturable(const sp_tape *t)
+{
+    for (int i = 0; i < t->n; i++)
+        if (t->nodes[i]->op && strcmp(t->nodes[i]->op->name, "dropout") == 0 && !t->nodes[i]->layer->eval) return false;
+    return true;
+}
+
+const sp_tensor *sp_step_graph_step(sp_step_graph *g, sp_tape *t, const sp_tensor *x, const int *y, const int *y_dev)
+{
+    const sp_device_allocator *a = sp_backend_allocator(g->dev);
+    sp_tape_reset(t);   /* waits for the previous step: outside any capture */
+    const void *base = t->dev_arena[g->dev] ? a->arena_base(t->dev_arena[g->dev]) : NULL;
+    uint64_t key = 0xcbf29ce484222325ull;
+    key = mix64(key, (uint64_t)(uintptr_t)x->data);
+    key = mix64(key, (uint64_t)(uintptr_t)y_dev);
+    key = mix64(key, (uint64_t)(uintptr_t)base);
+    key = mix64(key, (uint64_t)g->m->eval);
+    key = mix64(key, (uint64_t)x->ndim);
+    for (int d = 0; d < x->ndim; d++) key = mix64(key, (uint64_t)x->shape[d]);
+    int slot = -1, lru = 0;
+    for (int i = 0; i < STEP_GRAPHS; i++) {
+        if (g->c[i].used && g->c[i].key == key) slot = i;
+        if (g->c[i].used < g->c[lru].used) lru = i;
+    }
+    g->clock++;
+    sp_optim_stage_scalars(g->o);   /* this step's lr, step counts, bias corrections: one copy */
+    if (slot >= 0 && g->c[slot].graph) {   /* replay */
+        int K = g->c[slot].classes, B = x->shape[0];
+        for (int b = 0; b < B; b++)   /* the live op's check, in its words */
+            if (y[b] < 0 || y[b] >= K) sp_fail("softmax_ce: label %d of sample %d out of range [0, %d)", y[b], b, K);
+        g->c[slot].used = g->clock;
+        sp_backend_graph(g->dev)->launch(g->c[slot].graph);
+        g->replays++;
+        return &g->c[slot].loss;
+    }
+    bool capture = slot >= 0 && g->c[slot].capturable && base;
+    if (slot < 0) {   /* a new key: live now, captured when it comes again */
+        slot = lru;
+        sp_backend_graph(g->dev)->free(g->c[slot].graph);
+        g->c[slot].graph = NULL;
+        g->c[slot].key = key;
+    }
+    g->c[slot].used = g->clock;
+    if (capture) sp_backend_graph(g->dev)->capture_begin();
+    t->dev_labels = y_dev;
+    sp_node *loss = step_body(g->m, g->e, g->o, t, x, y, NULL, NULL);
+    t->dev_labels = NULL;
+    if (capture) {
+        g->c[slot].graph = sp_backend_graph(g->dev)->capture_end();
+        sp_backend_graph(g->dev)->launch(g->c[slot].graph);
+        g->captures++;
+    }
+    g->c[slot].capturable = base && y_dev && step_capturable(t);
+    g->c[slot].loss = loss->out;
+    g->c[slot].classes = sp_node_x(loss)->shape[1];
+    return &g->c[slot].loss;
+}
+
+void sp_step_graph_counts(const sp_step_graph *g, long *captures, long *replays)
+{
+    *captures = g->captures;
+    *replays = g->replays;
+}
+
+void sp_step_graph_free(sp_step_graph *g)
+{
+    if (!g) return;
+    for (int i = 0; i < STEP_GRAPHS; i++) sp_backend_graph(g->dev)->free(g->c[i].graph);
+    sp_optim_device_scalars(g->o, false);
+    if (strcmp(g->e->name, "ooo") == 0) sp_ooo_set_step_capture(g->e, false);
+    free(g);
+}
+
+float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
+                    double *fwd_s, double *bwd_s, double *step_s)
+{
+    double t0 = sp_now();
+    sp_node *loss = step_queue(m, e, o, t, x, y, fwd_s, bwd_s);
+    float l = sp_tensor_get(&loss->out, 0);   /* waits for the step on a device */
+    if (step_s) *step_s = sp_now() - t0;
+    return l;
+}
+
+/* A batch's x in device slot `slot`, its upload started (sp_device_allocator.stage). */
+static sp_tensor stage_batch(sp_device dev, const sp_tensor *x, int slot)
+{
+    sp_tensor d = sp_tensor_view(NULL, x->ndim, x->shape);
+    d.device = dev;
+    d.data = sp_backend_allocator(dev)->stage(slot, x->data, x->numel);
+    return d;
+}
+
+/* Evaluation state kept across the evaluations of one training run: the loader's batch
+ * buffers and the tape's arena are allocated by the first evaluation and reused, so
+ * evaluating every epoch (or every N steps) allocates nothing after the first time (a
+ * new tape and loader per evaluation fragmented the heap: issue 19, item 15). */
+typedef struct slice_ds {
+    sp_dataset d;
+    sp_dataset *base;
+    int off;
+} slice_ds;
+
+typedef struct evaluator {
+    slice_ds slice;            /* with ranks: this rank's share of the test set */
+    sp_dataset *d;             /* what this process evaluates (NULL: nothing)   */
+    sp_loader *l;
+    sp_tape t;
+} evaluator;
+
+static void evaluator_init(evaluator *ev, sp_dataset *d, int batch)
+{
+    ev->d = d;
+    ev->l = sp_loader_new_sync(d, batch, false, 0, false);
+    sp_tape_init(&ev->t);
+}
+
+static void evaluator_free(evaluator *ev)
+{
+    if (!ev->l) return;
+    sp_tape_free(&ev->t);
+    sp_loader_free(ev->l);
+    ev->l = NULL;
+}
+
+static void eval_pass(evaluator *ev, sp_model *m, double *loss_out, double *acc_out)
+{
+    bool was_training = !m->eval;
+    sp_model_set_training(m, false);   /* batch norm: running statistics; no dropout */
+    sp_loader_set_epoch(ev->l, 0);     /* rewinds (no shuffle: the same order every time) */
+    double loss = 0.0;
+    long correct = 0, seen = 0;
+    sp_batch b;
+    while (sp_loader_next(ev->l, &b)) {
+        sp_tape_reset(&ev->t);
+        sp_tensor xin = sp_tape_copy_on(&ev->t, model_device(m), &b.x);
+        sp_node *ln = sp_model_loss(m, &ev->t, &xin, b.y);
+        const sp_tensor *z = sp_node_x(ln);   /* logits */
+        int K = z->shape[1];
+        const float *zh = z->data;
+        if (z->device != SP_CPU) {   /* the logits come down */
+            float *h = sp_tape_alloc(&ev->t, z->numel * sizeof(float));
+            sp_tensor_read(h, z);
+            zh = h;
+        }
+        for (int i = 0; i < b.n; i++) {
+            const float *zi = zh + (size_t)i * K;
+            int best = 0;
+            for (int k = 1; k < K; k++) best = zi[k] > zi[best] ? k : best;
+            correct += best == b.y[i];
+        }
+        loss += (double)sp_tensor_get(&ln->out, 0) * b.n;
+        seen += b.n;
+    }
+    sp_model_set_training(m, was_training);
+    *loss_out = seen ? loss / (double)seen : NAN;
+    *acc_out = seen ? (double)correct / (double)seen : NAN;
+}
+
+void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
+{
+    evaluator ev = {0};
+    evaluator_init(&ev, d, batch);
+    eval_pass(&ev, m, loss_out, acc_out);
+    evaluator_free(&ev);
+}
+
+/* ---- evaluation across ranks --------------------------------------------------------- */
+
+/* Rank r of W evaluates the samples [r·n/W, (r+1)·n/W) of d; the sums meet by allreduce. */
+static void slice_get(sp_dataset *d, int i, float *x, int *y)
+{
+    slice_ds *s = (slice_ds *)d;
+    sp_dataset_get(s->base, s->off + i, x, y);
+}
+
+static void evaluator_open(evaluator *ev, sp_dataset *d, int batch, const sp_train_cfg *cfg)
+{
+    *ev = (evaluator){0};
+    if (!cfg->exec) {
+        evaluator_init(ev, d, batch);
+        return;
+    }
+    int W = sp_exec_workers(cfg->exec), r = sp_exec_rank(cfg->exec);
+    int lo = (int)((long)d->n * r / W), hi = (int)((long)d->n * (r + 1) / W);
+    ev->slice = (slice_ds){.d = *d, .base = d, .off = lo};
+    ev->slice.d.n = hi - lo;
+    ev->slice.d.get = slice_get;
+    ev->slice.d.free = NULL;
+    ev->slice.d.norm_channels = 0;   /* the base normalises */
+    if (ev->slice.d.n > 0) evaluator_init(ev, &ev->slice.d, batch);
+}
+
+static void evaluate(evaluator *ev, sp_model *m, sp_dataset *d, const sp_train_cfg *cfg, double *loss, double *acc)
+{
+    if (!cfg->exec) {
+        eval_pass(ev, m, loss, acc);
+        return;
+    }
+    sp_exec_sync_weights(cfg->exec);
+    int n = ev->l ? ev->d->n : 0;
+    double l = 0, a = 0;
+    if (n > 0) eval_pass(ev, m, &l, &a);
+    float sums[2] = {(float)(l * n), (float)floor(a * n + 0.5)};   /* rounded per rank, then summed */
+    sp_comm_set_label("evaluation");
+    sp_allreduce(sp_comm_world(), sums, 2);
+    *loss = d->n ? (double)sums[0] / d->n : NAN;
+    *acc = d->n ? floor((double)sums[1]) / d->n : NAN;
+}
+
+/* ---- progress ------------------------------------------------------------------------ */
+
+typedef struct progress {
+    bool tty, quiet;
+    double start, last_print;
+    long total_steps;
+} progress;
+
+static void progress_show(progress *p, const char *app, int epoch, int epochs, long step, double loss,
+                          double ips, bool force)
+{
+    if (p->quiet) return;
+    double now = sp_now();
+    if (!force && now - p->last_print < (p->tty ? 0.1 : 10.0)) return;
+    p->last_print = now;
+    double frac = p->total_steps ? (double)step / (double)p->total_steps : 0.0;
+    double eta = frac > 0 ? (now - p->start) * (1.0 - frac) / frac : 0.0;
+    if (p->tty) {
+        char bar[31];
+        int fill = (int)(frac * 30);
+        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+        bar[30] = 0;
+        fprintf(stderr, "\r%s epoch %d/%d [%s] %ld/%ld loss %.4f %.0f img/s ETA %.0fs   ", app, epoch + 1, epochs,
+                bar, step, p->total_steps, loss, ips, eta);
+    } else {
+        fprintf(stderr, "%s epoch %d/%d step %ld/%ld loss %.4f %.0f img/s ETA %.0fs\n", app, epoch + 1, epochs,
+                step, p->total_steps, loss, ips, eta);
+    }
+}
+
+static void progress_line(progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void progress_line(progress *p, const char *fmt, ...)
+{
+    if (p->quiet) return;
+    if (p->tty) fputc('\n', stderr);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_ms(double *v, long n)
+{
+    if (n <= 0) return NAN;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return 1e3 * (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+static FILE *open_log(const char *path)
+{
+    if (!path) return NULL;
+    FILE *f = fopen(path, "w");
+    if (!f) sp_fail("--log %s: cannot open for writing", path);
+    fprintf(f, "step,epoch,loss,lr,seconds,test_loss,test_acc\n");
+    return f;
+}
+
+/* An evaluation's row of the --log CSV: the loss column empty, the test columns set. */
+static void log_eval(FILE *log, long step, int epoch, const sp_optim *o, double seconds, double loss, double acc)
+{
+    if (log) fprintf(log, "%ld,%d,,%.9g,%.6f,%.9g,%.9g\n", step, epoch, sp_optim_get_lr(o), seconds, loss, acc);
+}
+
+sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,
+                         const sp_train_cfg *cfg)
+{
+    long per_epoch = sp_loader_nbatches(train);
+    if (cfg->epochs < 0 || cfg->steps < 0 || (cfg->epochs == 0 && cfg->steps == 0))
+        sp_fail("%s: %d epochs and %ld steps: give at least one limit", cfg->app, cfg->epochs, cfg->steps);
+    /* both limits: whichever comes first; steps alone: as many epochs as they need */
+    long total = cfg->epochs > 0 ? per_epoch * cfg->epochs : cfg->steps;
+    if (cfg->steps > 0 && cfg->steps < total) total = cfg->steps;
+    int epochs = (int)((total + per_epoch - 1) / per_epoch);
+    sp_train_result r = {.test_loss = NAN, .test_acc = NAN};
+    double *fwd = sp_xmalloc((size_t)(total + 1) * sizeof *fwd);   /* before the loop: no malloc per step */
+    double *bwd = sp_xmalloc((size_t)(total + 1) * sizeof *bwd);
+    double *all = sp_xmalloc((size_t)(total + 1) * sizeof *all);
+    FILE *log = open_log(cfg->log_path);
+    progress p = {.tty = isatty(2), .quiet = cfg->quiet, .start = sp_now(), .total_steps = total};
+    sp_tape t;
+    sp_tape_init(&t);
+    evaluator ev = {0};
+    if (test) evaluator_open(&ev, test, cfg->eval_batch, cfg);
+    double busy = 0.0;
+    long images = 0;
+    sp_train_state resumed = {0};
+    if (cfg->resume_path) {
+        if (sp_checkpoint_load(cfg->resume_path, m, o, &resumed, cfg->run_meta) != SP_OK)
+            sp_fail("%s", sp_last_error());
+        if (resumed.batch > per_epoch)
+            sp_fail("--resume %s: saved after batch %ld of an epoch of %ld batches (a different dataset?)",
+                    cfg->resume_path, resumed.batch, per_epoch);
+        r.steps = resumed.step;
+    }
+    long first = r.steps;   /* the timing arrays are indexed by step */
+    sp_step_graph *sg = cfg->cuda_graph && model_device(m) != SP_CPU ? sp_step_graph_new(m, e, o) : NULL;
+    /* ooo without the graph: step k+1's forward overlaps step k's last δW/U (on the CPU
+     * with two threads or more: its lanes; docs/OOO.md) */
+    bool overlap = !sg && !cfg->exec && strcmp(e->name, "ooo") == 0 && e->opts.update &&
+                   (model_device(m) != SP_CPU || sp_get_threads() >= 2);
+    /* On the CPU each update zeroes the gradient it read (in cache, same pass) and the
+     * next step's zero_grad skips it: nothing writes a gradient in between here. */
+    bool zero_in_step = model_device(m) == SP_CPU;
+    if (zero_in_step) sp_optim_set_zero_in_step(o, true);
+    sp_tape tapes[2];
+    sp_tape_init(&tapes[0]);
+    sp_tape_init(&tapes[1]);
+
+    for (int epoch = resumed.epoch; epoch < epochs && r.steps < total; epoch++) {
+        sp_loader_set_epoch(train, epoch);
+        if (cfg->lr) sp_optim_set_lr(o, sp_lr_at(cfg->lr, epoch));
+        double epoch_loss = 0.0;
+        long epoch_steps = 0;
+        sp_batch b, nb = {0};
+        if (cfg->resume_path && epoch == resumed.epoch) {   /* the epoch's order; skip what was done */
+            for (; epoch_steps < resumed.batch; epoch_steps++)
+                if (!sp_loader_next(train, &b)) break;
+            epoch_loss = resumed.epoch_loss;
+        }
+        r.epochs = epoch + 1;
+        /* On a device, batch k+1 goes up (pinned slot, copy stream) while step k runs:
+         * step k is queued, the next batch fetched and staged, then step k's loss read. */
+        sp_device dev = model_device(m);
+        int slot = 0;
+        bool have = r.steps < total && sp_loader_next(train, &b);
+        sp_tensor xd = have && dev != SP_CPU ? stage_batch(dev, &b.x, slot) : b.x;
+        const int *yd = have && sg ? sp_backend_allocator(dev)->stage_labels(slot, b.y, (size_t)b.n) : NULL;
+        while (have) {
+            double f, bw, st;
+            float loss;
+            bool next = false;
+            if (dev == SP_CPU && overlap) {
+                double t0 = sp_now();
+                loss = sp_tensor_get(&step_queue_overlap(m, e, o, &tapes[r.steps % 2], &b.x, b.y, -1, &f, &bw)->out, 0);
+                st = sp_now() - t0;
+            } else if (dev == SP_CPU) {
+                loss = cfg->exec ? sp_exec_step(cfg->exec, &b.x, b.y, &f, &bw, &st)
+                                 : sp_train_step(m, e, o, &t, &b.x, b.y, &f, &bw, &st);
+            } else {
+                double t0 = sp_now();
+                sp_backend_allocator(dev)->use_staged(slot);
+                const sp_tensor *lt;
+                if (sg) {
+                    lt = sp_step_graph_step(sg, &t, &xd, b.y, yd);
+                    f = sp_now() - t0;   /* queueing (or one launch); the backward inside */
+                    bw = 0;
+                } else if (overlap) {
+                    lt = &step_queue_overlap(m, e, o, &tapes[r.steps % 2], &xd, b.y, slot ^ 1, &f, &bw)->out;
+                } else {
+                    lt = &step_queue(m, e, o, &t, &xd, b.y, &f, &bw)->out;
+                }
+                next = r.steps + 1 < total && sp_loader_next(train, &nb);   /* b.y stays valid: copied up */
+                if (next) xd = stage_batch(dev, &nb.x, slot ^ 1);
+                if (next && sg) yd = sp_backend_allocator(dev)->stage_labels(slot ^ 1, nb.y, (size_t)nb.n);
+                loss = sp_tensor_get(lt, 0);
+                st = sp_now() - t0;
+            }
+            if (!isfinite(loss)) sp_fail("%s: loss became %g at step %ld (try a smaller --lr)", cfg->app, loss, r.steps);
+            fwd[r.steps] = f;
+            bwd[r.steps] = bw;
+            all[r.steps] = st;
+            busy += st;
+            images += b.n;
+            r.steps++;
+            epoch_loss += loss;
+            epoch_steps++;
+            r.last_loss = loss;
+            if (log) fprintf(log, "%ld,%d,%.9g,%.9g,%.6f,,\n", r.steps, epoch, loss, sp_optim_get_lr(o), sp_now() - p.start);
+            /* a checkpoint holds every update of the step: join the lanes first */
+            if (overlap && cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total)) sp_ooo_sync(e);
+            if (cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total) &&
+                sp_checkpoint_save(cfg->save_path, m, o,
+                                   &(sp_train_state){r.steps, epoch, epoch_steps, epoch_loss, sp_optim_get_lr(o)},
+                                   cfg->run_meta) != SP_OK)
+                sp_fail("%s", sp_last_error());
+            if (cfg->on_step) cfg->on_step(cfg->on_step_ctx, r.steps);
+            progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
+            if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
+                if (overlap) sp_ooo_sync(e);   /* every update in */
+                evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
+                log_eval(log, r.steps, epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
+                progress_line(&p, "%s step %ld: test loss %.4f acc %.4f", cfg->app, r.steps, r.test_loss, r.test_acc);
+            }
+            if (dev == SP_CPU) {
+                have = r.steps < total && sp_loader_next(train, &b);
+            } else {
+                have = next;
+                b = nb;
+                slot ^= 1;
+            }
+        }
+        if (overlap) {   /* every update in (evaluation, the end of training); the next epoch's */
+            sp_ooo_sync(e);   /* first uploads wait for the join (its last step's δW read a slot) */
+            if (dev != SP_CPU) {
+                sp_backend_allocator(dev)->release_staged(0);
+                sp_backend_allocator(dev)->release_staged(1);
+            }
+        }
+        r.train_loss = epoch_steps ? epoch_loss / (double)epoch_steps : NAN;
+        progress_show(&p, cfg->app, epoch, epochs, r.steps, r.last_loss, busy > 0 ? images / busy : 0, true);
+        if (test && cfg->eval_every == 0) {
+            evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
+            log_eval(log, r.steps, epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
+            progress_line(&p, "%s epoch %d: train loss %.4f, test loss %.4f acc %.4f", cfg->app, epoch + 1,
+                          r.train_loss, r.test_loss, r.test_acc);
+        } else {
+            progress_line(&p, "%s epoch %d: train loss %.4f", cfg->app, epoch + 1, r.train_loss);
+        }
+    }
+    if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every != 0) {
+        evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
+        log_eval(log, r.steps, r.epochs - 1, o, sp_now() - p.start, r.test_loss, r.test_acc);
+    }
+    r.seconds = sp_now() - p.start;
+    r.images_per_s = busy > 0 ? (double)images / busy : 0.0;
+    r.forward_ms = median_ms(fwd + first, r.steps - first);
+    r.backward_ms = median_ms(bwd + first, r.steps - first);
+    r.step_ms = median_ms(all + first, r.steps - first);
+    if (log) {
+        bool bad = ferror(log) != 0;
+        if (fclose(log) != 0 || bad) sp_fail("--log %s: write failed: %s", cfg->log_path, strerror(errno));
+    }
+    if (sg) {
+        sp_step_graph_counts(sg, &r.graph_captures, &r.graph_replays);
+        sp_step_graph_free(sg);
+    }
+    sp_tape_free(&t);
+    sp_tape_free(&tapes[0]);
+    sp_tape_free(&tapes[1]);
+    evaluator_free(&ev);
+    free(fwd);
+    free(bwd);
+    free(all);
+    if (zero_in_step) sp_optim_set_zero_in_step(o, false);
+    return r;
+}
