@@ -168,12 +168,12 @@ static void print_json(const sp_schedule *s, const sp_costs *c, const sp_sim *r)
     printf("}\n");
 }
 
-static void write_svg(const opts *o, const sp_schedule *s, const sp_sim *r)
+static void write_svg(const opts *o, const sp_schedule *s, const sp_sim *r, const char *unit)
 {
     if (!o->svg) return;
     FILE *f = fopen(o->svg, "w");
     if (!f) sp_fail("--svg %s: cannot write: %s", o->svg, strerror(errno));
-    sp_diagram_svg(f, s, r, o->title);
+    sp_diagram_svg_unit(f, s, r, o->title, unit);
     char what[4200];
     snprintf(what, sizeof what, "--svg %s", o->svg);
     sp_app_close_output(f, what);
@@ -192,7 +192,7 @@ static int run_schedule(opts *o)
     sp_simulate(s, c, &r);
     if (!o->no_diagram) sp_diagram_text(stdout, s, &r, o->max_cols);
     print_workers(&r);
-    write_svg(o, s, &r);
+    write_svg(o, s, &r, c->unit);
     print_json(s, c, &r);
     sp_sim_free(&r);
     sp_schedule_free(s);

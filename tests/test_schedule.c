@@ -643,6 +643,32 @@ Test(diagram, svg_one_colour_per_micro_batch)
         snprintf(hue, sizeof hue, "fill=\"hsl(%.1f,65%%,74%%)\"", fmod(b * 137.508, 360.0));
         cr_assert_eq(count(buf, hue), 4, "micro-batch %d: %d forward boxes", b, count(buf, hue));
     }
+    /* a reader sees what the axes are and the figures schedules are compared by */
+    cr_assert_not_null(strstr(buf, ">time (time units)<"), "no time axis title");
+    cr_assert_not_null(strstr(buf, ">worker<"), "no worker axis title");
+    char figures[128];
+    snprintf(figures, sizeof figures, "latency %.4g time units, utilisation %.1f%%, bubble %.1f%%", x.r.latency,
+             100 * x.r.utilization, 100 * (1 - x.r.utilization));
+    cr_assert_not_null(strstr(buf, figures), "expected '%s' on the figure", figures);
+    free(buf);
+    run_free(&x);
+}
+
+/* Costs in µs: the axis says so, and a box too narrow for "f3c" still names its stage. */
+Test(diagram, svg_units_and_sliver_labels)
+{
+    run x = simulate_with((cfg){"gpipe", 4, 8, 0, 0, 0}, NULL, -1, false);
+    for (int j = 0; j < x.s->njobs; j++)   /* stage 0's jobs short: slivers beside the others */
+        if (x.s->jobs[j].stage == 0) x.r.finish[j] = x.r.start[j] + x.r.latency / 120;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    sp_diagram_svg_unit(f, x.s, &x.r, NULL, "us");
+    fclose(f);
+    cr_assert_not_null(strstr(buf, ">time (µs)<"), "no µs on the time axis");
+    cr_assert_not_null(strstr(buf, " µs, utilisation"), "no unit beside the latency");
+    cr_assert_gt(count(buf, "rotate(-90"), 1, "slivers unlabelled");
+    cr_assert_not_null(strstr(buf, ">f0</text>"), "a stage-0 sliver should read f0");
     free(buf);
     run_free(&x);
 }

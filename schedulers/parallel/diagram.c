@@ -85,7 +85,7 @@ void sp_diagram_text(FILE *out, const sp_schedule *s, const sp_sim *r, int max_c
 /* ------------------------------------------------------------------------------------ */
 /* SVG                                                                                  */
 
-enum { SVG_LEFT = 48, SVG_TOP = 36, SVG_ROW = 26, SVG_RIGHT = 16, SVG_AXIS = 28, SVG_LEGEND = 24 };
+enum { SVG_LEFT = 48, SVG_TOP = 50, SVG_ROW = 26, SVG_RIGHT = 16, SVG_AXIS = 28, SVG_LEGEND = 24 };
 
 /* The micro-batch's hue: golden-angle steps keep neighbours apart. */
 static double micro_hue(int b) { return fmod(b * 137.508, 360.0); }
@@ -132,13 +132,20 @@ static void svg_jobs(FILE *out, const sp_schedule *s, const sp_sim *r, double px
         fprintf(out, "%s%d micro-batch %d: %g-%g</title></rect>\n", sp_dir_letter(job.dir), job.stage,
                 job.micro, r->start[j], r->finish[j]);
         sp_job_label(s, j, buf, sizeof buf);
+        const char *ink = lightness(job.dir) < 60 ? " dark" : "";
         if (w >= 7.0 * (double)strlen(buf))
             fprintf(out, "<text x=\"%.2f\" y=\"%.2f\" class=\"j%s\">%s</text>\n", x + w / 2, y + SVG_ROW / 2 + 4,
-                    lightness(job.dir) < 60 ? " dark" : "", buf);
+                    ink, buf);
+        else if (w >= 8.0) {   /* a sliver: its direction and stage, upright ("f12") */
+            snprintf(buf, sizeof buf, "%s%d", sp_dir_letter(job.dir), job.stage);
+            double cx = x + w / 2 + 3, cy = y + SVG_ROW / 2;
+            fprintf(out, "<text x=\"%.2f\" y=\"%.2f\" class=\"j s%s\" transform=\"rotate(-90 %.2f %.2f)\">%s</text>\n",
+                    cx, cy, ink, cx, cy, buf);
+        }
     }
 }
 
-static void svg_axis(FILE *out, const sp_schedule *s, const sp_sim *r, double px)
+static void svg_axis(FILE *out, const sp_schedule *s, const sp_sim *r, double px, const char *unit)
 {
     double y = SVG_TOP + s->workers * SVG_ROW + 4;
     fprintf(out, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#444\"/>\n", SVG_LEFT, y,
@@ -152,6 +159,11 @@ static void svg_axis(FILE *out, const sp_schedule *s, const sp_sim *r, double px
     for (int w = 0; w < s->workers; w++)
         fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"w\">w%d</text>\n", SVG_LEFT - 8,
                 SVG_TOP + w * SVG_ROW + SVG_ROW / 2 + 4, w);
+    /* axis titles: time with its unit below the ticks, worker up the left edge */
+    fprintf(out, "<text x=\"%.2f\" y=\"%.1f\" class=\"t\">time (%s)</text>\n", SVG_LEFT + r->latency * px / 2,
+            y + 30, unit);
+    double my = SVG_TOP + s->workers * SVG_ROW / 2.0;
+    fprintf(out, "<text x=\"12\" y=\"%.1f\" class=\"t\" transform=\"rotate(-90 12 %.1f)\">worker</text>\n", my, my);
 }
 
 static void svg_legend(FILE *out, const sp_schedule *s, double y)
@@ -172,27 +184,36 @@ static void svg_legend(FILE *out, const sp_schedule *s, double y)
 
 void sp_diagram_svg(FILE *out, const sp_schedule *s, const sp_sim *r, const char *title)
 {
+    sp_diagram_svg_unit(out, s, r, title, NULL);
+}
+
+void sp_diagram_svg_unit(FILE *out, const sp_schedule *s, const sp_sim *r, const char *title, const char *unit)
+{
+    /* "us" (costs from a model) is drawn as µs; unit costs and profiles as time units */
+    const char *u = !unit || strcmp(unit, "unit") == 0 ? "time units" : strcmp(unit, "us") == 0 ? "µs" : unit;
     double span = r->latency > 0 ? r->latency : 1;
     double px = fmin(48.0, 1100.0 / span);   /* at most ~1100 px of timeline */
     double width = SVG_LEFT + span * px + SVG_RIGHT + 260;
-    double legend_y = SVG_TOP + s->workers * SVG_ROW + SVG_AXIS;
+    double legend_y = SVG_TOP + s->workers * SVG_ROW + SVG_AXIS + 16;
     double height = legend_y + SVG_LEGEND;
     fprintf(out,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
             "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n",
             width, height, width, height);
     fprintf(out, "<style>text{font-size:11px;fill:#222}.j{text-anchor:middle}.dark{fill:#fff}"
-                 ".t{text-anchor:middle;font-size:10px}.w{text-anchor:end}.h{font-size:14px}</style>\n");
+                 ".t{text-anchor:middle;font-size:10px}.w{text-anchor:end}.h{font-size:14px}.s{font-size:9px}</style>\n");
     fprintf(out, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     fprintf(out, "<text x=\"%d\" y=\"22\" class=\"h\">", SVG_LEFT);
     if (title && *title)
         xml_text(out, title);
     else
-        fprintf(out, "%s: S=%d B=%d W=%d, latency %g", s->scheme->name, s->stages, s->micro, s->workers,
-                r->latency);
+        fprintf(out, "%s: S=%d B=%d W=%d", s->scheme->name, s->stages, s->micro, s->workers);
     fprintf(out, "</text>\n");
+    /* the figures a reader compares schedules by, on the figure itself */
+    fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"l\">latency %.4g %s, utilisation %.1f%%, bubble %.1f%%</text>\n",
+            SVG_LEFT, SVG_TOP - 8, r->latency, u, 100 * r->utilization, 100 * (1 - r->utilization));
     svg_jobs(out, s, r, px);
-    svg_axis(out, s, r, px);
+    svg_axis(out, s, r, px, u);
     svg_legend(out, s, legend_y);
     fprintf(out, "</svg>\n");
 }

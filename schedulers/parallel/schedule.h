@@ -196,8 +196,12 @@ void sp_sim_free(sp_sim *r);
  * worker, a cell per time step holding the job label ("--" continues a longer job,
  * blank = idle). max_cols ≤ 0: 160. Longer runs are drawn at a coarser time step. */
 void sp_diagram_text(FILE *out, const sp_schedule *s, const sp_sim *r, int max_cols);
-/* The same as SVG, one colour per micro-batch (forward light, backward dark, G pale). */
+/* The same as SVG, one colour per micro-batch (forward light, backward dark, G pale),
+ * with axis titles, the latency, utilisation and bubble fraction (1 − utilisation), and
+ * a box too narrow for its label labelled upright with direction and stage. unit: the
+ * costs' unit (sp_costs.unit: "us" is drawn as µs; NULL or "unit" as time units). */
 void sp_diagram_svg(FILE *out, const sp_schedule *s, const sp_sim *r, const char *title);
+void sp_diagram_svg_unit(FILE *out, const sp_schedule *s, const sp_sim *r, const char *title, const char *unit);
 
 /* ------------------------------------------------------------------------------------ */
 /* LayerPipe ([L] §III, Algorithm 1) and the contiguous PipeDream-style partition       */
