@@ -144,16 +144,35 @@ static void write_svg(const sp_ooo_trace *tr, FILE *f)
         if (tr->rec[i].end > t_end) t_end = tr->rec[i].end;
     if (t_end <= 0) t_end = 1e-6;
     double scale = (SVG_W - SVG_LEFT - 20) / t_end, lane_y[3] = {50, 50 + SVG_LANE_H + 14, 50 + 2 * (SVG_LANE_H + 14)};
-    double height = lane_y[2] + 60;
+    double height = lane_y[2] + 70;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
                "font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"10\" y=\"22\" "
                "font-size=\"15\">",
             SVG_W, height);
     put_text(f, tr->title, true);
     fputs("</text>\n", f);
-    static const char *const ROW[] = {"main lane: δO", "sub lane: δW, U", "next forward F′"};
-    for (int l = 0; l < 3; l++)
-        fprintf(f, "<text x=\"10\" y=\"%.1f\">%s</text>\n", lane_y[l] + SVG_LANE_H / 2 + 4, ROW[l]);
+    /* Each lane is labelled with the kinds of task it actually ran (a one-lane run or a
+     * reordered plan puts δW and U on the main lane too). */
+    static const char *const KIND[] = {"δO", "δW", "U", "F′"};
+    bool ran[2][3] = {{false}};
+    for (int i = 0; i < tr->n; i++)
+        if (tr->rec[i].kind != SP_OOO_F && tr->rec[i].lane >= 0 && tr->rec[i].lane < 2)
+            ran[tr->rec[i].lane][tr->rec[i].kind] = true;
+    for (int l = 0; l < 2; l++) {
+        fprintf(f, "<text x=\"10\" y=\"%.1f\">%s lane:", lane_y[l] + SVG_LANE_H / 2 + 4, l == SP_OOO_MAIN ? "main" : "sub");
+        bool any = false;
+        for (int k = 0; k < 3; k++)
+            if (ran[l][k]) fprintf(f, "%s %s", any ? "," : "", KIND[k]), any = true;
+        fprintf(f, "%s</text>\n", any ? "" : " idle");
+    }
+    fprintf(f, "<text x=\"10\" y=\"%.1f\">next forward F′</text>\n", lane_y[2] + SVG_LANE_H / 2 + 4);
+    /* the colour legend, top right */
+    static const char *const KIND_LONG[] = {"δO input gradient", "δW weight gradient", "U update", "F′ next forward may start"};
+    for (int k = 0; k < 4; k++) {
+        double lx = SVG_W - 4 * 150 + k * 150;
+        fprintf(f, "<rect x=\"%.1f\" y=\"28\" width=\"10\" height=\"10\" fill=\"%s\"/>"
+                   "<text x=\"%.1f\" y=\"37\">%s</text>\n", lx, FILL[k], lx + 14, KIND_LONG[k]);
+    }
     double step = nice_step(t_end);
     for (double t = 0; t <= t_end * 1.0001; t += step) {
         double x = SVG_LEFT + t * scale;
@@ -190,8 +209,11 @@ static void write_svg(const sp_ooo_trace *tr, FILE *f)
     }
     for (int i = 0, fi = 0; i < tr->n; i++)   /* F' labels, staggered so they do not collide */
         if (tr->rec[i].kind == SP_OOO_F) {
-            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" fill=\"#333\">", SVG_LEFT + tr->rec[i].start * scale + 4,
-                    lane_y[2] + 22 + 10 * (fi++ % 2));
+            /* near the right edge the label ends at its marker instead of running off */
+            double fx = SVG_LEFT + tr->rec[i].start * scale;
+            bool right = fx > SVG_W - 90;
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" fill=\"#333\"%s>", right ? fx - 4 : fx + 4,
+                    lane_y[2] + 22 + 10 * (fi++ % 3), right ? " text-anchor=\"end\"" : "");
             put_text(f, tr->rec[i].name + 3, true);   /* skip "F' " */
             fputs("</text>\n", f);
         }
