@@ -23,8 +23,10 @@ sp_dataset *sp_synthetic_sequences(int n, int T, int C, int nclasses, uint64_t s
         float *xi = x + (size_t)i * T * C;
         for (int t = 0; t < T; t++)
             for (int f = 0; f < C; f++)
-                xi[(size_t)t * C + f] = 0.5f * cosf(1.3f * (float)(c * (f + 1))) + 0.5f * sinf(0.05f * (float)((c + 1) * t)) +
-                                        0.5f * sp_rng_normal(&r);
+                /* the products in double: exact (so the same floats as the int products
+                 * whenever those did not overflow) for any int class count */
+                xi[(size_t)t * C + f] = 0.5f * cosf(1.3f * (float)((double)c * (f + 1))) +
+                                        0.5f * sinf(0.05f * (float)(((double)c + 1) * t)) + 0.5f * sp_rng_normal(&r);
     }
     return d;
 }

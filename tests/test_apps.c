@@ -459,6 +459,8 @@ Test(walk, schedule)
         {NULL, "--model mlp --fwd-cost 2", REFUSED, "--fwd-cost does not apply with --model"},
         {"--model mlp", "--batch-size 4", EFFECT, NULL},
         {"--model mlp", "--gflops 10", EFFECT, NULL},
+        {NULL, "--fwd-cost 1e308 --bwd-cost 1e308", REFUSED, "the stage durations add up to inf"},
+        {"--model mlp", "--gflops 1e-300", REFUSED, "--gflops 1e-300: the stage durations add up to"},
         {NULL, "--gflops 10", REFUSED, "--gflops needs --model"},
         {NULL, "--profile %T/none.csv", REFUSED, "none.csv"},
         {NULL, "--costs-out %T/c.csv", FILE_MADE, "%T/c.csv"},

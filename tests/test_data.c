@@ -884,3 +884,20 @@ Test(files, announced_sizes_checked_before_allocating)
     cr_assert_not_null(d, "%s", sp_last_error());
     sp_dataset_free(d);
 }
+
+/* The GRU app's synthetic sequences for any positive class count: c·(f + 1) overflowed
+ * int for classes near INT_MAX (UBSan in make test-asan). The values stay those of the
+ * formula, computed exactly. */
+Test(synthetic, huge_class_count_no_overflow)
+{
+    sp_dataset *d = sp_synthetic_sequences(8, 3, 4, 2147483647, 7);
+    cr_assert_not_null(d);
+    float x[12];
+    for (int i = 0; i < 8; i++) {
+        int c;
+        sp_dataset_get(d, i, x, &c);
+        cr_assert(c >= 0, "label %d", c);
+        for (int k = 0; k < 12; k++) cr_assert(isfinite(x[k]) && fabsf(x[k]) < 10, "x[%d] = %g", k, x[k]);
+    }
+    sp_dataset_free(d);
+}

@@ -678,6 +678,19 @@ Test(diagram, svg_units_and_sliver_labels)
 
 Test(errors, unknown_scheme, .exit_code = 2, .init = tu_capture_stderr) { sp_scheme_find("pipedream-2bw"); }
 
+/* Durations each finite but adding up past DBL_MAX (a costs CSV of 1e308s) once made the
+ * contiguous partition write before its array; they are refused when read. */
+Test(errors, costs_csv_that_overflows, .exit_code = 2, .init = tu_capture_stderr)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/huge.csv", tu_tmpdir());
+    FILE *f = fopen(path, "w");
+    fprintf(f, "layer,fwd,bwd_grad,bwd_delta\n");
+    for (int s = 0; s < 4; s++) fprintf(f, "l%d,1e308,1e308,1e308\n", s);
+    fclose(f);
+    sp_costs_read_csv(path);
+}
+
 Test(errors, pipeline_with_more_workers_than_stages, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_sched_config c = {.stages = 2, .micro = 4, .workers = 3, .split = -1};

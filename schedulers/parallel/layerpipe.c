@@ -80,6 +80,7 @@ double sp_partition_contiguous(const double *load, int n, int parts, int *owner)
         }
     for (int k = parts, i = n; k > 0; k--) {
         int j = CUT(k, i);
+        if (j < 0) sp_fail("partition: no split of %d stages into %d parts fits (are the costs finite?)", n, parts);
         for (int l = j; l < i; l++) owner[l] = k - 1;
         i = j;
     }

@@ -65,6 +65,10 @@ typedef struct sp_costs {
     char unit[16];        /* "unit", "us", or the profile's unit                        */
 } sp_costs;
 
+/* Every constructor refuses (sp_fail, one line) a non-finite duration or durations
+ * whose total exceeds this: the schedule's sums must stay far from overflow. */
+#define SP_COSTS_MAX_TOTAL 1e300
+
 /* [U] Table 1 costs: F takes fwd, the backward takes δ + G. */
 sp_costs *sp_costs_uniform(int stages, double fwd, double delta, double grad);
 /* A profile CSV: a header naming the columns, then one row per stage/layer, e.g.

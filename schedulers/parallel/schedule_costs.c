@@ -48,6 +48,24 @@ void sp_costs_free(sp_costs *c)
 
 double sp_costs_bwd(const sp_costs *c, int stage) { return c->delta[stage] + c->grad[stage]; }
 
+/* Every duration finite and their total far from overflow: the simulator adds them up
+ * over micro-batches and the partitioners over stages, and an inf there makes no
+ * partition fit (which once wrote before its array). what: where they came from. */
+static sp_costs *costs_checked(sp_costs *c, const char *what)
+{
+    double total = 0;
+    for (int s = 0; s < c->stages; s++) {
+        const double d[3] = {c->fwd[s], c->delta[s], c->grad[s]};
+        for (int k = 0; k < 3; k++)
+            if (!isfinite(d[k])) sp_fail("%s: stage %s: a duration is %g (expected a finite number)", what, c->name[s], d[k]);
+        total += d[0] + d[1] + d[2];
+    }
+    if (!(total <= SP_COSTS_MAX_TOTAL))
+        sp_fail("%s: the stage durations add up to %g (expected at most %g: the schedule's sums would overflow)", what,
+                total, SP_COSTS_MAX_TOTAL);
+    return c;
+}
+
 sp_costs *sp_costs_uniform(int stages, double fwd, double delta, double grad)
 {
     if (stages < 1) sp_fail("--stages %d: expected >= 1", stages);
@@ -59,7 +77,7 @@ sp_costs *sp_costs_uniform(int stages, double fwd, double delta, double grad)
         c->delta[s] = delta;
         c->grad[s] = grad;
     }
-    return c;
+    return costs_checked(c, "--fwd-cost/--bwd-cost/--delta-cost/--grad-cost");
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -229,7 +247,7 @@ sp_costs *sp_costs_read_csv(const char *path)
     strcpy(c->unit, "profile");
     read_rows(f, path, c);
     fclose(f);
-    return c;
+    return costs_checked(c, path);
 }
 
 void sp_costs_write_csv(FILE *out, const sp_costs *c)
@@ -280,5 +298,7 @@ sp_costs *sp_costs_from_model(struct sp_model *m, int in_ndim, const int *in_sha
         s++;
     }
     sp_tape_free(&t);
-    return c;
+    char what[96];
+    snprintf(what, sizeof what, "--model %s --gflops %g", m->name, gflops);
+    return costs_checked(c, what);
 }
