@@ -96,6 +96,10 @@ sp_dataset *sp_cifar10(const char *dir, bool train) SP_MUST_CHECK;
 sp_dataset *sp_image_folder(const char *root, int size, int channels) SP_MUST_CHECK;
 /* The directory name of class c of an image folder (NULL for other datasets). */
 const char *sp_image_folder_class(const sp_dataset *d, int c);
+/* Label test's samples by the class numbering of train (both image folders), matching
+ * class directories by name: a test class that train lacks is an error naming it. A
+ * training class with no test images is fine. */
+int sp_image_folder_match_classes(sp_dataset *test, const sp_dataset *train) SP_MUST_CHECK;
 /* safetensors with x [N, T, C] (float dtype) and y [N] (integer dtype); samples T×C.
  * nclasses from metadata "nclasses" if present, else max(y) + 1. */
 sp_dataset *sp_seqset_open(const char *path) SP_MUST_CHECK;

@@ -59,7 +59,15 @@ static int list_dir(const char *dir, bool want_dirs, names *out)
         if (e->d_name[0] == '.') continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         struct stat st;
-        if (stat(path, &st) != 0) continue;
+        if (stat(path, &st) != 0) {   /* a dangling link or an unreadable entry is named, not skipped */
+            int err = errno;
+            struct stat ls;
+            bool dangling = lstat(path, &ls) == 0 && S_ISLNK(ls.st_mode);
+            closedir(dp);
+            names_free(out);
+            return dangling ? sp_error("%s: a symbolic link to nothing (%s)", path, strerror(err))
+                            : sp_error("%s: cannot stat: %s", path, strerror(err));
+        }
         if (want_dirs ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode) && is_image(e->d_name))
             names_add(out, e->d_name);
         else if (!want_dirs && is_image(e->d_name) && !S_ISDIR(st.st_mode)) {
@@ -78,12 +86,14 @@ typedef struct folder_dataset {
     sp_dataset base;
     sp_dataset *mem;
     names classes;
+    int *remap;   /* own class c → label remap[c] (sp_image_folder_match_classes), or NULL */
 } folder_dataset;
 
 static void folder_get(sp_dataset *d, int i, float *x, int *y)
 {
-    sp_dataset *mem = ((folder_dataset *)d)->mem;
-    mem->get(mem, i, x, y);
+    folder_dataset *f = (folder_dataset *)d;
+    f->mem->get(f->mem, i, x, y);
+    if (f->remap) *y = f->remap[*y];
 }
 
 static void folder_free(sp_dataset *d)
@@ -91,7 +101,32 @@ static void folder_free(sp_dataset *d)
     folder_dataset *f = (folder_dataset *)d;
     sp_dataset_free(f->mem);
     names_free(&f->classes);
+    free(f->remap);
     free(f);
+}
+
+int sp_image_folder_match_classes(sp_dataset *test, const sp_dataset *train)
+{
+    if (!test || !train) return sp_error("sp_image_folder_match_classes: %s is NULL", test ? "train" : "test");
+    if (test->get != folder_get || train->get != folder_get)
+        return sp_error("%s, %s: class names exist only for image folders", test->name, train->name);
+    folder_dataset *te = (folder_dataset *)test;
+    const folder_dataset *tr = (const folder_dataset *)train;
+    int *remap = sp_xmalloc(sizeof(int) * (size_t)te->classes.n);
+    for (int c = 0; c < te->classes.n; c++) {
+        remap[c] = -1;
+        for (int k = 0; k < tr->classes.n && remap[c] < 0; k++)
+            if (strcmp(te->classes.v[c], tr->classes.v[k]) == 0) remap[c] = k;
+        if (remap[c] < 0) {
+            free(remap);
+            return sp_error("%s/%s: test class '%s' is not among the %d training classes of %s", test->name,
+                            te->classes.v[c], te->classes.v[c], tr->classes.n, train->name);
+        }
+    }
+    free(te->remap);
+    te->remap = remap;
+    te->base.nclasses = train->nclasses;
+    return SP_OK;
 }
 
 const char *sp_image_folder_class(const sp_dataset *d, int c)

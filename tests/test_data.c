@@ -369,6 +369,52 @@ Test(image_folder, classes_sorted_resized_chw)
     sp_dataset_free(g);
 }
 
+/* Test classes are matched to training classes by name: train {a, b}, test {b} labels
+ * test/b as 1 (its own numbering would say 0); a test class train lacks is refused. */
+Test(image_folder, test_classes_matched_by_name)
+{
+    char tr[512], te[512], te2[512];
+    snprintf(tr, sizeof tr, "%s/m/train", tu_tmpdir());
+    snprintf(te, sizeof te, "%s/m/test", tu_tmpdir());
+    snprintf(te2, sizeof te2, "%s/m/test2", tu_tmpdir());
+    mkdir(tmp_path("m"), 0755);
+    mkdir(tr, 0755);
+    mkdir(te, 0755);
+    mkdir(te2, 0755);
+    const uint8_t grey[3] = {90, 90, 90};
+    write_image(tr, "a", "x.png", 2, 2, grey, false);
+    write_image(tr, "b", "x.png", 2, 2, grey, false);
+    write_image(te, "b", "x.png", 2, 2, grey, false);
+    write_image(te2, "b", "x.png", 2, 2, grey, false);
+    write_image(te2, "z", "x.png", 2, 2, grey, false);
+    sp_dataset *train = sp_image_folder(tr, 2, 1), *test = sp_image_folder(te, 2, 1), *test2 = sp_image_folder(te2, 2, 1);
+    cr_assert(train && test && test2);
+    cr_assert_eq(sp_image_folder_match_classes(test, train), SP_OK, "%s", sp_last_error());
+    float x[4];
+    int y;
+    sp_dataset_get(test, 0, x, &y);
+    cr_assert_eq(y, 1, "test/b must be train's class 1 (b), got %d", y);
+    cr_assert_eq(test->nclasses, 2);
+    cr_assert_eq(sp_image_folder_match_classes(test2, train), SP_ERR);
+    cr_assert(strstr(sp_last_error(), "test class 'z' is not among the 2 training classes"), "%s", sp_last_error());
+    sp_dataset_free(train);
+    sp_dataset_free(test);
+    sp_dataset_free(test2);
+}
+
+/* An image that is a symbolic link to nothing is named, not skipped. */
+Test(image_folder, dangling_symlink_is_an_error)
+{
+    char root[512];
+    snprintf(root, sizeof root, "%s/dl", tu_tmpdir());
+    mkdir(root, 0755);
+    const uint8_t grey[3] = {90, 90, 90};
+    write_image(root, "k", "x.png", 2, 2, grey, false);
+    cr_assert_eq(symlink("/nonexistent/y.png", tmp_path("dl/k/y.png")), 0);
+    cr_assert_null(sp_image_folder(root, 2, 1));
+    cr_assert(strstr(sp_last_error(), "dl/k/y.png: a symbolic link to nothing"), "%s", sp_last_error());
+}
+
 Test(image_folder, bilinear_downsampling_averages)
 {
     /* A 2×2 checker of 0 and 200 resized to 1×1 by the widened tent: the mean, 100. */

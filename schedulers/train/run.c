@@ -639,6 +639,7 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
         snprintf(te, sizeof te, "%s/test", o->data);
         *train = sp_check_ptr(sp_image_folder(tr, pad_to ? pad_to : 28, 1));
         *test = sp_check_ptr(sp_image_folder(te, pad_to ? pad_to : 28, 1));
+        sp_check(sp_image_folder_match_classes(*test, *train));   /* test labels by train's class names */
     } else {
         sp_fail("--data-format %s: unknown (expected fashion-mnist | mnist | cifar10 | folder)", fmt);
     }
