@@ -338,6 +338,27 @@ static long png_bad_chunk(const unsigned char *b, long n)
 /* One image as C×size×size bytes: decode as RGB, to luminance with PIL's
  * convert("L") weights (ITU-R 601-2) when one channel is wanted, resize. The decoded
  * size is checked against the ceiling before stb_image allocates it. */
+/* What the file's first bytes say it is, for a message when decoding fails: stb_image's
+ * own reason is that of the last decoder it tried ("bad png sig" for a broken JPEG). */
+static const char *magic_kind(const unsigned char *b, int len)
+{
+    if (len >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return "JPEG";
+    if (len >= 8 && memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0) return "PNG";
+    if (len >= 4 && memcmp(b, "GIF8", 4) == 0) return "GIF";
+    if (len >= 2 && b[0] == 'B' && b[1] == 'M') return "BMP";
+    if (len >= 2 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6') return "PNM";
+    return NULL;
+}
+
+static int decode_error(const char *path, const unsigned char *file, int len)
+{
+    const char *kind = magic_kind(file, len), *why = stbi_failure_reason();
+    if (!kind) return sp_error("%s: cannot decode image: not a PNG or JPEG file (unrecognised first bytes)", path);
+    if (strcmp(kind, "JPEG") != 0 && strcmp(kind, "PNG") != 0)
+        return sp_error("%s: cannot decode image: a %s file (expected PNG or JPEG)", path, kind);
+    return sp_error("%s: cannot decode image: corrupt or truncated %s (%s)", path, kind, why && *why ? why : "no reason given");
+}
+
 static int load_image(const char *path, int size, int channels, uint8_t *chw)
 {
     int len, w, h, comp;
@@ -358,8 +379,9 @@ static int load_image(const char *path, int size, int channels, uint8_t *chw)
         return sp_error("%s: PNM header: %s (at byte %ld)", path, pnm, bad);
     }
     if (!stbi_info_from_memory(file, len, &w, &h, &comp)) {
+        decode_error(path, file, len);
         free(file);
-        return sp_error("%s: cannot decode image: %s", path, stbi_failure_reason());
+        return SP_ERR;
     }
     size_t decoded = (size_t)w * (size_t)h * 3;   /* stb_image keeps w, h below 2^24 */
     if (decoded > sp_file_alloc_limit()) {
@@ -368,8 +390,9 @@ static int load_image(const char *path, int size, int channels, uint8_t *chw)
                         "from a file (SCANPROP_MAX_FILE_ALLOC)", path, w, h, decoded, sp_file_alloc_limit());
     }
     uint8_t *img = stbi_load_from_memory(file, len, &w, &h, &comp, 3);
+    if (!img) decode_error(path, file, len);
     free(file);
-    if (!img) return sp_error("%s: cannot decode image: %s", path, stbi_failure_reason());
+    if (!img) return SP_ERR;
     if (channels == 1)
         for (size_t p = 0; p < (size_t)w * h; p++)
             img[p] = (uint8_t)((img[3 * p] * 19595 + img[3 * p + 1] * 38470 + img[3 * p + 2] * 7471 + 0x8000) >> 16);

@@ -415,6 +415,29 @@ Test(image_folder, dangling_symlink_is_an_error)
     cr_assert(strstr(sp_last_error(), "dl/k/y.png: a symbolic link to nothing"), "%s", sp_last_error());
 }
 
+/* A failed decode names what the file is: stb_image's own reason is its last decoder's
+ * ("bad png sig" for a truncated JPEG; empty for some GIFs). */
+Test(image_folder, decode_failures_name_the_format)
+{
+    char root[512];
+    snprintf(root, sizeof root, "%s/dec", tu_tmpdir());
+    mkdir(root, 0755);
+    const uint8_t grey[3] = {90, 90, 90};
+    write_image(root, "k", "ok.jpg", 8, 8, grey, false);
+    FILE *f = fopen(tmp_path("dec/k/ok.jpg"), "rb");
+    static unsigned char jpg[1 << 16];
+    size_t n = fread(jpg, 1, sizeof jpg, f);
+    fclose(f);
+    cr_assert_gt(n, 40);
+    write_file(tmp_path("dec/k/ok.jpg"), jpg, 20, false);   /* truncated */
+    cr_assert_null(sp_image_folder(root, 2, 1));
+    cr_assert(strstr(sp_last_error(), "ok.jpg: cannot decode image: corrupt or truncated JPEG ("), "%s", sp_last_error());
+    write_file(tmp_path("dec/k/ok.jpg"), "GIF89a\x01", 7, false);   /* a broken GIF named .jpg */
+    cr_assert_null(sp_image_folder(root, 2, 1));
+    cr_assert(strstr(sp_last_error(), "ok.jpg: cannot decode image: a GIF file (expected PNG or JPEG)"), "%s",
+              sp_last_error());
+}
+
 Test(image_folder, bilinear_downsampling_averages)
 {
     /* A 2×2 checker of 0 and 200 resized to 1×1 by the widened tent: the mean, 100. */
