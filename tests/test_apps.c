@@ -492,7 +492,7 @@ Test(readme, flag_list_matches_help)
     text[n] = 0;
     const char *begin = strstr(text, "<!-- flags:begin"), *end = strstr(text, "<!-- flags:end");
     cr_assert(begin && end && begin < end, "README.md: no <!-- flags:begin --> ... <!-- flags:end --> section");
-    const char *apps[] = {"lenet", "vgg11", "rnn", "gru", "demo", "jacobian", "schedule"};
+    const char *apps[] = {"lenet", "vgg11", "resnet", "rnn", "gru", "demo", "jacobian", "schedule"};
     for (size_t a = 0; a < sizeof apps / sizeof apps[0]; a++) {
         char readme[8192] = "", help[8192];
         size_t k = 0;
@@ -525,6 +525,44 @@ Test(readme, flag_list_matches_help)
             }
         }
     }
+}
+
+/* The README's list of --parallel schemes (before the mpirun example) is the app's. */
+Test(readme, parallel_schemes_match_help)
+{
+    FILE *f = fopen("README.md", "r");
+    cr_assert_not_null(f, "README.md not found (run from the repository root)");
+    static char text[1 << 17];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    const char *list = strstr(text, "docs/SCHEDULES.md: `");
+    cr_assert_not_null(list, "README.md: no scheme list 'docs/SCHEDULES.md: `...`'");
+    list += strlen("docs/SCHEDULES.md: `");
+    char readme[512];
+    snprintf(readme, sizeof readme, " %.*s ", (int)strcspn(list, "`"), list);
+    cr_assert_eq(app("lenet", "--help", out, err), 0);
+    const char *p = strstr(out, "--parallel S");
+    cr_assert_not_null(p);
+    p = strstr(p, "one of ");
+    cr_assert_not_null(p);
+    p += strlen("one of ");
+    int seen = 0;
+    for (;;) {   /* "ddp, fsdp, ... or scan [needs" */
+        size_t len = strcspn(p, ", []");
+        char word[64];
+        snprintf(word, sizeof word, " %.*s ", (int)len, p);
+        if (strcmp(word, " or ") != 0 && len > 0) {
+            cr_expect(strstr(readme, word), "--parallel%s: in --help but not in README.md's scheme list", word);
+            seen++;
+        }
+        p += len;
+        if (*p == '[' || *p == '\n' || !*p) break;
+        p += strspn(p, ", ");
+        if (strncmp(p, "or ", 3) == 0) p += 3;
+        if (*p == '[') break;
+    }
+    cr_assert_geq(seen, 9, "read only %d schemes from --help", seen);
 }
 
 /* ---- the cases issue 15 names ------------------------------------------------------- */
