@@ -154,7 +154,7 @@ void sp_exec_check_config(sp_exec *x)
                             "have ooo-ff and ooo-modulo)", name);
     if (is_scan(name)) {
         if (x->B != 1) sp_comm_fail_all(w, "--parallel scan: --microbatches %d (the scan runs the whole batch: 1)", x->B);
-        /* A recurrent first layer: the scan runs over its time steps (exec.c, BPPSA across
+        /* A recurrent first layer: the scan runs over its time steps (exec_scan.c, BPPSA across
          * ranks); otherwise over the layers, each of which needs a per-sample Jᵀ. */
         const sp_opdef *op0 = x->S > 0 ? x->m->layers[0]->op : NULL;
         x->tscan = op0 && op0->chain_len && op0->chain_jt && op0->chain_backward_params;
