@@ -31,7 +31,7 @@
  *
  * Two variants: cfg.ooo with "ddp" runs the schedule "ddp-ooo" (ooo's reverse first-k
  * order of δ and G); "scan" is BPPSA across ranks — GPipe's forward with one
- * micro-batch, then a scan over the ranks' products of transposed Jacobians (exec.c),
+ * micro-batch, then a scan over the ranks' products of transposed Jacobians (exec_scan.c),
  * or, when the first layer is recurrent (rnn, gru), a scan over its time steps split
  * into one segment per rank (the forward then runs whole on every rank). */
 #ifndef SP_EXEC_H

@@ -1,0 +1,177 @@
+/* exec_internal.h — what the executor's files share; private to schedulers/parallel/exec*.c
+ * (the public API is exec.h).
+ *
+ *   exec.c         sp_exec_new/free and the runtime: a step walks sim.order[rank]
+ *   exec_setup.c   what every rank plans alike before step 1: refusals, stage costs, schedule
+ *   exec_stage.c   one stage's jobs (F, B / δ / G of a micro-batch) and their messages
+ *   exec_sync.c    who holds which weights; gradient buckets, their collectives, the updates
+ *   exec_scan.c    BPPSA across ranks (--parallel scan), over layers or over time steps
+ *   exec_report.c  trace events, statistics, and the --exec-order / --trace / --costs-out files
+ */
+#ifndef SP_EXEC_INTERNAL_H
+#define SP_EXEC_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <string.h>
+#include "core/tape.h"
+#include "schedulers/parallel/exec.h"
+
+enum { SYNC_NONE, SYNC_ALLREDUCE, SYNC_OWNER };
+
+typedef struct stage_info {
+    sp_layer *layer;
+    int sync;                /* SYNC_*                                               */
+    int comm;                /* index into x->comms, −1 when this rank is no member  */
+    int owner;               /* SYNC_OWNER: world rank of the master copy            */
+    int owner_in_comm;
+    bool owns;               /* this rank steps the optimizer for the stage          */
+    int bucket;              /* −1: no parameters or no sync                         */
+    int grad_jobs;           /* local jobs per step that write its gradients (B or G) */
+    int out_ndim, out_shape[SP_MAX_DIMS];   /* one sample's output                   */
+    sp_req wreq[SP_MAX_PARAMS];
+    size_t nfloats;          /* parameters                                           */
+} stage_info;
+
+typedef struct bucket {
+    int *stages, nstages;
+    int comm, sync, root;
+    float *buf;
+    size_t n;
+    int pending;             /* gradient jobs still to run this step                 */
+    bool started;
+    sp_req req;
+    double t_start, t_done;
+    bool outstanding;        /* ddp: its sum is not yet applied (the next step's
+                                forward of its first stage waits for it)         */
+    long step;               /* the step whose gradients it carries              */
+} bucket;
+
+typedef struct trace_ev {
+    int what;                /* job id, −1 − bucket (a collective in flight), or
+                                WAIT_EV − bucket (this rank blocked on it)            */
+    int step;
+    double t0, t1;
+} trace_ev;
+
+#define TRACE_STEPS 10   /* the first steps of a run, in the trace */
+#define WAIT_EV (-1000000)
+#define WAIT_LOSS (-3000000)
+
+struct sp_exec {
+    sp_comm *world;
+    int rank, W, S, B, batch;
+    sp_model *m;
+    sp_optim *opt;
+    sp_exec_cfg cfg;
+    sp_costs *costs;
+    sp_schedule *sched;
+    sp_sim sim;
+    stage_info *st;
+    sp_comm **comms;
+    int ncomms;
+    int *comm_min;           /* the lowest world rank of each communicator's set         */
+    bucket *buckets;
+    int nbuckets;
+    int *next_bucket;        /* per comm: the next bucket to start (same order everywhere) */
+    /* per step */
+    sp_tape *tapes;          /* one per micro-batch                                  */
+    sp_node **node;          /* [s·B + b]                                            */
+    sp_node **loss;          /* [b]                                                  */
+    sp_tensor *dy;           /* [s·B + b]: ∂l/∂y_s                                   */
+    bool *have_dy;
+    sp_tensor *xin;          /* [b]: the micro-batch's input rows                    */
+    const int **yin;
+    int *rows;               /* [b]: rows of micro-batch b                           */
+    sp_req *sends;
+    int nsends, cap_sends;
+    bool *done;              /* [job]                                                */
+    /* accounting */
+    long steps;
+    double busy, comm_s, wall, fwd_s, bwd_s;
+    int *order_rec;          /* the first step's executed job ids                    */
+    int norder;
+    trace_ev *ev;
+    int nev, cap_ev;
+    double trace_t0;
+    double *meas;            /* [6·S]: Σ F, δ, G compute seconds and their counts      */
+    size_t in_numel;         /* one input sample                                       */
+    /* --parallel scan over a recurrent first layer: its time steps split over the ranks */
+    bool tscan;
+    int T, H;                /* the recurrent layer's steps and hidden size            */
+    /* ddp: a bucket's update is applied when the next step's forward first needs one of
+     * its stages (cross-step overlap), with the learning rate of the step it belongs to */
+    bool deferred;
+    double pending_lr;
+    /* The batch's loss: its allreduce starts as soon as the rank's last loss is computed
+     * (it then overlaps the backward) and is waited for at the end of the step. */
+    int loss_jobs, loss_left;    /* local F jobs of the last stage per step, still to run */
+    float loss_buf;
+    sp_req loss_req;
+    bool loss_started;
+    double loss_t0;
+};
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+
+static inline bool local(const sp_exec *x, int job) { return x->sched->compute[job] == x->rank; }
+static inline int job_of(const sp_exec *x, int s, int b, sp_dir d) { return sp_schedule_find(x->sched, s, b, d); }
+/* Message tags: kind 0 activations, 1 ∂l/∂y, 2 a scan level, 3 the scan's hand-off. */
+static inline int tag_of(const sp_exec *x, int kind, int s, int b) { return (kind * x->S + s) * x->B + b; }
+
+static inline bool is_scan(const char *name) { return !strcmp(name, "scan"); }
+static inline bool is_pipeline(const char *name)
+{
+    return !strcmp(name, "gpipe") || !strcmp(name, "1f1b") || !strcmp(name, "ooo-ff") || !strcmp(name, "ooo-modulo") ||
+           is_scan(name);
+}
+static inline bool is_looped(const char *name) { return !strcmp(name, "lpp") || !strcmp(name, "fslpp"); }
+static inline bool is_data(const char *name) { return !strcmp(name, "ddp") || !strcmp(name, "fsdp"); }
+
+/* ---- setup (exec_setup.c) ---------------------------------------------------------------- */
+
+void sp_exec_check_config(sp_exec *x);                             /* refusals, before any work */
+void sp_exec_infer_shapes(sp_exec *x, int ndim, const int *shape);   /* st[s].out_ndim/out_shape */
+void sp_exec_setup_costs(sp_exec *x, int ndim, const int *shape);    /* measured or --costs    */
+void sp_exec_build_schedule(sp_exec *x);                            /* x->sched and x->sim    */
+
+/* ---- one stage's jobs (exec_stage.c) ---------------------------------------------------- */
+
+void sp_exec_label_job(const sp_exec *x, int job, long step);   /* for a hang's report */
+void sp_exec_run_forward(sp_exec *x, int job, sp_job j);
+void sp_exec_run_backward(sp_exec *x, int job, sp_job j);
+/* Stage s's output of micro-batch b, shaped, on b's tape. */
+sp_tensor sp_exec_stage_tensor(sp_exec *x, int s, int b);
+/* ∂l/∂y_s of micro-batch b, from the local tape, the loss, or the rank that made it. */
+sp_tensor *sp_exec_ensure_dy(sp_exec *x, int s, int b);
+
+/* ---- weights and gradients (exec_sync.c) ------------------------------------------------ */
+
+void sp_exec_setup_weights(sp_exec *x);   /* st[s].sync/comm/owns, x->comms */
+void sp_exec_setup_buckets(sp_exec *x);   /* x->buckets, st[s].bucket       */
+/* Start of a step: buckets reset, gradients zeroed, owned weights broadcast. */
+void sp_exec_sync_begin_step(sp_exec *x);
+/* A job that wrote stage s's gradients is done: start its bucket when complete. */
+void sp_exec_grad_done(sp_exec *x, int s);
+/* Wait for bucket i and unpack its sum; with update, also step its stages (ddp). */
+void sp_exec_finish_bucket(sp_exec *x, int i, bool update);
+void sp_exec_poll_buckets(sp_exec *x);
+/* End of a step's jobs: every bucket finished (or left in flight: ddp). */
+void sp_exec_close_buckets(sp_exec *x);
+/* The owners' optimizer steps (unless deferred to the next step's forward). */
+void sp_exec_update_owners(sp_exec *x);
+void sp_exec_flush_updates(sp_exec *x);   /* every update still outstanding */
+
+/* ---- BPPSA across ranks (exec_scan.c) --------------------------------------------------- */
+
+void sp_exec_check_scan(sp_exec *x);
+void sp_exec_scan_backward(sp_exec *x);        /* over layers, after GPipe's forward */
+void sp_exec_time_scan_forward(sp_exec *x);    /* over time: the whole forward here  */
+void sp_exec_time_scan_backward(sp_exec *x);
+
+/* ---- reports (exec_report.c) ------------------------------------------------------------ */
+
+void sp_exec_trace_add_step(sp_exec *x, int what, long step, double t0, double t1);
+void sp_exec_trace_add(sp_exec *x, int what, double t0, double t1);   /* this step */
+
+#endif

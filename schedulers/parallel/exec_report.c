@@ -1,0 +1,172 @@
+/* exec_report.c — what the executor tells about a run: trace events (the first steps),
+ * the ranks' busy / comm / wall totals, and the files of sp_exec_finish: --exec-order (the
+ * first step's executed order), --trace (Chrome/Perfetto JSON) and --costs-out (the
+ * measured stage costs, the calibration build/schedule --profile reads). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/error.h"
+#include "core/parallel.h"
+#include "schedulers/parallel/exec_internal.h"
+
+/* ---- trace events ------------------------------------------------------------------------ */
+
+/* One event of a step (the first TRACE_STEPS steps, only with --trace): a job (what >= 0),
+ * a bucket's collective in flight (−1 − bucket), or a wait (WAIT_EV − bucket, WAIT_LOSS). */
+void sp_exec_trace_add_step(sp_exec *x, int what, long step, double t0, double t1)
+{
+    if (!x->cfg.trace_path || step >= TRACE_STEPS) return;
+    if (x->nev == x->cap_ev) {
+        x->cap_ev = x->cap_ev ? 2 * x->cap_ev : 256;
+        x->ev = sp_xrealloc(x->ev, sizeof *x->ev * (size_t)x->cap_ev);
+    }
+    x->ev[x->nev++] = (trace_ev){what, (int)step, t0, t1};
+}
+
+void sp_exec_trace_add(sp_exec *x, int what, double t0, double t1)
+{
+    sp_exec_trace_add_step(x, what, x->steps, t0, t1);
+}
+
+/* ---- statistics, order, trace --------------------------------------------------------------- */
+
+void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st)
+{
+    st->workers = x->W;
+    st->steps = x->steps;
+    float mine[3] = {(float)x->busy, (float)x->comm_s, (float)x->wall};
+    float *all = sp_xmalloc(sizeof(float) * 3 * (size_t)x->W);
+    sp_allgather(x->world, mine, all, 3);
+    st->busy = sp_xmalloc(sizeof(double) * (size_t)x->W);
+    st->comm = sp_xmalloc(sizeof(double) * (size_t)x->W);
+    st->wall = sp_xmalloc(sizeof(double) * (size_t)x->W);
+    for (int r = 0; r < x->W; r++) st->busy[r] = all[3 * r], st->comm[r] = all[3 * r + 1], st->wall[r] = all[3 * r + 2];
+    free(all);
+}
+
+void sp_exec_stats_free(sp_exec_stats *st)
+{
+    free(st->busy);
+    free(st->comm);
+    free(st->wall);
+}
+
+static FILE *open_out(sp_exec *x, const char *flag, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) sp_comm_die(x->world, "%s %s: cannot open for writing", flag, path);
+    return f;
+}
+
+static void write_order(sp_exec *x)
+{
+    int n = x->sched->njobs;
+    float *mine = sp_xmalloc(sizeof(float) * (size_t)n), *all = sp_xmalloc(sizeof(float) * (size_t)n * (size_t)x->W);
+    for (int i = 0; i < n; i++) mine[i] = i < x->norder ? (float)x->order_rec[i] : -1.0f;
+    sp_allgather(x->world, mine, all, (size_t)n);
+    if (x->rank == 0) {
+        FILE *f = open_out(x, "--exec-order", x->cfg.order_out);
+        char lab[32];
+        for (int r = 0; r < x->W; r++) {
+            fprintf(f, "w%d", r);
+            for (int i = 0; i < n && all[(size_t)r * n + i] >= 0; i++)
+                fprintf(f, " %s", sp_job_label(x->sched, (int)all[(size_t)r * n + i], lab, sizeof lab));
+            fputc('\n', f);
+        }
+        if (fclose(f) != 0) sp_comm_die(x->world, "--exec-order %s: write failed", x->cfg.order_out);
+    }
+    free(mine);
+    free(all);
+}
+
+/* Chrome trace: one process per rank, thread 0 = compute jobs, thread 1 = collectives. */
+static void write_trace(sp_exec *x)
+{
+    float cnt = (float)x->nev, *counts = sp_xmalloc(sizeof(float) * (size_t)x->W);
+    sp_allgather(x->world, &cnt, counts, 1);
+    int maxn = 0;
+    for (int r = 0; r < x->W; r++) maxn = (int)counts[r] > maxn ? (int)counts[r] : maxn;
+    size_t per = 4 * (size_t)maxn + 1;
+    float *mine = sp_xcalloc(per, sizeof(float)), *all = sp_xmalloc(sizeof(float) * per * (size_t)x->W);
+    for (int i = 0; i < x->nev; i++) {
+        trace_ev *e = &x->ev[i];
+        mine[4 * i] = (float)e->what;
+        mine[4 * i + 1] = (float)e->step;
+        mine[4 * i + 2] = (float)((e->t0 - x->trace_t0) * 1e6);
+        mine[4 * i + 3] = (float)((e->t1 - x->trace_t0) * 1e6);
+    }
+    /* Ranks share the machine's monotonic clock; on a cluster they would need an offset. */
+    sp_allgather(x->world, mine, all, per);
+    if (x->rank == 0) {
+        FILE *f = open_out(x, "--trace", x->cfg.trace_path);
+        fprintf(f, "{\"traceEvents\": [\n");
+        bool first = true;
+        char lab[32];
+        for (int r = 0; r < x->W; r++) {
+            fprintf(f, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}}",
+                    first ? "" : ",\n", r, r);
+            first = false;
+            fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": "
+                       "\"compute\"}}", r);
+            fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, \"args\": {\"name\": "
+                       "\"communication\"}}", r);
+            fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 2, \"args\": {\"name\": "
+                       "\"blocked on a gradient collective\"}}", r);
+            for (int i = 0; i < (int)counts[r]; i++) {
+                const float *e = all + (size_t)r * per + 4 * (size_t)i;
+                int what = (int)e[0];
+                bool wait = what <= WAIT_EV / 2;
+                const char *name = what >= 0 ? sp_job_label(x->sched, what, lab, sizeof lab) : lab;
+                if (what == WAIT_LOSS) snprintf(lab, sizeof lab, "loss allreduce");
+                else if (wait) snprintf(lab, sizeof lab, "wait for bucket %d", WAIT_EV - what);
+                else if (what < 0) snprintf(lab, sizeof lab, "gradient bucket %d", -1 - what);
+                fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
+                           "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"step\": %d}}",
+                        name, what >= 0 ? "job" : wait ? "wait" : "allreduce", r, what >= 0 ? 0 : wait ? 2 : 1, e[2],
+                        e[3] - e[2], (int)e[1]);
+            }
+        }
+        fprintf(f, "\n]}\n");
+        if (fclose(f) != 0) sp_comm_die(x->world, "--trace %s: write failed", x->cfg.trace_path);
+    }
+    free(counts);
+    free(mine);
+    free(all);
+}
+
+/* --costs-out: the stage costs this run measured (mean compute µs of each stage's F, δ
+ * and G jobs over every rank and every step but the first), the calibration that
+ * build/schedule --profile reads. Falls back to the planning costs after one step. */
+static void write_costs(sp_exec *x)
+{
+    float *v = sp_xmalloc(sizeof(float) * 6 * (size_t)x->S);
+    for (int i = 0; i < 6 * x->S; i++) v[i] = (float)x->meas[i];
+    sp_allreduce(x->world, v, 6 * (size_t)x->S);
+    if (x->rank == 0) {
+        sp_costs *c = sp_costs_uniform(x->S, 0, 0, 0);
+        double *dst[3] = {c->fwd, c->delta, c->grad}, *plan[3] = {x->costs->fwd, x->costs->delta, x->costs->grad};
+        for (int s = 0; s < x->S; s++) {
+            memcpy(c->name[s], x->costs->name[s], SP_STAGE_NAME);
+            c->act_bytes[s] = x->costs->act_bytes[s];
+            c->param_bytes[s] = x->costs->param_bytes[s];
+            for (int p = 0; p < 3; p++) {
+                float n = v[6 * s + 3 + p];
+                dst[p][s] = n > 0 ? 1e6 * v[6 * s + p] / n : plan[p][s];
+            }
+        }
+        FILE *f = open_out(x, "--costs-out", x->cfg.costs_out);
+        sp_costs_write_csv(f, c);
+        if (fclose(f) != 0) sp_comm_die(x->world, "--costs-out %s: write failed", x->cfg.costs_out);
+        sp_costs_free(c);
+    }
+    free(v);
+}
+
+void sp_exec_finish(sp_exec *x)
+{
+    sp_exec_flush_updates(x);
+    if (x->cfg.costs_out) write_costs(x);
+    if (x->cfg.order_out) write_order(x);
+    if (x->cfg.trace_path) write_trace(x);
+}
+
