@@ -117,8 +117,10 @@ lib: $(LIB)
 apps: $(APPS)
 tests: $(TESTS)
 
+# Made afresh: `ar r` keeps members whose source was moved or deleted.
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(@D)
+	@rm -f $@
 	$(AR) rcs $@ $^
 
 $(BUILD)/obj/%.c.o: %.c

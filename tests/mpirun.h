@@ -48,7 +48,7 @@ static inline void mpi_run(const char *env, const char *np, const char *cmd, mpi
     snprintf(err, sizeof err, "%s/mpi.err", dir);
     snprintf(line, sizeof line,
              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1 "
-             "ASAN_OPTIONS=detect_leaks=0 %s mpirun --oversubscribe --bind-to none %s %s >%s 2>%s",
+             TU_MPI_FAST_ENV "%s mpirun --oversubscribe --bind-to none %s %s >%s 2>%s",
              env, np, cmd, out, err);
     double t0 = sp_now();
     int st = system(line);

@@ -92,4 +92,14 @@ void tu_strip_key(char *json, const char *key);
  * for byte. */
 void tu_strip_timings(char *json);
 
+/* Environment for a program run under mpirun in the sanitizer build whose leak report
+ * must be clean: Open MPI keeps its components loaded (so a leak report can name the
+ * library that allocated) and the leak checker unwinds full stacks, so tests/lsan.supp
+ * suppresses exactly Open MPI's own allocations (libmpi, libopen-pal, libopen-rte,
+ * libevent) and nothing of ours. Full unwinding makes every malloc ~1.5x slower, so the
+ * other MPI runs of the suites use TU_MPI_FAST_ENV (no leak check) and one test per MPI
+ * path checks leaks (test_exec: exec/parallel_run_leak_check). */
+#define TU_MPI_SAN_ENV "OMPI_MCA_mca_base_component_disable_dlclose=1 LSAN_OPTIONS=\"$LSAN_OPTIONS:fast_unwind_on_malloc=0\" "
+#define TU_MPI_FAST_ENV "ASAN_OPTIONS=detect_leaks=0 "
+
 #endif

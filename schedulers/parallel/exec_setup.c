@@ -2,6 +2,7 @@
  * refusals of configurations the schedule cannot run, the stage costs (measured on rank 0
  * and broadcast, or read from --costs), and the schedule with its simulation. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,7 +139,36 @@ void sp_exec_setup_costs(sp_exec *x, int ndim, const int *shape)
 
 /* ---- setup: the schedule and its refusals ------------------------------------------------- */
 
-/* Every rank checks the same things and refuses alike, before any work. */
+/* Problems of a configuration, gathered so that one refusal names them all. */
+typedef struct problems {
+    char text[2048];
+    int n;
+} problems;
+
+static void add(problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(problems *p, const char *fmt, ...)
+{
+    size_t len = strlen(p->text);
+    if (p->n++ > 0 && len + 2 < sizeof p->text) {
+        strcat(p->text, "; ");
+        len += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->text + len, sizeof p->text - len, fmt, ap);
+    va_end(ap);
+}
+
+/* Where B came from, for a message: the user's --microbatches or the scheme's default. */
+static void micro_origin(const sp_exec *x, char *buf, size_t len)
+{
+    if (x->cfg.micro > 0) snprintf(buf, len, "%d micro-batches (--microbatches %d)", x->B, x->B);
+    else snprintf(buf, len, "%d micro-batches (--parallel %s's default, %s with %d ranks)", x->B, x->cfg.scheme,
+                  is_pipeline(x->cfg.scheme) ? "2W" : "W", x->W);
+}
+
+/* Every rank checks the same things and refuses alike, before any work, with every
+ * problem of the configuration in one line (fixing one should not reveal the next). */
 void sp_exec_check_config(sp_exec *x)
 {
     const char *name = x->cfg.scheme;
@@ -146,14 +176,14 @@ void sp_exec_check_config(sp_exec *x)
     if (!is_pipeline(name) && !is_looped(name) && !is_data(name))
         sp_comm_fail_all(w, "--parallel %s: unknown scheme (expected ddp | fsdp | gpipe | 1f1b | lpp | fslpp | "
                             "ooo-ff | ooo-modulo | scan)", name);
+    problems P = {.n = 0};
     if (!sp_model_is_chain(x->m))   /* the stages apply layers one after another */
-        sp_comm_fail_all(w, "--parallel %s: model %s has residual or dense connections; the parallel executor "
-                            "runs chains of layers", name, x->m->name);
+        add(&P, "model %s has residual or dense connections; the parallel executor runs chains of layers",
+            x->m->name);
     if (x->cfg.ooo && strcmp(name, "ddp") != 0)
-        sp_comm_fail_all(w, "--parallel %s --backward ooo: ooo's data-parallel order is for ddp (the pipelines "
-                            "have ooo-ff and ooo-modulo)", name);
+        add(&P, "--backward ooo: ooo's data-parallel order is for ddp (the pipelines have ooo-ff and ooo-modulo)");
     if (is_scan(name)) {
-        if (x->B != 1) sp_comm_fail_all(w, "--parallel scan: --microbatches %d (the scan runs the whole batch: 1)", x->B);
+        if (x->B != 1) add(&P, "--microbatches %d (the scan runs the whole batch: 1)", x->B);
         /* A recurrent first layer: the scan runs over its time steps (exec_scan.c, BPPSA across
          * ranks); otherwise over the layers, each of which needs a per-sample Jᵀ. */
         const sp_opdef *op0 = x->S > 0 ? x->m->layers[0]->op : NULL;
@@ -161,43 +191,42 @@ void sp_exec_check_config(sp_exec *x)
         for (int s = x->tscan ? 1 : 0; s < x->S; s++) {
             const sp_opdef *op = x->m->layers[s]->op;
             if (op->chain_len)
-                sp_comm_fail_all(w, "--parallel scan: layer %d (%s) is recurrent; the scan runs over the time steps "
-                                    "of a recurrent FIRST layer only", s, op->name);
-            if (!x->tscan && !op->jt_pattern)
-                sp_comm_fail_all(w, "--parallel scan: layer %d (%s) has no per-sample transposed Jacobian to scan",
-                                 s, op->name);
+                add(&P, "layer %d (%s) is recurrent; the scan runs over the time steps of a recurrent FIRST layer "
+                        "only", s, op->name);
+            else if (!x->tscan && !op->jt_pattern)
+                add(&P, "layer %d (%s) has no per-sample transposed Jacobian to scan", s, op->name);
         }
     }
-    if (!sp_model_is_chain(x->m))
-        sp_comm_fail_all(w, "--parallel %s: %s is not a chain of layers (the executor's stages are a chain's layers)",
-                         name, x->m->name);
     if (x->m->nbuffers > 0)
-        sp_comm_fail_all(w, "--parallel %s: %s has buffers (batch norm statistics would be per micro-batch and "
-                            "per rank; not supported)", name, x->m->name);
-    if (x->B < 1) sp_comm_fail_all(w, "--microbatches %d: expected >= 1", x->B);
-    if (x->batch % x->B != 0)
-        sp_comm_fail_all(w, "--parallel %s: --batch %d does not split into %d micro-batches (expected a multiple)",
-                         name, x->batch, x->B);
-    if (is_data(name) && x->B < x->W)
-        sp_comm_fail_all(w, "--parallel %s: %d micro-batches for %d workers (each rank needs one: expected "
-                            "--microbatches >= %d)", name, x->B, x->W, x->W);
+        add(&P, "%s has buffers (batch norm statistics would be per micro-batch and per rank; not supported)",
+            x->m->name);
+    char mb[160];
+    micro_origin(x, mb, sizeof mb);
+    if (x->B < 1) add(&P, "--microbatches %d: expected >= 1", x->B);
+    else if (x->batch % x->B != 0) {
+        int down = x->batch / x->B * x->B, up = down + x->B;
+        char fix[64] = "";
+        if (down > 0) snprintf(fix, sizeof fix, " or --batch %d", down);
+        add(&P, "--batch %d does not split into %s (expected a multiple of %d: --batch %d%s, or --microbatches "
+                "dividing %d)", x->batch, mb, x->B, up, fix, x->batch);
+    }
+    if (is_data(name) && x->B >= 1 && x->B < x->W)
+        add(&P, "%s for %d workers (each rank needs one: expected --microbatches >= %d)", mb, x->W, x->W);
     if (is_pipeline(name) && !x->tscan && x->W > x->S)
-        sp_comm_fail_all(w, "--parallel %s: %d workers for %d stages (a pipeline needs workers <= stages, the "
-                            "model's %d layers)", name, x->W, x->S, x->S);
+        add(&P, "%d workers for %d stages (a pipeline needs workers <= stages, the model's %d layers: mpirun -np %d "
+                "or fewer)", x->W, x->S, x->S, x->S);
     if (is_looped(name)) {
         int G = x->cfg.groups > 0 ? x->cfg.groups : 1;
         if (x->W % G != 0)
-            sp_comm_fail_all(w, "--parallel %s: %d workers but --groups %d (expected W = G*R, W a multiple of G)",
-                             name, x->W, G);
-        int R = x->W / G;
-        if (R > x->S)
-            sp_comm_fail_all(w, "--parallel %s: %d workers per group for %d stages (expected R <= S)", name, R, x->S);
-        if (x->B < G)
-            sp_comm_fail_all(w, "--parallel %s: %d micro-batches for %d groups (expected --microbatches >= %d)",
-                             name, x->B, G, G);
+            add(&P, "%d workers but --groups %d (expected W = G*R, W a multiple of G)", x->W, G);
+        else if (x->W / G > x->S)
+            add(&P, "%d workers per group for %d stages (expected R <= S)", x->W / G, x->S);
+        if (x->B >= 1 && x->B < G) add(&P, "%s for %d groups (expected --microbatches >= %d)", mb, G, G);
     }
     if (x->cfg.partition && strcmp(x->cfg.partition, "cost") && strcmp(x->cfg.partition, "layerpipe"))
-        sp_comm_fail_all(w, "--partition %s: expected cost | layerpipe", x->cfg.partition);
+        add(&P, "--partition %s: expected cost | layerpipe", x->cfg.partition);
+    if (P.n == 1) sp_comm_fail_all(w, "--parallel %s: %s", name, P.text);
+    if (P.n > 1) sp_comm_fail_all(w, "--parallel %s: %d problems: %s", name, P.n, P.text);
 }
 
 /* x->sched for the scheme (ddp --backward ooo: "ddp-ooo"; scan: GPipe's forward) and its
