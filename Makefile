@@ -165,10 +165,13 @@ $(BUILD)/tests/comm_worker: $(BUILD)/obj/tests/comm_worker.c.o $(LIB)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 tests: $(MPI_WORKERS)
 
-# Every suite runs even if one fails; the exit status says whether all passed.
+# Every suite and check runs even if one fails; the exit status says whether all passed.
 test: all $(TESTS) $(MPI_WORKERS)
-	@BUILD=$(BUILD) ./scripts/run_tests.sh $(TESTS)
-	@BUILD=$(BUILD) SAN=$(SAN) ./scripts/test_install.sh
+	@rc=0; \
+	BUILD=$(BUILD) ./scripts/run_tests.sh $(TESTS) || rc=1; \
+	BUILD=$(BUILD) SAN=$(SAN) ./scripts/test_install.sh || rc=1; \
+	./scripts/check_architecture.sh && echo "   check_architecture: docs/ARCHITECTURE.md matches the tree" || rc=1; \
+	exit $$rc
 
 # The static library, headers and a pkg-config file whose Libs are this build's link line.
 PREFIX ?= /usr/local
