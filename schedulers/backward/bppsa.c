@@ -204,32 +204,6 @@ static void fill_links_dev(exec_ctx *c, sp_tape *t)
     }
 }
 
-/* weight_gradients on the device: the scatters as gathers through pointer arrays. */
-static void weight_gradients_dev(exec_ctx *c, sp_tape *t)
-{
-    bppsa_state *s = c->s;
-    int B = c->B;
-    for (int i = 0; i < s->nnodes; i++) {
-        sp_node *node = s->nodes[i];
-        int pos = s->node_pos[i];
-        size_t per = sp_tensor_sample_numel(&node->out);
-        float **src = sp_tape_alloc(t, (size_t)B * sizeof *src);
-        for (int b = 0; b < B; b++) src[b] = A(c, pos, b).v;
-        sp_bppsa_cuda_gather(t, node->grad.data, src, B, per);
-        if (!node->layer || node->layer->nparams == 0) continue;
-        if (!bppsa_scans_time(node)) {
-            node->op->backward_params(node, &node->grad);
-            continue;
-        }
-        int T = node->op->chain_len(node), H = (int)per;
-        sp_tensor dh = sp_tape_tensor_on(t, SP_CUDA, 3, (int[]){B, T, H});
-        float **hs = sp_tape_alloc(t, (size_t)B * T * sizeof *hs);
-        for (int b = 0; b < B; b++)
-            for (int tt = 1; tt <= T; tt++) hs[(size_t)b * T + tt - 1] = A(c, pos + T - tt, b).v;
-        sp_bppsa_cuda_gather(t, dh.data, hs, B * T, (size_t)H);
-        node->op->chain_backward_params(node, &dh);
-    }
-}
 #endif
 
 /* Run the plan's steps of one level: bookkeeping (swaps, types, output buffers) here,
@@ -301,8 +275,43 @@ static int run_level(exec_ctx *c, el_type *ty, el *reg, el_type *reg_t, int k, t
     return k;
 }
 
-/* Scatter the recovered ∇x_i into the nodes' grads, then every weight gradient (Eq. 2). */
-static void weight_gradients(exec_ctx *c, sp_tape *t)
+/* ---- the weight gradients (host and device) --------------------------------------------- */
+
+/* Block k of the run of T elements that ends at position pos, for k < B·T: sample k / T's
+ * element at pos + T − 1 − k % T. T = 1: ∇y of the node whose link sits at pos; a
+ * recurrent op's T links: ∇h_t (t = k % T + 1), which sits at the position of Jᵀ_t. */
+static float *run_block(const exec_ctx *c, int pos, int T, size_t k)
+{
+    return A(c, pos + T - 1 - (int)(k % (size_t)T), k / (size_t)T).v;
+}
+
+/* The gather hook of weight_gradients: dst + k·len ← run_block(c, pos, T, k), len floats,
+ * for every k < B·T, in the memory the elements live in. */
+typedef void gather_fn(const exec_ctx *c, sp_tape *t, float *dst, int pos, int T, size_t len);
+
+/* On the host: one copy per block (the head's ∇y may already be in place: memmove). */
+static void gather_host(const exec_ctx *c, sp_tape *t, float *dst, int pos, int T, size_t len)
+{
+    (void)t;
+    size_t count = (size_t)c->B * (size_t)T;
+    for (size_t k = 0; k < count; k++) memmove(dst + k * len, run_block(c, pos, T, k), len * sizeof(float));
+}
+
+#ifdef SP_HAVE_CUDA
+/* On the device: one launch that reads the blocks through an array of their addresses. */
+static void gather_dev(const exec_ctx *c, sp_tape *t, float *dst, int pos, int T, size_t len)
+{
+    int count = c->B * T;
+    float **src = sp_tape_alloc(t, (size_t)count * sizeof *src);
+    for (int k = 0; k < count; k++) src[k] = run_block(c, pos, T, (size_t)k);
+    sp_bppsa_cuda_gather(t, dst, src, count, len);
+}
+#endif
+
+/* Gather the recovered ∇x_i into the nodes' grads, then every weight gradient (Eq. 2):
+ * G from ∇y, a recurrent op's from its ∇h_t of every time step. dev is where the grads
+ * and the scan's elements live, gather how elements are brought together there. */
+static void weight_gradients(exec_ctx *c, sp_tape *t, sp_device dev, gather_fn *gather)
 {
     bppsa_state *s = c->s;
     int B = c->B;
@@ -310,18 +319,15 @@ static void weight_gradients(exec_ctx *c, sp_tape *t)
         sp_node *node = s->nodes[i];
         int pos = s->node_pos[i];
         size_t per = sp_tensor_sample_numel(&node->out);
-        for (int b = 0; b < B; b++) memmove(node->grad.data + (size_t)b * per, A(c, pos, b).v, per * sizeof(float));
+        gather(c, t, node->grad.data, pos, 1, per);
         if (!node->layer || node->layer->nparams == 0) continue;
         if (!bppsa_scans_time(node)) {
             node->op->backward_params(node, &node->grad);
             continue;
         }
         int T = node->op->chain_len(node), H = (int)per;
-        sp_tensor dh = sp_tape_tensor(t, 3, (int[]){B, T, H});
-        for (int b = 0; b < B; b++)
-            for (int tt = 1; tt <= T; tt++)   /* ∇h_t sits at the position of Jᵀ_t */
-                memcpy(dh.data + ((size_t)b * T + (size_t)(tt - 1)) * H, A(c, pos + T - tt, b).v,
-                       (size_t)H * sizeof(float));
+        sp_tensor dh = sp_tape_tensor_on(t, dev, 3, (int[]){B, T, H});
+        gather(c, t, dh.data, pos, T, (size_t)H);
         node->op->chain_backward_params(node, &dh);
     }
 }
@@ -379,11 +385,11 @@ static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nod
     for (int k = 0; k < s->plan.nsteps;) k = run_level(&c, ty, reg, &reg_t, k, tasks, t);
 #ifdef SP_HAVE_CUDA
     if (s->device) {
-        weight_gradients_dev(&c, t);
+        weight_gradients(&c, t, SP_CUDA, gather_dev);
         return;
     }
 #endif
-    weight_gradients(&c, t);
+    weight_gradients(&c, t, SP_CPU, gather_host);
 }
 
 static void bppsa_backward(sp_engine *e, sp_tape *t, sp_node *loss)
