@@ -430,6 +430,28 @@ static int count_of(const char *hay, const char *needle)
     return c;
 }
 
+/* --plan's memory line names every part of the scan's memory, and the parts add up. */
+Test(bppsa_app, plan_memory_parts_add_up)
+{
+    char cmd[512], out[1 << 14];
+    snprintf(cmd, sizeof cmd, "%s --backward bppsa --plan 2>&1", bin("demo"));
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    cr_assert_eq(pclose(p), 0, "%s", out);
+    const char *m = strstr(out, "memory per step: scan ");
+    cr_assert_not_null(m, "%s", out);
+    double v[4];
+    char u[4][8];
+    cr_assert_eq(sscanf(m, "memory per step: scan %lf %7s (Jt values %lf %7[^,], products %lf %7[^,], arrays and tasks "
+                           "%lf %7[^)])", &v[0], u[0], &v[1], u[1], &v[2], u[2], &v[3], u[3]), 8, "%s", m);
+    double kib[4];
+    for (int i = 0; i < 4; i++)
+        kib[i] = v[i] * (strcmp(u[i], "MiB") == 0 ? 1024 : strcmp(u[i], "KiB") == 0 ? 1 : 1.0 / 1024);
+    cr_assert_float_eq(kib[1] + kib[2] + kib[3], kib[0], 0.16, "parts %g + %g + %g KiB, scan %g KiB", kib[1], kib[2],
+                       kib[3], kib[0]);
+}
+
 /* --plan-svg: a well-formed SVG with one node per plan step and per input element. */
 Test(bppsa_app, plan_svg_draws_the_tree)
 {
@@ -459,6 +481,9 @@ Test(bppsa_app, plan_svg_draws_the_tree)
         cr_assert_eq(count_of(buf, "class=\"step\""), p.nsteps, "T=%d: %d step nodes, the plan has %d steps", Ts[c],
                      count_of(buf, "class=\"step\""), p.nsteps);
         cr_assert_eq(count_of(buf, "class=\"input\""), n + 1);
+        /* the legend explains every mark the tree uses */
+        cr_assert(strstr(buf, "down-sweep: a[r]'s old value moves to a[l] (grey dot: where it lands)"), "legend: dashes");
+        cr_assert(strstr(buf, ">operand of a step<"), "legend: solid lines");
         int crit = count_of(buf, "(critical)");
         cr_assert_geq(crit, p.work_levels, "every level that multiplies has a critical step");
         sp_scan_plan_free(&p);

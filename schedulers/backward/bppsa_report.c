@@ -127,11 +127,14 @@ void bppsa_print_plan(const bppsa_state *s, bool full)
 
 void bppsa_print_memory(const sp_bppsa_stats *st)
 {
-    char b[6][32];
-    printf("memory per step: scan %s (Jt values %s, products %s) + gradients %s + forward %s = peak %s"
-           " (linear BP: forward + gradients)\n",
+    /* every part of the scan's memory, so that they add up to it: the rest are the element
+     * arrays, the task lists and a recurrent op's ∇h_t */
+    char b[7][32];
+    size_t rest = st->scan_bytes - st->jt_bytes - st->product_bytes;
+    printf("memory per step: scan %s (Jt values %s, products %s, arrays and tasks %s) + gradients %s + forward %s = "
+           "peak %s (linear BP: forward + gradients)\n",
            fmt_bytes(b[0], 32, st->scan_bytes), fmt_bytes(b[1], 32, st->jt_bytes), fmt_bytes(b[2], 32, st->product_bytes),
-           fmt_bytes(b[3], 32, st->grad_bytes), fmt_bytes(b[4], 32, st->forward_bytes),
+           fmt_bytes(b[6], 32, rest), fmt_bytes(b[3], 32, st->grad_bytes), fmt_bytes(b[4], 32, st->forward_bytes),
            fmt_bytes(b[5], 32, st->peak_bytes));
     fflush(stdout);
 }
@@ -162,7 +165,7 @@ void bppsa_draw_plan_svg(const bppsa_state *s, const char *path)
     if (!f) sp_fail("--plan-svg %s: cannot open for writing", path);
     int colw = n > 40 ? 22 : 40, rowh = 46, left = 110, top = 70;
     int names_h = 90;   /* each column's op, rotated, under the tree */
-    int rows = p->nlevels + 1, width = left + (n + 1) * colw + 30, height = top + rows * rowh + names_h + 90;
+    int rows = p->nlevels + 1, width = left + (n + 1) * colw + 30, height = top + rows * rowh + names_h + 114;
     if (width < 1040) width = 1040;
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
@@ -272,6 +275,15 @@ void bppsa_draw_plan_svg(const bppsa_state *s, const char *path)
     }
     fprintf(f, "<circle cx=\"17\" cy=\"%d\" r=\"7\" fill=\"white\" stroke=\"#d32f2f\" stroke-width=\"3\"/>"
                "<text x=\"30\" y=\"%d\">the most expensive step of its level (critical path)</text>\n", ly + 24, ly + 28);
+    /* the lines: a step's two operands (solid), and the down-sweep's move of a[r]'s old
+     * value into a[l] (dashed, ending in a grey dot where it lands) */
+    int lz = ly + 48;
+    fprintf(f, "<line x1=\"10\" y1=\"%d\" x2=\"34\" y2=\"%d\" stroke=\"#999\"/>"
+               "<text x=\"40\" y=\"%d\">operand of a step</text>\n", lz, lz, lz + 4);
+    fprintf(f, "<line x1=\"210\" y1=\"%d\" x2=\"234\" y2=\"%d\" stroke=\"#bbb\" stroke-dasharray=\"3,3\"/>"
+               "<circle cx=\"234\" cy=\"%d\" r=\"3\" fill=\"#bbb\"/>"
+               "<text x=\"242\" y=\"%d\">down-sweep: a[r]'s old value moves to a[l] (grey dot: where it lands)</text>\n",
+            lz, lz, lz, lz + 4);
     fprintf(f, "</svg>\n");
 #undef X
 #undef Y
