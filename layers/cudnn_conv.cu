@@ -86,12 +86,13 @@ __global__ void conv_jt_kernel(float *data, size_t stride, const int32_t *indptr
 // ----------------------------------------------------------------------------
 // plans: descriptors and algorithms per shape
 
-/* The first result (cuDNN sorts them by time) that succeeded and fits the workspace cap;
- * -1 if none does. */
+/* The first result (cuDNN sorts them by time) that succeeded, is deterministic and fits
+ * the workspace cap; -1 if none does. */
 template <typename Perf> static int pick(const Perf *perf, int n)
 {
     for (int i = 0; i < n; i++)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= CONV_WS_CAP)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+            perf[i].memory <= CONV_WS_CAP)
             return i;
     return -1;
 }
@@ -168,8 +169,9 @@ static const conv_plan *plan_for(const sp_node *n, const conv_cfg *c)
     if (what) {
         plan_destroy(p);
         pthread_mutex_unlock(&plans_lock);
-        sp_fail("%s: cuDNN found no %s algorithm within %zu MiB of workspace among %d", c->op, what,
-                CONV_WS_CAP >> 20, tried);
+        sp_fail("%s: cuDNN found no deterministic %s algorithm within %zu MiB of workspace among %d (scanprop's "
+                "gradients must repeat bit for bit)",
+                c->op, what, CONV_WS_CAP >> 20, tried);
     }
     nplans++;
     pthread_mutex_unlock(&plans_lock);

@@ -14,10 +14,12 @@
  *
  * A plan per shape (batch, channels, image, kernel, stride, padding, groups) holds the
  * cuDNN descriptors and the three algorithms chosen once with cudnnFind*Algorithm: the
- * fastest that succeeds and needs at most 512 MiB of workspace, else sp_fail; the
- * workspace itself comes from the tape's device arena at each call. Plans live until the
- * process ends. Sums are cuDNN's order: results match the CPU ops to 1e-5 of the largest
- * entry, not bitwise. */
+ * fastest that succeeds, is deterministic (CUDNN_DETERMINISTIC: the same inputs give the
+ * same bits, which the engines' bitwise comparisons and repeatable runs rely on; on an
+ * H200 cuDNN ranked a non-deterministic backward-filter algorithm fastest) and needs at
+ * most 512 MiB of workspace, else sp_fail; the workspace itself comes from the tape's
+ * device arena at each call. Plans live until the process ends. Sums are cuDNN's order:
+ * results match the CPU ops to 1e-5 of the largest entry, not bitwise. */
 #ifndef SP_CUDNN_CONV_H
 #define SP_CUDNN_CONV_H
 
