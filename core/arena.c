@@ -1,10 +1,12 @@
-/* arena.c — bump allocation in blocks; reset merges blocks so steady state never mallocs.
+/* arena.c — bump allocation in blocks; reset merges blocks so steady state never
+ * allocates a block. The blocks come from a block source (arena.h); the host's is here.
  *
- * Blocks are mapped from the kernel (mmap), not taken from malloc: a block of tens of MB
- * that is freed (an evaluation's tape, the first steps' blocks merged on reset) goes back
- * to the system whole. From malloc, glibc raises its mmap threshold to the size of every
- * large chunk freed, so the next such blocks came from the heap and the heap fragmented:
- * LeNet's RSS rose from 68 to 163 MB over ten evaluations (issue 19, item 15). */
+ * Host blocks are mapped from the kernel (mmap), not taken from malloc: a block of tens
+ * of MB that is freed (an evaluation's tape, the first steps' blocks merged on reset)
+ * goes back to the system whole. From malloc, glibc raises its mmap threshold to the
+ * size of every large chunk freed, so the next such blocks came from the heap and the
+ * heap fragmented: LeNet's RSS rose from 68 to 163 MB over ten evaluations (issue 19,
+ * item 15). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,18 +14,15 @@
 #include "core/arena.h"
 #include "core/error.h"
 
-#define ARENA_ALIGN 64
+#define ARENA_MIN_BLOCK ((size_t)1 << 20)
 
-struct sp_arena_block {
-    sp_arena_block *next;
-    size_t size, used;
-    unsigned char *base;   /* ARENA_ALIGN-aligned */
-};
+// ----------------------------------------------------------------------------
+// the host's block source: mapped pages
 
-static sp_arena_block *block_new(sp_arena *a, size_t size)
+static sp_arena_block *host_block_new(size_t size)
 {
     size_t page = 4096;
-    size = (size + page - 1) & ~(page - 1);   /* mapped in whole pages (page-aligned: ARENA_ALIGN holds) */
+    size = (size + page - 1) & ~(page - 1);   /* mapped in whole pages (page-aligned: the 64-byte unit holds) */
     void *base = mmap(NULL, size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) sp_fail("out of memory: arena block of %zu bytes (%s)", size, strerror(errno));
     /* the block's header lives in its first page: no malloc at all */
@@ -32,38 +31,59 @@ static sp_arena_block *block_new(sp_arena *a, size_t size)
     b->size = size;
     b->used = 0;
     b->next = NULL;
-    a->nmallocs++;
     return b;
 }
 
-static void blocks_free(sp_arena_block *b)
+static void host_block_free(sp_arena_block *b) { munmap(b, (size_t)(b->base - (unsigned char *)b) + b->size); }
+
+const sp_arena_source sp_arena_host = {.align = 64, .block_new = host_block_new, .block_free = host_block_free};
+
+// ----------------------------------------------------------------------------
+// the arena
+
+/* A zeroed arena is a host arena, as before block sources existed. */
+static const sp_arena_source *source(const sp_arena *a) { return a->src ? a->src : &sp_arena_host; }
+
+static sp_arena_block *block_new(sp_arena *a, size_t size)
+{
+    a->nmallocs++;
+    return source(a)->block_new(size);
+}
+
+static void blocks_free(const sp_arena_source *src, sp_arena_block *b)
 {
     while (b) {
         sp_arena_block *next = b->next;
-        munmap(b, (size_t)(b->base - (unsigned char *)b) + b->size);
+        src->block_free(b);
         b = next;
     }
 }
 
-void sp_arena_init(sp_arena *a, size_t initial_bytes)
+void sp_arena_init_on(sp_arena *a, const sp_arena_source *src, size_t initial_bytes)
 {
     memset(a, 0, sizeof *a);
+    a->src = src;
     if (initial_bytes) a->head = block_new(a, initial_bytes);
 }
 
+void sp_arena_init(sp_arena *a, size_t initial_bytes) { sp_arena_init_on(a, &sp_arena_host, initial_bytes); }
+
 void sp_arena_free(sp_arena *a)
 {
-    blocks_free(a->head);
+    const sp_arena_source *src = source(a);
+    blocks_free(src, a->head);
     memset(a, 0, sizeof *a);
+    a->src = src;
 }
 
 void *sp_arena_alloc(sp_arena *a, size_t bytes)
 {
-    size_t need = (bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
-    if (need == 0) need = ARENA_ALIGN;
+    size_t align = source(a)->align;
+    size_t need = (bytes + align - 1) & ~(align - 1);
+    if (need == 0) need = align;
     sp_arena_block *b = a->head;
     if (!b || b->used + need > b->size) {
-        size_t size = need > (1u << 20) ? need : (1u << 20);
+        size_t size = need > ARENA_MIN_BLOCK ? need : ARENA_MIN_BLOCK;
         if (b && size < 2 * b->size) size = 2 * b->size;   /* geometric growth */
         sp_arena_block *nb = block_new(a, size);
         nb->next = b;
@@ -84,11 +104,13 @@ void *sp_arena_calloc(sp_arena *a, size_t bytes)
 void sp_arena_reset(sp_arena *a)
 {
     /* Several blocks mean the step outgrew the arena: replace them by one block of
-     * the high-water size so the next step fits in one block with no malloc. */
+     * the high-water size so the next step fits in one block with no allocation. */
     if (a->head && a->head->next) {
-        blocks_free(a->head);
+        blocks_free(source(a), a->head);
         a->head = block_new(a, a->high_water);
     }
     if (a->head) a->head->used = 0;
     a->used_total = 0;
 }
+
+const void *sp_arena_base(const sp_arena *a) { return a->head ? a->head->base : NULL; }

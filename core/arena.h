@@ -3,26 +3,56 @@
  * Everything a training step creates (node outputs, saved state, gradient buffers,
  * scratch) is carved from one arena and released at once by sp_arena_reset. The
  * arena grows during the first step(s); on reset it merges its blocks into one of
- * the high-water size, so a steady-state step performs no malloc at all. */
+ * the high-water size, so a steady-state step performs no block allocation at all.
+ *
+ * The policy is one; where the blocks come from is a block source: host pages
+ * (sp_arena_host, the default) or a device's memory (the CUDA backend's step arena,
+ * core/kernels/cuda_backend.cu). */
 #ifndef SP_ARENA_H
 #define SP_ARENA_H
 
 #include <stddef.h>
 
-typedef struct sp_arena_block sp_arena_block;
+/* One block: size bytes at base, the first used of them handed out; older blocks
+ * follow next. Where the header itself lives is the source's business. */
+typedef struct sp_arena_block {
+    struct sp_arena_block *next;
+    unsigned char *base;   /* align-aligned (the source's align) */
+    size_t size, used;
+} sp_arena_block;
+
+/* A block source. block_new returns a block of at least `bytes` usable bytes at an
+ * align-aligned base, with next = NULL and used = 0 (it exits on failure);
+ * block_free returns one block, header included. */
+typedef struct sp_arena_source {
+    size_t align;   /* every allocation's alignment and size unit (a power of two) */
+    sp_arena_block *(*block_new)(size_t bytes);
+    void (*block_free)(sp_arena_block *b);
+} sp_arena_source;
+
+/* Host pages mapped from the kernel, 64-byte allocations (core/arena.c). */
+extern const sp_arena_source sp_arena_host;
 
 typedef struct sp_arena {
-    sp_arena_block *head;   /* current block; older blocks follow ->next   */
-    size_t used_total;      /* bytes handed out since the last reset        */
-    size_t high_water;      /* largest used_total seen                      */
-    size_t nmallocs;        /* block allocations performed (for tests)      */
+    sp_arena_block *head;        /* current block; older blocks follow ->next   */
+    size_t used_total;           /* bytes handed out since the last reset        */
+    size_t high_water;           /* largest used_total seen                      */
+    size_t nmallocs;             /* block allocations performed (for tests)      */
+    const sp_arena_source *src;  /* where blocks come from                       */
 } sp_arena;
 
+/* A host arena (sp_arena_host; a zeroed sp_arena is one too). */
 void sp_arena_init(sp_arena *a, size_t initial_bytes);
+void sp_arena_init_on(sp_arena *a, const sp_arena_source *src, size_t initial_bytes);
+/* Returns every block; the arena keeps its source and may be used again. */
 void sp_arena_free(sp_arena *a);
-/* 64-byte aligned, uninitialised. */
+/* src->align-aligned, uninitialised. */
 void *sp_arena_alloc(sp_arena *a, size_t bytes);
+/* Host arenas only (memset). */
 void *sp_arena_calloc(sp_arena *a, size_t bytes);
 void sp_arena_reset(sp_arena *a);
+/* Where the first allocation after a reset lands (NULL before any block exists):
+ * the same base and the same requests give the same addresses. */
+const void *sp_arena_base(const sp_arena *a);
 
 #endif

@@ -16,37 +16,15 @@
 #include "layers/elementwise.h"
 #include "layers/im2col.h"
 #include "layers/layers.h"
+#include "layers/pool2d.h"
 
 /* ---- avgpool2d(k, stride, pad) --------------------------------------------------------- */
 
-typedef struct avg_layer {
-    sp_layer base;
-    int k, stride, pad;
-} avg_layer;
-
-#define AL(n) ((const avg_layer *)(n)->layer)
-
-static sp_conv_geom avg_geom(const sp_node *n)
-{
-    const sp_tensor *x = sp_node_x(n);
-    return (sp_conv_geom){.C = x->shape[1], .H = x->shape[2], .W = x->shape[3], .Ho = n->out.shape[2],
-                          .Wo = n->out.shape[3], .k = AL(n)->k, .stride = AL(n)->stride, .pad = AL(n)->pad};
-}
-
-static void avg_infer(sp_node *n, const sp_tensor *x)
-{
-    const avg_layer *l = AL(n);
-    char buf[64];
-    if (x->ndim != 4 || x->shape[2] + 2 * l->pad < l->k || x->shape[3] + 2 * l->pad < l->k)
-        sp_fail("avgpool2d: input %s, expected [B, C, H, W] with H, W >= %d (kernel %d, padding %d)",
-                sp_shape_str(x, buf, sizeof buf), l->k - 2 * l->pad, l->k, l->pad);
-    n->out = sp_tensor_4d(NULL, x->shape[0], x->shape[1], sp_conv_out_size(x->shape[2], l->k, l->stride, l->pad),
-                          sp_conv_out_size(x->shape[3], l->k, l->stride, l->pad));
-}
+static void avg_infer(sp_node *n, const sp_tensor *x) { sp_pool2d_infer(n, x); }
 
 static void avg_forward(sp_node *n)
 {
-    sp_conv_geom g = avg_geom(n);
+    sp_conv_geom g = sp_pool2d_geom(n);
     const float *x = sp_node_x(n)->data;
     float inv = 1.0f / (float)(g.k * g.k);
     size_t planes = (size_t)n->out.shape[0] * g.C;
@@ -65,7 +43,7 @@ static void avg_forward(sp_node *n)
 
 static void avg_backward_input(sp_node *n, int i0, const sp_tensor *dy, sp_tensor *dx)
 {
-    sp_conv_geom g = avg_geom(n);
+    sp_conv_geom g = sp_pool2d_geom(n);
     float inv = 1.0f / (float)(g.k * g.k);
     size_t planes = (size_t)dy->shape[0] * g.C;
     for (size_t pl = 0; pl < planes; pl++)
@@ -81,41 +59,17 @@ static void avg_backward_input(sp_node *n, int i0, const sp_tensor *dy, sp_tenso
             }
 }
 
-static void avg_jt_pattern(const sp_node *n, int i0, sp_csr *jt)
-{
-    sp_conv_geom g = avg_geom(n);
-    int rows = g.C * g.H * g.W, cols = g.C * g.Ho * g.Wo;
-    int64_t nnz = 0;
-    for (int r = 0; r < rows; r++) {
-        int i_lo, i_hi, j_lo, j_hi;
-        sp_window_range(r / g.W % g.H, g.k, g.stride, g.pad, g.Ho, &i_lo, &i_hi);
-        sp_window_range(r % g.W, g.k, g.stride, g.pad, g.Wo, &j_lo, &j_hi);
-        nnz += (int64_t)(i_hi - i_lo) * (j_hi - j_lo);
-    }
-    if (nnz > INT32_MAX)
-        sp_fail("avgpool2d: Jᵀ has %lld non-zeros, more than int32 CSR indices hold", (long long)nnz);
-    sp_csr_alloc(jt, rows, cols, nnz);
-    int32_t pos = 0;
-    for (int r = 0; r < rows; r++) {
-        int c = r / (g.H * g.W), i_lo, i_hi, j_lo, j_hi;
-        sp_window_range(r / g.W % g.H, g.k, g.stride, g.pad, g.Ho, &i_lo, &i_hi);
-        sp_window_range(r % g.W, g.k, g.stride, g.pad, g.Wo, &j_lo, &j_hi);
-        jt->indptr[r] = pos;
-        for (int i = i_lo; i < i_hi; i++)
-            for (int j = j_lo; j < j_hi; j++) jt->indices[pos++] = (c * g.Ho + i) * g.Wo + j;
-    }
-    jt->indptr[rows] = pos;
-}
+static void avg_jt_pattern(const sp_node *n, int i0, sp_csr *jt) { sp_pool2d_jt_pattern(n, i0, jt); }
 
 static void avg_jt_values(const sp_node *n, int i0, int b, sp_csr *jt)
 {
-    float v = 1.0f / (float)(AL(n)->k * AL(n)->k);
+    float v = 1.0f / (float)(SP_POOL2D(n)->k * SP_POOL2D(n)->k);
     for (int64_t e = 0; e < jt->nnz; e++) jt->data[e] = v;
 }
 
 static sp_cost avg_cost(const sp_node *n)
 {
-    double out = (double)n->out.numel, k = AL(n)->k;
+    double out = (double)n->out.numel, k = SP_POOL2D(n)->k;
     return (sp_cost){.fwd_flops = out * k * k, .bwd_input_flops = out * k * k, .out_bytes = 4 * out};
 }
 
@@ -129,22 +83,11 @@ const sp_opdef sp_op_avgpool2d = {
     .cost = avg_cost,
 };
 
-sp_layer *sp_avgpool2d(int k, int stride, int pad)
-{
-    if (k < 1 || stride < 1 || pad < 0 || 2 * pad > k)
-        sp_fail("avgpool2d: kernel %d, stride %d, padding %d (expected kernel, stride >= 1, 0 <= padding <= kernel/2)",
-                k, stride, pad);
-    avg_layer *l = sp_xcalloc(1, sizeof *l);
-    l->base.op = &sp_op_avgpool2d;
-    l->k = k;
-    l->stride = stride;
-    l->pad = pad;
-    return &l->base;
-}
+sp_layer *sp_avgpool2d(int k, int stride, int pad) { return sp_pool2d_layer_new(&sp_op_avgpool2d, k, stride, pad); }
 
 void sp_avgpool2d_geometry(const sp_layer *l, int *k, int *stride, int *pad)
 {
-    const avg_layer *a = (const avg_layer *)l;
+    const sp_pool2d_layer *a = (const sp_pool2d_layer *)l;
     *k = a->k, *stride = a->stride, *pad = a->pad;
 }
 

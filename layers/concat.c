@@ -6,24 +6,9 @@
 #include <string.h>
 #include "core/kernels/csr_ops.h"
 #include "core/error.h"
+#include "layers/concat.h"
 #include "layers/elementwise.h"
 #include "layers/layers.h"
-
-/* Elements per channel (product of the dims after dim 1). */
-static size_t per_channel(const sp_tensor *t)
-{
-    size_t s = 1;
-    for (int d = 2; d < t->ndim; d++) s *= (size_t)t->shape[d];
-    return s;
-}
-
-/* Channels before input i. */
-static int offset_of(const sp_node *n, int i)
-{
-    int off = 0;
-    for (int k = 0; k < i; k++) off += sp_node_in(n, k)->shape[1];
-    return off;
-}
 
 static void concat_infer(sp_node *n, const sp_tensor *x)
 {
@@ -47,7 +32,7 @@ static void concat_infer(sp_node *n, const sp_tensor *x)
 static void concat_forward(sp_node *n)
 {
     int B = n->out.shape[0];
-    size_t S = per_channel(&n->out), row = (size_t)n->out.shape[1] * S;
+    size_t S = sp_concat_per_channel(&n->out), row = (size_t)n->out.shape[1] * S;
     for (int b = 0; b < B; b++)
         for (int i = 0, off = 0; i < n->ninputs; i++) {
             const sp_tensor *xi = sp_node_in(n, i);
@@ -60,15 +45,15 @@ static void concat_forward(sp_node *n)
 static void concat_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     int B = n->out.shape[0];
-    size_t S = per_channel(&n->out), row = (size_t)n->out.shape[1] * S, len = (size_t)dx->shape[1] * S;
-    size_t off = (size_t)offset_of(n, i) * S;
+    size_t S = sp_concat_per_channel(&n->out), row = (size_t)n->out.shape[1] * S, len = (size_t)dx->shape[1] * S;
+    size_t off = (size_t)sp_concat_offset(n, i) * S;
     for (int b = 0; b < B; b++) memcpy(dx->data + b * len, dy->data + b * row + off, len * sizeof(float));
 }
 
 static void concat_jt_pattern(const sp_node *n, int i, sp_csr *jt)
 {
-    size_t S = per_channel(&n->out);
-    int rows = (int)sp_tensor_sample_numel(sp_node_in(n, i)), off = (int)((size_t)offset_of(n, i) * S);
+    size_t S = sp_concat_per_channel(&n->out);
+    int rows = (int)sp_tensor_sample_numel(sp_node_in(n, i)), off = (int)((size_t)sp_concat_offset(n, i) * S);
     sp_csr_alloc(jt, rows, (int)sp_tensor_sample_numel(&n->out), rows);
     for (int r = 0; r <= rows; r++) jt->indptr[r] = r;
     for (int r = 0; r < rows; r++) jt->indices[r] = off + r;   /* channel c of x_i is off_i + c of y */

@@ -8,6 +8,7 @@
 extern "C" {
 #include "core/device.h"
 #include "core/tape.h"
+#include "layers/concat.h"
 #include "layers/layers.h"
 }
 
@@ -44,37 +45,23 @@ static void concat_copy_cuda(float *dst, size_t dld, const float *src, size_t sl
 // ----------------------------------------------------------------------------
 // the op
 
-/* Elements per channel, and channels before input i (as concat.c). */
-static size_t per_channel(const sp_tensor *t)
-{
-    size_t s = 1;
-    for (int d = 2; d < t->ndim; d++) s *= (size_t)t->shape[d];
-    return s;
-}
-
-static int offset_of(const sp_node *n, int i)
-{
-    int off = 0;
-    for (int k = 0; k < i; k++) off += sp_node_in(n, k)->shape[1];
-    return off;
-}
-
 static void concat_cuda_forward(sp_node *n)
 {
     int B = n->out.shape[0];
-    size_t S = per_channel(&n->out), row = (size_t)n->out.shape[1] * S;
+    size_t S = sp_concat_per_channel(&n->out), row = (size_t)n->out.shape[1] * S;
     for (int i = 0; i < n->ninputs; i++) {
         const sp_tensor *xi = sp_node_in(n, i);
         size_t len = (size_t)xi->shape[1] * S;
-        concat_copy_cuda(n->out.data + (size_t)offset_of(n, i) * S, row, xi->data, len, len, B, sp_cuda_stream());
+        concat_copy_cuda(n->out.data + (size_t)sp_concat_offset(n, i) * S, row, xi->data, len, len, B,
+                         sp_cuda_stream());
     }
 }
 
 static void concat_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     int B = n->out.shape[0];
-    size_t S = per_channel(&n->out), row = (size_t)n->out.shape[1] * S, len = (size_t)dx->shape[1] * S;
-    concat_copy_cuda(dx->data, len, dy->data + (size_t)offset_of(n, i) * S, row, len, B, sp_cuda_stream());
+    size_t S = sp_concat_per_channel(&n->out), row = (size_t)n->out.shape[1] * S, len = (size_t)dx->shape[1] * S;
+    concat_copy_cuda(dx->data, len, dy->data + (size_t)sp_concat_offset(n, i) * S, row, len, B, sp_cuda_stream());
 }
 
 static void concat_jt_launch(const sp_csr *jt, size_t stride, int nb)

@@ -19,31 +19,9 @@
 #include "core/tape.h"
 #include "layers/im2col.h"
 #include "layers/layers.h"
+#include "layers/pool2d.h"
 
-typedef struct pool_layer {
-    sp_layer base;
-    int k, stride, pad;
-} pool_layer;
-
-#define L(n) ((const pool_layer *)(n)->layer)
-
-static sp_conv_geom pool_geom(const sp_node *n)
-{
-    const sp_tensor *x = sp_node_x(n);
-    return (sp_conv_geom){.C = x->shape[1], .H = x->shape[2], .W = x->shape[3], .Ho = n->out.shape[2],
-                          .Wo = n->out.shape[3], .k = L(n)->k, .stride = L(n)->stride, .pad = L(n)->pad};
-}
-
-static void pool_infer(sp_node *n, const sp_tensor *x)
-{
-    const pool_layer *l = L(n);
-    char buf[64];
-    if (x->ndim != 4 || x->shape[2] + 2 * l->pad < l->k || x->shape[3] + 2 * l->pad < l->k)
-        sp_fail("maxpool2d: input %s, expected [B, C, H, W] with H, W >= %d (kernel %d, padding %d)",
-                sp_shape_str(x, buf, sizeof buf), l->k - 2 * l->pad, l->k, l->pad);
-    n->out = sp_tensor_4d(NULL, x->shape[0], x->shape[1], sp_conv_out_size(x->shape[2], l->k, l->stride, l->pad),
-                          sp_conv_out_size(x->shape[3], l->k, l->stride, l->pad));
-}
+static void pool_infer(sp_node *n, const sp_tensor *x) { sp_pool2d_infer(n, x); }
 
 typedef struct pool_job {
     sp_conv_geom g;
@@ -124,7 +102,7 @@ static void pool_forward_range(void *ctx, size_t begin, size_t end)
 
 static void pool_forward(sp_node *n)
 {
-    pool_job J = {.g = pool_geom(n), .x = sp_node_x(n)->data, .y = n->out.data};
+    pool_job J = {.g = sp_pool2d_geom(n), .x = sp_node_x(n)->data, .y = n->out.data};
     J.arg = sp_tape_alloc(n->tape, n->out.numel * sizeof(int32_t));
     n->saved = J.arg;
     sp_parallel_for((size_t)n->out.shape[0] * J.g.C, pool_forward_range, &J);
@@ -174,42 +152,17 @@ static void pool_backward_range(void *ctx, size_t begin, size_t end)
 
 static void pool_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
-    pool_job J = {.g = pool_geom(n), .dy = dy->data, .dx = dx->data, .arg = n->saved};
+    pool_job J = {.g = sp_pool2d_geom(n), .dy = dy->data, .dx = dx->data, .arg = n->saved};
     sp_parallel_for((size_t)dy->shape[0] * J.g.C, pool_backward_range, &J);
 }
 
 /* ---- Jᵀ: fixed membership pattern, 0/1 values --------------------------------------- */
 
-static void pool_jt_pattern(const sp_node *n, int i, sp_csr *jt)
-{
-    sp_conv_geom g = pool_geom(n);
-    int rows = g.C * g.H * g.W, cols = g.C * g.Ho * g.Wo;
-    int64_t nnz = 0;
-    for (int r = 0; r < rows; r++) {
-        int i_lo, i_hi, j_lo, j_hi;
-        sp_window_range(r / g.W % g.H, g.k, g.stride, g.pad, g.Ho, &i_lo, &i_hi);
-        sp_window_range(r % g.W, g.k, g.stride, g.pad, g.Wo, &j_lo, &j_hi);
-        nnz += (int64_t)(i_hi - i_lo) * (j_hi - j_lo);
-    }
-    if (nnz > INT32_MAX)
-        sp_fail("maxpool2d: Jᵀ has %lld non-zeros, more than int32 CSR indices hold (expected <= %d)",
-                (long long)nnz, INT32_MAX);
-    sp_csr_alloc(jt, rows, cols, nnz);
-    int32_t pos = 0;
-    for (int r = 0; r < rows; r++) {
-        int c = r / (g.H * g.W), i_lo, i_hi, j_lo, j_hi;
-        sp_window_range(r / g.W % g.H, g.k, g.stride, g.pad, g.Ho, &i_lo, &i_hi);
-        sp_window_range(r % g.W, g.k, g.stride, g.pad, g.Wo, &j_lo, &j_hi);
-        jt->indptr[r] = pos;
-        for (int i = i_lo; i < i_hi; i++)
-            for (int j = j_lo; j < j_hi; j++) jt->indices[pos++] = (c * g.Ho + i) * g.Wo + j;
-    }
-    jt->indptr[rows] = pos;
-}
+static void pool_jt_pattern(const sp_node *n, int i, sp_csr *jt) { sp_pool2d_jt_pattern(n, i, jt); }
 
 static void pool_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
 {
-    sp_conv_geom g = pool_geom(n);
+    sp_conv_geom g = sp_pool2d_geom(n);
     const int32_t *arg = (const int32_t *)n->saved + (size_t)b * g.C * g.Ho * g.Wo;
     memset(jt->data, 0, (size_t)jt->nnz * sizeof(float));
     for (int c = 0; c < g.C; c++)
@@ -226,7 +179,7 @@ static void pool_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
 
 static sp_cost pool_cost(const sp_node *n)
 {
-    double out = (double)n->out.numel, k = L(n)->k;
+    double out = (double)n->out.numel, k = SP_POOL2D(n)->k;
     return (sp_cost){.fwd_flops = out * k * k, .bwd_input_flops = out, .out_bytes = 4 * out, .saved_bytes = 4 * out};
 }
 
@@ -240,23 +193,11 @@ const sp_opdef sp_op_maxpool2d = {
     .cost = pool_cost,
 };
 
-sp_layer *sp_maxpool2d(int k, int stride, int pad)
-{
-    if (k < 1 || stride < 1 || pad < 0 || pad > k / 2)
-        sp_fail("maxpool2d: kernel %d, stride %d, padding %d (expected kernel, stride >= 1 and 0 <= padding <= "
-                "kernel/2)",
-                k, stride, pad);
-    pool_layer *l = sp_xcalloc(1, sizeof *l);
-    l->base.op = &sp_op_maxpool2d;
-    l->k = k;
-    l->stride = stride;
-    l->pad = pad;
-    return &l->base;
-}
+sp_layer *sp_maxpool2d(int k, int stride, int pad) { return sp_pool2d_layer_new(&sp_op_maxpool2d, k, stride, pad); }
 
 void sp_maxpool2d_geometry(const sp_layer *l, int *k, int *stride, int *pad)
 {
-    const pool_layer *p = (const pool_layer *)l;
+    const sp_pool2d_layer *p = (const sp_pool2d_layer *)l;
     *k = p->k;
     *stride = p->stride;
     *pad = p->pad;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/device.h"
+#include "core/error.h"
 #include "core/kernels/cuda.h"
 #include "schedulers/backward/engine.h"
 #include "layers/layers.h"
@@ -880,6 +881,75 @@ Test(cuda, conv2d_groups_matches_cpu)
         sp_tape_free(&tg);
         sp_layer_free(c);
         sp_layer_free(g);
+    }
+}
+
+/* ---- the algorithm search of the shared cuDNN convolution (layers/cudnn_conv.cu) ---------- */
+
+static bool emulated(void)
+{
+    struct cudaDeviceProp p;
+    return cudaGetDeviceProperties(&p, 0) == cudaSuccess && strcmp(p.name, "scanprop CUDA emulator") == 0;
+}
+
+/* cuDNN may rank a non-deterministic algorithm fastest (backward-filter on an H200 did,
+ * and the ooo engine's gradients then differed from the linear engine's): the search must
+ * skip it. Under the emulator, SCANPROP_EMU_CUDNN_NONDET=first lists such an algorithm
+ * first in every direction and aborts the test if it runs; on a GPU the variable does
+ * nothing and these are two more comparisons. */
+Test(cuda, conv_skips_nondeterministic_algorithms)
+{
+    setenv("SCANPROP_EMU_CUDNN_NONDET", "first", 1);
+    need_gpu();
+    sp_layer *c = sp_conv2d("conv", 3, 4, 3, 1, 1), *g = sp_conv2d("conv", 3, 4, 3, 1, 1);
+    twin_layers(c, g, 730);
+    compare_layer(c, g, 4, (int[]){2, 3, 6, 5}, 731, GEMM_TOL);
+    sp_layer_free(c);
+    sp_layer_free(g);
+    c = sp_conv2d_groups("g", 4, 6, 3, 2, 1, 2, true);
+    g = sp_conv2d_groups("g", 4, 6, 3, 2, 1, 2, true);
+    twin_layers(c, g, 732);
+    compare_layer(c, g, 4, (int[]){2, 4, 7, 6}, 733, GEMM_TOL);
+    sp_layer_free(c);
+    sp_layer_free(g);
+}
+
+typedef struct apply_args {
+    sp_tape *t;
+    sp_layer *l;
+    sp_node *x;
+} apply_args;
+
+static void apply_layer(void *arg)
+{
+    apply_args *a = arg;
+    sp_apply(a->t, a->l, a->x);
+}
+
+/* No deterministic algorithm at all (SCANPROP_EMU_CUDNN_NONDET=all, emulator only): a
+ * clear failure naming the op and the direction, not a silent non-deterministic pick. */
+Test(cuda, conv_without_deterministic_algorithm_fails_clearly)
+{
+    setenv("SCANPROP_EMU_CUDNN_NONDET", "all", 1);
+    need_gpu();
+    if (!emulated()) cr_skip_test("needs the CUDA emulator's SCANPROP_EMU_CUDNN_NONDET");
+    const char *names[] = {"conv2d", "conv2d_groups"};
+    for (int k = 0; k < 2; k++) {
+        sp_layer *l = k == 0 ? sp_conv2d("conv", 2, 3, 3, 1, 1) : sp_conv2d_groups("g", 2, 4, 3, 1, 1, 2, false);
+        sp_layer_to_device(l, SP_CUDA);
+        sp_tape t;
+        sp_tape_init(&t);
+        sp_tensor x = sp_tensor_new(4, (int[]){1, 2, 5, 5});
+        tu_fill_uniform(x.data, x.numel, 740 + k, -1.0f, 1.0f);
+        sp_tensor xd = upload(&t, &x);
+        apply_args a = {&t, l, sp_tape_input(&t, &xd)};
+        cr_assert_eq(sp_try(apply_layer, &a), SP_ERR, "%s: ran with only non-deterministic algorithms", names[k]);
+        char want[96];
+        snprintf(want, sizeof want, "%s: cuDNN found no deterministic forward algorithm", names[k]);
+        cr_assert(strstr(sp_last_error(), want), "message: %s", sp_last_error());
+        sp_tensor_free(&x);
+        sp_tape_free(&t);
+        sp_layer_free(l);
     }
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include "core/kernels/cuda.h"
 extern "C" {
+#include "core/arena.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/tape.h"
@@ -86,9 +87,9 @@ static void dev_fill(float *data, size_t n, float value)
     sp_cuda_check(cudaGetLastError());
 }
 
-/* The host arena's policy (core/arena.c) on device memory: bump allocation in blocks;
- * a reset after a step that needed several blocks replaces them by one block of the
- * high-water size, so from the second step on nothing is cudaMalloc'ed.
+/* The step arena: core/arena.c's arena over a block source of device memory (bump
+ * allocation in blocks; a reset after a step that needed several blocks replaces them by
+ * one block of the high-water size, so from the second step on nothing is cudaMalloc'ed).
  *
  * Reuse and streams: a reset hands the same memory to the next step, whose kernels may
  * be queued on any lane while the previous step's are still running there. A reset
@@ -100,38 +101,30 @@ static void dev_fill(float *data, size_t n, float value)
  * SCANPROP_CUDA_ARENA=off (debug): every allocation is its own cudaMalloc, freed at the
  * reset, so an overrun leaves its allocation instead of landing in a neighbour
  * (the emulator then reports it at the guard page). */
-typedef struct dev_block {
-    struct dev_block *next;
-    char *base;
-    size_t size, used;
-} dev_block;
-
 typedef struct dev_arena {
-    dev_block *head;
-    size_t used_total, high_water;
+    sp_arena a;        /* blocks from dev_source */
     bool off;          /* SCANPROP_CUDA_ARENA=off */
     bool joined;       /* sp_cuda_arena_joined since the last reset: lane 0 holds all its work */
     void **own;        /* off: this step's allocations */
     size_t nown, cap;
 } dev_arena;
 
-static dev_block *dev_block_new(size_t size)
+/* Device blocks: cudaMalloc'ed memory, the header on the host heap. */
+static sp_arena_block *dev_block_new(size_t size)
 {
-    dev_block *b = (dev_block *)sp_xcalloc(1, sizeof *b);
-    b->base = (char *)dev_alloc(size);
+    sp_arena_block *b = (sp_arena_block *)sp_xcalloc(1, sizeof *b);
+    b->base = (unsigned char *)dev_alloc(size);
     b->size = size;
     return b;
 }
 
-static void dev_blocks_free(dev_block *b)
+static void dev_block_free(sp_arena_block *b)
 {
-    while (b) {
-        dev_block *next = b->next;
-        dev_free(b->base);   /* cudaFree waits for kernels still using the block */
-        free(b);
-        b = next;
-    }
+    dev_free(b->base);   /* cudaFree waits for kernels still using the block */
+    free(b);
 }
+
+static const sp_arena_source dev_source = {DEV_ALIGN, dev_block_new, dev_block_free};
 
 static bool arena_off(void)
 {
@@ -144,6 +137,7 @@ static bool arena_off(void)
 static void *dev_arena_new(void)
 {
     dev_arena *a = (dev_arena *)sp_xcalloc(1, sizeof(dev_arena));
+    sp_arena_init_on(&a->a, &dev_source, 0);
     a->off = arena_off();
     return a;
 }
@@ -160,21 +154,7 @@ static void *dev_arena_alloc(void *arena, size_t bytes)
         sp_cuda_check(cudaMalloc(&p, bytes ? bytes : 4));
         return a->own[a->nown++] = p;
     }
-    size_t need = (bytes + DEV_ALIGN - 1) & ~(size_t)(DEV_ALIGN - 1);
-    if (need == 0) need = DEV_ALIGN;
-    dev_block *b = a->head;
-    if (!b || b->used + need > b->size) {
-        size_t size = need > (1u << 20) ? need : (1u << 20);
-        if (b && size < 2 * b->size) size = 2 * b->size;
-        dev_block *nb = dev_block_new(size);
-        nb->next = b;
-        a->head = b = nb;
-    }
-    void *p = b->base + b->used;
-    b->used += need;
-    a->used_total += need;
-    if (a->used_total > a->high_water) a->high_water = a->used_total;
-    return p;
+    return sp_arena_alloc(&a->a, bytes);
 }
 
 static void dev_own_free(dev_arena *a)
@@ -192,12 +172,7 @@ static void dev_arena_reset(void *arena)
         sp_cuda_check(cudaDeviceSynchronize());
     a->joined = false;
     dev_own_free(a);
-    if (a->head && a->head->next) {
-        dev_blocks_free(a->head);
-        a->head = dev_block_new(a->high_water);
-    }
-    if (a->head) a->head->used = 0;
-    a->used_total = 0;
+    sp_arena_reset(&a->a);
 }
 
 static void dev_arena_free(void *arena)
@@ -205,7 +180,7 @@ static void dev_arena_free(void *arena)
     dev_arena *a = (dev_arena *)arena;
     dev_own_free(a);
     free(a->own);
-    dev_blocks_free(a->head);
+    sp_arena_free(&a->a);
     free(a);
 }
 
@@ -295,7 +270,7 @@ static void dev_release_staged(int slot)
 static const void *dev_arena_base(void *arena)
 {
     dev_arena *a = (dev_arena *)arena;
-    return a->off || !a->head ? NULL : a->head->base;
+    return a->off ? NULL : sp_arena_base(&a->a);
 }
 
 static void dev_use_staged(int slot)

@@ -8,11 +8,17 @@
  * algorithm with a smaller workspace than it asked for fails with
  * CUDNN_STATUS_BAD_PARAM as cuDNN does, and the workspace is checked against the
  * allocation registry and overwritten with NaN, so a caller cannot rely on its content.
+ * Both report CUDNN_DETERMINISTIC. SCANPROP_EMU_CUDNN_NONDET=first lists a third,
+ * faster one ahead of them that reports CUDNN_NON_DETERMINISTIC and aborts with a
+ * "cudaemu:" line when run (scanprop's gradients must repeat bit for bit, so the
+ * algorithm search must skip it); SCANPROP_EMU_CUDNN_NONDET=all marks the two
+ * non-deterministic (the search must then fail clearly).
  * Output descriptors must match the convolution's output shape exactly.
  * Grouped convolution (cudnnSetConvolutionGroupCount): x has G·c channels for a filter
  * of [K, c, R, S], K divisible by G; output k reads input channels g·c … g·c + c − 1,
  * g = k / (K/G). */
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <cudnn.h>
@@ -44,6 +50,9 @@ struct conv_shape {
     cudnnConvolutionStruct cv;
     int G;
 };
+
+/* The algorithm SCANPROP_EMU_CUDNN_NONDET=first lists: never to be run. */
+const int NONDET_ALGO = 2;
 
 size_t fast_workspace(const conv_shape &s) { return (size_t)s.C * s.R * s.S * s.Q * sizeof(float); }
 
@@ -80,6 +89,10 @@ void check(const char *who, const char *what, const void *p, size_t n)
 
 cudnnStatus_t prepare(const char *who, const conv_shape &s, int algo, void *ws, size_t ws_size)
 {
+    if (algo == NONDET_ALGO)
+        emu::fail("%s: algorithm %d is the non-deterministic one SCANPROP_EMU_CUDNN_NONDET=first lists; scanprop "
+                  "must pick a deterministic one",
+                  who, NONDET_ALGO);
     size_t need = algo == 1 ? fast_workspace(s) : 0;
     if (algo != 0 && algo != 1) return CUDNN_STATUS_NOT_SUPPORTED;
     if (ws_size < need) return CUDNN_STATUS_BAD_PARAM;
@@ -96,16 +109,32 @@ void scribble(void *ws, size_t n)
     for (size_t i = 0; i < n / sizeof(float); i++) f[i] = NAN;
 }
 
+/* SCANPROP_EMU_CUDNN_NONDET: unset, the two algorithms are deterministic; "first", the
+ * search lists ahead of them a faster non-deterministic one (NONDET_ALGO); "all", both
+ * report CUDNN_NON_DETERMINISTIC (they still run). */
+enum nondet_mode { NONDET_NONE, NONDET_FIRST, NONDET_ALL };
+
+nondet_mode nondet(void)
+{
+    const char *e = getenv("SCANPROP_EMU_CUDNN_NONDET");
+    if (!e || !*e) return NONDET_NONE;
+    if (strcmp(e, "first") == 0) return NONDET_FIRST;
+    if (strcmp(e, "all") == 0) return NONDET_ALL;
+    emu::fail("SCANPROP_EMU_CUDNN_NONDET=%s (expected first or all)", e);
+}
+
 template <typename Perf, typename Algo> void fill_perf(const conv_shape &s, int requested, int *returned, Perf *perf)
 {
-    int n = requested < 2 ? requested : 2;
+    nondet_mode mode = nondet();
+    int lead = mode == NONDET_FIRST ? 1 : 0, n = requested < 2 + lead ? requested : 2 + lead;
     for (int i = 0; i < n; i++) {
+        int k = i - lead;   /* -1: the non-deterministic one; 0: the fast one; 1: the workspace-free one */
         memset(&perf[i], 0, sizeof perf[i]);
-        perf[i].algo = (Algo)(i == 0 ? 1 : 0);
+        perf[i].algo = (Algo)(k < 0 ? NONDET_ALGO : k == 0 ? 1 : 0);
         perf[i].status = CUDNN_STATUS_SUCCESS;
-        perf[i].time = i == 0 ? 1.0f : 2.0f;
-        perf[i].memory = i == 0 ? fast_workspace(s) : 0;
-        perf[i].determinism = CUDNN_DETERMINISTIC;
+        perf[i].time = k < 0 ? 0.5f : k == 0 ? 1.0f : 2.0f;
+        perf[i].memory = k == 0 ? fast_workspace(s) : 0;
+        perf[i].determinism = k < 0 || mode == NONDET_ALL ? CUDNN_NON_DETERMINISTIC : CUDNN_DETERMINISTIC;
         perf[i].mathType = CUDNN_DEFAULT_MATH;
     }
     *returned = n;
