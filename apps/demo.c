@@ -19,8 +19,8 @@
 
 int main(int argc, char **argv)
 {
-    sp_app_opts o;
-    sp_app_defaults(&o);
+    sp_run_opts o;
+    sp_run_defaults(&o);
     o.steps = 200;
     o.lr = 0.05;
     int layers = 2, width = 64;
@@ -31,7 +31,7 @@ int main(int argc, char **argv)
         {0},
     };
     /* demo's loop is the one on this screen: no epochs, data files, checkpoints or logs */
-    sp_app_parse(argc, argv, "demo",
+    sp_run_parse(argc, argv, "demo",
                  "Train a small MLP on synthetic data (loss should fall). --steps counts the steps; batches walk\n"
                  "the 512 synthetic samples in order.",
                  &o, SP_SCOPE_RUN | SP_SCOPE_ENGINE, extra);
@@ -60,9 +60,9 @@ int main(int argc, char **argv)
     }
     sp_model_init(m, o.seed);
     sp_tensor x1 = sp_tensor_2d(xs, 1, D);
-    sp_app_check_engine(&o, m, &x1, ys);
-    sp_app_use_device(&o, m);
-    sp_engine_opts eo = sp_app_engine_opts(&o);
+    sp_run_check_engine(&o, m, &x1, ys);
+    sp_run_use_device(&o, m);
+    sp_engine_opts eo = sp_run_engine_opts(&o);
     sp_engine *e = sp_engine_create(o.backward, &eo);
     if (o.cuda_graph) sp_ooo_set_cuda_graph(e, true);   /* its loop is sp_train_step: the backward alone */
     sp_optim_cfg cfg = sp_optim_cfg_default();
@@ -71,12 +71,12 @@ int main(int argc, char **argv)
     cfg.weight_decay = o.weight_decay;
     sp_optim *opt = sp_optim_create(o.optim, m->params, m->nparams, &cfg);
     /* --parallel (under mpirun): the same steps on the ranks, by the master schedule */
-    struct sp_exec *ex = sp_app_exec_new(&o, m, opt, 1, (int[]){D});
+    struct sp_exec *ex = sp_run_exec_new(&o, m, opt, 1, (int[]){D});
 
     int B = o.batch;
     if (o.plan || o.plan_svg) {   /* print (draw) the bppsa plan of one batch, train nothing */
         sp_tensor x = sp_tensor_2d(xs, B, D);
-        sp_app_plan_only("demo", &o, m, &x, ys);
+        sp_run_plan_only("demo", &o, m, &x, ys);
         sp_optim_free(opt);
         sp_engine_destroy(e);
         sp_model_free(m);
@@ -93,7 +93,7 @@ int main(int argc, char **argv)
         loss = ex ? sp_exec_step(ex, &x, ys + start, NULL, NULL, NULL)
                   : sp_train_step(m, e, opt, &t, &x, ys + start, NULL, NULL, NULL);
         if (s == 0) first = loss;
-        if (!o.quiet && sp_app_prints(ex) && (s % 50 == 0 || s == o.steps - 1)) fprintf(stderr, "step %ld loss %.4f\n", s, loss);
+        if (!o.quiet && sp_run_prints(ex) && (s % 50 == 0 || s == o.steps - 1)) fprintf(stderr, "step %ld loss %.4f\n", s, loss);
     }
     sp_json j;
     sp_json_begin(&j);
@@ -103,14 +103,14 @@ int main(int argc, char **argv)
     sp_json_int(&j, "steps", o.steps);
     sp_json_int(&j, "batch", B);
     sp_json_int(&j, "threads", o.threads);
-    sp_app_json_engine(&j, &o, e, o.steps > 0);
+    sp_run_json_engine(&j, &o, e, o.steps > 0);
     sp_json_num(&j, "first_loss", first);
     sp_json_num(&j, "last_loss", loss);
     if (ex && o.save) sp_exec_sync_weights(ex);
-    if (o.save && sp_app_prints(ex)) sp_check(sp_model_save(m, o.save));
-    sp_app_exec_json(ex, &o, &j);
-    if (sp_app_prints(ex)) sp_json_end_print(&j);
-    sp_app_exec_end(ex);
+    if (o.save && sp_run_prints(ex)) sp_check(sp_model_save(m, o.save));
+    sp_run_exec_json(ex, &o, &j);
+    if (sp_run_prints(ex)) sp_json_end_print(&j);
+    sp_run_exec_end(ex);
 
     sp_tape_free(&t);
     sp_optim_free(opt);

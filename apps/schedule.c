@@ -118,7 +118,7 @@ static void write_costs(const opts *o, const sp_costs *c)
     sp_costs_write_csv(f, c);
     char what[4200];
     snprintf(what, sizeof what, "--costs-out %s", o->costs_out);
-    sp_app_close_output(f, what);
+    sp_output_close(f, what);
 }
 
 static void json_array_d(const char *key, const double *v, int n, size_t stride)
@@ -176,7 +176,7 @@ static void write_svg(const opts *o, const sp_schedule *s, const sp_sim *r)
     sp_diagram_svg(f, s, r, o->title);
     char what[4200];
     snprintf(what, sizeof what, "--svg %s", o->svg);
-    sp_app_close_output(f, what);
+    sp_output_close(f, what);
 }
 
 static int run_schedule(opts *o)

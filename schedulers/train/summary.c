@@ -1,0 +1,152 @@
+/* summary.c — the JSON line of a run and checked writes to stdout and files. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/error.h"
+#include "schedulers/backward/engines.h"
+#include "schedulers/backward/ooo.h"
+#include "schedulers/parallel/exec.h"
+#include "schedulers/train/run.h"
+#include "schedulers/train/summary.h"
+
+/* ---- output ------------------------------------------------------------------------- */
+
+void sp_stdout_check(void)
+{
+    errno = 0;
+    bool bad = fflush(stdout) != 0;
+    int e = errno;
+    if (!bad && !ferror(stdout)) return;
+    fprintf(stderr, "scanprop: stdout: write failed: %s\n", bad && e ? strerror(e) : "an earlier write failed");
+    _exit(SP_EXIT_USAGE);
+}
+
+void sp_output_close(FILE *f, const char *what)
+{
+    errno = 0;
+    bool bad = ferror(f) != 0;
+    int e = errno;
+    if (fclose(f) != 0) bad = true, e = errno;
+    if (bad) sp_fail("%s: write failed: %s", what, e ? strerror(e) : "an earlier write failed");
+}
+
+/* ---- JSON ---------------------------------------------------------------------------- */
+
+static void put(sp_json *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sp_json *j, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(j->buf + j->len, sizeof j->buf - j->len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof j->buf - j->len) sp_fail("internal: JSON summary too long");
+    j->len += (size_t)n;
+}
+
+static void key(sp_json *j, const char *k)
+{
+    put(j, "%s\"%s\": ", j->first ? "" : ", ", k);
+    j->first = false;
+}
+
+void sp_json_begin(sp_json *j)
+{
+    j->len = 0;
+    j->first = true;
+    put(j, "{");
+}
+
+void sp_json_str(sp_json *j, const char *k, const char *v)
+{
+    key(j, k);
+    put(j, "\"");
+    for (const char *c = v ? v : ""; *c; c++) {
+        if (*c == '"' || *c == '\\') put(j, "\\%c", *c);
+        else if ((unsigned char)*c < 0x20) put(j, "\\u%04x", *c);
+        else put(j, "%c", *c);
+    }
+    put(j, "\"");
+}
+
+void sp_json_num(sp_json *j, const char *k, double v)
+{
+    key(j, k);
+    if (isfinite(v)) put(j, "%.9g", v);
+    else put(j, "null");
+}
+
+void sp_json_int(sp_json *j, const char *k, long v)
+{
+    key(j, k);
+    put(j, "%ld", v);
+}
+
+void sp_json_raw(sp_json *j, const char *k, const char *raw)
+{
+    key(j, k);
+    put(j, "%s", raw);
+}
+
+void sp_json_end_print(sp_json *j)
+{
+    put(j, "}");
+    printf("%s\n", j->buf);
+    sp_stdout_check();
+}
+
+/* ---- the keys of a training run ------------------------------------------------------ */
+
+void sp_run_json_engine(sp_json *j, const sp_run_opts *o, sp_engine *e, bool ran)
+{
+    if (strcmp(o->backward, "bppsa") == 0) {
+        sp_bppsa_stats bs;
+        if (o->scan_levels == SP_SCAN_LEVELS_AUTO && sp_bppsa_stats_get(e, &bs)) sp_json_int(j, "scan_levels", bs.up_levels);
+        else if (o->scan_levels < 0) sp_json_str(j, "scan_levels", "full");
+        else sp_json_int(j, "scan_levels", o->scan_levels);
+    }
+    if (strcmp(o->backward, "ooo") == 0 && ran) {   /* what the engine ran (if it ran: not under --parallel) */
+        const sp_ooo_stats *st = sp_ooo_last_stats(e);
+        if (!st || !st->order || st->steps == 0) return;
+        sp_json_str(j, "order", st->order);
+        if (strcmp(st->order, "reverse-first-k") == 0) sp_json_int(j, "k", st->k);
+        sp_json_num(j, "critical_path_ms", 1e3 * st->critical_s);
+        sp_json_int(j, "peak_bytes", (long)st->peak_bytes);
+        sp_ooo_device_stats ds = sp_ooo_device_stats_get(e);
+        if (o->cuda_graph && ds.graph_captures + ds.graph_replays > 0) {   /* the backward alone (demo) */
+            sp_json_str(j, "cuda_graph", "backward");
+            sp_json_int(j, "graph_captures", ds.graph_captures);
+            sp_json_int(j, "graph_replays", ds.graph_replays);
+        }
+    }
+}
+
+
+void sp_run_exec_json(struct sp_exec *x, const sp_run_opts *o, sp_json *j)
+{
+    if (!x) return;
+    sp_exec_stats st;
+    sp_exec_gather_stats(x, &st);
+    double steps = st.steps > 0 ? (double)st.steps : 1.0, comm = 0;
+    char busy[2048], idle[2048];
+    size_t nb = 0, ni = 0;
+    for (int r = 0; r < st.workers; r++) {
+        comm += st.comm[r] / st.workers;
+        double b = 1e3 * st.busy[r] / steps, i = 1e3 * (st.wall[r] - st.busy[r]) / steps;
+        if (nb < sizeof busy - 32) nb += (size_t)snprintf(busy + nb, sizeof busy - nb, "%s%.3f", r ? ", " : "[", b);
+        if (ni < sizeof idle - 32) ni += (size_t)snprintf(idle + ni, sizeof idle - ni, "%s%.3f", r ? ", " : "[", i);
+    }
+    snprintf(busy + nb, sizeof busy - nb, "]");
+    snprintf(idle + ni, sizeof idle - ni, "]");
+    sp_json_str(j, "parallel", o->parallel);
+    sp_json_int(j, "workers", st.workers);
+    sp_json_int(j, "microbatches", sp_exec_schedule(x)->micro);
+    sp_json_num(j, "comm_ms", 1e3 * comm / steps);
+    sp_json_raw(j, "busy_ms", busy);
+    sp_json_raw(j, "idle_ms", idle);
+    sp_exec_stats_free(&st);
+}
+
