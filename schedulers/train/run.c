@@ -248,7 +248,7 @@ sp_engine_opts sp_run_engine_opts(const sp_run_opts *o)
 
 /* --plan / --plan-svg: one forward and one bppsa backward on the first batch print the
  * plan (and draw it), then the JSON line carries the plan's figures. Nothing trains. */
-void sp_run_plan_only(const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x, const int *y)
+static void plan_only(const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x, const int *y)
 {
     sp_engine_opts eo = sp_run_engine_opts(o);
     eo.plan = o->plan || !o->plan_svg;
@@ -317,7 +317,10 @@ void sp_run_plan_only(const char *app, const sp_run_opts *o, sp_model *m, const 
     sp_engine_destroy(e);
 }
 
-void sp_run_check_engine(const sp_run_opts *o, sp_model *m, const sp_tensor *x1, const int *y1)
+/* The engine options against the model, which the engines would clamp silently:
+ * --scan-levels above sp_scan_full_levels(n) of the chain (one forward of (x1, y1) gives
+ * n), --k above the parameterised layers. One line with the valid range, exit 2. */
+static void check_engine(const sp_run_opts *o, sp_model *m, const sp_tensor *x1, const int *y1)
 {
     if (strcmp(o->backward, "ooo") == 0 && o->k > 0) {   /* the engine would clamp k silently */
         int L = 0;
@@ -371,6 +374,120 @@ void sp_run_device_to_host(sp_model *m)
 #endif
 }
 
+/* ---- parallel runs ------------------------------------------------------------------------ */
+
+/* The order/trace files, then MPI down (every rank). */
+static void exec_end(struct sp_exec *x)
+{
+    if (!x) return;
+    sp_exec_finish(x);
+    sp_exec_free(x);
+    sp_comm_finalize();
+}
+
+static struct sp_exec *exec_new(const sp_run_opts *o, sp_model *m, sp_optim *opt, int sample_ndim,
+                                const int *sample_shape)
+{
+    if (!o->parallel) return NULL;
+    if (!sp_comm_have_mpi() && getenv("OMPI_COMM_WORLD_SIZE"))
+        sp_fail("--parallel %s: this build has no MPI (rebuild with make MPI=1)", o->parallel);
+    sp_comm_set_timeout(o->comm_timeout);
+    sp_comm_init(NULL, NULL);
+    sp_exec_cfg c = {.scheme = o->parallel,
+                     .micro = o->microbatches,
+                     .groups = o->groups,
+                     .partition = o->partition,
+                     .bucket_mb = o->bucket_mb,
+                     .costs_in = o->costs,
+                     .costs_out = o->costs_out,
+                     .order_out = o->exec_order,
+                     .trace_path = o->trace,
+                     .ooo = strcmp(o->backward, "ooo") == 0,
+                     .k = o->k};
+    struct sp_exec *x = sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
+    if (o->plan) {   /* --parallel scan --plan: the cross-rank levels; nothing trains */
+        if (sp_exec_rank(x) == 0) {
+            int levels = sp_exec_print_plan(x, stdout);
+            sp_json j;
+            sp_json_begin(&j);
+            sp_json_str(&j, "mode", "plan");
+            sp_json_str(&j, "parallel", o->parallel);
+            sp_json_int(&j, "workers", sp_exec_workers(x));
+            sp_json_int(&j, "levels", levels);
+            sp_json_end_print(&j);
+        }
+        exec_end(x);
+        exit(0);
+    }
+    return x;
+}
+
+
+/* ---- the pieces of a run (sp_run_session) ------------------------------------------------ */
+
+void sp_run_open(sp_run_session *s, const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x1,
+                 const int *y1)
+{
+    *s = (sp_run_session){.app = app, .o = o, .m = m};
+    sp_engine_opts eo = sp_run_engine_opts(o);
+    s->engine = sp_engine_create(o->backward, &eo);
+    if (o->cuda_graph) sp_ooo_set_cuda_graph(s->engine, true);
+    if (o->load) sp_check(sp_prune_load(m, o->load, &s->pruning));   /* plain or torch-pruned checkpoints */
+    else sp_model_init(m, o->seed);   /* --resume overwrites it in sp_train */
+    if (o->prune > 0)
+        s->pruning = sp_prune_magnitude(m, s->pruning, o->prune,
+                                        strcmp(o->prune_scope, "layer") == 0 ? SP_PRUNE_LAYER : SP_PRUNE_GLOBAL);
+    sp_run_use_device(o, m);   /* checkpoints load and save on the host; the step runs on --device */
+    check_engine(o, m, x1, y1);
+    sp_optim_cfg cfg = sp_optim_cfg_default();
+    cfg.lr = o->lr;
+    cfg.momentum = o->momentum;
+    cfg.weight_decay = o->weight_decay;
+    s->optim = sp_optim_create(o->optim, m->params, m->nparams, &cfg);
+    s->exec = exec_new(o, m, s->optim, x1->ndim - 1, x1->shape + 1);
+}
+
+bool sp_run_plan(sp_run_session *s, const sp_tensor *x, const int *y)
+{
+    if (!(s->o->plan || s->o->plan_svg) || s->o->parallel) return false;   /* --parallel scan: sp_run_open */
+    plan_only(s->app, s->o, s->m, x, y);
+    return true;
+}
+
+float sp_run_step(sp_run_session *s, sp_tape *t, const sp_tensor *x, const int *y)
+{
+    if (s->exec) return sp_exec_step(s->exec, x, y, NULL, NULL, NULL);
+    return sp_train_step(s->m, s->engine, s->optim, t, x, y, NULL, NULL, NULL);
+}
+
+bool sp_run_prints(const sp_run_session *s) { return !s->exec || sp_exec_rank(s->exec) == 0; }
+
+void sp_run_save(sp_run_session *s)
+{
+    sp_run_device_to_host(s->m);
+    const sp_run_opts *o = s->o;
+    if (s->exec && o->save) sp_exec_sync_weights(s->exec);
+    if (o->save && o->save_every == 0 && sp_run_prints(s)) {   /* else sp_train saved */
+        if (s->pruning) sp_check(sp_prune_save(s->pruning, s->m, o->save));
+        else sp_check(sp_model_save(s->m, o->save));
+    }
+}
+
+void sp_run_close(sp_run_session *s, sp_json *j)
+{
+    if (j) {
+        sp_run_summary_exec(s, j);
+        if (sp_run_prints(s)) sp_json_end_print(j);
+    }
+    exec_end(s->exec);
+    sp_optim_free(s->optim);
+    sp_engine_destroy(s->engine);
+    sp_prune_free(s->pruning);
+    *s = (sp_run_session){0};
+}
+
+/* ---- the runner --------------------------------------------------------------------------- */
+
 /* --eval-only: the loaded weights on d in eval mode; the JSON line says what was run. */
 static sp_train_result eval_only(const char *app, const sp_run_opts *o, sp_model *m, sp_dataset *d)
 {
@@ -402,54 +519,38 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     if (o->batch > train->n)
         sp_fail("--batch %d exceeds the %d training samples of %s", o->batch, train->n, train->name);
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
-    sp_engine_opts eo = sp_run_engine_opts(o);
-    sp_engine *e = sp_engine_create(o->backward, &eo);
-    if (o->cuda_graph) sp_ooo_set_cuda_graph(e, true);
-    sp_pruning *pruning = NULL;
-    if (o->load) sp_check(sp_prune_load(m, o->load, &pruning));   /* plain or torch-pruned checkpoints */
-    else sp_model_init(m, o->seed);   /* --resume overwrites it in sp_train */
-    if (o->prune > 0)
-        pruning = sp_prune_magnitude(m, pruning, o->prune, strcmp(o->prune_scope, "layer") == 0 ? SP_PRUNE_LAYER : SP_PRUNE_GLOBAL);
-    sp_run_use_device(o, m);   /* checkpoints load and save on the host; the step runs on --device */
-    {   /* the engine options against the model, on one sample */
+    sp_run_session s;
+    {   /* the engine options are checked against the model on one sample */
         sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
         sp_batch b;
         sp_loader_next(one, &b);
-        sp_run_check_engine(o, m, &b.x, b.y);
+        sp_run_open(&s, app, o, m, &b.x, b.y);
         sp_loader_free(one);
     }
     if ((o->plan || o->plan_svg) && !o->parallel) {   /* the plan of the first batch; nothing trains */
         sp_loader *l = sp_loader_new_sync(train, o->batch, false, o->seed, false);
         sp_batch b;
         if (!sp_loader_next(l, &b)) sp_fail("%s: --plan: the training set is empty", app);
-        sp_run_plan_only(app, o, m, &b.x, b.y);
+        sp_run_plan(&s, &b.x, b.y);
         sp_loader_free(l);
-        sp_engine_destroy(e);
-        sp_prune_free(pruning);
+        sp_run_close(&s, NULL);
         return (sp_train_result){0};
     }
-
-    sp_optim_cfg cfg = sp_optim_cfg_default();
-    cfg.lr = o->lr;
-    cfg.momentum = o->momentum;
-    cfg.weight_decay = o->weight_decay;
-    sp_optim *opt = sp_optim_create(o->optim, m->params, m->nparams, &cfg);
-    struct sp_exec *ex = sp_run_exec_new(o, m, opt, train->ndim, train->shape);
-    if (!ex && strcmp(o->backward, "ooo") == 0) {   /* per-layer updates U_i as tasks of the sub lane */
-        e->opts.update = update_layer;
-        e->opts.update_ctx = opt;
+    if (!s.exec && strcmp(o->backward, "ooo") == 0) {   /* per-layer updates U_i as tasks of the sub lane */
+        s.engine->opts.update = update_layer;
+        s.engine->opts.update_ctx = s.optim;
     }
     /* Parallel: every batch splits into the micro-batches (a short last batch is dropped). */
-    sp_loader *loader = sp_loader_new(train, o->batch, !o->no_shuffle, o->seed, ex != NULL);
+    sp_loader *loader = sp_loader_new(train, o->batch, !o->no_shuffle, o->seed, s.exec != NULL);
     sp_train_cfg tc = {.app = app,
                        .epochs = o->epochs,
                        .steps = o->steps,
                        .eval_every = o->eval_every,
                        .eval_batch = o->batch > 256 ? o->batch : 256,
-                       .log_path = sp_run_prints(ex) ? o->log : NULL,   /* rank 0 writes the log */
+                       .log_path = sp_run_prints(&s) ? o->log : NULL,   /* rank 0 writes the log */
                        .lr = &sched,
-                       .quiet = o->quiet || !sp_run_prints(ex),
-                       .exec = ex,
+                       .quiet = o->quiet || !sp_run_prints(&s),
+                       .exec = s.exec,
                        .save_every = o->save_every,
                        .save_path = o->save,
                        .resume_path = o->resume,
@@ -464,104 +565,11 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     const char *run_meta[] = {"lr", lr, "lr-schedule", o->lr_schedule, "momentum", mom, "weight-decay", wd,
                               "batch", batch, "seed", seed, "no-shuffle", o->no_shuffle ? "yes" : "no", NULL};
     tc.run_meta = run_meta;
-    sp_train_result r = sp_train(m, e, opt, loader, test, &tc);
-    sp_run_device_to_host(m);
-    if (ex && o->save) sp_exec_sync_weights(ex);
-    if (o->save && o->save_every == 0 && sp_run_prints(ex)) {   /* else sp_train saved */
-        if (pruning) sp_check(sp_prune_save(pruning, m, o->save));
-        else sp_check(sp_model_save(m, o->save));
-    }
-
+    sp_train_result r = sp_train(m, s.engine, s.optim, loader, test, &tc);
+    sp_run_save(&s);
     sp_json j;
-    sp_json_begin(&j);
-    sp_json_str(&j, "app", app);
-    sp_json_str(&j, "device", o->device);
-    sp_json_str(&j, "backward", o->backward);
-    sp_json_int(&j, "epochs", r.epochs);
-    sp_json_int(&j, "steps", r.steps);
-    sp_json_int(&j, "batch", sp_loader_batch(loader));   /* what ran */
-    sp_json_int(&j, "threads", o->threads);
-    sp_json_str(&j, "optim", o->optim);
-    sp_json_num(&j, "lr", o->lr);
-    sp_json_int(&j, "seed", (long)o->seed);
-    sp_json_str(&j, "dataset", train->name);
-    sp_run_json_engine(&j, o, e, r.steps > 0);
-    if (o->cuda_graph && r.graph_captures + r.graph_replays > 0) {   /* the whole step (sp_train) */
-        sp_json_str(&j, "cuda_graph", "step");
-        sp_json_int(&j, "graph_captures", r.graph_captures);
-        sp_json_int(&j, "graph_replays", r.graph_replays);
-    }
-    if (pruning) {   /* the fraction of the prunable weights that are pruned */
-        int64_t kept = 0, all = 0;
-        for (int i = 0; i < m->nparams; i++)
-            if (pruning->mask[i]) kept += sp_prune_kept(pruning, i), all += (int64_t)m->params[i]->value.numel;
-        sp_json_num(&j, "pruned", all ? 1.0 - (double)kept / (double)all : 0.0);
-    }
-    sp_json_num(&j, "train_loss", r.train_loss);
-    sp_json_num(&j, "test_loss", r.test_loss);
-    sp_json_num(&j, "test_acc", r.test_acc);
-    sp_json_num(&j, "images_per_s", r.images_per_s);
-    sp_json_num(&j, "seconds", r.seconds);
-    sp_json_num(&j, "forward_ms", r.forward_ms);
-    sp_json_num(&j, "backward_ms", r.backward_ms);
-    sp_json_num(&j, "step_ms", r.step_ms);
-    sp_json_num(&j, "last_loss", r.last_loss);
-    sp_run_exec_json(ex, o, &j);
-    if (sp_run_prints(ex)) sp_json_end_print(&j);
-    sp_run_exec_end(ex);
-
+    sp_run_summary_train(&s, &j, &r, sp_loader_batch(loader), train);
+    sp_run_close(&s, &j);
     sp_loader_free(loader);
-    sp_optim_free(opt);
-    sp_engine_destroy(e);
-    sp_prune_free(pruning);
     return r;
-}
-
-/* ---- parallel runs ------------------------------------------------------------------------ */
-
-struct sp_exec *sp_run_exec_new(const sp_run_opts *o, sp_model *m, struct sp_optim *opt, int sample_ndim,
-                                const int *sample_shape)
-{
-    if (!o->parallel) return NULL;
-    if (!sp_comm_have_mpi() && getenv("OMPI_COMM_WORLD_SIZE"))
-        sp_fail("--parallel %s: this build has no MPI (rebuild with make MPI=1)", o->parallel);
-    sp_comm_set_timeout(o->comm_timeout);
-    sp_comm_init(NULL, NULL);
-    sp_exec_cfg c = {.scheme = o->parallel,
-                     .micro = o->microbatches,
-                     .groups = o->groups,
-                     .partition = o->partition,
-                     .bucket_mb = o->bucket_mb,
-                     .costs_in = o->costs,
-                     .costs_out = o->costs_out,
-                     .order_out = o->exec_order,
-                     .trace_path = o->trace,
-                     .ooo = strcmp(o->backward, "ooo") == 0,
-                     .k = o->k};
-    struct sp_exec *x = sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
-    if (o->plan) {   /* --parallel scan --plan: the cross-rank levels; nothing trains */
-        if (sp_exec_rank(x) == 0) {
-            int levels = sp_exec_print_plan(x, stdout);
-            sp_json j;
-            sp_json_begin(&j);
-            sp_json_str(&j, "mode", "plan");
-            sp_json_str(&j, "parallel", o->parallel);
-            sp_json_int(&j, "workers", sp_exec_workers(x));
-            sp_json_int(&j, "levels", levels);
-            sp_json_end_print(&j);
-        }
-        sp_run_exec_end(x);
-        exit(0);
-    }
-    return x;
-}
-
-bool sp_run_prints(const struct sp_exec *x) { return !x || sp_exec_rank(x) == 0; }
-
-void sp_run_exec_end(struct sp_exec *x)
-{
-    if (!x) return;
-    sp_exec_finish(x);
-    sp_exec_free(x);
-    sp_comm_finalize();
 }

@@ -99,29 +99,52 @@ void sp_run_device_to_host(sp_model *m);
 /* The engine options from the flags. */
 sp_engine_opts sp_run_engine_opts(const sp_run_opts *o);
 
-/* --plan / --plan-svg: print (and draw) the bppsa plan for the batch (x, y) and the
- * JSON line of its figures; trains nothing. sp_run calls it on the first batch. */
-void sp_run_plan_only(const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x, const int *y);
-/* The engine's keys of the JSON line: scan_levels (bppsa); order and k as run (ooo,
- * once a step `ran`). */
-void sp_run_json_engine(sp_json *j, const sp_run_opts *o, sp_engine *e, bool ran);
-/* The engine options against the model, which the engines would clamp silently:
- * --scan-levels above sp_scan_full_levels(n) of the chain (one forward of (x1, y1) gives
- * n), --k above the parameterised layers. One line with the valid range, exit 2. */
-void sp_run_check_engine(const sp_run_opts *o, sp_model *m, const sp_tensor *x1, const int *y1);
+/* ---- a program that runs its own steps (apps/demo.c) ------------------------------------- */
 
-/* --parallel: MPI up, the executor for model m (one sample of sample_shape, global batch
- * o->batch). NULL without --parallel. */
+/* What sp_run builds around a model, for a program with a loop of its own: the engine,
+ * the optimizer and, with --parallel, the executor. sp_run is these calls around sp_train. */
 struct sp_exec;
-struct sp_optim;
-struct sp_exec *sp_run_exec_new(const sp_run_opts *o, sp_model *m, struct sp_optim *opt, int sample_ndim,
-                                const int *sample_shape);
-/* The JSON keys of a parallel run ("parallel", "workers", "microbatches", "comm_ms",
- * "busy_ms", "idle_ms": per rank, per step). Collective; only rank 0 prints the line. */
-void sp_run_exec_json(struct sp_exec *x, const sp_run_opts *o, sp_json *j);
-/* The order/trace files, then MPI down (every rank). */
-void sp_run_exec_end(struct sp_exec *x);
+struct sp_pruning;
+typedef struct sp_run_session {
+    const char *app;
+    const sp_run_opts *o;
+    sp_model *m;
+    sp_engine *engine;
+    sp_optim *optim;
+    struct sp_exec *exec;           /* --parallel: the executor on the MPI ranks; NULL otherwise */
+    struct sp_pruning *pruning;     /* the masks of --prune or of a pruned --load; NULL otherwise */
+} sp_run_session;
+
+/* The engine (--backward and its options), the weights (--load or the seeded init, then
+ * --prune), the device (--device), the engine options checked against m on one sample
+ * (x1, y1: "--scan-levels 9: expected 0..3 for lenet"), the optimizer and, with
+ * --parallel, MPI and the executor for samples shaped as x1's (--parallel scan --plan
+ * prints the cross-rank plan and exits). */
+void sp_run_open(sp_run_session *s, const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x1,
+                 const int *y1);
+/* --plan / --plan-svg (without --parallel): prints the engine's plan for the batch (x, y)
+ * and its JSON line, and returns true: train nothing. Otherwise false. */
+bool sp_run_plan(sp_run_session *s, const sp_tensor *x, const int *y);
+/* One training step on (x, y) (on the ranks with --parallel); returns the loss. */
+float sp_run_step(sp_run_session *s, sp_tape *t, const sp_tensor *x, const int *y);
 /* Whether this process prints (rank 0, or no --parallel). */
-bool sp_run_prints(const struct sp_exec *x);
+bool sp_run_prints(const sp_run_session *s);
+/* --save (and no --save-every, which sp_train writes): the weights back on the host,
+ * synchronised over the ranks, saved by rank 0 (with the pruning masks if any). */
+void sp_run_save(sp_run_session *s);
+/* The end: j (if not NULL) gets the executor's keys (--parallel) and is printed by rank
+ * 0; then the executor's files, MPI down, and everything but the model freed. */
+void sp_run_close(sp_run_session *s, sp_json *j);
+
+/* The JSON line (schedulers/train/summary.c). begin: "app", "device", "backward";
+ * engine: the engine's keys (what it ran, e.g. ooo's order, bppsa's scan_levels); train:
+ * begin, then the keys of a finished sp_train run (batch: as run; train: its dataset),
+ * engine's among them; exec: the keys of a parallel run ("parallel", "workers",
+ * "microbatches", "comm_ms", "busy_ms", "idle_ms": per rank, per step; collective). */
+void sp_run_summary_begin(const sp_run_session *s, sp_json *j);
+void sp_run_summary_engine(const sp_run_session *s, sp_json *j);
+void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_result *r, int batch,
+                          const sp_dataset *train);
+void sp_run_summary_exec(const sp_run_session *s, sp_json *j);
 
 #endif

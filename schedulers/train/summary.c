@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "schedulers/backward/engines.h"
 #include "schedulers/backward/ooo.h"
+#include "optim/prune.h"
 #include "schedulers/parallel/exec.h"
 #include "schedulers/train/run.h"
 #include "schedulers/train/summary.h"
@@ -100,15 +101,25 @@ void sp_json_end_print(sp_json *j)
 
 /* ---- the keys of a training run ------------------------------------------------------ */
 
-void sp_run_json_engine(sp_json *j, const sp_run_opts *o, sp_engine *e, bool ran)
+void sp_run_summary_begin(const sp_run_session *s, sp_json *j)
 {
+    sp_json_begin(j);
+    sp_json_str(j, "app", s->app);
+    sp_json_str(j, "device", s->o->device);
+    sp_json_str(j, "backward", s->o->backward);
+}
+
+void sp_run_summary_engine(const sp_run_session *s, sp_json *j)
+{
+    const sp_run_opts *o = s->o;
+    sp_engine *e = s->engine;
     if (strcmp(o->backward, "bppsa") == 0) {
         sp_bppsa_stats bs;
         if (o->scan_levels == SP_SCAN_LEVELS_AUTO && sp_bppsa_stats_get(e, &bs)) sp_json_int(j, "scan_levels", bs.up_levels);
         else if (o->scan_levels < 0) sp_json_str(j, "scan_levels", "full");
         else sp_json_int(j, "scan_levels", o->scan_levels);
     }
-    if (strcmp(o->backward, "ooo") == 0 && ran) {   /* what the engine ran (if it ran: not under --parallel) */
+    if (strcmp(o->backward, "ooo") == 0) {   /* what the engine ran (if it ran: not under --parallel) */
         const sp_ooo_stats *st = sp_ooo_last_stats(e);
         if (!st || !st->order || st->steps == 0) return;
         sp_json_str(j, "order", st->order);
@@ -124,9 +135,46 @@ void sp_run_json_engine(sp_json *j, const sp_run_opts *o, sp_engine *e, bool ran
     }
 }
 
-
-void sp_run_exec_json(struct sp_exec *x, const sp_run_opts *o, sp_json *j)
+void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_result *r, int batch,
+                          const sp_dataset *train)
 {
+    const sp_run_opts *o = s->o;
+    sp_run_summary_begin(s, j);
+    sp_json_int(j, "epochs", r->epochs);
+    sp_json_int(j, "steps", r->steps);
+    sp_json_int(j, "batch", batch);
+    sp_json_int(j, "threads", o->threads);
+    sp_json_str(j, "optim", o->optim);
+    sp_json_num(j, "lr", o->lr);
+    sp_json_int(j, "seed", (long)o->seed);
+    sp_json_str(j, "dataset", train->name);
+    sp_run_summary_engine(s, j);
+    if (o->cuda_graph && r->graph_captures + r->graph_replays > 0) {   /* the whole step (sp_train) */
+        sp_json_str(j, "cuda_graph", "step");
+        sp_json_int(j, "graph_captures", r->graph_captures);
+        sp_json_int(j, "graph_replays", r->graph_replays);
+    }
+    const sp_pruning *p = s->pruning;
+    if (p) {   /* the fraction of the prunable weights that are pruned */
+        int64_t kept = 0, all = 0;
+        for (int i = 0; i < s->m->nparams; i++)
+            if (p->mask[i]) kept += sp_prune_kept(p, i), all += (int64_t)s->m->params[i]->value.numel;
+        sp_json_num(j, "pruned", all ? 1.0 - (double)kept / (double)all : 0.0);
+    }
+    sp_json_num(j, "train_loss", r->train_loss);
+    sp_json_num(j, "test_loss", r->test_loss);
+    sp_json_num(j, "test_acc", r->test_acc);
+    sp_json_num(j, "images_per_s", r->images_per_s);
+    sp_json_num(j, "seconds", r->seconds);
+    sp_json_num(j, "forward_ms", r->forward_ms);
+    sp_json_num(j, "backward_ms", r->backward_ms);
+    sp_json_num(j, "step_ms", r->step_ms);
+    sp_json_num(j, "last_loss", r->last_loss);
+}
+
+void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
+{
+    struct sp_exec *x = s->exec;
     if (!x) return;
     sp_exec_stats st;
     sp_exec_gather_stats(x, &st);
@@ -141,7 +189,7 @@ void sp_run_exec_json(struct sp_exec *x, const sp_run_opts *o, sp_json *j)
     }
     snprintf(busy + nb, sizeof busy - nb, "]");
     snprintf(idle + ni, sizeof idle - ni, "]");
-    sp_json_str(j, "parallel", o->parallel);
+    sp_json_str(j, "parallel", s->o->parallel);
     sp_json_int(j, "workers", st.workers);
     sp_json_int(j, "microbatches", sp_exec_schedule(x)->micro);
     sp_json_num(j, "comm_ms", 1e3 * comm / steps);
@@ -149,4 +197,3 @@ void sp_run_exec_json(struct sp_exec *x, const sp_run_opts *o, sp_json *j)
     sp_json_raw(j, "idle_ms", idle);
     sp_exec_stats_free(&st);
 }
-
