@@ -17,17 +17,15 @@
 #include "core/parallel.h"
 #include "optim/optim.h"
 #include "optim/prune.h"
-#include "schedulers/backward/engines.h"
-#include "schedulers/backward/ooo.h"
-#include "schedulers/backward/scan.h"
 #include "schedulers/parallel/exec.h"
 
 void sp_run_defaults(sp_run_opts *o)
 {
+    sp_engine_opts eo = sp_engine_opts_default();
     *o = (sp_run_opts){
-        .optim = "sgd", .backward = "linear", .lr_schedule = "constant", .epochs = 1, .batch = 64,
-        .threads = 2, .lr = 0.01, .momentum = 0.9f, .seed = 1, .scan_levels = -1, .order = "ooo",
-        .k = 0, .scan_levels_arg = "full", .device = "cpu", .partition = "cost", .bucket_mb = 25, .comm_timeout = 60,
+        .optim = "sgd", .backward = SP_ENGINE_DEFAULT, .lr_schedule = "constant", .epochs = 1, .batch = 64,
+        .threads = 2, .lr = 0.01, .momentum = 0.9f, .seed = 1, .scan_levels = eo.scan_levels, .order = eo.order,
+        .k = eo.k, .scan_levels_arg = "full", .device = "cpu", .partition = "cost", .bucket_mb = 25, .comm_timeout = 60,
         .prune_scope = "global",
     };
 }
@@ -94,7 +92,7 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
         {"prune-scope", SP_FLAG_STR, &o->prune_scope, "rank weights per layer or over all layers together",
          .group = G_CKPT, .choices = "layer|global", .needs = "prune", .scope = SP_SCOPE_CKPT},
         {"backward", SP_FLAG_STR, &o->backward, "backward engine", .group = G_ENGINE,
-         .choices = "linear|bppsa|ooo", .scope = SP_SCOPE_ENGINE},
+         .choices = sp_engine_names(), .scope = SP_SCOPE_ENGINE},
         {"scan-levels", SP_FLAG_STR, &o->scan_levels_arg, "up-sweep levels: 0 (= linear BP) .. the model's "
          "full depth, full, or auto (the plan's cost model picks; docs/BPPSA.md)", .group = G_BPPSA,
          .meta = "N|full|auto", .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
@@ -165,10 +163,13 @@ static void check_ranges(sp_run_opts *o)
                     o->scan_levels_arg);
         o->scan_levels = (int)x;
     }
-    if (o->plan && strcmp(o->backward, "bppsa") != 0 && !(o->parallel && strcmp(o->parallel, "scan") == 0))
-        sp_fail("--plan needs --backward bppsa or --parallel scan");
-    if (o->trace && strcmp(o->backward, "ooo") != 0 && !o->parallel)
-        sp_fail("--trace needs --backward ooo or --parallel");
+    /* what the engine can do (its registry entry), or what the executor does instead */
+    unsigned caps = sp_engine_caps(o->backward);
+    char names[256];
+    if (o->plan && !(caps & SP_ENGINE_PLAN) && !(o->parallel && strcmp(o->parallel, "scan") == 0))
+        sp_fail("--plan needs --backward %s or --parallel scan", sp_engine_names_with(SP_ENGINE_PLAN, names, sizeof names));
+    if (o->trace && !(caps & SP_ENGINE_TRACE) && !o->parallel)
+        sp_fail("--trace needs --backward %s or --parallel", sp_engine_names_with(SP_ENGINE_TRACE, names, sizeof names));
     /* checkpoint files refused before any data is read or any step is run */
     if (o->load) sp_st_close(sp_check_ptr(sp_st_open(o->load)));
     if (o->save) sp_check(sp_check_save_target(o->save));
@@ -231,7 +232,8 @@ void sp_run_open_images(const sp_run_opts *o, int pad_to, sp_dataset **train, sp
 
 /* ---- the training app runner ---------------------------------------------------------- */
 
-/* U_i of the ooo engine: the optimizer step of one layer's parameters. */
+/* U_i of an engine that runs the updates itself (SP_ENGINE_LAYER_UPDATES): the optimizer
+ * step of one layer's parameters. */
 static void update_layer(void *ctx, sp_layer *l) { sp_optim_step_params(ctx, l->params, l->nparams); }
 
 sp_engine_opts sp_run_engine_opts(const sp_run_opts *o)
@@ -246,106 +248,32 @@ sp_engine_opts sp_run_engine_opts(const sp_run_opts *o)
                             .plan_svg = o->plan_svg};
 }
 
-/* --plan / --plan-svg: one forward and one bppsa backward on the first batch print the
- * plan (and draw it), then the JSON line carries the plan's figures. Nothing trains. */
+/* --plan / --plan-svg: a plan-only engine prints its plan for the first batch (and
+ * draws it), then the JSON line carries the plan's figures. Nothing trains. */
 static void plan_only(const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x, const int *y)
 {
     sp_engine_opts eo = sp_run_engine_opts(o);
     eo.plan = o->plan || !o->plan_svg;
     eo.plan_only = true;
-    sp_engine *e = sp_engine_create("bppsa", &eo);
-    sp_tape t;
-    sp_tape_init(&t);
-    sp_tensor xin = m->nparams ? sp_tape_copy_on(&t, m->params[0]->value.device, x) : *x;   /* --device cuda */
-    sp_node *loss = sp_model_loss(m, &t, &xin, y);
-    sp_backward(e, &t, loss);
-    sp_bppsa_stats st;
-    if (!sp_bppsa_stats_get(e, &st)) sp_fail("%s: --plan: no plan was made", app);
-    bool pruned = false;
-    for (int i = 0; i < m->nparams; i++) pruned |= m->params[i]->mask != NULL;
-    /* The dense plan's symbolic phase: VGG-11 at 32x32 (1.1e8 Jt entries per sample) takes
-     * 1.3 GB and ~50 s on 2 cores; far larger chains are not attempted. */
-    if (pruned && eo.plan && st.dense_jt_entries > 3e8)
-        printf("dense plan: not made (its Jt hold %.3g entries per sample; its symbolic products would need "
-               "gigabytes)\n", st.dense_jt_entries);
-    else if (pruned && eo.plan) {   /* the paper's Figure 10: FLOPs per level, dense next to pruned */
-        const float *masks[512];
-        int np = m->nparams < 512 ? m->nparams : 512;
-        for (int i = 0; i < np; i++) masks[i] = m->params[i]->mask, m->params[i]->mask = NULL;
-        sp_engine_opts dq = eo;
-        dq.plan = false;
-        dq.plan_svg = NULL;
-        sp_engine *d = sp_engine_create("bppsa", &dq);
-        sp_tape td;
-        sp_tape_init(&td);
-        sp_backward(d, &td, sp_model_loss(m, &td, x, y));
-        for (int i = 0; i < np; i++) m->params[i]->mask = masks[i];
-        double dt[256], dc[256], pt[256], pc[256];
-        int nl = sp_bppsa_level_flops(d, dt, dc, 256), pl = sp_bppsa_level_flops(e, pt, pc, 256);
-        sp_bppsa_stats ds;
-        sp_bppsa_stats_get(d, &ds);
-        if (nl == pl && nl <= 256) {
-            printf("FLOP per sample per level, dense vs pruned (all steps | the critical step):\n");
-            printf("%5s %16s %16s %16s %16s\n", "level", "dense", "pruned", "dense crit", "pruned crit");
-            for (int l = 0; l < nl; l++)
-                printf("%5d %16.0f %16.0f %16.0f %16.0f\n", l, dt[l], pt[l], dc[l], pc[l]);
-        }
-        printf("dense: bppsa total %.0f, critical path %.0f, linear BP %.0f; pruned: %.0f, %.0f, %.0f "
-               "(critical path %.1fx shorter)\n", ds.flops, ds.critical_flops, ds.linear_flops, st.flops,
-               st.critical_flops, st.linear_flops, st.critical_flops > 0 ? ds.critical_flops / st.critical_flops : 0.0);
-        sp_tape_free(&td);
-        sp_engine_destroy(d);
-    }
+    sp_engine *e = sp_engine_create(o->backward, &eo);
     sp_json j;
     sp_json_begin(&j);
     sp_json_str(&j, "app", app);
-    sp_json_str(&j, "backward", "bppsa");
+    sp_json_str(&j, "backward", o->backward);
     sp_json_str(&j, "mode", "plan");
-    sp_json_int(&j, "links", st.n);
-    sp_json_int(&j, "batch", st.batch);
-    sp_json_int(&j, "scan_levels", st.up_levels);
-    sp_json_int(&j, "full_levels", st.full_levels);
-    sp_json_int(&j, "levels", st.levels);
-    sp_json_int(&j, "linear_levels", st.linear_levels);
-    sp_json_num(&j, "flops_per_sample", st.flops);
-    sp_json_num(&j, "critical_flops_per_sample", st.critical_flops);
-    sp_json_num(&j, "linear_flops_per_sample", st.linear_flops);
-    sp_json_num(&j, "scan_bytes", (double)st.scan_bytes);
-    sp_json_num(&j, "peak_bytes", (double)st.peak_bytes);
+    sp_report_writer w = sp_json_writer(&j);
+    if (!sp_engine_plan(e, m, x, y, &w)) sp_fail("%s: --plan: no plan was made", app);
     sp_json_end_print(&j);
-    sp_tape_free(&t);
     sp_engine_destroy(e);
-}
-
-/* The engine options against the model, which the engines would clamp silently:
- * --scan-levels above sp_scan_full_levels(n) of the chain (one forward of (x1, y1) gives
- * n), --k above the parameterised layers. One line with the valid range, exit 2. */
-static void check_engine(const sp_run_opts *o, sp_model *m, const sp_tensor *x1, const int *y1)
-{
-    if (strcmp(o->backward, "ooo") == 0 && o->k > 0) {   /* the engine would clamp k silently */
-        int L = 0;
-        for (int i = 0; i < m->nlayers; i++) L += m->layers[i]->nparams > 0;
-        if (o->k > L)
-            sp_fail("--k %d: expected 0..%d for %s (its parameterised layers; 0 = half of them)", o->k, L, m->name);
-    }
-    if (strcmp(o->backward, "bppsa") != 0 || o->scan_levels < 0) return;
-    sp_tape t;
-    sp_tape_init(&t);
-    sp_tensor xin = m->nparams ? sp_tape_copy_on(&t, m->params[0]->value.device, x1) : *x1;   /* --device cuda */
-    sp_node *loss = sp_model_loss(m, &t, &xin, y1);
-    int n = sp_bppsa_chain_links(loss), full = sp_scan_full_levels(n);
-    sp_tape_free(&t);
-    if (o->scan_levels > full)
-        sp_fail("--scan-levels %d: expected 0..%d for %s (its longest scanned chain: %d Jacobians), or full",
-                o->scan_levels, full,
-                m->name, n);
 }
 
 void sp_run_use_device(const sp_run_opts *o, sp_model *m)
 {
     if (strcmp(o->device, "cuda") != 0) return;
-    if (strcmp(o->backward, "linear") != 0 && strcmp(o->backward, "bppsa") != 0 && strcmp(o->backward, "ooo") != 0)
-        sp_fail("--device cuda needs --backward linear, bppsa or ooo (the %s engine runs on the CPU)", o->backward);
+    char names[256];
+    if (!(sp_engine_caps(o->backward) & SP_ENGINE_DEVICE))
+        sp_fail("--device cuda needs --backward %s (the %s engine runs on the CPU)",
+                sp_engine_names_with(SP_ENGINE_DEVICE, names, sizeof names), o->backward);
     if (o->parallel) sp_fail("--device cuda with --parallel %s: the parallel schedules run on the CPU", o->parallel);
     if (o->resume || o->save_every > 0)
         sp_fail("--device cuda with --%s: resumable checkpoints are written during training from host tensors "
@@ -402,7 +330,7 @@ static struct sp_exec *exec_new(const sp_run_opts *o, sp_model *m, sp_optim *opt
                      .costs_out = o->costs_out,
                      .order_out = o->exec_order,
                      .trace_path = o->trace,
-                     .ooo = strcmp(o->backward, "ooo") == 0,
+                     .ooo = (sp_engine_caps(o->backward) & SP_ENGINE_REORDERS_DW) != 0,
                      .k = o->k};
     struct sp_exec *x = sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
     if (o->plan) {   /* --parallel scan --plan: the cross-rank levels; nothing trains */
@@ -431,14 +359,14 @@ void sp_run_open(sp_run_session *s, const char *app, const sp_run_opts *o, sp_mo
     *s = (sp_run_session){.app = app, .o = o, .m = m};
     sp_engine_opts eo = sp_run_engine_opts(o);
     s->engine = sp_engine_create(o->backward, &eo);
-    if (o->cuda_graph) sp_ooo_set_cuda_graph(s->engine, true);
+    if (o->cuda_graph) sp_engine_set_graph(s->engine, true);   /* sp_train replaces it by the step's */
     if (o->load) sp_check(sp_prune_load(m, o->load, &s->pruning));   /* plain or torch-pruned checkpoints */
     else sp_model_init(m, o->seed);   /* --resume overwrites it in sp_train */
     if (o->prune > 0)
         s->pruning = sp_prune_magnitude(m, s->pruning, o->prune,
                                         strcmp(o->prune_scope, "layer") == 0 ? SP_PRUNE_LAYER : SP_PRUNE_GLOBAL);
     sp_run_use_device(o, m);   /* checkpoints load and save on the host; the step runs on --device */
-    check_engine(o, m, x1, y1);
+    sp_engine_check(s->engine, m, x1, y1);   /* what the engine would clamp silently */
     sp_optim_cfg cfg = sp_optim_cfg_default();
     cfg.lr = o->lr;
     cfg.momentum = o->momentum;
@@ -536,7 +464,7 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
         sp_run_close(&s, NULL);
         return (sp_train_result){0};
     }
-    if (!s.exec && strcmp(o->backward, "ooo") == 0) {   /* per-layer updates U_i as tasks of the sub lane */
+    if (!s.exec && (s.engine->caps & SP_ENGINE_LAYER_UPDATES)) {   /* U_i as the engine's tasks (ooo: sub lane) */
         s.engine->opts.update = update_layer;
         s.engine->opts.update_ctx = s.optim;
     }

@@ -7,8 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 #include "core/error.h"
-#include "schedulers/backward/engines.h"
-#include "schedulers/backward/ooo.h"
 #include "optim/prune.h"
 #include "schedulers/parallel/exec.h"
 #include "schedulers/train/run.h"
@@ -99,6 +97,12 @@ void sp_json_end_print(sp_json *j)
     sp_stdout_check();
 }
 
+static void put_str(void *j, const char *k, const char *v) { sp_json_str(j, k, v); }
+static void put_num(void *j, const char *k, double v) { sp_json_num(j, k, v); }
+static void put_int(void *j, const char *k, long v) { sp_json_int(j, k, v); }
+
+sp_report_writer sp_json_writer(sp_json *j) { return (sp_report_writer){j, put_str, put_num, put_int}; }
+
 /* ---- the keys of a training run ------------------------------------------------------ */
 
 void sp_run_summary_begin(const sp_run_session *s, sp_json *j)
@@ -111,28 +115,8 @@ void sp_run_summary_begin(const sp_run_session *s, sp_json *j)
 
 void sp_run_summary_engine(const sp_run_session *s, sp_json *j)
 {
-    const sp_run_opts *o = s->o;
-    sp_engine *e = s->engine;
-    if (strcmp(o->backward, "bppsa") == 0) {
-        sp_bppsa_stats bs;
-        if (o->scan_levels == SP_SCAN_LEVELS_AUTO && sp_bppsa_stats_get(e, &bs)) sp_json_int(j, "scan_levels", bs.up_levels);
-        else if (o->scan_levels < 0) sp_json_str(j, "scan_levels", "full");
-        else sp_json_int(j, "scan_levels", o->scan_levels);
-    }
-    if (strcmp(o->backward, "ooo") == 0) {   /* what the engine ran (if it ran: not under --parallel) */
-        const sp_ooo_stats *st = sp_ooo_last_stats(e);
-        if (!st || !st->order || st->steps == 0) return;
-        sp_json_str(j, "order", st->order);
-        if (strcmp(st->order, "reverse-first-k") == 0) sp_json_int(j, "k", st->k);
-        sp_json_num(j, "critical_path_ms", 1e3 * st->critical_s);
-        sp_json_int(j, "peak_bytes", (long)st->peak_bytes);
-        sp_ooo_device_stats ds = sp_ooo_device_stats_get(e);
-        if (o->cuda_graph && ds.graph_captures + ds.graph_replays > 0) {   /* the backward alone (demo) */
-            sp_json_str(j, "cuda_graph", "backward");
-            sp_json_int(j, "graph_captures", ds.graph_captures);
-            sp_json_int(j, "graph_replays", ds.graph_replays);
-        }
-    }
+    sp_report_writer w = sp_json_writer(j);
+    sp_engine_report(s->engine, &w);
 }
 
 void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_result *r, int batch,

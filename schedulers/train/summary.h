@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
+#include "schedulers/backward/engine.h"
 
 /* A tiny JSON writer for the last stdout line: keys in the order written. */
 typedef struct sp_json {
@@ -21,6 +22,8 @@ void sp_json_num(sp_json *j, const char *key, double v);   /* %.9g; NaN and inf:
 void sp_json_int(sp_json *j, const char *key, long v);
 void sp_json_raw(sp_json *j, const char *key, const char *raw);
 void sp_json_end_print(sp_json *j);   /* prints {...}\n on stdout and checks the write */
+/* A writer onto j, for an engine's figures (sp_engine_report, sp_engine_plan). */
+sp_report_writer sp_json_writer(sp_json *j);
 
 /* Flushes stdout and checks every write to it succeeded; on failure "write failed: …"
  * and exit 2. Runs at exit by itself once flags are parsed; call it to fail earlier. */
