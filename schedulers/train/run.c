@@ -230,7 +230,7 @@ void sp_run_open_images(const sp_run_opts *o, int pad_to, sp_dataset **train, sp
     }
 }
 
-/* ---- the training app runner ---------------------------------------------------------- */
+/* ---- the engine, its plan and the device ------------------------------------------------- */
 
 /* U_i of an engine that runs the updates itself (SP_ENGINE_LAYER_UPDATES): the optimizer
  * step of one layer's parameters. */
