@@ -1,6 +1,8 @@
 /* scanprop.h — the public API of scanprop in one header: what a model author needs to
  * build a model in C (layers, residual and dense connections), train it (data loader,
- * optimizer, backward engine, training loop) and save it (safetensors, PyTorch names).
+ * optimizer, backward engine, training loop) and save it (safetensors, PyTorch names),
+ * or hand it to the runner the apps use (sp_run: flags, engine, loop, JSON line), and
+ * the built-in models (layers/zoo.h).
  *
  *   cc my_model.c $(pkg-config --cflags --libs scanprop)     after make install
  *
@@ -21,5 +23,7 @@
 #include "optim/optim.h"
 #include "data/data.h"
 #include "schedulers/train/train.h"
+#include "schedulers/train/run.h"
+#include "layers/zoo.h"
 
 #endif

@@ -9,8 +9,8 @@
 
 int main(int argc, char **argv)
 {
-    sp_app_opts o;
-    sp_app_defaults(&o);
+    sp_run_opts o;
+    sp_run_defaults(&o);
     o.batch = 16;
     o.optim = "adam";
     o.lr = 3e-4;
@@ -26,7 +26,7 @@ int main(int argc, char **argv)
         {"hidden", SP_FLAG_INT, &hidden, "hidden size", .range = "1.."},
         {0},
     };
-    sp_app_parse(argc, argv, "gru", "Train a GRU on F x C feature sequences (BPPSA paper, Sec. 4.3).", &o, SP_SCOPE_TRAINER,
+    sp_run_parse(argc, argv, "gru", "Train a GRU on F x C feature sequences (BPPSA paper, Sec. 4.3).", &o, SP_SCOPE_TRAINER,
                  extra);
     if (strcmp(dataset, "synthetic") != 0 && sp_flag_given("eval-every"))
         sp_fail("--eval-every needs a test set (--dataset synthetic; a FILE has none)");
@@ -45,7 +45,7 @@ int main(int argc, char **argv)
     }
     if (train->ndim != 2) sp_fail("gru: samples of %s are not F×C sequences", train->name);
     sp_model *m = sp_zoo_gru(train->shape[1], hidden, train->nclasses);
-    sp_app_train("gru", &o, m, train, test, true);
+    sp_run("gru", &o, m, train, test);
     sp_model_free(m);
     sp_dataset_free(train);
     if (test) sp_dataset_free(test);

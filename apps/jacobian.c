@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "schedulers/train/run.h"
+#include "schedulers/train/flags.h"
 #include "layers/zoo.h"
 #include "core/error.h"
 #include "core/parallel.h"

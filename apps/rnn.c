@@ -14,8 +14,8 @@
 
 int main(int argc, char **argv)
 {
-    sp_app_opts o;
-    sp_app_defaults(&o);
+    sp_run_opts o;
+    sp_run_defaults(&o);
     o.batch = 8;
     o.optim = "adam";
     o.lr = 1e-3;
@@ -32,7 +32,7 @@ int main(int argc, char **argv)
         {"hidden", SP_FLAG_INT, &hidden, "hidden size", .range = "1.."},
         {0},
     };
-    sp_app_parse(argc, argv, "rnn", "Train an Elman RNN on the BPPSA bitstream task (Eq. 8) or a sequence file.", &o,
+    sp_run_parse(argc, argv, "rnn", "Train an Elman RNN on the BPPSA bitstream task (Eq. 8) or a sequence file.", &o,
                  SP_SCOPE_TRAINER, extra);
     if (paper) {
         if (!sp_flag_given("seq-len")) T = 1000;
@@ -55,7 +55,7 @@ int main(int argc, char **argv)
     }
     if (train->ndim != 2) sp_fail("rnn: samples of %s are not T×C sequences", train->name);
     sp_model *m = sp_zoo_rnn(train->shape[1], hidden, train->nclasses);
-    sp_app_train("rnn", &o, m, train, test, true);
+    sp_run("rnn", &o, m, train, test);
     sp_model_free(m);
     sp_dataset_free(train);
     if (test) sp_dataset_free(test);

@@ -12,11 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "schedulers/train/run.h"
+#include "schedulers/train/flags.h"
+#include "schedulers/train/summary.h"
 #include "layers/zoo.h"
 #include "core/error.h"
 #include "core/model.h"
 #include "schedulers/parallel/schedule.h"
+#include "schedulers/parallel/sim_report.h"
 
 typedef struct opts {
     const char *scheme, *model, *profile, *svg, *title, *layerpipe, *costs_out;
@@ -118,54 +120,7 @@ static void write_costs(const opts *o, const sp_costs *c)
     sp_costs_write_csv(f, c);
     char what[4200];
     snprintf(what, sizeof what, "--costs-out %s", o->costs_out);
-    sp_app_close_output(f, what);
-}
-
-static void json_array_d(const char *key, const double *v, int n, size_t stride)
-{
-    printf(",\"%s\":[", key);
-    for (int i = 0; i < n; i++) printf("%s%.6g", i ? "," : "", *(const double *)((const char *)v + i * stride));
-    printf("]");
-}
-
-static void json_array_i(const char *key, const int *v, int n, size_t stride)
-{
-    printf(",\"%s\":[", key);
-    for (int i = 0; i < n; i++) printf("%s%d", i ? "," : "", *(const int *)((const char *)v + i * stride));
-    printf("]");
-}
-
-static void print_workers(const sp_sim *r)
-{
-    printf("%-6s %6s %8s %9s %9s %9s %9s %9s\n", "worker", "jobs", "util", "act_recv", "grad_recv", "wgt_recv",
-           "wgt_held", "peak_act");
-    for (int w = 0; w < r->workers; w++) {
-        const sp_worker_stats *s = &r->worker[w];
-        printf("w%-5d %6d %8.3f %9d %9d %9d %9d %9d\n", w, s->jobs, s->utilization, s->act_recv, s->grad_recv,
-               s->weight_recv, s->weight_stages, s->peak_act);
-    }
-    printf("latency %g, utilization %.3f, rho %.4f <= M/S = %.4f\n", r->latency, r->utilization, r->rho,
-           r->rho_bound);
-}
-
-static void print_json(const sp_schedule *s, const sp_costs *c, const sp_sim *r)
-{
-    const sp_worker_stats *w0 = r->worker;
-    printf("{\"scheme\":\"%s\",\"stages\":%d,\"microbatches\":%d,\"workers\":%d,\"groups\":%d,\"per_group\":%d,"
-           "\"split_backward\":%s,\"time_unit\":\"%s\",\"latency\":%.6g,\"utilization\":%.6g,"
-           "\"activation_transfers_max\":%d,\"gradient_transfers_max\":%d,\"weight_transfers_max\":%d,"
-           "\"weight_storage_max\":%d,\"peak_activations_max\":%d,\"peak_activation_bytes_max\":%.6g,"
-           "\"rho\":%.6g,\"rho_bound\":%.6g",
-           s->scheme->name, s->stages, s->micro, s->workers, s->groups, s->per_group,
-           s->split_backward ? "true" : "false", c->unit, r->latency, r->utilization, r->act_recv_max,
-           r->grad_recv_max, r->weight_recv_max, r->weight_stages_max, r->peak_act_max, r->peak_act_bytes_max,
-           r->rho, r->rho_bound);
-    size_t st = sizeof *w0;
-    json_array_d("utilization_per_worker", &w0->utilization, r->workers, st);
-    json_array_i("activation_transfers", &w0->act_recv, r->workers, st);
-    json_array_i("weight_transfers", &w0->weight_recv, r->workers, st);
-    json_array_i("peak_activations", &w0->peak_act, r->workers, st);
-    printf("}\n");
+    sp_output_close(f, what);
 }
 
 static void write_svg(const opts *o, const sp_schedule *s, const sp_sim *r, const char *unit)
@@ -176,7 +131,7 @@ static void write_svg(const opts *o, const sp_schedule *s, const sp_sim *r, cons
     sp_diagram_svg_unit(f, s, r, o->title, unit);
     char what[4200];
     snprintf(what, sizeof what, "--svg %s", o->svg);
-    sp_app_close_output(f, what);
+    sp_output_close(f, what);
 }
 
 static int run_schedule(opts *o)
@@ -191,9 +146,9 @@ static int run_schedule(opts *o)
     sp_sim r;
     sp_simulate(s, c, &r);
     if (!o->no_diagram) sp_diagram_text(stdout, s, &r, o->max_cols);
-    print_workers(&r);
+    sp_sim_print_workers(stdout, &r);
     write_svg(o, s, &r, c->unit);
-    print_json(s, c, &r);
+    sp_sim_print_json(stdout, s, c, &r);
     sp_sim_free(&r);
     sp_schedule_free(s);
     sp_costs_free(c);
@@ -206,24 +161,9 @@ static int run_layerpipe(const opts *o)
     sp_layerpipe lp;
     sp_layerpipe_partition(c, o->processors, o->alpha, &lp);
     sp_layerpipe_print(stdout, c, &lp);
-    printf("{\"mode\":\"layerpipe\",\"layers\":%d,\"processors\":%d,\"used\":%d,\"target\":%.6g,"
-           "\"bottleneck\":%.6g,\"pipedream_bottleneck\":%.6g,\"relaxations\":%d",
-           lp.layers, lp.processors, lp.used, lp.target, lp.bottleneck, lp.contig_bottleneck, lp.relaxations);
-    json_array_d("assigned", lp.assigned, lp.processors, sizeof(double));
-    json_array_d("borrowed", lp.borrowed, lp.processors, sizeof(double));
-    json_array_d("total", lp.total, lp.processors, sizeof(double));
-    json_array_d("pipedream", lp.contig_load, lp.processors, sizeof(double));
-    printf("}\n");
+    sp_layerpipe_print_json(stdout, &lp);
     sp_layerpipe_free(&lp);
     sp_costs_free(c);
-    return 0;
-}
-
-static int list_schemes(void)
-{
-    printf("{\"schemes\":[");
-    for (int i = 0; i < sp_scheme_count(); i++) printf("%s\"%s\"", i ? "," : "", sp_scheme_at(i)->name);
-    printf("]}\n");
     return 0;
 }
 
@@ -236,7 +176,8 @@ int main(int argc, char **argv)
     if (o.list) {
         for (int i = 0; i < sp_scheme_count(); i++)
             printf("%-11s %s\n", sp_scheme_at(i)->name, sp_scheme_at(i)->summary);
-        return list_schemes();
+        sp_schemes_print_json(stdout);
+        return 0;
     }
     if (o.layerpipe) return run_layerpipe(&o);
     return run_schedule(&o);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <dirent.h>
 #include <sys/wait.h>
 #include "layers/zoo.h"
 #include "schedulers/backward/engine.h"
@@ -377,4 +378,153 @@ Test(train, ooo_evaluation_sees_every_update_of_its_step)
     free(w);
     sp_model_free(m);
     sp_dataset_free(d);
+}
+
+/* ---- the engine seam: schedulers/train/ knows engines only through engine.h -------------- */
+
+/* A toy engine made through the interface alone, as an out-of-tree engine would be: linear
+ * BP underneath, and ooo's contract for the updates kept on one thread. backward_async
+ * holds each layer's update U_l (opts.update) back; the next forward's wait_layer on l
+ * runs it, sync runs what is left. The hooks count their calls. */
+typedef struct toy_engine {
+    sp_engine *linear;
+    sp_layer *pending[64];   /* updates not yet run, in layer order */
+    int npending;
+    long asyncs, syncs, waits, updates_in_forward;
+} toy_engine;
+
+static void toy_run(sp_engine *e, int i)
+{
+    toy_engine *s = e->state;
+    if (!s->pending[i]) return;
+    e->opts.update(e->opts.update_ctx, s->pending[i]);
+    s->pending[i] = NULL;
+}
+
+static void toy_sync(sp_engine *e)
+{
+    toy_engine *s = e->state;
+    s->syncs++;
+    for (int i = 0; i < s->npending; i++) toy_run(e, i);
+    s->npending = 0;
+}
+
+static void toy_wait_layer(sp_engine *e, const sp_layer *l)
+{
+    toy_engine *s = e->state;
+    s->waits++;
+    for (int i = 0; i < s->npending; i++)
+        if (s->pending[i] == l) toy_run(e, i), s->updates_in_forward++;
+}
+
+static void toy_backward_async(sp_engine *e, sp_tape *t, sp_node *loss)
+{
+    toy_engine *s = e->state;
+    cr_assert_eq(s->npending, 0, "backward_async before the last backward was joined");
+    s->asyncs++;
+    sp_backward(s->linear, t, loss);
+    for (int i = 0; i <= loss->index; i++) {   /* each parameterised layer once */
+        sp_layer *l = t->nodes[i]->layer;
+        bool seen = false;
+        for (int k = 0; k < s->npending; k++) seen |= s->pending[k] == l;
+        if (l && l->nparams > 0 && !seen && s->npending < 64) s->pending[s->npending++] = l;
+    }
+}
+
+static void toy_backward(sp_engine *e, sp_tape *t, sp_node *loss)
+{
+    toy_backward_async(e, t, loss);
+    toy_sync(e);
+}
+
+static void toy_destroy(sp_engine *e)
+{
+    toy_engine *s = e->state;
+    sp_engine_destroy(s->linear);
+    free(s);
+}
+
+static sp_engine *toy_create(const sp_engine_opts *opts)
+{
+    sp_engine *e = calloc(1, sizeof *e);
+    toy_engine *s = calloc(1, sizeof *s);
+    cr_assert(e && s);
+    s->linear = sp_engine_create("linear", NULL);
+    *e = (sp_engine){.name = "toy", .opts = *opts, .caps = SP_ENGINE_LAYER_UPDATES, .backward = toy_backward,
+                     .destroy = toy_destroy, .state = s, .backward_async = toy_backward_async, .sync = toy_sync,
+                     .wait_layer = toy_wait_layer};
+    return e;
+}
+
+/* sp_train drives an engine it has never heard of through its hooks: every step's next
+ * forward overlaps the held-back updates (waits and updates inside the forward), the run
+ * gives linear BP's bits, and no step starts a backward before the last one was joined. */
+Test(train, a_toy_engine_through_the_interface_overlaps_and_matches_linear)
+{
+    sp_set_threads(2);   /* the overlap needs two threads on the CPU */
+    size_t n, n2;
+    double l0;
+    float *ref = train_lenet(NULL, &n, &l0);
+    sp_dataset *d = rand_images(96, 11);
+    sp_model *m = sp_zoo_model("lenet");
+    sp_model_init(m, 3);
+    sp_optim_cfg oc = sp_optim_cfg_default();
+    oc.lr = 0.05;
+    oc.momentum = 0.9;
+    sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &oc);
+    layer_update u = {o, NULL};
+    sp_engine *e = toy_create(&(sp_engine_opts){.update = update_layer, .update_ctx = &u});
+    sp_loader *l = sp_loader_new(d, 8, true, 1, false);
+    sp_train_cfg tc = {.app = "toy", .epochs = 2, .quiet = true};
+    sp_train_result r = sp_train(m, e, o, l, NULL, &tc);
+    cr_assert_eq(r.steps, 24);
+    const toy_engine *s = e->state;
+    cr_assert_eq(s->asyncs, 24, "backward_async ran %ld times in 24 steps", s->asyncs);
+    cr_assert_geq(s->syncs, 24, "sync ran %ld times in 24 steps", s->syncs);
+    cr_assert_eq(s->npending, 0, "sp_train returned with updates not joined");
+    /* the loop joins at the end of each epoch: 11 forwards an epoch follow an unjoined
+     * backward, and each waits on lenet's 5 parameterised layers */
+    cr_assert_geq(s->waits, 2 * 11 * 5, "wait_layer ran %ld times", s->waits);
+    cr_assert_eq(s->updates_in_forward, 2 * 11 * 5, "%ld updates ran inside a forward", s->updates_in_forward);
+    float *w = tu_model_weights(m, &n2);
+    cr_assert_eq(n2, n);
+    cr_assert_eq(memcmp(w, ref, n * sizeof *w), 0, "the toy engine's weights differ from linear BP's");
+    cr_assert_eq(r.train_loss, l0, "train loss %.9g vs linear's %.9g", r.train_loss, l0);
+    free(w);
+    free(ref);
+    sp_loader_free(l);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    sp_model_free(m);
+    sp_dataset_free(d);
+}
+
+/* The loop and the runner name no engine: what they need of one is in engine.h (hooks,
+ * SP_ENGINE_* capabilities). Flags' help and `needs` data may name engines; code may not
+ * call an engine's own functions, include its headers or compare its name. */
+Test(train, schedulers_train_names_no_engine)
+{
+    static const char *forbidden[] = {"sp_ooo_", "sp_bppsa_", "sp_engine_ooo", "sp_engine_bppsa",
+                                      "sp_engine_linear", "backward/ooo.h", "backward/bppsa", "backward/engines.h",
+                                      "\"ooo\"", "\"bppsa\"", "\"linear\"", "e->name"};
+    DIR *dir = opendir("schedulers/train");
+    cr_assert_not_null(dir, "schedulers/train not found (run from the repository root)");
+    int checked = 0;
+    for (struct dirent *de; (de = readdir(dir));) {
+        size_t len = strlen(de->d_name);
+        if (len < 3 || (strcmp(de->d_name + len - 2, ".c") != 0 && strcmp(de->d_name + len - 2, ".h") != 0)) continue;
+        char path[512];
+        snprintf(path, sizeof path, "schedulers/train/%s", de->d_name);
+        FILE *fp = fopen(path, "r");
+        cr_assert_not_null(fp, "%s: cannot read", path);
+        char line[4096];
+        for (int no = 1; fgets(line, sizeof line, fp); no++)
+            for (size_t k = 0; k < sizeof forbidden / sizeof *forbidden; k++)
+                cr_expect_null(strstr(line, forbidden[k]), "%s:%d names an engine (%s): %s", path, no, forbidden[k],
+                               line);
+        fclose(fp);
+        checked++;
+    }
+    closedir(dir);
+    cr_assert_geq(checked, 6, "only %d sources in schedulers/train", checked);
 }

@@ -1,4 +1,5 @@
 /* engine.c — the registry of backward engines and the helpers they share. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/device.h"
@@ -9,12 +10,16 @@
 typedef struct engine_entry {
     const char *name;
     sp_engine *(*create)(const sp_engine_opts *opts);
+    unsigned caps;                    /* SP_ENGINE_* */
+    void (*attach)(sp_engine *e);     /* hooks kept apart from the engine's own file (NULL: none) */
 } engine_entry;
 
+/* bppsa's hooks are in bppsa_hooks.c, over its public calls, attached here once made. */
 static const engine_entry ENGINES[] = {
-    {"linear", sp_engine_linear_create},
-    {"bppsa", sp_engine_bppsa_create},
-    {"ooo", sp_engine_ooo_create},
+    {"linear", sp_engine_linear_create, SP_ENGINE_DEVICE, NULL},
+    {"bppsa", sp_engine_bppsa_create, SP_ENGINE_DEVICE | SP_ENGINE_PLAN, sp_bppsa_attach_hooks},
+    {"ooo", sp_engine_ooo_create,
+     SP_ENGINE_DEVICE | SP_ENGINE_TRACE | SP_ENGINE_LAYER_UPDATES | SP_ENGINE_REORDERS_DW, NULL},
 };
 #define NENGINES (sizeof ENGINES / sizeof ENGINES[0])
 
@@ -29,11 +34,39 @@ const char *sp_engine_names(void)
     return buf;
 }
 
+unsigned sp_engine_caps(const char *name)
+{
+    for (size_t i = 0; i < NENGINES; i++)
+        if (name && strcmp(name, ENGINES[i].name) == 0) return ENGINES[i].caps;
+    return 0;
+}
+
+const char *sp_engine_names_with(unsigned caps, char *buf, size_t len)
+{
+    size_t total = 0, k = 0;
+    for (size_t i = 0; i < NENGINES; i++) total += (ENGINES[i].caps & caps) == caps;
+    buf[0] = 0;
+    for (size_t i = 0, n = 0; i < NENGINES && k < len; i++) {
+        if ((ENGINES[i].caps & caps) != caps) continue;
+        const char *sep = n == 0 ? "" : n + 1 == total ? " or " : ", ";
+        k += (size_t)snprintf(buf + k, len - k, "%s%s", sep, ENGINES[i].name);
+        n++;
+    }
+    return buf;
+}
+
+sp_engine_opts sp_engine_opts_default(void) { return (sp_engine_opts){.scan_levels = -1, .order = "ooo"}; }
+
 sp_engine *sp_engine_create(const char *name, const sp_engine_opts *opts)
 {
-    sp_engine_opts defaults = {.scan_levels = -1, .order = "ooo"};
-    for (size_t i = 0; i < NENGINES; i++)
-        if (strcmp(name, ENGINES[i].name) == 0) return ENGINES[i].create(opts ? opts : &defaults);
+    sp_engine_opts defaults = sp_engine_opts_default();
+    for (size_t i = 0; i < NENGINES; i++) {
+        if (strcmp(name, ENGINES[i].name) != 0) continue;
+        sp_engine *e = ENGINES[i].create(opts ? opts : &defaults);
+        e->caps = ENGINES[i].caps;
+        if (ENGINES[i].attach) ENGINES[i].attach(e);
+        return e;
+    }
     sp_fail("--backward %s: unknown engine (expected one of %s)", name, sp_engine_names());
 }
 
@@ -45,6 +78,50 @@ void sp_engine_destroy(sp_engine *e)
 }
 
 void sp_backward(sp_engine *e, sp_tape *t, sp_node *loss) { e->backward(e, t, loss); }
+
+/* ---- the optional hooks, with their defaults --------------------------------------------- */
+
+void sp_backward_async(sp_engine *e, sp_tape *t, sp_node *loss)
+{
+    if (e->backward_async) e->backward_async(e, t, loss);
+    else e->backward(e, t, loss);
+}
+
+void sp_engine_sync(sp_engine *e)
+{
+    if (e->sync) e->sync(e);
+}
+
+void sp_engine_wait_layer(sp_engine *e, const sp_layer *l)
+{
+    if (e->wait_layer) e->wait_layer(e, l);
+}
+
+void sp_engine_set_graph(sp_engine *e, bool on)
+{
+    if (e->set_graph) e->set_graph(e, on);
+    else if (on) sp_fail("--cuda-graph: the %s engine does not capture its backward as a graph", e->name);
+}
+
+void sp_engine_set_step_capture(sp_engine *e, bool on)
+{
+    if (e->set_step_capture) e->set_step_capture(e, on);
+}
+
+void sp_engine_check(sp_engine *e, struct sp_model *m, const sp_tensor *x1, const int *y1)
+{
+    if (e->check) e->check(e, m, x1, y1);
+}
+
+void sp_engine_report(sp_engine *e, const sp_report_writer *w)
+{
+    if (e->report) e->report(e, w);
+}
+
+bool sp_engine_plan(sp_engine *e, struct sp_model *m, const sp_tensor *x, const int *y, const sp_report_writer *w)
+{
+    return e->plan && e->plan(e, m, x, y, w);
+}
 
 void sp_mark_needs_grad(sp_tape *t)
 {

@@ -534,6 +534,13 @@ sp_engine *sp_engine_ooo_create(const sp_engine_opts *opts)
     e->backward = ooo_backward;
     e->destroy = ooo_destroy;
     e->state = s;
+    e->backward_async = sp_ooo_backward_async;
+    e->sync = sp_ooo_sync;
+    e->wait_layer = sp_ooo_wait_layer;
+    e->set_graph = sp_ooo_set_cuda_graph;
+    e->set_step_capture = sp_ooo_set_step_capture;
+    e->check = sp_ooo_check;
+    e->report = sp_ooo_report;
     s->order = order;
     if (opts->trace_path) {   /* written at destroy: the caller's string may be gone */
         s->trace_path = sp_xmalloc(strlen(opts->trace_path) + 1);

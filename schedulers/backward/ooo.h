@@ -238,7 +238,14 @@ typedef struct sp_ooo_stats {
     size_t mem_cap;
 } sp_ooo_stats;
 
-/* The constructor, sp_engine_ooo_create, is registered in schedulers/engines.h. */
+/* The constructor, sp_engine_ooo_create, is registered in schedulers/backward/engines.h;
+ * it fills the engine's hooks with sp_ooo_backward_async, sp_ooo_sync, sp_ooo_wait_layer,
+ * sp_ooo_set_cuda_graph, sp_ooo_set_step_capture and these two (ooo_hooks.c): --k
+ * against m's parameterised layers; the last backward's order, k, critical path, peak
+ * bytes and graph counts as JSON keys. */
+struct sp_model;
+void sp_ooo_check(sp_engine *e, struct sp_model *m, const sp_tensor *x1, const int *y1);
+void sp_ooo_report(sp_engine *e, const sp_report_writer *w);
 /* The last backward's numbers; e must be an "ooo" engine (exit 2 otherwise). */
 const sp_ooo_stats *sp_ooo_last_stats(sp_engine *e);
 /* The last backward's graph, plan and timings; valid until its tape is reset. */

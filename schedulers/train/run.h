@@ -1,63 +1,47 @@
-/* common.h — what every app shares: flags, the progress display, the JSON summary.
- * Apps stay thin: parse flags, build a model from library calls, run sp_train.
+/* run.h — the training runner: what every training app does after it has built its
+ * model and opened its data, as library API, so that an out-of-tree program (pkg-config)
+ * trains exactly as the apps do:
  *
- * Flags. Each app declares exactly the flags it uses, one sp_flag line each; a flag
- * that does not apply (to this app, or with the chosen engine/optimizer/data) is refused
- * with one line and exit 2, e.g. "--trace needs --backward ooo". Adding a flag to every
- * training app is one line in common_flags() (schedulers/train/run.c) plus its field in
- * sp_app_opts; an app-only flag is one line in the app's `extra` table:
+ *   sp_run_opts o;
+ *   sp_run_defaults(&o);
+ *   sp_run_parse(argc, argv, "mymodel", "Train my model.", &o, SP_SCOPE_TRAINER, NULL);
+ *   sp_set_threads(o.threads);
+ *   sp_run("mymodel", &o, model, train, test);   (engine, optimizer, loop, --save, JSON line)
+ *
+ * Flags. A program declares exactly the flags it takes: the runner's common flags of the
+ * scopes it names (SP_SCOPE_*) plus its own, one sp_flag line each
+ * (schedulers/train/flags.h); a flag that does not apply (to this program, or with the
+ * chosen engine, optimizer or data) is refused with one line and exit 2, e.g. "--trace
+ * needs --backward ooo or --parallel". Adding a flag to every training app is one line in
+ * common_flags() (schedulers/train/run.c) plus its field in sp_run_opts; a program's own
+ * flag is one line in its `extra` table:
  *
  *   {"hidden", SP_FLAG_INT, &hidden, "hidden size", .range = "1.."},
- *   {"trace", SP_FLAG_STR, &o->trace, "write a Chrome trace", .needs = "backward=ooo"},
  */
-#ifndef SP_APP_COMMON_H
-#define SP_APP_COMMON_H
+#ifndef SP_RUN_H
+#define SP_RUN_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
+#include "core/model.h"
+#include "data/data.h"
+#include "schedulers/train/flags.h"
+#include "schedulers/train/summary.h"
+#include "schedulers/train/train.h"
 
-typedef enum { SP_FLAG_STR, SP_FLAG_INT, SP_FLAG_LONG, SP_FLAG_DOUBLE, SP_FLAG_BOOL, SP_FLAG_U64 } sp_flag_kind;
-
-/* Which training apps a common flag applies to (sp_app_parse's `scopes`). */
+/* Which training programs a common flag applies to (sp_run_parse's `scopes`). */
 enum {
     SP_SCOPE_RUN = 1,        /* every training app, demo included: steps, batch, lr, optim… */
     SP_SCOPE_ENGINE = 2,     /* --backward and the engines' options                       */
     SP_SCOPE_LOOP = 4,       /* the epoch loop of sp_train: epochs, lr schedule, log, eval */
     SP_SCOPE_CKPT = 8,       /* --load / --save / --save-every / --resume                 */
     SP_SCOPE_IMAGES = 16,    /* --data / --data-format (lenet, vgg11)                     */
-    SP_SCOPE_TRAINER = 1 | 2 | 4 | 8,   /* an app that runs sp_app_train                  */
+    SP_SCOPE_TRAINER = 1 | 2 | 4 | 8,   /* a program that calls sp_run                     */
 };
 
-typedef struct sp_flag {
-    const char *name;      /* without the leading "--"                                      */
-    sp_flag_kind kind;
-    void *dst;             /* const char **, int *, long *, double *, bool *, uint64_t *    */
-    const char *help;
-    /* optional (designated initialisers) */
-    const char *group;     /* --help heading; NULL: the app's own flags                     */
-    const char *choices;   /* STR: the only valid values, "a|b|c"                            */
-    const char *range;     /* INT/LONG/U64/DOUBLE: "LO..HI", "LO.." or "..HI", inclusive       */
-    const char *needs;     /* conditions, all must hold: "backward=ooo", "order=a|b", "data"
-                            * (that flag given), "!layerpipe" (not given); joined by ','       */
-    const char *meta;      /* value placeholder in --help (default N, X or S)                */
-    const char *def;       /* the default as --help shows it (default: the current value)    */
-    unsigned scope;        /* common flags: SP_SCOPE_*; 0 = always                           */
-    bool set;              /* given on the command line (filled by the parser)               */
-} sp_flag;
-
-/* Generic parser (apps with their own flags, e.g. schedule, jacobian): `flags` ends with
- * name == NULL. --help prints usage (every default, every valid value, flags grouped)
- * and exits 0; an unknown flag ("did you mean --batch?"), a bad value, a value out of
- * range or a flag whose `needs` fail: one line, exit 2. Registers the check of stdout
- * at exit (sp_app_check_output). */
-void sp_flags_parse(int argc, char **argv, const char *app, const char *summary, sp_flag *flags);
-/* After sp_flags_parse / sp_app_parse: whether --name was given. */
-bool sp_flag_given(const char *name);
-
 /* The flags every training app takes (the training issue's list). */
-typedef struct sp_app_opts {
+typedef struct sp_run_opts {
     const char *data, *data_format, *optim, *backward, *load, *save, *log, *lr_schedule;
     const char *resume;   /* --resume FILE: continue a --save-every checkpoint */
     long save_every;      /* --save-every N: resumable checkpoint to --save every N steps */
@@ -71,90 +55,96 @@ typedef struct sp_app_opts {
     int scan_levels, k;                  /* scan_levels -1: the full scan */
     long mem_cap;
     const char *order, *trace;
-    bool plan, plan_full;                /* --plan, --plan=full: print the bppsa plan, exit */
+    bool plan, plan_full;                /* --plan, --plan=full: print the engine's plan, exit */
+    const char *plan_arg;                /* --plan=summary|full as given (NULL: plain --plan) */
     const char *plan_svg;                /* --plan-svg FILE: draw the scan tree and exit   */
     const char *scan_levels_arg;         /* --scan-levels as given: N | full | auto */
     double prune;                        /* --prune AMOUNT: magnitude-prune conv/linear weights */
     const char *prune_scope;             /* --prune-scope layer | global */
     const char *device;                  /* cpu | cuda */
-    bool cuda_graph;                     /* --cuda-graph: replay the ooo backward as a CUDA Graph */
+    bool cuda_graph;                     /* --cuda-graph: replay the step as a CUDA Graph */
     /* parallel training on MPI ranks (schedulers/parallel/exec.h) */
     const char *parallel, *partition, *costs_out, *costs, *exec_order;
     int microbatches, groups;
     double bucket_mb, comm_timeout;
-} sp_app_opts;
+} sp_run_opts;
 
 /* Defaults shared by all apps; each app then overrides what it needs (lr, batch…). */
-void sp_app_defaults(sp_app_opts *o);
+void sp_run_defaults(sp_run_opts *o);
 /* Parses argv against the common flags of `scopes` (SP_SCOPE_*) plus `extra`
- * (NULL-terminated by name == NULL), as sp_flags_parse. */
-void sp_app_parse(int argc, char **argv, const char *app, const char *summary, sp_app_opts *o, unsigned scopes,
+ * (NULL-terminated by name == NULL), as sp_flags_parse, then checks what the table
+ * cannot say (--lr > 0, --scan-levels N|full|auto, --load readable…). */
+void sp_run_parse(int argc, char **argv, const char *app, const char *summary, sp_run_opts *o, unsigned scopes,
                   sp_flag *extra);
 
-/* Flushes stdout and checks every write to it succeeded; on failure "write failed: …"
- * and exit 2. Runs at exit by itself once flags are parsed; call it to fail earlier. */
-void sp_app_check_output(void);
-/* fclose(f) and check that every write to it succeeded ("what": --svg PATH …): one line,
- * exit 2 otherwise. */
-void sp_app_close_output(FILE *f, const char *what);
+/* ---- the runner ------------------------------------------------------------------------ */
 
-/* A tiny JSON writer for the last stdout line. */
-typedef struct sp_json {
-    char buf[8192];
-    size_t len;
-    bool first;
-} sp_json;
-void sp_json_begin(sp_json *j);
-void sp_json_str(sp_json *j, const char *key, const char *v);
-void sp_json_num(sp_json *j, const char *key, double v);
-void sp_json_int(sp_json *j, const char *key, long v);
-void sp_json_raw(sp_json *j, const char *key, const char *raw);
-void sp_json_end_print(sp_json *j);   /* prints {...}\n on stdout and checks the write */
+/* Everything after the model and the datasets: engine, optimizer, --load (or the seeded
+ * init), --prune, --device, --parallel, the training loop (sp_train), --save, and the
+ * JSON line on stdout (the app name, what ran, losses, accuracy, timings). --eval-only
+ * evaluates the --load weights instead; --plan prints the engine's plan and trains
+ * nothing. test may be NULL. Returns what sp_train returned. */
+sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_dataset *train, sp_dataset *test);
 
-/* ---- the training app runner ---------------------------------------------------------- */
-#include "core/model.h"
-#include "data/data.h"
-#include "schedulers/train/train.h"
-
-/* Everything after the model and the datasets: threads, engine, optimizer, --load,
- * training, --save, and the JSON line (with `extra_json` keys appended if not NULL,
- * e.g. "\"forward_ms\": 1.2"). Returns the result. */
-sp_train_result sp_app_train(const char *app, const sp_app_opts *o, sp_model *m, sp_dataset *train,
-                             sp_dataset *test, bool timing_keys);
 /* --data-format fashion-mnist (default, --data defaults to Debian's package dir) |
  * mnist | cifar10 | folder; pad_to = 32 zero-pads 28×28 images (VGG-11). */
-void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp_dataset **test);
-/* --device cuda: one line and exit 2 on a build without CUDA, without a GPU, or with an
- * engine other than linear; else the backend starts and m's parameters move to the GPU.
- * --device cpu: nothing. */
-void sp_app_use_device(const sp_app_opts *o, sp_model *m);
-/* m's parameters back on the host (before saving a checkpoint). */
-void sp_app_device_to_host(sp_model *m);
-/* --plan / --plan-svg: print (and draw) the bppsa plan for the batch (x, y) and the
- * JSON line of its figures; trains nothing. sp_app_train calls it on the first batch. */
-void sp_app_plan_only(const char *app, const sp_app_opts *o, sp_model *m, const sp_tensor *x, const int *y);
-/* The engine options from the app flags. */
-sp_engine_opts sp_app_engine_opts(const sp_app_opts *o);
-/* The engine's keys of the JSON line: scan_levels (bppsa); order and k as run (ooo,
- * once a step `ran`). */
-void sp_app_json_engine(sp_json *j, const sp_app_opts *o, sp_engine *e, bool ran);
-/* The engine options against the model, which the engines would clamp silently:
- * --scan-levels above sp_scan_full_levels(n) of the chain (one forward of (x1, y1) gives
- * n), --k above the parameterised layers. One line with the valid range, exit 2. */
-void sp_app_check_engine(const sp_app_opts *o, sp_model *m, const sp_tensor *x1, const int *y1);
+void sp_run_open_images(const sp_run_opts *o, int pad_to, sp_dataset **train, sp_dataset **test);
 
-/* --parallel: MPI up, the executor for model m (one sample of sample_shape, global batch
- * o->batch). NULL without --parallel. */
+/* --device cuda: one line and exit 2 on a build without CUDA, without a GPU, or with an
+ * engine that runs on the CPU only; else the backend starts and m's parameters move to
+ * the GPU. --device cpu: nothing. */
+void sp_run_use_device(const sp_run_opts *o, sp_model *m);
+/* m's parameters back on the host (before saving a checkpoint). */
+void sp_run_device_to_host(sp_model *m);
+/* The engine options from the flags. */
+sp_engine_opts sp_run_engine_opts(const sp_run_opts *o);
+
+/* ---- a program that runs its own steps (apps/demo.c) ------------------------------------- */
+
+/* What sp_run builds around a model, for a program with a loop of its own: the engine,
+ * the optimizer and, with --parallel, the executor. sp_run is these calls around sp_train. */
 struct sp_exec;
-struct sp_optim;
-struct sp_exec *sp_app_exec_new(const sp_app_opts *o, sp_model *m, struct sp_optim *opt, int sample_ndim,
-                                const int *sample_shape);
-/* The JSON keys of a parallel run ("parallel", "workers", "microbatches", "comm_ms",
- * "busy_ms", "idle_ms": per rank, per step). Collective; only rank 0 prints the line. */
-void sp_app_exec_json(struct sp_exec *x, const sp_app_opts *o, sp_json *j);
-/* The order/trace files, then MPI down (every rank). */
-void sp_app_exec_end(struct sp_exec *x);
+struct sp_pruning;
+typedef struct sp_run_session {
+    const char *app;
+    const sp_run_opts *o;
+    sp_model *m;
+    sp_engine *engine;
+    sp_optim *optim;
+    struct sp_exec *exec;           /* --parallel: the executor on the MPI ranks; NULL otherwise */
+    struct sp_pruning *pruning;     /* the masks of --prune or of a pruned --load; NULL otherwise */
+} sp_run_session;
+
+/* The engine (--backward and its options), the weights (--load or the seeded init, then
+ * --prune), the device (--device), the engine options checked against m on one sample
+ * (x1, y1: "--scan-levels 9: expected 0..3 for lenet"), the optimizer and, with
+ * --parallel, MPI and the executor for samples shaped as x1's (--parallel scan --plan
+ * prints the cross-rank plan and exits). */
+void sp_run_open(sp_run_session *s, const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x1,
+                 const int *y1);
+/* --plan / --plan-svg (without --parallel): prints the engine's plan for the batch (x, y)
+ * and its JSON line, and returns true: train nothing. Otherwise false. */
+bool sp_run_plan(sp_run_session *s, const sp_tensor *x, const int *y);
+/* One training step on (x, y) (on the ranks with --parallel); returns the loss. */
+float sp_run_step(sp_run_session *s, sp_tape *t, const sp_tensor *x, const int *y);
 /* Whether this process prints (rank 0, or no --parallel). */
-bool sp_app_prints(const struct sp_exec *x);
+bool sp_run_prints(const sp_run_session *s);
+/* --save (and no --save-every, which sp_train writes): the weights back on the host,
+ * synchronised over the ranks, saved by rank 0 (with the pruning masks if any). */
+void sp_run_save(sp_run_session *s);
+/* The end: j (if not NULL) gets the executor's keys (--parallel) and is printed by rank
+ * 0; then the executor's files, MPI down, and everything but the model freed. */
+void sp_run_close(sp_run_session *s, sp_json *j);
+
+/* The JSON line (schedulers/train/summary.c). begin: "app", "device", "backward";
+ * engine: the engine's keys (what it ran, e.g. ooo's order, bppsa's scan_levels); train:
+ * begin, then the keys of a finished sp_train run (batch: as run; train: its dataset),
+ * engine's among them; exec: the keys of a parallel run ("parallel", "workers",
+ * "microbatches", "comm_ms", "busy_ms", "idle_ms": per rank, per step; collective). */
+void sp_run_summary_begin(const sp_run_session *s, sp_json *j);
+void sp_run_summary_engine(const sp_run_session *s, sp_json *j);
+void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_result *r, int batch,
+                          const sp_dataset *train);
+void sp_run_summary_exec(const sp_run_session *s, sp_json *j);
 
 #endif

@@ -12,7 +12,6 @@
 #include "core/parallel.h"
 #include "schedulers/train/checkpoint.h"
 #include "schedulers/parallel/exec.h"
-#include "schedulers/backward/ooo.h"
 #include "schedulers/train/train.h"
 
 static sp_device model_device(const sp_model *m) { return m->nparams ? m->params[0]->value.device : SP_CPU; }
@@ -41,17 +40,19 @@ static sp_node *step_queue(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, c
     return step_body(m, e, o, t, x, y, fwd_s, bwd_s);
 }
 
-/* ---- ooo: the next forward overlaps the last δW/U (CPU lanes or device streams) ------- */
+/* ---- the next forward overlaps the last δW/U (an engine with backward_async: ooo's
+ * CPU lanes or device streams) ------------------------------------------------------------ */
 
-static void wait_layer(void *e, const sp_layer *l) { sp_ooo_wait_layer(e, l); }
+static void wait_layer(void *e, const sp_layer *l) { sp_engine_wait_layer(e, l); }
 
 /* The step on tape t while the previous step's backward (on the other tape) may still
- * run its last δW and U on the sub lane or stream: each layer's forward waits for that
- * layer's update alone (sp_ooo_wait_layer); then the lanes are joined, the gradients
- * zeroed and this step's backward started without a join (sp_ooo_backward_async). On a
- * device the staged batch of the previous step (slot `release`) is released after the
- * join; on the CPU (release < 0) the batch and labels are copied into the tape, since
- * the loader reuses its buffers while this step's last δW may still read them. */
+ * run its last δW and U (ooo: on the sub lane or stream): each layer's forward waits for
+ * that layer's update alone (the engine's wait_layer); then the engine is joined (sync),
+ * the gradients zeroed and this step's backward started without a join
+ * (backward_async). On a device the staged batch of the previous step (slot `release`)
+ * is released after the join; on the CPU (release < 0) the batch and labels are copied
+ * into the tape, since the loader reuses its buffers while this step's last δW may still
+ * read them. */
 static sp_node *step_queue_overlap(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x,
                                    const int *y, int release, double *fwd_s, double *bwd_s)
 {
@@ -70,11 +71,11 @@ static sp_node *step_queue_overlap(sp_model *m, sp_engine *e, sp_optim *o, sp_ta
     t->before_apply_ctx = e;
     sp_node *loss = sp_model_loss(m, t, x, y);
     t->before_apply = NULL;
-    sp_ooo_sync(e);   /* the previous backward's tail joined: every update has read its gradient */
+    sp_engine_sync(e);   /* the previous backward's tail joined: every update has read its gradient */
     if (release >= 0) sp_backend_allocator(model_device(m))->release_staged(release);
     sp_optim_zero_grad(o);
     double t1 = sp_now();
-    sp_ooo_backward_async(e, t, loss);
+    sp_backward_async(e, t, loss);
     if (fwd_s) *fwd_s = t1 - t0;
     if (bwd_s) *bwd_s = sp_now() - t1;
     return loss;
@@ -114,7 +115,7 @@ sp_step_graph *sp_step_graph_new(sp_model *m, sp_engine *e, sp_optim *o)
     sp_step_graph *g = sp_xcalloc(1, sizeof *g);
     *g = (sp_step_graph){.m = m, .e = e, .o = o, .dev = dev};
     sp_optim_device_scalars(o, true);
-    if (strcmp(e->name, "ooo") == 0) sp_ooo_set_step_capture(e, true);
+    sp_engine_set_step_capture(e, true);   /* the engine captures nothing of its own */
     return g;
 }
 
@@ -188,7 +189,7 @@ void sp_step_graph_free(sp_step_graph *g)
     if (!g) return;
     for (int i = 0; i < STEP_GRAPHS; i++) sp_backend_graph(g->dev)->free(g->c[i].graph);
     sp_optim_device_scalars(g->o, false);
-    if (strcmp(g->e->name, "ooo") == 0) sp_ooo_set_step_capture(g->e, false);
+    sp_engine_set_step_capture(g->e, false);
     free(g);
 }
 
@@ -431,9 +432,10 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     }
     long first = r.steps;   /* the timing arrays are indexed by step */
     sp_step_graph *sg = cfg->cuda_graph && model_device(m) != SP_CPU ? sp_step_graph_new(m, e, o) : NULL;
-    /* ooo without the graph: step k+1's forward overlaps step k's last δW/U (on the CPU
-     * with two threads or more: its lanes; docs/OOO.md) */
-    bool overlap = !sg && !cfg->exec && strcmp(e->name, "ooo") == 0 && e->opts.update &&
+    /* An engine that runs its backward asynchronously and the updates itself (ooo), without
+     * the graph: step k+1's forward overlaps step k's last δW/U (on the CPU with two
+     * threads or more: its lanes; docs/OOO.md) */
+    bool overlap = !sg && !cfg->exec && e->backward_async && e->opts.update &&
                    (model_device(m) != SP_CPU || sp_get_threads() >= 2);
     /* On the CPU each update zeroes the gradient it read (in cache, same pass) and the
      * next step's zero_grad skips it: nothing writes a gradient in between here. */
@@ -504,7 +506,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             r.last_loss = loss;
             if (log) fprintf(log, "%ld,%d,%.9g,%.9g,%.6f,,\n", r.steps, epoch, loss, sp_optim_get_lr(o), sp_now() - p.start);
             /* a checkpoint holds every update of the step: join the lanes first */
-            if (overlap && cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total)) sp_ooo_sync(e);
+            if (overlap && cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total)) sp_engine_sync(e);
             if (cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total) &&
                 sp_checkpoint_save(cfg->save_path, m, o,
                                    &(sp_train_state){r.steps, epoch, epoch_steps, epoch_loss, sp_optim_get_lr(o)},
@@ -513,7 +515,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             if (cfg->on_step) cfg->on_step(cfg->on_step_ctx, r.steps);
             progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
             if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
-                if (overlap) sp_ooo_sync(e);   /* every update in */
+                if (overlap) sp_engine_sync(e);   /* every update in */
                 evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
                 log_eval(log, r.steps, epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
                 progress_line(&p, "%s step %ld: test loss %.4f acc %.4f", cfg->app, r.steps, r.test_loss, r.test_acc);
@@ -527,7 +529,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             }
         }
         if (overlap) {   /* every update in (evaluation, the end of training); the next epoch's */
-            sp_ooo_sync(e);   /* first uploads wait for the join (its last step's δW read a slot) */
+            sp_engine_sync(e);   /* first uploads wait for the join (its last step's δW read a slot) */
             if (dev != SP_CPU) {
                 sp_backend_allocator(dev)->release_staged(0);
                 sp_backend_allocator(dev)->release_staged(1);

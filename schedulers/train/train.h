@@ -78,8 +78,9 @@ float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp
  * Steps that draw host randomness (dropout) always run live. */
 typedef struct sp_step_graph sp_step_graph;
 
-/* Turns on o's device scalars (and, for the ooo engine, sp_ooo_set_step_capture)
- * until sp_step_graph_free. m's parameters must be on a device. */
+/* Turns on o's device scalars (and tells the engine, through its set_step_capture hook,
+ * that the caller captures the step) until sp_step_graph_free. m's parameters must be
+ * on a device. */
 sp_step_graph *sp_step_graph_new(sp_model *m, sp_engine *e, sp_optim *o);
 /* One training step queued on the device: x (device, fixed buffer) and the labels y
  * (host; y_dev: the same labels staged on the device). Returns the loss tensor on the

@@ -1,0 +1,21 @@
+/* sim_report.h — a simulated schedule and a LayerPipe partition as the `schedule` app
+ * prints them: the per-worker table and one JSON line each (the last stdout line). */
+#ifndef SP_SIM_REPORT_H
+#define SP_SIM_REPORT_H
+
+#include <stdio.h>
+#include "schedulers/parallel/schedule.h"
+
+/* One row per worker (jobs, utilisation, transfers, weights held, peak activations),
+ * then latency, utilisation and ρ against its bound M/S. */
+void sp_sim_print_workers(FILE *out, const sp_sim *r);
+/* The schedule and its simulation as one JSON line: shape, latency, utilisation, the
+ * largest transfers and memory, and per-worker arrays. */
+void sp_sim_print_json(FILE *out, const sp_schedule *s, const sp_costs *c, const sp_sim *r);
+/* LayerPipe's partition as one JSON line: the target, bottlenecks (its own and the
+ * contiguous PipeDream one) and per-processor loads. */
+void sp_layerpipe_print_json(FILE *out, const sp_layerpipe *lp);
+/* The scheme names as one JSON line: {"schemes":["ddp",...]}. */
+void sp_schemes_print_json(FILE *out);
+
+#endif

@@ -1,0 +1,183 @@
+/* summary.c — the JSON line of a run and checked writes to stdout and files. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/error.h"
+#include "optim/prune.h"
+#include "schedulers/parallel/exec.h"
+#include "schedulers/train/run.h"
+#include "schedulers/train/summary.h"
+
+/* ---- output ------------------------------------------------------------------------- */
+
+void sp_stdout_check(void)
+{
+    errno = 0;
+    bool bad = fflush(stdout) != 0;
+    int e = errno;
+    if (!bad && !ferror(stdout)) return;
+    fprintf(stderr, "scanprop: stdout: write failed: %s\n", bad && e ? strerror(e) : "an earlier write failed");
+    _exit(SP_EXIT_USAGE);
+}
+
+void sp_output_close(FILE *f, const char *what)
+{
+    errno = 0;
+    bool bad = ferror(f) != 0;
+    int e = errno;
+    if (fclose(f) != 0) bad = true, e = errno;
+    if (bad) sp_fail("%s: write failed: %s", what, e ? strerror(e) : "an earlier write failed");
+}
+
+/* ---- JSON ---------------------------------------------------------------------------- */
+
+static void put(sp_json *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sp_json *j, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(j->buf + j->len, sizeof j->buf - j->len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof j->buf - j->len) sp_fail("internal: JSON summary too long");
+    j->len += (size_t)n;
+}
+
+static void key(sp_json *j, const char *k)
+{
+    put(j, "%s\"%s\": ", j->first ? "" : ", ", k);
+    j->first = false;
+}
+
+void sp_json_begin(sp_json *j)
+{
+    j->len = 0;
+    j->first = true;
+    put(j, "{");
+}
+
+void sp_json_str(sp_json *j, const char *k, const char *v)
+{
+    key(j, k);
+    put(j, "\"");
+    for (const char *c = v ? v : ""; *c; c++) {
+        if (*c == '"' || *c == '\\') put(j, "\\%c", *c);
+        else if ((unsigned char)*c < 0x20) put(j, "\\u%04x", *c);
+        else put(j, "%c", *c);
+    }
+    put(j, "\"");
+}
+
+void sp_json_num(sp_json *j, const char *k, double v)
+{
+    key(j, k);
+    if (isfinite(v)) put(j, "%.9g", v);
+    else put(j, "null");
+}
+
+void sp_json_int(sp_json *j, const char *k, long v)
+{
+    key(j, k);
+    put(j, "%ld", v);
+}
+
+void sp_json_raw(sp_json *j, const char *k, const char *raw)
+{
+    key(j, k);
+    put(j, "%s", raw);
+}
+
+void sp_json_end_print(sp_json *j)
+{
+    put(j, "}");
+    printf("%s\n", j->buf);
+    sp_stdout_check();
+}
+
+static void put_str(void *j, const char *k, const char *v) { sp_json_str(j, k, v); }
+static void put_num(void *j, const char *k, double v) { sp_json_num(j, k, v); }
+static void put_int(void *j, const char *k, long v) { sp_json_int(j, k, v); }
+
+sp_report_writer sp_json_writer(sp_json *j) { return (sp_report_writer){j, put_str, put_num, put_int}; }
+
+/* ---- the keys of a training run ------------------------------------------------------ */
+
+void sp_run_summary_begin(const sp_run_session *s, sp_json *j)
+{
+    sp_json_begin(j);
+    sp_json_str(j, "app", s->app);
+    sp_json_str(j, "device", s->o->device);
+    sp_json_str(j, "backward", s->o->backward);
+}
+
+void sp_run_summary_engine(const sp_run_session *s, sp_json *j)
+{
+    sp_report_writer w = sp_json_writer(j);
+    sp_engine_report(s->engine, &w);
+}
+
+void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_result *r, int batch,
+                          const sp_dataset *train)
+{
+    const sp_run_opts *o = s->o;
+    sp_run_summary_begin(s, j);
+    sp_json_int(j, "epochs", r->epochs);
+    sp_json_int(j, "steps", r->steps);
+    sp_json_int(j, "batch", batch);
+    sp_json_int(j, "threads", o->threads);
+    sp_json_str(j, "optim", o->optim);
+    sp_json_num(j, "lr", o->lr);
+    sp_json_int(j, "seed", (long)o->seed);
+    sp_json_str(j, "dataset", train->name);
+    sp_run_summary_engine(s, j);
+    if (o->cuda_graph && r->graph_captures + r->graph_replays > 0) {   /* the whole step (sp_train) */
+        sp_json_str(j, "cuda_graph", "step");
+        sp_json_int(j, "graph_captures", r->graph_captures);
+        sp_json_int(j, "graph_replays", r->graph_replays);
+    }
+    const sp_pruning *p = s->pruning;
+    if (p) {   /* the fraction of the prunable weights that are pruned */
+        int64_t kept = 0, all = 0;
+        for (int i = 0; i < s->m->nparams; i++)
+            if (p->mask[i]) kept += sp_prune_kept(p, i), all += (int64_t)s->m->params[i]->value.numel;
+        sp_json_num(j, "pruned", all ? 1.0 - (double)kept / (double)all : 0.0);
+    }
+    sp_json_num(j, "train_loss", r->train_loss);
+    sp_json_num(j, "test_loss", r->test_loss);
+    sp_json_num(j, "test_acc", r->test_acc);
+    sp_json_num(j, "images_per_s", r->images_per_s);
+    sp_json_num(j, "seconds", r->seconds);
+    sp_json_num(j, "forward_ms", r->forward_ms);
+    sp_json_num(j, "backward_ms", r->backward_ms);
+    sp_json_num(j, "step_ms", r->step_ms);
+    sp_json_num(j, "last_loss", r->last_loss);
+}
+
+void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
+{
+    struct sp_exec *x = s->exec;
+    if (!x) return;
+    sp_exec_stats st;
+    sp_exec_gather_stats(x, &st);
+    double steps = st.steps > 0 ? (double)st.steps : 1.0, comm = 0;
+    char busy[2048], idle[2048];
+    size_t nb = 0, ni = 0;
+    for (int r = 0; r < st.workers; r++) {
+        comm += st.comm[r] / st.workers;
+        double b = 1e3 * st.busy[r] / steps, i = 1e3 * (st.wall[r] - st.busy[r]) / steps;
+        if (nb < sizeof busy - 32) nb += (size_t)snprintf(busy + nb, sizeof busy - nb, "%s%.3f", r ? ", " : "[", b);
+        if (ni < sizeof idle - 32) ni += (size_t)snprintf(idle + ni, sizeof idle - ni, "%s%.3f", r ? ", " : "[", i);
+    }
+    snprintf(busy + nb, sizeof busy - nb, "]");
+    snprintf(idle + ni, sizeof idle - ni, "]");
+    sp_json_str(j, "parallel", s->o->parallel);
+    sp_json_int(j, "workers", st.workers);
+    sp_json_int(j, "microbatches", sp_exec_schedule(x)->micro);
+    sp_json_num(j, "comm_ms", 1e3 * comm / steps);
+    sp_json_raw(j, "busy_ms", busy);
+    sp_json_raw(j, "idle_ms", idle);
+    sp_exec_stats_free(&st);
+}

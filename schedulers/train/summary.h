@@ -1,0 +1,35 @@
+/* summary.h — what a run leaves on stdout: one JSON object on the last line (the apps'
+ * summary, which scripts and tests read), and checked writes (a full disk is one line and
+ * exit 2, never a silently truncated result). The keys of a training run's line are
+ * written by the runner (schedulers/train/run.h, sp_run_summary_*). */
+#ifndef SP_SUMMARY_H
+#define SP_SUMMARY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include "schedulers/backward/engine.h"
+
+/* A tiny JSON writer for the last stdout line: keys in the order written. */
+typedef struct sp_json {
+    char buf[8192];
+    size_t len;
+    bool first;
+} sp_json;
+void sp_json_begin(sp_json *j);
+void sp_json_str(sp_json *j, const char *key, const char *v);
+void sp_json_num(sp_json *j, const char *key, double v);   /* %.9g; NaN and inf: null */
+void sp_json_int(sp_json *j, const char *key, long v);
+void sp_json_raw(sp_json *j, const char *key, const char *raw);
+void sp_json_end_print(sp_json *j);   /* prints {...}\n on stdout and checks the write */
+/* A writer onto j, for an engine's figures (sp_engine_report, sp_engine_plan). */
+sp_report_writer sp_json_writer(sp_json *j);
+
+/* Flushes stdout and checks every write to it succeeded; on failure "write failed: …"
+ * and exit 2. Runs at exit by itself once flags are parsed; call it to fail earlier. */
+void sp_stdout_check(void);
+/* fclose(f) and check that every write to it succeeded ("what": --svg PATH …): one line,
+ * exit 2 otherwise. */
+void sp_output_close(FILE *f, const char *what);
+
+#endif
