@@ -17,6 +17,7 @@
 #include "schedulers/backward/engine.h"
 #include "core/parallel.h"
 #include "core/io/safetensors.h"
+#include "core/io/model_io.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
 #include "data/data.h"

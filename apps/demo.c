@@ -8,6 +8,7 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "core/io/safetensors.h"
+#include "core/io/model_io.h"
 #include "schedulers/parallel/exec.h"
 #include "schedulers/backward/ooo.h"
 #include "layers/layers.h"

@@ -5,6 +5,7 @@
 #include <string.h>
 #include "core/error.h"
 #include "core/io/safetensors.h"
+#include "core/io/model_io.h"
 #include "optim/prune.h"
 
 bool sp_prune_eligible(const sp_param *p)

@@ -20,6 +20,7 @@
 #include "schedulers/backward/engine.h"
 #include "core/model.h"
 #include "core/io/safetensors.h"
+#include "core/io/model_io.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
 #include "tests/testutil.h"

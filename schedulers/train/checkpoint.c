@@ -7,6 +7,7 @@
 #include <string.h>
 #include "core/error.h"
 #include "core/io/safetensors.h"
+#include "core/io/model_io.h"
 #include "schedulers/train/checkpoint.h"
 
 /* torch.optim's state keys of o's per-element buffers (state[0], state[1]). */

@@ -646,7 +646,7 @@ void sp_app_open_images(const sp_app_opts *o, int pad_to, sp_dataset **train, sp
 
 /* ---- the training app runner ---------------------------------------------------------- */
 #include "core/parallel.h"
-#include "core/io/safetensors.h"
+#include "core/io/model_io.h"
 #include "core/comm/comm.h"
 #include "optim/prune.h"
 #include "schedulers/backward/engines.h"
