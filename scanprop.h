@@ -23,4 +23,14 @@
 #include "data/data.h"
 #include "schedulers/train/train.h"
 
+/* Each header above declares C linkage for a C++ program (extern "C"); so does this
+ * block, for whatever is declared here. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
 #endif

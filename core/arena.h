@@ -9,6 +9,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct sp_arena_block sp_arena_block;
 
 typedef struct sp_arena {
@@ -24,5 +28,9 @@ void sp_arena_free(sp_arena *a);
 void *sp_arena_alloc(sp_arena *a, size_t bytes);
 void *sp_arena_calloc(sp_arena *a, size_t bytes);
 void sp_arena_reset(sp_arena *a);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -12,6 +12,10 @@
 #include "core/io/safetensors.h"
 #include "core/model.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Tensors named "state/..." are a resumable checkpoint's training state
  * (schedulers/train/checkpoint.h); sp_model_load skips them. */
 #define SP_ST_STATE_PREFIX "state/"
@@ -24,5 +28,9 @@ int sp_model_save(const sp_model *m, const char *path) SP_MUST_CHECK;
  * how many more), and the model is untouched. (Only a read error after the checks —
  * the file truncated under us — can leave some parameters loaded.) */
 int sp_model_load(sp_model *m, const char *path) SP_MUST_CHECK;
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

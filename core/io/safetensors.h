@@ -32,6 +32,10 @@
 #include "core/error.h"
 #include "core/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define SP_SCANPROP_VERSION "0.1"
 #define SP_ST_MAX_DIMS 8
 
@@ -97,5 +101,9 @@ int sp_st_write(const char *path, int n, const sp_st_entry *entries, const char 
 /* F32 tensors (on the CPU) under the given names. */
 int sp_st_save(const char *path, int n, const char *const *names, const sp_tensor *const *tensors,
                const char *const *metadata) SP_MUST_CHECK;
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -10,6 +10,10 @@
 #include <stddef.h>
 #include "core/tape.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* --scan-levels by name: the full scan, and a depth chosen from the plan's cost model. */
 #define SP_SCAN_LEVELS_FULL (-1)
 #define SP_SCAN_LEVELS_AUTO (-2)
@@ -49,5 +53,9 @@ const char *sp_engine_names(void);   /* "linear|bppsa|ooo" as registered */
 /* Helpers shared by engines. */
 void sp_mark_needs_grad(sp_tape *t);             /* sets needs_grad, nconsumers  */
 void sp_alloc_grads(sp_tape *t, sp_node *loss);  /* grad buffers (zeroed where accumulated); seeds loss = 1 */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
