@@ -5,9 +5,15 @@
 #     the loss falls and a checkpoint round trip;
 #   - tests/install/cxx.cc (C++): the public headers compile as C++ and link with C
 #     linkage (extern "C"), trains with every engine, builds a zoo model;
+#   - tests/install/zoo.c (C): a built-in model (sp_zoo_resnet20, layers/zoo.h) links
+#     and trains from the installed library and saves a checkpoint;
+#   - the installed python/scanprop_torch.py (pkg-config's pythondir) imports with
+#     /usr/bin/python3 ($PYTHON) and, where torch is there, loads that checkpoint into
+#     its own ResNet-20 with strict names and shapes.
 # Every check runs; quiet unless one fails, then each failure with its log.
 set -u
 build=${BUILD:-build}
+python=${PYTHON:-/usr/bin/python3}
 tmp=$(mktemp -d /tmp/scanprop-install-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 log=$tmp/log
@@ -38,6 +44,47 @@ elif ! (cd "$tmp" && ./cxx "$tmp/cxx.safetensors") >>"$log" 2>&1; then
     fail "the C++ program failed"
 else
     done_list="$done_list; C++ program linked and trained"
+fi
+
+: >"$log"
+if ! ${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/zoo" tests/install/zoo.c $flags >>"$log" 2>&1; then
+    fail "a program using the built-in models does not compile or link with: cc zoo.c $flags"
+elif ! (cd "$tmp" && ./zoo "$tmp/resnet20.safetensors") >>"$log" 2>&1; then
+    fail "the zoo program failed"
+else
+    done_list="$done_list; sp_zoo_resnet20 linked and trained"
+fi
+
+: >"$log"
+pydir=$(pkg-config --variable=pythondir scanprop)
+if [ ! -f "$pydir/scanprop_torch.py" ]; then
+    fail "make install did not install scanprop_torch.py into pkg-config's pythondir ($pydir)"
+elif [ ! -x "$python" ] || ! "$python" -c 'import numpy' >/dev/null 2>&1; then
+    done_list="$done_list; no $python with numpy: python check skipped"
+else
+    # from the temporary folder, so that only the installed copy can be imported
+    if ! (cd "$tmp" && PYTHONPATH="$pydir" "$python" - "$pydir" "$tmp/resnet20.safetensors") >>"$log" 2>&1 <<'PY'
+import os, sys
+import scanprop_torch as sp
+pydir, ckpt = sys.argv[1], sys.argv[2]
+assert os.path.dirname(os.path.abspath(sp.__file__)) == os.path.abspath(pydir), sp.__file__
+tensors, meta = sp.read_safetensors(ckpt)
+assert meta.get("scanprop_model") == "resnet20", meta
+assert tensors["conv1.weight"].shape == (16, 1, 3, 3), tensors["conv1.weight"].shape
+try:
+    import torch  # noqa: F401
+except ImportError:
+    print("python: scanprop_torch imported from", pydir, "(no torch: model check skipped)")
+    sys.exit(0)
+model = sp.load(sp.zoo("resnet20"), ckpt, strict=True)
+assert torch.equal(model.conv1.weight.detach(), torch.from_numpy(tensors["conv1.weight"]))
+print("python: the installed library's resnet20 checkpoint loads into scanprop_torch.zoo('resnet20')")
+PY
+    then
+        fail "the installed scanprop_torch.py does not import or does not read the zoo's checkpoint with $python"
+    else
+        done_list="$done_list; $(tail -n 1 "$log")"
+    fi
 fi
 
 [ $failed = 0 ] || exit 1
