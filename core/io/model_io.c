@@ -27,6 +27,14 @@ int sp_model_save(const sp_model *m, const char *path)
     return rc;
 }
 
+int sp_model_check_saved_name(const sp_st_file *f, const sp_model *m)
+{
+    const char *saved = sp_st_metadata(f, "scanprop_model");
+    if (saved && strcmp(saved, m->name) != 0)
+        return sp_error("%s is a %s checkpoint, not a %s one", sp_st_path(f), saved, m->name);
+    return SP_OK;
+}
+
 static void note_problem(char *first, size_t len, int *count, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void note_problem(char *first, size_t len, int *count, const char *fmt, ...)
@@ -70,7 +78,10 @@ int sp_model_load(sp_model *m, const char *path)
                          "parameter)", name, m->name);
     }
     int rc = SP_OK;
-    if (problems > 1)
+    /* another model's checkpoint: its 20 mismatches say less than its name */
+    if (problems && sp_model_check_saved_name(f, m) != SP_OK)
+        rc = SP_ERR;
+    else if (problems > 1)
         rc = sp_error("%s: %s; and %d more problem%s", path, first, problems - 1, problems > 2 ? "s" : "");
     else if (problems)
         rc = sp_error("%s: %s", path, first);

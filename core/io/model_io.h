@@ -26,8 +26,17 @@ int sp_model_save(const sp_model *m, const char *path) SP_MUST_CHECK;
 /* Checks first, writes after: every parameter present with its shape and a float dtype,
  * no unexpected tensors; otherwise SP_ERR with one line naming the first problem (and
  * how many more), and the model is untouched. (Only a read error after the checks —
- * the file truncated under us — can leave some parameters loaded.) */
+ * the file truncated under us — can leave some parameters loaded.) When the file does
+ * not fit and its "scanprop_model" names another model, the line says that instead:
+ * "FILE is a lenet checkpoint, not a vgg11 one". A file that fits loads whatever its
+ * metadata says (the name is a label, e.g. of a renamed or exported model). */
 int sp_model_load(sp_model *m, const char *path) SP_MUST_CHECK;
+
+/* SP_OK if f's "scanprop_model" is absent or m->name; otherwise SP_ERR with
+ * "FILE is a X checkpoint, not a Y one" in sp_last_error(). For loaders that found a
+ * problem and want to name its likely cause (sp_model_load, sp_prune_load) and for
+ * those that need the same model (a resumed run). */
+int sp_model_check_saved_name(const sp_st_file *f, const sp_model *m);
 
 #ifdef __cplusplus
 }
