@@ -19,11 +19,22 @@
 #include "schedulers/backward/engine.h"
 #include "core/parallel.h"
 #include "core/io/safetensors.h"
+#include "core/io/model_io.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
 #include "data/data.h"
 #include "schedulers/train/train.h"
 #include "schedulers/train/run.h"
 #include "layers/zoo.h"
+
+/* Each header above declares C linkage for a C++ program (extern "C"); so does this
+ * block, for whatever is declared here. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

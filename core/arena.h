@@ -13,6 +13,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* One block: size bytes at base, the first used of them handed out; older blocks
  * follow next. Where the header itself lives is the source's business. */
 typedef struct sp_arena_block {
@@ -54,5 +58,9 @@ void sp_arena_reset(sp_arena *a);
 /* Where the first allocation after a reset lands (NULL before any block exists):
  * the same base and the same requests give the same addresses. */
 const void *sp_arena_base(const sp_arena *a);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

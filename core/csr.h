@@ -11,6 +11,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct sp_csr {
     int rows, cols;
     int64_t nnz;
@@ -25,5 +29,9 @@ typedef struct sp_csr {
 void sp_csr_alloc(sp_csr *m, int rows, int cols, int64_t nnz);
 void sp_csr_free(sp_csr *m);
 size_t sp_csr_bytes(const sp_csr *m);   /* indptr + indices + data */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

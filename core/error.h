@@ -24,6 +24,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define SP_EXIT_USAGE 2
 #define SP_OK 0
 #define SP_ERR (-1)
@@ -74,5 +78,9 @@ size_t sp_file_alloc_limit(void);
 /* Format a shape as "[2, 3, 4]" into buf (at least 64 bytes); returns buf. */
 struct sp_tensor;
 const char *sp_shape_str(const struct sp_tensor *t, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -23,6 +23,10 @@
 #include <stdio.h>
 #include "core/tape.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct sp_model {
     char name[SP_NAME_LEN];
     sp_layer **layers;
@@ -74,5 +78,9 @@ void sp_model_summary(sp_model *m, int ndim, const int *sample_shape, FILE *f);
 void sp_model_set_training(sp_model *m, bool training);
 void sp_model_zero_grad(sp_model *m);
 size_t sp_model_numel(const sp_model *m);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -23,6 +23,10 @@
 #include "core/csr.h"
 #include "core/rng.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define SP_MAX_PARAMS 4
 #define SP_NAME_LEN 64
 
@@ -150,5 +154,9 @@ void sp_layer_free(sp_layer *l);
 
 /* Uniform(-bound, bound) fill, as PyTorch's kaiming_uniform_(a=√5) / bias init. */
 void sp_fill_uniform(sp_tensor *t, sp_rng *r, float bound);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

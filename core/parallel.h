@@ -12,6 +12,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void sp_set_threads(int n);
 int sp_get_threads(void);
 
@@ -62,5 +66,9 @@ bool sp_spin_until(bool (*done)(void *), void *arg, double seconds);
 
 /* Wall clock in seconds (monotonic). */
 double sp_now(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -5,6 +5,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct sp_rng { uint32_t s[4]; } sp_rng;
 
 void sp_rng_seed(sp_rng *r, uint64_t seed);
@@ -14,5 +18,9 @@ float sp_rng_uniform_range(sp_rng *r, float lo, float hi);
 float sp_rng_normal(sp_rng *r);               /* N(0, 1), Box-Muller */
 uint32_t sp_rng_below(sp_rng *r, uint32_t n); /* [0, n), unbiased  */
 void sp_rng_shuffle(sp_rng *r, int *idx, int n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -10,6 +10,10 @@
 #include "core/op.h"
 #include "core/arena.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct sp_tape {
     sp_arena arena;
     sp_node **nodes;
@@ -55,5 +59,9 @@ sp_tensor sp_tape_tensor_like(sp_tape *t, const sp_tensor *like);
 /* Per-step memory on device dev (SP_CPU: the host arena), released by sp_tape_reset. */
 void *sp_tape_alloc_on(sp_tape *t, sp_device dev, size_t bytes);
 sp_tensor sp_tape_tensor_on(sp_tape *t, sp_device dev, int ndim, const int *shape);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

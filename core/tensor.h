@@ -9,6 +9,10 @@
 #include <stddef.h>
 #include <stdbool.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define SP_MAX_DIMS 4
 
 typedef enum { SP_CPU = 0, SP_CUDA = 1, SP_NDEVICES } sp_device;
@@ -36,5 +40,9 @@ void sp_tensor_free(sp_tensor *t);
 
 void sp_tensor_zero(sp_tensor *t);
 void sp_tensor_copy(sp_tensor *dst, const sp_tensor *src);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -30,6 +30,10 @@
 #include "core/error.h"
 #include "core/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define SP_DATA_MAX_CH 16
 
 typedef struct sp_dataset sp_dataset;
@@ -143,5 +147,9 @@ int sp_loader_nbatches(const sp_loader *l);
 /* The size of a full batch as run: the batch size, or the dataset's size if smaller. */
 int sp_loader_batch(const sp_loader *l);
 void sp_loader_free(sp_loader *l);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

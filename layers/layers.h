@@ -6,6 +6,10 @@
 
 #include "core/op.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* y = x Wᵀ + b; x [B, in] → [B, out]; W [out, in], b [out]. */
 sp_layer *sp_linear(const char *name, int in, int out);
 /* NCHW, W [cout, cin, k, k] (OIHW), b [cout]; any kernel, stride, padding. */
@@ -63,5 +67,9 @@ sp_rng *sp_dropout_rng(sp_layer *l);
 extern const sp_opdef sp_op_linear, sp_op_conv2d, sp_op_relu, sp_op_tanh, sp_op_sigmoid,
     sp_op_maxpool2d, sp_op_flatten, sp_op_softmax_ce, sp_op_rnn, sp_op_gru, sp_op_add, sp_op_concat,
     sp_op_batchnorm2d, sp_op_global_avgpool2d, sp_op_avgpool2d, sp_op_dropout, sp_op_conv2d_groups;
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -5,6 +5,10 @@
 
 #include "core/model.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* "lenet" (1×28×28 → 10), "vgg11" (3×32×32 → 10, config A, no batch norm),
  * "rnn" (bitstream: T×1 → 10, hidden 20), "gru" (T×12 → 10, hidden 20),
  * "mlp" (1×28×28 → 10, 784-128-10), "resnet20" (1×32×32 → 10). Unknown name: sp_fail listing the valid ones.
@@ -24,5 +28,9 @@ sp_model *sp_zoo_resnet20(int in_channels, int classes);
  * ndim 2 for rnn/gru, T taken from the paper's defaults). */
 int sp_zoo_input_shape(const char *name, int shape[3]);
 const char *sp_zoo_names(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

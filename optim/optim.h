@@ -28,6 +28,10 @@
 #include <stdbool.h>
 #include "core/op.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct sp_optim sp_optim;
 
 /* ---- optimizers ------------------------------------------------------------------ */
@@ -210,5 +214,9 @@ typedef struct sp_lr_schedule {
 sp_lr_schedule sp_lr_parse(const char *spec, double lr0);
 /* The learning rate at index t >= 0. */
 double sp_lr_at(const sp_lr_schedule *s, int t);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 #include "core/error.h"
 #include "core/io/safetensors.h"
+#include "core/io/model_io.h"
 #include "optim/prune.h"
 
 bool sp_prune_eligible(const sp_param *p)
@@ -213,6 +214,7 @@ int sp_prune_load(sp_model *m, const char *path, sp_pruning **out)
                               m->name);
         }
     if (st != SP_OK) {
+        (void)sp_model_check_saved_name(f, m);   /* another model's checkpoint: say so instead */
         sp_st_close(f);
         return SP_ERR;
     }
@@ -232,6 +234,7 @@ int sp_prune_load(sp_model *m, const char *path, sp_pruning **out)
         for (size_t j = 0; st == SP_OK && j < w->value.numel; j++)
             if (mk[j] != 0.0f && mk[j] != 1.0f) st = sp_error("%s: %s has a value %g (expected 0 or 1)", path, mask, mk[j]);
     }
+    if (st != SP_OK) (void)sp_model_check_saved_name(f, m);
     sp_st_close(f);
     if (st != SP_OK) {
         sp_prune_free(p);

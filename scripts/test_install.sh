@@ -1,35 +1,119 @@
 #!/bin/sh
 # test_install.sh — make test's out-of-tree check: make install into a temporary prefix,
-# compile tests/install/residual.c and tests/install/runner.c with nothing but
-# `pkg-config --cflags --libs scanprop`, and run them: residual trains a residual model
-# with every engine (the loss falls, a checkpoint round trip); runner calls the apps'
-# runner sp_run on a zoo model for a few steps with every engine (its JSON line, --save,
-# a refused flag). Quiet unless it fails.
+# then, with nothing but `pkg-config --cflags --libs scanprop` and the installed files:
+#   - tests/install/residual.c (C): trains a residual model with every engine, checks
+#     the loss falls and a checkpoint round trip;
+#   - tests/install/cxx.cc (C++): the public headers compile as C++ and link with C
+#     linkage (extern "C"), trains with every engine, builds a zoo model;
+#   - tests/install/runner.c (C): the apps' runner sp_run on a zoo model for a few steps
+#     with every engine (its JSON line, --save, a refused flag);
+#   - tests/install/zoo.c (C): a built-in model (sp_zoo_resnet20, layers/zoo.h) links
+#     and trains from the installed library and saves a checkpoint;
+#   - the installed python/scanprop_torch.py (pkg-config's pythondir) imports with
+#     /usr/bin/python3 ($PYTHON) and, where torch is there, loads that checkpoint into
+#     its own ResNet-20 with strict names and shapes.
+# Every check runs; quiet unless one fails, then each failure with its log.
 set -u
 build=${BUILD:-build}
+python=${PYTHON:-/usr/bin/python3}
 tmp=$(mktemp -d /tmp/scanprop-install-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 log=$tmp/log
-fail() { echo "test_install: $1" >&2; cat "$log" >&2; exit 1; }
-make --no-print-directory -s install PREFIX="$tmp/prefix" BUILD="$build" SAN="${SAN:-0}" >"$log" 2>&1 || fail "make install failed"
+failed=0
+fail() { echo "test_install: $1" >&2; cat "$log" >&2; failed=1; }
+make --no-print-directory -s install PREFIX="$tmp/prefix" BUILD="$build" SAN="${SAN:-0}" >"$log" 2>&1 ||
+    { fail "make install failed"; exit 1; }
 export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
-flags=$(pkg-config --cflags --libs scanprop 2>>"$log") || fail "pkg-config does not know scanprop"
-${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/residual" tests/install/residual.c $flags >>"$log" 2>&1 ||
+flags=$(pkg-config --cflags --libs scanprop 2>>"$log") || { fail "pkg-config does not know scanprop"; exit 1; }
+done_list=""
+
+: >"$log"
+if ! ${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/residual" tests/install/residual.c $flags >>"$log" 2>&1; then
     fail "the out-of-tree program does not compile with: cc residual.c $flags"
-(cd "$tmp" && ./residual "$tmp/ck.safetensors") >>"$log" 2>&1 || fail "the out-of-tree program failed"
-${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/runner" tests/install/runner.c $flags >>"$log" 2>&1 ||
+elif ! (cd "$tmp" && ./residual "$tmp/ck.safetensors") >>"$log" 2>&1; then
+    fail "the out-of-tree program failed"
+else
+    done_list="C program trained (linear, bppsa, ooo)"
+fi
+
+: >"$log"
+runner_ok=1
+if ! ${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/runner" tests/install/runner.c $flags >>"$log" 2>&1; then
     fail "the out-of-tree runner does not compile with: cc runner.c $flags"
-for engine in linear bppsa ooo; do
-    out=$("$tmp/runner" --steps 3 --quiet --threads 1 --backward "$engine" --save "$tmp/runner.safetensors" 2>>"$log") ||
-        fail "the out-of-tree runner failed with --backward $engine"
-    echo "$out" >>"$log"
-    case $(echo "$out" | tail -n 1) in
-        *'"app": "runner"'*'"backward": "'"$engine"'"'*'"steps": 3,'*) ;;
-        *) fail "the out-of-tree runner's last line is not its JSON summary (--backward $engine)" ;;
-    esac
-    [ -s "$tmp/runner.safetensors" ] || fail "the out-of-tree runner did not --save (--backward $engine)"
-    rm -f "$tmp/runner.safetensors"
-done
-"$tmp/runner" --order ooo >>"$log" 2>&1
-[ $? -eq 2 ] || fail "the out-of-tree runner took --order without --backward ooo (expected exit 2)"
-echo "[====] install: out-of-tree programs built with pkg-config: a model trained (linear, bppsa, ooo), and sp_run on a zoo model"
+    runner_ok=0
+else
+    for engine in linear bppsa ooo; do
+        out=$("$tmp/runner" --steps 3 --quiet --threads 1 --backward "$engine" --save "$tmp/runner.safetensors" 2>>"$log")
+        rc=$?
+        echo "$out" >>"$log"
+        if [ $rc -ne 0 ]; then
+            fail "the out-of-tree runner failed with --backward $engine"; runner_ok=0
+        else
+            case $(echo "$out" | tail -n 1) in
+                *'"app": "runner"'*'"backward": "'"$engine"'"'*'"steps": 3,'*) ;;
+                *) fail "the out-of-tree runner's last line is not its JSON summary (--backward $engine)"; runner_ok=0 ;;
+            esac
+            [ -s "$tmp/runner.safetensors" ] || { fail "the out-of-tree runner did not --save (--backward $engine)"; runner_ok=0; }
+        fi
+        rm -f "$tmp/runner.safetensors"
+    done
+    "$tmp/runner" --order ooo >>"$log" 2>&1
+    [ $? -eq 2 ] || { fail "the out-of-tree runner took --order without --backward ooo (expected exit 2)"; runner_ok=0; }
+fi
+[ $runner_ok = 1 ] && done_list="$done_list; sp_run on a zoo model (linear, bppsa, ooo)"
+
+: >"$log"
+cxx=${CXX:-c++}
+if ! command -v "$cxx" >/dev/null 2>&1; then
+    done_list="$done_list; no C++ compiler ($cxx): C++ check skipped"
+elif ! "$cxx" -std=c++17 -Wall -Wextra -Werror -o "$tmp/cxx" tests/install/cxx.cc $flags >>"$log" 2>&1; then
+    fail "a C++ program does not compile or link with: $cxx cxx.cc $flags (extern \"C\" guards?)"
+elif ! (cd "$tmp" && ./cxx "$tmp/cxx.safetensors") >>"$log" 2>&1; then
+    fail "the C++ program failed"
+else
+    done_list="$done_list; C++ program linked and trained"
+fi
+
+: >"$log"
+if ! ${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/zoo" tests/install/zoo.c $flags >>"$log" 2>&1; then
+    fail "a program using the built-in models does not compile or link with: cc zoo.c $flags"
+elif ! (cd "$tmp" && ./zoo "$tmp/resnet20.safetensors") >>"$log" 2>&1; then
+    fail "the zoo program failed"
+else
+    done_list="$done_list; sp_zoo_resnet20 linked and trained"
+fi
+
+: >"$log"
+pydir=$(pkg-config --variable=pythondir scanprop)
+if [ ! -f "$pydir/scanprop_torch.py" ]; then
+    fail "make install did not install scanprop_torch.py into pkg-config's pythondir ($pydir)"
+elif [ ! -x "$python" ] || ! "$python" -c 'import numpy' >/dev/null 2>&1; then
+    done_list="$done_list; no $python with numpy: python check skipped"
+else
+    # from the temporary folder, so that only the installed copy can be imported
+    if ! (cd "$tmp" && PYTHONPATH="$pydir" "$python" - "$pydir" "$tmp/resnet20.safetensors") >>"$log" 2>&1 <<'PY'
+import os, sys
+import scanprop_torch as sp
+pydir, ckpt = sys.argv[1], sys.argv[2]
+assert os.path.dirname(os.path.abspath(sp.__file__)) == os.path.abspath(pydir), sp.__file__
+tensors, meta = sp.read_safetensors(ckpt)
+assert meta.get("scanprop_model") == "resnet20", meta
+assert tensors["conv1.weight"].shape == (16, 1, 3, 3), tensors["conv1.weight"].shape
+try:
+    import torch  # noqa: F401
+except ImportError:
+    print("python: scanprop_torch imported from", pydir, "(no torch: model check skipped)")
+    sys.exit(0)
+model = sp.load(sp.zoo("resnet20"), ckpt, strict=True)
+assert torch.equal(model.conv1.weight.detach(), torch.from_numpy(tensors["conv1.weight"]))
+print("python: the installed library's resnet20 checkpoint loads into scanprop_torch.zoo('resnet20')")
+PY
+    then
+        fail "the installed scanprop_torch.py does not import or does not read the zoo's checkpoint with $python"
+    else
+        done_list="$done_list; $(tail -n 1 "$log")"
+    fi
+fi
+
+[ $failed = 0 ] || exit 1
+echo "[====] install: out-of-tree programs built with pkg-config: $done_list"

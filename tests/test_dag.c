@@ -13,6 +13,7 @@
 #include "schedulers/backward/engine.h"
 #include "core/model.h"
 #include "core/io/safetensors.h"
+#include "core/io/model_io.h"
 #include "core/parallel.h"
 #include "layers/layers.h"
 #include "tests/testutil.h"

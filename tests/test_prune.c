@@ -9,6 +9,7 @@
 #include "layers/zoo.h"
 #include "schedulers/backward/engine.h"
 #include "core/model.h"
+#include "core/io/model_io.h"
 #include "core/parallel.h"
 #include "core/io/safetensors.h"
 #include "layers/layers.h"

@@ -20,8 +20,11 @@
 #include "schedulers/backward/engine.h"
 #include "core/model.h"
 #include "core/io/safetensors.h"
+#include "core/io/model_io.h"
 #include "layers/layers.h"
+#include "layers/zoo.h"
 #include "optim/optim.h"
+#include "optim/prune.h"
 #include "tests/testutil.h"
 
 /* Fallible calls return SP_OK / SP_ERR (or NULL) with the message in sp_last_error(). */
@@ -428,6 +431,51 @@ Test(model_ckpt, missing_and_unexpected_names)
     cr_assert_str_eq(sp_last_error(), want);
     sp_model_free(a);
     sp_model_free(m);
+}
+
+/* Issue 24 C.10: a checkpoint of another model said "conv1.weight has shape [6, 1, 5, 5],
+ * expected [64, 1, 3, 3]; and 23 more problems" although its metadata names the model. */
+Test(model_ckpt, another_models_checkpoint_says_whose)
+{
+    sp_model *lenet = sp_zoo_lenet(1, 28), *vgg = sp_zoo_vgg11(1, 10);
+    sp_model_init(lenet, 1);
+    sp_model_init(vgg, 2);
+    const char *path = tmp_path("lenet.safetensors");
+    OK(sp_model_save(lenet, path));
+    char want[700];
+    snprintf(want, sizeof want, "%s is a lenet checkpoint, not a vgg11 one", path);
+    float before = vgg->params[0]->value.data[0];
+    cr_assert_eq(sp_model_load(vgg, path), SP_ERR);
+    cr_assert_str_eq(sp_last_error(), want);
+    cr_assert_eq(vgg->params[0]->value.data[0], before, "the model is untouched");
+
+    /* the same through the loader of pruned checkpoints (--load), plain and pruned */
+    sp_pruning *got = NULL;
+    cr_assert_eq(sp_prune_load(vgg, path, &got), SP_ERR);
+    cr_assert_str_eq(sp_last_error(), want);
+    sp_pruning *pr = sp_prune_magnitude(lenet, NULL, 0.5, SP_PRUNE_GLOBAL);
+    OK(sp_prune_save(pr, lenet, path));
+    cr_assert_eq(sp_prune_load(vgg, path, &got), SP_ERR);
+    cr_assert_str_eq(sp_last_error(), want);
+    cr_assert_null(got);
+    sp_prune_free(pr);
+
+    /* A file that fits loads whatever name it carries (a renamed or exported model). */
+    sp_model *a = small_model(1, 1), *b = small_model(1, 2);
+    snprintf(b->name, sizeof b->name, "renamed");
+    OK(sp_model_save(a, path));
+    OK(sp_model_load(b, path));
+    cr_assert_eq(memcmp(a->params[0]->value.data, b->params[0]->value.data, a->params[0]->value.numel * 4), 0);
+    /* A file that does not fit and names no model: its first problem, as before. */
+    OK(sp_st_save(path, 1, (const char *[]){"conv1.weight"}, (const sp_tensor *[]){&lenet->params[0]->value}, NULL));
+    cr_assert_eq(sp_model_load(vgg, path), SP_ERR);
+    snprintf(want, sizeof want, "%s: conv1.weight has shape [6, 1, 5, 5], expected [64, 1, 3, 3]; and 17 more problems",
+             path);
+    cr_assert_str_eq(sp_last_error(), want);
+    sp_model_free(a);
+    sp_model_free(b);
+    sp_model_free(lenet);
+    sp_model_free(vgg);
 }
 
 /* ---------------------------------------------------------------- atomic saves */
@@ -901,6 +949,30 @@ Test(files, apps_refuse_fifos_and_devices_at_once, .timeout = 60)
     cr_assert(strstr(out, "is a FIFO, not a regular file: refusing to replace it"), "%s", out);
     cr_assert(is_fifo(fifo), "the FIFO was replaced");
     unlink(fifo);
+}
+
+/* Issue 24 C.10, as a user meets it: lenet's checkpoint given to vgg11 (--load,
+ * --eval-only and --resume) is refused with one line naming both models, exit 2. */
+Test(files, apps_name_another_models_checkpoint, .timeout = 120)
+{
+    const char *ck = tmp_path("lenet.st"), *ck2 = tmp_path("lenet_every.st");
+    char args[1024], out[4096], want[700];
+    snprintf(args, sizeof args, "lenet --steps 1 --save %s --quiet", ck);
+    cr_assert_eq(run_app(args, out, sizeof out), 0, "%s", out);
+    snprintf(want, sizeof want, "scanprop: %s is a lenet checkpoint, not a vgg11 one\n", ck);
+    const char *loads[] = {"--load %s --steps 1 --quiet", "--load %s --eval-only"};
+    for (int i = 0; i < 2; i++) {
+        int n = snprintf(args, sizeof args, "vgg11 ");
+        snprintf(args + n, sizeof args - (size_t)n, loads[i], ck);
+        cr_expect_eq(run_app(args, out, sizeof out), 2, "%s: %s", args, out);
+        cr_expect_str_eq(out, want, "%s", args);
+    }
+    snprintf(args, sizeof args, "lenet --steps 1 --save-every 1 --save %s --quiet", ck2);
+    cr_assert_eq(run_app(args, out, sizeof out), 0, "%s", out);
+    snprintf(args, sizeof args, "vgg11 --resume %s --steps 2 --quiet", ck2);
+    snprintf(want, sizeof want, "scanprop: %s is a lenet checkpoint, not a vgg11 one\n", ck2);
+    cr_expect_eq(run_app(args, out, sizeof out), 2, "%s", out);
+    cr_expect_str_eq(out, want);
 }
 
 /* Issue 15 item 2: construction from user input whose checks use sp_fail (layers,

@@ -1,4 +1,5 @@
-/* safetensors.c — strict reader, atomic writer, model checkpoints.
+/* safetensors.c — the safetensors format: strict reader, atomic writer. Model weights
+ * in and out (PyTorch names, "scanprop_model") are core/io/model_io.c.
  *
  * The JSON parser accepts exactly what a safetensors header can hold: one object whose
  * values are tensor descriptions {"dtype", "shape", "data_offsets"} or the string map
@@ -21,7 +22,6 @@
 #include <unistd.h>
 #include "core/error.h"
 #include "core/io/fileio.h"
-#include "core/model.h"
 #include "core/io/safetensors.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -456,8 +456,7 @@ const char *sp_st_metadata(const sp_st_file *f, const char *key)
     return NULL;
 }
 
-/* Writes "problem" for tensor `name` against the wanted shape into msg; false if fine. */
-static bool shape_problem(const sp_st_tensor *t, int ndim, const int *shape, char *msg, size_t len)
+bool sp_st_shape_problem(const sp_st_tensor *t, int ndim, const int *shape, char *msg, size_t len)
 {
     bool same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
@@ -471,19 +470,19 @@ static bool shape_problem(const sp_st_tensor *t, int ndim, const int *shape, cha
     return true;
 }
 
-static bool is_float(sp_st_dtype dt) { return dt <= SP_ST_BF16; }
+bool sp_st_dtype_is_float(sp_st_dtype dt) { return dt <= SP_ST_BF16; }
 
 static const sp_st_tensor *get_checked(const sp_st_file *f, const char *name, int ndim,
                                        const int *shape, bool want_float)
 {
     const sp_st_tensor *t = sp_st_find(f, name);
     if (!t) return sp_error("%s: no tensor named %s", f->path, name), NULL;
-    if (is_float(t->dtype) != want_float)
+    if (sp_st_dtype_is_float(t->dtype) != want_float)
         return sp_error("%s: %s has dtype %s, expected %s", f->path, name, dtypes[t->dtype].name,
                         want_float ? "a float dtype (F32, F64, F16, BF16)" : "an integer dtype (I64, I32, U8, ...)"),
                NULL;
     char msg[400];
-    if (shape_problem(t, ndim, shape, msg, sizeof msg)) return sp_error("%s: %s", f->path, msg), NULL;
+    if (sp_st_shape_problem(t, ndim, shape, msg, sizeof msg)) return sp_error("%s: %s", f->path, msg), NULL;
     return t;
 }
 
@@ -711,79 +710,5 @@ int sp_st_save(const char *path, int n, const char *const *names, const sp_tenso
     }
     int rc = sp_st_write(path, n, e, metadata);
     free(e);
-    return rc;
-}
-
-/* ---------------------------------------------------------------- models */
-
-int sp_model_save(const sp_model *m, const char *path)
-{
-    int n = sp_model_nstate(m);   /* parameters and buffers */
-    const char **names = sp_xcalloc((size_t)(n ? n : 1), sizeof *names);
-    const sp_tensor **ts = sp_xcalloc((size_t)(n ? n : 1), sizeof *ts);
-    for (int i = 0; i < n; i++) {
-        names[i] = sp_model_state(m, i)->name;
-        ts[i] = &sp_model_state(m, i)->value;
-    }
-    const char *meta[] = {"scanprop_model", m->name, NULL};
-    int rc = sp_st_save(path, n, names, ts, meta);
-    free(names);
-    free(ts);
-    return rc;
-}
-
-static void note_problem(char *first, size_t len, int *count, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void note_problem(char *first, size_t len, int *count, const char *fmt, ...)
-{
-    if ((*count)++) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(first, len, fmt, ap);
-    va_end(ap);
-}
-
-int sp_model_load(sp_model *m, const char *path)
-{
-    for (int i = 0; i < m->nparams; i++)
-        if (m->params[i]->value.device != SP_CPU)
-            return sp_error("%s: parameter %s is not on the CPU; load before moving the model", path,
-                            m->params[i]->name);
-    sp_st_file *f = sp_st_open(path);
-    if (!f) return SP_ERR;
-    char first[512] = "", shape_buf[64];
-    int problems = 0;
-    for (int i = 0; i < sp_model_nstate(m); i++) {
-        const sp_param *p = sp_model_state(m, i);
-        const sp_st_tensor *t = sp_st_find(f, p->name);
-        if (!t) {
-            note_problem(first, sizeof first, &problems, "missing tensor %s (expected shape %s)",
-                         p->name, sp_shape_str(&p->value, shape_buf, sizeof shape_buf));
-        } else if (!is_float(t->dtype)) {
-            note_problem(first, sizeof first, &problems, "%s has dtype %s, expected a float dtype",
-                         p->name, dtypes[t->dtype].name);
-        } else {
-            char msg[400];
-            if (shape_problem(t, p->value.ndim, p->value.shape, msg, sizeof msg))
-                note_problem(first, sizeof first, &problems, "%s", msg);
-        }
-    }
-    for (int i = 0; i < f->n; i++)
-        if (strncmp(f->tensors[i].name, SP_ST_STATE_PREFIX, strlen(SP_ST_STATE_PREFIX)) != 0 &&
-            !sp_model_param(m, f->tensors[i].name))
-            note_problem(first, sizeof first, &problems, "unexpected tensor %s (model %s has no such "
-                         "parameter)", f->tensors[i].name, m->name);
-    int rc = SP_OK;
-    if (problems > 1)
-        rc = sp_error("%s: %s; and %d more problem%s", path, first, problems - 1, problems > 2 ? "s" : "");
-    else if (problems)
-        rc = sp_error("%s: %s", path, first);
-    /* Every check passed: only a read error (the file changed under us) can fail now,
-     * and then some parameters may already hold the new values. */
-    for (int i = 0; rc == SP_OK && i < sp_model_nstate(m); i++) {
-        sp_param *p = sp_model_state(m, i);
-        rc = sp_st_read_f32(f, p->name, p->value.data, p->value.ndim, p->value.shape);
-    }
-    sp_st_close(f);
     return rc;
 }

@@ -1,4 +1,5 @@
-/* safetensors.h — checkpoints and tensor files in the safetensors format.
+/* safetensors.h — tensor files in the safetensors format (a model's weights in and out
+ * of such a file: core/io/model_io.h).
  *
  * Layout: 8-byte little-endian header length N, N bytes of JSON
  *   {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
@@ -25,10 +26,15 @@
 #ifndef SP_SAFETENSORS_H
 #define SP_SAFETENSORS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "core/error.h"
 #include "core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define SP_SCANPROP_VERSION "0.1"
 #define SP_ST_MAX_DIMS 8
@@ -66,6 +72,7 @@ const sp_st_tensor *sp_st_find(const sp_st_file *f, const char *name); /* NULL i
 const char *sp_st_metadata(const sp_st_file *f, const char *key);     /* NULL if absent */
 const char *sp_st_dtype_name(sp_st_dtype dt);
 size_t sp_st_dtype_size(sp_st_dtype dt);
+bool sp_st_dtype_is_float(sp_st_dtype dt);   /* F64, F32, F16, BF16 */
 
 /* Copy tensor `name` into dst, which has exactly `shape` (ndim dims). F64/F16/BF16 are
  * converted to float; I64/I32/I16/I8/U8/BOOL to int32 (out-of-range values fail, dst
@@ -73,6 +80,9 @@ size_t sp_st_dtype_size(sp_st_dtype dt);
  * "file: x has shape [..], expected [..]". */
 int sp_st_read_f32(const sp_st_file *f, const char *name, float *dst, int ndim, const int *shape) SP_MUST_CHECK;
 int sp_st_read_i32(const sp_st_file *f, const char *name, int32_t *dst, int ndim, const int *shape) SP_MUST_CHECK;
+/* If t's shape is not `shape` (ndim dims): true, with "x has shape [..], expected [..]"
+ * in msg. */
+bool sp_st_shape_problem(const sp_st_tensor *t, int ndim, const int *shape, char *msg, size_t len);
 /* t's t->nbytes bytes as stored (little-endian, no conversion) into dst. */
 int sp_st_read_raw(const sp_st_file *f, const sp_st_tensor *t, void *dst) SP_MUST_CHECK;
 
@@ -92,17 +102,8 @@ int sp_st_write(const char *path, int n, const sp_st_entry *entries, const char 
 int sp_st_save(const char *path, int n, const char *const *names, const sp_tensor *const *tensors,
                const char *const *metadata) SP_MUST_CHECK;
 
-/* Tensors named "state/..." are a resumable checkpoint's training state
- * (schedulers/train/checkpoint.h); sp_model_load skips them. */
-#define SP_ST_STATE_PREFIX "state/"
-
-/* Every parameter under its PyTorch name. */
-struct sp_model;
-int sp_model_save(const struct sp_model *m, const char *path) SP_MUST_CHECK;
-/* Checks first, writes after: every parameter present with its shape and a float dtype,
- * no unexpected tensors; otherwise SP_ERR with one line naming the first problem (and
- * how many more), and the model is untouched. (Only a read error after the checks —
- * the file truncated under us — can leave some parameters loaded.) */
-int sp_model_load(struct sp_model *m, const char *path) SP_MUST_CHECK;
+#ifdef __cplusplus
+}
+#endif
 
 #endif

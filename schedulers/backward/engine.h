@@ -15,6 +15,10 @@
 #include <stddef.h>
 #include "core/tape.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* --scan-levels by name: the full scan, and a depth chosen from the plan's cost model. */
 #define SP_SCAN_LEVELS_FULL (-1)
 #define SP_SCAN_LEVELS_AUTO (-2)
@@ -118,5 +122,9 @@ bool sp_engine_plan(sp_engine *e, struct sp_model *m, const sp_tensor *x, const 
 /* Helpers shared by engines. */
 void sp_mark_needs_grad(sp_tape *t);             /* sets needs_grad, nconsumers  */
 void sp_alloc_grads(sp_tape *t, sp_node *loss);  /* grad buffers (zeroed where accumulated); seeds loss = 1 */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "core/error.h"
 #include "core/io/safetensors.h"
+#include "core/io/model_io.h"
 #include "schedulers/train/checkpoint.h"
 
 /* torch.optim's state keys of o's per-element buffers (state[0], state[1]). */
@@ -142,9 +143,8 @@ static int check_meta(const sp_st_file *f, const char *key, const char *want)
 static int check_all(const sp_st_file *f, const sp_model *m, const sp_optim *o, sp_train_state *t,
                      const char *const *run_meta)
 {
-    const char *path = sp_st_path(f), *model = sp_st_metadata(f, "scanprop_model");
-    if (model && strcmp(model, m->name) != 0)
-        return sp_error("%s: a checkpoint of model %s, this is %s", path, model, m->name);
+    const char *path = sp_st_path(f);
+    if (sp_model_check_saved_name(f, m) != SP_OK) return SP_ERR;
     if (check_meta(f, "optim", o->name) != SP_OK) return SP_ERR;
     for (int i = 0; run_meta && run_meta[i]; i += 2)
         if (check_meta(f, run_meta[i], run_meta[i + 1]) != SP_OK) return SP_ERR;

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/io/fileio.h"
 #include "core/io/safetensors.h"
+#include "core/io/model_io.h"
 #include "core/parallel.h"
 #include "optim/optim.h"
 #include "optim/prune.h"

@@ -10,6 +10,10 @@
 #include "data/data.h"
 #include "optim/optim.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct sp_train_cfg {
     const char *app;           /* for progress lines                          */
     int epochs;                /* 0: as many as `steps` needs                 */
@@ -88,5 +92,9 @@ sp_step_graph *sp_step_graph_new(sp_model *m, sp_engine *e, sp_optim *o);
 const sp_tensor *sp_step_graph_step(sp_step_graph *g, sp_tape *t, const sp_tensor *x, const int *y, const int *y_dev);
 void sp_step_graph_counts(const sp_step_graph *g, long *captures, long *replays);
 void sp_step_graph_free(sp_step_graph *g);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
