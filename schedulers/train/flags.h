@@ -13,6 +13,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { SP_FLAG_STR, SP_FLAG_INT, SP_FLAG_LONG, SP_FLAG_DOUBLE, SP_FLAG_BOOL, SP_FLAG_U64 } sp_flag_kind;
 
 typedef struct sp_flag {
@@ -46,5 +50,9 @@ void sp_flags_parse_among(int argc, char **argv, const char *app, const char *su
                           const sp_flag *others);
 /* After a parse: whether --name was given. */
 bool sp_flag_given(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -30,6 +30,10 @@
 #include "schedulers/train/summary.h"
 #include "schedulers/train/train.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Which training programs a common flag applies to (sp_run_parse's `scopes`). */
 enum {
     SP_SCOPE_RUN = 1,        /* every training app, demo included: steps, batch, lr, optim… */
@@ -146,5 +150,9 @@ void sp_run_summary_engine(const sp_run_session *s, sp_json *j);
 void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_result *r, int batch,
                           const sp_dataset *train);
 void sp_run_summary_exec(const sp_run_session *s, sp_json *j);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

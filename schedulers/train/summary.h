@@ -10,6 +10,10 @@
 #include <stdio.h>
 #include "schedulers/backward/engine.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* A tiny JSON writer for the last stdout line: keys in the order written. */
 typedef struct sp_json {
     char buf[8192];
@@ -31,5 +35,9 @@ void sp_stdout_check(void);
 /* fclose(f) and check that every write to it succeeded ("what": --svg PATH …): one line,
  * exit 2 otherwise. */
 void sp_output_close(FILE *f, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -71,6 +71,9 @@ bool train(sp_dataset *d, const std::string &engine, const char *ckpt)
 int main(int argc, char **argv)
 {
     const char *ckpt = argc > 1 ? argv[1] : "cxx.safetensors";
+    sp_run_opts defaults;   /* the apps' runner links with C linkage too */
+    sp_run_defaults(&defaults);
+    if (defaults.batch < 1) return 1;
     float *xs;
     int *ys;
     const int shape[1] = {D};
