@@ -356,7 +356,31 @@ Test(exec, a_rank_that_hangs_mid_step_stops_the_others, .timeout = 120)
     cr_assert(strstr(r.err, "scanprop: rank 0: ") && strstr(r.err, "rank 1") && strstr(r.err, "during step 2, job ") &&
                   strstr(r.err, "no answer within 5 s"),
               "stderr:\n%s", r.err);
+    /* 2 ranks x 1 thread: oversubscribed only on a one-core machine */
+    if (sysconf(_SC_NPROCESSORS_ONLN) >= 2) cr_assert(!strstr(r.err, "oversubscribed"), "stderr:\n%s", r.err);
     cr_assert(!strstr(r.out, "\"app\""));
+}
+
+/* The same hang on a node with more threads (ranks x --threads) than online cores: the
+ * line adds that the peer may only be starved of CPU, with the numbers. */
+Test(exec, a_timeout_on_an_oversubscribed_node_says_so, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 64) cr_skip_test("%ld cores: 2 ranks of at most 64 threads do not oversubscribe them", cores);
+    static mpi_result r;
+    char cmd[1024], want[160];
+    int threads = (int)cores;   /* 2 ranks x cores threads > cores */
+    snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 4 --batch 32 --quiet --threads %d --parallel gpipe "
+             "--microbatches 4 --comm-timeout 2", bin("demo"), threads);
+    mpi_run("SCANPROP_EXEC_FAULT=hang:1:2", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 2, "status %d, want 2\n%s", r.status, r.err);
+    snprintf(want, sizeof want, "oversubscribed, 2 ranks x %d thread%s on %ld online cores", threads,
+             threads == 1 ? "" : "s", cores);
+    cr_assert(strstr(r.err, "no answer within 2 s (a peer died, hung or runs a different schedule, or, likely here, "
+                            "is starved of CPU") && strstr(r.err, want) && strstr(r.err, "raise --comm-timeout"),
+              "want '%s' in:\n%s", want, r.err);
+    cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "want one line:\n%s", r.err);
 }
 
 Test(exec, a_rank_that_exits_mid_step_ends_the_job, .timeout = 120)
