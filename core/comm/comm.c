@@ -99,6 +99,7 @@ void sp_comm_init(int *argc, char ***argv)
     if (g_world != &g_serial_world) return;
     sp_comm *w = sp_comm_mpi_world(argc, argv);
     if (w) g_world = w;
+    sp_parallel_set_node_procs((int)node_ranks());   /* the pool's threads stop spinning if they outnumber the cores */
 }
 
 sp_comm *sp_comm_world(void) { return g_world; }
