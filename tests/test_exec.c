@@ -382,7 +382,31 @@ Test(exec, a_rank_that_hangs_mid_step_stops_the_others, .timeout = 120)
     cr_assert(strstr(r.err, "scanprop: rank 0: ") && strstr(r.err, "rank 1") && strstr(r.err, "during step 2, job ") &&
                   strstr(r.err, "no answer within 5 s"),
               "stderr:\n%s", r.err);
+    /* 2 ranks x 1 thread: oversubscribed only on a one-core machine */
+    if (sysconf(_SC_NPROCESSORS_ONLN) >= 2) cr_assert(!strstr(r.err, "oversubscribed"), "stderr:\n%s", r.err);
     cr_assert(!strstr(r.out, "\"app\""));
+}
+
+/* The same hang on a node with more threads (ranks x --threads) than online cores: the
+ * line adds that the peer may only be starved of CPU, with the numbers. */
+Test(exec, a_timeout_on_an_oversubscribed_node_says_so, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 64) cr_skip_test("%ld cores: 2 ranks of at most 64 threads do not oversubscribe them", cores);
+    static mpi_result r;
+    char cmd[1024], want[160];
+    int threads = (int)cores;   /* 2 ranks x cores threads > cores */
+    snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 4 --batch 32 --quiet --threads %d --parallel gpipe "
+             "--microbatches 4 --comm-timeout 2", bin("demo"), threads);
+    mpi_run("SCANPROP_EXEC_FAULT=hang:1:2", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 2, "status %d, want 2\n%s", r.status, r.err);
+    snprintf(want, sizeof want, "oversubscribed, 2 ranks x %d thread%s on %ld online cores", threads,
+             threads == 1 ? "" : "s", cores);
+    cr_assert(strstr(r.err, "no answer within 2 s (a peer died, hung or runs a different schedule, or, likely here, "
+                            "is starved of CPU") && strstr(r.err, want) && strstr(r.err, "raise --comm-timeout"),
+              "want '%s' in:\n%s", want, r.err);
+    cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "want one line:\n%s", r.err);
 }
 
 Test(exec, a_rank_that_exits_mid_step_ends_the_job, .timeout = 120)
@@ -624,6 +648,90 @@ Test(exec, scan_plan_prints_ceil_log2_w_levels, .timeout = 300)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     for (int W = 1; W <= 4; W++) check_plan("demo", "--layers 16 --width 16 --batch 16 --threads 1", W);
     check_plan("rnn", "--seq-len 16 --samples 64 --batch 8 --threads 1", 4);
+}
+
+/* LeNet's stage costs (docs/distributed-lenet-costs.csv): at 4 ranks and a batch of 48 they
+ * place layers 1-2 (4704 -> 1176 per sample) on rank 1 and conv2 (1176 -> 1600) on rank 2. */
+static const char *lenet_scan_costs(void)
+{
+    const char *path = tmp("lenet-costs.csv");
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "layer,fwd,bwd_grad,bwd_delta\n");
+    const double c[12][3] = {{624.7, 1023.8, 0.1}, {119.4, 0.16, 253.9}, {58.6, 0.53, 127.9}, {310.9, 1642.0, 1600.9},
+                             {105.1, 0.06, 56.4},  {102.2, 0.08, 76.6},  {3.3, 0.1, 39.3},    {247.5, 140.1, 184.8},
+                             {1.4, 0.07, 1.8},     {37.4, 58.8, 72.1},   {0.87, 0.12, 1.63},  {13.65, 5.76, 3.24}};
+    for (int s = 0; s < 12; s++) fprintf(f, "l%d,%g,%g,%g\n", s, c[s][0], c[s][1], c[s][2]);
+    fclose(f);
+    return path;
+}
+
+/* Every T the scan ends with is a vector, so no product it forms may be a matrix–matrix
+ * one: each FLOPs figure of a level is at most 2·n·Σ in_r·out_r (every element applied
+ * to a vector once). Forming T_1·T_2 as matrices, (4704 x 1176)·(1176 x 1600) per sample,
+ * is 8.5e11 FLOPs at a batch of 48 — the minutes per step of 4 LeNet ranks. */
+Test(exec, scan_levels_form_matrix_vector_products_only, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) cr_skip_test("no Fashion-MNIST");
+    static mpi_result r;
+    char cmd[1024];
+    const char *costs = lenet_scan_costs();
+    const int n = 48;
+    snprintf(cmd, sizeof cmd, "%s --batch %d --threads 1 --parallel scan --plan --costs %s", bin("lenet"), n, costs);
+    mpi_run("", "-np 4", cmd, &r);
+    cr_assert_eq(r.status, 0, "plan: status %d\n%s", r.status, r.err);
+    double elements = 0;
+    int segments = 0, products = 0;
+    for (const char *line = r.out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        int rank, in, out;
+        const char *bracket = strchr(line, '[');
+        if (sscanf(line, "segment: rank %d", &rank) == 1 && bracket && sscanf(bracket, "[%d -> %d", &in, &out) == 2) {
+            elements += (double)in * out;
+            segments++;
+        }
+    }
+    cr_assert_eq(segments, 4, "want 4 segment lines:\n%s", r.out);
+    double bound = 2.0 * n * elements;
+    for (const char *line = r.out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, "level ", 6) != 0) continue;
+        const char *end = strchr(line, '\n');
+        for (const char *p = strstr(line, " FLOPs"); p && (!end || p < end); p = strstr(p + 1, " FLOPs")) {
+            const char *num = p;
+            while (num > line && num[-1] != ' ') num--;
+            double flops = strtod(num, NULL);
+            products++;
+            cr_assert(flops <= bound, "a level forms a %.4g-FLOP product, more than the %.4g of matrix-vector "
+                      "products:\n%s", flops, bound, r.out);
+        }
+    }
+    cr_assert(products >= 1, "no product on the level lines:\n%s", r.out);
+    remove(costs);
+}
+
+/* The run itself: one LeNet step on 4 ranks (2 cores in CI: oversubscribed) ends within
+ * the default 60 s --comm-timeout, where it took minutes, and matches linear BP. */
+Test(exec, lenet_scan_on_4_ranks_matches_linear_bp_within_the_timeout, .timeout = 300)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) cr_skip_test("no Fashion-MNIST");
+    static mpi_result r;
+    char cmd[2048];
+#define LENET_SCAN_FLAGS "--steps 1 --batch 48 --threads 1 --quiet"
+    const char *costs = lenet_scan_costs(), *ref = tmp("lscan-ref.safetensors"), *par = tmp("lscan-par.safetensors");
+    snprintf(cmd, sizeof cmd, "%s " LENET_SCAN_FLAGS " --save %s >/dev/null", bin("lenet"), ref);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s " LENET_SCAN_FLAGS " --parallel scan --costs %s --save %s", bin("lenet"), costs,
+             par);
+    mpi_run("", "-np 4", cmd, &r);
+    cr_assert_eq(r.status, 0, "lenet scan -np 4: status %d after %.1f s\n%s", r.status, r.seconds, r.err);
+    cr_assert(strstr(r.out, "\"workers\": 4"), "%s", r.out);
+    bool bit;
+    double d = compare(par, ref, &bit);
+    cr_assert(d <= 1e-6, "lenet scan -np 4 vs linear BP: max rel diff %.3g > 1e-6", d);
+    remove(par);
+    remove(ref);
+    remove(costs);
 }
 
 /* ---- ooo's data-parallel order ------------------------------------------------------------ */
