@@ -15,6 +15,7 @@
 #include "core/io/safetensors.h"
 #include "core/error.h"
 #include "optim/optim.h"
+#include "schedulers/parallel/exec.h"
 
 void sp_app_defaults(sp_app_opts *o)
 {
@@ -109,7 +110,7 @@ static int common_flags(sp_app_opts *o, sp_flag *f, int cap)
          "backward, updates) as a CUDA Graph once per shape, replay it each step (docs/CUDA.md)", .group = G_OOO, .needs = "backward=ooo,device=cuda,!trace",
          .scope = SP_SCOPE_ENGINE},
         {"parallel", SP_FLAG_STR, &o->parallel, "run the master schedule on the MPI ranks", .group = G_PAR,
-         .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|scan", .needs = "backward=linear|ooo",
+         .choices = sp_exec_scheme_names(), .needs = "backward=linear|ooo",
          .scope = SP_SCOPE_RUN},
         {"microbatches", SP_FLAG_INT, &o->microbatches, "micro-batches B per step (0 = W, pipelines 2W)",
          .group = G_PAR, .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
@@ -1025,10 +1026,13 @@ void sp_app_exec_json(struct sp_exec *x, const sp_app_opts *o, sp_json *j)
     }
     snprintf(busy + nb, sizeof busy - nb, "]");
     snprintf(idle + ni, sizeof idle - ni, "]");
-    sp_json_str(j, "parallel", o->parallel);
+    sp_json_str(j, "parallel", sp_exec_scheme(x));   /* ddp --backward ooo: "ddp-ooo" */
     sp_json_int(j, "workers", st.workers);
     sp_json_int(j, "microbatches", sp_exec_schedule(x)->micro);
     sp_json_num(j, "comm_ms", 1e3 * comm / steps);
+    /* the steps after the first, as --costs-out's job costs (bench/distributed.sh) */
+    sp_json_num(j, "step_mean_ms", 1e3 * st.step_mean);
+    sp_json_num(j, "comm_mean_ms", 1e3 * st.comm_mean);
     sp_json_raw(j, "busy_ms", busy);
     sp_json_raw(j, "idle_ms", idle);
     sp_exec_stats_free(&st);
