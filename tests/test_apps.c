@@ -5,6 +5,8 @@
  *     appears, the progress goes quiet) or the refusal (exit 2, one line saying why);
  *     a flag in --help without a walk entry fails the test;
  *   - README.md's flag list is the --help of every app;
+ *   - one set of scheme names: build/schedule --scheme, every app's --parallel and
+ *     docs/DISTRIBUTED.md agree (scan the one --parallel name without a schedule);
  *   - the cases the issues name: flags that do not apply, "did you mean", --k 0,
  *     --batch beyond the dataset (and INT_MAX: no overflow), --steps with --epochs,
  *     --scan-levels out of range, output to a full disk (/dev/full).
@@ -279,7 +281,7 @@ static void make_images(int per_class)
         {"--parallel gpipe --batch 2", "--costs-out %T/costs.csv", FILE_MADE, "%T/costs.csv"},                         \
         {"--parallel ddp", "--exec-order %T/order.txt", FILE_MADE, "%T/order.txt"},                          \
         {"--parallel ddp", "--backward bppsa", REFUSED, "--parallel needs --backward linear or ooo"}, \
-        {"--parallel ddp", "--backward ooo", EFFECT, NULL}
+        {"--parallel ddp", "--backward ooo", EFFECT, NULL}, {NULL, "--parallel ddp-ooo", EFFECT, NULL}
 
 /* bppsa runs: light models only */
 #define BPPSA_WALK                                                                         \
@@ -562,6 +564,75 @@ Test(readme, parallel_schemes_match_help)
         if (*p == '[') break;
     }
     cr_assert_geq(seen, 9, "read only %d schemes from --help", seen);
+}
+
+/* ---- one set of scheme names ---------------------------------------------------------- */
+
+/* " a b c " from --help's "--parallel S ... one of a, b, ... or z [needs ...]" */
+static void parallel_choices(const char *name, char *list, size_t len)
+{
+    cr_assert_eq(app(name, "--help", out, err), 0, "%s --help: %s", name, err);
+    const char *p = strstr(out, "--parallel S");
+    cr_assert_not_null(p, "%s --help: no --parallel", name);
+    p = strstr(p, "one of ");
+    cr_assert_not_null(p, "%s --help: --parallel lists no choices", name);
+    p += strlen("one of ");
+    size_t k = (size_t)snprintf(list, len, " ");
+    while (*p && *p != '[' && *p != '\n') {
+        size_t n = strcspn(p, ", [\n");
+        if (n && !(n == 2 && !strncmp(p, "or", 2))) k += (size_t)snprintf(list + k, len - k, "%.*s ", (int)n, p);
+        cr_assert_lt(k, len);
+        p += n;
+        p += strspn(p, ", ");
+    }
+}
+
+/* Issue 24 E.18: a scheme has one name in build/schedule --scheme, --parallel (every
+ * app), bench/distributed.sh (which reads build/schedule --list) and docs/DISTRIBUTED.md:
+ * every schedule build/schedule simulates runs under --parallel by that name (ddp-ooo,
+ * not only as ddp --backward ooo), and --parallel adds only scan (BPPSA across ranks: a
+ * scan over the ranks, not a schedule). */
+Test(schemes, one_set_of_names_for_schedule_and_parallel)
+{
+    cr_assert_eq(app("schedule", "--list", out, err), 0, "schedule --list: %s", err);
+    const char *j = strstr(out, "{\"schemes\":[");
+    cr_assert_not_null(j, "schedule --list: no JSON line: %s", out);
+    char sched[512] = " ";
+    size_t k = 1;
+    for (const char *p = j + strlen("{\"schemes\":["); *p == '"';) {
+        size_t n = strcspn(p + 1, "\"");
+        k += (size_t)snprintf(sched + k, sizeof sched - k, "%.*s ", (int)n, p + 1);
+        p += n + 2;
+        p += *p == ',';
+    }
+    cr_assert_geq(k, 40, "read too few schemes from schedule --list: '%s'", sched);
+    static const char *apps[] = {"lenet", "vgg11", "resnet", "rnn", "gru", "demo"};
+    char par[512], docs[512] = "", word[64];
+    for (size_t a = 0; a < sizeof apps / sizeof apps[0]; a++) {
+        parallel_choices(apps[a], par, sizeof par);
+        for (const char *p = sched + 1; *p; p += strcspn(p, " ") + 1) {
+            snprintf(word, sizeof word, " %.*s ", (int)strcspn(p, " "), p);
+            cr_expect(strstr(par, word), "build/schedule --scheme%s is no build/%s --parallel scheme (%s)", word,
+                      apps[a], par);
+        }
+        for (const char *p = par + 1; *p; p += strcspn(p, " ") + 1) {
+            snprintf(word, sizeof word, " %.*s ", (int)strcspn(p, " "), p);
+            cr_expect(strstr(sched, word) || !strcmp(word, " scan "),
+                      "build/%s --parallel%s is no build/schedule --scheme (%s)", apps[a], word, sched);
+        }
+    }
+    /* docs/DISTRIBUTED.md's flag table: | `--parallel S` | `ddp fsdp ...` | */
+    FILE *f = fopen("docs/DISTRIBUTED.md", "r");
+    cr_assert_not_null(f, "docs/DISTRIBUTED.md not found (run from the repository root)");
+    static char text[1 << 17];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    const char *row = strstr(text, "| `--parallel S` | `");
+    cr_assert_not_null(row, "docs/DISTRIBUTED.md: no row | `--parallel S` | `...` |");
+    row += strlen("| `--parallel S` | `");
+    snprintf(docs, sizeof docs, " %.*s ", (int)strcspn(row, "`"), row);
+    cr_expect_str_eq(docs, par, "docs/DISTRIBUTED.md's --parallel list '%s' is not --help's '%s'", docs, par);
 }
 
 /* ---- the cases issue 15 names ------------------------------------------------------- */

@@ -23,7 +23,11 @@
  * with one line before any work.
  *
  * Overlap. With small buckets, DDP's gradient allreduce starts while the backward still
- * runs (asserted on the trace's intervals). */
+ * runs (asserted on the trace's intervals).
+ *
+ * Like with like. --costs-out's job costs and the JSON's "step_mean_ms" are both means
+ * over the steps after the first (a slowed first step reaches neither), and on one rank
+ * the prediction from those costs is at most the mean step (bench/distributed.sh). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <unistd.h>
@@ -242,7 +246,7 @@ static void app_schemes(const char *app, const char *flags, const char *only)
     snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", bin(app), flags, ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     const char *runs[][3] = {
-        {"ddp", "", "-np 2"},          {"ddp-ooo", "--backward ooo", "-np 2"},
+        {"ddp", "", "-np 2"},          {"ddp-ooo", "", "-np 2"},
         {"fsdp", "", "-np 2"},         {"gpipe", "", "-np 2"},
         {"1f1b", "", "-np 2"},         {"lpp", "--groups 2 --microbatches 4", "-np 4"},
         {"fslpp", "--groups 2 --microbatches 4", "-np 4"},
@@ -253,8 +257,7 @@ static void app_schemes(const char *app, const char *flags, const char *only)
         char name[16];
         snprintf(name, sizeof name, " %s ", runs[i][0]);
         if (only && !strstr(only, name)) continue;
-        snprintf(cmd, sizeof cmd, "%s %s --parallel %s %s --save %s", bin(app), flags,
-                 strcmp(runs[i][0], "ddp-ooo") ? runs[i][0] : "ddp", runs[i][1], par);
+        snprintf(cmd, sizeof cmd, "%s %s --parallel %s %s --save %s", bin(app), flags, runs[i][0], runs[i][1], par);
         mpi_run("", runs[i][2], cmd, &r);
         cr_assert_eq(r.status, 0, "%s %s: status %d\n%s", app, runs[i][0], r.status, r.err);
         bool bit;
@@ -421,6 +424,55 @@ Test(exec, a_rank_that_exits_mid_step_ends_the_job, .timeout = 120)
     /* mpirun names the dead process: "Process name: [[job,1],1]" (or "process rank 1") */
     cr_assert(strstr(r.err, ",1],1]") || strstr(r.err, "process rank 1"), "stderr:\n%s", r.err);
     cr_assert(!strstr(r.out, "\"app\""));
+}
+
+/* ---- measured vs predicted: like with like ----------------------------------------------- */
+
+static double json_number(const char *out, const char *key)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    const char *p = strstr(out, k);
+    cr_assert_not_null(p, "no %s in the JSON line: %s", k, out);
+    return strtod(p + strlen(k), NULL);
+}
+
+/* bench/distributed.sh divides the measured step by the simulated latency of the costs
+ * --costs-out wrote. Both sides are means over the steps after the first: here rank 0's
+ * first step computes one job 1 s longer (SCANPROP_EXEC_FAULT=slow), which must reach
+ * neither "step_mean_ms" nor the costs (it does reach busy_ms, which counts every step).
+ * On one rank the step holds every job, so the prediction from the mean job costs is
+ * at most the mean step, by construction (a median step broke this: 1f1b at 0.91). */
+Test(exec, costs_out_and_step_mean_leave_out_the_first_step, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[1024];
+    const char *costs = tmp("mean-costs.csv");
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 2 --costs-out %s", bin("demo"),
+             costs);
+    mpi_run("SCANPROP_EXEC_FAULT=slow:0:1:1000", "-np 1", cmd, &r);
+    cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
+    double step_mean = json_number(r.out, "step_mean_ms");
+    const char *b = strstr(r.out, "\"busy_ms\": [");
+    cr_assert_not_null(b, "%s", r.out);
+    double busy = strtod(b + strlen("\"busy_ms\": ["), NULL);
+    cr_assert(busy >= 200, "the injected second is not in the first step's compute: busy %.3f ms per step", busy);
+    cr_assert(step_mean > 0 && step_mean < 100, "step_mean_ms %.3f: the slowed first step is in it", step_mean);
+    sp_costs *c = sp_costs_read_csv(costs);
+    sp_sched_config sc = {.stages = c->stages, .micro = 2, .workers = 1, .split = -1, .no_input_grad = true};
+    sp_schedule *s = sp_schedule_new(sp_scheme_find("gpipe"), &sc, c);
+    sp_sim sim;
+    sp_simulate(s, c, &sim);
+    double predicted = 1e-3 * sim.latency;   /* µs → ms */
+    cr_assert(predicted > 0 && predicted < 100, "predicted %.3f ms: the slowed first step is in the costs",
+              predicted);
+    cr_assert(predicted <= step_mean * (1 + 1e-3), "one rank: predicted compute %.4f ms > mean step %.4f ms",
+              predicted, step_mean);
+    sp_sim_free(&sim);
+    sp_schedule_free(s);
+    sp_costs_free(c);
+    remove(costs);
 }
 
 /* ---- communication hidden behind the backward ------------------------------------------- */

@@ -173,10 +173,13 @@ void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
     }
     snprintf(busy + nb, sizeof busy - nb, "]");
     snprintf(idle + ni, sizeof idle - ni, "]");
-    sp_json_str(j, "parallel", s->o->parallel);
+    sp_json_str(j, "parallel", sp_exec_scheme(s->exec));   /* ddp --backward ooo: "ddp-ooo" */
     sp_json_int(j, "workers", st.workers);
     sp_json_int(j, "microbatches", sp_exec_schedule(x)->micro);
     sp_json_num(j, "comm_ms", 1e3 * comm / steps);
+    /* the steps after the first, as --costs-out's job costs (bench/distributed.sh) */
+    sp_json_num(j, "step_mean_ms", 1e3 * st.step_mean);
+    sp_json_num(j, "comm_mean_ms", 1e3 * st.comm_mean);
     sp_json_raw(j, "busy_ms", busy);
     sp_json_raw(j, "idle_ms", idle);
     sp_exec_stats_free(&st);
