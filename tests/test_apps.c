@@ -305,6 +305,7 @@ Test(walk, lenet)
         ENGINE_WALK("1"),
         BPPSA_WALK,
         PAR_WALK,
+        {"--parallel ddp", "--log %T/nodir/l.csv", REFUSED, "--log: cannot write"},
         /* one process without mpirun: it runs, and says that one worker runs */
         {NULL, "--parallel gpipe", STDERR_HAS, "lenet: note: --parallel gpipe runs 1 worker (not started by mpirun"},
         {NULL, "--data %T/nowhere", REFUSED, "nowhere"},
