@@ -281,7 +281,15 @@ static void make_images(int per_class)
         {"--parallel gpipe --batch 2", "--costs-out %T/costs.csv", FILE_MADE, "%T/costs.csv"},                         \
         {"--parallel ddp", "--exec-order %T/order.txt", FILE_MADE, "%T/order.txt"},                          \
         {"--parallel ddp", "--backward bppsa", REFUSED, "--parallel needs --backward linear or ooo"}, \
-        {"--parallel ddp", "--backward ooo", EFFECT, NULL}, {NULL, "--parallel ddp-ooo", EFFECT, NULL}
+        {"--parallel ddp", "--backward ooo", EFFECT, NULL}, {NULL, "--parallel ddp-ooo", EFFECT, NULL},         \
+        /* flags --parallel does not use, and output paths checked before any work */                        \
+        {"--parallel ddp --backward ooo", "--mem-cap 1", REFUSED, "--mem-cap does not apply with --parallel"}, \
+        {"--parallel ddp", "--partition cost", REFUSED, "--partition needs --parallel gpipe"},                \
+        {"--parallel lpp", "--partition layerpipe", REFUSED, "--partition needs --parallel gpipe"},           \
+        {"--parallel ddp", "--costs %T/none.csv", REFUSED, "--costs needs --parallel fsdp"},                  \
+        {"--parallel gpipe --batch 2", "--costs-out %T/nodir/c.csv", REFUSED, "--costs-out: cannot write"},   \
+        {"--parallel ddp", "--trace %T/nodir/t.json", REFUSED, "--trace: cannot write"},                      \
+        {"--parallel ddp", "--exec-order %T/nodir/o.txt", REFUSED, "--exec-order: cannot write"}
 
 /* bppsa runs: light models only */
 #define BPPSA_WALK                                                                         \
@@ -299,6 +307,9 @@ Test(walk, lenet)
         ENGINE_WALK("1"),
         BPPSA_WALK,
         PAR_WALK,
+        {"--parallel ddp", "--log %T/nodir/l.csv", REFUSED, "--log: cannot write"},
+        /* one process without mpirun: it runs, and says that one worker runs */
+        {NULL, "--parallel gpipe", STDERR_HAS, "lenet: note: --parallel gpipe runs 1 worker (not started by mpirun"},
         {NULL, "--data %T/nowhere", REFUSED, "nowhere"},
         {NULL, "--data-format mnist", REFUSED, "train-images-idx3-ubyte"},
     };

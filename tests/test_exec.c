@@ -158,10 +158,13 @@ static void demo_scheme(const char *scheme)
         const char *order = tmp("order.txt"), *costs = tmp("costs.csv");
         char groups[32] = "";
         if (!strcmp(scheme, "lpp") || !strcmp(scheme, "fslpp")) snprintf(groups, sizeof groups, "--groups %d", GROUPS);
+        /* ddp's order does not depend on the costs: --costs is refused there, and the
+         * simulator's order from `plan` is the one every cost gives */
+        char costs_in[600] = "";
+        if (strcmp(scheme, "ddp") != 0) snprintf(costs_in, sizeof costs_in, "--costs %s", plan);
         snprintf(cmd, sizeof cmd,
-                 "%s " DEMO_FLAGS " --parallel %s --microbatches %d %s --save %s --exec-order %s --costs %s "
-                 "--costs-out %s",
-                 bin("demo"), scheme, MICRO, groups, par, order, plan, costs);
+                 "%s " DEMO_FLAGS " --parallel %s --microbatches %d %s --save %s --exec-order %s %s --costs-out %s",
+                 bin("demo"), scheme, MICRO, groups, par, order, costs_in, costs);
         char np[16];
         snprintf(np, sizeof np, "-np %d", W);
         mpi_run("", np, cmd, &r);
@@ -371,6 +374,58 @@ Test(exec, impossible_configurations_are_refused_before_work, .timeout = 120)
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 2, "zigzag: status %d\n%s", r.status, r.err);
     cr_assert(strstr(r.err, "scanprop: --parallel zigzag"), "%s", r.err);
+}
+
+/* mpirun without --parallel would run W independent trainings: rank 0 refuses, once. */
+Test(exec, mpirun_without_parallel_is_refused, .timeout = 60)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS, bin("demo"));
+    mpi_run("", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 2, "status %d, want 2\n%s", r.status, r.err);
+    cr_assert(strstr(r.err, "scanprop: demo: started by mpirun with 2 ranks but without --parallel"), "%s", r.err);
+    cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "want one line:\n%s", r.err);
+    cr_assert(!strstr(r.out, "\"app\""), "work was done: %s", r.out);
+}
+
+/* Ranks that run another program or other settings refuse before the first collective of
+ * the executor (a bucket of another size, a schedule of another length, rank 0's numbers
+ * used silently), naming what differs and where; --threads, --quiet and --comm-timeout
+ * may differ. */
+Test(exec, ranks_that_disagree_are_refused_before_work, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    const char *base = "--steps 3 --batch 32 --threads 1 --quiet --comm-timeout 5 --parallel ddp";
+    struct {
+        const char *a, *b, *want;
+    } cases[] = {
+        {"demo --layers 3", "demo --layers 3 --seed 2", "the ranks disagree on --seed (rank 0: 1): rank 1 differs"},
+        {"demo --layers 3", "demo --layers 3 --batch 64", "the ranks disagree on --batch (rank 0: 32): rank 1 differs"},
+        {"demo --layers 3", "rnn --samples 64 --seq-len 4", "the ranks disagree on the program (rank 0 runs demo"},
+    };
+    char cmd[2048];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char a[64], b[64];
+        snprintf(a, sizeof a, "%.*s", (int)strcspn(cases[i].a, " "), cases[i].a);
+        snprintf(b, sizeof b, "%.*s", (int)strcspn(cases[i].b, " "), cases[i].b);
+        snprintf(cmd, sizeof cmd, "%s %s%s : -np 1 %s %s%s", bin(a), base, strchr(cases[i].a, ' '), bin(b), base,
+                 strchr(cases[i].b, ' '));
+        mpi_run("", "-np 1", cmd, &r);
+        cr_assert_eq(r.status, 2, "%s | %s: status %d, want 2\n%s", cases[i].a, cases[i].b, r.status, r.err);
+        cr_assert(strstr(r.err, cases[i].want), "%s | %s: stderr lacks '%s':\n%s", cases[i].a, cases[i].b,
+                  cases[i].want, r.err);
+        cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "want one line:\n%s", r.err);
+        cr_assert(!strstr(r.out, "\"app\""), "work was done: %s", r.out);
+    }
+    /* what may differ per rank */
+    snprintf(cmd, sizeof cmd, "%s --layers 3 %s : -np 1 %s --layers 3 --steps 3 --batch 32 --threads 2 --parallel ddp",
+             bin("demo"), base, bin("demo"));
+    mpi_run("", "-np 1", cmd, &r);
+    cr_assert_eq(r.status, 0, "--threads, --quiet, --comm-timeout differ: status %d\n%s", r.status, r.err);
+    cr_assert_eq(count_lines(r.out, "\"app\""), 1, "%s", r.out);
 }
 
 Test(exec, a_rank_that_hangs_mid_step_stops_the_others, .timeout = 120)
@@ -800,9 +855,9 @@ Test(exec, ddp_with_ooo_order_gives_the_same_weights, .timeout = 300)
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "ddp: %s", r.err);
     snprintf(cmd, sizeof cmd,
-             "%s " DEMO_FLAGS " --parallel ddp --backward ooo --microbatches 2 --bucket-mb 0.001 --costs %s "
-             "--exec-order %s --save %s",
-             bin("demo"), plan, order, b);
+             "%s " DEMO_FLAGS " --parallel ddp --backward ooo --microbatches 2 --bucket-mb 0.001 --exec-order %s "
+             "--save %s",
+             bin("demo"), order, b);
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "ddp --backward ooo: %s", r.err);
     bool bit;

@@ -151,6 +151,47 @@ static void set_value(sp_flag *f, const char *v)
     }
 }
 
+/* The value in full: doubles with 17 digits, a bool with the V of --name=V. */
+static const char *value_full(const sp_flag *f, char *buf, size_t len)
+{
+    if (f->kind == SP_FLAG_DOUBLE) snprintf(buf, len, "%.17g", *(double *)f->dst);
+    else if (f->kind == SP_FLAG_BOOL)
+        snprintf(buf, len, "%s%s%s", *(bool *)f->dst ? "yes" : "no", f->value && *f->value ? "=" : "",
+                 f->value && *f->value ? *f->value : "");
+    else value_str(f, buf, len);
+    return buf;
+}
+
+const char *sp_flag_value_text(const char *name, char *buf, size_t len)
+{
+    const sp_flag *f = find(g_flags, name, strlen(name));
+    if (!f) {
+        buf[0] = 0;
+        return buf;
+    }
+    return value_full(f, buf, len);
+}
+
+/* FNV-1a, continued from h */
+static uint32_t fnv(uint32_t h, const char *s)
+{
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return (h ^ 0xff) * 16777619u;   /* a separator, so "ab"+"c" differs from "a"+"bc" */
+}
+
+int sp_flags_digest(sp_flag_digest *out, int cap, const char *skip)
+{
+    int n = 0;
+    for (const sp_flag *f = g_flags; f && f->name && n < cap; f++) {
+        if (skip && in_list(skip, f->name, strlen(f->name))) continue;
+        char buf[4096];
+        out[n].name = f->name;
+        out[n].hash = fnv(fnv(2166136261u, f->name), value_full(f, buf, sizeof buf));
+        n++;
+    }
+    return n;
+}
+
 /* Levenshtein distance, for "did you mean". */
 static size_t edit_distance(const char *a, size_t la, const char *b)
 {

@@ -108,7 +108,7 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
         {"k", SP_FLAG_INT, &o->k, "layers in reverse-first order (0 = half the parameterised layers)",
          .group = G_OOO, .range = "0..", .needs = "backward=ooo,order=reverse-first-k", .scope = SP_SCOPE_ENGINE},
         {"mem-cap", SP_FLAG_LONG, &o->mem_cap, "memory cap of the backward pass in bytes (0 = none)",
-         .group = G_OOO, .meta = "BYTES", .range = "0..", .needs = "backward=ooo", .scope = SP_SCOPE_ENGINE},
+         .group = G_OOO, .meta = "BYTES", .range = "0..", .needs = "backward=ooo,!parallel", .scope = SP_SCOPE_ENGINE},
         {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON (with --backward ooo or --parallel)",
          .group = G_OOO, .meta = "FILE", .scope = SP_SCOPE_ENGINE},
         {"cuda-graph", SP_FLAG_BOOL, &o->cuda_graph, "capture the steady-state training step (forward, "
@@ -122,13 +122,15 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
         {"groups", SP_FLAG_INT, &o->groups, "groups G of lpp/fslpp (W = G*R; 0 = 1)", .group = G_PAR,
          .range = "0..", .needs = "parallel=lpp|fslpp", .scope = SP_SCOPE_RUN},
         {"partition", SP_FLAG_STR, &o->partition, "pipeline stages: by measured cost, or LayerPipe's Algorithm 1",
-         .group = G_PAR, .choices = "cost|layerpipe", .needs = "parallel", .scope = SP_SCOPE_RUN},
+         .group = G_PAR, .choices = "cost|layerpipe", .needs = "parallel=gpipe|1f1b|ooo-ff|ooo-modulo|scan",
+         .scope = SP_SCOPE_RUN},
         {"bucket-mb", SP_FLAG_DOUBLE, &o->bucket_mb, "gradient bucket size in MB (as PyTorch DDP)", .group = G_PAR,
          .meta = "X", .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"comm-timeout", SP_FLAG_DOUBLE, &o->comm_timeout, "seconds a rank waits for a peer before the job stops",
          .group = G_PAR, .meta = "X", .range = "0.001..", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"costs", SP_FLAG_STR, &o->costs, "stage costs CSV (as --costs-out writes) instead of measuring",
-         .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
+         .group = G_PAR, .meta = "FILE", .needs = "parallel=fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|scan",
+         .scope = SP_SCOPE_RUN},
         {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs this run measured (for build/schedule --profile)",
          .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"exec-order", SP_FLAG_STR, &o->exec_order, "write each rank's executed job order", .group = G_PAR,
@@ -174,6 +176,13 @@ static void check_ranges(sp_run_opts *o)
     /* checkpoint files refused before any data is read or any step is run */
     if (o->load) sp_st_close(sp_check_ptr(sp_st_open(o->load)));
     if (o->save) sp_check(sp_check_save_target(o->save));
+    if (o->parallel) {   /* rank 0 writes these after training: refuse a path it cannot write now */
+        const char *outs[][2] = {{"log", o->log}, {"trace", o->trace}, {"costs-out", o->costs_out},
+                                 {"exec-order", o->exec_order}};
+        for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+            if (outs[i][1] && sp_check_save_target(outs[i][1]) != SP_OK)
+                sp_fail("--%s: %s", outs[i][0], sp_last_error());
+    }
     /* --steps alone runs as many epochs as it needs; with --epochs, whichever comes first */
     if (o->steps > 0 && !sp_flag_given("epochs")) o->epochs = 0;
 }
@@ -198,6 +207,16 @@ void sp_run_parse(int argc, char **argv, const char *app, const char *summary, s
         for (sp_flag *f = extra; f && f->name; f++)
             if (strcmp(f->name, set[i].name) == 0) f->set = set[i].set;
     check_ranges(o);
+    /* Started by mpirun (Open MPI's environment; MPI itself starts only with --parallel):
+     * without --parallel every rank would train alone and print its own JSON line. Rank 0
+     * says so; the others leave quietly, so that the line is printed once and mpirun's
+     * status is rank 0's. */
+    const char *np = getenv("OMPI_COMM_WORLD_SIZE"), *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!o->parallel && np && atoi(np) > 1) {
+        if (rank && atoi(rank) != 0) exit(0);
+        sp_fail("%s: started by mpirun with %s ranks but without --parallel: each rank would train alone (add "
+                "--parallel ddp or another scheme, or run without mpirun)", app, np);
+    }
 }
 
 
@@ -315,7 +334,88 @@ static void exec_end(struct sp_exec *x)
     sp_comm_finalize();
 }
 
-static struct sp_exec *exec_new(const sp_run_opts *o, sp_model *m, sp_optim *opt, int sample_ndim,
+/* Flags that may differ between ranks: they change neither the schedule, the data nor the
+ * numbers (docs/DISTRIBUTED.md). */
+#define RANK_LOCAL_FLAGS "threads|quiet|comm-timeout"
+#define MAX_DIGEST 160
+
+static uint32_t hash_text(uint32_t h, const char *s)
+{
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return (h ^ 0xff) * 16777619u;
+}
+
+static uint32_t hash_ints(uint32_t h, int n, const int *v)
+{
+    char buf[32];
+    for (int i = 0; i < n; i++) {
+        snprintf(buf, sizeof buf, "%d", v[i]);
+        h = hash_text(h, buf);
+    }
+    return h;
+}
+
+/* Before the first collective of the executor: every rank must run the same program and
+ * model on the same data with the same settings, or a rank would read a gradient bucket
+ * of another size, wait for a message that never comes or silently train with rank 0's
+ * numbers. One allgather of a hash per flag (and of the program, the model's parameter
+ * shapes and the dataset's identity); on a difference every rank refuses alike, naming
+ * the first flag that differs and the ranks. */
+static void ranks_agree(const char *app, const sp_run_opts *o, const sp_model *m, const sp_dataset *train,
+                        const sp_dataset *test, int sample_ndim, const int *sample_shape)
+{
+    sp_comm *w = sp_comm_world();
+    int W = sp_comm_size(w);
+    if (W < 2) return;
+    sp_flag_digest d[MAX_DIGEST];
+    int nf = sp_flags_digest(d, MAX_DIGEST, RANK_LOCAL_FLAGS);
+    enum { E_APP, E_FLAGS, E = E_FLAGS + MAX_DIGEST + 2 };   /* then the model, the data */
+    uint32_t h[E] = {0};
+    h[E_APP] = hash_text(hash_text(2166136261u, app), m->name);
+    for (int i = 0; i < nf; i++) h[E_FLAGS + i] = d[i].hash;
+    uint32_t hm = 2166136261u;
+    for (int i = 0; i < m->nparams; i++)
+        hm = hash_ints(hash_text(hm, m->params[i]->name), m->params[i]->value.ndim, m->params[i]->value.shape);
+    h[E_FLAGS + nf] = hm;
+    uint32_t hd = hash_ints(2166136261u, sample_ndim, sample_shape);
+    for (const sp_dataset *ds = train; ds; ds = ds == train ? test : NULL)
+        hd = hash_ints(hash_text(hd, ds->name), 2, (int[]){ds->n, ds->nclasses});
+    h[E_FLAGS + nf + 1] = hd;
+    /* 16 bits per float: exact in any float and in any MPI implementation */
+    float *mine = sp_xcalloc(2 * E, sizeof *mine), *all = sp_xcalloc((size_t)W * 2 * E, sizeof *all);
+    for (int e = 0; e < E; e++) mine[2 * e] = (float)(h[e] >> 16), mine[2 * e + 1] = (float)(h[e] & 0xffff);
+    sp_allgather(w, mine, all, 2 * E);
+    for (int e = 0; e < E_FLAGS + nf + 2; e++) {
+        char ranks[256] = "";
+        size_t k = 0;
+        int nd = 0;
+        for (int r = 1; r < W; r++)
+            if (all[(size_t)r * 2 * E + 2 * e] != all[2 * e] || all[(size_t)r * 2 * E + 2 * e + 1] != all[2 * e + 1]) {
+                if (k + 16 < sizeof ranks) k += (size_t)snprintf(ranks + k, sizeof ranks - k, "%s%d", nd ? ", " : "", r);
+                nd++;
+            }
+        if (!nd) continue;
+        char what[768], val[256];
+        if (e == E_APP)
+            snprintf(what, sizeof what, "the program (rank 0 runs %s, model %s)", app, m->name);
+        else if (e == E_FLAGS + nf)
+            snprintf(what, sizeof what, "the model's parameter shapes (%s)", m->name);
+        else if (e == E_FLAGS + nf + 1)
+            snprintf(what, sizeof what, "the dataset (rank 0: %s, %d samples)", train ? train->name : "synthetic",
+                     train ? train->n : 0);
+        else
+            snprintf(what, sizeof what, "--%s (rank 0: %s)", d[e - E_FLAGS].name,
+                     *sp_flag_value_text(d[e - E_FLAGS].name, val, sizeof val) ? val : "not given");
+        sp_comm_fail_all(w, "--parallel %s: the ranks disagree on %s: rank%s %s differ%s from rank 0 (every rank must "
+                            "run the same command; only --threads, --quiet and --comm-timeout may differ)",
+                         o->parallel, what, nd > 1 ? "s" : "", ranks, nd > 1 ? "" : "s");
+    }
+    free(mine);
+    free(all);
+}
+
+static struct sp_exec *exec_new(const char *app, const sp_run_opts *o, sp_model *m, sp_optim *opt,
+                                const sp_dataset *train, const sp_dataset *test, int sample_ndim,
                                 const int *sample_shape)
 {
     if (!o->parallel) return NULL;
@@ -323,6 +423,7 @@ static struct sp_exec *exec_new(const sp_run_opts *o, sp_model *m, sp_optim *opt
         sp_fail("--parallel %s: this build has no MPI (rebuild with make MPI=1)", o->parallel);
     sp_comm_set_timeout(o->comm_timeout);
     sp_comm_init(NULL, NULL);
+    ranks_agree(app, o, m, train, test, sample_ndim, sample_shape);
     sp_exec_cfg c = {.scheme = o->parallel,
                      .micro = o->microbatches,
                      .groups = o->groups,
@@ -335,6 +436,11 @@ static struct sp_exec *exec_new(const sp_run_opts *o, sp_model *m, sp_optim *opt
                      .ooo = (sp_engine_caps(o->backward) & SP_ENGINE_REORDERS_DW) != 0,
                      .k = o->k};
     struct sp_exec *x = sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
+    /* Not started by mpirun: one process is the only rank. It runs (a schedule's numbers
+     * and files on one worker are worth having), but says so. */
+    if (sp_exec_workers(x) == 1 && !getenv("OMPI_COMM_WORLD_SIZE"))
+        fprintf(stderr, "%s: note: --parallel %s runs 1 worker (not started by mpirun; for W workers: mpirun -np W "
+                        "%s ...)\n", app, o->parallel, app);
     if (o->plan) {   /* --parallel scan --plan: the cross-rank levels; nothing trains */
         if (sp_exec_rank(x) == 0) {
             int levels = sp_exec_print_plan(x, stdout);
@@ -355,8 +461,9 @@ static struct sp_exec *exec_new(const sp_run_opts *o, sp_model *m, sp_optim *opt
 
 /* ---- the pieces of a run (sp_run_session) ------------------------------------------------ */
 
-void sp_run_open(sp_run_session *s, const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x1,
-                 const int *y1)
+/* sp_run_open, with the datasets the ranks compare (NULL: the samples' shape only). */
+static void open_session(sp_run_session *s, const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x1,
+                         const int *y1, const sp_dataset *train, const sp_dataset *test)
 {
     *s = (sp_run_session){.app = app, .o = o, .m = m};
     sp_engine_opts eo = sp_run_engine_opts(o);
@@ -374,7 +481,13 @@ void sp_run_open(sp_run_session *s, const char *app, const sp_run_opts *o, sp_mo
     cfg.momentum = o->momentum;
     cfg.weight_decay = o->weight_decay;
     s->optim = sp_optim_create(o->optim, m->params, m->nparams, &cfg);
-    s->exec = exec_new(o, m, s->optim, x1->ndim - 1, x1->shape + 1);
+    s->exec = exec_new(app, o, m, s->optim, train, test, x1->ndim - 1, x1->shape + 1);
+}
+
+void sp_run_open(sp_run_session *s, const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x1,
+                 const int *y1)
+{
+    open_session(s, app, o, m, x1, y1, NULL, NULL);
 }
 
 bool sp_run_plan(sp_run_session *s, const sp_tensor *x, const int *y)
@@ -454,7 +567,7 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
         sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
         sp_batch b;
         sp_loader_next(one, &b);
-        sp_run_open(&s, app, o, m, &b.x, b.y);
+        open_session(&s, app, o, m, &b.x, b.y, train, test);
         sp_loader_free(one);
     }
     if ((o->plan || o->plan_svg) && !o->parallel) {   /* the plan of the first batch; nothing trains */
