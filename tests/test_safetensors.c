@@ -354,6 +354,33 @@ Test(safetensors, bad_json_message_names_file_and_byte)
     cr_assert_str_eq(sp_last_error(), want);
 }
 
+/* Names and metadata are JSON strings, and JSON text is UTF-8: the reference reader
+ * refuses invalid sequences (a stray continuation byte, a truncated sequence, an overlong
+ * form, a UTF-16 surrogate, a code point above U+10FFFF); valid ones are kept as is. */
+Test(safetensors, invalid_utf8_in_names_and_metadata_refused)
+{
+    const char *bad[] = {"\x80", "a\xc3", "\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xff"};
+    const char *path = tmp_path("utf8.safetensors");
+    char header[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(header, sizeof header, "{\"w%s\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", bad[i]);
+        write_st(path, header, "x", 1);
+        cr_assert_null(sp_st_open(path), "name with invalid UTF-8 #%zu accepted", i);
+        assert_error_has("invalid UTF-8");
+        snprintf(header, sizeof header, "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                 "\"__metadata__\":{\"k\":\"v%s\"}}", bad[i]);
+        write_st(path, header, "x", 1);
+        cr_assert_null(sp_st_open(path), "metadata with invalid UTF-8 #%zu accepted", i);
+        assert_error_has("invalid UTF-8");
+    }
+    write_st(path, "{\"w\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+             "x", 1);
+    sp_st_file *f = sp_st_open(path);
+    cr_assert_not_null(f, "%s", sp_last_error());
+    cr_assert_not_null(sp_st_find(f, "w\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"));
+    sp_st_close(f);
+}
+
 /* ---------------------------------------------------------------- models */
 
 static sp_model *small_model(int cin, uint64_t seed)
