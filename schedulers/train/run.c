@@ -496,6 +496,7 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
                               "batch", batch, "seed", seed, "no-shuffle", o->no_shuffle ? "yes" : "no", NULL};
     tc.run_meta = run_meta;
     sp_train_result r = sp_train(m, s.engine, s.optim, loader, test, &tc);
+    sp_check(r.status);
     sp_run_save(&s);
     sp_json j;
     sp_run_summary_train(&s, &j, &r, sp_loader_batch(loader), train);

@@ -399,12 +399,34 @@ static void log_eval(FILE *log, long step, int epoch, const sp_optim *o, double 
     if (log) fprintf(log, "%ld,%d,,%.9g,%.6f,%.9g,%.9g\n", step, epoch, sp_optim_get_lr(o), seconds, loss, acc);
 }
 
+sp_train_cfg sp_train_cfg_default(void)
+{
+    return (sp_train_cfg){.app = "train", .epochs = 1, .eval_batch = 256};
+}
+
+/* The configuration's own checks, before anything is allocated or read. */
+static int check_cfg(const sp_train_cfg *cfg, const sp_dataset *test)
+{
+    const char *app = cfg->app ? cfg->app : "sp_train";
+    if (cfg->epochs < 0 || cfg->steps < 0 || (cfg->epochs == 0 && cfg->steps == 0))
+        return sp_error("%s: %d epochs and %ld steps: give at least one limit (sp_train_cfg.epochs or .steps)", app,
+                        cfg->epochs, cfg->steps);
+    if (test && cfg->eval_batch < 1)
+        return sp_error("%s: sp_train_cfg.eval_batch is %d (expected >= 1; start from sp_train_cfg_default())", app,
+                        cfg->eval_batch);
+    if (cfg->eval_every < 0)
+        return sp_error("%s: sp_train_cfg.eval_every is %d (expected >= 0)", app, cfg->eval_every);
+    if (cfg->save_every < 0 || (cfg->save_every > 0 && !cfg->save_path))
+        return sp_error("%s: sp_train_cfg.save_every is %ld (expected >= 0, and a save_path with it)", app,
+                        cfg->save_every);
+    return SP_OK;
+}
+
 sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,
                          const sp_train_cfg *cfg)
 {
+    if (check_cfg(cfg, test) != SP_OK) return (sp_train_result){.test_loss = NAN, .test_acc = NAN, .status = SP_ERR};
     long per_epoch = sp_loader_nbatches(train);
-    if (cfg->epochs < 0 || cfg->steps < 0 || (cfg->epochs == 0 && cfg->steps == 0))
-        sp_fail("%s: %d epochs and %ld steps: give at least one limit", cfg->app, cfg->epochs, cfg->steps);
     /* both limits: whichever comes first; steps alone: as many epochs as they need */
     long total = cfg->epochs > 0 ? per_epoch * cfg->epochs : cfg->steps;
     if (cfg->steps > 0 && cfg->steps < total) total = cfg->steps;
