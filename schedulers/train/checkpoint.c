@@ -169,7 +169,10 @@ static int check_all(const sp_st_file *f, const sp_model *m, const sp_optim *o, 
         scalar(f, SP_ST_STATE_PREFIX "train/epoch_loss", SP_ST_F64, &t->epoch_loss) != SP_OK ||
         scalar(f, SP_ST_STATE_PREFIX "train/lr", SP_ST_F64, &t->lr) != SP_OK)
         return SP_ERR;
-    if (step < 0 || batch < 0 || batch > step || epoch < 0 || epoch > INT32_MAX || !(t->lr >= 0))
+    /* step = epoch x (batches an epoch, an int) + batch: a step past (epoch + 1) x INT32_MAX
+     * (2^62 in a crafted file) is no step of any run */
+    if (step < 0 || batch < 0 || batch > step || epoch < 0 || epoch > INT32_MAX || !(t->lr >= 0) ||
+        batch > INT32_MAX || step > (epoch + 1) * (int64_t)INT32_MAX)
         return sp_error("%s: inconsistent training state (step %lld, epoch %lld, batch %lld, lr %g)", path,
                         (long long)step, (long long)epoch, (long long)batch, t->lr);
     t->step = (long)step;
