@@ -226,6 +226,42 @@ Test(resume, impossible_step_counts_refused)
     expect_refused(cmd, "past this run's 2 steps");
 }
 
+/* NaN in a weight, in the optimizer's state or in the epoch's loss sum is refused at
+ * load, naming the tensor (and the element); nothing trains on it. */
+Test(resume, non_finite_state_refused)
+{
+    char cmd[2048], path[256];
+    snprintf(cmd, sizeof cmd, "%s %s --steps 2 --save-every 2 --save %s/n.st", tu_bin("rnn"), SMALL, dir);
+    cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0);
+    sp_st_file *f = sp_st_open(strcat(strcpy(path, dir), "/n.st"));
+    cr_assert_not_null(f);
+    char weight[256], exp_avg[320];
+    snprintf(weight, sizeof weight, "%s", sp_st_at(f, 0)->name);
+    for (int i = 0; i < sp_st_count(f); i++)   /* a parameter's name: no state/ prefix */
+        if (strncmp(sp_st_at(f, i)->name, "state/", 6) != 0) snprintf(weight, sizeof weight, "%s", sp_st_at(f, i)->name);
+    sp_st_close(f);
+    snprintf(exp_avg, sizeof exp_avg, "state/optim/%s/exp_avg", weight);
+    float nan = NAN;
+    double dnan = NAN;
+    struct { const char *name; size_t index; const void *v; size_t size; const char *says; } cases[] = {
+        {weight, 1, &nan, sizeof nan, "[1] is nan"},
+        {exp_avg, 0, &nan, sizeof nan, "exp_avg[0] is nan"},
+        {"state/train/epoch_loss", 0, &dnan, sizeof dnan, "epoch_loss is nan"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        copy_file("n.st", "bad.st");
+        snprintf(path, sizeof path, "%s/bad.st", dir);
+        patch(path, cases[i].name, cases[i].index, cases[i].v, cases[i].size);
+        snprintf(cmd, sizeof cmd, "%s %s --steps 4 --resume %s", tu_bin("rnn"), SMALL, path);
+        expect_refused(cmd, cases[i].says);
+        if (i == 0) {   /* the weight's name is in the line; --load refuses it too */
+            expect_refused(cmd, weight);
+            snprintf(cmd, sizeof cmd, "%s %s --steps 1 --load %s", tu_bin("rnn"), SMALL, path);
+            expect_refused(cmd, cases[i].says);
+        }
+    }
+}
+
 /* A value of the JSON line (as printed), "" if absent. */
 static void json_value(const char *line, const char *key, char *out, size_t len)
 {

@@ -428,6 +428,30 @@ Test(model_ckpt, wrong_shape_is_one_precise_line)
     sp_model_free(m);
 }
 
+/* A NaN or inf weight (a diverged run's file) is refused at load, naming the tensor and
+ * the index, and nothing is overwritten: loaded, it would train to NaN silently. */
+Test(model_ckpt, non_finite_values_refused_naming_tensor_and_index)
+{
+    sp_model *a = small_model(1, 1), *m = small_model(1, 7);
+    const char *path = tmp_path("nan.safetensors");
+    float keep = a->params[2]->value.data[3];
+    a->params[2]->value.data[3] = NAN;   /* fc.weight[3] */
+    OK(sp_model_save(a, path));
+    float before = m->params[0]->value.data[0];
+    cr_assert_eq(sp_model_load(m, path), SP_ERR, "a NaN weight was loaded");
+    char want[700];
+    snprintf(want, sizeof want, "%s: fc.weight[3] is nan", path);
+    assert_error_has(want);
+    cr_assert_eq(m->params[0]->value.data[0], before, "the model is untouched");
+    a->params[2]->value.data[3] = keep;
+    a->params[0]->value.data[5] = -INFINITY;
+    OK(sp_model_save(a, path));
+    cr_assert_eq(sp_model_load(m, path), SP_ERR, "an inf weight was loaded");
+    assert_error_has("conv1.weight[5] is -inf");
+    sp_model_free(a);
+    sp_model_free(m);
+}
+
 Test(model_ckpt, missing_and_unexpected_names)
 {
     float w[6 * 25], extra[2] = {0};
