@@ -337,3 +337,16 @@ Test(resume, log_continues_from_the_checkpoint)
     log_losses("part.csv", got, sizeof got);
     cr_assert_str_eq(got, want, "the resumed log's training rows differ from the uninterrupted run's");
 }
+
+/* The training set is among the settings a resume must match: another sample count or
+ * sequence length is refused, naming both. */
+Test(resume, other_dataset_refused)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s --steps 2 --save-every 1 --save %s/d.st", tu_bin("rnn"), SMALL, dir);
+    cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 4 --resume %s/d.st --samples 640", tu_bin("rnn"), SMALL, dir);
+    expect_refused(cmd, "saved on the training set bitstream(n=64");
+    snprintf(cmd, sizeof cmd, "%s %s --steps 4 --resume %s/d.st --seq-len 50", tu_bin("rnn"), SMALL, dir);
+    expect_refused(cmd, "T=50");
+}

@@ -134,6 +134,9 @@ static int check_meta(const sp_st_file *f, const char *key, const char *want)
     if (!got)
         return sp_error("%s: no metadata %s (not a resumable checkpoint: those are written by --save-every)",
                         sp_st_path(f), k);
+    if (strcmp(got, want) != 0 && strcmp(key, "dataset") == 0)   /* not a flag: a description */
+        return sp_error("%s: saved on the training set %s, this run has %s (a resumed run must use the same data)",
+                        sp_st_path(f), got, want);
     if (strcmp(got, want) != 0)
         return sp_error("%s: saved with --%s %s, this run has --%s %s (a resumed run must use the same settings)",
                         sp_st_path(f), key, got, key, want);

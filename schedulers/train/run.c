@@ -2,6 +2,7 @@
  * image apps, the engine, optimizer, device and executor around sp_train, the plan. */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -440,6 +441,36 @@ static sp_train_result eval_only(const char *app, const sp_run_opts *o, sp_model
     return r;
 }
 
+/* A dataset's sample shape as "28x28". */
+static const char *dims(const sp_dataset *d, char *out, size_t len)
+{
+    out[0] = 0;
+    for (int i = 0, n = 0; i < d->ndim && n < (int)len; i++)
+        n += snprintf(out + n, len - (size_t)n, i ? "x%d" : "%d", d->shape[i]);
+    return out;
+}
+
+/* The training set's identity for a resume's check: its name (path or synthetic recipe),
+ * sample count, sample shape, classes and a hash of three samples (first, middle, last;
+ * cheap for any size) with their labels. */
+static void data_identity(sp_dataset *d, char *out, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    float *x = sp_xmalloc(sp_dataset_sample_numel(d) * sizeof *x);
+    int at[3] = {0, d->n / 2, d->n - 1};
+    for (int k = 0; k < 3 && d->n > 0; k++) {
+        int y;
+        sp_dataset_get(d, at[k], x, &y);
+        const unsigned char *b = (const unsigned char *)x;
+        for (size_t i = 0; i < sp_dataset_sample_numel(d) * sizeof *x; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+        h = (h ^ (uint64_t)(uint32_t)y) * 0x100000001b3ull;
+    }
+    free(x);
+    char shape[64];
+    snprintf(out, len, "%s (%d samples of %s, %d classes, hash %016llx)", d->name, d->n, dims(d, shape, sizeof shape),
+             d->nclasses, (unsigned long long)h);
+}
+
 sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_dataset *train, sp_dataset *test)
 {
     if (o->eval_only) {   /* --load is required by the flags */
@@ -492,8 +523,11 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     snprintf(wd, sizeof wd, "%.17g", o->weight_decay);
     snprintf(batch, sizeof batch, "%d", o->batch);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    char data[512];
+    data_identity(train, data, sizeof data);
     const char *run_meta[] = {"lr", lr, "lr-schedule", o->lr_schedule, "momentum", mom, "weight-decay", wd,
-                              "batch", batch, "seed", seed, "no-shuffle", o->no_shuffle ? "yes" : "no", NULL};
+                              "batch", batch, "seed", seed, "no-shuffle", o->no_shuffle ? "yes" : "no",
+                              "dataset", data, NULL};
     tc.run_meta = run_meta;
     sp_train_result r = sp_train(m, s.engine, s.optim, loader, test, &tc);
     sp_check(r.status);
