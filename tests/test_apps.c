@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <stb/stb_image_write.h>
 #include "core/error.h"
+#include "core/parallel.h"
 #include "data/data.h"
 #include "schedulers/backward/scan.h"
 #include "tests/testutil.h"
@@ -747,4 +748,28 @@ Test(bench, cuda_without_gpu_is_one_line_and_exit_2)
     cr_assert(strncmp(out, "bench-cuda: no GPU: ", 20) == 0, "first line: %s", out);
     const char *nl = strchr(out, '\n');
     cr_assert(nl && strcmp(nl + 1, "rc=2\n") == 0, "expected one line then exit 2, got: %s", out);
+}
+
+/* ---- flags --eval-only does not use, sizes checked before work, seeds, shapes -------- */
+
+/* --eval-only evaluates the --load weights and trains nothing: every training, loop,
+ * engine and output flag is refused instead of ignored (--log and --trace wrote no file). */
+Test(flags, eval_only_refuses_the_flags_it_does_not_use)
+{
+    cr_assert_eq(app("rnn", "--seq-len 4 --samples 32 --hidden 4 --steps 1 --quiet --save %T/e.st", out, err), 0, "%s",
+                 err);
+    const char *flags[] = {"--log %T/l.csv", "--backward ooo", "--trace %T/t.json", "--prune 0.5", "--steps 5",
+                           "--epochs 2", "--lr 0.1", "--lr-schedule cosine:2", "--optim sgd", "--no-shuffle",
+                           "--eval-every 2", "--mem-cap 1", "--plan", "--momentum 0.5", "--weight-decay 0.1"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        char a[512], name[64];
+        snprintf(a, sizeof a, "--seq-len 4 --samples 32 --hidden 4 --quiet --load %%T/e.st --eval-only %s", flags[i]);
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(flags[i], " "), flags[i]);
+        int rc = app("rnn", a, out, err);
+        cr_expect_eq(rc, 2, "rnn %s: exit %d (ignored?)", a, rc);
+        cr_expect(one_line_error(err) && strstr(err, name), "rnn %s: expected one line naming %s, got '%s'", a, name,
+                  err);
+    }
+    cr_assert_eq(app("rnn", "--seq-len 4 --samples 32 --hidden 4 --quiet --load %T/e.st --eval-only --batch 8", out, err),
+                 0, "%s", err);
 }
