@@ -773,3 +773,11 @@ Test(flags, eval_only_refuses_the_flags_it_does_not_use)
     cr_assert_eq(app("rnn", "--seq-len 4 --samples 32 --hidden 4 --quiet --load %T/e.st --eval-only --batch 8", out, err),
                  0, "%s", err);
 }
+
+/* --seed takes the whole unsigned 64-bit range, and the JSON line says what was given. */
+Test(flags, seed_reported_as_given)
+{
+    cr_assert_eq(app("rnn", "--seq-len 4 --samples 32 --hidden 4 --steps 1 --quiet --seed 18446744073709551615", out,
+                     err), 0, "%s", err);
+    cr_expect(strstr(out, "\"seed\": 18446744073709551615,"), "%s", out);
+}
