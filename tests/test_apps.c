@@ -781,3 +781,39 @@ Test(flags, seed_reported_as_given)
                      err), 0, "%s", err);
     cr_expect(strstr(out, "\"seed\": 18446744073709551615,"), "%s", out);
 }
+
+/* IDX images of size×size, n samples, labels i % 10, into dir with the given prefix. */
+static void write_idx(const char *dir, const char *prefix, int n, int size)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte", dir, prefix);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    unsigned char h[16] = {0, 0, 8, 3, 0, 0, (unsigned char)(n >> 8), (unsigned char)n, 0, 0, 0, (unsigned char)size,
+                           0, 0, 0, (unsigned char)size};
+    fwrite(h, 1, 16, f);
+    for (int i = 0; i < n * size * size; i++) fputc((i * 37) & 255, f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte", dir, prefix);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    unsigned char l[8] = {0, 0, 8, 1, 0, 0, (unsigned char)(n >> 8), (unsigned char)n};
+    fwrite(l, 1, 8, f);
+    for (int i = 0; i < n; i++) fputc(i % 10, f);
+    fclose(f);
+}
+
+/* Train 28x28 and test 32x32 IDX files: refused before training, naming both files and
+ * shapes (it was found at the first evaluation, after training, as a layer's shape). */
+Test(numbers, train_test_shape_mismatch_refused_before_training)
+{
+    char d[4096];
+    snprintf(d, sizeof d, "%s/idx", tu_tmpdir());
+    cr_assert_eq(mkdir(d, 0755), 0);
+    write_idx(d, "train", 16, 28);
+    write_idx(d, "t10k", 8, 32);
+    cr_assert_eq(app("lenet", "--data %T/idx --data-format idx --batch 8 --steps 1 --quiet", out, err), 2);
+    cr_expect(one_line_error(err) && strstr(err, "t10k-images") && strstr(err, "32x32") && strstr(err, "train-images") &&
+              strstr(err, "28x28"), "%s", err);
+    cr_expect_eq(out[0], 0, "it trained first: %s", out);
+}

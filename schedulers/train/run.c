@@ -483,6 +483,14 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     }
     if (o->batch > train->n)
         sp_fail("--batch %d exceeds the %d training samples of %s", o->batch, train->n, train->name);
+    if (test) {   /* found now, not at the first evaluation after training */
+        bool same = test->ndim == train->ndim;
+        for (int i = 0; same && i < train->ndim; i++) same = test->shape[i] == train->shape[i];
+        char a[64], b[64];
+        if (!same)
+            sp_fail("the test set %s has samples of %s, the training set %s has %s (expected the same shape)",
+                    test->name, dims(test, a, sizeof a), train->name, dims(train, b, sizeof b));
+    }
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_run_session s;
     {   /* the engine options are checked against the model on one sample */
