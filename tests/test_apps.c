@@ -782,6 +782,26 @@ Test(flags, seed_reported_as_given)
     cr_expect(strstr(out, "\"seed\": 18446744073709551615,"), "%s", out);
 }
 
+/* Sizes checked before anything is built: a batch beyond the synthetic samples is
+ * refused before the test set (as large as the batch) is made, and a sample count whose
+ * sets the run cannot hold is refused before any allocation. */
+Test(numbers, synthetic_sizes_checked_before_building, .timeout = 20)
+{
+    double t0 = sp_now();
+    cr_assert_eq(app("gru", "--shape S --samples 64 --batch 100000 --quiet", out, err), 2);
+    cr_expect(one_line_error(err) && strstr(err, "--batch 100000 exceeds the 64 training samples"), "%s", err);
+    cr_expect_lt(sp_now() - t0, 5.0, "the refusal took %.1f s: the sets were built first", sp_now() - t0);
+    /* the ceiling (SCANPROP_MAX_FILE_ALLOC here, half the memory at most) bounds every size */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "SCANPROP_MAX_FILE_ALLOC=1000000000 %s --samples 2147483647 --quiet", tu_bin("rnn"));
+    cr_assert_eq(tu_run(cmd, out, OUT, err, OUT), 2);
+    cr_expect(one_line_error(err) && strstr(err, "--samples 2147483647") && strstr(err, "GB"), "%s", err);
+    snprintf(cmd, sizeof cmd, "SCANPROP_MAX_FILE_ALLOC=1000000000 %s --shape S --samples 100000 --quiet",
+             tu_bin("gru"));
+    cr_assert_eq(tu_run(cmd, out, OUT, err, OUT), 2);
+    cr_expect(one_line_error(err) && strstr(err, "--samples 100000"), "%s", err);
+}
+
 /* IDX images of size×size, n samples, labels i % 10, into dir with the given prefix. */
 static void write_idx(const char *dir, const char *prefix, int n, int size)
 {

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "schedulers/train/run.h"
 #ifdef SP_HAVE_CUDA
 #include "core/kernels/cuda.h"
@@ -235,6 +236,20 @@ void sp_run_open_images(const sp_run_opts *o, int pad_to, sp_dataset **train, sp
     } else {
         sp_fail("--data-format %s: unknown (expected fashion-mnist | mnist | cifar10 | folder)", fmt);
     }
+}
+
+void sp_run_check_synthetic(const sp_run_opts *o, const char *flag, int samples, int test_samples,
+                            size_t sample_bytes)
+{
+    if (!o->eval_only && o->batch > samples)
+        sp_fail("--batch %d exceeds the %d training samples (%s %d)", o->batch, samples, flag, samples);
+    double need = ((double)samples + test_samples) * ((double)sample_bytes + sizeof(int));
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double limit = (double)sp_file_alloc_limit();
+    if (pages > 0 && page > 0 && (double)pages * page / 2 < limit) limit = (double)pages * page / 2;
+    if (need > limit)
+        sp_fail("%s %d: the training and test sets need %.3g GB, above the %.3g GB this run may use (half the "
+                "memory, at most SCANPROP_MAX_FILE_ALLOC)", flag, samples, need / 1e9, limit / 1e9);
 }
 
 /* ---- the engine, its plan and the device ------------------------------------------------- */
