@@ -782,6 +782,13 @@ Test(flags, seed_reported_as_given)
     cr_expect(strstr(out, "\"seed\": 18446744073709551615,"), "%s", out);
 }
 
+/* A single-dash argument is quoted as typed, not as a --flag. */
+Test(flags, single_dash_quoted_as_given)
+{
+    cr_assert_eq(app("lenet", "-x", out, err), 2);
+    cr_expect(one_line_error(err) && strstr(err, "unknown flag '-x'") && !strstr(err, "'--x'"), "%s", err);
+}
+
 /* Sizes checked before anything is built: a batch beyond the synthetic samples is
  * refused before the test set (as large as the batch) is made, and a sample count whose
  * sets the run cannot hold is refused before any allocation. */
