@@ -405,10 +405,10 @@ static char *log_rows_upto(const char *path, long keep, bool *eval_at_keep)
         char *end;
         long step = strtol(line, &end, 10);
         if (end == line || *end != ',' || step > keep) continue;
-        const char *loss = strchr(end + 1, ',');   /* after the epoch: empty in an evaluation's row */
-        if (step == keep && loss && loss[1] == ',') *eval_at_keep = true;
         size_t n = strlen(line);
         if (line[n - 1] != '\n') continue;   /* a row cut short by a kill */
+        const char *loss = strchr(end + 1, ',');   /* after the epoch: empty in an evaluation's row */
+        if (step == keep && loss && loss[1] == ',') *eval_at_keep = true;
         if (len + n + 1 > cap) out = sp_xrealloc(out, cap = 2 * (len + n + 1));
         memcpy(out + len, line, n + 1);
         len += n;
@@ -475,13 +475,10 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         if (resumed.batch > per_epoch)
             sp_fail("--resume %s: saved after batch %ld of an epoch of %ld batches (a different dataset?)",
                     cfg->resume_path, resumed.batch, per_epoch);
-        /* steps count from the start: epoch·(batches an epoch) + batch, and within this run */
+        /* steps count from the start: epoch·(batches an epoch) + batch (a crafted 2^62 is not) */
         if (resumed.step != (long)resumed.epoch * per_epoch + resumed.batch)
             sp_fail("--resume %s: inconsistent training state: step %ld is not epoch %d x %ld batches + batch %ld",
                     cfg->resume_path, resumed.step, resumed.epoch, per_epoch, resumed.batch);
-        if (resumed.step > total)
-            sp_fail("--resume %s: saved after step %ld, past this run's %ld steps", cfg->resume_path, resumed.step,
-                    total);
         r.steps = resumed.step;
     }
     double *fwd = sp_xmalloc((size_t)(total + 1) * sizeof *fwd);   /* before the loop: no malloc per step */
@@ -612,11 +609,11 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             progress_line(&p, "%s epoch %d: train loss %.4f", cfg->app, epoch + 1, r.train_loss);
         }
     }
-    if (cfg->resume_path && first == total) {
-        /* a checkpoint of the run's last step (a job killed after its last save): nothing is
-         * left to train; the result is the checkpoint's — its epoch's mean loss, and the
-         * final evaluation the run ends with */
-        progress_line(&p, "%s: --resume %s: saved after step %ld of %ld, nothing left to train", cfg->app,
+    if (cfg->resume_path && first >= total) {
+        /* a checkpoint of the run's last step (a job killed after its last save) or past it:
+         * nothing is left to train; the result is the checkpoint's — its steps, its epoch's
+         * mean loss, and the final evaluation the run ends with */
+        progress_line(&p, "%s: --resume %s: saved after step %ld, this run has %ld: nothing left to train", cfg->app,
                       cfg->resume_path, first, total);
         r.epochs = resumed.epoch + 1;
         r.train_loss = resumed.batch ? resumed.epoch_loss / (double)resumed.batch : NAN;
@@ -631,9 +628,10 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     }
     r.seconds = sp_now() - p.start;
     r.images_per_s = busy > 0 ? (double)images / busy : 0.0;
-    r.forward_ms = median_ms(fwd + first, r.steps - first);
-    r.backward_ms = median_ms(bwd + first, r.steps - first);
-    r.step_ms = median_ms(all + first, r.steps - first);
+    bool ran = r.steps > first;   /* a resume past the limit ran nothing: no index past the arrays */
+    r.forward_ms = ran ? median_ms(fwd + first, r.steps - first) : NAN;
+    r.backward_ms = ran ? median_ms(bwd + first, r.steps - first) : NAN;
+    r.step_ms = ran ? median_ms(all + first, r.steps - first) : NAN;
     if (log) {
         bool bad = ferror(log) != 0;
         if (fclose(log) != 0 || bad) sp_fail("--log %s: write failed: %s", cfg->log_path, strerror(errno));
