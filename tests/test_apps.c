@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <stb/stb_image_write.h>
 #include "core/error.h"
+#include "core/parallel.h"
 #include "data/data.h"
 #include "schedulers/backward/scan.h"
 #include "tests/testutil.h"
@@ -829,4 +830,99 @@ Test(bench, cuda_without_gpu_is_one_line_and_exit_2)
     cr_assert(strncmp(out, "bench-cuda: no GPU: ", 20) == 0, "first line: %s", out);
     const char *nl = strchr(out, '\n');
     cr_assert(nl && strcmp(nl + 1, "rc=2\n") == 0, "expected one line then exit 2, got: %s", out);
+}
+
+/* ---- flags --eval-only does not use, sizes checked before work, seeds, shapes -------- */
+
+/* --eval-only evaluates the --load weights and trains nothing: every training, loop,
+ * engine and output flag is refused instead of ignored (--log and --trace wrote no file). */
+Test(flags, eval_only_refuses_the_flags_it_does_not_use)
+{
+    cr_assert_eq(app("rnn", "--seq-len 4 --samples 32 --hidden 4 --steps 1 --quiet --save %T/e.st", out, err), 0, "%s",
+                 err);
+    const char *flags[] = {"--log %T/l.csv", "--backward ooo", "--trace %T/t.json", "--prune 0.5", "--steps 5",
+                           "--epochs 2", "--lr 0.1", "--lr-schedule cosine:2", "--optim sgd", "--no-shuffle",
+                           "--eval-every 2", "--mem-cap 1", "--plan", "--momentum 0.5", "--weight-decay 0.1"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        char a[512], name[64];
+        snprintf(a, sizeof a, "--seq-len 4 --samples 32 --hidden 4 --quiet --load %%T/e.st --eval-only %s", flags[i]);
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(flags[i], " "), flags[i]);
+        int rc = app("rnn", a, out, err);
+        cr_expect_eq(rc, 2, "rnn %s: exit %d (ignored?)", a, rc);
+        cr_expect(one_line_error(err) && strstr(err, name), "rnn %s: expected one line naming %s, got '%s'", a, name,
+                  err);
+    }
+    cr_assert_eq(app("rnn", "--seq-len 4 --samples 32 --hidden 4 --quiet --load %T/e.st --eval-only --batch 8", out, err),
+                 0, "%s", err);
+}
+
+/* --seed takes the whole unsigned 64-bit range, and the JSON line says what was given. */
+Test(flags, seed_reported_as_given)
+{
+    cr_assert_eq(app("rnn", "--seq-len 4 --samples 32 --hidden 4 --steps 1 --quiet --seed 18446744073709551615", out,
+                     err), 0, "%s", err);
+    cr_expect(strstr(out, "\"seed\": 18446744073709551615,"), "%s", out);
+}
+
+/* A single-dash argument is quoted as typed, not as a --flag. */
+Test(flags, single_dash_quoted_as_given)
+{
+    cr_assert_eq(app("lenet", "-x", out, err), 2);
+    cr_expect(one_line_error(err) && strstr(err, "unknown flag '-x'") && !strstr(err, "'--x'"), "%s", err);
+}
+
+/* Sizes checked before anything is built: a batch beyond the synthetic samples is
+ * refused before the test set (as large as the batch) is made, and a sample count whose
+ * sets the run cannot hold is refused before any allocation. */
+Test(numbers, synthetic_sizes_checked_before_building, .timeout = 20)
+{
+    double t0 = sp_now();
+    cr_assert_eq(app("gru", "--shape S --samples 64 --batch 100000 --quiet", out, err), 2);
+    cr_expect(one_line_error(err) && strstr(err, "--batch 100000 exceeds the 64 training samples"), "%s", err);
+    cr_expect_lt(sp_now() - t0, 5.0, "the refusal took %.1f s: the sets were built first", sp_now() - t0);
+    /* the ceiling (SCANPROP_MAX_FILE_ALLOC here, half the memory at most) bounds every size */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "SCANPROP_MAX_FILE_ALLOC=1000000000 %s --samples 2147483647 --quiet", tu_bin("rnn"));
+    cr_assert_eq(tu_run(cmd, out, OUT, err, OUT), 2);
+    cr_expect(one_line_error(err) && strstr(err, "--samples 2147483647") && strstr(err, "GB"), "%s", err);
+    snprintf(cmd, sizeof cmd, "SCANPROP_MAX_FILE_ALLOC=1000000000 %s --shape S --samples 100000 --quiet",
+             tu_bin("gru"));
+    cr_assert_eq(tu_run(cmd, out, OUT, err, OUT), 2);
+    cr_expect(one_line_error(err) && strstr(err, "--samples 100000"), "%s", err);
+}
+
+/* IDX images of size×size, n samples, labels i % 10, into dir with the given prefix. */
+static void write_idx(const char *dir, const char *prefix, int n, int size)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte", dir, prefix);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    unsigned char h[16] = {0, 0, 8, 3, 0, 0, (unsigned char)(n >> 8), (unsigned char)n, 0, 0, 0, (unsigned char)size,
+                           0, 0, 0, (unsigned char)size};
+    fwrite(h, 1, 16, f);
+    for (int i = 0; i < n * size * size; i++) fputc((i * 37) & 255, f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte", dir, prefix);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    unsigned char l[8] = {0, 0, 8, 1, 0, 0, (unsigned char)(n >> 8), (unsigned char)n};
+    fwrite(l, 1, 8, f);
+    for (int i = 0; i < n; i++) fputc(i % 10, f);
+    fclose(f);
+}
+
+/* Train 28x28 and test 32x32 IDX files: refused before training, naming both files and
+ * shapes (it was found at the first evaluation, after training, as a layer's shape). */
+Test(numbers, train_test_shape_mismatch_refused_before_training)
+{
+    char d[4096];
+    snprintf(d, sizeof d, "%s/idx", tu_tmpdir());
+    cr_assert_eq(mkdir(d, 0755), 0);
+    write_idx(d, "train", 16, 28);
+    write_idx(d, "t10k", 8, 32);
+    cr_assert_eq(app("lenet", "--data %T/idx --data-format idx --batch 8 --steps 1 --quiet", out, err), 2);
+    cr_expect(one_line_error(err) && strstr(err, "t10k-images") && strstr(err, "32x32") && strstr(err, "train-images") &&
+              strstr(err, "28x28"), "%s", err);
+    cr_expect_eq(out[0], 0, "it trained first: %s", out);
 }

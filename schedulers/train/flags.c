@@ -226,15 +226,19 @@ static const sp_flag *closest(const sp_flag *set, const char *name, size_t len)
     return bd <= limit ? best : NULL;
 }
 
-static void unknown_flag(const sp_flag *set, const sp_flag *elsewhere, const char *name, size_t len)
+/* dash: what the argument started with ("--", or "-" for a single-dash argument, which
+ * the message quotes as given: flags start with --) */
+static void unknown_flag(const sp_flag *set, const sp_flag *elsewhere, const char *dash, const char *name,
+                         size_t len)
 {
     const sp_flag *near = closest(set, name, len);
     char hint[128] = "";
     if (near) snprintf(hint, sizeof hint, "; did you mean --%s?", near->name);
     const sp_flag *other = elsewhere ? find((sp_flag *)elsewhere, name, len) : NULL;
     if (other) sp_fail("%s: --%s does not apply to %s%s (see --help)", g_app, other->name, g_app, hint);
-    if (near) sp_fail("%s: unknown flag '--%.*s'%s", g_app, (int)len, name, hint);
-    sp_fail("%s: unknown flag '--%.*s' (see --help)", g_app, (int)len, name);
+    const char *why = strcmp(dash, "--") != 0 ? " (flags start with --)" : "";
+    if (near) sp_fail("%s: unknown flag '%s%.*s'%s%s", g_app, dash, (int)len, name, why, hint);
+    sp_fail("%s: unknown flag '%s%.*s'%s (see --help)", g_app, dash, (int)len, name, why);
 }
 
 /* Whether one condition of `needs` holds; writes what it asks for into why. */
@@ -365,13 +369,13 @@ static void parse(int argc, char **argv, const char *app, const char *summary, s
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0) {
-            if (a[0] == '-' && a[1]) unknown_flag(set, elsewhere, a + 1, strlen(a + 1));
+            if (a[0] == '-' && a[1]) unknown_flag(set, elsewhere, "-", a + 1, strlen(a + 1));
             sp_fail("%s: unexpected argument '%s' (see --help)", app, a);
         }
         const char *name = a + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         sp_flag *f = find(set, name, len);
-        if (!f) unknown_flag(set, elsewhere, name, len);
+        if (!f) unknown_flag(set, elsewhere, "--", name, len);
         f->set = true;   /* given twice: the last value counts */
         const char *v = eq ? eq + 1 : NULL;
         if (f->kind == SP_FLAG_BOOL) {

@@ -2,9 +2,11 @@
  * image apps, the engine, optimizer, device and executor around sp_train, the plan. */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "schedulers/train/run.h"
 #ifdef SP_HAVE_CUDA
 #include "core/kernels/cuda.h"
@@ -50,33 +52,35 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
          .group = G_DATA, .choices = "fashion-mnist|mnist|idx|cifar10|folder", .scope = SP_SCOPE_IMAGES},
         {"steps", SP_FLAG_LONG, &o->steps, "stop after N steps; with --epochs, whichever limit comes first; "
          "alone, as many epochs as it needs (0 = whole epochs)", .group = G_TRAIN, .range = "0..1000000000",
-         .scope = SP_SCOPE_RUN},
+         .needs = "!eval-only", .scope = SP_SCOPE_RUN},
         {"batch", SP_FLAG_INT, &o->batch, "batch size (at most the training samples)", .group = G_TRAIN,
          .range = "1..", .scope = SP_SCOPE_RUN},
-        {"lr", SP_FLAG_DOUBLE, &o->lr, "learning rate (> 0)", .group = G_TRAIN, .meta = "X", .scope = SP_SCOPE_RUN},
-        {"optim", SP_FLAG_STR, &o->optim, "optimizer", .group = G_TRAIN, .choices = "sgd|adam|adamw",
+        {"lr", SP_FLAG_DOUBLE, &o->lr, "learning rate (> 0)", .group = G_TRAIN, .meta = "X", .needs = "!eval-only",
          .scope = SP_SCOPE_RUN},
+        {"optim", SP_FLAG_STR, &o->optim, "optimizer", .group = G_TRAIN, .choices = "sgd|adam|adamw",
+         .needs = "!eval-only", .scope = SP_SCOPE_RUN},
         {"momentum", SP_FLAG_DOUBLE, &o->momentum, "SGD momentum, in [0, 1)", .group = G_TRAIN, .meta = "X",
-         .needs = "optim=sgd", .scope = SP_SCOPE_RUN},
+         .needs = "optim=sgd,!eval-only", .scope = SP_SCOPE_RUN},
         {"weight-decay", SP_FLAG_DOUBLE, &o->weight_decay, "L2 weight decay (decoupled with adamw)",
-         .group = G_TRAIN, .meta = "X", .range = "0..", .scope = SP_SCOPE_RUN},
+         .group = G_TRAIN, .meta = "X", .range = "0..", .needs = "!eval-only", .scope = SP_SCOPE_RUN},
         {"seed", SP_FLAG_U64, &o->seed, "random seed (init, shuffling, synthetic data)", .group = G_TRAIN,
          .scope = SP_SCOPE_RUN},
         {"threads", SP_FLAG_INT, &o->threads, "threads for everything, OpenBLAS included", .group = G_TRAIN,
          .range = "1..64", .scope = SP_SCOPE_RUN},
         {"quiet", SP_FLAG_BOOL, &o->quiet, "no progress output on stderr", .group = G_TRAIN, .scope = SP_SCOPE_RUN},
         {"device", SP_FLAG_STR, &o->device, "where the step runs; cuda needs a make CUDA=1 build, a GPU and "
-         "--backward linear or ooo (docs/CUDA.md)", .group = G_TRAIN, .choices = "cpu|cuda", .scope = SP_SCOPE_RUN},
+         "--backward linear or ooo (docs/CUDA.md)", .group = G_TRAIN, .choices = "cpu|cuda", .needs = "!eval-only",
+         .scope = SP_SCOPE_RUN},
         {"epochs", SP_FLAG_INT, &o->epochs, "training epochs; with --steps, whichever limit comes first",
-         .group = G_LOOP, .range = "1..", .scope = SP_SCOPE_LOOP},
+         .group = G_LOOP, .range = "1..", .needs = "!eval-only", .scope = SP_SCOPE_LOOP},
         {"lr-schedule", SP_FLAG_STR, &o->lr_schedule, "per-epoch learning rate: constant | step:SIZE:GAMMA | "
-         "cosine:TMAX[:MIN]", .group = G_LOOP, .meta = "SPEC", .scope = SP_SCOPE_LOOP},
+         "cosine:TMAX[:MIN]", .group = G_LOOP, .meta = "SPEC", .needs = "!eval-only", .scope = SP_SCOPE_LOOP},
         {"no-shuffle", SP_FLAG_BOOL, &o->no_shuffle, "keep the dataset order", .group = G_LOOP,
-         .scope = SP_SCOPE_LOOP},
+         .needs = "!eval-only", .scope = SP_SCOPE_LOOP},
         {"eval-every", SP_FLAG_INT, &o->eval_every, "evaluate on the test set every N steps (0 = after each epoch)",
-         .group = G_LOOP, .range = "0..", .scope = SP_SCOPE_LOOP},
+         .group = G_LOOP, .range = "0..", .needs = "!eval-only", .scope = SP_SCOPE_LOOP},
         {"log", SP_FLAG_STR, &o->log, "CSV log: step,epoch,loss,lr,seconds,test_loss,test_acc (a row per step; a row per evaluation, loss empty)", .group = G_LOOP,
-         .meta = "FILE", .scope = SP_SCOPE_LOOP},
+         .meta = "FILE", .needs = "!eval-only", .scope = SP_SCOPE_LOOP},
         {"load", SP_FLAG_STR, &o->load, "initial weights (instead of the seeded init)", .group = G_CKPT,
          .meta = "FILE", .scope = SP_SCOPE_CKPT},
         {"save", SP_FLAG_STR, &o->save, "save the final weights (atomic replace)", .group = G_CKPT, .meta = "FILE",
@@ -89,28 +93,30 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
          "uninterrupted", .group = G_CKPT, .meta = "FILE", .needs = "!load,!parallel", .scope = SP_SCOPE_CKPT},
         {"prune", SP_FLAG_DOUBLE, &o->prune, "magnitude-prune this fraction of the conv/linear weights after "
          "--load or init, then retrain with the masks kept (docs/BPPSA.md)", .group = G_CKPT, .meta = "X",
-         .range = "0..", .needs = "!save-every,!resume,!parallel", .scope = SP_SCOPE_CKPT},
+         .range = "0..", .needs = "!save-every,!resume,!parallel,!eval-only", .scope = SP_SCOPE_CKPT},
         {"prune-scope", SP_FLAG_STR, &o->prune_scope, "rank weights per layer or over all layers together",
          .group = G_CKPT, .choices = "layer|global", .needs = "prune", .scope = SP_SCOPE_CKPT},
         {"backward", SP_FLAG_STR, &o->backward, "backward engine", .group = G_ENGINE,
-         .choices = sp_engine_names(), .scope = SP_SCOPE_ENGINE},
+         .choices = sp_engine_names(), .needs = "!eval-only", .scope = SP_SCOPE_ENGINE},
         {"scan-levels", SP_FLAG_STR, &o->scan_levels_arg, "up-sweep levels: 0 (= linear BP) .. the model's "
          "full depth, full, or auto (the plan's cost model picks; docs/BPPSA.md)", .group = G_BPPSA,
          .meta = "N|full|auto", .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
         {"plan", SP_FLAG_BOOL, &o->plan, "print the scan plan's summary and exit without training "
          "(--plan=full: every step; with --parallel scan: the cross-rank levels) [needs --backward bppsa or "
          "--parallel scan]", .group = G_BPPSA, .choices = "summary|full", .value = &o->plan_arg,
-         .scope = SP_SCOPE_ENGINE},
+         .needs = "!eval-only", .scope = SP_SCOPE_ENGINE},
         {"plan-svg", SP_FLAG_STR, &o->plan_svg, "draw the scan tree of a short chain to FILE and exit",
          .group = G_BPPSA, .meta = "FILE", .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
         {"order", SP_FLAG_STR, &o->order, "task order of the two lanes", .group = G_OOO,
-         .choices = "conventional|ooo|reverse-first-k|list", .needs = "backward=ooo", .scope = SP_SCOPE_ENGINE},
+         .choices = "conventional|ooo|reverse-first-k|list", .needs = "backward=ooo,!eval-only",
+         .scope = SP_SCOPE_ENGINE},
         {"k", SP_FLAG_INT, &o->k, "layers in reverse-first order (0 = half the parameterised layers)",
-         .group = G_OOO, .range = "0..", .needs = "backward=ooo,order=reverse-first-k", .scope = SP_SCOPE_ENGINE},
+         .group = G_OOO, .range = "0..", .needs = "backward=ooo,order=reverse-first-k,!eval-only",
+         .scope = SP_SCOPE_ENGINE},
         {"mem-cap", SP_FLAG_LONG, &o->mem_cap, "memory cap of the backward pass in bytes (0 = none)",
-         .group = G_OOO, .meta = "BYTES", .range = "0..", .needs = "backward=ooo,!parallel", .scope = SP_SCOPE_ENGINE},
+         .group = G_OOO, .meta = "BYTES", .range = "0..", .needs = "backward=ooo,!parallel,!eval-only", .scope = SP_SCOPE_ENGINE},
         {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON (with --backward ooo or --parallel)",
-         .group = G_OOO, .meta = "FILE", .scope = SP_SCOPE_ENGINE},
+         .group = G_OOO, .meta = "FILE", .needs = "!eval-only", .scope = SP_SCOPE_ENGINE},
         {"cuda-graph", SP_FLAG_BOOL, &o->cuda_graph, "capture the steady-state training step (forward, "
          "backward, updates) as a CUDA Graph once per shape, replay it each step (docs/CUDA.md)", .group = G_OOO, .needs = "backward=ooo,device=cuda,!trace",
          .scope = SP_SCOPE_ENGINE},
@@ -249,6 +255,20 @@ void sp_run_open_images(const sp_run_opts *o, int pad_to, sp_dataset **train, sp
     } else {
         sp_fail("--data-format %s: unknown (expected fashion-mnist | mnist | cifar10 | folder)", fmt);
     }
+}
+
+void sp_run_check_synthetic(const sp_run_opts *o, const char *flag, int samples, int test_samples,
+                            size_t sample_bytes)
+{
+    if (!o->eval_only && o->batch > samples)
+        sp_fail("--batch %d exceeds the %d training samples (%s %d)", o->batch, samples, flag, samples);
+    double need = ((double)samples + test_samples) * ((double)sample_bytes + sizeof(int));
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double limit = (double)sp_file_alloc_limit();
+    if (pages > 0 && page > 0 && (double)pages * page / 2 < limit) limit = (double)pages * page / 2;
+    if (need > limit)
+        sp_fail("%s %d: the training and test sets need %.3g GB, above the %.3g GB this run may use (half the "
+                "memory, at most SCANPROP_MAX_FILE_ALLOC)", flag, samples, need / 1e9, limit / 1e9);
 }
 
 /* ---- the engine, its plan and the device ------------------------------------------------- */
@@ -553,6 +573,36 @@ static sp_train_result eval_only(const char *app, const sp_run_opts *o, sp_model
     return r;
 }
 
+/* A dataset's sample shape as "28x28". */
+static const char *dims(const sp_dataset *d, char *out, size_t len)
+{
+    out[0] = 0;
+    for (int i = 0, n = 0; i < d->ndim && n < (int)len; i++)
+        n += snprintf(out + n, len - (size_t)n, i ? "x%d" : "%d", d->shape[i]);
+    return out;
+}
+
+/* The training set's identity for a resume's check: its name (path or synthetic recipe),
+ * sample count, sample shape, classes and a hash of three samples (first, middle, last;
+ * cheap for any size) with their labels. */
+static void data_identity(sp_dataset *d, char *out, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    float *x = sp_xmalloc(sp_dataset_sample_numel(d) * sizeof *x);
+    int at[3] = {0, d->n / 2, d->n - 1};
+    for (int k = 0; k < 3 && d->n > 0; k++) {
+        int y;
+        sp_dataset_get(d, at[k], x, &y);
+        const unsigned char *b = (const unsigned char *)x;
+        for (size_t i = 0; i < sp_dataset_sample_numel(d) * sizeof *x; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+        h = (h ^ (uint64_t)(uint32_t)y) * 0x100000001b3ull;
+    }
+    free(x);
+    char shape[64];
+    snprintf(out, len, "%s (%d samples of %s, %d classes, hash %016llx)", d->name, d->n, dims(d, shape, sizeof shape),
+             d->nclasses, (unsigned long long)h);
+}
+
 sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_dataset *train, sp_dataset *test)
 {
     if (o->eval_only) {   /* --load is required by the flags */
@@ -561,6 +611,14 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     }
     if (o->batch > train->n)
         sp_fail("--batch %d exceeds the %d training samples of %s", o->batch, train->n, train->name);
+    if (test) {   /* found now, not at the first evaluation after training */
+        bool same = test->ndim == train->ndim;
+        for (int i = 0; same && i < train->ndim; i++) same = test->shape[i] == train->shape[i];
+        char a[64], b[64];
+        if (!same)
+            sp_fail("the test set %s has samples of %s, the training set %s has %s (expected the same shape)",
+                    test->name, dims(test, a, sizeof a), train->name, dims(train, b, sizeof b));
+    }
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_run_session s;
     {   /* the engine options are checked against the model on one sample */
@@ -605,10 +663,14 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     snprintf(wd, sizeof wd, "%.17g", o->weight_decay);
     snprintf(batch, sizeof batch, "%d", o->batch);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    char data[512];
+    data_identity(train, data, sizeof data);
     const char *run_meta[] = {"lr", lr, "lr-schedule", o->lr_schedule, "momentum", mom, "weight-decay", wd,
-                              "batch", batch, "seed", seed, "no-shuffle", o->no_shuffle ? "yes" : "no", NULL};
+                              "batch", batch, "seed", seed, "no-shuffle", o->no_shuffle ? "yes" : "no",
+                              "dataset", data, NULL};
     tc.run_meta = run_meta;
     sp_train_result r = sp_train(m, s.engine, s.optim, loader, test, &tc);
+    sp_check(r.status);
     sp_run_save(&s);
     sp_json j;
     sp_run_summary_train(&s, &j, &r, sp_loader_batch(loader), train);

@@ -130,7 +130,9 @@ void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_re
     sp_json_int(j, "threads", o->threads);
     sp_json_str(j, "optim", o->optim);
     sp_json_num(j, "lr", o->lr);
-    sp_json_int(j, "seed", (long)o->seed);
+    char seed[24];   /* the whole unsigned 64-bit range: not through a long */
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    sp_json_raw(j, "seed", seed);
     sp_json_str(j, "dataset", train->name);
     sp_run_summary_engine(s, j);
     if (o->cuda_graph && r->graph_captures + r->graph_replays > 0) {   /* the whole step (sp_train) */
