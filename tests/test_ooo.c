@@ -101,12 +101,13 @@ typedef struct trained {
     float loss[4];
 } trained;
 
-/* steps of SGD with momentum; order NULL: linear engine. */
-static trained train(const char *model, int batchsz, const char *order, int steps, sp_engine **keep)
+/* steps of SGD with momentum; order NULL: linear engine. lanes: sp_engine_opts.lanes
+ * (0 auto, 1, 2). */
+static trained train_lanes(const char *model, int batchsz, const char *order, int lanes, int steps, sp_engine **keep)
 {
     trained r = {.tm = tm_make(model, batchsz)};
     sp_optim *o = make_sgd(r.tm.m);
-    sp_engine_opts eo = {.order = order, .update = update_layer, .update_ctx = o};
+    sp_engine_opts eo = {.order = order, .update = update_layer, .update_ctx = o, .lanes = lanes};
     sp_engine *e = order ? sp_engine_create("ooo", &eo) : sp_engine_create("linear", NULL);
     sp_tape t;
     sp_tape_init(&t);
@@ -127,6 +128,11 @@ static trained train(const char *model, int batchsz, const char *order, int step
     return r;
 }
 
+static trained train(const char *model, int batchsz, const char *order, int steps, sp_engine **keep)
+{
+    return train_lanes(model, batchsz, order, 0, steps, keep);
+}
+
 static void assert_same_model(const trained *a, const trained *b, int steps, const char *what)
 {
     for (int s = 0; s < steps; s++)
@@ -143,21 +149,25 @@ static void assert_same_model(const trained *a, const trained *b, int steps, con
 }
 
 /* Every order, on one lane (--threads 1) and on two (--threads 2), against the linear
- * engine run with the same thread setting. */
-static void bitwise_orders_threads(const char *model, int batchsz, int steps, int tlo, int thi)
+ * engine run with the same thread setting. lanes: sp_engine_opts.lanes (2: not with one
+ * thread nor the conventional order, which are refused); two: the lanes expected when
+ * the plan has two (auto: the tests' both_lanes_always, or the size rule's one). */
+static void bitwise_lanes_threads(const char *model, int batchsz, int steps, int tlo, int thi, int lanes, int two)
 {
     for (int threads = tlo; threads <= thi; threads++) {
         sp_set_threads(threads);
         trained ref = train(model, batchsz, NULL, steps, NULL);
         for (int o = 0; o < NORDERS; o++) {
+            if (lanes == 2 && (threads < 2 || o == 0)) continue;
             sp_engine *e;
-            trained got = train(model, batchsz, ORDERS[o], steps, &e);
+            trained got = train_lanes(model, batchsz, ORDERS[o], lanes, steps, &e);
             char what[96];
-            snprintf(what, sizeof what, "%s, %s, %d thread(s)", model, ORDERS[o], threads);
+            snprintf(what, sizeof what, "%s, %s, %d thread(s), lanes %d", model, ORDERS[o], threads, lanes);
             assert_same_model(&ref, &got, steps, what);
             const sp_ooo_stats *st = sp_ooo_last_stats(e);
-            int lanes = threads >= 2 && o != 0 ? 2 : 1;
-            cr_assert_eq(st->lanes, lanes, "%s: %d lanes", what, st->lanes);
+            int want = threads >= 2 && o != 0 ? two : 1;
+            cr_assert_eq(st->lanes, want, "%s: %d lanes, expected %d", what, st->lanes, want);
+            if (want == 1) cr_assert_eq(st->busy_s[SP_OOO_SUB], 0.0, "%s: the sub lane ran a task", what);
             cr_assert_eq(st->steps, steps);
             sp_engine_destroy(e);
             sp_model_free(got.tm.m);
@@ -166,9 +176,27 @@ static void bitwise_orders_threads(const char *model, int batchsz, int steps, in
     }
 }
 
+static void bitwise_orders_threads(const char *model, int batchsz, int steps, int tlo, int thi)
+{
+    bitwise_lanes_threads(model, batchsz, steps, tlo, thi, 0, 2);
+}
+
 static void bitwise_all_orders(const char *model, int batchsz, int steps)
 {
     bitwise_orders_threads(model, batchsz, steps, 1, 2);
+}
+
+/* --lanes 1 and 2 (sp_engine_opts.lanes) override the size rule and the tuner: with
+ * the default rule (LeNet-5 at batch 4 is below it, so auto keeps one lane) two lanes
+ * run when asked; with the tests' "always two lanes", one lane runs when asked. The
+ * bits are linear BP's either way. */
+static void bitwise_forced_lanes(const char *model, int batchsz, int steps)
+{
+    sp_ooo_exec_set_min_two_lane_flops(5e7);   /* the default: size rule and tuner on */
+    bitwise_lanes_threads(model, batchsz, steps, 2, 2, 2, 2);
+    sp_ooo_exec_set_min_two_lane_flops(0);     /* auto would be two lanes */
+    bitwise_lanes_threads(model, batchsz, steps, 1, 3, 1, 1);
+    bitwise_lanes_threads(model, batchsz, steps, 3, 3, 2, 2);
 }
 
 /* Above two threads the lanes share the thread pool (first come) instead of keeping
@@ -186,6 +214,9 @@ Test(bitwise, rnn) { bitwise_all_orders("rnn", 4, 3); }
 Test(bitwise, residual_dag) { bitwise_all_orders("resconv", 4, 3); }
 Test(bitwise, dense_block_dag) { bitwise_all_orders("dense", 4, 3); }
 Test(bitwise, gru) { bitwise_all_orders("gru", 4, 2); }
+Test(bitwise, lenet_forced_lanes) { bitwise_forced_lanes("lenet", 4, 3); }
+Test(bitwise, branchy_forced_lanes) { bitwise_forced_lanes("branchy", 4, 3); }
+Test(bitwise, vgg11_forced_lanes) { bitwise_forced_lanes("vgg11", 2, 2); }
 
 /* ---- the graph -------------------------------------------------------------------------- */
 
@@ -436,7 +467,7 @@ Test(exec, a_waiting_update_is_passed)
 Test(exec, small_backward_alone)
 {
     sp_ooo_exec_set_min_two_lane_flops(5e7);   /* the default */
-    bitwise_orders_threads("lenet", 4, 2, 2, 2);
+    bitwise_lanes_threads("lenet", 4, 2, 2, 2, 0, 1);   /* auto: one lane below the size rule */
     sp_set_threads(2);
     sp_engine *e;
     trained r = train("lenet", 4, "ooo", 2, &e);
@@ -461,6 +492,10 @@ Test(exec, lane_tuning_probes_both_modes_bitwise)
         snprintf(what, sizeof what, "tuned lanes, %d steps", steps);
         assert_same_model(&ref, &got, steps, what);
         const sp_ooo_stats *st = sp_ooo_last_stats(e);
+        /* lanes: the last backward's mode until both are measured (at the third step's
+         * begin), then the tuner's pick */
+        if (steps <= 2) cr_assert_eq(st->lanes, steps == 1 ? 2 : 1, "%s: lanes %d", what, st->lanes);
+        else cr_assert(st->lanes == 1 || st->lanes == 2, "%s: lanes %d", what, st->lanes);
         if (steps % 2 == 0) {   /* the one-lane probe: the main lane ran every task */
             cr_assert_eq(st->busy_s[SP_OOO_SUB], 0.0, "%s: the probe of one lane used two", what);
             cr_assert_gt(st->busy_s[SP_OOO_MAIN], 0.0, "%s", what);
@@ -470,6 +505,53 @@ Test(exec, lane_tuning_probes_both_modes_bitwise)
         sp_engine_destroy(e);
         sp_model_free(got.tm.m);
         sp_model_free(ref.tm.m);
+    }
+    sp_ooo_exec_set_min_two_lane_flops(0);
+}
+
+/* --lanes 2 puts tasks on the sub lane, --lanes 1 none. Which lane takes a ready task is
+ * a race, except here: the backward returns once the main lane's δO chain is done, and
+ * the caller then blocks on U of the first layer (sp_ooo_wait_layer), so only the sub
+ * lane can run it. LeNet-5 at batch 4 is below the size rule: auto would run one lane. */
+Test(exec, forced_lanes_put_tasks_on_the_sub_lane_or_none)
+{
+    sp_set_threads(2);
+    sp_ooo_exec_set_min_two_lane_flops(5e7);   /* the default: auto keeps this backward on one lane */
+    for (int lanes = 0; lanes <= 2; lanes++) {
+        tmodel tm = tm_make("lenet", 4);
+        sp_optim *o = make_sgd(tm.m);
+        sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = "ooo", .lanes = lanes,
+                                                                  .update = update_layer, .update_ctx = o});
+        sp_tape t;
+        sp_tape_init(&t);
+        for (int s = 0; s < 2; s++) {
+            batch b = make_batch(&tm, 40 + (uint64_t)s);
+            sp_tape_reset(&t);
+            sp_model_zero_grad(tm.m);
+            sp_ooo_backward_async(e, &t, sp_model_loss(tm.m, &t, &b.x, b.y));
+            sp_ooo_wait_layer(e, sp_ooo_last_run(e)->graph->layers[0]);   /* conv1: its U is the last task */
+            sp_ooo_sync(e);
+            const sp_ooo_run *r = sp_ooo_last_run(e);
+            const sp_ooo_graph *g = r->graph;
+            int u1 = g->u_task[0], on_sub = 0;
+            for (int i = 0; i < g->nexec; i++) on_sub += r->ran_on[i] == SP_OOO_SUB;
+            const sp_ooo_stats *st = sp_ooo_last_stats(e);
+            if (lanes == 2) {
+                cr_assert_eq(g->tasks[u1].kind, SP_OOO_U);
+                cr_assert_eq(r->ran_on[u1], SP_OOO_SUB, "lanes 2, step %d: U conv1 ran on the main lane", s);
+                cr_assert_gt(st->busy_s[SP_OOO_SUB], 0.0);
+                cr_assert_eq(st->lanes, 2);
+            } else {
+                cr_assert_eq(on_sub, 0, "lanes %d, step %d: %d tasks on the sub lane", lanes, s, on_sub);
+                cr_assert_eq(st->busy_s[SP_OOO_SUB], 0.0);
+                cr_assert_eq(st->lanes, 1, "lanes %d: %d reported", lanes, st->lanes);
+            }
+            sp_tensor_free(&b.x);
+        }
+        sp_tape_free(&t);
+        sp_engine_destroy(e);
+        sp_optim_free(o);
+        sp_model_free(tm.m);
     }
     sp_ooo_exec_set_min_two_lane_flops(0);
 }
@@ -628,6 +710,16 @@ Test(errors, unknown_order_exits_2, .exit_code = 2, .init = tu_capture_stderr)
     sp_engine_create("ooo", &(sp_engine_opts){.order = "fastest"});
 }
 Test(errors, negative_k_exits_2, .exit_code = 2, .init = tu_capture_stderr) { sp_engine_create("ooo", &(sp_engine_opts){.k = -1}); }
+Test(errors, two_lanes_with_the_conventional_order_exit_2, .exit_code = 2, .init = tu_capture_stderr)
+{
+    sp_engine_create("ooo", &(sp_engine_opts){.order = "conventional", .lanes = 2});
+}
+Test(errors, lanes_out_of_range_exit_2, .exit_code = 2, .init = tu_capture_stderr) { sp_engine_create("ooo", &(sp_engine_opts){.lanes = 3}); }
+Test(errors, two_lanes_on_one_thread_exit_2, .exit_code = 2, .init = tu_capture_stderr)
+{
+    sp_set_threads(1);
+    train_lanes("mlp", 4, "ooo", 2, 1, NULL);
+}
 Test(errors, stats_of_another_engine_exit_2, .exit_code = 2, .init = tu_capture_stderr) { sp_ooo_last_stats(sp_engine_create("linear", NULL)); }
 
 static char *slurp(const char *path)

@@ -47,6 +47,7 @@ typedef struct run_cfg {
     const char *engine, *order, *optim, *trace;
     bool graph;
     int steps;
+    int lanes;   /* sp_engine_opts.lanes: 0 auto, 1, 2 */
 } run_cfg;
 
 /* steps training steps on the device, as schedulers/train/train.c runs them. */
@@ -65,7 +66,7 @@ static void run(sp_model *(*make)(void), int ndim, const int *xshape, int classe
     cfg.weight_decay = 1e-4;
     sp_optim *o = sp_optim_create(c->optim, m->params, m->nparams, &cfg);
     bool ooo = strcmp(c->engine, "ooo") == 0;
-    sp_engine_opts eo = {.order = c->order, .trace_path = c->trace};
+    sp_engine_opts eo = {.order = c->order, .trace_path = c->trace, .lanes = c->lanes};
     if (ooo) {
         eo.update = update_layer;
         eo.update_ctx = o;
@@ -303,6 +304,42 @@ Test(ooo_cuda, trace_shows_both_streams)
     cr_assert(strstr(buf, "\"ph\": \"X\", \"pid\": 1, \"tid\": 1"), "no task on stream 1");
     cr_assert(strstr(buf, "\"ph\": \"s\""), "no cross-stream event arrow");
     cr_assert_eq(remove(path), 0);
+    remove(tu_tmpdir());
+}
+
+/* --lanes 1 on the device: a plan of one lane, every task on stream 0, no cross-stream
+ * event, and the device linear engine's bits; --lanes 2 (as auto) uses both streams. */
+Test(ooo_cuda, one_lane_is_one_stream_bitwise)
+{
+    need_gpu();
+    enum { STEPS = 2 };
+    const int shape[] = {2, 1, 28, 28};
+    result lin = {0};
+    run(lenet, 4, shape, 10, &(run_cfg){.engine = "linear", .optim = "sgd", .steps = STEPS}, &lin);
+    char path[512];
+    snprintf(path, sizeof path, "%s/lanes.json", tu_tmpdir());
+    for (int lanes = 1; lanes <= 2; lanes++) {
+        result r = {0};
+        run(lenet, 4, shape, 10,
+            &(run_cfg){.engine = "ooo", .order = "ooo", .optim = "sgd", .trace = path, .steps = STEPS, .lanes = lanes},
+            &r);
+        char what[32];
+        snprintf(what, sizeof what, "ooo --lanes %d", lanes);
+        assert_bitwise(&r, &lin, STEPS, what);
+        static char buf[1 << 16];
+        FILE *f = fopen(path, "r");
+        cr_assert_not_null(f, "no trace at %s", path);
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        bool sub = strstr(buf, "\"ph\": \"X\", \"pid\": 1, \"tid\": 1") != NULL;
+        cr_assert_eq(sub, lanes == 2, "%s: tasks on stream 1: %d", what, sub);
+        if (lanes == 1) cr_assert_eq(r.dev.cross_events, 0, "%s: %d cross-stream events", what, r.dev.cross_events);
+        else cr_assert_gt(r.dev.cross_events, 0, "%s", what);
+        result_free(&r);
+        cr_assert_eq(remove(path), 0);
+    }
+    result_free(&lin);
     remove(tu_tmpdir());
 }
 

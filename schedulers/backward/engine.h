@@ -30,6 +30,8 @@ typedef struct sp_engine_opts {
     int k;                    /* ooo reverse-first-k                          */
     size_t mem_cap;           /* ooo reverse-first-k memory cap (bytes, 0=none) */
     const char *trace_path;   /* ooo: Chrome trace JSON                       */
+    int lanes;                /* ooo: 0 = auto (the executor measures one lane and two,
+                               * keeps the faster), 1 = one lane, 2 = two lanes    */
     /* ooo: when set, the optimizer update U_i of layer l runs as a task right after
      * its weight gradient (the sub lane), and the caller skips its own step. */
     void (*update)(void *ctx, sp_layer *l);

@@ -373,6 +373,9 @@ void sp_ooo_sync(sp_engine *e)
     st->critical_s = r->main_done;
     st->busy_s[0] = r->busy[0];
     st->busy_s[1] = r->busy[1];
+    /* forced lanes: what ran; auto: the tuner's pick once it has measured both modes */
+    int tuned = !s->on_device && e->opts.lanes == 0 ? sp_ooo_exec_tuned_lanes(s->exec) : 0;
+    st->lanes = tuned ? tuned : r->lanes;
     st->peak_bytes = r->peak_bytes;
     st->first_ready_s = r->graph->L > 0 ? r->end[r->graph->nexec] : r->wall;
     st->steps++;
@@ -397,19 +400,25 @@ static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
                 sp_device_name(loss->out.device));
     bool graphed = s->cuda_graph || s->step_capture;
     if (!s->on_device || !graphed) profile_apply(s, g);   /* a captured backward keeps its plan */
-    /* On a device the two lanes are streams: the host thread count does not matter. */
-    bool two = (s->on_device || s->threads >= 2) && s->order != SP_OOO_CONVENTIONAL;
+    /* On a device the two lanes are streams: the host thread count does not matter, and
+     * one lane (--lanes 1) is a one-lane plan, on one stream. On the CPU --lanes 1 keeps
+     * the plan's two queues and the executor runs both on the main lane, as the lane
+     * tuner's one-lane mode does (ooo_exec.c). */
+    if (!s->on_device && e->opts.lanes == 2 && s->threads < 2)
+        sp_fail("ooo: lanes = 2 with %d thread (expected 2 threads or more: each lane runs on a thread of its own)",
+                s->threads);
+    bool two = (s->on_device ? e->opts.lanes != 1 : s->threads >= 2) && s->order != SP_OOO_CONVENTIONAL;
     sp_ooo_plan *p = sp_ooo_plan_make(t, g, s->order, e->opts.k, e->opts.mem_cap, two);
     sp_ooo_plan *conv = sp_ooo_plan_make(t, g, SP_OOO_CONVENTIONAL, 0, 0, false);
     sp_ooo_stats *st = &s->stats;
     st->order = sp_ooo_order_name(s->order);
     st->k = p->k;
-    st->lanes = p->nqueue[SP_OOO_SUB] > 0 ? 2 : 1;
+    bool plan_two = p->nqueue[SP_OOO_SUB] > 0;
     /* On two cores the lanes keep off the thread pool: a pool worker would be a third
      * thread on two cores, and a static partition waits for its slowest chunk. Ops give
      * the same bits whichever way sp_parallel_for splits them (their own splits, and
      * sp_gemm's, follow the thread count, not the pool), so nothing else changes. */
-    s->lanes_inline = !s->on_device && st->lanes == 2 && s->threads <= 2;
+    s->lanes_inline = !s->on_device && plan_two && s->threads <= 2;
     if (s->lanes_inline) sp_parallel_set_inline(true);
     st->ntasks = g->nexec;
     st->start_bytes = g->start_bytes;
@@ -419,7 +428,7 @@ static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
     sp_tape_reset(&s->sub_tape);
     sp_ooo_exec_cfg cfg = {.update = e->opts.update, .update_ctx = e->opts.update_ctx,
                            .mem_cap = e->opts.mem_cap, .sub_tape = &s->sub_tape,
-                           .lanes_inline = s->lanes_inline};
+                           .lanes_inline = s->lanes_inline, .lanes = e->opts.lanes};
     s->in_flight = true;
     if (s->on_device) {
         if (!s->dev) s->dev = g_device_exec->create();
@@ -434,6 +443,7 @@ static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
         memset(r->end, 0, (size_t)(g->ntasks + 1) * sizeof(double));
         memset(r->ran_on, 0, (size_t)(g->ntasks + 1) * sizeof(int));
         r->peak_bytes = p->peak_bytes;   /* the model: the streams' interleaving is not observed */
+        r->lanes = plan_two ? 2 : 1;     /* the plan's queues are the streams */
         /* Event times when someone reads them: the trace, the list order's profile. */
         s->timed = !graphed && (e->opts.trace_path || s->order == SP_OOO_LIST);
         g_device_exec->begin(s->dev, t, g, p, &cfg, r, s->timed, s->cuda_graph && !s->step_capture);
@@ -522,6 +532,10 @@ sp_engine *sp_engine_ooo_create(const sp_engine_opts *opts)
 {
     if (opts->k < 0) sp_fail("--k %d: expected >= 0 (0 = half the parameterised layers)", opts->k);
     sp_ooo_order order = sp_ooo_order_parse(opts->order ? opts->order : "ooo");
+    if (opts->lanes < 0 || opts->lanes > 2) sp_fail("ooo: lanes %d (expected 0 = auto, 1 or 2)", opts->lanes);
+    if (opts->lanes == 2 && order == SP_OOO_CONVENTIONAL)
+        sp_fail("--lanes 2 with --order conventional: that order runs on one lane (expected another order, "
+                "or --lanes 1 or auto)");
     if (opts->trace_path) {   /* fail now, not after training */
         FILE *f = fopen(opts->trace_path, "a");
         if (!f) sp_fail("--trace %s: cannot open for writing", opts->trace_path);

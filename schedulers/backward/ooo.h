@@ -123,6 +123,9 @@ typedef struct sp_ooo_exec_cfg {
     size_t mem_cap;         /* main waits for earlier sub tasks rather than exceed it */
     sp_tape *sub_tape;      /* the sub lane's own arena for op scratch (arenas are not thread-safe) */
     bool lanes_inline;      /* lanes run sp_parallel_for inline (one core each)        */
+    int lanes;              /* a plan with a sub queue: 0 = auto (the size rule, then the
+                             * lane tuner), 1 = every task on the main lane with the thread
+                             * pool, 2 = both lanes (opts.lanes, --lanes)               */
 } sp_ooo_exec_cfg;
 
 /* What one run measured; times in seconds from the start of the backward. */
@@ -133,6 +136,7 @@ typedef struct sp_ooo_run {
     int *ran_on;            /* [ntasks] the lane that ran the task (F': SP_OOO_MAIN)   */
     double busy[2];         /* per-lane time inside tasks                               */
     double main_done, wall; /* main lane finished; everything finished                 */
+    int lanes;              /* 2: the sub lane was started for this backward; 1: not   */
     size_t peak_bytes;      /* memory model, live, as the lanes actually interleaved  */
 } sp_ooo_run;
 
@@ -149,6 +153,10 @@ void sp_ooo_exec_set_min_two_lane_flops(double flops);   /* 0: always two lanes,
 /* Off: every backward above the size rule runs on two lanes (tests that time the
  * lanes); on (default): the executor measures both modes and keeps the faster. */
 void sp_ooo_exec_set_lane_tuning(bool on);
+/* The lane mode the tuner prefers (1 or 2): the one with the smaller measured step time,
+ * once it has measured both for the backward it last ran; 0 when the last backward was
+ * not tuned (forced lanes, the size rule, a one-lane plan) or one mode is unmeasured. */
+int sp_ooo_exec_tuned_lanes(const sp_ooo_exec *x);
 void sp_ooo_exec_finish(sp_ooo_exec *x);
 bool sp_ooo_exec_busy(const sp_ooo_exec *x);
 /* Every task of the running backward is done (only the join is left). */
@@ -224,7 +232,10 @@ sp_ooo_device_stats sp_ooo_device_stats_get(sp_engine *e);
 typedef struct sp_ooo_stats {
     const char *order;
     int k;                  /* reverse-first-k: k after the cap; 0 otherwise           */
-    int lanes;              /* 2, or 1 with --threads 1 or the conventional order      */
+    int lanes;              /* lanes the backwards ran on: opts.lanes when 1 or 2; auto:
+                             * 1 with --threads 1, the conventional order or below the
+                             * size rule, else the tuner's pick (sp_ooo_exec_tuned_lanes),
+                             * or the last backward's while one mode is unmeasured    */
     int ntasks;             /* δO + δW + U executed                                    */
     long steps;             /* backward passes run by this engine                      */
     double wall_s;          /* backward + updates                                      */

@@ -75,6 +75,7 @@ typedef struct lane_tuner {
     int prev;             /* mode of the previous step: 0 one lane, 1 two lanes, -1 none */
     double prev_begin;    /* when it began */
     double est[2];        /* smoothed step time per mode, 0 = not yet measured */
+    bool used;            /* the last backward's mode came from this tuner */
 } lane_tuner;
 
 struct sp_ooo_exec {
@@ -214,14 +215,25 @@ void sp_ooo_exec_set_min_two_lane_flops(double flops)
 
 void sp_ooo_exec_set_lane_tuning(bool on) { g_tune_lanes = on; }
 
-/* Whether this step runs on two lanes: the size rule, then the measured choice. */
-static bool choose_two_lanes(lane_tuner *u, int nexec, double work, double now)
+int sp_ooo_exec_tuned_lanes(const sp_ooo_exec *x)
 {
-    if (work < g_min_two_lane_flops) {
+    const lane_tuner *u = &x->tune;
+    if (!u->used || u->est[0] == 0 || u->est[1] == 0) return 0;
+    return u->est[1] <= u->est[0] ? 2 : 1;   /* as choose_two_lanes picks */
+}
+
+/* Whether this step runs on two lanes: the caller's choice (lanes 1 or 2, --lanes),
+ * else the size rule, then the measured choice. A forced step is not timed: the tuner
+ * starts over from its next tuned step's begin. */
+static bool choose_two_lanes(lane_tuner *u, int lanes, int nexec, double work, double now)
+{
+    u->used = false;
+    if (lanes == 1 || lanes == 2 || work < g_min_two_lane_flops) {
         u->prev = -1;
-        return false;
+        return lanes == 2;
     }
     if (!g_tune_lanes) return true;
+    u->used = true;
     if (u->nexec != nexec || u->work != work) {   /* another backward: start over */
         *u = (lane_tuner){.nexec = nexec, .work = work, .prev = -1};
     } else if (u->prev >= 0) {
@@ -436,7 +448,10 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
     c->t0 = sp_now();
     double work = 0;
     for (int i = 0; i < g->nexec; i++) work += task_flops(&g->tasks[i]);
-    if (p->nqueue[SP_OOO_SUB] > 0 && !choose_two_lanes(&x->tune, g->nexec, work, c->t0)) {   /* one lane */
+    run->lanes = p->nqueue[SP_OOO_SUB] > 0 ? 2 : 1;
+    x->tune.used = false;   /* until choose_two_lanes tunes this backward */
+    if (p->nqueue[SP_OOO_SUB] > 0 && !choose_two_lanes(&x->tune, cfg->lanes, g->nexec, work, c->t0)) {   /* one lane */
+        run->lanes = 1;
         x->cur = c;
         atomic_store(&c->idle[SP_OOO_SUB], 0);   /* the pool is this lane's already: no wide hand-off */
         if (cfg->lanes_inline) sp_parallel_set_inline(false);

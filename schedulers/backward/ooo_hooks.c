@@ -15,8 +15,9 @@ void sp_ooo_check(sp_engine *e, struct sp_model *m, const sp_tensor *x1, const i
     if (k > L) sp_fail("--k %d: expected 0..%d for %s (its parameterised layers; 0 = half of them)", k, L, m->name);
 }
 
-/* order (k for reverse-first-k), the critical path and the memory model's peak of the
- * last backward; with --cuda-graph the backward's graph counts. Nothing before the first
+/* order (k for reverse-first-k), the lanes the backwards ran on (sp_ooo_stats.lanes:
+ * --lanes 1 or 2 as given; auto, the lane tuner's pick), the critical path and the
+ * memory model's peak of the last backward; with --cuda-graph the backward's graph counts. Nothing before the first
  * backward (under --parallel the executor runs the steps, not this engine). */
 void sp_ooo_report(sp_engine *e, const sp_report_writer *w)
 {
@@ -24,6 +25,7 @@ void sp_ooo_report(sp_engine *e, const sp_report_writer *w)
     if (!st || !st->order || st->steps == 0) return;
     w->str(w->ctx, "order", st->order);
     if (strcmp(st->order, "reverse-first-k") == 0) w->integer(w->ctx, "k", st->k);
+    w->integer(w->ctx, "lanes", st->lanes);
     w->num(w->ctx, "critical_path_ms", 1e3 * st->critical_s);
     w->integer(w->ctx, "peak_bytes", (long)st->peak_bytes);
     sp_ooo_device_stats ds = sp_ooo_device_stats_get(e);

@@ -29,7 +29,7 @@ void sp_run_defaults(sp_run_opts *o)
         .optim = "sgd", .backward = SP_ENGINE_DEFAULT, .lr_schedule = "constant", .epochs = 1, .batch = 64,
         .threads = 2, .lr = 0.01, .momentum = 0.9f, .seed = 1, .scan_levels = eo.scan_levels, .order = eo.order,
         .k = eo.k, .scan_levels_arg = "full", .device = "cpu", .partition = "cost", .bucket_mb = 25, .comm_timeout = 60,
-        .prune_scope = "global",
+        .prune_scope = "global", .lanes = "auto",
     };
 }
 
@@ -113,6 +113,9 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
         {"k", SP_FLAG_INT, &o->k, "layers in reverse-first order (0 = half the parameterised layers)",
          .group = G_OOO, .range = "0..", .needs = "backward=ooo,order=reverse-first-k,!eval-only",
          .scope = SP_SCOPE_ENGINE},
+        {"lanes", SP_FLAG_STR, &o->lanes, "lanes the backward runs on (auto: one or two, whichever "
+         "the executor measures faster; 2 needs --threads 2 or more; docs/OOO.md)", .group = G_OOO,
+         .choices = "1|2|auto", .needs = "backward=ooo,!parallel,!eval-only", .scope = SP_SCOPE_ENGINE},
         {"mem-cap", SP_FLAG_LONG, &o->mem_cap, "memory cap of the backward pass in bytes (0 = none)",
          .group = G_OOO, .meta = "BYTES", .range = "0..", .needs = "backward=ooo,!parallel,!eval-only", .scope = SP_SCOPE_ENGINE},
         {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON (with --backward ooo or --parallel)",
@@ -149,6 +152,12 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
     return n - 1;
 }
 
+/* --lanes as sp_engine_opts.lanes: 1 or 2, 0 for auto (or unset) */
+static int lanes_of(const sp_run_opts *o)
+{
+    return o->lanes && strcmp(o->lanes, "auto") != 0 ? atoi(o->lanes) : 0;
+}
+
 static void check_ranges(sp_run_opts *o)
 {
     if (!(o->lr > 0)) sp_fail("--lr %g: expected > 0", o->lr);
@@ -177,6 +186,12 @@ static void check_ranges(sp_run_opts *o)
     char names[256];
     if (o->plan && !(caps & SP_ENGINE_PLAN) && !(o->parallel && strcmp(o->parallel, "scan") == 0))
         sp_fail("--plan needs --backward %s or --parallel scan", sp_engine_names_with(SP_ENGINE_PLAN, names, sizeof names));
+    if (lanes_of(o) == 2 && o->order && strcmp(o->order, "conventional") == 0)
+        sp_fail("--lanes 2 with --order conventional: that order runs on one lane (expected another --order, "
+                "or --lanes 1 or auto)");
+    if (lanes_of(o) == 2 && o->threads < 2 && strcmp(o->device, "cpu") == 0)
+        sp_fail("--lanes 2 with --threads %d: each lane runs on a thread of its own (expected --threads 2 or more)",
+                o->threads);
     if (o->trace && !(caps & SP_ENGINE_TRACE) && !o->parallel)
         sp_fail("--trace needs --backward %s or --parallel", sp_engine_names_with(SP_ENGINE_TRACE, names, sizeof names));
     /* checkpoint files refused before any data is read or any step is run */
@@ -284,6 +299,7 @@ sp_engine_opts sp_run_engine_opts(const sp_run_opts *o)
                             .k = o->k,
                             .mem_cap = (size_t)o->mem_cap,
                             .trace_path = o->trace,
+                            .lanes = lanes_of(o),
                             .plan = o->plan,
                             .plan_full = o->plan_full,
                             .plan_svg = o->plan_svg};

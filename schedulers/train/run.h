@@ -59,6 +59,7 @@ typedef struct sp_run_opts {
     int scan_levels, k;                  /* scan_levels -1: the full scan */
     long mem_cap;
     const char *order, *trace;
+    const char *lanes;                   /* --lanes 1 | 2 | auto (ooo; sp_engine_opts.lanes) */
     bool plan, plan_full;                /* --plan, --plan=full: print the engine's plan, exit */
     const char *plan_arg;                /* --plan=summary|full as given (NULL: plain --plan) */
     const char *plan_svg;                /* --plan-svg FILE: draw the scan tree and exit   */
