@@ -13,6 +13,7 @@
 #include "core/device.h"
 #include "core/kernels/dense.h"
 #include "core/error.h"
+#include "core/io/fileio.h"
 #include "core/parallel.h"
 #include "schedulers/backward/engines.h"
 #include "schedulers/backward/ooo.h"
@@ -522,10 +523,10 @@ sp_engine *sp_engine_ooo_create(const sp_engine_opts *opts)
 {
     if (opts->k < 0) sp_fail("--k %d: expected >= 0 (0 = half the parameterised layers)", opts->k);
     sp_ooo_order order = sp_ooo_order_parse(opts->order ? opts->order : "ooo");
-    if (opts->trace_path) {   /* fail now, not after training */
-        FILE *f = fopen(opts->trace_path, "a");
-        if (!f) sp_fail("--trace %s: cannot open for writing", opts->trace_path);
-        fclose(f);
+    if (opts->trace_path) {   /* fail now, not after training (nothing is written yet) */
+        sp_out out;
+        sp_check(sp_out_open(&out, opts->trace_path, "--trace"));
+        sp_out_abort(&out);
     }
     sp_engine *e = sp_xcalloc(1, sizeof *e);
     ooo_state *s = sp_xcalloc(1, sizeof *s);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "core/device.h"
 #include "core/error.h"
+#include "core/io/fileio.h"
 #include "core/parallel.h"
 #include "schedulers/train/checkpoint.h"
 #include "schedulers/parallel/exec.h"
@@ -384,13 +385,14 @@ static double median_ms(double *v, long n)
     return 1e3 * (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
-static FILE *open_log(const char *path)
+/* The --log CSV collects in memory and replaces the file atomically at each checkpoint
+ * save (so the log on disk matches the checkpoint a resume starts from) and at the end. */
+static FILE *open_log(sp_out *out, const char *path)
 {
     if (!path) return NULL;
-    FILE *f = fopen(path, "w");
-    if (!f) sp_fail("--log %s: cannot open for writing", path);
-    fprintf(f, "step,epoch,loss,lr,seconds,test_loss,test_acc\n");
-    return f;
+    sp_check(sp_out_open(out, path, "--log"));
+    fprintf(out->f, "step,epoch,loss,lr,seconds,test_loss,test_acc\n");
+    return out->f;
 }
 
 /* An evaluation's row of the --log CSV: the loss column empty, the test columns set. */
@@ -413,7 +415,8 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     double *fwd = sp_xmalloc((size_t)(total + 1) * sizeof *fwd);   /* before the loop: no malloc per step */
     double *bwd = sp_xmalloc((size_t)(total + 1) * sizeof *bwd);
     double *all = sp_xmalloc((size_t)(total + 1) * sizeof *all);
-    FILE *log = open_log(cfg->log_path);
+    sp_out logout;
+    FILE *log = open_log(&logout, cfg->log_path);
     progress p = {.tty = isatty(2), .quiet = cfg->quiet, .start = sp_now(), .total_steps = total};
     sp_tape t;
     sp_tape_init(&t);
@@ -512,6 +515,8 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
                                    &(sp_train_state){r.steps, epoch, epoch_steps, epoch_loss, sp_optim_get_lr(o)},
                                    cfg->run_meta) != SP_OK)
                 sp_fail("%s", sp_last_error());
+            if (log && cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total))
+                sp_check(sp_out_flush(&logout));
             if (cfg->on_step) cfg->on_step(cfg->on_step_ctx, r.steps);
             progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
             if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
@@ -555,10 +560,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     r.forward_ms = median_ms(fwd + first, r.steps - first);
     r.backward_ms = median_ms(bwd + first, r.steps - first);
     r.step_ms = median_ms(all + first, r.steps - first);
-    if (log) {
-        bool bad = ferror(log) != 0;
-        if (fclose(log) != 0 || bad) sp_fail("--log %s: write failed: %s", cfg->log_path, strerror(errno));
-    }
+    if (log) sp_check(sp_out_commit(&logout));
     if (sg) {
         sp_step_graph_counts(sg, &r.graph_captures, &r.graph_replays);
         sp_step_graph_free(sg);
