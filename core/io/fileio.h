@@ -1,4 +1,6 @@
-/* fileio.h — opening files a user named, and replacing them atomically.
+/* fileio.h — opening files a user named, and replacing them atomically. Every file the
+ * library and the apps open goes through here (tests/test_apps.c checks the sources):
+ * readers use sp_open_regular / sp_open_read, outputs sp_out_*, checkpoints sp_atomic_*.
  *
  * Reading: sp_open_regular refuses anything that is not a regular file (FIFO, device,
  * directory, socket) before it can block: it checks the type with stat, opens with
