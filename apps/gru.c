@@ -38,8 +38,10 @@ int main(int argc, char **argv)
         else if (strcmp(shape, "M") == 0) F = 517, C = 24;
         else if (strcmp(shape, "L") == 0) F = 1034, C = 12;
         else F = 1034, C = 12;
+        int ntest = samples / 4 > o.batch ? samples / 4 : o.batch;
+        sp_run_check_synthetic(&o, "--samples", samples, ntest, (size_t)F * C * sizeof(float));
         train = sp_check_ptr(sp_synthetic_sequences(samples, F, C, classes, o.seed));
-        test = sp_check_ptr(sp_synthetic_sequences(samples / 4 > o.batch ? samples / 4 : o.batch, F, C, classes, o.seed + 1000003));
+        test = sp_check_ptr(sp_synthetic_sequences(ntest, F, C, classes, o.seed + 1000003));
     } else {
         train = sp_check_ptr(sp_seqset_open(dataset));
     }

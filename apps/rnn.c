@@ -47,8 +47,10 @@ int main(int argc, char **argv)
     sp_set_threads(o.threads);
     sp_dataset *train, *test;
     if (strcmp(dataset, "bitstream") == 0) {
+        int ntest = samples / 10 > o.batch ? samples / 10 : o.batch;
+        sp_run_check_synthetic(&o, "--samples", samples, ntest, 0);   /* generated on demand */
         train = sp_check_ptr(sp_bitstream(samples, T, o.seed));
-        test = sp_check_ptr(sp_bitstream(samples / 10 > o.batch ? samples / 10 : o.batch, T, o.seed + 1000003));
+        test = sp_check_ptr(sp_bitstream(ntest, T, o.seed + 1000003));
     } else {
         train = sp_check_ptr(sp_seqset_open(dataset));
         test = NULL;

@@ -1,49 +1,79 @@
 #!/usr/bin/env bash
-# Measured vs predicted step time of every --parallel scheme (docs/DISTRIBUTED.md).
-# For each scheme and W: run `mpirun -np W build/<app> --parallel S ...` for a few steps
-# (median step time from its JSON line), then ask the simulator for the latency of the
-# SAME schedule from the SAME stage costs the run measured (--costs-out → build/schedule
-# --profile). The simulator counts compute only (no communication, no optimizer step).
-# Usage: bench/distributed.sh [app] [steps]       (default lenet 30)
+# Measured vs predicted step time of every --parallel scheme that has a schedule
+# (docs/DISTRIBUTED.md §5). For each scheme and W: run `mpirun -np W build/<app>
+# --parallel S ...` for a few steps (the mean step after the first, "step_mean_ms" of its
+# JSON line, and the mean wait on communication in it, "comm_mean_ms"), then ask the
+# simulator for the latency of the same schedule from the stage costs the run measured
+# (--costs-out → build/schedule --profile). The simulator counts compute only (no
+# communication, no optimizer step).
+# Usage: bench/distributed.sh [app] [steps]       (default lenet 30; steps >= 3)
+#        LPP_GROUPS=G bench/distributed.sh ...     lpp/fslpp with G groups (default W/2,
+#            so R = 2: a looped pipeline; R < 2 would be data parallelism and is refused)
 #        bench/distributed.sh overlap [runs]       DDP's waiting: updates at the step's end
-#            or in the next forward, conventional or ooo order (docs/DISTRIBUTED.md §2);
+#            or in the next forward, ddp or ddp-ooo (docs/DISTRIBUTED.md §2);
 #            the variants interleaved, `runs` times (default 5)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 if [ "${1:-}" = overlap ]; then
-  F="--layers 8 --width 512 --steps 20 --batch 256 --threads 1 --quiet --parallel ddp --microbatches 2 --bucket-mb 1"
+  F="--layers 8 --width 512 --steps 20 --batch 256 --threads 1 --quiet --microbatches 2 --bucket-mb 1"
   for run in $(seq "${2:-5}"); do
     for sw in 1 0; do
-      for order in linear ooo; do
-        c=$(SCANPROP_EXEC_STEPWISE=$sw mpirun --oversubscribe --bind-to none -np 2 build/demo $F --backward $order \
+      for scheme in ddp ddp-ooo; do   # the conventional order, ooo's reverse first-k
+        c=$(SCANPROP_EXEC_STEPWISE=$sw mpirun --oversubscribe --bind-to none -np 2 build/demo $F --parallel $scheme \
             --trace "$tmp/t.json" | tail -1 | python3 -c "import json,sys; print(json.load(sys.stdin)['comm_ms'])")
-        echo "run $run, stepwise=$sw, order $order: comm_ms $c; $(bench/ddp_overlap.py "$tmp/t.json" | sed 's/^[^:]*: //')"
+        echo "run $run, stepwise=$sw, $scheme: comm_ms $c; $(bench/ddp_overlap.py "$tmp/t.json" | sed 's/^[^:]*: //')"
       done
     done
   done
   exit 0
 fi
 app=${1:-lenet}; steps=${2:-30}
+[ "$steps" -ge 3 ] || { echo "bench/distributed.sh: $steps steps: expected >= 3 (the first is left out)" >&2; exit 2; }
 json() { python3 -c "import json,sys; d=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(d$1)"; }
+# The schemes: every schedule build/schedule simulates, under the names --parallel takes
+# (one set, tests/test_apps.c schemes/one_set_of_names_for_schedule_and_parallel); scan,
+# the one --parallel scheme without a schedule, has no prediction to compare with.
+schemes=$(build/schedule --list | json '["schemes"]' | tr -d "[]',")
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "command: bench/distributed.sh $app $steps"
 base=$(build/$app --steps "$steps" --batch 64 --threads 1 --quiet --eval-every 1000000 2>/dev/null | json '["step_ms"]' 2>/dev/null || echo nan)
-echo "single process, batch 64: step_ms $base"
-printf '| scheme | W | B | measured step (ms) | predicted compute (ms) | measured / predicted | comm wait (ms, mean rank) |\n'
-printf '| --- | --- | --- | --- | --- | --- | --- |\n'
+echo "single process, batch 64: median step_ms $base"
+# Like with like: --costs-out writes each job's MEAN compute over the steps after the first,
+# and the simulated latency is a sum (and max) of job costs along the critical path; the
+# mean of a sum is the sum of the means, so it predicts the MEAN step over the same steps
+# ("step_mean_ms"). The JSON's "step_ms" is a median over every step: medians do not add,
+# and it leaves out the slow steps whose slow jobs still raise the mean costs (it showed
+# 1f1b below its compute-only bound). Neither side counts the first step (it warms up,
+# after rank 0 measured the planning costs). The predicted ddp-ooo latency does not depend
+# on its first k (one micro-batch per worker, no communication modelled). The pipelines'
+# stages are placed anew from the measured costs; the run placed them by rank 0's planning
+# costs (min of 3 before step 1), which may cut the chain elsewhere.
+printf '| scheme | W | G × R | B | measured mean step (ms) | predicted compute (ms) | measured / predicted | comm wait (ms, mean step and rank) |\n'
+printf '| --- | --- | --- | --- | --- | --- | --- | --- |\n'
 for W in 2 4; do
-  for s in ddp fsdp gpipe 1f1b lpp fslpp; do
-    B=$W; extra=""; sflags=""
+  for s in $schemes; do
+    B=$W; extra=""; sflags=""; gr="—"
     case $s in
-      gpipe|1f1b) B=$((2 * W));;
-      lpp|fslpp) B=$((2 * W)); extra="--groups 2"; sflags="--groups 2 --per-group $((W / 2))";;
+      gpipe|1f1b|ooo-ff|ooo-modulo) B=$((2 * W));;
+      lpp|fslpp)
+        B=$((2 * W)); G=${LPP_GROUPS:-$((W / 2))}; R=$((W / G))
+        if [ $((G * R)) -ne "$W" ] || [ "$R" -lt 2 ]; then
+          echo "bench/distributed.sh: $s at W = $W with G = $G groups: R = W/G = $R; a looped pipeline needs W = G·R with R >= 2 (R = 1 is data parallelism)" >&2
+          exit 2
+        fi
+        gr="$G × $R"; extra="--groups $G"; sflags="--groups $G --per-group $R";;
     esac
     out=$(mpirun --oversubscribe --bind-to none -np "$W" build/$app --steps "$steps" --batch 64 --threads 1 --quiet \
           --eval-every 1000000 --parallel "$s" --microbatches "$B" $extra --costs-out "$tmp/costs.csv" 2>/dev/null | tail -1)
-    meas=$(echo "$out" | json '["step_ms"]'); comm=$(echo "$out" | json '["comm_ms"]')
+    ran="$(echo "$out" | json '["parallel"]') $(echo "$out" | json '["workers"]') $(echo "$out" | json '["microbatches"]')"
+    [ "$ran" = "$s $W $B" ] || { echo "bench/distributed.sh: asked for $s W=$W B=$B, ran $ran" >&2; exit 1; }
+    meas=$(echo "$out" | json '["step_mean_ms"]'); comm=$(echo "$out" | json '["comm_mean_ms"]')
     pred=$(build/schedule --profile "$tmp/costs.csv" --scheme "$s" --microbatches "$B" --workers "$W" $sflags \
            --no-input-grad --no-diagram | json '["latency"]/1000')
-    printf '| %s | %d | %d | %.1f | %.1f | %.2f | %.1f |\n' "$s" "$W" "$B" "$meas" "$pred" \
+    printf '| %s | %d | %s | %d | %.1f | %.1f | %.2f | %.1f |\n' "$s" "$W" "$gr" "$B" "$meas" "$pred" \
       "$(python3 -c "print($meas/$pred)")" "$comm"
   done
 done
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

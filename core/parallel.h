@@ -19,6 +19,13 @@ extern "C" {
 void sp_set_threads(int n);
 int sp_get_threads(void);
 
+/* Processes that share this machine's cores, this one included (1 until told: the MPI
+ * front end, core/comm/comm.c, sets its ranks on this node). While they times the
+ * threads exceed the online cores, a pool thread that waits sleeps at once instead of
+ * spinning first (SPIN_S, parallel.c): a spinning thread would hold a core that a
+ * thread with work needs. Results do not change, only how threads wait. */
+void sp_parallel_set_node_procs(int procs);
+
 /* Subnormal floats are flushed to zero, as TensorFlow's and oneDNN's own threads do:
  * results below 2⁻¹²⁶ ≈ 1.2e-38 become 0 (FTZ) and subnormal inputs read as 0 (DAZ).
  * Gradients that fade over a long chain (the RNN at T = 1000 under Adam's lr 1e-5)

@@ -105,7 +105,9 @@ const char *sp_image_folder_class(const sp_dataset *d, int c);
  * training class with no test images is fine. */
 int sp_image_folder_match_classes(sp_dataset *test, const sp_dataset *train) SP_MUST_CHECK;
 /* safetensors with x [N, T, C] (float dtype) and y [N] (integer dtype); samples T×C.
- * nclasses from metadata "nclasses" if present, else max(y) + 1. */
+ * nclasses from metadata "nclasses" if present (at most SP_SEQSET_MAX_CLASSES: a model's
+ * output layer has one row per class), else max(y) + 1. */
+#define SP_SEQSET_MAX_CLASSES (1 << 20)
 sp_dataset *sp_seqset_open(const char *path) SP_MUST_CHECK;
 /* BPPSA bitstream classification (paper Eq. 8, §4.1): class c uniform in 0..9 and
  * x_t ~ Bernoulli(0.05 + 0.1·c), t = 0..T-1; samples T×1. Sample i depends only on

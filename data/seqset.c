@@ -31,6 +31,11 @@ static sp_dataset *seqset_load(sp_st_file *f, const char *path)
             sp_error("%s: metadata nclasses = \"%.40s\" is not a positive integer", path, meta);
             goto fail;
         }
+        if (v > SP_SEQSET_MAX_CLASSES) {   /* the model's output layer would be hidden x v floats */
+            sp_error("%s: metadata nclasses = %ld, above the %d classes a sequence set may have", path, v,
+                     SP_SEQSET_MAX_CLASSES);
+            goto fail;
+        }
         d->nclasses = (int)v;
     } else {
         for (int i = 0; i < n; i++)

@@ -226,9 +226,11 @@ int sp_prune_load(sp_model *m, const char *path, sp_pruning **out)
         snprintf(mask, sizeof mask, "%s_mask", w->name);
         if (!sp_st_find(f, orig)) {
             st = sp_st_read_f32(f, w->name, w->value.data, w->value.ndim, w->value.shape);
+            if (st == SP_OK) st = sp_check_finite_f32(f, w->name, w->value.data, w->value.numel);
             continue;
         }
         st = sp_st_read_f32(f, orig, w->value.data, w->value.ndim, w->value.shape);
+        if (st == SP_OK) st = sp_check_finite_f32(f, orig, w->value.data, w->value.numel);
         float *mk = mask_of(p, i);
         if (st == SP_OK) st = sp_st_read_f32(f, mask, mk, w->value.ndim, w->value.shape);
         for (size_t j = 0; st == SP_OK && j < w->value.numel; j++)

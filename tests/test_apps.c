@@ -5,6 +5,8 @@
  *     appears, the progress goes quiet) or the refusal (exit 2, one line saying why);
  *     a flag in --help without a walk entry fails the test;
  *   - README.md's flag list is the --help of every app;
+ *   - one set of scheme names: build/schedule --scheme, every app's --parallel and
+ *     docs/DISTRIBUTED.md agree (scan the one --parallel name without a schedule);
  *   - the cases the issues name: flags that do not apply, "did you mean", --k 0,
  *     --batch beyond the dataset (and INT_MAX: no overflow), --steps with --epochs,
  *     --scan-levels out of range, output to a full disk (/dev/full);
@@ -21,6 +23,7 @@
 #include <unistd.h>
 #include <stb/stb_image_write.h>
 #include "core/error.h"
+#include "core/parallel.h"
 #include "data/data.h"
 #include "schedulers/backward/scan.h"
 #include "tests/testutil.h"
@@ -282,7 +285,15 @@ static void make_images(int per_class)
         {"--parallel gpipe --batch 2", "--costs-out %T/costs.csv", FILE_MADE, "%T/costs.csv"},                         \
         {"--parallel ddp", "--exec-order %T/order.txt", FILE_MADE, "%T/order.txt"},                          \
         {"--parallel ddp", "--backward bppsa", REFUSED, "--parallel needs --backward linear or ooo"}, \
-        {"--parallel ddp", "--backward ooo", EFFECT, NULL}
+        {"--parallel ddp", "--backward ooo", EFFECT, NULL}, {NULL, "--parallel ddp-ooo", EFFECT, NULL},         \
+        /* flags --parallel does not use, and output paths checked before any work */                        \
+        {"--parallel ddp --backward ooo", "--mem-cap 1", REFUSED, "--mem-cap does not apply with --parallel"}, \
+        {"--parallel ddp", "--partition cost", REFUSED, "--partition needs --parallel gpipe"},                \
+        {"--parallel lpp", "--partition layerpipe", REFUSED, "--partition needs --parallel gpipe"},           \
+        {"--parallel ddp", "--costs %T/none.csv", REFUSED, "--costs needs --parallel fsdp"},                  \
+        {"--parallel gpipe --batch 2", "--costs-out %T/nodir/c.csv", REFUSED, "--costs-out: cannot write"},   \
+        {"--parallel ddp", "--trace %T/nodir/t.json", REFUSED, "--trace: cannot write"},                      \
+        {"--parallel ddp", "--exec-order %T/nodir/o.txt", REFUSED, "--exec-order: cannot write"}
 
 /* bppsa runs: light models only */
 #define BPPSA_WALK                                                                         \
@@ -300,6 +311,9 @@ Test(walk, lenet)
         ENGINE_WALK("1"),
         BPPSA_WALK,
         PAR_WALK,
+        {"--parallel ddp", "--log %T/nodir/l.csv", REFUSED, "--log: cannot write"},
+        /* one process without mpirun: it runs, and says that one worker runs */
+        {NULL, "--parallel gpipe", STDERR_HAS, "lenet: note: --parallel gpipe runs 1 worker (not started by mpirun"},
         {NULL, "--data %T/nowhere", REFUSED, "nowhere"},
         {NULL, "--data-format mnist", REFUSED, "train-images-idx3-ubyte"},
     };
@@ -565,6 +579,75 @@ Test(readme, parallel_schemes_match_help)
         if (*p == '[') break;
     }
     cr_assert_geq(seen, 9, "read only %d schemes from --help", seen);
+}
+
+/* ---- one set of scheme names ---------------------------------------------------------- */
+
+/* " a b c " from --help's "--parallel S ... one of a, b, ... or z [needs ...]" */
+static void parallel_choices(const char *name, char *list, size_t len)
+{
+    cr_assert_eq(app(name, "--help", out, err), 0, "%s --help: %s", name, err);
+    const char *p = strstr(out, "--parallel S");
+    cr_assert_not_null(p, "%s --help: no --parallel", name);
+    p = strstr(p, "one of ");
+    cr_assert_not_null(p, "%s --help: --parallel lists no choices", name);
+    p += strlen("one of ");
+    size_t k = (size_t)snprintf(list, len, " ");
+    while (*p && *p != '[' && *p != '\n') {
+        size_t n = strcspn(p, ", [\n");
+        if (n && !(n == 2 && !strncmp(p, "or", 2))) k += (size_t)snprintf(list + k, len - k, "%.*s ", (int)n, p);
+        cr_assert_lt(k, len);
+        p += n;
+        p += strspn(p, ", ");
+    }
+}
+
+/* Issue 24 E.18: a scheme has one name in build/schedule --scheme, --parallel (every
+ * app), bench/distributed.sh (which reads build/schedule --list) and docs/DISTRIBUTED.md:
+ * every schedule build/schedule simulates runs under --parallel by that name (ddp-ooo,
+ * not only as ddp --backward ooo), and --parallel adds only scan (BPPSA across ranks: a
+ * scan over the ranks, not a schedule). */
+Test(schemes, one_set_of_names_for_schedule_and_parallel)
+{
+    cr_assert_eq(app("schedule", "--list", out, err), 0, "schedule --list: %s", err);
+    const char *j = strstr(out, "{\"schemes\":[");
+    cr_assert_not_null(j, "schedule --list: no JSON line: %s", out);
+    char sched[512] = " ";
+    size_t k = 1;
+    for (const char *p = j + strlen("{\"schemes\":["); *p == '"';) {
+        size_t n = strcspn(p + 1, "\"");
+        k += (size_t)snprintf(sched + k, sizeof sched - k, "%.*s ", (int)n, p + 1);
+        p += n + 2;
+        p += *p == ',';
+    }
+    cr_assert_geq(k, 40, "read too few schemes from schedule --list: '%s'", sched);
+    static const char *apps[] = {"lenet", "vgg11", "resnet", "rnn", "gru", "demo"};
+    char par[512], docs[512] = "", word[64];
+    for (size_t a = 0; a < sizeof apps / sizeof apps[0]; a++) {
+        parallel_choices(apps[a], par, sizeof par);
+        for (const char *p = sched + 1; *p; p += strcspn(p, " ") + 1) {
+            snprintf(word, sizeof word, " %.*s ", (int)strcspn(p, " "), p);
+            cr_expect(strstr(par, word), "build/schedule --scheme%s is no build/%s --parallel scheme (%s)", word,
+                      apps[a], par);
+        }
+        for (const char *p = par + 1; *p; p += strcspn(p, " ") + 1) {
+            snprintf(word, sizeof word, " %.*s ", (int)strcspn(p, " "), p);
+            cr_expect(strstr(sched, word) || !strcmp(word, " scan "),
+                      "build/%s --parallel%s is no build/schedule --scheme (%s)", apps[a], word, sched);
+        }
+    }
+    /* docs/DISTRIBUTED.md's flag table: | `--parallel S` | `ddp fsdp ...` | */
+    FILE *f = fopen("docs/DISTRIBUTED.md", "r");
+    cr_assert_not_null(f, "docs/DISTRIBUTED.md not found (run from the repository root)");
+    static char text[1 << 17];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    const char *row = strstr(text, "| `--parallel S` | `");
+    cr_assert_not_null(row, "docs/DISTRIBUTED.md: no row | `--parallel S` | `...` |");
+    row += strlen("| `--parallel S` | `");
+    snprintf(docs, sizeof docs, " %.*s ", (int)strcspn(row, "`"), row);
+    cr_expect_str_eq(docs, par, "docs/DISTRIBUTED.md's --parallel list '%s' is not --help's '%s'", docs, par);
 }
 
 /* ---- the cases issue 15 names ------------------------------------------------------- */
@@ -918,4 +1001,99 @@ Test(bench, cuda_without_gpu_is_one_line_and_exit_2)
     cr_assert(strncmp(out, "bench-cuda: no GPU: ", 20) == 0, "first line: %s", out);
     const char *nl = strchr(out, '\n');
     cr_assert(nl && strcmp(nl + 1, "rc=2\n") == 0, "expected one line then exit 2, got: %s", out);
+}
+
+/* ---- flags --eval-only does not use, sizes checked before work, seeds, shapes -------- */
+
+/* --eval-only evaluates the --load weights and trains nothing: every training, loop,
+ * engine and output flag is refused instead of ignored (--log and --trace wrote no file). */
+Test(flags, eval_only_refuses_the_flags_it_does_not_use)
+{
+    cr_assert_eq(app("rnn", "--seq-len 4 --samples 32 --hidden 4 --steps 1 --quiet --save %T/e.st", out, err), 0, "%s",
+                 err);
+    const char *flags[] = {"--log %T/l.csv", "--backward ooo", "--trace %T/t.json", "--prune 0.5", "--steps 5",
+                           "--epochs 2", "--lr 0.1", "--lr-schedule cosine:2", "--optim sgd", "--no-shuffle",
+                           "--eval-every 2", "--mem-cap 1", "--plan", "--momentum 0.5", "--weight-decay 0.1"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        char a[512], name[64];
+        snprintf(a, sizeof a, "--seq-len 4 --samples 32 --hidden 4 --quiet --load %%T/e.st --eval-only %s", flags[i]);
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(flags[i], " "), flags[i]);
+        int rc = app("rnn", a, out, err);
+        cr_expect_eq(rc, 2, "rnn %s: exit %d (ignored?)", a, rc);
+        cr_expect(one_line_error(err) && strstr(err, name), "rnn %s: expected one line naming %s, got '%s'", a, name,
+                  err);
+    }
+    cr_assert_eq(app("rnn", "--seq-len 4 --samples 32 --hidden 4 --quiet --load %T/e.st --eval-only --batch 8", out, err),
+                 0, "%s", err);
+}
+
+/* --seed takes the whole unsigned 64-bit range, and the JSON line says what was given. */
+Test(flags, seed_reported_as_given)
+{
+    cr_assert_eq(app("rnn", "--seq-len 4 --samples 32 --hidden 4 --steps 1 --quiet --seed 18446744073709551615", out,
+                     err), 0, "%s", err);
+    cr_expect(strstr(out, "\"seed\": 18446744073709551615,"), "%s", out);
+}
+
+/* A single-dash argument is quoted as typed, not as a --flag. */
+Test(flags, single_dash_quoted_as_given)
+{
+    cr_assert_eq(app("lenet", "-x", out, err), 2);
+    cr_expect(one_line_error(err) && strstr(err, "unknown flag '-x'") && !strstr(err, "'--x'"), "%s", err);
+}
+
+/* Sizes checked before anything is built: a batch beyond the synthetic samples is
+ * refused before the test set (as large as the batch) is made, and a sample count whose
+ * sets the run cannot hold is refused before any allocation. */
+Test(numbers, synthetic_sizes_checked_before_building, .timeout = 20)
+{
+    double t0 = sp_now();
+    cr_assert_eq(app("gru", "--shape S --samples 64 --batch 100000 --quiet", out, err), 2);
+    cr_expect(one_line_error(err) && strstr(err, "--batch 100000 exceeds the 64 training samples"), "%s", err);
+    cr_expect_lt(sp_now() - t0, 5.0, "the refusal took %.1f s: the sets were built first", sp_now() - t0);
+    /* the ceiling (SCANPROP_MAX_FILE_ALLOC here, half the memory at most) bounds every size */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "SCANPROP_MAX_FILE_ALLOC=1000000000 %s --samples 2147483647 --quiet", tu_bin("rnn"));
+    cr_assert_eq(tu_run(cmd, out, OUT, err, OUT), 2);
+    cr_expect(one_line_error(err) && strstr(err, "--samples 2147483647") && strstr(err, "GB"), "%s", err);
+    snprintf(cmd, sizeof cmd, "SCANPROP_MAX_FILE_ALLOC=1000000000 %s --shape S --samples 100000 --quiet",
+             tu_bin("gru"));
+    cr_assert_eq(tu_run(cmd, out, OUT, err, OUT), 2);
+    cr_expect(one_line_error(err) && strstr(err, "--samples 100000"), "%s", err);
+}
+
+/* IDX images of size×size, n samples, labels i % 10, into dir with the given prefix. */
+static void write_idx(const char *dir, const char *prefix, int n, int size)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte", dir, prefix);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    unsigned char h[16] = {0, 0, 8, 3, 0, 0, (unsigned char)(n >> 8), (unsigned char)n, 0, 0, 0, (unsigned char)size,
+                           0, 0, 0, (unsigned char)size};
+    fwrite(h, 1, 16, f);
+    for (int i = 0; i < n * size * size; i++) fputc((i * 37) & 255, f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte", dir, prefix);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    unsigned char l[8] = {0, 0, 8, 1, 0, 0, (unsigned char)(n >> 8), (unsigned char)n};
+    fwrite(l, 1, 8, f);
+    for (int i = 0; i < n; i++) fputc(i % 10, f);
+    fclose(f);
+}
+
+/* Train 28x28 and test 32x32 IDX files: refused before training, naming both files and
+ * shapes (it was found at the first evaluation, after training, as a layer's shape). */
+Test(numbers, train_test_shape_mismatch_refused_before_training)
+{
+    char d[4096];
+    snprintf(d, sizeof d, "%s/idx", tu_tmpdir());
+    cr_assert_eq(mkdir(d, 0755), 0);
+    write_idx(d, "train", 16, 28);
+    write_idx(d, "t10k", 8, 32);
+    cr_assert_eq(app("lenet", "--data %T/idx --data-format idx --batch 8 --steps 1 --quiet", out, err), 2);
+    cr_expect(one_line_error(err) && strstr(err, "t10k-images") && strstr(err, "32x32") && strstr(err, "train-images") &&
+              strstr(err, "28x28"), "%s", err);
+    cr_expect_eq(out[0], 0, "it trained first: %s", out);
 }

@@ -554,6 +554,25 @@ Test(seqset, classes_from_labels_without_metadata)
     sp_dataset_free(s);
 }
 
+/* A class count in the metadata far beyond any classifier (2e9: the model's output layer
+ * would need 128e9 floats) is refused naming the file, not as "out of memory". */
+Test(seqset, absurd_class_count_refused_naming_the_file)
+{
+    float x[2 * 3 * 1] = {1, 2, 3, 4, 5, 6};
+    int32_t y[2] = {0, 1};
+    sp_st_entry e[2] = {{"x", SP_ST_F32, 3, (int[]){2, 3, 1}, x}, {"y", SP_ST_I32, 1, (int[]){2}, y}};
+    const char *path = tmp_path("seq_classes.safetensors");
+    OK(sp_st_write(path, 2, e, (const char *[]){"nclasses", "2000000000", NULL}));
+    cr_assert_null(sp_seqset_open(path), "nclasses 2e9 was accepted");
+    cr_assert(strstr(sp_last_error(), path) && strstr(sp_last_error(), "nclasses = 2000000000"), "%s",
+              sp_last_error());
+    OK(sp_st_write(path, 2, e, (const char *[]){"nclasses", "1000", NULL}));
+    sp_dataset *s = sp_seqset_open(path);
+    cr_assert_not_null(s, "%s", sp_last_error());
+    cr_assert_eq(s->nclasses, 1000);
+    sp_dataset_free(s);
+}
+
 Test(seqset, x_must_be_3d)
 {
     float x[6] = {0};

@@ -23,7 +23,11 @@
  * with one line before any work.
  *
  * Overlap. With small buckets, DDP's gradient allreduce starts while the backward still
- * runs (asserted on the trace's intervals). */
+ * runs (asserted on the trace's intervals).
+ *
+ * Like with like. --costs-out's job costs and the JSON's "step_mean_ms" are both means
+ * over the steps after the first (a slowed first step reaches neither), and on one rank
+ * the prediction from those costs is at most the mean step (bench/distributed.sh). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <unistd.h>
@@ -154,10 +158,13 @@ static void demo_scheme(const char *scheme)
         const char *order = tmp("order.txt"), *costs = tmp("costs.csv");
         char groups[32] = "";
         if (!strcmp(scheme, "lpp") || !strcmp(scheme, "fslpp")) snprintf(groups, sizeof groups, "--groups %d", GROUPS);
+        /* ddp's order does not depend on the costs: --costs is refused there, and the
+         * simulator's order from `plan` is the one every cost gives */
+        char costs_in[600] = "";
+        if (strcmp(scheme, "ddp") != 0) snprintf(costs_in, sizeof costs_in, "--costs %s", plan);
         snprintf(cmd, sizeof cmd,
-                 "%s " DEMO_FLAGS " --parallel %s --microbatches %d %s --save %s --exec-order %s --costs %s "
-                 "--costs-out %s",
-                 bin("demo"), scheme, MICRO, groups, par, order, plan, costs);
+                 "%s " DEMO_FLAGS " --parallel %s --microbatches %d %s --save %s --exec-order %s %s --costs-out %s",
+                 bin("demo"), scheme, MICRO, groups, par, order, costs_in, costs);
         char np[16];
         snprintf(np, sizeof np, "-np %d", W);
         mpi_run("", np, cmd, &r);
@@ -242,7 +249,7 @@ static void app_schemes(const char *app, const char *flags, const char *only)
     snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", bin(app), flags, ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     const char *runs[][3] = {
-        {"ddp", "", "-np 2"},          {"ddp-ooo", "--backward ooo", "-np 2"},
+        {"ddp", "", "-np 2"},          {"ddp-ooo", "", "-np 2"},
         {"fsdp", "", "-np 2"},         {"gpipe", "", "-np 2"},
         {"1f1b", "", "-np 2"},         {"lpp", "--groups 2 --microbatches 4", "-np 4"},
         {"fslpp", "--groups 2 --microbatches 4", "-np 4"},
@@ -253,8 +260,7 @@ static void app_schemes(const char *app, const char *flags, const char *only)
         char name[16];
         snprintf(name, sizeof name, " %s ", runs[i][0]);
         if (only && !strstr(only, name)) continue;
-        snprintf(cmd, sizeof cmd, "%s %s --parallel %s %s --save %s", bin(app), flags,
-                 strcmp(runs[i][0], "ddp-ooo") ? runs[i][0] : "ddp", runs[i][1], par);
+        snprintf(cmd, sizeof cmd, "%s %s --parallel %s %s --save %s", bin(app), flags, runs[i][0], runs[i][1], par);
         mpi_run("", runs[i][2], cmd, &r);
         cr_assert_eq(r.status, 0, "%s %s: status %d\n%s", app, runs[i][0], r.status, r.err);
         bool bit;
@@ -370,6 +376,58 @@ Test(exec, impossible_configurations_are_refused_before_work, .timeout = 120)
     cr_assert(strstr(r.err, "scanprop: --parallel zigzag"), "%s", r.err);
 }
 
+/* mpirun without --parallel would run W independent trainings: rank 0 refuses, once. */
+Test(exec, mpirun_without_parallel_is_refused, .timeout = 60)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS, bin("demo"));
+    mpi_run("", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 2, "status %d, want 2\n%s", r.status, r.err);
+    cr_assert(strstr(r.err, "scanprop: demo: started by mpirun with 2 ranks but without --parallel"), "%s", r.err);
+    cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "want one line:\n%s", r.err);
+    cr_assert(!strstr(r.out, "\"app\""), "work was done: %s", r.out);
+}
+
+/* Ranks that run another program or other settings refuse before the first collective of
+ * the executor (a bucket of another size, a schedule of another length, rank 0's numbers
+ * used silently), naming what differs and where; --threads, --quiet and --comm-timeout
+ * may differ. */
+Test(exec, ranks_that_disagree_are_refused_before_work, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    const char *base = "--steps 3 --batch 32 --threads 1 --quiet --comm-timeout 5 --parallel ddp";
+    struct {
+        const char *a, *b, *want;
+    } cases[] = {
+        {"demo --layers 3", "demo --layers 3 --seed 2", "the ranks disagree on --seed (rank 0: 1): rank 1 differs"},
+        {"demo --layers 3", "demo --layers 3 --batch 64", "the ranks disagree on --batch (rank 0: 32): rank 1 differs"},
+        {"demo --layers 3", "rnn --samples 64 --seq-len 4", "the ranks disagree on the program (rank 0 runs demo"},
+    };
+    char cmd[2048];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char a[64], b[64];
+        snprintf(a, sizeof a, "%.*s", (int)strcspn(cases[i].a, " "), cases[i].a);
+        snprintf(b, sizeof b, "%.*s", (int)strcspn(cases[i].b, " "), cases[i].b);
+        snprintf(cmd, sizeof cmd, "%s %s%s : -np 1 %s %s%s", bin(a), base, strchr(cases[i].a, ' '), bin(b), base,
+                 strchr(cases[i].b, ' '));
+        mpi_run("", "-np 1", cmd, &r);
+        cr_assert_eq(r.status, 2, "%s | %s: status %d, want 2\n%s", cases[i].a, cases[i].b, r.status, r.err);
+        cr_assert(strstr(r.err, cases[i].want), "%s | %s: stderr lacks '%s':\n%s", cases[i].a, cases[i].b,
+                  cases[i].want, r.err);
+        cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "want one line:\n%s", r.err);
+        cr_assert(!strstr(r.out, "\"app\""), "work was done: %s", r.out);
+    }
+    /* what may differ per rank */
+    snprintf(cmd, sizeof cmd, "%s --layers 3 %s : -np 1 %s --layers 3 --steps 3 --batch 32 --threads 2 --parallel ddp",
+             bin("demo"), base, bin("demo"));
+    mpi_run("", "-np 1", cmd, &r);
+    cr_assert_eq(r.status, 0, "--threads, --quiet, --comm-timeout differ: status %d\n%s", r.status, r.err);
+    cr_assert_eq(count_lines(r.out, "\"app\""), 1, "%s", r.out);
+}
+
 Test(exec, a_rank_that_hangs_mid_step_stops_the_others, .timeout = 120)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
@@ -382,7 +440,31 @@ Test(exec, a_rank_that_hangs_mid_step_stops_the_others, .timeout = 120)
     cr_assert(strstr(r.err, "scanprop: rank 0: ") && strstr(r.err, "rank 1") && strstr(r.err, "during step 2, job ") &&
                   strstr(r.err, "no answer within 5 s"),
               "stderr:\n%s", r.err);
+    /* 2 ranks x 1 thread: oversubscribed only on a one-core machine */
+    if (sysconf(_SC_NPROCESSORS_ONLN) >= 2) cr_assert(!strstr(r.err, "oversubscribed"), "stderr:\n%s", r.err);
     cr_assert(!strstr(r.out, "\"app\""));
+}
+
+/* The same hang on a node with more threads (ranks x --threads) than online cores: the
+ * line adds that the peer may only be starved of CPU, with the numbers. */
+Test(exec, a_timeout_on_an_oversubscribed_node_says_so, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 64) cr_skip_test("%ld cores: 2 ranks of at most 64 threads do not oversubscribe them", cores);
+    static mpi_result r;
+    char cmd[1024], want[160];
+    int threads = (int)cores;   /* 2 ranks x cores threads > cores */
+    snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 4 --batch 32 --quiet --threads %d --parallel gpipe "
+             "--microbatches 4 --comm-timeout 2", bin("demo"), threads);
+    mpi_run("SCANPROP_EXEC_FAULT=hang:1:2", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 2, "status %d, want 2\n%s", r.status, r.err);
+    snprintf(want, sizeof want, "oversubscribed, 2 ranks x %d thread%s on %ld online cores", threads,
+             threads == 1 ? "" : "s", cores);
+    cr_assert(strstr(r.err, "no answer within 2 s (a peer died, hung or runs a different schedule, or, likely here, "
+                            "is starved of CPU") && strstr(r.err, want) && strstr(r.err, "raise --comm-timeout"),
+              "want '%s' in:\n%s", want, r.err);
+    cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "want one line:\n%s", r.err);
 }
 
 Test(exec, a_rank_that_exits_mid_step_ends_the_job, .timeout = 120)
@@ -397,6 +479,55 @@ Test(exec, a_rank_that_exits_mid_step_ends_the_job, .timeout = 120)
     /* mpirun names the dead process: "Process name: [[job,1],1]" (or "process rank 1") */
     cr_assert(strstr(r.err, ",1],1]") || strstr(r.err, "process rank 1"), "stderr:\n%s", r.err);
     cr_assert(!strstr(r.out, "\"app\""));
+}
+
+/* ---- measured vs predicted: like with like ----------------------------------------------- */
+
+static double json_number(const char *out, const char *key)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    const char *p = strstr(out, k);
+    cr_assert_not_null(p, "no %s in the JSON line: %s", k, out);
+    return strtod(p + strlen(k), NULL);
+}
+
+/* bench/distributed.sh divides the measured step by the simulated latency of the costs
+ * --costs-out wrote. Both sides are means over the steps after the first: here rank 0's
+ * first step computes one job 1 s longer (SCANPROP_EXEC_FAULT=slow), which must reach
+ * neither "step_mean_ms" nor the costs (it does reach busy_ms, which counts every step).
+ * On one rank the step holds every job, so the prediction from the mean job costs is
+ * at most the mean step, by construction (a median step broke this: 1f1b at 0.91). */
+Test(exec, costs_out_and_step_mean_leave_out_the_first_step, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[1024];
+    const char *costs = tmp("mean-costs.csv");
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 2 --costs-out %s", bin("demo"),
+             costs);
+    mpi_run("SCANPROP_EXEC_FAULT=slow:0:1:1000", "-np 1", cmd, &r);
+    cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
+    double step_mean = json_number(r.out, "step_mean_ms");
+    const char *b = strstr(r.out, "\"busy_ms\": [");
+    cr_assert_not_null(b, "%s", r.out);
+    double busy = strtod(b + strlen("\"busy_ms\": ["), NULL);
+    cr_assert(busy >= 200, "the injected second is not in the first step's compute: busy %.3f ms per step", busy);
+    cr_assert(step_mean > 0 && step_mean < 100, "step_mean_ms %.3f: the slowed first step is in it", step_mean);
+    sp_costs *c = sp_costs_read_csv(costs);
+    sp_sched_config sc = {.stages = c->stages, .micro = 2, .workers = 1, .split = -1, .no_input_grad = true};
+    sp_schedule *s = sp_schedule_new(sp_scheme_find("gpipe"), &sc, c);
+    sp_sim sim;
+    sp_simulate(s, c, &sim);
+    double predicted = 1e-3 * sim.latency;   /* µs → ms */
+    cr_assert(predicted > 0 && predicted < 100, "predicted %.3f ms: the slowed first step is in the costs",
+              predicted);
+    cr_assert(predicted <= step_mean * (1 + 1e-3), "one rank: predicted compute %.4f ms > mean step %.4f ms",
+              predicted, step_mean);
+    sp_sim_free(&sim);
+    sp_schedule_free(s);
+    sp_costs_free(c);
+    remove(costs);
 }
 
 /* ---- communication hidden behind the backward ------------------------------------------- */
@@ -626,6 +757,90 @@ Test(exec, scan_plan_prints_ceil_log2_w_levels, .timeout = 300)
     check_plan("rnn", "--seq-len 16 --samples 64 --batch 8 --threads 1", 4);
 }
 
+/* LeNet's stage costs (docs/distributed-lenet-costs.csv): at 4 ranks and a batch of 48 they
+ * place layers 1-2 (4704 -> 1176 per sample) on rank 1 and conv2 (1176 -> 1600) on rank 2. */
+static const char *lenet_scan_costs(void)
+{
+    const char *path = tmp("lenet-costs.csv");
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "layer,fwd,bwd_grad,bwd_delta\n");
+    const double c[12][3] = {{624.7, 1023.8, 0.1}, {119.4, 0.16, 253.9}, {58.6, 0.53, 127.9}, {310.9, 1642.0, 1600.9},
+                             {105.1, 0.06, 56.4},  {102.2, 0.08, 76.6},  {3.3, 0.1, 39.3},    {247.5, 140.1, 184.8},
+                             {1.4, 0.07, 1.8},     {37.4, 58.8, 72.1},   {0.87, 0.12, 1.63},  {13.65, 5.76, 3.24}};
+    for (int s = 0; s < 12; s++) fprintf(f, "l%d,%g,%g,%g\n", s, c[s][0], c[s][1], c[s][2]);
+    fclose(f);
+    return path;
+}
+
+/* Every T the scan ends with is a vector, so no product it forms may be a matrix–matrix
+ * one: each FLOPs figure of a level is at most 2·n·Σ in_r·out_r (every element applied
+ * to a vector once). Forming T_1·T_2 as matrices, (4704 x 1176)·(1176 x 1600) per sample,
+ * is 8.5e11 FLOPs at a batch of 48 — the minutes per step of 4 LeNet ranks. */
+Test(exec, scan_levels_form_matrix_vector_products_only, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) cr_skip_test("no Fashion-MNIST");
+    static mpi_result r;
+    char cmd[1024];
+    const char *costs = lenet_scan_costs();
+    const int n = 48;
+    snprintf(cmd, sizeof cmd, "%s --batch %d --threads 1 --parallel scan --plan --costs %s", bin("lenet"), n, costs);
+    mpi_run("", "-np 4", cmd, &r);
+    cr_assert_eq(r.status, 0, "plan: status %d\n%s", r.status, r.err);
+    double elements = 0;
+    int segments = 0, products = 0;
+    for (const char *line = r.out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        int rank, in, out;
+        const char *bracket = strchr(line, '[');
+        if (sscanf(line, "segment: rank %d", &rank) == 1 && bracket && sscanf(bracket, "[%d -> %d", &in, &out) == 2) {
+            elements += (double)in * out;
+            segments++;
+        }
+    }
+    cr_assert_eq(segments, 4, "want 4 segment lines:\n%s", r.out);
+    double bound = 2.0 * n * elements;
+    for (const char *line = r.out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, "level ", 6) != 0) continue;
+        const char *end = strchr(line, '\n');
+        for (const char *p = strstr(line, " FLOPs"); p && (!end || p < end); p = strstr(p + 1, " FLOPs")) {
+            const char *num = p;
+            while (num > line && num[-1] != ' ') num--;
+            double flops = strtod(num, NULL);
+            products++;
+            cr_assert(flops <= bound, "a level forms a %.4g-FLOP product, more than the %.4g of matrix-vector "
+                      "products:\n%s", flops, bound, r.out);
+        }
+    }
+    cr_assert(products >= 1, "no product on the level lines:\n%s", r.out);
+    remove(costs);
+}
+
+/* The run itself: one LeNet step on 4 ranks (2 cores in CI: oversubscribed) ends within
+ * the default 60 s --comm-timeout, where it took minutes, and matches linear BP. */
+Test(exec, lenet_scan_on_4_ranks_matches_linear_bp_within_the_timeout, .timeout = 300)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) cr_skip_test("no Fashion-MNIST");
+    static mpi_result r;
+    char cmd[2048];
+#define LENET_SCAN_FLAGS "--steps 1 --batch 48 --threads 1 --quiet"
+    const char *costs = lenet_scan_costs(), *ref = tmp("lscan-ref.safetensors"), *par = tmp("lscan-par.safetensors");
+    snprintf(cmd, sizeof cmd, "%s " LENET_SCAN_FLAGS " --save %s >/dev/null", bin("lenet"), ref);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s " LENET_SCAN_FLAGS " --parallel scan --costs %s --save %s", bin("lenet"), costs,
+             par);
+    mpi_run("", "-np 4", cmd, &r);
+    cr_assert_eq(r.status, 0, "lenet scan -np 4: status %d after %.1f s\n%s", r.status, r.seconds, r.err);
+    cr_assert(strstr(r.out, "\"workers\": 4"), "%s", r.out);
+    bool bit;
+    double d = compare(par, ref, &bit);
+    cr_assert(d <= 1e-6, "lenet scan -np 4 vs linear BP: max rel diff %.3g > 1e-6", d);
+    remove(par);
+    remove(ref);
+    remove(costs);
+}
+
 /* ---- ooo's data-parallel order ------------------------------------------------------------ */
 
 Test(exec, ddp_with_ooo_order_gives_the_same_weights, .timeout = 300)
@@ -640,9 +855,9 @@ Test(exec, ddp_with_ooo_order_gives_the_same_weights, .timeout = 300)
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "ddp: %s", r.err);
     snprintf(cmd, sizeof cmd,
-             "%s " DEMO_FLAGS " --parallel ddp --backward ooo --microbatches 2 --bucket-mb 0.001 --costs %s "
-             "--exec-order %s --save %s",
-             bin("demo"), plan, order, b);
+             "%s " DEMO_FLAGS " --parallel ddp --backward ooo --microbatches 2 --bucket-mb 0.001 --exec-order %s "
+             "--save %s",
+             bin("demo"), order, b);
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "ddp --backward ooo: %s", r.err);
     bool bit;

@@ -3,11 +3,14 @@
  * position, data order), for SGD with momentum and for Adam; resuming with other
  * settings or from a file that is not a resumable checkpoint is refused with one line. */
 #include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/wait.h>
+#include "core/io/safetensors.h"
 #include "tests/testutil.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
@@ -170,4 +173,183 @@ Test(resume, refuses_other_settings_and_plain_checkpoints)
     /* a resumable checkpoint is still an ordinary weights file for --load */
     snprintf(cmd, sizeof cmd, "%s %s --steps 1 --load %s/r.st", tu_bin("rnn"), a, dir);
     cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0, "--load of a resumable checkpoint failed");
+}
+
+/* ---- hostile and edge cases of a resume ------------------------------------------------ */
+
+#define SMALL "--quiet --seq-len 10 --samples 64 --batch 16 --hidden 8"
+
+/* Overwrites element `index` of tensor `name` in the safetensors file at path with the
+ * `size` bytes at v (in place: the header stays as it is). */
+static void patch(const char *path, const char *name, size_t index, const void *v, size_t size)
+{
+    sp_st_file *f = sp_st_open(path);
+    cr_assert_not_null(f, "%s", sp_last_error());
+    const sp_st_tensor *t = sp_st_find(f, name);
+    cr_assert_not_null(t, "%s has no %s", path, name);
+    cr_assert_eq(sp_st_dtype_size(t->dtype), size);
+    uint64_t at = t->offset + index * size;
+    sp_st_close(f);
+    FILE *fp = fopen(path, "r+b");
+    cr_assert_not_null(fp);
+    cr_assert_eq(fseek(fp, (long)at, SEEK_SET), 0);
+    cr_assert_eq(fwrite(v, 1, size, fp), size);
+    fclose(fp);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "cp %s/%s %s/%s", dir, from, dir, to);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* A step count of 2^62 (UBSan: a pointer overflow in the timing arrays) and a step that
+ * does not match epoch x batches + batch are refused; a step past this run's limit is
+ * a finished run (nothing left to train: test_kill reads checkpoints this way). */
+Test(resume, impossible_step_counts_refused)
+{
+    char cmd[2048], path[256];
+    snprintf(cmd, sizeof cmd, "%s %s --steps 3 --save-every 3 --save %s/s.st", tu_bin("rnn"), SMALL, dir);
+    cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0);
+    copy_file("s.st", "huge.st");
+    snprintf(path, sizeof path, "%s/huge.st", dir);
+    int64_t huge = (int64_t)1 << 62, two = 2;
+    patch(path, "state/train/step", 0, &huge, sizeof huge);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s", tu_bin("rnn"), SMALL, path);
+    expect_refused(cmd, "inconsistent training state");
+    copy_file("s.st", "off.st");
+    snprintf(path, sizeof path, "%s/off.st", dir);
+    patch(path, "state/train/step", 0, &two, sizeof two);   /* epoch 0, batch 3: step 3 */
+    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s", tu_bin("rnn"), SMALL, path);
+    expect_refused(cmd, "inconsistent training state");
+    char last[8192];
+    snprintf(cmd, sizeof cmd, "%s %s --steps 2 --resume %s/s.st", tu_bin("rnn"), SMALL, dir);
+    cr_assert_eq(run(cmd, last, sizeof last, NULL, 0), 0, "%s", cmd);
+    cr_assert(strstr(last, "\"steps\": 3,"), "%s", last);
+}
+
+/* NaN in a weight, in the optimizer's state or in the epoch's loss sum is refused at
+ * load, naming the tensor (and the element); nothing trains on it. */
+Test(resume, non_finite_state_refused)
+{
+    char cmd[2048], path[256];
+    snprintf(cmd, sizeof cmd, "%s %s --steps 2 --save-every 2 --save %s/n.st", tu_bin("rnn"), SMALL, dir);
+    cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0);
+    sp_st_file *f = sp_st_open(strcat(strcpy(path, dir), "/n.st"));
+    cr_assert_not_null(f);
+    char weight[256], exp_avg[320];
+    snprintf(weight, sizeof weight, "%s", sp_st_at(f, 0)->name);
+    for (int i = 0; i < sp_st_count(f); i++)   /* a parameter's name: no state/ prefix */
+        if (strncmp(sp_st_at(f, i)->name, "state/", 6) != 0) snprintf(weight, sizeof weight, "%s", sp_st_at(f, i)->name);
+    sp_st_close(f);
+    snprintf(exp_avg, sizeof exp_avg, "state/optim/%s/exp_avg", weight);
+    float nan = NAN;
+    double dnan = NAN;
+    struct { const char *name; size_t index; const void *v; size_t size; const char *says; } cases[] = {
+        {weight, 1, &nan, sizeof nan, "[1] is nan"},
+        {exp_avg, 0, &nan, sizeof nan, "exp_avg[0] is nan"},
+        {"state/train/epoch_loss", 0, &dnan, sizeof dnan, "epoch_loss is nan"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        copy_file("n.st", "bad.st");
+        snprintf(path, sizeof path, "%s/bad.st", dir);
+        patch(path, cases[i].name, cases[i].index, cases[i].v, cases[i].size);
+        snprintf(cmd, sizeof cmd, "%s %s --steps 4 --resume %s", tu_bin("rnn"), SMALL, path);
+        expect_refused(cmd, cases[i].says);
+        if (i == 0) {   /* the weight's name is in the line; --load refuses it too */
+            expect_refused(cmd, weight);
+            snprintf(cmd, sizeof cmd, "%s %s --steps 1 --load %s", tu_bin("rnn"), SMALL, path);
+            expect_refused(cmd, cases[i].says);
+        }
+    }
+}
+
+/* A value of the JSON line (as printed), "" if absent. */
+static void json_value(const char *line, const char *key, char *out, size_t len)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    const char *p = strstr(line, k);
+    out[0] = 0;
+    if (!p) return;
+    p += strlen(k);
+    size_t n = strcspn(p, ",}");
+    snprintf(out, len, "%.*s", (int)(n < len ? n : len - 1), p);
+}
+
+/* A job killed after its last save resumes to its own results: the steps, epochs, the
+ * epoch's train loss and the final evaluation of the uninterrupted run; exit 0. */
+Test(resume, finished_checkpoint_reports_its_results)
+{
+    char cmd[2048], full[8192], again[8192], a[64], b[64];
+    snprintf(cmd, sizeof cmd, "%s %s --steps 4 --save-every 2 --save %s/f.st", tu_bin("rnn"), SMALL, dir);
+    cr_assert_eq(run(cmd, full, sizeof full, NULL, 0), 0);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 4 --save-every 2 --save %s/f.st --resume %s/f.st", tu_bin("rnn"), SMALL,
+             dir, dir);
+    cr_assert_eq(run(cmd, again, sizeof again, NULL, 0), 0, "%s", cmd);
+    const char *keys[] = {"steps", "epochs", "train_loss", "test_loss", "test_acc"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        json_value(full, keys[i], a, sizeof a);
+        json_value(again, keys[i], b, sizeof b);
+        cr_assert_str_eq(b, a, "resuming the finished checkpoint reports %s %s, the run had %s", keys[i], b, a);
+    }
+}
+
+/* The step,loss pairs of a --log file's training rows, one "step,loss" a line. */
+static void log_losses(const char *name, char *out, size_t len)
+{
+    char path[256], line[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    size_t k = 0;
+    out[0] = 0;
+    while (fgets(line, sizeof line, f)) {
+        long step;
+        int epoch;
+        char loss[64];
+        if (sscanf(line, "%ld,%d,%63[^,],", &step, &epoch, loss) == 3 && k < len)
+            k += (size_t)snprintf(out + k, len - k, "%ld,%s\n", step, loss);
+    }
+    fclose(f);
+}
+
+/* --resume with the same --log continues it from the checkpoint's step: the rows before
+ * it are kept, rows past it (a killed run's) are dropped; the training rows are those of
+ * the uninterrupted run. */
+Test(resume, log_continues_from_the_checkpoint)
+{
+    char cmd[2048], want[4096], got[4096];
+    snprintf(cmd, sizeof cmd, "%s %s --steps 4 --save-every 2 --save %s/a.st --log %s/full.csv", tu_bin("rnn"), SMALL,
+             dir, dir);
+    cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 2 --save-every 2 --save %s/b.st --log %s/part.csv", tu_bin("rnn"), SMALL,
+             dir, dir);
+    cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0);
+    char path[256];
+    snprintf(path, sizeof path, "%s/part.csv", dir);
+    FILE *f = fopen(path, "a");   /* what a run killed after step 3, before its save, leaves */
+    cr_assert_not_null(f);
+    fprintf(f, "3,0,99,0.001,0.5,,\n4,0,9");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 4 --save-every 2 --save %s/b.st --resume %s/b.st --log %s/part.csv",
+             tu_bin("rnn"), SMALL, dir, dir, dir);
+    cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0, "%s", cmd);
+    log_losses("full.csv", want, sizeof want);
+    log_losses("part.csv", got, sizeof got);
+    cr_assert_str_eq(got, want, "the resumed log's training rows differ from the uninterrupted run's");
+}
+
+/* The training set is among the settings a resume must match: another sample count or
+ * sequence length is refused, naming both. */
+Test(resume, other_dataset_refused)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s --steps 2 --save-every 1 --save %s/d.st", tu_bin("rnn"), SMALL, dir);
+    cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 4 --resume %s/d.st --samples 640", tu_bin("rnn"), SMALL, dir);
+    expect_refused(cmd, "saved on the training set bitstream(n=64");
+    snprintf(cmd, sizeof cmd, "%s %s --steps 4 --resume %s/d.st --seq-len 50", tu_bin("rnn"), SMALL, dir);
+    expect_refused(cmd, "T=50");
 }

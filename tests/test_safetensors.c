@@ -354,6 +354,33 @@ Test(safetensors, bad_json_message_names_file_and_byte)
     cr_assert_str_eq(sp_last_error(), want);
 }
 
+/* Names and metadata are JSON strings, and JSON text is UTF-8: the reference reader
+ * refuses invalid sequences (a stray continuation byte, a truncated sequence, an overlong
+ * form, a UTF-16 surrogate, a code point above U+10FFFF); valid ones are kept as is. */
+Test(safetensors, invalid_utf8_in_names_and_metadata_refused)
+{
+    const char *bad[] = {"\x80", "a\xc3", "\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xff"};
+    const char *path = tmp_path("utf8.safetensors");
+    char header[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(header, sizeof header, "{\"w%s\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", bad[i]);
+        write_st(path, header, "x", 1);
+        cr_assert_null(sp_st_open(path), "name with invalid UTF-8 #%zu accepted", i);
+        assert_error_has("invalid UTF-8");
+        snprintf(header, sizeof header, "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                 "\"__metadata__\":{\"k\":\"v%s\"}}", bad[i]);
+        write_st(path, header, "x", 1);
+        cr_assert_null(sp_st_open(path), "metadata with invalid UTF-8 #%zu accepted", i);
+        assert_error_has("invalid UTF-8");
+    }
+    write_st(path, "{\"w\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+             "x", 1);
+    sp_st_file *f = sp_st_open(path);
+    cr_assert_not_null(f, "%s", sp_last_error());
+    cr_assert_not_null(sp_st_find(f, "w\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"));
+    sp_st_close(f);
+}
+
 /* ---------------------------------------------------------------- models */
 
 static sp_model *small_model(int cin, uint64_t seed)
@@ -397,6 +424,30 @@ Test(model_ckpt, wrong_shape_is_one_precise_line)
     snprintf(want, sizeof want, "%s: conv1.weight has shape [6, 1, 5, 5], expected [6, 3, 5, 5]", path);
     cr_assert_str_eq(sp_last_error(), want);
     cr_assert_eq(m->params[0]->value.data[0], before, "the model is untouched");
+    sp_model_free(a);
+    sp_model_free(m);
+}
+
+/* A NaN or inf weight (a diverged run's file) is refused at load, naming the tensor and
+ * the index, and nothing is overwritten: loaded, it would train to NaN silently. */
+Test(model_ckpt, non_finite_values_refused_naming_tensor_and_index)
+{
+    sp_model *a = small_model(1, 1), *m = small_model(1, 7);
+    const char *path = tmp_path("nan.safetensors");
+    float keep = a->params[2]->value.data[3];
+    a->params[2]->value.data[3] = NAN;   /* fc.weight[3] */
+    OK(sp_model_save(a, path));
+    float before = m->params[0]->value.data[0];
+    cr_assert_eq(sp_model_load(m, path), SP_ERR, "a NaN weight was loaded");
+    char want[700];
+    snprintf(want, sizeof want, "%s: fc.weight[3] is nan", path);
+    assert_error_has(want);
+    cr_assert_eq(m->params[0]->value.data[0], before, "the model is untouched");
+    a->params[2]->value.data[3] = keep;
+    a->params[0]->value.data[5] = -INFINITY;
+    OK(sp_model_save(a, path));
+    cr_assert_eq(sp_model_load(m, path), SP_ERR, "an inf weight was loaded");
+    assert_error_has("conv1.weight[5] is -inf");
     sp_model_free(a);
     sp_model_free(m);
 }

@@ -287,6 +287,37 @@ static float *train_lenet_on(sp_dataset *d, const char *order, bool slow_conv1, 
     return w;
 }
 
+/* A configuration with only .steps and .log_path set (no eval_batch) is refused as a
+ * status naming the field, not by ending the process; the documented default
+ * constructor gives one that runs. */
+Test(train, zeroed_config_is_a_status_naming_the_field)
+{
+    sp_dataset *d = rand_images(16, 5), *test = rand_images(8, 6);
+    char log[512];
+    snprintf(log, sizeof log, "%s/cfg.csv", tu_tmpdir());
+    sp_train_cfg tc = {.steps = 2, .log_path = log, .quiet = true};
+    sp_train_result r;
+    size_t n;
+    free(train_lenet_on(d, NULL, false, false, test, &tc, &r, &n));
+    cr_assert_eq(r.status, SP_ERR, "a config without eval_batch was accepted");
+    cr_assert(strstr(sp_last_error(), "eval_batch"), "the error does not name the field: %s", sp_last_error());
+    cr_assert_eq(r.steps, 0);
+    tc = sp_train_cfg_default();
+    tc.steps = 2;
+    tc.log_path = log;
+    tc.quiet = true;
+    free(train_lenet_on(d, NULL, false, false, test, &tc, &r, &n));
+    cr_assert_eq(r.status, SP_OK, "%s", sp_last_error());
+    cr_assert_eq(r.steps, 2);
+    cr_assert(r.test_acc >= 0 && r.test_acc <= 1, "the default config evaluates: acc %g", r.test_acc);
+    tc.epochs = 0;
+    tc.steps = 0;
+    free(train_lenet_on(d, NULL, false, false, test, &tc, &r, &n));
+    cr_assert_eq(r.status, SP_ERR, "no limit was accepted");
+    sp_dataset_free(d);
+    sp_dataset_free(test);
+}
+
 /* 96 samples, 12 steps an epoch, shuffled (the loader reuses its buffers while a step's
  * last δW may still read the batch): every weight after two epochs, and the train loss. */
 static float *train_lenet(const char *order, size_t *nw, double *train_loss)

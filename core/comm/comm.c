@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 #include <sched.h>
+#include <unistd.h>
 #include "core/comm/comm.h"
 #include "core/error.h"
 #include "core/parallel.h"
@@ -73,6 +74,15 @@ static sp_comm *serial_split(sp_comm *c, int color, int key)
 static sp_comm g_serial_world = {.ops = &SERIAL_OPS, .rank = 0, .size = 1};
 static sp_comm *g_world = &g_serial_world;
 
+/* The ranks of this job on this node: Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, else the
+ * whole world is taken to share it. */
+static long node_ranks(void)
+{
+    const char *env = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long ranks = env ? strtol(env, NULL, 10) : sp_comm_size(g_world);
+    return ranks > 0 ? ranks : 1;
+}
+
 /* ---- the world ------------------------------------------------------------------------- */
 
 void sp_comm_init(int *argc, char ***argv)
@@ -89,6 +99,7 @@ void sp_comm_init(int *argc, char ***argv)
     if (g_world != &g_serial_world) return;
     sp_comm *w = sp_comm_mpi_world(argc, argv);
     if (w) g_world = w;
+    sp_parallel_set_node_procs((int)node_ranks());   /* the pool's threads stop spinning if they outnumber the cores */
 }
 
 sp_comm *sp_comm_world(void) { return g_world; }
@@ -104,7 +115,7 @@ static _Noreturn void vdie(sp_comm *c, bool print, const char *fmt, va_list ap)
 {
     fflush(stdout);
     if (print) {
-        char msg[512];
+        char msg[768];
         vsnprintf(msg, sizeof msg, fmt, ap);
         fprintf(stderr, "scanprop: rank %d: %s\n", c ? c->world_rank : 0, msg);
         fflush(stderr);
@@ -183,6 +194,21 @@ static void describe(const sp_req *r, char *buf, size_t len)
         snprintf(buf + n, len - (size_t)n, " on a communicator of %d ranks", c->size);
 }
 
+/* When this node runs more threads (its ranks × --threads) than it has online cores, a
+ * peer that does not answer in time may only be starved of CPU: say so in the timeout's
+ * line. Empty when the node is not oversubscribed. */
+static void oversubscription_hint(char *buf, size_t len)
+{
+    buf[0] = 0;
+    long ranks = node_ranks(), cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = sp_get_threads();
+    if (cores < 1 || ranks * threads <= cores) return;
+    snprintf(buf, len,
+             ", or, likely here, is starved of CPU: this node is oversubscribed, %ld ranks x %d thread%s on %ld "
+             "online cores; raise --comm-timeout or run fewer ranks or --threads",
+             ranks, threads, threads == 1 ? "" : "s", cores);
+}
+
 void sp_wait(sp_req *r)
 {
     if (!r->active) return;
@@ -191,10 +217,11 @@ void sp_wait(sp_req *r)
     while (!sp_test(r)) {
         double now = sp_now();
         if (now > deadline) {
-            char what[200];
+            char what[200], hint[256];
             describe(r, what, sizeof what);
-            sp_comm_die(r->comm, "%s%s%s: no answer within %g s (a peer died, hung or runs a different schedule)",
-                        what, g_label[0] ? " during " : "", g_label, g_timeout);
+            oversubscription_hint(hint, sizeof hint);
+            sp_comm_die(r->comm, "%s%s%s: no answer within %g s (a peer died, hung or runs a different schedule%s)",
+                        what, g_label[0] ? " during " : "", g_label, g_timeout, hint);
         }
         /* Spin briefly (a neighbour's message is often microseconds away), then yield the
          * core: ranks may outnumber cores (--oversubscribe). */

@@ -2,6 +2,7 @@
  * parameters and buffers, their PyTorch names, the "scanprop_model" metadata, and the
  * checks that refuse a file that does not fit the model before anything is overwritten.
  * The file format itself is core/io/safetensors.c. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,34 @@ static void note_problem(char *first, size_t len, int *count, const char *fmt, .
     va_end(ap);
 }
 
+int sp_check_finite_f32(const sp_st_file *f, const char *name, const float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return sp_error("%s: %s[%zu] is %g (expected finite values: a diverged run's checkpoint?)", sp_st_path(f),
+                            name, i, (double)v[i]);
+    return SP_OK;
+}
+
+/* Every parameter and buffer the file holds for m read into scratch and checked finite,
+ * before any is overwritten. */
+static int check_finite(const sp_st_file *f, const sp_model *m)
+{
+    size_t most = 1;
+    for (int i = 0; i < sp_model_nstate(m); i++)
+        if (sp_model_state(m, i)->value.numel > most) most = sp_model_state(m, i)->value.numel;
+    float *tmp = sp_file_alloc(most * sizeof *tmp, 0, sp_st_path(f));
+    if (!tmp) return SP_ERR;
+    int rc = SP_OK;
+    for (int i = 0; rc == SP_OK && i < sp_model_nstate(m); i++) {
+        const sp_param *p = sp_model_state(m, i);
+        rc = sp_st_read_f32(f, p->name, tmp, p->value.ndim, p->value.shape);
+        if (rc == SP_OK) rc = sp_check_finite_f32(f, p->name, tmp, p->value.numel);
+    }
+    free(tmp);
+    return rc;
+}
+
 int sp_model_load(sp_model *m, const char *path)
 {
     for (int i = 0; i < m->nparams; i++)
@@ -78,6 +107,7 @@ int sp_model_load(sp_model *m, const char *path)
                          "parameter)", name, m->name);
     }
     int rc = SP_OK;
+    if (!problems) rc = check_finite(f, m);   /* a NaN weight would train to NaN, silently */
     /* another model's checkpoint: its 20 mismatches say less than its name */
     if (problems && sp_model_check_saved_name(f, m) != SP_OK)
         rc = SP_ERR;

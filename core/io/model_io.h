@@ -24,13 +24,16 @@ extern "C" {
  * Atomic (core/io/fileio.h): a failed save leaves the old file intact. */
 int sp_model_save(const sp_model *m, const char *path) SP_MUST_CHECK;
 /* Checks first, writes after: every parameter present with its shape and a float dtype,
- * no unexpected tensors; otherwise SP_ERR with one line naming the first problem (and
+ * no unexpected tensors, every value finite; otherwise SP_ERR with one line naming the first problem (and
  * how many more), and the model is untouched. (Only a read error after the checks —
  * the file truncated under us — can leave some parameters loaded.) When the file does
  * not fit and its "scanprop_model" names another model, the line says that instead:
  * "FILE is a lenet checkpoint, not a vgg11 one". A file that fits loads whatever its
  * metadata says (the name is a label, e.g. of a renamed or exported model). */
 int sp_model_load(sp_model *m, const char *path) SP_MUST_CHECK;
+/* Every value is finite, else SP_ERR "FILE: NAME[i] is nan (expected finite values ...)".
+ * sp_model_load refuses a non-finite parameter or buffer this way before writing any. */
+int sp_check_finite_f32(const sp_st_file *f, const char *name, const float *v, size_t n) SP_MUST_CHECK;
 
 /* SP_OK if f's "scanprop_model" is absent or m->name; otherwise SP_ERR with
  * "FILE is a X checkpoint, not a Y one" in sp_last_error(). For loaders that found a

@@ -132,6 +132,25 @@ static size_t put_utf8(char *o, unsigned cp)
     o[2] = (char)(0x80 | (cp >> 6 & 63)); o[3] = (char)(0x80 | (cp & 63)); return 4;
 }
 
+/* The length of the valid UTF-8 sequence at s (lead byte >= 0x80, len bytes left), or 0:
+ * RFC 3629's table — no overlong forms, no surrogates, nothing above U+10FFFF (what the
+ * reference reader, Rust's str, accepts). */
+static size_t utf8_len(const char *str, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t n = s[0] >= 0xC2 && s[0] <= 0xDF ? 2 : s[0] >= 0xE0 && s[0] <= 0xEF ? 3 : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : 0;
+    if (!n || n > len) return 0;
+    unsigned lo = 0x80, hi = 0xBF;   /* the second byte's range */
+    if (s[0] == 0xE0) lo = 0xA0;
+    if (s[0] == 0xED) hi = 0x9F;
+    if (s[0] == 0xF0) lo = 0x90;
+    if (s[0] == 0xF4) hi = 0x8F;
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+    return n;
+}
+
 /* A buffer of n bytes owned by the file (freed by sp_st_close, also after a failure). */
 static char *own(sp_st_file *f, size_t n)
 {
@@ -155,6 +174,14 @@ static char *jstring(jparser *p)
         unsigned char c = (unsigned char)p->s[p->pos++];
         if (c == '"') break;
         if (c < 0x20) jfail(p, "control character in string");
+        if (c >= 0x80) {   /* raw UTF-8: one whole, shortest-form, non-surrogate sequence */
+            size_t n = utf8_len(p->s + p->pos - 1, p->len - (p->pos - 1));
+            if (!n) jfail(p, "invalid UTF-8 in string");
+            memcpy(out + k, p->s + p->pos - 1, n);
+            k += n;
+            p->pos += n - 1;
+            continue;
+        }
         if (c != '\\') { out[k++] = (char)c; continue; }
         char e = p->pos < p->len ? p->s[p->pos++] : 0;
         const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";

@@ -27,6 +27,11 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
     x->m = m;
     x->opt = o;
     x->cfg = *cfg;
+    /* One name per scheme: ddp with ooo's order is "ddp-ooo" (--parallel ddp-ooo, or the
+     * apps' older spelling --parallel ddp --backward ooo), as build/schedule names it. */
+    if (!strcmp(cfg->scheme, "ddp-ooo")) x->cfg.ooo = true;
+    else if (cfg->ooo && !strcmp(cfg->scheme, "ddp")) x->cfg.scheme = "ddp-ooo";
+    cfg = &x->cfg;
     x->batch = batch;
     x->B = cfg->micro > 0 ? cfg->micro : is_scan(cfg->scheme) ? 1 : is_pipeline(cfg->scheme) ? 2 * x->W : x->W;
     x->in_numel = sp_shape_numel(sample_ndim, sample_shape);
@@ -64,7 +69,7 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
     /* $SCANPROP_EXEC_STEPWISE=1: every update at the end of its own step (the comparison
      * in docs/DISTRIBUTED.md) */
     const char *stepwise = getenv("SCANPROP_EXEC_STEPWISE");
-    x->deferred = !strcmp(cfg->scheme, "ddp") && x->nbuckets > 0 && !(stepwise && !strcmp(stepwise, "1"));
+    x->deferred = is_ddp(cfg->scheme) && x->nbuckets > 0 && !(stepwise && !strcmp(stepwise, "1"));
     for (int j = 0; j < x->sched->njobs && !x->tscan; j++)
         if (local(x, j) && x->sched->jobs[j].dir == SP_FWD && x->sched->jobs[j].stage == x->S - 1) x->loss_jobs++;
     for (int s = 0; s < x->S; s++)
@@ -121,6 +126,25 @@ int sp_exec_rank(const sp_exec *x) { return x->rank; }
 int sp_exec_workers(const sp_exec *x) { return x->W; }
 const sp_schedule *sp_exec_schedule(const sp_exec *x) { return x->sched; }
 const sp_costs *sp_exec_costs(const sp_exec *x) { return x->costs; }
+const char *sp_exec_scheme(const sp_exec *x) { return x->cfg.scheme; }
+
+/* The schedules build/schedule simulates, and scan (BPPSA across ranks: GPipe's forward,
+ * then a scan, no schedule of its own) — the one list --parallel offers. */
+const char *sp_exec_scheme_names(void)
+{
+    static char buf[512];
+    snprintf(buf, sizeof buf, "%s|scan", sp_scheme_names());
+    return buf;
+}
+
+bool sp_exec_scheme_known(const char *name)
+{
+    const char *names = sp_exec_scheme_names();
+    size_t n = strlen(name);
+    for (const char *p = names; *p; p += strcspn(p, "|"), p += *p == '|')
+        if (strcspn(p, "|") == n && !strncmp(p, name, n)) return true;
+    return false;
+}
 
 /* ---- a step ---------------------------------------------------------------------------- */
 
@@ -163,9 +187,9 @@ static void start_loss(sp_exec *x)
     x->loss_started = true;
 }
 
-/* $SCANPROP_EXEC_FAULT = exit:RANK:STEP | hang:RANK:STEP — the tests' injected fault:
- * that rank exits (without MPI_Finalize) or stops answering halfway through its jobs of
- * that step (counted from 1). */
+/* $SCANPROP_EXEC_FAULT = exit:RANK:STEP | hang:RANK:STEP | slow:RANK:STEP:MS — the tests'
+ * injected fault: halfway through its jobs of that step (counted from 1) that rank exits
+ * (without MPI_Finalize), stops answering, or computes its next job MS ms longer. */
 static void maybe_fault(sp_exec *x, int i, int njobs)
 {
     const char *f = getenv("SCANPROP_EXEC_FAULT");
@@ -173,7 +197,10 @@ static void maybe_fault(sp_exec *x, int i, int njobs)
     char kind[8] = "";
     int rank = -1;
     long step = -1;
-    if (sscanf(f, "%7[a-z]:%d:%ld", kind, &rank, &step) != 3 || rank != x->rank || step != x->steps + 1) return;
+    double ms = 0;
+    if (sscanf(f, "%7[a-z]:%d:%ld:%lf", kind, &rank, &step, &ms) < 3 || rank != x->rank || step != x->steps + 1)
+        return;
+    if (!strcmp(kind, "slow")) x->delay_s = 1e-3 * ms;
     if (!strcmp(kind, "exit")) _exit(3);
     if (!strcmp(kind, "hang"))
         for (;;) pause();
@@ -225,8 +252,13 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
     double t1 = sp_now();
     sp_exec_trace_add(x, WAIT_LOSS, l0, t1);
     x->busy += x->fwd_s + x->bwd_s;
-    x->comm_s += sp_comm_wait_seconds() - c0;
+    double c1 = sp_comm_wait_seconds();
+    x->comm_s += c1 - c0;
     x->wall += t1 - t0;
+    if (x->steps > 0) {   /* the first step warms up (left out as from the measured costs) */
+        x->wall_late += t1 - t0;
+        x->comm_late += c1 - c0;
+    }
     x->steps++;
     if (fwd_s) *fwd_s = x->fwd_s;
     if (bwd_s) *bwd_s = x->bwd_s;

@@ -29,8 +29,9 @@
  * fewer micro-batches than data-parallel workers, a batch that B does not divide) are
  * refused with one line before any rank starts work.
  *
- * Two variants: cfg.ooo with "ddp" runs the schedule "ddp-ooo" (ooo's reverse first-k
- * order of δ and G); "scan" is BPPSA across ranks — GPipe's forward with one
+ * The schemes are build/schedule's (sp_scheme_names) and "scan" (sp_exec_scheme_names):
+ * "ddp-ooo" is ddp in ooo's reverse first-k order of δ and G (cfg.ooo with "ddp" is the
+ * same run, the apps' --parallel ddp --backward ooo); "scan" is BPPSA across ranks — GPipe's forward with one
  * micro-batch, then a scan over the ranks' products of transposed Jacobians (exec_scan.c),
  * or, when the first layer is recurrent (rnn, gru), a scan over its time steps split
  * into one segment per rank (the forward then runs whole on every rank). */
@@ -45,7 +46,8 @@
 #include "schedulers/parallel/schedule.h"
 
 typedef struct sp_exec_cfg {
-    const char *scheme;        /* ddp | fsdp | gpipe | 1f1b | lpp | fslpp | ooo-ff | ooo-modulo | scan */
+    const char *scheme;        /* one of sp_exec_scheme_names(): ddp | fsdp | gpipe | 1f1b | lpp |
+                                  fslpp | ooo-ff | ooo-modulo | ddp-ooo | scan            */
     int micro;                 /* B; 0: W (data parallel), 2·W (pipelines)              */
     int groups;                /* lpp/fslpp: G (R = W / G); 0: 1                         */
     const char *partition;     /* "cost" (default: measured stage costs) | "layerpipe"  */
@@ -55,10 +57,10 @@ typedef struct sp_exec_cfg {
                                   sp_exec_finish): the calibration for build/schedule    */
     const char *order_out;     /* write "rank job-label ..." lines: the executed order   */
     const char *trace_path;    /* Chrome/Perfetto trace of every rank's jobs and waits   */
-    bool ooo;                  /* ddp: ooo's reverse first-k order of the weight gradients
-                                  (the schedule "ddp-ooo"), over the first k parameterised
-                                  layers; k <= 0: half of them                           */
-    int k;
+    bool ooo;                  /* with "ddp": the scheme "ddp-ooo" (an error elsewhere)   */
+    int k;                     /* ddp-ooo: ooo's reverse first-k order of the weight
+                                  gradients over the first k parameterised layers; k <= 0:
+                                  half of them                                           */
 } sp_exec_cfg;
 
 typedef struct sp_exec sp_exec;
@@ -82,13 +84,22 @@ int sp_exec_rank(const sp_exec *x);
 int sp_exec_workers(const sp_exec *x);
 const sp_schedule *sp_exec_schedule(const sp_exec *x);
 const sp_costs *sp_exec_costs(const sp_exec *x);
+const char *sp_exec_scheme(const sp_exec *x);   /* the scheme that runs: "ddp-ooo" for ddp + ooo */
+
+/* The names --parallel takes, '|'-separated: build/schedule's schemes, then "scan". */
+const char *sp_exec_scheme_names(void);
+bool sp_exec_scheme_known(const char *name);
 
 /* Totals since sp_exec_new, gathered over the ranks (collective): per rank busy seconds
- * (inside jobs), comm seconds (waiting on communication) and wall seconds of steps. */
+ * (inside jobs), comm seconds (waiting on communication) and wall seconds of steps;
+ * step_mean / comm_mean: seconds per step after the first, wall / waiting on
+ * communication, mean over the ranks (NaN before step 2) — the statistic of the job costs
+ * --costs-out writes, so a prediction from those compares like with like. */
 typedef struct sp_exec_stats {
     int workers;
     long steps;
     double *busy, *comm, *wall;   /* [workers] */
+    double step_mean, comm_mean;
 } sp_exec_stats;
 void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st);
 void sp_exec_stats_free(sp_exec_stats *st);

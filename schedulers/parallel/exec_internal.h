@@ -89,6 +89,8 @@ struct sp_exec {
     /* accounting */
     long steps;
     double busy, comm_s, wall, fwd_s, bwd_s;
+    double wall_late, comm_late;   /* wall and comm seconds of the steps after the first */
+    double delay_s;          /* $SCANPROP_EXEC_FAULT=slow: added to the next job's compute */
     int *order_rec;          /* the first step's executed job ids                    */
     int norder;
     trace_ev *ev;
@@ -126,7 +128,8 @@ static inline bool is_pipeline(const char *name)
            is_scan(name);
 }
 static inline bool is_looped(const char *name) { return !strcmp(name, "lpp") || !strcmp(name, "fslpp"); }
-static inline bool is_data(const char *name) { return !strcmp(name, "ddp") || !strcmp(name, "fsdp"); }
+static inline bool is_ddp(const char *name) { return !strcmp(name, "ddp") || !strcmp(name, "ddp-ooo"); }
+static inline bool is_data(const char *name) { return is_ddp(name) || !strcmp(name, "fsdp"); }
 
 /* ---- setup (exec_setup.c) ---------------------------------------------------------------- */
 

@@ -2,6 +2,7 @@
  * the ranks' busy / comm / wall totals, and the files of sp_exec_finish: --exec-order (the
  * first step's executed order), --trace (Chrome/Perfetto JSON) and --costs-out (the
  * measured stage costs, the calibration build/schedule --profile reads). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,13 +36,23 @@ void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st)
 {
     st->workers = x->W;
     st->steps = x->steps;
-    float mine[3] = {(float)x->busy, (float)x->comm_s, (float)x->wall};
-    float *all = sp_xmalloc(sizeof(float) * 3 * (size_t)x->W);
-    sp_allgather(x->world, mine, all, 3);
+    enum { K = 5 };
+    float mine[K] = {(float)x->busy, (float)x->comm_s, (float)x->wall, (float)x->wall_late, (float)x->comm_late};
+    float *all = sp_xmalloc(sizeof(float) * K * (size_t)x->W);
+    sp_allgather(x->world, mine, all, K);
     st->busy = sp_xmalloc(sizeof(double) * (size_t)x->W);
     st->comm = sp_xmalloc(sizeof(double) * (size_t)x->W);
     st->wall = sp_xmalloc(sizeof(double) * (size_t)x->W);
-    for (int r = 0; r < x->W; r++) st->busy[r] = all[3 * r], st->comm[r] = all[3 * r + 1], st->wall[r] = all[3 * r + 2];
+    double wall = 0, comm = 0;
+    for (int r = 0; r < x->W; r++) {
+        const float *a = all + K * r;
+        st->busy[r] = a[0], st->comm[r] = a[1], st->wall[r] = a[2];
+        wall += a[3];
+        comm += a[4];
+    }
+    double n = x->steps > 1 ? (double)x->W * (double)(x->steps - 1) : NAN;
+    st->step_mean = wall / n;
+    st->comm_mean = comm / n;
     free(all);
 }
 
@@ -144,7 +155,14 @@ static void write_trace(sp_exec *x)
 
 /* --costs-out: the stage costs this run measured (mean compute µs of each stage's F, δ
  * and G jobs over every rank and every step but the first), the calibration that
- * build/schedule --profile reads. Falls back to the planning costs after one step. */
+ * build/schedule --profile reads. Falls back to the planning costs after one step.
+ * The mean, not the median: a step is a sum (and max) of jobs along the schedule's
+ * critical path, and a mean of sums is the sum of the means, so the simulated latency
+ * from mean job costs predicts the MEAN step (the JSON's "step_mean_ms", over the same
+ * steps). Medians do not add: a median step leaves out the slow steps whose slow jobs
+ * still raise the mean job costs (the bench once showed 1f1b at 0.91 of its compute-only
+ * bound that way). The first step is left out of both: it warms the tapes and caches up,
+ * and rank 0 has just measured the planning costs. */
 static void write_costs(sp_exec *x)
 {
     float *v = sp_xmalloc(sizeof(float) * 6 * (size_t)x->S);

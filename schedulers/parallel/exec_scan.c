@@ -4,21 +4,32 @@
  * element of the scan is the product of its transposed Jacobians, per sample,
  *     P_r = Jᵀ_{a_r} · … · Jᵀ_{b_r}        (in_{a_r} × out_{b_r}),
  * and the last rank's is the vector v = P_{W−1}·∇y l. The ranks run an inclusive suffix
- * scan (Hillis–Steele: at level k, rank r receives T_{r+2^k} and forms T_r·T_{r+2^k}),
- * ⌈log₂ W⌉ levels of send/recv, after which T_r is ∂l/∂(input of segment r); one more
- * exchange hands T_{r+1} to rank r as ∂l/∂(output of its segment), and each rank
- * back-propagates its own segment linearly from there (its δ and G). Rank 0's element
- * is never needed (nobody reads T_0), so rank 0 does not form it.
+ * scan in Hillis–Steele's pattern, ⌈log₂ W⌉ levels of send/recv: at the level of span k,
+ * rank r receives from rank r + k what that rank holds of the ranks r+k … r+2k−1. After
+ * the levels rank r holds T_{r+1} = P_{r+1} ⋯ P_{W−2}·v = ∂l/∂(output of its segment) and
+ * back-propagates its own segment linearly from there (its δ and G); rank 1 hands its δ,
+ * T_1, to rank 0, which takes no part in the levels (nobody reads T_0).
+ *
+ * Right to left. Every T the ranks need is a vector (the chain ends in ∇y l), so the
+ * matrices are never multiplied into each other: the textbook combine T_r·T_{r+k} is a
+ * matrix–matrix product of in_r × out_r × out_{r+k} per sample — at 4 ranks LeNet's
+ * (4704 × 1176)·(1176 × 1600), 8.5e11 FLOPs for a batch of 48, which made one step take
+ * minutes. A rank keeps the matrices it receives as factors and passes them on as they
+ * are; when the vector arrives it multiplies it through them, one matrix–vector product
+ * each, and from then on it sends the vector T_r = P_r·T_{r+1}. The levels and their
+ * pairs are Hillis–Steele's; the messages carry up to k factors instead of one product.
+ * Only the ranks 2 … W−2 form their element (rank 1's is read by nobody: it applies its
+ * segment's backward to T_2 instead).
  *
  * Over time (a recurrent first layer, SEQ_LAST: rnn, gru): every rank runs the whole
  * forward (the recurrence is sequential; a pipeline over time would take as long) and
  * the backward of the layers after the recurrent one, which gives ∇h_T. The time steps
  * 1..T are split into W contiguous segments [a_r, b_r]; the chain ∇h_{t−1} = Jᵀ_t·∇h_t
  * (the op's chain_jt, H × H) is scanned exactly as above with P_r = Jᵀ_{a_r} ⋯ Jᵀ_{b_r}
- * and v = ∇h_{a_{W−1}−1}; after the hand-off each rank recovers ∇h_t of its own steps
- * with T/W matrix–vector products. The ranks then allgather the segments of ∇h and each
- * computes the weight gradients from the whole [B, T, H] (the op's
- * chain_backward_params, Eq. 2 of [B]) — the same sums on every rank, so no gradient
+ * and v = ∇h_{a_{W−1}−1}; after the levels each rank recovers ∇h_t of its own steps
+ * with T/W matrix–vector products from ∇h_{b_r} = T_{r+1}. The ranks then allgather the
+ * segments of ∇h and each computes the weight gradients from the whole [B, T, H] (the
+ * op's chain_backward_params, Eq. 2 of [B]) — the same sums on every rank, so no gradient
  * collective is needed and every rank steps the optimizer. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,19 +72,57 @@ static seg segment_of(const sp_exec *x, int r)
     return g;
 }
 
-/* Every rank holds a segment, and no element is out of reach (dense per sample). */
+/* Rank r forms its element P_r when a rank below it (other than rank 0) reads it before
+ * the vector reaches that rank: ranks 2 … W−2 (the last rank has v; rank 1's element is
+ * read by nobody). */
+static bool forms_element(const sp_exec *x, int r) { return r >= 2 && r <= x->W - 2; }
+
+/* Whether the ranks r … r+span−1 include the last one: rank r's T is then a vector. */
+static bool reaches_end(const sp_exec *x, int r, int span) { return r + span - 1 >= x->W - 1; }
+
+/* Floats per sample of P_r. */
+static double element_floats(const sp_exec *x, int r)
+{
+    seg g = segment_of(x, r);
+    return (double)g.in * g.out;
+}
+
+/* Floats per sample rank q sends at the level of span k: the vector T_q once q … q+k−1
+ * reaches the last rank, else its factors P_q … P_{q+k−1} as they are. */
+static double sent_floats(const sp_exec *x, int q, int span)
+{
+    if (reaches_end(x, q, span)) return segment_of(x, q).in;
+    double f = 0;
+    for (int j = q; j < q + span; j++) f += element_floats(x, j);
+    return f;
+}
+
+/* Every rank holds a segment, and no rank holds more than 1 GiB of matrices (its element
+ * and the factors it receives; dense per sample). */
 void sp_exec_check_scan(sp_exec *x)
 {
-    for (int r = 0; r < x->W; r++) {
-        seg g = segment_of(x, r);
-        if (g.a < 0)
+    for (int r = 0; r < x->W; r++)
+        if (segment_of(x, r).a < 0)
             sp_comm_fail_all(x->world, "--parallel scan: the cost partition left rank %d without layers (use fewer "
                                        "ranks)", r);
-        double bytes = 4.0 * x->batch * g.in * g.out;
-        if (r > 0 && r < x->W - 1 && bytes > 1024.0 * 1024 * 1024)
-            sp_comm_fail_all(x->world, "--parallel scan: rank %d's element is %d x %d per sample (%.1f GB for a batch "
-                                       "of %d); the scan suits chains with narrow segment boundaries (use fewer ranks)",
-                             r, g.in, g.out, bytes / 1e9, x->batch);
+    for (int r = 1; r < x->W - 1; r++) {
+        double held = forms_element(x, r) ? element_floats(x, r) : 0;
+        int big = forms_element(x, r) ? r : -1;
+        for (int span = 1; r + span < x->W; span *= 2) {
+            int q = r + span;
+            if (reaches_end(x, q, span)) continue;   /* a vector */
+            held += sent_floats(x, q, span);
+            for (int j = q; j < q + span; j++)
+                if (big < 0 || element_floats(x, j) > element_floats(x, big)) big = j;
+        }
+        double bytes = 4.0 * x->batch * held;
+        if (bytes > 1024.0 * 1024 * 1024) {
+            seg g = segment_of(x, big);
+            sp_comm_fail_all(x->world, "--parallel scan: rank %d would hold %.1f GB of Jacobian products for a batch "
+                                       "of %d (the largest, P_%d, is %d x %d per sample); the scan suits chains with "
+                                       "narrow segment boundaries (use fewer ranks)",
+                             r, bytes / 1e9, x->batch, big, g.in, g.out);
+        }
     }
 }
 
@@ -107,17 +156,25 @@ static float *segment_product(sp_exec *x, seg g, int n)
         nd->op->jt_pattern(nd, 0, &jt[s - g.a]);
     }
     for (int smp = 0; smp < n; smp++) {
-        /* cur = I (out × out), then cur = Jᵀ_s · cur from the last layer down */
-        memset(cur, 0, sizeof(float) * (size_t)g.out * g.out);
-        for (int i = 0; i < g.out; i++) cur[(size_t)i * g.out + i] = 1.0f;
+        /* Jᵀ_b scattered dense (multiplying I by it would cost nnz × out), then Jᵀ_s times
+         * the product so far from the layer below it down, in cur and nxt by turns; the
+         * last factor lands in P */
+        const float *prod = NULL;
         for (int s = g.b; s >= g.a; s--) {
             sp_node *nd = x->node[s * x->B];
-            nd->op->jt_values(nd, 0, smp, &jt[s - g.a]);
-            csr_times_dense(&jt[s - g.a], cur, g.out, nxt);
-            float *t = cur;
-            cur = nxt, nxt = t;
+            sp_csr *j = &jt[s - g.a];
+            float *to = s == g.a ? P + (size_t)smp * g.in * g.out : (g.b - s) % 2 ? nxt : cur;
+            nd->op->jt_values(nd, 0, smp, j);
+            if (s == g.b) {
+                memset(to, 0, sizeof(float) * (size_t)j->rows * g.out);
+                for (int i = 0; i < j->rows; i++)
+                    for (int32_t e = j->indptr[i]; e < j->indptr[i + 1]; e++)
+                        to[(size_t)i * g.out + j->indices[e]] += j->data[e];
+            } else {
+                csr_times_dense(j, prod, g.out, to);
+            }
+            prod = to;
         }
-        memcpy(P + (size_t)smp * g.in * g.out, cur, sizeof(float) * (size_t)g.in * g.out);
     }
     for (int s = g.a; s <= g.b; s++) sp_csr_free(&jt[s - g.a]);
     free(jt);
@@ -178,64 +235,101 @@ static void time_sweep(sp_exec *x, seg g, int n, const float *dhb, float *mine, 
     free(tmp);
 }
 
-/* Back-propagate the rank's own segment from ∂l/∂(its output) in x->dy[b]. */
-static void segment_backward(sp_exec *x, seg g)
+/* Back-propagate the rank's own segment from ∂l/∂(its output) in x->dy[b]. With hand,
+ * the segment's δ (T_1 on rank 1) goes to rank 0 as soon as it is made, before the first
+ * layer's G (δ and G of a layer are independent: the pipeline schedules run them as
+ * separate jobs). */
+static void segment_backward(sp_exec *x, seg g, sp_req *hand)
 {
     for (int s = g.b; s >= g.a; s--) {
         sp_node *nd = x->node[s * x->B];
         sp_tensor *dy = &x->dy[s * x->B];
-        if (nd->op->backward_params && nd->layer->nparams > 0) nd->op->backward_params(nd, dy);
+        bool params = nd->op->backward_params && nd->layer->nparams > 0;
+        if (params && !(hand && s == g.a)) nd->op->backward_params(nd, dy);
         if (s > 0) {
-            x->dy[(s - 1) * x->B] = sp_tape_tensor_like(&x->tapes[0], &nd->input->out);
-            nd->op->backward_input(nd, 0, dy, &x->dy[(s - 1) * x->B]);
+            sp_tensor *dx = &x->dy[(s - 1) * x->B];
+            *dx = sp_tape_tensor_like(&x->tapes[0], &nd->input->out);
+            nd->op->backward_input(nd, 0, dy, dx);
+            if (hand && s == g.a) sp_isend(x->world, dx->data, dx->numel, 0, tag_of(x, 3, 0, 0), hand);
+        }
+        if (params && hand && s == g.a) nd->op->backward_params(nd, dy);
+    }
+}
+
+/* dst = P·u for every sample: P [n, rows, cols], u [n, cols], dst [n, rows]. */
+static void apply_factor(const float *P, int rows, int cols, int n, const float *u, float *dst)
+{
+    for (int smp = 0; smp < n; smp++) {
+        const float *A = P + (size_t)smp * rows * cols, *v = u + (size_t)smp * cols;
+        float *d = dst + (size_t)smp * rows;
+        for (int i = 0; i < rows; i++) {
+            float acc = 0;
+            for (int k = 0; k < cols; k++) acc += A[(size_t)i * cols + k] * v[k];
+            d[i] = acc;
         }
     }
 }
 
-/* Columns of T_r after the levels that cover ranks r .. r + span − 1. */
-static int scan_cols(const sp_exec *x, int r, int span)
-{
-    int last = r + span - 1;
-    return last >= x->W - 1 ? 1 : segment_of(x, last).out;
-}
-
-/* The ⌈log₂ W⌉ levels: T ([n, in_r, *cols]) becomes T_r = ∂l/∂(input of segment r). */
-static float *scan_levels(sp_exec *x, float *T, int *cols, int n)
+/* The ⌈log₂ W⌉ levels (see the top of the file). elem: P_r ([n, in, out]) on the ranks
+ * that form it, taken over; v: T_{W−1} ([n, in]) on the last rank. Returns T_{r+1}
+ * ([n, out_r], to free) on the ranks 1 … W−2, NULL on the others. */
+static float *scan_levels(sp_exec *x, float *elem, const float *v, int n)
 {
     int W = x->W, r = x->rank;
     seg me = segment_of(x, r);
+    float *L = elem;          /* P_r, then the factors received (P_{r+1}, …), one after another */
+    size_t nL = elem ? (size_t)n * me.in * me.out : 0;
+    float *next = NULL;       /* T_{r+1}, once the vector has arrived */
+    float *Tr = NULL;         /* T_r = P_r·T_{r+1}, made the first time it is sent */
     for (int span = 1; span < W; span *= 2) {
         sp_req sreq = {0}, rreq = {0};
-        if (r > 0 && r - span > 0)   /* rank 0 never needs anyone's T; nor do we send to it here */
-            sp_isend(x->world, T, (size_t)n * me.in * *cols, r - span, tag_of(x, 2, span, 0), &sreq);
-        float *Tn = NULL;
-        int ncols = 0;
-        if (r > 0 && r + span < W) {
-            seg o = segment_of(x, r + span);
-            ncols = scan_cols(x, r + span, span);
-            Tn = sp_xmalloc(sizeof(float) * (size_t)n * o.in * ncols);
-            sp_irecv(x->world, Tn, (size_t)n * o.in * ncols, r + span, tag_of(x, 2, span, 0), &rreq);
+        int q = r + span;
+        if (r > 0 && r - span > 0) {   /* rank 0 reads no T: nobody sends to it here */
+            const float *out = L;
+            size_t cnt = nL;
+            if (reaches_end(x, r, span)) {
+                if (r < W - 1 && !Tr) {
+                    Tr = sp_xmalloc(sizeof(float) * (size_t)n * me.in);
+                    apply_factor(L, me.in, me.out, n, next, Tr);
+                }
+                out = r < W - 1 ? Tr : v;
+                cnt = (size_t)n * me.in;
+            }
+            sp_isend(x->world, out, cnt, r - span, tag_of(x, 2, span, 0), &sreq);
+        }
+        float *got = NULL;
+        size_t ngot = 0;
+        if (r > 0 && q < W) {
+            ngot = (size_t)n * (size_t)sent_floats(x, q, span);
+            got = sp_xmalloc(sizeof(float) * ngot);
+            sp_irecv(x->world, got, ngot, q, tag_of(x, 2, span, 0), &rreq);
         }
         sp_wait(&rreq);
         sp_wait(&sreq);
-        if (Tn) {   /* T_r ← T_r · T_{r+span}, per sample: (in × cols)·(cols × ncols) */
-            float *R = sp_xcalloc((size_t)n * me.in * ncols, sizeof(float));
-            for (int smp = 0; smp < n; smp++) {
-                const float *A = T + (size_t)smp * me.in * *cols, *Bm = Tn + (size_t)smp * *cols * ncols;
-                float *C = R + (size_t)smp * me.in * ncols;
-                for (int i = 0; i < me.in; i++)
-                    for (int k = 0; k < *cols; k++) {
-                        float a = A[(size_t)i * *cols + k];
-                        for (int j = 0; j < ncols; j++) C[(size_t)i * ncols + j] += a * Bm[(size_t)k * ncols + j];
-                    }
-            }
-            free(T);
-            free(Tn);
-            T = R;
-            *cols = ncols;
+        if (!got) continue;
+        if (!reaches_end(x, q, span)) {   /* more factors, kept as they are */
+            L = sp_xrealloc(L, sizeof(float) * (nL + ngot));
+            memcpy(L + nL, got, sizeof(float) * ngot);
+            nL += ngot;
+            free(got);
+            continue;
         }
+        /* T_q: multiplied through the factors held, P_{q−1} first, down to P_{r+1} */
+        float *u = got;
+        size_t off = nL;
+        for (int j = q - 1; j > r; j--) {
+            seg g = segment_of(x, j);
+            off -= (size_t)n * g.in * g.out;
+            float *t = sp_xmalloc(sizeof(float) * (size_t)n * g.in);
+            apply_factor(L + off, g.in, g.out, n, u, t);
+            free(u);
+            u = t;
+        }
+        next = u;
     }
-    return T;
+    free(L);
+    free(Tr);
+    return next;
 }
 
 /* The scan over layers (see above), after GPipe's forward with one micro-batch. */
@@ -244,32 +338,35 @@ void sp_exec_scan_backward(sp_exec *x)
     double t0 = sp_now();
     int W = x->W, r = x->rank, n = x->rows[0];
     seg me = segment_of(x, r);
-    float *T = NULL;
-    int cols = 0;
+    float *elem = NULL;
+    const float *v = NULL;
+    sp_req hand = {0};   /* rank 1's T_1 to rank 0 */
+    sp_req *h = r == 1 ? &hand : NULL;
     sp_comm_set_label("bppsa scan across ranks");
     if (r == W - 1) {   /* v = the segment's δ chain applied to ∇y l (and its G on the way) */
         x->dy[me.b * x->B] = *sp_exec_ensure_dy(x, me.b, 0);
-        segment_backward(x, me);
-        cols = 1;
-        T = sp_xmalloc(sizeof(float) * (size_t)n * me.in);
-        if (me.a > 0) memcpy(T, x->dy[(me.a - 1) * x->B].data, sizeof(float) * (size_t)n * me.in);
-    } else if (r > 0) {
-        T = segment_product(x, me, n);
-        cols = me.out;
+        segment_backward(x, me, h);
+        if (me.a > 0) v = x->dy[(me.a - 1) * x->B].data;
+    } else if (forms_element(x, r)) {
+        elem = segment_product(x, me, n);
     }
-    T = scan_levels(x, T, &cols, n);
-    /* T_r is now ∂l/∂(input of segment r), [n, in]. Hand it to rank r − 1. */
-    sp_req sreq = {0}, rreq = {0};
-    if (r > 0) sp_isend(x->world, T, (size_t)n * me.in, r - 1, tag_of(x, 3, 0, 0), &sreq);
-    if (r < W - 1) {
+    float *next = scan_levels(x, elem, v, n);
+    if (next) {   /* ranks 1 … W−2: their own segment from T_{r+1} */
         sp_tensor y = sp_exec_stage_tensor(x, me.b, 0);
-        sp_irecv(x->world, y.data, y.numel, r + 1, tag_of(x, 3, 0, 0), &rreq);
+        memcpy(y.data, next, sizeof(float) * y.numel);
+        free(next);
+        x->dy[me.b * x->B] = y;
+        segment_backward(x, me, h);
+    }
+    if (r == 0 && W > 1) {
+        sp_tensor y = sp_exec_stage_tensor(x, me.b, 0);
+        sp_req rreq = {0};
+        sp_irecv(x->world, y.data, y.numel, 1, tag_of(x, 3, 0, 0), &rreq);
         sp_wait(&rreq);
         x->dy[me.b * x->B] = y;
-        segment_backward(x, me);
+        segment_backward(x, me, NULL);
     }
-    sp_wait(&sreq);
-    free(T);
+    sp_wait(&hand);
     x->bwd_s += sp_now() - t0;
 }
 
@@ -292,28 +389,27 @@ void sp_exec_time_scan_backward(sp_exec *x)
     seg me = segment_of(x, r);
     int len = me.b - me.a + 1, maxlen = (Tn + W - 1) / W;
     float *mine = sp_xcalloc((size_t)n * maxlen * H, sizeof(float));
-    float *T = NULL;
-    int cols = 0;
-    if (r == W - 1) {
-        T = sp_xmalloc(sizeof(float) * (size_t)n * H);
-        time_sweep(x, me, n, dhT, mine, W > 1 ? T : NULL);
-        cols = 1;
-    } else if (r > 0) {
-        T = time_product(x, me, n);
-        cols = H;
+    float *elem = NULL, *below = NULL;   /* below: ∇h_{a_r − 1} = T_r, rank 1's to hand to rank 0 */
+    if (r == 1 || (r == W - 1 && W > 1)) below = sp_xmalloc(sizeof(float) * (size_t)n * H);
+    if (r == W - 1) time_sweep(x, me, n, dhT, mine, below);
+    else if (forms_element(x, r)) elem = time_product(x, me, n);
+    float *next = scan_levels(x, elem, r == W - 1 ? below : NULL, n);
+    if (next) {   /* ranks 1 … W−2: this segment's steps from ∇h_{b_r} = T_{r+1} */
+        time_sweep(x, me, n, next, mine, r == 1 ? below : NULL);
+        free(next);
     }
-    T = scan_levels(x, T, &cols, n);
-    sp_req sreq = {0}, rreq = {0};
-    if (r > 0) sp_isend(x->world, T, (size_t)n * H, r - 1, tag_of(x, 3, 0, 0), &sreq);
-    if (r < W - 1) {   /* ∇h_{b_r} from rank r + 1, then this segment's steps */
+    sp_req hand = {0};
+    if (r == 1) sp_isend(x->world, below, (size_t)n * H, 0, tag_of(x, 3, 0, 0), &hand);
+    if (r == 0 && W > 1) {   /* ∇h_{b_0} from rank 1 */
         float *dhb = sp_xmalloc(sizeof(float) * (size_t)n * H);
-        sp_irecv(x->world, dhb, (size_t)n * H, r + 1, tag_of(x, 3, 0, 0), &rreq);
+        sp_req rreq = {0};
+        sp_irecv(x->world, dhb, (size_t)n * H, 1, tag_of(x, 3, 0, 0), &rreq);
         sp_wait(&rreq);
         time_sweep(x, me, n, dhb, mine, NULL);
         free(dhb);
     }
-    sp_wait(&sreq);
-    free(T);
+    sp_wait(&hand);
+    free(below);
     /* Every rank's segment of ∇h ([n, len, H], padded to maxlen), then G from all of it. */
     if (len < maxlen) {   /* compact per sample [n, len, H] → [n, maxlen, H] (in place, backwards) */
         for (int smp = n - 1; smp >= 0; smp--) {
@@ -366,6 +462,8 @@ int sp_exec_print_plan(const sp_exec *x, FILE *f)
         if (W > 1 && r == 0) fprintf(f, ": no element (nobody reads T_0)\n");
         else if (r == W - 1)
             fprintf(f, ": element v = P_%d * grad (%d floats per sample), by back-propagating the segment\n", r, g.in);
+        else if (!forms_element(x, r))
+            fprintf(f, ": no element (nobody reads P_1: the rank back-propagates its segment from T_2)\n");
         else if (x->tscan)
             fprintf(f, ": element P_%d, %d x %d per sample, %.4g FLOPs (%d products of chain_jt)\n", r, g.in, g.out,
                     2.0 * n * g.in * g.in * g.out * (g.b - g.a), g.b - g.a);
@@ -373,24 +471,41 @@ int sp_exec_print_plan(const sp_exec *x, FILE *f)
             fprintf(f, ": element P_%d, %d x %d per sample, %.4g floats (a product of %d Jt)\n", r, g.in, g.out,
                     (double)n * g.in * g.out, g.b - g.a + 1);
     }
+    /* Every product below is a matrix–vector product (see the top of the file). */
     int level = 0;
+    bool *made = sp_xcalloc((size_t)W, sizeof *made);   /* T_q = P_q * T_{q+1} already made */
     for (int span = 1; span < W; span *= 2) {
         fprintf(f, "level %d (span %d):", ++level, span);
         int pairs = 0;
-        for (int r = 1; r + span < W; r++) {   /* rank r receives T_{r+span} (rank 0 takes no part) */
-            seg me = segment_of(x, r), o = segment_of(x, r + span);
-            int cols = scan_cols(x, r, span), ncols = scan_cols(x, r + span, span);
-            fprintf(f, "%s rank %d -> rank %d (%d x %d per sample, %.4g floats; rank %d forms T_%d*T_%d, %.4g FLOPs)",
-                    pairs++ ? ";" : "", r + span, r, o.in, ncols, (double)n * o.in * ncols, r, r, r + span,
-                    2.0 * n * me.in * cols * ncols);
+        for (int r = 1; r + span < W; r++) {   /* rank r receives from rank q (rank 0 takes no part) */
+            int q = r + span;
+            fprintf(f, "%s rank %d -> rank %d (", pairs++ ? ";" : "", q, r);
+            if (!reaches_end(x, q, span)) {
+                if (span > 1) fprintf(f, "P_%d..P_%d as they are", q, q + span - 1);
+                else fprintf(f, "P_%d as it is", q);
+                fprintf(f, ", %.4g floats; rank %d keeps %s)", n * sent_floats(x, q, span), r,
+                        span > 1 ? "them" : "it");
+                continue;
+            }
+            fprintf(f, "T_%d, %d floats per sample", q, segment_of(x, q).in);
+            if (q < W - 1 && !made[q])
+                fprintf(f, ", made by rank %d as P_%d * T_%d, %.4g FLOPs", q, q, q + 1, 2.0 * n * element_floats(x, q));
+            made[q] = true;
+            if (q == r + 1) {
+                fprintf(f, "; it is T_%d)", r + 1);
+                continue;
+            }
+            double flops = 0;
+            for (int j = r + 1; j < q; j++) flops += 2.0 * n * element_floats(x, j);
+            if (q - 1 > r + 1) fprintf(f, "; rank %d multiplies it through P_%d..P_%d", r, q - 1, r + 1);
+            else fprintf(f, "; rank %d multiplies it by P_%d", r, q - 1);
+            fprintf(f, ", %.4g FLOPs)", flops);
         }
         fprintf(f, "%s\n", pairs ? "" : " none (rank 0 needs no T_0)");
     }
-    fprintf(f, "hand-off:");
-    for (int r = 1; r < W; r++)
-        fprintf(f, "%s rank %d -> rank %d (%d floats per sample)", r > 1 ? ";" : "", r, r - 1, segment_of(x, r).in);
-    if (W == 1) fprintf(f, " none");
-    fprintf(f, "\n");
+    free(made);
+    if (W > 1) fprintf(f, "hand-off: rank 1 -> rank 0 (T_1, %d floats per sample)\n", segment_of(x, 1).in);
+    else fprintf(f, "hand-off: none\n");
     if (x->tscan) {
         int maxlen = (x->T + W - 1) / W;
         fprintf(f, "allgather: every rank's %d x %d steps of grad h per sample (%.4g floats), then every rank's weight "

@@ -173,15 +173,15 @@ void sp_exec_check_config(sp_exec *x)
 {
     const char *name = x->cfg.scheme;
     sp_comm *w = x->world;
-    if (!is_pipeline(name) && !is_looped(name) && !is_data(name))
-        sp_comm_fail_all(w, "--parallel %s: unknown scheme (expected ddp | fsdp | gpipe | 1f1b | lpp | fslpp | "
-                            "ooo-ff | ooo-modulo | scan)", name);
+    if (!sp_exec_scheme_known(name) || (!is_pipeline(name) && !is_looped(name) && !is_data(name)))
+        sp_comm_fail_all(w, "--parallel %s: unknown scheme (expected one of %s)", name, sp_exec_scheme_names());
     problems P = {.n = 0};
     if (!sp_model_is_chain(x->m))   /* the stages apply layers one after another */
         add(&P, "model %s has residual or dense connections; the parallel executor runs chains of layers",
             x->m->name);
-    if (x->cfg.ooo && strcmp(name, "ddp") != 0)
-        add(&P, "--backward ooo: ooo's data-parallel order is for ddp (the pipelines have ooo-ff and ooo-modulo)");
+    if (x->cfg.ooo && strcmp(name, "ddp-ooo") != 0)
+        add(&P, "--backward ooo: ooo's data-parallel order is --parallel ddp-ooo (the pipelines have ooo-ff and "
+                "ooo-modulo)");
     if (is_scan(name)) {
         if (x->B != 1) add(&P, "--microbatches %d (the scan runs the whole batch: 1)", x->B);
         /* A recurrent first layer: the scan runs over its time steps (exec_scan.c, BPPSA across
@@ -229,8 +229,8 @@ void sp_exec_check_config(sp_exec *x)
     if (P.n > 1) sp_comm_fail_all(w, "--parallel %s: %d problems: %s", name, P.n, P.text);
 }
 
-/* x->sched for the scheme (ddp --backward ooo: "ddp-ooo"; scan: GPipe's forward) and its
- * simulation x->sim, whose per-rank order the step walks. */
+/* x->sched for the scheme (scan: GPipe's forward) and its simulation x->sim, whose
+ * per-rank order the step walks. */
 void sp_exec_build_schedule(sp_exec *x)
 {
     const char *name = x->cfg.scheme;
@@ -238,14 +238,13 @@ void sp_exec_build_schedule(sp_exec *x)
      * schedule is that of one worker (the step does not walk it). */
     sp_sched_config sc = {.stages = x->S, .micro = x->B, .workers = x->tscan ? 1 : x->W, .split = -1,
                           .no_input_grad = true};
-    if (x->cfg.ooo) {   /* ddp --backward ooo: reverse first-k over the first k parameterised layers */
+    if (!strcmp(name, "ddp-ooo")) {   /* reverse first-k over the first k parameterised layers */
         int params = 0, k = x->cfg.k;
         for (int s = 0; s < x->S; s++) params += x->st[s].nfloats > 0;
         if (k <= 0) k = params / 2 > 0 ? params / 2 : 1;
         if (k > params) sp_comm_fail_all(x->world, "--k %d: the model has %d parameterised layers", k, params);
         for (int s = 0, seen = 0; s < x->S && seen < k; s++)
             if (x->st[s].nfloats > 0 && ++seen == k) sc.first_k = s + 1;
-        name = "ddp-ooo";
     }
     if (is_looped(name)) {
         sc.groups = x->cfg.groups > 0 ? x->cfg.groups : 1;

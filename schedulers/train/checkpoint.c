@@ -1,5 +1,6 @@
 /* checkpoint.c — resumable checkpoints: weights + optimizer + loop state in one
  * safetensors file (layout in checkpoint.h). */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -133,6 +134,9 @@ static int check_meta(const sp_st_file *f, const char *key, const char *want)
     if (!got)
         return sp_error("%s: no metadata %s (not a resumable checkpoint: those are written by --save-every)",
                         sp_st_path(f), k);
+    if (strcmp(got, want) != 0 && strcmp(key, "dataset") == 0)   /* not a flag: a description */
+        return sp_error("%s: saved on the training set %s, this run has %s (a resumed run must use the same data)",
+                        sp_st_path(f), got, want);
     if (strcmp(got, want) != 0)
         return sp_error("%s: saved with --%s %s, this run has --%s %s (a resumed run must use the same settings)",
                         sp_st_path(f), key, got, key, want);
@@ -151,17 +155,27 @@ static int check_all(const sp_st_file *f, const sp_model *m, const sp_optim *o, 
     const char *kinds[2];
     int nk = state_kinds(o, kinds);
     char name[NAME_LEN];
-    for (int i = 0; i < o->nparams; i++) {
+    size_t most = 1;
+    for (int i = 0; i < o->nparams; i++)
+        if (o->params[i]->value.numel > most) most = o->params[i]->value.numel;
+    float *tmp = sp_file_alloc(most * sizeof *tmp, 0, path);   /* each buffer checked finite here */
+    if (!tmp) return SP_ERR;
+    int rc = SP_OK;
+    for (int i = 0; rc == SP_OK && i < o->nparams; i++) {
         const sp_param *p = o->params[i];
         int64_t st;
         snprintf(name, sizeof name, SP_ST_STATE_PREFIX "optim/%s/step", p->name);
-        if (scalar(f, name, SP_ST_I64, &st) != SP_OK) return SP_ERR;
-        if (st < 0) return sp_error("%s: %s = %lld (expected >= 0)", path, name, (long long)st);
-        for (int k = 0; k < nk; k++) {
+        if ((rc = scalar(f, name, SP_ST_I64, &st)) != SP_OK) break;
+        if (st < 0) rc = sp_error("%s: %s = %lld (expected >= 0)", path, name, (long long)st);
+        for (int k = 0; rc == SP_OK && k < nk; k++) {
             snprintf(name, sizeof name, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, kinds[k]);
-            if (!buffer(f, name, p)) return SP_ERR;
+            const sp_st_tensor *t = buffer(f, name, p);
+            rc = t ? sp_st_read_raw(f, t, tmp) : SP_ERR;
+            if (rc == SP_OK) rc = sp_check_finite_f32(f, name, tmp, p->value.numel);
         }
     }
+    free(tmp);
+    if (rc != SP_OK) return SP_ERR;
     int64_t step, epoch, batch;
     if (scalar(f, SP_ST_STATE_PREFIX "train/step", SP_ST_I64, &step) != SP_OK ||
         scalar(f, SP_ST_STATE_PREFIX "train/epoch", SP_ST_I64, &epoch) != SP_OK ||
@@ -169,7 +183,13 @@ static int check_all(const sp_st_file *f, const sp_model *m, const sp_optim *o, 
         scalar(f, SP_ST_STATE_PREFIX "train/epoch_loss", SP_ST_F64, &t->epoch_loss) != SP_OK ||
         scalar(f, SP_ST_STATE_PREFIX "train/lr", SP_ST_F64, &t->lr) != SP_OK)
         return SP_ERR;
-    if (step < 0 || batch < 0 || batch > step || epoch < 0 || epoch > INT32_MAX || !(t->lr >= 0))
+    if (!isfinite(t->epoch_loss))
+        return sp_error("%s: " SP_ST_STATE_PREFIX "train/epoch_loss is %g (expected a finite value)", path,
+                        t->epoch_loss);
+    /* step = epoch x (batches an epoch, an int) + batch: a step past (epoch + 1) x INT32_MAX
+     * (2^62 in a crafted file) is no step of any run */
+    if (step < 0 || batch < 0 || batch > step || epoch < 0 || epoch > INT32_MAX || !(t->lr >= 0) ||
+        !isfinite(t->lr) || batch > INT32_MAX || step > (epoch + 1) * (int64_t)INT32_MAX)
         return sp_error("%s: inconsistent training state (step %lld, epoch %lld, batch %lld, lr %g)", path,
                         (long long)step, (long long)epoch, (long long)batch, t->lr);
     t->step = (long)step;

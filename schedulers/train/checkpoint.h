@@ -20,8 +20,11 @@
  * is a closed form of the epoch, and the data order a function of (seed, epoch) only
  * (data/loader.c), so (epoch, batch) and the seed restore both: the run's settings that
  * decide the result (optimizer and its hyper-parameters, schedule, batch, seed,
- * shuffling) are stored as metadata "run.<key>" and a resume with different ones is
- * refused, naming the first difference. Not saved: a dropout layer's own generator
+ * shuffling, and the training set: "run.dataset" = its name, sample count, sample shape,
+ * classes and a hash of three samples) are stored as metadata "run.<key>" and a resume
+ * with different ones is refused, naming the first difference. Loading also refuses a
+ * step that is not epoch x batches + batch (checked by sp_train, which knows the
+ * batches) and any non-finite weight, buffer, optimizer state or loop value. Not saved: a dropout layer's own generator
  * (no app model has dropout; a model with it resumes, but not bitwise). With torch:
  *   sd = {k: v for k, v in load_file(f).items() if not k.startswith("state/")}
  * Saves are atomic (sp_st_write): a kill or a failed write leaves the previous

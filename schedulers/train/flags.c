@@ -151,6 +151,47 @@ static void set_value(sp_flag *f, const char *v)
     }
 }
 
+/* The value in full: doubles with 17 digits, a bool with the V of --name=V. */
+static const char *value_full(const sp_flag *f, char *buf, size_t len)
+{
+    if (f->kind == SP_FLAG_DOUBLE) snprintf(buf, len, "%.17g", *(double *)f->dst);
+    else if (f->kind == SP_FLAG_BOOL)
+        snprintf(buf, len, "%s%s%s", *(bool *)f->dst ? "yes" : "no", f->value && *f->value ? "=" : "",
+                 f->value && *f->value ? *f->value : "");
+    else value_str(f, buf, len);
+    return buf;
+}
+
+const char *sp_flag_value_text(const char *name, char *buf, size_t len)
+{
+    const sp_flag *f = find(g_flags, name, strlen(name));
+    if (!f) {
+        buf[0] = 0;
+        return buf;
+    }
+    return value_full(f, buf, len);
+}
+
+/* FNV-1a, continued from h */
+static uint32_t fnv(uint32_t h, const char *s)
+{
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return (h ^ 0xff) * 16777619u;   /* a separator, so "ab"+"c" differs from "a"+"bc" */
+}
+
+int sp_flags_digest(sp_flag_digest *out, int cap, const char *skip)
+{
+    int n = 0;
+    for (const sp_flag *f = g_flags; f && f->name && n < cap; f++) {
+        if (skip && in_list(skip, f->name, strlen(f->name))) continue;
+        char buf[4096];
+        out[n].name = f->name;
+        out[n].hash = fnv(fnv(2166136261u, f->name), value_full(f, buf, sizeof buf));
+        n++;
+    }
+    return n;
+}
+
 /* Levenshtein distance, for "did you mean". */
 static size_t edit_distance(const char *a, size_t la, const char *b)
 {
@@ -185,15 +226,19 @@ static const sp_flag *closest(const sp_flag *set, const char *name, size_t len)
     return bd <= limit ? best : NULL;
 }
 
-static void unknown_flag(const sp_flag *set, const sp_flag *elsewhere, const char *name, size_t len)
+/* dash: what the argument started with ("--", or "-" for a single-dash argument, which
+ * the message quotes as given: flags start with --) */
+static void unknown_flag(const sp_flag *set, const sp_flag *elsewhere, const char *dash, const char *name,
+                         size_t len)
 {
     const sp_flag *near = closest(set, name, len);
     char hint[128] = "";
     if (near) snprintf(hint, sizeof hint, "; did you mean --%s?", near->name);
     const sp_flag *other = elsewhere ? find((sp_flag *)elsewhere, name, len) : NULL;
     if (other) sp_fail("%s: --%s does not apply to %s%s (see --help)", g_app, other->name, g_app, hint);
-    if (near) sp_fail("%s: unknown flag '--%.*s'%s", g_app, (int)len, name, hint);
-    sp_fail("%s: unknown flag '--%.*s' (see --help)", g_app, (int)len, name);
+    const char *why = strcmp(dash, "--") != 0 ? " (flags start with --)" : "";
+    if (near) sp_fail("%s: unknown flag '%s%.*s'%s%s", g_app, dash, (int)len, name, why, hint);
+    sp_fail("%s: unknown flag '%s%.*s'%s (see --help)", g_app, dash, (int)len, name, why);
 }
 
 /* Whether one condition of `needs` holds; writes what it asks for into why. */
@@ -324,13 +369,13 @@ static void parse(int argc, char **argv, const char *app, const char *summary, s
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0) {
-            if (a[0] == '-' && a[1]) unknown_flag(set, elsewhere, a + 1, strlen(a + 1));
+            if (a[0] == '-' && a[1]) unknown_flag(set, elsewhere, "-", a + 1, strlen(a + 1));
             sp_fail("%s: unexpected argument '%s' (see --help)", app, a);
         }
         const char *name = a + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         sp_flag *f = find(set, name, len);
-        if (!f) unknown_flag(set, elsewhere, name, len);
+        if (!f) unknown_flag(set, elsewhere, "--", name, len);
         f->set = true;   /* given twice: the last value counts */
         const char *v = eq ? eq + 1 : NULL;
         if (f->kind == SP_FLAG_BOOL) {

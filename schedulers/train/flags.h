@@ -50,6 +50,17 @@ void sp_flags_parse_among(int argc, char **argv, const char *app, const char *su
                           const sp_flag *others);
 /* After a parse: whether --name was given. */
 bool sp_flag_given(const char *name);
+/* After a parse: the flags of the table, in order, each with a hash of the value the
+ * program will use (given or default: name and full-precision text), so that the MPI
+ * ranks of one job can compare their settings (schedulers/train/run.c). Flags named in
+ * `skip` ("a|b", may be NULL) are left out. Returns how many were written (at most cap). */
+typedef struct sp_flag_digest {
+    const char *name;
+    uint32_t hash;
+} sp_flag_digest;
+int sp_flags_digest(sp_flag_digest *out, int cap, const char *skip);
+/* The value of --name as the digest hashes it ("" if not a flag of the last parse). */
+const char *sp_flag_value_text(const char *name, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

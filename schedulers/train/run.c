@@ -2,9 +2,11 @@
  * image apps, the engine, optimizer, device and executor around sp_train, the plan. */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "schedulers/train/run.h"
 #ifdef SP_HAVE_CUDA
 #include "core/kernels/cuda.h"
@@ -50,33 +52,35 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
          .group = G_DATA, .choices = "fashion-mnist|mnist|idx|cifar10|folder", .scope = SP_SCOPE_IMAGES},
         {"steps", SP_FLAG_LONG, &o->steps, "stop after N steps; with --epochs, whichever limit comes first; "
          "alone, as many epochs as it needs (0 = whole epochs)", .group = G_TRAIN, .range = "0..1000000000",
-         .scope = SP_SCOPE_RUN},
+         .needs = "!eval-only", .scope = SP_SCOPE_RUN},
         {"batch", SP_FLAG_INT, &o->batch, "batch size (at most the training samples)", .group = G_TRAIN,
          .range = "1..", .scope = SP_SCOPE_RUN},
-        {"lr", SP_FLAG_DOUBLE, &o->lr, "learning rate (> 0)", .group = G_TRAIN, .meta = "X", .scope = SP_SCOPE_RUN},
-        {"optim", SP_FLAG_STR, &o->optim, "optimizer", .group = G_TRAIN, .choices = "sgd|adam|adamw",
+        {"lr", SP_FLAG_DOUBLE, &o->lr, "learning rate (> 0)", .group = G_TRAIN, .meta = "X", .needs = "!eval-only",
          .scope = SP_SCOPE_RUN},
+        {"optim", SP_FLAG_STR, &o->optim, "optimizer", .group = G_TRAIN, .choices = "sgd|adam|adamw",
+         .needs = "!eval-only", .scope = SP_SCOPE_RUN},
         {"momentum", SP_FLAG_DOUBLE, &o->momentum, "SGD momentum, in [0, 1)", .group = G_TRAIN, .meta = "X",
-         .needs = "optim=sgd", .scope = SP_SCOPE_RUN},
+         .needs = "optim=sgd,!eval-only", .scope = SP_SCOPE_RUN},
         {"weight-decay", SP_FLAG_DOUBLE, &o->weight_decay, "L2 weight decay (decoupled with adamw)",
-         .group = G_TRAIN, .meta = "X", .range = "0..", .scope = SP_SCOPE_RUN},
+         .group = G_TRAIN, .meta = "X", .range = "0..", .needs = "!eval-only", .scope = SP_SCOPE_RUN},
         {"seed", SP_FLAG_U64, &o->seed, "random seed (init, shuffling, synthetic data)", .group = G_TRAIN,
          .scope = SP_SCOPE_RUN},
         {"threads", SP_FLAG_INT, &o->threads, "threads for everything, OpenBLAS included", .group = G_TRAIN,
          .range = "1..64", .scope = SP_SCOPE_RUN},
         {"quiet", SP_FLAG_BOOL, &o->quiet, "no progress output on stderr", .group = G_TRAIN, .scope = SP_SCOPE_RUN},
         {"device", SP_FLAG_STR, &o->device, "where the step runs; cuda needs a make CUDA=1 build, a GPU and "
-         "--backward linear or ooo (docs/CUDA.md)", .group = G_TRAIN, .choices = "cpu|cuda", .scope = SP_SCOPE_RUN},
+         "--backward linear or ooo (docs/CUDA.md)", .group = G_TRAIN, .choices = "cpu|cuda", .needs = "!eval-only",
+         .scope = SP_SCOPE_RUN},
         {"epochs", SP_FLAG_INT, &o->epochs, "training epochs; with --steps, whichever limit comes first",
-         .group = G_LOOP, .range = "1..", .scope = SP_SCOPE_LOOP},
+         .group = G_LOOP, .range = "1..", .needs = "!eval-only", .scope = SP_SCOPE_LOOP},
         {"lr-schedule", SP_FLAG_STR, &o->lr_schedule, "per-epoch learning rate: constant | step:SIZE:GAMMA | "
-         "cosine:TMAX[:MIN]", .group = G_LOOP, .meta = "SPEC", .scope = SP_SCOPE_LOOP},
+         "cosine:TMAX[:MIN]", .group = G_LOOP, .meta = "SPEC", .needs = "!eval-only", .scope = SP_SCOPE_LOOP},
         {"no-shuffle", SP_FLAG_BOOL, &o->no_shuffle, "keep the dataset order", .group = G_LOOP,
-         .scope = SP_SCOPE_LOOP},
+         .needs = "!eval-only", .scope = SP_SCOPE_LOOP},
         {"eval-every", SP_FLAG_INT, &o->eval_every, "evaluate on the test set every N steps (0 = after each epoch)",
-         .group = G_LOOP, .range = "0..", .scope = SP_SCOPE_LOOP},
+         .group = G_LOOP, .range = "0..", .needs = "!eval-only", .scope = SP_SCOPE_LOOP},
         {"log", SP_FLAG_STR, &o->log, "CSV log: step,epoch,loss,lr,seconds,test_loss,test_acc (a row per step; a row per evaluation, loss empty)", .group = G_LOOP,
-         .meta = "FILE", .scope = SP_SCOPE_LOOP},
+         .meta = "FILE", .needs = "!eval-only", .scope = SP_SCOPE_LOOP},
         {"load", SP_FLAG_STR, &o->load, "initial weights (instead of the seeded init)", .group = G_CKPT,
          .meta = "FILE", .scope = SP_SCOPE_CKPT},
         {"save", SP_FLAG_STR, &o->save, "save the final weights (atomic replace)", .group = G_CKPT, .meta = "FILE",
@@ -89,46 +93,50 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
          "uninterrupted", .group = G_CKPT, .meta = "FILE", .needs = "!load,!parallel", .scope = SP_SCOPE_CKPT},
         {"prune", SP_FLAG_DOUBLE, &o->prune, "magnitude-prune this fraction of the conv/linear weights after "
          "--load or init, then retrain with the masks kept (docs/BPPSA.md)", .group = G_CKPT, .meta = "X",
-         .range = "0..", .needs = "!save-every,!resume,!parallel", .scope = SP_SCOPE_CKPT},
+         .range = "0..", .needs = "!save-every,!resume,!parallel,!eval-only", .scope = SP_SCOPE_CKPT},
         {"prune-scope", SP_FLAG_STR, &o->prune_scope, "rank weights per layer or over all layers together",
          .group = G_CKPT, .choices = "layer|global", .needs = "prune", .scope = SP_SCOPE_CKPT},
         {"backward", SP_FLAG_STR, &o->backward, "backward engine", .group = G_ENGINE,
-         .choices = sp_engine_names(), .scope = SP_SCOPE_ENGINE},
+         .choices = sp_engine_names(), .needs = "!eval-only", .scope = SP_SCOPE_ENGINE},
         {"scan-levels", SP_FLAG_STR, &o->scan_levels_arg, "up-sweep levels: 0 (= linear BP) .. the model's "
          "full depth, full, or auto (the plan's cost model picks; docs/BPPSA.md)", .group = G_BPPSA,
          .meta = "N|full|auto", .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
         {"plan", SP_FLAG_BOOL, &o->plan, "print the scan plan's summary and exit without training "
          "(--plan=full: every step; with --parallel scan: the cross-rank levels) [needs --backward bppsa or "
          "--parallel scan]", .group = G_BPPSA, .choices = "summary|full", .value = &o->plan_arg,
-         .scope = SP_SCOPE_ENGINE},
+         .needs = "!eval-only", .scope = SP_SCOPE_ENGINE},
         {"plan-svg", SP_FLAG_STR, &o->plan_svg, "draw the scan tree of a short chain to FILE and exit",
          .group = G_BPPSA, .meta = "FILE", .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
         {"order", SP_FLAG_STR, &o->order, "task order of the two lanes", .group = G_OOO,
-         .choices = "conventional|ooo|reverse-first-k|list", .needs = "backward=ooo", .scope = SP_SCOPE_ENGINE},
+         .choices = "conventional|ooo|reverse-first-k|list", .needs = "backward=ooo,!eval-only",
+         .scope = SP_SCOPE_ENGINE},
         {"k", SP_FLAG_INT, &o->k, "layers in reverse-first order (0 = half the parameterised layers)",
-         .group = G_OOO, .range = "0..", .needs = "backward=ooo,order=reverse-first-k", .scope = SP_SCOPE_ENGINE},
+         .group = G_OOO, .range = "0..", .needs = "backward=ooo,order=reverse-first-k,!eval-only",
+         .scope = SP_SCOPE_ENGINE},
         {"mem-cap", SP_FLAG_LONG, &o->mem_cap, "memory cap of the backward pass in bytes (0 = none)",
-         .group = G_OOO, .meta = "BYTES", .range = "0..", .needs = "backward=ooo", .scope = SP_SCOPE_ENGINE},
+         .group = G_OOO, .meta = "BYTES", .range = "0..", .needs = "backward=ooo,!parallel,!eval-only", .scope = SP_SCOPE_ENGINE},
         {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON (with --backward ooo or --parallel)",
-         .group = G_OOO, .meta = "FILE", .scope = SP_SCOPE_ENGINE},
+         .group = G_OOO, .meta = "FILE", .needs = "!eval-only", .scope = SP_SCOPE_ENGINE},
         {"cuda-graph", SP_FLAG_BOOL, &o->cuda_graph, "capture the steady-state training step (forward, "
          "backward, updates) as a CUDA Graph once per shape, replay it each step (docs/CUDA.md)", .group = G_OOO, .needs = "backward=ooo,device=cuda,!trace",
          .scope = SP_SCOPE_ENGINE},
         {"parallel", SP_FLAG_STR, &o->parallel, "run the master schedule on the MPI ranks", .group = G_PAR,
-         .choices = "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|scan", .needs = "backward=linear|ooo",
+         .choices = sp_exec_scheme_names(), .needs = "backward=linear|ooo",
          .scope = SP_SCOPE_RUN},
         {"microbatches", SP_FLAG_INT, &o->microbatches, "micro-batches B per step (0 = W, pipelines 2W)",
          .group = G_PAR, .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"groups", SP_FLAG_INT, &o->groups, "groups G of lpp/fslpp (W = G*R; 0 = 1)", .group = G_PAR,
          .range = "0..", .needs = "parallel=lpp|fslpp", .scope = SP_SCOPE_RUN},
         {"partition", SP_FLAG_STR, &o->partition, "pipeline stages: by measured cost, or LayerPipe's Algorithm 1",
-         .group = G_PAR, .choices = "cost|layerpipe", .needs = "parallel", .scope = SP_SCOPE_RUN},
+         .group = G_PAR, .choices = "cost|layerpipe", .needs = "parallel=gpipe|1f1b|ooo-ff|ooo-modulo|scan",
+         .scope = SP_SCOPE_RUN},
         {"bucket-mb", SP_FLAG_DOUBLE, &o->bucket_mb, "gradient bucket size in MB (as PyTorch DDP)", .group = G_PAR,
          .meta = "X", .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"comm-timeout", SP_FLAG_DOUBLE, &o->comm_timeout, "seconds a rank waits for a peer before the job stops",
          .group = G_PAR, .meta = "X", .range = "0.001..", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"costs", SP_FLAG_STR, &o->costs, "stage costs CSV (as --costs-out writes) instead of measuring",
-         .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
+         .group = G_PAR, .meta = "FILE", .needs = "parallel=fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|scan",
+         .scope = SP_SCOPE_RUN},
         {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs this run measured (for build/schedule --profile)",
          .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"exec-order", SP_FLAG_STR, &o->exec_order, "write each rank's executed job order", .group = G_PAR,
@@ -174,6 +182,13 @@ static void check_ranges(sp_run_opts *o)
     /* checkpoint files refused before any data is read or any step is run */
     if (o->load) sp_st_close(sp_check_ptr(sp_st_open(o->load)));
     if (o->save) sp_check(sp_check_save_target(o->save));
+    if (o->parallel) {   /* rank 0 writes these after training: refuse a path it cannot write now */
+        const char *outs[][2] = {{"log", o->log}, {"trace", o->trace}, {"costs-out", o->costs_out},
+                                 {"exec-order", o->exec_order}};
+        for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+            if (outs[i][1] && sp_check_save_target(outs[i][1]) != SP_OK)
+                sp_fail("--%s: %s", outs[i][0], sp_last_error());
+    }
     /* --steps alone runs as many epochs as it needs; with --epochs, whichever comes first */
     if (o->steps > 0 && !sp_flag_given("epochs")) o->epochs = 0;
 }
@@ -198,6 +213,16 @@ void sp_run_parse(int argc, char **argv, const char *app, const char *summary, s
         for (sp_flag *f = extra; f && f->name; f++)
             if (strcmp(f->name, set[i].name) == 0) f->set = set[i].set;
     check_ranges(o);
+    /* Started by mpirun (Open MPI's environment; MPI itself starts only with --parallel):
+     * without --parallel every rank would train alone and print its own JSON line. Rank 0
+     * says so; the others leave quietly, so that the line is printed once and mpirun's
+     * status is rank 0's. */
+    const char *np = getenv("OMPI_COMM_WORLD_SIZE"), *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!o->parallel && np && atoi(np) > 1) {
+        if (rank && atoi(rank) != 0) exit(0);
+        sp_fail("%s: started by mpirun with %s ranks but without --parallel: each rank would train alone (add "
+                "--parallel ddp or another scheme, or run without mpirun)", app, np);
+    }
 }
 
 
@@ -230,6 +255,20 @@ void sp_run_open_images(const sp_run_opts *o, int pad_to, sp_dataset **train, sp
     } else {
         sp_fail("--data-format %s: unknown (expected fashion-mnist | mnist | cifar10 | folder)", fmt);
     }
+}
+
+void sp_run_check_synthetic(const sp_run_opts *o, const char *flag, int samples, int test_samples,
+                            size_t sample_bytes)
+{
+    if (!o->eval_only && o->batch > samples)
+        sp_fail("--batch %d exceeds the %d training samples (%s %d)", o->batch, samples, flag, samples);
+    double need = ((double)samples + test_samples) * ((double)sample_bytes + sizeof(int));
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double limit = (double)sp_file_alloc_limit();
+    if (pages > 0 && page > 0 && (double)pages * page / 2 < limit) limit = (double)pages * page / 2;
+    if (need > limit)
+        sp_fail("%s %d: the training and test sets need %.3g GB, above the %.3g GB this run may use (half the "
+                "memory, at most SCANPROP_MAX_FILE_ALLOC)", flag, samples, need / 1e9, limit / 1e9);
 }
 
 /* ---- the engine, its plan and the device ------------------------------------------------- */
@@ -315,7 +354,88 @@ static void exec_end(struct sp_exec *x)
     sp_comm_finalize();
 }
 
-static struct sp_exec *exec_new(const sp_run_opts *o, sp_model *m, sp_optim *opt, int sample_ndim,
+/* Flags that may differ between ranks: they change neither the schedule, the data nor the
+ * numbers (docs/DISTRIBUTED.md). */
+#define RANK_LOCAL_FLAGS "threads|quiet|comm-timeout"
+#define MAX_DIGEST 160
+
+static uint32_t hash_text(uint32_t h, const char *s)
+{
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return (h ^ 0xff) * 16777619u;
+}
+
+static uint32_t hash_ints(uint32_t h, int n, const int *v)
+{
+    char buf[32];
+    for (int i = 0; i < n; i++) {
+        snprintf(buf, sizeof buf, "%d", v[i]);
+        h = hash_text(h, buf);
+    }
+    return h;
+}
+
+/* Before the first collective of the executor: every rank must run the same program and
+ * model on the same data with the same settings, or a rank would read a gradient bucket
+ * of another size, wait for a message that never comes or silently train with rank 0's
+ * numbers. One allgather of a hash per flag (and of the program, the model's parameter
+ * shapes and the dataset's identity); on a difference every rank refuses alike, naming
+ * the first flag that differs and the ranks. */
+static void ranks_agree(const char *app, const sp_run_opts *o, const sp_model *m, const sp_dataset *train,
+                        const sp_dataset *test, int sample_ndim, const int *sample_shape)
+{
+    sp_comm *w = sp_comm_world();
+    int W = sp_comm_size(w);
+    if (W < 2) return;
+    sp_flag_digest d[MAX_DIGEST];
+    int nf = sp_flags_digest(d, MAX_DIGEST, RANK_LOCAL_FLAGS);
+    enum { E_APP, E_FLAGS, E = E_FLAGS + MAX_DIGEST + 2 };   /* then the model, the data */
+    uint32_t h[E] = {0};
+    h[E_APP] = hash_text(hash_text(2166136261u, app), m->name);
+    for (int i = 0; i < nf; i++) h[E_FLAGS + i] = d[i].hash;
+    uint32_t hm = 2166136261u;
+    for (int i = 0; i < m->nparams; i++)
+        hm = hash_ints(hash_text(hm, m->params[i]->name), m->params[i]->value.ndim, m->params[i]->value.shape);
+    h[E_FLAGS + nf] = hm;
+    uint32_t hd = hash_ints(2166136261u, sample_ndim, sample_shape);
+    for (const sp_dataset *ds = train; ds; ds = ds == train ? test : NULL)
+        hd = hash_ints(hash_text(hd, ds->name), 2, (int[]){ds->n, ds->nclasses});
+    h[E_FLAGS + nf + 1] = hd;
+    /* 16 bits per float: exact in any float and in any MPI implementation */
+    float *mine = sp_xcalloc(2 * E, sizeof *mine), *all = sp_xcalloc((size_t)W * 2 * E, sizeof *all);
+    for (int e = 0; e < E; e++) mine[2 * e] = (float)(h[e] >> 16), mine[2 * e + 1] = (float)(h[e] & 0xffff);
+    sp_allgather(w, mine, all, 2 * E);
+    for (int e = 0; e < E_FLAGS + nf + 2; e++) {
+        char ranks[256] = "";
+        size_t k = 0;
+        int nd = 0;
+        for (int r = 1; r < W; r++)
+            if (all[(size_t)r * 2 * E + 2 * e] != all[2 * e] || all[(size_t)r * 2 * E + 2 * e + 1] != all[2 * e + 1]) {
+                if (k + 16 < sizeof ranks) k += (size_t)snprintf(ranks + k, sizeof ranks - k, "%s%d", nd ? ", " : "", r);
+                nd++;
+            }
+        if (!nd) continue;
+        char what[768], val[256];
+        if (e == E_APP)
+            snprintf(what, sizeof what, "the program (rank 0 runs %s, model %s)", app, m->name);
+        else if (e == E_FLAGS + nf)
+            snprintf(what, sizeof what, "the model's parameter shapes (%s)", m->name);
+        else if (e == E_FLAGS + nf + 1)
+            snprintf(what, sizeof what, "the dataset (rank 0: %s, %d samples)", train ? train->name : "synthetic",
+                     train ? train->n : 0);
+        else
+            snprintf(what, sizeof what, "--%s (rank 0: %s)", d[e - E_FLAGS].name,
+                     *sp_flag_value_text(d[e - E_FLAGS].name, val, sizeof val) ? val : "not given");
+        sp_comm_fail_all(w, "--parallel %s: the ranks disagree on %s: rank%s %s differ%s from rank 0 (every rank must "
+                            "run the same command; only --threads, --quiet and --comm-timeout may differ)",
+                         o->parallel, what, nd > 1 ? "s" : "", ranks, nd > 1 ? "" : "s");
+    }
+    free(mine);
+    free(all);
+}
+
+static struct sp_exec *exec_new(const char *app, const sp_run_opts *o, sp_model *m, sp_optim *opt,
+                                const sp_dataset *train, const sp_dataset *test, int sample_ndim,
                                 const int *sample_shape)
 {
     if (!o->parallel) return NULL;
@@ -323,6 +443,7 @@ static struct sp_exec *exec_new(const sp_run_opts *o, sp_model *m, sp_optim *opt
         sp_fail("--parallel %s: this build has no MPI (rebuild with make MPI=1)", o->parallel);
     sp_comm_set_timeout(o->comm_timeout);
     sp_comm_init(NULL, NULL);
+    ranks_agree(app, o, m, train, test, sample_ndim, sample_shape);
     sp_exec_cfg c = {.scheme = o->parallel,
                      .micro = o->microbatches,
                      .groups = o->groups,
@@ -335,6 +456,11 @@ static struct sp_exec *exec_new(const sp_run_opts *o, sp_model *m, sp_optim *opt
                      .ooo = (sp_engine_caps(o->backward) & SP_ENGINE_REORDERS_DW) != 0,
                      .k = o->k};
     struct sp_exec *x = sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
+    /* Not started by mpirun: one process is the only rank. It runs (a schedule's numbers
+     * and files on one worker are worth having), but says so. */
+    if (sp_exec_workers(x) == 1 && !getenv("OMPI_COMM_WORLD_SIZE"))
+        fprintf(stderr, "%s: note: --parallel %s runs 1 worker (not started by mpirun; for W workers: mpirun -np W "
+                        "%s ...)\n", app, o->parallel, app);
     if (o->plan) {   /* --parallel scan --plan: the cross-rank levels; nothing trains */
         if (sp_exec_rank(x) == 0) {
             int levels = sp_exec_print_plan(x, stdout);
@@ -355,8 +481,9 @@ static struct sp_exec *exec_new(const sp_run_opts *o, sp_model *m, sp_optim *opt
 
 /* ---- the pieces of a run (sp_run_session) ------------------------------------------------ */
 
-void sp_run_open(sp_run_session *s, const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x1,
-                 const int *y1)
+/* sp_run_open, with the datasets the ranks compare (NULL: the samples' shape only). */
+static void open_session(sp_run_session *s, const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x1,
+                         const int *y1, const sp_dataset *train, const sp_dataset *test)
 {
     *s = (sp_run_session){.app = app, .o = o, .m = m};
     sp_engine_opts eo = sp_run_engine_opts(o);
@@ -374,7 +501,13 @@ void sp_run_open(sp_run_session *s, const char *app, const sp_run_opts *o, sp_mo
     cfg.momentum = o->momentum;
     cfg.weight_decay = o->weight_decay;
     s->optim = sp_optim_create(o->optim, m->params, m->nparams, &cfg);
-    s->exec = exec_new(o, m, s->optim, x1->ndim - 1, x1->shape + 1);
+    s->exec = exec_new(app, o, m, s->optim, train, test, x1->ndim - 1, x1->shape + 1);
+}
+
+void sp_run_open(sp_run_session *s, const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x1,
+                 const int *y1)
+{
+    open_session(s, app, o, m, x1, y1, NULL, NULL);
 }
 
 bool sp_run_plan(sp_run_session *s, const sp_tensor *x, const int *y)
@@ -440,6 +573,36 @@ static sp_train_result eval_only(const char *app, const sp_run_opts *o, sp_model
     return r;
 }
 
+/* A dataset's sample shape as "28x28". */
+static const char *dims(const sp_dataset *d, char *out, size_t len)
+{
+    out[0] = 0;
+    for (int i = 0, n = 0; i < d->ndim && n < (int)len; i++)
+        n += snprintf(out + n, len - (size_t)n, i ? "x%d" : "%d", d->shape[i]);
+    return out;
+}
+
+/* The training set's identity for a resume's check: its name (path or synthetic recipe),
+ * sample count, sample shape, classes and a hash of three samples (first, middle, last;
+ * cheap for any size) with their labels. */
+static void data_identity(sp_dataset *d, char *out, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    float *x = sp_xmalloc(sp_dataset_sample_numel(d) * sizeof *x);
+    int at[3] = {0, d->n / 2, d->n - 1};
+    for (int k = 0; k < 3 && d->n > 0; k++) {
+        int y;
+        sp_dataset_get(d, at[k], x, &y);
+        const unsigned char *b = (const unsigned char *)x;
+        for (size_t i = 0; i < sp_dataset_sample_numel(d) * sizeof *x; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+        h = (h ^ (uint64_t)(uint32_t)y) * 0x100000001b3ull;
+    }
+    free(x);
+    char shape[64];
+    snprintf(out, len, "%s (%d samples of %s, %d classes, hash %016llx)", d->name, d->n, dims(d, shape, sizeof shape),
+             d->nclasses, (unsigned long long)h);
+}
+
 sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_dataset *train, sp_dataset *test)
 {
     if (o->eval_only) {   /* --load is required by the flags */
@@ -448,13 +611,21 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     }
     if (o->batch > train->n)
         sp_fail("--batch %d exceeds the %d training samples of %s", o->batch, train->n, train->name);
+    if (test) {   /* found now, not at the first evaluation after training */
+        bool same = test->ndim == train->ndim;
+        for (int i = 0; same && i < train->ndim; i++) same = test->shape[i] == train->shape[i];
+        char a[64], b[64];
+        if (!same)
+            sp_fail("the test set %s has samples of %s, the training set %s has %s (expected the same shape)",
+                    test->name, dims(test, a, sizeof a), train->name, dims(train, b, sizeof b));
+    }
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_run_session s;
     {   /* the engine options are checked against the model on one sample */
         sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
         sp_batch b;
         sp_loader_next(one, &b);
-        sp_run_open(&s, app, o, m, &b.x, b.y);
+        open_session(&s, app, o, m, &b.x, b.y, train, test);
         sp_loader_free(one);
     }
     if ((o->plan || o->plan_svg) && !o->parallel) {   /* the plan of the first batch; nothing trains */
@@ -492,10 +663,14 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     snprintf(wd, sizeof wd, "%.17g", o->weight_decay);
     snprintf(batch, sizeof batch, "%d", o->batch);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    char data[512];
+    data_identity(train, data, sizeof data);
     const char *run_meta[] = {"lr", lr, "lr-schedule", o->lr_schedule, "momentum", mom, "weight-decay", wd,
-                              "batch", batch, "seed", seed, "no-shuffle", o->no_shuffle ? "yes" : "no", NULL};
+                              "batch", batch, "seed", seed, "no-shuffle", o->no_shuffle ? "yes" : "no",
+                              "dataset", data, NULL};
     tc.run_meta = run_meta;
     sp_train_result r = sp_train(m, s.engine, s.optim, loader, test, &tc);
+    sp_check(r.status);
     sp_run_save(&s);
     sp_json j;
     sp_run_summary_train(&s, &j, &r, sp_loader_batch(loader), train);

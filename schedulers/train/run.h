@@ -94,6 +94,14 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
  * mnist | cifar10 | folder; pad_to = 32 zero-pads 28×28 images (VGG-11). */
 void sp_run_open_images(const sp_run_opts *o, int pad_to, sp_dataset **train, sp_dataset **test);
 
+/* Before a synthetic dataset is built: --batch at most `samples` (unless --eval-only), and
+ * the memory the run would need for it — `samples` training and `test_samples` test
+ * samples of sample_bytes each in memory (0: generated on demand) plus the loaders' 4-byte
+ * index per sample — within half the physical memory and the sp_file_alloc ceiling
+ * (SCANPROP_MAX_FILE_ALLOC). Otherwise one line naming `flag` and exit 2. */
+void sp_run_check_synthetic(const sp_run_opts *o, const char *flag, int samples, int test_samples,
+                            size_t sample_bytes);
+
 /* --device cuda: one line and exit 2 on a build without CUDA, without a GPU, or with an
  * engine that runs on the CPU only; else the backend starts and m's parameters move to
  * the GPU. --device cpu: nothing. */

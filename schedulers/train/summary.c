@@ -130,7 +130,9 @@ void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_re
     sp_json_int(j, "threads", o->threads);
     sp_json_str(j, "optim", o->optim);
     sp_json_num(j, "lr", o->lr);
-    sp_json_int(j, "seed", (long)o->seed);
+    char seed[24];   /* the whole unsigned 64-bit range: not through a long */
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    sp_json_raw(j, "seed", seed);
     sp_json_str(j, "dataset", train->name);
     sp_run_summary_engine(s, j);
     if (o->cuda_graph && r->graph_captures + r->graph_replays > 0) {   /* the whole step (sp_train) */
@@ -173,10 +175,13 @@ void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
     }
     snprintf(busy + nb, sizeof busy - nb, "]");
     snprintf(idle + ni, sizeof idle - ni, "]");
-    sp_json_str(j, "parallel", s->o->parallel);
+    sp_json_str(j, "parallel", sp_exec_scheme(s->exec));   /* ddp --backward ooo: "ddp-ooo" */
     sp_json_int(j, "workers", st.workers);
     sp_json_int(j, "microbatches", sp_exec_schedule(x)->micro);
     sp_json_num(j, "comm_ms", 1e3 * comm / steps);
+    /* the steps after the first, as --costs-out's job costs (bench/distributed.sh) */
+    sp_json_num(j, "step_mean_ms", 1e3 * st.step_mean);
+    sp_json_num(j, "comm_mean_ms", 1e3 * st.comm_mean);
     sp_json_raw(j, "busy_ms", busy);
     sp_json_raw(j, "idle_ms", idle);
     sp_exec_stats_free(&st);

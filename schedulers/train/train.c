@@ -385,13 +385,49 @@ static double median_ms(double *v, long n)
     return 1e3 * (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
+#define LOG_HEADER "step,epoch,loss,lr,seconds,test_loss,test_acc\n"
+
+/* A resumed run's log (keep >= 0: the checkpoint's step): the rows of the old log up to
+ * that step, in memory (rows past it, which a killed run may have written, are dropped);
+ * NULL when there is none. *eval_at_keep: whether one of them is an evaluation at keep. */
+static char *log_rows_upto(const char *path, long keep, bool *eval_at_keep)
+{
+    FILE *f = keep >= 0 ? sp_open_read(path, NULL) : NULL;   /* none yet (or not a file: refused below) */
+    if (!f) return NULL;
+    size_t len = 0, cap = 4096;
+    char *out = sp_xmalloc(cap), line[1024];
+    out[0] = 0;
+    bool header = true;
+    while (fgets(line, sizeof line, f)) {
+        if (header) {   /* the header is written anew */
+            header = false;
+            if (strcmp(line, LOG_HEADER) == 0) continue;
+        }
+        char *end;
+        long step = strtol(line, &end, 10);
+        if (end == line || *end != ',' || step > keep) continue;
+        size_t n = strlen(line);
+        if (line[n - 1] != '\n') continue;   /* a row cut short by a kill */
+        const char *loss = strchr(end + 1, ',');   /* after the epoch: empty in an evaluation's row */
+        if (step == keep && loss && loss[1] == ',') *eval_at_keep = true;
+        if (len + n + 1 > cap) out = sp_xrealloc(out, cap = 2 * (len + n + 1));
+        memcpy(out + len, line, n + 1);
+        len += n;
+    }
+    fclose(f);
+    return out;
+}
+
 /* The --log CSV collects in memory and replaces the file atomically at each checkpoint
  * save (so the log on disk matches the checkpoint a resume starts from) and at the end. */
-static FILE *open_log(sp_out *out, const char *path)
+static FILE *open_log(sp_out *out, const char *path, long resumed_step, bool *eval_at_keep)
 {
     if (!path) return NULL;
     sp_check(sp_out_open(out, path, "--log"));
-    fprintf(out->f, "step,epoch,loss,lr,seconds,test_loss,test_acc\n");
+    char *kept = log_rows_upto(path, resumed_step, eval_at_keep);
+    fprintf(out->f, LOG_HEADER);
+    if (kept) fputs(kept, out->f);
+    free(kept);
     return out->f;
 }
 
@@ -401,29 +437,39 @@ static void log_eval(FILE *log, long step, int epoch, const sp_optim *o, double 
     if (log) fprintf(log, "%ld,%d,,%.9g,%.6f,%.9g,%.9g\n", step, epoch, sp_optim_get_lr(o), seconds, loss, acc);
 }
 
+sp_train_cfg sp_train_cfg_default(void)
+{
+    return (sp_train_cfg){.app = "train", .epochs = 1, .eval_batch = 256};
+}
+
+/* The configuration's own checks, before anything is allocated or read. */
+static int check_cfg(const sp_train_cfg *cfg, const sp_dataset *test)
+{
+    const char *app = cfg->app ? cfg->app : "sp_train";
+    if (cfg->epochs < 0 || cfg->steps < 0 || (cfg->epochs == 0 && cfg->steps == 0))
+        return sp_error("%s: %d epochs and %ld steps: give at least one limit (sp_train_cfg.epochs or .steps)", app,
+                        cfg->epochs, cfg->steps);
+    if (test && cfg->eval_batch < 1)
+        return sp_error("%s: sp_train_cfg.eval_batch is %d (expected >= 1; start from sp_train_cfg_default())", app,
+                        cfg->eval_batch);
+    if (cfg->eval_every < 0)
+        return sp_error("%s: sp_train_cfg.eval_every is %d (expected >= 0)", app, cfg->eval_every);
+    if (cfg->save_every < 0 || (cfg->save_every > 0 && !cfg->save_path))
+        return sp_error("%s: sp_train_cfg.save_every is %ld (expected >= 0, and a save_path with it)", app,
+                        cfg->save_every);
+    return SP_OK;
+}
+
 sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,
                          const sp_train_cfg *cfg)
 {
+    if (check_cfg(cfg, test) != SP_OK) return (sp_train_result){.test_loss = NAN, .test_acc = NAN, .status = SP_ERR};
     long per_epoch = sp_loader_nbatches(train);
-    if (cfg->epochs < 0 || cfg->steps < 0 || (cfg->epochs == 0 && cfg->steps == 0))
-        sp_fail("%s: %d epochs and %ld steps: give at least one limit", cfg->app, cfg->epochs, cfg->steps);
     /* both limits: whichever comes first; steps alone: as many epochs as they need */
     long total = cfg->epochs > 0 ? per_epoch * cfg->epochs : cfg->steps;
     if (cfg->steps > 0 && cfg->steps < total) total = cfg->steps;
     int epochs = (int)((total + per_epoch - 1) / per_epoch);
     sp_train_result r = {.test_loss = NAN, .test_acc = NAN};
-    double *fwd = sp_xmalloc((size_t)(total + 1) * sizeof *fwd);   /* before the loop: no malloc per step */
-    double *bwd = sp_xmalloc((size_t)(total + 1) * sizeof *bwd);
-    double *all = sp_xmalloc((size_t)(total + 1) * sizeof *all);
-    sp_out logout;
-    FILE *log = open_log(&logout, cfg->log_path);
-    progress p = {.tty = isatty(2), .quiet = cfg->quiet, .start = sp_now(), .total_steps = total};
-    sp_tape t;
-    sp_tape_init(&t);
-    evaluator ev = {0};
-    if (test) evaluator_open(&ev, test, cfg->eval_batch, cfg);
-    double busy = 0.0;
-    long images = 0;
     sp_train_state resumed = {0};
     if (cfg->resume_path) {
         if (sp_checkpoint_load(cfg->resume_path, m, o, &resumed, cfg->run_meta) != SP_OK)
@@ -431,8 +477,25 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         if (resumed.batch > per_epoch)
             sp_fail("--resume %s: saved after batch %ld of an epoch of %ld batches (a different dataset?)",
                     cfg->resume_path, resumed.batch, per_epoch);
+        /* steps count from the start: epoch·(batches an epoch) + batch (a crafted 2^62 is not) */
+        if (resumed.step != (long)resumed.epoch * per_epoch + resumed.batch)
+            sp_fail("--resume %s: inconsistent training state: step %ld is not epoch %d x %ld batches + batch %ld",
+                    cfg->resume_path, resumed.step, resumed.epoch, per_epoch, resumed.batch);
         r.steps = resumed.step;
     }
+    double *fwd = sp_xmalloc((size_t)(total + 1) * sizeof *fwd);   /* before the loop: no malloc per step */
+    double *bwd = sp_xmalloc((size_t)(total + 1) * sizeof *bwd);
+    double *all = sp_xmalloc((size_t)(total + 1) * sizeof *all);
+    bool logged_eval = false;   /* the kept log already has the evaluation at the resumed step */
+    sp_out logout;
+    FILE *log = open_log(&logout, cfg->log_path, cfg->resume_path ? resumed.step : -1, &logged_eval);
+    progress p = {.tty = isatty(2), .quiet = cfg->quiet, .start = sp_now(), .total_steps = total};
+    sp_tape t;
+    sp_tape_init(&t);
+    evaluator ev = {0};
+    if (test) evaluator_open(&ev, test, cfg->eval_batch, cfg);
+    double busy = 0.0;
+    long images = 0;
     long first = r.steps;   /* the timing arrays are indexed by step */
     sp_step_graph *sg = cfg->cuda_graph && model_device(m) != SP_CPU ? sp_step_graph_new(m, e, o) : NULL;
     /* An engine that runs its backward asynchronously and the updates itself (ooo), without
@@ -551,15 +614,29 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             progress_line(&p, "%s epoch %d: train loss %.4f", cfg->app, epoch + 1, r.train_loss);
         }
     }
-    if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every != 0) {
+    if (cfg->resume_path && first >= total) {
+        /* a checkpoint of the run's last step (a job killed after its last save) or past it:
+         * nothing is left to train; the result is the checkpoint's — its steps, its epoch's
+         * mean loss, and the final evaluation the run ends with */
+        progress_line(&p, "%s: --resume %s: saved after step %ld, this run has %ld: nothing left to train", cfg->app,
+                      cfg->resume_path, first, total);
+        r.epochs = resumed.epoch + 1;
+        r.train_loss = resumed.batch ? resumed.epoch_loss / (double)resumed.batch : NAN;
+        r.last_loss = NAN;
+        if (test) {
+            evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
+            if (!logged_eval) log_eval(log, r.steps, resumed.epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
+        }
+    } else if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every != 0) {
         evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
         log_eval(log, r.steps, r.epochs - 1, o, sp_now() - p.start, r.test_loss, r.test_acc);
     }
     r.seconds = sp_now() - p.start;
     r.images_per_s = busy > 0 ? (double)images / busy : 0.0;
-    r.forward_ms = median_ms(fwd + first, r.steps - first);
-    r.backward_ms = median_ms(bwd + first, r.steps - first);
-    r.step_ms = median_ms(all + first, r.steps - first);
+    bool ran = r.steps > first;   /* a resume past the limit ran nothing: no index past the arrays */
+    r.forward_ms = ran ? median_ms(fwd + first, r.steps - first) : NAN;
+    r.backward_ms = ran ? median_ms(bwd + first, r.steps - first) : NAN;
+    r.step_ms = ran ? median_ms(all + first, r.steps - first) : NAN;
     if (log) sp_check(sp_out_commit(&logout));
     if (sg) {
         sp_step_graph_counts(sg, &r.graph_captures, &r.graph_replays);

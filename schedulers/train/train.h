@@ -14,13 +14,15 @@
 extern "C" {
 #endif
 
+/* Start from sp_train_cfg_default() and set what differs: a zeroed struct has no valid
+ * eval_batch, and sp_train refuses it (a status, naming the field). */
 typedef struct sp_train_cfg {
-    const char *app;           /* for progress lines                          */
-    int epochs;                /* 0: as many as `steps` needs                 */
+    const char *app;           /* for progress lines and messages (default "train") */
+    int epochs;                /* 0: as many as `steps` needs (default 1)     */
     long steps;                /* stop after this many steps (0 = whole epochs); with
-                                * both limits, whichever comes first            */
+                                * both limits, whichever comes first (default 0) */
     int eval_every;            /* evaluate every N steps (0 = after each epoch) */
-    int eval_batch;
+    int eval_batch;            /* evaluation batch size, >= 1 (default 256)   */
     const char *log_path;      /* per-step CSV: step,epoch,loss,lr,seconds     */
     const sp_lr_schedule *lr;  /* indexed by epoch; NULL = constant            */
     bool quiet;
@@ -54,8 +56,17 @@ typedef struct sp_train_result {
     double seconds;            /* wall time of the whole loop                 */
     double forward_ms, backward_ms, step_ms;   /* medians per step (backward: engine only) */
     long graph_captures, graph_replays;        /* cfg.cuda_graph: whole steps captured / replayed */
+    int status;                /* SP_OK, or SP_ERR: a bad configuration was refused before any
+                                * work, the message (naming the field) in sp_last_error() */
 } sp_train_result;
 
+/* The defaults: one epoch, evaluation after each epoch in batches of 256, no log, no
+ * checkpoints, constant learning rate, progress on stderr. */
+sp_train_cfg sp_train_cfg_default(void);
+
+/* Trains m. A configuration that cannot run (no limit, a negative count, eval_batch < 1
+ * with a test set, save_every without save_path, a resume point past the limits) comes
+ * back as result.status == SP_ERR with nothing trained. */
 sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,
                          const sp_train_cfg *cfg);
 
