@@ -16,6 +16,7 @@
 #include "schedulers/train/summary.h"
 #include "layers/zoo.h"
 #include "core/error.h"
+#include "core/io/fileio.h"
 #include "core/model.h"
 #include "schedulers/parallel/schedule.h"
 #include "schedulers/parallel/sim_report.h"
@@ -115,23 +116,19 @@ static sp_costs *load_costs(opts *o)
 static void write_costs(const opts *o, const sp_costs *c)
 {
     if (!o->costs_out) return;
-    FILE *f = fopen(o->costs_out, "w");
-    if (!f) sp_fail("--costs-out %s: cannot write: %s", o->costs_out, strerror(errno));
-    sp_costs_write_csv(f, c);
-    char what[4200];
-    snprintf(what, sizeof what, "--costs-out %s", o->costs_out);
-    sp_output_close(f, what);
+    sp_out out;
+    sp_check(sp_out_open(&out, o->costs_out, "--costs-out"));
+    sp_costs_write_csv(out.f, c);
+    sp_check(sp_out_commit(&out));
 }
 
 static void write_svg(const opts *o, const sp_schedule *s, const sp_sim *r, const char *unit)
 {
     if (!o->svg) return;
-    FILE *f = fopen(o->svg, "w");
-    if (!f) sp_fail("--svg %s: cannot write: %s", o->svg, strerror(errno));
-    sp_diagram_svg_unit(f, s, r, o->title, unit);
-    char what[4200];
-    snprintf(what, sizeof what, "--svg %s", o->svg);
-    sp_output_close(f, what);
+    sp_out out;
+    sp_check(sp_out_open(&out, o->svg, "--svg"));
+    sp_diagram_svg_unit(out.f, s, r, o->title, unit);
+    sp_check(sp_out_commit(&out));
 }
 
 static int run_schedule(opts *o)

@@ -9,7 +9,9 @@
  *     docs/DISTRIBUTED.md agree (scan the one --parallel name without a schedule);
  *   - the cases the issues name: flags that do not apply, "did you mean", --k 0,
  *     --batch beyond the dataset (and INT_MAX: no overflow), --steps with --epochs,
- *     --scan-levels out of range, output to a full disk (/dev/full).
+ *     --scan-levels out of range, output to a full disk (/dev/full);
+ *   - files (issue 25): no flag opens a FIFO, outputs are replaced atomically (a failed
+ *     write leaves the old file whole), every open goes through core/io/fileio.c.
  * Every run's stdout and stderr go to files (tu_run); nothing is printed. */
 #include <criterion/criterion.h>
 #include <limits.h>
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 #include <stb/stb_image_write.h>
 #include "core/error.h"
@@ -843,30 +846,198 @@ Test(output, full_disk_is_an_error)
     } cases[] = {
         {"demo", "--steps 1 --quiet > /dev/full"},
         {"rnn", "--seq-len 4 --samples 16 --steps 1 --quiet > /dev/full"},
-        {"rnn", "--seq-len 4 --samples 16 --steps 1 --quiet --log /dev/full"},
-        {"schedule", "--model lenet --no-diagram --costs-out /dev/full"},
-        {"schedule", "--no-diagram --svg /dev/full"},
         {"schedule", "> /dev/full"},
         {"jacobian", "--model mlp --columns 2 > /dev/full"},
         {"lenet", "--help > /dev/full"},
-        {"demo", "--steps 1 --quiet --backward ooo --trace /dev/full"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = app(cases[i].app, cases[i].args, out, err);
         cr_expect_eq(rc, 2, "%s %s: exit %d (stderr %s)", cases[i].app, cases[i].args, rc, err);
         cr_expect(strstr(err, "write failed"), "%s %s: '%s'", cases[i].app, cases[i].args, err);
     }
-    /* jacobian --png: the picture files (stbi_write_png never checked its writes) */
+    /* output files are replaced atomically, so a device is refused before anything is
+     * written (a full disk under an output file: files.full_disk_leaves_the_old_file_whole) */
+    static const struct {
+        const char *app, *args;
+    } devs[] = {
+        {"rnn", "--seq-len 4 --samples 16 --steps 1 --quiet --log /dev/full"},
+        {"schedule", "--model lenet --no-diagram --costs-out /dev/full"},
+        {"schedule", "--no-diagram --svg /dev/full"},
+        {"demo", "--steps 1 --quiet --backward ooo --trace /dev/full"},
+    };
+    for (size_t i = 0; i < sizeof devs / sizeof devs[0]; i++) {
+        int rc = app(devs[i].app, devs[i].args, out, err);
+        cr_expect_eq(rc, 2, "%s %s: exit %d (stderr %s)", devs[i].app, devs[i].args, rc, err);
+        cr_expect(one_line_error(err) && strstr(err, "cannot open for writing: it is a character device"), "%s %s: '%s'",
+                  devs[i].app, devs[i].args, err);
+    }
+    /* jacobian --png: the picture files; a link to a device is refused as the device */
     char dir[4400];
     snprintf(dir, sizeof dir, "%s/pngfull", tu_tmpdir());
     cr_assert_eq(mkdir(dir, 0755), 0);
     snprintf(dir, sizeof dir, "%s/pngfull/00_flatten_1.png", tu_tmpdir());
     cr_assert_eq(symlink("/dev/full", dir), 0);
     cr_expect_eq(app("jacobian", "--model mlp --columns 2 --png %T/pngfull", out, err), 2);
-    cr_expect(strstr(err, "write failed: No space left on device"), "jacobian --png: '%s'", err);
+    cr_expect(strstr(err, "it is a character device, not a regular file"), "jacobian --png: '%s'", err);
     /* the message names the reason when the failing write is the last one */
     cr_assert_eq(app("demo", "--steps 1 --quiet > /dev/full", out, err), 2);
     cr_expect(strstr(err, "write failed: No space left on device"), "%s", err);
+}
+
+/* ---- files: no flag opens a FIFO, every output is replaced atomically (issue 25) ----- */
+
+/* Item 9: each flag that names a file refuses a FIFO at once, naming it, instead of
+ * blocking until someone opens the other end (`timeout`: a hang fails, not stalls). */
+Test(files, fifo_is_refused_by_every_flag)
+{
+    char fifo[4400], png[4400];
+    snprintf(fifo, sizeof fifo, "%s/fifo", tu_tmpdir());
+    cr_assert_eq(mkfifo(fifo, 0644), 0);
+    snprintf(png, sizeof png, "%s/pngdir", tu_tmpdir());
+    cr_assert_eq(mkdir(png, 0755), 0);
+    snprintf(png, sizeof png, "%s/pngdir/00_flatten_1.png", tu_tmpdir());
+    cr_assert_eq(mkfifo(png, 0644), 0);
+    static const struct {
+        const char *app, *args;
+    } cases[] = {
+        {"lenet", "--steps 2 --quiet --log %T/fifo"},
+        {"lenet", "--steps 2 --quiet --backward ooo --trace %T/fifo"},
+        {"rnn", "--steps 2 --quiet --backward bppsa --plan-svg %T/fifo"},
+        {"lenet", "--steps 2 --quiet --parallel gpipe --costs %T/fifo"},
+        {"lenet", "--steps 2 --quiet --parallel gpipe --costs-out %T/fifo"},
+        {"lenet", "--steps 2 --quiet --parallel gpipe --exec-order %T/fifo"},
+        {"lenet", "--steps 2 --quiet --parallel gpipe --trace %T/fifo"},
+        {"schedule", "--no-diagram --svg %T/fifo"},
+        {"schedule", "--no-diagram --model lenet --costs-out %T/fifo"},
+        {"schedule", "--no-diagram --profile %T/fifo"},
+        {"schedule", "--layerpipe %T/fifo"},
+        {"jacobian", "--model mlp --columns 2 --png %T/pngdir"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "%s < /dev/null", cases[i].args);
+        const char *env = strstr(args, "--parallel") ? TU_MPI_FAST_ENV : "";
+        char cmd[16384];
+        snprintf(cmd, sizeof cmd, "%stimeout 60 %s %s", env, tu_bin(cases[i].app), expand(args));
+        int rc = tu_run(cmd, out, OUT, err, OUT);
+        cr_expect_eq(rc, 2, "%s %s: exit %d (124: it blocked on the FIFO); stderr '%s'", cases[i].app, cases[i].args, rc,
+                     err);
+        cr_expect(strstr(err, "a FIFO"), "%s %s: '%s' does not say 'a FIFO'", cases[i].app, cases[i].args, err);
+        if (!strstr(args, "--parallel"))
+            cr_expect(one_line_error(err), "%s %s: not one line: '%s'", cases[i].app, cases[i].args, err);
+    }
+}
+
+/* Item 14: a directory given as a profile is named as one (it used to say "no stages"). */
+Test(files, costs_directory_is_named)
+{
+    cr_expect_eq(app("lenet", "--steps 2 --quiet --parallel gpipe --costs %T", out, err), 2);
+    cr_expect(strstr(err, "not a regular file (a directory)"), "--costs DIR: '%s'", err);
+    cr_expect_eq(app("schedule", "--no-diagram --profile %T", out, err), 2);
+    cr_expect(one_line_error(err) && strstr(err, "not a regular file (a directory)"), "--profile DIR: '%s'", err);
+}
+
+static void put_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0);
+}
+
+static bool file_is(const char *path, const char *text)
+{
+    char buf[4096];
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strcmp(buf, text) == 0;
+}
+
+/* The outputs written by each flag, each larger than 1 KiB; %O is the file. */
+static const struct {
+    const char *app, *args, *file;
+} outputs[] = {
+    {"lenet", "--steps 40 --quiet --log %O", "old.csv"},
+    {"lenet", "--steps 2 --quiet --backward ooo --trace %O", "old.json"},
+    {"rnn", "--steps 2 --quiet --backward bppsa --plan-svg %O", "old.svg"},
+    {"schedule", "--no-diagram --svg %O", "old.svg"},
+    {"schedule", "--no-diagram --stages 64 --costs-out %O", "old.csv"},
+    {"jacobian", "--model mlp --columns 2 --png %D", "00_flatten_1.png"},
+};
+
+/* Item 10: a write that fails half-way (here: past RLIMIT_FSIZE, "File too large", with
+ * SIGXFSZ ignored) leaves the previous file whole, and the message carries errno's text. */
+Test(files, failed_write_leaves_the_old_file_whole)
+{
+    static const char old[] = "step,epoch,loss\n1,0,2.30\nthe previous run's file, 174 bytes or so\n";
+    for (size_t i = 0; i < sizeof outputs / sizeof outputs[0]; i++) {
+        char dir[4400], path[4500], args[5000], cmd[16384];
+        snprintf(dir, sizeof dir, "%s/fsize%zu", tu_tmpdir(), i);
+        cr_assert_eq(mkdir(dir, 0755), 0);
+        snprintf(path, sizeof path, "%s/%s", dir, outputs[i].file);
+        put_file(path, old);
+        const char *o = strstr(outputs[i].args, "%");
+        snprintf(args, sizeof args, "%.*s%s", (int)(o - outputs[i].args), outputs[i].args, o[1] == 'D' ? dir : path);
+        /* stdout to /dev/null: only the output file grows past the limit */
+        snprintf(cmd, sizeof cmd, "trap '' XFSZ; ulimit -f 1; exec %s %s > /dev/null", tu_bin(outputs[i].app), args);
+        int rc = tu_run(cmd, out, OUT, err, OUT);
+        cr_expect_eq(rc, 2, "%s %s: exit %d, '%s'", outputs[i].app, args, rc, err);
+        cr_expect(one_line_error(err) && strstr(err, "write failed: File too large"), "%s %s: '%s'", outputs[i].app, args,
+                  err);
+        cr_expect(file_is(path, old), "%s %s: the old %s was not left whole", outputs[i].app, args, outputs[i].file);
+    }
+}
+
+/* Item 10 on a real full file system (a 200 KiB tmpfs; needs root to mount it, skipped
+ * otherwise): "No space left on device", the old log whole, no temp file left. */
+Test(files, full_disk_leaves_the_old_file_whole)
+{
+    char dir[4400], path[4500], fill[4500], cmd[16384];
+    snprintf(dir, sizeof dir, "%s/tmpfs", tu_tmpdir());
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=200k tmpfs %s", dir);
+    if (geteuid() != 0 || tu_run(cmd, out, OUT, err, OUT) != 0) {
+        cr_log_warn("skipped: cannot mount a tmpfs (%s)", err);
+        return;
+    }
+    static const char old[] = "step,epoch,loss\n1,0,2.30\n";
+    snprintf(path, sizeof path, "%s/old.csv", dir);
+    put_file(path, old);
+    snprintf(fill, sizeof fill, "%s/filler", dir);
+    snprintf(cmd, sizeof cmd, "dd if=/dev/zero of=%s bs=1k 2>/dev/null; true", fill);   /* until ENOSPC */
+    tu_run(cmd, out, OUT, err, OUT);
+    for (size_t i = 0; i < sizeof outputs / sizeof outputs[0]; i++) {
+        char args[5000];
+        const char *o = strstr(outputs[i].args, "%");
+        if (o[1] == 'D') continue;   /* the PNG: the same path as the others */
+        snprintf(args, sizeof args, "%.*s%s", (int)(o - outputs[i].args), outputs[i].args, path);
+        snprintf(cmd, sizeof cmd, "%s %s", tu_bin(outputs[i].app), args);
+        int rc = tu_run(cmd, out, OUT, err, OUT);
+        cr_expect_eq(rc, 2, "%s %s: exit %d, '%s'", outputs[i].app, args, rc, err);
+        cr_expect(one_line_error(err) && strstr(err, "write failed: No space left on device"), "%s %s: '%s'",
+                  outputs[i].app, args, err);
+        cr_expect(file_is(path, old), "%s %s: the old file was not left whole", outputs[i].app, args);
+    }
+    snprintf(cmd, sizeof cmd, "ls %s | grep -c tmp; umount %s", dir, dir);
+    tu_run(cmd, out, OUT, err, OUT);
+    cr_expect_eq(atoi(out), 0, "temp files left: %s", out);
+}
+
+/* Item 9's guard: every file the library and the apps open goes through core/io/fileio.c
+ * (sp_open_regular, sp_open_read, sp_out_*, sp_atomic_*), so a new flag cannot open a
+ * FIFO or write in place. Allowed elsewhere, with the reason:
+ *   data/imagefolder.c opendir: lists a directory (opendir of a FIFO fails, never blocks;
+ *   every file it lists is opened with sp_open_regular). */
+Test(files, every_open_goes_through_fileio)
+{
+    int rc = tu_run("grep -rnE '\\b(fopen|freopen|fdopen|open|openat|creat|gzopen|opendir|popen)\\(' "
+                    "--include='*.c' --include='*.cu' --include='*.h' core layers optim schedulers data apps "
+                    "| grep -v '^core/io/fileio\\.c:' | grep -v '^data/imagefolder\\.c:[0-9]*: *DIR \\*dp = opendir(dir);'",
+                    out, OUT, err, OUT);
+    cr_expect_eq(rc, 1, "files opened outside core/io/fileio.c (use sp_open_read / sp_out_open):\n%s%s", out, err);
 }
 
 /* ---- make bench-cuda without a GPU: one line, exit 2 (issue 12) ---------------------- */

@@ -91,6 +91,40 @@ Test(fuzz_corpus, idx) { run_corpus("idx"); }
 Test(fuzz_corpus, cifar) { run_corpus("cifar"); }
 Test(fuzz_corpus, seqset) { run_corpus("seqset"); }
 Test(fuzz_corpus, image) { run_corpus("image"); }
+Test(fuzz_corpus, costs) { run_corpus("costs"); }
+Test(fuzz_corpus, state) { run_corpus("state"); }
+
+/* The readers added to the fuzzers (issue 25): what each seed must do, and that a bad
+ * costs CSV comes back as a status (the reader's checks are sp_fail inside). */
+Test(fuzz_corpus, costs_and_state_seeds)
+{
+    static const struct { const char *target, *file; int status; const char *says; } cases[] = {
+        {"costs", "valid", 0, NULL},
+        {"costs", "valid-every-column", 0, NULL},
+        {"costs", "no-stages", 3, "no stages"},
+        {"costs", "inf-total", 3, "add up to"},
+        {"costs", "long-line", 3, "line longer than"},
+        {"costs", "not-a-number", 3, "'three' is not a number"},
+        {"state", "valid-sgd", 0, NULL},
+        {"state", "valid-adam", 0, NULL},
+        {"state", "other-seed", 3, "seed"},
+        {"state", "transposed-weight", 3, "fc1.weight"},
+        {"state", "truncated", 3, "state.st"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const fz_target *t = NULL;
+        for (size_t k = 0; k < sizeof fz_targets / sizeof fz_targets[0]; k++)
+            if (strcmp(fz_targets[k].name, cases[i].target) == 0) t = &fz_targets[k];
+        cr_assert_not_null(t);
+        char path[256], err[4096];
+        snprintf(path, sizeof path, CORPUS "/%s/%s", cases[i].target, cases[i].file);
+        int st = run_one(t, path, err, sizeof err);
+        cr_expect_eq(st, cases[i].status, "%s: status %d: %s", path, st, err);
+        if (cases[i].says) cr_expect(strstr(err, cases[i].says), "%s: '%s' does not say '%s'", path, err, cases[i].says);
+    }
+    fz_cleanup();
+    fz_dir[0] = 0;
+}
 
 /* Inputs fuzz_image found that broke stb_image 2.27 (Debian 12's libstb), now refused
  * before it reads them (data/imagefolder.c), and what the refusal says. */

@@ -1,5 +1,6 @@
 /* fileio.c — regular-file checks before reading, atomic replacement with temp-file
- * cleanup on SIGINT/SIGTERM and of stale temp files. */
+ * cleanup on SIGINT/SIGTERM and of stale temp files, and output files (sp_out) built in
+ * memory and put in place by that atomic replacement. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +37,22 @@ int sp_open_regular(const char *path, struct stat *st)
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     return fd;
+}
+
+FILE *sp_open_read(const char *path, const char *what)
+{
+    int fd = sp_open_regular(path, NULL);
+    if (fd < 0) {
+        if (what && *what) sp_error("%s: %s", what, sp_last_error());
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int err = errno;
+        close(fd);
+        sp_error("%s%scannot open %s: %s", what ? what : "", what && *what ? ": " : "", path, strerror(err));
+    }
+    return f;
 }
 
 int sp_pread_full(int fd, void *buf, size_t n, off_t off, const char *path, const char *what)
@@ -226,8 +243,13 @@ int sp_atomic_write(sp_atomic_file *a, const void *buf, size_t n)
     while (n) {
         ssize_t w = write(a->fd, p, n > (1u << 30) ? (1u << 30) : n);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return sp_error("cannot write %s: %s (the existing file, if any, is unchanged)", a->target,
-                                    w < 0 ? strerror(errno) : "no progress");
+        if (w <= 0) {
+            int err = w < 0 ? errno : EIO;   /* kept for the caller's own message (sp_out) */
+            sp_error("cannot write %s: %s (the existing file, if any, is unchanged)", a->target,
+                     w < 0 ? strerror(err) : "no progress");
+            errno = err;
+            return SP_ERR;
+        }
         p += w;
         n -= (size_t)w;
     }
@@ -266,6 +288,7 @@ int sp_atomic_commit(sp_atomic_file *a)
     if (err) {
         sp_error("cannot write %s: %s (the existing file, if any, is unchanged)", a->target, strerror(err));
         end_save(a, true);
+        errno = err;
         return SP_ERR;
     }
     fsync_parent_dir(a->target);
@@ -278,4 +301,72 @@ void sp_atomic_abort(sp_atomic_file *a)
     if (!a->tmp) return;
     if (a->fd >= 0) close(a->fd);
     end_save(a, true);
+}
+
+/* ---------------------------------------------------------------- outputs */
+
+int sp_out_open(sp_out *o, const char *path, const char *what)
+{
+    *o = (sp_out){0};
+    char *target;
+    mode_t mode;
+    /* the checks a save makes, now: nothing that is not a regular file is ever opened */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return sp_error("%s %s: cannot open for writing: it is %s, not a regular file", what, path,
+                        sp_file_kind(st.st_mode));
+    if (resolve_target(path, &target, &mode) != SP_OK)
+        return sp_error("%s %s: cannot open for writing: %s", what, path, sp_last_error());
+    char dir[PATH_MAX];
+    const char *base;
+    split_path(target, dir, sizeof dir, &base);
+    int err = access(dir, W_OK | X_OK) == 0 ? 0 : errno;
+    free(target);
+    if (err) return sp_error("%s %s: cannot open for writing: %s (directory %s)", what, path, strerror(err), dir);
+    o->path = strdup(path);
+    o->what = strdup(what);
+    o->f = o->path && o->what ? open_memstream(&o->buf, &o->len) : NULL;
+    if (!o->f) {
+        err = errno;
+        free(o->path);
+        free(o->what);
+        *o = (sp_out){0};
+        return sp_error("%s %s: cannot open for writing: %s", what, path, strerror(err));
+    }
+    return SP_OK;
+}
+
+int sp_out_flush(sp_out *o)
+{
+    if (!o->f) return sp_error("%s %s: write failed: the output is closed", o->what, o->path);
+    if (fflush(o->f) != 0 || ferror(o->f))
+        return sp_error("%s %s: write failed: %s (the existing file is unchanged)", o->what, o->path,
+                        strerror(errno ? errno : ENOMEM));
+    sp_atomic_file a;
+    if (sp_atomic_begin(&a, o->path) != SP_OK)
+        return sp_error("%s %s: cannot open for writing: %s", o->what, o->path, sp_last_error());
+    if (sp_atomic_write(&a, o->buf, o->len) != SP_OK) {
+        int err = errno;
+        sp_atomic_abort(&a);
+        return sp_error("%s %s: write failed: %s (the existing file is unchanged)", o->what, o->path, strerror(err));
+    }
+    if (sp_atomic_commit(&a) != SP_OK)
+        return sp_error("%s %s: write failed: %s (the existing file is unchanged)", o->what, o->path, strerror(errno));
+    return SP_OK;
+}
+
+void sp_out_abort(sp_out *o)
+{
+    if (o->f) fclose(o->f);
+    free(o->buf);
+    free(o->path);
+    free(o->what);
+    *o = (sp_out){0};
+}
+
+int sp_out_commit(sp_out *o)
+{
+    int rc = sp_out_flush(o);
+    sp_out_abort(o);
+    return rc;
 }

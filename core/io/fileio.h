@@ -1,4 +1,6 @@
-/* fileio.h — opening files a user named, and replacing them atomically.
+/* fileio.h — opening files a user named, and replacing them atomically. Every file the
+ * library and the apps open goes through here (tests/test_apps.c checks the sources):
+ * readers use sp_open_regular / sp_open_read, outputs sp_out_*, checkpoints sp_atomic_*.
  *
  * Reading: sp_open_regular refuses anything that is not a regular file (FIFO, device,
  * directory, socket) before it can block: it checks the type with stat, opens with
@@ -18,6 +20,7 @@
 #define SP_FILEIO_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include "core/error.h"
@@ -25,6 +28,10 @@
 /* A file descriptor (O_CLOEXEC, blocking) of the regular file `path`, its stat in *st;
  * -1 with "cannot open <path>: <reason>" or "<path>: not a regular file (a FIFO)". */
 int sp_open_regular(const char *path, struct stat *st) SP_MUST_CHECK;
+/* The regular file `path` as a FILE for reading ("rb"); NULL with "<what>: <path>: not a
+ * regular file (a directory)" or "<what>: cannot open <path>: <errno text>" (what may be NULL). The one way
+ * the program opens a file it reads by stdio (a FIFO never blocks it). */
+FILE *sp_open_read(const char *path, const char *what) SP_MUST_CHECK;
 /* Exactly n bytes at offset off; SP_ERR naming path and `what` on a short read. */
 int sp_pread_full(int fd, void *buf, size_t n, off_t off, const char *path, const char *what) SP_MUST_CHECK;
 /* "a FIFO", "a directory", "a character device", ... for messages. */
@@ -48,5 +55,28 @@ int sp_atomic_write(sp_atomic_file *a, const void *buf, size_t n) SP_MUST_CHECK;
 int sp_atomic_commit(sp_atomic_file *a) SP_MUST_CHECK;
 /* Give up: remove the temp file, leave the target as it was. */
 void sp_atomic_abort(sp_atomic_file *a);
+
+/* An output file (a log, trace, CSV, SVG, PNG): written to out->f, which collects the
+ * content in memory, and put in place atomically (sp_atomic_*) by sp_out_flush or
+ * sp_out_commit, so a full disk or a kill leaves the previous file whole. Open checks
+ * the target first, as --save does: absent or a regular file (a FIFO, device or
+ * directory is refused, never opened) in a writable directory. No lock is held between
+ * open and commit, so an output may stay open across checkpoint saves (--log). what: the
+ * flag, for messages ("--log"): "<what> <path>: cannot open for writing: <reason>",
+ * "<what> <path>: write failed: <errno text> (the existing file is unchanged)". */
+typedef struct sp_out {
+    FILE *f;       /* write here (NULL after commit/abort)  */
+    char *buf;     /* open_memstream's buffer               */
+    size_t len;
+    char *path, *what;
+} sp_out;
+
+int sp_out_open(sp_out *out, const char *path, const char *what) SP_MUST_CHECK;
+/* Replace the file with everything written so far; out->f stays open for more. */
+int sp_out_flush(sp_out *out) SP_MUST_CHECK;
+/* Flush, then close: SP_OK or SP_ERR (the old file whole); always ends the output. */
+int sp_out_commit(sp_out *out) SP_MUST_CHECK;
+/* Give up: nothing written, the file as it was. */
+void sp_out_abort(sp_out *out);
 
 #endif

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "core/error.h"
+#include "core/io/fileio.h"
 #include "core/parallel.h"
 #include "schedulers/backward/bppsa_internal.h"
 
@@ -161,8 +162,9 @@ void bppsa_draw_plan_svg(const bppsa_state *s, const char *path)
     if (n > SVG_MAX_LINKS)
         sp_fail("--plan-svg: the chain has %d links; the tree is drawn for at most %d (a shorter --seq-len?)", n,
                 SVG_MAX_LINKS);
-    FILE *f = fopen(path, "w");
-    if (!f) sp_fail("--plan-svg %s: cannot open for writing", path);
+    sp_out out;
+    sp_check(sp_out_open(&out, path, "--plan-svg"));
+    FILE *f = out.f;
     int colw = n > 40 ? 22 : 40, rowh = 46, left = 110, top = 70;
     int names_h = 90;   /* each column's op, rotated, under the tree */
     int rows = p->nlevels + 1, width = left + (n + 1) * colw + 30, height = top + rows * rowh + names_h + 114;
@@ -288,6 +290,6 @@ void bppsa_draw_plan_svg(const bppsa_state *s, const char *path)
 #undef X
 #undef Y
     free(last);
-    if (fclose(f) != 0) sp_fail("--plan-svg %s: write failed", path);
+    sp_check(sp_out_commit(&out));
 }
 

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include "core/kernels/csr_ops.h"
 #include "core/error.h"
+#include "core/io/fileio.h"
 #include "core/parallel.h"
 #include "schedulers/backward/jacobian_table.h"
 
@@ -348,13 +349,14 @@ void sp_jt_write_png(const sp_csr *jt, const char *path, int max_side)
         for (int x = 0; x < w; x++)
             memcpy(rgb + ((size_t)y * w + x) * 3, colour[cls[(size_t)(y / zoom) * W + x / zoom]], 3);
     /* through our FILE: stbi_write_png does not check its fwrite or fclose */
-    FILE *f = fopen(path, "wb");
-    if (!f) sp_fail("--png %s: cannot write the image: %s", path, strerror(errno));
-    int ok = stbi_write_png_to_func(png_to_file, f, w, h, 3, rgb, w * 3);
-    bool bad = !ok || ferror(f);
-    int err = errno;
-    if (fclose(f) != 0) bad = true, err = errno;
+    sp_out out;
+    sp_check(sp_out_open(&out, path, "--png"));
+    int ok = stbi_write_png_to_func(png_to_file, out.f, w, h, 3, rgb, w * 3);
     free(rgb);
     free(cls);
-    if (bad) sp_fail("--png %s: write failed: %s", path, err ? strerror(err) : "cannot encode the image");
+    if (!ok) {
+        sp_out_abort(&out);
+        sp_fail("--png %s: write failed: cannot encode the image", path);
+    }
+    sp_check(sp_out_commit(&out));
 }

@@ -13,6 +13,7 @@
 #include "core/device.h"
 #include "core/kernels/dense.h"
 #include "core/error.h"
+#include "core/io/fileio.h"
 #include "core/parallel.h"
 #include "schedulers/backward/engines.h"
 #include "schedulers/backward/ooo.h"
@@ -536,10 +537,10 @@ sp_engine *sp_engine_ooo_create(const sp_engine_opts *opts)
     if (opts->lanes == 2 && order == SP_OOO_CONVENTIONAL)
         sp_fail("--lanes 2 with --order conventional: that order runs on one lane (expected another order, "
                 "or --lanes 1 or auto)");
-    if (opts->trace_path) {   /* fail now, not after training */
-        FILE *f = fopen(opts->trace_path, "a");
-        if (!f) sp_fail("--trace %s: cannot open for writing", opts->trace_path);
-        fclose(f);
+    if (opts->trace_path) {   /* fail now, not after training (nothing is written yet) */
+        sp_out out;
+        sp_check(sp_out_open(&out, opts->trace_path, "--trace"));
+        sp_out_abort(&out);
     }
     sp_engine *e = sp_xcalloc(1, sizeof *e);
     ooo_state *s = sp_xcalloc(1, sizeof *s);

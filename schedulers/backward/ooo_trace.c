@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
+#include "core/io/fileio.h"
 #include "schedulers/backward/ooo.h"
 
 /* ---- capture ---------------------------------------------------------------------- */
@@ -222,11 +223,10 @@ static void write_svg(const sp_ooo_trace *tr, FILE *f)
 
 void sp_ooo_trace_write(const sp_ooo_trace *tr, const char *path)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) sp_fail("--trace %s: cannot open for writing", path);
+    sp_out out;
+    sp_check(sp_out_open(&out, path, "--trace"));
     size_t n = strlen(path);
-    if (n > 4 && strcmp(path + n - 4, ".svg") == 0) write_svg(tr, f);
-    else write_json(tr, f);
-    bool bad = ferror(f) != 0;
-    if (fclose(f) != 0 || bad) sp_fail("--trace %s: write failed: %s", path, strerror(errno));
+    if (n > 4 && strcmp(path + n - 4, ".svg") == 0) write_svg(tr, out.f);
+    else write_json(tr, out.f);
+    sp_check(sp_out_commit(&out));
 }

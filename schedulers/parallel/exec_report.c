@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
+#include "core/io/fileio.h"
 #include "core/parallel.h"
 #include "schedulers/parallel/exec_internal.h"
 
@@ -62,11 +63,16 @@ void sp_exec_stats_free(sp_exec_stats *st)
     free(st->wall);
 }
 
-static FILE *open_out(sp_exec *x, const char *flag, const char *path)
+/* An output of rank 0, written atomically (core/io/fileio.h). */
+static FILE *open_out(sp_exec *x, sp_out *out, const char *flag, const char *path)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) sp_comm_die(x->world, "%s %s: cannot open for writing", flag, path);
-    return f;
+    if (sp_out_open(out, path, flag) != SP_OK) sp_comm_die(x->world, "%s", sp_last_error());
+    return out->f;
+}
+
+static void close_out(sp_exec *x, sp_out *out)
+{
+    if (sp_out_commit(out) != SP_OK) sp_comm_die(x->world, "%s", sp_last_error());
 }
 
 static void write_order(sp_exec *x)
@@ -76,7 +82,8 @@ static void write_order(sp_exec *x)
     for (int i = 0; i < n; i++) mine[i] = i < x->norder ? (float)x->order_rec[i] : -1.0f;
     sp_allgather(x->world, mine, all, (size_t)n);
     if (x->rank == 0) {
-        FILE *f = open_out(x, "--exec-order", x->cfg.order_out);
+        sp_out out;
+        FILE *f = open_out(x, &out, "--exec-order", x->cfg.order_out);
         char lab[32];
         for (int r = 0; r < x->W; r++) {
             fprintf(f, "w%d", r);
@@ -84,7 +91,7 @@ static void write_order(sp_exec *x)
                 fprintf(f, " %s", sp_job_label(x->sched, (int)all[(size_t)r * n + i], lab, sizeof lab));
             fputc('\n', f);
         }
-        if (fclose(f) != 0) sp_comm_die(x->world, "--exec-order %s: write failed", x->cfg.order_out);
+        close_out(x, &out);
     }
     free(mine);
     free(all);
@@ -109,7 +116,8 @@ static void write_trace(sp_exec *x)
     /* Ranks share the machine's monotonic clock; on a cluster they would need an offset. */
     sp_allgather(x->world, mine, all, per);
     if (x->rank == 0) {
-        FILE *f = open_out(x, "--trace", x->cfg.trace_path);
+        sp_out out;
+        FILE *f = open_out(x, &out, "--trace", x->cfg.trace_path);
         fprintf(f, "{\"traceEvents\": [\n");
         bool first = true;
         char lab[32];
@@ -138,7 +146,7 @@ static void write_trace(sp_exec *x)
             }
         }
         fprintf(f, "\n]}\n");
-        if (fclose(f) != 0) sp_comm_die(x->world, "--trace %s: write failed", x->cfg.trace_path);
+        close_out(x, &out);
     }
     free(counts);
     free(mine);
@@ -172,9 +180,10 @@ static void write_costs(sp_exec *x)
                 dst[p][s] = n > 0 ? 1e6 * v[6 * s + p] / n : plan[p][s];
             }
         }
-        FILE *f = open_out(x, "--costs-out", x->cfg.costs_out);
+        sp_out out;
+        FILE *f = open_out(x, &out, "--costs-out", x->cfg.costs_out);
         sp_costs_write_csv(f, c);
-        if (fclose(f) != 0) sp_comm_die(x->world, "--costs-out %s: write failed", x->cfg.costs_out);
+        close_out(x, &out);
         sp_costs_free(c);
     }
     free(v);

@@ -29,6 +29,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include "core/error.h"
 
 /* ------------------------------------------------------------------------------------ */
 /* Jobs                                                                                 */
@@ -77,8 +78,11 @@ sp_costs *sp_costs_uniform(int stages, double fwd, double delta, double grad);
  * Column names (case-insensitive, aliases in brackets): layer [name], fwd [fp],
  * bwd_grad [bp_g, grad], bwd_delta [bp_delta, delta]; optional movable (0/1), act_bytes,
  * param_bytes. Lines starting with '#' and blank lines are skipped. Bad input: sp_fail
- * naming the file, line and column. */
+ * naming the file, line and column. The file must be a regular file (sp_open_read). */
 sp_costs *sp_costs_read_csv(const char *path);
+/* The same as a status: SP_OK with *out set, or SP_ERR with that line in sp_last_error()
+ * and nothing allocated. */
+int sp_costs_load_csv(const char *path, sp_costs **out) SP_MUST_CHECK;
 void sp_costs_write_csv(FILE *out, const sp_costs *c);
 void sp_costs_free(sp_costs *c);
 double sp_costs_bwd(const sp_costs *c, int stage);   /* δ + G */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 #include "core/error.h"
+#include "core/io/fileio.h"
 #include "core/model.h"
 #include "core/tape.h"
 #include "schedulers/parallel/schedule.h"
@@ -238,16 +239,44 @@ static int read_rows(FILE *f, const char *path, sp_costs *c)
     return rows;
 }
 
+typedef struct csv_load {
+    const char *path;
+    FILE *f;
+    sp_costs *c;
+} csv_load;
+
+/* The reader proper; its refusals are sp_fail, which sp_costs_load_csv turns into a
+ * status (sp_try) after freeing what is held here. */
+static void load_body(void *arg)
+{
+    csv_load *l = arg;
+    l->f = sp_open_read(l->path, "profile");
+    if (!l->f) sp_fail("%s", sp_last_error());
+    int rows = read_rows(l->f, l->path, NULL);
+    l->c = costs_alloc(rows);
+    strcpy(l->c->unit, "profile");
+    read_rows(l->f, l->path, l->c);
+    costs_checked(l->c, l->path);
+}
+
+int sp_costs_load_csv(const char *path, sp_costs **out)
+{
+    csv_load l = {.path = path};
+    int rc = sp_try(load_body, &l);
+    if (l.f) fclose(l.f);
+    if (rc != SP_OK) {
+        sp_costs_free(l.c);
+        return SP_ERR;
+    }
+    *out = l.c;
+    return SP_OK;
+}
+
 sp_costs *sp_costs_read_csv(const char *path)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) sp_fail("%s: cannot open profile: %s", path, strerror(errno));
-    int rows = read_rows(f, path, NULL);
-    sp_costs *c = costs_alloc(rows);
-    strcpy(c->unit, "profile");
-    read_rows(f, path, c);
-    fclose(f);
-    return costs_checked(c, path);
+    sp_costs *c = NULL;
+    sp_check(sp_costs_load_csv(path, &c));
+    return c;
 }
 
 void sp_costs_write_csv(FILE *out, const sp_costs *c)

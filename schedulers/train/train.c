@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "core/device.h"
 #include "core/error.h"
+#include "core/io/fileio.h"
 #include "core/parallel.h"
 #include "schedulers/train/checkpoint.h"
 #include "schedulers/parallel/exec.h"
@@ -391,7 +392,7 @@ static double median_ms(double *v, long n)
  * NULL when there is none. *eval_at_keep: whether one of them is an evaluation at keep. */
 static char *log_rows_upto(const char *path, long keep, bool *eval_at_keep)
 {
-    FILE *f = keep >= 0 ? fopen(path, "r") : NULL;
+    FILE *f = keep >= 0 ? sp_open_read(path, NULL) : NULL;   /* none yet (or not a file: refused below) */
     if (!f) return NULL;
     size_t len = 0, cap = 4096;
     char *out = sp_xmalloc(cap), line[1024];
@@ -417,16 +418,17 @@ static char *log_rows_upto(const char *path, long keep, bool *eval_at_keep)
     return out;
 }
 
-static FILE *open_log(const char *path, long resumed_step, bool *eval_at_keep)
+/* The --log CSV collects in memory and replaces the file atomically at each checkpoint
+ * save (so the log on disk matches the checkpoint a resume starts from) and at the end. */
+static FILE *open_log(sp_out *out, const char *path, long resumed_step, bool *eval_at_keep)
 {
     if (!path) return NULL;
+    sp_check(sp_out_open(out, path, "--log"));
     char *kept = log_rows_upto(path, resumed_step, eval_at_keep);
-    FILE *f = fopen(path, "w");
-    if (!f) sp_fail("--log %s: cannot open for writing", path);
-    fprintf(f, LOG_HEADER);
-    if (kept) fputs(kept, f);
+    fprintf(out->f, LOG_HEADER);
+    if (kept) fputs(kept, out->f);
     free(kept);
-    return f;
+    return out->f;
 }
 
 /* An evaluation's row of the --log CSV: the loss column empty, the test columns set. */
@@ -485,7 +487,8 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     double *bwd = sp_xmalloc((size_t)(total + 1) * sizeof *bwd);
     double *all = sp_xmalloc((size_t)(total + 1) * sizeof *all);
     bool logged_eval = false;   /* the kept log already has the evaluation at the resumed step */
-    FILE *log = open_log(cfg->log_path, cfg->resume_path ? resumed.step : -1, &logged_eval);
+    sp_out logout;
+    FILE *log = open_log(&logout, cfg->log_path, cfg->resume_path ? resumed.step : -1, &logged_eval);
     progress p = {.tty = isatty(2), .quiet = cfg->quiet, .start = sp_now(), .total_steps = total};
     sp_tape t;
     sp_tape_init(&t);
@@ -575,6 +578,8 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
                                    &(sp_train_state){r.steps, epoch, epoch_steps, epoch_loss, sp_optim_get_lr(o)},
                                    cfg->run_meta) != SP_OK)
                 sp_fail("%s", sp_last_error());
+            if (log && cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total))
+                sp_check(sp_out_flush(&logout));
             if (cfg->on_step) cfg->on_step(cfg->on_step_ctx, r.steps);
             progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
             if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
@@ -632,10 +637,7 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     r.forward_ms = ran ? median_ms(fwd + first, r.steps - first) : NAN;
     r.backward_ms = ran ? median_ms(bwd + first, r.steps - first) : NAN;
     r.step_ms = ran ? median_ms(all + first, r.steps - first) : NAN;
-    if (log) {
-        bool bad = ferror(log) != 0;
-        if (fclose(log) != 0 || bad) sp_fail("--log %s: write failed: %s", cfg->log_path, strerror(errno));
-    }
+    if (log) sp_check(sp_out_commit(&logout));
     if (sg) {
         sp_step_graph_counts(sg, &r.graph_captures, &r.graph_replays);
         sp_step_graph_free(sg);

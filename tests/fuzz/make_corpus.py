@@ -124,6 +124,71 @@ put("seqset", "nclasses-bad.safetensors",
     st([("x", "F32", [2, 3, 2], x), ("y", "I64", [2], i64(0, 1))], meta={"nclasses": "-3"}))
 
 
+# ---- costs/profile CSV (--costs, --profile, --layerpipe) ---------------------------------
+put("costs", "valid", b"layer,fwd,bwd_grad,bwd_delta\nconv1,1.20e6,2.16e6,4.01e7\nfc1,3,4,5\n")
+put("costs", "valid-every-column", b"# a profile\nname,fp,bp_g,bp_delta,movable,act_bytes,param_bytes\n"
+    b"l1,1,2,3,1,100,200\n\nl2,0.5,0.5,0.5,0,1,1\n")
+put("costs", "valid-crlf", b"FWD,BWD_GRAD,BWD_DELTA\r\n1,2,3\r\n")
+put("costs", "empty", b"")
+put("costs", "no-stages", b"layer,fwd,bwd_grad,bwd_delta\n")
+put("costs", "unknown-column", b"layer,fwd,bwd_grad,bwd_delta,speed\nl,1,2,3,4\n")
+put("costs", "column-twice", b"fwd,fwd,bwd_grad,bwd_delta\n1,1,2,3\n")
+put("costs", "missing-column", b"layer,fwd,bwd_grad\nl1,1,2\n")
+put("costs", "short-row", b"fwd,bwd_grad,bwd_delta\n1,2,3\n1,2\n")
+put("costs", "not-a-number", b"fwd,bwd_grad,bwd_delta\n1,2,three\n")
+put("costs", "negative", b"fwd,bwd_grad,bwd_delta\n1,-2,3\n")
+put("costs", "nan", b"fwd,bwd_grad,bwd_delta\nnan,2,3\n")
+put("costs", "inf-total", b"fwd,bwd_grad,bwd_delta\n1e308,1e308,1e308\n1e308,1e308,1e308\n")
+put("costs", "movable-2", b"fwd,bwd_grad,bwd_delta,movable\n1,2,3,2\n")
+put("costs", "long-line", b"fwd,bwd_grad,bwd_delta\n" + b"1" * 5000 + b",2,3\n")
+put("costs", "65-columns", b",".join(b"c%d" % i for i in range(65)) + b"\n")
+
+# ---- resumable state (--resume): tests/fuzz/targets.c fz_state's MLP 4 -> 3 -> 2 ------------
+def f64(*v):
+    return struct.pack("<%dd" % len(v), *v)
+
+
+def state(optim="sgd", run_optim=None, seed="1", step=2, epoch=0, nan=False, fc1_shape=(3, 4), drop=None):
+    shapes = [("fc1.weight", list(fc1_shape)), ("fc1.bias", [3]), ("fc2.weight", [2, 3]), ("fc2.bias", [2])]
+    ts = []
+    for i, (name, shape) in enumerate(shapes):
+        n = 1
+        for d in shape:
+            n *= d
+        ts.append((name, "F32", shape, f32(*[0.1 * (i + 1) - 0.05 * k for k in range(n)])))
+    for name, shape in shapes:
+        n = 1
+        for d in shape:
+            n *= d
+        ts.append(("state/optim/%s/step" % name, "I64", [], i64(2)))
+        bufs = ["momentum_buffer"] if optim == "sgd" else ["exp_avg", "exp_avg_sq"]
+        for b in bufs:
+            v = [0.01 * (k + 1) for k in range(n)]
+            if nan and b == bufs[0] and name == "fc1.weight":
+                v[0] = float("nan")
+            ts.append(("state/optim/%s/%s" % (name, b), "F32", shape, f32(*v)))
+    ts += [("state/train/step", "I64", [], i64(step)), ("state/train/epoch", "I64", [], i64(epoch)),
+           ("state/train/batch", "I64", [], i64(2)), ("state/train/epoch_loss", "F64", [], f64(4.5)),
+           ("state/train/lr", "F64", [], f64(1e-3))]
+    ts = [t for t in ts if t[0] != drop]
+    meta = {"format": "pt", "scanprop_version": "0.1", "scanprop_model": "mlp",
+            "run.optim": run_optim or optim, "run.seed": seed}
+    return st(ts, meta)
+
+
+put("state", "valid-sgd", state())
+put("state", "valid-adam", state("adam"))
+put("state", "other-seed", state(seed="2"))
+put("state", "other-optimizer", state(run_optim="adam"))
+put("state", "step-2-to-the-62", state(step=1 << 62))
+put("state", "negative-epoch", state(epoch=-1))
+put("state", "nan-momentum", state(nan=True))
+put("state", "transposed-weight", state(fc1_shape=(4, 3)))
+put("state", "no-train-step", state(drop="state/train/step"))
+put("state", "no-optimizer-step", state(drop="state/optim/fc2.bias/step"))
+put("state", "truncated", state()[:700])
+put("state", "header-length-2-to-the-40", struct.pack("<Q", 1 << 40) + state()[8:])
+
 # ---- images (stb_image decodes by content) ---------------------------------------------
 def png(w, h, color_type, rows, bitdepth=8, extra=b""):
     def chunk(t, d):

@@ -16,6 +16,10 @@
 #include "core/error.h"
 #include "core/io/safetensors.h"
 #include "data/data.h"
+#include "layers/zoo.h"
+#include "optim/optim.h"
+#include "schedulers/parallel/schedule.h"
+#include "schedulers/train/checkpoint.h"
 
 static char fz_dir[64];
 static pid_t fz_owner;   /* the process that made fz_dir: children (tests) leave it be */
@@ -141,6 +145,46 @@ static int fz_image(const uint8_t *data, size_t size)
     return fz_walk(sp_image_folder(root, 12, size && (data[size - 1] & 1) ? 1 : 3));
 }
 
+/* A costs/profile CSV (--costs, --profile, --layerpipe): read as a status (its checks
+ * are sp_fail inside, turned into SP_ERR by sp_costs_load_csv with nothing held), then
+ * every stage's durations are summed, which must be finite (the reader promises it). */
+static int fz_costs(const uint8_t *data, size_t size)
+{
+    sp_costs *c = NULL;
+    if (sp_costs_load_csv(fz_file("costs.csv", data, size), &c) != SP_OK) {
+        if (!*sp_last_error() || c) abort();
+        return 0;
+    }
+    if (c->stages < 1) abort();
+    double total = 0;
+    for (int s = 0; s < c->stages; s++) total += c->fwd[s] + sp_costs_bwd(c, s) + c->act_bytes[s] + c->param_bytes[s];
+    if (total != total) abort();
+    sp_costs_free(c);
+    return 1;
+}
+
+/* A resumable checkpoint (--resume) of a small MLP (4 -> 3 -> 2) trained with SGD and
+ * momentum, or with Adam when the input names an "exp_avg" (the seeds: make_corpus.py).
+ * A refusal must leave the model untouched. */
+static int fz_state(const uint8_t *data, size_t size)
+{
+    bool adam = memmem(data, size, "exp_avg", 7) != NULL;
+    sp_model *m = sp_zoo_mlp(4, 3, 2);
+    sp_model_init(m, 1);
+    sp_optim_cfg oc = sp_optim_cfg_default();
+    oc.momentum = 0.9;
+    sp_optim *o = sp_optim_create(adam ? "adam" : "sgd", m->params, m->nparams, &oc);
+    static const char *const meta[] = {"seed", "1", NULL};
+    float before = m->params[0]->value.data[0];
+    sp_train_state st;
+    int rc = sp_checkpoint_load(fz_file("state.st", data, size), m, o, &st, meta);
+    if (rc != SP_OK && (!*sp_last_error() || m->params[0]->value.data[0] != before)) abort();
+    if (rc == SP_OK && (st.step < 0 || st.epoch < 0 || st.batch < 0)) abort();
+    sp_optim_free(o);
+    sp_model_free(m);
+    return rc == SP_OK;
+}
+
 typedef struct fz_target {
     const char *name;
     int (*run)(const uint8_t *data, size_t size);
@@ -148,5 +192,6 @@ typedef struct fz_target {
 
 __attribute__((unused)) static const fz_target fz_targets[] = {
     {"safetensors", fz_safetensors}, {"idx", fz_idx}, {"cifar", fz_cifar},
-    {"seqset", fz_seqset},           {"image", fz_image},
+    {"seqset", fz_seqset},           {"image", fz_image},     {"costs", fz_costs},
+    {"state", fz_state},
 };
