@@ -59,7 +59,7 @@ Test(concat, values_and_slices)
     cr_assert(memcmp(y->out.data, want, sizeof want) == 0);
     float db[8];
     sp_tensor dy = sp_tensor_view((float *)want, 3, y->out.shape), dbt = sp_tensor_view(db, 3, tb.shape);
-    y->op->backward_input(y, 1, &dy, &dbt);
+    y->kern->backward_input(y, 1, &dy, &dbt);
     cr_assert(memcmp(db, b, sizeof db) == 0);
     sp_tape_free(&t);
     sp_layer_free(l);
@@ -399,14 +399,14 @@ static void check_jt_blocks(sp_layer *l, int n, const int (*shapes)[SP_MAX_DIMS]
     size_t out = sp_tensor_sample_numel(&y->out);
     for (int i = 0; i < n; i++) {
         sp_tensor dx = sp_tensor_new(ndim, shapes[i]);
-        y->op->backward_input(y, i, &dy, &dx);
+        y->kern->backward_input(y, i, &dy, &dx);
         size_t rows = sp_tensor_sample_numel(&xs[i]);
         sp_csr jt;
         y->op->jt_pattern(y, i, &jt);
         cr_assert_eq((size_t)jt.rows, rows, "%s J_%dᵀ rows", l->op->name, i);
         cr_assert_eq((size_t)jt.cols, out, "%s J_%dᵀ cols", l->op->name, i);
         for (int b = 0; b < B; b++) {
-            y->op->jt_values(y, i, b, &jt);
+            y->kern->jt_values(y, i, b, &jt);
             for (size_t r = 0; r < rows; r++) {
                 double acc = 0;
                 for (int32_t q = jt.indptr[r]; q < jt.indptr[r + 1]; q++)
@@ -467,7 +467,7 @@ Test(dropout, mask_delta_eval_and_seed)
         sp_tape t;
         sp_tape_init(&t);
         sp_node *y = sp_apply(&t, l, sp_tape_input(&t, &x));
-        y->op->backward_input(y, 0, &dy, &dx);
+        y->kern->backward_input(y, 0, &dy, &dx);
         int dropped = 0;
         for (size_t i = 0; i < x.numel; i++) {
             float k = y->out.data[i] / x.data[i];

@@ -321,11 +321,11 @@ tu_gc_result tu_gradcheck_n(sp_layer *l, int ninputs, const int *ndims, const in
     for (int i = 0; i < ninputs; i++) {
         dxs[i] = sp_tensor_new(ndims[i], shapes[i]);
         for (size_t k = 0; k < dxs[i].numel; k++) dxs[i].data[k] = NAN;   /* δ must overwrite */
-        y->op->backward_input(y, i, &dy, &dxs[i]);
+        y->kern->backward_input(y, i, &dy, &dxs[i]);
         for (size_t k = 0; k < dxs[i].numel; k++) res.max_abs_dx = fmax(res.max_abs_dx, fabs(dxs[i].data[k]));
     }
     for (int p = 0; p < l->nparams; p++) sp_tensor_zero(&l->params[p]->grad);
-    if (y->op->backward_params) y->op->backward_params(y, &dy);
+    if (y->kern->backward_params) y->kern->backward_params(y, &dy);
 
     sp_rng pick;
     sp_rng_seed(&pick, seed ^ 0x5eed);

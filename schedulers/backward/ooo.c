@@ -178,7 +178,7 @@ sp_ooo_graph *sp_ooo_graph_build(sp_tape *t, sp_node *loss, bool with_updates)
         sp_node *n = t->nodes[i];
         inset[i] = n->op && (n->needs_grad || n == loss);
         rank[i] = 0;
-        if (!inset[i] || !n->op->backward_params || n->layer->nparams == 0) continue;
+        if (!inset[i] || !n->kern->backward_params || n->layer->nparams == 0) continue;
         for (int r = 0; r < g->L && !rank[i]; r++)
             if (g->layers[r] == n->layer) rank[i] = r + 1;
         if (!rank[i]) {
