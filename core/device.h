@@ -2,8 +2,8 @@
  *
  * Ops are written once per device: the opdef with its CPU kernels in layers/<op>.c, a
  * device twin's kernels in layers/<op>_cuda.cu, registered with sp_op_register_kernels
- * by that backend's init. sp_apply gives each node the kernels of its input tensor's
- * device, so no op logic carries #ifdefs. */
+ * when that device starts (layers/register_cuda.c). sp_apply gives each node the kernels
+ * of its input tensor's device, so no op logic carries #ifdefs. */
 #ifndef SP_DEVICE_H
 #define SP_DEVICE_H
 

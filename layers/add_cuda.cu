@@ -71,7 +71,7 @@ static void add_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, si
 
 static sp_kernels add_cuda_kernels;
 
-void sp_add_cuda_register(void)
+extern "C" void sp_add_cuda_register(void)
 {
     add_cuda_kernels.forward = add_cuda_forward;
     add_cuda_kernels.backward_input = add_cuda_backward_input;

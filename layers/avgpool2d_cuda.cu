@@ -185,7 +185,7 @@ static void gap_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, si
 
 static sp_kernels avg_cuda_kernels, gap_cuda_kernels;
 
-void sp_avgpool2d_cuda_register(void)
+extern "C" void sp_avgpool2d_cuda_register(void)
 {
     avg_cuda_kernels.forward = avg_cuda_forward;
     avg_cuda_kernels.backward_input = avg_cuda_backward_input;

@@ -237,7 +237,7 @@ static void bn_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, siz
 
 static sp_kernels bn_cuda_kernels;
 
-void sp_batchnorm2d_cuda_register(void)
+extern "C" void sp_batchnorm2d_cuda_register(void)
 {
     bn_cuda_kernels.forward = bn_cuda_forward;
     bn_cuda_kernels.backward_input = bn_cuda_backward_input;

@@ -80,7 +80,7 @@ static void concat_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt,
 
 static sp_kernels concat_cuda_kernels;
 
-void sp_concat_cuda_register(void)
+extern "C" void sp_concat_cuda_register(void)
 {
     concat_cuda_kernels.forward = concat_cuda_forward;
     concat_cuda_kernels.backward_input = concat_cuda_backward_input;

@@ -17,7 +17,7 @@ static const auto conv_cuda_jt_values_all = sp_cudnn_conv_jt_values_all;
 
 static sp_kernels conv_cuda_kernels;
 
-void sp_conv2d_cuda_register(void)
+extern "C" void sp_conv2d_cuda_register(void)
 {
     conv_cuda_kernels.forward = conv_cuda_forward;
     conv_cuda_kernels.backward_input = conv_cuda_backward_input;

@@ -17,7 +17,7 @@ static const auto gconv_cuda_jt_values_all = sp_cudnn_conv_jt_values_all;
 
 static sp_kernels gconv_cuda_kernels;
 
-void sp_conv2d_groups_cuda_register(void)
+extern "C" void sp_conv2d_groups_cuda_register(void)
 {
     gconv_cuda_kernels.forward = gconv_cuda_forward;
     gconv_cuda_kernels.backward_input = gconv_cuda_backward_input;

@@ -95,7 +95,7 @@ static void dropout_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt
 
 static sp_kernels dropout_cuda_kernels;
 
-void sp_dropout_cuda_register(void)
+extern "C" void sp_dropout_cuda_register(void)
 {
     dropout_cuda_kernels.forward = dropout_cuda_forward;
     dropout_cuda_kernels.backward_input = dropout_cuda_backward_input;

@@ -46,7 +46,7 @@ static void flatten_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt
 
 static sp_kernels flatten_cuda_kernels;
 
-void sp_flatten_cuda_register(void)
+extern "C" void sp_flatten_cuda_register(void)
 {
     flatten_cuda_kernels.forward = flatten_cuda_forward;
     flatten_cuda_kernels.backward_input = flatten_cuda_backward_input;

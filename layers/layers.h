@@ -52,6 +52,10 @@ typedef enum { SP_SEQ_LAST = 0, SP_SEQ_ALL = 1 } sp_seq_output;
 sp_layer *sp_rnn(const char *name, int input, int hidden, sp_seq_output mode);
 sp_layer *sp_gru(const char *name, int input, int hidden, sp_seq_output mode);
 
+/* make CUDA=1: register every layer's CUDA twin (layers/register_cuda.c), called by
+ * sp_cuda_start (schedulers/train/cuda_start.h) once the backend is up. */
+void sp_layers_cuda_register(void);
+
 /* The opdefs, for code that needs to recognise an op. */
 extern const sp_opdef sp_op_linear, sp_op_conv2d, sp_op_relu, sp_op_tanh, sp_op_sigmoid,
     sp_op_maxpool2d, sp_op_flatten, sp_op_softmax_ce, sp_op_rnn, sp_op_gru, sp_op_add, sp_op_concat,

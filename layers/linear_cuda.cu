@@ -115,7 +115,7 @@ static void linear_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt,
 
 static sp_kernels linear_cuda_kernels;
 
-void sp_linear_cuda_register(void)
+extern "C" void sp_linear_cuda_register(void)
 {
     linear_cuda_kernels.forward = linear_cuda_forward;
     linear_cuda_kernels.backward_input = linear_cuda_backward_input;

@@ -146,7 +146,7 @@ static void pool_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, s
 
 static sp_kernels pool_cuda_kernels;
 
-void sp_maxpool2d_cuda_register(void)
+extern "C" void sp_maxpool2d_cuda_register(void)
 {
     pool_cuda_kernels.forward = pool_cuda_forward;
     pool_cuda_kernels.backward_input = pool_cuda_backward_input;

@@ -434,7 +434,7 @@ static void rec_cuda_chain_backward_params(sp_node *n, const sp_tensor *dh)
 /* One table for both cells: every kernel asks is_gru(n). */
 static sp_kernels rec_cuda_kernels;
 
-void sp_recurrent_cuda_register(void)
+extern "C" void sp_recurrent_cuda_register(void)
 {
     rec_cuda_kernels.forward = rec_cuda_forward;
     rec_cuda_kernels.backward_input = rec_cuda_backward_input;

@@ -80,7 +80,7 @@ static void relu_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, s
 
 static sp_kernels relu_cuda_kernels;
 
-void sp_relu_cuda_register(void)
+extern "C" void sp_relu_cuda_register(void)
 {
     relu_cuda_kernels.forward = relu_cuda_forward;
     relu_cuda_kernels.backward_input = relu_cuda_backward_input;

@@ -82,7 +82,7 @@ static void sigmoid_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt
 
 static sp_kernels sigmoid_cuda_kernels;
 
-void sp_sigmoid_cuda_register(void)
+extern "C" void sp_sigmoid_cuda_register(void)
 {
     sigmoid_cuda_kernels.forward = sigmoid_cuda_forward;
     sigmoid_cuda_kernels.backward_input = sigmoid_cuda_backward_input;

@@ -111,7 +111,7 @@ static void ce_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_te
 
 static sp_kernels ce_cuda_kernels;
 
-void sp_softmax_ce_cuda_register(void)
+extern "C" void sp_softmax_ce_cuda_register(void)
 {
     ce_cuda_kernels.forward = ce_cuda_forward;
     ce_cuda_kernels.backward_input = ce_cuda_backward_input;

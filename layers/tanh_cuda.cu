@@ -82,7 +82,7 @@ static void tanh_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, s
 
 static sp_kernels tanh_cuda_kernels;
 
-void sp_tanh_cuda_register(void)
+extern "C" void sp_tanh_cuda_register(void)
 {
     tanh_cuda_kernels.forward = tanh_cuda_forward;
     tanh_cuda_kernels.backward_input = tanh_cuda_backward_input;
