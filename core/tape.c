@@ -139,6 +139,7 @@ sp_node *sp_apply2(sp_tape *t, sp_layer *l, sp_node *a, sp_node *b)
 sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *labels)
 {
     assert(logits && logits->tape == t);
+    if (!loss) sp_fail("sp_apply_loss: no loss layer (a model's builder sets one: sp_model_set_loss)");
     sp_node *n = push_node(t);
     n->op = loss->op;
     n->kern = sp_op_kernels(loss->op, logits->out.device);

@@ -544,6 +544,7 @@ Test(bppsa_cuda, auto_depth_long_rnn_follows_the_device_model)
 static sp_model *wide_mlp(int L, int W, int in, int C)
 {
     sp_model *m = sp_model_new("wide_mlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     for (int l = 0; l < L; l++) {
         char name[16];
         snprintf(name, sizeof name, "fc%d", l + 1);

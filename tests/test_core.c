@@ -97,6 +97,7 @@ Test(parallel, covers_every_index_once)
 Test(tape, reuse_across_steps_keeps_arena_size)
 {
     sp_model *m = sp_model_new("mlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc1", 8, 16));
     sp_model_add(m, sp_relu());
     sp_model_add(m, sp_linear("fc2", 16, 3));
@@ -125,6 +126,7 @@ Test(tape, reuse_across_steps_keeps_arena_size)
 Test(tape, shape_only_records_without_running)
 {
     sp_model *m = sp_model_new("mlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc1", 8, 16));
     sp_model_add(m, sp_relu());
     sp_tape t;
@@ -144,6 +146,7 @@ Test(tape, shape_only_records_without_running)
 Test(model, registry_has_pytorch_names)
 {
     sp_model *m = sp_model_new("mlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc1", 8, 16));
     sp_model_add(m, sp_linear("fc2", 16, 3));
     cr_assert_eq(m->nparams, 4);
@@ -204,6 +207,7 @@ Test(errors, shape_mismatch_exits_2, .exit_code = 2, .init = tu_capture_stderr) 
 Test(errors, label_out_of_range_exits_2, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_model *m = sp_model_new("bad");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc1", 4, 3));
     sp_model_init(m, 1);
     float xs[8] = {0};
@@ -219,6 +223,42 @@ Test(errors, duplicate_param_name_exits_2, .exit_code = 2, .init = tu_capture_st
     sp_model *m = sp_model_new("bad");
     sp_model_add(m, sp_linear("fc", 4, 3));
     sp_model_add(m, sp_linear("fc", 3, 3));
+}
+
+/* The model's loss is its builder's choice (core/model.c names no op). */
+Test(errors, model_without_a_loss_exits_2, .exit_code = 2, .init = tu_capture_stderr)
+{
+    tu_expect_error("model 'noloss': no loss");
+    sp_model *m = sp_model_new("noloss");
+    sp_model_add(m, sp_linear("fc1", 4, 3));
+    sp_model_init(m, 1);
+    float xs[8] = {0};
+    int ys[2] = {0, 2};
+    sp_tensor x = sp_tensor_2d(xs, 2, 4);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_model_loss(m, &t, &x, ys);
+}
+
+Test(model, set_loss_owns_and_replaces_the_loss)
+{
+    sp_model *m = sp_model_new("m");
+    cr_assert_null(m->loss, "a new model has no loss");
+    sp_model_set_loss(m, sp_softmax_ce());
+    sp_layer *second = sp_softmax_ce();
+    sp_model_set_loss(m, second);   /* frees the first (the ASan suites see a leak otherwise) */
+    cr_assert_eq(m->loss, second);
+    sp_model_add(m, sp_linear("fc1", 4, 3));   /* not initialised: zero weights and bias */
+    float xs[8] = {0};
+    int ys[2] = {0, 2};
+    sp_tensor x = sp_tensor_2d(xs, 2, 4);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *l = sp_model_loss(m, &t, &x, ys);
+    cr_assert(l->layer == second && l->op == &sp_op_softmax_ce);
+    cr_assert_float_eq(l->out.data[0], logf(3.0f), 1e-6, "zero logits over 3 classes: loss ln 3");
+    sp_tape_free(&t);
+    sp_model_free(m);
 }
 
 /* ---- the op interface (core/op.h): what an op is, and its kernels per device ---- */

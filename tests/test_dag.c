@@ -227,6 +227,7 @@ Test(model, dag_forward_and_chain_test)
     sp_model *m = tu_dag_model("resmlp");
     cr_assert_not(sp_model_is_chain(m));
     sp_model *c = sp_model_new("chain");
+    sp_model_set_loss(c, sp_softmax_ce());
     sp_model_add(c, sp_linear("fc", 3, 3));
     sp_model_add(c, sp_relu());
     cr_assert(sp_model_is_chain(c));
@@ -458,6 +459,7 @@ Test(dropout, mask_delta_eval_and_seed)
     float masks[2][1000];
     for (int run = 0; run < 2; run++) {
         sp_model *m = sp_model_new("d");
+        sp_model_set_loss(m, sp_softmax_ce());
         sp_layer *l = sp_model_add(m, sp_dropout(0.25f));
         sp_model_init(m, 9);
         sp_tensor x = sp_tensor_new(2, (int[]){10, 100}), dy = sp_tensor_new(2, (int[]){10, 100}),

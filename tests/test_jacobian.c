@@ -377,6 +377,7 @@ static bool is_png(const char *path)
 Test(table, small_cnn_rows_json_and_png)
 {
     sp_model *m = sp_model_new("tiny");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_conv2d("c1", 1, 2, 3, 1, 1));
     sp_model_add(m, sp_relu());
     sp_model_add(m, sp_maxpool2d(2, 2, 0));
@@ -433,6 +434,7 @@ Test(table, small_cnn_rows_json_and_png)
 Test(table, rnn_chain_row)
 {
     sp_model *m = sp_model_new("tiny_rnn");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_rnn("rnn", 2, 4, SP_SEQ_LAST));
     sp_model_add(m, sp_linear("fc", 4, 3));
     sp_model_init(m, 2);

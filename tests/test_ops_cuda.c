@@ -144,6 +144,7 @@ Test(cuda, relu_matches_cpu_bitwise)
 static sp_model *mlp(int in, int hidden, int out, uint64_t seed)
 {
     sp_model *m = sp_model_new("mlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc1", in, hidden));
     sp_model_add(m, sp_relu());
     sp_model_add(m, sp_linear("fc2", hidden, hidden));
@@ -960,6 +961,7 @@ Test(cuda, conv_without_deterministic_algorithm_fails_clearly)
 static sp_model *dagnet(void)
 {
     sp_model *m = sp_model_new("dagnet");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_conv2d_nobias("c1", 2, 8, 3, 1, 1));
     sp_model_add(m, sp_batchnorm2d("bn1", 8));
     int r = sp_model_add_from(m, sp_relu(), 1, (int[]){sp_model_last(m)});

@@ -370,6 +370,7 @@ static int add2(sp_model *m, sp_layer *l, int a, int b) { return sp_model_add_fr
 static sp_model *resmlp(void)
 {
     sp_model *m = sp_model_new("resmlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc0", 8, 6));
     int x = sp_model_add_from(m, sp_tanh(), 1, (int[]){0});
     sp_model_add_from(m, sp_sigmoid(), 1, (int[]){x});   /* dead branch */
@@ -388,6 +389,7 @@ static sp_model *resmlp(void)
 static sp_model *resconv(void)
 {
     sp_model *m = sp_model_new("resconv");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_conv2d("conv0", 2, 4, 3, 1, 1));
     int a = sp_model_add_from(m, sp_relu(), 1, (int[]){sp_model_last(m)});
     sp_model_add(m, sp_conv2d("b1.conv1", 4, 4, 3, 1, 1));
@@ -409,6 +411,7 @@ static sp_model *resconv(void)
 static sp_model *dense(void)
 {
     sp_model *m = sp_model_new("dense");
+    sp_model_set_loss(m, sp_softmax_ce());
     int feats[4], nfeat = 0, C = 4;
     sp_model_add(m, sp_conv2d("conv0", 2, 4, 3, 1, 1));
     feats[nfeat++] = sp_model_last(m);
