@@ -47,6 +47,7 @@ int main(int argc, char **argv)
     /* the model; the engine, the weights and the optimizer from the flags (--parallel:
      * the same steps on the ranks by the master schedule, under mpirun) */
     sp_model *m = sp_model_new("demo");
+    sp_model_set_loss(m, sp_softmax_ce());
     for (int i = 1; i <= layers; i++) {
         char name[16];
         snprintf(name, sizeof name, "fc%d", i);

@@ -85,14 +85,14 @@ int main(int argc, char **argv)
         sp_alloc_grads(&tape, n);
         for (int l = L - 1; l >= 0; l--) {   /* node l + 1 is layer l (node 0: the input) */
             sp_node *nd_ = tape.nodes[l + 1];
-            if (nd_->op->backward_params && nd_->layer->nparams > 0) {
+            if (nd_->kern->backward_params && nd_->layer->nparams > 0) {
                 a = sp_now();
-                nd_->op->backward_params(nd_, &nd_->grad);
+                nd_->kern->backward_params(nd_, &nd_->grad);
                 if (s >= 0) t[PH_G][(size_t)l * steps + s] = sp_now() - a;
             }
             if (nd_->input->needs_grad) {
                 a = sp_now();
-                nd_->op->backward_input(nd_, 0, &nd_->grad, &nd_->input->grad);
+                nd_->kern->backward_input(nd_, 0, &nd_->grad, &nd_->input->grad);
                 if (s >= 0) t[PH_DELTA][(size_t)l * steps + s] = sp_now() - a;
             }
             if (s == 0) {

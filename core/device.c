@@ -1,5 +1,5 @@
-/* device.c — the device registry: ops' device twins, each device's allocator and graph
- * support, and the whole-tensor helpers that dispatch on a tensor's device. */
+/* device.c — the device registry: ops' kernels on each device, each device's allocator
+ * and graph support, and the whole-tensor helpers that dispatch on a tensor's device. */
 #include <string.h>
 #include "core/device.h"
 #include "core/error.h"
@@ -8,20 +8,22 @@
 
 #define MAX_TWINS 64
 
-static struct { const sp_opdef *cpu; sp_device dev; const sp_opdef *impl; } twins[MAX_TWINS];
+/* The kernel tables of the devices other than the CPU, one per (op, device). */
+static struct { const sp_opdef *op; sp_device dev; const sp_kernels *k; } twins[MAX_TWINS];
 static int ntwins;
 
-void sp_op_register_device(const sp_opdef *cpu_op, sp_device dev, const sp_opdef *impl)
+void sp_op_register_kernels(const sp_opdef *op, sp_device dev, const sp_kernels *k)
 {
+    if (dev == SP_CPU) sp_fail("op %s: the CPU kernels are the opdef's own (sp_opdef.cpu)", op->name);
     for (int i = 0; i < ntwins; i++)
-        if (twins[i].cpu == cpu_op && twins[i].dev == dev) {
-            twins[i].impl = impl;
+        if (twins[i].op == op && twins[i].dev == dev) {
+            twins[i].k = k;
             return;
         }
     if (ntwins == MAX_TWINS) sp_fail("too many device ops registered");
-    twins[ntwins].cpu = cpu_op;
+    twins[ntwins].op = op;
     twins[ntwins].dev = dev;
-    twins[ntwins].impl = impl;
+    twins[ntwins].k = k;
     ntwins++;
 }
 
@@ -101,11 +103,11 @@ sp_tensor sp_tape_copy_on(sp_tape *t, sp_device dev, const sp_tensor *x)
 
 const char *sp_device_name(sp_device dev) { return dev == SP_CUDA ? "cuda" : "cpu"; }
 
-const sp_opdef *sp_op_for_device(const sp_opdef *op, sp_device dev)
+const sp_kernels *sp_op_kernels(const sp_opdef *op, sp_device dev)
 {
-    if (dev == SP_CPU) return op;
+    if (dev == SP_CPU) return &op->cpu;
     for (int i = 0; i < ntwins; i++)
-        if (twins[i].cpu == op && twins[i].dev == dev) return twins[i].impl;
+        if (twins[i].op == op && twins[i].dev == dev) return twins[i].k;
     sp_fail("op %s: no %s implementation (build with make CUDA=1 and call the backend's init)", op->name,
             sp_device_name(dev));
 }

@@ -1,18 +1,20 @@
-/* device.h — device dispatch: ops' device twins, device memory and graphs.
+/* device.h — device dispatch: ops' kernels per device, device memory and graphs.
  *
- * Ops are written once per device: the CPU opdef in layers/<op>.c, a device twin in
- * layers/<op>_cuda.cu registered with sp_op_register_device by that backend's init.
- * sp_apply picks the twin matching the input tensor's device, so no op logic carries
- * #ifdefs. */
+ * Ops are written once per device: the opdef with its CPU kernels in layers/<op>.c, a
+ * device twin's kernels in layers/<op>_cuda.cu, registered with sp_op_register_kernels
+ * when that device starts (layers/register_cuda.c). sp_apply gives each node the kernels
+ * of its input tensor's device, so no op logic carries #ifdefs. */
 #ifndef SP_DEVICE_H
 #define SP_DEVICE_H
 
 #include <stdbool.h>
 #include "core/op.h"
 
-void sp_op_register_device(const sp_opdef *cpu_op, sp_device dev, const sp_opdef *impl);
-/* The implementation of op for dev; sp_fail if that device has none. */
-const sp_opdef *sp_op_for_device(const sp_opdef *op, sp_device dev);
+/* k (kept, not copied) runs op on dev (not SP_CPU); a second call for the same op and
+ * device replaces the first. */
+void sp_op_register_kernels(const sp_opdef *op, sp_device dev, const sp_kernels *k);
+/* op's kernels on dev: &op->cpu for SP_CPU; sp_fail if dev has none registered. */
+const sp_kernels *sp_op_kernels(const sp_opdef *op, sp_device dev);
 const char *sp_device_name(sp_device dev);
 
 /* Memory of a non-CPU device, registered by that backend's init (sp_cuda_init).

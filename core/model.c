@@ -5,14 +5,21 @@
 #include "core/model.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "layers/layers.h"
 
 sp_model *sp_model_new(const char *name)
 {
     sp_model *m = sp_xcalloc(1, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", name);
-    m->loss = sp_softmax_ce();
     return m;
+}
+
+void sp_model_set_loss(sp_model *m, sp_layer *loss)
+{
+    if (loss && loss->nparams > 0)
+        sp_fail("model '%s': loss %s has parameters (expected a parameter-free loss: no optimizer would train them)",
+                m->name, loss->op->name);
+    if (m->loss != loss) sp_layer_free(m->loss);
+    m->loss = loss;
 }
 
 void sp_model_free(sp_model *m)
@@ -122,6 +129,7 @@ sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x)
 
 sp_node *sp_model_loss(sp_model *m, sp_tape *t, const sp_tensor *x, const int *labels)
 {
+    if (!m->loss) sp_fail("model '%s': no loss (its builder sets one, e.g. sp_model_set_loss(m, sp_softmax_ce()))", m->name);
     sp_node *logits = sp_model_forward(m, t, sp_tape_input(t, x));
     return sp_apply_loss(t, m->loss, logits, labels);
 }

@@ -2,6 +2,7 @@
  * each layer the layers whose outputs it reads.
  *
  *   sp_model *m = sp_model_new("lenet");
+ *   sp_model_set_loss(m, sp_softmax_ce());                     the builder's choice
  *   sp_model_add(m, sp_conv2d("conv1", 1, 6, 5, 1, 2));      reads the layer before
  *   sp_model_add(m, sp_relu());
  *   ...
@@ -36,7 +37,7 @@ typedef struct sp_model {
     sp_param **buffers;    /* the layers' buffers (batch norm's running statistics) */
     int nbuffers, cap_buffers;
     bool eval;             /* sp_model_set_training(m, false)                        */
-    sp_layer *loss;        /* softmax + cross-entropy */
+    sp_layer *loss;        /* set by the builder (sp_model_set_loss); NULL: none yet  */
     int *from;             /* layer i reads the outputs of layers from[from_start[i] ..   */
     int *from_start;       /* from_start[i + 1]) (SP_MODEL_INPUT: the model's input)     */
     int cap_from;
@@ -45,7 +46,11 @@ typedef struct sp_model {
     void (*init)(struct sp_model *m, sp_rng *r);
 } sp_model;
 
+/* An empty model, without a loss: whoever builds it sets one (sp_model_set_loss). */
 sp_model *sp_model_new(const char *name);
+/* The loss node's layer (owned from now on, replacing and freeing any earlier one): a
+ * parameter-free op of one input taking labels, e.g. sp_softmax_ce() (layers/layers.h). */
+void sp_model_set_loss(sp_model *m, sp_layer *loss);
 void sp_model_free(sp_model *m);
 #define SP_MODEL_INPUT (-1)
 
@@ -61,7 +66,7 @@ int sp_model_last(const sp_model *m);                  /* index of the last laye
 bool sp_model_is_chain(const sp_model *m);
 void sp_model_init(sp_model *m, uint64_t seed);        /* m->init, else PyTorch defaults */
 sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x);
-/* forward + softmax-cross-entropy loss node. */
+/* forward + the model's loss node; sp_fail if it has none. */
 sp_node *sp_model_loss(sp_model *m, sp_tape *t, const sp_tensor *x, const int *labels);
 /* A parameter or buffer by its PyTorch name; NULL if none. */
 sp_param *sp_model_param(const sp_model *m, const char *name);

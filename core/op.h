@@ -1,6 +1,11 @@
 /* op.h — the op interface, the heart of scanprop.
  *
- * Every op (layers/<op>.c) fills one sp_opdef. It knows its derivative two ways:
+ * An op is two tables. sp_opdef says what the op IS, on every device: name, arity, shape
+ * inference, cost, parameter init, the pattern of its Jacobian. sp_kernels says what RUNS
+ * on one device: forward, δ, G, Jacobian values. Every op (layers/<op>.c) fills one
+ * sp_opdef, which carries its CPU kernels; a device twin (layers/<op>_cuda.cu) only
+ * registers another sp_kernels for the same op (core/device.h). An op knows its
+ * derivative two ways:
  *   - as products:   backward_input  δ_i = J_iᵀ·dy (gradient of input i, on the critical
  *                                    path)
  *                    backward_params G += ∂l/∂θ  (weight gradient, off the critical path)
@@ -73,6 +78,51 @@ struct sp_layer {
 /* sp_opdef.arity for ops taking any number (>= 1) of inputs. */
 #define SP_ARITY_ANY (-1)
 
+/* ---- What runs: an op's kernels on one device ---------------------------------------
+ * The members of sp_kernels, listed once (sp_opdef holds the CPU's under the same
+ * names). Every member but forward may be NULL where the op or the device lacks it.
+ *   forward                y = f(x; θ). May allocate per-step saved state with
+ *                          sp_tape_alloc.
+ *   backward_input         dx = J_iᵀ·dy for input i, overwriting dx (input i's shape).
+ *   backward_params        θ.grad += ∂l/∂θ given dy. NULL for parameter-free ops.
+ *   jt_values              J_iᵀ of sample b, (input-i size × out): fills jt->data (nnz
+ *                          preallocated by sp_opdef.jt_pattern) from saved state and
+ *                          weights.
+ * Recurrent ops (sp_opdef.chain_len set): their time steps as a chain.
+ *   chain_jt               the dense H×H matrix Jᵀ_t = (∂h_t/∂h_{t-1})ᵀ of sample b, t in
+ *                          [1, T] (row-major, rows index h_{t-1}).
+ *   chain_backward_params  G from the recovered ∇h_t (dh: [B, T, H]) — Eq. 2 of the
+ *                          BPPSA paper.
+ * Devices only (docs/CUDA.md), for the bppsa engine there: every sample at once, one
+ * launch.
+ *   jt_values_all          jt's indptr/indices are device copies of jt_pattern's; sample
+ *                          b's values go to jt->data + b·stride.
+ *   chain_jt_all           Jᵀ_t of every sample for t = T down to t_lo, sample b's at
+ *                          jt + ((T − t)·B + b)·H².
+ *   chain_jt_factors       Jᵀ_t factored as Σ_g W_gᵀ·diag(v_g) (+ diag(z) when *zdiag),
+ *                          W_g the g-th H×H block of W_hh (*W, on the device, shared by
+ *                          every step and sample); writes (gates + zdiag)·H floats per
+ *                          step and sample, laid out as chain_jt_all's (nothing when v
+ *                          is NULL). Returns gates. */
+#define SP_KERNEL_MEMBERS                                                                        \
+    void (*forward)(sp_node *n);                                                                 \
+    void (*backward_input)(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx);               \
+    void (*backward_params)(sp_node *n, const sp_tensor *dy);                                    \
+    void (*jt_values)(const sp_node *n, int i, int b, sp_csr *jt);                               \
+    void (*chain_jt)(const sp_node *n, int b, int t, float *jt);                                 \
+    void (*chain_backward_params)(sp_node *n, const sp_tensor *dh);                              \
+    void (*jt_values_all)(const sp_node *n, int i, const sp_csr *jt, size_t stride);             \
+    void (*chain_jt_all)(const sp_node *n, int t_lo, float *jt);                                 \
+    int (*chain_jt_factors)(const sp_node *n, int t_lo, float *v, bool *zdiag, const float **W);
+
+/* The kernels of one op on one device. The CPU's are the op's own (sp_opdef.cpu); a
+ * device backend registers its twin's with sp_op_register_kernels (core/device.h), and
+ * sp_apply gives every node the table of the device its inputs live on (n->kern). */
+typedef struct sp_kernels {
+    SP_KERNEL_MEMBERS
+} sp_kernels;
+
+/* ---- What an op is, on every device -------------------------------------------------- */
 struct sp_opdef {
     const char *name;
     /* Number of inputs: 0 means 1; SP_ARITY_ANY: one or more. */
@@ -80,46 +130,39 @@ struct sp_opdef {
     /* Validate the inputs' shapes (x is input 0; others: sp_node_in(n, i)) — sp_fail
      * with op name, shapes and expectation on mismatch — and set n->out.ndim/shape. */
     void (*infer)(sp_node *n, const sp_tensor *x);
-    /* y = f(x; θ). May allocate per-step saved state with sp_tape_alloc. */
-    void (*forward)(sp_node *n);
-    /* dx = J_iᵀ·dy for input i, overwriting dx (which has input i's shape). */
-    void (*backward_input)(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx);
-    /* θ.grad += ∂l/∂θ given dy. NULL for parameter-free ops. */
-    void (*backward_params)(sp_node *n, const sp_tensor *dy);
-    /* J_iᵀ of one sample, (input-i size × out). pattern: allocates indptr/indices from
-     * shapes. values: fills data (nnz preallocated) for sample b from saved state and
-     * weights. */
-    void (*jt_pattern)(const sp_node *n, int i, sp_csr *jt);
-    void (*jt_values)(const sp_node *n, int i, int b, sp_csr *jt);
-    /* NULL, or false where this node has no per-sample Jᵀ (batch norm in training mode
-     * couples the samples of a batch): sp_node_has_jt. */
-    bool (*jt_exists)(const sp_node *n);
     sp_cost (*cost)(const sp_node *n);
     /* PyTorch's default initialisation for this op's parameters. */
     void (*init_params)(sp_layer *l, sp_rng *r);
-    /* Recurrent ops only: their time steps as a chain. chain_len = T; chain_jt fills
-     * the dense H×H matrix Jᵀ_t = (∂h_t/∂h_{t-1})ᵀ for sample b, t in [1, T]
-     * (row-major, rows index h_{t-1}). chain_backward_params computes G from the
-     * recovered ∇h_t (dh: [B, T, H]) — Eq. 2 of the BPPSA paper. */
+    /* The sparsity pattern of J_iᵀ for one sample, (input-i size × out), from shapes
+     * only: allocates indptr/indices (a kernel's jt_values fills the values). */
+    void (*jt_pattern)(const sp_node *n, int i, sp_csr *jt);
+    /* NULL, or false where this node has no per-sample Jᵀ (batch norm in training mode
+     * couples the samples of a batch): sp_node_has_jt. */
+    bool (*jt_exists)(const sp_node *n);
+    /* Recurrent ops only: the length T of the node's chain of time steps (the kernels'
+     * chain_* members walk it). */
     int (*chain_len)(const sp_node *n);
-    void (*chain_jt)(const sp_node *n, int b, int t, float *jt);
-    void (*chain_backward_params)(sp_node *n, const sp_tensor *dh);
-    /* Device twins only (docs/CUDA.md), used by the bppsa engine on the device: every
-     * sample at once, one launch. jt_values_all: jt's indptr/indices are device copies
-     * of jt_pattern's; sample b's values go to jt->data + b·stride. chain_jt_all: Jᵀ_t
-     * of every sample for t = T down to t_lo, sample b's at jt + ((T − t)·B + b)·H². */
-    void (*jt_values_all)(const sp_node *n, int i, const sp_csr *jt, size_t stride);
-    void (*chain_jt_all)(const sp_node *n, int t_lo, float *jt);
-    /* Device twins of recurrent ops: Jᵀ_t factored as Σ_g W_gᵀ·diag(v_g) (+ diag(z) when
-     * *zdiag), W_g the g-th H×H block of W_hh (*W, on the device, shared by every step
-     * and sample); writes (gates + zdiag)·H floats per step and sample, laid out as
-     * chain_jt_all's (nothing when v is NULL). Returns gates. */
-    int (*chain_jt_factors)(const sp_node *n, int t_lo, float *v, bool *zdiag, const float **W);
     void (*free_layer)(sp_layer *l);   /* extra cleanup; NULL if none */
+    /* The CPU kernels, the op's default table: one sp_kernels (.cpu), whose members an
+     * op definition may also name directly, .forward = …, as before the split. Code that
+     * runs a node calls n->kern->…, never n->op->forward: on a device, n->op's kernel
+     * members are still the CPU's. */
+#ifdef __cplusplus
+    sp_kernels cpu;
+#else
+    union {
+        sp_kernels cpu;
+        struct {
+            SP_KERNEL_MEMBERS
+        };
+    };
+#endif
 };
 
 struct sp_node {
     const sp_opdef *op;       /* NULL for a leaf (data input)                 */
+    const sp_kernels *kern;   /* op's kernels on the device of out; NULL for  */
+                              /* a leaf                                       */
     sp_layer *layer;
     sp_node *input;           /* inputs[0], the producer of x; NULL for a leaf */
     sp_node **inputs;         /* the ninputs producers, in argument order (may */
@@ -140,10 +183,10 @@ struct sp_node {
 static inline const sp_tensor *sp_node_x(const sp_node *n) { return &n->input->out; }
 static inline const sp_tensor *sp_node_in(const sp_node *n, int i) { return &n->inputs[i]->out; }
 
-/* Whether n's op gives a per-sample Jᵀ for n. */
+/* Whether n's op gives a per-sample Jᵀ for n, on n's device. */
 static inline bool sp_node_has_jt(const sp_node *n)
 {
-    return n->op->jt_pattern && (!n->op->jt_exists || n->op->jt_exists(n));
+    return n->op->jt_pattern && n->kern->jt_values && (!n->op->jt_exists || n->op->jt_exists(n));
 }
 
 /* Parameters: created by layer constructors, owned by their layer. */

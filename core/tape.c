@@ -111,7 +111,8 @@ sp_node *sp_apply_n(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs)
             sp_fail("op %s: input %d is on another device than input 0", l->op->name, i);
     }
     sp_node *n = push_node(t);
-    n->op = sp_op_for_device(l->op, xs[0]->out.device);
+    n->op = l->op;
+    n->kern = sp_op_kernels(l->op, xs[0]->out.device);
     n->layer = l;
     n->input = xs[0];
     n->ninputs = ninputs;
@@ -124,7 +125,7 @@ sp_node *sp_apply_n(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs)
     n->op->infer(n, &xs[0]->out);
     n->out = sp_tape_tensor_on(t, xs[0]->out.device, n->out.ndim, n->out.shape);
     if (t->before_apply && !t->shape_only) t->before_apply(t->before_apply_ctx, l);
-    if (!t->shape_only) n->op->forward(n);
+    if (!t->shape_only) n->kern->forward(n);
     return n;
 }
 
@@ -138,8 +139,10 @@ sp_node *sp_apply2(sp_tape *t, sp_layer *l, sp_node *a, sp_node *b)
 sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *labels)
 {
     assert(logits && logits->tape == t);
+    if (!loss) sp_fail("sp_apply_loss: no loss layer (a model's builder sets one: sp_model_set_loss)");
     sp_node *n = push_node(t);
-    n->op = sp_op_for_device(loss->op, logits->out.device);
+    n->op = loss->op;
+    n->kern = sp_op_kernels(loss->op, logits->out.device);
     n->layer = loss;
     n->input = logits;
     n->inputs = &n->input;
@@ -149,6 +152,6 @@ sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *l
     logits->nconsumers++;
     n->op->infer(n, &logits->out);
     n->out = sp_tape_tensor_on(t, logits->out.device, n->out.ndim, n->out.shape);
-    if (!t->shape_only) n->op->forward(n);
+    if (!t->shape_only) n->kern->forward(n);
     return n;
 }

@@ -44,7 +44,8 @@ sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x);
  * take: sp_fail naming the op. */
 sp_node *sp_apply_n(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs);
 sp_node *sp_apply2(sp_tape *t, sp_layer *l, sp_node *a, sp_node *b);
-/* Softmax + cross-entropy, mean over the batch; labels [B] must outlive the step. */
+/* The loss layer (a model's sp_model.loss, e.g. softmax + cross-entropy, mean over the
+ * batch) applied to logits; labels [B] must outlive the step. */
 sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *labels);
 
 /* The name every output uses for a node (traces, Jacobian tables, schedule costs, bppsa

@@ -69,18 +69,13 @@ static void add_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, si
     add_jt_launch(jt, stride, n->out.shape[0]);
 }
 
-static sp_opdef add_cuda_op;
+static sp_kernels add_cuda_kernels;
 
-void sp_add_cuda_register(void)
+extern "C" void sp_add_cuda_register(void)
 {
-    add_cuda_op.name = "add";
-    add_cuda_op.arity = sp_op_add.arity;
-    add_cuda_op.infer = sp_op_add.infer;
-    add_cuda_op.forward = add_cuda_forward;
-    add_cuda_op.backward_input = add_cuda_backward_input;
-    add_cuda_op.cost = sp_op_add.cost;
-    add_cuda_op.jt_pattern = sp_op_add.jt_pattern;
-    add_cuda_op.jt_values = add_cuda_jt_values;
-    add_cuda_op.jt_values_all = add_cuda_jt_values_all;
-    sp_op_register_device(&sp_op_add, SP_CUDA, &add_cuda_op);
+    add_cuda_kernels.forward = add_cuda_forward;
+    add_cuda_kernels.backward_input = add_cuda_backward_input;
+    add_cuda_kernels.jt_values = add_cuda_jt_values;
+    add_cuda_kernels.jt_values_all = add_cuda_jt_values_all;
+    sp_op_register_kernels(&sp_op_add, SP_CUDA, &add_cuda_kernels);
 }

@@ -85,12 +85,6 @@ const sp_opdef sp_op_avgpool2d = {
 
 sp_layer *sp_avgpool2d(int k, int stride, int pad) { return sp_pool2d_layer_new(&sp_op_avgpool2d, k, stride, pad); }
 
-void sp_avgpool2d_geometry(const sp_layer *l, int *k, int *stride, int *pad)
-{
-    const sp_pool2d_layer *a = (const sp_pool2d_layer *)l;
-    *k = a->k, *stride = a->stride, *pad = a->pad;
-}
-
 /* ---- global average pooling -------------------------------------------------------- */
 
 static void gap_infer(sp_node *n, const sp_tensor *x)

@@ -13,6 +13,7 @@ extern "C" {
 #include "core/device.h"
 #include "core/tape.h"
 #include "layers/layers.h"
+#include "layers/pool2d.h"
 }
 
 typedef struct avg_geom {
@@ -129,8 +130,8 @@ static void jt_fill_cuda(const sp_csr *jt, size_t stride, int nb, float v)
 static avg_geom geom_of(const sp_node *n)
 {
     const sp_tensor *x = sp_node_x(n);
-    avg_geom g = {x->shape[2], x->shape[3], n->out.shape[2], n->out.shape[3], 0, 0, 0};
-    sp_avgpool2d_geometry(n->layer, &g.k, &g.stride, &g.pad);
+    const sp_pool2d_layer *l = SP_POOL2D(n);
+    avg_geom g = {x->shape[2], x->shape[3], n->out.shape[2], n->out.shape[3], l->k, l->stride, l->pad};
     return g;
 }
 
@@ -182,27 +183,19 @@ static void gap_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, si
     jt_fill_cuda(jt, stride, n->out.shape[0], 1.0f / (float)plane(n));
 }
 
-static sp_opdef avg_cuda_op, gap_cuda_op;
+static sp_kernels avg_cuda_kernels, gap_cuda_kernels;
 
-void sp_avgpool2d_cuda_register(void)
+extern "C" void sp_avgpool2d_cuda_register(void)
 {
-    avg_cuda_op.name = "avgpool2d";
-    avg_cuda_op.infer = sp_op_avgpool2d.infer;
-    avg_cuda_op.forward = avg_cuda_forward;
-    avg_cuda_op.backward_input = avg_cuda_backward_input;
-    avg_cuda_op.cost = sp_op_avgpool2d.cost;
-    avg_cuda_op.jt_pattern = sp_op_avgpool2d.jt_pattern;
-    avg_cuda_op.jt_values = avg_cuda_jt_values;
-    avg_cuda_op.jt_values_all = avg_cuda_jt_values_all;
-    sp_op_register_device(&sp_op_avgpool2d, SP_CUDA, &avg_cuda_op);
+    avg_cuda_kernels.forward = avg_cuda_forward;
+    avg_cuda_kernels.backward_input = avg_cuda_backward_input;
+    avg_cuda_kernels.jt_values = avg_cuda_jt_values;
+    avg_cuda_kernels.jt_values_all = avg_cuda_jt_values_all;
+    sp_op_register_kernels(&sp_op_avgpool2d, SP_CUDA, &avg_cuda_kernels);
 
-    gap_cuda_op.name = "global_avgpool2d";
-    gap_cuda_op.infer = sp_op_global_avgpool2d.infer;
-    gap_cuda_op.forward = gap_cuda_forward;
-    gap_cuda_op.backward_input = gap_cuda_backward_input;
-    gap_cuda_op.cost = sp_op_global_avgpool2d.cost;
-    gap_cuda_op.jt_pattern = sp_op_global_avgpool2d.jt_pattern;
-    gap_cuda_op.jt_values = gap_cuda_jt_values;
-    gap_cuda_op.jt_values_all = gap_cuda_jt_values_all;
-    sp_op_register_device(&sp_op_global_avgpool2d, SP_CUDA, &gap_cuda_op);
+    gap_cuda_kernels.forward = gap_cuda_forward;
+    gap_cuda_kernels.backward_input = gap_cuda_backward_input;
+    gap_cuda_kernels.jt_values = gap_cuda_jt_values;
+    gap_cuda_kernels.jt_values_all = gap_cuda_jt_values_all;
+    sp_op_register_kernels(&sp_op_global_avgpool2d, SP_CUDA, &gap_cuda_kernels);
 }

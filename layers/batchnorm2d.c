@@ -22,19 +22,8 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/tape.h"
+#include "layers/batchnorm2d_internal.h"
 #include "layers/layers.h"
-
-typedef struct bn_layer {
-    sp_layer base;
-    int C;
-    float eps, momentum;
-} bn_layer;
-
-typedef struct bn_saved {
-    bool training;
-    float *xhat;      /* training: x̂, [B, C, H, W]          */
-    float *scale;     /* [C]: γ/√(var + eps) of the mode used */
-} bn_saved;
 
 #define BN(n) ((const bn_layer *)(n)->layer)
 
@@ -266,10 +255,4 @@ sp_layer *sp_batchnorm2d(const char *name, int channels)
     sp_buffer_new(&l->base, "num_batches_tracked", 1, (int[]){1});   /* PyTorch: a scalar; [1] loads into it */
     bn_init(&l->base, NULL);
     return &l->base;
-}
-
-void sp_batchnorm2d_hparams(const sp_layer *l, float *eps, float *momentum)
-{
-    *eps = ((const bn_layer *)l)->eps;
-    *momentum = ((const bn_layer *)l)->momentum;
 }

@@ -18,16 +18,11 @@ extern "C" {
 #include "core/device.h"
 #include "core/error.h"
 #include "core/tape.h"
+#include "layers/batchnorm2d_internal.h"
 #include "layers/layers.h"
 }
 
 #define BN_THREADS 256
-
-typedef struct bn_cuda_saved {
-    bool training;
-    float *xhat;    /* device, [B, C, H, W]; training only */
-    float *scale;   /* device, [C]: γ/√(var + eps) of the mode used */
-} bn_cuda_saved;
 
 typedef struct bn_dims {
     int B, C;
@@ -183,9 +178,9 @@ static void bn_cuda_forward(sp_node *n)
     require_buffers(n->layer);
     const sp_tensor *x = sp_node_x(n);
     bn_dims d = dims_of(n);
-    float eps, momentum;
-    sp_batchnorm2d_hparams(n->layer, &eps, &momentum);
-    bn_cuda_saved *S = (bn_cuda_saved *)sp_tape_alloc(n->tape, sizeof *S);
+    const bn_layer *L = (const bn_layer *)n->layer;
+    float eps = L->eps, momentum = L->momentum;
+    bn_saved *S = (bn_saved *)sp_tape_alloc(n->tape, sizeof *S);
     S->training = !n->layer->eval;
     S->xhat = S->training ? (float *)sp_tape_alloc_on(n->tape, SP_CUDA, x->numel * sizeof(float)) : NULL;
     S->scale = (float *)sp_tape_alloc_on(n->tape, SP_CUDA, (size_t)d.C * sizeof(float));
@@ -205,7 +200,7 @@ static void bn_cuda_forward(sp_node *n)
 
 static void bn_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
-    const bn_cuda_saved *S = (const bn_cuda_saved *)n->saved;
+    const bn_saved *S = (const bn_saved *)n->saved;
     bn_dims d = dims_of(n);
     bn_delta_kernel<<<d.C, BN_THREADS, 0, sp_cuda_stream()>>>(dx->data, dy->data, S->xhat, S->scale, d);
     sp_cuda_check(cudaGetLastError());
@@ -213,10 +208,9 @@ static void bn_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_te
 
 static void bn_cuda_backward_params(sp_node *n, const sp_tensor *dy)
 {
-    const bn_cuda_saved *S = (const bn_cuda_saved *)n->saved;
+    const bn_saved *S = (const bn_saved *)n->saved;
     bn_dims d = dims_of(n);
-    float eps, momentum;
-    sp_batchnorm2d_hparams(n->layer, &eps, &momentum);
+    float eps = ((const bn_layer *)n->layer)->eps;
     sp_layer *l = n->layer;
     bn_params_kernel<<<d.C, BN_THREADS, 0, sp_cuda_stream()>>>(l->params[0]->grad.data, l->params[1]->grad.data,
                                                                dy->data, S->xhat, sp_node_x(n)->data,
@@ -225,11 +219,9 @@ static void bn_cuda_backward_params(sp_node *n, const sp_tensor *dy)
     sp_cuda_check(cudaGetLastError());
 }
 
-static bool bn_cuda_jt_exists(const sp_node *n) { return !((const bn_cuda_saved *)n->saved)->training; }
-
 static void bn_jt_launch(const sp_node *n, const sp_csr *jt, size_t stride, int nb)
 {
-    const bn_cuda_saved *S = (const bn_cuda_saved *)n->saved;
+    const bn_saved *S = (const bn_saved *)n->saved;
     if (S->training) sp_fail("batchnorm2d %s: no per-sample Jᵀ in training mode", n->layer->name);
     bn_jt_kernel<<<sp_cuda_blocks((size_t)nb * jt->rows, 256), 256, 0, sp_cuda_stream()>>>(
         jt->data, stride, S->scale, (size_t)jt->rows, dims_of(n).P, nb);
@@ -243,20 +235,14 @@ static void bn_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, siz
     bn_jt_launch(n, jt, stride, n->out.shape[0]);
 }
 
-static sp_opdef bn_cuda_op;
+static sp_kernels bn_cuda_kernels;
 
-void sp_batchnorm2d_cuda_register(void)
+extern "C" void sp_batchnorm2d_cuda_register(void)
 {
-    bn_cuda_op.name = "batchnorm2d";
-    bn_cuda_op.infer = sp_op_batchnorm2d.infer;
-    bn_cuda_op.forward = bn_cuda_forward;
-    bn_cuda_op.backward_input = bn_cuda_backward_input;
-    bn_cuda_op.backward_params = bn_cuda_backward_params;
-    bn_cuda_op.cost = sp_op_batchnorm2d.cost;
-    bn_cuda_op.init_params = sp_op_batchnorm2d.init_params;
-    bn_cuda_op.jt_pattern = sp_op_batchnorm2d.jt_pattern;
-    bn_cuda_op.jt_values = bn_cuda_jt_values;
-    bn_cuda_op.jt_values_all = bn_cuda_jt_values_all;
-    bn_cuda_op.jt_exists = bn_cuda_jt_exists;
-    sp_op_register_device(&sp_op_batchnorm2d, SP_CUDA, &bn_cuda_op);
+    bn_cuda_kernels.forward = bn_cuda_forward;
+    bn_cuda_kernels.backward_input = bn_cuda_backward_input;
+    bn_cuda_kernels.backward_params = bn_cuda_backward_params;
+    bn_cuda_kernels.jt_values = bn_cuda_jt_values;
+    bn_cuda_kernels.jt_values_all = bn_cuda_jt_values_all;
+    sp_op_register_kernels(&sp_op_batchnorm2d, SP_CUDA, &bn_cuda_kernels);
 }

@@ -78,18 +78,13 @@ static void concat_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt,
     concat_jt_launch(jt, stride, n->out.shape[0]);
 }
 
-static sp_opdef concat_cuda_op;
+static sp_kernels concat_cuda_kernels;
 
-void sp_concat_cuda_register(void)
+extern "C" void sp_concat_cuda_register(void)
 {
-    concat_cuda_op.name = "concat";
-    concat_cuda_op.arity = sp_op_concat.arity;
-    concat_cuda_op.infer = sp_op_concat.infer;
-    concat_cuda_op.forward = concat_cuda_forward;
-    concat_cuda_op.backward_input = concat_cuda_backward_input;
-    concat_cuda_op.cost = sp_op_concat.cost;
-    concat_cuda_op.jt_pattern = sp_op_concat.jt_pattern;
-    concat_cuda_op.jt_values = concat_cuda_jt_values;
-    concat_cuda_op.jt_values_all = concat_cuda_jt_values_all;
-    sp_op_register_device(&sp_op_concat, SP_CUDA, &concat_cuda_op);
+    concat_cuda_kernels.forward = concat_cuda_forward;
+    concat_cuda_kernels.backward_input = concat_cuda_backward_input;
+    concat_cuda_kernels.jt_values = concat_cuda_jt_values;
+    concat_cuda_kernels.jt_values_all = concat_cuda_jt_values_all;
+    sp_op_register_kernels(&sp_op_concat, SP_CUDA, &concat_cuda_kernels);
 }

@@ -39,6 +39,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/tape.h"
+#include "layers/conv2d_internal.h"
 #include "layers/im2col.h"
 #include "layers/layers.h"
 
@@ -56,12 +57,6 @@
 #define DNNL_MIN_C 4
 /* Otherwise its column buffer per chunk: inside the 32 MiB L3 of the target machine. */
 #define G_CHUNK_BYTES (8u << 20)
-
-typedef struct conv_layer {
-    sp_layer base;
-    int cin, cout, k, stride, pad;
-    float *zero_bias;   /* [cout] zeros: the bias of a conv built without one */
-} conv_layer;
 
 /* The bias values, or zeros for a bias-free conv (params[1] absent). */
 static const float *bias_of(const sp_node *n)
@@ -527,12 +522,4 @@ sp_layer *sp_conv2d(const char *name, int cin, int cout, int k, int stride, int 
 sp_layer *sp_conv2d_nobias(const char *name, int cin, int cout, int k, int stride, int pad)
 {
     return conv_new(name, cin, cout, k, stride, pad, false);
-}
-
-void sp_conv2d_geometry(const sp_layer *l, int *k, int *stride, int *pad)
-{
-    const conv_layer *c = (const conv_layer *)l;
-    *k = c->k;
-    *stride = c->stride;
-    *pad = c->pad;
 }

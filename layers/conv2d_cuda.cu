@@ -15,19 +15,14 @@ static const auto conv_cuda_backward_params = sp_cudnn_conv_backward_params;
 static const auto conv_cuda_jt_values = sp_cudnn_conv_jt_values;
 static const auto conv_cuda_jt_values_all = sp_cudnn_conv_jt_values_all;
 
-static sp_opdef conv_cuda_op;
+static sp_kernels conv_cuda_kernels;
 
-void sp_conv2d_cuda_register(void)
+extern "C" void sp_conv2d_cuda_register(void)
 {
-    conv_cuda_op.name = "conv2d";
-    conv_cuda_op.infer = sp_op_conv2d.infer;
-    conv_cuda_op.forward = conv_cuda_forward;
-    conv_cuda_op.backward_input = conv_cuda_backward_input;
-    conv_cuda_op.backward_params = conv_cuda_backward_params;
-    conv_cuda_op.cost = sp_op_conv2d.cost;
-    conv_cuda_op.init_params = sp_op_conv2d.init_params;
-    conv_cuda_op.jt_pattern = sp_op_conv2d.jt_pattern;
-    conv_cuda_op.jt_values = conv_cuda_jt_values;
-    conv_cuda_op.jt_values_all = conv_cuda_jt_values_all;
-    sp_op_register_device(&sp_op_conv2d, SP_CUDA, &conv_cuda_op);
+    conv_cuda_kernels.forward = conv_cuda_forward;
+    conv_cuda_kernels.backward_input = conv_cuda_backward_input;
+    conv_cuda_kernels.backward_params = conv_cuda_backward_params;
+    conv_cuda_kernels.jt_values = conv_cuda_jt_values;
+    conv_cuda_kernels.jt_values_all = conv_cuda_jt_values_all;
+    sp_op_register_kernels(&sp_op_conv2d, SP_CUDA, &conv_cuda_kernels);
 }

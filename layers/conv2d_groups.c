@@ -16,14 +16,9 @@
 #include "core/kernels/csr_ops.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "layers/conv2d_internal.h"
 #include "layers/im2col.h"
 #include "layers/layers.h"
-
-typedef struct gconv_layer {
-    sp_layer base;
-    int cin, cout, k, stride, pad, groups;
-    bool bias;
-} gconv_layer;
 
 #define GL(n) ((const gconv_layer *)(n)->layer)
 
@@ -257,10 +252,4 @@ sp_layer *sp_conv2d_groups(const char *name, int cin, int cout, int k, int strid
     sp_param_new(&l->base, "weight", 4, (int[]){cout, cin / groups, k, k});
     if (bias) sp_param_new(&l->base, "bias", 1, (int[]){cout});
     return &l->base;
-}
-
-void sp_conv2d_groups_geometry(const sp_layer *l, int *k, int *stride, int *pad, int *groups)
-{
-    const gconv_layer *c = (const gconv_layer *)l;
-    *k = c->k, *stride = c->stride, *pad = c->pad, *groups = c->groups;
 }

@@ -15,19 +15,14 @@ static const auto gconv_cuda_backward_params = sp_cudnn_conv_backward_params;
 static const auto gconv_cuda_jt_values = sp_cudnn_conv_jt_values;
 static const auto gconv_cuda_jt_values_all = sp_cudnn_conv_jt_values_all;
 
-static sp_opdef gconv_cuda_op;
+static sp_kernels gconv_cuda_kernels;
 
-void sp_conv2d_groups_cuda_register(void)
+extern "C" void sp_conv2d_groups_cuda_register(void)
 {
-    gconv_cuda_op.name = "conv2d_groups";
-    gconv_cuda_op.infer = sp_op_conv2d_groups.infer;
-    gconv_cuda_op.forward = gconv_cuda_forward;
-    gconv_cuda_op.backward_input = gconv_cuda_backward_input;
-    gconv_cuda_op.backward_params = gconv_cuda_backward_params;
-    gconv_cuda_op.cost = sp_op_conv2d_groups.cost;
-    gconv_cuda_op.init_params = sp_op_conv2d_groups.init_params;
-    gconv_cuda_op.jt_pattern = sp_op_conv2d_groups.jt_pattern;
-    gconv_cuda_op.jt_values = gconv_cuda_jt_values;
-    gconv_cuda_op.jt_values_all = gconv_cuda_jt_values_all;
-    sp_op_register_device(&sp_op_conv2d_groups, SP_CUDA, &gconv_cuda_op);
+    gconv_cuda_kernels.forward = gconv_cuda_forward;
+    gconv_cuda_kernels.backward_input = gconv_cuda_backward_input;
+    gconv_cuda_kernels.backward_params = gconv_cuda_backward_params;
+    gconv_cuda_kernels.jt_values = gconv_cuda_jt_values;
+    gconv_cuda_kernels.jt_values_all = gconv_cuda_jt_values_all;
+    sp_op_register_kernels(&sp_op_conv2d_groups, SP_CUDA, &gconv_cuda_kernels);
 }

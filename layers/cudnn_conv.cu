@@ -4,6 +4,7 @@
 #include "layers/cudnn_conv.h"
 extern "C" {
 #include "core/error.h"
+#include "layers/conv2d_internal.h"
 #include "layers/layers.h"
 }
 
@@ -192,10 +193,12 @@ static conv_cfg cfg_of(const sp_node *n)
 {
     conv_cfg c = {n->layer->op->name, 0, 0, 0, 1, false};
     if (n->layer->op == &sp_op_conv2d_groups) {
-        sp_conv2d_groups_geometry(n->layer, &c.k, &c.stride, &c.pad, &c.groups);
+        const gconv_layer *g = (const gconv_layer *)n->layer;
+        c.k = g->k, c.stride = g->stride, c.pad = g->pad, c.groups = g->groups;
         c.bias_f64 = true;
     } else if (n->layer->op == &sp_op_conv2d) {
-        sp_conv2d_geometry(n->layer, &c.k, &c.stride, &c.pad);
+        const conv_layer *l = (const conv_layer *)n->layer;
+        c.k = l->k, c.stride = l->stride, c.pad = l->pad;
     } else {
         sp_fail("%s: not a convolution (layers/cudnn_conv.cu runs conv2d and conv2d_groups)", c.op);
     }

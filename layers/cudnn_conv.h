@@ -28,9 +28,9 @@ extern "C" {
 #include "core/tape.h"
 }
 
-/* The twins' forward, δ, G and Jᵀ (the sp_opdef members of the same names): the window
- * and group count come from the layer (sp_conv2d_geometry: one group;
- * sp_conv2d_groups_geometry). */
+/* The twins' forward, δ, G and Jᵀ (the sp_kernels members of the same names): the
+ * window and group count come from the layer (layers/conv2d_internal.h: conv_layer, one
+ * group; gconv_layer). */
 void sp_cudnn_conv_forward(sp_node *n);
 void sp_cudnn_conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx);
 void sp_cudnn_conv_backward_params(sp_node *n, const sp_tensor *dy);

@@ -12,14 +12,9 @@
 #include "core/kernels/csr_ops.h"
 #include "core/error.h"
 #include "core/tape.h"
+#include "layers/dropout_internal.h"
 #include "layers/elementwise.h"
 #include "layers/layers.h"
-
-typedef struct dropout_layer {
-    sp_layer base;
-    float p;
-    sp_rng rng;
-} dropout_layer;
 
 #define DL(n) ((dropout_layer *)(n)->layer)
 
@@ -96,7 +91,3 @@ sp_layer *sp_dropout(float p)
     sp_rng_seed(&l->rng, 0);
     return &l->base;
 }
-
-float sp_dropout_p(const sp_layer *l) { return ((const dropout_layer *)l)->p; }
-
-sp_rng *sp_dropout_rng(sp_layer *l) { return &((dropout_layer *)l)->rng; }

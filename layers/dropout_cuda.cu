@@ -12,6 +12,7 @@ extern "C" {
 #include "core/device.h"
 #include "core/rng.h"
 #include "core/tape.h"
+#include "layers/dropout_internal.h"
 #include "layers/layers.h"
 }
 
@@ -54,14 +55,15 @@ static void copy_cuda(float *dst, const float *src, size_t n, cudaStream_t strea
 static void dropout_cuda_forward(sp_node *n)
 {
     const sp_tensor *x = sp_node_x(n);
-    float p = sp_dropout_p(n->layer);
+    dropout_layer *l = (dropout_layer *)n->layer;
+    float p = l->p;
     if (n->layer->eval || p == 0.0f) {
         n->saved = NULL;
         copy_cuda(n->out.data, x->data, x->numel, sp_cuda_stream());
         return;
     }
     /* The CPU forward's draws, in its order (layers/dropout.c). */
-    sp_rng *rng = sp_dropout_rng(n->layer);
+    sp_rng *rng = &l->rng;
     float *host = (float *)sp_tape_alloc(n->tape, x->numel * sizeof(float)), keep = 1.0f / (1.0f - p);
     for (size_t i = 0; i < x->numel; i++) host[i] = sp_rng_uniform(rng) < p ? 0.0f : keep;
     float *m = (float *)sp_tape_alloc_on(n->tape, SP_CUDA, x->numel * sizeof(float));
@@ -91,18 +93,13 @@ static void dropout_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt
     dropout_jt_launch(n, jt, stride, 0, n->out.shape[0]);
 }
 
-static sp_opdef dropout_cuda_op;
+static sp_kernels dropout_cuda_kernels;
 
-void sp_dropout_cuda_register(void)
+extern "C" void sp_dropout_cuda_register(void)
 {
-    dropout_cuda_op.name = "dropout";
-    dropout_cuda_op.infer = sp_op_dropout.infer;
-    dropout_cuda_op.forward = dropout_cuda_forward;
-    dropout_cuda_op.backward_input = dropout_cuda_backward_input;
-    dropout_cuda_op.cost = sp_op_dropout.cost;
-    dropout_cuda_op.init_params = sp_op_dropout.init_params;
-    dropout_cuda_op.jt_pattern = sp_op_dropout.jt_pattern;
-    dropout_cuda_op.jt_values = dropout_cuda_jt_values;
-    dropout_cuda_op.jt_values_all = dropout_cuda_jt_values_all;
-    sp_op_register_device(&sp_op_dropout, SP_CUDA, &dropout_cuda_op);
+    dropout_cuda_kernels.forward = dropout_cuda_forward;
+    dropout_cuda_kernels.backward_input = dropout_cuda_backward_input;
+    dropout_cuda_kernels.jt_values = dropout_cuda_jt_values;
+    dropout_cuda_kernels.jt_values_all = dropout_cuda_jt_values_all;
+    sp_op_register_kernels(&sp_op_dropout, SP_CUDA, &dropout_cuda_kernels);
 }

@@ -44,17 +44,13 @@ static void flatten_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt
     flatten_jt_launch(jt, stride, n->out.shape[0]);
 }
 
-static sp_opdef flatten_cuda_op;
+static sp_kernels flatten_cuda_kernels;
 
-void sp_flatten_cuda_register(void)
+extern "C" void sp_flatten_cuda_register(void)
 {
-    flatten_cuda_op.name = "flatten";
-    flatten_cuda_op.infer = sp_op_flatten.infer;
-    flatten_cuda_op.forward = flatten_cuda_forward;
-    flatten_cuda_op.backward_input = flatten_cuda_backward_input;
-    flatten_cuda_op.cost = sp_op_flatten.cost;
-    flatten_cuda_op.jt_pattern = sp_op_flatten.jt_pattern;
-    flatten_cuda_op.jt_values = flatten_cuda_jt_values;
-    flatten_cuda_op.jt_values_all = flatten_cuda_jt_values_all;
-    sp_op_register_device(&sp_op_flatten, SP_CUDA, &flatten_cuda_op);
+    flatten_cuda_kernels.forward = flatten_cuda_forward;
+    flatten_cuda_kernels.backward_input = flatten_cuda_backward_input;
+    flatten_cuda_kernels.jt_values = flatten_cuda_jt_values;
+    flatten_cuda_kernels.jt_values_all = flatten_cuda_jt_values_all;
+    sp_op_register_kernels(&sp_op_flatten, SP_CUDA, &flatten_cuda_kernels);
 }

@@ -52,16 +52,9 @@ typedef enum { SP_SEQ_LAST = 0, SP_SEQ_ALL = 1 } sp_seq_output;
 sp_layer *sp_rnn(const char *name, int input, int hidden, sp_seq_output mode);
 sp_layer *sp_gru(const char *name, int input, int hidden, sp_seq_output mode);
 
-/* Kernel size, stride and padding of a conv2d / maxpool2d layer (for device twins). */
-void sp_conv2d_geometry(const sp_layer *l, int *k, int *stride, int *pad);
-void sp_maxpool2d_geometry(const sp_layer *l, int *k, int *stride, int *pad);
-/* The same for the ops of the DAG models' device twins. */
-void sp_avgpool2d_geometry(const sp_layer *l, int *k, int *stride, int *pad);
-void sp_conv2d_groups_geometry(const sp_layer *l, int *k, int *stride, int *pad, int *groups);
-void sp_batchnorm2d_hparams(const sp_layer *l, float *eps, float *momentum);
-/* Dropout's p and its mask generator (the device twin draws the CPU op's masks). */
-float sp_dropout_p(const sp_layer *l);
-sp_rng *sp_dropout_rng(sp_layer *l);
+/* make CUDA=1: register every layer's CUDA twin (layers/register_cuda.c), called by
+ * sp_cuda_start (schedulers/train/cuda_start.h) once the backend is up. */
+void sp_layers_cuda_register(void);
 
 /* The opdefs, for code that needs to recognise an op. */
 extern const sp_opdef sp_op_linear, sp_op_conv2d, sp_op_relu, sp_op_tanh, sp_op_sigmoid,

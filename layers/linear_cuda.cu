@@ -113,19 +113,14 @@ static void linear_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt,
     linear_jt_launch(n, jt, stride, n->out.shape[0]);
 }
 
-static sp_opdef linear_cuda_op;
+static sp_kernels linear_cuda_kernels;
 
-void sp_linear_cuda_register(void)
+extern "C" void sp_linear_cuda_register(void)
 {
-    linear_cuda_op.name = "linear";
-    linear_cuda_op.infer = sp_op_linear.infer;
-    linear_cuda_op.forward = linear_cuda_forward;
-    linear_cuda_op.backward_input = linear_cuda_backward_input;
-    linear_cuda_op.backward_params = linear_cuda_backward_params;
-    linear_cuda_op.cost = sp_op_linear.cost;
-    linear_cuda_op.init_params = sp_op_linear.init_params;
-    linear_cuda_op.jt_pattern = sp_op_linear.jt_pattern;
-    linear_cuda_op.jt_values = linear_cuda_jt_values;
-    linear_cuda_op.jt_values_all = linear_cuda_jt_values_all;
-    sp_op_register_device(&sp_op_linear, SP_CUDA, &linear_cuda_op);
+    linear_cuda_kernels.forward = linear_cuda_forward;
+    linear_cuda_kernels.backward_input = linear_cuda_backward_input;
+    linear_cuda_kernels.backward_params = linear_cuda_backward_params;
+    linear_cuda_kernels.jt_values = linear_cuda_jt_values;
+    linear_cuda_kernels.jt_values_all = linear_cuda_jt_values_all;
+    sp_op_register_kernels(&sp_op_linear, SP_CUDA, &linear_cuda_kernels);
 }

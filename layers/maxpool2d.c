@@ -194,11 +194,3 @@ const sp_opdef sp_op_maxpool2d = {
 };
 
 sp_layer *sp_maxpool2d(int k, int stride, int pad) { return sp_pool2d_layer_new(&sp_op_maxpool2d, k, stride, pad); }
-
-void sp_maxpool2d_geometry(const sp_layer *l, int *k, int *stride, int *pad)
-{
-    const sp_pool2d_layer *p = (const sp_pool2d_layer *)l;
-    *k = p->k;
-    *stride = p->stride;
-    *pad = p->pad;
-}

@@ -10,6 +10,7 @@ extern "C" {
 #include "core/device.h"
 #include "core/tape.h"
 #include "layers/layers.h"
+#include "layers/pool2d.h"
 }
 
 typedef struct pool_geom {
@@ -77,8 +78,8 @@ static void pool_backward_cuda(float *dx, const float *dy, const int32_t *arg, p
 static pool_geom geom_of(const sp_node *n)
 {
     const sp_tensor *x = sp_node_x(n);
-    pool_geom g = {x->shape[2], x->shape[3], n->out.shape[2], n->out.shape[3], 0, 0, 0};
-    sp_maxpool2d_geometry(n->layer, &g.k, &g.stride, &g.pad);
+    const sp_pool2d_layer *l = SP_POOL2D(n);
+    pool_geom g = {x->shape[2], x->shape[3], n->out.shape[2], n->out.shape[3], l->k, l->stride, l->pad};
     return g;
 }
 
@@ -143,17 +144,13 @@ static void pool_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, s
     pool_jt_launch(n, jt, stride, 0, n->out.shape[0]);
 }
 
-static sp_opdef pool_cuda_op;
+static sp_kernels pool_cuda_kernels;
 
-void sp_maxpool2d_cuda_register(void)
+extern "C" void sp_maxpool2d_cuda_register(void)
 {
-    pool_cuda_op.name = "maxpool2d";
-    pool_cuda_op.infer = sp_op_maxpool2d.infer;
-    pool_cuda_op.forward = pool_cuda_forward;
-    pool_cuda_op.backward_input = pool_cuda_backward_input;
-    pool_cuda_op.cost = sp_op_maxpool2d.cost;
-    pool_cuda_op.jt_pattern = sp_op_maxpool2d.jt_pattern;
-    pool_cuda_op.jt_values = pool_cuda_jt_values;
-    pool_cuda_op.jt_values_all = pool_cuda_jt_values_all;
-    sp_op_register_device(&sp_op_maxpool2d, SP_CUDA, &pool_cuda_op);
+    pool_cuda_kernels.forward = pool_cuda_forward;
+    pool_cuda_kernels.backward_input = pool_cuda_backward_input;
+    pool_cuda_kernels.jt_values = pool_cuda_jt_values;
+    pool_cuda_kernels.jt_values_all = pool_cuda_jt_values_all;
+    sp_op_register_kernels(&sp_op_maxpool2d, SP_CUDA, &pool_cuda_kernels);
 }

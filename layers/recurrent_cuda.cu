@@ -431,28 +431,18 @@ static void rec_cuda_chain_backward_params(sp_node *n, const sp_tensor *dh)
     rec_params_from_da(n, s->da);
 }
 
-static sp_opdef rnn_cuda_op, gru_cuda_op;
+/* One table for both cells: every kernel asks is_gru(n). */
+static sp_kernels rec_cuda_kernels;
 
-static void register_twin(sp_opdef *twin, const sp_opdef *cpu)
+extern "C" void sp_recurrent_cuda_register(void)
 {
-    twin->name = cpu->name;
-    twin->infer = cpu->infer;
-    twin->forward = rec_cuda_forward;
-    twin->backward_input = rec_cuda_backward_input;
-    twin->backward_params = rec_cuda_backward_params;
-    twin->cost = cpu->cost;
-    twin->init_params = cpu->init_params;
-    twin->free_layer = cpu->free_layer;
-    twin->chain_len = cpu->chain_len;
-    twin->chain_jt = rec_cuda_chain_jt;
-    twin->chain_jt_all = rec_cuda_chain_jt_all;
-    twin->chain_jt_factors = rec_cuda_chain_jt_factors;
-    twin->chain_backward_params = rec_cuda_chain_backward_params;
-    sp_op_register_device(cpu, SP_CUDA, twin);
-}
-
-void sp_recurrent_cuda_register(void)
-{
-    register_twin(&rnn_cuda_op, &sp_op_rnn);
-    register_twin(&gru_cuda_op, &sp_op_gru);
+    rec_cuda_kernels.forward = rec_cuda_forward;
+    rec_cuda_kernels.backward_input = rec_cuda_backward_input;
+    rec_cuda_kernels.backward_params = rec_cuda_backward_params;
+    rec_cuda_kernels.chain_jt = rec_cuda_chain_jt;
+    rec_cuda_kernels.chain_jt_all = rec_cuda_chain_jt_all;
+    rec_cuda_kernels.chain_jt_factors = rec_cuda_chain_jt_factors;
+    rec_cuda_kernels.chain_backward_params = rec_cuda_chain_backward_params;
+    sp_op_register_kernels(&sp_op_rnn, SP_CUDA, &rec_cuda_kernels);
+    sp_op_register_kernels(&sp_op_gru, SP_CUDA, &rec_cuda_kernels);
 }

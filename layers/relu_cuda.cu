@@ -78,17 +78,13 @@ static void relu_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, s
     relu_jt_launch(n, jt, stride, 0, n->out.shape[0]);
 }
 
-static sp_opdef relu_cuda_op;
+static sp_kernels relu_cuda_kernels;
 
-void sp_relu_cuda_register(void)
+extern "C" void sp_relu_cuda_register(void)
 {
-    relu_cuda_op.name = "relu";
-    relu_cuda_op.infer = sp_op_relu.infer;
-    relu_cuda_op.forward = relu_cuda_forward;
-    relu_cuda_op.backward_input = relu_cuda_backward_input;
-    relu_cuda_op.cost = sp_op_relu.cost;
-    relu_cuda_op.jt_pattern = sp_op_relu.jt_pattern;
-    relu_cuda_op.jt_values = relu_cuda_jt_values;
-    relu_cuda_op.jt_values_all = relu_cuda_jt_values_all;
-    sp_op_register_device(&sp_op_relu, SP_CUDA, &relu_cuda_op);
+    relu_cuda_kernels.forward = relu_cuda_forward;
+    relu_cuda_kernels.backward_input = relu_cuda_backward_input;
+    relu_cuda_kernels.jt_values = relu_cuda_jt_values;
+    relu_cuda_kernels.jt_values_all = relu_cuda_jt_values_all;
+    sp_op_register_kernels(&sp_op_relu, SP_CUDA, &relu_cuda_kernels);
 }

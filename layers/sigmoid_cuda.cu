@@ -80,17 +80,13 @@ static void sigmoid_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt
     sigmoid_jt_launch(n, jt, stride, 0, n->out.shape[0]);
 }
 
-static sp_opdef sigmoid_cuda_op;
+static sp_kernels sigmoid_cuda_kernels;
 
-void sp_sigmoid_cuda_register(void)
+extern "C" void sp_sigmoid_cuda_register(void)
 {
-    sigmoid_cuda_op.name = "sigmoid";
-    sigmoid_cuda_op.infer = sp_op_sigmoid.infer;
-    sigmoid_cuda_op.forward = sigmoid_cuda_forward;
-    sigmoid_cuda_op.backward_input = sigmoid_cuda_backward_input;
-    sigmoid_cuda_op.cost = sp_op_sigmoid.cost;
-    sigmoid_cuda_op.jt_pattern = sp_op_sigmoid.jt_pattern;
-    sigmoid_cuda_op.jt_values = sigmoid_cuda_jt_values;
-    sigmoid_cuda_op.jt_values_all = sigmoid_cuda_jt_values_all;
-    sp_op_register_device(&sp_op_sigmoid, SP_CUDA, &sigmoid_cuda_op);
+    sigmoid_cuda_kernels.forward = sigmoid_cuda_forward;
+    sigmoid_cuda_kernels.backward_input = sigmoid_cuda_backward_input;
+    sigmoid_cuda_kernels.jt_values = sigmoid_cuda_jt_values;
+    sigmoid_cuda_kernels.jt_values_all = sigmoid_cuda_jt_values_all;
+    sp_op_register_kernels(&sp_op_sigmoid, SP_CUDA, &sigmoid_cuda_kernels);
 }

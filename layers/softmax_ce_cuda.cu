@@ -109,14 +109,11 @@ static void ce_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_te
     ce_backward_cuda(dx->data, dy->data, s->p, s->labels, dx->shape[0], dx->shape[1], sp_cuda_stream());
 }
 
-static sp_opdef ce_cuda_op;
+static sp_kernels ce_cuda_kernels;
 
-void sp_softmax_ce_cuda_register(void)
+extern "C" void sp_softmax_ce_cuda_register(void)
 {
-    ce_cuda_op.name = "softmax_ce";
-    ce_cuda_op.infer = sp_op_softmax_ce.infer;
-    ce_cuda_op.forward = ce_cuda_forward;
-    ce_cuda_op.backward_input = ce_cuda_backward_input;
-    ce_cuda_op.cost = sp_op_softmax_ce.cost;
-    sp_op_register_device(&sp_op_softmax_ce, SP_CUDA, &ce_cuda_op);
+    ce_cuda_kernels.forward = ce_cuda_forward;
+    ce_cuda_kernels.backward_input = ce_cuda_backward_input;
+    sp_op_register_kernels(&sp_op_softmax_ce, SP_CUDA, &ce_cuda_kernels);
 }

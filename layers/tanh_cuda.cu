@@ -80,17 +80,13 @@ static void tanh_cuda_jt_values_all(const sp_node *n, int i, const sp_csr *jt, s
     tanh_jt_launch(n, jt, stride, 0, n->out.shape[0]);
 }
 
-static sp_opdef tanh_cuda_op;
+static sp_kernels tanh_cuda_kernels;
 
-void sp_tanh_cuda_register(void)
+extern "C" void sp_tanh_cuda_register(void)
 {
-    tanh_cuda_op.name = "tanh";
-    tanh_cuda_op.infer = sp_op_tanh.infer;
-    tanh_cuda_op.forward = tanh_cuda_forward;
-    tanh_cuda_op.backward_input = tanh_cuda_backward_input;
-    tanh_cuda_op.cost = sp_op_tanh.cost;
-    tanh_cuda_op.jt_pattern = sp_op_tanh.jt_pattern;
-    tanh_cuda_op.jt_values = tanh_cuda_jt_values;
-    tanh_cuda_op.jt_values_all = tanh_cuda_jt_values_all;
-    sp_op_register_device(&sp_op_tanh, SP_CUDA, &tanh_cuda_op);
+    tanh_cuda_kernels.forward = tanh_cuda_forward;
+    tanh_cuda_kernels.backward_input = tanh_cuda_backward_input;
+    tanh_cuda_kernels.jt_values = tanh_cuda_jt_values;
+    tanh_cuda_kernels.jt_values_all = tanh_cuda_jt_values_all;
+    sp_op_register_kernels(&sp_op_tanh, SP_CUDA, &tanh_cuda_kernels);
 }

@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include "core/kernels/cuda.h"
 #include "core/tensor.h"
+#include "schedulers/train/cuda_start.h"
 
 /* First statement of every test: without a GPU the test fails with this line (an
  * assertion in a .init fixture would be reported as a crash). */
@@ -14,7 +15,7 @@ static inline void need_gpu(void)
     const char *why = NULL;
     int n = sp_cuda_device_count(&why);
     cr_assert_gt(n, 0, "no CUDA device: %s (make test-cuda must run on a GPU machine)", why);
-    sp_cuda_init(0);
+    sp_cuda_start(0);
 }
 
 /* A host copy of device tensor d (heap; free with sp_tensor_free). */

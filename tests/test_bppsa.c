@@ -78,6 +78,7 @@ static sp_tensor input(int ndim, const int *shape, uint64_t seed)
 Test(bppsa, mlp_every_scan_depth)
 {
     sp_model *m = sp_model_new("mlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc1", 7, 9));
     sp_model_add(m, sp_tanh());
     sp_model_add(m, sp_linear("fc2", 9, 8));
@@ -180,6 +181,7 @@ Test(bppsa, fan_out_and_shared_weights_match_linear)
 static sp_model *vgg11_front(int side)
 {
     sp_model *m = sp_model_new("vgg11-front");
+    sp_model_set_loss(m, sp_softmax_ce());
     static const int widths[4] = {64, 128, 256, 256}, pool_after[4] = {1, 1, 0, 1};
     int cin = 3;
     for (int i = 0; i < 4; i++) {
@@ -307,6 +309,7 @@ Test(bppsa, plan_summary_closed_forms)
 {
     sp_set_threads(2);
     sp_model *m = sp_model_new("mlp");   /* fc1 tanh fc2 sigmoid fc3 relu fc4: n = 7 */
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc1", 7, 9));
     sp_model_add(m, sp_tanh());
     sp_model_add(m, sp_linear("fc2", 9, 8));

@@ -72,7 +72,7 @@ static void compare_jt(sp_layer *cpu, sp_layer *gpu, int ndim, const int *xshape
     sp_tensor_to_device(&xd, &x);
     sp_node *yg = sp_apply(&tg, gpu, sp_tape_input(&tg, &xd));
     const char *name = cpu->op->name;
-    cr_assert(yg->op->jt_values_all && yg->op->jt_values && yg->op->jt_pattern, "%s: no device Jᵀ", name);
+    cr_assert(yg->kern->jt_values_all && yg->kern->jt_values && yg->op->jt_pattern, "%s: no device Jᵀ", name);
 
     sp_csr P;
     yc->op->jt_pattern(yc, 0, &P);
@@ -87,18 +87,18 @@ static void compare_jt(sp_layer *cpu, sp_layer *gpu, int ndim, const int *xshape
     sp_cuda_check(cudaMemcpy(didx, P.indices, nnz * sizeof(int32_t), cudaMemcpyHostToDevice));
     sp_csr D = P;
     D.indptr = dptr, D.indices = didx, D.data = dvals;
-    yg->op->jt_values_all(yg, 0, &D, stride);
+    yg->kern->jt_values_all(yg, 0, &D, stride);
     float *got = download_floats(dvals, (size_t)B * stride);
     float *ref = malloc((nnz ? nnz : 1) * sizeof *ref);
     for (int b = 0; b < B; b++) {
         P.data = ref;
-        yc->op->jt_values(yc, 0, b, &P);
+        yc->kern->jt_values(yc, 0, b, &P);
         double e = rel_err(got + (size_t)b * stride, ref, nnz);
         cr_assert_leq(e, tol, "%s jt_values_all sample %d: err %.2e > %.0e", name, b, e, tol);
     }
     free(got);
     D.data = dvals;   /* one sample, the last: jt_values */
-    yg->op->jt_values(yg, 0, B - 1, &D);
+    yg->kern->jt_values(yg, 0, B - 1, &D);
     got = download_floats(dvals, nnz);
     double e = rel_err(got, ref, nnz);
     cr_assert_leq(e, tol, "%s jt_values: err %.2e > %.0e", name, e, tol);
@@ -148,25 +148,25 @@ static void compare_chain_jt(sp_layer *cpu, sp_layer *gpu, int B, int T, int C, 
     sp_tensor_to_device(&xd, &x);
     sp_node *yg = sp_apply(&tg, gpu, sp_tape_input(&tg, &xd));
     const char *name = cpu->op->name;
-    cr_assert(yg->op->chain_jt_all && yg->op->chain_jt && yg->op->chain_len, "%s: no device chain Jᵀ", name);
+    cr_assert(yg->kern->chain_jt_all && yg->kern->chain_jt && yg->op->chain_len, "%s: no device chain Jᵀ", name);
     cr_assert_eq(yg->op->chain_len(yg), T);
     size_t HH = (size_t)H * H, count = (size_t)(T - t_lo + 1) * B;
     float *dev = sp_tape_alloc_on(&tg, SP_CUDA, count * HH * sizeof(float));
-    yg->op->chain_jt_all(yg, t_lo, dev);
+    yg->kern->chain_jt_all(yg, t_lo, dev);
     float *got = download_floats(dev, count * HH), *ref = malloc(HH * sizeof *ref);
     for (int t = T; t >= t_lo; t--)
         for (int b = 0; b < B; b++) {
-            yc->op->chain_jt(yc, b, t, ref);
+            yc->kern->chain_jt(yc, b, t, ref);
             double e = rel_err(got + ((size_t)(T - t) * B + b) * HH, ref, HH);
             cr_assert_leq(e, GRAD_TOL, "%s chain_jt_all t %d sample %d: err %.2e", name, t, b, e);
         }
     free(got);
     /* the factored form (W_hh once, (gates + zdiag)·H floats per step and sample),
      * expanded here by Σ_g W_g[j][i]·v_g[j] (+ z_j on the diagonal) */
-    cr_assert(yg->op->chain_jt_factors, "%s: no factored Jᵀ", name);
+    cr_assert(yg->kern->chain_jt_factors, "%s: no factored Jᵀ", name);
     bool zd;
     const float *W;
-    int G = yg->op->chain_jt_factors(yg, t_lo, dev, &zd, &W);
+    int G = yg->kern->chain_jt_factors(yg, t_lo, dev, &zd, &W);
     cr_assert_eq(G, yg->layer->params[1]->value.shape[0] / H, "%s: %d gates", name, G);
     cr_assert_eq(W, yg->layer->params[1]->value.data, "%s: W is not W_hh itself", name);
     size_t per = (size_t)(G + zd) * H;
@@ -180,7 +180,7 @@ static void compare_chain_jt(sp_layer *cpu, sp_layer *gpu, int B, int T, int C, 
                     for (int g = 0; g < G; g++) e += w[((size_t)g * H + j) * H + i] * vb[(size_t)g * H + j];
                     jt[(size_t)i * H + j] = zd && i == j ? e + vb[(size_t)G * H + j] : e;
                 }
-            yc->op->chain_jt(yc, b, t, ref);
+            yc->kern->chain_jt(yc, b, t, ref);
             double e = rel_err(jt, ref, HH);
             cr_assert_leq(e, GRAD_TOL, "%s chain_jt_factors t %d sample %d: err %.2e", name, t, b, e);
         }
@@ -188,9 +188,9 @@ static void compare_chain_jt(sp_layer *cpu, sp_layer *gpu, int B, int T, int C, 
     free(w);
     free(jt);
     int b = B - 1, t = t_lo;
-    yg->op->chain_jt(yg, b, t, dev);
+    yg->kern->chain_jt(yg, b, t, dev);
     got = download_floats(dev, HH);
-    yc->op->chain_jt(yc, b, t, ref);
+    yc->kern->chain_jt(yc, b, t, ref);
     double e = rel_err(got, ref, HH);
     cr_assert_leq(e, GRAD_TOL, "%s chain_jt t %d sample %d: err %.2e", name, t, b, e);
     free(got);
@@ -544,6 +544,7 @@ Test(bppsa_cuda, auto_depth_long_rnn_follows_the_device_model)
 static sp_model *wide_mlp(int L, int W, int in, int C)
 {
     sp_model *m = sp_model_new("wide_mlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     for (int l = 0; l < L; l++) {
         char name[16];
         snprintf(name, sizeof name, "fc%d", l + 1);

@@ -190,10 +190,10 @@ static void conv_run_op(const conv_cfg *c, uint64_t seed, conv_run *R)
     cr_assert_eq(n->out.numel, R->ny);
     memcpy(R->y, n->out.data, R->ny * sizeof(float));
     sp_tensor dyt = sp_tensor_view(R->dy, 4, n->out.shape), dxt = sp_tensor_4d(R->dx, c->B, c->C, c->H, c->W);
-    n->op->backward_input(n, 0, &dyt, &dxt);
+    n->kern->backward_input(n, 0, &dyt, &dxt);
     sp_tensor_zero(&l->params[0]->grad);
     sp_tensor_zero(&l->params[1]->grad);
-    n->op->backward_params(n, &dyt);
+    n->kern->backward_params(n, &dyt);
     memcpy(R->dW, l->params[0]->grad.data, R->nw * sizeof(float));
     memcpy(R->db, l->params[1]->grad.data, (size_t)c->O * sizeof(float));
     sp_tape_free(&t);
@@ -324,9 +324,9 @@ Test(conv, grad_accumulates)
     sp_tensor dyt = sp_tensor_view(dy, 4, n->out.shape);
     sp_tensor_zero(&l->params[0]->grad);
     sp_tensor_zero(&l->params[1]->grad);
-    n->op->backward_params(n, &dyt);
+    n->kern->backward_params(n, &dyt);
     float once_w = l->params[0]->grad.data[7], once_b = l->params[1]->grad.data[1];
-    n->op->backward_params(n, &dyt);
+    n->kern->backward_params(n, &dyt);
     cr_assert_float_eq(l->params[0]->grad.data[7], 2 * once_w, 1e-5);
     cr_assert_float_eq(l->params[1]->grad.data[1], 2 * once_b, 1e-5);
     cr_assert_neq(once_w, 0.0f);
@@ -393,7 +393,7 @@ static void pool_delta_2x3(const float x[6], float dx[6])
     sp_node *n = sp_apply(&t, l, sp_tape_input(&t, &xt));
     cr_assert_eq(n->out.numel, 2);
     sp_tensor dyt = sp_tensor_view(dy, 4, n->out.shape), dxt = sp_tensor_4d(dx, 1, 1, 2, 3);
-    n->op->backward_input(n, 0, &dyt, &dxt);
+    n->kern->backward_input(n, 0, &dyt, &dxt);
     sp_tape_free(&t);
     sp_layer_free(l);
 }

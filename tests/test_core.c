@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/arena.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/kernels/gemm_small.h"
 #include "core/model.h"
@@ -96,6 +97,7 @@ Test(parallel, covers_every_index_once)
 Test(tape, reuse_across_steps_keeps_arena_size)
 {
     sp_model *m = sp_model_new("mlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc1", 8, 16));
     sp_model_add(m, sp_relu());
     sp_model_add(m, sp_linear("fc2", 16, 3));
@@ -124,6 +126,7 @@ Test(tape, reuse_across_steps_keeps_arena_size)
 Test(tape, shape_only_records_without_running)
 {
     sp_model *m = sp_model_new("mlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc1", 8, 16));
     sp_model_add(m, sp_relu());
     sp_tape t;
@@ -143,6 +146,7 @@ Test(tape, shape_only_records_without_running)
 Test(model, registry_has_pytorch_names)
 {
     sp_model *m = sp_model_new("mlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc1", 8, 16));
     sp_model_add(m, sp_linear("fc2", 16, 3));
     cr_assert_eq(m->nparams, 4);
@@ -203,6 +207,7 @@ Test(errors, shape_mismatch_exits_2, .exit_code = 2, .init = tu_capture_stderr) 
 Test(errors, label_out_of_range_exits_2, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_model *m = sp_model_new("bad");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc1", 4, 3));
     sp_model_init(m, 1);
     float xs[8] = {0};
@@ -218,6 +223,88 @@ Test(errors, duplicate_param_name_exits_2, .exit_code = 2, .init = tu_capture_st
     sp_model *m = sp_model_new("bad");
     sp_model_add(m, sp_linear("fc", 4, 3));
     sp_model_add(m, sp_linear("fc", 3, 3));
+}
+
+/* The model's loss is its builder's choice (core/model.c names no op). */
+Test(errors, model_without_a_loss_exits_2, .exit_code = 2, .init = tu_capture_stderr)
+{
+    tu_expect_error("model 'noloss': no loss");
+    sp_model *m = sp_model_new("noloss");
+    sp_model_add(m, sp_linear("fc1", 4, 3));
+    sp_model_init(m, 1);
+    float xs[8] = {0};
+    int ys[2] = {0, 2};
+    sp_tensor x = sp_tensor_2d(xs, 2, 4);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_model_loss(m, &t, &x, ys);
+}
+
+Test(model, set_loss_owns_and_replaces_the_loss)
+{
+    sp_model *m = sp_model_new("m");
+    cr_assert_null(m->loss, "a new model has no loss");
+    sp_model_set_loss(m, sp_softmax_ce());
+    sp_layer *second = sp_softmax_ce();
+    sp_model_set_loss(m, second);   /* frees the first (the ASan suites see a leak otherwise) */
+    cr_assert_eq(m->loss, second);
+    sp_model_add(m, sp_linear("fc1", 4, 3));   /* not initialised: zero weights and bias */
+    float xs[8] = {0};
+    int ys[2] = {0, 2};
+    sp_tensor x = sp_tensor_2d(xs, 2, 4);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *l = sp_model_loss(m, &t, &x, ys);
+    cr_assert(l->layer == second && l->op == &sp_op_softmax_ce);
+    cr_assert_float_eq(l->out.data[0], logf(3.0f), 1e-6, "zero logits over 3 classes: loss ln 3");
+    sp_tape_free(&t);
+    sp_model_free(m);
+}
+
+/* ---- the op interface (core/op.h): what an op is, and its kernels per device ---- */
+
+static void sq_infer(sp_node *n, const sp_tensor *x) { n->out = sp_tensor_view(NULL, x->ndim, x->shape); }
+static void sq_forward(sp_node *n)
+{
+    for (size_t i = 0; i < n->out.numel; i++) n->out.data[i] = sp_node_x(n)->data[i] * sp_node_x(n)->data[i];
+}
+static void sq_other_forward(sp_node *n) { cr_assert_fail("a device's kernel ran on the CPU"); }
+
+/* An op defined as before the split into sp_opdef and sp_kernels: CPU kernels named
+ * directly (docs/WRITING_MODELS.md's form). They are the op's CPU table. */
+static const sp_opdef op_square = {.name = "square", .infer = sq_infer, .forward = sq_forward};
+
+Test(op, kernels_named_in_the_opdef_are_its_cpu_table)
+{
+    cr_assert_eq(op_square.cpu.forward, sq_forward);
+    cr_assert_eq(sp_op_kernels(&op_square, SP_CPU), &op_square.cpu);
+    static sp_kernels other = {.forward = sq_other_forward};
+    sp_op_register_kernels(&op_square, SP_CUDA, &other);   /* another device's: not used here */
+    sp_layer l = {.op = &op_square};
+    float xs[3] = {1, -2, 3};
+    sp_tensor x = sp_tensor_2d(xs, 1, 3);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *y = sp_apply(&t, &l, sp_tape_input(&t, &x));
+    cr_assert(y->op == &op_square && y->kern == &op_square.cpu, "a host tensor takes the CPU kernels");
+    cr_assert_float_eq(y->out.data[1], 4.0f, 0.0f);
+    sp_tape_free(&t);
+}
+
+Test(op, device_kernels_are_registered_per_op_and_device)
+{
+    static sp_kernels a = {.forward = sq_other_forward}, b = {.forward = sq_other_forward};
+    sp_op_register_kernels(&op_square, SP_CUDA, &a);
+    cr_assert_eq(sp_op_kernels(&op_square, SP_CUDA), &a);
+    sp_op_register_kernels(&op_square, SP_CUDA, &b);   /* a second registration replaces */
+    cr_assert_eq(sp_op_kernels(&op_square, SP_CUDA), &b);
+    cr_assert_eq(sp_op_kernels(&op_square, SP_CPU), &op_square.cpu);
+}
+
+Test(op, a_device_without_kernels_exits_2, .exit_code = 2, .init = tu_capture_stderr)
+{
+    tu_expect_error("op square: no cuda implementation");
+    sp_op_kernels(&op_square, SP_CUDA);
 }
 
 /* The checker must be able to fail: a layer whose δ is deliberately off by 1%. */

@@ -72,7 +72,7 @@ static int64_t check_jt(sp_node *n, uint64_t seed)
     dy.data = malloc(n->out.numel * sizeof(float));
     dx.data = malloc(dx.numel * sizeof(float));
     tu_fill_uniform(dy.data, dy.numel, seed, -1.0f, 1.0f);
-    n->op->backward_input(n, 0, &dy, &dx);
+    n->kern->backward_input(n, 0, &dy, &dx);
 
     sp_csr jt;
     int64_t nnz0 = -1;
@@ -300,8 +300,8 @@ Test(jt, cached_symbolic_product_across_steps)
         sp_tensor dy = sp_tensor_new(nr->out.ndim, nr->out.shape), mid = sp_tensor_new(4, nc->out.shape),
                   dx = sp_tensor_new(4, shape);
         tu_fill_uniform(dy.data, dy.numel, 400 + step, -1.0f, 1.0f);
-        relu->op->backward_input(nr, 0, &dy, &mid);
-        conv->op->backward_input(nc, 0, &mid, &dx);
+        nr->kern->backward_input(nr, 0, &dy, &mid);
+        nc->kern->backward_input(nc, 0, &mid, &dx);
         float *y = malloc(sizeof(float) * C.rows);
         sp_csr_spmv(&C, dy.data, y);
         double e = rel_err(y, dx.data, dx.numel);
@@ -328,7 +328,7 @@ static void check_chain(sp_layer *l, int B, int T, int C, int H, uint64_t seed)
     run r;
     run_op(&r, l, 3, (int[]){B, T, C}, seed, NULL);
     sp_node *n = r.n;
-    cr_assert(n->op->chain_len && n->op->chain_jt, "%s has no chain entry points", l->op->name);
+    cr_assert(n->op->chain_len && n->kern->chain_jt, "%s has no chain entry points", l->op->name);
     cr_assert_eq(n->op->chain_len(n), T);
     sp_tensor dy1 = sp_tensor_new(3, (int[]){B, T, H}), dy2 = sp_tensor_new(3, (int[]){B, T, H});
     sp_tensor dx1 = sp_tensor_new(3, (int[]){B, T, C}), dx2 = sp_tensor_new(3, (int[]){B, T, C});
@@ -339,12 +339,12 @@ static void check_chain(sp_layer *l, int B, int T, int C, int H, uint64_t seed)
         for (int b = 0; b < B; b++) {
             float *g = dy1.data + ((size_t)b * T + t - 1) * H;
             tu_fill_uniform(g, (size_t)H, seed + 31 * t + b, -1.0f, 1.0f);
-            n->op->chain_jt(n, b, t, jt);   /* rows index h_{t−1}: ∇h_{t−1} = Jᵀ_t·∇h_t */
+            n->kern->chain_jt(n, b, t, jt);   /* rows index h_{t−1}: ∇h_{t−1} = Jᵀ_t·∇h_t */
             sp_dense_mm(H, 1, H, jt, g, gv);
             memcpy(dy2.data + ((size_t)b * T + t - 2) * H, gv, sizeof(float) * H);
         }
-        n->op->backward_input(n, 0, &dy1, &dx1);
-        n->op->backward_input(n, 0, &dy2, &dx2);
+        n->kern->backward_input(n, 0, &dy1, &dx1);
+        n->kern->backward_input(n, 0, &dy2, &dx2);
         for (int b = 0; b < B; b++) {
             size_t len = (size_t)(t - 1) * C;   /* x_1 … x_{t−1} */
             const float *a = dx1.data + (size_t)b * T * C, *c = dx2.data + (size_t)b * T * C;
@@ -377,6 +377,7 @@ static bool is_png(const char *path)
 Test(table, small_cnn_rows_json_and_png)
 {
     sp_model *m = sp_model_new("tiny");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_conv2d("c1", 1, 2, 3, 1, 1));
     sp_model_add(m, sp_relu());
     sp_model_add(m, sp_maxpool2d(2, 2, 0));
@@ -433,6 +434,7 @@ Test(table, small_cnn_rows_json_and_png)
 Test(table, rnn_chain_row)
 {
     sp_model *m = sp_model_new("tiny_rnn");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_rnn("rnn", 2, 4, SP_SEQ_LAST));
     sp_model_add(m, sp_linear("fc", 4, 3));
     sp_model_init(m, 2);

@@ -76,9 +76,9 @@ static void assert_jt_matches_delta(sp_node *n, sp_csr *jt, const char *what)
     float *jdy = malloc(in * sizeof(float));
     tu_fill_uniform(dy, (size_t)B * out, 99, -1, 1);
     sp_tensor dyt = sp_tensor_view(dy, 4, n->out.shape), dxt = sp_tensor_view(dx, 4, n->input->out.shape);
-    n->op->backward_input(n, 0, &dyt, &dxt);
+    n->kern->backward_input(n, 0, &dyt, &dxt);
     for (int b = 0; b < B; b++) {
-        n->op->jt_values(n, 0, b, jt);
+        n->kern->jt_values(n, 0, b, jt);
         float *d = densify(jt);
         for (size_t r = 0; r < in; r++) {
             double acc = 0.0;
@@ -149,7 +149,7 @@ Test(jt_conv, random_shapes_pattern_values_and_delta)
         long long want = valid_taps(&c) * c.C * c.O;
         cr_assert_eq(jt.nnz, want, "%s: nnz %lld, closed form %lld", what, (long long)jt.nnz, want);
 
-        n->op->jt_values(n, 0, 0, &jt);
+        n->kern->jt_values(n, 0, 0, &jt);
         float *got = densify(&jt), *ref = conv_dense_reference(&c, l->params[0]->value.data);
         size_t total = (size_t)jt.rows * jt.cols;
         cr_assert_eq(memcmp(got, ref, total * sizeof(float)), 0, "%s: Jᵀ differs from the definition", what);
@@ -222,7 +222,7 @@ Test(jt_maxpool, random_shapes_fixed_pattern_and_delta)
 
         /* values: 0/1, exactly one 1 per window (column), at that window's maximum */
         for (int bb = 0; bb < c.B; bb++) {
-            n1->op->jt_values(n1, 0, bb, &a);
+            n1->kern->jt_values(n1, 0, bb, &a);
             float *d = densify(&a);
             for (int col = 0; col < a.cols; col++) {
                 int ones = 0;

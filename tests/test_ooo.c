@@ -34,6 +34,7 @@ static tmodel tm_make(const char *name, int batch)
     tmodel tm = {.name = name};
     if (strcmp(name, "branchy") == 0) {
         sp_model *m = tm.m = sp_model_new("branchy");
+        sp_model_set_loss(m, sp_softmax_ce());
         tm.fc1 = sp_model_add(m, sp_linear("fc1", 8, 6));
         tm.t1 = sp_model_add(m, sp_tanh());
         tm.deadA = sp_model_add(m, sp_linear("dead", 6, 3));
@@ -431,6 +432,7 @@ Test(exec, a_waiting_update_is_passed)
     g_slow_linear = sp_op_linear;
     g_slow_linear.backward_params = slow_backward_params;
     sp_model *m = sp_model_new("slowtop");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_layer *low = sp_model_add(m, sp_linear("low", 8, 8));
     sp_model_add(m, sp_tanh());
     sp_layer *top = sp_model_add(m, sp_linear("top", 8, 5));

@@ -122,6 +122,7 @@ static sp_model *lenet(void) { return sp_zoo_lenet(1, 28); }
 static sp_model *mlp(void)
 {
     sp_model *m = sp_model_new("mlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc1", 20, 32));
     sp_model_add(m, sp_relu());
     sp_model_add(m, sp_linear("fc2", 32, 32));

@@ -84,20 +84,21 @@ static void compare_layer(sp_layer *cpu, sp_layer *gpu, int ndim, const int *xsh
     sp_node *yc = sp_apply(&tc, cpu, sp_tape_input(&tc, &x));
     sp_tensor xd = upload(&tg, &x);
     sp_node *yg = sp_apply(&tg, gpu, sp_tape_input(&tg, &xd));
-    cr_assert_neq(yg->op, cpu->op, "%s: sp_apply did not pick the CUDA twin", cpu->op->name);
+    cr_assert(yg->op == cpu->op && yg->kern != &cpu->op->cpu, "%s: sp_apply did not pick the CUDA kernels",
+              cpu->op->name);
     cr_assert_eq(yg->out.device, SP_CUDA, "%s: output not on the device", cpu->op->name);
 
     sp_tensor dy = sp_tensor_new(yc->out.ndim, yc->out.shape);
     tu_fill_uniform(dy.data, dy.numel, seed + 7, -1.0f, 1.0f);
     sp_tensor dxc = sp_tape_tensor_like(&tc, &x);
-    cpu->op->backward_input(yc, 0, &dy, &dxc);
-    if (cpu->op->backward_params) cpu->op->backward_params(yc, &dy);
+    yc->kern->backward_input(yc, 0, &dy, &dxc);
+    if (yc->kern->backward_params) yc->kern->backward_params(yc, &dy);
 
     sp_tensor dyd = upload(&tg, &dy);
     sp_tensor dxd = sp_tape_tensor_like(&tg, &xd);
     cr_assert_eq(dxd.device, SP_CUDA, "sp_tape_tensor_like lost the device");
-    yg->op->backward_input(yg, 0, &dyd, &dxd);
-    if (yg->op->backward_params) yg->op->backward_params(yg, &dyd);
+    yg->kern->backward_input(yg, 0, &dyd, &dxd);
+    if (yg->kern->backward_params) yg->kern->backward_params(yg, &dyd);
 
     double ey = diff_vs_host(&yg->out, &yc->out), edx = diff_vs_host(&dxd, &dxc);
     cr_assert_leq(ey, tol, "%s forward: err %.2e > %.0e", cpu->op->name, ey, tol);
@@ -143,6 +144,7 @@ Test(cuda, relu_matches_cpu_bitwise)
 static sp_model *mlp(int in, int hidden, int out, uint64_t seed)
 {
     sp_model *m = sp_model_new("mlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc1", in, hidden));
     sp_model_add(m, sp_relu());
     sp_model_add(m, sp_linear("fc2", hidden, hidden));
@@ -410,17 +412,17 @@ Test(cuda, softmax_ce_matches_cpu)
         sp_node *lc = sp_apply_loss(&tc, ce, sp_tape_input(&tc, &z), labels);
         sp_tensor zd = upload(&tg, &z);
         sp_node *lg = sp_apply_loss(&tg, ce, sp_tape_input(&tg, &zd), labels);
-        cr_assert_neq(lg->op, ce->op, "softmax_ce: sp_apply_loss did not pick the CUDA twin");
+        cr_assert(lg->op == ce->op && lg->kern != &ce->op->cpu, "softmax_ce: sp_apply_loss did not pick the CUDA kernels");
         double el = diff_vs_host(&lg->out, &lc->out);
         cr_assert_leq(el, TRANSCENDENTAL_TOL, "softmax_ce loss (B %d, K %d): err %.2e", B, K, el);
 
         sp_tensor dl = sp_tensor_new(1, (int[]){1});
         dl.data[0] = 0.75f;
         sp_tensor dzc = sp_tape_tensor_like(&tc, &z);
-        lc->op->backward_input(lc, 0, &dl, &dzc);
+        lc->kern->backward_input(lc, 0, &dl, &dzc);
         sp_tensor dld = upload(&tg, &dl);
         sp_tensor dzg = sp_tape_tensor_like(&tg, &zd);
-        lg->op->backward_input(lg, 0, &dld, &dzg);
+        lg->kern->backward_input(lg, 0, &dld, &dzg);
         double ed = diff_vs_host(&dzg, &dzc);
         cr_assert_leq(ed, TRANSCENDENTAL_TOL, "softmax_ce δ (B %d, K %d): err %.2e", B, K, ed);
         sp_tensor_free(&dl);
@@ -655,7 +657,7 @@ Test(cuda, rnn_gru_training_steps_match_cpu)
 static void compare_node_jt(sp_node *yc, sp_node *yg, int i, double tol)
 {
     const char *name = yc->op->name;
-    cr_assert(yg->op->jt_values_all && yg->op->jt_values && yg->op->jt_pattern, "%s: no device Jᵀ", name);
+    cr_assert(yg->kern->jt_values_all && yg->kern->jt_values && yg->op->jt_pattern, "%s: no device Jᵀ", name);
     sp_csr P;
     yc->op->jt_pattern(yc, i, &P);
     int B = yc->out.shape[0];
@@ -669,19 +671,19 @@ static void compare_node_jt(sp_node *yc, sp_node *yg, int i, double tol)
     sp_cuda_check(cudaMemcpy(didx, P.indices, nnz * sizeof(int32_t), cudaMemcpyHostToDevice));
     sp_csr D = P;
     D.indptr = dptr, D.indices = didx, D.data = dvals;
-    yg->op->jt_values_all(yg, i, &D, stride);
+    yg->kern->jt_values_all(yg, i, &D, stride);
     float *got = malloc((size_t)B * stride * sizeof *got), *ref = malloc((nnz ? nnz : 1) * sizeof *ref);
     sp_cuda_synchronize();   /* the twin queued on its lane, a non-blocking stream */
     sp_cuda_check(cudaMemcpy(got, dvals, (size_t)B * stride * sizeof(float), cudaMemcpyDeviceToHost));
     for (int b = 0; b < B; b++) {
         P.data = ref;
-        yc->op->jt_values(yc, i, b, &P);
+        yc->kern->jt_values(yc, i, b, &P);
         double e = tu_max_rel_diff(got + (size_t)b * stride, ref, nnz);
         for (size_t k = 0; k < nnz; k++)
             if (isnan(got[(size_t)b * stride + k])) e = INFINITY;
         cr_assert_leq(e, tol, "%s Jᵀ of input %d, sample %d (jt_values_all): err %.2e > %.0e", name, i, b, e, tol);
     }
-    yg->op->jt_values(yg, i, B - 1, &D);
+    yg->kern->jt_values(yg, i, B - 1, &D);
     sp_cuda_synchronize();
     sp_cuda_check(cudaMemcpy(got, dvals, nnz * sizeof(float), cudaMemcpyDeviceToHost));
     double e = tu_max_rel_diff(got, ref, nnz);
@@ -720,15 +722,15 @@ static void compare_multi(sp_layer *cpu, sp_layer *gpu, int n, int ndim, const i
     }
     sp_node *yc = sp_apply_n(&tc, cpu, n, xc), *yg = sp_apply_n(&tg, gpu, n, xg);
     const char *name = cpu->op->name;
-    cr_assert_neq(yg->op, cpu->op, "%s: sp_apply_n did not pick the CUDA twin", name);
+    cr_assert(yg->op == cpu->op && yg->kern != &cpu->op->cpu, "%s: sp_apply_n did not pick the CUDA kernels", name);
     cr_assert(equal_vs_host(&yg->out, &yc->out), "%s forward differs from the CPU", name);
     sp_tensor dy = sp_tensor_new(yc->out.ndim, yc->out.shape);
     tu_fill_uniform(dy.data, dy.numel, seed + 50, -1.0f, 1.0f);
     sp_tensor dyd = upload(&tg, &dy);
     for (int i = 0; i < n; i++) {
         sp_tensor dxc = sp_tape_tensor_like(&tc, &xc[i]->out), dxd = sp_tape_tensor_like(&tg, &xg[i]->out);
-        cpu->op->backward_input(yc, i, &dy, &dxc);
-        yg->op->backward_input(yg, i, &dyd, &dxd);
+        yc->kern->backward_input(yc, i, &dy, &dxc);
+        yg->kern->backward_input(yg, i, &dyd, &dxd);
         cr_assert(equal_vs_host(&dxd, &dxc), "%s δ of input %d differs from the CPU", name, i);
         compare_node_jt(yc, yg, i, 0.0);
     }
@@ -959,6 +961,7 @@ Test(cuda, conv_without_deterministic_algorithm_fails_clearly)
 static sp_model *dagnet(void)
 {
     sp_model *m = sp_model_new("dagnet");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_conv2d_nobias("c1", 2, 8, 3, 1, 1));
     sp_model_add(m, sp_batchnorm2d("bn1", 8));
     int r = sp_model_add_from(m, sp_relu(), 1, (int[]){sp_model_last(m)});

@@ -203,6 +203,7 @@ Test(prune, pruned_jt_patterns_have_the_expected_nnz)
     sp_set_threads(2);
     /* conv1 (first op: its Jᵀ is never read) relu conv2 relu flatten fc1 tanh fc2 */
     sp_model *m = sp_model_new("small");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_conv2d("conv1", 1, 3, 3, 1, 1));
     sp_model_add(m, sp_relu());
     sp_model_add(m, sp_conv2d("conv2", 3, 4, 3, 1, 1));

@@ -97,9 +97,9 @@ static void check_against_pytorch(const ref_case *c, sp_seq_output mode, bool in
     sp_tensor dy = sp_tape_tensor_like(&t, &y->out);
     memcpy(dy.data, all ? c->dy_all : c->dy_last, dy.numel * sizeof(float));
     sp_tensor dx = sp_tensor_new(3, (int[]){c->B, c->T, c->C});
-    if (input_first) y->op->backward_input(y, 0, &dy, &dx);
-    y->op->backward_params(y, &dy);
-    if (!input_first) y->op->backward_input(y, 0, &dy, &dx);
+    if (input_first) y->kern->backward_input(y, 0, &dy, &dx);
+    y->kern->backward_params(y, &dy);
+    if (!input_first) y->kern->backward_input(y, 0, &dy, &dx);
     check_close(dx.data, all ? c->dx_all : c->dx_last, dx.numel, "dx");
     for (int p = 0; p < 4; p++)
         check_close(l->params[p]->grad.data, all ? c->g_all[p] : c->g_last[p], l->params[p]->grad.numel,
@@ -185,7 +185,7 @@ static void check_chain_jt(ctor_fn ctor, cell_fn cell, uint64_t seed)
             cell(l, C, H, xt, hprev, h);
             for (int j = 0; j < H; j++)
                 worst_h = fmax(worst_h, fabs(h[j] - y->out.data[((size_t)b * T + t - 1) * H + j]));
-            y->op->chain_jt(y, b, t, jt);
+            y->kern->chain_jt(y, b, t, jt);
             for (int i = 0; i < H; i++) {
                 double keep = hprev[i];
                 hprev[i] = keep + eps;
@@ -224,7 +224,7 @@ static void check_chain_reproduces_bptt(ctor_fn ctor, sp_seq_output mode, uint64
     tu_fill_uniform(dy.data, dy.numel, seed + 2, -1, 1);
 
     for (int p = 0; p < 4; p++) sp_tensor_zero(&l->params[p]->grad);
-    y->op->backward_params(y, &dy);
+    y->kern->backward_params(y, &dy);
     float *g_bptt[4];
     for (int p = 0; p < 4; p++) {
         g_bptt[p] = malloc(l->params[p]->grad.numel * sizeof(float));
@@ -240,13 +240,13 @@ static void check_chain_reproduces_bptt(ctor_fn ctor, sp_seq_output mode, uint64
                 d[(t - 1) * H + j] = mode == SP_SEQ_ALL ? dy.data[((size_t)b * T + t - 1) * H + j]
                                                         : (t == T ? dy.data[b * H + j] : 0.0f);
             if (t == T) continue;
-            y->op->chain_jt(y, b, t + 1, jt);
+            y->kern->chain_jt(y, b, t + 1, jt);
             for (int i = 0; i < H; i++)
                 for (int j = 0; j < H; j++) d[(t - 1) * H + i] += jt[i * H + j] * d[t * H + j];
         }
     }
     sp_tensor dht = sp_tensor_view(dh, 3, (int[]){B, T, H});
-    y->op->chain_backward_params(y, &dht);
+    y->kern->chain_backward_params(y, &dht);
 
     const sp_recurrent_saved *s = SP_REC_SAVED(y);
     check_close(s->chain_da, s->da, (size_t)B * T * SP_REC(y)->da_width, "pre-activation grads");
@@ -278,14 +278,14 @@ typedef struct bw_job { sp_node *n; sp_tensor *dy, *dx; } bw_job;
 static void *run_params(void *p)
 {
     bw_job *j = p;
-    j->n->op->backward_params(j->n, j->dy);
+    j->n->kern->backward_params(j->n, j->dy);
     return NULL;
 }
 
 static void *run_input(void *p)
 {
     bw_job *j = p;
-    j->n->op->backward_input(j->n, 0, j->dy, j->dx);
+    j->n->kern->backward_input(j->n, 0, j->dy, j->dx);
     return NULL;
 }
 
@@ -361,11 +361,11 @@ Test(backward, second_pass_recomputes)
     sp_node *y = sp_apply(&tp, l, sp_tape_input(&tp, &x));
     sp_tensor dy = sp_tensor_view(dyv, 2, (int[]){B, H});
     sp_tensor_zero(&l->params[1]->grad);
-    y->op->backward_params(y, &dy);
+    y->kern->backward_params(y, &dy);
     memcpy(want, l->params[1]->grad.data, sizeof want);
     for (int i = 0; i < B * H; i++) dyv[i] *= 2.0f;   /* grads are linear in dy */
     sp_tensor_zero(&l->params[1]->grad);
-    y->op->backward_params(y, &dy);
+    y->kern->backward_params(y, &dy);
     for (int i = 0; i < 3 * H * H; i++) want[i] *= 2.0f;
     check_close(l->params[1]->grad.data, want, 3 * H * H, "second pass dW_hh");
     sp_tensor_free(&x);
@@ -387,8 +387,8 @@ Test(backward, steady_state_no_malloc)
         sp_node *y = sp_apply(&tp, l, sp_tape_input(&tp, &x));
         sp_tensor dy = sp_tape_tensor_like(&tp, &y->out), dx = sp_tape_tensor_like(&tp, &x);
         tu_fill_uniform(dy.data, dy.numel, 72, -1, 1);
-        y->op->backward_params(y, &dy);
-        y->op->backward_input(y, 0, &dy, &dx);
+        y->kern->backward_params(y, &dy);
+        y->kern->backward_input(y, 0, &dy, &dx);
         sp_tape_reset(&tp);
     }
     cr_assert_eq(tp.arena.nmallocs, mallocs, "arena allocated in a steady-state step");

@@ -386,6 +386,7 @@ Test(safetensors, invalid_utf8_in_names_and_metadata_refused)
 static sp_model *small_model(int cin, uint64_t seed)
 {
     sp_model *m = sp_model_new("tiny");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_conv2d("conv1", cin, 6, 5, 1, 2));
     sp_model_add(m, sp_relu());
     sp_model_add(m, sp_flatten());

@@ -314,6 +314,7 @@ Test(soak, demo)
         for (int j = 0; j < D; j++) x[i * D + j] = centres[y[i] * D + j] + 0.8f * sp_rng_normal(&r);
     }
     sp_model *m = sp_model_new("demo");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc1", D, 64));
     sp_model_add(m, sp_tanh());
     sp_model_add(m, sp_linear("fc2", 64, K));

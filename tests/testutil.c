@@ -321,11 +321,11 @@ tu_gc_result tu_gradcheck_n(sp_layer *l, int ninputs, const int *ndims, const in
     for (int i = 0; i < ninputs; i++) {
         dxs[i] = sp_tensor_new(ndims[i], shapes[i]);
         for (size_t k = 0; k < dxs[i].numel; k++) dxs[i].data[k] = NAN;   /* δ must overwrite */
-        y->op->backward_input(y, i, &dy, &dxs[i]);
+        y->kern->backward_input(y, i, &dy, &dxs[i]);
         for (size_t k = 0; k < dxs[i].numel; k++) res.max_abs_dx = fmax(res.max_abs_dx, fabs(dxs[i].data[k]));
     }
     for (int p = 0; p < l->nparams; p++) sp_tensor_zero(&l->params[p]->grad);
-    if (y->op->backward_params) y->op->backward_params(y, &dy);
+    if (y->kern->backward_params) y->kern->backward_params(y, &dy);
 
     sp_rng pick;
     sp_rng_seed(&pick, seed ^ 0x5eed);
@@ -370,6 +370,7 @@ static int add2(sp_model *m, sp_layer *l, int a, int b) { return sp_model_add_fr
 static sp_model *resmlp(void)
 {
     sp_model *m = sp_model_new("resmlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc0", 8, 6));
     int x = sp_model_add_from(m, sp_tanh(), 1, (int[]){0});
     sp_model_add_from(m, sp_sigmoid(), 1, (int[]){x});   /* dead branch */
@@ -388,6 +389,7 @@ static sp_model *resmlp(void)
 static sp_model *resconv(void)
 {
     sp_model *m = sp_model_new("resconv");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_conv2d("conv0", 2, 4, 3, 1, 1));
     int a = sp_model_add_from(m, sp_relu(), 1, (int[]){sp_model_last(m)});
     sp_model_add(m, sp_conv2d("b1.conv1", 4, 4, 3, 1, 1));
@@ -409,6 +411,7 @@ static sp_model *resconv(void)
 static sp_model *dense(void)
 {
     sp_model *m = sp_model_new("dense");
+    sp_model_set_loss(m, sp_softmax_ce());
     int feats[4], nfeat = 0, C = 4;
     sp_model_add(m, sp_conv2d("conv0", 2, 4, 3, 1, 1));
     feats[nfeat++] = sp_model_last(m);

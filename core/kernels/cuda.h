@@ -1,6 +1,7 @@
 /* cuda.h — the CUDA backend (make CUDA=1): device, stream, library handles, memory.
  *
- *   sp_cuda_init(0);                      stream + cuBLAS/cuSPARSE/cuDNN, op twins registered
+ *   sp_cuda_start(0);                     sp_cuda_init (stream + cuBLAS/cuSPARSE/cuDNN),
+ *                                         then every module's twins (cuda_start.h)
  *   sp_model_to_device(m, SP_CUDA);       parameters and their grads move to the GPU
  *   sp_tensor_to_device(&xd, &x);         a batch goes up (xd from sp_tape_tensor_on)
  *   sp_model_forward(m, &tape, sp_tape_input(&tape, &xd));   ops run their CUDA twins
@@ -50,8 +51,10 @@ typedef struct sp_cuda_ctx {
 
 /* GPUs visible; 0 with *why set to the runtime's reason when there are none. */
 int sp_cuda_device_count(const char **why);
-/* Select the GPU, create the lanes, register the op twins, the optimizer updates and the
- * device allocator. Idempotent for the same id; sp_fail when there is no such device. */
+/* Select the GPU, create the lanes, register the device allocator and graph support.
+ * The modules above core register their twins (op kernels, optimizer updates, the ooo
+ * executor) themselves: sp_cuda_start (schedulers/train/cuda_start.h) does all of it.
+ * Idempotent for the same id; sp_fail when there is no such device. */
 void sp_cuda_init(int device_id);
 /* The context; sp_fail if sp_cuda_init was not called. */
 const sp_cuda_ctx *sp_cuda(void);
@@ -91,25 +94,6 @@ static inline unsigned sp_cuda_blocks(size_t n, unsigned block)
     size_t g = (n + block - 1) / block;
     return g == 0 ? 1u : g > (1u << 20) ? (1u << 20) : (unsigned)g;
 }
-
-/* Twins of the CPU ops, registered by sp_cuda_init; one per layers/<op>_cuda.cu. */
-void sp_linear_cuda_register(void);
-void sp_relu_cuda_register(void);
-void sp_tanh_cuda_register(void);
-void sp_sigmoid_cuda_register(void);
-void sp_flatten_cuda_register(void);
-void sp_softmax_ce_cuda_register(void);
-void sp_maxpool2d_cuda_register(void);
-void sp_conv2d_cuda_register(void);
-void sp_recurrent_cuda_register(void);   /* rnn and gru (layers/recurrent_cuda.cu) */
-void sp_add_cuda_register(void);
-void sp_concat_cuda_register(void);
-void sp_batchnorm2d_cuda_register(void);
-void sp_avgpool2d_cuda_register(void);   /* avgpool2d and global_avgpool2d */
-void sp_dropout_cuda_register(void);
-void sp_conv2d_groups_cuda_register(void);
-void sp_optim_cuda_register(void);   /* fused SGD / Adam / AdamW (optim/optim_cuda.cu) */
-void sp_ooo_cuda_register(void);     /* the ooo engine's two-stream executor (schedulers/backward/ooo_cuda.cu) */
 
 /* Check a CUDA runtime / cuBLAS / cuSPARSE / cuDNN status; on failure one line naming
  * the call and file:line, exit 2 (sp_fail). After a kernel launch:

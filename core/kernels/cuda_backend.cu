@@ -354,23 +354,6 @@ void sp_cuda_init(int device_id)
     }
     sp_backend_register_allocator(SP_CUDA, &cuda_allocator);
     sp_backend_register_graph(SP_CUDA, &cuda_graph);
-    sp_linear_cuda_register();
-    sp_relu_cuda_register();
-    sp_tanh_cuda_register();
-    sp_sigmoid_cuda_register();
-    sp_flatten_cuda_register();
-    sp_softmax_ce_cuda_register();
-    sp_maxpool2d_cuda_register();
-    sp_conv2d_cuda_register();
-    sp_recurrent_cuda_register();
-    sp_add_cuda_register();
-    sp_concat_cuda_register();
-    sp_batchnorm2d_cuda_register();
-    sp_avgpool2d_cuda_register();
-    sp_dropout_cuda_register();
-    sp_conv2d_groups_cuda_register();
-    sp_optim_cuda_register();
-    sp_ooo_cuda_register();
     ready = true;
 }
 

@@ -60,7 +60,7 @@ static void fill_links_range(void *p, size_t begin, size_t end)
         link *L = &c->s->links[i];
         float *dst = A(c, i + 1, b).v;
         if (L->t > 0) {
-            L->node->op->chain_jt(L->node, b, L->t, dst);
+            L->node->kern->chain_jt(L->node, b, L->t, dst);
             continue;
         }
         /* CSR values go straight into the element; a dense link's into scratch after it */
@@ -74,10 +74,10 @@ static void fill_links_range(void *p, size_t begin, size_t end)
         if (L->keep) {   /* pruned: the op fills its full pattern, the kept entries are gathered */
             sp_csr f = L->full;
             f.data = scratch;
-            L->node->op->jt_values(L->node, 0, b, &f);
+            L->node->kern->jt_values(L->node, 0, b, &f);
             for (int64_t j = 0; j < m.nnz; j++) vals[j] = scratch[L->keep[j]];
         } else {
-            L->node->op->jt_values(L->node, 0, b, &m);
+            L->node->kern->jt_values(L->node, 0, b, &m);
         }
         if (L->type.kind == EL_DENSE) sp_csr_to_dense(&m, dst);
     }
@@ -180,16 +180,16 @@ static void fill_links_dev(exec_ctx *c, sp_tape *t)
             if (ty->kind == EL_FACT) {
                 bool zd;
                 const float *w;
-                node->op->chain_jt_factors(node, T - need + 1, block, &zd, &w);
+                node->kern->chain_jt_factors(node, T - need + 1, block, &zd, &w);
             } else {
-                if (!node->op->chain_jt_all) sp_fail("bppsa: op %s has no Jᵀ on the device", node->op->name);
-                node->op->chain_jt_all(node, T - need + 1, block);
+                if (!node->kern->chain_jt_all) sp_fail("bppsa: op %s has no Jᵀ on the device", node->op->name);
+                node->kern->chain_jt_all(node, T - need + 1, block);
             }
             continue;
         }
         if (first + 1 >= n) continue;
         link *L = &s->links[first];
-        if (!node->op->jt_values_all) sp_fail("bppsa: op %s has no Jᵀ on the device", node->op->name);
+        if (!node->kern->jt_values_all) sp_fail("bppsa: op %s has no Jᵀ on the device", node->op->name);
         size_t floats = bppsa_link_floats(L), el_n = bppsa_el_floats(&L->type);
         float *block = sp_tape_alloc_on(t, SP_CUDA, (size_t)B * floats * sizeof(float));
         for (int b = 0; b < B; b++) A(c, first + 1, b).v = block + (size_t)b * floats;
@@ -199,7 +199,7 @@ static void fill_links_dev(exec_ctx *c, sp_tape *t)
         bool dense = L->type.kind == EL_DENSE;
         sp_csr m = {.rows = P.rows, .cols = P.cols, .nnz = P.nnz, .indptr = (int32_t *)P.indptr,
                     .indices = (int32_t *)P.indices, .data = dense ? block + el_n : block};
-        node->op->jt_values_all(node, 0, &m, floats);
+        node->kern->jt_values_all(node, 0, &m, floats);
         if (dense) sp_bppsa_cuda_csr_to_dense(&P, block + el_n, block, floats, B);
     }
 }
@@ -322,13 +322,13 @@ static void weight_gradients(exec_ctx *c, sp_tape *t, sp_device dev, gather_fn *
         gather(c, t, node->grad.data, pos, 1, per);
         if (!node->layer || node->layer->nparams == 0) continue;
         if (!bppsa_scans_time(node)) {
-            node->op->backward_params(node, &node->grad);
+            node->kern->backward_params(node, &node->grad);
             continue;
         }
         int T = node->op->chain_len(node), H = (int)per;
         sp_tensor dh = sp_tape_tensor_on(t, dev, 3, (int[]){B, T, H});
         gather(c, t, dh.data, pos, T, (size_t)H);
-        node->op->chain_backward_params(node, &dh);
+        node->kern->chain_backward_params(node, &dh);
     }
 }
 

@@ -131,7 +131,7 @@ static void drop_pruned(link *L, sp_node *node)
     }
     sp_csr full = L->pattern;
     full.data = sp_xmalloc((size_t)(full.nnz ? full.nnz : 1) * sizeof(float));
-    node->op->jt_values(node, 0, 0, &full);
+    node->kern->jt_values(node, 0, 0, &full);
     for (int i = 0; i < l->nparams; i++) l->params[i]->value.data = saved[i];
     int64_t kept = 0;
     for (int64_t k = 0; k < full.nnz; k++) kept += full.data[k] != 0.0f;
@@ -165,9 +165,9 @@ static void build_link(link *L, sp_node *node, int t, bool needed, bool device)
     if (bppsa_scans_time(node)) {
         int H = node->out.shape[node->out.ndim - 1];
         L->type = (el_type){.kind = EL_DENSE, .rows = H, .cols = H};
-        if (device && node->op->chain_jt_factors) {   /* W_hh once, the diagonals as vectors */
+        if (device && node->kern->chain_jt_factors) {   /* W_hh once, the diagonals as vectors */
             L->type.kind = EL_FACT;
-            L->type.gates = node->op->chain_jt_factors(node, 1, NULL, &L->type.zdiag, &L->type.w);
+            L->type.gates = node->kern->chain_jt_factors(node, 1, NULL, &L->type.zdiag, &L->type.w);
         }
         return;
     }

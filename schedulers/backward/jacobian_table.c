@@ -20,12 +20,12 @@
 
 /* ---- sizes and the two ways to get Jᵀ ----------------------------------------------- */
 
-bool sp_jt_supported(const sp_node *n) { return n->op && sp_node_has_jt(n) && n->op->jt_values; }
+bool sp_jt_supported(const sp_node *n) { return n->op && sp_node_has_jt(n) && n->kern->jt_values; }
 
 void sp_jt_build(const sp_node *n, int b, sp_csr *jt)
 {
     n->op->jt_pattern(n, 0, jt);
-    n->op->jt_values(n, 0, b, jt);
+    n->kern->jt_values(n, 0, b, jt);
 }
 
 static int batch_of(const sp_node *n) { return sp_node_x(n)->shape[0]; }
@@ -52,7 +52,7 @@ void sp_jt_columnwise(sp_node *n, const int *cols, int ncols, float *dense)
     dy.device = dx.device = SP_CPU;
     for (int k = 0; k < ncols; k++) {
         for (int b = 0; b < copies; b++) dy.data[(size_t)b * out + cols[k]] = 1.0f;
-        n->op->backward_input(n, 0, &dy, &dx);
+        n->kern->backward_input(n, 0, &dy, &dx);
         for (int b = 0; b < copies; b++) dy.data[(size_t)b * out + cols[k]] = 0.0f;
         memcpy(dense + (size_t)k * B * in, dx.data, (size_t)B * in * sizeof(float));
     }
@@ -87,7 +87,7 @@ static void time_analytic(sp_jt_row *r, const sp_node *n, sp_csr *jt, const sp_j
         double t0 = sp_now();
         n->op->jt_pattern(n, 0, jt);
         double t1 = sp_now();
-        for (int b = 0; b < B; b++) n->op->jt_values(n, 0, b, jt);
+        for (int b = 0; b < B; b++) n->kern->jt_values(n, 0, b, jt);
         double t2 = sp_now();
         tp += t1 - t0;
         tv += t2 - t1;
@@ -170,7 +170,7 @@ static void chain_row(sp_jt_row *r, const sp_node *n, const sp_jt_opts *o)
     do {
         double t0 = sp_now();
         for (int b = 0; b < B; b++)
-            for (int s = 1; s <= T; s++) n->op->chain_jt(n, b, s, jt);
+            for (int s = 1; s <= T; s++) n->kern->chain_jt(n, b, s, jt);
         el += sp_now() - t0;
     } while (++reps < 1000 && el < o->min_seconds);
     free(jt);
@@ -197,7 +197,7 @@ void sp_jt_table_build(sp_jt_table *t, sp_tape *tape, const sp_jt_opts *o)
         sp_node *n = tape->nodes[i];
         if (!n->op) continue;
         t->batch = batch_of(n);
-        bool chain = n->op->chain_len && n->op->chain_jt;
+        bool chain = n->op->chain_len && n->kern->chain_jt;
         sp_jt_row base = {.op = n->op->name, .columnwise_ms = -1.0, .nnz = -1, .max_err = NAN};
         row_name(&base, n, tape);
         base.in = sp_jt_in_size(n);

@@ -16,18 +16,18 @@ void sp_node_backward_inputs(sp_node *n)
         sp_node *in = n->inputs[k];
         if (!in->needs_grad) continue;
         if (in->nconsumers == 1) {   /* the common chain case: write δ in place */
-            n->op->backward_input(n, k, &n->grad, &in->grad);
+            n->kern->backward_input(n, k, &n->grad, &in->grad);
             continue;
         }
         sp_tensor tmp = sp_tape_tensor_like(n->tape, &in->out);   /* fan-out: accumulate */
-        n->op->backward_input(n, k, &n->grad, &tmp);
+        n->kern->backward_input(n, k, &n->grad, &tmp);
         sp_accumulate(&in->grad, &tmp);   /* on the tensors' device */
     }
 }
 
 void sp_node_backward(sp_node *n)
 {
-    if (n->op->backward_params && n->layer->nparams > 0) n->op->backward_params(n, &n->grad);
+    if (n->kern->backward_params && n->layer->nparams > 0) n->kern->backward_params(n, &n->grad);
     sp_node_backward_inputs(n);
 }
 

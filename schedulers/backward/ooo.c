@@ -179,7 +179,7 @@ sp_ooo_graph *sp_ooo_graph_build(sp_tape *t, sp_node *loss, bool with_updates)
         sp_node *n = t->nodes[i];
         inset[i] = n->op && (n->needs_grad || n == loss);
         rank[i] = 0;
-        if (!inset[i] || !n->op->backward_params || n->layer->nparams == 0) continue;
+        if (!inset[i] || !n->kern->backward_params || n->layer->nparams == 0) continue;
         for (int r = 0; r < g->L && !rank[i]; r++)
             if (g->layers[r] == n->layer) rank[i] = r + 1;
         if (!rank[i]) {
@@ -288,7 +288,7 @@ const char *sp_ooo_task_label(const sp_ooo_task *k, char *buf, size_t len)
 
 /* ---- the engine --------------------------------------------------------------------- */
 
-/* The device executor, registered by sp_cuda_init (schedulers/backward/ooo_cuda.cu). */
+/* The device executor, registered by sp_ooo_cuda_register (schedulers/backward/ooo_cuda.cu). */
 static const sp_ooo_device_exec *g_device_exec;
 
 void sp_ooo_register_device(const sp_ooo_device_exec *x) { g_device_exec = x; }
@@ -397,7 +397,7 @@ static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
     sp_alloc_grads(t, loss);
     s->on_device = loss->out.device != SP_CPU;
     if (s->on_device && !g_device_exec)
-        sp_fail("ooo: the loss is on %s but no device executor is registered (expected sp_cuda_init first)",
+        sp_fail("ooo: the loss is on %s but no device executor is registered (expected sp_cuda_start first)",
                 sp_device_name(loss->out.device));
     bool graphed = s->cuda_graph || s->step_capture;
     if (!s->on_device || !graphed) profile_apply(s, g);   /* a captured backward keeps its plan */

@@ -190,8 +190,8 @@ void sp_ooo_trace_free(sp_ooo_trace *tr);
 
 /* Two prioritised streams: the main-lane tasks on lane 0 (high priority), the sub-lane
  * ones on lane 1 (low priority), each task after cudaStreamWaitEvent on the end event of
- * every predecessor queued on the other stream. Registered by sp_cuda_init; the engine
- * uses it when the loss lives on the device. */
+ * every predecessor queued on the other stream. Registered by sp_ooo_cuda_register; the
+ * engine uses it when the loss lives on the device. */
 typedef struct sp_ooo_device_stats {
     long graph_captures;    /* --cuda-graph: backwards captured (a new shape, or the first) */
     long graph_replays;     /* ... and replayed                                          */
@@ -215,6 +215,9 @@ typedef struct sp_ooo_device_exec {
 } sp_ooo_device_exec;
 
 void sp_ooo_register_device(const sp_ooo_device_exec *x);
+/* make CUDA=1: register the CUDA executor (schedulers/backward/ooo_cuda.cu), called by
+ * sp_cuda_start (schedulers/train/cuda_start.h) once the backend is up. */
+void sp_ooo_cuda_register(void);
 /* --cuda-graph: on the device, capture the backward (δO and δW on both streams, their
  * events) once its shapes are steady, replay it each step, re-capture when they change.
  * The per-layer updates U run after the replay on the sub stream (their scalars, e.g.

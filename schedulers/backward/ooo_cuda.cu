@@ -131,7 +131,7 @@ void run_task(const sp_ooo_exec_cfg *cfg, const sp_ooo_task *t)
 {
     switch (t->kind) {
     case SP_OOO_DO: sp_node_backward_inputs(t->node); break;   /* exactly as linear.c */
-    case SP_OOO_DW: t->node->op->backward_params(t->node, &t->node->grad); break;
+    case SP_OOO_DW: t->node->kern->backward_params(t->node, &t->node->grad); break;
     case SP_OOO_U: cfg->update(cfg->update_ctx, t->layer); break;
     case SP_OOO_F: break;
     }

@@ -164,7 +164,7 @@ static float *segment_product(sp_exec *x, seg g, int n)
             sp_node *nd = x->node[s * x->B];
             sp_csr *j = &jt[s - g.a];
             float *to = s == g.a ? P + (size_t)smp * g.in * g.out : (g.b - s) % 2 ? nxt : cur;
-            nd->op->jt_values(nd, 0, smp, j);
+            nd->kern->jt_values(nd, 0, smp, j);
             if (s == g.b) {
                 memset(to, 0, sizeof(float) * (size_t)j->rows * g.out);
                 for (int i = 0; i < j->rows; i++)
@@ -192,9 +192,9 @@ static float *time_product(sp_exec *x, seg g, int n)
     float *P = sp_xmalloc(sizeof(float) * (size_t)n * HH), *jt = sp_xmalloc(sizeof(float) * HH);
     float *cur = sp_xcalloc(HH, sizeof(float)), *nxt = sp_xcalloc(HH, sizeof(float));
     for (int smp = 0; smp < n; smp++) {
-        nd->op->chain_jt(nd, smp, g.b, cur);   /* Jᵀ_b, then Jᵀ_t · (…) down to t = a */
+        nd->kern->chain_jt(nd, smp, g.b, cur);   /* Jᵀ_b, then Jᵀ_t · (…) down to t = a */
         for (int t = g.b - 1; t >= g.a; t--) {
-            nd->op->chain_jt(nd, smp, t, jt);
+            nd->kern->chain_jt(nd, smp, t, jt);
             sp_gemm(false, false, H, H, H, 1.0f, jt, H, cur, H, 0.0f, nxt, H);
             float *tmp = cur;
             cur = nxt, nxt = tmp;
@@ -220,7 +220,7 @@ static void time_sweep(sp_exec *x, seg g, int n, const float *dhb, float *mine, 
         for (int t = g.b; t >= g.a; t--) {
             memcpy(mine + ((size_t)smp * len + (size_t)(t - g.a)) * H, v, sizeof(float) * (size_t)H);
             if (t == g.a && !below) break;
-            nd->op->chain_jt(nd, smp, t, jt);   /* v ← Jᵀ_t · v */
+            nd->kern->chain_jt(nd, smp, t, jt);   /* v ← Jᵀ_t · v */
             float *dst = t == g.a ? below + (size_t)smp * H : v;
             for (int i = 0; i < H; i++) {
                 float acc = 0;
@@ -244,15 +244,15 @@ static void segment_backward(sp_exec *x, seg g, sp_req *hand)
     for (int s = g.b; s >= g.a; s--) {
         sp_node *nd = x->node[s * x->B];
         sp_tensor *dy = &x->dy[s * x->B];
-        bool params = nd->op->backward_params && nd->layer->nparams > 0;
-        if (params && !(hand && s == g.a)) nd->op->backward_params(nd, dy);
+        bool params = nd->kern->backward_params && nd->layer->nparams > 0;
+        if (params && !(hand && s == g.a)) nd->kern->backward_params(nd, dy);
         if (s > 0) {
             sp_tensor *dx = &x->dy[(s - 1) * x->B];
             *dx = sp_tape_tensor_like(&x->tapes[0], &nd->input->out);
-            nd->op->backward_input(nd, 0, dy, dx);
+            nd->kern->backward_input(nd, 0, dy, dx);
             if (hand && s == g.a) sp_isend(x->world, dx->data, dx->numel, 0, tag_of(x, 3, 0, 0), hand);
         }
-        if (params && hand && s == g.a) nd->op->backward_params(nd, dy);
+        if (params && hand && s == g.a) nd->kern->backward_params(nd, dy);
     }
 }
 
@@ -380,9 +380,9 @@ void sp_exec_time_scan_backward(sp_exec *x)
     for (int s = x->S - 1; s >= 1; s--) {   /* the layers above the recurrent one, on every rank */
         sp_node *nd = x->node[s * x->B];
         sp_tensor *dy = sp_exec_ensure_dy(x, s, 0);
-        if (nd->op->backward_params && nd->layer->nparams > 0) nd->op->backward_params(nd, dy);
+        if (nd->kern->backward_params && nd->layer->nparams > 0) nd->kern->backward_params(nd, dy);
         x->dy[(s - 1) * x->B] = sp_tape_tensor_like(&x->tapes[0], &nd->input->out);
-        nd->op->backward_input(nd, 0, dy, &x->dy[(s - 1) * x->B]);
+        nd->kern->backward_input(nd, 0, dy, &x->dy[(s - 1) * x->B]);
         x->have_dy[(s - 1) * x->B] = true;
     }
     const float *dhT = sp_exec_ensure_dy(x, 0, 0)->data;   /* ∇h_T, [n, H] */
@@ -430,7 +430,7 @@ void sp_exec_time_scan_backward(sp_exec *x)
                    sizeof(float) * (size_t)lq * H);
     }
     sp_node *rec = x->node[0];
-    rec->op->chain_backward_params(rec, &dh);
+    rec->kern->chain_backward_params(rec, &dh);
     free(all);
     free(mine);
     x->bwd_s += sp_now() - t0;

@@ -41,14 +41,14 @@ static sp_costs *measure_costs(sp_exec *x, int ndim, const int *shape, int rows)
         sp_tensor seed = sp_tape_tensor(&t, 1, (int[]){1});
         seed.data[0] = 1.0f;
         sp_tensor dy = sp_tape_tensor_like(&t, &h->out);
-        l->op->backward_input(l, 0, &seed, &dy);
+        l->kern->backward_input(l, 0, &seed, &dy);
         for (int s = x->S - 1; s >= 0; s--) {
             sp_node *n = nodes[s];
             double t0 = sp_now();
-            if (n->op->backward_params && n->layer->nparams > 0) n->op->backward_params(n, &dy);
+            if (n->kern->backward_params && n->layer->nparams > 0) n->kern->backward_params(n, &dy);
             double t1 = sp_now();
             sp_tensor dx = sp_tape_tensor_like(&t, &n->input->out);
-            if (s > 0) n->op->backward_input(n, 0, &dy, &dx);
+            if (s > 0) n->kern->backward_input(n, 0, &dy, &dx);
             double t2 = sp_now();
             if (t1 - t0 < c->grad[s]) c->grad[s] = t1 - t0;
             if (s > 0 && t2 - t1 < c->delta[s]) c->delta[s] = t2 - t1;
@@ -187,7 +187,7 @@ void sp_exec_check_config(sp_exec *x)
         /* A recurrent first layer: the scan runs over its time steps (exec_scan.c, BPPSA across
          * ranks); otherwise over the layers, each of which needs a per-sample Jᵀ. */
         const sp_opdef *op0 = x->S > 0 ? x->m->layers[0]->op : NULL;
-        x->tscan = op0 && op0->chain_len && op0->chain_jt && op0->chain_backward_params;
+        x->tscan = op0 && op0->chain_len && op0->cpu.chain_jt && op0->cpu.chain_backward_params;
         for (int s = x->tscan ? 1 : 0; s < x->S; s++) {
             const sp_opdef *op = x->m->layers[s]->op;
             if (op->chain_len)

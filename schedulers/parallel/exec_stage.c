@@ -82,7 +82,7 @@ sp_tensor *sp_exec_ensure_dy(sp_exec *x, int s, int b)
         sp_tensor seed = sp_tape_tensor(t, 1, (int[]){1});
         seed.data[0] = (float)x->rows[b] / (float)x->batch;   /* the micro-batch's share of the mean */
         x->dy[k] = sp_tape_tensor_like(t, &l->input->out);
-        l->op->backward_input(l, 0, &seed, &x->dy[k]);
+        l->kern->backward_input(l, 0, &seed, &x->dy[k]);
     } else {
         int p = dy_producer(x, s, b);
         if (local(x, p)) sp_comm_die(x->world, "internal: job order: ∂l/∂y_%d of micro-batch %d not ready", s, b);
@@ -162,14 +162,14 @@ void sp_exec_run_backward(sp_exec *x, int job, sp_job j)
     wait_weights(x, s);
     double t0 = sp_now();
     injected_delay(x);
-    bool params = j.dir != SP_BWD_DELTA && n->op->backward_params && n->layer->nparams > 0;
-    if (params) n->op->backward_params(n, dy);
+    bool params = j.dir != SP_BWD_DELTA && n->kern->backward_params && n->layer->nparams > 0;
+    if (params) n->kern->backward_params(n, dy);
     double t1 = sp_now();
     bool delta = j.dir != SP_BWD_GRAD && s > 0;
     if (delta) {
         int k = (s - 1) * x->B + b;
         x->dy[k] = sp_tape_tensor_like(&x->tapes[b], &n->input->out);
-        n->op->backward_input(n, 0, dy, &x->dy[k]);
+        n->kern->backward_input(n, 0, dy, &x->dy[k]);
         x->have_dy[k] = true;
     }
     double t2 = sp_now();

@@ -10,6 +10,7 @@
 #include "schedulers/train/run.h"
 #ifdef SP_HAVE_CUDA
 #include "core/kernels/cuda.h"
+#include "schedulers/train/cuda_start.h"
 #endif
 #include "core/comm/comm.h"
 #include "core/device.h"
@@ -342,7 +343,7 @@ void sp_run_use_device(const sp_run_opts *o, sp_model *m)
 #ifdef SP_HAVE_CUDA
     const char *why = NULL;
     if (sp_cuda_device_count(&why) == 0) sp_fail("--device cuda: no CUDA device (%s)", why);
-    sp_cuda_init(0);
+    sp_cuda_start(0);
     sp_model_to_device(m, SP_CUDA);
 #else
     (void)m;

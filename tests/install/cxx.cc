@@ -19,6 +19,7 @@ const int N = 128, D = 8, K = 3;
 sp_model *build()
 {
     sp_model *m = sp_model_new("cxx_mlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc1", D, 16));
     sp_model_add(m, sp_tanh());
     sp_model_add(m, sp_linear("fc2", 16, K));

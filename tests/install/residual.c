@@ -14,6 +14,7 @@
 static sp_model *build(void)
 {
     sp_model *m = sp_model_new("resmlp");
+    sp_model_set_loss(m, sp_softmax_ce());
     sp_model_add(m, sp_linear("fc_in", D, 32));
     sp_model_add(m, sp_tanh());
     int x = sp_model_last(m);                          /* the block's input */

@@ -1,0 +1,24 @@
+/* batchnorm2d_internal.h — batchnorm2d's layer struct and per-step saved state, shared
+ * by layers/batchnorm2d.c and its CUDA twin (batchnorm2d_cuda.cu): the twin reads eps
+ * and momentum from the layer, and the op's jt_exists reads `training` from either
+ * device's saved state. Not part of the public API (layers/layers.h). */
+#ifndef SP_BATCHNORM2D_INTERNAL_H
+#define SP_BATCHNORM2D_INTERNAL_H
+
+#include <stdbool.h>
+#include "core/op.h"
+
+typedef struct bn_layer {
+    sp_layer base;
+    int C;
+    float eps, momentum;
+} bn_layer;
+
+/* In the memory of the node's device (host on the CPU, device on CUDA). */
+typedef struct bn_saved {
+    bool training;
+    float *xhat;      /* training: x̂, [B, C, H, W]          */
+    float *scale;     /* [C]: γ/√(var + eps) of the mode used */
+} bn_saved;
+
+#endif
