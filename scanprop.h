@@ -26,6 +26,7 @@
 #include "schedulers/train/train.h"
 #include "schedulers/train/run.h"
 #include "layers/zoo.h"
+#include "schedulers/train/cuda_start.h"   /* sp_cuda_start: in a make CUDA=1 build */
 
 /* Each header above declares C linkage for a C++ program (extern "C"); so does this
  * block, for whatever is declared here. */

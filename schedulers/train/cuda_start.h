@@ -8,8 +8,16 @@
 #ifndef SP_CUDA_START_H
 #define SP_CUDA_START_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* sp_cuda_init(device_id), then every module's twins. Idempotent for the same id;
  * sp_fail when there is no such device. */
 void sp_cuda_start(int device_id);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
