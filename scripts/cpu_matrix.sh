@@ -17,16 +17,17 @@ build=${BUILD:-build}
 limit=${SUITE_TIMEOUT:-900}
 cd "$(dirname "$0")/.."
 
-# suite binary, then its --filter ("" = the whole suite). Seconds of one row on this
-# project's 2-core machine, unloaded, in brackets: ~75 s a row, ~6.5 min for five rows.
+# suite binary, then its --filter ("" = the whole suite). In brackets the seconds of one
+# row on this project's 2-core machine, shared (load ~6): ~75 s a row, 6.1 min for the
+# five rows of an AVX-512 CPU.
 suites=(
     "test_alloc|"                      # [2] steady-state steps and GEMM shapes never malloc
-    "test_parity|@(parity/resnet20|parity/rnn|parity/gru|parity/vgg11)"   # [20] vs PyTorch
+    "test_parity|@(parity/resnet20|parity/rnn|parity/gru|parity/vgg11)"   # [31] vs PyTorch
     "test_soak|!(soak/lenet)"          # [7] heap and RSS flat over many steps (lenet: 13 s)
-    "test_ooo|"                        # [12] ooo orders and lanes bitwise linear BP
-    "test_train|@(train/same_seed*|train/lenet_deterministic*|train/ooo_*|train/eval_only*)"   # [7]
-    "test_resume|"                     # [10] stop + resume bitwise an uninterrupted run
-    "test_bppsa|"                      # [7] BPPSA against linear BP
+    "test_ooo|"                        # [10] ooo orders and lanes bitwise linear BP
+    "test_train|@(train/same_seed*|train/lenet_deterministic*|train/ooo_*|train/eval_only*)"   # [6]
+    "test_resume|"                     # [8] stop + resume bitwise an uninterrupted run
+    "test_bppsa|"                      # [6] BPPSA against linear BP
     "test_dag|engines/*"               # [2] every engine against linear BP on DAGs
 )
 
