@@ -9,6 +9,7 @@
  *
  * Sanitizer builds (make test-asan) own the allocator: the interposition is compiled out
  * there and the tests only check that they run. */
+#include <cblas.h>
 #include <criterion/criterion.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -16,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "layers/zoo.h"
+#include "core/error.h"
+#include "core/kernels/dense.h"
 #include "core/kernels/dnnl.h"
 #include "schedulers/backward/engine.h"
 #include "core/model.h"
@@ -147,6 +150,64 @@ Test(alloc, training_steps_do_not_allocate)
     sp_dnnl_conv_set(was);
     sp_tensor_free(&x);
     sp_model_free(m);
+}
+
+/* sp_gemm_serial on the GEMM path allocates nothing once warm, on every OpenBLAS core,
+ * and gives OpenBLAS's own bits: on SkylakeX and Cooperlake (OPENBLAS_CORETYPE, the
+ * cores OpenBLAS picks on AVX-512 CPUs) its small-matrix kernel mallocs per call for an
+ * A·B whose N leaves 1 to 8 columns past a multiple of 16 (K ≥ 32, M·N·K ≤ 10⁶), which
+ * core/kernels/dense.c computes another way; .ci/run runs this under every core. */
+Test(alloc, gemm_shapes_do_not_allocate)
+{
+    sp_set_threads(2);   /* also holds OpenBLAS to one thread: its threaded path allocates */
+    bool was = sp_dnnl_conv_on();
+    sp_dnnl_conv_set(false);   /* OpenBLAS for every size */
+    static const int sizes[] = {1, 3, 8, 9, 16, 17, 24, 31, 32, 33, 40, 57, 84, 100, 150, 200};
+    enum { NS = sizeof sizes / sizeof sizes[0], MAXD = 210 };
+    float *A = sp_xmalloc(sizeof(float) * MAXD * MAXD), *B = sp_xmalloc(sizeof(float) * MAXD * MAXD);
+    float *C = sp_xmalloc(sizeof(float) * MAXD * MAXD), *R = sp_xmalloc(sizeof(float) * MAXD * MAXD);
+    for (int i = 0; i < MAXD * MAXD; i++) {
+        A[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+        B[i] = (float)((i * 40503u + 7) % 997) / 997.0f - 0.5f;
+    }
+    long shapes = 0, allocating = 0;
+    for (int pass = 0; pass < 2; pass++)   /* pass 0 warms the scratch, pass 1 counts */
+        for (int t = 0; t < 4; t++)
+            for (int a = 0; a < NS; a++)
+                for (int b = 0; b < NS; b++)
+                    for (int c = 0; c < NS; c++) {
+                        bool ta = t & 1, tb = t >> 1;
+                        int M = sizes[a], N = sizes[b], K = sizes[c], ldc = N + 3;
+                        int lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2;
+                        float alpha = (a + b) % 2 ? 1.0f : 0.75f, beta = c % 2 ? 0.0f : 0.5f;
+                        for (int i = 0; i < M * ldc; i++) C[i] = R[i] = (float)(i % 13) / 13.0f;
+                        long before = count();
+                        sp_gemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                        long n = count() - before;
+                        if (pass == 0) continue;
+                        shapes++;
+                        if (n) {
+                            if (!allocating++)
+                                cr_log_error("ta %d tb %d M %d N %d K %d: %ld heap allocations", ta, tb, M, N, K, n);
+                        }
+                        /* dense.c's beta = 0: C cleared, then accumulated (beta = 1) */
+                        if (beta == 0.0f)
+                            for (int i = 0; i < M; i++) memset(R + (size_t)i * ldc, 0, sizeof(float) * N);
+                        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                                    M, N, K, alpha, A, lda, B, ldb, beta == 0.0f ? 1.0f : beta, R, ldc);
+                        for (int i = 0; i < M; i++)
+                            cr_assert(!memcmp(C + (size_t)i * ldc, R + (size_t)i * ldc, sizeof(float) * N),
+                                      "ta %d tb %d M %d N %d K %d: row %d differs from OpenBLAS's own call (core %s)",
+                                      ta, tb, M, N, K, i, openblas_get_corename());
+                    }
+    if (COUNTING)
+        cr_assert_eq(allocating, 0, "%ld of %ld GEMM shapes allocate per call (OpenBLAS core %s)", allocating, shapes,
+                     openblas_get_corename());
+    free(A);
+    free(B);
+    free(C);
+    free(R);
+    sp_dnnl_conv_set(was);
 }
 
 /* Heap allocations of a whole sp_train run with an evaluation after every epoch. */

