@@ -268,3 +268,14 @@ void sp_cudnn_conv_jt_values_all(const sp_node *n, int i, const sp_csr *jt, size
 {
     jt_launch(n, jt, stride, n->out.shape[0]);
 }
+
+const sp_kernels *sp_cudnn_conv_kernels(void)
+{
+    static sp_kernels k;   /* filled at registration, before any step runs */
+    k.forward = sp_cudnn_conv_forward;
+    k.backward_input = sp_cudnn_conv_backward_input;
+    k.backward_params = sp_cudnn_conv_backward_params;
+    k.jt_values = sp_cudnn_conv_jt_values;
+    k.jt_values_all = sp_cudnn_conv_jt_values_all;
+    return &k;
+}

@@ -25,6 +25,7 @@
 
 #include "core/kernels/cuda.h"
 extern "C" {
+#include "core/op.h"
 #include "core/tape.h"
 }
 
@@ -36,5 +37,8 @@ void sp_cudnn_conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_ten
 void sp_cudnn_conv_backward_params(sp_node *n, const sp_tensor *dy);
 void sp_cudnn_conv_jt_values(const sp_node *n, int i, int b, sp_csr *jt);
 void sp_cudnn_conv_jt_values_all(const sp_node *n, int i, const sp_csr *jt, size_t stride);
+
+/* The five above as one kernel table, which conv2d and conv2d_groups both register. */
+const sp_kernels *sp_cudnn_conv_kernels(void);
 
 #endif
