@@ -121,6 +121,10 @@ void sp_engine_check(sp_engine *e, struct sp_model *m, const sp_tensor *x1, cons
 void sp_engine_report(sp_engine *e, const sp_report_writer *w);
 bool sp_engine_plan(sp_engine *e, struct sp_model *m, const sp_tensor *x, const int *y, const sp_report_writer *w);
 
+/* make CUDA=1: every engine's device parts (schedulers/backward/register_cuda.c), after
+ * sp_cuda_init; sp_cuda_start calls it. */
+void sp_backward_cuda_register(void);
+
 /* Helpers shared by engines. */
 void sp_mark_needs_grad(sp_tape *t);             /* sets needs_grad, nconsumers  */
 void sp_alloc_grads(sp_tape *t, sp_node *loss);  /* grad buffers (zeroed where accumulated); seeds loss = 1 */

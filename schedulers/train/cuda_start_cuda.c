@@ -2,7 +2,7 @@
 #include "core/kernels/cuda.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
-#include "schedulers/backward/ooo.h"
+#include "schedulers/backward/engine.h"
 #include "schedulers/train/cuda_start.h"
 
 void sp_cuda_start(int device_id)
@@ -10,5 +10,5 @@ void sp_cuda_start(int device_id)
     sp_cuda_init(device_id);
     sp_layers_cuda_register();
     sp_optim_cuda_register();
-    sp_ooo_cuda_register();
+    sp_backward_cuda_register();
 }
