@@ -318,6 +318,45 @@ Test(train, zeroed_config_is_a_status_naming_the_field)
     sp_dataset_free(test);
 }
 
+static int open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    while (readdir(d)) n++;
+    closedir(d);
+    return n;
+}
+
+/* A bad --resume, --log or --save path comes back as a status naming it, before any work,
+ * with nothing left behind: 200 refused calls open no file descriptor for good. (These
+ * ended the host process.) */
+Test(train, bad_paths_are_a_status)
+{
+    sp_dataset *d = rand_images(16, 5);
+    char bad[512];
+    snprintf(bad, sizeof bad, "%s/no-such-dir/x", tu_tmpdir());
+    sp_train_result r;
+    size_t n;
+    int fds = -1;
+    for (int rep = 0; rep < 200; rep++)
+        for (int which = 0; which < 3; which++) {
+            sp_train_cfg tc = sp_train_cfg_default();
+            tc.steps = 1, tc.quiet = true;
+            if (which == 0) tc.resume_path = bad;
+            if (which == 1) tc.log_path = bad;
+            if (which == 2) tc.save_path = bad;
+            free(train_lenet_on(d, NULL, false, false, NULL, &tc, &r, &n));
+            cr_assert_eq(r.status, SP_ERR, "path %d accepted", which);
+            cr_assert_eq(r.steps, 0, "path %d: trained before refusing", which);
+            cr_assert(strstr(sp_last_error(), "no-such-dir"), "path %d: the error does not name it: %s", which,
+                      sp_last_error());
+            if (rep == 0 && which == 2) fds = open_fds();
+        }
+    cr_assert_eq(open_fds(), fds, "200 refused calls left file descriptors open");
+    sp_dataset_free(d);
+}
+
 /* 96 samples, 12 steps an epoch, shuffled (the loader reuses its buffers while a step's
  * last δW may still read the batch): every weight after two epochs, and the train loss. */
 static float *train_lenet(const char *order, size_t *nw, double *train_loss)

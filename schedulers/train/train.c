@@ -420,15 +420,17 @@ static char *log_rows_upto(const char *path, long keep, bool *eval_at_keep)
 
 /* The --log CSV collects in memory and replaces the file atomically at each checkpoint
  * save (so the log on disk matches the checkpoint a resume starts from) and at the end. */
-static FILE *open_log(sp_out *out, const char *path, long resumed_step, bool *eval_at_keep)
+static int open_log(sp_out *out, const char *path, long resumed_step, bool *eval_at_keep, FILE **log)
 {
-    if (!path) return NULL;
-    sp_check(sp_out_open(out, path, "--log"));
+    *log = NULL;
+    if (!path) return SP_OK;
+    if (sp_out_open(out, path, "--log") != SP_OK) return SP_ERR;
     char *kept = log_rows_upto(path, resumed_step, eval_at_keep);
     fprintf(out->f, LOG_HEADER);
     if (kept) fputs(kept, out->f);
     free(kept);
-    return out->f;
+    *log = out->f;
+    return SP_OK;
 }
 
 /* An evaluation's row of the --log CSV: the loss column empty, the test columns set. */
@@ -460,10 +462,15 @@ static int check_cfg(const sp_train_cfg *cfg, const sp_dataset *test)
     return SP_OK;
 }
 
+/* What sp_train returns when it refuses before any work: the message is in sp_last_error(). */
+static sp_train_result refused(void) { return (sp_train_result){.test_loss = NAN, .test_acc = NAN, .status = SP_ERR}; }
+
 sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,
                          const sp_train_cfg *cfg)
 {
-    if (check_cfg(cfg, test) != SP_OK) return (sp_train_result){.test_loss = NAN, .test_acc = NAN, .status = SP_ERR};
+    if (check_cfg(cfg, test) != SP_OK) return refused();
+    /* The files first, before anything is allocated or trained: a bad path is a status. */
+    if (cfg->save_path && sp_check_save_target(cfg->save_path) != SP_OK) return refused();
     long per_epoch = sp_loader_nbatches(train);
     /* both limits: whichever comes first; steps alone: as many epochs as they need */
     long total = cfg->epochs > 0 ? per_epoch * cfg->epochs : cfg->steps;
@@ -472,23 +479,25 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
     sp_train_result r = {.test_loss = NAN, .test_acc = NAN};
     sp_train_state resumed = {0};
     if (cfg->resume_path) {
-        if (sp_checkpoint_load(cfg->resume_path, m, o, &resumed, cfg->run_meta) != SP_OK)
-            sp_fail("%s", sp_last_error());
+        if (sp_checkpoint_load(cfg->resume_path, m, o, &resumed, cfg->run_meta) != SP_OK) return refused();
         if (resumed.batch > per_epoch)
-            sp_fail("--resume %s: saved after batch %ld of an epoch of %ld batches (a different dataset?)",
-                    cfg->resume_path, resumed.batch, per_epoch);
+            return sp_error("--resume %s: saved after batch %ld of an epoch of %ld batches (a different dataset?)",
+                            cfg->resume_path, resumed.batch, per_epoch), refused();
         /* steps count from the start: epoch·(batches an epoch) + batch (a crafted 2^62 is not) */
         if (resumed.step != (long)resumed.epoch * per_epoch + resumed.batch)
-            sp_fail("--resume %s: inconsistent training state: step %ld is not epoch %d x %ld batches + batch %ld",
-                    cfg->resume_path, resumed.step, resumed.epoch, per_epoch, resumed.batch);
+            return sp_error("--resume %s: inconsistent training state: step %ld is not epoch %d x %ld batches + "
+                            "batch %ld", cfg->resume_path, resumed.step, resumed.epoch, per_epoch, resumed.batch),
+                   refused();
         r.steps = resumed.step;
     }
+    bool logged_eval = false;   /* the kept log already has the evaluation at the resumed step */
+    sp_out logout;
+    FILE *log;
+    if (open_log(&logout, cfg->log_path, cfg->resume_path ? resumed.step : -1, &logged_eval, &log) != SP_OK)
+        return refused();
     double *fwd = sp_xmalloc((size_t)(total + 1) * sizeof *fwd);   /* before the loop: no malloc per step */
     double *bwd = sp_xmalloc((size_t)(total + 1) * sizeof *bwd);
     double *all = sp_xmalloc((size_t)(total + 1) * sizeof *all);
-    bool logged_eval = false;   /* the kept log already has the evaluation at the resumed step */
-    sp_out logout;
-    FILE *log = open_log(&logout, cfg->log_path, cfg->resume_path ? resumed.step : -1, &logged_eval);
     progress p = {.tty = isatty(2), .quiet = cfg->quiet, .start = sp_now(), .total_steps = total};
     sp_tape t;
     sp_tape_init(&t);
