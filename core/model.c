@@ -85,6 +85,7 @@ int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from)
 
 sp_layer *sp_model_add(sp_model *m, sp_layer *l)
 {
+    if (!m || !l) return sp_error("sp_model_add: %s is NULL", !m ? "the model" : "the layer"), NULL;
     sp_model_add_from(m, l, 1, (int[]){sp_model_last(m)});
     return l;
 }

@@ -406,6 +406,7 @@ static int load_image(const char *path, int size, int channels, uint8_t *chw)
 
 sp_dataset *sp_image_folder(const char *root, int size, int channels)
 {
+    if (!root) return sp_error("sp_image_folder: the root folder is NULL"), NULL;
     if (channels != 1 && channels != 3)
         return sp_error("%s: %d channels requested (expected 1 or 3)", root, channels), NULL;
     if (size < 1 || size > 4096) return sp_error("%s: image size %d (expected 1..4096)", root, size), NULL;

@@ -88,6 +88,7 @@ static void *producer(void *arg)
 
 static sp_loader *loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last, bool prefetch)
 {
+    if (!d) return sp_error("sp_loader_new: the dataset is NULL"), NULL;
     if (batch < 1) sp_fail("loader: batch size %d (expected >= 1)", batch);
     if (d->ndim < 1 || d->ndim > 3) sp_fail("%s: samples with %d dimensions (expected 1 to 3)", d->name, d->ndim);
     if (d->n < 1) sp_fail("%s: no samples", d->name);

@@ -17,6 +17,11 @@
 #include "core/tape.h"
 #include "layers/zoo.h"
 #include "layers/layers.h"
+#include "core/io/model_io.h"
+#include "core/io/safetensors.h"
+#include "data/data.h"
+#include "schedulers/backward/engine.h"
+#include "schedulers/train/train.h"
 #include "tests/testutil.h"
 
 Test(arena, alignment_and_growth)
@@ -492,4 +497,44 @@ Test(parallel, an_idle_thread_runs_the_pools_chunks_of_an_inline_loop)
               r.b[1], r.e[1]);
     cr_assert(!sp_parallel_help_open());
     sp_parallel_set_help_notify(NULL, NULL);
+}
+
+/* Public entry points given NULL or a negative count return an error naming the
+ * argument (they crashed, or sp_st_write(p, -1, NULL, NULL) returned SP_OK). */
+Test(api, null_arguments_are_errors_naming_them)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/null.safetensors", tu_tmpdir());
+    sp_model *m = sp_zoo_model("mlp");
+    cr_assert_eq(sp_model_load(NULL, path), SP_ERR);
+    cr_assert(strstr(sp_last_error(), "sp_model_load: the model is NULL"), "%s", sp_last_error());
+    cr_assert_eq(sp_model_load(m, NULL), SP_ERR);
+    cr_assert(strstr(sp_last_error(), "the path is NULL"), "%s", sp_last_error());
+    cr_assert_null(sp_st_open(NULL));
+    cr_assert(strstr(sp_last_error(), "sp_st_open: the path is NULL"), "%s", sp_last_error());
+    cr_assert_eq(sp_st_read_f32(NULL, "x", (float[1]){0}, 1, (int[]){1}), SP_ERR);
+    cr_assert(strstr(sp_last_error(), "sp_st_read_f32: the file is NULL"), "%s", sp_last_error());
+    cr_assert_eq(sp_st_write(path, -1, NULL, NULL), SP_ERR, "a negative count was written");
+    cr_assert(strstr(sp_last_error(), "-1 tensors (expected >= 0)"), "%s", sp_last_error());
+    cr_assert_eq(sp_st_write(path, 2, NULL, NULL), SP_ERR);
+    const char *names[1] = {"w"};
+    const sp_tensor *tensors[1] = {NULL};
+    cr_assert_eq(sp_st_save(path, 1, names, tensors, NULL), SP_ERR);
+    cr_assert(strstr(sp_last_error(), "tensor 0 is NULL"), "%s", sp_last_error());
+    cr_assert_null(sp_image_folder(NULL, 8, 1));
+    cr_assert(strstr(sp_last_error(), "the root folder is NULL"), "%s", sp_last_error());
+    cr_assert_null(sp_loader_new(NULL, 4, false, 1, false));
+    cr_assert(strstr(sp_last_error(), "sp_loader_new: the dataset is NULL"), "%s", sp_last_error());
+    cr_assert_null(sp_model_add(m, NULL));
+    cr_assert(strstr(sp_last_error(), "sp_model_add: the layer is NULL"), "%s", sp_last_error());
+    sp_train_result r = sp_train(m, NULL, NULL, NULL, NULL, NULL);
+    cr_assert_eq(r.status, SP_ERR);
+    cr_assert(strstr(sp_last_error(), "sp_train: the engine is NULL"), "%s", sp_last_error());
+    sp_model_free(m);
+}
+
+Test(api, backward_with_a_null_tape_is_one_line, .exit_code = 2, .init = tu_capture_stderr)
+{
+    sp_engine *e = sp_engine_create("linear", NULL);
+    sp_backward(e, NULL, NULL);
 }

@@ -77,6 +77,7 @@ static int check_finite(const sp_st_file *f, const sp_model *m)
 
 int sp_model_load(sp_model *m, const char *path)
 {
+    if (!m || !path) return sp_error("sp_model_load: %s is NULL", !m ? "the model" : "the path");
     for (int i = 0; i < m->nparams; i++)
         if (m->params[i]->value.device != SP_CPU)
             return sp_error("%s: parameter %s is not on the CPU; load before moving the model", path,

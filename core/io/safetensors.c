@@ -392,6 +392,7 @@ static int check_coverage(sp_st_file *f)
 
 sp_st_file *sp_st_open(const char *path)
 {
+    if (!path) return sp_error("sp_st_open: the path is NULL"), NULL;
     struct stat st;
     int fd = sp_open_regular(path, &st);
     if (fd < 0) return NULL;
@@ -543,6 +544,8 @@ int sp_st_read_raw(const sp_st_file *f, const sp_st_tensor *t, void *dst)
 
 int sp_st_read_f32(const sp_st_file *f, const char *name, float *dst, int ndim, const int *shape)
 {
+    if (!f || !name || !dst)
+        return sp_error("sp_st_read_f32: %s is NULL", !f ? "the file" : !name ? "the name" : "the destination");
     const sp_st_tensor *t = get_checked(f, name, ndim, shape, true);
     if (!t) return SP_ERR;
     if (t->dtype == SP_ST_F32) return read_bytes_at(f, t, dst, t->nbytes, 0);   /* no copy in between */
@@ -697,6 +700,9 @@ static int build_header(sbuf *b, const char *path, int n, const sp_st_entry *e, 
 
 int sp_st_write(const char *path, int n, const sp_st_entry *entries, const char *const *metadata)
 {
+    if (!path) return sp_error("sp_st_write: the path is NULL");
+    if (n < 0) return sp_error("sp_st_write %s: %d tensors (expected >= 0)", path, n);
+    if (n > 0 && !entries) return sp_error("sp_st_write %s: %d tensors but the entries are NULL", path, n);
     sbuf h;
     if (build_header(&h, path, n, entries, metadata) != SP_OK) {
         free(h.s);
@@ -726,6 +732,13 @@ int sp_st_write(const char *path, int n, const sp_st_entry *entries, const char 
 int sp_st_save(const char *path, int n, const char *const *names, const sp_tensor *const *tensors,
                const char *const *metadata)
 {
+    if (!path) return sp_error("sp_st_save: the path is NULL");
+    if (n < 0) return sp_error("sp_st_save %s: %d tensors (expected >= 0)", path, n);
+    if (n > 0 && (!names || !tensors))
+        return sp_error("sp_st_save %s: %d tensors but the %s are NULL", path, n, !names ? "names" : "tensors");
+    for (int i = 0; i < n; i++)
+        if (!tensors[i] || !names[i])
+            return sp_error("sp_st_save %s: %s %d is NULL", path, !tensors[i] ? "tensor" : "name", i);
     sp_st_entry *e = sp_xcalloc((size_t)(n ? n : 1), sizeof *e);
     for (int i = 0; i < n; i++) {
         if (tensors[i]->device != SP_CPU) {

@@ -77,7 +77,12 @@ void sp_engine_destroy(sp_engine *e)
     free(e);
 }
 
-void sp_backward(sp_engine *e, sp_tape *t, sp_node *loss) { e->backward(e, t, loss); }
+void sp_backward(sp_engine *e, sp_tape *t, sp_node *loss)
+{
+    if (!e || !t || !loss)   /* no status to return: a programming error, one line */
+        sp_fail("sp_backward: %s is NULL", !e ? "the engine" : !t ? "the tape" : "the loss node");
+    e->backward(e, t, loss);
+}
 
 /* ---- the optional hooks, with their defaults --------------------------------------------- */
 

@@ -468,6 +468,9 @@ static sp_train_result refused(void) { return (sp_train_result){.test_loss = NAN
 sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,
                          const sp_train_cfg *cfg)
 {
+    if (!m || !e || !o || !train || !cfg)
+        return sp_error("sp_train: %s is NULL", !m ? "the model" : !e ? "the engine" : !o ? "the optimizer" :
+                                                 !train ? "the loader" : "the configuration"), refused();
     if (check_cfg(cfg, test) != SP_OK) return refused();
     /* The files first, before anything is allocated or trained: a bad path is a status. */
     if (cfg->save_path && sp_check_save_target(cfg->save_path) != SP_OK) return refused();
