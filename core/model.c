@@ -180,16 +180,22 @@ size_t sp_model_numel(const sp_model *m)
     return n;
 }
 
+sp_node *sp_model_forward_shapes(sp_model *m, sp_tape *t, int batch, int ndim, const int *sample_shape)
+{
+    if (ndim < 0 || ndim + 1 > SP_MAX_DIMS) sp_fail("model '%s': samples of %d dimensions", m->name, ndim);
+    int shape[SP_MAX_DIMS] = {batch};
+    for (int i = 0; i < ndim; i++) shape[i + 1] = sample_shape[i];
+    sp_tape_init(t);
+    t->shape_only = true;
+    sp_tensor x = sp_tensor_view(NULL, ndim + 1, shape);
+    return sp_model_forward(m, t, sp_tape_input(t, &x));
+}
+
 void sp_model_summary(sp_model *m, int ndim, const int *sample_shape, FILE *f)
 {
     if (ndim < 1 || ndim >= SP_MAX_DIMS) sp_fail("model '%s': summary of a %d-dim sample", m->name, ndim);
-    int shape[SP_MAX_DIMS] = {1};
-    memcpy(shape + 1, sample_shape, (size_t)ndim * sizeof *shape);
     sp_tape t;
-    sp_tape_init(&t);
-    t.shape_only = true;
-    sp_tensor x = sp_tensor_view(NULL, ndim + 1, shape);
-    sp_model_forward(m, &t, sp_tape_input(&t, &x));
+    sp_model_forward_shapes(m, &t, 1, ndim, sample_shape);
     fprintf(f, "%-4s %-36s %-12s %-18s %10s %14s\n", "#", "layer", "reads", "output", "params", "FLOPs");
     double flops = 0;
     for (int i = 0, li = 0; i < t.n; i++) {

@@ -66,6 +66,10 @@ int sp_model_last(const sp_model *m);                  /* index of the last laye
 bool sp_model_is_chain(const sp_model *m);
 void sp_model_init(sp_model *m, uint64_t seed);        /* m->init, else PyTorch defaults */
 sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x);
+/* A shape-only pass (nothing is computed) of m on `batch` samples of sample_shape into
+ * the freshly initialised tape t: its nodes carry their output shapes and costs. The
+ * caller frees t. */
+sp_node *sp_model_forward_shapes(sp_model *m, sp_tape *t, int batch, int ndim, const int *sample_shape);
 /* forward + the model's loss node; sp_fail if it has none. */
 sp_node *sp_model_loss(sp_model *m, sp_tape *t, const sp_tensor *x, const int *labels);
 /* A parameter or buffer by its PyTorch name; NULL if none. */

@@ -6,13 +6,20 @@
 #include "core/error.h"
 #include "layers/layers.h"
 
+/* Every model of the zoo is a classifier: softmax cross-entropy is its loss. */
+static sp_model *classifier(const char *name)
+{
+    sp_model *m = sp_model_new(name);
+    sp_model_set_loss(m, sp_softmax_ce());
+    return m;
+}
+
 /* LeNet-5: 28×28 inputs get padding 2 on conv1 (as in the BPPSA paper's Fashion-MNIST
  * runs), 32×32 inputs none, so both reach conv2 with 16×5×5 features after pooling. */
 sp_model *sp_zoo_lenet(int in_channels, int size)
 {
     if (size != 28 && size != 32) sp_fail("lenet: input %dx%d, expected 28x28 or 32x32", size, size);
-    sp_model *m = sp_model_new("lenet");
-    sp_model_set_loss(m, sp_softmax_ce());
+    sp_model *m = classifier("lenet");
     sp_model_add(m, sp_conv2d("conv1", in_channels, 6, 5, 1, size == 28 ? 2 : 0));
     sp_model_add(m, sp_relu());
     sp_model_add(m, sp_maxpool2d(2, 2, 0));
@@ -52,8 +59,7 @@ sp_model *sp_zoo_vgg11(int in_channels, int classes)
 {
     static const int widths[8] = {64, 128, 256, 256, 512, 512, 512, 512};
     static const int pool_after[8] = {1, 1, 0, 1, 0, 1, 0, 1};
-    sp_model *m = sp_model_new("vgg11");
-    sp_model_set_loss(m, sp_softmax_ce());
+    sp_model *m = classifier("vgg11");
     int cin = in_channels;
     for (int i = 0; i < 8; i++) {
         char name[16];
@@ -71,8 +77,7 @@ sp_model *sp_zoo_vgg11(int in_channels, int classes)
 
 sp_model *sp_zoo_rnn(int input, int hidden, int classes)
 {
-    sp_model *m = sp_model_new("rnn");
-    sp_model_set_loss(m, sp_softmax_ce());
+    sp_model *m = classifier("rnn");
     sp_model_add(m, sp_rnn("rnn", input, hidden, SP_SEQ_LAST));
     sp_model_add(m, sp_linear("fc", hidden, classes));
     return m;
@@ -80,8 +85,7 @@ sp_model *sp_zoo_rnn(int input, int hidden, int classes)
 
 sp_model *sp_zoo_gru(int input, int hidden, int classes)
 {
-    sp_model *m = sp_model_new("gru");
-    sp_model_set_loss(m, sp_softmax_ce());
+    sp_model *m = classifier("gru");
     sp_model_add(m, sp_gru("gru", input, hidden, SP_SEQ_LAST));
     sp_model_add(m, sp_linear("fc", hidden, classes));
     return m;
@@ -89,8 +93,7 @@ sp_model *sp_zoo_gru(int input, int hidden, int classes)
 
 sp_model *sp_zoo_mlp(int input, int hidden, int classes)
 {
-    sp_model *m = sp_model_new("mlp");
-    sp_model_set_loss(m, sp_softmax_ce());
+    sp_model *m = classifier("mlp");
     sp_model_add(m, sp_flatten());
     sp_model_add(m, sp_linear("fc1", input, hidden));
     sp_model_add(m, sp_relu());
@@ -147,8 +150,7 @@ static void resnet_init(sp_model *m, sp_rng *r)
  * norm follows each). */
 sp_model *sp_zoo_resnet20(int in_channels, int classes)
 {
-    sp_model *m = sp_model_new("resnet20");
-    sp_model_set_loss(m, sp_softmax_ce());
+    sp_model *m = classifier("resnet20");
     sp_model_add(m, sp_conv2d_nobias("conv1", in_channels, 16, 3, 1, 1));
     sp_model_add(m, sp_batchnorm2d("bn1", 16));
     sp_model_add(m, sp_relu());

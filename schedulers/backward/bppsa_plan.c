@@ -549,14 +549,9 @@ int bppsa_auto_levels(bppsa_state *s, int B)
 
 int sp_bppsa_links(sp_model *m, int ndim, const int *sample_shape)
 {
-    int shape[SP_MAX_DIMS] = {1};
     if (ndim < 0 || ndim + 1 > SP_MAX_DIMS) sp_fail("bppsa: samples of %d dimensions", ndim);
-    for (int i = 0; i < ndim; i++) shape[i + 1] = sample_shape[i];
     sp_tape t;
-    sp_tape_init(&t);
-    t.shape_only = true;
-    sp_tensor x = sp_tensor_view(NULL, ndim + 1, shape);
-    sp_model_forward(m, &t, sp_tape_input(&t, &x));
+    sp_model_forward_shapes(m, &t, 1, ndim, sample_shape);
     int n = 0;
     for (int i = 0; i < t.n; i++)
         if (t.nodes[i]->op) n += t.nodes[i]->op->chain_len ? t.nodes[i]->op->chain_len(t.nodes[i]) : 1;

@@ -298,13 +298,8 @@ sp_costs *sp_costs_from_model(struct sp_model *m, int in_ndim, const int *in_sha
     if (!sp_model_is_chain(m))
         sp_fail("--model %s: not a chain of layers (it has residual or dense connections); the pipeline "
                 "schedules need a chain", m->name);
-    int shape[SP_MAX_DIMS] = {batch};
-    for (int i = 0; i < in_ndim; i++) shape[i + 1] = in_shape[i];
     sp_tape t;
-    sp_tape_init(&t);
-    t.shape_only = true;
-    sp_tensor x = sp_tensor_view(NULL, in_ndim + 1, shape);
-    sp_model_forward(m, &t, sp_tape_input(&t, &x));
+    sp_model_forward_shapes(m, &t, batch, in_ndim, in_shape);
 
     int stages = 0;
     for (int i = 0; i < t.n; i++) stages += t.nodes[i]->op != NULL;
