@@ -34,6 +34,7 @@
 #include <stb/stb_image_write.h>
 #include <sys/stat.h>
 #include "core/io/safetensors.h"
+#include "layers/zoo.h"
 #include "schedulers/parallel/schedule.h"
 #include "tests/mpirun.h"
 
@@ -867,5 +868,85 @@ Test(exec, ddp_with_ooo_order_gives_the_same_weights, .timeout = 300)
     check_order_k("ddp-ooo", 2, 2, 3, order, plan);
     remove(a);
     remove(b);
+    remove(plan);
+}
+
+/* ---- activation memory: what the executor measures is what the simulator predicts -------- */
+
+/* "key": [a, b, ...] of the JSON line into v[0..n). */
+static void json_array(const char *out, const char *key, double *v, int n)
+{
+    char k[96];
+    snprintf(k, sizeof k, "\"%s\": [", key);
+    const char *p = strstr(out, k);
+    cr_assert_not_null(p, "no %s in the JSON line: %s", key, out);
+    p += strlen(k);
+    for (int i = 0; i < n; i++) {
+        char *end;
+        v[i] = strtod(p, &end);
+        cr_assert(end != p, "%s has fewer than %d values: %s", key, n, out);
+        for (p = end; *p == ',' || *p == ' ';) p++;
+    }
+    cr_assert_eq(*p, ']', "%s has more than %d values: %s", key, n, out);
+}
+
+/* Every scheme at p = 2 on LeNet: each rank's measured peak of activation bytes (the
+ * JSON's peak_activation_bytes) equals the peak this process simulates, independently,
+ * for the same schedule — costs from the model as build/schedule --model derives them,
+ * the executor planning with the same durations (--costs) — byte for byte. */
+Test(exec, measured_peak_activations_equal_the_simulated_ones, .timeout = 600)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) cr_skip_test("no Fashion-MNIST");
+    enum { W = 2, BATCH = 16, NMICRO = 4 };
+    sp_set_threads(1);   /* conv keeps one scratch slot per thread: the ranks run --threads 1 */
+    sp_model *m = sp_zoo_model("lenet");
+    int shape[3], nd = sp_zoo_input_shape("lenet", shape);
+    sp_costs *model = sp_costs_from_model(m, nd, shape, BATCH / NMICRO, 1.0);
+    const char *plan = tmp("lenet-plan.csv");
+    FILE *f = fopen(plan, "w");
+    cr_assert_not_null(f);
+    sp_costs_write_csv(f, model);
+    fclose(f);
+    sp_costs *c = sp_costs_read_csv(plan);   /* the durations the executor plans with */
+    for (int s = 0; s < c->stages; s++) cr_assert_eq(c->act_bytes[s], model->act_bytes[s], "stage %d", s);
+    /* ddp-ooo: the executor's default first k, half the parameterised layers */
+    int params = 0, first_k = 0;
+    for (int s = 0; s < m->nlayers; s++) params += m->layers[s]->nparams > 0;
+    for (int s = 0, seen = 0; s < m->nlayers && seen < params / 2; s++)
+        if (m->layers[s]->nparams > 0 && ++seen == params / 2) first_k = s + 1;
+    const char *schemes[] = {"ddp", "ddp-ooo", "fsdp", "gpipe", "1f1b", "lpp", "fslpp", "ooo-ff", "ooo-modulo"};
+    static mpi_result r;
+    char cmd[2048], costs[600];
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
+        const char *name = schemes[i];
+        bool data = !strncmp(name, "ddp", 3);   /* the order of ddp does not depend on costs (refused there) */
+        snprintf(costs, sizeof costs, data ? "" : "--costs %s", plan);
+        snprintf(cmd, sizeof cmd, "%s --steps 2 --batch %d --threads 1 --quiet --parallel %s --microbatches %d %s",
+                 bin("lenet"), BATCH, name, NMICRO, costs);
+        mpi_run("", "-np 2", cmd, &r);
+        cr_assert_eq(r.status, 0, "lenet %s: status %d\n%s", name, r.status, r.err);
+        sp_sched_config sc = {.stages = c->stages, .micro = NMICRO, .workers = W, .split = -1, .no_input_grad = true,
+                              .first_k = !strcmp(name, "ddp-ooo") ? first_k : 0};
+        if (!strcmp(name, "lpp") || !strcmp(name, "fslpp")) sc.groups = 1, sc.per_group = W;
+        sp_schedule *s = sp_schedule_new(sp_scheme_find(name), &sc, c);
+        sp_sim sim;
+        sp_simulate(s, c, &sim);
+        double measured[W], simulated[W];
+        json_array(r.out, "peak_activation_bytes", measured, W);
+        json_array(r.out, "simulated_peak_activation_bytes", simulated, W);
+        for (int w = 0; w < W; w++) {
+            cr_assert(measured[w] > 0, "lenet %s: rank %d measured no activations", name, w);
+            cr_assert_eq(measured[w], sim.worker[w].peak_act_bytes, "lenet %s rank %d: measured %.0f bytes, simulated %.0f",
+                         name, w, measured[w], sim.worker[w].peak_act_bytes);
+            cr_assert_eq(simulated[w], measured[w], "lenet %s rank %d: the run's own simulation %.0f, measured %.0f", name,
+                         w, simulated[w], measured[w]);
+        }
+        sp_sim_free(&sim);
+        sp_schedule_free(s);
+    }
+    sp_costs_free(c);
+    sp_costs_free(model);
+    sp_model_free(m);
     remove(plan);
 }

@@ -86,6 +86,8 @@ void sp_diagram_text(FILE *out, const sp_schedule *s, const sp_sim *r, int max_c
 /* SVG                                                                                  */
 
 enum { SVG_LEFT = 48, SVG_TOP = 50, SVG_ROW = 26, SVG_RIGHT = 16, SVG_AXIS = 28, SVG_LEGEND = 24 };
+/* Under each worker's jobs, its memory lane (sp_sim.mem_*): SVG_MEM px high. */
+enum { SVG_MEM = 24, SVG_PITCH = SVG_ROW + SVG_MEM };
 
 /* The micro-batch's hue: golden-angle steps keep neighbours apart. */
 static double micro_hue(int b) { return fmod(b * 137.508, 360.0); }
@@ -123,7 +125,7 @@ static void svg_jobs(FILE *out, const sp_schedule *s, const sp_sim *r, double px
     for (int j = 0; j < s->njobs; j++) {
         double x = SVG_LEFT + r->start[j] * px, w = (r->finish[j] - r->start[j]) * px;
         if (w <= 0) continue;
-        double y = SVG_TOP + s->compute[j] * SVG_ROW;
+        double y = SVG_TOP + s->compute[j] * SVG_PITCH;
         sp_job job = s->jobs[j];
         fprintf(out,
                 "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" fill=\"hsl(%.1f,65%%,%d%%)\" "
@@ -147,7 +149,7 @@ static void svg_jobs(FILE *out, const sp_schedule *s, const sp_sim *r, double px
 
 static void svg_axis(FILE *out, const sp_schedule *s, const sp_sim *r, double px, const char *unit)
 {
-    double y = SVG_TOP + s->workers * SVG_ROW + 4;
+    double y = SVG_TOP + s->workers * SVG_PITCH + 4;
     fprintf(out, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#444\"/>\n", SVG_LEFT, y,
             SVG_LEFT + r->latency * px, y);
     double step = nice_step(r->latency > 0 ? r->latency : 1);
@@ -158,12 +160,59 @@ static void svg_axis(FILE *out, const sp_schedule *s, const sp_sim *r, double px
                 SVG_LEFT + t * px, y, SVG_LEFT + t * px, y + 4, SVG_LEFT + t * px, y + 16, t);
     for (int w = 0; w < s->workers; w++)
         fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"w\">w%d</text>\n", SVG_LEFT - 8,
-                SVG_TOP + w * SVG_ROW + SVG_ROW / 2 + 4, w);
+                SVG_TOP + w * SVG_PITCH + SVG_ROW / 2 + 4, w);
     /* axis titles: time with its unit below the ticks, worker up the left edge */
     fprintf(out, "<text x=\"%.2f\" y=\"%.1f\" class=\"t\">time (%s)</text>\n", SVG_LEFT + r->latency * px / 2,
             y + 30, unit);
-    double my = SVG_TOP + s->workers * SVG_ROW / 2.0;
+    double my = SVG_TOP + s->workers * SVG_PITCH / 2.0;
     fprintf(out, "<text x=\"12\" y=\"%.1f\" class=\"t\" transform=\"rotate(-90 12 %.1f)\">worker</text>\n", my, my);
+}
+
+/* "2.4 MB" (binary multiples); without byte sizes (unit costs) a count of activations. */
+static void mem_text(double v, bool bytes, char *buf, size_t len)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int k = 0;
+    if (!bytes) {
+        snprintf(buf, len, "%g act.", v);
+        return;
+    }
+    while (v >= 1024 && k < 4) v /= 1024, k++;
+    snprintf(buf, len, k ? "%.3g %s" : "%.0f %s", v, units[k]);
+}
+
+/* One lane per worker under its jobs: the activations it holds over time as a filled
+ * step plot (blue), fetched weights stacked on them (orange, fsdp/fslpp), all lanes on
+ * one scale (the largest peak), each labelled with its own peak. */
+static void svg_memory(FILE *out, const sp_schedule *s, const sp_sim *r, double px, bool bytes)
+{
+    if (!r->mem_off) return;
+    double top = 0;
+    for (int w = 0; w < s->workers; w++) top = fmax(top, r->worker[w].peak_mem_bytes);
+    if (!(top > 0)) return;
+    double h = SVG_MEM - 6, end = SVG_LEFT + r->latency * px;
+    for (int w = 0; w < s->workers; w++) {
+        double base = SVG_TOP + w * SVG_PITCH + SVG_ROW + h;
+        fprintf(out, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#bbb\"/>\n", SVG_LEFT, base, end, base);
+        for (int layer = 1; layer >= 0; layer--) {   /* act + weights behind, act in front */
+            if (layer == 1 && !(r->worker[w].peak_weight_bytes > 0)) continue;
+            fprintf(out, "<path fill=\"%s\" stroke=\"none\" d=\"M%d %.2f", layer ? "#f0a050" : "#5b8fd0", SVG_LEFT, base);
+            for (int i = r->mem_off[w]; i < r->mem_off[w + 1]; i++) {
+                double v = r->mem_act[i] + (layer ? r->mem_wgt[i] : 0), t1 = i + 1 < r->mem_off[w + 1] ? r->mem_time[i + 1] : r->latency;
+                double y = base - h * fmax(0.0, v) / top;
+                fprintf(out, " L%.2f %.2f L%.2f %.2f", SVG_LEFT + r->mem_time[i] * px, y, SVG_LEFT + t1 * px, y);
+            }
+            fprintf(out, " L%.2f %.2f Z\"/>\n", end, base);
+        }
+        char a[32], m[32];
+        mem_text(r->worker[w].peak_act_bytes, bytes, a, sizeof a);
+        fprintf(out, "<text x=\"%.2f\" y=\"%.2f\" class=\"l\">peak %s", end + 6, base - 2, a);
+        if (r->worker[w].peak_weight_bytes > 0) {
+            mem_text(r->worker[w].peak_mem_bytes, bytes, m, sizeof m);
+            fprintf(out, " (%s with weights)", m);
+        }
+        fprintf(out, "</text>\n");
+    }
 }
 
 static void svg_legend(FILE *out, const sp_schedule *s, double y)
@@ -180,6 +229,8 @@ static void svg_legend(FILE *out, const sp_schedule *s, double y)
     if (shown < s->micro) fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" class=\"l\">…</text>\n", x, y + 12);
     fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" class=\"l\">light = forward, dark = backward%s</text>\n",
             x + 24, y + 12, s->split_backward ? " δ, pale = G" : "");
+    fprintf(out, "<text x=\"%d\" y=\"%.1f\" class=\"l\">lane under each worker: activations held from F to the "
+                 "end of their backward (blue), fetched weights while in use (orange)</text>\n", SVG_LEFT, y + 30);
 }
 
 void sp_diagram_svg(FILE *out, const sp_schedule *s, const sp_sim *r, const char *title)
@@ -194,8 +245,8 @@ void sp_diagram_svg_unit(FILE *out, const sp_schedule *s, const sp_sim *r, const
     double span = r->latency > 0 ? r->latency : 1;
     double px = fmin(48.0, 1100.0 / span);   /* at most ~1100 px of timeline */
     double width = SVG_LEFT + span * px + SVG_RIGHT + 260;
-    double legend_y = SVG_TOP + s->workers * SVG_ROW + SVG_AXIS + 16;
-    double height = legend_y + SVG_LEGEND;
+    double legend_y = SVG_TOP + s->workers * SVG_PITCH + SVG_AXIS + 16;
+    double height = legend_y + SVG_LEGEND + 18;
     fprintf(out,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
             "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n",
@@ -213,6 +264,7 @@ void sp_diagram_svg_unit(FILE *out, const sp_schedule *s, const sp_sim *r, const
     fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"l\">latency %.4g %s, utilisation %.1f%%, bubble %.1f%%</text>\n",
             SVG_LEFT, SVG_TOP - 8, r->latency, u, 100 * r->utilization, 100 * (1 - r->utilization));
     svg_jobs(out, s, r, px);
+    svg_memory(out, s, r, px, unit && strcmp(unit, "unit") != 0);
     svg_axis(out, s, r, px, u);
     svg_legend(out, s, legend_y);
     fprintf(out, "</svg>\n");

@@ -115,6 +115,7 @@ void sp_exec_free(sp_exec *x)
     free(x->order_rec);
     free(x->ev);
     free(x->meas);
+    sp_exec_mem_free(x);
     free(x->st);
     sp_sim_free(&x->sim);
     sp_schedule_free(x->sched);
@@ -172,6 +173,7 @@ static void begin_step(sp_exec *x, const sp_tensor *in, const int *labels)
     x->nsends = 0;
     x->loss_left = x->loss_jobs;
     x->loss_started = false;
+    sp_exec_mem_begin_step(x);
     sp_exec_sync_begin_step(x);
 }
 

@@ -100,6 +100,11 @@ typedef struct sp_exec_stats {
     long steps;
     double *busy, *comm, *wall;   /* [workers] */
     double step_mean, comm_mean;
+    /* [workers]: the largest activation bytes the rank held at once (measured: each
+     * F(s, b) holds sp_node_act_bytes of its node until the rank's last backward job of
+     * (s, b) ends), and the same from the schedule's simulation (sp_sim peak_act_bytes);
+     * the two are equal (exec_memory.c says why). */
+    double *peak_act_bytes, *sim_peak_act_bytes;
 } sp_exec_stats;
 void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st);
 void sp_exec_stats_free(sp_exec_stats *st);

@@ -7,6 +7,7 @@
  *   exec_sync.c    who holds which weights; gradient buckets, their collectives, the updates
  *   exec_scan.c    BPPSA across ranks (--parallel scan), over layers or over time steps
  *   exec_report.c  trace events, statistics, and the --exec-order / --trace / --costs-out files
+ *   exec_memory.c  the activation bytes each rank holds (its peak: the JSON's peak_activation_bytes)
  */
 #ifndef SP_EXEC_INTERNAL_H
 #define SP_EXEC_INTERNAL_H
@@ -112,6 +113,10 @@ struct sp_exec {
     sp_req loss_req;
     bool loss_started;
     double loss_t0;
+    /* activation memory (exec_memory.c): bytes F(s, b) holds until its last backward job */
+    double *act_held;        /* [s·B + b]                                              */
+    int *bwd_left;           /* [s·B + b]: backward jobs of (s, b) still to run        */
+    double act_live, act_peak;   /* held now; the largest since sp_exec_new           */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -164,6 +169,13 @@ void sp_exec_close_buckets(sp_exec *x);
 /* The owners' optimizer steps (unless deferred to the next step's forward). */
 void sp_exec_update_owners(sp_exec *x);
 void sp_exec_flush_updates(sp_exec *x);   /* every update still outstanding */
+
+/* ---- activation memory (exec_memory.c) ------------------------------------------------- */
+
+void sp_exec_mem_begin_step(sp_exec *x);
+void sp_exec_mem_forward(sp_exec *x, int s, int b, const sp_node *n);   /* F(s, b) ran: n */
+void sp_exec_mem_backward(sp_exec *x, int s, int b);                    /* a backward job ran */
+void sp_exec_mem_free(sp_exec *x);
 
 /* ---- BPPSA across ranks (exec_scan.c) --------------------------------------------------- */
 

@@ -130,11 +130,15 @@ void sp_exec_setup_costs(sp_exec *x, int ndim, const int *shape)
     for (int s = 0; s < x->S; s++) {
         char label[SP_NAME_LEN + 16];
         snprintf(x->costs->name[s], SP_STAGE_NAME, "%.31s", sp_model_layer_label(x->m, s, label, sizeof label));
-        size_t act = 1;
-        for (int i = 1; i < x->st[s].out_ndim; i++) act *= (size_t)x->st[s].out_shape[i];
-        x->costs->act_bytes[s] = (double)act * rows * sizeof(float);
         x->costs->param_bytes[s] = (double)x->st[s].nfloats * sizeof(float);
     }
+    /* What each stage's forward keeps for its backward at a micro-batch of `rows`, as
+     * build/schedule --model counts it and exec_memory.c measures it. */
+    sp_tape t;
+    sp_model_forward_shapes(x->m, &t, rows, ndim, shape);
+    for (int i = 0, s = 0; i < t.n && s < x->S; i++)
+        if (t.nodes[i]->op) x->costs->act_bytes[s++] = sp_node_act_bytes(t.nodes[i]);
+    sp_tape_free(&t);
 }
 
 /* ---- setup: the schedule and its refusals ------------------------------------------------- */

@@ -146,6 +146,7 @@ void sp_exec_run_forward(sp_exec *x, int job, sp_job j)
     sp_node *n = x->node[s * x->B + b] = sp_apply(t, x->st[s].layer, in);
     if (s == x->S - 1) x->loss[b] = sp_apply_loss(t, x->m->loss, n, x->yin[b]);
     double dt = sp_now() - t0;
+    sp_exec_mem_forward(x, s, b, n);
     x->fwd_s += dt;
     measured(x, s, 0, dt);
     send_to_succs(x, job, &n->out, tag_of(x, 0, s, b), false);
@@ -178,4 +179,5 @@ void sp_exec_run_backward(sp_exec *x, int job, sp_job j)
     if (j.dir != SP_BWD_GRAD) measured(x, s, 1, t2 - t1);
     if (delta) send_to_succs(x, job, &x->dy[(s - 1) * x->B + b], tag_of(x, 1, s - 1, b), true);
     if (j.dir != SP_BWD_DELTA) sp_exec_grad_done(x, s);
+    sp_exec_mem_backward(x, s, b);
 }

@@ -93,6 +93,12 @@ struct sp_model;
  * is one sample of shape in_shape[0..in_ndim) (batch dimension excluded). */
 sp_costs *sp_costs_from_model(struct sp_model *m, int in_ndim, const int *in_shape, int batch,
                               double gflops);
+/* The activation a stage's forward keeps for its backward — act_bytes of the node n of a
+ * tape (shape-only or real): its input x_s in float32 plus what its op saves besides
+ * (sp_cost.saved_bytes at the node's batch). sp_costs_from_model and the executor (its
+ * costs and its measured peak, exec.h) both count this. */
+struct sp_node;
+double sp_node_act_bytes(const struct sp_node *n);
 
 /* ------------------------------------------------------------------------------------ */
 /* Schemes and the master schedule                                                      */
@@ -175,7 +181,9 @@ typedef struct sp_worker_stats {
     int weight_recv;    /* (s, b) computed here with weights elsewhere ([U] Σ 1[w_w ≠ w]) */
     int weight_stages;  /* stages whose source-of-truth weights live here               */
     int peak_act;       /* peak number of stage activations held at once                */
-    double peak_act_bytes;
+    double peak_act_bytes;    /* the same in bytes (sp_costs.act_bytes; units without costs) */
+    double peak_weight_bytes; /* fetched weights (w_weights ≠ w) held at once, bytes        */
+    double peak_mem_bytes;    /* activations + fetched weights held at once, bytes          */
 } sp_worker_stats;
 
 typedef struct sp_sim {
@@ -190,12 +198,28 @@ typedef struct sp_sim {
     double rho_bound;           /* M / S, M = peak activations (max over workers)       */
     int act_recv_max, grad_recv_max, weight_recv_max, weight_stages_max, peak_act_max;
     double peak_act_bytes_max;
+    /* Memory over time (sim_memory.c), per worker w: points mem_off[w] .. mem_off[w+1);
+     * from mem_time[i] until the next point, w holds mem_act[i] bytes of activations and
+     * mem_wgt[i] bytes of fetched weights (a step function; the first point is at 0). */
+    int *mem_off;
+    double *mem_time, *mem_act, *mem_wgt;
 } sp_sim;
 
 /* The greedy recursion of [U]: repeatedly start the ready job that can start soonest,
  * ties broken by n. costs may be NULL (F = 1, backward = 1, δ = G = 1/2). */
 void sp_simulate(const sp_schedule *s, const sp_costs *costs, sp_sim *r);
 void sp_sim_free(sp_sim *r);
+
+/* The memory pass sp_simulate ends with (sim_memory.c). On worker w = w_compute(F(s, b))
+ * the activation of (s, b) — act_bytes[s], what F_s keeps for its backward — is held
+ * from the start of F(s, b) until the last of its backward jobs ends (G when δ and G are
+ * split, B otherwise); a job run with weights from another worker (fsdp, fslpp) holds
+ * param_bytes[s] of fetched weights from its start to its finish. Events at one instant
+ * on one worker follow that worker's job order (a release at the end of a job before
+ * the acquisitions of the jobs after it), so a worker's peak depends only on its own
+ * order: the quantity the executor measures (exec.h). Fills peak_act, peak_act_bytes,
+ * peak_weight_bytes, peak_mem_bytes and the mem_* series. */
+void sp_sim_memory(const sp_schedule *s, const sp_costs *c, sp_sim *r);
 
 /* ------------------------------------------------------------------------------------ */
 /* Diagrams                                                                             */

@@ -283,14 +283,22 @@ void sp_costs_write_csv(FILE *out, const sp_costs *c)
 {
     fprintf(out, "layer,fwd,bwd_grad,bwd_delta,movable,act_bytes,param_bytes\n");
     for (int s = 0; s < c->stages; s++)
-        fprintf(out, "%s,%.6g,%.6g,%.6g,%d,%.6g,%.6g\n", c->name[s], c->fwd[s], c->grad[s], c->delta[s],
+        fprintf(out, "%s,%.6g,%.6g,%.6g,%d,%.15g,%.15g\n", c->name[s], c->fwd[s], c->grad[s], c->delta[s],
                 c->movable[s] ? 1 : 0, c->act_bytes[s], c->param_bytes[s]);
 }
 
 /* ------------------------------------------------------------------------------------ */
 /* Model-derived costs                                                                  */
 
+/* The stage keeps its input x_s (and whatever its op saved) until its backward. */
+double sp_node_act_bytes(const struct sp_node *n)
+{
+    double saved = n->op && n->op->cost ? n->op->cost(n).saved_bytes : 0;
+    return 4.0 * (double)n->input->out.numel + saved;
+}
+
 /* Record the model on a shape-only tape (nothing runs) and read each node's cost. */
+
 sp_costs *sp_costs_from_model(struct sp_model *m, int in_ndim, const int *in_shape, int batch, double gflops)
 {
     if (batch < 1) sp_fail("--batch-size %d: expected >= 1", batch);
@@ -316,8 +324,7 @@ sp_costs *sp_costs_from_model(struct sp_model *m, int in_ndim, const int *in_sha
         c->fwd[s] = k.fwd_flops / per_us;
         c->delta[s] = k.bwd_input_flops / per_us;
         c->grad[s] = k.bwd_params_flops / per_us;
-        /* The stage keeps its input x_s (and whatever it saved) until its backward. */
-        c->act_bytes[s] = 4.0 * (double)n->input->out.numel + k.saved_bytes;
+        c->act_bytes[s] = sp_node_act_bytes(n);
         c->param_bytes[s] = k.param_bytes;
         s++;
     }

@@ -11,6 +11,14 @@ static void json_array_d(FILE *out, const char *key, const double *v, int n, siz
     fprintf(out, "]");
 }
 
+/* bytes: exact up to 2^53 (%.6g would round a peak of 2408448 to 2.40845e+06) */
+static void json_array_bytes(FILE *out, const char *key, const double *v, int n, size_t stride)
+{
+    fprintf(out, ",\"%s\":[", key);
+    for (int i = 0; i < n; i++) fprintf(out, "%s%.15g", i ? "," : "", *(const double *)((const char *)v + i * stride));
+    fprintf(out, "]");
+}
+
 static void json_array_i(FILE *out, const char *key, const int *v, int n, size_t stride)
 {
     fprintf(out, ",\"%s\":[", key);
@@ -49,6 +57,8 @@ void sp_sim_print_json(FILE *out, const sp_schedule *s, const sp_costs *c, const
     json_array_i(out, "activation_transfers", &w0->act_recv, r->workers, st);
     json_array_i(out, "weight_transfers", &w0->weight_recv, r->workers, st);
     json_array_i(out, "peak_activations", &w0->peak_act, r->workers, st);
+    json_array_bytes(out, "peak_activation_bytes", &w0->peak_act_bytes, r->workers, st);
+    json_array_bytes(out, "peak_memory_bytes", &w0->peak_mem_bytes, r->workers, st);
     fprintf(out, "}\n");
 }
 

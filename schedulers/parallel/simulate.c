@@ -236,53 +236,6 @@ static void count_weight_storage(const sp_schedule *s, const sp_costs *c, sp_sim
 }
 
 /* ------------------------------------------------------------------------------------ */
-/* Peak activation storage ([U] Definition: M)                                          */
-
-typedef struct act_event {
-    int worker;
-    double time;
-    int delta;       /* +1 acquire, −1 release */
-    double bytes;
-} act_event;
-
-static int event_cmp(const void *pa, const void *pb)
-{
-    const act_event *a = pa, *b = pb;
-    if (a->worker != b->worker) return a->worker - b->worker;
-    if (!same_time(a->time, b->time)) return a->time < b->time ? -1 : 1;
-    return a->delta - b->delta;   /* releases before acquisitions at the same instant */
-}
-
-/* The activation of (s, b) lives on its forward's worker from the start of F(s, b) until
- * the last backward job of (s, b) ends. */
-static void peak_activations(const sp_schedule *s, const sp_costs *c, sp_sim *r)
-{
-    int pairs = s->stages * s->micro, n = 0;
-    act_event *ev = sp_xmalloc(sizeof(act_event) * 2 * pairs);
-    for (int b = 0; b < s->micro; b++)
-        for (int st = 0; st < s->stages; st++) {
-            int f = sp_schedule_find(s, st, b, SP_FWD), bj[2];
-            int nb = backward_jobs(s, st, b, bj);
-            double end = r->finish[f];
-            for (int i = 0; i < nb; i++) end = fmax(end, r->finish[bj[i]]);
-            double bytes = c ? c->act_bytes[st] : 1.0;
-            ev[n++] = (act_event){s->compute[f], r->start[f], +1, bytes};
-            ev[n++] = (act_event){s->compute[f], end, -1, bytes};
-        }
-    qsort(ev, n, sizeof *ev, event_cmp);
-    int live = 0;
-    double live_bytes = 0;
-    for (int i = 0; i < n; i++) {
-        sp_worker_stats *ws = &r->worker[ev[i].worker];
-        live += ev[i].delta;
-        live_bytes += ev[i].delta * ev[i].bytes;
-        if (live > ws->peak_act) ws->peak_act = live;
-        if (live_bytes > ws->peak_act_bytes) ws->peak_act_bytes = live_bytes;
-    }
-    free(ev);
-}
-
-/* ------------------------------------------------------------------------------------ */
 /* Putting it together                                                                  */
 
 static void per_worker_time(const sp_schedule *s, sp_sim *r)
@@ -353,7 +306,7 @@ void sp_simulate(const sp_schedule *s, const sp_costs *c, sp_sim *r)
     per_worker_time(s, r);
     count_transfers(s, c, r);
     count_weight_storage(s, c, r);
-    peak_activations(s, c, r);
+    sp_sim_memory(s, c, r);   /* sim_memory.c */
     maxima(s, r);
     throughput(s, c, r);
 }
@@ -365,5 +318,9 @@ void sp_sim_free(sp_sim *r)
     free(r->order_off);
     free(r->order);
     free(r->worker);
+    free(r->mem_off);
+    free(r->mem_time);
+    free(r->mem_act);
+    free(r->mem_wgt);
     memset(r, 0, sizeof *r);
 }

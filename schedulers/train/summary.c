@@ -184,5 +184,14 @@ void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
     sp_json_num(j, "comm_mean_ms", 1e3 * st.comm_mean);
     sp_json_raw(j, "busy_ms", busy);
     sp_json_raw(j, "idle_ms", idle);
+    /* activation memory per rank: measured by the executor, and as the schedule simulated it */
+    for (int k = 0; k < 2; k++) {
+        const double *v = k ? st.sim_peak_act_bytes : st.peak_act_bytes;
+        size_t n = 0;
+        for (int r = 0; r < st.workers && n < sizeof busy - 32; r++)
+            n += (size_t)snprintf(busy + n, sizeof busy - n, "%s%.15g", r ? ", " : "[", v[r]);
+        snprintf(busy + n, sizeof busy - n, "]");
+        sp_json_raw(j, k ? "simulated_peak_activation_bytes" : "peak_activation_bytes", busy);
+    }
     sp_exec_stats_free(&st);
 }
