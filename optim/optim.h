@@ -94,6 +94,41 @@ void sp_optim_stage_scalars(sp_optim *o);
 const char *sp_optim_name(const sp_optim *o);
 void sp_optim_free(sp_optim *o);
 
+/* ---- gradient clipping (optim/clip.c) ---------------------------------------------- */
+
+/* torch.nn.utils.clip_grad_norm_(params, max_norm) of PyTorch 1.13 (norm type 2): the
+ * total norm is the 2-norm of the per-tensor 2-norms (each a float32, as torch's), the
+ * coefficient max_norm / (total + 1e-6) in float32, clamped at 1; when it is below 1
+ * every gradient is multiplied by it. Returns the total norm (NaN/inf propagate as in
+ * torch: error_if_nonfinite=False). CPU gradients. */
+double sp_clip_grad_norm(sp_param *const *params, int n, double max_norm);
+/* Its pieces, for a norm whose parts live on several ranks: Σ of the squared per-tensor
+ * norms, the clamped coefficient of a total norm, and the scaling. */
+double sp_grad_sq_norm(sp_param *const *params, int n);
+float sp_clip_coef(double total_norm, double max_norm);
+void sp_grad_scale(sp_param *const *params, int n, float coef);
+/* max_norm > 0: every sp_optim_step clips the gradients of all its parameters first
+ * (sp_optim_step_params does not: its caller clips over the whole gradient, e.g. the
+ * parallel executor); 0: off. CPU parameters only (sp_fail otherwise). */
+void sp_optim_set_clip_grad_norm(sp_optim *o, double max_norm);
+double sp_optim_last_grad_norm(const sp_optim *o);   /* the last sp_optim_step's total norm */
+
+/* The undo of an optimizer step (the post-validated step of the parallel executor):
+ * save copies the parameters' values, their optimizer state and step counts (call it
+ * before their update; several calls append), restore puts them all back, clear forgets
+ * them (the buffers stay for the next step). Zero-initialise; CPU only. */
+typedef struct sp_optim_undo {
+    sp_optim *o;
+    float *buf;
+    size_t used, cap;
+    int *idx, n, cap_idx;
+    long *steps;
+} sp_optim_undo;
+void sp_optim_undo_save(sp_optim_undo *u, sp_optim *o, sp_param *const *params, int k);
+void sp_optim_undo_restore(sp_optim_undo *u);
+void sp_optim_undo_clear(sp_optim_undo *u);
+void sp_optim_undo_free(sp_optim_undo *u);
+
 /* ---- the optimizer object (read-only for users; sgd.c and adam.c fill it) ---------- */
 
 typedef void (*sp_optim_update_fn)(sp_optim *o, int i);   /* update params[i] */
@@ -127,6 +162,8 @@ struct sp_optim {
     void *sc_handle;             /* the backend's pinned + device buffers */
     sp_optim_scalars *sc_host;   /* [nparams] staging (host) */
     const sp_optim_scalars *sc_dev;   /* [nparams] on the device, read by the kernels */
+    double clip;                 /* sp_optim_set_clip_grad_norm: max norm, 0 = off     */
+    double last_norm;            /* the last clipped step's total gradient norm        */
 };
 
 /* Shared constructor: validates params (non-empty, all on one device, no duplicates)

@@ -110,6 +110,7 @@ static void update_one(sp_optim *o, int i)
 
 void sp_optim_step(sp_optim *o)
 {
+    if (o->clip > 0) o->last_norm = sp_clip_grad_norm(o->params, o->nparams, o->clip);
     for (int i = 0; i < o->nparams; i++) update_one(o, i);
 }
 

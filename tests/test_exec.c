@@ -950,3 +950,54 @@ Test(exec, measured_peak_activations_equal_the_simulated_ones, .timeout = 600)
     sp_model_free(m);
     remove(plan);
 }
+
+/* ---- the step's end: --clip-grad-norm across ranks ---------------------------------------- */
+
+/* ddp and gpipe at -np 2 with a clip that triggers every step end with the weights of
+ * the clipped single process (1e-6); post-validation and the plain synchronisation give
+ * bitwise the same weights, post-validation by rolling every step back (the JSON counts
+ * it); a clip that never triggers rolls nothing back and leaves the unclipped weights. */
+Test(exec, clip_grad_norm_across_ranks, .timeout = 300)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[2048];
+    const char *ref = tmp("clip-ref.safetensors"), *plain = tmp("clip-plain.safetensors"),
+               *post = tmp("clip-post.safetensors");
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --clip-grad-norm 0.001 --save %s >/dev/null", bin("demo"), ref);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    const char *schemes[] = {"ddp", "gpipe"};
+    for (int i = 0; i < 2; i++) {
+        for (int pv = 0; pv < 2; pv++) {
+            snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel %s --microbatches %d --clip-grad-norm 0.001 "
+                     "--step-sync %s --save %s", bin("demo"), schemes[i], MICRO, pv ? "post-validate" : "plain",
+                     pv ? post : plain);
+            mpi_run("", "-np 2", cmd, &r);
+            cr_assert_eq(r.status, 0, "%s: status %d\n%s", cmd, r.status, r.err);
+            cr_assert_eq(json_number(r.out, "steps_clipped"), 4, "%s: the clip did not trigger every step: %s", cmd, r.out);
+            cr_assert_eq(json_number(r.out, "clip_rollbacks"), pv ? 4 : 0, "%s: %s", cmd, r.out);
+            bool bit;
+            double d = compare(pv ? post : plain, ref, &bit);
+            cr_assert(d <= 1e-6, "%s vs the clipped single process: max rel %.3g", cmd, d);
+        }
+        bool bit;
+        compare(post, plain, &bit);
+        cr_assert(bit, "%s: post-validated and plain weights differ", schemes[i]);
+    }
+    /* a clip far above the norm: no rollback, the weights of the run without a clip */
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --microbatches %d --save %s", bin("demo"), MICRO, plain);
+    mpi_run("", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 0, "%s\n%s", cmd, r.err);
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --microbatches %d --clip-grad-norm 1e9 --save %s",
+             bin("demo"), MICRO, post);
+    mpi_run("", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 0, "%s\n%s", cmd, r.err);
+    cr_assert_eq(json_number(r.out, "steps_clipped"), 0, "%s", r.out);
+    cr_assert_eq(json_number(r.out, "clip_rollbacks"), 0, "%s", r.out);
+    bool bit;
+    compare(post, plain, &bit);
+    cr_assert(bit, "ddp with a clip that never triggers: weights differ from the run without one");
+    remove(ref);
+    remove(plain);
+    remove(post);
+}

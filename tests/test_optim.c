@@ -393,3 +393,117 @@ BAD_SPEC(warmup_zero, "cosine:10,warmup:0")
 BAD_SPEC(warmup_factor_above_1, "cosine:10,warmup:3:1.5")
 BAD_SPEC(not_warmup, "cosine:10,cosine:5")
 BAD_SPEC(empty, "")
+
+/* ---- gradient clipping (torch.nn.utils.clip_grad_norm_) and the undo of a step ------- */
+
+/* The expected values computed here in double, independently of optim/clip.c: the total
+ * norm sqrt(Σ g²) over every gradient, the coefficient max / (total + 1e-6), the scaled
+ * gradients when it is below 1, the untouched ones (bitwise) when it is not. */
+Test(optim, clip_grad_norm_is_torchs)
+{
+    sp_param *ps[NP];
+    make_set(ps, 11);
+    fill_grads(ps, 0);
+    size_t total_n = 0;
+    for (int i = 0; i < NP; i++) total_n += ps[i]->grad.numel;
+    float *before = malloc(total_n * sizeof *before);
+    double sq = 0;
+    for (int i = 0, at = 0; i < NP; i++)
+        for (size_t k = 0; k < ps[i]->grad.numel; k++, at++) {
+            before[at] = ps[i]->grad.data[k];
+            sq += (double)before[at] * before[at];
+        }
+    double norm = sqrt(sq);   /* ~ sqrt(41542 · 4/3) ≈ 235 */
+    for (int round = 0; round < 2; round++) {
+        double max = round == 0 ? norm / 10 : norm * 2;   /* clips, then does not */
+        double got = sp_clip_grad_norm(ps, NP, max);
+        cr_assert(fabs(got - norm) <= 1e-6 * norm, "total norm %.9g, expected %.9g", got, norm);
+        double coef = max / (norm + 1e-6);
+        for (int i = 0, at = 0; i < NP; i++)
+            for (size_t k = 0; k < ps[i]->grad.numel; k++, at++) {
+                float g = ps[i]->grad.data[k];
+                if (coef < 1) {
+                    double want = before[at] * coef;
+                    cr_assert(fabs(g - want) <= 1e-6 * fabs(want) + 1e-12, "param %d [%zu]: %.9g, expected %.9g", i,
+                              k, g, want);
+                } else {
+                    cr_assert(g == before[at], "param %d [%zu] changed by a clip that does not trigger", i, k);
+                }
+            }
+        if (round == 0) {   /* the clipped gradients' norm is max (to float precision) */
+            double sq2 = 0;
+            for (int i = 0; i < NP; i++)
+                for (size_t k = 0; k < ps[i]->grad.numel; k++) sq2 += (double)ps[i]->grad.data[k] * ps[i]->grad.data[k];
+            cr_assert(fabs(sqrt(sq2) - max) <= 1e-5 * max, "clipped norm %.9g, expected %.9g", sqrt(sq2), max);
+            for (int i = 0, at = 0; i < NP; i++)   /* back to the original gradients for round 1 */
+                for (size_t k = 0; k < ps[i]->grad.numel; k++, at++) ps[i]->grad.data[k] = before[at];
+        }
+    }
+    free(before);
+    for (int i = 0; i < NP; i++) free_param(ps[i]);
+}
+
+/* sp_optim_step with a clip set: plain SGD (lr 1) moves each parameter by −coef·g. */
+Test(optim, step_clips_when_set)
+{
+    sp_param *ps[NP];
+    make_set(ps, 12);
+    fill_grads(ps, 0);
+    double sq = 0;
+    for (int i = 0; i < NP; i++)
+        for (size_t k = 0; k < ps[i]->grad.numel; k++) sq += (double)ps[i]->grad.data[k] * ps[i]->grad.data[k];
+    double norm = sqrt(sq), coef = 1.0 / (norm + 1e-6);
+    float *p0 = malloc(sizeof(float) * 40000), *g0 = malloc(sizeof(float) * 40000);
+    memcpy(p0, ps[0]->value.data, sizeof(float) * 40000);
+    memcpy(g0, ps[0]->grad.data, sizeof(float) * 40000);
+    sp_optim_cfg cfg = sp_optim_cfg_default();
+    cfg.lr = 1.0;
+    sp_optim *o = sp_optim_create("sgd", ps, NP, &cfg);
+    sp_optim_set_clip_grad_norm(o, 1.0);
+    sp_optim_step(o);
+    cr_assert(fabs(sp_optim_last_grad_norm(o) - norm) <= 1e-6 * norm);
+    for (size_t k = 0; k < 40000; k++) {
+        double want = p0[k] - coef * g0[k];
+        cr_assert(fabs(ps[0]->value.data[k] - want) <= 1e-6, "[%zu]: %.9g, expected %.9g", k, ps[0]->value.data[k], want);
+    }
+    sp_optim_free(o);
+    free(p0);
+    free(g0);
+    for (int i = 0; i < NP; i++) free_param(ps[i]);
+}
+
+/* The undo of a step restores values, Adam's moments and its step counts bitwise: a step
+ * redone after the restore equals the step taken once. */
+Test(optim, undo_restores_a_step_bitwise)
+{
+    sp_param *a[NP], *b[NP];
+    make_set(a, 13);
+    make_set(b, 13);
+    sp_optim_cfg cfg = sp_optim_cfg_default();
+    cfg.lr = 0.01;
+    sp_optim *oa = sp_optim_create("adam", a, NP, &cfg), *ob = sp_optim_create("adam", b, NP, &cfg);
+    sp_optim_undo u = {0};
+    for (int step = 0; step < 3; step++) {
+        fill_grads(a, step);
+        fill_grads(b, step);
+        sp_optim_step(oa);
+        sp_optim_undo_clear(&u);
+        sp_optim_undo_save(&u, ob, b, 2);
+        sp_optim_undo_save(&u, ob, b + 2, NP - 2);
+        for (int i = 0; i < NP; i++) sp_grad_scale(&b[i], 1, 3.0f);   /* a wrong step ... */
+        sp_optim_step(ob);
+        cr_assert(memcmp(a[0]->value.data, b[0]->value.data, sizeof(float) * 40000) != 0, "the wrong step changed nothing");
+        sp_optim_undo_restore(&u);   /* ... undone and redone right */
+        fill_grads(b, step);
+        sp_optim_step(ob);
+        for (int i = 0; i < NP; i++)
+            cr_assert(memcmp(a[i]->value.data, b[i]->value.data, sizeof(float) * a[i]->value.numel) == 0,
+                      "step %d param %d differs after the undo", step, i);
+    }
+    cr_assert(memcmp(oa->state[0], ob->state[0], sizeof(float) * 41542) == 0 &&
+              memcmp(oa->state[1], ob->state[1], sizeof(float) * 41542) == 0 && oa->steps[4] == ob->steps[4]);
+    sp_optim_undo_free(&u);
+    sp_optim_free(oa);
+    sp_optim_free(ob);
+    for (int i = 0; i < NP; i++) free_param(a[i]), free_param(b[i]);
+}

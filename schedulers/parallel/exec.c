@@ -70,6 +70,7 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
      * in docs/DISTRIBUTED.md) */
     const char *stepwise = getenv("SCANPROP_EXEC_STEPWISE");
     x->deferred = is_ddp(cfg->scheme) && x->nbuckets > 0 && !(stepwise && !strcmp(stepwise, "1"));
+    if (cfg->clip_grad_norm > 0) x->deferred = false;   /* every update waits for the global norm */
     for (int j = 0; j < x->sched->njobs && !x->tscan; j++)
         if (local(x, j) && x->sched->jobs[j].dir == SP_FWD && x->sched->jobs[j].stage == x->S - 1) x->loss_jobs++;
     for (int s = 0; s < x->S; s++)
@@ -116,6 +117,7 @@ void sp_exec_free(sp_exec *x)
     free(x->ev);
     free(x->meas);
     sp_exec_mem_free(x);
+    sp_exec_clip_free(x);
     free(x->st);
     sp_sim_free(&x->sim);
     sp_schedule_free(x->sched);
@@ -244,7 +246,12 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
      * its bucket's update first (cross-step overlap). */
     sp_exec_close_buckets(x);
     sp_wait_all(x->sends, x->nsends);
-    sp_exec_update_owners(x);
+    if (x->cfg.clip_grad_norm > 0) {
+        if (!x->loss_started) start_loss(x);   /* the world's collectives start in one order on every rank */
+        sp_exec_clip_update(x);
+    } else {
+        sp_exec_update_owners(x);
+    }
     /* The batch's loss (started after the rank's last loss, or now). */
     sp_comm_set_label("loss allreduce");
     if (!x->loss_started) start_loss(x);

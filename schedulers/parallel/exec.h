@@ -61,6 +61,11 @@ typedef struct sp_exec_cfg {
     int k;                     /* ddp-ooo: ooo's reverse first-k order of the weight
                                   gradients over the first k parameterised layers; k <= 0:
                                   half of them                                           */
+    double clip_grad_norm;     /* > 0: clip the global gradient norm before the updates
+                                  (torch.nn.utils.clip_grad_norm_ over every stage)       */
+    bool post_validate;        /* with a clip: each rank updates before the global norm
+                                  arrives and rolls the update back when the clip scales
+                                  it (exec_clip.c); false: the updates wait for the norm  */
 } sp_exec_cfg;
 
 typedef struct sp_exec sp_exec;
@@ -108,6 +113,14 @@ typedef struct sp_exec_stats {
 } sp_exec_stats;
 void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st);
 void sp_exec_stats_free(sp_exec_stats *st);
+
+/* --clip-grad-norm (exec_clip.c): steps whose global norm clipped, post-validated updates
+ * rolled back and redone, the last step's global norm, seconds waited for the norm. */
+typedef struct sp_exec_clip {
+    long steps_clipped, rollbacks;
+    double last_norm, wait_s;
+} sp_exec_clip;
+void sp_exec_clip_stats(const sp_exec *x, sp_exec_clip *out);
 
 /* --parallel scan --plan: the cross-rank scan's segments, its ⌈log₂ W⌉ levels (which
  * rank sends which T to which, sizes and FLOPs per level) and the hand-off. Returns the

@@ -7,6 +7,7 @@
  *   exec_sync.c    who holds which weights; gradient buckets, their collectives, the updates
  *   exec_scan.c    BPPSA across ranks (--parallel scan), over layers or over time steps
  *   exec_report.c  trace events, statistics, and the --exec-order / --trace / --costs-out files
+ *   exec_clip.c    --clip-grad-norm: the global norm, plain or post-validated updates
  *   exec_memory.c  the activation bytes each rank holds (its peak: the JSON's peak_activation_bytes)
  */
 #ifndef SP_EXEC_INTERNAL_H
@@ -117,6 +118,11 @@ struct sp_exec {
     double *act_held;        /* [s·B + b]                                              */
     int *bwd_left;           /* [s·B + b]: backward jobs of (s, b) still to run        */
     double act_live, act_peak;   /* held now; the largest since sp_exec_new           */
+    /* --clip-grad-norm (exec_clip.c) */
+    bool *counted;           /* [S]: this rank adds stage s to the global norm        */
+    sp_optim_undo undo;      /* post-validation: the eager update's undo               */
+    long clips, rollbacks;
+    double last_norm, clip_wait_s;
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -176,6 +182,11 @@ void sp_exec_mem_begin_step(sp_exec *x);
 void sp_exec_mem_forward(sp_exec *x, int s, int b, const sp_node *n);   /* F(s, b) ran: n */
 void sp_exec_mem_backward(sp_exec *x, int s, int b);                    /* a backward job ran */
 void sp_exec_mem_free(sp_exec *x);
+
+/* ---- the step's end under a gradient-norm clip (exec_clip.c) ---------------------------- */
+
+void sp_exec_clip_update(sp_exec *x);   /* instead of sp_exec_update_owners */
+void sp_exec_clip_free(sp_exec *x);
 
 /* ---- BPPSA across ranks (exec_scan.c) --------------------------------------------------- */
 

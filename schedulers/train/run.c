@@ -30,7 +30,7 @@ void sp_run_defaults(sp_run_opts *o)
         .optim = "sgd", .backward = SP_ENGINE_DEFAULT, .lr_schedule = "constant", .epochs = 1, .batch = 64,
         .threads = 2, .lr = 0.01, .momentum = 0.9f, .seed = 1, .scan_levels = eo.scan_levels, .order = eo.order,
         .k = eo.k, .scan_levels_arg = "full", .device = "cpu", .partition = "cost", .bucket_mb = 25, .comm_timeout = 60,
-        .prune_scope = "global", .lanes = "auto",
+        .prune_scope = "global", .lanes = "auto", .step_sync = "post-validate",
     };
 }
 
@@ -64,6 +64,9 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
          .needs = "optim=sgd,!eval-only", .scope = SP_SCOPE_RUN},
         {"weight-decay", SP_FLAG_DOUBLE, &o->weight_decay, "L2 weight decay (decoupled with adamw)",
          .group = G_TRAIN, .meta = "X", .range = "0..", .needs = "!eval-only", .scope = SP_SCOPE_RUN},
+        {"clip-grad-norm", SP_FLAG_DOUBLE, &o->clip_grad_norm, "clip the gradients' total 2-norm to X before "
+         "each update, as torch.nn.utils.clip_grad_norm_ (0 = off; cpu)", .group = G_TRAIN, .meta = "X",
+         .range = "0..", .needs = "!eval-only", .scope = SP_SCOPE_RUN},
         {"seed", SP_FLAG_U64, &o->seed, "random seed (init, shuffling, synthetic data)", .group = G_TRAIN,
          .scope = SP_SCOPE_RUN},
         {"threads", SP_FLAG_INT, &o->threads, "threads for everything, OpenBLAS included", .group = G_TRAIN,
@@ -143,6 +146,9 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
          .scope = SP_SCOPE_RUN},
         {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs this run measured (for build/schedule --profile)",
          .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"step-sync", SP_FLAG_STR, &o->step_sync, "the global gradient norm before the update: step eagerly and "
+         "roll back when the clip triggers (zero-bubble's post-validation), or wait for it", .group = G_PAR,
+         .choices = "post-validate|plain", .needs = "parallel,clip-grad-norm", .scope = SP_SCOPE_RUN},
         {"exec-order", SP_FLAG_STR, &o->exec_order, "write each rank's executed job order", .group = G_PAR,
          .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {0},
@@ -333,6 +339,7 @@ void sp_run_use_device(const sp_run_opts *o, sp_model *m)
         sp_fail("--device cuda needs --backward %s (the %s engine runs on the CPU)",
                 sp_engine_names_with(SP_ENGINE_DEVICE, names, sizeof names), o->backward);
     if (o->parallel) sp_fail("--device cuda with --parallel %s: the parallel schedules run on the CPU", o->parallel);
+    if (o->clip_grad_norm > 0) sp_fail("--device cuda with --clip-grad-norm: the clip reads the gradients on the CPU");
     if (o->resume || o->save_every > 0)
         sp_fail("--device cuda with --%s: resumable checkpoints are written during training from host tensors "
                 "(expected --save, which saves at the end)", o->resume ? "resume" : "save-every");
@@ -471,7 +478,9 @@ static struct sp_exec *exec_new(const char *app, const sp_run_opts *o, sp_model 
                      .order_out = o->exec_order,
                      .trace_path = o->trace,
                      .ooo = (sp_engine_caps(o->backward) & SP_ENGINE_REORDERS_DW) != 0,
-                     .k = o->k};
+                     .k = o->k,
+                     .clip_grad_norm = o->clip_grad_norm,
+                     .post_validate = strcmp(o->step_sync, "plain") != 0};
     struct sp_exec *x = sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
     /* Not started by mpirun: one process is the only rank. It runs (a schedule's numbers
      * and files on one worker are worth having), but says so. */
@@ -518,6 +527,7 @@ static void open_session(sp_run_session *s, const char *app, const sp_run_opts *
     cfg.momentum = o->momentum;
     cfg.weight_decay = o->weight_decay;
     s->optim = sp_optim_create(o->optim, m->params, m->nparams, &cfg);
+    sp_optim_set_clip_grad_norm(s->optim, o->clip_grad_norm);   /* sp_optim_step clips; the executor its own way */
     s->exec = exec_new(app, o, m, s->optim, train, test, x1->ndim - 1, x1->shape + 1);
 }
 
@@ -654,7 +664,8 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
         sp_run_close(&s, NULL);
         return (sp_train_result){0};
     }
-    if (!s.exec && (s.engine->caps & SP_ENGINE_LAYER_UPDATES)) {   /* U_i as the engine's tasks (ooo: sub lane) */
+    /* (not with a clip: every update waits for the whole gradient's norm) */
+    if (!s.exec && (s.engine->caps & SP_ENGINE_LAYER_UPDATES) && !(o->clip_grad_norm > 0)) {   /* U_i as the engine's tasks (ooo: sub lane) */
         s.engine->opts.update = update_layer;
         s.engine->opts.update_ctx = s.optim;
     }

@@ -72,6 +72,10 @@ typedef struct sp_run_opts {
     const char *parallel, *partition, *costs_out, *costs, *exec_order;
     int microbatches, groups;
     double bucket_mb, comm_timeout;
+    /* the step's end: gradient-norm clip (0 = off) and, under --parallel, how the ranks
+     * agree on the global norm: "post-validate" (step, roll back if it clips) | "plain" */
+    double clip_grad_norm;
+    const char *step_sync;
 } sp_run_opts;
 
 /* Defaults shared by all apps; each app then overrides what it needs (lr, batch…). */

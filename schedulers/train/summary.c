@@ -156,6 +156,10 @@ void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_re
     sp_json_num(j, "backward_ms", r->backward_ms);
     sp_json_num(j, "step_ms", r->step_ms);
     sp_json_num(j, "last_loss", r->last_loss);
+    if (o->clip_grad_norm > 0) {   /* the executor reports its own global norm (sp_run_summary_exec) */
+        sp_json_num(j, "clip_grad_norm", o->clip_grad_norm);
+        if (!s->exec) sp_json_num(j, "grad_norm", sp_optim_last_grad_norm(s->optim));
+    }
 }
 
 void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
@@ -194,4 +198,13 @@ void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
         sp_json_raw(j, k ? "simulated_peak_activation_bytes" : "peak_activation_bytes", busy);
     }
     sp_exec_stats_free(&st);
+    if (s->o->clip_grad_norm > 0) {
+        sp_exec_clip c;
+        sp_exec_clip_stats(x, &c);
+        sp_json_str(j, "step_sync", s->o->step_sync);
+        sp_json_int(j, "steps_clipped", c.steps_clipped);
+        sp_json_int(j, "clip_rollbacks", c.rollbacks);
+        sp_json_num(j, "grad_norm", c.last_norm);
+        sp_json_num(j, "clip_wait_ms", 1e3 * c.wait_s / (st.steps > 0 ? (double)st.steps : 1.0));
+    }
 }
