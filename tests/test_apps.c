@@ -240,6 +240,7 @@ static void make_images(int per_class)
         {NULL, "--optim " OTHER, EFFECT, NULL}, {SGD, "--momentum 0.5", EFFECT, NULL},                            \
         {"--optim adam", "--momentum 0.5", REFUSED, "--momentum needs --optim sgd"},                              \
         {NULL, "--weight-decay 0.5", EFFECT, NULL}, {NULL, "--seed 7", EFFECT, NULL},                            \
+        {NULL, "--clip-grad-norm 0.001", EFFECT, NULL},                                                           \
         {NULL, "--threads 2", EFFECT, NULL}, {NULL, "--quiet", QUIET, NULL},                                      \
         {NULL, "--device cuda", REFUSED, "no CUDA backend"}
 
@@ -286,6 +287,9 @@ static void make_images(int per_class)
         {NULL, "--partition layerpipe", REFUSED, "--partition needs --parallel"},                            \
         {NULL, "--bucket-mb 1", REFUSED, "--bucket-mb needs --parallel"},                                    \
         {NULL, "--comm-timeout 5", REFUSED, "--comm-timeout needs --parallel"},                              \
+        {NULL, "--step-sync plain", REFUSED, "--step-sync needs --parallel"},                                \
+        {"--parallel ddp", "--step-sync plain", REFUSED, "--step-sync needs --clip-grad-norm"},              \
+        {"--parallel ddp --clip-grad-norm 0.001", "--step-sync plain", STDOUT_HAS, "\"step_sync\": \"plain\""},   \
         {"--parallel gpipe --batch 2", "--costs %T/none.csv", REFUSED, "none.csv"},                                    \
         {"--parallel gpipe --batch 2", "--costs-out %T/costs.csv", FILE_MADE, "%T/costs.csv"},                         \
         {"--parallel ddp", "--exec-order %T/order.txt", FILE_MADE, "%T/order.txt"},                          \
@@ -416,6 +420,7 @@ Test(walk, demo)
         {NULL, "--momentum 0.5", EFFECT, NULL},
         {"--optim adam", "--momentum 0.5", REFUSED, "--momentum needs --optim sgd"},
         {NULL, "--weight-decay 0.5", EFFECT, NULL},
+        {NULL, "--clip-grad-norm 0.001", EFFECT, NULL},
         {NULL, "--seed 7", EFFECT, NULL},
         {NULL, "--threads 2", EFFECT, NULL},
         {NULL, "--quiet", QUIET, NULL},
