@@ -12,6 +12,9 @@
 #        bench/distributed.sh overlap [runs]       DDP's waiting: updates at the step's end
 #            or in the next forward, ddp or ddp-ooo (docs/DISTRIBUTED.md §2);
 #            the variants interleaved, `runs` times (default 5)
+#        bench/distributed.sh stepsync [runs]      --clip-grad-norm's global norm: --step-sync
+#            plain or post-validate, with a clip that never triggers and one that always
+#            does, ddp and gpipe at 2 ranks, interleaved, `runs` times (default 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -24,6 +27,23 @@ if [ "${1:-}" = overlap ]; then
         c=$(SCANPROP_EXEC_STEPWISE=$sw mpirun --oversubscribe --bind-to none -np 2 build/demo $F --parallel $scheme \
             --trace "$tmp/t.json" | tail -1 | python3 -c "import json,sys; print(json.load(sys.stdin)['comm_ms'])")
         echo "run $run, stepwise=$sw, $scheme: comm_ms $c; $(bench/ddp_overlap.py "$tmp/t.json" | sed 's/^[^:]*: //')"
+      done
+    done
+  done
+  exit 0
+fi
+if [ "${1:-}" = stepsync ]; then
+  F="--layers 8 --width 512 --steps 20 --batch 256 --threads 1 --quiet --microbatches 4"
+  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  for run in $(seq "${2:-3}"); do
+    for scheme in ddp gpipe; do
+      for clip in 1e9 1e-3; do
+        for sync in plain post-validate; do
+          mpirun --oversubscribe --bind-to none -np 2 build/demo $F --parallel $scheme --clip-grad-norm $clip \
+              --step-sync $sync | tail -1 | python3 -c "import json,sys; d=json.load(sys.stdin); print('run $run, \
+$scheme, clip $clip, $sync: step_mean_ms %.3f, clip_wait_ms %.3f, rollbacks %d' % (d['step_mean_ms'], \
+d['clip_wait_ms'], d['clip_rollbacks']))"
+        done
       done
     done
   done

@@ -709,3 +709,43 @@ Test(errors, costs_for_other_stage_count, .exit_code = 2, .init = tu_capture_std
     sp_sched_config sc = {.stages = 4, .micro = 2, .split = -1};
     sp_schedule_new(sp_scheme_find("ddp"), &sc, c);
 }
+
+/* ---- memory over time (sim_memory.c) --------------------------------------------------- */
+
+/* Each worker's series starts at 0 at time 0, is a step function in time order, ends
+ * with nothing held, and its largest value is the worker's peak; with one byte per
+ * activation the byte peak is the count. 1F1B: worker w holds W − w micro-batches. fsdp
+ * fetches weights only on the worker that computes away from them, one stage at a time. */
+Test(memory, series_and_peaks)
+{
+    const char *schemes[] = {"1f1b", "fsdp", "gpipe"};
+    for (int k = 0; k < 3; k++) {
+        sp_costs *c = sp_costs_uniform(4, 1, 1, 1);
+        for (int s = 0; s < 4; s++) c->act_bytes[s] = 1, c->param_bytes[s] = 10;
+        sp_sched_config sc = {.stages = 4, .micro = 8, .workers = k == 1 ? 2 : 4, .split = 1};
+        sp_schedule *s = sp_schedule_new(sp_scheme_find(schemes[k]), &sc, c);
+        sp_sim r;
+        sp_simulate(s, c, &r);
+        for (int w = 0; w < s->workers; w++) {
+            const sp_worker_stats *ws = &r.worker[w];
+            int a = r.mem_off[w], b = r.mem_off[w + 1];
+            cr_assert(b > a + 1, "%s w%d: no series", schemes[k], w);
+            cr_assert(r.mem_time[a] == 0 && r.mem_act[b - 1] == 0 && r.mem_wgt[b - 1] == 0, "%s w%d", schemes[k], w);
+            double top = 0, topw = 0;
+            for (int i = a; i < b; i++) {
+                if (i > a) cr_assert(r.mem_time[i] > r.mem_time[i - 1], "%s w%d: series not in time order", schemes[k], w);
+                top = fmax(top, r.mem_act[i]);
+                topw = fmax(topw, r.mem_act[i] + r.mem_wgt[i]);
+            }
+            cr_assert_eq(top, ws->peak_act_bytes, "%s w%d: series peak %g, peak %g", schemes[k], w, top, ws->peak_act_bytes);
+            cr_assert_eq(topw, ws->peak_mem_bytes, "%s w%d", schemes[k], w);
+            cr_assert_eq(ws->peak_act_bytes, ws->peak_act, "%s w%d", schemes[k], w);
+            if (k == 0) cr_assert_eq(ws->peak_act, 4 - w, "1f1b w%d: %d in flight", w, ws->peak_act);
+            if (k == 1) cr_assert_eq(ws->peak_weight_bytes, ws->weight_recv ? 10 : 0, "fsdp w%d", w);
+            else cr_assert_eq(ws->peak_weight_bytes, 0, "%s w%d", schemes[k], w);
+        }
+        sp_sim_free(&r);
+        sp_schedule_free(s);
+        sp_costs_free(c);
+    }
+}
