@@ -264,13 +264,12 @@ $(BUILD)/opprof: $(BUILD)/obj/bench/opprof.c.o $(LIB)
 # presets come from the native apps and site/ooo_export.c (scripts/site_data.sh).
 EMCC      ?= emcc
 SITE      := $(BUILD)/site
-comma     := ,
 SITE_ACT  := $(sort $(wildcard schedulers/parallel/actions*.c schedulers/parallel/pp_*.c schedulers/parallel/sched_actions*.c))
 SITE_C    := core/error.c core/io/fileio.c \
              $(addprefix schedulers/parallel/,schedule.c simulate.c schedule_costs.c layerpipe.c diagram.c sim_report.c) \
              schedulers/backward/scan.c $(SITE_ACT) site/wasm_api.c
-SITE_DEFS := $(if $(wildcard schedulers/parallel/actions.c),-DSITE_HAVE_ACTIONS)
-SITE_EXP  := _site_schemes,_site_simulate,_site_scan_plan$(if $(SITE_DEFS),$(comma)_site_actions)
+SITE_DEFS := $(if $(wildcard schedulers/parallel/sched_actions.c),-DSITE_HAVE_ACTIONS)
+SITE_EXP  := _site_schemes,_site_simulate,_site_scan_plan
 # One file, the .wasm inlined: no fetch of a second file (node, file:// and any host).
 SITE_EMFLAGS := -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(if $(filter 1,$(WERROR)),-Werror) -I. $(SITE_DEFS) -sEXPORTED_FUNCTIONS=$(SITE_EXP) \
              -sEXPORTED_RUNTIME_METHODS=ccall -sALLOW_MEMORY_GROWTH=1 -sSINGLE_FILE=1 -sENVIRONMENT=web,node

@@ -57,6 +57,12 @@ def schedule_argv(c):
         a.append("--no-split")
     if c.get("no_input_grad"):
         a.append("--no-input-grad")
+    if c.get("chunks"):
+        a += ["--chunks", str(c["chunks"])]
+    if c.get("mem_limit"):
+        a += ["--mem-limit", fmt(c["mem_limit"])]
+    if c["scheme"] == "custom":
+        a += ["--actions", c["actions_file"]]
     return a
 
 
@@ -83,6 +89,12 @@ def unit_configs(schemes):
     for name in schemes:    # every scheme, the ones added later included
         for costs in ("uniform", "lenet"):
             cs.append(dict(scheme=name, stages=4, micro=8, costs=costs))
+            if name == "custom":
+                cs[-1].update(stages=4, micro=2, actions=CSV)
+    if "interleaved-1f1b" in schemes:
+        cs.append(dict(scheme="interleaved-1f1b", stages=8, micro=8, workers=4, chunks=2))
+    if "zb-auto" in schemes:
+        cs.append(dict(scheme="zb-auto", stages=4, micro=8, mem_limit=3))
     return cs
 
 
@@ -94,6 +106,11 @@ def check_wasm(schemes):
     cs = unit_configs(schemes)
     for c in cs:
         c["profile"] = open("site/profiles/%s.csv" % c["costs"]).read() if c.get("costs", "uniform") != "uniform" else ""
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        f.write(CSV)
+    for c in cs:
+        if c["scheme"] == "custom":
+            c["actions_file"] = f.name
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cs, f)
     p = subprocess.run([node, "--no-experimental-fetch", "scripts/site_wasm_check.js",
@@ -111,6 +128,9 @@ def check_wasm(schemes):
             if bad <= 5:
                 fail("wasm vs native differ for %s:\n  wasm   %s\n  native %s" % (" ".join(schedule_argv(c)),
                                                                                 a.get("report", a), native))
+    for c in cs:
+        if c.get("actions_file") and os.path.exists(c["actions_file"]):
+            os.unlink(c["actions_file"])
     print("wasm: %d configurations, %d differ from build/schedule" % (len(cs), bad))
 
 
@@ -155,12 +175,18 @@ PIPELINE_CASES = [
 ]
 
 
-def page_case(c):
+def page_case(c, actions):
     """The page's control values for a case (every control set, so cases do not leak)."""
     d = dict(costs="uniform", workers=0, groups=0, per_group=0, split=-1, no_input_grad=False, fwd=1, delta=0.5,
              grad=0.5)
+    if actions:   # the action-list schedules' controls exist
+        d.update(chunks=0, mem_limit=0)
     d.update(c)
     return d
+
+
+# Two ranks, chunk c on rank c, two micro-batches, I and W apart (PyTorch's CSV form).
+CSV = "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1W0,1F1,1I1,1W1\n"
 
 
 def check_page(schemes):
@@ -183,8 +209,13 @@ def check_page(schemes):
             except OSError:
                 time.sleep(0.1)
         base = "http://127.0.0.1:%d/index.html" % port
-        cases = [page_case(c) for c in PIPELINE_CASES] + \
-                [page_case(dict(scheme=s, stages=4, micro=8)) for s in schemes]
+        actions = "custom" in schemes
+        cases = [page_case(c, actions) for c in PIPELINE_CASES] + \
+                [page_case(dict(scheme=s, stages=4, micro=8), actions) for s in schemes if s != "custom"]
+        if actions:
+            cases += [page_case(dict(scheme="interleaved-1f1b", stages=8, micro=8, chunks=2, workers=4), True),
+                      page_case(dict(scheme="zb-h1", stages=4, micro=8, fwd=1, delta=1, grad=1), True)]
+            cases = [c for c in cases if c["scheme"] in schemes]
         links, full = {}, {}
         for layers in (2, 4, 6):
             plan = run_json([os.path.join(BUILD, "demo"), "--layers", str(layers), "--backward", "bppsa", "--plan",
@@ -192,7 +223,8 @@ def check_page(schemes):
             links[layers], full[layers] = plan["links"], plan["full_levels"]
         bp = [dict(source="chain", n=links[L], k=k) for L in (2, 4, 6) for k in range(0, full[L] + 1)]
         bp += [dict(source="lenet", k=k) for k in range(0, 4)] + [dict(source="rnn", k=k) for k in (0, 3, 6)]
-        spec = dict(pipelines=cases, bppsa=bp, ooo=["lenet", "rnn"])
+        csv_set = page_case(dict(scheme="gpipe", stages=4, micro=8, fwd=1, delta=0.5, grad=0.5), actions)
+        spec = dict(pipelines=cases, bppsa=bp, ooo=["lenet", "rnn"], csv=dict(set=csv_set, text=CSV))
         dom = browse(exe, base + "?selftest=" + urllib.parse.quote(json.dumps(spec)), ["--dump-dom"], log)
         start = dom.find('<pre id="selftest-result"')
         if start < 0 or 'data-selftest="done"' not in dom:
@@ -257,10 +289,19 @@ def check_csv(res):
     if not c["actions"]:
         print("SKIP (scheme not built): action-list CSV import — the page says: " + c["status"])
         return
-    if not c["status"].startswith("imported") or not c["shown"] or float(c["shown"]["latency"]) <= 0:
-        fail("action CSV import: " + c["status"])
-    else:
-        print("page: action CSV imported: " + c["status"])
+    if not c["status"].startswith("imported") or c["error"]:
+        fail("action CSV import: %s %s" % (c["status"], c["error"]))
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        f.write(CSV)
+    cfg = dict(c["set"], scheme="custom", actions_file=f.name)
+    native = run_json(schedule_argv(cfg))
+    os.unlink(f.name)
+    for key in ("latency", "utilization", "workers", "peak_activation_bytes_max"):
+        if not close(c["shown"][key], native[key]):
+            fail("action CSV: the page shows %s = %s, build/schedule --scheme custom %s" % (key, c["shown"][key],
+                                                                                         native[key]))
+    print("page: action CSV imported (%s) matches build/schedule --scheme custom" % c["status"])
 
 
 def check_bppsa(res, links):

@@ -62,17 +62,12 @@ function bindApi() {
   api.schemes = function () { return JSON.parse(Module.ccall('site_schemes', 'string', [], [])); };
   api.simulate = function (c) {
     return JSON.parse(Module.ccall('site_simulate', 'string',
-      ['string', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'string'],
+      ['string', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'string',
+       'number', 'number', 'string'],
       [c.scheme, c.stages, c.micro, c.workers, c.groups, c.per_group, c.split, c.no_input_grad ? 1 : 0,
-       c.fwd, c.delta, c.grad, c.profile || '']));
+       c.fwd, c.delta, c.grad, c.profile || '', c.chunks || 0, c.mem_limit || 0, c.actions || '']));
   };
   api.scan = function (n, k) { return JSON.parse(Module.ccall('site_scan_plan', 'string', ['number', 'number'], [n, k])); };
-  api.actions = function (csv) {
-    return JSON.parse(Module.ccall('site_actions', 'string',
-      ['string', 'string', 'number', 'number', 'number', 'number', 'number', 'number', 'number'],
-      [csv, '', 0, 0, 0, +document.getElementById('csv-f').value, +document.getElementById('csv-i').value,
-       +document.getElementById('csv-w').value, +document.getElementById('csv-transfer').value]));
-  };
 }
 
 /* ---- Pipelines ------------------------------------------------------------------------ */
@@ -98,13 +93,19 @@ function panelControls(idx, host) {
     p[name] = input;
     return input;
   }
-  var opts = schemes.schemes.map(function (s) { return '<option value="' + s.name + '">' + s.name + '</option>'; }).join('');
+  var opts = schemes.schemes.concat(schemes.pp).map(function (s) {
+    return '<option value="' + s.name + '" title="' + s.summary.replace(/"/g, '&quot;') + '">' + s.name + '</option>';
+  }).join('');
   control('scheme', 'scheme', '<select>' + opts + '</select>').value = idx === 0 ? 'gpipe' : '1f1b';
   control('stages', 'stages', '<input type="range" min="1" max="16" value="4"><output>4</output>');
   control('micro', 'micro-batches', '<input type="range" min="1" max="32" value="8"><output>8</output>');
   control('workers', 'workers (0: default)', '<input type="number" min="0" max="64" value="0">');
   control('groups', 'groups (lpp)', '<input type="number" min="0" max="16" value="0">');
   control('per_group', 'per group (lpp)', '<input type="number" min="0" max="16" value="0">');
+  if (schemes.actions) {
+    control('chunks', 'chunks per rank (0: default)', '<input type="number" min="0" max="8" value="0">');
+    control('mem_limit', 'memory limit (zb-auto)', '<input type="number" min="0" step="1" value="0">');
+  }
   control('split', 'backward', '<select><option value="-1">scheme default</option><option value="0">whole</option>' +
           '<option value="1">split δ / G</option></select>');
   control('no_input_grad', 'stage 0 no δ', '<input type="checkbox">');
@@ -127,6 +128,8 @@ function config(p) {
     groups: +p.groups.value, per_group: +p.per_group.value, split: +p.split.value,
     no_input_grad: p.no_input_grad.checked, fwd: +p.fwd.value, delta: +p.delta.value, grad: +p.grad.value,
     preset: cst === 'uniform' ? null : cst, profile: cst === 'uniform' ? '' : profiles[cst],
+    chunks: p.chunks ? +p.chunks.value : 0, mem_limit: p.mem_limit ? +p.mem_limit.value : 0,
+    actions: p.scheme.value === 'custom' ? document.getElementById('csv-text').value : '',
   };
 }
 
@@ -140,6 +143,9 @@ function command(c) {
   if (c.split === 1) a.push('--split');
   if (c.split === 0) a.push('--no-split');
   if (c.no_input_grad) a.push('--no-input-grad');
+  if (c.chunks) a.push('--chunks', c.chunks);
+  if (c.mem_limit) a.push('--mem-limit', c.mem_limit);
+  if (c.scheme === 'custom') a.push('--actions', 'FILE.csv');
   var run = c.preset ? '\n# a real run of the same schedule:\nmpirun -np W build/' + (c.preset === 'mlp' ? 'demo' : c.preset) +
     ' --parallel ' + c.scheme + ' --microbatches ' + c.micro : '';
   return a.join(' ') + run;
@@ -235,23 +241,22 @@ function update() {
   });
 }
 
+/* The CSV goes to the C side as scheme "custom" of panel A: the same reader, checks and
+ * simulator as build/schedule --scheme custom --actions FILE.csv. */
 function importCsv() {
   var out = document.getElementById('csv-result');
   out.innerHTML = '';
   if (!schemes.actions) {
     h('p', {'class': 'refusal', id: 'csv-status'}, out,
-      'This build has no action-list schedules yet (schedulers/parallel/actions.c): nothing to simulate the CSV with.');
+      'This build has no action-list schedules yet (schedulers/parallel/sched_actions.c): nothing to simulate the CSV with.');
     return;
   }
-  var r = api.actions(document.getElementById('csv-text').value);
-  if (!r.ok) { h('p', {'class': 'refusal', id: 'csv-status'}, out, 'refused: ' + r.error); return; }
-  h('p', {id: 'csv-status'}, out, 'imported: ' + r.ranks + ' ranks, ' + r.chunks + ' chunks, ' + r.microbatches + ' micro-batches');
-  var dl = h('dl', {'class': 'figures', id: 'csv-figures'}, out);
-  figure(dl, 'latency', 'latency', r.latency);
-  figure(dl, 'bubble', 'bubble fraction', r.bubble);
-  figure(dl, 'peak_act', 'peak activations per rank', r.peak_act.join(', '));
-  var pre = h('pre', {'class': 'table'}, out);
-  pre.textContent = r.actions.map(function (a) { return 'rank ' + a[0] + ' ' + a[1] + ' ' + fmt(a[2]) + ' → ' + fmt(a[3]); }).join('\n');
+  setControl('p0-scheme', 'custom');
+  var p = panels[0];
+  if (!p.res.ok) { h('p', {'class': 'refusal', id: 'csv-status'}, out, 'refused: ' + p.res.error); return; }
+  var r = p.res.report;
+  h('p', {id: 'csv-status'}, out, 'imported into scheme A: ' + r.workers + ' ranks, ' + r.microbatches +
+    ' micro-batches, latency ' + fmt(r.latency));
 }
 
 /* ---- BPPSA ---------------------------------------------------------------------------- */
@@ -451,6 +456,7 @@ function start() {
  * native programs. cases: {pipelines:[{control: value}], bppsa:[{source,n,k}], ooo:[model]} */
 function setControl(id, value) {
   var e = document.getElementById(id);
+  if (!e) { reportError('selftest: no control ' + id); return; }
   if (e.type === 'checkbox') e.checked = !!value; else e.value = String(value);
   e.dispatchEvent(new Event('input', {bubbles: true}));
   e.dispatchEvent(new Event('change', {bubbles: true}));
@@ -472,11 +478,17 @@ function selftest(cases) {
         error: p.error.textContent, boxes: p.svgbox.querySelectorAll('g.job').length});
     });
   });
-  chain = chain.then(function () {
+  chain = chain.then(function () {   /* the CSV import, through panel A's controls */
+    show('pipelines');
+    var c = cases.csv || {};
+    Object.keys(c.set || {}).forEach(function (k) { setControl('p0-' + k, c.set[k]); });
     document.getElementById('import').open = true;
-    importCsv();
-    var st = document.getElementById('csv-status'), f = document.getElementById('csv-figures');
-    out.csv = {status: st ? st.textContent : '', shown: f ? readFigures(f) : null, actions: schemes.actions};
+    if (c.text) document.getElementById('csv-text').value = c.text;
+    document.getElementById('csv-run').click();
+    var st = document.getElementById('csv-status'), p = panels[0];
+    out.csv = {status: st ? st.textContent : '', actions: schemes.actions, set: c.set || {},
+      shown: schemes.actions ? readFigures(p.figures) : null, command: p.cmd.textContent.split('\n')[0],
+      error: p.error.textContent};
   });
   (cases.bppsa || []).forEach(function (c) {
     chain = chain.then(function () {

@@ -7,10 +7,13 @@
  *   site_simulate(...)        a schedule and its simulation: "report" is the JSON line
  *                             `build/schedule` prints for the same flags, then the jobs
  *                             (worker, stage, micro, dir, start, finish), the messages
- *                             between workers, and each worker's activation bytes over time
+ *                             between workers, and each worker's activation bytes over time.
+ *                             With the action-list schedules built in (SITE_HAVE_ACTIONS:
+ *                             schedulers/parallel/actions.h, sched_actions.c), their
+ *                             generators (zb-h1, interleaved-1f1b, ...) and "custom", a
+ *                             PyTorch-format action CSV, go through the same path as
+ *                             build/schedule's --scheme, --chunks, --mem-limit, --actions
  *   site_scan_plan(n, K)      BPPSA's scan plan of a chain of n links with K up-sweep levels
- *   site_actions(csv, ...)    a PyTorch-format action CSV, simulated (when the action-list
- *                             schedules are built in: SITE_HAVE_ACTIONS)
  *
  * A refusal (sp_fail inside the library) comes back as {"ok":false,"error":"..."}: the
  * library's checks run under sp_try, so a bad configuration never ends the module. */
@@ -90,9 +93,13 @@ SITE_API const char *site_schemes(void)
     fprintf(o.f, "],\"pp\":[");
 #ifdef SITE_HAVE_ACTIONS
     for (int i = 0; i < sp_pp_count(); i++) {
-        if (i) fputc(',', o.f);
+        fprintf(o.f, "{\"name\":");
         json_str(o.f, sp_pp_at(i)->name);
+        fprintf(o.f, ",\"summary\":");
+        json_str(o.f, sp_pp_at(i)->summary);
+        fprintf(o.f, ",\"chunks\":%d},", sp_pp_at(i)->default_chunks_per_rank);
     }
+    fprintf(o.f, "{\"name\":\"custom\",\"summary\":\"per-rank action lists from a CSV\",\"chunks\":1}");
 #endif
     fprintf(o.f, "],\"actions\":%s}",
 #ifdef SITE_HAVE_ACTIONS
@@ -107,31 +114,92 @@ SITE_API const char *site_schemes(void)
 /* ---- a schedule and its simulation ---------------------------------------------------- */
 
 typedef struct sim_args {
-    const char *scheme, *profile;
+    const char *scheme, *profile, *actions_csv;
     sp_sched_config cfg;
-    double fwd, delta, grad;
+    double fwd, delta, grad, mem_limit;
+    int chunks;
     sp_costs *c;
     sp_schedule *s;
     sp_sim r;
     bool have_sim;
 } sim_args;
 
+/* The page's text goes to an in-memory file read by the same reader as the flag's. */
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) sp_fail("%s: cannot write the in-memory file", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+#ifdef SITE_HAVE_ACTIONS
+/* build/schedule's make_actions (apps/schedule.c): a generator's list with the per-chunk
+ * costs of the balanced partition (ranks: the workers, or the stages over the chunks per
+ * rank), or the CSV of "custom". */
+static sp_actions *make_actions(sim_args *x)
+{
+    sp_actions *a = NULL;
+    const sp_costs *c = x->c;
+    if (!strcmp(x->scheme, "custom")) {
+        if (!x->actions_csv || !*x->actions_csv) sp_fail("--scheme custom needs an action CSV (one row per rank)");
+        write_file("/actions.csv", x->actions_csv);
+        if (sp_actions_read_csv("/actions.csv", &a) != SP_OK) sp_fail("%s", sp_last_error());
+        return a;
+    }
+    const sp_pp_generator *g = sp_pp_find(x->scheme);
+    int v = x->chunks > 0 ? x->chunks : g->default_chunks_per_rank;
+    int ranks = x->cfg.workers > 0 ? x->cfg.workers : c->stages / v > 0 ? c->stages / v : 1;
+    if ((long)ranks * v > c->stages)
+        sp_fail("--scheme %s: %d ranks x %d chunks per rank for %d stages (expected ranks x chunks <= stages: each "
+                "chunk holds whole layers)", x->scheme, ranks, v, c->stages);
+    int C = ranks * v, *stage_chunk = sp_xmalloc(sizeof(int) * (size_t)c->stages);
+    double *buf = sp_xmalloc(sizeof(double) * 4 * (size_t)C);
+    sp_chunk_partition(c, c->stages, C, stage_chunk);
+    sp_chunk_costs_sum(c, c->stages, C, stage_chunk, buf, buf + C, buf + 2 * C, buf + 3 * C);
+    sp_chunk_costs cc = {.chunks = C, .f = buf, .i = buf + C, .w = buf + 2 * C, .act = buf + 3 * C};
+    sp_pp_params p = {.ranks = ranks, .micro = x->cfg.micro, .chunks_per_rank = x->chunks, .costs = &cc,
+                      .mem_limit = x->mem_limit};
+    if (g->generate(&p, &a) != SP_OK) sp_fail("--scheme %s", sp_last_error());
+    free(buf);
+    free(stage_chunk);
+    return a;
+}
+#endif
+
 static void sim_body(void *arg)
 {
     sim_args *a = arg;
+#ifdef SITE_HAVE_ACTIONS
+    bool actions = sp_scheme_is_actions(a->scheme);
+    const sp_scheme *scheme = actions ? NULL : sp_scheme_find(a->scheme);
+#else
+    if (a->chunks || a->mem_limit > 0 || (a->actions_csv && *a->actions_csv))
+        sp_fail("--chunks, --mem-limit and --actions: this build has no action-list schedules");
     const sp_scheme *scheme = sp_scheme_find(a->scheme);
+#endif
     if (a->profile && *a->profile) {
-        /* the page's profile text goes through the same reader as --profile */
-        FILE *f = fopen("/profile.csv", "w");
-        if (!f) sp_fail("profile: cannot write the in-memory file");
-        fputs(a->profile, f);
-        fclose(f);
-        a->c = sp_costs_read_csv("/profile.csv");
+        write_file("/profile.csv", a->profile);
+        if (sp_costs_load_csv("/profile.csv", &a->c) != SP_OK) sp_fail("%s", sp_last_error());
         a->cfg.stages = a->c->stages;
     } else {
         a->c = sp_costs_uniform(a->cfg.stages, a->fwd, a->delta, a->grad);
     }
-    a->s = sp_schedule_new(scheme, &a->cfg, a->c);
+#ifdef SITE_HAVE_ACTIONS
+    if (actions) {   /* as build/schedule's run_schedule */
+        if (a->cfg.groups || a->cfg.per_group) sp_fail("--scheme %s: --groups and --per-group are lpp's", a->scheme);
+        a->cfg.actions_scheme = a->scheme;
+        sp_actions *list = make_actions(a);
+        if (!strcmp(a->scheme, "custom")) a->cfg.micro = a->cfg.workers = 0;   /* the file's */
+        a->s = sp_schedule_from_actions(list, &a->cfg, a->c);
+        sp_actions_free(list);
+    } else if (a->chunks) {
+        sp_fail("--chunks %d: --scheme %s places its own stages (the action-list schemes take --chunks)", a->chunks,
+                a->scheme);
+    }
+    if (!a->s)
+#endif
+        a->s = sp_schedule_new(scheme, &a->cfg, a->c);
     sp_simulate(a->s, a->c, &a->r);
     a->have_sim = true;
 }
@@ -217,9 +285,10 @@ static void sim_answer(FILE *f, const sp_schedule *s, const sp_costs *c, const s
 
 SITE_API const char *site_simulate(const char *scheme, int stages, int micro, int workers, int groups, int per_group,
                                    int split, int no_input_grad, double fwd, double delta, double grad,
-                                   const char *profile)
+                                   const char *profile, int chunks, double mem_limit, const char *actions_csv)
 {
-    sim_args a = {.scheme = scheme, .profile = profile, .fwd = fwd, .delta = delta, .grad = grad,
+    sim_args a = {.scheme = scheme, .profile = profile, .fwd = fwd, .delta = delta, .grad = grad, .chunks = chunks,
+                  .mem_limit = mem_limit, .actions_csv = actions_csv,
                   .cfg = {.stages = stages, .micro = micro, .workers = workers, .groups = groups,
                           .per_group = per_group, .split = split, .no_input_grad = no_input_grad != 0}};
     const char *answer;
@@ -277,73 +346,3 @@ SITE_API const char *site_scan_plan(int n, int levels)
     sp_scan_plan_free(&a.p);
     return out_close(&o);
 }
-
-/* ---- action lists (PyTorch's pipelining form) ------------------------------------------ */
-
-#ifdef SITE_HAVE_ACTIONS
-typedef struct act_args {
-    const char *csv, *pp;
-    int ranks, micro, v;
-    double f, i, w, transfer;
-    sp_actions *a;
-    sp_actions_sim r;
-    bool have_sim;
-} act_args;
-
-static void act_body(void *arg)
-{
-    act_args *x = arg;
-    if (x->csv && *x->csv) {
-        FILE *f = fopen("/actions.csv", "w");
-        if (!f) sp_fail("actions: cannot write the in-memory file");
-        fputs(x->csv, f);
-        fclose(f);
-        if (sp_actions_read_csv("/actions.csv", &x->a) != SP_OK) sp_fail("%s", sp_last_error());
-    }
-    /* the same costs for every chunk, for at most 64 chunks */
-    double *d = sp_xcalloc(3 * 64, sizeof *d);
-    for (int c = 0; c < 64; c++) d[c] = x->f, d[64 + c] = x->i, d[128 + c] = x->w;
-    sp_chunk_costs costs = {.chunks = x->a ? x->a->chunks : 0, .f = d, .i = d + 64, .w = d + 128,
-                            .transfer = x->transfer};
-    if (!x->a) {
-        const sp_pp_generator *g = sp_pp_find(x->pp);
-        if (!g) sp_fail("--scheme %s: not an action-list scheme", x->pp);
-        sp_pp_params p = {.ranks = x->ranks, .micro = x->micro, .chunks_per_rank = x->v};
-        if (g->generate(&p, &x->a) != SP_OK) sp_fail("%s", sp_last_error());
-        costs.chunks = x->a->chunks;
-    }
-    if (costs.chunks > 64) sp_fail("actions: %d chunks (the page draws at most 64)", costs.chunks);
-    if (sp_actions_simulate(x->a, &costs, &x->r) != SP_OK) sp_fail("%s", sp_last_error());
-    x->have_sim = true;
-    free(d);
-}
-
-/* A CSV text (csv non-empty) or a generator by name, simulated with per-chunk costs f, i,
- * w and a transfer time: {"ok","latency","bubble","ranks","actions":[[rank,"0F1",start,
- * finish]],"peak_act":[...],"messages":[...]}. */
-SITE_API const char *site_actions(const char *csv, const char *pp, int ranks, int micro, int v, double f, double i,
-                                  double w, double transfer)
-{
-    act_args x = {.csv = csv, .pp = pp, .ranks = ranks, .micro = micro, .v = v, .f = f, .i = i, .w = w,
-                  .transfer = transfer};
-    if (sp_try(act_body, &x) != SP_OK) return error_answer();
-    const sp_actions *a = x.a;
-    out o;
-    out_open(&o);
-    fprintf(o.f, "{\"ok\":true,\"ranks\":%d,\"chunks\":%d,\"microbatches\":%d,\"latency\":%.6g,\"bubble\":%.6g,"
-                 "\"actions\":[", a->ranks, a->chunks, a->micro, x.r.latency, x.r.bubble);
-    char buf[32];
-    for (int r = 0, n = 0; r < a->ranks; r++)
-        for (int k = a->off[r]; k < a->off[r + 1]; k++)
-            fprintf(o.f, "%s[%d,\"%s\",%.6g,%.6g]", n++ ? "," : "", r, sp_action_str(a->act[k], buf), x.r.start[k],
-                    x.r.finish[k]);
-    fprintf(o.f, "],\"peak_act\":[");
-    for (int r = 0; r < a->ranks; r++) fprintf(o.f, "%s%.6g", r ? "," : "", x.r.peak_act[r]);
-    fprintf(o.f, "],\"messages\":[");
-    for (int r = 0; r < a->ranks; r++) fprintf(o.f, "%s%d", r ? "," : "", x.r.messages[r]);
-    fprintf(o.f, "]}");
-    sp_actions_sim_free(&x.r);
-    sp_actions_free(x.a);
-    return out_close(&o);
-}
-#endif
