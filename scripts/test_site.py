@@ -222,7 +222,8 @@ def check_page(schemes):
                              "--quiet"])
             links[layers], full[layers] = plan["links"], plan["full_levels"]
         bp = [dict(source="chain", n=links[L], k=k) for L in (2, 4, 6) for k in range(0, full[L] + 1)]
-        bp += [dict(source="lenet", k=k) for k in range(0, 4)] + [dict(source="rnn", k=k) for k in (0, 3, 6)]
+        bp += [dict(source="lenet", k=k) for k in range(0, 4)] + [dict(source="rnn", k=k) for k in (0, 3, 6)] + \
+              [dict(source="lenet-pruned", k=k) for k in (0, 3)]
         csv_set = page_case(dict(scheme="gpipe", stages=4, micro=8, fwd=1, delta=0.5, grad=0.5), actions)
         spec = dict(pipelines=cases, bppsa=bp, ooo=["lenet", "rnn"], csv=dict(set=csv_set, text=CSV))
         dom = browse(exe, base + "?selftest=" + urllib.parse.quote(json.dumps(spec)), ["--dump-dom"], log)
@@ -312,7 +313,9 @@ def check_bppsa(res, links):
             layers = [L for L, nl in links.items() if nl == c["n"]][0]
             argv = [os.path.join(BUILD, "demo"), "--layers", str(layers)]
         else:
-            argv = [os.path.join(BUILD, c["source"]), "--batch", "8"]
+            argv = [os.path.join(BUILD, c["source"].replace("-pruned", "")), "--batch", "8"]
+            if c["source"].endswith("-pruned"):
+                argv += ["--prune", "0.9"]
         native = run_json(argv + ["--backward", "bppsa", "--plan", "--scan-levels", str(c["k"]), "--quiet"])
         keys = ["links", "scan_levels", "levels", "linear_levels"]
         if c["source"] != "chain":

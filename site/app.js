@@ -333,7 +333,8 @@ function updateBppsa() {
   kIn.max = bpFull[src];
   if (+kIn.value > bpFull[src]) kIn.value = bpFull[src];
   document.getElementById('bp-k-out').textContent = kIn.value;
-  var cmd = 'build/' + src + ' --backward bppsa --plan=full --scan-levels ' + kIn.value + ' --batch 8';
+  var cmd = 'build/' + src.replace('-pruned', '') + ' --backward bppsa --plan=full --scan-levels ' + kIn.value + ' --batch 8' +
+    (src === 'lenet-pruned' ? ' --prune 0.9' : '');
   document.getElementById('bp-cmd').textContent = cmd;
   var token = ++bpToken;
   return getText('data/bppsa-' + src + '-' + kIn.value + '.txt').then(function (txt) {
@@ -421,6 +422,7 @@ function start() {
   var loads = PRESETS.map(function (m) { return getText('profiles/' + m + '.csv').then(function (t) { profiles[m] = t; }); });
   loads.push(getText('data/bppsa-lenet-full.txt').then(function (t) { bpFull.lenet = +t; }));
   loads.push(getText('data/bppsa-rnn-full.txt').then(function (t) { bpFull.rnn = +t; }));
+  loads.push(getText('data/bppsa-lenet-pruned-full.txt').then(function (t) { bpFull['lenet-pruned'] = +t; }));
   Promise.all(loads).then(function () {
     var host = document.getElementById('panels');
     panels = [panelControls(0, host), panelControls(1, host)];
