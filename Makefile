@@ -260,14 +260,15 @@ $(BUILD)/opprof: $(BUILD)/obj/bench/opprof.c.o $(LIB)
 
 # ---- the teaching page (docs/TUTORIAL.md) --------------------------------------------------
 # Only the plain-C simulator, the scan plan and the action-list schedules (when built) go
-# to WebAssembly; site/wasm_api.c is their JSON face. The BPPSA and ooo views of model
-# presets come from the native apps and site/ooo_export.c (scripts/site_data.sh).
+# to WebAssembly (no tensors, BLAS or MPI); site/wasm_api.c is their JSON face. The BPPSA
+# and ooo views of model presets come from the native apps and site/ooo_export.c
+# (scripts/site_data.sh).
 EMCC      ?= emcc
 SITE      := $(BUILD)/site
-SITE_ACT  := $(sort $(wildcard schedulers/parallel/actions*.c schedulers/parallel/pp_*.c schedulers/parallel/sched_actions*.c))
-SITE_C    := core/error.c core/io/fileio.c \
-             $(addprefix schedulers/parallel/,schedule.c simulate.c schedule_costs.c layerpipe.c diagram.c sim_report.c) \
-             schedulers/backward/scan.c $(SITE_ACT) site/wasm_api.c
+# Every schedulers/parallel/*.c but the MPI executor (exec*.c): the schedule, its costs,
+# the simulator, diagrams, LayerPipe, and the action-list schedules when they are there.
+SITE_C    := core/error.c core/io/fileio.c schedulers/backward/scan.c \
+             $(sort $(filter-out schedulers/parallel/exec%,$(wildcard schedulers/parallel/*.c))) site/wasm_api.c
 SITE_DEFS := $(if $(wildcard schedulers/parallel/sched_actions.c),-DSITE_HAVE_ACTIONS)
 SITE_EXP  := _site_schemes,_site_simulate,_site_scan_plan
 # One file, the .wasm inlined: no fetch of a second file (node, file:// and any host).
