@@ -167,7 +167,7 @@ def browse(exe, url, extra, log):
     p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     log.write(p.stderr)
     for line in p.stderr.splitlines():   # the page's console errors and failed loads
-        if ("CONSOLE" in line and ("ERROR" in line or "error" in line.lower())) or "Failed to load resource" in line:
+        if "SP-PAGE-ERROR" in line or "Uncaught" in line or "Failed to load resource" in line:
             fail("chromium: " + line.strip())
     return p.stdout
 

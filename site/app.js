@@ -10,16 +10,17 @@ var Module = {
   onRuntimeInitialized: function () { start(); },
 };
 
+/* Every error also goes to the console with a marker: the browser test scans chromium's
+ * log for it (screenshot runs) besides reading #errors (self-test runs). */
+var origConsoleError = console.error.bind(console);
 function reportError(msg) {
   var e = document.getElementById('errors');
   if (e) { var p = document.createElement('p'); p.className = 'err'; p.textContent = msg; e.appendChild(p); }
+  origConsoleError('SP-PAGE-ERROR ' + msg);
 }
 window.addEventListener('error', function (ev) { reportError('error: ' + ev.message); });
 window.addEventListener('unhandledrejection', function (ev) { reportError('rejection: ' + ev.reason); });
-(function () {   /* console.error and failed fetches become visible errors (the test reads them) */
-  var ce = console.error.bind(console);
-  console.error = function () { reportError('console.error: ' + Array.prototype.join.call(arguments, ' ')); ce.apply(null, arguments); };
-})();
+console.error = function () { reportError('console.error: ' + Array.prototype.join.call(arguments, ' ')); };
 
 function getText(url) {
   return fetch(url).then(function (r) {
