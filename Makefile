@@ -286,7 +286,7 @@ site: all $(SITE)/scanprop.js $(BUILD)/ooo_export
 	@mkdir -p $(SITE)/profiles $(SITE)/data
 	cp site/index.html site/app.js site/style.css $(SITE)/
 	cp site/profiles/*.csv $(SITE)/profiles/
-	cp docs/TUTORIAL.md $(SITE)/
+	/usr/bin/python3 scripts/site_tutorial.py docs/TUTORIAL.md $(SITE)/TUTORIAL.html
 	BUILD=$(BUILD) scripts/site_data.sh $(SITE)/data
 
 test-site: site

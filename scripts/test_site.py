@@ -250,10 +250,12 @@ def check_page(schemes):
         check_bppsa(res, links)
         check_ooo(res)
         shots = [("pipelines", "?compare=1", "1280,800"), ("bppsa", "?view=bppsa", "1280,800"),
-                 ("ooo", "?view=ooo", "1280,800"), ("pipelines-phone", "", "390,844")]
+                 ("ooo", "?view=ooo", "1280,800"), ("pipelines-phone", "", "390,844"),
+                 ("tutorial", "TUTORIAL.html", "1280,800")]
         for name, q, size in shots:
             path = os.path.abspath(os.path.join(OUT, name + ".png"))
-            browse(exe, base + q, ["--window-size=" + size, "--hide-scrollbars", "--screenshot=" + path], log)
+            url = base.replace("index.html", q) if q.startswith("TUTORIAL") else base + q
+            browse(exe, url, ["--window-size=" + size, "--hide-scrollbars", "--screenshot=" + path], log)
             if not os.path.exists(path) or os.path.getsize(path) < 2000:
                 fail("screenshot %s missing or empty" % path)
     finally:
@@ -356,12 +358,26 @@ def check_ooo(res):
     print("page: %d ooo orders match the engine's peak_bytes (and k)" % n)
 
 
+def check_tutorial_links():
+    """Every TUTORIAL.html#anchor the page links to exists in the converted tutorial."""
+    import re
+    index = open(os.path.join(SITE, "index.html"), encoding="utf-8").read()
+    tut = open(os.path.join(SITE, "TUTORIAL.html"), encoding="utf-8").read()
+    ids = set(re.findall(r'id="([^"]+)"', tut))
+    links = re.findall(r'href="TUTORIAL\.html#([^"]+)"', index)
+    for a in links:
+        if a not in ids:
+            fail("the page links to TUTORIAL.html#%s, which the tutorial does not have" % a)
+    print("page: %d links into the tutorial resolve" % len(links))
+
+
 def main():
     if not os.path.exists(os.path.join(SITE, "scanprop.js")):
         print("test-site: %s/scanprop.js missing (make site)" % SITE)
         return 1
     schemes = run_json([os.path.join(BUILD, "schedule"), "--list"])["schemes"]
     check_wasm(schemes)
+    check_tutorial_links()
     check_page(schemes)
     if failures:
         print("test-site: %d failure(s)" % len(failures))
