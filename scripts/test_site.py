@@ -161,10 +161,11 @@ def chromium():
 
 
 def browse(exe, url, extra, log):
-    argv = [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
-            "--user-data-dir=" + tempfile.mkdtemp(prefix="sp-chrome-"), "--enable-logging=stderr", "--v=0",
-            "--virtual-time-budget=30000"] + extra + [url]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    with tempfile.TemporaryDirectory(prefix="sp-chrome-") as profile:
+        argv = [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
+                "--user-data-dir=" + profile, "--enable-logging=stderr", "--v=0",
+                "--virtual-time-budget=30000"] + extra + [url]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     log.write(p.stderr)
     for line in p.stderr.splitlines():   # the page's console errors and failed loads
         if "SP-PAGE-ERROR" in line or "Uncaught" in line or "Failed to load resource" in line:
