@@ -14,6 +14,11 @@
 #   make CC=clang        build with clang (compiler-specific flags only where accepted)
 #   make build-clang     clang builds of everything, plain and SAN=1 (CI runs it)
 #   make fuzz            libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS=N each (docs/RELIABILITY.md)
+#   make site           build/site/: the teaching page, the simulator in WebAssembly (emcc;
+#                        scripts/deps.sh site installs it; docs/TUTORIAL.md)
+#   make test-site       the page in headless chromium against build/schedule; the wasm build
+#                        against the native one under node
+#   make test-tutorial   every command and quoted number of docs/TUTORIAL.md
 #   make MPI=0|1         without / with Open MPI (default: with it when mpicc is found);
 #                        make test then also runs the suites under mpirun (test_comm, test_exec)
 
@@ -110,7 +115,7 @@ CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
 
 # Objects built through pattern rules are kept (not deleted as intermediates).
 .PRECIOUS: $(BUILD)/obj/%.c.o $(BUILD)/obj/%.cu.o
-.PHONY: all lib apps tests test install test-long test-asan test-cuda test-cuda-emu cuda-tests bench bench-cuda opprof \
+.PHONY: site test-site test-tutorial all lib apps tests test install test-long test-asan test-cuda test-cuda-emu cuda-tests bench bench-cuda opprof \
         format clean build-clang fuzz fuzz-build fuzzers
 all: lib apps
 
@@ -173,7 +178,10 @@ test: all $(TESTS) $(MPI_WORKERS)
 	@st=0; BUILD=$(BUILD) ./scripts/run_tests.sh $(TESTS) || st=1; \
 	BUILD=$(BUILD) SAN=$(SAN) ./scripts/test_install.sh || st=1; \
 	./scripts/check_architecture.sh && echo "   check_architecture: docs/ARCHITECTURE.md matches the tree" || st=1; \
+	$(TUTORIAL_CHECK) \
 	[ $$st -eq 0 ] || echo "make test: FAILED (the failures are above)"; exit $$st
+# docs/TUTORIAL.md's commands and numbers (~20 s; its mpirun lesson needs MPI; not under SAN=1)
+TUTORIAL_CHECK = $(if $(filter 1,$(MPI)),$(if $(filter 1,$(SAN)),,BUILD=$(BUILD) /usr/bin/python3 scripts/check_tutorial.py docs/TUTORIAL.md || st=1;))
 
 # The static library, headers and a pkg-config file whose Libs are this build's link line.
 PREFIX ?= /usr/local
@@ -249,6 +257,43 @@ bench: all
 opprof: $(BUILD)/opprof
 $(BUILD)/opprof: $(BUILD)/obj/bench/opprof.c.o $(LIB)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+# ---- the teaching page (docs/TUTORIAL.md) --------------------------------------------------
+# Only the plain-C simulator, the scan plan and the action-list schedules (when built) go
+# to WebAssembly (no tensors, BLAS or MPI); site/wasm_api.c is their JSON face. The BPPSA
+# and ooo views of model presets come from the native apps and site/ooo_export.c
+# (scripts/site_data.sh).
+EMCC      ?= emcc
+SITE      := $(BUILD)/site
+# Every schedulers/parallel/*.c but the MPI executor (exec*.c): the schedule, its costs,
+# the simulator, diagrams, LayerPipe, and the action-list schedules when they are there.
+SITE_C    := core/error.c core/io/fileio.c schedulers/backward/scan.c \
+             $(sort $(filter-out schedulers/parallel/exec%,$(wildcard schedulers/parallel/*.c))) site/wasm_api.c
+SITE_DEFS := $(if $(wildcard schedulers/parallel/sched_actions.c),-DSITE_HAVE_ACTIONS)
+SITE_EXP  := _site_schemes,_site_simulate,_site_scan_plan
+# One file, the .wasm inlined: no fetch of a second file (node, file:// and any host).
+SITE_EMFLAGS := -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(if $(filter 1,$(WERROR)),-Werror) -I. $(SITE_DEFS) -sEXPORTED_FUNCTIONS=$(SITE_EXP) \
+             -sEXPORTED_RUNTIME_METHODS=ccall -sALLOW_MEMORY_GROWTH=1 -sSINGLE_FILE=1 -sENVIRONMENT=web,node
+
+$(SITE)/scanprop.js: $(SITE_C) $(wildcard core/*.h core/io/*.h schedulers/parallel/*.h schedulers/backward/scan.h)
+	@mkdir -p $(@D)
+	NODE_PATH=/usr/share/nodejs $(EMCC) $(SITE_EMFLAGS) $(SITE_C) -o $@
+
+$(BUILD)/ooo_export: $(BUILD)/obj/site/ooo_export.c.o $(LIB)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+site: all $(SITE)/scanprop.js $(BUILD)/ooo_export
+	@mkdir -p $(SITE)/profiles $(SITE)/data
+	cp site/index.html site/app.js site/style.css $(SITE)/
+	cp site/profiles/*.csv $(SITE)/profiles/
+	/usr/bin/python3 scripts/site_tutorial.py docs/TUTORIAL.md $(SITE)/TUTORIAL.html
+	BUILD=$(BUILD) scripts/site_data.sh $(SITE)/data
+
+test-site: site
+	BUILD=$(BUILD) /usr/bin/python3 scripts/test_site.py
+
+test-tutorial: all
+	BUILD=$(BUILD) /usr/bin/python3 scripts/check_tutorial.py docs/TUTORIAL.md
 
 format:
 	clang-format -i $(shell find $(LIB_DIRS) apps -name '*.[ch]' -o -name '*.cu')

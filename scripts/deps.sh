@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential pkg-config libopenblas-dev libcriterion-dev zlib1g-dev libstb-dev libdnnl-dev
       python3-torch python3-numpy dataset-fashion-mnist openmpi-bin libopenmpi-dev
       python3-matplotlib   # scripts/plot.py
-      clang libclang-rt-dev)   # clang builds (make build-clang) and libFuzzer (make fuzz)
+      clang libclang-rt-dev   # clang builds (make build-clang) and libFuzzer (make fuzz)
+      emscripten chromium)    # the teaching page (make site: emcc, node) and its test (make test-site)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,391 @@
+#!/usr/bin/python3
+"""make test-site: the teaching page (build/site) against the native programs.
+
+1. The WebAssembly build under node runs the simulator unit tests' configurations
+   (tests/test_schedule.c: Table 1's grid and schedules_are_valid) and every scheme of
+   `build/schedule --list`; each report must equal `build/schedule`'s JSON line.
+2. Headless chromium loads the page from a static server on 127.0.0.1 with ?selftest=...:
+   the page sets each configuration through its own controls (input/change events) and
+   writes the figures it shows into the DOM; they must equal build/schedule's JSON, the
+   apps' --plan (BPPSA) and the ooo engine's peak_bytes and k. It also imports an action
+   CSV. Any console error, page error or failed request fails the test.
+3. Screenshots of the three views (1280x800, and the pipelines view at phone width) go
+   to build/site-test/.
+Only the standard library."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import urllib.parse
+
+BUILD = os.environ.get("BUILD", "build")
+SITE = os.path.join(BUILD, "site")
+OUT = os.path.join(BUILD, "site-test")
+failures = []
+
+
+def fail(msg):
+    failures.append(msg)
+    print("FAIL " + msg)
+
+
+def run_json(argv):
+    """The last stdout line of a native program, as JSON."""
+    p = subprocess.run(argv, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError("%s: exit %d: %s" % (" ".join(argv), p.returncode, p.stderr.strip()))
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def schedule_argv(c):
+    """build/schedule's flags for a page/wasm configuration (the page shows the same)."""
+    a = [os.path.join(BUILD, "schedule"), "--scheme", c["scheme"], "--microbatches", str(c["micro"]), "--no-diagram"]
+    if c.get("costs", "uniform") != "uniform":
+        a += ["--profile", "site/profiles/%s.csv" % c["costs"]]
+    else:
+        a += ["--stages", str(c["stages"]), "--fwd-cost", fmt(c.get("fwd", 1)),
+              "--delta-cost", fmt(c.get("delta", 0.5)), "--grad-cost", fmt(c.get("grad", 0.5))]
+    for k, flag in (("workers", "--workers"), ("groups", "--groups"), ("per_group", "--per-group")):
+        if c.get(k):
+            a += [flag, str(c[k])]
+    if c.get("split", -1) == 1:
+        a.append("--split")
+    if c.get("split", -1) == 0:
+        a.append("--no-split")
+    if c.get("no_input_grad"):
+        a.append("--no-input-grad")
+    if c.get("chunks"):
+        a += ["--chunks", str(c["chunks"])]
+    if c.get("mem_limit"):
+        a += ["--mem-limit", fmt(c["mem_limit"])]
+    if c["scheme"] == "custom":
+        a += ["--actions", c["actions_file"]]
+    return a
+
+
+def fmt(x):
+    return ("%g" % x)
+
+
+# ---- 1. the wasm build under node -----------------------------------------------------------
+
+def unit_configs(schemes):
+    cs = []
+    for S in range(1, 9):   # Table 1: F = 1/2, backward = 1/2
+        for B in range(1, 9):
+            cs.append(dict(scheme="ddp", stages=S, micro=B, workers=B, fwd=0.5, delta=0.25, grad=0.25))
+            if B >= S:
+                cs.append(dict(scheme="fsdp", stages=S, micro=B, workers=B, fwd=0.5, delta=0.25, grad=0.25))
+    valid = [("ddp", 0, 0, 0), ("fsdp", 3, 0, 0), ("gpipe", 4, 0, 0), ("1f1b", 3, 0, 0), ("lpp", 0, 2, 3),
+             ("fslpp", 0, 3, 2), ("ooo-ff", 2, 0, 0), ("ooo-modulo", 4, 0, 0)]
+    for B in range(1, 7):   # schedules_are_valid: S = 6, F = 1, δ = 0.7, G = 1.3
+        for split in (-1, 0, 1):
+            for name, W, G, R in valid:
+                cs.append(dict(scheme=name, stages=6, micro=B, workers=W, groups=G, per_group=R, split=split,
+                               fwd=1, delta=0.7, grad=1.3))
+    for name in schemes:    # every scheme, the ones added later included
+        for costs in ("uniform", "lenet"):
+            cs.append(dict(scheme=name, stages=4, micro=8, costs=costs))
+            if name == "custom":
+                cs[-1].update(stages=4, micro=2, actions=CSV)
+    if "interleaved-1f1b" in schemes:
+        cs.append(dict(scheme="interleaved-1f1b", stages=8, micro=8, workers=4, chunks=2))
+    if "zb-auto" in schemes:
+        cs.append(dict(scheme="zb-auto", stages=4, micro=8, mem_limit=3))
+    return cs
+
+
+def check_wasm(schemes):
+    node = shutil.which("node")
+    if not node:
+        fail("node not found (the wasm build's check needs it)")
+        return
+    cs = unit_configs(schemes)
+    for c in cs:
+        c["profile"] = open("site/profiles/%s.csv" % c["costs"]).read() if c.get("costs", "uniform") != "uniform" else ""
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        f.write(CSV)
+    for c in cs:
+        if c["scheme"] == "custom":
+            c["actions_file"] = f.name
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(cs, f)
+    p = subprocess.run([node, "--no-experimental-fetch", "scripts/site_wasm_check.js",
+                        os.path.abspath(os.path.join(SITE, "scanprop.js")), f.name], capture_output=True, text=True)
+    os.unlink(f.name)
+    if p.returncode != 0:
+        fail("node: exit %d: %s" % (p.returncode, p.stderr.strip()))
+        return
+    answers = json.loads(p.stdout)
+    bad = refused = 0
+    for c, a in zip(cs, answers):
+        q = subprocess.run(schedule_argv(c), capture_output=True, text=True)
+        if q.returncode != 0:   # a refusal: the wasm build refuses with the same line
+            refused += 1
+            want = q.stderr.strip().replace("scanprop: ", "", 1)
+            if a.get("ok") or a.get("error") != want:
+                bad += 1
+                fail("wasm vs native for %s: native refuses (%s), wasm %s" % (" ".join(schedule_argv(c)), want,
+                                                                            a.get("error", "accepts")))
+            continue
+        native = json.loads(q.stdout.strip().splitlines()[-1])
+        if not a.get("ok") or a["report"] != native:
+            bad += 1
+            if bad <= 5:
+                fail("wasm vs native differ for %s:\n  wasm   %s\n  native %s" % (" ".join(schedule_argv(c)),
+                                                                                a.get("report", a), native))
+    for c in cs:
+        if c.get("actions_file") and os.path.exists(c["actions_file"]):
+            os.unlink(c["actions_file"])
+    print("wasm: %d configurations (%d refused by both), %d differ from build/schedule" % (len(cs), refused, bad))
+
+
+# ---- 2. the page in chromium ----------------------------------------------------------------
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def browse(exe, url, extra, log):
+    with tempfile.TemporaryDirectory(prefix="sp-chrome-") as profile:
+        argv = [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
+                "--user-data-dir=" + profile, "--enable-logging=stderr", "--v=0",
+                "--virtual-time-budget=30000"] + extra + [url]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    log.write(p.stderr)
+    for line in p.stderr.splitlines():   # the page's console errors and failed loads
+        if "SP-PAGE-ERROR" in line or "Uncaught" in line or "Failed to load resource" in line:
+            fail("chromium: " + line.strip())
+    return p.stdout
+
+
+PIPELINE_CASES = [
+    dict(scheme="gpipe", stages=4, micro=8),
+    dict(scheme="1f1b", stages=4, micro=8),
+    dict(scheme="1f1b", stages=6, micro=12, split=1, fwd=1, delta=0.75, grad=1.25),
+    dict(scheme="lpp", stages=8, micro=16, groups=2, per_group=4, workers=8),
+    dict(scheme="ddp", stages=3, micro=4, workers=4),
+    dict(scheme="ooo-ff", stages=6, micro=4, workers=3, no_input_grad=True),
+    dict(scheme="gpipe", stages=4, micro=8, costs="lenet"),
+    dict(scheme="1f1b", stages=4, micro=4, costs="vgg11", workers=4),
+]
+
+
+def page_case(c, actions):
+    """The page's control values for a case (every control set, so cases do not leak)."""
+    d = dict(costs="uniform", workers=0, groups=0, per_group=0, split=-1, no_input_grad=False, fwd=1, delta=0.5,
+             grad=0.5)
+    if actions:   # the action-list schedules' controls exist
+        d.update(chunks=0, mem_limit=0)
+    d.update(c)
+    return d
+
+
+# Two ranks, chunk c on rank c, two micro-batches, I and W apart (PyTorch's CSV form).
+CSV = "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1W0,1F1,1I1,1W1\n"
+
+
+def check_page(schemes):
+    exe = chromium()
+    if not exe:
+        fail("chromium not found (scripts/deps.sh site installs it)")
+        return
+    os.makedirs(OUT, exist_ok=True)
+    port = free_port()
+    srv_log = open(os.path.join(OUT, "server.log"), "w")
+    srv = subprocess.Popen([sys.executable, "-m", "http.server", "-b", "127.0.0.1", "-d", SITE, str(port)],
+                           stdout=srv_log, stderr=subprocess.STDOUT)
+    log = open(os.path.join(OUT, "chromium.log"), "w")
+    try:
+        import time
+        for _ in range(50):   # the server is up when it accepts a connection
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        base = "http://127.0.0.1:%d/index.html" % port
+        actions = "custom" in schemes
+        cases = [page_case(c, actions) for c in PIPELINE_CASES] + \
+                [page_case(dict(scheme=s, stages=4, micro=8), actions) for s in schemes if s != "custom"]
+        if actions:
+            cases += [page_case(dict(scheme="interleaved-1f1b", stages=8, micro=8, chunks=2, workers=4), True),
+                      page_case(dict(scheme="zb-h1", stages=4, micro=8, fwd=1, delta=1, grad=1), True)]
+            cases = [c for c in cases if c["scheme"] in schemes]
+        links, full = {}, {}
+        for layers in (2, 4, 6):
+            plan = run_json([os.path.join(BUILD, "demo"), "--layers", str(layers), "--backward", "bppsa", "--plan",
+                             "--quiet"])
+            links[layers], full[layers] = plan["links"], plan["full_levels"]
+        bp = [dict(source="chain", n=links[L], k=k) for L in (2, 4, 6) for k in range(0, full[L] + 1)]
+        bp += [dict(source="lenet", k=k) for k in range(0, 4)] + [dict(source="rnn", k=k) for k in (0, 3, 6)] + \
+              [dict(source="lenet-pruned", k=k) for k in (0, 3)]
+        csv_set = page_case(dict(scheme="gpipe", stages=4, micro=8, fwd=1, delta=0.5, grad=0.5), actions)
+        spec = dict(pipelines=cases, bppsa=bp, ooo=["lenet", "rnn"], csv=dict(set=csv_set, text=CSV))
+        dom = browse(exe, base + "?selftest=" + urllib.parse.quote(json.dumps(spec)), ["--dump-dom"], log)
+        start = dom.find('<pre id="selftest-result"')
+        if start < 0 or 'data-selftest="done"' not in dom:
+            fail("the page's self-test did not finish (see %s)" % log.name)
+            return
+        import html
+        body = dom[dom.index(">", start) + 1:dom.index("</pre>", start)]
+        res = json.loads(html.unescape(body))
+        for e in res["errors"]:
+            fail("page error: " + e)
+        check_pipelines(res)
+        check_csv(res)
+        check_bppsa(res, links)
+        check_ooo(res)
+        shots = [("pipelines", "?compare=1", "1280,800"), ("bppsa", "?view=bppsa", "1280,800"),
+                 ("ooo", "?view=ooo", "1280,800"), ("pipelines-phone", "", "390,844"),
+                 ("tutorial", "TUTORIAL.html", "1280,800")]
+        for name, q, size in shots:
+            path = os.path.abspath(os.path.join(OUT, name + ".png"))
+            url = base.replace("index.html", q) if q.startswith("TUTORIAL") else base + q
+            browse(exe, url, ["--window-size=" + size, "--hide-scrollbars", "--screenshot=" + path], log)
+            if not os.path.exists(path) or os.path.getsize(path) < 2000:
+                fail("screenshot %s missing or empty" % path)
+    finally:
+        srv.terminate()
+        srv.wait()
+        srv_log.close()
+        log.close()
+    for line in open(os.path.join(OUT, "server.log")):
+        if '" 4' in line or '" 5' in line:   # "GET /x HTTP/1.1" 404 -
+            fail("failed request: " + line.strip())
+
+
+def close(a, b):
+    return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
+
+
+def check_pipelines(res):
+    n = 0
+    for r in res["pipelines"]:
+        c = r["set"]
+        argv = schedule_argv(c)
+        want = " ".join(["build/schedule"] + argv[1:]).replace(" --no-diagram", "")
+        if r["error"]:
+            fail("page refused %s: %s" % (want, r["error"]))
+            continue
+        native = run_json(argv)
+        s = r["shown"]
+        if not r["command"].startswith("build/schedule --scheme %s" % c["scheme"]):
+            fail("the page shows the command %r for %s" % (r["command"], want))
+        for key, value in (("latency", native["latency"]), ("utilization", native["utilization"]),
+                           ("bubble", 1 - native["utilization"]), ("workers", native["workers"]),
+                           ("peak_activation_bytes_max", native["peak_activation_bytes_max"])):
+            # the JSON prints 6 significant digits: 1 − utilisation from it is good to 1e-6
+            if key not in s or not (close(s[key], value) or key == "bubble" and abs(float(s[key]) - value) < 2e-6):
+                fail("%s: the page shows %s = %s, build/schedule %s" % (want, key, s.get(key), value))
+        if r["boxes"] < 2 * native["stages"] * native["microbatches"]:
+            fail("%s: %d job boxes drawn" % (want, r["boxes"]))
+        n += 1
+    print("page: %d pipeline configurations set through the controls match build/schedule" % n)
+
+
+def check_csv(res):
+    c = res["csv"]
+    if not c["actions"]:
+        print("SKIP (scheme not built): action-list CSV import — the page says: " + c["status"])
+        return
+    if not c["status"].startswith("imported") or c["error"]:
+        fail("action CSV import: %s %s" % (c["status"], c["error"]))
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        f.write(CSV)
+    cfg = dict(c["set"], scheme="custom", actions_file=f.name)
+    native = run_json(schedule_argv(cfg))
+    os.unlink(f.name)
+    for key in ("latency", "utilization", "workers", "peak_activation_bytes_max"):
+        if not close(c["shown"][key], native[key]):
+            fail("action CSV: the page shows %s = %s, build/schedule --scheme custom %s" % (key, c["shown"][key],
+                                                                                         native[key]))
+    print("page: action CSV imported (%s) matches build/schedule --scheme custom" % c["status"])
+
+
+def check_bppsa(res, links):
+    n = 0
+    for r in res["bppsa"]:
+        c, s = r["set"], r["shown"]
+        if c["source"] == "chain":
+            layers = [L for L, nl in links.items() if nl == c["n"]][0]
+            argv = [os.path.join(BUILD, "demo"), "--layers", str(layers)]
+        else:
+            argv = [os.path.join(BUILD, c["source"].replace("-pruned", "")), "--batch", "8"]
+            if c["source"].endswith("-pruned"):
+                argv += ["--prune", "0.9"]
+        native = run_json(argv + ["--backward", "bppsa", "--plan", "--scan-levels", str(c["k"]), "--quiet"])
+        keys = ["links", "scan_levels", "levels", "linear_levels"]
+        if c["source"] != "chain":
+            keys += ["flops_per_sample", "linear_flops_per_sample", "scan_bytes"]
+        for k in keys:
+            if k not in s or not close(s[k], native[k]):
+                fail("bppsa %s: the page shows %s = %s, --plan %s" % (c, k, s.get(k), native[k]))
+        if r["steps"] < 1:
+            fail("bppsa %s: no tree drawn" % c)
+        n += 1
+    print("page: %d BPPSA views match the apps' --plan" % n)
+
+
+def check_ooo(res):
+    n = 0
+    for r in res["ooo"]:
+        app = r["model"]
+        for order, s in r["orders"].items():
+            native = run_json([os.path.join(BUILD, app), "--backward", "ooo", "--order", order, "--batch", "8",
+                               "--steps", "1", "--threads", "1", "--lanes", "1", "--quiet"] +
+                              (["--seq-len", "1000", "--hidden", "20"] if app == "rnn" else []))
+            if not close(s["peak_bytes"], native["peak_bytes"]):
+                fail("ooo %s %s: the page shows peak_bytes %s, the engine %s" % (r["model"], order, s["peak_bytes"],
+                                                                                native["peak_bytes"]))
+            if order == "reverse-first-k" and int(s["k"]) != native["k"]:
+                fail("ooo %s: the page shows k = %s, the engine %s" % (r["model"], s["k"], native["k"]))
+            n += 1
+    print("page: %d ooo orders match the engine's peak_bytes (and k)" % n)
+
+
+def check_tutorial_links():
+    """Every TUTORIAL.html#anchor the page links to exists in the converted tutorial."""
+    import re
+    index = open(os.path.join(SITE, "index.html"), encoding="utf-8").read()
+    tut = open(os.path.join(SITE, "TUTORIAL.html"), encoding="utf-8").read()
+    ids = set(re.findall(r'id="([^"]+)"', tut))
+    links = re.findall(r'href="TUTORIAL\.html#([^"]+)"', index)
+    for a in links:
+        if a not in ids:
+            fail("the page links to TUTORIAL.html#%s, which the tutorial does not have" % a)
+    print("page: %d links into the tutorial resolve" % len(links))
+
+
+def main():
+    if not os.path.exists(os.path.join(SITE, "scanprop.js")):
+        print("test-site: %s/scanprop.js missing (make site)" % SITE)
+        return 1
+    schemes = run_json([os.path.join(BUILD, "schedule"), "--list"])["schemes"]
+    check_wasm(schemes)
+    check_tutorial_links()
+    check_page(schemes)
+    if failures:
+        print("test-site: %d failure(s)" % len(failures))
+        return 1
+    print("test-site: passed (screenshots in %s)" % OUT)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

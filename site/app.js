@@ -1,0 +1,529 @@
+/* app.js — the teaching page: controls, drawings, and the self-test (?selftest=1).
+ * No figure is computed here: site/wasm_api.c (the simulator and the scan plan in
+ * WebAssembly) and the apps' outputs (build/site/data) return every number; this file
+ * only lays them out. Plain JS, no framework, no network beyond this folder. */
+'use strict';
+
+var Module = {
+  print: function (t) { /* the C side prints nothing the page needs */ },
+  printErr: function (t) { reportError('wasm: ' + t); },
+  onRuntimeInitialized: function () { start(); },
+};
+
+/* Every error also goes to the console with a marker: the browser test scans chromium's
+ * log for it (screenshot runs) besides reading #errors (self-test runs). */
+var origConsoleError = console.error.bind(console);
+function reportError(msg) {
+  var e = document.getElementById('errors');
+  if (e) { var p = document.createElement('p'); p.className = 'err'; p.textContent = msg; e.appendChild(p); }
+  origConsoleError('SP-PAGE-ERROR ' + msg);
+}
+window.addEventListener('error', function (ev) { reportError('error: ' + ev.message); });
+window.addEventListener('unhandledrejection', function (ev) { reportError('rejection: ' + ev.reason); });
+console.error = function () { reportError('console.error: ' + Array.prototype.join.call(arguments, ' ')); };
+
+function getText(url) {
+  return fetch(url).then(function (r) {
+    if (!r.ok) { reportError('request failed: ' + url + ' ' + r.status); throw new Error(url); }
+    return r.text();
+  });
+}
+
+var SVGNS = 'http://www.w3.org/2000/svg';
+function el(tag, attrs, parent, text) {
+  var e = document.createElementNS(SVGNS, tag);
+  for (var k in attrs) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  if (parent) parent.appendChild(e);
+  return e;
+}
+function h(tag, attrs, parent, text) {
+  var e = document.createElement(tag);
+  for (var k in attrs) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  if (parent) parent.appendChild(e);
+  return e;
+}
+function fmt(x) { return (typeof x === 'number') ? String(+x.toPrecision(6)) : String(x); }
+function bytes(x) {
+  if (x >= 1048576) return (x / 1048576).toFixed(2) + ' MiB (' + x + ' B)';
+  if (x >= 1024) return (x / 1024).toFixed(2) + ' KiB (' + x + ' B)';
+  return String(x);
+}
+/* a figure: <dt>name</dt><dd data-key=key data-value=raw>shown</dd> (the self-test reads data-value) */
+function figure(dl, key, name, value, shown) {
+  h('dt', {}, dl, name);
+  h('dd', {'data-key': key, 'data-value': String(value)}, dl, shown === undefined ? fmt(value) : shown);
+}
+
+/* ---- the C side ----------------------------------------------------------------------- */
+
+var api = {};
+function bindApi() {
+  api.schemes = function () { return JSON.parse(Module.ccall('site_schemes', 'string', [], [])); };
+  api.simulate = function (c) {
+    return JSON.parse(Module.ccall('site_simulate', 'string',
+      ['string', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'string',
+       'number', 'number', 'string'],
+      [c.scheme, c.stages, c.micro, c.workers, c.groups, c.per_group, c.split, c.no_input_grad ? 1 : 0,
+       c.fwd, c.delta, c.grad, c.profile || '', c.chunks || 0, c.mem_limit || 0, c.actions || '']));
+  };
+  api.scan = function (n, k) { return JSON.parse(Module.ccall('site_scan_plan', 'string', ['number', 'number'], [n, k])); };
+}
+
+/* ---- Pipelines ------------------------------------------------------------------------ */
+
+var PRESETS = ['lenet', 'vgg11', 'rnn', 'gru', 'mlp'];
+var profiles = {};
+var schemes = null;
+var panels = [];
+var DIRS = {f: 'forward F', b: 'backward (δ and G)', d: 'δ (input gradient)', g: 'G (weight gradient)'};
+
+function panelControls(idx, host) {
+  var p = {idx: idx, root: h('div', {'class': 'panel', id: 'panel-' + idx}, host)};
+  h('h2', {}, p.root, idx === 0 ? 'Scheme A' : 'Scheme B');
+  var c = h('div', {'class': 'controls'}, p.root);
+  function control(name, label, html) {
+    var l = h('label', {}, c, label + ' ');
+    l.insertAdjacentHTML('beforeend', html);
+    var input = l.querySelector('input,select');
+    input.id = 'p' + idx + '-' + name;
+    var out = l.querySelector('output');
+    input.addEventListener('input', function () { if (out) out.textContent = input.value; update(); });
+    input.addEventListener('change', update);
+    p[name] = input;
+    return input;
+  }
+  var opts = schemes.schemes.concat(schemes.pp).map(function (s) {
+    return '<option value="' + s.name + '" title="' + s.summary.replace(/"/g, '&quot;') + '">' + s.name + '</option>';
+  }).join('');
+  control('scheme', 'scheme', '<select>' + opts + '</select>').value = idx === 0 ? 'gpipe' : '1f1b';
+  control('stages', 'stages', '<input type="range" min="1" max="16" value="4"><output>4</output>');
+  control('micro', 'micro-batches', '<input type="range" min="1" max="32" value="8"><output>8</output>');
+  control('workers', 'workers (0: default)', '<input type="number" min="0" max="64" value="0">');
+  control('groups', 'groups (lpp)', '<input type="number" min="0" max="16" value="0">');
+  control('per_group', 'per group (lpp)', '<input type="number" min="0" max="16" value="0">');
+  if (schemes.actions) {
+    control('chunks', 'chunks per rank (0: default)', '<input type="number" min="0" max="8" value="0">');
+    control('mem_limit', 'memory limit (zb-auto)', '<input type="number" min="0" step="1" value="0">');
+  }
+  control('split', 'backward', '<select><option value="-1">scheme default</option><option value="0">whole</option>' +
+          '<option value="1">split δ / G</option></select>');
+  control('no_input_grad', 'stage 0 no δ', '<input type="checkbox">');
+  control('costs', 'costs', '<select><option value="uniform">unit sliders</option>' +
+          PRESETS.map(function (m) { return '<option value="' + m + '">' + m + ' profile</option>'; }).join('') + '</select>');
+  control('fwd', 'F', '<input type="range" min="0" max="4" step="0.25" value="1"><output>1</output>');
+  control('delta', 'δ', '<input type="range" min="0" max="4" step="0.25" value="0.5"><output>0.5</output>');
+  control('grad', 'G', '<input type="range" min="0" max="4" step="0.25" value="0.5"><output>0.5</output>');
+  p.figures = h('dl', {'class': 'figures', id: 'p' + idx + '-figures'}, p.root);
+  p.error = h('p', {'class': 'refusal', 'aria-live': 'polite'}, p.root);
+  p.cmd = h('pre', {'class': 'cmd', id: 'p' + idx + '-cmd'}, p.root);
+  p.svgbox = h('div', {'class': 'svgbox'}, p.root);
+  return p;
+}
+
+function config(p) {
+  var cst = p.costs.value;
+  return {
+    scheme: p.scheme.value, stages: +p.stages.value, micro: +p.micro.value, workers: +p.workers.value,
+    groups: +p.groups.value, per_group: +p.per_group.value, split: +p.split.value,
+    no_input_grad: p.no_input_grad.checked, fwd: +p.fwd.value, delta: +p.delta.value, grad: +p.grad.value,
+    preset: cst === 'uniform' ? null : cst, profile: cst === 'uniform' ? '' : profiles[cst],
+    chunks: p.chunks ? +p.chunks.value : 0, mem_limit: p.mem_limit ? +p.mem_limit.value : 0,
+    actions: p.scheme.value === 'custom' ? document.getElementById('csv-text').value : '',
+  };
+}
+
+function command(c) {
+  var a = ['build/schedule', '--scheme', c.scheme, '--microbatches', c.micro];
+  if (c.preset) a.push('--profile', 'site/profiles/' + c.preset + '.csv');
+  else a.push('--stages', c.stages, '--fwd-cost', c.fwd, '--delta-cost', c.delta, '--grad-cost', c.grad);
+  if (c.workers) a.push('--workers', c.workers);
+  if (c.groups) a.push('--groups', c.groups);
+  if (c.per_group) a.push('--per-group', c.per_group);
+  if (c.split === 1) a.push('--split');
+  if (c.split === 0) a.push('--no-split');
+  if (c.no_input_grad) a.push('--no-input-grad');
+  if (c.chunks) a.push('--chunks', c.chunks);
+  if (c.mem_limit) a.push('--mem-limit', c.mem_limit);
+  if (c.scheme === 'custom') a.push('--actions', 'FILE.csv');
+  var run = c.preset ? '\n# a real run of the same schedule:\nmpirun -np W build/' + (c.preset === 'mlp' ? 'demo' : c.preset) +
+    ' --parallel ' + c.scheme + ' --microbatches ' + c.micro : '';
+  return a.join(' ') + run;
+}
+
+function drawTimeline(p, res, tmax, cursor) {
+  var rep = res.report, W = rep.workers, jobs = res.jobs;
+  var rowH = 34, memH = 18, left = 44, width = 760, top = 18;
+  var height = top + W * (rowH + memH + 6) + 36;
+  var sx = function (t) { return left + (tmax > 0 ? t / tmax : 0) * (width - left - 10); };
+  p.svgbox.innerHTML = '';
+  var svg = el('svg', {viewBox: '0 0 ' + width + ' ' + height, role: 'img',
+    'aria-label': rep.scheme + ' timeline: ' + W + ' workers, latency ' + fmt(rep.latency)}, p.svgbox);
+  var defs = el('defs', {}, svg);
+  var pat = el('pattern', {id: 'hatch' + p.idx, width: 6, height: 6, patternUnits: 'userSpaceOnUse',
+    patternTransform: 'rotate(45)'}, defs);
+  el('line', {x1: 0, y1: 0, x2: 0, y2: 6, stroke: '#000', 'stroke-width': 1.5, 'stroke-opacity': 0.45}, pat);
+  var idle = el('pattern', {id: 'idle' + p.idx, width: 4, height: 4, patternUnits: 'userSpaceOnUse'}, defs);
+  el('circle', {cx: 2, cy: 2, r: 0.7, fill: '#888'}, idle);
+  for (var w = 0; w < W; w++) {
+    var y = top + w * (rowH + memH + 6);
+    el('text', {x: 2, y: y + rowH / 2 + 4, 'class': 'lab'}, svg, 'w' + w);
+    el('rect', {x: sx(0), y: y, width: sx(rep.latency) - sx(0), height: rowH, fill: 'url(#idle' + p.idx + ')',
+      'class': 'idle'}, svg).appendChild(el('title', {}, null, 'idle time of worker ' + w));
+    /* memory lane: the C side's step curve, scaled to the largest peak of any worker */
+    var peak = Math.max.apply(null, res.peak_act_bytes.concat([1e-12]));
+    var pts = res.memory[w], d = 'M' + sx(0) + ',' + (y + rowH + memH + 2);
+    for (var i = 0; i < pts.length; i++) {
+      var yy = y + rowH + memH + 2 - (pts[i][1] / peak) * memH;
+      d += ' H' + sx(pts[i][0]) + ' V' + yy;
+    }
+    d += ' H' + sx(rep.latency);
+    el('path', {d: d, 'class': 'mem'}, svg).appendChild(el('title', {}, null,
+      'worker ' + w + ' activations held; peak ' + fmt(res.peak_act_bytes[w])));
+  }
+  jobs.forEach(function (j) {
+    var wk = j[0], st = j[1], mb = j[2], dir = j[3], t0 = j[4], t1 = j[5];
+    var y = top + wk * (rowH + memH + 6);
+    var shade = 0.35 + 0.65 * (rep.microbatches > 1 ? 1 - mb / (rep.microbatches - 1) * 0.6 : 1);
+    var g = el('g', {'class': 'job dir-' + dir + (t0 >= cursor ? ' future' : '')}, svg);
+    el('rect', {x: sx(t0), y: y + 1, width: Math.max(0.5, sx(t1) - sx(t0)), height: rowH - 2,
+      'fill-opacity': shade, 'class': 'box'}, g);
+    if (dir === 'g' || dir === 'd')
+      el('rect', {x: sx(t0), y: y + 1, width: Math.max(0.5, sx(t1) - sx(t0)), height: rowH - 2,
+        fill: dir === 'g' ? 'url(#hatch' + p.idx + ')' : 'none'}, g);
+    if (sx(t1) - sx(t0) > 18)
+      el('text', {x: (sx(t0) + sx(t1)) / 2, y: y + rowH / 2 + 4, 'text-anchor': 'middle', 'class': 'jl'}, g,
+        dir.toUpperCase().replace('D', 'δ') + st + (rep.microbatches > 1 ? '.' + mb : ''));
+    el('title', {}, g, DIRS[dir] + ', stage ' + st + ' (' + res.stage_names[st] + '), micro-batch ' + mb +
+      ', worker ' + wk + ', ' + fmt(t0) + ' → ' + fmt(t1));
+  });
+  res.messages.forEach(function (m) {
+    var y0 = top + m[0] * (rowH + memH + 6) + rowH / 2, y1 = top + m[1] * (rowH + memH + 6) + rowH / 2;
+    var x = sx(m[2]);
+    el('line', {x1: x, y1: y0, x2: x + 3, y2: y1, 'class': 'msg' + (m[2] > cursor ? ' future' : '')}, svg);
+  });
+  el('line', {x1: sx(cursor), y1: 4, x2: sx(cursor), y2: height - 30, 'class': 'cursor'}, svg);
+  var ty = height - 12;
+  el('text', {x: left, y: ty, 'class': 'lab'}, svg, 'time 0 … ' + fmt(rep.latency) + ' ' + res.unit +
+    '   boxes: F solid, δ outlined, G hatched, B solid dark; shade = micro-batch; dots = idle; line under a row = activations held');
+}
+
+function update() {
+  panels.forEach(function (p, i) {
+    var shown = i === 0 || document.getElementById('compare').checked;
+    p.root.hidden = !shown;
+    if (!shown) return;
+    var c = config(p);
+    p.stages.disabled = !!c.preset;
+    p.res = api.simulate(c);
+    p.cmd.textContent = command(c);
+  });
+  var tmax = 0;
+  panels.forEach(function (p) { if (!p.root.hidden && p.res.ok) tmax = Math.max(tmax, p.res.report.latency); });
+  var slider = document.getElementById('time');
+  var cursor = tmax * slider.value / 1000;
+  document.getElementById('time-out').textContent = fmt(cursor);
+  panels.forEach(function (p) {
+    if (p.root.hidden) return;
+    p.figures.innerHTML = '';
+    if (!p.res.ok) { p.error.textContent = 'refused: ' + p.res.error; p.svgbox.innerHTML = ''; return; }
+    p.error.textContent = '';
+    var r = p.res.report;
+    figure(p.figures, 'latency', 'latency (' + p.res.unit + ')', r.latency);
+    figure(p.figures, 'bubble', 'bubble fraction', p.res.bubble);
+    figure(p.figures, 'utilization', 'utilisation', r.utilization);
+    figure(p.figures, 'peak_activation_bytes_max', 'peak activation memory (a worker)', r.peak_activation_bytes_max,
+      p.res.unit === 'unit' ? fmt(r.peak_activation_bytes_max) + ' activations' : bytes(r.peak_activation_bytes_max));
+    if (r.peak_activation_bytes) figure(p.figures, 'peak_activation_bytes', 'peak activations per worker', r.peak_activation_bytes.join(', '));
+    if (r.peak_memory_bytes) figure(p.figures, 'peak_memory_bytes', 'peak memory per worker (with fetched weights)', r.peak_memory_bytes.join(', '));
+    figure(p.figures, 'workers', 'workers', r.workers);
+    figure(p.figures, 'activation_transfers_max', 'activation messages (max per worker)', r.activation_transfers_max);
+    drawTimeline(p, p.res, tmax, cursor);
+  });
+}
+
+/* The CSV goes to the C side as scheme "custom" of panel A: the same reader, checks and
+ * simulator as build/schedule --scheme custom --actions FILE.csv. */
+function importCsv() {
+  var out = document.getElementById('csv-result');
+  out.innerHTML = '';
+  if (!schemes.actions) {
+    h('p', {'class': 'refusal', id: 'csv-status'}, out,
+      'This build has no action-list schedules yet (schedulers/parallel/sched_actions.c): nothing to simulate the CSV with.');
+    return;
+  }
+  setControl('p0-scheme', 'custom');
+  var p = panels[0];
+  if (!p.res.ok) { h('p', {'class': 'refusal', id: 'csv-status'}, out, 'refused: ' + p.res.error); return; }
+  var r = p.res.report;
+  h('p', {id: 'csv-status'}, out, 'imported into scheme A: ' + r.workers + ' ranks, ' + r.microbatches +
+    ' micro-batches, latency ' + fmt(r.latency));
+}
+
+/* ---- BPPSA ---------------------------------------------------------------------------- */
+
+var bpFull = {}, bpToken = 0, oooToken = 0;
+/* A model preset: the app's own --plan=full text; its JSON line gives the figures and its
+ * step table the tree (read as printed, nothing recomputed). */
+function parsePlanText(txt) {
+  var lines = txt.trim().split('\n'), json = JSON.parse(lines[lines.length - 1]), steps = [];
+  lines.forEach(function (ln) {
+    var m = /^\s+(\d+)\s+(up|down|identity|carry)\s+(-?\d+)\s+(-?\d+)\s+(.*?)\s+(\d+)\s*(\*?)\s*$/.exec(ln);
+    if (m) steps.push({level: +m[1], kind: m[2], l: +m[3], r: +m[4], result: m[5], flops: +m[6], critical: m[7] === '*',
+      product: !/move|skipped|^-$/.test(m[5]) && m[2] !== 'identity'});
+  });
+  return {json: json, steps: steps, text: txt};
+}
+
+function drawTree(host, n, steps, nlevels) {
+  host.innerHTML = '';
+  var colW = Math.max(12, Math.min(48, 720 / (n + 1))), rowH = 26, left = 60, top = 24;
+  var width = left + colW * (n + 1) + 20, height = top + rowH * (nlevels + 1) + 30;
+  var svg = el('svg', {viewBox: '0 0 ' + width + ' ' + height, role: 'img',
+    'aria-label': 'scan tree of ' + n + ' links in ' + nlevels + ' levels'}, host);
+  var x = function (i) { return left + colW * (i + 0.5); };
+  for (var i = 0; i <= n; i++) {
+    el('line', {x1: x(i), y1: top - 6, x2: x(i), y2: top + rowH * nlevels, 'class': 'col'}, svg);
+    if (n <= 40 || i % 4 === 0) el('text', {x: x(i), y: top - 10, 'text-anchor': 'middle', 'class': 'lab'}, svg, 'a' + i);
+  }
+  steps.forEach(function (s) {
+    var y = top + rowH * (s.level + 0.5);
+    var l = s.l < 0 ? s.r : s.l;
+    var g = el('g', {'class': 'step kind-' + s.kind + (s.product ? ' product' : ' move') + (s.critical ? ' critical' : '')}, svg);
+    el('line', {x1: x(l), y1: y - 8, x2: x(s.r), y2: y + 6, 'class': 'edge'}, g);
+    el('circle', {cx: x(s.r), cy: y + 6, r: s.product ? 5 : 3, 'class': 'node'}, g);
+    el('text', {x: x(s.r) + 6, y: y + 4, 'class': 'sl'}, g, s.kind[0].toUpperCase());
+    el('title', {}, g, 'level ' + s.level + ' ' + s.kind + ' a[' + s.l + '] → a[' + s.r + ']' + (s.result ? ': ' + s.result : '') +
+      (s.product ? ' (a product)' : ' (no product)'));
+  });
+  var lv = {};
+  steps.forEach(function (s) { lv[s.level] = s.kind; });
+  for (var k = 0; k < nlevels; k++)
+    el('text', {x: 2, y: top + rowH * (k + 0.5) + 4, 'class': 'lab'}, svg, k + ' ' + (lv[k] || ''));
+  el('text', {x: left, y: height - 8, 'class': 'lab'}, svg,
+    'U = up-sweep, D = down-sweep, I = identity seed, C = sequential carry; big dot = a product, small = a move');
+}
+
+function updateBppsa() {
+  var src = document.getElementById('bp-source').value, nIn = document.getElementById('bp-n'),
+      kIn = document.getElementById('bp-k'), figs = document.getElementById('bp-figures');
+  figs.innerHTML = '';
+  document.getElementById('bp-table').textContent = '';
+  if (src === 'chain') {
+    nIn.disabled = false;
+    var full = api.scan(+nIn.value, -1).full_levels;
+    kIn.max = full;
+    if (+kIn.value > full) kIn.value = full;
+    document.getElementById('bp-k-out').textContent = kIn.value;
+    var r = api.scan(+nIn.value, +kIn.value);
+    figure(figs, 'links', 'links n', r.links);
+    figure(figs, 'scan_levels', 'up-sweep levels K', r.scan_levels);
+    figure(figs, 'levels', 'sequential levels (depth)', r.levels);
+    figure(figs, 'linear_levels', 'linear BP levels', r.linear_levels);
+    figure(figs, 'chain_depth', 'longest product chain', r.chain_depth);
+    figure(figs, 'products', 'products (work)', r.products);
+    figure(figs, 'linear_products', 'linear BP products', r.linear_products);
+    document.getElementById('bp-cmd').textContent = 'build/demo --layers ' + Math.ceil((r.links + 1) / 2) +
+      ' --backward bppsa --scan-levels ' + r.scan_levels + ' --plan=full    # a chain of ' + (2 * Math.ceil((r.links + 1) / 2) - 1) + ' ops';
+    drawTree(document.getElementById('bp-tree'), r.links, r.steps.map(function (s) {
+      return {kind: s[0], level: s[1], l: s[2], r: s[3], product: !!s[4]};
+    }), r.nlevels);
+    return;
+  }
+  nIn.disabled = true;
+  kIn.max = bpFull[src];
+  if (+kIn.value > bpFull[src]) kIn.value = bpFull[src];
+  document.getElementById('bp-k-out').textContent = kIn.value;
+  var cmd = 'build/' + src.replace('-pruned', '') + ' --backward bppsa --plan=full --scan-levels ' + kIn.value + ' --batch 8' +
+    (src === 'lenet-pruned' ? ' --prune 0.9' : '');
+  document.getElementById('bp-cmd').textContent = cmd;
+  var token = ++bpToken;
+  return getText('data/bppsa-' + src + '-' + kIn.value + '.txt').then(function (txt) {
+    if (token !== bpToken) return;   /* a later setting's answer wins, whatever arrives last */
+    var p = parsePlanText(txt), j = p.json;
+    figs.innerHTML = '';
+    figure(figs, 'links', 'links n', j.links);
+    figure(figs, 'scan_levels', 'up-sweep levels K', j.scan_levels);
+    figure(figs, 'levels', 'sequential levels (depth)', j.levels);
+    figure(figs, 'linear_levels', 'linear BP levels', j.linear_levels);
+    figure(figs, 'flops_per_sample', 'FLOP per sample (work)', j.flops_per_sample);
+    figure(figs, 'linear_flops_per_sample', 'linear BP FLOP per sample', j.linear_flops_per_sample);
+    figure(figs, 'scan_bytes', 'scan memory', j.scan_bytes, bytes(j.scan_bytes));
+    var maxLevel = 0;
+    p.steps.forEach(function (s) { maxLevel = Math.max(maxLevel, s.level + 1); });
+    drawTree(document.getElementById('bp-tree'), j.links, p.steps, maxLevel);
+    document.getElementById('bp-table').textContent = txt;
+  });
+}
+
+/* ---- Out-of-order backward ------------------------------------------------------------ */
+
+function updateOoo() {
+  var m = document.getElementById('ooo-model').value, host = document.getElementById('ooo-orders');
+  document.getElementById('ooo-cmd').textContent = 'build/' + m + (m === 'rnn' ? ' --seq-len 1000 --hidden 20' : '') +
+    ' --backward ooo --order ORDER --batch 8 --steps 1 --threads 1 --lanes 1    # peak_bytes; --trace t.json: measured lanes';
+  var token = ++oooToken;
+  return getText('data/ooo-' + m + '.json').then(function (txt) {
+    if (token !== oooToken) return;
+    var d = JSON.parse(txt);
+    host.innerHTML = '';
+    var tmax = 0;
+    d.orders.forEach(function (o) { tmax = Math.max(tmax, o.makespan); });
+    d.orders.forEach(function (o) {
+      var box = h('div', {'class': 'order', id: 'ooo-' + o.order}, host);
+      h('h3', {}, box, 'order ' + o.order + (o.order === 'reverse-first-k' ? ' (k = ' + o.k + ')' : ''));
+      var dl = h('dl', {'class': 'figures'}, box);
+      figure(dl, 'makespan', 'backward done (modelled)', o.makespan);
+      figure(dl, 'main_done', 'main lane done (next forward may start)', o.main_done);
+      figure(dl, 'peak_bytes', 'peak memory (one task at a time)', o.peak_bytes, bytes(o.peak_bytes));
+      if (o.order === 'reverse-first-k') figure(dl, 'k', 'k', o.k);
+      var width = 760, left = 50, rowH = 30;
+      var svg = el('svg', {viewBox: '0 0 ' + width + ' ' + (2 * rowH + 30), role: 'img',
+        'aria-label': o.order + ': two lanes'}, box);
+      var sx = function (t) { return left + t / tmax * (width - left - 10); };
+      el('text', {x: 2, y: rowH / 2 + 4, 'class': 'lab'}, svg, 'main');
+      el('text', {x: 2, y: rowH * 1.5 + 4, 'class': 'lab'}, svg, 'sub');
+      o.tasks.forEach(function (t) {
+        var task = d.tasks[t[0]], y = t[1] * rowH;
+        var g = el('g', {'class': 'task kind-' + task.kind + (task.critical ? ' critical' : '')}, svg);
+        el('rect', {x: sx(t[2]), y: y + 2, width: Math.max(0.5, sx(t[3]) - sx(t[2])), height: rowH - 4, 'class': 'box'}, g);
+        if (sx(t[3]) - sx(t[2]) > 30)
+          el('text', {x: (sx(t[2]) + sx(t[3])) / 2, y: y + rowH / 2 + 4, 'text-anchor': 'middle', 'class': 'jl'}, g,
+            task.label.replace(/_\d+$/, ''));
+        el('title', {}, g, task.label + (task.critical ? ' (critical path)' : '') + ': ' + fmt(t[2]) + ' → ' + fmt(t[3]));
+      });
+      el('text', {x: left, y: 2 * rowH + 22, 'class': 'lab'}, svg,
+        'δO solid, δW dashed outline, U dotted outline; thick black outline = critical path (longest chain of estimates)');
+    });
+    var g = document.getElementById('ooo-graph');
+    g.innerHTML = '';
+    h('h3', {}, g, 'task graph: ' + d.tasks.length + ' tasks, critical path ' + fmt(d.critical_est) + ' (estimate units)');
+    var pre = h('pre', {'class': 'table'}, g);
+    pre.textContent = d.tasks.map(function (t, i) {
+      return (t.critical ? '* ' : '  ') + i + ' ' + t.label + '  est ' + fmt(t.est) + '  after ' +
+        (t.pred.length ? t.pred.map(function (q) { return d.tasks[q].label; }).join(', ') : '(start)');
+    }).join('\n');
+  });
+}
+
+/* ---- views, start, self-test ---------------------------------------------------------- */
+
+function show(view) {
+  ['pipelines', 'bppsa', 'ooo'].forEach(function (v) {
+    document.getElementById('view-' + v).hidden = v !== view;
+    document.getElementById('tab-' + v).setAttribute('aria-selected', v === view ? 'true' : 'false');
+  });
+  if (view === 'bppsa') return updateBppsa();
+  if (view === 'ooo') return updateOoo();
+}
+
+function start() {
+  bindApi();
+  schemes = api.schemes();
+  var loads = PRESETS.map(function (m) { return getText('profiles/' + m + '.csv').then(function (t) { profiles[m] = t; }); });
+  loads.push(getText('data/bppsa-lenet-full.txt').then(function (t) { bpFull.lenet = +t; }));
+  loads.push(getText('data/bppsa-rnn-full.txt').then(function (t) { bpFull.rnn = +t; }));
+  loads.push(getText('data/bppsa-lenet-pruned-full.txt').then(function (t) { bpFull['lenet-pruned'] = +t; }));
+  Promise.all(loads).then(function () {
+    var host = document.getElementById('panels');
+    panels = [panelControls(0, host), panelControls(1, host)];
+    document.getElementById('compare').addEventListener('change', update);
+    document.getElementById('time').addEventListener('input', update);
+    document.getElementById('csv-run').addEventListener('click', importCsv);
+    document.getElementById('csv-file').addEventListener('change', function (ev) {
+      var f = ev.target.files[0];
+      if (f) f.text().then(function (t) { document.getElementById('csv-text').value = t; importCsv(); });
+    });
+    document.querySelectorAll('nav button').forEach(function (b) {
+      b.addEventListener('click', function () { show(b.dataset.view); });
+    });
+    ['bp-source', 'bp-n', 'bp-k'].forEach(function (id) {
+      document.getElementById(id).addEventListener('input', function () {
+        if (id === 'bp-n') document.getElementById('bp-n-out').textContent = document.getElementById(id).value;
+        if (id === 'bp-k') document.getElementById('bp-k-out').textContent = document.getElementById(id).value;
+        updateBppsa();
+      });
+    });
+    document.getElementById('ooo-model').addEventListener('change', updateOoo);
+    update();
+    var q = new URLSearchParams(location.search);
+    if (q.get('view')) show(q.get('view'));
+    if (q.get('compare')) { document.getElementById('compare').checked = true; update(); }
+    if (q.get('selftest')) selftest(JSON.parse(q.get('selftest')));
+    document.body.dataset.ready = '1';
+  });
+}
+
+/* The self-test drives the controls as a student would (value + input/change events),
+ * then reads the figures the page shows; scripts/test_site.py compares them with the
+ * native programs. cases: {pipelines:[{control: value}], bppsa:[{source,n,k}], ooo:[model]} */
+function setControl(id, value) {
+  var e = document.getElementById(id);
+  if (!e) { reportError('selftest: no control ' + id); return; }
+  if (e.type === 'checkbox') e.checked = !!value; else e.value = String(value);
+  e.dispatchEvent(new Event('input', {bubbles: true}));
+  e.dispatchEvent(new Event('change', {bubbles: true}));
+}
+function readFigures(dl) {
+  var o = {};
+  dl.querySelectorAll('dd').forEach(function (dd) { o[dd.dataset.key] = dd.dataset.value; });
+  return o;
+}
+function selftest(cases) {
+  var out = {pipelines: [], bppsa: [], ooo: [], csv: null};
+  var chain = Promise.resolve();
+  (cases.pipelines || []).forEach(function (c) {
+    chain = chain.then(function () {
+      show('pipelines');
+      Object.keys(c).forEach(function (k) { setControl('p0-' + k, c[k]); });
+      var p = panels[0];
+      out.pipelines.push({set: c, shown: readFigures(p.figures), command: p.cmd.textContent.split('\n')[0],
+        error: p.error.textContent, boxes: p.svgbox.querySelectorAll('g.job').length});
+    });
+  });
+  chain = chain.then(function () {   /* the CSV import, through panel A's controls */
+    show('pipelines');
+    var c = cases.csv || {};
+    Object.keys(c.set || {}).forEach(function (k) { setControl('p0-' + k, c.set[k]); });
+    document.getElementById('import').open = true;
+    if (c.text) document.getElementById('csv-text').value = c.text;
+    document.getElementById('csv-run').click();
+    var st = document.getElementById('csv-status'), p = panels[0];
+    out.csv = {status: st ? st.textContent : '', actions: schemes.actions, set: c.set || {},
+      shown: schemes.actions ? readFigures(p.figures) : null, command: p.cmd.textContent.split('\n')[0],
+      error: p.error.textContent};
+  });
+  (cases.bppsa || []).forEach(function (c) {
+    chain = chain.then(function () {
+      show('bppsa');
+      setControl('bp-source', c.source);
+      if (c.n) setControl('bp-n', c.n);
+      setControl('bp-k', c.k);
+      return Promise.resolve(updateBppsa()).then(function () {
+        out.bppsa.push({set: c, shown: readFigures(document.getElementById('bp-figures')),
+          steps: document.querySelectorAll('#bp-tree g.step').length});
+      });
+    });
+  });
+  (cases.ooo || []).forEach(function (m) {
+    chain = chain.then(function () {
+      show('ooo');
+      setControl('ooo-model', m);
+      return Promise.resolve(updateOoo()).then(function () {
+        var r = {model: m, orders: {}};
+        document.querySelectorAll('#ooo-orders .order').forEach(function (o) {
+          r.orders[o.id.replace('ooo-', '')] = readFigures(o.querySelector('dl'));
+        });
+        out.ooo.push(r);
+      });
+    });
+  });
+  chain.then(function () {
+    show(cases.end_view || 'pipelines');
+    var pre = document.getElementById('selftest-result');
+    out.errors = Array.prototype.map.call(document.querySelectorAll('#errors p'), function (p) { return p.textContent; });
+    pre.textContent = JSON.stringify(out);
+    document.body.dataset.selftest = 'done';
+  }).catch(function (e) { reportError('selftest: ' + e); });
+}
