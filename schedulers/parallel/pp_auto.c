@@ -45,6 +45,7 @@ typedef struct policy {
     int late_first;   /* among a rank's chunks, the later chunk's F first  */
     int w_fit;        /* W only into gaps at least as long as the W        */
     double limit;     /* activations per rank (units of act); INFINITY = none */
+    double margin;    /* room a new micro-batch must leave for started ones */
 } policy;
 
 /* The problem: placement and costs (unit costs filled in when the caller gave none). */
@@ -114,7 +115,7 @@ static sp_actions *greedy(const problem *pb, const policy *po)
                         rt = fF[(c - 1) * M + b] + (pb->chunk_rank[c - 1] != r ? pb->transfer : 0);
                     }
                     if (deps && rt <= t) {
-                        int admit = g[r].held + (fcount[r * M + b] > 0 ? pb->act[c] : actsum[r]) <=
+                        int admit = g[r].held + (fcount[r * M + b] > 0 ? pb->act[c] : actsum[r] + po->margin) <=
                                     po->limit + 1e-9;
                         if (admit && bestF < 0) bestF = c;
                         if (!admit) memF = 1;
@@ -172,18 +173,21 @@ static sp_actions *greedy(const problem *pb, const policy *po)
             g[r].free_at = start + dur;
             g[r].left--;
         }
-        /* An idle rank looks again at its next candidate's arrival or the next finish. */
+        /* An idle rank looks again at the next event anywhere: a finish, or an arrival
+         * some idle rank is waiting for. */
         double later = INFINITY;
-        for (int q = 0; q < R; q++)
-            if (g[q].left > 0 && g[q].free_at > t && g[q].free_at < later) later = g[q].free_at;
+        for (int q = 0; q < R; q++) {
+            if (idle[q]) later = fmin(later, next[q]);
+            else if (g[q].free_at > t) later = fmin(later, g[q].free_at);
+        }
         int any = 0;
         for (int r = 0; r < R; r++) {
             if (!idle[r]) {
                 if (g[r].left > 0) any = 1;
                 continue;
             }
-            g[r].free_at = fmin(next[r], later);
-            if (g[r].free_at < INFINITY) any = 1;
+            g[r].free_at = later;
+            if (later < INFINITY) any = 1;
         }
         free(idle);
         free(next);
@@ -193,6 +197,8 @@ static sp_actions *greedy(const problem *pb, const policy *po)
             break;
         }
     }
+    for (int r = 0; r < R; r++)
+        if (g[r].left > 0) ok = 0;
     sp_actions *a = NULL;
     if (ok) {
         a = sp_actions_new(R, C, M, 3 * C * M);
@@ -248,8 +254,10 @@ static void search(best *bs, const problem *pb, const sp_chunk_costs *costs, dou
 {
     int steps = limit == INFINITY ? 1 : 1 + (int)fmin(8, floor((limit - floor_) / u + 1e-9));
     for (int s = 0; s < steps; s++)
-        for (int v = 0; v < 12; v++) {
-            policy po = {v % 3, (v / 3) & 1, (v / 6) & 1, limit - s * u};
+        for (int v = 0; v < 24; v++) {
+            /* s steps off the limit for every F, or only for a new micro-batch's. */
+            policy po = {v % 3, (v / 3) & 1, (v / 6) & 1, limit - (v < 12) * s * u, (v >= 12) * s * u};
+            if (s == 0 && v >= 12) continue;
             consider(bs, greedy(pb, &po), costs, limit);
         }
 }
@@ -360,7 +368,7 @@ int sp_pp_gen_zb_auto(const sp_pp_params *p, sp_actions **out)
         for (int k = 1; k <= 2 * P; k++) {
             double lim = fmax(k * u * v, need);
             for (int var = 0; var < 12; var++) {
-                policy po = {var % 3, (var / 3) & 1, (var / 6) & 1, lim};
+                policy po = {var % 3, (var / 3) & 1, (var / 6) & 1, lim, 0};
                 consider(&bs, greedy(&pb, &po), p->costs, limit);
             }
         }

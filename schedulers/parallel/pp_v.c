@@ -16,9 +16,9 @@
  *   steady      F(0) while any is left, I(0), W(0), F(1), I(1), W(1), until every F ran
  *   cool-down   r pairs I(0), I(1); p − r pairs I(0), W(0); then the deferred W of
  *               chunk 1, then those of chunk 0.
- * The deferred W's hold their activations to the end: rank r's peak is 2(p − r) − 1 + 2r
- * = 2p − 1 chunk activations at r's widest point… (see tests/test_actions.c for the
- * measured figure, 2p chunk activations = p full-rank activations, 1F1B's).
+ * Rank r holds 2(p − r) − 1 + 2r + 1 = 2p chunk activations when its first W runs, and
+ * from then each F is followed by a W before the next F: a peak of 2p chunk activations,
+ * p full-rank ones, 1F1B's (m ≥ 2p − 1; tests/test_actions.c has the closed forms).
  *
  * DualPipeV follows dualpipev.py's eight steps for rank r (m ≥ 2p micro-batches):
  *   1  2(p − r − 1) × F0                   5  (p − r − 1) × B1, (F1 & B0)
