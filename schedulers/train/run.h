@@ -70,7 +70,8 @@ typedef struct sp_run_opts {
     bool cuda_graph;                     /* --cuda-graph: replay the step as a CUDA Graph */
     /* parallel training on MPI ranks (schedulers/parallel/exec.h) */
     const char *parallel, *partition, *costs_out, *costs, *exec_order;
-    int microbatches, groups;
+    const char *actions;                 /* --parallel custom: per-rank action lists (CSV) */
+    int microbatches, groups, chunks;    /* chunks: per rank, action-list schemes     */
     double bucket_mb, comm_timeout;
 } sp_run_opts;
 
