@@ -9,11 +9,6 @@
 #include "schedulers/parallel/actions.h"
 #include "schedulers/parallel/pp_gen.h"
 
-#pragma weak sp_pp_gen_zbv
-#pragma weak sp_pp_gen_v_half
-#pragma weak sp_pp_gen_v_min
-#pragma weak sp_pp_gen_dualpipev
-#pragma weak sp_pp_gen_zb_auto
 
 static const sp_pp_generator GENERATORS[] = {
     {"1f1b-strict", "1F1B with a fixed order: p-r-1 warm-up forwards, one F one B, cool-down (B = I+W)", 1,
