@@ -164,7 +164,8 @@ static sp_actions *make_actions(const opts *o, const sp_costs *c)
     double *buf = sp_xmalloc(sizeof(double) * 4 * (size_t)C);
     sp_chunk_partition(c, c->stages, C, stage_chunk);
     sp_chunk_costs_sum(c, c->stages, C, stage_chunk, buf, buf + C, buf + 2 * C, buf + 3 * C);
-    sp_chunk_costs cc = {.chunks = C, .f = buf, .i = buf + C, .w = buf + 2 * C, .act = buf + 3 * C};
+    /* act NULL: one unit per chunk and micro-batch, the unit of --mem-limit */
+    sp_chunk_costs cc = {.chunks = C, .f = buf, .i = buf + C, .w = buf + 2 * C};
     sp_pp_params p = {.ranks = ranks, .micro = o->micro, .chunks_per_rank = o->chunks, .costs = &cc,
                       .mem_limit = o->mem_limit};
     if (g->generate(&p, &a) != SP_OK) sp_fail("--scheme %s", sp_last_error());

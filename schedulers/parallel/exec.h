@@ -71,6 +71,8 @@ typedef struct sp_exec_cfg {
                                   half of them                                           */
     int chunks;                /* action-list generators: chunks per rank; 0: the scheme's */
     const char *actions;       /* --parallel custom: the per-rank action lists (CSV)      */
+    double mem_limit;          /* zb-auto: peak activations per rank (chunk micro-batches);
+                                  0: none                                                */
 } sp_exec_cfg;
 
 typedef struct sp_exec sp_exec;

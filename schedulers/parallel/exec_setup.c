@@ -181,10 +181,11 @@ static sp_actions *generate(const sp_exec *x)
         buf = sp_xmalloc(sizeof(double) * 4 * (size_t)C);
         sp_chunk_partition(x->costs, x->S, C, stage_chunk);
         sp_chunk_costs_sum(x->costs, x->S, C, stage_chunk, buf, buf + C, buf + 2 * C, buf + 3 * C);
-        cc.f = buf, cc.i = buf + C, cc.w = buf + 2 * C, cc.act = buf + 3 * C;
+        cc.f = buf, cc.i = buf + C, cc.w = buf + 2 * C;   /* act NULL: --mem-limit counts chunk micro-batches */
         free(stage_chunk);
     }
-    sp_pp_params p = {.ranks = x->W, .micro = x->B, .chunks_per_rank = x->cfg.chunks, .costs = buf ? &cc : NULL};
+    sp_pp_params p = {.ranks = x->W, .micro = x->B, .chunks_per_rank = x->cfg.chunks, .costs = buf ? &cc : NULL,
+                      .mem_limit = x->cfg.mem_limit};
     if (g->generate(&p, &a) != SP_OK) a = NULL;
     free(buf);
     return a;

@@ -148,6 +148,9 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
          .range = "0..", .needs = "parallel=lpp|fslpp", .scope = SP_SCOPE_RUN},
         {"chunks", SP_FLAG_INT, &o->chunks, "chunks per rank of interleaved-1f1b / looped-bfs (0 = the scheme's)",
          .group = G_PAR, .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"mem-limit", SP_FLAG_DOUBLE, &o->mem_limit, "zb-auto: peak activations per rank, in micro-batches of a "
+         "chunk (0 = none)", .group = G_PAR, .meta = "N", .range = "0..", .needs = "parallel=zb-auto",
+         .scope = SP_SCOPE_RUN},
         {"actions", SP_FLAG_STR, &o->actions, "per-rank action lists (CSV: 0F0,0I0,0W0,...) for --parallel custom",
          .group = G_PAR, .meta = "FILE", .needs = "parallel=custom", .scope = SP_SCOPE_RUN},
         {"partition", SP_FLAG_STR, &o->partition, "pipeline stages: by measured cost, or LayerPipe's Algorithm 1",
@@ -491,7 +494,8 @@ static struct sp_exec *exec_new(const char *app, const sp_run_opts *o, sp_model 
                      .ooo = (sp_engine_caps(o->backward) & SP_ENGINE_REORDERS_DW) != 0,
                      .k = o->k,
                      .chunks = o->chunks,
-                     .actions = o->actions};
+                     .actions = o->actions,
+                     .mem_limit = o->mem_limit};
     struct sp_exec *x = sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
     /* Not started by mpirun: one process is the only rank. It runs (a schedule's numbers
      * and files on one worker are worth having), but says so. */

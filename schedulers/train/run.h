@@ -72,6 +72,7 @@ typedef struct sp_run_opts {
     const char *parallel, *partition, *costs_out, *costs, *exec_order;
     const char *actions;                 /* --parallel custom: per-rank action lists (CSV) */
     int microbatches, groups, chunks;    /* chunks: per rank, action-list schemes     */
+    double mem_limit;                    /* --parallel zb-auto: activations per rank  */
     double bucket_mb, comm_timeout;
 } sp_run_opts;
 
