@@ -4,6 +4,8 @@
  *   schedule --scheme lpp --stages 8 --microbatches 16 --groups 2 --per-group 4 --svg out.svg
  *   schedule --scheme gpipe --model vgg11 --workers 4
  *   schedule --layerpipe profile.csv --processors 3
+ *   schedule --scheme zb-h1 --stages 4 --microbatches 8 --actions-out zb.csv
+ *   schedule --scheme custom --actions zb.csv --stages 4
  *
  * The last stdout line is one JSON object. */
 #include <errno.h>
@@ -18,13 +20,14 @@
 #include "core/error.h"
 #include "core/io/fileio.h"
 #include "core/model.h"
+#include "schedulers/parallel/actions.h"
 #include "schedulers/parallel/schedule.h"
 #include "schedulers/parallel/sim_report.h"
 
 typedef struct opts {
-    const char *scheme, *model, *profile, *svg, *title, *layerpipe, *costs_out;
-    int stages, micro, workers, groups, per_group, batch, processors, max_cols;
-    double fwd, bwd, delta, grad, gflops, alpha;
+    const char *scheme, *model, *profile, *svg, *title, *layerpipe, *costs_out, *actions, *actions_out;
+    int stages, micro, workers, groups, per_group, batch, processors, max_cols, chunks;
+    double fwd, bwd, delta, grad, gflops, alpha, mem_limit;
     bool split, no_split, no_input_grad, no_diagram, list;
 } opts;
 
@@ -33,7 +36,7 @@ typedef struct opts {
 
 static void parse(int argc, char **argv, opts *o)
 {
-    const char *scheme_names = sp_scheme_names();
+    const char *scheme_names = sp_schedule_all_names();
     sp_flag table[] = {
         {"scheme", SP_FLAG_STR, &o->scheme, "the schedule", .choices = scheme_names, .group = "schedule",
          .needs = SIM},
@@ -46,6 +49,12 @@ static void parse(int argc, char **argv, opts *o)
          .needs = SIM ",scheme=lpp|fslpp"},
         {"per-group", SP_FLAG_INT, &o->per_group, "R workers per group", .def = "from W", .range = "1..", .group = "schedule",
          .needs = SIM ",scheme=lpp|fslpp"},
+        {"chunks", SP_FLAG_INT, &o->chunks, "V chunks per rank (interleaved-1f1b, looped-bfs)", .def = "the scheme's",
+         .range = "1..", .group = "schedule", .needs = SIM},
+        {"actions", SP_FLAG_STR, &o->actions, "per-rank action lists (CSV, PyTorch's form: 0F0,0I0,0W0,...)",
+         .meta = "CSV", .group = "schedule", .needs = SIM ",scheme=custom"},
+        {"mem-limit", SP_FLAG_DOUBLE, &o->mem_limit, "zb-auto: peak activations per rank (micro-batches of a chunk)",
+         .meta = "N", .range = "0..", .group = "schedule", .needs = SIM ",scheme=zb-auto"},
         {"split", SP_FLAG_BOOL, &o->split, "backward as two jobs, delta before G (any scheme)", .group = "schedule",
          .needs = SIM ",!no-split"},
         {"no-split", SP_FLAG_BOOL, &o->no_split, "backward as one job (ooo schemes split by default)",
@@ -70,6 +79,8 @@ static void parse(int argc, char **argv, opts *o)
          .meta = "CSV", .group = "durations from a model or a profile", .needs = SIM},
         {"costs-out", SP_FLAG_STR, &o->costs_out, "write the per-stage costs as a profile CSV", .meta = "CSV",
          .group = "output", .needs = SIM},
+        {"actions-out", SP_FLAG_STR, &o->actions_out, "write the simulated order as per-rank action lists (CSV)",
+         .meta = "CSV", .group = "output", .needs = SIM},
         {"svg", SP_FLAG_STR, &o->svg, "write the pipeline diagram as SVG", .meta = "FILE", .group = "output",
          .needs = SIM},
         {"title", SP_FLAG_STR, &o->title, "SVG title", .group = "output", .needs = SIM ",svg"},
@@ -87,8 +98,10 @@ static void parse(int argc, char **argv, opts *o)
     };
     sp_flags_parse(argc, argv, "schedule",
                    "Simulate a parallel-training schedule (one master schedule: DDP, FSDP, GPipe, 1F1B,\n"
-                   "LPP, FSLPP, ooo fast-forwarding and modulo allocation), print its pipeline diagram\n"
-                   "and statistics, or balance a pipeline with LayerPipe. Last stdout line: JSON.",
+                   "LPP, FSLPP, ooo fast-forwarding and modulo allocation, and the pipelines given as\n"
+                   "per-rank action lists: strict 1F1B, zero bubble, interleaved, looped BFS, V shapes,\n"
+                   "custom), print its pipeline diagram and statistics, or balance a pipeline with\n"
+                   "LayerPipe. Last stdout line: JSON.",
                    table);
 }
 
@@ -131,6 +144,48 @@ static void write_svg(const opts *o, const sp_schedule *s, const sp_sim *r, cons
     sp_check(sp_out_commit(&out));
 }
 
+/* The action list of a generator (ranks: --workers, or the stages over the chunks per
+ * rank) with the per-chunk costs of the balanced partition, or --actions' file. */
+static sp_actions *make_actions(const opts *o, const sp_costs *c)
+{
+    sp_actions *a = NULL;
+    if (!strcmp(o->scheme, "custom")) {
+        if (!o->actions) sp_fail("--scheme custom needs --actions FILE.csv (one row of actions per rank)");
+        sp_check(sp_actions_read_csv(o->actions, &a));
+        return a;
+    }
+    const sp_pp_generator *g = sp_pp_find(o->scheme);
+    int v = o->chunks > 0 ? o->chunks : g->default_chunks_per_rank;
+    int ranks = o->workers > 0 ? o->workers : c->stages / v > 0 ? c->stages / v : 1;
+    if ((long)ranks * v > c->stages)
+        sp_fail("--scheme %s: %d ranks x %d chunks per rank for %d stages (expected ranks x chunks <= stages: each "
+                "chunk holds whole layers)", o->scheme, ranks, v, c->stages);
+    int C = ranks * v, *stage_chunk = sp_xmalloc(sizeof(int) * (size_t)c->stages);
+    double *buf = sp_xmalloc(sizeof(double) * 4 * (size_t)C);
+    sp_chunk_partition(c, c->stages, C, stage_chunk);
+    sp_chunk_costs_sum(c, c->stages, C, stage_chunk, buf, buf + C, buf + 2 * C, buf + 3 * C);
+    /* act NULL: one unit per chunk and micro-batch, the unit of --mem-limit */
+    sp_chunk_costs cc = {.chunks = C, .f = buf, .i = buf + C, .w = buf + 2 * C};
+    sp_pp_params p = {.ranks = ranks, .micro = o->micro, .chunks_per_rank = o->chunks, .costs = &cc,
+                      .mem_limit = o->mem_limit};
+    if (g->generate(&p, &a) != SP_OK) sp_fail("--scheme %s", sp_last_error());
+    free(buf);
+    free(stage_chunk);
+    return a;
+}
+
+static void write_actions(const opts *o, const sp_actions *given, const sp_schedule *s, const sp_sim *r)
+{
+    if (!o->actions_out) return;
+    sp_actions *a = given ? NULL : sp_schedule_to_actions(s, r);
+    if (!given && !a) sp_fail("%s", sp_last_error());
+    sp_out out;
+    sp_check(sp_out_open(&out, o->actions_out, "--actions-out"));
+    sp_actions_write_csv(out.f, given ? given : a);
+    sp_check(sp_out_commit(&out));
+    sp_actions_free(a);
+}
+
 static int run_schedule(opts *o)
 {
     sp_costs *c = load_costs(o);
@@ -138,10 +193,22 @@ static int run_schedule(opts *o)
     sp_sched_config cfg = {
         .stages = c->stages, .micro = o->micro, .workers = o->workers, .groups = o->groups,
         .per_group = o->per_group, .split = o->split ? 1 : o->no_split ? 0 : -1, .no_input_grad = o->no_input_grad,
+        .actions_scheme = o->scheme,
     };
-    sp_schedule *s = sp_schedule_new(sp_scheme_find(o->scheme), &cfg, c);
+    sp_actions *a = NULL;
+    if (sp_scheme_is_actions(o->scheme)) {
+        if (o->groups || o->per_group) sp_fail("--scheme %s: --groups and --per-group are lpp's", o->scheme);
+        a = make_actions(o, c);
+        if (!strcmp(o->scheme, "custom")) cfg.micro = cfg.workers = 0;   /* the file's */
+    } else if (o->chunks) {
+        sp_fail("--chunks %d: --scheme %s places its own stages (the action-list schemes take --chunks)", o->chunks,
+                o->scheme);
+    }
+    sp_schedule *s = a ? sp_schedule_from_actions(a, &cfg, c) : sp_schedule_new(sp_scheme_find(o->scheme), &cfg, c);
     sp_sim r;
     sp_simulate(s, c, &r);
+    write_actions(o, a, s, &r);
+    sp_actions_free(a);
     if (!o->no_diagram) sp_diagram_text(stdout, s, &r, o->max_cols);
     sp_sim_print_workers(stdout, &r);
     write_svg(o, s, &r, c->unit);
@@ -172,7 +239,9 @@ int main(int argc, char **argv)
     check(&o);
     if (o.list) {
         for (int i = 0; i < sp_scheme_count(); i++)
-            printf("%-11s %s\n", sp_scheme_at(i)->name, sp_scheme_at(i)->summary);
+            printf("%-16s %s\n", sp_scheme_at(i)->name, sp_scheme_at(i)->summary);
+        for (int i = 0; i < sp_pp_count(); i++) printf("%-16s %s\n", sp_pp_at(i)->name, sp_pp_at(i)->summary);
+        printf("%-16s %s\n", "custom", "per-rank action lists from a CSV (--actions FILE)");
         sp_schemes_print_json(stdout);
         return 0;
     }

@@ -871,6 +871,179 @@ Test(exec, ddp_with_ooo_order_gives_the_same_weights, .timeout = 300)
     remove(plan);
 }
 
+/* ---- pipelines as per-rank action lists ---------------------------------------------------
+ *
+ * Each generator of pp_basic.c trains the demo MLP (--layers 5: 9 stages, room for two
+ * chunks on each of 4 ranks) under -np 2 and -np 4 to the single-process weights (1e-6)
+ * and bitwise to the same scheme on one rank (each chunk sums its micro-batches'
+ * gradients in the list's order whatever the rank count); the executed order per rank is
+ * the simulated one — the list expanded to the layers, from schedule.h and actions.h alone. */
+#include "schedulers/parallel/actions.h"
+
+#define LIST_FLAGS "--layers 5 --steps 3 --batch 32 --threads 1 --quiet"
+
+static void check_list_order(const char *scheme, int W, int micro, const char *order_path, const char *costs_path)
+{
+    sp_costs *c = sp_costs_read_csv(costs_path);
+    sp_actions *a;
+    sp_pp_params pp = {.ranks = W, .micro = micro};
+    cr_assert_eq(sp_pp_find(scheme)->generate(&pp, &a), SP_OK, "%s", sp_last_error());
+    sp_sched_config sc = {.stages = c->stages, .split = -1, .no_input_grad = true, .actions_scheme = scheme};
+    sp_schedule *s = sp_schedule_from_actions(a, &sc, c);
+    sp_sim sim;
+    sp_simulate(s, c, &sim);
+    FILE *f = fopen(order_path, "r");
+    cr_assert_not_null(f, "%s: no --exec-order file", scheme);
+    static char line[65536], want[65536];
+    for (int w = 0; w < W; w++) {
+        cr_assert_not_null(fgets(line, sizeof line, f), "%s: order file has no line for w%d", scheme, w);
+        line[strcspn(line, "\n")] = 0;
+        int n = snprintf(want, sizeof want, "w%d", w);
+        char lab[32];
+        for (int i = sim.order_off[w]; i < sim.order_off[w + 1]; i++)
+            n += snprintf(want + n, sizeof want - (size_t)n, " %s", sp_job_label(s, sim.order[i], lab, sizeof lab));
+        cr_assert_str_eq(line, want, "%s -np %d: executed order differs from the simulated one", scheme, W);
+    }
+    fclose(f);
+    sp_sim_free(&sim);
+    sp_schedule_free(s);
+    sp_actions_free(a);
+    sp_costs_free(c);
+    remove(order_path);
+}
+
+/* Uneven costs of the 9 stages of --layers 5, µs. */
+static const char *list_costs(void)
+{
+    const char *path = tmp("list-plan.csv");
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "layer,fwd,bwd_grad,bwd_delta\n");
+    const double fwd[9] = {40, 5, 90, 7, 60, 3, 20, 4, 30};
+    for (int s = 0; s < 9; s++) fprintf(f, "l%d,%g,%g,%g\n", s, fwd[s], 0.9 * fwd[s], s ? 1.1 * fwd[s] : 0);
+    fclose(f);
+    return path;
+}
+
+static void demo_list(const char *scheme)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[2048];
+    const char *plan = list_costs();
+    const char *ref = tmp("lref.safetensors"), *one = tmp("lone.safetensors"), *par = tmp("lpar.safetensors");
+    snprintf(cmd, sizeof cmd, "%s " LIST_FLAGS " --save %s >/dev/null", bin("demo"), ref);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s " LIST_FLAGS " --parallel %s --microbatches %d --costs %s --save %s", bin("demo"),
+             scheme, MICRO, plan, one);
+    mpi_run("", "-np 1", cmd, &r);
+    cr_assert_eq(r.status, 0, "%s -np 1: status %d\n%s", scheme, r.status, r.err);
+    for (int W = 2; W <= 4; W += 2) {
+        const char *order = tmp("lorder.txt");
+        snprintf(cmd, sizeof cmd, "%s " LIST_FLAGS " --parallel %s --microbatches %d --costs %s --save %s --exec-order %s",
+                 bin("demo"), scheme, MICRO, plan, par, order);
+        char np[16];
+        snprintf(np, sizeof np, "-np %d", W);
+        mpi_run("", np, cmd, &r);
+        cr_assert_eq(r.status, 0, "%s -np %d: status %d\n%s", scheme, W, r.status, r.err);
+        char key[64];
+        snprintf(key, sizeof key, "\"parallel\": \"%s\"", scheme);
+        cr_assert(strstr(r.out, key), "%s: JSON line: %s", scheme, r.out);
+        bool bit;
+        double d = compare(par, ref, &bit);
+        cr_assert(d <= 1e-6, "%s -np %d vs single process: max rel diff %.3g > 1e-6", scheme, W, d);
+        d = compare(par, one, &bit);
+        cr_assert(bit, "%s -np %d vs one rank: not bitwise (max rel %.3g)", scheme, W, d);
+        check_list_order(scheme, W, MICRO, order, plan);
+        remove(par);
+    }
+    remove(plan);
+    remove(ref);
+    remove(one);
+}
+
+Test(exec, demo_1f1b_strict, .timeout = 300) { demo_list("1f1b-strict"); }
+Test(exec, demo_zb_h1, .timeout = 300) { demo_list("zb-h1"); }
+Test(exec, demo_zb_h2, .timeout = 300) { demo_list("zb-h2"); }
+Test(exec, demo_interleaved_1f1b, .timeout = 300) { demo_list("interleaved-1f1b"); }
+Test(exec, demo_looped_bfs, .timeout = 300) { demo_list("looped-bfs"); }
+
+/* LeNet (12 stages) under every generator of pp_basic.c on 2 ranks, zb-h1 and
+ * interleaved-1f1b (two chunks on each of 4 ranks) on 4, and a list exported by
+ * build/schedule --actions-out run as --parallel custom: the single-process weights. */
+Test(exec, lenet_action_lists_match_single_process, .timeout = 600)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) cr_skip_test("no Fashion-MNIST");
+    static mpi_result r;
+    char cmd[2048];
+    const char *ref = tmp("ll-ref.safetensors"), *par = tmp("ll-par.safetensors"), *csv = tmp("ll-list.csv");
+    snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --save %s >/dev/null", bin("lenet"), ref);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s --scheme zb-h1 --stages 12 --workers 2 --microbatches 4 --no-diagram --actions-out %s "
+             ">/dev/null", bin("schedule"), csv);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char custom[700];
+    snprintf(custom, sizeof custom, "--actions %s", csv);
+    const char *runs[][3] = {
+        {"1f1b-strict", "", "-np 2"}, {"zb-h1", "", "-np 2"},          {"zb-h2", "", "-np 2"},
+        {"looped-bfs", "", "-np 2"},  {"interleaved-1f1b", "", "-np 2"}, {"zb-h1", "", "-np 4"},
+        {"interleaved-1f1b", "--chunks 2", "-np 4"}, {"custom", custom, "-np 2"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --parallel %s --microbatches 4 %s --save %s", bin("lenet"),
+                 runs[i][0], runs[i][1], par);
+        mpi_run("", runs[i][2], cmd, &r);
+        cr_assert_eq(r.status, 0, "lenet %s %s: status %d\n%s", runs[i][0], runs[i][2], r.status, r.err);
+        bool bit;
+        double d = compare(par, ref, &bit);
+        cr_assert(d <= 1e-6, "lenet %s %s vs single process: max rel %.3g", runs[i][0], runs[i][2], d);
+        remove(par);
+    }
+    remove(csv);
+    remove(ref);
+}
+
+/* Lists that cannot run or do not fit are refused before any work, in one line, exit 2. */
+Test(exec, action_lists_that_cannot_run_are_refused_before_work, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    const char *cyc = tmp("cycle.csv"), *two = tmp("tworanks.csv");
+    FILE *f = fopen(cyc, "w");   /* rank 0 waits for 0I0 before its own 0F0 can exist */
+    cr_assert_not_null(f);
+    fprintf(f, "0I0,0F0,0W0\n1F0,1I0,1W0\n");
+    fclose(f);
+    f = fopen(two, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1W0,1F1,1I1,1W1\n");
+    fclose(f);
+    char a1[600], a2[600];
+    snprintf(a1, sizeof a1, "--layers 4 --parallel custom --actions %s", cyc);
+    snprintf(a2, sizeof a2, "--layers 4 --parallel custom --actions %s", two);
+    struct {
+        const char *np, *flags, *want;
+    } cases[] = {
+        {"-np 2", a1, "rank 0: action 0I0 waits for 0F0"},
+        {"-np 4", a2, "has 2 ranks, mpirun started 4 (expected mpirun -np 2)"},
+        {"-np 2", "--layers 4 --parallel interleaved-1f1b --microbatches 3 --batch 30",
+         "3 micro-batches on 2 ranks (expected a multiple of 2)"},
+        {"-np 4", "--layers 2 --parallel looped-bfs", "8 chunks for the model's 3 layers"},
+        {"-np 2", "--layers 4 --parallel custom", "--parallel custom needs --actions FILE.csv"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "%s --steps 3 --threads 1 --quiet %s", bin("demo"), cases[i].flags);
+        mpi_run("", cases[i].np, cmd, &r);
+        cr_assert_eq(r.status, 2, "%s: status %d, want 2\n%s", cases[i].flags, r.status, r.err);
+        cr_assert(strstr(r.err, cases[i].want), "%s: stderr lacks '%s':\n%s", cases[i].flags, cases[i].want, r.err);
+        cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "%s: want one line:\n%s", cases[i].flags, r.err);
+        cr_assert(!strstr(r.out, "\"app\""), "%s: work was done: %s", cases[i].flags, r.out);
+    }
+    remove(cyc);
+    remove(two);
+}
+
 /* ---- activation memory: what the executor measures is what the simulator predicts -------- */
 
 /* "key": [a, b, ...] of the JSON line into v[0..n). */

@@ -710,6 +710,271 @@ Test(errors, costs_for_other_stage_count, .exit_code = 2, .init = tu_capture_std
     sp_schedule_new(sp_scheme_find("ddp"), &sc, c);
 }
 
+/* ---- pipelines as per-rank action lists (actions.h, pp_basic.c, sched_actions.c) ---------
+ *
+ * Closed forms at unit costs F = I = W = 1 (docs/SCHEDULES.md derives each): strict 1F1B
+ * (m + p − 1)(F + I + W); ZB-H1 m(F+I+W) + (p−1)(F+I−W); ZB-H2 m(F+I+W) + (p−1)F (the
+ * last rank's lower bound); interleaved 1F1B and looped BFS with v chunks per rank, each
+ * chunk 1/v of a rank's costs: m(F+I+W) + (p−1)(F+I+W)/v. Each list is also run by the
+ * chunk-level simulator of actions.c, which must agree with the layer-level one. */
+#include "schedulers/parallel/actions.h"
+
+typedef struct pp_run {
+    sp_actions *a;
+    sp_schedule *s;
+    sp_sim r;
+    sp_costs *c;
+} pp_run;
+
+/* The generator's list for p ranks, m micro-batches, v chunks per rank on p·v·layers_per
+ * stages of costs (f, i, w) each, expanded and simulated. */
+static pp_run pp_simulate(const char *name, int p, int m, int v, int layers_per, double f, double i, double w)
+{
+    const sp_pp_generator *g = sp_pp_find(name);
+    cr_assert_not_null(g, "no generator %s", name);
+    pp_run x;
+    sp_pp_params pp = {.ranks = p, .micro = m, .chunks_per_rank = v};
+    cr_assert_eq(g->generate(&pp, &x.a), SP_OK, "%s p=%d m=%d v=%d: %s", name, p, m, v, sp_last_error());
+    int S = x.a->chunks * layers_per;
+    x.c = sp_costs_uniform(S, f, i, w);
+    sp_sched_config sc = {.stages = S, .micro = m, .split = -1, .actions_scheme = name};
+    x.s = sp_schedule_from_actions(x.a, &sc, x.c);
+    sp_simulate(x.s, x.c, &x.r);
+    return x;
+}
+
+static void pp_free(pp_run *x)
+{
+    sp_sim_free(&x->r);
+    sp_schedule_free(x->s);
+    sp_costs_free(x->c);
+    sp_actions_free(x->a);
+}
+
+/* The chunk-level simulator on the same list and costs gives the same latency. */
+static void check_chunk_level(const pp_run *x, int layers_per, double f, double i, double w)
+{
+    int C = x->a->chunks;
+    double *cf = malloc(sizeof(double) * 3 * (size_t)C);
+    for (int k = 0; k < C; k++) cf[k] = f * layers_per, cf[C + k] = i * layers_per, cf[2 * C + k] = w * layers_per;
+    sp_chunk_costs cc = {.chunks = C, .f = cf, .i = cf + C, .w = cf + 2 * C};
+    sp_actions_sim as;
+    cr_assert_eq(sp_actions_simulate(x->a, &cc, &as), SP_OK, "%s", sp_last_error());
+    cr_assert(fabs(as.latency - x->r.latency) < 1e-9, "%s: chunk-level latency %g, layer-level %g", x->s->scheme->name,
+              as.latency, x->r.latency);
+    sp_actions_sim_free(&as);
+    free(cf);
+}
+
+Test(pipelines, closed_forms_at_unit_costs)
+{
+    for (int p = 2; p <= 8; p++)
+        for (int m = p; m <= 4 * p; m++) {
+            pp_run x = pp_simulate("1f1b-strict", p, m, 0, 1, 1, 1, 1);
+            cr_assert_eq(x.r.latency, (m + p - 1) * 3.0, "1f1b-strict p=%d m=%d: %g", p, m, x.r.latency);
+            cr_assert(!x.s->split_backward);
+            for (int w = 0; w < p; w++)   /* rank r holds p − r micro-batches at most */
+                cr_assert_eq(x.r.worker[w].peak_act, p - w, "1f1b-strict p=%d m=%d w%d: peak %d", p, m, w,
+                             x.r.worker[w].peak_act);
+            check_chunk_level(&x, 1, 1, 1, 1);
+            pp_free(&x);
+
+            x = pp_simulate("zb-h1", p, m, 0, 1, 1, 1, 1);
+            cr_assert_eq(x.r.latency, 3.0 * m + (p - 1) * (1 + 1 - 1), "zb-h1 p=%d m=%d: %g", p, m, x.r.latency);
+            cr_assert(x.s->split_backward);
+            for (int w = 0; w < p; w++)   /* 1F1B's peak, p, on every rank */
+                cr_assert_eq(x.r.worker[w].peak_act, p, "zb-h1 p=%d m=%d w%d: peak %d", p, m, w, x.r.worker[w].peak_act);
+            check_chunk_level(&x, 1, 1, 1, 1);
+            pp_free(&x);
+
+            x = pp_simulate("zb-h2", p, m, 0, 1, 1, 1, 1);
+            cr_assert_eq(x.r.latency, 3.0 * m + (p - 1) * 1, "zb-h2 p=%d m=%d: %g", p, m, x.r.latency);
+            for (int w = 0; w < p; w++) {   /* 2p − 1 − r, or every micro-batch */
+                int want = 2 * p - 1 - w < m ? 2 * p - 1 - w : m;
+                cr_assert_eq(x.r.worker[w].peak_act, want, "zb-h2 p=%d m=%d w%d: peak %d", p, m, w, x.r.worker[w].peak_act);
+            }
+            check_chunk_level(&x, 1, 1, 1, 1);
+            pp_free(&x);
+
+            for (int v = 1; v <= 3; v++) {
+                double u = 1.0 / v, want = 3.0 * m + (p - 1) * 3.0 / v;
+                x = pp_simulate("looped-bfs", p, m, v, 1, u, u, u);
+                cr_assert(fabs(x.r.latency - want) < 1e-9, "looped-bfs p=%d m=%d v=%d: %g, want %g", p, m, v,
+                          x.r.latency, want);
+                for (int w = 0; w < p; w++) cr_assert_eq(x.r.worker[w].peak_act, v * m);   /* every F first */
+                check_chunk_level(&x, 1, u, u, u);
+                pp_free(&x);
+                if (m % p) continue;
+                x = pp_simulate("interleaved-1f1b", p, m, v, 1, u, u, u);
+                cr_assert(fabs(x.r.latency - want) < 1e-9, "interleaved-1f1b p=%d m=%d v=%d: %g, want %g", p, m, v,
+                          x.r.latency, want);
+                check_chunk_level(&x, 1, u, u, u);
+                pp_free(&x);
+            }
+        }
+}
+
+/* Away from unit costs: ZB-H1's form for W <= I, ZB-H2 at the lower bound when W = F + I,
+ * and chunks of several layers (the costs add up per chunk). */
+Test(pipelines, closed_forms_at_other_costs)
+{
+    const double h1[][3] = {{1, 2, 1}, {2, 1, 1}, {2, 2, 1}, {3, 2, 1}};
+    for (int p = 2; p <= 6; p++)
+        for (int m = p; m <= 3 * p; m++) {
+            for (size_t k = 0; k < sizeof h1 / sizeof h1[0]; k++) {
+                double F = h1[k][0], I = h1[k][1], W = h1[k][2];
+                pp_run x = pp_simulate("zb-h1", p, m, 0, 1, F, I, W);
+                cr_assert_eq(x.r.latency, m * (F + I + W) + (p - 1) * (F + I - W), "zb-h1 (%g,%g,%g) p=%d m=%d: %g", F,
+                             I, W, p, m, x.r.latency);
+                pp_free(&x);
+            }
+            pp_run x = pp_simulate("zb-h2", p, m, 0, 1, 1, 1, 2);
+            cr_assert_eq(x.r.latency, m * 4.0 + (p - 1) * 1.0, "zb-h2 (1,1,2) p=%d m=%d: %g", p, m, x.r.latency);
+            pp_free(&x);
+            x = pp_simulate("1f1b-strict", p, m, 0, 3, 1, 1, 1);   /* three layers per chunk */
+            cr_assert_eq(x.r.latency, (m + p - 1) * 9.0, "1f1b-strict 3 layers/chunk p=%d m=%d: %g", p, m, x.r.latency);
+            check_chunk_level(&x, 3, 1, 1, 1);
+            pp_free(&x);
+        }
+}
+
+/* The fixed order is the simulated order, and a rank with non-adjacent chunks gets the
+ * layers of each (interleaved: chunk c on rank c mod p). */
+Test(pipelines, fixed_order_is_followed)
+{
+    pp_run x = pp_simulate("interleaved-1f1b", 4, 8, 2, 2, 1, 1, 1);
+    cr_assert_eq(x.s->stages, 16);
+    for (int st = 0; st < 16; st++)
+        cr_assert_eq(x.s->stage_worker[st], (st / 2) % 4, "stage %d on worker %d", st, x.s->stage_worker[st]);
+    for (int w = 0; w < 4; w++) {
+        cr_assert_eq(x.r.order_off[w + 1] - x.r.order_off[w], x.s->fixed_off[w + 1] - x.s->fixed_off[w]);
+        for (int i = x.s->fixed_off[w]; i < x.s->fixed_off[w + 1]; i++)
+            cr_assert_eq(x.r.order[i], x.s->fixed[i], "w%d position %d differs from the list", w, i);
+    }
+    pp_free(&x);
+}
+
+static double latency_of(const sp_schedule *s, const sp_costs *c)
+{
+    sp_sim r;
+    sp_simulate(s, c, &r);
+    double l = r.latency;
+    sp_sim_free(&r);
+    return l;
+}
+
+/* Every pipeline scheme's simulated order, exported and re-imported as custom, runs to
+ * the same latency (the greedy ones at chunk = a worker's run of stages). */
+Test(pipelines, export_and_reimport_keep_the_latency)
+{
+    const char *greedy[] = {"gpipe", "1f1b", "ooo-ff", "ooo-modulo"};
+    for (int split = 0; split <= 1; split++)
+        for (size_t k = 0; k < sizeof greedy / sizeof greedy[0]; k++)
+            for (int S = 4; S <= 8; S += 4) {
+                sp_costs *c = sp_costs_uniform(S, 1, 1, 1);
+                sp_sched_config sc = {.stages = S, .micro = 8, .workers = 4, .split = split};
+                sp_schedule *s = sp_schedule_new(sp_scheme_find(greedy[k]), &sc, c);
+                sp_sim r;
+                sp_simulate(s, c, &r);
+                sp_actions *a = sp_schedule_to_actions(s, &r);
+                cr_assert_not_null(a, "%s S=%d split=%d: %s", greedy[k], S, split, sp_last_error());
+                sp_sched_config ic = {.stages = S, .split = split ? -1 : 0};
+                sp_schedule *back = sp_schedule_from_actions(a, &ic, c);
+                cr_assert_eq(latency_of(back, c), r.latency, "%s S=%d split=%d: re-imported %g, simulated %g",
+                             greedy[k], S, split, latency_of(back, c), r.latency);
+                sp_schedule_free(back);
+                sp_actions_free(a);
+                sp_sim_free(&r);
+                sp_schedule_free(s);
+                sp_costs_free(c);
+            }
+    const char *lists[] = {"1f1b-strict", "zb-h1", "zb-h2", "interleaved-1f1b", "looped-bfs"};
+    for (size_t k = 0; k < sizeof lists / sizeof lists[0]; k++) {
+        pp_run x = pp_simulate(lists[k], 4, 8, 2, 1, 1, 2, 1);
+        sp_actions *a = sp_schedule_to_actions(x.s, &x.r);
+        cr_assert_not_null(a, "%s: %s", lists[k], sp_last_error());
+        cr_assert_eq(a->off[a->ranks], x.a->off[x.a->ranks], "%s: %d actions back, %d given", lists[k], a->off[a->ranks],
+                     x.a->off[x.a->ranks]);
+        for (int i = 0; i < a->off[a->ranks]; i++)
+            cr_assert(a->act[i].chunk == x.a->act[i].chunk && a->act[i].micro == x.a->act[i].micro &&
+                          a->act[i].type == x.a->act[i].type,
+                      "%s: action %d differs", lists[k], i);
+        sp_actions_free(a);
+        pp_free(&x);
+    }
+}
+
+/* Data-parallel schemes run a stage on several workers: no action list; say so. */
+Test(pipelines, export_refuses_what_is_not_a_list)
+{
+    sp_sched_config sc = {.stages = 4, .micro = 4, .split = -1};
+    sp_schedule *s = sp_schedule_new(sp_scheme_find("ddp"), &sc, NULL);
+    sp_sim r;
+    sp_simulate(s, NULL, &r);
+    cr_assert_null(sp_schedule_to_actions(s, &r));
+    cr_assert(strstr(sp_last_error(), "--scheme ddp runs stage 0 on workers 0 and 1"), "%s", sp_last_error());
+    sp_sim_free(&r);
+    sp_schedule_free(s);
+}
+
+Test(pipelines, more_chunks_than_stages_is_refused, .exit_code = 2, .init = tu_capture_stderr)
+{
+    sp_actions *a;
+    sp_pp_params pp = {.ranks = 4, .micro = 4, .chunks_per_rank = 2};
+    cr_assert_eq(sp_pp_find("looped-bfs")->generate(&pp, &a), SP_OK);
+    sp_sched_config sc = {.stages = 6, .split = -1};
+    sp_schedule_from_actions(a, &sc, NULL);   /* 8 chunks, 6 layers */
+}
+
+Test(pipelines, interleaved_needs_m_a_multiple_of_p)
+{
+    sp_actions *a = NULL;
+    sp_pp_params pp = {.ranks = 4, .micro = 6, .chunks_per_rank = 2};
+    cr_assert_eq(sp_pp_find("interleaved-1f1b")->generate(&pp, &a), SP_ERR);
+    cr_assert_null(a);
+    cr_assert(strstr(sp_last_error(), "6 micro-batches on 4 ranks (expected a multiple of 4)"), "%s", sp_last_error());
+}
+
+/* The issue's numbers from the program itself: zb-h1 27, 1f1b-strict 33 (and the greedy
+ * 1f1b --split stays 30), and a list written by --actions-out and read by --scheme custom
+ * gives the same latency. */
+static double program_latency(const char *args)
+{
+    char cmd[1024], line[8192] = "", last[8192] = "";
+    const char *b = getenv("BUILD");
+    snprintf(cmd, sizeof cmd, "%s/schedule %s --no-diagram 2>&1", b ? b : "build", args);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    while (fgets(line, sizeof line, f)) snprintf(last, sizeof last, "%s", line);
+    cr_assert_eq(pclose(f), 0, "%s: %s", cmd, last);
+    const char *l = strstr(last, "\"latency\":");
+    cr_assert_not_null(l, "%s: %s", cmd, last);
+    return atof(l + 10);
+}
+
+Test(pipelines, program_reports_the_issue_latencies)
+{
+    const char *unit = "--stages 4 --microbatches 8 --fwd-cost 1 --delta-cost 1 --grad-cost 1";
+    char args[1024], csv[600];
+    snprintf(args, sizeof args, "--scheme zb-h1 %s", unit);
+    cr_assert_eq(program_latency(args), 27);
+    snprintf(args, sizeof args, "--scheme 1f1b-strict %s", unit);
+    cr_assert_eq(program_latency(args), 33);
+    snprintf(args, sizeof args, "--scheme 1f1b --split %s", unit);
+    cr_assert_eq(program_latency(args), 30);
+    const char *schemes[] = {"zb-h1", "zb-h2", "1f1b-strict", "interleaved-1f1b", "looped-bfs", "gpipe", "1f1b", "ooo-ff"};
+    for (size_t k = 0; k < sizeof schemes / sizeof schemes[0]; k++) {
+        snprintf(csv, sizeof csv, "%s/list.csv", tu_tmpdir());
+        snprintf(args, sizeof args, "--scheme %s --stages 8 --workers 4 --microbatches 8 --delta-cost 2 --actions-out %s",
+                 schemes[k], csv);
+        double want = program_latency(args);
+        snprintf(args, sizeof args, "--scheme custom --actions %s --stages 8 --delta-cost 2", csv);
+        cr_assert_eq(program_latency(args), want, "%s: re-imported %g, simulated %g", schemes[k],
+                     program_latency(args), want);
+        remove(csv);
+    }
+}
+
 /* ---- memory over time (sim_memory.c) --------------------------------------------------- */
 
 /* Each worker's series starts at 0 at time 0, is a step function in time order, ends

@@ -42,6 +42,7 @@ typedef struct sp_actions {
     int *chunk_rank;        /* [chunks]: the rank that holds chunk c                    */
     int *off;               /* [ranks + 1]: rank r runs act[off[r] .. off[r+1]) in order */
     sp_action *act;
+    int cap;                /* room in act[] (sp_actions_push grows it)                 */
 } sp_actions;
 
 /* Per-chunk durations of one micro-batch, the transfer time of one activation or gradient

@@ -33,7 +33,13 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
     else if (cfg->ooo && !strcmp(cfg->scheme, "ddp")) x->cfg.scheme = "ddp-ooo";
     cfg = &x->cfg;
     x->batch = batch;
-    x->B = cfg->micro > 0 ? cfg->micro : is_scan(cfg->scheme) ? 1 : is_pipeline(cfg->scheme) ? 2 * x->W : x->W;
+    if (!strcmp(cfg->scheme, "custom")) {   /* the list names the micro-batches (B's default) */
+        if (!cfg->actions) sp_comm_fail_all(world, "--parallel custom needs --actions FILE.csv (one row of actions per rank)");
+        if (sp_actions_read_csv(cfg->actions, &x->actions) != SP_OK)
+            sp_comm_fail_all(world, "--parallel custom: %s", sp_last_error());
+    }
+    x->B = cfg->micro > 0 ? cfg->micro : x->actions ? x->actions->micro : is_scan(cfg->scheme) ? 1
+           : is_pipeline(cfg->scheme) || is_actions(cfg->scheme) ? 2 * x->W : x->W;
     x->in_numel = sp_shape_numel(sample_ndim, sample_shape);
     sp_exec_check_config(x);
     x->st = sp_xcalloc((size_t)x->S, sizeof *x->st);
@@ -121,6 +127,7 @@ void sp_exec_free(sp_exec *x)
     free(x->st);
     sp_sim_free(&x->sim);
     sp_schedule_free(x->sched);
+    sp_actions_free(x->actions);
     sp_costs_free(x->costs);
     free(x);
 }
@@ -131,12 +138,12 @@ const sp_schedule *sp_exec_schedule(const sp_exec *x) { return x->sched; }
 const sp_costs *sp_exec_costs(const sp_exec *x) { return x->costs; }
 const char *sp_exec_scheme(const sp_exec *x) { return x->cfg.scheme; }
 
-/* The schedules build/schedule simulates, and scan (BPPSA across ranks: GPipe's forward,
+/* The schedules build/schedule simulates (the action-list ones included), and scan (BPPSA across ranks: GPipe's forward,
  * then a scan, no schedule of its own) — the one list --parallel offers. */
 const char *sp_exec_scheme_names(void)
 {
     static char buf[512];
-    snprintf(buf, sizeof buf, "%s|scan", sp_scheme_names());
+    snprintf(buf, sizeof buf, "%s|scan", sp_schedule_all_names());
     return buf;
 }
 

@@ -29,7 +29,14 @@
  * fewer micro-batches than data-parallel workers, a batch that B does not divide) are
  * refused with one line before any rank starts work.
  *
- * The schemes are build/schedule's (sp_scheme_names) and "scan" (sp_exec_scheme_names):
+ * The action-list schemes (a generator of actions.h, or custom with cfg.actions: a CSV)
+ * give each rank a fixed list of chunk actions; sp_schedule_from_actions expands it to the
+ * layers' jobs, chunks of contiguous layers on the ranks the list names (a rank may hold
+ * several non-adjacent chunks), and every rank runs exactly that order. A list that
+ * cannot run, or does not fit the ranks, the micro-batches or the layers, is refused
+ * before any work.
+ *
+ * The schemes are build/schedule's (sp_schedule_all_names) and "scan" (sp_exec_scheme_names):
  * "ddp-ooo" is ddp in ooo's reverse first-k order of δ and G (cfg.ooo with "ddp" is the
  * same run, the apps' --parallel ddp --backward ooo); "scan" is BPPSA across ranks — GPipe's forward with one
  * micro-batch, then a scan over the ranks' products of transposed Jacobians (exec_scan.c),
@@ -47,7 +54,8 @@
 
 typedef struct sp_exec_cfg {
     const char *scheme;        /* one of sp_exec_scheme_names(): ddp | fsdp | gpipe | 1f1b | lpp |
-                                  fslpp | ooo-ff | ooo-modulo | ddp-ooo | scan            */
+                                  fslpp | ooo-ff | ooo-modulo | ddp-ooo, the action-list
+                                  schemes (1f1b-strict, zb-h1, …, custom) | scan          */
     int micro;                 /* B; 0: W (data parallel), 2·W (pipelines)              */
     int groups;                /* lpp/fslpp: G (R = W / G); 0: 1                         */
     const char *partition;     /* "cost" (default: measured stage costs) | "layerpipe"  */
@@ -66,6 +74,10 @@ typedef struct sp_exec_cfg {
     bool post_validate;        /* with a clip: each rank updates before the global norm
                                   arrives and rolls the update back when the clip scales
                                   it (exec_clip.c); false: the updates wait for the norm  */
+    int chunks;                /* action-list generators: chunks per rank; 0: the scheme's */
+    const char *actions;       /* --parallel custom: the per-rank action lists (CSV)      */
+    double mem_limit;          /* zb-auto: peak activations per rank (chunk micro-batches);
+                                  0: none                                                */
 } sp_exec_cfg;
 
 typedef struct sp_exec sp_exec;

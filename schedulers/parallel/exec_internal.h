@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <string.h>
 #include "core/tape.h"
+#include "schedulers/parallel/actions.h"
 #include "schedulers/parallel/exec.h"
 
 enum { SYNC_NONE, SYNC_ALLREDUCE, SYNC_OWNER };
@@ -69,6 +70,7 @@ struct sp_exec {
     sp_costs *costs;
     sp_schedule *sched;
     sp_sim sim;
+    sp_actions *actions;     /* action-list schemes: the list the ranks follow            */
     stage_info *st;
     sp_comm **comms;
     int ncomms;
@@ -138,6 +140,8 @@ static inline bool is_pipeline(const char *name)
     return !strcmp(name, "gpipe") || !strcmp(name, "1f1b") || !strcmp(name, "ooo-ff") || !strcmp(name, "ooo-modulo") ||
            is_scan(name);
 }
+/* A pipeline given as per-rank action lists: a generator (1f1b-strict, zb-h1, …) or custom. */
+static inline bool is_actions(const char *name) { return sp_scheme_is_actions(name); }
 static inline bool is_looped(const char *name) { return !strcmp(name, "lpp") || !strcmp(name, "fslpp"); }
 static inline bool is_ddp(const char *name) { return !strcmp(name, "ddp") || !strcmp(name, "ddp-ooo"); }
 static inline bool is_data(const char *name) { return is_ddp(name) || !strcmp(name, "fsdp"); }

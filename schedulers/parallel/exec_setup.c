@@ -168,7 +168,53 @@ static void micro_origin(const sp_exec *x, char *buf, size_t len)
 {
     if (x->cfg.micro > 0) snprintf(buf, len, "%d micro-batches (--microbatches %d)", x->B, x->B);
     else snprintf(buf, len, "%d micro-batches (--parallel %s's default, %s with %d ranks)", x->B, x->cfg.scheme,
-                  is_pipeline(x->cfg.scheme) ? "2W" : "W", x->W);
+                  is_pipeline(x->cfg.scheme) || is_actions(x->cfg.scheme) ? "2W" : "W", x->W);
+}
+
+/* A generator's list for W ranks and B micro-batches; chunk costs from x->costs when set
+ * (NULL: unit). NULL with sp_error when the parameters do not fit the generator. */
+static sp_actions *generate(const sp_exec *x)
+{
+    const sp_pp_generator *g = sp_pp_find(x->cfg.scheme);
+    int v = x->cfg.chunks > 0 ? x->cfg.chunks : g->default_chunks_per_rank, C = x->W * v;
+    sp_actions *a = NULL;
+    double *buf = NULL;
+    sp_chunk_costs cc = {.chunks = C};
+    if (x->costs && C <= x->S) {
+        int *stage_chunk = sp_xmalloc(sizeof(int) * (size_t)x->S);
+        buf = sp_xmalloc(sizeof(double) * 4 * (size_t)C);
+        sp_chunk_partition(x->costs, x->S, C, stage_chunk);
+        sp_chunk_costs_sum(x->costs, x->S, C, stage_chunk, buf, buf + C, buf + 2 * C, buf + 3 * C);
+        cc.f = buf, cc.i = buf + C, cc.w = buf + 2 * C;   /* act NULL: --mem-limit counts chunk micro-batches */
+        free(stage_chunk);
+    }
+    sp_pp_params p = {.ranks = x->W, .micro = x->B, .chunks_per_rank = x->cfg.chunks, .costs = buf ? &cc : NULL,
+                      .mem_limit = x->cfg.mem_limit};
+    if (g->generate(&p, &a) != SP_OK) a = NULL;
+    free(buf);
+    return a;
+}
+
+/* The action list fits the run: its generator takes W and B, its ranks are the world's,
+ * its micro-batches B, its chunks whole layers (chunks <= S). */
+static void check_actions(sp_exec *x, problems *P)
+{
+    const char *name = x->cfg.scheme;
+    sp_actions *a = x->actions ? x->actions : generate(x);
+    if (!a) {
+        add(P, "%s", sp_last_error());
+        return;
+    }
+    if (a->ranks != x->W)
+        add(P, "%s has %d rank%s, mpirun started %d (expected mpirun -np %d)", x->cfg.actions, a->ranks,
+            a->ranks == 1 ? "" : "s", x->W, a->ranks);
+    if (a->micro != x->B)
+        add(P, "--microbatches %d but %s names %d micro-batches", x->B, x->cfg.actions ? x->cfg.actions : name,
+            a->micro);
+    if (a->chunks > x->S)
+        add(P, "%d chunks for the model's %d layers (expected chunks <= layers: each chunk holds whole layers; fewer "
+               "ranks or --chunks)", a->chunks, x->S);
+    if (a != x->actions) sp_actions_free(a);
 }
 
 /* Every rank checks the same things and refuses alike, before any work, with every
@@ -177,7 +223,7 @@ void sp_exec_check_config(sp_exec *x)
 {
     const char *name = x->cfg.scheme;
     sp_comm *w = x->world;
-    if (!sp_exec_scheme_known(name) || (!is_pipeline(name) && !is_looped(name) && !is_data(name)))
+    if (!sp_exec_scheme_known(name) || (!is_pipeline(name) && !is_looped(name) && !is_data(name) && !is_actions(name)))
         sp_comm_fail_all(w, "--parallel %s: unknown scheme (expected one of %s)", name, sp_exec_scheme_names());
     problems P = {.n = 0};
     if (!sp_model_is_chain(x->m))   /* the stages apply layers one after another */
@@ -227,6 +273,7 @@ void sp_exec_check_config(sp_exec *x)
             add(&P, "%d workers per group for %d stages (expected R <= S)", x->W / G, x->S);
         if (x->B >= 1 && x->B < G) add(&P, "%s for %d groups (expected --microbatches >= %d)", mb, G, G);
     }
+    if (is_actions(name) && x->B >= 1) check_actions(x, &P);
     if (x->cfg.partition && strcmp(x->cfg.partition, "cost") && strcmp(x->cfg.partition, "layerpipe"))
         add(&P, "--partition %s: expected cost | layerpipe", x->cfg.partition);
     if (P.n == 1) sp_comm_fail_all(w, "--parallel %s: %s", name, P.text);
@@ -264,6 +311,14 @@ void sp_exec_build_schedule(sp_exec *x)
         memcpy(placement, lp.owner, sizeof(int) * (size_t)x->S);
         sp_layerpipe_free(&lp);
         sc.placement = placement;
+    }
+    if (is_actions(name)) {   /* the list, expanded to the layers; its order is every rank's */
+        if (!x->actions) x->actions = generate(x);
+        if (!x->actions) sp_comm_fail_all(x->world, "--parallel %s: %s", name, sp_last_error());
+        sc.actions_scheme = name;
+        x->sched = sp_schedule_from_actions(x->actions, &sc, x->costs);
+        sp_simulate(x->sched, x->costs, &x->sim);
+        return;
     }
     /* scan: the forward is GPipe's with one micro-batch on the same contiguous segments */
     x->sched = sp_schedule_new(sp_scheme_find(is_scan(name) ? "gpipe" : name), &sc, x->costs);

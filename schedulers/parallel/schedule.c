@@ -25,6 +25,7 @@
 #include <string.h>
 #include "core/error.h"
 #include "schedulers/parallel/schedule.h"
+#include "schedulers/parallel/schedule_internal.h"
 
 const char *sp_dir_letter(sp_dir d)
 {
@@ -387,9 +388,25 @@ sp_schedule *sp_schedule_new(const sp_scheme *scheme, const sp_sched_config *cfg
     return s;
 }
 
+/* A schedule of a given shape whose stages are already placed (sched_actions.c): the
+ * same jobs, workers and edges as sp_schedule_new. stage_worker is taken over. */
+sp_schedule *sp_schedule_build(const sp_schedule *shape, int *stage_worker)
+{
+    sp_schedule *s = sp_xmalloc(sizeof *s);
+    *s = *shape;
+    s->stage_worker = stage_worker;
+    make_jobs(s);
+    assign_workers(s);
+    build_edges(s);
+    return s;
+}
+
 void sp_schedule_free(sp_schedule *s)
 {
     if (!s) return;
+    free(s->fixed_off);
+    free(s->fixed);
+    free(s->stage_chunk);
     free(s->stage_worker);
     free(s->jobs);
     free(s->compute);

@@ -129,6 +129,8 @@ typedef struct sp_sched_config {
     int first_k;             /* ddp-ooo: stages 0..first_k−1 are ooo's "first k" (0: S/2) */
     const int *placement;    /* pipeline schemes: the worker of each stage, non-decreasing
                                 (e.g. LayerPipe's partition); NULL: balanced by cost    */
+    const char *actions_scheme; /* sp_schedule_from_actions: the name the schedule reports
+                                ("zb-h1", …); NULL: "custom"                            */
 } sp_sched_config;
 
 struct sp_schedule {
@@ -145,6 +147,10 @@ struct sp_schedule {
     int *pred_off, *preds;   /* CSR: preds of j are preds[pred_off[j] .. pred_off[j+1]) */
     int *succ_off, *succs;
     int *index;              /* (dir, micro, stage) → job id, −1 where no such job      */
+    /* Schedules from action lists (sp_schedule_from_actions); NULL / 0 otherwise. */
+    int *fixed_off, *fixed;  /* CSR: worker w runs fixed[fixed_off[w] .. +1) in this order */
+    int chunks;              /* the list's chunks: contiguous ranges of stages          */
+    int *stage_chunk;        /* [stages]: the chunk of each stage                       */
 };
 
 /* Built-ins: ddp, fsdp, gpipe, 1f1b, lpp, fslpp, ooo-ff, ooo-modulo, ddp-ooo. */
@@ -169,6 +175,45 @@ const char *sp_job_label(const sp_schedule *s, int job, char *buf, int len);
 
 /* LPP's hash [U]: h(s, b) = (R·b mod W) + (s mod R). */
 int sp_lpp_hash(int stage, int b, int groups, int per_group);
+
+/* ------------------------------------------------------------------------------------ */
+/* Schedules given as per-rank action lists (actions.h; sched_actions.c)                 */
+
+struct sp_actions;
+struct sp_sim;
+
+/* Every scheme name build/schedule and the executor take: the built-ins, the action-list
+ * generators (actions.h sp_pp_at), and "custom" (a list read from a CSV); '|'-separated. */
+const char *sp_schedule_all_names(void);
+/* A generator's name or "custom". */
+bool sp_scheme_is_actions(const char *name);
+
+/* Chunks as contiguous ranges of the stages (the model's layers), balanced by each
+ * stage's F + δ + G (costs NULL: unit), every chunk non-empty: stage_chunk[s] ∈ [0, chunks),
+ * non-decreasing. sp_fail when chunks > stages. */
+void sp_chunk_partition(const sp_costs *c, int stages, int chunks, int *stage_chunk);
+/* The per-chunk costs of that partition (sums of F, δ, G and activations; transfer 0), for
+ * the generators: fills arrays of `chunks` doubles each. */
+void sp_chunk_costs_sum(const sp_costs *c, int stages, int chunks, const int *stage_chunk, double *f, double *i,
+                        double *w, double *act);
+
+/* The master schedule of an action list: the stages are cfg->stages layers grouped into
+ * the list's chunks (sp_chunk_partition), chunk c on rank chunk_rank[c]; each action
+ * expands to its chunk's layer jobs — F in forward order, I (δ), W (G) and B in reverse
+ * layer order — and each worker's job order is fixed to its list's order, which
+ * sp_simulate and the executor follow. Any I or W (or cfg->split = 1) splits the
+ * backward (a B is then δ and G per layer). The list must pass sp_actions_check; a
+ * mismatch (more chunks than stages, cfg->workers or cfg->micro other than the list's)
+ * is an sp_fail naming it. */
+sp_schedule *sp_schedule_from_actions(const struct sp_actions *a, const sp_sched_config *cfg,
+                                      const sp_costs *layer_costs);
+
+/* The simulated order as an action list: chunk = a worker's maximal run of consecutive
+ * stages (or the list's chunks), one action per run of the worker's jobs of one chunk,
+ * direction and micro-batch. NULL with sp_error naming why where that is not an action
+ * list: a stage computed on several workers (ddp, fsdp, lpp, …), or a worker whose order
+ * interleaves the layers of one action with other jobs. */
+struct sp_actions *sp_schedule_to_actions(const sp_schedule *s, const struct sp_sim *r);
 
 /* ------------------------------------------------------------------------------------ */
 /* The simulator ([U] "Latency, network, and memory usage from w(s,b,d)")               */
@@ -206,7 +251,9 @@ typedef struct sp_sim {
 } sp_sim;
 
 /* The greedy recursion of [U]: repeatedly start the ready job that can start soonest,
- * ties broken by n. costs may be NULL (F = 1, backward = 1, δ = G = 1/2). */
+ * ties broken by n. costs may be NULL (F = 1, backward = 1, δ = G = 1/2). A schedule
+ * with a fixed order (s->fixed, from an action list) runs each worker's jobs in that
+ * order instead, each starting at max(worker free, preds done). */
 void sp_simulate(const sp_schedule *s, const sp_costs *costs, sp_sim *r);
 void sp_sim_free(sp_sim *r);
 

@@ -1,6 +1,7 @@
 /* sim_report.c — the per-worker table and the JSON lines of a simulated schedule and of
  * a LayerPipe partition (schedulers/parallel/sim_report.h). */
 #include <stdio.h>
+#include <string.h>
 #include "schedulers/parallel/sim_report.h"
 
 /* ,"key":[v0,v1,...] over n records `stride` bytes apart */
@@ -78,7 +79,10 @@ void sp_layerpipe_print_json(FILE *out, const sp_layerpipe *lp)
 
 void sp_schemes_print_json(FILE *out)
 {
+    /* the built-ins, the action-list generators and custom */
+    const char *names = sp_schedule_all_names();
     fprintf(out, "{\"schemes\":[");
-    for (int i = 0; i < sp_scheme_count(); i++) fprintf(out, "%s\"%s\"", i ? "," : "", sp_scheme_at(i)->name);
+    for (const char *p = names; *p; p += strcspn(p, "|"), p += *p == '|')
+        fprintf(out, "%s\"%.*s\"", p > names ? "," : "", (int)strcspn(p, "|"), p);
     fprintf(out, "]}\n");
 }

@@ -164,6 +164,49 @@ static void run_greedy(const sp_schedule *s, const sp_costs *c, sp_sim *r)
     state_free(&st);
 }
 
+/* A fixed order per worker (schedules from action lists): worker w runs its jobs in the
+ * order s->fixed gives, each at max(t(w), t(pred(j))). The start times depend only on
+ * what comes before, so repeated sweeps over the workers place every job; a sweep that
+ * places none is an order that waits on itself (sp_actions_check rules that out first). */
+static void run_fixed(const sp_schedule *s, const sp_costs *c, sp_sim *r)
+{
+    int W = s->workers;
+    int *pos = sp_xcalloc((size_t)W, sizeof(int));
+    double *free_at = sp_xcalloc((size_t)W, sizeof(double));
+    bool *done = sp_xcalloc((size_t)s->njobs, sizeof(bool));
+    for (int placed = 0; placed < s->njobs;) {
+        int before = placed;
+        for (int w = 0; w < W; w++)
+            while (s->fixed_off[w] + pos[w] < s->fixed_off[w + 1]) {
+                int j = s->fixed[s->fixed_off[w] + pos[w]], n;
+                const int *pred = sp_schedule_preds(s, j, &n);
+                double t = free_at[w];
+                bool ready = true;
+                for (int i = 0; i < n && ready; i++) {
+                    ready = done[pred[i]];
+                    if (ready && r->finish[pred[i]] > t) t = r->finish[pred[i]];
+                }
+                if (!ready) break;
+                r->start[j] = t;
+                r->finish[j] = free_at[w] = t + sp_job_duration(s, c, j);
+                r->order[r->order_off[w] + pos[w]++] = j;
+                done[j] = true;
+                placed++;
+            }
+        if (placed == before) {
+            char lab[32];
+            int w = 0;
+            while (s->fixed_off[w] + pos[w] >= s->fixed_off[w + 1]) w++;
+            sp_fail("--scheme %s: deadlock, worker %d waits forever at job %s (%d of %d jobs never ran)",
+                    s->scheme->name, w, sp_job_label(s, s->fixed[s->fixed_off[w] + pos[w]], lab, sizeof lab),
+                    s->njobs - placed, s->njobs);
+        }
+    }
+    free(pos);
+    free(free_at);
+    free(done);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Statistics straight from w(s, b, d)                                                  */
 
@@ -302,7 +345,8 @@ void sp_simulate(const sp_schedule *s, const sp_costs *c, sp_sim *r)
     for (int j = 0; j < s->njobs; j++) r->order_off[s->compute[j] + 1]++;
     for (int w = 0; w < s->workers; w++) r->order_off[w + 1] += r->order_off[w];
 
-    run_greedy(s, c, r);
+    if (s->fixed) run_fixed(s, c, r);
+    else run_greedy(s, c, r);
     per_worker_time(s, r);
     count_transfers(s, c, r);
     count_weight_storage(s, c, r);

@@ -43,6 +43,21 @@ void sp_run_defaults(sp_run_opts *o)
 #define G_OOO "ooo engine (with --backward ooo)"
 #define G_PAR "parallel training (run under mpirun -np W)"
 
+/* --costs: every scheme with a stage placement that costs decide — not ddp / ddp-ooo,
+ * whose order every cost gives — the action-list schemes included. */
+static const char *costs_needs(void)
+{
+    static char buf[600];
+    const char *names = sp_exec_scheme_names();
+    int n = snprintf(buf, sizeof buf, "parallel=");
+    for (const char *p = names; *p; p += strcspn(p, "|"), p += *p == '|') {
+        int len = (int)strcspn(p, "|");
+        if ((len == 3 && !strncmp(p, "ddp", 3)) || (len == 7 && !strncmp(p, "ddp-ooo", 7))) continue;
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%.*s", n > 9 ? "|" : "", len, p);
+    }
+    return buf;
+}
+
 /* The common flags of the training apps; `scope` says which apps take each one. */
 static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
 {
@@ -134,6 +149,13 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
          .group = G_PAR, .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"groups", SP_FLAG_INT, &o->groups, "groups G of lpp/fslpp (W = G*R; 0 = 1)", .group = G_PAR,
          .range = "0..", .needs = "parallel=lpp|fslpp", .scope = SP_SCOPE_RUN},
+        {"chunks", SP_FLAG_INT, &o->chunks, "chunks per rank of interleaved-1f1b / looped-bfs (0 = the scheme's)",
+         .group = G_PAR, .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"mem-limit", SP_FLAG_DOUBLE, &o->mem_limit, "zb-auto: peak activations per rank, in micro-batches of a "
+         "chunk (0 = none)", .group = G_PAR, .meta = "N", .range = "0..", .needs = "parallel=zb-auto",
+         .scope = SP_SCOPE_RUN},
+        {"actions", SP_FLAG_STR, &o->actions, "per-rank action lists (CSV: 0F0,0I0,0W0,...) for --parallel custom",
+         .group = G_PAR, .meta = "FILE", .needs = "parallel=custom", .scope = SP_SCOPE_RUN},
         {"partition", SP_FLAG_STR, &o->partition, "pipeline stages: by measured cost, or LayerPipe's Algorithm 1",
          .group = G_PAR, .choices = "cost|layerpipe", .needs = "parallel=gpipe|1f1b|ooo-ff|ooo-modulo|scan",
          .scope = SP_SCOPE_RUN},
@@ -142,8 +164,7 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
         {"comm-timeout", SP_FLAG_DOUBLE, &o->comm_timeout, "seconds a rank waits for a peer before the job stops",
          .group = G_PAR, .meta = "X", .range = "0.001..", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"costs", SP_FLAG_STR, &o->costs, "stage costs CSV (as --costs-out writes) instead of measuring",
-         .group = G_PAR, .meta = "FILE", .needs = "parallel=fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|scan",
-         .scope = SP_SCOPE_RUN},
+         .group = G_PAR, .meta = "FILE", .needs = costs_needs(), .scope = SP_SCOPE_RUN},
         {"costs-out", SP_FLAG_STR, &o->costs_out, "write the stage costs this run measured (for build/schedule --profile)",
          .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"step-sync", SP_FLAG_STR, &o->step_sync, "the global gradient norm before the update: step eagerly and "
@@ -480,7 +501,10 @@ static struct sp_exec *exec_new(const char *app, const sp_run_opts *o, sp_model 
                      .ooo = (sp_engine_caps(o->backward) & SP_ENGINE_REORDERS_DW) != 0,
                      .k = o->k,
                      .clip_grad_norm = o->clip_grad_norm,
-                     .post_validate = strcmp(o->step_sync, "plain") != 0};
+                     .post_validate = strcmp(o->step_sync, "plain") != 0,
+                     .chunks = o->chunks,
+                     .actions = o->actions,
+                     .mem_limit = o->mem_limit};
     struct sp_exec *x = sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
     /* Not started by mpirun: one process is the only rank. It runs (a schedule's numbers
      * and files on one worker are worth having), but says so. */

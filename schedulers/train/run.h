@@ -70,7 +70,9 @@ typedef struct sp_run_opts {
     bool cuda_graph;                     /* --cuda-graph: replay the step as a CUDA Graph */
     /* parallel training on MPI ranks (schedulers/parallel/exec.h) */
     const char *parallel, *partition, *costs_out, *costs, *exec_order;
-    int microbatches, groups;
+    const char *actions;                 /* --parallel custom: per-rank action lists (CSV) */
+    int microbatches, groups, chunks;    /* chunks: per rank, action-list schemes     */
+    double mem_limit;                    /* --parallel zb-auto: activations per rank  */
     double bucket_mb, comm_timeout;
     /* the step's end: gradient-norm clip (0 = off) and, under --parallel, how the ranks
      * agree on the global norm: "post-validate" (step, roll back if it clips) | "plain" */
