@@ -271,7 +271,7 @@ sp_comm_model *sp_comm_model_measure(sp_comm *c, const sp_comm_probe_cfg *cfg)
 
 sp_comm_model *sp_comm_model_quick(sp_comm *c)
 {
-    return sp_comm_model_measure(c, &(sp_comm_probe_cfg){.min_bytes = 4, .max_bytes = 1 << 20, .factor = 16,
+    return sp_comm_model_measure(c, &(sp_comm_probe_cfg){.min_bytes = 4, .max_bytes = 1 << 18, .factor = 8,
                                                          .reps = 3,
                                                          .ops = (1u << SP_COMM_P2P) | (1u << SP_COMM_ALLREDUCE)});
 }

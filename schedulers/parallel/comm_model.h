@@ -122,7 +122,7 @@ typedef struct sp_comm_probe_cfg {
  * stays 0). */
 sp_comm_model *sp_comm_model_measure(sp_comm *c, const sp_comm_probe_cfg *cfg);
 /* The short probe a --parallel run takes when no --comm-profile is given: sizes 4 B to
- * 1 MB by factors of 16, 3 repetitions, p2p and allreduce (tens of ms). */
+ * 256 KiB by factors of 8, 3 repetitions, p2p and allreduce (tens of ms). */
 sp_comm_model *sp_comm_model_quick(sp_comm *c);
 
 /* The profile file (format above): written atomically; read with sp_open_read, a bad

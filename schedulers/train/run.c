@@ -21,6 +21,7 @@
 #include "core/parallel.h"
 #include "optim/optim.h"
 #include "optim/prune.h"
+#include "schedulers/parallel/comm_model.h"
 #include "schedulers/parallel/exec.h"
 
 void sp_run_defaults(sp_run_opts *o)
@@ -145,6 +146,9 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
          .group = G_PAR, .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
         {"exec-order", SP_FLAG_STR, &o->exec_order, "write each rank's executed job order", .group = G_PAR,
          .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"comm-profile", SP_FLAG_STR, &o->comm_profile, "communication model (build/schedule --calibrate-comm's file) "
+         "instead of the short probe at the start", .group = G_PAR, .meta = "FILE", .needs = "parallel",
+         .scope = SP_SCOPE_RUN},
         {0},
     };
     int n = (int)(sizeof list / sizeof list[0]);
@@ -451,9 +455,30 @@ static void ranks_agree(const char *app, const sp_run_opts *o, const sp_model *m
     free(all);
 }
 
+/* The communication model of a run on >= 2 ranks: --comm-profile (read by every rank), or
+ * the short probe (collective, tens of ms). Rank 0 prints its figures on stderr, one line
+ * (not with --quiet). NULL on one rank. */
+static struct sp_comm_model *comm_model(const char *app, const sp_run_opts *o, sp_comm *w)
+{
+    if (sp_comm_size(w) < 2) return NULL;
+    sp_comm_model *cm;
+    if (o->comm_profile) {
+        if (sp_comm_model_load(o->comm_profile, &cm) != SP_OK) sp_comm_fail_all(w, "%s", sp_last_error());
+    } else {
+        cm = sp_comm_model_quick(w);
+    }
+    if (sp_comm_rank(w) == 0 && !o->quiet) {
+        char line[1024];
+        sp_comm_model_summary(cm, line, sizeof line);
+        if (o->comm_profile) fprintf(stderr, "%s: communication model (%s): %s\n", app, cm->source, line);
+        else fprintf(stderr, "%s: communication probe (%.0f ms): %s\n", app, cm->probe_ms, line);
+    }
+    return cm;
+}
+
 static struct sp_exec *exec_new(const char *app, const sp_run_opts *o, sp_model *m, sp_optim *opt,
                                 const sp_dataset *train, const sp_dataset *test, int sample_ndim,
-                                const int *sample_shape)
+                                const int *sample_shape, struct sp_comm_model **cm)
 {
     if (!o->parallel) return NULL;
     if (!sp_comm_have_mpi() && getenv("OMPI_COMM_WORLD_SIZE"))
@@ -492,6 +517,7 @@ static struct sp_exec *exec_new(const char *app, const sp_run_opts *o, sp_model 
         exec_end(x);
         exit(0);
     }
+    *cm = comm_model(app, o, sp_comm_world());
     return x;
 }
 
@@ -518,7 +544,7 @@ static void open_session(sp_run_session *s, const char *app, const sp_run_opts *
     cfg.momentum = o->momentum;
     cfg.weight_decay = o->weight_decay;
     s->optim = sp_optim_create(o->optim, m->params, m->nparams, &cfg);
-    s->exec = exec_new(app, o, m, s->optim, train, test, x1->ndim - 1, x1->shape + 1);
+    s->exec = exec_new(app, o, m, s->optim, train, test, x1->ndim - 1, x1->shape + 1, &s->comm);
 }
 
 void sp_run_open(sp_run_session *s, const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x1,
@@ -560,6 +586,7 @@ void sp_run_close(sp_run_session *s, sp_json *j)
         if (sp_run_prints(s)) sp_json_end_print(j);
     }
     exec_end(s->exec);
+    sp_comm_model_free(s->comm);
     sp_optim_free(s->optim);
     sp_engine_destroy(s->engine);
     sp_prune_free(s->pruning);

@@ -70,6 +70,7 @@ typedef struct sp_run_opts {
     bool cuda_graph;                     /* --cuda-graph: replay the step as a CUDA Graph */
     /* parallel training on MPI ranks (schedulers/parallel/exec.h) */
     const char *parallel, *partition, *costs_out, *costs, *exec_order;
+    const char *comm_profile;            /* --comm-profile FILE (comm_model.h); NULL: a short probe */
     int microbatches, groups;
     double bucket_mb, comm_timeout;
 } sp_run_opts;
@@ -125,6 +126,7 @@ typedef struct sp_run_session {
     sp_engine *engine;
     sp_optim *optim;
     struct sp_exec *exec;           /* --parallel: the executor on the MPI ranks; NULL otherwise */
+    struct sp_comm_model *comm;     /* --parallel on >= 2 ranks: --comm-profile, or the start's probe */
     struct sp_pruning *pruning;     /* the masks of --prune or of a pruned --load; NULL otherwise */
 } sp_run_session;
 
