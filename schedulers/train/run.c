@@ -595,6 +595,37 @@ void sp_run_close(sp_run_session *s, sp_json *j)
 
 /* ---- the runner --------------------------------------------------------------------------- */
 
+/* --parallel: what each rank read of the training set — "data_rows_read" (samples whose
+ * input it read), "data_labels_read" (labels read alone: a pipeline's last stage) and
+ * "data_bytes_read" (sp_loader_bytes_read), per rank: 1/W of the rows each for the data
+ * parallel schemes. Collective. */
+static void data_read_summary(sp_json *j, const sp_loader *l, const sp_dataset *d)
+{
+    sp_comm *w = sp_comm_world();
+    int W = sp_comm_size(w);
+    long sm = sp_loader_samples_read(l), lm = sp_loader_labels_read(l);
+    /* 20 bits per float: exact */
+    float v[4] = {(float)(sm >> 20), (float)(sm & 0xfffff), (float)(lm >> 20), (float)(lm & 0xfffff)};
+    float *all = sp_xmalloc(sizeof(float) * 4 * (size_t)W);
+    sp_allgather(w, v, all, 4);
+    double per = (double)sp_dataset_sample_numel(d) * sizeof(float) + sizeof(int);
+    size_t cap = 32 * (size_t)W + 8, k[3] = {0};
+    char *txt[3] = {sp_xmalloc(cap), sp_xmalloc(cap), sp_xmalloc(cap)};
+    for (int r = 0; r < W; r++) {
+        long n = ((long)all[4 * r] << 20) + (long)all[4 * r + 1], nl = ((long)all[4 * r + 2] << 20) + (long)all[4 * r + 3];
+        k[0] += (size_t)snprintf(txt[0] + k[0], cap - k[0], "%s%ld", r ? ", " : "[", n);
+        k[1] += (size_t)snprintf(txt[1] + k[1], cap - k[1], "%s%ld", r ? ", " : "[", nl);
+        k[2] += (size_t)snprintf(txt[2] + k[2], cap - k[2], "%s%.0f", r ? ", " : "[", (double)n * per + (double)nl * 4);
+    }
+    const char *keys[3] = {"data_rows_read", "data_labels_read", "data_bytes_read"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(txt[i] + k[i], cap - k[i], "]");
+        sp_json_raw(j, keys[i], txt[i]);
+        free(txt[i]);
+    }
+    free(all);
+}
+
 /* --eval-only: the loaded weights on d in eval mode; the JSON line says what was run. */
 static sp_train_result eval_only(const char *app, const sp_run_opts *o, sp_model *m, sp_dataset *d)
 {
@@ -686,7 +717,13 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
         s.engine->opts.update_ctx = s.optim;
     }
     /* Parallel: every batch splits into the micro-batches (a short last batch is dropped). */
-    sp_loader *loader = sp_loader_new(train, o->batch, !o->no_shuffle, o->seed, s.exec != NULL);
+    unsigned char *need = NULL;   /* parallel: the rows of each batch this rank reads */
+    if (s.exec) {
+        need = sp_xmalloc((size_t)o->batch);
+        sp_exec_rows_needed(s.exec, o->batch, need);
+    }
+    sp_loader *loader = sp_loader_new_rows(train, o->batch, !o->no_shuffle, o->seed, s.exec != NULL, need);
+    free(need);
     sp_train_cfg tc = {.app = app,
                        .epochs = o->epochs,
                        .steps = o->steps,
@@ -718,6 +755,7 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     sp_run_save(&s);
     sp_json j;
     sp_run_summary_train(&s, &j, &r, sp_loader_batch(loader), train);
+    if (s.exec) data_read_summary(&j, loader, train);
     sp_run_close(&s, &j);
     sp_loader_free(loader);
     return r;
