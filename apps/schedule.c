@@ -31,7 +31,7 @@ typedef struct opts {
     bool split, no_split, no_input_grad, no_diagram, list;
 } opts;
 
-#define SIM "!layerpipe,!list"          /* the simulator's flags */
+#define SIM "!layerpipe,!list,!calibrate-comm"   /* the simulator's flags */
 #define UNIFORM SIM ",!model,!profile"  /* durations given by the cost flags */
 
 static void parse(int argc, char **argv, opts *o)
@@ -88,7 +88,7 @@ static void parse(int argc, char **argv, opts *o)
         {"list", SP_FLAG_BOOL, &o->list, "list the schemes (and nothing else)", .group = "layerpipe"},
         {"calibrate-comm", SP_FLAG_STR, &o->calibrate_comm, "under mpirun -np W: measure point-to-point and the "
          "collectives, fit latency + bytes/bandwidth, write the profile (and nothing else)", .meta = "FILE",
-         .group = "communication", .needs = "!layerpipe,!list,!comm-profile,!scheme,!model,!profile,!svg,!costs-out"},
+         .group = "communication", .needs = "!layerpipe,!list,!comm-profile"},
         {"calibrate-max-mb", SP_FLAG_DOUBLE, &o->cal_max_mb, "largest probe message (the largest gradient bucket)",
          .meta = "X", .range = "0.000004..4096", .group = "communication", .needs = "calibrate-comm"},
         {"calibrate-reps", SP_FLAG_INT, &o->cal_reps, "repetitions per size (the median is kept)", .range = "1..1000",

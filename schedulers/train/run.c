@@ -455,18 +455,14 @@ static void ranks_agree(const char *app, const sp_run_opts *o, const sp_model *m
     free(all);
 }
 
-/* The communication model of a run on >= 2 ranks: --comm-profile (read by every rank), or
- * the short probe (collective, tens of ms). Rank 0 prints its figures on stderr, one line
- * (not with --quiet). NULL on one rank. */
-static struct sp_comm_model *comm_model(const char *app, const sp_run_opts *o, sp_comm *w)
+/* The communication model of a run: --comm-profile, read by every rank before any work
+ * (cm given NULL), or else, on >= 2 ranks, the short probe (collective, a few ms). Rank 0
+ * prints its figures on stderr, one line (not with --quiet). NULL on one rank without a
+ * profile. */
+static struct sp_comm_model *comm_model(const char *app, const sp_run_opts *o, sp_comm *w, sp_comm_model *cm)
 {
-    if (sp_comm_size(w) < 2) return NULL;
-    sp_comm_model *cm;
-    if (o->comm_profile) {
-        if (sp_comm_model_load(o->comm_profile, &cm) != SP_OK) sp_comm_fail_all(w, "%s", sp_last_error());
-    } else {
-        cm = sp_comm_model_quick(w);
-    }
+    if (!cm && sp_comm_size(w) < 2) return NULL;
+    if (!cm) cm = sp_comm_model_quick(w);
     if (sp_comm_rank(w) == 0 && !o->quiet) {
         char line[1024];
         sp_comm_model_summary(cm, line, sizeof line);
@@ -486,6 +482,9 @@ static struct sp_exec *exec_new(const char *app, const sp_run_opts *o, sp_model 
     sp_comm_set_timeout(o->comm_timeout);
     sp_comm_init(NULL, NULL);
     ranks_agree(app, o, m, train, test, sample_ndim, sample_shape);
+    sp_comm_model *profile = NULL;   /* a bad --comm-profile is refused before any work */
+    if (o->comm_profile && sp_comm_model_load(o->comm_profile, &profile) != SP_OK)
+        sp_comm_fail_all(sp_comm_world(), "%s", sp_last_error());
     sp_exec_cfg c = {.scheme = o->parallel,
                      .micro = o->microbatches,
                      .groups = o->groups,
@@ -514,10 +513,11 @@ static struct sp_exec *exec_new(const char *app, const sp_run_opts *o, sp_model 
             sp_json_int(&j, "levels", levels);
             sp_json_end_print(&j);
         }
+        sp_comm_model_free(profile);
         exec_end(x);
         exit(0);
     }
-    *cm = comm_model(app, o, sp_comm_world());
+    *cm = comm_model(app, o, sp_comm_world(), profile);
     return x;
 }
 
