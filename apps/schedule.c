@@ -21,17 +21,20 @@
 #include "core/io/fileio.h"
 #include "core/model.h"
 #include "schedulers/parallel/actions.h"
+#include "core/comm/comm.h"
+#include "schedulers/parallel/comm_model.h"
 #include "schedulers/parallel/schedule.h"
 #include "schedulers/parallel/sim_report.h"
 
 typedef struct opts {
     const char *scheme, *model, *profile, *svg, *title, *layerpipe, *costs_out, *actions, *actions_out;
-    int stages, micro, workers, groups, per_group, batch, processors, max_cols, chunks;
-    double fwd, bwd, delta, grad, gflops, alpha, mem_limit;
+    const char *calibrate_comm, *comm_profile;   /* the communication model (comm_model.h) */
+    int stages, micro, workers, groups, per_group, batch, processors, max_cols, chunks, cal_reps;
+    double fwd, bwd, delta, grad, gflops, alpha, mem_limit, cal_max_mb;
     bool split, no_split, no_input_grad, no_diagram, list;
 } opts;
 
-#define SIM "!layerpipe,!list"          /* the simulator's flags */
+#define SIM "!layerpipe,!list,!calibrate-comm"   /* the simulator's flags */
 #define UNIFORM SIM ",!model,!profile"  /* durations given by the cost flags */
 
 static void parse(int argc, char **argv, opts *o)
@@ -94,6 +97,15 @@ static void parse(int argc, char **argv, opts *o)
         {"alpha", SP_FLAG_DOUBLE, &o->alpha, "relaxation factor of Tp", .range = "1..", .group = "layerpipe",
          .needs = "layerpipe"},
         {"list", SP_FLAG_BOOL, &o->list, "list the schemes (and nothing else)", .group = "layerpipe"},
+        {"calibrate-comm", SP_FLAG_STR, &o->calibrate_comm, "under mpirun -np W: measure point-to-point and the "
+         "collectives, fit latency + bytes/bandwidth, write the profile (and nothing else)", .meta = "FILE",
+         .group = "communication", .needs = "!layerpipe,!list,!comm-profile"},
+        {"calibrate-max-mb", SP_FLAG_DOUBLE, &o->cal_max_mb, "largest probe message (the largest gradient bucket)",
+         .meta = "X", .range = "0.000004..4096", .group = "communication", .needs = "calibrate-comm"},
+        {"calibrate-reps", SP_FLAG_INT, &o->cal_reps, "repetitions per size (the median is kept)", .range = "1..1000",
+         .group = "communication", .needs = "calibrate-comm"},
+        {"comm-profile", SP_FLAG_STR, &o->comm_profile, "read a communication profile (--calibrate-comm's file) and "
+         "print its model", .meta = "FILE", .group = "communication", .needs = "!layerpipe,!list"},
         {0},
     };
     sp_flags_parse(argc, argv, "schedule",
@@ -186,8 +198,29 @@ static void write_actions(const opts *o, const sp_actions *given, const sp_sched
     sp_actions_free(a);
 }
 
+/* The fit of each measured op, one line each, and its worst error on its probes. */
+static void print_comm(const sp_comm_model *m)
+{
+    printf("communication model (%s): t = alpha + bytes / beta per segment\n", m->source);
+    for (int op = 0; op < SP_COMM_NOPS; op++) {
+        const sp_comm_fit *g = &m->fit[op];
+        for (int s = 0; s < g->nsegs; s++)
+            printf("  %-9s %3d ranks  from %10.0f B  alpha %9.3f us  beta %10.1f B/us\n", sp_comm_op_name(op),
+                   g->ranks, g->seg[s].from_bytes, g->seg[s].alpha_us, g->seg[s].beta);
+        if (g->nsegs)
+            printf("  %-9s error on its probes: median %.1f%%, worst %.1f%%\n", sp_comm_op_name(op),
+                   100 * g->median_rel_err, 100 * g->max_rel_err);
+    }
+}
+
 static int run_schedule(opts *o)
 {
+    if (o->comm_profile) {   /* the simulator takes no communication yet: print the model */
+        sp_comm_model *m;
+        sp_check(sp_comm_model_load(o->comm_profile, &m));
+        print_comm(m);
+        sp_comm_model_free(m);
+    }
     sp_costs *c = load_costs(o);
     write_costs(o, c);
     sp_sched_config cfg = {
@@ -219,6 +252,33 @@ static int run_schedule(opts *o)
     return 0;
 }
 
+/* --calibrate-comm: every rank probes, rank 0 writes the profile and prints the fit. */
+static int run_calibrate(const opts *o, int *argc, char ***argv)
+{
+    sp_comm_init(argc, argv);
+    sp_comm *w = sp_comm_world();
+    if (sp_comm_size(w) < 2)
+        sp_fail("--calibrate-comm %s: 1 rank (expected mpirun -np W build/schedule --calibrate-comm FILE, W >= 2)",
+                o->calibrate_comm);
+    sp_comm_model *m = sp_comm_model_measure(w, &(sp_comm_probe_cfg){.max_bytes = o->cal_max_mb * 1024 * 1024,
+                                                                     .reps = o->cal_reps});
+    if (sp_comm_rank(w) == 0) {
+        sp_check(sp_comm_model_write(m, o->calibrate_comm));
+        print_comm(m);
+        sp_json j;
+        sp_json_begin(&j);
+        sp_json_str(&j, "mode", "calibrate-comm");
+        sp_json_str(&j, "file", o->calibrate_comm);
+        sp_json_int(&j, "ranks", sp_comm_size(w));
+        sp_json_int(&j, "probes", m->nprobes);
+        sp_json_num(&j, "probe_ms", m->probe_ms);
+        sp_json_end_print(&j);
+    }
+    sp_comm_model_free(m);
+    sp_comm_finalize();
+    return 0;
+}
+
 static int run_layerpipe(const opts *o)
 {
     sp_costs *c = sp_costs_read_csv(o->layerpipe);
@@ -234,7 +294,7 @@ static int run_layerpipe(const opts *o)
 int main(int argc, char **argv)
 {
     opts o = {.scheme = "gpipe", .stages = 4, .micro = 8, .batch = 32, .processors = 3, .fwd = 1, .bwd = 1,
-              .delta = -1, .grad = -1, .gflops = 1000, .alpha = 1.01};
+              .delta = -1, .grad = -1, .gflops = 1000, .alpha = 1.01, .cal_max_mb = 25, .cal_reps = 7};
     parse(argc, argv, &o);
     check(&o);
     if (o.list) {
@@ -246,5 +306,6 @@ int main(int argc, char **argv)
         return 0;
     }
     if (o.layerpipe) return run_layerpipe(&o);
+    if (o.calibrate_comm) return run_calibrate(&o, &argc, &argv);
     return run_schedule(&o);
 }

@@ -37,6 +37,14 @@ static void bitstream_get(sp_dataset *d, int i, float *x, int *y)
     *y = c;
 }
 
+/* The class is the generator's first draw: no need to draw the bits. */
+static int bitstream_label(sp_dataset *d, int i)
+{
+    sp_rng r;
+    sp_rng_seed(&r, mix(((bitstream *)d)->seed) ^ mix(0x9E3779B97F4A7C15ull * ((uint64_t)i + 1)));
+    return (int)sp_rng_below(&r, BITSTREAM_CLASSES);
+}
+
 static void bitstream_free(sp_dataset *d) { free(d); }
 
 sp_dataset *sp_bitstream(int n, int T, uint64_t seed)
@@ -50,6 +58,7 @@ sp_dataset *sp_bitstream(int n, int T, uint64_t seed)
     b->base.shape[1] = 1;
     b->base.nclasses = BITSTREAM_CLASSES;
     b->base.get = bitstream_get;
+    b->base.label = bitstream_label;
     b->base.free = bitstream_free;
     b->seed = seed;
     return &b->base;

@@ -53,11 +53,17 @@ struct sp_dataset {
      * (torchvision's Normalize); 0 channels = off. See sp_dataset_normalize. */
     int norm_channels;
     float mean[SP_DATA_MAX_CH], std[SP_DATA_MAX_CH];
+    /* Optional: the label of sample i alone, without reading its input (a pipeline's last
+     * stage needs only labels). NULL: sp_dataset_label reads the sample through get. */
+    int (*label)(sp_dataset *d, int i);
 };
 
 size_t sp_dataset_sample_numel(const sp_dataset *d);
 /* d->get, bounds-checked, then normalisation if set. */
 void sp_dataset_get(sp_dataset *d, int i, float *x, int *y);
+/* The label of sample i: d->label, or (without one) get into scratch (sample_numel
+ * floats). Returns whether the sample's input had to be read for it. */
+bool sp_dataset_label(sp_dataset *d, int i, float *scratch, int *y);
 /* The channel is dim 0 of a C×H×W sample and the last dim of a T×C sample; nch is
  * that dim's size, or 1 to use one mean/std for every element. */
 int sp_dataset_normalize(sp_dataset *d, int nch, const float *mean, const float *std) SP_MUST_CHECK;
@@ -137,6 +143,21 @@ typedef struct sp_loader sp_loader;
 sp_loader *sp_loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last);
 /* The same batches, assembled in the calling thread (no prefetch). */
 sp_loader *sp_loader_new_sync(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last);
+/* As sp_loader_new, but position p of each batch is read from the dataset only as
+ * need[p] says (need: `batch` flags, copied): SP_LOADER_X the sample (and its label),
+ * SP_LOADER_Y its label alone (sp_dataset_label), 0 nothing — what is not read stays
+ * zero (label 0). One rank of a parallel run reads only its own micro-batches' rows this
+ * way, in the same global order as every other rank, so what it reads is what
+ * sp_loader_new would give at those positions. need NULL: every row. */
+enum { SP_LOADER_X = 1, SP_LOADER_Y = 2 };
+sp_loader *sp_loader_new_rows(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last,
+                              const unsigned char *need);
+/* Samples whose input was read from the dataset so far (prefetched batches included),
+ * labels read alone, and the bytes delivered: samples × (sample floats × 4 + 4) + labels
+ * alone × 4. */
+long sp_loader_samples_read(const sp_loader *l);
+long sp_loader_labels_read(const sp_loader *l);
+double sp_loader_bytes_read(const sp_loader *l);
 /* The next batch of the current epoch; false at its end (then start another epoch). */
 bool sp_loader_next(sp_loader *l, sp_batch *out);
 /* Start epoch `epoch` from its first batch (a no-op if it is the current epoch and no

@@ -35,6 +35,8 @@ static void mem_get(sp_dataset *d, int i, float *x, int *y)
     *y = m->labels[i];
 }
 
+static int mem_label(sp_dataset *d, int i) { return ((mem_dataset *)d)->labels[i]; }
+
 static void mem_free(sp_dataset *d)
 {
     mem_dataset *m = (mem_dataset *)d;
@@ -70,6 +72,7 @@ static mem_dataset *mem_new(const char *name, int n, int ndim, const int *shape,
     memcpy(m->base.shape, shape, (size_t)ndim * sizeof *shape);
     m->base.nclasses = nclasses;
     m->base.get = mem_get;
+    m->base.label = mem_label;
     m->base.free = mem_free;
     m->labels = labels;
     *x = data;
@@ -144,6 +147,17 @@ int sp_dataset_normalize(sp_dataset *d, int nch, const float *mean, const float 
     }
     d->norm_channels = nch;
     return SP_OK;
+}
+
+bool sp_dataset_label(sp_dataset *d, int i, float *scratch, int *y)
+{
+    if (i < 0 || i >= d->n) sp_fail("%s: sample %d out of range (dataset has %d)", d->name, i, d->n);
+    if (d->label) {
+        *y = d->label(d, i);
+        return false;
+    }
+    d->get(d, i, scratch, y);
+    return true;
 }
 
 void sp_dataset_get(sp_dataset *d, int i, float *x, int *y)

@@ -96,6 +96,13 @@ static void folder_get(sp_dataset *d, int i, float *x, int *y)
     if (f->remap) *y = f->remap[*y];
 }
 
+static int folder_label(sp_dataset *d, int i)
+{
+    folder_dataset *f = (folder_dataset *)d;
+    int y = f->mem->label(f->mem, i);
+    return f->remap ? f->remap[y] : y;
+}
+
 static void folder_free(sp_dataset *d)
 {
     folder_dataset *f = (folder_dataset *)d;
@@ -450,6 +457,7 @@ sp_dataset *sp_image_folder(const char *root, int size, int channels)
     folder_dataset *f = sp_xcalloc(1, sizeof *f);
     f->base = *d;
     f->base.get = folder_get;
+    f->base.label = folder_label;
     f->base.free = folder_free;
     f->mem = d;
     f->classes = classes;

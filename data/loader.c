@@ -24,6 +24,10 @@ struct sp_loader {
     int *y[2];
     int epoch;
     int taken;                /* batches of this epoch returned so far  */
+    unsigned char *need;      /* NULL, or [batch]: the positions to read */
+    long samples_read;        /* atomic: the producer thread adds to them */
+    long labels_read;
+    float *scratch;           /* one sample: a label read through get   */
     /* shared with the producer thread, under mu */
     pthread_t thread;
     pthread_mutex_t mu;
@@ -61,8 +65,19 @@ static void assemble(sp_loader *l, int j)
 {
     int slot = j % 2, nb = batch_size(l, j);
     const int *idx = l->order + (size_t)j * l->batch;
-    for (int s = 0; s < nb; s++)
-        sp_dataset_get(l->d, idx[s], l->x[slot] + (size_t)s * l->sample_numel, &l->y[slot][s]);
+    long read = 0, labels = 0;
+    for (int s = 0; s < nb; s++) {
+        int need = l->need ? l->need[s] : SP_LOADER_X;
+        if (need & SP_LOADER_X) {
+            sp_dataset_get(l->d, idx[s], l->x[slot] + (size_t)s * l->sample_numel, &l->y[slot][s]);
+            read++;
+        } else if (need & SP_LOADER_Y) {   /* the label alone; the input stays zero */
+            if (sp_dataset_label(l->d, idx[s], l->scratch, &l->y[slot][s])) read++;
+            else labels++;
+        }   /* else another rank's row: left zero */
+    }
+    __atomic_fetch_add(&l->samples_read, read, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&l->labels_read, labels, __ATOMIC_RELAXED);
 }
 
 static void *producer(void *arg)
@@ -86,7 +101,8 @@ static void *producer(void *arg)
     return NULL;
 }
 
-static sp_loader *loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last, bool prefetch)
+static sp_loader *loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last, bool prefetch,
+                             const unsigned char *need)
 {
     if (!d) return sp_error("sp_loader_new: the dataset is NULL"), NULL;
     if (batch < 1) sp_fail("loader: batch size %d (expected >= 1)", batch);
@@ -101,9 +117,14 @@ static sp_loader *loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t se
                      .seed = seed, .sample_numel = sp_dataset_sample_numel(d)};
     l->order = sp_xmalloc((size_t)d->n * sizeof *l->order);
     int cap = batch < d->n ? batch : d->n;
-    for (int s = 0; s < 2; s++) {
-        l->x[s] = sp_xmalloc((size_t)cap * l->sample_numel * sizeof(float));
-        l->y[s] = sp_xmalloc((size_t)cap * sizeof(int));
+    for (int s = 0; s < 2; s++) {   /* zeroed: the rows a rank does not read stay 0 */
+        l->x[s] = sp_xcalloc((size_t)cap * l->sample_numel, sizeof(float));
+        l->y[s] = sp_xcalloc((size_t)cap, sizeof(int));
+    }
+    if (need) {
+        l->need = sp_xmalloc((size_t)batch);
+        memcpy(l->need, need, (size_t)batch);
+        l->scratch = sp_xmalloc(l->sample_numel * sizeof(float));
     }
     make_order(l);
     if (prefetch) {
@@ -117,12 +138,26 @@ static sp_loader *loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t se
 
 sp_loader *sp_loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last)
 {
-    return loader_new(d, batch, shuffle, seed, drop_last, true);
+    return loader_new(d, batch, shuffle, seed, drop_last, true, NULL);
 }
 
 sp_loader *sp_loader_new_sync(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last)
 {
-    return loader_new(d, batch, shuffle, seed, drop_last, false);
+    return loader_new(d, batch, shuffle, seed, drop_last, false, NULL);
+}
+
+sp_loader *sp_loader_new_rows(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last,
+                              const unsigned char *need)
+{
+    return loader_new(d, batch, shuffle, seed, drop_last, true, need);
+}
+
+long sp_loader_samples_read(const sp_loader *l) { return __atomic_load_n(&l->samples_read, __ATOMIC_RELAXED); }
+long sp_loader_labels_read(const sp_loader *l) { return __atomic_load_n(&l->labels_read, __ATOMIC_RELAXED); }
+double sp_loader_bytes_read(const sp_loader *l)
+{
+    return (double)sp_loader_samples_read(l) * ((double)l->sample_numel * sizeof(float) + sizeof(int)) +
+           (double)sp_loader_labels_read(l) * sizeof(int);
 }
 
 bool sp_loader_next(sp_loader *l, sp_batch *out)
@@ -187,5 +222,7 @@ void sp_loader_free(sp_loader *l)
         free(l->y[s]);
     }
     free(l->order);
+    free(l->need);
+    free(l->scratch);
     free(l);
 }

@@ -293,6 +293,9 @@ static void make_images(int per_class)
         {"--parallel gpipe --batch 2", "--costs %T/none.csv", REFUSED, "none.csv"},                                    \
         {"--parallel gpipe --batch 2", "--costs-out %T/costs.csv", FILE_MADE, "%T/costs.csv"},                         \
         {"--parallel ddp", "--exec-order %T/order.txt", FILE_MADE, "%T/order.txt"},                          \
+        {"--parallel ddp", "--comm-profile docs/comm-profile.csv", STDERR_HAS, "communication model (docs/"},   \
+        {"--parallel ddp", "--comm-profile %T/none.csv", REFUSED, "none.csv"},                                 \
+        {NULL, "--comm-profile docs/comm-profile.csv", REFUSED, "--comm-profile needs --parallel"},           \
         {"--parallel ddp", "--backward bppsa", REFUSED, "--parallel needs --backward linear or ooo"}, \
         {"--parallel ddp", "--backward ooo", EFFECT, NULL}, {NULL, "--parallel ddp-ooo", EFFECT, NULL},         \
         /* flags --parallel does not use, and output paths checked before any work */                        \
@@ -501,6 +504,12 @@ Test(walk, schedule)
         {NULL, "--layerpipe docs/layerpipe-table2.csv", REFUSED, "--microbatches does not apply with --layerpipe"},
         {"=", "--list", EFFECT, NULL},
         {NULL, "--list", REFUSED, "--microbatches does not apply with --list"},
+        {"=", "--calibrate-comm %T/comm.csv", REFUSED, "--calibrate-comm"},   /* 1 rank: needs mpirun */
+        {NULL, "--calibrate-comm %T/comm.csv", REFUSED, "--microbatches does not apply with --calibrate-comm"},
+        {"=", "--calibrate-max-mb 1", REFUSED, "--calibrate-max-mb needs --calibrate-comm"},
+        {"=", "--calibrate-reps 3", REFUSED, "--calibrate-reps needs --calibrate-comm"},
+        {NULL, "--comm-profile docs/comm-profile.csv", STDOUT_HAS, "communication model (docs/comm-profile.csv)"},
+        {NULL, "--comm-profile %T/none.csv", REFUSED, "none.csv"},
     };
     run_walk("schedule", "--microbatches 4", w, N(w));
     check_coverage("schedule", w, N(w));

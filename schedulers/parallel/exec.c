@@ -96,6 +96,7 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
     x->order_rec = sp_xmalloc(sizeof(int) * (size_t)(x->sched->njobs + 1));
     /* Every rank starts its first step together (the measured costs took rank 0 a while). */
     sp_barrier(world);
+    if (cfg->trace_path) sp_exec_sync_clock(x);   /* the trace's timestamps on rank 0's clock */
     return x;
 }
 

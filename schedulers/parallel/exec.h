@@ -94,6 +94,15 @@ void sp_exec_free(sp_exec *x);
 float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *fwd_s, double *bwd_s,
                    double *step_s);
 
+/* Which rows of a global batch of n samples this rank reads: need[i] = SP_EXEC_ROW_X when
+ * it runs the first stage's forward of row i's micro-batch (the input), | SP_EXEC_ROW_Y
+ * when it runs the last stage's (the label: the loss). 0: another rank's row — a data
+ * parallel rank reads 1/W of each batch; a pipeline's first and last stages read the
+ * inputs and the labels, the middle stages nothing; the time scan reads every row. The
+ * rows of a micro-batch are those sp_exec_step takes, [b·n/B, (b+1)·n/B). */
+enum { SP_EXEC_ROW_X = 1, SP_EXEC_ROW_Y = 2 };
+void sp_exec_rows_needed(const sp_exec *x, int n, unsigned char *need);
+
 /* Every rank gets every stage's current weights (before evaluation or --save). */
 void sp_exec_sync_weights(sp_exec *x);
 

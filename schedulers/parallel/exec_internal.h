@@ -100,6 +100,8 @@ struct sp_exec {
     trace_ev *ev;
     int nev, cap_ev;
     double trace_t0;
+    double clock_offset;     /* --trace: rank 0's clock − this rank's, seconds (measured at
+                                the start, sp_exec_sync_clock)                         */
     double *meas;            /* [6·S]: Σ F, δ, G compute seconds and their counts      */
     size_t in_numel;         /* one input sample                                       */
     /* --parallel scan over a recurrent first layer: its time steps split over the ranks */
@@ -203,5 +205,7 @@ void sp_exec_time_scan_backward(sp_exec *x);
 
 void sp_exec_trace_add_step(sp_exec *x, int what, long step, double t0, double t1);
 void sp_exec_trace_add(sp_exec *x, int what, double t0, double t1);   /* this step */
+/* Collective: this rank's clock offset to rank 0 by ping-pongs (NTP's estimate). */
+void sp_exec_sync_clock(sp_exec *x);
 
 #endif

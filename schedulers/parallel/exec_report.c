@@ -15,9 +15,61 @@
 
 /* One event of a step (the first TRACE_STEPS steps, only with --trace): a job (what >= 0),
  * a bucket's collective in flight (−1 − bucket), or a wait (WAIT_EV − bucket, WAIT_LOSS). */
+/* $SCANPROP_TRACE_CLOCK_SKEW = RANK:SECONDS — the tests' skewed clock: that rank's trace
+ * timestamps, and its readings in sp_exec_sync_clock, run SECONDS ahead, as a machine's
+ * clock may. The offset measured at the start must take it out of the trace again. */
+static double clock_skew(const sp_exec *x)
+{
+    const char *env = getenv("SCANPROP_TRACE_CLOCK_SKEW");
+    int rank;
+    double s;
+    if (env && sscanf(env, "%d:%lf", &rank, &s) == 2 && rank == x->rank) return s;
+    return 0;
+}
+
+/* A double through two floats (the communicator moves floats): hi + lo. */
+static void split(double v, float *hl) { hl[0] = (float)v, hl[1] = (float)(v - (double)hl[0]); }
+static double join(const float *hl) { return (double)hl[0] + (double)hl[1]; }
+
+/* Ranks on different machines do not share a clock. Each rank r >= 1 asks rank 0 for its
+ * time ROUNDS times (a ping, rank 0's answer is its clock when the ping arrived): with t1
+ * the send and t4 the answer's arrival on r's clock and t0 rank 0's time, the offset is
+ * t0 − (t1 + t4) / 2 (NTP's estimate, exact when the two directions take as long), taken
+ * from the round with the shortest t4 − t1 (the least queueing). Ranks are served one
+ * after the other. */
+void sp_exec_sync_clock(sp_exec *x)
+{
+    enum { ROUNDS = 8, TAG = 32001 };   /* no other message is in flight now */
+    double skew = clock_skew(x);
+    x->clock_offset = 0;
+    if (x->W < 2) return;
+    sp_comm_set_label("the trace's clock synchronisation");
+    float ping[2] = {0, 0}, hl[2];
+    sp_req rq;
+    if (x->rank == 0) {
+        for (int r = 1; r < x->W; r++)
+            for (int k = 0; k < ROUNDS; k++) {
+                sp_irecv(x->world, ping, 2, r, TAG, &rq), sp_wait(&rq);
+                split(sp_now() + skew, hl);
+                sp_isend(x->world, hl, 2, r, TAG + 1, &rq), sp_wait(&rq);
+            }
+        return;
+    }
+    double best = INFINITY;
+    for (int k = 0; k < ROUNDS; k++) {
+        double t1 = sp_now() + skew;
+        sp_isend(x->world, ping, 2, 0, TAG, &rq), sp_wait(&rq);
+        sp_irecv(x->world, hl, 2, 0, TAG + 1, &rq), sp_wait(&rq);
+        double t4 = sp_now() + skew;
+        if (t4 - t1 < best) best = t4 - t1, x->clock_offset = join(hl) - (t1 + t4) / 2;
+    }
+}
+
 void sp_exec_trace_add_step(sp_exec *x, int what, long step, double t0, double t1)
 {
     if (!x->cfg.trace_path || step >= TRACE_STEPS) return;
+    double skew = clock_skew(x);
+    t0 += skew, t1 += skew;
     if (x->nev == x->cap_ev) {
         x->cap_ev = x->cap_ev ? 2 * x->cap_ev : 256;
         x->ev = sp_xrealloc(x->ev, sizeof *x->ev * (size_t)x->cap_ev);
@@ -28,6 +80,24 @@ void sp_exec_trace_add_step(sp_exec *x, int what, long step, double t0, double t
 void sp_exec_trace_add(sp_exec *x, int what, double t0, double t1)
 {
     sp_exec_trace_add_step(x, what, x->steps, t0, t1);
+}
+
+/* ---- the rows a rank reads ------------------------------------------------------------------ */
+
+void sp_exec_rows_needed(const sp_exec *x, int n, unsigned char *need)
+{
+    if (x->tscan || n % x->B != 0) {   /* every rank runs the whole forward (or the step refuses the batch) */
+        memset(need, SP_EXEC_ROW_X | SP_EXEC_ROW_Y, (size_t)n);
+        return;
+    }
+    memset(need, 0, (size_t)n);
+    int per = n / x->B;
+    for (int j = 0; j < x->sched->njobs; j++) {
+        sp_job jb = x->sched->jobs[j];
+        if (!local(x, j) || jb.dir != SP_FWD) continue;
+        unsigned char bit = (jb.stage == 0 ? SP_EXEC_ROW_X : 0) | (jb.stage == x->S - 1 ? SP_EXEC_ROW_Y : 0);
+        for (int i = jb.micro * per; i < (jb.micro + 1) * per; i++) need[i] |= bit;
+    }
 }
 
 /* ---- statistics, order, trace --------------------------------------------------------------- */
@@ -115,14 +185,21 @@ static void write_trace(sp_exec *x)
     for (int r = 0; r < x->W; r++) maxn = (int)counts[r] > maxn ? (int)counts[r] : maxn;
     size_t per = 4 * (size_t)maxn + 1;
     float *mine = sp_xcalloc(per, sizeof(float)), *all = sp_xmalloc(sizeof(float) * per * (size_t)x->W);
+    /* Every rank's times on rank 0's clock (its offset, measured at the start), from rank
+     * 0's first step: ranks on other machines line up as on one. */
+    float o[2], *offs = sp_xmalloc(sizeof(float) * 2 * (size_t)x->W);
+    split(x->trace_t0 + clock_skew(x), o);
+    sp_broadcast(x->world, o, 2, 0);
+    double origin = join(o) - x->clock_offset;   /* rank 0's first step, on this rank's clock */
+    split(x->clock_offset, o);
+    sp_allgather(x->world, o, offs, 2);
     for (int i = 0; i < x->nev; i++) {
         trace_ev *e = &x->ev[i];
         mine[4 * i] = (float)e->what;
         mine[4 * i + 1] = (float)e->step;
-        mine[4 * i + 2] = (float)((e->t0 - x->trace_t0) * 1e6);
-        mine[4 * i + 3] = (float)((e->t1 - x->trace_t0) * 1e6);
+        mine[4 * i + 2] = (float)((e->t0 - origin) * 1e6);
+        mine[4 * i + 3] = (float)((e->t1 - origin) * 1e6);
     }
-    /* Ranks share the machine's monotonic clock; on a cluster they would need an offset. */
     sp_allgather(x->world, mine, all, per);
     if (x->rank == 0) {
         sp_out out;
@@ -131,8 +208,9 @@ static void write_trace(sp_exec *x)
         bool first = true;
         char lab[32];
         for (int r = 0; r < x->W; r++) {
-            fprintf(f, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}}",
-                    first ? "" : ",\n", r, r);
+            fprintf(f, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\", "
+                       "\"clock_offset_us\": %.3f}}",
+                    first ? "" : ",\n", r, r, 1e6 * join(offs + 2 * r));
             first = false;
             fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": "
                        "\"compute\"}}", r);
@@ -160,6 +238,7 @@ static void write_trace(sp_exec *x)
     free(counts);
     free(mine);
     free(all);
+    free(offs);
 }
 
 /* --costs-out: the stage costs this run measured (mean compute µs of each stage's F, δ

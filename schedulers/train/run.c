@@ -21,6 +21,7 @@
 #include "core/parallel.h"
 #include "optim/optim.h"
 #include "optim/prune.h"
+#include "schedulers/parallel/comm_model.h"
 #include "schedulers/parallel/exec.h"
 
 void sp_run_defaults(sp_run_opts *o)
@@ -172,6 +173,9 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
          .choices = "post-validate|plain", .needs = "parallel,clip-grad-norm", .scope = SP_SCOPE_RUN},
         {"exec-order", SP_FLAG_STR, &o->exec_order, "write each rank's executed job order", .group = G_PAR,
          .meta = "FILE", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"comm-profile", SP_FLAG_STR, &o->comm_profile, "communication model (build/schedule --calibrate-comm's file) "
+         "instead of the short probe at the start", .group = G_PAR, .meta = "FILE", .needs = "parallel",
+         .scope = SP_SCOPE_RUN},
         {0},
     };
     int n = (int)(sizeof list / sizeof list[0]);
@@ -479,9 +483,26 @@ static void ranks_agree(const char *app, const sp_run_opts *o, const sp_model *m
     free(all);
 }
 
+/* The communication model of a run: --comm-profile, read by every rank before any work
+ * (cm given NULL), or else, on >= 2 ranks, the short probe (collective, a few ms). Rank 0
+ * prints its figures on stderr, one line (not with --quiet). NULL on one rank without a
+ * profile. */
+static struct sp_comm_model *comm_model(const char *app, const sp_run_opts *o, sp_comm *w, sp_comm_model *cm)
+{
+    if (!cm && sp_comm_size(w) < 2) return NULL;
+    if (!cm) cm = sp_comm_model_quick(w);
+    if (sp_comm_rank(w) == 0 && !o->quiet) {
+        char line[1024];
+        sp_comm_model_summary(cm, line, sizeof line);
+        if (o->comm_profile) fprintf(stderr, "%s: communication model (%s): %s\n", app, cm->source, line);
+        else fprintf(stderr, "%s: communication probe (%.0f ms): %s\n", app, cm->probe_ms, line);
+    }
+    return cm;
+}
+
 static struct sp_exec *exec_new(const char *app, const sp_run_opts *o, sp_model *m, sp_optim *opt,
                                 const sp_dataset *train, const sp_dataset *test, int sample_ndim,
-                                const int *sample_shape)
+                                const int *sample_shape, struct sp_comm_model **cm)
 {
     if (!o->parallel) return NULL;
     if (!sp_comm_have_mpi() && getenv("OMPI_COMM_WORLD_SIZE"))
@@ -489,6 +510,9 @@ static struct sp_exec *exec_new(const char *app, const sp_run_opts *o, sp_model 
     sp_comm_set_timeout(o->comm_timeout);
     sp_comm_init(NULL, NULL);
     ranks_agree(app, o, m, train, test, sample_ndim, sample_shape);
+    sp_comm_model *profile = NULL;   /* a bad --comm-profile is refused before any work */
+    if (o->comm_profile && sp_comm_model_load(o->comm_profile, &profile) != SP_OK)
+        sp_comm_fail_all(sp_comm_world(), "%s", sp_last_error());
     sp_exec_cfg c = {.scheme = o->parallel,
                      .micro = o->microbatches,
                      .groups = o->groups,
@@ -522,9 +546,11 @@ static struct sp_exec *exec_new(const char *app, const sp_run_opts *o, sp_model 
             sp_json_int(&j, "levels", levels);
             sp_json_end_print(&j);
         }
+        sp_comm_model_free(profile);
         exec_end(x);
         exit(0);
     }
+    *cm = comm_model(app, o, sp_comm_world(), profile);
     return x;
 }
 
@@ -552,7 +578,7 @@ static void open_session(sp_run_session *s, const char *app, const sp_run_opts *
     cfg.weight_decay = o->weight_decay;
     s->optim = sp_optim_create(o->optim, m->params, m->nparams, &cfg);
     sp_optim_set_clip_grad_norm(s->optim, o->clip_grad_norm);   /* sp_optim_step clips; the executor its own way */
-    s->exec = exec_new(app, o, m, s->optim, train, test, x1->ndim - 1, x1->shape + 1);
+    s->exec = exec_new(app, o, m, s->optim, train, test, x1->ndim - 1, x1->shape + 1, &s->comm);
 }
 
 void sp_run_open(sp_run_session *s, const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x1,
@@ -594,6 +620,7 @@ void sp_run_close(sp_run_session *s, sp_json *j)
         if (sp_run_prints(s)) sp_json_end_print(j);
     }
     exec_end(s->exec);
+    sp_comm_model_free(s->comm);
     sp_optim_free(s->optim);
     sp_engine_destroy(s->engine);
     sp_prune_free(s->pruning);
@@ -601,6 +628,37 @@ void sp_run_close(sp_run_session *s, sp_json *j)
 }
 
 /* ---- the runner --------------------------------------------------------------------------- */
+
+/* --parallel: what each rank read of the training set — "data_rows_read" (samples whose
+ * input it read), "data_labels_read" (labels read alone: a pipeline's last stage) and
+ * "data_bytes_read" (sp_loader_bytes_read), per rank: 1/W of the rows each for the data
+ * parallel schemes. Collective. */
+static void data_read_summary(sp_json *j, const sp_loader *l, const sp_dataset *d)
+{
+    sp_comm *w = sp_comm_world();
+    int W = sp_comm_size(w);
+    long sm = sp_loader_samples_read(l), lm = sp_loader_labels_read(l);
+    /* 20 bits per float: exact */
+    float v[4] = {(float)(sm >> 20), (float)(sm & 0xfffff), (float)(lm >> 20), (float)(lm & 0xfffff)};
+    float *all = sp_xmalloc(sizeof(float) * 4 * (size_t)W);
+    sp_allgather(w, v, all, 4);
+    double per = (double)sp_dataset_sample_numel(d) * sizeof(float) + sizeof(int);
+    size_t cap = 32 * (size_t)W + 8, k[3] = {0};
+    char *txt[3] = {sp_xmalloc(cap), sp_xmalloc(cap), sp_xmalloc(cap)};
+    for (int r = 0; r < W; r++) {
+        long n = ((long)all[4 * r] << 20) + (long)all[4 * r + 1], nl = ((long)all[4 * r + 2] << 20) + (long)all[4 * r + 3];
+        k[0] += (size_t)snprintf(txt[0] + k[0], cap - k[0], "%s%ld", r ? ", " : "[", n);
+        k[1] += (size_t)snprintf(txt[1] + k[1], cap - k[1], "%s%ld", r ? ", " : "[", nl);
+        k[2] += (size_t)snprintf(txt[2] + k[2], cap - k[2], "%s%.0f", r ? ", " : "[", (double)n * per + (double)nl * 4);
+    }
+    const char *keys[3] = {"data_rows_read", "data_labels_read", "data_bytes_read"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(txt[i] + k[i], cap - k[i], "]");
+        sp_json_raw(j, keys[i], txt[i]);
+        free(txt[i]);
+    }
+    free(all);
+}
 
 /* --eval-only: the loaded weights on d in eval mode; the JSON line says what was run. */
 static sp_train_result eval_only(const char *app, const sp_run_opts *o, sp_model *m, sp_dataset *d)
@@ -694,7 +752,13 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
         s.engine->opts.update_ctx = s.optim;
     }
     /* Parallel: every batch splits into the micro-batches (a short last batch is dropped). */
-    sp_loader *loader = sp_loader_new(train, o->batch, !o->no_shuffle, o->seed, s.exec != NULL);
+    unsigned char *need = NULL;   /* parallel: the rows of each batch this rank reads */
+    if (s.exec) {
+        need = sp_xmalloc((size_t)o->batch);
+        sp_exec_rows_needed(s.exec, o->batch, need);
+    }
+    sp_loader *loader = sp_loader_new_rows(train, o->batch, !o->no_shuffle, o->seed, s.exec != NULL, need);
+    free(need);
     sp_train_cfg tc = {.app = app,
                        .epochs = o->epochs,
                        .steps = o->steps,
@@ -726,6 +790,7 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     sp_run_save(&s);
     sp_json j;
     sp_run_summary_train(&s, &j, &r, sp_loader_batch(loader), train);
+    if (s.exec) data_read_summary(&j, loader, train);
     sp_run_close(&s, &j);
     sp_loader_free(loader);
     return r;

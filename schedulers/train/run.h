@@ -73,6 +73,7 @@ typedef struct sp_run_opts {
     const char *actions;                 /* --parallel custom: per-rank action lists (CSV) */
     int microbatches, groups, chunks;    /* chunks: per rank, action-list schemes     */
     double mem_limit;                    /* --parallel zb-auto: activations per rank  */
+    const char *comm_profile;            /* --comm-profile FILE (comm_model.h); NULL: a short probe */
     double bucket_mb, comm_timeout;
     /* the step's end: gradient-norm clip (0 = off) and, under --parallel, how the ranks
      * agree on the global norm: "post-validate" (step, roll back if it clips) | "plain" */
@@ -131,6 +132,7 @@ typedef struct sp_run_session {
     sp_engine *engine;
     sp_optim *optim;
     struct sp_exec *exec;           /* --parallel: the executor on the MPI ranks; NULL otherwise */
+    struct sp_comm_model *comm;     /* --parallel on >= 2 ranks: --comm-profile, or the start's probe */
     struct sp_pruning *pruning;     /* the masks of --prune or of a pruned --load; NULL otherwise */
 } sp_run_session;
 

@@ -308,6 +308,7 @@ static void evaluator_open(evaluator *ev, sp_dataset *d, int batch, const sp_tra
     ev->slice = (slice_ds){.d = *d, .base = d, .off = lo};
     ev->slice.d.n = hi - lo;
     ev->slice.d.get = slice_get;
+    ev->slice.d.label = NULL;   /* the base's would read the slice as the base */
     ev->slice.d.free = NULL;
     ev->slice.d.norm_channels = 0;   /* the base normalises */
     if (ev->slice.d.n > 0) evaluator_init(ev, &ev->slice.d, batch);

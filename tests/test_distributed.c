@@ -1,0 +1,237 @@
+/* test_distributed — what a run on several machines needs: each rank reads only its own
+ * rows of the training set (the loader's row selection, and the apps' per-rank counts under
+ * mpirun), the same weights over Open MPI's TCP transport as over shared memory, and trace
+ * timestamps put on rank 0's clock by the offset measured at the start. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/io/safetensors.h"
+#include "data/data.h"
+#include "tests/mpirun.h"
+
+static const char *tmp(const char *name)
+{
+    static char path[8][512];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(path[k], sizeof path[k], "%s/%s", tu_tmpdir(), name);
+    return path[k];
+}
+
+/* ---- the loader ------------------------------------------------------------------------- */
+
+/* 40 samples of 3 floats: sample i is (i, i + 0.5, −i), label i % 7. */
+static sp_dataset *numbered(void)
+{
+    float *x;
+    int *y;
+    sp_dataset *d = sp_dataset_new_f32("numbered", 40, 1, (int[]){3}, 7, &x, &y);
+    cr_assert_not_null(d);
+    for (int i = 0; i < 40; i++) x[3 * i] = (float)i, x[3 * i + 1] = (float)i + 0.5f, x[3 * i + 2] = (float)-i, y[i] = i % 7;
+    return d;
+}
+
+Test(distributed, loader_reads_only_the_rows_it_is_asked_for)
+{
+    sp_dataset *d = numbered();
+    const int batch = 8;
+    unsigned char need[8] = {SP_LOADER_X, SP_LOADER_X, 0, 0, SP_LOADER_Y, SP_LOADER_Y, 0, SP_LOADER_X | SP_LOADER_Y};
+    sp_loader *all = sp_loader_new(d, batch, true, 5, true), *mine = sp_loader_new_rows(d, batch, true, 5, true, need);
+    for (int e = 0; e < 2; e++) {
+        sp_loader_set_epoch(all, e);
+        sp_loader_set_epoch(mine, e);
+        sp_batch a, m;
+        int nb = 0;
+        while (sp_loader_next(all, &a)) {
+            cr_assert(sp_loader_next(mine, &m));
+            nb++;
+            for (int p = 0; p < batch; p++) {
+                bool x = need[p] & SP_LOADER_X, y = need[p] & (SP_LOADER_X | SP_LOADER_Y);
+                for (int k = 0; k < 3; k++)
+                    cr_expect_eq(m.x.data[3 * p + k], x ? a.x.data[3 * p + k] : 0.0f, "epoch %d batch %d row %d", e,
+                                 a.index, p);
+                cr_expect_eq(m.y[p], y ? a.y[p] : 0, "epoch %d batch %d row %d label", e, a.index, p);
+            }
+        }
+        cr_expect_not(sp_loader_next(mine, &m));
+        cr_expect_eq(nb, 5);
+    }
+    /* 2 epochs × 5 batches × 3 rows with inputs, 2 labels alone; the full loader read all 80 */
+    cr_expect_eq(sp_loader_samples_read(mine), 30);
+    cr_expect_eq(sp_loader_labels_read(mine), 20);
+    cr_expect_eq(sp_loader_bytes_read(mine), 30.0 * (3 * 4 + 4) + 20.0 * 4);
+    cr_expect_eq(sp_loader_samples_read(all), 80);
+    cr_expect_eq(sp_loader_labels_read(all), 0);
+    sp_loader_free(all);
+    sp_loader_free(mine);
+    /* a dataset without a label hook reads the sample for a label alone (and counts it) */
+    d->label = NULL;
+    unsigned char only_y[8] = {SP_LOADER_Y, 0, 0, 0, 0, 0, 0, 0};
+    sp_loader *l = sp_loader_new_rows(d, batch, false, 0, true, only_y);
+    sp_batch b;
+    cr_assert(sp_loader_next(l, &b));
+    cr_expect_eq(b.y[0], 0);
+    cr_assert(sp_loader_next(l, &b));
+    cr_expect_eq(b.y[0], 8 % 7);
+    cr_expect_eq(b.x.data[0], 0.0f, "the input of a label-only row stays zero");
+    sp_loader_free(l);   /* the producer may have read ahead: at least the two taken */
+    sp_dataset_free(d);
+}
+
+/* ---- under mpirun ----------------------------------------------------------------------- */
+
+#define GRU "--samples 64 --batch 16 --epochs 1 --threads 1 --quiet"
+
+static const char *bin(const char *name)
+{
+    static char path[4][512];
+    static int k;
+    const char *b = getenv("BUILD");
+    k = (k + 1) % 4;
+    snprintf(path[k], sizeof path[k], "%s/%s", b ? b : "build", name);
+    return path[k];
+}
+
+/* The JSON array after "key": [a, b, …] into v; returns its length. */
+static int json_array(const char *json, const char *key, long *v, int cap)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\": [", key);
+    const char *p = strstr(json, k);
+    cr_assert_not_null(p, "no %s in %s", key, json);
+    p += strlen(k);
+    int n = 0;
+    while (n < cap && *p && *p != ']') {
+        char *end;
+        v[n++] = strtol(p, &end, 10);
+        p = end + strspn(end, ", ");
+    }
+    return n;
+}
+
+static double compare(const char *pa, const char *pb, bool *bitwise)
+{
+    sp_st_file *a = sp_st_open(pa), *b = sp_st_open(pb);
+    cr_assert(a && b, "cannot open %s or %s", pa, pb);
+    cr_assert_eq(sp_st_count(a), sp_st_count(b));
+    double worst = 0;
+    *bitwise = true;
+    for (int i = 0; i < sp_st_count(a); i++) {
+        const sp_st_tensor *ta = sp_st_at(a, i), *tb = sp_st_find(b, ta->name);
+        cr_assert_not_null(tb);
+        int shape[SP_ST_MAX_DIMS];
+        for (int d = 0; d < ta->ndim; d++) shape[d] = (int)ta->shape[d];
+        float *x = malloc(ta->nbytes + 4), *y = malloc(tb->nbytes + 4);
+        cr_assert_eq(sp_st_read_f32(a, ta->name, x, ta->ndim, shape), 0);
+        cr_assert_eq(sp_st_read_f32(b, ta->name, y, ta->ndim, shape), 0);
+        *bitwise &= memcmp(x, y, ta->nbytes) == 0;
+        worst = fmax(worst, tu_max_rel_diff(x, y, ta->numel));
+        free(x);
+        free(y);
+    }
+    sp_st_close(a);
+    sp_st_close(b);
+    return worst;
+}
+
+/* gru, 64 samples in 4 batches of 16: a data-parallel rank reads 64/W rows; gpipe's first
+ * stage reads the inputs and its last stage only the labels; the weights are those of one
+ * process (≤ 1e-6, as tests/test_exec.c's every_scheme_trains_rnn_and_gru). */
+Test(distributed, each_rank_reads_only_its_own_rows, .timeout = 240)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    const char *single = tmp("single.st");
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd, "%s " GRU " --save %s", bin("gru"), single);
+    cr_assert_eq(tu_run(cmd, out, sizeof out, NULL, 0), 0, "%s", out);
+    static const struct { const char *scheme; int W; long rows[4], labels[4]; } cases[] = {
+        {"ddp", 2, {32, 32}, {0, 0}},
+        {"fsdp", 2, {32, 32}, {0, 0}},
+        {"ddp-ooo", 4, {16, 16, 16, 16}, {0, 0, 0, 0}},
+        {"gpipe", 2, {64, 0}, {0, 64}},
+    };
+    long per = -1;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *saved = tmp("par.st");
+        char np[16];
+        snprintf(np, sizeof np, "-np %d", cases[i].W);
+        snprintf(cmd, sizeof cmd, "%s " GRU " --parallel %s --save %s", bin("gru"), cases[i].scheme, saved);
+        mpi_result r;
+        mpi_run("", np, cmd, &r);
+        cr_assert_eq(r.status, 0, "%s: %s", cases[i].scheme, r.err);
+        long rows[8], labels[8], bytes[8];
+        int n = json_array(r.out, "data_rows_read", rows, 8);
+        cr_assert_eq(n, cases[i].W);
+        cr_assert_eq(json_array(r.out, "data_labels_read", labels, 8), n);
+        cr_assert_eq(json_array(r.out, "data_bytes_read", bytes, 8), n);
+        for (int k = 0; k < n; k++) {
+            cr_expect_eq(rows[k], cases[i].rows[k], "%s rank %d read %ld rows", cases[i].scheme, k, rows[k]);
+            cr_expect_eq(labels[k], cases[i].labels[k], "%s rank %d read %ld labels", cases[i].scheme, k, labels[k]);
+            /* one sample's bytes, the same in every run: its floats and its label */
+            if (per < 0 && rows[k] > 0) per = (bytes[k] - 4 * labels[k]) / rows[k];
+            cr_expect_eq(bytes[k], rows[k] * per + labels[k] * 4, "%s rank %d: %ld bytes", cases[i].scheme, k, bytes[k]);
+        }
+        bool bitwise;
+        double d = compare(saved, single, &bitwise);
+        cr_expect(d <= 1e-6, "%s at %d ranks: %g from the single process", cases[i].scheme, cases[i].W, d);
+    }
+    cr_expect(per > 4 && per % 4 == 0, "%ld bytes per sample", per);
+}
+
+/* The network path: with Open MPI's ob1 over TCP only (loopback), not shared memory, the
+ * same run gives the same weights, bit for bit. */
+Test(distributed, tcp_transport_gives_the_shared_memory_weights, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    const char *shm = tmp("shm.st"), *tcp = tmp("tcp.st");
+    char cmd[1024];
+    mpi_result r;
+    snprintf(cmd, sizeof cmd, "%s " GRU " --parallel fsdp --save %s", bin("gru"), shm);
+    mpi_run("", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    snprintf(cmd, sizeof cmd, "%s " GRU " --parallel fsdp --save %s", bin("gru"), tcp);
+    mpi_run("", "-np 2 --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca btl_base_verbose 30", cmd,
+            &r);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_expect(strstr(r.err, "btl:tcp: using ipv4 interface lo") || strstr(r.err, "btl: tcp: Using interface"),
+              "TCP not selected: %.2000s", r.err);
+    bool bitwise;
+    double d = compare(tcp, shm, &bitwise);
+    cr_expect(bitwise, "TCP and shared memory differ by %g", d);
+}
+
+/* A rank whose clock runs 5.25 s ahead (the tests' skew): the offset measured at the start
+ * says so, and its trace events still start within the run's first second on rank 0's
+ * clock, as rank 0's do. */
+Test(distributed, trace_timestamps_are_on_rank_0s_clock, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    const char *trace = tmp("trace.json");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s --steps 3 --threads 1 --quiet --parallel ddp --trace %s", bin("demo"), trace);
+    mpi_result r;
+    mpi_run("SCANPROP_TRACE_CLOCK_SKEW=1:5.25", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    FILE *f = fopen(trace, "r");
+    cr_assert_not_null(f);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    double offset[2] = {NAN, NAN}, first[2] = {INFINITY, INFINITY};
+    for (const char *p = text; (p = strstr(p, "{\"name\"")); p++) {
+        int pid;
+        const char *q = strstr(p, "\"pid\": ");
+        if (!q || sscanf(q, "\"pid\": %d", &pid) != 1 || pid < 0 || pid > 1) continue;
+        const char *o = strstr(p, "\"clock_offset_us\": "), *end = strchr(p, '}');
+        if (o && o < end) offset[pid] = strtod(o + strlen("\"clock_offset_us\": "), NULL);
+        const char *ts = strstr(p, "\"ts\": ");
+        if (ts && ts < end) first[pid] = fmin(first[pid], strtod(ts + 6, NULL));
+    }
+    cr_expect_eq(offset[0], 0);
+    cr_expect(fabs(offset[1] + 5.25e6) < 2000, "rank 1's offset %g us (expected -5.25 s)", offset[1]);
+    for (int k = 0; k < 2; k++)
+        cr_expect(first[k] >= -1e5 && first[k] < 1e6, "rank %d's first event at %g us", k, first[k]);
+}
