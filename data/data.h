@@ -133,10 +133,13 @@ typedef struct sp_loader sp_loader;
  * thread assembles the next batch while the caller works on the current one (double
  * buffering); the buffers are allocated here once. The batch returned by sp_loader_next
  * stays valid until the next call to sp_loader_next / set_epoch / reset_epoch / free.
- * Results are bitwise identical to sp_loader_new_sync, whatever the timing. */
-sp_loader *sp_loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last);
+ * Results are bitwise identical to sp_loader_new_sync, whatever the timing. NULL with
+ * the reason in sp_last_error() for a NULL dataset, batch < 1, a dataset without samples
+ * or of samples outside 1 to 3 dimensions, drop_last with no full batch, or a thread that
+ * cannot start. */
+sp_loader *sp_loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last) SP_MUST_CHECK;
 /* The same batches, assembled in the calling thread (no prefetch). */
-sp_loader *sp_loader_new_sync(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last);
+sp_loader *sp_loader_new_sync(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last) SP_MUST_CHECK;
 /* The next batch of the current epoch; false at its end (then start another epoch). */
 bool sp_loader_next(sp_loader *l, sp_batch *out);
 /* Start epoch `epoch` from its first batch (a no-op if it is the current epoch and no

@@ -89,13 +89,15 @@ static void *producer(void *arg)
 static sp_loader *loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last, bool prefetch)
 {
     if (!d) return sp_error("sp_loader_new: the dataset is NULL"), NULL;
-    if (batch < 1) sp_fail("loader: batch size %d (expected >= 1)", batch);
-    if (d->ndim < 1 || d->ndim > 3) sp_fail("%s: samples with %d dimensions (expected 1 to 3)", d->name, d->ndim);
-    if (d->n < 1) sp_fail("%s: no samples", d->name);
+    if (batch < 1) return sp_error("loader: batch size %d (expected >= 1)", batch), NULL;
+    if (d->ndim < 1 || d->ndim > 3)
+        return sp_error("%s: samples with %d dimensions (expected 1 to 3)", d->name, d->ndim), NULL;
+    if (d->n < 1) return sp_error("%s: no samples", d->name), NULL;
     /* d->n / batch + remainder: no d->n + batch - 1, which overflows for batch near INT_MAX */
     int nbatches = d->n / batch + (!drop_last && d->n % batch != 0);
     if (nbatches < 1)
-        sp_fail("%s: %d samples make no full batch of %d (drop_last); use a smaller batch", d->name, d->n, batch);
+        return sp_error("%s: %d samples make no full batch of %d (drop_last); use a smaller batch", d->name, d->n,
+                        batch), NULL;
     sp_loader *l = sp_xcalloc(1, sizeof *l);
     *l = (sp_loader){.d = d, .batch = batch, .nbatches = nbatches, .shuffle = shuffle, .prefetch = prefetch,
                      .seed = seed, .sample_numel = sp_dataset_sample_numel(d)};
@@ -110,7 +112,11 @@ static sp_loader *loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t se
         pthread_mutex_init(&l->mu, NULL);
         pthread_cond_init(&l->work, NULL);
         pthread_cond_init(&l->done, NULL);
-        if (pthread_create(&l->thread, NULL, producer, l) != 0) sp_fail("loader: cannot start the prefetch thread");
+        if (pthread_create(&l->thread, NULL, producer, l) != 0) {
+            l->prefetch = false;   /* nothing to join */
+            sp_loader_free(l);
+            return sp_error("loader: cannot start the prefetch thread"), NULL;
+        }
     }
     return l;
 }
@@ -127,6 +133,8 @@ sp_loader *sp_loader_new_sync(sp_dataset *d, int batch, bool shuffle, uint64_t s
 
 bool sp_loader_next(sp_loader *l, sp_batch *out)
 {
+    if (!l) sp_fail("sp_loader_next: argument 'l' is NULL");
+    if (!out) sp_fail("sp_loader_next: argument 'out' is NULL");
     if (l->taken >= l->nbatches) return false;
     int j = l->taken++;
     if (l->prefetch) {
@@ -147,6 +155,7 @@ bool sp_loader_next(sp_loader *l, sp_batch *out)
 
 void sp_loader_set_epoch(sp_loader *l, int epoch)
 {
+    if (!l) sp_fail("sp_loader_set_epoch: argument 'l' is NULL");
     if (epoch < 0) sp_fail("loader: epoch %d (expected >= 0)", epoch);
     if (epoch == l->epoch && l->taken == 0) return;
     if (l->prefetch) {
@@ -164,10 +173,22 @@ void sp_loader_set_epoch(sp_loader *l, int epoch)
     }
 }
 
-void sp_loader_reset_epoch(sp_loader *l) { sp_loader_set_epoch(l, l->epoch + 1); }
-int sp_loader_epoch(const sp_loader *l) { return l->epoch; }
-int sp_loader_nbatches(const sp_loader *l) { return l->nbatches; }
-int sp_loader_batch(const sp_loader *l) { return l->batch < l->d->n ? l->batch : l->d->n; }
+void sp_loader_reset_epoch(sp_loader *l) {
+    if (!l) sp_fail("sp_loader_reset_epoch: argument 'l' is NULL");
+    sp_loader_set_epoch(l, l->epoch + 1);
+}
+int sp_loader_epoch(const sp_loader *l) {
+    if (!l) sp_fail("sp_loader_epoch: argument 'l' is NULL");
+    return l->epoch;
+}
+int sp_loader_nbatches(const sp_loader *l) {
+    if (!l) sp_fail("sp_loader_nbatches: argument 'l' is NULL");
+    return l->nbatches;
+}
+int sp_loader_batch(const sp_loader *l) {
+    if (!l) sp_fail("sp_loader_batch: argument 'l' is NULL");
+    return l->batch < l->d->n ? l->batch : l->d->n;
+}
 
 void sp_loader_free(sp_loader *l)
 {

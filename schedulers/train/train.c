@@ -110,6 +110,9 @@ static uint64_t mix64(uint64_t h, uint64_t v)
 
 sp_step_graph *sp_step_graph_new(sp_model *m, sp_engine *e, sp_optim *o)
 {
+    if (!m) sp_fail("sp_step_graph_new: argument 'm' is NULL");
+    if (!e) sp_fail("sp_step_graph_new: argument 'e' is NULL");
+    if (!o) sp_fail("sp_step_graph_new: argument 'o' is NULL");
     sp_device dev = model_device(m);
     if (dev == SP_CPU) sp_fail("--cuda-graph: the model is on the cpu (expected --device cuda)");
     sp_backend_graph(dev);   /* fails now without graph support */
@@ -130,6 +133,10 @@ static bool step_capturable(const sp_tape *t)
 
 const sp_tensor *sp_step_graph_step(sp_step_graph *g, sp_tape *t, const sp_tensor *x, const int *y, const int *y_dev)
 {
+    if (!g) sp_fail("sp_step_graph_step: argument 'g' is NULL");
+    if (!t) sp_fail("sp_step_graph_step: argument 't' is NULL");
+    if (!x) sp_fail("sp_step_graph_step: argument 'x' is NULL");
+    if (!y) sp_fail("sp_step_graph_step: argument 'y' is NULL");
     const sp_device_allocator *a = sp_backend_allocator(g->dev);
     sp_tape_reset(t);   /* waits for the previous step: outside any capture */
     const void *base = t->dev_arena[g->dev] ? a->arena_base(t->dev_arena[g->dev]) : NULL;
@@ -181,6 +188,9 @@ const sp_tensor *sp_step_graph_step(sp_step_graph *g, sp_tape *t, const sp_tenso
 
 void sp_step_graph_counts(const sp_step_graph *g, long *captures, long *replays)
 {
+    if (!g) sp_fail("sp_step_graph_counts: argument 'g' is NULL");
+    if (!captures) sp_fail("sp_step_graph_counts: argument 'captures' is NULL");
+    if (!replays) sp_fail("sp_step_graph_counts: argument 'replays' is NULL");
     *captures = g->captures;
     *replays = g->replays;
 }
@@ -197,6 +207,12 @@ void sp_step_graph_free(sp_step_graph *g)
 float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
                     double *fwd_s, double *bwd_s, double *step_s)
 {
+    if (!m) sp_fail("sp_train_step: argument 'm' is NULL");
+    if (!e) sp_fail("sp_train_step: argument 'e' is NULL");
+    if (!o) sp_fail("sp_train_step: argument 'o' is NULL");
+    if (!t) sp_fail("sp_train_step: argument 't' is NULL");
+    if (!x) sp_fail("sp_train_step: argument 'x' is NULL");
+    if (!y) sp_fail("sp_train_step: argument 'y' is NULL");
     double t0 = sp_now();
     sp_node *loss = step_queue(m, e, o, t, x, y, fwd_s, bwd_s);
     float l = sp_tensor_get(&loss->out, 0);   /* waits for the step on a device */
@@ -234,6 +250,7 @@ static void evaluator_init(evaluator *ev, sp_dataset *d, int batch)
 {
     ev->d = d;
     ev->l = sp_loader_new_sync(d, batch, false, 0, false);
+    if (!ev->l) sp_fail("%s", sp_last_error());   /* a status under sp_train's sp_try */
     sp_tape_init(&ev->t);
 }
 
@@ -281,6 +298,10 @@ static void eval_pass(evaluator *ev, sp_model *m, double *loss_out, double *acc_
 
 void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
 {
+    if (!m) sp_fail("sp_evaluate: argument 'm' is NULL");
+    if (!d) sp_fail("sp_evaluate: argument 'd' is NULL");
+    if (!loss_out) sp_fail("sp_evaluate: argument 'loss_out' is NULL");
+    if (!acc_out) sp_fail("sp_evaluate: argument 'acc_out' is NULL");
     evaluator ev = {0};
     evaluator_init(&ev, d, batch);
     eval_pass(&ev, m, loss_out, acc_out);
