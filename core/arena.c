@@ -67,7 +67,8 @@ void sp_arena_init_on(sp_arena *a, const sp_arena_source *src, size_t initial_by
     if (initial_bytes) a->head = block_new(a, initial_bytes);
 }
 
-void sp_arena_init(sp_arena *a, size_t initial_bytes) {
+void sp_arena_init(sp_arena *a, size_t initial_bytes)
+{
     if (!a) sp_fail("sp_arena_init: argument 'a' is NULL");
     sp_arena_init_on(a, &sp_arena_host, initial_bytes);
 }
@@ -121,7 +122,8 @@ void sp_arena_reset(sp_arena *a)
     a->used_total = 0;
 }
 
-const void *sp_arena_base(const sp_arena *a) {
+const void *sp_arena_base(const sp_arena *a)
+{
     if (!a) sp_fail("sp_arena_base: argument 'a' is NULL");
     return a->head ? a->head->base : NULL;
 }

@@ -96,7 +96,8 @@ sp_layer *sp_model_add(sp_model *m, sp_layer *l)
     return l;
 }
 
-int sp_model_last(const sp_model *m) {
+int sp_model_last(const sp_model *m)
+{
     if (!m) sp_fail("sp_model_last: argument 'm' is NULL");
     return m->nlayers - 1;
 }
@@ -161,7 +162,8 @@ sp_param *sp_model_param(const sp_model *m, const char *name)
     return NULL;
 }
 
-int sp_model_nstate(const sp_model *m) {
+int sp_model_nstate(const sp_model *m)
+{
     if (!m) sp_fail("sp_model_nstate: argument 'm' is NULL");
     return m->nparams + m->nbuffers;
 }

@@ -39,12 +39,14 @@ uint32_t sp_rng_u32(sp_rng *r)
     return result;
 }
 
-float sp_rng_uniform(sp_rng *r) {
+float sp_rng_uniform(sp_rng *r)
+{
     if (!r) sp_fail("sp_rng_uniform: argument 'r' is NULL");
     return (float)(sp_rng_u32(r) >> 8) * (1.0f / 16777216.0f);
 }
 
-float sp_rng_uniform_range(sp_rng *r, float lo, float hi) {
+float sp_rng_uniform_range(sp_rng *r, float lo, float hi)
+{
     if (!r) sp_fail("sp_rng_uniform_range: argument 'r' is NULL");
     return lo + (hi - lo) * sp_rng_uniform(r);
 }

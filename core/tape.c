@@ -34,7 +34,8 @@ void sp_tape_reset(sp_tape *t)
         if (t->dev_arena[d]) sp_backend_allocator((sp_device)d)->arena_reset(t->dev_arena[d]);
 }
 
-void *sp_tape_alloc(sp_tape *t, size_t bytes) {
+void *sp_tape_alloc(sp_tape *t, size_t bytes)
+{
     if (!t) sp_fail("sp_tape_alloc: argument 't' is NULL");
     return sp_arena_alloc(&t->arena, bytes);
 }
@@ -151,7 +152,8 @@ sp_node *sp_apply_n(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs)
     return n;
 }
 
-sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x) {
+sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x)
+{
     if (!t) sp_fail("sp_apply: argument 't' is NULL");
     if (!l) sp_fail("sp_apply: argument 'l' is NULL");
     if (!x) sp_fail("sp_apply: argument 'x' is NULL");

@@ -173,19 +173,23 @@ void sp_loader_set_epoch(sp_loader *l, int epoch)
     }
 }
 
-void sp_loader_reset_epoch(sp_loader *l) {
+void sp_loader_reset_epoch(sp_loader *l)
+{
     if (!l) sp_fail("sp_loader_reset_epoch: argument 'l' is NULL");
     sp_loader_set_epoch(l, l->epoch + 1);
 }
-int sp_loader_epoch(const sp_loader *l) {
+int sp_loader_epoch(const sp_loader *l)
+{
     if (!l) sp_fail("sp_loader_epoch: argument 'l' is NULL");
     return l->epoch;
 }
-int sp_loader_nbatches(const sp_loader *l) {
+int sp_loader_nbatches(const sp_loader *l)
+{
     if (!l) sp_fail("sp_loader_nbatches: argument 'l' is NULL");
     return l->nbatches;
 }
-int sp_loader_batch(const sp_loader *l) {
+int sp_loader_batch(const sp_loader *l)
+{
     if (!l) sp_fail("sp_loader_batch: argument 'l' is NULL");
     return l->batch < l->d->n ? l->batch : l->d->n;
 }

@@ -159,7 +159,8 @@ void sp_optim_set_lr(sp_optim *o, double lr)
     o->lr = lr;
 }
 
-double sp_optim_get_lr(const sp_optim *o) {
+double sp_optim_get_lr(const sp_optim *o)
+{
     if (!o) sp_fail("sp_optim_get_lr: argument 'o' is NULL");
     return o->lr;
 }
@@ -191,7 +192,8 @@ void sp_optim_stage_scalars(sp_optim *o)
     sp_optim_device(o->device)->scalars_upload(o->sc_handle, o->sc_host, o->nparams);
 }
 
-const char *sp_optim_name(const sp_optim *o) {
+const char *sp_optim_name(const sp_optim *o)
+{
     if (!o) sp_fail("sp_optim_name: argument 'o' is NULL");
     return o->name;
 }
@@ -213,7 +215,8 @@ void sp_optim_free(sp_optim *o)
 
 static const sp_optim_device_ops *device_ops[SP_NDEVICES];
 
-void sp_optim_register_device(sp_device dev, const sp_optim_device_ops *ops) {
+void sp_optim_register_device(sp_device dev, const sp_optim_device_ops *ops)
+{
     if (!ops) sp_fail("sp_optim_register_device: argument 'ops' is NULL");
     device_ops[dev] = ops;
 }

@@ -466,15 +466,18 @@ void sp_st_close(sp_st_file *f)
     free(f);
 }
 
-const char *sp_st_path(const sp_st_file *f) {
+const char *sp_st_path(const sp_st_file *f)
+{
     if (!f) return sp_error("sp_st_path: argument 'f' is NULL"), NULL;
     return f->path;
 }
-int sp_st_count(const sp_st_file *f) {
+int sp_st_count(const sp_st_file *f)
+{
     if (!f) sp_fail("sp_st_count: argument 'f' is NULL");
     return f->n;
 }
-const sp_st_tensor *sp_st_at(const sp_st_file *f, int i) {
+const sp_st_tensor *sp_st_at(const sp_st_file *f, int i)
+{
     if (!f) return sp_error("sp_st_at: argument 'f' is NULL"), NULL;
     return &f->tensors[i];
 }

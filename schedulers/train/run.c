@@ -603,7 +603,8 @@ float sp_run_step(sp_run_session *s, sp_tape *t, const sp_tensor *x, const int *
     return sp_train_step(s->m, s->engine, s->optim, t, x, y, NULL, NULL, NULL);
 }
 
-bool sp_run_prints(const sp_run_session *s) {
+bool sp_run_prints(const sp_run_session *s)
+{
     if (!s) sp_fail("sp_run_prints: argument 's' is NULL");
     return !s->exec || sp_exec_rank(s->exec) == 0;
 }

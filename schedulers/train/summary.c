@@ -113,7 +113,8 @@ static void put_str(void *j, const char *k, const char *v) { sp_json_str(j, k, v
 static void put_num(void *j, const char *k, double v) { sp_json_num(j, k, v); }
 static void put_int(void *j, const char *k, long v) { sp_json_int(j, k, v); }
 
-sp_report_writer sp_json_writer(sp_json *j) {
+sp_report_writer sp_json_writer(sp_json *j)
+{
     if (!j) sp_fail("sp_json_writer: argument 'j' is NULL");
     return (sp_report_writer){j, put_str, put_num, put_int};
 }
