@@ -61,15 +61,21 @@ static void blocks_free(const sp_arena_source *src, sp_arena_block *b)
 
 void sp_arena_init_on(sp_arena *a, const sp_arena_source *src, size_t initial_bytes)
 {
+    if (!a) sp_fail("sp_arena_init_on: argument 'a' is NULL");
     memset(a, 0, sizeof *a);
     a->src = src;
     if (initial_bytes) a->head = block_new(a, initial_bytes);
 }
 
-void sp_arena_init(sp_arena *a, size_t initial_bytes) { sp_arena_init_on(a, &sp_arena_host, initial_bytes); }
+void sp_arena_init(sp_arena *a, size_t initial_bytes)
+{
+    if (!a) sp_fail("sp_arena_init: argument 'a' is NULL");
+    sp_arena_init_on(a, &sp_arena_host, initial_bytes);
+}
 
 void sp_arena_free(sp_arena *a)
 {
+    if (!a) return;
     const sp_arena_source *src = source(a);
     blocks_free(src, a->head);
     memset(a, 0, sizeof *a);
@@ -78,6 +84,7 @@ void sp_arena_free(sp_arena *a)
 
 void *sp_arena_alloc(sp_arena *a, size_t bytes)
 {
+    if (!a) sp_fail("sp_arena_alloc: argument 'a' is NULL");
     size_t align = source(a)->align;
     size_t need = (bytes + align - 1) & ~(align - 1);
     if (need == 0) need = align;
@@ -98,11 +105,13 @@ void *sp_arena_alloc(sp_arena *a, size_t bytes)
 
 void *sp_arena_calloc(sp_arena *a, size_t bytes)
 {
+    if (!a) sp_fail("sp_arena_calloc: argument 'a' is NULL");
     return memset(sp_arena_alloc(a, bytes), 0, bytes);
 }
 
 void sp_arena_reset(sp_arena *a)
 {
+    if (!a) sp_fail("sp_arena_reset: argument 'a' is NULL");
     /* Several blocks mean the step outgrew the arena: replace them by one block of
      * the high-water size so the next step fits in one block with no allocation. */
     if (a->head && a->head->next) {
@@ -113,4 +122,8 @@ void sp_arena_reset(sp_arena *a)
     a->used_total = 0;
 }
 
-const void *sp_arena_base(const sp_arena *a) { return a->head ? a->head->base : NULL; }
+const void *sp_arena_base(const sp_arena *a)
+{
+    if (!a) sp_fail("sp_arena_base: argument 'a' is NULL");
+    return a->head ? a->head->base : NULL;
+}

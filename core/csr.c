@@ -6,6 +6,7 @@
 
 void sp_csr_alloc(sp_csr *m, int rows, int cols, int64_t nnz)
 {
+    if (!m) sp_fail("sp_csr_alloc: argument 'm' is NULL");
     memset(m, 0, sizeof *m);
     m->rows = rows;
     m->cols = cols;
@@ -18,6 +19,7 @@ void sp_csr_alloc(sp_csr *m, int rows, int cols, int64_t nnz)
 
 void sp_csr_free(sp_csr *m)
 {
+    if (!m) return;
     if (m->own_pattern) {
         free(m->indptr);
         free(m->indices);
@@ -28,5 +30,6 @@ void sp_csr_free(sp_csr *m)
 
 size_t sp_csr_bytes(const sp_csr *m)
 {
+    if (!m) sp_fail("sp_csr_bytes: argument 'm' is NULL");
     return ((size_t)m->rows + 1) * sizeof(int32_t) + (size_t)m->nnz * (sizeof(int32_t) + sizeof(float));
 }

@@ -14,6 +14,7 @@ static _Thread_local jmp_buf *try_frame;   /* innermost sp_try of this thread */
 void sp_fail(const char *fmt, ...)
 {
     va_list ap;
+    if (!fmt) sp_fail("sp_fail: argument 'fmt' is NULL");
     if (try_frame) {   /* inside sp_try: the caller gets the message and SP_ERR */
         char buf[ERR_LEN];
         va_start(ap, fmt);
@@ -33,6 +34,7 @@ void sp_fail(const char *fmt, ...)
 
 int sp_try(void (*fn)(void *arg), void *arg)
 {
+    if (!fn) return sp_error("sp_try: argument 'fn' is NULL");
     jmp_buf frame;
     jmp_buf *volatile outer = try_frame;
     if (setjmp(frame)) {
@@ -47,6 +49,7 @@ int sp_try(void (*fn)(void *arg), void *arg)
 
 int sp_error(const char *fmt, ...)
 {
+    if (!fmt) return sp_error("sp_error: argument 'fmt' is NULL");
     char buf[ERR_LEN];   /* an argument may be sp_last_error() itself */
     va_list ap;
     va_start(ap, fmt);
@@ -58,6 +61,7 @@ int sp_error(const char *fmt, ...)
 
 int sp_error_prefix(const char *fmt, ...)
 {
+    if (!fmt) return sp_error("sp_error_prefix: argument 'fmt' is NULL");
     char buf[ERR_LEN];
     va_list ap;
     va_start(ap, fmt);
@@ -110,6 +114,7 @@ void *sp_xrealloc(void *p, size_t bytes)
 
 char *sp_xstrdup(const char *s)
 {
+    if (!s) sp_fail("sp_xstrdup: argument 's' is NULL");
     size_t n = strlen(s) + 1;
     return memcpy(sp_xmalloc(n), s, n);
 }
@@ -149,6 +154,8 @@ void *sp_file_alloc(size_t bytes, int zero, const char *what)
 
 const char *sp_shape_str(const sp_tensor *t, char *buf, size_t len)
 {
+    if (!t) sp_fail("sp_shape_str: argument 't' is NULL");
+    if (!buf) sp_fail("sp_shape_str: argument 'buf' is NULL");
     size_t k = (size_t)snprintf(buf, len, "[");
     for (int i = 0; i < t->ndim && k < len; i++)
         k += (size_t)snprintf(buf + k, len - k, i ? ", %d" : "%d", t->shape[i]);

@@ -1,23 +1,51 @@
 /* error.h — how scanprop reports errors.
  *
- * Two kinds of failure:
+ * Three kinds of call, by what they do with an argument or input they refuse:
  *
- *  - Errors a caller can handle (a bad file, a bad shape or value from user input):
- *    the library's fallible entry points return an error status and never print or
- *    exit. A function returning int returns SP_OK (0) on success and SP_ERR (-1) on
- *    failure; a function returning a pointer returns NULL on failure. Either way the
- *    one-line message, "<what>: <problem> (expected ...)", is in sp_last_error() — a
- *    thread-local string valid until the next failing call in the same thread. These
- *    functions are declared SP_MUST_CHECK, so an ignored status is a compiler warning.
- *    Only the apps turn a failure into "scanprop: <message>" on stderr and exit status
- *    2 (sp_check / sp_check_ptr below). A failed call leaves its outputs untouched
- *    unless its header says otherwise, and frees what it allocated.
+ *  - Fallible entry points return an error status and never print or exit: a function
+ *    returning int returns SP_OK (0) on success and SP_ERR (-1) on failure; a function
+ *    returning a pointer returns NULL on failure; sp_train sets result.status. Either
+ *    way the one-line message, "<what>: <problem> (expected ...)", is in sp_last_error()
+ *    — a thread-local string valid until the next failing call in the same thread. They
+ *    are: the safetensors calls (sp_st_*), sp_model_save / sp_model_load /
+ *    sp_check_finite_f32 / sp_model_check_saved_name, the dataset readers and
+ *    constructors and their checks (sp_idx_open, sp_fashion_mnist, sp_cifar10,
+ *    sp_image_folder*, sp_seqset_open, sp_bitstream, sp_synthetic_sequences,
+ *    sp_dataset_new_*, sp_dataset_normalize / _pad / _save / _check_*), sp_loader_new
+ *    and sp_loader_new_sync, sp_train, sp_model_add, the lookups sp_model_param,
+ *    sp_st_find / _at / _metadata / _path, sp_file_alloc, sp_try, sp_error. Most are
+ *    declared SP_MUST_CHECK, so an ignored status is a compiler warning. A failed call
+ *    leaves its outputs untouched unless its header says otherwise, and frees what it
+ *    allocated. A NULL pointer or a negative count is such a failure, naming the
+ *    argument: "sp_st_read_f32: the file is NULL", "sp_st_write x.st: -1 tensors".
  *
- *  - Programming errors inside a step (violated invariants, out-of-range sample
- *    indices, an impossible op configuration) may still end the process: assert(), or
- *    sp_fail, which prints one line and exits 2. Out of memory in sp_xmalloc & co.
- *    exits the same way. Allocations whose size comes from a file go through
- *    sp_file_alloc instead, which refuses sizes above a ceiling and returns NULL. */
+ *  - Checked by sp_try: construction from user input and the calls inside a step, whose
+ *    checks are sp_fail — tensors (sp_tensor_*, sp_shape_*), the RNG (sp_rng_*), tapes
+ *    and ops (sp_tape_*, sp_apply*, sp_param_new, sp_buffer_new, sp_node_*,
+ *    sp_fill_uniform, sp_arena_*, sp_csr_*), models (every sp_model_* not listed above,
+ *    sp_zoo_*), layer constructors (layers/layers.h), engines (sp_engine_*,
+ *    sp_backward*, sp_mark_needs_grad, sp_alloc_grads), optimizers and schedules
+ *    (sp_optim_*, sp_sgd_new, sp_adam_new, sp_lr_*), threads (sp_set_threads,
+ *    sp_parallel_for, sp_spin_until), the loader's iteration (sp_loader_next, _set_epoch,
+ *    _reset_epoch, _epoch, _nbatches, _batch), sample access (sp_dataset_get,
+ *    sp_dataset_sample_numel), sp_evaluate, sp_train_step, sp_step_graph_*, the JSON
+ *    writer (sp_json_*), sp_xstrdup, sp_shape_str. A NULL pointer, a negative count or
+ *    a bad size or configuration is an sp_fail naming it ("sp_tape_input: argument 'x'
+ *    is NULL", "linear fc1: input [8, 5], expected [B, 4]"): inside sp_try (below) the
+ *    call returns there with SP_ERR and the message; outside sp_try the process prints
+ *    "scanprop: <message>" and exits 2. Never a crash. sp_train runs its loop under
+ *    sp_try, so a step that fails comes back as its status.
+ *
+ *  - The apps' layer, for main(): sp_run*, sp_run_parse, sp_flags_parse*, sp_check,
+ *    sp_check_ptr and sp_fail print "scanprop: <message>" and exit 2 by design (a bad
+ *    flag, a refused file, a failed status); under sp_try they return SP_ERR too.
+ *
+ * Frees and closes (sp_*_free, sp_*_destroy, sp_st_close) do nothing given NULL. Out of
+ * memory in sp_xmalloc & co. prints one line and exits 2 (an allocation whose size a
+ * file decided goes through sp_file_alloc instead, which refuses sizes above a ceiling
+ * and returns NULL). tests/test_core.c (api::every_public_function_checks_its_arguments)
+ * calls every function declared in scanprop.h's headers with NULLs and negative counts
+ * and checks which of these it is. */
 #ifndef SP_ERROR_H
 #define SP_ERROR_H
 
@@ -38,10 +66,10 @@ extern "C" {
 void sp_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
 /* Run fn(arg) so that an sp_fail inside it, in this thread, returns SP_ERR with its
- * message in sp_last_error() instead of exiting. For construction from user input whose
- * checks still use sp_fail — models and their layers (sizes, kernel configurations),
- * engines (sp_engine_create), optimizers, learning-rate schedules — so an embedding
- * program survives a bad configuration. On failure, what fn allocated before the check
+ * message in sp_last_error() instead of exiting. For the calls "checked by sp_try"
+ * above — models and their layers (sizes, kernel configurations), engines
+ * (sp_engine_create), optimizers, learning-rate schedules, tensor and tape calls — so an
+ * embedding program survives a bad configuration or argument. On failure, what fn allocated before the check
  * is not freed (construction checks come before allocation where they can), and fn
  * must not hold locks or other threads' state. Nests; other threads are unaffected. */
 int sp_try(void (*fn)(void *arg), void *arg) SP_MUST_CHECK;

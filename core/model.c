@@ -8,6 +8,7 @@
 
 sp_model *sp_model_new(const char *name)
 {
+    if (!name) sp_fail("sp_model_new: argument 'name' is NULL");
     sp_model *m = sp_xcalloc(1, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", name);
     return m;
@@ -15,6 +16,8 @@ sp_model *sp_model_new(const char *name)
 
 void sp_model_set_loss(sp_model *m, sp_layer *loss)
 {
+    if (!m) sp_fail("sp_model_set_loss: argument 'm' is NULL");
+    if (!loss) sp_fail("sp_model_set_loss: argument 'loss' is NULL");
     if (loss && loss->nparams > 0)
         sp_fail("model '%s': loss %s has parameters (expected a parameter-free loss: no optimizer would train them)",
                 m->name, loss->op->name);
@@ -37,6 +40,9 @@ void sp_model_free(sp_model *m)
 
 int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from)
 {
+    if (!m) sp_fail("sp_model_add_from: argument 'm' is NULL");
+    if (!l) sp_fail("sp_model_add_from: argument 'l' is NULL");
+    if (ninputs > 0 && !from) sp_fail("sp_model_add_from: argument 'from' is NULL");
     int arity = l->op->arity ? l->op->arity : 1;
     if (arity == SP_ARITY_ANY ? ninputs < 1 : ninputs != arity)
         sp_fail("model '%s': layer %d (%s) given %d inputs, expected %d", m->name, m->nlayers, l->op->name, ninputs,
@@ -90,10 +96,15 @@ sp_layer *sp_model_add(sp_model *m, sp_layer *l)
     return l;
 }
 
-int sp_model_last(const sp_model *m) { return m->nlayers - 1; }
+int sp_model_last(const sp_model *m)
+{
+    if (!m) sp_fail("sp_model_last: argument 'm' is NULL");
+    return m->nlayers - 1;
+}
 
 bool sp_model_is_chain(const sp_model *m)
 {
+    if (!m) sp_fail("sp_model_is_chain: argument 'm' is NULL");
     for (int i = 0; i < m->nlayers; i++)
         if (m->from_start[i + 1] - m->from_start[i] != 1 || m->from[m->from_start[i]] != i - 1) return false;
     return true;
@@ -101,6 +112,7 @@ bool sp_model_is_chain(const sp_model *m)
 
 void sp_model_init(sp_model *m, uint64_t seed)
 {
+    if (!m) sp_fail("sp_model_init: argument 'm' is NULL");
     sp_rng r;
     sp_rng_seed(&r, seed);
     if (m->init) {
@@ -113,6 +125,9 @@ void sp_model_init(sp_model *m, uint64_t seed)
 
 sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x)
 {
+    if (!m) sp_fail("sp_model_forward: argument 'm' is NULL");
+    if (!t) sp_fail("sp_model_forward: argument 't' is NULL");
+    if (!x) sp_fail("sp_model_forward: argument 'x' is NULL");
     if (sp_model_is_chain(m)) {
         for (int i = 0; i < m->nlayers; i++) x = sp_apply(t, m->layers[i], x);
         return x;
@@ -130,6 +145,9 @@ sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x)
 
 sp_node *sp_model_loss(sp_model *m, sp_tape *t, const sp_tensor *x, const int *labels)
 {
+    if (!m) sp_fail("sp_model_loss: argument 'm' is NULL");
+    if (!t) sp_fail("sp_model_loss: argument 't' is NULL");
+    if (!x) sp_fail("sp_model_loss: argument 'x' is NULL");
     if (!m->loss) sp_fail("model '%s': no loss (its builder sets one, e.g. sp_model_set_loss(m, sp_softmax_ce()))", m->name);
     sp_node *logits = sp_model_forward(m, t, sp_tape_input(t, x));
     return sp_apply_loss(t, m->loss, logits, labels);
@@ -137,31 +155,42 @@ sp_node *sp_model_loss(sp_model *m, sp_tape *t, const sp_tensor *x, const int *l
 
 sp_param *sp_model_param(const sp_model *m, const char *name)
 {
+    if (!m) return sp_error("sp_model_param: argument 'm' is NULL"), NULL;
+    if (!name) return sp_error("sp_model_param: argument 'name' is NULL"), NULL;
     for (int i = 0; i < sp_model_nstate(m); i++)
         if (strcmp(sp_model_state(m, i)->name, name) == 0) return sp_model_state(m, i);
     return NULL;
 }
 
-int sp_model_nstate(const sp_model *m) { return m->nparams + m->nbuffers; }
+int sp_model_nstate(const sp_model *m)
+{
+    if (!m) sp_fail("sp_model_nstate: argument 'm' is NULL");
+    return m->nparams + m->nbuffers;
+}
 
 sp_param *sp_model_state(const sp_model *m, int i)
 {
+    if (!m) sp_fail("sp_model_state: argument 'm' is NULL");
     return i < m->nparams ? m->params[i] : m->buffers[i - m->nparams];
 }
 
 void sp_model_set_training(sp_model *m, bool training)
 {
+    if (!m) sp_fail("sp_model_set_training: argument 'm' is NULL");
     m->eval = !training;
     for (int i = 0; i < m->nlayers; i++) m->layers[i]->eval = !training;
 }
 
 void sp_model_zero_grad(sp_model *m)
 {
+    if (!m) sp_fail("sp_model_zero_grad: argument 'm' is NULL");
     for (int i = 0; i < m->nparams; i++) sp_zero(&m->params[i]->grad);
 }
 
 const char *sp_model_layer_label(const sp_model *m, int i, char *buf, size_t len)
 {
+    if (!m) sp_fail("sp_model_layer_label: argument 'm' is NULL");
+    if (!buf) sp_fail("sp_model_layer_label: argument 'buf' is NULL");
     const sp_layer *l = m->layers[i];
     if (l->name[0]) {
         snprintf(buf, len, "%s", l->name);
@@ -175,6 +204,7 @@ const char *sp_model_layer_label(const sp_model *m, int i, char *buf, size_t len
 
 size_t sp_model_numel(const sp_model *m)
 {
+    if (!m) sp_fail("sp_model_numel: argument 'm' is NULL");
     size_t n = 0;
     for (int i = 0; i < m->nparams; i++) n += m->params[i]->value.numel;
     return n;
@@ -182,6 +212,9 @@ size_t sp_model_numel(const sp_model *m)
 
 sp_node *sp_model_forward_shapes(sp_model *m, sp_tape *t, int batch, int ndim, const int *sample_shape)
 {
+    if (!m) sp_fail("sp_model_forward_shapes: argument 'm' is NULL");
+    if (!t) sp_fail("sp_model_forward_shapes: argument 't' is NULL");
+    if (ndim > 0 && !sample_shape) sp_fail("sp_model_forward_shapes: argument 'sample_shape' is NULL");
     if (ndim < 0 || ndim + 1 > SP_MAX_DIMS) sp_fail("model '%s': samples of %d dimensions", m->name, ndim);
     int shape[SP_MAX_DIMS] = {batch};
     for (int i = 0; i < ndim; i++) shape[i + 1] = sample_shape[i];
@@ -193,6 +226,9 @@ sp_node *sp_model_forward_shapes(sp_model *m, sp_tape *t, int batch, int ndim, c
 
 void sp_model_summary(sp_model *m, int ndim, const int *sample_shape, FILE *f)
 {
+    if (!m) sp_fail("sp_model_summary: argument 'm' is NULL");
+    if (ndim > 0 && !sample_shape) sp_fail("sp_model_summary: argument 'sample_shape' is NULL");
+    if (!f) sp_fail("sp_model_summary: argument 'f' is NULL");
     if (ndim < 1 || ndim >= SP_MAX_DIMS) sp_fail("model '%s': summary of a %d-dim sample", m->name, ndim);
     sp_tape t;
     sp_model_forward_shapes(m, &t, 1, ndim, sample_shape);

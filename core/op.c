@@ -6,6 +6,10 @@
 
 sp_param *sp_param_new(sp_layer *owner, const char *suffix, int ndim, const int *shape)
 {
+    if (ndim < 0) sp_fail("sp_param_new: argument 'ndim' is %d (expected >= 0)", ndim);
+    if (!owner) sp_fail("sp_param_new: argument 'owner' is NULL");
+    if (!suffix) sp_fail("sp_param_new: argument 'suffix' is NULL");
+    if (ndim > 0 && !shape) sp_fail("sp_param_new: argument 'shape' is NULL");
     if (owner->nparams >= SP_MAX_PARAMS) sp_fail("layer '%s': too many parameters", owner->name);
     sp_param *p = sp_xcalloc(1, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s.%s", owner->name, suffix);
@@ -18,6 +22,10 @@ sp_param *sp_param_new(sp_layer *owner, const char *suffix, int ndim, const int 
 
 sp_param *sp_buffer_new(sp_layer *owner, const char *suffix, int ndim, const int *shape)
 {
+    if (ndim < 0) sp_fail("sp_buffer_new: argument 'ndim' is %d (expected >= 0)", ndim);
+    if (!owner) sp_fail("sp_buffer_new: argument 'owner' is NULL");
+    if (!suffix) sp_fail("sp_buffer_new: argument 'suffix' is NULL");
+    if (ndim > 0 && !shape) sp_fail("sp_buffer_new: argument 'shape' is NULL");
     if (owner->nbuffers >= SP_MAX_PARAMS) sp_fail("layer '%s': too many buffers", owner->name);
     sp_param *p = sp_xcalloc(1, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s.%s", owner->name, suffix);
@@ -45,5 +53,7 @@ void sp_layer_free(sp_layer *l)
 
 void sp_fill_uniform(sp_tensor *t, sp_rng *r, float bound)
 {
+    if (!t) sp_fail("sp_fill_uniform: argument 't' is NULL");
+    if (!r) sp_fail("sp_fill_uniform: argument 'r' is NULL");
     for (size_t i = 0; i < t->numel; i++) t->data[i] = sp_rng_uniform_range(r, -bound, bound);
 }

@@ -24,6 +24,7 @@
 #define SP_OP_H
 
 #include <stdbool.h>
+#include "core/error.h"
 #include "core/tensor.h"
 #include "core/csr.h"
 #include "core/rng.h"
@@ -180,12 +181,21 @@ struct sp_node {
 };
 
 /* The input tensor of a node (input 0), and input i. */
-static inline const sp_tensor *sp_node_x(const sp_node *n) { return &n->input->out; }
-static inline const sp_tensor *sp_node_in(const sp_node *n, int i) { return &n->inputs[i]->out; }
+static inline const sp_tensor *sp_node_x(const sp_node *n)
+{
+    if (__builtin_expect(!n, 0)) sp_fail("sp_node_x: argument 'n' is NULL");
+    return &n->input->out;
+}
+static inline const sp_tensor *sp_node_in(const sp_node *n, int i)
+{
+    if (__builtin_expect(!n, 0)) sp_fail("sp_node_in: argument 'n' is NULL");
+    return &n->inputs[i]->out;
+}
 
 /* Whether n's op gives a per-sample Jᵀ for n, on n's device. */
 static inline bool sp_node_has_jt(const sp_node *n)
 {
+    if (__builtin_expect(!n, 0)) sp_fail("sp_node_has_jt: argument 'n' is NULL");
     return n->op->jt_pattern && n->kern->jt_values && (!n->op->jt_exists || n->op->jt_exists(n));
 }
 

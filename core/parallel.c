@@ -57,6 +57,7 @@ static void chunk_bounds(size_t n, int nchunks, int c, size_t *b, size_t *e)
 
 bool sp_spin_until(bool (*done)(void *), void *arg, double seconds)
 {
+    if (!done) sp_fail("sp_spin_until: argument 'done' is NULL");
     double t0 = 0;
     for (unsigned i = 0; !done(arg); i++) {
         sp_cpu_relax();
@@ -234,6 +235,7 @@ static bool offer(size_t n, int nchunks, sp_range_fn fn, void *ctx)
 
 void sp_parallel_for(size_t n, sp_range_fn fn, void *ctx)
 {
+    if (!fn) sp_fail("sp_parallel_for: argument 'fn' is NULL");
     int nchunks = g_threads < (int)n ? g_threads : (int)n;
     if (nchunks > 1 && t_inline && offer(n, nchunks, fn, ctx)) return;
     if (nchunks <= 1 || t_inline || pthread_mutex_trylock(&P.busy) != 0) {

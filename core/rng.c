@@ -1,5 +1,6 @@
 /* rng.c — xoshiro128+ (Blackman & Vigna) seeded through splitmix64. */
 #include <math.h>
+#include "core/error.h"
 #include "core/rng.h"
 
 static uint64_t splitmix64(uint64_t *x)
@@ -12,6 +13,7 @@ static uint64_t splitmix64(uint64_t *x)
 
 void sp_rng_seed(sp_rng *r, uint64_t seed)
 {
+    if (!r) sp_fail("sp_rng_seed: argument 'r' is NULL");
     for (int i = 0; i < 4; i += 2) {
         uint64_t v = splitmix64(&seed);
         r->s[i] = (uint32_t)v;
@@ -24,6 +26,7 @@ static inline uint32_t rotl(uint32_t x, int k) { return (x << k) | (x >> (32 - k
 
 uint32_t sp_rng_u32(sp_rng *r)
 {
+    if (!r) sp_fail("sp_rng_u32: argument 'r' is NULL");
     uint32_t *s = r->s;
     uint32_t result = s[0] + s[3];
     uint32_t t = s[1] << 9;
@@ -36,12 +39,21 @@ uint32_t sp_rng_u32(sp_rng *r)
     return result;
 }
 
-float sp_rng_uniform(sp_rng *r) { return (float)(sp_rng_u32(r) >> 8) * (1.0f / 16777216.0f); }
+float sp_rng_uniform(sp_rng *r)
+{
+    if (!r) sp_fail("sp_rng_uniform: argument 'r' is NULL");
+    return (float)(sp_rng_u32(r) >> 8) * (1.0f / 16777216.0f);
+}
 
-float sp_rng_uniform_range(sp_rng *r, float lo, float hi) { return lo + (hi - lo) * sp_rng_uniform(r); }
+float sp_rng_uniform_range(sp_rng *r, float lo, float hi)
+{
+    if (!r) sp_fail("sp_rng_uniform_range: argument 'r' is NULL");
+    return lo + (hi - lo) * sp_rng_uniform(r);
+}
 
 float sp_rng_normal(sp_rng *r)
 {
+    if (!r) sp_fail("sp_rng_normal: argument 'r' is NULL");
     double u1 = ((double)(sp_rng_u32(r) >> 8) + 1.0) / 16777217.0;
     double u2 = (double)(sp_rng_u32(r) >> 8) / 16777216.0;
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
@@ -49,6 +61,7 @@ float sp_rng_normal(sp_rng *r)
 
 uint32_t sp_rng_below(sp_rng *r, uint32_t n)
 {
+    if (!r) sp_fail("sp_rng_below: argument 'r' is NULL");
     uint32_t limit = (uint32_t)(-n) % n;   /* reject the biased low range */
     for (;;) {
         uint32_t x = sp_rng_u32(r);
@@ -58,6 +71,9 @@ uint32_t sp_rng_below(sp_rng *r, uint32_t n)
 
 void sp_rng_shuffle(sp_rng *r, int *idx, int n)
 {
+    if (n < 0) sp_fail("sp_rng_shuffle: argument 'n' is %d (expected >= 0)", n);
+    if (!r) sp_fail("sp_rng_shuffle: argument 'r' is NULL");
+    if (n > 0 && !idx) sp_fail("sp_rng_shuffle: argument 'idx' is NULL");
     for (int i = n - 1; i > 0; i--) {
         int j = (int)sp_rng_below(r, (uint32_t)i + 1);
         int t = idx[i];

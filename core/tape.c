@@ -10,12 +10,14 @@
 
 void sp_tape_init(sp_tape *t)
 {
+    if (!t) sp_fail("sp_tape_init: argument 't' is NULL");
     memset(t, 0, sizeof *t);
     sp_arena_init(&t->arena, 0);
 }
 
 void sp_tape_free(sp_tape *t)
 {
+    if (!t) return;
     for (int d = 0; d < SP_NDEVICES; d++)
         if (t->dev_arena[d]) sp_backend_allocator((sp_device)d)->arena_free(t->dev_arena[d]);
     sp_arena_free(&t->arena);
@@ -25,16 +27,24 @@ void sp_tape_free(sp_tape *t)
 
 void sp_tape_reset(sp_tape *t)
 {
+    if (!t) sp_fail("sp_tape_reset: argument 't' is NULL");
     t->n = 0;
     sp_arena_reset(&t->arena);
     for (int d = 0; d < SP_NDEVICES; d++)
         if (t->dev_arena[d]) sp_backend_allocator((sp_device)d)->arena_reset(t->dev_arena[d]);
 }
 
-void *sp_tape_alloc(sp_tape *t, size_t bytes) { return sp_arena_alloc(&t->arena, bytes); }
+void *sp_tape_alloc(sp_tape *t, size_t bytes)
+{
+    if (!t) sp_fail("sp_tape_alloc: argument 't' is NULL");
+    return sp_arena_alloc(&t->arena, bytes);
+}
 
 sp_tensor sp_tape_tensor(sp_tape *t, int ndim, const int *shape)
 {
+    if (ndim < 0) sp_fail("sp_tape_tensor: argument 'ndim' is %d (expected >= 0)", ndim);
+    if (!t) sp_fail("sp_tape_tensor: argument 't' is NULL");
+    if (ndim > 0 && !shape) sp_fail("sp_tape_tensor: argument 'shape' is NULL");
     sp_tensor x = sp_tensor_view(NULL, ndim, shape);
     if (!t->shape_only) x.data = sp_tape_alloc(t, x.numel * sizeof(float));
     return x;
@@ -42,11 +52,14 @@ sp_tensor sp_tape_tensor(sp_tape *t, int ndim, const int *shape)
 
 sp_tensor sp_tape_tensor_like(sp_tape *t, const sp_tensor *like)
 {
+    if (!t) sp_fail("sp_tape_tensor_like: argument 't' is NULL");
+    if (!like) sp_fail("sp_tape_tensor_like: argument 'like' is NULL");
     return sp_tape_tensor_on(t, like->device, like->ndim, like->shape);
 }
 
 void *sp_tape_alloc_on(sp_tape *t, sp_device dev, size_t bytes)
 {
+    if (!t) sp_fail("sp_tape_alloc_on: argument 't' is NULL");
     if (dev == SP_CPU) return sp_tape_alloc(t, bytes);
     const sp_device_allocator *a = sp_backend_allocator(dev);
     if (!t->dev_arena[dev]) t->dev_arena[dev] = a->arena_new();   /* first step only */
@@ -55,6 +68,9 @@ void *sp_tape_alloc_on(sp_tape *t, sp_device dev, size_t bytes)
 
 sp_tensor sp_tape_tensor_on(sp_tape *t, sp_device dev, int ndim, const int *shape)
 {
+    if (ndim < 0) sp_fail("sp_tape_tensor_on: argument 'ndim' is %d (expected >= 0)", ndim);
+    if (!t) sp_fail("sp_tape_tensor_on: argument 't' is NULL");
+    if (ndim > 0 && !shape) sp_fail("sp_tape_tensor_on: argument 'shape' is NULL");
     if (dev == SP_CPU) return sp_tape_tensor(t, ndim, shape);
     sp_tensor x = sp_tensor_view(NULL, ndim, shape);
     x.device = dev;
@@ -77,6 +93,8 @@ static sp_node *push_node(sp_tape *t)
 
 const char *sp_node_label(const sp_node *n, char *buf, size_t len)
 {
+    if (!n) sp_fail("sp_node_label: argument 'n' is NULL");
+    if (!buf) sp_fail("sp_node_label: argument 'buf' is NULL");
     if (!n->op) {
         snprintf(buf, len, "input");
         return buf;
@@ -94,6 +112,8 @@ const char *sp_node_label(const sp_node *n, char *buf, size_t len)
 
 sp_node *sp_tape_input(sp_tape *t, const sp_tensor *x)
 {
+    if (!t) sp_fail("sp_tape_input: argument 't' is NULL");
+    if (!x) sp_fail("sp_tape_input: argument 'x' is NULL");
     sp_node *n = push_node(t);
     n->out = *x;
     return n;
@@ -101,6 +121,9 @@ sp_node *sp_tape_input(sp_tape *t, const sp_tensor *x)
 
 sp_node *sp_apply_n(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs)
 {
+    if (!t) sp_fail("sp_apply_n: argument 't' is NULL");
+    if (!l) sp_fail("sp_apply_n: argument 'l' is NULL");
+    if (ninputs > 0 && !xs) sp_fail("sp_apply_n: argument 'xs' is NULL");
     int arity = l->op->arity ? l->op->arity : 1;
     if (arity == SP_ARITY_ANY ? ninputs < 1 : ninputs != arity)
         sp_fail("op %s: applied to %d inputs, expected %s%d", l->op->name, ninputs,
@@ -129,15 +152,27 @@ sp_node *sp_apply_n(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs)
     return n;
 }
 
-sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x) { return sp_apply_n(t, l, 1, &x); }
+sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x)
+{
+    if (!t) sp_fail("sp_apply: argument 't' is NULL");
+    if (!l) sp_fail("sp_apply: argument 'l' is NULL");
+    if (!x) sp_fail("sp_apply: argument 'x' is NULL");
+    return sp_apply_n(t, l, 1, &x);
+}
 
 sp_node *sp_apply2(sp_tape *t, sp_layer *l, sp_node *a, sp_node *b)
 {
+    if (!t) sp_fail("sp_apply2: argument 't' is NULL");
+    if (!l) sp_fail("sp_apply2: argument 'l' is NULL");
+    if (!a) sp_fail("sp_apply2: argument 'a' is NULL");
+    if (!b) sp_fail("sp_apply2: argument 'b' is NULL");
     return sp_apply_n(t, l, 2, (sp_node *[]){a, b});
 }
 
 sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *labels)
 {
+    if (!t) sp_fail("sp_apply_loss: argument 't' is NULL");
+    if (!logits) sp_fail("sp_apply_loss: argument 'logits' is NULL");
     assert(logits && logits->tape == t);
     if (!loss) sp_fail("sp_apply_loss: no loss layer (a model's builder sets one: sp_model_set_loss)");
     sp_node *n = push_node(t);

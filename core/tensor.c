@@ -8,6 +8,8 @@
 
 size_t sp_shape_numel(int ndim, const int *shape)
 {
+    if (ndim < 0) sp_fail("sp_shape_numel: argument 'ndim' is %d (expected >= 0)", ndim);
+    if (ndim > 0 && !shape) sp_fail("sp_shape_numel: argument 'shape' is NULL");
     size_t n = 1;
     for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
     return n;
@@ -15,6 +17,8 @@ size_t sp_shape_numel(int ndim, const int *shape)
 
 sp_tensor sp_tensor_view(float *data, int ndim, const int *shape)
 {
+    if (ndim < 0) sp_fail("sp_tensor_view: argument 'ndim' is %d (expected >= 0)", ndim);
+    if (ndim > 0 && !shape) sp_fail("sp_tensor_view: argument 'shape' is NULL");
     assert(ndim >= 1 && ndim <= SP_MAX_DIMS);
     sp_tensor t = {.data = data, .ndim = ndim, .device = SP_CPU};
     for (int i = 0; i < ndim; i++) t.shape[i] = shape[i];
@@ -34,6 +38,8 @@ sp_tensor sp_tensor_4d(float *data, int d0, int d1, int d2, int d3)
 
 bool sp_tensor_same_shape(const sp_tensor *a, const sp_tensor *b)
 {
+    if (!a) sp_fail("sp_tensor_same_shape: argument 'a' is NULL");
+    if (!b) sp_fail("sp_tensor_same_shape: argument 'b' is NULL");
     if (a->ndim != b->ndim) return false;
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != b->shape[i]) return false;
@@ -42,11 +48,14 @@ bool sp_tensor_same_shape(const sp_tensor *a, const sp_tensor *b)
 
 size_t sp_tensor_sample_numel(const sp_tensor *t)
 {
+    if (!t) sp_fail("sp_tensor_sample_numel: argument 't' is NULL");
     return t->ndim <= 1 ? 1 : t->numel / (size_t)t->shape[0];
 }
 
 sp_tensor sp_tensor_new(int ndim, const int *shape)
 {
+    if (ndim < 0) sp_fail("sp_tensor_new: argument 'ndim' is %d (expected >= 0)", ndim);
+    if (ndim > 0 && !shape) sp_fail("sp_tensor_new: argument 'shape' is NULL");
     sp_tensor t = sp_tensor_view(NULL, ndim, shape);
     t.data = sp_xcalloc(t.numel, sizeof(float));
     return t;
@@ -54,6 +63,7 @@ sp_tensor sp_tensor_new(int ndim, const int *shape)
 
 void sp_tensor_free(sp_tensor *t)
 {
+    if (!t) return;
     if (t->device != SP_CPU) sp_backend_allocator(t->device)->free(t->data);   /* sp_model_to_device */
     else free(t->data);
     t->data = NULL;
@@ -61,11 +71,14 @@ void sp_tensor_free(sp_tensor *t)
 
 void sp_tensor_zero(sp_tensor *t)
 {
+    if (!t) sp_fail("sp_tensor_zero: argument 't' is NULL");
     memset(t->data, 0, t->numel * sizeof(float));
 }
 
 void sp_tensor_copy(sp_tensor *dst, const sp_tensor *src)
 {
+    if (!dst) sp_fail("sp_tensor_copy: argument 'dst' is NULL");
+    if (!src) sp_fail("sp_tensor_copy: argument 'src' is NULL");
     assert(dst->numel == src->numel);
     memcpy(dst->data, src->data, src->numel * sizeof(float));
 }

@@ -53,6 +53,7 @@ static int cifar_read(int fd, const char *path, size_t records, uint8_t *x, int 
 
 sp_dataset *sp_cifar10(const char *dir, bool train)
 {
+    if (!dir) return sp_error("sp_cifar10: argument 'dir' is NULL"), NULL;
     char base[4096], paths[5][4200];
     snprintf(base, sizeof base, "%s/cifar-10-batches-bin", dir);
     struct stat st;

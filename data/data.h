@@ -139,10 +139,13 @@ typedef struct sp_loader sp_loader;
  * thread assembles the next batch while the caller works on the current one (double
  * buffering); the buffers are allocated here once. The batch returned by sp_loader_next
  * stays valid until the next call to sp_loader_next / set_epoch / reset_epoch / free.
- * Results are bitwise identical to sp_loader_new_sync, whatever the timing. */
-sp_loader *sp_loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last);
+ * Results are bitwise identical to sp_loader_new_sync, whatever the timing. NULL with
+ * the reason in sp_last_error() for a NULL dataset, batch < 1, a dataset without samples
+ * or of samples outside 1 to 3 dimensions, drop_last with no full batch, or a thread that
+ * cannot start. */
+sp_loader *sp_loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last) SP_MUST_CHECK;
 /* The same batches, assembled in the calling thread (no prefetch). */
-sp_loader *sp_loader_new_sync(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last);
+sp_loader *sp_loader_new_sync(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last) SP_MUST_CHECK;
 /* As sp_loader_new, but position p of each batch is read from the dataset only as
  * need[p] says (need: `batch` flags, copied): SP_LOADER_X the sample (and its label),
  * SP_LOADER_Y its label alone (sp_dataset_label), 0 nothing — what is not read stays
@@ -151,7 +154,7 @@ sp_loader *sp_loader_new_sync(sp_dataset *d, int batch, bool shuffle, uint64_t s
  * sp_loader_new would give at those positions. need NULL: every row. */
 enum { SP_LOADER_X = 1, SP_LOADER_Y = 2 };
 sp_loader *sp_loader_new_rows(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last,
-                              const unsigned char *need);
+                              const unsigned char *need) SP_MUST_CHECK;
 /* Samples whose input was read from the dataset so far (prefetched batches included),
  * labels read alone, and the bytes delivered: samples × (sample floats × 4 + 4) + labels
  * alone × 4. */

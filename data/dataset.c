@@ -19,6 +19,7 @@ typedef struct mem_dataset {
 
 size_t sp_dataset_sample_numel(const sp_dataset *d)
 {
+    if (!d) sp_fail("sp_dataset_sample_numel: argument 'd' is NULL");
     return sp_shape_numel(d->ndim, d->shape);
 }
 
@@ -82,6 +83,12 @@ static mem_dataset *mem_new(const char *name, int n, int ndim, const int *shape,
 sp_dataset *sp_dataset_new_u8(const char *name, int n, int ndim, const int *shape, int nclasses,
                               float divisor, uint8_t **x, int **labels)
 {
+    if (n < 0) return sp_error("sp_dataset_new_u8: argument 'n' is %d (expected >= 0)", n), NULL;
+    if (ndim < 0) return sp_error("sp_dataset_new_u8: argument 'ndim' is %d (expected >= 0)", ndim), NULL;
+    if (!name) return sp_error("sp_dataset_new_u8: argument 'name' is NULL"), NULL;
+    if (ndim > 0 && !shape) return sp_error("sp_dataset_new_u8: argument 'shape' is NULL"), NULL;
+    if (!x) return sp_error("sp_dataset_new_u8: argument 'x' is NULL"), NULL;
+    if (!labels) return sp_error("sp_dataset_new_u8: argument 'labels' is NULL"), NULL;
     void *data;
     mem_dataset *m = mem_new(name, n, ndim, shape, nclasses, 1, &data);
     if (!m) return NULL;
@@ -95,6 +102,12 @@ sp_dataset *sp_dataset_new_u8(const char *name, int n, int ndim, const int *shap
 sp_dataset *sp_dataset_new_f32(const char *name, int n, int ndim, const int *shape, int nclasses,
                                float **x, int **labels)
 {
+    if (n < 0) return sp_error("sp_dataset_new_f32: argument 'n' is %d (expected >= 0)", n), NULL;
+    if (ndim < 0) return sp_error("sp_dataset_new_f32: argument 'ndim' is %d (expected >= 0)", ndim), NULL;
+    if (!name) return sp_error("sp_dataset_new_f32: argument 'name' is NULL"), NULL;
+    if (ndim > 0 && !shape) return sp_error("sp_dataset_new_f32: argument 'shape' is NULL"), NULL;
+    if (!x) return sp_error("sp_dataset_new_f32: argument 'x' is NULL"), NULL;
+    if (!labels) return sp_error("sp_dataset_new_f32: argument 'labels' is NULL"), NULL;
     void *data;
     mem_dataset *m = mem_new(name, n, ndim, shape, nclasses, sizeof(float), &data);
     if (!m) return NULL;
@@ -106,6 +119,9 @@ sp_dataset *sp_dataset_new_f32(const char *name, int n, int ndim, const int *sha
 
 int sp_dataset_check_labels(const sp_dataset *d, const int *labels, const char *what)
 {
+    if (!d) return sp_error("sp_dataset_check_labels: argument 'd' is NULL");
+    if (!labels) return sp_error("sp_dataset_check_labels: argument 'labels' is NULL");
+    if (!what) return sp_error("sp_dataset_check_labels: argument 'what' is NULL");
     for (int i = 0; i < d->n; i++)
         if (labels[i] < 0 || labels[i] >= d->nclasses)
             return sp_error("%s: label %d of sample %d is out of range (expected 0..%d)", what, labels[i], i,
@@ -115,6 +131,9 @@ int sp_dataset_check_labels(const sp_dataset *d, const int *labels, const char *
 
 int sp_dataset_check_finite(const sp_dataset *d, const float *x, const char *what)
 {
+    if (!d) return sp_error("sp_dataset_check_finite: argument 'd' is NULL");
+    if (!x) return sp_error("sp_dataset_check_finite: argument 'x' is NULL");
+    if (!what) return sp_error("sp_dataset_check_finite: argument 'what' is NULL");
     size_t k = sp_dataset_sample_numel(d), total = (size_t)d->n * k;
     for (size_t j = 0; j < total; j++)
         if (!isfinite(x[j])) {
@@ -132,6 +151,10 @@ static int channel_dim(const sp_dataset *d) { return d->ndim == 3 ? 0 : d->ndim 
 
 int sp_dataset_normalize(sp_dataset *d, int nch, const float *mean, const float *std)
 {
+    if (nch < 0) return sp_error("sp_dataset_normalize: argument 'nch' is %d (expected >= 0)", nch);
+    if (!d) return sp_error("sp_dataset_normalize: argument 'd' is NULL");
+    if (!mean) return sp_error("sp_dataset_normalize: argument 'mean' is NULL");
+    if (!std) return sp_error("sp_dataset_normalize: argument 'std' is NULL");
     int want = d->shape[channel_dim(d)];
     if (nch != 1 && nch != want)
         return sp_error("%s: normalisation with %d channels, expected %d (or 1)", d->name, nch, want);
@@ -151,6 +174,8 @@ int sp_dataset_normalize(sp_dataset *d, int nch, const float *mean, const float 
 
 bool sp_dataset_label(sp_dataset *d, int i, float *scratch, int *y)
 {
+    if (!d) sp_fail("sp_dataset_label: argument 'd' is NULL");
+    if (!y) sp_fail("sp_dataset_label: argument 'y' is NULL");
     if (i < 0 || i >= d->n) sp_fail("%s: sample %d out of range (dataset has %d)", d->name, i, d->n);
     if (d->label) {
         *y = d->label(d, i);
@@ -162,6 +187,9 @@ bool sp_dataset_label(sp_dataset *d, int i, float *scratch, int *y)
 
 void sp_dataset_get(sp_dataset *d, int i, float *x, int *y)
 {
+    if (!d) sp_fail("sp_dataset_get: argument 'd' is NULL");
+    if (!x) sp_fail("sp_dataset_get: argument 'x' is NULL");
+    if (!y) sp_fail("sp_dataset_get: argument 'y' is NULL");
     if (i < 0 || i >= d->n) sp_fail("%s: sample %d out of range (dataset has %d)", d->name, i, d->n);
     d->get(d, i, x, y);
     if (!d->norm_channels) return;
@@ -178,11 +206,13 @@ void sp_dataset_get(sp_dataset *d, int i, float *x, int *y)
 
 void sp_dataset_free(sp_dataset *d)
 {
+    if (!d) return;
     if (d) d->free(d);
 }
 
 int sp_dataset_pad(sp_dataset *d, int size)
 {
+    if (!d) return sp_error("sp_dataset_pad: argument 'd' is NULL");
     mem_dataset *m = (mem_dataset *)d;
     if (d->get != mem_get || !m->u8 || d->ndim != 3)
         return sp_error("%s: padding needs an in-memory image dataset of C×H×W bytes", d->name);
@@ -209,6 +239,8 @@ int sp_dataset_pad(sp_dataset *d, int size)
 
 int sp_dataset_save(sp_dataset *d, const char *path)
 {
+    if (!d) return sp_error("sp_dataset_save: argument 'd' is NULL");
+    if (!path) return sp_error("sp_dataset_save: argument 'path' is NULL");
     size_t k = sp_dataset_sample_numel(d), bytes;
     if (__builtin_mul_overflow((size_t)d->n * k, sizeof(float), &bytes)) bytes = SIZE_MAX;
     float *x = sp_file_alloc(bytes, 0, path);

@@ -242,6 +242,8 @@ static sp_dataset *idx_load(idx_src *gi, idx_src *gl)
 
 sp_dataset *sp_idx_open(const char *images_path, const char *labels_path)
 {
+    if (!images_path) return sp_error("sp_idx_open: argument 'images_path' is NULL"), NULL;
+    if (!labels_path) return sp_error("sp_idx_open: argument 'labels_path' is NULL"), NULL;
     idx_src gi, gl = {.fd = -1};
     if (src_open(&gi, images_path) != SP_OK) return NULL;
     if (src_open(&gl, labels_path) != SP_OK) return src_close(&gi), NULL;
@@ -273,6 +275,7 @@ static int find_idx(char *out, size_t len, const char *dir, const char *prefix, 
 
 sp_dataset *sp_fashion_mnist(const char *dir, bool train, int pad_to)
 {
+    if (!dir) return sp_error("sp_fashion_mnist: argument 'dir' is NULL"), NULL;
     char images[4096], labels[4096];
     const char *prefix = train ? "train" : "t10k";
     if (find_idx(images, sizeof images, dir, prefix, "images-idx3-ubyte") != SP_OK ||

@@ -138,6 +138,7 @@ int sp_image_folder_match_classes(sp_dataset *test, const sp_dataset *train)
 
 const char *sp_image_folder_class(const sp_dataset *d, int c)
 {
+    if (!d) return sp_error("sp_image_folder_class: argument 'd' is NULL"), NULL;
     const folder_dataset *f = (const folder_dataset *)d;
     if (d->get != folder_get || c < 0 || c >= f->classes.n) return NULL;
     return f->classes.v[c];

@@ -105,13 +105,15 @@ static sp_loader *loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t se
                              const unsigned char *need)
 {
     if (!d) return sp_error("sp_loader_new: the dataset is NULL"), NULL;
-    if (batch < 1) sp_fail("loader: batch size %d (expected >= 1)", batch);
-    if (d->ndim < 1 || d->ndim > 3) sp_fail("%s: samples with %d dimensions (expected 1 to 3)", d->name, d->ndim);
-    if (d->n < 1) sp_fail("%s: no samples", d->name);
+    if (batch < 1) return sp_error("loader: batch size %d (expected >= 1)", batch), NULL;
+    if (d->ndim < 1 || d->ndim > 3)
+        return sp_error("%s: samples with %d dimensions (expected 1 to 3)", d->name, d->ndim), NULL;
+    if (d->n < 1) return sp_error("%s: no samples", d->name), NULL;
     /* d->n / batch + remainder: no d->n + batch - 1, which overflows for batch near INT_MAX */
     int nbatches = d->n / batch + (!drop_last && d->n % batch != 0);
     if (nbatches < 1)
-        sp_fail("%s: %d samples make no full batch of %d (drop_last); use a smaller batch", d->name, d->n, batch);
+        return sp_error("%s: %d samples make no full batch of %d (drop_last); use a smaller batch", d->name, d->n,
+                        batch), NULL;
     sp_loader *l = sp_xcalloc(1, sizeof *l);
     *l = (sp_loader){.d = d, .batch = batch, .nbatches = nbatches, .shuffle = shuffle, .prefetch = prefetch,
                      .seed = seed, .sample_numel = sp_dataset_sample_numel(d)};
@@ -131,7 +133,11 @@ static sp_loader *loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t se
         pthread_mutex_init(&l->mu, NULL);
         pthread_cond_init(&l->work, NULL);
         pthread_cond_init(&l->done, NULL);
-        if (pthread_create(&l->thread, NULL, producer, l) != 0) sp_fail("loader: cannot start the prefetch thread");
+        if (pthread_create(&l->thread, NULL, producer, l) != 0) {
+            l->prefetch = false;   /* nothing to join */
+            sp_loader_free(l);
+            return sp_error("loader: cannot start the prefetch thread"), NULL;
+        }
     }
     return l;
 }
@@ -152,16 +158,27 @@ sp_loader *sp_loader_new_rows(sp_dataset *d, int batch, bool shuffle, uint64_t s
     return loader_new(d, batch, shuffle, seed, drop_last, true, need);
 }
 
-long sp_loader_samples_read(const sp_loader *l) { return __atomic_load_n(&l->samples_read, __ATOMIC_RELAXED); }
-long sp_loader_labels_read(const sp_loader *l) { return __atomic_load_n(&l->labels_read, __ATOMIC_RELAXED); }
+long sp_loader_samples_read(const sp_loader *l)
+{
+    if (!l) sp_fail("sp_loader_samples_read: argument 'l' is NULL");
+    return __atomic_load_n(&l->samples_read, __ATOMIC_RELAXED);
+}
+long sp_loader_labels_read(const sp_loader *l)
+{
+    if (!l) sp_fail("sp_loader_labels_read: argument 'l' is NULL");
+    return __atomic_load_n(&l->labels_read, __ATOMIC_RELAXED);
+}
 double sp_loader_bytes_read(const sp_loader *l)
 {
+    if (!l) sp_fail("sp_loader_bytes_read: argument 'l' is NULL");
     return (double)sp_loader_samples_read(l) * ((double)l->sample_numel * sizeof(float) + sizeof(int)) +
            (double)sp_loader_labels_read(l) * sizeof(int);
 }
 
 bool sp_loader_next(sp_loader *l, sp_batch *out)
 {
+    if (!l) sp_fail("sp_loader_next: argument 'l' is NULL");
+    if (!out) sp_fail("sp_loader_next: argument 'out' is NULL");
     if (l->taken >= l->nbatches) return false;
     int j = l->taken++;
     if (l->prefetch) {
@@ -182,6 +199,7 @@ bool sp_loader_next(sp_loader *l, sp_batch *out)
 
 void sp_loader_set_epoch(sp_loader *l, int epoch)
 {
+    if (!l) sp_fail("sp_loader_set_epoch: argument 'l' is NULL");
     if (epoch < 0) sp_fail("loader: epoch %d (expected >= 0)", epoch);
     if (epoch == l->epoch && l->taken == 0) return;
     if (l->prefetch) {
@@ -199,10 +217,26 @@ void sp_loader_set_epoch(sp_loader *l, int epoch)
     }
 }
 
-void sp_loader_reset_epoch(sp_loader *l) { sp_loader_set_epoch(l, l->epoch + 1); }
-int sp_loader_epoch(const sp_loader *l) { return l->epoch; }
-int sp_loader_nbatches(const sp_loader *l) { return l->nbatches; }
-int sp_loader_batch(const sp_loader *l) { return l->batch < l->d->n ? l->batch : l->d->n; }
+void sp_loader_reset_epoch(sp_loader *l)
+{
+    if (!l) sp_fail("sp_loader_reset_epoch: argument 'l' is NULL");
+    sp_loader_set_epoch(l, l->epoch + 1);
+}
+int sp_loader_epoch(const sp_loader *l)
+{
+    if (!l) sp_fail("sp_loader_epoch: argument 'l' is NULL");
+    return l->epoch;
+}
+int sp_loader_nbatches(const sp_loader *l)
+{
+    if (!l) sp_fail("sp_loader_nbatches: argument 'l' is NULL");
+    return l->nbatches;
+}
+int sp_loader_batch(const sp_loader *l)
+{
+    if (!l) sp_fail("sp_loader_batch: argument 'l' is NULL");
+    return l->batch < l->d->n ? l->batch : l->d->n;
+}
 
 void sp_loader_free(sp_loader *l)
 {

@@ -50,6 +50,7 @@ fail:
 
 sp_dataset *sp_seqset_open(const char *path)
 {
+    if (!path) return sp_error("sp_seqset_open: argument 'path' is NULL"), NULL;
     sp_st_file *f = sp_st_open(path);
     if (!f) return NULL;
     sp_dataset *d = seqset_load(f, path);

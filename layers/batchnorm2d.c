@@ -241,6 +241,7 @@ const sp_opdef sp_op_batchnorm2d = {
 
 sp_layer *sp_batchnorm2d(const char *name, int channels)
 {
+    if (!name) sp_fail("sp_batchnorm2d: argument 'name' is NULL");
     if (channels < 1) sp_fail("batchnorm2d %s: %d channels, expected >= 1", name, channels);
     bn_layer *l = sp_xcalloc(1, sizeof *l);
     l->base.op = &sp_op_batchnorm2d;

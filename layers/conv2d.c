@@ -516,10 +516,12 @@ static sp_layer *conv_new(const char *name, int cin, int cout, int k, int stride
 
 sp_layer *sp_conv2d(const char *name, int cin, int cout, int k, int stride, int pad)
 {
+    if (!name) sp_fail("sp_conv2d: argument 'name' is NULL");
     return conv_new(name, cin, cout, k, stride, pad, true);
 }
 
 sp_layer *sp_conv2d_nobias(const char *name, int cin, int cout, int k, int stride, int pad)
 {
+    if (!name) sp_fail("sp_conv2d_nobias: argument 'name' is NULL");
     return conv_new(name, cin, cout, k, stride, pad, false);
 }

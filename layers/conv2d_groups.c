@@ -237,6 +237,7 @@ const sp_opdef sp_op_conv2d_groups = {
 
 sp_layer *sp_conv2d_groups(const char *name, int cin, int cout, int k, int stride, int pad, int groups, bool bias)
 {
+    if (!name) sp_fail("sp_conv2d_groups: argument 'name' is NULL");
     if (groups < 1 || cin % groups || cout % groups)
         sp_fail("conv2d %s: %d groups for %d -> %d channels (expected groups >= 1 dividing both)", name, groups, cin,
                 cout);

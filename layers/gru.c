@@ -18,6 +18,7 @@
  *          a = (1 − z)(1 − n²) M r(1 − r), c = (h_{t-1} − n) z(1 − z), e = (1 − z)(1 − n²) r. */
 #include <string.h>
 #include "core/device.h"
+#include "core/error.h"
 #include "core/kernels/dense.h"
 #include "core/parallel.h"
 #include "core/tape.h"
@@ -204,5 +205,6 @@ const sp_opdef sp_op_gru = {
 
 sp_layer *sp_gru(const char *name, int input, int hidden, sp_seq_output mode)
 {
+    if (!name) sp_fail("sp_gru: argument 'name' is NULL");
     return sp_recurrent_new(&sp_op_gru, name, input, hidden, 3, mode);
 }

@@ -108,6 +108,7 @@ const sp_opdef sp_op_linear = {
 
 sp_layer *sp_linear(const char *name, int in, int out)
 {
+    if (!name) sp_fail("sp_linear: argument 'name' is NULL");
     if (in < 1 || out < 1) sp_fail("linear %s: sizes %d -> %d, expected positive", name, in, out);
     linear_layer *l = sp_xcalloc(1, sizeof *l);
     l->base.op = &sp_op_linear;

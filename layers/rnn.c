@@ -11,6 +11,7 @@
  *   chain: Jᵀ_t = W_hhᵀ · diag(1 − h_t²)  (H × H, rows index h_{t-1}). */
 #include <string.h>
 #include "core/device.h"
+#include "core/error.h"
 #include "core/kernels/dense.h"
 #include "core/parallel.h"
 #include "core/tape.h"
@@ -139,5 +140,6 @@ const sp_opdef sp_op_rnn = {
 
 sp_layer *sp_rnn(const char *name, int input, int hidden, sp_seq_output mode)
 {
+    if (!name) sp_fail("sp_rnn: argument 'name' is NULL");
     return sp_recurrent_new(&sp_op_rnn, name, input, hidden, 1, mode);
 }

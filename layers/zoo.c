@@ -192,6 +192,8 @@ static const zoo_entry *zoo_find(const char *name)
 
 int sp_zoo_input_shape(const char *name, int shape[3])
 {
+    if (!name) sp_fail("sp_zoo_input_shape: argument 'name' is NULL");
+    if (!shape) sp_fail("sp_zoo_input_shape: argument 'shape' is NULL");
     const zoo_entry *e = zoo_find(name);
     memcpy(shape, e->shape, sizeof e->shape);
     return e->ndim;
@@ -199,6 +201,7 @@ int sp_zoo_input_shape(const char *name, int shape[3])
 
 sp_model *sp_zoo_model(const char *name)
 {
+    if (!name) sp_fail("sp_zoo_model: argument 'name' is NULL");
     const zoo_entry *e = zoo_find(name);
     if (strcmp(e->name, "lenet") == 0) return sp_zoo_lenet(1, 28);
     if (strcmp(e->name, "vgg11") == 0) return sp_zoo_vgg11(3, 10);

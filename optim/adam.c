@@ -95,6 +95,8 @@ static void adam_scalars(sp_optim *o, int i, sp_optim_scalars *out)
 sp_optim *sp_adam_new(sp_param **params, int n, double lr, double beta1, double beta2, double eps,
                       double weight_decay, bool decoupled)
 {
+    if (n < 0) sp_fail("sp_adam_new: argument 'n' is %d (expected >= 0)", n);
+    if (n > 0 && !params) sp_fail("sp_adam_new: argument 'params' is NULL");
     const char *name = decoupled ? "adamw" : "adam";
     /* The same checks as torch.optim.Adam / AdamW's constructors. */
     if (!(lr >= 0)) sp_fail("optim %s: learning rate %g (expected >= 0)", name, lr);

@@ -9,6 +9,8 @@
 
 double sp_grad_sq_norm(sp_param *const *params, int n)
 {
+    if (n < 0) sp_fail("sp_grad_sq_norm: argument 'n' is %d", n);
+    if (!params && n) sp_fail("sp_grad_sq_norm: argument 'params' is NULL");
     double sum = 0;
     for (int i = 0; i < n; i++) {
         const sp_tensor *g = &params[i]->grad;
@@ -29,6 +31,8 @@ float sp_clip_coef(double total_norm, double max_norm)
 
 void sp_grad_scale(sp_param *const *params, int n, float coef)
 {
+    if (n < 0) sp_fail("sp_grad_scale: argument 'n' is %d", n);
+    if (!params && n) sp_fail("sp_grad_scale: argument 'params' is NULL");
     for (int i = 0; i < n; i++) {
         sp_tensor *g = &params[i]->grad;
         for (size_t k = 0; k < g->numel; k++) g->data[k] *= coef;
@@ -37,6 +41,8 @@ void sp_grad_scale(sp_param *const *params, int n, float coef)
 
 double sp_clip_grad_norm(sp_param *const *params, int n, double max_norm)
 {
+    if (n < 0) sp_fail("sp_clip_grad_norm: argument 'n' is %d", n);
+    if (!params && n) sp_fail("sp_clip_grad_norm: argument 'params' is NULL");
     double norm = (float)sqrt(sp_grad_sq_norm(params, n));
     float coef = sp_clip_coef(norm, max_norm);
     if (!(coef >= 1.0f)) sp_grad_scale(params, n, coef);
@@ -45,6 +51,7 @@ double sp_clip_grad_norm(sp_param *const *params, int n, double max_norm)
 
 void sp_optim_set_clip_grad_norm(sp_optim *o, double max_norm)
 {
+    if (!o) sp_fail("sp_optim_set_clip_grad_norm: argument 'o' is NULL");
     if (!(max_norm >= 0) || !isfinite(max_norm))
         sp_fail("optim %s: --clip-grad-norm %g (expected a finite value >= 0; 0 = off)", o->name, max_norm);
     if (max_norm > 0 && o->device != SP_CPU)
@@ -53,7 +60,11 @@ void sp_optim_set_clip_grad_norm(sp_optim *o, double max_norm)
     o->clip = max_norm;
 }
 
-double sp_optim_last_grad_norm(const sp_optim *o) { return o->last_norm; }
+double sp_optim_last_grad_norm(const sp_optim *o)
+{
+    if (!o) sp_fail("sp_optim_last_grad_norm: argument 'o' is NULL");
+    return o->last_norm;
+}
 
 /* ---- the undo of a step ---------------------------------------------------------------- */
 
@@ -68,6 +79,10 @@ static int nstate(const sp_optim *o) { return o->state[1] ? 2 : o->state[0] ? 1 
 
 void sp_optim_undo_save(sp_optim_undo *u, sp_optim *o, sp_param *const *params, int k)
 {
+    if (!u) sp_fail("sp_optim_undo_save: argument 'u' is NULL");
+    if (!o) sp_fail("sp_optim_undo_save: argument 'o' is NULL");
+    if (k < 0) sp_fail("sp_optim_undo_save: argument 'k' is %d", k);
+    if (!params && k) sp_fail("sp_optim_undo_save: argument 'params' is NULL");
     if (o->device != SP_CPU) sp_fail("optim %s: the undo of a step needs cpu parameters", o->name);
     u->o = o;
     size_t need = u->used;
@@ -94,6 +109,7 @@ void sp_optim_undo_save(sp_optim_undo *u, sp_optim *o, sp_param *const *params, 
 
 void sp_optim_undo_restore(sp_optim_undo *u)
 {
+    if (!u) sp_fail("sp_optim_undo_restore: argument 'u' is NULL");
     const sp_optim *o = u->o;
     size_t at = 0;
     for (int j = 0; j < u->n; j++) {
@@ -108,12 +124,14 @@ void sp_optim_undo_restore(sp_optim_undo *u)
 
 void sp_optim_undo_clear(sp_optim_undo *u)
 {
+    if (!u) return;
     u->n = 0;
     u->used = 0;
 }
 
 void sp_optim_undo_free(sp_optim_undo *u)
 {
+    if (!u) return;
     free(u->buf);
     free(u->idx);
     free(u->steps);

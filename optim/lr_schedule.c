@@ -30,6 +30,7 @@ static double main_lr(const sp_lr_schedule *s, int t)
 
 double sp_lr_at(const sp_lr_schedule *s, int t)
 {
+    if (!s) sp_fail("sp_lr_at: argument 's' is NULL");
     assert(t >= 0);
     if (t < s->warmup) {
         /* LinearLR(start_factor, end_factor=1, total_iters=warmup), closed form. */

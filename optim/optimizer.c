@@ -14,6 +14,10 @@
 sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
                          sp_optim_update_fn update)
 {
+    if (n < 0) sp_fail("sp_optim_alloc: argument 'n' is %d (expected >= 0)", n);
+    if (nstate < 0) sp_fail("sp_optim_alloc: argument 'nstate' is %d (expected >= 0)", nstate);
+    if (!name) sp_fail("sp_optim_alloc: argument 'name' is NULL");
+    if (!update) sp_fail("sp_optim_alloc: argument 'update' is NULL");
     if (n <= 0 || !params) sp_fail("optim %s: empty parameter list (expected at least one parameter)", name);
     sp_device dev = params[0] ? params[0]->value.device : SP_CPU;
     for (int i = 0; i < n; i++) {
@@ -85,6 +89,7 @@ static _Thread_local float *t_zero_g;
 
 void sp_optim_for(size_t numel, void (*fn)(void *ctx, size_t begin, size_t end), void *ctx)
 {
+    if (!fn) sp_fail("sp_optim_for: argument 'fn' is NULL");
     zero_job J = {fn, ctx, t_zero_g};
     if (t_zero_g) fn = zero_range, ctx = &J;
     if (numel < OPTIM_PAR_MIN) fn(ctx, 0, numel);
@@ -110,6 +115,7 @@ static void update_one(sp_optim *o, int i)
 
 void sp_optim_step(sp_optim *o)
 {
+    if (!o) sp_fail("sp_optim_step: argument 'o' is NULL");
     if (o->clip > 0) o->last_norm = sp_clip_grad_norm(o->params, o->nparams, o->clip);
     for (int i = 0; i < o->nparams; i++) update_one(o, i);
 }
@@ -124,11 +130,15 @@ static int param_index(const sp_optim *o, const sp_param *p)
 
 void sp_optim_step_params(sp_optim *o, sp_param **params, int k)
 {
+    if (k < 0) sp_fail("sp_optim_step_params: argument 'k' is %d (expected >= 0)", k);
+    if (!o) sp_fail("sp_optim_step_params: argument 'o' is NULL");
+    if (k > 0 && !params) sp_fail("sp_optim_step_params: argument 'params' is NULL");
     for (int j = 0; j < k; j++) update_one(o, param_index(o, params[j]));
 }
 
 void sp_optim_zero_grad(sp_optim *o)
 {
+    if (!o) sp_fail("sp_optim_zero_grad: argument 'o' is NULL");
     for (int i = 0; i < o->nparams; i++) {
         if (!o->zeroed[i]) sp_zero(&o->params[i]->grad);
         o->zeroed[i] = false;
@@ -137,6 +147,7 @@ void sp_optim_zero_grad(sp_optim *o)
 
 void sp_optim_set_zero_in_step(sp_optim *o, bool on)
 {
+    if (!o) sp_fail("sp_optim_set_zero_in_step: argument 'o' is NULL");
     o->zero_in_step = on;
     if (!on)
         for (int i = 0; i < o->nparams; i++) o->zeroed[i] = false;
@@ -144,14 +155,20 @@ void sp_optim_set_zero_in_step(sp_optim *o, bool on)
 
 void sp_optim_set_lr(sp_optim *o, double lr)
 {
+    if (!o) sp_fail("sp_optim_set_lr: argument 'o' is NULL");
     if (!(lr >= 0)) sp_fail("optim %s: learning rate %g (expected >= 0)", o->name, lr);
     o->lr = lr;
 }
 
-double sp_optim_get_lr(const sp_optim *o) { return o->lr; }
+double sp_optim_get_lr(const sp_optim *o)
+{
+    if (!o) sp_fail("sp_optim_get_lr: argument 'o' is NULL");
+    return o->lr;
+}
 
 void sp_optim_device_scalars(sp_optim *o, bool on)
 {
+    if (!o) sp_fail("sp_optim_device_scalars: argument 'o' is NULL");
     if (on == (o->sc_handle != NULL)) return;
     if (o->device == SP_CPU) sp_fail("optim %s: device scalars need parameters on a device (they are on the cpu)", o->name);
     const sp_optim_device_ops *d = sp_optim_device(o->device);
@@ -170,12 +187,17 @@ void sp_optim_device_scalars(sp_optim *o, bool on)
 
 void sp_optim_stage_scalars(sp_optim *o)
 {
+    if (!o) sp_fail("sp_optim_stage_scalars: argument 'o' is NULL");
     if (!o->sc_handle) sp_fail("optim %s: sp_optim_stage_scalars without device scalars (sp_optim_device_scalars)", o->name);
     for (int i = 0; i < o->nparams; i++) o->scalars(o, i, &o->sc_host[i]);
     sp_optim_device(o->device)->scalars_upload(o->sc_handle, o->sc_host, o->nparams);
 }
 
-const char *sp_optim_name(const sp_optim *o) { return o->name; }
+const char *sp_optim_name(const sp_optim *o)
+{
+    if (!o) sp_fail("sp_optim_name: argument 'o' is NULL");
+    return o->name;
+}
 
 void sp_optim_free(sp_optim *o)
 {
@@ -194,7 +216,11 @@ void sp_optim_free(sp_optim *o)
 
 static const sp_optim_device_ops *device_ops[SP_NDEVICES];
 
-void sp_optim_register_device(sp_device dev, const sp_optim_device_ops *ops) { device_ops[dev] = ops; }
+void sp_optim_register_device(sp_device dev, const sp_optim_device_ops *ops)
+{
+    if (!ops) sp_fail("sp_optim_register_device: argument 'ops' is NULL");
+    device_ops[dev] = ops;
+}
 
 const sp_optim_device_ops *sp_optim_device(sp_device dev)
 {
@@ -210,6 +236,10 @@ sp_optim_cfg sp_optim_cfg_default(void)
 
 sp_optim *sp_optim_create(const char *name, sp_param **params, int n, const sp_optim_cfg *c)
 {
+    if (n < 0) sp_fail("sp_optim_create: argument 'n' is %d (expected >= 0)", n);
+    if (!name) sp_fail("sp_optim_create: argument 'name' is NULL");
+    if (n > 0 && !params) sp_fail("sp_optim_create: argument 'params' is NULL");
+    if (!c) sp_fail("sp_optim_create: argument 'c' is NULL");
     if (!strcmp(name, "sgd"))
         return sp_sgd_new(params, n, c->lr, c->momentum, c->dampening, c->weight_decay, c->nesterov);
     if (!strcmp(name, "adam"))

@@ -87,6 +87,8 @@ static void sgd_scalars(sp_optim *o, int i, sp_optim_scalars *out)
 sp_optim *sp_sgd_new(sp_param **params, int n, double lr, double momentum, double dampening,
                      double weight_decay, bool nesterov)
 {
+    if (n < 0) sp_fail("sp_sgd_new: argument 'n' is %d (expected >= 0)", n);
+    if (n > 0 && !params) sp_fail("sp_sgd_new: argument 'params' is NULL");
     /* The same checks, in the same words, as torch.optim.SGD's constructor. */
     if (!(lr >= 0)) sp_fail("optim sgd: learning rate %g (expected >= 0)", lr);
     if (!(momentum >= 0)) sp_fail("optim sgd: momentum %g (expected >= 0)", momentum);

@@ -1127,6 +1127,15 @@ Test(numbers, synthetic_sizes_checked_before_building, .timeout = 20)
              tu_bin("gru"));
     cr_assert_eq(tu_run(cmd, out, OUT, err, OUT), 2);
     cr_expect(one_line_error(err) && strstr(err, "--samples 100000"), "%s", err);
+#if !defined(__SANITIZE_ADDRESS__)   /* ASan's shadow memory needs more address space than that */
+    /* an address-space limit (ulimit -v 4 GB) is what this run may use: refused before
+     * anything is built, naming it, without SCANPROP_MAX_FILE_ALLOC */
+    snprintf(cmd, sizeof cmd, "ulimit -v 4000000; %s --samples 2147483647 --quiet", tu_bin("rnn"));
+    t0 = sp_now();
+    cr_assert_eq(tu_run(cmd, out, OUT, err, OUT), 2);
+    cr_expect(one_line_error(err) && strstr(err, "--samples 2147483647") && strstr(err, "ulimit -v"), "%s", err);
+    cr_expect_lt(sp_now() - t0, 5.0, "the refusal took %.1f s", sp_now() - t0);
+#endif
 }
 
 /* IDX images of size×size, n samples, labels i % 10, into dir with the given prefix. */

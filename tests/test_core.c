@@ -1,5 +1,7 @@
 /* test_core.c — arena, tape, RNG, thread pool, error paths, the gradient checker itself. */
 #include <criterion/criterion.h>
+#include <ctype.h>
+#include <sys/wait.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -23,6 +25,7 @@
 #include "schedulers/backward/engine.h"
 #include "schedulers/train/train.h"
 #include "tests/testutil.h"
+#include "scanprop.h"
 
 Test(arena, alignment_and_growth)
 {
@@ -536,4 +539,696 @@ Test(api, null_arguments_are_errors_naming_them)
 Test(api, backward_with_a_null_tape_is_one_line, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_backward(NULL, NULL, NULL);   /* nothing allocated: exits 2 with one line, no crash */
+}
+
+/* ---- every public function and its arguments ------------------------------------------ */
+
+/* What a function declared in the headers scanprop.h includes does with a NULL pointer
+ * (every pointer argument NULL, counts 1, other values 0) or a count of -1:
+ *   K_STATUS  returns SP_ERR, the message naming the argument (no exit, no crash)
+ *   K_NULL    returns NULL, the message naming the argument
+ *   K_RESULT  sp_train: result.status SP_ERR, the message naming the argument
+ *   K_TRY     sp_fail naming the argument: SP_ERR from sp_try, exit 2 with that line
+ *             outside it (the construction and step calls error.h lists)
+ *   K_NOOP    a free or close of NULL does nothing
+ *   K_ACCEPT  NULL is a documented value (a shape-only view, "no notifier", ...) */
+enum { K_STATUS, K_NULL, K_RESULT, K_TRY, K_NOOP, K_ACCEPT };
+typedef struct api_case {
+    const char *name;
+    int kind;
+    void (*call)(void);
+    const char *says;   /* in sp_last_error() */
+} api_case;
+
+static int g_status;
+static const void *g_ptr;
+
+static void c0(void) { (void)sp_tensor_view(NULL, 1, NULL); }
+static void c1(void) { (void)sp_tensor_view(NULL, -1, NULL); }
+static void c2(void) { (void)sp_tensor_2d(NULL, 0, 0); }
+static void c3(void) { (void)sp_tensor_4d(NULL, 0, 0, 0, 0); }
+static void c4(void) { (void)sp_shape_numel(1, NULL); }
+static void c5(void) { (void)sp_shape_numel(-1, NULL); }
+static void c6(void) { (void)sp_tensor_same_shape(NULL, NULL); }
+static void c7(void) { (void)sp_tensor_sample_numel(NULL); }
+static void c8(void) { (void)sp_tensor_new(1, NULL); }
+static void c9(void) { (void)sp_tensor_new(-1, NULL); }
+static void c10(void) { sp_tensor_free(NULL); }
+static void c11(void) { sp_tensor_zero(NULL); }
+static void c12(void) { sp_tensor_copy(NULL, NULL); }
+static void c13(void) { sp_rng_seed(NULL, 0); }
+static void c14(void) { (void)sp_rng_u32(NULL); }
+static void c15(void) { (void)sp_rng_uniform(NULL); }
+static void c16(void) { (void)sp_rng_uniform_range(NULL, 0, 0); }
+static void c17(void) { (void)sp_rng_normal(NULL); }
+static void c18(void) { (void)sp_rng_below(NULL, 0); }
+static void c19(void) { sp_rng_shuffle(NULL, NULL, 1); }
+static void c20(void) { sp_rng_shuffle(NULL, NULL, -1); }
+static void c21(void) { sp_fail(NULL); }
+static void c22(void) { g_status = sp_try(NULL, NULL); }
+static void c23(void) { g_status = sp_error(NULL); }
+static void c24(void) { g_status = sp_error_prefix(NULL); }
+static void c25(void) { (void)sp_check_ptr(NULL); }
+static void c26(void) { (void)sp_xrealloc(NULL, 0); }
+static void c27(void) { (void)sp_xstrdup(NULL); }
+static void c28(void) { g_ptr = (const void *)sp_file_alloc(0, 0, NULL); }
+static void c29(void) { (void)sp_shape_str(NULL, NULL, 0); }
+static void c30(void) { sp_csr_alloc(NULL, 0, 0, 0); }
+static void c31(void) { sp_csr_free(NULL); }
+static void c32(void) { (void)sp_csr_bytes(NULL); }
+static void c33(void) { (void)sp_param_new(NULL, NULL, 1, NULL); }
+static void c34(void) { (void)sp_param_new(NULL, NULL, -1, NULL); }
+static void c35(void) { (void)sp_buffer_new(NULL, NULL, 1, NULL); }
+static void c36(void) { (void)sp_buffer_new(NULL, NULL, -1, NULL); }
+static void c37(void) { sp_layer_free(NULL); }
+static void c38(void) { sp_fill_uniform(NULL, NULL, 0); }
+static void c39(void) { sp_arena_init(NULL, 0); }
+static void c40(void) { sp_arena_init_on(NULL, NULL, 0); }
+static void c41(void) { sp_arena_free(NULL); }
+static void c42(void) { (void)sp_arena_alloc(NULL, 0); }
+static void c43(void) { (void)sp_arena_calloc(NULL, 0); }
+static void c44(void) { sp_arena_reset(NULL); }
+static void c45(void) { (void)sp_arena_base(NULL); }
+static void c46(void) { sp_tape_init(NULL); }
+static void c47(void) { sp_tape_free(NULL); }
+static void c48(void) { sp_tape_reset(NULL); }
+static void c49(void) { (void)sp_tape_input(NULL, NULL); }
+static void c50(void) { (void)sp_apply(NULL, NULL, NULL); }
+static void c51(void) { (void)sp_apply_n(NULL, NULL, 1, NULL); }
+static void c52(void) { (void)sp_apply2(NULL, NULL, NULL, NULL); }
+static void c53(void) { (void)sp_apply_loss(NULL, NULL, NULL, NULL); }
+static void c54(void) { (void)sp_node_label(NULL, NULL, 0); }
+static void c55(void) { (void)sp_tape_alloc(NULL, 0); }
+static void c56(void) { (void)sp_tape_tensor(NULL, 1, NULL); }
+static void c57(void) { (void)sp_tape_tensor(NULL, -1, NULL); }
+static void c58(void) { (void)sp_tape_tensor_like(NULL, NULL); }
+static void c59(void) { (void)sp_tape_alloc_on(NULL, 0, 0); }
+static void c60(void) { (void)sp_tape_tensor_on(NULL, 0, 1, NULL); }
+static void c61(void) { (void)sp_tape_tensor_on(NULL, 0, -1, NULL); }
+static void c62(void) { (void)sp_model_new(NULL); }
+static void c63(void) { sp_model_set_loss(NULL, NULL); }
+static void c64(void) { sp_model_free(NULL); }
+static void c65(void) { g_ptr = (const void *)sp_model_add(NULL, NULL); }
+static void c66(void) { (void)sp_model_add_from(NULL, NULL, 1, NULL); }
+static void c67(void) { (void)sp_model_layer_label(NULL, 0, NULL, 0); }
+static void c68(void) { (void)sp_model_last(NULL); }
+static void c69(void) { (void)sp_model_is_chain(NULL); }
+static void c70(void) { sp_model_init(NULL, 0); }
+static void c71(void) { (void)sp_model_forward(NULL, NULL, NULL); }
+static void c72(void) { (void)sp_model_forward_shapes(NULL, NULL, 1, 1, NULL); }
+static void c73(void) { (void)sp_model_loss(NULL, NULL, NULL, NULL); }
+static void c74(void) { g_ptr = (const void *)sp_model_param(NULL, NULL); }
+static void c75(void) { (void)sp_model_nstate(NULL); }
+static void c76(void) { (void)sp_model_state(NULL, 0); }
+static void c77(void) { sp_model_summary(NULL, 1, NULL, NULL); }
+static void c78(void) { sp_model_set_training(NULL, 0); }
+static void c79(void) { sp_model_zero_grad(NULL); }
+static void c80(void) { (void)sp_model_numel(NULL); }
+static void c81(void) { (void)sp_engine_create(NULL, NULL); }
+static void c82(void) { sp_engine_destroy(NULL); }
+static void c83(void) { sp_backward(NULL, NULL, NULL); }
+static void c84(void) { (void)sp_engine_caps(NULL); }
+static void c85(void) { (void)sp_engine_names_with(0, NULL, 0); }
+static void c86(void) { sp_backward_async(NULL, NULL, NULL); }
+static void c87(void) { sp_engine_sync(NULL); }
+static void c88(void) { sp_engine_wait_layer(NULL, NULL); }
+static void c89(void) { sp_engine_set_graph(NULL, 0); }
+static void c90(void) { sp_engine_set_step_capture(NULL, 0); }
+static void c91(void) { sp_engine_check(NULL, NULL, NULL, NULL); }
+static void c92(void) { sp_engine_report(NULL, NULL); }
+static void c93(void) { (void)sp_engine_plan(NULL, NULL, NULL, NULL, NULL); }
+static void c94(void) { sp_mark_needs_grad(NULL); }
+static void c95(void) { sp_alloc_grads(NULL, NULL); }
+static void c96(void) { sp_set_threads(-1); }
+static void c97(void) { sp_parallel_for(0, NULL, NULL); }
+static void c98(void) { sp_parallel_set_help_notify(NULL, NULL); }
+static void c99(void) { (void)sp_spin_until(NULL, NULL, 0); }
+static void c100(void) { g_ptr = (const void *)sp_st_open(NULL); }
+static void c101(void) { sp_st_close(NULL); }
+static void c102(void) { g_ptr = (const void *)sp_st_path(NULL); }
+static void c103(void) { (void)sp_st_count(NULL); }
+static void c104(void) { g_ptr = (const void *)sp_st_at(NULL, 0); }
+static void c105(void) { g_ptr = (const void *)sp_st_find(NULL, NULL); }
+static void c106(void) { g_ptr = (const void *)sp_st_metadata(NULL, NULL); }
+static void c107(void) { g_status = sp_st_read_f32(NULL, NULL, NULL, 1, NULL); }
+static void c108(void) { g_status = sp_st_read_f32(NULL, NULL, NULL, -1, NULL); }
+static void c109(void) { g_status = sp_st_read_i32(NULL, NULL, NULL, 1, NULL); }
+static void c110(void) { g_status = sp_st_read_i32(NULL, NULL, NULL, -1, NULL); }
+static void c111(void) { (void)sp_st_shape_problem(NULL, 1, NULL, NULL, 0); }
+static void c112(void) { (void)sp_st_shape_problem(NULL, -1, NULL, NULL, 0); }
+static void c113(void) { g_status = sp_st_read_raw(NULL, NULL, NULL); }
+static void c114(void) { g_status = sp_st_write(NULL, 1, NULL, NULL); }
+static void c115(void) { g_status = sp_st_save(NULL, 1, NULL, NULL, NULL); }
+static void c116(void) { g_status = sp_model_save(NULL, NULL); }
+static void c117(void) { g_status = sp_model_load(NULL, NULL); }
+static void c118(void) { g_status = sp_check_finite_f32(NULL, NULL, NULL, 0); }
+static void c119(void) { g_status = sp_model_check_saved_name(NULL, NULL); }
+static void c120(void) { (void)sp_linear(NULL, 0, 0); }
+static void c121(void) { (void)sp_conv2d(NULL, 0, 0, 0, 0, 0); }
+static void c122(void) { (void)sp_batchnorm2d(NULL, 0); }
+static void c123(void) { (void)sp_conv2d_groups(NULL, 0, 0, 0, 0, 0, 0, 0); }
+static void c124(void) { (void)sp_conv2d_nobias(NULL, 0, 0, 0, 0, 0); }
+static void c125(void) { (void)sp_rnn(NULL, 0, 0, 0); }
+static void c126(void) { (void)sp_gru(NULL, 0, 0, 0); }
+static void c127(void) { (void)sp_sgd_new(NULL, 1, 0, 0, 0, 0, 0); }
+static void c128(void) { (void)sp_sgd_new(NULL, -1, 0, 0, 0, 0, 0); }
+static void c129(void) { (void)sp_adam_new(NULL, 1, 0, 0, 0, 0, 0, 0); }
+static void c130(void) { (void)sp_adam_new(NULL, -1, 0, 0, 0, 0, 0, 0); }
+static void c131(void) { (void)sp_optim_create(NULL, NULL, 1, NULL); }
+static void c132(void) { (void)sp_optim_create(NULL, NULL, -1, NULL); }
+static void c133(void) { sp_optim_step(NULL); }
+static void c134(void) { sp_optim_step_params(NULL, NULL, 1); }
+static void c135(void) { sp_optim_step_params(NULL, NULL, -1); }
+static void c136(void) { sp_optim_zero_grad(NULL); }
+static void c137(void) { sp_optim_set_zero_in_step(NULL, 0); }
+static void c138(void) { sp_optim_set_lr(NULL, 0); }
+static void c139(void) { (void)sp_optim_get_lr(NULL); }
+static void c140(void) { sp_optim_device_scalars(NULL, 0); }
+static void c141(void) { sp_optim_stage_scalars(NULL); }
+static void c142(void) { (void)sp_optim_name(NULL); }
+static void c143(void) { sp_optim_free(NULL); }
+static void c144(void) { (void)sp_optim_alloc(NULL, NULL, 1, 1, NULL); }
+static void c145(void) { (void)sp_optim_alloc(NULL, NULL, -1, 1, NULL); }
+static void c146(void) { (void)sp_optim_alloc(NULL, NULL, 1, -1, NULL); }
+static void c147(void) { sp_optim_for(0, NULL, NULL); }
+static void c148(void) { sp_optim_register_device(0, NULL); }
+static void c149(void) { (void)sp_lr_parse(NULL, 0); }
+static void c150(void) { (void)sp_lr_at(NULL, 0); }
+static void c151(void) { (void)sp_dataset_sample_numel(NULL); }
+static void c152(void) { sp_dataset_get(NULL, 0, NULL, NULL); }
+static void c153(void) { g_status = sp_dataset_normalize(NULL, 1, NULL, NULL); }
+static void c154(void) { g_status = sp_dataset_normalize(NULL, -1, NULL, NULL); }
+static void c155(void) { sp_dataset_free(NULL); }
+static void c156(void) { g_ptr = (const void *)sp_dataset_new_u8(NULL, 1, 1, NULL, 0, 0, NULL, NULL); }
+static void c157(void) { g_ptr = (const void *)sp_dataset_new_u8(NULL, -1, 1, NULL, 0, 0, NULL, NULL); }
+static void c158(void) { g_ptr = (const void *)sp_dataset_new_u8(NULL, 1, -1, NULL, 0, 0, NULL, NULL); }
+static void c159(void) { g_ptr = (const void *)sp_dataset_new_f32(NULL, 1, 1, NULL, 0, NULL, NULL); }
+static void c160(void) { g_ptr = (const void *)sp_dataset_new_f32(NULL, -1, 1, NULL, 0, NULL, NULL); }
+static void c161(void) { g_ptr = (const void *)sp_dataset_new_f32(NULL, 1, -1, NULL, 0, NULL, NULL); }
+static void c162(void) { g_status = sp_dataset_check_labels(NULL, NULL, NULL); }
+static void c163(void) { g_status = sp_dataset_check_finite(NULL, NULL, NULL); }
+static void c164(void) { g_status = sp_dataset_pad(NULL, 0); }
+static void c165(void) { g_status = sp_dataset_save(NULL, NULL); }
+static void c166(void) { g_ptr = (const void *)sp_idx_open(NULL, NULL); }
+static void c167(void) { g_ptr = (const void *)sp_fashion_mnist(NULL, 0, 0); }
+static void c168(void) { g_ptr = (const void *)sp_cifar10(NULL, 0); }
+static void c169(void) { g_ptr = (const void *)sp_image_folder(NULL, 0, 0); }
+static void c170(void) { g_ptr = (const void *)sp_image_folder_class(NULL, 0); }
+static void c171(void) { g_status = sp_image_folder_match_classes(NULL, NULL); }
+static void c172(void) { g_ptr = (const void *)sp_seqset_open(NULL); }
+static void c173(void) { g_ptr = (const void *)sp_bitstream(-1, 0, 0); }
+static void c174(void) { g_ptr = (const void *)sp_synthetic_sequences(-1, 0, 0, 0, 0); }
+static void c175(void) { g_ptr = (const void *)sp_loader_new(NULL, 1, 0, 0, 0); }
+static void c177(void) { g_ptr = (const void *)sp_loader_new_sync(NULL, 1, 0, 0, 0); }
+static void c179(void) { (void)sp_loader_next(NULL, NULL); }
+static void c180(void) { sp_loader_set_epoch(NULL, 0); }
+static void c181(void) { sp_loader_reset_epoch(NULL); }
+static void c182(void) { (void)sp_loader_epoch(NULL); }
+static void c183(void) { (void)sp_loader_nbatches(NULL); }
+static void c184(void) { (void)sp_loader_batch(NULL); }
+static void c185(void) { sp_loader_free(NULL); }
+static void c186(void) { g_status = sp_train(NULL, NULL, NULL, NULL, NULL, NULL).status; }
+static void c187(void) { sp_evaluate(NULL, NULL, 1, NULL, NULL); }
+static void c188(void) { (void)sp_train_step(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL); }
+static void c189(void) { (void)sp_step_graph_new(NULL, NULL, NULL); }
+static void c190(void) { (void)sp_step_graph_step(NULL, NULL, NULL, NULL, NULL); }
+static void c191(void) { sp_step_graph_counts(NULL, NULL, NULL); }
+static void c192(void) { sp_step_graph_free(NULL); }
+static void c193(void) { sp_flags_parse(1, NULL, NULL, NULL, NULL); }
+static void c194(void) { sp_flags_parse(-1, NULL, NULL, NULL, NULL); }
+static void c195(void) { sp_flags_parse_among(1, NULL, NULL, NULL, NULL, NULL); }
+static void c196(void) { sp_flags_parse_among(-1, NULL, NULL, NULL, NULL, NULL); }
+static void c197(void) { (void)sp_flag_given(NULL); }
+static void c198(void) { (void)sp_flags_digest(NULL, 1, NULL); }
+static void c199(void) { (void)sp_flags_digest(NULL, -1, NULL); }
+static void c200(void) { (void)sp_flag_value_text(NULL, NULL, 0); }
+static void c201(void) { sp_json_begin(NULL); }
+static void c202(void) { sp_json_str(NULL, NULL, NULL); }
+static void c203(void) { sp_json_num(NULL, NULL, 0); }
+static void c204(void) { sp_json_int(NULL, NULL, 0); }
+static void c205(void) { sp_json_raw(NULL, NULL, NULL); }
+static void c206(void) { sp_json_end_print(NULL); }
+static void c207(void) { (void)sp_json_writer(NULL); }
+static void c208(void) { sp_output_close(NULL, NULL); }
+static void c209(void) { sp_run_defaults(NULL); }
+static void c210(void) { sp_run_parse(1, NULL, NULL, NULL, NULL, 0, NULL); }
+static void c211(void) { sp_run_parse(-1, NULL, NULL, NULL, NULL, 0, NULL); }
+static void c212(void) { (void)sp_run(NULL, NULL, NULL, NULL, NULL); }
+static void c213(void) { sp_run_open_images(NULL, 0, NULL, NULL); }
+static void c214(void) { sp_run_check_synthetic(NULL, NULL, 0, 0, 0); }
+static void c215(void) { sp_run_use_device(NULL, NULL); }
+static void c216(void) { sp_run_device_to_host(NULL); }
+static void c217(void) { (void)sp_run_engine_opts(NULL); }
+static void c218(void) { sp_run_open(NULL, NULL, NULL, NULL, NULL, NULL); }
+static void c219(void) { (void)sp_run_plan(NULL, NULL, NULL); }
+static void c220(void) { (void)sp_run_step(NULL, NULL, NULL, NULL); }
+static void c221(void) { (void)sp_run_prints(NULL); }
+static void c222(void) { sp_run_save(NULL); }
+static void c223(void) { sp_run_close(NULL, NULL); }
+static void c224(void) { sp_run_summary_begin(NULL, NULL); }
+static void c225(void) { sp_run_summary_engine(NULL, NULL); }
+static void c226(void) { sp_run_summary_train(NULL, NULL, NULL, 1, NULL); }
+static void c227(void) { sp_run_summary_exec(NULL, NULL); }
+static void c228(void) { (void)sp_zoo_model(NULL); }
+static void c229(void) { (void)sp_zoo_input_shape(NULL, NULL); }
+static void c230(void) { (void)sp_clip_grad_norm(NULL, 1, 1.0); }
+static void c231(void) { (void)sp_clip_grad_norm(NULL, -1, 1.0); }
+static void c232(void) { (void)sp_grad_sq_norm(NULL, 1); }
+static void c233(void) { (void)sp_grad_sq_norm(NULL, -1); }
+static void c234(void) { sp_grad_scale(NULL, 1, 1.0f); }
+static void c235(void) { sp_grad_scale(NULL, -1, 1.0f); }
+static void c236(void) { sp_optim_set_clip_grad_norm(NULL, 1.0); }
+static void c237(void) { (void)sp_optim_last_grad_norm(NULL); }
+static void c238(void) { sp_optim_undo_save(NULL, NULL, NULL, 1); }
+static void c239(void) { sp_optim_undo_restore(NULL); }
+static void c240(void) { sp_optim_undo_clear(NULL); }
+static void c241(void) { sp_optim_undo_free(NULL); }
+static void c242(void) { (void)sp_dataset_label(NULL, 0, NULL, NULL); }
+static void c243(void) { g_ptr = (const void *)sp_loader_new_rows(NULL, 1, 0, 0, 0, NULL); }
+static void c244(void) { (void)sp_loader_samples_read(NULL); }
+static void c245(void) { (void)sp_loader_labels_read(NULL); }
+static void c246(void) { (void)sp_loader_bytes_read(NULL); }
+
+static const api_case cases[] = {
+    {"sp_tensor_view", K_TRY, c0, "sp_tensor_view: argument 'shape' is NULL"},
+    {"sp_tensor_view", K_TRY, c1, "sp_tensor_view: argument 'ndim' is -1"},
+    {"sp_tensor_2d", K_ACCEPT, c2, ""},   /* NULL is a documented value */
+    {"sp_tensor_4d", K_ACCEPT, c3, ""},   /* NULL is a documented value */
+    {"sp_shape_numel", K_TRY, c4, "sp_shape_numel: argument 'shape' is NULL"},
+    {"sp_shape_numel", K_TRY, c5, "sp_shape_numel: argument 'ndim' is -1"},
+    {"sp_tensor_same_shape", K_TRY, c6, "sp_tensor_same_shape: argument 'a' is NULL"},
+    {"sp_tensor_sample_numel", K_TRY, c7, "sp_tensor_sample_numel: argument 't' is NULL"},
+    {"sp_tensor_new", K_TRY, c8, "sp_tensor_new: argument 'shape' is NULL"},
+    {"sp_tensor_new", K_TRY, c9, "sp_tensor_new: argument 'ndim' is -1"},
+    {"sp_tensor_free", K_NOOP, c10, "?"},
+    {"sp_tensor_zero", K_TRY, c11, "sp_tensor_zero: argument 't' is NULL"},
+    {"sp_tensor_copy", K_TRY, c12, "sp_tensor_copy: argument 'dst' is NULL"},
+    {"sp_rng_seed", K_TRY, c13, "sp_rng_seed: argument 'r' is NULL"},
+    {"sp_rng_u32", K_TRY, c14, "sp_rng_u32: argument 'r' is NULL"},
+    {"sp_rng_uniform", K_TRY, c15, "sp_rng_uniform: argument 'r' is NULL"},
+    {"sp_rng_uniform_range", K_TRY, c16, "sp_rng_uniform_range: argument 'r' is NULL"},
+    {"sp_rng_normal", K_TRY, c17, "sp_rng_normal: argument 'r' is NULL"},
+    {"sp_rng_below", K_TRY, c18, "sp_rng_below: argument 'r' is NULL"},
+    {"sp_rng_shuffle", K_TRY, c19, "sp_rng_shuffle: argument 'r' is NULL"},
+    {"sp_rng_shuffle", K_TRY, c20, "sp_rng_shuffle: argument 'n' is -1"},
+    {"sp_fail", K_TRY, c21, "sp_fail: argument 'fmt' is NULL"},
+    {"sp_try", K_STATUS, c22, "sp_try: argument 'fn' is NULL"},
+    {"sp_error", K_STATUS, c23, "sp_error: argument 'fmt' is NULL"},
+    {"sp_error_prefix", K_STATUS, c24, "sp_error_prefix: argument 'fmt' is NULL"},
+    {"sp_check_ptr", K_TRY, c25, ""},
+    {"sp_xrealloc", K_ACCEPT, c26, ""},   /* NULL is a documented value */
+    {"sp_xstrdup", K_TRY, c27, "sp_xstrdup: argument 's' is NULL"},
+    {"sp_file_alloc", K_ACCEPT, c28, ""},   /* NULL is a documented value */
+    {"sp_shape_str", K_TRY, c29, "sp_shape_str: argument 't' is NULL"},
+    {"sp_csr_alloc", K_TRY, c30, "sp_csr_alloc: argument 'm' is NULL"},
+    {"sp_csr_free", K_NOOP, c31, "?"},
+    {"sp_csr_bytes", K_TRY, c32, "sp_csr_bytes: argument 'm' is NULL"},
+    {"sp_param_new", K_TRY, c33, "sp_param_new: argument 'owner' is NULL"},
+    {"sp_param_new", K_TRY, c34, "sp_param_new: argument 'ndim' is -1"},
+    {"sp_buffer_new", K_TRY, c35, "sp_buffer_new: argument 'owner' is NULL"},
+    {"sp_buffer_new", K_TRY, c36, "sp_buffer_new: argument 'ndim' is -1"},
+    {"sp_layer_free", K_NOOP, c37, "?"},
+    {"sp_fill_uniform", K_TRY, c38, "sp_fill_uniform: argument 't' is NULL"},
+    {"sp_arena_init", K_TRY, c39, "sp_arena_init: argument 'a' is NULL"},
+    {"sp_arena_init_on", K_TRY, c40, "sp_arena_init_on: argument 'a' is NULL"},
+    {"sp_arena_free", K_NOOP, c41, "?"},
+    {"sp_arena_alloc", K_TRY, c42, "sp_arena_alloc: argument 'a' is NULL"},
+    {"sp_arena_calloc", K_TRY, c43, "sp_arena_calloc: argument 'a' is NULL"},
+    {"sp_arena_reset", K_TRY, c44, "sp_arena_reset: argument 'a' is NULL"},
+    {"sp_arena_base", K_TRY, c45, "sp_arena_base: argument 'a' is NULL"},
+    {"sp_tape_init", K_TRY, c46, "sp_tape_init: argument 't' is NULL"},
+    {"sp_tape_free", K_NOOP, c47, "?"},
+    {"sp_tape_reset", K_TRY, c48, "sp_tape_reset: argument 't' is NULL"},
+    {"sp_tape_input", K_TRY, c49, "sp_tape_input: argument 't' is NULL"},
+    {"sp_apply", K_TRY, c50, "sp_apply: argument 't' is NULL"},
+    {"sp_apply_n", K_TRY, c51, "sp_apply_n: argument 't' is NULL"},
+    {"sp_apply2", K_TRY, c52, "sp_apply2: argument 't' is NULL"},
+    {"sp_apply_loss", K_TRY, c53, "sp_apply_loss: argument 't' is NULL"},
+    {"sp_node_label", K_TRY, c54, "sp_node_label: argument 'n' is NULL"},
+    {"sp_tape_alloc", K_TRY, c55, "sp_tape_alloc: argument 't' is NULL"},
+    {"sp_tape_tensor", K_TRY, c56, "sp_tape_tensor: argument 't' is NULL"},
+    {"sp_tape_tensor", K_TRY, c57, "sp_tape_tensor: argument 'ndim' is -1"},
+    {"sp_tape_tensor_like", K_TRY, c58, "sp_tape_tensor_like: argument 't' is NULL"},
+    {"sp_tape_alloc_on", K_TRY, c59, "sp_tape_alloc_on: argument 't' is NULL"},
+    {"sp_tape_tensor_on", K_TRY, c60, "sp_tape_tensor_on: argument 't' is NULL"},
+    {"sp_tape_tensor_on", K_TRY, c61, "sp_tape_tensor_on: argument 'ndim' is -1"},
+    {"sp_model_new", K_TRY, c62, "sp_model_new: argument 'name' is NULL"},
+    {"sp_model_set_loss", K_TRY, c63, "sp_model_set_loss: argument 'm' is NULL"},
+    {"sp_model_free", K_NOOP, c64, "?"},
+    {"sp_model_add", K_NULL, c65, "sp_model_add: the model is NULL"},
+    {"sp_model_add_from", K_TRY, c66, "sp_model_add_from: argument 'm' is NULL"},
+    {"sp_model_layer_label", K_TRY, c67, "sp_model_layer_label: argument 'm' is NULL"},
+    {"sp_model_last", K_TRY, c68, "sp_model_last: argument 'm' is NULL"},
+    {"sp_model_is_chain", K_TRY, c69, "sp_model_is_chain: argument 'm' is NULL"},
+    {"sp_model_init", K_TRY, c70, "sp_model_init: argument 'm' is NULL"},
+    {"sp_model_forward", K_TRY, c71, "sp_model_forward: argument 'm' is NULL"},
+    {"sp_model_forward_shapes", K_TRY, c72, "sp_model_forward_shapes: argument 'm' is NULL"},
+    {"sp_model_loss", K_TRY, c73, "sp_model_loss: argument 'm' is NULL"},
+    {"sp_model_param", K_NULL, c74, "sp_model_param: argument 'm' is NULL"},
+    {"sp_model_nstate", K_TRY, c75, "sp_model_nstate: argument 'm' is NULL"},
+    {"sp_model_state", K_TRY, c76, "sp_model_state: argument 'm' is NULL"},
+    {"sp_model_summary", K_TRY, c77, "sp_model_summary: argument 'm' is NULL"},
+    {"sp_model_set_training", K_TRY, c78, "sp_model_set_training: argument 'm' is NULL"},
+    {"sp_model_zero_grad", K_TRY, c79, "sp_model_zero_grad: argument 'm' is NULL"},
+    {"sp_model_numel", K_TRY, c80, "sp_model_numel: argument 'm' is NULL"},
+    {"sp_engine_create", K_TRY, c81, "sp_engine_create: argument 'name' is NULL"},
+    {"sp_engine_destroy", K_NOOP, c82, "?"},
+    {"sp_backward", K_TRY, c83, "sp_backward: the engine is NULL"},
+    {"sp_engine_caps", K_TRY, c84, "sp_engine_caps: argument 'name' is NULL"},
+    {"sp_engine_names_with", K_TRY, c85, "sp_engine_names_with: argument 'buf' is NULL"},
+    {"sp_backward_async", K_TRY, c86, "sp_backward_async: argument 'e' is NULL"},
+    {"sp_engine_sync", K_TRY, c87, "sp_engine_sync: argument 'e' is NULL"},
+    {"sp_engine_wait_layer", K_TRY, c88, "sp_engine_wait_layer: argument 'e' is NULL"},
+    {"sp_engine_set_graph", K_TRY, c89, "sp_engine_set_graph: argument 'e' is NULL"},
+    {"sp_engine_set_step_capture", K_TRY, c90, "sp_engine_set_step_capture: argument 'e' is NULL"},
+    {"sp_engine_check", K_TRY, c91, "sp_engine_check: argument 'e' is NULL"},
+    {"sp_engine_report", K_TRY, c92, "sp_engine_report: argument 'e' is NULL"},
+    {"sp_engine_plan", K_TRY, c93, "sp_engine_plan: argument 'e' is NULL"},
+    {"sp_mark_needs_grad", K_TRY, c94, "sp_mark_needs_grad: argument 't' is NULL"},
+    {"sp_alloc_grads", K_TRY, c95, "sp_alloc_grads: argument 't' is NULL"},
+    {"sp_set_threads", K_TRY, c96, "--threads -1"},
+    {"sp_parallel_for", K_TRY, c97, "sp_parallel_for: argument 'fn' is NULL"},
+    {"sp_parallel_set_help_notify", K_ACCEPT, c98, ""},   /* NULL is a documented value */
+    {"sp_spin_until", K_TRY, c99, "sp_spin_until: argument 'done' is NULL"},
+    {"sp_st_open", K_NULL, c100, "sp_st_open: the path is NULL"},
+    {"sp_st_close", K_NOOP, c101, "?"},
+    {"sp_st_path", K_NULL, c102, "sp_st_path: argument 'f' is NULL"},
+    {"sp_st_count", K_TRY, c103, "sp_st_count: argument 'f' is NULL"},
+    {"sp_st_at", K_NULL, c104, "sp_st_at: argument 'f' is NULL"},
+    {"sp_st_find", K_NULL, c105, "sp_st_find: argument 'f' is NULL"},
+    {"sp_st_metadata", K_NULL, c106, "sp_st_metadata: argument 'f' is NULL"},
+    {"sp_st_read_f32", K_STATUS, c107, "sp_st_read_f32: the file is NULL"},
+    {"sp_st_read_f32", K_STATUS, c108, "sp_st_read_f32: argument 'ndim' is -1"},
+    {"sp_st_read_i32", K_STATUS, c109, "sp_st_read_i32: argument 'f' is NULL"},
+    {"sp_st_read_i32", K_STATUS, c110, "sp_st_read_i32: argument 'ndim' is -1"},
+    {"sp_st_shape_problem", K_TRY, c111, "sp_st_shape_problem: argument 't' is NULL"},
+    {"sp_st_shape_problem", K_TRY, c112, "sp_st_shape_problem: argument 'ndim' is -1"},
+    {"sp_st_read_raw", K_STATUS, c113, "sp_st_read_raw: argument 'f' is NULL"},
+    {"sp_st_write", K_STATUS, c114, "sp_st_write: the path is NULL"},
+    {"sp_st_save", K_STATUS, c115, "sp_st_save: the path is NULL"},
+    {"sp_model_save", K_STATUS, c116, "sp_model_save: argument 'm' is NULL"},
+    {"sp_model_load", K_STATUS, c117, "sp_model_load: the model is NULL"},
+    {"sp_check_finite_f32", K_STATUS, c118, "sp_check_finite_f32: argument 'f' is NULL"},
+    {"sp_model_check_saved_name", K_STATUS, c119, "sp_model_check_saved_name: argument 'f' is NULL"},
+    {"sp_linear", K_TRY, c120, "sp_linear: argument 'name' is NULL"},
+    {"sp_conv2d", K_TRY, c121, "sp_conv2d: argument 'name' is NULL"},
+    {"sp_batchnorm2d", K_TRY, c122, "sp_batchnorm2d: argument 'name' is NULL"},
+    {"sp_conv2d_groups", K_TRY, c123, "sp_conv2d_groups: argument 'name' is NULL"},
+    {"sp_conv2d_nobias", K_TRY, c124, "sp_conv2d_nobias: argument 'name' is NULL"},
+    {"sp_rnn", K_TRY, c125, "sp_rnn: argument 'name' is NULL"},
+    {"sp_gru", K_TRY, c126, "sp_gru: argument 'name' is NULL"},
+    {"sp_sgd_new", K_TRY, c127, "sp_sgd_new: argument 'params' is NULL"},
+    {"sp_sgd_new", K_TRY, c128, "sp_sgd_new: argument 'n' is -1"},
+    {"sp_adam_new", K_TRY, c129, "sp_adam_new: argument 'params' is NULL"},
+    {"sp_adam_new", K_TRY, c130, "sp_adam_new: argument 'n' is -1"},
+    {"sp_optim_create", K_TRY, c131, "sp_optim_create: argument 'name' is NULL"},
+    {"sp_optim_create", K_TRY, c132, "sp_optim_create: argument 'n' is -1"},
+    {"sp_optim_step", K_TRY, c133, "sp_optim_step: argument 'o' is NULL"},
+    {"sp_optim_step_params", K_TRY, c134, "sp_optim_step_params: argument 'o' is NULL"},
+    {"sp_optim_step_params", K_TRY, c135, "sp_optim_step_params: argument 'k' is -1"},
+    {"sp_optim_zero_grad", K_TRY, c136, "sp_optim_zero_grad: argument 'o' is NULL"},
+    {"sp_optim_set_zero_in_step", K_TRY, c137, "sp_optim_set_zero_in_step: argument 'o' is NULL"},
+    {"sp_optim_set_lr", K_TRY, c138, "sp_optim_set_lr: argument 'o' is NULL"},
+    {"sp_optim_get_lr", K_TRY, c139, "sp_optim_get_lr: argument 'o' is NULL"},
+    {"sp_optim_device_scalars", K_TRY, c140, "sp_optim_device_scalars: argument 'o' is NULL"},
+    {"sp_optim_stage_scalars", K_TRY, c141, "sp_optim_stage_scalars: argument 'o' is NULL"},
+    {"sp_optim_name", K_TRY, c142, "sp_optim_name: argument 'o' is NULL"},
+    {"sp_optim_free", K_NOOP, c143, "?"},
+    {"sp_optim_alloc", K_TRY, c144, "sp_optim_alloc: argument 'name' is NULL"},
+    {"sp_optim_alloc", K_TRY, c145, "sp_optim_alloc: argument 'n' is -1"},
+    {"sp_optim_alloc", K_TRY, c146, "sp_optim_alloc: argument 'nstate' is -1"},
+    {"sp_optim_for", K_TRY, c147, "sp_optim_for: argument 'fn' is NULL"},
+    {"sp_optim_register_device", K_TRY, c148, "sp_optim_register_device: argument 'ops' is NULL"},
+    {"sp_lr_parse", K_TRY, c149, "--lr-schedule: missing"},
+    {"sp_lr_at", K_TRY, c150, "sp_lr_at: argument 's' is NULL"},
+    {"sp_dataset_sample_numel", K_TRY, c151, "sp_dataset_sample_numel: argument 'd' is NULL"},
+    {"sp_dataset_get", K_TRY, c152, "sp_dataset_get: argument 'd' is NULL"},
+    {"sp_dataset_normalize", K_STATUS, c153, "sp_dataset_normalize: argument 'd' is NULL"},
+    {"sp_dataset_normalize", K_STATUS, c154, "sp_dataset_normalize: argument 'nch' is -1"},
+    {"sp_dataset_free", K_NOOP, c155, "?"},
+    {"sp_dataset_new_u8", K_NULL, c156, "sp_dataset_new_u8: argument 'name' is NULL"},
+    {"sp_dataset_new_u8", K_NULL, c157, "sp_dataset_new_u8: argument 'n' is -1"},
+    {"sp_dataset_new_u8", K_NULL, c158, "sp_dataset_new_u8: argument 'ndim' is -1"},
+    {"sp_dataset_new_f32", K_NULL, c159, "sp_dataset_new_f32: argument 'name' is NULL"},
+    {"sp_dataset_new_f32", K_NULL, c160, "sp_dataset_new_f32: argument 'n' is -1"},
+    {"sp_dataset_new_f32", K_NULL, c161, "sp_dataset_new_f32: argument 'ndim' is -1"},
+    {"sp_dataset_check_labels", K_STATUS, c162, "sp_dataset_check_labels: argument 'd' is NULL"},
+    {"sp_dataset_check_finite", K_STATUS, c163, "sp_dataset_check_finite: argument 'd' is NULL"},
+    {"sp_dataset_pad", K_STATUS, c164, "sp_dataset_pad: argument 'd' is NULL"},
+    {"sp_dataset_save", K_STATUS, c165, "sp_dataset_save: argument 'd' is NULL"},
+    {"sp_idx_open", K_NULL, c166, "sp_idx_open: argument 'images_path' is NULL"},
+    {"sp_fashion_mnist", K_NULL, c167, "sp_fashion_mnist: argument 'dir' is NULL"},
+    {"sp_cifar10", K_NULL, c168, "sp_cifar10: argument 'dir' is NULL"},
+    {"sp_image_folder", K_NULL, c169, "sp_image_folder: the root folder is NULL"},
+    {"sp_image_folder_class", K_NULL, c170, "sp_image_folder_class: argument 'd' is NULL"},
+    {"sp_image_folder_match_classes", K_STATUS, c171, "sp_image_folder_match_classes: test is NULL"},
+    {"sp_seqset_open", K_NULL, c172, "sp_seqset_open: argument 'path' is NULL"},
+    {"sp_bitstream", K_NULL, c173, "n = -1"},
+    {"sp_synthetic_sequences", K_NULL, c174, "n = -1"},
+    {"sp_loader_new", K_NULL, c175, "sp_loader_new: the dataset is NULL"},
+    {"sp_loader_new_sync", K_NULL, c177, "sp_loader_new: the dataset is NULL"},
+    {"sp_loader_next", K_TRY, c179, "sp_loader_next: argument 'l' is NULL"},
+    {"sp_loader_set_epoch", K_TRY, c180, "sp_loader_set_epoch: argument 'l' is NULL"},
+    {"sp_loader_reset_epoch", K_TRY, c181, "sp_loader_reset_epoch: argument 'l' is NULL"},
+    {"sp_loader_epoch", K_TRY, c182, "sp_loader_epoch: argument 'l' is NULL"},
+    {"sp_loader_nbatches", K_TRY, c183, "sp_loader_nbatches: argument 'l' is NULL"},
+    {"sp_loader_batch", K_TRY, c184, "sp_loader_batch: argument 'l' is NULL"},
+    {"sp_loader_free", K_NOOP, c185, "?"},
+    {"sp_train", K_RESULT, c186, "sp_train: the model is NULL"},
+    {"sp_evaluate", K_TRY, c187, "sp_evaluate: argument 'm' is NULL"},
+    {"sp_train_step", K_TRY, c188, "sp_train_step: argument 'm' is NULL"},
+    {"sp_step_graph_new", K_TRY, c189, "sp_step_graph_new: argument 'm' is NULL"},
+    {"sp_step_graph_step", K_TRY, c190, "sp_step_graph_step: argument 'g' is NULL"},
+    {"sp_step_graph_counts", K_TRY, c191, "sp_step_graph_counts: argument 'g' is NULL"},
+    {"sp_step_graph_free", K_NOOP, c192, "?"},
+    {"sp_flags_parse", K_TRY, c193, "sp_flags_parse: argument 'argv' is NULL"},
+    {"sp_flags_parse", K_TRY, c194, "sp_flags_parse: argument 'argc' is -1"},
+    {"sp_flags_parse_among", K_TRY, c195, "sp_flags_parse_among: argument 'argv' is NULL"},
+    {"sp_flags_parse_among", K_TRY, c196, "sp_flags_parse_among: argument 'argc' is -1"},
+    {"sp_flag_given", K_TRY, c197, "sp_flag_given: argument 'name' is NULL"},
+    {"sp_flags_digest", K_TRY, c198, "sp_flags_digest: argument 'out' is NULL"},
+    {"sp_flags_digest", K_TRY, c199, "sp_flags_digest: argument 'cap' is -1"},
+    {"sp_flag_value_text", K_TRY, c200, "sp_flag_value_text: argument 'name' is NULL"},
+    {"sp_json_begin", K_TRY, c201, "sp_json_begin: argument 'j' is NULL"},
+    {"sp_json_str", K_TRY, c202, "sp_json_str: argument 'j' is NULL"},
+    {"sp_json_num", K_TRY, c203, "sp_json_num: argument 'j' is NULL"},
+    {"sp_json_int", K_TRY, c204, "sp_json_int: argument 'j' is NULL"},
+    {"sp_json_raw", K_TRY, c205, "sp_json_raw: argument 'j' is NULL"},
+    {"sp_json_end_print", K_TRY, c206, "sp_json_end_print: argument 'j' is NULL"},
+    {"sp_json_writer", K_TRY, c207, "sp_json_writer: argument 'j' is NULL"},
+    {"sp_output_close", K_TRY, c208, "sp_output_close: argument 'what' is NULL"},
+    {"sp_run_defaults", K_TRY, c209, "sp_run_defaults: argument 'o' is NULL"},
+    {"sp_run_parse", K_TRY, c210, "sp_run_parse: argument 'argv' is NULL"},
+    {"sp_run_parse", K_TRY, c211, "sp_run_parse: argument 'argc' is -1"},
+    {"sp_run", K_TRY, c212, "sp_run: argument 'app' is NULL"},
+    {"sp_run_open_images", K_TRY, c213, "sp_run_open_images: argument 'o' is NULL"},
+    {"sp_run_check_synthetic", K_TRY, c214, "sp_run_check_synthetic: argument 'o' is NULL"},
+    {"sp_run_use_device", K_TRY, c215, "sp_run_use_device: argument 'o' is NULL"},
+    {"sp_run_device_to_host", K_TRY, c216, "sp_run_device_to_host: argument 'm' is NULL"},
+    {"sp_run_engine_opts", K_TRY, c217, "sp_run_engine_opts: argument 'o' is NULL"},
+    {"sp_run_open", K_TRY, c218, "sp_run_open: argument 's' is NULL"},
+    {"sp_run_plan", K_TRY, c219, "sp_run_plan: argument 's' is NULL"},
+    {"sp_run_step", K_TRY, c220, "sp_run_step: argument 's' is NULL"},
+    {"sp_run_prints", K_TRY, c221, "sp_run_prints: argument 's' is NULL"},
+    {"sp_run_save", K_TRY, c222, "sp_run_save: argument 's' is NULL"},
+    {"sp_run_close", K_TRY, c223, "sp_run_close: argument 's' is NULL"},
+    {"sp_run_summary_begin", K_TRY, c224, "sp_run_summary_begin: argument 's' is NULL"},
+    {"sp_run_summary_engine", K_TRY, c225, "sp_run_summary_engine: argument 's' is NULL"},
+    {"sp_run_summary_train", K_TRY, c226, "sp_run_summary_train: argument 's' is NULL"},
+    {"sp_run_summary_exec", K_TRY, c227, "sp_run_summary_exec: argument 's' is NULL"},
+    {"sp_zoo_model", K_TRY, c228, "sp_zoo_model: argument 'name' is NULL"},
+    {"sp_zoo_input_shape", K_TRY, c229, "sp_zoo_input_shape: argument 'name' is NULL"},
+    {"sp_clip_grad_norm", K_TRY, c230, "sp_clip_grad_norm: argument 'params' is NULL"},
+    {"sp_clip_grad_norm", K_TRY, c231, "sp_clip_grad_norm: argument 'n' is -1"},
+    {"sp_grad_sq_norm", K_TRY, c232, "sp_grad_sq_norm: argument 'params' is NULL"},
+    {"sp_grad_sq_norm", K_TRY, c233, "sp_grad_sq_norm: argument 'n' is -1"},
+    {"sp_grad_scale", K_TRY, c234, "sp_grad_scale: argument 'params' is NULL"},
+    {"sp_grad_scale", K_TRY, c235, "sp_grad_scale: argument 'n' is -1"},
+    {"sp_optim_set_clip_grad_norm", K_TRY, c236, "sp_optim_set_clip_grad_norm: argument 'o' is NULL"},
+    {"sp_optim_last_grad_norm", K_TRY, c237, "sp_optim_last_grad_norm: argument 'o' is NULL"},
+    {"sp_optim_undo_save", K_TRY, c238, "sp_optim_undo_save: argument 'u' is NULL"},
+    {"sp_optim_undo_restore", K_TRY, c239, "sp_optim_undo_restore: argument 'u' is NULL"},
+    {"sp_optim_undo_clear", K_NOOP, c240, "?"},
+    {"sp_optim_undo_free", K_NOOP, c241, "?"},
+    {"sp_dataset_label", K_TRY, c242, "sp_dataset_label: argument 'd' is NULL"},
+    {"sp_loader_new_rows", K_NULL, c243, "sp_loader_new: the dataset is NULL"},
+    {"sp_loader_samples_read", K_TRY, c244, "sp_loader_samples_read: argument 'l' is NULL"},
+    {"sp_loader_labels_read", K_TRY, c245, "sp_loader_labels_read: argument 'l' is NULL"},
+    {"sp_loader_bytes_read", K_TRY, c246, "sp_loader_bytes_read: argument 'l' is NULL"},
+};
+
+/* Declared with no pointer or count argument: nothing to pass wrong. */
+static const char *const no_pointer_or_count[] = {
+    "sp_clip_coef",
+    "sp_last_error",
+    "sp_clear_error",
+    "sp_check",
+    "sp_xmalloc",
+    "sp_xcalloc",
+    "sp_set_file_alloc_limit",
+    "sp_file_alloc_limit",
+    "sp_node_x",
+    "sp_node_in",
+    "sp_node_has_jt",
+    "sp_engine_names",
+    "sp_engine_opts_default",
+    "sp_backward_cuda_register",
+    "sp_get_threads",
+    "sp_parallel_set_node_procs",
+    "sp_flush_denormals",
+    "sp_denormals_flushed",
+    "sp_parallel_set_inline",
+    "sp_parallel_help",
+    "sp_parallel_help_open",
+    "sp_cpu_relax",
+    "sp_now",
+    "sp_st_dtype_name",
+    "sp_st_dtype_size",
+    "sp_st_dtype_is_float",
+    "sp_relu",
+    "sp_tanh",
+    "sp_sigmoid",
+    "sp_maxpool2d",
+    "sp_flatten",
+    "sp_avgpool2d",
+    "sp_dropout",
+    "sp_global_avgpool2d",
+    "sp_add",
+    "sp_concat",
+    "sp_softmax_ce",
+    "sp_layers_cuda_register",
+    "sp_optim_cfg_default",
+    "sp_optim_cuda_register",
+    "sp_optim_device",
+    "sp_train_cfg_default",
+    "sp_stdout_check",
+    "sp_zoo_lenet",
+    "sp_zoo_vgg11",
+    "sp_zoo_rnn",
+    "sp_zoo_gru",
+    "sp_zoo_mlp",
+    "sp_zoo_resnet20",
+    "sp_zoo_names",
+    "sp_cuda_start",
+};
+
+typedef struct api_call {
+    void (*call)(void);
+} api_call;
+
+static void api_run(void *arg) { ((api_call *)arg)->call(); }
+
+/* In a child process: 0 when the call kept its kind's promise, 3 when it returned
+ * something else, 4 when its message does not name the argument. */
+static int api_probe(const api_case *c)
+{
+    sp_clear_error();
+    g_status = SP_OK;
+    g_ptr = &g_status;
+    api_call a = {c->call};
+    switch (c->kind) {
+    case K_TRY:
+        if (sp_try(api_run, &a) != SP_ERR) return 3;
+        break;
+    case K_NOOP:
+    case K_ACCEPT:
+        c->call();
+        return 0;
+    default:
+        c->call();
+        if (c->kind == K_NULL ? g_ptr != NULL : g_status != SP_ERR) return 3;
+    }
+    return strstr(sp_last_error(), c->says) ? 0 : 4;
+}
+
+/* Each case in its own child (a crash, a hang or an exit is that case's finding): every
+ * public function given NULLs or a negative count keeps its kind's promise. They
+ * crashed (sp_model_load(NULL, p), sp_loader_new(NULL, ...), sp_backward(e, NULL, l),
+ * ...) or passed NULL on (sp_st_open(NULL) to stat). */
+Test(api, every_public_function_checks_its_arguments, .timeout = 300)
+{
+    static const char *kinds[] = {"status", "NULL", "result", "sp_try", "no-op", "accepts NULL"};
+    char bad[16384] = "";
+    size_t len = 0;
+    int nbad = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+            alarm(20);
+            if (!freopen("/dev/null", "w", stderr)) _exit(5);
+            _exit(api_probe(&cases[i]));
+        }
+        int st;
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
+        nbad++;
+        if (len < sizeof bad - 200)
+            len += (size_t)snprintf(bad + len, sizeof bad - len, "  case %zu %s (%s, \"%s\"): %s %d\n", i,
+                                    cases[i].name, kinds[cases[i].kind], cases[i].says,
+                                    WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st)
+                                                                                          : WEXITSTATUS(st));
+    }
+    cr_assert_eq(nbad, 0, "%d of %zu cases broke their promise (exit 3: wrong result, 4: message, 2: exited):\n%s",
+                 nbad, sizeof cases / sizeof *cases, bad);
+}
+
+/* Names of the functions declared at file level in the header `path` and, recursively,
+ * in the repository headers it includes (each header once). */
+static void api_declared(const char *path, char (*seen)[128], int *nseen, char (*names)[64], int *n, int cap)
+{
+    for (int i = 0; i < *nseen; i++)
+        if (strcmp(seen[i], path) == 0) return;
+    snprintf(seen[(*nseen)++], 128, "%s", path);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s not found (run from the repository root)", path);
+    char line[1024];
+    bool comment = false;
+    while (fgets(line, sizeof line, f)) {
+        char inc[128];
+        if (sscanf(line, "#include \"%127[^\"]\"", inc) == 1) {
+            api_declared(inc, seen, nseen, names, n, cap);
+            continue;
+        }
+        if (comment) {
+            comment = !strstr(line, "*/");
+            continue;
+        }
+        if (strncmp(line, "/*", 2) == 0) {
+            comment = !strstr(line, "*/");
+            continue;
+        }
+        if (line[0] == ' ' || line[0] == '#' || line[0] == '}' || strncmp(line, "typedef", 7) == 0) continue;
+        char *paren = strchr(line, '(');
+        if (!paren) continue;
+        char *end = paren;
+        while (end > line && end[-1] == ' ') end--;
+        char *start = end;
+        while (start > line && (isalnum((unsigned char)start[-1]) || start[-1] == '_')) start--;
+        if (end - start < 4 || strncmp(start, "sp_", 3) != 0 || end - start >= 64) continue;
+        cr_assert_lt(*n, cap);
+        memcpy(names[*n], start, (size_t)(end - start));
+        names[(*n)++][end - start] = 0;
+    }
+    fclose(f);
+}
+
+/* The table above names every function the public headers declare: a function added
+ * later without a case fails here. */
+Test(api, the_cases_cover_every_public_function)
+{
+    static char names[512][64], seen[64][128];
+    int n = 0, nseen = 0;
+    api_declared("scanprop.h", seen, &nseen, names, &n, 512);
+    cr_assert_gt(n, 200, "only %d functions found in scanprop.h's headers", n);
+    char missing[4096] = "";
+    for (int i = 0; i < n; i++) {
+        bool found = false;
+        for (size_t k = 0; k < sizeof cases / sizeof *cases && !found; k++) found = strcmp(cases[k].name, names[i]) == 0;
+        for (size_t k = 0; k < sizeof no_pointer_or_count / sizeof *no_pointer_or_count && !found; k++)
+            found = strcmp(no_pointer_or_count[k], names[i]) == 0;
+        if (!found && strlen(missing) + 70 < sizeof missing) strcat(strcat(missing, " "), names[i]);
+    }
+    cr_assert_eq(missing[0], 0, "declared in scanprop.h's headers with no case:%s", missing);
 }

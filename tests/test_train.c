@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 #include <dirent.h>
+#include <malloc.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include "layers/zoo.h"
 #include "schedulers/backward/engine.h"
@@ -355,6 +357,138 @@ Test(train, bad_paths_are_a_status)
         }
     cr_assert_eq(open_fds(), fds, "200 refused calls left file descriptors open");
     sp_dataset_free(d);
+}
+
+/* ---- 1,000 failing runs leave nothing behind ---- */
+
+/* n samples of `width` features, labels i % 2 up to sample `from`, y_from after it. */
+static sp_dataset *small_set(int n, int width, int from, int y_from)
+{
+    float *x;
+    int *y;
+    sp_dataset *d = sp_dataset_new_f32("small", n, 1, (int[]){width}, 10, &x, &y);
+    cr_assert_not_null(d);
+    tu_fill_uniform(x, (size_t)n * width, 9, -1, 1);
+    for (int i = 0; i < n; i++) y[i] = i >= from ? y_from : i % 2;
+    return d;
+}
+
+static long proc_status_field(const char *key)   /* "Threads:" of /proc/self/status */
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, key, strlen(key)) == 0) v = atol(line + strlen(key));
+    if (f) fclose(f);
+    return v;
+}
+
+static int proc_maps(void)   /* mappings: an arena block or a thread stack left mapped shows here */
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    int n = 0, c;
+    while (f && (c = fgetc(f)) != EOF) n += c == '\n';
+    if (f) fclose(f);
+    return n;
+}
+
+typedef struct fail_ctx {
+    const char *dir;   /* FAIL_SAVE: removed after step 1, so the save at step 2 fails */
+    sp_model *m;       /* FAIL_NAN: fc2's bias made NaN after step 1 */
+} fail_ctx;
+
+static void break_after_step_1(void *ctx, long steps)
+{
+    fail_ctx *f = ctx;
+    if (steps != 1) return;
+    if (f->dir) rmdir(f->dir);
+    if (f->m) f->m->params[f->m->nparams - 1]->value.data[0] = NAN;
+}
+
+enum { FAIL_NAN, FAIL_SAVE, FAIL_SHAPE, FAIL_LABEL, FAIL_TEST_SHAPE, FAIL_KINDS };
+
+/* One sp_train call that fails in the given way, on an MLP 4-3-2 with SGD + momentum,
+ * a prefetching loader of batch 4 over 8 samples, 4 steps (the NaN, the save and the
+ * label fail at step 2, the test set at the evaluation after step 1); FAIL_LABEL runs ooo with per-layer updates on two lanes, so the
+ * failing forward overlaps the previous step's tail. Returns sp_train's result. */
+static sp_train_result fail_once(int kind, sp_dataset *const *sets, const char *dir, const char *ck)
+{
+    sp_model *m = sp_zoo_mlp(4, 3, 2);
+    sp_model_init(m, 1);
+    sp_optim_cfg oc = sp_optim_cfg_default();
+    oc.momentum = 0.9;
+    sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &oc);
+    layer_update u = {o, NULL};
+    sp_engine_opts eo = {.order = "ooo", .update = update_layer, .update_ctx = &u};
+    sp_engine *e = kind == FAIL_LABEL ? sp_engine_create("ooo", &eo) : sp_engine_create("linear", NULL);
+    sp_loader *l = sp_loader_new(sets[kind], 4, false, 1, false);
+    sp_train_cfg tc = sp_train_cfg_default();
+    tc.app = "leak", tc.steps = 4, tc.quiet = true;
+    if (kind == FAIL_SAVE) {
+        cr_assert_eq(mkdir(dir, 0755), 0);
+        tc.save_every = 2, tc.save_path = ck;
+    }
+    fail_ctx f = {kind == FAIL_SAVE ? dir : NULL, kind == FAIL_NAN ? m : NULL};
+    tc.on_step = break_after_step_1, tc.on_step_ctx = &f;
+    if (kind == FAIL_TEST_SHAPE) tc.eval_every = 1;
+    sp_train_result r = sp_train(m, e, o, l, kind == FAIL_TEST_SHAPE ? sets[FAIL_KINDS] : NULL, &tc);
+    sp_loader_free(l);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    sp_model_free(m);
+    return r;
+}
+
+/* sp_train returns a status, never ends the process, when a run fails on the way — a
+ * non-finite loss, a checkpoint save that fails, a batch of another shape, a label past
+ * the model's classes, a test set of another shape at an evaluation — and frees what
+ * it holds: after 1,000 such calls the threads, descriptors, mappings and heap are
+ * where they were (each of these ended the process; under sp_try each leaked the run). */
+Test(train, failing_runs_are_a_status_and_leak_nothing, .timeout = 120)
+{
+    sp_set_threads(2);
+    sp_ooo_exec_set_min_two_lane_flops(0);
+    /* the training set of each kind; [FAIL_KINDS]: FAIL_TEST_SHAPE's test set */
+    sp_dataset *sets[FAIL_KINDS + 1] = {
+        [FAIL_NAN] = small_set(8, 4, 8, 0),   [FAIL_SAVE] = small_set(8, 4, 8, 0),
+        [FAIL_SHAPE] = small_set(8, 5, 8, 0), [FAIL_LABEL] = small_set(8, 4, 4, 7),
+        [FAIL_TEST_SHAPE] = small_set(8, 4, 8, 0), [FAIL_KINDS] = small_set(8, 5, 8, 0),
+    };
+    static const char *says[FAIL_KINDS] = {"loss became nan at step 1", "ck.st", "fc1", "label 7", "fc1"};
+    static const long steps[FAIL_KINDS] = {1, 2, 0, 1, 1};   /* how far each got */
+    char dir[4200], ck[4300];
+    snprintf(dir, sizeof dir, "%s/leak", tu_tmpdir());
+    snprintf(ck, sizeof ck, "%s/ck.st", dir);
+    long threads = 0;
+    int fds = 0, maps = 0;
+    size_t heap = 0;
+    double t0 = sp_now();
+    for (int i = 0; i < 1000 + 5 * FAIL_KINDS; i++) {
+        if (i == 5 * FAIL_KINDS) {   /* after a warm-up: lazily made pools, buffers */
+            threads = proc_status_field("Threads:");
+            fds = open_fds();
+            maps = proc_maps();
+            heap = mallinfo2().uordblks;
+            t0 = sp_now();
+        }
+        int kind = i % FAIL_KINDS;
+        sp_clear_error();
+        sp_train_result r = fail_once(kind, sets, dir, ck);
+        cr_assert_eq(r.status, SP_ERR, "call %d (kind %d) did not fail", i, kind);
+        cr_assert(strstr(sp_last_error(), says[kind]), "kind %d: the message does not say '%s': %s", kind, says[kind],
+                  sp_last_error());
+        cr_assert_eq(r.steps, steps[kind], "kind %d: %ld steps", kind, r.steps);
+    }
+    double secs = sp_now() - t0;
+    cr_expect_eq(proc_status_field("Threads:"), threads, "threads: %ld before, %ld after", threads,
+                 proc_status_field("Threads:"));
+    cr_expect_eq(open_fds(), fds, "file descriptors: %d before, %d after", fds, open_fds());
+    cr_expect_leq(proc_maps(), maps + 4, "mappings: %d before, %d after", maps, proc_maps());
+    size_t now = mallinfo2().uordblks;
+    cr_expect_leq(now, heap + 16384, "heap in use: %zu bytes before, %zu after 1,000 failed runs", heap, now);
+    cr_expect_lt(secs, 10.0, "1,000 failing runs took %.1f s", secs);
+    for (int k = 0; k <= FAIL_KINDS; k++) sp_dataset_free(sets[k]);
 }
 
 /* 96 samples, 12 steps an epoch, shuffled (the loader reuses its buffers while a step's

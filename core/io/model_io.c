@@ -14,6 +14,8 @@
 
 int sp_model_save(const sp_model *m, const char *path)
 {
+    if (!m) return sp_error("sp_model_save: argument 'm' is NULL");
+    if (!path) return sp_error("sp_model_save: argument 'path' is NULL");
     int n = sp_model_nstate(m);   /* parameters and buffers */
     const char **names = sp_xcalloc((size_t)(n ? n : 1), sizeof *names);
     const sp_tensor **ts = sp_xcalloc((size_t)(n ? n : 1), sizeof *ts);
@@ -30,6 +32,8 @@ int sp_model_save(const sp_model *m, const char *path)
 
 int sp_model_check_saved_name(const sp_st_file *f, const sp_model *m)
 {
+    if (!f) return sp_error("sp_model_check_saved_name: argument 'f' is NULL");
+    if (!m) return sp_error("sp_model_check_saved_name: argument 'm' is NULL");
     const char *saved = sp_st_metadata(f, "scanprop_model");
     if (saved && strcmp(saved, m->name) != 0)
         return sp_error("%s is a %s checkpoint, not a %s one", sp_st_path(f), saved, m->name);
@@ -49,6 +53,9 @@ static void note_problem(char *first, size_t len, int *count, const char *fmt, .
 
 int sp_check_finite_f32(const sp_st_file *f, const char *name, const float *v, size_t n)
 {
+    if (!f) return sp_error("sp_check_finite_f32: argument 'f' is NULL");
+    if (!name) return sp_error("sp_check_finite_f32: argument 'name' is NULL");
+    if (!v) return sp_error("sp_check_finite_f32: argument 'v' is NULL");
     for (size_t i = 0; i < n; i++)
         if (!isfinite(v[i]))
             return sp_error("%s: %s[%zu] is %g (expected finite values: a diverged run's checkpoint?)", sp_st_path(f),

@@ -466,12 +466,26 @@ void sp_st_close(sp_st_file *f)
     free(f);
 }
 
-const char *sp_st_path(const sp_st_file *f) { return f->path; }
-int sp_st_count(const sp_st_file *f) { return f->n; }
-const sp_st_tensor *sp_st_at(const sp_st_file *f, int i) { return &f->tensors[i]; }
+const char *sp_st_path(const sp_st_file *f)
+{
+    if (!f) return sp_error("sp_st_path: argument 'f' is NULL"), NULL;
+    return f->path;
+}
+int sp_st_count(const sp_st_file *f)
+{
+    if (!f) sp_fail("sp_st_count: argument 'f' is NULL");
+    return f->n;
+}
+const sp_st_tensor *sp_st_at(const sp_st_file *f, int i)
+{
+    if (!f) return sp_error("sp_st_at: argument 'f' is NULL"), NULL;
+    return &f->tensors[i];
+}
 
 const sp_st_tensor *sp_st_find(const sp_st_file *f, const char *name)
 {
+    if (!f) return sp_error("sp_st_find: argument 'f' is NULL"), NULL;
+    if (!name) return sp_error("sp_st_find: argument 'name' is NULL"), NULL;
     for (int i = 0; i < f->n; i++)
         if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
     return NULL;
@@ -479,6 +493,8 @@ const sp_st_tensor *sp_st_find(const sp_st_file *f, const char *name)
 
 const char *sp_st_metadata(const sp_st_file *f, const char *key)
 {
+    if (!f) return sp_error("sp_st_metadata: argument 'f' is NULL"), NULL;
+    if (!key) return sp_error("sp_st_metadata: argument 'key' is NULL"), NULL;
     for (int i = 0; i < f->nmeta; i++)
         if (strcmp(f->meta[2 * i], key) == 0) return f->meta[2 * i + 1];
     return NULL;
@@ -486,6 +502,10 @@ const char *sp_st_metadata(const sp_st_file *f, const char *key)
 
 bool sp_st_shape_problem(const sp_st_tensor *t, int ndim, const int *shape, char *msg, size_t len)
 {
+    if (ndim < 0) sp_fail("sp_st_shape_problem: argument 'ndim' is %d (expected >= 0)", ndim);
+    if (!t) sp_fail("sp_st_shape_problem: argument 't' is NULL");
+    if (ndim > 0 && !shape) sp_fail("sp_st_shape_problem: argument 'shape' is NULL");
+    if (!msg) sp_fail("sp_st_shape_problem: argument 'msg' is NULL");
     bool same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
     if (same) return false;
@@ -539,11 +559,15 @@ static int read_bytes_at(const sp_st_file *f, const sp_st_tensor *t, void *dst, 
 
 int sp_st_read_raw(const sp_st_file *f, const sp_st_tensor *t, void *dst)
 {
+    if (!f) return sp_error("sp_st_read_raw: argument 'f' is NULL");
+    if (!t) return sp_error("sp_st_read_raw: argument 't' is NULL");
+    if (!dst) return sp_error("sp_st_read_raw: argument 'dst' is NULL");
     return read_bytes_at(f, t, dst, t->nbytes, 0);
 }
 
 int sp_st_read_f32(const sp_st_file *f, const char *name, float *dst, int ndim, const int *shape)
 {
+    if (ndim < 0) return sp_error("sp_st_read_f32: argument 'ndim' is %d (expected >= 0)", ndim);
     if (!f || !name || !dst)
         return sp_error("sp_st_read_f32: %s is NULL", !f ? "the file" : !name ? "the name" : "the destination");
     const sp_st_tensor *t = get_checked(f, name, ndim, shape, true);
@@ -588,6 +612,10 @@ static int64_t int_at(sp_st_dtype dt, const unsigned char *s, size_t i)
 
 int sp_st_read_i32(const sp_st_file *f, const char *name, int32_t *dst, int ndim, const int *shape)
 {
+    if (ndim < 0) return sp_error("sp_st_read_i32: argument 'ndim' is %d (expected >= 0)", ndim);
+    if (!f) return sp_error("sp_st_read_i32: argument 'f' is NULL");
+    if (!name) return sp_error("sp_st_read_i32: argument 'name' is NULL");
+    if (!dst) return sp_error("sp_st_read_i32: argument 'dst' is NULL");
     const sp_st_tensor *t = get_checked(f, name, ndim, shape, false);
     if (!t) return SP_ERR;
     size_t w = dtypes[t->dtype].size;

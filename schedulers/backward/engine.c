@@ -36,6 +36,7 @@ const char *sp_engine_names(void)
 
 unsigned sp_engine_caps(const char *name)
 {
+    if (!name) sp_fail("sp_engine_caps: argument 'name' is NULL");
     for (size_t i = 0; i < NENGINES; i++)
         if (name && strcmp(name, ENGINES[i].name) == 0) return ENGINES[i].caps;
     return 0;
@@ -43,6 +44,7 @@ unsigned sp_engine_caps(const char *name)
 
 const char *sp_engine_names_with(unsigned caps, char *buf, size_t len)
 {
+    if (!buf) sp_fail("sp_engine_names_with: argument 'buf' is NULL");
     size_t total = 0, k = 0;
     for (size_t i = 0; i < NENGINES; i++) total += (ENGINES[i].caps & caps) == caps;
     buf[0] = 0;
@@ -59,6 +61,7 @@ sp_engine_opts sp_engine_opts_default(void) { return (sp_engine_opts){.scan_leve
 
 sp_engine *sp_engine_create(const char *name, const sp_engine_opts *opts)
 {
+    if (!name) sp_fail("sp_engine_create: argument 'name' is NULL");
     sp_engine_opts defaults = sp_engine_opts_default();
     for (size_t i = 0; i < NENGINES; i++) {
         if (strcmp(name, ENGINES[i].name) != 0) continue;
@@ -88,48 +91,62 @@ void sp_backward(sp_engine *e, sp_tape *t, sp_node *loss)
 
 void sp_backward_async(sp_engine *e, sp_tape *t, sp_node *loss)
 {
+    if (!e) sp_fail("sp_backward_async: argument 'e' is NULL");
+    if (!t) sp_fail("sp_backward_async: argument 't' is NULL");
+    if (!loss) sp_fail("sp_backward_async: argument 'loss' is NULL");
     if (e->backward_async) e->backward_async(e, t, loss);
     else e->backward(e, t, loss);
 }
 
 void sp_engine_sync(sp_engine *e)
 {
+    if (!e) sp_fail("sp_engine_sync: argument 'e' is NULL");
     if (e->sync) e->sync(e);
 }
 
 void sp_engine_wait_layer(sp_engine *e, const sp_layer *l)
 {
+    if (!e) sp_fail("sp_engine_wait_layer: argument 'e' is NULL");
+    if (!l) sp_fail("sp_engine_wait_layer: argument 'l' is NULL");
     if (e->wait_layer) e->wait_layer(e, l);
 }
 
 void sp_engine_set_graph(sp_engine *e, bool on)
 {
+    if (!e) sp_fail("sp_engine_set_graph: argument 'e' is NULL");
     if (e->set_graph) e->set_graph(e, on);
     else if (on) sp_fail("--cuda-graph: the %s engine does not capture its backward as a graph", e->name);
 }
 
 void sp_engine_set_step_capture(sp_engine *e, bool on)
 {
+    if (!e) sp_fail("sp_engine_set_step_capture: argument 'e' is NULL");
     if (e->set_step_capture) e->set_step_capture(e, on);
 }
 
 void sp_engine_check(sp_engine *e, struct sp_model *m, const sp_tensor *x1, const int *y1)
 {
+    if (!e) sp_fail("sp_engine_check: argument 'e' is NULL");
+    if (!m) sp_fail("sp_engine_check: argument 'm' is NULL");
     if (e->check) e->check(e, m, x1, y1);
 }
 
 void sp_engine_report(sp_engine *e, const sp_report_writer *w)
 {
+    if (!e) sp_fail("sp_engine_report: argument 'e' is NULL");
     if (e->report) e->report(e, w);
 }
 
 bool sp_engine_plan(sp_engine *e, struct sp_model *m, const sp_tensor *x, const int *y, const sp_report_writer *w)
 {
+    if (!e) sp_fail("sp_engine_plan: argument 'e' is NULL");
+    if (!m) sp_fail("sp_engine_plan: argument 'm' is NULL");
     return e->plan && e->plan(e, m, x, y, w);
 }
 
 void sp_mark_needs_grad(sp_tape *t)
 {
+    if (!t) sp_fail("sp_mark_needs_grad: argument 't' is NULL");
     for (int i = 0; i < t->n; i++) {
         sp_node *n = t->nodes[i];
         n->needs_grad = n->op && n->layer && n->layer->nparams > 0;
@@ -139,6 +156,8 @@ void sp_mark_needs_grad(sp_tape *t)
 
 void sp_alloc_grads(sp_tape *t, sp_node *loss)
 {
+    if (!t) sp_fail("sp_alloc_grads: argument 't' is NULL");
+    if (!loss) sp_fail("sp_alloc_grads: argument 'loss' is NULL");
     /* A node read once (one input slot of one op), which the backward runs (at or before the loss),
      * gets ∂l/∂y overwritten by that op's δ (backward_input's contract): no zeroing.
      * A fan-out accumulates into it, and an output nobody back-propagates keeps 0. */

@@ -21,6 +21,7 @@ static sp_flag *find(sp_flag *set, const char *name, size_t len)
 
 bool sp_flag_given(const char *name)
 {
+    if (!name) sp_fail("sp_flag_given: argument 'name' is NULL");
     sp_flag *f = find(g_flags, name, strlen(name));
     return f && f->set;
 }
@@ -164,6 +165,8 @@ static const char *value_full(const sp_flag *f, char *buf, size_t len)
 
 const char *sp_flag_value_text(const char *name, char *buf, size_t len)
 {
+    if (!name) sp_fail("sp_flag_value_text: argument 'name' is NULL");
+    if (!buf) sp_fail("sp_flag_value_text: argument 'buf' is NULL");
     const sp_flag *f = find(g_flags, name, strlen(name));
     if (!f) {
         buf[0] = 0;
@@ -181,6 +184,8 @@ static uint32_t fnv(uint32_t h, const char *s)
 
 int sp_flags_digest(sp_flag_digest *out, int cap, const char *skip)
 {
+    if (cap < 0) sp_fail("sp_flags_digest: argument 'cap' is %d (expected >= 0)", cap);
+    if (!out) sp_fail("sp_flags_digest: argument 'out' is NULL");
     int n = 0;
     for (const sp_flag *f = g_flags; f && f->name && n < cap; f++) {
         if (skip && in_list(skip, f->name, strlen(f->name))) continue;
@@ -400,12 +405,22 @@ static void parse(int argc, char **argv, const char *app, const char *summary, s
 
 void sp_flags_parse(int argc, char **argv, const char *app, const char *summary, sp_flag *flags)
 {
+    if (argc < 0) sp_fail("sp_flags_parse: argument 'argc' is %d (expected >= 0)", argc);
+    if (!argv) sp_fail("sp_flags_parse: argument 'argv' is NULL");
+    if (!app) sp_fail("sp_flags_parse: argument 'app' is NULL");
+    if (!summary) sp_fail("sp_flags_parse: argument 'summary' is NULL");
+    if (!flags) sp_fail("sp_flags_parse: argument 'flags' is NULL");
     parse(argc, argv, app, summary, flags, NULL);
 }
 
 void sp_flags_parse_among(int argc, char **argv, const char *app, const char *summary, sp_flag *flags,
                           const sp_flag *others)
 {
+    if (argc < 0) sp_fail("sp_flags_parse_among: argument 'argc' is %d (expected >= 0)", argc);
+    if (!argv) sp_fail("sp_flags_parse_among: argument 'argv' is NULL");
+    if (!app) sp_fail("sp_flags_parse_among: argument 'app' is NULL");
+    if (!summary) sp_fail("sp_flags_parse_among: argument 'summary' is NULL");
+    if (!flags) sp_fail("sp_flags_parse_among: argument 'flags' is NULL");
     parse(argc, argv, app, summary, flags, others);
 }
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/resource.h>
 #include "schedulers/train/run.h"
 #ifdef SP_HAVE_CUDA
 #include "core/kernels/cuda.h"
@@ -26,6 +27,7 @@
 
 void sp_run_defaults(sp_run_opts *o)
 {
+    if (!o) sp_fail("sp_run_defaults: argument 'o' is NULL");
     sp_engine_opts eo = sp_engine_opts_default();
     *o = (sp_run_opts){
         .optim = "sgd", .backward = SP_ENGINE_DEFAULT, .lr_schedule = "constant", .epochs = 1, .batch = 64,
@@ -243,6 +245,11 @@ static void check_ranges(sp_run_opts *o)
 void sp_run_parse(int argc, char **argv, const char *app, const char *summary, sp_run_opts *o, unsigned scopes,
                   sp_flag *extra)
 {
+    if (argc < 0) sp_fail("sp_run_parse: argument 'argc' is %d (expected >= 0)", argc);
+    if (!argv) sp_fail("sp_run_parse: argument 'argv' is NULL");
+    if (!app) sp_fail("sp_run_parse: argument 'app' is NULL");
+    if (!summary) sp_fail("sp_run_parse: argument 'summary' is NULL");
+    if (!o) sp_fail("sp_run_parse: argument 'o' is NULL");
     static sp_flag common[64], set[128];
     int nc = common_flags(o, common, 64), n = 0;
     for (const sp_flag *f = extra; f && f->name; f++) {
@@ -280,6 +287,9 @@ void sp_run_parse(int argc, char **argv, const char *app, const char *summary, s
 /* The datasets of the image apps: fashion-mnist / mnist (IDX), cifar10, folder. */
 void sp_run_open_images(const sp_run_opts *o, int pad_to, sp_dataset **train, sp_dataset **test)
 {
+    if (!o) sp_fail("sp_run_open_images: argument 'o' is NULL");
+    if (!train) sp_fail("sp_run_open_images: argument 'train' is NULL");
+    if (!test) sp_fail("sp_run_open_images: argument 'test' is NULL");
     const char *fmt = o->data_format ? o->data_format : "fashion-mnist";
     if (!o->data && strcmp(fmt, "fashion-mnist") != 0)
         sp_fail("--data-format %s needs --data DIR (only fashion-mnist has a default directory)", fmt);
@@ -304,18 +314,58 @@ void sp_run_open_images(const sp_run_opts *o, int pad_to, sp_dataset **train, sp
     }
 }
 
+/* The first number in file `path` after `key` (NULL: at the start), times `unit`; 0 when
+ * the file or the key is missing or the value is not a number ("max"). */
+static double number_in(const char *path, const char *key, double unit)
+{
+    FILE *f = sp_open_read(path, NULL);
+    if (!f) return sp_clear_error(), 0;
+    char line[256];
+    double v = 0;
+    while (v == 0 && fgets(line, sizeof line, f)) {
+        const char *at = key ? strstr(line, key) : line;
+        if (at) v = strtod(at + (key ? strlen(key) : 0), NULL) * unit;
+    }
+    fclose(f);
+    return v;
+}
+
+/* The bytes a run may give its datasets, and which bound set it: half the memory
+ * available now (MemAvailable; the physical memory if unknown), the address-space and
+ * data-segment limits (ulimit -v, -d), the cgroup's memory limit, SCANPROP_MAX_FILE_ALLOC. */
+static double usable_memory(const char **why)
+{
+    double limit = (double)sp_file_alloc_limit(), v;
+    *why = "SCANPROP_MAX_FILE_ALLOC";
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double avail = number_in("/proc/meminfo", "MemAvailable:", 1024);
+    if (avail <= 0 && pages > 0 && page > 0) avail = (double)pages * page;
+    if (avail > 0 && avail / 2 < limit) limit = avail / 2, *why = "half the available memory";
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (double)rl.rlim_cur < limit)
+        limit = (double)rl.rlim_cur, *why = "the address-space limit (ulimit -v)";
+    if (getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (double)rl.rlim_cur < limit)
+        limit = (double)rl.rlim_cur, *why = "the data-segment limit (ulimit -d)";
+    if ((v = number_in("/sys/fs/cgroup/memory.max", NULL, 1)) > 0 && v < limit)
+        limit = v, *why = "the cgroup's memory.max";
+    if ((v = number_in("/sys/fs/cgroup/memory/memory.limit_in_bytes", NULL, 1)) > 0 && v < limit)
+        limit = v, *why = "the cgroup's memory limit";
+    return limit;
+}
+
 void sp_run_check_synthetic(const sp_run_opts *o, const char *flag, int samples, int test_samples,
                             size_t sample_bytes)
 {
+    if (!o) sp_fail("sp_run_check_synthetic: argument 'o' is NULL");
+    if (!flag) sp_fail("sp_run_check_synthetic: argument 'flag' is NULL");
     if (!o->eval_only && o->batch > samples)
         sp_fail("--batch %d exceeds the %d training samples (%s %d)", o->batch, samples, flag, samples);
     double need = ((double)samples + test_samples) * ((double)sample_bytes + sizeof(int));
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    double limit = (double)sp_file_alloc_limit();
-    if (pages > 0 && page > 0 && (double)pages * page / 2 < limit) limit = (double)pages * page / 2;
+    const char *why;
+    double limit = usable_memory(&why);
     if (need > limit)
-        sp_fail("%s %d: the training and test sets need %.3g GB, above the %.3g GB this run may use (half the "
-                "memory, at most SCANPROP_MAX_FILE_ALLOC)", flag, samples, need / 1e9, limit / 1e9);
+        sp_fail("%s %d: the training and test sets need %.3g GB, above the %.3g GB this run may use (%s)", flag,
+                samples, need / 1e9, limit / 1e9, why);
 }
 
 /* ---- the engine, its plan and the device ------------------------------------------------- */
@@ -326,6 +376,7 @@ static void update_layer(void *ctx, sp_layer *l) { sp_optim_step_params(ctx, l->
 
 sp_engine_opts sp_run_engine_opts(const sp_run_opts *o)
 {
+    if (!o) sp_fail("sp_run_engine_opts: argument 'o' is NULL");
     return (sp_engine_opts){.scan_levels = o->scan_levels,
                             .order = o->order,
                             .k = o->k,
@@ -358,6 +409,8 @@ static void plan_only(const char *app, const sp_run_opts *o, sp_model *m, const 
 
 void sp_run_use_device(const sp_run_opts *o, sp_model *m)
 {
+    if (!o) sp_fail("sp_run_use_device: argument 'o' is NULL");
+    if (!m) sp_fail("sp_run_use_device: argument 'm' is NULL");
     if (strcmp(o->device, "cuda") != 0) return;
     char names[256];
     if (!(sp_engine_caps(o->backward) & SP_ENGINE_DEVICE))
@@ -385,6 +438,7 @@ void sp_run_use_device(const sp_run_opts *o, sp_model *m)
 
 void sp_run_device_to_host(sp_model *m)
 {
+    if (!m) sp_fail("sp_run_device_to_host: argument 'm' is NULL");
 #ifdef SP_HAVE_CUDA
     if (m->nparams && m->params[0]->value.device != SP_CPU) sp_model_to_device(m, SP_CPU);
 #else
@@ -584,11 +638,17 @@ static void open_session(sp_run_session *s, const char *app, const sp_run_opts *
 void sp_run_open(sp_run_session *s, const char *app, const sp_run_opts *o, sp_model *m, const sp_tensor *x1,
                  const int *y1)
 {
+    if (!s) sp_fail("sp_run_open: argument 's' is NULL");
+    if (!app) sp_fail("sp_run_open: argument 'app' is NULL");
+    if (!o) sp_fail("sp_run_open: argument 'o' is NULL");
+    if (!m) sp_fail("sp_run_open: argument 'm' is NULL");
     open_session(s, app, o, m, x1, y1, NULL, NULL);
 }
 
 bool sp_run_plan(sp_run_session *s, const sp_tensor *x, const int *y)
 {
+    if (!s) sp_fail("sp_run_plan: argument 's' is NULL");
+    if (!x) sp_fail("sp_run_plan: argument 'x' is NULL");
     if (!(s->o->plan || s->o->plan_svg) || s->o->parallel) return false;   /* --parallel scan: sp_run_open */
     plan_only(s->app, s->o, s->m, x, y);
     return true;
@@ -596,14 +656,22 @@ bool sp_run_plan(sp_run_session *s, const sp_tensor *x, const int *y)
 
 float sp_run_step(sp_run_session *s, sp_tape *t, const sp_tensor *x, const int *y)
 {
+    if (!s) sp_fail("sp_run_step: argument 's' is NULL");
+    if (!t) sp_fail("sp_run_step: argument 't' is NULL");
+    if (!x) sp_fail("sp_run_step: argument 'x' is NULL");
     if (s->exec) return sp_exec_step(s->exec, x, y, NULL, NULL, NULL);
     return sp_train_step(s->m, s->engine, s->optim, t, x, y, NULL, NULL, NULL);
 }
 
-bool sp_run_prints(const sp_run_session *s) { return !s->exec || sp_exec_rank(s->exec) == 0; }
+bool sp_run_prints(const sp_run_session *s)
+{
+    if (!s) sp_fail("sp_run_prints: argument 's' is NULL");
+    return !s->exec || sp_exec_rank(s->exec) == 0;
+}
 
 void sp_run_save(sp_run_session *s)
 {
+    if (!s) sp_fail("sp_run_save: argument 's' is NULL");
     sp_run_device_to_host(s->m);
     const sp_run_opts *o = s->o;
     if (s->exec && o->save) sp_exec_sync_weights(s->exec);
@@ -615,6 +683,7 @@ void sp_run_save(sp_run_session *s)
 
 void sp_run_close(sp_run_session *s, sp_json *j)
 {
+    if (!s) sp_fail("sp_run_close: argument 's' is NULL");
     if (j) {
         sp_run_summary_exec(s, j);
         if (sp_run_prints(s)) sp_json_end_print(j);
@@ -714,6 +783,10 @@ static void data_identity(sp_dataset *d, char *out, size_t len)
 
 sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_dataset *train, sp_dataset *test)
 {
+    if (!app) sp_fail("sp_run: argument 'app' is NULL");
+    if (!o) sp_fail("sp_run: argument 'o' is NULL");
+    if (!m) sp_fail("sp_run: argument 'm' is NULL");
+    if (!train) sp_fail("sp_run: argument 'train' is NULL");
     if (o->eval_only) {   /* --load is required by the flags */
         sp_check(sp_model_load(m, o->load));
         return eval_only(app, o, m, test ? test : train);
@@ -731,14 +804,14 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_run_session s;
     {   /* the engine options are checked against the model on one sample */
-        sp_loader *one = sp_loader_new_sync(train, 1, false, 0, false);
+        sp_loader *one = sp_check_ptr(sp_loader_new_sync(train, 1, false, 0, false));
         sp_batch b;
         sp_loader_next(one, &b);
         open_session(&s, app, o, m, &b.x, b.y, train, test);
         sp_loader_free(one);
     }
     if ((o->plan || o->plan_svg) && !o->parallel) {   /* the plan of the first batch; nothing trains */
-        sp_loader *l = sp_loader_new_sync(train, o->batch, false, o->seed, false);
+        sp_loader *l = sp_check_ptr(sp_loader_new_sync(train, o->batch, false, o->seed, false));
         sp_batch b;
         if (!sp_loader_next(l, &b)) sp_fail("%s: --plan: the training set is empty", app);
         sp_run_plan(&s, &b.x, b.y);
@@ -757,7 +830,7 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
         need = sp_xmalloc((size_t)o->batch);
         sp_exec_rows_needed(s.exec, o->batch, need);
     }
-    sp_loader *loader = sp_loader_new_rows(train, o->batch, !o->no_shuffle, o->seed, s.exec != NULL, need);
+    sp_loader *loader = sp_check_ptr(sp_loader_new_rows(train, o->batch, !o->no_shuffle, o->seed, s.exec != NULL, need));
     free(need);
     sp_train_cfg tc = {.app = app,
                        .epochs = o->epochs,

@@ -26,6 +26,7 @@ void sp_stdout_check(void)
 
 void sp_output_close(FILE *f, const char *what)
 {
+    if (!what) sp_fail("sp_output_close: argument 'what' is NULL");
     errno = 0;
     bool bad = ferror(f) != 0;
     int e = errno;
@@ -54,6 +55,7 @@ static void key(sp_json *j, const char *k)
 
 void sp_json_begin(sp_json *j)
 {
+    if (!j) sp_fail("sp_json_begin: argument 'j' is NULL");
     j->len = 0;
     j->first = true;
     put(j, "{");
@@ -61,6 +63,8 @@ void sp_json_begin(sp_json *j)
 
 void sp_json_str(sp_json *j, const char *k, const char *v)
 {
+    if (!j) sp_fail("sp_json_str: argument 'j' is NULL");
+    if (!k) sp_fail("sp_json_str: argument 'k' is NULL");
     key(j, k);
     put(j, "\"");
     for (const char *c = v ? v : ""; *c; c++) {
@@ -73,6 +77,8 @@ void sp_json_str(sp_json *j, const char *k, const char *v)
 
 void sp_json_num(sp_json *j, const char *k, double v)
 {
+    if (!j) sp_fail("sp_json_num: argument 'j' is NULL");
+    if (!k) sp_fail("sp_json_num: argument 'k' is NULL");
     key(j, k);
     if (isfinite(v)) put(j, "%.9g", v);
     else put(j, "null");
@@ -80,18 +86,24 @@ void sp_json_num(sp_json *j, const char *k, double v)
 
 void sp_json_int(sp_json *j, const char *k, long v)
 {
+    if (!j) sp_fail("sp_json_int: argument 'j' is NULL");
+    if (!k) sp_fail("sp_json_int: argument 'k' is NULL");
     key(j, k);
     put(j, "%ld", v);
 }
 
 void sp_json_raw(sp_json *j, const char *k, const char *raw)
 {
+    if (!j) sp_fail("sp_json_raw: argument 'j' is NULL");
+    if (!k) sp_fail("sp_json_raw: argument 'k' is NULL");
+    if (!raw) sp_fail("sp_json_raw: argument 'raw' is NULL");
     key(j, k);
     put(j, "%s", raw);
 }
 
 void sp_json_end_print(sp_json *j)
 {
+    if (!j) sp_fail("sp_json_end_print: argument 'j' is NULL");
     put(j, "}");
     printf("%s\n", j->buf);
     sp_stdout_check();
@@ -101,12 +113,18 @@ static void put_str(void *j, const char *k, const char *v) { sp_json_str(j, k, v
 static void put_num(void *j, const char *k, double v) { sp_json_num(j, k, v); }
 static void put_int(void *j, const char *k, long v) { sp_json_int(j, k, v); }
 
-sp_report_writer sp_json_writer(sp_json *j) { return (sp_report_writer){j, put_str, put_num, put_int}; }
+sp_report_writer sp_json_writer(sp_json *j)
+{
+    if (!j) sp_fail("sp_json_writer: argument 'j' is NULL");
+    return (sp_report_writer){j, put_str, put_num, put_int};
+}
 
 /* ---- the keys of a training run ------------------------------------------------------ */
 
 void sp_run_summary_begin(const sp_run_session *s, sp_json *j)
 {
+    if (!s) sp_fail("sp_run_summary_begin: argument 's' is NULL");
+    if (!j) sp_fail("sp_run_summary_begin: argument 'j' is NULL");
     sp_json_begin(j);
     sp_json_str(j, "app", s->app);
     sp_json_str(j, "device", s->o->device);
@@ -115,6 +133,8 @@ void sp_run_summary_begin(const sp_run_session *s, sp_json *j)
 
 void sp_run_summary_engine(const sp_run_session *s, sp_json *j)
 {
+    if (!s) sp_fail("sp_run_summary_engine: argument 's' is NULL");
+    if (!j) sp_fail("sp_run_summary_engine: argument 'j' is NULL");
     sp_report_writer w = sp_json_writer(j);
     sp_engine_report(s->engine, &w);
 }
@@ -122,6 +142,9 @@ void sp_run_summary_engine(const sp_run_session *s, sp_json *j)
 void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_result *r, int batch,
                           const sp_dataset *train)
 {
+    if (!s) sp_fail("sp_run_summary_train: argument 's' is NULL");
+    if (!j) sp_fail("sp_run_summary_train: argument 'j' is NULL");
+    if (!r) sp_fail("sp_run_summary_train: argument 'r' is NULL");
     const sp_run_opts *o = s->o;
     sp_run_summary_begin(s, j);
     sp_json_int(j, "epochs", r->epochs);
@@ -164,6 +187,8 @@ void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_re
 
 void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
 {
+    if (!s) sp_fail("sp_run_summary_exec: argument 's' is NULL");
+    if (!j) sp_fail("sp_run_summary_exec: argument 'j' is NULL");
     struct sp_exec *x = s->exec;
     if (!x) return;
     sp_exec_stats st;

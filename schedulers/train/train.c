@@ -110,6 +110,9 @@ static uint64_t mix64(uint64_t h, uint64_t v)
 
 sp_step_graph *sp_step_graph_new(sp_model *m, sp_engine *e, sp_optim *o)
 {
+    if (!m) sp_fail("sp_step_graph_new: argument 'm' is NULL");
+    if (!e) sp_fail("sp_step_graph_new: argument 'e' is NULL");
+    if (!o) sp_fail("sp_step_graph_new: argument 'o' is NULL");
     sp_device dev = model_device(m);
     if (dev == SP_CPU) sp_fail("--cuda-graph: the model is on the cpu (expected --device cuda)");
     sp_backend_graph(dev);   /* fails now without graph support */
@@ -130,6 +133,10 @@ static bool step_capturable(const sp_tape *t)
 
 const sp_tensor *sp_step_graph_step(sp_step_graph *g, sp_tape *t, const sp_tensor *x, const int *y, const int *y_dev)
 {
+    if (!g) sp_fail("sp_step_graph_step: argument 'g' is NULL");
+    if (!t) sp_fail("sp_step_graph_step: argument 't' is NULL");
+    if (!x) sp_fail("sp_step_graph_step: argument 'x' is NULL");
+    if (!y) sp_fail("sp_step_graph_step: argument 'y' is NULL");
     const sp_device_allocator *a = sp_backend_allocator(g->dev);
     sp_tape_reset(t);   /* waits for the previous step: outside any capture */
     const void *base = t->dev_arena[g->dev] ? a->arena_base(t->dev_arena[g->dev]) : NULL;
@@ -181,6 +188,9 @@ const sp_tensor *sp_step_graph_step(sp_step_graph *g, sp_tape *t, const sp_tenso
 
 void sp_step_graph_counts(const sp_step_graph *g, long *captures, long *replays)
 {
+    if (!g) sp_fail("sp_step_graph_counts: argument 'g' is NULL");
+    if (!captures) sp_fail("sp_step_graph_counts: argument 'captures' is NULL");
+    if (!replays) sp_fail("sp_step_graph_counts: argument 'replays' is NULL");
     *captures = g->captures;
     *replays = g->replays;
 }
@@ -197,6 +207,12 @@ void sp_step_graph_free(sp_step_graph *g)
 float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
                     double *fwd_s, double *bwd_s, double *step_s)
 {
+    if (!m) sp_fail("sp_train_step: argument 'm' is NULL");
+    if (!e) sp_fail("sp_train_step: argument 'e' is NULL");
+    if (!o) sp_fail("sp_train_step: argument 'o' is NULL");
+    if (!t) sp_fail("sp_train_step: argument 't' is NULL");
+    if (!x) sp_fail("sp_train_step: argument 'x' is NULL");
+    if (!y) sp_fail("sp_train_step: argument 'y' is NULL");
     double t0 = sp_now();
     sp_node *loss = step_queue(m, e, o, t, x, y, fwd_s, bwd_s);
     float l = sp_tensor_get(&loss->out, 0);   /* waits for the step on a device */
@@ -234,6 +250,7 @@ static void evaluator_init(evaluator *ev, sp_dataset *d, int batch)
 {
     ev->d = d;
     ev->l = sp_loader_new_sync(d, batch, false, 0, false);
+    if (!ev->l) sp_fail("%s", sp_last_error());   /* a status under sp_train's sp_try */
     sp_tape_init(&ev->t);
 }
 
@@ -281,6 +298,10 @@ static void eval_pass(evaluator *ev, sp_model *m, double *loss_out, double *acc_
 
 void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
 {
+    if (!m) sp_fail("sp_evaluate: argument 'm' is NULL");
+    if (!d) sp_fail("sp_evaluate: argument 'd' is NULL");
+    if (!loss_out) sp_fail("sp_evaluate: argument 'loss_out' is NULL");
+    if (!acc_out) sp_fail("sp_evaluate: argument 'acc_out' is NULL");
     evaluator ev = {0};
     evaluator_init(&ev, d, batch);
     eval_pass(&ev, m, loss_out, acc_out);
@@ -466,65 +487,62 @@ static int check_cfg(const sp_train_cfg *cfg, const sp_dataset *test)
 /* What sp_train returns when it refuses before any work: the message is in sp_last_error(). */
 static sp_train_result refused(void) { return (sp_train_result){.test_loss = NAN, .test_acc = NAN, .status = SP_ERR}; }
 
-sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,
-                         const sp_train_cfg *cfg)
-{
-    if (!m || !e || !o || !train || !cfg)
-        return sp_error("sp_train: %s is NULL", !m ? "the model" : !e ? "the engine" : !o ? "the optimizer" :
-                                                 !train ? "the loader" : "the configuration"), refused();
-    if (check_cfg(cfg, test) != SP_OK) return refused();
-    /* The files first, before anything is allocated or trained: a bad path is a status. */
-    if (cfg->save_path && sp_check_save_target(cfg->save_path) != SP_OK) return refused();
-    long per_epoch = sp_loader_nbatches(train);
-    /* both limits: whichever comes first; steps alone: as many epochs as they need */
-    long total = cfg->epochs > 0 ? per_epoch * cfg->epochs : cfg->steps;
-    if (cfg->steps > 0 && cfg->steps < total) total = cfg->steps;
-    int epochs = (int)((total + per_epoch - 1) / per_epoch);
-    sp_train_result r = {.test_loss = NAN, .test_acc = NAN};
-    sp_train_state resumed = {0};
-    if (cfg->resume_path) {
-        if (sp_checkpoint_load(cfg->resume_path, m, o, &resumed, cfg->run_meta) != SP_OK) return refused();
-        if (resumed.batch > per_epoch)
-            return sp_error("--resume %s: saved after batch %ld of an epoch of %ld batches (a different dataset?)",
-                            cfg->resume_path, resumed.batch, per_epoch), refused();
-        /* steps count from the start: epoch·(batches an epoch) + batch (a crafted 2^62 is not) */
-        if (resumed.step != (long)resumed.epoch * per_epoch + resumed.batch)
-            return sp_error("--resume %s: inconsistent training state: step %ld is not epoch %d x %ld batches + "
-                            "batch %ld", cfg->resume_path, resumed.step, resumed.epoch, per_epoch, resumed.batch),
-                   refused();
-        r.steps = resumed.step;
-    }
-    bool logged_eval = false;   /* the kept log already has the evaluation at the resumed step */
+/* One sp_train call: what it holds, so that a failure anywhere in the run (an sp_fail
+ * inside a step, caught by sp_try) frees all of it. */
+typedef struct train_run {
+    sp_model *m;
+    sp_engine *e;
+    sp_optim *o;
+    sp_loader *train;
+    sp_dataset *test;
+    const sp_train_cfg *cfg;
+    sp_train_result r;
+    sp_train_state resumed;
+    long per_epoch, total, first;
+    int epochs;
+    bool logged_eval;   /* the kept log already has the evaluation at the resumed step */
     sp_out logout;
     FILE *log;
-    if (open_log(&logout, cfg->log_path, cfg->resume_path ? resumed.step : -1, &logged_eval, &log) != SP_OK)
-        return refused();
-    double *fwd = sp_xmalloc((size_t)(total + 1) * sizeof *fwd);   /* before the loop: no malloc per step */
-    double *bwd = sp_xmalloc((size_t)(total + 1) * sizeof *bwd);
-    double *all = sp_xmalloc((size_t)(total + 1) * sizeof *all);
-    progress p = {.tty = isatty(2), .quiet = cfg->quiet, .start = sp_now(), .total_steps = total};
-    sp_tape t;
-    sp_tape_init(&t);
-    evaluator ev = {0};
-    if (test) evaluator_open(&ev, test, cfg->eval_batch, cfg);
+    double *fwd, *bwd, *all;   /* per-step times, indexed by step */
+    progress p;
+    sp_tape t, tapes[2];
+    evaluator ev;
+    sp_step_graph *sg;
+    bool overlap, zero_in_step, was_training;
+} train_run;
+
+/* The run itself, under sp_try: a failure (a non-finite loss, a failed save or log
+ * write, a shape or label a layer refuses) is an sp_fail, which returns to sp_train. */
+static void train_body(void *arg)
+{
+    train_run *s = arg;
+    sp_model *m = s->m;
+    sp_engine *e = s->e;
+    sp_optim *o = s->o;
+    sp_loader *train = s->train;
+    sp_dataset *test = s->test;
+    const sp_train_cfg *cfg = s->cfg;
+    sp_train_result *r = &s->r;
+    const sp_train_state resumed = s->resumed;
+    long total = s->total, first = s->first;
+    int epochs = s->epochs;
+    double *fwd = s->fwd, *bwd = s->bwd, *all = s->all;
+    FILE *log = s->log;
+    if (test) evaluator_open(&s->ev, test, cfg->eval_batch, cfg);
     double busy = 0.0;
     long images = 0;
-    long first = r.steps;   /* the timing arrays are indexed by step */
-    sp_step_graph *sg = cfg->cuda_graph && model_device(m) != SP_CPU ? sp_step_graph_new(m, e, o) : NULL;
+    sp_step_graph *sg = s->sg = cfg->cuda_graph && model_device(m) != SP_CPU ? sp_step_graph_new(m, e, o) : NULL;
     /* An engine that runs its backward asynchronously and the updates itself (ooo), without
      * the graph: step k+1's forward overlaps step k's last δW/U (on the CPU with two
      * threads or more: its lanes; docs/OOO.md) */
-    bool overlap = !sg && !cfg->exec && e->backward_async && e->opts.update &&
-                   (model_device(m) != SP_CPU || sp_get_threads() >= 2);
+    bool overlap = s->overlap = !sg && !cfg->exec && e->backward_async && e->opts.update &&
+                                (model_device(m) != SP_CPU || sp_get_threads() >= 2);
     /* On the CPU each update zeroes the gradient it read (in cache, same pass) and the
      * next step's zero_grad skips it: nothing writes a gradient in between here. */
-    bool zero_in_step = model_device(m) == SP_CPU;
-    if (zero_in_step) sp_optim_set_zero_in_step(o, true);
-    sp_tape tapes[2];
-    sp_tape_init(&tapes[0]);
-    sp_tape_init(&tapes[1]);
+    s->zero_in_step = model_device(m) == SP_CPU;
+    if (s->zero_in_step) sp_optim_set_zero_in_step(o, true);
 
-    for (int epoch = resumed.epoch; epoch < epochs && r.steps < total; epoch++) {
+    for (int epoch = resumed.epoch; epoch < epochs && r->steps < total; epoch++) {
         sp_loader_set_epoch(train, epoch);
         if (cfg->lr) sp_optim_set_lr(o, sp_lr_at(cfg->lr, epoch));
         double epoch_loss = 0.0;
@@ -535,12 +553,12 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
                 if (!sp_loader_next(train, &b)) break;
             epoch_loss = resumed.epoch_loss;
         }
-        r.epochs = epoch + 1;
+        r->epochs = epoch + 1;
         /* On a device, batch k+1 goes up (pinned slot, copy stream) while step k runs:
          * step k is queued, the next batch fetched and staged, then step k's loss read. */
         sp_device dev = model_device(m);
         int slot = 0;
-        bool have = r.steps < total && sp_loader_next(train, &b);
+        bool have = r->steps < total && sp_loader_next(train, &b);
         sp_tensor xd = have && dev != SP_CPU ? stage_batch(dev, &b.x, slot) : b.x;
         const int *yd = have && sg ? sp_backend_allocator(dev)->stage_labels(slot, b.y, (size_t)b.n) : NULL;
         while (have) {
@@ -549,60 +567,67 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
             bool next = false;
             if (dev == SP_CPU && overlap) {
                 double t0 = sp_now();
-                loss = sp_tensor_get(&step_queue_overlap(m, e, o, &tapes[r.steps % 2], &b.x, b.y, -1, &f, &bw)->out, 0);
+                sp_tape *tp = &s->tapes[r->steps % 2];
+                loss = sp_tensor_get(&step_queue_overlap(m, e, o, tp, &b.x, b.y, -1, &f, &bw)->out, 0);
                 st = sp_now() - t0;
             } else if (dev == SP_CPU) {
                 loss = cfg->exec ? sp_exec_step(cfg->exec, &b.x, b.y, &f, &bw, &st)
-                                 : sp_train_step(m, e, o, &t, &b.x, b.y, &f, &bw, &st);
+                                 : sp_train_step(m, e, o, &s->t, &b.x, b.y, &f, &bw, &st);
             } else {
                 double t0 = sp_now();
                 sp_backend_allocator(dev)->use_staged(slot);
                 const sp_tensor *lt;
                 if (sg) {
-                    lt = sp_step_graph_step(sg, &t, &xd, b.y, yd);
+                    lt = sp_step_graph_step(sg, &s->t, &xd, b.y, yd);
                     f = sp_now() - t0;   /* queueing (or one launch); the backward inside */
                     bw = 0;
                 } else if (overlap) {
-                    lt = &step_queue_overlap(m, e, o, &tapes[r.steps % 2], &xd, b.y, slot ^ 1, &f, &bw)->out;
+                    lt = &step_queue_overlap(m, e, o, &s->tapes[r->steps % 2], &xd, b.y, slot ^ 1, &f, &bw)->out;
                 } else {
-                    lt = &step_queue(m, e, o, &t, &xd, b.y, &f, &bw)->out;
+                    lt = &step_queue(m, e, o, &s->t, &xd, b.y, &f, &bw)->out;
                 }
-                next = r.steps + 1 < total && sp_loader_next(train, &nb);   /* b.y stays valid: copied up */
+                next = r->steps + 1 < total && sp_loader_next(train, &nb);   /* b.y stays valid: copied up */
                 if (next) xd = stage_batch(dev, &nb.x, slot ^ 1);
                 if (next && sg) yd = sp_backend_allocator(dev)->stage_labels(slot ^ 1, nb.y, (size_t)nb.n);
                 loss = sp_tensor_get(lt, 0);
                 st = sp_now() - t0;
             }
-            if (!isfinite(loss)) sp_fail("%s: loss became %g at step %ld (try a smaller --lr)", cfg->app, loss, r.steps);
-            fwd[r.steps] = f;
-            bwd[r.steps] = bw;
-            all[r.steps] = st;
+            if (!isfinite(loss))
+                sp_fail("%s: loss became %g at step %ld (try a smaller --lr)", cfg->app ? cfg->app : "sp_train", loss,
+                        r->steps);
+            fwd[r->steps] = f;
+            bwd[r->steps] = bw;
+            all[r->steps] = st;
             busy += st;
             images += b.n;
-            r.steps++;
+            r->steps++;
             epoch_loss += loss;
             epoch_steps++;
-            r.last_loss = loss;
-            if (log) fprintf(log, "%ld,%d,%.9g,%.9g,%.6f,,\n", r.steps, epoch, loss, sp_optim_get_lr(o), sp_now() - p.start);
+            r->last_loss = loss;
+            if (log)
+                fprintf(log, "%ld,%d,%.9g,%.9g,%.6f,,\n", r->steps, epoch, loss, sp_optim_get_lr(o),
+                        sp_now() - s->p.start);
             /* a checkpoint holds every update of the step: join the lanes first */
-            if (overlap && cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total)) sp_engine_sync(e);
-            if (cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total) &&
+            if (overlap && cfg->save_every > 0 && (r->steps % cfg->save_every == 0 || r->steps == total))
+                sp_engine_sync(e);
+            if (cfg->save_every > 0 && (r->steps % cfg->save_every == 0 || r->steps == total) &&
                 sp_checkpoint_save(cfg->save_path, m, o,
-                                   &(sp_train_state){r.steps, epoch, epoch_steps, epoch_loss, sp_optim_get_lr(o)},
+                                   &(sp_train_state){r->steps, epoch, epoch_steps, epoch_loss, sp_optim_get_lr(o)},
                                    cfg->run_meta) != SP_OK)
                 sp_fail("%s", sp_last_error());
-            if (log && cfg->save_every > 0 && (r.steps % cfg->save_every == 0 || r.steps == total))
-                sp_check(sp_out_flush(&logout));
-            if (cfg->on_step) cfg->on_step(cfg->on_step_ctx, r.steps);
-            progress_show(&p, cfg->app, epoch, epochs, r.steps, loss, busy > 0 ? images / busy : 0, false);
-            if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every == 0) {
+            if (log && cfg->save_every > 0 && (r->steps % cfg->save_every == 0 || r->steps == total))
+                sp_check(sp_out_flush(&s->logout));
+            if (cfg->on_step) cfg->on_step(cfg->on_step_ctx, r->steps);
+            progress_show(&s->p, cfg->app, epoch, epochs, r->steps, loss, busy > 0 ? images / busy : 0, false);
+            if (test && cfg->eval_every > 0 && r->steps % cfg->eval_every == 0) {
                 if (overlap) sp_engine_sync(e);   /* every update in */
-                evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
-                log_eval(log, r.steps, epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
-                progress_line(&p, "%s step %ld: test loss %.4f acc %.4f", cfg->app, r.steps, r.test_loss, r.test_acc);
+                evaluate(&s->ev, m, test, cfg, &r->test_loss, &r->test_acc);
+                log_eval(log, r->steps, epoch, o, sp_now() - s->p.start, r->test_loss, r->test_acc);
+                progress_line(&s->p, "%s step %ld: test loss %.4f acc %.4f", cfg->app, r->steps, r->test_loss,
+                              r->test_acc);
             }
             if (dev == SP_CPU) {
-                have = r.steps < total && sp_loader_next(train, &b);
+                have = r->steps < total && sp_loader_next(train, &b);
             } else {
                 have = next;
                 b = nb;
@@ -616,52 +641,120 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
                 sp_backend_allocator(dev)->release_staged(1);
             }
         }
-        r.train_loss = epoch_steps ? epoch_loss / (double)epoch_steps : NAN;
-        progress_show(&p, cfg->app, epoch, epochs, r.steps, r.last_loss, busy > 0 ? images / busy : 0, true);
+        r->train_loss = epoch_steps ? epoch_loss / (double)epoch_steps : NAN;
+        progress_show(&s->p, cfg->app, epoch, epochs, r->steps, r->last_loss, busy > 0 ? images / busy : 0, true);
         if (test && cfg->eval_every == 0) {
-            evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
-            log_eval(log, r.steps, epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
-            progress_line(&p, "%s epoch %d: train loss %.4f, test loss %.4f acc %.4f", cfg->app, epoch + 1,
-                          r.train_loss, r.test_loss, r.test_acc);
+            evaluate(&s->ev, m, test, cfg, &r->test_loss, &r->test_acc);
+            log_eval(log, r->steps, epoch, o, sp_now() - s->p.start, r->test_loss, r->test_acc);
+            progress_line(&s->p, "%s epoch %d: train loss %.4f, test loss %.4f acc %.4f", cfg->app, epoch + 1,
+                          r->train_loss, r->test_loss, r->test_acc);
         } else {
-            progress_line(&p, "%s epoch %d: train loss %.4f", cfg->app, epoch + 1, r.train_loss);
+            progress_line(&s->p, "%s epoch %d: train loss %.4f", cfg->app, epoch + 1, r->train_loss);
         }
     }
     if (cfg->resume_path && first >= total) {
         /* a checkpoint of the run's last step (a job killed after its last save) or past it:
          * nothing is left to train; the result is the checkpoint's — its steps, its epoch's
          * mean loss, and the final evaluation the run ends with */
-        progress_line(&p, "%s: --resume %s: saved after step %ld, this run has %ld: nothing left to train", cfg->app,
-                      cfg->resume_path, first, total);
-        r.epochs = resumed.epoch + 1;
-        r.train_loss = resumed.batch ? resumed.epoch_loss / (double)resumed.batch : NAN;
-        r.last_loss = NAN;
+        progress_line(&s->p, "%s: --resume %s: saved after step %ld, this run has %ld: nothing left to train",
+                      cfg->app, cfg->resume_path, first, total);
+        r->epochs = resumed.epoch + 1;
+        r->train_loss = resumed.batch ? resumed.epoch_loss / (double)resumed.batch : NAN;
+        r->last_loss = NAN;
         if (test) {
-            evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
-            if (!logged_eval) log_eval(log, r.steps, resumed.epoch, o, sp_now() - p.start, r.test_loss, r.test_acc);
+            evaluate(&s->ev, m, test, cfg, &r->test_loss, &r->test_acc);
+            if (!s->logged_eval)
+                log_eval(log, r->steps, resumed.epoch, o, sp_now() - s->p.start, r->test_loss, r->test_acc);
         }
-    } else if (test && cfg->eval_every > 0 && r.steps % cfg->eval_every != 0) {
-        evaluate(&ev, m, test, cfg, &r.test_loss, &r.test_acc);
-        log_eval(log, r.steps, r.epochs - 1, o, sp_now() - p.start, r.test_loss, r.test_acc);
+    } else if (test && cfg->eval_every > 0 && r->steps % cfg->eval_every != 0) {
+        evaluate(&s->ev, m, test, cfg, &r->test_loss, &r->test_acc);
+        log_eval(log, r->steps, r->epochs - 1, o, sp_now() - s->p.start, r->test_loss, r->test_acc);
     }
-    r.seconds = sp_now() - p.start;
-    r.images_per_s = busy > 0 ? (double)images / busy : 0.0;
-    bool ran = r.steps > first;   /* a resume past the limit ran nothing: no index past the arrays */
-    r.forward_ms = ran ? median_ms(fwd + first, r.steps - first) : NAN;
-    r.backward_ms = ran ? median_ms(bwd + first, r.steps - first) : NAN;
-    r.step_ms = ran ? median_ms(all + first, r.steps - first) : NAN;
-    if (log) sp_check(sp_out_commit(&logout));
-    if (sg) {
-        sp_step_graph_counts(sg, &r.graph_captures, &r.graph_replays);
-        sp_step_graph_free(sg);
+    r->seconds = sp_now() - s->p.start;
+    r->images_per_s = busy > 0 ? (double)images / busy : 0.0;
+    bool ran = r->steps > first;   /* a resume past the limit ran nothing: no index past the arrays */
+    r->forward_ms = ran ? median_ms(fwd + first, r->steps - first) : NAN;
+    r->backward_ms = ran ? median_ms(bwd + first, r->steps - first) : NAN;
+    r->step_ms = ran ? median_ms(all + first, r->steps - first) : NAN;
+    if (log) {
+        s->log = NULL;   /* ended, whatever the outcome */
+        if (sp_out_commit(&s->logout) != SP_OK) sp_fail("%s", sp_last_error());
     }
-    sp_tape_free(&t);
-    sp_tape_free(&tapes[0]);
-    sp_tape_free(&tapes[1]);
-    evaluator_free(&ev);
-    free(fwd);
-    free(bwd);
-    free(all);
-    if (zero_in_step) sp_optim_set_zero_in_step(o, false);
-    return r;
+}
+
+/* Frees what the run holds; after a failure also joins an engine's lanes still running
+ * the failed step's tail and puts the model back in its mode. */
+static void train_end(train_run *s, bool failed)
+{
+    if (failed) {
+        if (s->overlap) sp_engine_sync(s->e);
+        s->tapes[0].before_apply = s->tapes[1].before_apply = NULL;
+        sp_model_set_training(s->m, s->was_training);
+        if (s->log) sp_out_abort(&s->logout);   /* the file on disk stays as it was */
+    }
+    if (s->sg) {
+        sp_step_graph_counts(s->sg, &s->r.graph_captures, &s->r.graph_replays);
+        sp_step_graph_free(s->sg);
+    }
+    sp_tape_free(&s->t);
+    sp_tape_free(&s->tapes[0]);
+    sp_tape_free(&s->tapes[1]);
+    evaluator_free(&s->ev);
+    free(s->fwd);
+    free(s->bwd);
+    free(s->all);
+    if (s->zero_in_step) sp_optim_set_zero_in_step(s->o, false);
+}
+
+sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,
+                         const sp_train_cfg *cfg)
+{
+    if (!m || !e || !o || !train || !cfg)
+        return sp_error("sp_train: %s is NULL", !m ? "the model" : !e ? "the engine" : !o ? "the optimizer" :
+                                                 !train ? "the loader" : "the configuration"), refused();
+    if (check_cfg(cfg, test) != SP_OK) return refused();
+    /* The files first, before anything is allocated or trained: a bad path is a status. */
+    if (cfg->save_path && sp_check_save_target(cfg->save_path) != SP_OK) return refused();
+    /* sp_try's frame is below this one: s stays intact when a failure returns through it */
+    train_run s = {.m = m, .e = e, .o = o, .train = train, .test = test, .cfg = cfg, .was_training = !m->eval,
+                   .r = {.test_loss = NAN, .test_acc = NAN}};
+    long per_epoch = sp_loader_nbatches(train);
+    /* both limits: whichever comes first; steps alone: as many epochs as they need */
+    long total = cfg->epochs > 0 ? per_epoch * cfg->epochs : cfg->steps;
+    if (cfg->steps > 0 && cfg->steps < total) total = cfg->steps;
+    s.per_epoch = per_epoch;
+    s.total = total;
+    s.epochs = (int)((total + per_epoch - 1) / per_epoch);
+    sp_train_state *resumed = &s.resumed;
+    if (cfg->resume_path) {
+        if (sp_checkpoint_load(cfg->resume_path, m, o, resumed, cfg->run_meta) != SP_OK) return refused();
+        if (resumed->batch > per_epoch)
+            return sp_error("--resume %s: saved after batch %ld of an epoch of %ld batches (a different dataset?)",
+                            cfg->resume_path, resumed->batch, per_epoch), refused();
+        /* steps count from the start: epoch·(batches an epoch) + batch (a crafted 2^62 is not) */
+        if (resumed->step != (long)resumed->epoch * per_epoch + resumed->batch)
+            return sp_error("--resume %s: inconsistent training state: step %ld is not epoch %d x %ld batches + "
+                            "batch %ld", cfg->resume_path, resumed->step, resumed->epoch, per_epoch, resumed->batch),
+                   refused();
+        s.r.steps = resumed->step;
+    }
+    if (open_log(&s.logout, cfg->log_path, cfg->resume_path ? resumed->step : -1, &s.logged_eval, &s.log) != SP_OK)
+        return refused();
+    s.fwd = sp_xmalloc((size_t)(total + 1) * sizeof *s.fwd);   /* before the loop: no malloc per step */
+    s.bwd = sp_xmalloc((size_t)(total + 1) * sizeof *s.bwd);
+    s.all = sp_xmalloc((size_t)(total + 1) * sizeof *s.all);
+    s.p = (progress){.tty = isatty(2), .quiet = cfg->quiet, .start = sp_now(), .total_steps = total};
+    sp_tape_init(&s.t);
+    sp_tape_init(&s.tapes[0]);
+    sp_tape_init(&s.tapes[1]);
+    s.first = s.r.steps;   /* the timing arrays are indexed by step */
+    int status = sp_try(train_body, &s);
+    train_end(&s, status != SP_OK);
+    if (status != SP_OK) {   /* the steps done are reported; the message says what stopped the run */
+        sp_train_result r = refused();
+        r.steps = s.r.steps;
+        r.epochs = s.r.epochs;
+        return r;
+    }
+    return s.r;
 }

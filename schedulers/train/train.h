@@ -56,17 +56,27 @@ typedef struct sp_train_result {
     double seconds;            /* wall time of the whole loop                 */
     double forward_ms, backward_ms, step_ms;   /* medians per step (backward: engine only) */
     long graph_captures, graph_replays;        /* cfg.cuda_graph: whole steps captured / replayed */
-    int status;                /* SP_OK, or SP_ERR: a bad configuration was refused before any
-                                * work, the message (naming the field) in sp_last_error() */
+    int status;                /* SP_OK, or SP_ERR with the message in sp_last_error(): a bad
+                                * configuration or path refused before any work, or a run
+                                * stopped (steps and epochs: how far it got) */
 } sp_train_result;
 
 /* The defaults: one epoch, evaluation after each epoch in batches of 256, no log, no
  * checkpoints, constant learning rate, progress on stderr. */
 sp_train_cfg sp_train_cfg_default(void);
 
-/* Trains m. A configuration that cannot run (no limit, a negative count, eval_batch < 1
- * with a test set, save_every without save_path, a resume point past the limits) comes
- * back as result.status == SP_ERR with nothing trained. */
+/* Trains m. Never ends the process: every failure comes back as result.status == SP_ERR
+ * with the message in sp_last_error(), and sp_train has freed what it allocated (tapes,
+ * the evaluation loader, the log's buffer; the --log file and the last checkpoint on disk
+ * are left as they were before the failed write). Refused before any work, nothing
+ * trained: a NULL argument, a configuration that cannot run (no limit, a negative count,
+ * eval_batch < 1 with a test set, save_every without save_path), a bad resume_path,
+ * save_path or log_path, a resume point past the limits. Stopped during the run: a
+ * non-finite loss, a checkpoint or log write that fails, a batch the model refuses (a
+ * sample shape a layer does not take, a label outside the model's classes), a test set
+ * the model refuses at an evaluation. After a stopped run the model, optimizer and
+ * engine hold the failed step's state (the engine's lanes joined): free them or reload
+ * a checkpoint; the caller's loader may be freed or reused (sp_loader_set_epoch). */
 sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,
                          const sp_train_cfg *cfg);
 
