@@ -654,6 +654,8 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         sp_step_graph_counts(sg, &r.graph_captures, &r.graph_replays);
         sp_step_graph_free(sg);
     }
+    r.arena_bytes = t.arena.high_water + tapes[0].arena.high_water + tapes[1].arena.high_water;
+    r.eval_arena_bytes = ev.l ? ev.t.arena.high_water : 0;
     sp_tape_free(&t);
     sp_tape_free(&tapes[0]);
     sp_tape_free(&tapes[1]);
