@@ -458,7 +458,8 @@ def sec_ooo(R, q, fm, cf):
                     log(f"  [ooo {app} b{b} r{rnd}] {order or e}: step {js['step_ms']:.2f} ms")
 
 
-SECTIONS = ["gemm", "lenet", "vgg", "resnet", "mem", "rnn", "gru", "ooo"]
+# The order they run in: the load-independent memory figures and the newest workload early.
+SECTIONS = ["gemm", "mem", "resnet", "lenet", "vgg", "rnn", "gru", "ooo"]
 
 
 def main():
