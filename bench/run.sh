@@ -38,6 +38,9 @@ die() { echo "bench: $*" >&2; exit 2; }
 [ -x "$PY" ] || die "$PY not found (the peers need Debian's python3-torch: scripts/deps.sh)"
 TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) ||
     die "$PY cannot import torch (apt-get install python3-torch)"
+for cpu in ${CPUS//,/ }; do
+    case $cpu in native|avx2) ;; *) die "BENCH_CPU: unknown setting $cpu (expected native, avx2 or native,avx2)" ;; esac
+done
 for app in lenet vgg11 resnet rnn gru; do
     [ -x "$BUILD/$app" ] || die "$BUILD/$app not built (run make, or make BUILD=$BUILD)"
 done
@@ -84,7 +87,6 @@ header | tee "$MD"
 T0=$(date +%s)
 STATUS=0
 for cpu in ${CPUS//,/ }; do
-    case $cpu in native|avx2) ;; *) die "BENCH_CPU: unknown setting $cpu (expected native, avx2 or both)" ;; esac
     Q=()
     if [ "$QUICK" = 1 ] || { [ "$cpu" = avx2 ] && [ "$AVX2_QUICK" = 1 ] && [ "$CPUS" != avx2 ]; }; then Q=(--quick); fi
     echo "bench: pass $cpu${Q:+ (quick)}, load $(cut -d' ' -f1 /proc/loadavg)" >&2
