@@ -6,7 +6,8 @@
 #   make CUDA=1          also compile the CUDA backend (*.cu, *_cuda.c) with nvcc
 #   make test-cuda       CUDA=1 and run the CUDA suites (needs a GPU)
 #   make test-cuda-emu   the CUDA suites on the CPU, through the CUDA emulator (tests/cudaemu/)
-#   make bench           benchmarks against PyTorch CPU (see docs/PERFORMANCE.md)
+#   make bench           time and memory against PyTorch CPU, native and AVX2-capped (docs/PERFORMANCE.md;
+#                        BENCH_QUICK=1, BENCH_SECTIONS=…, BENCH_CPU=native|avx2: bench/run.sh)
 #   make bench-cuda      on a GPU machine: scanprop's GPU step next to PyTorch's (docs/CUDA.md)
 #   make opprof          build/opprof: per-op timers of a training step
 #   make install PREFIX=dir   libscanprop.a, the headers (include/scanprop) and scanprop.pc

@@ -8,8 +8,11 @@ over minutes. Running ours and PyTorch alternately (ABBA order across rounds) an
 the median over rounds of each side's per-run median makes the *ratio* robust even when
 the absolute times are not.
 
-Record: {"section", "who": "ours"|"torch"|"gemm", "cfg": {...}, "round", "cmd", "rc",
-         "wall_s", "json": <last JSON line of stdout or null>, "plan": {...}?, "error"?}
+Record: {"section", "who": "ours"|"torch"|"gemm", "cfg": {...}, "round", "cpu": "native"|"avx2",
+         "cmd", "rc", "wall_s", "maxrss_kib": <the child's peak RSS>, "load1",
+         "json": <last JSON line of stdout or null>, "plan": {...}?, "error"?}
+--cpu picks the environment of every run: "native" removes OPENBLAS_CORETYPE and the ISA
+caps (the libraries choose), "avx2" caps oneDNN, ATen and OpenBLAS at AVX2 (CPU_SETTINGS).
 Stdlib only; run with /usr/bin/python3 (the peers need Debian's torch anyway).
 """
 import argparse
@@ -21,6 +24,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 
 PY = "/usr/bin/python3"
@@ -39,30 +43,27 @@ class Runner:
         self.out = open(a.out, "a")
         self.logf = open(a.log, "a") if a.log else None
         self.failures = 0
+        self.env = cpu_env(a.cpu)
 
     def run(self, section, who, cfg, rnd, cmd, env=None, timeout=600, want_plan=False, allow_rc=()):
-        """Runs cmd, records it, returns the parsed JSON (or None). For our apps it also
-        records every step's wall time from --log (the JSON has medians only), so that
-        compare.py can take best-of windows as the peers do."""
-        rec = {"section": section, "who": who, "cfg": cfg, "round": rnd, "cmd": " ".join(shlex.quote(c) for c in cmd)}
+        """Runs cmd as a child process, records it, returns the parsed JSON (or None). The
+        record holds the child's own peak resident set (ru_maxrss from os.wait4 on that
+        child alone: RUSAGE_CHILDREN would be the largest of all children so far). For our
+        apps it also records every step's wall time from --log (the JSON has medians only),
+        so that compare.py can take best-of windows as the peers do."""
+        rec = {"section": section, "who": who, "cfg": cfg, "round": rnd, "cpu": self.a.cpu,
+               "cmd": " ".join(shlex.quote(c) for c in cmd)}
         steplog = None
         if who == "ours":
             steplog = os.path.join(os.path.dirname(os.path.abspath(self.a.out)), "steps.tmp.csv")
             cmd = cmd + ["--log", steplog]
+        env = self.env if env is None else env
         rec["load1"] = loadavg()
         t0 = time.perf_counter()
-        try:
-            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               timeout=timeout, env=env)
-            rc, out, err = p.returncode, p.stdout, p.stderr
-        except subprocess.TimeoutExpired as e:
-            rc, out, err = 124, e.stdout or "", (e.stderr or "") + f"\ntimed out after {timeout} s"
-            if isinstance(out, bytes):
-                out = out.decode(errors="replace")
-            if isinstance(err, bytes):
-                err = err.decode(errors="replace")
+        rc, out, err, maxrss = child(cmd, env, timeout)
         rec["rc"] = rc
         rec["wall_s"] = round(time.perf_counter() - t0, 3)
+        rec["maxrss_kib"] = maxrss
         js = None
         for line in reversed(out.splitlines()):
             if line.startswith("{"):
@@ -88,7 +89,7 @@ class Runner:
                 self.failures += 1
                 log(f"  !! {section}/{who} {cfg} failed (rc {rc}): {tail}")
         if self.logf:
-            self.logf.write(f"### {rec['cmd']}\n# rc {rc}, {rec['wall_s']} s\n")
+            self.logf.write(f"### [{self.a.cpu}] {rec['cmd']}\n# rc {rc}, {rec['wall_s']} s, maxrss {maxrss} KiB\n")
             self.logf.write("\n".join(l for l in out.splitlines() if not re.match(r"\s+\d+ (up|down|identity) ", l)))
             self.logf.write("\n" + err[-4000:] + "\n")
             self.logf.flush()
@@ -103,6 +104,53 @@ class Runner:
     def torch(self, script, *args):
         # The peers' tuned defaults: torch 2 threads, OpenBLAS pool 1 thread (bench/peers/common.py).
         return [PY, os.path.join(self.peers, script), "--threads", "2", "--blas-threads", "1", *map(str, args)]
+
+
+def child(cmd, env, timeout):
+    """Runs cmd; returns (exit code, stdout, stderr, peak RSS in KiB of that child). The
+    child is reaped with os.wait4, which gives its own rusage; Popen.wait would reap it
+    without. Output goes through temporary files (no pipe to fill while we wait)."""
+    with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
+        try:
+            p = subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True, env=env)
+        except OSError as e:
+            return 127, "", str(e), None
+        deadline = time.monotonic() + timeout
+        timed_out = False
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                p.kill()
+                pid, status, ru = os.wait4(p.pid, 0)
+                timed_out = True
+                break
+            time.sleep(0.01)
+        p.returncode = os.waitstatus_to_exitcode(status)   # reaped here: Popen must not wait again
+        fo.seek(0)
+        fe.seek(0)
+        out, err = fo.read(), fe.read()
+    if timed_out:
+        return 124, out, err + f"\ntimed out after {timeout} s", ru.ru_maxrss
+    return p.returncode, out, err, ru.ru_maxrss
+
+
+# The two CPU settings of a run (--cpu): the libraries' own choices, and an AVX2-only
+# machine emulated on both sides (oneDNN here and in torch, scanprop's small kernel,
+# torch's ATen kernels and OpenBLAS capped at AVX2 + FMA).
+ISA_VARS = ("OPENBLAS_CORETYPE", "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+CPU_SETTINGS = {
+    "native": {},
+    "avx2": {"OPENBLAS_CORETYPE": "Haswell", "DNNL_MAX_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+             "ATEN_CPU_CAPABILITY": "avx2"},
+}
+
+
+def cpu_env(name):
+    env = {k: v for k, v in os.environ.items() if k not in ISA_VARS}
+    env.update(CPU_SETTINGS[name])
+    return env
 
 
 def loadavg():
@@ -210,14 +258,16 @@ def sec_gemm(R, q):
     if not exe or not os.path.exists(exe):
         log("  gemm: bench_gemm not built, skipped")
         return
-    user = os.environ.get("OPENBLAS_CORETYPE")
-    # oneDNN's SGEMM (what scanprop's products and convolutions run on) is the machine's
-    # peak the issue's "% of SGEMM peak" refers to; OpenBLAS under each core type is context.
-    settings = ["oneDNN", "unset", "Haswell"] + ([user] if user and user not in ("Haswell",) else [])
+    # oneDNN's SGEMM (what scanprop's products and convolutions run on, capped as the
+    # pass caps it) is the machine's peak the "% of SGEMM peak" target refers to;
+    # OpenBLAS under each core type is context.
+    settings = ["oneDNN", "unset", "Haswell"]
     for rnd in range(3 if q else 5):   # ~0.5 s a run; GEMM rate swings most under load
         for s in abba(rnd, settings):
-            env = dict(os.environ)
+            env = dict(R.env)
             env.pop("OPENBLAS_CORETYPE", None)
+            if s == "oneDNN" and "OPENBLAS_CORETYPE" in R.env:
+                env["OPENBLAS_CORETYPE"] = R.env["OPENBLAS_CORETYPE"]
             if s not in ("unset", "oneDNN"):
                 env["OPENBLAS_CORETYPE"] = s
             lib = "dnnl" if s == "oneDNN" else "openblas"
@@ -269,6 +319,58 @@ def sec_vgg(R, q, data):
                 if js:
                     log(f"  [vgg r{rnd}] torch: " + ", ".join(
                         f"b{r['batch']} step {r['step_ms']:.1f} ms" for r in js["runs"]))
+
+
+def sec_resnet(R, q, data):
+    batches = [64] if q else [64, 128]
+    steps = {64: 6 if q else 10, 128: 6}
+    for rnd in range(1 if q else 3):
+        jobs = [("ours", b) for b in batches] + [("torch", None)]
+        for who, b in abba(rnd, jobs):
+            if who == "ours":
+                js, _ = R.run("resnet", "ours", {"batch": b}, rnd,
+                              R.ours("resnet", "--data", data, "--data-format", "cifar10", "--steps", steps[b],
+                                     "--batch", b))
+                if js:
+                    log(f"  [resnet r{rnd}] ours b{b}: step {js['step_ms']:.1f} ms, fwd {js['forward_ms']:.1f} ms")
+            else:
+                args = ["--batches", ",".join(map(str, batches))]
+                args += ["--reps", 3, "--warmup", 1, "--budget-s", 4] if q else ["--reps", 5, "--warmup", 2,
+                                                                                  "--budget-s", 6]
+                js, _ = R.run("resnet", "torch", {"batches": batches}, rnd, R.torch("resnet.py", *args))
+                if js:
+                    log(f"  [resnet r{rnd}] torch: " + ", ".join(
+                        f"b{r['batch']} step {r['step_ms']:.1f} ms" for r in js["runs"]))
+
+
+# The memory table's workloads: (name, batch, steps, our app's arguments, memory.py's).
+# Both sides run the same number of training steps as a child process of their own.
+def mem_workloads(fm, cf):
+    return [
+        ("lenet", 64, 100, ["lenet", "--data", fm], ["--workload", "lenet", "--data-dir", FMNIST]),
+        ("vgg11", 32, 6, ["vgg11", "--data", cf, "--data-format", "cifar10"], ["--workload", "vgg11"]),
+        ("resnet20", 64, 6, ["resnet", "--data", cf, "--data-format", "cifar10"], ["--workload", "resnet20"]),
+        ("rnn", 16, 10, ["rnn", "--paper-defaults", "--seq-len", 1000, "--samples", 160],
+         ["--workload", "rnn", "--T", 1000]),
+        ("gru", 16, 6, ["gru", "--shape", "L", "--samples", 96], ["--workload", "gru", "--T", 1034]),
+    ]
+
+
+def sec_mem(R, q, fm, cf):
+    """Peak and steady-state RSS of each workload, one child process per side and run:
+    peak = the child's ru_maxrss (os.wait4), steady = VmRSS the process read itself after
+    its last training step (scanprop: --mem-report; PyTorch: bench/peers/memory.py)."""
+    for rnd in range(1 if q else 2):
+        for name, b, n, app, peer in mem_workloads(fm, cf):
+            for who in abba(rnd, ["ours", "torch"]):
+                cfg = {"workload": name, "batch": b, "steps": n}
+                if who == "ours":
+                    js, rec = R.run("mem", "ours", cfg, rnd, R.ours(*app, "--steps", n, "--batch", b, "--mem-report"))
+                else:
+                    js, rec = R.run("mem", "torch", cfg, rnd, R.torch("memory.py", *peer, "--batch", b, "--steps", n))
+                if js:
+                    log(f"  [mem {name} r{rnd}] {who}: peak {rec['maxrss_kib'] / 1024:.0f} MiB, "
+                        f"steady {js.get('rss_steady_mib') or 0:.0f} MiB")
 
 
 def rnn_steps(T, engine, q):
@@ -333,7 +435,7 @@ OOO_POLICIES = ["conventional", "ooo", "reverse-first-k", "list"]
 
 def sec_ooo(R, q, fm, cf):
     probe = R.ours("lenet", "--data", fm, "--steps", 1, "--batch", 8, "--backward", "ooo")
-    p = subprocess.run(probe, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.run(probe, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=R.env)
     if p.returncode != 0:
         why = (p.stderr.strip().splitlines() or [""])[-1]
         status = "not built" if "unknown engine" in why else f"failed: {why}"
@@ -356,7 +458,8 @@ def sec_ooo(R, q, fm, cf):
                     log(f"  [ooo {app} b{b} r{rnd}] {order or e}: step {js['step_ms']:.2f} ms")
 
 
-SECTIONS = ["gemm", "lenet", "vgg", "rnn", "gru", "ooo"]
+# The order they run in: the load-independent memory figures and the newest workload early.
+SECTIONS = ["gemm", "mem", "resnet", "lenet", "vgg", "rnn", "gru", "ooo"]
 
 
 def main():
@@ -369,6 +472,8 @@ def main():
     ap.add_argument("--gemm", help="the compiled bench/gemm.c")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sections", default=",".join(SECTIONS))
+    ap.add_argument("--cpu", choices=sorted(CPU_SETTINGS), default="native",
+                    help="native: the libraries' own choices; avx2: every library capped at AVX2 (ISA_VARS)")
     a = ap.parse_args()
     want = [s for s in a.sections.split(",") if s]
     bad = [s for s in want if s not in SECTIONS]
@@ -381,8 +486,9 @@ def main():
         if s not in want:
             continue
         t0 = time.perf_counter()
-        log(f"== {s}")
+        log(f"== {s} ({a.cpu})")
         {"gemm": lambda: sec_gemm(R, q), "lenet": lambda: sec_lenet(R, q, fm), "vgg": lambda: sec_vgg(R, q, cf),
+         "resnet": lambda: sec_resnet(R, q, cf), "mem": lambda: sec_mem(R, q, fm, cf),
          "rnn": lambda: sec_rnn(R, q), "gru": lambda: sec_gru(R, q), "ooo": lambda: sec_ooo(R, q, fm, cf)}[s]()
         log(f"   ({time.perf_counter() - t0:.0f} s)")
     return 1 if R.failures else 0

@@ -59,6 +59,9 @@ struct sp_dataset {
 };
 
 size_t sp_dataset_sample_numel(const sp_dataset *d);
+/* Bytes an in-memory dataset of sp_dataset_new_u8/_f32 holds (samples and labels); 0 for
+ * one generated on demand or held elsewhere (--mem-report), and for NULL. */
+size_t sp_dataset_bytes(const sp_dataset *d);
 /* d->get, bounds-checked, then normalisation if set. */
 void sp_dataset_get(sp_dataset *d, int i, float *x, int *y);
 /* The label of sample i: d->label, or (without one) get into scratch (sample_numel

@@ -38,6 +38,14 @@ static void mem_get(sp_dataset *d, int i, float *x, int *y)
 
 static int mem_label(sp_dataset *d, int i) { return ((mem_dataset *)d)->labels[i]; }
 
+size_t sp_dataset_bytes(const sp_dataset *d)
+{
+    if (!d || d->get != mem_get) return 0;
+    const mem_dataset *m = (const mem_dataset *)d;
+    size_t elem = m->u8 ? 1 : sizeof(float);
+    return (size_t)d->n * (sp_dataset_sample_numel(d) * elem + sizeof(int));
+}
+
 static void mem_free(sp_dataset *d)
 {
     mem_dataset *m = (mem_dataset *)d;

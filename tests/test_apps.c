@@ -15,6 +15,7 @@
  * Every run's stdout and stderr go to files (tu_run); nothing is printed. */
 #include <criterion/criterion.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,6 +250,7 @@ static void make_images(int per_class)
     {NULL, "--epochs 2", EFFECT, NULL}, {"--epochs 2", "--lr-schedule step:1:0.1", EFFECT, NULL},            \
         {NULL, "--no-shuffle", EFFECT, NULL}, {NULL, "--eval-every 1", STDERR_HAS, "step 1: test loss"},     \
         {NULL, "--log %T/log.csv", FILE_MADE, "%T/log.csv"}, {NULL, "--save %T/w.st", FILE_MADE, "%T/w.st"}, \
+        {NULL, "--mem-report", STDOUT_HAS, "\"mem_arena_mib\": "},                                           \
         {NULL, "--load %T/w.st", EFFECT, NULL}, {"--load %T/w.st", "--eval-only", STDOUT_HAS, "eval-only"},     \
         {NULL, "--eval-only", REFUSED, "--eval-only needs --load"},                                            \
         {NULL, "--save-every 3", REFUSED, "--save-every needs --save"},                                        \
@@ -762,6 +764,36 @@ Test(lanes, two_lanes_on_the_sub_lane_one_lane_none_and_the_json_says_so)
 }
 
 /* docs/OOO.md: "--k 0 means that default" (half the parameterised layers) */
+/* --mem-report: the keys are there and agree with what the model and the data hold */
+static double json_num(const char *s, const char *key)
+{
+    char k[80];
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    const char *p = strstr(s, k);
+    cr_assert_not_null(p, "no %s in %s", key, s);
+    return strtod(p + strlen(k), NULL);
+}
+
+Test(memory, mem_report_keys_agree_with_the_model_and_data)
+{
+    make_images(4);   /* 2 classes x 4 images, train and test */
+    int rc = app("lenet", "--data %T/img --data-format folder --batch 4 --steps 3 --threads 1 --quiet --mem-report",
+                 out, err);
+    cr_assert_eq(rc, 0, "%s", err);
+    double params = json_num(out, "params"), peak = json_num(out, "rss_peak_mib");
+    double steady = json_num(out, "rss_steady_mib"), mib = 1024.0 * 1024.0;
+    cr_expect_eq(params, 61706, "LeNet-5 (10 outputs whatever the data): got %g parameters", params);
+    cr_expect(steady > 1 && steady <= peak + 1, "steady %g MiB, peak %g MiB", steady, peak);
+    cr_expect(fabs(json_num(out, "mem_grads_mib") - params * 4 / mib) < 1e-6);
+    cr_expect(fabs(json_num(out, "mem_optim_mib") - params * 4 / mib) < 1e-6, "sgd momentum: one buffer");
+    cr_expect(json_num(out, "mem_arena_mib") > 0 && json_num(out, "mem_eval_arena_mib") > 0);
+    cr_expect(json_num(out, "mem_arena_mib") + json_num(out, "mem_params_mib") < peak);
+    /* the image folder holds its samples elsewhere: not counted, 0 */
+    cr_expect_eq(json_num(out, "mem_dataset_mib"), 0.0);
+    cr_assert_eq(app("lenet", "--data %T/img --data-format folder --batch 4 --steps 3 --threads 1 --quiet", out, err), 0);
+    cr_expect_null(strstr(out, "rss_peak_mib"), "memory keys only with --mem-report");
+}
+
 Test(flags, k_zero_is_half_the_layers)
 {
     cr_assert_eq(app("demo", "--steps 1 --layers 4 --backward ooo --order reverse-first-k --k 0 --quiet", out, err), 0,

@@ -808,6 +808,8 @@ static void c243(void) { g_ptr = (const void *)sp_loader_new_rows(NULL, 1, 0, 0,
 static void c244(void) { (void)sp_loader_samples_read(NULL); }
 static void c245(void) { (void)sp_loader_labels_read(NULL); }
 static void c246(void) { (void)sp_loader_bytes_read(NULL); }
+static void c247(void) { (void)sp_dataset_bytes(NULL); }
+static void c248(void) { sp_run_summary_memory(NULL, NULL, NULL, NULL, NULL, 0); }
 
 static const api_case cases[] = {
     {"sp_tensor_view", K_TRY, c0, "sp_tensor_view: argument 'shape' is NULL"},
@@ -1055,10 +1057,13 @@ static const api_case cases[] = {
     {"sp_loader_samples_read", K_TRY, c244, "sp_loader_samples_read: argument 'l' is NULL"},
     {"sp_loader_labels_read", K_TRY, c245, "sp_loader_labels_read: argument 'l' is NULL"},
     {"sp_loader_bytes_read", K_TRY, c246, "sp_loader_bytes_read: argument 'l' is NULL"},
+    {"sp_dataset_bytes", K_ACCEPT, c247, ""},   /* NULL is a documented value: 0 bytes */
+    {"sp_run_summary_memory", K_TRY, c248, "sp_run_summary_memory: argument 's' is NULL"},
 };
 
 /* Declared with no pointer or count argument: nothing to pass wrong. */
 static const char *const no_pointer_or_count[] = {
+    "sp_rss_kib",
     "sp_clip_coef",
     "sp_last_error",
     "sp_clear_error",

@@ -54,6 +54,7 @@ typedef struct sp_run_opts {
     double lr, momentum, weight_decay;   /* doubles, as PyTorch's Python floats */
     uint64_t seed;
     bool no_shuffle, quiet;
+    bool mem_report;                     /* --mem-report: the memory keys of the JSON line */
     bool eval_only;                      /* --eval-only: evaluate --load, no training */
     /* engine options */
     int scan_levels, k;                  /* scan_levels -1: the full scan */
@@ -167,6 +168,13 @@ void sp_run_summary_engine(const sp_run_session *s, sp_json *j);
 void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_result *r, int batch,
                           const sp_dataset *train);
 void sp_run_summary_exec(const sp_run_session *s, sp_json *j);
+/* --mem-report: the run's memory in MiB — "rss_peak_mib" (the process's peak resident
+ * set), "rss_steady_mib" (resident at the last training step: after warm-up, before the
+ * final evaluation; rss_steady_kib from the caller), and what scanprop itself holds:
+ * parameters with buffers, gradients, optimizer state, the step and evaluation tapes'
+ * arena high water (workspaces and scratch are carved from them), the datasets' samples. */
+void sp_run_summary_memory(const sp_run_session *s, sp_json *j, const sp_train_result *r, const sp_dataset *train,
+                           const sp_dataset *test, long rss_steady_kib);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,15 @@
 /* summary.c — the JSON line of a run and checked writes to stdout and files. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include "core/error.h"
+#include "optim/optim.h"
 #include "optim/prune.h"
 #include "schedulers/parallel/exec.h"
 #include "schedulers/train/run.h"
@@ -232,4 +235,52 @@ void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
         sp_json_num(j, "grad_norm", c.last_norm);
         sp_json_num(j, "clip_wait_ms", 1e3 * c.wait_s / (st.steps > 0 ? (double)st.steps : 1.0));
     }
+}
+
+/* ---- memory (--mem-report) ------------------------------------------------------------ */
+
+long sp_rss_kib(void)
+{
+    /* open/read into a stack buffer, not stdio: called after every step with --mem-report,
+     * and a step allocates nothing (tests/test_alloc.c) */
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    char buf[4096];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    const char *p = strstr(buf, "\nVmRSS:");
+    return p ? strtol(p + 7, NULL, 10) : -1;
+}
+
+static double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+void sp_run_summary_memory(const sp_run_session *s, sp_json *j, const sp_train_result *r, const sp_dataset *train,
+                           const sp_dataset *test, long rss_steady_kib)
+{
+    if (!s) sp_fail("sp_run_summary_memory: argument 's' is NULL");
+    if (!j) sp_fail("sp_run_summary_memory: argument 'j' is NULL");
+    if (!r) sp_fail("sp_run_summary_memory: argument 'r' is NULL");
+    struct rusage ru;
+    long peak_kib = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;   /* Linux: KiB */
+    size_t values = 0, grads = 0, params = 0;
+    for (int i = 0; i < sp_model_nstate(s->m); i++) values += sp_model_state(s->m, i)->value.numel;
+    for (int i = 0; i < s->m->nparams; i++) {
+        params += s->m->params[i]->value.numel;
+        grads += s->m->params[i]->grad.data ? s->m->params[i]->grad.numel : 0;
+    }
+    size_t state = 0;   /* sgd: the momentum buffer; adam: m and v (each Σ numel) */
+    for (int k = 0; k < 2; k++)
+        if (s->optim && s->optim->state[k])
+            for (int i = 0; i < s->optim->nparams; i++) state += s->optim->params[i]->value.numel;
+    sp_json_num(j, "rss_peak_mib", peak_kib >= 0 ? peak_kib / 1024.0 : NAN);
+    sp_json_num(j, "rss_steady_mib", rss_steady_kib >= 0 ? rss_steady_kib / 1024.0 : NAN);
+    sp_json_int(j, "params", (long)params);
+    sp_json_num(j, "mem_params_mib", mib((double)values * sizeof(float)));   /* parameters and buffers */
+    sp_json_num(j, "mem_grads_mib", mib((double)grads * sizeof(float)));
+    sp_json_num(j, "mem_optim_mib", mib((double)state * sizeof(float)));
+    sp_json_num(j, "mem_arena_mib", mib((double)r->arena_bytes));
+    sp_json_num(j, "mem_eval_arena_mib", mib((double)r->eval_arena_bytes));
+    sp_json_num(j, "mem_dataset_mib", mib((double)(sp_dataset_bytes(train) + (test ? sp_dataset_bytes(test) : 0))));
 }

@@ -29,6 +29,9 @@ void sp_json_end_print(sp_json *j);   /* prints {...}\n on stdout and checks the
 /* A writer onto j, for an engine's figures (sp_engine_report, sp_engine_plan). */
 sp_report_writer sp_json_writer(sp_json *j);
 
+/* The process's resident set now (VmRSS of /proc/self/status), in KiB; -1 if unknown. */
+long sp_rss_kib(void);
+
 /* Flushes stdout and checks every write to it succeeded; on failure "write failed: …"
  * and exit 2. Runs at exit by itself once flags are parsed; call it to fail earlier. */
 void sp_stdout_check(void);

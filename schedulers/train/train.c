@@ -696,6 +696,8 @@ static void train_end(train_run *s, bool failed)
         sp_step_graph_counts(s->sg, &s->r.graph_captures, &s->r.graph_replays);
         sp_step_graph_free(s->sg);
     }
+    s->r.arena_bytes = s->t.arena.high_water + s->tapes[0].arena.high_water + s->tapes[1].arena.high_water;
+    s->r.eval_arena_bytes = s->ev.l ? s->ev.t.arena.high_water : 0;
     sp_tape_free(&s->t);
     sp_tape_free(&s->tapes[0]);
     sp_tape_free(&s->tapes[1]);

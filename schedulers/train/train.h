@@ -56,6 +56,8 @@ typedef struct sp_train_result {
     double seconds;            /* wall time of the whole loop                 */
     double forward_ms, backward_ms, step_ms;   /* medians per step (backward: engine only) */
     long graph_captures, graph_replays;        /* cfg.cuda_graph: whole steps captured / replayed */
+    size_t arena_bytes, eval_arena_bytes;     /* high water of the step tapes' and the evaluation
+                                                * tape's arenas (host memory; --mem-report) */
     int status;                /* SP_OK, or SP_ERR with the message in sp_last_error(): a bad
                                 * configuration or path refused before any work, or a run
                                 * stopped (steps and epochs: how far it got) */
