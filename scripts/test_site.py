@@ -246,6 +246,10 @@ def check_page(schemes):
         res = json.loads(html.unescape(body))
         for e in res["errors"]:
             fail("page error: " + e)
+        if sorted(res.get("schemes", [])) != sorted(schemes):
+            fail("the page offers the schemes %s, build/schedule --list %s" % (res.get("schemes"), schemes))
+        else:
+            print("page: offers every scheme of build/schedule --list (%d)" % len(schemes))
         check_pipelines(res)
         check_csv(res)
         check_bppsa(res, links)

@@ -482,7 +482,8 @@ function readFigures(dl) {
   return o;
 }
 function selftest(cases) {
-  var out = {pipelines: [], bppsa: [], ooo: [], csv: null};
+  var out = {pipelines: [], bppsa: [], ooo: [], csv: null,   /* the schemes panel A offers */
+    schemes: Array.prototype.map.call(document.getElementById('p0-scheme').options, function (o) { return o.value; })};
   var chain = Promise.resolve();
   (cases.pipelines || []).forEach(function (c) {
     chain = chain.then(function () {
