@@ -14,9 +14,7 @@ The markup (docs/TUTORIAL.md, "How the checks work"):
                               first group of REGEX in stdout. A quoted number with d decimals
                               must equal the value rounded to d decimals.
 
-  <!-- needs: scheme zb-h1 -->  before a command block, or `| needs scheme zb-h1` at the end
-                              of a check: skipped with a visible "SKIP (scheme not built)"
-                              line while `build/schedule --list` lacks that scheme.
+Nothing is skipped: a command for a scheme this build lacks fails like any other.
 
 Commands run with BUILD's programs (build/ is replaced by $BUILD/ when BUILD differs) and
 with Open MPI allowed to run as root and to oversubscribe. Exit status 1 on any failure."""
@@ -30,11 +28,10 @@ BUILD = os.environ.get("BUILD", "build")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OPENBLAS_NUM_THREADS="1")
 cache = {}
-failures, skips, checks, commands = [], [], [], []
+failures, checks, commands = [], [], []
 
 CHECK = re.compile(r"([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(?:\*\*)?\s*<!--\s*check:\s*(.*?)\s*-->", re.S)
 ANY_CHECK = re.compile(r"(?<!`)<!--\s*check:(.*?)-->", re.S)   # not the markup quoted in `code`
-NEEDS = re.compile(r"<!--\s*needs:\s*scheme\s+([\w.-]+)\s*-->\s*$")
 
 
 def fix(cmd):
@@ -47,11 +44,6 @@ def run(cmd):
                            timeout=300)
         cache[cmd] = p
     return cache[cmd]
-
-
-def schemes():
-    p = run("build/schedule --list")
-    return set(json.loads(p.stdout.strip().splitlines()[-1])["schemes"]) if p.returncode == 0 else set()
 
 
 def select(out, sel):
@@ -80,19 +72,13 @@ def line_of(text, pos):
 
 def main(path):
     text = open(path, encoding="utf-8").read()
-    built = schemes()
     # command blocks
     for m in re.finditer(r"```sh\n(.*?)```", text, re.S):
-        before = text[:m.start()].rstrip().splitlines()
-        need = NEEDS.search(before[-1]) if before else None
         for k, cmd in enumerate(m.group(1).splitlines()):
             cmd = cmd.strip()
             if not cmd or cmd.startswith("#"):
                 continue
             where = "%s:%d" % (path, line_of(text, m.start()) + 1 + k)
-            if need and need.group(1) not in built:
-                skips.append("SKIP (scheme not built): %s %s [needs %s]" % (where, cmd, need.group(1)))
-                continue
             p = run(cmd)
             commands.append(cmd)
             if p.returncode != 0:
@@ -104,13 +90,6 @@ def main(path):
         quoted, body = m.group(1), m.group(2)
         parts = [s.strip() for s in body.split("|")]
         where = "%s:%d" % (path, line_of(text, m.start()))
-        need = [p for p in parts if p.startswith("needs scheme ")]
-        if need:
-            parts.remove(need[0])
-            name = need[0].split()[-1]
-            if name not in built:
-                skips.append("SKIP (scheme not built): %s %s [needs %s]" % (where, quoted, name))
-                continue
         if len(parts) < 2:
             failures.append("%s: check %r: expected `CMD | json PATH` or `CMD | re REGEX`" % (where, body))
             continue
@@ -129,12 +108,10 @@ def main(path):
             failures.append("%s: the text says %s, `%s` gives %s = %.10g" % (where, quoted, cmd, sel, value))
     if found != len(ANY_CHECK.findall(text)):
         failures.append("%s: %d check comments follow no number" % (path, len(ANY_CHECK.findall(text)) - found))
-    for s in skips:
-        print(s)
     for f in failures:
         print("FAIL " + f)
-    print("tutorial: %d commands run, %d quoted numbers checked, %d skipped, %d failures" %
-          (len(set(commands)), len(checks), len(skips), len(failures)))
+    print("tutorial: %d commands run, %d quoted numbers checked, %d failures" %
+          (len(set(commands)), len(checks), len(failures)))
     return 1 if failures else 0
 
 

@@ -246,11 +246,17 @@ def check_page(schemes):
         res = json.loads(html.unescape(body))
         for e in res["errors"]:
             fail("page error: " + e)
+        if sorted(res.get("schemes", [])) != sorted(schemes):
+            fail("the page offers the schemes %s, build/schedule --list %s" % (res.get("schemes"), schemes))
+        else:
+            print("page: offers every scheme of build/schedule --list (%d)" % len(schemes))
         check_pipelines(res)
         check_csv(res)
         check_bppsa(res, links)
         check_ooo(res)
-        shots = [("pipelines", "?compare=1", "1280,800"), ("bppsa", "?view=bppsa", "1280,800"),
+        zb = "&".join("p%d-%s=%s" % (i, k, v) for i, s in ((0, "zbv"), (1, "1f1b")) for k, v in
+                      (("scheme", s), ("stages", 8), ("workers", 4), ("split", 1), ("delta", 1), ("grad", 1)))
+        shots = [("pipelines", "?compare=1&" + zb, "1280,800"), ("bppsa", "?view=bppsa", "1280,800"),
                  ("ooo", "?view=ooo", "1280,800"), ("pipelines-phone", "", "390,844"),
                  ("tutorial", "TUTORIAL.html", "1280,800")]
         for name, q, size in shots:
@@ -292,6 +298,16 @@ def check_pipelines(res):
             # the JSON prints 6 significant digits: 1 − utilisation from it is good to 1e-6
             if key not in s or not (close(s[key], value) or key == "bubble" and abs(float(s[key]) - value) < 2e-6):
                 fail("%s: the page shows %s = %s, build/schedule %s" % (want, key, s.get(key), value))
+        # per worker: the peak the page shows, build/schedule's, and the memory lane drawn from
+        # the simulator's series (at most the peak: a release and an acquire at one instant
+        # can peak within it; it reaches the peak when anything is held)
+        shown = [float(v) for v in str(s.get("peak_activation_bytes", "")).split(",") if v.strip()]
+        peaks = native["peak_activation_bytes"]
+        if len(shown) != len(peaks) or not all(close(a, b) for a, b in zip(shown, peaks)):
+            fail("%s: the page shows peak_activation_bytes %s, build/schedule %s" % (want, shown, peaks))
+        lanes = r.get("lanes", [])
+        if len(lanes) != len(peaks) or any(l > p * (1 + 1e-9) or (p > 0 and not l > 0) for l, p in zip(lanes, peaks)):
+            fail("%s: memory lanes reach %s, build/schedule's peaks %s" % (want, lanes, peaks))
         if r["boxes"] < 2 * native["stages"] * native["microbatches"]:
             fail("%s: %d job boxes drawn" % (want, r["boxes"]))
         n += 1
@@ -301,7 +317,7 @@ def check_pipelines(res):
 def check_csv(res):
     c = res["csv"]
     if not c["actions"]:
-        print("SKIP (scheme not built): action-list CSV import — the page says: " + c["status"])
+        fail("action CSV import: the page has no action-list schedules: " + c["status"])
         return
     if not c["status"].startswith("imported") or c["error"]:
         fail("action CSV import: %s %s" % (c["status"], c["error"]))

@@ -171,16 +171,24 @@ function drawTimeline(p, res, tmax, cursor) {
     el('text', {x: 2, y: y + rowH / 2 + 4, 'class': 'lab'}, svg, 'w' + w);
     el('rect', {x: sx(0), y: y, width: sx(rep.latency) - sx(0), height: rowH, fill: 'url(#idle' + p.idx + ')',
       'class': 'idle'}, svg).appendChild(el('title', {}, null, 'idle time of worker ' + w));
-    /* memory lane: the C side's step curve, scaled to the largest peak of any worker */
-    var peak = Math.max.apply(null, res.peak_act_bytes.concat([1e-12]));
-    var pts = res.memory[w], d = 'M' + sx(0) + ',' + (y + rowH + memH + 2);
+    /* memory lane: the simulator's own series (sim_memory.c), [time, activation bytes,
+       fetched-weight bytes] steps, scaled to the largest peak of any worker; a dashed line
+       adds the fetched weights where the scheme fetches any (fsdp, fslpp) */
+    var peak = Math.max.apply(null, (rep.peak_memory_bytes || res.peak_act_bytes).concat([1e-12]));
+    var pts = res.memory[w], base = y + rowH + memH + 2, hi = 0, fetched = false;
+    var d = 'M' + sx(0) + ',' + base, dw = d;
     for (var i = 0; i < pts.length; i++) {
-      var yy = y + rowH + memH + 2 - (pts[i][1] / peak) * memH;
-      d += ' H' + sx(pts[i][0]) + ' V' + yy;
+      var t1 = i + 1 < pts.length ? pts[i + 1][0] : rep.latency;
+      d += ' V' + (base - (pts[i][1] / peak) * memH) + ' H' + sx(t1);
+      dw += ' V' + (base - ((pts[i][1] + pts[i][2]) / peak) * memH) + ' H' + sx(t1);
+      hi = Math.max(hi, pts[i][1]);
+      fetched = fetched || pts[i][2] > 0;
     }
-    d += ' H' + sx(rep.latency);
-    el('path', {d: d, 'class': 'mem'}, svg).appendChild(el('title', {}, null,
-      'worker ' + w + ' activations held; peak ' + fmt(res.peak_act_bytes[w])));
+    el('path', {d: d, 'class': 'mem', 'data-worker': w, 'data-top': String(hi)}, svg).appendChild(
+      el('title', {}, null, 'worker ' + w + ' activations held; peak ' + fmt(res.peak_act_bytes[w])));
+    if (fetched)
+      el('path', {d: dw, 'class': 'mem wgt'}, svg).appendChild(
+        el('title', {}, null, 'worker ' + w + ' activations and fetched weights held'));
   }
   jobs.forEach(function (j) {
     var wk = j[0], st = j[1], mb = j[2], dir = j[3], t0 = j[4], t1 = j[5];
@@ -449,6 +457,9 @@ function start() {
     update();
     var q = new URLSearchParams(location.search);
     if (q.get('view')) show(q.get('view'));
+    /* p0-NAME=V / p1-NAME=V: panel A's or B's control NAME set to V, as a student would
+       (a link or a screenshot can show any configuration) */
+    q.forEach(function (v, k) { if (/^p[01]-\w+$/.test(k)) setControl(k, v); });
     if (q.get('compare')) { document.getElementById('compare').checked = true; update(); }
     if (q.get('selftest')) selftest(JSON.parse(q.get('selftest')));
     document.body.dataset.ready = '1';
@@ -471,7 +482,8 @@ function readFigures(dl) {
   return o;
 }
 function selftest(cases) {
-  var out = {pipelines: [], bppsa: [], ooo: [], csv: null};
+  var out = {pipelines: [], bppsa: [], ooo: [], csv: null,   /* the schemes panel A offers */
+    schemes: Array.prototype.map.call(document.getElementById('p0-scheme').options, function (o) { return o.value; })};
   var chain = Promise.resolve();
   (cases.pipelines || []).forEach(function (c) {
     chain = chain.then(function () {
@@ -479,7 +491,9 @@ function selftest(cases) {
       Object.keys(c).forEach(function (k) { setControl('p0-' + k, c[k]); });
       var p = panels[0];
       out.pipelines.push({set: c, shown: readFigures(p.figures), command: p.cmd.textContent.split('\n')[0],
-        error: p.error.textContent, boxes: p.svgbox.querySelectorAll('g.job').length});
+        error: p.error.textContent, boxes: p.svgbox.querySelectorAll('g.job').length,
+        lanes: Array.prototype.map.call(p.svgbox.querySelectorAll('path.mem:not(.wgt)'),
+          function (l) { return Number(l.dataset.top); })});
     });
   });
   chain = chain.then(function () {   /* the CSV import, through panel A's controls */

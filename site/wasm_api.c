@@ -7,12 +7,12 @@
  *   site_simulate(...)        a schedule and its simulation: "report" is the JSON line
  *                             `build/schedule` prints for the same flags, then the jobs
  *                             (worker, stage, micro, dir, start, finish), the messages
- *                             between workers, and each worker's activation bytes over time.
- *                             With the action-list schedules built in (SITE_HAVE_ACTIONS:
- *                             schedulers/parallel/actions.h, sched_actions.c), their
- *                             generators (zb-h1, interleaved-1f1b, ...) and "custom", a
- *                             PyTorch-format action CSV, go through the same path as
- *                             build/schedule's --scheme, --chunks, --mem-limit, --actions
+ *                             between workers, and each worker's memory over time (the
+ *                             simulator's own series, sim_memory.c). The action-list
+ *                             schedules (actions.h: zb-h1, zbv, interleaved-1f1b, ...) and
+ *                             "custom", a PyTorch-format action CSV, go through the same
+ *                             path as build/schedule's --scheme, --chunks, --mem-limit,
+ *                             --actions
  *   site_scan_plan(n, K)      BPPSA's scan plan of a chain of n links with K up-sweep levels
  *
  * A refusal (sp_fail inside the library) comes back as {"ok":false,"error":"..."}: the
@@ -25,9 +25,7 @@
 #include "schedulers/backward/scan.h"
 #include "schedulers/parallel/schedule.h"
 #include "schedulers/parallel/sim_report.h"
-#ifdef SITE_HAVE_ACTIONS
 #include "schedulers/parallel/actions.h"
-#endif
 
 #ifdef __EMSCRIPTEN__
 #include <emscripten.h>
@@ -91,7 +89,6 @@ SITE_API const char *site_schemes(void)
         fprintf(o.f, ",\"split\":%s}", s->split_backward ? "true" : "false");
     }
     fprintf(o.f, "],\"pp\":[");
-#ifdef SITE_HAVE_ACTIONS
     for (int i = 0; i < sp_pp_count(); i++) {
         fprintf(o.f, "{\"name\":");
         json_str(o.f, sp_pp_at(i)->name);
@@ -100,14 +97,7 @@ SITE_API const char *site_schemes(void)
         fprintf(o.f, ",\"chunks\":%d},", sp_pp_at(i)->default_chunks_per_rank);
     }
     fprintf(o.f, "{\"name\":\"custom\",\"summary\":\"per-rank action lists from a CSV\",\"chunks\":1}");
-#endif
-    fprintf(o.f, "],\"actions\":%s}",
-#ifdef SITE_HAVE_ACTIONS
-            "true"
-#else
-            "false"
-#endif
-    );
+    fprintf(o.f, "],\"actions\":true}");
     return out_close(&o);
 }
 
@@ -133,7 +123,6 @@ static void write_file(const char *path, const char *text)
     fclose(f);
 }
 
-#ifdef SITE_HAVE_ACTIONS
 /* build/schedule's make_actions (apps/schedule.c): a generator's list with the per-chunk
  * costs of the balanced partition (ranks: the workers, or the stages over the chunks per
  * rank), or the CSV of "custom". */
@@ -157,7 +146,8 @@ static sp_actions *make_actions(sim_args *x)
     double *buf = sp_xmalloc(sizeof(double) * 4 * (size_t)C);
     sp_chunk_partition(c, c->stages, C, stage_chunk);
     sp_chunk_costs_sum(c, c->stages, C, stage_chunk, buf, buf + C, buf + 2 * C, buf + 3 * C);
-    sp_chunk_costs cc = {.chunks = C, .f = buf, .i = buf + C, .w = buf + 2 * C, .act = buf + 3 * C};
+    /* act NULL: one unit per chunk and micro-batch, the unit of --mem-limit (as build/schedule) */
+    sp_chunk_costs cc = {.chunks = C, .f = buf, .i = buf + C, .w = buf + 2 * C};
     sp_pp_params p = {.ranks = ranks, .micro = x->cfg.micro, .chunks_per_rank = x->chunks, .costs = &cc,
                       .mem_limit = x->mem_limit};
     if (g->generate(&p, &a) != SP_OK) sp_fail("--scheme %s", sp_last_error());
@@ -165,19 +155,12 @@ static sp_actions *make_actions(sim_args *x)
     free(stage_chunk);
     return a;
 }
-#endif
 
 static void sim_body(void *arg)
 {
     sim_args *a = arg;
-#ifdef SITE_HAVE_ACTIONS
     bool actions = sp_scheme_is_actions(a->scheme);
     const sp_scheme *scheme = actions ? NULL : sp_scheme_find(a->scheme);
-#else
-    if (a->chunks || a->mem_limit > 0 || (a->actions_csv && *a->actions_csv))
-        sp_fail("--chunks, --mem-limit and --actions: this build has no action-list schedules");
-    const sp_scheme *scheme = sp_scheme_find(a->scheme);
-#endif
     if (a->profile && *a->profile) {
         write_file("/profile.csv", a->profile);
         if (sp_costs_load_csv("/profile.csv", &a->c) != SP_OK) sp_fail("%s", sp_last_error());
@@ -185,7 +168,6 @@ static void sim_body(void *arg)
     } else {
         a->c = sp_costs_uniform(a->cfg.stages, a->fwd, a->delta, a->grad);
     }
-#ifdef SITE_HAVE_ACTIONS
     if (actions) {   /* as build/schedule's run_schedule */
         if (a->cfg.groups || a->cfg.per_group) sp_fail("--scheme %s: --groups and --per-group are lpp's", a->scheme);
         a->cfg.actions_scheme = a->scheme;
@@ -197,56 +179,27 @@ static void sim_body(void *arg)
         sp_fail("--chunks %d: --scheme %s places its own stages (the action-list schemes take --chunks)", a->chunks,
                 a->scheme);
     }
-    if (!a->s)
-#endif
-        a->s = sp_schedule_new(scheme, &a->cfg, a->c);
+    if (!a->s) a->s = sp_schedule_new(scheme, &a->cfg, a->c);
     sp_simulate(a->s, a->c, &a->r);
     a->have_sim = true;
 }
 
-/* Activation bytes held by each worker over time, as steps [time, bytes]: (s, b) holds
- * act_bytes[s] on its forward's worker from F's start to the end of its last backward
- * job — the rule of the simulator's peak (simulate.c), so the curve's maximum is the
- * worker's peak_act_bytes. */
-typedef struct ev { double t, bytes; int w, d; } ev;
-
-static int ev_cmp(const void *pa, const void *pb)
+/* Each worker's memory over time, as the simulator tracks it (sim_memory.c: sp_sim's
+ * mem_off/mem_time/mem_act/mem_wgt): steps [time, activation bytes, fetched-weight bytes],
+ * each held from its time until the next step's (the first at 0). The same series draws
+ * build/schedule --svg's memory lanes. The JSON's peak_activation_bytes per worker is the
+ * series' maximum, or above it when an acquire and a release at one instant peak within it. */
+static void memory_lanes(FILE *f, const sp_sim *r)
 {
-    const ev *a = pa, *b = pb;
-    if (a->w != b->w) return a->w - b->w;
-    if (a->t != b->t) return a->t < b->t ? -1 : 1;
-    return a->d - b->d;   /* releases first at the same instant */
-}
-
-static void memory_lanes(FILE *f, const sp_schedule *s, const sp_costs *c, const sp_sim *r)
-{
-    int n = 0;
-    ev *e = sp_xmalloc(sizeof *e * 2 * (size_t)s->stages * (size_t)s->micro);
-    for (int b = 0; b < s->micro; b++)
-        for (int st = 0; st < s->stages; st++) {
-            int fj = sp_schedule_find(s, st, b, SP_FWD);
-            double end = r->finish[fj];
-            sp_dir back[3] = {SP_BWD, SP_BWD_DELTA, SP_BWD_GRAD};
-            for (int k = 0; k < 3; k++) {
-                int j = sp_schedule_find(s, st, b, back[k]);
-                if (j >= 0) end = fmax(end, r->finish[j]);
-            }
-            e[n++] = (ev){r->start[fj], c->act_bytes[st], s->compute[fj], +1};
-            e[n++] = (ev){end, c->act_bytes[st], s->compute[fj], -1};
-        }
-    qsort(e, n, sizeof *e, ev_cmp);
     fprintf(f, ",\"memory\":[");
-    for (int w = 0, i = 0; w < s->workers; w++) {
-        fprintf(f, "%s[[0,0]", w ? "," : "");
-        double live = 0;
-        for (; i < n && e[i].w == w; i++) {
-            live += e[i].d * e[i].bytes;
-            fprintf(f, ",[%.6g,%.6g]", e[i].t, fabs(live) < 1e-9 ? 0.0 : live);
-        }
+    for (int w = 0; w < r->workers; w++) {
+        fprintf(f, "%s[", w ? "," : "");
+        for (int i = r->mem_off[w]; i < r->mem_off[w + 1]; i++)
+            fprintf(f, "%s[%.17g,%.17g,%.17g]", i > r->mem_off[w] ? "," : "", r->mem_time[i], r->mem_act[i],
+                    r->mem_wgt[i]);   /* every digit: the lane's top is compared with the peak */
         fprintf(f, "]");
     }
     fprintf(f, "]");
-    free(e);
 }
 
 static void sim_answer(FILE *f, const sp_schedule *s, const sp_costs *c, const sp_sim *r)
@@ -279,7 +232,7 @@ static void sim_answer(FILE *f, const sp_schedule *s, const sp_costs *c, const s
                         j, succ[k]);
     }
     fprintf(f, "]");
-    memory_lanes(f, s, c, r);
+    memory_lanes(f, r);
     fprintf(f, "}");
 }
 

@@ -1088,7 +1088,10 @@ Test(exec, measured_peak_activations_equal_the_simulated_ones, .timeout = 600)
     for (int s = 0; s < m->nlayers; s++) params += m->layers[s]->nparams > 0;
     for (int s = 0, seen = 0; s < m->nlayers && seen < params / 2; s++)
         if (m->layers[s]->nparams > 0 && ++seen == params / 2) first_k = s + 1;
-    const char *schemes[] = {"ddp", "ddp-ooo", "fsdp", "gpipe", "1f1b", "lpp", "fslpp", "ooo-ff", "ooo-modulo"};
+    const char *schemes[] = {"ddp",        "ddp-ooo",          "fsdp",       "gpipe",  "1f1b",   "lpp",
+                             "fslpp",      "ooo-ff",           "ooo-modulo", "1f1b-strict", "zb-h1", "zb-h2",
+                             "interleaved-1f1b", "looped-bfs", "zbv",    "v-half", "v-min",  "dualpipev",
+                             "zb-auto"};
     static mpi_result r;
     char cmd[2048], costs[600];
     for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
@@ -1102,9 +1105,25 @@ Test(exec, measured_peak_activations_equal_the_simulated_ones, .timeout = 600)
         sp_sched_config sc = {.stages = c->stages, .micro = NMICRO, .workers = W, .split = -1, .no_input_grad = true,
                               .first_k = !strcmp(name, "ddp-ooo") ? first_k : 0};
         if (!strcmp(name, "lpp") || !strcmp(name, "fslpp")) sc.groups = 1, sc.per_group = W;
-        sp_schedule *s = sp_schedule_new(sp_scheme_find(name), &sc, c);
+        /* the action-list schemes: the generator's list with the chunks' summed costs, as the
+         * executor builds it (--chunks and --mem-limit left at their defaults) */
+        const sp_pp_generator *g = sp_pp_find(name);
+        sp_actions *a = NULL;
+        if (g) {
+            int C = W * g->default_chunks_per_rank, stage_chunk[64];
+            double sum[4 * 8];
+            cr_assert(c->stages <= 64 && C <= 8 && C <= c->stages, "lenet %s: %d chunks", name, C);
+            sp_chunk_partition(c, c->stages, C, stage_chunk);
+            sp_chunk_costs_sum(c, c->stages, C, stage_chunk, sum, sum + C, sum + 2 * C, sum + 3 * C);
+            sp_chunk_costs cc = {.chunks = C, .f = sum, .i = sum + C, .w = sum + 2 * C};
+            sp_pp_params pp = {.ranks = W, .micro = NMICRO, .costs = &cc};
+            cr_assert_eq(g->generate(&pp, &a), SP_OK, "lenet %s: %s", name, sp_last_error());
+            sc.actions_scheme = name;
+        }
+        sp_schedule *s = a ? sp_schedule_from_actions(a, &sc, c) : sp_schedule_new(sp_scheme_find(name), &sc, c);
         sp_sim sim;
         sp_simulate(s, c, &sim);
+        cr_assert_eq(sim.workers, W, "lenet %s: %d workers simulated", name, sim.workers);
         double measured[W], simulated[W];
         json_array(r.out, "peak_activation_bytes", measured, W);
         json_array(r.out, "simulated_peak_activation_bytes", simulated, W);
@@ -1117,6 +1136,7 @@ Test(exec, measured_peak_activations_equal_the_simulated_ones, .timeout = 600)
         }
         sp_sim_free(&sim);
         sp_schedule_free(s);
+        if (a) sp_actions_free(a);
     }
     sp_costs_free(c);
     sp_costs_free(model);
