@@ -156,7 +156,7 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
         {"groups", SP_FLAG_INT, &o->groups, "groups G of lpp/fslpp (W = G*R; 0 = 1)", .group = G_PAR,
          .range = "0..", .needs = "parallel=lpp|fslpp", .scope = SP_SCOPE_RUN},
         {"chunks", SP_FLAG_INT, &o->chunks, "chunks per rank of interleaved-1f1b / looped-bfs (0 = the scheme's)",
-         .group = G_PAR, .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
+         .group = G_PAR, .range = "0..", .needs = "parallel=interleaved-1f1b|looped-bfs", .scope = SP_SCOPE_RUN},
         {"mem-limit", SP_FLAG_DOUBLE, &o->mem_limit, "zb-auto: peak activations per rank, in micro-batches of a "
          "chunk (0 = none)", .group = G_PAR, .meta = "N", .range = "0..", .needs = "parallel=zb-auto",
          .scope = SP_SCOPE_RUN},
