@@ -1334,10 +1334,25 @@ Test(exec, lenet_v_and_auto_lists_match_single_process, .timeout = 900)
     remove(ref);
 }
 
+/* The simulated latency of build/schedule's JSON line ("latency":X) for cmd. */
+static double vl_latency(const char *cmd)
+{
+    static char out[1 << 16];
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f, "%s", cmd);
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    cr_assert_eq(pclose(f), 0, "%s", cmd);
+    const char *p = strstr(out, "\"latency\":");
+    cr_assert_not_null(p, "%s: no latency in: %s", cmd, out);
+    return strtod(p + strlen("\"latency\":"), NULL);
+}
+
 /* Export and re-import: every scheme of the registry (pp_basic.c, pp_v.c, pp_auto.c; zb-auto
  * with its --mem-limit), its list written by build/schedule --actions-out from the same
  * --costs file and run as --parallel custom --actions on the demo at -np 2, executes the
- * scheme's own order on every rank and ends with bitwise the scheme's own weights. */
+ * scheme's own order on every rank and ends with bitwise the scheme's own weights; build/schedule
+ * simulates the re-imported list to the scheme's own latency. */
 Test(exec, every_action_list_scheme_round_trips_through_custom, .timeout = 600)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
@@ -1355,8 +1370,12 @@ Test(exec, every_action_list_scheme_round_trips_through_custom, .timeout = 600)
     for (int i = 0; i < sp_pp_count(); i++) {
         const char *scheme = sp_pp_at(i)->name;
         snprintf(cmd, sizeof cmd, "%s --scheme %s %s --profile %s --workers %d --microbatches %d --no-input-grad "
-                 "--no-diagram --actions-out %s >/dev/null", bin("schedule"), scheme, vl_extra(scheme), plan, W, M, csv);
-        cr_assert_eq(system(cmd), 0, "%s", cmd);
+                 "--no-diagram --actions-out %s", bin("schedule"), scheme, vl_extra(scheme), plan, W, M, csv);
+        double lat = vl_latency(cmd);
+        snprintf(cmd, sizeof cmd, "%s --scheme custom --actions %s --profile %s --no-input-grad --no-diagram",
+                 bin("schedule"), csv, plan);
+        double lat2 = vl_latency(cmd);
+        cr_assert(lat > 0 && lat2 == lat, "%s: simulated latency %g, re-imported %g", scheme, lat, lat2);
         snprintf(cmd, sizeof cmd, "%s " VL_DEMO " --parallel %s %s --microbatches %d --costs %s --save %s --exec-order %s",
                  bin("demo"), scheme, vl_extra(scheme), M, plan, own, ord1);
         mpi_run("", "-np 2", cmd, &r);
