@@ -1194,3 +1194,213 @@ Test(exec, clip_grad_norm_across_ranks, .timeout = 300)
     remove(plain);
     remove(post);
 }
+
+/* ---- issue 26: the V-shaped and automatic schemes (pp_v.c, pp_auto.c) run, and every
+ * action-list scheme survives export and re-import ----------------------------------------
+ *
+ * zbv, v-half, v-min, dualpipev and zb-auto (under a --mem-limit that binds) train the demo
+ * MLP (--layers 5: 9 stages, enough for 2 chunks on each of 4 ranks) and LeNet (12 stages)
+ * under mpirun -np 2 and -np 4 to the single-process weights (max rel diff 1e-6, the rule
+ * of the pp_basic.c schemes above), and each rank's executed order (--exec-order) is the
+ * order this process simulates for the generator's list — built as the executor builds it:
+ * the chunks' summed costs of the same --costs file, the default chunks per rank, the same
+ * --mem-limit. Micro-batches 2W: dualpipev needs m >= 2p. */
+
+/* zb-auto's --mem-limit: 2 micro-batches of a chunk per rank, below 1F1B's p on rank 0 at -np 4 */
+#define VL_LIMIT 2
+#define VL_LIMIT_FLAG "--mem-limit 2"
+
+/* The scheme's flags beyond --parallel: zb-auto's memory limit. */
+static const char *vl_extra(const char *scheme)
+{
+    return strcmp(scheme, "zb-auto") ? "" : VL_LIMIT_FLAG;
+}
+
+/* The generator's list for W ranks and `micro` micro-batches with the chunk costs of c. */
+static sp_actions *vl_generate(const char *scheme, int W, int micro, const sp_costs *c)
+{
+    const sp_pp_generator *g = sp_pp_find(scheme);
+    cr_assert_not_null(g, "%s: not an action-list scheme", scheme);
+    int C = W * g->default_chunks_per_rank, stage_chunk[64];
+    double sum[4 * 16];
+    cr_assert(c->stages <= 64 && C <= 16 && C <= c->stages, "%s: %d chunks for %d stages", scheme, C, c->stages);
+    sp_chunk_partition(c, c->stages, C, stage_chunk);
+    sp_chunk_costs_sum(c, c->stages, C, stage_chunk, sum, sum + C, sum + 2 * C, sum + 3 * C);
+    sp_chunk_costs cc = {.chunks = C, .f = sum, .i = sum + C, .w = sum + 2 * C};
+    sp_pp_params pp = {.ranks = W, .micro = micro, .costs = &cc,
+                       .mem_limit = strcmp(scheme, "zb-auto") ? 0 : VL_LIMIT};
+    sp_actions *a = NULL;
+    cr_assert_eq(g->generate(&pp, &a), SP_OK, "%s: %s", scheme, sp_last_error());
+    return a;
+}
+
+/* Each line "wR job job ..." of order_path equals rank R's simulated order of list a. */
+static void vl_check_order(const char *what, const char *scheme, sp_actions *a, const sp_costs *c,
+                           const char *order_path)
+{
+    sp_sched_config sc = {.stages = c->stages, .split = -1, .no_input_grad = true, .actions_scheme = scheme};
+    sp_schedule *s = sp_schedule_from_actions(a, &sc, c);
+    cr_assert_not_null(s, "%s: %s", what, sp_last_error());
+    sp_sim sim;
+    sp_simulate(s, c, &sim);
+    FILE *f = fopen(order_path, "r");
+    cr_assert_not_null(f, "%s: no --exec-order file", what);
+    static char line[65536], want[65536];
+    for (int w = 0; w < a->ranks; w++) {
+        cr_assert_not_null(fgets(line, sizeof line, f), "%s: order file has no line for w%d", what, w);
+        line[strcspn(line, "\n")] = 0;
+        int n = snprintf(want, sizeof want, "w%d", w);
+        char lab[32];
+        for (int i = sim.order_off[w]; i < sim.order_off[w + 1]; i++)
+            n += snprintf(want + n, sizeof want - (size_t)n, " %s", sp_job_label(s, sim.order[i], lab, sizeof lab));
+        cr_assert_str_eq(line, want, "%s: rank %d's executed order differs from the simulated one", what, w);
+    }
+    cr_assert_null(fgets(line, sizeof line, f), "%s: order file has more than %d ranks", what, a->ranks);
+    fclose(f);
+    sp_sim_free(&sim);
+    sp_schedule_free(s);
+}
+
+/* app ("demo" with app_flags, or "lenet") under scheme at -np 2 and -np 4 against the
+ * single-process weights ref, with the executed order checked; plan is the --costs file. */
+static void vl_run(const char *app, const char *app_flags, const char *scheme, const char *plan, const char *ref)
+{
+    static mpi_result r;
+    char cmd[2048], par[512], order[512], what[128];
+    snprintf(par, sizeof par, "%s/vl-par.safetensors", tu_tmpdir());
+    snprintf(order, sizeof order, "%s/vl-order.txt", tu_tmpdir());
+    sp_costs *c = sp_costs_read_csv(plan);
+    cr_assert_not_null(c, "%s", plan);
+    for (int W = 2; W <= 4; W += 2) {
+        snprintf(what, sizeof what, "%s %s -np %d", app, scheme, W);
+        snprintf(cmd, sizeof cmd, "%s %s --parallel %s %s --microbatches %d --costs %s --save %s --exec-order %s",
+                 bin(app), app_flags, scheme, vl_extra(scheme), 2 * W, plan, par, order);
+        char np[16];
+        snprintf(np, sizeof np, "-np %d", W);
+        mpi_run("", np, cmd, &r);
+        cr_assert_eq(r.status, 0, "%s: status %d\n%s", what, r.status, r.err);
+        char key[64];
+        snprintf(key, sizeof key, "\"parallel\": \"%s\"", scheme);
+        cr_assert(strstr(r.out, key), "%s: JSON line: %s", what, r.out);
+        bool bit;
+        double d = compare(par, ref, &bit);
+        cr_assert(d <= 1e-6, "%s vs single process: max rel diff %.3g > 1e-6", what, d);
+        sp_actions *a = vl_generate(scheme, W, 2 * W, c);
+        vl_check_order(what, scheme, a, c, order);
+        sp_actions_free(a);
+        remove(par);
+        remove(order);
+    }
+    sp_costs_free(c);
+}
+
+#define VL_DEMO "--layers 5 --steps 3 --batch 32 --threads 1 --quiet"
+
+static void vl_demo(const char *scheme)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    char ref[512], cmd[2048];
+    const char *plan = list_costs();   /* uneven costs of the 9 stages */
+    snprintf(ref, sizeof ref, "%s/vl-demo-ref.safetensors", tu_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s " VL_DEMO " --save %s >/dev/null", bin("demo"), ref);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    vl_run("demo", VL_DEMO, scheme, plan, ref);
+    remove(plan);
+    remove(ref);
+}
+
+Test(exec, demo_zbv, .timeout = 300) { vl_demo("zbv"); }
+Test(exec, demo_v_half, .timeout = 300) { vl_demo("v-half"); }
+Test(exec, demo_v_min, .timeout = 300) { vl_demo("v-min"); }
+Test(exec, demo_dualpipev, .timeout = 300) { vl_demo("dualpipev"); }
+Test(exec, demo_zb_auto_mem_limit, .timeout = 300) { vl_demo("zb-auto"); }
+
+/* LeNet under the five schemes, the costs those of build/schedule --model lenet. */
+Test(exec, lenet_v_and_auto_lists_match_single_process, .timeout = 900)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) cr_skip_test("no Fashion-MNIST");
+    char ref[512], plan[512], cmd[2048];
+    snprintf(ref, sizeof ref, "%s/vl-lenet-ref.safetensors", tu_tmpdir());
+    snprintf(plan, sizeof plan, "%s/vl-lenet-plan.csv", tu_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s --model lenet --batch-size 4 --scheme gpipe --microbatches 4 --no-diagram "
+             "--costs-out %s >/dev/null", bin("schedule"), plan);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --save %s >/dev/null", bin("lenet"), ref);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    const char *schemes[] = {"zbv", "v-half", "v-min", "dualpipev", "zb-auto"};
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) vl_run("lenet", LENET_FLAGS, schemes[i], plan, ref);
+    remove(plan);
+    remove(ref);
+}
+
+/* The simulated latency of build/schedule's JSON line ("latency":X) for cmd. */
+static double vl_latency(const char *cmd)
+{
+    static char out[1 << 16];
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f, "%s", cmd);
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    cr_assert_eq(pclose(f), 0, "%s", cmd);
+    const char *p = strstr(out, "\"latency\":");
+    cr_assert_not_null(p, "%s: no latency in: %s", cmd, out);
+    return strtod(p + strlen("\"latency\":"), NULL);
+}
+
+/* Export and re-import: every scheme of the registry (pp_basic.c, pp_v.c, pp_auto.c; zb-auto
+ * with its --mem-limit), its list written by build/schedule --actions-out from the same
+ * --costs file and run as --parallel custom --actions on the demo at -np 2, executes the
+ * scheme's own order on every rank and ends with bitwise the scheme's own weights; build/schedule
+ * simulates the re-imported list to the scheme's own latency. */
+Test(exec, every_action_list_scheme_round_trips_through_custom, .timeout = 600)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    enum { W = 2, M = 4 };
+    static mpi_result r;
+    static char o1[65536], o2[65536];
+    char cmd[2048], csv[512], own[512], cus[512], ord1[512], ord2[512];
+    const char *plan = list_costs();
+    snprintf(csv, sizeof csv, "%s/rt-list.csv", tu_tmpdir());
+    snprintf(own, sizeof own, "%s/rt-own.safetensors", tu_tmpdir());
+    snprintf(cus, sizeof cus, "%s/rt-custom.safetensors", tu_tmpdir());
+    snprintf(ord1, sizeof ord1, "%s/rt-own-order.txt", tu_tmpdir());
+    snprintf(ord2, sizeof ord2, "%s/rt-custom-order.txt", tu_tmpdir());
+    cr_assert_geq(sp_pp_count(), 10, "the registry lists %d schemes", sp_pp_count());
+    for (int i = 0; i < sp_pp_count(); i++) {
+        const char *scheme = sp_pp_at(i)->name;
+        snprintf(cmd, sizeof cmd, "%s --scheme %s %s --profile %s --workers %d --microbatches %d --no-input-grad "
+                 "--no-diagram --actions-out %s", bin("schedule"), scheme, vl_extra(scheme), plan, W, M, csv);
+        double lat = vl_latency(cmd);
+        snprintf(cmd, sizeof cmd, "%s --scheme custom --actions %s --profile %s --no-input-grad --no-diagram",
+                 bin("schedule"), csv, plan);
+        double lat2 = vl_latency(cmd);
+        cr_assert(lat > 0 && lat2 == lat, "%s: simulated latency %g, re-imported %g", scheme, lat, lat2);
+        snprintf(cmd, sizeof cmd, "%s " VL_DEMO " --parallel %s %s --microbatches %d --costs %s --save %s --exec-order %s",
+                 bin("demo"), scheme, vl_extra(scheme), M, plan, own, ord1);
+        mpi_run("", "-np 2", cmd, &r);
+        cr_assert_eq(r.status, 0, "%s: status %d\n%s", scheme, r.status, r.err);
+        snprintf(cmd, sizeof cmd, "%s " VL_DEMO " --parallel custom --actions %s --microbatches %d --costs %s --save %s "
+                 "--exec-order %s", bin("demo"), csv, M, plan, cus, ord2);
+        mpi_run("", "-np 2", cmd, &r);
+        cr_assert_eq(r.status, 0, "%s re-imported: status %d\n%s", scheme, r.status, r.err);
+        cr_assert(strstr(r.out, "\"parallel\": \"custom\""), "%s re-imported: JSON line: %s", scheme, r.out);
+        FILE *f1 = fopen(ord1, "r"), *f2 = fopen(ord2, "r");
+        cr_assert(f1 && f2, "%s: no --exec-order files", scheme);
+        size_t n1 = fread(o1, 1, sizeof o1 - 1, f1), n2 = fread(o2, 1, sizeof o2 - 1, f2);
+        o1[n1] = o2[n2] = 0;
+        fclose(f1);
+        fclose(f2);
+        cr_assert(n1 > 0, "%s: empty --exec-order file", scheme);
+        cr_assert_str_eq(o2, o1, "%s: the re-imported list executes another order", scheme);
+        bool bit;
+        double d = compare(cus, own, &bit);
+        cr_assert(bit, "%s: the re-imported list's weights differ from the scheme's (max rel %.3g)", scheme, d);
+        remove(csv);
+        remove(own);
+        remove(cus);
+        remove(ord1);
+        remove(ord2);
+    }
+    remove(plan);
+}
