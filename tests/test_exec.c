@@ -668,10 +668,36 @@ Test(exec, scan_across_ranks_equals_linear_bp_for_a_16_layer_mlp, .timeout = 300
     remove(ref);
 }
 
+/* The JSON line's "wgrad_steps": [n_0, …, n_{W−1}] must be each rank's own time segment,
+ * [r·T/W + 1, (r+1)·T/W]: every rank computed the weight gradients of its steps only. */
+static void check_wgrad_steps(const char *out, int W, int T)
+{
+    const char *p = strstr(out, "\"wgrad_steps\": [");
+    cr_assert(p, "no wgrad_steps in the JSON line\n%s", out);
+    p += strlen("\"wgrad_steps\": [");
+    int sum = 0;
+    for (int r = 0; r < W; r++) {
+        int n = -1, used = 0;
+        cr_assert_eq(sscanf(p, "%d%n", &n, &used), 1, "wgrad_steps: rank %d missing in %s", r, out);
+        int want = (int)((long)(r + 1) * T / W) - (int)((long)r * T / W);
+        cr_assert_eq(n, want, "-np %d: rank %d computed the weight gradients of %d steps (expected its segment: %d of %d)",
+                     W, r, n, want, T);
+        sum += n;
+        p += used;
+        if (*p == ',') p++;
+        while (*p == ' ') p++;
+    }
+    cr_assert_eq(*p, ']', "wgrad_steps has more than %d entries: %s", W, out);
+    cr_assert_eq(sum, T, "the ranks' segments cover %d of %d steps", sum, T);
+}
+
 /* The recurrent chain: rnn's (and gru's) time steps split over the ranks, each rank's
- * segment of chain_jt products scanned across ranks, against linear BP (BPTT). SGD with
- * momentum, so a wrong gradient shows at once in the weights. */
-static void rnn_scan(const char *app, const char *flags, int maxW)
+ * segment of chain_jt products scanned across ranks and each rank's weight gradients over
+ * its own steps only (chain_backward_params_range, then an allreduce), against linear BP
+ * (BPTT) at W = 2 … maxW. SGD with momentum, so a wrong gradient shows at once in the
+ * weights. The sums over the ranks group the steps differently from BPTT's one GEMM over
+ * all T·B rows, so the match is within 1e-6, not bitwise. */
+static void rnn_scan(const char *app, const char *flags, int maxW, int T)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
@@ -679,7 +705,7 @@ static void rnn_scan(const char *app, const char *flags, int maxW)
     const char *ref = tmp("rscan-ref.safetensors"), *par = tmp("rscan-par.safetensors");
     snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", bin(app), flags, ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    for (int W = 2; W <= maxW; W += 2) {
+    for (int W = 2; W <= maxW; W++) {
         snprintf(cmd, sizeof cmd, "%s %s --parallel scan --save %s", bin(app), flags, par);
         char np[16];
         snprintf(np, sizeof np, "-np %d", W);
@@ -689,6 +715,7 @@ static void rnn_scan(const char *app, const char *flags, int maxW)
         bool bit;
         double d = compare(par, ref, &bit);
         cr_assert(d <= 1e-6, "%s scan -np %d vs linear BP: max rel diff %.3g > 1e-6", app, W, d);
+        check_wgrad_steps(r.out, W, T);
         remove(par);
     }
     remove(ref);
@@ -697,12 +724,12 @@ static void rnn_scan(const char *app, const char *flags, int maxW)
 Test(exec, scan_across_ranks_equals_linear_bp_for_an_rnn_chain, .timeout = 300)
 {
     rnn_scan("rnn", "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 4 --optim sgd --lr 0.1 --threads 1 --quiet",
-             4);
+             4, 16);
 }
 
 Test(exec, scan_across_ranks_equals_linear_bp_for_a_gru_chain, .timeout = 300)
 {
-    rnn_scan("gru", "--shape S --samples 8 --batch 4 --steps 2 --optim sgd --lr 0.1 --threads 1 --quiet", 2);
+    rnn_scan("gru", "--shape S --samples 8 --batch 4 --steps 2 --optim sgd --lr 0.1 --threads 1 --quiet", 4, 259);
 }
 
 /* --parallel scan --plan: ⌈log₂ W⌉ levels; at the level of span k, rank r + k sends its T

@@ -93,6 +93,7 @@ struct sp_exec {
     /* accounting */
     long steps;
     double busy, comm_s, wall, fwd_s, bwd_s;
+    int wgrad_steps;   /* time scan: the steps whose weight gradients this rank computed, last step */
     double wall_late, comm_late;   /* wall and comm seconds of the steps after the first */
     double delay_s;          /* $SCANPROP_EXEC_FAULT=slow: added to the next job's compute */
     int *order_rec;          /* the first step's executed job ids                    */
