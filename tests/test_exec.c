@@ -1201,3 +1201,92 @@ Test(exec, clip_grad_norm_across_ranks, .timeout = 300)
     remove(plain);
     remove(post);
 }
+
+/* ---- the time scan's levels: Blelloch against Hillis–Steele ---------------------------------- */
+
+/* $SCANPROP_SCAN_ALGO forces the levels. Both against BPTT within 1e-6, and against each
+ * other within 1e-6: Blelloch multiplies segment products into each other (H × H × H)
+ * where Hillis–Steele applies them one by one to the vector, so the sums round in a
+ * different order and the weights after the SGD steps are not bitwise equal. The JSON
+ * line names the levels that ran. */
+static void blelloch_vs_hs(const char *app, const char *flags, int W)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[2048], np[16];
+    const char *ref = tmp("bl-ref.safetensors"), *bl = tmp("bl-bl.safetensors"), *hs = tmp("bl-hs.safetensors");
+    snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", bin(app), flags, ref);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(np, sizeof np, "-np %d", W);
+    const char *algo[2] = {"blelloch", "hillis-steele"}, *out[2] = {bl, hs};
+    for (int k = 0; k < 2; k++) {
+        char env[64], want[64];
+        snprintf(env, sizeof env, "SCANPROP_SCAN_ALGO=%s", algo[k]);
+        snprintf(cmd, sizeof cmd, "%s %s --parallel scan --save %s", bin(app), flags, out[k]);
+        mpi_run(env, np, cmd, &r);
+        cr_assert_eq(r.status, 0, "%s %s -np %d: status %d\n%s", app, algo[k], W, r.status, r.err);
+        snprintf(want, sizeof want, "\"scan_algo\": \"%s\"", algo[k]);
+        cr_assert(strstr(r.out, want), "%s -np %d: want %s in\n%s", app, W, want, r.out);
+        bool bit;
+        double d = compare(out[k], ref, &bit);
+        cr_assert(d <= 1e-6, "%s %s -np %d vs linear BP: max rel diff %.3g > 1e-6", app, algo[k], W, d);
+    }
+    bool bit;
+    double d = compare(bl, hs, &bit);
+    cr_assert(d <= 1e-6, "%s -np %d: blelloch vs hillis-steele: max rel diff %.3g > 1e-6", app, W, d);
+    remove(ref);
+    remove(bl);
+    remove(hs);
+}
+
+Test(exec, time_scan_blelloch_equals_hillis_steele_and_bptt_for_an_rnn_chain, .timeout = 300)
+{
+    const char *f = "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 4 --optim sgd --lr 0.1 --threads 1 --quiet";
+    blelloch_vs_hs("rnn", f, 4);
+    blelloch_vs_hs("rnn", f, 5);
+}
+
+Test(exec, time_scan_blelloch_equals_hillis_steele_and_bptt_for_a_gru_chain, .timeout = 300)
+{
+    blelloch_vs_hs("gru", "--shape S --samples 8 --batch 4 --steps 2 --optim sgd --lr 0.1 --threads 1 --quiet", 4);
+}
+
+/* The Blelloch plan: 2⌈log₂(W−1)⌉ levels, each rank in at most one message a level, at
+ * most W − 2 messages in each sweep (O(W), against Hillis–Steele's O(W log W)). */
+Test(exec, time_scan_blelloch_plan_has_two_log_levels_and_linear_messages, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    for (int W = 3; W <= 6; W++) {
+        char cmd[512], np[16];
+        snprintf(cmd, sizeof cmd, "%s --seq-len 12 --samples 16 --hidden 8 --batch 4 --parallel scan --plan",
+                 bin("rnn"));
+        snprintf(np, sizeof np, "-np %d", W);
+        mpi_run("SCANPROP_SCAN_ALGO=blelloch", np, cmd, &r);
+        cr_assert_eq(r.status, 0, "-np %d: status %d\n%s", W, r.status, r.err);
+        int depth = 0;
+        while ((1 << depth) < W - 1) depth++;
+        char key[64];
+        snprintf(key, sizeof key, "\"levels\": %d", 2 * depth);
+        cr_assert(strstr(r.out, key), "-np %d: want %s:\n%s", W, key, r.out);
+        int lines = 0, msgs[2] = {0, 0};
+        for (const char *line = r.out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+            int down = !strncmp(line, "down-sweep level", 16);
+            if (strncmp(line, "up-sweep level", 14) != 0 && !down) continue;
+            lines++;
+            const char *end = strchr(line, '\n');
+            bool busy[64] = {false};
+            for (const char *p = strstr(line, "rank "); p && (!end || p < end); p = strstr(p + 1, "rank ")) {
+                int a, b;
+                if (sscanf(p, "rank %d -> rank %d", &a, &b) != 2) continue;
+                cr_assert(a >= 1 && b >= 1 && a < W && b < W && !busy[a] && !busy[b],
+                          "-np %d: rank 0 or a rank twice in one level: %.*s", W, (int)(end ? end - line : 80), line);
+                busy[a] = busy[b] = true;
+                msgs[down]++;
+            }
+        }
+        cr_assert_eq(lines, 2 * depth, "-np %d: %d level lines, want %d:\n%s", W, lines, 2 * depth, r.out);
+        cr_assert(msgs[0] == W - 2 && msgs[1] <= W - 2, "-np %d: %d up-sweep and %d down-sweep messages (want %d, <= %d)",
+                  W, msgs[0], msgs[1], W - 2, W - 2);
+    }
+}

@@ -119,6 +119,7 @@ void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st)
     st->peak_act_bytes = sp_xmalloc(sizeof(double) * (size_t)x->W);
     st->sim_peak_act_bytes = sp_xmalloc(sizeof(double) * (size_t)x->W);
     st->wgrad_steps = x->tscan ? sp_xmalloc(sizeof(int) * (size_t)x->W) : NULL;
+    st->scan_algo = !is_scan(x->cfg.scheme) ? NULL : sp_exec_scan_blelloch(x) ? "blelloch" : "hillis-steele";
     double wall = 0, comm = 0;
     for (int r = 0; r < x->W; r++) {
         const float *a = all + K * r;

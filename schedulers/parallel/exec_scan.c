@@ -414,9 +414,11 @@ void sp_exec_time_scan_backward(sp_exec *x)
     float *mine = sp_xcalloc((size_t)n * maxlen * H, sizeof(float));
     float *elem = NULL, *below = NULL;   /* below: ∇h_{a_r − 1} = T_r, rank 1's to hand to rank 0 */
     if (r == 1 || (r == W - 1 && W > 1)) below = sp_xmalloc(sizeof(float) * (size_t)n * H);
+    bool bl = sp_exec_scan_blelloch(x);
     if (r == W - 1) time_sweep(x, me, n, dhT, mine, below);
-    else if (forms_element(x, r)) elem = time_product(x, me, n);
-    float *next = scan_levels(x, elem, r == W - 1 ? below : NULL, n);
+    else if (bl ? sp_exec_blelloch_forms(x, r) : forms_element(x, r)) elem = time_product(x, me, n);
+    float *next = bl ? sp_exec_blelloch_levels(x, elem, r == W - 1 ? below : NULL, n)
+                     : scan_levels(x, elem, r == W - 1 ? below : NULL, n);
     if (next) {   /* ranks 1 … W−2: this segment's steps from ∇h_{b_r} = T_{r+1} */
         time_sweep(x, me, n, next, mine, r == 1 ? below : NULL);
         free(next);
@@ -460,29 +462,11 @@ void sp_exec_time_scan_forward(sp_exec *x)
 
 /* ---- the cross-rank scan's plan (--parallel scan --plan) --------------------------------- */
 
-int sp_exec_print_plan(const sp_exec *x, FILE *f)
+/* The plan's Hillis–Steele levels: every product is a matrix–vector product (see the top
+ * of the file). */
+static void hs_plan_levels(const sp_exec *x, FILE *f)
 {
-    int W = x->W, n = x->batch, levels = 0;
-    for (int span = 1; span < W; span *= 2) levels++;
-    fprintf(f, "cross-rank scan plan: %d ranks, batch %d, over the %s; %d levels (ceil(log2 %d))\n", W, n,
-            x->tscan ? "time steps of the recurrent first layer" : "layers", levels, W);
-    for (int r = 0; r < W; r++) {
-        seg g = segment_of(x, r);
-        fprintf(f, "segment: rank %d %s %d-%d [%d -> %d per sample]", r, x->tscan ? "steps" : "layers", g.a, g.b, g.in,
-                g.out);
-        if (W > 1 && r == 0) fprintf(f, ": no element (nobody reads T_0)\n");
-        else if (r == W - 1)
-            fprintf(f, ": element v = P_%d * grad (%d floats per sample), by back-propagating the segment\n", r, g.in);
-        else if (!forms_element(x, r))
-            fprintf(f, ": no element (nobody reads P_1: the rank back-propagates its segment from T_2)\n");
-        else if (x->tscan)
-            fprintf(f, ": element P_%d, %d x %d per sample, %.4g FLOPs (%d products of chain_jt)\n", r, g.in, g.out,
-                    2.0 * n * g.in * g.in * g.out * (g.b - g.a), g.b - g.a);
-        else
-            fprintf(f, ": element P_%d, %d x %d per sample, %.4g floats (a product of %d Jt)\n", r, g.in, g.out,
-                    (double)n * g.in * g.out, g.b - g.a + 1);
-    }
-    /* Every product below is a matrix–vector product (see the top of the file). */
+    int W = x->W, n = x->batch;
     int level = 0;
     bool *made = sp_xcalloc((size_t)W, sizeof *made);   /* T_q = P_q * T_{q+1} already made */
     for (int span = 1; span < W; span *= 2) {
@@ -515,6 +499,41 @@ int sp_exec_print_plan(const sp_exec *x, FILE *f)
         fprintf(f, "%s\n", pairs ? "" : " none (rank 0 needs no T_0)");
     }
     free(made);
+}
+
+int sp_exec_print_plan(const sp_exec *x, FILE *f)
+{
+    int W = x->W, n = x->batch, levels = 0;
+    bool bl = sp_exec_scan_blelloch(x);
+    for (int span = 1; span < W; span *= 2) levels++;
+    if (bl) {
+        levels = 2 * sp_exec_blelloch_depth(x);
+        fprintf(f, "cross-rank scan plan: %d ranks, batch %d, over the time steps of the recurrent first layer; "
+                   "blelloch, %d levels (2 ceil(log2 %d))\n", W, n, levels, W - 1);
+    } else {
+        fprintf(f, "cross-rank scan plan: %d ranks, batch %d, over the %s; hillis-steele, %d levels (ceil(log2 %d))\n",
+                W, n, x->tscan ? "time steps of the recurrent first layer" : "layers", levels, W);
+    }
+    for (int r = 0; r < W; r++) {
+        seg g = segment_of(x, r);
+        fprintf(f, "segment: rank %d %s %d-%d [%d -> %d per sample]", r, x->tscan ? "steps" : "layers", g.a, g.b, g.in,
+                g.out);
+        if (W > 1 && r == 0) fprintf(f, ": no element (nobody reads T_0)\n");
+        else if (r == W - 1)
+            fprintf(f, ": element v = P_%d * grad (%d floats per sample), by back-propagating the segment\n", r, g.in);
+        else if (bl && !sp_exec_blelloch_forms(x, r))
+            fprintf(f, ": no element (its aggregates are read by nobody)\n");
+        else if (!bl && !forms_element(x, r))
+            fprintf(f, ": no element (nobody reads P_1: the rank back-propagates its segment from T_2)\n");
+        else if (x->tscan)
+            fprintf(f, ": element P_%d, %d x %d per sample, %.4g FLOPs (%d products of chain_jt)\n", r, g.in, g.out,
+                    2.0 * n * g.in * g.in * g.out * (g.b - g.a), g.b - g.a);
+        else
+            fprintf(f, ": element P_%d, %d x %d per sample, %.4g floats (a product of %d Jt)\n", r, g.in, g.out,
+                    (double)n * g.in * g.out, g.b - g.a + 1);
+    }
+    if (bl) sp_exec_blelloch_plan(x, f);
+    else hs_plan_levels(x, f);
     if (W > 1) fprintf(f, "hand-off: rank 1 -> rank 0 (T_1, %d floats per sample)\n", segment_of(x, 1).in);
     else fprintf(f, "hand-off: none\n");
     if (x->tscan) {

@@ -204,6 +204,7 @@ void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
         snprintf(busy + n, sizeof busy - n, "]");
         sp_json_raw(j, "wgrad_steps", busy);
     }
+    if (st.scan_algo) sp_json_str(j, "scan_algo", st.scan_algo);
     sp_exec_stats_free(&st);
     if (s->o->clip_grad_norm > 0) {
         sp_exec_clip c;
