@@ -26,8 +26,10 @@
  * the backward of the layers after the recurrent one, which gives ∇h_T. The time steps
  * 1..T are split into W contiguous segments [a_r, b_r]; the chain ∇h_{t−1} = Jᵀ_t·∇h_t
  * (the op's chain_jt, H × H) is scanned exactly as above with P_r = Jᵀ_{a_r} ⋯ Jᵀ_{b_r}
- * and v = ∇h_{a_{W−1}−1}; after the levels each rank recovers ∇h_t of its own steps
- * with T/W matrix–vector products from ∇h_{b_r} = T_{r+1}. Each rank then computes the
+ * and v = ∇h_{a_{W−1}−1}, or with Blelloch's up/down-sweep levels instead
+ * (exec_blelloch.c; sp_exec_scan_blelloch chooses); after the levels each rank
+ * recovers ∇h_t of its own steps with T/W matrix–vector products from ∇h_{b_r} =
+ * T_{r+1}. Each rank then computes the
  * weight gradients of its own steps only (the op's chain_backward_params_range, Eq. 2 of
  * [B]: given ∇h_t the steps are independent), and one allreduce sums the recurrent
  * layer's gradients over the ranks; every rank steps the optimizer on the same sums.
