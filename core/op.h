@@ -94,6 +94,10 @@ struct sp_layer {
  *                          [1, T] (row-major, rows index h_{t-1}).
  *   chain_backward_params  G from the recovered ∇h_t (dh: [B, T, H]) — Eq. 2 of the
  *                          BPPSA paper.
+ *   chain_backward_params_range  the same sums over the steps t0+1 … t1 only (rows
+ *                          [t0, t1) of the chain, 0 ≤ t0 < t1 ≤ T; dh: [B, t1 − t0, H],
+ *                          ∇h of those steps), added into θ.grad: one rank's share of
+ *                          G in the scan across ranks. NULL on a device (unsupported).
  * Devices only (docs/CUDA.md), for the bppsa engine there: every sample at once, one
  * launch.
  *   jt_values_all          jt's indptr/indices are device copies of jt_pattern's; sample
@@ -114,7 +118,8 @@ struct sp_layer {
     void (*chain_backward_params)(sp_node *n, const sp_tensor *dh);                              \
     void (*jt_values_all)(const sp_node *n, int i, const sp_csr *jt, size_t stride);             \
     void (*chain_jt_all)(const sp_node *n, int t_lo, float *jt);                                 \
-    int (*chain_jt_factors)(const sp_node *n, int t_lo, float *v, bool *zdiag, const float **W);
+    int (*chain_jt_factors)(const sp_node *n, int t_lo, float *v, bool *zdiag, const float **W);         \
+    void (*chain_backward_params_range)(sp_node *n, const sp_tensor *dh, int t0, int t1);
 
 /* The kernels of one op on one device. The CPU's are the op's own (sp_opdef.cpu); a
  * device backend registers its twin's with sp_op_register_kernels (core/device.h), and

@@ -109,15 +109,16 @@ static void gru_bptt(sp_node *n, const sp_tensor *dy)
     }
 }
 
-static void gru_params_from_da(sp_node *n, const float *da)
+/* G from da of the steps of rows [t0, t1) (da points at row t0). */
+static void gru_params_from_da(sp_node *n, const float *da, int t0, int t1)
 {
     const sp_recurrent_saved *s = SP_REC_SAVED(n);
     int C = SP_REC(n)->input, H = SP_REC(n)->hidden, H4 = 4 * H;
-    size_t BT = (size_t)s->B * s->T;
+    size_t BT = (size_t)s->B * (size_t)(t1 - t0);
     float *dWih = PG(n, W_IH), *dbih = PG(n, B_IH), *dbhh = PG(n, B_HH);
-    sp_recurrent_acc_wih(n, da, 0, 2 * H, dWih);                         /* r, z from dR, dZ */
-    sp_recurrent_acc_wih(n, da, 3 * H, H, dWih + (size_t)2 * H * C);     /* n from dN       */
-    sp_recurrent_acc_whh(n, da, 0, 3 * H, PG(n, W_HH));                  /* [dR, dZ, dM]    */
+    sp_recurrent_acc_wih(n, da, 0, 2 * H, t0, t1, dWih);                        /* r, z from dR, dZ */
+    sp_recurrent_acc_wih(n, da, 3 * H, H, t0, t1, dWih + (size_t)2 * H * C);    /* n from dN       */
+    sp_recurrent_acc_whh(n, da, 0, 3 * H, t0, t1, PG(n, W_HH));                 /* [dR, dZ, dM]    */
     for (size_t i = 0; i < BT; i++) {
         const float *d = da + i * H4;
         for (int j = 0; j < 2 * H; j++) {
@@ -133,7 +134,7 @@ static void gru_params_from_da(sp_node *n, const float *da)
 
 static void gru_backward_params(sp_node *n, const sp_tensor *dy)
 {
-    gru_params_from_da(n, sp_recurrent_bptt_once(n, dy, SP_REC_PARAMS, gru_bptt));
+    gru_params_from_da(n, sp_recurrent_bptt_once(n, dy, SP_REC_PARAMS, gru_bptt), 0, SP_REC_SAVED(n)->T);
 }
 
 static void gru_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
@@ -164,28 +165,39 @@ static void gru_chain_jt(const sp_node *n, int b, int t, float *jt)
     }
 }
 
-typedef struct chain_ctx { const sp_recurrent_saved *s; const float *dh; int H; } chain_ctx;
+/* dh holds the steps of rows [t0, t0 + len), batch-first: [B, len, H]. */
+typedef struct chain_ctx { const sp_recurrent_saved *s; const float *dh; int H, t0, len; } chain_ctx;
 
-/* Rows (t, b) of chain_da from dh, which is batch-first [B, T, H]. */
+/* Rows (t, b) of chain_da from dh (k counts from row t0's first sample). */
 static void chain_da_range(void *p, size_t begin, size_t end)
 {
     const chain_ctx *c = p;
     const sp_recurrent_saved *s = c->s;
-    size_t B = (size_t)s->B, H = (size_t)c->H;
-    for (size_t i = begin; i < end; i++) {
-        size_t t = i / B, b = i % B;
+    size_t B = (size_t)s->B, H = (size_t)c->H, off = (size_t)c->t0 * B;
+    for (size_t k = begin; k < end; k++) {
+        size_t i = off + k, t = i / B, b = i % B;
         const float *hprev = t ? s->hs + (i - B) * H : NULL;
-        gru_step_da(s->gates + i * 4 * H, hprev, c->dh + (b * s->T + t) * H, s->chain_da + i * 4 * H, c->H);
+        gru_step_da(s->gates + i * 4 * H, hprev, c->dh + (b * (size_t)c->len + t - (size_t)c->t0) * H,
+                    s->chain_da + i * 4 * H, c->H);
     }
 }
 
-/* G from every step's total ∇h_t (e.g. recovered by the BPPSA scan): no recurrence. */
-static void gru_chain_backward_params(sp_node *n, const sp_tensor *dh)
+/* G from the total ∇h_t of the steps t0+1 … t1 (e.g. recovered by the BPPSA scan): no
+ * recurrence, so any range of steps is independent of the others. */
+static void gru_chain_backward_params_range(sp_node *n, const sp_tensor *dh, int t0, int t1)
 {
     const sp_recurrent_saved *s = SP_REC_SAVED(n);
-    chain_ctx c = {s, dh->data, SP_REC(n)->hidden};
-    sp_parallel_for((size_t)s->B * s->T, chain_da_range, &c);
-    gru_params_from_da(n, s->chain_da);
+    if (t0 < 0 || t1 > s->T || t0 >= t1 || dh->ndim != 3 || dh->shape[0] != s->B || dh->shape[1] != t1 - t0)
+        sp_fail("gru: chain_backward_params_range: steps [%d, %d) of %d, dh [%d, %d, ...] (expected [%d, %d, H])", t0,
+                t1, s->T, dh->shape[0], dh->shape[1], s->B, t1 - t0);
+    chain_ctx c = {s, dh->data, SP_REC(n)->hidden, t0, t1 - t0};
+    sp_parallel_for((size_t)s->B * (size_t)(t1 - t0), chain_da_range, &c);
+    gru_params_from_da(n, s->chain_da + (size_t)t0 * s->B * 4 * c.H, t0, t1);
+}
+
+static void gru_chain_backward_params(sp_node *n, const sp_tensor *dh)
+{
+    gru_chain_backward_params_range(n, dh, 0, SP_REC_SAVED(n)->T);
 }
 
 static sp_cost gru_cost(const sp_node *n) { return sp_recurrent_cost(n, 60, 20); }
@@ -201,6 +213,7 @@ const sp_opdef sp_op_gru = {
     .chain_len = sp_recurrent_chain_len,
     .chain_jt = gru_chain_jt,
     .chain_backward_params = gru_chain_backward_params,
+    .chain_backward_params_range = gru_chain_backward_params_range,
 };
 
 sp_layer *sp_gru(const char *name, int input, int hidden, sp_seq_output mode)

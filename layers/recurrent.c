@@ -129,20 +129,24 @@ const float *sp_recurrent_bptt_once(sp_node *n, const sp_tensor *dy, unsigned us
     return s->da;
 }
 
-void sp_recurrent_acc_wih(const sp_node *n, const float *da, int col, int rows, float *dW)
+void sp_recurrent_acc_wih(const sp_node *n, const float *da, int col, int rows, int t0, int t1, float *dW)
 {
     const sp_recurrent_saved *s = SP_REC_SAVED(n);
     int C = SP_REC(n)->input, W = SP_REC(n)->da_width;
-    sp_gemm(true, false, rows, C, s->T * s->B, 1.0f, da + col, W, s->x_tm, C, 1.0f, dW, C);
+    sp_gemm(true, false, rows, C, (t1 - t0) * s->B, 1.0f, da + col, W, s->x_tm + (size_t)t0 * s->B * C, C, 1.0f, dW,
+            C);
 }
 
-void sp_recurrent_acc_whh(const sp_node *n, const float *da, int col, int rows, float *dW)
+void sp_recurrent_acc_whh(const sp_node *n, const float *da, int col, int rows, int t0, int t1, float *dW)
 {
     const sp_recurrent_saved *s = SP_REC_SAVED(n);
     int H = SP_REC(n)->hidden, W = SP_REC(n)->da_width;
-    if (s->T < 2) return;   /* h_0 = 0: no recurrent term */
-    /* rows of steps 2..T against h_1..h_{T-1}: both contiguous in the time-major layout */
-    sp_gemm(true, false, rows, H, (s->T - 1) * s->B, 1.0f, da + (size_t)s->B * W + col, W, s->hs, H, 1.0f, dW, H);
+    int lo = t0 > 0 ? t0 : 1;   /* h_0 = 0: row 0 (step 1) has no recurrent term */
+    if (t1 <= lo) return;
+    /* rows lo..t1-1 of da against h_lo..h_{t1-1} (hs rows lo-1..): both contiguous in the
+     * time-major layout */
+    sp_gemm(true, false, rows, H, (t1 - lo) * s->B, 1.0f, da + (size_t)(lo - t0) * s->B * W + col, W,
+            s->hs + (size_t)(lo - 1) * s->B * H, H, 1.0f, dW, H);
 }
 
 void sp_recurrent_input_grad(const sp_node *n, const float *da, int col, int rows, const float *W_rows, float beta,

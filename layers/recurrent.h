@@ -77,13 +77,14 @@ int sp_recurrent_chain_len(const sp_node *n);
  * A second call by the same user means a new backward pass and recomputes. */
 const float *sp_recurrent_bptt_once(sp_node *n, const sp_tensor *dy, unsigned user,
                                     void (*bptt)(sp_node *n, const sp_tensor *dy));
-/* The all-steps products over columns [col, col + rows) of da (one gate block):
- *   acc_wih: dW[rows, C] += daᵀ x                          one GEMM over T·B rows
+/* The products over columns [col, col + rows) of da (one gate block), for the steps of
+ * rows [t0, t1) (all of them: 0, T); da points at row t0 (its first t1 − t0 rows are read):
+ *   acc_wih: dW[rows, C] += daᵀ x                          one GEMM over (t1 − t0)·B rows
  *   acc_whh: dW[rows, H] += Σ_{t≥2} da_tᵀ h_{t-1}          one GEMM (h_0 = 0 drops t = 1)
  *   input_grad: dx[b] = beta·dx[b] + da[:, b]·W_rows      one GEMM per sample (dx is
  *               batch-first), W_rows the matching [rows, C] rows of W_ih */
-void sp_recurrent_acc_wih(const sp_node *n, const float *da, int col, int rows, float *dW);
-void sp_recurrent_acc_whh(const sp_node *n, const float *da, int col, int rows, float *dW);
+void sp_recurrent_acc_wih(const sp_node *n, const float *da, int col, int rows, int t0, int t1, float *dW);
+void sp_recurrent_acc_whh(const sp_node *n, const float *da, int col, int rows, int t0, int t1, float *dW);
 void sp_recurrent_input_grad(const sp_node *n, const float *da, int col, int rows, const float *W_rows, float beta,
                              float *dx);
 sp_cost sp_recurrent_cost(const sp_node *n, double fwd_pointwise_per_h, double bwd_pointwise_per_h);

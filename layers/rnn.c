@@ -65,13 +65,14 @@ static void rnn_bptt(sp_node *n, const sp_tensor *dy)
     }
 }
 
-static void rnn_params_from_da(sp_node *n, const float *da)
+/* G from da of the steps of rows [t0, t1) (da points at row t0). */
+static void rnn_params_from_da(sp_node *n, const float *da, int t0, int t1)
 {
     const sp_recurrent_saved *s = SP_REC_SAVED(n);
     int H = SP_REC(n)->hidden;
-    size_t BT = (size_t)s->B * s->T;
-    sp_recurrent_acc_wih(n, da, 0, H, PG(n, W_IH));
-    sp_recurrent_acc_whh(n, da, 0, H, PG(n, W_HH));
+    size_t BT = (size_t)s->B * (size_t)(t1 - t0);
+    sp_recurrent_acc_wih(n, da, 0, H, t0, t1, PG(n, W_IH));
+    sp_recurrent_acc_whh(n, da, 0, H, t0, t1, PG(n, W_HH));
     float *dbih = PG(n, B_IH), *dbhh = PG(n, B_HH);
     for (size_t i = 0; i < BT; i++)
         for (int j = 0; j < H; j++) {
@@ -83,7 +84,7 @@ static void rnn_params_from_da(sp_node *n, const float *da)
 
 static void rnn_backward_params(sp_node *n, const sp_tensor *dy)
 {
-    rnn_params_from_da(n, sp_recurrent_bptt_once(n, dy, SP_REC_PARAMS, rnn_bptt));
+    rnn_params_from_da(n, sp_recurrent_bptt_once(n, dy, SP_REC_PARAMS, rnn_bptt), 0, SP_REC_SAVED(n)->T);
 }
 
 static void rnn_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
@@ -101,26 +102,37 @@ static void rnn_chain_jt(const sp_node *n, int b, int t, float *jt)
         for (int j = 0; j < H; j++) jt[(size_t)i * H + j] = W[(size_t)j * H + i] * (1.0f - h[j] * h[j]);
 }
 
-typedef struct chain_ctx { const sp_recurrent_saved *s; const float *dh; int H; } chain_ctx;
+/* dh holds the steps of rows [t0, t0 + len), batch-first: [B, len, H]. */
+typedef struct chain_ctx { const sp_recurrent_saved *s; const float *dh; int H, t0, len; } chain_ctx;
 
-/* Rows (t, b) of chain_da from dh, which is batch-first [B, T, H]. */
+/* Rows (t, b) of chain_da from dh (i counts from row t0's first sample). */
 static void chain_da_range(void *p, size_t begin, size_t end)
 {
     const chain_ctx *c = p;
     const sp_recurrent_saved *s = c->s;
-    for (size_t i = begin; i < end; i++) {
-        size_t t = i / (size_t)s->B, b = i % (size_t)s->B;
-        rnn_step_da(s->hs + i * c->H, c->dh + (b * s->T + t) * c->H, s->chain_da + i * c->H, c->H);
+    size_t off = (size_t)c->t0 * s->B;
+    for (size_t k = begin; k < end; k++) {
+        size_t i = off + k, t = i / (size_t)s->B, b = i % (size_t)s->B;
+        rnn_step_da(s->hs + i * c->H, c->dh + (b * c->len + t - c->t0) * c->H, s->chain_da + i * c->H, c->H);
     }
 }
 
-/* G from every step's total ∇h_t (e.g. recovered by the BPPSA scan): no recurrence. */
-static void rnn_chain_backward_params(sp_node *n, const sp_tensor *dh)
+/* G from the total ∇h_t of the steps t0+1 … t1 (e.g. recovered by the BPPSA scan): no
+ * recurrence, so any range of steps is independent of the others. */
+static void rnn_chain_backward_params_range(sp_node *n, const sp_tensor *dh, int t0, int t1)
 {
     const sp_recurrent_saved *s = SP_REC_SAVED(n);
-    chain_ctx c = {s, dh->data, SP_REC(n)->hidden};
-    sp_parallel_for((size_t)s->B * s->T, chain_da_range, &c);
-    rnn_params_from_da(n, s->chain_da);
+    if (t0 < 0 || t1 > s->T || t0 >= t1 || dh->ndim != 3 || dh->shape[0] != s->B || dh->shape[1] != t1 - t0)
+        sp_fail("rnn: chain_backward_params_range: steps [%d, %d) of %d, dh [%d, %d, ...] (expected [%d, %d, H])", t0,
+                t1, s->T, dh->shape[0], dh->shape[1], s->B, t1 - t0);
+    chain_ctx c = {s, dh->data, SP_REC(n)->hidden, t0, t1 - t0};
+    sp_parallel_for((size_t)s->B * (size_t)(t1 - t0), chain_da_range, &c);
+    rnn_params_from_da(n, s->chain_da + (size_t)t0 * s->B * c.H, t0, t1);
+}
+
+static void rnn_chain_backward_params(sp_node *n, const sp_tensor *dh)
+{
+    rnn_chain_backward_params_range(n, dh, 0, SP_REC_SAVED(n)->T);
 }
 
 static sp_cost rnn_cost(const sp_node *n) { return sp_recurrent_cost(n, 20, 4); }
@@ -136,6 +148,7 @@ const sp_opdef sp_op_rnn = {
     .chain_len = sp_recurrent_chain_len,
     .chain_jt = rnn_chain_jt,
     .chain_backward_params = rnn_chain_backward_params,
+    .chain_backward_params_range = rnn_chain_backward_params_range,
 };
 
 sp_layer *sp_rnn(const char *name, int input, int hidden, sp_seq_output mode)

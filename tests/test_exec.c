@@ -668,10 +668,36 @@ Test(exec, scan_across_ranks_equals_linear_bp_for_a_16_layer_mlp, .timeout = 300
     remove(ref);
 }
 
+/* The JSON line's "wgrad_steps": [n_0, …, n_{W−1}] must be each rank's own time segment,
+ * [r·T/W + 1, (r+1)·T/W]: every rank computed the weight gradients of its steps only. */
+static void check_wgrad_steps(const char *out, int W, int T)
+{
+    const char *p = strstr(out, "\"wgrad_steps\": [");
+    cr_assert(p, "no wgrad_steps in the JSON line\n%s", out);
+    p += strlen("\"wgrad_steps\": [");
+    int sum = 0;
+    for (int r = 0; r < W; r++) {
+        int n = -1, used = 0;
+        cr_assert_eq(sscanf(p, "%d%n", &n, &used), 1, "wgrad_steps: rank %d missing in %s", r, out);
+        int want = (int)((long)(r + 1) * T / W) - (int)((long)r * T / W);
+        cr_assert_eq(n, want, "-np %d: rank %d computed the weight gradients of %d steps (expected its segment: %d of %d)",
+                     W, r, n, want, T);
+        sum += n;
+        p += used;
+        if (*p == ',') p++;
+        while (*p == ' ') p++;
+    }
+    cr_assert_eq(*p, ']', "wgrad_steps has more than %d entries: %s", W, out);
+    cr_assert_eq(sum, T, "the ranks' segments cover %d of %d steps", sum, T);
+}
+
 /* The recurrent chain: rnn's (and gru's) time steps split over the ranks, each rank's
- * segment of chain_jt products scanned across ranks, against linear BP (BPTT). SGD with
- * momentum, so a wrong gradient shows at once in the weights. */
-static void rnn_scan(const char *app, const char *flags, int maxW)
+ * segment of chain_jt products scanned across ranks and each rank's weight gradients over
+ * its own steps only (chain_backward_params_range, then an allreduce), against linear BP
+ * (BPTT) at W = 2 … maxW. SGD with momentum, so a wrong gradient shows at once in the
+ * weights. The sums over the ranks group the steps differently from BPTT's one GEMM over
+ * all T·B rows, so the match is within 1e-6, not bitwise. */
+static void rnn_scan(const char *app, const char *flags, int maxW, int T)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
@@ -679,7 +705,7 @@ static void rnn_scan(const char *app, const char *flags, int maxW)
     const char *ref = tmp("rscan-ref.safetensors"), *par = tmp("rscan-par.safetensors");
     snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", bin(app), flags, ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    for (int W = 2; W <= maxW; W += 2) {
+    for (int W = 2; W <= maxW; W++) {
         snprintf(cmd, sizeof cmd, "%s %s --parallel scan --save %s", bin(app), flags, par);
         char np[16];
         snprintf(np, sizeof np, "-np %d", W);
@@ -689,6 +715,7 @@ static void rnn_scan(const char *app, const char *flags, int maxW)
         bool bit;
         double d = compare(par, ref, &bit);
         cr_assert(d <= 1e-6, "%s scan -np %d vs linear BP: max rel diff %.3g > 1e-6", app, W, d);
+        check_wgrad_steps(r.out, W, T);
         remove(par);
     }
     remove(ref);
@@ -697,12 +724,12 @@ static void rnn_scan(const char *app, const char *flags, int maxW)
 Test(exec, scan_across_ranks_equals_linear_bp_for_an_rnn_chain, .timeout = 300)
 {
     rnn_scan("rnn", "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 4 --optim sgd --lr 0.1 --threads 1 --quiet",
-             4);
+             4, 16);
 }
 
 Test(exec, scan_across_ranks_equals_linear_bp_for_a_gru_chain, .timeout = 300)
 {
-    rnn_scan("gru", "--shape S --samples 8 --batch 4 --steps 2 --optim sgd --lr 0.1 --threads 1 --quiet", 2);
+    rnn_scan("gru", "--shape S --samples 8 --batch 4 --steps 2 --optim sgd --lr 0.1 --threads 1 --quiet", 4, 259);
 }
 
 /* --parallel scan --plan: ⌈log₂ W⌉ levels; at the level of span k, rank r + k sends its T
@@ -1403,4 +1430,93 @@ Test(exec, every_action_list_scheme_round_trips_through_custom, .timeout = 600)
         remove(ord2);
     }
     remove(plan);
+}
+
+/* ---- the time scan's levels: Blelloch against Hillis–Steele ---------------------------------- */
+
+/* $SCANPROP_SCAN_ALGO forces the levels. Both against BPTT within 1e-6, and against each
+ * other within 1e-6: Blelloch multiplies segment products into each other (H × H × H)
+ * where Hillis–Steele applies them one by one to the vector, so the sums round in a
+ * different order and the weights after the SGD steps are not bitwise equal. The JSON
+ * line names the levels that ran. */
+static void blelloch_vs_hs(const char *app, const char *flags, int W)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[2048], np[16];
+    const char *ref = tmp("bl-ref.safetensors"), *bl = tmp("bl-bl.safetensors"), *hs = tmp("bl-hs.safetensors");
+    snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", bin(app), flags, ref);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(np, sizeof np, "-np %d", W);
+    const char *algo[2] = {"blelloch", "hillis-steele"}, *out[2] = {bl, hs};
+    for (int k = 0; k < 2; k++) {
+        char env[64], want[64];
+        snprintf(env, sizeof env, "SCANPROP_SCAN_ALGO=%s", algo[k]);
+        snprintf(cmd, sizeof cmd, "%s %s --parallel scan --save %s", bin(app), flags, out[k]);
+        mpi_run(env, np, cmd, &r);
+        cr_assert_eq(r.status, 0, "%s %s -np %d: status %d\n%s", app, algo[k], W, r.status, r.err);
+        snprintf(want, sizeof want, "\"scan_algo\": \"%s\"", algo[k]);
+        cr_assert(strstr(r.out, want), "%s -np %d: want %s in\n%s", app, W, want, r.out);
+        bool bit;
+        double d = compare(out[k], ref, &bit);
+        cr_assert(d <= 1e-6, "%s %s -np %d vs linear BP: max rel diff %.3g > 1e-6", app, algo[k], W, d);
+    }
+    bool bit;
+    double d = compare(bl, hs, &bit);
+    cr_assert(d <= 1e-6, "%s -np %d: blelloch vs hillis-steele: max rel diff %.3g > 1e-6", app, W, d);
+    remove(ref);
+    remove(bl);
+    remove(hs);
+}
+
+Test(exec, time_scan_blelloch_equals_hillis_steele_and_bptt_for_an_rnn_chain, .timeout = 300)
+{
+    const char *f = "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 4 --optim sgd --lr 0.1 --threads 1 --quiet";
+    blelloch_vs_hs("rnn", f, 4);
+    blelloch_vs_hs("rnn", f, 5);
+}
+
+Test(exec, time_scan_blelloch_equals_hillis_steele_and_bptt_for_a_gru_chain, .timeout = 300)
+{
+    blelloch_vs_hs("gru", "--shape S --samples 8 --batch 4 --steps 2 --optim sgd --lr 0.1 --threads 1 --quiet", 4);
+}
+
+/* The Blelloch plan: 2⌈log₂(W−1)⌉ levels, each rank in at most one message a level, at
+ * most W − 2 messages in each sweep (O(W), against Hillis–Steele's O(W log W)). */
+Test(exec, time_scan_blelloch_plan_has_two_log_levels_and_linear_messages, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    for (int W = 3; W <= 6; W++) {
+        char cmd[512], np[16];
+        snprintf(cmd, sizeof cmd, "%s --seq-len 12 --samples 16 --hidden 8 --batch 4 --parallel scan --plan",
+                 bin("rnn"));
+        snprintf(np, sizeof np, "-np %d", W);
+        mpi_run("SCANPROP_SCAN_ALGO=blelloch", np, cmd, &r);
+        cr_assert_eq(r.status, 0, "-np %d: status %d\n%s", W, r.status, r.err);
+        int depth = 0;
+        while ((1 << depth) < W - 1) depth++;
+        char key[64];
+        snprintf(key, sizeof key, "\"levels\": %d", 2 * depth);
+        cr_assert(strstr(r.out, key), "-np %d: want %s:\n%s", W, key, r.out);
+        int lines = 0, msgs[2] = {0, 0};
+        for (const char *line = r.out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+            int down = !strncmp(line, "down-sweep level", 16);
+            if (strncmp(line, "up-sweep level", 14) != 0 && !down) continue;
+            lines++;
+            const char *end = strchr(line, '\n');
+            bool busy[64] = {false};
+            for (const char *p = strstr(line, "rank "); p && (!end || p < end); p = strstr(p + 1, "rank ")) {
+                int a, b;
+                if (sscanf(p, "rank %d -> rank %d", &a, &b) != 2) continue;
+                cr_assert(a >= 1 && b >= 1 && a < W && b < W && !busy[a] && !busy[b],
+                          "-np %d: rank 0 or a rank twice in one level: %.*s", W, (int)(end ? end - line : 80), line);
+                busy[a] = busy[b] = true;
+                msgs[down]++;
+            }
+        }
+        cr_assert_eq(lines, 2 * depth, "-np %d: %d level lines, want %d:\n%s", W, lines, 2 * depth, r.out);
+        cr_assert(msgs[0] == W - 2 && msgs[1] <= W - 2, "-np %d: %d up-sweep and %d down-sweep messages (want %d, <= %d)",
+                  W, msgs[0], msgs[1], W - 2, W - 2);
+    }
 }

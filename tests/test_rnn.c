@@ -250,6 +250,23 @@ static void check_chain_reproduces_bptt(ctor_fn ctor, sp_seq_output mode, uint64
 
     const sp_recurrent_saved *s = SP_REC_SAVED(y);
     check_close(s->chain_da, s->da, (size_t)B * T * SP_REC(y)->da_width, "pre-activation grads");
+    for (int p = 0; p < 4; p++)
+        check_close(l->params[p]->grad.data, g_bptt[p], l->params[p]->grad.numel, l->params[p]->name);
+
+    /* chain_backward_params_range over the steps split as the scan across ranks splits
+     * them (the first range holds step 1, whose W_hh term is zero; the others start
+     * mid-sequence): each range sees only its own ∇h, and the sums are G again. */
+    for (int p = 0; p < 4; p++) sp_tensor_zero(&l->params[p]->grad);
+    const int cut[] = {0, 2, 5, T};
+    for (int k = 0; k < 3; k++) {
+        int t0 = cut[k], len = cut[k + 1] - cut[k];
+        float part[B * T * H];
+        for (size_t i = 0; i < sizeof part / sizeof *part; i++) part[i] = NAN;   /* unread */
+        for (int b = 0; b < B; b++)
+            memcpy(part + (size_t)b * len * H, dh + ((size_t)b * T + t0) * H, sizeof(float) * (size_t)len * H);
+        sp_tensor pt = sp_tensor_view(part, 3, (int[]){B, len, H});
+        y->kern->chain_backward_params_range(y, &pt, t0, t0 + len);
+    }
     for (int p = 0; p < 4; p++) {
         check_close(l->params[p]->grad.data, g_bptt[p], l->params[p]->grad.numel, l->params[p]->name);
         free(g_bptt[p]);

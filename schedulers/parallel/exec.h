@@ -131,6 +131,11 @@ typedef struct sp_exec_stats {
      * (s, b) ends), and the same from the schedule's simulation (sp_sim peak_act_bytes);
      * the two are equal (exec_memory.c says why). */
     double *peak_act_bytes, *sim_peak_act_bytes;
+    /* [workers], or NULL when the run is not the time scan: the time steps whose weight
+     * gradients each rank computed in the last step (its own segment, about T/W). */
+    int *wgrad_steps;
+    /* --parallel scan: which levels ran, "hillis-steele" or "blelloch"; NULL otherwise. */
+    const char *scan_algo;
 } sp_exec_stats;
 void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st);
 void sp_exec_stats_free(sp_exec_stats *st);

@@ -93,6 +93,7 @@ struct sp_exec {
     /* accounting */
     long steps;
     double busy, comm_s, wall, fwd_s, bwd_s;
+    int wgrad_steps;   /* time scan: the steps whose weight gradients this rank computed, last step */
     double wall_late, comm_late;   /* wall and comm seconds of the steps after the first */
     double delay_s;          /* $SCANPROP_EXEC_FAULT=slow: added to the next job's compute */
     int *order_rec;          /* the first step's executed job ids                    */
@@ -200,6 +201,15 @@ void sp_exec_check_scan(sp_exec *x);
 void sp_exec_scan_backward(sp_exec *x);        /* over layers, after GPipe's forward */
 void sp_exec_time_scan_forward(sp_exec *x);    /* over time: the whole forward here  */
 void sp_exec_time_scan_backward(sp_exec *x);
+/* exec_blelloch.c: the time scan's levels in Blelloch's pattern. sp_exec_scan_blelloch:
+ * whether they run ($SCANPROP_SCAN_ALGO, or auto); _forms: whether rank r forms its
+ * element P_r; _levels: as exec_scan.c's levels (elem taken over, v on the last rank),
+ * T_{r+1} ([n, H], to free) on the ranks 1 … W−2; _depth: ⌈log₂(W−1)⌉; _plan: its lines. */
+bool sp_exec_scan_blelloch(const sp_exec *x);
+bool sp_exec_blelloch_forms(const sp_exec *x, int r);
+float *sp_exec_blelloch_levels(sp_exec *x, float *elem, const float *v, int n);
+int sp_exec_blelloch_depth(const sp_exec *x);
+void sp_exec_blelloch_plan(const sp_exec *x, FILE *f);
 
 /* ---- reports (exec_report.c) ------------------------------------------------------------ */
 

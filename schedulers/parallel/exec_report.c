@@ -106,11 +106,11 @@ void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st)
 {
     st->workers = x->W;
     st->steps = x->steps;
-    enum { K = 7 };
+    enum { K = 8 };
     /* the peak in bytes as two floats of 24 bits each: exact below 2^48 */
     double peak = round(x->act_peak), hi = floor(peak / 16777216.0);
     float mine[K] = {(float)x->busy, (float)x->comm_s,      (float)x->wall, (float)x->wall_late, (float)x->comm_late,
-                     (float)hi,      (float)(peak - hi * 16777216.0)};
+                     (float)hi,      (float)(peak - hi * 16777216.0), (float)x->wgrad_steps};
     float *all = sp_xmalloc(sizeof(float) * K * (size_t)x->W);
     sp_allgather(x->world, mine, all, K);
     st->busy = sp_xmalloc(sizeof(double) * (size_t)x->W);
@@ -118,12 +118,15 @@ void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st)
     st->wall = sp_xmalloc(sizeof(double) * (size_t)x->W);
     st->peak_act_bytes = sp_xmalloc(sizeof(double) * (size_t)x->W);
     st->sim_peak_act_bytes = sp_xmalloc(sizeof(double) * (size_t)x->W);
+    st->wgrad_steps = x->tscan ? sp_xmalloc(sizeof(int) * (size_t)x->W) : NULL;
+    st->scan_algo = !is_scan(x->cfg.scheme) ? NULL : sp_exec_scan_blelloch(x) ? "blelloch" : "hillis-steele";
     double wall = 0, comm = 0;
     for (int r = 0; r < x->W; r++) {
         const float *a = all + K * r;
         st->busy[r] = a[0], st->comm[r] = a[1], st->wall[r] = a[2];
         st->peak_act_bytes[r] = (double)a[5] * 16777216.0 + (double)a[6];
         st->sim_peak_act_bytes[r] = r < x->sim.workers ? x->sim.worker[r].peak_act_bytes : 0;
+        if (st->wgrad_steps) st->wgrad_steps[r] = (int)a[7];
         wall += a[3];
         comm += a[4];
     }
@@ -140,6 +143,7 @@ void sp_exec_stats_free(sp_exec_stats *st)
     free(st->wall);
     free(st->peak_act_bytes);
     free(st->sim_peak_act_bytes);
+    free(st->wgrad_steps);
 }
 
 /* An output of rank 0, written atomically (core/io/fileio.h). */

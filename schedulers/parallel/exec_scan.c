@@ -26,11 +26,15 @@
  * the backward of the layers after the recurrent one, which gives ∇h_T. The time steps
  * 1..T are split into W contiguous segments [a_r, b_r]; the chain ∇h_{t−1} = Jᵀ_t·∇h_t
  * (the op's chain_jt, H × H) is scanned exactly as above with P_r = Jᵀ_{a_r} ⋯ Jᵀ_{b_r}
- * and v = ∇h_{a_{W−1}−1}; after the levels each rank recovers ∇h_t of its own steps
- * with T/W matrix–vector products from ∇h_{b_r} = T_{r+1}. The ranks then allgather the
- * segments of ∇h and each computes the weight gradients from the whole [B, T, H] (the
- * op's chain_backward_params, Eq. 2 of [B]) — the same sums on every rank, so no gradient
- * collective is needed and every rank steps the optimizer. */
+ * and v = ∇h_{a_{W−1}−1}, or with Blelloch's up/down-sweep levels instead
+ * (exec_blelloch.c; sp_exec_scan_blelloch chooses); after the levels each rank
+ * recovers ∇h_t of its own steps with T/W matrix–vector products from ∇h_{b_r} =
+ * T_{r+1}. Each rank then computes the
+ * weight gradients of its own steps only (the op's chain_backward_params_range, Eq. 2 of
+ * [B]: given ∇h_t the steps are independent), and one allreduce sums the recurrent
+ * layer's gradients over the ranks; every rank steps the optimizer on the same sums.
+ * The layers after the recurrent one are back-propagated whole on every rank (they give
+ * ∇h_T; their gradients are the same everywhere and are not summed). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -370,6 +374,27 @@ void sp_exec_scan_backward(sp_exec *x)
     x->bwd_s += sp_now() - t0;
 }
 
+/* The recurrent layer's parameter gradients summed over the ranks (one allreduce of its
+ * parameters packed); every rank then holds the whole G and steps its optimizer. The
+ * layers above it were back-propagated in full on every rank and are not summed. */
+static void reduce_recurrent_grads(sp_exec *x, sp_node *rec)
+{
+    if (x->W < 2) return;
+    sp_layer *l = rec->layer;
+    size_t total = 0;
+    for (int p = 0; p < l->nparams; p++) total += l->params[p]->grad.numel;
+    float *buf = sp_xmalloc(sizeof(float) * total);
+    size_t at = 0;
+    for (int p = 0; p < l->nparams; at += l->params[p]->grad.numel, p++)
+        memcpy(buf + at, l->params[p]->grad.data, sizeof(float) * l->params[p]->grad.numel);
+    sp_comm_set_label("allreduce of the recurrent layer's weight gradients");
+    sp_allreduce(x->world, buf, total);
+    at = 0;
+    for (int p = 0; p < l->nparams; at += l->params[p]->grad.numel, p++)
+        memcpy(l->params[p]->grad.data, buf + at, sizeof(float) * l->params[p]->grad.numel);
+    free(buf);
+}
+
 /* The time scan's backward (see above): ∇h_T from the layers after the recurrent one,
  * the scan over the ranks' time segments, the allgather of ∇h, the weight gradients. */
 void sp_exec_time_scan_backward(sp_exec *x)
@@ -391,9 +416,11 @@ void sp_exec_time_scan_backward(sp_exec *x)
     float *mine = sp_xcalloc((size_t)n * maxlen * H, sizeof(float));
     float *elem = NULL, *below = NULL;   /* below: ∇h_{a_r − 1} = T_r, rank 1's to hand to rank 0 */
     if (r == 1 || (r == W - 1 && W > 1)) below = sp_xmalloc(sizeof(float) * (size_t)n * H);
+    bool bl = sp_exec_scan_blelloch(x);
     if (r == W - 1) time_sweep(x, me, n, dhT, mine, below);
-    else if (forms_element(x, r)) elem = time_product(x, me, n);
-    float *next = scan_levels(x, elem, r == W - 1 ? below : NULL, n);
+    else if (bl ? sp_exec_blelloch_forms(x, r) : forms_element(x, r)) elem = time_product(x, me, n);
+    float *next = bl ? sp_exec_blelloch_levels(x, elem, r == W - 1 ? below : NULL, n)
+                     : scan_levels(x, elem, r == W - 1 ? below : NULL, n);
     if (next) {   /* ranks 1 … W−2: this segment's steps from ∇h_{b_r} = T_{r+1} */
         time_sweep(x, me, n, next, mine, r == 1 ? below : NULL);
         free(next);
@@ -410,29 +437,17 @@ void sp_exec_time_scan_backward(sp_exec *x)
     }
     sp_wait(&hand);
     free(below);
-    /* Every rank's segment of ∇h ([n, len, H], padded to maxlen), then G from all of it. */
-    if (len < maxlen) {   /* compact per sample [n, len, H] → [n, maxlen, H] (in place, backwards) */
-        for (int smp = n - 1; smp >= 0; smp--) {
-            memmove(mine + (size_t)smp * maxlen * H, mine + (size_t)smp * len * H, sizeof(float) * (size_t)len * H);
-            memset(mine + ((size_t)smp * maxlen + (size_t)len) * H, 0, sizeof(float) * (size_t)(maxlen - len) * H);
-        }
-    }
-    size_t per = (size_t)n * maxlen * H;
-    float *all = sp_xmalloc(sizeof(float) * per * (size_t)W);
-    sp_comm_set_label("allgather of the recovered hidden-state gradients");
-    sp_allgather(x->world, mine, all, per);
-    sp_tensor dh = sp_tape_tensor(&x->tapes[0], 3, (int[]){n, Tn, H});
-    for (int q = 0; q < W; q++) {
-        seg g = segment_of(x, q);
-        int lq = g.b - g.a + 1;
-        for (int smp = 0; smp < n; smp++)
-            memcpy(dh.data + ((size_t)smp * Tn + (size_t)(g.a - 1)) * H, all + per * q + (size_t)smp * maxlen * H,
-                   sizeof(float) * (size_t)lq * H);
-    }
+    /* This rank's share of G: the steps a_r … b_r only (Eq. 2: given ∇h_t the steps'
+     * weight gradients are independent), then the sum over the ranks. */
     sp_node *rec = x->node[0];
-    rec->kern->chain_backward_params(rec, &dh);
-    free(all);
+    if (!rec->kern->chain_backward_params_range)
+        sp_comm_fail_all(x->world, "--parallel scan: %s has no weight gradients over a range of time steps on this "
+                                   "device (chain_backward_params_range; the CPU has it)", rec->op->name);
+    sp_tensor dh = sp_tensor_view(mine, 3, (int[]){n, len, H});
+    rec->kern->chain_backward_params_range(rec, &dh, me.a - 1, me.b);
+    x->wgrad_steps = len;
     free(mine);
+    reduce_recurrent_grads(x, rec);
     x->bwd_s += sp_now() - t0;
 }
 
@@ -449,29 +464,11 @@ void sp_exec_time_scan_forward(sp_exec *x)
 
 /* ---- the cross-rank scan's plan (--parallel scan --plan) --------------------------------- */
 
-int sp_exec_print_plan(const sp_exec *x, FILE *f)
+/* The plan's Hillis–Steele levels: every product is a matrix–vector product (see the top
+ * of the file). */
+static void hs_plan_levels(const sp_exec *x, FILE *f)
 {
-    int W = x->W, n = x->batch, levels = 0;
-    for (int span = 1; span < W; span *= 2) levels++;
-    fprintf(f, "cross-rank scan plan: %d ranks, batch %d, over the %s; %d levels (ceil(log2 %d))\n", W, n,
-            x->tscan ? "time steps of the recurrent first layer" : "layers", levels, W);
-    for (int r = 0; r < W; r++) {
-        seg g = segment_of(x, r);
-        fprintf(f, "segment: rank %d %s %d-%d [%d -> %d per sample]", r, x->tscan ? "steps" : "layers", g.a, g.b, g.in,
-                g.out);
-        if (W > 1 && r == 0) fprintf(f, ": no element (nobody reads T_0)\n");
-        else if (r == W - 1)
-            fprintf(f, ": element v = P_%d * grad (%d floats per sample), by back-propagating the segment\n", r, g.in);
-        else if (!forms_element(x, r))
-            fprintf(f, ": no element (nobody reads P_1: the rank back-propagates its segment from T_2)\n");
-        else if (x->tscan)
-            fprintf(f, ": element P_%d, %d x %d per sample, %.4g FLOPs (%d products of chain_jt)\n", r, g.in, g.out,
-                    2.0 * n * g.in * g.in * g.out * (g.b - g.a), g.b - g.a);
-        else
-            fprintf(f, ": element P_%d, %d x %d per sample, %.4g floats (a product of %d Jt)\n", r, g.in, g.out,
-                    (double)n * g.in * g.out, g.b - g.a + 1);
-    }
-    /* Every product below is a matrix–vector product (see the top of the file). */
+    int W = x->W, n = x->batch;
     int level = 0;
     bool *made = sp_xcalloc((size_t)W, sizeof *made);   /* T_q = P_q * T_{q+1} already made */
     for (int span = 1; span < W; span *= 2) {
@@ -504,12 +501,48 @@ int sp_exec_print_plan(const sp_exec *x, FILE *f)
         fprintf(f, "%s\n", pairs ? "" : " none (rank 0 needs no T_0)");
     }
     free(made);
+}
+
+int sp_exec_print_plan(const sp_exec *x, FILE *f)
+{
+    int W = x->W, n = x->batch, levels = 0;
+    bool bl = sp_exec_scan_blelloch(x);
+    for (int span = 1; span < W; span *= 2) levels++;
+    if (bl) {
+        levels = 2 * sp_exec_blelloch_depth(x);
+        fprintf(f, "cross-rank scan plan: %d ranks, batch %d, over the time steps of the recurrent first layer; "
+                   "blelloch, %d levels (2 ceil(log2 %d))\n", W, n, levels, W - 1);
+    } else {
+        fprintf(f, "cross-rank scan plan: %d ranks, batch %d, over the %s; hillis-steele, %d levels (ceil(log2 %d))\n",
+                W, n, x->tscan ? "time steps of the recurrent first layer" : "layers", levels, W);
+    }
+    for (int r = 0; r < W; r++) {
+        seg g = segment_of(x, r);
+        fprintf(f, "segment: rank %d %s %d-%d [%d -> %d per sample]", r, x->tscan ? "steps" : "layers", g.a, g.b, g.in,
+                g.out);
+        if (W > 1 && r == 0) fprintf(f, ": no element (nobody reads T_0)\n");
+        else if (r == W - 1)
+            fprintf(f, ": element v = P_%d * grad (%d floats per sample), by back-propagating the segment\n", r, g.in);
+        else if (bl && !sp_exec_blelloch_forms(x, r))
+            fprintf(f, ": no element (its aggregates are read by nobody)\n");
+        else if (!bl && !forms_element(x, r))
+            fprintf(f, ": no element (nobody reads P_1: the rank back-propagates its segment from T_2)\n");
+        else if (x->tscan)
+            fprintf(f, ": element P_%d, %d x %d per sample, %.4g FLOPs (%d products of chain_jt)\n", r, g.in, g.out,
+                    2.0 * n * g.in * g.in * g.out * (g.b - g.a), g.b - g.a);
+        else
+            fprintf(f, ": element P_%d, %d x %d per sample, %.4g floats (a product of %d Jt)\n", r, g.in, g.out,
+                    (double)n * g.in * g.out, g.b - g.a + 1);
+    }
+    if (bl) sp_exec_blelloch_plan(x, f);
+    else hs_plan_levels(x, f);
     if (W > 1) fprintf(f, "hand-off: rank 1 -> rank 0 (T_1, %d floats per sample)\n", segment_of(x, 1).in);
     else fprintf(f, "hand-off: none\n");
     if (x->tscan) {
-        int maxlen = (x->T + W - 1) / W;
-        fprintf(f, "allgather: every rank's %d x %d steps of grad h per sample (%.4g floats), then every rank's weight "
-                   "gradients from all %d steps\n", maxlen, x->H, (double)n * maxlen * x->H * W, x->T);
+        size_t np = 0;
+        for (int p = 0; p < x->st[0].layer->nparams; p++) np += x->st[0].layer->params[p]->value.numel;
+        fprintf(f, "weight gradients: each rank over its own steps only (rank r: steps a_r-b_r above), then an "
+                   "allreduce of the %s layer's %zu gradient floats\n", x->st[0].layer->op->name, np);
     }
     return levels;
 }

@@ -237,7 +237,7 @@ void sp_exec_check_config(sp_exec *x)
         /* A recurrent first layer: the scan runs over its time steps (exec_scan.c, BPPSA across
          * ranks); otherwise over the layers, each of which needs a per-sample Jᵀ. */
         const sp_opdef *op0 = x->S > 0 ? x->m->layers[0]->op : NULL;
-        x->tscan = op0 && op0->chain_len && op0->cpu.chain_jt && op0->cpu.chain_backward_params;
+        x->tscan = op0 && op0->chain_len && op0->cpu.chain_jt && op0->cpu.chain_backward_params_range;
         for (int s = x->tscan ? 1 : 0; s < x->S; s++) {
             const sp_opdef *op = x->m->layers[s]->op;
             if (op->chain_len)

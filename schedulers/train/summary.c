@@ -225,6 +225,14 @@ void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
         snprintf(busy + n, sizeof busy - n, "]");
         sp_json_raw(j, k ? "simulated_peak_activation_bytes" : "peak_activation_bytes", busy);
     }
+    if (st.wgrad_steps) {   /* the time scan: each rank's share of the weight gradients, in steps */
+        size_t n = 0;
+        for (int r = 0; r < st.workers && n < sizeof busy - 32; r++)
+            n += (size_t)snprintf(busy + n, sizeof busy - n, "%s%d", r ? ", " : "[", st.wgrad_steps[r]);
+        snprintf(busy + n, sizeof busy - n, "]");
+        sp_json_raw(j, "wgrad_steps", busy);
+    }
+    if (st.scan_algo) sp_json_str(j, "scan_algo", st.scan_algo);
     sp_exec_stats_free(&st);
     if (s->o->clip_grad_norm > 0) {
         sp_exec_clip c;
