@@ -298,3 +298,18 @@ Test(topology, schedule_predicts_a_cluster_step)
     }
     cr_expect(comm[0] > 0 && comm[1] > 1.5 * comm[0], "2x8: %.1f us, 16x1: %.1f us", comm[0], comm[1]);
 }
+
+/* The step's communication of ddp on LeNet at 2 ranks of one node: one bucket (the
+ * parameterless layers between the weights do not split it) of all 246 824 parameter
+ * bytes, one ring allreduce 2·(α + bytes/(2β)). */
+Test(topology, ddp_sends_one_bucket_per_step)
+{
+    char cmd[1024], out[16384], err[2048];
+    snprintf(cmd, sizeof cmd, "%s --scheme ddp --model lenet --workers 2 --microbatches 2 --no-diagram --nodes 1 "
+             "--ranks-per-node 2 --intra-latency-us 3 --intra-bw-gbs 300 --inter-latency-us 5 --inter-bw-gbs 100",
+             tu_bin("schedule"));
+    cr_assert_eq(tu_run(cmd, out, sizeof out, err, sizeof err), 0, "%s", err);
+    const char *p = strstr(out, "\"comm_max\": ");
+    cr_assert_not_null(p, "%s", out);
+    cr_expect_float_eq(atof(p + 12), 2 * (3 + 246824 / 2.0 / 300e3), 1e-4, "%s", out);
+}

@@ -47,7 +47,8 @@ void sp_comm_step_account(const sp_schedule *s, const sp_costs *c, const sp_comm
         int n = 0;
         bool replicas = false;
         double p = st >= 0 ? c->param_bytes[st] : 0;
-        if (st >= 0 && p > 0) {
+        if (st >= 0 && !(p > 0)) continue;   /* no parameters: not in any bucket */
+        if (st >= 0) {
             stage_sets(s, st, comp, wgt);
             replicas = !memcmp(comp, wgt, sizeof(bool) * (size_t)W);
             if (!replicas) {
