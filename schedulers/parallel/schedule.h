@@ -247,7 +247,7 @@ typedef struct sp_worker_stats {
     double peak_weight_bytes; /* fetched weights (w_weights ≠ w) held at once, bytes        */
     double peak_mem_bytes;    /* activations + fetched weights held at once, bytes          */
     sp_mem_breakdown mem;     /* the whole memory (sp_sim_memory_breakdown; optimizer state
-                                 of plain sgd unless the caller refills it)             */
+                                 SP_OPTIM_SLOTS_DEFAULT unless the caller refills it)   */
 } sp_worker_stats;
 
 typedef struct sp_sim {
@@ -292,6 +292,7 @@ void sp_sim_memory_breakdown(const sp_schedule *s, const sp_costs *c, const sp_s
 /* Floats of optimizer state per parameter: sgd 0 (1 with momentum ≠ 0), adam and adamw
  * 2; −1 for another name. */
 int sp_optim_slots(const char *name, double momentum);
+#define SP_OPTIM_SLOTS_DEFAULT 1   /* the apps' default: sgd with momentum 0.9 */
 
 /* ------------------------------------------------------------------------------------ */
 /* Diagrams                                                                             */

@@ -108,9 +108,9 @@ void sp_sim_memory(const sp_schedule *s, const sp_costs *c, sp_sim *r)
     r->mem_off[s->workers] = np;
     free(ev);
     free(pos);
-    /* the whole memory with no optimizer state (plain sgd); a caller that knows the
-     * optimizer refills it (sp_sim_memory_breakdown) */
-    for (int w = 0; w < s->workers; w++) sp_sim_memory_breakdown(s, c, r, 0, w, &r->worker[w].mem);
+    /* the whole memory with the apps' default optimizer (sgd, momentum 0.9: one state
+     * float per parameter); a caller that knows the optimizer refills it */
+    for (int w = 0; w < s->workers; w++) sp_sim_memory_breakdown(s, c, r, SP_OPTIM_SLOTS_DEFAULT, w, &r->worker[w].mem);
 }
 
 int sp_optim_slots(const char *name, double momentum)
