@@ -16,7 +16,7 @@
  * One term differs by design: weights an owner broadcasts to a computing rank (fsdp,
  * fslpp) stay in the rank's layer for the whole step here, while the simulator holds
  * them only while a job uses them; the measured figure exceeds the predicted one by at
- * most those bytes (sp_exec_mem_measure's `fetched`). */
+ * most those bytes (mem_measure's `fetched`). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -224,11 +224,11 @@ struct sp_actions *sp_schedule_to_actions(const sp_schedule *s, const struct sp_
  * any job of s and O those holding its weights (w_weights):
  *   C = O (replicas): each member holds weights p, gradients p, optimizer state k·p,
  *       and, when |C| > 1, a gradient-bucket buffer p (the allreduce's);
- *   one owner o ∉ … (fsdp, fslpp): o holds weights p, gradients p, state k·p; every
+ *   O = {o}, C ≠ O (fsdp, fslpp): o holds weights p, gradients p, state k·p; every
  *       member of C ∪ {o} a bucket buffer p (the reduce's), every member of C gradients p
  *       (fetched weights are counted over time, sp_sim peak_weight_bytes).
  * k: optimizer state per parameter, sp_optim_slots. What the executor measures
- * (exec.h, sp_exec_mem_measure) is the same sum from its own buffers. */
+ * (exec.h, exec_memory.c: sp_exec_mem_gather) is the same sum from its own buffers. */
 typedef struct sp_mem_breakdown {
     double weights, grads, optim, buckets;
     double activations;      /* sp_worker_stats.peak_mem_bytes: activations + fetched weights */
