@@ -29,6 +29,9 @@
 typedef struct opts {
     const char *scheme, *model, *profile, *svg, *title, *layerpipe, *costs_out, *actions, *actions_out;
     const char *calibrate_comm, *comm_profile;   /* the communication model (comm_model.h) */
+    const char *optim;       /* memory: the optimizer's state per parameter (sp_optim_slots) */
+    double momentum, bucket_mb;
+    sp_comm_topology topo;   /* --nodes …: a cluster to predict for (links in GB/s here)   */
     int stages, micro, workers, groups, per_group, batch, processors, max_cols, chunks, cal_reps;
     double fwd, bwd, delta, grad, gflops, alpha, mem_limit, cal_max_mb;
     bool split, no_split, no_input_grad, no_diagram, list;
@@ -104,6 +107,24 @@ static void parse(int argc, char **argv, opts *o)
          .meta = "X", .range = "0.000004..4096", .group = "communication", .needs = "calibrate-comm"},
         {"calibrate-reps", SP_FLAG_INT, &o->cal_reps, "repetitions per size (the median is kept)", .range = "1..1000",
          .group = "communication", .needs = "calibrate-comm"},
+        {"optim", SP_FLAG_STR, &o->optim, "the run's optimizer, for its state in peak_memory_bytes",
+         .choices = "sgd|adam|adamw", .group = "memory", .needs = SIM},
+        {"momentum", SP_FLAG_DOUBLE, &o->momentum, "SGD momentum (0: no momentum buffer)", .meta = "X", .range = "0..",
+         .group = "memory", .needs = SIM ",optim=sgd"},
+        {"nodes", SP_FLAG_INT, &o->topo.nodes, "predict for a cluster of N nodes (rank r on node r / R)", .meta = "N",
+         .range = "1..", .group = "cluster (a prediction)", .needs = SIM},
+        {"ranks-per-node", SP_FLAG_INT, &o->topo.ranks_per_node, "R ranks on each node", .meta = "R", .range = "1..",
+         .group = "cluster (a prediction)", .needs = SIM ",nodes"},
+        {"intra-latency-us", SP_FLAG_DOUBLE, &o->topo.intra.alpha_us, "latency between ranks of one node", .meta = "X",
+         .range = "0..", .group = "cluster (a prediction)", .needs = SIM ",nodes"},
+        {"intra-bw-gbs", SP_FLAG_DOUBLE, &o->topo.intra.beta, "bandwidth between ranks of one node, GB/s",
+         .meta = "X", .group = "cluster (a prediction)", .needs = SIM ",nodes"},
+        {"inter-latency-us", SP_FLAG_DOUBLE, &o->topo.inter.alpha_us, "latency between nodes", .meta = "X",
+         .range = "0..", .group = "cluster (a prediction)", .needs = SIM ",nodes"},
+        {"inter-bw-gbs", SP_FLAG_DOUBLE, &o->topo.inter.beta, "bandwidth of one node to another (all its NICs), GB/s",
+         .meta = "X", .group = "cluster (a prediction)", .needs = SIM ",nodes"},
+        {"bucket-mb", SP_FLAG_DOUBLE, &o->bucket_mb, "gradient bucket size in MB (as the apps')", .meta = "X",
+         .range = "0..", .group = "cluster (a prediction)", .needs = SIM ",nodes"},
         {"comm-profile", SP_FLAG_STR, &o->comm_profile, "read a communication profile (--calibrate-comm's file) and "
          "print its model", .meta = "FILE", .group = "communication", .needs = "!layerpipe,!list"},
         {0},
@@ -117,9 +138,44 @@ static void parse(int argc, char **argv, opts *o)
                    table);
 }
 
-static void check(const opts *o)
+static void check(opts *o)
 {
     if (!(o->gflops > 0)) sp_fail("--gflops %g: expected > 0", o->gflops);
+    if (o->topo.nodes > 0) {   /* GB/s → B/us; every link figure given */
+        if (!(o->topo.ranks_per_node > 0) || !(o->topo.intra.beta > 0) || !(o->topo.inter.beta > 0))
+            sp_fail("--nodes %d: expected --ranks-per-node R, --intra-bw-gbs X and --inter-bw-gbs X (> 0) with it",
+                    o->topo.nodes);
+        o->topo.intra.beta *= 1e3, o->topo.inter.beta *= 1e3;
+        if (sp_comm_topology_check(&o->topo, "--nodes") != SP_OK) sp_fail("%s", sp_last_error());
+    }
+}
+
+/* --nodes: the step's communication per worker on that cluster, and the step it brackets
+ * (in the costs' unit: µs with --model or a profile in µs). */
+static void print_cluster(const opts *o, const sp_schedule *s, const sp_costs *c, const sp_sim *r)
+{
+    if (o->topo.nodes < 1) return;
+    double *comm = sp_xmalloc(sizeof(double) * (size_t)s->workers), most = 0;
+    sp_comm_step_account(s, c, NULL, &o->topo, o->bucket_mb * 1024 * 1024, comm);
+    for (int w = 0; w < s->workers; w++) most = fmax(most, comm[w]);
+    printf("cluster (prediction): %d nodes x %d ranks; communication per step, busiest worker %.6g %s; step between "
+           "%.6g (full overlap) and %.6g (none)\n", o->topo.nodes, o->topo.ranks_per_node, most, c->unit,
+           fmax(r->latency, most), r->latency + most);
+    sp_json j;
+    sp_json_begin(&j);
+    sp_json_str(&j, "mode", "cluster-prediction");
+    sp_json_int(&j, "nodes", o->topo.nodes);
+    sp_json_int(&j, "ranks_per_node", o->topo.ranks_per_node);
+    sp_json_num(&j, "compute_latency", r->latency);
+    sp_json_num(&j, "comm_max", most);
+    sp_json_num(&j, "step_full_overlap", fmax(r->latency, most));
+    sp_json_num(&j, "step_no_overlap", r->latency + most);
+    sp_json_num(&j, "utilization", r->utilization);
+    double peak = 0;
+    for (int w = 0; w < s->workers; w++) peak = fmax(peak, r->worker[w].mem.total);
+    sp_json_num(&j, "peak_memory_bytes_max", peak);
+    sp_json_end_print(&j);
+    free(comm);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -238,13 +294,19 @@ static int run_schedule(opts *o)
                 o->scheme);
     }
     sp_schedule *s = a ? sp_schedule_from_actions(a, &cfg, c) : sp_schedule_new(sp_scheme_find(o->scheme), &cfg, c);
+    if (o->topo.nodes > 0 && (long)o->topo.nodes * o->topo.ranks_per_node < s->workers)
+        sp_fail("--nodes %d --ranks-per-node %d: %d ranks for %d workers (expected nodes x ranks-per-node >= workers)",
+                o->topo.nodes, o->topo.ranks_per_node, o->topo.nodes * o->topo.ranks_per_node, s->workers);
     sp_sim r;
     sp_simulate(s, c, &r);
+    int slots = sp_optim_slots(o->optim, o->momentum);
+    for (int w = 0; w < s->workers; w++) sp_sim_memory_breakdown(s, c, &r, slots, w, &r.worker[w].mem);
     write_actions(o, a, s, &r);
     sp_actions_free(a);
     if (!o->no_diagram) sp_diagram_text(stdout, s, &r, o->max_cols);
     sp_sim_print_workers(stdout, &r);
     write_svg(o, s, &r, c->unit);
+    if (o->topo.nodes > 0) print_cluster(o, s, c, &r);
     sp_sim_print_json(stdout, s, c, &r);
     sp_sim_free(&r);
     sp_schedule_free(s);
@@ -294,7 +356,8 @@ static int run_layerpipe(const opts *o)
 int main(int argc, char **argv)
 {
     opts o = {.scheme = "gpipe", .stages = 4, .micro = 8, .batch = 32, .processors = 3, .fwd = 1, .bwd = 1,
-              .delta = -1, .grad = -1, .gflops = 1000, .alpha = 1.01, .cal_max_mb = 25, .cal_reps = 7};
+              .delta = -1, .grad = -1, .gflops = 1000, .alpha = 1.01, .cal_max_mb = 25, .cal_reps = 7, .optim = "sgd",
+              .momentum = 0.9, .bucket_mb = 25};
     parse(argc, argv, &o);
     check(&o);
     if (o.list) {

@@ -8,7 +8,13 @@ against wall seconds, one line per CSV.
 The CSV is what every app writes with --log: step,epoch,loss,lr,seconds,test_loss,test_acc
 (a row per training step; a row per evaluation, --eval-every N or after each epoch, with
 the loss column empty). The output format follows the file name (.png, .svg, .pdf).
-Needs Debian's python3-matplotlib (scripts/deps.sh installs it); runs headless."""
+Needs Debian's python3-matplotlib (scripts/deps.sh installs it); runs headless.
+
+    scripts/plot.py --cluster cluster-predictions.csv --model vgg11 --cluster-name gpu -o out.svg
+
+draws scripts/predict_cluster.py's predictions instead: per scheme against the workers,
+the predicted step (the band between full overlap and none), the utilisation without
+overlap, the throughput and the peak memory per rank."""
 import argparse
 import csv
 import os
@@ -56,7 +62,60 @@ def smooth(values, k):
     return out
 
 
+def cluster_main(argv):
+    """--cluster: the cluster predictions of one model on one cluster, four panels."""
+    ap = argparse.ArgumentParser(prog="plot.py --cluster")
+    ap.add_argument("--cluster", required=True, help="scripts/predict_cluster.py's CSV")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--cluster-name", required=True)
+    ap.add_argument("-o", "--out", required=True)
+    a = ap.parse_args(argv)
+    series = {}
+    with open(a.cluster, newline="") as f:
+        for row in csv.DictReader(f):
+            if row["model"] != a.model or row["cluster"] != a.cluster_name or row["refused"]:
+                continue
+            try:
+                series.setdefault(row["scheme"], []).append({k: float(row[k]) for k in (
+                    "workers", "step_ms_overlap", "step_ms_no_overlap", "utilization_no_overlap",
+                    "samples_per_s_no_overlap", "peak_memory_mb")})
+            except (KeyError, ValueError) as e:
+                sys.exit(f"plot.py: {a.cluster}: bad row {row}: {e}")
+    if not series:
+        sys.exit(f"plot.py: {a.cluster}: no rows for {a.model} on {a.cluster_name}")
+    fig, ax = plt.subplots(2, 2, figsize=(12, 8.5))
+    cmap = plt.get_cmap("tab20")
+    for i, (name, rows) in enumerate(sorted(series.items())):
+        rows.sort(key=lambda r: r["workers"])
+        w = [r["workers"] for r in rows]
+        c = cmap(i % 20)
+        style = "-" if i < 10 else "--"
+        ax[0][0].fill_between(w, [r["step_ms_overlap"] for r in rows], [r["step_ms_no_overlap"] for r in rows],
+                              color=c, alpha=0.15)
+        ax[0][0].plot(w, [r["step_ms_no_overlap"] for r in rows], style, color=c, marker=".", label=name)
+        ax[0][1].plot(w, [r["utilization_no_overlap"] for r in rows], style, color=c, marker=".", label=name)
+        ax[1][0].plot(w, [r["samples_per_s_no_overlap"] for r in rows], style, color=c, marker=".", label=name)
+        ax[1][1].plot(w, [r["peak_memory_mb"] for r in rows], style, color=c, marker=".", label=name)
+    ax[0][0].set(xlabel="workers", ylabel="step ms (line: no overlap; band: to full overlap)", xscale="log",
+                 yscale="log")
+    ax[0][1].set(xlabel="workers", ylabel="utilisation (no overlap)", xscale="log", ylim=(0, 1.05))
+    ax[1][0].set(xlabel="workers", ylabel="samples / s (no overlap)", xscale="log", yscale="log")
+    ax[1][1].set(xlabel="workers", ylabel="peak memory per rank, MB (largest rank)", xscale="log", yscale="log")
+    for row in ax:
+        for x in row:
+            x.grid(True, alpha=0.3)
+            x.set_xscale("log", base=2)
+    ax[0][1].legend(fontsize=7, ncol=2)
+    fig.suptitle(f"PREDICTION: {a.model} on cluster '{a.cluster_name}' (scripts/predict_cluster.py)")
+    fig.tight_layout()
+    fig.savefig(a.out)
+    plt.close(fig)
+    print(f"plot.py: wrote {a.out}")
+
+
 def main():
+    if "--cluster" in sys.argv[1:]:
+        return cluster_main(sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv", nargs="+", help="--log CSV files")
     ap.add_argument("-o", "--out", required=True, help="output image (.png, .svg, .pdf)")

@@ -244,7 +244,7 @@ function update() {
     figure(p.figures, 'peak_activation_bytes_max', 'peak activation memory (a worker)', r.peak_activation_bytes_max,
       p.res.unit === 'unit' ? fmt(r.peak_activation_bytes_max) + ' activations' : bytes(r.peak_activation_bytes_max));
     if (r.peak_activation_bytes) figure(p.figures, 'peak_activation_bytes', 'peak activations per worker', r.peak_activation_bytes.join(', '));
-    if (r.peak_memory_bytes) figure(p.figures, 'peak_memory_bytes', 'peak memory per worker (with fetched weights)', r.peak_memory_bytes.join(', '));
+    if (r.peak_memory_bytes) figure(p.figures, 'peak_memory_bytes', 'peak memory per worker (weights, gradients, optimizer state, buckets, activations)', r.peak_memory_bytes.join(', '));
     figure(p.figures, 'workers', 'workers', r.workers);
     figure(p.figures, 'activation_transfers_max', 'activation messages (max per worker)', r.activation_transfers_max);
     drawTimeline(p, p.res, tmax, cursor);

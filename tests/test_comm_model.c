@@ -206,3 +206,110 @@ Test(comm_model, calibration_predicts_its_own_probes, .timeout = 120)
     cr_expect_eq(tu_run(cmd, out, sizeof out, err, sizeof err), 2);
     cr_expect(strstr(err, path) && strstr(err, "p2p measured with 3 ranks here, 2 above"), "%s", err);
 }
+
+/* ---- topology: two link classes (sp_comm_time_ranks) ----------------------------------- */
+
+/* 2 nodes × 4 ranks; intra 1 µs, 100 B/µs; inter 10 µs, 10 B/µs. */
+static const sp_comm_topology TOPO = {.nodes = 2, .ranks_per_node = 4, .intra = {1, 100}, .inter = {10, 10}};
+
+Test(topology, point_to_point_takes_the_link_between_the_two_ranks)
+{
+    int same[2] = {1, 3}, cross[2] = {3, 4};
+    cr_expect_float_eq(sp_comm_time_ranks(NULL, SP_COMM_P2P, 1000, same, 0, 2, &TOPO), 1 + 10.0, 1e-9);
+    cr_expect_float_eq(sp_comm_time_ranks(NULL, SP_COMM_P2P, 1000, cross, 0, 2, &TOPO), 10 + 100.0, 1e-9);
+    /* (first, count): ranks 3 and 4 */
+    cr_expect_float_eq(sp_comm_time_ranks(NULL, SP_COMM_P2P, 1000, NULL, 3, 2, &TOPO), 110.0, 1e-9);
+    cr_expect(isnan(sp_comm_time_ranks(NULL, SP_COMM_P2P, 1000, NULL, 0, 3, &TOPO)), "p2p of 3 ranks");
+    cr_expect(isnan(sp_comm_time_ranks(NULL, SP_COMM_P2P, 1000, NULL, 7, 2, &TOPO)), "rank 8 is outside 2 x 4");
+}
+
+Test(topology, collectives_within_a_node_and_across_nodes)
+{
+    double n = 8000;
+    /* one node, 4 ranks: ring 2·3·(1 + n/(4·100)) */
+    cr_expect_float_eq(sp_comm_time_ranks(NULL, SP_COMM_ALLREDUCE, n, NULL, 0, 4, &TOPO), 6 * (1 + n / 400), 1e-9);
+    /* 8 ranks over 2 nodes: flat 14·(10 + n/80) = 1540; hierarchical
+     * 6·(1 + n/400) + 2·(10 + n/20) = 126 + 820 = 946 — the cheaper */
+    double hier = 6 * (1 + n / 400) + 2 * (10 + n / 20), flat = 14 * (10 + n / 80);
+    cr_expect(hier < flat);
+    cr_expect_float_eq(sp_comm_time_ranks(NULL, SP_COMM_ALLREDUCE, n, NULL, 0, 8, &TOPO), hier, 1e-9);
+    /* spanning nodes costs more than the same count inside one (a 4-rank set 2 + 2) */
+    int split[4] = {2, 3, 4, 5};
+    double within = sp_comm_time_ranks(NULL, SP_COMM_ALLREDUCE, n, NULL, 0, 4, &TOPO),
+           across = sp_comm_time_ranks(NULL, SP_COMM_ALLREDUCE, n, split, 0, 4, &TOPO);
+    cr_expect(across > 5 * within, "allreduce over 2 nodes %.1f us, within one %.1f us", across, within);
+    cr_expect_float_eq(across, fmin(6 * (10 + n / 40), 2 * (1 + n / 200) + 2 * (10 + n / 20)), 1e-9);
+    /* broadcast: ⌈log₂ 2⌉ inter steps + ⌈log₂ 4⌉ intra steps */
+    cr_expect_float_eq(sp_comm_time_ranks(NULL, SP_COMM_BROADCAST, n, NULL, 0, 8, &TOPO),
+                       (10 + n / 10) + 2 * (1 + n / 100), 1e-9);
+    /* allgather over nodes: ring bounded by the inter link */
+    cr_expect_float_eq(sp_comm_time_ranks(NULL, SP_COMM_ALLGATHER, n, NULL, 0, 8, &TOPO), 7 * (10 + n / 10), 1e-9);
+    cr_expect_eq(sp_comm_time_ranks(NULL, SP_COMM_ALLREDUCE, n, NULL, 5, 1, &TOPO), 0, "one rank");
+    /* without a topology: the measured model */
+    sp_comm_model m = {0};
+    m.fit[SP_COMM_ALLREDUCE] = (sp_comm_fit){.ranks = 2, .nsegs = 1, .seg = {{0, 3, 50}}};
+    cr_expect_float_eq(sp_comm_time_ranks(&m, SP_COMM_ALLREDUCE, n, NULL, 0, 2, NULL),
+                       sp_comm_time(&m, SP_COMM_ALLREDUCE, n, 2), 1e-12);
+}
+
+Test(topology, bad_topologies_are_refused)
+{
+    sp_comm_topology t = TOPO;
+    cr_expect_eq(sp_comm_topology_check(&t, "x"), SP_OK);
+    t.inter.beta = 0;
+    cr_expect_eq(sp_comm_topology_check(&t, "--nodes"), SP_ERR);
+    cr_expect(strstr(sp_last_error(), "--nodes: inter-node bandwidth 0"), "%s", sp_last_error());
+    t = TOPO, t.intra.alpha_us = -1;
+    cr_expect_eq(sp_comm_topology_check(&t, "x"), SP_ERR);
+    t = TOPO, t.ranks_per_node = 0;
+    cr_expect_eq(sp_comm_topology_check(&t, "x"), SP_ERR);
+    /* the program: one line on stderr, exit 2 */
+    const char *bad[] = {
+        "--nodes 2 --ranks-per-node 2 --intra-bw-gbs 100 --inter-bw-gbs -1",
+        "--nodes 2 --intra-bw-gbs 100 --inter-bw-gbs 10",
+        "--nodes 1 --ranks-per-node 2 --intra-bw-gbs 100 --inter-bw-gbs 10 --workers 4",
+        "--ranks-per-node 2",
+        "--nodes 2 --ranks-per-node 2 --intra-bw-gbs 100 --inter-bw-gbs 10 --inter-latency-us -3",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char cmd[1024], out[8192], err[2048];
+        snprintf(cmd, sizeof cmd, "%s --no-diagram %s", tu_bin("schedule"), bad[i]);
+        cr_expect_eq(tu_run(cmd, out, sizeof out, err, sizeof err), 2, "%s", bad[i]);
+        cr_expect(strchr(err, '\n') == strrchr(err, '\n') && strlen(err) > 0, "%s: one line: %s", bad[i], err);
+    }
+}
+
+Test(topology, schedule_predicts_a_cluster_step)
+{
+    char cmd[1024], out[16384], err[2048];
+    /* ddp of vgg11 over 16 ranks: 2 nodes of 8 vs 16 nodes of 1 — crossing more nodes
+     * costs more communication */
+    double comm[2];
+    const char *shapes[2] = {"--nodes 2 --ranks-per-node 8", "--nodes 16 --ranks-per-node 1"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "%s --scheme ddp --model vgg11 --workers 16 --microbatches 16 --batch-size 8 "
+                 "--gflops 10000 --no-diagram %s --intra-latency-us 3 --intra-bw-gbs 300 --inter-latency-us 5 "
+                 "--inter-bw-gbs 25", tu_bin("schedule"), shapes[k]);
+        cr_assert_eq(tu_run(cmd, out, sizeof out, err, sizeof err), 0, "%s", err);
+        const char *p = strstr(out, "\"comm_max\": ");
+        cr_assert_not_null(p, "%s", out);
+        comm[k] = atof(p + 12);
+        cr_expect(strstr(out, "\"step_no_overlap\"") && strstr(out, "\"peak_memory_bytes\""), "%s", out);
+    }
+    cr_expect(comm[0] > 0 && comm[1] > 1.5 * comm[0], "2x8: %.1f us, 16x1: %.1f us", comm[0], comm[1]);
+}
+
+/* The step's communication of ddp on LeNet at 2 ranks of one node: one bucket (the
+ * parameterless layers between the weights do not split it) of all 246 824 parameter
+ * bytes, one ring allreduce 2·(α + bytes/(2β)). */
+Test(topology, ddp_sends_one_bucket_per_step)
+{
+    char cmd[1024], out[16384], err[2048];
+    snprintf(cmd, sizeof cmd, "%s --scheme ddp --model lenet --workers 2 --microbatches 2 --no-diagram --nodes 1 "
+             "--ranks-per-node 2 --intra-latency-us 3 --intra-bw-gbs 300 --inter-latency-us 5 --inter-bw-gbs 100",
+             tu_bin("schedule"));
+    cr_assert_eq(tu_run(cmd, out, sizeof out, err, sizeof err), 0, "%s", err);
+    const char *p = strstr(out, "\"comm_max\": ");
+    cr_assert_not_null(p, "%s", out);
+    cr_expect_float_eq(atof(p + 12), 2 * (3 + 246824 / 2.0 / 300e3), 1e-4, "%s", out);
+}

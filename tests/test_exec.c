@@ -1520,3 +1520,96 @@ Test(exec, time_scan_blelloch_plan_has_two_log_levels_and_linear_messages, .time
                   W, msgs[0], msgs[1], W - 2, W - 2);
     }
 }
+
+/* ---- the whole memory per rank: predicted == measured --------------------------------------- */
+
+/* Every scheme at p = 2 on LeNet: each rank's whole memory as the executor measures it
+ * from its buffers (the JSON's peak_memory_bytes: weights, gradients, optimizer state,
+ * bucket buffers, activations) equals the prediction (predicted_peak_memory_bytes) and
+ * what this process predicts for the same schedule; sgd with momentum holds one state
+ * float per parameter, adam two. fsdp and fslpp: the executor keeps an owner's
+ * broadcast weights for the whole step where the simulator holds them per job, so
+ * measured − predicted lies in [0, the weights this rank computes but does not own]. */
+Test(exec, measured_memory_equals_the_predicted_memory, .timeout = 600)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) cr_skip_test("no Fashion-MNIST");
+    enum { W = 2, BATCH = 16, NMICRO = 4 };
+    sp_set_threads(1);
+    sp_model *m = sp_zoo_model("lenet");
+    int shape[3], nd = sp_zoo_input_shape("lenet", shape);
+    sp_costs *model = sp_costs_from_model(m, nd, shape, BATCH / NMICRO, 1.0);
+    const char *plan = tmp("lenet-mem-plan.csv");
+    FILE *f = fopen(plan, "w");
+    cr_assert_not_null(f);
+    sp_costs_write_csv(f, model);
+    fclose(f);
+    sp_costs *c = sp_costs_read_csv(plan);
+    int params = 0, first_k = 0;
+    for (int s = 0; s < m->nlayers; s++) params += m->layers[s]->nparams > 0;
+    for (int s = 0, seen = 0; s < m->nlayers && seen < params / 2; s++)
+        if (m->layers[s]->nparams > 0 && ++seen == params / 2) first_k = s + 1;
+    struct { const char *scheme, *optim; int slots; } runs[] = {
+        {"ddp", "--optim sgd", 1}, {"ddp-ooo", "", 1}, {"fsdp", "", 1}, {"gpipe", "", 1}, {"1f1b", "", 1},
+        {"lpp", "", 1}, {"fslpp", "", 1}, {"ooo-ff", "", 1}, {"ooo-modulo", "", 1},
+        {"ddp", "--optim adam", 2}, {"gpipe", "--optim sgd --momentum 0", 0},
+    };
+    static mpi_result r;
+    char cmd[2048], costs[600];
+    double first_ddp = 0;
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        const char *name = runs[i].scheme;
+        bool data = !strncmp(name, "ddp", 3);
+        snprintf(costs, sizeof costs, data ? "" : "--costs %s", plan);
+        snprintf(cmd, sizeof cmd, "%s --steps 2 --batch %d --threads 1 --quiet --parallel %s --microbatches %d %s %s",
+                 bin("lenet"), BATCH, name, NMICRO, costs, runs[i].optim);
+        mpi_run("", "-np 2", cmd, &r);
+        cr_assert_eq(r.status, 0, "lenet %s: status %d\n%s", name, r.status, r.err);
+        sp_sched_config sc = {.stages = c->stages, .micro = NMICRO, .workers = W, .split = -1, .no_input_grad = true,
+                              .first_k = !strcmp(name, "ddp-ooo") ? first_k : 0};
+        if (!strcmp(name, "lpp") || !strcmp(name, "fslpp")) sc.groups = 1, sc.per_group = W;
+        sp_schedule *s = sp_schedule_new(sp_scheme_find(name), &sc, c);
+        sp_sim sim;
+        sp_simulate(s, c, &sim);
+        double measured[W], predicted[W];
+        json_array(r.out, "peak_memory_bytes", measured, W);
+        json_array(r.out, "predicted_peak_memory_bytes", predicted, W);
+        bool owners = !strcmp(name, "fsdp") || !strcmp(name, "fslpp");
+        for (int w = 0; w < W; w++) {
+            sp_mem_breakdown b;
+            sp_sim_memory_breakdown(s, c, &sim, runs[i].slots, w, &b);
+            cr_assert_eq(predicted[w], b.total, "lenet %s %s rank %d: the run predicts %.0f, this process %.0f", name,
+                         runs[i].optim, w, predicted[w], b.total);
+            cr_assert(b.weights > 0 || b.grads > 0, "lenet %s rank %d: no parameters", name, w);
+            cr_assert_eq(b.optim, runs[i].slots * b.weights);
+            if (!owners) {
+                cr_assert_eq(measured[w], predicted[w], "lenet %s %s rank %d: measured %.0f bytes, predicted %.0f", name,
+                             runs[i].optim, w, measured[w], predicted[w]);
+                continue;
+            }
+            double fetched = 0;   /* stages computed here with weights elsewhere */
+            for (int st = 0; st < s->stages; st++) {
+                bool here = false, own = false;
+                for (int j = 0; j < s->njobs; j++)
+                    if (s->jobs[j].stage == st) here |= s->compute[j] == w, own |= s->weights[j] == w;
+                if (here && !own) fetched += c->param_bytes[st];
+            }
+            cr_assert(measured[w] >= predicted[w] && measured[w] - predicted[w] <= fetched,
+                      "lenet %s rank %d: measured %.0f, predicted %.0f, fetched weights %.0f", name, w, measured[w],
+                      predicted[w], fetched);
+        }
+        if (i == 0) first_ddp = measured[0];
+        if (i == 9) {   /* adam: one more state float per parameter than sgd's momentum (ddp: all of them) */
+            double all = 0;
+            for (int st = 0; st < c->stages; st++) all += c->param_bytes[st];
+            cr_assert_eq(measured[0] - first_ddp, all, "adam %.0f, sgd %.0f, parameters %.0f bytes", measured[0],
+                         first_ddp, all);
+        }
+        sp_sim_free(&sim);
+        sp_schedule_free(s);
+    }
+    sp_costs_free(c);
+    sp_costs_free(model);
+    sp_model_free(m);
+    remove(plan);
+}

@@ -1014,3 +1014,59 @@ Test(memory, series_and_peaks)
         sp_costs_free(c);
     }
 }
+
+/* The whole memory per worker in closed form: 4 stages of 10 parameter bytes and 1
+ * activation byte. ddp on 2 workers: each holds all 40 bytes of weights, gradients,
+ * buckets and k·40 of optimizer state; gpipe on 4: one stage each and no bucket (no
+ * replica to sum with); fsdp on 2: the owner holds weights and state, every member a
+ * bucket buffer and gradients. */
+Test(memory, whole_memory_per_worker)
+{
+    struct { const char *scheme; int workers, slots; double weights, grads, buckets; } want[] = {
+        {"ddp", 2, 1, 40, 40, 40}, {"ddp", 2, 2, 40, 40, 40}, {"gpipe", 4, 0, 10, 10, 0}, {"gpipe", 4, 2, 10, 10, 0},
+    };
+    for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
+        sp_costs *c = sp_costs_uniform(4, 1, 1, 1);
+        for (int s = 0; s < 4; s++) c->act_bytes[s] = 1, c->param_bytes[s] = 10;
+        sp_sched_config sc = {.stages = 4, .micro = 4, .workers = want[k].workers, .split = 0};
+        sp_schedule *s = sp_schedule_new(sp_scheme_find(want[k].scheme), &sc, c);
+        sp_sim r;
+        sp_simulate(s, c, &r);
+        for (int w = 0; w < s->workers; w++) {
+            sp_mem_breakdown b;
+            sp_sim_memory_breakdown(s, c, &r, want[k].slots, w, &b);
+            cr_expect_eq(b.weights, want[k].weights, "%s w%d", want[k].scheme, w);
+            cr_expect_eq(b.grads, want[k].grads, "%s w%d", want[k].scheme, w);
+            cr_expect_eq(b.optim, want[k].slots * want[k].weights, "%s w%d", want[k].scheme, w);
+            cr_expect_eq(b.buckets, want[k].buckets, "%s w%d", want[k].scheme, w);
+            cr_expect_eq(b.activations, r.worker[w].peak_mem_bytes);
+            cr_expect_eq(b.total, b.weights + b.grads + b.optim + b.buckets + b.activations);
+            /* sp_simulate's own (sgd with momentum, one state float) differs only by the state */
+            cr_expect_eq(r.worker[w].mem.total, b.total - b.optim + b.weights);
+        }
+        sp_sim_free(&r);
+        sp_schedule_free(s);
+        sp_costs_free(c);
+    }
+    /* fsdp: the stages' owners split the weights; every member holds a bucket per stage */
+    sp_costs *c = sp_costs_uniform(4, 1, 1, 1);
+    for (int s = 0; s < 4; s++) c->act_bytes[s] = 1, c->param_bytes[s] = 10;
+    sp_sched_config sc = {.stages = 4, .micro = 2, .workers = 2, .split = 0};
+    sp_schedule *s = sp_schedule_new(sp_scheme_find("fsdp"), &sc, c);
+    sp_sim r;
+    sp_simulate(s, c, &r);
+    double weights = 0;
+    for (int w = 0; w < 2; w++) {
+        sp_mem_breakdown b;
+        sp_sim_memory_breakdown(s, c, &r, 2, w, &b);
+        weights += b.weights;
+        cr_expect_eq(b.optim, 2 * b.weights);
+        cr_expect_eq(b.grads, 40, "fsdp w%d computes every stage", w);
+        cr_expect_eq(b.buckets, 40, "fsdp w%d", w);
+        cr_expect(b.weights < 40, "fsdp w%d holds every stage's weights", w);
+    }
+    cr_expect_eq(weights, 40, "fsdp: each stage has one owner");
+    sp_sim_free(&r);
+    sp_schedule_free(s);
+    sp_costs_free(c);
+}

@@ -451,3 +451,68 @@ void sp_comm_model_summary(const sp_comm_model *m, char *buf, size_t len)
         k += (size_t)w;
     }
 }
+
+/* ---- topology ---------------------------------------------------------------------------- */
+
+int sp_comm_topology_check(const sp_comm_topology *t, const char *what)
+{
+    if (t->nodes < 1 || t->ranks_per_node < 1)
+        return sp_error("%s: %d nodes of %d ranks (expected at least 1 of each)", what, t->nodes, t->ranks_per_node);
+    const sp_comm_link *l[2] = {&t->intra, &t->inter};
+    const char *name[2] = {"intra", "inter"};
+    for (int i = 0; i < 2; i++) {
+        if (!(l[i]->alpha_us >= 0) || !isfinite(l[i]->alpha_us))
+            return sp_error("%s: %s-node latency %g us (expected a finite number >= 0)", what, name[i], l[i]->alpha_us);
+        if (!(l[i]->beta > 0) || !isfinite(l[i]->beta))
+            return sp_error("%s: %s-node bandwidth %g B/us (expected a finite number > 0)", what, name[i], l[i]->beta);
+    }
+    return SP_OK;
+}
+
+int sp_comm_topology_node(const sp_comm_topology *t, int rank) { return rank / t->ranks_per_node; }
+
+static double link_time(const sp_comm_link *l, double bytes) { return l->alpha_us + bytes / l->beta; }
+
+double sp_comm_time_ranks(const sp_comm_model *m, sp_comm_op op, double bytes, const int *ranks, int first, int n,
+                          const sp_comm_topology *t)
+{
+    if (op < 0 || op >= SP_COMM_NOPS || n < 1) return NAN;
+    if (op == SP_COMM_P2P && n != 2) return NAN;
+    if (!t || t->nodes < 1) return sp_comm_time(m, op, bytes, n);
+    if (op != SP_COMM_P2P && n == 1) return 0;
+    /* k nodes spanned, at most m ranks on one of them */
+    int total = t->nodes * t->ranks_per_node, k = 0, most = 0;
+    int *per = sp_xcalloc((size_t)t->nodes, sizeof *per);
+    for (int i = 0; i < n; i++) {
+        int r = ranks ? ranks[i] : first + i;
+        if (r < 0 || r >= total) {
+            free(per);
+            return NAN;
+        }
+        int c = ++per[sp_comm_topology_node(t, r)];
+        k += c == 1;
+        most = c > most ? c : most;
+    }
+    free(per);
+    const sp_comm_link *li = &t->intra, *le = &t->inter;
+    double N = n, K = k, M = most;
+    if (op == SP_COMM_P2P) return link_time(k == 1 ? li : le, bytes);
+    if (k == 1) {
+        switch (op) {
+        case SP_COMM_ALLREDUCE: return 2 * (N - 1) * link_time(li, bytes / N);
+        case SP_COMM_BROADCAST:
+        case SP_COMM_REDUCE: return ceil(log2(N)) * link_time(li, bytes);
+        default: return (N - 1) * link_time(li, bytes);
+        }
+    }
+    switch (op) {
+    case SP_COMM_ALLREDUCE: {
+        double flat = 2 * (N - 1) * link_time(le, bytes / N);
+        double hier = 2 * (M - 1) * link_time(li, bytes / M) + 2 * (K - 1) * link_time(le, bytes / K);
+        return fmin(flat, hier);
+    }
+    case SP_COMM_BROADCAST:
+    case SP_COMM_REDUCE: return ceil(log2(K)) * link_time(le, bytes) + ceil(log2(M)) * link_time(li, bytes);
+    default: return (N - 1) * link_time(le, bytes);
+    }
+}

@@ -134,4 +134,68 @@ int sp_comm_model_load(const char *path, sp_comm_model **out) SP_MUST_CHECK;
 void sp_comm_model_summary(const sp_comm_model *m, char *buf, size_t len);
 void sp_comm_model_free(sp_comm_model *m);
 
+/* ---- topology: ranks on nodes, two link classes ---------------------------------------
+ *
+ * Beyond the measured machine, a cluster is described by its nodes and two links: the
+ * one between ranks of the same node (NVLink, shared memory) and the one between nodes
+ * (InfiniBand, Ethernet). Rank r lives on node r / ranks_per_node. Each link is an α–β
+ * pair: latency α µs, bandwidth β bytes per µs (1 GB/s = 1000 B/µs). inter's β is what
+ * one node can send to another at once (all its NICs together).
+ *
+ * The cost of an op over a set of n ranks spanning k nodes, at most m of them on one node:
+ *   p2p (two ranks)       the link between them: α + bytes/β
+ *   k = 1                 the textbook algorithm on the intra link (ring allreduce
+ *                         2(n−1)(α + bytes/(nβ)); binomial broadcast/reduce
+ *                         ⌈log₂ n⌉(α + bytes/β); ring allgather (n−1)(α + b/β), b the
+ *                         block of one rank)
+ *   allreduce, k > 1      the cheaper of a flat ring over all n ranks, every step bounded
+ *                         by its slowest link (inter): 2(n−1)(α_e + bytes/(nβ_e)), and
+ *                         the hierarchical form NCCL and Open MPI's han use — ring
+ *                         reduce-scatter in each node, m concurrent rings across the k
+ *                         nodes on 1/m of the data each (sharing the node's β_e), ring
+ *                         allgather in each node:
+ *                             2(m−1)(α_i + bytes/(mβ_i)) + 2(k−1)(α_e + bytes/(kβ_e))
+ *   broadcast/reduce      binomial trees across nodes, then within them:
+ *                             ⌈log₂ k⌉(α_e + bytes/β_e) + ⌈log₂ m⌉(α_i + bytes/β_i)
+ *   allgather, k > 1      ring bounded by the slowest link: (n−1)(α_e + b/β_e)
+ * No contention between different collectives is modelled; that is a prediction's
+ * simplification, not a measurement. */
+typedef struct sp_comm_link {
+    double alpha_us;         /* latency, µs                                            */
+    double beta;             /* bandwidth, bytes per µs (GB/s × 1000)                   */
+} sp_comm_link;
+
+typedef struct sp_comm_topology {
+    int nodes, ranks_per_node;   /* 0 nodes: no topology (sp_comm_time_ranks uses the model) */
+    sp_comm_link intra, inter;
+} sp_comm_topology;
+
+/* SP_OK, or SP_ERR with a one-line reason (nodes or ranks per node < 1, a latency < 0
+ * or not finite, a bandwidth <= 0 or not finite) and `what` (a flag name or a path) first. */
+int sp_comm_topology_check(const sp_comm_topology *t, const char *what) SP_MUST_CHECK;
+/* The node of world rank r. */
+int sp_comm_topology_node(const sp_comm_topology *t, int rank);
+
+/* µs that op on `bytes` bytes takes over a set of n world ranks: ranks[0..n) when ranks
+ * is not NULL, else first, first+1, …, first+n−1. With a topology (t && t->nodes > 0)
+ * the cost is the topology's (above; m is not used and may be NULL); without one it is
+ * sp_comm_time(m, op, bytes, n). p2p needs n = 2 (the two ends); a collective of one
+ * rank costs 0; a rank outside the topology (>= nodes × ranks_per_node): NAN. Pure. */
+double sp_comm_time_ranks(const sp_comm_model *m, sp_comm_op op, double bytes, const int *ranks, int first, int n,
+                          const sp_comm_topology *t);
+
+/* The communication of one step of schedule s, added up per worker (µs, into
+ * per_worker[0..s->workers)): every stage's gradient synchronisation as the executor
+ * does it (replicas: allreduce of buckets of up to bucket_bytes, consecutive stages of
+ * one rank set in backward order; one owner: broadcast of the weights + reduce of the
+ * gradients over the computing ranks and the owner), and each activation / ∂l/∂y that
+ * crosses workers (p2p of the receiving stage's act_bytes, an upper bound). Costs from
+ * sp_comm_time_ranks(m, …, t); c must be in µs (--model, or a profile in µs). No
+ * timeline: the step lies between compute + max(per_worker) (nothing overlaps) and
+ * max(compute, max(per_worker)) (everything does). comm_account.c. */
+struct sp_schedule;
+struct sp_costs;
+void sp_comm_step_account(const struct sp_schedule *s, const struct sp_costs *c, const sp_comm_model *m,
+                          const sp_comm_topology *t, double bucket_bytes, double *per_worker);
+
 #endif

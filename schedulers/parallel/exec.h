@@ -136,6 +136,12 @@ typedef struct sp_exec_stats {
     int *wgrad_steps;
     /* --parallel scan: which levels ran, "hillis-steele" or "blelloch"; NULL otherwise. */
     const char *scan_algo;
+    /* [workers]: the rank's whole memory (sp_mem_breakdown's terms, schedule.h): measured
+     * from the executor's own buffers — the weights and optimizer state of the stages it
+     * steps, the gradients it writes, its gradient-bucket buffers, the activation peak,
+     * and weights broadcast to it from an owner (held for the whole step) — and predicted
+     * by sp_sim_memory_breakdown from the schedule and the run's optimizer (exec_memory.c). */
+    double *peak_mem_bytes, *pred_peak_mem_bytes;
 } sp_exec_stats;
 void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st);
 void sp_exec_stats_free(sp_exec_stats *st);

@@ -189,6 +189,9 @@ void sp_exec_mem_begin_step(sp_exec *x);
 void sp_exec_mem_forward(sp_exec *x, int s, int b, const sp_node *n);   /* F(s, b) ran: n */
 void sp_exec_mem_backward(sp_exec *x, int s, int b);                    /* a backward job ran */
 void sp_exec_mem_free(sp_exec *x);
+/* The whole memory per rank, measured (collective: an allgather) and predicted, into
+ * st->peak_mem_bytes and st->pred_peak_mem_bytes (allocated here). */
+void sp_exec_mem_gather(sp_exec *x, sp_exec_stats *st);
 
 /* ---- the step's end under a gradient-norm clip (exec_clip.c) ---------------------------- */
 

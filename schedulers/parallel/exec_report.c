@@ -134,6 +134,7 @@ void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st)
     st->step_mean = wall / n;
     st->comm_mean = comm / n;
     free(all);
+    sp_exec_mem_gather(x, st);   /* exec_memory.c */
 }
 
 void sp_exec_stats_free(sp_exec_stats *st)
@@ -144,6 +145,8 @@ void sp_exec_stats_free(sp_exec_stats *st)
     free(st->peak_act_bytes);
     free(st->sim_peak_act_bytes);
     free(st->wgrad_steps);
+    free(st->peak_mem_bytes);
+    free(st->pred_peak_mem_bytes);
 }
 
 /* An output of rank 0, written atomically (core/io/fileio.h). */

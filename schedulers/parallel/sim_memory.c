@@ -1,9 +1,12 @@
 /* sim_memory.c — memory over time of a simulated schedule (schedule.h, sp_sim_memory):
  * per worker, the activations each stage's forward keeps until its backward has fully
  * run ([U] Definition: M, in bytes) and, for the schemes that compute a stage away from
- * its weights (fsdp, fslpp), the fetched weights while a job uses them. */
+ * its weights (fsdp, fslpp), the fetched weights while a job uses them; and the whole
+ * memory of a worker (sp_sim_memory_breakdown): weights, gradients, optimizer state and
+ * gradient buckets besides. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include "core/error.h"
 #include "schedulers/parallel/schedule.h"
 
@@ -105,4 +108,37 @@ void sp_sim_memory(const sp_schedule *s, const sp_costs *c, sp_sim *r)
     r->mem_off[s->workers] = np;
     free(ev);
     free(pos);
+    /* the whole memory with the apps' default optimizer (sgd, momentum 0.9: one state
+     * float per parameter); a caller that knows the optimizer refills it */
+    for (int w = 0; w < s->workers; w++) sp_sim_memory_breakdown(s, c, r, SP_OPTIM_SLOTS_DEFAULT, w, &r->worker[w].mem);
+}
+
+int sp_optim_slots(const char *name, double momentum)
+{
+    if (!strcmp(name, "sgd")) return momentum != 0 ? 1 : 0;
+    if (!strcmp(name, "adam") || !strcmp(name, "adamw")) return 2;
+    return -1;
+}
+
+void sp_sim_memory_breakdown(const sp_schedule *s, const sp_costs *c, const sp_sim *r, int optim_slots, int worker,
+                             sp_mem_breakdown *out)
+{
+    *out = (sp_mem_breakdown){.activations = r->worker[worker].peak_mem_bytes};
+    bool *comp = sp_xmalloc(sizeof(bool) * 2 * (size_t)s->workers), *wgt = comp + s->workers;
+    for (int st = 0; st < s->stages; st++) {
+        double p = c ? c->param_bytes[st] : 1.0;
+        if (!(p > 0)) continue;
+        memset(comp, 0, sizeof(bool) * 2 * (size_t)s->workers);
+        for (int j = 0; j < s->njobs; j++)
+            if (s->jobs[j].stage == st) comp[s->compute[j]] = wgt[s->weights[j]] = true;
+        int nc = 0, nw = 0;
+        for (int w = 0; w < s->workers; w++) nc += comp[w], nw += wgt[w];
+        bool replicas = !memcmp(comp, wgt, sizeof(bool) * (size_t)s->workers);
+        bool here = comp[worker], owns = wgt[worker];
+        if (owns) out->weights += p, out->optim += optim_slots * p;
+        if (here || owns) out->grads += p;
+        if (replicas ? here && nc > 1 : nw == 1 && (here || owns)) out->buckets += p;
+    }
+    free(comp);
+    out->total = out->weights + out->grads + out->optim + out->buckets + out->activations;
 }

@@ -59,7 +59,17 @@ void sp_sim_print_json(FILE *out, const sp_schedule *s, const sp_costs *c, const
     json_array_i(out, "weight_transfers", &w0->weight_recv, r->workers, st);
     json_array_i(out, "peak_activations", &w0->peak_act, r->workers, st);
     json_array_bytes(out, "peak_activation_bytes", &w0->peak_act_bytes, r->workers, st);
-    json_array_bytes(out, "peak_memory_bytes", &w0->peak_mem_bytes, r->workers, st);
+    /* the whole memory per worker, and what it is made of (sp_mem_breakdown) */
+    json_array_bytes(out, "peak_memory_bytes", &w0->mem.total, r->workers, st);
+    fprintf(out, ",\"memory_breakdown\":{\"weights\":[");
+    const char *keys[] = {"gradients", "optimizer", "buckets", "activations"};
+    const double *v[] = {&w0->mem.weights, &w0->mem.grads, &w0->mem.optim, &w0->mem.buckets, &w0->mem.activations};
+    for (int k = 0; k < 5; k++) {
+        if (k) fprintf(out, "],\"%s\":[", keys[k - 1]);
+        for (int i = 0; i < r->workers; i++)
+            fprintf(out, "%s%.15g", i ? "," : "", *(const double *)((const char *)v[k] + (size_t)i * st));
+    }
+    fprintf(out, "]}");
     fprintf(out, "}\n");
 }
 

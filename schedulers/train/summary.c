@@ -233,6 +233,16 @@ void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
         sp_json_raw(j, "wgrad_steps", busy);
     }
     if (st.scan_algo) sp_json_str(j, "scan_algo", st.scan_algo);
+    /* the whole memory per rank (weights, gradients, optimizer state, buckets, activations):
+     * measured by the executor, and predicted (exec.h) */
+    for (int k = 0; k < 2; k++) {
+        const double *v = k ? st.pred_peak_mem_bytes : st.peak_mem_bytes;
+        size_t n = 0;
+        for (int r = 0; r < st.workers && n < sizeof busy - 32; r++)
+            n += (size_t)snprintf(busy + n, sizeof busy - n, "%s%.15g", r ? ", " : "[", v[r]);
+        snprintf(busy + n, sizeof busy - n, "]");
+        sp_json_raw(j, k ? "predicted_peak_memory_bytes" : "peak_memory_bytes", busy);
+    }
     sp_exec_stats_free(&st);
     if (s->o->clip_grad_norm > 0) {
         sp_exec_clip c;

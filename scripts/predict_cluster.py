@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""Cluster predictions (labelled as such): build/schedule's simulated compute plus the
+communication of each step on an example cluster (--nodes, comm_model.h's two link
+classes), for every scheme and 2 to 512 workers, on VGG-11 and LeNet.
+
+    scripts/predict_cluster.py [--build build] [--csv docs/img/cluster-predictions.csv]
+                               [--md OUT.md] [--plots docs/img] [--models vgg11,lenet]
+
+Writes one CSV row per (model, cluster, scheme, workers), the Markdown tables of
+docs/DISTRIBUTED.md §10 (to --md, or stdout), and with --plots one figure per model and
+cluster (scripts/plot.py --cluster). A scheme build/schedule refuses at some W (a
+pipeline with more ranks than layers, a shape it needs) is recorded as refused with its
+reason. ResNet-20 is not a chain of layers: build/schedule refuses it.
+
+The step is bracketed: full overlap = max(compute latency, the busiest worker's
+communication), none = their sum. Until the simulator places communication on its own
+lanes (predicted_step_ms), these brackets are the prediction; rerun this script then."""
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+
+# The example clusters: (name, ranks per node, intra α µs, intra GB/s, inter α µs,
+# inter GB/s per node, per-worker GFLOP/s, what the figures are)
+CLUSTERS = [
+    ("gpu", 8, 3.0, 300.0, 5.0, 100.0, 30000.0,
+     "8 GPUs per node on NVLink (300 GB/s, 3 us), 4 x 200 Gb/s InfiniBand per node (100 GB/s, 5 us); "
+     "30 TFLOP/s per GPU (assumed: about 45% of an H100's 67 TFLOP/s FP32; not measured here)"),
+    ("cpu", 1, 1.0, 20.0, 15.0, 12.5, 250.0,
+     "one worker per node, 100 GbE between nodes (12.5 GB/s, 15 us); 250 GFLOP/s per worker "
+     "(measured: VGG-11's training step on this machine's CPU, docs/PERFORMANCE.md)"),
+]
+SCHEMES = ["ddp", "ddp-ooo", "fsdp", "gpipe", "1f1b", "ooo-ff", "ooo-modulo", "lpp", "fslpp", "1f1b-strict",
+           "zb-h1", "zb-h2", "interleaved-1f1b", "looped-bfs", "zbv", "v-half", "v-min", "dualpipev", "zb-auto"]
+WORKERS = [2, 4, 8, 16, 32, 64, 128, 256, 512]
+MICRO_SAMPLES = 32      # samples per micro-batch
+LPP_R = 4               # lpp/fslpp: workers per group
+
+
+def shape_flags(scheme, w):
+    """(flags, micro-batches) of a weak-scaling run: one micro-batch per worker for the
+    data-parallel schemes, two per worker for the pipelines."""
+    if scheme in ("ddp", "ddp-ooo", "fsdp"):
+        return ["--workers", str(w), "--microbatches", str(w)], w
+    if scheme in ("lpp", "fslpp"):
+        r = min(LPP_R, w)
+        return ["--groups", str(w // r), "--per-group", str(r), "--microbatches", str(2 * w)], 2 * w
+    return ["--workers", str(w), "--microbatches", str(2 * w)], 2 * w
+
+
+def predict(build, model, cl, scheme, w):
+    name, rpn, ia, ib, ea, eb, gflops, _ = cl
+    flags, micro = shape_flags(scheme, w)
+    nodes = (w + rpn - 1) // rpn
+    cmd = [os.path.join(build, "schedule"), "--scheme", scheme, "--model", model, "--batch-size",
+           str(MICRO_SAMPLES), "--gflops", str(gflops), "--no-diagram", "--nodes", str(nodes), "--ranks-per-node",
+           str(min(rpn, w)), "--intra-latency-us", str(ia), "--intra-bw-gbs", str(ib), "--inter-latency-us",
+           str(ea), "--inter-bw-gbs", str(eb)] + flags
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    row = {"model": model, "cluster": name, "scheme": scheme, "workers": w, "microbatches": micro}
+    if p.returncode != 0:
+        row["refused"] = p.stderr.strip().splitlines()[-1].replace("scanprop: ", "") if p.stderr else "failed"
+        return row
+    lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+    cpred = next(x for x in lines if x.get("mode") == "cluster-prediction")
+    sim = lines[-1]
+    lat, comm = cpred["compute_latency"], cpred["comm_max"]
+    hi, lo = lat + comm, max(lat, comm)
+    samples = micro * MICRO_SAMPLES
+    row.update({
+        "compute_ms": lat / 1e3, "comm_ms": comm / 1e3, "step_ms_overlap": lo / 1e3, "step_ms_no_overlap": hi / 1e3,
+        "utilization_compute": sim["utilization"],
+        "utilization_no_overlap": sim["utilization"] * lat / hi,
+        "samples_per_s_no_overlap": samples / (hi / 1e6), "samples_per_s_overlap": samples / (lo / 1e6),
+        "peak_memory_mb": max(sim["peak_memory_bytes"]) / 2**20, "refused": "",
+    })
+    return row
+
+
+def stop_scaling(rows, key):
+    """The first W whose throughput per worker is below half of W = 2's (or at which the
+    scheme is refused), and the best throughput's W."""
+    ok = [r for r in rows if not r["refused"]]
+    if not ok:
+        return "refused", "-"
+    base = ok[0][key] / ok[0]["workers"]
+    stop = "> 512"
+    for r in rows:
+        if r["refused"]:
+            stop = f"{r['workers']} (refused)"
+            break
+        if r[key] / r["workers"] < 0.5 * base:
+            stop = str(r["workers"])
+            break
+    best = max(ok, key=lambda r: r[key])
+    return stop, str(best["workers"])
+
+
+def tables(rows, out):
+    show = [2, 8, 32, 128, 512]
+    for model in sorted({r["model"] for r in rows}, reverse=True):
+        for cl in CLUSTERS:
+            sub = [r for r in rows if r["model"] == model and r["cluster"] == cl[0]]
+            out.write(f"\n**{model}, cluster `{cl[0]}`** — step ms (full overlap … none) and utilisation "
+                      f"without overlap; prediction\n\n")
+            out.write("| scheme | " + " | ".join(f"W = {w}" for w in show) +
+                      " | efficiency < 50% from W | best throughput at W |\n")
+            out.write("| --- |" + " --- |" * (len(show) + 2) + "\n")
+            for sc in SCHEMES:
+                rs = sorted([r for r in sub if r["scheme"] == sc], key=lambda r: r["workers"])
+                cells = []
+                for w in show:
+                    r = next((x for x in rs if x["workers"] == w), None)
+                    if r is None or r["refused"]:
+                        cells.append("refused")
+                    else:
+                        cells.append(f"{r['step_ms_overlap']:.3g} … {r['step_ms_no_overlap']:.3g} "
+                                     f"({100 * r['utilization_no_overlap']:.0f}%)")
+                stop, best = stop_scaling(rs, "samples_per_s_no_overlap")
+                out.write(f"| {sc} | " + " | ".join(cells) + f" | {stop} | {best} |\n")
+        sub = [r for r in rows if r["model"] == model and r["cluster"] == CLUSTERS[0][0]]
+        out.write(f"\n**{model}: peak memory per rank, MB** (the largest rank; weights, gradients, SGD momentum, "
+                  "gradient buckets, activations in flight of 32-sample micro-batches; the same on both clusters)\n\n")
+        out.write("| scheme | " + " | ".join(f"W = {w}" for w in show) + " |\n")
+        out.write("| --- |" + " --- |" * len(show) + "\n")
+        for sc in SCHEMES:
+            cells = []
+            for w in show:
+                r = next((x for x in sub if x["scheme"] == sc and x["workers"] == w), None)
+                cells.append("refused" if r is None or r["refused"] else f"{r['peak_memory_mb']:.4g}")
+            out.write(f"| {sc} | " + " | ".join(cells) + " |\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--csv", default="docs/img/cluster-predictions.csv")
+    ap.add_argument("--md", help="write the tables here (default: stdout)")
+    ap.add_argument("--plots", help="folder for the figures (scripts/plot.py --cluster)")
+    ap.add_argument("--models", default="vgg11,lenet")
+    a = ap.parse_args()
+    rows = []
+    for model in a.models.split(","):
+        for cl in CLUSTERS:
+            for sc in SCHEMES:
+                for w in WORKERS:
+                    rows.append(predict(a.build, model, cl, sc, w))
+            print(f"predict_cluster.py: {model} on {cl[0]} done", file=sys.stderr)
+    keys = ["model", "cluster", "scheme", "workers", "microbatches", "compute_ms", "comm_ms", "step_ms_overlap",
+            "step_ms_no_overlap", "utilization_compute", "utilization_no_overlap", "samples_per_s_overlap",
+            "samples_per_s_no_overlap", "peak_memory_mb", "refused"]
+    with open(a.csv, "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=keys, restval="")
+        wr.writeheader()
+        for r in rows:
+            wr.writerow(r)
+    out = open(a.md, "w") if a.md else sys.stdout
+    out.write("Clusters (prediction):\n\n")
+    for cl in CLUSTERS:
+        out.write(f"* `{cl[0]}`: {cl[7]}.\n")
+    tables(rows, out)
+    if a.md:
+        out.close()
+    if a.plots:
+        here = os.path.dirname(os.path.abspath(__file__))
+        for model in a.models.split(","):
+            for cl in CLUSTERS:
+                subprocess.run([sys.executable, os.path.join(here, "plot.py"), "--cluster", a.csv, "--model", model,
+                                "--cluster-name", cl[0], "-o",
+                                os.path.join(a.plots, f"cluster-{model}-{cl[0]}.svg")], check=True)
+
+
+if __name__ == "__main__":
+    main()
