@@ -24,13 +24,15 @@
 #include "core/comm/comm.h"
 #include "schedulers/parallel/comm_model.h"
 #include "schedulers/parallel/schedule.h"
+#include "schedulers/parallel/sim_comm.h"
 #include "schedulers/parallel/sim_report.h"
+#include "core/tape.h"
 
 typedef struct opts {
     const char *scheme, *model, *profile, *svg, *title, *layerpipe, *costs_out, *actions, *actions_out;
     const char *calibrate_comm, *comm_profile;   /* the communication model (comm_model.h) */
     int stages, micro, workers, groups, per_group, batch, processors, max_cols, chunks, cal_reps;
-    double fwd, bwd, delta, grad, gflops, alpha, mem_limit, cal_max_mb;
+    double fwd, bwd, delta, grad, gflops, alpha, mem_limit, cal_max_mb, bucket_mb;
     bool split, no_split, no_input_grad, no_diagram, list;
 } opts;
 
@@ -104,8 +106,12 @@ static void parse(int argc, char **argv, opts *o)
          .meta = "X", .range = "0.000004..4096", .group = "communication", .needs = "calibrate-comm"},
         {"calibrate-reps", SP_FLAG_INT, &o->cal_reps, "repetitions per size (the median is kept)", .range = "1..1000",
          .group = "communication", .needs = "calibrate-comm"},
-        {"comm-profile", SP_FLAG_STR, &o->comm_profile, "read a communication profile (--calibrate-comm's file) and "
-         "print its model", .meta = "FILE", .group = "communication", .needs = "!layerpipe,!list"},
+        {"comm-profile", SP_FLAG_STR, &o->comm_profile, "read a communication profile (--calibrate-comm's file), "
+         "print its model and simulate with communication (the JSON's latency_with_comm, comm_ms, messages)",
+         .meta = "FILE", .group = "communication", .needs = "!layerpipe,!list"},
+        {"bucket-mb", SP_FLAG_DOUBLE, &o->bucket_mb, "gradient buckets of the simulated allreduces, as the "
+         "executor's --bucket-mb (0 = one per stage)", .meta = "X", .range = "0..", .group = "communication",
+         .needs = "comm-profile"},
         {0},
     };
     sp_flags_parse(argc, argv, "schedule",
@@ -213,13 +219,43 @@ static void print_comm(const sp_comm_model *m)
     }
 }
 
+/* Bytes of each stage's output of one micro-batch (the executor's act/grad messages):
+ * --model: the op nodes' output shapes at --batch; otherwise the profile's act_bytes. */
+static double *stage_out_bytes(const opts *o, const sp_costs *c)
+{
+    double *ob = sp_xcalloc((size_t)c->stages + 1, sizeof(double));
+    for (int s = 0; s < c->stages; s++) ob[s] = c->act_bytes[s];
+    if (!o->model) return ob;
+    sp_model *m = sp_zoo_model(o->model);
+    int shape[3], ndim = sp_zoo_input_shape(o->model, shape);
+    sp_tape t;
+    sp_model_forward_shapes(m, &t, o->batch, ndim, shape);
+    for (int i = 0, s = 0; i < t.n && s < c->stages; i++)
+        if (t.nodes[i]->op) ob[s++] = 4.0 * (double)t.nodes[i]->out.numel;
+    sp_tape_free(&t);
+    sp_model_free(m);
+    return ob;
+}
+
+/* --comm-profile: the step with every message and the optimizer (sim_comm.h). */
+static void simulate_comm(const opts *o, const sp_comm_model *cm, const sp_schedule *s, const sp_costs *c,
+                          const sp_sim *r, sp_sim_comm *sc)
+{
+    double *ob = stage_out_bytes(o, c), *opt = sp_xcalloc((size_t)c->stages + 1, sizeof(double));
+    for (int st = 0; st < c->stages; st++) opt[st] = sp_opt_us_estimate(c->param_bytes[st]);
+    bool ddp = !strcmp(s->scheme->name, "ddp") || !strcmp(s->scheme->name, "ddp-ooo");
+    sp_sim_comm_cfg cfg = {.model = cm, .out_bytes = ob, .bucket_mb = o->bucket_mb, .deferred = ddp, .opt_us = opt};
+    sp_simulate_comm(s, c, r, &cfg, sc);
+    free(ob);
+    free(opt);
+}
+
 static int run_schedule(opts *o)
 {
-    if (o->comm_profile) {   /* the simulator takes no communication yet: print the model */
-        sp_comm_model *m;
-        sp_check(sp_comm_model_load(o->comm_profile, &m));
-        print_comm(m);
-        sp_comm_model_free(m);
+    sp_comm_model *cm = NULL;
+    if (o->comm_profile) {   /* print the model; the simulation then adds the messages */
+        sp_check(sp_comm_model_load(o->comm_profile, &cm));
+        print_comm(cm);
     }
     sp_costs *c = load_costs(o);
     write_costs(o, c);
@@ -245,7 +281,18 @@ static int run_schedule(opts *o)
     if (!o->no_diagram) sp_diagram_text(stdout, s, &r, o->max_cols);
     sp_sim_print_workers(stdout, &r);
     write_svg(o, s, &r, c->unit);
-    sp_sim_print_json(stdout, s, c, &r);
+    if (cm) {
+        sp_sim_comm sc;
+        simulate_comm(o, cm, s, c, &r, &sc);
+        printf("with communication (%s): latency %g, comm per worker", cm->source, sc.latency);
+        for (int w = 0; w < sc.workers; w++) printf(" %.4g", sc.comm_us[w]);
+        printf(" us\n");
+        sp_sim_print_json_comm(stdout, s, c, &r, &sc);
+        sp_sim_comm_free(&sc);
+        sp_comm_model_free(cm);
+    } else {
+        sp_sim_print_json(stdout, s, c, &r);
+    }
     sp_sim_free(&r);
     sp_schedule_free(s);
     sp_costs_free(c);
@@ -294,7 +341,8 @@ static int run_layerpipe(const opts *o)
 int main(int argc, char **argv)
 {
     opts o = {.scheme = "gpipe", .stages = 4, .micro = 8, .batch = 32, .processors = 3, .fwd = 1, .bwd = 1,
-              .delta = -1, .grad = -1, .gflops = 1000, .alpha = 1.01, .cal_max_mb = 25, .cal_reps = 7};
+              .delta = -1, .grad = -1, .gflops = 1000, .alpha = 1.01, .cal_max_mb = 25, .cal_reps = 7,
+              .bucket_mb = 25};
     parse(argc, argv, &o);
     check(&o);
     if (o.list) {
