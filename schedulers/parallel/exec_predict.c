@@ -112,6 +112,8 @@ void sp_exec_write_msgs(sp_exec *x)
 
 /* ---- the trace's simulated rows ------------------------------------------------------------ */
 
+/* Events as the measured ones are written (the same key order: readers scan them so),
+ * with step −1: a reader that picks steps (bench/trace_svg.py) leaves them out. */
 void sp_exec_trace_predicted(const sp_exec *x, FILE *f)
 {
     const sp_sim_comm *p = x->pred;
@@ -128,13 +130,13 @@ void sp_exec_trace_predicted(const sp_exec *x, FILE *f)
         for (int j = 0; j < x->sched->njobs; j++)
             if (x->sched->compute[j] == r)
                 fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"simulated\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, "
-                           "\"ts\": %.1f, \"dur\": %.1f}",
+                           "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"step\": -1}}",
                         sp_job_label(x->sched, j, lab, sizeof lab), pid, p->start[j], p->finish[j] - p->start[j]);
         for (int i = 0; i < p->nmsg; i++) {
             const sp_sim_msg *m = &p->msg[i];
             if (m->rank != r) continue;
             fprintf(f, ",\n{\"name\": \"%s stage %d\", \"cat\": \"simulated\", \"ph\": \"X\", \"pid\": %d, \"tid\": 1, "
-                       "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"peer\": %d, \"bytes\": %.0f}}",
+                       "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"step\": -1, \"peer\": %d, \"bytes\": %.0f}}",
                     sp_msg_kind_name(m->kind), m->stage, pid, m->start, m->end - m->start, m->peer, m->bytes);
         }
     }
