@@ -281,7 +281,11 @@ static int run_schedule(opts *o)
     if (!o->no_diagram) sp_diagram_text(stdout, s, &r, o->max_cols);
     sp_sim_print_workers(stdout, &r);
     write_svg(o, s, &r, c->unit);
-    if (cm) {
+    if (cm && strcmp(c->unit, "us") != 0) {   /* messages are µs: nothing to add them to */
+        printf("with communication: not simulated (durations in %s; --model or a --profile in us)\n", c->unit);
+        sp_sim_print_json(stdout, s, c, &r);
+        sp_comm_model_free(cm);
+    } else if (cm) {
         sp_sim_comm sc;
         simulate_comm(o, cm, s, c, &r, &sc);
         printf("with communication (%s): latency %g, comm per worker", cm->source, sc.latency);
