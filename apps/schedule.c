@@ -24,7 +24,9 @@
 #include "core/comm/comm.h"
 #include "schedulers/parallel/comm_model.h"
 #include "schedulers/parallel/schedule.h"
+#include "schedulers/parallel/sim_comm.h"
 #include "schedulers/parallel/sim_report.h"
+#include "core/tape.h"
 
 typedef struct opts {
     const char *scheme, *model, *profile, *svg, *title, *layerpipe, *costs_out, *actions, *actions_out;
@@ -123,10 +125,12 @@ static void parse(int argc, char **argv, opts *o)
          .range = "0..", .group = "cluster (a prediction)", .needs = SIM ",nodes"},
         {"inter-bw-gbs", SP_FLAG_DOUBLE, &o->topo.inter.beta, "bandwidth of one node to another (all its NICs), GB/s",
          .meta = "X", .group = "cluster (a prediction)", .needs = SIM ",nodes"},
-        {"bucket-mb", SP_FLAG_DOUBLE, &o->bucket_mb, "gradient bucket size in MB (as the apps')", .meta = "X",
-         .range = "0..", .group = "cluster (a prediction)", .needs = SIM ",nodes"},
+        {"bucket-mb", SP_FLAG_DOUBLE, &o->bucket_mb, "gradient buckets of the simulated allreduces in MB, as the "
+         "executor's --bucket-mb (0 = one per stage; with --nodes or --comm-profile)", .meta = "X", .range = "0..",
+         .group = "communication", .needs = SIM},
         {"comm-profile", SP_FLAG_STR, &o->comm_profile, "read a communication profile (--calibrate-comm's file) and "
-         "print its model", .meta = "FILE", .group = "communication", .needs = "!layerpipe,!list"},
+         "print its model and simulate with communication (the JSON's latency_with_comm, comm_ms, messages)",
+         .meta = "FILE", .group = "communication", .needs = "!layerpipe,!list"},
         {0},
     };
     sp_flags_parse(argc, argv, "schedule",
@@ -141,6 +145,8 @@ static void parse(int argc, char **argv, opts *o)
 static void check(opts *o)
 {
     if (!(o->gflops > 0)) sp_fail("--gflops %g: expected > 0", o->gflops);
+    if (sp_flag_given("bucket-mb") && !o->topo.nodes && !o->comm_profile)
+        sp_fail("--bucket-mb needs --nodes or --comm-profile (the simulations with communication)");
     if (o->topo.nodes > 0) {   /* GB/s → B/us; every link figure given */
         if (!(o->topo.ranks_per_node > 0) || !(o->topo.intra.beta > 0) || !(o->topo.inter.beta > 0))
             sp_fail("--nodes %d: expected --ranks-per-node R, --intra-bw-gbs X and --inter-bw-gbs X (> 0) with it",
@@ -269,13 +275,43 @@ static void print_comm(const sp_comm_model *m)
     }
 }
 
+/* Bytes of each stage's output of one micro-batch (the executor's act/grad messages):
+ * --model: the op nodes' output shapes at --batch; otherwise the profile's act_bytes. */
+static double *stage_out_bytes(const opts *o, const sp_costs *c)
+{
+    double *ob = sp_xcalloc((size_t)c->stages + 1, sizeof(double));
+    for (int s = 0; s < c->stages; s++) ob[s] = c->act_bytes[s];
+    if (!o->model) return ob;
+    sp_model *m = sp_zoo_model(o->model);
+    int shape[3], ndim = sp_zoo_input_shape(o->model, shape);
+    sp_tape t;
+    sp_model_forward_shapes(m, &t, o->batch, ndim, shape);
+    for (int i = 0, s = 0; i < t.n && s < c->stages; i++)
+        if (t.nodes[i]->op) ob[s++] = 4.0 * (double)t.nodes[i]->out.numel;
+    sp_tape_free(&t);
+    sp_model_free(m);
+    return ob;
+}
+
+/* --comm-profile: the step with every message and the optimizer (sim_comm.h). */
+static void simulate_comm(const opts *o, const sp_comm_model *cm, const sp_schedule *s, const sp_costs *c,
+                          const sp_sim *r, sp_sim_comm *sc)
+{
+    double *ob = stage_out_bytes(o, c), *opt = sp_xcalloc((size_t)c->stages + 1, sizeof(double));
+    for (int st = 0; st < c->stages; st++) opt[st] = sp_opt_us_estimate(c->param_bytes[st]);
+    bool ddp = !strcmp(s->scheme->name, "ddp") || !strcmp(s->scheme->name, "ddp-ooo");
+    sp_sim_comm_cfg cfg = {.model = cm, .out_bytes = ob, .bucket_mb = o->bucket_mb, .deferred = ddp, .opt_us = opt};
+    sp_simulate_comm(s, c, r, &cfg, sc);
+    free(ob);
+    free(opt);
+}
+
 static int run_schedule(opts *o)
 {
-    if (o->comm_profile) {   /* the simulator takes no communication yet: print the model */
-        sp_comm_model *m;
-        sp_check(sp_comm_model_load(o->comm_profile, &m));
-        print_comm(m);
-        sp_comm_model_free(m);
+    sp_comm_model *cm = NULL;
+    if (o->comm_profile) {   /* print the model; the simulation then adds the messages */
+        sp_check(sp_comm_model_load(o->comm_profile, &cm));
+        print_comm(cm);
     }
     sp_costs *c = load_costs(o);
     write_costs(o, c);
@@ -307,7 +343,22 @@ static int run_schedule(opts *o)
     sp_sim_print_workers(stdout, &r);
     write_svg(o, s, &r, c->unit);
     if (o->topo.nodes > 0) print_cluster(o, s, c, &r);
-    sp_sim_print_json(stdout, s, c, &r);
+    if (cm && strcmp(c->unit, "us") != 0) {   /* messages are µs: nothing to add them to */
+        printf("with communication: not simulated (durations in %s; --model or a --profile in us)\n", c->unit);
+        sp_sim_print_json(stdout, s, c, &r);
+        sp_comm_model_free(cm);
+    } else if (cm) {
+        sp_sim_comm sc;
+        simulate_comm(o, cm, s, c, &r, &sc);
+        printf("with communication (%s): latency %g, comm per worker", cm->source, sc.latency);
+        for (int w = 0; w < sc.workers; w++) printf(" %.4g", sc.comm_us[w]);
+        printf(" us\n");
+        sp_sim_print_json_comm(stdout, s, c, &r, &sc);
+        sp_sim_comm_free(&sc);
+        sp_comm_model_free(cm);
+    } else {
+        sp_sim_print_json(stdout, s, c, &r);
+    }
     sp_sim_free(&r);
     sp_schedule_free(s);
     sp_costs_free(c);

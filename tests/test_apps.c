@@ -520,6 +520,8 @@ Test(walk, schedule)
         {"=", "--calibrate-reps 3", REFUSED, "--calibrate-reps needs --calibrate-comm"},
         {NULL, "--comm-profile docs/comm-profile.csv", STDOUT_HAS, "communication model (docs/comm-profile.csv)"},
         {NULL, "--comm-profile %T/none.csv", REFUSED, "none.csv"},
+        {"=--scheme ddp --model lenet --workers 2 --comm-profile docs/comm-profile.csv", "--bucket-mb 0", EFFECT, NULL},
+        {NULL, "--bucket-mb 1", REFUSED, "--bucket-mb needs --comm-profile"},
     };
     run_walk("schedule", "--microbatches 4", w, N(w));
     check_coverage("schedule", w, N(w));

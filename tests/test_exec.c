@@ -1613,3 +1613,60 @@ Test(exec, measured_memory_equals_the_predicted_memory, .timeout = 600)
     sp_model_free(m);
     remove(plan);
 }
+
+
+/* ---- the prediction: every simulated message is one the executor sent ------------------- */
+
+/* The lines of a file after its header (NULL-terminated list in buf). */
+static int read_lines(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    char *p = strchr(buf, '\n');
+    if (p) memmove(buf, p + 1, strlen(p + 1) + 1);   /* drop the header */
+    int lines = 0;
+    for (char *q = buf; *q; q++) lines += *q == '\n';
+    return lines;
+}
+
+/* With $SCANPROP_EXEC_MSGS each rank logs the first step's messages it issued (rank,
+ * peer, kind, stage, bytes) and rank 0 the prediction's: per rank, in order, they must be
+ * the same list — for every scheme at W = 2 and 4 — and predicted_step_ms is in the JSON
+ * line, positive. */
+Test(exec, predicted_messages_match_the_executor, .timeout = 600)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    const char *schemes[] = {"ddp", "fsdp", "gpipe", "1f1b", "lpp", "fslpp", "ooo-ff", "ooo-modulo", "ddp-ooo",
+                             "zb-h1", "1f1b-strict"};
+    static mpi_result r;
+    static char ex[1 << 16], sim[1 << 16], one[1 << 15];
+    for (int k = 0; k < 11; k++)
+        for (int W = 2; W <= 4; W += 2) {
+            const char *prefix = tmp("msgs");
+            char cmd[1024], env[700], np[16], path[700];
+            snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 2 --batch 32 --threads 1 --quiet --parallel %s %s",
+                     bin("demo"), schemes[k], W == 4 && strstr(schemes[k], "lpp") ? "--groups 2" : "");
+            snprintf(env, sizeof env, "SCANPROP_EXEC_MSGS=%s", prefix);
+            snprintf(np, sizeof np, "-np %d", W);
+            mpi_run(env, np, cmd, &r);
+            cr_assert_eq(r.status, 0, "%s -np %d: status %d\n%s", schemes[k], W, r.status, r.err);
+            const char *p = strstr(r.out, "\"predicted_step_ms\": ");
+            cr_assert(p && atof(p + 21) > 0, "%s -np %d: no positive predicted_step_ms: %s", schemes[k], W, r.out);
+            ex[0] = 0;
+            for (int rank = 0; rank < W; rank++) {
+                snprintf(path, sizeof path, "%s.r%d.csv", prefix, rank);
+                cr_assert_geq(read_lines(path, one, sizeof one), 1, "%s -np %d: rank %d logged nothing", schemes[k], W, rank);
+                strncat(ex, one, sizeof ex - strlen(ex) - 1);
+                remove(path);
+            }
+            snprintf(path, sizeof path, "%s.sim.csv", prefix);
+            int n = read_lines(path, sim, sizeof sim);
+            remove(path);
+            cr_assert_gt(n, 0, "%s -np %d: no predicted messages", schemes[k], W);
+            cr_assert_str_eq(ex, sim, "%s -np %d: the executor's messages\n%s\nthe simulated ones\n%s", schemes[k], W,
+                             ex, sim);
+        }
+}

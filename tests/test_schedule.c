@@ -1070,3 +1070,108 @@ Test(memory, whole_memory_per_worker)
     sp_schedule_free(s);
     sp_costs_free(c);
 }
+
+
+/* ---- the simulation with communication (sim_comm.h) ------------------------------------------- */
+
+#include "schedulers/parallel/sim_comm.h"
+
+/* No model and no optimizer time: every scheme's step is sp_simulate's latency exactly,
+ * each job at its compute-only start (the executor's order, nothing added). */
+Test(sim_comm, zero_cost_is_the_compute_only_simulation)
+{
+    const char *schemes[] = {"ddp", "fsdp", "gpipe", "1f1b", "lpp", "fslpp", "ooo-ff", "ooo-modulo", "ddp-ooo"};
+    for (int k = 0; k < 9; k++) {
+        sp_costs *c = sp_costs_uniform(6, 1, 0.7, 0.9);
+        for (int s = 0; s < 6; s++) c->act_bytes[s] = 100, c->param_bytes[s] = s % 3 ? 400 : 0;
+        sp_sched_config sc = {.stages = 6, .micro = 4, .workers = 4};
+        sp_schedule *s = sp_schedule_new(sp_scheme_find(schemes[k]), &sc, c);
+        sp_sim r;
+        sp_simulate(s, c, &r);
+        sp_sim_comm_cfg cfg = {.bucket_mb = 25, .deferred = k == 0 || k == 8};
+        sp_sim_comm m;
+        sp_simulate_comm(s, c, &r, &cfg, &m);
+        cr_assert_float_eq(m.latency, r.latency, 1e-9, "%s: %g with free messages, %g compute only", schemes[k],
+                           m.latency, r.latency);
+        for (int j = 0; j < s->njobs; j++) cr_assert_float_eq(m.start[j], r.start[j], 1e-9, "%s job %d", schemes[k], j);
+        for (int w = 0; w < 4; w++) cr_assert_eq(m.comm_us[w], 0, "%s w%d", schemes[k], w);
+        cr_assert_gt(m.nmsg, 0, "%s: no messages", schemes[k]);
+        sp_sim_comm_free(&m);
+        sp_sim_free(&r);
+        sp_schedule_free(s);
+        sp_costs_free(c);
+    }
+}
+
+static sp_comm_model *latency_model(double p2p_us, double allreduce_us)
+{
+    sp_comm_model *m = calloc(1, sizeof *m);
+    m->fit[SP_COMM_P2P] = (sp_comm_fit){.ranks = 2, .nsegs = 1, .seg = {{0, p2p_us, INFINITY}}};
+    m->fit[SP_COMM_ALLREDUCE] = (sp_comm_fit){.ranks = 2, .nsegs = 1, .seg = {{0, allreduce_us, INFINITY}}};
+    return m;
+}
+
+/* GPipe on 2 workers, one micro-batch: F0 [0,1], its activation arrives at 11, F1 [11,12],
+ * B1 [12,13], ∂l/∂y_0 arrives at 23, B0 [23,24]; worker 1 starts the loss allreduce after
+ * F1 (12, before it sends ∂l/∂y_0), worker 0 at its end (24): it ends at 29. */
+Test(sim_comm, gpipe_messages_by_hand)
+{
+    sp_costs *c = sp_costs_uniform(2, 1, 0.5, 0.5);
+    sp_sched_config sc = {.stages = 2, .micro = 1, .workers = 2};
+    sp_schedule *s = sp_schedule_new(sp_scheme_find("gpipe"), &sc, c);
+    sp_sim r;
+    sp_simulate(s, c, &r);
+    sp_comm_model *cm = latency_model(10, 5);
+    sp_sim_comm_cfg cfg = {.model = cm};
+    sp_sim_comm m;
+    sp_simulate_comm(s, c, &r, &cfg, &m);
+    cr_assert_float_eq(r.latency, 4, 1e-12);
+    cr_assert_float_eq(m.latency, 29, 1e-9, "latency %g", m.latency);
+    cr_assert_float_eq(m.start[sp_schedule_find(s, 1, 0, SP_FWD)], 11, 1e-9);
+    cr_assert_float_eq(m.start[sp_schedule_find(s, 0, 0, SP_BWD)], 23, 1e-9);
+    cr_assert_eq(m.nmsg, 4);
+    const int kinds[4] = {SP_MSG_ACT, SP_MSG_LOSS, SP_MSG_LOSS, SP_MSG_GRAD}, ranks[4] = {0, 0, 1, 1};
+    for (int i = 0; i < 4; i++)
+        cr_assert(m.msg[i].kind == kinds[i] && m.msg[i].rank == ranks[i], "message %d: rank %d %s", i, m.msg[i].rank,
+                  sp_msg_kind_name(m.msg[i].kind));
+    cr_assert_float_eq(m.comm_us[0], 10, 1e-9);
+    sp_sim_comm_free(&m);
+    free(cm);
+    sp_sim_free(&r);
+    sp_schedule_free(s);
+    sp_costs_free(c);
+}
+
+/* DDP's buckets: one per stage with --bucket-mb 0 (an allreduce each per rank), one for
+ * both when they fit; the step pays for them (not deferred: after the last backward) and
+ * for the optimizer. */
+Test(sim_comm, ddp_buckets_and_optimizer)
+{
+    for (int k = 0; k < 2; k++) {
+        sp_costs *c = sp_costs_uniform(2, 1, 0.5, 0.5);
+        c->param_bytes[0] = c->param_bytes[1] = 400;
+        sp_sched_config sc = {.stages = 2, .micro = 2, .workers = 2};
+        sp_schedule *s = sp_schedule_new(sp_scheme_find("ddp"), &sc, c);
+        sp_sim r;
+        sp_simulate(s, c, &r);
+        sp_comm_model *cm = latency_model(10, 5);
+        double opt[2] = {2, 3};
+        sp_sim_comm_cfg cfg = {.model = cm, .bucket_mb = k ? 25 : 0, .opt_us = opt};
+        sp_sim_comm m;
+        sp_simulate_comm(s, c, &r, &cfg, &m);
+        int ar = 0;
+        for (int i = 0; i < m.nmsg; i++) ar += m.msg[i].kind == SP_MSG_ALLREDUCE;
+        cr_assert_eq(ar, k ? 2 : 4, "bucket_mb %d: %d allreduces", k ? 25 : 0, ar);
+        cr_assert_float_eq(m.opt_us[0], 5, 1e-9);
+        /* one micro-batch per worker: F0 F1 B1 B0 end at 4; stage 1's bucket runs 3..8 and
+         * stage 0's 8..13 (one bucket: 4..9), then the optimizer (5); the loss (from 2)
+         * is long done */
+        cr_assert_float_eq(r.latency, 4, 1e-12);
+        cr_assert_float_eq(m.latency, k ? 14 : 18, 1e-9, "bucket_mb %d: latency %g", k ? 25 : 0, m.latency);
+        sp_sim_comm_free(&m);
+        free(cm);
+        sp_sim_free(&r);
+        sp_schedule_free(s);
+        sp_costs_free(c);
+    }
+}

@@ -94,6 +94,7 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
     x->rows = sp_xcalloc((size_t)x->B, sizeof *x->rows);
     x->done = sp_xcalloc((size_t)x->sched->njobs, sizeof *x->done);
     x->order_rec = sp_xmalloc(sizeof(int) * (size_t)(x->sched->njobs + 1));
+    x->log_msgs = getenv("SCANPROP_EXEC_MSGS") != NULL;
     /* Every rank starts its first step together (the measured costs took rank 0 a while). */
     sp_barrier(world);
     if (cfg->trace_path) sp_exec_sync_clock(x);   /* the trace's timestamps on rank 0's clock */
@@ -125,6 +126,7 @@ void sp_exec_free(sp_exec *x)
     free(x->meas);
     sp_exec_mem_free(x);
     sp_exec_clip_free(x);
+    sp_exec_pred_free(x);
     free(x->st);
     sp_sim_free(&x->sim);
     sp_schedule_free(x->sched);
@@ -195,6 +197,7 @@ static void start_loss(sp_exec *x)
         if (x->loss[b] && (!x->tscan || x->rank == 0))   /* the time scan: every rank has the loss */
             loss += (float)x->rows[b] / (float)x->batch * x->loss[b]->out.data[0];
     x->loss_buf = loss;
+    if (x->W > 1) sp_exec_log_msg(x, -1, SP_MSG_LOSS, x->S - 1, sizeof(float));
     sp_iallreduce(x->world, &x->loss_buf, 1, &x->loss_req);
     x->loss_started = true;
 }

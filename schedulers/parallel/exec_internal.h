@@ -19,6 +19,7 @@
 #include "core/tape.h"
 #include "schedulers/parallel/actions.h"
 #include "schedulers/parallel/exec.h"
+#include "schedulers/parallel/sim_comm.h"
 
 enum { SYNC_NONE, SYNC_ALLREDUCE, SYNC_OWNER };
 
@@ -128,6 +129,12 @@ struct sp_exec {
     sp_optim_undo undo;      /* post-validation: the eager update's undo               */
     long clips, rollbacks;
     double last_norm, clip_wait_s;
+    /* the prediction (exec_predict.c): the simulated step of sp_exec_predict_step_ms, and
+     * with $SCANPROP_EXEC_MSGS the first step's messages this rank issued, in order */
+    struct sp_sim_comm *pred;
+    struct exec_msg { int peer, kind, stage; double bytes; } *msgs;
+    int nmsgs, cap_msgs;
+    bool log_msgs;
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -213,6 +220,18 @@ bool sp_exec_blelloch_forms(const sp_exec *x, int r);
 float *sp_exec_blelloch_levels(sp_exec *x, float *elem, const float *v, int n);
 int sp_exec_blelloch_depth(const sp_exec *x);
 void sp_exec_blelloch_plan(const sp_exec *x, FILE *f);
+
+/* ---- the prediction (exec_predict.c) ------------------------------------------------------ */
+
+/* A message this rank issues (kind: sim_comm.h's sp_msg_kind; peer as sim_comm.h's
+ * sp_sim_msg): logged during the first step when $SCANPROP_EXEC_MSGS is set. */
+void sp_exec_log_msg(sp_exec *x, int peer, int kind, int stage, double bytes);
+/* $SCANPROP_EXEC_MSGS=PREFIX: PREFIX.r<rank>.csv (this rank's log) and, on rank 0,
+ * PREFIX.sim.csv (the prediction's messages), "rank,peer,kind,stage,bytes" lines. */
+void sp_exec_write_msgs(sp_exec *x);
+/* The trace's simulated rows: one process "rank r (simulated)" per rank (pid W + r). */
+void sp_exec_trace_predicted(const sp_exec *x, FILE *f);
+void sp_exec_pred_free(sp_exec *x);
 
 /* ---- reports (exec_report.c) ------------------------------------------------------------ */
 

@@ -239,6 +239,7 @@ static void write_trace(sp_exec *x)
                         e[3] - e[2], (int)e[1]);
             }
         }
+        sp_exec_trace_predicted(x, f);
         fprintf(f, "\n]}\n");
         close_out(x, &out);
     }
@@ -290,5 +291,6 @@ void sp_exec_finish(sp_exec *x)
     if (x->cfg.costs_out) write_costs(x);
     if (x->cfg.order_out) write_order(x);
     if (x->cfg.trace_path) write_trace(x);
+    sp_exec_write_msgs(x);
 }
 

@@ -50,6 +50,8 @@ static void send_to_succs(sp_exec *x, int job, const sp_tensor *out, int tag, bo
         for (int k = 0; k < nsent; k++) dup |= sent[k] == w;
         if (dup || nsent == 8) continue;
         sent[nsent++] = w;
+        sp_exec_log_msg(x, w, grads ? SP_MSG_GRAD : SP_MSG_ACT, grads ? sj.stage : x->sched->jobs[job].stage,
+                        4.0 * (double)out->numel);
         sp_isend(x->world, out->data, out->numel, w, tag, new_send(x));
     }
 }

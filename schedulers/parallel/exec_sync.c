@@ -171,6 +171,9 @@ static void start_buckets(sp_exec *x, int comm)
         bucket *bk = &x->buckets[i];
         pack(x, bk, true);
         sp_comm *c = x->comms[comm];
+        sp_exec_log_msg(x, bk->sync == SYNC_ALLREDUCE ? -1 : x->st[bk->stages[0]].owner,
+                        bk->sync == SYNC_ALLREDUCE ? SP_MSG_ALLREDUCE : SP_MSG_REDUCE, bk->stages[0],
+                        4.0 * (double)bk->n);
         if (bk->sync == SYNC_ALLREDUCE) sp_iallreduce(c, bk->buf, bk->n, &bk->req);
         else sp_ireduce(c, bk->buf, bk->n, bk->root, &bk->req);
         bk->started = true;
@@ -196,6 +199,7 @@ void sp_exec_sync_begin_step(sp_exec *x)
     for (int s = 0; s < x->S; s++) {
         stage_info *si = &x->st[s];
         if (si->sync != SYNC_OWNER || si->comm < 0) continue;
+        sp_exec_log_msg(x, si->owner, SP_MSG_BROADCAST, s, 4.0 * (double)si->nfloats);
         for (int p = 0; p < si->layer->nparams; p++)
             sp_ibroadcast(x->comms[si->comm], si->layer->params[p]->value.data, si->layer->params[p]->value.numel,
                           si->owner_in_comm, &si->wreq[p]);

@@ -1,7 +1,10 @@
 /* sim_report.c — the per-worker table and the JSON lines of a simulated schedule and of
  * a LayerPipe partition (schedulers/parallel/sim_report.h). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include "core/error.h"
+#include "schedulers/parallel/sim_comm.h"
 #include "schedulers/parallel/sim_report.h"
 
 /* ,"key":[v0,v1,...] over n records `stride` bytes apart */
@@ -42,6 +45,12 @@ void sp_sim_print_workers(FILE *out, const sp_sim *r)
 
 void sp_sim_print_json(FILE *out, const sp_schedule *s, const sp_costs *c, const sp_sim *r)
 {
+    sp_sim_print_json_comm(out, s, c, r, NULL);
+}
+
+void sp_sim_print_json_comm(FILE *out, const sp_schedule *s, const sp_costs *c, const sp_sim *r,
+                            const struct sp_sim_comm *sc)
+{
     const sp_worker_stats *w0 = r->worker;
     fprintf(out,
             "{\"scheme\":\"%s\",\"stages\":%d,\"microbatches\":%d,\"workers\":%d,\"groups\":%d,\"per_group\":%d,"
@@ -70,6 +79,15 @@ void sp_sim_print_json(FILE *out, const sp_schedule *s, const sp_costs *c, const
             fprintf(out, "%s%.15g", i ? "," : "", *(const double *)((const char *)v[k] + (size_t)i * st));
     }
     fprintf(out, "]}");
+    if (sc) {   /* with communication (sim_comm.h): the step, and per worker µs/1000 on its lane */
+        fprintf(out, ",\"latency_with_comm\":%.6g", sc->latency);
+        double *ms = sp_xmalloc(sizeof(double) * (size_t)sc->workers * 2);
+        for (int w = 0; w < sc->workers; w++) ms[w] = sc->comm_us[w] / 1e3, ms[sc->workers + w] = sc->opt_us[w] / 1e3;
+        json_array_d(out, "comm_ms", ms, sc->workers, sizeof(double));
+        json_array_d(out, "opt_ms", ms + sc->workers, sc->workers, sizeof(double));
+        json_array_i(out, "messages", sc->messages, sc->workers, sizeof(int));
+        free(ms);
+    }
     fprintf(out, "}\n");
 }
 

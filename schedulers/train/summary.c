@@ -214,6 +214,8 @@ void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
     /* the steps after the first, as --costs-out's job costs (bench/distributed.sh) */
     sp_json_num(j, "step_mean_ms", 1e3 * st.step_mean);
     sp_json_num(j, "comm_mean_ms", 1e3 * st.comm_mean);
+    /* the simulator's step for what ran: this run's job costs and communication model */
+    sp_json_num(j, "predicted_step_ms", sp_exec_predict_step_ms(x, s->comm));
     sp_json_raw(j, "busy_ms", busy);
     sp_json_raw(j, "idle_ms", idle);
     /* activation memory per rank: measured by the executor, and as the schedule simulated it */

@@ -1,0 +1,93 @@
+/* sim_comm.h — a step of a schedule simulated WITH its communication (sim_comm.c): the
+ * compute jobs of sp_simulate, each worker in the order sp_simulate gave it (the order
+ * the executor walks), re-timed with every message the executor sends on a
+ * communication lane per rank, and the optimizer step as jobs of their own.
+ *
+ *   sp_sim r;  sp_simulate(s, costs, &r);
+ *   sp_sim_comm_cfg cfg = {.model = cm, .out_bytes = ob, .bucket_mb = 25, .deferred = true};
+ *   sp_sim_comm sc;  sp_simulate_comm(s, costs, &r, &cfg, &sc);   // sc.latency: the step
+ *
+ * What becomes a message (the executor's exec_stage.c / exec_sync.c / exec.c):
+ *   - act / grad: F(s, b) sends its output, δ (or B) of stage s+1 sends ∂l/∂y_s, to every
+ *     other worker running a successor of that direction (once per worker), out_bytes[s]
+ *     each — sp_comm_time(P2P) on the sender's lane from when the job ends (non-blocking);
+ *     the receiving job starts no earlier than the message's arrival (the lane's end);
+ *   - allreduce: a gradient bucket of replicated stages over its ranks, issued by each
+ *     member when its last gradient job of the bucket ends (and the bucket before it on the
+ *     same communicator was issued); it starts when every member issued it and every
+ *     member's lane is free, and lasts sp_comm_time(ALLREDUCE, bytes, P) on each lane;
+ *   - broadcast: a stage whose weights live on one owner (fsdp, fslpp), issued at the
+ *     step's start in stage order; its jobs wait for it. reduce: its gradients to the owner
+ *     (one bucket per stage);
+ *   - loss: the 4-byte allreduce of the batch's loss over every worker, issued after the
+ *     worker's last F of the last stage (or at the end of its step);
+ *   - opt: the optimizer step of the stages a worker steps, on its compute lane: after its
+ *     buckets are done (non-deferred), or — deferred (ddp's cross-step overlap) — before
+ *     the first forward of a bucket's stage in the next step, which also waits for that
+ *     bucket (the steady state: the bucket ends of the previous step, one step time
+ *     earlier, found by iterating to a fixed point).
+ * Bucket composition is exec_sync.c's: the stages with gradients to synchronise, ordered
+ * by when their gradients complete on the lowest rank of their communicator (ties: higher
+ * stage first), consecutive stages of one communicator packed while under bucket_mb. An op
+ * the model did not measure is derived from its p2p fit (tree broadcast/reduce
+ * ⌈log₂ P⌉ messages, ring allreduce 2(P−1) messages of n/P); no model: every message 0 µs,
+ * so with opt_us NULL the latency equals sp_simulate's.
+ * Not modelled: the cross-rank scan's messages (--parallel scan), the per-tensor split of a
+ * stage's broadcast (one message per stage here), --clip-grad-norm's norm allreduce. */
+#ifndef SP_SIM_COMM_H
+#define SP_SIM_COMM_H
+
+#include <stdbool.h>
+#include "schedulers/parallel/comm_model.h"
+#include "schedulers/parallel/schedule.h"
+
+typedef enum sp_msg_kind {
+    SP_MSG_ACT = 0,      /* F's output to the next stage's worker                        */
+    SP_MSG_GRAD,         /* ∂l/∂y to the previous stage's worker                         */
+    SP_MSG_ALLREDUCE,    /* a gradient bucket                                            */
+    SP_MSG_BROADCAST,    /* an owner's weights                                           */
+    SP_MSG_REDUCE,       /* gradients to the owner                                       */
+    SP_MSG_LOSS,         /* the loss allreduce                                           */
+    SP_MSG_KINDS
+} sp_msg_kind;
+const char *sp_msg_kind_name(sp_msg_kind k);   /* "act", "grad", "allreduce", ... */
+
+typedef struct sp_sim_msg {
+    int rank;            /* the lane: the sender (p2p) or a member (collectives)           */
+    int peer;            /* p2p: the receiver; collectives: the root (−1 for allreduce)     */
+    int kind;            /* sp_msg_kind                                                    */
+    int stage;           /* p2p: the stage whose output moves; bucket: its first stage     */
+    double bytes, start, end;
+} sp_sim_msg;
+
+typedef struct sp_sim_comm_cfg {
+    const sp_comm_model *model;  /* NULL: every message costs 0                          */
+    const double *out_bytes;     /* [stages]: bytes of stage s's output of one micro-batch
+                                    (the act and grad messages); NULL: costs->act_bytes  */
+    double bucket_mb;            /* the executor's --bucket-mb; <= 0: one per stage       */
+    bool deferred;               /* ddp's updates in the next step's forward               */
+    const double *opt_us;        /* [stages]: optimizer step of the stage; NULL: 0         */
+} sp_sim_comm_cfg;
+
+typedef struct sp_sim_comm {
+    int njobs, workers;
+    double *start, *finish;      /* per job                                                */
+    double latency;              /* the step: every rank past its loss allreduce           */
+    double *comm_us;             /* [workers]: lane busy time                              */
+    double *opt_us;              /* [workers]: optimizer time on the compute lane          */
+    int *messages;               /* [workers]: messages on the lane                        */
+    sp_sim_msg *msg;             /* every message, per rank in issue order (sorted by rank) */
+    int nmsg;
+} sp_sim_comm;
+
+/* r: sp_simulate(s, costs) (its order is kept). costs in µs when a model is given. */
+void sp_simulate_comm(const sp_schedule *s, const sp_costs *costs, const sp_sim *r, const sp_sim_comm_cfg *cfg,
+                      sp_sim_comm *out);
+void sp_sim_comm_free(sp_sim_comm *c);
+
+/* Model-derived optimizer time of a stage (build/schedule --model): SGD with momentum
+ * reads weights, gradients and momentum and writes two of them, at 10 GB/s:
+ * 5 · param_bytes / 10⁴ µs. */
+double sp_opt_us_estimate(double param_bytes);
+
+#endif
