@@ -127,7 +127,7 @@ static void parse(int argc, char **argv, opts *o)
          .meta = "X", .group = "cluster (a prediction)", .needs = SIM ",nodes"},
         {"bucket-mb", SP_FLAG_DOUBLE, &o->bucket_mb, "gradient buckets of the simulated allreduces in MB, as the "
          "executor's --bucket-mb (0 = one per stage; with --nodes or --comm-profile)", .meta = "X", .range = "0..",
-         .group = "communication", .needs = SIM},
+         .def = "25", .group = "communication", .needs = SIM},
         {"comm-profile", SP_FLAG_STR, &o->comm_profile, "read a communication profile (--calibrate-comm's file) and "
          "print its model and simulate with communication (the JSON's latency_with_comm, comm_ms, messages)",
          .meta = "FILE", .group = "communication", .needs = "!layerpipe,!list"},
@@ -145,8 +145,9 @@ static void parse(int argc, char **argv, opts *o)
 static void check(opts *o)
 {
     if (!(o->gflops > 0)) sp_fail("--gflops %g: expected > 0", o->gflops);
-    if (sp_flag_given("bucket-mb") && !o->topo.nodes && !o->comm_profile)
+    if (o->bucket_mb >= 0 && !o->topo.nodes && !o->comm_profile)   /* given: < 0 is the default's mark */
         sp_fail("--bucket-mb needs --nodes or --comm-profile (the simulations with communication)");
+    if (o->bucket_mb < 0) o->bucket_mb = 25;
     if (o->topo.nodes > 0) {   /* GB/s → B/us; every link figure given */
         if (!(o->topo.ranks_per_node > 0) || !(o->topo.intra.beta > 0) || !(o->topo.inter.beta > 0))
             sp_fail("--nodes %d: expected --ranks-per-node R, --intra-bw-gbs X and --inter-bw-gbs X (> 0) with it",
@@ -408,7 +409,7 @@ int main(int argc, char **argv)
 {
     opts o = {.scheme = "gpipe", .stages = 4, .micro = 8, .batch = 32, .processors = 3, .fwd = 1, .bwd = 1,
               .delta = -1, .grad = -1, .gflops = 1000, .alpha = 1.01, .cal_max_mb = 25, .cal_reps = 7, .optim = "sgd",
-              .momentum = 0.9, .bucket_mb = 25};
+              .momentum = 0.9, .bucket_mb = -1};
     parse(argc, argv, &o);
     check(&o);
     if (o.list) {

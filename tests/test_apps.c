@@ -521,7 +521,17 @@ Test(walk, schedule)
         {NULL, "--comm-profile docs/comm-profile.csv", STDOUT_HAS, "communication model (docs/comm-profile.csv)"},
         {NULL, "--comm-profile %T/none.csv", REFUSED, "none.csv"},
         {"=--scheme ddp --model lenet --workers 2 --comm-profile docs/comm-profile.csv", "--bucket-mb 0", EFFECT, NULL},
-        {NULL, "--bucket-mb 1", REFUSED, "--bucket-mb needs --comm-profile"},
+        {NULL, "--bucket-mb 1", REFUSED, "--bucket-mb needs --nodes or --comm-profile"},
+        {NULL, "--optim adam", EFFECT, NULL},
+        {NULL, "--momentum 0", EFFECT, NULL},
+        {NULL, "--nodes 2", REFUSED, "--nodes 2: expected --ranks-per-node R"},
+        {"=--scheme ddp --workers 4 --nodes 2 --ranks-per-node 2 --intra-bw-gbs 100 --inter-bw-gbs 10",
+         "--intra-latency-us 3", EFFECT, NULL},
+        {NULL, "--ranks-per-node 2", REFUSED, "--ranks-per-node needs --nodes"},
+        {NULL, "--intra-latency-us 1", REFUSED, "--intra-latency-us needs --nodes"},
+        {NULL, "--intra-bw-gbs 1", REFUSED, "--intra-bw-gbs needs --nodes"},
+        {NULL, "--inter-latency-us 1", REFUSED, "--inter-latency-us needs --nodes"},
+        {NULL, "--inter-bw-gbs 1", REFUSED, "--inter-bw-gbs needs --nodes"},
     };
     run_walk("schedule", "--microbatches 4", w, N(w));
     check_coverage("schedule", w, N(w));
