@@ -31,6 +31,12 @@ void sp_tape_reset(sp_tape *t)
         if (t->dev_arena[d]) sp_backend_allocator((sp_device)d)->arena_reset(t->dev_arena[d]);
 }
 
+void sp_tape_trim(sp_tape *t)
+{
+    sp_tape_reset(t);
+    sp_arena_trim(&t->arena);
+}
+
 void *sp_tape_alloc(sp_tape *t, size_t bytes) { return sp_arena_alloc(&t->arena, bytes); }
 
 sp_tensor sp_tape_tensor(sp_tape *t, int ndim, const int *shape)

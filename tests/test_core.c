@@ -50,6 +50,35 @@ Test(arena, steady_state_does_not_malloc)
     sp_arena_free(&a);
 }
 
+/* mark/release hands scratch back: the next request reuses it, blocks opened after the
+ * mark are returned, high_water is the live peak and steady steps open no block. */
+Test(arena, release_reuses_scratch)
+{
+    sp_arena a;
+    sp_arena_init(&a, 0);
+    for (int step = 0; step < 4; step++) {
+        void *keep = sp_arena_alloc(&a, 100000);
+        memset(keep, 1, 100000);
+        size_t live = a.used_total;
+        void *first = NULL;
+        for (int node = 0; node < 10; node++) {
+            sp_arena_mark m = sp_arena_mark_get(&a);
+            void *p = sp_arena_alloc(&a, 3u << 20);   /* more than the first block holds */
+            memset(p, 2, 3u << 20);
+            if (node == 0) first = p;
+            if (step > 0) cr_assert_eq(p, first, "step %d node %d: the released scratch was not reused", step, node);
+            sp_arena_release(&a, m);
+            cr_assert_eq(a.used_total, live);
+        }
+        cr_assert_eq(((unsigned char *)keep)[99999], 1, "release touched memory allocated before the mark");
+        cr_assert_lt(a.high_water, live + (3u << 20) + 4096, "high water %zu counts released scratch", a.high_water);
+        if (step == 1) a.nmallocs = 0;
+        sp_arena_reset(&a);
+    }
+    cr_assert_eq(a.nmallocs, 0, "steady-state steps opened %zu blocks", a.nmallocs);
+    sp_arena_free(&a);
+}
+
 Test(rng, seeded_and_uniform)
 {
     sp_rng a, b;
