@@ -51,24 +51,36 @@ static double lanes_total(const double *a)
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+/* The helpers below hold their lanes in named locals while they loop: with arrays GCC
+ * vectorised the 8-lane inner loop and kept the lanes in memory (a store and a reload
+ * per step); eight independent scalars it keeps in registers and pairs up by SLP. */
+
 /* acc[j] += x[p] for p ≡ j (mod SP_BN_LANES), p < P. */
 static void lanes_sum(const float *restrict x, size_t P, double *restrict acc)
 {
+    double a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3], a4 = acc[4], a5 = acc[5], a6 = acc[6], a7 = acc[7];
     size_t p = 0;
-    for (; p + SP_BN_LANES <= P; p += SP_BN_LANES)
-        for (int j = 0; j < SP_BN_LANES; j++) acc[j] += (double)x[p + j];
+    for (; p + SP_BN_LANES <= P; p += SP_BN_LANES) {
+        const float *v = x + p;
+        a0 += (double)v[0], a1 += (double)v[1], a2 += (double)v[2], a3 += (double)v[3];
+        a4 += (double)v[4], a5 += (double)v[5], a6 += (double)v[6], a7 += (double)v[7];
+    }
+    acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3, acc[4] = a4, acc[5] = a5, acc[6] = a6, acc[7] = a7;
     for (int j = 0; p < P; p++, j++) acc[j] += (double)x[p];
 }
 
 /* acc[j] += (x[p] − mu)² for p ≡ j (mod SP_BN_LANES), p < P. */
 static void lanes_sqdev(const float *restrict x, size_t P, double mu, double *restrict acc)
 {
+    double a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3], a4 = acc[4], a5 = acc[5], a6 = acc[6], a7 = acc[7];
     size_t p = 0;
-    for (; p + SP_BN_LANES <= P; p += SP_BN_LANES)
-        for (int j = 0; j < SP_BN_LANES; j++) {
-            double d = (double)x[p + j] - mu;
-            acc[j] += d * d;
-        }
+#define SQ(k) (((double)v[k] - mu) * ((double)v[k] - mu))
+    for (; p + SP_BN_LANES <= P; p += SP_BN_LANES) {
+        const float *v = x + p;
+        a0 += SQ(0), a1 += SQ(1), a2 += SQ(2), a3 += SQ(3), a4 += SQ(4), a5 += SQ(5), a6 += SQ(6), a7 += SQ(7);
+    }
+#undef SQ
+    acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3, acc[4] = a4, acc[5] = a5, acc[6] = a6, acc[7] = a7;
     for (int j = 0; p < P; p++, j++) {
         double d = (double)x[p] - mu;
         acc[j] += d * d;
@@ -79,12 +91,19 @@ static void lanes_sqdev(const float *restrict x, size_t P, double mu, double *re
 static void lanes_dot(const float *restrict dy, const float *restrict xh, size_t P, double *restrict a,
                       double *restrict b)
 {
+    double a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], a4 = a[4], a5 = a[5], a6 = a[6], a7 = a[7];
+    double b0 = b[0], b1 = b[1], b2 = b[2], b3 = b[3], b4 = b[4], b5 = b[5], b6 = b[6], b7 = b[7];
     size_t p = 0;
-    for (; p + SP_BN_LANES <= P; p += SP_BN_LANES)
-        for (int j = 0; j < SP_BN_LANES; j++) {
-            a[j] += (double)dy[p + j];
-            b[j] += (double)dy[p + j] * (double)xh[p + j];
-        }
+#define DX(k) ((double)d[k] * (double)h[k])
+    for (; p + SP_BN_LANES <= P; p += SP_BN_LANES) {
+        const float *d = dy + p, *h = xh + p;
+        a0 += (double)d[0], a1 += (double)d[1], a2 += (double)d[2], a3 += (double)d[3];
+        a4 += (double)d[4], a5 += (double)d[5], a6 += (double)d[6], a7 += (double)d[7];
+        b0 += DX(0), b1 += DX(1), b2 += DX(2), b3 += DX(3), b4 += DX(4), b5 += DX(5), b6 += DX(6), b7 += DX(7);
+    }
+#undef DX
+    a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3, a[4] = a4, a[5] = a5, a[6] = a6, a[7] = a7;
+    b[0] = b0, b[1] = b1, b[2] = b2, b[3] = b3, b[4] = b4, b[5] = b5, b[6] = b6, b[7] = b7;
     for (int j = 0; p < P; p++, j++) {
         a[j] += (double)dy[p];
         b[j] += (double)dy[p] * (double)xh[p];
