@@ -91,6 +91,7 @@ void *sp_arena_alloc(sp_arena *a, size_t bytes)
     sp_arena_block *b = a->head;
     if (!b || b->used + need > b->size) {
         size_t size = need > ARENA_MIN_BLOCK ? need : ARENA_MIN_BLOCK;
+        if (!b && size < a->high_water) size = a->high_water;   /* after sp_arena_trim: the size it had */
         if (b && size < 2 * b->size) size = 2 * b->size;   /* geometric growth */
         sp_arena_block *nb = block_new(a, size);
         nb->next = b;
@@ -112,14 +113,41 @@ void *sp_arena_calloc(sp_arena *a, size_t bytes)
 void sp_arena_reset(sp_arena *a)
 {
     if (!a) sp_fail("sp_arena_reset: argument 'a' is NULL");
-    /* Several blocks mean the step outgrew the arena: replace them by one block of
+    /* Several blocks, or one smaller than the high water (blocks handed back by
+     * sp_arena_release), mean the step outgrew the arena: replace them by one block of
      * the high-water size so the next step fits in one block with no allocation. */
-    if (a->head && a->head->next) {
+    if (a->head && (a->head->next || a->head->size < a->high_water)) {
         blocks_free(source(a), a->head);
         a->head = block_new(a, a->high_water);
     }
     if (a->head) a->head->used = 0;
     a->used_total = 0;
+}
+
+void sp_arena_trim(sp_arena *a)
+{
+    if (!a) sp_fail("sp_arena_trim: argument 'a' is NULL");
+    blocks_free(source(a), a->head);
+    a->head = NULL;
+    a->used_total = 0;
+}
+
+sp_arena_mark sp_arena_mark_get(const sp_arena *a)
+{
+    if (!a) sp_fail("sp_arena_mark_get: argument 'a' is NULL");
+    return (sp_arena_mark){.head = a->head, .used = a->head ? a->head->used : 0, .used_total = a->used_total};
+}
+
+void sp_arena_release(sp_arena *a, sp_arena_mark m)
+{
+    if (!a) sp_fail("sp_arena_release: argument 'a' is NULL");
+    while (a->head != m.head) {   /* blocks opened after the mark (the arena only grows from m.head) */
+        sp_arena_block *b = a->head;
+        a->head = b->next;
+        source(a)->block_free(b);
+    }
+    if (a->head) a->head->used = m.used;
+    a->used_total = m.used_total;
 }
 
 const void *sp_arena_base(const sp_arena *a)

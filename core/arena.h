@@ -55,6 +55,22 @@ void *sp_arena_alloc(sp_arena *a, size_t bytes);
 /* Host arenas only (memset). */
 void *sp_arena_calloc(sp_arena *a, size_t bytes);
 void sp_arena_reset(sp_arena *a);
+/* Between uses that are far apart (training steps around an evaluation): returns every
+ * block to the source but keeps the high-water size, so the next allocation opens one
+ * block of that size and the steps after it allocate nothing, as before. */
+void sp_arena_trim(sp_arena *a);
+/* A point in the arena to come back to: sp_arena_release(a, m) hands back everything
+ * allocated after sp_arena_mark returned m (last in, first out), so transient scratch
+ * (one node's backward) is reused by the next instead of piling up until the reset.
+ * high_water then measures the live peak, and the reset's merged block is that size.
+ * Blocks opened after the mark are returned to the source (the first step only: later
+ * steps fit in the merged block). */
+typedef struct sp_arena_mark {
+    sp_arena_block *head;
+    size_t used, used_total;
+} sp_arena_mark;
+sp_arena_mark sp_arena_mark_get(const sp_arena *a);
+void sp_arena_release(sp_arena *a, sp_arena_mark m);
 /* Where the first allocation after a reset lands (NULL before any block exists):
  * the same base and the same requests give the same addresses. */
 const void *sp_arena_base(const sp_arena *a);

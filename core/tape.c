@@ -34,6 +34,13 @@ void sp_tape_reset(sp_tape *t)
         if (t->dev_arena[d]) sp_backend_allocator((sp_device)d)->arena_reset(t->dev_arena[d]);
 }
 
+void sp_tape_trim(sp_tape *t)
+{
+    if (!t) sp_fail("sp_tape_trim: argument 't' is NULL");
+    sp_tape_reset(t);
+    sp_arena_trim(&t->arena);
+}
+
 void *sp_tape_alloc(sp_tape *t, size_t bytes)
 {
     if (!t) sp_fail("sp_tape_alloc: argument 't' is NULL");

@@ -34,6 +34,10 @@ struct sp_tape {
 void sp_tape_init(sp_tape *t);
 void sp_tape_free(sp_tape *t);
 void sp_tape_reset(sp_tape *t);
+/* sp_tape_reset, and the host arena's blocks go back to the system until the next step
+ * (which opens one block of the size it had: sp_arena_trim). For a tape idle a while:
+ * the training steps' tape during an evaluation. */
+void sp_tape_trim(sp_tape *t);
 
 /* A leaf holding x (not copied: x must outlive the step). */
 sp_node *sp_tape_input(sp_tape *t, const sp_tensor *x);

@@ -53,6 +53,35 @@ Test(arena, steady_state_does_not_malloc)
     sp_arena_free(&a);
 }
 
+/* mark/release hands scratch back: the next request reuses it, blocks opened after the
+ * mark are returned, high_water is the live peak and steady steps open no block. */
+Test(arena, release_reuses_scratch)
+{
+    sp_arena a;
+    sp_arena_init(&a, 0);
+    for (int step = 0; step < 4; step++) {
+        void *keep = sp_arena_alloc(&a, 100000);
+        memset(keep, 1, 100000);
+        size_t live = a.used_total;
+        void *first = NULL;
+        for (int node = 0; node < 10; node++) {
+            sp_arena_mark m = sp_arena_mark_get(&a);
+            void *p = sp_arena_alloc(&a, 3u << 20);   /* more than the first block holds */
+            memset(p, 2, 3u << 20);
+            if (node == 0) first = p;
+            if (step > 0) cr_assert_eq(p, first, "step %d node %d: the released scratch was not reused", step, node);
+            sp_arena_release(&a, m);
+            cr_assert_eq(a.used_total, live);
+        }
+        cr_assert_eq(((unsigned char *)keep)[99999], 1, "release touched memory allocated before the mark");
+        cr_assert_lt(a.high_water, live + (3u << 20) + 4096, "high water %zu counts released scratch", a.high_water);
+        if (step == 1) a.nmallocs = 0;
+        sp_arena_reset(&a);
+    }
+    cr_assert_eq(a.nmallocs, 0, "steady-state steps opened %zu blocks", a.nmallocs);
+    sp_arena_free(&a);
+}
+
 Test(rng, seeded_and_uniform)
 {
     sp_rng a, b;
@@ -810,6 +839,10 @@ static void c245(void) { (void)sp_loader_labels_read(NULL); }
 static void c246(void) { (void)sp_loader_bytes_read(NULL); }
 static void c247(void) { (void)sp_dataset_bytes(NULL); }
 static void c248(void) { sp_run_summary_memory(NULL, NULL, NULL, NULL, NULL, 0); }
+static void c249(void) { sp_arena_trim(NULL); }
+static void c250(void) { (void)sp_arena_mark_get(NULL); }
+static void c251(void) { sp_arena_release(NULL, (sp_arena_mark){0}); }
+static void c252(void) { sp_tape_trim(NULL); }
 
 static const api_case cases[] = {
     {"sp_tensor_view", K_TRY, c0, "sp_tensor_view: argument 'shape' is NULL"},
@@ -1059,6 +1092,10 @@ static const api_case cases[] = {
     {"sp_loader_bytes_read", K_TRY, c246, "sp_loader_bytes_read: argument 'l' is NULL"},
     {"sp_dataset_bytes", K_ACCEPT, c247, ""},   /* NULL is a documented value: 0 bytes */
     {"sp_run_summary_memory", K_TRY, c248, "sp_run_summary_memory: argument 's' is NULL"},
+    {"sp_arena_trim", K_TRY, c249, "sp_arena_trim: argument 'a' is NULL"},
+    {"sp_arena_mark_get", K_TRY, c250, "sp_arena_mark_get: argument 'a' is NULL"},
+    {"sp_arena_release", K_TRY, c251, "sp_arena_release: argument 'a' is NULL"},
+    {"sp_tape_trim", K_TRY, c252, "sp_tape_trim: argument 't' is NULL"},
 };
 
 /* Declared with no pointer or count argument: nothing to pass wrong. */

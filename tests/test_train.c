@@ -11,6 +11,7 @@
 #include <malloc.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include "core/device.h"
 #include "layers/zoo.h"
 #include "schedulers/backward/engine.h"
 #include "core/parallel.h"
@@ -582,6 +583,63 @@ Test(train, ooo_evaluation_sees_every_update_of_its_step)
     free(w);
     sp_model_free(m);
     sp_dataset_free(d);
+}
+
+/* The evaluation frees each output after its last reader (schedulers/train/train.c,
+ * eval_forward): its loss and accuracy are bitwise those of the whole forward on one
+ * tape, on a chain (LeNet-5) and on a DAG with residual adds (ResNet-20). */
+static void whole_tape_eval(sp_model *m, sp_dataset *d, int batch, double *loss, double *acc)
+{
+    sp_model_set_training(m, false);
+    sp_loader *l = sp_loader_new_sync(d, batch, false, 0, false);
+    sp_tape t;
+    sp_tape_init(&t);
+    double sum = 0;
+    long correct = 0, seen = 0;
+    sp_batch b;
+    while (sp_loader_next(l, &b)) {
+        sp_tape_reset(&t);
+        sp_node *ln = sp_model_loss(m, &t, &b.x, b.y);
+        const sp_tensor *z = &ln->input->out;
+        int K = z->shape[1];
+        for (int i = 0; i < b.n; i++) {
+            const float *zi = (const float *)z->data + (size_t)i * K;
+            int best = 0;
+            for (int k = 1; k < K; k++) best = zi[k] > zi[best] ? k : best;
+            correct += best == b.y[i];
+        }
+        sum += (double)sp_tensor_get(&ln->out, 0) * b.n;
+        seen += b.n;
+    }
+    sp_tape_free(&t);
+    sp_loader_free(l);
+    sp_model_set_training(m, true);
+    *loss = sum / (double)seen;
+    *acc = (double)correct / (double)seen;
+}
+
+Test(train, evaluation_freeing_outputs_is_bitwise_the_whole_forward)
+{
+    sp_set_threads(2);
+    for (int which = 0; which < 2; which++) {
+        int side = which ? 32 : 28, n = 20, shape[3] = {1, side, side};
+        float *x;
+        int *y;
+        sp_dataset *d = sp_dataset_new_f32("rand", n, 3, shape, 10, &x, &y);
+        cr_assert_not_null(d);
+        tu_fill_uniform(x, (size_t)n * side * side, 11 + which, -1, 1);
+        for (int i = 0; i < n; i++) y[i] = (i * 3) % 10;
+        sp_model *m = which ? sp_zoo_resnet20(1, 10) : sp_zoo_model("lenet");
+        sp_model_init(m, 5);
+        double l0, a0, l1, a1;
+        whole_tape_eval(m, d, 8, &l0, &a0);
+        sp_evaluate(m, d, 8, &l1, &a1);
+        cr_assert_eq(l0, l1, "%s: loss %.17g evaluated, %.17g on the whole tape", m->name, l1, l0);
+        cr_assert_eq(a0, a1, "%s: accuracy %g evaluated, %g on the whole tape", m->name, a1, a0);
+        cr_assert(isfinite(l1));
+        sp_model_free(m);
+        sp_dataset_free(d);
+    }
 }
 
 /* ---- the engine seam: schedulers/train/ knows engines only through engine.h -------------- */

@@ -37,7 +37,12 @@ static void linear_backward(sp_engine *e, sp_tape *t, sp_node *loss)
     sp_alloc_grads(t, loss);
     for (int i = loss->index; i >= 0; i--) {
         sp_node *n = t->nodes[i];
-        if (n->op && (n->needs_grad || n == loss)) sp_node_backward(n);
+        if (!n->op || !(n->needs_grad || n == loss)) continue;
+        /* a node's backward scratch (im2col columns, partial G, fan-out δ) is dead once
+         * it returns: the next node reuses it (the δ buffers were allocated above) */
+        sp_arena_mark m = sp_arena_mark_get(&t->arena);
+        sp_node_backward(n);
+        sp_arena_release(&t->arena, m);
     }
 }
 
