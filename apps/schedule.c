@@ -32,7 +32,7 @@ typedef struct opts {
     const char *scheme, *model, *profile, *svg, *title, *layerpipe, *costs_out, *actions, *actions_out;
     const char *calibrate_comm, *comm_profile;   /* the communication model (comm_model.h) */
     const char *optim;       /* memory: the optimizer's state per parameter (sp_optim_slots) */
-    double momentum, bucket_mb;
+    double momentum, bucket_mb, opt_gbs;
     sp_comm_topology topo;   /* --nodes …: a cluster to predict for (links in GB/s here)   */
     int stages, micro, workers, groups, per_group, batch, processors, max_cols, chunks, cal_reps;
     double fwd, bwd, delta, grad, gflops, alpha, mem_limit, cal_max_mb;
@@ -128,6 +128,9 @@ static void parse(int argc, char **argv, opts *o)
         {"bucket-mb", SP_FLAG_DOUBLE, &o->bucket_mb, "gradient buckets of the simulated allreduces in MB, as the "
          "executor's --bucket-mb (0 = one per stage; with --nodes or --comm-profile)", .meta = "X", .range = "0..",
          .def = "25", .group = "communication", .needs = SIM},
+        {"opt-gbs", SP_FLAG_DOUBLE, &o->opt_gbs, "memory bandwidth of the simulated optimizer step in GB/s (it "
+         "streams 5x the parameter bytes; with --nodes or --comm-profile)", .meta = "X", .range = "0.000001..",
+         .def = "10", .group = "communication", .needs = SIM},
         {"comm-profile", SP_FLAG_STR, &o->comm_profile, "read a communication profile (--calibrate-comm's file) and "
          "print its model and simulate with communication (the JSON's latency_with_comm, comm_ms, messages)",
          .meta = "FILE", .group = "communication", .needs = "!layerpipe,!list"},
@@ -148,6 +151,9 @@ static void check(opts *o)
     if (o->bucket_mb >= 0 && !o->topo.nodes && !o->comm_profile)   /* given: < 0 is the default's mark */
         sp_fail("--bucket-mb needs --nodes or --comm-profile (the simulations with communication)");
     if (o->bucket_mb < 0) o->bucket_mb = 25;
+    if (o->opt_gbs >= 0 && !o->topo.nodes && !o->comm_profile)
+        sp_fail("--opt-gbs needs --nodes or --comm-profile (the simulations with communication)");
+    if (o->opt_gbs < 0) o->opt_gbs = 10;
     if (o->topo.nodes > 0) {   /* GB/s → B/us; every link figure given */
         if (!(o->topo.ranks_per_node > 0) || !(o->topo.intra.beta > 0) || !(o->topo.inter.beta > 0))
             sp_fail("--nodes %d: expected --ranks-per-node R, --intra-bw-gbs X and --inter-bw-gbs X (> 0) with it",
@@ -155,34 +161,6 @@ static void check(opts *o)
         o->topo.intra.beta *= 1e3, o->topo.inter.beta *= 1e3;
         if (sp_comm_topology_check(&o->topo, "--nodes") != SP_OK) sp_fail("%s", sp_last_error());
     }
-}
-
-/* --nodes: the step's communication per worker on that cluster, and the step it brackets
- * (in the costs' unit: µs with --model or a profile in µs). */
-static void print_cluster(const opts *o, const sp_schedule *s, const sp_costs *c, const sp_sim *r)
-{
-    if (o->topo.nodes < 1) return;
-    double *comm = sp_xmalloc(sizeof(double) * (size_t)s->workers), most = 0;
-    sp_comm_step_account(s, c, NULL, &o->topo, o->bucket_mb * 1024 * 1024, comm);
-    for (int w = 0; w < s->workers; w++) most = fmax(most, comm[w]);
-    printf("cluster (prediction): %d nodes x %d ranks; communication per step, busiest worker %.6g %s; step between "
-           "%.6g (full overlap) and %.6g (none)\n", o->topo.nodes, o->topo.ranks_per_node, most, c->unit,
-           fmax(r->latency, most), r->latency + most);
-    sp_json j;
-    sp_json_begin(&j);
-    sp_json_str(&j, "mode", "cluster-prediction");
-    sp_json_int(&j, "nodes", o->topo.nodes);
-    sp_json_int(&j, "ranks_per_node", o->topo.ranks_per_node);
-    sp_json_num(&j, "compute_latency", r->latency);
-    sp_json_num(&j, "comm_max", most);
-    sp_json_num(&j, "step_full_overlap", fmax(r->latency, most));
-    sp_json_num(&j, "step_no_overlap", r->latency + most);
-    sp_json_num(&j, "utilization", r->utilization);
-    double peak = 0;
-    for (int w = 0; w < s->workers; w++) peak = fmax(peak, r->worker[w].mem.total);
-    sp_json_num(&j, "peak_memory_bytes_max", peak);
-    sp_json_end_print(&j);
-    free(comm);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -294,17 +272,58 @@ static double *stage_out_bytes(const opts *o, const sp_costs *c)
     return ob;
 }
 
-/* --comm-profile: the step with every message and the optimizer (sim_comm.h). */
-static void simulate_comm(const opts *o, const sp_comm_model *cm, const sp_schedule *s, const sp_costs *c,
-                          const sp_sim *r, sp_sim_comm *sc)
+/* --comm-profile (cm) or --nodes (topo): the step with every message and the optimizer
+ * (sim_comm.h). */
+static void simulate_comm(const opts *o, const sp_comm_model *cm, const sp_comm_topology *topo, const sp_schedule *s,
+                          const sp_costs *c, const sp_sim *r, sp_sim_comm *sc)
 {
     double *ob = stage_out_bytes(o, c), *opt = sp_xcalloc((size_t)c->stages + 1, sizeof(double));
-    for (int st = 0; st < c->stages; st++) opt[st] = sp_opt_us_estimate(c->param_bytes[st]);
+    for (int st = 0; st < c->stages; st++) opt[st] = sp_opt_us_estimate(c->param_bytes[st]) * 10 / o->opt_gbs;
     bool ddp = !strcmp(s->scheme->name, "ddp") || !strcmp(s->scheme->name, "ddp-ooo");
-    sp_sim_comm_cfg cfg = {.model = cm, .out_bytes = ob, .bucket_mb = o->bucket_mb, .deferred = ddp, .opt_us = opt};
+    sp_sim_comm_cfg cfg = {.model = cm, .out_bytes = ob, .bucket_mb = o->bucket_mb, .deferred = ddp, .opt_us = opt,
+                           .topo = topo};
     sp_simulate_comm(s, c, r, &cfg, sc);
     free(ob);
     free(opt);
+}
+
+/* --nodes: the step simulated with its communication on that cluster (sim_comm.c, every
+ * message costed by sp_comm_time_ranks on the ranks it spans: step_with_comm), beside the
+ * communication added up per worker without a timeline (comm_account.c) and the bracket
+ * that sum gives (in the costs' unit: µs with --model or a profile in µs). */
+static void print_cluster(const opts *o, const sp_schedule *s, const sp_costs *c, const sp_sim *r)
+{
+    if (o->topo.nodes < 1) return;
+    double *comm = sp_xmalloc(sizeof(double) * (size_t)s->workers), most = 0;
+    sp_comm_step_account(s, c, NULL, &o->topo, o->bucket_mb * 1024 * 1024, comm);
+    for (int w = 0; w < s->workers; w++) most = fmax(most, comm[w]);
+    sp_sim_comm sc;
+    simulate_comm(o, NULL, &o->topo, s, c, r, &sc);
+    double lane = 0, opt = 0;
+    for (int w = 0; w < sc.workers; w++) lane = fmax(lane, sc.comm_us[w]), opt = fmax(opt, sc.opt_us[w]);
+    printf("cluster (prediction): %d nodes x %d ranks; simulated step with communication %.6g %s (compute only "
+           "%.6g; busiest communication lane %.6g, optimizer %.6g); communication added up per worker %.6g, "
+           "between %.6g (full overlap) and %.6g (none)\n", o->topo.nodes, o->topo.ranks_per_node, sc.latency,
+           c->unit, r->latency, lane, opt, most, fmax(r->latency, most), r->latency + most);
+    sp_json j;
+    sp_json_begin(&j);
+    sp_json_str(&j, "mode", "cluster-prediction");
+    sp_json_int(&j, "nodes", o->topo.nodes);
+    sp_json_int(&j, "ranks_per_node", o->topo.ranks_per_node);
+    sp_json_num(&j, "compute_latency", r->latency);
+    sp_json_num(&j, "step_with_comm", sc.latency);
+    sp_json_num(&j, "comm_lane_max", lane);
+    sp_json_num(&j, "opt_max", opt);
+    sp_json_num(&j, "comm_max", most);
+    sp_json_num(&j, "step_full_overlap", fmax(r->latency, most));
+    sp_json_num(&j, "step_no_overlap", r->latency + most);
+    sp_json_num(&j, "utilization", r->utilization);
+    double peak = 0;
+    for (int w = 0; w < s->workers; w++) peak = fmax(peak, r->worker[w].mem.total);
+    sp_json_num(&j, "peak_memory_bytes_max", peak);
+    sp_json_end_print(&j);
+    sp_sim_comm_free(&sc);
+    free(comm);
 }
 
 static int run_schedule(opts *o)
@@ -350,7 +369,7 @@ static int run_schedule(opts *o)
         sp_comm_model_free(cm);
     } else if (cm) {
         sp_sim_comm sc;
-        simulate_comm(o, cm, s, c, &r, &sc);
+        simulate_comm(o, cm, NULL, s, c, &r, &sc);
         printf("with communication (%s): latency %g, comm per worker", cm->source, sc.latency);
         for (int w = 0; w < sc.workers; w++) printf(" %.4g", sc.comm_us[w]);
         printf(" us\n");
@@ -409,7 +428,7 @@ int main(int argc, char **argv)
 {
     opts o = {.scheme = "gpipe", .stages = 4, .micro = 8, .batch = 32, .processors = 3, .fwd = 1, .bwd = 1,
               .delta = -1, .grad = -1, .gflops = 1000, .alpha = 1.01, .cal_max_mb = 25, .cal_reps = 7, .optim = "sgd",
-              .momentum = 0.9, .bucket_mb = -1};
+              .momentum = 0.9, .bucket_mb = -1, .opt_gbs = -1};
     parse(argc, argv, &o);
     check(&o);
     if (o.list) {

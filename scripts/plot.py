@@ -13,8 +13,9 @@ Needs Debian's python3-matplotlib (scripts/deps.sh installs it); runs headless.
     scripts/plot.py --cluster cluster-predictions.csv --model vgg11 --cluster-name gpu -o out.svg
 
 draws scripts/predict_cluster.py's predictions instead: per scheme against the workers,
-the predicted step (the band between full overlap and none), the utilisation without
-overlap, the throughput and the peak memory per rank."""
+the simulated step with communication (the band: communication added up without a
+timeline, from full overlap to none), the utilisation and throughput of the simulated step
+and the peak memory per rank."""
 import argparse
 import csv
 import os
@@ -77,8 +78,8 @@ def cluster_main(argv):
                 continue
             try:
                 series.setdefault(row["scheme"], []).append({k: float(row[k]) for k in (
-                    "workers", "step_ms_overlap", "step_ms_no_overlap", "utilization_no_overlap",
-                    "samples_per_s_no_overlap", "peak_memory_mb")})
+                    "workers", "step_ms", "step_ms_overlap", "step_ms_no_overlap", "utilization",
+                    "samples_per_s", "peak_memory_mb")})
             except (KeyError, ValueError) as e:
                 sys.exit(f"plot.py: {a.cluster}: bad row {row}: {e}")
     if not series:
@@ -92,14 +93,14 @@ def cluster_main(argv):
         style = "-" if i < 10 else "--"
         ax[0][0].fill_between(w, [r["step_ms_overlap"] for r in rows], [r["step_ms_no_overlap"] for r in rows],
                               color=c, alpha=0.15)
-        ax[0][0].plot(w, [r["step_ms_no_overlap"] for r in rows], style, color=c, marker=".", label=name)
-        ax[0][1].plot(w, [r["utilization_no_overlap"] for r in rows], style, color=c, marker=".", label=name)
-        ax[1][0].plot(w, [r["samples_per_s_no_overlap"] for r in rows], style, color=c, marker=".", label=name)
+        ax[0][0].plot(w, [r["step_ms"] for r in rows], style, color=c, marker=".", label=name)
+        ax[0][1].plot(w, [r["utilization"] for r in rows], style, color=c, marker=".", label=name)
+        ax[1][0].plot(w, [r["samples_per_s"] for r in rows], style, color=c, marker=".", label=name)
         ax[1][1].plot(w, [r["peak_memory_mb"] for r in rows], style, color=c, marker=".", label=name)
-    ax[0][0].set(xlabel="workers", ylabel="step ms (line: no overlap; band: to full overlap)", xscale="log",
+    ax[0][0].set(xlabel="workers", ylabel="step ms (line: simulated with communication;\nband: added-up communication, full overlap to none)", xscale="log",
                  yscale="log")
-    ax[0][1].set(xlabel="workers", ylabel="utilisation (no overlap)", xscale="log", ylim=(0, 1.05))
-    ax[1][0].set(xlabel="workers", ylabel="samples / s (no overlap)", xscale="log", yscale="log")
+    ax[0][1].set(xlabel="workers", ylabel="utilisation (simulated step)", xscale="log", ylim=(0, 1.05))
+    ax[1][0].set(xlabel="workers", ylabel="samples / s (simulated step)", xscale="log", yscale="log")
     ax[1][1].set(xlabel="workers", ylabel="peak memory per rank, MB (largest rank)", xscale="log", yscale="log")
     for row in ax:
         for x in row:

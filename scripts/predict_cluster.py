@@ -12,9 +12,12 @@ cluster (scripts/plot.py --cluster). A scheme build/schedule refuses at some W (
 pipeline with more ranks than layers, a shape it needs) is recorded as refused with its
 reason. ResNet-20 is not a chain of layers: build/schedule refuses it.
 
-The step is bracketed: full overlap = max(compute latency, the busiest worker's
-communication), none = their sum. Until the simulator places communication on its own
-lanes (predicted_step_ms), these brackets are the prediction; rerun this script then."""
+The step is build/schedule's simulation with communication on the cluster (the
+cluster-prediction line's step_with_comm: every message, bucket allreduce, broadcast and
+reduce a job on its ranks' communication lanes, costed by comm_model.h's topology, and
+the optimizer step as a job at the cluster's --opt-gbs). Beside it, the communication
+added up per worker without a timeline brackets the step between full overlap
+(max(compute, communication)) and none (their sum): the CSV keeps that bracket."""
 import argparse
 import csv
 import json
@@ -23,14 +26,16 @@ import subprocess
 import sys
 
 # The example clusters: (name, ranks per node, intra α µs, intra GB/s, inter α µs,
-# inter GB/s per node, per-worker GFLOP/s, what the figures are)
+# inter GB/s per node, per-worker GFLOP/s, optimizer GB/s, what the figures are)
 CLUSTERS = [
-    ("gpu", 8, 3.0, 300.0, 5.0, 100.0, 30000.0,
+    ("gpu", 8, 3.0, 300.0, 5.0, 100.0, 30000.0, 1500.0,
      "8 GPUs per node on NVLink (300 GB/s, 3 us), 4 x 200 Gb/s InfiniBand per node (100 GB/s, 5 us); "
-     "30 TFLOP/s per GPU (assumed: about 45% of an H100's 67 TFLOP/s FP32; not measured here)"),
-    ("cpu", 1, 1.0, 20.0, 15.0, 12.5, 250.0,
+     "30 TFLOP/s per GPU (assumed: about 45% of an H100's 67 TFLOP/s FP32; not measured here); the "
+     "optimizer step streams at 1500 GB/s (assumed: about half of an H100's memory bandwidth)"),
+    ("cpu", 1, 1.0, 20.0, 15.0, 12.5, 250.0, 10.0,
      "one worker per node, 100 GbE between nodes (12.5 GB/s, 15 us); 250 GFLOP/s per worker "
-     "(measured: VGG-11's training step on this machine's CPU, docs/PERFORMANCE.md)"),
+     "(measured: VGG-11's training step on this machine's CPU, docs/PERFORMANCE.md); the optimizer "
+     "step streams at 10 GB/s (the simulator's default, sim_comm.h)"),
 ]
 SCHEMES = ["ddp", "ddp-ooo", "fsdp", "gpipe", "1f1b", "ooo-ff", "ooo-modulo", "lpp", "fslpp", "1f1b-strict",
            "zb-h1", "zb-h2", "interleaved-1f1b", "looped-bfs", "zbv", "v-half", "v-min", "dualpipev", "zb-auto"]
@@ -51,13 +56,13 @@ def shape_flags(scheme, w):
 
 
 def predict(build, model, cl, scheme, w):
-    name, rpn, ia, ib, ea, eb, gflops, _ = cl
+    name, rpn, ia, ib, ea, eb, gflops, opt_gbs, _ = cl
     flags, micro = shape_flags(scheme, w)
     nodes = (w + rpn - 1) // rpn
     cmd = [os.path.join(build, "schedule"), "--scheme", scheme, "--model", model, "--batch-size",
            str(MICRO_SAMPLES), "--gflops", str(gflops), "--no-diagram", "--nodes", str(nodes), "--ranks-per-node",
            str(min(rpn, w)), "--intra-latency-us", str(ia), "--intra-bw-gbs", str(ib), "--inter-latency-us",
-           str(ea), "--inter-bw-gbs", str(eb)] + flags
+           str(ea), "--inter-bw-gbs", str(eb), "--opt-gbs", str(opt_gbs)] + flags
     p = subprocess.run(cmd, capture_output=True, text=True)
     row = {"model": model, "cluster": name, "scheme": scheme, "workers": w, "microbatches": micro}
     if p.returncode != 0:
@@ -66,14 +71,14 @@ def predict(build, model, cl, scheme, w):
     lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
     cpred = next(x for x in lines if x.get("mode") == "cluster-prediction")
     sim = lines[-1]
-    lat, comm = cpred["compute_latency"], cpred["comm_max"]
+    lat, comm, step = cpred["compute_latency"], cpred["comm_max"], cpred["step_with_comm"]
     hi, lo = lat + comm, max(lat, comm)
     samples = micro * MICRO_SAMPLES
     row.update({
-        "compute_ms": lat / 1e3, "comm_ms": comm / 1e3, "step_ms_overlap": lo / 1e3, "step_ms_no_overlap": hi / 1e3,
-        "utilization_compute": sim["utilization"],
-        "utilization_no_overlap": sim["utilization"] * lat / hi,
-        "samples_per_s_no_overlap": samples / (hi / 1e6), "samples_per_s_overlap": samples / (lo / 1e6),
+        "compute_ms": lat / 1e3, "comm_ms": comm / 1e3, "step_ms": step / 1e3, "comm_lane_ms": cpred["comm_lane_max"] / 1e3,
+        "opt_ms": cpred["opt_max"] / 1e3, "step_ms_overlap": lo / 1e3, "step_ms_no_overlap": hi / 1e3,
+        "utilization_compute": sim["utilization"], "utilization": sim["utilization"] * lat / step,
+        "samples_per_s": samples / (step / 1e6),
         "peak_memory_mb": max(sim["peak_memory_bytes"]) / 2**20, "refused": "",
     })
     return row
@@ -103,8 +108,8 @@ def tables(rows, out):
     for model in sorted({r["model"] for r in rows}, reverse=True):
         for cl in CLUSTERS:
             sub = [r for r in rows if r["model"] == model and r["cluster"] == cl[0]]
-            out.write(f"\n**{model}, cluster `{cl[0]}`** — step ms (full overlap … none) and utilisation "
-                      f"without overlap; prediction\n\n")
+            out.write(f"\n**{model}, cluster `{cl[0]}`** — simulated step ms with communication and its "
+                      f"utilisation; prediction\n\n")
             out.write("| scheme | " + " | ".join(f"W = {w}" for w in show) +
                       " | efficiency < 50% from W | best throughput at W |\n")
             out.write("| --- |" + " --- |" * (len(show) + 2) + "\n")
@@ -116,9 +121,8 @@ def tables(rows, out):
                     if r is None or r["refused"]:
                         cells.append("refused")
                     else:
-                        cells.append(f"{r['step_ms_overlap']:.3g} … {r['step_ms_no_overlap']:.3g} "
-                                     f"({100 * r['utilization_no_overlap']:.0f}%)")
-                stop, best = stop_scaling(rs, "samples_per_s_no_overlap")
+                        cells.append(f"{r['step_ms']:.3g} ({100 * r['utilization']:.0f}%)")
+                stop, best = stop_scaling(rs, "samples_per_s")
                 out.write(f"| {sc} | " + " | ".join(cells) + f" | {stop} | {best} |\n")
         sub = [r for r in rows if r["model"] == model and r["cluster"] == CLUSTERS[0][0]]
         out.write(f"\n**{model}: peak memory per rank, MB** (the largest rank; weights, gradients, SGD momentum, "
@@ -148,9 +152,9 @@ def main():
                 for w in WORKERS:
                     rows.append(predict(a.build, model, cl, sc, w))
             print(f"predict_cluster.py: {model} on {cl[0]} done", file=sys.stderr)
-    keys = ["model", "cluster", "scheme", "workers", "microbatches", "compute_ms", "comm_ms", "step_ms_overlap",
-            "step_ms_no_overlap", "utilization_compute", "utilization_no_overlap", "samples_per_s_overlap",
-            "samples_per_s_no_overlap", "peak_memory_mb", "refused"]
+    keys = ["model", "cluster", "scheme", "workers", "microbatches", "compute_ms", "step_ms", "comm_lane_ms", "opt_ms",
+            "comm_ms", "step_ms_overlap", "step_ms_no_overlap", "utilization_compute", "utilization", "samples_per_s",
+            "peak_memory_mb", "refused"]
     with open(a.csv, "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=keys, restval="")
         wr.writeheader()
@@ -159,7 +163,7 @@ def main():
     out = open(a.md, "w") if a.md else sys.stdout
     out.write("Clusters (prediction):\n\n")
     for cl in CLUSTERS:
-        out.write(f"* `{cl[0]}`: {cl[7]}.\n")
+        out.write(f"* `{cl[0]}`: {cl[8]}.\n")
     tables(rows, out)
     if a.md:
         out.close()

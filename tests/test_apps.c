@@ -532,6 +532,9 @@ Test(walk, schedule)
         {NULL, "--intra-bw-gbs 1", REFUSED, "--intra-bw-gbs needs --nodes"},
         {NULL, "--inter-latency-us 1", REFUSED, "--inter-latency-us needs --nodes"},
         {NULL, "--inter-bw-gbs 1", REFUSED, "--inter-bw-gbs needs --nodes"},
+        {"=--scheme ddp --workers 4 --nodes 2 --ranks-per-node 2 --intra-bw-gbs 100 --inter-bw-gbs 10",
+         "--opt-gbs 1000", EFFECT, NULL},
+        {NULL, "--opt-gbs 1", REFUSED, "--opt-gbs needs --nodes or --comm-profile"},
     };
     run_walk("schedule", "--microbatches 4", w, N(w));
     check_coverage("schedule", w, N(w));

@@ -1175,3 +1175,104 @@ Test(sim_comm, ddp_buckets_and_optimizer)
         sp_costs_free(c);
     }
 }
+
+/* ---- the simulation with communication on a cluster topology (--nodes) --------------- */
+
+/* Zero-latency links of (all but) infinite bandwidth: every message of every scheme costs
+ * nothing on a topology of 2 nodes x 2 ranks, so the step is the compute-only one. */
+Test(sim_comm, free_topology_links_give_the_compute_only_step)
+{
+    const char *schemes[] = {"ddp", "fsdp", "gpipe", "1f1b", "lpp", "fslpp", "ooo-ff", "ooo-modulo", "ddp-ooo"};
+    sp_comm_topology t = {.nodes = 2, .ranks_per_node = 2, .intra = {0, 1e15}, .inter = {0, 1e15}};
+    for (int k = 0; k < 9; k++) {
+        sp_costs *c = sp_costs_uniform(6, 1, 0.7, 0.9);
+        for (int s = 0; s < 6; s++) c->act_bytes[s] = 100, c->param_bytes[s] = s % 3 ? 400 : 0;
+        sp_sched_config sc = {.stages = 6, .micro = 4, .workers = 4};
+        sp_schedule *s = sp_schedule_new(sp_scheme_find(schemes[k]), &sc, c);
+        sp_sim r;
+        sp_simulate(s, c, &r);
+        sp_sim_comm_cfg cfg = {.bucket_mb = 25, .deferred = k == 0 || k == 8, .topo = &t};
+        sp_sim_comm m;
+        sp_simulate_comm(s, c, &r, &cfg, &m);
+        cr_assert_float_eq(m.latency, r.latency, 1e-9, "%s: %g on free links, %g compute only", schemes[k], m.latency,
+                           r.latency);
+        cr_assert_gt(m.nmsg, 0, "%s: no messages", schemes[k]);
+        sp_sim_comm_free(&m);
+        sp_sim_free(&r);
+        sp_schedule_free(s);
+        sp_costs_free(c);
+    }
+}
+
+/* build/schedule --nodes …: the cluster-prediction line's key, or −1 when absent. */
+static double cluster_key(const char *args, const char *key)
+{
+    char cmd[1200], line[8192], want[64];
+    const char *b = getenv("BUILD");
+    snprintf(cmd, sizeof cmd, "%s/schedule %s --no-diagram 2>&1", b ? b : "build", args);
+    snprintf(want, sizeof want, "\"%s\": ", key);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    double v = -1;
+    while (fgets(line, sizeof line, f)) {
+        const char *k = strstr(line, want);
+        if (strstr(line, "\"cluster-prediction\"") && k) v = atof(k + strlen(want));
+    }
+    cr_assert_eq(pclose(f), 0, "%s", cmd);
+    return v;
+}
+
+/* Through the program: zero-latency, (all but) infinite links give step_with_comm equal to
+ * the compute-only latency (the optimizer made free too), for a pipeline and ddp. */
+Test(sim_comm, program_free_cluster_is_compute_only)
+{
+    char csv[600], args[1200];
+    snprintf(csv, sizeof csv, "%s/free.csv", tu_tmpdir());
+    FILE *f = fopen(csv, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "layer,fwd,bwd_grad,bwd_delta,movable,act_bytes,param_bytes\n");
+    for (int s = 0; s < 4; s++) fprintf(f, "%d,%d,3,4,1,1000000,40000\n", s, 5 + s);
+    fclose(f);
+    const char *schemes[] = {"gpipe --workers 4", "1f1b --workers 4", "ddp --workers 4"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(args, sizeof args, "--scheme %s --microbatches 4 --profile %s --nodes 2 --ranks-per-node 2 "
+                 "--intra-latency-us 0 --intra-bw-gbs 1e12 --inter-latency-us 0 --inter-bw-gbs 1e12 --opt-gbs 1e12",
+                 schemes[k], csv);
+        double lat = cluster_key(args, "compute_latency"), step = cluster_key(args, "step_with_comm");
+        cr_assert_gt(lat, 0, "%s", args);
+        cr_assert_float_eq(step, lat, 1e-6 * lat, "%s: step_with_comm %g, compute only %g", args, step, lat);
+    }
+}
+
+/* A slow link between nodes: 2-stage gpipe, one micro-batch, one rank per node. F0 (10) →
+ * act across the nodes → F1 (10) → B1 (10) → ∂l/∂y across → B0 (10) → the loss allreduce
+ * of 4 bytes over both: each crossing costs what sp_comm_time_ranks says for the two ranks
+ * (100 us + 1 MB at 1 GB/s = 1100 us here), and with both ranks on one node the fast intra
+ * link is used instead. */
+Test(sim_comm, program_cross_node_message_costs_the_topology)
+{
+    char csv[600], args[1200];
+    snprintf(csv, sizeof csv, "%s/two.csv", tu_tmpdir());
+    FILE *f = fopen(csv, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "layer,fwd,bwd_grad,bwd_delta,movable,act_bytes,param_bytes\n0,10,5,5,1,1000000,0\n"
+               "1,10,5,5,1,1000000,0\n");
+    fclose(f);
+    sp_comm_topology t = {.nodes = 2, .ranks_per_node = 1, .intra = {1, 1e4}, .inter = {100, 1e3}};
+    const int pair[2] = {0, 1};
+    double p2p = sp_comm_time_ranks(NULL, SP_COMM_P2P, 1e6, pair, 0, 2, &t);
+    double loss = sp_comm_time_ranks(NULL, SP_COMM_ALLREDUCE, 4, pair, 0, 2, &t);
+    cr_assert_float_eq(p2p, 1100, 1e-9);
+    snprintf(args, sizeof args, "--scheme gpipe --microbatches 1 --profile %s --nodes 2 --ranks-per-node 1 "
+             "--intra-latency-us 1 --intra-bw-gbs 10 --inter-latency-us 100 --inter-bw-gbs 1", csv);
+    cr_assert_float_eq(cluster_key(args, "compute_latency"), 40, 1e-9);
+    double step = cluster_key(args, "step_with_comm");
+    cr_assert_float_eq(step, 40 + 2 * p2p + loss, 1e-6, "%s: %g, expected 40 + 2 x %g + %g", args, step, p2p, loss);
+    t.nodes = 1, t.ranks_per_node = 2;   /* one node: the intra link */
+    double near = sp_comm_time_ranks(NULL, SP_COMM_P2P, 1e6, pair, 0, 2, &t) * 2 +
+                  sp_comm_time_ranks(NULL, SP_COMM_ALLREDUCE, 4, pair, 0, 2, &t) + 40;
+    snprintf(args, sizeof args, "--scheme gpipe --microbatches 1 --profile %s --nodes 1 --ranks-per-node 2 "
+             "--intra-latency-us 1 --intra-bw-gbs 10 --inter-latency-us 100 --inter-bw-gbs 1", csv);
+    step = cluster_key(args, "step_with_comm");
+    cr_assert_float_eq(step, near, 1e-6, "%s: %g, expected %g", args, step, near);
+}

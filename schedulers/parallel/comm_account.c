@@ -1,7 +1,8 @@
 /* comm_account.c — the communication of one simulated step added up per worker
  * (comm_model.h, sp_comm_step_account): what the executor sends for a schedule, costed
- * with sp_comm_time_ranks. It does not place the messages on a timeline; the step time
- * it supports is bracketed (no overlap: compute latency + the busiest worker's
+ * with sp_comm_time_ranks. It does not place the messages on a timeline (sim_comm.c does,
+ * with the same topology: build/schedule --nodes' step_with_comm); the step time it
+ * supports is bracketed (no overlap: compute latency + the busiest worker's
  * communication; full overlap: the larger of the two). */
 #include <math.h>
 #include <stdlib.h>

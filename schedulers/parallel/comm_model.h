@@ -29,8 +29,10 @@
  * bucket's allreduce over a communicator of P ranks lasts sp_comm_time(cm,
  * SP_COMM_ALLREDUCE, 4n, P) on each member's lane, from when the last member started it;
  * an owner's broadcast of a stage's weights / reduce of its gradients likewise with
- * SP_COMM_BROADCAST / SP_COMM_REDUCE; the time scan's allgather with SP_COMM_ALLGATHER
- * and n the floats of one rank's block. sp_comm_time is pure (no communication, no
+ * SP_COMM_BROADCAST / SP_COMM_REDUCE; the time scan's sum of the recurrent layer's weight
+ * gradients over the ranks is one allreduce (SP_COMM_ALLREDUCE, n its gradient floats);
+ * SP_COMM_ALLGATHER (n the floats of one rank's block) is what --clip-grad-norm's and the
+ * reports' small allgathers cost. sp_comm_time is pure (no communication, no
  * allocation), safe to call from any thread.
  *
  * The profile file (written by `mpirun -np W build/schedule --calibrate-comm FILE`, read
@@ -49,8 +51,9 @@
 #include "core/error.h"
 
 /* The operation classes the executor uses (core/comm/comm.h): send/recv of activations
- * and gradients; gradient buckets and the loss (allreduce); an owner's weights
- * (broadcast) and gradients (reduce); the time scan's ∇h segments (allgather). */
+ * and gradients (and the cross-rank scan's levels); gradient buckets, the loss and the
+ * time scan's weight gradients (allreduce); an owner's weights (broadcast) and gradients
+ * (reduce); --clip-grad-norm's per-rank norm parts (allgather). */
 typedef enum sp_comm_op {
     SP_COMM_P2P = 0,
     SP_COMM_ALLREDUCE,
@@ -191,7 +194,7 @@ double sp_comm_time_ranks(const sp_comm_model *m, sp_comm_op op, double bytes, c
  * gradients over the computing ranks and the owner), and each activation / ∂l/∂y that
  * crosses workers (p2p of the receiving stage's act_bytes, an upper bound). Costs from
  * sp_comm_time_ranks(m, …, t); c must be in µs (--model, or a profile in µs). No
- * timeline: the step lies between compute + max(per_worker) (nothing overlaps) and
+ * timeline (sim_comm.h's sp_simulate_comm with cfg.topo is the timeline): the step lies between compute + max(per_worker) (nothing overlaps) and
  * max(compute, max(per_worker)) (everything does). comm_account.c. */
 struct sp_schedule;
 struct sp_costs;

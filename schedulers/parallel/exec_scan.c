@@ -396,7 +396,8 @@ static void reduce_recurrent_grads(sp_exec *x, sp_node *rec)
 }
 
 /* The time scan's backward (see above): ∇h_T from the layers after the recurrent one,
- * the scan over the ranks' time segments, the allgather of ∇h, the weight gradients. */
+ * the scan over the ranks' time segments, each rank's ∇h of its own steps and their
+ * weight gradients, one allreduce of those. */
 void sp_exec_time_scan_backward(sp_exec *x)
 {
     double t0 = sp_now();

@@ -44,6 +44,10 @@ static double op_us(const sp_comm_model *m, sp_comm_op op, double bytes, int P)
     }
 }
 
+typedef struct csim csim;
+static double set_us(const csim *cs, sp_comm_op op, double bytes, int set);
+static double p2p_us(const csim *cs, double bytes, int from, int to);
+
 typedef struct csim {
     const sp_schedule *s;
     const sp_costs *c;
@@ -54,6 +58,7 @@ typedef struct csim {
     int *sync, *owner, *set_of;   /* [S]                                                */
     char **sets;                  /* [nsets][W]                                         */
     int nsets, *set_min, *set_size;
+    int **set_ranks;              /* [nsets]: the members' ranks, ascending (topology)    */
     /* buckets (exec_sync.c's sp_exec_setup_buckets) */
     int nb, *bk_set, *bk_sync, *bk_off, *bk_stages, *stage_bucket;
     double *bk_bytes;
@@ -76,6 +81,27 @@ typedef struct csim {
     int nmsg, cap;
     bool record;
 } csim;
+
+/* A message's cost. With a topology (cfg->topo, --nodes): sp_comm_time_ranks on the ranks
+ * it spans (set −1: every worker), the model unused; without one: the model's op_us at
+ * the rank count. */
+static double set_us(const csim *cs, sp_comm_op op, double bytes, int set)
+{
+    const sp_comm_topology *t = cs->cfg->topo;
+    int n = set < 0 ? cs->W : cs->set_size[set];
+    if (t && t->nodes > 0) {
+        if (op != SP_COMM_P2P && n <= 1) return 0;
+        return sp_comm_time_ranks(NULL, op, bytes, set < 0 ? NULL : cs->set_ranks[set], 0, n, t);
+    }
+    return op_us(cs->cfg->model, op, bytes, n);
+}
+
+static double p2p_us(const csim *cs, double bytes, int from, int to)
+{
+    const sp_comm_topology *t = cs->cfg->topo;
+    if (t && t->nodes > 0) return sp_comm_time_ranks(NULL, SP_COMM_P2P, bytes, (const int[]){from, to}, 0, 2, t);
+    return op_us(cs->cfg->model, SP_COMM_P2P, bytes, 2);
+}
 
 static bool is_bwd(sp_dir d) { return d != SP_FWD; }
 static bool is_grad_job(sp_dir d) { return d == SP_BWD || d == SP_BWD_GRAD; }
@@ -142,6 +168,12 @@ static void setup_weights(csim *cs)
     for (int i = 0; i < cs->nsets; i++) {
         while (!cs->sets[i][cs->set_min[i]]) cs->set_min[i]++;
         for (int w = 0; w < W; w++) cs->set_size[i] += cs->sets[i][w];
+    }
+    cs->set_ranks = sp_xcalloc((size_t)cs->nsets + 1, sizeof *cs->set_ranks);
+    for (int i = 0; i < cs->nsets; i++) {
+        cs->set_ranks[i] = sp_xmalloc(sizeof(int) * (size_t)cs->set_size[i]);
+        for (int w = 0, k = 0; w < W; w++)
+            if (cs->sets[i][w]) cs->set_ranks[i][k++] = w;
     }
     free(compute);
     free(weights);
@@ -227,12 +259,12 @@ static bool owns(const csim *cs, int st, int w)
 
 static void place_collective(csim *cs, int bi)
 {
-    int set = cs->bk_set[bi], P = cs->set_size[set], W = cs->W;
+    int set = cs->bk_set[bi], W = cs->W;
     double t0 = 0;
     for (int w = 0; w < W; w++)
         if (cs->sets[set][w]) t0 = fmax(t0, fmax(cs->issue[bi * W + w], cs->lane[w]));
     bool red = cs->bk_sync[bi] == SYNC_OWNER;
-    double t1 = t0 + op_us(cs->cfg->model, red ? SP_COMM_REDUCE : SP_COMM_ALLREDUCE, cs->bk_bytes[bi], P);
+    double t1 = t0 + set_us(cs, red ? SP_COMM_REDUCE : SP_COMM_ALLREDUCE, cs->bk_bytes[bi], set);
     int root = red ? cs->owner[cs->bk_stages[cs->bk_off[bi]]] : -1;
     for (int w = 0; w < W; w++)
         if (cs->sets[set][w]) {
@@ -279,7 +311,7 @@ static void send_outputs(csim *cs, int j, int w, double t)
         bool dup = false;
         for (int k = 0; k < i; k++)
             dup |= s->compute[succ[k]] == v && is_bwd(s->jobs[succ[k]].dir) == grads;
-        double t0 = fmax(t, cs->lane[w]), t1 = t0 + op_us(cs->cfg->model, SP_COMM_P2P, bytes, 2);
+        double t0 = fmax(t, cs->lane[w]), t1 = t0 + p2p_us(cs, bytes, w, v);
         if (!dup) {
             cs->lane[w] = cs->send_end[w] = t1;
             add_msg(cs, w, v, grads ? SP_MSG_GRAD : SP_MSG_ACT, ms, bytes, t, t0, t1);
@@ -326,7 +358,7 @@ static void begin_step(csim *cs)
         double t0 = 0;
         for (int w = 0; w < cs->W; w++)
             if (set[w]) t0 = fmax(t0, cs->lane[w]);
-        double t1 = t0 + op_us(cs->cfg->model, SP_COMM_BROADCAST, cs->c->param_bytes[st], cs->set_size[cs->set_of[st]]);
+        double t1 = t0 + set_us(cs, SP_COMM_BROADCAST, cs->c->param_bytes[st], cs->set_of[st]);
         for (int w = 0; w < cs->W; w++)
             if (set[w]) {
                 cs->lane[w] = t1;
@@ -425,7 +457,7 @@ static double one_pass(csim *cs, sp_sim_comm *out)
         if (loss_issue[w] < 0) loss_issue[w] = e;
         loss_t0 = fmax(loss_t0, loss_issue[w]);
     }
-    double loss_t1 = loss_t0 + op_us(cs->cfg->model, SP_COMM_ALLREDUCE, 4, W), T = 0;
+    double loss_t1 = loss_t0 + set_us(cs, SP_COMM_ALLREDUCE, 4, -1), T = 0;
     for (int w = 0; w < W; w++) {
         if (W > 1) add_msg(cs, w, -1, SP_MSG_LOSS, cs->S - 1, 4, loss_issue[w], loss_t0, loss_t1);
         T = fmax(T, fmax(end[w], W > 1 ? loss_t1 : 0));
@@ -512,7 +544,8 @@ void sp_simulate_comm(const sp_schedule *s, const sp_costs *c, const sp_sim *r, 
         if (out->msg[i].kind != SP_MSG_LOSS) out->comm_us[out->msg[i].rank] += out->msg[i].end - out->msg[i].start;
     }
     memcpy(out->opt_us, cs.opt, sizeof(double) * (size_t)W);
-    for (int i = 0; i < cs.nsets; i++) free(cs.sets[i]);
+    for (int i = 0; i < cs.nsets; i++) free(cs.sets[i]), free(cs.set_ranks[i]);
+    free(cs.set_ranks);
     free(cs.sets), free(cs.sync), free(cs.owner), free(cs.set_of), free(cs.set_min), free(cs.set_size);
     free(cs.bk_set), free(cs.bk_sync), free(cs.bk_off), free(cs.bk_stages), free(cs.bk_bytes);
     free(cs.stage_bucket), free(cs.pending0), free(cs.lane), free(cs.free_at), free(cs.send_end), free(cs.opt);

@@ -31,7 +31,10 @@
  * stage first), consecutive stages of one communicator packed while under bucket_mb. An op
  * the model did not measure is derived from its p2p fit (tree broadcast/reduce
  * ⌈log₂ P⌉ messages, ring allreduce 2(P−1) messages of n/P); no model: every message 0 µs,
- * so with opt_us NULL the latency equals sp_simulate's.
+ * so with opt_us NULL the latency equals sp_simulate's. With a topology (cfg.topo) every
+ * message costs sp_comm_time_ranks on its own ranks instead: a p2p between the sender's and
+ * the receiver's node (intra or inter link), a collective over its communicator's members,
+ * the loss over every worker (build/schedule --nodes).
  * Not modelled: the cross-rank scan's messages (--parallel scan), the per-tensor split of a
  * stage's broadcast (one message per stage here), --clip-grad-norm's norm allreduce. */
 #ifndef SP_SIM_COMM_H
@@ -67,6 +70,9 @@ typedef struct sp_sim_comm_cfg {
     double bucket_mb;            /* the executor's --bucket-mb; <= 0: one per stage       */
     bool deferred;               /* ddp's updates in the next step's forward               */
     const double *opt_us;        /* [stages]: optimizer step of the stage; NULL: 0         */
+    const sp_comm_topology *topo; /* a cluster (--nodes): each message costs
+                                    sp_comm_time_ranks over the ranks it spans (worker w
+                                    is rank w; model unused); NULL or 0 nodes: model  */
 } sp_sim_comm_cfg;
 
 typedef struct sp_sim_comm {
