@@ -23,20 +23,21 @@ const char *sp_msg_kind_name(sp_msg_kind k)
 double sp_opt_us_estimate(double param_bytes) { return 5.0 * param_bytes / 1e4; }
 
 /* µs of op on `bytes` over P ranks; an op the model lacks, from its p2p fit (the textbook
- * step counts); no model: 0. */
-static double op_us(const sp_comm_model *m, sp_comm_op op, double bytes, int P)
+ * step counts); no model: the constant transfer latency x per message, so a collective x
+ * per step of the same algorithms (0 with no transfer). */
+static double op_us(const sp_comm_model *m, double x, sp_comm_op op, double bytes, int P)
 {
-    if (!m) return 0;
-    double t = sp_comm_time(m, op, bytes, P);
+    if (!m && !(x > 0)) return 0;
+    double t = m ? sp_comm_time(m, op, bytes, P) : NAN;
     if (!isnan(t)) return t;
     if (op != SP_COMM_P2P && P <= 1) return 0;
-    double p = sp_comm_time(m, SP_COMM_P2P, bytes, 2);
+    double p = m ? sp_comm_time(m, SP_COMM_P2P, bytes, 2) : x;
     if (isnan(p)) return 0;
     switch (op) {
     case SP_COMM_BROADCAST:
     case SP_COMM_REDUCE: return ceil(log2((double)P)) * p;
     case SP_COMM_ALLREDUCE: {
-        double q = sp_comm_time(m, SP_COMM_P2P, bytes / P, 2);
+        double q = m ? sp_comm_time(m, SP_COMM_P2P, bytes / P, 2) : x;
         return 2.0 * (P - 1) * (isnan(q) ? p : q);
     }
     case SP_COMM_ALLGATHER: return (P - 1) * p;
@@ -232,7 +233,8 @@ static void place_collective(csim *cs, int bi)
     for (int w = 0; w < W; w++)
         if (cs->sets[set][w]) t0 = fmax(t0, fmax(cs->issue[bi * W + w], cs->lane[w]));
     bool red = cs->bk_sync[bi] == SYNC_OWNER;
-    double t1 = t0 + op_us(cs->cfg->model, red ? SP_COMM_REDUCE : SP_COMM_ALLREDUCE, cs->bk_bytes[bi], P);
+    double t1 = t0 + op_us(cs->cfg->model, cs->cfg->transfer, red ? SP_COMM_REDUCE : SP_COMM_ALLREDUCE,
+                           cs->bk_bytes[bi], P);
     int root = red ? cs->owner[cs->bk_stages[cs->bk_off[bi]]] : -1;
     for (int w = 0; w < W; w++)
         if (cs->sets[set][w]) {
@@ -279,7 +281,7 @@ static void send_outputs(csim *cs, int j, int w, double t)
         bool dup = false;
         for (int k = 0; k < i; k++)
             dup |= s->compute[succ[k]] == v && is_bwd(s->jobs[succ[k]].dir) == grads;
-        double t0 = fmax(t, cs->lane[w]), t1 = t0 + op_us(cs->cfg->model, SP_COMM_P2P, bytes, 2);
+        double t0 = fmax(t, cs->lane[w]), t1 = t0 + op_us(cs->cfg->model, cs->cfg->transfer, SP_COMM_P2P, bytes, 2);
         if (!dup) {
             cs->lane[w] = cs->send_end[w] = t1;
             add_msg(cs, w, v, grads ? SP_MSG_GRAD : SP_MSG_ACT, ms, bytes, t, t0, t1);
@@ -326,7 +328,8 @@ static void begin_step(csim *cs)
         double t0 = 0;
         for (int w = 0; w < cs->W; w++)
             if (set[w]) t0 = fmax(t0, cs->lane[w]);
-        double t1 = t0 + op_us(cs->cfg->model, SP_COMM_BROADCAST, cs->c->param_bytes[st], cs->set_size[cs->set_of[st]]);
+        double t1 = t0 + op_us(cs->cfg->model, cs->cfg->transfer, SP_COMM_BROADCAST, cs->c->param_bytes[st],
+                               cs->set_size[cs->set_of[st]]);
         for (int w = 0; w < cs->W; w++)
             if (set[w]) {
                 cs->lane[w] = t1;
@@ -425,7 +428,8 @@ static double one_pass(csim *cs, sp_sim_comm *out)
         if (loss_issue[w] < 0) loss_issue[w] = e;
         loss_t0 = fmax(loss_t0, loss_issue[w]);
     }
-    double loss_t1 = loss_t0 + op_us(cs->cfg->model, SP_COMM_ALLREDUCE, 4, W), T = 0;
+    /* the transfer model leaves the loss's scalar free (sim_comm.h) */
+    double loss_t1 = loss_t0 + op_us(cs->cfg->model, 0, SP_COMM_ALLREDUCE, 4, W), T = 0;
     for (int w = 0; w < W; w++) {
         if (W > 1) add_msg(cs, w, -1, SP_MSG_LOSS, cs->S - 1, 4, loss_issue[w], loss_t0, loss_t1);
         T = fmax(T, fmax(end[w], W > 1 ? loss_t1 : 0));
@@ -512,6 +516,7 @@ void sp_simulate_comm(const sp_schedule *s, const sp_costs *c, const sp_sim *r, 
         if (out->msg[i].kind != SP_MSG_LOSS) out->comm_us[out->msg[i].rank] += out->msg[i].end - out->msg[i].start;
     }
     memcpy(out->opt_us, cs.opt, sizeof(double) * (size_t)W);
+    out->transfer = cfg->model ? 0 : cfg->transfer;
     for (int i = 0; i < cs.nsets; i++) free(cs.sets[i]);
     free(cs.sets), free(cs.sync), free(cs.owner), free(cs.set_of), free(cs.set_min), free(cs.set_size);
     free(cs.bk_set), free(cs.bk_sync), free(cs.bk_off), free(cs.bk_stages), free(cs.bk_bytes);

@@ -32,6 +32,11 @@
  * the model did not measure is derived from its p2p fit (tree broadcast/reduce
  * ⌈log₂ P⌉ messages, ring allreduce 2(P−1) messages of n/P); no model: every message 0 µs,
  * so with opt_us NULL the latency equals sp_simulate's.
+ * transfer > 0 with no model (build/schedule --transfer-cost X, the page's transfer slider):
+ * a constant latency per message in the costs' own unit (α = X, β = ∞) — an act or grad
+ * message costs X, a collective X per step of its algorithm (ring allreduce 2(P−1) steps,
+ * tree broadcast/reduce ⌈log₂ P⌉), and the loss's 4-byte allreduce nothing (it is no
+ * transfer of activations, gradients or weights, and costs nothing to the compute).
  * Not modelled: the cross-rank scan's messages (--parallel scan), the per-tensor split of a
  * stage's broadcast (one message per stage here), --clip-grad-norm's norm allreduce. */
 #ifndef SP_SIM_COMM_H
@@ -67,6 +72,7 @@ typedef struct sp_sim_comm_cfg {
     double bucket_mb;            /* the executor's --bucket-mb; <= 0: one per stage       */
     bool deferred;               /* ddp's updates in the next step's forward               */
     const double *opt_us;        /* [stages]: optimizer step of the stage; NULL: 0         */
+    double transfer;             /* model NULL: every message's latency (costs' unit); 0: 0 */
 } sp_sim_comm_cfg;
 
 typedef struct sp_sim_comm {
@@ -78,6 +84,7 @@ typedef struct sp_sim_comm {
     int *messages;               /* [workers]: messages on the lane                        */
     sp_sim_msg *msg;             /* every message, per rank in issue order (sorted by rank) */
     int nmsg;
+    double transfer;             /* cfg->transfer when no model: comm_us in the costs' unit */
 } sp_sim_comm;
 
 /* r: sp_simulate(s, costs) (its order is kept). costs in µs when a model is given. */
