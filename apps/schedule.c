@@ -33,6 +33,7 @@ typedef struct opts {
     const char *calibrate_comm, *comm_profile;   /* the communication model (comm_model.h) */
     const char *optim;       /* memory: the optimizer's state per parameter (sp_optim_slots) */
     double momentum, bucket_mb, opt_gbs;
+    double transfer;         /* --transfer-cost: every message's latency, the costs' unit */
     sp_comm_topology topo;   /* --nodes …: a cluster to predict for (links in GB/s here)   */
     int stages, micro, workers, groups, per_group, batch, processors, max_cols, chunks, cal_reps;
     double fwd, bwd, delta, grad, gflops, alpha, mem_limit, cal_max_mb;
@@ -134,6 +135,10 @@ static void parse(int argc, char **argv, opts *o)
         {"comm-profile", SP_FLAG_STR, &o->comm_profile, "read a communication profile (--calibrate-comm's file) and "
          "print its model and simulate with communication (the JSON's latency_with_comm, comm_ms, messages)",
          .meta = "FILE", .group = "communication", .needs = "!layerpipe,!list"},
+        {"transfer-cost", SP_FLAG_DOUBLE, &o->transfer, "every message between two workers costs X (the costs' "
+         "unit; a collective X per step of its algorithm) in a simulation with communication (the JSON's "
+         "latency_with_comm, comm_time, messages); 0: none", .meta = "X", .group = "communication",
+         .needs = SIM ",!comm-profile,!nodes"},
         {0},
     };
     sp_flags_parse(argc, argv, "schedule",
@@ -148,8 +153,10 @@ static void parse(int argc, char **argv, opts *o)
 static void check(opts *o)
 {
     if (!(o->gflops > 0)) sp_fail("--gflops %g: expected > 0", o->gflops);
-    if (o->bucket_mb >= 0 && !o->topo.nodes && !o->comm_profile)   /* given: < 0 is the default's mark */
-        sp_fail("--bucket-mb needs --nodes or --comm-profile (the simulations with communication)");
+    if (!(o->transfer >= 0) || !isfinite(o->transfer))
+        sp_fail("--transfer-cost %g: expected a finite time >= 0", o->transfer);
+    if (o->bucket_mb >= 0 && !o->topo.nodes && !o->comm_profile && !(o->transfer > 0))   /* < 0: not given */
+        sp_fail("--bucket-mb needs --nodes, --comm-profile or --transfer-cost (the simulations with communication)");
     if (o->bucket_mb < 0) o->bucket_mb = 25;
     if (o->opt_gbs >= 0 && !o->topo.nodes && !o->comm_profile)
         sp_fail("--opt-gbs needs --nodes or --comm-profile (the simulations with communication)");
@@ -282,6 +289,8 @@ static void simulate_comm(const opts *o, const sp_comm_model *cm, const sp_comm_
     bool ddp = !strcmp(s->scheme->name, "ddp") || !strcmp(s->scheme->name, "ddp-ooo");
     sp_sim_comm_cfg cfg = {.model = cm, .out_bytes = ob, .bucket_mb = o->bucket_mb, .deferred = ddp, .opt_us = opt,
                            .topo = topo};
+    if (!cm && o->transfer > 0)   /* --transfer-cost: a constant latency per message (sim_comm.h) */
+        cfg = (sp_sim_comm_cfg){.bucket_mb = o->bucket_mb, .deferred = ddp, .transfer = o->transfer, .topo = topo};
     sp_simulate_comm(s, c, r, &cfg, sc);
     free(ob);
     free(opt);
@@ -367,6 +376,14 @@ static int run_schedule(opts *o)
         printf("with communication: not simulated (durations in %s; --model or a --profile in us)\n", c->unit);
         sp_sim_print_json(stdout, s, c, &r);
         sp_comm_model_free(cm);
+    } else if (o->transfer > 0) {   /* the constant transfer latency in the costs' unit */
+        sp_sim_comm sc;
+        simulate_comm(o, NULL, NULL, s, c, &r, &sc);
+        printf("with transfers (%g %s per message): latency %g, comm per worker", o->transfer, c->unit, sc.latency);
+        for (int w = 0; w < sc.workers; w++) printf(" %.4g", sc.comm_us[w]);
+        printf(" %s\n", c->unit);
+        sp_sim_print_json_comm(stdout, s, c, &r, &sc);
+        sp_sim_comm_free(&sc);
     } else if (cm) {
         sp_sim_comm sc;
         simulate_comm(o, cm, NULL, s, c, &r, &sc);

@@ -10,12 +10,12 @@ const M = require(process.argv[2]);
 M.onRuntimeInitialized = () => {
   {
     const types = ['string', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number',
-                   'number', 'string', 'number', 'number', 'string'];
+                   'number', 'string', 'number', 'number', 'string', 'number'];
     const out = configs.map((c) => JSON.parse(M.ccall('site_simulate', 'string', types, [
       c.scheme, c.stages, c.micro, c.workers || 0, c.groups || 0, c.per_group || 0,
       c.split === undefined ? -1 : c.split, c.no_input_grad ? 1 : 0, c.fwd === undefined ? 1 : c.fwd,
       c.delta === undefined ? 0.5 : c.delta, c.grad === undefined ? 0.5 : c.grad, c.profile || '', c.chunks || 0,
-      c.mem_limit || 0, c.actions || ''])));
+      c.mem_limit || 0, c.actions || '', c.transfer || 0])));
     process.stdout.write(JSON.stringify(out));
   }
 };

@@ -63,6 +63,8 @@ def schedule_argv(c):
         a += ["--mem-limit", fmt(c["mem_limit"])]
     if c["scheme"] == "custom":
         a += ["--actions", c["actions_file"]]
+    if c.get("transfer"):
+        a += ["--transfer-cost", fmt(c["transfer"])]
     return a
 
 
@@ -95,6 +97,11 @@ def unit_configs(schemes):
         cs.append(dict(scheme="interleaved-1f1b", stages=8, micro=8, workers=4, chunks=2))
     if "zb-auto" in schemes:
         cs.append(dict(scheme="zb-auto", stages=4, micro=8, mem_limit=3))
+    for name in ("gpipe", "1f1b", "ddp", "fsdp", "lpp", "ooo-ff", "zb-h1"):   # the transfer slider's simulation
+        if name in schemes:
+            for t in (0.5, 2):
+                cs.append(dict(scheme=name, stages=4, micro=4, transfer=t))
+            cs.append(dict(scheme=name, stages=4, micro=4, costs="lenet", transfer=3))
     return cs
 
 
@@ -182,13 +189,18 @@ PIPELINE_CASES = [
     dict(scheme="ooo-ff", stages=6, micro=4, workers=3, no_input_grad=True),
     dict(scheme="gpipe", stages=4, micro=8, costs="lenet"),
     dict(scheme="1f1b", stages=4, micro=4, costs="vgg11", workers=4),
+    # the transfer slider: every message between workers costs it (--transfer-cost)
+    dict(scheme="gpipe", stages=2, micro=2, transfer=1),
+    dict(scheme="1f1b", stages=4, micro=8, transfer=0.75),
+    dict(scheme="ddp", stages=3, micro=4, workers=4, transfer=2),
+    dict(scheme="gpipe", stages=4, micro=4, costs="lenet", transfer=4),
 ]
 
 
 def page_case(c, actions):
     """The page's control values for a case (every control set, so cases do not leak)."""
     d = dict(costs="uniform", workers=0, groups=0, per_group=0, split=-1, no_input_grad=False, fwd=1, delta=0.5,
-             grad=0.5)
+             grad=0.5, transfer=0)
     if actions:   # the action-list schedules' controls exist
         d.update(chunks=0, mem_limit=0)
     d.update(c)
@@ -280,7 +292,7 @@ def close(a, b):
 
 
 def check_pipelines(res):
-    n = 0
+    n = nt = 0
     for r in res["pipelines"]:
         c = r["set"]
         argv = schedule_argv(c)
@@ -308,10 +320,24 @@ def check_pipelines(res):
         lanes = r.get("lanes", [])
         if len(lanes) != len(peaks) or any(l > p * (1 + 1e-9) or (p > 0 and not l > 0) for l, p in zip(lanes, peaks)):
             fail("%s: memory lanes reach %s, build/schedule's peaks %s" % (want, lanes, peaks))
+        if c.get("transfer"):   # the slider's simulation with transfers, and the command with its flag
+            nt += 1
+            if r["command"] != want:
+                fail("the page shows the command %r, expected %r" % (r["command"], want))
+            for key in ("latency_with_comm", "messages", "comm_time"):
+                shown = [float(v) for v in str(s.get(key, "")).split(",") if v.strip()]
+                value = native[key] if isinstance(native[key], list) else [native[key]]
+                if len(shown) != len(value) or not all(close(x, y) for x, y in zip(shown, value)):
+                    fail("%s: the page shows %s = %s, build/schedule %s" % (want, key, s.get(key), native[key]))
+        elif "latency_with_comm" in s or "latency_with_comm" in native:
+            fail("%s: a simulation with transfers without a transfer cost" % want)
         if r["boxes"] < 2 * native["stages"] * native["microbatches"]:
             fail("%s: %d job boxes drawn" % (want, r["boxes"]))
         n += 1
-    print("page: %d pipeline configurations set through the controls match build/schedule" % n)
+    print("page: %d pipeline configurations set through the controls match build/schedule (%d with a transfer cost)"
+          % (n, nt))
+    if nt < 2:
+        fail("page: %d configurations with a transfer cost set through the slider (expected >= 2)" % nt)
 
 
 def check_csv(res):

@@ -64,9 +64,10 @@ function bindApi() {
   api.simulate = function (c) {
     return JSON.parse(Module.ccall('site_simulate', 'string',
       ['string', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'string',
-       'number', 'number', 'string'],
+       'number', 'number', 'string', 'number'],
       [c.scheme, c.stages, c.micro, c.workers, c.groups, c.per_group, c.split, c.no_input_grad ? 1 : 0,
-       c.fwd, c.delta, c.grad, c.profile || '', c.chunks || 0, c.mem_limit || 0, c.actions || '']));
+       c.fwd, c.delta, c.grad, c.profile || '', c.chunks || 0, c.mem_limit || 0, c.actions || '',
+       c.transfer || 0]));
   };
   api.scan = function (n, k) { return JSON.parse(Module.ccall('site_scan_plan', 'string', ['number', 'number'], [n, k])); };
 }
@@ -115,6 +116,9 @@ function panelControls(idx, host) {
   control('fwd', 'F', '<input type="range" min="0" max="4" step="0.25" value="1"><output>1</output>');
   control('delta', 'δ', '<input type="range" min="0" max="4" step="0.25" value="0.5"><output>0.5</output>');
   control('grad', 'G', '<input type="range" min="0" max="4" step="0.25" value="0.5"><output>0.5</output>');
+  /* every message between two workers costs this (build/schedule --transfer-cost, the costs' unit) */
+  control('transfer', 'transfer (per message)',
+          '<input type="range" min="0" max="4" step="0.25" value="0"><output>0</output>');
   p.figures = h('dl', {'class': 'figures', id: 'p' + idx + '-figures'}, p.root);
   p.error = h('p', {'class': 'refusal', 'aria-live': 'polite'}, p.root);
   p.cmd = h('pre', {'class': 'cmd', id: 'p' + idx + '-cmd'}, p.root);
@@ -130,6 +134,7 @@ function config(p) {
     no_input_grad: p.no_input_grad.checked, fwd: +p.fwd.value, delta: +p.delta.value, grad: +p.grad.value,
     preset: cst === 'uniform' ? null : cst, profile: cst === 'uniform' ? '' : profiles[cst],
     chunks: p.chunks ? +p.chunks.value : 0, mem_limit: p.mem_limit ? +p.mem_limit.value : 0,
+    transfer: +p.transfer.value,
     actions: p.scheme.value === 'custom' ? document.getElementById('csv-text').value : '',
   };
 }
@@ -147,6 +152,7 @@ function command(c) {
   if (c.chunks) a.push('--chunks', c.chunks);
   if (c.mem_limit) a.push('--mem-limit', c.mem_limit);
   if (c.scheme === 'custom') a.push('--actions', 'FILE.csv');
+  if (c.transfer) a.push('--transfer-cost', c.transfer);
   var run = c.preset ? '\n# a real run of the same schedule:\nmpirun -np W build/' + (c.preset === 'mlp' ? 'demo' : c.preset) +
     ' --parallel ' + c.scheme + ' --microbatches ' + c.micro : '';
   return a.join(' ') + run;
@@ -239,6 +245,11 @@ function update() {
     p.error.textContent = '';
     var r = p.res.report;
     figure(p.figures, 'latency', 'latency (' + p.res.unit + ')', r.latency);
+    if (r.latency_with_comm !== undefined) {   /* the simulation with transfers (sim_comm.c) */
+      figure(p.figures, 'latency_with_comm', 'latency with transfers (' + p.res.unit + ')', r.latency_with_comm);
+      figure(p.figures, 'messages', 'messages per worker (sent or joined)', r.messages.join(', '));
+      figure(p.figures, 'comm_time', 'transfer time per worker (' + p.res.unit + ')', r.comm_time.map(fmt).join(', '));
+    }
     figure(p.figures, 'bubble', 'bubble fraction', p.res.bubble);
     figure(p.figures, 'utilization', 'utilisation', r.utilization);
     figure(p.figures, 'peak_activation_bytes_max', 'peak activation memory (a worker)', r.peak_activation_bytes_max,

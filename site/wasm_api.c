@@ -8,7 +8,11 @@
  *                             `build/schedule` prints for the same flags, then the jobs
  *                             (worker, stage, micro, dir, start, finish), the messages
  *                             between workers, and each worker's memory over time (the
- *                             simulator's own series, sim_memory.c). The action-list
+ *                             simulator's own series, sim_memory.c). transfer > 0:
+ *                             build/schedule --transfer-cost's simulation with every
+ *                             message costing `transfer` (sim_comm.c): the report gains
+ *                             latency_with_comm, comm_time and messages, and the answer
+ *                             "transfers" (each message on its sender's lane). The action-list
  *                             schedules (actions.h: zb-h1, zbv, interleaved-1f1b, ...) and
  *                             "custom", a PyTorch-format action CSV, go through the same
  *                             path as build/schedule's --scheme, --chunks, --mem-limit,
@@ -24,6 +28,7 @@
 #include "core/error.h"
 #include "schedulers/backward/scan.h"
 #include "schedulers/parallel/schedule.h"
+#include "schedulers/parallel/sim_comm.h"
 #include "schedulers/parallel/sim_report.h"
 #include "schedulers/parallel/actions.h"
 
@@ -106,12 +111,13 @@ SITE_API const char *site_schemes(void)
 typedef struct sim_args {
     const char *scheme, *profile, *actions_csv;
     sp_sched_config cfg;
-    double fwd, delta, grad, mem_limit;
+    double fwd, delta, grad, mem_limit, transfer;
     int chunks;
     sp_costs *c;
     sp_schedule *s;
     sp_sim r;
-    bool have_sim;
+    sp_sim_comm sc;   /* transfer > 0: the simulation with its messages */
+    bool have_sim, have_comm;
 } sim_args;
 
 /* The page's text goes to an in-memory file read by the same reader as the flag's. */
@@ -182,6 +188,15 @@ static void sim_body(void *arg)
     if (!a->s) a->s = sp_schedule_new(scheme, &a->cfg, a->c);
     sp_simulate(a->s, a->c, &a->r);
     a->have_sim = true;
+    if (!(a->transfer >= 0) || !isfinite(a->transfer))
+        sp_fail("--transfer-cost %g: expected a finite time >= 0", a->transfer);
+    if (a->transfer > 0) {   /* build/schedule's simulate_comm without a model: --bucket-mb's default */
+        const char *n = a->s->scheme->name;
+        sp_sim_comm_cfg cfg = {.bucket_mb = 25, .deferred = !strcmp(n, "ddp") || !strcmp(n, "ddp-ooo"),
+                               .transfer = a->transfer};
+        sp_simulate_comm(a->s, a->c, &a->r, &cfg, &a->sc);
+        a->have_comm = true;
+    }
 }
 
 /* Each worker's memory over time, as the simulator tracks it (sim_memory.c: sp_sim's
@@ -202,10 +217,23 @@ static void memory_lanes(FILE *f, const sp_sim *r)
     fprintf(f, "]");
 }
 
-static void sim_answer(FILE *f, const sp_schedule *s, const sp_costs *c, const sp_sim *r)
+/* transfers: each message of the simulation with transfers, [rank (its lane), peer (−1: all),
+ * kind, stage, start, end]. */
+static void transfers(FILE *f, const sp_sim_comm *sc)
+{
+    fprintf(f, ",\"transfers\":[");
+    for (int i = 0; i < sc->nmsg; i++) {
+        const sp_sim_msg *m = &sc->msg[i];
+        fprintf(f, "%s[%d,%d,\"%s\",%d,%.6g,%.6g]", i ? "," : "", m->rank, m->peer, sp_msg_kind_name(m->kind),
+                m->stage, m->start, m->end);
+    }
+    fprintf(f, "]");
+}
+
+static void sim_answer(FILE *f, const sp_schedule *s, const sp_costs *c, const sp_sim *r, const sp_sim_comm *sc)
 {
     fprintf(f, "{\"ok\":true,\"report\":");
-    sp_sim_print_json(f, s, c, r);   /* the line `build/schedule` prints, newline included */
+    sp_sim_print_json_comm(f, s, c, r, sc);   /* the line `build/schedule` prints, newline included */
     fprintf(f, ",\"bubble\":%.6g,\"unit\":", 1 - r->utilization);   /* as the SVG diagram states it */
     json_str(f, c->unit);
     fprintf(f, ",\"stage_names\":[");
@@ -232,16 +260,18 @@ static void sim_answer(FILE *f, const sp_schedule *s, const sp_costs *c, const s
                         j, succ[k]);
     }
     fprintf(f, "]");
+    if (sc) transfers(f, sc);
     memory_lanes(f, r);
     fprintf(f, "}");
 }
 
 SITE_API const char *site_simulate(const char *scheme, int stages, int micro, int workers, int groups, int per_group,
                                    int split, int no_input_grad, double fwd, double delta, double grad,
-                                   const char *profile, int chunks, double mem_limit, const char *actions_csv)
+                                   const char *profile, int chunks, double mem_limit, const char *actions_csv,
+                                   double transfer)
 {
     sim_args a = {.scheme = scheme, .profile = profile, .fwd = fwd, .delta = delta, .grad = grad, .chunks = chunks,
-                  .mem_limit = mem_limit, .actions_csv = actions_csv,
+                  .mem_limit = mem_limit, .actions_csv = actions_csv, .transfer = transfer,
                   .cfg = {.stages = stages, .micro = micro, .workers = workers, .groups = groups,
                           .per_group = per_group, .split = split, .no_input_grad = no_input_grad != 0}};
     const char *answer;
@@ -250,10 +280,11 @@ SITE_API const char *site_simulate(const char *scheme, int stages, int micro, in
     } else {
         out o;
         out_open(&o);
-        sim_answer(o.f, a.s, a.c, &a.r);
+        sim_answer(o.f, a.s, a.c, &a.r, a.have_comm ? &a.sc : NULL);
         answer = out_close(&o);
     }
     /* what a refusal left half-built is not freed (sp_try's contract); a finished run is */
+    if (a.have_comm) sp_sim_comm_free(&a.sc);
     if (a.have_sim) {
         sp_sim_free(&a.r);
         sp_schedule_free(a.s);

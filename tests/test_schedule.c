@@ -1276,3 +1276,63 @@ Test(sim_comm, program_cross_node_message_costs_the_topology)
     step = cluster_key(args, "step_with_comm");
     cr_assert_float_eq(step, near, 1e-6, "%s: %g, expected %g", args, step, near);
 }
+
+
+/* The constant transfer latency (build/schedule --transfer-cost 1): GPipe, 2 stages, 2
+ * micro-batches, F = B = 1. Worker 0: F0a [0,1], F0b [1,2]; their activations leave on its
+ * lane [1,2] and [2,3]. Worker 1: F1a [2,3], F1b [3,4], B1a [4,5], B1b [5,6]; their
+ * ∂l/∂y_0 leave [5,6] and [6,7]. Worker 0: B0a [6,7], B0b [7,8]. The loss's scalar is
+ * free: the step is 8 (6 compute only), each lane busy 2, 3 messages each (2 + the loss).
+ * Transfer 0 is the compute-only simulation. */
+Test(sim_comm, transfer_cost_gpipe_by_hand)
+{
+    sp_costs *c = sp_costs_uniform(2, 1, 0.5, 0.5);
+    sp_sched_config sc = {.stages = 2, .micro = 2, .workers = 2};
+    sp_schedule *s = sp_schedule_new(sp_scheme_find("gpipe"), &sc, c);
+    sp_sim r;
+    sp_simulate(s, c, &r);
+    cr_assert_float_eq(r.latency, 6, 1e-12);
+    for (int k = 0; k < 2; k++) {
+        sp_sim_comm_cfg cfg = {.bucket_mb = 25, .transfer = k};
+        sp_sim_comm m;
+        sp_simulate_comm(s, c, &r, &cfg, &m);
+        cr_assert_float_eq(m.transfer, k, 0);
+        cr_assert_float_eq(m.latency, k ? 8 : 6, 1e-9, "transfer %d: latency %g", k, m.latency);
+        cr_assert_float_eq(m.start[sp_schedule_find(s, 1, 0, SP_FWD)], k ? 2 : 1, 1e-9);
+        cr_assert_float_eq(m.start[sp_schedule_find(s, 1, 1, SP_FWD)], k ? 3 : 2, 1e-9);
+        cr_assert_float_eq(m.finish[sp_schedule_find(s, 0, 1, SP_BWD)], k ? 8 : 6, 1e-9);
+        for (int w = 0; w < 2; w++) {
+            cr_assert_float_eq(m.comm_us[w], 2.0 * k, 1e-9, "transfer %d: w%d busy %g", k, w, m.comm_us[w]);
+            cr_assert_eq(m.messages[w], 3, "w%d: %d messages", w, m.messages[w]);
+        }
+        sp_sim_comm_free(&m);
+    }
+    sp_sim_free(&r);
+    sp_schedule_free(s);
+    sp_costs_free(c);
+}
+
+/* The collectives under a transfer latency x: a ring allreduce over P ranks is 2(P − 1)
+ * steps of x. DDP on 4 workers, 2 stages (one micro-batch each: compute ends at 4): one
+ * bucket for both stages runs [4, 10]; one per stage (bucket_mb 0): stage 1's [3, 9] and
+ * stage 0's [9, 15]. */
+Test(sim_comm, transfer_cost_allreduce_steps)
+{
+    for (int k = 0; k < 2; k++) {
+        sp_costs *c = sp_costs_uniform(2, 1, 0.5, 0.5);
+        sp_sched_config sc = {.stages = 2, .micro = 4, .workers = 4};
+        sp_schedule *s = sp_schedule_new(sp_scheme_find("ddp"), &sc, c);
+        sp_sim r;
+        sp_simulate(s, c, &r);
+        sp_sim_comm_cfg cfg = {.bucket_mb = k ? 25 : 0, .transfer = 1};
+        sp_sim_comm m;
+        sp_simulate_comm(s, c, &r, &cfg, &m);
+        cr_assert_float_eq(r.latency, 4, 1e-12);
+        cr_assert_float_eq(m.latency, k ? 10 : 15, 1e-9, "bucket_mb %d: latency %g", k ? 25 : 0, m.latency);
+        for (int w = 0; w < 4; w++) cr_assert_float_eq(m.comm_us[w], k ? 6 : 12, 1e-9, "w%d", w);
+        sp_sim_comm_free(&m);
+        sp_sim_free(&r);
+        sp_schedule_free(s);
+        sp_costs_free(c);
+    }
+}

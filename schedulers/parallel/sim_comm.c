@@ -23,20 +23,21 @@ const char *sp_msg_kind_name(sp_msg_kind k)
 double sp_opt_us_estimate(double param_bytes) { return 5.0 * param_bytes / 1e4; }
 
 /* µs of op on `bytes` over P ranks; an op the model lacks, from its p2p fit (the textbook
- * step counts); no model: 0. */
-static double op_us(const sp_comm_model *m, sp_comm_op op, double bytes, int P)
+ * step counts); no model: the constant transfer latency x per message, so a collective x
+ * per step of the same algorithms (0 with no transfer). */
+static double op_us(const sp_comm_model *m, double x, sp_comm_op op, double bytes, int P)
 {
-    if (!m) return 0;
-    double t = sp_comm_time(m, op, bytes, P);
+    if (!m && !(x > 0)) return 0;
+    double t = m ? sp_comm_time(m, op, bytes, P) : NAN;
     if (!isnan(t)) return t;
     if (op != SP_COMM_P2P && P <= 1) return 0;
-    double p = sp_comm_time(m, SP_COMM_P2P, bytes, 2);
+    double p = m ? sp_comm_time(m, SP_COMM_P2P, bytes, 2) : x;
     if (isnan(p)) return 0;
     switch (op) {
     case SP_COMM_BROADCAST:
     case SP_COMM_REDUCE: return ceil(log2((double)P)) * p;
     case SP_COMM_ALLREDUCE: {
-        double q = sp_comm_time(m, SP_COMM_P2P, bytes / P, 2);
+        double q = m ? sp_comm_time(m, SP_COMM_P2P, bytes / P, 2) : x;
         return 2.0 * (P - 1) * (isnan(q) ? p : q);
     }
     case SP_COMM_ALLGATHER: return (P - 1) * p;
@@ -93,14 +94,14 @@ static double set_us(const csim *cs, sp_comm_op op, double bytes, int set)
         if (op != SP_COMM_P2P && n <= 1) return 0;
         return sp_comm_time_ranks(NULL, op, bytes, set < 0 ? NULL : cs->set_ranks[set], 0, n, t);
     }
-    return op_us(cs->cfg->model, op, bytes, n);
+    return op_us(cs->cfg->model, cs->cfg->transfer, op, bytes, n);
 }
 
 static double p2p_us(const csim *cs, double bytes, int from, int to)
 {
     const sp_comm_topology *t = cs->cfg->topo;
     if (t && t->nodes > 0) return sp_comm_time_ranks(NULL, SP_COMM_P2P, bytes, (const int[]){from, to}, 0, 2, t);
-    return op_us(cs->cfg->model, SP_COMM_P2P, bytes, 2);
+    return op_us(cs->cfg->model, cs->cfg->transfer, SP_COMM_P2P, bytes, 2);
 }
 
 static bool is_bwd(sp_dir d) { return d != SP_FWD; }
@@ -457,7 +458,8 @@ static double one_pass(csim *cs, sp_sim_comm *out)
         if (loss_issue[w] < 0) loss_issue[w] = e;
         loss_t0 = fmax(loss_t0, loss_issue[w]);
     }
-    double loss_t1 = loss_t0 + set_us(cs, SP_COMM_ALLREDUCE, 4, -1), T = 0;
+    /* the transfer model leaves the loss's scalar free (sim_comm.h) */
+    double loss_t1 = loss_t0 + (!cs->cfg->model && cs->cfg->transfer > 0 ? 0 : set_us(cs, SP_COMM_ALLREDUCE, 4, -1)), T = 0;
     for (int w = 0; w < W; w++) {
         if (W > 1) add_msg(cs, w, -1, SP_MSG_LOSS, cs->S - 1, 4, loss_issue[w], loss_t0, loss_t1);
         T = fmax(T, fmax(end[w], W > 1 ? loss_t1 : 0));
@@ -544,6 +546,7 @@ void sp_simulate_comm(const sp_schedule *s, const sp_costs *c, const sp_sim *r, 
         if (out->msg[i].kind != SP_MSG_LOSS) out->comm_us[out->msg[i].rank] += out->msg[i].end - out->msg[i].start;
     }
     memcpy(out->opt_us, cs.opt, sizeof(double) * (size_t)W);
+    out->transfer = cfg->model ? 0 : cfg->transfer;
     for (int i = 0; i < cs.nsets; i++) free(cs.sets[i]), free(cs.set_ranks[i]);
     free(cs.set_ranks);
     free(cs.sets), free(cs.sync), free(cs.owner), free(cs.set_of), free(cs.set_min), free(cs.set_size);

@@ -35,6 +35,12 @@
  * message costs sp_comm_time_ranks on its own ranks instead: a p2p between the sender's and
  * the receiver's node (intra or inter link), a collective over its communicator's members,
  * the loss over every worker (build/schedule --nodes).
+ * so with opt_us NULL the latency equals sp_simulate's.
+ * transfer > 0 with no model (build/schedule --transfer-cost X, the page's transfer slider):
+ * a constant latency per message in the costs' own unit (α = X, β = ∞) — an act or grad
+ * message costs X, a collective X per step of its algorithm (ring allreduce 2(P−1) steps,
+ * tree broadcast/reduce ⌈log₂ P⌉), and the loss's 4-byte allreduce nothing (it is no
+ * transfer of activations, gradients or weights, and costs nothing to the compute).
  * Not modelled: the cross-rank scan's messages (--parallel scan), the per-tensor split of a
  * stage's broadcast (one message per stage here), --clip-grad-norm's norm allreduce. */
 #ifndef SP_SIM_COMM_H
@@ -73,6 +79,7 @@ typedef struct sp_sim_comm_cfg {
     const sp_comm_topology *topo; /* a cluster (--nodes): each message costs
                                     sp_comm_time_ranks over the ranks it spans (worker w
                                     is rank w; model unused); NULL or 0 nodes: model  */
+    double transfer;             /* model NULL: every message's latency (costs' unit); 0: 0 */
 } sp_sim_comm_cfg;
 
 typedef struct sp_sim_comm {
@@ -84,6 +91,7 @@ typedef struct sp_sim_comm {
     int *messages;               /* [workers]: messages on the lane                        */
     sp_sim_msg *msg;             /* every message, per rank in issue order (sorted by rank) */
     int nmsg;
+    double transfer;             /* cfg->transfer when no model: comm_us in the costs' unit */
 } sp_sim_comm;
 
 /* r: sp_simulate(s, costs) (its order is kept). costs in µs when a model is given. */

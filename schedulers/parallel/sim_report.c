@@ -79,7 +79,11 @@ void sp_sim_print_json_comm(FILE *out, const sp_schedule *s, const sp_costs *c, 
             fprintf(out, "%s%.15g", i ? "," : "", *(const double *)((const char *)v[k] + (size_t)i * st));
     }
     fprintf(out, "]}");
-    if (sc) {   /* with communication (sim_comm.h): the step, and per worker µs/1000 on its lane */
+    if (sc && sc->transfer > 0) {   /* the constant transfer latency: the costs' own unit throughout */
+        fprintf(out, ",\"transfer_cost\":%.6g,\"latency_with_comm\":%.6g", sc->transfer, sc->latency);
+        json_array_d(out, "comm_time", sc->comm_us, sc->workers, sizeof(double));
+        json_array_i(out, "messages", sc->messages, sc->workers, sizeof(int));
+    } else if (sc) {   /* with communication (sim_comm.h): the step, and per worker µs/1000 on its lane */
         fprintf(out, ",\"latency_with_comm\":%.6g", sc->latency);
         double *ms = sp_xmalloc(sizeof(double) * (size_t)sc->workers * 2);
         for (int w = 0; w < sc->workers; w++) ms[w] = sc->comm_us[w] / 1e3, ms[sc->workers + w] = sc->opt_us[w] / 1e3;

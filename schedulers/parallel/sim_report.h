@@ -14,7 +14,9 @@ void sp_sim_print_workers(FILE *out, const sp_sim *r);
 void sp_sim_print_json(FILE *out, const sp_schedule *s, const sp_costs *c, const sp_sim *r);
 /* The same with the simulation with communication (sim_comm.h; NULL: as above) added:
  * latency_with_comm (the costs' unit, µs from a model or a profile), and per worker
- * comm_ms (its communication lane busy), opt_ms (optimizer steps) and messages. */
+ * comm_ms (its communication lane busy), opt_ms (optimizer steps) and messages; with the
+ * constant transfer latency (sc->transfer > 0, --transfer-cost): transfer_cost,
+ * latency_with_comm, comm_time (the lane busy) in the costs' unit, and messages. */
 struct sp_sim_comm;
 void sp_sim_print_json_comm(FILE *out, const sp_schedule *s, const sp_costs *c, const sp_sim *r,
                             const struct sp_sim_comm *sc);
