@@ -32,6 +32,8 @@ typedef struct opts {
     const char *scheme, *model, *profile, *svg, *title, *layerpipe, *costs_out, *actions, *actions_out;
     const char *calibrate_comm, *comm_profile;   /* the communication model (comm_model.h) */
     const char *optim;       /* memory: the optimizer's state per parameter (sp_optim_slots) */
+    const char *mem_limit_arg;   /* --mem-limit as given: N chunk micro-batches | bytes with a unit */
+    bool mem_limit_bytes;        /* mem_limit is in bytes (the chunks' act_bytes)            */
     double momentum, bucket_mb, opt_gbs;
     double transfer;         /* --transfer-cost: every message's latency, the costs' unit */
     sp_comm_topology topo;   /* --nodes …: a cluster to predict for (links in GB/s here)   */
@@ -62,8 +64,9 @@ static void parse(int argc, char **argv, opts *o)
          .range = "1..", .group = "schedule", .needs = SIM ",scheme=interleaved-1f1b|looped-bfs"},
         {"actions", SP_FLAG_STR, &o->actions, "per-rank action lists (CSV, PyTorch's form: 0F0,0I0,0W0,...)",
          .meta = "CSV", .group = "schedule", .needs = SIM ",scheme=custom"},
-        {"mem-limit", SP_FLAG_DOUBLE, &o->mem_limit, "zb-auto: peak activations per rank (micro-batches of a chunk)",
-         .meta = "N", .range = "0..", .group = "schedule", .needs = SIM ",scheme=zb-auto"},
+        {"mem-limit", SP_FLAG_STR, &o->mem_limit_arg, "zb-auto: peak activations per rank, N micro-batches of a "
+         "chunk or bytes with a unit (512MiB, 1.5GB, 300KB; bytes need --model or --profile)", .meta = "N|BYTES",
+         .group = "schedule", .needs = SIM ",scheme=zb-auto"},
         {"split", SP_FLAG_BOOL, &o->split, "backward as two jobs, delta before G (any scheme)", .group = "schedule",
          .needs = SIM ",!no-split"},
         {"no-split", SP_FLAG_BOOL, &o->no_split, "backward as one job (ooo schemes split by default)",
@@ -161,6 +164,13 @@ static void check(opts *o)
     if (o->opt_gbs >= 0 && !o->topo.nodes && !o->comm_profile)
         sp_fail("--opt-gbs needs --nodes or --comm-profile (the simulations with communication)");
     if (o->opt_gbs < 0) o->opt_gbs = 10;
+    if (o->mem_limit_arg) {
+        if (sp_mem_limit_parse("--mem-limit", o->mem_limit_arg, &o->mem_limit, &o->mem_limit_bytes) != SP_OK)
+            sp_fail("%s", sp_last_error());
+        if (o->mem_limit_bytes && !o->model && !o->profile)
+            sp_fail("--mem-limit %s: a limit in bytes needs activation sizes (--model or --profile); unit costs "
+                    "count micro-batches of a chunk (--mem-limit N)", o->mem_limit_arg);
+    }
     if (o->topo.nodes > 0) {   /* GB/s → B/us; every link figure given */
         if (!(o->topo.ranks_per_node > 0) || !(o->topo.intra.beta > 0) || !(o->topo.inter.beta > 0))
             sp_fail("--nodes %d: expected --ranks-per-node R, --intra-bw-gbs X and --inter-bw-gbs X (> 0) with it",
@@ -224,8 +234,10 @@ static sp_actions *make_actions(const opts *o, const sp_costs *c)
     double *buf = sp_xmalloc(sizeof(double) * 4 * (size_t)C);
     sp_chunk_partition(c, c->stages, C, stage_chunk);
     sp_chunk_costs_sum(c, c->stages, C, stage_chunk, buf, buf + C, buf + 2 * C, buf + 3 * C);
-    /* act NULL: one unit per chunk and micro-batch, the unit of --mem-limit */
-    sp_chunk_costs cc = {.chunks = C, .f = buf, .i = buf + C, .w = buf + 2 * C};
+    /* act NULL: one unit per chunk and micro-batch, the unit of --mem-limit N; a limit in
+     * bytes weighs each chunk by its activation bytes (the sum of its layers' act_bytes) */
+    sp_chunk_costs cc = {.chunks = C, .f = buf, .i = buf + C, .w = buf + 2 * C,
+                         .act = o->mem_limit_bytes ? buf + 3 * C : NULL};
     sp_pp_params p = {.ranks = ranks, .micro = o->micro, .chunks_per_rank = o->chunks, .costs = &cc,
                       .mem_limit = o->mem_limit};
     if (g->generate(&p, &a) != SP_OK) sp_fail("--scheme %s", sp_last_error());

@@ -288,6 +288,8 @@ static void make_images(int per_class)
         {"--parallel ddp", "--groups 2", REFUSED, "--groups needs --parallel lpp or fslpp"},                 \
         {"--parallel ddp", "--chunks 2", REFUSED, "--chunks needs --parallel interleaved-1f1b or looped-bfs"}, \
         {NULL, "--mem-limit 2", REFUSED, "--mem-limit needs --parallel zb-auto"},                          \
+        {"--parallel zb-auto", "--mem-limit 2XB", REFUSED, "--mem-limit 2XB: unknown unit \"XB\""},        \
+        {"--parallel zb-auto", "--mem-limit 1.2.3", REFUSED, "--mem-limit 1.2.3: expected N"},              \
         {"--parallel zb-h1", "--actions %T/a.csv", REFUSED, "--actions needs --parallel custom"},          \
         {NULL, "--partition layerpipe", REFUSED, "--partition needs --parallel"},                            \
         {NULL, "--bucket-mb 1", REFUSED, "--bucket-mb needs --parallel"},                                    \
@@ -331,6 +333,10 @@ Test(walk, lenet)
         {"--parallel ddp", "--log %T/nodir/l.csv", REFUSED, "--log: cannot write"},
         /* one process without mpirun: it runs, and says that one worker runs */
         {NULL, "--parallel gpipe", STDERR_HAS, "lenet: note: --parallel gpipe runs 1 worker (not started by mpirun"},
+        /* a limit in bytes weighs the model's activations: 368832 B per micro-batch of 2 images */
+        {"--parallel zb-auto", "--mem-limit 368832B", STDOUT_HAS, "\"simulated_peak_activation_bytes\": [368832]"},
+        {"--parallel zb-auto", "--mem-limit 368831B", REFUSED, "memory limit 368831 is below one micro-batch's "
+                                                               "activations on a rank (368832)"},
         {NULL, "--data %T/nowhere", REFUSED, "nowhere"},
         {NULL, "--data-format mnist", REFUSED, "train-images-idx3-ubyte"},
     };
@@ -479,6 +485,10 @@ Test(walk, schedule)
         {"--scheme zb-h1", "--chunks 2", REFUSED, "--chunks needs --scheme interleaved-1f1b or looped-bfs"},
         {"--scheme interleaved-1f1b --stages 8 --workers 4", "--chunks 1", EFFECT, NULL},
         {NULL, "--mem-limit 2", REFUSED, "--mem-limit needs --scheme zb-auto"},
+        {"--scheme zb-auto --model mlp --workers 2", "--mem-limit 300KB", EFFECT, NULL},
+        {"--scheme zb-auto --stages 4 --workers 4", "--mem-limit 2", EFFECT, NULL},
+        {"--scheme zb-auto", "--mem-limit 1MiB", REFUSED, "--mem-limit 1MiB: a limit in bytes needs activation sizes"},
+        {"--scheme zb-auto --model mlp", "--mem-limit 5GiBs", REFUSED, "--mem-limit 5GiBs: unknown unit \"GiBs\""},
         {NULL, "--actions %T/a.csv", REFUSED, "--actions needs --scheme custom"},
         {NULL, "--actions-out %T/a.csv", FILE_MADE, "%T/a.csv"},
         {NULL, "--workers 0", REFUSED, "--workers 0: expected >= 1"},

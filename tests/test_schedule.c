@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include "schedulers/parallel/schedule.h"
 #include "tests/testutil.h"
 
@@ -972,6 +973,148 @@ Test(pipelines, program_reports_the_issue_latencies)
         cr_assert_eq(program_latency(args), want, "%s: re-imported %g, simulated %g", schemes[k],
                      program_latency(args), want);
         remove(csv);
+    }
+}
+
+/* ---- zb-auto's --mem-limit in bytes --------------------------------------------------- */
+
+/* The last stdout line of build/schedule ARGS (exit 0 expected), and its exit status. */
+static int program_last(const char *args, char *last, size_t len)
+{
+    char cmd[1024], line[8192];
+    const char *b = getenv("BUILD");
+    snprintf(cmd, sizeof cmd, "%s/schedule %s --no-diagram 2>&1", b ? b : "build", args);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    last[0] = 0;
+    while (fgets(line, sizeof line, f)) snprintf(last, len, "%s", line);
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The whole file (NUL-terminated; *n its length). */
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    char *buf = malloc(1 << 16);
+    *n = fread(buf, 1, (1 << 16) - 1, f);
+    buf[*n] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* The JSON's "peak_activation_bytes":[...] per rank; returns the ranks read. */
+static int peak_bytes(const char *json, double *out, int max)
+{
+    const char *p = strstr(json, "\"peak_activation_bytes\":[");
+    cr_assert_not_null(p, "%s", json);
+    p += strlen("\"peak_activation_bytes\":[");
+    int n = 0;
+    while (n < max && *p && *p != ']') {
+        char *end;
+        out[n++] = strtod(p, &end);
+        cr_assert(end != p, "%s", json);
+        p = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+/* Every rank's simulated peak stays within the limit in bytes, for models whose chunks
+ * hold unequal activations (mlp: 200704 B on rank 0, 32768 B on rank 1 at 2 ranks), with
+ * limits below the unlimited schedule's peak (vgg11 at 4 ranks: 137543680 B on rank 0;
+ * lenet at 2: 3104640 B) and above it. */
+Test(pipelines, zb_auto_mem_limit_in_bytes_is_respected)
+{
+    const struct {
+        const char *model, *limit;
+        int workers;
+        double bytes;
+    } cases[] = {
+        {"mlp", "300KB", 2, 300e3},     {"mlp", "200704B", 2, 200704},    {"mlp", "1MiB", 2, 1048576},
+        {"lenet", "3MB", 4, 3e6},       {"lenet", "2.5MB", 2, 2.5e6},     {"vgg11", "100MiB", 4, 100 * 1048576.0},
+        {"vgg11", "0.1GB", 2, 0.1e9},   {"vgg11", "0.25GiB", 2, 0.25 * 1073741824.0},
+    };
+    char args[512], last[8192];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        snprintf(args, sizeof args, "--scheme zb-auto --model %s --workers %d --microbatches 8 --mem-limit %s",
+                 cases[k].model, cases[k].workers, cases[k].limit);
+        int rc = program_last(args, last, sizeof last);
+        cr_assert_eq(rc, 0, "%s: exit %d: %s", args, rc, last);
+        double peak[16];
+        int n = peak_bytes(last, peak, 16);
+        cr_assert_eq(n, cases[k].workers, "%s: %s", args, last);
+        for (int r = 0; r < n; r++)
+            cr_assert(peak[r] <= cases[k].bytes, "%s: rank %d holds %g B, limit %g B", args, r, peak[r],
+                      cases[k].bytes);
+    }
+    /* mlp at 2 ranks: chunk 0 holds 200704 B per micro-batch, so 300KB admits exactly one */
+    snprintf(args, sizeof args, "--scheme zb-auto --model mlp --workers 2 --microbatches 8 --mem-limit 300KB");
+    cr_assert_eq(program_last(args, last, sizeof last), 0, "%s", last);
+    double peak[2];
+    peak_bytes(last, peak, 2);
+    cr_assert_eq(peak[0], 200704, "%s", last);
+}
+
+/* Equal chunk activations of a bytes each: a limit of k·a bytes is the limit k, the same
+ * action list (a profile with act_bytes 1000 per layer, one layer per chunk). */
+Test(pipelines, zb_auto_bytes_limit_of_k_chunks_is_the_limit_k)
+{
+    char prof[600], a[600], b[600], args[2048], last[8192];
+    snprintf(prof, sizeof prof, "%s/equal.csv", tu_tmpdir());
+    FILE *f = fopen(prof, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "layer,fwd,bwd_grad,bwd_delta,act_bytes\n");
+    const double fwd[6] = {1, 2, 1.5, 1, 3, 1}, grad[6] = {1, 1, 2, 0.5, 1, 2}, delta[6] = {2, 1, 1, 1, 2, 1};
+    for (int s = 0; s < 6; s++) fprintf(f, "l%d,%g,%g,%g,1000\n", s, fwd[s], grad[s], delta[s]);
+    fclose(f);
+    const char *units[][2] = {{"1", "1000B"}, {"2", "2KB"}, {"3", "3000B"}, {"4", "4KB"}, {"6", "0.006MB"}};
+    for (size_t k = 0; k < sizeof units / sizeof units[0]; k++) {
+        snprintf(a, sizeof a, "%s/k.csv", tu_tmpdir());
+        snprintf(b, sizeof b, "%s/bytes.csv", tu_tmpdir());
+        snprintf(args, sizeof args, "--scheme zb-auto --profile %s --workers 6 --microbatches 12 --mem-limit %s "
+                 "--actions-out %s", prof, units[k][0], a);
+        cr_assert_eq(program_last(args, last, sizeof last), 0, "%s: %s", args, last);
+        snprintf(args, sizeof args, "--scheme zb-auto --profile %s --workers 6 --microbatches 12 --mem-limit %s "
+                 "--actions-out %s", prof, units[k][1], b);
+        cr_assert_eq(program_last(args, last, sizeof last), 0, "%s: %s", args, last);
+        size_t na, nb;
+        char *ta = slurp(a, &na), *tb = slurp(b, &nb);
+        cr_assert(na > 0 && na == nb && !memcmp(ta, tb, na), "--mem-limit %s and %s give different lists:\n%s\n%s",
+                  units[k][0], units[k][1], ta, tb);
+        free(ta);
+        free(tb);
+    }
+    /* and the limit binds: 1 chunk of activations differs from 6 */
+    size_t n1, n6;
+    snprintf(args, sizeof args, "--scheme zb-auto --profile %s --workers 6 --microbatches 12 --mem-limit 1KB "
+             "--actions-out %s", prof, a);
+    cr_assert_eq(program_last(args, last, sizeof last), 0, "%s", last);
+    char *t1 = slurp(a, &n1), *t6 = slurp(b, &n6);
+    cr_assert(n1 != n6 || memcmp(t1, t6, n1), "the limit does not bind");
+    free(t1);
+    free(t6);
+}
+
+/* A limit in bytes needs activation sizes; a malformed value is refused naming it. */
+Test(pipelines, zb_auto_mem_limit_refusals)
+{
+    char last[8192];
+    const struct {
+        const char *args, *msg;
+    } cases[] = {
+        {"--scheme zb-auto --mem-limit 1MiB", "--mem-limit 1MiB: a limit in bytes needs activation sizes"},
+        {"--scheme zb-auto --model mlp --mem-limit 2XB", "--mem-limit 2XB: unknown unit \"XB\""},
+        {"--scheme zb-auto --model mlp --mem-limit MiB", "--mem-limit MiB: expected N"},
+        {"--scheme zb-auto --model mlp --mem-limit=-1", "--mem-limit -1: expected N"},
+        {"--scheme zb-auto --model mlp --mem-limit inf", "--mem-limit inf: expected N"},
+        {"--scheme zb-auto --model mlp --mem-limit 0B", "--mem-limit 0B: a limit in bytes must be at least 1 B"},
+        {"--scheme zb-auto --model mlp --workers 2 --mem-limit 150KB", "below one micro-batch's activations"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int rc = program_last(cases[k].args, last, sizeof last);
+        cr_assert_eq(rc, 2, "%s: exit %d: %s", cases[k].args, rc, last);
+        cr_assert(strstr(last, cases[k].msg), "%s: %s", cases[k].args, last);
     }
 }
 

@@ -27,6 +27,7 @@
 #ifndef SP_ACTIONS_H
 #define SP_ACTIONS_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include "core/error.h"
 
@@ -109,6 +110,14 @@ typedef struct sp_pp_generator {
     /* SP_ERR with one line when the parameters do not fit (e.g. m not a multiple of p). */
     int (*generate)(const sp_pp_params *p, sp_actions **out);
 } sp_pp_generator;
+
+/* --mem-limit's value (build/schedule and the apps): a plain number N ≥ 0 is N
+ * micro-batches of a chunk's activations per rank (0 = none; *bytes false); a number with
+ * a unit — B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024), e.g. 512MiB,
+ * 1.5GB, 300KB — is bytes per rank (> 0; *bytes true), for generators given each chunk's
+ * activation bytes (sp_chunk_costs.act). SP_ERR with one line naming `flag` and the text
+ * for anything else. */
+int sp_mem_limit_parse(const char *flag, const char *text, double *limit, bool *bytes) SP_MUST_CHECK;
 
 /* NULL when no generator has that name. */
 const sp_pp_generator *sp_pp_find(const char *name);

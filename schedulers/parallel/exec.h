@@ -76,8 +76,10 @@ typedef struct sp_exec_cfg {
                                   it (exec_clip.c); false: the updates wait for the norm  */
     int chunks;                /* action-list generators: chunks per rank; 0: the scheme's */
     const char *actions;       /* --parallel custom: the per-rank action lists (CSV)      */
-    double mem_limit;          /* zb-auto: peak activations per rank (chunk micro-batches);
-                                  0: none                                                */
+    double mem_limit;          /* zb-auto: peak activations per rank (chunk micro-batches,
+                                  or bytes with mem_limit_bytes); 0: none                */
+    bool mem_limit_bytes;      /* mem_limit in bytes: each chunk weighs the act_bytes of
+                                  its layers (sp_node_act_bytes at the micro-batch)      */
 } sp_exec_cfg;
 
 typedef struct sp_exec sp_exec;

@@ -185,11 +185,18 @@ static sp_actions *generate(const sp_exec *x)
         buf = sp_xmalloc(sizeof(double) * 4 * (size_t)C);
         sp_chunk_partition(x->costs, x->S, C, stage_chunk);
         sp_chunk_costs_sum(x->costs, x->S, C, stage_chunk, buf, buf + C, buf + 2 * C, buf + 3 * C);
-        cc.f = buf, cc.i = buf + C, cc.w = buf + 2 * C;   /* act NULL: --mem-limit counts chunk micro-batches */
+        cc.f = buf, cc.i = buf + C, cc.w = buf + 2 * C;
+        /* act NULL: --mem-limit N counts chunk micro-batches; in bytes each chunk weighs
+         * its layers' act_bytes, what exec_memory.c measures */
+        if (x->cfg.mem_limit_bytes) cc.act = buf + 3 * C;
         free(stage_chunk);
     }
+    /* The configuration check runs before the costs exist: there a limit in bytes is left
+     * out, and sp_exec_build_schedule applies it with the model's sizes (refusing a limit
+     * no schedule fits). */
+    bool bytes_unknown = x->cfg.mem_limit_bytes && !cc.act;
     sp_pp_params p = {.ranks = x->W, .micro = x->B, .chunks_per_rank = x->cfg.chunks, .costs = buf ? &cc : NULL,
-                      .mem_limit = x->cfg.mem_limit};
+                      .mem_limit = bytes_unknown ? 0 : x->cfg.mem_limit};
     if (g->generate(&p, &a) != SP_OK) a = NULL;
     free(buf);
     return a;

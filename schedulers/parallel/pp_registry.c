@@ -4,8 +4,13 @@
  * count: the V-shaped and automatic ones are weak references until their file is in
  * the tree (a weak reference does not pull a member out of libscanprop.a, so a
  * generator in its own file must be referenced strongly: drop its pragma then). */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "schedulers/parallel/actions.h"
 #include "schedulers/parallel/pp_gen.h"
 
@@ -51,4 +56,36 @@ const sp_pp_generator *sp_pp_find(const char *name)
     for (int i = 0; i < NGEN; i++)
         if (GENERATORS[i].generate && strcmp(GENERATORS[i].name, name) == 0) return &GENERATORS[i];
     return NULL;
+}
+
+int sp_mem_limit_parse(const char *flag, const char *text, double *limit, bool *bytes)
+{
+    static const struct {
+        const char *name;
+        double scale;
+    } UNITS[] = {{"B", 1},       {"KB", 1e3},          {"MB", 1e6},           {"GB", 1e9},
+                 {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+    const char *what = "expected N (micro-batches of a chunk's activations per rank, 0 = none) or bytes with a "
+                       "unit: B, KB, MB, GB, KiB, MiB or GiB, e.g. 512MiB";
+    /* digits first: strtod alone would take "inf", "nan", hex and leading blanks */
+    if (!text || !(isdigit((unsigned char)text[0]) || (text[0] == '.' && isdigit((unsigned char)text[1]))))
+        return sp_error("%s %s: %s", flag, text ? text : "(none)", what);
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || !isfinite(v) || end == text) return sp_error("%s %s: %s", flag, text, what);
+    if (!*end) {
+        *limit = v, *bytes = false;
+        return SP_OK;
+    }
+    for (size_t k = 0; k < sizeof UNITS / sizeof UNITS[0]; k++)
+        if (!strcasecmp(end, UNITS[k].name)) {
+            double b = v * UNITS[k].scale;
+            if (!(b >= 1) || !isfinite(b) || b > 9007199254740992.0)   /* whole bytes, exact in a double */
+                return sp_error("%s %s: a limit in bytes must be at least 1 B and at most 2^53 B", flag, text);
+            *limit = b, *bytes = true;
+            return SP_OK;
+        }
+    if (!isalpha((unsigned char)*end)) return sp_error("%s %s: %s", flag, text, what);
+    return sp_error("%s %s: unknown unit \"%s\" (%s)", flag, text, end, what);
 }

@@ -22,6 +22,7 @@
 #include "core/parallel.h"
 #include "optim/optim.h"
 #include "optim/prune.h"
+#include "schedulers/parallel/actions.h"
 #include "schedulers/parallel/comm_model.h"
 #include "schedulers/parallel/exec.h"
 
@@ -157,9 +158,9 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
          .range = "0..", .needs = "parallel=lpp|fslpp", .scope = SP_SCOPE_RUN},
         {"chunks", SP_FLAG_INT, &o->chunks, "chunks per rank of interleaved-1f1b / looped-bfs (0 = the scheme's)",
          .group = G_PAR, .range = "0..", .needs = "parallel=interleaved-1f1b|looped-bfs", .scope = SP_SCOPE_RUN},
-        {"mem-limit", SP_FLAG_DOUBLE, &o->mem_limit, "zb-auto: peak activations per rank, in micro-batches of a "
-         "chunk (0 = none)", .group = G_PAR, .meta = "N", .range = "0..", .needs = "parallel=zb-auto",
-         .scope = SP_SCOPE_RUN},
+        {"mem-limit", SP_FLAG_STR, &o->mem_limit_arg, "zb-auto: peak activations per rank, N micro-batches of a "
+         "chunk (0 = none) or bytes with a unit (512MiB, 1.5GB, 300KB)", .group = G_PAR, .meta = "N|BYTES",
+         .needs = "parallel=zb-auto", .scope = SP_SCOPE_RUN},
         {"actions", SP_FLAG_STR, &o->actions, "per-rank action lists (CSV: 0F0,0I0,0W0,...) for --parallel custom",
          .group = G_PAR, .meta = "FILE", .needs = "parallel=custom", .scope = SP_SCOPE_RUN},
         {"partition", SP_FLAG_STR, &o->partition, "pipeline stages: by measured cost, or LayerPipe's Algorithm 1",
@@ -205,6 +206,9 @@ static void check_ranges(sp_run_opts *o)
     if (!o->data && sp_flag_given("data-format") && strcmp(fmt, "fashion-mnist") != 0)
         sp_fail("--data-format %s needs --data DIR (only fashion-mnist has a default directory)", fmt);
     o->plan_full = o->plan_arg && strcmp(o->plan_arg, "full") == 0;
+    if (o->mem_limit_arg && sp_mem_limit_parse("--mem-limit", o->mem_limit_arg, &o->mem_limit,
+                                               &o->mem_limit_bytes) != SP_OK)
+        sp_fail("%s", sp_last_error());
     if (strcmp(o->scan_levels_arg, "full") == 0) {
         o->scan_levels = SP_SCAN_LEVELS_FULL;
     } else if (strcmp(o->scan_levels_arg, "auto") == 0) {
@@ -585,7 +589,8 @@ static struct sp_exec *exec_new(const char *app, const sp_run_opts *o, sp_model 
                      .post_validate = strcmp(o->step_sync, "plain") != 0,
                      .chunks = o->chunks,
                      .actions = o->actions,
-                     .mem_limit = o->mem_limit};
+                     .mem_limit = o->mem_limit,
+                     .mem_limit_bytes = o->mem_limit_bytes};
     struct sp_exec *x = sp_exec_new(sp_comm_world(), m, opt, &c, sample_ndim, sample_shape, o->batch);
     /* Not started by mpirun: one process is the only rank. It runs (a schedule's numbers
      * and files on one worker are worth having), but says so. */

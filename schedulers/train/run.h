@@ -74,6 +74,8 @@ typedef struct sp_run_opts {
     const char *actions;                 /* --parallel custom: per-rank action lists (CSV) */
     int microbatches, groups, chunks;    /* chunks: per rank, action-list schemes     */
     double mem_limit;                    /* --parallel zb-auto: activations per rank  */
+    const char *mem_limit_arg;           /* --mem-limit as given: N | bytes with a unit (512MiB) */
+    bool mem_limit_bytes;                /* mem_limit is in bytes (from mem_limit_arg) */
     const char *comm_profile;            /* --comm-profile FILE (comm_model.h); NULL: a short probe */
     double bucket_mb, comm_timeout;
     /* the step's end: gradient-norm clip (0 = off) and, under --parallel, how the ranks
