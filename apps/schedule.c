@@ -227,22 +227,8 @@ static sp_actions *make_actions(const opts *o, const sp_costs *c)
     const sp_pp_generator *g = sp_pp_find(o->scheme);
     int v = o->chunks > 0 ? o->chunks : g->default_chunks_per_rank;
     int ranks = o->workers > 0 ? o->workers : c->stages / v > 0 ? c->stages / v : 1;
-    if ((long)ranks * v > c->stages)
-        sp_fail("--scheme %s: %d ranks x %d chunks per rank for %d stages (expected ranks x chunks <= stages: each "
-                "chunk holds whole layers)", o->scheme, ranks, v, c->stages);
-    int C = ranks * v, *stage_chunk = sp_xmalloc(sizeof(int) * (size_t)c->stages);
-    double *buf = sp_xmalloc(sizeof(double) * 4 * (size_t)C);
-    sp_chunk_partition(c, c->stages, C, stage_chunk);
-    sp_chunk_costs_sum(c, c->stages, C, stage_chunk, buf, buf + C, buf + 2 * C, buf + 3 * C);
-    /* act NULL: one unit per chunk and micro-batch, the unit of --mem-limit N; a limit in
-     * bytes weighs each chunk by its activation bytes (the sum of its layers' act_bytes) */
-    sp_chunk_costs cc = {.chunks = C, .f = buf, .i = buf + C, .w = buf + 2 * C,
-                         .act = o->mem_limit_bytes ? buf + 3 * C : NULL};
-    sp_pp_params p = {.ranks = ranks, .micro = o->micro, .chunks_per_rank = o->chunks, .costs = &cc,
-                      .mem_limit = o->mem_limit};
-    if (g->generate(&p, &a) != SP_OK) sp_fail("--scheme %s", sp_last_error());
-    free(buf);
-    free(stage_chunk);
+    if (sp_pp_generate_from_costs(g, c, ranks, o->micro, o->chunks, o->mem_limit, o->mem_limit_bytes, &a) != SP_OK)
+        sp_fail("--scheme %s", sp_last_error());
     return a;
 }
 

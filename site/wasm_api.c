@@ -145,20 +145,9 @@ static sp_actions *make_actions(sim_args *x)
     const sp_pp_generator *g = sp_pp_find(x->scheme);
     int v = x->chunks > 0 ? x->chunks : g->default_chunks_per_rank;
     int ranks = x->cfg.workers > 0 ? x->cfg.workers : c->stages / v > 0 ? c->stages / v : 1;
-    if ((long)ranks * v > c->stages)
-        sp_fail("--scheme %s: %d ranks x %d chunks per rank for %d stages (expected ranks x chunks <= stages: each "
-                "chunk holds whole layers)", x->scheme, ranks, v, c->stages);
-    int C = ranks * v, *stage_chunk = sp_xmalloc(sizeof(int) * (size_t)c->stages);
-    double *buf = sp_xmalloc(sizeof(double) * 4 * (size_t)C);
-    sp_chunk_partition(c, c->stages, C, stage_chunk);
-    sp_chunk_costs_sum(c, c->stages, C, stage_chunk, buf, buf + C, buf + 2 * C, buf + 3 * C);
-    /* act NULL: one unit per chunk and micro-batch, the unit of --mem-limit (as build/schedule) */
-    sp_chunk_costs cc = {.chunks = C, .f = buf, .i = buf + C, .w = buf + 2 * C};
-    sp_pp_params p = {.ranks = ranks, .micro = x->cfg.micro, .chunks_per_rank = x->chunks, .costs = &cc,
-                      .mem_limit = x->mem_limit};
-    if (g->generate(&p, &a) != SP_OK) sp_fail("--scheme %s", sp_last_error());
-    free(buf);
-    free(stage_chunk);
+    /* --mem-limit in chunk micro-batches, as build/schedule with unit costs */
+    if (sp_pp_generate_from_costs(g, c, ranks, x->cfg.micro, x->chunks, x->mem_limit, false, &a) != SP_OK)
+        sp_fail("--scheme %s", sp_last_error());
     return a;
 }
 

@@ -1137,14 +1137,8 @@ Test(exec, measured_peak_activations_equal_the_simulated_ones, .timeout = 600)
         const sp_pp_generator *g = sp_pp_find(name);
         sp_actions *a = NULL;
         if (g) {
-            int C = W * g->default_chunks_per_rank, stage_chunk[64];
-            double sum[4 * 8];
-            cr_assert(c->stages <= 64 && C <= 8 && C <= c->stages, "lenet %s: %d chunks", name, C);
-            sp_chunk_partition(c, c->stages, C, stage_chunk);
-            sp_chunk_costs_sum(c, c->stages, C, stage_chunk, sum, sum + C, sum + 2 * C, sum + 3 * C);
-            sp_chunk_costs cc = {.chunks = C, .f = sum, .i = sum + C, .w = sum + 2 * C};
-            sp_pp_params pp = {.ranks = W, .micro = NMICRO, .costs = &cc};
-            cr_assert_eq(g->generate(&pp, &a), SP_OK, "lenet %s: %s", name, sp_last_error());
+            cr_assert_eq(sp_pp_generate_from_costs(g, c, W, NMICRO, 0, 0, false, &a), SP_OK, "lenet %s: %s", name,
+                         sp_last_error());
             sc.actions_scheme = name;
         }
         sp_schedule *s = a ? sp_schedule_from_actions(a, &sc, c) : sp_schedule_new(sp_scheme_find(name), &sc, c);
@@ -1248,16 +1242,9 @@ static sp_actions *vl_generate(const char *scheme, int W, int micro, const sp_co
 {
     const sp_pp_generator *g = sp_pp_find(scheme);
     cr_assert_not_null(g, "%s: not an action-list scheme", scheme);
-    int C = W * g->default_chunks_per_rank, stage_chunk[64];
-    double sum[4 * 16];
-    cr_assert(c->stages <= 64 && C <= 16 && C <= c->stages, "%s: %d chunks for %d stages", scheme, C, c->stages);
-    sp_chunk_partition(c, c->stages, C, stage_chunk);
-    sp_chunk_costs_sum(c, c->stages, C, stage_chunk, sum, sum + C, sum + 2 * C, sum + 3 * C);
-    sp_chunk_costs cc = {.chunks = C, .f = sum, .i = sum + C, .w = sum + 2 * C};
-    sp_pp_params pp = {.ranks = W, .micro = micro, .costs = &cc,
-                       .mem_limit = strcmp(scheme, "zb-auto") ? 0 : VL_LIMIT};
     sp_actions *a = NULL;
-    cr_assert_eq(g->generate(&pp, &a), SP_OK, "%s: %s", scheme, sp_last_error());
+    cr_assert_eq(sp_pp_generate_from_costs(g, c, W, micro, 0, strcmp(scheme, "zb-auto") ? 0 : VL_LIMIT, false, &a),
+                 SP_OK, "%s: %s", scheme, sp_last_error());
     return a;
 }
 

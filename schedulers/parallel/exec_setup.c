@@ -176,29 +176,19 @@ static void micro_origin(const sp_exec *x, char *buf, size_t len)
 static sp_actions *generate(const sp_exec *x)
 {
     const sp_pp_generator *g = sp_pp_find(x->cfg.scheme);
-    int v = x->cfg.chunks > 0 ? x->cfg.chunks : g->default_chunks_per_rank, C = x->W * v;
-    sp_actions *a = NULL;
-    double *buf = NULL;
-    sp_chunk_costs cc = {.chunks = C};
-    if (x->costs && C <= x->S) {
-        int *stage_chunk = sp_xmalloc(sizeof(int) * (size_t)x->S);
-        buf = sp_xmalloc(sizeof(double) * 4 * (size_t)C);
-        sp_chunk_partition(x->costs, x->S, C, stage_chunk);
-        sp_chunk_costs_sum(x->costs, x->S, C, stage_chunk, buf, buf + C, buf + 2 * C, buf + 3 * C);
-        cc.f = buf, cc.i = buf + C, cc.w = buf + 2 * C;
-        /* act NULL: --mem-limit N counts chunk micro-batches; in bytes each chunk weighs
-         * its layers' act_bytes, what exec_memory.c measures */
-        if (x->cfg.mem_limit_bytes) cc.act = buf + 3 * C;
-        free(stage_chunk);
-    }
+    int v = x->cfg.chunks > 0 ? x->cfg.chunks : g->default_chunks_per_rank;
+    /* unit costs until the costs exist, or when the chunks outnumber the layers
+     * (check_actions names that) */
+    const sp_costs *c = x->costs && (long)x->W * v <= x->S ? x->costs : NULL;
     /* The configuration check runs before the costs exist: there a limit in bytes is left
      * out, and sp_exec_build_schedule applies it with the model's sizes (refusing a limit
-     * no schedule fits). */
-    bool bytes_unknown = x->cfg.mem_limit_bytes && !cc.act;
-    sp_pp_params p = {.ranks = x->W, .micro = x->B, .chunks_per_rank = x->cfg.chunks, .costs = buf ? &cc : NULL,
-                      .mem_limit = bytes_unknown ? 0 : x->cfg.mem_limit};
-    if (g->generate(&p, &a) != SP_OK) a = NULL;
-    free(buf);
+     * no schedule fits); in bytes each chunk weighs its layers' act_bytes, what
+     * exec_memory.c measures. */
+    bool bytes_unknown = x->cfg.mem_limit_bytes && !c;
+    sp_actions *a = NULL;
+    if (sp_pp_generate_from_costs(g, c, x->W, x->B, x->cfg.chunks, bytes_unknown ? 0 : x->cfg.mem_limit,
+                                  x->cfg.mem_limit_bytes && c, &a) != SP_OK)
+        a = NULL;
     return a;
 }
 

@@ -92,6 +92,36 @@ void sp_chunk_costs_sum(const sp_costs *c, int stages, int chunks, const int *st
     }
 }
 
+int sp_pp_generate_from_costs(const sp_pp_generator *g, const sp_costs *c, int ranks, int micro, int chunks_per_rank,
+                              double mem_limit, bool mem_bytes, sp_actions **out)
+{
+    if (!out) return sp_error("sp_pp_generate_from_costs: argument 'out' is NULL");
+    *out = NULL;
+    if (!g) return sp_error("sp_pp_generate_from_costs: argument 'g' is NULL");
+    int v = chunks_per_rank > 0 ? chunks_per_rank : g->default_chunks_per_rank;
+    if (ranks < 1 || v < 1 || (long)ranks * v > (c ? c->stages : 1L << 20))
+        return sp_error("%s: %d ranks x %d chunks per rank for %d stages (expected ranks x chunks <= stages: each "
+                        "chunk holds whole layers)", g->name, ranks, v, c ? c->stages : 0);
+    int C = ranks * v;
+    sp_chunk_costs cc = {.chunks = C};
+    double *buf = NULL;
+    if (c) {
+        int *stage_chunk = sp_xmalloc(sizeof(int) * (size_t)c->stages);
+        buf = sp_xmalloc(sizeof(double) * 4 * (size_t)C);
+        sp_chunk_partition(c, c->stages, C, stage_chunk);
+        sp_chunk_costs_sum(c, c->stages, C, stage_chunk, buf, buf + C, buf + 2 * C, buf + 3 * C);
+        free(stage_chunk);
+        /* act NULL: one unit per chunk and micro-batch, the unit of --mem-limit N */
+        cc = (sp_chunk_costs){.chunks = C, .f = buf, .i = buf + C, .w = buf + 2 * C, .act = mem_bytes ? buf + 3 * C : NULL};
+    }
+    sp_pp_params p = {.ranks = ranks, .micro = micro, .chunks_per_rank = chunks_per_rank, .costs = c ? &cc : NULL,
+                      .mem_limit = mem_limit};
+    int rc = g->generate(&p, out);
+    free(buf);
+    if (rc != SP_OK) *out = NULL;
+    return rc;
+}
+
 /* ---- list → schedule ---------------------------------------------------------------------- */
 
 static bool list_splits(const sp_actions *a)

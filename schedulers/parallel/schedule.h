@@ -196,6 +196,17 @@ void sp_chunk_partition(const sp_costs *c, int stages, int chunks, int *stage_ch
  * the generators: fills arrays of `chunks` doubles each. */
 void sp_chunk_costs_sum(const sp_costs *c, int stages, int chunks, const int *stage_chunk, double *f, double *i,
                         double *w, double *act);
+/* The list of generator g for `ranks` ranks and `micro` micro-batches, from the layer costs
+ * c split into ranks · v chunks (v = chunks_per_rank, 0: the generator's default) with the
+ * costs summed per chunk; c NULL: unit chunk costs. mem_limit as sp_pp_params: counted in
+ * chunk micro-batches, or with mem_bytes in bytes (each chunk weighs its layers'
+ * act_bytes). What build/schedule, the executor and the teaching page all call. SP_ERR
+ * with one line (naming the scheme) when the chunks do not fit the layers or the
+ * generator refuses the parameters; *out NULL then. */
+struct sp_pp_generator;
+int sp_pp_generate_from_costs(const struct sp_pp_generator *g, const sp_costs *c, int ranks, int micro,
+                              int chunks_per_rank, double mem_limit, bool mem_bytes,
+                              struct sp_actions **out) SP_MUST_CHECK;
 
 /* The master schedule of an action list: the stages are cfg->stages layers grouped into
  * the list's chunks (sp_chunk_partition), chunk c on rank chunk_rank[c]; each action
