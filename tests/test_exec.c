@@ -1124,7 +1124,7 @@ Test(exec, measured_peak_activations_equal_the_simulated_ones, .timeout = 600)
     for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
         const char *name = schemes[i];
         bool data = !strncmp(name, "ddp", 3);   /* the order of ddp does not depend on costs (refused there) */
-        snprintf(costs, sizeof costs, data ? "" : "--costs %s", plan);
+        snprintf(costs, sizeof costs, "%s%s", data ? "" : "--costs ", data ? "" : plan);
         snprintf(cmd, sizeof cmd, "%s --steps 2 --batch %d --threads 1 --quiet --parallel %s --microbatches %d %s",
                  bin("lenet"), BATCH, name, NMICRO, costs);
         mpi_run("", "-np 2", cmd, &r);
@@ -1547,7 +1547,7 @@ Test(exec, measured_memory_equals_the_predicted_memory, .timeout = 600)
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         const char *name = runs[i].scheme;
         bool data = !strncmp(name, "ddp", 3);
-        snprintf(costs, sizeof costs, data ? "" : "--costs %s", plan);
+        snprintf(costs, sizeof costs, "%s%s", data ? "" : "--costs ", data ? "" : plan);
         snprintf(cmd, sizeof cmd, "%s --steps 2 --batch %d --threads 1 --quiet --parallel %s --microbatches %d %s %s",
                  bin("lenet"), BATCH, name, NMICRO, costs, runs[i].optim);
         mpi_run("", "-np 2", cmd, &r);
