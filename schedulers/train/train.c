@@ -767,7 +767,9 @@ static void train_end(train_run *s, bool failed)
         sp_step_graph_free(s->sg);
     }
     s->r.arena_bytes = s->t.arena.high_water + s->tapes[0].arena.high_water + s->tapes[1].arena.high_water;
+    /* the evaluation tape's arena and one per output alive at once (eval_forward) */
     s->r.eval_arena_bytes = s->ev.l ? s->ev.t.arena.high_water : 0;
+    for (int k = 0; s->ev.l && k < s->ev.nslots; k++) s->r.eval_arena_bytes += s->ev.slot[k].high_water;
     sp_tape_free(&s->t);
     sp_tape_free(&s->tapes[0]);
     sp_tape_free(&s->tapes[1]);
