@@ -2,11 +2,12 @@
 # Measured vs predicted step time of every --parallel scheme that has a schedule
 # (docs/DISTRIBUTED.md §5). For each scheme and W: run `mpirun -np W build/<app>
 # --parallel S ...` for a few steps (the mean step after the first, "step_mean_ms" of its
-# JSON line, and the mean wait on communication in it, "comm_mean_ms"), then ask the
-# simulator for the latency of the same schedule from the stage costs the run measured
-# (--costs-out → build/schedule --profile). The simulator counts compute only (no
-# communication, no optimizer step).
+# JSON line, and the mean wait on communication in it, "comm_mean_ms") beside the run's
+# own prediction for the same schedule from the stage costs it measured
+# (the JSON's predicted_step_ms: the simulator with communication and the optimizer step)
+# and the whole memory per rank, measured against predicted.
 # Usage: bench/distributed.sh [app] [steps]       (default lenet 30; steps >= 3)
+#        WORKERS="2" COMM_PROFILE=FILE bench/distributed.sh vgg11 6   (rank counts; a calibration)
 #        LPP_GROUPS=G bench/distributed.sh ...     lpp/fslpp with G groups (default W/2,
 #            so R = 2: a looped pipeline; R < 2 would be data parallelism and is refused)
 #        bench/distributed.sh overlap [runs]       DDP's waiting: updates at the step's end
@@ -60,40 +61,44 @@ echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load aver
 echo "command: bench/distributed.sh $app $steps"
 base=$(build/$app --steps "$steps" --batch 64 --threads 1 --quiet --eval-every 1000000 2>/dev/null | json '["step_ms"]' 2>/dev/null || echo nan)
 echo "single process, batch 64: median step_ms $base"
-# Like with like: --costs-out writes each job's MEAN compute over the steps after the first,
-# and the simulated latency is a sum (and max) of job costs along the critical path; the
-# mean of a sum is the sum of the means, so it predicts the MEAN step over the same steps
-# ("step_mean_ms"). The JSON's "step_ms" is a median over every step: medians do not add,
-# and it leaves out the slow steps whose slow jobs still raise the mean costs (it showed
-# 1f1b below its compute-only bound). Neither side counts the first step (it warms up,
-# after rank 0 measured the planning costs). The predicted ddp-ooo latency does not depend
-# on its first k (one micro-batch per worker, no communication modelled). The pipelines'
-# stages are placed anew from the measured costs; the run placed them by rank 0's planning
-# costs (min of 3 before step 1), which may cut the chain elsewhere.
-printf '| scheme | W | G × R | B | measured mean step (ms) | predicted compute (ms) | measured / predicted | comm wait (ms, mean step and rank) |\n'
-printf '| --- | --- | --- | --- | --- | --- | --- | --- |\n'
-for W in 2 4; do
+# Like with like: each run's JSON carries its own prediction, "predicted_step_ms" (the
+# simulator with communication, sim_comm.c, from this run's mean job costs over the steps
+# after the first and this run's communication model), compared with "step_mean_ms", the
+# mean step over the same steps (the mean of a sum is the sum of the means; medians do not
+# add). COMM_PROFILE=FILE gives every run that calibration (--comm-profile) instead of the
+# short probe each run takes at its start. Memory: the largest ratio over the ranks of the
+# measured "peak_memory_bytes" to "predicted_peak_memory_bytes".
+cp_flag=""; [ -n "${COMM_PROFILE:-}" ] && cp_flag="--comm-profile $COMM_PROFILE"
+echo "communication model: ${COMM_PROFILE:-the short probe of each run}"
+printf '| scheme | W | G × R | B | measured mean step (ms) | predicted (ms) | measured / predicted | comm wait (ms) | peak memory measured / predicted |\n'
+printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
+for W in ${WORKERS:-2 4}; do
   for s in $schemes; do
-    B=$W; extra=""; sflags=""; gr="—"
+    [ "$s" = custom ] && continue   # a list from a file: the schemes above export theirs
+    B=$W; extra=""; gr="—"
     case $s in
-      gpipe|1f1b|ooo-ff|ooo-modulo) B=$((2 * W));;
+      ddp|fsdp|ddp-ooo) ;;
       lpp|fslpp)
         B=$((2 * W)); G=${LPP_GROUPS:-$((W / 2))}; R=$((W / G))
         if [ $((G * R)) -ne "$W" ] || [ "$R" -lt 2 ]; then
           echo "bench/distributed.sh: $s at W = $W with G = $G groups: R = W/G = $R; a looped pipeline needs W = G·R with R >= 2 (R = 1 is data parallelism)" >&2
           exit 2
         fi
-        gr="$G × $R"; extra="--groups $G"; sflags="--groups $G --per-group $R";;
+        gr="$G × $R"; extra="--groups $G";;
+      *) B=$((2 * W));;
     esac
     out=$(mpirun --oversubscribe --bind-to none -np "$W" build/$app --steps "$steps" --batch 64 --threads 1 --quiet \
-          --eval-every 1000000 --parallel "$s" --microbatches "$B" $extra --costs-out "$tmp/costs.csv" 2>/dev/null | tail -1)
-    ran="$(echo "$out" | json '["parallel"]') $(echo "$out" | json '["workers"]') $(echo "$out" | json '["microbatches"]')"
-    [ "$ran" = "$s $W $B" ] || { echo "bench/distributed.sh: asked for $s W=$W B=$B, ran $ran" >&2; exit 1; }
+          --eval-every 1000000 --parallel "$s" --microbatches "$B" $extra $cp_flag 2>/dev/null | tail -1) || true
+    if [ -z "$out" ] || [ "$(echo "$out" | json '["parallel"]' 2>/dev/null)" != "$s" ]; then
+      printf '| %s | %d | %s | %d | refused or failed | | | | |\n' "$s" "$W" "$gr" "$B"; continue
+    fi
     meas=$(echo "$out" | json '["step_mean_ms"]'); comm=$(echo "$out" | json '["comm_mean_ms"]')
-    pred=$(build/schedule --profile "$tmp/costs.csv" --scheme "$s" --microbatches "$B" --workers "$W" $sflags \
-           --no-input-grad --no-diagram | json '["latency"]/1000')
-    printf '| %s | %d | %s | %d | %.1f | %.1f | %.2f | %.1f |\n' "$s" "$W" "$gr" "$B" "$meas" "$pred" \
-      "$(python3 -c "print($meas/$pred)")" "$comm"
+    pred=$(echo "$out" | json '["predicted_step_ms"]')
+    mem=$(echo "$out" | json '.get("peak_memory_bytes")' 2>/dev/null)
+    pmem=$(echo "$out" | json '.get("predicted_peak_memory_bytes")' 2>/dev/null)
+    mr=$(python3 -c "m=$mem; p=$pmem; print('%.3f' % max(a / b for a, b in zip(m, p)))" 2>/dev/null || echo "—")
+    printf '| %s | %d | %s | %d | %.1f | %.1f | %.2f | %.1f | %s |\n' "$s" "$W" "$gr" "$B" "$meas" "$pred" \
+      "$(python3 -c "print($meas/$pred)")" "$comm" "$mr"
   done
 done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
