@@ -227,7 +227,8 @@ static sp_actions *make_actions(const opts *o, const sp_costs *c)
     const sp_pp_generator *g = sp_pp_find(o->scheme);
     int v = o->chunks > 0 ? o->chunks : g->default_chunks_per_rank;
     int ranks = o->workers > 0 ? o->workers : c->stages / v > 0 ? c->stages / v : 1;
-    if (sp_pp_generate_from_costs(g, c, ranks, o->micro, o->chunks, o->mem_limit, o->mem_limit_bytes, &a) != SP_OK)
+    if (sp_pp_generate_from_costs(g, c, ranks, o->micro, o->chunks, o->mem_limit, o->mem_limit_bytes, o->transfer,
+                                  &a) != SP_OK)
         sp_fail("--scheme %s", sp_last_error());
     return a;
 }

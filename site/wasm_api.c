@@ -146,7 +146,8 @@ static sp_actions *make_actions(sim_args *x)
     int v = x->chunks > 0 ? x->chunks : g->default_chunks_per_rank;
     int ranks = x->cfg.workers > 0 ? x->cfg.workers : c->stages / v > 0 ? c->stages / v : 1;
     /* --mem-limit in chunk micro-batches, as build/schedule with unit costs */
-    if (sp_pp_generate_from_costs(g, c, ranks, x->cfg.micro, x->chunks, x->mem_limit, false, &a) != SP_OK)
+    if (sp_pp_generate_from_costs(g, c, ranks, x->cfg.micro, x->chunks, x->mem_limit, false, x->transfer, &a) !=
+        SP_OK)
         sp_fail("--scheme %s", sp_last_error());
     return a;
 }
@@ -156,6 +157,8 @@ static void sim_body(void *arg)
     sim_args *a = arg;
     bool actions = sp_scheme_is_actions(a->scheme);
     const sp_scheme *scheme = actions ? NULL : sp_scheme_find(a->scheme);
+    if (!(a->transfer >= 0) || !isfinite(a->transfer))
+        sp_fail("--transfer-cost %g: expected a finite time >= 0", a->transfer);
     if (a->profile && *a->profile) {
         write_file("/profile.csv", a->profile);
         if (sp_costs_load_csv("/profile.csv", &a->c) != SP_OK) sp_fail("%s", sp_last_error());
@@ -177,8 +180,6 @@ static void sim_body(void *arg)
     if (!a->s) a->s = sp_schedule_new(scheme, &a->cfg, a->c);
     sp_simulate(a->s, a->c, &a->r);
     a->have_sim = true;
-    if (!(a->transfer >= 0) || !isfinite(a->transfer))
-        sp_fail("--transfer-cost %g: expected a finite time >= 0", a->transfer);
     if (a->transfer > 0) {   /* build/schedule's simulate_comm without a model: --bucket-mb's default */
         const char *n = a->s->scheme->name;
         sp_sim_comm_cfg cfg = {.bucket_mb = 25, .deferred = !strcmp(n, "ddp") || !strcmp(n, "ddp-ooo"),

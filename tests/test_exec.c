@@ -1137,7 +1137,7 @@ Test(exec, measured_peak_activations_equal_the_simulated_ones, .timeout = 600)
         const sp_pp_generator *g = sp_pp_find(name);
         sp_actions *a = NULL;
         if (g) {
-            cr_assert_eq(sp_pp_generate_from_costs(g, c, W, NMICRO, 0, 0, false, &a), SP_OK, "lenet %s: %s", name,
+            cr_assert_eq(sp_pp_generate_from_costs(g, c, W, NMICRO, 0, 0, false, 0, &a), SP_OK, "lenet %s: %s", name,
                          sp_last_error());
             sc.actions_scheme = name;
         }
@@ -1243,7 +1243,7 @@ static sp_actions *vl_generate(const char *scheme, int W, int micro, const sp_co
     const sp_pp_generator *g = sp_pp_find(scheme);
     cr_assert_not_null(g, "%s: not an action-list scheme", scheme);
     sp_actions *a = NULL;
-    cr_assert_eq(sp_pp_generate_from_costs(g, c, W, micro, 0, strcmp(scheme, "zb-auto") ? 0 : VL_LIMIT, false, &a),
+    cr_assert_eq(sp_pp_generate_from_costs(g, c, W, micro, 0, strcmp(scheme, "zb-auto") ? 0 : VL_LIMIT, false, 0, &a),
                  SP_OK, "%s: %s", scheme, sp_last_error());
     return a;
 }

@@ -187,7 +187,7 @@ static sp_actions *generate(const sp_exec *x)
     bool bytes_unknown = x->cfg.mem_limit_bytes && !c;
     sp_actions *a = NULL;
     if (sp_pp_generate_from_costs(g, c, x->W, x->B, x->cfg.chunks, bytes_unknown ? 0 : x->cfg.mem_limit,
-                                  x->cfg.mem_limit_bytes && c, &a) != SP_OK)
+                                  x->cfg.mem_limit_bytes && c, 0, &a) != SP_OK)
         a = NULL;
     return a;
 }

@@ -93,7 +93,7 @@ void sp_chunk_costs_sum(const sp_costs *c, int stages, int chunks, const int *st
 }
 
 int sp_pp_generate_from_costs(const sp_pp_generator *g, const sp_costs *c, int ranks, int micro, int chunks_per_rank,
-                              double mem_limit, bool mem_bytes, sp_actions **out)
+                              double mem_limit, bool mem_bytes, double transfer, sp_actions **out)
 {
     if (!out) return sp_error("sp_pp_generate_from_costs: argument 'out' is NULL");
     *out = NULL;
@@ -112,7 +112,8 @@ int sp_pp_generate_from_costs(const sp_pp_generator *g, const sp_costs *c, int r
         sp_chunk_costs_sum(c, c->stages, C, stage_chunk, buf, buf + C, buf + 2 * C, buf + 3 * C);
         free(stage_chunk);
         /* act NULL: one unit per chunk and micro-batch, the unit of --mem-limit N */
-        cc = (sp_chunk_costs){.chunks = C, .f = buf, .i = buf + C, .w = buf + 2 * C, .act = mem_bytes ? buf + 3 * C : NULL};
+        cc = (sp_chunk_costs){.chunks = C, .f = buf, .i = buf + C, .w = buf + 2 * C, .act = mem_bytes ? buf + 3 * C : NULL,
+                              .transfer = transfer};
     }
     sp_pp_params p = {.ranks = ranks, .micro = micro, .chunks_per_rank = chunks_per_rank, .costs = c ? &cc : NULL,
                       .mem_limit = mem_limit};

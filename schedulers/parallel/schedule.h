@@ -200,12 +200,14 @@ void sp_chunk_costs_sum(const sp_costs *c, int stages, int chunks, const int *st
  * c split into ranks · v chunks (v = chunks_per_rank, 0: the generator's default) with the
  * costs summed per chunk; c NULL: unit chunk costs. mem_limit as sp_pp_params: counted in
  * chunk micro-batches, or with mem_bytes in bytes (each chunk weighs its layers'
- * act_bytes). What build/schedule, the executor and the teaching page all call. SP_ERR
+ * act_bytes). transfer: the time of a message between two ranks, in the costs' unit (the
+ * generators that search, zb-auto, weigh it; with c only). What build/schedule, the
+ * executor and the teaching page all call. SP_ERR
  * with one line (naming the scheme) when the chunks do not fit the layers or the
  * generator refuses the parameters; *out NULL then. */
 struct sp_pp_generator;
 int sp_pp_generate_from_costs(const struct sp_pp_generator *g, const sp_costs *c, int ranks, int micro,
-                              int chunks_per_rank, double mem_limit, bool mem_bytes,
+                              int chunks_per_rank, double mem_limit, bool mem_bytes, double transfer,
                               struct sp_actions **out) SP_MUST_CHECK;
 
 /* The master schedule of an action list: the stages are cfg->stages layers grouped into
