@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # docs/SCHEDULES.md's comparison table: every scheme of `build/schedule --list` at p = 4
 # workers, m = 8 micro-batches, with unit costs (8 stages, F = δ = G = 1 each) and with
-# VGG-11's costs (`build/schedule --model vgg11`: its layers, FLOP counts at the default
-# 1000 GFLOP/s, 32 samples a micro-batch, real activation sizes): latency, bubble
+# VGG-11's measured costs (docs/vgg11-costs-measured.csv: `build/vgg11 --costs-out`, the
+# mean compute of each layer's F, δ and G at 32 samples a micro-batch, real activation
+# sizes; its first lines say how it was taken): latency, bubble
 # fraction (1 − utilisation), peak activations per rank and messages received per rank
 # (activations + gradients + fetched weights, the text table's act_recv + grad_recv +
 # wgt_recv). Every figure is build/schedule's own output.
@@ -45,7 +46,7 @@ def run(scheme, costs):
 schemes = [s for s in json.loads(subprocess.run([build + "/schedule", "--list"], capture_output=True, text=True,
                                                 check=True).stdout.splitlines()[-1])["schemes"] if s != "custom"]
 unit = ["--stages", "8", "--fwd-cost", "1", "--delta-cost", "1", "--grad-cost", "1", "--no-diagram"]
-vgg = ["--model", "vgg11", "--no-diagram"]
+vgg = ["--profile", "docs/vgg11-costs-measured.csv", "--no-diagram"]
 rows = ["| scheme | unit: latency | bubble | peak act. per rank (stages) | messages per rank "
         "| VGG-11: latency (µs) | bubble | peak act. per rank (MB) | messages per rank |",
         "| --- | ---: | ---: | --- | --- | ---: | ---: | --- | --- |"]
