@@ -404,6 +404,12 @@ static int run_schedule(opts *o)
 /* --calibrate-comm: every rank probes, rank 0 writes the profile and prints the fit. */
 static int run_calibrate(const opts *o, int *argc, char ***argv)
 {
+    /* Refused before MPI_Init when mpirun did not start W >= 2 ranks (Open MPI's
+     * OMPI_COMM_WORLD_SIZE, as the apps read it): nothing of MPI is left behind then. */
+    const char *np = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!np || atoi(np) < 2)
+        sp_fail("--calibrate-comm %s: %s rank%s (expected mpirun -np W build/schedule --calibrate-comm FILE, W >= 2)",
+                o->calibrate_comm, np ? np : "1", np && atoi(np) != 1 ? "s" : "");
     sp_comm_init(argc, argv);
     sp_comm *w = sp_comm_world();
     if (sp_comm_size(w) < 2)
