@@ -939,19 +939,8 @@ Test(pipelines, interleaved_needs_m_a_multiple_of_p)
 /* The issue's numbers from the program itself: zb-h1 27, 1f1b-strict 33 (and the greedy
  * 1f1b --split stays 30), and a list written by --actions-out and read by --scheme custom
  * gives the same latency. */
-static double program_latency(const char *args)
-{
-    char cmd[1024], line[8192] = "", last[8192] = "";
-    const char *b = getenv("BUILD");
-    snprintf(cmd, sizeof cmd, "%s/schedule %s --no-diagram 2>&1", b ? b : "build", args);
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f);
-    while (fgets(line, sizeof line, f)) snprintf(last, sizeof last, "%s", line);
-    cr_assert_eq(pclose(f), 0, "%s: %s", cmd, last);
-    const char *l = strstr(last, "\"latency\":");
-    cr_assert_not_null(l, "%s: %s", cmd, last);
-    return atof(l + 10);
-}
+static double program_key(const char *args, const char *key);
+static double program_latency(const char *args) { return program_key(args, "latency"); }
 
 Test(pipelines, program_reports_the_issue_latencies)
 {

@@ -188,6 +188,18 @@ void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_re
     }
 }
 
+/* "key": [v0, v1, ...] with one value per rank: doubles exactly (%.15g) or ints. */
+static void json_per_rank(sp_json *j, const char *key, const double *d, const int *iv, int ranks)
+{
+    char buf[4096];
+    size_t n = 0;
+    for (int r = 0; r < ranks && n < sizeof buf - 32; r++)
+        n += d ? (size_t)snprintf(buf + n, sizeof buf - n, "%s%.15g", r ? ", " : "[", d[r])
+               : (size_t)snprintf(buf + n, sizeof buf - n, "%s%d", r ? ", " : "[", iv[r]);
+    snprintf(buf + n, sizeof buf - n, "]");
+    sp_json_raw(j, key, buf);
+}
+
 void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
 {
     if (!s) sp_fail("sp_run_summary_exec: argument 's' is NULL");
@@ -219,32 +231,15 @@ void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
     sp_json_raw(j, "busy_ms", busy);
     sp_json_raw(j, "idle_ms", idle);
     /* activation memory per rank: measured by the executor, and as the schedule simulated it */
-    for (int k = 0; k < 2; k++) {
-        const double *v = k ? st.sim_peak_act_bytes : st.peak_act_bytes;
-        size_t n = 0;
-        for (int r = 0; r < st.workers && n < sizeof busy - 32; r++)
-            n += (size_t)snprintf(busy + n, sizeof busy - n, "%s%.15g", r ? ", " : "[", v[r]);
-        snprintf(busy + n, sizeof busy - n, "]");
-        sp_json_raw(j, k ? "simulated_peak_activation_bytes" : "peak_activation_bytes", busy);
-    }
-    if (st.wgrad_steps) {   /* the time scan: each rank's share of the weight gradients, in steps */
-        size_t n = 0;
-        for (int r = 0; r < st.workers && n < sizeof busy - 32; r++)
-            n += (size_t)snprintf(busy + n, sizeof busy - n, "%s%d", r ? ", " : "[", st.wgrad_steps[r]);
-        snprintf(busy + n, sizeof busy - n, "]");
-        sp_json_raw(j, "wgrad_steps", busy);
-    }
+    json_per_rank(j, "peak_activation_bytes", st.peak_act_bytes, NULL, st.workers);
+    json_per_rank(j, "simulated_peak_activation_bytes", st.sim_peak_act_bytes, NULL, st.workers);
+    /* the time scan: each rank's share of the weight gradients, in steps */
+    if (st.wgrad_steps) json_per_rank(j, "wgrad_steps", NULL, st.wgrad_steps, st.workers);
     if (st.scan_algo) sp_json_str(j, "scan_algo", st.scan_algo);
     /* the whole memory per rank (weights, gradients, optimizer state, buckets, activations):
      * measured by the executor, and predicted (exec.h) */
-    for (int k = 0; k < 2; k++) {
-        const double *v = k ? st.pred_peak_mem_bytes : st.peak_mem_bytes;
-        size_t n = 0;
-        for (int r = 0; r < st.workers && n < sizeof busy - 32; r++)
-            n += (size_t)snprintf(busy + n, sizeof busy - n, "%s%.15g", r ? ", " : "[", v[r]);
-        snprintf(busy + n, sizeof busy - n, "]");
-        sp_json_raw(j, k ? "predicted_peak_memory_bytes" : "peak_memory_bytes", busy);
-    }
+    json_per_rank(j, "peak_memory_bytes", st.peak_mem_bytes, NULL, st.workers);
+    json_per_rank(j, "predicted_peak_memory_bytes", st.pred_peak_mem_bytes, NULL, st.workers);
     sp_exec_stats_free(&st);
     if (s->o->clip_grad_norm > 0) {
         sp_exec_clip c;
