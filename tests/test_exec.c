@@ -499,6 +499,32 @@ static double json_number(const char *out, const char *key)
  * neither "step_mean_ms" nor the costs (it does reach busy_ms, which counts every step).
  * On one rank the step holds every job, so the prediction from the mean job costs is
  * at most the mean step, by construction (a median step broke this: 1f1b at 0.91). */
+/* "step_median_ms": the median of each rank's steps after the first 5, mean over the
+ * ranks. Rank 0's step 3 computes one job 1 s longer: inside the skipped five, it
+ * reaches step_mean_ms (the steps after the first) but not the median; at step 8 of 9
+ * it is one of the four steps the median takes, and the median of four with one slow
+ * is the mean of the two middle (fast) ones. */
+Test(exec, step_median_leaves_out_five_steps_and_stalls, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 9 --batch 32 --threads 1 --quiet --parallel gpipe --microbatches 2",
+             bin("demo"));
+    for (int k = 0; k < 2; k++) {
+        mpi_run(k == 0 ? "SCANPROP_EXEC_FAULT=slow:0:3:1000" : "SCANPROP_EXEC_FAULT=slow:0:8:1000", "-np 2", cmd, &r);
+        cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
+        double mean = json_number(r.out, "step_mean_ms"), median = json_number(r.out, "step_median_ms");
+        cr_assert(mean > 100, "slowed step %d: step_mean_ms %.3f lacks it", k ? 8 : 3, mean);
+        cr_assert(median > 0 && median < 100, "slowed step %d: step_median_ms %.3f holds it", k ? 8 : 3, median);
+    }
+    snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 5 --batch 32 --threads 1 --quiet --parallel gpipe --microbatches 2",
+             bin("demo"));
+    mpi_run("", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
+    cr_assert_not_null(strstr(r.out, "\"step_median_ms\": null"), "5 steps leave no step for the median: %s", r.out);
+}
+
 Test(exec, costs_out_and_step_mean_leave_out_the_first_step, .timeout = 120)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");

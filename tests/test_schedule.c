@@ -1235,6 +1235,67 @@ Test(sim_comm, zero_cost_is_the_compute_only_simulation)
     }
 }
 
+/* The executor's measured time per job (exec_predict.c: job_us) lengthens every job by
+ * that much: GPipe on one worker with free messages is a chain of 2·S·B jobs, so its
+ * step grows by exactly 2·S·B·job_us, and each job lasts its cost plus job_us. */
+Test(sim_comm, job_overhead_lengthens_every_job)
+{
+    sp_costs *c = sp_costs_uniform(3, 2, 1, 1);
+    sp_sched_config sc = {.stages = 3, .micro = 4, .workers = 1, .split = 0};
+    sp_schedule *s = sp_schedule_new(sp_scheme_find("gpipe"), &sc, c);
+    sp_sim r;
+    sp_simulate(s, c, &r);
+    sp_sim_comm m0, m1;
+    sp_sim_comm_cfg cfg = {.bucket_mb = 25};
+    sp_simulate_comm(s, c, &r, &cfg, &m0);
+    cfg.job_us = 0.25;
+    sp_simulate_comm(s, c, &r, &cfg, &m1);
+    cr_assert_eq(s->njobs, 2 * 3 * 4);
+    cr_assert_float_eq(m1.latency - m0.latency, 0.25 * s->njobs, 1e-9, "%g -> %g over %d jobs", m0.latency,
+                       m1.latency, s->njobs);
+    for (int j = 0; j < s->njobs; j++)
+        cr_assert_float_eq(m1.finish[j] - m1.start[j], m0.finish[j] - m0.start[j] + 0.25, 1e-9, "job %d", j);
+    sp_sim_comm_free(&m0);
+    sp_sim_comm_free(&m1);
+    sp_sim_free(&r);
+    sp_schedule_free(s);
+    sp_costs_free(c);
+}
+
+/* A message above the 4 KiB eager limit is pulled by its receiver when it reaches the
+ * receive (sim_comm.c): GPipe, 2 workers, 2 micro-batches, F of stage 0 1 µs, of stage 1
+ * 10 µs, p2p 2048 B/µs without latency. 8 KiB messages (4 µs): a at [1,5], b queued
+ * behind it on w0's lane, sent at 5; F1(a) starts at 5, F1(b) when w1 is free (15) plus
+ * its copy: 19. At 4 KiB (eager, 2 µs) F1(b) starts when w1 is free: 13. The teaching
+ * transfer latency (no model) stays eager: 15. */
+Test(sim_comm, rendezvous_messages_cost_the_receiver)
+{
+    double want[3] = {19, 13, 15}, bytes[3] = {8192, 4096, 8192};
+    for (int k = 0; k < 3; k++) {
+        sp_costs *c = sp_costs_uniform(2, 1, 0.5, 0.5);
+        c->fwd[1] = 10;
+        c->act_bytes[0] = bytes[k];
+        sp_sched_config sc = {.stages = 2, .micro = 2, .workers = 2};
+        sp_schedule *s = sp_schedule_new(sp_scheme_find("gpipe"), &sc, c);
+        sp_sim r;
+        sp_simulate(s, c, &r);
+        sp_comm_model *cm = calloc(1, sizeof *cm);
+        cm->fit[SP_COMM_P2P] = (sp_comm_fit){.ranks = 2, .nsegs = 1, .seg = {{0, 0, 2048}}};
+        cm->fit[SP_COMM_ALLREDUCE] = (sp_comm_fit){.ranks = 2, .nsegs = 1, .seg = {{0, 0, INFINITY}}};
+        sp_sim_comm_cfg cfg = {.model = k < 2 ? cm : NULL, .transfer = k < 2 ? 0 : 4};
+        sp_sim_comm m;
+        sp_simulate_comm(s, c, &r, &cfg, &m);
+        double fa = m.start[sp_schedule_find(s, 1, 0, SP_FWD)], fb = m.start[sp_schedule_find(s, 1, 1, SP_FWD)];
+        cr_assert_float_eq(fa, k == 1 ? 3 : 5, 1e-9, "case %d: F1(a) at %g", k, fa);
+        cr_assert_float_eq(fb, want[k], 1e-9, "case %d: F1(b) at %g, want %g", k, fb, want[k]);
+        sp_sim_comm_free(&m);
+        free(cm);
+        sp_sim_free(&r);
+        sp_schedule_free(s);
+        sp_costs_free(c);
+    }
+}
+
 static sp_comm_model *latency_model(double p2p_us, double allreduce_us)
 {
     sp_comm_model *m = calloc(1, sizeof *m);

@@ -122,6 +122,7 @@ void sp_exec_free(sp_exec *x)
     free(x->done);
     free(x->sends);
     free(x->order_rec);
+    free(x->step_wall);
     free(x->ev);
     free(x->meas);
     sp_exec_mem_free(x);
@@ -239,7 +240,7 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
         sp_job j = x->sched->jobs[job];
         maybe_fault(x, i, njobs);
         sp_exec_label_job(x, job, x->steps);
-        double j0 = sp_now();
+        double j0 = sp_now(), w0 = sp_comm_wait_seconds(), b0 = x->fwd_s + x->bwd_s;
         if (j.dir == SP_FWD) {
             sp_exec_run_forward(x, job, j);
             if (j.stage == x->S - 1 && --x->loss_left == 0) start_loss(x);
@@ -250,6 +251,10 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
         sp_exec_trace_add(x, job, j0, sp_now());
         if (x->steps == 0) x->order_rec[x->norder++] = job;
         sp_exec_poll_buckets(x);
+        if (x->steps > 0) {   /* the job's time that was neither its compute nor waiting */
+            x->job_overhead += sp_now() - j0 - (x->fwd_s + x->bwd_s - b0) - (sp_comm_wait_seconds() - w0);
+            x->njobs_late++;
+        }
     }
     if (is_scan(x->cfg.scheme) && !x->tscan) sp_exec_scan_backward(x);
     /* Gradients: every bucket finished, unpacked where the sum landed, and the owners'
@@ -275,6 +280,11 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
     double c1 = sp_comm_wait_seconds();
     x->comm_s += c1 - c0;
     x->wall += t1 - t0;
+    if (x->steps == x->cap_step_wall) {
+        x->cap_step_wall = x->cap_step_wall ? 2 * x->cap_step_wall : 64;
+        x->step_wall = sp_xrealloc(x->step_wall, sizeof(double) * (size_t)x->cap_step_wall);
+    }
+    x->step_wall[x->steps] = t1 - t0;
     if (x->steps > 0) {   /* the first step warms up (left out as from the measured costs) */
         x->wall_late += t1 - t0;
         x->comm_late += c1 - c0;

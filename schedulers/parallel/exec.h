@@ -123,11 +123,18 @@ bool sp_exec_scheme_known(const char *name);
  * step_mean / comm_mean: seconds per step after the first, wall / waiting on
  * communication, mean over the ranks (NaN before step 2) — the statistic of the job costs
  * --costs-out writes, so a prediction from those compares like with like. */
+enum { SP_EXEC_MEDIAN_SKIP = 5 };
 typedef struct sp_exec_stats {
     int workers;
     long steps;
     double *busy, *comm, *wall;   /* [workers] */
     double step_mean, comm_mean;
+    /* the median step after the first SP_EXEC_MEDIAN_SKIP, each rank's, mean over the
+     * ranks (NaN with fewer steps): the steady state, cold starts and rare stalls left out */
+    double step_median;
+    /* µs of a job, mean over the ranks and the jobs after the first step, that was neither
+     * its ops' compute nor waiting on a message: the executor's own time (exec_predict.c) */
+    double job_us;
     /* [workers]: the largest activation bytes the rank held at once (measured: each
      * F(s, b) holds sp_node_act_bytes of its node until the rank's last backward job of
      * (s, b) ends), and the same from the schedule's simulation (sp_sim peak_act_bytes);

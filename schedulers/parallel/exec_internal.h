@@ -96,6 +96,11 @@ struct sp_exec {
     double busy, comm_s, wall, fwd_s, bwd_s;
     int wgrad_steps;   /* time scan: the steps whose weight gradients this rank computed, last step */
     double wall_late, comm_late;   /* wall and comm seconds of the steps after the first */
+    double *step_wall;       /* [steps]: each step's wall seconds (the median step)   */
+    double job_overhead;     /* seconds of the jobs after the first step that were neither
+                                compute nor waiting (exec_predict.c)                 */
+    long njobs_late;
+    long cap_step_wall;
     double delay_s;          /* $SCANPROP_EXEC_FAULT=slow: added to the next job's compute */
     int *order_rec;          /* the first step's executed job ids                    */
     int norder;
@@ -232,6 +237,7 @@ void sp_exec_write_msgs(sp_exec *x);
 /* The trace's simulated rows: one process "rank r (simulated)" per rank (pid W + r). */
 void sp_exec_trace_predicted(const sp_exec *x, FILE *f);
 void sp_exec_pred_free(sp_exec *x);
+double sp_exec_job_us(sp_exec *x);   /* the executor's own µs per job, collective */
 
 /* ---- reports (exec_report.c) ------------------------------------------------------------ */
 

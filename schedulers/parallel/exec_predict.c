@@ -33,6 +33,16 @@ static sp_costs *measured_costs(sp_exec *x)
     return c;
 }
 
+/* The executor's own time per job (µs), mean over the ranks' jobs after the first step:
+ * posting sends, tape and bookkeeping, polling the buckets — the part of a job that is
+ * neither its ops' compute (the job costs above) nor waiting. Collective. */
+double sp_exec_job_us(sp_exec *x)
+{
+    float v[2] = {(float)x->job_overhead, (float)x->njobs_late};
+    sp_allreduce(x->world, v, 2);
+    return v[1] > 0 ? 1e6 * (double)v[0] / (double)v[1] : 0;
+}
+
 double sp_exec_predict_step_ms(sp_exec *x, const sp_comm_model *cm)
 {
     sp_costs *c = measured_costs(x);
@@ -47,8 +57,9 @@ double sp_exec_predict_step_ms(sp_exec *x, const sp_comm_model *cm)
         ob[s] = 4.0 * (double)rows * (double)sp_shape_numel(si->out_ndim, si->out_shape);
         opt[s] = sp_opt_us_estimate(c->param_bytes[s]);
     }
+    double job_us = sp_exec_job_us(x);
     sp_sim_comm_cfg cfg = {.model = cm, .out_bytes = ob, .bucket_mb = x->cfg.bucket_mb, .deferred = x->deferred,
-                           .opt_us = opt};
+                           .opt_us = opt, .job_us = job_us};
     if (x->pred) sp_sim_comm_free(x->pred);
     else x->pred = sp_xcalloc(1, sizeof *x->pred);
     sp_simulate_comm(x->sched, c, &x->sim, &cfg, x->pred);

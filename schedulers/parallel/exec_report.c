@@ -102,15 +102,34 @@ void sp_exec_rows_needed(const sp_exec *x, int n, unsigned char *need)
 
 /* ---- statistics, order, trace --------------------------------------------------------------- */
 
+static int cmp_double(const void *a, const void *b)
+{
+    double u = *(const double *)a, v = *(const double *)b;
+    return (u > v) - (u < v);
+}
+
+/* The median of this rank's step walls after the first SP_EXEC_MEDIAN_SKIP (NaN without). */
+static double median_step(const sp_exec *x)
+{
+    long n = x->steps - SP_EXEC_MEDIAN_SKIP;
+    if (n < 1) return NAN;
+    double *v = sp_xmalloc(sizeof(double) * (size_t)n);
+    memcpy(v, x->step_wall + SP_EXEC_MEDIAN_SKIP, sizeof(double) * (size_t)n);
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    double m = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    free(v);
+    return m;
+}
+
 void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st)
 {
     st->workers = x->W;
     st->steps = x->steps;
-    enum { K = 8 };
+    enum { K = 9 };
     /* the peak in bytes as two floats of 24 bits each: exact below 2^48 */
     double peak = round(x->act_peak), hi = floor(peak / 16777216.0);
     float mine[K] = {(float)x->busy, (float)x->comm_s,      (float)x->wall, (float)x->wall_late, (float)x->comm_late,
-                     (float)hi,      (float)(peak - hi * 16777216.0), (float)x->wgrad_steps};
+                     (float)hi,      (float)(peak - hi * 16777216.0), (float)x->wgrad_steps, (float)median_step(x)};
     float *all = sp_xmalloc(sizeof(float) * K * (size_t)x->W);
     sp_allgather(x->world, mine, all, K);
     st->busy = sp_xmalloc(sizeof(double) * (size_t)x->W);
@@ -120,7 +139,7 @@ void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st)
     st->sim_peak_act_bytes = sp_xmalloc(sizeof(double) * (size_t)x->W);
     st->wgrad_steps = x->tscan ? sp_xmalloc(sizeof(int) * (size_t)x->W) : NULL;
     st->scan_algo = !is_scan(x->cfg.scheme) ? NULL : sp_exec_scan_blelloch(x) ? "blelloch" : "hillis-steele";
-    double wall = 0, comm = 0;
+    double wall = 0, comm = 0, median = 0;
     for (int r = 0; r < x->W; r++) {
         const float *a = all + K * r;
         st->busy[r] = a[0], st->comm[r] = a[1], st->wall[r] = a[2];
@@ -129,7 +148,10 @@ void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st)
         if (st->wgrad_steps) st->wgrad_steps[r] = (int)a[7];
         wall += a[3];
         comm += a[4];
+        median += a[8] / x->W;
     }
+    st->job_us = sp_exec_job_us(x);
+    st->step_median = median;
     double n = x->steps > 1 ? (double)x->W * (double)(x->steps - 1) : NAN;
     st->step_mean = wall / n;
     st->comm_mean = comm / n;

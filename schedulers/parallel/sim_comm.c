@@ -5,7 +5,15 @@
  * weights broadcast, and — deferred — the previous step's bucket of its stage plus that
  * update). The placement sweeps the workers repeatedly, as simulate.c's fixed orders do:
  * a job whose message has not been sent yet waits for a later sweep. Collectives are
- * placed when their last member issued them, on every member's lane. */
+ * placed when their last member issued them, on every member's lane.
+ *
+ * A message above Open MPI's eager limit (SIM_EAGER_BYTES) moves by rendezvous: the
+ * sender posts it, and the bytes cross only once the receiver has posted its receive —
+ * over shared memory the receiver copies them itself (vader's CMA single copy), inside
+ * its wait. So such a message costs the receiver its transfer time from when both sides
+ * are there, max(its send, the receiving job's turn), even when it was sent long before:
+ * the transfer overlaps the sender's compute, never the receiver's. A smaller message is
+ * copied into the receiver's queue at once and arrives α + bytes/β after its send. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +21,10 @@
 #include "schedulers/parallel/sim_comm.h"
 
 enum { SYNC_NONE, SYNC_ALLREDUCE, SYNC_OWNER };
+
+/* Open MPI's shared-memory transport (btl vader) sends up to 4 KiB eagerly (its
+ * btl_vader_eager_limit); a larger message waits for the matching receive. */
+#define SIM_EAGER_BYTES 4096.0
 
 const char *sp_msg_kind_name(sp_msg_kind k)
 {
@@ -67,6 +79,8 @@ typedef struct csim {
     /* one pass */
     double *lane, *free_at, *send_end, *opt;   /* [W]                                   */
     double *arrival;              /* per pred edge (CSR of s->preds): message arrival, −1 */
+    double *sent, *xfer;          /* per pred edge: its send and, rendezvous, its transfer
+                                     time (µs; −1 for an eager message)                 */
     double *bcast_end;            /* [S]                                                */
     int *pending;                 /* [nb·W]                                             */
     double *issue;                /* [nb·W]: −1 until issued                            */
@@ -294,6 +308,14 @@ static void issue_buckets(csim *cs, int w, int set, double t)
     }
 }
 
+/* A p2p message of real bytes (a calibrated model or a topology, not the teaching
+ * --transfer-cost's abstract latency) above the eager limit. */
+static bool rendezvous(const csim *cs, double bytes)
+{
+    bool topo = cs->cfg->topo && cs->cfg->topo->nodes > 0;
+    return (cs->cfg->model || topo) && bytes > SIM_EAGER_BYTES;
+}
+
 /* Messages of job j (on w, finished at t): F's output, or δ/B's ∂l/∂y_{s−1}, to every
  * other worker with a successor of that direction (exec_stage.c's send_to_succs). */
 static void send_outputs(csim *cs, int j, int w, double t)
@@ -324,7 +346,11 @@ static void send_outputs(csim *cs, int j, int w, double t)
             int q = succ[k];
             if (s->compute[q] != v || is_bwd(s->jobs[q].dir) != grads) continue;
             for (int e = s->pred_off[q]; e < s->pred_off[q + 1]; e++)
-                if (s->preds[e] == j && cs->arrival[e] < 0 && t1 >= 0) cs->arrival[e] = t1;
+                if (s->preds[e] == j && cs->arrival[e] < 0 && t1 >= 0) {
+                    cs->arrival[e] = t1;
+                    cs->sent[e] = t0;
+                    cs->xfer[e] = rendezvous(cs, bytes) ? t1 - t0 : -1;
+                }
         }
     }
 }
@@ -378,13 +404,14 @@ static double job_start(csim *cs, int j, int w, bool *ready)
     const sp_schedule *s = cs->s;
     double t = cs->free_at[w];
     for (int e = s->pred_off[j]; e < s->pred_off[j + 1]; e++)
-        if (is_message(s, s->preds[e], j)) {
-            if (cs->arrival[e] < 0) {
-                *ready = false;
-                return 0;
-            }
-            t = fmax(t, cs->arrival[e]);
+        if (is_message(s, s->preds[e], j) && cs->arrival[e] < 0) {
+            *ready = false;
+            return 0;
         }
+    /* eager messages wait in the queue; rendezvous ones are pulled in turn (above) */
+    for (int e = s->pred_off[j]; e < s->pred_off[j + 1]; e++)
+        if (is_message(s, s->preds[e], j))
+            t = cs->xfer[e] < 0 ? fmax(t, cs->arrival[e]) : fmax(t, cs->sent[e]) + cs->xfer[e];
     int st = s->jobs[j].stage, bi = cs->stage_bucket[st];
     if (cs->sync[st] == SYNC_OWNER && cs->sets[cs->set_of[st]][w]) t = fmax(t, cs->bcast_end[st]);
     if (cs->cfg->deferred && s->jobs[j].dir == SP_FWD && bi >= 0 && cs->outstanding[bi * cs->W + w]) {
@@ -418,7 +445,7 @@ static void place_jobs(csim *cs, sp_sim_comm *out, double *loss_issue)
                 double t = job_start(cs, j, w, &ready);
                 if (!ready) break;
                 out->start[j] = t;
-                out->finish[j] = cs->free_at[w] = t + sp_job_duration(s, cs->c, j);
+                out->finish[j] = cs->free_at[w] = t + sp_job_duration(s, cs->c, j) + cs->cfg->job_us;
                 pos[w]++;
                 placed++;
                 sp_job jb = s->jobs[j];
@@ -511,6 +538,8 @@ void sp_simulate_comm(const sp_schedule *s, const sp_costs *c, const sp_sim *r, 
     cs.send_end = sp_xcalloc((size_t)W, sizeof(double));
     cs.opt = sp_xcalloc((size_t)W, sizeof(double));
     cs.arrival = sp_xcalloc((size_t)s->pred_off[s->njobs] + 1, sizeof(double));
+    cs.sent = sp_xcalloc((size_t)s->pred_off[s->njobs] + 1, sizeof(double));
+    cs.xfer = sp_xcalloc((size_t)s->pred_off[s->njobs] + 1, sizeof(double));
     cs.bcast_end = sp_xcalloc((size_t)S + 1, sizeof(double));
     cs.pending = sp_xcalloc((size_t)nb1 * W, sizeof(int));
     cs.issue = sp_xcalloc((size_t)nb1 * W, sizeof(double));
@@ -552,7 +581,7 @@ void sp_simulate_comm(const sp_schedule *s, const sp_costs *c, const sp_sim *r, 
     free(cs.sets), free(cs.sync), free(cs.owner), free(cs.set_of), free(cs.set_min), free(cs.set_size);
     free(cs.bk_set), free(cs.bk_sync), free(cs.bk_off), free(cs.bk_stages), free(cs.bk_bytes);
     free(cs.stage_bucket), free(cs.pending0), free(cs.lane), free(cs.free_at), free(cs.send_end), free(cs.opt);
-    free(cs.arrival), free(cs.bcast_end), free(cs.pending), free(cs.issue), free(cs.outstanding);
+    free(cs.arrival), free(cs.sent), free(cs.xfer), free(cs.bcast_end), free(cs.pending), free(cs.issue), free(cs.outstanding);
     free(cs.next_issue), free(cs.next_place), free(cs.bk_end), free(cs.prev_end), free(cs.msg_key);
 }
 

@@ -80,6 +80,9 @@ typedef struct sp_sim_comm_cfg {
                                     sp_comm_time_ranks over the ranks it spans (worker w
                                     is rank w; model unused); NULL or 0 nodes: model  */
     double transfer;             /* model NULL: every message's latency (costs' unit); 0: 0 */
+    double job_us;               /* added to every job: the executor's own time per job (its
+                                    bookkeeping between the ops: posting sends, tapes, polls),
+                                    measured by a run (exec_predict.c); 0 in build/schedule */
 } sp_sim_comm_cfg;
 
 typedef struct sp_sim_comm {

@@ -225,6 +225,8 @@ void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
     sp_json_num(j, "comm_ms", 1e3 * comm / steps);
     /* the steps after the first, as --costs-out's job costs (bench/distributed.sh) */
     sp_json_num(j, "step_mean_ms", 1e3 * st.step_mean);
+    sp_json_num(j, "step_median_ms", 1e3 * st.step_median);   /* after the first 5 steps */
+    sp_json_num(j, "job_overhead_us", st.job_us);
     sp_json_num(j, "comm_mean_ms", 1e3 * st.comm_mean);
     /* the simulator's step for what ran: this run's job costs and communication model */
     sp_json_num(j, "predicted_step_ms", sp_exec_predict_step_ms(x, s->comm));
