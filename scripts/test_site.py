@@ -279,8 +279,8 @@ def check_page(schemes):
         zb = "&".join("%s=%s" % kv for kv in SIDE_BY_SIDE.items())
         # name, query, viewport, greyscale, scrolled to; "pipelines-tall" (the timelines under
         # the figures) is the README's, "-grey" the same through achromatopsia's eyes
-        shots = [("pipelines", "?" + zb, "1280,800", False, None), ("pipelines-tall", "?" + zb, "1280,1400", False, None),
-                 ("pipelines-grey", "?" + zb, "1280,1400", True, None),
+        shots = [("pipelines", "?" + zb, "1280,800", False, None), ("pipelines-tall", "?" + zb, "1280,1180", False, None),
+                 ("pipelines-grey", "?" + zb, "1280,1180", True, None),
                  ("pipelines-transfers", "?p0-scheme=fsdp&p0-stages=3&p0-workers=3&p0-micro=4&p0-transfer=1",
                   "1280,800", False, "p0-figures"),
                  ("bppsa", "?view=bppsa", "1280,800", False, None), ("ooo", "?view=ooo", "1280,800", False, None),

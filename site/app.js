@@ -273,7 +273,7 @@ function drawLegend(host) {
     ['mem', 'activations held (line under a row)'], ['msg kind-act', 'activation message (solid arrow)'],
     ['msg kind-grad', 'gradient message (dashed arrow)'],
     ['msg kind-broadcast', 'weights from / gradients to their owner (dotted arrow)'],
-    ['msg kind-collective', 'allreduce (bar over a row; grey: the loss)'],
+    ['msg kind-collective', 'a collective on this worker: allreduce, or an owner\'s own part (bar over a row; grey: the loss)'],
     ['cursor', 'time slider']];
   var ul = h('ul', {'class': 'legend', 'aria-label': 'key to the timelines'}, host);
   items.forEach(function (it) {
