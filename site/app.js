@@ -249,7 +249,8 @@ function drawTimeline(p, res, tmax, cursor) {
     var g = el('g', {'class': 'msg kind-' + m.kind + (m.t0 > cursor ? ' future' : ''),
       'data-from': m.from, 'data-to': m.to}, svg);
     if (m.to < 0 || m.to === m.from) {   /* a collective's member (or the root's own part) */
-      el('rect', {x: sx(m.t0), y: rowTop(m.from) - stripH, width: Math.max(1.5, sx(m.t1) - sx(m.t0)), height: stripH - 1, 'class': 'bar'}, g);
+      el('rect', {x: sx(m.t0), y: rowTop(m.from) - stripH, width: Math.max(1.5, sx(m.t1) - sx(m.t0)),
+        height: stripH - 1, 'class': 'bar'}, g);
     } else {
       var down = m.to > m.from;
       el('line', {x1: sx(m.t0), y1: rowTop(m.from) + (down ? rowH : 0), x2: sx(m.t1), y2: rowTop(m.to) + (down ? 0 : rowH),
