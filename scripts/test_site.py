@@ -9,8 +9,12 @@
    writes the figures it shows into the DOM; they must equal build/schedule's JSON, the
    apps' --plan (BPPSA) and the ooo engine's peak_bytes and k. It also imports an action
    CSV. Any console error, page error or failed request fails the test.
-3. Screenshots of the three views (1280x800, and the pipelines view at phone width) go
-   to build/site-test/.
+3. Side by side, no two labels of the two figures lists overlap at 1280x800 and at a
+   phone's 390x844 (their text boxes from the DOM); every control of each view is reached
+   by pressing Tab (real key events through chromium's DevTools pipe).
+4. Screenshots of the three views (1280x800; the pipelines view also taller, in greyscale,
+   with transfers, and at phone width) go to build/site-test/; docs/img/site-*.png are
+   copies of pipelines-tall, bppsa and ooo.
 Only the standard library."""
 import json
 import os
@@ -194,6 +198,11 @@ PIPELINE_CASES = [
     dict(scheme="1f1b", stages=4, micro=8, transfer=0.75),
     dict(scheme="ddp", stages=3, micro=4, workers=4, transfer=2),
     dict(scheme="gpipe", stages=4, micro=4, costs="lenet", transfer=4),
+    # every kind of message drawn: broadcasts and reduces to an owner, bucket allreduces,
+    # both directions of a V placement
+    dict(scheme="fsdp", stages=3, micro=4, workers=3, transfer=1),
+    dict(scheme="lpp", stages=8, micro=8, groups=2, per_group=4, workers=8, transfer=1),
+    dict(scheme="zbv", stages=8, micro=8, workers=4, split=1, transfer=0.5),
 ]
 
 
@@ -249,13 +258,9 @@ def check_page(schemes):
         csv_set = page_case(dict(scheme="gpipe", stages=4, micro=8, fwd=1, delta=0.5, grad=0.5), actions)
         spec = dict(pipelines=cases, bppsa=bp, ooo=["lenet", "rnn"], csv=dict(set=csv_set, text=CSV))
         dom = browse(exe, base + "?selftest=" + urllib.parse.quote(json.dumps(spec)), ["--dump-dom"], log)
-        start = dom.find('<pre id="selftest-result"')
-        if start < 0 or 'data-selftest="done"' not in dom:
-            fail("the page's self-test did not finish (see %s)" % log.name)
+        res = selftest_result(dom, log)
+        if res is None:
             return
-        import html
-        body = dom[dom.index(">", start) + 1:dom.index("</pre>", start)]
-        res = json.loads(html.unescape(body))
         for e in res["errors"]:
             fail("page error: " + e)
         if sorted(res.get("schemes", [])) != sorted(schemes):
@@ -266,15 +271,26 @@ def check_page(schemes):
         check_csv(res)
         check_bppsa(res, links)
         check_ooo(res)
-        zb = "&".join("p%d-%s=%s" % (i, k, v) for i, s in ((0, "zbv"), (1, "1f1b")) for k, v in
-                      (("scheme", s), ("stages", 8), ("workers", 4), ("split", 1), ("delta", 1), ("grad", 1)))
-        shots = [("pipelines", "?compare=1&" + zb, "1280,800"), ("bppsa", "?view=bppsa", "1280,800"),
-                 ("ooo", "?view=ooo", "1280,800"), ("pipelines-phone", "", "390,844"),
-                 ("tutorial", "TUTORIAL.html", "1280,800")]
-        for name, q, size in shots:
+        # side by side, the figures lists must not overlap at a laptop's and a phone's width
+        for size in ("1280,800", "390,844"):
+            spec = dict(layout=SIDE_BY_SIDE, csv=dict(set=csv_set, text=CSV))
+            check_layout(page_at(exe, base + "?selftest=" + urllib.parse.quote(json.dumps(spec)), size, log), size)
+        check_keyboard(exe, base, log)
+        zb = "&".join("%s=%s" % kv for kv in SIDE_BY_SIDE.items())
+        # name, query, viewport, greyscale, scrolled to; "pipelines-tall" (the timelines under
+        # the figures) is the README's, "-grey" the same through achromatopsia's eyes
+        shots = [("pipelines", "?" + zb, "1280,800", False, None), ("pipelines-tall", "?" + zb, "1280,1180", False, None),
+                 ("pipelines-grey", "?" + zb, "1280,1180", True, None),
+                 ("pipelines-transfers", "?p0-scheme=fsdp&p0-stages=3&p0-workers=3&p0-micro=4&p0-transfer=1",
+                  "1280,800", False, "p0-figures"),
+                 ("bppsa", "?view=bppsa", "1280,800", False, None), ("ooo", "?view=ooo", "1280,800", False, None),
+                 ("pipelines-phone", "", "390,844", False, None),
+                 ("pipelines-phone-compare", "?" + zb, "390,844", False, "p1-figures"),
+                 ("tutorial", "TUTORIAL.html", "1280,800", False, None)]
+        for name, q, size, grey, at in shots:
             path = os.path.abspath(os.path.join(OUT, name + ".png"))
             url = base.replace("index.html", q) if q.startswith("TUTORIAL") else base + q
-            browse(exe, url, ["--window-size=" + size, "--hide-scrollbars", "--screenshot=" + path], log)
+            screenshot(exe, url, size, grey, at, path, log)
             if not os.path.exists(path) or os.path.getsize(path) < 2000:
                 fail("screenshot %s missing or empty" % path)
     finally:
@@ -287,12 +303,240 @@ def check_page(schemes):
             fail("failed request: " + line.strip())
 
 
+def selftest_result(dom, log):
+    """The page's self-test answer from chromium's --dump-dom, or None (a failure)."""
+    import html
+    start = dom.find('<pre id="selftest-result"')
+    if start < 0 or 'data-selftest="done"' not in dom:
+        fail("the page's self-test did not finish (see %s)" % log.name)
+        return None
+    return json.loads(html.unescape(dom[dom.index(">", start) + 1:dom.index("</pre>", start)]))
+
+
+# Two schemes side by side with the longest figures lists: transfers (per-worker lists),
+# the whole memory per worker; the README's screenshot shows the same.
+SIDE_BY_SIDE = {"compare": 1, "p0-scheme": "zbv", "p0-stages": 8, "p0-workers": 4, "p0-split": 1, "p0-delta": 1,
+                "p0-grad": 1, "p0-transfer": 0.5, "p1-scheme": "1f1b", "p1-stages": 8, "p1-workers": 4,
+                "p1-split": 1, "p1-delta": 1, "p1-grad": 1, "p1-transfer": 0.5}
+
+
+def overlap(a, b):
+    """Do two boxes [left, top, right, bottom] overlap by more than half a pixel both ways?"""
+    return min(a[2], b[2]) - max(a[0], b[0]) > 0.5 and min(a[3], b[3]) - max(a[1], b[1]) > 0.5
+
+
+def check_layout(res, size):
+    """No two labels of the figures lists (their text boxes, from the DOM) overlap, and each
+    stays inside its panel, with both panels shown."""
+    if res is None:
+        return
+    lay = res.get("layout")
+    want_w = int(size.split(",")[0])
+    if not lay or lay["width"] != want_w:
+        fail("layout at %s: the page reports a %s px wide window" % (size, lay and lay["width"]))
+        return
+    labels = []
+    for i, p in enumerate(lay["panels"]):
+        if p["box"][2] - p["box"][0] < 1:
+            fail("layout at %s: panel %d not shown side by side" % (size, i))
+        for l in p["labels"]:
+            b = l["box"]
+            if b[2] - b[0] < 0.5:
+                continue
+            labels.append((i, l["text"], b))
+            if b[0] < p["box"][0] - 0.5 or b[2] > p["box"][2] + 0.5:
+                fail("layout at %s: %r runs outside panel %d (%s, panel %s)" % (size, l["text"], i, b, p["box"]))
+    bad = [(a, b) for k, a in enumerate(labels) for b in labels[k + 1:] if overlap(a[2], b[2])]
+    for a, b in bad[:5]:
+        fail("layout at %s: %r (panel %d) overlaps %r (panel %d)" % (size, a[1], a[0], b[1], b[0]))
+    if len(labels) < 20:
+        fail("layout at %s: only %d labels in the figures lists" % (size, len(labels)))
+    print("page at %s: %d labels of the two figures lists, %d overlapping" % (size, len(labels), len(bad)))
+
+
+class Devtools:
+    """chromium driven over --remote-debugging-pipe (the DevTools protocol: JSON messages
+    ended by NUL, read by the browser on fd 3, written on fd 4): real key presses, which a
+    page's own script cannot make. Only the standard library."""
+
+    def __init__(self, exe, size, log):
+        import fcntl
+        to_r, self.to_w = os.pipe()
+        self.from_r, from_w = os.pipe()
+        # moved above 10 first, so placing them on 3 and 4 cannot overwrite one another
+        hi = [fcntl.fcntl(to_r, fcntl.F_DUPFD, 10), fcntl.fcntl(from_w, fcntl.F_DUPFD, 10)]
+
+        def child():
+            os.dup2(hi[0], 3)
+            os.dup2(hi[1], 4)
+        self.profile = tempfile.TemporaryDirectory(prefix="sp-chrome-")
+        self.proc = subprocess.Popen([exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                                      "--disable-extensions", "--user-data-dir=" + self.profile.name,
+                                      "--remote-debugging-pipe", "--window-size=" + size, "about:blank"],
+                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=child,
+                                     pass_fds=(3, 4) + tuple(hi))
+        for fd in [to_r, from_w] + hi:
+            os.close(fd)
+        self.buf, self.next_id, self.session = b"", 0, None
+
+    def call(self, method, **params):
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params}
+        if self.session:
+            msg["sessionId"] = self.session
+        os.write(self.to_w, json.dumps(msg).encode() + b"\0")
+        while True:   # events and other answers are skipped
+            while b"\0" not in self.buf:
+                chunk = os.read(self.from_r, 65536)
+                if not chunk:
+                    raise RuntimeError("chromium closed the DevTools pipe")
+                self.buf += chunk
+            line, self.buf = self.buf.split(b"\0", 1)
+            answer = json.loads(line)
+            if answer.get("id") == self.next_id:
+                if "error" in answer:
+                    raise RuntimeError("%s: %s" % (method, answer["error"]))
+                return answer.get("result", {})
+
+    def open(self, url):
+        target = self.call("Target.createTarget", url=url)["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+
+    def eval(self, expr):
+        r = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in r:
+            raise RuntimeError("%s: %s" % (expr, r["exceptionDetails"].get("text")))
+        return r["result"].get("value")
+
+    def key(self, name, code):
+        for kind in ("keyDown", "keyUp"):
+            self.call("Input.dispatchKeyEvent", type=kind, key=name, code=name, windowsVirtualKeyCode=code,
+                      nativeVirtualKeyCode=code)
+
+    def close(self):
+        try:
+            self.session = None
+            self.call("Browser.close")
+        except (RuntimeError, OSError):
+            pass
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.to_w)
+        os.close(self.from_r)
+        self.profile.cleanup()
+
+
+def page_at(exe, url, size, log):
+    """The self-test's answer with the page laid out at size ("W,H" CSS pixels). Through
+    DevTools: a headless window is never narrower than 500 px, so a phone's width is an
+    emulated viewport."""
+    import time
+    w, h = (int(v) for v in size.split(","))
+    dt = Devtools(exe, size, log)
+    try:
+        dt.open("about:blank")
+        dt.call("Emulation.setDeviceMetricsOverride", width=w, height=h, deviceScaleFactor=1, mobile=w < 500)
+        dt.call("Page.navigate", url=url)
+        for _ in range(600):
+            if dt.eval("document.body && document.body.dataset.selftest") == "done":
+                res = json.loads(dt.eval("document.getElementById('selftest-result').textContent"))
+                for e in res["errors"]:
+                    fail("page error at %s: %s" % (size, e))
+                return res
+            time.sleep(0.1)
+        fail("the page's self-test did not finish at %s" % size)
+    except (RuntimeError, OSError) as e:
+        fail("layout at %s: DevTools: %s" % (size, e))
+    finally:
+        dt.close()
+    return None
+
+
+def screenshot(exe, url, size, grey, at, path, log):
+    """A PNG of the page at size (an emulated viewport, as page_at), in greyscale if grey,
+    scrolled to the element with id `at` if given; the page's own errors fail the test."""
+    import base64
+    import time
+    w, h = (int(v) for v in size.split(","))
+    dt = Devtools(exe, size, log)
+    try:
+        dt.open("about:blank")
+        dt.call("Emulation.setDeviceMetricsOverride", width=w, height=h, deviceScaleFactor=1, mobile=w < 500)
+        if grey:
+            dt.call("Emulation.setEmulatedVisionDeficiency", type="achromatopsia")
+        dt.call("Page.navigate", url=url)
+        for _ in range(300):
+            if dt.eval("document.readyState === 'complete' && (!document.getElementById('errors') || "
+                       "document.body.dataset.ready === '1')"):
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)   # a view's data (fetched after the start) drawn
+        if at:
+            dt.eval("document.getElementById(%r).scrollIntoView()" % at)
+        errors = dt.eval("Array.prototype.map.call(document.querySelectorAll('#errors p'), function (p) "
+                         "{ return p.textContent; })") or []
+        for e in errors:
+            fail("page error in the screenshot %s: %s" % (os.path.basename(path), e))
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(dt.call("Page.captureScreenshot", format="png")["data"]))
+    except (RuntimeError, OSError) as e:
+        fail("screenshot %s: DevTools: %s" % (path, e))
+    finally:
+        dt.close()
+
+
+def check_keyboard(exe, base, log):
+    """Every control of each view is reached by pressing Tab from the top of the page (the
+    import's <details> open, both schemes shown): real key events through DevTools."""
+    import time
+    dt = Devtools(exe, "1280,800", log)
+    try:
+        dt.open(base + "?compare=1")
+        for _ in range(300):
+            if dt.eval("document.body && document.body.dataset.ready") == "1":
+                break
+            time.sleep(0.1)
+        else:
+            fail("keyboard: the page did not start")
+            return
+        total = 0
+        for view in ("pipelines", "bppsa", "ooo"):
+            dt.eval("document.getElementById('import').open = true; Promise.resolve(show(%r))" % view)
+            want = [c["name"] for c in dt.eval("controlsShown()") if not c["disabled"]]
+            dt.eval("document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0)")
+            reached, first = [], None
+            for _ in range(len(want) + 20):   # until focus comes round to the first control again
+                dt.key("Tab", 9)
+                name = dt.eval("document.activeElement === document.body ? '' : controlName(document.activeElement)")
+                if name and name == first:
+                    break
+                if name and first is None:
+                    first = name
+                if name:
+                    reached.append(name)
+            missed = [n for n in want if n not in reached]
+            if missed or not want:
+                fail("keyboard: in the %s view Tab does not reach %s (of %d controls)" % (view, missed, len(want)))
+            total += len(want)
+            if not missed:
+                print("page: %s view: Tab reaches all %d controls" % (view, len(want)))
+        if total < 40:
+            fail("keyboard: only %d controls found in the three views" % total)
+    except (RuntimeError, OSError) as e:
+        fail("keyboard: DevTools: %s" % e)
+    finally:
+        dt.close()
+
+
 def close(a, b):
     return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
 
 
 def check_pipelines(res):
-    n = nt = 0
+    n = nt = nm = 0
     for r in res["pipelines"]:
         c = r["set"]
         argv = schedule_argv(c)
@@ -333,9 +577,19 @@ def check_pipelines(res):
             fail("%s: a simulation with transfers without a transfer cost" % want)
         if r["boxes"] < 2 * native["stages"] * native["microbatches"]:
             fail("%s: %d job boxes drawn" % (want, r["boxes"]))
+        # messages: one drawn per message of the C side's answer; with a transfer cost that
+        # is sim_comm's list, as many as build/schedule --transfer-cost's "messages" sum to
+        if r["drawn_msgs"] != r["answer_msgs"]:
+            fail("%s: %d messages drawn, the simulator's answer has %d" % (want, r["drawn_msgs"], r["answer_msgs"]))
+        if c.get("transfer"):
+            if not r["transfers"] or r["drawn_msgs"] != sum(native["messages"]):
+                fail("%s: %d messages drawn, build/schedule's messages %s" % (want, r["drawn_msgs"], native["messages"]))
+            nm += r["drawn_msgs"]
         n += 1
-    print("page: %d pipeline configurations set through the controls match build/schedule (%d with a transfer cost)"
-          % (n, nt))
+    print("page: %d pipeline configurations set through the controls match build/schedule (%d with a transfer cost, "
+          "%d messages drawn as build/schedule counts them)" % (n, nt, nm))
+    if nm < 1:
+        fail("page: no message drawn in the configurations with a transfer cost")
     if nt < 2:
         fail("page: %d configurations with a transfer cost set through the slider (expected >= 2)" % nt)
 

@@ -122,7 +122,9 @@ function panelControls(idx, host) {
   p.figures = h('dl', {'class': 'figures', id: 'p' + idx + '-figures'}, p.root);
   p.error = h('p', {'class': 'refusal', 'aria-live': 'polite'}, p.root);
   p.cmd = h('pre', {'class': 'cmd', id: 'p' + idx + '-cmd'}, p.root);
-  p.svgbox = h('div', {'class': 'svgbox'}, p.root);
+  /* focusable: on a phone the timeline scrolls sideways, by keyboard too */
+  p.svgbox = h('div', {'class': 'svgbox', tabindex: '0', role: 'region',
+    'aria-label': (idx === 0 ? 'scheme A' : 'scheme B') + ' timeline'}, p.root);
   return p;
 }
 
@@ -158,33 +160,51 @@ function command(c) {
   return a.join(' ') + run;
 }
 
+/* The step a panel draws: sp_simulate's, or — with a transfer cost — the simulation with
+ * its messages (sim_comm.c: jobs re-timed, memory over the re-timed jobs, the messages).
+ * Both come from the C side as they are; this only picks which of its series to place. */
+function stepOf(res) {
+  var comm = !!res.transfers;
+  return {comm: comm, end: comm ? res.report.latency_with_comm : res.report.latency,
+    times: comm ? res.comm_jobs : res.jobs.map(function (j) { return [j[4], j[5]]; }),
+    memory: comm ? res.comm_memory : res.memory};
+}
+
+var MSG = {act: 'activation (F\'s output) to the next stage\'s worker', grad: '∂l/∂y to the previous stage\'s worker',
+  allreduce: 'gradient bucket allreduce', broadcast: 'owner\'s weights broadcast', reduce: 'gradients reduced to the owner',
+  loss: 'loss allreduce', dep: 'an output consumed on another worker (no transfer cost: arrives as sent)'};
+
 function drawTimeline(p, res, tmax, cursor) {
-  var rep = res.report, W = rep.workers, jobs = res.jobs;
-  var rowH = 34, memH = 18, left = 44, width = 760, top = 18;
-  var height = top + W * (rowH + memH + 6) + 36;
+  var rep = res.report, W = rep.workers, jobs = res.jobs, step = stepOf(res);
+  var stripH = 5, rowH = 34, memH = 18, pitch = stripH + rowH + memH + 8, left = 44, width = 760, top = 14;
+  var height = top + W * pitch + 18;
   var sx = function (t) { return left + (tmax > 0 ? t / tmax : 0) * (width - left - 10); };
+  var rowTop = function (w) { return top + w * pitch + stripH; };
   p.svgbox.innerHTML = '';
   var svg = el('svg', {viewBox: '0 0 ' + width + ' ' + height, role: 'img',
-    'aria-label': rep.scheme + ' timeline: ' + W + ' workers, latency ' + fmt(rep.latency)}, p.svgbox);
+    'aria-label': rep.scheme + ' timeline: ' + W + ' workers, latency ' + fmt(step.end)}, p.svgbox);
   var defs = el('defs', {}, svg);
   var pat = el('pattern', {id: 'hatch' + p.idx, width: 6, height: 6, patternUnits: 'userSpaceOnUse',
     patternTransform: 'rotate(45)'}, defs);
   el('line', {x1: 0, y1: 0, x2: 0, y2: 6, stroke: '#000', 'stroke-width': 1.5, 'stroke-opacity': 0.45}, pat);
   var idle = el('pattern', {id: 'idle' + p.idx, width: 4, height: 4, patternUnits: 'userSpaceOnUse'}, defs);
   el('circle', {cx: 2, cy: 2, r: 0.7, fill: '#888'}, idle);
+  var head = el('marker', {id: 'head' + p.idx, viewBox: '0 0 6 6', refX: 6, refY: 3, markerWidth: 5, markerHeight: 5,
+    orient: 'auto'}, defs);
+  el('path', {d: 'M0,0 L6,3 L0,6 z', 'class': 'head'}, head);
   for (var w = 0; w < W; w++) {
-    var y = top + w * (rowH + memH + 6);
+    var y = rowTop(w);
     el('text', {x: 2, y: y + rowH / 2 + 4, 'class': 'lab'}, svg, 'w' + w);
-    el('rect', {x: sx(0), y: y, width: sx(rep.latency) - sx(0), height: rowH, fill: 'url(#idle' + p.idx + ')',
+    el('rect', {x: sx(0), y: y, width: sx(step.end) - sx(0), height: rowH, fill: 'url(#idle' + p.idx + ')',
       'class': 'idle'}, svg).appendChild(el('title', {}, null, 'idle time of worker ' + w));
     /* memory lane: the simulator's own series (sim_memory.c), [time, activation bytes,
        fetched-weight bytes] steps, scaled to the largest peak of any worker; a dashed line
        adds the fetched weights where the scheme fetches any (fsdp, fslpp) */
     var peak = Math.max.apply(null, (rep.peak_memory_bytes || res.peak_act_bytes).concat([1e-12]));
-    var pts = res.memory[w], base = y + rowH + memH + 2, hi = 0, fetched = false;
+    var pts = step.memory[w], base = y + rowH + memH + 2, hi = 0, fetched = false;
     var d = 'M' + sx(0) + ',' + base, dw = d;
     for (var i = 0; i < pts.length; i++) {
-      var t1 = i + 1 < pts.length ? pts[i + 1][0] : rep.latency;
+      var t1 = i + 1 < pts.length ? pts[i + 1][0] : step.end;
       d += ' V' + (base - (pts[i][1] / peak) * memH) + ' H' + sx(t1);
       dw += ' V' + (base - ((pts[i][1] + pts[i][2]) / peak) * memH) + ' H' + sx(t1);
       hi = Math.max(hi, pts[i][1]);
@@ -196,11 +216,13 @@ function drawTimeline(p, res, tmax, cursor) {
       el('path', {d: dw, 'class': 'mem wgt'}, svg).appendChild(
         el('title', {}, null, 'worker ' + w + ' activations and fetched weights held'));
   }
-  jobs.forEach(function (j) {
-    var wk = j[0], st = j[1], mb = j[2], dir = j[3], t0 = j[4], t1 = j[5];
-    var y = top + wk * (rowH + memH + 6);
+  jobs.forEach(function (j, k) {
+    var wk = j[0], st = j[1], mb = j[2], dir = j[3], t0 = step.times[k][0], t1 = step.times[k][1];
+    var y = rowTop(wk);
     var shade = 0.35 + 0.65 * (rep.microbatches > 1 ? 1 - mb / (rep.microbatches - 1) * 0.6 : 1);
     var g = el('g', {'class': 'job dir-' + dir + (t0 >= cursor ? ' future' : '')}, svg);
+    /* white under the shaded box: the idle dots show only where the worker is idle */
+    el('rect', {x: sx(t0), y: y + 1, width: Math.max(0.5, sx(t1) - sx(t0)), height: rowH - 2, fill: '#fff'}, g);
     el('rect', {x: sx(t0), y: y + 1, width: Math.max(0.5, sx(t1) - sx(t0)), height: rowH - 2,
       'fill-opacity': shade, 'class': 'box'}, g);
     if (dir === 'g' || dir === 'd')
@@ -212,15 +234,85 @@ function drawTimeline(p, res, tmax, cursor) {
     el('title', {}, g, DIRS[dir] + ', stage ' + st + ' (' + res.stage_names[st] + '), micro-batch ' + mb +
       ', worker ' + wk + ', ' + fmt(t0) + ' → ' + fmt(t1));
   });
-  res.messages.forEach(function (m) {
-    var y0 = top + m[0] * (rowH + memH + 6) + rowH / 2, y1 = top + m[1] * (rowH + memH + 6) + rowH / 2;
-    var x = sx(m[2]);
-    el('line', {x1: x, y1: y0, x2: x + 3, y2: y1, 'class': 'msg' + (m[2] > cursor ? ' future' : '')}, svg);
+  /* messages, one drawn element each: a point-to-point message is an arrow from its
+     sender's row at the time it leaves to its receiver's row at its arrival; a collective
+     is a bar on each member's strip over the row. With a transfer cost the C side's
+     "transfers" (rank, peer, kind, stage, start, end; a broadcast's sender is its root),
+     else its "messages" (from, to, sent at: they arrive as sent). */
+  var msgs = step.comm ? res.transfers.map(function (m) {
+    var bcast = m[2] === 'broadcast';
+    return {from: bcast ? m[1] : m[0], to: bcast ? m[0] : m[1], kind: m[2], stage: m[3], t0: m[4], t1: m[5]};
+  }) : res.messages.map(function (m) {
+    return {from: m[0], to: m[1], kind: 'dep', stage: jobs[m[3]][1], t0: m[2], t1: m[2]};
   });
-  el('line', {x1: sx(cursor), y1: 4, x2: sx(cursor), y2: height - 30, 'class': 'cursor'}, svg);
-  var ty = height - 12;
-  el('text', {x: left, y: ty, 'class': 'lab'}, svg, 'time 0 … ' + fmt(rep.latency) + ' ' + res.unit +
-    '   boxes: F solid, δ outlined, G hatched, B solid dark; shade = micro-batch; dots = idle; line under a row = activations held');
+  msgs.forEach(function (m) {
+    var g = el('g', {'class': 'msg kind-' + m.kind + (m.t0 > cursor ? ' future' : ''),
+      'data-from': m.from, 'data-to': m.to}, svg);
+    if (m.to < 0 || m.to === m.from) {   /* a collective's member (or the root's own part) */
+      el('rect', {x: sx(m.t0), y: rowTop(m.from) - stripH, width: Math.max(1.5, sx(m.t1) - sx(m.t0)),
+        height: stripH - 1, 'class': 'bar'}, g);
+    } else {
+      var down = m.to > m.from;
+      el('line', {x1: sx(m.t0), y1: rowTop(m.from) + (down ? rowH : 0), x2: sx(m.t1), y2: rowTop(m.to) + (down ? 0 : rowH),
+        'class': 'arrow', 'marker-end': 'url(#head' + p.idx + ')'}, g);
+    }
+    el('title', {}, g, MSG[m.kind] + ', stage ' + m.stage + ': worker ' + m.from +
+      (m.to >= 0 && m.to !== m.from ? ' → worker ' + m.to : m.to < 0 ? ' (every member)' : ' (root)') +
+      ', ' + fmt(m.t0) + ' → ' + fmt(m.t1));
+  });
+  el('line', {x1: sx(cursor), y1: 2, x2: sx(cursor), y2: height - 16, 'class': 'cursor'}, svg);
+  el('text', {x: left, y: height - 4, 'class': 'lab'}, svg, 'time 0 … ' + fmt(step.end) + ' ' + res.unit +
+    (step.comm ? ' (with transfers)' : ''));
+}
+
+/* The key under the panels: each mark of the timelines with its meaning, drawn with the
+ * same classes so it reads the same in colour and in greyscale. */
+function drawLegend(host) {
+  var items = [['job dir-f', 'F (forward): solid'], ['job dir-d', 'δ (input gradient): heavy outline'],
+    ['job dir-g', 'G (weight gradient): hatched'], ['job dir-b', 'B (whole backward): dark'],
+    ['shade', 'micro-batch: later ones paler'], ['idle', 'idle: dotted background'],
+    ['mem', 'activations held (line under a row)'], ['msg kind-act', 'activation message (solid arrow)'],
+    ['msg kind-grad', 'gradient message (dashed arrow)'],
+    ['msg kind-broadcast', 'weights from / gradients to their owner (dotted arrow)'],
+    ['msg kind-collective', 'a collective on this worker: allreduce, or an owner\'s own part (bar over a row; grey: the loss)'],
+    ['cursor', 'time slider']];
+  var ul = h('ul', {'class': 'legend', 'aria-label': 'key to the timelines'}, host);
+  items.forEach(function (it) {
+    var li = h('li', {}, ul);
+    var svg = el('svg', {viewBox: '0 0 30 16', width: 30, height: 16, 'aria-hidden': 'true'}, li);
+    var defs = el('defs', {}, svg);
+    var pat = el('pattern', {id: 'lhatch-' + it[0].replace(/\W/g, ''), width: 6, height: 6, patternUnits: 'userSpaceOnUse',
+      patternTransform: 'rotate(45)'}, defs);
+    el('line', {x1: 0, y1: 0, x2: 0, y2: 6, stroke: '#000', 'stroke-width': 1.5, 'stroke-opacity': 0.45}, pat);
+    var k = it[0];
+    if (k.indexOf('job') === 0) {
+      var g = el('g', {'class': k}, svg);
+      el('rect', {x: 1, y: 1, width: 28, height: 14, 'class': 'box'}, g);
+      if (k === 'job dir-g') el('rect', {x: 1, y: 1, width: 28, height: 14, fill: 'url(#' + pat.id + ')'}, g);
+    } else if (k === 'shade') {
+      [1, 0.7, 0.4].forEach(function (o, i) {
+        el('rect', {x: 1 + i * 9.5, y: 1, width: 9, height: 14, 'fill-opacity': o, 'class': 'box'},
+           el('g', {'class': 'job dir-f'}, svg));
+      });
+    } else if (k === 'idle') {
+      var ip = el('pattern', {id: 'lidle', width: 4, height: 4, patternUnits: 'userSpaceOnUse'}, defs);
+      el('circle', {cx: 2, cy: 2, r: 0.7, fill: '#888'}, ip);
+      el('rect', {x: 1, y: 1, width: 28, height: 14, fill: 'url(#lidle)'}, svg);
+    } else if (k === 'mem') {
+      el('path', {d: 'M1,14 V9 H12 V4 H22 V11 H29', 'class': 'mem'}, svg);
+    } else if (k === 'cursor') {
+      el('line', {x1: 15, y1: 0, x2: 15, y2: 16, 'class': 'cursor'}, svg);
+    } else if (k === 'msg kind-collective') {
+      el('rect', {x: 3, y: 6, width: 24, height: 4, 'class': 'bar'}, el('g', {'class': 'msg kind-allreduce'}, svg));
+    } else {
+      var mk = el('marker', {id: 'lhead-' + k.replace(/\W/g, ''), viewBox: '0 0 6 6', refX: 6, refY: 3, markerWidth: 5,
+        markerHeight: 5, orient: 'auto'}, defs);
+      el('path', {d: 'M0,0 L6,3 L0,6 z', 'class': 'head'}, mk);
+      el('line', {x1: 2, y1: 2, x2: 27, y2: 14, 'class': 'arrow', 'marker-end': 'url(#' + mk.id + ')'},
+         el('g', {'class': k}, svg));
+    }
+    h('span', {}, li, it[1]);
+  });
 }
 
 function update() {
@@ -234,7 +326,7 @@ function update() {
     p.cmd.textContent = command(c);
   });
   var tmax = 0;
-  panels.forEach(function (p) { if (!p.root.hidden && p.res.ok) tmax = Math.max(tmax, p.res.report.latency); });
+  panels.forEach(function (p) { if (!p.root.hidden && p.res.ok) tmax = Math.max(tmax, stepOf(p.res).end); });
   var slider = document.getElementById('time');
   var cursor = tmax * slider.value / 1000;
   document.getElementById('time-out').textContent = fmt(cursor);
@@ -447,6 +539,7 @@ function start() {
   Promise.all(loads).then(function () {
     var host = document.getElementById('panels');
     panels = [panelControls(0, host), panelControls(1, host)];
+    drawLegend(document.getElementById('legend'));
     document.getElementById('compare').addEventListener('change', update);
     document.getElementById('time').addEventListener('input', update);
     document.getElementById('csv-run').addEventListener('click', importCsv);
@@ -492,6 +585,20 @@ function readFigures(dl) {
   dl.querySelectorAll('dd').forEach(function (dd) { o[dd.dataset.key] = dd.dataset.value; });
   return o;
 }
+function boxOf(e) {
+  var b = e.getBoundingClientRect();
+  return [b.left, b.top, b.right, b.bottom];
+}
+/* Every control on screen now: its name (id, or tag and text), tabIndex, disabled. */
+function controlsShown() {
+  return Array.prototype.filter.call(document.querySelectorAll('a[href], button, input, select, textarea, summary, [tabindex]'),
+    function (e) { return e.getClientRects().length > 0; }).map(function (e) {
+      return {name: controlName(e), tabindex: e.tabIndex, disabled: !!e.disabled};
+    });
+}
+function controlName(e) {
+  return e.id || e.tagName.toLowerCase() + ':' + (e.getAttribute('href') || e.textContent.trim().slice(0, 40));
+}
 function selftest(cases) {
   var out = {pipelines: [], bppsa: [], ooo: [], csv: null,   /* the schemes panel A offers */
     schemes: Array.prototype.map.call(document.getElementById('p0-scheme').options, function (o) { return o.value; })};
@@ -503,6 +610,10 @@ function selftest(cases) {
       var p = panels[0];
       out.pipelines.push({set: c, shown: readFigures(p.figures), command: p.cmd.textContent.split('\n')[0],
         error: p.error.textContent, boxes: p.svgbox.querySelectorAll('g.job').length,
+        /* messages drawn, and how many the C side's answer has (transfers, or the zero-cost
+           messages); test_site.py also compares them with build/schedule's "messages" */
+        drawn_msgs: p.svgbox.querySelectorAll('g.msg').length, transfers: !!p.res.transfers,
+        answer_msgs: p.res.ok ? (p.res.transfers || p.res.messages).length : -1,
         lanes: Array.prototype.map.call(p.svgbox.querySelectorAll('path.mem:not(.wgt)'),
           function (l) { return Number(l.dataset.top); })});
     });
@@ -543,6 +654,24 @@ function selftest(cases) {
         out.ooo.push(r);
       });
     });
+  });
+  if (cases.layout) chain = chain.then(function () {   /* the figures lists side by side */
+    show('pipelines');
+    Object.keys(cases.layout).forEach(function (k) { setControl(k, cases.layout[k]); });
+    out.layout = {width: window.innerWidth, height: window.innerHeight, panels: panels.map(function (p) {
+      return {box: boxOf(p.root), labels: Array.prototype.map.call(p.figures.querySelectorAll('dt, dd'), function (e) {
+        var r = document.createRange();   /* the text's own boxes: what overflows its cell included */
+        r.selectNodeContents(e);
+        return {text: e.textContent, box: boxOf(r)};
+      })};
+    })};
+  });
+  chain = chain.then(function () {   /* each view's controls, for the Tab check */
+    out.controls = {};
+    document.getElementById('import').open = true;
+    return ['pipelines', 'bppsa', 'ooo'].reduce(function (c, v) {
+      return c.then(function () { return show(v); }).then(function () { out.controls[v] = controlsShown(); });
+    }, Promise.resolve());
   });
   chain.then(function () {
     show(cases.end_view || 'pipelines');

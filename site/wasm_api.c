@@ -12,7 +12,9 @@
  *                             build/schedule --transfer-cost's simulation with every
  *                             message costing `transfer` (sim_comm.c): the report gains
  *                             latency_with_comm, comm_time and messages, and the answer
- *                             "transfers" (each message on its sender's lane). The action-list
+ *                             "transfers" (each message: lane, peer, start, arrival),
+ *                             "comm_jobs" and "comm_memory" (the jobs and memory
+ *                             re-timed by the messages). The action-list
  *                             schedules (actions.h: zb-h1, zbv, interleaved-1f1b, ...) and
  *                             "custom", a PyTorch-format action CSV, go through the same
  *                             path as build/schedule's --scheme, --chunks, --mem-limit,
@@ -194,9 +196,9 @@ static void sim_body(void *arg)
  * each held from its time until the next step's (the first at 0). The same series draws
  * build/schedule --svg's memory lanes. The JSON's peak_activation_bytes per worker is the
  * series' maximum, or above it when an acquire and a release at one instant peak within it. */
-static void memory_lanes(FILE *f, const sp_sim *r)
+static void memory_lanes(FILE *f, const char *key, const sp_sim *r)
 {
-    fprintf(f, ",\"memory\":[");
+    fprintf(f, ",\"%s\":[", key);
     for (int w = 0; w < r->workers; w++) {
         fprintf(f, "%s[", w ? "," : "");
         for (int i = r->mem_off[w]; i < r->mem_off[w + 1]; i++)
@@ -207,9 +209,15 @@ static void memory_lanes(FILE *f, const sp_sim *r)
     fprintf(f, "]");
 }
 
-/* transfers: each message of the simulation with transfers, [rank (its lane), peer (−1: all),
- * kind, stage, start, end]. */
-static void transfers(FILE *f, const sp_sim_comm *sc)
+/* With a transfer cost, the step as build/schedule --transfer-cost times it (sim_comm.c),
+ * for the page to draw instead of sp_simulate's:
+ *   "transfers": each message, [rank (its lane: the sender, or a member of a collective),
+ *                peer (the receiver; a collective's root; −1: none), kind, stage, start on
+ *                the rank's lane, end (a p2p message's arrival at the peer)];
+ *   "comm_jobs": [start, finish] of each job of "jobs", re-timed by its messages;
+ *   "comm_memory": each worker's memory over the re-timed jobs (sim_memory.c run on
+ *                sc's times, in the same per-worker order), as "memory". */
+static void transfers(FILE *f, const sp_schedule *s, const sp_costs *c, const sp_sim *r, const sp_sim_comm *sc)
 {
     fprintf(f, ",\"transfers\":[");
     for (int i = 0; i < sc->nmsg; i++) {
@@ -217,7 +225,20 @@ static void transfers(FILE *f, const sp_sim_comm *sc)
         fprintf(f, "%s[%d,%d,\"%s\",%d,%.6g,%.6g]", i ? "," : "", m->rank, m->peer, sp_msg_kind_name(m->kind),
                 m->stage, m->start, m->end);
     }
+    fprintf(f, "],\"comm_jobs\":[");
+    for (int j = 0; j < s->njobs; j++) fprintf(f, "%s[%.6g,%.6g]", j ? "," : "", sc->start[j], sc->finish[j]);
     fprintf(f, "]");
+    sp_sim t = *r;   /* r's order and counts, sc's times, memory series of its own */
+    t.start = sc->start, t.finish = sc->finish;
+    t.worker = sp_xcalloc((size_t)r->workers, sizeof *t.worker);
+    t.mem_off = NULL, t.mem_time = t.mem_act = t.mem_wgt = NULL;
+    sp_sim_memory(s, c, &t);
+    memory_lanes(f, "comm_memory", &t);
+    free(t.worker);
+    free(t.mem_off);
+    free(t.mem_time);
+    free(t.mem_act);
+    free(t.mem_wgt);
 }
 
 static void sim_answer(FILE *f, const sp_schedule *s, const sp_costs *c, const sp_sim *r, const sp_sim_comm *sc)
@@ -250,8 +271,8 @@ static void sim_answer(FILE *f, const sp_schedule *s, const sp_costs *c, const s
                         j, succ[k]);
     }
     fprintf(f, "]");
-    if (sc) transfers(f, sc);
-    memory_lanes(f, r);
+    if (sc) transfers(f, s, c, r, sc);
+    memory_lanes(f, "memory", r);
     fprintf(f, "}");
 }
 
