@@ -261,20 +261,12 @@ static void print_comm(const sp_comm_model *m)
 }
 
 /* Bytes of each stage's output of one micro-batch (the executor's act/grad messages):
- * --model: the op nodes' output shapes at --batch; otherwise the profile's act_bytes. */
-static double *stage_out_bytes(const opts *o, const sp_costs *c)
+ * --model: the segments' outputs at --batch (sp_costs.out_bytes); otherwise the profile's
+ * act_bytes. */
+static double *stage_out_bytes(const sp_costs *c)
 {
     double *ob = sp_xcalloc((size_t)c->stages + 1, sizeof(double));
-    for (int s = 0; s < c->stages; s++) ob[s] = c->act_bytes[s];
-    if (!o->model) return ob;
-    sp_model *m = sp_zoo_model(o->model);
-    int shape[3], ndim = sp_zoo_input_shape(o->model, shape);
-    sp_tape t;
-    sp_model_forward_shapes(m, &t, o->batch, ndim, shape);
-    for (int i = 0, s = 0; i < t.n && s < c->stages; i++)
-        if (t.nodes[i]->op) ob[s++] = 4.0 * (double)t.nodes[i]->out.numel;
-    sp_tape_free(&t);
-    sp_model_free(m);
+    for (int s = 0; s < c->stages; s++) ob[s] = c->out_bytes ? c->out_bytes[s] : c->act_bytes[s];
     return ob;
 }
 
@@ -283,7 +275,7 @@ static double *stage_out_bytes(const opts *o, const sp_costs *c)
 static void simulate_comm(const opts *o, const sp_comm_model *cm, const sp_comm_topology *topo, const sp_schedule *s,
                           const sp_costs *c, const sp_sim *r, sp_sim_comm *sc)
 {
-    double *ob = stage_out_bytes(o, c), *opt = sp_xcalloc((size_t)c->stages + 1, sizeof(double));
+    double *ob = stage_out_bytes(c), *opt = sp_xcalloc((size_t)c->stages + 1, sizeof(double));
     for (int st = 0; st < c->stages; st++) opt[st] = sp_opt_us_estimate(c->param_bytes[st]) * 10 / o->opt_gbs;
     bool ddp = !strcmp(s->scheme->name, "ddp") || !strcmp(s->scheme->name, "ddp-ooo");
     sp_sim_comm_cfg cfg = {.model = cm, .out_bytes = ob, .bucket_mb = o->bucket_mb, .deferred = ddp, .opt_us = opt,

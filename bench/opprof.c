@@ -1,13 +1,15 @@
 /* opprof.c — where a training step's time goes, op by op.
  *
- *   opprof MODEL BATCH [STEPS] [THREADS]        (make opprof; MODEL: lenet | vgg11 | mlp)
+ *   opprof MODEL BATCH [STEPS] [THREADS]        (make opprof; MODEL: a zoo model, e.g. lenet, vgg11, resnet20)
  *
  * Runs the linear engine's step by hand on a random batch so that each piece can be
  * timed on its own: every layer's forward (sp_apply), δ (backward_input) and G
  * (backward_params), zero_grad and the SGD update. Prints, per op, the median over
  * STEPS steps (after 5 warm-up steps) in µs, its share of the step, and for conv and
  * linear the achieved GFLOP/s from the op's own cost(). The sum of the medians is
- * compared with the median of whole steps, so time lost between ops shows.
+ * compared with the median of whole steps, so time lost between ops shows. A DAG's
+ * layers (resnet20) read the outputs their model lists; a layer's δ is that of each of its
+ * inputs, added into an input read twice (sp_node_backward_inputs).
  * OPPROF_BEST=1: the best (minimum) of the STEPS steps instead of the median, which
  * other tenants' load disturbs less on a shared machine. */
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #include "optim/optim.h"
 #include "bench/stats.h"
 #include "schedulers/backward/engines.h"
+#include "schedulers/parallel/schedule.h"
 
 enum { PH_FWD, PH_DELTA, PH_G, NPH };
 
@@ -33,6 +36,30 @@ static double stat(double *v, int n)
     return m;
 }
 #define WARMUP 5
+
+/* OPPROF_COSTS=FILE: the layers' statistics as a profile CSV for build/schedule --profile,
+ * one stage per segment of the model (sp_costs_from_model_times: per layer of a chain,
+ * per residual block of a DAG), the loss's time in the last stage (which computes it),
+ * durations in µs; the first line names the command. */
+static void write_costs(const char *path, sp_model *m, int nd, const int *shape, int B, double *const *t, int steps,
+                        int argc, char **argv)
+{
+    int L = m->nlayers;
+    double *us = calloc((size_t)3 * L, sizeof(double));
+    for (int l = 0; l <= L; l++)
+        for (int p = 0; p < NPH; p++) us[3 * (l < L ? l : L - 1) + p] += 1e6 * stat(t[p] + (size_t)l * steps, steps);
+    sp_costs *c = sp_costs_from_model_times(m, nd, shape, B, us);
+    FILE *f = fopen(path, "w");
+    if (!f) sp_fail("OPPROF_COSTS=%s: cannot write it", path);
+    fprintf(f, "# %s costs measured by:%s", m->name, g_best ? " OPPROF_BEST=1" : "");
+    for (int i = 0; i < argc; i++) fprintf(f, " %s", argv[i]);
+    fprintf(f, " (bench/opprof.c, the %s of %d steps per layer, summed per segment; durations in us)\n",
+            g_best ? "best" : "median", steps);
+    sp_costs_write_csv(f, c);
+    if (fclose(f) != 0) sp_fail("OPPROF_COSTS=%s: write failed", path);
+    sp_costs_free(c);
+    free(us);
+}
 
 int main(int argc, char **argv)
 {
@@ -76,9 +103,13 @@ int main(int argc, char **argv)
         sp_model_zero_grad(m);
         if (s >= 0) zero[s] = sp_now() - a;
         sp_node *n = sp_tape_input(&tape, &x);
-        for (int l = 0; l < L; l++) {
+        for (int l = 0; l < L; l++) {   /* a DAG's layer reads the outputs its from[] names */
+            sp_node *args[8];
+            int k0 = l < m->nlayers ? m->from_start[l] : 0, nin = l < m->nlayers ? m->from_start[l + 1] - k0 : 0;
+            if (nin > 8) sp_fail("opprof: layer %d reads %d inputs (at most 8 here)", l, nin);
+            for (int k = 0; k < nin; k++) args[k] = tape.nodes[m->from[k0 + k] + 1];   /* node j + 1: layer j */
             a = sp_now();
-            n = l < m->nlayers ? sp_apply(&tape, m->layers[l], n) : sp_apply_loss(&tape, m->loss, n, y);
+            n = l < m->nlayers ? sp_apply_n(&tape, m->layers[l], nin, args) : sp_apply_loss(&tape, m->loss, n, y);
             if (s >= 0) t[PH_FWD][(size_t)l * steps + s] = sp_now() - a;
         }
         sp_mark_needs_grad(&tape);
@@ -90,9 +121,11 @@ int main(int argc, char **argv)
                 nd_->kern->backward_params(nd_, &nd_->grad);
                 if (s >= 0) t[PH_G][(size_t)l * steps + s] = sp_now() - a;
             }
-            if (nd_->input->needs_grad) {
+            bool any = false;   /* δ of every input that needs one (added into one read twice) */
+            for (int k = 0; k < nd_->ninputs; k++) any |= nd_->inputs[k]->needs_grad;
+            if (any) {
                 a = sp_now();
-                nd_->kern->backward_input(nd_, 0, &nd_->grad, &nd_->input->grad);
+                sp_node_backward_inputs(nd_);
                 if (s >= 0) t[PH_DELTA][(size_t)l * steps + s] = sp_now() - a;
             }
             if (s == 0) {
@@ -127,6 +160,8 @@ int main(int argc, char **argv)
            1e6 * u, 100 * u / step);
     const char *w = g_best ? "best" : "median";
     printf("\nsum of op %ss %.0f µs; %s step %.0f µs (%.0f images/s)\n", w, 1e6 * sum, w, 1e6 * step, B / step);
+    const char *costs = getenv("OPPROF_COSTS");
+    if (costs) write_costs(costs, m, nd, shape, B, t, steps, argc, argv);
     sp_tape_free(&tape);
     sp_optim_free(o);
     sp_tensor_free(&x);

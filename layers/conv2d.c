@@ -473,7 +473,7 @@ static sp_cost conv_cost(const sp_node *n)
                      .bwd_params_flops = gemm,
                      .out_bytes = 4 * B * O * P,
                      .saved_bytes = 4 * (K + O) * slots * cs * P,
-                     .param_bytes = 4 * (O * K + O)};
+                     .param_bytes = 4 * (O * K + (n->layer->nparams > 1 ? O : 0))};   /* bias-free: none */
 }
 
 static void conv_init(sp_layer *l, sp_rng *r)

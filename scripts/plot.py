@@ -10,7 +10,7 @@ The CSV is what every app writes with --log: step,epoch,loss,lr,seconds,test_los
 the loss column empty). The output format follows the file name (.png, .svg, .pdf).
 Needs Debian's python3-matplotlib (scripts/deps.sh installs it); runs headless.
 
-    scripts/plot.py --cluster cluster-predictions.csv --model vgg11 --cluster-name gpu -o out.svg
+    scripts/plot.py --cluster cluster-predictions.csv --model resnet20 --cluster-name gpu -o out.svg
 
 draws scripts/predict_cluster.py's predictions instead: per scheme against the workers,
 the simulated step with communication (the band: communication added up without a
@@ -71,11 +71,12 @@ def cluster_main(argv):
     ap.add_argument("--cluster-name", required=True)
     ap.add_argument("-o", "--out", required=True)
     a = ap.parse_args(argv)
-    series = {}
+    series, rate = {}, ""
     with open(a.cluster, newline="") as f:
         for row in csv.DictReader(f):
             if row["model"] != a.model or row["cluster"] != a.cluster_name or row["refused"]:
                 continue
+            rate = row.get("gflops") or rate   # the worker speed the rows were simulated at
             try:
                 series.setdefault(row["scheme"], []).append({k: float(row[k]) for k in (
                     "workers", "step_ms", "step_ms_overlap", "step_ms_no_overlap", "utilization",
@@ -107,7 +108,8 @@ def cluster_main(argv):
             x.grid(True, alpha=0.3)
             x.set_xscale("log", base=2)
     ax[0][1].legend(fontsize=7, ncol=2)
-    fig.suptitle(f"PREDICTION: {a.model} on cluster '{a.cluster_name}' (scripts/predict_cluster.py)")
+    speed = f", {rate} GFLOP/s per worker" if rate else ""
+    fig.suptitle(f"PREDICTION: {a.model} on cluster '{a.cluster_name}'{speed} (scripts/predict_cluster.py)")
     fig.tight_layout()
     fig.savefig(a.out)
     plt.close(fig)

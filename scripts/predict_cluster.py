@@ -1,17 +1,23 @@
 #!/usr/bin/python3
 """Cluster predictions (labelled as such): build/schedule's simulated compute plus the
 communication of each step on an example cluster (--nodes, comm_model.h's two link
-classes), for every scheme and 2 to 512 workers, on VGG-11 and LeNet.
+classes), for every scheme and 2 to 512 workers, on VGG-11, ResNet-20 and LeNet.
 
     scripts/predict_cluster.py [--build build] [--csv docs/img/cluster-predictions.csv]
-                               [--md OUT.md] [--plots docs/img] [--models vgg11,lenet]
+                               [--md OUT.md] [--plots docs/img] [--models vgg11,resnet20,lenet]
 
 Writes one CSV row per (model, cluster, scheme, workers), the Markdown tables of
 docs/DISTRIBUTED.md §10 (to --md, or stdout), and with --plots one figure per model and
 cluster (scripts/plot.py --cluster). A scheme build/schedule refuses at some W (a
 pipeline with more ranks than layers, a shape it needs) is recorded as refused with its
-reason. ResNet-20 is not a chain of layers: build/schedule refuses it.
+reason. ResNet-20 is a DAG: build/schedule places it as the chain of its segments (cut
+at the nodes every path goes through: the stem's layers, each residual block's body and
+its relu, the pooling, the fc; 23 stages, schedule_segments.c).
 
+Compute is each model's op FLOPs at a worker speed in GFLOP/s: the cluster's, except
+where MODEL_GFLOPS names a measured profile for that model and cluster; the rate is then
+the model's FLOPs over the profile's measured time (model_rate), and the table header
+says so.
 The step is build/schedule's simulation with communication on the cluster (the
 cluster-prediction line's step_with_comm: every message, bucket allreduce, broadcast and
 reduce a job on its ranks' communication lanes, costed by comm_model.h's topology, and
@@ -24,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 # The example clusters: (name, ranks per node, intra α µs, intra GB/s, inter α µs,
 # inter GB/s per node, per-worker GFLOP/s, optimizer GB/s, what the figures are)
@@ -40,6 +47,10 @@ CLUSTERS = [
 SCHEMES = ["ddp", "ddp-ooo", "fsdp", "gpipe", "1f1b", "ooo-ff", "ooo-modulo", "lpp", "fslpp", "1f1b-strict",
            "zb-h1", "zb-h2", "interleaved-1f1b", "looped-bfs", "zbv", "v-half", "v-min", "dualpipev", "zb-auto"]
 WORKERS = [2, 4, 8, 16, 32, 64, 128, 256, 512]
+# (model, cluster) → a profile measured on this machine's CPU whose rate the cpu workers
+# take for that model: ResNet-20's 16–64-channel convolutions, batch norm and adds reach
+# far less than VGG-11's 250 GFLOP/s. The gpu cluster keeps its assumed 30 TFLOP/s.
+MODEL_GFLOPS = {("resnet20", "cpu"): "site/profiles/resnet20.csv"}
 MICRO_SAMPLES = 32      # samples per micro-batch
 LPP_R = 4               # lpp/fslpp: workers per group
 
@@ -55,8 +66,33 @@ def shape_flags(scheme, w):
     return ["--workers", str(w), "--microbatches", str(2 * w)], 2 * w
 
 
+def model_rate(build, model, profile):
+    """GFLOP/s of a measured profile: the model's F + δ + G FLOPs at MICRO_SAMPLES samples
+    (build/schedule --model at 1 GFLOP/s: its µs are 10^3 FLOPs) over the profile's µs."""
+    with tempfile.NamedTemporaryFile(suffix=".csv") as f:
+        subprocess.run([os.path.join(build, "schedule"), "--scheme", "ddp", "--workers", "1", "--microbatches", "1",
+                        "--model", model, "--batch-size", str(MICRO_SAMPLES), "--gflops", "1", "--no-diagram",
+                        "--costs-out", f.name], check=True, capture_output=True)
+        flops = sum(float(r["fwd"]) + float(r["bwd_grad"]) + float(r["bwd_delta"]) for r in read_csv(f.name)) * 1e3
+    us = sum(float(r["fwd"]) + float(r["bwd_grad"]) + float(r["bwd_delta"]) for r in read_csv(profile))
+    return flops / us / 1e3
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(line for line in f if not line.startswith("#")))
+
+
+def gflops_of(build, model, cl, cache={}):
+    key = (model, cl[0])
+    if key not in cache:
+        cache[key] = model_rate(build, model, MODEL_GFLOPS[key]) if key in MODEL_GFLOPS else cl[6]
+    return cache[key]
+
+
 def predict(build, model, cl, scheme, w):
-    name, rpn, ia, ib, ea, eb, gflops, opt_gbs, _ = cl
+    name, rpn, ia, ib, ea, eb, _, opt_gbs, _ = cl
+    gflops = gflops_of(build, model, cl)
     flags, micro = shape_flags(scheme, w)
     nodes = (w + rpn - 1) // rpn
     cmd = [os.path.join(build, "schedule"), "--scheme", scheme, "--model", model, "--batch-size",
@@ -64,7 +100,8 @@ def predict(build, model, cl, scheme, w):
            str(min(rpn, w)), "--intra-latency-us", str(ia), "--intra-bw-gbs", str(ib), "--inter-latency-us",
            str(ea), "--inter-bw-gbs", str(eb), "--opt-gbs", str(opt_gbs)] + flags
     p = subprocess.run(cmd, capture_output=True, text=True)
-    row = {"model": model, "cluster": name, "scheme": scheme, "workers": w, "microbatches": micro}
+    row = {"model": model, "cluster": name, "scheme": scheme, "workers": w, "microbatches": micro,
+           "gflops": f"{gflops:.0f}" if gflops >= 100 else f"{gflops:.1f}"}
     if p.returncode != 0:
         row["refused"] = p.stderr.strip().splitlines()[-1].replace("scanprop: ", "") if p.stderr else "failed"
         return row
@@ -103,12 +140,15 @@ def stop_scaling(rows, key):
     return stop, str(best["workers"])
 
 
-def tables(rows, out):
+def tables(rows, out, models):
     show = [2, 8, 32, 128, 512]
-    for model in sorted({r["model"] for r in rows}, reverse=True):
+    for model in models:
         for cl in CLUSTERS:
             sub = [r for r in rows if r["model"] == model and r["cluster"] == cl[0]]
-            out.write(f"\n**{model}, cluster `{cl[0]}`** — simulated step ms with communication and its "
+            rate = sub[0]["gflops"] if sub else "?"
+            src = (f"{rate} GFLOP/s per worker from {MODEL_GFLOPS[(model, cl[0])]}"
+                   if (model, cl[0]) in MODEL_GFLOPS else f"{rate} GFLOP/s per worker")
+            out.write(f"\n**{model}, cluster `{cl[0]}`** ({src}) — simulated step ms with communication and its "
                       f"utilisation; prediction\n\n")
             out.write("| scheme | " + " | ".join(f"W = {w}" for w in show) +
                       " | efficiency < 50% from W | best throughput at W |\n")
@@ -143,7 +183,7 @@ def main():
     ap.add_argument("--csv", default="docs/img/cluster-predictions.csv")
     ap.add_argument("--md", help="write the tables here (default: stdout)")
     ap.add_argument("--plots", help="folder for the figures (scripts/plot.py --cluster)")
-    ap.add_argument("--models", default="vgg11,lenet")
+    ap.add_argument("--models", default="vgg11,resnet20,lenet")
     a = ap.parse_args()
     rows = []
     for model in a.models.split(","):
@@ -152,7 +192,7 @@ def main():
                 for w in WORKERS:
                     rows.append(predict(a.build, model, cl, sc, w))
             print(f"predict_cluster.py: {model} on {cl[0]} done", file=sys.stderr)
-    keys = ["model", "cluster", "scheme", "workers", "microbatches", "compute_ms", "step_ms", "comm_lane_ms", "opt_ms",
+    keys = ["model", "cluster", "scheme", "workers", "microbatches", "gflops", "compute_ms", "step_ms", "comm_lane_ms", "opt_ms",
             "comm_ms", "step_ms_overlap", "step_ms_no_overlap", "utilization_compute", "utilization", "samples_per_s",
             "peak_memory_mb", "refused"]
     with open(a.csv, "w", newline="") as f:
@@ -164,14 +204,14 @@ def main():
     out.write("Clusters (prediction):\n\n")
     for cl in CLUSTERS:
         out.write(f"* `{cl[0]}`: {cl[8]}.\n")
-    tables(rows, out)
+    tables(rows, out, a.models.split(","))
     if a.md:
         out.close()
     if a.plots:
         here = os.path.dirname(os.path.abspath(__file__))
         for model in a.models.split(","):
             for cl in CLUSTERS:
-                subprocess.run([sys.executable, os.path.join(here, "plot.py"), "--cluster", a.csv, "--model", model,
+                subprocess.run([os.path.join(here, "plot.py"), "--cluster", a.csv, "--model", model,   # its python3: matplotlib
                                 "--cluster-name", cl[0], "-o",
                                 os.path.join(a.plots, f"cluster-{model}-{cl[0]}.svg")], check=True)
 

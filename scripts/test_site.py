@@ -97,6 +97,9 @@ def unit_configs(schemes):
             cs.append(dict(scheme=name, stages=4, micro=8, costs=costs))
             if name == "custom":
                 cs[-1].update(stages=4, micro=2, actions=CSV)
+    for name in ("gpipe", "1f1b", "ddp", "fsdp", "ooo-ff", "zb-h1", "zb-auto"):   # the resnet20 preset (a DAG's segments)
+        if name in schemes:
+            cs.append(dict(scheme=name, stages=4, micro=8, costs="resnet20", workers=0 if "dp" in name else 4))
     if "interleaved-1f1b" in schemes:
         cs.append(dict(scheme="interleaved-1f1b", stages=8, micro=8, workers=4, chunks=2))
     if "zb-auto" in schemes:
@@ -193,6 +196,7 @@ PIPELINE_CASES = [
     dict(scheme="ooo-ff", stages=6, micro=4, workers=3, no_input_grad=True),
     dict(scheme="gpipe", stages=4, micro=8, costs="lenet"),
     dict(scheme="1f1b", stages=4, micro=4, costs="vgg11", workers=4),
+    dict(scheme="gpipe", stages=4, micro=8, costs="resnet20", workers=4),
     # the transfer slider: every message between workers costs it (--transfer-cost)
     dict(scheme="gpipe", stages=2, micro=2, transfer=1),
     dict(scheme="1f1b", stages=4, micro=8, transfer=0.75),

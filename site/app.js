@@ -74,7 +74,7 @@ function bindApi() {
 
 /* ---- Pipelines ------------------------------------------------------------------------ */
 
-var PRESETS = ['lenet', 'vgg11', 'rnn', 'gru', 'mlp'];
+var PRESETS = ['lenet', 'vgg11', 'resnet20', 'rnn', 'gru', 'mlp'];
 var profiles = {};
 var schemes = null;
 var panels = [];

@@ -63,6 +63,8 @@ typedef struct sp_costs {
     double *act_bytes;    /* activation kept from F_s until its backward (1 = "a unit") */
     double *param_bytes;  /* weights of stage s                                          */
     bool *movable;        /* [L] §III-C: δ_s may be split and moved to the next processor */
+    double *out_bytes;    /* F_s's output, the message to stage s + 1 (from a model); NULL:
+                             unknown (a profile), act_bytes stands in                      */
     char unit[16];        /* "unit", "us", or the profile's unit                        */
 } sp_costs;
 
@@ -88,11 +90,31 @@ void sp_costs_free(sp_costs *c);
 double sp_costs_bwd(const sp_costs *c, int stage);   /* δ + G */
 
 struct sp_model;
-/* Model-derived durations: one stage per op node of the model's forward chain, from each
- * op's cost() at micro-batch size `batch`; time = FLOPs / (gflops · 10^3) in µs. The input
- * is one sample of shape in_shape[0..in_ndim) (batch dimension excluded). */
+struct sp_tape;
+/* Model-derived durations: one stage per segment of the model (sp_tape_segments: per op
+ * node of a chain; a residual block's body, say, in a DAG), from its ops' cost() at
+ * micro-batch size `batch`; time = FLOPs / (gflops · 10^3) in µs, summed over the
+ * segment, as are param_bytes; act_bytes sp_tape_segment_act_bytes; out_bytes the
+ * segment's output. The input is one sample of shape in_shape[0..in_ndim) (batch
+ * dimension excluded). A DAG with no cut point but its output (one segment of several
+ * layers): sp_fail, one line. */
 sp_costs *sp_costs_from_model(struct sp_model *m, int in_ndim, const int *in_shape, int batch,
                               double gflops);
+/* The same with measured durations: layer_us[3l], [3l + 1], [3l + 2] the F, δ and G µs of
+ * the model's layer l (bench/opprof's OPPROF_COSTS), summed per segment. */
+sp_costs *sp_costs_from_model_times(struct sp_model *m, int in_ndim, const int *in_shape, int batch,
+                                    const double *layer_us);
+/* The cuts of a model's shape-only tape t (sp_model_forward_shapes) into a chain
+ * (schedule_segments.c): after each articulation point — an op node every path from the
+ * input to the output goes through (every op node of a chain; ResNet-20's stem layers,
+ * each block's add and relu, its pooling and fc). Writes last[k], the tape index of
+ * segment k's last node (its output the only tensor segment k + 1 reads; segment k
+ * spans last[k − 1] + 1 .. last[k], segment 0 from node 1), room for t->n entries, and
+ * returns the number of segments (0: no op node). */
+int sp_tape_segments(const struct sp_tape *t, int *last);
+/* What tape nodes [first, end) keep for their backward: the sum of sp_node_act_bytes, a
+ * tensor two of them read counted once. */
+double sp_tape_segment_act_bytes(const struct sp_tape *t, int first, int end);
 /* The activation a stage's forward keeps for its backward — act_bytes of the node n of a
  * tape (shape-only or real): its input x_s in float32 plus what its op saves besides
  * (sp_cost.saved_bytes at the node's batch). sp_costs_from_model and the executor (its

@@ -44,6 +44,7 @@ void sp_costs_free(sp_costs *c)
     free(c->act_bytes);
     free(c->param_bytes);
     free(c->movable);
+    free(c->out_bytes);
     free(c);
 }
 
@@ -297,39 +298,101 @@ double sp_node_act_bytes(const struct sp_node *n)
     return 4.0 * (double)n->input->out.numel + saved;
 }
 
-/* Record the model on a shape-only tape (nothing runs) and read each node's cost. */
+/* A segment's name: a single node's label ("conv1", "relu_3"); several nodes: the dotted
+ * prefix their named layers share ("layer2.0" for layer2.0.conv1 … layer2.0.shortcut.1),
+ * else the first node's label and the count ("conv_a+3"). */
+static void segment_name(const sp_tape *t, int first, int end, char *name)
+{
+    char label[SP_NAME_LEN + 16];
+    if (end - first == 1) {
+        snprintf(name, SP_STAGE_NAME, "%.*s", SP_STAGE_NAME - 1, sp_node_label(t->nodes[first], label, sizeof label));
+        return;
+    }
+    const char *common = NULL;
+    size_t len = 0;
+    for (int i = first; i < end; i++) {
+        const char *l = t->nodes[i]->layer ? t->nodes[i]->layer->name : "";
+        if (!*l) continue;
+        if (!common) {
+            common = l, len = strlen(l);
+            continue;
+        }
+        size_t k = 0;
+        while (k < len && l[k] == common[k]) k++;
+        len = k;
+    }
+    while (common && len > 0 && common[len - 1] != '.') len--;
+    if (common && len > 1) {
+        snprintf(name, SP_STAGE_NAME, "%.*s", (int)(len - 1 < SP_STAGE_NAME - 1 ? len - 1 : SP_STAGE_NAME - 1), common);
+        return;
+    }
+    char both[sizeof label + 16];
+    snprintf(both, sizeof both, "%s+%d", sp_node_label(t->nodes[first], label, sizeof label), end - first - 1);
+    snprintf(name, SP_STAGE_NAME, "%.*s", SP_STAGE_NAME - 1, both);
+}
 
-sp_costs *sp_costs_from_model(struct sp_model *m, int in_ndim, const int *in_shape, int batch, double gflops)
+/* Record the model on a shape-only tape (nothing runs) and read each node's cost; one
+ * stage per segment (sp_tape_segments: per op node for a chain). */
+static sp_costs *model_costs(struct sp_model *m, int in_ndim, const int *in_shape, int batch, double gflops,
+                             const double *layer_us)
 {
     if (batch < 1) sp_fail("--batch-size %d: expected >= 1", batch);
-    if (!(gflops > 0)) sp_fail("--gflops %g: expected > 0", gflops);
-    if (!sp_model_is_chain(m))
-        sp_fail("--model %s: not a chain of layers (it has residual or dense connections); the pipeline "
-                "schedules need a chain", m->name);
+    if (!layer_us && !(gflops > 0)) sp_fail("--gflops %g: expected > 0", gflops);
     sp_tape t;
     sp_model_forward_shapes(m, &t, batch, in_ndim, in_shape);
-
-    int stages = 0;
-    for (int i = 0; i < t.n; i++) stages += t.nodes[i]->op != NULL;
-    if (stages == 0) sp_fail("--model %s: no layers", m->name);
+    int *last = sp_xmalloc(sizeof(int) * (size_t)t.n), stages = sp_tape_segments(&t, last);
+    if (stages == 0) {
+        free(last);
+        sp_tape_free(&t);
+        sp_fail("--model %s: no layers", m->name);
+    }
+    if (stages == 1 && m->nlayers > 1 && !sp_model_is_chain(m)) {
+        free(last);
+        sp_tape_free(&t);
+        sp_fail("--model %s: no layer that every path from the input to the output goes through but the last (its "
+                "connections leave nothing to cut it at); the pipeline schedules need a chain of stages", m->name);
+    }
     sp_costs *c = costs_alloc(stages);
+    c->out_bytes = sp_xcalloc((size_t)stages, sizeof(double));
     strcpy(c->unit, "us");
     double per_us = gflops * 1e3;   /* FLOPs per microsecond */
-    for (int i = 0, s = 0; i < t.n; i++) {
-        sp_node *n = t.nodes[i];
-        if (!n->op) continue;
-        sp_cost k = n->op->cost(n);
-        char label[SP_NAME_LEN + 16];
-        snprintf(c->name[s], SP_STAGE_NAME, "%.*s", SP_STAGE_NAME - 1, sp_node_label(n, label, sizeof label));
-        c->fwd[s] = k.fwd_flops / per_us;
-        c->delta[s] = k.bwd_input_flops / per_us;
-        c->grad[s] = k.bwd_params_flops / per_us;
-        c->act_bytes[s] = sp_node_act_bytes(n);
-        c->param_bytes[s] = k.param_bytes;
-        s++;
+    for (int s = 0, first = 1; s < stages; first = last[s++] + 1) {
+        segment_name(&t, first, last[s] + 1, c->name[s]);
+        c->param_bytes[s] = 0;
+        for (int i = first; i <= last[s]; i++) {
+            sp_node *n = t.nodes[i];
+            if (!n->op) continue;
+            sp_cost k = n->op->cost(n);
+            if (layer_us) {   /* node i is layer i − 1 (node 0: the input) */
+                c->fwd[s] += layer_us[3 * (i - 1)];
+                c->delta[s] += layer_us[3 * (i - 1) + 1];
+                c->grad[s] += layer_us[3 * (i - 1) + 2];
+            } else {
+                c->fwd[s] += k.fwd_flops / per_us;
+                c->delta[s] += k.bwd_input_flops / per_us;
+                c->grad[s] += k.bwd_params_flops / per_us;
+            }
+            c->param_bytes[s] += k.param_bytes;
+        }
+        c->act_bytes[s] = sp_tape_segment_act_bytes(&t, first, last[s] + 1);
+        c->out_bytes[s] = 4.0 * (double)t.nodes[last[s]]->out.numel;
     }
+    free(last);
     sp_tape_free(&t);
     char what[96];
     snprintf(what, sizeof what, "--model %s --gflops %g", m->name, gflops);
-    return costs_checked(c, what);
+    return costs_checked(c, layer_us ? m->name : what);
+}
+
+sp_costs *sp_costs_from_model(struct sp_model *m, int in_ndim, const int *in_shape, int batch, double gflops)
+{
+    return model_costs(m, in_ndim, in_shape, batch, gflops, NULL);
+}
+
+sp_costs *sp_costs_from_model_times(struct sp_model *m, int in_ndim, const int *in_shape, int batch,
+                                    const double *layer_us)
+{
+    if (!m) sp_fail("sp_costs_from_model_times: argument 'm' is NULL");
+    if (!layer_us) sp_fail("sp_costs_from_model_times: argument 'layer_us' is NULL");
+    return model_costs(m, in_ndim, in_shape, batch, 0, layer_us);
 }
