@@ -1745,7 +1745,8 @@ Test(exec, measured_optimizer_steps_reach_the_simulator, .timeout = 300)
     double want[2] = {sum, est};
     for (int k = 0; k < 2; k++) {
         snprintf(cmd, sizeof cmd, "%s --scheme ddp --profile %s --workers 2 --microbatches 2 --no-diagram --nodes 1 "
-                 "--ranks-per-node 2", bin("schedule"), files[k]);
+                 "--ranks-per-node 2 --intra-latency-us 3 --intra-bw-gbs 300 --inter-latency-us 5 --inter-bw-gbs 100",
+                 bin("schedule"), files[k]);
         cr_assert_eq(tu_run(cmd, out, sizeof out, err, sizeof err), 0, "%s\n%s", cmd, err);
         const char *p = strstr(out, "\"opt_max\": ");
         cr_assert_not_null(p, "%s", out);

@@ -202,7 +202,8 @@ void sp_exec_blelloch_program(const sp_exec *x, int r, const double *ph, sp_prog
                 if (sent) sp_prog_add(p, (sp_prog_op){.op = SP_OP_WAITSENDS, .rank = r, .job = -1});
                 if (me == b.hi - 1)   /* the node's owner (one per depth) forms what it needs */
                     sp_prog_add(p, (sp_prog_op){.op = SP_OP_COMPUTE, .rank = r, .job = -1,
-                                                .us = mine[SCAN_PH_LV + 2 * k + 1]});
+                                                .us = mine[SCAN_PH_LV + 2 * k + 1],
+                                                .name = pass == 0 ? "up-sweep: product" : "down-sweep: product"});
             }
         }
     free(t.v);

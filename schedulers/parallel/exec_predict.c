@@ -162,10 +162,16 @@ void sp_exec_trace_predicted(const sp_exec *x, FILE *f)
         fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, \"args\": {\"name\": "
                    "\"communication\"}}", pid);
         for (int j = 0; j < x->sched->njobs; j++)
-            if (x->sched->compute[j] == r)
+            if (x->sched->compute[j] == r && (!is_scan(x->cfg.scheme) || x->sched->jobs[j].dir == SP_FWD) &&
+                !x->tscan)   /* the scan runs its forward's jobs only (the time scan: none) */
                 fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"simulated\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, "
                            "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"step\": -1}}",
                         sp_job_label(x->sched, j, lab, sizeof lab), pid, p->start[j], p->finish[j] - p->start[j]);
+        for (int i = 0; i < p->nspan; i++)   /* a program's named compute (the scan's phases) */
+            if (p->span[i].rank == r)
+                fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"simulated\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, "
+                           "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"step\": -1}}",
+                        p->span[i].name, pid, p->span[i].start, p->span[i].end - p->span[i].start);
         for (int i = 0; i < p->nmsg; i++) {
             const sp_sim_msg *m = &p->msg[i];
             if (m->rank != r) continue;

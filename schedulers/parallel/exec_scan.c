@@ -502,10 +502,14 @@ void sp_exec_time_scan_forward(sp_exec *x)
 
 static void put(sp_prog *p, int op, int r, int peer, int kind, int stage, double bytes, double us, int job)
 {
-    sp_prog_add(p, (sp_prog_op){op, r, peer, kind, stage, job, bytes, us});
+    sp_prog_add(p, (sp_prog_op){op, r, peer, kind, stage, job, bytes, us, op == SP_OP_OPT ? "optimizer" : NULL});
 }
 
-static void compute(sp_prog *p, int r, double us) { put(p, SP_OP_COMPUTE, r, -1, 0, 0, 0, us, -1); }
+/* A compute phase, named for the trace's simulated rows. */
+static void compute(sp_prog *p, int r, double us, const char *name)
+{
+    sp_prog_add(p, (sp_prog_op){.op = SP_OP_COMPUTE, .rank = r, .peer = -1, .job = -1, .us = us, .name = name});
+}
 
 /* Rank r's Hillis–Steele levels as scan_levels runs them. */
 static void hs_program(const sp_exec *x, int r, const double *mine, sp_prog *p)
@@ -515,13 +519,13 @@ static void hs_program(const sp_exec *x, int r, const double *mine, sp_prog *p)
     for (int span = 1, k = 0; span < W; span *= 2, k++) {
         bool sent = r > 0 && r - span > 0, got = r > 0 && r + span < W;
         if (sent) {
-            compute(p, r, mine[SCAN_PH_LV + 2 * k]);   /* T_r, the first time a vector is sent */
+            compute(p, r, mine[SCAN_PH_LV + 2 * k], "scan level: T_r");   /* the first time a vector is sent */
             double floats = reaches_end(x, r, span) ? me.in : sent_floats(x, r, span);
             put(p, SP_OP_SEND, r, r - span, SP_MSG_SCAN, k, 4.0 * x->batch * floats, 0, -1);
         }
         if (got) put(p, SP_OP_RECV, r, r + span, 0, 0, 0, 0, -1);
         if (sent) put(p, SP_OP_WAITSENDS, r, -1, 0, 0, 0, 0, -1);
-        if (got) compute(p, r, mine[SCAN_PH_LV + 2 * k + 1]);
+        if (got) compute(p, r, mine[SCAN_PH_LV + 2 * k + 1], "scan level: products");
     }
 }
 
@@ -572,32 +576,32 @@ void sp_exec_scan_program(const sp_exec *x, const double *ph, const double *f, c
             if (x->st[st].nfloats && (x->tscan || x->sched->stage_worker[st] == r)) u += opt[st];
         bool loss = false, mid = r >= 1 && r <= W - 2;
         if (x->tscan) {
-            compute(p, r, mine[SCAN_PH_FWD] + mine[SCAN_PH_TOP] + mine[SCAN_PH_A]);
+            compute(p, r, mine[SCAN_PH_FWD] + mine[SCAN_PH_TOP] + mine[SCAN_PH_A], "forward, top layers, element");
             if (bl) sp_exec_blelloch_program(x, r, ph, p);
             else hs_program(x, r, mine, p);
-            if (mid) compute(p, r, mine[SCAN_PH_SEG]);
+            if (mid) compute(p, r, mine[SCAN_PH_SEG], "segment sweep");
             if (r == 1) put(p, SP_OP_SEND, r, 0, SP_MSG_HANDOFF, -1, 4.0 * x->batch * x->H, 0, -1);
         } else {
             loss = forward_program(x, r, f, p);
-            compute(p, r, mine[SCAN_PH_A]);
+            compute(p, r, mine[SCAN_PH_A], r == W - 1 ? "segment backward" : "element");
             if (r == 1 && r == W - 1) {   /* the hand-off inside the last rank's segment */
                 put(p, SP_OP_SEND, r, 0, SP_MSG_HANDOFF, -1, 4.0 * x->batch * segment_of(x, 1).in, 0, -1);
-                compute(p, r, mine[SCAN_PH_A2]);
+                compute(p, r, mine[SCAN_PH_A2], "segment backward");
             }
             hs_program(x, r, mine, p);
-            if (mid) compute(p, r, mine[SCAN_PH_SEG]);
+            if (mid) compute(p, r, mine[SCAN_PH_SEG], "segment backward");
             if (mid && r == 1) {
                 put(p, SP_OP_SEND, r, 0, SP_MSG_HANDOFF, -1, 4.0 * x->batch * segment_of(x, 1).in, 0, -1);
-                compute(p, r, mine[SCAN_PH_SEG2]);
+                compute(p, r, mine[SCAN_PH_SEG2], "segment backward");
             }
         }
         if (r == 0 && W > 1) {
             put(p, SP_OP_RECV, r, 1, 0, 0, 0, 0, -1);
-            compute(p, r, mine[SCAN_PH_SEG]);
+            compute(p, r, mine[SCAN_PH_SEG], x->tscan ? "segment sweep" : "segment backward");
         }
         if (r == 1) put(p, SP_OP_WAITSENDS, r, -1, 0, 0, 0, 0, -1);
         if (x->tscan) {
-            compute(p, r, mine[SCAN_PH_WGRAD]);
+            compute(p, r, mine[SCAN_PH_WGRAD], "weight gradients");
             size_t np = 0;
             for (int k = 0; k < x->st[0].layer->nparams; k++) np += x->st[0].layer->params[k]->grad.numel;
             if (W > 1) put(p, SP_OP_ALLREDUCE, r, -1, SP_MSG_ALLREDUCE, 0, 4.0 * (double)np, 0, -1);

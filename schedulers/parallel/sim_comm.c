@@ -572,5 +572,6 @@ void sp_sim_comm_free(sp_sim_comm *c)
     free(c->opt_us);
     free(c->messages);
     free(c->msg);
+    free(c->span);
     memset(c, 0, sizeof *c);
 }

@@ -26,6 +26,11 @@
  *     the first forward of a bucket's stage in the next step, which also waits for that
  *     bucket (the steady state: the bucket ends of the previous step, one step time
  *     earlier, found by iterating to a fixed point).
+ *   - norm (cfg.clip): --clip-grad-norm's allgather of every rank's squared norm (8 bytes a
+ *     rank, exec_clip.c), issued after the rank's buckets and loss; plain: the updates
+ *     wait for it; post-validate: the updates run first and the step waits for both (the
+ *     rolled-back, redone step when the clip triggers is not modelled: it depends on the
+ *     data).
  * Bucket composition is exec_sync.c's: the stages with gradients to synchronise, ordered
  * by when their gradients complete on the lowest rank of their communicator (ties: higher
  * stage first), consecutive stages of one communicator packed while under bucket_mb. An op
@@ -40,11 +45,6 @@
  * message costs X, a collective X per step of its algorithm (ring allreduce 2(P−1) steps,
  * tree broadcast/reduce ⌈log₂ P⌉), and the loss's 4-byte allreduce nothing (it is no
  * transfer of activations, gradients or weights, and costs nothing to the compute).
- *   - norm (cfg.clip): --clip-grad-norm's allgather of every rank's squared norm (8 bytes a
- *     rank, exec_clip.c), issued after the rank's buckets and loss; plain: the updates
- *     wait for it; post-validate: the updates run first and the step waits for both (the
- *     rolled-back, redone step when the clip triggers is not modelled: it depends on the
- *     data).
  * The cross-rank scan (--parallel scan) has no job schedule of its own: its steps are a
  * program per rank (sp_prog below, sim_prog.c), built by the executor from its plan.
  * Not modelled: the per-tensor split of a stage's broadcast (one message per stage here). */
@@ -104,6 +104,9 @@ typedef struct sp_sim_comm {
     int *messages;               /* [workers]: messages on the lane                        */
     sp_sim_msg *msg;             /* every message, per rank in issue order (sorted by rank) */
     int nmsg;
+    struct sp_sim_span { int rank; const char *name; double start, end; } *span;
+    int nspan;                   /* a program's compute that is no job of the schedule (its
+                                    named ops, sim_prog.c: the scan's phases, the optimizer) */
     double transfer;             /* cfg->transfer when no model: comm_us in the costs' unit */
 } sp_sim_comm;
 
@@ -130,6 +133,7 @@ enum { SP_OP_COMPUTE, SP_OP_SEND, SP_OP_RECV, SP_OP_WAITSENDS, SP_OP_ALLREDUCE, 
 typedef struct sp_prog_op {
     int op, rank, peer, kind, stage, job;
     double bytes, us;
+    const char *name;            /* COMPUTE / OPT with no job: the trace's label (static)  */
 } sp_prog_op;
 
 typedef struct sp_prog {

@@ -52,7 +52,7 @@ typedef struct psim {
     double *loss_issue;           /* [W]: −1 until issued                                    */
     sp_sim_comm *out;
     double *msg_key;              /* per message: its op's place in the rank's program       */
-    int cap_msg;
+    int cap_msg, cap_span;
 } psim;
 
 static void add_msg(psim *ps, int rank, const sp_prog_op *o, double key, double t0, double t1)
@@ -65,6 +65,16 @@ static void add_msg(psim *ps, int rank, const sp_prog_op *o, double key, double 
     }
     ps->msg_key[out->nmsg] = key;
     out->msg[out->nmsg++] = (sp_sim_msg){rank, o->peer, o->kind, o->stage, o->bytes, t0, t1};
+}
+
+static void add_span(psim *ps, int rank, const char *name, double t0, double t1)
+{
+    sp_sim_comm *out = ps->out;
+    if (out->nspan == ps->cap_span) {
+        ps->cap_span = ps->cap_span ? 2 * ps->cap_span : 32;
+        out->span = sp_xrealloc(out->span, sizeof *out->span * (size_t)ps->cap_span);
+    }
+    out->span[out->nspan++] = (struct sp_sim_span){rank, name, t0, t1};
 }
 
 static void push_arrival(psim *ps, int from, int to, double at)
@@ -107,6 +117,7 @@ static bool advance(psim *ps, int r)
             *t += o->us;
             if (o->job >= 0 && o->job < ps->out->njobs) ps->out->finish[o->job] = *t;
             if (o->op == SP_OP_OPT) ps->out->opt_us[r] += o->us;
+            if (o->job < 0 && o->name && o->us > 0) add_span(ps, r, o->name, *t - o->us, *t);
             break;
         case SP_OP_SEND: {
             double t0 = fmax(*t, ps->lane[r]);
