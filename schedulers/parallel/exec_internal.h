@@ -151,6 +151,7 @@ struct sp_exec {
     /* the cross-rank scan's compute phases on this rank (SCAN_PH_*), Σ seconds over the
      * steps after the first: the durations of sp_exec_scan_program's ops */
     double scan_ph[SCAN_PHASES];
+    double scan_ph0[SCAN_PHASES];   /* the first step's (the prediction of a one-step run)   */
     long scan_steps;
 };
 
@@ -248,7 +249,7 @@ void sp_exec_scan_program(const sp_exec *x, const double *ph, const double *f, c
 /* exec_blelloch.c's levels for that program (rank r's ops, as sp_exec_blelloch_levels
  * runs them). */
 void sp_exec_blelloch_program(const sp_exec *x, int r, const double *ph, sp_prog *p);
-/* Time since t0 into this rank's scan phase ph (the steps after the first). */
+/* Time since t0 into this rank's scan phase ph (the first step's kept apart, scan_ph0). */
 void sp_exec_scan_phase(sp_exec *x, int ph, double t0);
 
 /* ---- the prediction (exec_predict.c) ------------------------------------------------------ */

@@ -45,8 +45,9 @@ sp_costs *sp_exec_measured_costs(sp_exec *x)
 static double *scan_phases(sp_exec *x)
 {
     float *mine = sp_xmalloc(sizeof(float) * SCAN_PHASES), *all = sp_xmalloc(sizeof(float) * SCAN_PHASES * (size_t)x->W);
+    const double *sum = x->scan_steps > 0 ? x->scan_ph : x->scan_ph0;
     double n = x->scan_steps > 0 ? (double)x->scan_steps : 1;
-    for (int i = 0; i < SCAN_PHASES; i++) mine[i] = (float)(1e6 * x->scan_ph[i] / n);
+    for (int i = 0; i < SCAN_PHASES; i++) mine[i] = (float)(1e6 * sum[i] / n);
     sp_allgather(x->world, mine, all, SCAN_PHASES);
     double *ph = sp_xmalloc(sizeof(double) * SCAN_PHASES * (size_t)x->W);
     for (int i = 0; i < SCAN_PHASES * x->W; i++) ph[i] = all[i];

@@ -268,7 +268,7 @@ static void segment_backward(sp_exec *x, seg g, sp_req *hand, int ph, double t0)
 
 void sp_exec_scan_phase(sp_exec *x, int ph, double t0)
 {
-    if (x->steps > 0 && ph >= 0 && ph < SCAN_PHASES) x->scan_ph[ph] += sp_now() - t0;
+    if (ph >= 0 && ph < SCAN_PHASES) (x->steps > 0 ? x->scan_ph : x->scan_ph0)[ph] += sp_now() - t0;
 }
 
 /* dst = P·u for every sample: P [n, rows, cols], u [n, cols], dst [n, rows]. */
