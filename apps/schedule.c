@@ -276,7 +276,10 @@ static void simulate_comm(const opts *o, const sp_comm_model *cm, const sp_comm_
                           const sp_costs *c, const sp_sim *r, sp_sim_comm *sc)
 {
     double *ob = stage_out_bytes(c), *opt = sp_xcalloc((size_t)c->stages + 1, sizeof(double));
-    for (int st = 0; st < c->stages; st++) opt[st] = sp_opt_us_estimate(c->param_bytes[st]) * 10 / o->opt_gbs;
+    /* a profile with the executor's measured optimizer steps (--costs-out's opt column)
+     * gives them; elsewhere the estimate at --opt-gbs */
+    for (int st = 0; st < c->stages; st++)
+        opt[st] = c->has_opt && c->opt[st] > 0 ? c->opt[st] : sp_opt_us_estimate(c->param_bytes[st]) * 10 / o->opt_gbs;
     bool ddp = !strcmp(s->scheme->name, "ddp") || !strcmp(s->scheme->name, "ddp-ooo");
     sp_sim_comm_cfg cfg = {.model = cm, .out_bytes = ob, .bucket_mb = o->bucket_mb, .deferred = ddp, .opt_us = opt,
                            .topo = topo};

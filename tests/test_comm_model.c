@@ -321,3 +321,92 @@ Test(topology, ddp_sends_one_bucket_per_step)
     cr_assert_not_null(p, "%s", out);
     cr_expect_float_eq(atof(p + 12), 2 * (3 + 246824 / 2.0 / 300e3), 1e-4, "%s", out);
 }
+
+/* ---- a program per rank (sim_prog.c) and the clip's allgather (sim_comm.c) --------------- */
+
+#include "schedulers/parallel/sim_comm.h"
+
+static void op(sp_prog *p, int o, int r, int peer, int kind, double bytes, double us)
+{
+    sp_prog_add(p, (sp_prog_op){.op = o, .rank = r, .peer = peer, .kind = kind, .stage = 0, .job = -1, .bytes = bytes,
+                                .us = us});
+}
+
+/* Two ranks, a constant transfer of 1 per message (a ring allreduce of 2 ranks: 2 steps,
+ * the loss free), by hand: rank 0 computes 2, sends (lane 2–3), computes to 3, waits
+ * for rank 1's reply; rank 1 receives at 3, computes to 6, replies (6–7); rank 0 goes on
+ * at 7 to 8; the allreduce starts when both reached it (8) and lasts 2: the step is 10,
+ * 11 with an optimizer step of 1 after it. Each rank's messages in its program's order. */
+Test(sim_prog, a_hand_computed_two_rank_program)
+{
+    sp_prog p = {.workers = 2};
+    op(&p, SP_OP_COMPUTE, 0, -1, 0, 0, 2);
+    op(&p, SP_OP_SEND, 0, 1, SP_MSG_SCAN, 100, 0);
+    op(&p, SP_OP_COMPUTE, 0, -1, 0, 0, 1);
+    op(&p, SP_OP_WAITSENDS, 0, -1, 0, 0, 0);
+    op(&p, SP_OP_RECV, 1, 0, 0, 0, 0);   /* the ranks' ops may interleave in the list */
+    op(&p, SP_OP_RECV, 0, 1, 0, 0, 0);
+    op(&p, SP_OP_COMPUTE, 0, -1, 0, 0, 1);
+    op(&p, SP_OP_COMPUTE, 1, -1, 0, 0, 3);
+    op(&p, SP_OP_SEND, 1, 0, SP_MSG_HANDOFF, 40, 0);
+    for (int r = 0; r < 2; r++) {
+        op(&p, SP_OP_ALLREDUCE, r, -1, SP_MSG_ALLREDUCE, 64, 0);
+        op(&p, SP_OP_OPT, r, -1, 0, 0, 1);
+        op(&p, SP_OP_LOSS, r, -1, SP_MSG_LOSS, 4, 0);
+    }
+    sp_sim_comm_cfg cfg = {.transfer = 1};
+    sp_sim_comm m;
+    sp_simulate_prog(&p, &cfg, &m);
+    cr_assert_float_eq(m.latency, 11, 1e-12, "step %g, by hand 11", m.latency);
+    cr_assert_eq(m.nmsg, 6);
+    const int kinds[6] = {SP_MSG_SCAN, SP_MSG_ALLREDUCE, SP_MSG_LOSS, SP_MSG_HANDOFF, SP_MSG_ALLREDUCE, SP_MSG_LOSS};
+    for (int i = 0; i < 6; i++) {
+        cr_assert_eq(m.msg[i].rank, i / 3, "message %d on rank %d", i, m.msg[i].rank);
+        cr_assert_eq(m.msg[i].kind, kinds[i], "message %d: %s", i, sp_msg_kind_name(m.msg[i].kind));
+    }
+    cr_assert_float_eq(m.msg[0].start, 2, 1e-12);
+    cr_assert_float_eq(m.msg[3].start, 6, 1e-12);
+    cr_assert_float_eq(m.msg[1].start, 8, 1e-12);
+    cr_assert_float_eq(m.msg[1].end, 10, 1e-12);
+    cr_assert_float_eq(m.comm_us[0], 3, 1e-12, "rank 0's lane: its send and the allreduce");
+    cr_assert_float_eq(m.opt_us[1], 1, 1e-12);
+    cr_assert_eq(m.messages[1], 3);
+    sp_sim_comm_free(&m);
+    sp_prog_free(&p);
+}
+
+/* --clip-grad-norm in the simulation: ddp at 2 ranks, transfer 1 a message (the norm's
+ * allgather of 2 ranks: one step), an optimizer step of 5 per stage. Plain: the updates
+ * wait for the norm, one more than without a clip; post-validate: the updates overlap
+ * it, the step without a clip; each rank's norm is its last message (after its loss). */
+Test(sim_comm, clip_norm_allgather_plain_and_post_validated)
+{
+    sp_costs *c = sp_costs_uniform(4, 1, 0.7, 0.9);
+    for (int s = 0; s < 4; s++) c->act_bytes[s] = 100, c->param_bytes[s] = 400;
+    sp_sched_config sc = {.stages = 4, .micro = 2, .workers = 2};
+    sp_schedule *s = sp_schedule_new(sp_scheme_find("ddp"), &sc, c);
+    sp_sim r;
+    sp_simulate(s, c, &r);
+    double opt[4] = {5, 5, 5, 5}, T[3];
+    for (int clip = 0; clip < 3; clip++) {
+        sp_sim_comm_cfg cfg = {.bucket_mb = 25, .transfer = 1, .opt_us = opt, .clip = clip};
+        sp_sim_comm m;
+        sp_simulate_comm(s, c, &r, &cfg, &m);
+        T[clip] = m.latency;
+        int norms = 0;
+        for (int i = 0; i < m.nmsg; i++) {
+            if (m.msg[i].kind != SP_MSG_NORM) continue;
+            norms++;
+            cr_assert(i + 1 == m.nmsg || m.msg[i + 1].rank != m.msg[i].rank, "clip %d: rank %d's norm is not its last "
+                      "message", clip, m.msg[i].rank);
+            cr_assert_float_eq(m.msg[i].end - m.msg[i].start, 1, 1e-12);
+        }
+        cr_assert_eq(norms, clip ? 2 : 0, "clip %d: %d norm messages", clip, norms);
+        sp_sim_comm_free(&m);
+    }
+    cr_assert_float_eq(T[SP_CLIP_PLAIN], T[SP_CLIP_NONE] + 1, 1e-9, "plain %g, no clip %g", T[1], T[0]);
+    cr_assert_float_eq(T[SP_CLIP_POST_VALIDATE], T[SP_CLIP_NONE], 1e-9, "post-validate %g, no clip %g", T[2], T[0]);
+    sp_sim_free(&r);
+    sp_schedule_free(s);
+    sp_costs_free(c);
+}

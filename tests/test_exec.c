@@ -182,6 +182,12 @@ static void demo_scheme(const char *scheme)
         sp_costs *measured = sp_costs_read_csv(costs);   /* what a calibrated simulation reads */
         cr_assert_eq(measured->stages, 7);
         cr_assert(measured->fwd[2] > 0 && measured->grad[0] > 0, "%s: measured costs are empty", scheme);
+        /* the optimizer step measured on the ranks that step each stage (none without weights) */
+        cr_assert(measured->has_opt, "%s: --costs-out without the opt column", scheme);
+        for (int st = 0; st < 7; st++)
+            cr_assert(measured->param_bytes[st] > 0 ? measured->opt[st] > 0 : measured->opt[st] == 0,
+                      "%s: stage %d (%.0f parameter bytes): optimizer %g us", scheme, st, measured->param_bytes[st],
+                      measured->opt[st]);
         sp_costs_free(measured);
         remove(costs);
         remove(par);
@@ -1645,41 +1651,133 @@ static int read_lines(const char *path, char *buf, size_t len)
     return lines;
 }
 
-/* With $SCANPROP_EXEC_MSGS each rank logs the first step's messages it issued (rank,
- * peer, kind, stage, bytes) and rank 0 the prediction's: per rank, in order, they must be
- * the same list — for every scheme at W = 2 and 4 — and predicted_step_ms is in the JSON
- * line, positive. */
-Test(exec, predicted_messages_match_the_executor, .timeout = 600)
+/* One run with $SCANPROP_EXEC_MSGS: each rank logs the first step's messages it issued
+ * (rank, peer, kind, stage, bytes) and rank 0 the prediction's; per rank, in order, they
+ * must be the same list, and predicted_step_ms is in the JSON line, positive. */
+static void messages_match(const char *app, const char *flags, const char *env_extra, int W)
+{
+    static mpi_result r;
+    static char ex[1 << 17], sim[1 << 17], one[1 << 16];
+    const char *prefix = tmp("msgs");
+    char cmd[1024], env[900], np[16], path[700];
+    snprintf(cmd, sizeof cmd, "%s %s", bin(app), flags);
+    snprintf(env, sizeof env, "SCANPROP_EXEC_MSGS=%s %s", prefix, env_extra);
+    snprintf(np, sizeof np, "-np %d", W);
+    mpi_run(env, np, cmd, &r);
+    cr_assert_eq(r.status, 0, "%s %s -np %d: status %d\n%s", env_extra, cmd, W, r.status, r.err);
+    const char *p = strstr(r.out, "\"predicted_step_ms\": ");
+    cr_assert(p && atof(p + 21) > 0, "%s -np %d: no positive predicted_step_ms: %s", cmd, W, r.out);
+    ex[0] = 0;
+    for (int rank = 0; rank < W; rank++) {
+        snprintf(path, sizeof path, "%s.r%d.csv", prefix, rank);
+        cr_assert_geq(read_lines(path, one, sizeof one), 1, "%s -np %d: rank %d logged nothing", cmd, W, rank);
+        strncat(ex, one, sizeof ex - strlen(ex) - 1);
+        remove(path);
+    }
+    snprintf(path, sizeof path, "%s.sim.csv", prefix);
+    int n = read_lines(path, sim, sizeof sim);
+    remove(path);
+    cr_assert_gt(n, 0, "%s -np %d: no predicted messages", cmd, W);
+    cr_assert_str_eq(ex, sim, "%s %s -np %d: the executor's messages\n%s\nthe simulated ones\n%s", env_extra, cmd, W, ex,
+                     sim);
+}
+
+/* Every scheme of build/schedule --list that --parallel runs (custom aside: a list of
+ * the user's) at W = 2 and 4, on the demo MLP of 8 layers (15 stages: the V schemes and
+ * interleaved-1f1b place two chunks per rank). */
+Test(exec, predicted_messages_match_the_executor, .timeout = 900)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
-    const char *schemes[] = {"ddp", "fsdp", "gpipe", "1f1b", "lpp", "fslpp", "ooo-ff", "ooo-modulo", "ddp-ooo",
-                             "zb-h1", "1f1b-strict"};
-    static mpi_result r;
-    static char ex[1 << 16], sim[1 << 16], one[1 << 15];
-    for (int k = 0; k < 11; k++)
+    const char *schemes[] = {"ddp",   "fsdp",        "gpipe",   "1f1b",  "lpp",   "fslpp",   "ooo-ff",
+                             "ooo-modulo", "ddp-ooo", "zb-h1", "1f1b-strict", "zb-h2", "interleaved-1f1b",
+                             "looped-bfs", "zbv",     "v-half", "v-min", "dualpipev", "zb-auto"};
+    int n = (int)(sizeof schemes / sizeof *schemes);
+    for (int k = 0; k < n; k++)
         for (int W = 2; W <= 4; W += 2) {
-            const char *prefix = tmp("msgs");
-            char cmd[1024], env[700], np[16], path[700];
-            snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 2 --batch 32 --threads 1 --quiet --parallel %s %s",
-                     bin("demo"), schemes[k], W == 4 && strstr(schemes[k], "lpp") ? "--groups 2" : "");
-            snprintf(env, sizeof env, "SCANPROP_EXEC_MSGS=%s", prefix);
-            snprintf(np, sizeof np, "-np %d", W);
-            mpi_run(env, np, cmd, &r);
-            cr_assert_eq(r.status, 0, "%s -np %d: status %d\n%s", schemes[k], W, r.status, r.err);
-            const char *p = strstr(r.out, "\"predicted_step_ms\": ");
-            cr_assert(p && atof(p + 21) > 0, "%s -np %d: no positive predicted_step_ms: %s", schemes[k], W, r.out);
-            ex[0] = 0;
-            for (int rank = 0; rank < W; rank++) {
-                snprintf(path, sizeof path, "%s.r%d.csv", prefix, rank);
-                cr_assert_geq(read_lines(path, one, sizeof one), 1, "%s -np %d: rank %d logged nothing", schemes[k], W, rank);
-                strncat(ex, one, sizeof ex - strlen(ex) - 1);
-                remove(path);
-            }
-            snprintf(path, sizeof path, "%s.sim.csv", prefix);
-            int n = read_lines(path, sim, sizeof sim);
-            remove(path);
-            cr_assert_gt(n, 0, "%s -np %d: no predicted messages", schemes[k], W);
-            cr_assert_str_eq(ex, sim, "%s -np %d: the executor's messages\n%s\nthe simulated ones\n%s", schemes[k], W,
-                             ex, sim);
+            char flags[512];
+            snprintf(flags, sizeof flags, "--layers 8 --steps 2 --batch 32 --threads 1 --quiet --parallel %s %s",
+                     schemes[k], W == 4 && strstr(schemes[k], "lpp") ? "--groups 2" : "");
+            messages_match("demo", flags, "", W);
         }
+}
+
+/* The cross-rank scan's messages (--parallel scan has no job schedule: its prediction is
+ * the program of exec_scan.c): over layers (Hillis–Steele) at W = 2, 3, 4, and over the
+ * time steps of rnn and gru at W = 2, 3, 4 with both algorithms. */
+Test(exec, predicted_scan_messages_match_the_executor, .timeout = 600)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    for (int W = 2; W <= 4; W++)
+        messages_match("demo", "--layers 16 --width 16 --steps 2 --batch 16 --threads 1 --quiet --parallel scan", "",
+                       W);
+    const char *algo[] = {"SCANPROP_SCAN_ALGO=hillis-steele", "SCANPROP_SCAN_ALGO=blelloch"};
+    for (int a = 0; a < 2; a++)
+        for (int W = 2; W <= 4; W++) {
+            messages_match("rnn", "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 2 --threads 1 --quiet "
+                           "--parallel scan", algo[a], W);
+            messages_match("gru", "--shape S --samples 8 --batch 4 --steps 2 --threads 1 --quiet --parallel scan",
+                           algo[a], W);
+        }
+}
+
+/* --clip-grad-norm's norm allgather in the prediction: plain and post-validated, on a
+ * data-parallel, a pipeline and a scan run. */
+Test(exec, predicted_clip_messages_match_the_executor, .timeout = 300)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    const char *sync[] = {"plain", "post-validate"};
+    for (int v = 0; v < 2; v++) {
+        char flags[512];
+        snprintf(flags, sizeof flags, "--layers 4 --steps 2 --batch 32 --threads 1 --quiet --parallel ddp "
+                 "--clip-grad-norm 0.001 --step-sync %s", sync[v]);
+        messages_match("demo", flags, "", 2);
+        snprintf(flags, sizeof flags, "--layers 4 --steps 2 --batch 32 --threads 1 --quiet --parallel 1f1b "
+                 "--clip-grad-norm 0.001 --step-sync %s", sync[v]);
+        messages_match("demo", flags, "", 4);
+        snprintf(flags, sizeof flags, "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 2 --threads 1 --quiet "
+                 "--parallel scan --clip-grad-norm 0.001 --step-sync %s", sync[v]);
+        messages_match("rnn", flags, "", 3);
+    }
+}
+
+/* --costs-out's measured optimizer column in build/schedule's simulation with
+ * communication: the busiest rank's optimizer time (ddp: every stage on every rank) is
+ * the column's sum; the same profile without the column (an old CSV: it still reads) gives
+ * the estimate, 5 · param_bytes / 10 GB/s per stage. */
+Test(exec, measured_optimizer_steps_reach_the_simulator, .timeout = 300)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[2048], out[16384], err[4096];
+    const char *costs = tmp("opt-costs.csv"), *old = tmp("opt-old.csv");
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --costs-out %s", bin("demo"), costs);
+    mpi_run("", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 0, "%s\n%s", cmd, r.err);
+    sp_costs *c = sp_costs_read_csv(costs);
+    cr_assert(c->has_opt, "no opt column in %s", costs);
+    double sum = 0, est = 0;
+    for (int s = 0; s < c->stages; s++) sum += c->opt[s], est += 5.0 * c->param_bytes[s] / 1e4;
+    cr_assert_gt(sum, 0);
+    FILE *f = fopen(old, "w");
+    cr_assert_not_null(f);
+    c->has_opt = false;   /* the columns of a profile written before the optimizer was measured */
+    sp_costs_write_csv(f, c);
+    fclose(f);
+    sp_costs_free(c);
+    sp_costs *o = sp_costs_read_csv(old);
+    cr_assert(!o->has_opt && o->opt[0] == 0, "a profile without the column: has_opt %d", o->has_opt);
+    sp_costs_free(o);
+    const char *files[2] = {costs, old};
+    double want[2] = {sum, est};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "%s --scheme ddp --profile %s --workers 2 --microbatches 2 --no-diagram --nodes 1 "
+                 "--ranks-per-node 2 --intra-latency-us 3 --intra-bw-gbs 300 --inter-latency-us 5 --inter-bw-gbs 100",
+                 bin("schedule"), files[k]);
+        cr_assert_eq(tu_run(cmd, out, sizeof out, err, sizeof err), 0, "%s\n%s", cmd, err);
+        const char *p = strstr(out, "\"opt_max\": ");
+        cr_assert_not_null(p, "%s", out);
+        cr_assert_float_eq(atof(p + 11), want[k], 1e-6 * want[k], "%s: opt_max %s, want %g", files[k], p + 11, want[k]);
+    }
+    remove(costs);
+    remove(old);
 }

@@ -169,11 +169,14 @@ void sp_exec_clip_stats(const sp_exec *x, sp_exec_clip *out);
 int sp_exec_print_plan(const sp_exec *x, FILE *f);
 
 /* The simulator's step time (ms) for the schedule this run executed: its order, this
- * run's measured job costs (what --costs-out writes: the means over the steps after the
- * first), message sizes from the stages' shapes, the executor's buckets, the optimizer
- * step estimated from the parameter bytes (sim_comm.h sp_opt_us_estimate) and cm (NULL:
- * communication costs nothing) — through sp_simulate_comm. NaN for the time scan (no job
- * schedule). Collective. Kept for the trace's simulated rows. */
+ * run's measured job costs and optimizer steps (what --costs-out writes: the means over
+ * the steps after the first; the optimizer step estimated from the parameter bytes,
+ * sim_comm.h sp_opt_us_estimate, only for a stage never stepped after the first step),
+ * message sizes from the stages' shapes, the executor's buckets, --clip-grad-norm's
+ * allgather and cm (NULL: communication costs nothing) — through sp_simulate_comm. For
+ * --parallel scan (over layers or time steps, either algorithm) the scan's own program
+ * per rank (exec_scan.c) with the phases each rank measured, through sp_simulate_prog.
+ * Collective. Kept for the trace's simulated rows. */
 struct sp_comm_model;
 double sp_exec_predict_step_ms(sp_exec *x, const struct sp_comm_model *cm);
 

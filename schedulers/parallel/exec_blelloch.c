@@ -29,6 +29,7 @@
 #include <string.h>
 #include "core/error.h"
 #include "core/kernels/dense.h"
+#include "core/parallel.h"
 #include "schedulers/parallel/exec_internal.h"
 
 typedef struct bnode {
@@ -119,26 +120,34 @@ float *sp_exec_blelloch_levels(sp_exec *x, float *elem, const float *v, int n)
         for (int i = 0; i < t.n; i++) {
             bnode b = t.v[i];
             if (b.depth != d || b.mid < 0) continue;
-            int from = b.mid - 1, to = b.hi - 1;
+            int from = b.mid - 1, to = b.hi - 1, k = t.depth - 1 - d;
             size_t cnt = b.lo == 0 ? vec : mat;
             sp_req sr = {0}, rr = {0};
-            if (me == from) sp_isend(x->world, agg[b.left], cnt, rank_of(x, to), tag, &sr);
+            if (me == from) {
+                sp_exec_log_msg(x, rank_of(x, to), SP_MSG_UP, k, 4.0 * (double)cnt);
+                sp_isend(x->world, agg[b.left], cnt, rank_of(x, to), tag, &sr);
+            }
             if (me == to) {
                 lagg[i] = sp_xmalloc(sizeof(float) * cnt);
                 sp_irecv(x->world, lagg[i], cnt, rank_of(x, from), tag, &rr);
             }
             sp_wait(&rr);
             sp_wait(&sr);
+            double t0 = sp_now();
             if (me == to && b.need) agg[i] = times(agg[b.right], lagg[i], n, H, b.lo == 0 ? 1 : H);
+            if (me == to) sp_exec_scan_phase(x, SCAN_PH_LV + 2 * k + 1, t0);
         }
     for (int d = 0; d < t.depth; d++)   /* down-sweep */
         for (int i = 0; i < t.n; i++) {
             bnode b = t.v[i];
             if (b.depth != d || b.mid < 0) continue;
-            int to = b.mid - 1, own = b.hi - 1;
+            int to = b.mid - 1, own = b.hi - 1, k = t.depth + d;
             sp_req sr = {0}, rr = {0};
             if (b.lo > 0) {   /* X exists: to the left child as it is */
-                if (me == own) sp_isend(x->world, pre[i], vec, rank_of(x, to), tag, &sr);
+                if (me == own) {
+                    sp_exec_log_msg(x, rank_of(x, to), SP_MSG_DOWN, k, 4.0 * (double)vec);
+                    sp_isend(x->world, pre[i], vec, rank_of(x, to), tag, &sr);
+                }
                 if (me == to) {
                     pre[b.left] = sp_xmalloc(sizeof(float) * vec);
                     sp_irecv(x->world, pre[b.left], vec, rank_of(x, own), tag, &rr);
@@ -147,8 +156,10 @@ float *sp_exec_blelloch_levels(sp_exec *x, float *elem, const float *v, int n)
             sp_wait(&rr);
             sp_wait(&sr);
             if (me == own) {
+                double t0 = sp_now();
                 if (b.lo == 0) pre[b.right] = lagg[i], lagg[i] = NULL;
                 else pre[b.right] = times(lagg[i], pre[i], n, H, 1);
+                sp_exec_scan_phase(x, SCAN_PH_LV + 2 * k + 1, t0);
             }
         }
     float *out = NULL;
@@ -163,6 +174,39 @@ float *sp_exec_blelloch_levels(sp_exec *x, float *elem, const float *v, int n)
     free(pre);
     free(t.v);
     return out;
+}
+
+/* Rank r's part of the levels as program ops (exec_internal.h): the same loops as
+ * sp_exec_blelloch_levels, each send, receive and wait in its place, the products after
+ * a level's waits as the rank's measured phase of that level. */
+void sp_exec_blelloch_program(const sp_exec *x, int r, const double *ph, sp_prog *p)
+{
+    int me = r >= 1 ? x->W - 1 - r : -1;
+    double vec = 4.0 * x->batch * x->H, mat = vec * x->H;
+    const double *mine = ph + (size_t)r * SCAN_PHASES;
+    btree t = tree_of(x);
+    for (int pass = 0; pass < 2; pass++)   /* up-sweep (deepest first), then down-sweep (root first) */
+        for (int dd = 0; dd < t.depth; dd++) {
+            int d = pass == 0 ? t.depth - 1 - dd : dd, k = pass == 0 ? dd : t.depth + d;
+            for (int i = 0; i < t.n; i++) {
+                bnode b = t.v[i];
+                if (b.depth != d || b.mid < 0) continue;
+                int snd = pass == 0 ? b.mid - 1 : b.hi - 1, rcv = pass == 0 ? b.hi - 1 : b.mid - 1;   /* positions */
+                bool msg = pass == 0 || b.lo > 0, sent = msg && me == snd, got = msg && me == rcv;
+                if (sent)
+                    sp_prog_add(p, (sp_prog_op){.op = SP_OP_SEND, .rank = r, .peer = rank_of(x, rcv),
+                                                .kind = pass == 0 ? SP_MSG_UP : SP_MSG_DOWN, .stage = k,
+                                                .bytes = pass == 0 && b.lo > 0 ? mat : vec, .job = -1});
+                if (got)
+                    sp_prog_add(p, (sp_prog_op){.op = SP_OP_RECV, .rank = r, .peer = rank_of(x, snd), .job = -1});
+                if (sent) sp_prog_add(p, (sp_prog_op){.op = SP_OP_WAITSENDS, .rank = r, .job = -1});
+                if (me == b.hi - 1)   /* the node's owner (one per depth) forms what it needs */
+                    sp_prog_add(p, (sp_prog_op){.op = SP_OP_COMPUTE, .rank = r, .job = -1,
+                                                .us = mine[SCAN_PH_LV + 2 * k + 1],
+                                                .name = pass == 0 ? "up-sweep: product" : "down-sweep: product"});
+            }
+        }
+    free(t.v);
 }
 
 /* The plan's lines: each level's messages (sender → receiver, floats) and products. */

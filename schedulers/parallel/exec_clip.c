@@ -47,7 +47,7 @@ static void update_owned(sp_exec *x)
 {
     for (int s = 0; s < x->S; s++) {
         stage_info *si = &x->st[s];
-        if (si->owns && si->nfloats) sp_optim_step_params(x->opt, si->layer->params, si->layer->nparams);
+        if (si->owns && si->nfloats) sp_exec_step_stage(x, s, x->steps);
     }
 }
 
@@ -68,6 +68,7 @@ void sp_exec_clip_update(sp_exec *x)
     float part[2] = {(float)sum, 0}, *all = sp_xmalloc(sizeof(float) * 2 * (size_t)x->W);
     part[1] = (float)(sum - (double)part[0]);
     sp_req req;
+    if (x->W > 1) sp_exec_log_msg(x, -1, SP_MSG_NORM, -1, sizeof part);
     sp_iallgather(x->world, part, all, 2, &req);
     bool zero = x->opt->zero_in_step;
     sp_optim_set_zero_in_step(x->opt, false);   /* a redo reads the gradients again */

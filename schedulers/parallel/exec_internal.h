@@ -51,6 +51,15 @@ typedef struct bucket {
     long step;               /* the step whose gradients it carries              */
 } bucket;
 
+/* The cross-rank scan's compute phases on a rank, timed by exec_scan.c and
+ * exec_blelloch.c: the forward (time scan), the layers above the recurrent one, the work
+ * before the levels (rank W−1's segment backward or sweep, or forming the element; _A2
+ * after rank 1's hand-off when rank 1 is the last rank), the work after the levels
+ * (_SEG; _SEG2 after the hand-off), the time scan's weight gradients, and per level k a
+ * product before its send (_LV + 2k) and after its receive (_LV + 2k + 1). */
+enum { SCAN_PH_FWD, SCAN_PH_TOP, SCAN_PH_A, SCAN_PH_A2, SCAN_PH_SEG, SCAN_PH_SEG2, SCAN_PH_WGRAD, SCAN_PH_LV,
+       SCAN_MAX_LEVELS = 64, SCAN_PHASES = SCAN_PH_LV + 2 * SCAN_MAX_LEVELS };
+
 typedef struct trace_ev {
     int what;                /* job id, −1 − bucket (a collective in flight), or
                                 WAIT_EV − bucket (this rank blocked on it)            */
@@ -100,6 +109,7 @@ struct sp_exec {
     double job_overhead;     /* seconds of the jobs after the first step that were neither
                                 compute nor waiting (exec_predict.c)                 */
     long njobs_late;
+    double opt_s;            /* seconds in the optimizer step, every step (sp_exec_step_stage) */
     long cap_step_wall;
     double delay_s;          /* $SCANPROP_EXEC_FAULT=slow: added to the next job's compute */
     int *order_rec;          /* the first step's executed job ids                    */
@@ -140,6 +150,15 @@ struct sp_exec {
     struct exec_msg { int peer, kind, stage; double bytes; } *msgs;
     int nmsgs, cap_msgs;
     bool log_msgs;
+    /* the optimizer step as measured (sp_exec_step_stage): per stage Σ seconds and the
+     * steps counted (the first step's update left out, as from the job costs) */
+    double *opt_meas;        /* [2·S]                                                   */
+    long *opt_step;          /* [S]: the step last counted                              */
+    /* the cross-rank scan's compute phases on this rank (SCAN_PH_*), Σ seconds over the
+     * steps after the first: the durations of sp_exec_scan_program's ops */
+    double scan_ph[SCAN_PHASES];
+    double scan_ph0[SCAN_PHASES];   /* the first step's (the prediction of a one-step run)   */
+    long scan_steps;
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -186,6 +205,9 @@ void sp_exec_setup_buckets(sp_exec *x);   /* x->buckets, st[s].bucket       */
 void sp_exec_sync_begin_step(sp_exec *x);
 /* A job that wrote stage s's gradients is done: start its bucket when complete. */
 void sp_exec_grad_done(sp_exec *x, int s);
+/* The optimizer step of stage s (this rank steps it), timed: the update of step `step`
+ * (the first step's is left out of the measured mean). */
+void sp_exec_step_stage(sp_exec *x, int s, long step);
 /* Wait for bucket i and unpack its sum; with update, also step its stages (ddp). */
 void sp_exec_finish_bucket(sp_exec *x, int i, bool update);
 void sp_exec_poll_buckets(sp_exec *x);
@@ -225,8 +247,24 @@ bool sp_exec_blelloch_forms(const sp_exec *x, int r);
 float *sp_exec_blelloch_levels(sp_exec *x, float *elem, const float *v, int n);
 int sp_exec_blelloch_depth(const sp_exec *x);
 void sp_exec_blelloch_plan(const sp_exec *x, FILE *f);
+/* The scan's step as a program per rank (sim_comm.h sp_prog), for the prediction: every
+ * message the executor sends, in its order, with compute ops from ph ([W·SCAN_PHASES]
+ * µs per rank and phase, this run's means), f ([S] µs of each stage's forward) and
+ * opt ([S] µs of each stage's optimizer step). */
+void sp_exec_scan_program(const sp_exec *x, const double *ph, const double *f, const double *opt, sp_prog *p);
+/* exec_blelloch.c's levels for that program (rank r's ops, as sp_exec_blelloch_levels
+ * runs them). */
+void sp_exec_blelloch_program(const sp_exec *x, int r, const double *ph, sp_prog *p);
+/* Time since t0 into this rank's scan phase ph (the first step's kept apart, scan_ph0). */
+void sp_exec_scan_phase(sp_exec *x, int ph, double t0);
 
 /* ---- the prediction (exec_predict.c) ------------------------------------------------------ */
+
+/* The stage costs this run measured (mean µs of F, δ, G over every rank and every step
+ * but the first; the planning costs where a part never ran) and the optimizer step
+ * (opt, has_opt: measured on some rank; else the planning profile's, if it has them).
+ * Collective. */
+sp_costs *sp_exec_measured_costs(sp_exec *x);
 
 /* A message this rank issues (kind: sim_comm.h's sp_msg_kind; peer as sim_comm.h's
  * sp_sim_msg): logged during the first step when $SCANPROP_EXEC_MSGS is set. */

@@ -1,7 +1,9 @@
 /* exec_predict.c — the simulator's step for the schedule this run executed (exec.h:
- * sp_exec_predict_step_ms): the run's measured job costs (what --costs-out writes), the
- * order the ranks walked (x->sim), the executor's buckets, the message sizes of its
- * stages' shapes and the run's communication model, through sim_comm.c. */
+ * sp_exec_predict_step_ms): the run's measured job costs and optimizer steps (what
+ * --costs-out writes), the order the ranks walked (x->sim), the executor's buckets, the
+ * message sizes of its stages' shapes, its clip, and the run's communication model,
+ * through sim_comm.c; for --parallel scan the scan's program per rank (exec_scan.c) with
+ * its measured phases, through sim_prog.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,23 +13,28 @@
 #include "schedulers/parallel/exec_internal.h"
 #include "schedulers/parallel/sim_comm.h"
 
-/* The stage costs this run measured (mean µs of its F, δ and G jobs over every rank and
- * every step but the first; the planning costs where a part never ran). Collective. */
-static sp_costs *measured_costs(sp_exec *x)
+sp_costs *sp_exec_measured_costs(sp_exec *x)
 {
-    float *v = sp_xmalloc(sizeof(float) * 6 * (size_t)x->S);
-    for (int i = 0; i < 6 * x->S; i++) v[i] = (float)x->meas[i];
-    sp_allreduce(x->world, v, 6 * (size_t)x->S);
-    sp_costs *c = sp_costs_uniform(x->S, 0, 0, 0);
+    int S = x->S;
+    float *v = sp_xcalloc(8 * (size_t)S, sizeof(float));
+    for (int i = 0; i < 6 * S; i++) v[i] = (float)x->meas[i];
+    for (int i = 0; i < 2 * S && x->opt_meas; i++) v[6 * S + i] = (float)x->opt_meas[i];
+    sp_allreduce(x->world, v, 8 * (size_t)S);
+    sp_costs *c = sp_costs_uniform(S, 0, 0, 0);
     double *dst[3] = {c->fwd, c->delta, c->grad}, *plan[3] = {x->costs->fwd, x->costs->delta, x->costs->grad};
-    for (int s = 0; s < x->S; s++) {
+    for (int s = 0; s < S; s++) {
+        memcpy(c->name[s], x->costs->name[s], SP_STAGE_NAME);
         c->act_bytes[s] = x->costs->act_bytes[s];
         c->param_bytes[s] = x->costs->param_bytes[s];
         for (int p = 0; p < 3; p++) {
             float n = v[6 * s + 3 + p];
             dst[p][s] = n > 0 ? 1e6 * v[6 * s + p] / n : plan[p][s];
         }
+        float n = v[6 * S + 2 * s + 1];
+        c->has_opt |= n > 0;
+        c->opt[s] = n > 0 ? 1e6 * v[6 * S + 2 * s] / n : x->costs->has_opt ? x->costs->opt[s] : 0;
     }
+    c->has_opt |= x->costs->has_opt;
     snprintf(c->unit, sizeof c->unit, "us");
     free(v);
     return c;
@@ -43,26 +50,50 @@ double sp_exec_job_us(sp_exec *x)
     return v[1] > 0 ? 1e6 * (double)v[0] / (double)v[1] : 0;
 }
 
+/* Every rank's scan phases ([W·SCAN_PHASES] mean µs over the steps after the first;
+ * the first step's where only one ran). Collective. */
+static double *scan_phases(sp_exec *x)
+{
+    float *mine = sp_xmalloc(sizeof(float) * SCAN_PHASES), *all = sp_xmalloc(sizeof(float) * SCAN_PHASES * (size_t)x->W);
+    const double *sum = x->scan_steps > 0 ? x->scan_ph : x->scan_ph0;
+    double n = x->scan_steps > 0 ? (double)x->scan_steps : 1;
+    for (int i = 0; i < SCAN_PHASES; i++) mine[i] = (float)(1e6 * sum[i] / n);
+    sp_allgather(x->world, mine, all, SCAN_PHASES);
+    double *ph = sp_xmalloc(sizeof(double) * SCAN_PHASES * (size_t)x->W);
+    for (int i = 0; i < SCAN_PHASES * x->W; i++) ph[i] = all[i];
+    free(mine);
+    free(all);
+    return ph;
+}
+
 double sp_exec_predict_step_ms(sp_exec *x, const sp_comm_model *cm)
 {
-    sp_costs *c = measured_costs(x);
-    if (x->tscan) {   /* the time scan has no job schedule: not modelled */
-        sp_costs_free(c);
-        return NAN;
-    }
+    sp_costs *c = sp_exec_measured_costs(x);
     double *ob = sp_xcalloc((size_t)x->S + 1, sizeof(double)), *opt = sp_xcalloc((size_t)x->S + 1, sizeof(double));
     int rows = x->batch / x->B;
     for (int s = 0; s < x->S; s++) {
         const stage_info *si = &x->st[s];
         ob[s] = 4.0 * (double)rows * (double)sp_shape_numel(si->out_ndim, si->out_shape);
-        opt[s] = sp_opt_us_estimate(c->param_bytes[s]);
+        /* measured where the stage was stepped after the first step (or the --costs
+         * profile's); else the estimate from its parameter bytes */
+        opt[s] = c->opt[s] > 0 ? c->opt[s] : sp_opt_us_estimate(c->param_bytes[s]);
     }
+    int clip = x->cfg.clip_grad_norm > 0 ? x->cfg.post_validate ? SP_CLIP_POST_VALIDATE : SP_CLIP_PLAIN : SP_CLIP_NONE;
     double job_us = sp_exec_job_us(x);
     sp_sim_comm_cfg cfg = {.model = cm, .out_bytes = ob, .bucket_mb = x->cfg.bucket_mb, .deferred = x->deferred,
-                           .opt_us = opt, .job_us = job_us};
+                           .opt_us = opt, .clip = clip, .job_us = job_us};
     if (x->pred) sp_sim_comm_free(x->pred);
     else x->pred = sp_xcalloc(1, sizeof *x->pred);
-    sp_simulate_comm(x->sched, c, &x->sim, &cfg, x->pred);
+    if (is_scan(x->cfg.scheme)) {   /* the scan: its program, from its plan and its measured phases */
+        double *ph = scan_phases(x);
+        sp_prog p = {0};
+        sp_exec_scan_program(x, ph, c->fwd, opt, &p);
+        sp_simulate_prog(&p, &cfg, x->pred);
+        sp_prog_free(&p);
+        free(ph);
+    } else {
+        sp_simulate_comm(x->sched, c, &x->sim, &cfg, x->pred);
+    }
     free(ob);
     free(opt);
     sp_costs_free(c);
@@ -73,6 +104,10 @@ void sp_exec_pred_free(sp_exec *x)
 {
     free(x->msgs);
     x->msgs = NULL;
+    free(x->opt_meas);
+    free(x->opt_step);
+    x->opt_meas = NULL;
+    x->opt_step = NULL;
     if (!x->pred) return;
     sp_sim_comm_free(x->pred);
     free(x->pred);
@@ -139,10 +174,16 @@ void sp_exec_trace_predicted(const sp_exec *x, FILE *f)
         fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, \"args\": {\"name\": "
                    "\"communication\"}}", pid);
         for (int j = 0; j < x->sched->njobs; j++)
-            if (x->sched->compute[j] == r)
+            if (x->sched->compute[j] == r && (!is_scan(x->cfg.scheme) || x->sched->jobs[j].dir == SP_FWD) &&
+                !x->tscan)   /* the scan runs its forward's jobs only (the time scan: none) */
                 fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"simulated\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, "
                            "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"step\": -1}}",
                         sp_job_label(x->sched, j, lab, sizeof lab), pid, p->start[j], p->finish[j] - p->start[j]);
+        for (int i = 0; i < p->nspan; i++)   /* a program's named compute (the scan's phases) */
+            if (p->span[i].rank == r)
+                fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"simulated\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, "
+                           "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"step\": -1}}",
+                        p->span[i].name, pid, p->span[i].start, p->span[i].end - p->span[i].start);
         for (int i = 0; i < p->nmsg; i++) {
             const sp_sim_msg *m = &p->msg[i];
             if (m->rank != r) continue;

@@ -280,31 +280,19 @@ static void write_trace(sp_exec *x)
  * steps). Medians do not add: a median step leaves out the slow steps whose slow jobs
  * still raise the mean job costs (the bench once showed 1f1b at 0.91 of its compute-only
  * bound that way). The first step is left out of both: it warms the tapes and caches up,
- * and rank 0 has just measured the planning costs. */
+ * and rank 0 has just measured the planning costs. The optimizer step of each stage is
+ * measured likewise (the column opt, µs; 0 where no rank stepped the stage after the
+ * first step; no column when nothing was measured, e.g. one step). */
 static void write_costs(sp_exec *x)
 {
-    float *v = sp_xmalloc(sizeof(float) * 6 * (size_t)x->S);
-    for (int i = 0; i < 6 * x->S; i++) v[i] = (float)x->meas[i];
-    sp_allreduce(x->world, v, 6 * (size_t)x->S);
+    sp_costs *c = sp_exec_measured_costs(x);
     if (x->rank == 0) {
-        sp_costs *c = sp_costs_uniform(x->S, 0, 0, 0);
-        double *dst[3] = {c->fwd, c->delta, c->grad}, *plan[3] = {x->costs->fwd, x->costs->delta, x->costs->grad};
-        for (int s = 0; s < x->S; s++) {
-            memcpy(c->name[s], x->costs->name[s], SP_STAGE_NAME);
-            c->act_bytes[s] = x->costs->act_bytes[s];
-            c->param_bytes[s] = x->costs->param_bytes[s];
-            for (int p = 0; p < 3; p++) {
-                float n = v[6 * s + 3 + p];
-                dst[p][s] = n > 0 ? 1e6 * v[6 * s + p] / n : plan[p][s];
-            }
-        }
         sp_out out;
         FILE *f = open_out(x, &out, "--costs-out", x->cfg.costs_out);
         sp_costs_write_csv(f, c);
         close_out(x, &out);
-        sp_costs_free(c);
     }
-    free(v);
+    sp_costs_free(c);
 }
 
 void sp_exec_finish(sp_exec *x)

@@ -242,8 +242,8 @@ static void time_sweep(sp_exec *x, seg g, int n, const float *dhb, float *mine, 
 /* Back-propagate the rank's own segment from ∂l/∂(its output) in x->dy[b]. With hand,
  * the segment's δ (T_1 on rank 1) goes to rank 0 as soon as it is made, before the first
  * layer's G (δ and G of a layer are independent: the pipeline schedules run them as
- * separate jobs). */
-static void segment_backward(sp_exec *x, seg g, sp_req *hand)
+ * separate jobs). Timed into scan phase ph (ph + 1 after the hand-off). */
+static void segment_backward(sp_exec *x, seg g, sp_req *hand, int ph, double t0)
 {
     for (int s = g.b; s >= g.a; s--) {
         sp_node *nd = x->node[s * x->B];
@@ -254,10 +254,21 @@ static void segment_backward(sp_exec *x, seg g, sp_req *hand)
             sp_tensor *dx = &x->dy[(s - 1) * x->B];
             *dx = sp_tape_tensor_like(&x->tapes[0], &nd->input->out);
             nd->kern->backward_input(nd, 0, dy, dx);
-            if (hand && s == g.a) sp_isend(x->world, dx->data, dx->numel, 0, tag_of(x, 3, 0, 0), hand);
+            if (hand && s == g.a) {
+                sp_exec_scan_phase(x, ph, t0);
+                sp_exec_log_msg(x, 0, SP_MSG_HANDOFF, -1, 4.0 * (double)dx->numel);
+                sp_isend(x->world, dx->data, dx->numel, 0, tag_of(x, 3, 0, 0), hand);
+                t0 = sp_now(), ph++;
+            }
         }
         if (params && hand && s == g.a) nd->kern->backward_params(nd, dy);
     }
+    sp_exec_scan_phase(x, ph, t0);
+}
+
+void sp_exec_scan_phase(sp_exec *x, int ph, double t0)
+{
+    if (ph >= 0 && ph < SCAN_PHASES) (x->steps > 0 ? x->scan_ph : x->scan_ph0)[ph] += sp_now() - t0;
 }
 
 /* dst = P·u for every sample: P [n, rows, cols], u [n, cols], dst [n, rows]. */
@@ -285,7 +296,7 @@ static float *scan_levels(sp_exec *x, float *elem, const float *v, int n)
     size_t nL = elem ? (size_t)n * me.in * me.out : 0;
     float *next = NULL;       /* T_{r+1}, once the vector has arrived */
     float *Tr = NULL;         /* T_r = P_r·T_{r+1}, made the first time it is sent */
-    for (int span = 1; span < W; span *= 2) {
+    for (int span = 1, k = 0; span < W; span *= 2, k++) {
         sp_req sreq = {0}, rreq = {0};
         int q = r + span;
         if (r > 0 && r - span > 0) {   /* rank 0 reads no T: nobody sends to it here */
@@ -293,12 +304,15 @@ static float *scan_levels(sp_exec *x, float *elem, const float *v, int n)
             size_t cnt = nL;
             if (reaches_end(x, r, span)) {
                 if (r < W - 1 && !Tr) {
+                    double t0 = sp_now();
                     Tr = sp_xmalloc(sizeof(float) * (size_t)n * me.in);
                     apply_factor(L, me.in, me.out, n, next, Tr);
+                    sp_exec_scan_phase(x, SCAN_PH_LV + 2 * k, t0);
                 }
                 out = r < W - 1 ? Tr : v;
                 cnt = (size_t)n * me.in;
             }
+            sp_exec_log_msg(x, r - span, SP_MSG_SCAN, k, 4.0 * (double)cnt);
             sp_isend(x->world, out, cnt, r - span, tag_of(x, 2, span, 0), &sreq);
         }
         float *got = NULL;
@@ -311,11 +325,13 @@ static float *scan_levels(sp_exec *x, float *elem, const float *v, int n)
         sp_wait(&rreq);
         sp_wait(&sreq);
         if (!got) continue;
+        double t0 = sp_now();
         if (!reaches_end(x, q, span)) {   /* more factors, kept as they are */
             L = sp_xrealloc(L, sizeof(float) * (nL + ngot));
             memcpy(L + nL, got, sizeof(float) * ngot);
             nL += ngot;
             free(got);
+            sp_exec_scan_phase(x, SCAN_PH_LV + 2 * k + 1, t0);
             continue;
         }
         /* T_q: multiplied through the factors held, P_{q−1} first, down to P_{r+1} */
@@ -330,6 +346,7 @@ static float *scan_levels(sp_exec *x, float *elem, const float *v, int n)
             u = t;
         }
         next = u;
+        sp_exec_scan_phase(x, SCAN_PH_LV + 2 * k + 1, t0);
     }
     free(L);
     free(Tr);
@@ -347,20 +364,23 @@ void sp_exec_scan_backward(sp_exec *x)
     sp_req hand = {0};   /* rank 1's T_1 to rank 0 */
     sp_req *h = r == 1 ? &hand : NULL;
     sp_comm_set_label("bppsa scan across ranks");
+    if (x->steps > 0) x->scan_steps++;
     if (r == W - 1) {   /* v = the segment's δ chain applied to ∇y l (and its G on the way) */
         x->dy[me.b * x->B] = *sp_exec_ensure_dy(x, me.b, 0);
-        segment_backward(x, me, h);
+        segment_backward(x, me, h, SCAN_PH_A, t0);
         if (me.a > 0) v = x->dy[(me.a - 1) * x->B].data;
     } else if (forms_element(x, r)) {
         elem = segment_product(x, me, n);
+        sp_exec_scan_phase(x, SCAN_PH_A, t0);
     }
     float *next = scan_levels(x, elem, v, n);
     if (next) {   /* ranks 1 … W−2: their own segment from T_{r+1} */
+        double t1 = sp_now();
         sp_tensor y = sp_exec_stage_tensor(x, me.b, 0);
         memcpy(y.data, next, sizeof(float) * y.numel);
         free(next);
         x->dy[me.b * x->B] = y;
-        segment_backward(x, me, h);
+        segment_backward(x, me, h, SCAN_PH_SEG, t1);
     }
     if (r == 0 && W > 1) {
         sp_tensor y = sp_exec_stage_tensor(x, me.b, 0);
@@ -368,7 +388,7 @@ void sp_exec_scan_backward(sp_exec *x)
         sp_irecv(x->world, y.data, y.numel, 1, tag_of(x, 3, 0, 0), &rreq);
         sp_wait(&rreq);
         x->dy[me.b * x->B] = y;
-        segment_backward(x, me, NULL);
+        segment_backward(x, me, NULL, SCAN_PH_SEG, sp_now());
     }
     sp_wait(&hand);
     x->bwd_s += sp_now() - t0;
@@ -388,6 +408,7 @@ static void reduce_recurrent_grads(sp_exec *x, sp_node *rec)
     for (int p = 0; p < l->nparams; at += l->params[p]->grad.numel, p++)
         memcpy(buf + at, l->params[p]->grad.data, sizeof(float) * l->params[p]->grad.numel);
     sp_comm_set_label("allreduce of the recurrent layer's weight gradients");
+    sp_exec_log_msg(x, -1, SP_MSG_ALLREDUCE, 0, 4.0 * (double)total);
     sp_allreduce(x->world, buf, total);
     at = 0;
     for (int p = 0; p < l->nparams; at += l->params[p]->grad.numel, p++)
@@ -403,6 +424,7 @@ void sp_exec_time_scan_backward(sp_exec *x)
     double t0 = sp_now();
     int W = x->W, r = x->rank, n = x->rows[0], H = x->H, Tn = x->T;
     sp_comm_set_label("bppsa scan across ranks over time");
+    if (x->steps > 0) x->scan_steps++;
     for (int s = x->S - 1; s >= 1; s--) {   /* the layers above the recurrent one, on every rank */
         sp_node *nd = x->node[s * x->B];
         sp_tensor *dy = sp_exec_ensure_dy(x, s, 0);
@@ -412,6 +434,8 @@ void sp_exec_time_scan_backward(sp_exec *x)
         x->have_dy[(s - 1) * x->B] = true;
     }
     const float *dhT = sp_exec_ensure_dy(x, 0, 0)->data;   /* ∇h_T, [n, H] */
+    sp_exec_scan_phase(x, SCAN_PH_TOP, t0);
+    double t1 = sp_now();
     seg me = segment_of(x, r);
     int len = me.b - me.a + 1, maxlen = (Tn + W - 1) / W;
     float *mine = sp_xcalloc((size_t)n * maxlen * H, sizeof(float));
@@ -420,21 +444,29 @@ void sp_exec_time_scan_backward(sp_exec *x)
     bool bl = sp_exec_scan_blelloch(x);
     if (r == W - 1) time_sweep(x, me, n, dhT, mine, below);
     else if (bl ? sp_exec_blelloch_forms(x, r) : forms_element(x, r)) elem = time_product(x, me, n);
+    sp_exec_scan_phase(x, SCAN_PH_A, t1);
     float *next = bl ? sp_exec_blelloch_levels(x, elem, r == W - 1 ? below : NULL, n)
                      : scan_levels(x, elem, r == W - 1 ? below : NULL, n);
     if (next) {   /* ranks 1 … W−2: this segment's steps from ∇h_{b_r} = T_{r+1} */
+        t1 = sp_now();
         time_sweep(x, me, n, next, mine, r == 1 ? below : NULL);
         free(next);
+        sp_exec_scan_phase(x, SCAN_PH_SEG, t1);
     }
     sp_req hand = {0};
-    if (r == 1) sp_isend(x->world, below, (size_t)n * H, 0, tag_of(x, 3, 0, 0), &hand);
+    if (r == 1) {
+        sp_exec_log_msg(x, 0, SP_MSG_HANDOFF, -1, 4.0 * (double)n * H);
+        sp_isend(x->world, below, (size_t)n * H, 0, tag_of(x, 3, 0, 0), &hand);
+    }
     if (r == 0 && W > 1) {   /* ∇h_{b_0} from rank 1 */
         float *dhb = sp_xmalloc(sizeof(float) * (size_t)n * H);
         sp_req rreq = {0};
         sp_irecv(x->world, dhb, (size_t)n * H, 1, tag_of(x, 3, 0, 0), &rreq);
         sp_wait(&rreq);
+        t1 = sp_now();
         time_sweep(x, me, n, dhb, mine, NULL);
         free(dhb);
+        sp_exec_scan_phase(x, SCAN_PH_SEG, t1);
     }
     sp_wait(&hand);
     free(below);
@@ -445,7 +477,9 @@ void sp_exec_time_scan_backward(sp_exec *x)
         sp_comm_fail_all(x->world, "--parallel scan: %s has no weight gradients over a range of time steps on this "
                                    "device (chain_backward_params_range; the CPU has it)", rec->op->name);
     sp_tensor dh = sp_tensor_view(mine, 3, (int[]){n, len, H});
+    t1 = sp_now();
     rec->kern->chain_backward_params_range(rec, &dh, me.a - 1, me.b);
+    sp_exec_scan_phase(x, SCAN_PH_WGRAD, t1);
     x->wgrad_steps = len;
     free(mine);
     reduce_recurrent_grads(x, rec);
@@ -461,6 +495,129 @@ void sp_exec_time_scan_forward(sp_exec *x)
     for (int s = 0; s < x->S; s++) h = x->node[s * x->B] = sp_apply(t, x->st[s].layer, h);
     x->loss[0] = sp_apply_loss(t, x->m->loss, h, x->yin[0]);
     x->fwd_s += sp_now() - t0;
+    sp_exec_scan_phase(x, SCAN_PH_FWD, t0);
+}
+
+/* ---- the scan's step as a program per rank (the prediction, sim_prog.c) ------------------ */
+
+static void put(sp_prog *p, int op, int r, int peer, int kind, int stage, double bytes, double us, int job)
+{
+    sp_prog_add(p, (sp_prog_op){op, r, peer, kind, stage, job, bytes, us, op == SP_OP_OPT ? "optimizer" : NULL});
+}
+
+/* A compute phase, named for the trace's simulated rows. */
+static void compute(sp_prog *p, int r, double us, const char *name)
+{
+    sp_prog_add(p, (sp_prog_op){.op = SP_OP_COMPUTE, .rank = r, .peer = -1, .job = -1, .us = us, .name = name});
+}
+
+/* Rank r's Hillis–Steele levels as scan_levels runs them. */
+static void hs_program(const sp_exec *x, int r, const double *mine, sp_prog *p)
+{
+    int W = x->W;
+    seg me = segment_of(x, r);
+    for (int span = 1, k = 0; span < W; span *= 2, k++) {
+        bool sent = r > 0 && r - span > 0, got = r > 0 && r + span < W;
+        if (sent) {
+            compute(p, r, mine[SCAN_PH_LV + 2 * k], "scan level: T_r");   /* the first time a vector is sent */
+            double floats = reaches_end(x, r, span) ? me.in : sent_floats(x, r, span);
+            put(p, SP_OP_SEND, r, r - span, SP_MSG_SCAN, k, 4.0 * x->batch * floats, 0, -1);
+        }
+        if (got) put(p, SP_OP_RECV, r, r + span, 0, 0, 0, 0, -1);
+        if (sent) put(p, SP_OP_WAITSENDS, r, -1, 0, 0, 0, 0, -1);
+        if (got) compute(p, r, mine[SCAN_PH_LV + 2 * k + 1], "scan level: products");
+    }
+}
+
+/* Rank r's forward over layers: its F jobs in the order it walks them, each receiving
+ * its input from another rank and sending its output on (exec_stage.c). Returns whether
+ * the rank issued the loss (after its last F of the last stage). */
+static bool forward_program(const sp_exec *x, int r, const double *f, sp_prog *p)
+{
+    const sp_schedule *s = x->sched;
+    int left = 0;
+    for (int j = 0; j < s->njobs; j++) left += s->compute[j] == r && s->jobs[j].dir == SP_FWD && s->jobs[j].stage == x->S - 1;
+    bool loss = false;
+    for (int i = x->sim.order_off[r]; i < x->sim.order_off[r + 1]; i++) {
+        int j = x->sim.order[i], st = s->jobs[j].stage;
+        if (s->jobs[j].dir != SP_FWD) continue;
+        if (st > 0) {
+            int q = sp_schedule_find(s, st - 1, s->jobs[j].micro, SP_FWD);
+            if (s->compute[q] != r) put(p, SP_OP_RECV, r, s->compute[q], 0, 0, 0, 0, -1);
+        }
+        put(p, SP_OP_COMPUTE, r, -1, 0, 0, 0, f[st], j);
+        int n, sent[8], nsent = 0;
+        const int *succ = sp_schedule_succs(s, j, &n);
+        double bytes = 4.0 * x->batch * (double)sp_shape_numel(x->st[st].out_ndim, x->st[st].out_shape);
+        for (int k = 0; k < n; k++) {
+            int w = s->compute[succ[k]];
+            bool dup = false;
+            if (w == r || s->jobs[succ[k]].dir != SP_FWD) continue;
+            for (int m = 0; m < nsent; m++) dup |= sent[m] == w;
+            if (dup || nsent == 8) continue;
+            sent[nsent++] = w;
+            put(p, SP_OP_SEND, r, w, SP_MSG_ACT, st, bytes, 0, -1);
+        }
+        if (st == x->S - 1 && --left == 0) put(p, SP_OP_LOSS, r, -1, SP_MSG_LOSS, x->S - 1, 4, 0, -1), loss = true;
+    }
+    return loss;
+}
+
+void sp_exec_scan_program(const sp_exec *x, const double *ph, const double *f, const double *opt, sp_prog *p)
+{
+    int W = x->W;
+    bool bl = sp_exec_scan_blelloch(x);
+    p->workers = W;
+    p->njobs = x->sched->njobs;   /* the time scan's (one worker's) included: the trace reads them */
+    for (int r = 0; r < W; r++) {
+        const double *mine = ph + (size_t)r * SCAN_PHASES;
+        double u = 0;   /* the rank's optimizer step: its stages (the time scan: every stage) */
+        for (int st = 0; st < x->S; st++)
+            if (x->st[st].nfloats && (x->tscan || x->sched->stage_worker[st] == r)) u += opt[st];
+        bool loss = false, mid = r >= 1 && r <= W - 2;
+        if (x->tscan) {
+            compute(p, r, mine[SCAN_PH_FWD] + mine[SCAN_PH_TOP] + mine[SCAN_PH_A], "forward, top layers, element");
+            if (bl) sp_exec_blelloch_program(x, r, ph, p);
+            else hs_program(x, r, mine, p);
+            if (mid) compute(p, r, mine[SCAN_PH_SEG], "segment sweep");
+            if (r == 1) put(p, SP_OP_SEND, r, 0, SP_MSG_HANDOFF, -1, 4.0 * x->batch * x->H, 0, -1);
+        } else {
+            loss = forward_program(x, r, f, p);
+            compute(p, r, mine[SCAN_PH_A], r == W - 1 ? "segment backward" : "element");
+            if (r == 1 && r == W - 1) {   /* the hand-off inside the last rank's segment */
+                put(p, SP_OP_SEND, r, 0, SP_MSG_HANDOFF, -1, 4.0 * x->batch * segment_of(x, 1).in, 0, -1);
+                compute(p, r, mine[SCAN_PH_A2], "segment backward");
+            }
+            hs_program(x, r, mine, p);
+            if (mid) compute(p, r, mine[SCAN_PH_SEG], "segment backward");
+            if (mid && r == 1) {
+                put(p, SP_OP_SEND, r, 0, SP_MSG_HANDOFF, -1, 4.0 * x->batch * segment_of(x, 1).in, 0, -1);
+                compute(p, r, mine[SCAN_PH_SEG2], "segment backward");
+            }
+        }
+        if (r == 0 && W > 1) {
+            put(p, SP_OP_RECV, r, 1, 0, 0, 0, 0, -1);
+            compute(p, r, mine[SCAN_PH_SEG], x->tscan ? "segment sweep" : "segment backward");
+        }
+        if (r == 1) put(p, SP_OP_WAITSENDS, r, -1, 0, 0, 0, 0, -1);
+        if (x->tscan) {
+            compute(p, r, mine[SCAN_PH_WGRAD], "weight gradients");
+            size_t np = 0;
+            for (int k = 0; k < x->st[0].layer->nparams; k++) np += x->st[0].layer->params[k]->grad.numel;
+            if (W > 1) put(p, SP_OP_ALLREDUCE, r, -1, SP_MSG_ALLREDUCE, 0, 4.0 * (double)np, 0, -1);
+        }
+        put(p, SP_OP_WAITSENDS, r, -1, 0, 0, 0, 0, -1);   /* the step's sends (exec.c) */
+        if (x->cfg.clip_grad_norm > 0) {   /* exec_clip.c */
+            if (!loss) put(p, SP_OP_LOSS, r, -1, SP_MSG_LOSS, x->S - 1, 4, 0, -1);
+            put(p, SP_OP_NORM, r, -1, SP_MSG_NORM, -1, 8, 0, -1);
+            if (x->cfg.post_validate) put(p, SP_OP_OPT, r, -1, 0, 0, 0, u, -1);
+            put(p, SP_OP_NORMWAIT, r, -1, 0, 0, 0, 0, -1);
+            if (!x->cfg.post_validate) put(p, SP_OP_OPT, r, -1, 0, 0, 0, u, -1);
+        } else {
+            put(p, SP_OP_OPT, r, -1, 0, 0, 0, u, -1);
+            if (!loss) put(p, SP_OP_LOSS, r, -1, SP_MSG_LOSS, x->S - 1, 4, 0, -1);
+        }
+    }
 }
 
 /* ---- the cross-rank scan's plan (--parallel scan --plan) --------------------------------- */

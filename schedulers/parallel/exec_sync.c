@@ -236,7 +236,7 @@ void sp_exec_finish_bucket(sp_exec *x, int i, bool update)
     sp_optim_set_lr(x->opt, x->pending_lr);
     for (int k = 0; k < bk->nstages; k++) {
         sp_layer *l = x->st[bk->stages[k]].layer;
-        if (x->st[bk->stages[k]].owns) sp_optim_step_params(x->opt, l->params, l->nparams);
+        if (x->st[bk->stages[k]].owns) sp_exec_step_stage(x, bk->stages[k], bk->step);
         for (int p = 0; p < l->nparams; p++) sp_zero(&l->params[p]->grad);
     }
     sp_optim_set_lr(x->opt, lr);
@@ -281,9 +281,25 @@ void sp_exec_update_owners(sp_exec *x)
     double u0 = sp_now();
     for (int s = 0; s < x->S && !x->deferred; s++) {
         stage_info *si = &x->st[s];
-        if (si->owns && si->nfloats) sp_optim_step_params(x->opt, si->layer->params, si->layer->nparams);
+        if (si->owns && si->nfloats) sp_exec_step_stage(x, s, x->steps);
     }
     x->bwd_s += sp_now() - u0;
+}
+
+void sp_exec_step_stage(sp_exec *x, int s, long step)
+{
+    sp_layer *l = x->st[s].layer;
+    double t0 = sp_now();
+    sp_optim_step_params(x->opt, l->params, l->nparams);
+    x->opt_s += sp_now() - t0;   /* every step's: a job's own time leaves it out (exec.c) */
+    if (step == 0) return;   /* the first update warms up (its state is allocated) */
+    if (!x->opt_meas) {
+        x->opt_meas = sp_xcalloc(2 * (size_t)x->S, sizeof *x->opt_meas);
+        x->opt_step = sp_xmalloc(sizeof *x->opt_step * (size_t)x->S);
+        for (int k = 0; k < x->S; k++) x->opt_step[k] = -1;
+    }
+    x->opt_meas[2 * s] += sp_now() - t0;
+    if (x->opt_step[s] != step) x->opt_meas[2 * s + 1] += 1, x->opt_step[s] = step;   /* a redone step: one */
 }
 
 /* ---- weights for evaluation and saving --------------------------------------------------- */

@@ -65,6 +65,9 @@ typedef struct sp_costs {
     bool *movable;        /* [L] §III-C: δ_s may be split and moved to the next processor */
     double *out_bytes;    /* F_s's output, the message to stage s + 1 (from a model); NULL:
                              unknown (a profile), act_bytes stands in                      */
+    double *opt;          /* the optimizer step of the stage, as a run measured it (the
+                             executor's --costs-out column opt); 0: not measured         */
+    bool has_opt;         /* opt was measured (the profile has the column)                */
     char unit[16];        /* "unit", "us", or the profile's unit                        */
 } sp_costs;
 
@@ -79,7 +82,7 @@ sp_costs *sp_costs_uniform(int stages, double fwd, double delta, double grad);
  *     conv1,1.20e6,2.16e6,4.01e7
  * Column names (case-insensitive, aliases in brackets): layer [name], fwd [fp],
  * bwd_grad [bp_g, grad], bwd_delta [bp_delta, delta]; optional movable (0/1), act_bytes,
- * param_bytes. Lines starting with '#' and blank lines are skipped. Bad input: sp_fail
+ * param_bytes, opt [optimizer] (the stage's optimizer step, measured; sets has_opt). Lines starting with '#' and blank lines are skipped. Bad input: sp_fail
  * naming the file, line and column. The file must be a regular file (sp_open_read). */
 sp_costs *sp_costs_read_csv(const char *path);
 /* The same as a status: SP_OK with *out set, or SP_ERR with that line in sp_last_error()

@@ -24,6 +24,7 @@ static sp_costs *costs_alloc(int stages)
     c->act_bytes = sp_xcalloc(stages, sizeof(double));
     c->param_bytes = sp_xcalloc(stages, sizeof(double));
     c->movable = sp_xcalloc(stages, sizeof(bool));
+    c->opt = sp_xcalloc(stages, sizeof(double));
     for (int s = 0; s < stages; s++) {
         snprintf(c->name[s], SP_STAGE_NAME, "stage%d", s);
         c->act_bytes[s] = 1;
@@ -45,6 +46,7 @@ void sp_costs_free(sp_costs *c)
     free(c->param_bytes);
     free(c->movable);
     free(c->out_bytes);
+    free(c->opt);
     free(c);
 }
 
@@ -85,7 +87,7 @@ sp_costs *sp_costs_uniform(int stages, double fwd, double delta, double grad)
 /* ------------------------------------------------------------------------------------ */
 /* Profile CSV                                                                          */
 
-enum { COL_NAME, COL_FWD, COL_GRAD, COL_DELTA, COL_MOVABLE, COL_ACT, COL_PARAM, NCOLS };
+enum { COL_NAME, COL_FWD, COL_GRAD, COL_DELTA, COL_MOVABLE, COL_ACT, COL_PARAM, COL_OPT, NCOLS };
 
 static const char *const COL_ALIASES[NCOLS][4] = {
     [COL_NAME] = {"layer", "name", "stage", NULL},
@@ -95,6 +97,7 @@ static const char *const COL_ALIASES[NCOLS][4] = {
     [COL_MOVABLE] = {"movable", NULL},
     [COL_ACT] = {"act_bytes", NULL},
     [COL_PARAM] = {"param_bytes", NULL},
+    [COL_OPT] = {"opt", "optimizer", NULL},
 };
 
 static char *trim(char *s)
@@ -143,7 +146,7 @@ static csv_header parse_header(const char *path, int lineno, char *line)
         int k = column_kind(field[i]);
         if (k < 0)
             sp_fail("%s:%d: unknown column '%s' (expected layer, fwd, bwd_grad, bwd_delta, "
-                    "movable, act_bytes, param_bytes)",
+                    "movable, act_bytes, param_bytes, opt)",
                     path, lineno, field[i]);
         if (h.col[k] >= 0) sp_fail("%s:%d: column '%s' given twice", path, lineno, field[i]);
         h.col[k] = i;
@@ -168,7 +171,7 @@ static double parse_number(const char *path, int lineno, const char *col, const 
 /* One stage's row, parsed without allocating (so an error leaves nothing behind). */
 typedef struct csv_row {
     char name[SP_STAGE_NAME];
-    double fwd, grad, delta, act_bytes, param_bytes;
+    double fwd, grad, delta, act_bytes, param_bytes, opt;
     bool movable, has_name;
 } csv_row;
 
@@ -188,6 +191,7 @@ static csv_row parse_row(const char *path, int lineno, char *line, const csv_hea
     r.delta = parse_number(path, lineno, "bwd_delta", field[h->col[COL_DELTA]]);
     if (h->col[COL_ACT] >= 0) r.act_bytes = parse_number(path, lineno, "act_bytes", field[h->col[COL_ACT]]);
     if (h->col[COL_PARAM] >= 0) r.param_bytes = parse_number(path, lineno, "param_bytes", field[h->col[COL_PARAM]]);
+    if (h->col[COL_OPT] >= 0) r.opt = parse_number(path, lineno, "opt", field[h->col[COL_OPT]]);
     if (h->col[COL_MOVABLE] >= 0) {
         const char *m = field[h->col[COL_MOVABLE]];
         if (strcmp(m, "0") != 0 && strcmp(m, "1") != 0)
@@ -206,6 +210,7 @@ static void store_row(sp_costs *c, int s, const csv_row *r)
     c->act_bytes[s] = r->act_bytes;
     c->param_bytes[s] = r->param_bytes;
     c->movable[s] = r->movable;
+    c->opt[s] = r->opt;
 }
 
 /* A line worth parsing: not blank, not a '#' comment. Strips the newline. */
@@ -233,7 +238,7 @@ static int read_rows(FILE *f, const char *path, sp_costs *c)
             continue;
         }
         csv_row r = parse_row(path, lineno, line, &h);
-        if (c) store_row(c, rows, &r);
+        if (c) store_row(c, rows, &r), c->has_opt = h.col[COL_OPT] >= 0;
         rows++;
     }
     if (h.nfields == 0 || rows == 0) sp_fail("%s: no stages (expected a header line and one row per stage)", path);
@@ -280,12 +285,16 @@ sp_costs *sp_costs_read_csv(const char *path)
     return c;
 }
 
+/* The opt column only when measured (has_opt): a profile without it reads as before. */
 void sp_costs_write_csv(FILE *out, const sp_costs *c)
 {
-    fprintf(out, "layer,fwd,bwd_grad,bwd_delta,movable,act_bytes,param_bytes\n");
-    for (int s = 0; s < c->stages; s++)
-        fprintf(out, "%s,%.6g,%.6g,%.6g,%d,%.15g,%.15g\n", c->name[s], c->fwd[s], c->grad[s], c->delta[s],
+    fprintf(out, "layer,fwd,bwd_grad,bwd_delta,movable,act_bytes,param_bytes%s\n", c->has_opt ? ",opt" : "");
+    for (int s = 0; s < c->stages; s++) {
+        fprintf(out, "%s,%.6g,%.6g,%.6g,%d,%.15g,%.15g", c->name[s], c->fwd[s], c->grad[s], c->delta[s],
                 c->movable[s] ? 1 : 0, c->act_bytes[s], c->param_bytes[s]);
+        if (c->has_opt) fprintf(out, ",%.6g", c->opt[s]);
+        fprintf(out, "\n");
+    }
 }
 
 /* ------------------------------------------------------------------------------------ */

@@ -28,7 +28,8 @@ enum { SYNC_NONE, SYNC_ALLREDUCE, SYNC_OWNER };
 
 const char *sp_msg_kind_name(sp_msg_kind k)
 {
-    static const char *n[SP_MSG_KINDS] = {"act", "grad", "allreduce", "broadcast", "reduce", "loss"};
+    static const char *n[SP_MSG_KINDS] = {"act",  "grad", "allreduce", "broadcast", "reduce",
+                                          "loss", "norm", "scan",      "up",        "down", "handoff"};
     return k >= 0 && k < SP_MSG_KINDS ? n[k] : "?";
 }
 
@@ -97,25 +98,25 @@ typedef struct csim {
     bool record;
 } csim;
 
-/* A message's cost. With a topology (cfg->topo, --nodes): sp_comm_time_ranks on the ranks
- * it spans (set −1: every worker), the model unused; without one: the model's op_us at
- * the rank count. */
-static double set_us(const csim *cs, sp_comm_op op, double bytes, int set)
+double sp_sim_msg_us(const sp_sim_comm_cfg *cfg, sp_comm_op op, double bytes, const int *ranks, int n)
 {
-    const sp_comm_topology *t = cs->cfg->topo;
-    int n = set < 0 ? cs->W : cs->set_size[set];
+    const sp_comm_topology *t = cfg->topo;
     if (t && t->nodes > 0) {
         if (op != SP_COMM_P2P && n <= 1) return 0;
-        return sp_comm_time_ranks(NULL, op, bytes, set < 0 ? NULL : cs->set_ranks[set], 0, n, t);
+        return sp_comm_time_ranks(NULL, op, bytes, ranks, 0, n, t);
     }
-    return op_us(cs->cfg->model, cs->cfg->transfer, op, bytes, n);
+    return op_us(cfg->model, cfg->transfer, op, bytes, n);
+}
+
+/* A message's cost over a set of ranks (−1: every worker). */
+static double set_us(const csim *cs, sp_comm_op op, double bytes, int set)
+{
+    return sp_sim_msg_us(cs->cfg, op, bytes, set < 0 ? NULL : cs->set_ranks[set], set < 0 ? cs->W : cs->set_size[set]);
 }
 
 static double p2p_us(const csim *cs, double bytes, int from, int to)
 {
-    const sp_comm_topology *t = cs->cfg->topo;
-    if (t && t->nodes > 0) return sp_comm_time_ranks(NULL, SP_COMM_P2P, bytes, (const int[]){from, to}, 0, 2, t);
-    return op_us(cs->cfg->model, cs->cfg->transfer, SP_COMM_P2P, bytes, 2);
+    return sp_sim_msg_us(cs->cfg, SP_COMM_P2P, bytes, (const int[]){from, to}, 2);
 }
 
 static bool is_bwd(sp_dir d) { return d != SP_FWD; }
@@ -469,28 +470,35 @@ static double one_pass(csim *cs, sp_sim_comm *out)
     begin_step(cs);
     double *loss_issue = sp_xmalloc(sizeof(double) * (size_t)W), *end = sp_xmalloc(sizeof(double) * (size_t)W);
     place_jobs(cs, out, loss_issue);
-    double loss_t0 = 0;
+    double loss_t0 = 0, *upd = sp_xcalloc((size_t)W, sizeof(double));
     for (int w = 0; w < W; w++) {
         double e = fmax(cs->free_at[w], cs->send_end[w]);
         if (!cs->cfg->deferred) {   /* close_buckets, then the owners' updates */
             for (int bi = 0; bi < cs->nb; bi++)
                 if (cs->sets[cs->bk_set[bi]][w]) e = fmax(e, cs->bk_end[bi]);
-            double u = 0;
             for (int st = 0; st < cs->S; st++)
-                if (owns(cs, st, w)) u += stage_opt(cs, st);
-            e += u;
-            cs->opt[w] += u;
+                if (owns(cs, st, w)) upd[w] += stage_opt(cs, st);
+            cs->opt[w] += upd[w];
         }
-        end[w] = e;
-        if (loss_issue[w] < 0) loss_issue[w] = e;
+        /* without a clip the loss starts after the updates, with one before the norm */
+        end[w] = cs->cfg->clip ? e : e + upd[w];
+        if (loss_issue[w] < 0) loss_issue[w] = end[w];
         loss_t0 = fmax(loss_t0, loss_issue[w]);
     }
     /* the transfer model leaves the loss's scalar free (sim_comm.h) */
     double loss_t1 = loss_t0 + (!cs->cfg->model && cs->cfg->transfer > 0 ? 0 : set_us(cs, SP_COMM_ALLREDUCE, 4, -1)), T = 0;
-    for (int w = 0; w < W; w++) {
-        if (W > 1) add_msg(cs, w, -1, SP_MSG_LOSS, cs->S - 1, 4, loss_issue[w], loss_t0, loss_t1);
-        T = fmax(T, fmax(end[w], W > 1 ? loss_t1 : 0));
+    for (int w = 0; w < W && W > 1; w++) add_msg(cs, w, -1, SP_MSG_LOSS, cs->S - 1, 4, loss_issue[w], loss_t0, loss_t1);
+    if (cs->cfg->clip) {   /* exec_clip.c: the norm's allgather (every rank), then or beside the updates */
+        double t0 = 0;
+        for (int w = 0; w < W; w++) t0 = fmax(t0, fmax(end[w], cs->lane[w]));
+        double t1 = W > 1 ? t0 + set_us(cs, SP_COMM_ALLGATHER, 8, -1) : 0;
+        for (int w = 0; w < W; w++) {
+            if (W > 1) add_msg(cs, w, -1, SP_MSG_NORM, -1, 8, end[w], t0, t1), cs->lane[w] = t1;
+            end[w] = cs->cfg->clip == SP_CLIP_PLAIN ? fmax(end[w], t1) + upd[w] : fmax(end[w] + upd[w], t1);
+        }
     }
+    for (int w = 0; w < W; w++) T = fmax(T, fmax(end[w], W > 1 ? loss_t1 : 0));
+    free(upd);
     free(loss_issue);
     free(end);
     return T;
@@ -593,5 +601,6 @@ void sp_sim_comm_free(sp_sim_comm *c)
     free(c->opt_us);
     free(c->messages);
     free(c->msg);
+    free(c->span);
     memset(c, 0, sizeof *c);
 }

@@ -26,6 +26,11 @@
  *     the first forward of a bucket's stage in the next step, which also waits for that
  *     bucket (the steady state: the bucket ends of the previous step, one step time
  *     earlier, found by iterating to a fixed point).
+ *   - norm (cfg.clip): --clip-grad-norm's allgather of every rank's squared norm (8 bytes a
+ *     rank, exec_clip.c), issued after the rank's buckets and loss; plain: the updates
+ *     wait for it; post-validate: the updates run first and the step waits for both (the
+ *     rolled-back, redone step when the clip triggers is not modelled: it depends on the
+ *     data).
  * Bucket composition is exec_sync.c's: the stages with gradients to synchronise, ordered
  * by when their gradients complete on the lowest rank of their communicator (ties: higher
  * stage first), consecutive stages of one communicator packed while under bucket_mb. An op
@@ -35,14 +40,14 @@
  * message costs sp_comm_time_ranks on its own ranks instead: a p2p between the sender's and
  * the receiver's node (intra or inter link), a collective over its communicator's members,
  * the loss over every worker (build/schedule --nodes).
- * so with opt_us NULL the latency equals sp_simulate's.
  * transfer > 0 with no model (build/schedule --transfer-cost X, the page's transfer slider):
  * a constant latency per message in the costs' own unit (α = X, β = ∞) — an act or grad
  * message costs X, a collective X per step of its algorithm (ring allreduce 2(P−1) steps,
  * tree broadcast/reduce ⌈log₂ P⌉), and the loss's 4-byte allreduce nothing (it is no
  * transfer of activations, gradients or weights, and costs nothing to the compute).
- * Not modelled: the cross-rank scan's messages (--parallel scan), the per-tensor split of a
- * stage's broadcast (one message per stage here), --clip-grad-norm's norm allreduce. */
+ * The cross-rank scan (--parallel scan) has no job schedule of its own: its steps are a
+ * program per rank (sp_prog below, sim_prog.c), built by the executor from its plan.
+ * Not modelled: the per-tensor split of a stage's broadcast (one message per stage here). */
 #ifndef SP_SIM_COMM_H
 #define SP_SIM_COMM_H
 
@@ -57,6 +62,11 @@ typedef enum sp_msg_kind {
     SP_MSG_BROADCAST,    /* an owner's weights                                           */
     SP_MSG_REDUCE,       /* gradients to the owner                                       */
     SP_MSG_LOSS,         /* the loss allreduce                                           */
+    SP_MSG_NORM,         /* --clip-grad-norm's allgather of the squared norms            */
+    SP_MSG_SCAN,         /* a Hillis–Steele level of the cross-rank scan (stage: level)  */
+    SP_MSG_UP,           /* a Blelloch up-sweep level (stage: level, counted from 0)     */
+    SP_MSG_DOWN,         /* a Blelloch down-sweep level (stage: level, after the up's)   */
+    SP_MSG_HANDOFF,      /* the scan's T_1, rank 1 to rank 0 (stage −1)                  */
     SP_MSG_KINDS
 } sp_msg_kind;
 const char *sp_msg_kind_name(sp_msg_kind k);   /* "act", "grad", "allreduce", ... */
@@ -83,7 +93,10 @@ typedef struct sp_sim_comm_cfg {
     double job_us;               /* added to every job: the executor's own time per job (its
                                     bookkeeping between the ops: posting sends, tapes, polls),
                                     measured by a run (exec_predict.c); 0 in build/schedule */
+    int clip;                    /* SP_CLIP_*: --clip-grad-norm and its --step-sync        */
 } sp_sim_comm_cfg;
+
+enum { SP_CLIP_NONE = 0, SP_CLIP_PLAIN, SP_CLIP_POST_VALIDATE };
 
 typedef struct sp_sim_comm {
     int njobs, workers;
@@ -94,6 +107,9 @@ typedef struct sp_sim_comm {
     int *messages;               /* [workers]: messages on the lane                        */
     sp_sim_msg *msg;             /* every message, per rank in issue order (sorted by rank) */
     int nmsg;
+    struct sp_sim_span { int rank; const char *name; double start, end; } *span;
+    int nspan;                   /* a program's compute that is no job of the schedule (its
+                                    named ops, sim_prog.c: the scan's phases, the optimizer) */
     double transfer;             /* cfg->transfer when no model: comm_us in the costs' unit */
 } sp_sim_comm;
 
@@ -101,6 +117,43 @@ typedef struct sp_sim_comm {
 void sp_simulate_comm(const sp_schedule *s, const sp_costs *costs, const sp_sim *r, const sp_sim_comm_cfg *cfg,
                       sp_sim_comm *out);
 void sp_sim_comm_free(sp_sim_comm *c);
+
+/* ---- a program per rank (sim_prog.c): the cross-rank scan ------------------------------
+ *
+ * Each rank runs its ops in order; a message's cost is as above (cfg's model, topology or
+ * transfer; the bucket and clip fields unused):
+ *   COMPUTE us on the compute lane (job: the schedule's job it is, −1: none);
+ *   SEND    a p2p message to peer (kind, stage, bytes) on the sender's lane, non-blocking;
+ *   RECV    blocks until the next message from peer (FIFO per pair) has arrived;
+ *   WAITSENDS blocks until the rank's sends are done;
+ *   ALLREDUCE a blocking allreduce over every rank (matched in program order);
+ *   LOSS    the loss's 4-byte allreduce, issued (not waited: the step ends past it);
+ *   NORM    the clip's allgather, issued; NORMWAIT blocks until it is done;
+ *   OPT     the optimizer step (us), on the compute lane and counted in opt_us. */
+enum { SP_OP_COMPUTE, SP_OP_SEND, SP_OP_RECV, SP_OP_WAITSENDS, SP_OP_ALLREDUCE, SP_OP_LOSS, SP_OP_NORM,
+       SP_OP_NORMWAIT, SP_OP_OPT };
+
+typedef struct sp_prog_op {
+    int op, rank, peer, kind, stage, job;
+    double bytes, us;
+    const char *name;            /* COMPUTE / OPT with no job: the trace's label (static)  */
+} sp_prog_op;
+
+typedef struct sp_prog {
+    int workers, njobs;          /* njobs: the schedule's, for out->start/finish (0: none)  */
+    sp_prog_op *ops;             /* every rank's, each rank's in program order              */
+    int n, cap;
+} sp_prog;
+
+/* µs of one message of op on `bytes` over n ranks (ranks NULL: 0 … n−1) as cfg prices it:
+ * its topology's sp_comm_time_ranks, else its model (an op the model lacks from its p2p
+ * fit), else its constant transfer per message (0 with none). */
+double sp_sim_msg_us(const sp_sim_comm_cfg *cfg, sp_comm_op op, double bytes, const int *ranks, int n);
+
+void sp_prog_add(sp_prog *p, sp_prog_op op);
+void sp_prog_free(sp_prog *p);
+/* The step of the program: latency, messages (per rank in issue order), lanes, jobs. */
+void sp_simulate_prog(const sp_prog *p, const sp_sim_comm_cfg *cfg, sp_sim_comm *out);
 
 /* Model-derived optimizer time of a stage (build/schedule --model): SGD with momentum
  * reads weights, gradients and momentum and writes two of them, at 10 GB/s:
