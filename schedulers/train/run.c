@@ -708,57 +708,6 @@ void sp_run_close(sp_run_session *s, sp_json *j)
 
 /* ---- the runner --------------------------------------------------------------------------- */
 
-/* One value per rank, gathered (collective): 20 bits per float, exact below 2^40. */
-static void per_rank(sp_comm *w, int W, const long long *mine, int k, long long *all)
-{
-    float *v = sp_xmalloc(sizeof(float) * 2 * (size_t)k), *g = sp_xmalloc(sizeof(float) * 2 * (size_t)k * (size_t)W);
-    for (int i = 0; i < k; i++) v[2 * i] = (float)(mine[i] >> 20), v[2 * i + 1] = (float)(mine[i] & 0xfffff);
-    sp_allgather(w, v, g, 2 * k);
-    for (int r = 0; r < W; r++)
-        for (int i = 0; i < k; i++)
-            all[(size_t)r * k + i] = ((long long)g[2 * ((size_t)r * k + i)] << 20) + (long long)g[2 * ((size_t)r * k + i) + 1];
-    free(v);
-    free(g);
-}
-
-/* --parallel: what each rank read, per rank. Of the training set through the loader:
- * "data_rows_read" (samples whose input it read), "data_labels_read" (labels read
- * alone: a pipeline's last stage), "data_bytes_read" (sp_loader_bytes_read: the floats
- * and labels delivered) — 1/W of the rows each for the data parallel schemes. From the
- * files (a dataset opened for rows, sp_fashion_mnist_rows / sp_cifar10_rows): the bytes
- * read ("data_file_bytes_read": headers and own rows of a raw file, the whole compressed
- * stream of a .gz) and of those kept in memory ("data_file_bytes_kept"), and the same of
- * the test set ("test_file_bytes_read", "test_file_bytes_kept"); 0 for generated data.
- * Collective. */
-static void data_read_summary(sp_json *j, const sp_loader *l, const sp_dataset *d, const sp_dataset *test)
-{
-    sp_comm *w = sp_comm_world();
-    int W = sp_comm_size(w);
-    enum { K = 6 };
-    long long mine[K] = {sp_loader_samples_read(l), sp_loader_labels_read(l), d->file_bytes_read, d->file_bytes_kept,
-                         test ? test->file_bytes_read : 0, test ? test->file_bytes_kept : 0};
-    long long *all = sp_xmalloc(sizeof *all * K * (size_t)W);
-    per_rank(w, W, mine, K, all);
-    double per = (double)sp_dataset_sample_numel(d) * sizeof(float) + sizeof(int);
-    static const char *const keys[K + 1] = {"data_rows_read", "data_labels_read", "data_bytes_read",
-                                            "data_file_bytes_read", "data_file_bytes_kept", "test_file_bytes_read",
-                                            "test_file_bytes_kept"};
-    size_t cap = 32 * (size_t)W + 8;
-    char *txt = sp_xmalloc(cap);
-    for (int i = 0; i < K + 1; i++) {
-        size_t k = 0;
-        for (int r = 0; r < W; r++) {
-            const long long *a = all + (size_t)r * K;
-            double v = i < 2 ? (double)a[i] : i == 2 ? (double)a[0] * per + (double)a[1] * 4 : (double)a[i - 1];
-            k += (size_t)snprintf(txt + k, cap - k, "%s%.0f", r ? ", " : "[", v);
-        }
-        snprintf(txt + k, cap - k, "]");
-        sp_json_raw(j, keys[i], txt);
-    }
-    free(txt);
-    free(all);
-}
-
 /* A dataset opened for rows (else nothing happens): read the rows flagged in keep (NULL:
  * all); last: the files are checked to their end and closed. */
 static void read_rows(sp_dataset *d, const unsigned char *keep, bool last)
@@ -941,7 +890,7 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     sp_run_save(&s);
     sp_json j;
     sp_run_summary_train(&s, &j, &r, sp_loader_batch(loader), train);
-    if (s.exec) data_read_summary(&j, loader, train, test);
+    if (s.exec) sp_run_summary_data(&j, loader, train, test);
     if (o->mem_report) sp_run_summary_memory(&s, &j, &r, train, test, rss_steady);
     sp_run_close(&s, &j);
     sp_loader_free(loader);
