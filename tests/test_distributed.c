@@ -1,6 +1,6 @@
 /* test_distributed — what a run on several machines needs: each rank reads only its own
  * rows of the training set (the loader's row selection, and the apps' per-rank counts under
- * mpirun), the same weights over Open MPI's TCP transport as over shared memory, and trace
+ * mpirun) and only those from the dataset files (raw IDX and CIFAR at 2, 3, 4 ranks), the same weights over Open MPI's TCP transport as over shared memory, and trace
  * timestamps put on rank 0's clock by the offset measured at the start. */
 #include <criterion/criterion.h>
 #include <math.h>
