@@ -56,11 +56,20 @@ struct sp_dataset {
     /* Optional: the label of sample i alone, without reading its input (a pipeline's last
      * stage needs only labels). NULL: sp_dataset_label reads the sample through get. */
     int (*label)(sp_dataset *d, int i);
+    /* Optional: a dataset opened for a subset of its rows (sp_idx_open_rows,
+     * sp_fashion_mnist_rows, sp_cifar10_rows) holds only the rows it was asked for;
+     * this reads more of them (sp_dataset_read_rows). NULL: it holds every row. */
+    int (*read_rows)(sp_dataset *d, const unsigned char *keep, bool last);
+    /* What the readers took from the dataset's files so far: bytes read from the files
+     * (headers included; a .gz file: its compressed bytes), and of those (decompressed)
+     * the sample and label bytes kept in memory. 0 for generated data. */
+    long long file_bytes_read, file_bytes_kept;
 };
 
 size_t sp_dataset_sample_numel(const sp_dataset *d);
-/* Bytes an in-memory dataset of sp_dataset_new_u8/_f32 holds (samples and labels); 0 for
- * one generated on demand or held elsewhere (--mem-report), and for NULL. */
+/* Bytes an in-memory dataset of sp_dataset_new_u8/_f32 holds (samples and labels), or
+ * one opened for a subset of rows (the rows it holds, and its per-row map of 2 ints); 0
+ * for one generated on demand or held elsewhere (--mem-report), and for NULL. */
 size_t sp_dataset_bytes(const sp_dataset *d);
 /* d->get, bounds-checked, then normalisation if set. */
 void sp_dataset_get(sp_dataset *d, int i, float *x, int *y);
@@ -71,6 +80,19 @@ bool sp_dataset_label(sp_dataset *d, int i, float *scratch, int *y);
  * that dim's size, or 1 to use one mean/std for every element. */
 int sp_dataset_normalize(sp_dataset *d, int nch, const float *mean, const float *std) SP_MUST_CHECK;
 void sp_dataset_free(sp_dataset *d);
+
+/* The rows a dataset holds in memory, for one opened for a subset (else SP_OK: it holds
+ * every row). keep: d->n flags, SP_LOADER_X for a sample (its input and label),
+ * SP_LOADER_Y for its label alone, 0 for a row not wanted; NULL: every sample. Rows
+ * already held are not read again. A raw file is read by row ranges (pread); a gzip
+ * stream cannot seek, so it is inflated from where the last call stopped (from the start
+ * again if a row before that is asked for), keeping the rows asked for and dropping the
+ * others. last: no more rows will be asked for — the files are then checked to their
+ * end as a whole-file open checks them (a truncated or over-long .gz) and closed; a
+ * later call refuses. Labels are checked as they are read: a bad label in a row no call
+ * asked for is not seen. Reading a row that was not read with get or label is a
+ * programming error (sp_fail naming the row). */
+int sp_dataset_read_rows(sp_dataset *d, const unsigned char *keep, bool last) SP_MUST_CHECK;
 
 /* In-memory datasets for readers: storage for n samples of `shape`, returned through x
  * (bytes, x = byte / divisor, e.g. 255 for pixels) or x (floats), and labels. */
@@ -84,7 +106,8 @@ int sp_dataset_check_labels(const sp_dataset *d, const int *labels, const char *
  * SP_ERR "<what>: sample i has a NaN/inf input at element j (...)". */
 int sp_dataset_check_finite(const sp_dataset *d, const float *x, const char *what) SP_MUST_CHECK;
 /* Zero-pads the H×W images of an in-memory byte dataset (C×H×W) to size×size, centred
- * (28×28 → 32×32 for VGG-11 on Fashion-MNIST: two zero rows/columns on each side). */
+ * (28×28 → 32×32 for VGG-11 on Fashion-MNIST: two zero rows/columns on each side). A
+ * dataset opened for rows (sp_idx_open_rows) pads each sample as it is got, alike. */
 int sp_dataset_pad(sp_dataset *d, int size) SP_MUST_CHECK;
 /* Writes every sample as safetensors x [N, shape...] F32 and y [N] I64 (readable by
  * sp_seqset_open when the samples are 2-D, and by torch). Atomic. */
@@ -99,9 +122,16 @@ sp_dataset *sp_idx_open(const char *images_path, const char *labels_path) SP_MUS
  * dataset-fashion-mnist: /usr/share/datasets/fashion-mnist; also MNIST). pad_to = 0
  * keeps 28×28, else the images are zero-padded to pad_to×pad_to. */
 sp_dataset *sp_fashion_mnist(const char *dir, bool train, int pad_to) SP_MUST_CHECK;
+/* The same files opened for a subset of their rows: the headers and sizes are read and
+ * checked as the whole-file open does, and no row is read until sp_dataset_read_rows
+ * asks for it (a data-parallel rank reads only its own rows). */
+sp_dataset *sp_idx_open_rows(const char *images_path, const char *labels_path) SP_MUST_CHECK;
+sp_dataset *sp_fashion_mnist_rows(const char *dir, bool train, int pad_to) SP_MUST_CHECK;
 /* CIFAR-10 binary: data_batch_1..5.bin or test_batch.bin in dir (or in
  * dir/cifar-10-batches-bin); records of 1 label byte + 3072 bytes CHW; 3×32×32. */
 sp_dataset *sp_cifar10(const char *dir, bool train) SP_MUST_CHECK;
+/* The same files opened for a subset of their records (see sp_idx_open_rows). */
+sp_dataset *sp_cifar10_rows(const char *dir, bool train) SP_MUST_CHECK;
 /* root/<class>/<image>.png, .jpg or .jpeg; classes in strcmp order of their names,
  * images in name order. Decoded as RGB (alpha dropped), to luminance with PIL's
  * convert("L") weights if channels = 1, resized to size×size exactly as Pillow's
@@ -161,6 +191,14 @@ sp_loader *sp_loader_new_rows(sp_dataset *d, int batch, bool shuffle, uint64_t s
 /* Samples whose input was read from the dataset so far (prefetched batches included),
  * labels read alone, and the bytes delivered: samples × (sample floats × 4 + 4) + labels
  * alone × 4. */
+/* ORs into keep[0..d->n) (as sp_dataset_read_rows takes it) the rows that the loader
+ * sp_loader_new_rows(d, batch, shuffle, seed, drop_last, need) reads over its first
+ * `batches` batches — epoch 0 from its first batch on, then epoch 1, ... (a resumed run
+ * skips batches by reading them) — and those its prefetch thread may assemble beyond
+ * them: the rows one rank will ever read. SP_ERR as sp_loader_new_rows refuses, or for
+ * batches < 0 or keep NULL. */
+int sp_loader_rows(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last,
+                   const unsigned char *need, long batches, unsigned char *keep) SP_MUST_CHECK;
 long sp_loader_samples_read(const sp_loader *l);
 long sp_loader_labels_read(const sp_loader *l);
 double sp_loader_bytes_read(const sp_loader *l);

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/io/safetensors.h"
 #include "data/data.h"
+#include "data/rowset.h"
 
 /* Samples as bytes (pixels, divided by `divisor` on the way out) or as floats. */
 typedef struct mem_dataset {
@@ -40,6 +41,7 @@ static int mem_label(sp_dataset *d, int i) { return ((mem_dataset *)d)->labels[i
 
 size_t sp_dataset_bytes(const sp_dataset *d)
 {
+    if (d && d->read_rows) return sp_rowset_bytes(d);
     if (!d || d->get != mem_get) return 0;
     const mem_dataset *m = (const mem_dataset *)d;
     size_t elem = m->u8 ? 1 : sizeof(float);
@@ -212,6 +214,12 @@ void sp_dataset_get(sp_dataset *d, int i, float *x, int *y)
     }
 }
 
+int sp_dataset_read_rows(sp_dataset *d, const unsigned char *keep, bool last)
+{
+    if (!d) return sp_error("sp_dataset_read_rows: argument 'd' is NULL");
+    return d->read_rows ? d->read_rows(d, keep, last) : SP_OK;
+}
+
 void sp_dataset_free(sp_dataset *d)
 {
     if (!d) return;
@@ -222,13 +230,18 @@ int sp_dataset_pad(sp_dataset *d, int size)
 {
     if (!d) return sp_error("sp_dataset_pad: argument 'd' is NULL");
     mem_dataset *m = (mem_dataset *)d;
-    if (d->get != mem_get || !m->u8 || d->ndim != 3)
+    bool rows = sp_is_rowset(d);
+    if (!rows && (d->get != mem_get || !m->u8 || d->ndim != 3))
         return sp_error("%s: padding needs an in-memory image dataset of C×H×W bytes", d->name);
     int C = d->shape[0], H = d->shape[1], W = d->shape[2];
     if (size < H || size < W || size > 65536)
         return sp_error("%s: cannot pad %dx%d images to %dx%d (expected a size in %d..65536)", d->name, H, W, size,
                         size, H > W ? H : W);
     if (size == H && size == W) return SP_OK;
+    if (rows) {   /* its get pads each sample as it is read, the same way */
+        d->shape[1] = d->shape[2] = size;
+        return SP_OK;
+    }
     int top = (size - H) / 2, left = (size - W) / 2;
     size_t out_numel = (size_t)C * (size_t)size * (size_t)size, bytes;
     if (__builtin_mul_overflow((size_t)d->n, out_numel, &bytes)) bytes = SIZE_MAX;

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/io/fileio.h"
 #include "data/data.h"
+#include "data/rowset.h"
 
 #define IDX_IMAGES 2051u
 #define IDX_LABELS 2049u
@@ -209,20 +210,30 @@ static int idx_header(idx_src *s, uint32_t magic, uint32_t *dims, int ndim)
     return SP_OK;
 }
 
-static sp_dataset *idx_load(idx_src *gi, idx_src *gl)
+/* Both headers read and checked against each other and against the files' sizes, before
+ * anything is allocated; dims: count, rows, cols. */
+static int idx_check(idx_src *gi, idx_src *gl, uint32_t *dims)
 {
-    uint32_t dims[3], nlabels;
+    uint32_t nlabels;
     if (idx_header(gi, IDX_IMAGES, dims, 3) != SP_OK || idx_header(gl, IDX_LABELS, &nlabels, 1) != SP_OK)
-        return NULL;
+        return SP_ERR;
     if (dims[0] == 0 || dims[0] > 1u << 30 || dims[1] == 0 || dims[2] == 0 || dims[1] > 4096 || dims[2] > 4096)
         return sp_error("%s: implausible sizes %u x %u x %u (expected count in 1..2^30, rows and cols in "
-                        "1..4096)", gi->path, dims[0], dims[1], dims[2]), NULL;
+                        "1..4096)", gi->path, dims[0], dims[1], dims[2]);
     if (nlabels != dims[0])
         return sp_error("%s: %u labels but %s has %u images (expected the same count)", gl->path, nlabels,
-                        gi->path, dims[0]), NULL;
+                        gi->path, dims[0]);
     size_t bytes = (size_t)dims[0] * dims[1] * dims[2];   /* < 2^54: no overflow */
     if (src_can_hold(gi, 16, bytes, "the pixels") != SP_OK || src_can_hold(gl, 8, dims[0], "the labels") != SP_OK)
-        return NULL;
+        return SP_ERR;
+    return SP_OK;
+}
+
+static sp_dataset *idx_load(idx_src *gi, idx_src *gl)
+{
+    uint32_t dims[3];
+    if (idx_check(gi, gl, dims) != SP_OK) return NULL;
+    size_t bytes = (size_t)dims[0] * dims[1] * dims[2];
     int n = (int)dims[0], shape[3] = {1, (int)dims[1], (int)dims[2]};
     uint8_t *x;
     int *y;
@@ -237,6 +248,8 @@ static sp_dataset *idx_load(idx_src *gi, idx_src *gl)
         sp_dataset_free(d);
         return NULL;
     }
+    d->file_bytes_read = (long long)(gi->pos + gl->pos);   /* raw: the file; gz: the compressed bytes */
+    d->file_bytes_kept = (long long)(bytes + (size_t)n);
     return d;
 }
 
@@ -251,6 +264,151 @@ sp_dataset *sp_idx_open(const char *images_path, const char *labels_path)
     src_close(&gi);
     src_close(&gl);
     return d;
+}
+
+/* ---- opened for a subset of rows (sp_idx_open_rows) ---------------------------------- */
+
+typedef struct idx_rows {
+    sp_rowset rs;
+    char paths[2][4096];      /* images, labels (the sources point here)        */
+    idx_src src[2];
+    size_t hdr[2], row[2];    /* header bytes, bytes a row: images, labels      */
+    int next[2];              /* gz: the row the stream gives next              */
+    long long past;           /* bytes read by streams closed for a restart     */
+    unsigned char *scratch;   /* gz: rows inflated and dropped                  */
+} idx_rows;
+
+#define SCRATCH (1u << 16)
+
+static void rows_close(sp_rowset *r)
+{
+    idx_rows *ir = (idx_rows *)r;
+    for (int k = 0; k < 2; k++) src_close(&ir->src[k]);
+    free(ir->scratch);
+    ir->scratch = NULL;
+}
+
+static void rows_count(idx_rows *ir) { ir->rs.base.file_bytes_read = ir->past + ir->src[0].pos + ir->src[1].pos; }
+
+/* Rows [i, j) of file k into dst (NULL: dropped). A raw file is read at the rows' offset;
+ * a gzip stream cannot seek, so it is at row i already (the caller inflated up to it). */
+static int rows_take(idx_rows *ir, int k, int i, int j, unsigned char *dst, const char *what)
+{
+    idx_src *s = &ir->src[k];
+    size_t len = (size_t)(j - i) * ir->row[k];
+    if (!s->gz) {   /* dst: nothing is read for dropped rows */
+        if (!dst) return SP_OK;
+        if (sp_pread_full(s->fd, dst, len, (off_t)(ir->hdr[k] + (size_t)i * ir->row[k]), s->path, what) != SP_OK)
+            return SP_ERR;
+        s->pos += (off_t)len;
+        return SP_OK;
+    }
+    while (len) {
+        size_t m = dst ? len : len < SCRATCH ? len : SCRATCH;
+        if (src_read(s, dst ? dst : ir->scratch, m, what) != SP_OK) return SP_ERR;
+        if (dst) dst += m;
+        len -= m;
+    }
+    ir->next[k] = j;
+    return SP_OK;
+}
+
+/* Labels of rows [i, j) (every one asked for): read, checked as sp_dataset_check_labels. */
+static int rows_labels(idx_rows *ir, int i, int j)
+{
+    unsigned char *b = ir->scratch;
+    for (int a = i; a < j; a += SCRATCH) {
+        int e = j - a < (int)SCRATCH ? j : a + (int)SCRATCH;
+        if (rows_take(ir, 1, a, e, b, "the labels") != SP_OK) return SP_ERR;
+        for (int t = a; t < e; t++) {
+            if (b[t - a] >= IDX_CLASSES)
+                return sp_error("%s: label %d of sample %d is out of range (expected 0..%d)", ir->paths[1],
+                                b[t - a], t, IDX_CLASSES - 1);
+            ir->rs.label[t] = b[t - a];
+        }
+    }
+    return SP_OK;
+}
+
+/* File k's rows flagged (mask) in add; last: through to the end of the file. */
+static int rows_file(idx_rows *ir, int k, const unsigned char *add, int mask, bool last)
+{
+    idx_src *s = &ir->src[k];
+    const char *what = k ? "the labels" : "the pixels";
+    int n = ir->rs.base.n, first = -1, end = 0;
+    for (int i = 0; i < n; i++)
+        if (add[i] & mask) end = i + 1, first = first < 0 ? i : first;
+    if (s->gz && first >= 0 && first < ir->next[k]) {   /* behind the stream: inflate from the start again */
+        ir->past += s->pos;
+        src_close(s);
+        uint32_t dims[3];
+        if (src_open(s, ir->paths[k]) != SP_OK || idx_header(s, k ? IDX_LABELS : IDX_IMAGES, dims, k ? 1 : 3) != SP_OK)
+            return SP_ERR;
+        ir->next[k] = 0;
+    }
+    if (last && s->gz) end = n;
+    for (int i = s->gz ? ir->next[k] : 0; i < end;) {
+        bool want = add[i] & mask;
+        int j = i + 1;
+        while (j < end && (bool)(add[j] & mask) == want) j++;
+        int rc = !want ? rows_take(ir, k, i, j, NULL, what)
+                 : k ? rows_labels(ir, i, j) : rows_take(ir, k, i, j, sp_rowset_pixels(&ir->rs, i), what);
+        if (rc != SP_OK) return SP_ERR;
+        if (want && !k) ir->rs.base.file_bytes_kept += (long long)((size_t)(j - i) * ir->row[k]);
+        if (want && k) ir->rs.base.file_bytes_kept += j - i;
+        i = j;
+    }
+    if (last && s->gz) return src_expect_end(s, (size_t)n * ir->row[k]);
+    return SP_OK;
+}
+
+static int rows_fill(sp_rowset *r, const unsigned char *add, bool last)
+{
+    idx_rows *ir = (idx_rows *)r;
+    int rc = rows_file(ir, 0, add, SP_LOADER_X, last);
+    if (rc == SP_OK) rc = rows_file(ir, 1, add, SP_LOADER_X | SP_LOADER_Y, last);
+    rows_count(ir);
+    return rc;
+}
+
+/* A raw file holds exactly its header and the announced bytes (checked now, not after
+ * reading them, with src_expect_end's message). */
+static int rows_exact(const idx_src *s, size_t header, size_t announced)
+{
+    if (s->gz || (unsigned long long)s->size == header + announced) return SP_OK;
+    return sp_error("%s: %lld extra bytes from byte %lld, after the %zu the header announces", s->path,
+                    (long long)s->size - (long long)(header + announced), (long long)(header + announced),
+                    announced);
+}
+
+sp_dataset *sp_idx_open_rows(const char *images_path, const char *labels_path)
+{
+    if (!images_path) return sp_error("sp_idx_open_rows: argument 'images_path' is NULL"), NULL;
+    if (!labels_path) return sp_error("sp_idx_open_rows: argument 'labels_path' is NULL"), NULL;
+    idx_rows *ir = sp_xcalloc(1, sizeof *ir);
+    ir->src[0].fd = ir->src[1].fd = -1;
+    ir->rs.close = rows_close;
+    ir->rs.fill = rows_fill;
+    snprintf(ir->paths[0], sizeof ir->paths[0], "%s", images_path);
+    snprintf(ir->paths[1], sizeof ir->paths[1], "%s", labels_path);
+    uint32_t dims[3];
+    bool ok = src_open(&ir->src[0], ir->paths[0]) == SP_OK && src_open(&ir->src[1], ir->paths[1]) == SP_OK &&
+              idx_check(&ir->src[0], &ir->src[1], dims) == SP_OK;
+    ir->hdr[0] = 16, ir->hdr[1] = 8;
+    ok = ok && rows_exact(&ir->src[0], 16, (size_t)dims[0] * dims[1] * dims[2]) == SP_OK &&
+         rows_exact(&ir->src[1], 8, dims[0]) == SP_OK &&
+         sp_rowset_init(&ir->rs, images_path, (int)dims[0], 1, (int)dims[1], (int)dims[2], IDX_CLASSES) == SP_OK;
+    if (!ok) {
+        rows_close(&ir->rs);
+        if (ir->rs.base.free) sp_dataset_free(&ir->rs.base);   /* the maps, if sp_rowset_init ran */
+        else free(ir);
+        return NULL;
+    }
+    ir->row[0] = (size_t)dims[1] * dims[2], ir->row[1] = 1;
+    ir->next[0] = ir->next[1] = 0;
+    ir->scratch = sp_xmalloc(SCRATCH);
+    rows_count(ir);
+    return &ir->rs.base;
 }
 
 /* dir/<prefix>-<kind>[.gz], also the "train-images.idx3-ubyte" spelling and the
@@ -283,6 +441,22 @@ sp_dataset *sp_fashion_mnist(const char *dir, bool train, int pad_to)
         return NULL;
     sp_dataset *d = sp_idx_open(images, labels);
     if (d && pad_to && sp_dataset_pad(d, pad_to) != SP_OK) {
+        sp_dataset_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+sp_dataset *sp_fashion_mnist_rows(const char *dir, bool train, int pad_to)
+{
+    if (!dir) return sp_error("sp_fashion_mnist_rows: argument 'dir' is NULL"), NULL;
+    char images[4096], labels[4096];
+    const char *prefix = train ? "train" : "t10k";
+    if (find_idx(images, sizeof images, dir, prefix, "images-idx3-ubyte") != SP_OK ||
+        find_idx(labels, sizeof labels, dir, prefix, "labels-idx1-ubyte") != SP_OK)
+        return NULL;
+    sp_dataset *d = sp_idx_open_rows(images, labels);
+    if (d && pad_to && sp_dataset_pad(d, pad_to) != SP_OK) {   /* padded as each sample is got */
         sp_dataset_free(d);
         return NULL;
     }

@@ -46,14 +46,16 @@ static uint64_t mix(uint64_t z)
 }
 
 /* Epoch e's order depends on (seed, e) only, so a resumed run replays it exactly. */
-static void make_order(sp_loader *l)
+static void order_of(const sp_loader *l, int epoch, int *order)
 {
-    for (int i = 0; i < l->d->n; i++) l->order[i] = i;
+    for (int i = 0; i < l->d->n; i++) order[i] = i;
     if (!l->shuffle) return;
     sp_rng r;
-    sp_rng_seed(&r, mix(l->seed) ^ mix(0xD1B54A32D192ED03ull * ((uint64_t)l->epoch + 1)));
-    sp_rng_shuffle(&r, l->order, l->d->n);
+    sp_rng_seed(&r, mix(l->seed) ^ mix(0xD1B54A32D192ED03ull * ((uint64_t)epoch + 1)));
+    sp_rng_shuffle(&r, order, l->d->n);
 }
+
+static void make_order(sp_loader *l) { order_of(l, l->epoch, l->order); }
 
 static int batch_size(const sp_loader *l, int j)
 {
@@ -101,19 +103,27 @@ static void *producer(void *arg)
     return NULL;
 }
 
+/* The checks of a loader's arguments; its batches an epoch in *nbatches. */
+static int loader_check(const sp_dataset *d, int batch, bool drop_last, int *nbatches)
+{
+    if (!d) return sp_error("sp_loader_new: the dataset is NULL");
+    if (batch < 1) return sp_error("loader: batch size %d (expected >= 1)", batch);
+    if (d->ndim < 1 || d->ndim > 3)
+        return sp_error("%s: samples with %d dimensions (expected 1 to 3)", d->name, d->ndim);
+    if (d->n < 1) return sp_error("%s: no samples", d->name);
+    /* d->n / batch + remainder: no d->n + batch - 1, which overflows for batch near INT_MAX */
+    *nbatches = d->n / batch + (!drop_last && d->n % batch != 0);
+    if (*nbatches < 1)
+        return sp_error("%s: %d samples make no full batch of %d (drop_last); use a smaller batch", d->name, d->n,
+                        batch);
+    return SP_OK;
+}
+
 static sp_loader *loader_new(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last, bool prefetch,
                              const unsigned char *need)
 {
-    if (!d) return sp_error("sp_loader_new: the dataset is NULL"), NULL;
-    if (batch < 1) return sp_error("loader: batch size %d (expected >= 1)", batch), NULL;
-    if (d->ndim < 1 || d->ndim > 3)
-        return sp_error("%s: samples with %d dimensions (expected 1 to 3)", d->name, d->ndim), NULL;
-    if (d->n < 1) return sp_error("%s: no samples", d->name), NULL;
-    /* d->n / batch + remainder: no d->n + batch - 1, which overflows for batch near INT_MAX */
-    int nbatches = d->n / batch + (!drop_last && d->n % batch != 0);
-    if (nbatches < 1)
-        return sp_error("%s: %d samples make no full batch of %d (drop_last); use a smaller batch", d->name, d->n,
-                        batch), NULL;
+    int nbatches;
+    if (loader_check(d, batch, drop_last, &nbatches) != SP_OK) return NULL;
     sp_loader *l = sp_xcalloc(1, sizeof *l);
     *l = (sp_loader){.d = d, .batch = batch, .nbatches = nbatches, .shuffle = shuffle, .prefetch = prefetch,
                      .seed = seed, .sample_numel = sp_dataset_sample_numel(d)};
@@ -156,6 +166,34 @@ sp_loader *sp_loader_new_rows(sp_dataset *d, int batch, bool shuffle, uint64_t s
                               const unsigned char *need)
 {
     return loader_new(d, batch, shuffle, seed, drop_last, true, need);
+}
+
+int sp_loader_rows(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last,
+                   const unsigned char *need, long batches, unsigned char *keep)
+{
+    if (!d) return sp_error("sp_loader_rows: argument 'd' is NULL");
+    if (!keep) return sp_error("sp_loader_rows: argument 'keep' is NULL");
+    if (batches < 0) return sp_error("sp_loader_rows: argument 'batches' is %ld (expected >= 0)", batches);
+    sp_loader l = {.d = d, .batch = batch, .shuffle = shuffle, .seed = seed};   /* what order_of and batch_size read */
+    if (loader_check(d, batch, drop_last, &l.nbatches) != SP_OK) return SP_ERR;
+    /* The producer assembles an epoch's first two batches as soon as the epoch is set
+     * (the loader made), then batch k once batch k-1 is taken: after the last batch taken
+     * it may assemble the next of the same epoch (never the next epoch's first, which
+     * waits for set_epoch). */
+    if (batches % l.nbatches != 0) batches++;
+    if (batches < (l.nbatches < 2 ? l.nbatches : 2)) batches = l.nbatches < 2 ? l.nbatches : 2;
+    int *order = sp_xmalloc((size_t)d->n * sizeof *order);
+    for (long e = 0; e * l.nbatches < batches; e++) {
+        order_of(&l, (int)e, order);
+        long nb = batches - e * l.nbatches < l.nbatches ? batches - e * l.nbatches : l.nbatches;
+        for (int j = 0; j < nb; j++)
+            for (int s = 0, bs = batch_size(&l, j); s < bs; s++) {
+                int want = need ? need[s] : SP_LOADER_X;
+                keep[order[(size_t)j * batch + s]] |= (unsigned char)(want & (SP_LOADER_X | SP_LOADER_Y));
+            }
+    }
+    free(order);
+    return SP_OK;
 }
 
 long sp_loader_samples_read(const sp_loader *l)

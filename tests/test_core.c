@@ -767,6 +767,18 @@ static void c171(void) { g_status = sp_image_folder_match_classes(NULL, NULL); }
 static void c172(void) { g_ptr = (const void *)sp_seqset_open(NULL); }
 static void c173(void) { g_ptr = (const void *)sp_bitstream(-1, 0, 0); }
 static void c174(void) { g_ptr = (const void *)sp_synthetic_sequences(-1, 0, 0, 0, 0); }
+static void c_rows0(void) { g_status = sp_dataset_read_rows(NULL, NULL, 0); }
+static void c_rows1(void) { g_ptr = (const void *)sp_idx_open_rows(NULL, NULL); }
+static void c_rows2(void) { g_ptr = (const void *)sp_fashion_mnist_rows(NULL, 0, 0); }
+static void c_rows3(void) { g_ptr = (const void *)sp_cifar10_rows(NULL, 0); }
+static void c_rows4(void) { g_status = sp_loader_rows(NULL, 1, 0, 0, 0, NULL, 1, NULL); }
+static void c_rows5(void)
+{
+    sp_dataset *d = sp_bitstream(4, 2, 0);
+    unsigned char keep[4];
+    g_status = sp_loader_rows(d, 1, 0, 0, 0, NULL, -1, keep);
+    sp_dataset_free(d);
+}
 static void c175(void) { g_ptr = (const void *)sp_loader_new(NULL, 1, 0, 0, 0); }
 static void c177(void) { g_ptr = (const void *)sp_loader_new_sync(NULL, 1, 0, 0, 0); }
 static void c179(void) { (void)sp_loader_next(NULL, NULL); }
@@ -1014,6 +1026,12 @@ static const api_case cases[] = {
     {"sp_idx_open", K_NULL, c166, "sp_idx_open: argument 'images_path' is NULL"},
     {"sp_fashion_mnist", K_NULL, c167, "sp_fashion_mnist: argument 'dir' is NULL"},
     {"sp_cifar10", K_NULL, c168, "sp_cifar10: argument 'dir' is NULL"},
+    {"sp_dataset_read_rows", K_STATUS, c_rows0, "sp_dataset_read_rows: argument 'd' is NULL"},
+    {"sp_idx_open_rows", K_NULL, c_rows1, "sp_idx_open_rows: argument 'images_path' is NULL"},
+    {"sp_fashion_mnist_rows", K_NULL, c_rows2, "sp_fashion_mnist_rows: argument 'dir' is NULL"},
+    {"sp_cifar10_rows", K_NULL, c_rows3, "sp_cifar10_rows: argument 'dir' is NULL"},
+    {"sp_loader_rows", K_STATUS, c_rows4, "sp_loader_rows: argument 'd' is NULL"},
+    {"sp_loader_rows", K_STATUS, c_rows5, "sp_loader_rows: argument 'batches' is -1"},
     {"sp_image_folder", K_NULL, c169, "sp_image_folder: the root folder is NULL"},
     {"sp_image_folder_class", K_NULL, c170, "sp_image_folder_class: argument 'd' is NULL"},
     {"sp_image_folder_match_classes", K_STATUS, c171, "sp_image_folder_match_classes: test is NULL"},

@@ -1,12 +1,14 @@
 /* test_distributed — what a run on several machines needs: each rank reads only its own
  * rows of the training set (the loader's row selection, and the apps' per-rank counts under
- * mpirun), the same weights over Open MPI's TCP transport as over shared memory, and trace
+ * mpirun) and only those from the dataset files (raw IDX and CIFAR at 2, 3, 4 ranks), the same weights over Open MPI's TCP transport as over shared memory, and trace
  * timestamps put on rank 0's clock by the offset measured at the start. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
 #include "core/io/safetensors.h"
 #include "data/data.h"
 #include "tests/mpirun.h"
@@ -178,6 +180,142 @@ Test(distributed, each_rank_reads_only_its_own_rows, .timeout = 240)
         cr_expect(d <= 1e-6, "%s at %d ranks: %g from the single process", cases[i].scheme, cases[i].W, d);
     }
     cr_expect(per > 4 && per % 4 == 0, "%ld bytes per sample", per);
+}
+
+/* ---- the files: each rank reads its own rows of them ------------------------------------ */
+
+static void put_be32(unsigned char *b, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (24 - 8 * i));
+}
+
+static void write_bytes(const char *path, const unsigned char *b, size_t n, bool gz)
+{
+    if (gz) {
+        gzFile g = gzopen(path, "wb");
+        cr_assert(g && gzwrite(g, b, (unsigned)n) == (int)n, "cannot write %s", path);
+        gzclose(g);
+        return;
+    }
+    FILE *f = fopen(path, "wb");
+    cr_assert(f && fwrite(b, 1, n, f) == n, "cannot write %s", path);
+    fclose(f);
+}
+
+static long long size_of(const char *path)
+{
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0, "%s", path);
+    return (long long)st.st_size;
+}
+
+/* dir/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]: n 28×28 images; the bytes of
+ * both files in *bytes. */
+static void write_idx_pair(const char *dir, const char *prefix, int n, bool gz, long long *bytes)
+{
+    char im[600], lb[600];
+    snprintf(im, sizeof im, "%s/%s-images-idx3-ubyte%s", dir, prefix, gz ? ".gz" : "");
+    snprintf(lb, sizeof lb, "%s/%s-labels-idx1-ubyte%s", dir, prefix, gz ? ".gz" : "");
+    size_t ni = 16 + (size_t)n * 784;
+    unsigned char *b = malloc(ni);
+    put_be32(b, 2051), put_be32(b + 4, (uint32_t)n), put_be32(b + 8, 28), put_be32(b + 12, 28);
+    for (size_t j = 16; j < ni; j++) b[j] = (unsigned char)((j * 2654435761u) >> 13);
+    write_bytes(im, b, ni, gz);
+    for (int i = 0; i < n; i++) b[8 + i] = (unsigned char)(i * 7 % 10);
+    put_be32(b, 2049), put_be32(b + 4, (uint32_t)n);
+    write_bytes(lb, b, 8 + (size_t)n, gz);
+    free(b);
+    *bytes = size_of(im) + size_of(lb);
+}
+
+/* dir/data_batch_1..5.bin (n/5 records each) and dir/test_batch.bin (nt records). */
+static void write_cifar_dir(const char *dir, int n, int nt)
+{
+    for (int f = 0; f <= 5; f++) {
+        char p[600];
+        int m = f < 5 ? n / 5 : nt;
+        if (f < 5) snprintf(p, sizeof p, "%s/data_batch_%d.bin", dir, f + 1);
+        else snprintf(p, sizeof p, "%s/test_batch.bin", dir);
+        unsigned char *b = malloc((size_t)m * 3073);
+        for (size_t j = 0; j < (size_t)m * 3073; j++) b[j] = (unsigned char)((j * 2654435761u) >> 13);
+        for (int r = 0; r < m; r++) b[(size_t)r * 3073] = (unsigned char)((r + f) % 10);
+        write_bytes(p, b, (size_t)m * 3073, false);
+        free(b);
+    }
+}
+
+#define ROWS_N 120    /* training samples: 10 batches of 12 */
+#define ROWS_NT 30    /* test samples */
+#define LENET_ROWS "--batch 12 --epochs 1 --no-shuffle --threads 1 --quiet --parallel ddp"
+
+/* ddp with W ranks, file order (--no-shuffle): rank r reads positions [r·12/W, (r+1)·12/W)
+ * of every batch of 12 (its micro-batch) */
+static int owner(int i, int W) { return (i % 12) / (12 / W); }
+
+/* Rows rank r holds of the training set: its own, and the three samples every rank reads
+ * for the run's identity in a checkpoint (0, n/2, n-1). */
+static long held_rows(int r, int W)
+{
+    long c = 0;
+    for (int i = 0; i < ROWS_N; i++) c += owner(i, W) == r || i == 0 || i == ROWS_N / 2 || i == ROWS_N - 1;
+    return c;
+}
+
+/* One run at W ranks: per rank, the file bytes read and kept of the training set and the
+ * test set against header + its rows × (bytes a row); gz_train > 0: the compressed files
+ * are read whole (gzip cannot seek), that many bytes. */
+static void file_rows_run(const char *args, int W, long hdr, long row, long hdr_test, long long gz_train)
+{
+    char cmd[2048], np[16];
+    snprintf(cmd, sizeof cmd, "%s " LENET_ROWS " %s", bin("lenet"), args);
+    snprintf(np, sizeof np, "-np %d", W);
+    mpi_result r;
+    mpi_run("", np, cmd, &r);
+    cr_assert_eq(r.status, 0, "%s at %d ranks: %s", args, W, r.err);
+    long rows[8], read[8], kept[8], tread[8], tkept[8];
+    cr_assert_eq(json_array(r.out, "data_rows_read", rows, 8), W);
+    cr_assert_eq(json_array(r.out, "data_file_bytes_read", read, 8), W);
+    cr_assert_eq(json_array(r.out, "data_file_bytes_kept", kept, 8), W);
+    cr_assert_eq(json_array(r.out, "test_file_bytes_read", tread, 8), W);
+    cr_assert_eq(json_array(r.out, "test_file_bytes_kept", tkept, 8), W);
+    long payload = ROWS_N * row;
+    for (int k = 0; k < W; k++) {
+        cr_expect_eq(rows[k], ROWS_N / W, "W %d rank %d: %ld rows", W, k, rows[k]);
+        long want = held_rows(k, W) * row;
+        cr_expect_eq(kept[k], want, "%s W %d rank %d kept %ld bytes, expected %ld", args, W, k, kept[k], want);
+        if (gz_train) cr_expect_eq(read[k], gz_train, "W %d rank %d: the .gz files once", W, k);
+        else cr_expect_eq(read[k], hdr + want, "%s W %d rank %d read %ld bytes, expected %ld", args, W, k, read[k], hdr + want);
+        cr_expect_lt(kept[k], payload / W + 3 * row + 1, "about 1/W of the payload, not all of it");
+        /* the test set: rank k evaluates [k·nt/W, (k+1)·nt/W) and reads only those */
+        long nt = (long)ROWS_NT * (k + 1) / W - (long)ROWS_NT * k / W;
+        if (!gz_train) cr_expect_eq(tread[k], hdr_test + nt * row, "W %d rank %d test bytes %ld", W, k, tread[k]);
+        cr_expect_eq(tkept[k], nt * row, "W %d rank %d test bytes kept %ld", W, k, tkept[k]);
+    }
+}
+
+Test(distributed, each_rank_reads_its_own_rows_of_the_files, .timeout = 300)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    char idx[512], gz[512], cifar[512], args[700];
+    snprintf(idx, sizeof idx, "%s/idx", tu_tmpdir());
+    snprintf(gz, sizeof gz, "%s/gz", tu_tmpdir());
+    snprintf(cifar, sizeof cifar, "%s/cifar", tu_tmpdir());
+    cr_assert(mkdir(idx, 0755) == 0 && mkdir(gz, 0755) == 0 && mkdir(cifar, 0755) == 0);
+    long long bytes, gz_bytes, unused;
+    write_idx_pair(idx, "train", ROWS_N, false, &bytes);
+    write_idx_pair(idx, "t10k", ROWS_NT, false, &unused);
+    write_idx_pair(gz, "train", ROWS_N, true, &gz_bytes);
+    write_idx_pair(gz, "t10k", ROWS_NT, true, &unused);
+    write_cifar_dir(cifar, ROWS_N, ROWS_NT);
+    cr_assert_eq(bytes, 24 + ROWS_N * 785);
+    for (int W = 2; W <= 4; W++) {
+        snprintf(args, sizeof args, "--data %s --data-format idx", idx);
+        file_rows_run(args, W, 24, 785, 24, 0);
+        snprintf(args, sizeof args, "--data %s --data-format cifar10", cifar);
+        file_rows_run(args, W, 0, 3073, 0, 0);
+    }
+    snprintf(args, sizeof args, "--data %s --data-format idx", gz);
+    file_rows_run(args, 2, 24, 785, 24, gz_bytes);
 }
 
 /* The network path: with Open MPI's ob1 over TCP only (loopback), not shared memory, the

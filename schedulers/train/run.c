@@ -300,14 +300,16 @@ void sp_run_open_images(const sp_run_opts *o, int pad_to, sp_dataset **train, sp
     const char *fmt = o->data_format ? o->data_format : "fashion-mnist";
     if (!o->data && strcmp(fmt, "fashion-mnist") != 0)
         sp_fail("--data-format %s needs --data DIR (only fashion-mnist has a default directory)", fmt);
+    /* --parallel: opened for their rows (headers checked now); sp_run reads a rank's own */
+    bool rows = o->parallel != NULL;
     if (strcmp(fmt, "fashion-mnist") == 0 || strcmp(fmt, "mnist") == 0 || strcmp(fmt, "idx") == 0) {
         const char *dir = o->data ? o->data : FMNIST_DIR;
-        *train = sp_check_ptr(sp_fashion_mnist(dir, true, pad_to));
-        *test = sp_check_ptr(sp_fashion_mnist(dir, false, pad_to));
+        *train = sp_check_ptr(rows ? sp_fashion_mnist_rows(dir, true, pad_to) : sp_fashion_mnist(dir, true, pad_to));
+        *test = sp_check_ptr(rows ? sp_fashion_mnist_rows(dir, false, pad_to) : sp_fashion_mnist(dir, false, pad_to));
     } else if (strcmp(fmt, "cifar10") == 0) {
         if (!o->data) sp_fail("--data-format cifar10 needs --data DIR (the cifar-10-batches-bin directory)");
-        *train = sp_check_ptr(sp_cifar10(o->data, true));
-        *test = sp_check_ptr(sp_cifar10(o->data, false));
+        *train = sp_check_ptr(rows ? sp_cifar10_rows(o->data, true) : sp_cifar10(o->data, true));
+        *test = sp_check_ptr(rows ? sp_cifar10_rows(o->data, false) : sp_cifar10(o->data, false));
     } else if (strcmp(fmt, "folder") == 0) {
         if (!o->data) sp_fail("--data-format folder needs --data DIR (DIR/train/<class>/*, DIR/test/<class>/*)");
         char tr[4096], te[4096];
@@ -706,35 +708,11 @@ void sp_run_close(sp_run_session *s, sp_json *j)
 
 /* ---- the runner --------------------------------------------------------------------------- */
 
-/* --parallel: what each rank read of the training set — "data_rows_read" (samples whose
- * input it read), "data_labels_read" (labels read alone: a pipeline's last stage) and
- * "data_bytes_read" (sp_loader_bytes_read), per rank: 1/W of the rows each for the data
- * parallel schemes. Collective. */
-static void data_read_summary(sp_json *j, const sp_loader *l, const sp_dataset *d)
+/* A dataset opened for rows (else nothing happens): read the rows flagged in keep (NULL:
+ * all); last: the files are checked to their end and closed. */
+static void read_rows(sp_dataset *d, const unsigned char *keep, bool last)
 {
-    sp_comm *w = sp_comm_world();
-    int W = sp_comm_size(w);
-    long sm = sp_loader_samples_read(l), lm = sp_loader_labels_read(l);
-    /* 20 bits per float: exact */
-    float v[4] = {(float)(sm >> 20), (float)(sm & 0xfffff), (float)(lm >> 20), (float)(lm & 0xfffff)};
-    float *all = sp_xmalloc(sizeof(float) * 4 * (size_t)W);
-    sp_allgather(w, v, all, 4);
-    double per = (double)sp_dataset_sample_numel(d) * sizeof(float) + sizeof(int);
-    size_t cap = 32 * (size_t)W + 8, k[3] = {0};
-    char *txt[3] = {sp_xmalloc(cap), sp_xmalloc(cap), sp_xmalloc(cap)};
-    for (int r = 0; r < W; r++) {
-        long n = ((long)all[4 * r] << 20) + (long)all[4 * r + 1], nl = ((long)all[4 * r + 2] << 20) + (long)all[4 * r + 3];
-        k[0] += (size_t)snprintf(txt[0] + k[0], cap - k[0], "%s%ld", r ? ", " : "[", n);
-        k[1] += (size_t)snprintf(txt[1] + k[1], cap - k[1], "%s%ld", r ? ", " : "[", nl);
-        k[2] += (size_t)snprintf(txt[2] + k[2], cap - k[2], "%s%.0f", r ? ", " : "[", (double)n * per + (double)nl * 4);
-    }
-    const char *keys[3] = {"data_rows_read", "data_labels_read", "data_bytes_read"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(txt[i] + k[i], cap - k[i], "]");
-        sp_json_raw(j, keys[i], txt[i]);
-        free(txt[i]);
-    }
-    free(all);
+    if (d && d->read_rows) sp_check(sp_dataset_read_rows(d, keep, last));
 }
 
 /* --eval-only: the loaded weights on d in eval mode; the JSON line says what was run. */
@@ -805,6 +783,7 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     if (!train) sp_fail("sp_run: argument 'train' is NULL");
     if (o->eval_only) {   /* --load is required by the flags */
         sp_check(sp_model_load(m, o->load));
+        read_rows(test ? test : train, NULL, true);
         return eval_only(app, o, m, test ? test : train);
     }
     if (o->batch > train->n)
@@ -819,6 +798,14 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     }
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
     sp_run_session s;
+    /* A dataset opened for rows (--parallel) holds no row yet; which rows this rank reads
+     * is known once the session is: sample 0 now (the session is checked on it), the
+     * others below, in one more pass (a .gz is inflated once, from where this stopped). */
+    unsigned char *keep = train->read_rows ? sp_xcalloc((size_t)train->n, 1) : NULL;
+    if (keep) {
+        keep[0] = SP_LOADER_X;
+        read_rows(train, keep, false);
+    }
     {   /* the engine options are checked against the model on one sample */
         sp_loader *one = sp_check_ptr(sp_loader_new_sync(train, 1, false, 0, false));
         sp_batch b;
@@ -827,12 +814,17 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
         sp_loader_free(one);
     }
     if ((o->plan || o->plan_svg) && !o->parallel) {   /* the plan of the first batch; nothing trains */
+        if (keep) {   /* the first batch, in file order */
+            sp_check(sp_loader_rows(train, o->batch, false, o->seed, false, NULL, 1, keep));
+            read_rows(train, keep, true);
+        }
         sp_loader *l = sp_check_ptr(sp_loader_new_sync(train, o->batch, false, o->seed, false));
         sp_batch b;
         if (!sp_loader_next(l, &b)) sp_fail("%s: --plan: the training set is empty", app);
         sp_run_plan(&s, &b.x, b.y);
         sp_loader_free(l);
         sp_run_close(&s, NULL);
+        free(keep);
         return (sp_train_result){0};
     }
     /* (not with a clip: every update waits for the whole gradient's norm) */
@@ -845,6 +837,23 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     if (s.exec) {
         need = sp_xmalloc((size_t)o->batch);
         sp_exec_rows_needed(s.exec, o->batch, need);
+    }
+    if (keep) {   /* the rows the loader will read over the run, and data_identity's three */
+        long per_epoch = train->n / o->batch + (s.exec == NULL && train->n % o->batch != 0);
+        long total = o->epochs > 0 ? per_epoch * o->epochs : o->steps;   /* as sp_train counts them */
+        if (o->steps > 0 && o->steps < total) total = o->steps;
+        sp_check(sp_loader_rows(train, o->batch, !o->no_shuffle, o->seed, s.exec != NULL, need, total, keep));
+        keep[train->n / 2] |= SP_LOADER_X;
+        keep[train->n - 1] |= SP_LOADER_X;
+        read_rows(train, keep, true);
+        free(keep);
+    }
+    if (test && test->read_rows) {   /* with ranks, rank r evaluates [r·n/W, (r+1)·n/W) (train.c's evaluator_open) */
+        unsigned char *tk = sp_xcalloc((size_t)test->n, 1);
+        int W = s.exec ? sp_exec_workers(s.exec) : 1, r = s.exec ? sp_exec_rank(s.exec) : 0;
+        for (int i = (int)((long)test->n * r / W); i < (int)((long)test->n * (r + 1) / W); i++) tk[i] = SP_LOADER_X;
+        read_rows(test, tk, true);
+        free(tk);
     }
     sp_loader *loader = sp_check_ptr(sp_loader_new_rows(train, o->batch, !o->no_shuffle, o->seed, s.exec != NULL, need));
     free(need);
@@ -881,7 +890,7 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
     sp_run_save(&s);
     sp_json j;
     sp_run_summary_train(&s, &j, &r, sp_loader_batch(loader), train);
-    if (s.exec) data_read_summary(&j, loader, train);
+    if (s.exec) sp_run_summary_data(&j, loader, train, test);
     if (o->mem_report) sp_run_summary_memory(&s, &j, &r, train, test, rss_steady);
     sp_run_close(&s, &j);
     sp_loader_free(loader);

@@ -200,6 +200,34 @@ static void json_per_rank(sp_json *j, const char *key, const double *d, const in
     sp_json_raw(j, key, buf);
 }
 
+/* --parallel: what each rank read, per rank (collective; see summary.h). Gathered as
+ * two floats of 20 bits a value: exact below 2^40. */
+void sp_run_summary_data(sp_json *j, const sp_loader *l, const sp_dataset *d, const sp_dataset *test)
+{
+    sp_comm *w = sp_comm_world();
+    int W = sp_comm_size(w);
+    enum { K = 6 };
+    long long mine[K] = {sp_loader_samples_read(l), sp_loader_labels_read(l), d->file_bytes_read, d->file_bytes_kept,
+                         test ? test->file_bytes_read : 0, test ? test->file_bytes_kept : 0};
+    float v[2 * K], *all = sp_xmalloc(sizeof(float) * 2 * K * (size_t)W);
+    for (int i = 0; i < K; i++) v[2 * i] = (float)(mine[i] >> 20), v[2 * i + 1] = (float)(mine[i] & 0xfffff);
+    sp_allgather(w, v, all, 2 * K);
+    double per = (double)sp_dataset_sample_numel(d) * sizeof(float) + sizeof(int), *col = sp_xmalloc(sizeof(double) * (size_t)W);
+    static const char *const keys[K + 1] = {"data_rows_read", "data_labels_read", "data_bytes_read", "data_file_bytes_read",
+                                            "data_file_bytes_kept", "test_file_bytes_read", "test_file_bytes_kept"};
+    for (int i = 0; i < K + 1; i++) {
+        for (int r = 0; r < W; r++) {
+            const float *a = all + (size_t)r * 2 * K;
+            double rows = (double)a[0] * 1048576.0 + a[1], labels = (double)a[2] * 1048576.0 + a[3];
+            int at = i < 2 ? i : i - 1;
+            col[r] = i == 2 ? rows * per + labels * 4 : (double)a[2 * at] * 1048576.0 + a[2 * at + 1];
+        }
+        json_per_rank(j, keys[i], col, NULL, W);
+    }
+    free(col);
+    free(all);
+}
+
 void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
 {
     if (!s) sp_fail("sp_run_summary_exec: argument 's' is NULL");

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
+#include "data/data.h"
 #include "schedulers/backward/engine.h"
 
 #ifdef __cplusplus
@@ -28,6 +29,17 @@ void sp_json_raw(sp_json *j, const char *key, const char *raw);
 void sp_json_end_print(sp_json *j);   /* prints {...}\n on stdout and checks the write */
 /* A writer onto j, for an engine's figures (sp_engine_report, sp_engine_plan). */
 sp_report_writer sp_json_writer(sp_json *j);
+
+/* --parallel: what each rank read, one value per rank. Of the training set through the
+ * loader: "data_rows_read" (samples whose input it read), "data_labels_read" (labels
+ * read alone: a pipeline's last stage), "data_bytes_read" (sp_loader_bytes_read: the
+ * floats and labels delivered). From the files of a dataset opened for rows
+ * (sp_fashion_mnist_rows, sp_cifar10_rows): "data_file_bytes_read" (the headers and the
+ * rank's own rows of a raw file; the whole compressed stream of a .gz, which cannot
+ * seek) and "data_file_bytes_kept" (of those, the sample and label bytes held), and the
+ * same of the test set, "test_file_bytes_read" / "test_file_bytes_kept"; 0 for
+ * generated data. Collective: every rank calls it. */
+void sp_run_summary_data(sp_json *j, const sp_loader *l, const sp_dataset *train, const sp_dataset *test);
 
 /* The process's resident set now (VmRSS of /proc/self/status), in KiB; -1 if unknown. */
 long sp_rss_kib(void);
