@@ -15,10 +15,10 @@
 #   make CC=clang        build with clang (compiler-specific flags only where accepted)
 #   make build-clang     clang builds of everything, plain and SAN=1 (CI runs it)
 #   make fuzz            libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS=N each (docs/RELIABILITY.md)
-#   make site           build/site/: the teaching page, the simulator in WebAssembly (emcc;
-#                        scripts/deps.sh site installs it; docs/TUTORIAL.md)
-#   make test-site       the page in headless chromium against build/schedule; the wasm build
-#                        against the native one under node
+#   make site            build/site/: the teaching page, the simulator and the backward engines
+#                        in WebAssembly (emcc; scripts/deps.sh site installs it; docs/TUTORIAL.md)
+#   make test-site       the page in headless chromium against build/schedule and the apps; the
+#                        wasm build against the native one under node
 #   make test-tutorial   every command and quoted number of docs/TUTORIAL.md
 #   make MPI=0|1         without / with Open MPI (default: with it when mpicc is found);
 #                        make test then also runs the suites under mpirun (test_comm, test_exec)

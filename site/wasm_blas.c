@@ -1,9 +1,9 @@
 /* wasm_blas.c — a portable SGEMM behind the CBLAS interface (site/cblas/cblas.h), so the
  * WebAssembly build of the teaching page compiles core/, layers/ and the backward engines
  * unchanged: there is no OpenBLAS (and no oneDNN: conv2d takes its im2col path without
- * SP_HAVE_DNNL). The page records a tape only for its shapes (the ooo task graph, the
- * BPPSA plan's Jᵀ patterns), so this needs to be right, not fast: plain loops in an order
- * the compiler vectorises (the inner loop runs along a row of C). */
+ * SP_HAVE_DNNL). Only the BPPSA plan's forward of one small batch runs it (site/
+ * wasm_models.c), whose values no figure reads, so this needs to be right, not fast:
+ * plain loops in an order the compiler vectorises (the inner loop runs along a row of C). */
 #include <stddef.h>
 #include "site/cblas/cblas.h"
 

@@ -14,17 +14,26 @@
  * model: a zoo name (layers/zoo.h); channels (lenet, vgg11, resnet20; 0: the zoo's) the
  * images' channels (build/vgg11 reads Fashion-MNIST, 1 channel, by default; the zoo's
  * VGG-11 takes 3); seq_len, hidden (rnn, gru; 0: the zoo's T and hidden size) as the
- * apps' --seq-len and --hidden. The parameters are the apps' seeded
- * init (--seed 1), pruned as --prune does (global magnitude). The input is zeros: only
- * shapes, Jᵀ patterns and masks enter the graph and the plan, never the values.
+ * apps' --seq-len and --hidden. The parameters are the apps' seeded init (--seed 1),
+ * pruned as --prune does (global magnitude). The input is zeros: only shapes, Jᵀ patterns
+ * and masks enter the graph and the plan, never the values.
  *
  * How the engines get into WebAssembly: core/, layers/, optim/ and schedulers/backward/
  * are compiled unchanged, without oneDNN (conv2d's im2col path, no SP_HAVE_DNNL) and
  * with a portable SGEMM behind the CBLAS interface instead of OpenBLAS (site/wasm_blas.c,
- * site/cblas/cblas.h). Chosen over a shape-only recording mode, which would put a second
- * path into every op's forward for the page alone: this way the tape, the graph and the
- * plan are the native build's code line for line, and the forward it runs (one batch of
- * the model) costs a few milliseconds to a second. */
+ * site/cblas/cblas.h): the tape, the graph and the plan are the native build's code line
+ * for line. The ooo graph records on a shape-only tape (core/tape.h: the planners' mode,
+ * no kernel runs; VGG-11's graph takes 0.1 s instead of 2 s): it reads shapes and costs
+ * only. The BPPSA plan cannot: it reports the forward's measured arena bytes, and a pruned
+ * model's plan reads the masked Jᵀ values and runs the dense model's scan beside it, so
+ * its forward runs, on the portable SGEMM (LeNet at batch 8: about 0.1 s). A shape-only
+ * mode for every op's Jᵀ and pruning would have put a second path into core/ for the page.
+ *
+ * One kind of figure differs from a native run: the memory model's bytes count host
+ * bookkeeping too (pointers, tape nodes, task records), which this 32-bit build lays out
+ * smaller (Debian's emcc has no wasm64 libraries), so scan_bytes and peak_bytes fall a few
+ * KiB short of a 64-bit build's; the Jᵀ values and products are the same to the byte
+ * (make test-site checks both). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
