@@ -19,6 +19,8 @@
  *                             --actions
  *   site_scan_plan(n, K)      BPPSA's scan plan of a chain of n links with K up-sweep levels
  *
+ * The zoo models' ooo task graph and BPPSA plan (site_ooo, site_bppsa_plan) are in
+ * site/wasm_models.c; the answer helpers both files share, in site/wasm_api.h.
  * A refusal (sp_fail inside the library) comes back as {"ok":false,"error":"..."}: the
  * library's checks run under sp_try, so a bad configuration never ends the module. */
 #include <math.h>
