@@ -15,10 +15,10 @@
 #   make CC=clang        build with clang (compiler-specific flags only where accepted)
 #   make build-clang     clang builds of everything, plain and SAN=1 (CI runs it)
 #   make fuzz            libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS=N each (docs/RELIABILITY.md)
-#   make site           build/site/: the teaching page, the simulator in WebAssembly (emcc;
-#                        scripts/deps.sh site installs it; docs/TUTORIAL.md)
-#   make test-site       the page in headless chromium against build/schedule; the wasm build
-#                        against the native one under node
+#   make site            build/site/: the teaching page, the simulator and the backward engines
+#                        in WebAssembly (emcc; scripts/deps.sh site installs it; docs/TUTORIAL.md)
+#   make test-site       the page in headless chromium against build/schedule and the apps; the
+#                        wasm build against the native one under node
 #   make test-tutorial   every command and quoted number of docs/TUTORIAL.md
 #   make MPI=0|1         without / with Open MPI (default: with it when mpicc is found);
 #                        make test then also runs the suites under mpirun (test_comm, test_exec)
@@ -260,37 +260,44 @@ $(BUILD)/opprof: $(BUILD)/obj/bench/opprof.c.o $(LIB)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 # ---- the teaching page (docs/TUTORIAL.md) --------------------------------------------------
-# Only the plain-C simulator, the scan plan and the action-list schedules (when built) go
-# to WebAssembly (no tensors, BLAS or MPI); site/wasm_api.c is their JSON face. The BPPSA
-# and ooo views of model presets come from the native apps and site/ooo_export.c
-# (scripts/site_data.sh).
+# Every figure of the page is computed in WebAssembly by the library's own code: the
+# simulator (every schedulers/parallel/*.c but the MPI executor, exec*.c) and the scan plan
+# for the pipelines and the chain; for the zoo models' BPPSA and ooo views the tape, the
+# layers, pruning and the backward engines (core/ without core/comm/, layers/, optim/,
+# schedulers/backward/ but the Jacobian tables' PNG writer, no CUDA files). The wasm build
+# has no oneDNN (no SP_HAVE_DNNL: conv2d's im2col path), no OpenBLAS (site/wasm_blas.c
+# behind site/cblas/cblas.h), no MPI and one thread; site/wasm_api.c and
+# site/wasm_models.c are its JSON face. Objects go to $(BUILD)/wasm/ (each rebuilt when
+# its sources change); the normal build never runs emcc.
 EMCC      ?= emcc
 SITE      := $(BUILD)/site
-# Every schedulers/parallel/*.c but the MPI executor (exec*.c): the schedule, its costs,
-# the simulator, diagrams, LayerPipe, and the action-list schedules when they are there.
-SITE_C    := core/error.c core/io/fileio.c schedulers/backward/scan.c \
-             $(sort $(filter-out schedulers/parallel/exec%,$(wildcard schedulers/parallel/*.c))) site/wasm_api.c
-SITE_DEFS := $(if $(wildcard schedulers/parallel/sched_actions.c),-DSITE_HAVE_ACTIONS)
-SITE_EXP  := _site_schemes,_site_simulate,_site_scan_plan
+SITE_C    := $(filter-out core/comm/% %_cuda.c schedulers/backward/jacobian_table.c,$(shell find core layers optim schedulers/backward -name '*.c' | sort)) \
+             $(sort $(filter-out schedulers/parallel/exec%,$(wildcard schedulers/parallel/*.c))) \
+             site/wasm_api.c site/wasm_models.c site/wasm_blas.c
+SITE_OBJ  := $(patsubst %.c,$(BUILD)/wasm/%.o,$(SITE_C))
+SITE_EXP  := _site_schemes,_site_simulate,_site_scan_plan,_site_ooo,_site_bppsa_plan
+SITE_CFLAGS := -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(if $(filter 1,$(WERROR)),-Werror) \
+             -I. -Isite/cblas -MMD -MP
 # One file, the .wasm inlined: no fetch of a second file (node, file:// and any host).
-SITE_EMFLAGS := -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(if $(filter 1,$(WERROR)),-Werror) -I. $(SITE_DEFS) -sEXPORTED_FUNCTIONS=$(SITE_EXP) \
-             -sEXPORTED_RUNTIME_METHODS=ccall -sALLOW_MEMORY_GROWTH=1 -sSINGLE_FILE=1 -sENVIRONMENT=web,node
+SITE_EMFLAGS := -O2 -sEXPORTED_FUNCTIONS=$(SITE_EXP) -sEXPORTED_RUNTIME_METHODS=ccall -sALLOW_MEMORY_GROWTH=1 \
+             -sSINGLE_FILE=1 -sENVIRONMENT=web,node
 
-$(SITE)/scanprop.js: $(SITE_C) $(wildcard core/*.h core/io/*.h schedulers/parallel/*.h schedulers/backward/scan.h)
+$(BUILD)/wasm/%.o: %.c
 	@mkdir -p $(@D)
-	NODE_PATH=/usr/share/nodejs $(EMCC) $(SITE_EMFLAGS) $(SITE_C) -o $@
+	NODE_PATH=/usr/share/nodejs $(EMCC) $(SITE_CFLAGS) -c $< -o $@
 
-$(BUILD)/ooo_export: $(BUILD)/obj/site/ooo_export.c.o $(LIB)
-	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+$(SITE)/scanprop.js: $(SITE_OBJ)
+	@mkdir -p $(@D)
+	NODE_PATH=/usr/share/nodejs $(EMCC) $(SITE_EMFLAGS) $^ -o $@
 
-site: all $(SITE)/scanprop.js $(BUILD)/ooo_export
-	@mkdir -p $(SITE)/profiles $(SITE)/data
+site: $(SITE)/scanprop.js
+	@mkdir -p $(SITE)/profiles
+	rm -rf $(SITE)/data
 	cp site/index.html site/app.js site/style.css $(SITE)/
 	cp site/profiles/*.csv $(SITE)/profiles/
 	/usr/bin/python3 scripts/site_tutorial.py docs/TUTORIAL.md $(SITE)/TUTORIAL.html
-	BUILD=$(BUILD) scripts/site_data.sh $(SITE)/data
 
-test-site: site
+test-site: site all
 	BUILD=$(BUILD) /usr/bin/python3 scripts/test_site.py
 
 test-tutorial: all
@@ -302,4 +309,4 @@ format:
 clean:
 	rm -rf build build-asan build-cuda build-emu build-emu-asan build-clang build-clang-asan build-fuzz
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/wasm -name '*.d' 2>/dev/null)

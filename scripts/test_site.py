@@ -3,7 +3,11 @@
 
 1. The WebAssembly build under node runs the simulator unit tests' configurations
    (tests/test_schedule.c: Table 1's grid and schedules_are_valid) and every scheme of
-   `build/schedule --list`; each report must equal `build/schedule`'s JSON line.
+   `build/schedule --list`; each report must equal `build/schedule`'s JSON line. It makes
+   the zoo models' BPPSA plans (site_bppsa_plan: the text and JSON keys must equal
+   `build/<app> --backward bppsa --plan=full`'s) and ooo task graphs (site_ooo: each
+   order's peak_bytes and k must equal `build/<app> --backward ooo`'s, its timeline must
+   respect the graph), refusals included (the same message).
 2. Headless chromium loads the page from a static server on 127.0.0.1 with ?selftest=...:
    the page sets each configuration through its own controls (input/change events) and
    writes the figures it shows into the DOM; they must equal build/schedule's JSON, the
@@ -18,6 +22,7 @@
 Only the standard library."""
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -126,14 +131,17 @@ def check_wasm(schemes):
         if c["scheme"] == "custom":
             c["actions_file"] = f.name
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(cs, f)
+        json.dump(dict(simulate=cs, bppsa=BPPSA_WASM, ooo=OOO_WASM), f)
     p = subprocess.run([node, "--no-experimental-fetch", "scripts/site_wasm_check.js",
                         os.path.abspath(os.path.join(SITE, "scanprop.js")), f.name], capture_output=True, text=True)
     os.unlink(f.name)
     if p.returncode != 0:
         fail("node: exit %d: %s" % (p.returncode, p.stderr.strip()))
         return
-    answers = json.loads(p.stdout)
+    out = json.loads(p.stdout)
+    check_wasm_bppsa(out["bppsa"])
+    check_wasm_ooo(out["ooo"])
+    answers = out["simulate"]
     bad = refused = 0
     for c, a in zip(cs, answers):
         q = subprocess.run(schedule_argv(c), capture_output=True, text=True)
@@ -155,6 +163,165 @@ def check_wasm(schemes):
         if c.get("actions_file") and os.path.exists(c["actions_file"]):
             os.unlink(c["actions_file"])
     print("wasm: %d configurations (%d refused by both), %d differ from build/schedule" % (len(cs), refused, bad))
+
+
+# The zoo models in WebAssembly (site/wasm_models.c) against the apps. rnn: the app's
+# defaults are T = 100, hidden 64; the zoo's (seq_len/hidden 0) T = 1000, hidden 20.
+BPPSA_WASM = [dict(model="lenet", levels=k, batch=8) for k in (-1, 0, 1, 2, 3)] + \
+             [dict(model="lenet", levels=k, batch=8, prune=0.9) for k in (0, 1, 3)] + \
+             [dict(model="rnn", levels=k, batch=8, seq_len=100, hidden=64) for k in (-1, 0, 3, 6)] + \
+             [dict(model="rnn", levels=2, batch=4, seq_len=30, hidden=16), dict(model="lenet", levels=2, batch=1),
+              dict(model="lenet", levels=9, batch=8),   # refused: deeper than the chain
+              dict(model="lenet", levels=1, batch=8, prune=1.5)]   # refused: not a fraction
+OOO_WASM = [dict(model="lenet", batch=8), dict(model="rnn", batch=8), dict(model="vgg11", batch=8, channels=1),
+            dict(model="lenet", batch=4, order="reverse-first-k", k=1), dict(model="rnn", batch=2, seq_len=50, hidden=8),
+            dict(model="lenet", batch=8, order="sideways")]   # refused: no such order
+
+# The memory model counts the host's bookkeeping too (pointers, tape nodes, task records).
+# The WebAssembly build has 32-bit pointers (Debian's emcc has no wasm64 libraries), so its
+# scan_bytes and peak_bytes fall short of a 64-bit build's by part of that bookkeeping:
+# never above, and by less than 512 bytes per link and sample (measured: 20 to 50).
+# Everything else must be equal, the Jt values and the products (float storage) to the byte.
+HOST_BYTES = ("scan_bytes", "peak_bytes")
+
+
+def host_bytes_close(wasm, native, plan):
+    return 0 <= float(native) - float(wasm) < 512 * plan["links"] * plan["batch"]
+
+
+MEMORY_LINE = re.compile(r"^memory per step: scan .*? \(Jt values (.*?), products (.*?), arrays and tasks .*")
+
+
+def same_plan_text(wasm, native):
+    """The plan's lines equal, but the pointer-counting figures of the memory line."""
+    a, b = wasm.split("\n"), native.split("\n")
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        mx, my = MEMORY_LINE.match(x), MEMORY_LINE.match(y)
+        if not (x == y or mx and my and mx.groups() == my.groups()):
+            return False
+    return True
+
+
+def app_of(model):
+    return os.path.join(BUILD, model)
+
+
+def native_refusal(argv):
+    """(stdout, None) of a native run, or (None, its one-line refusal) when it exits non-zero."""
+    q = subprocess.run(argv, capture_output=True, text=True)
+    if q.returncode != 0:
+        return None, q.stderr.strip().splitlines()[-1].replace("scanprop: ", "", 1)
+    return q.stdout, None
+
+
+def same_refusal(what, a, why):
+    if a.get("ok") or a.get("error") != why:
+        fail("wasm vs native for %s: native refuses (%s), wasm %s" % (what, why, a.get("error", "accepts")))
+        return False
+    return True
+
+
+def check_wasm_bppsa(answers):
+    n = refused = 0
+    for c, a in zip(BPPSA_WASM, answers):
+        argv = [app_of(c["model"]), "--backward", "bppsa", "--plan=full", "--scan-levels",
+                "full" if c["levels"] < 0 else str(c["levels"]), "--batch", str(c["batch"]), "--quiet"]
+        if c.get("prune"):
+            argv += ["--prune", fmt(c["prune"])]
+        if c.get("seq_len"):
+            argv += ["--seq-len", str(c["seq_len"]), "--hidden", str(c["hidden"])]
+        what = " ".join(argv)
+        out, why = native_refusal(argv)
+        if why is not None:
+            refused += same_refusal(what, a, why)
+            continue
+        if not a.get("ok"):
+            fail("wasm refuses %s: %s" % (what, a.get("error")))
+            continue
+        lines = out.rstrip("\n").split("\n")
+        native, text = json.loads(lines[-1]), "\n".join(lines[:-1]) + "\n"
+        ok = same_plan_text(a["text"], text)
+        if not ok:
+            fail("wasm vs native plan text differ for %s:\n--- wasm\n%s--- native\n%s" % (what, a["text"], text))
+        keys = [k for k in native if k not in ("app", "backward", "mode")]
+        if sorted(keys) != sorted(a["report"]) or any(
+                not (host_bytes_close(a["report"][k], native[k], native) if k in HOST_BYTES else a["report"][k] == native[k])
+                for k in keys):
+            ok = False
+            fail("wasm vs native plan keys differ for %s:\n  wasm   %s\n  native %s" % (what, a["report"], native))
+        n += ok
+    print("wasm: %d BPPSA plans equal the apps' --plan=full (text and keys; the pointer bookkeeping bytes aside), "
+          "%d refused by both" % (n, refused))
+
+
+def timeline_ok(d, o):
+    """Every task of an order's timeline starts after its predecessors end, once each."""
+    end = {t[0]: t[3] for t in o["tasks"]}
+    if sorted(end) != list(range(len(d["tasks"]))):
+        return False
+    return all(end[q] <= t[2] + 1e-9 * max(1.0, t[2]) for t in o["tasks"] for q in d["tasks"][t[0]]["pred"])
+
+
+_folder = []
+
+
+def image_folder():
+    """build/vgg11's flags for a tiny 1-channel image folder (10 classes, one image each in
+    train and test): the model of its default data, without Fashion-MNIST's 10,000-image
+    evaluation after the step (tens of seconds)."""
+    if not _folder:
+        root = tempfile.mkdtemp(prefix="sp-site-")
+        _folder.append(root)
+        for part in ("train", "test"):
+            for c in range(10):
+                os.makedirs(os.path.join(root, part, "c%d" % c))
+                shutil.copy("tests/fuzz/corpus/image/rgb.png", os.path.join(root, part, "c%d" % c, "a.png"))
+    return ["--data-format", "folder", "--data", _folder[0]]
+
+
+def check_wasm_ooo(answers):
+    n = refused = 0
+    slowest = 0
+    for c, a in zip(OOO_WASM, answers):
+        base = [app_of(c["model"]), "--backward", "ooo", "--batch", str(c["batch"]), "--steps", "1", "--threads", "1",
+                "--lanes", "1", "--quiet"]   # channels 1: the image apps' default data
+        if c["model"] == "rnn":   # the zoo's rnn unless given
+            base += ["--seq-len", str(c.get("seq_len") or 1000), "--hidden", str(c.get("hidden") or 20)]
+        if c["model"] == "vgg11":
+            base += image_folder()
+        if c.get("k"):
+            base += ["--k", str(c["k"])]
+        if c.get("order") == "sideways":   # the app's flag layer words it otherwise: both refuse, naming it
+            _, why = native_refusal(base + ["--order", c["order"]])
+            if why is None or a.get("ok") or "--order sideways" not in a.get("error", ""):
+                fail("ooo --order sideways: native %s, wasm %s" % (why or "accepts", a.get("error", "accepts")))
+            else:
+                refused += 1
+            continue
+        if not a.get("ok"):
+            fail("wasm refuses ooo %s: %s" % (c, a.get("error")))
+            continue
+        slowest = max(slowest, a["ms"])
+        orders = [o["order"] for o in a["orders"]]
+        want = [c["order"]] if c.get("order") else ["conventional", "ooo", "reverse-first-k", "list"]
+        if orders != want:
+            fail("wasm ooo %s: orders %s, expected %s" % (c, orders, want))
+        for o in a["orders"]:
+            native = run_json(base + ["--order", o["order"]])
+            ok = timeline_ok(a, o)
+            if o["peak_bytes"] != native["peak_bytes"] or (o["order"] == "reverse-first-k" and o["k"] != native["k"]):
+                ok = False
+                fail("wasm ooo %s %s: peak_bytes %s k %s, the engine %s k %s" % (c, o["order"], o["peak_bytes"], o["k"],
+                                                                                 native["peak_bytes"], native.get("k")))
+            if not timeline_ok(a, o):
+                fail("wasm ooo %s %s: the timeline breaks the task graph" % (c, o["order"]))
+            n += ok
+        if not any(t["critical"] for t in a["tasks"]):
+            fail("wasm ooo %s: no critical path" % c)
+    print("wasm: %d ooo orders equal the engine's peak_bytes and k, %d refused by both (slowest graph %d ms)"
+          % (n, refused, slowest))
 
 
 # ---- 2. the page in chromium ----------------------------------------------------------------
@@ -260,7 +427,7 @@ def check_page(schemes):
         bp += [dict(source="lenet", k=k) for k in range(0, 4)] + [dict(source="rnn", k=k) for k in (0, 3, 6)] + \
               [dict(source="lenet-pruned", k=k) for k in (0, 3)]
         csv_set = page_case(dict(scheme="gpipe", stages=4, micro=8, fwd=1, delta=0.5, grad=0.5), actions)
-        spec = dict(pipelines=cases, bppsa=bp, ooo=["lenet", "rnn"], csv=dict(set=csv_set, text=CSV))
+        spec = dict(pipelines=cases, bppsa=bp, ooo=["lenet", "rnn", "vgg11"], csv=dict(set=csv_set, text=CSV))
         dom = browse(exe, base + "?selftest=" + urllib.parse.quote(json.dumps(spec)), ["--dump-dom"], log)
         res = selftest_result(dom, log)
         if res is None:
@@ -621,7 +788,7 @@ def check_csv(res):
 def check_bppsa(res, links):
     n = 0
     for r in res["bppsa"]:
-        c, s = r["set"], r["shown"]
+        c, s, before = r["set"], r["shown"], len(failures)
         if c["source"] == "chain":
             layers = [L for L, nl in links.items() if nl == c["n"]][0]
             argv = [os.path.join(BUILD, "demo"), "--layers", str(layers)]
@@ -634,11 +801,11 @@ def check_bppsa(res, links):
         if c["source"] != "chain":
             keys += ["flops_per_sample", "linear_flops_per_sample", "scan_bytes"]
         for k in keys:
-            if k not in s or not close(s[k], native[k]):
+            if k not in s or not (host_bytes_close(s[k], native[k], native) if k in HOST_BYTES else close(s[k], native[k])):
                 fail("bppsa %s: the page shows %s = %s, --plan %s" % (c, k, s.get(k), native[k]))
         if r["steps"] < 1:
             fail("bppsa %s: no tree drawn" % c)
-        n += 1
+        n += len(failures) == before
     print("page: %d BPPSA views match the apps' --plan" % n)
 
 
@@ -646,16 +813,20 @@ def check_ooo(res):
     n = 0
     for r in res["ooo"]:
         app = r["model"]
+        if sorted(r["orders"]) != sorted(["conventional", "ooo", "reverse-first-k", "list"]):
+            fail("ooo %s: the page shows the orders %s" % (app, sorted(r["orders"])))
         for order, s in r["orders"].items():
+            before = len(failures)
             native = run_json([os.path.join(BUILD, app), "--backward", "ooo", "--order", order, "--batch", "8",
                                "--steps", "1", "--threads", "1", "--lanes", "1", "--quiet"] +
-                              (["--seq-len", "1000", "--hidden", "20"] if app == "rnn" else []))
+                              (["--seq-len", "1000", "--hidden", "20"] if app == "rnn" else []) +
+                              (image_folder() if app == "vgg11" else []))
             if not close(s["peak_bytes"], native["peak_bytes"]):
                 fail("ooo %s %s: the page shows peak_bytes %s, the engine %s" % (r["model"], order, s["peak_bytes"],
                                                                                 native["peak_bytes"]))
             if order == "reverse-first-k" and int(s["k"]) != native["k"]:
                 fail("ooo %s: the page shows k = %s, the engine %s" % (r["model"], s["k"], native["k"]))
-            n += 1
+            n += len(failures) == before
     print("page: %d ooo orders match the engine's peak_bytes (and k)" % n)
 
 
@@ -680,6 +851,8 @@ def main():
     check_wasm(schemes)
     check_tutorial_links()
     check_page(schemes)
+    for root in _folder:
+        shutil.rmtree(root, ignore_errors=True)
     if failures:
         print("test-site: %d failure(s)" % len(failures))
         return 1

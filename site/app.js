@@ -1,7 +1,8 @@
 /* app.js — the teaching page: controls, drawings, and the self-test (?selftest=1).
- * No figure is computed here: site/wasm_api.c (the simulator and the scan plan in
- * WebAssembly) and the apps' outputs (build/site/data) return every number; this file
- * only lays them out. Plain JS, no framework, no network beyond this folder. */
+ * No figure is computed here: the library compiled to WebAssembly (site/wasm_api.c: the
+ * simulator and the scan plan of a chain; site/wasm_models.c: the zoo models' ooo task
+ * graph and BPPSA plan, by the engines' own code) returns every number; this file only
+ * lays them out. Plain JS, no framework, no network beyond this folder. */
 'use strict';
 
 var Module = {
@@ -70,6 +71,19 @@ function bindApi() {
        c.transfer || 0]));
   };
   api.scan = function (n, k) { return JSON.parse(Module.ccall('site_scan_plan', 'string', ['number', 'number'], [n, k])); };
+  /* a zoo model's ooo task graph and every order's plan (order '': all four; k 0: ⌈L/2⌉);
+     channels, seq_len, hidden 0: the zoo's */
+  api.ooo = function (b, order, k) {
+    return JSON.parse(Module.ccall('site_ooo', 'string',
+      ['string', 'number', 'number', 'number', 'number', 'string', 'number'],
+      [b.model, b.batch, b.channels || 0, b.seq_len || 0, b.hidden || 0, order || '', k || 0]));
+  };
+  /* what build/<app> --backward bppsa --plan=full prints (levels -1: full): text and JSON keys */
+  api.bppsa = function (b, levels) {
+    return JSON.parse(Module.ccall('site_bppsa_plan', 'string',
+      ['string', 'number', 'number', 'number', 'number', 'number', 'number'],
+      [b.model, levels, b.prune || 0, b.batch, b.channels || 0, b.seq_len || 0, b.hidden || 0]));
+  };
 }
 
 /* ---- Pipelines ------------------------------------------------------------------------ */
@@ -374,11 +388,18 @@ function importCsv() {
 
 /* ---- BPPSA ---------------------------------------------------------------------------- */
 
-var bpFull = {}, bpToken = 0, oooToken = 0;
-/* A model preset: the app's own --plan=full text; its JSON line gives the figures and its
- * step table the tree (read as printed, nothing recomputed). */
-function parsePlanText(txt) {
-  var lines = txt.trim().split('\n'), json = JSON.parse(lines[lines.length - 1]), steps = [];
+/* The model presets of the BPPSA view, as the apps run them (their defaults: build/rnn
+ * reads T = 100 with hidden 64); the plan is made in WebAssembly (site_bppsa_plan). */
+var BP_MODELS = {
+  lenet: {model: 'lenet', app: 'lenet', batch: 8},
+  'lenet-pruned': {model: 'lenet', app: 'lenet', batch: 8, prune: 0.9},
+  rnn: {model: 'rnn', app: 'rnn', batch: 8, seq_len: 100, hidden: 64},
+};
+var bpFull = {};
+/* A model preset: the plan's text as the app prints it (--plan=full), whose step table
+ * gives the tree (read as printed, nothing recomputed), and its JSON keys the figures. */
+function parsePlanText(txt, json) {
+  var lines = txt.trim().split('\n'), steps = [];
   lines.forEach(function (ln) {
     var m = /^\s+(\d+)\s+(up|down|identity|carry)\s+(-?\d+)\s+(-?\d+)\s+(.*?)\s+(\d+)\s*(\*?)\s*$/.exec(ln);
     if (m) steps.push({level: +m[1], kind: m[2], l: +m[3], r: +m[4], result: m[5], flops: +m[6], critical: m[7] === '*',
@@ -443,17 +464,22 @@ function updateBppsa() {
     return;
   }
   nIn.disabled = true;
+  var b = BP_MODELS[src];
+  if (bpFull[src] === undefined) {   /* the full depth: the plan with --scan-levels full */
+    var r0 = api.bppsa(b, -1);
+    if (!r0.ok) { reportError('bppsa ' + src + ': ' + r0.error); return; }
+    bpFull[src] = r0.report.full_levels;
+  }
   kIn.max = bpFull[src];
   if (+kIn.value > bpFull[src]) kIn.value = bpFull[src];
   document.getElementById('bp-k-out').textContent = kIn.value;
-  var cmd = 'build/' + src.replace('-pruned', '') + ' --backward bppsa --plan=full --scan-levels ' + kIn.value + ' --batch 8' +
-    (src === 'lenet-pruned' ? ' --prune 0.9' : '');
+  var cmd = 'build/' + b.app + ' --backward bppsa --plan=full --scan-levels ' + kIn.value + ' --batch ' + b.batch +
+    (b.prune ? ' --prune ' + b.prune : '');
   document.getElementById('bp-cmd').textContent = cmd;
-  var token = ++bpToken;
-  return getText('data/bppsa-' + src + '-' + kIn.value + '.txt').then(function (txt) {
-    if (token !== bpToken) return;   /* a later setting's answer wins, whatever arrives last */
-    var p = parsePlanText(txt), j = p.json;
-    figs.innerHTML = '';
+  var res = api.bppsa(b, +kIn.value);
+  if (!res.ok) { reportError('bppsa ' + src + ': ' + res.error); return; }
+  {
+    var txt = res.text, p = parsePlanText(txt, res.report), j = p.json;
     figure(figs, 'links', 'links n', j.links);
     figure(figs, 'scan_levels', 'up-sweep levels K', j.scan_levels);
     figure(figs, 'levels', 'sequential levels (depth)', j.levels);
@@ -465,7 +491,7 @@ function updateBppsa() {
     p.steps.forEach(function (s) { maxLevel = Math.max(maxLevel, s.level + 1); });
     drawTree(document.getElementById('bp-tree'), j.links, p.steps, maxLevel);
     document.getElementById('bp-table').textContent = txt;
-  });
+  }
 }
 
 /* ---- Out-of-order backward ------------------------------------------------------------ */
@@ -474,11 +500,12 @@ function updateOoo() {
   var m = document.getElementById('ooo-model').value, host = document.getElementById('ooo-orders');
   document.getElementById('ooo-cmd').textContent = 'build/' + m + (m === 'rnn' ? ' --seq-len 1000 --hidden 20' : '') +
     ' --backward ooo --order ORDER --batch 8 --steps 1 --threads 1 --lanes 1    # peak_bytes; --trace t.json: measured lanes';
-  var token = ++oooToken;
-  return getText('data/ooo-' + m + '.json').then(function (txt) {
-    if (token !== oooToken) return;
-    var d = JSON.parse(txt);
-    host.innerHTML = '';
+  /* one batch of 8 as the command runs it (site_ooo): build/vgg11 reads 1-channel images
+     (Fashion-MNIST at 32x32) by default; rnn is the zoo's (T = 1000, hidden 20) */
+  var d = api.ooo({model: m, batch: 8, channels: m === 'vgg11' ? 1 : 0}, '', 0);
+  host.innerHTML = '';
+  if (!d.ok) { reportError('ooo ' + m + ': ' + d.error); return; }
+  {
     var tmax = 0;
     d.orders.forEach(function (o) { tmax = Math.max(tmax, o.makespan); });
     d.orders.forEach(function (o) {
@@ -515,7 +542,7 @@ function updateOoo() {
       return (t.critical ? '* ' : '  ') + i + ' ' + t.label + '  est ' + fmt(t.est) + '  after ' +
         (t.pred.length ? t.pred.map(function (q) { return d.tasks[q].label; }).join(', ') : '(start)');
     }).join('\n');
-  });
+  }
 }
 
 /* ---- views, start, self-test ---------------------------------------------------------- */
@@ -533,9 +560,6 @@ function start() {
   bindApi();
   schemes = api.schemes();
   var loads = PRESETS.map(function (m) { return getText('profiles/' + m + '.csv').then(function (t) { profiles[m] = t; }); });
-  loads.push(getText('data/bppsa-lenet-full.txt').then(function (t) { bpFull.lenet = +t; }));
-  loads.push(getText('data/bppsa-rnn-full.txt').then(function (t) { bpFull.rnn = +t; }));
-  loads.push(getText('data/bppsa-lenet-pruned-full.txt').then(function (t) { bpFull['lenet-pruned'] = +t; }));
   Promise.all(loads).then(function () {
     var host = document.getElementById('panels');
     panels = [panelControls(0, host), panelControls(1, host)];

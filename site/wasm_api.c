@@ -21,6 +21,8 @@
  *                             --actions
  *   site_scan_plan(n, K)      BPPSA's scan plan of a chain of n links with K up-sweep levels
  *
+ * The zoo models' ooo task graph and BPPSA plan (site_ooo, site_bppsa_plan) are in
+ * site/wasm_models.c; the answer helpers both files share, in site/wasm_api.h.
  * A refusal (sp_fail inside the library) comes back as {"ok":false,"error":"..."}: the
  * library's checks run under sp_try, so a bad configuration never ends the module. */
 #include <math.h>
@@ -33,25 +35,13 @@
 #include "schedulers/parallel/sim_comm.h"
 #include "schedulers/parallel/sim_report.h"
 #include "schedulers/parallel/actions.h"
-
-#ifdef __EMSCRIPTEN__
-#include <emscripten.h>
-#define SITE_API EMSCRIPTEN_KEEPALIVE
-#else
-#define SITE_API
-#endif
+#include "site/wasm_api.h"
 
 static char *result;   /* the last answer */
 
-typedef struct out {
-    FILE *f;
-    char *buf;
-    size_t len;
-} out;
+void site_out_open(site_out *o) { o->f = open_memstream(&o->buf, &o->len); }
 
-static void out_open(out *o) { o->f = open_memstream(&o->buf, &o->len); }
-
-static const char *out_close(out *o)
+const char *site_out_close(site_out *o)
 {
     fclose(o->f);
     free(result);
@@ -59,8 +49,7 @@ static const char *out_close(out *o)
     return result;
 }
 
-/* A JSON string literal of s. */
-static void json_str(FILE *f, const char *s)
+void site_json_str(FILE *f, const char *s)
 {
     fputc('"', f);
     for (; *s; s++) {
@@ -72,40 +61,40 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static const char *error_answer(void)
+const char *site_error_answer(void)
 {
-    out o;
-    out_open(&o);
+    site_out o;
+    site_out_open(&o);
     fprintf(o.f, "{\"ok\":false,\"error\":");
-    json_str(o.f, sp_last_error());
+    site_json_str(o.f, sp_last_error());
     fprintf(o.f, "}");
-    return out_close(&o);
+    return site_out_close(&o);
 }
 
 SITE_API const char *site_schemes(void)
 {
-    out o;
-    out_open(&o);
+    site_out o;
+    site_out_open(&o);
     fprintf(o.f, "{\"ok\":true,\"schemes\":[");
     for (int i = 0; i < sp_scheme_count(); i++) {
         const sp_scheme *s = sp_scheme_at(i);
         fprintf(o.f, "%s{\"name\":", i ? "," : "");
-        json_str(o.f, s->name);
+        site_json_str(o.f, s->name);
         fprintf(o.f, ",\"summary\":");
-        json_str(o.f, s->summary);
+        site_json_str(o.f, s->summary);
         fprintf(o.f, ",\"split\":%s}", s->split_backward ? "true" : "false");
     }
     fprintf(o.f, "],\"pp\":[");
     for (int i = 0; i < sp_pp_count(); i++) {
         fprintf(o.f, "{\"name\":");
-        json_str(o.f, sp_pp_at(i)->name);
+        site_json_str(o.f, sp_pp_at(i)->name);
         fprintf(o.f, ",\"summary\":");
-        json_str(o.f, sp_pp_at(i)->summary);
+        site_json_str(o.f, sp_pp_at(i)->summary);
         fprintf(o.f, ",\"chunks\":%d},", sp_pp_at(i)->default_chunks_per_rank);
     }
     fprintf(o.f, "{\"name\":\"custom\",\"summary\":\"per-rank action lists from a CSV\",\"chunks\":1}");
     fprintf(o.f, "],\"actions\":true}");
-    return out_close(&o);
+    return site_out_close(&o);
 }
 
 /* ---- a schedule and its simulation ---------------------------------------------------- */
@@ -246,11 +235,11 @@ static void sim_answer(FILE *f, const sp_schedule *s, const sp_costs *c, const s
     fprintf(f, "{\"ok\":true,\"report\":");
     sp_sim_print_json_comm(f, s, c, r, sc);   /* the line `build/schedule` prints, newline included */
     fprintf(f, ",\"bubble\":%.6g,\"unit\":", 1 - r->utilization);   /* as the SVG diagram states it */
-    json_str(f, c->unit);
+    site_json_str(f, c->unit);
     fprintf(f, ",\"stage_names\":[");
     for (int i = 0; i < c->stages; i++) {
         if (i) fputc(',', f);
-        json_str(f, c->name[i]);
+        site_json_str(f, c->name[i]);
     }
     fprintf(f, "],\"peak_act_bytes\":[");
     for (int w = 0; w < r->workers; w++) fprintf(f, "%s%.6g", w ? "," : "", r->worker[w].peak_act_bytes);
@@ -287,12 +276,12 @@ SITE_API const char *site_simulate(const char *scheme, int stages, int micro, in
                           .per_group = per_group, .split = split, .no_input_grad = no_input_grad != 0}};
     const char *answer;
     if (sp_try(sim_body, &a) != SP_OK) {
-        answer = error_answer();
+        answer = site_error_answer();
     } else {
-        out o;
-        out_open(&o);
+        site_out o;
+        site_out_open(&o);
         sim_answer(o.f, a.s, a.c, &a.r, a.have_comm ? &a.sc : NULL);
-        answer = out_close(&o);
+        answer = site_out_close(&o);
     }
     /* what a refusal left half-built is not freed (sp_try's contract); a finished run is */
     if (a.have_comm) sp_sim_comm_free(&a.sc);
@@ -321,13 +310,13 @@ static void scan_body(void *arg)
 SITE_API const char *site_scan_plan(int n, int levels)
 {
     scan_args a = {.n = n, .levels = levels};
-    if (sp_try(scan_body, &a) != SP_OK) return error_answer();
+    if (sp_try(scan_body, &a) != SP_OK) return site_error_answer();
     const sp_scan_plan *p = &a.p;
     static const char *kind[] = {"up", "identity", "carry", "down"};
     int products = 0;
     for (int i = 0; i < p->nsteps; i++) products += p->steps[i].product;
-    out o;
-    out_open(&o);
+    site_out o;
+    site_out_open(&o);
     fprintf(o.f,
             "{\"ok\":true,\"links\":%d,\"scan_levels\":%d,\"full_levels\":%d,\"nlevels\":%d,\"levels\":%d,"
             "\"linear_levels\":%d,\"chain_depth\":%d,\"products\":%d,\"linear_products\":%d,\"steps\":[",
@@ -339,5 +328,5 @@ SITE_API const char *site_scan_plan(int n, int levels)
     }
     fprintf(o.f, "]}");
     sp_scan_plan_free(&a.p);
-    return out_close(&o);
+    return site_out_close(&o);
 }

@@ -188,8 +188,8 @@ int sp_cpu_isa_level(void)
 
 static small_fn pick(const char **isa)
 {
-    int cap = sp_cpu_isa_level();
 #ifdef SP_SMALL_X86
+    int cap = sp_cpu_isa_level();
     __builtin_cpu_init();
     if (cap >= 2 && __builtin_cpu_supports("avx512f")) {
         *isa = "avx512";
