@@ -830,6 +830,7 @@ static void c224(void) { sp_run_summary_begin(NULL, NULL); }
 static void c225(void) { sp_run_summary_engine(NULL, NULL); }
 static void c226(void) { sp_run_summary_train(NULL, NULL, NULL, 1, NULL); }
 static void c227(void) { sp_run_summary_exec(NULL, NULL); }
+static void c_sumdata(void) { sp_run_summary_data(NULL, NULL, NULL, NULL); }
 static void c228(void) { (void)sp_zoo_model(NULL); }
 static void c229(void) { (void)sp_zoo_input_shape(NULL, NULL); }
 static void c230(void) { (void)sp_clip_grad_norm(NULL, 1, 1.0); }
@@ -1089,6 +1090,7 @@ static const api_case cases[] = {
     {"sp_run_summary_engine", K_TRY, c225, "sp_run_summary_engine: argument 's' is NULL"},
     {"sp_run_summary_train", K_TRY, c226, "sp_run_summary_train: argument 's' is NULL"},
     {"sp_run_summary_exec", K_TRY, c227, "sp_run_summary_exec: argument 's' is NULL"},
+    {"sp_run_summary_data", K_TRY, c_sumdata, "sp_run_summary_data: argument 'j' is NULL"},
     {"sp_zoo_model", K_TRY, c228, "sp_zoo_model: argument 'name' is NULL"},
     {"sp_zoo_input_shape", K_TRY, c229, "sp_zoo_input_shape: argument 'name' is NULL"},
     {"sp_clip_grad_norm", K_TRY, c230, "sp_clip_grad_norm: argument 'params' is NULL"},

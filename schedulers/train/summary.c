@@ -204,6 +204,9 @@ static void json_per_rank(sp_json *j, const char *key, const double *d, const in
  * two floats of 20 bits a value: exact below 2^40. */
 void sp_run_summary_data(sp_json *j, const sp_loader *l, const sp_dataset *d, const sp_dataset *test)
 {
+    if (!j) sp_fail("sp_run_summary_data: argument 'j' is NULL");
+    if (!l) sp_fail("sp_run_summary_data: argument 'l' is NULL");
+    if (!d) sp_fail("sp_run_summary_data: argument 'train' is NULL");
     sp_comm *w = sp_comm_world();
     int W = sp_comm_size(w);
     enum { K = 6 };
