@@ -1,0 +1,145 @@
+/* test_memory.c — what one training step keeps in its tape's arena.
+ *
+ * The linear engine holds a δ (∂l/∂y of a node) only from its first writer to its
+ * node's own backward, in one region sized by a simulated walk (schedulers/backward/
+ * linear.c). Checked here on a VGG-11 and a ResNet-20 step against bounds computed from
+ * the tape's shapes alone: the largest set of δ alive at once, and what the same step
+ * costs when every δ is kept to the end (the walk before this change, rebuilt here from
+ * the engines' public pieces), and the gradients are bitwise those of that walk. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/device.h"
+#include "core/parallel.h"
+#include "layers/zoo.h"
+#include "schedulers/backward/engines.h"
+#include "tests/testutil.h"
+
+#define UNIT 256   /* the δ region's unit (linear.c's GRAD_ALIGN) */
+
+static size_t rounded(const sp_node *n) { return (n->out.numel * sizeof(float) + UNIT - 1) & ~(size_t)(UNIT - 1); }
+static bool walked(const sp_node *n, const sp_node *loss) { return n->op && (n->needs_grad || n == loss); }
+
+/* From shapes and the tape's edges: the bytes of every δ (Σ) and the most that are alive
+ * at once in the reverse walk, δ_i alive from its first writer (the consumer of highest
+ * index up to the loss; i itself without one) to node i's backward. */
+static void delta_sizes(sp_tape *t, const sp_node *loss, size_t *sum, size_t *live_max)
+{
+    int L = loss->index;
+    int *w = calloc((size_t)L + 1, sizeof *w);
+    for (int i = 0; i <= L; i++) w[i] = i;
+    for (int j = 0; j <= L; j++)
+        for (int k = 0; k < t->nodes[j]->ninputs; k++) w[t->nodes[j]->inputs[k]->index] = j;
+    *sum = *live_max = 0;
+    for (int i = 0; i <= L; i++) *sum += walked(t->nodes[i], loss) ? rounded(t->nodes[i]) : 0;
+    for (int j = 0; j <= L; j++) {
+        size_t live = 0;
+        for (int i = 0; i <= j; i++)
+            if (walked(t->nodes[i], loss) && w[i] >= j) live += rounded(t->nodes[i]);
+        if (live > *live_max) *live_max = live;
+    }
+    free(w);
+}
+
+typedef struct step_mem {
+    size_t forward;   /* the arena in use when the backward starts */
+    size_t peak;      /* its high water over the step              */
+    size_t region;    /* the span of the δ buffers' addresses      */
+    size_t sum, live_max;
+} step_mem;
+
+/* One step (forward and backward) of m on (x, y) on a fresh tape: the linear engine, or
+ * (keep_all) every δ allocated up front and kept to the end, each node's scratch
+ * released after it, as the linear engine did before its δ had lifetimes. */
+static step_mem one_step(sp_model *m, const sp_tensor *x, const int *y, bool keep_all)
+{
+    for (int p = 0; p < m->nparams; p++) sp_zero(&m->params[p]->grad);
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *loss = sp_model_loss(m, &t, x, y);
+    step_mem r = {.forward = t.arena.used_total};
+    t.arena.high_water = r.forward;
+    sp_mark_needs_grad(&t);
+    delta_sizes(&t, loss, &r.sum, &r.live_max);
+    if (keep_all) {
+        sp_alloc_grads(&t, loss);
+        for (int i = loss->index; i >= 0; i--) {
+            sp_node *n = t.nodes[i];
+            if (!walked(n, loss)) continue;
+            sp_arena_mark mk = sp_arena_mark_get(&t.arena);
+            sp_node_backward(n);
+            sp_arena_release(&t.arena, mk);
+        }
+    } else {
+        sp_engine *e = sp_engine_create("linear", NULL);
+        sp_backward(e, &t, loss);
+        sp_engine_destroy(e);
+    }
+    r.peak = t.arena.high_water;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i <= loss->index; i++) {
+        const sp_node *n = t.nodes[i];
+        if (!walked(n, loss)) continue;
+        cr_assert_not_null(n->grad.data, "node %d has no δ", i);
+        uintptr_t a = (uintptr_t)n->grad.data;
+        cr_assert_eq(a % 64, 0, "δ of node %d is not 64-byte aligned", i);
+        if (a < lo) lo = a;
+        if (a + n->grad.numel * sizeof(float) > hi) hi = a + n->grad.numel * sizeof(float);
+    }
+    r.region = hi - lo;
+    sp_tape_free(&t);
+    return r;
+}
+
+static float **grads_copy(const sp_model *m)
+{
+    float **g = calloc((size_t)m->nparams, sizeof *g);
+    for (int p = 0; p < m->nparams; p++) {
+        g[p] = malloc(m->params[p]->grad.numel * sizeof(float));
+        memcpy(g[p], m->params[p]->grad.data, m->params[p]->grad.numel * sizeof(float));
+    }
+    return g;
+}
+
+static void check_model(sp_model *m, int B, int C)
+{
+    sp_set_threads(2);
+    sp_model_init(m, 11);
+    sp_tensor x = sp_tensor_new(4, (int[]){B, C, 32, 32});
+    tu_fill_uniform(x.data, x.numel, 12, -1, 1);
+    int y[8];
+    for (int b = 0; b < B; b++) y[b] = (3 * b + 1) % 10;
+
+    step_mem old = one_step(m, &x, y, true);
+    float **ref = grads_copy(m);
+    step_mem now = one_step(m, &x, y, false);
+    cr_log_info("%s b%d: forward %zu B; δ: %zu B in all, at most %zu B alive at once; region %zu B; "
+                "step peak %zu B (every δ kept: %zu B)", m->name, B, now.forward, now.sum, now.live_max, now.region,
+                now.peak, old.peak);
+
+    for (int p = 0; p < m->nparams; p++)
+        cr_assert(memcmp(ref[p], m->params[p]->grad.data, m->params[p]->grad.numel * sizeof(float)) == 0,
+                  "%s: grad of %s differs from the walk that keeps every δ", m->name, m->params[p]->name);
+    cr_assert_eq(now.forward, old.forward, "the forward is the same in both");
+    /* the simulated walk packs the δ into little more than the largest live set */
+    cr_assert_leq(now.region, now.live_max + now.live_max / 4, "δ region %zu B for a live set of %zu B", now.region,
+                  now.live_max);
+    cr_assert_lt(now.live_max, now.sum / 2, "the model's δ are not mostly dead at any one time (test premise)");
+    /* the step's peak: the forward, that region, and the largest node's scratch — which
+     * the step that keeps every δ has on top of its forward and Σδ */
+    size_t scratch = old.peak - old.forward - old.sum;
+    size_t bookkeeping = (size_t)64 * 1024;
+    cr_assert_leq(now.peak, now.forward + now.live_max + now.live_max / 4 + scratch + bookkeeping,
+                  "step peak %zu B: forward %zu, δ alive at most %zu, scratch %zu", now.peak, now.forward,
+                  now.live_max, scratch);
+    cr_assert_lt(now.peak + (now.sum - now.live_max) / 2, old.peak, "the cut is not in the peak");
+
+    for (int p = 0; p < m->nparams; p++) free(ref[p]);
+    free(ref);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+}
+
+Test(step_arena, vgg11_keeps_the_live_deltas_only, .timeout = 300) { check_model(sp_zoo_vgg11(3, 10), 4, 3); }
+
+Test(step_arena, resnet20_keeps_the_live_deltas_only, .timeout = 300) { check_model(sp_zoo_resnet20(1, 10), 4, 1); }
