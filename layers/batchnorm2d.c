@@ -301,6 +301,7 @@ static void bn_init(sp_layer *l, sp_rng *r)
 }
 
 const sp_opdef sp_op_batchnorm2d = {
+    .out_unread = true,   /* δ and G read the input (x̂ recomputed) and per-channel state */
     .name = "batchnorm2d",
     .infer = bn_infer,
     .forward = bn_forward,

@@ -47,18 +47,27 @@ typedef struct step_mem {
     size_t peak;      /* its high water over the step              */
     size_t region;    /* the span of the δ buffers' addresses      */
     size_t sum, live_max;
+    size_t over_bytes;   /* Σ outputs of ReLUs that may run over their input    */
+    int overs;           /* ReLUs that ran over their input                      */
 } step_mem;
 
 /* One step (forward and backward) of m on (x, y) on a fresh tape: the linear engine, or
  * (keep_all) every δ allocated up front and kept to the end, each node's scratch
  * released after it, as the linear engine did before its δ had lifetimes. */
-static step_mem one_step(sp_model *m, const sp_tensor *x, const int *y, bool keep_all)
+static step_mem one_step(sp_model *m, const sp_tensor *x, const int *y, bool keep_all, bool reuse)
 {
     for (int p = 0; p < m->nparams; p++) sp_zero(&m->params[p]->grad);
     sp_tape t;
     sp_tape_init(&t);
+    t.reuse_inputs = reuse;
     sp_node *loss = sp_model_loss(m, &t, x, y);
     step_mem r = {.forward = t.arena.used_total};
+    for (int i = 0; i < t.n; i++) {   /* what a ReLU over its input would not have allocated */
+        const sp_node *n = t.nodes[i];
+        if (n->op && n->op->over_input && n->input->op && n->input->op->out_unread && n->input->nconsumers == 1)
+            r.over_bytes += (n->out.numel * sizeof(float) + 63) & ~(size_t)63;
+        if (n->op && n->input && n->out.data == n->input->out.data) r.overs++;
+    }
     t.arena.high_water = r.forward;
     sp_mark_needs_grad(&t);
     delta_sizes(&t, loss, &r.sum, &r.live_max);
@@ -111,9 +120,9 @@ static void check_model(sp_model *m, int B, int C)
     int y[8];
     for (int b = 0; b < B; b++) y[b] = (3 * b + 1) % 10;
 
-    step_mem old = one_step(m, &x, y, true);
+    step_mem old = one_step(m, &x, y, true, false);
     float **ref = grads_copy(m);
-    step_mem now = one_step(m, &x, y, false);
+    step_mem now = one_step(m, &x, y, false, false);
     cr_log_info("%s b%d: forward %zu B; δ: %zu B in all, at most %zu B alive at once; region %zu B; "
                 "step peak %zu B (every δ kept: %zu B)", m->name, B, now.forward, now.sum, now.live_max, now.region,
                 now.peak, old.peak);
@@ -134,6 +143,20 @@ static void check_model(sp_model *m, int B, int C)
                   "step peak %zu B: forward %zu, δ alive at most %zu, scratch %zu", now.peak, now.forward,
                   now.live_max, scratch);
     cr_assert_lt(now.peak + (now.sum - now.live_max) / 2, old.peak, "the cut is not in the peak");
+
+    /* the training loop's forward (sp_tape.reuse_inputs): each ReLU after a convolution,
+     * batch norm or add runs over that output, the same gradients to the bit */
+    step_mem over = one_step(m, &x, y, false, true);
+    cr_log_info("%s b%d: %d ReLUs over their input, forward %zu B (%zu B less)", m->name, B, over.overs, over.forward,
+                now.forward - over.forward);
+    for (int p = 0; p < m->nparams; p++)
+        cr_assert(memcmp(ref[p], m->params[p]->grad.data, m->params[p]->grad.numel * sizeof(float)) == 0,
+                  "%s: grad of %s differs with ReLUs over their inputs", m->name, m->params[p]->name);
+    cr_assert_eq(now.overs, 0, "without reuse_inputs every output has bytes of its own");
+    cr_assert_gt(over.overs, 0);
+    cr_assert_gt(now.over_bytes, 0);
+    cr_assert_eq(now.forward - over.forward, now.over_bytes, "forward %zu B, %zu B less; the ReLUs' outputs: %zu B",
+                 over.forward, now.forward - over.forward, now.over_bytes);
 
     for (int p = 0; p < m->nparams; p++) free(ref[p]);
     free(ref);
