@@ -123,13 +123,25 @@ void sp_model_init(sp_model *m, uint64_t seed)
         if (m->layers[i]->op->init_params) m->layers[i]->op->init_params(m->layers[i], &r);
 }
 
+/* Whether layer i may run over its one input, layer j's output (t->reuse_inputs): an
+ * over_input op after an out_unread one, on the host, the output read by layer i alone. */
+static bool over_input(const sp_model *m, const sp_tape *t, int i, int j, const sp_node *x)
+{
+    if (!t->reuse_inputs || j < 0 || !m->layers[i]->op->over_input || !m->layers[j]->op->out_unread) return false;
+    if (x->out.device != SP_CPU || m->from_start[i + 1] - m->from_start[i] != 1 || j == m->nlayers - 1) return false;
+    int readers = 0;
+    for (int k = 0; k < m->from_start[m->nlayers]; k++) readers += m->from[k] == j;
+    return readers == 1;
+}
+
 sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x)
 {
     if (!m) sp_fail("sp_model_forward: argument 'm' is NULL");
     if (!t) sp_fail("sp_model_forward: argument 't' is NULL");
     if (!x) sp_fail("sp_model_forward: argument 'x' is NULL");
     if (sp_model_is_chain(m)) {
-        for (int i = 0; i < m->nlayers; i++) x = sp_apply(t, m->layers[i], x);
+        for (int i = 0; i < m->nlayers; i++)
+            x = over_input(m, t, i, i - 1, x) ? sp_apply_over(t, m->layers[i], x) : sp_apply(t, m->layers[i], x);
         return x;
     }
     sp_node **out = sp_tape_alloc(t, ((size_t)m->nlayers + 1) * sizeof *out), **in = out + 1;   /* out[-1]: x */
@@ -138,7 +150,10 @@ sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x)
     for (int i = 0; i < m->nlayers; i++) {
         int k0 = m->from_start[i], nin = m->from_start[i + 1] - k0;
         for (int k = 0; k < nin; k++) args[k0 + k] = in[m->from[k0 + k]];
-        in[i] = sp_apply_n(t, m->layers[i], nin, args + k0);
+        if (nin == 1 && over_input(m, t, i, m->from[k0], args[k0]))
+            in[i] = sp_apply_over(t, m->layers[i], args[k0]);
+        else
+            in[i] = sp_apply_n(t, m->layers[i], nin, args + k0);
     }
     return m->nlayers ? in[m->nlayers - 1] : x;
 }

@@ -149,6 +149,12 @@ struct sp_opdef {
      * chain_* members walk it). */
     int (*chain_len)(const sp_node *n);
     void (*free_layer)(sp_layer *l);   /* extra cleanup; NULL if none */
+    /* Memory of the training forward (sp_tape.reuse_inputs, sp_model_forward), CPU kernels:
+     * out_unread   no kernel of the op reads a node's own output once its forward has
+     *              run (δ, G and Jᵀ need its inputs or saved state only);
+     * over_input   the forward may write y over its one input x (sp_apply_over), and every
+     *              kernel gives the same bits reading y where it read x. */
+    bool out_unread, over_input;
     /* The CPU kernels, the op's default table: one sp_kernels (.cpu), whose members an
      * op definition may also name directly, .forward = …, as before the split. Code that
      * runs a node calls n->kern->…, never n->op->forward: on a device, n->op's kernel

@@ -126,11 +126,9 @@ sp_node *sp_tape_input(sp_tape *t, const sp_tensor *x)
     return n;
 }
 
-sp_node *sp_apply_n(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs)
+/* over: the output's bytes (x's, sp_apply_over), or NULL for new ones in the arena */
+static sp_node *apply(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs, float *over)
 {
-    if (!t) sp_fail("sp_apply_n: argument 't' is NULL");
-    if (!l) sp_fail("sp_apply_n: argument 'l' is NULL");
-    if (ninputs > 0 && !xs) sp_fail("sp_apply_n: argument 'xs' is NULL");
     int arity = l->op->arity ? l->op->arity : 1;
     if (arity == SP_ARITY_ANY ? ninputs < 1 : ninputs != arity)
         sp_fail("op %s: applied to %d inputs, expected %s%d", l->op->name, ninputs,
@@ -153,10 +151,34 @@ sp_node *sp_apply_n(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs)
     }
     for (int i = 0; i < ninputs; i++) xs[i]->nconsumers++;
     n->op->infer(n, &xs[0]->out);
-    n->out = sp_tape_tensor_on(t, xs[0]->out.device, n->out.ndim, n->out.shape);
+    if (over) {
+        if (sp_shape_numel(n->out.ndim, n->out.shape) != xs[0]->out.numel)
+            sp_fail("op %s: applied over an input of another size", l->op->name);
+        n->out = sp_tensor_view(over, n->out.ndim, n->out.shape);
+    } else {
+        n->out = sp_tape_tensor_on(t, xs[0]->out.device, n->out.ndim, n->out.shape);
+    }
     if (t->before_apply && !t->shape_only) t->before_apply(t->before_apply_ctx, l);
     if (!t->shape_only) n->kern->forward(n);
     return n;
+}
+
+sp_node *sp_apply_n(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs)
+{
+    if (!t) sp_fail("sp_apply_n: argument 't' is NULL");
+    if (!l) sp_fail("sp_apply_n: argument 'l' is NULL");
+    if (ninputs > 0 && !xs) sp_fail("sp_apply_n: argument 'xs' is NULL");
+    return apply(t, l, ninputs, xs, NULL);
+}
+
+sp_node *sp_apply_over(sp_tape *t, sp_layer *l, sp_node *x)
+{
+    if (!t) sp_fail("sp_apply_over: argument 't' is NULL");
+    if (!l) sp_fail("sp_apply_over: argument 'l' is NULL");
+    if (!x) sp_fail("sp_apply_over: argument 'x' is NULL");
+    if (!l->op->over_input) sp_fail("op %s: cannot write its output over its input", l->op->name);
+    if (x->out.device != SP_CPU) sp_fail("op %s: applied over an input on a device", l->op->name);
+    return apply(t, l, 1, &x, t->shape_only ? NULL : x->out.data);
 }
 
 sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x)

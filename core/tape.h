@@ -29,6 +29,11 @@ struct sp_tape {
      * step, still running (sp_ooo_wait_layer). */
     void (*before_apply)(void *ctx, const sp_layer *l);
     void *before_apply_ctx;
+    /* Set by a caller whose backward reads only what the ops say they read (the training
+     * loop, linear engine, host): sp_model_forward then runs an over_input op (ReLU) over
+     * the output of an out_unread op (convolution, batch norm, add) that only it reads,
+     * instead of keeping both (VGG-11 and ResNet-20: one activation less per ReLU). */
+    bool reuse_inputs;
 };
 
 void sp_tape_init(sp_tape *t);
@@ -48,6 +53,10 @@ sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x);
  * take: sp_fail naming the op. */
 sp_node *sp_apply_n(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs);
 sp_node *sp_apply2(sp_tape *t, sp_layer *l, sp_node *a, sp_node *b);
+/* sp_apply with the output written over x's bytes (x keeps its node, its data now y's):
+ * l's op has over_input, x is on the host and nothing reads x's output after this (the
+ * caller's promise: sp_model_forward checks the model's graph). Else sp_fail. */
+sp_node *sp_apply_over(sp_tape *t, sp_layer *l, sp_node *x);
 /* The loss layer (a model's sp_model.loss, e.g. softmax + cross-entropy, mean over the
  * batch) applied to logits; labels [B] must outlive the step. */
 sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *labels);

@@ -55,6 +55,7 @@ static sp_cost add_cost(const sp_node *n)
 }
 
 const sp_opdef sp_op_add = {
+    .out_unread = true,
     .name = "add",
     .arity = SP_ARITY_ANY,
     .infer = add_infer,

@@ -87,16 +87,17 @@ static void lanes_sqdev(const float *restrict x, size_t P, double mu, double *re
     }
 }
 
-/* a[j] += dy[p], b[j] += dy[p]·xh[p] for p ≡ j (mod SP_BN_LANES), p < P. */
-static void lanes_dot(const float *restrict dy, const float *restrict xh, size_t P, double *restrict a,
-                      double *restrict b)
+/* a[j] += dy[p], b[j] += dy[p]·x̂[p] for p ≡ j (mod SP_BN_LANES), p < P, with x̂[p] =
+ * (x[p] − mean)·inv recomputed in float exactly as the forward rounded it. */
+static void lanes_dot(const float *restrict dy, const float *restrict x, float mean, float inv, size_t P,
+                      double *restrict a, double *restrict b)
 {
     double a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], a4 = a[4], a5 = a[5], a6 = a[6], a7 = a[7];
     double b0 = b[0], b1 = b[1], b2 = b[2], b3 = b[3], b4 = b[4], b5 = b[5], b6 = b[6], b7 = b[7];
     size_t p = 0;
-#define DX(k) ((double)d[k] * (double)h[k])
+#define DX(k) ((double)d[k] * (double)((h[k] - mean) * inv))
     for (; p + SP_BN_LANES <= P; p += SP_BN_LANES) {
-        const float *d = dy + p, *h = xh + p;
+        const float *d = dy + p, *h = x + p;
         a0 += (double)d[0], a1 += (double)d[1], a2 += (double)d[2], a3 += (double)d[3];
         a4 += (double)d[4], a5 += (double)d[5], a6 += (double)d[6], a7 += (double)d[7];
         b0 += DX(0), b1 += DX(1), b2 += DX(2), b3 += DX(3), b4 += DX(4), b5 += DX(5), b6 += DX(6), b7 += DX(7);
@@ -106,7 +107,7 @@ static void lanes_dot(const float *restrict dy, const float *restrict xh, size_t
     b[0] = b0, b[1] = b1, b[2] = b2, b[3] = b3, b[4] = b4, b[5] = b5, b[6] = b6, b[7] = b7;
     for (int j = 0; p < P; p++, j++) {
         a[j] += (double)dy[p];
-        b[j] += (double)dy[p] * (double)xh[p];
+        b[j] += (double)dy[p] * (double)((x[p] - mean) * inv);
     }
 }
 
@@ -141,13 +142,12 @@ static void bn_forward_range(void *ctx, size_t c0, size_t c1)
             float m = l->momentum;
             rm[c] = (1 - m) * rm[c] + m * mean;
             rv[c] = (1 - m) * rv[c] + m * (float)(var * (double)N / (double)(N - 1));
+            S->mean[c] = mean, S->inv[c] = inv;   /* x̂ is recomputed from x by the backward */
             for (int b = 0; b < B; b++) {
                 const float *restrict xc = x->data + ((size_t)b * C + c) * P;
-                float *restrict xh = S->xhat + ((size_t)b * C + c) * P;
                 float *restrict y = n->out.data + ((size_t)b * C + c) * P;
                 for (size_t p = 0; p < P; p++) {
                     float h = (xc[p] - mean) * inv;
-                    xh[p] = h;
                     y[p] = g * h + be;
                 }
             }
@@ -169,8 +169,13 @@ static void bn_forward(sp_node *n)
     const sp_tensor *x = sp_node_x(n);
     bn_saved *S = sp_tape_alloc(n->tape, sizeof *S);
     S->training = !n->layer->eval;
-    S->xhat = S->training ? sp_tape_alloc(n->tape, x->numel * sizeof(float)) : NULL;
+    /* x̂ is not kept: the backward recomputes it from the input, which the tape holds
+     * anyway, with the forward's float mean and 1/σ (the same bits: one subtraction and
+     * one product, rounded alike), instead of a second copy of the activations */
+    S->xhat = NULL;
     S->scale = sp_tape_alloc(n->tape, (size_t)x->shape[1] * sizeof(float));
+    S->mean = S->training ? sp_tape_alloc(n->tape, (size_t)x->shape[1] * sizeof(float)) : NULL;
+    S->inv = S->training ? sp_tape_alloc(n->tape, (size_t)x->shape[1] * sizeof(float)) : NULL;
     n->saved = S;
     if (S->training) n->layer->buffers[2]->value.data[0] += 1.0f;
     bn_job J = {.n = n};
@@ -187,8 +192,8 @@ static void channel_sums(const sp_node *n, const float *dy, size_t c, double *sd
     double a[SP_BN_LANES] = {0}, b2[SP_BN_LANES] = {0};
     for (int b = 0; b < B; b++) {
         size_t o = ((size_t)b * C + c) * P;
-        if (S->xhat)
-            lanes_dot(dy + o, S->xhat + o, P, a, b2);
+        if (S->training)
+            lanes_dot(dy + o, x->data + o, S->mean[c], S->inv[c], P, a, b2);
         else
             lanes_sum(dy + o, P, a);
     }
@@ -216,10 +221,11 @@ static void bn_delta_range(void *ctx, size_t c0, size_t c1)
         }
         double sdy, sdyx;
         channel_sums(n, J->dy, c, &sdy, &sdyx);
-        float mdy = (float)(sdy / N), mdyx = (float)(sdyx / N);
+        float mdy = (float)(sdy / N), mdyx = (float)(sdyx / N), mean = S->mean[c], inv = S->inv[c];
         for (int b = 0; b < B; b++) {
             size_t o = ((size_t)b * C + c) * P;
-            for (size_t p = 0; p < P; p++) J->dx[o + p] = k * (J->dy[o + p] - mdy - S->xhat[o + p] * mdyx);
+            const float *restrict xc = x->data + o;
+            for (size_t p = 0; p < P; p++) J->dx[o + p] = k * (J->dy[o + p] - mdy - ((xc[p] - mean) * inv) * mdyx);
         }
     }
 }
@@ -295,6 +301,7 @@ static void bn_init(sp_layer *l, sp_rng *r)
 }
 
 const sp_opdef sp_op_batchnorm2d = {
+    .out_unread = true,   /* δ and G read the input (x̂ recomputed) and per-channel state */
     .name = "batchnorm2d",
     .infer = bn_infer,
     .forward = bn_forward,

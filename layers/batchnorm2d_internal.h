@@ -17,8 +17,10 @@ typedef struct bn_layer {
 /* In the memory of the node's device (host on the CPU, device on CUDA). */
 typedef struct bn_saved {
     bool training;
-    float *xhat;      /* training: x̂, [B, C, H, W]          */
+    float *xhat;      /* training on CUDA: x̂, [B, C, H, W] (the CPU's is NULL) */
     float *scale;     /* [C]: γ/√(var + eps) of the mode used */
+    float *mean, *inv;   /* training on the CPU: [C] each, the batch's mean and 1/σ as
+                          * the forward rounded them; x̂ = (x − mean)·inv is recomputed */
 } bn_saved;
 
 #endif

@@ -488,6 +488,7 @@ static void conv_init(sp_layer *l, sp_rng *r)
 static void conv_free(sp_layer *l) { free(((conv_layer *)l)->zero_bias); }
 
 const sp_opdef sp_op_conv2d = {
+    .out_unread = true,
     .name = "conv2d",
     .infer = conv_infer,
     .forward = conv_forward,

@@ -17,7 +17,18 @@ static void relu_forward_range(void *ctx, size_t begin, size_t end)
     for (size_t i = begin; i < end; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-static void relu_forward(sp_node *n) { sp_elementwise_for(n->out.numel, relu_forward_range, n); }
+/* The same over x's bytes (sp_apply_over): one pointer, read then written per element. */
+static void relu_over_range(void *ctx, size_t begin, size_t end)
+{
+    float *restrict y = ((const sp_node *)ctx)->out.data;
+    for (size_t i = begin; i < end; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+}
+
+static void relu_forward(sp_node *n)
+{
+    bool over = n->out.data == sp_node_x(n)->data;
+    sp_elementwise_for(n->out.numel, over ? relu_over_range : relu_forward_range, n);
+}
 
 typedef struct relu_bwd {
     const float *x, *dy;
@@ -56,6 +67,7 @@ static sp_cost relu_cost(const sp_node *n) { return sp_elementwise_cost(n, 1, 1)
 
 const sp_opdef sp_op_relu = {
     .name = "relu",
+    .over_input = true,   /* y > 0 exactly where x > 0: δ and Jᵀ read the same mask from y */
     .infer = sp_elementwise_infer,
     .forward = relu_forward,
     .backward_input = relu_backward_input,

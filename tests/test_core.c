@@ -856,6 +856,7 @@ static void c249(void) { sp_arena_trim(NULL); }
 static void c250(void) { (void)sp_arena_mark_get(NULL); }
 static void c251(void) { sp_arena_release(NULL, (sp_arena_mark){0}); }
 static void c252(void) { sp_tape_trim(NULL); }
+static void c253(void) { (void)sp_apply_over(NULL, NULL, NULL); }
 
 static const api_case cases[] = {
     {"sp_tensor_view", K_TRY, c0, "sp_tensor_view: argument 'shape' is NULL"},
@@ -1116,6 +1117,7 @@ static const api_case cases[] = {
     {"sp_arena_mark_get", K_TRY, c250, "sp_arena_mark_get: argument 'a' is NULL"},
     {"sp_arena_release", K_TRY, c251, "sp_arena_release: argument 'a' is NULL"},
     {"sp_tape_trim", K_TRY, c252, "sp_tape_trim: argument 't' is NULL"},
+    {"sp_apply_over", K_TRY, c253, "sp_apply_over: argument 't' is NULL"},
 };
 
 /* Declared with no pointer or count argument: nothing to pass wrong. */
