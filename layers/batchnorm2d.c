@@ -18,7 +18,10 @@
  * takes the elements p ≡ j mod SP_BN_LANES of every sample's plane) added up in a fixed
  * tree at the end: independent lanes let the compiler vectorise the loop, which a single
  * running float64 sum (one add's latency per element) does not allow. The order is fixed
- * by the shape alone, so the bits still depend on neither the thread count nor the engine. */
+ * by the shape alone, so the bits still depend on neither the thread count nor the engine.
+ *
+ * δ and G share Σdy and Σdy·x̂: backward_input_params computes them once for both (the
+ * linear engine's path), with the bits of the two separate calls. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -110,10 +113,12 @@ static void lanes_dot(const float *restrict dy, const float *restrict xh, size_t
     }
 }
 
+/* One backward over channels [c0, c1): δ into dx (unless NULL) and/or G (params). */
 typedef struct bn_job {
     sp_node *n;
     const float *dy;
     float *dx;
+    bool params;
 } bn_job;
 
 static void bn_forward_range(void *ctx, size_t c0, size_t c1)
@@ -154,10 +159,11 @@ static void bn_forward_range(void *ctx, size_t c0, size_t c1)
         } else {
             mean = rm[c];
             scale = gamma[c] / sqrtf(rv[c] + l->eps);
+            float be = beta[c];
             for (int b = 0; b < B; b++) {
-                const float *xc = x->data + ((size_t)b * C + c) * P;
-                float *y = n->out.data + ((size_t)b * C + c) * P;
-                for (size_t p = 0; p < P; p++) y[p] = (xc[p] - mean) * scale + beta[c];
+                const float *restrict xc = x->data + ((size_t)b * C + c) * P;
+                float *restrict y = n->out.data + ((size_t)b * C + c) * P;
+                for (size_t p = 0; p < P; p++) y[p] = (xc[p] - mean) * scale + be;
             }
         }
         S->scale[c] = scale;
@@ -167,17 +173,18 @@ static void bn_forward_range(void *ctx, size_t c0, size_t c1)
 static void bn_forward(sp_node *n)
 {
     const sp_tensor *x = sp_node_x(n);
+    int C = x->shape[1];
     bn_saved *S = sp_tape_alloc(n->tape, sizeof *S);
     S->training = !n->layer->eval;
     S->xhat = S->training ? sp_tape_alloc(n->tape, x->numel * sizeof(float)) : NULL;
-    S->scale = sp_tape_alloc(n->tape, (size_t)x->shape[1] * sizeof(float));
+    S->scale = sp_tape_alloc(n->tape, (size_t)C * sizeof(float));
     n->saved = S;
     if (S->training) n->layer->buffers[2]->value.data[0] += 1.0f;
     bn_job J = {.n = n};
-    sp_parallel_for((size_t)x->shape[1], bn_forward_range, &J);
+    sp_parallel_for((size_t)C, bn_forward_range, &J);
 }
 
-/* Σdy and Σdy·x̂ of channel c (float64). */
+/* Σdy and Σdy·x̂ of channel c (float64). Eval mode (no x̂): Σdy only, Σdy·x̂ = 0. */
 static void channel_sums(const sp_node *n, const float *dy, size_t c, double *sdy, double *sdyx)
 {
     const bn_saved *S = n->saved;
@@ -196,71 +203,83 @@ static void channel_sums(const sp_node *n, const float *dy, size_t c, double *sd
     *sdyx = lanes_total(b2);
 }
 
-static void bn_delta_range(void *ctx, size_t c0, size_t c1)
+/* δ of channel c given its sums (training). */
+static void channel_delta(const sp_node *n, const float *dy_, float *dx_, size_t c, double sdy, double sdyx)
 {
-    const bn_job *J = ctx;
-    const sp_node *n = J->n;
     const bn_saved *S = n->saved;
     const sp_tensor *x = sp_node_x(n);
     int B = x->shape[0], C = x->shape[1];
     size_t P = (size_t)x->shape[2] * x->shape[3];
-    double N = (double)B * (double)P;
-    for (size_t c = c0; c < c1; c++) {
-        float k = S->scale[c];
-        if (!S->training) {
-            for (int b = 0; b < B; b++) {
-                size_t o = ((size_t)b * C + c) * P;
-                for (size_t p = 0; p < P; p++) J->dx[o + p] = J->dy[o + p] * k;
-            }
-            continue;
-        }
-        double sdy, sdyx;
-        channel_sums(n, J->dy, c, &sdy, &sdyx);
-        float mdy = (float)(sdy / N), mdyx = (float)(sdyx / N);
+    float k = S->scale[c];
+    if (!S->training) {
         for (int b = 0; b < B; b++) {
             size_t o = ((size_t)b * C + c) * P;
-            for (size_t p = 0; p < P; p++) J->dx[o + p] = k * (J->dy[o + p] - mdy - S->xhat[o + p] * mdyx);
+            for (size_t p = 0; p < P; p++) dx_[o + p] = dy_[o + p] * k;
         }
+        return;
+    }
+    double N = (double)B * (double)P;
+    float mdy = (float)(sdy / N), mdyx = (float)(sdyx / N);
+    for (int b = 0; b < B; b++) {
+        size_t o = ((size_t)b * C + c) * P;
+        const float *restrict dy = dy_ + o, *restrict xh = S->xhat + o;
+        float *restrict dx = dx_ + o;
+        for (size_t p = 0; p < P; p++) dx[p] = k * (dy[p] - mdy - xh[p] * mdyx);
+    }
+}
+
+/* G of channel c: dγ += Σdy·x̂, dβ += Σdy; eval mode recomputes x̂ = (x − rm)/√(rv + eps). */
+static void channel_params(const sp_node *n, const float *dy, size_t c, double sdy, double sdyx)
+{
+    const bn_saved *S = n->saved;
+    float *dg = n->layer->params[0]->grad.data, *db = n->layer->params[1]->grad.data;
+    if (!S->training) {
+        const sp_tensor *x = sp_node_x(n);
+        int B = x->shape[0], C = x->shape[1];
+        size_t P = (size_t)x->shape[2] * x->shape[3];
+        float rm = n->layer->buffers[0]->value.data[c];
+        float inv = 1.0f / sqrtf(n->layer->buffers[1]->value.data[c] + BN(n)->eps);
+        sdyx = 0;
+        for (int b = 0; b < B; b++)
+            for (size_t p = 0; p < P; p++) {
+                size_t o = ((size_t)b * C + c) * P + p;
+                sdyx += (double)dy[o] * ((x->data[o] - rm) * inv);
+            }
+    }
+    dg[c] += (float)sdyx;
+    db[c] += (float)sdy;
+}
+
+static void bn_backward_range(void *ctx, size_t c0, size_t c1)
+{
+    const bn_job *J = ctx;
+    const bn_saved *S = J->n->saved;
+    for (size_t c = c0; c < c1; c++) {
+        double sdy = 0, sdyx = 0;
+        if (S->training || J->params) channel_sums(J->n, J->dy, c, &sdy, &sdyx);
+        if (J->params) channel_params(J->n, J->dy, c, sdy, sdyx);
+        if (J->dx) channel_delta(J->n, J->dy, J->dx, c, sdy, sdyx);
     }
 }
 
 static void bn_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     bn_job J = {.n = n, .dy = dy->data, .dx = dx->data};
-    sp_parallel_for((size_t)dx->shape[1], bn_delta_range, &J);
-}
-
-static void bn_params_range(void *ctx, size_t c0, size_t c1)
-{
-    const bn_job *J = ctx;
-    const sp_node *n = J->n;
-    const bn_saved *S = n->saved;
-    float *dg = n->layer->params[0]->grad.data, *db = n->layer->params[1]->grad.data;
-    for (size_t c = c0; c < c1; c++) {
-        double sdy, sdyx;
-        channel_sums(n, J->dy, c, &sdy, &sdyx);
-        if (!S->training) {   /* eval: x̂ = (x − rm)/√(rv + eps), recomputed */
-            const sp_tensor *x = sp_node_x(n);
-            int B = x->shape[0], C = x->shape[1];
-            size_t P = (size_t)x->shape[2] * x->shape[3];
-            float rm = n->layer->buffers[0]->value.data[c];
-            float inv = 1.0f / sqrtf(n->layer->buffers[1]->value.data[c] + BN(n)->eps);
-            sdyx = 0;
-            for (int b = 0; b < B; b++)
-                for (size_t p = 0; p < P; p++) {
-                    size_t o = ((size_t)b * C + c) * P + p;
-                    sdyx += (double)J->dy[o] * ((x->data[o] - rm) * inv);
-                }
-        }
-        dg[c] += (float)sdyx;
-        db[c] += (float)sdy;
-    }
+    sp_parallel_for((size_t)dx->shape[1], bn_backward_range, &J);
 }
 
 static void bn_backward_params(sp_node *n, const sp_tensor *dy)
 {
-    bn_job J = {.n = n, .dy = dy->data};
-    sp_parallel_for((size_t)dy->shape[1], bn_params_range, &J);
+    bn_job J = {.n = n, .dy = dy->data, .params = true};
+    sp_parallel_for((size_t)dy->shape[1], bn_backward_range, &J);
+}
+
+/* δ and G in one pass: the channel sums once for both (training mode reads dy and x̂
+ * once less); each channel's bits are those of the two calls above. */
+static void bn_backward_input_params(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+{
+    bn_job J = {.n = n, .dy = dy->data, .dx = dx->data, .params = true};
+    sp_parallel_for((size_t)dx->shape[1], bn_backward_range, &J);
 }
 
 static bool bn_jt_exists(const sp_node *n) { return !((const bn_saved *)n->saved)->training; }
@@ -300,6 +319,7 @@ const sp_opdef sp_op_batchnorm2d = {
     .forward = bn_forward,
     .backward_input = bn_backward_input,
     .backward_params = bn_backward_params,
+    .backward_input_params = bn_backward_input_params,
     .jt_pattern = bn_jt_pattern,
     .jt_values = bn_jt_values,
     .jt_exists = bn_jt_exists,
@@ -307,9 +327,8 @@ const sp_opdef sp_op_batchnorm2d = {
     .init_params = bn_init,
 };
 
-sp_layer *sp_batchnorm2d(const char *name, int channels)
+static sp_layer *bn_new(const char *name, int channels)
 {
-    if (!name) sp_fail("sp_batchnorm2d: argument 'name' is NULL");
     if (channels < 1) sp_fail("batchnorm2d %s: %d channels, expected >= 1", name, channels);
     bn_layer *l = sp_xcalloc(1, sizeof *l);
     l->base.op = &sp_op_batchnorm2d;
@@ -324,4 +343,10 @@ sp_layer *sp_batchnorm2d(const char *name, int channels)
     sp_buffer_new(&l->base, "num_batches_tracked", 1, (int[]){1});   /* PyTorch: a scalar; [1] loads into it */
     bn_init(&l->base, NULL);
     return &l->base;
+}
+
+sp_layer *sp_batchnorm2d(const char *name, int channels)
+{
+    if (!name) sp_fail("sp_batchnorm2d: argument 'name' is NULL");
+    return bn_new(name, channels);
 }

@@ -533,3 +533,42 @@ Test(model, summary_of_resnet20)
     free(buf);
     sp_model_free(m);
 }
+
+/* backward_input_params (δ and G from one pass over dy, the linear engine's path) gives
+ * bit for bit what backward_input and backward_params give, in training and eval mode. */
+Test(batchnorm2d, one_pass_delta_and_g_are_the_two_calls_bitwise)
+{
+    const int shape[4] = {3, 4, 5, 7}, C = 4;
+    for (int mode = 0; mode < 2; mode++) {
+        sp_layer *l = sp_batchnorm2d("bn", C);
+        tu_fill_uniform(l->params[0]->value.data, (size_t)C, 260, 0.5f, 1.5f);
+        tu_fill_uniform(l->params[1]->value.data, (size_t)C, 261, -0.5f, 0.5f);
+        l->eval = mode == 1;
+        sp_tensor x = sp_tensor_new(4, shape), dy = sp_tensor_new(4, shape), dx2 = sp_tensor_new(4, shape),
+                  dx1 = sp_tensor_new(4, shape), g2[2];
+        tu_fill_uniform(x.data, x.numel, 262, -2, 2);
+        tu_fill_uniform(dy.data, dy.numel, 263, -1, 1);
+        sp_tape t;
+        sp_tape_init(&t);
+        sp_node *y = sp_apply(&t, l, sp_tape_input(&t, &x));
+        cr_assert_not_null(y->kern->backward_input_params);
+        y->kern->backward_params(y, &dy);
+        y->kern->backward_input(y, 0, &dy, &dx2);
+        for (int i = 0; i < 2; i++) {
+            g2[i] = sp_tensor_new(1, (int[]){C});
+            sp_tensor_copy(&g2[i], &l->params[i]->grad);
+            sp_tensor_zero(&l->params[i]->grad);
+        }
+        y->kern->backward_input_params(y, &dy, &dx1);
+        cr_assert(memcmp(dx1.data, dx2.data, x.numel * sizeof(float)) == 0, "δ differs (mode %d)", mode);
+        for (int i = 0; i < 2; i++) {
+            cr_assert_neq(g2[i].data[0], 0.0f);
+            cr_assert(memcmp(l->params[i]->grad.data, g2[i].data, (size_t)C * sizeof(float)) == 0,
+                      "G of %s differs (mode %d)", l->params[i]->name, mode);
+            sp_tensor_free(&g2[i]);
+        }
+        sp_tensor_free(&x), sp_tensor_free(&dy), sp_tensor_free(&dx1), sp_tensor_free(&dx2);
+        sp_tape_free(&t);
+        sp_layer_free(l);
+    }
+}
