@@ -21,7 +21,15 @@
  * by the shape alone, so the bits still depend on neither the thread count nor the engine.
  *
  * δ and G share Σdy and Σdy·x̂: backward_input_params computes them once for both (the
- * linear engine's path), with the bits of the two separate calls. */
+ * linear engine's path), with the bits of the two separate calls.
+ *
+ * batchnorm2d_relu is the same layer followed by ReLU, y = max(γ·x̂ + β, 0), in one op
+ * (ResNet's bn → relu): the forward writes the clamped y in its normalise pass, and the
+ * backward masks dy by [γ·x̂ + β > 0] as it reads it, recomputed from x̂ and the γ, β the
+ * forward used (saved), so neither the unclamped output nor a separate ReLU pass over
+ * memory is needed. The floats are those of batchnorm2d then relu (ISO C: no FMA
+ * contraction, the mask's γ·x̂ + β rounds as the forward's did): same bits. Eval mode
+ * masks by [y > 0]. Jᵀ (eval): diag(γ_c/√(rv_c + eps)·[y > 0]). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -90,6 +98,10 @@ static void lanes_sqdev(const float *restrict x, size_t P, double mu, double *re
     }
 }
 
+/* ReLU's mask of the fused op recomputed from x̂: dy where g·x̂ + be > 0, else 0 (what
+ * relu's δ wrote before batch norm read it). */
+#define BN_MASKED(dy, h, g, be) ((g) * (h) + (be) > 0.0f ? (dy) : 0.0f)
+
 /* a[j] += dy[p], b[j] += dy[p]·xh[p] for p ≡ j (mod SP_BN_LANES), p < P. */
 static void lanes_dot(const float *restrict dy, const float *restrict xh, size_t P, double *restrict a,
                       double *restrict b)
@@ -110,6 +122,31 @@ static void lanes_dot(const float *restrict dy, const float *restrict xh, size_t
     for (int j = 0; p < P; p++, j++) {
         a[j] += (double)dy[p];
         b[j] += (double)dy[p] * (double)xh[p];
+    }
+}
+
+/* lanes_dot of the masked dy: a[j] += m[p], b[j] += m[p]·xh[p], m = BN_MASKED(dy, xh, g, be). */
+static void lanes_dot_relu(const float *restrict dy, const float *restrict xh, size_t P, float g, float be,
+                           double *restrict a, double *restrict b)
+{
+    double a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], a4 = a[4], a5 = a[5], a6 = a[6], a7 = a[7];
+    double b0 = b[0], b1 = b[1], b2 = b[2], b3 = b[3], b4 = b[4], b5 = b[5], b6 = b[6], b7 = b[7];
+    size_t p = 0;
+#define M(k) ((double)BN_MASKED(d[k], h[k], g, be))
+#define MX(k) (M(k) * (double)h[k])
+    for (; p + SP_BN_LANES <= P; p += SP_BN_LANES) {
+        const float *d = dy + p, *h = xh + p;
+        a0 += M(0), a1 += M(1), a2 += M(2), a3 += M(3), a4 += M(4), a5 += M(5), a6 += M(6), a7 += M(7);
+        b0 += MX(0), b1 += MX(1), b2 += MX(2), b3 += MX(3), b4 += MX(4), b5 += MX(5), b6 += MX(6), b7 += MX(7);
+    }
+#undef MX
+#undef M
+    a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3, a[4] = a4, a[5] = a5, a[6] = a6, a[7] = a7;
+    b[0] = b0, b[1] = b1, b[2] = b2, b[3] = b3, b[4] = b4, b[5] = b5, b[6] = b6, b[7] = b7;
+    for (int j = 0; p < P; p++, j++) {
+        double m = (double)BN_MASKED(dy[p], xh[p], g, be);
+        a[j] += m;
+        b[j] += m * (double)xh[p];
     }
 }
 
@@ -146,15 +183,23 @@ static void bn_forward_range(void *ctx, size_t c0, size_t c1)
             float m = l->momentum;
             rm[c] = (1 - m) * rm[c] + m * mean;
             rv[c] = (1 - m) * rv[c] + m * (float)(var * (double)N / (double)(N - 1));
+            if (S->relu) S->gb[2 * c] = g, S->gb[2 * c + 1] = be;
             for (int b = 0; b < B; b++) {
                 const float *restrict xc = x->data + ((size_t)b * C + c) * P;
                 float *restrict xh = S->xhat + ((size_t)b * C + c) * P;
                 float *restrict y = n->out.data + ((size_t)b * C + c) * P;
-                for (size_t p = 0; p < P; p++) {
-                    float h = (xc[p] - mean) * inv;
-                    xh[p] = h;
-                    y[p] = g * h + be;
-                }
+                if (S->relu)
+                    for (size_t p = 0; p < P; p++) {
+                        float h = (xc[p] - mean) * inv, v = g * h + be;
+                        xh[p] = h;
+                        y[p] = v > 0.0f ? v : 0.0f;
+                    }
+                else
+                    for (size_t p = 0; p < P; p++) {
+                        float h = (xc[p] - mean) * inv;
+                        xh[p] = h;
+                        y[p] = g * h + be;
+                    }
             }
         } else {
             mean = rm[c];
@@ -163,7 +208,10 @@ static void bn_forward_range(void *ctx, size_t c0, size_t c1)
             for (int b = 0; b < B; b++) {
                 const float *restrict xc = x->data + ((size_t)b * C + c) * P;
                 float *restrict y = n->out.data + ((size_t)b * C + c) * P;
-                for (size_t p = 0; p < P; p++) y[p] = (xc[p] - mean) * scale + be;
+                for (size_t p = 0; p < P; p++) {
+                    float v = (xc[p] - mean) * scale + be;
+                    y[p] = S->relu && !(v > 0.0f) ? 0.0f : v;
+                }
             }
         }
         S->scale[c] = scale;
@@ -176,15 +224,25 @@ static void bn_forward(sp_node *n)
     int C = x->shape[1];
     bn_saved *S = sp_tape_alloc(n->tape, sizeof *S);
     S->training = !n->layer->eval;
+    S->relu = BN(n)->relu;
     S->xhat = S->training ? sp_tape_alloc(n->tape, x->numel * sizeof(float)) : NULL;
     S->scale = sp_tape_alloc(n->tape, (size_t)C * sizeof(float));
+    S->gb = S->training && S->relu ? sp_tape_alloc(n->tape, 2 * (size_t)C * sizeof(float)) : NULL;
     n->saved = S;
     if (S->training) n->layer->buffers[2]->value.data[0] += 1.0f;
     bn_job J = {.n = n};
     sp_parallel_for((size_t)C, bn_forward_range, &J);
 }
 
-/* Σdy and Σdy·x̂ of channel c (float64). Eval mode (no x̂): Σdy only, Σdy·x̂ = 0. */
+/* dy as batch norm's own formulas read it: masked by ReLU's [y > 0] in the fused op.
+ * Scalar, for eval mode (training recomputes the mask from x̂ in the vector loops). */
+static inline float eval_dy(const sp_node *n, const float *dy, size_t o)
+{
+    return ((const bn_saved *)n->saved)->relu && !(n->out.data[o] > 0.0f) ? 0.0f : dy[o];
+}
+
+/* Σdy and Σdy·x̂ of channel c (float64), dy masked in the fused op. Eval mode (no x̂):
+ * Σdy only, Σdy·x̂ = 0. */
 static void channel_sums(const sp_node *n, const float *dy, size_t c, double *sdy, double *sdyx)
 {
     const bn_saved *S = n->saved;
@@ -194,10 +252,14 @@ static void channel_sums(const sp_node *n, const float *dy, size_t c, double *sd
     double a[SP_BN_LANES] = {0}, b2[SP_BN_LANES] = {0};
     for (int b = 0; b < B; b++) {
         size_t o = ((size_t)b * C + c) * P;
-        if (S->xhat)
+        if (S->xhat && S->relu)
+            lanes_dot_relu(dy + o, S->xhat + o, P, S->gb[2 * c], S->gb[2 * c + 1], a, b2);
+        else if (S->xhat)
             lanes_dot(dy + o, S->xhat + o, P, a, b2);
-        else
+        else if (!S->relu)
             lanes_sum(dy + o, P, a);
+        else   /* lane p mod SP_BN_LANES, as lanes_sum */
+            for (size_t p = 0; p < P; p++) a[p % SP_BN_LANES] += (double)eval_dy(n, dy, o + p);
     }
     *sdy = lanes_total(a);
     *sdyx = lanes_total(b2);
@@ -214,7 +276,7 @@ static void channel_delta(const sp_node *n, const float *dy_, float *dx_, size_t
     if (!S->training) {
         for (int b = 0; b < B; b++) {
             size_t o = ((size_t)b * C + c) * P;
-            for (size_t p = 0; p < P; p++) dx_[o + p] = dy_[o + p] * k;
+            for (size_t p = 0; p < P; p++) dx_[o + p] = eval_dy(n, dy_, o + p) * k;
         }
         return;
     }
@@ -224,7 +286,12 @@ static void channel_delta(const sp_node *n, const float *dy_, float *dx_, size_t
         size_t o = ((size_t)b * C + c) * P;
         const float *restrict dy = dy_ + o, *restrict xh = S->xhat + o;
         float *restrict dx = dx_ + o;
-        for (size_t p = 0; p < P; p++) dx[p] = k * (dy[p] - mdy - xh[p] * mdyx);
+        if (S->relu) {
+            float g = S->gb[2 * c], be = S->gb[2 * c + 1];
+            for (size_t p = 0; p < P; p++) dx[p] = k * (BN_MASKED(dy[p], xh[p], g, be) - mdy - xh[p] * mdyx);
+        } else {
+            for (size_t p = 0; p < P; p++) dx[p] = k * (dy[p] - mdy - xh[p] * mdyx);
+        }
     }
 }
 
@@ -243,7 +310,7 @@ static void channel_params(const sp_node *n, const float *dy, size_t c, double s
         for (int b = 0; b < B; b++)
             for (size_t p = 0; p < P; p++) {
                 size_t o = ((size_t)b * C + c) * P + p;
-                sdyx += (double)dy[o] * ((x->data[o] - rm) * inv);
+                sdyx += (double)eval_dy(n, dy, o) * ((x->data[o] - rm) * inv);
             }
     }
     dg[c] += (float)sdyx;
@@ -294,6 +361,10 @@ static void bn_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
     const bn_saved *S = n->saved;
     size_t P = (size_t)n->out.shape[2] * n->out.shape[3];
     for (int r = 0; r < jt->rows; r++) jt->data[r] = S->scale[(size_t)r / P];
+    if (!S->relu) return;
+    const float *y = n->out.data + (size_t)b * jt->rows;   /* the fused ReLU's diag([y > 0]) */
+    for (int r = 0; r < jt->rows; r++)
+        if (!(y[r] > 0.0f)) jt->data[r] = 0.0f;
 }
 
 static sp_cost bn_cost(const sp_node *n)
@@ -301,6 +372,15 @@ static sp_cost bn_cost(const sp_node *n)
     double e = (double)n->out.numel, C = BN(n)->C;
     return (sp_cost){.fwd_flops = 7 * e, .bwd_input_flops = 6 * e, .bwd_params_flops = 3 * e, .out_bytes = 4 * e,
                      .saved_bytes = 4 * (e + C), .param_bytes = 4 * 2 * C};
+}
+
+/* batch norm's cost plus relu's (one FLOP per element each way, as layers/relu.c). */
+static sp_cost bn_relu_cost(const sp_node *n)
+{
+    sp_cost c = bn_cost(n);
+    double e = (double)n->out.numel;
+    c.fwd_flops += e, c.bwd_input_flops += e, c.saved_bytes += 4 * 2 * BN(n)->C;
+    return c;
 }
 
 static void bn_init(sp_layer *l, sp_rng *r)
@@ -327,11 +407,26 @@ const sp_opdef sp_op_batchnorm2d = {
     .init_params = bn_init,
 };
 
-static sp_layer *bn_new(const char *name, int channels)
+const sp_opdef sp_op_batchnorm2d_relu = {
+    .name = "batchnorm2d_relu",
+    .infer = bn_infer,
+    .forward = bn_forward,
+    .backward_input = bn_backward_input,
+    .backward_params = bn_backward_params,
+    .backward_input_params = bn_backward_input_params,
+    .jt_pattern = bn_jt_pattern,
+    .jt_values = bn_jt_values,
+    .jt_exists = bn_jt_exists,
+    .cost = bn_relu_cost,
+    .init_params = bn_init,
+};
+
+static sp_layer *bn_new(const char *name, int channels, bool relu)
 {
     if (channels < 1) sp_fail("batchnorm2d %s: %d channels, expected >= 1", name, channels);
     bn_layer *l = sp_xcalloc(1, sizeof *l);
-    l->base.op = &sp_op_batchnorm2d;
+    l->base.op = relu ? &sp_op_batchnorm2d_relu : &sp_op_batchnorm2d;
+    l->relu = relu;
     snprintf(l->base.name, sizeof l->base.name, "%s", name);
     l->C = channels;
     l->eps = 1e-5f;
@@ -348,5 +443,11 @@ static sp_layer *bn_new(const char *name, int channels)
 sp_layer *sp_batchnorm2d(const char *name, int channels)
 {
     if (!name) sp_fail("sp_batchnorm2d: argument 'name' is NULL");
-    return bn_new(name, channels);
+    return bn_new(name, channels, false);
+}
+
+sp_layer *sp_batchnorm2d_relu(const char *name, int channels)
+{
+    if (!name) sp_fail("sp_batchnorm2d_relu: argument 'name' is NULL");
+    return bn_new(name, channels, true);
 }

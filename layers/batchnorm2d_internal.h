@@ -12,6 +12,7 @@ typedef struct bn_layer {
     sp_layer base;
     int C;
     float eps, momentum;
+    bool relu;        /* batchnorm2d_relu: y = max(γ·x̂ + β, 0) */
 } bn_layer;
 
 /* In the memory of the node's device (host on the CPU, device on CUDA). */
@@ -19,6 +20,9 @@ typedef struct bn_saved {
     bool training;
     float *xhat;      /* training: x̂, [B, C, H, W]          */
     float *scale;     /* [C]: γ/√(var + eps) of the mode used */
+    bool relu;        /* the layer's relu, as the forward ran */
+    float *gb;        /* training with relu: [C][2], the forward's γ_c, β_c (ReLU's
+                       * mask γ·x̂ + β > 0 recomputed in the backward); CPU only */
 } bn_saved;
 
 #endif
