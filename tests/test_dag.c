@@ -523,12 +523,15 @@ Test(model, summary_of_resnet20)
     FILE *f = open_memstream(&buf, &len);
     sp_model_summary(m, 3, (int[]){1, 32, 32}, f);
     fclose(f);
-    cr_assert_not_null(strstr(buf, "total: 72 layers, 272186 parameters, 82720000 forward FLOPs per sample (a DAG)"),
+    /* 53 layers: bn → relu and add → relu are the fused ops (19 ReLUs folded in) */
+    cr_assert_not_null(strstr(buf, "total: 53 layers, 272186 parameters, 82720000 forward FLOPs per sample (a DAG)"),
                        "%s", buf);
     char want[128];
-    snprintf(want, sizeof want, "%-36s %-12s %s", "add_1 (add)", "7,2", "16x32x32");   /* the first block's x + f(x) */
+    snprintf(want, sizeof want, "%-36s %-12s %s", "add_relu_1 (add_relu)", "5,1", "16x32x32");   /* relu(x + f(x)) */
     cr_assert_not_null(strstr(buf, want), "%s", buf);
-    cr_assert_not_null(strstr(buf, "relu_19 (relu)"), "%s", buf);
+    cr_assert_not_null(strstr(buf, "add_relu_9 (add_relu)"), "%s", buf);
+    cr_assert_not_null(strstr(buf, "layer1.0.bn1 (batchnorm2d_relu)"), "%s", buf);
+    cr_assert_null(strstr(buf, "(relu)"), "%s", buf);
     cr_assert_not_null(strstr(buf, "layer2.0.shortcut.0 (conv2d)"), "%s", buf);
     free(buf);
     sp_model_free(m);
