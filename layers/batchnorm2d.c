@@ -98,9 +98,20 @@ static void lanes_sqdev(const float *restrict x, size_t P, double mu, double *re
     }
 }
 
-/* ReLU's mask of the fused op recomputed from x̂: dy where g·x̂ + be > 0, else 0 (what
- * relu's δ wrote before batch norm read it). */
-#define BN_MASKED(dy, h, g, be) ((g) * (h) + (be) > 0.0f ? (dy) : 0.0f)
+/* The fused op's dy, masked by ReLU's [g·x̂ + be > 0] recomputed from x̂ (what relu's δ
+ * wrote before batch norm read it), into m: a plain select loop, which GCC turns into
+ * vector compares and blends. Written inside the lane loops instead, the select was
+ * compiled to a branch per element, mispredicted on half of them (opprof: the fused
+ * backward took 5x batch norm's). The passes below go through it in chunks. */
+#define BN_CHUNK 512   /* a multiple of SP_BN_LANES: lane p mod 8 is kept across chunks */
+static void masked_dy(const float *restrict dy, const float *restrict xh, size_t n, float g, float be,
+                      float *restrict m)
+{
+    for (size_t p = 0; p < n; p++) {
+        float d = dy[p];   /* read unconditionally: a vector blend, as relu.c */
+        m[p] = g * xh[p] + be > 0.0f ? d : 0.0f;
+    }
+}
 
 /* a[j] += dy[p], b[j] += dy[p]·xh[p] for p ≡ j (mod SP_BN_LANES), p < P. */
 static void lanes_dot(const float *restrict dy, const float *restrict xh, size_t P, double *restrict a,
@@ -125,28 +136,16 @@ static void lanes_dot(const float *restrict dy, const float *restrict xh, size_t
     }
 }
 
-/* lanes_dot of the masked dy: a[j] += m[p], b[j] += m[p]·xh[p], m = BN_MASKED(dy, xh, g, be). */
+/* lanes_dot of the masked dy, chunk by chunk: the same lanes and order as lanes_dot over
+ * the masked plane. */
 static void lanes_dot_relu(const float *restrict dy, const float *restrict xh, size_t P, float g, float be,
                            double *restrict a, double *restrict b)
 {
-    double a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], a4 = a[4], a5 = a[5], a6 = a[6], a7 = a[7];
-    double b0 = b[0], b1 = b[1], b2 = b[2], b3 = b[3], b4 = b[4], b5 = b[5], b6 = b[6], b7 = b[7];
-    size_t p = 0;
-#define M(k) ((double)BN_MASKED(d[k], h[k], g, be))
-#define MX(k) (M(k) * (double)h[k])
-    for (; p + SP_BN_LANES <= P; p += SP_BN_LANES) {
-        const float *d = dy + p, *h = xh + p;
-        a0 += M(0), a1 += M(1), a2 += M(2), a3 += M(3), a4 += M(4), a5 += M(5), a6 += M(6), a7 += M(7);
-        b0 += MX(0), b1 += MX(1), b2 += MX(2), b3 += MX(3), b4 += MX(4), b5 += MX(5), b6 += MX(6), b7 += MX(7);
-    }
-#undef MX
-#undef M
-    a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3, a[4] = a4, a[5] = a5, a[6] = a6, a[7] = a7;
-    b[0] = b0, b[1] = b1, b[2] = b2, b[3] = b3, b[4] = b4, b[5] = b5, b[6] = b6, b[7] = b7;
-    for (int j = 0; p < P; p++, j++) {
-        double m = (double)BN_MASKED(dy[p], xh[p], g, be);
-        a[j] += m;
-        b[j] += m * (double)xh[p];
+    float m[BN_CHUNK];
+    for (size_t q = 0; q < P; q += BN_CHUNK) {
+        size_t n = P - q < BN_CHUNK ? P - q : BN_CHUNK;
+        masked_dy(dy + q, xh + q, n, g, be, m);
+        lanes_dot(m, xh + q, n, a, b);
     }
 }
 
@@ -287,8 +286,12 @@ static void channel_delta(const sp_node *n, const float *dy_, float *dx_, size_t
         const float *restrict dy = dy_ + o, *restrict xh = S->xhat + o;
         float *restrict dx = dx_ + o;
         if (S->relu) {
-            float g = S->gb[2 * c], be = S->gb[2 * c + 1];
-            for (size_t p = 0; p < P; p++) dx[p] = k * (BN_MASKED(dy[p], xh[p], g, be) - mdy - xh[p] * mdyx);
+            float g = S->gb[2 * c], be = S->gb[2 * c + 1], m[BN_CHUNK];
+            for (size_t q = 0; q < P; q += BN_CHUNK) {
+                size_t nq = P - q < BN_CHUNK ? P - q : BN_CHUNK;
+                masked_dy(dy + q, xh + q, nq, g, be, m);
+                for (size_t p = 0; p < nq; p++) dx[q + p] = k * (m[p] - mdy - xh[q + p] * mdyx);
+            }
         } else {
             for (size_t p = 0; p < P; p++) dx[p] = k * (dy[p] - mdy - xh[p] * mdyx);
         }
