@@ -1,15 +1,16 @@
 /* opprof.c — where a training step's time goes, op by op.
  *
- *   opprof MODEL BATCH [STEPS] [THREADS]        (make opprof; MODEL: a zoo model, e.g. lenet, vgg11, resnet20)
+ *   opprof MODEL BATCH [STEPS] [THREADS]   (make opprof; MODEL: a zoo name, e.g. lenet, vgg11, resnet20; resnet = resnet20)
  *
  * Runs the linear engine's step by hand on a random batch so that each piece can be
- * timed on its own: every layer's forward (sp_apply), δ (backward_input) and G
- * (backward_params), zero_grad and the SGD update. Prints, per op, the median over
+ * timed on its own: every layer's forward (sp_apply_n on the outputs it reads, so DAG
+ * models such as ResNet-20 too), δ (backward_input of each input, summed into a
+ * producer that fans out, as sp_node_backward_inputs) and G (backward_params), zero_grad
+ * and the SGD update. An op with backward_input_params (batch norm) runs δ and G in one
+ * pass, as the linear engine does: its time is in the δ column, marked "δ+G". Prints, per op, the median over
  * STEPS steps (after 5 warm-up steps) in µs, its share of the step, and for conv and
  * linear the achieved GFLOP/s from the op's own cost(). The sum of the medians is
- * compared with the median of whole steps, so time lost between ops shows. A DAG's
- * layers (resnet20) read the outputs their model lists; a layer's δ is that of each of its
- * inputs, added into an input read twice (sp_node_backward_inputs).
+ * compared with the median of whole steps, so time lost between ops shows.
  * OPPROF_BEST=1: the best (minimum) of the STEPS steps instead of the median, which
  * other tenants' load disturbs less on a shared machine. */
 #include <stdio.h>
@@ -67,7 +68,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: opprof MODEL BATCH [STEPS] [THREADS]\n");
         return 2;
     }
-    const char *name = argv[1];
+    const char *name = strcmp(argv[1], "resnet") == 0 ? "resnet20" : argv[1];
     int B = atoi(argv[2]), steps = argc > 3 ? atoi(argv[3]) : 50, threads = argc > 4 ? atoi(argv[4]) : 2;
     if (B < 1 || steps < 1) sp_fail("opprof: BATCH and STEPS must be >= 1");
     g_best = getenv("OPPROF_BEST") && !strcmp(getenv("OPPROF_BEST"), "1");
@@ -96,27 +97,37 @@ int main(int argc, char **argv)
     for (int p = 0; p < NPH; p++) flops[p] = calloc((size_t)L, sizeof(double));
     sp_tape tape;
     sp_tape_init(&tape);
+    sp_node **outs = malloc((size_t)m->nlayers * sizeof *outs), *args[16];
+    bool *fused = calloc((size_t)L, sizeof *fused);
     for (int s = -WARMUP; s < steps; s++) {
         double w0 = sp_now(), a;
         sp_tape_reset(&tape);
         a = sp_now();
         sp_model_zero_grad(m);
         if (s >= 0) zero[s] = sp_now() - a;
-        sp_node *n = sp_tape_input(&tape, &x);
-        for (int l = 0; l < L; l++) {   /* a DAG's layer reads the outputs its from[] names */
-            sp_node *args[8];
+        sp_node *in = sp_tape_input(&tape, &x), *n = in;
+        for (int l = 0; l < L; l++) {
             int k0 = l < m->nlayers ? m->from_start[l] : 0, nin = l < m->nlayers ? m->from_start[l + 1] - k0 : 0;
-            if (nin > 8) sp_fail("opprof: layer %d reads %d inputs (at most 8 here)", l, nin);
-            for (int k = 0; k < nin; k++) args[k] = tape.nodes[m->from[k0 + k] + 1];   /* node j + 1: layer j */
+            if (nin > 16) sp_fail("opprof: layer %d reads %d inputs (at most 16)", l, nin);
+            for (int k = 0; k < nin; k++) args[k] = m->from[k0 + k] == SP_MODEL_INPUT ? in : outs[m->from[k0 + k]];
             a = sp_now();
             n = l < m->nlayers ? sp_apply_n(&tape, m->layers[l], nin, args) : sp_apply_loss(&tape, m->loss, n, y);
             if (s >= 0) t[PH_FWD][(size_t)l * steps + s] = sp_now() - a;
+            if (l < m->nlayers) outs[l] = n;
         }
         sp_mark_needs_grad(&tape);
         sp_alloc_grads(&tape, n);
         for (int l = L - 1; l >= 0; l--) {   /* node l + 1 is layer l (node 0: the input) */
             sp_node *nd_ = tape.nodes[l + 1];
-            if (nd_->kern->backward_params && nd_->layer->nparams > 0) {
+            bool params = nd_->kern->backward_params && nd_->layer->nparams > 0;
+            fused[l] = params && nd_->kern->backward_input_params && nd_->ninputs == 1 && nd_->input->needs_grad;
+            if (fused[l]) {   /* as sp_node_backward: one pass for δ and G */
+                a = sp_now();
+                sp_node_backward(nd_);
+                if (s >= 0) t[PH_DELTA][(size_t)l * steps + s] = sp_now() - a;
+                continue;
+            }
+            if (params) {
                 a = sp_now();
                 nd_->kern->backward_params(nd_, &nd_->grad);
                 if (s >= 0) t[PH_G][(size_t)l * steps + s] = sp_now() - a;
@@ -151,7 +162,8 @@ int main(int argc, char **argv)
         if (ly->nparams > 0 && flops[PH_FWD][l] > 1e6)   /* conv and linear: arithmetic-bound */
             snprintf(gf, sizeof gf, "%.1f, %.1f, %.1f", flops[PH_FWD][l] / med[0] * 1e-9,
                      med[1] > 0 ? flops[PH_DELTA][l] / med[1] * 1e-9 : 0, med[2] > 0 ? flops[PH_G][l] / med[2] * 1e-9 : 0);
-        printf("| %s %s | %.0f | %.0f | %.0f | %.0f | %.1f%% | %s |\n", ly->op->name, ly->name, 1e6 * med[0],
+        printf("| %s %s%s | %.0f | %.0f | %.0f | %.0f | %.1f%% | %s |\n", ly->op->name, ly->name, fused[l] ? " (δ+G)" : "",
+               1e6 * med[0],
                1e6 * med[1], 1e6 * med[2], 1e6 * tot, 100 * tot / step, gf);
     }
     double z = stat(zero, steps), u = stat(upd, steps);
@@ -167,6 +179,7 @@ int main(int argc, char **argv)
     sp_tensor_free(&x);
     sp_model_free(m);
     free(y);
+    free(outs), free(fused);
     for (int p = 0; p < NPH; p++) free(t[p]), free(flops[p]);
     free(zero), free(upd), free(whole);
     return 0;

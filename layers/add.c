@@ -1,7 +1,11 @@
 /* add.c — y = x_0 + x_1 + … (same shapes): the join of a residual connection.
  *   δ_i: dx_i = dy                 G: none (no parameters)
  *   J_iᵀ = I for every input i. Any number (>= 1) of inputs; a node may be added to
- *   itself (add(x, x) = 2x: the engines sum both slots' δ into x's gradient). */
+ *   itself (add(x, x) = 2x: the engines sum both slots' δ into x's gradient).
+ * add_relu, y = max(x_0 + x_1 + …, 0), is add then relu as one op (ResNet's block
+ * output): one pass over memory each way instead of two, the same floats.
+ *   δ_i: dx_i = dy ⊙ [y > 0]       J_iᵀ = diag([y > 0]) for every input i
+ * ([y > 0] is relu's [x > 0] of the sum: max keeps the sign test's outcome). */
 #include <string.h>
 #include "core/kernels/csr_ops.h"
 #include "core/error.h"
@@ -33,9 +37,50 @@ static void add_forward_range(void *ctx, size_t begin, size_t end)
 
 static void add_forward(sp_node *n) { sp_elementwise_for(n->out.numel, add_forward_range, n); }
 
+/* The sum as add_forward_range makes it, clamped in the same pass over the chunk. */
+static void add_relu_forward_range(void *ctx, size_t begin, size_t end)
+{
+    const sp_node *n = ctx;
+    float *restrict y = n->out.data;
+    if (n->ninputs == 2) {   /* ResNet's case: one read of each input, one write */
+        const float *restrict x0 = sp_node_in(n, 0)->data, *restrict x1 = sp_node_in(n, 1)->data;
+        for (size_t j = begin; j < end; j++) {
+            float v = x0[j] + x1[j];
+            y[j] = v > 0.0f ? v : 0.0f;
+        }
+        return;
+    }
+    add_forward_range(ctx, begin, end);
+    for (size_t j = begin; j < end; j++) y[j] = y[j] > 0.0f ? y[j] : 0.0f;
+}
+
+static void add_relu_forward(sp_node *n) { sp_elementwise_for(n->out.numel, add_relu_forward_range, n); }
+
 static void add_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     memcpy(dx->data, dy->data, dx->numel * sizeof(float));
+}
+
+typedef struct add_relu_bwd {
+    const float *y, *dy;
+    float *dx;
+} add_relu_bwd;
+
+static void add_relu_backward_range(void *ctx, size_t begin, size_t end)
+{
+    const add_relu_bwd *J = ctx;
+    const float *restrict y = J->y, *restrict dy = J->dy;
+    float *restrict dx = J->dx;
+    for (size_t j = begin; j < end; j++) {
+        float g = dy[j];   /* read unconditionally: a vector blend, as relu.c */
+        dx[j] = y[j] > 0.0f ? g : 0.0f;
+    }
+}
+
+static void add_relu_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
+{
+    add_relu_bwd J = {.y = n->out.data, .dy = dy->data, .dx = dx->data};
+    sp_elementwise_for(dx->numel, add_relu_backward_range, &J);
 }
 
 static void add_jt_pattern(const sp_node *n, int i, sp_csr *jt)
@@ -48,10 +93,24 @@ static void add_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
     for (int r = 0; r < jt->rows; r++) jt->data[r] = 1.0f;
 }
 
+static void add_relu_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
+{
+    const float *y = n->out.data + (size_t)b * jt->rows;
+    for (int r = 0; r < jt->rows; r++) jt->data[r] = y[r] > 0.0f ? 1.0f : 0.0f;
+}
+
 static sp_cost add_cost(const sp_node *n)
 {
     double e = (double)n->out.numel;
     return (sp_cost){.fwd_flops = (n->ninputs - 1) * e, .bwd_input_flops = 0, .out_bytes = 4 * e};
+}
+
+/* add's cost plus relu's (one FLOP per element each way, as layers/relu.c). */
+static sp_cost add_relu_cost(const sp_node *n)
+{
+    sp_cost c = add_cost(n);
+    c.fwd_flops += (double)n->out.numel, c.bwd_input_flops += (double)n->out.numel;
+    return c;
 }
 
 const sp_opdef sp_op_add = {
@@ -67,3 +126,16 @@ const sp_opdef sp_op_add = {
 };
 
 sp_layer *sp_add(void) { return sp_elementwise_layer(&sp_op_add); }
+
+const sp_opdef sp_op_add_relu = {
+    .name = "add_relu",
+    .arity = SP_ARITY_ANY,
+    .infer = add_infer,
+    .forward = add_relu_forward,
+    .backward_input = add_relu_backward_input,
+    .jt_pattern = add_jt_pattern,
+    .jt_values = add_relu_jt_values,
+    .cost = add_relu_cost,
+};
+
+sp_layer *sp_add_relu(void) { return sp_elementwise_layer(&sp_op_add_relu); }

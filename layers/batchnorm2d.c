@@ -18,7 +18,18 @@
  * takes the elements p ≡ j mod SP_BN_LANES of every sample's plane) added up in a fixed
  * tree at the end: independent lanes let the compiler vectorise the loop, which a single
  * running float64 sum (one add's latency per element) does not allow. The order is fixed
- * by the shape alone, so the bits still depend on neither the thread count nor the engine. */
+ * by the shape alone, so the bits still depend on neither the thread count nor the engine.
+ *
+ * δ and G share Σdy and Σdy·x̂: backward_input_params computes them once for both (the
+ * linear engine's path), with the bits of the two separate calls.
+ *
+ * batchnorm2d_relu is the same layer followed by ReLU, y = max(γ·x̂ + β, 0), in one op
+ * (ResNet's bn → relu): the forward writes the clamped y in its normalise pass, and the
+ * backward masks dy by [γ·x̂ + β > 0] as it reads it, recomputed from x̂ and the γ, β the
+ * forward used (saved), so neither the unclamped output nor a separate ReLU pass over
+ * memory is needed. The floats are those of batchnorm2d then relu (ISO C: no FMA
+ * contraction, the mask's γ·x̂ + β rounds as the forward's did): same bits. Eval mode
+ * masks by [y > 0]. Jᵀ (eval): diag(γ_c/√(rv_c + eps)·[y > 0]). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -87,6 +98,22 @@ static void lanes_sqdev(const float *restrict x, size_t P, double mu, double *re
     }
 }
 
+/* The fused op's dy, masked by ReLU's [g·x̂ + be > 0] with x̂ = (x − mean)·inv recomputed
+ * in float as the forward rounded it (what relu's δ wrote before batch norm read it),
+ * into m: a plain select loop, which GCC turns into vector compares and blends. Written
+ * inside the lane loops instead, the select was compiled to a branch per element,
+ * mispredicted on half of them (opprof: the fused backward took 5x batch norm's). The
+ * passes below go through it in chunks. */
+#define BN_CHUNK 512   /* a multiple of SP_BN_LANES: lane p mod 8 is kept across chunks */
+static void masked_dy(const float *restrict dy, const float *restrict x, float mean, float inv, size_t n, float g,
+                      float be, float *restrict m)
+{
+    for (size_t p = 0; p < n; p++) {
+        float d = dy[p];   /* read unconditionally: a vector blend, as relu.c */
+        m[p] = g * ((x[p] - mean) * inv) + be > 0.0f ? d : 0.0f;
+    }
+}
+
 /* a[j] += dy[p], b[j] += dy[p]·x̂[p] for p ≡ j (mod SP_BN_LANES), p < P, with x̂[p] =
  * (x[p] − mean)·inv recomputed in float exactly as the forward rounded it. */
 static void lanes_dot(const float *restrict dy, const float *restrict x, float mean, float inv, size_t P,
@@ -111,10 +138,25 @@ static void lanes_dot(const float *restrict dy, const float *restrict x, float m
     }
 }
 
+/* lanes_dot of the masked dy, chunk by chunk: the same lanes and order as lanes_dot over
+ * the masked plane. */
+static void lanes_dot_relu(const float *restrict dy, const float *restrict x, float mean, float inv, size_t P,
+                           float g, float be, double *restrict a, double *restrict b)
+{
+    float m[BN_CHUNK];
+    for (size_t q = 0; q < P; q += BN_CHUNK) {
+        size_t n = P - q < BN_CHUNK ? P - q : BN_CHUNK;
+        masked_dy(dy + q, x + q, mean, inv, n, g, be, m);
+        lanes_dot(m, x + q, mean, inv, n, a, b);
+    }
+}
+
+/* One backward over channels [c0, c1): δ into dx (unless NULL) and/or G (params). */
 typedef struct bn_job {
     sp_node *n;
     const float *dy;
     float *dx;
+    bool params;
 } bn_job;
 
 static void bn_forward_range(void *ctx, size_t c0, size_t c1)
@@ -143,21 +185,32 @@ static void bn_forward_range(void *ctx, size_t c0, size_t c1)
             rm[c] = (1 - m) * rm[c] + m * mean;
             rv[c] = (1 - m) * rv[c] + m * (float)(var * (double)N / (double)(N - 1));
             S->mean[c] = mean, S->inv[c] = inv;   /* x̂ is recomputed from x by the backward */
+            if (S->relu) S->gb[2 * c] = g, S->gb[2 * c + 1] = be;
             for (int b = 0; b < B; b++) {
                 const float *restrict xc = x->data + ((size_t)b * C + c) * P;
                 float *restrict y = n->out.data + ((size_t)b * C + c) * P;
-                for (size_t p = 0; p < P; p++) {
-                    float h = (xc[p] - mean) * inv;
-                    y[p] = g * h + be;
-                }
+                if (S->relu)
+                    for (size_t p = 0; p < P; p++) {
+                        float h = (xc[p] - mean) * inv, v = g * h + be;
+                        y[p] = v > 0.0f ? v : 0.0f;
+                    }
+                else
+                    for (size_t p = 0; p < P; p++) {
+                        float h = (xc[p] - mean) * inv;
+                        y[p] = g * h + be;
+                    }
             }
         } else {
             mean = rm[c];
             scale = gamma[c] / sqrtf(rv[c] + l->eps);
+            float be = beta[c];
             for (int b = 0; b < B; b++) {
-                const float *xc = x->data + ((size_t)b * C + c) * P;
-                float *y = n->out.data + ((size_t)b * C + c) * P;
-                for (size_t p = 0; p < P; p++) y[p] = (xc[p] - mean) * scale + beta[c];
+                const float *restrict xc = x->data + ((size_t)b * C + c) * P;
+                float *restrict y = n->out.data + ((size_t)b * C + c) * P;
+                for (size_t p = 0; p < P; p++) {
+                    float v = (xc[p] - mean) * scale + be;
+                    y[p] = S->relu && !(v > 0.0f) ? 0.0f : v;
+                }
             }
         }
         S->scale[c] = scale;
@@ -167,22 +220,33 @@ static void bn_forward_range(void *ctx, size_t c0, size_t c1)
 static void bn_forward(sp_node *n)
 {
     const sp_tensor *x = sp_node_x(n);
+    int C = x->shape[1];
     bn_saved *S = sp_tape_alloc(n->tape, sizeof *S);
     S->training = !n->layer->eval;
+    S->relu = BN(n)->relu;
     /* x̂ is not kept: the backward recomputes it from the input, which the tape holds
      * anyway, with the forward's float mean and 1/σ (the same bits: one subtraction and
      * one product, rounded alike), instead of a second copy of the activations */
     S->xhat = NULL;
-    S->scale = sp_tape_alloc(n->tape, (size_t)x->shape[1] * sizeof(float));
-    S->mean = S->training ? sp_tape_alloc(n->tape, (size_t)x->shape[1] * sizeof(float)) : NULL;
-    S->inv = S->training ? sp_tape_alloc(n->tape, (size_t)x->shape[1] * sizeof(float)) : NULL;
+    S->scale = sp_tape_alloc(n->tape, (size_t)C * sizeof(float));
+    S->mean = S->training ? sp_tape_alloc(n->tape, (size_t)C * sizeof(float)) : NULL;
+    S->inv = S->training ? sp_tape_alloc(n->tape, (size_t)C * sizeof(float)) : NULL;
+    S->gb = S->training && S->relu ? sp_tape_alloc(n->tape, 2 * (size_t)C * sizeof(float)) : NULL;
     n->saved = S;
     if (S->training) n->layer->buffers[2]->value.data[0] += 1.0f;
     bn_job J = {.n = n};
-    sp_parallel_for((size_t)x->shape[1], bn_forward_range, &J);
+    sp_parallel_for((size_t)C, bn_forward_range, &J);
 }
 
-/* Σdy and Σdy·x̂ of channel c (float64). */
+/* dy as batch norm's own formulas read it: masked by ReLU's [y > 0] in the fused op.
+ * Scalar, for eval mode (training recomputes the mask from x̂ in the vector loops). */
+static inline float eval_dy(const sp_node *n, const float *dy, size_t o)
+{
+    return ((const bn_saved *)n->saved)->relu && !(n->out.data[o] > 0.0f) ? 0.0f : dy[o];
+}
+
+/* Σdy and Σdy·x̂ of channel c (float64), dy masked in the fused op. Eval mode (no x̂):
+ * Σdy only, Σdy·x̂ = 0. */
 static void channel_sums(const sp_node *n, const float *dy, size_t c, double *sdy, double *sdyx)
 {
     const bn_saved *S = n->saved;
@@ -192,81 +256,105 @@ static void channel_sums(const sp_node *n, const float *dy, size_t c, double *sd
     double a[SP_BN_LANES] = {0}, b2[SP_BN_LANES] = {0};
     for (int b = 0; b < B; b++) {
         size_t o = ((size_t)b * C + c) * P;
-        if (S->training)
+        if (S->training && S->relu)
+            lanes_dot_relu(dy + o, x->data + o, S->mean[c], S->inv[c], P, S->gb[2 * c], S->gb[2 * c + 1], a, b2);
+        else if (S->training)
             lanes_dot(dy + o, x->data + o, S->mean[c], S->inv[c], P, a, b2);
-        else
+        else if (!S->relu)
             lanes_sum(dy + o, P, a);
+        else   /* lane p mod SP_BN_LANES, as lanes_sum */
+            for (size_t p = 0; p < P; p++) a[p % SP_BN_LANES] += (double)eval_dy(n, dy, o + p);
     }
     *sdy = lanes_total(a);
     *sdyx = lanes_total(b2);
 }
 
-static void bn_delta_range(void *ctx, size_t c0, size_t c1)
+/* δ of channel c given its sums (training). */
+static void channel_delta(const sp_node *n, const float *dy_, float *dx_, size_t c, double sdy, double sdyx)
 {
-    const bn_job *J = ctx;
-    const sp_node *n = J->n;
     const bn_saved *S = n->saved;
     const sp_tensor *x = sp_node_x(n);
     int B = x->shape[0], C = x->shape[1];
     size_t P = (size_t)x->shape[2] * x->shape[3];
-    double N = (double)B * (double)P;
-    for (size_t c = c0; c < c1; c++) {
-        float k = S->scale[c];
-        if (!S->training) {
-            for (int b = 0; b < B; b++) {
-                size_t o = ((size_t)b * C + c) * P;
-                for (size_t p = 0; p < P; p++) J->dx[o + p] = J->dy[o + p] * k;
-            }
-            continue;
-        }
-        double sdy, sdyx;
-        channel_sums(n, J->dy, c, &sdy, &sdyx);
-        float mdy = (float)(sdy / N), mdyx = (float)(sdyx / N), mean = S->mean[c], inv = S->inv[c];
+    float k = S->scale[c];
+    if (!S->training) {
         for (int b = 0; b < B; b++) {
             size_t o = ((size_t)b * C + c) * P;
-            const float *restrict xc = x->data + o;
-            for (size_t p = 0; p < P; p++) J->dx[o + p] = k * (J->dy[o + p] - mdy - ((xc[p] - mean) * inv) * mdyx);
+            for (size_t p = 0; p < P; p++) dx_[o + p] = eval_dy(n, dy_, o + p) * k;
         }
+        return;
+    }
+    double N = (double)B * (double)P;
+    float mdy = (float)(sdy / N), mdyx = (float)(sdyx / N), mean = S->mean[c], inv = S->inv[c];
+    for (int b = 0; b < B; b++) {
+        size_t o = ((size_t)b * C + c) * P;
+        const float *restrict dy = dy_ + o, *restrict xc = x->data + o;
+        float *restrict dx = dx_ + o;
+        if (S->relu) {
+            float g = S->gb[2 * c], be = S->gb[2 * c + 1], m[BN_CHUNK];
+            for (size_t q = 0; q < P; q += BN_CHUNK) {
+                size_t nq = P - q < BN_CHUNK ? P - q : BN_CHUNK;
+                masked_dy(dy + q, xc + q, mean, inv, nq, g, be, m);
+                for (size_t p = 0; p < nq; p++) dx[q + p] = k * (m[p] - mdy - ((xc[q + p] - mean) * inv) * mdyx);
+            }
+        } else {
+            for (size_t p = 0; p < P; p++) dx[p] = k * (dy[p] - mdy - ((xc[p] - mean) * inv) * mdyx);
+        }
+    }
+}
+
+/* G of channel c: dγ += Σdy·x̂, dβ += Σdy; eval mode recomputes x̂ = (x − rm)/√(rv + eps). */
+static void channel_params(const sp_node *n, const float *dy, size_t c, double sdy, double sdyx)
+{
+    const bn_saved *S = n->saved;
+    float *dg = n->layer->params[0]->grad.data, *db = n->layer->params[1]->grad.data;
+    if (!S->training) {
+        const sp_tensor *x = sp_node_x(n);
+        int B = x->shape[0], C = x->shape[1];
+        size_t P = (size_t)x->shape[2] * x->shape[3];
+        float rm = n->layer->buffers[0]->value.data[c];
+        float inv = 1.0f / sqrtf(n->layer->buffers[1]->value.data[c] + BN(n)->eps);
+        sdyx = 0;
+        for (int b = 0; b < B; b++)
+            for (size_t p = 0; p < P; p++) {
+                size_t o = ((size_t)b * C + c) * P + p;
+                sdyx += (double)eval_dy(n, dy, o) * ((x->data[o] - rm) * inv);
+            }
+    }
+    dg[c] += (float)sdyx;
+    db[c] += (float)sdy;
+}
+
+static void bn_backward_range(void *ctx, size_t c0, size_t c1)
+{
+    const bn_job *J = ctx;
+    const bn_saved *S = J->n->saved;
+    for (size_t c = c0; c < c1; c++) {
+        double sdy = 0, sdyx = 0;
+        if (S->training || J->params) channel_sums(J->n, J->dy, c, &sdy, &sdyx);
+        if (J->params) channel_params(J->n, J->dy, c, sdy, sdyx);
+        if (J->dx) channel_delta(J->n, J->dy, J->dx, c, sdy, sdyx);
     }
 }
 
 static void bn_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     bn_job J = {.n = n, .dy = dy->data, .dx = dx->data};
-    sp_parallel_for((size_t)dx->shape[1], bn_delta_range, &J);
-}
-
-static void bn_params_range(void *ctx, size_t c0, size_t c1)
-{
-    const bn_job *J = ctx;
-    const sp_node *n = J->n;
-    const bn_saved *S = n->saved;
-    float *dg = n->layer->params[0]->grad.data, *db = n->layer->params[1]->grad.data;
-    for (size_t c = c0; c < c1; c++) {
-        double sdy, sdyx;
-        channel_sums(n, J->dy, c, &sdy, &sdyx);
-        if (!S->training) {   /* eval: x̂ = (x − rm)/√(rv + eps), recomputed */
-            const sp_tensor *x = sp_node_x(n);
-            int B = x->shape[0], C = x->shape[1];
-            size_t P = (size_t)x->shape[2] * x->shape[3];
-            float rm = n->layer->buffers[0]->value.data[c];
-            float inv = 1.0f / sqrtf(n->layer->buffers[1]->value.data[c] + BN(n)->eps);
-            sdyx = 0;
-            for (int b = 0; b < B; b++)
-                for (size_t p = 0; p < P; p++) {
-                    size_t o = ((size_t)b * C + c) * P + p;
-                    sdyx += (double)J->dy[o] * ((x->data[o] - rm) * inv);
-                }
-        }
-        dg[c] += (float)sdyx;
-        db[c] += (float)sdy;
-    }
+    sp_parallel_for((size_t)dx->shape[1], bn_backward_range, &J);
 }
 
 static void bn_backward_params(sp_node *n, const sp_tensor *dy)
 {
-    bn_job J = {.n = n, .dy = dy->data};
-    sp_parallel_for((size_t)dy->shape[1], bn_params_range, &J);
+    bn_job J = {.n = n, .dy = dy->data, .params = true};
+    sp_parallel_for((size_t)dy->shape[1], bn_backward_range, &J);
+}
+
+/* δ and G in one pass: the channel sums once for both (training mode reads dy and x̂
+ * once less); each channel's bits are those of the two calls above. */
+static void bn_backward_input_params(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+{
+    bn_job J = {.n = n, .dy = dy->data, .dx = dx->data, .params = true};
+    sp_parallel_for((size_t)dx->shape[1], bn_backward_range, &J);
 }
 
 static bool bn_jt_exists(const sp_node *n) { return !((const bn_saved *)n->saved)->training; }
@@ -281,6 +369,10 @@ static void bn_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
     const bn_saved *S = n->saved;
     size_t P = (size_t)n->out.shape[2] * n->out.shape[3];
     for (int r = 0; r < jt->rows; r++) jt->data[r] = S->scale[(size_t)r / P];
+    if (!S->relu) return;
+    const float *y = n->out.data + (size_t)b * jt->rows;   /* the fused ReLU's diag([y > 0]) */
+    for (int r = 0; r < jt->rows; r++)
+        if (!(y[r] > 0.0f)) jt->data[r] = 0.0f;
 }
 
 static sp_cost bn_cost(const sp_node *n)
@@ -288,6 +380,15 @@ static sp_cost bn_cost(const sp_node *n)
     double e = (double)n->out.numel, C = BN(n)->C;
     return (sp_cost){.fwd_flops = 7 * e, .bwd_input_flops = 6 * e, .bwd_params_flops = 3 * e, .out_bytes = 4 * e,
                      .saved_bytes = 4 * (e + C), .param_bytes = 4 * 2 * C};
+}
+
+/* batch norm's cost plus relu's (one FLOP per element each way, as layers/relu.c). */
+static sp_cost bn_relu_cost(const sp_node *n)
+{
+    sp_cost c = bn_cost(n);
+    double e = (double)n->out.numel;
+    c.fwd_flops += e, c.bwd_input_flops += e, c.saved_bytes += 4 * 2 * BN(n)->C;
+    return c;
 }
 
 static void bn_init(sp_layer *l, sp_rng *r)
@@ -307,6 +408,7 @@ const sp_opdef sp_op_batchnorm2d = {
     .forward = bn_forward,
     .backward_input = bn_backward_input,
     .backward_params = bn_backward_params,
+    .backward_input_params = bn_backward_input_params,
     .jt_pattern = bn_jt_pattern,
     .jt_values = bn_jt_values,
     .jt_exists = bn_jt_exists,
@@ -314,12 +416,26 @@ const sp_opdef sp_op_batchnorm2d = {
     .init_params = bn_init,
 };
 
-sp_layer *sp_batchnorm2d(const char *name, int channels)
+const sp_opdef sp_op_batchnorm2d_relu = {
+    .name = "batchnorm2d_relu",
+    .infer = bn_infer,
+    .forward = bn_forward,
+    .backward_input = bn_backward_input,
+    .backward_params = bn_backward_params,
+    .backward_input_params = bn_backward_input_params,
+    .jt_pattern = bn_jt_pattern,
+    .jt_values = bn_jt_values,
+    .jt_exists = bn_jt_exists,
+    .cost = bn_relu_cost,
+    .init_params = bn_init,
+};
+
+static sp_layer *bn_new(const char *name, int channels, bool relu)
 {
-    if (!name) sp_fail("sp_batchnorm2d: argument 'name' is NULL");
     if (channels < 1) sp_fail("batchnorm2d %s: %d channels, expected >= 1", name, channels);
     bn_layer *l = sp_xcalloc(1, sizeof *l);
-    l->base.op = &sp_op_batchnorm2d;
+    l->base.op = relu ? &sp_op_batchnorm2d_relu : &sp_op_batchnorm2d;
+    l->relu = relu;
     snprintf(l->base.name, sizeof l->base.name, "%s", name);
     l->C = channels;
     l->eps = 1e-5f;
@@ -331,4 +447,16 @@ sp_layer *sp_batchnorm2d(const char *name, int channels)
     sp_buffer_new(&l->base, "num_batches_tracked", 1, (int[]){1});   /* PyTorch: a scalar; [1] loads into it */
     bn_init(&l->base, NULL);
     return &l->base;
+}
+
+sp_layer *sp_batchnorm2d(const char *name, int channels)
+{
+    if (!name) sp_fail("sp_batchnorm2d: argument 'name' is NULL");
+    return bn_new(name, channels, false);
+}
+
+sp_layer *sp_batchnorm2d_relu(const char *name, int channels)
+{
+    if (!name) sp_fail("sp_batchnorm2d_relu: argument 'name' is NULL");
+    return bn_new(name, channels, true);
 }

@@ -25,6 +25,10 @@ sp_layer *sp_flatten(void);
  * running_mean, running_var, num_batches_tracked; batch statistics in training mode,
  * running ones in eval mode (sp_model_set_training). */
 sp_layer *sp_batchnorm2d(const char *name, int channels);
+/* sp_batchnorm2d followed by ReLU as one op, y = max(BN(x), 0), bitwise the two ops
+ * (ResNet's bn → relu without the pass over memory between them); same parameters,
+ * buffers and names as sp_batchnorm2d. */
+sp_layer *sp_batchnorm2d_relu(const char *name, int channels);
 /* nn.Conv2d(cin, cout, k, stride, pad, groups=G, bias=bias): W [cout, cin/G, k, k];
  * G = cin = cout is the depthwise convolution. G = 1 gives sp_conv2d(_nobias). */
 sp_layer *sp_conv2d_groups(const char *name, int cin, int cout, int k, int stride, int pad, int groups, bool bias);
@@ -40,6 +44,9 @@ sp_layer *sp_conv2d_nobias(const char *name, int cin, int cout, int k, int strid
 /* Ops of several inputs (sp_apply2 / sp_apply_n): the sum of same-shaped inputs, and
  * the concatenation along dim 1 (channels) of inputs that agree in every other dim. */
 sp_layer *sp_add(void);
+/* ReLU of the sum, max(x_0 + x_1 + …, 0), as one op, bitwise sp_add then sp_relu (the
+ * join of a residual block). */
+sp_layer *sp_add_relu(void);
 sp_layer *sp_concat(void);
 /* Softmax + cross-entropy, mean over the batch: logits [B, K], labels [B] → [1]. */
 sp_layer *sp_softmax_ce(void);
@@ -59,7 +66,8 @@ void sp_layers_cuda_register(void);
 /* The opdefs, for code that needs to recognise an op. */
 extern const sp_opdef sp_op_linear, sp_op_conv2d, sp_op_relu, sp_op_tanh, sp_op_sigmoid,
     sp_op_maxpool2d, sp_op_flatten, sp_op_softmax_ce, sp_op_rnn, sp_op_gru, sp_op_add, sp_op_concat,
-    sp_op_batchnorm2d, sp_op_global_avgpool2d, sp_op_avgpool2d, sp_op_dropout, sp_op_conv2d_groups;
+    sp_op_batchnorm2d, sp_op_global_avgpool2d, sp_op_avgpool2d, sp_op_dropout, sp_op_conv2d_groups,
+    sp_op_batchnorm2d_relu, sp_op_add_relu;
 
 #ifdef __cplusplus
 }

@@ -104,15 +104,16 @@ sp_model *sp_zoo_mlp(int input, int hidden, int classes)
 /* One basic block of ResNet (He et al. 2016, §4.2): conv3×3 → bn → relu → conv3×3 → bn,
  * plus the shortcut, → relu. A shortcut that changes shape is option B: a strided
  * 1×1 conv + bn (<block>.shortcut.0, .shortcut.1); otherwise the identity. Returns the
- * index of the block's output layer. */
+ * index of the block's output layer. bn → relu and add → relu are the fused ops
+ * (batchnorm2d_relu, add_relu): the same floats as the pairs, one pass over memory
+ * fewer each way. */
 static int basic_block(sp_model *m, const char *name, int x, int cin, int cout, int stride)
 {
     char n[64];
     snprintf(n, sizeof n, "%s.conv1", name);
     sp_model_add_from(m, sp_conv2d_nobias(n, cin, cout, 3, stride, 1), 1, (int[]){x});
     snprintf(n, sizeof n, "%s.bn1", name);
-    sp_model_add(m, sp_batchnorm2d(n, cout));
-    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_batchnorm2d_relu(n, cout));
     snprintf(n, sizeof n, "%s.conv2", name);
     sp_model_add(m, sp_conv2d_nobias(n, cout, cout, 3, 1, 1));
     snprintf(n, sizeof n, "%s.bn2", name);
@@ -124,9 +125,7 @@ static int basic_block(sp_model *m, const char *name, int x, int cin, int cout, 
         snprintf(n, sizeof n, "%s.shortcut.1", name);
         s = sp_model_add_from(m, sp_batchnorm2d(n, cout), 1, (int[]){sp_model_last(m)});
     }
-    sp_model_add_from(m, sp_add(), 2, (int[]){f, s});
-    sp_model_add(m, sp_relu());
-    return sp_model_last(m);
+    return sp_model_add_from(m, sp_add_relu(), 2, (int[]){f, s});
 }
 
 /* Kaiming-normal (fan_in, ReLU gain) convolution and linear weights, as the usual CIFAR
@@ -144,7 +143,7 @@ static void resnet_init(sp_model *m, sp_rng *r)
     }
 }
 
-/* ResNet-20 for 32×32 inputs (He et al. 2016, §4.2, the CIFAR variant): conv3×3 16 →
+/* ResNet-20 for 32×32 inputs (He et al. 2016, §4.2, the CIFAR variant): conv3×3 16 → bn → relu →
  * 3 stages × 3 basic blocks (16, 32, 64 channels, stride 2 entering stages 2 and 3,
  * option-B shortcuts there) → global average pooling → fc. Convs have no bias (batch
  * norm follows each). */
@@ -152,8 +151,7 @@ sp_model *sp_zoo_resnet20(int in_channels, int classes)
 {
     sp_model *m = classifier("resnet20");
     sp_model_add(m, sp_conv2d_nobias("conv1", in_channels, 16, 3, 1, 1));
-    sp_model_add(m, sp_batchnorm2d("bn1", 16));
-    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_batchnorm2d_relu("bn1", 16));
     int x = sp_model_last(m);
     static const int widths[3] = {16, 32, 64};
     int cin = 16;

@@ -857,6 +857,7 @@ static void c250(void) { (void)sp_arena_mark_get(NULL); }
 static void c251(void) { sp_arena_release(NULL, (sp_arena_mark){0}); }
 static void c252(void) { sp_tape_trim(NULL); }
 static void c253(void) { (void)sp_apply_over(NULL, NULL, NULL); }
+static void c253b(void) { (void)sp_batchnorm2d_relu(NULL, 0); }
 
 static const api_case cases[] = {
     {"sp_tensor_view", K_TRY, c0, "sp_tensor_view: argument 'shape' is NULL"},
@@ -982,6 +983,7 @@ static const api_case cases[] = {
     {"sp_linear", K_TRY, c120, "sp_linear: argument 'name' is NULL"},
     {"sp_conv2d", K_TRY, c121, "sp_conv2d: argument 'name' is NULL"},
     {"sp_batchnorm2d", K_TRY, c122, "sp_batchnorm2d: argument 'name' is NULL"},
+    {"sp_batchnorm2d_relu", K_TRY, c253b, "sp_batchnorm2d_relu: argument 'name' is NULL"},
     {"sp_conv2d_groups", K_TRY, c123, "sp_conv2d_groups: argument 'name' is NULL"},
     {"sp_conv2d_nobias", K_TRY, c124, "sp_conv2d_nobias: argument 'name' is NULL"},
     {"sp_rnn", K_TRY, c125, "sp_rnn: argument 'name' is NULL"},
@@ -1158,6 +1160,7 @@ static const char *const no_pointer_or_count[] = {
     "sp_dropout",
     "sp_global_avgpool2d",
     "sp_add",
+    "sp_add_relu",
     "sp_concat",
     "sp_softmax_ce",
     "sp_layers_cuda_register",

@@ -523,13 +523,188 @@ Test(model, summary_of_resnet20)
     FILE *f = open_memstream(&buf, &len);
     sp_model_summary(m, 3, (int[]){1, 32, 32}, f);
     fclose(f);
-    cr_assert_not_null(strstr(buf, "total: 72 layers, 272186 parameters, 82720000 forward FLOPs per sample (a DAG)"),
+    /* 53 layers: bn → relu and add → relu are the fused ops (19 ReLUs folded in) */
+    cr_assert_not_null(strstr(buf, "total: 53 layers, 272186 parameters, 82720000 forward FLOPs per sample (a DAG)"),
                        "%s", buf);
     char want[128];
-    snprintf(want, sizeof want, "%-36s %-12s %s", "add_1 (add)", "7,2", "16x32x32");   /* the first block's x + f(x) */
+    snprintf(want, sizeof want, "%-36s %-12s %s", "add_relu_1 (add_relu)", "5,1", "16x32x32");   /* relu(x + f(x)) */
     cr_assert_not_null(strstr(buf, want), "%s", buf);
-    cr_assert_not_null(strstr(buf, "relu_19 (relu)"), "%s", buf);
+    cr_assert_not_null(strstr(buf, "add_relu_9 (add_relu)"), "%s", buf);
+    cr_assert_not_null(strstr(buf, "layer1.0.bn1 (batchnorm2d_relu)"), "%s", buf);
+    cr_assert_null(strstr(buf, "(relu)"), "%s", buf);
     cr_assert_not_null(strstr(buf, "layer2.0.shortcut.0 (conv2d)"), "%s", buf);
     free(buf);
     sp_model_free(m);
+}
+
+/* backward_input_params (δ and G from one pass over dy, the linear engine's path) gives
+ * bit for bit what backward_input and backward_params give, in training and eval mode. */
+Test(batchnorm2d, one_pass_delta_and_g_are_the_two_calls_bitwise)
+{
+    const int shape[4] = {3, 4, 5, 7}, C = 4;
+    for (int mode = 0; mode < 2; mode++) {
+        sp_layer *l = sp_batchnorm2d("bn", C);
+        tu_fill_uniform(l->params[0]->value.data, (size_t)C, 260, 0.5f, 1.5f);
+        tu_fill_uniform(l->params[1]->value.data, (size_t)C, 261, -0.5f, 0.5f);
+        l->eval = mode == 1;
+        sp_tensor x = sp_tensor_new(4, shape), dy = sp_tensor_new(4, shape), dx2 = sp_tensor_new(4, shape),
+                  dx1 = sp_tensor_new(4, shape), g2[2];
+        tu_fill_uniform(x.data, x.numel, 262, -2, 2);
+        tu_fill_uniform(dy.data, dy.numel, 263, -1, 1);
+        sp_tape t;
+        sp_tape_init(&t);
+        sp_node *y = sp_apply(&t, l, sp_tape_input(&t, &x));
+        cr_assert_not_null(y->kern->backward_input_params);
+        y->kern->backward_params(y, &dy);
+        y->kern->backward_input(y, 0, &dy, &dx2);
+        for (int i = 0; i < 2; i++) {
+            g2[i] = sp_tensor_new(1, (int[]){C});
+            sp_tensor_copy(&g2[i], &l->params[i]->grad);
+            sp_tensor_zero(&l->params[i]->grad);
+        }
+        y->kern->backward_input_params(y, &dy, &dx1);
+        cr_assert(memcmp(dx1.data, dx2.data, x.numel * sizeof(float)) == 0, "δ differs (mode %d)", mode);
+        for (int i = 0; i < 2; i++) {
+            cr_assert_neq(g2[i].data[0], 0.0f);
+            cr_assert(memcmp(l->params[i]->grad.data, g2[i].data, (size_t)C * sizeof(float)) == 0,
+                      "G of %s differs (mode %d)", l->params[i]->name, mode);
+            sp_tensor_free(&g2[i]);
+        }
+        sp_tensor_free(&x), sp_tensor_free(&dy), sp_tensor_free(&dx1), sp_tensor_free(&dx2);
+        sp_tape_free(&t);
+        sp_layer_free(l);
+    }
+}
+
+/* ---- the fused ops: batchnorm2d_relu, add_relu ------------------------------------- */
+
+Test(gradcheck, batchnorm2d_relu_and_add_relu)
+{
+    /* FD steps of 1e-3: a step of the default 1e-2 across ReLU's kink at y = 0 would be
+     * the finite difference's error, not the op's */
+    tu_gc_opts o = {.eps = 1e-3};
+    for (int eval = 0; eval < 2; eval++) {
+        sp_layer *l = sp_batchnorm2d_relu("bn", 3);
+        l->eval = eval;
+        tu_gc_result r = tu_gradcheck(l, 4, (int[]){4, 3, 3, 2}, 34 + (uint64_t)eval, &o);
+        cr_assert_lt(tu_gc_worst(&r), GC_TOL, "batchnorm2d_relu (eval %d): err %.2e", eval, tu_gc_worst(&r));
+        cr_assert_gt(r.max_abs_dx, 0.0);
+        sp_layer_free(l);
+    }
+    tu_gc_result r = tu_gradcheck_n(sp_add_relu(), 2, (int[]){4, 4}, (const int[][SP_MAX_DIMS]){{2, 3, 4, 5}, {2, 3, 4, 5}},
+                                    36, &o);
+    cr_assert_lt(tu_gc_worst(&r), GC_TOL, "add_relu: err %.2e", tu_gc_worst(&r));
+    cr_assert_gt(r.max_abs_dx, 0.0);
+}
+
+Test(jt, add_relu_per_input)
+{
+    check_jt_blocks(sp_add_relu(), 2, (const int[][SP_MAX_DIMS]){{2, 3, 2, 2}, {2, 3, 2, 2}}, 4);
+    check_jt_blocks(sp_add_relu(), 3, (const int[][SP_MAX_DIMS]){{2, 2, 3, 2}, {2, 2, 3, 2}, {2, 2, 3, 2}}, 4);
+}
+
+static void same_bits(const sp_tensor *a, const sp_tensor *b, const char *what, int mode)
+{
+    cr_assert_eq(a->numel, b->numel, "%s", what);
+    cr_assert(memcmp(a->data, b->data, a->numel * sizeof(float)) == 0, "%s differs (mode %d)", what, mode);
+}
+
+/* batchnorm2d_relu against batchnorm2d then relu, in training and eval mode: y, the
+ * running statistics, δ and G bit for bit, and its backward_input_params (δ and G in
+ * one pass) bit for bit its two separate calls. γ, β random so that the mask cuts
+ * inside the channels. */
+Test(fused, batchnorm2d_relu_is_bitwise_batchnorm2d_then_relu)
+{
+    const int shape[4] = {3, 4, 5, 7}, C = 4;
+    for (int mode = 0; mode < 2; mode++) {
+        sp_layer *f = sp_batchnorm2d_relu("bn", C), *b = sp_batchnorm2d("bn", C), *r = sp_relu();
+        cr_assert_eq(f->op, &sp_op_batchnorm2d_relu);
+        cr_assert_str_eq(f->params[0]->name, "bn.weight");
+        cr_assert_str_eq(f->buffers[1]->name, "bn.running_var");
+        for (int i = 0; i < 2; i++) {
+            tu_fill_uniform(f->params[i]->value.data, (size_t)C, 200 + (uint64_t)i, -1, 1);
+            tu_fill_uniform(f->buffers[i]->value.data, (size_t)C, 210 + (uint64_t)i, 0.5f, 1.5f);
+            sp_tensor_copy(&b->params[i]->value, &f->params[i]->value);
+            sp_tensor_copy(&b->buffers[i]->value, &f->buffers[i]->value);
+        }
+        f->eval = b->eval = mode == 1;
+        sp_tensor x = sp_tensor_new(4, shape), dy = sp_tensor_new(4, shape);
+        tu_fill_uniform(x.data, x.numel, 220 + (uint64_t)mode, -2, 2);
+        tu_fill_uniform(dy.data, dy.numel, 230 + (uint64_t)mode, -1, 1);
+        sp_tape tf, tb;
+        sp_tape_init(&tf);
+        sp_tape_init(&tb);
+        sp_node *yf = sp_apply(&tf, f, sp_tape_input(&tf, &x));
+        sp_node *yb = sp_apply(&tb, b, sp_tape_input(&tb, &x));
+        sp_node *yr = sp_apply(&tb, r, yb);
+        same_bits(&yf->out, &yr->out, "forward", mode);
+        size_t zeros = 0;
+        for (size_t i = 0; i < x.numel; i++) zeros += yf->out.data[i] == 0.0f;
+        cr_assert(zeros > x.numel / 5 && zeros < x.numel * 4 / 5, "ReLU cut %zu of %zu", zeros, x.numel);
+        for (int i = 0; i < 2; i++) same_bits(&f->buffers[i]->value, &b->buffers[i]->value, "running statistics", mode);
+        /* the pair: relu's δ is batch norm's dy */
+        sp_tensor dyb = sp_tensor_new(4, shape), dxb = sp_tensor_new(4, shape), dxf = sp_tensor_new(4, shape);
+        yr->kern->backward_input(yr, 0, &dy, &dyb);
+        yb->kern->backward_params(yb, &dyb);
+        yb->kern->backward_input(yb, 0, &dyb, &dxb);
+        yf->kern->backward_params(yf, &dy);
+        yf->kern->backward_input(yf, 0, &dy, &dxf);
+        same_bits(&dxf, &dxb, "δ", mode);
+        for (int i = 0; i < 2; i++) same_bits(&f->params[i]->grad, &b->params[i]->grad, "G", mode);
+        /* one pass for both, from zeroed grads: the bits of the two calls */
+        sp_tensor g1[2], dx1 = sp_tensor_new(4, shape);
+        for (int i = 0; i < 2; i++) {
+            g1[i] = sp_tensor_new(1, (int[]){C});
+            sp_tensor_copy(&g1[i], &f->params[i]->grad);
+            sp_tensor_zero(&f->params[i]->grad);
+        }
+        yf->kern->backward_input_params(yf, &dy, &dx1);
+        same_bits(&dx1, &dxf, "batchnorm2d_relu backward_input_params δ", mode);
+        for (int i = 0; i < 2; i++) {
+            same_bits(&f->params[i]->grad, &g1[i], "batchnorm2d_relu backward_input_params G", mode);
+            sp_tensor_free(&g1[i]);
+        }
+        sp_tensor_free(&x), sp_tensor_free(&dy), sp_tensor_free(&dyb), sp_tensor_free(&dxb), sp_tensor_free(&dxf);
+        sp_tensor_free(&dx1);
+        sp_tape_free(&tf), sp_tape_free(&tb);
+        sp_layer_free(f), sp_layer_free(b), sp_layer_free(r);
+    }
+}
+
+/* add_relu against add then relu, with two and three inputs: y and every δ_i bitwise. */
+Test(fused, add_relu_is_bitwise_add_then_relu)
+{
+    const int shape[4] = {2, 3, 5, 4};
+    for (int n = 2; n <= 3; n++) {
+        sp_layer *f = sp_add_relu(), *a = sp_add(), *r = sp_relu();
+        sp_tensor xs[3];
+        sp_node *inf[3], *inb[3];
+        sp_tape tf, tb;
+        sp_tape_init(&tf);
+        sp_tape_init(&tb);
+        for (int i = 0; i < n; i++) {
+            xs[i] = sp_tensor_new(4, shape);
+            tu_fill_uniform(xs[i].data, xs[i].numel, 240 + (uint64_t)i, -1, 1);
+            inf[i] = sp_tape_input(&tf, &xs[i]);
+            inb[i] = sp_tape_input(&tb, &xs[i]);
+        }
+        sp_node *yf = sp_apply_n(&tf, f, n, inf), *ya = sp_apply_n(&tb, a, n, inb), *yr = sp_apply(&tb, r, ya);
+        same_bits(&yf->out, &yr->out, "add_relu forward", n);
+        sp_tensor dy = sp_tensor_new(4, shape), dya = sp_tensor_new(4, shape), dxa = sp_tensor_new(4, shape),
+                  dxf = sp_tensor_new(4, shape);
+        tu_fill_uniform(dy.data, dy.numel, 250, -1, 1);
+        yr->kern->backward_input(yr, 0, &dy, &dya);
+        size_t zeros = 0;
+        for (int i = 0; i < n; i++) {
+            ya->kern->backward_input(ya, i, &dya, &dxa);
+            yf->kern->backward_input(yf, i, &dy, &dxf);
+            same_bits(&dxf, &dxa, "add_relu δ", n);
+        }
+        for (size_t i = 0; i < dxf.numel; i++) zeros += dxf.data[i] == 0.0f;
+        cr_assert(zeros > 0 && zeros < dxf.numel, "the mask cut %zu of %zu", zeros, dxf.numel);
+        for (int i = 0; i < n; i++) sp_tensor_free(&xs[i]);
+        sp_tensor_free(&dy), sp_tensor_free(&dya), sp_tensor_free(&dxa), sp_tensor_free(&dxf);
+        sp_tape_free(&tf), sp_tape_free(&tb);
+        sp_layer_free(f), sp_layer_free(a), sp_layer_free(r);
+    }
 }

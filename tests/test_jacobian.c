@@ -493,3 +493,12 @@ Test(jt, grouped_conv_and_eval_batchnorm)
     bn->eval = true;   /* per-channel affine: a diagonal Jᵀ (none per sample in training mode) */
     check_op(bn, 4, (int[]){2, 3, 2, 2}, 100, 12, NULL);
 }
+
+/* The fused ops: diagonal Jᵀ with the ReLU's zeros stored (the pattern is the shape's). */
+Test(jt, eval_batchnorm2d_relu_and_add_relu)
+{
+    sp_layer *bn = sp_batchnorm2d_relu("bn", 3);
+    bn->eval = true;   /* init's statistics: y = max(x/√(1 + eps), 0), about half cut */
+    check_op(bn, 4, (int[]){2, 3, 2, 4}, 101, 24, NULL);
+    check_op(sp_add_relu(), 4, (int[]){2, 3, 5, 7}, 102, 105, NULL);   /* one input: relu */
+}

@@ -744,12 +744,16 @@ Test(cuda, add_concat_match_cpu_bitwise)
 {
     need_gpu();
     static const int s4[3][4] = {{2, 3, 4, 5}, {2, 3, 4, 5}, {2, 3, 4, 5}};
-    sp_layer *c = sp_add(), *g = sp_add();
-    compare_multi(c, g, 3, 4, s4, (int[]){-1, -1, -1}, 1);
-    compare_multi(c, g, 2, 4, s4, (int[]){-1, 0}, 2);   /* add(x, x) */
-    compare_multi(c, g, 1, 4, s4, (int[]){-1}, 3);
-    sp_layer_free(c);
-    sp_layer_free(g);
+    for (int relu = 0; relu < 2; relu++) {   /* add, add_relu */
+        sp_layer *c = relu ? sp_add_relu() : sp_add(), *g = relu ? sp_add_relu() : sp_add();
+        compare_multi(c, g, 3, 4, s4, (int[]){-1, -1, -1}, 1);
+        compare_multi(c, g, 2, 4, s4, (int[]){-1, 0}, 2);   /* add(x, x) */
+        compare_multi(c, g, 1, 4, s4, (int[]){-1}, 3);
+        compare_multi(c, g, 2, 4, s4, (int[]){-1, -1}, 7);
+        sp_layer_free(c);
+        sp_layer_free(g);
+    }
+    sp_layer *c, *g;
     static const int cc[3][4] = {{2, 1, 3, 3}, {2, 4, 3, 3}, {2, 2, 3, 3}}, c2[2][4] = {{3, 2}, {3, 5}};
     c = sp_concat(), g = sp_concat();
     compare_multi(c, g, 3, 4, cc, (int[]){-1, -1, -1}, 4);
@@ -806,13 +810,15 @@ static void compare_bn_buffers(const sp_layer *c, const sp_layer *g, const char 
     }
 }
 
+/* batchnorm2d, and batchnorm2d_relu (the same layer clamped: its δ, G and Jᵀ masked). */
 Test(cuda, batchnorm2d_matches_cpu)
 {
     need_gpu();
     int shapes[][4] = {{4, 3, 5, 6}, {2, 16, 8, 8}, {3, 2, 1, 1}, {1, 5, 17, 19}};
-    for (int i = 0; i < 4; i++) {
-        int C = shapes[i][1];
-        sp_layer *c = sp_batchnorm2d("bn", C), *g = sp_batchnorm2d("bn", C);
+    for (int k = 0; k < 8; k++) {
+        int i = k % 4, C = shapes[i][1];
+        sp_layer *(*make)(const char *, int) = k < 4 ? sp_batchnorm2d : sp_batchnorm2d_relu;
+        sp_layer *c = make("bn", C), *g = make("bn", C);
         twin_layers(c, g, 500 + i);
         /* γ, β away from 1, 0 so that they matter */
         sp_layer_to_device(g, SP_CPU);

@@ -45,7 +45,19 @@ void sp_node_backward_inputs(sp_node *n)
 
 void sp_node_backward(sp_node *n)
 {
-    if (n->kern->backward_params && n->layer->nparams > 0) n->kern->backward_params(n, &n->grad);
+    bool params = n->kern->backward_params && n->layer->nparams > 0;
+    sp_node *in = n->input;
+    if (params && n->kern->backward_input_params && n->ninputs == 1 && in->needs_grad) {
+        if (in->nconsumers == 1) {   /* δ and G from one pass over dy (batch norm's sums) */
+            n->kern->backward_input_params(n, &n->grad, &in->grad);
+            return;
+        }
+        sp_tensor tmp = sp_tape_tensor_like(n->tape, &in->out);
+        n->kern->backward_input_params(n, &n->grad, &tmp);
+        sp_accumulate(&in->grad, &tmp);
+        return;
+    }
+    if (params) n->kern->backward_params(n, &n->grad);
     sp_node_backward_inputs(n);
 }
 
