@@ -1592,8 +1592,9 @@ static void whole_model(sp_model *m, int batch, double *flops, double *fwd, doub
 }
 
 /* ResNet-20 (one input channel, as the zoo's) is cut after each node every path goes
- * through: conv1 | bn1 | relu_1 (the stem), then per residual block its body up to the
- * add and the block's relu (9 × 2), then the pooling and the fc: 3 + 18 + 2 = 23 stages.
+ * through: conv1 | bn1 (batch norm with the ReLU fused: the stem), then each residual
+ * block up to its add with the block's ReLU fused (9), then the pooling and the fc:
+ * 2 + 9 + 2 = 13 stages.
  * Their F, δ, G and parameter bytes add up to the whole model's; their activations too,
  * less the input of the two downsampling blocks, which both the block's conv1 and its
  * shortcut conv read (counted once: 4 B × 32 × 16×32×32 and 4 B × 32 × 32×16×16). */
