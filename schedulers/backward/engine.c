@@ -16,7 +16,7 @@ typedef struct engine_entry {
 
 /* bppsa's hooks are in bppsa_hooks.c, over its public calls, attached here once made. */
 static const engine_entry ENGINES[] = {
-    {"linear", sp_engine_linear_create, SP_ENGINE_DEVICE, NULL},
+    {"linear", sp_engine_linear_create, SP_ENGINE_DEVICE | SP_ENGINE_OVER_INPUTS, NULL},
     {"bppsa", sp_engine_bppsa_create, SP_ENGINE_DEVICE | SP_ENGINE_PLAN, sp_bppsa_attach_hooks},
     {"ooo", sp_engine_ooo_create,
      SP_ENGINE_DEVICE | SP_ENGINE_TRACE | SP_ENGINE_LAYER_UPDATES | SP_ENGINE_REORDERS_DW, NULL},

@@ -52,6 +52,9 @@ enum {
                                         * own (opts.update); the caller skips its own step      */
     SP_ENGINE_REORDERS_DW = 1 << 4,    /* weight gradients wait behind the input gradients: the
                                         * parallel executor orders them so too (DDP: ddp-ooo)   */
+    SP_ENGINE_OVER_INPUTS = 1 << 5,    /* its host backward reads no output a ReLU overwrote:
+                                        * the training forward may run ReLUs over their inputs
+                                        * (sp_tape.reuse_inputs, core/tape.h)                    */
 };
 
 /* Where an engine writes its figures: keys of a run's JSON line (the runner passes one
