@@ -431,34 +431,30 @@ static int find_idx(char *out, size_t len, const char *dir, const char *prefix, 
                     "/usr/share/datasets/fashion-mnist)", dir, prefix, kind, prefix, kind);
 }
 
-sp_dataset *sp_fashion_mnist(const char *dir, bool train, int pad_to)
+/* The dir's train or test IDX pair, opened by `open` (whole, or for rows), padded. */
+static sp_dataset *fashion_mnist_open(const char *fn, const char *dir, bool train, int pad_to,
+                                      sp_dataset *(*open)(const char *, const char *))
 {
-    if (!dir) return sp_error("sp_fashion_mnist: argument 'dir' is NULL"), NULL;
+    if (!dir) return sp_error("%s: argument 'dir' is NULL", fn), NULL;
     char images[4096], labels[4096];
     const char *prefix = train ? "train" : "t10k";
     if (find_idx(images, sizeof images, dir, prefix, "images-idx3-ubyte") != SP_OK ||
         find_idx(labels, sizeof labels, dir, prefix, "labels-idx1-ubyte") != SP_OK)
         return NULL;
-    sp_dataset *d = sp_idx_open(images, labels);
-    if (d && pad_to && sp_dataset_pad(d, pad_to) != SP_OK) {
+    sp_dataset *d = open(images, labels);
+    if (d && pad_to && sp_dataset_pad(d, pad_to) != SP_OK) {   /* a row set pads each sample as it is got */
         sp_dataset_free(d);
         return NULL;
     }
     return d;
 }
 
+sp_dataset *sp_fashion_mnist(const char *dir, bool train, int pad_to)
+{
+    return fashion_mnist_open("sp_fashion_mnist", dir, train, pad_to, sp_idx_open);
+}
+
 sp_dataset *sp_fashion_mnist_rows(const char *dir, bool train, int pad_to)
 {
-    if (!dir) return sp_error("sp_fashion_mnist_rows: argument 'dir' is NULL"), NULL;
-    char images[4096], labels[4096];
-    const char *prefix = train ? "train" : "t10k";
-    if (find_idx(images, sizeof images, dir, prefix, "images-idx3-ubyte") != SP_OK ||
-        find_idx(labels, sizeof labels, dir, prefix, "labels-idx1-ubyte") != SP_OK)
-        return NULL;
-    sp_dataset *d = sp_idx_open_rows(images, labels);
-    if (d && pad_to && sp_dataset_pad(d, pad_to) != SP_OK) {   /* padded as each sample is got */
-        sp_dataset_free(d);
-        return NULL;
-    }
-    return d;
+    return fashion_mnist_open("sp_fashion_mnist_rows", dir, train, pad_to, sp_idx_open_rows);
 }

@@ -61,26 +61,10 @@ static void add_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor
     memcpy(dx->data, dy->data, dx->numel * sizeof(float));
 }
 
-typedef struct add_relu_bwd {
-    const float *y, *dy;
-    float *dx;
-} add_relu_bwd;
-
-static void add_relu_backward_range(void *ctx, size_t begin, size_t end)
-{
-    const add_relu_bwd *J = ctx;
-    const float *restrict y = J->y, *restrict dy = J->dy;
-    float *restrict dx = J->dx;
-    for (size_t j = begin; j < end; j++) {
-        float g = dy[j];   /* read unconditionally: a vector blend, as relu.c */
-        dx[j] = y[j] > 0.0f ? g : 0.0f;
-    }
-}
-
+/* δ of either input: dy where the output is positive (the fused ReLU's mask). */
 static void add_relu_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
-    add_relu_bwd J = {.y = n->out.data, .dy = dy->data, .dx = dx->data};
-    sp_elementwise_for(dx->numel, add_relu_backward_range, &J);
+    sp_relu_mask(n->out.data, dy->data, dx->data, dx->numel);
 }
 
 static void add_jt_pattern(const sp_node *n, int i, sp_csr *jt)

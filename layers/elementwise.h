@@ -14,5 +14,8 @@ sp_layer *sp_elementwise_layer(const sp_opdef *op);
  * to pay for the hand-off, else inline. For pointwise maps, whose bits never depend on
  * the split. */
 void sp_elementwise_for(size_t n, sp_range_fn fn, void *ctx);
+/* ReLU's δ: dx = dy where gate > 0, else 0, over n elements (relu's gate is its input or
+ * output, add_relu's its output: the same signs). relu.c. */
+void sp_relu_mask(const float *gate, const float *dy, float *dx, size_t n);
 
 #endif

@@ -31,25 +31,30 @@ static void relu_forward(sp_node *n)
 }
 
 typedef struct relu_bwd {
-    const float *x, *dy;
+    const float *gate, *dy;
     float *dx;
 } relu_bwd;
 
 static void relu_backward_range(void *ctx, size_t begin, size_t end)
 {
     const relu_bwd *J = ctx;
-    const float *restrict x = J->x, *restrict dy = J->dy;
+    const float *restrict gate = J->gate, *restrict dy = J->dy;
     float *restrict dx = J->dx;
     for (size_t i = begin; i < end; i++) {
         float g = dy[i];   /* read unconditionally, so the select is a vector blend */
-        dx[i] = x[i] > 0.0f ? g : 0.0f;
+        dx[i] = gate[i] > 0.0f ? g : 0.0f;
     }
+}
+
+void sp_relu_mask(const float *gate, const float *dy, float *dx, size_t n)
+{
+    relu_bwd J = {.gate = gate, .dy = dy, .dx = dx};
+    sp_elementwise_for(n, relu_backward_range, &J);
 }
 
 static void relu_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
-    relu_bwd J = {.x = sp_node_x(n)->data, .dy = dy->data, .dx = dx->data};
-    sp_elementwise_for(dx->numel, relu_backward_range, &J);
+    sp_relu_mask(sp_node_x(n)->data, dy->data, dx->data, dx->numel);
 }
 
 static void relu_jt_pattern(const sp_node *n, int i, sp_csr *jt)

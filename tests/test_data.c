@@ -28,27 +28,9 @@
         cr_assert(strstr(sp_last_error(), needle), "error \"%s\" lacks \"%s\"", sp_last_error(), needle); \
     } while (0)
 
-static const char *tmp_path(const char *name)
-{
-    static char buf[8][512];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 512, "%s/%s", tu_tmpdir(), name);
-    return p;
-}
+#define tmp_path tu_tmp_path
 
-static void write_file(const char *path, const void *data, size_t n, bool gz)
-{
-    if (gz) {
-        gzFile g = gzopen(path, "wb");
-        cr_assert(g && gzwrite(g, data, (unsigned)n) == (int)n, "cannot write %s", path);
-        gzclose(g);
-    } else {
-        FILE *fp = fopen(path, "wb");
-        cr_assert(fp && fwrite(data, 1, n, fp) == n, "cannot write %s", path);
-        fclose(fp);
-    }
-}
+#define write_file tu_write_file
 
 static void put_be32(unsigned char *b, uint32_t v)
 {

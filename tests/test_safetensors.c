@@ -37,14 +37,7 @@ static void assert_error_has(const char *needle)
 
 /* ---------------------------------------------------------------- helpers */
 
-static const char *tmp_path(const char *name)
-{
-    static char buf[8][512];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 512, "%s/%s", tu_tmpdir(), name);
-    return p;
-}
+#define tmp_path tu_tmp_path
 
 static void write_bytes(const char *path, const void *data, size_t n)
 {

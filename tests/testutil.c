@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include <zlib.h>
 #include <sys/wait.h>
 #include "core/error.h"
 #include "core/rng.h"
@@ -459,4 +460,27 @@ float *tu_model_weights(const sp_model *m, size_t *n)
         q += m->params[i]->value.numel;
     }
     return w;
+}
+
+const char *tu_tmp_path(const char *name)
+{
+    static char buf[8][4608];
+    static int k;
+    char *p = buf[k++ % 8];
+    int n = snprintf(p, sizeof buf[0], "%s/%s", tu_tmpdir(), name);
+    cr_assert(n > 0 && (size_t)n < sizeof buf[0], "temporary path too long: %s", name);
+    return p;
+}
+
+void tu_write_file(const char *path, const void *data, size_t n, bool gz)
+{
+    if (gz) {
+        gzFile g = gzopen(path, "wb");
+        cr_assert(g && gzwrite(g, data, (unsigned)n) == (int)n, "cannot write %s", path);
+        gzclose(g);
+    } else {
+        FILE *fp = fopen(path, "wb");
+        cr_assert(fp && fwrite(data, 1, n, fp) == n, "cannot write %s", path);
+        fclose(fp);
+    }
 }

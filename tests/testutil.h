@@ -64,6 +64,10 @@ double tu_max_rel_diff(const float *a, const float *b, size_t n);
  * /tmp; removed with everything in it when the process that made it exits, whether the
  * test passed or failed (scripts/run_tests.sh also clears $BUILD/tmp after a crash). */
 const char *tu_tmpdir(void);
+/* tu_tmpdir()/name, in one of 8 rotating buffers (a call may hold up to 8 at once). */
+const char *tu_tmp_path(const char *name);
+/* Write n bytes to path, gzip-compressed if gz; the test fails if it cannot. */
+void tu_write_file(const char *path, const void *data, size_t n, bool gz);
 
 /* Quiet expected errors. As a test's or suite's .init (or called first in a test): stderr
  * goes to a file. At exit, a test declared with .exit_code = 2 must have printed exactly
