@@ -521,6 +521,10 @@ Test(exec, step_median_leaves_out_five_steps_and_stalls, .timeout = 120)
         mpi_run(k == 0 ? "SCANPROP_EXEC_FAULT=slow:0:3:1000" : "SCANPROP_EXEC_FAULT=slow:0:8:1000", "-np 2", cmd, &r);
         cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
         double mean = json_number(r.out, "step_mean_ms"), median = json_number(r.out, "step_median_ms");
+        /* the executor's own time per job: what is left of a job after its compute (a
+         * deferred update included) and its waiting — counting a part twice made it −14 µs */
+        double job = json_number(r.out, "job_overhead_us");
+        cr_assert(job >= 0 && job < 1e3, "job_overhead_us %g", job);
         cr_assert(mean > 100, "slowed step %d: step_mean_ms %.3f lacks it", k ? 8 : 3, mean);
         cr_assert(median > 0 && median < 100, "slowed step %d: step_median_ms %.3f holds it", k ? 8 : 3, median);
     }
@@ -529,6 +533,12 @@ Test(exec, step_median_leaves_out_five_steps_and_stalls, .timeout = 120)
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
     cr_assert_not_null(strstr(r.out, "\"step_median_ms\": null"), "5 steps leave no step for the median: %s", r.out);
+    /* ddp applies the previous step's update inside a forward job (counted as compute) */
+    snprintf(cmd, sizeof cmd, "%s --layers 8 --steps 2 --batch 32 --threads 1 --quiet --parallel ddp", bin("demo"));
+    mpi_run("", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
+    double job = json_number(r.out, "job_overhead_us");
+    cr_assert(job >= 0 && job < 1e3, "ddp: job_overhead_us %g", job);
 }
 
 Test(exec, costs_out_and_step_mean_leave_out_the_first_step, .timeout = 120)

@@ -109,7 +109,6 @@ struct sp_exec {
     double job_overhead;     /* seconds of the jobs after the first step that were neither
                                 compute nor waiting (exec_predict.c)                 */
     long njobs_late;
-    double opt_s;            /* seconds in the optimizer step, every step (sp_exec_step_stage) */
     long cap_step_wall;
     double delay_s;          /* $SCANPROP_EXEC_FAULT=slow: added to the next job's compute */
     int *order_rec;          /* the first step's executed job ids                    */

@@ -291,7 +291,6 @@ void sp_exec_step_stage(sp_exec *x, int s, long step)
     sp_layer *l = x->st[s].layer;
     double t0 = sp_now();
     sp_optim_step_params(x->opt, l->params, l->nparams);
-    x->opt_s += sp_now() - t0;   /* every step's: a job's own time leaves it out (exec.c) */
     if (step == 0) return;   /* the first update warms up (its state is allocated) */
     if (!x->opt_meas) {
         x->opt_meas = sp_xcalloc(2 * (size_t)x->S, sizeof *x->opt_meas);
