@@ -431,9 +431,9 @@ static int find_idx(char *out, size_t len, const char *dir, const char *prefix, 
                     "/usr/share/datasets/fashion-mnist)", dir, prefix, kind, prefix, kind);
 }
 
-/* The dir's train or test IDX pair, opened by `open` (whole, or for rows), padded. */
+/* The dir's train or test IDX pair, opened by `opener` (whole, or for rows), padded. */
 static sp_dataset *fashion_mnist_open(const char *fn, const char *dir, bool train, int pad_to,
-                                      sp_dataset *(*open)(const char *, const char *))
+                                      sp_dataset *(*opener)(const char *, const char *))
 {
     if (!dir) return sp_error("%s: argument 'dir' is NULL", fn), NULL;
     char images[4096], labels[4096];
@@ -441,7 +441,7 @@ static sp_dataset *fashion_mnist_open(const char *fn, const char *dir, bool trai
     if (find_idx(images, sizeof images, dir, prefix, "images-idx3-ubyte") != SP_OK ||
         find_idx(labels, sizeof labels, dir, prefix, "labels-idx1-ubyte") != SP_OK)
         return NULL;
-    sp_dataset *d = open(images, labels);
+    sp_dataset *d = opener(images, labels);
     if (d && pad_to && sp_dataset_pad(d, pad_to) != SP_OK) {   /* a row set pads each sample as it is got */
         sp_dataset_free(d);
         return NULL;
