@@ -92,6 +92,11 @@ struct sp_layer {
  *                          per-channel sums). NULL: callers make the two calls. The
  *                          linear engine uses it (sp_node_backward); engines that run δ
  *                          and G apart (ooo) make the two calls.
+ *   backward_input_acc     dx += J_iᵀ·dy, bitwise dx + (what backward_input writes): the
+ *                          δ of an input that fans out, added into its sum with no
+ *                          scratch tensor and no separate pass (the linear engine's
+ *                          sp_node_backward_inputs). NULL: callers go through a scratch
+ *                          and sp_accumulate.
  *   jt_values              J_iᵀ of sample b, (input-i size × out): fills jt->data (nnz
  *                          preallocated by sp_opdef.jt_pattern) from saved state and
  *                          weights.
@@ -126,7 +131,8 @@ struct sp_layer {
     void (*chain_jt_all)(const sp_node *n, int t_lo, float *jt);                                 \
     int (*chain_jt_factors)(const sp_node *n, int t_lo, float *v, bool *zdiag, const float **W);         \
     void (*chain_backward_params_range)(sp_node *n, const sp_tensor *dh, int t0, int t1);           \
-    void (*backward_input_params)(sp_node *n, const sp_tensor *dy, sp_tensor *dx);
+    void (*backward_input_params)(sp_node *n, const sp_tensor *dy, sp_tensor *dx);              \
+    void (*backward_input_acc)(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx);
 
 /* The kernels of one op on one device. The CPU's are the op's own (sp_opdef.cpu); a
  * device backend registers its twin's with sp_op_register_kernels (core/device.h), and

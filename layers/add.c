@@ -67,6 +67,31 @@ static void add_relu_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_t
     sp_relu_mask(n->out.data, dy->data, dx->data, dx->numel);
 }
 
+typedef struct add_acc {
+    const float *dy;
+    float *dx;
+} add_acc;
+
+static void add_acc_range(void *ctx, size_t begin, size_t end)
+{
+    const add_acc *J = ctx;
+    const float *restrict dy = J->dy;
+    float *restrict dx = J->dx;
+    for (size_t j = begin; j < end; j++) dx[j] += dy[j];
+}
+
+/* dx_i += dy: an input that fans out (ResNet's identity shortcut) takes its δ in one pass. */
+static void add_backward_input_acc(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
+{
+    add_acc J = {.dy = dy->data, .dx = dx->data};
+    sp_elementwise_for(dx->numel, add_acc_range, &J);
+}
+
+static void add_relu_backward_input_acc(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
+{
+    sp_relu_mask_acc(n->out.data, dy->data, dx->data, dx->numel);
+}
+
 static void add_jt_pattern(const sp_node *n, int i, sp_csr *jt)
 {
     sp_csr_identity(jt, (int)sp_tensor_sample_numel(&n->out));
@@ -104,6 +129,7 @@ const sp_opdef sp_op_add = {
     .infer = add_infer,
     .forward = add_forward,
     .backward_input = add_backward_input,
+    .backward_input_acc = add_backward_input_acc,
     .jt_pattern = add_jt_pattern,
     .jt_values = add_jt_values,
     .cost = add_cost,
@@ -117,6 +143,7 @@ const sp_opdef sp_op_add_relu = {
     .infer = add_infer,
     .forward = add_relu_forward,
     .backward_input = add_relu_backward_input,
+    .backward_input_acc = add_relu_backward_input_acc,
     .jt_pattern = add_jt_pattern,
     .jt_values = add_relu_jt_values,
     .cost = add_relu_cost,

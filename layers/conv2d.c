@@ -282,6 +282,21 @@ static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tenso
     sp_parallel_for((size_t)S->slots, delta_slots, &J);
 }
 
+/* dx += δ, for an input that fans out: on oneDNN the add rides on each slot's reorder out
+ * of the blocked layout; the im2col path writes a scratch and adds it. */
+static void conv_backward_input_acc(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
+{
+    const conv_saved *S = n->saved;
+    if (S->dnnl) {
+        sp_dnnl_conv c = dnnl_shape(S);
+        sp_dnnl_conv_backward_data_acc(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data);
+        return;
+    }
+    sp_tensor tmp = sp_tape_tensor_like(n->tape, dx);
+    conv_backward_input(n, i, dy, &tmp);
+    sp_accumulate(dx, &tmp);
+}
+
 /* ---- G ----------------------------------------------------------------------------------- */
 
 /* Small weights: each thread sums G over its own samples into a private copy, then
@@ -493,6 +508,7 @@ const sp_opdef sp_op_conv2d = {
     .infer = conv_infer,
     .forward = conv_forward,
     .backward_input = conv_backward_input,
+    .backward_input_acc = conv_backward_input_acc,
     .backward_params = conv_backward_params,
     .jt_pattern = conv_jt_pattern,
     .jt_values = conv_jt_values,

@@ -46,15 +46,38 @@ static void relu_backward_range(void *ctx, size_t begin, size_t end)
     }
 }
 
+/* dx += the same: the fan-out's add, one f32 add of the masked value per element. */
+static void relu_backward_acc_range(void *ctx, size_t begin, size_t end)
+{
+    const relu_bwd *J = ctx;
+    const float *restrict gate = J->gate, *restrict dy = J->dy;
+    float *restrict dx = J->dx;
+    for (size_t i = begin; i < end; i++) {
+        float g = dy[i];
+        dx[i] += gate[i] > 0.0f ? g : 0.0f;
+    }
+}
+
 void sp_relu_mask(const float *gate, const float *dy, float *dx, size_t n)
 {
     relu_bwd J = {.gate = gate, .dy = dy, .dx = dx};
     sp_elementwise_for(n, relu_backward_range, &J);
 }
 
+void sp_relu_mask_acc(const float *gate, const float *dy, float *dx, size_t n)
+{
+    relu_bwd J = {.gate = gate, .dy = dy, .dx = dx};
+    sp_elementwise_for(n, relu_backward_acc_range, &J);
+}
+
 static void relu_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     sp_relu_mask(sp_node_x(n)->data, dy->data, dx->data, dx->numel);
+}
+
+static void relu_backward_input_acc(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
+{
+    sp_relu_mask_acc(sp_node_x(n)->data, dy->data, dx->data, dx->numel);
 }
 
 static void relu_jt_pattern(const sp_node *n, int i, sp_csr *jt)
@@ -76,6 +99,7 @@ const sp_opdef sp_op_relu = {
     .infer = sp_elementwise_infer,
     .forward = relu_forward,
     .backward_input = relu_backward_input,
+    .backward_input_acc = relu_backward_input_acc,
     .jt_pattern = relu_jt_pattern,
     .jt_values = relu_jt_values,
     .cost = relu_cost,

@@ -15,6 +15,7 @@
 #include "core/io/safetensors.h"
 #include "core/io/model_io.h"
 #include "core/parallel.h"
+#include "core/kernels/dnnl.h"
 #include "layers/layers.h"
 #include "tests/testutil.h"
 
@@ -574,6 +575,75 @@ Test(batchnorm2d, one_pass_delta_and_g_are_the_two_calls_bitwise)
         sp_tape_free(&t);
         sp_layer_free(l);
     }
+}
+
+/* backward_input_acc (an input that fans out takes its δ added in the op's own pass) is
+ * bit for bit dx + what backward_input writes, for every op that has it: conv2d on
+ * oneDNN (the add in the reorder out of the blocked layout, or from scratch where
+ * there is no reorder) and on im2col, add, add_relu, relu; on 1 and 2 threads. */
+static void acc_is_delta_then_add(sp_layer *l, int nin, const int shape[][4], uint64_t seed, const char *what)
+{
+    sp_tensor x[4], dy, dx_acc, dx_ref, d;
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *in[4];
+    for (int k = 0; k < nin; k++) {
+        x[k] = sp_tensor_new(4, shape[k]);
+        tu_fill_uniform(x[k].data, x[k].numel, seed + (uint64_t)k, -2, 2);
+        in[k] = sp_tape_input(&t, &x[k]);
+    }
+    sp_node *y = sp_apply_n(&t, l, nin, in);
+    cr_assert_not_null(y->kern->backward_input_acc, "%s has no backward_input_acc", what);
+    dy = sp_tensor_new(y->out.ndim, y->out.shape);
+    tu_fill_uniform(dy.data, dy.numel, seed + 10, -1, 1);
+    for (int k = 0; k < nin; k++) {
+        dx_acc = sp_tensor_new(4, shape[k]), dx_ref = sp_tensor_new(4, shape[k]), d = sp_tensor_new(4, shape[k]);
+        tu_fill_uniform(dx_acc.data, dx_acc.numel, seed + 20 + (uint64_t)k, -1, 1);
+        sp_tensor_copy(&dx_ref, &dx_acc);
+        y->kern->backward_input(y, k, &dy, &d);
+        for (size_t i = 0; i < d.numel; i++) dx_ref.data[i] += d.data[i];
+        y->kern->backward_input_acc(y, k, &dy, &dx_acc);
+        size_t changed = 0;
+        for (size_t i = 0; i < d.numel; i++) changed += d.data[i] != 0.0f;
+        cr_assert_gt(changed, d.numel / 8, "%s: δ of input %d is mostly zero", what, k);
+        cr_assert(memcmp(dx_acc.data, dx_ref.data, d.numel * sizeof(float)) == 0,
+                  "%s: backward_input_acc of input %d differs from δ then add", what, k);
+        sp_tensor_free(&dx_acc), sp_tensor_free(&dx_ref), sp_tensor_free(&d);
+    }
+    for (int k = 0; k < nin; k++) sp_tensor_free(&x[k]);
+    sp_tensor_free(&dy);
+    sp_tape_free(&t);
+    sp_layer_free(l);
+}
+
+Test(fanout, backward_input_acc_is_delta_then_add_bitwise)
+{
+    int threads = sp_get_threads();
+    bool was = sp_dnnl_conv_on();
+    for (int th = 1; th <= 2; th++) {
+        sp_set_threads(th);
+        for (int dnnl = 0; dnnl < 2; dnnl++) {
+            if (dnnl && !sp_dnnl_conv_set(true)) continue;   /* a build without oneDNN */
+            if (!dnnl) sp_dnnl_conv_set(false);
+            /* 16 channels: oneDNN's blocked layout, the add on the reorder; a 1×1
+             * stride-2 shortcut; 4 channels: whatever layout oneDNN picks there */
+            sp_layer *c1 = sp_conv2d("c", 16, 16, 3, 1, 1), *c2 = sp_conv2d("s", 16, 32, 1, 2, 0),
+                     *c3 = sp_conv2d("c4", 4, 4, 3, 1, 1);
+            tu_fill_uniform(c1->params[0]->value.data, c1->params[0]->value.numel, 270, -0.3f, 0.3f);
+            tu_fill_uniform(c2->params[0]->value.data, c2->params[0]->value.numel, 271, -0.3f, 0.3f);
+            tu_fill_uniform(c3->params[0]->value.data, c3->params[0]->value.numel, 272, -0.3f, 0.3f);
+            acc_is_delta_then_add(c1, 1, (const int[][4]){{5, 16, 8, 8}}, 280, dnnl ? "conv2d (oneDNN)" : "conv2d (im2col)");
+            acc_is_delta_then_add(c2, 1, (const int[][4]){{5, 16, 8, 8}}, 281, "conv2d 1x1 stride 2");
+            acc_is_delta_then_add(c3, 1, (const int[][4]){{3, 4, 6, 6}}, 282, "conv2d 4 channels");
+        }
+        sp_dnnl_conv_set(was);
+        const int sh[3][4] = {{64, 16, 32, 32}, {64, 16, 32, 32}, {64, 16, 32, 32}};   /* above the pool's threshold */
+        acc_is_delta_then_add(sp_add(), 2, sh, 283, "add");
+        acc_is_delta_then_add(sp_add_relu(), 2, sh, 284, "add_relu");
+        acc_is_delta_then_add(sp_add_relu(), 3, (const int[][4]){{2, 3, 4, 5}, {2, 3, 4, 5}, {2, 3, 4, 5}}, 285, "add_relu x3");
+        acc_is_delta_then_add(sp_relu(), 1, sh, 286, "relu");
+    }
+    sp_set_threads(threads);
 }
 
 /* ---- the fused ops: batchnorm2d_relu, add_relu ------------------------------------- */

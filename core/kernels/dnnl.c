@@ -66,6 +66,10 @@ void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
 }
+void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx)
+{
+    sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
+}
 void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw)
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
@@ -92,6 +96,7 @@ typedef struct entry {
     int arg[NARG];                /* DNNL_ARG_* of each role */
     dnnl_memory_desc_t user[NARG], want[NARG];
     dnnl_primitive_t reorder[NARG];   /* NULL: the primitive takes the user layout */
+    dnnl_primitive_t reorder_acc;     /* BWD_D: OUT's reorder adding into the user's dx */
     size_t want_bytes[NARG];
     dnnl_memory_desc_t scratch_md, bias_md;
     size_t scratch_bytes;
@@ -129,14 +134,31 @@ bool sp_dnnl_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
     return true;
 }
 
-static dnnl_primitive_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to)
+/* A reorder from → to; acc: one that adds into to (a sum post-op: to = from + to, one
+ * f32 add per element, the bits of a reorder then an add). */
+static dnnl_primitive_t make_reorder_to(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, bool acc)
 {
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t r;
-    check(dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, NULL), "reorder_primitive_desc_create");
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    if (acc) {
+        check(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
+        check(dnnl_post_ops_create(&po), "post_ops_create");
+        check(dnnl_post_ops_append_sum(po, 1.0f), "post_ops_append_sum");
+        check(dnnl_primitive_attr_set_post_ops(attr, po), "primitive_attr_set_post_ops");
+    }
+    check(dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, attr), "reorder_primitive_desc_create");
     check(dnnl_primitive_create(&r, pd), "primitive_create (reorder)");
     dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
     return r;
+}
+
+static dnnl_primitive_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to)
+{
+    return make_reorder_to(from, to, false);
 }
 
 static entry *create(int kind, const sp_dnnl_conv *k)
@@ -205,6 +227,7 @@ static entry *create(int kind, const sp_dnnl_conv *k)
         e->want_bytes[r] = dnnl_memory_desc_get_size(&e->want[r]);
         e->reorder[r] = r == OUT ? make_reorder(&e->want[r], &e->user[r]) : make_reorder(&e->user[r], &e->want[r]);
     }
+    if (kind == BWD_D && e->reorder[OUT]) e->reorder_acc = make_reorder_to(&e->want[OUT], &e->user[OUT], true);
     e->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     e->scratch_bytes = dnnl_memory_desc_get_size(&e->scratch_md);
     check(dnnl_primitive_create(&e->prim, pd), "primitive_create (convolution)");
@@ -319,6 +342,7 @@ static size_t up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
 typedef struct job {
     int kind, slots;
+    bool acc;                     /* BWD_D: add into dx instead of overwriting it */
     sp_dnnl_conv c;
     entry *e[MAX_SLOTS];
     float *user[NARG];            /* the whole batch; role 1 (weights) not per sample */
@@ -361,6 +385,15 @@ static void run_slots(void *ctx, size_t begin, size_t end)
             sc += up(e->want_bytes[r]);
             if (r != OUT) run_reorder(m, e->reorder[r], user[r], use[r]);
         }
+        float *acc_to = NULL, *acc_from = NULL;   /* acc, no reorder: written to scratch, added after */
+        size_t acc_n = 0;
+        if (J->acc && !e->reorder[OUT]) {
+            acc_to = J->user[OUT] + (size_t)b0 * J->per_sample[OUT];
+            acc_from = (float *)sc;
+            acc_n = (size_t)(b1 - b0) * J->per_sample[OUT];
+            use[OUT] = mem(&m->user[OUT], &e->user[OUT], acc_from);
+            sc += up(acc_n * sizeof(float));
+        }
         dnnl_memory_t scratch = mem(&m->scratch, &e->scratch_md, e->scratch_bytes ? sc : NULL);
         dnnl_exec_arg_t args[5] = {{e->arg[IN0], use[IN0]}, {e->arg[IN1], use[IN1]}, {e->arg[OUT], use[OUT]},
                                    {DNNL_ARG_SCRATCHPAD, scratch}};
@@ -368,7 +401,8 @@ static void run_slots(void *ctx, size_t begin, size_t end)
         if (J->kind == FWD)
             args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mem(&m->bias, &e->bias_md, (void *)J->bias)};
         exec(m, e->prim, nargs, args);
-        if (e->reorder[OUT]) run_reorder(m, e->reorder[OUT], use[OUT], user[OUT]);
+        if (e->reorder[OUT]) run_reorder(m, J->acc ? e->reorder_acc : e->reorder[OUT], use[OUT], user[OUT]);
+        for (size_t i = 0; i < acc_n; i++) acc_to[i] += acc_from[i];
         release(m);
     }
 }
@@ -389,11 +423,13 @@ static void sum_range(void *ctx, size_t begin, size_t end)
     }
 }
 
-static void run(sp_tape *t, int kind, const sp_dnnl_conv *c, float *in0, float *in1, float *out, const float *bias)
+static void run(sp_tape *t, int kind, bool acc, const sp_dnnl_conv *c, float *in0, float *in1, float *out,
+                const float *bias)
 {
     job *J = sp_tape_alloc(t, sizeof *J);
     memset(J, 0, sizeof *J);
     J->kind = kind;
+    J->acc = acc;
     J->c = *c;
     J->slots = sp_get_threads() < c->B ? sp_get_threads() : c->B;
     if (J->slots > MAX_SLOTS) J->slots = MAX_SLOTS;
@@ -427,6 +463,7 @@ static void run(sp_tape *t, int kind, const sp_dnnl_conv *c, float *in0, float *
         size_t bytes = up(e->scratch_bytes) + ALIGN;
         for (int r = 0; r < NARG; r++)
             if (e->reorder[r] && !(r == IN1 && J->shared_w)) bytes += up(e->want_bytes[r]);
+        if (acc && !e->reorder[OUT]) bytes += up((size_t)e->key.B * J->per_sample[OUT] * sizeof(float));
         J->scratch[s] = (unsigned char *)up((uintptr_t)sp_tape_alloc(t, bytes));
     }
     size_t nw = (size_t)c->O * c->C * c->k * c->k;
@@ -442,17 +479,22 @@ static void run(sp_tape *t, int kind, const sp_dnnl_conv *c, float *in0, float *
 void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
                           float *y)
 {
-    run(t, FWD, c, (float *)x, (float *)w, y, b);
+    run(t, FWD, false, c, (float *)x, (float *)w, y, b);
 }
 
 void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx)
 {
-    run(t, BWD_D, c, (float *)dy, (float *)w, dx, NULL);
+    run(t, BWD_D, false, c, (float *)dy, (float *)w, dx, NULL);
+}
+
+void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx)
+{
+    run(t, BWD_D, true, c, (float *)dy, (float *)w, dx, NULL);
 }
 
 void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw)
 {
-    run(t, BWD_W, c, (float *)x, (float *)dy, dw, NULL);
+    run(t, BWD_W, false, c, (float *)x, (float *)dy, dw, NULL);
 }
 
 #endif

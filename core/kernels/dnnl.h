@@ -47,6 +47,10 @@ void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, con
                           float *y);
 /* dx = convᵀ(dy, w) (overwrites dx). */
 void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx);
+/* dx += convᵀ(dy, w): bitwise dx + (what the call above writes), one add per element,
+ * folded into each slot's reorder out of the blocked layout (a sum post-op) or, where
+ * the primitive takes dx's layout, added from the slot's scratch on the slot's thread. */
+void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx);
 /* dw += Σ_b dy_b ⋆ x_b; the slots' partial sums are added in slot order. */
 void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw);
 

@@ -37,7 +37,11 @@ void sp_node_backward_inputs(sp_node *n)
             n->kern->backward_input(n, k, &n->grad, &in->grad);
             continue;
         }
-        sp_tensor tmp = sp_tape_tensor_like(n->tape, &in->out);   /* fan-out: accumulate */
+        if (n->kern->backward_input_acc) {   /* fan-out: added into the sum in the op's own pass */
+            n->kern->backward_input_acc(n, k, &n->grad, &in->grad);
+            continue;
+        }
+        sp_tensor tmp = sp_tape_tensor_like(n->tape, &in->out);   /* else through a scratch */
         n->kern->backward_input(n, k, &n->grad, &tmp);
         sp_accumulate(&in->grad, &tmp);   /* on the tensors' device */
     }
