@@ -87,9 +87,11 @@ struct sp_layer {
  *   backward_input         dx = J_iᵀ·dy for input i, overwriting dx (input i's shape).
  *   backward_params        θ.grad += ∂l/∂θ given dy. NULL for parameter-free ops.
  *   backward_input_params  both at once for a one-input op with parameters: dx = J_0ᵀ·dy
- *                          and θ.grad += ∂l/∂θ, bitwise what the two calls above give,
- *                          for ops whose δ and G share a pass over dy (batch norm's
- *                          per-channel sums). NULL: callers make the two calls. The
+ *                          (acc: dx += J_0ᵀ·dy, as backward_input_acc) and θ.grad +=
+ *                          ∂l/∂θ, bitwise what the two calls above give, for ops whose
+ *                          δ and G share a pass over dy (batch norm's per-channel sums,
+ *                          conv2d's dy in oneDNN's blocked layout). NULL: callers make
+ *                          the two calls. The
  *                          linear engine uses it (sp_node_backward); engines that run δ
  *                          and G apart (ooo) make the two calls.
  *   backward_input_acc     dx += J_iᵀ·dy, bitwise dx + (what backward_input writes): the
@@ -131,7 +133,7 @@ struct sp_layer {
     void (*chain_jt_all)(const sp_node *n, int t_lo, float *jt);                                 \
     int (*chain_jt_factors)(const sp_node *n, int t_lo, float *v, bool *zdiag, const float **W);         \
     void (*chain_backward_params_range)(sp_node *n, const sp_tensor *dh, int t0, int t1);           \
-    void (*backward_input_params)(sp_node *n, const sp_tensor *dy, sp_tensor *dx);              \
+    void (*backward_input_params)(sp_node *n, const sp_tensor *dy, sp_tensor *dx, bool acc);    \
     void (*backward_input_acc)(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx);
 
 /* The kernels of one op on one device. The CPU's are the op's own (sp_opdef.cpu); a

@@ -33,6 +33,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include "core/device.h"
 #include "core/kernels/csr_ops.h"
 #include "core/error.h"
 #include "core/parallel.h"
@@ -351,10 +352,12 @@ static void bn_backward_params(sp_node *n, const sp_tensor *dy)
 
 /* δ and G in one pass: the channel sums once for both (training mode reads dy and x̂
  * once less); each channel's bits are those of the two calls above. */
-static void bn_backward_input_params(sp_node *n, const sp_tensor *dy, sp_tensor *dx)
+static void bn_backward_input_params(sp_node *n, const sp_tensor *dy, sp_tensor *dx, bool acc)
 {
-    bn_job J = {.n = n, .dy = dy->data, .dx = dx->data, .params = true};
+    sp_tensor tmp = acc ? sp_tape_tensor_like(n->tape, dx) : *dx;   /* acc: δ, then added */
+    bn_job J = {.n = n, .dy = dy->data, .dx = tmp.data, .params = true};
     sp_parallel_for((size_t)dx->shape[1], bn_backward_range, &J);
+    if (acc) sp_accumulate(dx, &tmp);
 }
 
 static bool bn_jt_exists(const sp_node *n) { return !((const bn_saved *)n->saved)->training; }

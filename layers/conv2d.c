@@ -399,6 +399,25 @@ static void conv_backward_params(sp_node *n, const sp_tensor *dy)
     sp_parallel_for((size_t)S->O, bias_grad_range, &J);
 }
 
+/* G and δ in one call (the linear engine's path): on oneDNN each slot's dy goes into the
+ * blocked layout once for both primitives instead of once for each; bitwise the two
+ * calls. Elsewhere the two calls. */
+static void conv_backward_input_params(sp_node *n, const sp_tensor *dy, sp_tensor *dx, bool acc)
+{
+    const conv_saved *S = n->saved;
+    if (!(S->dnnl && S->P > DNNL_G_MIN_P)) {
+        conv_backward_params(n, dy);
+        (acc ? conv_backward_input_acc : conv_backward_input)(n, 0, dy, dx);
+        return;
+    }
+    sp_dnnl_conv c = dnnl_shape(S);
+    sp_dnnl_conv_backward(n->tape, &c, sp_node_x(n)->data, n->layer->params[0]->value.data, dy->data, dx->data, acc,
+                          n->layer->params[0]->grad.data);
+    if (n->layer->nparams < 2) return;
+    bias_job J = {.S = S, .dy = dy->data, .db = n->layer->params[1]->grad.data};
+    sp_parallel_for((size_t)S->O, bias_grad_range, &J);
+}
+
 /* ---- Jᵀ ----------------------------------------------------------------------------- */
 
 typedef struct jt_job {
@@ -510,6 +529,7 @@ const sp_opdef sp_op_conv2d = {
     .backward_input = conv_backward_input,
     .backward_input_acc = conv_backward_input_acc,
     .backward_params = conv_backward_params,
+    .backward_input_params = conv_backward_input_params,
     .jt_pattern = conv_jt_pattern,
     .jt_values = conv_jt_values,
     .cost = conv_cost,

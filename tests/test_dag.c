@@ -563,7 +563,7 @@ Test(batchnorm2d, one_pass_delta_and_g_are_the_two_calls_bitwise)
             sp_tensor_copy(&g2[i], &l->params[i]->grad);
             sp_tensor_zero(&l->params[i]->grad);
         }
-        y->kern->backward_input_params(y, &dy, &dx1);
+        y->kern->backward_input_params(y, &dy, &dx1, false);
         cr_assert(memcmp(dx1.data, dx2.data, x.numel * sizeof(float)) == 0, "δ differs (mode %d)", mode);
         for (int i = 0; i < 2; i++) {
             cr_assert_neq(g2[i].data[0], 0.0f);
@@ -578,7 +578,9 @@ Test(batchnorm2d, one_pass_delta_and_g_are_the_two_calls_bitwise)
 }
 
 /* backward_input_acc (an input that fans out takes its δ added in the op's own pass) is
- * bit for bit dx + what backward_input writes, for every op that has it: conv2d on
+ * bit for bit dx + what backward_input writes, and conv2d's backward_input_params (δ and
+ * G sharing its blocked dy) what backward_input and backward_params give, for every op
+ * that has them: conv2d on
  * oneDNN (the add in the reorder out of the blocked layout, or from scratch where
  * there is no reorder) and on im2col, add, add_relu, relu; on 1 and 2 threads. */
 static void acc_is_delta_then_add(sp_layer *l, int nin, const int shape[][4], uint64_t seed, const char *what)
@@ -609,6 +611,30 @@ static void acc_is_delta_then_add(sp_layer *l, int nin, const int shape[][4], ui
         cr_assert(memcmp(dx_acc.data, dx_ref.data, d.numel * sizeof(float)) == 0,
                   "%s: backward_input_acc of input %d differs from δ then add", what, k);
         sp_tensor_free(&dx_acc), sp_tensor_free(&dx_ref), sp_tensor_free(&d);
+    }
+    if (l->nparams > 0) {   /* δ and G in one call, overwriting and adding: the two calls' bits */
+        cr_assert_not_null(y->kern->backward_input_params, "%s has no backward_input_params", what);
+        sp_tensor *g = &l->params[0]->grad, g_ref = sp_tensor_new(g->ndim, g->shape), g_two = sp_tensor_new(g->ndim, g->shape);
+        for (int acc = 0; acc < 2; acc++) {
+            dx_acc = sp_tensor_new(4, shape[0]), dx_ref = sp_tensor_new(4, shape[0]), d = sp_tensor_new(4, shape[0]);
+            tu_fill_uniform(dx_acc.data, dx_acc.numel, seed + 30, -1, 1);
+            sp_tensor_copy(&dx_ref, &dx_acc);
+            tu_fill_uniform(g->data, g->numel, seed + 31, -1, 1);
+            sp_tensor_copy(&g_ref, g);
+            y->kern->backward_params(y, &dy);
+            y->kern->backward_input(y, 0, &dy, &d);
+            for (size_t i = 0; i < d.numel; i++) dx_ref.data[i] = acc ? dx_ref.data[i] + d.data[i] : d.data[i];
+            sp_tensor_copy(&g_two, g);   /* the two calls' G */
+            sp_tensor_copy(g, &g_ref);
+            y->kern->backward_input_params(y, &dy, &dx_acc, acc);
+            cr_assert(memcmp(dx_acc.data, dx_ref.data, dx_ref.numel * sizeof(float)) == 0,
+                      "%s: backward_input_params δ (acc %d) differs from backward_input", what, acc);
+            cr_assert(memcmp(g->data, g_two.data, g->numel * sizeof(float)) == 0,
+                      "%s: backward_input_params G (acc %d) differs from backward_params", what, acc);
+            cr_assert(memcmp(g->data, g_ref.data, g->numel * sizeof(float)) != 0, "%s: G unchanged", what);
+            sp_tensor_free(&dx_acc), sp_tensor_free(&dx_ref), sp_tensor_free(&d);
+        }
+        sp_tensor_free(&g_ref), sp_tensor_free(&g_two);
     }
     for (int k = 0; k < nin; k++) sp_tensor_free(&x[k]);
     sp_tensor_free(&dy);
@@ -728,7 +754,7 @@ Test(fused, batchnorm2d_relu_is_bitwise_batchnorm2d_then_relu)
             sp_tensor_copy(&g1[i], &f->params[i]->grad);
             sp_tensor_zero(&f->params[i]->grad);
         }
-        yf->kern->backward_input_params(yf, &dy, &dx1);
+        yf->kern->backward_input_params(yf, &dy, &dx1, false);
         same_bits(&dx1, &dxf, "batchnorm2d_relu backward_input_params δ", mode);
         for (int i = 0; i < 2; i++) {
             same_bits(&f->params[i]->grad, &g1[i], "batchnorm2d_relu backward_input_params G", mode);

@@ -74,6 +74,11 @@ void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const floa
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
 }
+void sp_dnnl_conv_backward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *dy,
+                           float *dx, bool acc, float *dw)
+{
+    sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
+}
 
 #else
 
@@ -359,51 +364,82 @@ static void slot_range(const job *J, int s, int *b0, int *b1)
     *b1 = (int)((size_t)J->c.B * (size_t)(s + 1) / (size_t)J->slots);
 }
 
+/* Slot s of J on the calling thread. dy_in: dy already in the primitive's blocked layout
+ * (the other half of a δ + G pair made it), or NULL; *dy_out (when asked): where this
+ * slot's blocked dy is, NULL if the primitive took dy as it is. */
+static void exec_slot(const job *J, size_t s, void *dy_in, void **dy_out)
+{
+    size_t nw = (size_t)J->c.O * J->c.C * J->c.k * J->c.k;
+    int dy_role = J->kind == BWD_D ? IN0 : J->kind == BWD_W ? IN1 : -1;
+    const entry *e = J->e[s];
+    int b0, b1;
+    slot_range(J, (int)s, &b0, &b1);
+    unsigned char *sc = J->scratch[s];
+    bound *m = acquire(e);
+    dnnl_memory_t user[NARG], use[NARG];
+    if (dy_out) *dy_out = NULL;
+    for (int r = 0; r < NARG; r++) {
+        void *p = J->user[r] + (size_t)b0 * J->per_sample[r];
+        if (J->kind == BWD_W && r == OUT) p = J->partial + s * nw;
+        user[r] = mem(&m->user[r], &e->user[r], p);
+        use[r] = user[r];
+        if (!e->reorder[r]) continue;
+        if (r == IN1 && J->shared_w) {
+            use[r] = mem(&m->want[r], &e->want[r], J->shared_w);
+            continue;
+        }
+        if (r == dy_role && dy_in) {
+            use[r] = mem(&m->want[r], &e->want[r], dy_in);
+            continue;
+        }
+        use[r] = mem(&m->want[r], &e->want[r], sc);
+        if (r == dy_role && dy_out) *dy_out = sc;
+        sc += up(e->want_bytes[r]);
+        if (r != OUT) run_reorder(m, e->reorder[r], user[r], use[r]);
+    }
+    float *acc_to = NULL, *acc_from = NULL;   /* acc, no reorder: written to scratch, added after */
+    size_t acc_n = 0;
+    if (J->acc && !e->reorder[OUT]) {
+        acc_to = J->user[OUT] + (size_t)b0 * J->per_sample[OUT];
+        acc_from = (float *)sc;
+        acc_n = (size_t)(b1 - b0) * J->per_sample[OUT];
+        use[OUT] = mem(&m->user[OUT], &e->user[OUT], acc_from);
+        sc += up(acc_n * sizeof(float));
+    }
+    dnnl_memory_t scratch = mem(&m->scratch, &e->scratch_md, e->scratch_bytes ? sc : NULL);
+    dnnl_exec_arg_t args[5] = {{e->arg[IN0], use[IN0]}, {e->arg[IN1], use[IN1]}, {e->arg[OUT], use[OUT]},
+                               {DNNL_ARG_SCRATCHPAD, scratch}};
+    int nargs = 4;
+    if (J->kind == FWD)
+        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mem(&m->bias, &e->bias_md, (void *)J->bias)};
+    exec(m, e->prim, nargs, args);
+    if (e->reorder[OUT]) run_reorder(m, J->acc ? e->reorder_acc : e->reorder[OUT], use[OUT], user[OUT]);
+    for (size_t i = 0; i < acc_n; i++) acc_to[i] += acc_from[i];
+    release(m);
+}
+
 static void run_slots(void *ctx, size_t begin, size_t end)
 {
     const job *J = ctx;
     one_thread();
-    size_t nw = (size_t)J->c.O * J->c.C * J->c.k * J->c.k;
+    for (size_t s = begin; s < end; s++) exec_slot(J, s, NULL, NULL);
+}
+
+/* G then δ of one slot on one thread, dy reordered into the blocked layout once for
+ * both where their primitives want the same layout. */
+typedef struct pair {
+    const job *w, *d;
+} pair;
+
+static void run_pair_slots(void *ctx, size_t begin, size_t end)
+{
+    const pair *P = ctx;
+    one_thread();
     for (size_t s = begin; s < end; s++) {
-        const entry *e = J->e[s];
-        int b0, b1;
-        slot_range(J, (int)s, &b0, &b1);
-        unsigned char *sc = J->scratch[s];
-        bound *m = acquire(e);
-        dnnl_memory_t user[NARG], use[NARG];
-        for (int r = 0; r < NARG; r++) {
-            void *p = J->user[r] + (size_t)b0 * J->per_sample[r];
-            if (J->kind == BWD_W && r == OUT) p = J->partial + s * nw;
-            user[r] = mem(&m->user[r], &e->user[r], p);
-            use[r] = user[r];
-            if (!e->reorder[r]) continue;
-            if (r == IN1 && J->shared_w) {
-                use[r] = mem(&m->want[r], &e->want[r], J->shared_w);
-                continue;
-            }
-            use[r] = mem(&m->want[r], &e->want[r], sc);
-            sc += up(e->want_bytes[r]);
-            if (r != OUT) run_reorder(m, e->reorder[r], user[r], use[r]);
-        }
-        float *acc_to = NULL, *acc_from = NULL;   /* acc, no reorder: written to scratch, added after */
-        size_t acc_n = 0;
-        if (J->acc && !e->reorder[OUT]) {
-            acc_to = J->user[OUT] + (size_t)b0 * J->per_sample[OUT];
-            acc_from = (float *)sc;
-            acc_n = (size_t)(b1 - b0) * J->per_sample[OUT];
-            use[OUT] = mem(&m->user[OUT], &e->user[OUT], acc_from);
-            sc += up(acc_n * sizeof(float));
-        }
-        dnnl_memory_t scratch = mem(&m->scratch, &e->scratch_md, e->scratch_bytes ? sc : NULL);
-        dnnl_exec_arg_t args[5] = {{e->arg[IN0], use[IN0]}, {e->arg[IN1], use[IN1]}, {e->arg[OUT], use[OUT]},
-                                   {DNNL_ARG_SCRATCHPAD, scratch}};
-        int nargs = 4;
-        if (J->kind == FWD)
-            args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mem(&m->bias, &e->bias_md, (void *)J->bias)};
-        exec(m, e->prim, nargs, args);
-        if (e->reorder[OUT]) run_reorder(m, J->acc ? e->reorder_acc : e->reorder[OUT], use[OUT], user[OUT]);
-        for (size_t i = 0; i < acc_n; i++) acc_to[i] += acc_from[i];
-        release(m);
+        void *dy = NULL;
+        exec_slot(P->w, s, NULL, &dy);
+        bool same = dy && dnnl_memory_desc_equal(&P->w->e[s]->want[IN1], &P->d->e[s]->want[IN0]);
+        exec_slot(P->d, s, same ? dy : NULL, NULL);
     }
 }
 
@@ -423,8 +459,9 @@ static void sum_range(void *ctx, size_t begin, size_t end)
     }
 }
 
-static void run(sp_tape *t, int kind, bool acc, const sp_dnnl_conv *c, float *in0, float *in1, float *out,
-                const float *bias)
+/* A call's job: primitives per slot, the weights reordered once, each slot's scratch. */
+static job *prepare(sp_tape *t, int kind, bool acc, const sp_dnnl_conv *c, float *in0, float *in1, float *out,
+                    const float *bias)
 {
     job *J = sp_tape_alloc(t, sizeof *J);
     memset(J, 0, sizeof *J);
@@ -468,12 +505,25 @@ static void run(sp_tape *t, int kind, bool acc, const sp_dnnl_conv *c, float *in
     }
     size_t nw = (size_t)c->O * c->C * c->k * c->k;
     if (kind == BWD_W) J->partial = sp_tape_alloc(t, (size_t)J->slots * nw * sizeof(float));
+    return J;
+}
+
+/* G: the slots' partial dW added into dw in slot order. */
+static void finish(const job *J)
+{
+    if (J->kind != BWD_W) return;
+    size_t nw = (size_t)J->c.O * J->c.C * J->c.k * J->c.k;
+    sum_job S = {.dw = J->user[OUT], .partial = J->partial, .slots = J->slots, .n = nw};
+    if (nw >= 4096) sp_parallel_for(nw, sum_range, &S);
+    else sum_range(&S, 0, nw);
+}
+
+static void run(sp_tape *t, int kind, bool acc, const sp_dnnl_conv *c, float *in0, float *in1, float *out,
+                const float *bias)
+{
+    job *J = prepare(t, kind, acc, c, in0, in1, out, bias);
     sp_parallel_for((size_t)J->slots, run_slots, J);
-    if (kind == BWD_W) {
-        sum_job S = {.dw = out, .partial = J->partial, .slots = J->slots, .n = nw};
-        if (nw >= 4096) sp_parallel_for(nw, sum_range, &S);
-        else sum_range(&S, 0, nw);
-    }
+    finish(J);
 }
 
 void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
@@ -495,6 +545,15 @@ void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const flo
 void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw)
 {
     run(t, BWD_W, false, c, (float *)x, (float *)dy, dw, NULL);
+}
+
+void sp_dnnl_conv_backward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *dy,
+                           float *dx, bool acc, float *dw)
+{
+    pair P = {.w = prepare(t, BWD_W, false, c, (float *)x, (float *)dy, dw, NULL),
+              .d = prepare(t, BWD_D, acc, c, (float *)dy, (float *)w, dx, NULL)};
+    sp_parallel_for((size_t)P.w->slots, run_pair_slots, &P);
+    finish(P.w);
 }
 
 #endif

@@ -53,5 +53,9 @@ void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *
 void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx);
 /* dw += Σ_b dy_b ⋆ x_b; the slots' partial sums are added in slot order. */
 void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw);
+/* Both at once, slot by slot: dw += G and dx = δ (acc: dx += δ), each slot's dy
+ * reordered into the blocked layout once for both; bitwise the two calls above. */
+void sp_dnnl_conv_backward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *dy,
+                           float *dx, bool acc, float *dw);
 
 #endif

@@ -52,13 +52,9 @@ void sp_node_backward(sp_node *n)
     bool params = n->kern->backward_params && n->layer->nparams > 0;
     sp_node *in = n->input;
     if (params && n->kern->backward_input_params && n->ninputs == 1 && in->needs_grad) {
-        if (in->nconsumers == 1) {   /* δ and G from one pass over dy (batch norm's sums) */
-            n->kern->backward_input_params(n, &n->grad, &in->grad);
-            return;
-        }
-        sp_tensor tmp = sp_tape_tensor_like(n->tape, &in->out);
-        n->kern->backward_input_params(n, &n->grad, &tmp);
-        sp_accumulate(&in->grad, &tmp);
+        /* δ and G from one pass over dy (batch norm's sums, conv2d's blocked dy); into a
+         * producer that fans out, added */
+        n->kern->backward_input_params(n, &n->grad, &in->grad, in->nconsumers > 1);
         return;
     }
     if (params) n->kern->backward_params(n, &n->grad);
