@@ -15,27 +15,10 @@
 #include "core/rng.h"
 #include "core/io/safetensors.h"
 #include "data/data.h"
+#include "tests/datatest.h"
 #include "tests/testutil.h"
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
-#define OK(call) cr_assert_eq((call), SP_OK, "%s", sp_last_error())
-
-/* The call failed (NULL / SP_ERR) and its message holds `needle`. */
-#define REFUSED(call, needle)                                                                          \
-    do {                                                                                               \
-        sp_clear_error();                                                                              \
-        cr_assert(!(call), #call " succeeded");                                                        \
-        cr_assert(strstr(sp_last_error(), needle), "error \"%s\" lacks \"%s\"", sp_last_error(), needle); \
-    } while (0)
-
-#define tmp_path tu_tmp_path
-
-#define write_file tu_write_file
-
-static void put_be32(unsigned char *b, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (24 - 8 * i));
-}
 
 /* IDX pixel of image i at (r, c): a pattern that differs per image and position. */
 static uint8_t pixel(int i, int r, int c) { return (uint8_t)(37 * i + 11 * r + 3 * c + 1); }

@@ -11,30 +11,14 @@
 #include <unistd.h>
 #include <zlib.h>
 #include "data/data.h"
+#include "tests/datatest.h"
 #include "tests/testutil.h"
-
-#define OK(call) cr_assert_eq((call), SP_OK, "%s", sp_last_error())
-#define REFUSED(call, needle)                                                                          \
-    do {                                                                                               \
-        sp_clear_error();                                                                              \
-        cr_assert(!(call), #call " succeeded");                                                        \
-        cr_assert(strstr(sp_last_error(), needle), "error \"%s\" lacks \"%s\"", sp_last_error(), needle); \
-    } while (0)
-
-#define tmp_path tu_tmp_path
-
-#define write_file tu_write_file
 
 static long long file_size(const char *path)
 {
     struct stat st;
     cr_assert_eq(stat(path, &st), 0, "%s", path);
     return (long long)st.st_size;
-}
-
-static void put_be32(unsigned char *b, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (24 - 8 * i));
 }
 
 enum { N = 60, R = 5, C = 6, ROW = R * C };   /* 60 images of 5×6 */

@@ -385,7 +385,7 @@ Test(ooo_cuda, capture_refuses_malloc_sync_and_unjoined_forks, .init = cr_redire
     cr_assert_eq(cudaFree(d), cudaSuccess);
 }
 
-/* ---- the whole step as one graph (schedulers/train/train.c, sp_step_graph) ------------------- */
+/* ---- the whole step as one graph (schedulers/train/train_step.c, sp_step_graph) -------------- */
 
 typedef struct step_cfg {
     const char *engine, *optim, *order;

@@ -585,7 +585,7 @@ Test(train, ooo_evaluation_sees_every_update_of_its_step)
     sp_dataset_free(d);
 }
 
-/* The evaluation frees each output after its last reader (schedulers/train/train.c,
+/* The evaluation frees each output after its last reader (schedulers/train/train_eval.c,
  * eval_forward): its loss and accuracy are bitwise those of the whole forward on one
  * tape, on a chain (LeNet-5) and on a DAG with residual adds (ResNet-20). */
 static void whole_tape_eval(sp_model *m, sp_dataset *d, int batch, double *loss, double *acc)

@@ -52,8 +52,9 @@ void sp_flags_parse_among(int argc, char **argv, const char *app, const char *su
 bool sp_flag_given(const char *name);
 /* After a parse: the flags of the table, in order, each with a hash of the value the
  * program will use (given or default: name and full-precision text), so that the MPI
- * ranks of one job can compare their settings (schedulers/train/run.c). Flags named in
- * `skip` ("a|b", may be NULL) are left out. Returns how many were written (at most cap). */
+ * ranks of one job can compare their settings (schedulers/train/run_parallel.c). Flags
+ * named in `skip` ("a|b", may be NULL) are left out. Returns how many were written (at
+ * most cap). */
 typedef struct sp_flag_digest {
     const char *name;
     uint32_t hash;

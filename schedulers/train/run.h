@@ -13,8 +13,8 @@
  * (schedulers/train/flags.h); a flag that does not apply (to this program, or with the
  * chosen engine, optimizer or data) is refused with one line and exit 2, e.g. "--trace
  * needs --backward ooo or --parallel". Adding a flag to every training app is one line in
- * common_flags() (schedulers/train/run.c) plus its field in sp_run_opts; a program's own
- * flag is one line in its `extra` table:
+ * common_flags() (schedulers/train/run_flags.c) plus its field in sp_run_opts; a program's
+ * own flag is one line in its `extra` table:
  *
  *   {"hidden", SP_FLAG_INT, &hidden, "hidden size", .range = "1.."},
  */
