@@ -153,6 +153,12 @@ void sp_set_threads(int n)
 
 int sp_get_threads(void) { return g_threads; }
 
+bool sp_parallel_spare_core(void)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return cores > 0 && (long)g_node_procs * g_threads < cores;
+}
+
 void sp_parallel_set_node_procs(int procs)
 {
     g_node_procs = procs > 1 ? procs : 1;

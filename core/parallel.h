@@ -25,6 +25,10 @@ int sp_get_threads(void);
  * spinning first (SPIN_S, parallel.c): a spinning thread would hold a core that a
  * thread with work needs. Results do not change, only how threads wait. */
 void sp_parallel_set_node_procs(int procs);
+/* Whether this machine has a core that no pool thread of its processes uses (processes
+ * × threads < online cores): where it has none, a helper thread (the loader's prefetch)
+ * would take its time from the pool's threads. */
+bool sp_parallel_spare_core(void);
 
 /* Subnormal floats are flushed to zero, as TensorFlow's and oneDNN's own threads do:
  * results below 2⁻¹²⁶ ≈ 1.2e-38 become 0 (FTZ) and subnormal inputs read as 0 (DAZ).

@@ -168,6 +168,12 @@ sp_loader *sp_loader_new_rows(sp_dataset *d, int batch, bool shuffle, uint64_t s
     return loader_new(d, batch, shuffle, seed, drop_last, true, need);
 }
 
+sp_loader *sp_loader_new_rows_sync(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last,
+                                   const unsigned char *need)
+{
+    return loader_new(d, batch, shuffle, seed, drop_last, false, need);
+}
+
 int sp_loader_rows(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last,
                    const unsigned char *need, long batches, unsigned char *keep)
 {

@@ -847,6 +847,7 @@ static void c240(void) { sp_optim_undo_clear(NULL); }
 static void c241(void) { sp_optim_undo_free(NULL); }
 static void c242(void) { (void)sp_dataset_label(NULL, 0, NULL, NULL); }
 static void c243(void) { g_ptr = (const void *)sp_loader_new_rows(NULL, 1, 0, 0, 0, NULL); }
+static void c254(void) { g_ptr = (const void *)sp_loader_new_rows_sync(NULL, 1, 0, 0, 0, NULL); }
 static void c244(void) { (void)sp_loader_samples_read(NULL); }
 static void c245(void) { (void)sp_loader_labels_read(NULL); }
 static void c246(void) { (void)sp_loader_bytes_read(NULL); }
@@ -1110,6 +1111,7 @@ static const api_case cases[] = {
     {"sp_optim_undo_free", K_NOOP, c241, "?"},
     {"sp_dataset_label", K_TRY, c242, "sp_dataset_label: argument 'd' is NULL"},
     {"sp_loader_new_rows", K_NULL, c243, "sp_loader_new: the dataset is NULL"},
+    {"sp_loader_new_rows_sync", K_NULL, c254, "sp_loader_new: the dataset is NULL"},
     {"sp_loader_samples_read", K_TRY, c244, "sp_loader_samples_read: argument 'l' is NULL"},
     {"sp_loader_labels_read", K_TRY, c245, "sp_loader_labels_read: argument 'l' is NULL"},
     {"sp_loader_bytes_read", K_TRY, c246, "sp_loader_bytes_read: argument 'l' is NULL"},
@@ -1141,6 +1143,7 @@ static const char *const no_pointer_or_count[] = {
     "sp_backward_cuda_register",
     "sp_get_threads",
     "sp_parallel_set_node_procs",
+    "sp_parallel_spare_core",
     "sp_flush_denormals",
     "sp_denormals_flushed",
     "sp_parallel_set_inline",

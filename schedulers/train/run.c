@@ -353,7 +353,10 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
         read_rows(test, tk, true);
         free(tk);
     }
-    sp_loader *loader = sp_check_ptr(sp_loader_new_rows(train, o->batch, !o->no_shuffle, o->seed, s.exec != NULL, need));
+    /* the next batch in a thread of its own only where a core is free for it; else in
+     * the stepping thread (the same batches either way) */
+    sp_loader *loader = sp_check_ptr((sp_parallel_spare_core() ? sp_loader_new_rows : sp_loader_new_rows_sync)(
+        train, o->batch, !o->no_shuffle, o->seed, s.exec != NULL, need));
     free(need);
     sp_train_cfg tc = {.app = app,
                        .epochs = o->epochs,
