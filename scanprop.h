@@ -17,16 +17,16 @@
 #include "core/tape.h"
 #include "core/model.h"
 #include "schedulers/backward/engine.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/io/safetensors.h"
 #include "core/io/model_io.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
 #include "data/data.h"
-#include "schedulers/train/train.h"
-#include "schedulers/train/run.h"
+#include "train/train.h"
+#include "cli/run.h"
 #include "layers/zoo.h"
-#include "schedulers/train/cuda_start.h"   /* sp_cuda_start: in a make CUDA=1 build */
+#include "cli/cuda_start.h"   /* sp_cuda_start: in a make CUDA=1 build */
 
 /* Each header above declares C linkage for a C++ program (extern "C"); so does this
  * block, for whatever is declared here. */

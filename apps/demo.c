@@ -1,9 +1,9 @@
 /* demo — the whole training loop on one screen: an MLP learns a synthetic 4-class
  * problem (Gaussian blobs in 32 dimensions). Start here to write your own model. */
 #include <stdio.h>
-#include "schedulers/train/run.h"
+#include "cli/run.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/rng.h"
 #include "layers/layers.h"
 

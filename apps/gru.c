@@ -2,10 +2,10 @@
  * features, a linear layer on the last hidden state. Synthetic sequences in the paper's
  * S/M/L shapes by default (--shape), or --dataset FILE.safetensors with real features. */
 #include <string.h>
-#include "schedulers/train/run.h"
+#include "cli/run.h"
 #include "layers/zoo.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 
 int main(int argc, char **argv)
 {

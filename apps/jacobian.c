@@ -7,10 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "schedulers/train/flags.h"
+#include "cli/flags.h"
 #include "layers/zoo.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/rng.h"
 #include "schedulers/backward/jacobian_table.h"
 

@@ -1,9 +1,9 @@
 /* lenet — train LeNet-5 on Fashion-MNIST (default), MNIST-style IDX files, CIFAR-10 or
  * an image folder. */
-#include "schedulers/train/run.h"
+#include "cli/run.h"
 #include "layers/zoo.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 
 int main(int argc, char **argv)
 {

@@ -7,10 +7,10 @@
  * hidden 20, 32000 samples, batch 16, Adam lr 1e-5), which stays near chance for several
  * epochs; flags given explicitly win over either set. */
 #include <string.h>
-#include "schedulers/train/run.h"
+#include "cli/run.h"
 #include "layers/zoo.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 
 int main(int argc, char **argv)
 {

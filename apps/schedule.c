@@ -1,5 +1,5 @@
 /* schedule — simulate a parallel-training schedule and draw it, or balance a pipeline
- * with LayerPipe. Thin main: flags → schedulers/parallel/schedule.h → print.
+ * with LayerPipe. Thin main: flags → schedulers/plan/schedule.h → print.
  *
  *   schedule --scheme lpp --stages 8 --microbatches 16 --groups 2 --per-group 4 --svg out.svg
  *   schedule --scheme gpipe --model vgg11 --workers 4
@@ -14,23 +14,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "schedulers/train/flags.h"
-#include "schedulers/train/summary.h"
+#include "cli/flags.h"
+#include "cli/summary.h"
 #include "layers/zoo.h"
 #include "core/error.h"
 #include "core/io/fileio.h"
 #include "core/model.h"
-#include "schedulers/parallel/actions.h"
+#include "schedulers/plan/actions.h"
 #include "core/comm/comm.h"
-#include "schedulers/parallel/comm_model.h"
-#include "schedulers/parallel/schedule.h"
-#include "schedulers/parallel/sim_comm.h"
-#include "schedulers/parallel/sim_report.h"
+#include "schedulers/sim/comm_cost.h"
+#include "schedulers/plan/schedule.h"
+#include "schedulers/sim/sim_comm.h"
+#include "schedulers/sim/sim_report.h"
 #include "core/tape.h"
 
 typedef struct opts {
     const char *scheme, *model, *profile, *svg, *title, *layerpipe, *costs_out, *actions, *actions_out;
-    const char *calibrate_comm, *comm_profile;   /* the communication model (comm_model.h) */
+    const char *calibrate_comm, *comm_profile;   /* the communication model (comm_cost.h) */
     const char *optim;       /* memory: the optimizer's state per parameter (sp_optim_slots) */
     const char *mem_limit_arg;   /* --mem-limit as given: N chunk micro-batches | bytes with a unit */
     bool mem_limit_bytes;        /* mem_limit is in bytes (the chunks' act_bytes)            */
@@ -292,7 +292,7 @@ static void simulate_comm(const opts *o, const sp_comm_model *cm, const sp_comm_
 
 /* --nodes: the step simulated with its communication on that cluster (sim_comm.c, every
  * message costed by sp_comm_time_ranks on the ranks it spans: step_with_comm), beside the
- * communication added up per worker without a timeline (comm_account.c) and the bracket
+ * communication added up per worker without a timeline (comm_cost_account.c) and the bracket
  * that sum gives (in the costs' unit: µs with --model or a profile in µs). */
 static void print_cluster(const opts *o, const sp_schedule *s, const sp_costs *c, const sp_sim *r)
 {

@@ -1,9 +1,9 @@
 /* vgg11 — train VGG-11 (config A, no batch norm) on 32×32 images: Fashion-MNIST
  * zero-padded to 32×32 by default, CIFAR-10 with --data-format cifar10. */
-#include "schedulers/train/run.h"
+#include "cli/run.h"
 #include "layers/zoo.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 
 int main(int argc, char **argv)
 {

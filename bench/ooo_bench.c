@@ -14,7 +14,7 @@
 #include <string.h>
 #include "layers/zoo.h"
 #include "schedulers/backward/engine.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "optim/optim.h"
 #include "bench/stats.h"
 #include "schedulers/backward/ooo.h"

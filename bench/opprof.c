@@ -18,12 +18,12 @@
 #include <string.h>
 #include "layers/zoo.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/rng.h"
 #include "optim/optim.h"
 #include "bench/stats.h"
 #include "schedulers/backward/engines.h"
-#include "schedulers/parallel/schedule.h"
+#include "schedulers/plan/schedule.h"
 
 enum { PH_FWD, PH_DELTA, PH_G, NPH };
 

@@ -3,7 +3,7 @@
 #include <string.h>
 #include "core/device.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/tape.h"
 
 #define MAX_TWINS 64

@@ -57,7 +57,7 @@ void sp_backend_register_allocator(sp_device dev, const sp_device_allocator *a);
 const sp_device_allocator *sp_backend_allocator(sp_device dev);
 
 /* Graphs of queued work (CUDA Graphs), for the whole-step capture of the training loop
- * (schedulers/train/train.h, sp_step_graph): everything the calling thread queues on its lane
+ * (train/train.h, sp_step_graph): everything the calling thread queues on its lane
  * — and on the lanes forked from it — between capture_begin and capture_end becomes one
  * graph; launch queues it on the calling lane. No host sync, allocation or copy of
  * pageable memory may happen in between (the backend fails with one line if it does). */

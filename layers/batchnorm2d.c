@@ -36,7 +36,7 @@
 #include "core/device.h"
 #include "core/kernels/csr_ops.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/tape.h"
 #include "layers/batchnorm2d_internal.h"
 #include "layers/layers.h"

@@ -37,7 +37,7 @@
 #include "core/kernels/dense.h"
 #include "core/kernels/dnnl.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/tape.h"
 #include "layers/conv2d_internal.h"
 #include "layers/im2col.h"

@@ -15,7 +15,7 @@
 #include <string.h>
 #include "core/kernels/csr_ops.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "layers/conv2d_internal.h"
 #include "layers/im2col.h"
 #include "layers/layers.h"

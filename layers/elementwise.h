@@ -5,7 +5,7 @@
 #define SP_ELEMENTWISE_H
 
 #include "core/op.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 
 void sp_elementwise_infer(sp_node *n, const sp_tensor *x);
 sp_cost sp_elementwise_cost(const sp_node *n, double fwd_per_elem, double bwd_per_elem);

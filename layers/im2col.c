@@ -2,7 +2,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "layers/im2col.h"
 
 /* Stride 1 is the common case: no division (im2col computes these per row of col). */

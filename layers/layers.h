@@ -60,7 +60,7 @@ sp_layer *sp_rnn(const char *name, int input, int hidden, sp_seq_output mode);
 sp_layer *sp_gru(const char *name, int input, int hidden, sp_seq_output mode);
 
 /* make CUDA=1: register every layer's CUDA twin (layers/register_cuda.c), called by
- * sp_cuda_start (schedulers/train/cuda_start.h) once the backend is up. */
+ * sp_cuda_start (cli/cuda_start.h) once the backend is up. */
 void sp_layers_cuda_register(void);
 
 /* The opdefs, for code that needs to recognise an op. */

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/tape.h"
 #include "layers/im2col.h"
 #include "layers/layers.h"

@@ -13,7 +13,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/kernels/dense.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/tape.h"
 #include "layers/recurrent.h"
 

@@ -219,7 +219,7 @@ typedef struct sp_optim_device_ops {
 
 void sp_optim_register_device(sp_device dev, const sp_optim_device_ops *ops);
 /* make CUDA=1: register the fused CUDA updates (optim/optim_cuda.cu), called by
- * sp_cuda_start (schedulers/train/cuda_start.h) once the backend is up. */
+ * sp_cuda_start (cli/cuda_start.h) once the backend is up. */
 void sp_optim_cuda_register(void);
 /* The updates of dev; sp_fail if its backend registered none. */
 const sp_optim_device_ops *sp_optim_device(sp_device dev);

@@ -5,7 +5,7 @@
 #include <string.h>
 #include "core/device.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "optim/optim.h"
 
 /* Below this many elements a tensor is updated inline: waking the pool costs more. */

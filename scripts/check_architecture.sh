@@ -17,7 +17,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 arch=${ARCH:-docs/ARCHITECTURE.md}
 docs=${DOCS:-docs}
-roots="core layers optim data schedulers apps bench tests python scripts"
+roots="core layers optim data schedulers train cli apps bench tests python scripts"
 [ -f "$arch" ] || { echo "check_architecture: $arch is missing"; exit 1; }
 
 problems=$(

@@ -17,7 +17,7 @@ mkdir -p "$prefix/lib/pkgconfig" "$inc" "$py"
 cp "$build/libscanprop.a" "$prefix/lib/"
 cp scanprop.h "$inc/"
 # every header of the library's folders, subfolders included, at its source path
-for h in $(find core layers optim schedulers data -name '*.h'); do
+for h in $(find core layers optim schedulers data train cli -name '*.h'); do
     mkdir -p "$inc/$(dirname "$h")"
     cp "$h" "$inc/$h"
 done

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Cluster predictions (labelled as such): build/schedule's simulated compute plus the
-communication of each step on an example cluster (--nodes, comm_model.h's two link
+communication of each step on an example cluster (--nodes, comm_cost.h's two link
 classes), for every scheme and 2 to 512 workers, on VGG-11, ResNet-20 and LeNet.
 
     scripts/predict_cluster.py [--build build] [--csv docs/img/cluster-predictions.csv]
@@ -21,7 +21,7 @@ the model's FLOPs over the profile's measured time (model_rate), and the table h
 says so.
 The step is build/schedule's simulation with communication on the cluster (the
 cluster-prediction line's step_with_comm: every message, bucket allreduce, broadcast and
-reduce a job on its ranks' communication lanes, costed by comm_model.h's topology, and
+reduce a job on its ranks' communication lanes, costed by comm_cost.h's topology, and
 the optimizer step as a job at the cluster's --opt-gbs). Beside it, the communication
 added up per worker without a timeline brackets the step between full overlap
 (max(compute, communication)) and none (their sum): the CSV keeps that bracket."""

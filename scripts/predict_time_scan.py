@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """A PREDICTION, from a cost model: the backward time of BPPSA across W ranks over an
-RNN's T time steps (--parallel scan, schedulers/parallel/exec_scan.c and exec_blelloch.c)
+RNN's T time steps (--parallel scan, schedulers/exec/exec_bppsa.c and exec_bppsa_blelloch.c)
 against linear BPTT in one process, for T = 10^3 … 10^5, H = 20 … 256, W = 1 … 64.
 
     scripts/predict_time_scan.py [--profile docs/comm-profile.csv] [--gflops 10] [--batch 16]
@@ -10,7 +10,7 @@ are the faster of the two there) and, per (T, H), the smallest W from which the 
 
 The model (per backward pass, a batch of n samples, input width C = 1, every product at
 F FLOP/s on every rank, messages from the α–β fits of the profile, which
-schedulers/parallel/comm_model.h describes; a collective at P ranks scaled as its ring
+schedulers/sim/comm_cost.h describes; a collective at P ranks scaled as its ring
 algorithm from the 2-rank fit, as sp_comm_time does):
   BPTT      T·(2nH² + 2nH² + 2nHC)/F   (the ∇h chain, dW_hh, dW_ih of every step)
   scan      L = T/W steps a rank; mv = 2nH²/F

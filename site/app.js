@@ -375,7 +375,7 @@ function importCsv() {
   out.innerHTML = '';
   if (!schemes.actions) {
     h('p', {'class': 'refusal', id: 'csv-status'}, out,
-      'This build has no action-list schedules yet (schedulers/parallel/sched_actions.c): nothing to simulate the CSV with.');
+      'This build has no action-list schedules yet (schedulers/plan/schedule_actions.c): nothing to simulate the CSV with.');
     return;
   }
   setControl('p0-scheme', 'custom');

@@ -31,10 +31,10 @@
 #include <string.h>
 #include "core/error.h"
 #include "schedulers/backward/scan.h"
-#include "schedulers/parallel/schedule.h"
-#include "schedulers/parallel/sim_comm.h"
-#include "schedulers/parallel/sim_report.h"
-#include "schedulers/parallel/actions.h"
+#include "schedulers/plan/schedule.h"
+#include "schedulers/sim/sim_comm.h"
+#include "schedulers/sim/sim_report.h"
+#include "schedulers/plan/actions.h"
 #include "site/wasm_api.h"
 
 static char *result;   /* the last answer */

@@ -256,7 +256,7 @@ static void key(bppsa_args *a, const char *k)
     site_json_str(a->report, k);
     fputc(':', a->report);
 }
-/* the runner's JSON line formats (schedulers/train/summary.c: sp_json_*) */
+/* the runner's JSON line formats (cli/summary.c: sp_json_*) */
 static void put_str(void *ctx, const char *k, const char *v)
 {
     key(ctx, k);
@@ -273,7 +273,7 @@ static void put_int(void *ctx, const char *k, long v)
     fprintf(((bppsa_args *)ctx)->report, "%ld", v);
 }
 
-/* as the runner's --plan (schedulers/train/run.c): the options checked against the model
+/* as the runner's --plan (cli/run.c): the options checked against the model
  * on one sample, then the plan-only engine on the batch */
 static void bppsa_body(void *arg)
 {

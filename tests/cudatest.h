@@ -6,7 +6,7 @@
 #include <criterion/criterion.h>
 #include "core/kernels/cuda.h"
 #include "core/tensor.h"
-#include "schedulers/train/cuda_start.h"
+#include "cli/cuda_start.h"
 
 /* First statement of every test: without a GPU the test fails with this line (an
  * assertion in a .init fixture would be reported as a crash). */

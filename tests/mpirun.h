@@ -14,7 +14,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include "core/comm/comm.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "tests/testutil.h"
 
 typedef struct mpi_result {

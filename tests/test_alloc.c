@@ -22,10 +22,10 @@
 #include "core/kernels/dnnl.h"
 #include "schedulers/backward/engine.h"
 #include "core/model.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "data/data.h"
 #include "optim/optim.h"
-#include "schedulers/train/train.h"
+#include "train/train.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define COUNTING 0

@@ -24,7 +24,7 @@
 #include <unistd.h>
 #include <stb/stb_image_write.h>
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "data/data.h"
 #include "schedulers/backward/scan.h"
 #include "tests/testutil.h"
@@ -1116,14 +1116,14 @@ Test(files, full_disk_leaves_the_old_file_whole)
  * FIFO or write in place. Allowed elsewhere, with the reason:
  *   data/imagefolder.c opendir: lists a directory (opendir of a FIFO fails, never blocks;
  *   every file it lists is opened with sp_open_regular);
- *   schedulers/train/summary.c open of /proc/self/status: sp_rss_kib reads the kernel's own
+ *   cli/summary.c open of /proc/self/status: sp_rss_kib reads the kernel's own
  *   file into a stack buffer after every step (--mem-report), where a step allocates nothing. */
 Test(files, every_open_goes_through_fileio)
 {
     int rc = tu_run("grep -rnE '\\b(fopen|freopen|fdopen|open|openat|creat|gzopen|opendir|popen)\\(' "
                     "--include='*.c' --include='*.cu' --include='*.h' core layers optim schedulers data apps "
                     "| grep -v '^core/io/fileio\\.c:' | grep -v '^data/imagefolder\\.c:[0-9]*: *DIR \\*dp = opendir(dir);'"
-                    " | grep -v '^schedulers/train/summary\\.c:[0-9]*: *int fd = open(\"/proc/self/status\"'",
+                    " | grep -v '^cli/summary\\.c:[0-9]*: *int fd = open(\"/proc/self/status\"'",
                     out, OUT, err, OUT);
     cr_expect_eq(rc, 1, "files opened outside core/io/fileio.c (use sp_open_read / sp_out_open):\n%s%s", out, err);
 }

@@ -14,7 +14,7 @@
 #include "optim/prune.h"
 #include "schedulers/backward/engines.h"
 #include "core/model.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "layers/layers.h"
 #include "tests/testutil.h"
 

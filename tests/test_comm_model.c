@@ -1,4 +1,4 @@
-/* test_comm_model — the α–β communication model (schedulers/parallel/comm_model.h): the
+/* test_comm_model — the α–β communication model (schedulers/sim/comm_cost.h): the
  * fit recovers known latency and bandwidth from noisy synthetic probes (and a model
  * without either term misses them), finds a protocol switch, scales collectives to other
  * rank counts, the profile file round-trips and its refusals name file and line; under
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/rng.h"
-#include "schedulers/parallel/comm_model.h"
+#include "schedulers/sim/comm_cost.h"
 #include "tests/mpirun.h"
 
 static const char *tmp(const char *name)
@@ -324,7 +324,7 @@ Test(topology, ddp_sends_one_bucket_per_step)
 
 /* ---- a program per rank (sim_prog.c) and the clip's allgather (sim_comm.c) --------------- */
 
-#include "schedulers/parallel/sim_comm.h"
+#include "schedulers/sim/sim_comm.h"
 
 static void op(sp_prog *p, int o, int r, int peer, int kind, double bytes, double us)
 {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/kernels/dnnl.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/rng.h"
 #include "core/tape.h"
 #include "layers/im2col.h"

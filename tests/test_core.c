@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/kernels/gemm_small.h"
 #include "core/model.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/rng.h"
 #include "core/tape.h"
 #include "layers/zoo.h"
@@ -23,7 +23,7 @@
 #include "core/io/safetensors.h"
 #include "data/data.h"
 #include "schedulers/backward/engine.h"
-#include "schedulers/train/train.h"
+#include "train/train.h"
 #include "tests/testutil.h"
 #include "scanprop.h"
 
@@ -478,7 +478,7 @@ Test(gemm_small, dnnl_max_cpu_isa_caps_the_variant)
 #endif
 }
 
-/* ---- help between inline threads (core/parallel.h) ---- */
+/* ---- help between inline threads (core/threads.h) ---- */
 
 typedef struct help_rec {
     _Atomic int owner_started;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/kernels/csr_ops.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/rng.h"
 #include "tests/testutil.h"
 

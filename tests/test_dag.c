@@ -14,7 +14,7 @@
 #include "core/model.h"
 #include "core/io/safetensors.h"
 #include "core/io/model_io.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/kernels/dnnl.h"
 #include "layers/layers.h"
 #include "tests/testutil.h"

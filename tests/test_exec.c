@@ -1,4 +1,4 @@
-/* test_exec — the master schedule executed on MPI ranks (schedulers/parallel/exec.c), under
+/* test_exec — the master schedule executed on MPI ranks (schedulers/exec/exec.c), under
  * mpirun -np 2 and -np 4 --oversubscribe. Skipped in a build without MPI.
  *
  * Equality. Every scheme trains the demo MLP (4 linear layers, 7 stages) for 4 steps of
@@ -14,7 +14,7 @@
  *
  * Order. The executed job order of every rank (--exec-order) equals the order the
  * simulator computes from the same stage costs (given with --costs: uneven, so that the
- * pipeline placement and the ties matter) — in this process, from schedulers/parallel/schedule.h
+ * pipeline placement and the ties matter) — in this process, from schedulers/plan/schedule.h
  * alone. --costs-out writes the costs the run measured, readable by the simulator.
  *
  * Faults. A rank that stops answering makes the others stop with one line naming the
@@ -35,7 +35,7 @@
 #include <sys/stat.h>
 #include "core/io/safetensors.h"
 #include "layers/zoo.h"
-#include "schedulers/parallel/schedule.h"
+#include "schedulers/plan/schedule.h"
 #include "tests/mpirun.h"
 
 static const char *bin(const char *name)
@@ -942,12 +942,12 @@ Test(exec, ddp_with_ooo_order_gives_the_same_weights, .timeout = 300)
 
 /* ---- pipelines as per-rank action lists ---------------------------------------------------
  *
- * Each generator of pp_basic.c trains the demo MLP (--layers 5: 9 stages, room for two
+ * Each generator of gen_basic.c trains the demo MLP (--layers 5: 9 stages, room for two
  * chunks on each of 4 ranks) under -np 2 and -np 4 to the single-process weights (1e-6)
  * and bitwise to the same scheme on one rank (each chunk sums its micro-batches'
  * gradients in the list's order whatever the rank count); the executed order per rank is
  * the simulated one — the list expanded to the layers, from schedule.h and actions.h alone. */
-#include "schedulers/parallel/actions.h"
+#include "schedulers/plan/actions.h"
 
 #define LIST_FLAGS "--layers 5 --steps 3 --batch 32 --threads 1 --quiet"
 
@@ -1037,7 +1037,7 @@ Test(exec, demo_zb_h2, .timeout = 300) { demo_list("zb-h2"); }
 Test(exec, demo_interleaved_1f1b, .timeout = 300) { demo_list("interleaved-1f1b"); }
 Test(exec, demo_looped_bfs, .timeout = 300) { demo_list("looped-bfs"); }
 
-/* LeNet (12 stages) under every generator of pp_basic.c on 2 ranks, zb-h1 and
+/* LeNet (12 stages) under every generator of gen_basic.c on 2 ranks, zb-h1 and
  * interleaved-1f1b (two chunks on each of 4 ranks) on 4, and a list exported by
  * build/schedule --actions-out run as --parallel custom: the single-process weights. */
 Test(exec, lenet_action_lists_match_single_process, .timeout = 600)
@@ -1258,13 +1258,13 @@ Test(exec, clip_grad_norm_across_ranks, .timeout = 300)
     remove(post);
 }
 
-/* ---- issue 26: the V-shaped and automatic schemes (pp_v.c, pp_auto.c) run, and every
+/* ---- issue 26: the V-shaped and automatic schemes (gen_v.c, gen_auto.c) run, and every
  * action-list scheme survives export and re-import ----------------------------------------
  *
  * zbv, v-half, v-min, dualpipev and zb-auto (under a --mem-limit that binds) train the demo
  * MLP (--layers 5: 9 stages, enough for 2 chunks on each of 4 ranks) and LeNet (12 stages)
  * under mpirun -np 2 and -np 4 to the single-process weights (max rel diff 1e-6, the rule
- * of the pp_basic.c schemes above), and each rank's executed order (--exec-order) is the
+ * of the gen_basic.c schemes above), and each rank's executed order (--exec-order) is the
  * order this process simulates for the generator's list — built as the executor builds it:
  * the chunks' summed costs of the same --costs file, the default chunks per rank, the same
  * --mem-limit. Micro-batches 2W: dualpipev needs m >= 2p. */
@@ -1404,7 +1404,7 @@ static double vl_latency(const char *cmd)
     return strtod(p + strlen("\"latency\":"), NULL);
 }
 
-/* Export and re-import: every scheme of the registry (pp_basic.c, pp_v.c, pp_auto.c; zb-auto
+/* Export and re-import: every scheme of the registry (gen_basic.c, gen_v.c, gen_auto.c; zb-auto
  * with its --mem-limit), its list written by build/schedule --actions-out from the same
  * --costs file and run as --parallel custom --actions on the demo at -np 2, executes the
  * scheme's own order on every rank and ends with bitwise the scheme's own weights; build/schedule
@@ -1712,7 +1712,7 @@ Test(exec, predicted_messages_match_the_executor, .timeout = 900)
 }
 
 /* The cross-rank scan's messages (--parallel scan has no job schedule: its prediction is
- * the program of exec_scan.c): over layers (Hillis–Steele) at W = 2, 3, 4, and over the
+ * the program of exec_bppsa.c): over layers (Hillis–Steele) at W = 2, 3, 4, and over the
  * time steps of rnn and gru at W = 2, 3, 4 with both algorithms. */
 Test(exec, predicted_scan_messages_match_the_executor, .timeout = 600)
 {

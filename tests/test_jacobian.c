@@ -18,7 +18,7 @@
 #include <string.h>
 #include "core/kernels/csr_ops.h"
 #include "core/model.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/rng.h"
 #include "layers/layers.h"
 #include "schedulers/backward/jacobian_table.h"

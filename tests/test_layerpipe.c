@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "schedulers/parallel/schedule.h"
+#include "schedulers/plan/schedule.h"
 #include "tests/testutil.h"
 
 /* Table II: FP, BP G, BP δ per layer (cycles). */

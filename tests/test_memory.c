@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/device.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "layers/zoo.h"
 #include "schedulers/backward/engines.h"
 #include "tests/testutil.h"

@@ -8,7 +8,7 @@
 #include "layers/zoo.h"
 #include "schedulers/backward/engine.h"
 #include "core/model.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
 #include "schedulers/backward/ooo.h"

@@ -18,7 +18,7 @@
 #include "layers/zoo.h"
 #include "schedulers/backward/engines.h"
 #include "schedulers/backward/ooo.h"
-#include "schedulers/train/train.h"
+#include "train/train.h"
 #include "tests/testutil.h"
 #include "tests/cudatest.h"
 
@@ -50,7 +50,7 @@ typedef struct run_cfg {
     int lanes;   /* sp_engine_opts.lanes: 0 auto, 1, 2 */
 } run_cfg;
 
-/* steps training steps on the device, as schedulers/train/train.c runs them. */
+/* steps training steps on the device, as train/train.c runs them. */
 static void run(sp_model *(*make)(void), int ndim, const int *xshape, int classes, const run_cfg *c, result *r)
 {
     sp_model *m = make();
@@ -197,7 +197,7 @@ Test(ooo_cuda, graph_replay_bitwise_equals_no_graph)
 
 static void wait_layer_cb(void *e, const sp_layer *l) { sp_ooo_wait_layer(e, l); }
 
-/* As schedulers/train/train.c runs ooo on a device: step k+1 on the other tape, each layer's
+/* As train/train.c runs ooo on a device: step k+1 on the other tape, each layer's
  * forward waiting only for that layer's U of step k (its event), then the join, the
  * gradient zeroing and step k+1's backward, queued without a join. */
 static void run_overlap(sp_model *(*make)(void), int ndim, const int *xshape, const char *order, const char *optim,
@@ -385,7 +385,7 @@ Test(ooo_cuda, capture_refuses_malloc_sync_and_unjoined_forks, .init = cr_redire
     cr_assert_eq(cudaFree(d), cudaSuccess);
 }
 
-/* ---- the whole step as one graph (schedulers/train/train_step.c, sp_step_graph) -------------- */
+/* ---- the whole step as one graph (train/train_step.c, sp_step_graph) -------------- */
 
 typedef struct step_cfg {
     const char *engine, *optim, *order;

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "optim/optim.h"
 #include "tests/ref/optim_ref.h"
 #include "tests/testutil.h"

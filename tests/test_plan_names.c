@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "layers/zoo.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/tape.h"
 #include "layers/layers.h"
 #include "schedulers/backward/ooo.h"

@@ -10,13 +10,13 @@
 #include "schedulers/backward/engine.h"
 #include "core/model.h"
 #include "core/io/model_io.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "core/io/safetensors.h"
 #include "layers/layers.h"
 #include "optim/optim.h"
 #include "optim/prune.h"
 #include "schedulers/backward/engines.h"
-#include "schedulers/train/train.h"
+#include "train/train.h"
 #include "tests/testutil.h"
 
 static sp_tensor input(int ndim, const int *shape, uint64_t seed)

@@ -18,7 +18,7 @@
 #include "core/model.h"
 #include "layers/layers.h"
 #include "layers/zoo.h"
-#include "schedulers/parallel/schedule.h"
+#include "schedulers/plan/schedule.h"
 #include "tests/testutil.h"
 
 typedef struct run {
@@ -714,14 +714,14 @@ Test(errors, costs_for_other_stage_count, .exit_code = 2, .init = tu_capture_std
     sp_schedule_new(sp_scheme_find("ddp"), &sc, c);
 }
 
-/* ---- pipelines as per-rank action lists (actions.h, pp_basic.c, sched_actions.c) ---------
+/* ---- pipelines as per-rank action lists (actions.h, gen_basic.c, schedule_actions.c) ---------
  *
  * Closed forms at unit costs F = I = W = 1 (docs/SCHEDULES.md derives each): strict 1F1B
  * (m + p − 1)(F + I + W); ZB-H1 m(F+I+W) + (p−1)(F+I−W); ZB-H2 m(F+I+W) + (p−1)F (the
  * last rank's lower bound); interleaved 1F1B and looped BFS with v chunks per rank, each
  * chunk 1/v of a rank's costs: m(F+I+W) + (p−1)(F+I+W)/v. Each list is also run by the
  * chunk-level simulator of actions.c, which must agree with the layer-level one. */
-#include "schedulers/parallel/actions.h"
+#include "schedulers/plan/actions.h"
 
 typedef struct pp_run {
     sp_actions *a;
@@ -1209,7 +1209,7 @@ Test(memory, whole_memory_per_worker)
 
 /* ---- the simulation with communication (sim_comm.h) ------------------------------------------- */
 
-#include "schedulers/parallel/sim_comm.h"
+#include "schedulers/sim/sim_comm.h"
 
 /* No model and no optimizer time: every scheme's step is sp_simulate's latency exactly,
  * each job at its compute-only start (the executor's order, nothing added). */

@@ -14,12 +14,12 @@
 #include "core/device.h"
 #include "layers/zoo.h"
 #include "schedulers/backward/engine.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "data/data.h"
 #include "optim/optim.h"
-#include "schedulers/train/checkpoint.h"
+#include "train/checkpoint.h"
 #include "schedulers/backward/ooo.h"
-#include "schedulers/train/train.h"
+#include "train/train.h"
 #include "tests/testutil.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
@@ -585,7 +585,7 @@ Test(train, ooo_evaluation_sees_every_update_of_its_step)
     sp_dataset_free(d);
 }
 
-/* The evaluation frees each output after its last reader (schedulers/train/train_eval.c,
+/* The evaluation frees each output after its last reader (train/train_eval.c,
  * eval_forward): its loss and accuracy are bitwise those of the whole forward on one
  * tape, on a chain (LeNet-5) and on a DAG with residual adds (ResNet-20). */
 static void whole_tape_eval(sp_model *m, sp_dataset *d, int batch, double *loss, double *acc)
@@ -642,7 +642,7 @@ Test(train, evaluation_freeing_outputs_is_bitwise_the_whole_forward)
     }
 }
 
-/* ---- the engine seam: schedulers/train/ knows engines only through engine.h -------------- */
+/* ---- the engine seam: train/ knows engines only through engine.h -------------- */
 
 /* A toy engine made through the interface alone, as an out-of-tree engine would be: linear
  * BP underneath, and ooo's contract for the updates kept on one thread. backward_async
@@ -764,19 +764,21 @@ Test(train, a_toy_engine_through_the_interface_overlaps_and_matches_linear)
 /* The loop and the runner name no engine: what they need of one is in engine.h (hooks,
  * SP_ENGINE_* capabilities). Flags' help and `needs` data may name engines; code may not
  * call an engine's own functions, include its headers or compare its name. */
-Test(train, schedulers_train_names_no_engine)
+Test(train, train_and_cli_name_no_engine)
 {
     static const char *forbidden[] = {"sp_ooo_", "sp_bppsa_", "sp_engine_ooo", "sp_engine_bppsa",
                                       "sp_engine_linear", "backward/ooo.h", "backward/bppsa", "backward/engines.h",
                                       "\"ooo\"", "\"bppsa\"", "\"linear\"", "e->name"};
-    DIR *dir = opendir("schedulers/train");
-    cr_assert_not_null(dir, "schedulers/train not found (run from the repository root)");
     int checked = 0;
+    static const char *folders[] = {"train", "cli"};
+    for (size_t f = 0; f < sizeof folders / sizeof *folders; f++) {
+    DIR *dir = opendir(folders[f]);
+    cr_assert_not_null(dir, "%s not found (run from the repository root)", folders[f]);
     for (struct dirent *de; (de = readdir(dir));) {
         size_t len = strlen(de->d_name);
         if (len < 3 || (strcmp(de->d_name + len - 2, ".c") != 0 && strcmp(de->d_name + len - 2, ".h") != 0)) continue;
         char path[512];
-        snprintf(path, sizeof path, "schedulers/train/%s", de->d_name);
+        snprintf(path, sizeof path, "%s/%s", folders[f], de->d_name);
         FILE *fp = fopen(path, "r");
         cr_assert_not_null(fp, "%s: cannot read", path);
         char line[4096];
@@ -788,5 +790,6 @@ Test(train, schedulers_train_names_no_engine)
         checked++;
     }
     closedir(dir);
-    cr_assert_geq(checked, 6, "only %d sources in schedulers/train", checked);
+    }
+    cr_assert_geq(checked, 12, "only %d sources in train/ and cli/", checked);
 }

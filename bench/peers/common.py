@@ -3,7 +3,7 @@
 The scripts time PyTorch CPU doing the same work as scanprop's apps, in its *tuned*
 configuration: `--threads` intra-op threads and OpenBLAS's own thread pool held at
 `--blas-threads` (default 1), and subnormal floats flushed to zero (`--flush-denormal 1`,
-as scanprop's own threads compute: core/parallel.h). Debian's torch 1.13 does not pass set_num_threads on to
+as scanprop's own threads compute: core/threads.h). Debian's torch 1.13 does not pass set_num_threads on to
 OpenBLAS, so without the second setting torch's OpenMP team and OpenBLAS's pool would
 both try to fill the cores. Run them with /usr/bin/python3 (Debian's python3-torch).
 Each script prints one JSON line last; bench/bench.py reads it.

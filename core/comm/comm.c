@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include "core/comm/comm.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 
 /* comm_mpi.c (NULL hooks without MPI) */
 sp_comm *sp_comm_mpi_world(int *argc, char ***argv);

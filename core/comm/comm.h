@@ -1,6 +1,6 @@
 /* comm.h — communication between processes: Open MPI on CPU ranks, NCCL on GPUs.
  *
- * The executor (schedulers/parallel/exec.c) talks only to this interface. A communicator is a
+ * The executor (schedulers/exec/exec.c) talks only to this interface. A communicator is a
  * set of ranks; the world holds them all and sp_comm_split makes sub-communicators
  * (the groups of the looped schemes, the replicas of a stage). Every buffer is float32
  * and reductions are sums.

@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 /* Tensors named "state/..." are a resumable checkpoint's training state
- * (schedulers/train/checkpoint.h); sp_model_load skips them. */
+ * (train/checkpoint.h); sp_model_load skips them. */
 #define SP_ST_STATE_PREFIX "state/"
 
 /* Every parameter and buffer under its PyTorch name, with "scanprop_model": m->name.

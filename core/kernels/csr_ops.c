@@ -8,7 +8,7 @@
 #include "core/kernels/dense.h"
 #include "core/kernels/csr_ops.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 
 /* Below this many multiply-adds a kernel runs on the calling thread: waking the pool
  * costs more than the work. */

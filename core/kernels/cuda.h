@@ -53,7 +53,7 @@ typedef struct sp_cuda_ctx {
 int sp_cuda_device_count(const char **why);
 /* Select the GPU, create the lanes, register the device allocator and graph support.
  * The modules above core register their twins (op kernels, optimizer updates, the ooo
- * executor) themselves: sp_cuda_start (schedulers/train/cuda_start.h) does all of it.
+ * executor) themselves: sp_cuda_start (cli/cuda_start.h) does all of it.
  * Idempotent for the same id; sp_fail when there is no such device. */
 void sp_cuda_init(int device_id);
 /* The context; sp_fail if sp_cuda_init was not called. */

@@ -7,7 +7,7 @@
 #include "core/kernels/dense.h"
 #include "core/kernels/dnnl.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 
 /* ---- OpenBLAS's allocating small-matrix kernel -----------------------------------------
  * OpenBLAS 0.3.21's small-matrix SGEMM on its AVX-512 cores (SkylakeX and Cooperlake,

@@ -19,7 +19,7 @@
 #include <string.h>
 #include "core/kernels/dnnl.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 
 static int g_mode = -1;   /* -1 not read yet, 0 gemm, 1 oneDNN */
 

@@ -34,7 +34,7 @@
 #include <string.h>
 #include "core/device.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "schedulers/backward/bppsa_internal.h"
 #ifdef SP_HAVE_CUDA
 #include "schedulers/backward/bppsa_cuda.h"

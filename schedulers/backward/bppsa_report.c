@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include "core/error.h"
 #include "core/io/fileio.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "schedulers/backward/bppsa_internal.h"
 
 /* ---- the figures (--plan) ------------------------------------------------------------ */

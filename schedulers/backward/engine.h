@@ -4,7 +4,7 @@
  * parameter's grad. Engines only call op entry points and backend kernels; they never
  * touch raw device memory. The engines live in schedulers/backward/.
  *
- * The training loop and the runner (schedulers/train/) know engines only through this
+ * The training loop and the runner (train/) know engines only through this
  * interface: `backward` and `destroy`, the optional hooks below (an engine fills the
  * ones it has; the sp_engine_* calls supply the default for a NULL one), and the
  * capabilities of the registry (SP_ENGINE_*), which the runner checks flags against. */
@@ -58,7 +58,7 @@ enum {
 };
 
 /* Where an engine writes its figures: keys of a run's JSON line (the runner passes one
- * onto its sp_json, schedulers/train/summary.h). */
+ * onto its sp_json, cli/summary.h). */
 typedef struct sp_report_writer {
     void *ctx;
     void (*str)(void *ctx, const char *key, const char *value);

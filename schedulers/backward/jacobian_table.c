@@ -9,7 +9,7 @@
 #include "core/kernels/csr_ops.h"
 #include "core/error.h"
 #include "core/io/fileio.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "schedulers/backward/jacobian_table.h"
 
 /* stb_image_write compiled privately into this file (static functions), so no link flag

@@ -14,7 +14,7 @@
 #include "core/kernels/dense.h"
 #include "core/error.h"
 #include "core/io/fileio.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "schedulers/backward/engines.h"
 #include "schedulers/backward/ooo.h"
 

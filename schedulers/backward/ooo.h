@@ -216,14 +216,14 @@ typedef struct sp_ooo_device_exec {
 
 void sp_ooo_register_device(const sp_ooo_device_exec *x);
 /* make CUDA=1: register the CUDA executor (schedulers/backward/ooo_cuda.cu), called by
- * sp_cuda_start (schedulers/train/cuda_start.h) once the backend is up. */
+ * sp_cuda_start (cli/cuda_start.h) once the backend is up. */
 void sp_ooo_cuda_register(void);
 /* --cuda-graph: on the device, capture the backward (δO and δW on both streams, their
  * events) once its shapes are steady, replay it each step, re-capture when they change.
  * The per-layer updates U run after the replay on the sub stream (their scalars, e.g.
  * Adam's step count, change every step). Not with a trace (no event times in a graph). */
 void sp_ooo_set_cuda_graph(sp_engine *e, bool on);
-/* The caller captures the whole step as one graph (schedulers/train/train.h, sp_step_graph):
+/* The caller captures the whole step as one graph (train/train.h, sp_step_graph):
  * no capture of the engine's own, no event timing (a graph has none), and the list
  * order keeps its flop estimates (a captured plan must not change between replays). */
 void sp_ooo_set_step_capture(sp_engine *e, bool on);

@@ -29,7 +29,7 @@
  * finish waits for the backward and turns them into seconds from the fork.
  *
  * The backward as a graph (sp_ooo_set_cuda_graph: the demo's --cuda-graph; the training
- * loop captures the whole step instead, schedulers/train/train.c, and the engine then runs live
+ * loop captures the whole step instead, train/train.c, and the engine then runs live
  * inside that capture): the backward's δO and δW tasks (both streams, their events) are captured
  * with cudaStreamBeginCapture on lane 0 the second time a key is seen (the key hashes
  * every task's node, op, shapes and device pointers: the same model on the same shapes

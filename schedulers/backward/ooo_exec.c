@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/threads.h"
 #include "schedulers/backward/engines.h"
 #include "schedulers/backward/ooo.h"
 
@@ -286,7 +286,7 @@ static bool lane_may_go_now(void *arg)
     return lane_finished(w) || any_ready(w->c) || sp_parallel_help_open();
 }
 
-/* The other lane offers chunks of its op (core/parallel.h): wake this one if it sleeps. */
+/* The other lane offers chunks of its op (core/threads.h): wake this one if it sleeps. */
 static void help_wake(void *arg) { signal_done(arg); }
 
 static void advance_frontier(run_ctx *c)

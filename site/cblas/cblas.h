@@ -1,5 +1,5 @@
 /* cblas.h — the part of the CBLAS interface the library calls (core/kernels/dense.c,
- * core/parallel.c), for the WebAssembly build of the teaching page only (make site puts
+ * core/threads.c), for the WebAssembly build of the teaching page only (make site puts
  * site/cblas first on emcc's include path; native builds use OpenBLAS's own header).
  * site/wasm_blas.c implements it in portable C. */
 #ifndef SP_SITE_CBLAS_H

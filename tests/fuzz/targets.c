@@ -18,8 +18,8 @@
 #include "data/data.h"
 #include "layers/zoo.h"
 #include "optim/optim.h"
-#include "schedulers/parallel/schedule.h"
-#include "schedulers/train/checkpoint.h"
+#include "schedulers/plan/schedule.h"
+#include "train/checkpoint.h"
 
 static char fz_dir[64];
 static pid_t fz_owner;   /* the process that made fz_dir: children (tests) leave it be */

@@ -1,0 +1,185 @@
+/* exec_stage.c — one stage's jobs of the executor: F(s, b), B / δ / G (s, b) on micro-batch
+ * b's tape, their inputs taken locally or received, their outputs sent to every other
+ * rank that runs a successor (non-blocking; the runtime waits for the sends at the end
+ * of the step). */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include "core/error.h"
+#include "core/threads.h"
+#include "schedulers/exec/exec_internal.h"
+
+static bool is_bwd(sp_dir d) { return d != SP_FWD; }
+
+/* The job that produces ∂l/∂y_s of micro-batch b (δ or whole B of stage s+1). */
+static int dy_producer(const sp_exec *x, int s, int b)
+{
+    return job_of(x, s + 1, b, x->sched->split_backward ? SP_BWD_DELTA : SP_BWD);
+}
+
+/* Names the job a blocking wait belongs to (a hang's report says which). */
+void sp_exec_label_job(const sp_exec *x, int job, long step)
+{
+    char lab[32], buf[96];
+    sp_job_label(x->sched, job, lab, sizeof lab);
+    snprintf(buf, sizeof buf, "step %ld, job %s", step + 1, lab);
+    sp_comm_set_label(buf);
+}
+
+static sp_req *new_send(sp_exec *x)
+{
+    if (x->nsends == x->cap_sends) {
+        /* Only between steps can the array move (requests hold no pointer into it). */
+        x->cap_sends = x->cap_sends ? 2 * x->cap_sends : 64;
+        x->sends = sp_xrealloc(x->sends, sizeof *x->sends * (size_t)x->cap_sends);
+    }
+    return &x->sends[x->nsends++];
+}
+
+/* Send out to every other rank that runs a successor of `job` reading it (once each). */
+static void send_to_succs(sp_exec *x, int job, const sp_tensor *out, int tag, bool grads)
+{
+    int n;
+    const int *succ = sp_schedule_succs(x->sched, job, &n);
+    int sent[8], nsent = 0;
+    for (int i = 0; i < n; i++) {
+        int w = x->sched->compute[succ[i]];
+        sp_job sj = x->sched->jobs[succ[i]];
+        if (w == x->rank || is_bwd(sj.dir) != grads) continue;   /* local, or a cap edge */
+        bool dup = false;
+        for (int k = 0; k < nsent; k++) dup |= sent[k] == w;
+        if (dup || nsent == 8) continue;
+        sent[nsent++] = w;
+        sp_exec_log_msg(x, w, grads ? SP_MSG_GRAD : SP_MSG_ACT, grads ? sj.stage : x->sched->jobs[job].stage,
+                        4.0 * (double)out->numel);
+        sp_isend(x->world, out->data, out->numel, w, tag, new_send(x));
+    }
+}
+
+/* Stage s's output of micro-batch b, shaped, on b's tape (a receive's buffer). */
+sp_tensor sp_exec_stage_tensor(sp_exec *x, int s, int b)
+{
+    int shape[SP_MAX_DIMS];
+    memcpy(shape, x->st[s].out_shape, sizeof shape);
+    shape[0] = x->rows[b];
+    return sp_tape_tensor(&x->tapes[b], x->st[s].out_ndim, shape);
+}
+
+/* A stage whose master copy lives elsewhere: its weights broadcast at the step's start. */
+static void wait_weights(sp_exec *x, int s)
+{
+    stage_info *si = &x->st[s];
+    if (si->sync == SYNC_OWNER && si->comm >= 0) sp_wait_all(si->wreq, si->layer->nparams);
+}
+
+/* ∂l/∂y_s of micro-batch b, from the local tape, the loss, or the rank that made it. */
+sp_tensor *sp_exec_ensure_dy(sp_exec *x, int s, int b)
+{
+    int k = s * x->B + b;
+    if (x->have_dy[k]) return &x->dy[k];
+    sp_tape *t = &x->tapes[b];
+    if (s == x->S - 1) {
+        sp_node *l = x->loss[b];
+        if (!l) sp_comm_die(x->world, "internal: the loss of micro-batch %d is on another rank", b);
+        sp_tensor seed = sp_tape_tensor(t, 1, (int[]){1});
+        seed.data[0] = (float)x->rows[b] / (float)x->batch;   /* the micro-batch's share of the mean */
+        x->dy[k] = sp_tape_tensor_like(t, &l->input->out);
+        l->kern->backward_input(l, 0, &seed, &x->dy[k]);
+    } else {
+        int p = dy_producer(x, s, b);
+        if (local(x, p)) sp_comm_die(x->world, "internal: job order: ∂l/∂y_%d of micro-batch %d not ready", s, b);
+        x->dy[k] = sp_exec_stage_tensor(x, s, b);
+        sp_req r;
+        sp_irecv(x->world, x->dy[k].data, x->dy[k].numel, x->sched->compute[p], tag_of(x, 1, s, b), &r);
+        sp_wait(&r);
+    }
+    x->have_dy[k] = true;
+    return &x->dy[k];
+}
+
+/* Compute seconds of one job part (0 F, 1 δ, 2 G) of stage s; the first step warms up. */
+static void measured(sp_exec *x, int s, int part, double seconds)
+{
+    if (x->steps == 0) return;
+    x->meas[6 * s + part] += seconds;
+    x->meas[6 * s + 3 + part] += 1;
+}
+
+/* $SCANPROP_EXEC_FAULT=slow (exec.c): this job computes that much longer, inside its
+ * measured time, as a cold first step would. */
+static void injected_delay(sp_exec *x)
+{
+    if (x->delay_s <= 0) return;
+    for (double t0 = sp_now(); sp_now() - t0 < x->delay_s;) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    x->delay_s = 0;
+}
+
+/* F(s, b): its input from the local tape or the rank that ran F(s−1, b); the loss rides
+ * with the last stage. */
+void sp_exec_run_forward(sp_exec *x, int job, sp_job j)
+{
+    int s = j.stage, b = j.micro;
+    sp_tape *t = &x->tapes[b];
+    sp_node *in;
+    if (s == 0) {
+        in = sp_tape_input(t, &x->xin[b]);
+    } else if (x->node[(s - 1) * x->B + b]) {
+        in = x->node[(s - 1) * x->B + b];
+    } else {
+        int p = job_of(x, s - 1, b, SP_FWD);
+        sp_tensor a = sp_exec_stage_tensor(x, s - 1, b);
+        sp_req r;
+        sp_irecv(x->world, a.data, a.numel, x->sched->compute[p], tag_of(x, 0, s - 1, b), &r);
+        sp_wait(&r);
+        in = sp_tape_input(t, &a);
+    }
+    int bi = x->st[s].bucket;
+    if (x->deferred && bi >= 0 && x->buckets[bi].outstanding) {   /* the previous step's update of this stage */
+        sp_comm_set_label("the previous step's gradient allreduce");
+        sp_exec_finish_bucket(x, bi, true);
+        sp_exec_label_job(x, job, x->steps);
+    }
+    wait_weights(x, s);
+    double t0 = sp_now();
+    injected_delay(x);
+    sp_node *n = x->node[s * x->B + b] = sp_apply(t, x->st[s].layer, in);
+    if (s == x->S - 1) x->loss[b] = sp_apply_loss(t, x->m->loss, n, x->yin[b]);
+    double dt = sp_now() - t0;
+    sp_exec_mem_forward(x, s, b, n);
+    x->fwd_s += dt;
+    measured(x, s, 0, dt);
+    send_to_succs(x, job, &n->out, tag_of(x, 0, s, b), false);
+}
+
+/* B, δ or G (s, b): δ writes ∂l/∂y_{s−1} (sent on where another rank reads it), B and
+ * G accumulate the stage's gradients (its bucket starts when the last one is done). */
+void sp_exec_run_backward(sp_exec *x, int job, sp_job j)
+{
+    int s = j.stage, b = j.micro;
+    sp_node *n = x->node[s * x->B + b];
+    if (!n) sp_comm_die(x->world, "internal: backward of stage %d, micro-batch %d without its forward here", s, b);
+    sp_tensor *dy = sp_exec_ensure_dy(x, s, b);
+    wait_weights(x, s);
+    double t0 = sp_now();
+    injected_delay(x);
+    bool params = j.dir != SP_BWD_DELTA && n->kern->backward_params && n->layer->nparams > 0;
+    if (params) n->kern->backward_params(n, dy);
+    double t1 = sp_now();
+    bool delta = j.dir != SP_BWD_GRAD && s > 0;
+    if (delta) {
+        int k = (s - 1) * x->B + b;
+        x->dy[k] = sp_tape_tensor_like(&x->tapes[b], &n->input->out);
+        n->kern->backward_input(n, 0, dy, &x->dy[k]);
+        x->have_dy[k] = true;
+    }
+    double t2 = sp_now();
+    x->bwd_s += t2 - t0;
+    if (j.dir != SP_BWD_DELTA) measured(x, s, 2, t1 - t0);
+    if (j.dir != SP_BWD_GRAD) measured(x, s, 1, t2 - t1);
+    if (delta) send_to_succs(x, job, &x->dy[(s - 1) * x->B + b], tag_of(x, 1, s - 1, b), true);
+    if (j.dir != SP_BWD_DELTA) sp_exec_grad_done(x, s);
+    sp_exec_mem_backward(x, s, b);
+}

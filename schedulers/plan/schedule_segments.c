@@ -1,0 +1,66 @@
+/* schedule_segments.c — a model's graph as the chain of stages the schedules place.
+ *
+ * The schedules (schedule.h) place a chain: stage s reads stage s − 1's output alone. A
+ * chain of layers is one already, one stage per op node. A model with residual or dense
+ * connections (a DAG: ResNet-20) becomes one by cutting its tape after each articulation
+ * point — an op node that every path from the input to the output goes through. Between
+ * two cuts lies a segment (ResNet-20: the stem's conv1, bn1 and relu, each residual
+ * block's body up to its add, the block's relu, the pooling and the fc); nothing but
+ * the segment's last node's output crosses to the next one, so the segment is one
+ * "layer" of the chain: its F, δ and G the sums of its ops', its output what a
+ * pipeline sends to the next stage. In a chain every op node is such a point, so each
+ * segment is one node, as before. */
+#include <stdlib.h>
+#include "core/error.h"
+#include "core/tape.h"
+#include "schedulers/plan/schedule.h"
+
+/* In tape (topological) order, op node v is on every path from the input leaf to the
+ * last node iff no edge u → w jumps over it (u < v < w): an edge that did would make a
+ * path input … u → w … output that never reaches v (the nodes before u lie before v,
+ * those after w after it); without one, every path must step from below v to v itself.
+ * A node whose output nobody reads but the model's is only counted as reading. */
+int sp_tape_segments(const sp_tape *t, int *last)
+{
+    if (!t) sp_fail("sp_tape_segments: argument 't' is NULL");
+    if (!last) sp_fail("sp_tape_segments: argument 'last' is NULL");
+    if (t->n < 2) return 0;
+    int *reach = sp_xmalloc(sizeof(int) * (size_t)t->n);   /* the latest reader of node i */
+    for (int i = 0; i < t->n; i++) reach[i] = i;
+    for (int i = 0; i < t->n; i++)
+        for (int k = 0; k < t->nodes[i]->ninputs; k++) {
+            int u = t->nodes[i]->inputs[k]->index;
+            if (reach[u] < i) reach[u] = i;
+        }
+    int segments = 0, far = reach[0];   /* far: the latest reader of any node before v */
+    for (int v = 1; v < t->n; v++) {
+        if (t->nodes[v]->op && (far <= v || v == t->n - 1)) last[segments++] = v;
+        if (reach[v] > far) far = reach[v];
+    }
+    free(reach);
+    return segments;
+}
+
+/* The bytes segment [first, end) of the tape keeps from its forward until its backward:
+ * what each of its nodes keeps (sp_node_act_bytes: its input x and what its op saves),
+ * a tensor that two of them read counted once (a residual block's input, read by its
+ * first conv and by its shortcut conv). One node: sp_node_act_bytes itself. */
+double sp_tape_segment_act_bytes(const sp_tape *t, int first, int end)
+{
+    if (!t) sp_fail("sp_tape_segment_act_bytes: argument 't' is NULL");
+    if (first < 1 || end > t->n || first >= end)
+        sp_fail("sp_tape_segment_act_bytes: nodes [%d, %d) of a tape of %d (expected 1 <= first < end <= n)", first,
+                end, t->n);
+    double bytes = 0;
+    for (int i = first; i < end; i++) {
+        const sp_node *n = t->nodes[i];
+        if (!n->op) continue;
+        bytes += sp_node_act_bytes(n);
+        for (int j = first; j < i; j++)   /* x already kept by an earlier node of the segment */
+            if (t->nodes[j]->op && t->nodes[j]->input == n->input) {
+                bytes -= 4.0 * (double)n->input->out.numel;
+                break;
+            }
+    }
+    return bytes;
+}

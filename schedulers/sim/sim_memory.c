@@ -1,0 +1,144 @@
+/* sim_memory.c — memory over time of a simulated schedule (schedule.h, sp_sim_memory):
+ * per worker, the activations each stage's forward keeps until its backward has fully
+ * run ([U] Definition: M, in bytes) and, for the schemes that compute a stage away from
+ * its weights (fsdp, fslpp), the fetched weights while a job uses them; and the whole
+ * memory of a worker (sp_sim_memory_breakdown): weights, gradients, optimizer state and
+ * gradient buckets besides. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/error.h"
+#include "schedulers/plan/schedule.h"
+
+typedef struct mem_event {
+    int worker;
+    double time;
+    long key;        /* order at one instant: 2·pos on acquire, 2·pos + 1 on release (pos:
+                        the job's place in its worker's order); −1: a release by a job of
+                        another worker, first */
+    int delta;       /* +1 acquire, −1 release */
+    bool weights;    /* fetched weights, else an activation */
+    double bytes;
+} mem_event;
+
+static bool same_time(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fabs(a)); }
+
+static int event_cmp(const void *pa, const void *pb)
+{
+    const mem_event *a = pa, *b = pb;
+    if (a->worker != b->worker) return a->worker - b->worker;
+    if (!same_time(a->time, b->time)) return a->time < b->time ? -1 : 1;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
+    return a->delta - b->delta;
+}
+
+/* The last-ending backward job of (stage, b) (at one instant on one worker: the later in
+ * its order), or −1 when it has none. */
+static int last_backward(const sp_schedule *s, const sp_sim *r, const int *pos, int stage, int b)
+{
+    int last = -1;
+    for (int d = SP_BWD; d <= SP_BWD_GRAD; d++) {
+        int j = sp_schedule_find(s, stage, b, (sp_dir)d);
+        if (j < 0) continue;
+        bool tie = last >= 0 && r->finish[j] == r->finish[last] && s->compute[j] == s->compute[last];
+        if (last < 0 || r->finish[j] > r->finish[last] || (tie && pos[j] > pos[last])) last = j;
+    }
+    return last;
+}
+
+static int collect_events(const sp_schedule *s, const sp_costs *c, const sp_sim *r, const int *pos, mem_event *ev)
+{
+    int n = 0;
+    for (int b = 0; b < s->micro; b++)
+        for (int st = 0; st < s->stages; st++) {
+            int f = sp_schedule_find(s, st, b, SP_FWD), w = s->compute[f], l = last_backward(s, r, pos, st, b);
+            double bytes = c ? c->act_bytes[st] : 1.0;
+            ev[n++] = (mem_event){w, r->start[f], 2L * pos[f], +1, false, bytes};
+            if (l < 0) ev[n++] = (mem_event){w, r->finish[f], 2L * pos[f] + 1, -1, false, bytes};
+            else ev[n++] = (mem_event){w, r->finish[l], s->compute[l] == w ? 2L * pos[l] + 1 : -1, -1, false, bytes};
+        }
+    for (int j = 0; j < s->njobs; j++) {
+        int st = s->jobs[j].stage, w = s->compute[j];
+        double bytes = c ? c->param_bytes[st] : 1.0;
+        if (s->weights[j] == w || !(bytes > 0)) continue;
+        ev[n++] = (mem_event){w, r->start[j], 2L * pos[j], +1, true, bytes};
+        ev[n++] = (mem_event){w, r->finish[j], 2L * pos[j] + 1, -1, true, bytes};
+    }
+    return n;
+}
+
+void sp_sim_memory(const sp_schedule *s, const sp_costs *c, sp_sim *r)
+{
+    int *pos = sp_xmalloc(sizeof(int) * (size_t)(s->njobs + 1));
+    for (int w = 0; w < s->workers; w++)
+        for (int i = r->order_off[w]; i < r->order_off[w + 1]; i++) pos[r->order[i]] = i - r->order_off[w];
+    size_t cap = 2 * ((size_t)s->stages * s->micro + (size_t)s->njobs);
+    mem_event *ev = sp_xmalloc(sizeof(mem_event) * (cap + 1));
+    int n = collect_events(s, c, r, pos, ev);
+    qsort(ev, (size_t)n, sizeof *ev, event_cmp);
+
+    /* The step functions: a point at 0 per worker, then one per instant that changes it. */
+    r->mem_off = sp_xcalloc((size_t)s->workers + 1, sizeof(int));
+    r->mem_time = sp_xmalloc(sizeof(double) * ((size_t)n + s->workers + 1));
+    r->mem_act = sp_xmalloc(sizeof(double) * ((size_t)n + s->workers + 1));
+    r->mem_wgt = sp_xmalloc(sizeof(double) * ((size_t)n + s->workers + 1));
+    int np = 0;
+    for (int w = 0, i = 0; w < s->workers; w++) {
+        sp_worker_stats *ws = &r->worker[w];
+        int live = 0;
+        double act = 0, wgt = 0;
+        r->mem_off[w] = np;
+        r->mem_time[np] = 0, r->mem_act[np] = 0, r->mem_wgt[np] = 0, np++;
+        for (; i < n && ev[i].worker == w; i++) {
+            const mem_event *e = &ev[i];
+            if (e->weights) wgt += e->delta * e->bytes;
+            else live += e->delta, act += e->delta * e->bytes;
+            if (live > ws->peak_act) ws->peak_act = live;
+            if (act > ws->peak_act_bytes) ws->peak_act_bytes = act;
+            if (wgt > ws->peak_weight_bytes) ws->peak_weight_bytes = wgt;
+            if (act + wgt > ws->peak_mem_bytes) ws->peak_mem_bytes = act + wgt;
+            if (i + 1 < n && ev[i + 1].worker == w && same_time(ev[i + 1].time, e->time)) continue;
+            /* the end of an instant: a point, unless it holds what the last one held */
+            int k = np - 1;
+            if (act == r->mem_act[k] && wgt == r->mem_wgt[k]) continue;
+            if (same_time(r->mem_time[k], e->time)) np = k;   /* events at time 0 replace the first point */
+            r->mem_time[np] = e->time, r->mem_act[np] = act, r->mem_wgt[np] = wgt, np++;
+        }
+    }
+    r->mem_off[s->workers] = np;
+    free(ev);
+    free(pos);
+    /* the whole memory with the apps' default optimizer (sgd, momentum 0.9: one state
+     * float per parameter); a caller that knows the optimizer refills it */
+    for (int w = 0; w < s->workers; w++) sp_sim_memory_breakdown(s, c, r, SP_OPTIM_SLOTS_DEFAULT, w, &r->worker[w].mem);
+}
+
+int sp_optim_slots(const char *name, double momentum)
+{
+    if (!strcmp(name, "sgd")) return momentum != 0 ? 1 : 0;
+    if (!strcmp(name, "adam") || !strcmp(name, "adamw")) return 2;
+    return -1;
+}
+
+void sp_sim_memory_breakdown(const sp_schedule *s, const sp_costs *c, const sp_sim *r, int optim_slots, int worker,
+                             sp_mem_breakdown *out)
+{
+    *out = (sp_mem_breakdown){.activations = r->worker[worker].peak_mem_bytes};
+    bool *comp = sp_xmalloc(sizeof(bool) * 2 * (size_t)s->workers), *wgt = comp + s->workers;
+    for (int st = 0; st < s->stages; st++) {
+        double p = c ? c->param_bytes[st] : 1.0;
+        if (!(p > 0)) continue;
+        memset(comp, 0, sizeof(bool) * 2 * (size_t)s->workers);
+        for (int j = 0; j < s->njobs; j++)
+            if (s->jobs[j].stage == st) comp[s->compute[j]] = wgt[s->weights[j]] = true;
+        int nc = 0, nw = 0;
+        for (int w = 0; w < s->workers; w++) nc += comp[w], nw += wgt[w];
+        bool replicas = !memcmp(comp, wgt, sizeof(bool) * (size_t)s->workers);
+        bool here = comp[worker], owns = wgt[worker];
+        if (owns) out->weights += p, out->optim += optim_slots * p;
+        if (here || owns) out->grads += p;
+        if (replicas ? here && nc > 1 : nw == 1 && (here || owns)) out->buckets += p;
+    }
+    free(comp);
+    out->total = out->weights + out->grads + out->optim + out->buckets + out->activations;
+}
