@@ -298,7 +298,7 @@ site: $(SITE)/scanprop.js
 	/usr/bin/python3 scripts/site_tutorial.py docs/TUTORIAL.md $(SITE)/TUTORIAL.html
 
 test-site: site all
-	BUILD=$(BUILD) /usr/bin/python3 scripts/test_site.py
+	BUILD=$(BUILD) /usr/bin/python3 tests/site/test_site.py
 
 test-tutorial: all
 	BUILD=$(BUILD) /usr/bin/python3 scripts/check_tutorial.py docs/TUTORIAL.md

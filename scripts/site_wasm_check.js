@@ -1,6 +1,6 @@
 // site_wasm_check.js — runs configurations through the WebAssembly build (make site's
 // build/site/scanprop.js) under node and prints the answers as one JSON object; the caller
-// (scripts/test_site.py) compares them with the native programs:
+// (tests/site/test_site.py) compares them with the native programs:
 //   simulate: site_simulate, each report against build/schedule's JSON line
 //   bppsa:    site_bppsa_plan, text and keys against build/<app> --backward bppsa --plan=full
 //   ooo:      site_ooo, each order's peak_bytes and k against build/<app> --backward ooo

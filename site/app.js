@@ -595,7 +595,7 @@ function start() {
 }
 
 /* The self-test drives the controls as a student would (value + input/change events),
- * then reads the figures the page shows; scripts/test_site.py compares them with the
+ * then reads the figures the page shows; tests/site/test_site.py compares them with the
  * native programs. cases: {pipelines:[{control: value}], bppsa:[{source,n,k}], ooo:[model]} */
 function setControl(id, value) {
   var e = document.getElementById(id);
