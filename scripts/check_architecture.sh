@@ -10,14 +10,74 @@
 #   3. no user page (docs/*.md and below, except docs/notes/, the development record, and
 #      docs/bench-results/, raw benchmark output) has a heading naming an "Issue N" or a
 #      date, nor prose naming "issue N" or an ISO date (yyyy-mm-dd) outside code blocks:
-#      dated history belongs in docs/notes/DEVELOPMENT.md.
+#      dated history belongs in docs/notes/DEVELOPMENT.md;
+#   4. the page's include diagram is the tree's: its fenced block tagged `includes` (one
+#      line per folder, "folder: dep dep ...") against the folder -> folder edges of the
+#      `#include "..."` lines of every tracked .c/.h/.cu outside tests/ (a file in the
+#      repository root, scanprop.h, is a node of its own); one line per edge in the tree
+#      that the block does not draw and per drawn edge no file makes.
 # Prints one line per problem and exits 1 if there is any; silent and 0 otherwise.
-# ARCH=file and DOCS=dir check other files (used to show the check can fail).
+# ARCH=file and DOCS=dir check other files; --print-includes prints the tree's edges in
+# the block's format (paste it into the page after moving code); --self-test shows the
+# check fails on a copy of the page with one edge removed and with one edge added.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 arch=${ARCH:-docs/ARCHITECTURE.md}
 docs=${DOCS:-docs}
 roots="core layers optim data schedulers train cli apps bench tests python scripts"
+
+# The tree's include edges, "from to file" (file: one includer that makes the edge).
+tree_edges() {
+  git ls-files -- '*.c' '*.h' '*.cu' | grep -v '^tests/' |
+  while read -r f; do
+    d=$(dirname "$f"); [ "$d" = . ] && d=$f
+    sed -nE 's/^[[:space:]]*#[[:space:]]*include[[:space:]]+"([^"]+)".*/\1/p' "$f" |
+    while read -r inc; do
+      case $inc in */*) t=$(dirname "$inc") ;; *) continue ;; esac
+      [ "$t" != "$d" ] && echo "$d $t $f"
+    done
+  done | sort -u -k1,1 -k2,2
+}
+
+# The page's drawn edges, "from to", from its ```includes block.
+drawn_edges() {
+  awk '/^```includes[[:space:]]*$/ { on = 1; next }
+       on && /^```/ { exit }
+       on && NF { sub(/:$/, "", $1); for (i = 2; i <= NF; i++) print $1, $i }' "$1" | sort -u
+}
+
+if [ "${1:-}" = --print-includes ]; then
+  # every folder that holds a source file, with the folders it includes from (maybe none)
+  { git ls-files -- '*.c' '*.h' '*.cu' | grep -v '^tests/' |
+      while read -r f; do d=$(dirname "$f"); [ "$d" = . ] && d=$f; echo "$d"; done | sort -u
+    tree_edges; } |
+  awk 'NF == 1 { order[++n] = $1; next } { deps[$1] = deps[$1] " " $2 }
+       END { for (i = 1; i <= n; i++) print order[i] ":" deps[order[i]] }'
+  exit 0
+fi
+
+if [ "${1:-}" = --self-test ]; then
+  tmp=$(mktemp -d) || exit 2
+  trap 'rm -rf "$tmp"' EXIT
+  # one edge removed: the first drawn line loses its last dependency
+  awk '/^```includes/ { on = 1; print; next } on && /^```/ { on = 0 }
+       on && !done && NF > 1 { NF = NF - 1; done = 1 } { print }' "$arch" > "$tmp/removed.md"
+  # one edge added: core/ includes apps/
+  awk '/^```includes/ { on = 1; print; next } on && /^```/ { on = 0 }
+       on && $1 == "core:" { $0 = $0 " apps" } { print }' "$arch" > "$tmp/added.md"
+  st=0
+  for c in removed added; do
+    [ $c = removed ] && want="is not drawn in" || want="include core -> apps is drawn"
+    if out=$(ARCH="$tmp/$c.md" "$0" 2>&1); then
+      echo "check_architecture --self-test: a page with one edge $c passed"; st=1
+    elif ! grep -q "$want" <<<"$out"; then
+      echo "check_architecture --self-test: a page with one edge $c failed without naming it: $out"; st=1
+    fi
+  done
+  [ $st -eq 0 ] && echo "check_architecture --self-test: a page with one edge removed or added fails"
+  exit $st
+fi
+
 [ -f "$arch" ] || { echo "check_architecture: $arch is missing"; exit 1; }
 
 problems=$(
@@ -56,6 +116,22 @@ problems=$(
         printf "%s:%d: names an issue or a date (history goes to docs/notes/DEVELOPMENT.md): %s\n", page, NR, substr($0, 1, 100)
       }' "$page"
   done
+
+  # 4. the include diagram against the tree
+  drawn=$(drawn_edges "$arch")
+  if [ -z "$drawn" ]; then
+    echo "$arch has no \`\`\`includes block (scripts/check_architecture.sh --print-includes prints one)"
+  else
+    tree=$(tree_edges)
+    while read -r from to file; do
+      grep -qxF "$from $to" <<<"$drawn" ||
+        echo "include $from -> $to in the tree ($file) is not drawn in $arch's includes block"
+    done <<<"$tree"
+    while read -r from to; do
+      awk -v f="$from" -v t="$to" '$1 == f && $2 == t { found = 1 } END { exit !found }' <<<"$tree" ||
+        echo "include $from -> $to is drawn in $arch's includes block, but no file of $from includes $to/"
+    done <<<"$drawn"
+  fi
 )
 if [ -n "$problems" ]; then
   echo "$problems"
