@@ -8,9 +8,10 @@
 #      under them that holds a .c, .h, .cu or .cc file git knows of (tracked, or new and
 #      not ignored);
 #   3. no user page (docs/*.md and below, except docs/notes/, the development record, and
-#      docs/bench-results/, raw benchmark output) has a heading naming an "Issue N" or a
+#      docs/MEASUREMENTS.md, the measurement logs) has a heading naming an "Issue N" or a
 #      date, nor prose naming "issue N" or an ISO date (yyyy-mm-dd) outside code blocks:
-#      dated history belongs in docs/notes/DEVELOPMENT.md;
+#      dated history belongs in docs/notes/DEVELOPMENT.md, dated measurements in
+#      docs/MEASUREMENTS.md;
 #   4. the page's include diagram is the tree's: its fenced block tagged `includes` (one
 #      line per folder, "folder: dep dep ...") against the folder -> folder edges of the
 #      `#include "..."` lines of every tracked .c/.h/.cu outside tests/ (a file in the
@@ -101,7 +102,7 @@ problems=$(
   done
 
   # 3. dated or issue-numbered history in a user page
-  find "$docs" -name '*.md' -not -path "$docs/notes/*" -not -path "$docs/bench-results/*" | sort |
+  find "$docs" -name '*.md' -not -path "$docs/notes/*" -not -path "$docs/MEASUREMENTS.md" | sort |
   while read -r page; do
     awk -v page="$page" '
       /^```/ { fence = !fence; next }
@@ -109,11 +110,11 @@ problems=$(
       /^#/ {
         if ($0 ~ /[Ii]ssue [0-9]/ || $0 ~ /(19|20)[0-9][0-9]-[01][0-9]/ ||
             $0 ~ /(January|February|March|April|May|June|July|August|September|October|November|December) (19|20)[0-9][0-9]/)
-          printf "%s:%d: heading names an issue or a date (history goes to docs/notes/DEVELOPMENT.md): %s\n", page, NR, $0
+          printf "%s:%d: heading names an issue or a date (history goes to docs/notes/DEVELOPMENT.md, measurements to docs/MEASUREMENTS.md): %s\n", page, NR, $0
         next
       }
       $0 ~ /[Ii]ssue [0-9]/ || $0 ~ /(19|20)[0-9][0-9]-[01][0-9]-[0-3][0-9]/ {
-        printf "%s:%d: names an issue or a date (history goes to docs/notes/DEVELOPMENT.md): %s\n", page, NR, substr($0, 1, 100)
+        printf "%s:%d: names an issue or a date (history goes to docs/notes/DEVELOPMENT.md, measurements to docs/MEASUREMENTS.md): %s\n", page, NR, substr($0, 1, 100)
       }' "$page"
   done
 
