@@ -41,7 +41,7 @@ const sp_arena_source sp_arena_host = {.align = 64, .block_new = host_block_new,
 // ----------------------------------------------------------------------------
 // the arena
 
-/* A zeroed arena is a host arena, as before block sources existed. */
+/* A zeroed arena (no block source set) is a host arena. */
 static const sp_arena_source *source(const sp_arena *a) { return a->src ? a->src : &sp_arena_host; }
 
 static sp_arena_block *block_new(sp_arena *a, size_t size)

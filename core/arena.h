@@ -57,7 +57,7 @@ void *sp_arena_calloc(sp_arena *a, size_t bytes);
 void sp_arena_reset(sp_arena *a);
 /* Between uses that are far apart (training steps around an evaluation): returns every
  * block to the source but keeps the high-water size, so the next allocation opens one
- * block of that size and the steps after it allocate nothing, as before. */
+ * block of that size and the steps after it allocate nothing. */
 void sp_arena_trim(sp_arena *a);
 /* A point in the arena to come back to: sp_arena_release(a, m) hands back everything
  * allocated after sp_arena_mark returned m (last in, first out), so transient scratch

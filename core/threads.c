@@ -1,4 +1,4 @@
-/* parallel.c — a small persistent thread pool with static partitioning.
+/* threads.c — a small persistent thread pool with static partitioning.
  *
  * Static contiguous chunks (not work stealing) keep results bitwise reproducible for
  * a given thread count. The pool serves one parallel_for at a time; a call made while
@@ -10,9 +10,8 @@
  * on an atomic for up to SPIN_S before they sleep on a condition variable; the sleeper
  * count tells the other side whether it must signal (see wait_for / wake). When the
  * machine is oversubscribed (sp_parallel_set_node_procs: processes × threads > online
- * cores) they sleep at once: a spinning thread then only delays the thread it waits for
- * (4 MPI ranks of 2 threads on 2 cores: a LeNet gpipe step took 12-17 ms with the spin,
- * 5.5 ms without). */
+ * cores) they sleep at once: a spinning thread then only takes the core from the thread
+ * it waits for. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>

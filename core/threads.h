@@ -34,7 +34,7 @@ bool sp_parallel_spare_core(void);
  * results below 2⁻¹²⁶ ≈ 1.2e-38 become 0 (FTZ) and subnormal inputs read as 0 (DAZ).
  * Gradients that fade over a long chain (the RNN at T = 1000 under Adam's lr 1e-5)
  * reach that range, and every x86 operation on a subnormal takes a microcode assist of
- * ~100 cycles on Intel cores: BPTT ran 3× slower for values no gradient step can feel.
+ * ~100 cycles on Intel cores, for values no gradient step can feel.
  * sp_set_threads sets it on the calling thread before the pool starts (workers inherit
  * it and set it again), so every app and every pool thread computes with it;
  * sp_flush_denormals sets it on the calling thread only (a thread of the caller's own).

@@ -101,9 +101,8 @@ static void lanes_sqdev(const float *restrict x, size_t P, double mu, double *re
 
 /* The fused op's dy, masked by ReLU's [g·x̂ + be > 0] with x̂ = (x − mean)·inv recomputed
  * in float as the forward rounded it (what relu's δ wrote before batch norm read it),
- * into m: a plain select loop, which GCC turns into vector compares and blends. Written
- * inside the lane loops instead, the select was compiled to a branch per element,
- * mispredicted on half of them (opprof: the fused backward took 5x batch norm's). The
+ * into m: a plain select loop, which GCC turns into vector compares and blends (inside
+ * the lane loops it becomes a branch per element, mispredicted on half of them). The
  * passes below go through it in chunks. */
 #define BN_CHUNK 512   /* a multiple of SP_BN_LANES: lane p mod 8 is kept across chunks */
 static void masked_dy(const float *restrict dy, const float *restrict x, float mean, float inv, size_t n, float g,

@@ -20,9 +20,8 @@
  * Ho·Wo >= MIN_GEMM_COLS (the GEMM then reads dy and writes y in NCHW directly), else
  * a few samples side by side so each GEMM keeps enough columns (VGG-11's last convs
  * have Ho·Wo = 4). A thread's im2col, GEMM and layout moves stay in its own cache with
- * no barrier between them. On the 2-core target, against one OpenBLAS-threaded GEMM
- * over the whole batch, this made LeNet-5's convs twice as fast and VGG-11's as fast
- * (im2col's memory traffic hides behind the other core's GEMM). G sums
+ * no barrier between them, and one thread's im2col traffic overlaps another's GEMM,
+ * which a single OpenBLAS-threaded GEMM over the whole batch cannot do. G sums
  * small weight gradients in a private copy per thread; large ones (a copy per thread
  * would cost more to add up than it saves) take one OpenBLAS-threaded GEMM per chunk
  * of samples whose columns stay in the last-level cache. Scratch comes from the
@@ -47,13 +46,13 @@
 #define MIN_GEMM_COLS 256
 /* G keeps a private copy per thread of weights up to this many floats (O·K). */
 #define G_PRIVATE_MAX_FLOATS 65536
-/* oneDNN's G kernels loop over output positions: at Ho·Wo <= 16 (VGG-11's last four
- * convs) they ran 2–5× slower than im2col + SGEMM (oneDNN's, see core/kernels/dnnl.h), which
- * then computes G on the oneDNN path too (docs/PERFORMANCE.md). */
+/* oneDNN's G kernels loop over output positions, which leaves them little work at
+ * Ho·Wo <= 16 (VGG-11's last four convs): there G is im2col + SGEMM (oneDNN's, see
+ * core/kernels/dnnl.h) on the oneDNN path too. */
 #define DNNL_G_MIN_P 16
 /* With fewer input channels (LeNet-5's and VGG-11's first convs) oneDNN pads them to a
- * vector's width and reorders the output: im2col + oneDNN's SGEMM measured 1.4–1.8×
- * faster on LeNet-5's conv1 (opprof, one thread). */
+ * vector's width and reorders the output, more work than im2col + oneDNN's SGEMM, which
+ * such convs use instead. */
 #define DNNL_MIN_C 4
 /* Otherwise its column buffer per chunk: inside the 32 MiB L3 of the target machine. */
 #define G_CHUNK_BYTES (8u << 20)
@@ -499,8 +498,8 @@ static sp_cost conv_cost(const sp_node *n)
     double K = (double)l->cin * l->k * l->k, O = l->cout;
     double gemm = 2 * B * O * K * P;   /* bias adds (B·O·P) are below 1/K of this: left out */
     /* the forward's scratch (one column and one row buffer per thread), counted as
-     * saved: conv_forward hands it back now, so this is an upper bound that keeps
-     * every plan and schedule built on it as it was */
+     * saved although conv_forward hands it back: an upper bound that the plans and
+     * schedules built on this cost rely on */
     double slots = fmin(sp_get_threads(), B), cs = fmin(ceil(MIN_GEMM_COLS / P), ceil(B / slots));
     return (sp_cost){.fwd_flops = gemm,
                      .bwd_input_flops = gemm,

@@ -3,8 +3,8 @@
  * pointwise nonlinearities of the cells. Each cell's math stays in its own file.
  *
  * Internal layout is time-major, [T, B, ·] (row (t, b) = t·B + b): each step's rows are
- * one contiguous block, so the recurrence streams through memory (2.5× faster BPTT than
- * batch-first at H = 20, B = 16, where 16 strided streams miss cache), and the input
+ * one contiguous block, so the recurrence streams through memory (batch-first, B strided
+ * streams miss the cache at small H), and the input
  * projection and weight gradients are ONE GEMM each over T·B rows (dx, batch-first like
  * x, is one GEMM per sample).
  *   x_tm [T, B, C]  x transposed once per forward (x itself is batch-first [B, T, C])
@@ -90,9 +90,9 @@ void sp_recurrent_input_grad(const sp_node *n, const float *da, int col, int row
 sp_cost sp_recurrent_cost(const sp_node *n, double fwd_pointwise_per_h, double bwd_pointwise_per_h);
 
 /* One recurrent step's product, C = alpha·A·B + beta·C with A, B, C row-major and not
- * transposed: the project's small kernel when it covers the shape (core/kernels/gemm_small.h;
- * 0.44 µs at 16×20×20 where OpenBLAS takes 0.57 and its dispatch more), sp_gemm else.
- * Only the per-step products use it, so every other product rounds as before. */
+ * transposed: the project's small kernel when it covers the shape (core/kernels/gemm_small.h:
+ * no library call's fixed cost per step), sp_gemm else. Only the per-step products use
+ * it; every other product rounds as sp_gemm does. */
 static inline void sp_rec_step_gemm(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
                                     float beta, float *C, int ldc)
 {

@@ -74,8 +74,8 @@ void sp_optim_zero_grad(sp_optim *o);
 /* On (CPU parameters only; off by default): each update zeroes the gradient it has just
  * read, block by block in the same pass while the block is in cache, and the next
  * sp_optim_zero_grad skips the parameters so zeroed. The trainer's loop (update, then
- * zero_grad, then the next backward) saves the separate pass over every gradient: 3.3
- * of VGG-11's 70 ms at batch 8 (docs/PERFORMANCE.md). Only for a caller that writes no
+ * zero_grad, then the next backward) saves the separate pass over every gradient
+ * (docs/PERFORMANCE.md). Only for a caller that writes no
  * gradient between an update and the next sp_optim_zero_grad. */
 void sp_optim_set_zero_in_step(sp_optim *o, bool on);
 void sp_optim_set_lr(sp_optim *o, double lr);

@@ -187,9 +187,8 @@ static entry *create(int kind, const sp_dnnl_conv *k)
     md_tag(&ya, 4, yd, dnnl_format_tag_any);
     if (kind == BWD_W && k->C % CHANNEL_BLOCK) {
         /* G with input channels that do not fill oneDNN's blocks (LeNet-5's conv2: 6 of
-         * 16): channels-last src and diff_dst, no padded channels; 2.0× faster there
-         * (opprof lenet 64, one thread, best of 200: 520 → 260 µs). The forward lost
-         * with it (215 → 300 µs) and δ did not move, so they keep the blocked layouts. */
+         * 16): channels-last src and diff_dst, so no padded channels are computed. The
+         * forward and δ gain nothing from it and keep the blocked layouts. */
         md_tag(&xa, 4, xd, dnnl_nhwc);
         md_tag(&ya, 4, yd, dnnl_nhwc);
     }

@@ -2,8 +2,8 @@
  *
  * The recurrent ops make one product per time step whose every dimension is the hidden
  * width or the batch (RNN 16×20×20, GRU 16×60×20 and 16×20×60): 1000 calls a pass, where
- * a library call's fixed cost is a good part of the time (OpenBLAS 0.57 µs at 16×20×20,
- * this kernel 0.44; bench numbers in docs/PERFORMANCE.md). This kernel reads op(B) in
+ * a library call's fixed cost is a good part of the time (docs/PERFORMANCE.md). This
+ * kernel reads op(B) in
  * place (Bᵀ is copied into a panel on the stack first) and keeps up to 8 rows × 16
  * columns of C in registers, compiled three times (AVX-512, AVX2+FMA, baseline SSE2) and
  * picked once by the CPU's features.
