@@ -19,6 +19,7 @@
 #include "layers/layers.h"
 #include "layers/zoo.h"
 #include "schedulers/plan/schedule.h"
+#include "schedulers/sim/sim.h"
 #include "tests/testutil.h"
 
 typedef struct run {
