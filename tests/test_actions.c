@@ -9,7 +9,7 @@
  * p − 1 first runs chunk p − 1): rank p − 1 cannot start before the p − 1 forwards ahead
  * of it, and it has 6m units of work, so latency ≥ 6m + p − 1.
  *
- * ZB-V ([ZB] §6; the phases of gen_v.c): latency = max(6m + p − 1, 4m + 2(2p − 1)); the
+ * ZB-V ([ZB] §6; the phases of gen_zbv.c): latency = max(6m + p − 1, 4m + 2(2p − 1)); the
  *     first term, the lower bound, wins from m ≥ (3p − 1)/2.
  *     Rank p − 1 starts at p − 1 and never waits again: its warm-up alternates its two
  *     chunks (p − 1 and p, the turn of the V, no transfer between them) and from then on
@@ -33,7 +33,7 @@
  *   Peak: 2p + 1 chunk activations on every rank (DeepSeek's "PP + 1"): steps 1–2 hold
  *     2(p − r − 1) + 2(r + 1) = 2p, step 3 keeps 2p (I, W frees one, F adds one), step 4's
  *     first pair F0 then B1 reaches 2p + 1. In full-rank units p + ½.
- * V-Half and V-Min ([CM]; gen_auto.c: the greedy list scheduler on the V placement under
+ * V-Half and V-Min ([CM]; gen_greedy.c: the greedy list scheduler on the V placement under
  *     [CM]'s memory): peak ≤ p + 2 chunk activations (p/2 + 1 full-rank: half of 1F1B's
  *     plus one) and ≤ ⌈2p/3⌉ + 2 (p/3 + 1: a third plus one). Their latency has no clean
  *     closed form (a greedy list); [CM]'s claims are asserted as bounds: V-Half below
