@@ -24,6 +24,7 @@
 #include "core/comm/comm.h"
 #include "schedulers/sim/comm_cost.h"
 #include "schedulers/plan/schedule.h"
+#include "schedulers/sim/sim.h"
 #include "schedulers/sim/sim_comm.h"
 #include "schedulers/sim/sim_report.h"
 #include "core/tape.h"
@@ -449,10 +450,10 @@ int main(int argc, char **argv)
     parse(argc, argv, &o);
     check(&o);
     if (o.list) {
-        for (int i = 0; i < sp_scheme_count(); i++)
-            printf("%-16s %s\n", sp_scheme_at(i)->name, sp_scheme_at(i)->summary);
-        for (int i = 0; i < sp_pp_count(); i++) printf("%-16s %s\n", sp_pp_at(i)->name, sp_pp_at(i)->summary);
-        printf("%-16s %s\n", "custom", "per-rank action lists from a CSV (--actions FILE)");
+        for (int i = 0; i < sp_scheme_def_count(); i++) {
+            const sp_scheme_def *d = sp_scheme_def_at(i);
+            printf("%-16s %s%s\n", d->name, d->help, d->kind == SP_SCHEME_CUSTOM ? " (--actions FILE)" : "");
+        }
         sp_schemes_print_json(stdout);
         return 0;
     }

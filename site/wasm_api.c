@@ -32,6 +32,7 @@
 #include "core/error.h"
 #include "schedulers/backward/scan.h"
 #include "schedulers/plan/schedule.h"
+#include "schedulers/sim/sim.h"
 #include "schedulers/sim/sim_comm.h"
 #include "schedulers/sim/sim_report.h"
 #include "schedulers/plan/actions.h"
@@ -76,23 +77,25 @@ SITE_API const char *site_schemes(void)
     site_out o;
     site_out_open(&o);
     fprintf(o.f, "{\"ok\":true,\"schemes\":[");
-    for (int i = 0; i < sp_scheme_count(); i++) {
-        const sp_scheme *s = sp_scheme_at(i);
-        fprintf(o.f, "%s{\"name\":", i ? "," : "");
-        site_json_str(o.f, s->name);
+    for (int i = 0, n = 0; i < sp_scheme_def_count(); i++) {   /* the RULES rows */
+        const sp_scheme_def *d = sp_scheme_def_at(i);
+        if (d->kind != SP_SCHEME_RULES) continue;
+        fprintf(o.f, "%s{\"name\":", n++ ? "," : "");
+        site_json_str(o.f, d->name);
         fprintf(o.f, ",\"summary\":");
-        site_json_str(o.f, s->summary);
-        fprintf(o.f, ",\"split\":%s}", s->split_backward ? "true" : "false");
+        site_json_str(o.f, d->help);
+        fprintf(o.f, ",\"split\":%s}", d->rules->split_backward ? "true" : "false");
     }
     fprintf(o.f, "],\"pp\":[");
-    for (int i = 0; i < sp_pp_count(); i++) {
-        fprintf(o.f, "{\"name\":");
-        site_json_str(o.f, sp_pp_at(i)->name);
+    for (int i = 0, n = 0; i < sp_scheme_def_count(); i++) {   /* the action-list rows, custom last */
+        const sp_scheme_def *d = sp_scheme_def_at(i);
+        if (d->kind == SP_SCHEME_RULES) continue;
+        fprintf(o.f, "%s{\"name\":", n++ ? "," : "");
+        site_json_str(o.f, d->name);
         fprintf(o.f, ",\"summary\":");
-        site_json_str(o.f, sp_pp_at(i)->summary);
-        fprintf(o.f, ",\"chunks\":%d},", sp_pp_at(i)->default_chunks_per_rank);
+        site_json_str(o.f, d->help);
+        fprintf(o.f, ",\"chunks\":%d}", d->kind == SP_SCHEME_LIST ? d->chunks_per_rank : 1);
     }
-    fprintf(o.f, "{\"name\":\"custom\",\"summary\":\"per-rank action lists from a CSV\",\"chunks\":1}");
     fprintf(o.f, "],\"actions\":true}");
     return site_out_close(&o);
 }

@@ -9,7 +9,7 @@
  * p − 1 first runs chunk p − 1): rank p − 1 cannot start before the p − 1 forwards ahead
  * of it, and it has 6m units of work, so latency ≥ 6m + p − 1.
  *
- * ZB-V ([ZB] §6; the phases of gen_v.c): latency = max(6m + p − 1, 4m + 2(2p − 1)); the
+ * ZB-V ([ZB] §6; the phases of gen_zbv.c): latency = max(6m + p − 1, 4m + 2(2p − 1)); the
  *     first term, the lower bound, wins from m ≥ (3p − 1)/2.
  *     Rank p − 1 starts at p − 1 and never waits again: its warm-up alternates its two
  *     chunks (p − 1 and p, the turn of the V, no transfer between them) and from then on
@@ -33,7 +33,7 @@
  *   Peak: 2p + 1 chunk activations on every rank (DeepSeek's "PP + 1"): steps 1–2 hold
  *     2(p − r − 1) + 2(r + 1) = 2p, step 3 keeps 2p (I, W frees one, F adds one), step 4's
  *     first pair F0 then B1 reaches 2p + 1. In full-rank units p + ½.
- * V-Half and V-Min ([CM]; gen_auto.c: the greedy list scheduler on the V placement under
+ * V-Half and V-Min ([CM]; gen_greedy.c: the greedy list scheduler on the V placement under
  *     [CM]'s memory): peak ≤ p + 2 chunk activations (p/2 + 1 full-rank: half of 1F1B's
  *     plus one) and ≤ ⌈2p/3⌉ + 2 (p/3 + 1: a third plus one). Their latency has no clean
  *     closed form (a greedy list); [CM]'s claims are asserted as bounds: V-Half below
@@ -162,33 +162,39 @@ static void refused(const char *name, const char *text, const char *want1, const
 
 Test(actions, refusals_name_rank_action_and_reason)
 {
-    refused("missing.csv", "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1W0,1I1,1W1\n", "rank 1: action 1F1 missing", NULL);
-    refused("missing_b.csv", "0F0,0I0,0W0\n1F0\n", "rank 1: action 1B0 missing", "or 1I0");
-    refused("repeated.csv", "0F0,0I0,0W0\n1F0,1F0,1I0,1W0\n", "rank 1: action 1F0 repeated", "position 2");
-    refused("two_ranks.csv", "0F0,0I0,0W0\n1F0,1I0,1W0,0F1\n", "rank 1: action 0F1: chunk 0 is on rank 0 too",
-            "a chunk on two ranks");
-    refused("i_without_w.csv", "0F0,0I0,0W0\n1F0,1I0\n", "rank 1: action 1I0 without 1W0", "I without W");
-    refused("w_without_i.csv", "0F0,0B0\n1F0,1W0,1B0\n", "and 1W0 both present", "B is I and W together");
-    refused("b_and_i.csv", "0F0,0I0,0W0\n1F0,1B0,1I0\n", "rank 1: action 1B0 and 1I0 both present", NULL);
-    refused("w_alone.csv", "0F0,0B0\n1F0,1W0\n", "rank 1: action 1W0 without 1I0", "W without I");
-    /* An action before its predecessor can exist on any rank: on its own rank, later. */
-    refused("own_order.csv", "0I0,0F0,0W0\n1F0,1I0,1W0\n",
-            "rank 0: action 0I0 waits for 0F0, which no rank can run first", "later in rank 0's own list");
-    /* A cycle between ranks: rank 0 waits for rank 1's backward, rank 1 for rank 0's
-     * forward of the next micro-batch. */
-    refused("cycle.csv", "0F0,0I0,0W0,0F1,0I1,0W1\n1F1,1F0,1I0,1W0,1I1,1W1\n",
-            "rank 0: action 0I0 waits for 1I0, which no rank can run first: a cycle between ranks",
-            "rank 1: 1F1 waits for 0F1 on rank 0");
-    refused("bad_type.csv", "0F0,0Q0\n", "row 1, cell 2: \"0Q0\" is not an action", "<chunk><F|I|W|B><micro-batch>");
-    refused("bad_chunk.csv", "0F0\nF0\n", "row 2, cell 1: \"F0\" is not an action", NULL);
-    refused("bad_micro.csv", "0F\n", "row 1, cell 1: \"0F\" is not an action", NULL);
-    refused("bad_tail.csv", "0F0x\n", "\"0F0x\" is not an action", NULL);
-    refused("bad_space.csv", "0F 0\n", "\"0F 0\" is not an action", NULL);
-    refused("bad_sign.csv", "-1F0\n", "\"-1F0\" is not an action", NULL);
-    refused("lower.csv", "0f0\n", "\"0f0\" is not an action", NULL);
-    refused("huge.csv", "0F99999999999\n", "an index above 1000000", NULL);
-    refused("empty.csv", "", "no actions", NULL);
-    refused("blank_cells.csv", ",,\n,\n", "no actions", NULL);
+    static const struct {
+        const char *name, *text, *want1, *want2;
+    } rows[] = {
+        {"missing.csv", "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1W0,1I1,1W1\n", "rank 1: action 1F1 missing", NULL},
+        {"missing_b.csv", "0F0,0I0,0W0\n1F0\n", "rank 1: action 1B0 missing", "or 1I0"},
+        {"repeated.csv", "0F0,0I0,0W0\n1F0,1F0,1I0,1W0\n", "rank 1: action 1F0 repeated", "position 2"},
+        {"two_ranks.csv", "0F0,0I0,0W0\n1F0,1I0,1W0,0F1\n", "rank 1: action 0F1: chunk 0 is on rank 0 too",
+         "a chunk on two ranks"},
+        {"i_without_w.csv", "0F0,0I0,0W0\n1F0,1I0\n", "rank 1: action 1I0 without 1W0", "I without W"},
+        {"w_without_i.csv", "0F0,0B0\n1F0,1W0,1B0\n", "and 1W0 both present", "B is I and W together"},
+        {"b_and_i.csv", "0F0,0I0,0W0\n1F0,1B0,1I0\n", "rank 1: action 1B0 and 1I0 both present", NULL},
+        {"w_alone.csv", "0F0,0B0\n1F0,1W0\n", "rank 1: action 1W0 without 1I0", "W without I"},
+        /* An action before its predecessor can exist on any rank: on its own rank, later. */
+        {"own_order.csv", "0I0,0F0,0W0\n1F0,1I0,1W0\n",
+         "rank 0: action 0I0 waits for 0F0, which no rank can run first", "later in rank 0's own list"},
+        /* A cycle between ranks: rank 0 waits for rank 1's backward, rank 1 for rank 0's
+         * forward of the next micro-batch. */
+        {"cycle.csv", "0F0,0I0,0W0,0F1,0I1,0W1\n1F1,1F0,1I0,1W0,1I1,1W1\n",
+         "rank 0: action 0I0 waits for 1I0, which no rank can run first: a cycle between ranks",
+         "rank 1: 1F1 waits for 0F1 on rank 0"},
+        {"bad_type.csv", "0F0,0Q0\n", "row 1, cell 2: \"0Q0\" is not an action", "<chunk><F|I|W|B><micro-batch>"},
+        {"bad_chunk.csv", "0F0\nF0\n", "row 2, cell 1: \"F0\" is not an action", NULL},
+        {"bad_micro.csv", "0F\n", "row 1, cell 1: \"0F\" is not an action", NULL},
+        {"bad_tail.csv", "0F0x\n", "\"0F0x\" is not an action", NULL},
+        {"bad_space.csv", "0F 0\n", "\"0F 0\" is not an action", NULL},
+        {"bad_sign.csv", "-1F0\n", "\"-1F0\" is not an action", NULL},
+        {"lower.csv", "0f0\n", "\"0f0\" is not an action", NULL},
+        {"huge.csv", "0F99999999999\n", "an index above 1000000", NULL},
+        {"empty.csv", "", "no actions", NULL},
+        {"blank_cells.csv", ",,\n,\n", "no actions", NULL},
+    };
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
+        refused(rows[k].name, rows[k].text, rows[k].want1, rows[k].want2);
     /* Not a regular file. */
     sp_actions *a = NULL;
     cr_assert_eq(sp_actions_read_csv(tu_tmpdir(), &a), SP_ERR);

@@ -36,6 +36,7 @@
 #include "core/io/safetensors.h"
 #include "layers/zoo.h"
 #include "schedulers/plan/schedule.h"
+#include "schedulers/sim/sim.h"
 #include "tests/mpirun.h"
 
 static const char *bin(const char *name)

@@ -51,6 +51,7 @@
 #include "core/model.h"
 #include "optim/optim.h"
 #include "schedulers/plan/schedule.h"
+#include "schedulers/sim/sim.h"
 
 typedef struct sp_exec_cfg {
     const char *scheme;        /* one of sp_exec_scheme_names(): ddp | fsdp | gpipe | 1f1b | lpp |

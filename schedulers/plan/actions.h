@@ -119,7 +119,8 @@ typedef struct sp_pp_generator {
  * for anything else. */
 int sp_mem_limit_parse(const char *flag, const char *text, double *limit, bool *bytes) SP_MUST_CHECK;
 
-/* NULL when no generator has that name. */
+/* The LIST rows of the scheme registry (schedule.h, schemes.c) as generators, in its
+ * order; NULL when no generator has that name. */
 const sp_pp_generator *sp_pp_find(const char *name);
 int sp_pp_count(void);
 const sp_pp_generator *sp_pp_at(int i);

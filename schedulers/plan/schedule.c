@@ -1,25 +1,8 @@
-/* schedule.c — the master schedule of [U] and its built-in schemes.
- *
- * A scheme is two functions, w_compute(s,b,d) and w_weights(s,b,d) ([U] "Formal
- * definitions of distributed schedules"), the tie-break n(s,b,d) and, for 1F1B, a cap
- * on micro-batches in flight. sp_schedule_new turns a scheme into an explicit job
- * table with predecessors — the one description both the simulator and an executor use.
- *
- *   scheme      w_compute          w_weights          n (ties)            [paper]
- *   ddp         b                  b                  forward first       [U] w_DDP
- *   fsdp        b                  s                  forward first       [U] w_FSDP
- *   gpipe       s                  s                  forward first       [U] w_GPipe
- *   1f1b        s                  s                  backward first      [U] n, + cap
- *   lpp         h(s,b)             h(s,b)             forward first       [U] w_LPP
- *   fslpp       h(s,b)             h(s,s)             forward first       [U] w_FSLPP
- *   ooo-ff      s                  s                  F, δ, then G        [O] §5.2.1
- *   ooo-modulo  s mod W            s mod W            F, δ, then G        [O] §5.2.1
- *   ddp-ooo     b                  b                  reverse first-k     [O] §5.1, Alg. 2
- *
- * with h(s,b) = (R·b mod W) + (s mod R). When W < S the pipeline schemes place
- * contiguous blocks of stages on each worker, balanced by cost (the "conventional
- * allocation" of [O]); ooo-modulo places stage s on worker s mod W. The data-parallel
- * schemes map micro-batch b to worker b mod W, the paper's b when W = B. */
+/* schedule.c — the master schedule of [U]: a scheme's rules (its w_compute, w_weights,
+ * tie-break n and in-flight cap; rules.h for the built-in ones) turned into an explicit
+ * job table with predecessors — the one description both the simulator and an executor
+ * use. The pipeline schemes' stages are placed here: contiguous blocks balanced by cost
+ * (or the caller's placement), or stage s on worker s mod W. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,189 +14,6 @@ const char *sp_dir_letter(sp_dir d)
 {
     static const char *letters[] = {"f", "b", "d", "g"};
     return letters[d];
-}
-
-int sp_lpp_hash(int stage, int b, int groups, int per_group)
-{
-    int w = groups * per_group;
-    return (int)(((long)per_group * b) % w) + stage % per_group;
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* w_compute and w_weights                                                              */
-
-static int w_micro(const sp_schedule *s, sp_job j) { return j.micro % s->workers; }
-static int w_stage_mod(const sp_schedule *s, sp_job j) { return j.stage % s->workers; }
-static int w_placed(const sp_schedule *s, sp_job j) { return s->stage_worker[j.stage]; }
-static int w_lpp(const sp_schedule *s, sp_job j)
-{
-    return sp_lpp_hash(j.stage, j.micro, s->groups, s->per_group);
-}
-/* FSLPP: the hash with the batch id replaced by the stage id, w_weights = h(s, s). */
-static int w_fslpp_weights(const sp_schedule *s, sp_job j)
-{
-    return sp_lpp_hash(j.stage, j.stage, s->groups, s->per_group);
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* n(s, b, d): a unique integer per job, smaller first ([U] "n(s,b,d) ... total order")  */
-
-/* Jobs are ranked by a class (which direction goes first), then by micro-batch (oldest
- * first), then by stage in the order the pass visits them. */
-static long rank(const sp_schedule *s, sp_job j, int klass)
-{
-    int stage_order = j.dir == SP_FWD ? j.stage : s->stages - 1 - j.stage;
-    return ((long)klass * s->micro + j.micro) * s->stages + stage_order;
-}
-
-/* GPipe's breadth-first order: forwards, then backwards; with split backward the
- * weight gradients G come last ([O] gradient fast-forwarding: δ before G). */
-static long prio_forward_first(const sp_schedule *s, sp_job j)
-{
-    static const int klass[] = {[SP_FWD] = 0, [SP_BWD] = 1, [SP_BWD_DELTA] = 1, [SP_BWD_GRAD] = 2};
-    return rank(s, j, klass[j.dir]);
-}
-
-/* 1F1B: a ready backward goes before a ready forward ([U] "in the 1F1B schedule, a
- * worker processes the backward pass preferentially"); G still last when split. */
-static long prio_backward_first(const sp_schedule *s, sp_job j)
-{
-    static const int klass[] = {[SP_FWD] = 1, [SP_BWD] = 0, [SP_BWD_DELTA] = 0, [SP_BWD_GRAD] = 2};
-    return rank(s, j, klass[j.dir]);
-}
-
-/* ooo's data-parallel order, reverse first-k ([O] Algorithm 2): the stages ≥ K run their
- * backward conventionally from the top (G_s, then δ_s), then the δ of the stages < K,
- * then their G in forward order — so the weights the next forward needs first have
- * their gradients (and their synchronisation) first. Forwards first, as DDP. */
-static long prio_reverse_first_k(const sp_schedule *s, sp_job j)
-{
-    long S = s->stages, K = s->first_k, pos;
-    if (j.dir == SP_FWD) return (long)j.micro * 3 * S + j.stage;
-    if (j.stage >= K) pos = 2 * (S - 1 - j.stage) + (j.dir == SP_BWD_GRAD ? 0 : 1);
-    else if (j.dir == SP_BWD_DELTA) pos = 2 * (S - K) + (K - 1 - j.stage);
-    else pos = 2 * (S - K) + K + j.stage;
-    return ((long)s->micro + j.micro) * 3 * S + pos;
-}
-
-/* 1F1B's warm-up (PipeDream-Flush): worker w keeps at most W − w micro-batches in flight.
- * Under the greedy recursion n alone cannot bound memory — worker 0 would run forwards
- * until the first backward arrives — so the cap is an extra pred edge. */
-static int inflight_1f1b(const sp_schedule *s, int stage) { return s->workers - s->stage_worker[stage]; }
-
-/* ------------------------------------------------------------------------------------ */
-/* setup: defaults and constraints                                                      */
-
-static void setup_data_parallel(sp_schedule *s)
-{
-    if (s->workers == 0) s->workers = s->micro;   /* [U] Table 1: W = B */
-}
-
-static void setup_ddp_ooo(sp_schedule *s)
-{
-    setup_data_parallel(s);
-    if (s->first_k <= 0) s->first_k = s->stages / 2 > 0 ? s->stages / 2 : 1;
-    if (s->first_k > s->stages)
-        sp_fail("--scheme ddp-ooo: first k = %d stages of %d (expected k <= S)", s->first_k, s->stages);
-}
-
-static void setup_pipeline(sp_schedule *s)
-{
-    if (s->workers == 0) s->workers = s->stages;  /* [U] Table 1: W = S */
-    if (s->workers > s->stages)
-        sp_fail("--scheme %s: %d workers for %d stages (a pipeline needs workers <= stages)",
-                s->scheme->name, s->workers, s->stages);
-}
-
-static void setup_looped(sp_schedule *s)
-{
-    if (s->groups == 0 && s->per_group == 0) {
-        s->per_group = s->workers ? s->workers : s->stages;
-        s->groups = 1;
-    } else if (s->groups == 0) {
-        s->groups = s->workers ? s->workers / s->per_group : 1;
-    } else if (s->per_group == 0) {
-        s->per_group = s->workers ? s->workers / s->groups : s->stages;
-    }
-    if (s->groups < 1 || s->per_group < 1)
-        sp_fail("--scheme %s: --groups %d --per-group %d (expected both >= 1)", s->scheme->name,
-                s->groups, s->per_group);
-    if (s->per_group > s->stages)
-        sp_fail("--scheme %s: --per-group %d exceeds the %d stages (expected R <= S)",
-                s->scheme->name, s->per_group, s->stages);
-    if (s->workers && s->workers != s->groups * s->per_group)
-        sp_fail("--scheme %s: --workers %d but --groups %d x --per-group %d = %d (expected W = G*R)",
-                s->scheme->name, s->workers, s->groups, s->per_group, s->groups * s->per_group);
-    s->workers = s->groups * s->per_group;
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* The built-in schemes                                                                 */
-
-enum { PLACE_NONE, PLACE_CONTIGUOUS, PLACE_MODULO };
-
-typedef struct builtin {
-    sp_scheme scheme;
-    int placement;
-} builtin;
-
-static const builtin BUILTINS[] = {
-    {{"ddp", "Distributed Data Parallel: w = (b, b)", false, setup_data_parallel, w_micro,
-      w_micro, prio_forward_first, NULL},
-     PLACE_NONE},
-    {{"fsdp", "Fully Sharded DDP: w = (s, b), weights of stage s on worker s", false,
-      setup_data_parallel, w_micro, w_stage_mod, prio_forward_first, NULL},
-     PLACE_NONE},
-    {{"gpipe", "GPipe: w = (s, s), all forwards before backwards", false, setup_pipeline,
-      w_placed, w_placed, prio_forward_first, NULL},
-     PLACE_CONTIGUOUS},
-    {{"1f1b", "1F1B (PipeDream-Flush): GPipe placement, backward first, W-w micro-batches in flight",
-      false, setup_pipeline, w_placed, w_placed, prio_backward_first, inflight_1f1b},
-     PLACE_CONTIGUOUS},
-    {{"lpp", "Looped PP: w = (h(s,b), h(s,b)), h = (Rb mod W) + (s mod R)", false, setup_looped,
-      w_lpp, w_lpp, prio_forward_first, NULL},
-     PLACE_NONE},
-    {{"fslpp", "Fully Sharded LPP: w = (h(s,s), h(s,b))", false, setup_looped, w_lpp,
-      w_fslpp_weights, prio_forward_first, NULL},
-     PLACE_NONE},
-    {{"ooo-ff", "GPipe + gradient fast-forwarding: delta before G (ooo §5.2.1)", true,
-      setup_pipeline, w_placed, w_placed, prio_forward_first, NULL},
-     PLACE_CONTIGUOUS},
-    {{"ooo-modulo", "modulo layer allocation s mod W + fast-forwarding (ooo §5.2.1)", true,
-      setup_pipeline, w_placed, w_placed, prio_forward_first, NULL},
-     PLACE_MODULO},
-    {{"ddp-ooo", "DDP with ooo's reverse first-k weight-gradient order (ooo §5.1, Algorithm 2)", true,
-      setup_ddp_ooo, w_micro, w_micro, prio_reverse_first_k, NULL},
-     PLACE_NONE},
-};
-#define NBUILTINS ((int)(sizeof BUILTINS / sizeof BUILTINS[0]))
-
-int sp_scheme_count(void) { return NBUILTINS; }
-const sp_scheme *sp_scheme_at(int i) { return &BUILTINS[i].scheme; }
-
-const char *sp_scheme_names(void)
-{
-    static char buf[256];
-    buf[0] = 0;
-    for (int i = 0; i < NBUILTINS; i++) {
-        if (i) strcat(buf, "|");
-        strcat(buf, BUILTINS[i].scheme.name);
-    }
-    return buf;
-}
-
-const sp_scheme *sp_scheme_find(const char *name)
-{
-    for (int i = 0; i < NBUILTINS; i++)
-        if (strcmp(BUILTINS[i].scheme.name, name) == 0) return &BUILTINS[i].scheme;
-    sp_fail("--scheme %s: unknown scheme (expected one of %s)", name, sp_scheme_names());
-}
-
-static int placement_of(const sp_scheme *scheme)
-{
-    for (int i = 0; i < NBUILTINS; i++)
-        if (&BUILTINS[i].scheme == scheme) return BUILTINS[i].placement;
-    return PLACE_NONE;   /* a user scheme places stages itself */
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -230,17 +30,17 @@ static void place_contiguous(sp_schedule *s, const sp_costs *c)
 
 static void place_stages(sp_schedule *s, const sp_costs *c, const int *given)
 {
-    int kind = placement_of(s->scheme);
+    sp_placement kind = sp_scheme_placement(s->scheme);
     s->stage_worker = sp_xmalloc(sizeof(int) * s->stages);
     for (int st = 0; st < s->stages; st++) s->stage_worker[st] = st % s->workers;
-    if (kind == PLACE_CONTIGUOUS && given) {
+    if (kind == SP_PLACE_CONTIGUOUS && given) {
         for (int st = 0; st < s->stages; st++) {
             if (given[st] < 0 || given[st] >= s->workers || (st > 0 && given[st] < given[st - 1]))
                 sp_fail("--scheme %s: placement of stage %d on worker %d (expected non-decreasing workers in [0, %d))",
                         s->scheme->name, st, given[st], s->workers);
             s->stage_worker[st] = given[st];
         }
-    } else if (kind == PLACE_CONTIGUOUS) {
+    } else if (kind == SP_PLACE_CONTIGUOUS) {
         place_contiguous(s, c);
     }
 }

@@ -1,13 +1,19 @@
-/* schedule.h — parallel-training schedules: one master schedule, a simulator, diagrams,
- * and the LayerPipe partitioner.
+/* schedule.h — the schedule IR of parallel training: jobs, per-stage costs, the model's
+ * segments, schemes and their registry, the master schedule, schedules from action lists,
+ * and the LayerPipe partitioner. The simulator, memory over time and the diagrams that
+ * read a schedule are schedulers/sim/ (sim/sim.h); the MPI executor that runs one is
+ * schedulers/exec/.
  *
- * Papers (in ../shared/papers):
+ * Papers, cited by tag:
  *   [U] Rahimi, "Unifying Parallelization Schemes to Train Deep Nets" (2025): the master
  *       schedule w(s,b,d) = (w_weights, w_compute), pred(), the tie-break n(s,b,d),
  *       Table 1 and the greedy simulator recursion.
- *   [O] Oh et al., "Out-Of-Order BackProp", EuroSys'22, §5.2: gradient fast-forwarding
- *       (δ before G) and modulo layer allocation.
- *   [L] Unnikrishnan & Parhi, "LayerPipe", §III and Algorithm 1.
+ *   [O] Oh et al., "Out-Of-Order BackProp: An Effective Scheduling Technique for Deep
+ *       Learning", EuroSys'22, §5.2: gradient fast-forwarding (δ before G) and modulo
+ *       layer allocation.
+ *   [L] Unnikrishnan & Parhi, "LayerPipe: Accelerating Deep Neural Network Training by
+ *       Intra-Layer and Inter-Layer Gradient Pipelining and Multiprocessor Scheduling",
+ *       §III and Algorithm 1.
  *
  * The vocabulary of [U]: S stages (layers of a chain), B micro-batches, W workers. A job
  * is one stage of one micro-batch in one direction, j = (s, b, d). A *scheme* says where
@@ -17,8 +23,7 @@
  * critical path) and G (weight gradient, off it) — [U] "additional axes", [O] §3, [L] §III.
  *
  *   sp_schedule *s = sp_schedule_new(sp_scheme_find("lpp"), &cfg, costs);
- *   sp_sim r;  sp_simulate(s, costs, &r);        // latency, transfers, storage, ρ
- *   sp_diagram_text(stdout, s, &r, 0);             // rows = workers, columns = time
+ *   sp_sim r;  sp_simulate(s, costs, &r);          // sim/sim.h
  *
  * The same sp_schedule is what a real executor runs: each worker (MPI rank) takes its
  * jobs in the simulated order (sp_sim.order), waits for the jobs in sp_schedule_preds,
@@ -130,8 +135,10 @@ double sp_node_act_bytes(const struct sp_node *n);
 
 typedef struct sp_schedule sp_schedule;
 
-/* A scheme is the pair of functions of [U] plus the tie-break n and, optionally, an
- * in-flight cap (an extra pred edge that bounds activation memory, as 1F1B needs). */
+/* A scheme as sp_schedule_new takes it: the pair of functions of [U] plus the tie-break n
+ * and, optionally, an in-flight cap (an extra pred edge that bounds activation memory,
+ * as 1F1B needs). The registry's schemes are views of its rows (sp_scheme_find); a
+ * caller may also build its own (placed as SP_PLACE_NONE: by its rules alone). */
 typedef struct sp_scheme {
     const char *name;
     const char *summary;
@@ -144,6 +151,63 @@ typedef struct sp_scheme {
      * micro-batches hold activations of stage s). NULL or 0: no cap. */
     int (*inflight)(const sp_schedule *s, int stage);
 } sp_scheme;
+
+/* ------------------------------------------------------------------------------------ */
+/* The scheme registry (schemes.c): one row per scheme, the one list every list of
+ * schemes reads — build/schedule's --scheme choices and --list, the runner's --parallel,
+ * the teaching page, the error messages. Adding a scheme is its file (a rule set of
+ * rules.h, or a generator of gen.h) plus its row.                                      */
+
+/* How a scheme makes its schedule. */
+typedef enum sp_scheme_kind {
+    SP_SCHEME_RULES,   /* [U]'s rules (sp_scheme_rules): sp_schedule_new materialises every
+                          job, the simulator orders each worker's jobs greedily         */
+    SP_SCHEME_LIST,    /* a generator of per-rank action lists (actions.h): the order is
+                          fixed by the list (sp_pp_generate_from_costs, then
+                          sp_schedule_from_actions)                                     */
+    SP_SCHEME_CUSTOM,  /* an action list read from a CSV (sp_actions_read_csv)          */
+} sp_scheme_kind;
+
+/* Where a RULES scheme places stages (sp_schedule.stage_worker). */
+typedef enum sp_placement {
+    SP_PLACE_NONE,        /* its w_compute places every job itself                        */
+    SP_PLACE_CONTIGUOUS,  /* blocks of consecutive stages balanced by F + δ + G, or the
+                             caller's sp_sched_config.placement                          */
+    SP_PLACE_MODULO,      /* stage s on worker s mod W                                    */
+} sp_placement;
+
+/* A RULES scheme's rules (its name and help are its registry row's). */
+typedef struct sp_scheme_rules {
+    bool split_backward;
+    sp_placement placement;
+    void (*setup)(sp_schedule *s);
+    int (*compute)(const sp_schedule *s, sp_job j);
+    int (*weights)(const sp_schedule *s, sp_job j);
+    long (*priority)(const sp_schedule *s, sp_job j);
+    int (*inflight)(const sp_schedule *s, int stage);
+} sp_scheme_rules;
+
+struct sp_actions;
+struct sp_pp_params;
+
+/* One row of the registry. */
+typedef struct sp_scheme_def {
+    const char *name;
+    sp_scheme_kind kind;
+    const char *help;                        /* one line, what --list prints            */
+    const sp_scheme_rules *rules;            /* SP_SCHEME_RULES                         */
+    /* SP_SCHEME_LIST: SP_OK with *out set, or SP_ERR with one line naming the scheme and
+     * the parameter that does not fit (nothing allocated). */
+    int (*generate)(const struct sp_pp_params *p, struct sp_actions **out);
+    int chunks_per_rank;                     /* SP_SCHEME_LIST: default chunks per rank:
+                                                1, or 2 (V shapes; interleaved-1f1b and
+                                                looped-bfs take --chunks v)             */
+} sp_scheme_def;
+
+/* The rows in listing order: the RULES schemes, the LIST schemes, custom. */
+int sp_scheme_def_count(void);
+const sp_scheme_def *sp_scheme_def_at(int i);
+const sp_scheme_def *sp_scheme_def_find(const char *name);   /* NULL: no such scheme */
 
 typedef struct sp_sched_config {
     int stages, micro;       /* S, B                                                    */
@@ -178,7 +242,8 @@ struct sp_schedule {
     int *stage_chunk;        /* [stages]: the chunk of each stage                       */
 };
 
-/* Built-ins: ddp, fsdp, gpipe, 1f1b, lpp, fslpp, ooo-ff, ooo-modulo, ddp-ooo. */
+/* The RULES rows as schemes: ddp, fsdp, gpipe, 1f1b, lpp, fslpp, ooo-ff, ooo-modulo,
+ * ddp-ooo. */
 const sp_scheme *sp_scheme_find(const char *name);   /* unknown: sp_fail listing names */
 int sp_scheme_count(void);
 const sp_scheme *sp_scheme_at(int i);
@@ -198,17 +263,15 @@ double sp_job_duration(const sp_schedule *s, const sp_costs *c, int job);
  * when B > 1: "f3c". */
 const char *sp_job_label(const sp_schedule *s, int job, char *buf, int len);
 
-/* LPP's hash [U]: h(s, b) = (R·b mod W) + (s mod R). */
+/* LPP's hash [U]: h(s, b) = (R·b mod W) + (s mod R) (rules_looped.c). */
 int sp_lpp_hash(int stage, int b, int groups, int per_group);
 
 /* ------------------------------------------------------------------------------------ */
 /* Schedules given as per-rank action lists (actions.h; schedule_actions.c)                 */
 
-struct sp_actions;
-struct sp_sim;
-
-/* Every scheme name build/schedule and the executor take: the built-ins, the action-list
- * generators (actions.h sp_pp_at), and "custom" (a list read from a CSV); '|'-separated. */
+/* Every scheme name build/schedule and the executor take, the registry's rows in order:
+ * the RULES schemes, the action-list generators (actions.h sp_pp_at), and "custom" (a
+ * list read from a CSV); '|'-separated. */
 const char *sp_schedule_all_names(void);
 /* A generator's name or "custom". */
 bool sp_scheme_is_actions(const char *name);
@@ -245,106 +308,6 @@ int sp_pp_generate_from_costs(const struct sp_pp_generator *g, const sp_costs *c
  * is an sp_fail naming it. */
 sp_schedule *sp_schedule_from_actions(const struct sp_actions *a, const sp_sched_config *cfg,
                                       const sp_costs *layer_costs);
-
-/* The simulated order as an action list: chunk = a worker's maximal run of consecutive
- * stages (or the list's chunks), one action per run of the worker's jobs of one chunk,
- * direction and micro-batch. NULL with sp_error naming why where that is not an action
- * list: a stage computed on several workers (ddp, fsdp, lpp, …), or a worker whose order
- * interleaves the layers of one action with other jobs. */
-struct sp_actions *sp_schedule_to_actions(const sp_schedule *s, const struct sp_sim *r);
-
-/* ------------------------------------------------------------------------------------ */
-/* The simulator ([U] "Latency, network, and memory usage from w(s,b,d)")               */
-
-/* A worker's whole memory in one step, in bytes (sim_memory.c): what it holds for the
- * step besides the activations, plus the peak over time of activations and fetched
- * weights. Per stage s with weights (param_bytes[s] = p > 0), C the workers computing
- * any job of s and O those holding its weights (w_weights):
- *   C = O (replicas): each member holds weights p, gradients p, optimizer state k·p,
- *       and, when |C| > 1, a gradient-bucket buffer p (the allreduce's);
- *   O = {o}, C ≠ O (fsdp, fslpp): o holds weights p, gradients p, state k·p; every
- *       member of C ∪ {o} a bucket buffer p (the reduce's), every member of C gradients p
- *       (fetched weights are counted over time, sp_sim peak_weight_bytes).
- * k: optimizer state per parameter, sp_optim_slots. What the executor measures
- * (exec.h, exec_memory.c: sp_exec_mem_gather) is the same sum from its own buffers. */
-typedef struct sp_mem_breakdown {
-    double weights, grads, optim, buckets;
-    double activations;      /* sp_worker_stats.peak_mem_bytes: activations + fetched weights */
-    double total;
-} sp_mem_breakdown;
-
-typedef struct sp_worker_stats {
-    int jobs;
-    double busy, utilization;
-    int act_recv;       /* activations fetched from another worker ([U]'s Σ 1[w(s−1,b) ≠ w]) */
-    int grad_recv;      /* backward iterates z_{s+1} fetched from another worker         */
-    int weight_recv;    /* (s, b) computed here with weights elsewhere ([U] Σ 1[w_w ≠ w]) */
-    int weight_stages;  /* stages whose source-of-truth weights live here               */
-    int peak_act;       /* peak number of stage activations held at once                */
-    double peak_act_bytes;    /* the same in bytes (sp_costs.act_bytes; units without costs) */
-    double peak_weight_bytes; /* fetched weights (w_weights ≠ w) held at once, bytes        */
-    double peak_mem_bytes;    /* activations + fetched weights held at once, bytes          */
-    sp_mem_breakdown mem;     /* the whole memory (sp_sim_memory_breakdown; optimizer state
-                                 SP_OPTIM_SLOTS_DEFAULT unless the caller refills it)   */
-} sp_worker_stats;
-
-typedef struct sp_sim {
-    int njobs, workers;
-    double *start, *finish;     /* per job                                             */
-    int *order_off, *order;     /* CSR: worker w runs order[order_off[w] .. +1) in order */
-    sp_worker_stats *worker;
-    double latency;             /* max_j t(j)                                          */
-    double utilization;         /* mean over workers                                   */
-    double unit;                /* τ: mean time of one F or one whole backward step     */
-    double rho;                 /* ρ = S·B / ((latency/τ)·W)                             */
-    double rho_bound;           /* M / S, M = peak activations (max over workers)       */
-    int act_recv_max, grad_recv_max, weight_recv_max, weight_stages_max, peak_act_max;
-    double peak_act_bytes_max;
-    /* Memory over time (sim_memory.c), per worker w: points mem_off[w] .. mem_off[w+1);
-     * from mem_time[i] until the next point, w holds mem_act[i] bytes of activations and
-     * mem_wgt[i] bytes of fetched weights (a step function; the first point is at 0). */
-    int *mem_off;
-    double *mem_time, *mem_act, *mem_wgt;
-} sp_sim;
-
-/* The greedy recursion of [U]: repeatedly start the ready job that can start soonest,
- * ties broken by n. costs may be NULL (F = 1, backward = 1, δ = G = 1/2). A schedule
- * with a fixed order (s->fixed, from an action list) runs each worker's jobs in that
- * order instead, each starting at max(worker free, preds done). */
-void sp_simulate(const sp_schedule *s, const sp_costs *costs, sp_sim *r);
-void sp_sim_free(sp_sim *r);
-
-/* The memory pass sp_simulate ends with (sim_memory.c). On worker w = w_compute(F(s, b))
- * the activation of (s, b) — act_bytes[s], what F_s keeps for its backward — is held
- * from the start of F(s, b) until the last of its backward jobs ends (G when δ and G are
- * split, B otherwise); a job run with weights from another worker (fsdp, fslpp) holds
- * param_bytes[s] of fetched weights from its start to its finish. Events at one instant
- * on one worker follow that worker's job order (a release at the end of a job before
- * the acquisitions of the jobs after it), so a worker's peak depends only on its own
- * order: the quantity the executor measures (exec.h). Fills peak_act, peak_act_bytes,
- * peak_weight_bytes, peak_mem_bytes and the mem_* series. */
-void sp_sim_memory(const sp_schedule *s, const sp_costs *c, sp_sim *r);
-
-void sp_sim_memory_breakdown(const sp_schedule *s, const sp_costs *c, const sp_sim *r, int optim_slots, int worker,
-                             sp_mem_breakdown *out);
-/* Floats of optimizer state per parameter: sgd 0 (1 with momentum ≠ 0), adam and adamw
- * 2; −1 for another name. */
-int sp_optim_slots(const char *name, double momentum);
-#define SP_OPTIM_SLOTS_DEFAULT 1   /* the apps' default: sgd with momentum 0.9 */
-
-/* ------------------------------------------------------------------------------------ */
-/* Diagrams                                                                             */
-
-/* Pipeline diagram as text, like [U]'s tables: a header of time steps, one row per
- * worker, a cell per time step holding the job label ("--" continues a longer job,
- * blank = idle). max_cols ≤ 0: 160. Longer runs are drawn at a coarser time step. */
-void sp_diagram_text(FILE *out, const sp_schedule *s, const sp_sim *r, int max_cols);
-/* The same as SVG, one colour per micro-batch (forward light, backward dark, G pale),
- * with axis titles, the latency, utilisation and bubble fraction (1 − utilisation), and
- * a box too narrow for its label labelled upright with direction and stage. unit: the
- * costs' unit (sp_costs.unit: "us" is drawn as µs; NULL or "unit" as time units). */
-void sp_diagram_svg(FILE *out, const sp_schedule *s, const sp_sim *r, const char *title);
-void sp_diagram_svg_unit(FILE *out, const sp_schedule *s, const sp_sim *r, const char *title, const char *unit);
 
 /* ------------------------------------------------------------------------------------ */
 /* LayerPipe ([L] §III, Algorithm 1) and the contiguous PipeDream-style partition       */

@@ -1,65 +1,18 @@
-/* schedule_actions.c — the master schedule of a per-rank action list (actions.h) and back.
+/* schedule_actions.c — the master schedule of a per-rank action list (actions.h).
  *
  * An action list names chunks; the master schedule names stages (the model's layers).
  * A chunk is a contiguous range of stages (sp_chunk_partition: balanced by cost, one
  * stage per chunk when their counts agree), placed on the rank that runs it; each action
  * becomes its chunk's layer jobs in order, and each worker's job order is fixed
  * (s->fixed): sp_simulate runs it as given, the executor walks it, so the list, the
- * simulation and the run agree action for action. The way back (sp_schedule_to_actions)
- * reads a simulated order as actions wherever each chunk runs on one worker and the
- * jobs of one action are consecutive in its order. */
-#include <pthread.h>
+ * simulation and the run agree action for action. (The way back, a simulated order read
+ * as actions, is the simulator's: sim/sim_actions.c.) */
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
 #include "schedulers/plan/actions.h"
 #include "schedulers/plan/schedule.h"
 #include "schedulers/plan/schedule_internal.h"
-
-/* ---- the action-list schemes: a generator's name or "custom" ------------------------------ */
-
-static int w_placed(const sp_schedule *s, sp_job j) { return s->stage_worker[j.stage]; }
-static long prio_later(const sp_schedule *s, sp_job j) { return 0; }   /* the fixed position replaces it */
-static void setup_given(sp_schedule *s) { (void)s; }
-
-#define MAX_ACTION_SCHEMES 32
-static sp_scheme action_schemes[MAX_ACTION_SCHEMES];
-static int n_action_schemes;
-static char all_names[1024];
-static pthread_once_t schemes_once = PTHREAD_ONCE_INIT;
-
-static void init_schemes(void)
-{
-    int n = 0;
-    for (int i = 0; i < sp_pp_count() && n < MAX_ACTION_SCHEMES - 1; i++) {
-        const sp_pp_generator *g = sp_pp_at(i);
-        action_schemes[n++] = (sp_scheme){g->name, g->summary, false, setup_given, w_placed, w_placed, prio_later, NULL};
-    }
-    action_schemes[n++] = (sp_scheme){"custom", "per-rank action lists read from a CSV (--actions FILE)", false,
-                                      setup_given, w_placed, w_placed, prio_later, NULL};
-    n_action_schemes = n;
-    snprintf(all_names, sizeof all_names, "%s", sp_scheme_names());
-    for (int i = 0; i < n; i++) {
-        size_t len = strlen(all_names);
-        snprintf(all_names + len, sizeof all_names - len, "|%s", action_schemes[i].name);
-    }
-}
-
-static const sp_scheme *action_scheme(const char *name)
-{
-    pthread_once(&schemes_once, init_schemes);
-    for (int i = 0; name && i < n_action_schemes; i++)
-        if (!strcmp(action_schemes[i].name, name)) return &action_schemes[i];
-    return NULL;
-}
-
-const char *sp_schedule_all_names(void)
-{
-    pthread_once(&schemes_once, init_schemes);
-    return all_names;
-}
-
-bool sp_scheme_is_actions(const char *name) { return action_scheme(name) != NULL; }
 
 /* ---- chunks of stages --------------------------------------------------------------------- */
 
@@ -169,7 +122,7 @@ static int expand(const sp_schedule *s, const int *first, const int *last, sp_ac
 sp_schedule *sp_schedule_from_actions(const sp_actions *a, const sp_sched_config *cfg, const sp_costs *c)
 {
     const char *name = cfg->actions_scheme ? cfg->actions_scheme : "custom";
-    const sp_scheme *scheme = action_scheme(name);
+    const sp_scheme *scheme = sp_scheme_actions_view(name);
     if (!scheme) sp_fail("--scheme %s: not an action-list scheme (expected a generator or custom)", name);
     if (!a) sp_fail("--scheme %s: no action list", name);
     if (sp_actions_check(a) != SP_OK) sp_fail("--scheme %s: %s", name, sp_last_error());
@@ -219,91 +172,4 @@ sp_schedule *sp_schedule_from_actions(const sp_actions *a, const sp_sched_config
     free(first);
     free(last);
     return s;
-}
-
-/* ---- schedule → list ---------------------------------------------------------------------- */
-
-static sp_act_type type_of(sp_dir d)
-{
-    return d == SP_FWD ? SP_ACT_F : d == SP_BWD ? SP_ACT_B : d == SP_BWD_DELTA ? SP_ACT_I : SP_ACT_W;
-}
-
-/* Whether the chunk's layers have a δ job for micro-batch b (stage 0 may have none). */
-static bool chunk_has_delta(const sp_schedule *s, const int *chunk, int c, int b)
-{
-    for (int st = 0; st < s->stages; st++)
-        if (chunk[st] == c && sp_schedule_find(s, st, b, SP_BWD_DELTA) >= 0) return true;
-    return false;
-}
-
-sp_actions *sp_schedule_to_actions(const sp_schedule *s, const sp_sim *r)
-{
-    int S = s->stages, B = s->micro, W = s->workers;
-    int *worker = sp_xmalloc(sizeof(int) * (size_t)S), *chunk = sp_xmalloc(sizeof(int) * (size_t)S);
-    sp_actions *a = NULL;
-    char *emitted = NULL;
-    for (int st = 0; st < S; st++) worker[st] = -1;
-    for (int j = 0; j < s->njobs; j++) {
-        int st = s->jobs[j].stage;
-        if (worker[st] >= 0 && worker[st] != s->compute[j]) {
-            sp_error("--actions-out: --scheme %s runs stage %d on workers %d and %d (an action list gives each chunk one "
-                     "rank)", s->scheme->name, st, worker[st], s->compute[j]);
-            goto fail;
-        }
-        worker[st] = s->compute[j];
-    }
-    int C;
-    if (s->stage_chunk) {
-        memcpy(chunk, s->stage_chunk, sizeof(int) * (size_t)S);
-        C = s->chunks;
-    } else {   /* a worker's maximal runs of consecutive stages */
-        chunk[0] = 0;
-        for (int st = 1; st < S; st++) chunk[st] = chunk[st - 1] + (worker[st] != worker[st - 1]);
-        C = chunk[S - 1] + 1;
-    }
-    a = sp_actions_new(W, C, B, s->njobs + 1);
-    emitted = sp_xcalloc((size_t)C * (size_t)B * 4, 1);
-    for (int w = 0; w < W; w++) {
-        sp_action prev = {-1, -1, SP_ACT_F};
-        for (int i = r->order_off[w]; i < r->order_off[w + 1]; i++) {
-            sp_job j = s->jobs[r->order[i]];
-            sp_action x = {chunk[j.stage], j.micro, type_of(j.dir)};
-            if (x.chunk == prev.chunk && x.micro == prev.micro && x.type == prev.type) continue;
-            size_t key = ((size_t)x.chunk * (size_t)B + (size_t)x.micro) * 4;
-            char buf[32], lab[32];
-            if (emitted[key + x.type]) {
-                sp_error("--actions-out: --scheme %s: worker %d runs job %s apart from the other jobs of action %s (its "
-                         "order is not an action list at chunk granularity)", s->scheme->name, w,
-                         sp_job_label(s, r->order[i], lab, sizeof lab), sp_action_str(x, buf));
-                goto fail;
-            }
-            if (x.type == SP_ACT_W && !emitted[key + SP_ACT_I]) {
-                if (chunk_has_delta(s, chunk, x.chunk, x.micro)) {
-                    sp_error("--actions-out: --scheme %s: worker %d runs %s before its input gradient", s->scheme->name,
-                             w, sp_action_str(x, buf));
-                    goto fail;
-                }
-                /* a chunk of stages without δ (the data's stage): its I is empty */
-                sp_actions_push(a, w, (sp_action){x.chunk, x.micro, SP_ACT_I});
-                emitted[key + SP_ACT_I] = 1;
-            }
-            sp_actions_push(a, w, x);
-            emitted[key + x.type] = 1;
-            prev = x;
-        }
-    }
-    if (sp_actions_check(a) != SP_OK) {
-        sp_error_prefix("--actions-out: --scheme %s", s->scheme->name);
-        goto fail;
-    }
-    free(emitted);
-    free(worker);
-    free(chunk);
-    return a;
-fail:
-    sp_actions_free(a);
-    free(emitted);
-    free(worker);
-    free(chunk);
-    return NULL;
 }

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
-#include "schedulers/plan/schedule.h"
+#include "schedulers/sim/sim.h"
 
 /* ------------------------------------------------------------------------------------ */
 /* Text                                                                                 */

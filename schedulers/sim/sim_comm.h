@@ -53,7 +53,7 @@
 
 #include <stdbool.h>
 #include "schedulers/sim/comm_cost.h"
-#include "schedulers/plan/schedule.h"
+#include "schedulers/sim/sim.h"
 
 typedef enum sp_msg_kind {
     SP_MSG_ACT = 0,      /* F's output to the next stage's worker                        */

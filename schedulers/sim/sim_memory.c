@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
-#include "schedulers/plan/schedule.h"
+#include "schedulers/sim/sim.h"
 
 typedef struct mem_event {
     int worker;

@@ -4,7 +4,7 @@
 #define SP_SIM_REPORT_H
 
 #include <stdio.h>
-#include "schedulers/plan/schedule.h"
+#include "schedulers/sim/sim.h"
 
 /* One row per worker (jobs, utilisation, transfers, weights held, peak activations),
  * then latency, utilisation and ρ against its bound M/S. */

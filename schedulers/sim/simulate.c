@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
-#include "schedulers/plan/schedule.h"
+#include "schedulers/sim/sim.h"
 
 /* Start times closer than this are the same instant (costs from profiles are decimals). */
 static bool same_time(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fabs(a)); }

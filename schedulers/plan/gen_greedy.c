@@ -1,4 +1,4 @@
-/* gen_auto.c — the greedy list scheduler of the zero-bubble papers, and the schemes built
+/* gen_greedy.c — the greedy list scheduler of the zero-bubble papers, and the schemes built
  * with it: zb-auto, v-half, v-min (gen.h).
  *
  * [ZB]  Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, §3 (automatic
@@ -26,7 +26,7 @@
  * the smaller peak. zb-auto also considers zb-h1 (and for two chunks per rank, zbv) when
  * their peak fits the limit, so it is never longer than they are at that limit.
  *
- * v-half and v-min are this scheduler on the V placement (gen_v.c) with [CM]'s memory:
+ * v-half and v-min are this scheduler on the V placement (gen_v.h) with [CM]'s memory:
  * in units of the largest chunk activation u (a V chunk is half a rank's layers, so 1F1B
  * and ZB-V hold 2p·u per rank), V-Half gets (p + 1)·u — half of 1F1B's plus one chunk —
  * and V-Min ⌈2p/3⌉·u + u — a third plus one. [CM] builds them from a repeated building
