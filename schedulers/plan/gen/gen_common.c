@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 #include "core/error.h"
-#include "schedulers/plan/gen_v.h"
+#include "schedulers/plan/gen/gen_v.h"
 
 /* One chunk per rank or v of them: p ≥ 1, m ≥ 1, p·m bounded. */
 int sp_gen_check_pm(const char *name, const sp_pp_params *p)

@@ -15,7 +15,7 @@
  * The deferred W's are taken first in, first out (dualpipev.py's WeightGradStore queue). */
 #include <stdlib.h>
 #include "core/error.h"
-#include "schedulers/plan/gen_v.h"
+#include "schedulers/plan/gen/gen_v.h"
 
 /* DualPipeV's backward of one side: the full B, or (zb) I now and W queued. */
 static void dp_back(vrank *v, int s, int zb)

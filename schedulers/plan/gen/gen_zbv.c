@@ -14,7 +14,7 @@
  * p full-rank ones, 1F1B's (m ≥ 2p − 1; tests/test_actions.c has the closed forms). */
 #include <stdlib.h>
 #include "core/error.h"
-#include "schedulers/plan/gen_v.h"
+#include "schedulers/plan/gen/gen_v.h"
 
 int sp_pp_gen_zbv(const sp_pp_params *p, sp_actions **out)
 {
