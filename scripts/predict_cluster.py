@@ -7,8 +7,8 @@ classes), for every scheme and 2 to 512 workers, on VGG-11, ResNet-20 and LeNet.
                                [--md OUT.md] [--plots docs/img] [--models vgg11,resnet20,lenet]
 
 Writes one CSV row per (model, cluster, scheme, workers), the Markdown tables of
-docs/DISTRIBUTED.md §10 (to --md, or stdout), and with --plots one figure per model and
-cluster (scripts/plot.py --cluster). A scheme build/schedule refuses at some W (a
+docs/MEASUREMENTS.md's "Cluster predictions" (to --md, or stdout), and with --plots one
+figure per model and cluster (scripts/plot.py --cluster). A scheme build/schedule refuses at some W (a
 pipeline with more ranks than layers, a shape it needs) is recorded as refused with its
 reason. ResNet-20 is a DAG: build/schedule places it as the chain of its segments (cut
 at the nodes every path goes through: the stem's conv1 and its batch norm (ReLU fused),
