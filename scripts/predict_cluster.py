@@ -7,13 +7,13 @@ classes), for every scheme and 2 to 512 workers, on VGG-11, ResNet-20 and LeNet.
                                [--md OUT.md] [--plots docs/img] [--models vgg11,resnet20,lenet]
 
 Writes one CSV row per (model, cluster, scheme, workers), the Markdown tables of
-docs/DISTRIBUTED.md §10 (to --md, or stdout), and with --plots one figure per model and
-cluster (scripts/plot.py --cluster). A scheme build/schedule refuses at some W (a
-pipeline with more ranks than layers, a shape it needs) is recorded as refused with its
-reason. ResNet-20 is a DAG: build/schedule places it as the chain of its segments (cut
-at the nodes every path goes through: the stem's conv1 and its batch norm (ReLU fused),
-each residual block up to its add (ReLU fused), the pooling, the fc; 13 stages,
-schedule_segments.c).
+docs/MEASUREMENTS.md's "Cluster predictions" (to --md, or stdout), and with --plots one
+figure per model and cluster (scripts/plot.py --cluster). A scheme build/schedule
+refuses at some W (a pipeline with more ranks than layers, a shape it needs) is recorded
+as refused with its reason. ResNet-20 is a DAG: build/schedule places it as the chain
+of its segments (cut at the nodes every path goes through: the stem's conv1 and its
+batch norm (ReLU fused), each residual block up to its add (ReLU fused), the pooling, the
+fc; 13 stages, schedule_segments.c).
 
 Compute is each model's op FLOPs at a worker speed in GFLOP/s: the cluster's, except
 where MODEL_GFLOPS names a measured profile for that model and cluster; the rate is then

@@ -1,5 +1,5 @@
 /* test_pipelines.c — pipelines as per-rank action lists through the master schedule: the
- * generators' closed forms (docs/SCHEDULES.md derives each), the fixed order, export and
+ * generators' closed forms (docs/MEASUREMENTS.md derives each), the fixed order, export and
  * re-import, and zb-auto's memory limit and transfer cost, in the library and through
  * build/schedule. */
 #include <criterion/criterion.h>
@@ -17,7 +17,7 @@ static int imin(int a, int b) { return a < b ? a : b; }
 
 /* ---- pipelines as per-rank action lists (actions.h, the gen_*.c generators, schedule_actions.c) ----
  *
- * Closed forms at unit costs F = I = W = 1 (docs/SCHEDULES.md derives each): strict 1F1B
+ * Closed forms at unit costs F = I = W = 1 (docs/MEASUREMENTS.md derives each): strict 1F1B
  * (m + p − 1)(F + I + W); ZB-H1 m(F+I+W) + (p−1)(F+I−W); ZB-H2 m(F+I+W) + (p−1)F (the
  * last rank's lower bound); interleaved 1F1B and looped BFS with v chunks per rank, each
  * chunk 1/v of a rank's costs: m(F+I+W) + (p−1)(F+I+W)/v. Each list is also run by the

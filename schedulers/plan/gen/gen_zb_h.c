@@ -1,6 +1,7 @@
 /* gen_zb_h.c — zb-h1 and zb-h2 (gen.h): the handcrafted schedules of [ZB] Qi et al.,
  * "Zero Bubble Pipeline Parallelism" (ICLR 2024), one rule with two warm-ups; one chunk
- * per rank (p ranks, m micro-batches). docs/SCHEDULES.md derives their latencies. */
+ * per rank (p ranks, m micro-batches). docs/SCHEDULES.md gives their latencies,
+ * docs/MEASUREMENTS.md derives them. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include "schedulers/plan/gen.h"
