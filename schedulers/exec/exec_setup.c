@@ -333,7 +333,7 @@ void sp_exec_check_config(sp_exec *x)
     if (is_pipeline(name) && !x->tscan && x->W > x->S && !x->dag)
         add(&P, "%d workers for %d stages (a pipeline needs workers <= stages, the model's %d layers: mpirun -np %d "
                 "or fewer)", x->W, x->S, x->S, x->S);
-    else if (is_pipeline(name) && x->W > x->S)
+    else if (is_pipeline(name) && !x->tscan && x->W > x->S)
         add(&P, "%d workers for %d stages (a pipeline needs workers <= stages: model %s can be cut only between its %d "
                 "segments, %s; mpirun -np %d or fewer)", x->W, x->S, x->m->name, x->S, where, x->S);
     if (is_looped(name)) {
