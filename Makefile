@@ -165,9 +165,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.c.o $(BUILD)/obj/tests/testutil.c.o $(LIB
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
 
-# Programs the MPI suites start under mpirun (test_comm, test_exec).
-MPI_WORKERS := $(BUILD)/tests/comm_worker
-$(BUILD)/tests/comm_worker: $(BUILD)/obj/tests/comm_worker.c.o $(LIB)
+# Programs the MPI suites start under mpirun (test_comm, test_exec, test_exec_dag).
+MPI_WORKERS := $(BUILD)/tests/comm_worker $(BUILD)/tests/dag_worker
+$(MPI_WORKERS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.c.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 tests: $(MPI_WORKERS)

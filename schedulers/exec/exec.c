@@ -23,7 +23,6 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
     x->world = world;
     x->rank = sp_comm_rank(world);
     x->W = sp_comm_size(world);
-    x->S = m->nlayers;
     x->m = m;
     x->opt = o;
     x->cfg = *cfg;
@@ -41,14 +40,8 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
     x->B = cfg->micro > 0 ? cfg->micro : x->actions ? x->actions->micro : is_scan(cfg->scheme) ? 1
            : is_pipeline(cfg->scheme) || is_actions(cfg->scheme) ? 2 * x->W : x->W;
     x->in_numel = sp_shape_numel(sample_ndim, sample_shape);
+    sp_exec_setup_stages(x, sample_ndim, sample_shape);   /* the model's segments (a chain's layers) */
     sp_exec_check_config(x);
-    x->st = sp_xcalloc((size_t)x->S, sizeof *x->st);
-    for (int s = 0; s < x->S; s++) {
-        stage_info *si = &x->st[s];
-        si->layer = m->layers[s];
-        for (int p = 0; p < si->layer->nparams; p++) si->nfloats += si->layer->params[p]->value.numel;
-    }
-    sp_exec_infer_shapes(x, sample_ndim, sample_shape);
     if (x->tscan) {
         const stage_info *r0 = &x->st[0];
         if (r0->out_ndim != 2)
@@ -86,6 +79,10 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
     x->tapes = sp_xcalloc((size_t)x->B, sizeof *x->tapes);
     for (int b = 0; b < x->B; b++) sp_tape_init(&x->tapes[b]);
     x->node = sp_xcalloc((size_t)SB, sizeof *x->node);
+    if (x->dag) {
+        x->first = sp_xcalloc((size_t)SB, sizeof *x->first);
+        x->walked = sp_xcalloc((size_t)SB, sizeof *x->walked);
+    }
     x->dy = sp_xcalloc((size_t)SB, sizeof *x->dy);
     x->have_dy = sp_xcalloc((size_t)SB, sizeof *x->have_dy);
     x->loss = sp_xcalloc((size_t)x->B, sizeof *x->loss);
@@ -113,6 +110,8 @@ void sp_exec_free(sp_exec *x)
     free(x->next_bucket);
     free(x->tapes);
     free(x->node);
+    free(x->first);
+    free(x->walked);
     free(x->dy);
     free(x->have_dy);
     free(x->loss);
@@ -128,6 +127,7 @@ void sp_exec_free(sp_exec *x)
     sp_exec_mem_free(x);
     sp_exec_clip_free(x);
     sp_exec_pred_free(x);
+    for (int s = 0; x->st && s < x->S; s++) free(x->st[s].params), free(x->st[s].wreq);
     free(x->st);
     sp_sim_free(&x->sim);
     sp_schedule_free(x->sched);
@@ -182,6 +182,7 @@ static void begin_step(sp_exec *x, const sp_tensor *in, const int *labels)
     int SB = x->S * x->B;
     memset(x->node, 0, sizeof *x->node * (size_t)SB);
     memset(x->have_dy, 0, sizeof *x->have_dy * (size_t)SB);
+    if (x->walked) memset(x->walked, 0, sizeof *x->walked * (size_t)SB);
     memset(x->done, 0, sizeof *x->done * (size_t)x->sched->njobs);
     x->nsends = 0;
     x->loss_left = x->loss_jobs;

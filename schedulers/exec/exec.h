@@ -1,15 +1,19 @@
 /* exec.h — the master schedule executed for real, one MPI rank per worker.
  *
  * The executor builds the SAME sp_schedule the simulator draws (schedulers/plan/schedule.h)
- * from the model's layers as stages (the loss rides with the last one), the scheme, B
- * micro-batches and W = the communicator's size workers, simulates it with the stage
- * costs, and then every rank runs its own jobs in the simulated order sp_sim.order:
+ * from the model's segments as stages (sp_tape_segments, the simulator's stage table: a
+ * chain's layers one each; in a model with residual or dense connections the runs of
+ * layers between two layers that every path goes through, one tensor crossing each
+ * boundary; the loss rides with the last one), the scheme, B micro-batches and W = the
+ * communicator's size workers, simulates it with the stage costs, and then every rank
+ * runs its own jobs in the simulated order sp_sim.order:
  *
- *   F(s, b)       sp_apply of layer s on micro-batch b (its own tape), the input taken
- *                 from the local tape or received from the rank that ran F(s−1, b)
- *   B / δ (s, b)  backward_input (and, for B, backward_params) with ∂l/∂y_s taken from
- *                 the local tape or received from the rank that ran δ(s+1, b)
- *   G (s, b)      backward_params
+ *   F(s, b)       stage s's layers applied on micro-batch b (its own tape), the input
+ *                 taken from the local tape or received from the rank that ran F(s−1, b)
+ *   B / δ (s, b)  its layers' backward_input in reverse (and, for B, backward_params),
+ *                 from ∂l/∂y_s taken from the local tape or received from the rank that
+ *                 ran δ(s+1, b); δ keeps each layer's δ for G
+ *   G (s, b)      its layers' backward_params
  *
  * A job's output goes, non-blocking, to every other rank that runs one of its
  * successors. Weights follow w_weights: a stage computed by several ranks that all hold
@@ -25,15 +29,16 @@
  * scaled by its share of the batch, so every scheme computes the gradient of the mean
  * loss over the whole batch — the single-process step.
  *
- * Configurations the schedule cannot run (W ≠ G·R, more pipeline workers than stages,
- * fewer micro-batches than data-parallel workers, a batch that B does not divide) are
- * refused with one line before any rank starts work.
+ * Configurations the schedule cannot run (W ≠ G·R, more pipeline workers or chunks than
+ * stages — naming where the model cannot be cut —, fewer micro-batches than
+ * data-parallel workers, a batch that B does not divide, scan over a model that is not a
+ * chain) are refused with one line before any rank starts work.
  *
  * The action-list schemes (a generator of actions.h, or custom with cfg.actions: a CSV)
  * give each rank a fixed list of chunk actions; sp_schedule_from_actions expands it to the
- * layers' jobs, chunks of contiguous layers on the ranks the list names (a rank may hold
+ * stages' jobs, chunks of contiguous stages on the ranks the list names (a rank may hold
  * several non-adjacent chunks), and every rank runs exactly that order. A list that
- * cannot run, or does not fit the ranks, the micro-batches or the layers, is refused
+ * cannot run, or does not fit the ranks, the micro-batches or the stages, is refused
  * before any work.
  *
  * The schemes are build/schedule's (sp_schedule_all_names) and "scan" (sp_exec_scheme_names):

@@ -55,7 +55,7 @@ static void scale_owned(sp_exec *x, float coef)
 {
     for (int s = 0; s < x->S; s++) {
         stage_info *si = &x->st[s];
-        if (si->owns && si->nfloats) sp_grad_scale(si->layer->params, si->layer->nparams, coef);
+        if (si->owns && si->nfloats) sp_grad_scale(si->params, si->nparams, coef);
     }
 }
 
@@ -64,7 +64,7 @@ void sp_exec_clip_update(sp_exec *x)
     if (!x->counted) setup_counted(x);
     double u0 = sp_now(), sum = 0;
     for (int s = 0; s < x->S; s++)
-        if (x->counted[s]) sum += sp_grad_sq_norm(x->st[s].layer->params, x->st[s].layer->nparams);
+        if (x->counted[s]) sum += sp_grad_sq_norm(x->st[s].params, x->st[s].nparams);
     float part[2] = {(float)sum, 0}, *all = sp_xmalloc(sizeof(float) * 2 * (size_t)x->W);
     part[1] = (float)(sum - (double)part[0]);
     sp_req req;
@@ -76,7 +76,7 @@ void sp_exec_clip_update(sp_exec *x)
         sp_optim_undo_clear(&x->undo);
         for (int s = 0; s < x->S; s++) {
             stage_info *si = &x->st[s];
-            if (si->owns && si->nfloats) sp_optim_undo_save(&x->undo, x->opt, si->layer->params, si->layer->nparams);
+            if (si->owns && si->nfloats) sp_optim_undo_save(&x->undo, x->opt, si->params, si->nparams);
         }
         update_owned(x);   /* eagerly, before the norm is known */
     }

@@ -23,8 +23,16 @@
 
 enum { SYNC_NONE, SYNC_ALLREDUCE, SYNC_OWNER };
 
+/* A stage is one segment of the model (schedule.h, sp_tape_segments): a run of layers
+ * that only the previous segment's output enters and only its last layer's output
+ * leaves. A chain's segments are its layers, one each; in a DAG (ResNet-20) a residual
+ * block's body with its add is one segment, its layers a DAG of their own. */
 typedef struct stage_info {
-    sp_layer *layer;
+    sp_layer *layer;         /* its first layer (a chain's stage: its only one)       */
+    int layer0, nlayers;     /* the model's layers [layer0, layer0 + nlayers)          */
+    sp_param **params;       /* [nparams]: its layers' parameters, in layer order     */
+    int nparams;
+    char name[SP_STAGE_NAME];   /* the segment's name, as build/schedule --model's      */
     int sync;                /* SYNC_*                                               */
     int comm;                /* index into x->comms, −1 when this rank is no member  */
     int owner;               /* SYNC_OWNER: world rank of the master copy            */
@@ -33,7 +41,7 @@ typedef struct stage_info {
     int bucket;              /* −1: no parameters or no sync                         */
     int grad_jobs;           /* local jobs per step that write its gradients (B or G) */
     int out_ndim, out_shape[SP_MAX_DIMS];   /* one sample's output                   */
-    sp_req wreq[SP_MAX_PARAMS];
+    sp_req *wreq;            /* [nparams]: their broadcasts (SYNC_OWNER)               */
     size_t nfloats;          /* parameters                                           */
 } stage_info;
 
@@ -90,7 +98,12 @@ struct sp_exec {
     int *next_bucket;        /* per comm: the next bucket to start (same order everywhere) */
     /* per step */
     sp_tape *tapes;          /* one per micro-batch                                  */
-    sp_node **node;          /* [s·B + b]                                            */
+    bool dag;                /* the model is not a chain: stages of several layers     */
+    sp_node **node;          /* [s·B + b]: the output node of F(s, b)                 */
+    int *first;              /* [s·B + b] (dag): the tape index of F(s, b)'s first node;
+                                its nodes are first … node->index, contiguous          */
+    bool *walked;            /* [s·B + b] (dag): the δ of the stage's nodes are made
+                                (by the first of its δ and G jobs to run)              */
     sp_node **loss;          /* [b]                                                  */
     sp_tensor *dy;           /* [s·B + b]: ∂l/∂y_s                                   */
     bool *have_dy;
@@ -181,8 +194,13 @@ static inline bool is_data(const char *name) { return is_ddp(name) || !strcmp(na
 
 /* ---- setup (exec_setup.c) ---------------------------------------------------------------- */
 
+/* x->S and x->st[s].layer0/nlayers/layer/params/name: the model's segments, from a
+ * shape-only pass (sp_tape_segments, as build/schedule --model cuts it); x->dag. */
+void sp_exec_setup_stages(sp_exec *x, int ndim, const int *shape);
+/* Where the model cannot be cut (its segments of several layers), for a refusal. */
+void sp_exec_uncut(const sp_exec *x, char *buf, size_t len);
+
 void sp_exec_check_config(sp_exec *x);                             /* refusals, before any work */
-void sp_exec_infer_shapes(sp_exec *x, int ndim, const int *shape);   /* st[s].out_ndim/out_shape */
 void sp_exec_setup_costs(sp_exec *x, int ndim, const int *shape);    /* measured or --costs    */
 void sp_exec_build_schedule(sp_exec *x);                            /* x->sched and x->sim    */
 
@@ -191,6 +209,18 @@ void sp_exec_build_schedule(sp_exec *x);                            /* x->sched 
 void sp_exec_label_job(const sp_exec *x, int job, long step);   /* for a hang's report */
 void sp_exec_run_forward(sp_exec *x, int job, sp_job j);
 void sp_exec_run_backward(sp_exec *x, int job, sp_job j);
+/* Stage s's forward on tape t from its input node in: its layers applied in order, each
+ * reading the stage's input or an earlier layer of the stage. Returns its output node. */
+sp_node *sp_exec_stage_forward(const sp_exec *x, int s, sp_tape *t, sp_node *in);
+/* A stage of several layers on tape t (nodes first … last): the δ of each of its nodes
+ * from dy, the δ of its input into dx (NULL: none wanted), and with params every
+ * layer's gradients too (a whole B); *t_grad the seconds the gradients took. */
+void sp_exec_stage_walk(sp_tape *t, int first, int last, const sp_tensor *dy, sp_tensor *dx, bool params,
+                        double *t_grad);
+/* Its nodes' gradients from the δ a walk left (a deferred G). */
+void sp_exec_stage_grads(sp_tape *t, int first, int last);
+/* The bytes F(s, b) holds for its backward (sp_tape_segment_act_bytes of its nodes). */
+double sp_exec_stage_act_bytes(const sp_exec *x, int s, int b);
 /* Stage s's output of micro-batch b, shaped, on b's tape. */
 sp_tensor sp_exec_stage_tensor(sp_exec *x, int s, int b);
 /* ∂l/∂y_s of micro-batch b, from the local tape, the loss, or the rank that made it. */

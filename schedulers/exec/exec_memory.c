@@ -42,7 +42,7 @@ void sp_exec_mem_begin_step(sp_exec *x)
 
 void sp_exec_mem_forward(sp_exec *x, int s, int b, const sp_node *n)
 {
-    double bytes = sp_node_act_bytes(n);
+    double bytes = sp_exec_stage_act_bytes(x, s, b);   /* a DAG's stage: its segment's */
     x->act_held[s * x->B + b] = bytes;
     x->act_live += bytes;
     if (x->act_live > x->act_peak) x->act_peak = x->act_live;

@@ -13,7 +13,7 @@
 
 /* ---- setup: costs ------------------------------------------------------------------------ */
 
-/* Per-layer F, δ, G times on one micro-batch, measured on this process (min of 3). */
+/* Per-stage F, δ, G times on one micro-batch, measured on this process (min of 3). */
 static sp_costs *measure_costs(sp_exec *x, int ndim, const int *shape, int rows)
 {
     sp_costs *c = sp_costs_uniform(x->S, 0, 0, 0);
@@ -31,9 +31,11 @@ static sp_costs *measure_costs(sp_exec *x, int ndim, const int *shape, int rows)
         sp_tape_reset(&t);
         sp_node *h = sp_tape_input(&t, &in);
         sp_node **nodes = sp_tape_alloc(&t, sizeof *nodes * (size_t)x->S);
+        int *first = sp_tape_alloc(&t, sizeof *first * (size_t)x->S);
         for (int s = 0; s < x->S; s++) {
             double t0 = sp_now();
-            h = nodes[s] = sp_apply(&t, x->m->layers[s], h);
+            first[s] = t.n;
+            h = nodes[s] = sp_exec_stage_forward(x, s, &t, h);
             double dt = sp_now() - t0;
             if (dt < c->fwd[s]) c->fwd[s] = dt;
         }
@@ -42,7 +44,17 @@ static sp_costs *measure_costs(sp_exec *x, int ndim, const int *shape, int rows)
         seed.data[0] = 1.0f;
         sp_tensor dy = sp_tape_tensor_like(&t, &h->out);
         l->kern->backward_input(l, 0, &seed, &dy);
-        for (int s = x->S - 1; s >= 0; s--) {
+        for (int s = x->S - 1; s >= 0 && x->dag; s--) {   /* a DAG's stages: their walks */
+            double t0 = sp_now(), tg;
+            sp_tensor dx = s > 0 ? sp_tape_tensor_like(&t, &nodes[s - 1]->out) : dy;
+            sp_exec_stage_walk(&t, first[s], nodes[s]->index, &dy, s > 0 ? &dx : NULL, true, &tg);
+            double dt = sp_now() - t0;
+            /* stage 0 has no δ job (no input gradient): its G job walks */
+            if ((s > 0 ? tg : dt) < c->grad[s]) c->grad[s] = s > 0 ? tg : dt;
+            if (s > 0 && dt - tg < c->delta[s]) c->delta[s] = dt - tg;
+            dy = dx;
+        }
+        for (int s = x->S - 1; s >= 0 && !x->dag; s--) {
             sp_node *n = nodes[s];
             double t0 = sp_now();
             if (n->kern->backward_params && n->layer->nparams > 0) n->kern->backward_params(n, &dy);
@@ -67,24 +79,71 @@ static sp_costs *measure_costs(sp_exec *x, int ndim, const int *shape, int rows)
     return c;
 }
 
-/* One sample's output shape per layer, from a shape-only pass. */
-void sp_exec_infer_shapes(sp_exec *x, int ndim, const int *shape)
+/* The stages: the model's segments (a chain's layers), from a shape-only pass of one
+ * sample, with each stage's output shape. */
+void sp_exec_setup_stages(sp_exec *x, int ndim, const int *shape)
 {
+    sp_model *m = x->m;
+    x->dag = !sp_model_is_chain(m);
     sp_tape t;
-    sp_tape_init(&t);
-    t.shape_only = true;
-    int full[SP_MAX_DIMS] = {1};
-    for (int i = 0; i < ndim; i++) full[i + 1] = shape[i];
-    sp_tensor in = sp_tensor_view(NULL, ndim + 1, full);
-    sp_node *h = sp_tape_input(&t, &in);
+    sp_model_forward_shapes(m, &t, 1, ndim, shape);
+    if (t.n != m->nlayers + 1)   /* node l + 1 is layer l (node 0: the input) */
+        sp_fail("internal: model %s: %d layers but %d tape nodes", m->name, m->nlayers, t.n - 1);
+    int *last = sp_xmalloc(sizeof(int) * (size_t)t.n);
+    if (x->dag) {
+        x->S = sp_tape_segments(&t, last);
+    } else {   /* every layer is a segment */
+        x->S = m->nlayers;
+        for (int s = 0; s < x->S; s++) last[s] = s + 1;
+    }
+    x->st = sp_xcalloc((size_t)(x->S > 0 ? x->S : 1), sizeof *x->st);
     for (int s = 0; s < x->S; s++) {
-        h = sp_apply(&t, x->m->layers[s], h);
         stage_info *si = &x->st[s];
-        si->out_ndim = h->out.ndim;
-        memcpy(si->out_shape, h->out.shape, sizeof si->out_shape);
+        si->layer0 = s > 0 ? last[s - 1] : 0;
+        si->nlayers = last[s] - si->layer0;
+        si->layer = m->layers[si->layer0];
+        for (int l = si->layer0; l < si->layer0 + si->nlayers; l++) {
+            si->nparams += m->layers[l]->nparams;
+            for (int k = m->from_start[l]; k < m->from_start[l + 1]; k++)   /* the cut: only the previous stage's output enters */
+                if (m->from[k] < si->layer0 - 1)
+                    sp_fail("internal: model %s: layer %d of stage %d reads layer %d, before the stage's input", m->name,
+                            l, s, m->from[k]);
+        }
+        si->params = sp_xmalloc(sizeof *si->params * (size_t)(si->nparams > 0 ? si->nparams : 1));
+        si->wreq = sp_xcalloc((size_t)(si->nparams > 0 ? si->nparams : 1), sizeof *si->wreq);
+        si->nparams = 0;
+        for (int l = si->layer0; l < si->layer0 + si->nlayers; l++)
+            for (int p = 0; p < m->layers[l]->nparams; p++) {
+                si->params[si->nparams++] = m->layers[l]->params[p];
+                si->nfloats += m->layers[l]->params[p]->value.numel;
+            }
+        if (x->dag) {
+            sp_tape_segment_name(&t, si->layer0 + 1, last[s] + 1, si->name);
+        } else {
+            char label[SP_NAME_LEN + 16];
+            snprintf(si->name, SP_STAGE_NAME, "%.31s", sp_model_layer_label(m, s, label, sizeof label));
+        }
+        const sp_node *out = t.nodes[last[s]];
+        si->out_ndim = out->out.ndim;
+        memcpy(si->out_shape, out->out.shape, sizeof si->out_shape);
         si->out_shape[0] = 1;
     }
+    free(last);
     sp_tape_free(&t);
+}
+
+/* "nowhere inside layer1.0 (layers 4-7) nor inside ...": the segments of several layers,
+ * where a residual or dense connection spans the layers and leaves no cut. */
+void sp_exec_uncut(const sp_exec *x, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (int s = 0, k = 0; s < x->S && n + 1 < len; s++) {
+        const stage_info *si = &x->st[s];
+        if (si->nlayers < 2) continue;
+        n += (size_t)snprintf(buf + n, len - n, "%s %s (layers %d-%d)", k++ ? " nor inside" : "nowhere inside",
+                              si->name, si->layer0, si->layer0 + si->nlayers - 1);
+    }
 }
 
 static double round6(double v)
@@ -102,8 +161,8 @@ void sp_exec_setup_costs(sp_exec *x, int ndim, const int *shape)
     if (x->cfg.costs_in) {
         x->costs = sp_costs_read_csv(x->cfg.costs_in);
         if (x->costs->stages != x->S)
-            sp_comm_fail_all(x->world, "--costs %s: %d stages, the model has %d layers", x->cfg.costs_in,
-                             x->costs->stages, x->S);
+            sp_comm_fail_all(x->world, "--costs %s: %d stages, the model has %d %s", x->cfg.costs_in,
+                             x->costs->stages, x->S, x->dag ? "segments" : "layers");
     } else {
         x->costs = sp_costs_uniform(x->S, 0, 0, 0);
         float *v = sp_xcalloc((size_t)x->S * 3, sizeof *v);
@@ -128,16 +187,19 @@ void sp_exec_setup_costs(sp_exec *x, int ndim, const int *shape)
         x->costs->grad[s] = round6(x->costs->grad[s]);
     }
     for (int s = 0; s < x->S; s++) {
-        char label[SP_NAME_LEN + 16];
-        snprintf(x->costs->name[s], SP_STAGE_NAME, "%.31s", sp_model_layer_label(x->m, s, label, sizeof label));
+        memcpy(x->costs->name[s], x->st[s].name, SP_STAGE_NAME);
         x->costs->param_bytes[s] = (double)x->st[s].nfloats * sizeof(float);
     }
     /* What each stage's forward keeps for its backward at a micro-batch of `rows`, as
-     * build/schedule --model counts it and exec_memory.c measures it. */
+     * build/schedule --model counts it and exec_memory.c measures it (node l + 1: layer l). */
     sp_tape t;
     sp_model_forward_shapes(x->m, &t, rows, ndim, shape);
-    for (int i = 0, s = 0; i < t.n && s < x->S; i++)
-        if (t.nodes[i]->op) x->costs->act_bytes[s++] = sp_node_act_bytes(t.nodes[i]);
+    for (int s = 0; s < x->S; s++) {
+        const stage_info *si = &x->st[s];
+        x->costs->act_bytes[s] = si->nlayers == 1 ? sp_node_act_bytes(t.nodes[si->layer0 + 1])
+                                                  : sp_tape_segment_act_bytes(&t, si->layer0 + 1,
+                                                                              si->layer0 + si->nlayers + 1);
+    }
     sp_tape_free(&t);
 }
 
@@ -177,7 +239,7 @@ static sp_actions *generate(const sp_exec *x)
 {
     const sp_pp_generator *g = sp_pp_find(x->cfg.scheme);
     int v = x->cfg.chunks > 0 ? x->cfg.chunks : g->default_chunks_per_rank;
-    /* unit costs until the costs exist, or when the chunks outnumber the layers
+    /* unit costs until the costs exist, or when the chunks outnumber the stages
      * (check_actions names that) */
     const sp_costs *c = x->costs && (long)x->W * v <= x->S ? x->costs : NULL;
     /* The configuration check runs before the costs exist: there a limit in bytes is left
@@ -193,7 +255,7 @@ static sp_actions *generate(const sp_exec *x)
 }
 
 /* The action list fits the run: its generator takes W and B, its ranks are the world's,
- * its micro-batches B, its chunks whole layers (chunks <= S). */
+ * its micro-batches B, its chunks whole stages (chunks <= S). */
 static void check_actions(sp_exec *x, problems *P)
 {
     const char *name = x->cfg.scheme;
@@ -208,9 +270,15 @@ static void check_actions(sp_exec *x, problems *P)
     if (a->micro != x->B)
         add(P, "--microbatches %d but %s names %d micro-batches", x->B, x->cfg.actions ? x->cfg.actions : name,
             a->micro);
-    if (a->chunks > x->S)
+    if (a->chunks > x->S && !x->dag)
         add(P, "%d chunks for the model's %d layers (expected chunks <= layers: each chunk holds whole layers; fewer "
                "ranks or --chunks)", a->chunks, x->S);
+    else if (a->chunks > x->S) {
+        char where[1024];
+        sp_exec_uncut(x, where, sizeof where);
+        add(P, "%d chunks for the model's %d segments (expected chunks <= segments: model %s can be cut only between "
+               "segments, %s; fewer ranks or --chunks)", a->chunks, x->S, x->m->name, where);
+    }
     if (a != x->actions) sp_actions_free(a);
 }
 
@@ -223,9 +291,12 @@ void sp_exec_check_config(sp_exec *x)
     if (!sp_exec_scheme_known(name) || (!is_pipeline(name) && !is_looped(name) && !is_data(name) && !is_actions(name)))
         sp_comm_fail_all(w, "--parallel %s: unknown scheme (expected one of %s)", name, sp_exec_scheme_names());
     problems P = {.n = 0};
-    if (!sp_model_is_chain(x->m))   /* the stages apply layers one after another */
-        add(&P, "model %s has residual or dense connections; the parallel executor runs chains of layers",
-            x->m->name);
+    char where[1024];
+    sp_exec_uncut(x, where, sizeof where);
+    if (is_scan(name) && x->dag)   /* BPPSA: the backward as a scan over a chain of transposed Jacobians */
+        sp_comm_fail_all(w, "--parallel scan: model %s has residual or dense connections; the scan across ranks "
+                            "(BPPSA) runs over a chain of per-layer Jacobians, and a DAG's backward is not one (another "
+                            "--parallel scheme runs it)", x->m->name);
     if (x->cfg.ooo && strcmp(name, "ddp-ooo") != 0)
         add(&P, "--backward ooo: ooo's data-parallel order is --parallel ddp-ooo (the pipelines have ooo-ff and "
                 "ooo-modulo)");
@@ -259,15 +330,21 @@ void sp_exec_check_config(sp_exec *x)
     }
     if (is_data(name) && x->B >= 1 && x->B < x->W)
         add(&P, "%s for %d workers (each rank needs one: expected --microbatches >= %d)", mb, x->W, x->W);
-    if (is_pipeline(name) && !x->tscan && x->W > x->S)
+    if (is_pipeline(name) && !x->tscan && x->W > x->S && !x->dag)
         add(&P, "%d workers for %d stages (a pipeline needs workers <= stages, the model's %d layers: mpirun -np %d "
                 "or fewer)", x->W, x->S, x->S, x->S);
+    else if (is_pipeline(name) && !x->tscan && x->W > x->S)
+        add(&P, "%d workers for %d stages (a pipeline needs workers <= stages: model %s can be cut only between its %d "
+                "segments, %s; mpirun -np %d or fewer)", x->W, x->S, x->m->name, x->S, where, x->S);
     if (is_looped(name)) {
         int G = x->cfg.groups > 0 ? x->cfg.groups : 1;
         if (x->W % G != 0)
             add(&P, "%d workers but --groups %d (expected W = G*R, W a multiple of G)", x->W, G);
-        else if (x->W / G > x->S)
+        else if (x->W / G > x->S && !x->dag)
             add(&P, "%d workers per group for %d stages (expected R <= S)", x->W / G, x->S);
+        else if (x->W / G > x->S)
+            add(&P, "%d workers per group for %d stages (expected R <= S: model %s can be cut only between its %d "
+                    "segments, %s)", x->W / G, x->S, x->m->name, x->S, where);
         if (x->B >= 1 && x->B < G) add(&P, "%s for %d groups (expected --microbatches >= %d)", mb, G, G);
     }
     if (is_actions(name) && x->B >= 1) check_actions(x, &P);
@@ -286,7 +363,7 @@ void sp_exec_build_schedule(sp_exec *x)
      * schedule is that of one worker (the step does not walk it). */
     sp_sched_config sc = {.stages = x->S, .micro = x->B, .workers = x->tscan ? 1 : x->W, .split = -1,
                           .no_input_grad = true};
-    if (!strcmp(name, "ddp-ooo")) {   /* reverse first-k over the first k parameterised layers */
+    if (!strcmp(name, "ddp-ooo")) {   /* reverse first-k over the first k parameterised stages */
         int params = 0, k = x->cfg.k;
         for (int s = 0; s < x->S; s++) params += x->st[s].nfloats > 0;
         if (k <= 0) k = params / 2 > 0 ? params / 2 : 1;
@@ -309,7 +386,7 @@ void sp_exec_build_schedule(sp_exec *x)
         sp_layerpipe_free(&lp);
         sc.placement = placement;
     }
-    if (is_actions(name)) {   /* the list, expanded to the layers; its order is every rank's */
+    if (is_actions(name)) {   /* the list, expanded to the stages; its order is every rank's */
         if (!x->actions) x->actions = generate(x);
         if (!x->actions) sp_comm_fail_all(x->world, "--parallel %s: %s", name, sp_last_error());
         sc.actions_scheme = name;

@@ -1,10 +1,21 @@
 /* exec_stage.c — one stage's jobs of the executor: F(s, b), B / δ / G (s, b) on micro-batch
  * b's tape, their inputs taken locally or received, their outputs sent to every other
  * rank that runs a successor (non-blocking; the runtime waits for the sends at the end
- * of the step). */
+ * of the step).
+ *
+ * A stage is a segment of the model (exec_internal.h): one layer of a chain, or in a DAG
+ * a run of layers whose only way in is the previous segment's output and whose only way
+ * out its last layer's. F applies its layers in order, each reading the stage's input or
+ * an earlier layer of the stage; its backward walks them in reverse (the linear engine's
+ * walk, confined to the stage): each node's δ from its readers' (added where several
+ * read it), the δ of the stage's input the one tensor that crosses back. Split into δ
+ * and G, the walk makes every node's δ (kept on the tape) and G then each layer's
+ * gradients from them, so a zero-bubble schedule defers a DAG stage's G as a layer's. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "core/device.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "schedulers/exec/exec_internal.h"
@@ -56,6 +67,93 @@ static void send_to_succs(sp_exec *x, int job, const sp_tensor *out, int tag, bo
     }
 }
 
+/* ---- a stage's layers ------------------------------------------------------------------- */
+
+sp_node *sp_exec_stage_forward(const sp_exec *x, int s, sp_tape *t, sp_node *in)
+{
+    const stage_info *si = &x->st[s];
+    if (!x->dag) return sp_apply(t, si->layer, in);
+    const sp_model *m = x->m;
+    sp_node **out = sp_tape_alloc(t, sizeof *out * (size_t)si->nlayers);
+    for (int i = 0; i < si->nlayers; i++) {
+        int l = si->layer0 + i, k0 = m->from_start[l], nin = m->from_start[l + 1] - k0;
+        sp_node **args = sp_tape_alloc(t, sizeof *args * (size_t)nin);
+        for (int k = 0; k < nin; k++) {   /* before the stage: its input (the cut, exec_setup.c) */
+            int f = m->from[k0 + k];
+            args[k] = f < si->layer0 ? in : out[f - si->layer0];
+        }
+        out[i] = sp_apply_n(t, m->layers[l], nin, args);
+    }
+    return out[si->nlayers - 1];
+}
+
+static bool has_params(const sp_node *n) { return n->kern->backward_params && n->layer && n->layer->nparams > 0; }
+
+void sp_exec_stage_walk(sp_tape *t, int first, int last, const sp_tensor *dy, sp_tensor *dx, bool params,
+                        double *t_grad)
+{
+    int n = last - first + 1;
+    int *uses = sp_xcalloc((size_t)n + 1, sizeof *uses);   /* input slots reading node first + i; [n]: the input */
+    for (int i = first; i <= last; i++)
+        for (int k = 0; k < t->nodes[i]->ninputs; k++) {
+            int u = t->nodes[i]->inputs[k]->index;
+            uses[u < first ? n : u - first]++;
+        }
+    for (int i = first; i < last; i++) {   /* a δ read by several is a sum: zeroed first */
+        sp_node *v = t->nodes[i];
+        v->grad = sp_tape_tensor_like(t, &v->out);
+        if (uses[i - first] != 1) sp_zero(&v->grad);
+    }
+    t->nodes[last]->grad = *dy;
+    if (dx && uses[n] != 1) sp_zero(dx);
+    double tg = 0;
+    for (int i = last; i >= first; i--) {
+        sp_node *v = t->nodes[i];
+        sp_arena_mark mk = sp_arena_mark_get(&t->arena);   /* the node's scratch: dead once it returns */
+        if (params && has_params(v)) {
+            double t0 = sp_now();
+            v->kern->backward_params(v, &v->grad);
+            tg += sp_now() - t0;
+        }
+        for (int k = 0; k < v->ninputs && v->kern->backward_input; k++) {
+            sp_node *u = v->inputs[k];
+            bool outside = u->index < first;
+            sp_tensor *g = outside ? dx : &u->grad;
+            if (!g) continue;   /* the model's input */
+            if (uses[outside ? n : u->index - first] == 1) {
+                v->kern->backward_input(v, k, &v->grad, g);
+            } else if (v->kern->backward_input_acc) {
+                v->kern->backward_input_acc(v, k, &v->grad, g);
+            } else {
+                sp_tensor tmp = sp_tape_tensor_like(t, &u->out);
+                v->kern->backward_input(v, k, &v->grad, &tmp);
+                sp_accumulate(g, &tmp);
+            }
+        }
+        sp_arena_release(&t->arena, mk);
+    }
+    free(uses);
+    if (t_grad) *t_grad = tg;
+}
+
+void sp_exec_stage_grads(sp_tape *t, int first, int last)
+{
+    for (int i = last; i >= first; i--) {
+        sp_node *v = t->nodes[i];
+        if (!has_params(v)) continue;
+        sp_arena_mark mk = sp_arena_mark_get(&t->arena);
+        v->kern->backward_params(v, &v->grad);
+        sp_arena_release(&t->arena, mk);
+    }
+}
+
+double sp_exec_stage_act_bytes(const sp_exec *x, int s, int b)
+{
+    int k = s * x->B + b;
+    if (!x->dag) return sp_node_act_bytes(x->node[k]);
+    return sp_tape_segment_act_bytes(&x->tapes[b], x->first[k], x->node[k]->index + 1);
+}
+
 /* Stage s's output of micro-batch b, shaped, on b's tape (a receive's buffer). */
 sp_tensor sp_exec_stage_tensor(sp_exec *x, int s, int b)
 {
@@ -69,7 +167,7 @@ sp_tensor sp_exec_stage_tensor(sp_exec *x, int s, int b)
 static void wait_weights(sp_exec *x, int s)
 {
     stage_info *si = &x->st[s];
-    if (si->sync == SYNC_OWNER && si->comm >= 0) sp_wait_all(si->wreq, si->layer->nparams);
+    if (si->sync == SYNC_OWNER && si->comm >= 0) sp_wait_all(si->wreq, si->nparams);
 }
 
 /* ∂l/∂y_s of micro-batch b, from the local tape, the loss, or the rank that made it. */
@@ -145,13 +243,47 @@ void sp_exec_run_forward(sp_exec *x, int job, sp_job j)
     wait_weights(x, s);
     double t0 = sp_now();
     injected_delay(x);
-    sp_node *n = x->node[s * x->B + b] = sp_apply(t, x->st[s].layer, in);
+    if (x->dag) x->first[s * x->B + b] = t->n;
+    sp_node *n = x->node[s * x->B + b] = sp_exec_stage_forward(x, s, t, in);
     if (s == x->S - 1) x->loss[b] = sp_apply_loss(t, x->m->loss, n, x->yin[b]);
     double dt = sp_now() - t0;
     sp_exec_mem_forward(x, s, b, n);
     x->fwd_s += dt;
     measured(x, s, 0, dt);
     send_to_succs(x, job, &n->out, tag_of(x, 0, s, b), false);
+}
+
+/* B, δ or G (s, b) of a stage of a DAG (the module comment): the first of its backward
+ * jobs walks the stage's nodes (B: with their gradients), G then makes the gradients
+ * from the δ the walk left; δ and B send the δ of the stage's input on. */
+static void dag_backward(sp_exec *x, int job, sp_job j, const sp_tensor *dy, double t0)
+{
+    int s = j.stage, b = j.micro, k = s * x->B + b;
+    sp_tape *t = &x->tapes[b];
+    int first = x->first[k], last = x->node[k]->index;
+    double tg = 0;
+    if (!x->walked[k]) {
+        sp_tensor *dx = NULL;
+        if (s > 0) {
+            x->dy[k - x->B] = sp_exec_stage_tensor(x, s - 1, b);
+            dx = &x->dy[k - x->B];
+        }
+        sp_exec_stage_walk(t, first, last, dy, dx, j.dir == SP_BWD, &tg);
+        if (dx) x->have_dy[k - x->B] = true;
+        x->walked[k] = true;
+    }
+    if (j.dir == SP_BWD_GRAD) sp_exec_stage_grads(t, first, last);
+    double t2 = sp_now();
+    x->bwd_s += t2 - t0;
+    if (j.dir == SP_BWD) {
+        measured(x, s, 2, tg);
+        measured(x, s, 1, t2 - t0 - tg);
+    } else {
+        measured(x, s, j.dir == SP_BWD_GRAD ? 2 : 1, t2 - t0);
+    }
+    if (j.dir != SP_BWD_GRAD && s > 0) send_to_succs(x, job, &x->dy[k - x->B], tag_of(x, 1, s - 1, b), true);
+    if (j.dir != SP_BWD_DELTA) sp_exec_grad_done(x, s);
+    sp_exec_mem_backward(x, s, b);
 }
 
 /* B, δ or G (s, b): δ writes ∂l/∂y_{s−1} (sent on where another rank reads it), B and
@@ -165,6 +297,10 @@ void sp_exec_run_backward(sp_exec *x, int job, sp_job j)
     wait_weights(x, s);
     double t0 = sp_now();
     injected_delay(x);
+    if (x->dag) {
+        dag_backward(x, job, j, dy, t0);
+        return;
+    }
     bool params = j.dir != SP_BWD_DELTA && n->kern->backward_params && n->layer->nparams > 0;
     if (params) n->kern->backward_params(n, dy);
     double t1 = sp_now();

@@ -147,9 +147,9 @@ static void pack(sp_exec *x, bucket *bk, bool in)
 {
     size_t off = 0;
     for (int i = 0; i < bk->nstages; i++) {
-        sp_layer *l = x->st[bk->stages[i]].layer;
-        for (int p = 0; p < l->nparams; p++) {
-            sp_tensor *g = &l->params[p]->grad;
+        const stage_info *si = &x->st[bk->stages[i]];
+        for (int p = 0; p < si->nparams; p++) {
+            sp_tensor *g = &si->params[p]->grad;
             if (in) memcpy(bk->buf + off, g->data, g->numel * sizeof(float));
             else memcpy(g->data, bk->buf + off, g->numel * sizeof(float));
             off += g->numel;
@@ -200,8 +200,8 @@ void sp_exec_sync_begin_step(sp_exec *x)
         stage_info *si = &x->st[s];
         if (si->sync != SYNC_OWNER || si->comm < 0) continue;
         sp_exec_log_msg(x, si->owner, SP_MSG_BROADCAST, s, 4.0 * (double)si->nfloats);
-        for (int p = 0; p < si->layer->nparams; p++)
-            sp_ibroadcast(x->comms[si->comm], si->layer->params[p]->value.data, si->layer->params[p]->value.numel,
+        for (int p = 0; p < si->nparams; p++)
+            sp_ibroadcast(x->comms[si->comm], si->params[p]->value.data, si->params[p]->value.numel,
                           si->owner_in_comm, &si->wreq[p]);
     }
     /* Buckets with no local gradient job (a rank that computes none of the stage but
@@ -235,9 +235,9 @@ void sp_exec_finish_bucket(sp_exec *x, int i, bool update)
     double u0 = sp_now(), lr = sp_optim_get_lr(x->opt);
     sp_optim_set_lr(x->opt, x->pending_lr);
     for (int k = 0; k < bk->nstages; k++) {
-        sp_layer *l = x->st[bk->stages[k]].layer;
-        if (x->st[bk->stages[k]].owns) sp_exec_step_stage(x, bk->stages[k], bk->step);
-        for (int p = 0; p < l->nparams; p++) sp_zero(&l->params[p]->grad);
+        const stage_info *si = &x->st[bk->stages[k]];
+        if (si->owns) sp_exec_step_stage(x, bk->stages[k], bk->step);
+        for (int p = 0; p < si->nparams; p++) sp_zero(&si->params[p]->grad);
     }
     sp_optim_set_lr(x->opt, lr);
     x->bwd_s += sp_now() - u0;
@@ -288,9 +288,9 @@ void sp_exec_update_owners(sp_exec *x)
 
 void sp_exec_step_stage(sp_exec *x, int s, long step)
 {
-    sp_layer *l = x->st[s].layer;
+    const stage_info *si = &x->st[s];
     double t0 = sp_now();
-    sp_optim_step_params(x->opt, l->params, l->nparams);
+    sp_optim_step_params(x->opt, si->params, si->nparams);
     if (step == 0) return;   /* the first update warms up (its state is allocated) */
     if (!x->opt_meas) {
         x->opt_meas = sp_xcalloc(2 * (size_t)x->S, sizeof *x->opt_meas);
@@ -320,7 +320,7 @@ void sp_exec_sync_weights(sp_exec *x)
         int root = x->W;
         for (int r = 0; r < x->W; r++) root = (int)buf[r] < root ? (int)buf[r] : root;
         if (buf != all) free(buf);
-        for (int p = 0; p < si->layer->nparams; p++)
-            sp_broadcast(x->world, si->layer->params[p]->value.data, si->layer->params[p]->value.numel, root);
+        for (int p = 0; p < si->nparams; p++)
+            sp_broadcast(x->world, si->params[p]->value.data, si->params[p]->value.numel, root);
     }
 }

@@ -307,39 +307,6 @@ double sp_node_act_bytes(const struct sp_node *n)
     return 4.0 * (double)n->input->out.numel + saved;
 }
 
-/* A segment's name: a single node's label ("conv1", "relu_3"); several nodes: the dotted
- * prefix their named layers share ("layer2.0" for layer2.0.conv1 … layer2.0.shortcut.1),
- * else the first node's label and the count ("conv_a+3"). */
-static void segment_name(const sp_tape *t, int first, int end, char *name)
-{
-    char label[SP_NAME_LEN + 16];
-    if (end - first == 1) {
-        snprintf(name, SP_STAGE_NAME, "%.*s", SP_STAGE_NAME - 1, sp_node_label(t->nodes[first], label, sizeof label));
-        return;
-    }
-    const char *common = NULL;
-    size_t len = 0;
-    for (int i = first; i < end; i++) {
-        const char *l = t->nodes[i]->layer ? t->nodes[i]->layer->name : "";
-        if (!*l) continue;
-        if (!common) {
-            common = l, len = strlen(l);
-            continue;
-        }
-        size_t k = 0;
-        while (k < len && l[k] == common[k]) k++;
-        len = k;
-    }
-    while (common && len > 0 && common[len - 1] != '.') len--;
-    if (common && len > 1) {
-        snprintf(name, SP_STAGE_NAME, "%.*s", (int)(len - 1 < SP_STAGE_NAME - 1 ? len - 1 : SP_STAGE_NAME - 1), common);
-        return;
-    }
-    char both[sizeof label + 16];
-    snprintf(both, sizeof both, "%s+%d", sp_node_label(t->nodes[first], label, sizeof label), end - first - 1);
-    snprintf(name, SP_STAGE_NAME, "%.*s", SP_STAGE_NAME - 1, both);
-}
-
 /* Record the model on a shape-only tape (nothing runs) and read each node's cost; one
  * stage per segment (sp_tape_segments: per op node for a chain). */
 static sp_costs *model_costs(struct sp_model *m, int in_ndim, const int *in_shape, int batch, double gflops,
@@ -366,7 +333,7 @@ static sp_costs *model_costs(struct sp_model *m, int in_ndim, const int *in_shap
     strcpy(c->unit, "us");
     double per_us = gflops * 1e3;   /* FLOPs per microsecond */
     for (int s = 0, first = 1; s < stages; first = last[s++] + 1) {
-        segment_name(&t, first, last[s] + 1, c->name[s]);
+        sp_tape_segment_name(&t, first, last[s] + 1, c->name[s]);
         c->param_bytes[s] = 0;
         for (int i = first; i <= last[s]; i++) {
             sp_node *n = t.nodes[i];

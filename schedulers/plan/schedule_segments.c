@@ -10,7 +10,9 @@
  * "layer" of the chain: its F, δ and G the sums of its ops', its output what a
  * pipeline sends to the next stage. In a chain every op node is such a point, so each
  * segment is one node, as before. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "core/error.h"
 #include "core/tape.h"
 #include "schedulers/plan/schedule.h"
@@ -63,4 +65,42 @@ double sp_tape_segment_act_bytes(const sp_tape *t, int first, int end)
             }
     }
     return bytes;
+}
+
+/* A segment's name: a single node's label ("conv1", "relu_3"); several nodes: the dotted
+ * prefix their named layers share ("layer2.0" for layer2.0.conv1 … layer2.0.shortcut.1),
+ * else the first node's label and the count ("conv_a+3"). */
+void sp_tape_segment_name(const sp_tape *t, int first, int end, char name[SP_STAGE_NAME])
+{
+    if (!t) sp_fail("sp_tape_segment_name: argument 't' is NULL");
+    if (!name) sp_fail("sp_tape_segment_name: argument 'name' is NULL");
+    if (first < 1 || end > t->n || first >= end)
+        sp_fail("sp_tape_segment_name: nodes [%d, %d) of a tape of %d (expected 1 <= first < end <= n)", first, end,
+                t->n);
+    char label[SP_NAME_LEN + 16];
+    if (end - first == 1) {
+        snprintf(name, SP_STAGE_NAME, "%.*s", SP_STAGE_NAME - 1, sp_node_label(t->nodes[first], label, sizeof label));
+        return;
+    }
+    const char *common = NULL;
+    size_t len = 0;
+    for (int i = first; i < end; i++) {
+        const char *l = t->nodes[i]->layer ? t->nodes[i]->layer->name : "";
+        if (!*l) continue;
+        if (!common) {
+            common = l, len = strlen(l);
+            continue;
+        }
+        size_t k = 0;
+        while (k < len && l[k] == common[k]) k++;
+        len = k;
+    }
+    while (common && len > 0 && common[len - 1] != '.') len--;
+    if (common && len > 1) {
+        snprintf(name, SP_STAGE_NAME, "%.*s", (int)(len - 1 < SP_STAGE_NAME - 1 ? len - 1 : SP_STAGE_NAME - 1), common);
+        return;
+    }
+    char both[sizeof label + 16];
+    snprintf(both, sizeof both, "%s+%d", sp_node_label(t->nodes[first], label, sizeof label), end - first - 1);
+    snprintf(name, SP_STAGE_NAME, "%.*s", SP_STAGE_NAME - 1, both);
 }
