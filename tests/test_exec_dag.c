@@ -22,6 +22,7 @@
 #include <criterion/criterion.h>
 #include "core/io/safetensors.h"
 #include "schedulers/plan/schedule.h"
+#include "schedulers/sim/sim.h"
 #include "tests/dag_models.h"
 #include "tests/mpirun.h"
 
