@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include "schedulers/backward/scan.h"
+#include "schedulers/scan/scan.h"
 
 #define P 1000003ull
 

@@ -12,7 +12,7 @@
  * commute. */
 #include <stdlib.h>
 #include "core/error.h"
-#include "schedulers/backward/scan.h"
+#include "schedulers/scan/scan.h"
 
 int sp_scan_full_levels(int n)
 {
