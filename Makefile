@@ -261,7 +261,7 @@ $(BUILD)/opprof: $(BUILD)/obj/bench/opprof.c.o $(LIB)
 
 # ---- the teaching page (docs/TUTORIAL.md) --------------------------------------------------
 # Every figure of the page is computed in WebAssembly by the library's own code: the
-# simulator (schedulers/plan/ and schedulers/sim/; not the MPI executor, schedulers/exec/) and the scan plan
+# simulator (schedulers/plan/ and schedulers/sim/; not the MPI executor, schedulers/exec/) and the scan plan (schedulers/scan/)
 # for the pipelines and the chain; for the zoo models' BPPSA and ooo views the tape, the
 # layers, pruning and the backward engines (core/ without core/comm/, layers/, optim/,
 # schedulers/backward/ but the Jacobian tables' PNG writer, no CUDA files). The wasm build
@@ -272,7 +272,7 @@ $(BUILD)/opprof: $(BUILD)/obj/bench/opprof.c.o $(LIB)
 EMCC      ?= emcc
 SITE      := $(BUILD)/site
 SITE_C    := $(filter-out core/comm/% %_cuda.c schedulers/backward/jacobian_table.c,$(shell find core layers optim schedulers/backward -name '*.c' | sort)) \
-             $(sort $(wildcard schedulers/plan/*.c schedulers/plan/gen/*.c schedulers/sim/*.c)) \
+             $(sort $(wildcard schedulers/scan/*.c schedulers/plan/*.c schedulers/plan/gen/*.c schedulers/sim/*.c)) \
              site/wasm_api.c site/wasm_models.c site/wasm_blas.c
 SITE_OBJ  := $(patsubst %.c,$(BUILD)/wasm/%.o,$(SITE_C))
 SITE_EXP  := _site_schemes,_site_simulate,_site_scan_plan,_site_ooo,_site_bppsa_plan

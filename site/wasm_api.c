@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
-#include "schedulers/backward/scan.h"
+#include "schedulers/scan/scan.h"
 #include "schedulers/plan/schedule.h"
 #include "schedulers/sim/sim.h"
 #include "schedulers/sim/sim_comm.h"

@@ -26,7 +26,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "data/data.h"
-#include "schedulers/backward/scan.h"
+#include "schedulers/scan/scan.h"
 #include "tests/testutil.h"
 
 #define OUT 65536

@@ -10,7 +10,7 @@
 #include <string.h>
 #include "layers/zoo.h"
 #include "schedulers/backward/engine.h"
-#include "schedulers/backward/scan.h"
+#include "schedulers/scan/scan.h"
 #include "optim/prune.h"
 #include "schedulers/backward/engines.h"
 #include "core/model.h"

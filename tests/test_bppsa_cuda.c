@@ -27,7 +27,7 @@
 #include "layers/zoo.h"
 #include "schedulers/backward/engines.h"
 #include "schedulers/backward/bppsa_cuda.h"
-#include "schedulers/backward/scan.h"
+#include "schedulers/scan/scan.h"
 #include "tests/testutil.h"
 #include "tests/cudatest.h"
 
@@ -343,7 +343,7 @@ Test(bppsa_cuda, symbolic_phase_once_per_shape)
 /* ---- 3. --scan-levels auto on the device: the device cost model ------------------------ */
 
 /* The model of docs/BPPSA.md ("Choosing the depth on the device"), re-derived here from
- * the scan plan (schedulers/backward/scan.c, tested by test_scan.c) and the chain's element types,
+ * the scan plan (schedulers/scan/scan.c, tested by test_scan.c) and the chain's element types,
  * for chains whose products never meet two CSR operands (dense, factored recurrent and
  * diagonal CSR Jᵀ): per level, launches · 5 µs + B · FLOPs / 67 TFLOP/s + B · bytes /
  * 3.35 TB/s (the H100 SXM5 defaults); a launch per distinct (M, X, result) type of a level;

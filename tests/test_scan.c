@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include "schedulers/backward/scan.h"
+#include "schedulers/scan/scan.h"
 
 #define P 1000003ull
 
@@ -27,15 +27,53 @@ static mat diamond(mat a, mat b) { return mul(b, a); }
 
 static bool is_id(mat a) { return memcmp(&a, &I, sizeof a) == 0; }
 
+/* The inputs in[lo..hi] reduced, in[lo] ⋄ … ⋄ in[hi] (I when hi < lo). */
+static mat reduce(const mat *in, int lo, int hi)
+{
+    mat acc = I;
+    for (int i = lo; i <= hi; i++) acc = diamond(acc, in[i]);
+    return acc;
+}
+
+static bool eq(mat a, mat b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+/* What a step's block lo says the operands hold before it (scan.h, sp_scan_step.lo):
+ * an up or down step's a[l] the reduction of lo..l, an up step's a[r] that of l+1..r
+ * (a[n] aside: it holds nothing yet), a down step's a[r] the exclusive prefix of lo, a
+ * carry's a[r] the reduction of its block l+1..r, the identity's block everything. */
+static void check_block(const sp_scan_plan *p, const sp_scan_step *st, const mat *a, const mat *in)
+{
+    int n = p->n;
+    switch (st->kind) {
+    case SP_SCAN_UP:
+        cr_assert(eq(a[st->l], reduce(in, st->lo, st->l)), "n=%d: up %d..%d: a[l] is not lo=%d..l", n, st->l, st->r, st->lo);
+        if (st->r != n) cr_assert(eq(a[st->r], reduce(in, st->l + 1, st->r)), "n=%d: up %d..%d: a[r]", n, st->l, st->r);
+        break;
+    case SP_SCAN_IDENTITY: cr_assert(st->lo == 0 && st->r == n, "n=%d: the identity's block is 0..n", n); break;
+    case SP_SCAN_CARRY:
+        cr_assert_eq(st->lo, st->l + 1, "n=%d: carry into %d", n, st->r);
+        if (st->r != n) cr_assert(eq(a[st->r], reduce(in, st->lo, st->r)), "n=%d: carry into %d", n, st->r);
+        break;
+    case SP_SCAN_DOWN:
+        cr_assert(eq(a[st->l], reduce(in, st->lo, st->l)), "n=%d: down %d..%d: a[l] is not lo=%d..l", n, st->l, st->r,
+                  st->lo);
+        cr_assert(eq(a[st->r], reduce(in, 0, st->lo - 1)), "n=%d: down %d..%d: a[r] is not the prefix of lo=%d", n,
+                  st->l, st->r, st->lo);
+        break;
+    }
+}
+
 /* Runs the plan; checks each step's `product` flag against the values: a product has
  * two operands that are not the identity (random matrices never are) and is not a
- * write into a[n] before the down-sweep (the up-sweep's last pair, the last carry). */
-static void run_plan(const sp_scan_plan *p, mat *a)
+ * write into a[n] before the down-sweep (the up-sweep's last pair, the last carry);
+ * and each step's block against the operands (check_block). */
+static void run_plan(const sp_scan_plan *p, mat *a, const mat *in)
 {
     mat prefix = I;
     for (int s = 0; s < p->nsteps; s++) {
         const sp_scan_step *st = &p->steps[s];
         if (s > 0) cr_assert_geq(st->level, p->steps[s - 1].level, "steps ordered by level");
+        check_block(p, st, a, in);
         bool real = false;
         switch (st->kind) {
         case SP_SCAN_UP:
@@ -66,20 +104,21 @@ static void run_plan(const sp_scan_plan *p, mat *a)
 
 static void check_n(int n, int up_levels)
 {
-    mat a[200], ref[200];
+    mat a[200], in[200], ref[200];
     uint64_t seed = 12345 + (uint64_t)n;
     for (int i = 0; i <= n; i++)
         for (int k = 0; k < 4; k++) {
             seed = seed * 6364136223846793005ull + 1442695040888963407ull;
             a[i].m[k] = (seed >> 33) % P;
         }
+    memcpy(in, a, sizeof(mat) * ((size_t)n + 1));
     ref[0] = I;
     for (int i = 1; i <= n; i++) ref[i] = diamond(ref[i - 1], a[i - 1]);
     sp_scan_plan p;
     sp_scan_plan_build(&p, n, up_levels);
     /* a[n] is never read before it is replaced: poison it to prove it. */
     a[n] = (mat){{7, 7, 7, 7}};
-    run_plan(&p, a);
+    run_plan(&p, a, in);
     for (int i = 0; i <= n; i++)
         cr_assert(memcmp(&a[i], &ref[i], sizeof(mat)) == 0, "n=%d up_levels=%d: element %d wrong", n, up_levels, i);
     sp_scan_plan_free(&p);
@@ -98,6 +137,9 @@ Test(scan, hybrid_every_depth)
 
 Test(scan, full_levels_is_log)
 {
+    int want[] = {0, 0, 1, 2, 2, 3, 3, 3, 3, 4};   /* ⌈log2 n⌉, n = 0 … 9 */
+    for (int n = 0; n < 10; n++) cr_assert_eq(sp_scan_ceil_log2(n), want[n], "ceil_log2(%d)", n);
+    for (int n = 0; n <= 130; n++) cr_assert_eq(sp_scan_full_levels(n), sp_scan_ceil_log2(n + 1) - 1, "n=%d", n);
     cr_assert_eq(sp_scan_full_levels(1), 0);
     cr_assert_eq(sp_scan_full_levels(3), 1);
     cr_assert_eq(sp_scan_full_levels(4), 2);

@@ -4,7 +4,7 @@
  * the exclusive scan (Eq. 5) of
  *     a = [∇x_n l, Jᵀ_n, Jᵀ_{n−1}, …, Jᵀ_1]        with  A ⋄ B = B·A,
  * i.e. ∇x_{i−1} l = Jᵀ_i · ∇x_i l, computed in Θ(log n) levels by the modified Blelloch
- * scan of Algorithm 1 (schedulers/backward/scan.c makes the plan). The weight gradients then
+ * scan of Algorithm 1 (schedulers/scan/scan.c makes the plan). The weight gradients then
  * follow independently from the recovered ∇x_i (Eq. 2).
  *
  * Links of the chain are the ops of the tape; a recurrent op contributes its T time

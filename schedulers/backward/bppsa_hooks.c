@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/model.h"
 #include "schedulers/backward/engines.h"
-#include "schedulers/backward/scan.h"
+#include "schedulers/scan/scan.h"
 
 /* x1 on the model's device (--device cuda moves the parameters first) */
 static sp_node *forward_loss(sp_model *m, sp_tape *t, const sp_tensor *x, const int *y)

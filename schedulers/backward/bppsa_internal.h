@@ -18,7 +18,7 @@
 #include "core/model.h"
 #include "core/tape.h"
 #include "schedulers/backward/engines.h"
-#include "schedulers/backward/scan.h"
+#include "schedulers/scan/scan.h"
 
 /* EL_FACT (device only): a recurrent step's Jᵀ_t = Σ_g W_gᵀ·diag(v_g) (+ diag(z)), its
  * per-sample data the vectors, W_hh shared (op.h: chain_jt_factors). */

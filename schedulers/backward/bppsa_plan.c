@@ -1,7 +1,7 @@
 /* bppsa_plan.c — what the bppsa engine builds once per chain (schedulers/backward/bppsa.c).
  *
  * Patterns never depend on the input (§3.3–3.4), so the chain segments, each link's Jᵀ
- * pattern, the scan plan (schedulers/backward/scan.c) and a *type pass* over the plan,
+ * pattern, the scan plan (schedulers/scan/scan.c) and a *type pass* over the plan,
  * which decides what every element is after every step and runs the symbolic phase of
  * every sparse×sparse product, are computed once and cached across steps. Here too: the
  * plan's figures (what --plan prints, sp_bppsa_stats), and the two cost models with

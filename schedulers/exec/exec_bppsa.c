@@ -43,6 +43,7 @@
 #include "core/kernels/dense.h"
 #include "core/threads.h"
 #include "schedulers/exec/exec_internal.h"
+#include "schedulers/scan/scan.h"
 
 typedef struct seg {
     int a, b;            /* layers (−1: none)                              */
@@ -78,7 +79,8 @@ static seg segment_of(const sp_exec *x, int r)
 
 /* Rank r forms its element P_r when a rank below it (other than rank 0) reads it before
  * the vector reaches that rank: ranks 2 … W−2 (the last rank has v; rank 1's element is
- * read by nobody). */
+ * read by nobody). The same ranks in Blelloch's levels: rank 1 is the plan's a[n], whose
+ * products the plan never forms. */
 static bool forms_element(const sp_exec *x, int r) { return r >= 2 && r <= x->W - 2; }
 
 /* Whether the ranks r … r+span−1 include the last one: rank r's T is then a vector. */
@@ -285,7 +287,11 @@ static void apply_factor(const float *P, int rows, int cols, int n, const float 
     }
 }
 
-/* The ⌈log₂ W⌉ levels (see the top of the file). elem: P_r ([n, in, out]) on the ranks
+/* The ⌈log₂ W⌉ levels (see the top of the file). They are not schedulers/scan/'s plan,
+ * which combines each pair of blocks once down a tree (exec_bppsa_blelloch.c runs it):
+ * here every rank takes from the rank span above it at every level and keeps what it
+ * gets as factors, uncombined, so the levels stay this span loop and share only their
+ * count with the module (sp_scan_ceil_log2). elem: P_r ([n, in, out]) on the ranks
  * that form it, taken over; v: T_{W−1} ([n, in]) on the last rank. Returns T_{r+1}
  * ([n, out_r], to free) on the ranks 1 … W−2, NULL on the others. */
 static float *scan_levels(sp_exec *x, float *elem, const float *v, int n)
@@ -443,7 +449,7 @@ void sp_exec_time_scan_backward(sp_exec *x)
     if (r == 1 || (r == W - 1 && W > 1)) below = sp_xmalloc(sizeof(float) * (size_t)n * H);
     bool bl = sp_exec_scan_blelloch(x);
     if (r == W - 1) time_sweep(x, me, n, dhT, mine, below);
-    else if (bl ? sp_exec_blelloch_forms(x, r) : forms_element(x, r)) elem = time_product(x, me, n);
+    else if (forms_element(x, r)) elem = time_product(x, me, n);
     sp_exec_scan_phase(x, SCAN_PH_A, t1);
     float *next = bl ? sp_exec_blelloch_levels(x, elem, r == W - 1 ? below : NULL, n)
                      : scan_levels(x, elem, r == W - 1 ? below : NULL, n);
@@ -663,11 +669,10 @@ static void hs_plan_levels(const sp_exec *x, FILE *f)
 
 int sp_exec_print_plan(const sp_exec *x, FILE *f)
 {
-    int W = x->W, n = x->batch, levels = 0;
+    int W = x->W, n = x->batch;
     bool bl = sp_exec_scan_blelloch(x);
-    for (int span = 1; span < W; span *= 2) levels++;
+    int levels = bl ? 2 * sp_scan_ceil_log2(W - 1) : sp_scan_ceil_log2(W);
     if (bl) {
-        levels = 2 * sp_exec_blelloch_depth(x);
         fprintf(f, "cross-rank scan plan: %d ranks, batch %d, over the time steps of the recurrent first layer; "
                    "blelloch, %d levels (2 ceil(log2 %d))\n", W, n, levels, W - 1);
     } else {
@@ -681,10 +686,9 @@ int sp_exec_print_plan(const sp_exec *x, FILE *f)
         if (W > 1 && r == 0) fprintf(f, ": no element (nobody reads T_0)\n");
         else if (r == W - 1)
             fprintf(f, ": element v = P_%d * grad (%d floats per sample), by back-propagating the segment\n", r, g.in);
-        else if (bl && !sp_exec_blelloch_forms(x, r))
-            fprintf(f, ": no element (its aggregates are read by nobody)\n");
-        else if (!bl && !forms_element(x, r))
-            fprintf(f, ": no element (nobody reads P_1: the rank back-propagates its segment from T_2)\n");
+        else if (!forms_element(x, r))
+            fprintf(f, bl ? ": no element (its aggregates are read by nobody)\n"
+                          : ": no element (nobody reads P_1: the rank back-propagates its segment from T_2)\n");
         else if (x->tscan)
             fprintf(f, ": element P_%d, %d x %d per sample, %.4g FLOPs (%d products of chain_jt)\n", r, g.in, g.out,
                     2.0 * n * g.in * g.in * g.out * (g.b - g.a), g.b - g.a);

@@ -267,14 +267,12 @@ void sp_exec_check_scan(sp_exec *x);
 void sp_exec_scan_backward(sp_exec *x);        /* over layers, after GPipe's forward */
 void sp_exec_time_scan_forward(sp_exec *x);    /* over time: the whole forward here  */
 void sp_exec_time_scan_backward(sp_exec *x);
-/* exec_bppsa_blelloch.c: the time scan's levels in Blelloch's pattern. sp_exec_scan_blelloch:
- * whether they run ($SCANPROP_SCAN_ALGO, or auto); _forms: whether rank r forms its
- * element P_r; _levels: as exec_bppsa.c's levels (elem taken over, v on the last rank),
- * T_{r+1} ([n, H], to free) on the ranks 1 … W−2; _depth: ⌈log₂(W−1)⌉; _plan: its lines. */
+/* exec_bppsa_blelloch.c: the time scan's levels in Blelloch's pattern, the steps of
+ * schedulers/scan/'s plan. sp_exec_scan_blelloch: whether they run ($SCANPROP_SCAN_ALGO,
+ * or auto); _levels: as exec_bppsa.c's levels (elem taken over, v on the last rank),
+ * T_{r+1} ([n, H], to free) on the ranks 1 … W−2; _plan: its lines. */
 bool sp_exec_scan_blelloch(const sp_exec *x);
-bool sp_exec_blelloch_forms(const sp_exec *x, int r);
 float *sp_exec_blelloch_levels(sp_exec *x, float *elem, const float *v, int n);
-int sp_exec_blelloch_depth(const sp_exec *x);
 void sp_exec_blelloch_plan(const sp_exec *x, FILE *f);
 /* The scan's step as a program per rank (sim_comm.h sp_prog), for the prediction: every
  * message the executor sends, in its order, with compute ops from ph ([W·SCAN_PHASES]

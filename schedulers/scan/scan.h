@@ -3,8 +3,11 @@
  * Input  a = [a_0, a_1, ..., a_n]     (a_0 = ∇x_n l, a_i = Jᵀ_{n−i+1})
  * Output a = [I, a_0, a_0⋄a_1, ..., a_0⋄…⋄a_{n−1}]   (exclusive scan)
  * with the non-commutative operator A ⋄ B = B·A. The plan says, level by level, which
- * pairs to combine; every step of one level is independent (run in parallel). The
- * executor (schedulers/backward/bppsa.c) decides what an element is (vector, CSR, dense).
+ * pairs to combine; every step of one level is independent (run in parallel). Whoever
+ * runs the plan decides what an element is and where it lives: the backward engine
+ * (schedulers/backward/bppsa.c: a vector, CSR or dense matrix per sample, all in one
+ * process) and the executor's scan across ranks (schedulers/exec/exec_bppsa_blelloch.c:
+ * each element on its own rank, a step a message between two ranks).
  *
  * Hybrid depth (§5.3 of the paper): up-sweep only `up_levels` levels, finish with a
  * sequential exclusive scan over the block reductions left, then down-sweep those
@@ -27,6 +30,11 @@ typedef struct sp_scan_step {
     sp_scan_kind kind;
     int level;          /* steps of the same level are independent               */
     int l, r;
+    /* The block the step's pair spans, a[lo..r] of the input: before an up or down step
+     * a[l] holds the reduction of lo..l (an up step's a[r] that of l+1..r), before a
+     * down step a[r] the exclusive prefix of lo (I when lo = 0); a carry's block is
+     * l+1..r, the identity's 0..n. */
+    int lo;
     /* true when the step multiplies two operands neither of which is the identity and
      * its result is read later; false for the identity seed, for moves (a product
      * with I is its other operand: a pointer copy) and for results written into a[n]
@@ -51,6 +59,9 @@ typedef struct sp_scan_plan {
     sp_scan_step *steps;   /* ordered by level                                   */
 } sp_scan_plan;
 
+/* ⌈log2 n⌉ (0 for n <= 1): the levels of a scan over n elements in Hillis–Steele's
+ * pattern, and the depth of the full scan's tree over n elements. */
+int sp_scan_ceil_log2(int n);
 /* ⌈log2(n + 1)⌉ − 1: the up-sweep depth of the full scan (0 for n = 1). */
 int sp_scan_full_levels(int n);
 /* up_levels < 0 means full. */

@@ -12,22 +12,24 @@
  * commute. */
 #include <stdlib.h>
 #include "core/error.h"
-#include "schedulers/backward/scan.h"
+#include "schedulers/scan/scan.h"
 
-int sp_scan_full_levels(int n)
+int sp_scan_ceil_log2(int n)
 {
     int levels = 0;
-    while ((1L << levels) < (long)n + 1) levels++;   /* ⌈log2(n + 1)⌉ */
-    return levels - 1;
+    while ((1L << levels) < (long)n) levels++;
+    return levels;
 }
 
-static void push(sp_scan_plan *p, int *cap, sp_scan_kind kind, int level, int l, int r)
+int sp_scan_full_levels(int n) { return sp_scan_ceil_log2(n + 1) - 1; }
+
+static void push(sp_scan_plan *p, int *cap, sp_scan_kind kind, int level, int l, int r, int lo)
 {
     if (p->nsteps == *cap) {
         *cap = *cap ? 2 * *cap : 64;
         p->steps = sp_xrealloc(p->steps, (size_t)*cap * sizeof *p->steps);
     }
-    p->steps[p->nsteps++] = (sp_scan_step){kind, level, l, r, false};
+    p->steps[p->nsteps++] = (sp_scan_step){kind, level, l, r, lo, false};
 }
 
 static void sweep_level(sp_scan_plan *p, int *cap, sp_scan_kind kind, int level, int d)
@@ -35,7 +37,7 @@ static void sweep_level(sp_scan_plan *p, int *cap, sp_scan_kind kind, int level,
     long half = 1L << d, full = 2 * half;
     for (long i = 0; i <= p->n - half; i += full) {
         long r = i + full - 1;
-        push(p, cap, kind, level, (int)(i + half - 1), (int)(r < p->n ? r : p->n));
+        push(p, cap, kind, level, (int)(i + half - 1), (int)(r < p->n ? r : p->n), (int)i);
     }
 }
 
@@ -102,14 +104,14 @@ void sp_scan_plan_build(sp_scan_plan *p, int n, int up_levels)
     for (int d = 0; d < D; d++, level++) sweep_level(p, &cap, SP_SCAN_UP, level, d);
     int top;
     if (D == full) {   /* Blelloch: the root becomes the identity */
-        push(p, &cap, SP_SCAN_IDENTITY, level, -1, n);
+        push(p, &cap, SP_SCAN_IDENTITY, level, -1, n, 0);
         top = full;
     } else {           /* hybrid: sequential exclusive scan over the block reductions */
         long block = 1L << D;
         int prev = -1;
         for (long r = block - 1;; r += block) {
             int rr = (int)(r < n ? r : n);
-            push(p, &cap, SP_SCAN_CARRY, level++, prev, rr);
+            push(p, &cap, SP_SCAN_CARRY, level++, prev, rr, prev + 1);
             prev = rr;
             if (rr == n) break;
         }
