@@ -1,5 +1,6 @@
-/* schedule — simulate a parallel-training schedule and draw it, or balance a pipeline
- * with LayerPipe. Thin main: flags → schedulers/plan/schedule.h → print.
+/* schedule_cli.c — build/schedule's program (cli/schedule_cli.h): simulate a
+ * parallel-training schedule and draw it, or balance a pipeline with LayerPipe.
+ * Flags → schedulers/plan/schedule.h → print.
  *
  *   schedule --scheme lpp --stages 8 --microbatches 16 --groups 2 --per-group 4 --svg out.svg
  *   schedule --scheme gpipe --model vgg11 --workers 4
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli/flags.h"
+#include "cli/schedule_cli.h"
 #include "cli/summary.h"
 #include "layers/zoo.h"
 #include "core/error.h"
@@ -441,7 +443,7 @@ static int run_layerpipe(const opts *o)
     return 0;
 }
 
-int main(int argc, char **argv)
+int sp_schedule_main(int argc, char **argv)
 {
     opts o = {.scheme = "gpipe", .stages = 4, .micro = 8, .batch = 32, .processors = 3, .fwd = 1, .bwd = 1,
               .delta = -1, .grad = -1, .gflops = 1000, .alpha = 1.01, .cal_max_mb = 25, .cal_reps = 7, .optim = "sgd",
