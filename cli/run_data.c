@@ -1,6 +1,5 @@
 /* run_data.c — the runner's data (cli/run.h): the datasets of the image
- * apps (fashion-mnist / mnist IDX, cifar10, an image folder; opened for their rows with
- * --parallel) and the check that a synthetic dataset fits in the memory this run may use,
+ * apps (a format of data/formats.c's table; opened for their rows with --parallel) and the check that a synthetic dataset fits in the memory this run may use,
  * before it is generated. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,39 +9,37 @@
 #include "core/error.h"
 #include "core/io/fileio.h"
 #include "cli/run.h"
+#include "cli/run_internal.h"
 
-#define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+/* The format o names (fashion-mnist by default: data/formats.c's table); refuses one
+ * that needs --data DIR when none is given. NULL for an unknown name. */
+const sp_data_format *run_data_format(const sp_run_opts *o)
+{
+    const char *fmt = o->data_format ? o->data_format : "fashion-mnist";
+    const sp_data_format *f = sp_data_format_find(fmt);
+    if (!o->data && !(f && f->default_dir)) {
+        const char *with = "no format";   /* the one with a default directory, for the message */
+        for (int i = 0; i < sp_data_format_count(); i++)
+            if (sp_data_format_at(i)->default_dir) with = sp_data_format_at(i)->name;
+        sp_fail("--data-format %s needs --data DIR (only %s has a default directory)", fmt, with);
+    }
+    return f;
+}
 
-/* The datasets of the image apps: fashion-mnist / mnist (IDX), cifar10, folder. */
+/* The datasets of the image apps: a row of data/formats.c's table. */
 void sp_run_open_images(const sp_run_opts *o, int pad_to, sp_dataset **train, sp_dataset **test)
 {
     if (!o) sp_fail("sp_run_open_images: argument 'o' is NULL");
     if (!train) sp_fail("sp_run_open_images: argument 'train' is NULL");
     if (!test) sp_fail("sp_run_open_images: argument 'test' is NULL");
-    const char *fmt = o->data_format ? o->data_format : "fashion-mnist";
-    if (!o->data && strcmp(fmt, "fashion-mnist") != 0)
-        sp_fail("--data-format %s needs --data DIR (only fashion-mnist has a default directory)", fmt);
+    const sp_data_format *f = run_data_format(o);
+    if (!f) sp_fail("--data-format %s: unknown (expected one of %s)", o->data_format, sp_data_format_names());
+    const char *dir = o->data ? o->data : f->default_dir;
     /* --parallel: opened for their rows (headers checked now); sp_run reads a rank's own */
     bool rows = o->parallel != NULL;
-    if (strcmp(fmt, "fashion-mnist") == 0 || strcmp(fmt, "mnist") == 0 || strcmp(fmt, "idx") == 0) {
-        const char *dir = o->data ? o->data : FMNIST_DIR;
-        *train = sp_check_ptr(rows ? sp_fashion_mnist_rows(dir, true, pad_to) : sp_fashion_mnist(dir, true, pad_to));
-        *test = sp_check_ptr(rows ? sp_fashion_mnist_rows(dir, false, pad_to) : sp_fashion_mnist(dir, false, pad_to));
-    } else if (strcmp(fmt, "cifar10") == 0) {
-        if (!o->data) sp_fail("--data-format cifar10 needs --data DIR (the cifar-10-batches-bin directory)");
-        *train = sp_check_ptr(rows ? sp_cifar10_rows(o->data, true) : sp_cifar10(o->data, true));
-        *test = sp_check_ptr(rows ? sp_cifar10_rows(o->data, false) : sp_cifar10(o->data, false));
-    } else if (strcmp(fmt, "folder") == 0) {
-        if (!o->data) sp_fail("--data-format folder needs --data DIR (DIR/train/<class>/*, DIR/test/<class>/*)");
-        char tr[4096], te[4096];
-        snprintf(tr, sizeof tr, "%s/train", o->data);
-        snprintf(te, sizeof te, "%s/test", o->data);
-        *train = sp_check_ptr(sp_image_folder(tr, pad_to ? pad_to : 28, 1));
-        *test = sp_check_ptr(sp_image_folder(te, pad_to ? pad_to : 28, 1));
-        sp_check(sp_image_folder_match_classes(*test, *train));   /* test labels by train's class names */
-    } else {
-        sp_fail("--data-format %s: unknown (expected fashion-mnist | mnist | cifar10 | folder)", fmt);
-    }
+    *train = sp_check_ptr(f->open(dir, true, pad_to, rows));
+    *test = sp_check_ptr(f->open(dir, false, pad_to, rows));
+    if (f->pair) sp_check(f->pair(*test, *train));   /* e.g. test labels by train's class names */
 }
 
 /* The first number in file `path` after `key` (NULL: at the start), times `unit`; 0 when

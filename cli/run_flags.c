@@ -57,8 +57,8 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
     sp_flag list[] = {
         {"data", SP_FLAG_STR, &o->data, "dataset directory (fashion-mnist: Debian's dataset-fashion-mnist if not given)",
          .group = G_DATA, .meta = "DIR", .scope = SP_SCOPE_IMAGES},
-        {"data-format", SP_FLAG_STR, &o->data_format, "dataset format; mnist, cifar10 and folder need --data",
-         .group = G_DATA, .choices = "fashion-mnist|mnist|idx|cifar10|folder", .scope = SP_SCOPE_IMAGES},
+        {"data-format", SP_FLAG_STR, &o->data_format, "dataset format; all but fashion-mnist need --data",
+         .group = G_DATA, .choices = sp_data_format_names(), .scope = SP_SCOPE_IMAGES},
         {"steps", SP_FLAG_LONG, &o->steps, "stop after N steps; with --epochs, whichever limit comes first; "
          "alone, as many epochs as it needs (0 = whole epochs)", .group = G_TRAIN, .range = "0..1000000000",
          .needs = "!eval-only", .scope = SP_SCOPE_RUN},
@@ -185,9 +185,7 @@ static void check_ranges(sp_run_opts *o)
     if (!(o->prune >= 0 && o->prune < 1)) sp_fail("--prune %g: expected a fraction in [0, 1)", o->prune);
     if (o->momentum < 0 || o->momentum >= 1) sp_fail("--momentum %g: expected in [0, 1)", o->momentum);
     if (sp_flag_given("lr-schedule")) sp_lr_parse(o->lr_schedule, o->lr);   /* fail before any data is read */
-    const char *fmt = o->data_format ? o->data_format : "fashion-mnist";
-    if (!o->data && sp_flag_given("data-format") && strcmp(fmt, "fashion-mnist") != 0)
-        sp_fail("--data-format %s needs --data DIR (only fashion-mnist has a default directory)", fmt);
+    if (!o->data && sp_flag_given("data-format")) run_data_format(o);   /* one that needs --data */
     o->plan_full = o->plan_arg && strcmp(o->plan_arg, "full") == 0;
     if (o->mem_limit_arg && sp_mem_limit_parse("--mem-limit", o->mem_limit_arg, &o->mem_limit,
                                                &o->mem_limit_bytes) != SP_OK)

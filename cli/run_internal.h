@@ -21,6 +21,12 @@ static inline int lanes_of(const sp_run_opts *o)
     return o->lanes && strcmp(o->lanes, "auto") != 0 ? atoi(o->lanes) : 0;
 }
 
+/* ---- run_data.c ------------------------------------------------------------------------ */
+
+/* The --data-format o names (data/formats.c; fashion-mnist by default), NULL if unknown;
+ * one that needs --data DIR without it is refused (sp_fail). */
+const sp_data_format *run_data_format(const sp_run_opts *o);
+
 /* ---- run_parallel.c ------------------------------------------------------------------- */
 
 /* --parallel: MPI up, the ranks' agreement check, --comm-profile or the probe (*cm), the

@@ -143,6 +143,24 @@ const char *sp_image_folder_class(const sp_dataset *d, int c);
  * class directories by name: a test class that train lacks is an error naming it. A
  * training class with no test images is fine. */
 int sp_image_folder_match_classes(sp_dataset *test, const sp_dataset *train) SP_MUST_CHECK;
+/* The formats an app opens by name (the runner's --data-format), one row each in
+ * data/formats.c: a new format is a row there. */
+typedef struct sp_data_format {
+    const char *name;
+    /* The training (train) or test split under dir. pad_to: 0, or the size of the square
+     * images the model takes (IDX zero-pads to it, a folder resizes to it); rows: opened
+     * for a subset of rows (sp_dataset_read_rows) where the format can. NULL with the
+     * message. */
+    sp_dataset *(*open)(const char *dir, bool train, int pad_to, bool rows);
+    /* Optional: fits the test split to the training split once both are open. */
+    int (*pair)(sp_dataset *test, const sp_dataset *train);
+    const char *default_dir;   /* read without a directory given (NULL: one must be) */
+    const char *help;          /* what the directory holds */
+} sp_data_format;
+int sp_data_format_count(void);
+const sp_data_format *sp_data_format_at(int i);               /* NULL outside [0, count) */
+const sp_data_format *sp_data_format_find(const char *name);  /* NULL: no such format */
+const char *sp_data_format_names(void);                       /* "a|b|c", in table order */
 /* safetensors with x [N, T, C] (float dtype) and y [N] (integer dtype); samples T×C.
  * nclasses from metadata "nclasses" if present (at most SP_SEQSET_MAX_CLASSES: a model's
  * output layer has one row per class), else max(y) + 1. */

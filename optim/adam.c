@@ -106,6 +106,8 @@ sp_optim *sp_adam_new(sp_param **params, int n, double lr, double beta1, double 
     if (!(weight_decay >= 0)) sp_fail("optim %s: weight decay %g (expected >= 0)", name, weight_decay);
     sp_optim *o = sp_optim_alloc(name, params, n, 2, adam_update);
     o->scalars = adam_scalars;
+    o->state_names[0] = "exp_avg";
+    o->state_names[1] = "exp_avg_sq";
     o->lr = lr;
     o->decoupled = decoupled;
     o->cfg = sp_optim_cfg_default();

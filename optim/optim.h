@@ -153,6 +153,8 @@ struct sp_optim {
     long *steps;                 /* [nparams] steps taken by each parameter */
     size_t *offset;              /* [nparams] start of each parameter's state */
     float *state[2];             /* sgd: momentum buffer; adam: m, v (each Σ numel) */
+    const char *state_names[2];  /* each state buffer's torch.optim state key, as checkpoints
+                                  * save it (set by the optimizer; NULL: no such buffer) */
     sp_device device;            /* where the parameters and the state live */
     sp_optim_update_fn update;
     sp_optim_scalars_fn scalars; /* the coming step's scalars (device scalars) */

@@ -98,6 +98,7 @@ sp_optim *sp_sgd_new(sp_param **params, int n, double lr, double momentum, doubl
                 momentum, dampening);
     sp_optim *o = sp_optim_alloc("sgd", params, n, momentum != 0 ? 1 : 0, sgd_update);
     o->scalars = sgd_scalars;
+    if (o->state[0]) o->state_names[0] = "momentum_buffer";
     o->lr = lr;
     o->cfg = sp_optim_cfg_default();
     o->cfg.lr = lr;

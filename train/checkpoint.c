@@ -11,16 +11,12 @@
 #include "core/io/model_io.h"
 #include "train/checkpoint.h"
 
-/* torch.optim's state keys of o's per-element buffers (state[0], state[1]). */
-static int state_kinds(const sp_optim *o, const char *kinds[2])
+/* How many state buffers o saves: each optimizer names its own (sp_optim.state_names). */
+static int state_count(const sp_optim *o)
 {
-    if (strcmp(o->name, "sgd") == 0) {
-        kinds[0] = "momentum_buffer";
-        return o->state[0] ? 1 : 0;
-    }
-    kinds[0] = "exp_avg";
-    kinds[1] = "exp_avg_sq";
-    return 2;
+    int n = 0;
+    while (n < 2 && o->state_names[n]) n++;
+    return n;
 }
 
 #define NAME_LEN 320
@@ -44,8 +40,7 @@ int sp_checkpoint_save(const char *path, const sp_model *m, const sp_optim *o, c
                        const char *const *run_meta)
 {
     bool too_long = false;
-    const char *kinds[2];
-    int nk = state_kinds(o, kinds), np = sp_model_nstate(m);   /* parameters and buffers */
+    int nk = state_count(o), np = sp_model_nstate(m);   /* parameters and buffers */
     int cap = np + o->nparams * (1 + nk) + 5;
     sp_st_entry *e = sp_xcalloc((size_t)cap, sizeof *e);
     names nm = {sp_xcalloc((size_t)cap, NAME_LEN), 0};
@@ -61,8 +56,9 @@ int sp_checkpoint_save(const char *path, const sp_model *m, const sp_optim *o, c
         e[n++] = (sp_st_entry){name_add(&nm, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, "step", &too_long), SP_ST_I64, 0,
                                scalar_shape, &steps[i]};
         for (int k = 0; k < nk; k++)
-            e[n++] = (sp_st_entry){name_add(&nm, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, kinds[k], &too_long), SP_ST_F32,
-                                   p->value.ndim, p->value.shape, o->state[k] + o->offset[i]};
+            e[n++] = (sp_st_entry){name_add(&nm, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, o->state_names[k],
+                                            &too_long),
+                                   SP_ST_F32, p->value.ndim, p->value.shape, o->state[k] + o->offset[i]};
     }
     int64_t step = s->step, epoch = s->epoch, batch = s->batch;
     double loss = s->epoch_loss, lr = s->lr;
@@ -152,8 +148,7 @@ static int check_all(const sp_st_file *f, const sp_model *m, const sp_optim *o, 
     if (check_meta(f, "optim", o->name) != SP_OK) return SP_ERR;
     for (int i = 0; run_meta && run_meta[i]; i += 2)
         if (check_meta(f, run_meta[i], run_meta[i + 1]) != SP_OK) return SP_ERR;
-    const char *kinds[2];
-    int nk = state_kinds(o, kinds);
+    int nk = state_count(o);
     char name[NAME_LEN];
     size_t most = 1;
     for (int i = 0; i < o->nparams; i++)
@@ -168,7 +163,7 @@ static int check_all(const sp_st_file *f, const sp_model *m, const sp_optim *o, 
         if ((rc = scalar(f, name, SP_ST_I64, &st)) != SP_OK) break;
         if (st < 0) rc = sp_error("%s: %s = %lld (expected >= 0)", path, name, (long long)st);
         for (int k = 0; rc == SP_OK && k < nk; k++) {
-            snprintf(name, sizeof name, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, kinds[k]);
+            snprintf(name, sizeof name, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, o->state_names[k]);
             const sp_st_tensor *t = buffer(f, name, p);
             rc = t ? sp_st_read_raw(f, t, tmp) : SP_ERR;
             if (rc == SP_OK) rc = sp_check_finite_f32(f, name, tmp, p->value.numel);
@@ -208,8 +203,7 @@ int sp_checkpoint_load(const char *path, sp_model *m, sp_optim *o, sp_train_stat
         sp_st_close(f);
         return SP_ERR;
     }
-    const char *kinds[2];
-    int nk = state_kinds(o, kinds);
+    int nk = state_count(o);
     char name[NAME_LEN];
     /* checked above: only a read error (the file changed under us) fails now */
     int rc = SP_OK;
@@ -220,7 +214,7 @@ int sp_checkpoint_load(const char *path, sp_model *m, sp_optim *o, sp_train_stat
         rc = scalar(f, name, SP_ST_I64, &st);
         o->steps[i] = (long)st;
         for (int k = 0; rc == SP_OK && k < nk; k++) {
-            snprintf(name, sizeof name, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, kinds[k]);
+            snprintf(name, sizeof name, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, o->state_names[k]);
             rc = sp_st_read_raw(f, buffer(f, name, p), o->state[k] + o->offset[i]);
         }
     }

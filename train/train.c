@@ -1,5 +1,7 @@
 /* train.c — sp_train (train/train.h): the epochs and steps with the prefetching
- * loader, resumable checkpoints, evaluations when due, and the result's figures. One step
+ * loader, resumable checkpoints, evaluations when due, and the result's figures. The loop
+ * (train_body) calls one step variant, chosen before it from the run's configuration
+ * (choose_step: plain, overlapping, --parallel, the device's, --cuda-graph); a step
  * is train_step.c's, an evaluation train_eval.c's, the progress and the --log CSV
  * train_progress.c's (shared through train_internal.h). */
 #include <math.h>
@@ -63,9 +65,15 @@ static int check_cfg(const sp_train_cfg *cfg, const sp_dataset *test)
 /* What sp_train returns when it refuses before any work: the message is in sp_last_error(). */
 static sp_train_result refused(void) { return (sp_train_result){.test_loss = NAN, .test_acc = NAN, .status = SP_ERR}; }
 
+typedef struct train_run train_run;
+
+/* One step on batch b, the loss waited for; f, bw, st: the forward's, the backward's
+ * (engine only) and the whole step's seconds. The variant is chosen once (choose_step). */
+typedef float (*step_fn)(train_run *s, const sp_batch *b, double *f, double *bw, double *st);
+
 /* One sp_train call: what it holds, so that a failure anywhere in the run (an sp_fail
  * inside a step, caught by sp_try) frees all of it. */
-typedef struct train_run {
+struct train_run {
     sp_model *m;
     sp_engine *e;
     sp_optim *o;
@@ -85,182 +93,272 @@ typedef struct train_run {
     evaluator ev;
     sp_step_graph *sg;
     bool overlap, zero_in_step, was_training;
-} train_run;
+    sp_device dev;             /* where the model lives */
+    double busy;               /* seconds of step time so far, and the samples they trained */
+    long images;
+    double epoch_loss;         /* the epoch's loss summed over its steps so far */
+    long epoch_steps;
+    /* on a device: the step's staged batch (slot), and the next one fetched while it runs */
+    int slot;
+    sp_tensor xd;
+    const int *yd;
+    sp_batch nb;
+    bool next;
+};
+
+/* ---- the step variants ----------------------------------------------------------------- */
+
+static float step_cpu(train_run *s, const sp_batch *b, double *f, double *bw, double *st)
+{
+    return sp_train_step(s->m, s->e, s->o, &s->t, &b->x, b->y, f, bw, st);
+}
+
+/* --parallel: the executor runs the step on the ranks */
+static float step_exec(train_run *s, const sp_batch *b, double *f, double *bw, double *st)
+{
+    return sp_exec_step(s->cfg->exec, &b->x, b->y, f, bw, st);
+}
+
+/* the forward overlaps the previous step's last δW/U (the tapes alternate) */
+static float step_cpu_overlap(train_run *s, const sp_batch *b, double *f, double *bw, double *st)
+{
+    double t0 = sp_now();
+    sp_tape *tp = &s->tapes[s->r.steps % 2];
+    float loss = sp_tensor_get(&train_step_queue_overlap(s->m, s->e, s->o, tp, &b->x, b->y, -1, f, bw)->out, 0);
+    *st = sp_now() - t0;
+    return loss;
+}
+
+/* On a device, batch k+1 goes up (pinned slot, copy stream) while step k runs: step k is
+ * queued (the variants below), the next batch fetched and staged, then step k's loss read. */
+static double device_begin(train_run *s)
+{
+    double t0 = sp_now();
+    sp_backend_allocator(s->dev)->use_staged(s->slot);
+    return t0;
+}
+
+static float device_end(train_run *s, const sp_tensor *lt, double t0, double *st)
+{
+    s->next = s->r.steps + 1 < s->total && sp_loader_next(s->train, &s->nb);   /* b.y stays valid: copied up */
+    if (s->next) s->xd = stage_batch(s->dev, &s->nb.x, s->slot ^ 1);
+    if (s->next && s->sg) s->yd = sp_backend_allocator(s->dev)->stage_labels(s->slot ^ 1, s->nb.y, (size_t)s->nb.n);
+    float loss = sp_tensor_get(lt, 0);
+    *st = sp_now() - t0;
+    return loss;
+}
+
+static float step_device(train_run *s, const sp_batch *b, double *f, double *bw, double *st)
+{
+    double t0 = device_begin(s);
+    return device_end(s, &train_step_queue(s->m, s->e, s->o, &s->t, &s->xd, b->y, f, bw)->out, t0, st);
+}
+
+static float step_device_overlap(train_run *s, const sp_batch *b, double *f, double *bw, double *st)
+{
+    double t0 = device_begin(s);
+    sp_tape *tp = &s->tapes[s->r.steps % 2];
+    return device_end(s, &train_step_queue_overlap(s->m, s->e, s->o, tp, &s->xd, b->y, s->slot ^ 1, f, bw)->out, t0,
+                      st);
+}
+
+/* --cuda-graph: the whole step replayed (or captured) */
+static float step_device_graph(train_run *s, const sp_batch *b, double *f, double *bw, double *st)
+{
+    double t0 = device_begin(s);
+    const sp_tensor *lt = sp_step_graph_step(s->sg, &s->t, &s->xd, b->y, s->yd);
+    *f = sp_now() - t0;   /* queueing (or one launch); the backward inside */
+    *bw = 0;
+    return device_end(s, lt, t0, st);
+}
+
+static step_fn choose_step(const train_run *s)
+{
+    if (s->dev != SP_CPU) return s->sg ? step_device_graph : s->overlap ? step_device_overlap : step_device;
+    return s->overlap ? step_cpu_overlap : s->cfg->exec ? step_exec : step_cpu;
+}
+
+/* The epoch's first batch (on a device staged in slot 0) and each next one (on a device
+ * the one step_device fetched). */
+static bool first_batch(train_run *s, sp_batch *b)
+{
+    s->slot = 0;
+    s->nb = (sp_batch){0};
+    bool have = s->r.steps < s->total && sp_loader_next(s->train, b);
+    if (have && s->dev != SP_CPU) s->xd = stage_batch(s->dev, &b->x, s->slot);
+    s->yd = have && s->sg ? sp_backend_allocator(s->dev)->stage_labels(s->slot, b->y, (size_t)b->n) : NULL;
+    return have;
+}
+
+static bool next_batch(train_run *s, sp_batch *b)
+{
+    if (s->dev == SP_CPU) return s->r.steps < s->total && sp_loader_next(s->train, b);
+    *b = s->nb;
+    s->slot ^= 1;
+    return s->next;
+}
+
+/* ---- around the steps ------------------------------------------------------------------ */
+
+/* The run's set-up: the evaluator, the step graph, whether steps overlap, the update's zeroing. */
+static void train_setup(train_run *s)
+{
+    sp_model *m = s->m;
+    const sp_train_cfg *cfg = s->cfg;
+    if (s->test) train_evaluator_open(&s->ev, s->test, cfg->eval_batch, cfg);
+    s->dev = model_device(m);
+    s->sg = cfg->cuda_graph && s->dev != SP_CPU ? sp_step_graph_new(m, s->e, s->o) : NULL;
+    /* An engine that runs its backward asynchronously and the updates itself (ooo), without
+     * the graph: step k+1's forward overlaps step k's last δW/U (on the CPU with two
+     * threads or more: its lanes; docs/OOO.md) */
+    s->overlap = !s->sg && !cfg->exec && s->e->backward_async && s->e->opts.update &&
+                 (s->dev != SP_CPU || sp_get_threads() >= 2);
+    /* On the CPU each update zeroes the gradient it read (in cache, same pass) and the
+     * next step's zero_grad skips it: nothing writes a gradient in between here. */
+    s->zero_in_step = s->dev == SP_CPU;
+    if (s->zero_in_step) sp_optim_set_zero_in_step(s->o, true);
+    if (!s->sg && s->dev == SP_CPU) {   /* every step joined before an evaluation (overlap: sync) */
+        s->ev.idle[0] = &s->t;
+        s->ev.idle[1] = &s->tapes[0];
+        s->ev.idle[2] = &s->tapes[1];
+    }
+}
+
+/* A checkpoint after this step when one is due (every save_every steps and the last). */
+static void save_if_due(train_run *s, int epoch)
+{
+    const sp_train_cfg *cfg = s->cfg;
+    sp_train_result *r = &s->r;
+    if (!(cfg->save_every > 0 && (r->steps % cfg->save_every == 0 || r->steps == s->total))) return;
+    if (s->overlap) sp_engine_sync(s->e);   /* a checkpoint holds every update of the step: join the lanes first */
+    if (sp_checkpoint_save(cfg->save_path, s->m, s->o,
+                           &(sp_train_state){r->steps, epoch, s->epoch_steps, s->epoch_loss, sp_optim_get_lr(s->o)},
+                           cfg->run_meta) != SP_OK)
+        sp_fail("%s", sp_last_error());
+    if (s->log) sp_check(sp_out_flush(&s->logout));
+}
+
+/* An evaluation, its --log row and its progress line. */
+static void evaluate(train_run *s, int epoch)
+{
+    sp_train_result *r = &s->r;
+    train_evaluate(&s->ev, s->m, s->test, s->cfg, &r->test_loss, &r->test_acc);
+    train_log_eval(s->log, r->steps, epoch, s->o, sp_now() - s->p.start, r->test_loss, r->test_acc);
+}
+
+/* The epoch's end: every update in, its mean loss, the evaluation after each epoch. */
+static void end_epoch(train_run *s, int epoch)
+{
+    const sp_train_cfg *cfg = s->cfg;
+    sp_train_result *r = &s->r;
+    if (s->overlap) {   /* every update in (evaluation, the end of training); the next epoch's */
+        sp_engine_sync(s->e);   /* first uploads wait for the join (its last step's δW read a slot) */
+        if (s->dev != SP_CPU) {
+            sp_backend_allocator(s->dev)->release_staged(0);
+            sp_backend_allocator(s->dev)->release_staged(1);
+        }
+    }
+    r->train_loss = s->epoch_steps ? s->epoch_loss / (double)s->epoch_steps : NAN;
+    train_progress_show(&s->p, cfg->app, epoch, s->epochs, r->steps, r->last_loss,
+                        s->busy > 0 ? s->images / s->busy : 0, true);
+    if (s->test && cfg->eval_every == 0) {
+        evaluate(s, epoch);
+        train_progress_line(&s->p, "%s epoch %d: train loss %.4f, test loss %.4f acc %.4f", cfg->app, epoch + 1,
+                            r->train_loss, r->test_loss, r->test_acc);
+    } else {
+        train_progress_line(&s->p, "%s epoch %d: train loss %.4f", cfg->app, epoch + 1, r->train_loss);
+    }
+}
+
+/* After the last epoch: the final evaluation when due, the result's figures, the log closed. */
+static void train_finish(train_run *s)
+{
+    const sp_train_cfg *cfg = s->cfg;
+    sp_train_result *r = &s->r;
+    long first = s->first;
+    if (cfg->resume_path && first >= s->total) {
+        /* a checkpoint of the run's last step (a job killed after its last save) or past it:
+         * nothing is left to train; the result is the checkpoint's — its steps, its epoch's
+         * mean loss, and the final evaluation the run ends with */
+        train_progress_line(&s->p, "%s: --resume %s: saved after step %ld, this run has %ld: nothing left to train",
+                            cfg->app, cfg->resume_path, first, s->total);
+        r->epochs = s->resumed.epoch + 1;
+        r->train_loss = s->resumed.batch ? s->resumed.epoch_loss / (double)s->resumed.batch : NAN;
+        r->last_loss = NAN;
+        if (s->test) {
+            train_evaluate(&s->ev, s->m, s->test, cfg, &r->test_loss, &r->test_acc);
+            if (!s->logged_eval)
+                train_log_eval(s->log, r->steps, s->resumed.epoch, s->o, sp_now() - s->p.start, r->test_loss,
+                               r->test_acc);
+        }
+    } else if (s->test && cfg->eval_every > 0 && r->steps % cfg->eval_every != 0) {
+        evaluate(s, r->epochs - 1);
+    }
+    r->seconds = sp_now() - s->p.start;
+    r->images_per_s = s->busy > 0 ? (double)s->images / s->busy : 0.0;
+    bool ran = r->steps > first;   /* a resume past the limit ran nothing: no index past the arrays */
+    r->forward_ms = ran ? median_ms(s->fwd + first, r->steps - first) : NAN;
+    r->backward_ms = ran ? median_ms(s->bwd + first, r->steps - first) : NAN;
+    r->step_ms = ran ? median_ms(s->all + first, r->steps - first) : NAN;
+    if (s->log) {
+        s->log = NULL;   /* ended, whatever the outcome */
+        if (sp_out_commit(&s->logout) != SP_OK) sp_fail("%s", sp_last_error());
+    }
+}
 
 /* The run itself, under sp_try: a failure (a non-finite loss, a failed save or log
  * write, a shape or label a layer refuses) is an sp_fail, which returns to sp_train. */
 static void train_body(void *arg)
 {
     train_run *s = arg;
-    sp_model *m = s->m;
-    sp_engine *e = s->e;
-    sp_optim *o = s->o;
-    sp_loader *train = s->train;
-    sp_dataset *test = s->test;
     const sp_train_cfg *cfg = s->cfg;
     sp_train_result *r = &s->r;
-    const sp_train_state resumed = s->resumed;
-    long total = s->total, first = s->first;
-    int epochs = s->epochs;
-    double *fwd = s->fwd, *bwd = s->bwd, *all = s->all;
-    FILE *log = s->log;
-    if (test) train_evaluator_open(&s->ev, test, cfg->eval_batch, cfg);
-    double busy = 0.0;
-    long images = 0;
-    sp_step_graph *sg = s->sg = cfg->cuda_graph && model_device(m) != SP_CPU ? sp_step_graph_new(m, e, o) : NULL;
-    /* An engine that runs its backward asynchronously and the updates itself (ooo), without
-     * the graph: step k+1's forward overlaps step k's last δW/U (on the CPU with two
-     * threads or more: its lanes; docs/OOO.md) */
-    bool overlap = s->overlap = !sg && !cfg->exec && e->backward_async && e->opts.update &&
-                                (model_device(m) != SP_CPU || sp_get_threads() >= 2);
-    /* On the CPU each update zeroes the gradient it read (in cache, same pass) and the
-     * next step's zero_grad skips it: nothing writes a gradient in between here. */
-    s->zero_in_step = model_device(m) == SP_CPU;
-    if (s->zero_in_step) sp_optim_set_zero_in_step(o, true);
-    if (!s->sg && model_device(m) == SP_CPU) {   /* every step joined before an evaluation (overlap: sync) */
-        s->ev.idle[0] = &s->t;
-        s->ev.idle[1] = &s->tapes[0];
-        s->ev.idle[2] = &s->tapes[1];
-    }
-
-    for (int epoch = resumed.epoch; epoch < epochs && r->steps < total; epoch++) {
-        sp_loader_set_epoch(train, epoch);
-        if (cfg->lr) sp_optim_set_lr(o, sp_lr_at(cfg->lr, epoch));
-        double epoch_loss = 0.0;
-        long epoch_steps = 0;
-        sp_batch b, nb = {0};
-        if (cfg->resume_path && epoch == resumed.epoch) {   /* the epoch's order; skip what was done */
-            for (; epoch_steps < resumed.batch; epoch_steps++)
-                if (!sp_loader_next(train, &b)) break;
-            epoch_loss = resumed.epoch_loss;
+    train_setup(s);
+    step_fn step = choose_step(s);
+    for (int epoch = s->resumed.epoch; epoch < s->epochs && r->steps < s->total; epoch++) {
+        sp_loader_set_epoch(s->train, epoch);
+        if (cfg->lr) sp_optim_set_lr(s->o, sp_lr_at(cfg->lr, epoch));
+        s->epoch_loss = 0.0;
+        s->epoch_steps = 0;
+        sp_batch b;
+        if (cfg->resume_path && epoch == s->resumed.epoch) {   /* the epoch's order; skip what was done */
+            for (; s->epoch_steps < s->resumed.batch; s->epoch_steps++)
+                if (!sp_loader_next(s->train, &b)) break;
+            s->epoch_loss = s->resumed.epoch_loss;
         }
         r->epochs = epoch + 1;
-        /* On a device, batch k+1 goes up (pinned slot, copy stream) while step k runs:
-         * step k is queued, the next batch fetched and staged, then step k's loss read. */
-        sp_device dev = model_device(m);
-        int slot = 0;
-        bool have = r->steps < total && sp_loader_next(train, &b);
-        sp_tensor xd = have && dev != SP_CPU ? stage_batch(dev, &b.x, slot) : b.x;
-        const int *yd = have && sg ? sp_backend_allocator(dev)->stage_labels(slot, b.y, (size_t)b.n) : NULL;
-        while (have) {
+        for (bool have = first_batch(s, &b); have; have = next_batch(s, &b)) {
             double f, bw, st;
-            float loss;
-            bool next = false;
-            if (dev == SP_CPU && overlap) {
-                double t0 = sp_now();
-                sp_tape *tp = &s->tapes[r->steps % 2];
-                loss = sp_tensor_get(&train_step_queue_overlap(m, e, o, tp, &b.x, b.y, -1, &f, &bw)->out, 0);
-                st = sp_now() - t0;
-            } else if (dev == SP_CPU) {
-                loss = cfg->exec ? sp_exec_step(cfg->exec, &b.x, b.y, &f, &bw, &st)
-                                 : sp_train_step(m, e, o, &s->t, &b.x, b.y, &f, &bw, &st);
-            } else {
-                double t0 = sp_now();
-                sp_backend_allocator(dev)->use_staged(slot);
-                const sp_tensor *lt;
-                if (sg) {
-                    lt = sp_step_graph_step(sg, &s->t, &xd, b.y, yd);
-                    f = sp_now() - t0;   /* queueing (or one launch); the backward inside */
-                    bw = 0;
-                } else if (overlap) {
-                    lt = &train_step_queue_overlap(m, e, o, &s->tapes[r->steps % 2], &xd, b.y, slot ^ 1, &f, &bw)->out;
-                } else {
-                    lt = &train_step_queue(m, e, o, &s->t, &xd, b.y, &f, &bw)->out;
-                }
-                next = r->steps + 1 < total && sp_loader_next(train, &nb);   /* b.y stays valid: copied up */
-                if (next) xd = stage_batch(dev, &nb.x, slot ^ 1);
-                if (next && sg) yd = sp_backend_allocator(dev)->stage_labels(slot ^ 1, nb.y, (size_t)nb.n);
-                loss = sp_tensor_get(lt, 0);
-                st = sp_now() - t0;
-            }
+            float loss = step(s, &b, &f, &bw, &st);
             if (!isfinite(loss))
                 sp_fail("%s: loss became %g at step %ld (try a smaller --lr)", cfg->app ? cfg->app : "sp_train", loss,
                         r->steps);
-            fwd[r->steps] = f;
-            bwd[r->steps] = bw;
-            all[r->steps] = st;
-            busy += st;
-            images += b.n;
+            s->fwd[r->steps] = f;
+            s->bwd[r->steps] = bw;
+            s->all[r->steps] = st;
+            s->busy += st;
+            s->images += b.n;
             r->steps++;
-            epoch_loss += loss;
-            epoch_steps++;
+            s->epoch_loss += loss;
+            s->epoch_steps++;
             r->last_loss = loss;
-            if (log)
-                fprintf(log, "%ld,%d,%.9g,%.9g,%.6f,,\n", r->steps, epoch, loss, sp_optim_get_lr(o),
+            if (s->log)
+                fprintf(s->log, "%ld,%d,%.9g,%.9g,%.6f,,\n", r->steps, epoch, loss, sp_optim_get_lr(s->o),
                         sp_now() - s->p.start);
-            /* a checkpoint holds every update of the step: join the lanes first */
-            if (overlap && cfg->save_every > 0 && (r->steps % cfg->save_every == 0 || r->steps == total))
-                sp_engine_sync(e);
-            if (cfg->save_every > 0 && (r->steps % cfg->save_every == 0 || r->steps == total) &&
-                sp_checkpoint_save(cfg->save_path, m, o,
-                                   &(sp_train_state){r->steps, epoch, epoch_steps, epoch_loss, sp_optim_get_lr(o)},
-                                   cfg->run_meta) != SP_OK)
-                sp_fail("%s", sp_last_error());
-            if (log && cfg->save_every > 0 && (r->steps % cfg->save_every == 0 || r->steps == total))
-                sp_check(sp_out_flush(&s->logout));
+            save_if_due(s, epoch);
             if (cfg->on_step) cfg->on_step(cfg->on_step_ctx, r->steps);
-            train_progress_show(&s->p, cfg->app, epoch, epochs, r->steps, loss, busy > 0 ? images / busy : 0, false);
-            if (test && cfg->eval_every > 0 && r->steps % cfg->eval_every == 0) {
-                if (overlap) sp_engine_sync(e);   /* every update in */
-                train_evaluate(&s->ev, m, test, cfg, &r->test_loss, &r->test_acc);
-                train_log_eval(log, r->steps, epoch, o, sp_now() - s->p.start, r->test_loss, r->test_acc);
+            train_progress_show(&s->p, cfg->app, epoch, s->epochs, r->steps, loss,
+                                s->busy > 0 ? s->images / s->busy : 0, false);
+            if (s->test && cfg->eval_every > 0 && r->steps % cfg->eval_every == 0) {
+                if (s->overlap) sp_engine_sync(s->e);   /* every update in */
+                evaluate(s, epoch);
                 train_progress_line(&s->p, "%s step %ld: test loss %.4f acc %.4f", cfg->app, r->steps, r->test_loss,
-                              r->test_acc);
-            }
-            if (dev == SP_CPU) {
-                have = r->steps < total && sp_loader_next(train, &b);
-            } else {
-                have = next;
-                b = nb;
-                slot ^= 1;
+                                    r->test_acc);
             }
         }
-        if (overlap) {   /* every update in (evaluation, the end of training); the next epoch's */
-            sp_engine_sync(e);   /* first uploads wait for the join (its last step's δW read a slot) */
-            if (dev != SP_CPU) {
-                sp_backend_allocator(dev)->release_staged(0);
-                sp_backend_allocator(dev)->release_staged(1);
-            }
-        }
-        r->train_loss = epoch_steps ? epoch_loss / (double)epoch_steps : NAN;
-        train_progress_show(&s->p, cfg->app, epoch, epochs, r->steps, r->last_loss, busy > 0 ? images / busy : 0, true);
-        if (test && cfg->eval_every == 0) {
-            train_evaluate(&s->ev, m, test, cfg, &r->test_loss, &r->test_acc);
-            train_log_eval(log, r->steps, epoch, o, sp_now() - s->p.start, r->test_loss, r->test_acc);
-            train_progress_line(&s->p, "%s epoch %d: train loss %.4f, test loss %.4f acc %.4f", cfg->app, epoch + 1,
-                          r->train_loss, r->test_loss, r->test_acc);
-        } else {
-            train_progress_line(&s->p, "%s epoch %d: train loss %.4f", cfg->app, epoch + 1, r->train_loss);
-        }
+        end_epoch(s, epoch);
     }
-    if (cfg->resume_path && first >= total) {
-        /* a checkpoint of the run's last step (a job killed after its last save) or past it:
-         * nothing is left to train; the result is the checkpoint's — its steps, its epoch's
-         * mean loss, and the final evaluation the run ends with */
-        train_progress_line(&s->p, "%s: --resume %s: saved after step %ld, this run has %ld: nothing left to train",
-                      cfg->app, cfg->resume_path, first, total);
-        r->epochs = resumed.epoch + 1;
-        r->train_loss = resumed.batch ? resumed.epoch_loss / (double)resumed.batch : NAN;
-        r->last_loss = NAN;
-        if (test) {
-            train_evaluate(&s->ev, m, test, cfg, &r->test_loss, &r->test_acc);
-            if (!s->logged_eval)
-                train_log_eval(log, r->steps, resumed.epoch, o, sp_now() - s->p.start, r->test_loss, r->test_acc);
-        }
-    } else if (test && cfg->eval_every > 0 && r->steps % cfg->eval_every != 0) {
-        train_evaluate(&s->ev, m, test, cfg, &r->test_loss, &r->test_acc);
-        train_log_eval(log, r->steps, r->epochs - 1, o, sp_now() - s->p.start, r->test_loss, r->test_acc);
-    }
-    r->seconds = sp_now() - s->p.start;
-    r->images_per_s = busy > 0 ? (double)images / busy : 0.0;
-    bool ran = r->steps > first;   /* a resume past the limit ran nothing: no index past the arrays */
-    r->forward_ms = ran ? median_ms(fwd + first, r->steps - first) : NAN;
-    r->backward_ms = ran ? median_ms(bwd + first, r->steps - first) : NAN;
-    r->step_ms = ran ? median_ms(all + first, r->steps - first) : NAN;
-    if (log) {
-        s->log = NULL;   /* ended, whatever the outcome */
-        if (sp_out_commit(&s->logout) != SP_OK) sp_fail("%s", sp_last_error());
-    }
+    train_finish(s);
 }
 
 /* Frees what the run holds; after a failure also joins an engine's lanes still running
