@@ -300,13 +300,6 @@ void sp_costs_write_csv(FILE *out, const sp_costs *c)
 /* ------------------------------------------------------------------------------------ */
 /* Model-derived costs                                                                  */
 
-/* The stage keeps its input x_s (and whatever its op saved) until its backward. */
-double sp_node_act_bytes(const struct sp_node *n)
-{
-    double saved = n->op && n->op->cost ? n->op->cost(n).saved_bytes : 0;
-    return 4.0 * (double)n->input->out.numel + saved;
-}
-
 /* A segment's name: a single node's label ("conv1", "relu_3"); several nodes: the dotted
  * prefix their named layers share ("layer2.0" for layer2.0.conv1 … layer2.0.shortcut.1),
  * else the first node's label and the count ("conv_a+3"). */

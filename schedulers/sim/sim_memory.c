@@ -113,13 +113,6 @@ void sp_sim_memory(const sp_schedule *s, const sp_costs *c, sp_sim *r)
     for (int w = 0; w < s->workers; w++) sp_sim_memory_breakdown(s, c, r, SP_OPTIM_SLOTS_DEFAULT, w, &r->worker[w].mem);
 }
 
-int sp_optim_slots(const char *name, double momentum)
-{
-    if (!strcmp(name, "sgd")) return momentum != 0 ? 1 : 0;
-    if (!strcmp(name, "adam") || !strcmp(name, "adamw")) return 2;
-    return -1;
-}
-
 void sp_sim_memory_breakdown(const sp_schedule *s, const sp_costs *c, const sp_sim *r, int optim_slots, int worker,
                              sp_mem_breakdown *out)
 {
