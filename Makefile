@@ -272,7 +272,7 @@ $(BUILD)/opprof: $(BUILD)/obj/bench/opprof.c.o $(LIB)
 EMCC      ?= emcc
 SITE      := $(BUILD)/site
 SITE_C    := $(filter-out core/comm/% %_cuda.c schedulers/backward/jacobian_table.c,$(shell find core layers optim schedulers/backward -name '*.c' | sort)) \
-             $(sort $(wildcard schedulers/scan/*.c schedulers/plan/*.c schedulers/plan/gen/*.c schedulers/sim/*.c)) \
+             $(sort $(wildcard schedulers/scan/*.c schedulers/memory/*.c schedulers/plan/*.c schedulers/plan/gen/*.c schedulers/sim/*.c)) \
              site/wasm_api.c site/wasm_models.c site/wasm_blas.c
 SITE_OBJ  := $(patsubst %.c,$(BUILD)/wasm/%.o,$(SITE_C))
 SITE_EXP  := _site_schemes,_site_simulate,_site_scan_plan,_site_ooo,_site_bppsa_plan

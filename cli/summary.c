@@ -12,6 +12,7 @@
 #include "optim/optim.h"
 #include "optim/prune.h"
 #include "schedulers/exec/exec.h"
+#include "schedulers/memory/memory.h"
 #include "cli/run.h"
 #include "cli/summary.h"
 
@@ -312,12 +313,10 @@ void sp_run_summary_memory(const sp_run_session *s, sp_json *j, const sp_train_r
     if (!r) sp_fail("sp_run_summary_memory: argument 'r' is NULL");
     struct rusage ru;
     long peak_kib = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;   /* Linux: KiB */
-    size_t values = 0, grads = 0, params = 0;
-    for (int i = 0; i < sp_model_nstate(s->m); i++) values += sp_model_state(s->m, i)->value.numel;
-    for (int i = 0; i < s->m->nparams; i++) {
-        params += s->m->params[i]->value.numel;
-        grads += s->m->params[i]->grad.data ? s->m->params[i]->grad.numel : 0;
-    }
+    sp_mem_breakdown mem;   /* weights: parameters and buffers; the gradients allocated */
+    sp_mem_model(s->m, &mem);
+    size_t params = 0;
+    for (int i = 0; i < s->m->nparams; i++) params += s->m->params[i]->value.numel;
     size_t state = 0;   /* sgd: the momentum buffer; adam: m and v (each Σ numel) */
     for (int k = 0; k < 2; k++)
         if (s->optim && s->optim->state[k])
@@ -325,8 +324,8 @@ void sp_run_summary_memory(const sp_run_session *s, sp_json *j, const sp_train_r
     sp_json_num(j, "rss_peak_mib", peak_kib >= 0 ? peak_kib / 1024.0 : NAN);
     sp_json_num(j, "rss_steady_mib", rss_steady_kib >= 0 ? rss_steady_kib / 1024.0 : NAN);
     sp_json_int(j, "params", (long)params);
-    sp_json_num(j, "mem_params_mib", mib((double)values * sizeof(float)));   /* parameters and buffers */
-    sp_json_num(j, "mem_grads_mib", mib((double)grads * sizeof(float)));
+    sp_json_num(j, "mem_params_mib", mib(mem.weights));   /* parameters and buffers */
+    sp_json_num(j, "mem_grads_mib", mib(mem.grads));
     sp_json_num(j, "mem_optim_mib", mib((double)state * sizeof(float)));
     sp_json_num(j, "mem_arena_mib", mib((double)r->arena_bytes));
     sp_json_num(j, "mem_eval_arena_mib", mib((double)r->eval_arena_bytes));

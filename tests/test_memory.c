@@ -1,8 +1,8 @@
 /* test_memory.c — what one training step keeps in its tape's arena.
  *
  * The linear engine holds a δ (∂l/∂y of a node) only from its first writer to its
- * node's own backward, in one region sized by a simulated walk (schedulers/backward/
- * linear.c). Checked here on a VGG-11 and a ResNet-20 step against bounds computed from
+ * node's own backward, in one region sized by a simulated walk (the δ plan, schedulers/
+ * memory/grad_plan.c). Checked here on a VGG-11 and a ResNet-20 step against bounds computed from
  * the tape's shapes alone: the largest set of δ alive at once, and what the same step
  * costs when every δ is kept to the end (the walk before this change, rebuilt here from
  * the engines' public pieces), and the gradients are bitwise those of that walk. */
@@ -14,12 +14,8 @@
 #include "core/threads.h"
 #include "layers/zoo.h"
 #include "schedulers/backward/engines.h"
+#include "schedulers/memory/memory.h"
 #include "tests/testutil.h"
-
-#define UNIT 256   /* the δ region's unit (linear.c's GRAD_ALIGN) */
-
-static size_t rounded(const sp_node *n) { return (n->out.numel * sizeof(float) + UNIT - 1) & ~(size_t)(UNIT - 1); }
-static bool walked(const sp_node *n, const sp_node *loss) { return n->op && (n->needs_grad || n == loss); }
 
 /* From shapes and the tape's edges: the bytes of every δ (Σ) and the most that are alive
  * at once in the reverse walk, δ_i alive from its first writer (the consumer of highest
@@ -32,11 +28,11 @@ static void delta_sizes(sp_tape *t, const sp_node *loss, size_t *sum, size_t *li
     for (int j = 0; j <= L; j++)
         for (int k = 0; k < t->nodes[j]->ninputs; k++) w[t->nodes[j]->inputs[k]->index] = j;
     *sum = *live_max = 0;
-    for (int i = 0; i <= L; i++) *sum += walked(t->nodes[i], loss) ? rounded(t->nodes[i]) : 0;
+    for (int i = 0; i <= L; i++) *sum += sp_grad_has(t->nodes[i], loss) ? sp_grad_bytes(t->nodes[i]) : 0;
     for (int j = 0; j <= L; j++) {
         size_t live = 0;
         for (int i = 0; i <= j; i++)
-            if (walked(t->nodes[i], loss) && w[i] >= j) live += rounded(t->nodes[i]);
+            if (sp_grad_has(t->nodes[i], loss) && w[i] >= j) live += sp_grad_bytes(t->nodes[i]);
         if (live > *live_max) *live_max = live;
     }
     free(w);
@@ -75,7 +71,7 @@ static step_mem one_step(sp_model *m, const sp_tensor *x, const int *y, bool kee
         sp_alloc_grads(&t, loss);
         for (int i = loss->index; i >= 0; i--) {
             sp_node *n = t.nodes[i];
-            if (!walked(n, loss)) continue;
+            if (!sp_grad_has(n, loss)) continue;
             sp_arena_mark mk = sp_arena_mark_get(&t.arena);
             sp_node_backward(n);
             sp_arena_release(&t.arena, mk);
@@ -89,7 +85,7 @@ static step_mem one_step(sp_model *m, const sp_tensor *x, const int *y, bool kee
     uintptr_t lo = UINTPTR_MAX, hi = 0;
     for (int i = 0; i <= loss->index; i++) {
         const sp_node *n = t.nodes[i];
-        if (!walked(n, loss)) continue;
+        if (!sp_grad_has(n, loss)) continue;
         cr_assert_not_null(n->grad.data, "node %d has no δ", i);
         uintptr_t a = (uintptr_t)n->grad.data;
         cr_assert_eq(a % 64, 0, "δ of node %d is not 64-byte aligned", i);

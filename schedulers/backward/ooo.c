@@ -17,6 +17,7 @@
 #include "core/threads.h"
 #include "schedulers/backward/engines.h"
 #include "schedulers/backward/ooo.h"
+#include "schedulers/memory/memory.h"
 
 /* A task's fixed cost in flop units (a few µs): keeps pointwise tasks from looking free. */
 #define OOO_TASK_OVERHEAD 2e4
@@ -148,17 +149,17 @@ static void memory_model(builder *b, const bool *inset, const int *idD, const in
             touch[nt++] = idW[readers->items[j]];
         }
         touch[nt++] = inset[m] ? idD[m] : -1;
-        if (add_buffer(b, n->out.numel * sizeof(float), ntouch, touch, nt) >= 0 && !ntouch)
-            g->start_bytes += n->out.numel * sizeof(float);
+        if (add_buffer(b, sp_node_out_bytes(n), ntouch, touch, nt) >= 0 && !ntouch)
+            g->start_bytes += sp_node_out_bytes(n);
         if (!inset[m]) continue;
-        size_t saved = (size_t)node_cost(n).saved_bytes;
+        size_t saved = (size_t)sp_node_saved_bytes(n);
         if (add_buffer(b, saved, ntouch, (int[]){idD[m], idW[m]}, 2) >= 0 && !ntouch) g->start_bytes += saved;
         if (!n->needs_grad && n != loss) continue;
-        nt = 0;   /* ∂l/∂y: born at its first writer (the highest consumer), or at start */
+        nt = 0;   /* ∂l/∂y: born at its first writer (the highest consumer: memory.h), or at start */
         for (int j = writers->start[m]; j < writers->start[m + 1]; j++) touch[nt++] = idD[writers->items[j]];
         touch[nt++] = idD[m];
         touch[nt++] = idW[m];
-        size_t bytes = n->out.numel * sizeof(float);
+        size_t bytes = sp_node_out_bytes(n);
         if (add_buffer(b, bytes, ntouch, touch, nt) < 0 || ntouch) continue;
         if (writers->start[m] < writers->start[m + 1]) g->tasks[idD[writers->items[writers->start[m]]]].alloc += bytes;
         else g->start_bytes += bytes;
@@ -177,7 +178,7 @@ sp_ooo_graph *sp_ooo_graph_build(sp_tape *t, sp_node *loss, bool with_updates)
     g->layers = sp_tape_alloc(t, (size_t)N * sizeof(sp_layer *));
     for (int i = 0; i < N; i++) {   /* parameterised layers in forward order */
         sp_node *n = t->nodes[i];
-        inset[i] = n->op && (n->needs_grad || n == loss);
+        inset[i] = sp_grad_has(n, loss);   /* the nodes with a δ (memory.h) */
         rank[i] = 0;
         if (!inset[i] || !n->kern->backward_params || n->layer->nparams == 0) continue;
         for (int r = 0; r < g->L && !rank[i]; r++)
@@ -216,7 +217,7 @@ sp_ooo_graph *sp_ooo_graph_build(sp_tape *t, sp_node *loss, bool with_updates)
                                              .est = c.bwd_params_flops + OOO_TASK_OVERHEAD};
         for (int k = 0; idD[i] >= 0 && k < n->ninputs; k++)   /* fan-out: δ goes through a sum buffer */
             if (n->inputs[k]->needs_grad && n->inputs[k]->nconsumers > 1)
-                g->tasks[idD[i]].scratch += n->inputs[k]->out.numel * sizeof(float);
+                g->tasks[idD[i]].scratch += sp_node_out_bytes(n->inputs[k]);
         if (idD[i] >= 0) g->tasks[idD[i]].alloc += g->tasks[idD[i]].scratch;
     }
     for (int r = 0; r < L; r++) {   /* U and F' of each layer sit at its first node */

@@ -151,7 +151,7 @@ typedef struct sp_exec_stats {
     int *wgrad_steps;
     /* --parallel scan: which levels ran, "hillis-steele" or "blelloch"; NULL otherwise. */
     const char *scan_algo;
-    /* [workers]: the rank's whole memory (sp_mem_breakdown's terms, schedule.h): measured
+    /* [workers]: the rank's whole memory (sp_mem_breakdown's terms, memory.h): measured
      * from the executor's own buffers — the weights and optimizer state of the stages it
      * steps, the gradients it writes, its gradient-bucket buffers, the activation peak,
      * and weights broadcast to it from an owner (held for the whole step) — and predicted

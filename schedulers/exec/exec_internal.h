@@ -19,6 +19,7 @@
 #include "core/tape.h"
 #include "schedulers/plan/actions.h"
 #include "schedulers/exec/exec.h"
+#include "schedulers/memory/memory.h"
 #include "schedulers/sim/sim_comm.h"
 
 enum { SYNC_NONE, SYNC_ALLREDUCE, SYNC_OWNER };
@@ -150,7 +151,7 @@ struct sp_exec {
     /* activation memory (exec_memory.c): bytes F(s, b) holds until its last backward job */
     double *act_held;        /* [s·B + b]                                              */
     int *bwd_left;           /* [s·B + b]: backward jobs of (s, b) still to run        */
-    double act_live, act_peak;   /* held now; the largest since sp_exec_new           */
+    sp_mem_peak act;         /* held now; the largest since sp_exec_new            */
     /* --clip-grad-norm (exec_clip.c) */
     bool *counted;           /* [S]: this rank adds stage s to the global norm        */
     sp_optim_undo undo;      /* post-validation: the eager update's undo               */

@@ -1,5 +1,5 @@
 /* exec_memory.c — the executor's activation memory per rank, counted as the simulator
- * counts it (schedule.h, sp_sim_memory): F(s, b) takes the activation of (s, b) —
+ * counts it (sim/sim.h, sp_sim_memory): F(s, b) takes the activation of (s, b) —
  * sp_node_act_bytes of the node it put on micro-batch b's tape: its input x_s plus what
  * its op saved — and holds it until the rank has run the last backward job of (s, b)
  * (G when δ and G are split, B otherwise). Every scheme runs F and the backward of one
@@ -10,7 +10,7 @@
  * no backward jobs: its activations stay held to the end of the step.
  *
  * The whole memory (sp_exec_mem_gather): the executor's buffers summed in the terms of
- * sp_mem_breakdown (schedule.h) — weights and optimizer state of the stages the rank
+ * sp_mem_breakdown (memory.h) — weights and optimizer state of the stages the rank
  * steps (the optimizer's state buffers as allocated), the gradients it writes, its
  * gradient-bucket buffers, the activation peak — against the simulator's prediction.
  * One term differs by design: weights an owner broadcasts to a computing rank (fsdp,
@@ -22,6 +22,7 @@
 #include <string.h>
 #include "core/error.h"
 #include "schedulers/exec/exec_internal.h"
+#include "schedulers/memory/memory.h"
 
 void sp_exec_mem_begin_step(sp_exec *x)
 {
@@ -37,22 +38,21 @@ void sp_exec_mem_begin_step(sp_exec *x)
             for (int d = SP_BWD; d <= SP_BWD_GRAD; d++) n += job_of(x, s, b, (sp_dir)d) >= 0;
             x->bwd_left[s * x->B + b] = n;
         }
-    x->act_live = 0;
+    x->act.live = 0;
 }
 
 void sp_exec_mem_forward(sp_exec *x, int s, int b, const sp_node *n)
 {
     double bytes = sp_exec_stage_act_bytes(x, s, b);   /* a DAG's stage: its segment's */
     x->act_held[s * x->B + b] = bytes;
-    x->act_live += bytes;
-    if (x->act_live > x->act_peak) x->act_peak = x->act_live;
+    sp_mem_take(&x->act, bytes);
 }
 
 void sp_exec_mem_backward(sp_exec *x, int s, int b)
 {
     int k = s * x->B + b;
     if (--x->bwd_left[k] > 0) return;
-    x->act_live -= x->act_held[k];
+    sp_mem_take(&x->act, -x->act_held[k]);
     x->act_held[k] = 0;
 }
 
@@ -72,13 +72,12 @@ static void mem_measure(const sp_exec *x, sp_mem_breakdown *m, double *fetched)
         const stage_info *si = &x->st[st];
         double p = (double)si->nfloats * sizeof(float);
         if (!(p > 0)) continue;
-        if (si->owns) m->weights += p, m->optim += slots * p;
-        if (si->grad_jobs > 0 || si->owns) m->grads += p;
+        sp_mem_add_params(m, p, slots, si->owns, si->grad_jobs > 0 || si->owns);
         if (si->sync == SYNC_OWNER && !si->owns && si->comm >= 0) *fetched += p;
     }
     for (int i = 0; i < x->nbuckets; i++) m->buckets += (double)x->buckets[i].n * sizeof(float);
-    m->activations = x->act_peak + *fetched;
-    m->total = m->weights + m->grads + m->optim + m->buckets + m->activations;
+    m->activations = x->act.peak + *fetched;
+    sp_mem_total(m);
 }
 
 void sp_exec_mem_gather(sp_exec *x, sp_exec_stats *st)

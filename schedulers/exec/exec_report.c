@@ -127,7 +127,7 @@ void sp_exec_gather_stats(sp_exec *x, sp_exec_stats *st)
     st->steps = x->steps;
     enum { K = 9 };
     /* the peak in bytes as two floats of 24 bits each: exact below 2^48 */
-    double peak = round(x->act_peak), hi = floor(peak / 16777216.0);
+    double peak = round(x->act.peak), hi = floor(peak / 16777216.0);
     float mine[K] = {(float)x->busy, (float)x->comm_s,      (float)x->wall, (float)x->wall_late, (float)x->comm_late,
                      (float)hi,      (float)(peak - hi * 16777216.0), (float)x->wgrad_steps, (float)median_step(x)};
     float *all = sp_xmalloc(sizeof(float) * K * (size_t)x->W);

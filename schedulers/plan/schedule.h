@@ -35,6 +35,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include "core/error.h"
+#include "schedulers/memory/memory.h"
 
 /* ------------------------------------------------------------------------------------ */
 /* Jobs                                                                                 */
@@ -120,19 +121,12 @@ sp_costs *sp_costs_from_model_times(struct sp_model *m, int in_ndim, const int *
  * spans last[k − 1] + 1 .. last[k], segment 0 from node 1), room for t->n entries, and
  * returns the number of segments (0: no op node). */
 int sp_tape_segments(const struct sp_tape *t, int *last);
-/* What tape nodes [first, end) keep for their backward: the sum of sp_node_act_bytes, a
- * tensor two of them read counted once. */
-double sp_tape_segment_act_bytes(const struct sp_tape *t, int first, int end);
 /* Segment [first, end)'s name (build/schedule's stage names, the executor's): a single
  * node's label ("conv1", "relu_3"); several nodes: the dotted prefix their named layers
  * share ("layer2.0"), else the first node's label and the count ("conv_a+3"). */
 void sp_tape_segment_name(const struct sp_tape *t, int first, int end, char name[SP_STAGE_NAME]);
-/* The activation a stage's forward keeps for its backward — act_bytes of the node n of a
- * tape (shape-only or real): its input x_s in float32 plus what its op saves besides
- * (sp_cost.saved_bytes at the node's batch). sp_costs_from_model and the executor (its
- * costs and its measured peak, exec.h) both count this. */
-struct sp_node;
-double sp_node_act_bytes(const struct sp_node *n);
+/* What tape nodes [first, end) keep for their backward (sp_tape_segment_act_bytes) and
+ * the activation one node keeps (sp_node_act_bytes): schedulers/memory/memory.h. */
 
 /* ------------------------------------------------------------------------------------ */
 /* Schemes and the master schedule                                                      */

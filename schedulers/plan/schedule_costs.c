@@ -300,13 +300,6 @@ void sp_costs_write_csv(FILE *out, const sp_costs *c)
 /* ------------------------------------------------------------------------------------ */
 /* Model-derived costs                                                                  */
 
-/* The stage keeps its input x_s (and whatever its op saved) until its backward. */
-double sp_node_act_bytes(const struct sp_node *n)
-{
-    double saved = n->op && n->op->cost ? n->op->cost(n).saved_bytes : 0;
-    return 4.0 * (double)n->input->out.numel + saved;
-}
-
 /* Record the model on a shape-only tape (nothing runs) and read each node's cost; one
  * stage per segment (sp_tape_segments: per op node for a chain). */
 static sp_costs *model_costs(struct sp_model *m, int in_ndim, const int *in_shape, int batch, double gflops,

@@ -43,30 +43,6 @@ int sp_tape_segments(const sp_tape *t, int *last)
     return segments;
 }
 
-/* The bytes segment [first, end) of the tape keeps from its forward until its backward:
- * what each of its nodes keeps (sp_node_act_bytes: its input x and what its op saves),
- * a tensor that two of them read counted once (a residual block's input, read by its
- * first conv and by its shortcut conv). One node: sp_node_act_bytes itself. */
-double sp_tape_segment_act_bytes(const sp_tape *t, int first, int end)
-{
-    if (!t) sp_fail("sp_tape_segment_act_bytes: argument 't' is NULL");
-    if (first < 1 || end > t->n || first >= end)
-        sp_fail("sp_tape_segment_act_bytes: nodes [%d, %d) of a tape of %d (expected 1 <= first < end <= n)", first,
-                end, t->n);
-    double bytes = 0;
-    for (int i = first; i < end; i++) {
-        const sp_node *n = t->nodes[i];
-        if (!n->op) continue;
-        bytes += sp_node_act_bytes(n);
-        for (int j = first; j < i; j++)   /* x already kept by an earlier node of the segment */
-            if (t->nodes[j]->op && t->nodes[j]->input == n->input) {
-                bytes -= 4.0 * (double)n->input->out.numel;
-                break;
-            }
-    }
-    return bytes;
-}
-
 /* A segment's name: a single node's label ("conv1", "relu_3"); several nodes: the dotted
  * prefix their named layers share ("layer2.0" for layer2.0.conv1 … layer2.0.shortcut.1),
  * else the first node's label and the count ("conv_a+3"). */

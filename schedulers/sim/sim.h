@@ -14,26 +14,10 @@
 #include <stdio.h>
 #include "schedulers/plan/actions.h"
 #include "schedulers/plan/schedule.h"
+#include "schedulers/memory/memory.h"
 
 /* ------------------------------------------------------------------------------------ */
 /* The simulator ([U] "Latency, network, and memory usage from w(s,b,d)")               */
-
-/* A worker's whole memory in one step, in bytes (sim_memory.c): what it holds for the
- * step besides the activations, plus the peak over time of activations and fetched
- * weights. Per stage s with weights (param_bytes[s] = p > 0), C the workers computing
- * any job of s and O those holding its weights (w_weights):
- *   C = O (replicas): each member holds weights p, gradients p, optimizer state k·p,
- *       and, when |C| > 1, a gradient-bucket buffer p (the allreduce's);
- *   O = {o}, C ≠ O (fsdp, fslpp): o holds weights p, gradients p, state k·p; every
- *       member of C ∪ {o} a bucket buffer p (the reduce's), every member of C gradients p
- *       (fetched weights are counted over time, sp_sim peak_weight_bytes).
- * k: optimizer state per parameter, sp_optim_slots. What the executor measures
- * (exec.h, exec_memory.c: sp_exec_mem_gather) is the same sum from its own buffers. */
-typedef struct sp_mem_breakdown {
-    double weights, grads, optim, buckets;
-    double activations;      /* sp_worker_stats.peak_mem_bytes: activations + fetched weights */
-    double total;
-} sp_mem_breakdown;
 
 typedef struct sp_worker_stats {
     int jobs;
@@ -87,12 +71,20 @@ void sp_sim_free(sp_sim *r);
  * peak_weight_bytes, peak_mem_bytes and the mem_* series. */
 void sp_sim_memory(const sp_schedule *s, const sp_costs *c, sp_sim *r);
 
+/* A worker's whole memory in one step, in bytes (sp_mem_breakdown, memory.h): what it
+ * holds for the step besides the activations, plus the peak over time of activations and
+ * fetched weights. Per stage s with weights (param_bytes[s] = p > 0), C the workers
+ * computing any job of s and O those holding its weights (w_weights):
+ *   C = O (replicas): each member holds weights p, gradients p, optimizer state k·p,
+ *       and, when |C| > 1, a gradient-bucket buffer p (the allreduce's);
+ *   O = {o}, C ≠ O (fsdp, fslpp): o holds weights p, gradients p, state k·p; every
+ *       member of C ∪ {o} a bucket buffer p (the reduce's), every member of C gradients p
+ *       (fetched weights are counted over time, sp_sim peak_weight_bytes).
+ * k: optimizer state per parameter, sp_optim_slots (memory.h). What the executor
+ * measures (exec.h, exec_memory.c: sp_exec_mem_gather) is the same sum from its own
+ * buffers. */
 void sp_sim_memory_breakdown(const sp_schedule *s, const sp_costs *c, const sp_sim *r, int optim_slots, int worker,
                              sp_mem_breakdown *out);
-/* Floats of optimizer state per parameter: sgd 0 (1 with momentum ≠ 0), adam and adamw
- * 2; −1 for another name. */
-int sp_optim_slots(const char *name, double momentum);
-#define SP_OPTIM_SLOTS_DEFAULT 1   /* the apps' default: sgd with momentum 0.9 */
 
 /* ------------------------------------------------------------------------------------ */
 /* Diagrams                                                                             */

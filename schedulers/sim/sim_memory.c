@@ -1,13 +1,14 @@
-/* sim_memory.c — memory over time of a simulated schedule (schedule.h, sp_sim_memory):
+/* sim_memory.c — memory over time of a simulated schedule (sim/sim.h, sp_sim_memory):
  * per worker, the activations each stage's forward keeps until its backward has fully
  * run ([U] Definition: M, in bytes) and, for the schemes that compute a stage away from
  * its weights (fsdp, fslpp), the fetched weights while a job uses them; and the whole
  * memory of a worker (sp_sim_memory_breakdown): weights, gradients, optimizer state and
- * gradient buckets besides. */
+ * gradient buckets besides. The counters and the breakdown are schedulers/memory/'s. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
+#include "schedulers/memory/memory.h"
 #include "schedulers/sim/sim.h"
 
 typedef struct mem_event {
@@ -85,25 +86,26 @@ void sp_sim_memory(const sp_schedule *s, const sp_costs *c, sp_sim *r)
     int np = 0;
     for (int w = 0, i = 0; w < s->workers; w++) {
         sp_worker_stats *ws = &r->worker[w];
-        int live = 0;
-        double act = 0, wgt = 0;
+        /* activations (count and bytes), fetched weights, and the two together */
+        sp_mem_peak count = {0}, act = {0}, wgt = {0}, both = {0};
         r->mem_off[w] = np;
         r->mem_time[np] = 0, r->mem_act[np] = 0, r->mem_wgt[np] = 0, np++;
         for (; i < n && ev[i].worker == w; i++) {
             const mem_event *e = &ev[i];
-            if (e->weights) wgt += e->delta * e->bytes;
-            else live += e->delta, act += e->delta * e->bytes;
-            if (live > ws->peak_act) ws->peak_act = live;
-            if (act > ws->peak_act_bytes) ws->peak_act_bytes = act;
-            if (wgt > ws->peak_weight_bytes) ws->peak_weight_bytes = wgt;
-            if (act + wgt > ws->peak_mem_bytes) ws->peak_mem_bytes = act + wgt;
+            if (e->weights) sp_mem_take(&wgt, e->delta * e->bytes);
+            else sp_mem_take(&count, e->delta), sp_mem_take(&act, e->delta * e->bytes);
+            sp_mem_set(&both, act.live + wgt.live);
             if (i + 1 < n && ev[i + 1].worker == w && same_time(ev[i + 1].time, e->time)) continue;
             /* the end of an instant: a point, unless it holds what the last one held */
             int k = np - 1;
-            if (act == r->mem_act[k] && wgt == r->mem_wgt[k]) continue;
+            if (act.live == r->mem_act[k] && wgt.live == r->mem_wgt[k]) continue;
             if (same_time(r->mem_time[k], e->time)) np = k;   /* events at time 0 replace the first point */
-            r->mem_time[np] = e->time, r->mem_act[np] = act, r->mem_wgt[np] = wgt, np++;
+            r->mem_time[np] = e->time, r->mem_act[np] = act.live, r->mem_wgt[np] = wgt.live, np++;
         }
+        ws->peak_act = (int)count.peak;
+        ws->peak_act_bytes = act.peak;
+        ws->peak_weight_bytes = wgt.peak;
+        ws->peak_mem_bytes = both.peak;
     }
     r->mem_off[s->workers] = np;
     free(ev);
@@ -111,13 +113,6 @@ void sp_sim_memory(const sp_schedule *s, const sp_costs *c, sp_sim *r)
     /* the whole memory with the apps' default optimizer (sgd, momentum 0.9: one state
      * float per parameter); a caller that knows the optimizer refills it */
     for (int w = 0; w < s->workers; w++) sp_sim_memory_breakdown(s, c, r, SP_OPTIM_SLOTS_DEFAULT, w, &r->worker[w].mem);
-}
-
-int sp_optim_slots(const char *name, double momentum)
-{
-    if (!strcmp(name, "sgd")) return momentum != 0 ? 1 : 0;
-    if (!strcmp(name, "adam") || !strcmp(name, "adamw")) return 2;
-    return -1;
 }
 
 void sp_sim_memory_breakdown(const sp_schedule *s, const sp_costs *c, const sp_sim *r, int optim_slots, int worker,
@@ -135,10 +130,9 @@ void sp_sim_memory_breakdown(const sp_schedule *s, const sp_costs *c, const sp_s
         for (int w = 0; w < s->workers; w++) nc += comp[w], nw += wgt[w];
         bool replicas = !memcmp(comp, wgt, sizeof(bool) * (size_t)s->workers);
         bool here = comp[worker], owns = wgt[worker];
-        if (owns) out->weights += p, out->optim += optim_slots * p;
-        if (here || owns) out->grads += p;
+        sp_mem_add_params(out, p, optim_slots, owns, here || owns);
         if (replicas ? here && nc > 1 : nw == 1 && (here || owns)) out->buckets += p;
     }
     free(comp);
-    out->total = out->weights + out->grads + out->optim + out->buckets + out->activations;
+    sp_mem_total(out);
 }
