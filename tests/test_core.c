@@ -307,11 +307,11 @@ static void sq_forward(sp_node *n)
 }
 static void sq_other_forward(sp_node *n) { cr_assert_fail("a device's kernel ran on the CPU"); }
 
-/* An op defined as before the split into sp_opdef and sp_kernels: CPU kernels named
- * directly (docs/WRITING_MODELS.md's form). They are the op's CPU table. */
-static const sp_opdef op_square = {.name = "square", .infer = sq_infer, .forward = sq_forward};
+/* An op whose CPU kernels are named in its definition (.cpu, docs/WRITING_MODELS.md's
+ * form): the op's CPU table. */
+static const sp_opdef op_square = {.name = "square", .infer = sq_infer, .cpu = {.forward = sq_forward}};
 
-Test(op, kernels_named_in_the_opdef_are_its_cpu_table)
+Test(op, the_cpu_kernels_of_the_opdef_are_its_cpu_table)
 {
     cr_assert_eq(op_square.cpu.forward, sq_forward);
     cr_assert_eq(sp_op_kernels(&op_square, SP_CPU), &op_square.cpu);
@@ -347,14 +347,14 @@ Test(op, a_device_without_kernels_exits_2, .exit_code = 2, .init = tu_capture_st
 /* The checker must be able to fail: a layer whose δ is deliberately off by 1%. */
 static void wrong_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
-    sp_op_linear.backward_input(n, i, dy, dx);
+    sp_op_linear.cpu.backward_input(n, i, dy, dx);
     for (size_t i = 0; i < dx->numel; i++) dx->data[i] *= 1.01f;
 }
 
 Test(gradcheck, detects_a_wrong_gradient)
 {
     sp_opdef broken = sp_op_linear;
-    broken.backward_input = wrong_backward_input;
+    broken.cpu.backward_input = wrong_backward_input;
     sp_layer *l = sp_linear("fc", 7, 5);
     l->op = &broken;
     tu_gc_result r = tu_gradcheck(l, 2, (int[]){3, 7}, 11, NULL);

@@ -420,7 +420,7 @@ Test(exec, two_lanes_overlap_and_respect_dependencies)
 static sp_opdef g_slow_linear;
 static void slow_backward_params(sp_node *n, const sp_tensor *dy)
 {
-    sp_op_linear.backward_params(n, dy);
+    sp_op_linear.cpu.backward_params(n, dy);
     double t0 = sp_now();
     while (sp_now() - t0 < 0.2) sp_cpu_relax();   /* 200 ms: far above any hand-off, even under load */
 }
@@ -430,7 +430,7 @@ Test(exec, a_waiting_update_is_passed)
     sp_set_threads(2);
     sp_ooo_exec_set_min_two_lane_flops(0);   /* two lanes, no tuner */
     g_slow_linear = sp_op_linear;
-    g_slow_linear.backward_params = slow_backward_params;
+    g_slow_linear.cpu.backward_params = slow_backward_params;
     sp_model *m = sp_model_new("slowtop");
     sp_model_set_loss(m, sp_softmax_ce());
     sp_layer *low = sp_model_add(m, sp_linear("low", 8, 8));
