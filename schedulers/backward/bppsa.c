@@ -463,6 +463,9 @@ sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts)
     e->opts = *opts;
     e->backward = bppsa_backward;
     e->destroy = bppsa_destroy;
+    e->check = sp_bppsa_check;    /* bppsa_hooks.c */
+    e->report = sp_bppsa_report;
+    e->plan = sp_bppsa_plan;
     e->state = sp_xcalloc(1, sizeof(bppsa_engine));
     return e;
 }

@@ -11,15 +11,13 @@ typedef struct engine_entry {
     const char *name;
     sp_engine *(*create)(const sp_engine_opts *opts);
     unsigned caps;                    /* SP_ENGINE_* */
-    void (*attach)(sp_engine *e);     /* hooks kept apart from the engine's own file (NULL: none) */
 } engine_entry;
 
-/* bppsa's hooks are in bppsa_hooks.c, over its public calls, attached here once made. */
 static const engine_entry ENGINES[] = {
-    {"linear", sp_engine_linear_create, SP_ENGINE_DEVICE | SP_ENGINE_OVER_INPUTS, NULL},
-    {"bppsa", sp_engine_bppsa_create, SP_ENGINE_DEVICE | SP_ENGINE_PLAN, sp_bppsa_attach_hooks},
+    {"linear", sp_engine_linear_create, SP_ENGINE_DEVICE | SP_ENGINE_OVER_INPUTS},
+    {"bppsa", sp_engine_bppsa_create, SP_ENGINE_DEVICE | SP_ENGINE_PLAN},
     {"ooo", sp_engine_ooo_create,
-     SP_ENGINE_DEVICE | SP_ENGINE_TRACE | SP_ENGINE_LAYER_UPDATES | SP_ENGINE_REORDERS_DW, NULL},
+     SP_ENGINE_DEVICE | SP_ENGINE_TRACE | SP_ENGINE_LAYER_UPDATES | SP_ENGINE_REORDERS_DW},
 };
 #define NENGINES (sizeof ENGINES / sizeof ENGINES[0])
 
@@ -67,7 +65,6 @@ sp_engine *sp_engine_create(const char *name, const sp_engine_opts *opts)
         if (strcmp(name, ENGINES[i].name) != 0) continue;
         sp_engine *e = ENGINES[i].create(opts ? opts : &defaults);
         e->caps = ENGINES[i].caps;
-        if (ENGINES[i].attach) ENGINES[i].attach(e);
         return e;
     }
     sp_fail("--backward %s: unknown engine (expected one of %s)", name, sp_engine_names());

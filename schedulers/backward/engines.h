@@ -7,9 +7,6 @@
 sp_engine *sp_engine_linear_create(const sp_engine_opts *opts);
 /* BP as a parallel scan over transposed Jacobians (schedulers/backward/bppsa.c). */
 sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts);
-/* Its check, report and plan hooks (schedulers/backward/bppsa_hooks.c, over the calls
- * below; sp_engine_create attaches them). */
-void sp_bppsa_attach_hooks(sp_engine *e);
 /* Jacobians in the longest chain (segment) bppsa scans for this loss (its n; for checking
  * --scan-levels). */
 int sp_bppsa_chain_links(const sp_node *loss);
