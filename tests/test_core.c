@@ -859,6 +859,9 @@ static void c251(void) { sp_arena_release(NULL, (sp_arena_mark){0}); }
 static void c252(void) { sp_tape_trim(NULL); }
 static void c253(void) { (void)sp_apply_over(NULL, NULL, NULL); }
 static void c253b(void) { (void)sp_batchnorm2d_relu(NULL, 0); }
+static void c255(void) { (void)sp_engine_def_find(NULL); }
+static void c256(void) { (void)sp_engine_own_opts(NULL, NULL); }
+static void c257(void) { (void)sp_run_engine_own(NULL, "ooo"); }
 
 static const api_case cases[] = {
     {"sp_tensor_view", K_TRY, c0, "sp_tensor_view: argument 'shape' is NULL"},
@@ -947,6 +950,9 @@ static const api_case cases[] = {
     {"sp_backward", K_TRY, c83, "sp_backward: the engine is NULL"},
     {"sp_engine_caps", K_TRY, c84, "sp_engine_caps: argument 'name' is NULL"},
     {"sp_engine_names_with", K_TRY, c85, "sp_engine_names_with: argument 'buf' is NULL"},
+    {"sp_engine_def_find", K_TRY, c255, "sp_engine_def_find: argument 'name' is NULL"},
+    {"sp_engine_own_opts", K_TRY, c256, "sp_engine_own_opts: argument 'd' is NULL"},
+    {"sp_run_engine_own", K_TRY, c257, "sp_run_engine_own: argument 'o' is NULL"},
     {"sp_backward_async", K_TRY, c86, "sp_backward_async: argument 'e' is NULL"},
     {"sp_engine_sync", K_TRY, c87, "sp_engine_sync: argument 'e' is NULL"},
     {"sp_engine_wait_layer", K_TRY, c88, "sp_engine_wait_layer: argument 'e' is NULL"},
@@ -1139,6 +1145,8 @@ static const char *const no_pointer_or_count[] = {
     "sp_node_in",
     "sp_node_has_jt",
     "sp_engine_names",
+    "sp_engine_aliases",
+    "sp_engine_def_at",
     "sp_engine_opts_default",
     "sp_backward_cuda_register",
     "sp_get_threads",

@@ -21,7 +21,7 @@ static sp_node *forward_loss(sp_model *m, sp_tape *t, const sp_tensor *x, const 
  * it silently. */
 void sp_bppsa_check(sp_engine *e, sp_model *m, const sp_tensor *x1, const int *y1)
 {
-    int levels = e->opts.scan_levels;
+    int levels = ((const sp_bppsa_opts *)e->opts.own)->scan_levels;
     if (levels < 0) return;   /* full, auto */
     sp_tape t;
     sp_tape_init(&t);
@@ -36,10 +36,10 @@ void sp_bppsa_check(sp_engine *e, sp_model *m, const sp_tensor *x1, const int *y
 void sp_bppsa_report(sp_engine *e, const sp_report_writer *w)
 {
     sp_bppsa_stats bs;
-    if (e->opts.scan_levels == SP_SCAN_LEVELS_AUTO && sp_bppsa_stats_get(e, &bs))
-        w->integer(w->ctx, "scan_levels", bs.up_levels);
-    else if (e->opts.scan_levels < 0) w->str(w->ctx, "scan_levels", "full");
-    else w->integer(w->ctx, "scan_levels", e->opts.scan_levels);
+    int levels = ((const sp_bppsa_opts *)e->opts.own)->scan_levels;
+    if (levels == SP_SCAN_LEVELS_AUTO && sp_bppsa_stats_get(e, &bs)) w->integer(w->ctx, "scan_levels", bs.up_levels);
+    else if (levels < 0) w->str(w->ctx, "scan_levels", "full");
+    else w->integer(w->ctx, "scan_levels", levels);
 }
 
 /* A pruned model: the dense model's plan next to it, level by level (the paper's

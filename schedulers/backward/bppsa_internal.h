@@ -99,6 +99,7 @@ typedef struct bppsa_engine {
     sp_bppsa_stats stats;      /* the whole backward: segments summed                  */
     int main_seg;              /* the segment with the most links (plans, pictures)    */
     bool have_stats;
+    sp_bppsa_opts own;         /* its options (sp_engine.opts.own points here)         */
 } bppsa_engine;
 
 /* What sp_arena_alloc hands out for a request of `bytes` (core/arena.c: 64-byte units). */
