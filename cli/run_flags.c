@@ -13,7 +13,6 @@
 #include "core/io/safetensors.h"
 #include "schedulers/plan/actions.h"
 #include "schedulers/exec/exec.h"
-#include "schedulers/backward/ooo.h"
 #include "cli/run.h"
 #include "cli/run_internal.h"
 
@@ -39,6 +38,18 @@ const void *sp_run_engine_own(const sp_run_opts *o, const char *name)
     return NULL;
 }
 
+int sp_run_engine_int(const sp_run_opts *o, const char *flag, int dflt)
+{
+    if (!o) sp_fail("sp_run_engine_int: argument 'o' is NULL");
+    if (!flag) sp_fail("sp_run_engine_int: argument 'flag' is NULL");
+    const sp_engine_def *d = sp_engine_def_find(o->backward);
+    const unsigned char *own = sp_run_engine_own(o, o->backward);
+    for (int j = 0; d && own && d->options[j].name; j++)
+        if (d->options[j].kind == SP_ENGINE_OPT_INT && strcmp(d->options[j].name, flag) == 0)
+            return *(const int *)(own + d->options[j].offset);
+    return dflt;
+}
+
 /* The engines' own options (their descriptors' tables) as flags, under each engine's
  * heading: each needs --backward NAME, then what the option says; the value goes to o's
  * store of that engine's options struct. */
@@ -51,13 +62,13 @@ static int engine_flags(sp_run_opts *o, sp_flag *f, int cap)
     for (int i = 0; sp_engine_def_at(i); i++) {
         const sp_engine_def *d = sp_engine_def_at(i);
         for (int j = 0; d->options && d->options[j].name; j++) {
-            const sp_engine_option *e = &d->options[j];
+            const sp_engine_option *opt = &d->options[j];
             if (n >= cap || j >= 16) sp_fail("internal: too many engine options");
-            snprintf(needs[i][j], sizeof needs[i][j], "backward=%s%s%s", d->name, e->needs ? "," : "",
-                     e->needs ? e->needs : "");
-            f[n++] = (sp_flag){e->name, kinds[e->kind], o->engine_opts[i].bytes + e->offset, e->help, .group = d->group,
-                               .choices = e->choices, .range = e->range, .meta = e->meta, .needs = needs[i][j],
-                               .scope = SP_SCOPE_ENGINE};
+            snprintf(needs[i][j], sizeof needs[i][j], "backward=%s%s%s", d->name, opt->needs ? "," : "",
+                     opt->needs ? opt->needs : "");
+            f[n++] = (sp_flag){opt->name, kinds[opt->kind], o->engine_opts[i].bytes + opt->offset, opt->help,
+                               .group = d->group, .choices = opt->choices, .range = opt->range, .meta = opt->meta,
+                               .needs = needs[i][j], .scope = SP_SCOPE_ENGINE};
         }
     }
     return n;
@@ -220,17 +231,14 @@ static void check_ranges(sp_run_opts *o)
     if (o->mem_limit_arg && sp_mem_limit_parse("--mem-limit", o->mem_limit_arg, &o->mem_limit,
                                                &o->mem_limit_bytes) != SP_OK)
         sp_fail("%s", sp_last_error());
-    for (int i = 0; sp_engine_def_at(i); i++)   /* each engine's options: what its flags set, checked */
-        if (sp_engine_def_at(i)->finish) sp_engine_def_at(i)->finish(o->engine_opts[i].bytes);
     /* what the engine can do (its registry entry), or what the executor does instead */
     unsigned caps = sp_engine_caps(o->backward);
     char names[256];
     if (o->plan && !(caps & SP_ENGINE_PLAN) && !(o->parallel && strcmp(o->parallel, "scan") == 0))
         sp_fail("--plan needs --backward %s or --parallel scan", sp_engine_names_with(SP_ENGINE_PLAN, names, sizeof names));
-    const sp_ooo_opts *ooo = sp_run_engine_own(o, "ooo");
-    if (ooo->lanes == 2 && o->threads < 2 && strcmp(o->device, "cpu") == 0)
-        sp_fail("--lanes 2 with --threads %d: each lane runs on a thread of its own (expected --threads 2 or more)",
-                o->threads);
+    for (int i = 0; sp_engine_def_at(i); i++)   /* each engine's options: what its flags set, checked */
+        if (sp_engine_def_at(i)->finish)
+            sp_engine_def_at(i)->finish(o->engine_opts[i].bytes, o->threads, strcmp(o->device, "cpu") != 0);
     if (o->trace && !(caps & SP_ENGINE_TRACE) && !o->parallel)
         sp_fail("--trace needs --backward %s or --parallel", sp_engine_names_with(SP_ENGINE_TRACE, names, sizeof names));
     /* checkpoint files refused before any data is read or any step is run */

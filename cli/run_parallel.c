@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "schedulers/sim/comm_cost.h"
 #include "schedulers/exec/exec.h"
-#include "schedulers/backward/ooo.h"
 #include "cli/run.h"
 #include "cli/run_internal.h"
 
@@ -143,7 +142,7 @@ struct sp_exec *run_exec_new(const char *app, const sp_run_opts *o, sp_model *m,
                      .order_out = o->exec_order,
                      .trace_path = o->trace,
                      .ooo = (sp_engine_caps(o->backward) & SP_ENGINE_REORDERS_DW) != 0,
-                     .k = ((const sp_ooo_opts *)sp_run_engine_own(o, "ooo"))->k,
+                     .k = sp_run_engine_int(o, "k", 0),
                      .clip_grad_norm = o->clip_grad_norm,
                      .post_validate = strcmp(o->step_sync, "plain") != 0,
                      .chunks = o->chunks,

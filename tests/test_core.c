@@ -862,6 +862,7 @@ static void c253b(void) { (void)sp_batchnorm2d_relu(NULL, 0); }
 static void c255(void) { (void)sp_engine_def_find(NULL); }
 static void c256(void) { (void)sp_engine_own_opts(NULL, NULL); }
 static void c257(void) { (void)sp_run_engine_own(NULL, "ooo"); }
+static void c258(void) { (void)sp_run_engine_int(NULL, "k", 0); }
 
 static const api_case cases[] = {
     {"sp_tensor_view", K_TRY, c0, "sp_tensor_view: argument 'shape' is NULL"},
@@ -953,6 +954,7 @@ static const api_case cases[] = {
     {"sp_engine_def_find", K_TRY, c255, "sp_engine_def_find: argument 'name' is NULL"},
     {"sp_engine_own_opts", K_TRY, c256, "sp_engine_own_opts: argument 'd' is NULL"},
     {"sp_run_engine_own", K_TRY, c257, "sp_run_engine_own: argument 'o' is NULL"},
+    {"sp_run_engine_int", K_TRY, c258, "sp_run_engine_int: argument 'o' is NULL"},
     {"sp_backward_async", K_TRY, c86, "sp_backward_async: argument 'e' is NULL"},
     {"sp_engine_sync", K_TRY, c87, "sp_engine_sync: argument 'e' is NULL"},
     {"sp_engine_wait_layer", K_TRY, c88, "sp_engine_wait_layer: argument 'e' is NULL"},

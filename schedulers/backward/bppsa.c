@@ -475,7 +475,7 @@ sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts)
 }
 
 /* --scan-levels N | full | auto into scan_levels */
-static void bppsa_opts_finish(void *own)
+static void bppsa_opts_finish(void *own, int threads, bool on_device)
 {
     sp_bppsa_opts *o = own;
     const char *arg = o->scan_levels_arg;

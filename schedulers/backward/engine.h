@@ -108,13 +108,14 @@ typedef struct sp_engine_def {
     /* Its own options: a struct of opts_size bytes (at most SP_ENGINE_OPTS_BYTES), its
      * defaults, the flags that set its members (ends with name == NULL) under the --help
      * heading `group`, and finish: after the flags are parsed, what they set turned into
-     * the struct's final values (--scan-levels N|full|auto), a bad combination refused
-     * with one line and exit 2. All NULL / 0 for an engine without options. */
+     * the struct's final values (--scan-levels N|full|auto), a bad combination, also with
+     * the run's threads and device (on_device), refused with one line and exit 2. All
+     * NULL / 0 for an engine without options. */
     size_t opts_size;
     const void *opts_default;
     const sp_engine_option *options;
     const char *group;
-    void (*finish)(void *own);
+    void (*finish)(void *own, int threads, bool on_device);
 } sp_engine_def;
 
 struct sp_engine {

@@ -571,15 +571,18 @@ sp_engine *sp_engine_ooo_create(const sp_engine_opts *opts)
     return e;
 }
 
-/* --lanes 1 | 2 | auto into lanes; --lanes 2 with --order conventional refused before
- * any data is read */
-static void ooo_opts_finish(void *p)
+/* --lanes 1 | 2 | auto into lanes; --lanes 2 with --order conventional, or with one
+ * thread on the CPU, refused before any data is read */
+static void ooo_opts_finish(void *p, int threads, bool on_device)
 {
     sp_ooo_opts *o = p;
     if (o->lanes_arg) o->lanes = strcmp(o->lanes_arg, "auto") != 0 ? atoi(o->lanes_arg) : 0;
     if (o->lanes == 2 && o->order && strcmp(o->order, "conventional") == 0)
         sp_fail("--lanes 2 with --order conventional: that order runs on one lane (expected another --order, "
                 "or --lanes 1 or auto)");
+    if (o->lanes == 2 && threads < 2 && !on_device)
+        sp_fail("--lanes 2 with --threads %d: each lane runs on a thread of its own (expected --threads 2 or more)",
+                threads);
 }
 
 static const sp_ooo_opts OOO_DEFAULTS = {.order = "ooo", .lanes_arg = "auto"};
