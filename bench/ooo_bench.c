@@ -78,7 +78,7 @@ int main(int argc, char **argv)
         r->o = sp_sgd_new(r->m->params, r->m->nparams, 0.01, 0.9, 0.0, 0.0, false);
         char path[512];
         if (trace_dir) snprintf(path, sizeof path, "%s/ooo-%s-%s.json", trace_dir, model, ORDERS[c] ? ORDERS[c] : "");
-        sp_engine_opts eo = {.order = ORDERS[c], .update = update_layer, .update_ctx = r->o,
+        sp_engine_opts eo = {.own = &(sp_ooo_opts){.order = ORDERS[c]}, .update = update_layer, .update_ctx = r->o,
                              .trace_path = trace_dir && ORDERS[c] ? path : NULL};
         r->e = ORDERS[c] ? sp_engine_create("ooo", &eo) : sp_engine_create("linear", NULL);
         sp_tape_init(&r->t);

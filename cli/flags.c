@@ -112,6 +112,8 @@ static void set_value(sp_flag *f, const char *v)
     switch (f->kind) {
     case SP_FLAG_STR:
         if (!*v) sp_fail("--%s: empty value", f->name);
+        for (const char *const *a = f->aliases; a && a[0] && a[1]; a += 2)   /* the choice it stands for */
+            if (strcmp(v, a[0]) == 0) v = a[1];
         if (f->choices && !in_list(f->choices, v, strlen(v))) {
             char alt[512];
             sp_fail("--%s %s: expected %s", f->name, v, alternatives(f->choices, alt, sizeof alt));
@@ -329,6 +331,7 @@ static void usage(const char *app, const char *summary, const sp_flag *set)
             printf("  %-22s %s", left, f->help);
             value_str(f, val, sizeof val);
             if (f->choices && f->kind != SP_FLAG_BOOL) printf("; one of %s", alternatives(f->choices, alt, sizeof alt));
+            for (const char *const *a = f->aliases; a && a[0] && a[1]; a += 2) printf("; %s = %s", a[0], a[1]);
             if (f->range) printf("; range %s", f->range);
             if (f->def) printf(" (default %s)", f->def);
             else if (f->kind != SP_FLAG_BOOL && val[0]) printf(" (default %s)", val);

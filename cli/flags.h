@@ -36,6 +36,9 @@ typedef struct sp_flag {
     unsigned scope;        /* the training runner's common flags: SP_SCOPE_*; 0 = always     */
     const char **value;    /* BOOL with choices: the V of the last --name=V (left as it was
                             * when --name is given without one)                             */
+    const char *const *aliases;   /* STR with choices: pairs {"alias", "choice", …, NULL}:
+                            * another value users may type for a choice, stored (and
+                            * checked against `needs`) as that choice; --help names them  */
     bool set;              /* given on the command line (filled by the parser)               */
 } sp_flag;
 

@@ -35,12 +35,8 @@ static void update_layer(void *ctx, sp_layer *l) { sp_optim_step_params(ctx, l->
 sp_engine_opts sp_run_engine_opts(const sp_run_opts *o)
 {
     if (!o) sp_fail("sp_run_engine_opts: argument 'o' is NULL");
-    return (sp_engine_opts){.scan_levels = o->scan_levels,
-                            .order = o->order,
-                            .k = o->k,
-                            .mem_cap = (size_t)o->mem_cap,
+    return (sp_engine_opts){.own = sp_run_engine_own(o, o->backward),
                             .trace_path = o->trace,
-                            .lanes = lanes_of(o),
                             .plan = o->plan,
                             .plan_full = o->plan_full,
                             .plan_svg = o->plan_svg};

@@ -56,15 +56,13 @@ typedef struct sp_run_opts {
     bool no_shuffle, quiet;
     bool mem_report;                     /* --mem-report: the memory keys of the JSON line */
     bool eval_only;                      /* --eval-only: evaluate --load, no training */
-    /* engine options */
-    int scan_levels, k;                  /* scan_levels -1: the full scan */
-    long mem_cap;
-    const char *order, *trace;
-    const char *lanes;                   /* --lanes 1 | 2 | auto (ooo; sp_engine_opts.lanes) */
+    /* engine options: each engine's own (its descriptor's struct and flags;
+     * sp_run_engine_own), and those of a capability */
+    sp_engine_opts_store engine_opts[SP_ENGINES_MAX];   /* in the registry's order */
+    const char *trace;
     bool plan, plan_full;                /* --plan, --plan=full: print the engine's plan, exit */
     const char *plan_arg;                /* --plan=summary|full as given (NULL: plain --plan) */
     const char *plan_svg;                /* --plan-svg FILE: draw the scan tree and exit   */
-    const char *scan_levels_arg;         /* --scan-levels as given: N | full | auto */
     double prune;                        /* --prune AMOUNT: magnitude-prune conv/linear weights */
     const char *prune_scope;             /* --prune-scope layer | global */
     const char *device;                  /* cpu | cuda */
@@ -121,6 +119,11 @@ void sp_run_use_device(const sp_run_opts *o, sp_model *m);
 void sp_run_device_to_host(sp_model *m);
 /* The engine options from the flags. */
 sp_engine_opts sp_run_engine_opts(const sp_run_opts *o);
+/* The options of engine `name` (or alias) in o: the struct its descriptor declares, its
+ * defaults unless flags set them; NULL for an unknown engine or one without options. */
+const void *sp_run_engine_own(const sp_run_opts *o, const char *name);
+/* The chosen engine's (--backward) int option --flag; dflt when it has none. */
+int sp_run_engine_int(const sp_run_opts *o, const char *flag, int dflt);
 
 /* ---- a program that runs its own steps (apps/demo.c) ------------------------------------- */
 

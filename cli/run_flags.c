@@ -1,8 +1,9 @@
 /* run_flags.c — the training runner's flags (cli/run.h): sp_run_opts'
  * defaults, the table of the common flags every training app may take (one line a flag;
- * `scope` says which apps), the checks that need more than the table (ranges, --plan's
- * engine, the checkpoint paths, before any data is read) and sp_run_parse. The parser
- * itself is flags.c's. */
+ * `scope` says which apps) with the engines' own options as their descriptors declare
+ * them, the checks that need more than the table (ranges, --plan's engine, the
+ * checkpoint paths, before any data is read) and sp_run_parse. The parser itself is
+ * flags.c's. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,13 +19,59 @@
 void sp_run_defaults(sp_run_opts *o)
 {
     if (!o) sp_fail("sp_run_defaults: argument 'o' is NULL");
-    sp_engine_opts eo = sp_engine_opts_default();
     *o = (sp_run_opts){
         .optim = "sgd", .backward = SP_ENGINE_DEFAULT, .lr_schedule = "constant", .epochs = 1, .batch = 64,
-        .threads = 2, .lr = 0.01, .momentum = 0.9f, .seed = 1, .scan_levels = eo.scan_levels, .order = eo.order,
-        .k = eo.k, .scan_levels_arg = "full", .device = "cpu", .partition = "cost", .bucket_mb = 25, .comm_timeout = 60,
-        .prune_scope = "global", .lanes = "auto", .step_sync = "post-validate",
+        .threads = 2, .lr = 0.01, .momentum = 0.9f, .seed = 1, .device = "cpu", .partition = "cost",
+        .bucket_mb = 25, .comm_timeout = 60, .prune_scope = "global", .step_sync = "post-validate",
     };
+    for (int i = 0; sp_engine_def_at(i); i++)   /* each engine's own options: its defaults */
+        if (sp_engine_def_at(i)->opts_size)
+            memcpy(o->engine_opts[i].bytes, sp_engine_def_at(i)->opts_default, sp_engine_def_at(i)->opts_size);
+}
+
+const void *sp_run_engine_own(const sp_run_opts *o, const char *name)
+{
+    if (!o) sp_fail("sp_run_engine_own: argument 'o' is NULL");
+    if (!name) sp_fail("sp_run_engine_own: argument 'name' is NULL");
+    for (int i = 0; sp_engine_def_at(i); i++)
+        if (sp_engine_def_at(i) == sp_engine_def_find(name)) return sp_engine_def_at(i)->opts_size ? &o->engine_opts[i] : NULL;
+    return NULL;
+}
+
+int sp_run_engine_int(const sp_run_opts *o, const char *flag, int dflt)
+{
+    if (!o) sp_fail("sp_run_engine_int: argument 'o' is NULL");
+    if (!flag) sp_fail("sp_run_engine_int: argument 'flag' is NULL");
+    const sp_engine_def *d = sp_engine_def_find(o->backward);
+    const unsigned char *own = sp_run_engine_own(o, o->backward);
+    for (int j = 0; d && own && d->options[j].name; j++)
+        if (d->options[j].kind == SP_ENGINE_OPT_INT && strcmp(d->options[j].name, flag) == 0)
+            return *(const int *)(own + d->options[j].offset);
+    return dflt;
+}
+
+/* The engines' own options (their descriptors' tables) as flags, under each engine's
+ * heading: each needs --backward NAME, then what the option says; the value goes to o's
+ * store of that engine's options struct. */
+static int engine_flags(sp_run_opts *o, sp_flag *f, int cap)
+{
+    static const sp_flag_kind kinds[] = {[SP_ENGINE_OPT_STR] = SP_FLAG_STR, [SP_ENGINE_OPT_INT] = SP_FLAG_INT,
+                                         [SP_ENGINE_OPT_LONG] = SP_FLAG_LONG};
+    static char needs[SP_ENGINES_MAX][16][200];
+    int n = 0;
+    for (int i = 0; sp_engine_def_at(i); i++) {
+        const sp_engine_def *d = sp_engine_def_at(i);
+        for (int j = 0; d->options && d->options[j].name; j++) {
+            const sp_engine_option *opt = &d->options[j];
+            if (n >= cap || j >= 16) sp_fail("internal: too many engine options");
+            snprintf(needs[i][j], sizeof needs[i][j], "backward=%s%s%s", d->name, opt->needs ? "," : "",
+                     opt->needs ? opt->needs : "");
+            f[n++] = (sp_flag){opt->name, kinds[opt->kind], o->engine_opts[i].bytes + opt->offset, opt->help,
+                               .group = d->group, .choices = opt->choices, .range = opt->range, .meta = opt->meta,
+                               .needs = needs[i][j], .scope = SP_SCOPE_ENGINE};
+        }
+    }
+    return n;
 }
 
 #define G_TRAIN "training"
@@ -112,27 +159,15 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
         {"prune-scope", SP_FLAG_STR, &o->prune_scope, "rank weights per layer or over all layers together",
          .group = G_CKPT, .choices = "layer|global", .needs = "prune", .scope = SP_SCOPE_CKPT},
         {"backward", SP_FLAG_STR, &o->backward, "backward engine", .group = G_ENGINE,
-         .choices = sp_engine_names(), .needs = "!eval-only", .scope = SP_SCOPE_ENGINE},
-        {"scan-levels", SP_FLAG_STR, &o->scan_levels_arg, "up-sweep levels: 0 (= linear BP) .. the model's "
-         "full depth, full, or auto (the plan's cost model picks; docs/BPPSA.md)", .group = G_BPPSA,
-         .meta = "N|full|auto", .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
+         .choices = sp_engine_names(), .aliases = sp_engine_aliases(), .needs = "!eval-only",
+         .scope = SP_SCOPE_ENGINE},
+        /* here: the engines' own options (engine_flags) */
         {"plan", SP_FLAG_BOOL, &o->plan, "print the scan plan's summary and exit without training "
          "(--plan=full: every step; with --parallel scan: the cross-rank levels) [needs --backward bppsa or "
          "--parallel scan]", .group = G_BPPSA, .choices = "summary|full", .value = &o->plan_arg,
          .needs = "!eval-only", .scope = SP_SCOPE_ENGINE},
         {"plan-svg", SP_FLAG_STR, &o->plan_svg, "draw the scan tree of a short chain to FILE and exit",
          .group = G_BPPSA, .meta = "FILE", .needs = "backward=bppsa", .scope = SP_SCOPE_ENGINE},
-        {"order", SP_FLAG_STR, &o->order, "task order of the two lanes", .group = G_OOO,
-         .choices = "conventional|ooo|reverse-first-k|list", .needs = "backward=ooo,!eval-only",
-         .scope = SP_SCOPE_ENGINE},
-        {"k", SP_FLAG_INT, &o->k, "layers in reverse-first order (0 = half the parameterised layers)",
-         .group = G_OOO, .range = "0..", .needs = "backward=ooo,order=reverse-first-k,!eval-only",
-         .scope = SP_SCOPE_ENGINE},
-        {"lanes", SP_FLAG_STR, &o->lanes, "lanes the backward runs on (auto: one or two, whichever "
-         "the executor measures faster; 2 needs --threads 2 or more; docs/OOO.md)", .group = G_OOO,
-         .choices = "1|2|auto", .needs = "backward=ooo,!parallel,!eval-only", .scope = SP_SCOPE_ENGINE},
-        {"mem-cap", SP_FLAG_LONG, &o->mem_cap, "memory cap of the backward pass in bytes (0 = none)",
-         .group = G_OOO, .meta = "BYTES", .range = "0..", .needs = "backward=ooo,!parallel,!eval-only", .scope = SP_SCOPE_ENGINE},
         {"trace", SP_FLAG_STR, &o->trace, "write a Chrome/Perfetto trace JSON (with --backward ooo or --parallel)",
          .group = G_OOO, .meta = "FILE", .needs = "!eval-only", .scope = SP_SCOPE_ENGINE},
         {"cuda-graph", SP_FLAG_BOOL, &o->cuda_graph, "capture the steady-state training step (forward, "
@@ -173,10 +208,14 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
          .scope = SP_SCOPE_RUN},
         {0},
     };
-    int n = (int)(sizeof list / sizeof list[0]);
+    int n = (int)(sizeof list / sizeof list[0]) - 1, at = 0;
+    while (strcmp(list[at].name, "backward") != 0) at++;
+    at++;   /* the engines' options follow --backward */
     if (n > cap) sp_fail("internal: too many common flags");
-    memcpy(f, list, sizeof list);
-    return n - 1;
+    memcpy(f, list, (size_t)at * sizeof *list);
+    int ne = engine_flags(o, f + at, cap - n);
+    memcpy(f + at + ne, list + at, (size_t)(n + 1 - at) * sizeof *list);
+    return n + ne;
 }
 
 static void check_ranges(sp_run_opts *o)
@@ -190,30 +229,14 @@ static void check_ranges(sp_run_opts *o)
     if (o->mem_limit_arg && sp_mem_limit_parse("--mem-limit", o->mem_limit_arg, &o->mem_limit,
                                                &o->mem_limit_bytes) != SP_OK)
         sp_fail("%s", sp_last_error());
-    if (strcmp(o->scan_levels_arg, "full") == 0) {
-        o->scan_levels = SP_SCAN_LEVELS_FULL;
-    } else if (strcmp(o->scan_levels_arg, "auto") == 0) {
-        o->scan_levels = SP_SCAN_LEVELS_AUTO;
-    } else {
-        char *end;
-        errno = 0;
-        long x = strtol(o->scan_levels_arg, &end, 10);
-        if (!*o->scan_levels_arg || *end || errno || x < 0 || x > 1000000)
-            sp_fail("--scan-levels %s: expected 0 (linear BP) .. the model's full depth, full or auto",
-                    o->scan_levels_arg);
-        o->scan_levels = (int)x;
-    }
     /* what the engine can do (its registry entry), or what the executor does instead */
     unsigned caps = sp_engine_caps(o->backward);
     char names[256];
     if (o->plan && !(caps & SP_ENGINE_PLAN) && !(o->parallel && strcmp(o->parallel, "scan") == 0))
         sp_fail("--plan needs --backward %s or --parallel scan", sp_engine_names_with(SP_ENGINE_PLAN, names, sizeof names));
-    if (lanes_of(o) == 2 && o->order && strcmp(o->order, "conventional") == 0)
-        sp_fail("--lanes 2 with --order conventional: that order runs on one lane (expected another --order, "
-                "or --lanes 1 or auto)");
-    if (lanes_of(o) == 2 && o->threads < 2 && strcmp(o->device, "cpu") == 0)
-        sp_fail("--lanes 2 with --threads %d: each lane runs on a thread of its own (expected --threads 2 or more)",
-                o->threads);
+    for (int i = 0; sp_engine_def_at(i); i++)   /* each engine's options: what its flags set, checked */
+        if (sp_engine_def_at(i)->finish)
+            sp_engine_def_at(i)->finish(o->engine_opts[i].bytes, o->threads, strcmp(o->device, "cpu") != 0);
     if (o->trace && !(caps & SP_ENGINE_TRACE) && !o->parallel)
         sp_fail("--trace needs --backward %s or --parallel", sp_engine_names_with(SP_ENGINE_TRACE, names, sizeof names));
     /* checkpoint files refused before any data is read or any step is run */

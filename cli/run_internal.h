@@ -15,12 +15,6 @@
 
 struct sp_comm_model;
 
-/* --lanes as sp_engine_opts.lanes: 1 or 2, 0 for auto (or unset) */
-static inline int lanes_of(const sp_run_opts *o)
-{
-    return o->lanes && strcmp(o->lanes, "auto") != 0 ? atoi(o->lanes) : 0;
-}
-
 /* ---- run_data.c ------------------------------------------------------------------------ */
 
 /* The --data-format o names (data/formats.c; fashion-mnist by default), NULL if unknown;

@@ -80,8 +80,10 @@ struct sp_layer {
 #define SP_ARITY_ANY (-1)
 
 /* ---- What runs: an op's kernels on one device ---------------------------------------
- * The members of sp_kernels, listed once (sp_opdef holds the CPU's under the same
- * names). Every member but forward may be NULL where the op or the device lacks it.
+ * The CPU's are the op's own (sp_opdef.cpu); a device backend registers its twin's with
+ * sp_op_register_kernels (core/device.h), and sp_apply gives every node the table of the
+ * device its inputs live on (n->kern). Every member but forward may be NULL where the op
+ * or the device lacks it.
  *   forward                y = f(x; θ). May allocate per-step saved state with
  *                          sp_tape_alloc.
  *   backward_input         dx = J_iᵀ·dy for input i, overwriting dx (input i's shape).
@@ -122,25 +124,19 @@ struct sp_layer {
  *                          every step and sample); writes (gates + zdiag)·H floats per
  *                          step and sample, laid out as chain_jt_all's (nothing when v
  *                          is NULL). Returns gates. */
-#define SP_KERNEL_MEMBERS                                                                        \
-    void (*forward)(sp_node *n);                                                                 \
-    void (*backward_input)(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx);               \
-    void (*backward_params)(sp_node *n, const sp_tensor *dy);                                    \
-    void (*jt_values)(const sp_node *n, int i, int b, sp_csr *jt);                               \
-    void (*chain_jt)(const sp_node *n, int b, int t, float *jt);                                 \
-    void (*chain_backward_params)(sp_node *n, const sp_tensor *dh);                              \
-    void (*jt_values_all)(const sp_node *n, int i, const sp_csr *jt, size_t stride);             \
-    void (*chain_jt_all)(const sp_node *n, int t_lo, float *jt);                                 \
-    int (*chain_jt_factors)(const sp_node *n, int t_lo, float *v, bool *zdiag, const float **W);         \
-    void (*chain_backward_params_range)(sp_node *n, const sp_tensor *dh, int t0, int t1);           \
-    void (*backward_input_params)(sp_node *n, const sp_tensor *dy, sp_tensor *dx, bool acc);    \
-    void (*backward_input_acc)(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx);
-
-/* The kernels of one op on one device. The CPU's are the op's own (sp_opdef.cpu); a
- * device backend registers its twin's with sp_op_register_kernels (core/device.h), and
- * sp_apply gives every node the table of the device its inputs live on (n->kern). */
 typedef struct sp_kernels {
-    SP_KERNEL_MEMBERS
+    void (*forward)(sp_node *n);
+    void (*backward_input)(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx);
+    void (*backward_params)(sp_node *n, const sp_tensor *dy);
+    void (*jt_values)(const sp_node *n, int i, int b, sp_csr *jt);
+    void (*chain_jt)(const sp_node *n, int b, int t, float *jt);
+    void (*chain_backward_params)(sp_node *n, const sp_tensor *dh);
+    void (*jt_values_all)(const sp_node *n, int i, const sp_csr *jt, size_t stride);
+    void (*chain_jt_all)(const sp_node *n, int t_lo, float *jt);
+    int (*chain_jt_factors)(const sp_node *n, int t_lo, float *v, bool *zdiag, const float **W);
+    void (*chain_backward_params_range)(sp_node *n, const sp_tensor *dh, int t0, int t1);
+    void (*backward_input_params)(sp_node *n, const sp_tensor *dy, sp_tensor *dx, bool acc);
+    void (*backward_input_acc)(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx);
 } sp_kernels;
 
 /* ---- What an op is, on every device -------------------------------------------------- */
@@ -170,20 +166,9 @@ struct sp_opdef {
      * over_input   the forward may write y over its one input x (sp_apply_over), and every
      *              kernel gives the same bits reading y where it read x. */
     bool out_unread, over_input;
-    /* The CPU kernels, the op's default table: one sp_kernels (.cpu), whose members an
-     * op definition may also name directly, .forward = …, as before the split. Code that
-     * runs a node calls n->kern->…, never n->op->forward: on a device, n->op's kernel
-     * members are still the CPU's. */
-#ifdef __cplusplus
+    /* The CPU kernels, the op's default table (.cpu = {.forward = …, …}). Code that runs a
+     * node calls n->kern->…, never n->op->cpu.…: on a device, n->kern is that device's. */
     sp_kernels cpu;
-#else
-    union {
-        sp_kernels cpu;
-        struct {
-            SP_KERNEL_MEMBERS
-        };
-    };
-#endif
 };
 
 struct sp_node {

@@ -127,12 +127,14 @@ const sp_opdef sp_op_add = {
     .name = "add",
     .arity = SP_ARITY_ANY,
     .infer = add_infer,
-    .forward = add_forward,
-    .backward_input = add_backward_input,
-    .backward_input_acc = add_backward_input_acc,
     .jt_pattern = add_jt_pattern,
-    .jt_values = add_jt_values,
     .cost = add_cost,
+    .cpu = {
+        .forward = add_forward,
+        .backward_input = add_backward_input,
+        .backward_input_acc = add_backward_input_acc,
+        .jt_values = add_jt_values,
+    },
 };
 
 sp_layer *sp_add(void) { return sp_elementwise_layer(&sp_op_add); }
@@ -141,12 +143,14 @@ const sp_opdef sp_op_add_relu = {
     .name = "add_relu",
     .arity = SP_ARITY_ANY,
     .infer = add_infer,
-    .forward = add_relu_forward,
-    .backward_input = add_relu_backward_input,
-    .backward_input_acc = add_relu_backward_input_acc,
     .jt_pattern = add_jt_pattern,
-    .jt_values = add_relu_jt_values,
     .cost = add_relu_cost,
+    .cpu = {
+        .forward = add_relu_forward,
+        .backward_input = add_relu_backward_input,
+        .backward_input_acc = add_relu_backward_input_acc,
+        .jt_values = add_relu_jt_values,
+    },
 };
 
 sp_layer *sp_add_relu(void) { return sp_elementwise_layer(&sp_op_add_relu); }

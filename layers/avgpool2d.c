@@ -76,11 +76,13 @@ static sp_cost avg_cost(const sp_node *n)
 const sp_opdef sp_op_avgpool2d = {
     .name = "avgpool2d",
     .infer = avg_infer,
-    .forward = avg_forward,
-    .backward_input = avg_backward_input,
     .jt_pattern = avg_jt_pattern,
-    .jt_values = avg_jt_values,
     .cost = avg_cost,
+    .cpu = {
+        .forward = avg_forward,
+        .backward_input = avg_backward_input,
+        .jt_values = avg_jt_values,
+    },
 };
 
 sp_layer *sp_avgpool2d(int k, int stride, int pad) { return sp_pool2d_layer_new(&sp_op_avgpool2d, k, stride, pad); }
@@ -140,11 +142,13 @@ static sp_cost gap_cost(const sp_node *n)
 const sp_opdef sp_op_global_avgpool2d = {
     .name = "global_avgpool2d",
     .infer = gap_infer,
-    .forward = gap_forward,
-    .backward_input = gap_backward_input,
     .jt_pattern = gap_jt_pattern,
-    .jt_values = gap_jt_values,
     .cost = gap_cost,
+    .cpu = {
+        .forward = gap_forward,
+        .backward_input = gap_backward_input,
+        .jt_values = gap_jt_values,
+    },
 };
 
 sp_layer *sp_global_avgpool2d(void) { return sp_elementwise_layer(&sp_op_global_avgpool2d); }

@@ -407,29 +407,33 @@ const sp_opdef sp_op_batchnorm2d = {
     .out_unread = true,   /* δ and G read the input (x̂ recomputed) and per-channel state */
     .name = "batchnorm2d",
     .infer = bn_infer,
-    .forward = bn_forward,
-    .backward_input = bn_backward_input,
-    .backward_params = bn_backward_params,
-    .backward_input_params = bn_backward_input_params,
     .jt_pattern = bn_jt_pattern,
-    .jt_values = bn_jt_values,
     .jt_exists = bn_jt_exists,
     .cost = bn_cost,
     .init_params = bn_init,
+    .cpu = {
+        .forward = bn_forward,
+        .backward_input = bn_backward_input,
+        .backward_params = bn_backward_params,
+        .backward_input_params = bn_backward_input_params,
+        .jt_values = bn_jt_values,
+    },
 };
 
 const sp_opdef sp_op_batchnorm2d_relu = {
     .name = "batchnorm2d_relu",
     .infer = bn_infer,
-    .forward = bn_forward,
-    .backward_input = bn_backward_input,
-    .backward_params = bn_backward_params,
-    .backward_input_params = bn_backward_input_params,
     .jt_pattern = bn_jt_pattern,
-    .jt_values = bn_jt_values,
     .jt_exists = bn_jt_exists,
     .cost = bn_relu_cost,
     .init_params = bn_init,
+    .cpu = {
+        .forward = bn_forward,
+        .backward_input = bn_backward_input,
+        .backward_params = bn_backward_params,
+        .backward_input_params = bn_backward_input_params,
+        .jt_values = bn_jt_values,
+    },
 };
 
 static sp_layer *bn_new(const char *name, int channels, bool relu)

@@ -70,11 +70,13 @@ const sp_opdef sp_op_concat = {
     .name = "concat",
     .arity = SP_ARITY_ANY,
     .infer = concat_infer,
-    .forward = concat_forward,
-    .backward_input = concat_backward_input,
     .jt_pattern = concat_jt_pattern,
-    .jt_values = concat_jt_values,
     .cost = concat_cost,
+    .cpu = {
+        .forward = concat_forward,
+        .backward_input = concat_backward_input,
+        .jt_values = concat_jt_values,
+    },
 };
 
 sp_layer *sp_concat(void) { return sp_elementwise_layer(&sp_op_concat); }

@@ -524,16 +524,18 @@ const sp_opdef sp_op_conv2d = {
     .out_unread = true,
     .name = "conv2d",
     .infer = conv_infer,
-    .forward = conv_forward,
-    .backward_input = conv_backward_input,
-    .backward_input_acc = conv_backward_input_acc,
-    .backward_params = conv_backward_params,
-    .backward_input_params = conv_backward_input_params,
     .jt_pattern = conv_jt_pattern,
-    .jt_values = conv_jt_values,
     .cost = conv_cost,
     .init_params = conv_init,
     .free_layer = conv_free,
+    .cpu = {
+        .forward = conv_forward,
+        .backward_input = conv_backward_input,
+        .backward_input_acc = conv_backward_input_acc,
+        .backward_params = conv_backward_params,
+        .backward_input_params = conv_backward_input_params,
+        .jt_values = conv_jt_values,
+    },
 };
 
 static sp_layer *conv_new(const char *name, int cin, int cout, int k, int stride, int pad, bool bias)

@@ -226,13 +226,15 @@ static void gconv_init(sp_layer *l, sp_rng *r)
 const sp_opdef sp_op_conv2d_groups = {
     .name = "conv2d_groups",
     .infer = gconv_infer,
-    .forward = gconv_forward,
-    .backward_input = gconv_backward_input,
-    .backward_params = gconv_backward_params,
     .jt_pattern = gconv_jt_pattern,
-    .jt_values = gconv_jt_values,
     .cost = gconv_cost,
     .init_params = gconv_init,
+    .cpu = {
+        .forward = gconv_forward,
+        .backward_input = gconv_backward_input,
+        .backward_params = gconv_backward_params,
+        .jt_values = gconv_jt_values,
+    },
 };
 
 sp_layer *sp_conv2d_groups(const char *name, int cin, int cout, int k, int stride, int pad, int groups, bool bias)

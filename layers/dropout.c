@@ -74,12 +74,14 @@ static void dropout_init(sp_layer *l, sp_rng *r)
 const sp_opdef sp_op_dropout = {
     .name = "dropout",
     .infer = sp_elementwise_infer,
-    .forward = dropout_forward,
-    .backward_input = dropout_backward_input,
     .jt_pattern = dropout_jt_pattern,
-    .jt_values = dropout_jt_values,
     .cost = dropout_cost,
     .init_params = dropout_init,
+    .cpu = {
+        .forward = dropout_forward,
+        .backward_input = dropout_backward_input,
+        .jt_values = dropout_jt_values,
+    },
 };
 
 sp_layer *sp_dropout(float p)

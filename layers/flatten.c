@@ -37,11 +37,13 @@ static sp_cost flatten_cost(const sp_node *n) { return (sp_cost){.out_bytes = 4.
 const sp_opdef sp_op_flatten = {
     .name = "flatten",
     .infer = flatten_infer,
-    .forward = flatten_forward,
-    .backward_input = flatten_backward_input,
     .jt_pattern = flatten_jt_pattern,
-    .jt_values = flatten_jt_values,
     .cost = flatten_cost,
+    .cpu = {
+        .forward = flatten_forward,
+        .backward_input = flatten_backward_input,
+        .jt_values = flatten_jt_values,
+    },
 };
 
 sp_layer *sp_flatten(void)

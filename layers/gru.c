@@ -205,15 +205,17 @@ static sp_cost gru_cost(const sp_node *n) { return sp_recurrent_cost(n, 60, 20);
 const sp_opdef sp_op_gru = {
     .name = "gru",
     .infer = sp_recurrent_infer,
-    .forward = gru_forward,
-    .backward_input = gru_backward_input,
-    .backward_params = gru_backward_params,
     .cost = gru_cost,
     .init_params = sp_recurrent_init,
     .chain_len = sp_recurrent_chain_len,
-    .chain_jt = gru_chain_jt,
-    .chain_backward_params = gru_chain_backward_params,
-    .chain_backward_params_range = gru_chain_backward_params_range,
+    .cpu = {
+        .forward = gru_forward,
+        .backward_input = gru_backward_input,
+        .backward_params = gru_backward_params,
+        .chain_jt = gru_chain_jt,
+        .chain_backward_params = gru_chain_backward_params,
+        .chain_backward_params_range = gru_chain_backward_params_range,
+    },
 };
 
 sp_layer *sp_gru(const char *name, int input, int hidden, sp_seq_output mode)

@@ -97,13 +97,15 @@ static void linear_init(sp_layer *l, sp_rng *r)
 const sp_opdef sp_op_linear = {
     .name = "linear",
     .infer = linear_infer,
-    .forward = linear_forward,
-    .backward_input = linear_backward_input,
-    .backward_params = linear_backward_params,
     .jt_pattern = linear_jt_pattern,
-    .jt_values = linear_jt_values,
     .cost = linear_cost,
     .init_params = linear_init,
+    .cpu = {
+        .forward = linear_forward,
+        .backward_input = linear_backward_input,
+        .backward_params = linear_backward_params,
+        .jt_values = linear_jt_values,
+    },
 };
 
 sp_layer *sp_linear(const char *name, int in, int out)

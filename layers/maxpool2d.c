@@ -186,11 +186,13 @@ static sp_cost pool_cost(const sp_node *n)
 const sp_opdef sp_op_maxpool2d = {
     .name = "maxpool2d",
     .infer = pool_infer,
-    .forward = pool_forward,
-    .backward_input = pool_backward_input,
     .jt_pattern = pool_jt_pattern,
-    .jt_values = pool_jt_values,
     .cost = pool_cost,
+    .cpu = {
+        .forward = pool_forward,
+        .backward_input = pool_backward_input,
+        .jt_values = pool_jt_values,
+    },
 };
 
 sp_layer *sp_maxpool2d(int k, int stride, int pad) { return sp_pool2d_layer_new(&sp_op_maxpool2d, k, stride, pad); }

@@ -97,12 +97,14 @@ const sp_opdef sp_op_relu = {
     .name = "relu",
     .over_input = true,   /* y > 0 exactly where x > 0: δ and Jᵀ read the same mask from y */
     .infer = sp_elementwise_infer,
-    .forward = relu_forward,
-    .backward_input = relu_backward_input,
-    .backward_input_acc = relu_backward_input_acc,
     .jt_pattern = relu_jt_pattern,
-    .jt_values = relu_jt_values,
     .cost = relu_cost,
+    .cpu = {
+        .forward = relu_forward,
+        .backward_input = relu_backward_input,
+        .backward_input_acc = relu_backward_input_acc,
+        .jt_values = relu_jt_values,
+    },
 };
 
 sp_layer *sp_relu(void) { return sp_elementwise_layer(&sp_op_relu); }

@@ -140,15 +140,17 @@ static sp_cost rnn_cost(const sp_node *n) { return sp_recurrent_cost(n, 20, 4); 
 const sp_opdef sp_op_rnn = {
     .name = "rnn",
     .infer = sp_recurrent_infer,
-    .forward = rnn_forward,
-    .backward_input = rnn_backward_input,
-    .backward_params = rnn_backward_params,
     .cost = rnn_cost,
     .init_params = sp_recurrent_init,
     .chain_len = sp_recurrent_chain_len,
-    .chain_jt = rnn_chain_jt,
-    .chain_backward_params = rnn_chain_backward_params,
-    .chain_backward_params_range = rnn_chain_backward_params_range,
+    .cpu = {
+        .forward = rnn_forward,
+        .backward_input = rnn_backward_input,
+        .backward_params = rnn_backward_params,
+        .chain_jt = rnn_chain_jt,
+        .chain_backward_params = rnn_chain_backward_params,
+        .chain_backward_params_range = rnn_chain_backward_params_range,
+    },
 };
 
 sp_layer *sp_rnn(const char *name, int input, int hidden, sp_seq_output mode)

@@ -34,11 +34,13 @@ static sp_cost sigmoid_cost(const sp_node *n) { return sp_elementwise_cost(n, 20
 const sp_opdef sp_op_sigmoid = {
     .name = "sigmoid",
     .infer = sp_elementwise_infer,
-    .forward = sigmoid_forward,
-    .backward_input = sigmoid_backward_input,
     .jt_pattern = sigmoid_jt_pattern,
-    .jt_values = sigmoid_jt_values,
     .cost = sigmoid_cost,
+    .cpu = {
+        .forward = sigmoid_forward,
+        .backward_input = sigmoid_backward_input,
+        .jt_values = sigmoid_jt_values,
+    },
 };
 
 sp_layer *sp_sigmoid(void) { return sp_elementwise_layer(&sp_op_sigmoid); }

@@ -77,11 +77,13 @@ static sp_cost ce_cost(const sp_node *n)
 const sp_opdef sp_op_softmax_ce = {
     .name = "softmax_ce",
     .infer = ce_infer,
-    .forward = ce_forward,
-    .backward_input = ce_backward_input,
     .jt_pattern = ce_jt_pattern,
-    .jt_values = ce_jt_values,
     .cost = ce_cost,
+    .cpu = {
+        .forward = ce_forward,
+        .backward_input = ce_backward_input,
+        .jt_values = ce_jt_values,
+    },
 };
 
 sp_layer *sp_softmax_ce(void)

@@ -34,11 +34,13 @@ static sp_cost tanh_cost(const sp_node *n) { return sp_elementwise_cost(n, 20, 3
 const sp_opdef sp_op_tanh = {
     .name = "tanh",
     .infer = sp_elementwise_infer,
-    .forward = tanh_forward,
-    .backward_input = tanh_backward_input,
     .jt_pattern = tanh_jt_pattern,
-    .jt_values = tanh_jt_values,
     .cost = tanh_cost,
+    .cpu = {
+        .forward = tanh_forward,
+        .backward_input = tanh_backward_input,
+        .jt_values = tanh_jt_values,
+    },
 };
 
 sp_layer *sp_tanh(void) { return sp_elementwise_layer(&sp_op_tanh); }

@@ -46,6 +46,7 @@
 #include "layers/zoo.h"
 #include "optim/prune.h"
 #include "schedulers/backward/engine.h"
+#include "schedulers/backward/engines.h"
 #include "schedulers/backward/ooo.h"
 #include "site/wasm_api.h"
 
@@ -281,7 +282,7 @@ static void bppsa_body(void *arg)
     if (a->levels < -1) sp_fail("--scan-levels %d: expected 0.. or -1 (full)", a->levels);
     model_make(&a->model);
     sp_engine_opts eo = sp_engine_opts_default();
-    eo.scan_levels = a->levels;
+    eo.own = &(sp_bppsa_opts){.scan_levels = a->levels};
     eo.plan = eo.plan_full = eo.plan_only = true;
     a->e = sp_engine_create("bppsa", &eo);
     sp_engine_check(a->e, a->model.m, &a->model.x1, a->model.y);

@@ -111,8 +111,7 @@ Test(alloc, the_counter_counts)
 
 static void steady_state(const char *engine, sp_model *m, const sp_tensor *x, const int *y)
 {
-    sp_engine_opts eo = {.scan_levels = -1, .order = "ooo"};
-    sp_engine *e = sp_engine_create(engine, &eo);
+    sp_engine *e = sp_engine_create(engine, NULL);   /* the full scan, the ooo order */
     sp_optim_cfg cfg = sp_optim_cfg_default();
     cfg.lr = 0.01;
     cfg.momentum = 0.9f;

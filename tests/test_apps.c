@@ -840,6 +840,18 @@ Test(flags, k_zero_is_half_the_layers)
     cr_expect(strstr(out, "\"k\": 2"), "4 linear layers, --k 0: expected k 2 in %s", out);
 }
 
+/* --backward reverse is the linear engine's other name (its file, reverse.c): the run and
+ * its JSON line say linear, --parallel takes it as linear, and --help names it. */
+Test(flags, backward_reverse_is_linear)
+{
+    cr_assert_eq(app("demo", "--steps 1 --backward reverse --quiet", out, err), 0, "%s", err);
+    cr_expect(strstr(out, "\"backward\": \"linear\""), "%s", out);
+    cr_assert_eq(app("lenet", "--backward reverse --order list", out, err), 2);
+    cr_expect(strstr(err, "--order needs --backward ooo"), "%s", err);
+    cr_assert_eq(app("lenet", "--help", out, err), 0);
+    cr_expect(strstr(out, "reverse = linear"), "lenet --help does not name the alias");
+}
+
 /* ---- issue 19 items 9–13 -------------------------------------------------------------- */
 
 /* item 9: (n + batch - 1) / batch overflowed for batch near INT_MAX (UBSan aborts) */

@@ -29,7 +29,7 @@ typedef struct grads {
 static void run(sp_model *m, const char *engine, int up_levels, const sp_tensor *x, const int *y, grads *out,
                 float *loss)
 {
-    sp_engine_opts o = {.scan_levels = up_levels, .order = "ooo"};
+    sp_engine_opts o = {.own = strcmp(engine, "bppsa") == 0 ? &(sp_bppsa_opts){.scan_levels = up_levels} : NULL};
     sp_engine *e = sp_engine_create(engine, &o);
     sp_tape t;
     sp_tape_init(&t);
@@ -220,7 +220,7 @@ Test(bppsa, vgg11_conv_front, .timeout = 600)
  * (LeNet: conv Jᵀ and their products) and where it does not (the RNN). */
 static void check_memory(sp_model *m, const sp_tensor *x, const int *y, int up_levels)
 {
-    sp_engine_opts o = {.scan_levels = up_levels, .order = "ooo"};
+    sp_engine_opts o = {.own = &(sp_bppsa_opts){.scan_levels = up_levels}};
     sp_engine *e = sp_engine_create("bppsa", &o);
     sp_bppsa_stats st;
     cr_assert_not(sp_bppsa_stats_get(e, &st), "no figures before the first backward");
@@ -293,7 +293,7 @@ static int closed_levels(int n, int K)
 
 static sp_bppsa_stats plan_of(sp_model *m, const sp_tensor *x, const int *y, int K)
 {
-    sp_engine_opts o = {.scan_levels = K, .order = "ooo"};
+    sp_engine_opts o = {.own = &(sp_bppsa_opts){.scan_levels = K}};
     sp_engine *e = sp_engine_create("bppsa", &o);
     sp_tape t;
     sp_tape_init(&t);

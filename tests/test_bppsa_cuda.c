@@ -218,7 +218,7 @@ Test(bppsa_cuda, chain_jt_matches_cpu)
 static void grads_of(sp_model *m, const char *engine, int K, const sp_tensor *x, const int *labels, float *g, int steps)
 {
     bool dev = m->params[0]->value.device == SP_CUDA;
-    sp_engine_opts eo = {.scan_levels = K};
+    sp_engine_opts eo = {.own = strcmp(engine, "bppsa") == 0 ? &(sp_bppsa_opts){.scan_levels = K} : NULL};
     sp_engine *e = sp_engine_create(engine, &eo);
     sp_tape t;
     sp_tape_init(&t);
@@ -480,7 +480,7 @@ static int auto_on_device(sp_model *m, int ndim, const int *xshape, int classes)
     size_t n = nparams_total(m);
     float *gl = malloc(n * sizeof *gl), *gb = malloc(n * sizeof *gb);
     grads_of(m, "linear", 0, &x, labels, gl, 1);
-    sp_engine_opts eo = {.scan_levels = SP_SCAN_LEVELS_AUTO};
+    sp_engine_opts eo = {.own = &(sp_bppsa_opts){.scan_levels = SP_SCAN_LEVELS_AUTO}};
     sp_engine *e = sp_engine_create("bppsa", &eo);
     sp_tape t;
     sp_tape_init(&t);

@@ -307,11 +307,11 @@ static void sq_forward(sp_node *n)
 }
 static void sq_other_forward(sp_node *n) { cr_assert_fail("a device's kernel ran on the CPU"); }
 
-/* An op defined as before the split into sp_opdef and sp_kernels: CPU kernels named
- * directly (docs/WRITING_MODELS.md's form). They are the op's CPU table. */
-static const sp_opdef op_square = {.name = "square", .infer = sq_infer, .forward = sq_forward};
+/* An op whose CPU kernels are named in its definition (.cpu, docs/WRITING_MODELS.md's
+ * form): the op's CPU table. */
+static const sp_opdef op_square = {.name = "square", .infer = sq_infer, .cpu = {.forward = sq_forward}};
 
-Test(op, kernels_named_in_the_opdef_are_its_cpu_table)
+Test(op, the_cpu_kernels_of_the_opdef_are_its_cpu_table)
 {
     cr_assert_eq(op_square.cpu.forward, sq_forward);
     cr_assert_eq(sp_op_kernels(&op_square, SP_CPU), &op_square.cpu);
@@ -347,14 +347,14 @@ Test(op, a_device_without_kernels_exits_2, .exit_code = 2, .init = tu_capture_st
 /* The checker must be able to fail: a layer whose δ is deliberately off by 1%. */
 static void wrong_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
-    sp_op_linear.backward_input(n, i, dy, dx);
+    sp_op_linear.cpu.backward_input(n, i, dy, dx);
     for (size_t i = 0; i < dx->numel; i++) dx->data[i] *= 1.01f;
 }
 
 Test(gradcheck, detects_a_wrong_gradient)
 {
     sp_opdef broken = sp_op_linear;
-    broken.backward_input = wrong_backward_input;
+    broken.cpu.backward_input = wrong_backward_input;
     sp_layer *l = sp_linear("fc", 7, 5);
     l->op = &broken;
     tu_gc_result r = tu_gradcheck(l, 2, (int[]){3, 7}, 11, NULL);
@@ -691,6 +691,7 @@ static void c95(void) { sp_alloc_grads(NULL, NULL); }
 static void c96(void) { sp_set_threads(-1); }
 static void c97(void) { sp_parallel_for(0, NULL, NULL); }
 static void c98(void) { sp_parallel_set_help_notify(NULL, NULL); }
+static void c98b(void) { g_ptr = (const void *)sp_data_format_find(NULL); }
 static void c99(void) { (void)sp_spin_until(NULL, NULL, 0); }
 static void c100(void) { g_ptr = (const void *)sp_st_open(NULL); }
 static void c101(void) { sp_st_close(NULL); }
@@ -859,6 +860,10 @@ static void c251(void) { sp_arena_release(NULL, (sp_arena_mark){0}); }
 static void c252(void) { sp_tape_trim(NULL); }
 static void c253(void) { (void)sp_apply_over(NULL, NULL, NULL); }
 static void c253b(void) { (void)sp_batchnorm2d_relu(NULL, 0); }
+static void c255(void) { (void)sp_engine_def_find(NULL); }
+static void c256(void) { (void)sp_engine_own_opts(NULL, NULL); }
+static void c257(void) { (void)sp_run_engine_own(NULL, "ooo"); }
+static void c258(void) { (void)sp_run_engine_int(NULL, "k", 0); }
 
 static const api_case cases[] = {
     {"sp_tensor_view", K_TRY, c0, "sp_tensor_view: argument 'shape' is NULL"},
@@ -947,6 +952,10 @@ static const api_case cases[] = {
     {"sp_backward", K_TRY, c83, "sp_backward: the engine is NULL"},
     {"sp_engine_caps", K_TRY, c84, "sp_engine_caps: argument 'name' is NULL"},
     {"sp_engine_names_with", K_TRY, c85, "sp_engine_names_with: argument 'buf' is NULL"},
+    {"sp_engine_def_find", K_TRY, c255, "sp_engine_def_find: argument 'name' is NULL"},
+    {"sp_engine_own_opts", K_TRY, c256, "sp_engine_own_opts: argument 'd' is NULL"},
+    {"sp_run_engine_own", K_TRY, c257, "sp_run_engine_own: argument 'o' is NULL"},
+    {"sp_run_engine_int", K_TRY, c258, "sp_run_engine_int: argument 'o' is NULL"},
     {"sp_backward_async", K_TRY, c86, "sp_backward_async: argument 'e' is NULL"},
     {"sp_engine_sync", K_TRY, c87, "sp_engine_sync: argument 'e' is NULL"},
     {"sp_engine_wait_layer", K_TRY, c88, "sp_engine_wait_layer: argument 'e' is NULL"},
@@ -960,6 +969,7 @@ static const api_case cases[] = {
     {"sp_set_threads", K_TRY, c96, "--threads -1"},
     {"sp_parallel_for", K_TRY, c97, "sp_parallel_for: argument 'fn' is NULL"},
     {"sp_parallel_set_help_notify", K_ACCEPT, c98, ""},   /* NULL is a documented value */
+    {"sp_data_format_find", K_ACCEPT, c98b, ""},          /* NULL: no such format */
     {"sp_spin_until", K_TRY, c99, "sp_spin_until: argument 'done' is NULL"},
     {"sp_st_open", K_NULL, c100, "sp_st_open: the path is NULL"},
     {"sp_st_close", K_NOOP, c101, "?"},
@@ -1139,6 +1149,11 @@ static const char *const no_pointer_or_count[] = {
     "sp_node_in",
     "sp_node_has_jt",
     "sp_engine_names",
+    "sp_engine_aliases",
+    "sp_data_format_count",
+    "sp_data_format_at",      /* an index: NULL outside [0, count) */
+    "sp_data_format_names",
+    "sp_engine_def_at",
     "sp_engine_opts_default",
     "sp_backward_cuda_register",
     "sp_get_threads",

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "schedulers/backward/engine.h"
+#include "schedulers/backward/engines.h"
+#include "schedulers/backward/ooo.h"
 #include "core/model.h"
 #include "core/io/safetensors.h"
 #include "core/io/model_io.h"
@@ -199,14 +201,14 @@ static void engines_equal_linear(const char *name, int B)
             for (size_t i = 0; i < f.m->params[p]->grad.numel; i++) norm += fabs(ref[p][i]);
         cr_assert_gt(norm, 0, "%s: every gradient is zero, the comparison would be vacuous", name);
         for (int o = 0; o < 4; o++) {
-            gradients(&f, "ooo", &(sp_engine_opts){.order = orders[o]});
+            gradients(&f, "ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = orders[o]}});
             for (int p = 0; p < f.m->nparams; p++)
                 cr_assert(memcmp(ref[p], f.m->params[p]->grad.data, f.m->params[p]->grad.numel * sizeof(float)) == 0,
                           "%s, ooo %s, %d thread(s): grad of %s differs from linear BP", name, orders[o], threads,
                           f.m->params[p]->name);
         }
         for (int levels = -1; levels <= 2; levels++) {
-            gradients(&f, "bppsa", &(sp_engine_opts){.scan_levels = levels});
+            gradients(&f, "bppsa", &(sp_engine_opts){.own = &(sp_bppsa_opts){.scan_levels = levels}});
             for (int p = 0; p < f.m->nparams; p++) {
                 double d = tu_max_rel_diff(f.m->params[p]->grad.data, ref[p], f.m->params[p]->grad.numel);
                 cr_assert_lt(d, BPPSA_TOL, "%s, bppsa up_levels %d: grad of %s differs by %.2e", name, levels,
@@ -345,13 +347,13 @@ Test(engines, resnet20, .timeout = 900)
     gradients(&f, "linear", NULL);
     float **ref = snapshot(m);
     for (int o = 0; o < 4; o++) {
-        gradients(&f, "ooo", &(sp_engine_opts){.order = orders[o]});
+        gradients(&f, "ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = orders[o]}});
         for (int p = 0; p < m->nparams; p++)
             cr_assert(memcmp(ref[p], m->params[p]->grad.data, m->params[p]->grad.numel * sizeof(float)) == 0,
                       "resnet20, ooo %s: grad of %s differs from linear BP", orders[o], m->params[p]->name);
     }
     for (int levels = -1; levels <= 1; levels++) {   /* full scan, K = 0, K = 1 */
-        gradients(&f, "bppsa", &(sp_engine_opts){.scan_levels = levels});
+        gradients(&f, "bppsa", &(sp_engine_opts){.own = &(sp_bppsa_opts){.scan_levels = levels}});
         for (int p = 0; p < m->nparams; p++) {
             double d = tu_max_rel_diff(m->params[p]->grad.data, ref[p], m->params[p]->grad.numel);
             cr_assert_lt(d, BPPSA_TOL, "resnet20, bppsa up_levels %d: grad of %s differs by %.2e", levels,

@@ -185,8 +185,8 @@ static void peek_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tenso
     memcpy(dx->data, dy->data, dx->numel * sizeof(float));
     peeked = n->tape->nodes[n->tape->n - 1]->grad.data[0];
 }
-static const sp_opdef peek_op = {.name = "peek", .infer = peek_infer, .forward = peek_forward,
-                                 .backward_input = peek_backward_input};
+static const sp_opdef peek_op = {.name = "peek", .infer = peek_infer,
+                                 .cpu = {.forward = peek_forward, .backward_input = peek_backward_input}};
 
 Test(step_arena, reading_a_dead_delta_stops_the_sanitized_run, .exit_code = 1, .init = cr_redirect_stderr)
 {

@@ -102,13 +102,13 @@ typedef struct trained {
     float loss[4];
 } trained;
 
-/* steps of SGD with momentum; order NULL: linear engine. lanes: sp_engine_opts.lanes
+/* steps of SGD with momentum; order NULL: linear engine. lanes: sp_ooo_opts.lanes
  * (0 auto, 1, 2). */
 static trained train_lanes(const char *model, int batchsz, const char *order, int lanes, int steps, sp_engine **keep)
 {
     trained r = {.tm = tm_make(model, batchsz)};
     sp_optim *o = make_sgd(r.tm.m);
-    sp_engine_opts eo = {.order = order, .update = update_layer, .update_ctx = o, .lanes = lanes};
+    sp_engine_opts eo = {.own = &(sp_ooo_opts){.order = order, .lanes = lanes}, .update = update_layer, .update_ctx = o};
     sp_engine *e = order ? sp_engine_create("ooo", &eo) : sp_engine_create("linear", NULL);
     sp_tape t;
     sp_tape_init(&t);
@@ -150,7 +150,7 @@ static void assert_same_model(const trained *a, const trained *b, int steps, con
 }
 
 /* Every order, on one lane (--threads 1) and on two (--threads 2), against the linear
- * engine run with the same thread setting. lanes: sp_engine_opts.lanes (2: not with one
+ * engine run with the same thread setting. lanes: sp_ooo_opts.lanes (2: not with one
  * thread nor the conventional order, which are refused); two: the lanes expected when
  * the plan has two (auto: the tests' both_lanes_always, or the size rule's one). */
 static void bitwise_lanes_threads(const char *model, int batchsz, int steps, int tlo, int thi, int lanes, int two)
@@ -187,7 +187,7 @@ static void bitwise_all_orders(const char *model, int batchsz, int steps)
     bitwise_orders_threads(model, batchsz, steps, 1, 2);
 }
 
-/* --lanes 1 and 2 (sp_engine_opts.lanes) override the size rule and the tuner: with
+/* --lanes 1 and 2 (sp_ooo_opts.lanes) override the size rule and the tuner: with
  * the default rule (LeNet-5 at batch 4 is below it, so auto keeps one lane) two lanes
  * run when asked; with the tests' "always two lanes", one lane runs when asked. The
  * bits are linear BP's either way. */
@@ -420,7 +420,7 @@ Test(exec, two_lanes_overlap_and_respect_dependencies)
 static sp_opdef g_slow_linear;
 static void slow_backward_params(sp_node *n, const sp_tensor *dy)
 {
-    sp_op_linear.backward_params(n, dy);
+    sp_op_linear.cpu.backward_params(n, dy);
     double t0 = sp_now();
     while (sp_now() - t0 < 0.2) sp_cpu_relax();   /* 200 ms: far above any hand-off, even under load */
 }
@@ -430,7 +430,7 @@ Test(exec, a_waiting_update_is_passed)
     sp_set_threads(2);
     sp_ooo_exec_set_min_two_lane_flops(0);   /* two lanes, no tuner */
     g_slow_linear = sp_op_linear;
-    g_slow_linear.backward_params = slow_backward_params;
+    g_slow_linear.cpu.backward_params = slow_backward_params;
     sp_model *m = sp_model_new("slowtop");
     sp_model_set_loss(m, sp_softmax_ce());
     sp_layer *low = sp_model_add(m, sp_linear("low", 8, 8));
@@ -441,7 +441,7 @@ Test(exec, a_waiting_update_is_passed)
     tmodel tm = {.name = "slowtop", .m = m, .ndim = 2, .shape = {4, 8}};
     batch b = make_batch(&tm, 1);
     sp_optim *o = make_sgd(m);
-    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = "ooo", .update = update_layer, .update_ctx = o});
+    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = "ooo"}, .update = update_layer, .update_ctx = o});
     sp_tape t;
     sp_tape_init(&t);
     sp_model_zero_grad(m);
@@ -522,7 +522,7 @@ Test(exec, forced_lanes_put_tasks_on_the_sub_lane_or_none)
     for (int lanes = 0; lanes <= 2; lanes++) {
         tmodel tm = tm_make("lenet", 4);
         sp_optim *o = make_sgd(tm.m);
-        sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = "ooo", .lanes = lanes,
+        sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = "ooo", .lanes = lanes},
                                                                   .update = update_layer, .update_ctx = o});
         sp_tape t;
         sp_tape_init(&t);
@@ -570,7 +570,7 @@ static lane_rig rig_make(const char *order)
 {
     lane_rig r = {.tm = tm_make("lenet", 4)};
     r.opt = make_sgd(r.tm.m);
-    r.e = sp_engine_create("ooo", &(sp_engine_opts){.order = order, .update = update_layer, .update_ctx = r.opt});
+    r.e = sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = order}, .update = update_layer, .update_ctx = r.opt});
     sp_tape_init(&r.t);
     return r;
 }
@@ -671,8 +671,8 @@ Test(memory, reverse_first_k_honours_its_cap)
     sp_tape_free(&t);
 
     /* the live peak as the two lanes interleave, over a few steps */
-    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = "reverse-first-k", .k = L, .mem_cap = cap});
-    sp_engine *free_run = sp_engine_create("ooo", &(sp_engine_opts){.order = "reverse-first-k", .k = L});
+    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = "reverse-first-k", .k = L, .mem_cap = (long)cap}});
+    sp_engine *free_run = sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = "reverse-first-k", .k = L}});
     sp_tape_init(&t);
     for (int s = 0; s < 3; s++) {
         sp_tape_reset(&t);
@@ -696,7 +696,7 @@ static void run_with_cap(const char *order, size_t cap)
 {
     tmodel tm = tm_make("mlp", 2);
     batch b = make_batch(&tm, 1);
-    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = order, .mem_cap = cap});
+    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = order, .mem_cap = (long)cap}});
     sp_tape t;
     sp_tape_init(&t);
     sp_backward(e, &t, tm_loss(&tm, &t, &b.x, b.y));
@@ -709,14 +709,14 @@ Test(memory, cap_too_small_for_ooo_exits_2, .exit_code = 2, .init = tu_capture_s
 
 Test(errors, unknown_order_exits_2, .exit_code = 2, .init = tu_capture_stderr)
 {
-    sp_engine_create("ooo", &(sp_engine_opts){.order = "fastest"});
+    sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = "fastest"}});
 }
-Test(errors, negative_k_exits_2, .exit_code = 2, .init = tu_capture_stderr) { sp_engine_create("ooo", &(sp_engine_opts){.k = -1}); }
+Test(errors, negative_k_exits_2, .exit_code = 2, .init = tu_capture_stderr) { sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.k = -1}}); }
 Test(errors, two_lanes_with_the_conventional_order_exit_2, .exit_code = 2, .init = tu_capture_stderr)
 {
-    sp_engine_create("ooo", &(sp_engine_opts){.order = "conventional", .lanes = 2});
+    sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = "conventional", .lanes = 2}});
 }
-Test(errors, lanes_out_of_range_exit_2, .exit_code = 2, .init = tu_capture_stderr) { sp_engine_create("ooo", &(sp_engine_opts){.lanes = 3}); }
+Test(errors, lanes_out_of_range_exit_2, .exit_code = 2, .init = tu_capture_stderr) { sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.lanes = 3}}); }
 Test(errors, two_lanes_on_one_thread_exit_2, .exit_code = 2, .init = tu_capture_stderr)
 {
     sp_set_threads(1);
@@ -783,7 +783,7 @@ Test(async, next_forward_overlaps_the_updates_bitwise)
     trained ref = train("lenet", 4, NULL, steps, NULL);
     tmodel tm = tm_make("lenet", 4);
     sp_optim *o = make_sgd(tm.m);
-    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = "reverse-first-k", .k = 5,
+    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = "reverse-first-k", .k = 5},
                                                               .update = update_layer, .update_ctx = o});
     sp_tape tapes[2];
     batch bs[2];

@@ -47,7 +47,7 @@ typedef struct run_cfg {
     const char *engine, *order, *optim, *trace;
     bool graph;
     int steps;
-    int lanes;   /* sp_engine_opts.lanes: 0 auto, 1, 2 */
+    int lanes;   /* sp_ooo_opts.lanes: 0 auto, 1, 2 */
 } run_cfg;
 
 /* steps training steps on the device, as train/train.c runs them. */
@@ -66,7 +66,8 @@ static void run(sp_model *(*make)(void), int ndim, const int *xshape, int classe
     cfg.weight_decay = 1e-4;
     sp_optim *o = sp_optim_create(c->optim, m->params, m->nparams, &cfg);
     bool ooo = strcmp(c->engine, "ooo") == 0;
-    sp_engine_opts eo = {.order = c->order, .trace_path = c->trace, .lanes = c->lanes};
+    sp_engine_opts eo = {.own = &(sp_ooo_opts){.order = c->order, .lanes = c->lanes}, .trace_path = c->trace};
+    if (!ooo) eo.own = NULL;
     if (ooo) {
         eo.update = update_layer;
         eo.update_ctx = o;
@@ -215,7 +216,7 @@ static void run_overlap(sp_model *(*make)(void), int ndim, const int *xshape, co
     cfg.momentum = sgd ? 0.9 : 0.0;
     cfg.weight_decay = 1e-4;
     sp_optim *o = sp_optim_create(optim, m->params, m->nparams, &cfg);
-    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = order, .update = update_layer, .update_ctx = o});
+    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = order}, .update = update_layer, .update_ctx = o});
     sp_tape tapes[2];
     sp_tape_init(&tapes[0]);
     sp_tape_init(&tapes[1]);
@@ -410,7 +411,7 @@ static void run_steps(const step_cfg *c, result *r, long *captures, long *replay
     sp_optim *o = sp_optim_create(c->optim, m->params, m->nparams, &cfg);
     sp_lr_schedule sched = sp_lr_parse("cosine:5", cfg.lr);
     bool ooo = strcmp(c->engine, "ooo") == 0;
-    sp_engine_opts eo = {.order = c->order};
+    sp_engine_opts eo = {.own = ooo ? &(sp_ooo_opts){.order = c->order} : NULL};
     if (ooo) {
         eo.update = update_layer;
         eo.update_ctx = o;

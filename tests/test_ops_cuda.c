@@ -282,7 +282,7 @@ Test(cuda, params_on_host_fail_clearly, .exit_code = 2, .init = cr_redirect_stde
  * on device memory. A private opdef stands for it (every built-in op has a twin). */
 static void fake_infer(sp_node *n, const sp_tensor *x) { n->out = sp_tensor_view(NULL, x->ndim, x->shape); }
 static void fake_forward(sp_node *n) { cr_assert_fail("the CPU forward ran on device memory"); }
-static const sp_opdef fake_op = {.name = "fake", .infer = fake_infer, .forward = fake_forward};
+static const sp_opdef fake_op = {.name = "fake", .infer = fake_infer, .cpu = {.forward = fake_forward}};
 
 Test(cuda, op_without_twin_fails_clearly, .exit_code = 2, .init = cr_redirect_stderr)
 {

@@ -109,7 +109,7 @@ static float *soak(const char *what, sp_model *m, const char *eng, sp_dataset *t
                    const char *optim, double lr, long steps, size_t *nweights)
 {
     sp_model_init(m, 1);
-    sp_engine_opts eo = {.scan_levels = -1, .order = "ooo", .k = 2};
+    sp_engine_opts eo = {.own = strcmp(eng, "ooo") == 0 ? &(sp_ooo_opts){.order = "ooo", .k = 2} : NULL};
     sp_engine *e = sp_engine_create(eng, &eo);
     sp_optim_cfg oc = sp_optim_cfg_default();
     oc.lr = lr;

@@ -279,7 +279,7 @@ static float *train_lenet_on(sp_dataset *d, const char *order, bool slow_conv1, 
     oc.momentum = 0.9;
     sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &oc);
     layer_update u = {o, slow_conv1 ? m->params[0] : NULL};
-    sp_engine_opts eo = {.order = order, .update = update_layer, .update_ctx = &u};
+    sp_engine_opts eo = {.own = &(sp_ooo_opts){.order = order}, .update = update_layer, .update_ctx = &u};
     sp_engine *e = sp_engine_create(order ? "ooo" : "linear", order ? &eo : NULL);
     sp_loader *l = sp_loader_new(d, 8, shuffle, 1, false);
     *r = sp_train(m, e, o, l, test, tc);
@@ -422,7 +422,7 @@ static sp_train_result fail_once(int kind, sp_dataset *const *sets, const char *
     oc.momentum = 0.9;
     sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &oc);
     layer_update u = {o, NULL};
-    sp_engine_opts eo = {.order = "ooo", .update = update_layer, .update_ctx = &u};
+    sp_engine_opts eo = {.own = &(sp_ooo_opts){.order = "ooo"}, .update = update_layer, .update_ctx = &u};
     sp_engine *e = kind == FAIL_LABEL ? sp_engine_create("ooo", &eo) : sp_engine_create("linear", NULL);
     sp_loader *l = sp_loader_new(sets[kind], 4, false, 1, false);
     sp_train_cfg tc = sp_train_cfg_default();

@@ -27,6 +27,7 @@
  * This file is the step (on the host, or on the device through bppsa_cuda.cu) and the
  * engine; what is built once is bppsa_plan.c, the element algebra bppsa_elem.c, --plan
  * and --plan-svg bppsa_report.c (bppsa_internal.h: what they share). */
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -345,7 +346,7 @@ static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nod
         }
     } else {
         bppsa_build_chain(s, nodes, count, device);
-        int K = e->opts.scan_levels;
+        int K = ((const sp_bppsa_opts *)e->opts.own)->scan_levels;
         if (K == SP_SCAN_LEVELS_AUTO) K = bppsa_auto_levels(s, nodes[0]->out.shape[0]);
         sp_scan_plan_build(&s->plan, s->n, K);
         bppsa_type_pass(s);
@@ -459,13 +460,58 @@ static void bppsa_destroy(sp_engine *e)
 sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts)
 {
     sp_engine *e = sp_xcalloc(1, sizeof *e);
+    bppsa_engine *E = sp_xcalloc(1, sizeof *E);
+    E->own = *(const sp_bppsa_opts *)sp_engine_own_opts(&sp_engine_def_bppsa, opts);
     e->name = "bppsa";
     e->opts = *opts;
+    e->opts.own = &E->own;
     e->backward = bppsa_backward;
     e->destroy = bppsa_destroy;
-    e->state = sp_xcalloc(1, sizeof(bppsa_engine));
+    e->check = sp_bppsa_check;    /* bppsa_hooks.c */
+    e->report = sp_bppsa_report;
+    e->plan = sp_bppsa_plan;
+    e->state = E;
     return e;
 }
+
+/* --scan-levels N | full | auto into scan_levels */
+static void bppsa_opts_finish(void *own, int threads, bool on_device)
+{
+    sp_bppsa_opts *o = own;
+    const char *arg = o->scan_levels_arg;
+    if (!arg) return;
+    if (strcmp(arg, "full") == 0) {
+        o->scan_levels = SP_SCAN_LEVELS_FULL;
+    } else if (strcmp(arg, "auto") == 0) {
+        o->scan_levels = SP_SCAN_LEVELS_AUTO;
+    } else {
+        char *end;
+        errno = 0;
+        long x = strtol(arg, &end, 10);
+        if (!*arg || *end || errno || x < 0 || x > 1000000)
+            sp_fail("--scan-levels %s: expected 0 (linear BP) .. the model's full depth, full or auto", arg);
+        o->scan_levels = (int)x;
+    }
+}
+
+static const sp_bppsa_opts BPPSA_DEFAULTS = {.scan_levels = SP_SCAN_LEVELS_FULL, .scan_levels_arg = "full"};
+static const sp_engine_option BPPSA_OPTIONS[] = {
+    {"scan-levels", SP_ENGINE_OPT_STR, offsetof(sp_bppsa_opts, scan_levels_arg), "up-sweep levels: 0 (= linear BP) "
+     ".. the model's full depth, full, or auto (the plan's cost model picks; docs/BPPSA.md)", .meta = "N|full|auto"},
+    {0},
+};
+_Static_assert(sizeof(sp_bppsa_opts) <= SP_ENGINE_OPTS_BYTES, "sp_bppsa_opts: too large");
+
+const sp_engine_def sp_engine_def_bppsa = {
+    .name = "bppsa",
+    .caps = SP_ENGINE_DEVICE | SP_ENGINE_PLAN,
+    .create = sp_engine_bppsa_create,
+    .opts_size = sizeof(sp_bppsa_opts),
+    .opts_default = &BPPSA_DEFAULTS,
+    .options = BPPSA_OPTIONS,
+    .group = "bppsa engine (with --backward bppsa)",
+    .finish = bppsa_opts_finish,
+};
 
 bool sp_bppsa_stats_get(const sp_engine *e, sp_bppsa_stats *out)
 {

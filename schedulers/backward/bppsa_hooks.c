@@ -1,12 +1,13 @@
 /* bppsa_hooks.c — the bppsa engine's optional hooks (schedulers/backward/engine.h), written
- * over its public calls (engines.h): --scan-levels against the model's chain, the
- * scan_levels key of a run's JSON line, and --plan (the plan printed by the engine, the
- * dense-vs-pruned FLOPs of each level, the plan's figures as JSON keys). */
+ * over its public calls (engines.h) and set by sp_engine_bppsa_create: --scan-levels
+ * against the model's chain, the scan_levels key of a run's JSON line, and --plan (the
+ * plan printed by the engine, the dense-vs-pruned FLOPs of each level, the plan's figures
+ * as JSON keys). */
 #include <stdio.h>
 #include "core/device.h"
 #include "core/error.h"
 #include "core/model.h"
-#include "schedulers/backward/engines.h"
+#include "schedulers/backward/bppsa_internal.h"
 #include "schedulers/scan/scan.h"
 
 /* x1 on the model's device (--device cuda moves the parameters first) */
@@ -18,9 +19,9 @@ static sp_node *forward_loss(sp_model *m, sp_tape *t, const sp_tensor *x, const 
 
 /* --scan-levels above the full depth of the model's longest chain: the scan would clamp
  * it silently. */
-static void bppsa_check(sp_engine *e, sp_model *m, const sp_tensor *x1, const int *y1)
+void sp_bppsa_check(sp_engine *e, sp_model *m, const sp_tensor *x1, const int *y1)
 {
-    int levels = e->opts.scan_levels;
+    int levels = ((const sp_bppsa_opts *)e->opts.own)->scan_levels;
     if (levels < 0) return;   /* full, auto */
     sp_tape t;
     sp_tape_init(&t);
@@ -32,13 +33,13 @@ static void bppsa_check(sp_engine *e, sp_model *m, const sp_tensor *x1, const in
 }
 
 /* scan_levels: the depth the plan chose (auto), "full", or the depth asked for. */
-static void bppsa_report(sp_engine *e, const sp_report_writer *w)
+void sp_bppsa_report(sp_engine *e, const sp_report_writer *w)
 {
     sp_bppsa_stats bs;
-    if (e->opts.scan_levels == SP_SCAN_LEVELS_AUTO && sp_bppsa_stats_get(e, &bs))
-        w->integer(w->ctx, "scan_levels", bs.up_levels);
-    else if (e->opts.scan_levels < 0) w->str(w->ctx, "scan_levels", "full");
-    else w->integer(w->ctx, "scan_levels", e->opts.scan_levels);
+    int levels = ((const sp_bppsa_opts *)e->opts.own)->scan_levels;
+    if (levels == SP_SCAN_LEVELS_AUTO && sp_bppsa_stats_get(e, &bs)) w->integer(w->ctx, "scan_levels", bs.up_levels);
+    else if (levels < 0) w->str(w->ctx, "scan_levels", "full");
+    else w->integer(w->ctx, "scan_levels", levels);
 }
 
 /* A pruned model: the dense model's plan next to it, level by level (the paper's
@@ -81,7 +82,7 @@ static void print_dense_vs_pruned(sp_engine *e, sp_model *m, const sp_tensor *x,
 
 /* One forward and one backward of a plan-only engine (opts.plan_only): the engine prints
  * the plan as it makes it (and draws it with opts.plan_svg). */
-static bool bppsa_plan(sp_engine *e, sp_model *m, const sp_tensor *x, const int *y, const sp_report_writer *w)
+bool sp_bppsa_plan(sp_engine *e, sp_model *m, const sp_tensor *x, const int *y, const sp_report_writer *w)
 {
     sp_tape t;
     sp_tape_init(&t);
@@ -105,11 +106,4 @@ static bool bppsa_plan(sp_engine *e, sp_model *m, const sp_tensor *x, const int 
     w->num(w->ctx, "scan_bytes", (double)st.scan_bytes);
     w->num(w->ctx, "peak_bytes", (double)st.peak_bytes);
     return true;
-}
-
-void sp_bppsa_attach_hooks(sp_engine *e)
-{
-    e->check = bppsa_check;
-    e->report = bppsa_report;
-    e->plan = bppsa_plan;
 }

@@ -7,6 +7,7 @@
  *                   --scan-levels auto
  *   bppsa_report.c  --plan's figures and --plan-svg's scan tree
  *   bppsa.c         the numeric step (host and device) and the engine
+ *   bppsa_hooks.c   the engine's check, report and plan hooks, over its public calls
  *   bppsa_cuda.cu   the device's products and gathers (bppsa_cuda.h) */
 #ifndef SP_BPPSA_INTERNAL_H
 #define SP_BPPSA_INTERNAL_H
@@ -98,6 +99,7 @@ typedef struct bppsa_engine {
     sp_bppsa_stats stats;      /* the whole backward: segments summed                  */
     int main_seg;              /* the segment with the most links (plans, pictures)    */
     bool have_stats;
+    sp_bppsa_opts own;         /* its options (sp_engine.opts.own points here)         */
 } bppsa_engine;
 
 /* What sp_arena_alloc hands out for a request of `bytes` (core/arena.c: 64-byte units). */
@@ -167,5 +169,11 @@ void bppsa_print_plan(const bppsa_state *s, bool full);      /* --plan (--plan-f
 void bppsa_print_device_plan(const bppsa_state *s);          /* --plan on the device         */
 void bppsa_print_memory(const sp_bppsa_stats *st);
 void bppsa_draw_plan_svg(const bppsa_state *s, const char *path);   /* --plan-svg */
+
+/* ---- the engine's hooks (bppsa_hooks.c; engine.h's check, report, plan) ----------------- */
+
+void sp_bppsa_check(sp_engine *e, sp_model *m, const sp_tensor *x1, const int *y1);
+void sp_bppsa_report(sp_engine *e, const sp_report_writer *w);
+bool sp_bppsa_plan(sp_engine *e, sp_model *m, const sp_tensor *x, const int *y, const sp_report_writer *w);
 
 #endif

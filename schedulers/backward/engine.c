@@ -7,21 +7,28 @@
 #include "core/error.h"
 #include "schedulers/backward/engines.h"
 
-typedef struct engine_entry {
-    const char *name;
-    sp_engine *(*create)(const sp_engine_opts *opts);
-    unsigned caps;                    /* SP_ENGINE_* */
-    void (*attach)(sp_engine *e);     /* hooks kept apart from the engine's own file (NULL: none) */
-} engine_entry;
-
-/* bppsa's hooks are in bppsa_hooks.c, over its public calls, attached here once made. */
-static const engine_entry ENGINES[] = {
-    {"linear", sp_engine_linear_create, SP_ENGINE_DEVICE | SP_ENGINE_OVER_INPUTS, NULL},
-    {"bppsa", sp_engine_bppsa_create, SP_ENGINE_DEVICE | SP_ENGINE_PLAN, sp_bppsa_attach_hooks},
-    {"ooo", sp_engine_ooo_create,
-     SP_ENGINE_DEVICE | SP_ENGINE_TRACE | SP_ENGINE_LAYER_UPDATES | SP_ENGINE_REORDERS_DW, NULL},
-};
+/* The registry: every engine's descriptor (each in its engine's file), in the order
+ * --help and messages list them. */
+static const sp_engine_def *const ENGINES[] = {&sp_engine_def_linear, &sp_engine_def_bppsa, &sp_engine_def_ooo};
 #define NENGINES (sizeof ENGINES / sizeof ENGINES[0])
+_Static_assert(NENGINES <= SP_ENGINES_MAX, "more engines than SP_ENGINES_MAX");
+
+const sp_engine_def *sp_engine_def_at(int i) { return i >= 0 && (size_t)i < NENGINES ? ENGINES[i] : NULL; }
+
+const sp_engine_def *sp_engine_def_find(const char *name)
+{
+    if (!name) sp_fail("sp_engine_def_find: argument 'name' is NULL");
+    for (size_t i = 0; i < NENGINES; i++)
+        if (strcmp(name, ENGINES[i]->name) == 0 || (ENGINES[i]->alias && strcmp(name, ENGINES[i]->alias) == 0))
+            return ENGINES[i];
+    return NULL;
+}
+
+const void *sp_engine_own_opts(const sp_engine_def *d, const sp_engine_opts *opts)
+{
+    if (!d) sp_fail("sp_engine_own_opts: argument 'd' is NULL");
+    return opts && opts->own ? opts->own : d->opts_default;
+}
 
 const char *sp_engine_names(void)
 {
@@ -29,48 +36,54 @@ const char *sp_engine_names(void)
     buf[0] = 0;
     for (size_t i = 0; i < NENGINES; i++) {
         if (i) strcat(buf, "|");
-        strcat(buf, ENGINES[i].name);
+        strcat(buf, ENGINES[i]->name);
     }
     return buf;
+}
+
+const char *const *sp_engine_aliases(void)
+{
+    static const char *pairs[2 * NENGINES + 1];
+    size_t n = 0;
+    for (size_t i = 0; i < NENGINES; i++)
+        if (ENGINES[i]->alias) pairs[n++] = ENGINES[i]->alias, pairs[n++] = ENGINES[i]->name;
+    pairs[n] = NULL;
+    return pairs;
 }
 
 unsigned sp_engine_caps(const char *name)
 {
     if (!name) sp_fail("sp_engine_caps: argument 'name' is NULL");
-    for (size_t i = 0; i < NENGINES; i++)
-        if (name && strcmp(name, ENGINES[i].name) == 0) return ENGINES[i].caps;
-    return 0;
+    const sp_engine_def *d = sp_engine_def_find(name);
+    return d ? d->caps : 0;
 }
 
 const char *sp_engine_names_with(unsigned caps, char *buf, size_t len)
 {
     if (!buf) sp_fail("sp_engine_names_with: argument 'buf' is NULL");
     size_t total = 0, k = 0;
-    for (size_t i = 0; i < NENGINES; i++) total += (ENGINES[i].caps & caps) == caps;
+    for (size_t i = 0; i < NENGINES; i++) total += (ENGINES[i]->caps & caps) == caps;
     buf[0] = 0;
     for (size_t i = 0, n = 0; i < NENGINES && k < len; i++) {
-        if ((ENGINES[i].caps & caps) != caps) continue;
+        if ((ENGINES[i]->caps & caps) != caps) continue;
         const char *sep = n == 0 ? "" : n + 1 == total ? " or " : ", ";
-        k += (size_t)snprintf(buf + k, len - k, "%s%s", sep, ENGINES[i].name);
+        k += (size_t)snprintf(buf + k, len - k, "%s%s", sep, ENGINES[i]->name);
         n++;
     }
     return buf;
 }
 
-sp_engine_opts sp_engine_opts_default(void) { return (sp_engine_opts){.scan_levels = -1, .order = "ooo"}; }
+sp_engine_opts sp_engine_opts_default(void) { return (sp_engine_opts){0}; }
 
 sp_engine *sp_engine_create(const char *name, const sp_engine_opts *opts)
 {
     if (!name) sp_fail("sp_engine_create: argument 'name' is NULL");
+    const sp_engine_def *d = sp_engine_def_find(name);
+    if (!d) sp_fail("--backward %s: unknown engine (expected one of %s)", name, sp_engine_names());
     sp_engine_opts defaults = sp_engine_opts_default();
-    for (size_t i = 0; i < NENGINES; i++) {
-        if (strcmp(name, ENGINES[i].name) != 0) continue;
-        sp_engine *e = ENGINES[i].create(opts ? opts : &defaults);
-        e->caps = ENGINES[i].caps;
-        if (ENGINES[i].attach) ENGINES[i].attach(e);
-        return e;
-    }
-    sp_fail("--backward %s: unknown engine (expected one of %s)", name, sp_engine_names());
+    sp_engine *e = d->create(opts ? opts : &defaults);
+    e->caps = d->caps;
+    return e;
 }
 
 void sp_engine_destroy(sp_engine *e)

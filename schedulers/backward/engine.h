@@ -4,10 +4,13 @@
  * parameter's grad. Engines only call op entry points and backend kernels; they never
  * touch raw device memory. The engines live in schedulers/backward/.
  *
- * The training loop and the runner (train/) know engines only through this
+ * The training loop and the runner (train/, cli/) know engines only through this
  * interface: `backward` and `destroy`, the optional hooks below (an engine fills the
- * ones it has; the sp_engine_* calls supply the default for a NULL one), and the
- * capabilities of the registry (SP_ENGINE_*), which the runner checks flags against. */
+ * ones it has; the sp_engine_* calls supply the default for a NULL one), and each
+ * engine's descriptor (sp_engine_def): its name, its capabilities (SP_ENGINE_*), which
+ * the runner checks flags against, and its own options with the flags that set them,
+ * from which the runner builds its command line. Adding an engine is its own file(s),
+ * with its descriptor, and one line in engine.c's registry. */
 #ifndef SP_ENGINE_H
 #define SP_ENGINE_H
 
@@ -23,23 +26,24 @@ extern "C" {
 #define SP_SCAN_LEVELS_FULL (-1)
 #define SP_SCAN_LEVELS_AUTO (-2)
 
+/* What a caller gives an engine: the engine's own options, and what any engine with the
+ * capability (SP_ENGINE_*, below) reads. */
 typedef struct sp_engine_opts {
-    int scan_levels;          /* bppsa: up-sweep levels; SP_SCAN_LEVELS_FULL (any other
-                               * value < 0 too), SP_SCAN_LEVELS_AUTO             */
-    const char *order;        /* ooo: conventional | ooo | reverse-first-k | list */
-    int k;                    /* ooo reverse-first-k                          */
-    size_t mem_cap;           /* ooo reverse-first-k memory cap (bytes, 0=none) */
-    const char *trace_path;   /* ooo: Chrome trace JSON                       */
-    int lanes;                /* ooo: 0 = auto (the executor measures one lane and two,
-                               * keeps the faster), 1 = one lane, 2 = two lanes    */
-    /* ooo: when set, the optimizer update U_i of layer l runs as a task right after
-     * its weight gradient (the sub lane), and the caller skips its own step. */
+    /* The engine's own options: a struct of the type its descriptor declares
+     * (sp_bppsa_opts, sp_ooo_opts in engines.h / ooo.h); NULL: its defaults. The engine
+     * keeps a copy (sp_engine.opts.own then points at it). */
+    const void *own;
+    const char *trace_path;   /* SP_ENGINE_TRACE: a Chrome trace JSON             */
+    /* SP_ENGINE_LAYER_UPDATES: when set, the optimizer update U_i of layer l runs as a
+     * task right after its weight gradient (the sub lane), and the caller skips its own
+     * step. */
     void (*update)(void *ctx, sp_layer *l);
     void *update_ctx;
-    bool plan;                /* bppsa: print the static plan (summary)       */
-    bool plan_full;           /* bppsa: ... with every step of the scan       */
-    const char *plan_svg;     /* bppsa: draw the scan tree to this file       */
-    bool plan_only;           /* bppsa: make (and print) the plan, compute nothing */
+    /* SP_ENGINE_PLAN */
+    bool plan;                /* print the static plan (summary)                   */
+    bool plan_full;           /* ... with every step                               */
+    const char *plan_svg;     /* draw the plan to this file                        */
+    bool plan_only;           /* make (and print) the plan, compute nothing        */
 } sp_engine_opts;
 
 /* What an engine can do, known before one is made (the registry's entry; copied into
@@ -68,6 +72,52 @@ typedef struct sp_report_writer {
 
 struct sp_model;
 typedef struct sp_engine sp_engine;
+
+/* ---- an engine's descriptor: what it is and what it takes ---------------------------- */
+
+/* One of an engine's own options, as the flag --name that sets the member at `offset`
+ * of its options struct (a const char *, an int or a long); the runner makes it a flag of
+ * cli/flags.h with the same help, choices, range and meta, needing --backward NAME and
+ * then `needs`. */
+typedef enum { SP_ENGINE_OPT_STR, SP_ENGINE_OPT_INT, SP_ENGINE_OPT_LONG } sp_engine_opt_kind;
+typedef struct sp_engine_option {
+    const char *name;
+    sp_engine_opt_kind kind;
+    size_t offset;
+    const char *help;
+    const char *choices, *range, *meta;   /* optional, as sp_flag's               */
+    const char *needs;                    /* optional: after "backward=NAME,"      */
+} sp_engine_option;
+
+/* Bytes an engine's own options struct may take (a caller keeps one per engine, e.g.
+ * sp_run_opts), and how many engines the registry may hold. */
+#define SP_ENGINE_OPTS_BYTES 64
+#define SP_ENGINES_MAX 8
+typedef union sp_engine_opts_store {
+    long long ll_;
+    double d_;
+    void *p_;
+    unsigned char bytes[SP_ENGINE_OPTS_BYTES];
+} sp_engine_opts_store;
+
+typedef struct sp_engine_def {
+    const char *name;          /* --backward NAME, and sp_engine.name              */
+    const char *alias;         /* another name users may type for it, or NULL      */
+    unsigned caps;             /* SP_ENGINE_*                                      */
+    sp_engine *(*create)(const sp_engine_opts *opts);
+    /* Its own options: a struct of opts_size bytes (at most SP_ENGINE_OPTS_BYTES), its
+     * defaults, the flags that set its members (ends with name == NULL) under the --help
+     * heading `group`, and finish: after the flags are parsed, what they set turned into
+     * the struct's final values (--scan-levels N|full|auto), a bad combination, also with
+     * the run's threads and device (on_device), refused with one line and exit 2. All
+     * NULL / 0 for an engine without options. */
+    size_t opts_size;
+    const void *opts_default;
+    const sp_engine_option *options;
+    const char *group;
+    void (*finish)(void *own, int threads, bool on_device);
+} sp_engine_def;
+
 struct sp_engine {
     const char *name;
     sp_engine_opts opts;
@@ -101,14 +151,25 @@ struct sp_engine {
 
 #define SP_ENGINE_DEFAULT "linear"   /* --backward when not given */
 
-/* NULL opts = defaults. Unknown name: sp_fail listing the known engines. */
+/* The registry: the i-th engine's descriptor (NULL past the last), and the one named
+ * `name` or with that alias (NULL: none). */
+const sp_engine_def *sp_engine_def_at(int i);
+const sp_engine_def *sp_engine_def_find(const char *name);
+/* The engine's own options from an opts: opts->own, or its defaults where NULL. */
+const void *sp_engine_own_opts(const sp_engine_def *d, const sp_engine_opts *opts);
+
+/* NULL opts = defaults. name may be an alias. Unknown name: sp_fail listing the known
+ * engines. */
 sp_engine *sp_engine_create(const char *name, const sp_engine_opts *opts);
 void sp_engine_destroy(sp_engine *e);
 void sp_backward(sp_engine *e, sp_tape *t, sp_node *loss);
 const char *sp_engine_names(void);   /* "linear|bppsa|ooo" as registered */
+/* The aliases as pairs {"reverse", "linear", …, NULL} (sp_flag.aliases). */
+const char *const *sp_engine_aliases(void);
 sp_engine_opts sp_engine_opts_default(void);   /* what NULL opts means */
-/* The capabilities of a registered engine (0 for an unknown name), and the engines that
- * have all of `caps`, for messages: "linear, bppsa or ooo" (written to buf). */
+/* The capabilities of a registered engine (0 for an unknown name; an alias names its
+ * engine), and the engines that have all of `caps`, for messages: "linear, bppsa or ooo"
+ * (written to buf). */
 unsigned sp_engine_caps(const char *name);
 const char *sp_engine_names_with(unsigned caps, char *buf, size_t len);
 

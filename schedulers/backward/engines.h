@@ -4,12 +4,21 @@
 
 #include "schedulers/backward/engine.h"
 
+/* The descriptors (engine.h's sp_engine_def) of the built-in engines, which engine.c's
+ * registry lists: linear BP, "reverse" too (schedulers/backward/reverse.c); BP as a
+ * parallel scan over transposed Jacobians (bppsa.c); out-of-order BP (ooo.c, ooo.h). */
+extern const sp_engine_def sp_engine_def_linear, sp_engine_def_bppsa, sp_engine_def_ooo;
+
 sp_engine *sp_engine_linear_create(const sp_engine_opts *opts);
-/* BP as a parallel scan over transposed Jacobians (schedulers/backward/bppsa.c). */
 sp_engine *sp_engine_bppsa_create(const sp_engine_opts *opts);
-/* Its check, report and plan hooks (schedulers/backward/bppsa_hooks.c, over the calls
- * below; sp_engine_create attaches them). */
-void sp_bppsa_attach_hooks(sp_engine *e);
+/* bppsa's own options (sp_engine_opts.own; --scan-levels). */
+typedef struct sp_bppsa_opts {
+    int scan_levels;              /* up-sweep levels; SP_SCAN_LEVELS_FULL (any other value
+                                   * < 0 too), SP_SCAN_LEVELS_AUTO                      */
+    const char *scan_levels_arg;  /* --scan-levels as given: N | full | auto, which the
+                                   * descriptor's finish turns into scan_levels; NULL:
+                                   * scan_levels as set                                 */
+} sp_bppsa_opts;
 /* Jacobians in the longest chain (segment) bppsa scans for this loss (its n; for checking
  * --scan-levels). */
 int sp_bppsa_chain_links(const sp_node *loss);

@@ -310,6 +310,7 @@ typedef struct ooo_state {
     int threads;            /* sp_get_threads() when the lanes started      */
     bool lanes_inline;      /* the lanes keep off the thread pool           */
     char *trace_path;       /* our copy of opts.trace_path                  */
+    sp_ooo_opts own;        /* its options (sp_engine.opts.own points here) */
     /* The last run's task times: the list order's estimates for the next step, the
      * "profiling performed as part of the training" of §4.1. */
     double *prof;
@@ -376,7 +377,7 @@ void sp_ooo_sync(sp_engine *e)
     st->busy_s[0] = r->busy[0];
     st->busy_s[1] = r->busy[1];
     /* forced lanes: what ran; auto: the tuner's pick once it has measured both modes */
-    int tuned = !s->on_device && e->opts.lanes == 0 ? sp_ooo_exec_tuned_lanes(s->exec) : 0;
+    int tuned = !s->on_device && s->own.lanes == 0 ? sp_ooo_exec_tuned_lanes(s->exec) : 0;
     st->lanes = tuned ? tuned : r->lanes;
     st->peak_bytes = r->peak_bytes;
     st->first_ready_s = r->graph->L > 0 ? r->end[r->graph->nexec] : r->wall;
@@ -406,11 +407,11 @@ static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
      * one lane (--lanes 1) is a one-lane plan, on one stream. On the CPU --lanes 1 keeps
      * the plan's two queues and the executor runs both on the main lane, as the lane
      * tuner's one-lane mode does (ooo_exec.c). */
-    if (!s->on_device && e->opts.lanes == 2 && s->threads < 2)
+    if (!s->on_device && s->own.lanes == 2 && s->threads < 2)
         sp_fail("ooo: lanes = 2 with %d thread (expected 2 threads or more: each lane runs on a thread of its own)",
                 s->threads);
-    bool two = (s->on_device ? e->opts.lanes != 1 : s->threads >= 2) && s->order != SP_OOO_CONVENTIONAL;
-    sp_ooo_plan *p = sp_ooo_plan_make(t, g, s->order, e->opts.k, e->opts.mem_cap, two);
+    bool two = (s->on_device ? s->own.lanes != 1 : s->threads >= 2) && s->order != SP_OOO_CONVENTIONAL;
+    sp_ooo_plan *p = sp_ooo_plan_make(t, g, s->order, s->own.k, (size_t)s->own.mem_cap, two);
     sp_ooo_plan *conv = sp_ooo_plan_make(t, g, SP_OOO_CONVENTIONAL, 0, 0, false);
     sp_ooo_stats *st = &s->stats;
     st->order = sp_ooo_order_name(s->order);
@@ -426,11 +427,11 @@ static void ooo_begin(sp_engine *e, sp_tape *t, sp_node *loss)
     st->start_bytes = g->start_bytes;
     st->plan_peak_bytes = p->peak_bytes;
     st->conventional_peak_bytes = conv->peak_bytes;
-    st->mem_cap = e->opts.mem_cap;
+    st->mem_cap = (size_t)s->own.mem_cap;
     sp_tape_reset(&s->sub_tape);
     sp_ooo_exec_cfg cfg = {.update = e->opts.update, .update_ctx = e->opts.update_ctx,
-                           .mem_cap = e->opts.mem_cap, .sub_tape = &s->sub_tape,
-                           .lanes_inline = s->lanes_inline, .lanes = e->opts.lanes};
+                           .mem_cap = (size_t)s->own.mem_cap, .sub_tape = &s->sub_tape,
+                           .lanes_inline = s->lanes_inline, .lanes = s->own.lanes};
     s->in_flight = true;
     if (s->on_device) {
         if (!s->dev) s->dev = g_device_exec->create();
@@ -532,10 +533,11 @@ static void ooo_destroy(sp_engine *e)
 
 sp_engine *sp_engine_ooo_create(const sp_engine_opts *opts)
 {
-    if (opts->k < 0) sp_fail("--k %d: expected >= 0 (0 = half the parameterised layers)", opts->k);
-    sp_ooo_order order = sp_ooo_order_parse(opts->order ? opts->order : "ooo");
-    if (opts->lanes < 0 || opts->lanes > 2) sp_fail("ooo: lanes %d (expected 0 = auto, 1 or 2)", opts->lanes);
-    if (opts->lanes == 2 && order == SP_OOO_CONVENTIONAL)
+    const sp_ooo_opts *own = sp_engine_own_opts(&sp_engine_def_ooo, opts);
+    if (own->k < 0) sp_fail("--k %d: expected >= 0 (0 = half the parameterised layers)", own->k);
+    sp_ooo_order order = sp_ooo_order_parse(own->order ? own->order : "ooo");
+    if (own->lanes < 0 || own->lanes > 2) sp_fail("ooo: lanes %d (expected 0 = auto, 1 or 2)", own->lanes);
+    if (own->lanes == 2 && order == SP_OOO_CONVENTIONAL)
         sp_fail("--lanes 2 with --order conventional: that order runs on one lane (expected another order, "
                 "or --lanes 1 or auto)");
     if (opts->trace_path) {   /* fail now, not after training (nothing is written yet) */
@@ -547,6 +549,8 @@ sp_engine *sp_engine_ooo_create(const sp_engine_opts *opts)
     ooo_state *s = sp_xcalloc(1, sizeof *s);
     e->name = "ooo";
     e->opts = *opts;
+    s->own = *own;
+    e->opts.own = &s->own;
     e->backward = ooo_backward;
     e->destroy = ooo_destroy;
     e->state = s;
@@ -567,3 +571,43 @@ sp_engine *sp_engine_ooo_create(const sp_engine_opts *opts)
     sp_tape_init(&s->sub_tape);
     return e;
 }
+
+/* --lanes 1 | 2 | auto into lanes; --lanes 2 with --order conventional, or with one
+ * thread on the CPU, refused before any data is read */
+static void ooo_opts_finish(void *p, int threads, bool on_device)
+{
+    sp_ooo_opts *o = p;
+    if (o->lanes_arg) o->lanes = strcmp(o->lanes_arg, "auto") != 0 ? atoi(o->lanes_arg) : 0;
+    if (o->lanes == 2 && o->order && strcmp(o->order, "conventional") == 0)
+        sp_fail("--lanes 2 with --order conventional: that order runs on one lane (expected another --order, "
+                "or --lanes 1 or auto)");
+    if (o->lanes == 2 && threads < 2 && !on_device)
+        sp_fail("--lanes 2 with --threads %d: each lane runs on a thread of its own (expected --threads 2 or more)",
+                threads);
+}
+
+static const sp_ooo_opts OOO_DEFAULTS = {.order = "ooo", .lanes_arg = "auto"};
+static const sp_engine_option OOO_OPTIONS[] = {
+    {"order", SP_ENGINE_OPT_STR, offsetof(sp_ooo_opts, order), "task order of the two lanes",
+     .choices = "conventional|ooo|reverse-first-k|list", .needs = "!eval-only"},
+    {"k", SP_ENGINE_OPT_INT, offsetof(sp_ooo_opts, k), "layers in reverse-first order (0 = half the parameterised "
+     "layers)", .range = "0..", .needs = "order=reverse-first-k,!eval-only"},
+    {"lanes", SP_ENGINE_OPT_STR, offsetof(sp_ooo_opts, lanes_arg), "lanes the backward runs on (auto: one or two, "
+     "whichever the executor measures faster; 2 needs --threads 2 or more; docs/OOO.md)", .choices = "1|2|auto",
+     .needs = "!parallel,!eval-only"},
+    {"mem-cap", SP_ENGINE_OPT_LONG, offsetof(sp_ooo_opts, mem_cap), "memory cap of the backward pass in bytes "
+     "(0 = none)", .range = "0..", .meta = "BYTES", .needs = "!parallel,!eval-only"},
+    {0},
+};
+_Static_assert(sizeof(sp_ooo_opts) <= SP_ENGINE_OPTS_BYTES, "sp_ooo_opts: too large");
+
+const sp_engine_def sp_engine_def_ooo = {
+    .name = "ooo",
+    .caps = SP_ENGINE_DEVICE | SP_ENGINE_TRACE | SP_ENGINE_LAYER_UPDATES | SP_ENGINE_REORDERS_DW,
+    .create = sp_engine_ooo_create,
+    .opts_size = sizeof(sp_ooo_opts),
+    .opts_default = &OOO_DEFAULTS,
+    .options = OOO_OPTIONS,
+    .group = "ooo engine (with --backward ooo)",
+    .finish = ooo_opts_finish,
+};

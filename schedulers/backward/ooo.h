@@ -16,7 +16,7 @@
  * is written by one task (or by several in a fixed order), so every order gives the
  * bits of the linear engine.
  *
- *   sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.order = "list"});
+ *   sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = "list"}});
  *   sp_backward(e, tape, loss);                 (δO, δW, and U_i when opts.update is set)
  *   const sp_ooo_stats *s = sp_ooo_last_stats(e);
  *
@@ -251,6 +251,17 @@ typedef struct sp_ooo_stats {
     size_t conventional_peak_bytes;   /* model, conventional order: overhead reference */
     size_t mem_cap;
 } sp_ooo_stats;
+
+/* The engine's own options (sp_engine_opts.own; --order, --k, --lanes, --mem-cap). */
+typedef struct sp_ooo_opts {
+    const char *order;      /* conventional | ooo | reverse-first-k | list; NULL: ooo       */
+    int k;                  /* reverse-first-k: layers in reverse-first order (0: half)    */
+    long mem_cap;           /* reverse-first-k memory cap (bytes, 0 = none)                */
+    int lanes;              /* 0 = auto (the executor measures one lane and two, keeps the
+                             * faster), 1 = one lane, 2 = two lanes                        */
+    const char *lanes_arg;  /* --lanes as given: 1 | 2 | auto, which the descriptor's
+                             * finish turns into lanes; NULL: lanes as set                 */
+} sp_ooo_opts;
 
 /* The constructor, sp_engine_ooo_create, is registered in schedulers/backward/engines.h;
  * it fills the engine's hooks with sp_ooo_backward_async, sp_ooo_sync, sp_ooo_wait_layer,

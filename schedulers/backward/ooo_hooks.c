@@ -8,7 +8,7 @@
 
 void sp_ooo_check(sp_engine *e, struct sp_model *m, const sp_tensor *x1, const int *y1)
 {
-    int k = e->opts.k;
+    int k = ((const sp_ooo_opts *)e->opts.own)->k;
     if (k <= 0) return;   /* 0: half of them */
     int L = 0;
     for (int i = 0; i < m->nlayers; i++) L += m->layers[i]->nparams > 0;

@@ -81,3 +81,11 @@ sp_engine *sp_engine_linear_create(const sp_engine_opts *opts)
     e->backward = linear_backward;
     return e;
 }
+
+/* No options of its own; "reverse" (this file's name) is another name for it. */
+const sp_engine_def sp_engine_def_linear = {
+    .name = "linear",
+    .alias = "reverse",
+    .caps = SP_ENGINE_DEVICE | SP_ENGINE_OVER_INPUTS,
+    .create = sp_engine_linear_create,
+};
