@@ -1770,17 +1770,17 @@ Test(exec, predicted_messages_match_the_executor, .timeout = 900)
 Test(exec, predicted_scan_messages_match_the_executor, .timeout = 600)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
-    for (int W = 2; W <= 4; W++)
-        messages_match("demo", "--layers 16 --width 16 --steps 2 --batch 16 --threads 1 --quiet --parallel scan", "",
-                       W);
-    const char *algo[] = {"SCANPROP_SCAN_ALGO=hillis-steele", "SCANPROP_SCAN_ALGO=blelloch"};
-    for (int a = 0; a < 2; a++)
-        for (int W = 2; W <= 4; W++) {
-            messages_match("rnn", "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 2 --threads 1 --quiet "
-                           "--parallel scan", algo[a], W);
-            messages_match("gru", "--shape S --samples 8 --batch 4 --steps 2 --threads 1 --quiet --parallel scan",
-                           algo[a], W);
-        }
+#define RNN_SCAN "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 2 --threads 1 --quiet --parallel scan"
+#define GRU_SCAN "--shape S --samples 8 --batch 4 --steps 2 --threads 1 --quiet --parallel scan"
+    const struct { const char *app, *flags, *env; } runs[] = {
+        {"demo", "--layers 16 --width 16 --steps 2 --batch 16 --threads 1 --quiet --parallel scan", ""},
+        {"rnn", RNN_SCAN, "SCANPROP_SCAN_ALGO=hillis-steele"}, {"gru", GRU_SCAN, "SCANPROP_SCAN_ALGO=hillis-steele"},
+        {"rnn", RNN_SCAN, "SCANPROP_SCAN_ALGO=blelloch"},      {"gru", GRU_SCAN, "SCANPROP_SCAN_ALGO=blelloch"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
+        for (int W = 2; W <= 4; W++) messages_match(runs[i].app, runs[i].flags, runs[i].env, W);
+#undef RNN_SCAN
+#undef GRU_SCAN
 }
 
 /* --clip-grad-norm's norm allgather in the prediction: plain and post-validated, on a
@@ -1789,18 +1789,17 @@ Test(exec, predicted_clip_messages_match_the_executor, .timeout = 300)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     const char *sync[] = {"plain", "post-validate"};
-    for (int v = 0; v < 2; v++) {
-        char flags[512];
-        snprintf(flags, sizeof flags, "--layers 4 --steps 2 --batch 32 --threads 1 --quiet --parallel ddp "
-                 "--clip-grad-norm 0.001 --step-sync %s", sync[v]);
-        messages_match("demo", flags, "", 2);
-        snprintf(flags, sizeof flags, "--layers 4 --steps 2 --batch 32 --threads 1 --quiet --parallel 1f1b "
-                 "--clip-grad-norm 0.001 --step-sync %s", sync[v]);
-        messages_match("demo", flags, "", 4);
-        snprintf(flags, sizeof flags, "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 2 --threads 1 --quiet "
-                 "--parallel scan --clip-grad-norm 0.001 --step-sync %s", sync[v]);
-        messages_match("rnn", flags, "", 3);
-    }
+    const struct { const char *app, *flags; int W; } runs[] = {
+        {"demo", "--layers 4 --steps 2 --batch 32 --threads 1 --quiet --parallel ddp", 2},
+        {"demo", "--layers 4 --steps 2 --batch 32 --threads 1 --quiet --parallel 1f1b", 4},
+        {"rnn", "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 2 --threads 1 --quiet --parallel scan", 3},
+    };
+    for (int v = 0; v < 2; v++)
+        for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+            char flags[512];
+            snprintf(flags, sizeof flags, "%s --clip-grad-norm 0.001 --step-sync %s", runs[i].flags, sync[v]);
+            messages_match(runs[i].app, flags, "", runs[i].W);
+        }
 }
 
 /* --costs-out's measured optimizer column in build/schedule's simulation with
