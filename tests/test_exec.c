@@ -9,7 +9,7 @@
  *       the pipeline schemes (gpipe, 1f1b, ooo-ff, ooo-modulo), where each stage's
  *       gradients are summed over micro-batches in micro-batch order on one rank by
  *       construction; within 1e-6 for ddp, fsdp, lpp and fslpp, whose sums cross ranks
- *       (MPI's reduction order is its own).
+ *       (MPI's reduction order is its own). The scheme table below says which, per row.
  * LeNet does the same for ddp, fsdp, gpipe (also with --partition layerpipe), 1f1b, lpp.
  *
  * Order. The executed job order of every rank (--exec-order) equals the order the
@@ -35,6 +35,7 @@
 #include <sys/stat.h>
 #include "core/io/safetensors.h"
 #include "layers/zoo.h"
+#include "schedulers/plan/actions.h"
 #include "schedulers/plan/schedule.h"
 #include "schedulers/sim/sim.h"
 #include "tests/mpirun.h"
@@ -86,39 +87,130 @@ static double compare(const char *pa, const char *pb, bool *bitwise)
     return worst;
 }
 
-static bool is_pipeline(const char *s)
-{
-    return !strcmp(s, "gpipe") || !strcmp(s, "1f1b") || !strcmp(s, "ooo-ff") || !strcmp(s, "ooo-modulo");
-}
-
 #define DEMO_FLAGS "--layers 4 --steps 4 --batch 32 --threads 1 --quiet"
 #define MICRO 4
 #define GROUPS 2
 
-/* The order file's line for worker w, and the simulator's, from the same costs. */
+/* ---- the schemes: one row each ------------------------------------------------------------
+ *
+ * Each row is one test, exec/demo_ID: the demo MLP trained under the scheme at -np 2 and
+ * -np 4 (demo_run), the runner picked by the row's kind:
+ *   JOBS  the master schedule (schedule.h): --layers 4, against one rank and the order
+ *         simulated from --costs;
+ *   LIST  a per-rank action list of gen_basic.c: --layers 5, bitwise against one rank and
+ *         the list's simulated order;
+ *   V     an action list of gen_v.c or gen_auto.c: --layers 5 and 2W micro-batches, the
+ *         order of the list generated from the --costs (vl_run; no one-rank run).
+ * The same rows drive the LeNet runs (lenet column), predicted_messages_match_the_executor
+ * and measured_peak_activations_equal_the_simulated_ones, so a new scheme is one row.
+ * Columns:
+ *   bitwise    JOBS: bitwise equal to the scheme on one rank (each stage's gradients summed
+ *              over micro-batches in order on one rank), else within 1e-6 (sums that
+ *              cross ranks); LIST rows are always bitwise, V rows have no one-rank run
+ *   costs      JOBS: the run is given --costs (ddp refuses it: its order depends on none)
+ *   groups     --groups GROUPS (lpp, fslpp); the simulator's groups likewise
+ *   mem_limit  --mem-limit N in micro-batches of a chunk per rank (zb-auto), 0: none
+ *   lenet      LeNet runs the scheme too (lenet_*_match_single_process) */
+typedef enum { JOBS, LIST, V } run_kind;
+
+typedef struct scheme_row {
+    const char *name;
+    run_kind kind;
+    bool bitwise, costs, groups;
+    int mem_limit;
+    bool lenet;
+} scheme_row;
+
+/* zb-auto's --mem-limit: 2 micro-batches of a chunk per rank, below 1F1B's p on rank 0 at -np 4 */
+#define VL_LIMIT 2
+
+/*  X(id,               name,               kind, bitwise, costs, groups, mem_limit, lenet) */
+#define SCHEMES(X)                                                                      \
+    X(ddp,              "ddp",              JOBS, false,   false, false,  0,        true)  \
+    X(fsdp,             "fsdp",             JOBS, false,   true,  false,  0,        true)  \
+    X(gpipe,            "gpipe",            JOBS, true,    true,  false,  0,        true)  \
+    X(1f1b,             "1f1b",             JOBS, true,    true,  false,  0,        true)  \
+    X(lpp,              "lpp",              JOBS, false,   true,  true,   0,        true)  \
+    X(fslpp,            "fslpp",            JOBS, false,   true,  true,   0,        false) \
+    X(ooo_ff,           "ooo-ff",           JOBS, true,    true,  false,  0,        false) \
+    X(ooo_modulo,       "ooo-modulo",       JOBS, true,    true,  false,  0,        false) \
+    X(1f1b_strict,      "1f1b-strict",      LIST, true,    true,  false,  0,        true)  \
+    X(zb_h1,            "zb-h1",            LIST, true,    true,  false,  0,        true)  \
+    X(zb_h2,            "zb-h2",            LIST, true,    true,  false,  0,        true)  \
+    X(interleaved_1f1b, "interleaved-1f1b", LIST, true,    true,  false,  0,        true)  \
+    X(looped_bfs,       "looped-bfs",       LIST, true,    true,  false,  0,        true)  \
+    X(zbv,              "zbv",              V,    false,   true,  false,  0,        true)  \
+    X(v_half,           "v-half",           V,    false,   true,  false,  0,        true)  \
+    X(v_min,            "v-min",            V,    false,   true,  false,  0,        true)  \
+    X(dualpipev,        "dualpipev",        V,    false,   true,  false,  0,        true)  \
+    X(zb_auto_mem_limit, "zb-auto",         V,    false,   true,  false,  VL_LIMIT, true)
+
+#define SCHEME_ROW(id, name, kind, bitwise, costs, groups, mem_limit, lenet) \
+    {name, kind, bitwise, costs, groups, mem_limit, lenet},
+static const scheme_row schemes[] = {SCHEMES(SCHEME_ROW)};
+#define NSCHEMES ((int)(sizeof schemes / sizeof schemes[0]))
+
+/* The row of a scheme, or NULL (ddp-ooo, custom and scan have none). */
+static const scheme_row *scheme_find(const char *name)
+{
+    for (int i = 0; i < NSCHEMES; i++)
+        if (!strcmp(schemes[i].name, name)) return &schemes[i];
+    return NULL;
+}
+
+static void demo_run(const scheme_row *row);
+
+#define DEMO_TEST(id, name, ...) \
+    Test(exec, demo_##id, .timeout = 300) { demo_run(scheme_find(name)); }
+SCHEMES(DEMO_TEST)
+
+/* Scheme flags beyond --parallel and --microbatches: --groups, --mem-limit. */
+static const char *scheme_flags(const scheme_row *row)
+{
+    static char f[4][64];
+    static int k;
+    k = (k + 1) % 4;
+    f[k][0] = 0;
+    if (row && row->groups) snprintf(f[k], sizeof f[k], "--groups %d", GROUPS);
+    if (row && row->mem_limit) snprintf(f[k], sizeof f[k], "--mem-limit %d", row->mem_limit);
+    return f[k];
+}
+
+/* Line w of the --exec-order file equals rank w's simulated order of s, for every w < W,
+ * and the file has no more lines. */
+static void check_order_lines(const char *what, sp_schedule *s, const sp_sim *sim, int W, const char *order_path)
+{
+    FILE *f = fopen(order_path, "r");
+    cr_assert_not_null(f, "%s: no --exec-order file", what);
+    static char line[65536], want[65536];
+    for (int w = 0; w < W; w++) {
+        cr_assert_not_null(fgets(line, sizeof line, f), "%s: order file has no line for w%d", what, w);
+        line[strcspn(line, "\n")] = 0;
+        int n = snprintf(want, sizeof want, "w%d", w);
+        char lab[32];
+        for (int i = sim->order_off[w]; i < sim->order_off[w + 1]; i++)
+            n += snprintf(want + n, sizeof want - (size_t)n, " %s", sp_job_label(s, sim->order[i], lab, sizeof lab));
+        cr_assert_str_eq(line, want, "%s: rank %d's executed order differs from the simulated one", what, w);
+    }
+    cr_assert_null(fgets(line, sizeof line, f), "%s: order file has more than %d ranks", what, W);
+    fclose(f);
+}
+
+/* The executed order of every rank equals the simulator's, from the same costs. */
 static void check_order_k(const char *scheme, int W, int micro, int first_k, const char *order_path,
                           const char *costs_path)
 {
     sp_costs *c = sp_costs_read_csv(costs_path);
     sp_sched_config sc = {.stages = c->stages, .micro = micro, .workers = W, .split = -1, .no_input_grad = true,
                           .first_k = first_k};
-    if (!strcmp(scheme, "lpp") || !strcmp(scheme, "fslpp")) sc.groups = GROUPS, sc.per_group = W / GROUPS;
+    const scheme_row *row = scheme_find(scheme);
+    if (row && row->groups) sc.groups = GROUPS, sc.per_group = W / GROUPS;
     sp_schedule *s = sp_schedule_new(sp_scheme_find(scheme), &sc, c);
     sp_sim sim;
     sp_simulate(s, c, &sim);
-    FILE *f = fopen(order_path, "r");
-    cr_assert_not_null(f, "%s: no --exec-order file", scheme);
-    static char line[65536], want[65536];
-    for (int w = 0; w < W; w++) {
-        cr_assert_not_null(fgets(line, sizeof line, f), "%s: order file has no line for w%d", scheme, w);
-        line[strcspn(line, "\n")] = 0;
-        int n = snprintf(want, sizeof want, "w%d", w);
-        char lab[32];
-        for (int i = sim.order_off[w]; i < sim.order_off[w + 1]; i++)
-            n += snprintf(want + n, sizeof want - (size_t)n, " %s", sp_job_label(s, sim.order[i], lab, sizeof lab));
-        cr_assert_str_eq(line, want, "%s -np %d: executed order differs from the simulated one", scheme, W);
-    }
-    fclose(f);
+    char what[64];
+    snprintf(what, sizeof what, "%s -np %d", scheme, W);
+    check_order_lines(what, s, &sim, W, order_path);
     sp_sim_free(&sim);
     sp_schedule_free(s);
     sp_costs_free(c);
@@ -130,67 +222,105 @@ static void check_order(const char *scheme, int W, const char *order_path, const
     check_order_k(scheme, W, MICRO, 0, order_path, costs_path);
 }
 
-/* Uneven costs of the demo's 7 stages (fc1 tanh fc2 tanh fc3 tanh fc4), µs. */
-static const char *plan_costs(void)
+/* Uneven costs of the demo's first `stages` stages (fc1 tanh fc2 tanh ...), µs, in a file. */
+static const char *stage_costs(const char *name, int stages)
 {
-    const char *path = tmp("plan.csv");
+    const char *path = tmp(name);
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
     fprintf(f, "layer,fwd,bwd_grad,bwd_delta\n");
-    const double fwd[7] = {40, 5, 90, 7, 60, 3, 20};
-    for (int s = 0; s < 7; s++) fprintf(f, "l%d,%g,%g,%g\n", s, fwd[s], 0.9 * fwd[s], s ? 1.1 * fwd[s] : 0);
+    const double fwd[9] = {40, 5, 90, 7, 60, 3, 20, 4, 30};
+    cr_assert_leq(stages, 9);
+    for (int s = 0; s < stages; s++) fprintf(f, "l%d,%g,%g,%g\n", s, fwd[s], 0.9 * fwd[s], s ? 1.1 * fwd[s] : 0);
     fclose(f);
     return path;
 }
 
-static void demo_scheme(const char *scheme)
+/* The 7 stages of DEMO_FLAGS (--layers 4). */
+static const char *plan_costs(void)
 {
-    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    return stage_costs("plan.csv", 7);
+}
+
+#define LIST_FLAGS "--layers 5 --steps 3 --batch 32 --threads 1 --quiet"
+
+/* The 9 stages of LIST_FLAGS (--layers 5). */
+static const char *list_costs(void)
+{
+    return stage_costs("list-plan.csv", 9);
+}
+
+static void check_list_order(const char *scheme, int W, int micro, const char *order_path, const char *costs_path);
+
+/* The JSON line of a --parallel run on W ranks names the scheme, the ranks and the
+ * executor's keys. */
+static void check_json(const char *what, const char *scheme, int W, const char *out)
+{
+    char key[96];
+    snprintf(key, sizeof key, "\"parallel\": \"%s\"", scheme);
+    cr_assert(strstr(out, key), "%s: JSON line without %s: %s", what, key, out);
+    snprintf(key, sizeof key, "\"workers\": %d", W);
+    cr_assert(strstr(out, key), "%s: JSON line without %s: %s", what, key, out);
+    cr_assert(strstr(out, "\"comm_ms\": ") && strstr(out, "\"busy_ms\": ["),
+              "%s: JSON line without the parallel keys: %s", what, out);
+}
+
+/* A JOBS or LIST row: the demo under the scheme on 1, 2 and 4 ranks. -np 2 and 4 end with
+ * the single process's weights (1e-6) and the one rank's (bitwise or 1e-6, the row's
+ * column) and execute the simulated order; JOBS runs also write --costs-out, read back
+ * as a calibrated simulation reads it. */
+static void demo_ranks(const scheme_row *row)
+{
+    const char *scheme = row->name;
+    const bool list = row->kind == LIST;
+    const char *flags = list ? LIST_FLAGS : DEMO_FLAGS;
     static mpi_result r;
-    char cmd[2048];
-    const char *plan = plan_costs();
+    char cmd[2048], costs_in[600] = "";
+    const char *plan = list ? list_costs() : plan_costs();
     const char *ref = tmp("ref.safetensors"), *one = tmp("one.safetensors"), *par = tmp("par.safetensors");
-    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --save %s >/dev/null", bin("demo"), ref);
+    /* ddp's order does not depend on the costs: --costs is refused there, and the
+     * simulator's order from `plan` is the one every cost gives */
+    if (row->costs) snprintf(costs_in, sizeof costs_in, "--costs %s", plan);
+    snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", bin("demo"), flags, ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel %s --microbatches %d --save %s", bin("demo"), scheme,
-             MICRO, one);
+    snprintf(cmd, sizeof cmd, "%s %s --parallel %s --microbatches %d %s --save %s", bin("demo"), flags, scheme, MICRO,
+             list ? costs_in : "", one);
     mpi_run("", "-np 1", cmd, &r);
     cr_assert_eq(r.status, 0, "%s -np 1: status %d\n%s", scheme, r.status, r.err);
     for (int W = 2; W <= 4; W += 2) {
         const char *order = tmp("order.txt"), *costs = tmp("costs.csv");
-        char groups[32] = "";
-        if (!strcmp(scheme, "lpp") || !strcmp(scheme, "fslpp")) snprintf(groups, sizeof groups, "--groups %d", GROUPS);
-        /* ddp's order does not depend on the costs: --costs is refused there, and the
-         * simulator's order from `plan` is the one every cost gives */
-        char costs_in[600] = "";
-        if (strcmp(scheme, "ddp") != 0) snprintf(costs_in, sizeof costs_in, "--costs %s", plan);
-        snprintf(cmd, sizeof cmd,
-                 "%s " DEMO_FLAGS " --parallel %s --microbatches %d %s --save %s --exec-order %s %s --costs-out %s",
-                 bin("demo"), scheme, MICRO, groups, par, order, costs_in, costs);
+        char costs_out[600] = "", what[64];
+        if (!list) snprintf(costs_out, sizeof costs_out, "--costs-out %s", costs);
+        snprintf(what, sizeof what, "%s -np %d", scheme, W);
+        snprintf(cmd, sizeof cmd, "%s %s --parallel %s --microbatches %d %s --save %s --exec-order %s %s %s",
+                 bin("demo"), flags, scheme, MICRO, scheme_flags(row), par, order, costs_in, costs_out);
         char np[16];
         snprintf(np, sizeof np, "-np %d", W);
         mpi_run("", np, cmd, &r);
-        cr_assert_eq(r.status, 0, "%s -np %d: status %d\n%s", scheme, W, r.status, r.err);
-        cr_assert(strstr(r.out, "\"parallel\": ") && strstr(r.out, "\"comm_ms\": ") && strstr(r.out, "\"busy_ms\": ["),
-                  "%s: JSON line without the parallel keys: %s", scheme, r.out);
+        cr_assert_eq(r.status, 0, "%s: status %d\n%s", what, r.status, r.err);
+        check_json(what, scheme, W, r.out);
         bool bit;
         double d = compare(par, ref, &bit);
-        cr_assert(d <= 1e-6, "%s -np %d vs single process: max rel diff %.3g > 1e-6", scheme, W, d);
+        cr_assert(d <= 1e-6, "%s vs single process: max rel diff %.3g > 1e-6", what, d);
         d = compare(par, one, &bit);
-        if (is_pipeline(scheme)) cr_assert(bit, "%s -np %d vs one rank: not bitwise (max rel %.3g)", scheme, W, d);
-        else cr_assert(d <= 1e-6, "%s -np %d vs one rank: max rel diff %.3g > 1e-6", scheme, W, d);
-        check_order(scheme, W, order, plan);
-        sp_costs *measured = sp_costs_read_csv(costs);   /* what a calibrated simulation reads */
-        cr_assert_eq(measured->stages, 7);
-        cr_assert(measured->fwd[2] > 0 && measured->grad[0] > 0, "%s: measured costs are empty", scheme);
-        /* the optimizer step measured on the ranks that step each stage (none without weights) */
-        cr_assert(measured->has_opt, "%s: --costs-out without the opt column", scheme);
-        for (int st = 0; st < 7; st++)
-            cr_assert(measured->param_bytes[st] > 0 ? measured->opt[st] > 0 : measured->opt[st] == 0,
-                      "%s: stage %d (%.0f parameter bytes): optimizer %g us", scheme, st, measured->param_bytes[st],
-                      measured->opt[st]);
-        sp_costs_free(measured);
-        remove(costs);
+        if (row->bitwise) cr_assert(bit, "%s vs one rank: not bitwise (max rel %.3g)", what, d);
+        else cr_assert(d <= 1e-6, "%s vs one rank: max rel diff %.3g > 1e-6", what, d);
+        if (list) {
+            check_list_order(scheme, W, MICRO, order, plan);
+        } else {
+            check_order(scheme, W, order, plan);
+            sp_costs *measured = sp_costs_read_csv(costs);   /* what a calibrated simulation reads */
+            cr_assert_eq(measured->stages, 7);
+            cr_assert(measured->fwd[2] > 0 && measured->grad[0] > 0, "%s: measured costs are empty", scheme);
+            /* the optimizer step measured on the ranks that step each stage (none without weights) */
+            cr_assert(measured->has_opt, "%s: --costs-out without the opt column", scheme);
+            for (int st = 0; st < 7; st++)
+                cr_assert(measured->param_bytes[st] > 0 ? measured->opt[st] > 0 : measured->opt[st] == 0,
+                          "%s: stage %d (%.0f parameter bytes): optimizer %g us", scheme, st, measured->param_bytes[st],
+                          measured->opt[st]);
+            sp_costs_free(measured);
+            remove(costs);
+        }
         remove(par);
     }
     remove(plan);
@@ -198,49 +328,70 @@ static void demo_scheme(const char *scheme)
     remove(one);
 }
 
-Test(exec, demo_ddp, .timeout = 300) { demo_scheme("ddp"); }
-Test(exec, demo_fsdp, .timeout = 300) { demo_scheme("fsdp"); }
-Test(exec, demo_gpipe, .timeout = 300) { demo_scheme("gpipe"); }
-Test(exec, demo_1f1b, .timeout = 300) { demo_scheme("1f1b"); }
-Test(exec, demo_lpp, .timeout = 300) { demo_scheme("lpp"); }
-Test(exec, demo_fslpp, .timeout = 300) { demo_scheme("fslpp"); }
-Test(exec, demo_ooo_ff, .timeout = 300) { demo_scheme("ooo-ff"); }
-Test(exec, demo_ooo_modulo, .timeout = 300) { demo_scheme("ooo-modulo"); }
-
 #define LENET_FLAGS "--steps 3 --batch 32 --threads 1 --quiet"
 
+/* One LeNet run under --parallel: the scheme's row (for its flags; NULL: none), flags
+ * beyond them, the rank count, and whether it must equal gpipe on one rank bitwise. */
+typedef struct lenet_run {
+    const scheme_row *row;
+    const char *scheme, *flags;
+    int np;
+    bool bitwise;
+} lenet_run;
+
+/* The rows of the scheme table of `kind` that LeNet runs, at -np 2, into runs. */
+static int lenet_rows(run_kind kind, lenet_run *runs)
+{
+    int n = 0;
+    for (int i = 0; i < NSCHEMES; i++)
+        if (schemes[i].kind == kind && schemes[i].lenet)
+            runs[n++] = (lenet_run){&schemes[i], schemes[i].name, "", 2, schemes[i].bitwise};
+    return n;
+}
+
+/* LeNet under each run with 4 micro-batches: the single process's weights ref (1e-6),
+ * and bitwise the weights `one` where the run says. */
+static void lenet_match(const lenet_run *runs, int n, const char *ref, const char *one)
+{
+    static mpi_result r;
+    char cmd[2048], what[128], np[16];
+    const char *par = tmp("lenet-par.safetensors");
+    for (int i = 0; i < n; i++) {
+        snprintf(what, sizeof what, "lenet %s %s -np %d", runs[i].scheme, runs[i].flags, runs[i].np);
+        snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --parallel %s --microbatches 4 %s %s --save %s", bin("lenet"),
+                 runs[i].scheme, runs[i].row ? scheme_flags(runs[i].row) : "", runs[i].flags, par);
+        snprintf(np, sizeof np, "-np %d", runs[i].np);
+        mpi_run("", np, cmd, &r);
+        cr_assert_eq(r.status, 0, "%s: status %d\n%s", what, r.status, r.err);
+        check_json(what, runs[i].scheme, runs[i].np, r.out);
+        bool bit;
+        double d = compare(par, ref, &bit);
+        cr_assert(d <= 1e-6, "%s vs single process: max rel %.3g", what, d);
+        if (runs[i].bitwise) {
+            d = compare(par, one, &bit);
+            cr_assert(bit, "%s vs one rank: not bitwise (max rel %.3g)", what, d);
+        }
+        remove(par);
+    }
+}
+
+/* The JOBS rows LeNet runs, and gpipe with --partition layerpipe, on 2 ranks. */
 Test(exec, lenet_schemes_match_single_process, .timeout = 600)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) cr_skip_test("no Fashion-MNIST");
     static mpi_result r;
     char cmd[2048];
-    const char *ref = tmp("lenet-ref.safetensors"), *one = tmp("lenet-one.safetensors"), *par = tmp("lenet-par.safetensors");
+    const char *ref = tmp("lenet-ref.safetensors"), *one = tmp("lenet-one.safetensors");
     snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --save %s >/dev/null", bin("lenet"), ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --parallel gpipe --microbatches 4 --save %s", bin("lenet"), one);
     mpi_run("", "-np 1", cmd, &r);
     cr_assert_eq(r.status, 0, "lenet -np 1: %s", r.err);
-    const char *runs[][2] = {
-        {"ddp", "--microbatches 4"},   {"fsdp", "--microbatches 4"},
-        {"gpipe", "--microbatches 4"}, {"gpipe", "--microbatches 4 --partition layerpipe"},
-        {"1f1b", "--microbatches 4"},  {"lpp", "--microbatches 4 --groups 2"},
-    };
-    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
-        snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --parallel %s %s --save %s", bin("lenet"), runs[i][0], runs[i][1],
-                 par);
-        mpi_run("", "-np 2", cmd, &r);
-        cr_assert_eq(r.status, 0, "lenet %s %s: status %d\n%s", runs[i][0], runs[i][1], r.status, r.err);
-        bool bit;
-        double d = compare(par, ref, &bit);
-        cr_assert(d <= 1e-6, "lenet %s %s vs single process: max rel %.3g", runs[i][0], runs[i][1], d);
-        if (is_pipeline(runs[i][0])) {
-            d = compare(par, one, &bit);
-            cr_assert(bit, "lenet %s %s vs one rank: not bitwise (max rel %.3g)", runs[i][0], runs[i][1], d);
-        }
-        cr_assert(strstr(r.out, "\"workers\": 2"), "%s", r.out);
-        remove(par);
-    }
+    lenet_run runs[NSCHEMES + 1];
+    int n = lenet_rows(JOBS, runs);
+    runs[n++] = (lenet_run){scheme_find("gpipe"), "gpipe", "--partition layerpipe", 2, true};
+    lenet_match(runs, n, ref, one);
     remove(ref);
     remove(one);
 }
@@ -947,10 +1098,8 @@ Test(exec, ddp_with_ooo_order_gives_the_same_weights, .timeout = 300)
  * chunks on each of 4 ranks) under -np 2 and -np 4 to the single-process weights (1e-6)
  * and bitwise to the same scheme on one rank (each chunk sums its micro-batches'
  * gradients in the list's order whatever the rank count); the executed order per rank is
- * the simulated one — the list expanded to the layers, from schedule.h and actions.h alone. */
-#include "schedulers/plan/actions.h"
-
-#define LIST_FLAGS "--layers 5 --steps 3 --batch 32 --threads 1 --quiet"
+ * the simulated one — the list expanded to the layers, from schedule.h and actions.h alone
+ * (demo_ranks runs the LIST rows of the scheme table). */
 
 static void check_list_order(const char *scheme, int W, int micro, const char *order_path, const char *costs_path)
 {
@@ -962,19 +1111,9 @@ static void check_list_order(const char *scheme, int W, int micro, const char *o
     sp_schedule *s = sp_schedule_from_actions(a, &sc, c);
     sp_sim sim;
     sp_simulate(s, c, &sim);
-    FILE *f = fopen(order_path, "r");
-    cr_assert_not_null(f, "%s: no --exec-order file", scheme);
-    static char line[65536], want[65536];
-    for (int w = 0; w < W; w++) {
-        cr_assert_not_null(fgets(line, sizeof line, f), "%s: order file has no line for w%d", scheme, w);
-        line[strcspn(line, "\n")] = 0;
-        int n = snprintf(want, sizeof want, "w%d", w);
-        char lab[32];
-        for (int i = sim.order_off[w]; i < sim.order_off[w + 1]; i++)
-            n += snprintf(want + n, sizeof want - (size_t)n, " %s", sp_job_label(s, sim.order[i], lab, sizeof lab));
-        cr_assert_str_eq(line, want, "%s -np %d: executed order differs from the simulated one", scheme, W);
-    }
-    fclose(f);
+    char what[64];
+    snprintf(what, sizeof what, "%s -np %d", scheme, W);
+    check_order_lines(what, s, &sim, W, order_path);
     sp_sim_free(&sim);
     sp_schedule_free(s);
     sp_actions_free(a);
@@ -982,72 +1121,15 @@ static void check_list_order(const char *scheme, int W, int micro, const char *o
     remove(order_path);
 }
 
-/* Uneven costs of the 9 stages of --layers 5, µs. */
-static const char *list_costs(void)
-{
-    const char *path = tmp("list-plan.csv");
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "layer,fwd,bwd_grad,bwd_delta\n");
-    const double fwd[9] = {40, 5, 90, 7, 60, 3, 20, 4, 30};
-    for (int s = 0; s < 9; s++) fprintf(f, "l%d,%g,%g,%g\n", s, fwd[s], 0.9 * fwd[s], s ? 1.1 * fwd[s] : 0);
-    fclose(f);
-    return path;
-}
-
-static void demo_list(const char *scheme)
-{
-    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
-    static mpi_result r;
-    char cmd[2048];
-    const char *plan = list_costs();
-    const char *ref = tmp("lref.safetensors"), *one = tmp("lone.safetensors"), *par = tmp("lpar.safetensors");
-    snprintf(cmd, sizeof cmd, "%s " LIST_FLAGS " --save %s >/dev/null", bin("demo"), ref);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s " LIST_FLAGS " --parallel %s --microbatches %d --costs %s --save %s", bin("demo"),
-             scheme, MICRO, plan, one);
-    mpi_run("", "-np 1", cmd, &r);
-    cr_assert_eq(r.status, 0, "%s -np 1: status %d\n%s", scheme, r.status, r.err);
-    for (int W = 2; W <= 4; W += 2) {
-        const char *order = tmp("lorder.txt");
-        snprintf(cmd, sizeof cmd, "%s " LIST_FLAGS " --parallel %s --microbatches %d --costs %s --save %s --exec-order %s",
-                 bin("demo"), scheme, MICRO, plan, par, order);
-        char np[16];
-        snprintf(np, sizeof np, "-np %d", W);
-        mpi_run("", np, cmd, &r);
-        cr_assert_eq(r.status, 0, "%s -np %d: status %d\n%s", scheme, W, r.status, r.err);
-        char key[64];
-        snprintf(key, sizeof key, "\"parallel\": \"%s\"", scheme);
-        cr_assert(strstr(r.out, key), "%s: JSON line: %s", scheme, r.out);
-        bool bit;
-        double d = compare(par, ref, &bit);
-        cr_assert(d <= 1e-6, "%s -np %d vs single process: max rel diff %.3g > 1e-6", scheme, W, d);
-        d = compare(par, one, &bit);
-        cr_assert(bit, "%s -np %d vs one rank: not bitwise (max rel %.3g)", scheme, W, d);
-        check_list_order(scheme, W, MICRO, order, plan);
-        remove(par);
-    }
-    remove(plan);
-    remove(ref);
-    remove(one);
-}
-
-Test(exec, demo_1f1b_strict, .timeout = 300) { demo_list("1f1b-strict"); }
-Test(exec, demo_zb_h1, .timeout = 300) { demo_list("zb-h1"); }
-Test(exec, demo_zb_h2, .timeout = 300) { demo_list("zb-h2"); }
-Test(exec, demo_interleaved_1f1b, .timeout = 300) { demo_list("interleaved-1f1b"); }
-Test(exec, demo_looped_bfs, .timeout = 300) { demo_list("looped-bfs"); }
-
-/* LeNet (12 stages) under every generator of gen_basic.c on 2 ranks, zb-h1 and
- * interleaved-1f1b (two chunks on each of 4 ranks) on 4, and a list exported by
- * build/schedule --actions-out run as --parallel custom: the single-process weights. */
+/* LeNet (12 stages) under the LIST rows LeNet runs on 2 ranks, zb-h1 and interleaved-1f1b
+ * (two chunks on each of 4 ranks) on 4, and a list exported by build/schedule
+ * --actions-out run as --parallel custom: the single-process weights. */
 Test(exec, lenet_action_lists_match_single_process, .timeout = 600)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) cr_skip_test("no Fashion-MNIST");
-    static mpi_result r;
     char cmd[2048];
-    const char *ref = tmp("ll-ref.safetensors"), *par = tmp("ll-par.safetensors"), *csv = tmp("ll-list.csv");
+    const char *ref = tmp("ll-ref.safetensors"), *csv = tmp("ll-list.csv");
     snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --save %s >/dev/null", bin("lenet"), ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     snprintf(cmd, sizeof cmd, "%s --scheme zb-h1 --stages 12 --workers 2 --microbatches 4 --no-diagram --actions-out %s "
@@ -1055,21 +1137,13 @@ Test(exec, lenet_action_lists_match_single_process, .timeout = 600)
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     char custom[700];
     snprintf(custom, sizeof custom, "--actions %s", csv);
-    const char *runs[][3] = {
-        {"1f1b-strict", "", "-np 2"}, {"zb-h1", "", "-np 2"},          {"zb-h2", "", "-np 2"},
-        {"looped-bfs", "", "-np 2"},  {"interleaved-1f1b", "", "-np 2"}, {"zb-h1", "", "-np 4"},
-        {"interleaved-1f1b", "--chunks 2", "-np 4"}, {"custom", custom, "-np 2"},
-    };
-    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
-        snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --parallel %s --microbatches 4 %s --save %s", bin("lenet"),
-                 runs[i][0], runs[i][1], par);
-        mpi_run("", runs[i][2], cmd, &r);
-        cr_assert_eq(r.status, 0, "lenet %s %s: status %d\n%s", runs[i][0], runs[i][2], r.status, r.err);
-        bool bit;
-        double d = compare(par, ref, &bit);
-        cr_assert(d <= 1e-6, "lenet %s %s vs single process: max rel %.3g", runs[i][0], runs[i][2], d);
-        remove(par);
-    }
+    lenet_run runs[NSCHEMES + 3];
+    int n = lenet_rows(LIST, runs);
+    runs[n++] = (lenet_run){scheme_find("zb-h1"), "zb-h1", "", 4, false};
+    runs[n++] = (lenet_run){scheme_find("interleaved-1f1b"), "interleaved-1f1b", "--chunks 2", 4, false};
+    runs[n++] = (lenet_run){NULL, "custom", custom, 2, false};
+    for (int i = 0; i < n; i++) runs[i].bitwise = false;   /* no one-rank run here */
+    lenet_match(runs, n, ref, NULL);
     remove(csv);
     remove(ref);
 }
@@ -1158,14 +1232,10 @@ Test(exec, measured_peak_activations_equal_the_simulated_ones, .timeout = 600)
     for (int s = 0; s < m->nlayers; s++) params += m->layers[s]->nparams > 0;
     for (int s = 0, seen = 0; s < m->nlayers && seen < params / 2; s++)
         if (m->layers[s]->nparams > 0 && ++seen == params / 2) first_k = s + 1;
-    const char *schemes[] = {"ddp",        "ddp-ooo",          "fsdp",       "gpipe",  "1f1b",   "lpp",
-                             "fslpp",      "ooo-ff",           "ooo-modulo", "1f1b-strict", "zb-h1", "zb-h2",
-                             "interleaved-1f1b", "looped-bfs", "zbv",    "v-half", "v-min",  "dualpipev",
-                             "zb-auto"};
     static mpi_result r;
     char cmd[2048], costs[600];
-    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
-        const char *name = schemes[i];
+    for (int i = 0; i <= NSCHEMES; i++) {   /* every row, and ddp with ooo's order */
+        const char *name = i < NSCHEMES ? schemes[i].name : "ddp-ooo";
         bool data = !strncmp(name, "ddp", 3);   /* the order of ddp does not depend on costs (refused there) */
         snprintf(costs, sizeof costs, "%s%s", data ? "" : "--costs ", data ? "" : plan);
         snprintf(cmd, sizeof cmd, "%s --steps 2 --batch %d --threads 1 --quiet --parallel %s --microbatches %d %s",
@@ -1174,7 +1244,7 @@ Test(exec, measured_peak_activations_equal_the_simulated_ones, .timeout = 600)
         cr_assert_eq(r.status, 0, "lenet %s: status %d\n%s", name, r.status, r.err);
         sp_sched_config sc = {.stages = c->stages, .micro = NMICRO, .workers = W, .split = -1, .no_input_grad = true,
                               .first_k = !strcmp(name, "ddp-ooo") ? first_k : 0};
-        if (!strcmp(name, "lpp") || !strcmp(name, "fslpp")) sc.groups = 1, sc.per_group = W;
+        if (scheme_find(name) && scheme_find(name)->groups) sc.groups = 1, sc.per_group = W;
         /* the action-list schemes: the generator's list with the chunks' summed costs, as the
          * executor builds it (--chunks and --mem-limit left at their defaults) */
         const sp_pp_generator *g = sp_pp_find(name);
@@ -1270,14 +1340,10 @@ Test(exec, clip_grad_norm_across_ranks, .timeout = 300)
  * the chunks' summed costs of the same --costs file, the default chunks per rank, the same
  * --mem-limit. Micro-batches 2W: dualpipev needs m >= 2p. */
 
-/* zb-auto's --mem-limit: 2 micro-batches of a chunk per rank, below 1F1B's p on rank 0 at -np 4 */
-#define VL_LIMIT 2
-#define VL_LIMIT_FLAG "--mem-limit 2"
-
-/* The scheme's flags beyond --parallel: zb-auto's memory limit. */
+/* The scheme's flags beyond --parallel: zb-auto's memory limit (its row's column). */
 static const char *vl_extra(const char *scheme)
 {
-    return strcmp(scheme, "zb-auto") ? "" : VL_LIMIT_FLAG;
+    return scheme_flags(scheme_find(scheme));
 }
 
 /* The generator's list for W ranks and `micro` micro-batches with the chunk costs of c. */
@@ -1286,8 +1352,9 @@ static sp_actions *vl_generate(const char *scheme, int W, int micro, const sp_co
     const sp_pp_generator *g = sp_pp_find(scheme);
     cr_assert_not_null(g, "%s: not an action-list scheme", scheme);
     sp_actions *a = NULL;
-    cr_assert_eq(sp_pp_generate_from_costs(g, c, W, micro, 0, strcmp(scheme, "zb-auto") ? 0 : VL_LIMIT, false, 0, &a),
-                 SP_OK, "%s: %s", scheme, sp_last_error());
+    const scheme_row *row = scheme_find(scheme);
+    cr_assert_eq(sp_pp_generate_from_costs(g, c, W, micro, 0, row ? row->mem_limit : 0, false, 0, &a), SP_OK, "%s: %s",
+                 scheme, sp_last_error());
     return a;
 }
 
@@ -1300,20 +1367,7 @@ static void vl_check_order(const char *what, const char *scheme, sp_actions *a, 
     cr_assert_not_null(s, "%s: %s", what, sp_last_error());
     sp_sim sim;
     sp_simulate(s, c, &sim);
-    FILE *f = fopen(order_path, "r");
-    cr_assert_not_null(f, "%s: no --exec-order file", what);
-    static char line[65536], want[65536];
-    for (int w = 0; w < a->ranks; w++) {
-        cr_assert_not_null(fgets(line, sizeof line, f), "%s: order file has no line for w%d", what, w);
-        line[strcspn(line, "\n")] = 0;
-        int n = snprintf(want, sizeof want, "w%d", w);
-        char lab[32];
-        for (int i = sim.order_off[w]; i < sim.order_off[w + 1]; i++)
-            n += snprintf(want + n, sizeof want - (size_t)n, " %s", sp_job_label(s, sim.order[i], lab, sizeof lab));
-        cr_assert_str_eq(line, want, "%s: rank %d's executed order differs from the simulated one", what, w);
-    }
-    cr_assert_null(fgets(line, sizeof line, f), "%s: order file has more than %d ranks", what, a->ranks);
-    fclose(f);
+    check_order_lines(what, s, &sim, a->ranks, order_path);
     sp_sim_free(&sim);
     sp_schedule_free(s);
 }
@@ -1336,9 +1390,7 @@ static void vl_run(const char *app, const char *app_flags, const char *scheme, c
         snprintf(np, sizeof np, "-np %d", W);
         mpi_run("", np, cmd, &r);
         cr_assert_eq(r.status, 0, "%s: status %d\n%s", what, r.status, r.err);
-        char key[64];
-        snprintf(key, sizeof key, "\"parallel\": \"%s\"", scheme);
-        cr_assert(strstr(r.out, key), "%s: JSON line: %s", what, r.out);
+        check_json(what, scheme, W, r.out);
         bool bit;
         double d = compare(par, ref, &bit);
         cr_assert(d <= 1e-6, "%s vs single process: max rel diff %.3g > 1e-6", what, d);
@@ -1351,28 +1403,31 @@ static void vl_run(const char *app, const char *app_flags, const char *scheme, c
     sp_costs_free(c);
 }
 
-#define VL_DEMO "--layers 5 --steps 3 --batch 32 --threads 1 --quiet"
+#define VL_DEMO LIST_FLAGS
 
-static void vl_demo(const char *scheme)
+/* A V row: the demo under the scheme at -np 2 and -np 4 (vl_run). */
+static void vl_demo(const scheme_row *row)
 {
-    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     char ref[512], cmd[2048];
     const char *plan = list_costs();   /* uneven costs of the 9 stages */
     snprintf(ref, sizeof ref, "%s/vl-demo-ref.safetensors", tu_tmpdir());
     snprintf(cmd, sizeof cmd, "%s " VL_DEMO " --save %s >/dev/null", bin("demo"), ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    vl_run("demo", VL_DEMO, scheme, plan, ref);
+    vl_run("demo", VL_DEMO, row->name, plan, ref);
     remove(plan);
     remove(ref);
 }
 
-Test(exec, demo_zbv, .timeout = 300) { vl_demo("zbv"); }
-Test(exec, demo_v_half, .timeout = 300) { vl_demo("v-half"); }
-Test(exec, demo_v_min, .timeout = 300) { vl_demo("v-min"); }
-Test(exec, demo_dualpipev, .timeout = 300) { vl_demo("dualpipev"); }
-Test(exec, demo_zb_auto_mem_limit, .timeout = 300) { vl_demo("zb-auto"); }
+/* The runner of a row of the scheme table (the tests exec/demo_ID). */
+static void demo_run(const scheme_row *row)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    cr_assert_not_null(row);
+    if (row->kind == V) vl_demo(row);
+    else demo_ranks(row);
+}
 
-/* LeNet under the five schemes, the costs those of build/schedule --model lenet. */
+/* LeNet under the V rows LeNet runs, the costs those of build/schedule --model lenet. */
 Test(exec, lenet_v_and_auto_lists_match_single_process, .timeout = 900)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
@@ -1385,8 +1440,8 @@ Test(exec, lenet_v_and_auto_lists_match_single_process, .timeout = 900)
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --save %s >/dev/null", bin("lenet"), ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    const char *schemes[] = {"zbv", "v-half", "v-min", "dualpipev", "zb-auto"};
-    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) vl_run("lenet", LENET_FLAGS, schemes[i], plan, ref);
+    for (int i = 0; i < NSCHEMES; i++)
+        if (schemes[i].kind == V && schemes[i].lenet) vl_run("lenet", LENET_FLAGS, schemes[i].name, plan, ref);
     remove(plan);
     remove(ref);
 }
@@ -1597,7 +1652,7 @@ Test(exec, measured_memory_equals_the_predicted_memory, .timeout = 600)
         cr_assert_eq(r.status, 0, "lenet %s: status %d\n%s", name, r.status, r.err);
         sp_sched_config sc = {.stages = c->stages, .micro = NMICRO, .workers = W, .split = -1, .no_input_grad = true,
                               .first_k = !strcmp(name, "ddp-ooo") ? first_k : 0};
-        if (!strcmp(name, "lpp") || !strcmp(name, "fslpp")) sc.groups = 1, sc.per_group = W;
+        if (scheme_find(name) && scheme_find(name)->groups) sc.groups = 1, sc.per_group = W;
         sp_schedule *s = sp_schedule_new(sp_scheme_find(name), &sc, c);
         sp_sim sim;
         sp_simulate(s, c, &sim);
@@ -1699,15 +1754,13 @@ static void messages_match(const char *app, const char *flags, const char *env_e
 Test(exec, predicted_messages_match_the_executor, .timeout = 900)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
-    const char *schemes[] = {"ddp",   "fsdp",        "gpipe",   "1f1b",  "lpp",   "fslpp",   "ooo-ff",
-                             "ooo-modulo", "ddp-ooo", "zb-h1", "1f1b-strict", "zb-h2", "interleaved-1f1b",
-                             "looped-bfs", "zbv",     "v-half", "v-min", "dualpipev", "zb-auto"};
-    int n = (int)(sizeof schemes / sizeof *schemes);
-    for (int k = 0; k < n; k++)
+    for (int k = 0; k <= NSCHEMES; k++)   /* every row, and ddp with ooo's order */
         for (int W = 2; W <= 4; W += 2) {
+            const char *scheme = k < NSCHEMES ? schemes[k].name : "ddp-ooo";
+            bool groups = k < NSCHEMES && schemes[k].groups && W == 4;
             char flags[512];
             snprintf(flags, sizeof flags, "--layers 8 --steps 2 --batch 32 --threads 1 --quiet --parallel %s %s",
-                     schemes[k], W == 4 && strstr(schemes[k], "lpp") ? "--groups 2" : "");
+                     scheme, groups ? "--groups 2" : "");
             messages_match("demo", flags, "", W);
         }
 }
@@ -1718,17 +1771,17 @@ Test(exec, predicted_messages_match_the_executor, .timeout = 900)
 Test(exec, predicted_scan_messages_match_the_executor, .timeout = 600)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
-    for (int W = 2; W <= 4; W++)
-        messages_match("demo", "--layers 16 --width 16 --steps 2 --batch 16 --threads 1 --quiet --parallel scan", "",
-                       W);
-    const char *algo[] = {"SCANPROP_SCAN_ALGO=hillis-steele", "SCANPROP_SCAN_ALGO=blelloch"};
-    for (int a = 0; a < 2; a++)
-        for (int W = 2; W <= 4; W++) {
-            messages_match("rnn", "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 2 --threads 1 --quiet "
-                           "--parallel scan", algo[a], W);
-            messages_match("gru", "--shape S --samples 8 --batch 4 --steps 2 --threads 1 --quiet --parallel scan",
-                           algo[a], W);
-        }
+#define RNN_SCAN "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 2 --threads 1 --quiet --parallel scan"
+#define GRU_SCAN "--shape S --samples 8 --batch 4 --steps 2 --threads 1 --quiet --parallel scan"
+    const struct { const char *app, *flags, *env; } runs[] = {
+        {"demo", "--layers 16 --width 16 --steps 2 --batch 16 --threads 1 --quiet --parallel scan", ""},
+        {"rnn", RNN_SCAN, "SCANPROP_SCAN_ALGO=hillis-steele"}, {"gru", GRU_SCAN, "SCANPROP_SCAN_ALGO=hillis-steele"},
+        {"rnn", RNN_SCAN, "SCANPROP_SCAN_ALGO=blelloch"},      {"gru", GRU_SCAN, "SCANPROP_SCAN_ALGO=blelloch"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
+        for (int W = 2; W <= 4; W++) messages_match(runs[i].app, runs[i].flags, runs[i].env, W);
+#undef RNN_SCAN
+#undef GRU_SCAN
 }
 
 /* --clip-grad-norm's norm allgather in the prediction: plain and post-validated, on a
@@ -1737,18 +1790,17 @@ Test(exec, predicted_clip_messages_match_the_executor, .timeout = 300)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     const char *sync[] = {"plain", "post-validate"};
-    for (int v = 0; v < 2; v++) {
-        char flags[512];
-        snprintf(flags, sizeof flags, "--layers 4 --steps 2 --batch 32 --threads 1 --quiet --parallel ddp "
-                 "--clip-grad-norm 0.001 --step-sync %s", sync[v]);
-        messages_match("demo", flags, "", 2);
-        snprintf(flags, sizeof flags, "--layers 4 --steps 2 --batch 32 --threads 1 --quiet --parallel 1f1b "
-                 "--clip-grad-norm 0.001 --step-sync %s", sync[v]);
-        messages_match("demo", flags, "", 4);
-        snprintf(flags, sizeof flags, "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 2 --threads 1 --quiet "
-                 "--parallel scan --clip-grad-norm 0.001 --step-sync %s", sync[v]);
-        messages_match("rnn", flags, "", 3);
-    }
+    const struct { const char *app, *flags; int W; } runs[] = {
+        {"demo", "--layers 4 --steps 2 --batch 32 --threads 1 --quiet --parallel ddp", 2},
+        {"demo", "--layers 4 --steps 2 --batch 32 --threads 1 --quiet --parallel 1f1b", 4},
+        {"rnn", "--seq-len 16 --samples 64 --hidden 16 --batch 8 --steps 2 --threads 1 --quiet --parallel scan", 3},
+    };
+    for (int v = 0; v < 2; v++)
+        for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+            char flags[512];
+            snprintf(flags, sizeof flags, "%s --clip-grad-norm 0.001 --step-sync %s", runs[i].flags, sync[v]);
+            messages_match(runs[i].app, flags, "", runs[i].W);
+        }
 }
 
 /* --costs-out's measured optimizer column in build/schedule's simulation with
