@@ -161,6 +161,10 @@ void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_re
     sp_json_raw(j, "seed", seed);
     sp_json_str(j, "dataset", train->name);
     sp_run_summary_engine(s, j);
+    if (!s->exec && o->microbatches > 1) {   /* gradient accumulation (train/train_accum.c) */
+        sp_json_int(j, "microbatches", o->microbatches);
+        if (s->m->nbuffers > 0) sp_json_str(j, "batch_norm", "per-micro-batch");
+    }
     if (o->cuda_graph && r->graph_captures + r->graph_replays > 0) {   /* the whole step (sp_train) */
         sp_json_str(j, "cuda_graph", "step");
         sp_json_int(j, "graph_captures", r->graph_captures);

@@ -54,6 +54,9 @@ static int check_cfg(const sp_train_cfg *cfg, const sp_dataset *test)
                         cfg->eval_batch);
     if (cfg->eval_every < 0)
         return sp_error("%s: sp_train_cfg.eval_every is %d (expected >= 0)", app, cfg->eval_every);
+    if (cfg->microbatches < 0 || (cfg->microbatches > 1 && (cfg->exec || cfg->cuda_graph)))
+        return sp_error("%s: sp_train_cfg.microbatches is %d (expected >= 0; > 1 without exec and cuda_graph)", app,
+                        cfg->microbatches);
     if (cfg->save_every < 0 || (cfg->save_every > 0 && !cfg->save_path))
         return sp_error("%s: sp_train_cfg.save_every is %ld (expected >= 0, and a save_path with it)", app,
                         cfg->save_every);
@@ -111,7 +114,7 @@ static void train_body(void *arg)
     /* An engine that runs its backward asynchronously and the updates itself (ooo), without
      * the graph: step k+1's forward overlaps step k's last δW/U (on the CPU with two
      * threads or more: its lanes; docs/OOO.md) */
-    bool overlap = s->overlap = !sg && !cfg->exec && e->backward_async && e->opts.update &&
+    bool overlap = s->overlap = !sg && !cfg->exec && cfg->microbatches <= 1 && e->backward_async && e->opts.update &&
                                 (model_device(m) != SP_CPU || sp_get_threads() >= 2);
     /* On the CPU each update zeroes the gradient it read (in cache, same pass) and the
      * next step's zero_grad skips it: nothing writes a gradient in between here. */
@@ -152,8 +155,10 @@ static void train_body(void *arg)
                 loss = sp_tensor_get(&train_step_queue_overlap(m, e, o, tp, &b.x, b.y, -1, &f, &bw)->out, 0);
                 st = sp_now() - t0;
             } else if (dev == SP_CPU) {
-                loss = cfg->exec ? sp_exec_step(cfg->exec, &b.x, b.y, &f, &bw, &st)
-                                 : sp_train_step(m, e, o, &s->t, &b.x, b.y, &f, &bw, &st);
+                loss = cfg->exec                ? sp_exec_step(cfg->exec, &b.x, b.y, &f, &bw, &st)
+                       : cfg->microbatches > 1 ? sp_train_step_accum(m, e, o, &s->t, &b.x, b.y, cfg->microbatches,
+                                                                     &f, &bw, &st)
+                                               : sp_train_step(m, e, o, &s->t, &b.x, b.y, &f, &bw, &st);
             } else {
                 double t0 = sp_now();
                 sp_backend_allocator(dev)->use_staged(slot);
@@ -298,6 +303,9 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         return sp_error("sp_train: %s is NULL", !m ? "the model" : !e ? "the engine" : !o ? "the optimizer" :
                                                  !train ? "the loader" : "the configuration"), refused();
     if (check_cfg(cfg, test) != SP_OK) return refused();
+    if (cfg->microbatches > 1 && model_device(m) != SP_CPU)
+        return sp_error("%s: --microbatches %d without --parallel: gradient accumulation runs on the cpu (expected "
+                        "--device cpu)", cfg->app ? cfg->app : "sp_train", cfg->microbatches), refused();
     /* The files first, before anything is allocated or trained: a bad path is a status. */
     if (cfg->save_path && sp_check_save_target(cfg->save_path) != SP_OK) return refused();
     /* sp_try's frame is below this one: s stays intact when a failure returns through it */

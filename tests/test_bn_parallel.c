@@ -1,0 +1,179 @@
+/* test_bn_parallel — micro-batching and batch norm: the single-process gradient
+ * accumulation (--microbatches M without --parallel, train/train_accum.c) and batch norm
+ * under the parallel schemes (schedulers/exec/, run under mpirun).
+ *
+ * Accumulation. A chain without batch norm (the demo MLP) trained with M = 4 micro-batches
+ * ends within 1e-6 of the plain step (the loss is a mean: the weighted sum of the
+ * micro-batches' mean gradients is the batch's), also with micro-batches of unequal size;
+ * a batch-norm chain with M = 1 is the plain step bitwise; with M = 2 its running
+ * statistics are those of two forwards on the halves, in order. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+#include "core/threads.h"
+#include "layers/layers.h"
+#include "layers/zoo.h"
+#include "optim/optim.h"
+#include "schedulers/backward/engine.h"
+#include "train/train.h"
+#include "tests/testutil.h"
+
+/* conv-bn-relu-conv-bn-relu-avgpool-flatten-linear on [B, 2, 8, 8], 5 classes. */
+static sp_model *bn_chain(uint64_t seed)
+{
+    sp_model *m = sp_model_new("bnchain");
+    sp_model_set_loss(m, sp_softmax_ce());
+    sp_model_add(m, sp_conv2d("conv1", 2, 4, 3, 1, 1));
+    sp_model_add(m, sp_batchnorm2d("bn1", 4));
+    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_conv2d("conv2", 4, 6, 3, 1, 1));
+    sp_model_add(m, sp_batchnorm2d_relu("bn2", 6));
+    sp_model_add(m, sp_avgpool2d(2, 2, 0));
+    sp_model_add(m, sp_flatten());
+    sp_model_add(m, sp_linear("fc", 6 * 4 * 4, 5));
+    sp_model_init(m, seed);
+    return m;
+}
+
+typedef struct batch {
+    sp_tensor x;
+    int y[64];
+} batch;
+
+static void make_batch(batch *b, int B, int ndim, const int *sample, uint64_t seed)
+{
+    int shape[SP_MAX_DIMS] = {B};
+    for (int d = 0; d < ndim; d++) shape[d + 1] = sample[d];
+    b->x = sp_tensor_new(ndim + 1, shape);
+    tu_fill_uniform(b->x.data, b->x.numel, seed, -1, 1);
+    for (int i = 0; i < B; i++) b->y[i] = (int)((seed + 7u * (unsigned)i) % 5);
+}
+
+/* Every value of m's state (parameters, then buffers) in one malloc'd array. */
+static float *state_of(const sp_model *m, size_t *n)
+{
+    *n = 0;
+    for (int i = 0; i < sp_model_nstate(m); i++) *n += sp_model_state(m, i)->value.numel;
+    float *w = malloc(*n * sizeof *w), *q = w;
+    for (int i = 0; i < sp_model_nstate(m); i++) {
+        memcpy(q, sp_model_state(m, i)->value.data, sp_model_state(m, i)->value.numel * sizeof *q);
+        q += sp_model_state(m, i)->value.numel;
+    }
+    return w;
+}
+
+/* `steps` steps of m on b (micro = 0: the plain step), SGD with momentum; returns the
+ * state after them. */
+static float *train(sp_model *m, const char *engine, const batch *b, int steps, int micro, size_t *n)
+{
+    sp_engine *e = sp_engine_create(engine, NULL);
+    sp_optim *o = sp_sgd_new(m->params, m->nparams, 0.05, 0.9, 0, 1e-4, false);
+    sp_tape t;
+    sp_tape_init(&t);
+    for (int s = 0; s < steps; s++) {
+        float l = micro ? sp_train_step_accum(m, e, o, &t, &b->x, b->y, micro, NULL, NULL, NULL)
+                        : sp_train_step(m, e, o, &t, &b->x, b->y, NULL, NULL, NULL);
+        cr_assert(isfinite(l));
+    }
+    sp_tape_free(&t);
+    sp_optim_free(o);
+    sp_engine_destroy(e);
+    return state_of(m, n);
+}
+
+static void chain_equal(const char *engine, int B, int micro)
+{
+    batch b;
+    make_batch(&b, B, 1, (int[]){12}, 3);
+    sp_model *m1 = sp_zoo_mlp(12, 16, 5), *m2 = sp_zoo_mlp(12, 16, 5);
+    sp_model_init(m1, 11);
+    sp_model_init(m2, 11);
+    size_t n1, n2;
+    float *w1 = train(m1, engine, &b, 3, 0, &n1), *w2 = train(m2, engine, &b, 3, micro, &n2);
+    cr_assert_eq(n1, n2);
+    double d = tu_max_rel_diff(w2, w1, n1);
+    cr_assert_leq(d, 1e-6, "%s B=%d M=%d: weights differ from the plain step by %g", engine, B, micro, d);
+    cr_assert_gt(d, 0.0, "%s B=%d M=%d: bitwise the plain step (the micro-batches did not run?)", engine, B, micro);
+    free(w1);
+    free(w2);
+    sp_model_free(m1);
+    sp_model_free(m2);
+    sp_tensor_free(&b.x);
+}
+
+Test(bn_accum, chain_without_bn_equals_the_plain_step)
+{
+    sp_set_threads(1);
+    chain_equal("linear", 32, 4);
+    chain_equal("ooo", 32, 4);
+    chain_equal("linear", 30, 4);   /* micro-batches of 8, 8, 7, 7 */
+}
+
+Test(bn_accum, bn_chain_with_one_micro_batch_is_the_plain_step_bitwise)
+{
+    sp_set_threads(1);
+    batch b;
+    make_batch(&b, 16, 3, (int[]){2, 8, 8}, 5);
+    sp_model *m1 = bn_chain(21), *m2 = bn_chain(21);
+    size_t n1, n2;
+    float *w1 = train(m1, "linear", &b, 3, 0, &n1), *w2 = train(m2, "linear", &b, 3, 1, &n2);
+    cr_assert_eq(n1, n2);
+    cr_assert(memcmp(w1, w2, n1 * sizeof *w1) == 0, "M = 1 differs from the plain step");
+    free(w1);
+    free(w2);
+    sp_model_free(m1);
+    sp_model_free(m2);
+    sp_tensor_free(&b.x);
+}
+
+/* M = 2: the running statistics are those of forwards on the two halves in order, and
+ * the step's update is the mean of the halves' gradients. */
+Test(bn_accum, bn_statistics_per_micro_batch_in_order)
+{
+    sp_set_threads(1);
+    batch b;
+    make_batch(&b, 16, 3, (int[]){2, 8, 8}, 9);
+    sp_model *m1 = bn_chain(4), *m2 = bn_chain(4);
+    size_t n1;
+    float *w1 = train(m1, "linear", &b, 1, 2, &n1);
+    /* the reference: each half's gradient on its own, averaged, one SGD step (lr 0.05, wd 1e-4) */
+    sp_engine *e = sp_engine_create("linear", NULL);
+    sp_tape t;
+    sp_tape_init(&t);
+    size_t np = 0;
+    for (int i = 0; i < m2->nparams; i++) np += m2->params[i]->value.numel;
+    float *g = calloc(np, sizeof *g);
+    for (int h = 0; h < 2; h++) {
+        for (int i = 0; i < m2->nparams; i++) sp_tensor_zero(&m2->params[i]->grad);
+        sp_tape_reset(&t);
+        sp_tensor xv = b.x;
+        xv.shape[0] = 8;
+        xv.numel = b.x.numel / 2;
+        xv.data = b.x.data + h * xv.numel;
+        sp_backward(e, &t, sp_model_loss(m2, &t, &xv, b.y + 8 * h));
+        float *q = g;
+        for (int i = 0; i < m2->nparams; i++)
+            for (size_t j = 0; j < m2->params[i]->value.numel; j++) *q++ += 0.5f * m2->params[i]->grad.data[j];
+    }
+    float *q = g;
+    for (int i = 0; i < m2->nparams; i++)
+        for (size_t j = 0; j < m2->params[i]->value.numel; j++, q++) {
+            float *p = &m2->params[i]->value.data[j];
+            *p -= 0.05f * (*q + 1e-4f * *p);
+        }
+    size_t n2;
+    float *w2 = state_of(m2, &n2);
+    cr_assert_eq(n1, n2);
+    size_t nb = n1 - np;   /* the buffers: bitwise (the same forwards) */
+    cr_assert(memcmp(w1 + np, w2 + np, nb * sizeof *w1) == 0, "running statistics differ from two forwards");
+    double d = tu_max_rel_diff(w1, w2, np);
+    cr_assert_leq(d, 1e-6, "weights differ from the halves' mean gradient by %g", d);
+    free(g);
+    free(w1);
+    free(w2);
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+    sp_model_free(m1);
+    sp_model_free(m2);
+    sp_tensor_free(&b.x);
+}
