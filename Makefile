@@ -165,9 +165,12 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.c.o $(BUILD)/obj/tests/testutil.c.o $(LIB
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
 
-# Programs the MPI suites start under mpirun (test_comm, test_exec).
-MPI_WORKERS := $(BUILD)/tests/comm_worker
+# Programs the MPI suites start under mpirun (test_comm, test_exec, test_bn_parallel).
+MPI_WORKERS := $(BUILD)/tests/comm_worker $(BUILD)/tests/bn_worker
 $(BUILD)/tests/comm_worker: $(BUILD)/obj/tests/comm_worker.c.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+$(BUILD)/tests/bn_worker: $(BUILD)/obj/tests/bn_worker.c.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 tests: $(MPI_WORKERS)

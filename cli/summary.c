@@ -132,6 +132,10 @@ void sp_run_summary_begin(const sp_run_session *s, sp_json *j)
     sp_json_str(j, "app", s->app);
     sp_json_str(j, "device", s->o->device);
     sp_json_str(j, "backward", s->o->backward);
+    if (!s->exec && s->o->microbatches > 1) {   /* gradient accumulation (train/train_accum.c) */
+        sp_json_int(j, "microbatches", s->o->microbatches);
+        if (s->m->nbuffers > 0) sp_json_str(j, "batch_norm", "per-micro-batch");
+    }
 }
 
 void sp_run_summary_engine(const sp_run_session *s, sp_json *j)
@@ -161,10 +165,6 @@ void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_re
     sp_json_raw(j, "seed", seed);
     sp_json_str(j, "dataset", train->name);
     sp_run_summary_engine(s, j);
-    if (!s->exec && o->microbatches > 1) {   /* gradient accumulation (train/train_accum.c) */
-        sp_json_int(j, "microbatches", o->microbatches);
-        if (s->m->nbuffers > 0) sp_json_str(j, "batch_norm", "per-micro-batch");
-    }
     if (o->cuda_graph && r->graph_captures + r->graph_replays > 0) {   /* the whole step (sp_train) */
         sp_json_str(j, "cuda_graph", "step");
         sp_json_int(j, "graph_captures", r->graph_captures);
@@ -257,6 +257,7 @@ void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
     sp_json_str(j, "parallel", sp_exec_scheme(s->exec));   /* ddp --backward ooo: "ddp-ooo" */
     sp_json_int(j, "workers", st.workers);
     sp_json_int(j, "microbatches", sp_exec_schedule(x)->micro);
+    if (sp_exec_batch_norm(x)) sp_json_str(j, "batch_norm", sp_exec_batch_norm(x));
     sp_json_num(j, "comm_ms", 1e3 * comm / steps);
     /* the steps after the first, as --costs-out's job costs (bench/distributed.sh) */
     sp_json_num(j, "step_mean_ms", 1e3 * st.step_mean);

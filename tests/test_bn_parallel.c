@@ -10,6 +10,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 #include "core/threads.h"
 #include "layers/layers.h"
 #include "layers/zoo.h"
@@ -176,4 +177,188 @@ Test(bn_accum, bn_statistics_per_micro_batch_in_order)
     sp_model_free(m1);
     sp_model_free(m2);
     sp_tensor_free(&b.x);
+}
+
+/* The synchronized batch norm's hook on one process: a reduce that sums over one rank
+ * (the identity) gives the plain step's numbers (the statistics from Σx, Σx² instead of
+ * two passes: within 1e-5), called once per forward (2C + 1 values) and once per δ (2C). */
+typedef struct reduce_count {
+    int calls, values;
+} reduce_count;
+
+static void count_reduce(void *ctx, double *v, int n)
+{
+    reduce_count *c = ctx;
+    c->calls++;
+    c->values += n;
+}
+
+Test(bn_accum, sync_reduce_on_one_process_is_the_plain_step)
+{
+    sp_set_threads(1);
+    batch b;
+    make_batch(&b, 16, 3, (int[]){2, 8, 8}, 13);
+    sp_model *m1 = bn_chain(8), *m2 = bn_chain(8);
+    reduce_count rc = {0};
+    for (int i = 0; i < m2->nlayers; i++)
+        if (sp_layer_is_batchnorm(m2->layers[i])) sp_batchnorm2d_set_reduce(m2->layers[i], count_reduce, &rc);
+    size_t n1, n2;
+    float *w1 = train(m1, "linear", &b, 2, 0, &n1), *w2 = train(m2, "linear", &b, 2, 0, &n2);
+    cr_assert_eq(n1, n2);
+    double d = tu_max_rel_diff(w2, w1, n1);
+    cr_assert_leq(d, 1e-5, "the reduce's statistics differ from the plain step by %g", d);
+    /* 2 steps x 2 layers: a forward (2C + 1) and a δ (2C), C = 4 and 6 (bn1 is the first
+     * layer after conv1, so its δ runs too) */
+    cr_assert_eq(rc.calls, 2 * 2 * 2, "%d reduces", rc.calls);
+    cr_assert_eq(rc.values, 2 * ((9 + 8) + (13 + 12)), "%d values reduced", rc.values);
+    free(w1);
+    free(w2);
+    sp_model_free(m1);
+    sp_model_free(m2);
+    sp_tensor_free(&b.x);
+}
+
+/* ---- batch norm under the executor (mpirun) ------------------------------------------------
+ *
+ * tests/bn_worker trains a chain with batch norm (7 layers) on Fashion-MNIST, 3 steps of
+ * 32 samples. Each parallel run must end with the weights of its single-process reference
+ * within 1e-4 relative:
+ *   ddp (per-rank statistics)        the accumulation over W micro-batches (weights; the
+ *                                    running statistics follow rank 0, as PyTorch's)
+ *   pipelines (per micro-batch)      the accumulation over the same micro-batches, the
+ *                                    running statistics too
+ *   ddp/fsdp --sync-bn               the plain step on the whole batch, statistics too */
+
+#include "core/io/safetensors.h"
+#include "tests/mpirun.h"
+
+#define BN_FLAGS "--steps 3 --batch 32 --threads 1 --quiet"
+
+static const char *bn_bin(void)
+{
+    static char path[512];
+    const char *b = getenv("BUILD");
+    snprintf(path, sizeof path, "%s/tests/bn_worker", b ? b : "build");
+    return path;
+}
+
+/* max |a − b| / max(1, max |b|) over the tensors (buffers too when `buffers`). */
+static double compare_st(const char *pa, const char *pb, bool buffers)
+{
+    sp_st_file *a = sp_st_open(pa), *b = sp_st_open(pb);
+    cr_assert(a && b, "cannot open %s or %s", pa, pb);
+    cr_assert_eq(sp_st_count(a), sp_st_count(b));
+    double worst = 0;
+    int nbuf = 0;
+    for (int i = 0; i < sp_st_count(a); i++) {
+        const sp_st_tensor *ta = sp_st_at(a, i), *tb = sp_st_find(b, ta->name);
+        cr_assert_not_null(tb, "%s missing in %s", ta->name, pb);
+        bool is_buf = strstr(ta->name, "running_") || strstr(ta->name, "num_batches");
+        nbuf += is_buf;
+        if (is_buf && !buffers) continue;
+        int shape[SP_ST_MAX_DIMS];
+        for (int d = 0; d < ta->ndim; d++) shape[d] = (int)ta->shape[d];
+        float *x = malloc(ta->nbytes + 4), *y = malloc(tb->nbytes + 4);
+        cr_assert_eq(sp_st_read_f32(a, ta->name, x, ta->ndim, shape), 0);
+        cr_assert_eq(sp_st_read_f32(b, ta->name, y, ta->ndim, shape), 0);
+        double d = tu_max_rel_diff(x, y, ta->numel);
+        worst = d > worst ? d : worst;
+        free(x);
+        free(y);
+    }
+    cr_assert_eq(nbuf, 6, "expected the 6 buffers of two batch-norm layers, found %d", nbuf);
+    sp_st_close(a);
+    sp_st_close(b);
+    return worst;
+}
+
+static void bn_reference(const char *extra, const char *path)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s " BN_FLAGS " %s --save %s >/dev/null", bn_bin(), extra, path);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+static void bn_parallel(const char *np, const char *args, const char *path, const char *semantics)
+{
+    static mpi_result r;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s " BN_FLAGS " %s --save %s", bn_bin(), args, path);
+    mpi_run("", np, cmd, &r);
+    cr_assert_eq(r.status, 0, "%s %s: status %d\n%s", np, args, r.status, r.err);
+    char want[64];
+    snprintf(want, sizeof want, "\"batch_norm\": \"%s\"", semantics);
+    cr_assert(strstr(r.out, want), "%s: no %s in\n%s", args, want, r.out);
+}
+
+static bool have_bn_data(void)
+{
+    return mpi_available() && access("/usr/share/datasets/fashion-mnist", R_OK) == 0;
+}
+
+Test(bn_exec, ddp_per_rank_equals_accumulation_over_w, .timeout = 300)
+{
+    if (!have_bn_data()) cr_skip_test("no MPI or no Fashion-MNIST");
+    const char *ref = tu_tmp_path("acc2.st"), *par = tu_tmp_path("ddp.st");
+    bn_reference("--microbatches 2", ref);
+    const char *runs[] = {"--parallel ddp", "--parallel fsdp", "--parallel ddp-ooo"};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        bn_parallel("-np 2", runs[i], par, "per-rank");
+        double d = compare_st(par, ref, false);
+        cr_assert_leq(d, 1e-4, "%s vs --microbatches 2: weights differ by %g", runs[i], d);
+    }
+    bn_reference("--microbatches 4", ref);
+    bn_parallel("-np 4", "--parallel ddp", par, "per-rank");
+    double d = compare_st(par, ref, false);
+    cr_assert_leq(d, 1e-4, "ddp on 4 ranks vs --microbatches 4: weights differ by %g", d);
+}
+
+Test(bn_exec, pipelines_per_micro_batch_equal_accumulation, .timeout = 300)
+{
+    if (!have_bn_data()) cr_skip_test("no MPI or no Fashion-MNIST");
+    const char *ref = tu_tmp_path("acc4.st"), *par = tu_tmp_path("pipe.st");
+    bn_reference("--microbatches 4", ref);
+    const char *runs[] = {"--parallel gpipe --microbatches 4", "--parallel 1f1b --microbatches 4",
+                          "--parallel zb-h1 --microbatches 4", "--parallel ooo-ff --microbatches 4",
+                          "--parallel interleaved-1f1b --microbatches 4"};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        bn_parallel("-np 2", runs[i], par, "per-micro-batch");
+        double d = compare_st(par, ref, true);
+        cr_assert_leq(d, 1e-4, "%s vs --microbatches 4: weights or running statistics differ by %g", runs[i], d);
+    }
+    bn_reference("--microbatches 8", ref);
+    bn_parallel("-np 4", "--parallel 1f1b --microbatches 8", par, "per-micro-batch");
+    double d = compare_st(par, ref, true);
+    cr_assert_leq(d, 1e-4, "1f1b on 4 ranks vs --microbatches 8: weights or running statistics differ by %g", d);
+}
+
+Test(bn_exec, sync_bn_equals_the_whole_batch, .timeout = 300)
+{
+    if (!have_bn_data()) cr_skip_test("no MPI or no Fashion-MNIST");
+    const char *ref = tu_tmp_path("whole.st"), *par = tu_tmp_path("sync.st");
+    bn_reference("", ref);
+    const char *runs[] = {"--parallel ddp --sync-bn", "--parallel fsdp --sync-bn"};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        bn_parallel("-np 2", runs[i], par, "synchronized");
+        double d = compare_st(par, ref, true);
+        cr_assert_leq(d, 1e-4, "%s vs the whole batch: weights or running statistics differ by %g", runs[i], d);
+    }
+    bn_parallel("-np 4", "--parallel ddp --sync-bn", par, "synchronized");
+    double d = compare_st(par, ref, true);
+    cr_assert_leq(d, 1e-4, "ddp --sync-bn on 4 ranks vs the whole batch: weights or running statistics differ by %g", d);
+}
+
+Test(bn_exec, sync_bn_elsewhere_and_scan_refused_in_one_line, .timeout = 120)
+{
+    if (!have_bn_data()) cr_skip_test("no MPI or no Fashion-MNIST");
+    static mpi_result r;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s " BN_FLAGS " --parallel gpipe --sync-bn", bn_bin());
+    mpi_run("", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 2, "gpipe --sync-bn: status %d\n%s", r.status, r.err);
+    cr_assert(strstr(r.err, "sync-bn"), "%s", r.err);
+    snprintf(cmd, sizeof cmd, "%s " BN_FLAGS " --parallel scan", bn_bin());
+    mpi_run("", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 2, "scan with batch norm: status %d\n%s", r.status, r.err);
+    cr_assert(strstr(r.err, "batch norm"), "%s", r.err);
 }

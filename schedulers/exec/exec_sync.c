@@ -323,4 +323,5 @@ void sp_exec_sync_weights(sp_exec *x)
         for (int p = 0; p < si->layer->nparams; p++)
             sp_broadcast(x->world, si->layer->params[p]->value.data, si->layer->params[p]->value.numel, root);
     }
+    sp_exec_buffers_sync(x);
 }
