@@ -226,7 +226,7 @@ Test(bn_accum, sync_reduce_on_one_process_is_the_plain_step)
  *   ddp (per-rank statistics)        the accumulation over W micro-batches (weights; the
  *                                    running statistics follow rank 0, as PyTorch's)
  *   pipelines (per micro-batch)      the accumulation over the same micro-batches, the
- *                                    running statistics too
+ *                                    running statistics too (every pipeline scheme)
  *   ddp/fsdp --sync-bn               the plain step on the whole batch, statistics too */
 
 #include "core/io/safetensors.h"
@@ -318,10 +318,14 @@ Test(bn_exec, pipelines_per_micro_batch_equal_accumulation, .timeout = 300)
     if (!have_bn_data()) cr_skip_test("no MPI or no Fashion-MNIST");
     const char *ref = tu_tmp_path("acc4.st"), *par = tu_tmp_path("pipe.st");
     bn_reference("--microbatches 4", ref);
-    const char *runs[] = {"--parallel gpipe --microbatches 4", "--parallel 1f1b --microbatches 4",
-                          "--parallel zb-h1 --microbatches 4", "--parallel ooo-ff --microbatches 4",
-                          "--parallel interleaved-1f1b --microbatches 4"};
-    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+    /* every pipeline scheme: each checks at setup that a stage's forwards run in
+     * micro-batch order on its rank */
+    const char *schemes[] = {"gpipe", "1f1b", "lpp", "fslpp", "ooo-ff", "ooo-modulo", "1f1b-strict", "zb-h1",
+                             "zb-h2", "interleaved-1f1b", "looped-bfs", "zbv", "v-half", "v-min", "dualpipev",
+                             "zb-auto"};
+    char runs[sizeof schemes / sizeof schemes[0]][96];
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
+        snprintf(runs[i], sizeof runs[i], "--parallel %s --microbatches 4", schemes[i]);
         bn_parallel("-np 2", runs[i], par, "per-micro-batch");
         double d = compare_st(par, ref, true);
         cr_assert_leq(d, 1e-4, "%s vs --microbatches 4: weights or running statistics differ by %g", runs[i], d);
@@ -361,4 +365,17 @@ Test(bn_exec, sync_bn_elsewhere_and_scan_refused_in_one_line, .timeout = 120)
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 2, "scan with batch norm: status %d\n%s", r.status, r.err);
     cr_assert(strstr(r.err, "batch norm"), "%s", r.err);
+    /* an action list whose rank 0 runs micro-batch 1's forward before micro-batch 0's: the
+     * running statistics would move out of order (the same list in order runs) */
+    const char *lists[2] = {"0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1W0,1F1,1I1,1W1\n",
+                            "0F1,0F0,0I0,0W0,0I1,0W1\n1F0,1I0,1W0,1F1,1I1,1W1\n"};
+    for (int i = 0; i < 2; i++) {
+        const char *csv = tu_tmp_path("order.csv");
+        tu_write_file(csv, lists[i], strlen(lists[i]), false);
+        snprintf(cmd, sizeof cmd, "%s " BN_FLAGS " --parallel custom --actions %s", bn_bin(), csv);
+        mpi_run("", "-np 2", cmd, &r);
+        cr_assert_eq(r.status, i ? 2 : 0, "custom list %d: status %d\n%s", i, r.status, r.err);
+        if (i) cr_assert(strstr(r.err, "after micro-batch 1; batch norm's running statistics need micro-batch order"),
+                         "%s", r.err);
+    }
 }
