@@ -151,6 +151,8 @@ float sp_run_step(sp_run_session *s, sp_tape *t, const sp_tensor *x, const int *
     if (!t) sp_fail("sp_run_step: argument 't' is NULL");
     if (!x) sp_fail("sp_run_step: argument 'x' is NULL");
     if (s->exec) return sp_exec_step(s->exec, x, y, NULL, NULL, NULL);
+    if (s->o->microbatches > 1)   /* gradient accumulation (train/train_accum.c) */
+        return sp_train_step_accum(s->m, s->engine, s->optim, t, x, y, s->o->microbatches, NULL, NULL, NULL);
     return sp_train_step(s->m, s->engine, s->optim, t, x, y, NULL, NULL, NULL);
 }
 
@@ -366,7 +368,8 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
                        .save_every = o->save_every,
                        .save_path = o->save,
                        .resume_path = o->resume,
-                       .cuda_graph = o->cuda_graph};
+                       .cuda_graph = o->cuda_graph,
+                       .microbatches = s.exec ? 0 : o->microbatches};
     /* What decides a run's numbers: a resume must match (train/checkpoint.h). */
     char lr[32], mom[32], wd[32], batch[16], seed[24];
     snprintf(lr, sizeof lr, "%.17g", o->lr);

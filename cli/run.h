@@ -71,6 +71,7 @@ typedef struct sp_run_opts {
     const char *parallel, *partition, *costs_out, *costs, *exec_order;
     const char *actions;                 /* --parallel custom: per-rank action lists (CSV) */
     int microbatches, groups, chunks;    /* chunks: per rank, action-list schemes     */
+    bool sync_bn;                        /* --sync-bn: synchronized batch norm         */
     double mem_limit;                    /* --parallel zb-auto: activations per rank  */
     const char *mem_limit_arg;           /* --mem-limit as given: N | bytes with a unit (512MiB) */
     bool mem_limit_bytes;                /* mem_limit is in bytes (from mem_limit_arg) */

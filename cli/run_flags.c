@@ -176,8 +176,12 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
         {"parallel", SP_FLAG_STR, &o->parallel, "run the master schedule on the MPI ranks", .group = G_PAR,
          .choices = sp_exec_scheme_names(), .needs = "backward=linear|ooo",
          .scope = SP_SCOPE_RUN},
-        {"microbatches", SP_FLAG_INT, &o->microbatches, "micro-batches B per step (0 = W, pipelines 2W)",
-         .group = G_PAR, .range = "0..", .needs = "parallel", .scope = SP_SCOPE_RUN},
+        {"microbatches", SP_FLAG_INT, &o->microbatches, "micro-batches B per step (0 = W, pipelines 2W); "
+         "without --parallel: gradient accumulation over B micro-batches, one update (0 = 1)",
+         .group = G_PAR, .range = "0..", .needs = "!eval-only", .scope = SP_SCOPE_RUN},
+        {"sync-bn", SP_FLAG_BOOL, &o->sync_bn, "synchronized batch norm: mean and variance over the global batch "
+         "(PyTorch's SyncBatchNorm; default: each rank's own)", .group = G_PAR,
+         .needs = "parallel=ddp|fsdp|ddp-ooo", .scope = SP_SCOPE_RUN},
         {"groups", SP_FLAG_INT, &o->groups, "groups G of lpp/fslpp (W = G*R; 0 = 1)", .group = G_PAR,
          .range = "0..", .needs = "parallel=lpp|fslpp", .scope = SP_SCOPE_RUN},
         {"chunks", SP_FLAG_INT, &o->chunks, "chunks per rank of interleaved-1f1b / looped-bfs (0 = the scheme's)",

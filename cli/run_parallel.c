@@ -134,6 +134,7 @@ struct sp_exec *run_exec_new(const char *app, const sp_run_opts *o, sp_model *m,
         sp_comm_fail_all(sp_comm_world(), "%s", sp_last_error());
     sp_exec_cfg c = {.scheme = o->parallel,
                      .micro = o->microbatches,
+                     .sync_bn = o->sync_bn,
                      .groups = o->groups,
                      .partition = o->partition,
                      .bucket_mb = o->bucket_mb,

@@ -133,6 +133,10 @@ void sp_run_summary_begin(const sp_run_session *s, sp_json *j)
     sp_json_str(j, "app", s->app);
     sp_json_str(j, "device", s->o->device);
     sp_json_str(j, "backward", s->o->backward);
+    if (!s->exec && s->o->microbatches > 1) {   /* gradient accumulation (train/train_accum.c) */
+        sp_json_int(j, "microbatches", s->o->microbatches);
+        if (s->m->nbuffers > 0) sp_json_str(j, "batch_norm", "per-micro-batch");
+    }
 }
 
 void sp_run_summary_engine(const sp_run_session *s, sp_json *j)
@@ -254,6 +258,7 @@ void sp_run_summary_exec(const sp_run_session *s, sp_json *j)
     sp_json_str(j, "parallel", sp_exec_scheme(s->exec));   /* ddp --backward ooo: "ddp-ooo" */
     sp_json_int(j, "workers", st.workers);
     sp_json_int(j, "microbatches", sp_exec_schedule(x)->micro);
+    if (sp_exec_batch_norm(x)) sp_json_str(j, "batch_norm", sp_exec_batch_norm(x));
     sp_json_num(j, "comm_ms", 1e3 * comm / steps);
     /* the steps after the first, as --costs-out's job costs (bench/distributed.sh) */
     sp_json_num(j, "step_mean_ms", 1e3 * st.step_mean);

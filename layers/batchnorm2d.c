@@ -157,6 +157,7 @@ typedef struct bn_job {
     const float *dy;
     float *dx;
     bool params;
+    double *sums;   /* synchronized: [2C] per-channel sums (local, then over every process) */
 } bn_job;
 
 static void bn_forward_range(void *ctx, size_t c0, size_t c1)
@@ -172,11 +173,20 @@ static void bn_forward_range(void *ctx, size_t c0, size_t c1)
     for (size_t c = c0; c < c1; c++) {
         float mean, scale;
         if (S->training) {
-            double acc[SP_BN_LANES] = {0}, acc2[SP_BN_LANES] = {0};
-            for (int b = 0; b < B; b++) lanes_sum(x->data + ((size_t)b * C + c) * P, P, acc);
-            double mu = lanes_total(acc) / (double)N;
-            for (int b = 0; b < B; b++) lanes_sqdev(x->data + ((size_t)b * C + c) * P, P, mu, acc2);
-            double var = lanes_total(acc2) / (double)N;
+            double mu, var;
+            if (S->sync) {   /* over every process: E[x] and E[x²] − E[x]² of the summed Σx, Σx² */
+                const double *sm = ((bn_job *)ctx)->sums;
+                N = (size_t)S->count;
+                mu = sm[2 * c] / S->count;
+                var = sm[2 * c + 1] / S->count - mu * mu;
+                if (var < 0) var = 0;
+            } else {
+                double acc[SP_BN_LANES] = {0}, acc2[SP_BN_LANES] = {0};
+                for (int b = 0; b < B; b++) lanes_sum(x->data + ((size_t)b * C + c) * P, P, acc);
+                mu = lanes_total(acc) / (double)N;
+                for (int b = 0; b < B; b++) lanes_sqdev(x->data + ((size_t)b * C + c) * P, P, mu, acc2);
+                var = lanes_total(acc2) / (double)N;
+            }
             mean = (float)mu;
             float inv = (float)(1.0 / sqrt(var + (double)l->eps));
             float g = gamma[c], be = beta[c];
@@ -217,6 +227,25 @@ static void bn_forward_range(void *ctx, size_t c0, size_t c1)
     }
 }
 
+/* Synchronized: this process's Σx and Σx² of channels [c0, c1) into sums. */
+static void bn_local_moments(void *ctx, size_t c0, size_t c1)
+{
+    bn_job *J = ctx;
+    const sp_tensor *x = sp_node_x(J->n);
+    int B = x->shape[0], C = x->shape[1];
+    size_t P = (size_t)x->shape[2] * x->shape[3];
+    for (size_t c = c0; c < c1; c++) {
+        double a[SP_BN_LANES] = {0}, a2[SP_BN_LANES] = {0};
+        for (int b = 0; b < B; b++) {
+            const float *xc = x->data + ((size_t)b * C + c) * P;
+            lanes_sum(xc, P, a);
+            lanes_sqdev(xc, P, 0.0, a2);
+        }
+        J->sums[2 * c] = lanes_total(a);
+        J->sums[2 * c + 1] = lanes_total(a2);
+    }
+}
+
 static void bn_forward(sp_node *n)
 {
     const sp_tensor *x = sp_node_x(n);
@@ -234,7 +263,19 @@ static void bn_forward(sp_node *n)
     S->gb = S->training && S->relu ? sp_tape_alloc(n->tape, 2 * (size_t)C * sizeof(float)) : NULL;
     n->saved = S;
     if (S->training) n->layer->buffers[2]->value.data[0] += 1.0f;
+    const bn_layer *l = BN(n);
+    S->sync = S->training && l->reduce;
     bn_job J = {.n = n};
+    if (S->sync) {   /* one reduction of [Σx, Σx²] per channel and the count */
+        J.sums = sp_tape_alloc(n->tape, (2 * (size_t)C + 1) * sizeof(double));
+        sp_parallel_for((size_t)C, bn_local_moments, &J);
+        J.sums[2 * C] = (double)x->shape[0] * x->shape[2] * x->shape[3];
+        l->reduce(l->reduce_ctx, J.sums, 2 * C + 1);
+        S->count = J.sums[2 * C];
+        if (S->count < 2)
+            sp_fail("batchnorm2d %s: %g values per channel over every process; training mode needs more",
+                    n->layer->name, S->count);
+    }
     sp_parallel_for((size_t)C, bn_forward_range, &J);
 }
 
@@ -284,7 +325,7 @@ static void channel_delta(const sp_node *n, const float *dy_, float *dx_, size_t
         }
         return;
     }
-    double N = (double)B * (double)P;
+    double N = S->sync ? S->count : (double)B * (double)P;
     float mdy = (float)(sdy / N), mdyx = (float)(sdyx / N), mean = S->mean[c], inv = S->inv[c];
     for (int b = 0; b < B; b++) {
         size_t o = ((size_t)b * C + c) * P;
@@ -337,8 +378,43 @@ static void bn_backward_range(void *ctx, size_t c0, size_t c1)
     }
 }
 
+/* Synchronized: this process's Σdy, Σdy·x̂ of channels [c0, c1) into sums, and G (local
+ * sums: the gradients are summed over the processes later) when params. */
+static void bn_sync_sums(void *ctx, size_t c0, size_t c1)
+{
+    bn_job *J = ctx;
+    for (size_t c = c0; c < c1; c++) {
+        channel_sums(J->n, J->dy, c, &J->sums[2 * c], &J->sums[2 * c + 1]);
+        if (J->params) channel_params(J->n, J->dy, c, J->sums[2 * c], J->sums[2 * c + 1]);
+    }
+}
+
+/* Synchronized: δ of channels [c0, c1) from the sums over every process. */
+static void bn_sync_delta(void *ctx, size_t c0, size_t c1)
+{
+    bn_job *J = ctx;
+    for (size_t c = c0; c < c1; c++) channel_delta(J->n, J->dy, J->dx, c, J->sums[2 * c], J->sums[2 * c + 1]);
+}
+
+/* The synchronized backward: local sums (and G), one reduction of [Σdy, Σdy·x̂] per
+ * channel, then δ (dx NULL: G alone, no reduction). */
+static void bn_backward_sync(sp_node *n, const float *dy, float *dx, bool params, int C)
+{
+    const bn_layer *l = BN(n);
+    bn_job J = {.n = n, .dy = dy, .dx = dx, .params = params};
+    J.sums = sp_tape_alloc(n->tape, 2 * (size_t)C * sizeof(double));
+    sp_parallel_for((size_t)C, bn_sync_sums, &J);
+    if (!dx) return;
+    l->reduce(l->reduce_ctx, J.sums, 2 * C);
+    sp_parallel_for((size_t)C, bn_sync_delta, &J);
+}
+
 static void bn_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
+    if (((const bn_saved *)n->saved)->sync) {
+        bn_backward_sync(n, dy->data, dx->data, false, dx->shape[1]);
+        return;
+    }
     bn_job J = {.n = n, .dy = dy->data, .dx = dx->data};
     sp_parallel_for((size_t)dx->shape[1], bn_backward_range, &J);
 }
@@ -355,7 +431,10 @@ static void bn_backward_input_params(sp_node *n, const sp_tensor *dy, sp_tensor 
 {
     sp_tensor tmp = acc ? sp_tape_tensor_like(n->tape, dx) : *dx;   /* acc: δ, then added */
     bn_job J = {.n = n, .dy = dy->data, .dx = tmp.data, .params = true};
-    sp_parallel_for((size_t)dx->shape[1], bn_backward_range, &J);
+    if (((const bn_saved *)n->saved)->sync)
+        bn_backward_sync(n, dy->data, tmp.data, true, dx->shape[1]);
+    else
+        sp_parallel_for((size_t)dx->shape[1], bn_backward_range, &J);
     if (acc) sp_accumulate(dx, &tmp);
 }
 
@@ -465,4 +544,17 @@ sp_layer *sp_batchnorm2d_relu(const char *name, int channels)
 {
     if (!name) sp_fail("sp_batchnorm2d_relu: argument 'name' is NULL");
     return bn_new(name, channels, true);
+}
+
+bool sp_layer_is_batchnorm(const sp_layer *l)
+{
+    return l && (l->op == &sp_op_batchnorm2d || l->op == &sp_op_batchnorm2d_relu);
+}
+
+void sp_batchnorm2d_set_reduce(sp_layer *l, sp_bn_reduce_fn reduce, void *ctx)
+{
+    if (!sp_layer_is_batchnorm(l)) sp_fail("sp_batchnorm2d_set_reduce: layer %s is not batch norm", l ? l->name : "NULL");
+    bn_layer *b = (bn_layer *)l;
+    b->reduce = reduce;
+    b->reduce_ctx = ctx;
 }

@@ -7,12 +7,17 @@
 
 #include <stdbool.h>
 #include "core/op.h"
+#include "layers/layers.h"
 
 typedef struct bn_layer {
     sp_layer base;
     int C;
     float eps, momentum;
     bool relu;        /* batchnorm2d_relu: y = max(γ·x̂ + β, 0) */
+    /* Synchronized batch norm (sp_batchnorm2d_set_reduce): sums the statistics' doubles
+     * over the processes in place; NULL: this process's batch alone. CPU only. */
+    sp_bn_reduce_fn reduce;
+    void *reduce_ctx;
 } bn_layer;
 
 /* In the memory of the node's device (host on the CPU, device on CUDA). */
@@ -25,6 +30,9 @@ typedef struct bn_saved {
     bool relu;        /* the layer's relu, as the forward ran */
     float *gb;        /* training with relu: [C][2], the forward's γ_c, β_c (ReLU's
                        * mask γ·x̂ + β > 0 recomputed in the backward); CPU only */
+    bool sync;        /* training with the layer's reduce (CPU): the statistics and δ's
+                       * two sums are over every process's batch */
+    double count;     /* sync: the values per channel over every process (N)      */
 } bn_saved;
 
 #endif

@@ -29,6 +29,16 @@ sp_layer *sp_batchnorm2d(const char *name, int channels);
  * (ResNet's bn → relu without the pass over memory between them); same parameters,
  * buffers and names as sp_batchnorm2d. */
 sp_layer *sp_batchnorm2d_relu(const char *name, int channels);
+/* Synchronized batch norm (PyTorch's SyncBatchNorm): with a reduce installed, a training
+ * forward of l (sp_batchnorm2d or _relu, on the CPU) takes its mean and variance over
+ * every process's batch — reduce(ctx, v, n) must sum the n doubles v over the processes
+ * in place, every process calling it at the same point: once in the forward (Σx, Σx²
+ * per channel and the count), once in δ (Σdy, Σdy·x̂ per channel); G stays local (the
+ * gradients are summed later like any other). NULL: this process's batch (the default).
+ * sp_layer_is_batchnorm: whether l is one of the two. */
+typedef void (*sp_bn_reduce_fn)(void *ctx, double *v, int n);
+void sp_batchnorm2d_set_reduce(sp_layer *l, sp_bn_reduce_fn reduce, void *ctx);
+bool sp_layer_is_batchnorm(const sp_layer *l);
 /* nn.Conv2d(cin, cout, k, stride, pad, groups=G, bias=bias): W [cout, cin/G, k, k];
  * G = cin = cout is the depthwise convolution. G = 1 gives sp_conv2d(_nobias). */
 sp_layer *sp_conv2d_groups(const char *name, int cin, int cout, int k, int stride, int pad, int groups, bool bias);

@@ -284,7 +284,10 @@ static void make_images(int per_class)
 /* parallel training on one rank (tests/test_exec.c runs it under mpirun) */
 #define PAR_WALK                                                                                               \
     {NULL, "--parallel ddp", EFFECT, NULL}, {"--parallel gpipe --batch 2", "--microbatches 2", EFFECT, NULL},          \
-        {NULL, "--microbatches 2", REFUSED, "--microbatches needs --parallel"},                              \
+        {NULL, "--microbatches 2", STDOUT_HAS, "\"microbatches\": 2"},                                      \
+        {NULL, "--sync-bn", REFUSED, "--sync-bn needs --parallel"},                                          \
+        {"--parallel gpipe --batch 2", "--sync-bn", REFUSED, "--sync-bn needs --parallel ddp, fsdp or ddp-ooo"}, \
+        {"--parallel ddp", "--sync-bn", REFUSED, "has no batch norm"},                                       \
         {"--parallel ddp", "--groups 2", REFUSED, "--groups needs --parallel lpp or fslpp"},                 \
         {"--parallel ddp", "--chunks 2", REFUSED, "--chunks needs --parallel interleaved-1f1b or looped-bfs"}, \
         {NULL, "--mem-limit 2", REFUSED, "--mem-limit needs --parallel zb-auto"},                          \

@@ -1,7 +1,7 @@
 /* train.c — sp_train (train/train.h): the epochs and steps with the prefetching
  * loader, resumable checkpoints, evaluations when due, and the result's figures. The loop
  * (train_body) calls one step variant, chosen before it from the run's configuration
- * (choose_step: plain, overlapping, --parallel, the device's, --cuda-graph); a step
+ * (choose_step: plain, accumulating, overlapping, --parallel, the device's, --cuda-graph); a step
  * is train_step.c's, an evaluation train_eval.c's, the progress and the --log CSV
  * train_progress.c's (shared through train_internal.h). */
 #include <math.h>
@@ -56,6 +56,9 @@ static int check_cfg(const sp_train_cfg *cfg, const sp_dataset *test)
                         cfg->eval_batch);
     if (cfg->eval_every < 0)
         return sp_error("%s: sp_train_cfg.eval_every is %d (expected >= 0)", app, cfg->eval_every);
+    if (cfg->microbatches < 0 || (cfg->microbatches > 1 && (cfg->exec || cfg->cuda_graph)))
+        return sp_error("%s: sp_train_cfg.microbatches is %d (expected >= 0; > 1 without exec and cuda_graph)", app,
+                        cfg->microbatches);
     if (cfg->save_every < 0 || (cfg->save_every > 0 && !cfg->save_path))
         return sp_error("%s: sp_train_cfg.save_every is %ld (expected >= 0, and a save_path with it)", app,
                         cfg->save_every);
@@ -111,6 +114,12 @@ struct train_run {
 static float step_cpu(train_run *s, const sp_batch *b, double *f, double *bw, double *st)
 {
     return sp_train_step(s->m, s->e, s->o, &s->t, &b->x, b->y, f, bw, st);
+}
+
+/* --microbatches M without --parallel: gradient accumulation (train_accum.c) */
+static float step_cpu_accum(train_run *s, const sp_batch *b, double *f, double *bw, double *st)
+{
+    return sp_train_step_accum(s->m, s->e, s->o, &s->t, &b->x, b->y, s->cfg->microbatches, f, bw, st);
 }
 
 /* --parallel: the executor runs the step on the ranks */
@@ -175,7 +184,8 @@ static float step_device_graph(train_run *s, const sp_batch *b, double *f, doubl
 static step_fn choose_step(const train_run *s)
 {
     if (s->dev != SP_CPU) return s->sg ? step_device_graph : s->overlap ? step_device_overlap : step_device;
-    return s->overlap ? step_cpu_overlap : s->cfg->exec ? step_exec : step_cpu;
+    if (s->overlap) return step_cpu_overlap;
+    return s->cfg->exec ? step_exec : s->cfg->microbatches > 1 ? step_cpu_accum : step_cpu;
 }
 
 /* The epoch's first batch (on a device staged in slot 0) and each next one (on a device
@@ -211,7 +221,7 @@ static void train_setup(train_run *s)
     /* An engine that runs its backward asynchronously and the updates itself (ooo), without
      * the graph: step k+1's forward overlaps step k's last δW/U (on the CPU with two
      * threads or more: its lanes; docs/OOO.md) */
-    s->overlap = !s->sg && !cfg->exec && s->e->backward_async && s->e->opts.update &&
+    s->overlap = !s->sg && !cfg->exec && cfg->microbatches <= 1 && s->e->backward_async && s->e->opts.update &&
                  (s->dev != SP_CPU || sp_get_threads() >= 2);
     /* On the CPU each update zeroes the gradient it read (in cache, same pass) and the
      * next step's zero_grad skips it: nothing writes a gradient in between here. */
@@ -396,6 +406,9 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         return sp_error("sp_train: %s is NULL", !m ? "the model" : !e ? "the engine" : !o ? "the optimizer" :
                                                  !train ? "the loader" : "the configuration"), refused();
     if (check_cfg(cfg, test) != SP_OK) return refused();
+    if (cfg->microbatches > 1 && model_device(m) != SP_CPU)
+        return sp_error("%s: --microbatches %d without --parallel: gradient accumulation runs on the cpu (expected "
+                        "--device cpu)", cfg->app ? cfg->app : "sp_train", cfg->microbatches), refused();
     /* The files first, before anything is allocated or trained: a bad path is a status. */
     if (cfg->save_path && sp_check_save_target(cfg->save_path) != SP_OK) return refused();
     /* sp_try's frame is below this one: s stays intact when a failure returns through it */

@@ -44,6 +44,9 @@ typedef struct sp_train_cfg {
     /* --cuda-graph: on a device, the whole steady-state step (forward, loss, backward,
      * updates) captured as one graph per batch shape and replayed (sp_step_graph). */
     bool cuda_graph;
+    /* --microbatches M without --parallel (> 1; 0 or 1: the plain step): each step by
+     * gradient accumulation over M micro-batches (sp_train_step_accum). CPU only. */
+    int microbatches;
 } sp_train_cfg;
 
 typedef struct sp_train_result {
@@ -90,6 +93,16 @@ void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss, double *ac
  * and whole-step times if not NULL. */
 float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
                     double *fwd_s, double *bwd_s, double *step_s);
+
+/* sp_train_step by gradient accumulation: the batch cut into `micro` (>= 1) micro-batches
+ * of consecutive samples (the first n mod micro one larger), each forward and backward on
+ * its own, the gradients summed with weights b_k/B (the loss is a mean over its batch, so
+ * the sum is the whole batch's gradient), then one update. Ops with batch statistics
+ * (batch norm) see each micro-batch as a batch: statistics per micro-batch, running
+ * statistics moved once per micro-batch in order. micro = 1 is sp_train_step's bits.
+ * The model on the CPU. Returns the batch's mean loss. */
+float sp_train_step_accum(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
+                          int micro, double *fwd_s, double *bwd_s, double *step_s);
 
 /* ---- the whole step as one device graph (--cuda-graph, docs/CUDA.md) --------------------
  *

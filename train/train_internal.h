@@ -6,6 +6,7 @@
  *   train.c           sp_train: the epochs and steps, checkpoints, the result's figures
  *   train_step.c      one step: plain, overlapping the last updates (backward_async), or
  *                     the whole step as one device graph (sp_step_graph)
+ *   train_accum.c     one step by gradient accumulation over micro-batches (--microbatches)
  *   train_eval.c      evaluation: the forward that frees each output after its last reader,
  *                     sp_evaluate, the test set split over the ranks
  *   train_progress.c  what a run reports as it goes: progress on stderr, the --log CSV
@@ -35,6 +36,14 @@ sp_node *train_step_queue(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, co
  * CPU, the batch is copied into the tape). */
 sp_node *train_step_queue_overlap(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x,
                                   const int *y, int release, double *fwd_s, double *bwd_s);
+
+/* ---- train_accum.c: gradient accumulation --------------------------------------------- */
+
+/* The step on tape t as `micro` micro-batches (train_accum.c): each forward and backward
+ * after the tape's reset, the gradients summed to the whole batch's, one update; the
+ * loss (the batch's mean) in *loss. Returns the last micro-batch's loss node. CPU only. */
+sp_node *train_step_accum(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
+                          int micro, float *loss, double *fwd_s, double *bwd_s);
 
 /* ---- train_eval.c: evaluation --------------------------------------------------------- */
 

@@ -52,6 +52,7 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
         if (x->W > x->T)
             sp_comm_fail_all(world, "--parallel scan: %d ranks for %d time steps (expected ranks <= steps)", x->W, x->T);
     }
+    sp_exec_buffers_keep(x);   /* measuring the costs runs forwards: the buffers as they were */
     sp_exec_setup_costs(x, sample_ndim, sample_shape);
     sp_exec_build_schedule(x);
     if (is_scan(cfg->scheme)) sp_exec_check_scan(x);
@@ -64,6 +65,7 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
     } else {
         sp_exec_setup_weights(x);
         sp_exec_setup_buckets(x);
+        sp_exec_buffers_setup(x);
     }
     /* $SCANPROP_EXEC_STEPWISE=1: every update at the end of its own step (the comparison
      * in docs/DISTRIBUTED.md) */
@@ -125,6 +127,7 @@ void sp_exec_free(sp_exec *x)
     free(x->ev);
     free(x->meas);
     sp_exec_mem_free(x);
+    sp_exec_buffers_free(x);
     sp_exec_clip_free(x);
     sp_exec_pred_free(x);
     for (int s = 0; x->st && s < x->S; s++) free(x->st[s].params), free(x->st[s].wreq);
@@ -189,6 +192,7 @@ static void begin_step(sp_exec *x, const sp_tensor *in, const int *labels)
     x->loss_started = false;
     sp_exec_mem_begin_step(x);
     sp_exec_sync_begin_step(x);
+    sp_exec_buffers_begin_step(x);
 }
 
 /* The shares of the micro-batches whose last stage ran here, summed over the ranks. */

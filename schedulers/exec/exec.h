@@ -86,6 +86,8 @@ typedef struct sp_exec_cfg {
                                   or bytes with mem_limit_bytes); 0: none                */
     bool mem_limit_bytes;      /* mem_limit in bytes: each chunk weighs the act_bytes of
                                   its layers (sp_node_act_bytes at the micro-batch)      */
+    bool sync_bn;              /* ddp, fsdp, ddp-ooo: synchronized batch norm, the
+                                  statistics over the global batch (exec_buffers.c)      */
 } sp_exec_cfg;
 
 typedef struct sp_exec sp_exec;
@@ -111,8 +113,13 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
 enum { SP_EXEC_ROW_X = 1, SP_EXEC_ROW_Y = 2 };
 void sp_exec_rows_needed(const sp_exec *x, int n, unsigned char *need);
 
-/* Every rank gets every stage's current weights (before evaluation or --save). */
+/* Every rank gets every stage's current weights (before evaluation or --save), and every
+ * buffer (batch norm's running statistics) from the rank that owns it. */
 void sp_exec_sync_weights(sp_exec *x);
+/* The batch-norm semantics of the run (docs/DISTRIBUTED.md): "per-rank" (ddp, fsdp,
+ * ddp-ooo), "synchronized" (--sync-bn) or "per-micro-batch" (the pipelines); NULL for a
+ * model without buffers. */
+const char *sp_exec_batch_norm(const sp_exec *x);
 
 int sp_exec_rank(const sp_exec *x);
 int sp_exec_workers(const sp_exec *x);

@@ -9,6 +9,7 @@
  *   exec_report.c  trace events, statistics, and the --exec-order / --trace / --costs-out files
  *   exec_clip.c    --clip-grad-norm: the global norm, plain or post-validated updates
  *   exec_memory.c  the activation bytes each rank holds (its peak: the JSON's peak_activation_bytes)
+ *   exec_buffers.c the model's buffers (batch norm's running statistics) and --sync-bn
  */
 #ifndef SP_EXEC_INTERNAL_H
 #define SP_EXEC_INTERNAL_H
@@ -172,6 +173,7 @@ struct sp_exec {
     double scan_ph[SCAN_PHASES];
     double scan_ph0[SCAN_PHASES];   /* the first step's (the prediction of a one-step run)   */
     long scan_steps;
+    struct exec_buffers *bufs;   /* the model's buffers and --sync-bn (exec_buffers.c) */
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -256,6 +258,17 @@ void sp_exec_mem_free(sp_exec *x);
 /* The whole memory per rank, measured (collective: an allgather) and predicted, into
  * st->peak_mem_bytes and st->pred_peak_mem_bytes (allocated here). */
 void sp_exec_mem_gather(sp_exec *x, sp_exec_stats *st);
+
+/* ---- buffers and synchronized batch norm (exec_buffers.c) ------------------------------ */
+
+/* Why the model's buffers or --sync-bn cannot run under this scheme (into buf), or NULL. */
+const char *sp_exec_buffers_refusal(const sp_exec *x, char *buf, size_t len);
+void sp_exec_buffers_keep(sp_exec *x);         /* before the costs are measured: a copy   */
+void sp_exec_buffers_setup(sp_exec *x);        /* after the schedule: the copy back, owners,
+                                                * order, --sync-bn                         */
+void sp_exec_buffers_begin_step(sp_exec *x);   /* replicated layers: the owner's buffers   */
+void sp_exec_buffers_sync(sp_exec *x);         /* every buffer from its owner (collective) */
+void sp_exec_buffers_free(sp_exec *x);
 
 /* ---- the step's end under a gradient-norm clip (exec_clip.c) ---------------------------- */
 

@@ -315,9 +315,8 @@ void sp_exec_check_config(sp_exec *x)
                 add(&P, "layer %d (%s) has no per-sample transposed Jacobian to scan", s, op->name);
         }
     }
-    if (x->m->nbuffers > 0)
-        add(&P, "%s has buffers (batch norm statistics would be per micro-batch and per rank; not supported)",
-            x->m->name);
+    char why[320];
+    if (sp_exec_buffers_refusal(x, why, sizeof why)) add(&P, "%s", why);
     char mb[160];
     micro_origin(x, mb, sizeof mb);
     if (x->B < 1) add(&P, "--microbatches %d: expected >= 1", x->B);

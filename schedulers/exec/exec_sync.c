@@ -323,4 +323,5 @@ void sp_exec_sync_weights(sp_exec *x)
         for (int p = 0; p < si->nparams; p++)
             sp_broadcast(x->world, si->params[p]->value.data, si->params[p]->value.numel, root);
     }
+    sp_exec_buffers_sync(x);
 }
