@@ -553,7 +553,8 @@ bool sp_layer_is_batchnorm(const sp_layer *l)
 
 void sp_batchnorm2d_set_reduce(sp_layer *l, sp_bn_reduce_fn reduce, void *ctx)
 {
-    if (!sp_layer_is_batchnorm(l)) sp_fail("sp_batchnorm2d_set_reduce: layer %s is not batch norm", l ? l->name : "NULL");
+    if (!l) sp_fail("sp_batchnorm2d_set_reduce: argument 'l' is NULL");
+    if (!sp_layer_is_batchnorm(l)) sp_fail("sp_batchnorm2d_set_reduce: layer %s is not batch norm", l->name);
     bn_layer *b = (bn_layer *)l;
     b->reduce = reduce;
     b->reduce_ctx = ctx;

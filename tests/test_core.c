@@ -792,6 +792,9 @@ static void c185(void) { sp_loader_free(NULL); }
 static void c186(void) { g_status = sp_train(NULL, NULL, NULL, NULL, NULL, NULL).status; }
 static void c187(void) { sp_evaluate(NULL, NULL, 1, NULL, NULL); }
 static void c188(void) { (void)sp_train_step(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL); }
+static void c188b(void) { (void)sp_train_step_accum(NULL, NULL, NULL, NULL, NULL, NULL, 1, NULL, NULL, NULL); }
+static void c188c(void) { sp_batchnorm2d_set_reduce(NULL, NULL, NULL); }
+static void c188d(void) { g_status = sp_layer_is_batchnorm(NULL); }
 static void c189(void) { (void)sp_step_graph_new(NULL, NULL, NULL); }
 static void c190(void) { (void)sp_step_graph_step(NULL, NULL, NULL, NULL, NULL); }
 static void c191(void) { sp_step_graph_counts(NULL, NULL, NULL); }
@@ -1065,6 +1068,9 @@ static const api_case cases[] = {
     {"sp_train", K_RESULT, c186, "sp_train: the model is NULL"},
     {"sp_evaluate", K_TRY, c187, "sp_evaluate: argument 'm' is NULL"},
     {"sp_train_step", K_TRY, c188, "sp_train_step: argument 'm' is NULL"},
+    {"sp_train_step_accum", K_TRY, c188b, "sp_train_step_accum: argument 'm' is NULL"},
+    {"sp_batchnorm2d_set_reduce", K_TRY, c188c, "sp_batchnorm2d_set_reduce: argument 'l' is NULL"},
+    {"sp_layer_is_batchnorm", K_ACCEPT, c188d, ""},   /* NULL: not batch norm (false) */
     {"sp_step_graph_new", K_TRY, c189, "sp_step_graph_new: argument 'm' is NULL"},
     {"sp_step_graph_step", K_TRY, c190, "sp_step_graph_step: argument 'g' is NULL"},
     {"sp_step_graph_counts", K_TRY, c191, "sp_step_graph_counts: argument 'g' is NULL"},
