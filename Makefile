@@ -264,14 +264,14 @@ $(BUILD)/opprof: $(BUILD)/obj/bench/opprof.c.o $(LIB)
 # simulator (schedulers/plan/ and schedulers/sim/; not the MPI executor, schedulers/exec/) and the scan plan (schedulers/scan/)
 # for the pipelines and the chain; for the zoo models' BPPSA and ooo views the tape, the
 # layers, pruning and the backward engines (core/ without core/comm/, layers/, optim/,
-# schedulers/backward/ but the Jacobian tables' PNG writer, no CUDA files). The wasm build
+# schedulers/backward/, no CUDA files). The wasm build
 # has no oneDNN (no SP_HAVE_DNNL: conv2d's im2col path), no OpenBLAS (site/wasm_blas.c
 # behind site/cblas/cblas.h), no MPI and one thread; site/wasm_api.c and
 # site/wasm_models.c are its JSON face. Objects go to $(BUILD)/wasm/ (each rebuilt when
 # its sources change); the normal build never runs emcc.
 EMCC      ?= emcc
 SITE      := $(BUILD)/site
-SITE_C    := $(filter-out core/comm/% %_cuda.c schedulers/backward/jacobian_table.c,$(shell find core layers optim schedulers/backward -name '*.c' | sort)) \
+SITE_C    := $(filter-out core/comm/% %_cuda.c,$(shell find core layers optim schedulers/backward -name '*.c' | sort)) \
              $(sort $(wildcard schedulers/scan/*.c schedulers/memory/*.c schedulers/plan/*.c schedulers/plan/gen/*.c schedulers/sim/*.c)) \
              site/wasm_api.c site/wasm_models.c site/wasm_blas.c
 SITE_OBJ  := $(patsubst %.c,$(BUILD)/wasm/%.o,$(SITE_C))

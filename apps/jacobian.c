@@ -2,7 +2,7 @@
  * ops): size, nnz, sparsity of guaranteed zeros, CSR vs dense bytes, and analytic
  * generation time against building Jᵀ column by column from backward_input.
  * --png DIR draws each pattern like the paper's Figure 5. The work is in
- * schedulers/backward/jacobian_table.c; this file parses flags and runs one forward pass. */
+ * cli/jacobian_table.c; this file parses flags and runs one forward pass. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "core/rng.h"
-#include "schedulers/backward/jacobian_table.h"
+#include "cli/jacobian_table.h"
 
 typedef struct opts {
     const char *model, *input, *png;

@@ -1,4 +1,4 @@
-/* parallel.h — the thread pool and the one thread knob.
+/* threads.h — the thread pool and the one thread knob.
  *
  * sp_set_threads(n) governs everything: the pool used by sp_parallel_for, and through
  * it OpenBLAS and oneDNN, which run single-threaded per call while sp_gemm splits large
@@ -6,8 +6,8 @@
  * OpenMP is held at one thread in every thread that calls it, so it never starts a
  * team of its own and the process keeps n threads busy at most. Work is split into contiguous static chunks so the same
  * thread count always gives the same partition (bitwise reproducible results). */
-#ifndef SP_PARALLEL_H
-#define SP_PARALLEL_H
+#ifndef SP_THREADS_H
+#define SP_THREADS_H
 
 #include <stdbool.h>
 #include <stddef.h>

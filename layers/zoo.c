@@ -1,4 +1,4 @@
-/* models.c — the model zoo. Each builder is the whole model, top to bottom. */
+/* zoo.c — the model zoo. Each builder is the whole model, top to bottom. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

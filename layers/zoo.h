@@ -1,4 +1,4 @@
-/* models.h — the model zoo: LeNet-5, VGG-11, and the recurrent classifiers of the
+/* zoo.h — the model zoo: LeNet-5, VGG-11, and the recurrent classifiers of the
  * BPPSA paper, built from library calls with PyTorch parameter names. */
 #ifndef SP_MODELS_H
 #define SP_MODELS_H

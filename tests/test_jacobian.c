@@ -10,7 +10,7 @@
  *   - patterns do not depend on the input or the weights (the explicit-zero convention,
  *     docs/JACOBIANS.md), so a symbolic SpGEMM of two ops' Jᵀ stays valid across steps;
  *   - the recurrent chains Jᵀ_t = (∂h_t/∂h_{t−1})ᵀ agree with backward_input;
- *   - the per-op table (schedulers/backward/jacobian_table.h) and its PNG output. */
+ *   - the per-op table (cli/jacobian_table.h) and its PNG output. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +21,7 @@
 #include "core/threads.h"
 #include "core/rng.h"
 #include "layers/layers.h"
-#include "schedulers/backward/jacobian_table.h"
+#include "cli/jacobian_table.h"
 #include "tests/testutil.h"
 
 #define TOL 1e-5

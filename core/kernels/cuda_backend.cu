@@ -1,4 +1,4 @@
-/* backend_cuda.cu — the CUDA backend: device selection, the stream and library handles,
+/* cuda_backend.cu — the CUDA backend: device selection, the stream and library handles,
  * persistent and per-step device memory, host↔device copies, cuBLAS GEMM. */
 #include <cstdlib>
 #include <cstring>

@@ -130,7 +130,7 @@ cudaStream_t lane_stream(int lane) { return sp_cuda()->lanes[lane].stream; }
 void run_task(const sp_ooo_exec_cfg *cfg, const sp_ooo_task *t)
 {
     switch (t->kind) {
-    case SP_OOO_DO: sp_node_backward_inputs(t->node); break;   /* exactly as linear.c */
+    case SP_OOO_DO: sp_node_backward_inputs(t->node); break;   /* exactly as reverse.c */
     case SP_OOO_DW: t->node->kern->backward_params(t->node, &t->node->grad); break;
     case SP_OOO_U: cfg->update(cfg->update_ctx, t->layer); break;
     case SP_OOO_F: break;

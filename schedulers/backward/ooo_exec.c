@@ -103,7 +103,7 @@ static void run_task(run_ctx *c, const sp_ooo_task *t, int lane)
         view.tape = lane == SP_OOO_SUB ? c->cfg.sub_tape : c->main_scratch;
     }
     switch (t->kind) {
-    case SP_OOO_DO: sp_node_backward_inputs(&view); break;   /* exactly as linear.c */
+    case SP_OOO_DO: sp_node_backward_inputs(&view); break;   /* exactly as reverse.c */
     case SP_OOO_DW: t->node->kern->backward_params(&view, &t->node->grad); break;
     case SP_OOO_U: c->cfg.update(c->cfg.update_ctx, t->layer); break;
     case SP_OOO_F: break;

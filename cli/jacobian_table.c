@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/io/fileio.h"
 #include "core/threads.h"
-#include "schedulers/backward/jacobian_table.h"
+#include "cli/jacobian_table.h"
 
 /* stb_image_write compiled privately into this file (static functions), so no link flag
  * is needed and another file compiling the same implementation cannot clash. */
