@@ -17,10 +17,15 @@
 #        bench/distributed.sh stepsync [runs]      --clip-grad-norm's global norm: --step-sync
 #            plain or post-validate, with a clip that never triggers and one that always
 #            does, ddp and gpipe at 2 ranks, interleaved, `runs` times (default 3)
+#        bench/distributed.sh torch [steps] [runs]  ResNet-20 DDP on 2 ranks × 1 thread, batch 64,
+#            against PyTorch DDP (gloo; bench/peers/resnet_ddp.py) from the same weights and
+#            data: images/s after 5 warm-up steps (default 30 steps), the two interleaved
+#            `runs` times (default 2), and the ratio
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+json() { python3 -c "import json,sys; d=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(d$1)"; }
 if [ "${1:-}" = overlap ]; then
   F="--layers 8 --width 512 --steps 20 --batch 256 --threads 1 --quiet --microbatches 2 --bucket-mb 1"
   for run in $(seq "${2:-5}"); do
@@ -51,9 +56,34 @@ d['clip_wait_ms'], d['clip_rollbacks']))"
   done
   exit 0
 fi
+if [ "${1:-}" = torch ]; then
+  steps=${2:-30}; W=5; B=64; PY=/usr/bin/python3
+  "$PY" -c 'import torch' 2>/dev/null || { echo "bench/distributed.sh torch: $PY cannot import torch (python3-torch)" >&2; exit 2; }
+  echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "command: bench/distributed.sh torch $steps ${3:-2}; commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' + changes')"
+  echo "ResNet-20 DDP, 2 ranks x 1 thread, global batch $B, SGD lr 0.02 momentum 0.9 wd 1e-4, $W warm-up + $steps timed steps"
+  # The peer writes the data (the first (W + steps)·B Fashion-MNIST images) and the initial
+  # weights; scanprop trains from both in file order. Each side's per-step figure is the
+  # median over its timed steps (each rank's, mean over the ranks) and the mean: scanprop's
+  # step_median_ms leaves out the first 5 steps, step_mean_ms only the first.
+  printf '| run | side | median step (ms) | mean step (ms) | images/s (median) |\n| --- | --- | --- | --- | --- |\n'
+  sp_sum=0; pt_sum=0
+  for run in $(seq "${3:-2}"); do
+    pt=$("$PY" -B bench/peers/resnet_ddp.py "$tmp" --ranks 2 --threads 1 --batch $B --warmup $W --steps "$steps" | tail -1)
+    ptmed=$(echo "$pt" | json '["step_median_ms"]'); ptmean=$(echo "$pt" | json '["step_mean_ms"]')
+    sp=$(mpirun --oversubscribe --bind-to none -np 2 build/resnet --parallel ddp --threads 1 --batch $B --steps $((W + steps)) \
+         --no-shuffle --quiet --data "$tmp/data" --load "$tmp/init.safetensors" 2>/dev/null | tail -1)
+    spmed=$(echo "$sp" | json '["step_median_ms"]'); spmean=$(echo "$sp" | json '["step_mean_ms"]')
+    printf '| %d | PyTorch DDP (gloo) | %.1f | %.1f | %.1f |\n' "$run" "$ptmed" "$ptmean" "$(python3 -c "print($B * 1e3 / $ptmed)")"
+    printf '| %d | scanprop --parallel ddp | %.1f | %.1f | %.1f |\n' "$run" "$spmed" "$spmean" "$(python3 -c "print($B * 1e3 / $spmed)")"
+    sp_sum=$(python3 -c "print($sp_sum + $spmed)"); pt_sum=$(python3 -c "print($pt_sum + $ptmed)")
+  done
+  echo "images/s ratio scanprop / PyTorch (mean of the runs' median steps): $(python3 -c "print('%.2f' % ($pt_sum / $sp_sum))") (target >= 1.5)"
+  echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  exit 0
+fi
 app=${1:-lenet}; steps=${2:-30}
 [ "$steps" -ge 7 ] || { echo "bench/distributed.sh: $steps steps: expected >= 7 (the median leaves out the first 5)" >&2; exit 2; }
-json() { python3 -c "import json,sys; d=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(d$1)"; }
 # The schemes: every schedule build/schedule simulates, under the names --parallel takes
 # (one set, tests/test_apps.c schemes/one_set_of_names_for_schedule_and_parallel); scan,
 # the one --parallel scheme without a schedule, has no prediction to compare with.
