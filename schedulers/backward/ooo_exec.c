@@ -66,7 +66,7 @@ typedef struct run_ctx {
  * by its task count and flops), probed alternately for the first TUNE_PROBES steps, then
  * the faster mode, with the other probed again every TUNE_REPROBE steps. Both modes give
  * the same bits; only the time differs, and which is faster depends on the machine and
- * the model (LeNet-5 b64 here: two lanes 1.4× slower; docs/PERFORMANCE.md). */
+ * the model (docs/PERFORMANCE.md). */
 enum { TUNE_PROBES = 6, TUNE_REPROBE = 64 };
 typedef struct lane_tuner {
     int nexec;
@@ -130,9 +130,9 @@ static void advance_head(run_ctx *c, int q)
 /* The task a lane takes next: the first ready task of the plan's main-lane queue, else
  * of its sub-lane queue; -1 if none. Each queue is taken in the plan's order, with one
  * exception: an update U_i that is not ready yet (its δW_i runs on the other lane) may
- * be passed by the tasks behind it. Without it the order ooo at VGG-11 batch 8 queued
- * δW conv3 behind U conv4 and left one core idle for 7 ms of a 42 ms backward; with
- * it the δW keep their order (what the policies decide) and a U runs as soon as it can.
+ * be passed by the tasks behind it, so that a δW never waits behind an update that
+ * waits for the other lane (a core left idle): the δW keep their order (what the
+ * policies decide) and a U runs as soon as it can.
  * Under a memory cap the queues stay strict: the cap's bound relies on it (see the top
  * of this file). */
 static int first_ready(run_ctx *c, int q, bool claim_it)

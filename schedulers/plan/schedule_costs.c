@@ -285,7 +285,7 @@ sp_costs *sp_costs_read_csv(const char *path)
     return c;
 }
 
-/* The opt column only when measured (has_opt): a profile without it reads as before. */
+/* The opt column only when measured (has_opt); a profile without it reads alike. */
 void sp_costs_write_csv(FILE *out, const sp_costs *c)
 {
     fprintf(out, "layer,fwd,bwd_grad,bwd_delta,movable,act_bytes,param_bytes%s\n", c->has_opt ? ",opt" : "");

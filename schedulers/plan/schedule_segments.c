@@ -9,7 +9,7 @@
  * the segment's last node's output crosses to the next one, so the segment is one
  * "layer" of the chain: its F, δ and G the sums of its ops', its output what a
  * pipeline sends to the next stage. In a chain every op node is such a point, so each
- * segment is one node, as before. */
+ * segment is one node. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
