@@ -155,7 +155,7 @@ function config(p) {
   };
 }
 
-function command(c) {
+function command(c, ranks) {
   var a = ['build/schedule', '--scheme', c.scheme, '--microbatches', c.micro];
   if (c.preset) a.push('--profile', 'site/profiles/' + c.preset + '.csv');
   else a.push('--stages', c.stages, '--fwd-cost', c.fwd, '--delta-cost', c.delta, '--grad-cost', c.grad);
@@ -169,7 +169,9 @@ function command(c) {
   if (c.mem_limit) a.push('--mem-limit', c.mem_limit);
   if (c.scheme === 'custom') a.push('--actions', 'FILE.csv');
   if (c.transfer) a.push('--transfer-cost', c.transfer);
-  var run = c.preset ? '\n# a real run of the same schedule:\nmpirun -np W build/' + (c.preset === 'mlp' ? 'demo' : c.preset) +
+  /* the app that trains the preset's model (ResNet-20 too: the executor runs it as a chain of its segments) */
+  var app = {mlp: 'demo', resnet20: 'resnet'}[c.preset] || c.preset;
+  var run = c.preset ? '\n# a real run of the same schedule:\nmpirun -np ' + (ranks || 'W') + ' build/' + app +
     ' --parallel ' + c.scheme + ' --microbatches ' + c.micro : '';
   return a.join(' ') + run;
 }
@@ -337,7 +339,7 @@ function update() {
     var c = config(p);
     p.stages.disabled = !!c.preset;
     p.res = api.simulate(c);
-    p.cmd.textContent = command(c);
+    p.cmd.textContent = command(c, p.res.ok ? p.res.report.workers : 0);
   });
   var tmax = 0;
   panels.forEach(function (p) { if (!p.root.hidden && p.res.ok) tmax = Math.max(tmax, stepOf(p.res).end); });
