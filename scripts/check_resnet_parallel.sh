@@ -32,7 +32,7 @@
 # KEEP=1 keeps the run folder under $BUILD/tmp). Prints one row per comparison; exit 1
 # if any run failed, or any difference is past its tolerance.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 build=${BUILD:-build}
 python=${PYTHON:-/usr/bin/python3}
 fmnist=${FMNIST:-/usr/share/datasets/fashion-mnist}
@@ -132,8 +132,10 @@ for w in $ranks; do
         bn=$(field batch_norm "$name")
         steps=$(field steps "$name")
         case $s in ddp | fsdp | ddp-ooo) want=per-rank stats=0 ;; *) want=per-micro-batch stats=1 ;; esac
-        [ "$bn" = "$want" ] && [ "$steps" = 3 ] ||
-            { echo "check_resnet_parallel: $name: batch_norm \"$bn\", $steps steps (expected \"$want\", 3)" >&2; failed=1; }
+        if [ "$bn" != "$want" ] || [ "$steps" != 3 ]; then
+            echo "check_resnet_parallel: $name: batch_norm \"$bn\", $steps steps (expected \"$want\", 3)" >&2
+            failed=1
+        fi
         reference "$m" || { failed=1; continue; }
         compare "$name" "ref-$m" $stats $tol "$s" "$w" "$m" "--microbatches $m" "$bn"
     done
