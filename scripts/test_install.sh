@@ -7,6 +7,10 @@
 #     linkage (extern "C"), trains with every engine, builds a zoo model;
 #   - tests/install/runner.c (C): the apps' runner sp_run on a zoo model for a few steps
 #     with every engine (its JSON line, --save, a refused flag);
+#   - tests/install/parallel.c (C): a residual model with batch norm through sp_run, under
+#     `mpirun -np 2` with --parallel ddp and --parallel 1f1b (with MPI and mpirun): both
+#     exit 0 with a finite loss, and the 1f1b run's checkpoint is byte for byte the one
+#     of the program's own one-process run with --microbatches 4 (1f1b's M on 2 ranks);
 #   - tests/install/zoo.c (C): a built-in model (sp_zoo_resnet20, layers/zoo.h) links
 #     and trains from the installed library and saves a checkpoint;
 #   - the installed python/scanprop_torch.py (pkg-config's pythondir) imports with
@@ -61,6 +65,41 @@ else
     [ $? -eq 2 ] || { fail "the out-of-tree runner took --order without --backward ooo (expected exit 2)"; runner_ok=0; }
 fi
 [ $runner_ok = 1 ] && done_list="$done_list; sp_run on a zoo model (linear, bppsa, ooo)"
+
+: >"$log"
+if ! ${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/parallel" tests/install/parallel.c $flags >>"$log" 2>&1; then
+    fail "the out-of-tree parallel program does not compile with: cc parallel.c $flags"
+elif ! case " $flags " in *" -lmpi "*) command -v mpirun >/dev/null 2>&1 ;; *) false ;; esac; then
+    done_list="$done_list; no MPI or no mpirun: the mpirun check skipped"
+else
+    par_ok=1
+    common="--steps 6 --threads 1 --quiet"
+    # shellcheck disable=SC2086
+    (cd "$tmp" && ./parallel $common --microbatches 4 --save one.safetensors) >>"$log" 2>&1 ||
+        { fail "the out-of-tree parallel program failed on one process (--microbatches 4)"; par_ok=0; }
+    for scheme in ddp 1f1b; do
+        # shellcheck disable=SC2086
+        out=$(cd "$tmp" && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+            mpirun --oversubscribe --bind-to none -np 2 ./parallel $common --parallel $scheme \
+            --save "$scheme.safetensors" 2>>"$log")
+        rc=$?
+        echo "$out" >>"$log"
+        if [ $rc -ne 0 ]; then
+            fail "the out-of-tree parallel program failed under mpirun -np 2 --parallel $scheme"; par_ok=0
+            continue
+        fi
+        case $scheme in ddp) bn=per-rank ;; *) bn=per-micro-batch ;; esac
+        case $(echo "$out" | tail -n 1) in
+            *'"parallel": "'$scheme'", "workers": 2,'*'"batch_norm": "'$bn'"'*) ;;
+            *) fail "the out-of-tree parallel program's JSON line under --parallel $scheme does not say $bn batch norm on 2 workers"; par_ok=0 ;;
+        esac
+    done
+    if [ $par_ok = 1 ] && ! cmp -s "$tmp/1f1b.safetensors" "$tmp/one.safetensors"; then
+        fail "the out-of-tree parallel program's 1f1b checkpoint differs from its one-process --microbatches 4 run"
+        par_ok=0
+    fi
+    [ $par_ok = 1 ] && done_list="$done_list; a residual model with batch norm under mpirun -np 2 (ddp; 1f1b = --microbatches 4, bitwise)"
+fi
 
 : >"$log"
 cxx=${CXX:-c++}
