@@ -245,30 +245,9 @@ static const char *bn_bin(void)
 /* max |a − b| / max(1, max |b|) over the tensors (buffers too when `buffers`). */
 static double compare_st(const char *pa, const char *pb, bool buffers)
 {
-    sp_st_file *a = sp_st_open(pa), *b = sp_st_open(pb);
-    cr_assert(a && b, "cannot open %s or %s", pa, pb);
-    cr_assert_eq(sp_st_count(a), sp_st_count(b));
-    double worst = 0;
     int nbuf = 0;
-    for (int i = 0; i < sp_st_count(a); i++) {
-        const sp_st_tensor *ta = sp_st_at(a, i), *tb = sp_st_find(b, ta->name);
-        cr_assert_not_null(tb, "%s missing in %s", ta->name, pb);
-        bool is_buf = strstr(ta->name, "running_") || strstr(ta->name, "num_batches");
-        nbuf += is_buf;
-        if (is_buf && !buffers) continue;
-        int shape[SP_ST_MAX_DIMS];
-        for (int d = 0; d < ta->ndim; d++) shape[d] = (int)ta->shape[d];
-        float *x = malloc(ta->nbytes + 4), *y = malloc(tb->nbytes + 4);
-        cr_assert_eq(sp_st_read_f32(a, ta->name, x, ta->ndim, shape), 0);
-        cr_assert_eq(sp_st_read_f32(b, ta->name, y, ta->ndim, shape), 0);
-        double d = tu_max_rel_diff(x, y, ta->numel);
-        worst = d > worst ? d : worst;
-        free(x);
-        free(y);
-    }
+    double worst = tu_st_max_rel_diff(pa, pb, buffers, NULL, &nbuf);
     cr_assert_eq(nbuf, 6, "expected the 6 buffers of two batch-norm layers, found %d", nbuf);
-    sp_st_close(a);
-    sp_st_close(b);
     return worst;
 }
 

@@ -46,30 +46,7 @@ static const char *tmp(const char *name)
 }
 
 /* max |a − b| / max(1, max |b|) over every tensor of two safetensors files. */
-static double compare(const char *pa, const char *pb)
-{
-    sp_st_file *a = sp_st_open(pa), *b = sp_st_open(pb);
-    cr_assert(a && b, "cannot open %s or %s", pa, pb);
-    cr_assert_eq(sp_st_count(a), sp_st_count(b));
-    double worst = 0;
-    for (int i = 0; i < sp_st_count(a); i++) {
-        const sp_st_tensor *ta = sp_st_at(a, i), *tb = sp_st_find(b, ta->name);
-        cr_assert_not_null(tb, "%s missing in %s", ta->name, pb);
-        cr_assert_eq(ta->nbytes, tb->nbytes);
-        int shape[SP_ST_MAX_DIMS];
-        for (int d = 0; d < ta->ndim; d++) shape[d] = (int)ta->shape[d];
-        float *x = malloc(ta->nbytes + 4), *y = malloc(tb->nbytes + 4);
-        cr_assert_eq(sp_st_read_f32(a, ta->name, x, ta->ndim, shape), 0);
-        cr_assert_eq(sp_st_read_f32(b, ta->name, y, ta->ndim, shape), 0);
-        double d = tu_max_rel_diff(x, y, ta->numel);
-        worst = d > worst ? d : worst;
-        free(x);
-        free(y);
-    }
-    sp_st_close(a);
-    sp_st_close(b);
-    return worst;
-}
+static double compare(const char *pa, const char *pb) { return tu_st_max_rel_diff(pa, pb, true, NULL, NULL); }
 
 static int count_lines(const char *text, const char *needle)
 {

@@ -12,6 +12,7 @@
 #include <zlib.h>
 #include <sys/wait.h>
 #include "core/error.h"
+#include "core/io/safetensors.h"
 #include "core/rng.h"
 #include "layers/layers.h"
 #include "tests/testutil.h"
@@ -483,4 +484,38 @@ void tu_write_file(const char *path, const void *data, size_t n, bool gz)
         cr_assert(fp && fwrite(data, 1, n, fp) == n, "cannot write %s", path);
         fclose(fp);
     }
+}
+
+double tu_st_max_rel_diff(const char *pa, const char *pb, bool buffers, bool *bitwise, int *nbuf)
+{
+    sp_st_file *a = sp_st_open(pa), *b = sp_st_open(pb);
+    cr_assert(a && b, "cannot open %s or %s", pa, pb);
+    cr_assert_eq(sp_st_count(a), sp_st_count(b), "%s and %s hold different tensor counts", pa, pb);
+    double worst = 0;
+    bool same = true;
+    int bufs = 0;
+    for (int i = 0; i < sp_st_count(a); i++) {
+        const sp_st_tensor *ta = sp_st_at(a, i), *tb = sp_st_find(b, ta->name);
+        cr_assert_not_null(tb, "%s missing in %s", ta->name, pb);
+        cr_assert_eq(ta->nbytes, tb->nbytes, "%s: %zu bytes against %zu", ta->name, (size_t)ta->nbytes,
+                     (size_t)tb->nbytes);
+        bool is_buf = strstr(ta->name, "running_") || strstr(ta->name, "num_batches");
+        bufs += is_buf;
+        if (is_buf && !buffers) continue;
+        int shape[SP_ST_MAX_DIMS];
+        for (int d = 0; d < ta->ndim; d++) shape[d] = (int)ta->shape[d];
+        float *x = malloc(ta->nbytes + 4), *y = malloc(tb->nbytes + 4);
+        cr_assert_eq(sp_st_read_f32(a, ta->name, x, ta->ndim, shape), 0);
+        cr_assert_eq(sp_st_read_f32(b, ta->name, y, ta->ndim, shape), 0);
+        same &= memcmp(x, y, ta->nbytes) == 0;
+        double d = tu_max_rel_diff(x, y, ta->numel);
+        worst = d > worst ? d : worst;
+        free(x);
+        free(y);
+    }
+    sp_st_close(a);
+    sp_st_close(b);
+    if (bitwise) *bitwise = same;
+    if (nbuf) *nbuf = bufs;
+    return worst;
 }

@@ -60,6 +60,12 @@ void tu_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);
 float *tu_model_weights(const sp_model *m, size_t *n);
 /* max |a − b| / max(1, max |b|) */
 double tu_max_rel_diff(const float *a, const float *b, size_t n);
+/* Two safetensors checkpoints (the same tensors, float32): max |a − b| / max(1, max |b|)
+ * over every tensor, or over the parameters only without `buffers` (batch norm's
+ * running_* and num_batches_tracked left out); *bitwise (may be NULL): every compared
+ * byte equal; *nbuf (may be NULL): how many buffers the files hold. Missing files,
+ * tensors or sizes fail the test. */
+double tu_st_max_rel_diff(const char *pa, const char *pb, bool buffers, bool *bitwise, int *nbuf);
 /* A fresh empty directory for this test process, under $BUILD/tmp (build/tmp), never
  * /tmp; removed with everything in it when the process that made it exits, whether the
  * test passed or failed (scripts/run_tests.sh also clears $BUILD/tmp after a crash). */
