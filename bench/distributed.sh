@@ -65,7 +65,7 @@ json() { python3 -c "import json,sys; d=json.loads(sys.stdin.read().strip().spli
 schemes=${SCHEMES:-$(build/schedule --list | json '["schemes"]' | tr -d "[]',")}
 # batch norm: ddp with synchronized statistics too, as a scheme of its own ("ddp+sync-bn")
 if [ "$app" = resnet ]; then
-  schemes=$(for s in $schemes; do echo "$s"; [ "$s" = ddp ] && echo ddp+sync-bn; done)
+  schemes=$(for s in $schemes; do echo "$s"; if [ "$s" = ddp ]; then echo ddp+sync-bn; fi; done)
 fi
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "command: bench/distributed.sh $app $steps"
