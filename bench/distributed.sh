@@ -9,6 +9,10 @@
 # and the whole memory per rank, measured against predicted.
 # Usage: bench/distributed.sh [app] [steps]       (default lenet 30; steps >= 7)
 #        WORKERS="2" COMM_PROFILE=FILE bench/distributed.sh vgg11 10   (rank counts; a calibration)
+#        SCHEMES="ddp 1f1b" bench/distributed.sh ...   those schemes only (default: every one)
+#        bench/distributed.sh resnet [steps]       ResNet-20 (batch norm, a DAG of 13 stages):
+#            default 10 steps, and a row for ddp --sync-bn after ddp's (its allgathers in
+#            the prediction); each run ends with the app's test-set evaluation (~0.5 min)
 #        LPP_GROUPS=G bench/distributed.sh ...     lpp/fslpp with G groups (default W/2,
 #            so R = 2: a looped pipeline; R < 2 would be data parallelism and is refused)
 #        bench/distributed.sh overlap [runs]       DDP's waiting: updates at the step's end
@@ -83,11 +87,16 @@ if [ "${1:-}" = torch ]; then
   exit 0
 fi
 app=${1:-lenet}; steps=${2:-30}
+[ "$app" = resnet ] && steps=${2:-10}
 [ "$steps" -ge 7 ] || { echo "bench/distributed.sh: $steps steps: expected >= 7 (the median leaves out the first 5)" >&2; exit 2; }
 # The schemes: every schedule build/schedule simulates, under the names --parallel takes
 # (one set, tests/test_apps.c schemes/one_set_of_names_for_schedule_and_parallel); scan,
 # the one --parallel scheme without a schedule, has no prediction to compare with.
-schemes=$(build/schedule --list | json '["schemes"]' | tr -d "[]',")
+schemes=${SCHEMES:-$(build/schedule --list | json '["schemes"]' | tr -d "[]',")}
+# batch norm: ddp with synchronized statistics too, as a scheme of its own ("ddp+sync-bn")
+if [ "$app" = resnet ]; then
+  schemes=$(for s in $schemes; do echo "$s"; if [ "$s" = ddp ]; then echo ddp+sync-bn; fi; done)
+fi
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "command: bench/distributed.sh $app $steps"
 base=$(build/$app --steps "$steps" --batch 64 --threads 1 --quiet --eval-every 1000000 2>/dev/null | json '["step_ms"]' 2>/dev/null || echo nan)
@@ -108,9 +117,10 @@ printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
 for W in ${WORKERS:-2 4}; do
   for s in $schemes; do
     [ "$s" = custom ] && continue   # a list from a file: the schemes above export theirs
-    B=$W; extra=""; gr="—"
+    B=$W; extra=""; gr="—"; run=$s
     case $s in
       ddp|fsdp|ddp-ooo) ;;
+      ddp+sync-bn) run=ddp; extra="--sync-bn";;
       lpp|fslpp)
         B=$((2 * W)); G=${LPP_GROUPS:-$((W / 2))}; R=$((W / G))
         if [ $((G * R)) -ne "$W" ] || [ "$R" -lt 2 ]; then
@@ -121,8 +131,8 @@ for W in ${WORKERS:-2 4}; do
       *) B=$((2 * W));;
     esac
     out=$(mpirun --oversubscribe --bind-to none -np "$W" build/$app --steps "$steps" --batch 64 --threads 1 --quiet \
-          --eval-every 1000000 --parallel "$s" --microbatches "$B" $extra $cp_flag 2>/dev/null | tail -1) || true
-    if [ -z "$out" ] || [ "$(echo "$out" | json '["parallel"]' 2>/dev/null)" != "$s" ]; then
+          --eval-every 1000000 --parallel "$run" --microbatches "$B" $extra $cp_flag 2>/dev/null | tail -1) || true
+    if [ -z "$out" ] || [ "$(echo "$out" | json '["parallel"]' 2>/dev/null)" != "$run" ]; then
       printf '| %s | %d | %s | %d | refused or failed | | | | | |\n' "$s" "$W" "$gr" "$B"; continue
     fi
     meas=$(echo "$out" | json '["step_mean_ms"]'); comm=$(echo "$out" | json '["comm_mean_ms"]')

@@ -1781,6 +1781,26 @@ Test(exec, predicted_clip_messages_match_the_executor, .timeout = 300)
         }
 }
 
+/* Batch norm's messages in the prediction (tests/bn_worker: two batch-norm layers in
+ * stages 1 and 3): per-rank statistics broadcast rank 0's buffers at each step's start
+ * (ddp, fsdp, ddp-ooo); --sync-bn adds an allgather per layer in its forward and in its
+ * δ; pipelines hold their buffers on one rank each (none moves). */
+Test(exec, predicted_bn_messages_match_the_executor, .timeout = 600)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) cr_skip_test("no Fashion-MNIST");
+    const struct { const char *flags; int W; } runs[] = {
+        {"--parallel ddp", 2},           {"--parallel ddp --sync-bn", 2}, {"--parallel ddp --sync-bn", 4},
+        {"--parallel fsdp --sync-bn", 2}, {"--parallel ddp-ooo --sync-bn", 2},
+        {"--parallel 1f1b", 2},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        char flags[512];
+        snprintf(flags, sizeof flags, "--steps 2 --batch 32 --threads 1 --quiet %s", runs[i].flags);
+        messages_match("tests/bn_worker", flags, "", runs[i].W);
+    }
+}
+
 /* --costs-out's measured optimizer column in build/schedule's simulation with
  * communication: the busiest rank's optimizer time (ddp: every stage on every rank) is
  * the column's sum; the same profile without the column (an old CSV: it still reads) gives

@@ -29,6 +29,12 @@
 #include "layers/layers.h"
 #include "schedulers/exec/exec_internal.h"
 
+/* The reduce's context on one batch-norm layer: the stage it runs in (its messages). */
+struct bn_ctx {
+    sp_exec *x;
+    int stage;
+};
+
 struct exec_buffers {
     int nl;              /* layers with buffers                                     */
     int *layer;          /* [nl]: their indices in the model                         */
@@ -41,6 +47,11 @@ struct exec_buffers {
     float *kept;         /* the buffers before the costs were measured              */
     double reduce_s;     /* seconds in the reduce                                   */
     long reduces;
+    struct bn_ctx *ctx;  /* sync: [model layers]                                     */
+    /* the simulator's view of these messages (sp_exec_buffers_sim) */
+    sp_sim_buffers sim;
+    int *bcast_root, *bcast_stage, *sync_off;
+    double *bcast_bytes, *sync_bytes;
 };
 
 /* The executor's stage that applies model layer li: the segment whose layers
@@ -82,7 +93,8 @@ const char *sp_exec_buffers_refusal(const sp_exec *x, char *buf, size_t len)
 /* The reduce installed on batch-norm layers: v summed over the ranks in place. */
 static void reduce_doubles(void *ctx, double *v, int n)
 {
-    sp_exec *x = ctx;
+    const struct bn_ctx *bc = ctx;
+    sp_exec *x = bc->x;
     struct exec_buffers *B = x->bufs;
     size_t need = 2 * (size_t)n;
     if (need * (size_t)x->W > B->cap) {
@@ -96,6 +108,7 @@ static void reduce_doubles(void *ctx, double *v, int n)
         B->send[2 * i + 1] = (float)(v[i] - (double)hi);
     }
     double t0 = sp_now();
+    sp_exec_log_msg(x, -1, SP_MSG_SYNC_BN, bc->stage, sizeof(float) * (double)need);
     sp_comm_set_label("synchronized batch norm");
     sp_allgather(B->comm, B->send, B->recv, need);
     for (int i = 0; i < n; i++) {
@@ -129,6 +142,64 @@ void sp_exec_buffers_keep(sp_exec *x)
     B->kept = sp_xmalloc(sizeof(float) * (n + 1));
     copy_buffers(x->m, B->kept, true);
 }
+
+/* The floats of layer li's buffers. */
+static size_t layer_buffer_floats(const sp_layer *l)
+{
+    size_t n = 0;
+    for (int b = 0; b < l->nbuffers; b++) n += l->buffers[b]->value.numel;
+    return n;
+}
+
+/* B->sim: the broadcasts broadcast_buffers(x, true) makes (one per owner with replicated
+ * layers: its bytes, the stage of its first layer) and, with --sync-bn, the allgathers
+ * reduce_doubles makes per stage — F: 2C + 1 doubles per batch-norm layer in layer order;
+ * the walk back: 2C in reverse order, except a layer reading the model's input (the first
+ * layer: no δ is made for it). Each double travels as two floats. */
+static void sim_setup(sp_exec *x)
+{
+    struct exec_buffers *B = x->bufs;
+    const sp_model *m = x->m;
+    B->bcast_root = sp_xcalloc((size_t)x->W, sizeof(int));
+    B->bcast_stage = sp_xcalloc((size_t)x->W, sizeof(int));
+    B->bcast_bytes = sp_xcalloc((size_t)x->W, sizeof(double));
+    for (int r = 0; r < x->W; r++) {
+        double bytes = 0;
+        int stage = -1;
+        for (int k = 0; k < B->nl; k++)
+            if (B->owner[k] == r && B->replicated[k]) {
+                bytes += sizeof(float) * (double)layer_buffer_floats(m->layers[B->layer[k]]);
+                if (stage < 0) stage = stage_of_layer(x, B->layer[k]);
+            }
+        if (bytes <= 0) continue;
+        int i = B->sim.nbcast++;
+        B->bcast_root[i] = r, B->bcast_stage[i] = stage, B->bcast_bytes[i] = bytes;
+    }
+    B->sim.bcast_root = B->bcast_root, B->sim.bcast_stage = B->bcast_stage, B->sim.bcast_bytes = B->bcast_bytes;
+    if (!B->sync) return;
+    B->sync_off = sp_xcalloc(2 * (size_t)x->S + 1, sizeof(int));
+    B->sync_bytes = sp_xcalloc(2 * (size_t)m->nlayers + 1, sizeof(double));
+    int n = 0;
+    for (int s = 0; s < x->S; s++) {
+        const stage_info *si = &x->st[s];
+        for (int li = si->layer0; li < si->layer0 + si->nlayers; li++)
+            if (sp_layer_is_batchnorm(m->layers[li]))
+                B->sync_bytes[n++] = 2 * sizeof(float) * (2.0 * (double)m->layers[li]->buffers[0]->value.numel + 1);
+        B->sync_off[2 * s + 1] = n;
+        for (int li = si->layer0 + si->nlayers - 1; li >= si->layer0; li--)
+            if (sp_layer_is_batchnorm(m->layers[li]) && li > 0)
+                B->sync_bytes[n++] = 2 * sizeof(float) * 2.0 * (double)m->layers[li]->buffers[0]->value.numel;
+        B->sync_off[2 * s + 2] = n;
+    }
+    B->sim.sync_off = B->sync_off, B->sim.sync_bytes = B->sync_bytes;
+}
+
+const sp_sim_buffers *sp_exec_buffers_sim(const sp_exec *x)
+{
+    return x->bufs && (x->bufs->sim.nbcast || x->bufs->sim.sync_off) ? &x->bufs->sim : NULL;
+}
+
+double sp_exec_buffers_reduce_s(const sp_exec *x) { return x->bufs ? x->bufs->reduce_s : 0; }
 
 void sp_exec_buffers_setup(sp_exec *x)
 {
@@ -174,9 +245,14 @@ void sp_exec_buffers_setup(sp_exec *x)
     if (x->cfg.sync_bn) {
         B->sync = true;
         B->comm = sp_comm_split(x->world, 0, x->rank);
+        B->ctx = sp_xcalloc((size_t)m->nlayers + 1, sizeof *B->ctx);
         for (int li = 0; li < m->nlayers; li++)
-            if (sp_layer_is_batchnorm(m->layers[li])) sp_batchnorm2d_set_reduce(m->layers[li], reduce_doubles, x);
+            if (sp_layer_is_batchnorm(m->layers[li])) {
+                B->ctx[li] = (struct bn_ctx){x, stage_of_layer(x, li)};
+                sp_batchnorm2d_set_reduce(m->layers[li], reduce_doubles, &B->ctx[li]);
+            }
     }
+    sim_setup(x);
 }
 
 /* Every buffer of the layers k with pick(k), from owner r, for each r with any: one
@@ -192,6 +268,12 @@ static void broadcast_buffers(sp_exec *x, bool replicated_only)
                 for (int b = 0; b < m->layers[B->layer[k]]->nbuffers; b++)
                     n += m->layers[B->layer[k]]->buffers[b]->value.numel;
         if (!n) continue;
+        if (replicated_only)
+            for (int k = 0; k < B->nl; k++)
+                if (B->owner[k] == r && B->replicated[k]) {
+                    sp_exec_log_msg(x, r, SP_MSG_BUFFERS, stage_of_layer(x, B->layer[k]), sizeof(float) * (double)n);
+                    break;
+                }
         float *buf = sp_xmalloc(sizeof(float) * n), *q = buf;
         for (int pass = 0; pass < 2; pass++) {   /* 0: pack, 1: unpack */
             q = buf;
@@ -245,6 +327,8 @@ void sp_exec_buffers_free(sp_exec *x)
     free(B->send);
     free(B->recv);
     free(B->kept);
+    free(B->ctx);
+    free(B->bcast_root), free(B->bcast_stage), free(B->bcast_bytes), free(B->sync_off), free(B->sync_bytes);
     free(B);
     x->bufs = NULL;
 }

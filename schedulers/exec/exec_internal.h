@@ -268,6 +268,10 @@ void sp_exec_buffers_setup(sp_exec *x);        /* after the schedule: the copy b
                                                 * order, --sync-bn                         */
 void sp_exec_buffers_begin_step(sp_exec *x);   /* replicated layers: the owner's buffers   */
 void sp_exec_buffers_sync(sp_exec *x);         /* every buffer from its owner (collective) */
+/* Its messages for the simulator (sim_comm.h; NULL: none); the seconds spent so far in
+ * --sync-bn's allgathers (left out of the jobs' measured compute: they are messages). */
+const sp_sim_buffers *sp_exec_buffers_sim(const sp_exec *x);
+double sp_exec_buffers_reduce_s(const sp_exec *x);
 void sp_exec_buffers_free(sp_exec *x);
 
 /* ---- the step's end under a gradient-norm clip (exec_clip.c) ---------------------------- */

@@ -81,7 +81,8 @@ double sp_exec_predict_step_ms(sp_exec *x, const sp_comm_model *cm)
     int clip = x->cfg.clip_grad_norm > 0 ? x->cfg.post_validate ? SP_CLIP_POST_VALIDATE : SP_CLIP_PLAIN : SP_CLIP_NONE;
     double job_us = sp_exec_job_us(x);
     sp_sim_comm_cfg cfg = {.model = cm, .out_bytes = ob, .bucket_mb = x->cfg.bucket_mb, .deferred = x->deferred,
-                           .opt_us = opt, .clip = clip, .job_us = job_us};
+                           .opt_us = opt, .clip = clip, .job_us = job_us,
+                           .buffers = sp_exec_buffers_sim(x)};
     if (x->pred) sp_sim_comm_free(x->pred);
     else x->pred = sp_xcalloc(1, sizeof *x->pred);
     if (is_scan(x->cfg.scheme)) {   /* the scan: its program, from its plan and its measured phases */

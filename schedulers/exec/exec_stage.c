@@ -241,12 +241,12 @@ void sp_exec_run_forward(sp_exec *x, int job, sp_job j)
         sp_exec_label_job(x, job, x->steps);
     }
     wait_weights(x, s);
-    double t0 = sp_now();
+    double t0 = sp_now(), r0 = sp_exec_buffers_reduce_s(x);
     injected_delay(x);
     if (x->dag) x->first[s * x->B + b] = t->n;
     sp_node *n = x->node[s * x->B + b] = sp_exec_stage_forward(x, s, t, in);
     if (s == x->S - 1) x->loss[b] = sp_apply_loss(t, x->m->loss, n, x->yin[b]);
-    double dt = sp_now() - t0;
+    double dt = sp_now() - t0 - (sp_exec_buffers_reduce_s(x) - r0);   /* --sync-bn's allgathers: messages */
     sp_exec_mem_forward(x, s, b, n);
     x->fwd_s += dt;
     measured(x, s, 0, dt);
@@ -256,7 +256,7 @@ void sp_exec_run_forward(sp_exec *x, int job, sp_job j)
 /* B, δ or G (s, b) of a stage of a DAG (the module comment): the first of its backward
  * jobs walks the stage's nodes (B: with their gradients), G then makes the gradients
  * from the δ the walk left; δ and B send the δ of the stage's input on. */
-static void dag_backward(sp_exec *x, int job, sp_job j, const sp_tensor *dy, double t0)
+static void dag_backward(sp_exec *x, int job, sp_job j, const sp_tensor *dy, double t0, double r0)
 {
     int s = j.stage, b = j.micro, k = s * x->B + b;
     sp_tape *t = &x->tapes[b];
@@ -273,7 +273,7 @@ static void dag_backward(sp_exec *x, int job, sp_job j, const sp_tensor *dy, dou
         x->walked[k] = true;
     }
     if (j.dir == SP_BWD_GRAD) sp_exec_stage_grads(t, first, last);
-    double t2 = sp_now();
+    double t2 = sp_now() - (sp_exec_buffers_reduce_s(x) - r0);   /* --sync-bn's allgathers: messages */
     x->bwd_s += t2 - t0;
     if (j.dir == SP_BWD) {
         measured(x, s, 2, tg);
@@ -295,10 +295,10 @@ void sp_exec_run_backward(sp_exec *x, int job, sp_job j)
     if (!n) sp_comm_die(x->world, "internal: backward of stage %d, micro-batch %d without its forward here", s, b);
     sp_tensor *dy = sp_exec_ensure_dy(x, s, b);
     wait_weights(x, s);
-    double t0 = sp_now();
+    double t0 = sp_now(), r0 = sp_exec_buffers_reduce_s(x);
     injected_delay(x);
     if (x->dag) {
-        dag_backward(x, job, j, dy, t0);
+        dag_backward(x, job, j, dy, t0, r0);
         return;
     }
     bool params = j.dir != SP_BWD_DELTA && n->kern->backward_params && n->layer->nparams > 0;
@@ -311,7 +311,7 @@ void sp_exec_run_backward(sp_exec *x, int job, sp_job j)
         n->kern->backward_input(n, 0, dy, &x->dy[k]);
         x->have_dy[k] = true;
     }
-    double t2 = sp_now();
+    double t2 = sp_now() - (sp_exec_buffers_reduce_s(x) - r0);   /* --sync-bn's allgathers: messages */
     x->bwd_s += t2 - t0;
     if (j.dir != SP_BWD_DELTA) measured(x, s, 2, t1 - t0);
     if (j.dir != SP_BWD_GRAD) measured(x, s, 1, t2 - t1);

@@ -29,7 +29,8 @@ enum { SYNC_NONE, SYNC_ALLREDUCE, SYNC_OWNER };
 const char *sp_msg_kind_name(sp_msg_kind k)
 {
     static const char *n[SP_MSG_KINDS] = {"act",  "grad", "allreduce", "broadcast", "reduce",
-                                          "loss", "norm", "scan",      "up",        "down", "handoff"};
+                                          "loss", "norm", "scan",      "up",        "down", "handoff",
+                                          "buffers", "sync-bn"};
     return k >= 0 && k < SP_MSG_KINDS ? n[k] : "?";
 }
 
@@ -91,6 +92,11 @@ typedef struct csim {
     bool *outstanding;            /* [nb·W] deferred                                     */
     double *prev_end;             /* [nb]: bucket ends of the previous pass               */
     double prev_T;
+    /* batch norm's allgathers (cfg->buffers->sync_off): the jobs that meet there */
+    bool barrier;                 /* every worker has as many such jobs (else each alone) */
+    bool *arrived;                /* [W]: w waits at its next such job, since arrive[w]   */
+    double *arrive;
+    int *arrive_job;              /* [W]                                                 */
     /* messages */
     sp_sim_msg *msg;
     double *msg_key;              /* issue time                                          */
@@ -258,6 +264,47 @@ static void setup_buckets(csim *cs)
     }
 }
 
+/* ---- batch norm's messages (sp_sim_buffers) ---------------------------------------------- */
+
+/* The allgathers inside job j: sync_bytes[*lo … *lo + count); F has its stage's forward
+ * ones, the first backward job (B or δ) its backward ones, G none. */
+static int sync_range(const csim *cs, int j, int *lo)
+{
+    const sp_sim_buffers *b = cs->cfg->buffers;
+    if (!b || !b->sync_off) return 0;
+    sp_job jb = cs->s->jobs[j];
+    if (jb.dir == SP_BWD_GRAD) return 0;
+    int k = 2 * jb.stage + (jb.dir != SP_FWD);
+    *lo = b->sync_off[k];
+    return b->sync_off[k + 1] - b->sync_off[k];
+}
+
+/* Whether every worker runs as many jobs with allgathers (they meet at each in turn). */
+static bool sync_barrier(const csim *cs)
+{
+    int *n = sp_xcalloc((size_t)cs->W, sizeof(int)), lo;
+    for (int j = 0; j < cs->s->njobs; j++) n[cs->s->compute[j]] += sync_range(cs, j, &lo) > 0;
+    bool same = n[0] > 0;
+    for (int w = 1; w < cs->W; w++) same &= n[w] == n[0];
+    free(n);
+    return same;
+}
+
+/* The step's buffer broadcasts, after the owners' weights on every lane; blocking. */
+static void broadcast_buffers(csim *cs)
+{
+    const sp_sim_buffers *b = cs->cfg->buffers;
+    for (int i = 0; b && cs->W > 1 && i < b->nbcast; i++) {
+        double t0 = 0;
+        for (int w = 0; w < cs->W; w++) t0 = fmax(t0, fmax(cs->lane[w], cs->free_at[w]));
+        double t1 = t0 + set_us(cs, SP_COMM_BROADCAST, b->bcast_bytes[i], -1);
+        for (int w = 0; w < cs->W; w++) {
+            cs->lane[w] = cs->free_at[w] = t1;
+            add_msg(cs, w, b->bcast_root[i], SP_MSG_BUFFERS, b->bcast_stage[i], b->bcast_bytes[i], 0, t0, t1);
+        }
+    }
+}
+
 /* ---- one pass over the step -------------------------------------------------------------- */
 
 static double stage_opt(const csim *cs, int st)
@@ -373,6 +420,7 @@ static void reset_pass(csim *cs)
     memset(cs->next_issue, 0, sizeof(int) * (size_t)(cs->nsets + 1) * W);
     memset(cs->next_place, 0, sizeof(int) * (size_t)(cs->nsets + 1));
     for (int i = 0; i < cs->nb; i++) cs->bk_end[i] = 0;
+    for (int w = 0; w < W; w++) cs->arrived[w] = false;
     cs->nmsg = 0;
 }
 
@@ -394,6 +442,7 @@ static void begin_step(csim *cs)
             }
         cs->bcast_end[st] = t1;
     }
+    broadcast_buffers(cs);
     for (int set = 0; set < cs->nsets; set++)
         for (int w = 0; w < cs->W; w++)
             if (cs->sets[set][w]) issue_buckets(cs, w, set, 0);
@@ -428,6 +477,53 @@ static double job_start(csim *cs, int j, int w, bool *ready)
     return t;
 }
 
+/* Job j on w runs [t, t1]: its messages out, the loss and its buckets issued. */
+static void job_done(csim *cs, sp_sim_comm *out, int j, int w, double t, double t1, int *loss_left, double *loss_issue)
+{
+    const sp_schedule *s = cs->s;
+    out->start[j] = t;
+    out->finish[j] = cs->free_at[w] = t1;
+    sp_job jb = s->jobs[j];
+    send_outputs(cs, j, w, t1);
+    if (jb.dir == SP_FWD && jb.stage == cs->S - 1 && --loss_left[w] == 0) loss_issue[w] = t1;
+    int bi = cs->stage_bucket[jb.stage];
+    if (bi >= 0 && is_grad_job(jb.dir) && --cs->pending[bi * cs->W + w] == 0) issue_buckets(cs, w, cs->bk_set[bi], t1);
+}
+
+/* Jobs with batch norm's allgathers, worker w's job j arriving at t: with a barrier, the
+ * workers' matching jobs once all have arrived (false: w waits); else j alone. Each
+ * allgather follows an even share of the job's compute; every job ends past the last. */
+static bool place_sync_job(csim *cs, sp_sim_comm *out, int j, int w, double t, int *pos, int *placed, int *loss_left,
+                           double *loss_issue)
+{
+    int W = cs->W, lo, k = sync_range(cs, j, &lo);
+    cs->arrived[w] = true;
+    cs->arrive[w] = t;
+    cs->arrive_job[w] = j;
+    for (int v = 0; v < W && cs->barrier; v++)
+        if (!cs->arrived[v]) return false;
+    const double *bytes = cs->cfg->buffers->sync_bytes + lo;
+    double t0 = t, dur = sp_job_duration(cs->s, cs->c, j) + cs->cfg->job_us, part = dur / (k + 1);
+    for (int v = 0; v < W && cs->barrier; v++) t0 = fmax(t0, cs->arrive[v]);
+    double at = t0;
+    for (int i = 0; i < k; i++) {
+        double a0 = at + part, a1 = a0 + (W > 1 ? set_us(cs, SP_COMM_ALLGATHER, bytes[i], -1) : 0);
+        for (int v = 0; v < W; v++)
+            if (v == w || cs->barrier)
+                add_msg(cs, v, -1, SP_MSG_SYNC_BN, cs->s->jobs[cs->arrive_job[v]].stage, bytes[i], a0, a0, a1);
+        at = a1;
+    }
+    at += part;
+    for (int v = 0; v < W; v++)
+        if (v == w || cs->barrier) {
+            cs->arrived[v] = false;
+            job_done(cs, out, cs->arrive_job[v], v, cs->arrive[v], at, loss_left, loss_issue);
+            pos[v]++;
+            (*placed)++;
+        }
+    return true;
+}
+
 static void place_jobs(csim *cs, sp_sim_comm *out, double *loss_issue)
 {
     const sp_schedule *s = cs->s;
@@ -441,20 +537,18 @@ static void place_jobs(csim *cs, sp_sim_comm *out, double *loss_issue)
         int before = placed;
         for (int w = 0; w < W; w++)
             while (r->order_off[w] + pos[w] < r->order_off[w + 1]) {
-                int j = r->order[r->order_off[w] + pos[w]];
+                int j = r->order[r->order_off[w] + pos[w]], lo;
+                if (cs->arrived[w]) break;   /* at a barrier: the last worker to arrive places it */
                 bool ready;
                 double t = job_start(cs, j, w, &ready);
                 if (!ready) break;
-                out->start[j] = t;
-                out->finish[j] = cs->free_at[w] = t + sp_job_duration(s, cs->c, j) + cs->cfg->job_us;
+                if (sync_range(cs, j, &lo) > 0) {
+                    if (!place_sync_job(cs, out, j, w, t, pos, &placed, loss_left, loss_issue)) break;
+                    continue;
+                }
+                job_done(cs, out, j, w, t, t + sp_job_duration(s, cs->c, j) + cs->cfg->job_us, loss_left, loss_issue);
                 pos[w]++;
                 placed++;
-                sp_job jb = s->jobs[j];
-                send_outputs(cs, j, w, out->finish[j]);
-                if (jb.dir == SP_FWD && jb.stage == cs->S - 1 && --loss_left[w] == 0) loss_issue[w] = out->finish[j];
-                int bi = cs->stage_bucket[jb.stage];
-                if (bi >= 0 && is_grad_job(jb.dir) && --cs->pending[bi * W + w] == 0)
-                    issue_buckets(cs, w, cs->bk_set[bi], out->finish[j]);
             }
         if (placed == before) sp_fail("simulate with communication: %s's order waits on itself", s->scheme->name);
     }
@@ -555,6 +649,10 @@ void sp_simulate_comm(const sp_schedule *s, const sp_costs *c, const sp_sim *r, 
     cs.next_issue = sp_xcalloc((size_t)(cs.nsets + 1) * W, sizeof(int));
     cs.next_place = sp_xcalloc((size_t)cs.nsets + 1, sizeof(int));
     cs.bk_end = sp_xcalloc((size_t)nb1, sizeof(double));
+    cs.arrived = sp_xcalloc((size_t)W, sizeof(bool));
+    cs.arrive = sp_xcalloc((size_t)W, sizeof(double));
+    cs.arrive_job = sp_xcalloc((size_t)W, sizeof(int));
+    cs.barrier = sync_barrier(&cs);
     double T = one_pass(&cs, out);
     /* deferred: the steady state, each step's forwards waiting for the previous step's
      * buckets (their ends one step time earlier) — iterated to a fixed point */
@@ -591,6 +689,7 @@ void sp_simulate_comm(const sp_schedule *s, const sp_costs *c, const sp_sim *r, 
     free(cs.stage_bucket), free(cs.pending0), free(cs.lane), free(cs.free_at), free(cs.send_end), free(cs.opt);
     free(cs.arrival), free(cs.sent), free(cs.xfer), free(cs.bcast_end), free(cs.pending), free(cs.issue), free(cs.outstanding);
     free(cs.next_issue), free(cs.next_place), free(cs.bk_end), free(cs.prev_end), free(cs.msg_key);
+    free(cs.arrived), free(cs.arrive), free(cs.arrive_job);
 }
 
 void sp_sim_comm_free(sp_sim_comm *c)

@@ -31,6 +31,7 @@
  *     wait for it; post-validate: the updates run first and the step waits for both (the
  *     rolled-back, redone step when the clip triggers is not modelled: it depends on the
  *     data).
+ *   - buffers / sync-bn: batch norm's, with cfg.buffers (sp_sim_buffers below).
  * Bucket composition is exec_sync.c's: the stages with gradients to synchronise, ordered
  * by when their gradients complete on the lowest rank of their communicator (ties: higher
  * stage first), consecutive stages of one communicator packed while under bucket_mb. An op
@@ -67,6 +68,8 @@ typedef enum sp_msg_kind {
     SP_MSG_UP,           /* a Blelloch up-sweep level (stage: level, counted from 0)     */
     SP_MSG_DOWN,         /* a Blelloch down-sweep level (stage: level, after the up's)   */
     SP_MSG_HANDOFF,      /* the scan's T_1, rank 1 to rank 0 (stage −1)                  */
+    SP_MSG_BUFFERS,      /* an owner's batch-norm buffers to every rank (peer: the owner) */
+    SP_MSG_SYNC_BN,      /* --sync-bn's allgather of a batch-norm layer's sums           */
     SP_MSG_KINDS
 } sp_msg_kind;
 const char *sp_msg_kind_name(sp_msg_kind k);   /* "act", "grad", "allreduce", ... */
@@ -94,7 +97,29 @@ typedef struct sp_sim_comm_cfg {
                                     bookkeeping between the ops: posting sends, tapes, polls),
                                     measured by a run (exec_predict.c); 0 in build/schedule */
     int clip;                    /* SP_CLIP_*: --clip-grad-norm and its --step-sync        */
+    const struct sp_sim_buffers *buffers;   /* batch norm's messages; NULL: none          */
 } sp_sim_comm_cfg;
+
+/* Batch norm's messages (the executor's exec_buffers.c):
+ *   - buffers: at the step's start, before any job, each owner's running statistics of
+ *     the layers whose forward runs on several ranks, one broadcast over every worker
+ *     per owner in owner order (PyTorch DDP's broadcast_buffers); blocking: the ranks'
+ *     first jobs wait for it;
+ *   - sync_bn (--sync-bn): inside a job, a blocking allgather over every worker per
+ *     batch-norm layer — F: its [Σx, Σx², count] in the layers' order; the first backward
+ *     job (B or δ): its [Σdy, Σdy·x̂] in reverse order. bytes: one rank's share. The
+ *     matching jobs of every worker (the n-th job with such messages on each) meet there:
+ *     each starts when its worker gets to it and all finish at the latest start plus the
+ *     job's compute plus the allgathers, the compute split evenly around them. */
+typedef struct sp_sim_buffers {
+    int nbcast;
+    const int *bcast_root, *bcast_stage;   /* [nbcast]                                   */
+    const double *bcast_bytes;
+    const int *sync_off;         /* [2·stages + 1]: stage s's F allgathers are
+                                    sync_bytes[sync_off[2s] … sync_off[2s+1]), its
+                                    backward's up to sync_off[2s+2]; NULL: none          */
+    const double *sync_bytes;
+} sp_sim_buffers;
 
 enum { SP_CLIP_NONE = 0, SP_CLIP_PLAIN, SP_CLIP_POST_VALIDATE };
 
