@@ -13,15 +13,6 @@
 #include "data/data.h"
 #include "tests/mpirun.h"
 
-static const char *tmp(const char *name)
-{
-    static char path[8][512];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(path[k], sizeof path[k], "%s/%s", tu_tmpdir(), name);
-    return path[k];
-}
-
 /* ---- the loader ------------------------------------------------------------------------- */
 
 /* 40 samples of 3 floats: sample i is (i, i + 0.5, −i), label i % 7. */
@@ -95,16 +86,6 @@ Test(distributed, loader_reads_only_the_rows_it_is_asked_for)
 
 #define GRU "--samples 64 --batch 16 --epochs 1 --threads 1 --quiet"
 
-static const char *bin(const char *name)
-{
-    static char path[4][512];
-    static int k;
-    const char *b = getenv("BUILD");
-    k = (k + 1) % 4;
-    snprintf(path[k], sizeof path[k], "%s/%s", b ? b : "build", name);
-    return path[k];
-}
-
 /* The JSON array after "key": [a, b, …] into v; returns its length. */
 static int json_array(const char *json, const char *key, long *v, int cap)
 {
@@ -153,9 +134,9 @@ static double compare(const char *pa, const char *pb, bool *bitwise)
 Test(distributed, each_rank_reads_only_its_own_rows, .timeout = 240)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
-    const char *single = tmp("single.st");
+    const char *single = tu_tmp_path("single.st");
     char cmd[1024], out[8192];
-    snprintf(cmd, sizeof cmd, "%s " GRU " --save %s", bin("gru"), single);
+    snprintf(cmd, sizeof cmd, "%s " GRU " --save %s", tu_bin_path("gru"), single);
     cr_assert_eq(tu_run(cmd, out, sizeof out, NULL, 0), 0, "%s", out);
     static const struct { const char *scheme; int W; long rows[4], labels[4]; } cases[] = {
         {"ddp", 2, {32, 32}, {0, 0}},
@@ -165,10 +146,10 @@ Test(distributed, each_rank_reads_only_its_own_rows, .timeout = 240)
     };
     long per = -1;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        const char *saved = tmp("par.st");
+        const char *saved = tu_tmp_path("par.st");
         char np[16];
         snprintf(np, sizeof np, "-np %d", cases[i].W);
-        snprintf(cmd, sizeof cmd, "%s " GRU " --parallel %s --save %s", bin("gru"), cases[i].scheme, saved);
+        snprintf(cmd, sizeof cmd, "%s " GRU " --parallel %s --save %s", tu_bin_path("gru"), cases[i].scheme, saved);
         mpi_result r;
         mpi_run("", np, cmd, &r);
         cr_assert_eq(r.status, 0, "%s: %s", cases[i].scheme, r.err);
@@ -276,7 +257,7 @@ static long held_rows(int r, int W)
 static void file_rows_run(const char *args, int W, long hdr, long row, long hdr_test, long long gz_train)
 {
     char cmd[2048], np[16];
-    snprintf(cmd, sizeof cmd, "%s " LENET_ROWS " %s", bin("lenet"), args);
+    snprintf(cmd, sizeof cmd, "%s " LENET_ROWS " %s", tu_bin_path("lenet"), args);
     snprintf(np, sizeof np, "-np %d", W);
     mpi_result r;
     mpi_run("", np, cmd, &r);
@@ -332,13 +313,13 @@ Test(distributed, each_rank_reads_its_own_rows_of_the_files, .timeout = 300)
 Test(distributed, tcp_transport_gives_the_shared_memory_weights, .timeout = 120)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
-    const char *shm = tmp("shm.st"), *tcp = tmp("tcp.st");
+    const char *shm = tu_tmp_path("shm.st"), *tcp = tu_tmp_path("tcp.st");
     char cmd[1024];
     mpi_result r;
-    snprintf(cmd, sizeof cmd, "%s " GRU " --parallel fsdp --save %s", bin("gru"), shm);
+    snprintf(cmd, sizeof cmd, "%s " GRU " --parallel fsdp --save %s", tu_bin_path("gru"), shm);
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "%s", r.err);
-    snprintf(cmd, sizeof cmd, "%s " GRU " --parallel fsdp --save %s", bin("gru"), tcp);
+    snprintf(cmd, sizeof cmd, "%s " GRU " --parallel fsdp --save %s", tu_bin_path("gru"), tcp);
     mpi_run("", "-np 2 --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca btl_base_verbose 30", cmd,
             &r);
     cr_assert_eq(r.status, 0, "%s", r.err);
@@ -355,9 +336,9 @@ Test(distributed, tcp_transport_gives_the_shared_memory_weights, .timeout = 120)
 Test(distributed, trace_timestamps_are_on_rank_0s_clock, .timeout = 120)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
-    const char *trace = tmp("trace.json");
+    const char *trace = tu_tmp_path("trace.json");
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s --steps 3 --threads 1 --quiet --parallel ddp --trace %s", bin("demo"), trace);
+    snprintf(cmd, sizeof cmd, "%s --steps 3 --threads 1 --quiet --parallel ddp --trace %s", tu_bin_path("demo"), trace);
     mpi_result r;
     mpi_run("SCANPROP_TRACE_CLOCK_SKEW=1:5.25", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "%s", r.err);

@@ -40,25 +40,6 @@
 #include "schedulers/sim/sim.h"
 #include "tests/mpirun.h"
 
-static const char *bin(const char *name)
-{
-    static char path[4][512];
-    static int k;
-    const char *b = getenv("BUILD");
-    k = (k + 1) % 4;
-    snprintf(path[k], sizeof path[k], "%s/%s", b ? b : "build", name);
-    return path[k];
-}
-
-static const char *tmp(const char *name)
-{
-    static char path[8][512];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(path[k], sizeof path[k], "%s/%s", tu_tmpdir(), name);
-    return path[k];
-}
-
 /* max |a − b| / max(1, max |b|) over every tensor; *bitwise when all bytes agree. */
 static double compare(const char *pa, const char *pb, bool *bitwise)
 {
@@ -203,7 +184,7 @@ static void check_order(const char *scheme, int W, const char *order_path, const
 /* Uneven costs of the demo's first `stages` stages (fc1 tanh fc2 tanh ...), µs, in a file. */
 static const char *stage_costs(const char *name, int stages)
 {
-    const char *path = tmp(name);
+    const char *path = tu_tmp_path(name);
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
     fprintf(f, "layer,fwd,bwd_grad,bwd_delta\n");
@@ -255,23 +236,23 @@ static void demo_ranks(const scheme_row *row)
     static mpi_result r;
     char cmd[2048], costs_in[600] = "";
     const char *plan = list ? list_costs() : plan_costs();
-    const char *ref = tmp("ref.safetensors"), *one = tmp("one.safetensors"), *par = tmp("par.safetensors");
+    const char *ref = tu_tmp_path("ref.safetensors"), *one = tu_tmp_path("one.safetensors"), *par = tu_tmp_path("par.safetensors");
     /* ddp's order does not depend on the costs: --costs is refused there, and the
      * simulator's order from `plan` is the one every cost gives */
     if (row->costs) snprintf(costs_in, sizeof costs_in, "--costs %s", plan);
-    snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", bin("demo"), flags, ref);
+    snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", tu_bin_path("demo"), flags, ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s %s --parallel %s --microbatches %d %s --save %s", bin("demo"), flags, scheme, MICRO,
+    snprintf(cmd, sizeof cmd, "%s %s --parallel %s --microbatches %d %s --save %s", tu_bin_path("demo"), flags, scheme, MICRO,
              list ? costs_in : "", one);
     mpi_run("", "-np 1", cmd, &r);
     cr_assert_eq(r.status, 0, "%s -np 1: status %d\n%s", scheme, r.status, r.err);
     for (int W = 2; W <= 4; W += 2) {
-        const char *order = tmp("order.txt"), *costs = tmp("costs.csv");
+        const char *order = tu_tmp_path("order.txt"), *costs = tu_tmp_path("costs.csv");
         char costs_out[600] = "", what[64];
         if (!list) snprintf(costs_out, sizeof costs_out, "--costs-out %s", costs);
         snprintf(what, sizeof what, "%s -np %d", scheme, W);
         snprintf(cmd, sizeof cmd, "%s %s --parallel %s --microbatches %d %s --save %s --exec-order %s %s %s",
-                 bin("demo"), flags, scheme, MICRO, scheme_flags(row), par, order, costs_in, costs_out);
+                 tu_bin_path("demo"), flags, scheme, MICRO, scheme_flags(row), par, order, costs_in, costs_out);
         char np[16];
         snprintf(np, sizeof np, "-np %d", W);
         mpi_run("", np, cmd, &r);
@@ -333,10 +314,10 @@ static void lenet_match(const lenet_run *runs, int n, const char *ref, const cha
 {
     static mpi_result r;
     char cmd[2048], what[128], np[16];
-    const char *par = tmp("lenet-par.safetensors");
+    const char *par = tu_tmp_path("lenet-par.safetensors");
     for (int i = 0; i < n; i++) {
         snprintf(what, sizeof what, "lenet %s %s -np %d", runs[i].scheme, runs[i].flags, runs[i].np);
-        snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --parallel %s --microbatches 4 %s %s --save %s", bin("lenet"),
+        snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --parallel %s --microbatches 4 %s %s --save %s", tu_bin_path("lenet"),
                  runs[i].scheme, runs[i].row ? scheme_flags(runs[i].row) : "", runs[i].flags, par);
         snprintf(np, sizeof np, "-np %d", runs[i].np);
         mpi_run("", np, cmd, &r);
@@ -360,10 +341,10 @@ Test(exec, lenet_schemes_match_single_process, .timeout = 600)
     if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) cr_skip_test("no Fashion-MNIST");
     static mpi_result r;
     char cmd[2048];
-    const char *ref = tmp("lenet-ref.safetensors"), *one = tmp("lenet-one.safetensors");
-    snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --save %s >/dev/null", bin("lenet"), ref);
+    const char *ref = tu_tmp_path("lenet-ref.safetensors"), *one = tu_tmp_path("lenet-one.safetensors");
+    snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --save %s >/dev/null", tu_bin_path("lenet"), ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --parallel gpipe --microbatches 4 --save %s", bin("lenet"), one);
+    snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --parallel gpipe --microbatches 4 --save %s", tu_bin_path("lenet"), one);
     mpi_run("", "-np 1", cmd, &r);
     cr_assert_eq(r.status, 0, "lenet -np 1: %s", r.err);
     lenet_run runs[NSCHEMES + 1];
@@ -382,8 +363,8 @@ static void app_schemes(const char *app, const char *flags, const char *only)
 {
     static mpi_result r;
     char cmd[2048];
-    const char *ref = tmp("app-ref.safetensors"), *par = tmp("app-par.safetensors");
-    snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", bin(app), flags, ref);
+    const char *ref = tu_tmp_path("app-ref.safetensors"), *par = tu_tmp_path("app-par.safetensors");
+    snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", tu_bin_path(app), flags, ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     const char *runs[][3] = {
         {"ddp", "", "-np 2"},          {"ddp-ooo", "", "-np 2"},
@@ -397,7 +378,7 @@ static void app_schemes(const char *app, const char *flags, const char *only)
         char name[16];
         snprintf(name, sizeof name, " %s ", runs[i][0]);
         if (only && !strstr(only, name)) continue;
-        snprintf(cmd, sizeof cmd, "%s %s --parallel %s %s --save %s", bin(app), flags, runs[i][0], runs[i][1], par);
+        snprintf(cmd, sizeof cmd, "%s %s --parallel %s %s --save %s", tu_bin_path(app), flags, runs[i][0], runs[i][1], par);
         mpi_run("", runs[i][2], cmd, &r);
         cr_assert_eq(r.status, 0, "%s %s: status %d\n%s", app, runs[i][0], r.status, r.err);
         bool bit;
@@ -457,7 +438,7 @@ Test(exec, parallel_run_leak_check, .timeout = 300)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s --steps 2 --batch 16 --threads 1 --quiet --parallel ddp", bin("lenet"));
+    snprintf(cmd, sizeof cmd, "%s --steps 2 --batch 16 --threads 1 --quiet --parallel ddp", tu_bin_path("lenet"));
     char env[256];
     snprintf(env, sizeof env, "%s", TU_MPI_SAN_ENV);
     /* mpi_run puts detect_leaks=0 first; this test's ASAN_OPTIONS comes after and wins */
@@ -489,7 +470,7 @@ Test(exec, impossible_configurations_are_refused_before_work, .timeout = 120)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[1024];
-        snprintf(cmd, sizeof cmd, "%s --steps 3 --threads 1 --quiet %s", bin("demo"), cases[i].flags);
+        snprintf(cmd, sizeof cmd, "%s --steps 3 --threads 1 --quiet %s", tu_bin_path("demo"), cases[i].flags);
         mpi_run("", cases[i].np, cmd, &r);
         cr_assert_eq(r.status, 2, "%s: status %d, want 2\n%s", cases[i].flags, r.status, r.err);
         cr_assert(strstr(r.err, cases[i].want), "%s: stderr lacks '%s':\n%s", cases[i].flags, cases[i].want, r.err);
@@ -499,7 +480,7 @@ Test(exec, impossible_configurations_are_refused_before_work, .timeout = 120)
     /* The time scan needs a step per rank. */
     char rcmd[1024];
     snprintf(rcmd, sizeof rcmd, "%s --seq-len 3 --samples 16 --batch 4 --steps 1 --threads 1 --quiet --parallel scan",
-             bin("rnn"));
+             tu_bin_path("rnn"));
     mpi_run("", "-np 4", rcmd, &r);
     cr_assert_eq(r.status, 2, "rnn scan, 4 ranks, 3 steps: status %d\n%s", r.status, r.err);
     cr_assert(strstr(r.err, "4 ranks for 3 time steps (expected ranks <= steps)"), "%s", r.err);
@@ -507,7 +488,7 @@ Test(exec, impossible_configurations_are_refused_before_work, .timeout = 120)
     cr_assert(!strstr(r.out, "\"app\""), "work was done: %s", r.out);
     /* A bad flag value is refused by the flag parser, before MPI starts (each rank says so). */
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s --steps 3 --quiet --parallel zigzag", bin("demo"));
+    snprintf(cmd, sizeof cmd, "%s --steps 3 --quiet --parallel zigzag", tu_bin_path("demo"));
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 2, "zigzag: status %d\n%s", r.status, r.err);
     cr_assert(strstr(r.err, "scanprop: --parallel zigzag"), "%s", r.err);
@@ -519,7 +500,7 @@ Test(exec, mpirun_without_parallel_is_refused, .timeout = 60)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS, bin("demo"));
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS, tu_bin_path("demo"));
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 2, "status %d, want 2\n%s", r.status, r.err);
     cr_assert(strstr(r.err, "scanprop: demo: started by mpirun with 2 ranks but without --parallel"), "%s", r.err);
@@ -548,7 +529,7 @@ Test(exec, ranks_that_disagree_are_refused_before_work, .timeout = 120)
         char a[64], b[64];
         snprintf(a, sizeof a, "%.*s", (int)strcspn(cases[i].a, " "), cases[i].a);
         snprintf(b, sizeof b, "%.*s", (int)strcspn(cases[i].b, " "), cases[i].b);
-        snprintf(cmd, sizeof cmd, "%s %s%s : -np 1 %s %s%s", bin(a), base, strchr(cases[i].a, ' '), bin(b), base,
+        snprintf(cmd, sizeof cmd, "%s %s%s : -np 1 %s %s%s", tu_bin_path(a), base, strchr(cases[i].a, ' '), tu_bin_path(b), base,
                  strchr(cases[i].b, ' '));
         mpi_run("", "-np 1", cmd, &r);
         cr_assert_eq(r.status, 2, "%s | %s: status %d, want 2\n%s", cases[i].a, cases[i].b, r.status, r.err);
@@ -559,7 +540,7 @@ Test(exec, ranks_that_disagree_are_refused_before_work, .timeout = 120)
     }
     /* what may differ per rank */
     snprintf(cmd, sizeof cmd, "%s --layers 3 %s : -np 1 %s --layers 3 --steps 3 --batch 32 --threads 2 --parallel ddp",
-             bin("demo"), base, bin("demo"));
+             tu_bin_path("demo"), base, tu_bin_path("demo"));
     mpi_run("", "-np 1", cmd, &r);
     cr_assert_eq(r.status, 0, "--threads, --quiet, --comm-timeout differ: status %d\n%s", r.status, r.err);
     cr_assert_eq(count_lines(r.out, "\"app\""), 1, "%s", r.out);
@@ -570,7 +551,7 @@ Test(exec, a_rank_that_hangs_mid_step_stops_the_others, .timeout = 120)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 4 --comm-timeout 5", bin("demo"));
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 4 --comm-timeout 5", tu_bin_path("demo"));
     mpi_run("SCANPROP_EXEC_FAULT=hang:1:2", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 2, "status %d, want 2\n%s", r.status, r.err);
     cr_assert(r.seconds < 40, "took %.1f s with a 5 s timeout", r.seconds);
@@ -593,7 +574,7 @@ Test(exec, a_timeout_on_an_oversubscribed_node_says_so, .timeout = 120)
     char cmd[1024], want[160];
     int threads = (int)cores;   /* 2 ranks x cores threads > cores */
     snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 4 --batch 32 --quiet --threads %d --parallel gpipe "
-             "--microbatches 4 --comm-timeout 2", bin("demo"), threads);
+             "--microbatches 4 --comm-timeout 2", tu_bin_path("demo"), threads);
     mpi_run("SCANPROP_EXEC_FAULT=hang:1:2", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 2, "status %d, want 2\n%s", r.status, r.err);
     snprintf(want, sizeof want, "oversubscribed, 2 ranks x %d thread%s on %ld online cores", threads,
@@ -609,7 +590,7 @@ Test(exec, a_rank_that_exits_mid_step_ends_the_job, .timeout = 120)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --microbatches 4 --comm-timeout 20", bin("demo"));
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --microbatches 4 --comm-timeout 20", tu_bin_path("demo"));
     mpi_run("SCANPROP_EXEC_FAULT=exit:1:2", "-np 4", cmd, &r);
     cr_assert_neq(r.status, 0, "the job succeeded although rank 1 died\n%s", r.err);
     cr_assert(r.seconds < 25, "took %.1f s", r.seconds);
@@ -646,7 +627,7 @@ Test(exec, step_median_leaves_out_five_steps_and_stalls, .timeout = 120)
     static mpi_result r;
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 9 --batch 32 --threads 1 --quiet --parallel gpipe --microbatches 2",
-             bin("demo"));
+             tu_bin_path("demo"));
     for (int k = 0; k < 2; k++) {
         mpi_run(k == 0 ? "SCANPROP_EXEC_FAULT=slow:0:3:1000" : "SCANPROP_EXEC_FAULT=slow:0:8:1000", "-np 2", cmd, &r);
         cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
@@ -659,12 +640,12 @@ Test(exec, step_median_leaves_out_five_steps_and_stalls, .timeout = 120)
         cr_assert(median > 0 && median < 100, "slowed step %d: step_median_ms %.3f holds it", k ? 8 : 3, median);
     }
     snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 5 --batch 32 --threads 1 --quiet --parallel gpipe --microbatches 2",
-             bin("demo"));
+             tu_bin_path("demo"));
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
     cr_assert_not_null(strstr(r.out, "\"step_median_ms\": null"), "5 steps leave no step for the median: %s", r.out);
     /* ddp applies the previous step's update inside a forward job (counted as compute) */
-    snprintf(cmd, sizeof cmd, "%s --layers 8 --steps 2 --batch 32 --threads 1 --quiet --parallel ddp", bin("demo"));
+    snprintf(cmd, sizeof cmd, "%s --layers 8 --steps 2 --batch 32 --threads 1 --quiet --parallel ddp", tu_bin_path("demo"));
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
     double job = json_number(r.out, "job_overhead_us");
@@ -676,8 +657,8 @@ Test(exec, costs_out_and_step_mean_leave_out_the_first_step, .timeout = 120)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[1024];
-    const char *costs = tmp("mean-costs.csv");
-    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 2 --costs-out %s", bin("demo"),
+    const char *costs = tu_tmp_path("mean-costs.csv");
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 2 --costs-out %s", tu_bin_path("demo"),
              costs);
     mpi_run("SCANPROP_EXEC_FAULT=slow:0:1:1000", "-np 1", cmd, &r);
     cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
@@ -709,12 +690,12 @@ Test(exec, ddp_allreduce_overlaps_backward, .timeout = 120)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
-    const char *trace = tmp("trace.json");
+    const char *trace = tu_tmp_path("trace.json");
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
              "%s --layers 8 --width 256 --steps 3 --batch 64 --threads 1 --quiet --parallel ddp --microbatches 2 "
              "--bucket-mb 0.2 --trace %s",
-             bin("demo"), trace);
+             tu_bin_path("demo"), trace);
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
     FILE *f = fopen(trace, "r");
@@ -795,15 +776,15 @@ Test(exec, ddp_updates_overlap_the_next_steps_forward, .timeout = 120)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
-    const char *trace = tmp("xstep.json"), *a = tmp("xstep-a.safetensors"), *b = tmp("xstep-b.safetensors");
+    const char *trace = tu_tmp_path("xstep.json"), *a = tu_tmp_path("xstep-a.safetensors"), *b = tu_tmp_path("xstep-b.safetensors");
     char cmd[1024];
     const char *flags = "--layers 8 --width 64 --steps 3 --batch 32 --threads 1 --quiet --parallel ddp --microbatches 2 "
                         "--bucket-mb 0.02";
-    snprintf(cmd, sizeof cmd, "%s %s --trace %s --save %s", bin("demo"), flags, trace, a);
+    snprintf(cmd, sizeof cmd, "%s %s --trace %s --save %s", tu_bin_path("demo"), flags, trace, a);
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
     cr_assert(comm_crosses_steps(trace), "no gradient collective of step k was still in flight in step k + 1");
-    snprintf(cmd, sizeof cmd, "%s %s --trace %s --save %s", bin("demo"), flags, trace, b);
+    snprintf(cmd, sizeof cmd, "%s %s --trace %s --save %s", tu_bin_path("demo"), flags, trace, b);
     mpi_run("SCANPROP_EXEC_STEPWISE=1", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
     cr_assert(!comm_crosses_steps(trace), "stepwise: a collective outlived its step");
@@ -822,11 +803,11 @@ Test(exec, scan_across_ranks_equals_linear_bp_for_a_16_layer_mlp, .timeout = 300
     static mpi_result r;
     char cmd[2048];
 #define SCAN_FLAGS "--layers 16 --width 16 --steps 4 --batch 16 --threads 1 --quiet"
-    const char *ref = tmp("scan-ref.safetensors"), *par = tmp("scan-par.safetensors");
-    snprintf(cmd, sizeof cmd, "%s " SCAN_FLAGS " --save %s >/dev/null", bin("demo"), ref);
+    const char *ref = tu_tmp_path("scan-ref.safetensors"), *par = tu_tmp_path("scan-par.safetensors");
+    snprintf(cmd, sizeof cmd, "%s " SCAN_FLAGS " --save %s >/dev/null", tu_bin_path("demo"), ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     for (int W = 2; W <= 4; W += 2) {
-        snprintf(cmd, sizeof cmd, "%s " SCAN_FLAGS " --parallel scan --save %s", bin("demo"), par);
+        snprintf(cmd, sizeof cmd, "%s " SCAN_FLAGS " --parallel scan --save %s", tu_bin_path("demo"), par);
         char np[16];
         snprintf(np, sizeof np, "-np %d", W);
         mpi_run("", np, cmd, &r);
@@ -874,11 +855,11 @@ static void rnn_scan(const char *app, const char *flags, int maxW, int T)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[2048];
-    const char *ref = tmp("rscan-ref.safetensors"), *par = tmp("rscan-par.safetensors");
-    snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", bin(app), flags, ref);
+    const char *ref = tu_tmp_path("rscan-ref.safetensors"), *par = tu_tmp_path("rscan-par.safetensors");
+    snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", tu_bin_path(app), flags, ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     for (int W = 2; W <= maxW; W++) {
-        snprintf(cmd, sizeof cmd, "%s %s --parallel scan --save %s", bin(app), flags, par);
+        snprintf(cmd, sizeof cmd, "%s %s --parallel scan --save %s", tu_bin_path(app), flags, par);
         char np[16];
         snprintf(np, sizeof np, "-np %d", W);
         mpi_run("", np, cmd, &r);
@@ -910,7 +891,7 @@ static void check_plan(const char *app, const char *flags, int W)
 {
     static mpi_result r;
     char cmd[1024], np[16];
-    snprintf(cmd, sizeof cmd, "%s %s --parallel scan --plan", bin(app), flags);
+    snprintf(cmd, sizeof cmd, "%s %s --parallel scan --plan", tu_bin_path(app), flags);
     snprintf(np, sizeof np, "-np %d", W);
     mpi_run("", np, cmd, &r);
     cr_assert_eq(r.status, 0, "%s plan -np %d: status %d\n%s", app, W, r.status, r.err);
@@ -961,7 +942,7 @@ Test(exec, scan_plan_prints_ceil_log2_w_levels, .timeout = 300)
  * place layers 1-2 (4704 -> 1176 per sample) on rank 1 and conv2 (1176 -> 1600) on rank 2. */
 static const char *lenet_scan_costs(void)
 {
-    const char *path = tmp("lenet-costs.csv");
+    const char *path = tu_tmp_path("lenet-costs.csv");
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
     fprintf(f, "layer,fwd,bwd_grad,bwd_delta\n");
@@ -985,7 +966,7 @@ Test(exec, scan_levels_form_matrix_vector_products_only, .timeout = 120)
     char cmd[1024];
     const char *costs = lenet_scan_costs();
     const int n = 48;
-    snprintf(cmd, sizeof cmd, "%s --batch %d --threads 1 --parallel scan --plan --costs %s", bin("lenet"), n, costs);
+    snprintf(cmd, sizeof cmd, "%s --batch %d --threads 1 --parallel scan --plan --costs %s", tu_bin_path("lenet"), n, costs);
     mpi_run("", "-np 4", cmd, &r);
     cr_assert_eq(r.status, 0, "plan: status %d\n%s", r.status, r.err);
     double elements = 0;
@@ -1025,10 +1006,10 @@ Test(exec, lenet_scan_on_4_ranks_matches_linear_bp_within_the_timeout, .timeout 
     static mpi_result r;
     char cmd[2048];
 #define LENET_SCAN_FLAGS "--steps 1 --batch 48 --threads 1 --quiet"
-    const char *costs = lenet_scan_costs(), *ref = tmp("lscan-ref.safetensors"), *par = tmp("lscan-par.safetensors");
-    snprintf(cmd, sizeof cmd, "%s " LENET_SCAN_FLAGS " --save %s >/dev/null", bin("lenet"), ref);
+    const char *costs = lenet_scan_costs(), *ref = tu_tmp_path("lscan-ref.safetensors"), *par = tu_tmp_path("lscan-par.safetensors");
+    snprintf(cmd, sizeof cmd, "%s " LENET_SCAN_FLAGS " --save %s >/dev/null", tu_bin_path("lenet"), ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s " LENET_SCAN_FLAGS " --parallel scan --costs %s --save %s", bin("lenet"), costs,
+    snprintf(cmd, sizeof cmd, "%s " LENET_SCAN_FLAGS " --parallel scan --costs %s --save %s", tu_bin_path("lenet"), costs,
              par);
     mpi_run("", "-np 4", cmd, &r);
     cr_assert_eq(r.status, 0, "lenet scan -np 4: status %d after %.1f s\n%s", r.status, r.seconds, r.err);
@@ -1048,16 +1029,16 @@ Test(exec, ddp_with_ooo_order_gives_the_same_weights, .timeout = 300)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[2048];
-    const char *plan = plan_costs(), *a = tmp("ddp.safetensors"), *b = tmp("ddp-ooo.safetensors"),
-               *order = tmp("ooo-order.txt");
+    const char *plan = plan_costs(), *a = tu_tmp_path("ddp.safetensors"), *b = tu_tmp_path("ddp-ooo.safetensors"),
+               *order = tu_tmp_path("ooo-order.txt");
     snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --microbatches 2 --bucket-mb 0.001 --save %s",
-             bin("demo"), a);
+             tu_bin_path("demo"), a);
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "ddp: %s", r.err);
     snprintf(cmd, sizeof cmd,
              "%s " DEMO_FLAGS " --parallel ddp --backward ooo --microbatches 2 --bucket-mb 0.001 --exec-order %s "
              "--save %s",
-             bin("demo"), order, b);
+             tu_bin_path("demo"), order, b);
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "ddp --backward ooo: %s", r.err);
     bool bit;
@@ -1107,11 +1088,11 @@ Test(exec, lenet_action_lists_match_single_process, .timeout = 600)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     if (access("/usr/share/datasets/fashion-mnist", R_OK) != 0) cr_skip_test("no Fashion-MNIST");
     char cmd[2048];
-    const char *ref = tmp("ll-ref.safetensors"), *csv = tmp("ll-list.csv");
-    snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --save %s >/dev/null", bin("lenet"), ref);
+    const char *ref = tu_tmp_path("ll-ref.safetensors"), *csv = tu_tmp_path("ll-list.csv");
+    snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --save %s >/dev/null", tu_bin_path("lenet"), ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     snprintf(cmd, sizeof cmd, "%s --scheme zb-h1 --stages 12 --workers 2 --microbatches 4 --no-diagram --actions-out %s "
-             ">/dev/null", bin("schedule"), csv);
+             ">/dev/null", tu_bin_path("schedule"), csv);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     char custom[700];
     snprintf(custom, sizeof custom, "--actions %s", csv);
@@ -1131,7 +1112,7 @@ Test(exec, action_lists_that_cannot_run_are_refused_before_work, .timeout = 120)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
-    const char *cyc = tmp("cycle.csv"), *two = tmp("tworanks.csv");
+    const char *cyc = tu_tmp_path("cycle.csv"), *two = tu_tmp_path("tworanks.csv");
     FILE *f = fopen(cyc, "w");   /* rank 0 waits for 0I0 before its own 0F0 can exist */
     cr_assert_not_null(f);
     fprintf(f, "0I0,0F0,0W0\n1F0,1I0,1W0\n");
@@ -1155,7 +1136,7 @@ Test(exec, action_lists_that_cannot_run_are_refused_before_work, .timeout = 120)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[1024];
-        snprintf(cmd, sizeof cmd, "%s --steps 3 --threads 1 --quiet %s", bin("demo"), cases[i].flags);
+        snprintf(cmd, sizeof cmd, "%s --steps 3 --threads 1 --quiet %s", tu_bin_path("demo"), cases[i].flags);
         mpi_run("", cases[i].np, cmd, &r);
         cr_assert_eq(r.status, 2, "%s: status %d, want 2\n%s", cases[i].flags, r.status, r.err);
         cr_assert(strstr(r.err, cases[i].want), "%s: stderr lacks '%s':\n%s", cases[i].flags, cases[i].want, r.err);
@@ -1198,7 +1179,7 @@ Test(exec, measured_peak_activations_equal_the_simulated_ones, .timeout = 600)
     sp_model *m = sp_zoo_model("lenet");
     int shape[3], nd = sp_zoo_input_shape("lenet", shape);
     sp_costs *model = sp_costs_from_model(m, nd, shape, BATCH / NMICRO, 1.0);
-    const char *plan = tmp("lenet-plan.csv");
+    const char *plan = tu_tmp_path("lenet-plan.csv");
     FILE *f = fopen(plan, "w");
     cr_assert_not_null(f);
     sp_costs_write_csv(f, model);
@@ -1217,7 +1198,7 @@ Test(exec, measured_peak_activations_equal_the_simulated_ones, .timeout = 600)
         bool data = !strncmp(name, "ddp", 3);   /* the order of ddp does not depend on costs (refused there) */
         snprintf(costs, sizeof costs, "%s%s", data ? "" : "--costs ", data ? "" : plan);
         snprintf(cmd, sizeof cmd, "%s --steps 2 --batch %d --threads 1 --quiet --parallel %s --microbatches %d %s",
-                 bin("lenet"), BATCH, name, NMICRO, costs);
+                 tu_bin_path("lenet"), BATCH, name, NMICRO, costs);
         mpi_run("", "-np 2", cmd, &r);
         cr_assert_eq(r.status, 0, "lenet %s: status %d\n%s", name, r.status, r.err);
         sp_sched_config sc = {.stages = c->stages, .micro = NMICRO, .workers = W, .split = -1, .no_input_grad = true,
@@ -1267,15 +1248,15 @@ Test(exec, clip_grad_norm_across_ranks, .timeout = 300)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[2048];
-    const char *ref = tmp("clip-ref.safetensors"), *plain = tmp("clip-plain.safetensors"),
-               *post = tmp("clip-post.safetensors");
-    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --clip-grad-norm 0.001 --save %s >/dev/null", bin("demo"), ref);
+    const char *ref = tu_tmp_path("clip-ref.safetensors"), *plain = tu_tmp_path("clip-plain.safetensors"),
+               *post = tu_tmp_path("clip-post.safetensors");
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --clip-grad-norm 0.001 --save %s >/dev/null", tu_bin_path("demo"), ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     const char *schemes[] = {"ddp", "gpipe"};
     for (int i = 0; i < 2; i++) {
         for (int pv = 0; pv < 2; pv++) {
             snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel %s --microbatches %d --clip-grad-norm 0.001 "
-                     "--step-sync %s --save %s", bin("demo"), schemes[i], MICRO, pv ? "post-validate" : "plain",
+                     "--step-sync %s --save %s", tu_bin_path("demo"), schemes[i], MICRO, pv ? "post-validate" : "plain",
                      pv ? post : plain);
             mpi_run("", "-np 2", cmd, &r);
             cr_assert_eq(r.status, 0, "%s: status %d\n%s", cmd, r.status, r.err);
@@ -1290,11 +1271,11 @@ Test(exec, clip_grad_norm_across_ranks, .timeout = 300)
         cr_assert(bit, "%s: post-validated and plain weights differ", schemes[i]);
     }
     /* a clip far above the norm: no rollback, the weights of the run without a clip */
-    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --microbatches %d --save %s", bin("demo"), MICRO, plain);
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --microbatches %d --save %s", tu_bin_path("demo"), MICRO, plain);
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "%s\n%s", cmd, r.err);
     snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --microbatches %d --clip-grad-norm 1e9 --save %s",
-             bin("demo"), MICRO, post);
+             tu_bin_path("demo"), MICRO, post);
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "%s\n%s", cmd, r.err);
     cr_assert_eq(json_number(r.out, "steps_clipped"), 0, "%s", r.out);
@@ -1363,7 +1344,7 @@ static void vl_run(const char *app, const char *app_flags, const char *scheme, c
     for (int W = 2; W <= 4; W += 2) {
         snprintf(what, sizeof what, "%s %s -np %d", app, scheme, W);
         snprintf(cmd, sizeof cmd, "%s %s --parallel %s %s --microbatches %d --costs %s --save %s --exec-order %s",
-                 bin(app), app_flags, scheme, vl_extra(scheme), 2 * W, plan, par, order);
+                 tu_bin_path(app), app_flags, scheme, vl_extra(scheme), 2 * W, plan, par, order);
         char np[16];
         snprintf(np, sizeof np, "-np %d", W);
         mpi_run("", np, cmd, &r);
@@ -1389,7 +1370,7 @@ static void vl_demo(const scheme_row *row)
     char ref[512], cmd[2048];
     const char *plan = list_costs();   /* uneven costs of the 9 stages */
     snprintf(ref, sizeof ref, "%s/vl-demo-ref.safetensors", tu_tmpdir());
-    snprintf(cmd, sizeof cmd, "%s " VL_DEMO " --save %s >/dev/null", bin("demo"), ref);
+    snprintf(cmd, sizeof cmd, "%s " VL_DEMO " --save %s >/dev/null", tu_bin_path("demo"), ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     vl_run("demo", VL_DEMO, row->name, plan, ref);
     remove(plan);
@@ -1414,9 +1395,9 @@ Test(exec, lenet_v_and_auto_lists_match_single_process, .timeout = 900)
     snprintf(ref, sizeof ref, "%s/vl-lenet-ref.safetensors", tu_tmpdir());
     snprintf(plan, sizeof plan, "%s/vl-lenet-plan.csv", tu_tmpdir());
     snprintf(cmd, sizeof cmd, "%s --model lenet --batch-size 4 --scheme gpipe --microbatches 4 --no-diagram "
-             "--costs-out %s >/dev/null", bin("schedule"), plan);
+             "--costs-out %s >/dev/null", tu_bin_path("schedule"), plan);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --save %s >/dev/null", bin("lenet"), ref);
+    snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --save %s >/dev/null", tu_bin_path("lenet"), ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     for (int i = 0; i < NSCHEMES; i++)
         if (schemes[i].kind == V && schemes[i].lenet) vl_run("lenet", LENET_FLAGS, schemes[i].name, plan, ref);
@@ -1460,18 +1441,18 @@ Test(exec, every_action_list_scheme_round_trips_through_custom, .timeout = 600)
     for (int i = 0; i < sp_pp_count(); i++) {
         const char *scheme = sp_pp_at(i)->name;
         snprintf(cmd, sizeof cmd, "%s --scheme %s %s --profile %s --workers %d --microbatches %d --no-input-grad "
-                 "--no-diagram --actions-out %s", bin("schedule"), scheme, vl_extra(scheme), plan, W, M, csv);
+                 "--no-diagram --actions-out %s", tu_bin_path("schedule"), scheme, vl_extra(scheme), plan, W, M, csv);
         double lat = vl_latency(cmd);
         snprintf(cmd, sizeof cmd, "%s --scheme custom --actions %s --profile %s --no-input-grad --no-diagram",
-                 bin("schedule"), csv, plan);
+                 tu_bin_path("schedule"), csv, plan);
         double lat2 = vl_latency(cmd);
         cr_assert(lat > 0 && lat2 == lat, "%s: simulated latency %g, re-imported %g", scheme, lat, lat2);
         snprintf(cmd, sizeof cmd, "%s " VL_DEMO " --parallel %s %s --microbatches %d --costs %s --save %s --exec-order %s",
-                 bin("demo"), scheme, vl_extra(scheme), M, plan, own, ord1);
+                 tu_bin_path("demo"), scheme, vl_extra(scheme), M, plan, own, ord1);
         mpi_run("", "-np 2", cmd, &r);
         cr_assert_eq(r.status, 0, "%s: status %d\n%s", scheme, r.status, r.err);
         snprintf(cmd, sizeof cmd, "%s " VL_DEMO " --parallel custom --actions %s --microbatches %d --costs %s --save %s "
-                 "--exec-order %s", bin("demo"), csv, M, plan, cus, ord2);
+                 "--exec-order %s", tu_bin_path("demo"), csv, M, plan, cus, ord2);
         mpi_run("", "-np 2", cmd, &r);
         cr_assert_eq(r.status, 0, "%s re-imported: status %d\n%s", scheme, r.status, r.err);
         cr_assert(strstr(r.out, "\"parallel\": \"custom\""), "%s re-imported: JSON line: %s", scheme, r.out);
@@ -1507,15 +1488,15 @@ static void blelloch_vs_hs(const char *app, const char *flags, int W)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[2048], np[16];
-    const char *ref = tmp("bl-ref.safetensors"), *bl = tmp("bl-bl.safetensors"), *hs = tmp("bl-hs.safetensors");
-    snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", bin(app), flags, ref);
+    const char *ref = tu_tmp_path("bl-ref.safetensors"), *bl = tu_tmp_path("bl-bl.safetensors"), *hs = tu_tmp_path("bl-hs.safetensors");
+    snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", tu_bin_path(app), flags, ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     snprintf(np, sizeof np, "-np %d", W);
     const char *algo[2] = {"blelloch", "hillis-steele"}, *out[2] = {bl, hs};
     for (int k = 0; k < 2; k++) {
         char env[64], want[64];
         snprintf(env, sizeof env, "SCANPROP_SCAN_ALGO=%s", algo[k]);
-        snprintf(cmd, sizeof cmd, "%s %s --parallel scan --save %s", bin(app), flags, out[k]);
+        snprintf(cmd, sizeof cmd, "%s %s --parallel scan --save %s", tu_bin_path(app), flags, out[k]);
         mpi_run(env, np, cmd, &r);
         cr_assert_eq(r.status, 0, "%s %s -np %d: status %d\n%s", app, algo[k], W, r.status, r.err);
         snprintf(want, sizeof want, "\"scan_algo\": \"%s\"", algo[k]);
@@ -1553,7 +1534,7 @@ Test(exec, time_scan_blelloch_plan_has_two_log_levels_and_linear_messages, .time
     for (int W = 3; W <= 6; W++) {
         char cmd[512], np[16];
         snprintf(cmd, sizeof cmd, "%s --seq-len 12 --samples 16 --hidden 8 --batch 4 --parallel scan --plan",
-                 bin("rnn"));
+                 tu_bin_path("rnn"));
         snprintf(np, sizeof np, "-np %d", W);
         mpi_run("SCANPROP_SCAN_ALGO=blelloch", np, cmd, &r);
         cr_assert_eq(r.status, 0, "-np %d: status %d\n%s", W, r.status, r.err);
@@ -1602,7 +1583,7 @@ Test(exec, measured_memory_equals_the_predicted_memory, .timeout = 600)
     sp_model *m = sp_zoo_model("lenet");
     int shape[3], nd = sp_zoo_input_shape("lenet", shape);
     sp_costs *model = sp_costs_from_model(m, nd, shape, BATCH / NMICRO, 1.0);
-    const char *plan = tmp("lenet-mem-plan.csv");
+    const char *plan = tu_tmp_path("lenet-mem-plan.csv");
     FILE *f = fopen(plan, "w");
     cr_assert_not_null(f);
     sp_costs_write_csv(f, model);
@@ -1625,7 +1606,7 @@ Test(exec, measured_memory_equals_the_predicted_memory, .timeout = 600)
         bool data = !strncmp(name, "ddp", 3);
         snprintf(costs, sizeof costs, "%s%s", data ? "" : "--costs ", data ? "" : plan);
         snprintf(cmd, sizeof cmd, "%s --steps 2 --batch %d --threads 1 --quiet --parallel %s --microbatches %d %s %s",
-                 bin("lenet"), BATCH, name, NMICRO, costs, runs[i].optim);
+                 tu_bin_path("lenet"), BATCH, name, NMICRO, costs, runs[i].optim);
         mpi_run("", "-np 2", cmd, &r);
         cr_assert_eq(r.status, 0, "lenet %s: status %d\n%s", name, r.status, r.err);
         sp_sched_config sc = {.stages = c->stages, .micro = NMICRO, .workers = W, .split = -1, .no_input_grad = true,
@@ -1702,9 +1683,9 @@ static void messages_match(const char *app, const char *flags, const char *env_e
 {
     static mpi_result r;
     static char ex[1 << 17], sim[1 << 17], one[1 << 16];
-    const char *prefix = tmp("msgs");
+    const char *prefix = tu_tmp_path("msgs");
     char cmd[1024], env[900], np[16], path[700];
-    snprintf(cmd, sizeof cmd, "%s %s", bin(app), flags);
+    snprintf(cmd, sizeof cmd, "%s %s", tu_bin_path(app), flags);
     snprintf(env, sizeof env, "SCANPROP_EXEC_MSGS=%s %s", prefix, env_extra);
     snprintf(np, sizeof np, "-np %d", W);
     mpi_run(env, np, cmd, &r);
@@ -1810,8 +1791,8 @@ Test(exec, measured_optimizer_steps_reach_the_simulator, .timeout = 300)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[2048], out[16384], err[4096];
-    const char *costs = tmp("opt-costs.csv"), *old = tmp("opt-old.csv");
-    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --costs-out %s", bin("demo"), costs);
+    const char *costs = tu_tmp_path("opt-costs.csv"), *old = tu_tmp_path("opt-old.csv");
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --costs-out %s", tu_bin_path("demo"), costs);
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "%s\n%s", cmd, r.err);
     sp_costs *c = sp_costs_read_csv(costs);
@@ -1833,7 +1814,7 @@ Test(exec, measured_optimizer_steps_reach_the_simulator, .timeout = 300)
     for (int k = 0; k < 2; k++) {
         snprintf(cmd, sizeof cmd, "%s --scheme ddp --profile %s --workers 2 --microbatches 2 --no-diagram --nodes 1 "
                  "--ranks-per-node 2 --intra-latency-us 3 --intra-bw-gbs 300 --inter-latency-us 5 --inter-bw-gbs 100",
-                 bin("schedule"), files[k]);
+                 tu_bin_path("schedule"), files[k]);
         cr_assert_eq(tu_run(cmd, out, sizeof out, err, sizeof err), 0, "%s\n%s", cmd, err);
         const char *p = strstr(out, "\"opt_max\": ");
         cr_assert_not_null(p, "%s", out);

@@ -26,25 +26,6 @@
 #include "tests/dag_models.h"
 #include "tests/mpirun.h"
 
-static const char *bin(const char *name)
-{
-    static char path[4][512];
-    static int k;
-    const char *b = getenv("BUILD");
-    k = (k + 1) % 4;
-    snprintf(path[k], sizeof path[k], "%s/%s", b ? b : "build", name);
-    return path[k];
-}
-
-static const char *tmp(const char *name)
-{
-    static char path[8][512];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(path[k], sizeof path[k], "%s/%s", tu_tmpdir(), name);
-    return path[k];
-}
-
 /* max |a − b| / max(1, max |b|) over every tensor of two safetensors files. */
 static double compare(const char *pa, const char *pb) { return tu_st_max_rel_diff(pa, pb, true, NULL, NULL); }
 
@@ -64,11 +45,11 @@ static void equal_to_reference(const char *model, const char *scheme, int np, in
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[2048], npf[16];
-    const char *ref = tmp("ref.st"), *par = tmp("par.st");
-    snprintf(cmd, sizeof cmd, "OPENBLAS_NUM_THREADS=1 %s %s %s --save %s >/dev/null", bin("tests/dag_worker"), model,
+    const char *ref = tu_tmp_path("ref.st"), *par = tu_tmp_path("par.st");
+    snprintf(cmd, sizeof cmd, "OPENBLAS_NUM_THREADS=1 %s %s %s --save %s >/dev/null", tu_bin_path("tests/dag_worker"), model,
              FLAGS, ref);
     cr_assert_eq(system(cmd), 0, "%s: the single-process reference failed", model);
-    snprintf(cmd, sizeof cmd, "%s %s " FLAGS " --parallel %s --microbatches %d --save %s", bin("tests/dag_worker"),
+    snprintf(cmd, sizeof cmd, "%s %s " FLAGS " --parallel %s --microbatches %d --save %s", tu_bin_path("tests/dag_worker"),
              model, scheme, micro, par);
     snprintf(npf, sizeof npf, "-np %d", np);
     mpi_run("", npf, cmd, &r);
@@ -120,10 +101,10 @@ Test(exec_dag, stages_are_the_simulators_segments, .timeout = 120)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
-    const char *costs = tmp("costs.csv"), *order = tmp("order.txt");
+    const char *costs = tu_tmp_path("costs.csv"), *order = tu_tmp_path("order.txt");
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s " RES " " FLAGS " --parallel 1f1b --microbatches 4 --costs-out %s --exec-order %s",
-             bin("tests/dag_worker"), costs, order);
+             tu_bin_path("tests/dag_worker"), costs, order);
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
     sp_model *m = dag_model("res", 2, 32);
@@ -140,7 +121,7 @@ Test(exec_dag, stages_are_the_simulators_segments, .timeout = 120)
     /* The order under costs both sides read from one file: measured costs, printed with 6
      * digits and read back, can tie or swap two jobs where the executor's own values did
      * not (seen under ASan), so the run plans with --costs and the test with the same. */
-    const char *fixed_path = tmp("fixed.csv");
+    const char *fixed_path = tu_tmp_path("fixed.csv");
     FILE *cf = fopen(fixed_path, "w");
     cr_assert_not_null(cf);
     sp_costs_write_csv(cf, want);
@@ -148,7 +129,7 @@ Test(exec_dag, stages_are_the_simulators_segments, .timeout = 120)
     sp_costs *fixed = sp_costs_read_csv(fixed_path);
     cr_assert_not_null(fixed, "%s", sp_last_error());
     snprintf(cmd, sizeof cmd, "%s " RES " " FLAGS " --parallel 1f1b --microbatches 4 --costs %s --exec-order %s",
-             bin("tests/dag_worker"), fixed_path, order);
+             tu_bin_path("tests/dag_worker"), fixed_path, order);
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
     sp_sched_config sc = {.stages = fixed->stages, .micro = 4, .workers = 2, .split = -1, .no_input_grad = true};
@@ -183,7 +164,7 @@ static void refused(const char *np, const char *flags, const char *want)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s " FLAGS " %s", bin("tests/dag_worker"), flags);
+    snprintf(cmd, sizeof cmd, "%s " FLAGS " %s", tu_bin_path("tests/dag_worker"), flags);
     mpi_run("", np, cmd, &r);
     cr_assert_eq(r.status, 2, "%s: status %d, want 2\n%s", flags, r.status, r.err);
     cr_assert(strstr(r.err, want), "%s: stderr lacks '%s':\n%s", flags, want, r.err);

@@ -519,3 +519,13 @@ double tu_st_max_rel_diff(const char *pa, const char *pb, bool buffers, bool *bi
     if (nbuf) *nbuf = bufs;
     return worst;
 }
+
+const char *tu_bin_path(const char *name)
+{
+    static char path[4][512];
+    static int k;
+    const char *b = getenv("BUILD");
+    k = (k + 1) % 4;
+    snprintf(path[k], sizeof path[k], "%s/%s", b ? b : "build", name);
+    return path[k];
+}

@@ -72,6 +72,9 @@ double tu_st_max_rel_diff(const char *pa, const char *pb, bool buffers, bool *bi
 const char *tu_tmpdir(void);
 /* tu_tmpdir()/name, in one of 8 rotating buffers (a call may hold up to 8 at once). */
 const char *tu_tmp_path(const char *name);
+/* $BUILD/name (build/name without BUILD): a program of this build, in one of 4 rotating
+ * buffers. */
+const char *tu_bin_path(const char *name);
 /* Write n bytes to path, gzip-compressed if gz; the test fails if it cannot. */
 void tu_write_file(const char *path, const void *data, size_t n, bool gz);
 
