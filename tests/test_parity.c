@@ -111,7 +111,8 @@ static float *read_tensor(const sp_st_file *f, const sp_st_tensor *t, int shape[
 /* Every tensor of `expected` against the same-named one in `got` (which must hold
  * exactly those tensors with the same shapes); `json` is the app's last stdout line.
  * Returns whether every tensor and the loss are within TOL; when `strict`, each one that
- * is not fails the test (the guards on the reference fail it either way). */
+ * is not fails the test (the movement guard fails it either way; the conditioning guard
+ * only when a comparison missed). */
 static bool compare(const char *what, const char *got_path, const char *exp_path, const char *init_path,
                     const char *json, bool strict)
 {
@@ -156,7 +157,12 @@ static bool compare(const char *what, const char *got_path, const char *exp_path
     double loss_t = strtod(loss_s, NULL), loss = tu_json_num(json, "last_loss");
     WITHIN(strict, ok, fabs(loss - loss_t) <= TOL * fabs(loss_t), "%s: last loss %.9g, PyTorch %.9g", what, loss,
            loss_t);
-    if (cond_s)
+    /* The conditioning guard explains a miss; it does not fail a match. When scanprop's
+     * float32 run meets the float64 reference within TOL the check has passed whatever
+     * PyTorch's own float32 orders do (rounding does not make a wrong gradient land on
+     * float64); on some kernel choices they miss it (tests/parity/resnet.py, the ReLU
+     * inputs near zero), which is then only reported. */
+    if (cond_s && !ok)
         cr_expect_leq(strtod(cond_s, NULL), TOL / 10,
                       "%s: PyTorch's own float32 and float64 runs differ by %s: an ill-conditioned case, not a test of "
                       "scanprop (change the seed)",
