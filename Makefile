@@ -234,7 +234,8 @@ test-cuda:
 	@BUILD=build-cuda ./scripts/run_tests.sh $(patsubst $(BUILD)/%,build-cuda/%,$(CUDA_TESTS))
 
 # The CUDA suites without a GPU (docs/CUDA.md): default, shuffled and protected modes,
-# once more under ASan+UBSan, then the planted-bug script (each bug must be caught).
+# once more under ASan+UBSan, then the planted-bug script (each bug must be caught) and
+# the GPU machine's script at tiny sizes (scripts/gpu_check.sh).
 EMU_TESTS = $(patsubst $(BUILD)/%,$(1)/%,$(CUDA_TESTS))
 test-cuda-emu:
 	$(MAKE) CUDA=1 CUDA_EMU=1 BUILD=build-emu all cuda-tests
@@ -244,6 +245,7 @@ test-cuda-emu:
 	$(MAKE) CUDA=1 CUDA_EMU=1 BUILD=build-emu-asan SAN=1 OPT="-O1 -g" all cuda-tests
 	@BUILD=build-emu-asan ./scripts/run_tests.sh $(call EMU_TESTS,build-emu-asan)
 	./tests/cudaemu/planted_bugs.sh
+	BUILD=build-emu ./scripts/gpu_check.sh build-emu/gpu-check
 
 # On a GPU machine: scanprop's step next to PyTorch's on the GPU (docs/CUDA.md).
 bench-cuda:

@@ -4,8 +4,9 @@
 #   1. rnn T in {100, 1000, 10000} x B in {1, 16, 64} and gru S/M/L (B 16): linear and bppsa
 #      on the device vs nn.RNN / nn.GRU, end to end and the backward time as the BPPSA
 #      paper defines it (a step minus a forward-only step);
-#   2. lenet (b64, b256) and vgg11 (b32, b128): linear, ooo with each --order, ooo
-#      --cuda-graph, vs PyTorch.
+#   2. lenet (b64, b256), vgg11 (b32, b128) and resnet20 (b64, b128): linear, ooo with
+#      each --order, ooo --cuda-graph, vs PyTorch; what scanprop's linear step issues
+#      (device_launches, device_syncs of its JSON).
 # scanprop's step time is the app's median step_ms (--device cuda; each step ends by
 # reading the loss back, so it includes the synchronisation). scanprop's backward time is
 # step_ms - forward_ms of a run under CUDA_LAUNCH_BLOCKING=1 (every launch waits for the
@@ -25,7 +26,7 @@ SMI=${NVIDIA_SMI:-nvidia-smi}   # tests point it elsewhere to check the no-GPU l
 command -v "$SMI" >/dev/null 2>&1 || die "no GPU: $SMI not found (make bench-cuda needs an NVIDIA GPU)"
 "$SMI" -L >/dev/null 2>&1 || die "no GPU: $SMI -L fails (make bench-cuda needs an NVIDIA GPU)"
 [ "${1:-}" = "--check" ] && exit 0
-for app in lenet vgg11 rnn gru; do [ -x "$BUILD/$app" ] || die "$BUILD/$app not built (make CUDA=1 BUILD=$BUILD)"; done
+for app in lenet vgg11 resnet rnn gru; do [ -x "$BUILD/$app" ] || die "$BUILD/$app not built (make CUDA=1 BUILD=$BUILD)"; done
 "$PY" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null || die "$PY: torch without CUDA"
 mkdir -p bench/results
 OUT=bench/results/cuda-$(date +%Y%m%d-%H%M%S).md
@@ -71,13 +72,14 @@ for S in S M L; do seqrow "gru $S" gru "$S" 16 gru --shape "$S"; done
     echo
     echo "## ooo: lenet and vgg11 (two prioritised streams; ratios: linear ms / this ms)"
     echo
-    echo "| model | B | PyTorch | linear | ooo conventional | ooo ooo | ooo reverse-first-k | ooo list | ooo + graph | best ooo vs linear |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
+    echo "| model | B | PyTorch | linear | ooo conventional | ooo ooo | ooo reverse-first-k | ooo list | ooo + graph | best ooo vs linear | launches/syncs a linear step |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
 } >> "$OUT"
-convrow() {   # model batch
-    local model=$1 batch=$2 p lin row best
-    p=$(key step_ms <<<"$("$PY" bench/cuda_peer.py "$model" "$batch" "$STEPS" | tail -1)")
-    lin=$(key step_ms <<<"$(app "$model" --batch "$batch")")
+convrow() {   # app batch [peer model]
+    local model=$1 batch=$2 peer=${3:-$1} p lin lj row best
+    p=$(key step_ms <<<"$("$PY" bench/cuda_peer.py "$peer" "$batch" "$STEPS" | tail -1)")
+    lj=$(app "$model" --batch "$batch")
+    lin=$(key step_ms <<<"$lj")
     [ -n "$p" ] && [ -n "$lin" ] || die "$model b$batch: no timing (PyTorch '$p', linear '$lin')"
     row="| $model | $batch | $p | $lin"
     best=1e30
@@ -89,10 +91,12 @@ convrow() {   # model batch
         row="$row | $t ($(ratio "$lin" "$t")×)"
         best=$(awk "BEGIN{print ($t < $best) ? $t : $best}")
     done
-    echo "$row | $(ratio "$lin" "$best")× |" >> "$OUT"
+    echo "$row | $(ratio "$lin" "$best")× | $(key device_launches <<<"$lj")/$(key device_syncs <<<"$lj") |" >> "$OUT"
 }
 convrow lenet 64
 convrow lenet 256
 convrow vgg11 32
 convrow vgg11 128
+convrow resnet 64 resnet20
+convrow resnet 128 resnet20
 cat "$OUT"

@@ -3,13 +3,14 @@
 time of one training step (forward, cross-entropy, backward, optimizer step, synchronised)
 of the models scanprop's apps train, at the same sizes, with cuDNN, full FP32 (no TF32).
 
-  cuda_peer.py MODEL BATCH [STEPS] [T|SHAPE]   MODEL: lenet | vgg11 | rnn | gru
+  cuda_peer.py MODEL BATCH [STEPS] [T|SHAPE]   MODEL: lenet | vgg11 | resnet20 | rnn | gru
   (rnn: T, the sequence length, default 1000; gru: S, M or L, default L)
-Prints one JSON line: {"model", "batch", "step_ms", "forward_ms", "backward_ms", "torch", "cudnn",
-"gpu"}: step_ms a whole step; forward_ms a forward-only step (forward and loss, no
+Prints one JSON line: {"model", "batch", "step_ms", "forward_ms", "backward_ms",
+"peak_bytes" (torch.cuda.max_memory_allocated over the run), "torch", "cudnn", "gpu"}: step_ms a whole step; forward_ms a forward-only step (forward and loss, no
 backward, no update); backward_ms = step_ms - forward_ms, the BPPSA paper's definition of
 the backward time ("normal - forward-only")."""
 import json
+import os
 import sys
 import time
 
@@ -53,6 +54,10 @@ def main():
         net, x, classes, opt = lenet(), torch.randn(batch, 1, 28, 28), 10, "sgd"
     elif model == "vgg11":
         net, x, classes, opt = vgg11(), torch.randn(batch, 1, 32, 32), 10, "sgd"
+    elif model == "resnet20":   # the project's own PyTorch twin of the zoo model (python/scanprop_torch.py)
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+        import scanprop_torch
+        net, x, classes, opt = scanprop_torch.zoo("resnet20"), torch.randn(batch, 1, 32, 32), 10, "sgd"
     elif model == "rnn":   # the bitstream task: T (default 1000), H = 20
         T = int(sys.argv[4]) if len(sys.argv) > 4 else 1000
         net, x, classes, opt = Seq(nn.RNN, 1, 20, 2), torch.randn(batch, T, 1), 2, "adam"
@@ -60,7 +65,7 @@ def main():
         frames, feats = {"S": (259, 38), "M": (517, 24), "L": (1034, 12)}[sys.argv[4] if len(sys.argv) > 4 else "L"]
         net, x, classes, opt = Seq(nn.GRU, feats, 20, 10), torch.randn(batch, frames, feats), 10, "adam"
     else:
-        sys.exit("cuda_peer.py: model %s (expected lenet, vgg11, rnn or gru)" % model)
+        sys.exit("cuda_peer.py: model %s (expected lenet, vgg11, resnet20, rnn or gru)" % model)
     net, x = net.to(dev), x.to(dev)
     y = torch.randint(0, classes, (batch,), device=dev)
     o = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9) if opt == "sgd" else \
@@ -83,8 +88,10 @@ def main():
         times.sort()
         return 1e3 * times[len(times) // 2]
 
+    torch.cuda.reset_peak_memory_stats()
     step, fwd = median_ms(False), median_ms(True)
     print(json.dumps({"model": model, "batch": batch, "step_ms": step, "forward_ms": fwd, "backward_ms": step - fwd,
+                      "peak_bytes": torch.cuda.max_memory_allocated(),
                       "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
                       "gpu": torch.cuda.get_device_name(0)}))
 

@@ -171,6 +171,14 @@ void sp_run_summary_train(const sp_run_session *s, sp_json *j, const sp_train_re
         sp_json_int(j, "graph_captures", r->graph_captures);
         sp_json_int(j, "graph_replays", r->graph_replays);
     }
+    if (o->device && strcmp(o->device, "cpu") != 0) {   /* what the last step issued (docs/CUDA.md) */
+        const sp_device_counts *c = &r->device_step;
+        sp_json_int(j, "device_launches", c->launches);
+        sp_json_int(j, "device_library_calls", c->library_calls);
+        sp_json_int(j, "device_syncs", c->syncs);
+        sp_json_int(j, "device_allocs", c->allocs);
+        sp_json_int(j, "device_copies", c->copies);
+    }
     const sp_pruning *p = s->pruning;
     if (p) {   /* the fraction of the prunable weights that are pruned */
         int64_t kept = 0, all = 0;

@@ -39,6 +39,21 @@ const sp_device_allocator *sp_backend_allocator(sp_device dev)
     return allocators[dev];
 }
 
+void sp_device_counts_get(sp_device dev, sp_device_counts *c)
+{
+    *c = (sp_device_counts){0};
+    if (dev != SP_CPU && allocators[dev] && allocators[dev]->counts) allocators[dev]->counts(c);
+}
+
+sp_device_counts sp_device_counts_diff(const sp_device_counts *after, const sp_device_counts *before)
+{
+    return (sp_device_counts){.launches = after->launches - before->launches,
+                              .library_calls = after->library_calls - before->library_calls,
+                              .syncs = after->syncs - before->syncs,
+                              .allocs = after->allocs - before->allocs,
+                              .copies = after->copies - before->copies};
+}
+
 static const sp_device_graph *graphs[SP_NDEVICES];
 
 void sp_backend_register_graph(sp_device dev, const sp_device_graph *g) { graphs[dev] = g; }

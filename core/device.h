@@ -17,6 +17,22 @@ void sp_op_register_kernels(const sp_opdef *op, sp_device dev, const sp_kernels 
 const sp_kernels *sp_op_kernels(const sp_opdef *op, sp_device dev);
 const char *sp_device_name(sp_device dev);
 
+/* What a backend has issued since it started, counted where every call is checked
+ * (the CUDA backend's sp_cuda_check & co.), so the same counts come from a GPU and from
+ * the CUDA emulator. A steady-state step's share is the difference of two readings
+ * (sp_train_result.device_step; the JSON's "device_launches", "device_syncs", ...). */
+typedef struct sp_device_counts {
+    long long launches;        /* kernel launches and graph launches                    */
+    long long library_calls;   /* cuBLAS, cuSPARSE and cuDNN calls                      */
+    long long syncs;           /* host waits: stream, event or device synchronize       */
+    long long allocs;          /* cudaMalloc, cudaMallocHost, cudaHostAlloc             */
+    long long copies;          /* host<->device and device<->device copies (cudaMemcpy*) */
+} sp_device_counts;
+/* dev's counts so far; all zero on the CPU or before dev's backend started. */
+void sp_device_counts_get(sp_device dev, sp_device_counts *c);
+/* after − before, field by field. */
+sp_device_counts sp_device_counts_diff(const sp_device_counts *after, const sp_device_counts *before);
+
 /* Memory of a non-CPU device, registered by that backend's init (sp_cuda_init).
  * Persistent buffers (parameters) use alloc/free; per-step tensors come from one arena
  * per tape (sp_tape_tensor_on), created lazily and reset with the tape, so a device
@@ -50,6 +66,7 @@ typedef struct sp_device_allocator {
      * promise that (SCANPROP_CUDA_ARENA=off, nothing allocated yet). */
     const void *(*arena_base)(void *arena);
     void (*add)(float *dst, const float *src, size_t n);   /* dst[i] += src[i], ordered like fill */
+    void (*counts)(sp_device_counts *c);   /* what the backend has issued so far */
 } sp_device_allocator;
 
 void sp_backend_register_allocator(sp_device dev, const sp_device_allocator *a);

@@ -95,7 +95,7 @@ static void *scalars_new(int n, const sp_optim_scalars **dev)
 static void scalars_upload(void *h, const sp_optim_scalars *src, int n)
 {
     scalars_buf *b = (scalars_buf *)h;
-    if (b->pending) sp_cuda_check(cudaEventSynchronize(b->copied));
+    if (b->pending) sp_cuda_wait_event(b->copied);
     memcpy(b->host, src, (size_t)n * sizeof *src);
     cudaStream_t s = sp_cuda_stream();
     sp_cuda_check(cudaMemcpyAsync(b->dev, b->host, (size_t)n * sizeof *src, cudaMemcpyHostToDevice, s));

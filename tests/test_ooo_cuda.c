@@ -495,3 +495,88 @@ Test(ooo_cuda, whole_step_graph_bitwise_equals_no_graph)
         result_free(&g);
     }
 }
+
+/* ---- what a steady-state step issues (sp_device_counts; docs/CUDA.md "Counting") ---- */
+
+/* The emulator's own counts (tests/cudaemu/cudart.cc); absent on a GPU. */
+void cudaemu_counts(long long *launches, long long *syncs, long long *allocs, long long *copies)
+    __attribute__((weak));
+
+typedef struct step_counts {
+    int n;
+    sp_device_counts own[8];
+    long long emu[8][4];
+} step_counts;
+
+static void read_counts(void *ctx, long step)
+{
+    step_counts *c = ctx;
+    if (c->n >= 8) return;
+    sp_device_counts_get(SP_CUDA, &c->own[c->n]);
+    if (cudaemu_counts) cudaemu_counts(&c->emu[c->n][0], &c->emu[c->n][1], &c->emu[c->n][2], &c->emu[c->n][3]);
+    c->n++;
+    (void)step;
+}
+
+/* LeNet on the device through sp_train, linear BP and ooo on two lanes: from the third
+ * step on a step allocates nothing, waits for the device once (the loss) and copies
+ * only the batch, its labels and the loss; scanprop's counts equal the emulator's
+ * between any two steps (nothing issued escapes them), and the JSON's figures
+ * (result.device_step) are the steady state's. */
+Test(ooo_cuda, steady_state_step_counts)
+{
+    need_gpu();
+    const char *orders[] = {NULL, "ooo"};
+    for (int k = 0; k < 2; k++) {
+        int shape[3] = {1, 28, 28}, n = 48;
+        float *x;
+        int *y;
+        sp_dataset *d = sp_dataset_new_f32("rand", n, 3, shape, 10, &x, &y);
+        cr_assert_not_null(d);
+        tu_fill_uniform(x, (size_t)n * 28 * 28, 5, -1, 1);
+        for (int i = 0; i < n; i++) y[i] = (i * 7) % 10;
+        sp_model *m = sp_zoo_model("lenet");
+        sp_model_init(m, 3);
+        sp_model_to_device(m, SP_CUDA);
+        sp_optim_cfg oc = sp_optim_cfg_default();
+        oc.lr = 0.05;
+        sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &oc);
+        sp_engine_opts eo = {.own = &(sp_ooo_opts){.order = orders[k]}, .update = update_layer, .update_ctx = o};
+        sp_engine *e = sp_engine_create(orders[k] ? "ooo" : "linear", orders[k] ? &eo : NULL);
+        sp_loader *l = sp_loader_new_sync(d, 8, false, 1, false);
+        step_counts c = {0};
+        sp_train_cfg tc = sp_train_cfg_default();
+        tc.quiet = true;
+        tc.on_step = read_counts;
+        tc.on_step_ctx = &c;
+        sp_train_result r = sp_train(m, e, o, l, NULL, &tc);
+        cr_assert_eq(r.status, SP_OK, "%s", sp_last_error());
+        cr_assert_eq(c.n, 6);
+        const char *what = orders[k] ? "ooo" : "linear";
+        for (int s = 2; s + 1 < c.n; s++) {
+            sp_device_counts dc = sp_device_counts_diff(&c.own[s + 1], &c.own[s]);
+            cr_expect_eq(dc.allocs, 0, "%s: step %d allocated %lld times", what, s + 2, dc.allocs);
+            cr_expect_gt(dc.launches, 0, "%s: step %d launched nothing", what, s + 2);
+            if (cudaemu_counts) {
+                long long want[4] = {dc.launches, dc.syncs, dc.allocs, dc.copies};
+                const char *names[4] = {"launches", "syncs", "allocs", "copies"};
+                for (int f = 0; f < 4; f++)
+                    cr_expect_eq(c.emu[s + 1][f] - c.emu[s][f], want[f],
+                                 "%s: step %d: the emulator counted %lld %s, scanprop %lld", what, s + 2,
+                                 c.emu[s + 1][f] - c.emu[s][f], names[f], want[f]);
+            }
+        }
+        const sp_device_counts *st = &r.device_step;
+        cr_expect_eq(st->allocs, 0, "%s: %lld allocations in a steady-state step", what, st->allocs);
+        cr_expect_eq(st->syncs, 1, "%s: %lld host waits in a steady-state step (the loss's only)", what, st->syncs);
+        cr_expect_leq(st->copies, 3, "%s: %lld copies in a steady-state step (batch, labels, loss)", what,
+                      st->copies);
+        cr_expect_gt(st->launches, 0);
+        cr_expect_gt(st->library_calls, 0, "%s: LeNet's convolutions and GEMMs are library calls", what);
+        sp_loader_free(l);
+        sp_dataset_free(d);
+        sp_engine_destroy(e);
+        sp_optim_free(o);
+        sp_model_free(m);
+    }
+}

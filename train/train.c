@@ -339,7 +339,11 @@ static void train_body(void *arg)
         r->epochs = epoch + 1;
         for (bool have = first_batch(s, &b); have; have = next_batch(s, &b)) {
             double f, bw, st;
+            sp_device_counts before, after;
+            sp_device_counts_get(s->dev, &before);
             float loss = step(s, &b, &f, &bw, &st);
+            sp_device_counts_get(s->dev, &after);
+            r->device_step = sp_device_counts_diff(&after, &before);
             if (!isfinite(loss))
                 sp_fail("%s: loss became %g at step %ld (try a smaller --lr)", cfg->app ? cfg->app : "sp_train", loss,
                         r->steps);

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include "schedulers/backward/engine.h"
+#include "core/device.h"
 #include "core/model.h"
 #include "data/data.h"
 #include "optim/optim.h"
@@ -59,6 +60,9 @@ typedef struct sp_train_result {
     double seconds;            /* wall time of the whole loop                 */
     double forward_ms, backward_ms, step_ms;   /* medians per step (backward: engine only) */
     long graph_captures, graph_replays;        /* cfg.cuda_graph: whole steps captured / replayed */
+    sp_device_counts device_step;              /* on a device: what the last step issued (launches,
+                                                * library calls, host waits, allocations, copies);
+                                                * zeros on the CPU */
     size_t arena_bytes, eval_arena_bytes;     /* high water of the step tapes' and the evaluation
                                                 * tape's arenas (host memory; --mem-report) */
     int status;                /* SP_OK, or SP_ERR with the message in sp_last_error(): a bad

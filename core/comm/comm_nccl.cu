@@ -16,6 +16,10 @@
 extern "C" {
 #include "core/comm/comm.h"
 #include "core/error.h"
+
+/* From core/kernels/cuda.h (whose library headers this file does not need): the
+ * backend then waits for the whole device where it would ask its own streams. */
+void sp_cuda_foreign_stream(void);
 }
 
 #ifdef SP_HAVE_NCCL
@@ -79,6 +83,7 @@ static sp_comm *nccl_split(sp_comm *c, int color, int key)
     if (!out) return NULL;
     cudaStream_t s;
     check_cuda(c, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    sp_cuda_foreign_stream();
     return wrap(out, s, c->world_rank);
 }
 
@@ -180,6 +185,7 @@ extern "C" sp_comm *sp_comm_nccl_new(sp_comm *over, int device)
     check_nccl(over, ncclCommInitRank(&comm, over->size, id, over->rank), "commInitRank");
     cudaStream_t s;
     check_cuda(over, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    sp_cuda_foreign_stream();
     return wrap(comm, s, over->world_rank);
 }
 

@@ -65,6 +65,14 @@ cudaStream_t sp_cuda_stream(void);
 void sp_cuda_set_lane(int lane);
 /* Wait for everything queued on every lane. */
 void sp_cuda_synchronize(void);
+/* Waits that first ask (cudaStreamQuery / cudaEventQuery) and block only when the work
+ * is not done yet: a stream, an event, every stream (sp_cuda_wait_device: the lanes and
+ * the copy stream, or the whole device once a stream the backend does not know of
+ * exists — sp_cuda_foreign_stream, called by NCCL's communicators). */
+void sp_cuda_wait_stream(cudaStream_t s);
+void sp_cuda_wait_event(cudaEvent_t e);
+void sp_cuda_wait_device(void);
+void sp_cuda_foreign_stream(void);
 /* Every lane's work on t's device memory has been joined into lane 0 (the ooo engine's
  * join): t's next reset need only wait for lane 0, not for the whole device — so the
  * other lane may still run another tape's work (the previous backward's tail). */

@@ -19,25 +19,59 @@ static thread_local int cur_lane;   /* this host thread's lane */
 // ----------------------------------------------------------------------------
 // error checks
 
+// Counts of what was issued (sp_device_counts), taken from the text of each checked call:
+// every launch is followed by sp_cuda_check(cudaGetLastError()) and every runtime or
+// library call goes through a check, so nothing is missed and nothing is wrapped.
+static long long n_launches, n_library, n_syncs, n_allocs, n_copies;
+
+static bool starts(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+static void bump(long long *n) { __atomic_fetch_add(n, 1, __ATOMIC_RELAXED); }
+
+static void count_call(const char *call)
+{
+    if (starts(call, "cudaGetLastError") || starts(call, "cudaGraphLaunch")) bump(&n_launches);
+    else if (starts(call, "cudaStreamSynchronize") || starts(call, "cudaDeviceSynchronize") ||
+             starts(call, "cudaEventSynchronize"))
+        bump(&n_syncs);
+    else if (starts(call, "cudaMalloc(") || starts(call, "cudaMallocHost") || starts(call, "cudaHostAlloc") ||
+             starts(call, "cudaMallocAsync"))
+        bump(&n_allocs);
+    else if (starts(call, "cudaMemcpy"))
+        bump(&n_copies);
+}
+
+static void counts(sp_device_counts *c)
+{
+    c->launches = __atomic_load_n(&n_launches, __ATOMIC_RELAXED);
+    c->library_calls = __atomic_load_n(&n_library, __ATOMIC_RELAXED);
+    c->syncs = __atomic_load_n(&n_syncs, __ATOMIC_RELAXED);
+    c->allocs = __atomic_load_n(&n_allocs, __ATOMIC_RELAXED);
+    c->copies = __atomic_load_n(&n_copies, __ATOMIC_RELAXED);
+}
+
 void sp_cuda_check_at(cudaError_t e, const char *call, const char *file, int line)
 {
+    count_call(call);
     if (e != cudaSuccess) sp_fail("CUDA error at %s:%d: %s: %s", file, line, call, cudaGetErrorString(e));
 }
 
 void sp_cublas_check_at(cublasStatus_t s, const char *call, const char *file, int line)
 {
+    bump(&n_library);
     if (s != CUBLAS_STATUS_SUCCESS)
         sp_fail("cuBLAS error at %s:%d: %s: %s", file, line, call, cublasGetStatusString(s));
 }
 
 void sp_cusparse_check_at(cusparseStatus_t s, const char *call, const char *file, int line)
 {
+    bump(&n_library);
     if (s != CUSPARSE_STATUS_SUCCESS)
         sp_fail("cuSPARSE error at %s:%d: %s: %s", file, line, call, cusparseGetErrorString(s));
 }
 
 void sp_cudnn_check_at(cudnnStatus_t s, const char *call, const char *file, int line)
 {
+    bump(&n_library);
     if (s != CUDNN_STATUS_SUCCESS) sp_fail("cuDNN error at %s:%d: %s: %s", file, line, call, cudnnGetErrorString(s));
 }
 
@@ -167,9 +201,9 @@ static void dev_arena_reset(void *arena)
 {
     dev_arena *a = (dev_arena *)arena;
     if (a->joined)   /* every lane's work on it was joined into lane 0 */
-        sp_cuda_check(cudaStreamSynchronize(ctx.lanes[0].stream));
+        sp_cuda_wait_stream(ctx.lanes[0].stream);
     else   /* no lane may still use the memory */
-        sp_cuda_check(cudaDeviceSynchronize());
+        sp_cuda_wait_device();
     a->joined = false;
     dev_own_free(a);
     sp_arena_reset(&a->a);
@@ -220,7 +254,7 @@ static float *dev_stage(int slot, const float *host, size_t n)
 {
     if (slot < 0 || slot > 1) sp_fail("cuda: staging slot %d (expected 0 or 1)", slot);
     staged_slot *s = &slots[slot];
-    if (s->pending) sp_cuda_check(cudaEventSynchronize(s->done));   /* the pinned buffer is free again */
+    if (s->pending) sp_cuda_wait_event(s->done);   /* the pinned buffer is free again */
     if (n > s->cap) {
         sp_cuda_check(cudaFreeHost(s->host));
         sp_cuda_check(cudaFree(s->dev));
@@ -281,7 +315,7 @@ static void dev_use_staged(int slot)
 
 static const sp_device_allocator cuda_allocator = {
     dev_alloc, dev_free, dev_arena_new, dev_arena_alloc, dev_arena_reset, dev_arena_free, dev_fill, dev_upload,
-    dev_download, dev_stage, dev_use_staged, dev_stage_labels, dev_release_staged, dev_arena_base, dev_add,
+    dev_download, dev_stage, dev_use_staged, dev_stage_labels, dev_release_staged, dev_arena_base, dev_add, counts,
 };
 
 /* Whole-step graphs: captured on the calling lane's stream (global mode: any forbidden
@@ -372,6 +406,43 @@ void sp_cuda_set_lane(int lane)
     sp_cuda();
     if (lane < 0 || lane >= SP_CUDA_LANES) sp_fail("cuda: lane %d (expected 0..%d)", lane, SP_CUDA_LANES - 1);
     cur_lane = lane;
+}
+
+/* The waits of a steady-state step: a query first, so that work the device has already
+ * done (the usual case after the loss was read) costs no host wait, and the counts
+ * (device_syncs) show only the waits that happen. */
+void sp_cuda_wait_stream(cudaStream_t s)
+{
+    cudaError_t q = cudaStreamQuery(s);
+    if (q == cudaErrorNotReady) sp_cuda_check(cudaStreamSynchronize(s));
+    else sp_cuda_check(q);
+}
+
+void sp_cuda_wait_event(cudaEvent_t e)
+{
+    cudaError_t q = cudaEventQuery(e);
+    if (q == cudaErrorNotReady) sp_cuda_check(cudaEventSynchronize(e));
+    else sp_cuda_check(q);
+}
+
+static bool foreign_streams;   /* streams the backend does not know of (NCCL's) */
+
+void sp_cuda_foreign_stream(void) { foreign_streams = true; }
+
+void sp_cuda_wait_device(void)
+{
+    bool idle = !foreign_streams;
+    for (int i = 0; idle && i < SP_CUDA_LANES; i++) {
+        cudaError_t q = cudaStreamQuery(ctx.lanes[i].stream);
+        if (q != cudaErrorNotReady) sp_cuda_check(q);
+        idle = q == cudaSuccess;
+    }
+    if (idle && copy_stream) {
+        cudaError_t q = cudaStreamQuery(copy_stream);
+        if (q != cudaErrorNotReady) sp_cuda_check(q);
+        idle = q == cudaSuccess;
+    }
+    if (!idle) sp_cuda_check(cudaDeviceSynchronize());
 }
 
 void sp_cuda_synchronize(void)

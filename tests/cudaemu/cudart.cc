@@ -131,6 +131,9 @@ std::mt19937_64 rng(12345);
 int exec_depth;
 std::set<CUgraph_st *> capturing;   /* captures begun and not ended */
 size_t page;
+/* What the program issued, counted apart from scanprop's own counts (sp_device_counts):
+ * cudaemu_counts. */
+long long n_launches, n_syncs, n_allocs, n_copies;
 
 void init()
 {
@@ -670,6 +673,7 @@ void launch(const char *kernel, const char *file, int line, const void *key, dim
             cudaStream_t s, std::function<void()> body)
 {
     std::lock_guard<std::recursive_mutex> g(mu);
+    n_launches++;
     auto L = std::make_shared<launch_rec>(launch_rec{kernel, file, line, key, grid, block, shmem, std::move(body)});
     push(S(s), kernel, [L]() { exec_launch(*L); });
 }
@@ -755,15 +759,33 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
     return cudaSuccess;
 }
 
+/* What the program has issued so far: kernel and graph launches, explicit waits
+ * (stream, event, device synchronize; not queries), allocations (device and pinned),
+ * copies. Tests compare it with scanprop's own counts (sp_device_counts_get). */
+void cudaemu_counts(long long *launches, long long *syncs, long long *allocs, long long *copies)
+{
+    LOCK;
+    *launches = n_launches;
+    *syncs = n_syncs;
+    *allocs = n_allocs;
+    *copies = n_copies;
+}
+
 cudaError_t cudaDeviceSynchronize(void)
 {
     LOCK;
+    n_syncs++;
     if (cudaError_t e = capture_forbids("cudaDeviceSynchronize")) return e;
     run_all();
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceReset(void) { return cudaDeviceSynchronize(); }
+cudaError_t cudaDeviceReset(void)
+{
+    LOCK;
+    run_all();
+    return cudaSuccess;
+}
 
 cudaError_t cudaGetLastError(void)
 {
@@ -817,6 +839,7 @@ const char *cudaGetErrorString(cudaError_t e)
 static cudaError_t do_alloc(void **p, size_t size, bool pinned)
 {
     LOCK;
+    n_allocs++;
     if (no_device) return cudaErrorNoDevice;
     if (cudaError_t e = capture_forbids(pinned ? "cudaMallocHost" : "cudaMalloc")) return e;
     *p = nullptr;
@@ -865,12 +888,14 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
     LOCK;
+    n_copies++;
     return queue_copy(dst, src, count, kind, S(stream), "cudaMemcpyAsync");
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
     LOCK;
+    n_copies++;
     if (cudaError_t c = capture_forbids("cudaMemcpy")) return c;
     cudaError_t e = queue_copy(dst, src, count, kind, &legacy_stream, "cudaMemcpy");
     run_stream(&legacy_stream, legacy_stream.enq);
@@ -882,6 +907,7 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
                               enum cudaMemcpyKind kind, cudaStream_t stream)
 {
     LOCK;
+    n_copies++;
     if (width > dpitch || width > spitch) return cudaErrorInvalidPitchValue;
     CUstream_st *s = S(stream);
     for (size_t r = 0; r < height; r++)
@@ -930,17 +956,24 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
     return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t stream)
+static cudaError_t stream_run(cudaStream_t stream, const char *call)
 {
     LOCK;
     CUstream_st *s = S(stream);
-    if (cudaError_t e = capture_forbids("cudaStreamSynchronize")) return e;
+    if (cudaError_t e = capture_forbids(call)) return e;
     run_stream(s, s->enq);
     return cudaSuccess;
 }
 
+cudaError_t cudaStreamSynchronize(cudaStream_t stream)
+{
+    LOCK;
+    n_syncs++;
+    return stream_run(stream, "cudaStreamSynchronize");
+}
+
 /* A query makes progress (the emulator has no background worker): the stream runs. */
-cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
+cudaError_t cudaStreamQuery(cudaStream_t stream) { return stream_run(stream, "cudaStreamQuery"); }
 
 cudaError_t cudaEventCreate(cudaEvent_t *event)
 {
@@ -1007,15 +1040,22 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     return cudaSuccess;
 }
 
-cudaError_t cudaEventSynchronize(cudaEvent_t event)
+static cudaError_t event_run(cudaEvent_t event, const char *call)
 {
     LOCK;
-    if (cudaError_t e = capture_forbids("cudaEventSynchronize")) return e;
+    if (cudaError_t e = capture_forbids(call)) return e;
     if (event->stream) run_stream(event->stream, event->seq);
     return cudaSuccess;
 }
 
-cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
+cudaError_t cudaEventSynchronize(cudaEvent_t event)
+{
+    LOCK;
+    n_syncs++;
+    return event_run(event, "cudaEventSynchronize");
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) { return event_run(event, "cudaEventQuery"); }
 
 /* The host clock when each event's marker ran: work runs one item at a time at the
  * synchronisation points, so this is the emulated work's own time, serialised; no
@@ -1136,6 +1176,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
     CUstream_st *s = S(stream);
     if (s->cap) return cudaErrorStreamCaptureUnsupported;
     CUgraphExec_st *x = graphExec;
+    n_launches++;
     push(s, "cudaGraphLaunch", [x]() { run_graph(x->nodes); });
     return cudaSuccess;
 }
