@@ -252,13 +252,21 @@ Test(actions, zbv_closed_form_and_peak)
             cr_assert_eq(a->chunks, 2 * p);
             for (int c = 0; c < 2 * p; c++) cr_assert_eq(a->chunk_rank[c], c < p ? c : 2 * p - 1 - c);
             sp_actions_sim s = sim(a, 0);
-            double want = fmax(6 * m + p - 1, 4 * m + 2 * (2 * p - 1));
-            cr_assert_float_eq(s.latency, want, 1e-9, "zbv p=%d m=%d: latency %g, closed form %g", p, m, s.latency,
-                               want);
+            /* PyTorch's order takes max(6m + p − 1, 4m + 2(2p − 1)), the lower bound
+             * 6m + p − 1 from m ≥ (3p − 1)/2 on; below that [ZB]'s heuristic fills the V
+             * and is shorter. */
+            double order = fmax(6 * m + p - 1, 4 * m + 2 * (2 * p - 1)), bound = 6 * m + p - 1;
+            cr_assert(s.latency <= order + 1e-9 && s.latency >= bound - 1e-9, "zbv p=%d m=%d: latency %g, PyTorch's "
+                      "order %g, bound %g", p, m, s.latency, order, bound);
+            if (2 * m >= 3 * p - 1) cr_assert_float_eq(s.latency, bound, 1e-9, "zbv p=%d m=%d", p, m);
             cr_assert(s.latency < 6.0 * (m + p - 1), "below 1F1B");
             for (int r = 0; r < p; r++) {
-                int pk = m + r + 1 < 2 * p ? m + r + 1 : 2 * p;
-                cr_assert_float_eq(s.peak_act[r], pk, 1e-9, "zbv p=%d m=%d rank %d peak %g", p, m, r, s.peak_act[r]);
+                cr_assert(s.peak_act[r] <= 2 * p + 1e-9, "zbv p=%d m=%d rank %d peak %g", p, m, r, s.peak_act[r]);
+                if (s.latency == order) {   /* PyTorch's order kept: its peak */
+                    int pk = m + r + 1 < 2 * p ? m + r + 1 : 2 * p;
+                    cr_assert_float_eq(s.peak_act[r], pk, 1e-9, "zbv p=%d m=%d rank %d peak %g", p, m, r,
+                                       s.peak_act[r]);
+                }
                 /* Rank 0 sends chunk 0's F and chunk 2p−1's I; the others both ways twice. */
                 cr_assert_eq(s.messages[r], (r == 0 || r == p - 1 ? 2 : 4) * m, "p=%d m=%d rank %d", p, m, r);
             }

@@ -126,14 +126,17 @@ Test(pipelines, closed_forms_at_unit_costs)
  * and chunks of several layers (the costs add up per chunk). */
 Test(pipelines, closed_forms_at_other_costs)
 {
-    const double h1[][3] = {{1, 2, 1}, {2, 1, 1}, {2, 2, 1}, {3, 2, 1}};
+    /* ZB-H1's rule for any costs: m(F + I + W) + (p − 1)·max(F + I − W, F, I), which is
+     * (p − 1)(F + I − W) for W ≤ min(F, I) and (p − 1)·max(F, I) for W ≥ I. */
+    const double h1[][3] = {{1, 2, 1}, {2, 1, 1}, {2, 2, 1}, {3, 2, 1}, {1, 1, 2}, {2, 1, 3}, {0.5, 2, 1}, {1, 2, 3}};
     for (int p = 2; p <= 6; p++)
         for (int m = p; m <= 3 * p; m++) {
             for (size_t k = 0; k < sizeof h1 / sizeof h1[0]; k++) {
                 double F = h1[k][0], I = h1[k][1], W = h1[k][2];
                 pp_run x = pp_simulate("zb-h1", p, m, 0, 1, F, I, W);
-                cr_assert_eq(x.r.latency, m * (F + I + W) + (p - 1) * (F + I - W), "zb-h1 (%g,%g,%g) p=%d m=%d: %g", F,
-                             I, W, p, m, x.r.latency);
+                double bub = fmax(F + I - W, fmax(F, I));
+                cr_assert_eq(x.r.latency, m * (F + I + W) + (p - 1) * bub, "zb-h1 (%g,%g,%g) p=%d m=%d: %g", F, I, W,
+                             p, m, x.r.latency);
                 pp_free(&x);
             }
             pp_run x = pp_simulate("zb-h2", p, m, 0, 1, 1, 1, 2);
@@ -391,4 +394,49 @@ Test(pipelines, zb_auto_searches_with_the_transfer_cost)
         if (k == 2) cr_expect_lt(aware, blind, "transfer 0.5: the transfer cost changed nothing (%g)", aware);
     }
     remove(csv);
+}
+
+/* ---- against the reference schedulers ---------------------------------------------------
+ *
+ * docs/schedule-references.csv holds, case by case, the makespan and the peak of the list
+ * each reference scheduler builds (zb.py, zbv.py, zbv_greedy.py of the zero-bubble papers'
+ * code; the file names the commit and the settings): p ∈ {4, 8}, m ∈ {8, 16, 32}, unit
+ * costs and F = 1, I = 1.2, W = 0.8, transfer 0 and 0.5. The scheme on each row must be at
+ * least as short at no higher peak. */
+Test(pipelines, generators_match_or_beat_the_references, .timeout = 300)
+{
+    FILE *f = fopen("docs/schedule-references.csv", "r");
+    cr_assert_not_null(f, "docs/schedule-references.csv");
+    char line[512];
+    int rows = 0, header = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || line[0] == '\n') continue;
+        if (!header++) continue;
+        char scheme[32], ref[64];
+        int p, m;
+        double lim, fc, ic, wc, tc, want, peak;
+        cr_assert_eq(sscanf(line, "%31[^,],%lf,%d,%d,%lf,%lf,%lf,%lf,%lf,%lf,%63[^,]", scheme, &lim, &p, &m, &fc, &ic,
+                            &wc, &tc, &want, &peak, ref), 11, "bad row: %s", line);
+        const sp_pp_generator *g = sp_pp_find(scheme);
+        cr_assert_not_null(g, "no scheme %s", scheme);
+        int C = strcmp(scheme, "zbv") && strcmp(scheme, "v-half") && strcmp(scheme, "v-min") ? p : 2 * p;
+        double fv[16], iv[16], wv[16];
+        for (int c = 0; c < C; c++) fv[c] = fc, iv[c] = ic, wv[c] = wc;
+        sp_chunk_costs k = {C, fv, iv, wv, NULL, tc};
+        sp_pp_params pp = {.ranks = p, .micro = m, .costs = &k, .mem_limit = lim};
+        sp_actions *a = NULL;
+        cr_assert_eq(g->generate(&pp, &a), SP_OK, "%s: %s", scheme, sp_last_error());
+        sp_actions_sim s;
+        cr_assert_eq(sp_actions_simulate(a, &k, &s), SP_OK, "%s", sp_last_error());
+        double most = 0;
+        for (int r = 0; r < p; r++) most = fmax(most, s.peak_act[r]);
+        cr_assert(s.latency <= want + 1e-9 && most <= peak + 1e-9,
+                  "%s p=%d m=%d F=%g I=%g W=%g transfer %g: %g at peak %g against %s's %g at peak %g", scheme, p, m,
+                  fc, ic, wc, tc, s.latency, most, ref, want, peak);
+        sp_actions_sim_free(&s);
+        sp_actions_free(a);
+        rows++;
+    }
+    fclose(f);
+    cr_assert_eq(rows, 168, "docs/schedule-references.csv: %d cases (expected 168)", rows);
 }

@@ -14,6 +14,9 @@
  *   dualpipev            gen_dualpipev.c         DeepSeek's DualPipeV on the V placement
  *   zb-auto, v-half,     gen_greedy.c            [ZB]'s greedy list scheduler, and [CM]'s
  *   v-min                                        V-Half and V-Min built with it
+ *   (candidates)         gen_sail.c, gen_sail.h  the papers' own heuristics (zb.py, zbv.py,
+ *                                                zbv_greedy.py), which zb-h1, zb-h2, zbv,
+ *                                                v-half, v-min and zb-auto keep where shorter
  *
  * gen_common.c holds what they share: the parameter checks below and the V placement.
  * A new generator: its file, its declaration here, its row in schemes.c.

@@ -38,6 +38,7 @@
 #include "core/error.h"
 #include "schedulers/plan/actions.h"
 #include "schedulers/plan/gen.h"
+#include "schedulers/plan/gen/gen_sail.h"
 
 typedef struct policy {
     int f_first;      /* F before I when both are ready; 2: only the F of a chunk later
@@ -293,7 +294,7 @@ static int base_params(const char *name, const sp_pp_params *p)
 }
 
 /* V-Half and V-Min: the V placement under (k·u) activations per rank. */
-static int gen_v_limited(const char *name, const sp_pp_params *p, int units, sp_actions **out)
+static int gen_v_limited(const char *name, const sp_pp_params *p, int units, int half, sp_actions **out)
 {
     if (base_params(name, p) != SP_OK) return SP_ERR;
     if (p->chunks_per_rank != 0 && p->chunks_per_rank != 2)
@@ -312,6 +313,12 @@ static int gen_v_limited(const char *name, const sp_pp_params *p, int units, sp_
     if (u <= 0) u = 1;
     double limit = fmax(units * u, need);
     best bs = {0};
+    /* [CM]'s own building block (gen_sail.h) first: its peak is the bound the search keeps. */
+    sp_actions *block = sp_sail_vpattern(p, half);
+    if (block) {
+        consider(&bs, block, p->costs, INFINITY);
+        if (bs.a) limit = fmax(bs.peak, need);
+    }
     search(&bs, &pb, p->costs, limit, need, u);
     free(pb.f);
     free(cr);
@@ -322,12 +329,12 @@ static int gen_v_limited(const char *name, const sp_pp_params *p, int units, sp_
 
 int sp_pp_gen_v_half(const sp_pp_params *p, sp_actions **out)
 {
-    return gen_v_limited("v-half", p, p && p->ranks > 0 ? p->ranks + 2 : 0, out);
+    return gen_v_limited("v-half", p, p && p->ranks > 0 ? p->ranks + 2 : 0, 1, out);
 }
 
 int sp_pp_gen_v_min(const sp_pp_params *p, sp_actions **out)
 {
-    return gen_v_limited("v-min", p, p && p->ranks > 0 ? (2 * p->ranks + 2) / 3 + 2 : 0, out);
+    return gen_v_limited("v-min", p, p && p->ranks > 0 ? (2 * p->ranks + 2) / 3 + 2 : 0, 0, out);
 }
 
 int sp_pp_gen_zb_auto(const sp_pp_params *p, sp_actions **out)
@@ -362,6 +369,16 @@ int sp_pp_gen_zb_auto(const sp_pp_params *p, sp_actions **out)
     sp_actions *hand = NULL;
     if ((v == 1 ? sp_pp_gen_zb_h1(&q, &hand) : sp_pp_gen_zbv(&q, &hand)) == SP_OK) consider(&bs, hand, p->costs, limit);
     else sp_clear_error();
+    /* [ZB]'s own heuristics (gen_sail.h) at the limit, and without one at the limits below. */
+    for (int k = 0; k <= 2 * P; k++) {
+        double lim = k == 0 ? limit : k * u * v;
+        if (k > 0 && lim > limit) break;
+        if (v == 1)
+            for (int var = 0; var < SP_SAIL_ZB_VARIANTS; var++)
+                consider(&bs, sp_sail_zb(p, lim == INFINITY ? 0 : lim, var), p->costs, limit);
+    }
+    if (v == 2)
+        for (int var = 0; var < SP_SAIL_ZBV_VARIANTS; var++) consider(&bs, sp_sail_zbv(p, var), p->costs, limit);
     search(&bs, &pb, p->costs, limit, need, u);
     /* Without a limit, also the limits of 1F1B (p in flight) and ZB-H2 (2p − 1). */
     if (limit == INFINITY)

@@ -2,9 +2,11 @@
  * "Zero Bubble Pipeline Parallelism" (ICLR 2024), one rule with two warm-ups; one chunk
  * per rank (p ranks, m micro-batches). docs/SCHEDULES.md gives their latencies,
  * docs/MEASUREMENTS.md derives them. */
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include "schedulers/plan/gen.h"
+#include "schedulers/plan/gen/gen_sail.h"
 
 /* The zero-bubble handcrafted schedules share one rule: rank r runs `warm` forwards,
  * then for i = 0 … m−1: I(i), W(i − r) once i ≥ r, and the next forward if one is
@@ -31,7 +33,17 @@ static int zero_bubble(const char *name, const sp_pp_params *p, bool h2, sp_acti
         }
         while (nw < m) sp_actions_push(a, r, sp_gen_act(r, SP_ACT_W, nw++));
     }
-    *out = a;
+    /* The rule ignores the costs; [ZB]'s own heuristic (gen_sail.h) replaces it where
+     * that is strictly shorter (uneven costs, a transfer cost) within the rule's peak for
+     * H1, within 2p chunk activations ([ZB]'s memory for H2) for H2. */
+    sp_gen_best bs = {0};
+    sp_gen_pick(&bs, a, p->costs, INFINITY, 0);
+    if (!bs.a) return sp_error("%s: the list cannot run", name);
+    double u = 1;
+    for (int c = 0; p->costs && p->costs->act && c < P; c++) u = c ? fmax(u, p->costs->act[c]) : p->costs->act[c];
+    double limit = h2 ? fmax(bs.peak, 2 * P * u) : bs.peak;
+    for (int v = 0; v < SP_SAIL_ZB_VARIANTS; v++) sp_gen_pick(&bs, sp_sail_zb(p, limit, v), p->costs, limit, 0);
+    *out = bs.a;
     return SP_OK;
 }
 

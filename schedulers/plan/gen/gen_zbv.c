@@ -12,8 +12,10 @@
  * Rank r holds 2(p − r) − 1 + 2r + 1 = 2p chunk activations when its first W runs, and
  * from then each F is followed by a W before the next F: a peak of 2p chunk activations,
  * p full-rank ones, 1F1B's (m ≥ 2p − 1; tests/test_actions.c has the closed forms). */
+#include <math.h>
 #include <stdlib.h>
 #include "core/error.h"
+#include "schedulers/plan/gen/gen_sail.h"
 #include "schedulers/plan/gen/gen_v.h"
 
 int sp_pp_gen_zbv(const sp_pp_params *p, sp_actions **out)
@@ -37,6 +39,16 @@ int sp_pp_gen_zbv(const sp_pp_params *p, sp_actions **out)
         while (v->w[0] < v->i[0]) W(v, 0);
     }
     free(v);
-    *out = a;
+    /* [ZB]'s own ZB-V heuristic (gen_sail.h) at 2p chunk activations replaces the order
+     * above where it is strictly shorter: it fills the V for m < 2p − 1 and weighs the
+     * transfer cost. */
+    double u = 1;
+    for (int c = 0; p->costs && p->costs->act && c < 2 * P; c++) u = c ? fmax(u, p->costs->act[c]) : p->costs->act[c];
+    sp_gen_best bs = {0};
+    sp_gen_pick(&bs, a, p->costs, INFINITY, 0);
+    if (!bs.a) return sp_error("zbv: the list cannot run");
+    double limit = fmax(bs.peak, 2 * P * u);
+    for (int k = 0; k < SP_SAIL_ZBV_VARIANTS; k++) sp_gen_pick(&bs, sp_sail_zbv(p, k), p->costs, limit, 0);
+    *out = bs.a;
     return SP_OK;
 }
