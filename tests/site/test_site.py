@@ -13,9 +13,15 @@
    writes the figures it shows into the DOM; they must equal build/schedule's JSON, the
    apps' --plan (BPPSA) and the ooo engine's peak_bytes and k. It also imports an action
    CSV. Any console error, page error or failed request fails the test.
+   Each figure's text as shown must begin with the program's number, an integer digit for
+   digit (the 32-bit build's scan memory carries its note); the sliders follow the source
+   (n = the model's links); every command the page shows is run as shown (FILE.csv: the
+   imported CSV; vgg11's ooo command on a one-image folder) and must print the view's
+   figures; the mpirun line names the simulated workers; ooo box labels stay in their boxes.
 3. Side by side, no two labels of the two figures lists overlap at 1280x800 and at a
-   phone's 390x844 (their text boxes from the DOM); every control of each view is reached
-   by pressing Tab (real key events through chromium's DevTools pipe).
+   phone's 390x844 (their text boxes from the DOM), and every legend's items (pipelines,
+   the scan tree, the ooo lanes) lie inside the window; every control of each view is
+   reached by pressing Tab (real key events through chromium's DevTools pipe).
 4. Screenshots of the three views (1280x800; the pipelines view also taller, in greyscale,
    with transfers, and at phone width) go to build/site-test/; docs/img/site-*.png are
    copies of pipelines-tall, bppsa and ooo.
