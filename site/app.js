@@ -584,8 +584,8 @@ function updateOoo() {
       h('h3', {}, box, 'order ' + o.order + (o.order === 'reverse-first-k' ? ' (k = ' + o.k + ')' : ''));
       h('pre', {'class': 'cmd'}, box, cmdOf(o.order));
       var dl = h('dl', {'class': 'figures'}, box);
-      figure(dl, 'makespan', 'backward done (modelled, ' + EST_UNIT + ')', o.makespan);
-      figure(dl, 'main_done', 'main lane done: the next forward may start (modelled, ' + EST_UNIT + ')', o.main_done);
+      figure(dl, 'makespan', 'backward done (' + EST_UNIT + ')', o.makespan);
+      figure(dl, 'main_done', 'main lane done: the next forward may start (' + EST_UNIT + ')', o.main_done);
       figure(dl, 'peak_bytes', 'peak memory (one task at a time)', o.peak_bytes, bytes(o.peak_bytes));
       if (o.order === 'reverse-first-k') figure(dl, 'k', 'k', o.k);
       var width = 760, left = 50, rowH = 30;
