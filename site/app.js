@@ -45,12 +45,28 @@ function h(tag, attrs, parent, text) {
   if (parent) parent.appendChild(e);
   return e;
 }
-function fmt(x) { return (typeof x === 'number') ? String(+x.toPrecision(6)) : String(x); }
-function bytes(x) {
-  if (x >= 1048576) return (x / 1048576).toFixed(2) + ' MiB (' + x + ' B)';
-  if (x >= 1024) return (x / 1024).toFixed(2) + ' KiB (' + x + ' B)';
-  return String(x);
+/* A number as the programs print it: an integer (a count, bytes, FLOP) in full, digit for
+ * digit; a fraction with the 6 significant digits of the JSON lines (%g). */
+function fmt(x) {
+  if (typeof x !== 'number') return String(x);
+  return Number.isInteger(x) ? String(x) : String(+x.toPrecision(6));
 }
+function bytes(x) {
+  if (x >= 1048576) return x + ' B (' + (x / 1048576).toFixed(2) + ' MiB)';
+  if (x >= 1024) return x + ' B (' + (x / 1024).toFixed(2) + ' KiB)';
+  return x + ' B';
+}
+/* A job's name, as build/schedule's diagram and the SVG name it (sp_job_label): the
+ * direction letter (f forward F, b whole backward, d δ, g G), the stage, and — with more
+ * than one micro-batch — the micro-batch as letters (a = 0, b = 1, …, z, ba, bb, …). */
+function microName(b) {
+  var s = '';
+  do { s = String.fromCharCode(97 + b % 26) + s; b = Math.floor(b / 26); } while (b > 0);
+  return s;
+}
+function jobName(dir, stage, mb, micro) { return dir + stage + (micro > 1 ? microName(mb) : ''); }
+/* a time with its unit: the simulator's "unit" (the costs' unit) or "us" (a model's) */
+function unitName(u) { return u === 'us' ? 'µs' : u === 'unit' ? 'time units' : u; }
 /* a figure: <dt>name</dt><dd data-key=key data-value=raw>shown</dd> (the self-test reads data-value) */
 function figure(dl, key, name, value, shown) {
   h('dt', {}, dl, name);
@@ -92,7 +108,7 @@ var PRESETS = ['lenet', 'vgg11', 'resnet20', 'rnn', 'gru', 'mlp'];
 var profiles = {};
 var schemes = null;
 var panels = [];
-var DIRS = {f: 'forward F', b: 'backward (δ and G)', d: 'δ (input gradient)', g: 'G (weight gradient)'};
+var DIRS = {f: 'forward F', b: 'whole backward (δ and G)', d: 'δ (input gradient)', g: 'G (weight gradient)'};
 
 function panelControls(idx, host) {
   var p = {idx: idx, root: h('div', {'class': 'panel', id: 'panel-' + idx}, host)};
@@ -155,8 +171,13 @@ function config(p) {
   };
 }
 
+/* The command that reproduces a panel: build/schedule with the panel's flags (custom takes
+ * its micro-batches from the CSV: FILE.csv is the CSV of the import box), and for a model's
+ * profile the training run of the same schedule on `ranks` processes (the simulated
+ * workers; none when the configuration is refused). */
 function command(c, ranks) {
-  var a = ['build/schedule', '--scheme', c.scheme, '--microbatches', c.micro];
+  var a = ['build/schedule', '--scheme', c.scheme];
+  if (c.scheme !== 'custom') a.push('--microbatches', c.micro);
   if (c.preset) a.push('--profile', 'site/profiles/' + c.preset + '.csv');
   else a.push('--stages', c.stages, '--fwd-cost', c.fwd, '--delta-cost', c.delta, '--grad-cost', c.grad);
   if (c.workers) a.push('--workers', c.workers);
@@ -171,8 +192,9 @@ function command(c, ranks) {
   if (c.transfer) a.push('--transfer-cost', c.transfer);
   /* the app that trains the preset's model (ResNet-20 too: the executor runs it as a chain of its segments) */
   var app = {mlp: 'demo', resnet20: 'resnet'}[c.preset] || c.preset;
-  var run = c.preset ? '\n# a real run of the same schedule:\nmpirun -np ' + (ranks || 'W') + ' build/' + app +
-    ' --parallel ' + c.scheme + ' --microbatches ' + c.micro : '';
+  var run = c.preset && ranks ? '\n# a real run of the same schedule (as root: mpirun --allow-run-as-root --oversubscribe):\nmpirun -np ' +
+    ranks + ' build/' + app + ' --parallel ' + c.scheme +
+    (c.scheme === 'custom' ? ' --actions FILE.csv' : ' --microbatches ' + c.micro) : '';
   return a.join(' ') + run;
 }
 
@@ -198,7 +220,7 @@ function drawTimeline(p, res, tmax, cursor) {
   var rowTop = function (w) { return top + w * pitch + stripH; };
   p.svgbox.innerHTML = '';
   var svg = el('svg', {viewBox: '0 0 ' + width + ' ' + height, role: 'img',
-    'aria-label': rep.scheme + ' timeline: ' + W + ' workers, latency ' + fmt(step.end)}, p.svgbox);
+    'aria-label': rep.scheme + ' timeline: ' + W + ' workers, latency ' + fmt(step.end) + ' ' + unitName(res.unit)}, p.svgbox);
   var defs = el('defs', {}, svg);
   var pat = el('pattern', {id: 'hatch' + p.idx, width: 6, height: 6, patternUnits: 'userSpaceOnUse',
     patternTransform: 'rotate(45)'}, defs);
@@ -246,9 +268,10 @@ function drawTimeline(p, res, tmax, cursor) {
         fill: dir === 'g' ? 'url(#hatch' + p.idx + ')' : 'none'}, g);
     if (sx(t1) - sx(t0) > 18)
       el('text', {x: (sx(t0) + sx(t1)) / 2, y: y + rowH / 2 + 4, 'text-anchor': 'middle', 'class': 'jl'}, g,
-        dir.toUpperCase().replace('D', 'δ') + st + (rep.microbatches > 1 ? '.' + mb : ''));
-    el('title', {}, g, DIRS[dir] + ', stage ' + st + ' (' + res.stage_names[st] + '), micro-batch ' + mb +
-      ', worker ' + wk + ', ' + fmt(t0) + ' → ' + fmt(t1));
+        jobName(dir, st, mb, rep.microbatches));
+    el('title', {}, g, jobName(dir, st, mb, rep.microbatches) + ': ' + DIRS[dir] + ', stage ' + st + ' (' +
+      res.stage_names[st] + '), micro-batch ' + microName(mb) + ' (' + mb + ' counting from 0), worker ' + wk + ', ' +
+      fmt(t0) + ' → ' + fmt(t1) + ' ' + unitName(res.unit));
   });
   /* messages, one drawn element each: a point-to-point message is an arrow from its
      sender's row at the time it leaves to its receiver's row at its arrival; a collective
@@ -274,24 +297,25 @@ function drawTimeline(p, res, tmax, cursor) {
     }
     el('title', {}, g, MSG[m.kind] + ', stage ' + m.stage + ': worker ' + m.from +
       (m.to >= 0 && m.to !== m.from ? ' → worker ' + m.to : m.to < 0 ? ' (every member)' : ' (root)') +
-      ', ' + fmt(m.t0) + ' → ' + fmt(m.t1));
+      ', ' + fmt(m.t0) + ' → ' + fmt(m.t1) + ' ' + unitName(res.unit));
   });
   el('line', {x1: sx(cursor), y1: 2, x2: sx(cursor), y2: height - 16, 'class': 'cursor'}, svg);
-  el('text', {x: left, y: height - 4, 'class': 'lab'}, svg, 'time 0 … ' + fmt(step.end) + ' ' + res.unit +
+  el('text', {x: left, y: height - 4, 'class': 'lab'}, svg, 'time 0 … ' + fmt(step.end) + ' ' + unitName(res.unit) +
     (step.comm ? ' (with transfers)' : ''));
 }
 
 /* The key under the panels: each mark of the timelines with its meaning, drawn with the
  * same classes so it reads the same in colour and in greyscale. */
 function drawLegend(host) {
-  var items = [['job dir-f', 'F (forward): solid'], ['job dir-d', 'δ (input gradient): heavy outline'],
-    ['job dir-g', 'G (weight gradient): hatched'], ['job dir-b', 'B (whole backward): dark'],
-    ['shade', 'micro-batch: later ones paler'], ['idle', 'idle: dotted background'],
+  var items = [['job dir-f', 'f: F, the forward (solid)'], ['job dir-d', 'd: δ, the input gradient (heavy outline)'],
+    ['job dir-g', 'g: G, the weight gradient (hatched)'], ['job dir-b', 'b: the whole backward, δ and G in one job (dark)'],
+    ['shade', 'f2c: f of stage 2, micro-batch c (a = 0, b = 1, …), as build/schedule names it; later micro-batches paler'],
+    ['idle', 'idle: dotted background'],
     ['mem', 'activations held (line under a row)'], ['msg kind-act', 'activation message (solid arrow)'],
     ['msg kind-grad', 'gradient message (dashed arrow)'],
     ['msg kind-broadcast', 'weights from / gradients to their owner (dotted arrow)'],
     ['msg kind-collective', 'a collective on this worker: allreduce, or an owner\'s own part (bar over a row; grey: the loss)'],
-    ['cursor', 'time slider']];
+    ['cursor', 'time slider (the costs\' unit: time units, or µs with a model\'s profile)']];
   var ul = h('ul', {'class': 'legend', 'aria-label': 'key to the timelines'}, host);
   items.forEach(function (it) {
     var li = h('li', {}, ul);
@@ -345,18 +369,19 @@ function update() {
   panels.forEach(function (p) { if (!p.root.hidden && p.res.ok) tmax = Math.max(tmax, stepOf(p.res).end); });
   var slider = document.getElementById('time');
   var cursor = tmax * slider.value / 1000;
-  document.getElementById('time-out').textContent = fmt(cursor);
+  var shownUnit = panels[0].res && panels[0].res.ok ? ' ' + unitName(panels[0].res.unit) : '';
+  document.getElementById('time-out').textContent = fmt(cursor) + shownUnit;
   panels.forEach(function (p) {
     if (p.root.hidden) return;
     p.figures.innerHTML = '';
     if (!p.res.ok) { p.error.textContent = 'refused: ' + p.res.error; p.svgbox.innerHTML = ''; return; }
     p.error.textContent = '';
     var r = p.res.report;
-    figure(p.figures, 'latency', 'latency (' + p.res.unit + ')', r.latency);
+    figure(p.figures, 'latency', 'latency (' + unitName(p.res.unit) + ')', r.latency);
     if (r.latency_with_comm !== undefined) {   /* the simulation with transfers (sim_comm.c) */
-      figure(p.figures, 'latency_with_comm', 'latency with transfers (' + p.res.unit + ')', r.latency_with_comm);
+      figure(p.figures, 'latency_with_comm', 'latency with transfers (' + unitName(p.res.unit) + ')', r.latency_with_comm);
       figure(p.figures, 'messages', 'messages per worker (sent or joined)', r.messages.join(', '));
-      figure(p.figures, 'comm_time', 'transfer time per worker (' + p.res.unit + ')', r.comm_time.map(fmt).join(', '));
+      figure(p.figures, 'comm_time', 'transfer time per worker (' + unitName(p.res.unit) + ')', r.comm_time.map(fmt).join(', '));
     }
     figure(p.figures, 'bubble', 'bubble fraction', p.res.bubble);
     figure(p.figures, 'utilization', 'utilisation', r.utilization);
@@ -435,17 +460,41 @@ function drawTree(host, n, steps, nlevels) {
   steps.forEach(function (s) { lv[s.level] = s.kind; });
   for (var k = 0; k < nlevels; k++)
     el('text', {x: 2, y: top + rowH * (k + 0.5) + 4, 'class': 'lab'}, svg, k + ' ' + (lv[k] || ''));
-  el('text', {x: left, y: height - 8, 'class': 'lab'}, svg,
-    'U = up-sweep, D = down-sweep, I = identity seed, C = sequential carry; big dot = a product, small = a move');
 }
 
+/* The key under the tree, in HTML so it wraps at any width: each mark drawn with the
+ * tree's own classes. */
+function drawTreeLegend(host) {
+  host.innerHTML = '';
+  var items = [['step kind-up product', 'U: an up-sweep step'], ['step kind-down product', 'D: a down-sweep step'],
+    ['step kind-identity move', 'I: the identity seed; C: a sequential carry'],
+    ['step kind-up product', 'big dot: a product (a Jᵀ·Jᵀ or Jᵀ·vector)'], ['step kind-up move', 'small dot: a move, no product'],
+    ['step kind-up product critical', 'red edge: on the critical path (the longest chain of products, * in the table)']];
+  var ul = h('ul', {'class': 'legend', id: 'bp-legend', 'aria-label': 'key to the scan tree'}, host);
+  items.forEach(function (it) {
+    var li = h('li', {}, ul);
+    var svg = el('svg', {viewBox: '0 0 30 16', width: 30, height: 16, 'aria-hidden': 'true'}, li);
+    var g = el('g', {'class': it[0]}, svg);
+    el('line', {x1: 4, y1: 2, x2: 22, y2: 11, 'class': 'edge'}, g);
+    el('circle', {cx: 22, cy: 11, r: it[0].indexOf('move') >= 0 ? 3 : 5, 'class': 'node'}, g);
+    h('span', {}, li, it[1]);
+  });
+}
+
+/* The chain's n: what the slider held before a model preset showed its own link count. */
+var chainN = null;
 function updateBppsa() {
   var src = document.getElementById('bp-source').value, nIn = document.getElementById('bp-n'),
       kIn = document.getElementById('bp-k'), figs = document.getElementById('bp-figures');
   figs.innerHTML = '';
   document.getElementById('bp-table').textContent = '';
+  drawTreeLegend(document.getElementById('bp-legend-box'));
   if (src === 'chain') {
     nIn.disabled = false;
+    if (chainN !== null) {   /* back from a preset: the chain's own n and range */
+      nIn.min = 3; nIn.max = 63; nIn.step = 2; nIn.value = chainN; chainN = null;
+    }
+    document.getElementById('bp-n-out').textContent = nIn.value;
     var full = api.scan(+nIn.value, -1).full_levels;
     kIn.max = full;
     if (+kIn.value > full) kIn.value = full;
@@ -458,14 +507,15 @@ function updateBppsa() {
     figure(figs, 'chain_depth', 'longest product chain', r.chain_depth);
     figure(figs, 'products', 'products (work)', r.products);
     figure(figs, 'linear_products', 'linear BP products', r.linear_products);
-    document.getElementById('bp-cmd').textContent = 'build/demo --layers ' + Math.ceil((r.links + 1) / 2) +
-      ' --backward bppsa --scan-levels ' + r.scan_levels + ' --plan=full    # a chain of ' + (2 * Math.ceil((r.links + 1) / 2) - 1) + ' ops';
+    /* build/demo --layers L is a chain of 2L − 1 ops below the loss: 2L − 1 links, so the
+       slider takes odd n only and the command prints the view's n */
+    document.getElementById('bp-cmd').textContent = 'build/demo --layers ' + (r.links + 1) / 2 +
+      ' --backward bppsa --scan-levels ' + r.scan_levels + ' --plan=full    # ' + r.links + ' links';
     drawTree(document.getElementById('bp-tree'), r.links, r.steps.map(function (s) {
       return {kind: s[0], level: s[1], l: s[2], r: s[3], product: !!s[4]};
     }), r.nlevels);
     return;
   }
-  nIn.disabled = true;
   var b = BP_MODELS[src];
   if (bpFull[src] === undefined) {   /* the full depth: the plan with --scan-levels full */
     var r0 = api.bppsa(b, -1);
@@ -482,26 +532,45 @@ function updateBppsa() {
   if (!res.ok) { reportError('bppsa ' + src + ': ' + res.error); return; }
   {
     var txt = res.text, p = parsePlanText(txt, res.report), j = p.json;
+    /* the n slider shows the model's links, fixed (the chain's n comes back with the chain) */
+    if (chainN === null) chainN = +nIn.value;
+    nIn.min = nIn.max = j.links; nIn.step = 1; nIn.value = j.links;
+    nIn.disabled = true;
+    document.getElementById('bp-n-out').textContent = j.links;
     figure(figs, 'links', 'links n', j.links);
     figure(figs, 'scan_levels', 'up-sweep levels K', j.scan_levels);
     figure(figs, 'levels', 'sequential levels (depth)', j.levels);
     figure(figs, 'linear_levels', 'linear BP levels', j.linear_levels);
     figure(figs, 'flops_per_sample', 'FLOP per sample (work)', j.flops_per_sample);
     figure(figs, 'linear_flops_per_sample', 'linear BP FLOP per sample', j.linear_flops_per_sample);
-    figure(figs, 'scan_bytes', 'scan memory', j.scan_bytes, bytes(j.scan_bytes));
+    figure(figs, 'scan_bytes', 'scan memory', j.scan_bytes, bytes(j.scan_bytes) + HOST32);
     var maxLevel = 0;
     p.steps.forEach(function (s) { maxLevel = Math.max(maxLevel, s.level + 1); });
     drawTree(document.getElementById('bp-tree'), j.links, p.steps, maxLevel);
-    document.getElementById('bp-table').textContent = txt;
+    document.getElementById('bp-table').textContent = txt.replace(/^(memory per step: .*)$/m, '$1\n' + HOST32_LINE);
   }
 }
+
+/* The memory model counts the host's bookkeeping (pointers, tape nodes, task records) too;
+ * this page's WebAssembly build has 32-bit pointers, so its scan memory is a few KiB below
+ * what the 64-bit programs print for the same plan. The Jᵀ values and products are equal
+ * to the byte; every other figure is the program's. */
+var HOST32 = ' — this page\'s 32-bit WebAssembly build; the 64-bit command counts a few KiB more ' +
+  '(pointers in the arrays and tasks)';
+var HOST32_LINE = '(this page: 32-bit WebAssembly pointers; the 64-bit command prints a few KiB more for the scan ' +
+  'and the arrays and tasks, the same Jt values and products)';
 
 /* ---- Out-of-order backward ------------------------------------------------------------ */
 
 function updateOoo() {
   var m = document.getElementById('ooo-model').value, host = document.getElementById('ooo-orders');
-  document.getElementById('ooo-cmd').textContent = 'build/' + m + (m === 'rnn' ? ' --seq-len 1000 --hidden 20' : '') +
-    ' --backward ooo --order ORDER --batch 8 --steps 1 --threads 1 --lanes 1    # peak_bytes; --trace t.json: measured lanes';
+  /* the command of one order: its JSON line's peak_bytes (and k) are the figures shown */
+  var cmdOf = function (order) {
+    return 'build/' + m + (m === 'rnn' ? ' --seq-len 1000 --hidden 20' : '') + ' --backward ooo --order ' + order +
+      ' --batch 8 --steps 1 --threads 1 --lanes 1';
+  };
+  document.getElementById('ooo-cmd').textContent = 'each order\'s command is under its heading; add --trace t.json ' +
+    'for the measured lanes';
   /* one batch of 8 as the command runs it (site_ooo): build/vgg11 reads 1-channel images
      (Fashion-MNIST at 32x32) by default; rnn is the zoo's (T = 1000, hidden 20) */
   var d = api.ooo({model: m, batch: 8, channels: m === 'vgg11' ? 1 : 0}, '', 0);
@@ -513,13 +582,14 @@ function updateOoo() {
     d.orders.forEach(function (o) {
       var box = h('div', {'class': 'order', id: 'ooo-' + o.order}, host);
       h('h3', {}, box, 'order ' + o.order + (o.order === 'reverse-first-k' ? ' (k = ' + o.k + ')' : ''));
+      h('pre', {'class': 'cmd'}, box, cmdOf(o.order));
       var dl = h('dl', {'class': 'figures'}, box);
-      figure(dl, 'makespan', 'backward done (modelled)', o.makespan);
-      figure(dl, 'main_done', 'main lane done (next forward may start)', o.main_done);
+      figure(dl, 'makespan', 'backward done (' + EST_UNIT + ')', o.makespan);
+      figure(dl, 'main_done', 'main lane done: the next forward may start (' + EST_UNIT + ')', o.main_done);
       figure(dl, 'peak_bytes', 'peak memory (one task at a time)', o.peak_bytes, bytes(o.peak_bytes));
       if (o.order === 'reverse-first-k') figure(dl, 'k', 'k', o.k);
       var width = 760, left = 50, rowH = 30;
-      var svg = el('svg', {viewBox: '0 0 ' + width + ' ' + (2 * rowH + 30), role: 'img',
+      var svg = el('svg', {viewBox: '0 0 ' + width + ' ' + (2 * rowH + 24), role: 'img',
         'aria-label': o.order + ': two lanes'}, box);
       var sx = function (t) { return left + t / tmax * (width - left - 10); };
       el('text', {x: 2, y: rowH / 2 + 4, 'class': 'lab'}, svg, 'main');
@@ -528,23 +598,48 @@ function updateOoo() {
         var task = d.tasks[t[0]], y = t[1] * rowH;
         var g = el('g', {'class': 'task kind-' + task.kind + (task.critical ? ' critical' : '')}, svg);
         el('rect', {x: sx(t[2]), y: y + 2, width: Math.max(0.5, sx(t[3]) - sx(t[2])), height: rowH - 4, 'class': 'box'}, g);
-        if (sx(t[3]) - sx(t[2]) > 30)
-          el('text', {x: (sx(t[2]) + sx(t[3])) / 2, y: y + rowH / 2 + 4, 'text-anchor': 'middle', 'class': 'jl'}, g,
-            task.label.replace(/_\d+$/, ''));
-        el('title', {}, g, task.label + (task.critical ? ' (critical path)' : '') + ': ' + fmt(t[2]) + ' → ' + fmt(t[3]));
+        /* the label only where it fits its box (10 px text: under 6.5 px a character), else
+           its kind only, else none: no label runs into its neighbour */
+        var bw = sx(t[3]) - sx(t[2]), lab = task.label.replace(/_\d+$/, ''), kind = lab.split(' ')[0];
+        var shown = bw >= 6.5 * lab.length + 4 ? lab : bw >= 6.5 * kind.length + 4 ? kind : '';
+        if (shown)
+          el('text', {x: (sx(t[2]) + sx(t[3])) / 2, y: y + rowH / 2 + 4, 'text-anchor': 'middle', 'class': 'jl'}, g, shown);
+        el('title', {}, g, task.label + (task.critical ? ' (critical path)' : '') + ': ' + fmt(t[2]) + ' → ' + fmt(t[3]) +
+          ' ' + EST_UNIT);
       });
-      el('text', {x: left, y: 2 * rowH + 22, 'class': 'lab'}, svg,
-        'δO solid, δW dashed outline, U dotted outline; thick black outline = critical path (longest chain of estimates)');
+      el('text', {x: left, y: 2 * rowH + 18, 'class': 'lab'}, svg, 'time 0 … ' + fmt(tmax) + ' ' + EST_UNIT);
     });
+    oooLegend(host);
     var g = document.getElementById('ooo-graph');
     g.innerHTML = '';
-    h('h3', {}, g, 'task graph: ' + d.tasks.length + ' tasks, critical path ' + fmt(d.critical_est) + ' (estimate units)');
+    h('h3', {}, g, 'task graph: ' + d.tasks.length + ' tasks, critical path ' + fmt(d.critical_est) + ' (' + EST_UNIT + ')');
     var pre = h('pre', {'class': 'table'}, g);
     pre.textContent = d.tasks.map(function (t, i) {
       return (t.critical ? '* ' : '  ') + i + ' ' + t.label + '  est ' + fmt(t.est) + '  after ' +
         (t.pred.length ? t.pred.map(function (q) { return d.tasks[q].label; }).join(', ') : '(start)');
     }).join('\n');
   }
+}
+
+/* The engine's cost model (ooo.c): each task costs its FLOP for the batch plus a fixed
+ * per-task overhead counted in FLOP; a lane's time is the sum of its tasks' costs. */
+var EST_UNIT = 'FLOP, modelled';
+
+/* The key to the two-lane timelines, in HTML so it wraps at any width. */
+function oooLegend(host) {
+  var items = [['task kind-d', 'δ: the input gradient (solid)'], ['task kind-g', 'G: the weight gradient (dashed outline)'],
+    ['task kind-U', 'U: the layer\'s update (dotted outline)'],
+    ['task kind-d critical', 'thick black outline: the critical path (the longest chain of estimates)'],
+    ['time', 'time in FLOP, modelled: each task costs its FLOP for the batch of 8 plus 20000 (the engine\'s estimate)']];
+  var ul = h('ul', {'class': 'legend', id: 'ooo-legend', 'aria-label': 'key to the two-lane timelines'});
+  host.insertBefore(ul, host.firstChild);
+  items.forEach(function (it) {
+    var li = h('li', {}, ul);
+    var svg = el('svg', {viewBox: '0 0 30 16', width: 30, height: 16, 'aria-hidden': 'true'}, li);
+    if (it[0] === 'time') el('path', {d: 'M2,12 H28 M2,9 V15 M28,9 V15', stroke: '#222', fill: 'none'}, svg);
+    else el('rect', {x: 2, y: 2, width: 26, height: 12, 'class': 'box'}, el('g', {'class': it[0]}, svg));
+    h('span', {}, li, it[1]);
+  });
 }
 
 /* ---- views, start, self-test ---------------------------------------------------------- */
@@ -611,6 +706,39 @@ function readFigures(dl) {
   dl.querySelectorAll('dd').forEach(function (dd) { o[dd.dataset.key] = dd.dataset.value; });
   return o;
 }
+/* what each figure shows, as a reader sees it (the test reads every number in it) */
+function readTexts(dl) {
+  var o = {};
+  dl.querySelectorAll('dd').forEach(function (dd) { o[dd.dataset.key] = dd.textContent; });
+  return o;
+}
+/* Each legend's items (and their text) against the window: [left, top, right, bottom] */
+function legendBoxes(ul) {
+  return {id: ul.id || ul.parentNode.id, scroll: [ul.scrollWidth, ul.clientWidth],
+    items: Array.prototype.map.call(ul.querySelectorAll('li'), function (li) {
+      var r = document.createRange();
+      r.selectNodeContents(li);
+      return {text: li.textContent, box: boxOf(li), text_box: boxOf(r)};
+    })};
+}
+/* The text labels of a drawing that overlap one another or run out of their own box */
+function labelClashes(svg) {
+  var labs = Array.prototype.map.call(svg.querySelectorAll('g.task'), function (g) {
+    var t = g.querySelector('text'), b = g.querySelector('rect.box');
+    if (!t) return null;
+    var tb = t.getBBox();
+    return {text: t.textContent, l: tb.x, r: tb.x + tb.width, box_l: +b.getAttribute('x'),
+      box_r: +b.getAttribute('x') + +b.getAttribute('width'), y: +b.getAttribute('y')};
+  }).filter(function (x) { return x; });
+  var bad = [];
+  labs.forEach(function (a, i) {
+    if (a.l < a.box_l - 0.5 || a.r > a.box_r + 0.5) bad.push(a.text + ' outside its box');
+    labs.slice(i + 1).forEach(function (b) {
+      if (a.y === b.y && Math.min(a.r, b.r) - Math.max(a.l, b.l) > 0.5) bad.push(a.text + ' over ' + b.text);
+    });
+  });
+  return {labels: labs.length, bad: bad};
+}
 function boxOf(e) {
   var b = e.getBoundingClientRect();
   return [b.left, b.top, b.right, b.bottom];
@@ -634,7 +762,8 @@ function selftest(cases) {
       show('pipelines');
       Object.keys(c).forEach(function (k) { setControl('p0-' + k, c[k]); });
       var p = panels[0];
-      out.pipelines.push({set: c, shown: readFigures(p.figures), command: p.cmd.textContent.split('\n')[0],
+      out.pipelines.push({set: c, shown: readFigures(p.figures), texts: readTexts(p.figures),
+        command: p.cmd.textContent.split('\n')[0], commands: p.cmd.textContent,
         error: p.error.textContent, boxes: p.svgbox.querySelectorAll('g.job').length,
         /* messages drawn, and how many the C side's answer has (transfers, or the zero-cost
            messages); test_site.py also compares them with build/schedule's "messages" */
@@ -653,8 +782,8 @@ function selftest(cases) {
     document.getElementById('csv-run').click();
     var st = document.getElementById('csv-status'), p = panels[0];
     out.csv = {status: st ? st.textContent : '', actions: schemes.actions, set: c.set || {},
-      shown: schemes.actions ? readFigures(p.figures) : null, command: p.cmd.textContent.split('\n')[0],
-      error: p.error.textContent};
+      shown: schemes.actions ? readFigures(p.figures) : null, texts: schemes.actions ? readTexts(p.figures) : null,
+      command: p.cmd.textContent.split('\n')[0], commands: p.cmd.textContent, error: p.error.textContent};
   });
   (cases.bppsa || []).forEach(function (c) {
     chain = chain.then(function () {
@@ -663,8 +792,16 @@ function selftest(cases) {
       if (c.n) setControl('bp-n', c.n);
       setControl('bp-k', c.k);
       return Promise.resolve(updateBppsa()).then(function () {
-        out.bppsa.push({set: c, shown: readFigures(document.getElementById('bp-figures')),
-          steps: document.querySelectorAll('#bp-tree g.step').length});
+        var figs = document.getElementById('bp-figures');
+        out.bppsa.push({set: c, shown: readFigures(figs), texts: readTexts(figs),
+          command: document.getElementById('bp-cmd').textContent, table: document.getElementById('bp-table').textContent,
+          sliders: {n: document.getElementById('bp-n').value, n_out: document.getElementById('bp-n-out').textContent,
+            n_max: document.getElementById('bp-n').max, k: document.getElementById('bp-k').value,
+            k_out: document.getElementById('bp-k-out').textContent},
+          steps: document.querySelectorAll('#bp-tree g.step').length,
+          legend: Array.prototype.map.call(document.querySelectorAll('#bp-legend li'), function (li) {
+            return {text: li.textContent, cls: li.querySelector('g').getAttribute('class')};
+          })});
       });
     });
   });
@@ -673,9 +810,13 @@ function selftest(cases) {
       show('ooo');
       setControl('ooo-model', m);
       return Promise.resolve(updateOoo()).then(function () {
-        var r = {model: m, orders: {}};
+        var r = {model: m, orders: {}, texts: {}, commands: {}, labels: {}};
         document.querySelectorAll('#ooo-orders .order').forEach(function (o) {
-          r.orders[o.id.replace('ooo-', '')] = readFigures(o.querySelector('dl'));
+          var name = o.id.replace('ooo-', '');
+          r.orders[name] = readFigures(o.querySelector('dl'));
+          r.texts[name] = readTexts(o.querySelector('dl'));
+          r.commands[name] = o.querySelector('pre.cmd').textContent;
+          r.labels[name] = labelClashes(o.querySelector('svg'));
         });
         out.ooo.push(r);
       });
@@ -691,6 +832,17 @@ function selftest(cases) {
         return {text: e.textContent, box: boxOf(r)};
       })};
     })};
+    /* every legend of the three views, laid out at this width */
+    out.layout.legends = [legendBoxes(document.querySelector('#legend ul'))];
+    show('bppsa');
+    out.layout.legends.push(legendBoxes(document.getElementById('bp-legend')));
+    setControl('bp-source', 'lenet');
+    out.layout.legends.push(legendBoxes(document.getElementById('bp-legend')));
+    setControl('bp-source', 'chain');
+    show('ooo');
+    setControl('ooo-model', 'vgg11');
+    out.layout.legends.push(legendBoxes(document.getElementById('ooo-legend')));
+    show('pipelines');
   });
   chain = chain.then(function () {   /* each view's controls, for the Tab check */
     out.controls = {};

@@ -194,7 +194,7 @@ static void ooo_body(void *arg)
     fprintf(f, "{\"ok\":true,\"model\":");
     site_json_str(f, ma->name);
     fprintf(f, ",\"batch\":%d,\"layers\":%d,\"critical_est\":%.6g,\"tasks\":[", ma->batch, g->L, len[last]);
-    static const char *kinds[] = {"dO", "dW", "U", "F"};
+    static const char *kinds[] = {"d", "g", "U", "F"};   /* δ, G, update, next forward */
     for (int i = 0; i < n; i++) {
         const sp_ooo_task *k = &g->tasks[i];
         char label[96];

@@ -820,14 +820,14 @@ Test(async, next_forward_overlaps_the_updates_bitwise)
     sp_model_free(ref.tm.m);
 }
 
-/* The trace picture: a colour legend, each lane labelled with the kinds it ran (here δW
+/* The trace picture: a colour legend, each lane labelled with the kinds it ran (here G
  * ran on the main lane too), and an F′ label at the right edge that ends at its marker. */
 Test(ooo_trace, svg_legend_lane_labels_and_edge_labels)
 {
     sp_ooo_trace_rec rec[] = {
-        {"δO fc2", SP_OOO_DO, SP_OOO_MAIN, 0, 0.0, 1e-3},
-        {"δW fc2", SP_OOO_DW, SP_OOO_MAIN, 0, 1e-3, 2e-3},
-        {"δW fc1", SP_OOO_DW, SP_OOO_SUB, 1, 1e-3, 3e-3},
+        {"δ fc2", SP_OOO_DO, SP_OOO_MAIN, 0, 0.0, 1e-3},
+        {"G fc2", SP_OOO_DW, SP_OOO_MAIN, 0, 1e-3, 2e-3},
+        {"G fc1", SP_OOO_DW, SP_OOO_SUB, 1, 1e-3, 3e-3},
         {"U fc1", SP_OOO_U, SP_OOO_SUB, 1, 3e-3, 4e-3},
         {"F' a-layer-name", SP_OOO_F, 2, 1, 4e-3, 4e-3},
     };
@@ -842,9 +842,9 @@ Test(ooo_trace, svg_legend_lane_labels_and_edge_labels)
     size_t n = fread(svg, 1, sizeof svg - 1, f);
     svg[n] = 0;
     fclose(f);
-    cr_assert_not_null(strstr(svg, ">main lane: δO, δW<"), "main lane label should list δO and δW");
-    cr_assert_not_null(strstr(svg, ">sub lane: δW, U<"));
-    for (const char *k = "δO input gradient\0δW weight gradient\0U update\0F′ next forward may start\0"; *k;
+    cr_assert_not_null(strstr(svg, ">main lane: δ, G<"), "main lane label should list δ and G");
+    cr_assert_not_null(strstr(svg, ">sub lane: G, U<"));
+    for (const char *k = "δ input gradient\0G weight gradient\0U update\0F′ next forward may start\0"; *k;
          k += strlen(k) + 1)
         cr_assert_not_null(strstr(svg, k), "legend lacks '%s'", k);
     const char *label = strstr(svg, ">a-layer-name<");

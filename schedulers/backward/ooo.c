@@ -278,7 +278,7 @@ sp_ooo_graph *sp_ooo_graph_build(sp_tape *t, sp_node *loss, bool with_updates)
 
 const char *sp_ooo_task_label(const sp_ooo_task *k, char *buf, size_t len)
 {
-    static const char *const kind[] = {"δO", "δW", "U", "F'"};
+    static const char *const kind[] = {"δ", "G", "U", "F'"};   /* the ooo paper's δO, δW */
     char name[SP_NAME_LEN + 16];
     const sp_layer *l = k->layer;
     if (k->node) sp_node_label(k->node, name, sizeof name);   /* "relu_2", as every output names it */

@@ -67,9 +67,9 @@ void sp_ooo_trace_free(sp_ooo_trace *tr)
     memset(tr, 0, sizeof *tr);
 }
 
-static const char *const LANE_NAMES[] = {"main lane: δO (critical path)", "sub lane: δW, U"};
+static const char *const LANE_NAMES[] = {"main lane: δ (critical path)", "sub lane: G, U"};
 /* A device trace (schedulers/backward/ooo_cuda.cu): the lanes are CUDA streams. */
-static const char *const STREAM_NAMES[] = {"stream 0, high priority: δO (critical path)", "stream 1, low priority: δW, U"};
+static const char *const STREAM_NAMES[] = {"stream 0, high priority: δ (critical path)", "stream 1, low priority: G, U"};
 
 /* Names come from layer names given in C code; escape what JSON and XML would choke on. */
 static void put_text(FILE *f, const char *s, bool xml)
@@ -88,7 +88,7 @@ static void put_text(FILE *f, const char *s, bool xml)
 
 static void write_json(const sp_ooo_trace *tr, FILE *f)
 {
-    static const char *const CAT[] = {"dO", "dW", "U", "F"};
+    static const char *const CAT[] = {"d", "g", "U", "F"};
     fputs("{\"displayTimeUnit\": \"ms\", \"otherData\": {\"title\": \"", f);
     put_text(f, tr->title, false);
     fputs("\"},\n\"traceEvents\": [\n{\"ph\": \"M\", \"pid\": 1, \"name\": \"process_name\", \"args\": {\"name\": \"", f);
@@ -153,8 +153,8 @@ static void write_svg(const sp_ooo_trace *tr, FILE *f)
     put_text(f, tr->title, true);
     fputs("</text>\n", f);
     /* Each lane is labelled with the kinds of task it actually ran (a one-lane run or a
-     * reordered plan puts δW and U on the main lane too). */
-    static const char *const KIND[] = {"δO", "δW", "U", "F′"};
+     * reordered plan puts G and U on the main lane too). */
+    static const char *const KIND[] = {"δ", "G", "U", "F′"};
     bool ran[2][3] = {{false}};
     for (int i = 0; i < tr->n; i++)
         if (tr->rec[i].kind != SP_OOO_F && tr->rec[i].lane >= 0 && tr->rec[i].lane < 2)
@@ -168,7 +168,7 @@ static void write_svg(const sp_ooo_trace *tr, FILE *f)
     }
     fprintf(f, "<text x=\"10\" y=\"%.1f\">next forward F′</text>\n", lane_y[2] + SVG_LANE_H / 2 + 4);
     /* the colour legend, top right */
-    static const char *const KIND_LONG[] = {"δO input gradient", "δW weight gradient", "U update", "F′ next forward may start"};
+    static const char *const KIND_LONG[] = {"δ input gradient", "G weight gradient", "U update", "F′ next forward may start"};
     for (int k = 0; k < 4; k++) {
         double lx = SVG_W - 4 * 150 + k * 150;
         fprintf(f, "<rect x=\"%.1f\" y=\"28\" width=\"10\" height=\"10\" fill=\"%s\"/>"

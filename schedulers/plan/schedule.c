@@ -247,7 +247,7 @@ double sp_job_duration(const sp_schedule *s, const sp_costs *c, int job)
 }
 
 /* Micro-batch b in base 26 with letters: 0 → a, 25 → z, 26 → ba, … */
-static int micro_letters(int b, char *out)
+int sp_micro_name(int b, char out[16])
 {
     char tmp[16];
     int n = 0;
@@ -264,7 +264,7 @@ const char *sp_job_label(const sp_schedule *s, int job, char *buf, int len)
 {
     sp_job j = s->jobs[job];
     char micro[16] = "";
-    if (s->micro > 1) micro_letters(j.micro, micro);
+    if (s->micro > 1) sp_micro_name(j.micro, micro);
     snprintf(buf, (size_t)len, "%s%d%s", sp_dir_letter(j.dir), j.stage, micro);
     return buf;
 }

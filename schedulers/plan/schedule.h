@@ -260,6 +260,9 @@ double sp_job_duration(const sp_schedule *s, const sp_costs *c, int job);
 /* "f3", "b0", "d2", "g2" followed by the micro-batch as letters (a = 0, …, z, ba, …)
  * when B > 1: "f3c". */
 const char *sp_job_label(const sp_schedule *s, int job, char *buf, int len);
+/* Micro-batch b's name in every output (diagrams, SVG legend, the page): letters, base 26
+ * (0 → "a", 25 → "z", 26 → "ba"); returns its length. */
+int sp_micro_name(int b, char out[16]);
 
 /* LPP's hash [U]: h(s, b) = (R·b mod W) + (s mod R) (rules_looped.c). */
 int sp_lpp_hash(int stage, int b, int groups, int per_group);

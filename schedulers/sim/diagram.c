@@ -85,7 +85,7 @@ void sp_diagram_text(FILE *out, const sp_schedule *s, const sp_sim *r, int max_c
 /* ------------------------------------------------------------------------------------ */
 /* SVG                                                                                  */
 
-enum { SVG_LEFT = 48, SVG_TOP = 50, SVG_ROW = 26, SVG_RIGHT = 16, SVG_AXIS = 28, SVG_LEGEND = 24 };
+enum { SVG_LEFT = 48, SVG_TOP = 50, SVG_ROW = 26, SVG_RIGHT = 16, SVG_AXIS = 28, SVG_LEGEND = 42 };
 /* Under each worker's jobs, its memory lane (sp_sim.mem_*): SVG_MEM px high. */
 enum { SVG_MEM = 24, SVG_PITCH = SVG_ROW + SVG_MEM };
 
@@ -119,7 +119,9 @@ static double nice_step(double span)
     return p * (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10);
 }
 
-static void svg_jobs(FILE *out, const sp_schedule *s, const sp_sim *r, double px)
+static const char *const DIR_NAME[] = {"F (forward)", "whole backward", "δ (input gradient)", "G (weight gradient)"};
+
+static void svg_jobs(FILE *out, const sp_schedule *s, const sp_sim *r, double px, const char *unit)
 {
     char buf[32];
     for (int j = 0; j < s->njobs; j++) {
@@ -131,9 +133,11 @@ static void svg_jobs(FILE *out, const sp_schedule *s, const sp_sim *r, double px
                 "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" fill=\"hsl(%.1f,65%%,%d%%)\" "
                 "stroke=\"white\" stroke-width=\"1\"><title>",
                 x, y + 2, w, SVG_ROW - 4, micro_hue(job.micro), lightness(job.dir));
-        fprintf(out, "%s%d micro-batch %d: %g-%g</title></rect>\n", sp_dir_letter(job.dir), job.stage,
-                job.micro, r->start[j], r->finish[j]);
+        char mb[16];
+        sp_micro_name(job.micro, mb);
         sp_job_label(s, j, buf, sizeof buf);
+        fprintf(out, "%s: %s of stage %d, micro-batch %s: %g-%g %s</title></rect>\n", buf, DIR_NAME[job.dir],
+                job.stage, mb, r->start[j], r->finish[j], unit);
         const char *ink = lightness(job.dir) < 60 ? " dark" : "";
         if (w >= 7.0 * (double)strlen(buf))
             fprintf(out, "<text x=\"%.2f\" y=\"%.2f\" class=\"j%s\">%s</text>\n", x + w / 2, y + SVG_ROW / 2 + 4,
@@ -221,16 +225,21 @@ static void svg_legend(FILE *out, const sp_schedule *s, double y)
     double x = SVG_LEFT;
     fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" class=\"l\">micro-batch:</text>\n", x, y + 12);
     x += 80;
-    for (int b = 0; b < shown; b++, x += 30)
+    for (int b = 0; b < shown; b++, x += 30) {
+        char mb[16];
+        sp_micro_name(b, mb);
         fprintf(out,
                 "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"hsl(%.1f,65%%,46%%)\"/>"
-                "<text x=\"%.1f\" y=\"%.1f\" class=\"l\">%d</text>\n",
-                x, y + 2, micro_hue(b), x + 14, y + 12, b);
+                "<text x=\"%.1f\" y=\"%.1f\" class=\"l\">%s</text>\n",
+                x, y + 2, micro_hue(b), x + 14, y + 12, mb);
+    }
     if (shown < s->micro) fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" class=\"l\">…</text>\n", x, y + 12);
-    fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" class=\"l\">light = forward, dark = backward%s</text>\n",
-            x + 24, y + 12, s->split_backward ? " δ, pale = G" : "");
+    fprintf(out, "<text x=\"%d\" y=\"%.1f\" class=\"l\">light = f, the forward F; dark = %s; "
+                 "f2c = f of stage 2, micro-batch c</text>\n",
+            SVG_LEFT, y + 30, s->split_backward ? "d, the input gradient δ; pale = g, the weight gradient G"
+                                                 : "b, the whole backward");
     fprintf(out, "<text x=\"%d\" y=\"%.1f\" class=\"l\">lane under each worker: activations held from F to the "
-                 "end of their backward (blue), fetched weights while in use (orange)</text>\n", SVG_LEFT, y + 30);
+                 "end of their backward (blue), fetched weights while in use (orange)</text>\n", SVG_LEFT, y + 48);
 }
 
 void sp_diagram_svg(FILE *out, const sp_schedule *s, const sp_sim *r, const char *title)
@@ -244,7 +253,7 @@ void sp_diagram_svg_unit(FILE *out, const sp_schedule *s, const sp_sim *r, const
     const char *u = !unit || strcmp(unit, "unit") == 0 ? "time units" : strcmp(unit, "us") == 0 ? "µs" : unit;
     double span = r->latency > 0 ? r->latency : 1;
     double px = fmin(48.0, 1100.0 / span);   /* at most ~1100 px of timeline */
-    double width = SVG_LEFT + span * px + SVG_RIGHT + 260;
+    double width = fmax(SVG_LEFT + span * px + SVG_RIGHT + 260, 860);   /* the legend's lines fit */
     double legend_y = SVG_TOP + s->workers * SVG_PITCH + SVG_AXIS + 16;
     double height = legend_y + SVG_LEGEND + 18;
     fprintf(out,
@@ -263,7 +272,7 @@ void sp_diagram_svg_unit(FILE *out, const sp_schedule *s, const sp_sim *r, const
     /* the figures a reader compares schedules by, on the figure itself */
     fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"l\">latency %.4g %s, utilisation %.1f%%, bubble %.1f%%</text>\n",
             SVG_LEFT, SVG_TOP - 8, r->latency, u, 100 * r->utilization, 100 * (1 - r->utilization));
-    svg_jobs(out, s, r, px);
+    svg_jobs(out, s, r, px, u);
     svg_memory(out, s, r, px, unit && strcmp(unit, "unit") != 0);
     svg_axis(out, s, r, px, u);
     svg_legend(out, s, legend_y);

@@ -13,9 +13,15 @@
    writes the figures it shows into the DOM; they must equal build/schedule's JSON, the
    apps' --plan (BPPSA) and the ooo engine's peak_bytes and k. It also imports an action
    CSV. Any console error, page error or failed request fails the test.
+   Each figure's text as shown must begin with the program's number, an integer digit for
+   digit (the 32-bit build's scan memory carries its note); the sliders follow the source
+   (n = the model's links); every command the page shows is run as shown (FILE.csv: the
+   imported CSV; vgg11's ooo command on a one-image folder) and must print the view's
+   figures; the mpirun line names the simulated workers; ooo box labels stay in their boxes.
 3. Side by side, no two labels of the two figures lists overlap at 1280x800 and at a
-   phone's 390x844 (their text boxes from the DOM); every control of each view is reached
-   by pressing Tab (real key events through chromium's DevTools pipe).
+   phone's 390x844 (their text boxes from the DOM), and every legend's items (pipelines,
+   the scan tree, the ooo lanes) lie inside the window; every control of each view is
+   reached by pressing Tab (real key events through chromium's DevTools pipe).
 4. Screenshots of the three views (1280x800; the pipelines view also taller, in greyscale,
    with transfers, and at phone width) go to build/site-test/; docs/img/site-*.png are
    copies of pipelines-tall, bppsa and ooo.
@@ -51,7 +57,8 @@ def run_json(argv):
 
 def schedule_argv(c):
     """build/schedule's flags for a page/wasm configuration (the page shows the same)."""
-    a = [os.path.join(BUILD, "schedule"), "--scheme", c["scheme"], "--microbatches", str(c["micro"]), "--no-diagram"]
+    a = [os.path.join(BUILD, "schedule"), "--scheme", c["scheme"]] + \
+        ([] if c["scheme"] == "custom" else ["--microbatches", str(c["micro"])]) + ["--no-diagram"]
     if c.get("costs", "uniform") != "uniform":
         a += ["--profile", "site/profiles/%s.csv" % c["costs"]]
     else:
@@ -425,7 +432,8 @@ def check_page(schemes):
             links[layers], full[layers] = plan["links"], plan["full_levels"]
         bp = [dict(source="chain", n=links[L], k=k) for L in (2, 4, 6) for k in range(0, full[L] + 1)]
         bp += [dict(source="lenet", k=k) for k in range(0, 4)] + [dict(source="rnn", k=k) for k in (0, 3, 6)] + \
-              [dict(source="lenet-pruned", k=k) for k in (0, 3)]
+              [dict(source="lenet-pruned", k=k) for k in (0, 3)] + \
+              [dict(source="chain", n=links[4], k=1)]   # the chain's slider back after a model's
         csv_set = page_case(dict(scheme="gpipe", stages=4, micro=8, fwd=1, delta=0.5, grad=0.5), actions)
         spec = dict(pipelines=cases, bppsa=bp, ooo=["lenet", "rnn", "vgg11"], csv=dict(set=csv_set, text=CSV))
         dom = browse(exe, base + "?selftest=" + urllib.parse.quote(json.dumps(spec)), ["--dump-dom"], log)
@@ -522,6 +530,19 @@ def check_layout(res, size):
         fail("layout at %s: %r (panel %d) overlaps %r (panel %d)" % (size, a[1], a[0], b[1], b[0]))
     if len(labels) < 20:
         fail("layout at %s: only %d labels in the figures lists" % (size, len(labels)))
+    # every legend (pipelines, the scan tree, chain and model, the ooo lanes): each item and its
+    # text inside the window, nothing scrolled away
+    legends = lay.get("legends", [])
+    if len(legends) < 4:
+        fail("layout at %s: %d legends measured (expected 4)" % (size, len(legends)))
+    for lg in legends:
+        if not lg["items"] or lg["scroll"][0] > lg["scroll"][1] + 0.5:
+            fail("layout at %s: legend %s clipped (%s wide in %s)" % (size, lg["id"], lg["scroll"][0], lg["scroll"][1]))
+        for it in lg["items"]:
+            for b in (it["box"], it["text_box"]):
+                if b[0] < -0.5 or b[2] > want_w + 0.5 or b[2] - b[0] < 1:
+                    fail("layout at %s: legend %s item %r at %s, outside the %d px window" % (size, lg["id"], it["text"],
+                                                                                            b, want_w))
     print("page at %s: %d labels of the two figures lists, %d overlapping" % (size, len(labels), len(bad)))
 
 
@@ -706,6 +727,55 @@ def close(a, b):
     return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
 
 
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def same_shown(text, value):
+    """Does a figure's text, as the page shows it, begin with `value` (a number or a list)
+    as the programs print it: an integer digit for digit, a fraction to the JSON's 6
+    significant digits? Units and notes after the numbers are free."""
+    values = value if isinstance(value, list) else [value]
+    got = NUMBER.findall(str(text))
+    if len(got) < len(values):
+        return False
+    for t, v in zip(got, values):
+        if float(v) == int(float(v)) and abs(float(v)) < 1e15:
+            if t != str(int(float(v))):
+                return False
+        elif not abs(float(t) - float(v)) <= 1e-5 * abs(float(v)):
+            return False
+    return True
+
+
+def shown_argv(cmd, csv_file=None):
+    """A command the page shows, as the test runs it: the repository's build/ is $BUILD/,
+    FILE.csv the import box's CSV; everything after a '#' is a comment."""
+    import shlex
+    argv = shlex.split(cmd.split("#")[0])
+    if argv and argv[0].startswith("build/"):
+        argv[0] = os.path.join(BUILD, argv[0][len("build/"):])
+    return [csv_file if a == "FILE.csv" and csv_file else a for a in argv]
+
+
+def check_run_line(want, cmd, workers, c):
+    """The page's second line for a model's profile: mpirun -np <the workers shown> with the
+    schedule's own flags (a training run: its numbers are checked, it is not run here)."""
+    lines = [l for l in cmd.split("\n") if l.startswith("mpirun")]
+    if not c.get("costs") or c["costs"] == "uniform":
+        if lines:
+            fail("%s: a training command without a model: %r" % (want, lines))
+        return
+    if len(lines) != 1:
+        fail("%s: no mpirun line in %r" % (want, cmd))
+        return
+    m = re.match(r"mpirun -np (\d+) build/(\w+) --parallel (\S+)(?: --microbatches (\d+)| --actions FILE\.csv)$",
+                 lines[0])
+    if not m or int(m.group(1)) != int(workers) or m.group(3) != c["scheme"] or \
+            (c["scheme"] != "custom" and int(m.group(4) or -1) != int(c["micro"])):
+        fail("%s: the run line %r does not name %s workers and --microbatches %s" % (want, lines[0], workers,
+                                                                                  c.get("micro")))
+
+
 def check_pipelines(res):
     n = nt = nm = 0
     for r in res["pipelines"]:
@@ -716,9 +786,23 @@ def check_pipelines(res):
             fail("page refused %s: %s" % (want, r["error"]))
             continue
         native = run_json(argv)
-        s = r["shown"]
+        s, texts = r["shown"], r.get("texts", {})
         if not r["command"].startswith("build/schedule --scheme %s" % c["scheme"]):
             fail("the page shows the command %r for %s" % (r["command"], want))
+        # the command shown, run as shown: its JSON is what the page shows
+        ran = run_json(shown_argv(r["command"]))
+        if ran != native:
+            fail("the page's command %r prints %s, the configuration's build/schedule %s" % (r["command"], ran, native))
+        check_run_line(want, r["commands"], ran["workers"], c)
+        # every number shown as the programs print it (integers in full)
+        for key, value in (("latency", native["latency"]), ("workers", native["workers"]),
+                           ("utilization", native["utilization"]),
+                           ("peak_activation_bytes_max", native["peak_activation_bytes_max"]),
+                           ("peak_activation_bytes", native["peak_activation_bytes"]),
+                           ("peak_memory_bytes", native.get("peak_memory_bytes")),
+                           ("activation_transfers_max", native["activation_transfers_max"])):
+            if value is not None and not same_shown(texts.get(key, ""), value):
+                fail("%s: the page shows %s as %r, build/schedule %s" % (want, key, texts.get(key), value))
         for key, value in (("latency", native["latency"]), ("utilization", native["utilization"]),
                            ("bubble", 1 - native["utilization"]), ("workers", native["workers"]),
                            ("peak_activation_bytes_max", native["peak_activation_bytes_max"])):
@@ -777,7 +861,18 @@ def check_csv(res):
         f.write(CSV)
     cfg = dict(c["set"], scheme="custom", actions_file=f.name)
     native = run_json(schedule_argv(cfg))
+    # the command shown after the import, run with the CSV as FILE.csv: the same figures,
+    # the micro-batches the list has (no --microbatches of the controls)
+    ran = run_json(shown_argv(c["command"], f.name))
     os.unlink(f.name)
+    if "--microbatches" in c["command"] or ran != native:
+        fail("action CSV: the page's command %r prints %s, build/schedule --scheme custom %s" % (c["command"], ran,
+                                                                                               native))
+    if not re.search(r"\b%d micro-batches" % native["microbatches"], c["status"]):
+        fail("action CSV: the page says %r, the list has %d micro-batches" % (c["status"], native["microbatches"]))
+    for key in ("latency", "workers", "peak_activation_bytes_max"):
+        if not same_shown(c["texts"].get(key, ""), native[key]):
+            fail("action CSV: the page shows %s as %r, build/schedule %s" % (key, c["texts"].get(key), native[key]))
     for key in ("latency", "utilization", "workers", "peak_activation_bytes_max"):
         if not close(c["shown"][key], native[key]):
             fail("action CSV: the page shows %s = %s, build/schedule --scheme custom %s" % (key, c["shown"][key],
@@ -800,9 +895,40 @@ def check_bppsa(res, links):
         keys = ["links", "scan_levels", "levels", "linear_levels"]
         if c["source"] != "chain":
             keys += ["flops_per_sample", "linear_flops_per_sample", "scan_bytes"]
+        texts = r.get("texts", {})
         for k in keys:
             if k not in s or not (host_bytes_close(s[k], native[k], native) if k in HOST_BYTES else close(s[k], native[k])):
                 fail("bppsa %s: the page shows %s = %s, --plan %s" % (c, k, s.get(k), native[k]))
+            # as shown: integers in full; the 32-bit build's bookkeeping bytes said so beside them
+            if k in HOST_BYTES:
+                if "32-bit" not in texts.get(k, "") or not same_shown(texts[k], s[k]):
+                    fail("bppsa %s: the page shows %s as %r (its own %s, and why it differs from %s)" % (
+                        c, k, texts.get(k), s[k], native[k]))
+            elif not same_shown(texts.get(k, ""), native[k]):
+                fail("bppsa %s: the page shows %s as %r, --plan %s" % (c, k, texts.get(k), native[k]))
+        # the sliders follow the source: n is the chain's or the model's links, K the levels
+        sl = r.get("sliders", {})
+        if not (int(sl.get("n", -1)) == native["links"] == int(sl.get("n_out", -2)) and
+                int(sl.get("k", -1)) == native["scan_levels"] == int(sl.get("k_out", -2))):
+            fail("bppsa %s: the sliders show n %s (%s) and K %s (%s), the plan %d links and K %d" % (
+                c, sl.get("n"), sl.get("n_out"), sl.get("k"), sl.get("k_out"), native["links"], native["scan_levels"]))
+        # the command shown, run as shown, prints the view's figures (and, for a model, its table)
+        lines = subprocess.run(shown_argv(r["command"]), capture_output=True, text=True).stdout.rstrip("\n").split("\n")
+        try:
+            ran = json.loads(lines[-1])
+        except ValueError:
+            ran = {}
+        for k in keys:
+            if k not in ran or not (host_bytes_close(s[k], ran[k], ran) if k in HOST_BYTES else close(s[k], ran[k])):
+                fail("bppsa %s: the page's command %r prints %s = %s, the page shows %s" % (
+                    c, r["command"], k, ran.get(k), s.get(k)))
+        if c["source"] != "chain":
+            table = "\n".join(l for l in r.get("table", "").split("\n") if not l.startswith("(this page: 32-bit"))
+            if not same_plan_text(table.rstrip("\n") + "\n", "\n".join(lines[:-1]) + "\n"):
+                fail("bppsa %s: the page's table differs from %r's text" % (c, r["command"]))
+        crit = [l for l in r.get("legend", []) if "critical" in l["cls"] and "critical path" in l["text"]]
+        if not crit or not any(l["text"].startswith("U") for l in r.get("legend", [])):
+            fail("bppsa %s: the legend %s lacks the marks or the red critical-path edge" % (c, r.get("legend")))
         if r["steps"] < 1:
             fail("bppsa %s: no tree drawn" % c)
         n += len(failures) == before
@@ -826,6 +952,22 @@ def check_ooo(res):
                                                                                 native["peak_bytes"]))
             if order == "reverse-first-k" and int(s["k"]) != native["k"]:
                 fail("ooo %s: the page shows k = %s, the engine %s" % (r["model"], s["k"], native["k"]))
+            t = r.get("texts", {}).get(order, {})
+            if not same_shown(t.get("peak_bytes", ""), native["peak_bytes"]):
+                fail("ooo %s %s: the page shows peak_bytes as %r, the engine %s" % (app, order, t.get("peak_bytes"),
+                                                                                   native["peak_bytes"]))
+            if any(not same_shown(t.get(k, ""), float(s[k])) for k in ("makespan", "main_done")):
+                fail("ooo %s %s: the page shows %r, its own figures %s" % (app, order, t, s))
+            # the order's command, run as shown (vgg11: on a one-image folder instead of its
+            # default Fashion-MNIST, whose 10,000-image evaluation takes tens of seconds)
+            cmd = r.get("commands", {}).get(order, "")
+            ran = run_json(shown_argv(cmd) + (image_folder() if app == "vgg11" else []) + ["--quiet"]) if cmd else {}
+            if ran.get("peak_bytes") != native["peak_bytes"] or (order == "reverse-first-k" and ran.get("k") != native["k"]):
+                fail("ooo %s %s: the page's command %r prints %s, the page shows peak_bytes %s" % (
+                    app, order, cmd, ran.get("peak_bytes"), s["peak_bytes"]))
+            lab = r.get("labels", {}).get(order, {})
+            if lab.get("bad") or not lab.get("labels"):
+                fail("ooo %s %s: box labels clash: %s (of %s)" % (app, order, lab.get("bad"), lab.get("labels")))
             n += len(failures) == before
     print("page: %d ooo orders match the engine's peak_bytes (and k)" % n)
 
