@@ -297,6 +297,31 @@ Test(pipelines, interleaving_takes_any_m)
                 }
 }
 
+/* interleaved-zb at unit costs, one layer per chunk: at least p − 1 shorter than
+ * interleaved-1f1b on the same placement and rounds (p = 2..8, v = 1..3, m = p..4p, every m),
+ * and min((v − 1)·g + p, v·m) chunk activations on every rank (g the first round's size,
+ * ZB1P's "1F1B's memory"), no more than interleaved-1f1b's rank 0. */
+Test(pipelines, interleaved_zb_is_shorter_at_no_higher_peak)
+{
+    for (int p = 2; p <= 8; p++)
+        for (int v = 1; v <= 3; v++)
+            for (int m = p; m <= 4 * p; m++) {
+                pp_run z = pp_simulate("interleaved-zb", p, m, v, 1, 1, 1, 1),
+                       x = pp_simulate("interleaved-1f1b", p, m, v, 1, 1, 1, 1);
+                cr_assert_leq(z.r.latency, x.r.latency - (p - 1), "interleaved-zb p=%d v=%d m=%d: %g, interleaved %g", p,
+                              v, m, z.r.latency, x.r.latency);
+                int rounds = m / p, g = m / rounds + (m % rounds > 0), want = imin((v - 1) * g + p, v * m);
+                for (int w = 0; w < p; w++) {
+                    cr_assert_eq(z.r.worker[w].peak_act, want, "interleaved-zb p=%d v=%d m=%d w%d: peak %d, want %d", p, v,
+                                 m, w, z.r.worker[w].peak_act, want);
+                    cr_assert_leq(want, x.r.worker[0].peak_act);
+                }
+                check_chunk_level(&z, 1, 1, 1, 1);
+                pp_free(&z);
+                pp_free(&x);
+            }
+}
+
 /* 1f1b-v with chunk costs F and B = I + W: for m ≥ p, 2m(F + B) + 2(p − 1)·max(F, B) —
  * interleaved-1f1b's v = 2 latency when F = B, for every such m where interleaving has it
  * only for p | m — and below p the first micro-batch's walk down and up the V, 2p(F + B),
