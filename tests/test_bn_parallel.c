@@ -300,8 +300,8 @@ Test(bn_exec, pipelines_per_micro_batch_equal_accumulation, .timeout = 300)
     /* every pipeline scheme: each checks at setup that a stage's forwards run in
      * micro-batch order on its rank */
     const char *schemes[] = {"gpipe", "1f1b", "lpp", "fslpp", "ooo-ff", "ooo-modulo", "1f1b-strict", "zb-h1",
-                             "zb-h2", "interleaved-1f1b", "looped-bfs", "zbv", "v-half", "v-min", "dualpipev",
-                             "zb-auto"};
+                             "zb-h2", "interleaved-1f1b", "interleaved-zb", "looped-bfs", "1f1b-v", "zbv", "v-half",
+                             "v-min", "dualpipev", "zb-auto"};
     char runs[sizeof schemes / sizeof schemes[0]][96];
     for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
         snprintf(runs[i], sizeof runs[i], "--parallel %s --microbatches 4", schemes[i]);

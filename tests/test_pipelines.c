@@ -199,7 +199,7 @@ Test(pipelines, export_and_reimport_keep_the_latency)
                 sp_schedule_free(s);
                 sp_costs_free(c);
             }
-    const char *lists[] = {"1f1b-strict", "zb-h1", "zb-h2", "interleaved-1f1b", "looped-bfs"};
+    const char *lists[] = {"1f1b-strict", "zb-h1", "zb-h2", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "1f1b-v"};
     for (size_t k = 0; k < sizeof lists / sizeof lists[0]; k++) {
         pp_run x = pp_simulate(lists[k], 4, 8, 2, 1, 1, 2, 1);
         sp_actions *a = sp_schedule_to_actions(x.s, &x.r);
@@ -237,13 +237,119 @@ Test(pipelines, more_chunks_than_stages_is_refused, .exit_code = 2, .init = tu_c
     sp_schedule_from_actions(a, &sc, NULL);   /* 8 chunks, 6 layers */
 }
 
-Test(pipelines, interleaved_needs_m_a_multiple_of_p)
+/* The rows of a list as CSV text ("0F0,0F1,...\n1F0,..."), in buf. */
+static const char *list_csv(const sp_actions *a, char *buf, size_t len)
 {
-    sp_actions *a = NULL;
-    sp_pp_params pp = {.ranks = 4, .micro = 6, .chunks_per_rank = 2};
-    cr_assert_eq(sp_pp_find("interleaved-1f1b")->generate(&pp, &a), SP_ERR);
-    cr_assert_null(a);
-    cr_assert(strstr(sp_last_error(), "6 micro-batches on 4 ranks (expected a multiple of 4)"), "%s", sp_last_error());
+    size_t n = 0;
+    buf[0] = 0;
+    for (int r = 0; r < a->ranks; r++) {
+        for (int i = a->off[r]; i < a->off[r + 1]; i++) {
+            char t[32];
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", i > a->off[r] ? "," : "", sp_action_str(a->act[i], t));
+        }
+        n += (size_t)snprintf(buf + n, len - n, "\n");
+    }
+    return buf;
+}
+
+/* Interleaving takes any m: p4 m6 (one round of 6) is PyTorch's ScheduleInterleaved1F1B
+ * and ScheduleInterleavedZeroBubble list action for action (their pipeline_order without
+ * the idle slots), and for every p ≤ 8, m ≤ 5p, v ≤ 4 — rounds of unequal size where
+ * PyTorch refuses m — the lists are complete and run to the end; so do 1f1b-v's. */
+Test(pipelines, interleaving_takes_any_m)
+{
+    static const char *TORCH_1F1B =
+        "0F0,0F1,0F2,0F3,0F4,0F5,4F0,4F1,4F2,4F3,4F4,4F5,4B0,4B1,4B2,4B3,4B4,4B5,0B0,0B1,0B2,0B3,0B4,0B5\n"
+        "1F0,1F1,1F2,1F3,1F4,1F5,5F0,5F1,5F2,5F3,5F4,5B0,5F5,5B1,5B2,5B3,5B4,5B5,1B0,1B1,1B2,1B3,1B4,1B5\n"
+        "2F0,2F1,2F2,2F3,2F4,2F5,6F0,6F1,6F2,6B0,6F3,6B1,6F4,6B2,6F5,6B3,6B4,6B5,2B0,2B1,2B2,2B3,2B4,2B5\n"
+        "3F0,3F1,3F2,3F3,3F4,3F5,7F0,7B0,7F1,7B1,7F2,7B2,7F3,7B3,7F4,7B4,7F5,7B5,3B0,3B1,3B2,3B3,3B4,3B5\n";
+    static const char *TORCH_ZB =
+        "0F0,0F1,0F2,0F3,0F4,0F5,4F0,4F1,4F2,4F3,4I0,4W0,4F4,4I1,4W1,4F5,4I2,4W2,4I3,4W3,4I4,4W4,4I5,4W5,0I0,0W0,0I1,"
+        "0W1,0I2,0W2,0I3,0W3,0I4,0W4,0I5,0W5\n"
+        "1F0,1F1,1F2,1F3,1F4,1F5,5F0,5F1,5F2,5I0,5F3,5I1,5W0,5F4,5I2,5W1,5F5,5I3,5W2,5I4,5W3,5I5,5W4,1I0,5W5,1I1,1W0,"
+        "1I2,1W1,1I3,1W2,1I4,1W3,1I5,1W4,1W5\n"
+        "2F0,2F1,2F2,2F3,2F4,2F5,6F0,6F1,6I0,6F2,6I1,6F3,6I2,6W0,6F4,6I3,6W1,6F5,6I4,6W2,6I5,6W3,2I0,6W4,2I1,6W5,2I2,"
+        "2W0,2I3,2W1,2I4,2W2,2I5,2W3,2W4,2W5\n"
+        "3F0,3F1,3F2,3F3,3F4,3F5,7F0,7I0,7F1,7I1,7F2,7I2,7F3,7I3,7W0,7F4,7I4,7W1,7F5,7I5,7W2,3I0,7W3,3I1,7W4,3I2,7W5,"
+        "3I3,3W0,3I4,3W1,3I5,3W2,3W3,3W4,3W5\n";
+    static char buf[1 << 16];
+    const struct {
+        const char *scheme, *want;
+    } torch[] = {{"interleaved-1f1b", TORCH_1F1B}, {"interleaved-zb", TORCH_ZB}};
+    for (size_t k = 0; k < 2; k++) {
+        sp_actions *a = NULL;
+        sp_pp_params pp = {.ranks = 4, .micro = 6, .chunks_per_rank = 2};
+        cr_assert_eq(sp_pp_find(torch[k].scheme)->generate(&pp, &a), SP_OK, "%s", sp_last_error());
+        cr_assert_str_eq(list_csv(a, buf, sizeof buf), torch[k].want, "%s p4 m6", torch[k].scheme);
+        sp_actions_free(a);
+    }
+    const char *names[] = {"interleaved-1f1b", "interleaved-zb", "1f1b-v"};
+    for (int p = 1; p <= 8; p++)
+        for (int m = 1; m <= 5 * p; m++)
+            for (int v = 1; v <= 4; v++)
+                for (size_t k = 0; k < 3; k++) {
+                    if (k == 2 && v != 2) continue;   /* a V holds two chunks */
+                    sp_actions *a = NULL;
+                    sp_pp_params pp = {.ranks = p, .micro = m, .chunks_per_rank = v};
+                    cr_assert_eq(sp_pp_find(names[k])->generate(&pp, &a), SP_OK, "%s p%d m%d v%d: %s", names[k], p, m,
+                                 v, sp_last_error());
+                    cr_assert_eq(sp_actions_check(a), SP_OK, "%s p%d m%d v%d: %s", names[k], p, m, v, sp_last_error());
+                    cr_assert_eq(sp_actions_simulate(a, NULL, NULL), SP_OK, "%s p%d m%d v%d: %s", names[k], p, m, v,
+                                 sp_last_error());
+                    sp_actions_free(a);
+                }
+}
+
+/* interleaved-zb at unit costs, one layer per chunk: at least p − 1 shorter than
+ * interleaved-1f1b on the same placement and rounds (p = 2..8, v = 1..3, m = p..4p, every m),
+ * and min((v − 1)·g + p, v·m) chunk activations on every rank (g the first round's size,
+ * ZB1P's "1F1B's memory"), no more than interleaved-1f1b's rank 0. */
+Test(pipelines, interleaved_zb_is_shorter_at_no_higher_peak)
+{
+    for (int p = 2; p <= 8; p++)
+        for (int v = 1; v <= 3; v++)
+            for (int m = p; m <= 4 * p; m++) {
+                pp_run z = pp_simulate("interleaved-zb", p, m, v, 1, 1, 1, 1),
+                       x = pp_simulate("interleaved-1f1b", p, m, v, 1, 1, 1, 1);
+                cr_assert_leq(z.r.latency, x.r.latency - (p - 1), "interleaved-zb p=%d v=%d m=%d: %g, interleaved %g", p,
+                              v, m, z.r.latency, x.r.latency);
+                int rounds = m / p, g = m / rounds + (m % rounds > 0), want = imin((v - 1) * g + p, v * m);
+                for (int w = 0; w < p; w++) {
+                    cr_assert_eq(z.r.worker[w].peak_act, want, "interleaved-zb p=%d v=%d m=%d w%d: peak %d, want %d", p, v,
+                                 m, w, z.r.worker[w].peak_act, want);
+                    cr_assert_leq(want, x.r.worker[0].peak_act);
+                }
+                check_chunk_level(&z, 1, 1, 1, 1);
+                pp_free(&z);
+                pp_free(&x);
+            }
+}
+
+/* 1f1b-v with chunk costs F and B = I + W: for m ≥ p, 2m(F + B) + 2(p − 1)·max(F, B) —
+ * interleaved-1f1b's v = 2 latency when F = B, for every such m where interleaving has it
+ * only for p | m — and below p the first micro-batch's walk down and up the V, 2p(F + B),
+ * plus 2(m − 1)·max(F, B); holding at most zbv's activations on every rank, 2p chunk
+ * activations at most. */
+Test(pipelines, one_f_one_b_v_closed_form)
+{
+    const double cost[][3] = {{1, 1, 1}, {1, 0.5, 0.5}, {0.5, 0.5, 0.5}, {2, 0.5, 0.5}};
+    for (size_t k = 0; k < sizeof cost / sizeof cost[0]; k++)
+        for (int p = 2; p <= 8; p++)
+            for (int m = 1; m <= 4 * p; m++) {
+                double f = cost[k][0], b = cost[k][1] + cost[k][2], mx = f > b ? f : b;
+                double want = m >= p ? 2 * m * (f + b) + 2 * (p - 1) * mx : 2 * p * (f + b) + 2 * (m - 1) * mx;
+                pp_run x = pp_simulate("1f1b-v", p, m, 2, 1, f, cost[k][1], cost[k][2]),
+                       z = pp_simulate("zbv", p, m, 2, 1, f, cost[k][1], cost[k][2]);
+                cr_assert(fabs(x.r.latency - want) < 1e-9, "1f1b-v p=%d m=%d: %g, want %g", p, m, x.r.latency, want);
+                cr_assert(!x.s->split_backward, "1f1b-v runs B unsplit");
+                for (int w = 0; w < p; w++)
+                    cr_assert(x.r.worker[w].peak_act <= z.r.worker[w].peak_act && x.r.worker[w].peak_act <= 2 * p,
+                              "1f1b-v p=%d m=%d w%d: peak %d, zbv %d", p, m, w, x.r.worker[w].peak_act,
+                              z.r.worker[w].peak_act);
+                check_chunk_level(&x, 1, f, cost[k][1], cost[k][2]);
+                pp_free(&x);
+                pp_free(&z);
+            }
 }
 
 /* The issue's numbers from the program itself: zb-h1 27, 1f1b-strict 33 (and the greedy

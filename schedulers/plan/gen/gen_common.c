@@ -1,5 +1,5 @@
 /* gen_common.c — what the action-list generators (gen.h) share: the checks of their
- * parameters, the V placement of the V-shaped ones, and --mem-limit's parse (actions.h). */
+ * parameters, the interleaved rounds, the V placement of the V-shaped ones, and --mem-limit's parse (actions.h). */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -26,6 +26,21 @@ int sp_gen_chunks_per_rank(const char *name, const sp_pp_params *p, int *v)
     *v = p->chunks_per_rank > 0 ? p->chunks_per_rank : 2;
     if (*v > 1000) return sp_error("%s: --chunks %d per rank (expected <= 1000)", name, *v);
     return SP_OK;
+}
+
+sp_gen_rounds sp_gen_rounds_of(int ranks, int micro, int v)
+{
+    sp_gen_rounds r = {.v = v, .rounds = micro / ranks > 1 ? micro / ranks : 1};
+    r.base = micro / r.rounds, r.rem = micro % r.rounds;
+    return r;
+}
+
+int sp_gen_rounds_local(const sp_gen_rounds *r, long k)
+{
+    long big = (long)r->v * (r->base + 1) * r->rem;   /* the ops of the rounds one larger */
+    if (k < big) return (int)(k % ((long)r->v * (r->base + 1)) / (r->base + 1));
+    k -= big;
+    return (int)(k % ((long)r->v * r->base) / r->base);
 }
 
 /* Shared by the V generators: p ≥ 1, m ≥ 1, costs (if any) for 2p chunks. */
