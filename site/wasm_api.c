@@ -36,6 +36,7 @@
 #include "schedulers/sim/sim_comm.h"
 #include "schedulers/sim/sim_report.h"
 #include "schedulers/plan/actions.h"
+#include "schedulers/plan/limits.h"
 #include "site/wasm_api.h"
 
 static char *result;   /* the last answer */
@@ -151,8 +152,7 @@ static void sim_body(void *arg)
     sim_args *a = arg;
     bool actions = sp_scheme_is_actions(a->scheme);
     const sp_scheme *scheme = actions ? NULL : sp_scheme_find(a->scheme);
-    if (!(a->transfer >= 0) || !isfinite(a->transfer))
-        sp_fail("--transfer-cost %g: expected a finite time >= 0", a->transfer);
+    if (sp_limit_time("--transfer-cost", a->transfer) != SP_OK) sp_fail("%s", sp_last_error());
     if (a->profile && *a->profile) {
         write_file("/profile.csv", a->profile);
         if (sp_costs_load_csv("/profile.csv", &a->c) != SP_OK) sp_fail("%s", sp_last_error());
