@@ -4,9 +4,12 @@
 #include "core/error.h"
 #include "schedulers/plan/limits.h"
 
+bool sp_limit_time_ok(double v) { return v >= 0 && v <= SP_LIMIT_TIME_MAX; }
+bool sp_limit_bytes_ok(double v) { return v >= 0 && v <= SP_LIMIT_BYTES_MAX; }
+
 int sp_limit_time(const char *what, double v)
 {
-    if (!(v >= 0 && v <= SP_LIMIT_TIME_MAX))
+    if (!sp_limit_time_ok(v))
         return sp_error("%s %g: expected a finite time in 0..%g (larger ones overflow the simulation's sums)", what, v,
                         SP_LIMIT_TIME_MAX);
     return SP_OK;
@@ -14,7 +17,7 @@ int sp_limit_time(const char *what, double v)
 
 int sp_limit_bytes(const char *what, double v)
 {
-    if (!(v >= 0 && v <= SP_LIMIT_BYTES_MAX))
+    if (!sp_limit_bytes_ok(v))
         return sp_error("%s %g: expected a finite number of bytes in 0..2^53", what, v);
     return SP_OK;
 }

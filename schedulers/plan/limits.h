@@ -27,6 +27,12 @@
 #define SP_LIMIT_BW_MIN 1e-3                    /* B/µs (1 kB/s) */
 #define SP_LIMIT_WORK 134217728.0               /* 2^27: jobs × workers of one simulation */
 
+#include <stdbool.h>
+
+/* The predicates alone, for a caller that names the value only when it is refused. */
+bool sp_limit_time_ok(double v);
+bool sp_limit_bytes_ok(double v);
+
 /* A duration: finite, 0 <= v <= SP_LIMIT_TIME_MAX. */
 int sp_limit_time(const char *what, double v);
 /* A size in bytes: finite, 0 <= v <= SP_LIMIT_BYTES_MAX. */

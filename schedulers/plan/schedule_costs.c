@@ -64,16 +64,18 @@ static int costs_check(const sp_costs *c, const char *what)
         const double d[4] = {c->fwd[s], c->delta[s], c->grad[s], c->opt[s]};
         static const char *col[4] = {"fwd", "bwd_delta", "bwd_grad", "opt"};
         char w[128 + SP_STAGE_NAME];
-        for (int k = 0; k < 4; k++) {
-            snprintf(w, sizeof w, "%s: stage %s: %s", what, c->name[s], col[k]);
-            if (sp_limit_time(w, d[k]) != SP_OK) return SP_ERR;
-        }
+        for (int k = 0; k < 4; k++)
+            if (!sp_limit_time_ok(d[k])) {
+                snprintf(w, sizeof w, "%s: stage %s: %s", what, c->name[s], col[k]);
+                return sp_limit_time(w, d[k]);
+            }
         const double b[3] = {c->act_bytes[s], c->param_bytes[s], c->out_bytes ? c->out_bytes[s] : 0};
         static const char *bcol[3] = {"act_bytes", "param_bytes", "output bytes"};
-        for (int k = 0; k < 3; k++) {
-            snprintf(w, sizeof w, "%s: stage %s: %s", what, c->name[s], bcol[k]);
-            if (sp_limit_bytes(w, b[k]) != SP_OK) return SP_ERR;
-        }
+        for (int k = 0; k < 3; k++)
+            if (!sp_limit_bytes_ok(b[k])) {
+                snprintf(w, sizeof w, "%s: stage %s: %s", what, c->name[s], bcol[k]);
+                return sp_limit_bytes(w, b[k]);
+            }
         total += d[0] + d[1] + d[2];
     }
     if (!(total <= SP_COSTS_MAX_TOTAL))
