@@ -18,7 +18,8 @@
 #   make site            build/site/: the teaching page, the simulator and the backward engines
 #                        in WebAssembly (emcc; scripts/deps.sh site installs it; docs/TUTORIAL.md)
 #   make test-site       the page in headless chromium against build/schedule and the apps; the
-#                        wasm build against the native one under node
+#                        wasm build against the native one, and hostile calls into it
+#                        (tests/site/wasm_fuzz.js), under node
 #   make test-tutorial   every command and quoted number of docs/TUTORIAL.md
 #   make MPI=0|1         without / with Open MPI (default: with it when mpicc is found);
 #                        make test then also runs the suites under mpirun (test_comm, test_exec)
@@ -277,20 +278,23 @@ SITE_C    := $(filter-out core/comm/% %_cuda.c,$(shell find core layers optim sc
              $(sort $(wildcard schedulers/scan/*.c schedulers/memory/*.c schedulers/plan/*.c schedulers/plan/gen/*.c schedulers/sim/*.c)) \
              site/wasm_api.c site/wasm_models.c site/wasm_blas.c
 SITE_OBJ  := $(patsubst %.c,$(BUILD)/wasm/%.o,$(SITE_C))
-SITE_EXP  := _site_schemes,_site_simulate,_site_scan_plan,_site_ooo,_site_bppsa_plan
+SITE_EXP  := _site_schemes,_site_simulate,_site_scan_plan,_site_ooo,_site_bppsa_plan,_malloc,_free
 SITE_CFLAGS := -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(if $(filter 1,$(WERROR)),-Werror) \
              -I. -Isite/cblas -MMD -MP
 # One file, the .wasm inlined: no fetch of a second file (node, file:// and any host).
-SITE_EMFLAGS := -O2 -sEXPORTED_FUNCTIONS=$(SITE_EXP) -sEXPORTED_RUNTIME_METHODS=ccall -sALLOW_MEMORY_GROWTH=1 \
-             -sSINGLE_FILE=1 -sENVIRONMENT=web,node
+# site/wasm_call.js: Module.siteCall, the one way JavaScript calls the entry points (strings
+# on the heap, not ccall's stack).
+SITE_EMFLAGS := -O2 -sEXPORTED_FUNCTIONS=$(SITE_EXP) \
+             -sEXPORTED_RUNTIME_METHODS=ccall,stringToUTF8,lengthBytesUTF8,UTF8ToString,stackSave,stackRestore \
+             -sALLOW_MEMORY_GROWTH=1 -sSINGLE_FILE=1 -sENVIRONMENT=web,node --post-js site/wasm_call.js
 
 $(BUILD)/wasm/%.o: %.c
 	@mkdir -p $(@D)
 	NODE_PATH=/usr/share/nodejs $(EMCC) $(SITE_CFLAGS) -c $< -o $@
 
-$(SITE)/scanprop.js: $(SITE_OBJ)
+$(SITE)/scanprop.js: $(SITE_OBJ) site/wasm_call.js
 	@mkdir -p $(@D)
-	NODE_PATH=/usr/share/nodejs $(EMCC) $(SITE_EMFLAGS) $^ -o $@
+	NODE_PATH=/usr/share/nodejs $(EMCC) $(SITE_EMFLAGS) $(SITE_OBJ) -o $@
 
 site: $(SITE)/scanprop.js
 	@mkdir -p $(SITE)/profiles

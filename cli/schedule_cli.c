@@ -23,6 +23,7 @@
 #include "core/io/fileio.h"
 #include "core/model.h"
 #include "schedulers/plan/actions.h"
+#include "schedulers/plan/limits.h"
 #include "core/comm/comm.h"
 #include "schedulers/sim/comm_cost.h"
 #include "schedulers/plan/schedule.h"
@@ -159,8 +160,7 @@ static void parse(int argc, char **argv, opts *o)
 static void check(opts *o)
 {
     if (!(o->gflops > 0)) sp_fail("--gflops %g: expected > 0", o->gflops);
-    if (!(o->transfer >= 0) || !isfinite(o->transfer))
-        sp_fail("--transfer-cost %g: expected a finite time >= 0", o->transfer);
+    if (sp_limit_time("--transfer-cost", o->transfer) != SP_OK) sp_fail("%s", sp_last_error());
     if (o->bucket_mb >= 0 && !o->topo.nodes && !o->comm_profile && !(o->transfer > 0))   /* < 0: not given */
         sp_fail("--bucket-mb needs --nodes, --comm-profile or --transfer-cost (the simulations with communication)");
     if (o->bucket_mb < 0) o->bucket_mb = 25;
@@ -362,7 +362,7 @@ static int run_schedule(opts *o)
     sp_sim r;
     sp_simulate(s, c, &r);
     int slots = sp_optim_slots(o->optim, o->momentum);
-    for (int w = 0; w < s->workers; w++) sp_sim_memory_breakdown(s, c, &r, slots, w, &r.worker[w].mem);
+    sp_sim_memory_breakdowns(s, c, &r, slots);
     write_actions(o, a, s, &r);
     sp_actions_free(a);
     if (!o->no_diagram) sp_diagram_text(stdout, s, &r, o->max_cols);

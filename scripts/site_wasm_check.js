@@ -14,19 +14,19 @@ const M = require(process.argv[2]);
 M.onRuntimeInitialized = () => {
   const types = ['string', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number',
                  'number', 'string', 'number', 'number', 'string', 'number'];
-  const simulate = (configs.simulate || []).map((c) => JSON.parse(M.ccall('site_simulate', 'string', types, [
+  // every call as the page makes it: Module.siteCall (site/wasm_call.js)
+  const simulate = (configs.simulate || []).map((c) => M.siteCall('site_simulate', types, [
     c.scheme, c.stages, c.micro, c.workers || 0, c.groups || 0, c.per_group || 0,
     c.split === undefined ? -1 : c.split, c.no_input_grad ? 1 : 0, c.fwd === undefined ? 1 : c.fwd,
     c.delta === undefined ? 0.5 : c.delta, c.grad === undefined ? 0.5 : c.grad, c.profile || '', c.chunks || 0,
-    c.mem_limit || 0, c.actions || '', c.transfer || 0])));
-  const bppsa = (configs.bppsa || []).map((c) => JSON.parse(M.ccall('site_bppsa_plan', 'string',
+    c.mem_limit || 0, c.actions || '', c.transfer || 0]));
+  const bppsa = (configs.bppsa || []).map((c) => M.siteCall('site_bppsa_plan',
     ['string', 'number', 'number', 'number', 'number', 'number', 'number'],
-    [c.model, c.levels, c.prune || 0, c.batch, c.channels || 0, c.seq_len || 0, c.hidden || 0])));
+    [c.model, c.levels, c.prune || 0, c.batch, c.channels || 0, c.seq_len || 0, c.hidden || 0]));
   const ooo = (configs.ooo || []).map((c) => {
     const t0 = Date.now();
-    const a = JSON.parse(M.ccall('site_ooo', 'string',
-      ['string', 'number', 'number', 'number', 'number', 'string', 'number'],
-      [c.model, c.batch, c.channels || 0, c.seq_len || 0, c.hidden || 0, c.order || '', c.k || 0]));
+    const a = M.siteCall('site_ooo', ['string', 'number', 'number', 'number', 'number', 'string', 'number'],
+      [c.model, c.batch, c.channels || 0, c.seq_len || 0, c.hidden || 0, c.order || '', c.k || 0]);
     a.ms = Date.now() - t0;
     return a;
   });

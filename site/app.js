@@ -76,29 +76,29 @@ function figure(dl, key, name, value, shown) {
 /* ---- the C side ----------------------------------------------------------------------- */
 
 var api = {};
+/* every call goes through Module.siteCall (site/wasm_call.js): string arguments on the heap */
 function bindApi() {
-  api.schemes = function () { return JSON.parse(Module.ccall('site_schemes', 'string', [], [])); };
+  var call = Module.siteCall;
+  api.schemes = function () { return call('site_schemes', [], []); };
   api.simulate = function (c) {
-    return JSON.parse(Module.ccall('site_simulate', 'string',
+    return call('site_simulate',
       ['string', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'string',
        'number', 'number', 'string', 'number'],
       [c.scheme, c.stages, c.micro, c.workers, c.groups, c.per_group, c.split, c.no_input_grad ? 1 : 0,
        c.fwd, c.delta, c.grad, c.profile || '', c.chunks || 0, c.mem_limit || 0, c.actions || '',
-       c.transfer || 0]));
+       c.transfer || 0]);
   };
-  api.scan = function (n, k) { return JSON.parse(Module.ccall('site_scan_plan', 'string', ['number', 'number'], [n, k])); };
+  api.scan = function (n, k) { return call('site_scan_plan', ['number', 'number'], [n, k]); };
   /* a zoo model's ooo task graph and every order's plan (order '': all four; k 0: ⌈L/2⌉);
      channels, seq_len, hidden 0: the zoo's */
   api.ooo = function (b, order, k) {
-    return JSON.parse(Module.ccall('site_ooo', 'string',
-      ['string', 'number', 'number', 'number', 'number', 'string', 'number'],
-      [b.model, b.batch, b.channels || 0, b.seq_len || 0, b.hidden || 0, order || '', k || 0]));
+    return call('site_ooo', ['string', 'number', 'number', 'number', 'number', 'string', 'number'],
+      [b.model, b.batch, b.channels || 0, b.seq_len || 0, b.hidden || 0, order || '', k || 0]);
   };
   /* what build/<app> --backward bppsa --plan=full prints (levels -1: full): text and JSON keys */
   api.bppsa = function (b, levels) {
-    return JSON.parse(Module.ccall('site_bppsa_plan', 'string',
-      ['string', 'number', 'number', 'number', 'number', 'number', 'number'],
-      [b.model, levels, b.prune || 0, b.batch, b.channels || 0, b.seq_len || 0, b.hidden || 0]));
+    return call('site_bppsa_plan', ['string', 'number', 'number', 'number', 'number', 'number', 'number'],
+      [b.model, levels, b.prune || 0, b.batch, b.channels || 0, b.seq_len || 0, b.hidden || 0]);
   };
 }
 

@@ -36,6 +36,7 @@
 #include "schedulers/sim/sim_comm.h"
 #include "schedulers/sim/sim_report.h"
 #include "schedulers/plan/actions.h"
+#include "schedulers/plan/limits.h"
 #include "site/wasm_api.h"
 
 static char *result;   /* the last answer */
@@ -108,6 +109,7 @@ typedef struct sim_args {
     double fwd, delta, grad, mem_limit, transfer;
     int chunks;
     sp_costs *c;
+    sp_actions *list;   /* an action-list scheme's list, until it becomes s */
     sp_schedule *s;
     sp_sim r;
     sp_sim_comm sc;   /* transfer > 0: the simulation with its messages */
@@ -146,13 +148,55 @@ static sp_actions *make_actions(sim_args *x)
     return a;
 }
 
+/* A cost as build/schedule's --fwd-cost (range "0..") refuses it: the same line. */
+static void cost_flag(const char *flag, double v)
+{
+    if (isnan(v)) sp_fail("%s nan: expected a number", flag);
+    if (!(v >= 0)) sp_fail("%s %g: expected >= 0", flag, v);
+}
+
+/* What build/schedule's flag table refuses before the library sees it (cli/schedule_cli.c:
+ * ranges and "needs"), with its lines: the page passes numbers where the command line
+ * passes flags, 0 for a flag not given. */
+static void sim_flags(sim_args *a)
+{
+    if (!a->scheme) sp_fail("--scheme: empty value");
+    const char *n = a->scheme;
+    bool lpp = !strcmp(n, "lpp") || !strcmp(n, "fslpp");
+    if (a->cfg.stages < 1) sp_fail("--stages %d: expected >= 1", a->cfg.stages);
+    if (a->cfg.micro < 1) sp_fail("--microbatches %d: expected >= 1", a->cfg.micro);
+    if (a->cfg.workers < 0) sp_fail("--workers %d: expected >= 1", a->cfg.workers);
+    if (a->cfg.groups < 0) sp_fail("--groups %d: expected >= 1", a->cfg.groups);
+    if (a->cfg.per_group < 0) sp_fail("--per-group %d: expected >= 1", a->cfg.per_group);
+    if (a->cfg.groups && !lpp) sp_fail("--groups needs --scheme lpp or fslpp");
+    if (a->cfg.per_group && !lpp) sp_fail("--per-group needs --scheme lpp or fslpp");
+    if (a->chunks < 0) sp_fail("--chunks %d: expected >= 1", a->chunks);
+    if (a->chunks && strcmp(n, "interleaved-1f1b") && strcmp(n, "looped-bfs"))
+        sp_fail("--chunks needs --scheme interleaved-1f1b or looped-bfs");
+    if (a->cfg.split < -1 || a->cfg.split > 1)
+        sp_fail("split %d: expected -1 (the scheme's), 0 (--no-split) or 1 (--split)", a->cfg.split);
+    if (a->mem_limit != 0) {   /* --mem-limit N, as its parser reads the text */
+        if (strcmp(n, "zb-auto")) sp_fail("--mem-limit needs --scheme zb-auto");
+        char text[64];
+        snprintf(text, sizeof text, "%.17g", a->mem_limit);
+        bool bytes;
+        if (sp_mem_limit_parse("--mem-limit", text, &a->mem_limit, &bytes) != SP_OK) sp_fail("%s", sp_last_error());
+    }
+    if (!a->profile || !*a->profile) {
+        cost_flag("--fwd-cost", a->fwd);
+        cost_flag("--delta-cost", a->delta);
+        cost_flag("--grad-cost", a->grad);
+    }
+    if (isnan(a->transfer)) sp_fail("--transfer-cost nan: expected a number");
+    if (sp_limit_time("--transfer-cost", a->transfer) != SP_OK) sp_fail("%s", sp_last_error());
+}
+
 static void sim_body(void *arg)
 {
     sim_args *a = arg;
+    sim_flags(a);
     bool actions = sp_scheme_is_actions(a->scheme);
     const sp_scheme *scheme = actions ? NULL : sp_scheme_find(a->scheme);
-    if (!(a->transfer >= 0) || !isfinite(a->transfer))
-        sp_fail("--transfer-cost %g: expected a finite time >= 0", a->transfer);
     if (a->profile && *a->profile) {
         write_file("/profile.csv", a->profile);
         if (sp_costs_load_csv("/profile.csv", &a->c) != SP_OK) sp_fail("%s", sp_last_error());
@@ -163,10 +207,11 @@ static void sim_body(void *arg)
     if (actions) {   /* as build/schedule's run_schedule */
         if (a->cfg.groups || a->cfg.per_group) sp_fail("--scheme %s: --groups and --per-group are lpp's", a->scheme);
         a->cfg.actions_scheme = a->scheme;
-        sp_actions *list = make_actions(a);
+        a->list = make_actions(a);
         if (!strcmp(a->scheme, "custom")) a->cfg.micro = a->cfg.workers = 0;   /* the file's */
-        a->s = sp_schedule_from_actions(list, &a->cfg, a->c);
-        sp_actions_free(list);
+        a->s = sp_schedule_from_actions(a->list, &a->cfg, a->c);
+        sp_actions_free(a->list);
+        a->list = NULL;
     } else if (a->chunks) {
         sp_fail("--chunks %d: --scheme %s places its own stages (the action-list schemes take --chunks)", a->chunks,
                 a->scheme);
@@ -286,13 +331,13 @@ SITE_API const char *site_simulate(const char *scheme, int stages, int micro, in
         sim_answer(o.f, a.s, a.c, &a.r, a.have_comm ? &a.sc : NULL);
         answer = site_out_close(&o);
     }
-    /* what a refusal left half-built is not freed (sp_try's contract); a finished run is */
+    /* everything built, a refusal's included: the library's constructors free their own
+     * half-built parts when they refuse, so a refused call leaves nothing behind */
     if (a.have_comm) sp_sim_comm_free(&a.sc);
-    if (a.have_sim) {
-        sp_sim_free(&a.r);
-        sp_schedule_free(a.s);
-        sp_costs_free(a.c);
-    }
+    sp_sim_free(&a.r);
+    sp_actions_free(a.list);
+    sp_schedule_free(a.s);
+    sp_costs_free(a.c);
     return answer;
 }
 
@@ -307,6 +352,9 @@ static void scan_body(void *arg)
 {
     scan_args *a = arg;
     if (a->n < 1 || a->n > 4096) sp_fail("chain of %d links: expected 1 .. 4096", a->n);
+    int full = sp_scan_full_levels(a->n);
+    if (a->levels < -1 || a->levels > full)
+        sp_fail("--scan-levels %d: expected 0..%d for a chain of %d links, or -1 (full)", a->levels, full, a->n);
     sp_scan_plan_build(&a->p, a->n, a->levels);
 }
 

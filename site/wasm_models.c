@@ -161,8 +161,12 @@ static void ooo_body(void *arg)
     ooo_args *a = arg;
     model_args *ma = &a->model;
     int only = a->order && *a->order ? (int)sp_ooo_order_parse(a->order) : -1;
-    if (a->k < 0) sp_fail("--k %d: expected 1.. (0: the default, half the layers)", a->k);
+    if (a->k < 0) sp_fail("--k %d: expected >= 0", a->k);   /* the flag's range, as the apps refuse it */
     model_make(ma);
+    int L = 0;   /* as the engine's check (ooo_hooks.c) */
+    for (int i = 0; i < ma->m->nlayers; i++) L += ma->m->layers[i]->nparams > 0;
+    if (a->k > L)
+        sp_fail("--k %d: expected 0..%d for %s (its parameterised layers; 0 = half of them)", a->k, L, ma->m->name);
     sp_tape_init(&ma->t);
     ma->have_tape = true;
     sp_tape *t = &ma->t;
@@ -279,7 +283,8 @@ static void put_int(void *ctx, const char *k, long v)
 static void bppsa_body(void *arg)
 {
     bppsa_args *a = arg;
-    if (a->levels < -1) sp_fail("--scan-levels %d: expected 0.. or -1 (full)", a->levels);
+    if (a->levels < -1 || a->levels > 1000000)   /* as the engine's --scan-levels parse (bppsa.c) */
+        sp_fail("--scan-levels %d: expected 0 (linear BP) .. the model's full depth, full or auto", a->levels);
     model_make(&a->model);
     sp_engine_opts eo = sp_engine_opts_default();
     eo.own = &(sp_bppsa_opts){.scan_levels = a->levels};

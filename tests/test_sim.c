@@ -6,9 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/error.h"
+#include "schedulers/plan/limits.h"
 #include "schedulers/plan/schedule.h"
 #include "schedulers/sim/sim.h"
 #include "schedulers/sim/sim_comm.h"
+#include "schedulers/sim/sim_report.h"
 #include "tests/scheduletest.h"
 #include "tests/testutil.h"
 
@@ -431,4 +434,135 @@ Test(sim_comm, transfer_cost_allreduce_steps)
         sp_schedule_free(s);
         sp_costs_free(c);
     }
+}
+
+/* ---- the bounds on the simulator's inputs (schedulers/plan/limits.h) -------------------- */
+
+/* One refusal of build/schedule: exit 2 within `seconds` (timeout's 124 otherwise), one
+ * stderr line naming `want`, and no inf, nan or null on stdout. */
+static void refused(const char *args, const char *want, int seconds)
+{
+    char cmd[2000], out[8192], err[2048];
+    const char *b = getenv("BUILD");
+    snprintf(cmd, sizeof cmd, "timeout %d %s/schedule %s", seconds, b ? b : "build", args);
+    int st = tu_run(cmd, out, sizeof out, err, sizeof err);
+    cr_assert_eq(st, 2, "%s: exit %d (expected 2, refused)\nstdout: %.300s\nstderr: %s", cmd, st, out, err);
+    cr_assert(strstr(err, want) != NULL, "%s: stderr '%s' (expected '%s')", cmd, err, want);
+    cr_assert(strchr(err, '\n') == err + strlen(err) - 1, "%s: more than one line: %s", cmd, err);
+    cr_assert(!strstr(out, "inf") && !strstr(out, "nan") && !strstr(out, "null"), "%s: %s", cmd, out);
+}
+
+/* Finite inputs whose sums or products overflow: each refused with one line, before a
+ * JSON line with inf, NaN or null is printed. */
+Test(limits, huge_finite_inputs_are_refused_with_one_line)
+{
+    const char *expect = "expected a finite time in 0..1e+12";
+    refused("--scheme zb-h1 --transfer-cost 1e308", "--transfer-cost 1e+308: ", 20);
+    refused("--scheme gpipe --transfer-cost 1e13", expect, 20);
+    const char *cluster = "--scheme gpipe --nodes 2 --ranks-per-node 2 --intra-bw-gbs 1 --inter-bw-gbs 1";
+    char args[1200], path[1024];
+    snprintf(args, sizeof args, "%s --inter-latency-us 1e308", cluster);
+    refused(args, "--inter-latency-us 1e+308: expected a finite time", 20);
+    snprintf(args, sizeof args, "%s --intra-latency-us 1e308", cluster);
+    refused(args, "--intra-latency-us 1e+308: expected a finite time", 20);
+    refused("--scheme gpipe --nodes 2 --ranks-per-node 2 --intra-bw-gbs 1e-300 --inter-bw-gbs 1",
+            "intra-node bandwidth 1e-297 B/us: expected a finite bandwidth", 20);
+    refused("--scheme gpipe --fwd-cost 1e300", "--fwd-cost 1e+300: ", 20);
+    refused("--scheme gpipe --bwd-cost 1e300", "--delta-cost 5e+299: ", 20);
+    /* a profile with one stage far too slow: the same line for 1e200 and 1e150, in the
+     * simulator and in LayerPipe */
+    const char *big[] = {"1e200", "1e150"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/big%d.csv", tu_tmpdir(), k);
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(f, "layer,fwd,bwd_grad,bwd_delta\na,1,1,1\nb,%s,1,1\nc,1,1,1\n", big[k]);
+        fclose(f);
+        char want[1200];
+        snprintf(want, sizeof want, "%s: stage b: fwd %s: %s", path, k ? "1e+150" : "1e+200", expect);
+        snprintf(args, sizeof args, "--scheme 1f1b --profile %s", path);
+        refused(args, want, 20);
+        snprintf(args, sizeof args, "--layerpipe %s --processors 2", path);
+        refused(args, want, 20);
+    }
+    /* a communication profile with α 1e308 or β 1e-308 (and --model lenet's costs in µs) */
+    const char *rows[] = {"fit,p2p,2,0,1e308,24633.3,", "fit,p2p,2,0,6.4,1e-308,"};
+    const char *wants[] = {"alpha_us 1e+308: expected a finite time", "beta_bytes_per_us 1e-308 B/us: expected a "
+                           "finite bandwidth"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/comm%d.csv", tu_tmpdir(), k);
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(f, "row,op,ranks,bytes,alpha_us,beta_bytes_per_us,us\n%s\nfit,allreduce,2,0,10,1000,\n", rows[k]);
+        fclose(f);
+        snprintf(args, sizeof args, "--scheme gpipe --model lenet --comm-profile %s", path);
+        refused(args, wants[k], 20);
+    }
+}
+
+/* The work bound: refused at once, before anything is allocated (without it gpipe with
+ * 1000 stages and 1e5 micro-batches held 12.7 GB and ran for minutes); below it, 1f1b
+ * with 300 stages and 300 micro-batches runs in well under the timeout. */
+Test(limits, simulated_work_is_bounded)
+{
+    const char *want = "is too large to simulate (expected jobs x workers <= 134217728)";
+    refused("--scheme gpipe --stages 1000 --microbatches 100000", "--scheme gpipe: 200000000 jobs on 1000 workers", 10);
+    refused("--scheme 1f1b --stages 1000 --microbatches 1000", want, 10);
+    refused("--scheme zb-h1 --stages 1000 --microbatches 1000", want, 10);
+    refused("--scheme zb-auto --stages 128 --microbatches 256", "--scheme zb-auto (a search over", 10);
+    refused("--scheme ddp --stages 100 --microbatches 10000", want, 10);
+    char cmd[600], out[8192];
+    const char *b = getenv("BUILD");
+    snprintf(cmd, sizeof cmd, "timeout 60 %s/schedule --scheme 1f1b --stages 300 --microbatches 300 --no-diagram",
+             b ? b : "build");
+    cr_assert_eq(tu_run(cmd, out, sizeof out, NULL, 0), 0, "%s: did not finish within 60 s", cmd);
+    /* the library's entry points refuse it too, under sp_try, and the bound's own checks */
+    cr_assert_eq(sp_limit_work("x", 134217728.0, 1), SP_OK);
+    cr_assert_eq(sp_limit_work("x", 134217728.0, 2), SP_ERR);
+    cr_assert_eq(sp_limit_time("x", NAN), SP_ERR);
+    cr_assert_eq(sp_limit_time("x", -1), SP_ERR);
+    cr_assert_eq(sp_limit_time("x", 1e12), SP_OK);
+    cr_assert_eq(sp_limit_bandwidth("x", INFINITY), SP_ERR);
+    cr_assert_eq(sp_limit_bytes("x", 9007199254740993.0 * 2), SP_ERR);
+}
+
+typedef struct print_args {
+    sp_schedule *s;
+    sp_costs *c;
+    sp_sim *r;
+    FILE *f;
+} print_args;
+
+static void print_body(void *arg)
+{
+    print_args *a = arg;
+    sp_sim_print_json(a->f, a->s, a->c, a->r);
+}
+
+/* JSON has no inf or NaN: the report refuses a figure that is not finite before it
+ * writes a byte. */
+Test(limits, the_json_line_never_holds_inf_or_nan)
+{
+    sp_costs *c = sp_costs_uniform(4, 1, 0.5, 0.5);
+    sp_sched_config sc = {.stages = 4, .micro = 4};
+    sp_schedule *s = sp_schedule_new(sp_scheme_find("gpipe"), &sc, c);
+    sp_sim r;
+    sp_simulate(s, c, &r);
+    const double bad[] = {INFINITY, NAN};
+    for (int k = 0; k < 2; k++) {
+        char *buf = NULL;
+        size_t len = 0;
+        print_args a = {s, c, &r, open_memstream(&buf, &len)};
+        double keep = r.worker[1].utilization;
+        r.worker[1].utilization = bad[k];
+        cr_assert_eq(sp_try(print_body, &a), SP_ERR, "printed %g", bad[k]);
+        fclose(a.f);
+        cr_assert_eq(len, 0, "wrote %s", buf);
+        cr_assert(strstr(sp_last_error(), "expected a finite figure") != NULL, "%s", sp_last_error());
+        free(buf);
+        r.worker[1].utilization = keep;
+    }
+    sp_sim_free(&r);
+    sp_schedule_free(s);
+    sp_costs_free(c);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
+#include "schedulers/plan/limits.h"
 #include "schedulers/plan/schedule.h"
 #include "schedulers/plan/schedule_internal.h"
 
@@ -179,6 +180,10 @@ sp_schedule *sp_schedule_new(const sp_scheme *scheme, const sp_sched_config *cfg
     scheme->setup(&shape);   /* may sp_fail: nothing is allocated yet */
     if (shape.groups == 0) shape.groups = 1;
     if (shape.per_group == 0) shape.per_group = shape.workers;
+    /* the work bound (limits.h), before anything is allocated */
+    if (sp_limit_work(scheme->name, (double)shape.stages * shape.micro * (shape.split_backward ? 3 : 2),
+                      shape.workers) != SP_OK)
+        sp_fail("--scheme %s", sp_last_error());
     sp_schedule *s = sp_xmalloc(sizeof *s);
     *s = shape;
     place_stages(s, costs, cfg->placement);

@@ -77,8 +77,9 @@ typedef struct sp_costs {
     char unit[16];        /* "unit", "us", or the profile's unit                        */
 } sp_costs;
 
-/* Every constructor refuses (sp_fail, one line) a non-finite duration or durations
- * whose total exceeds this: the schedule's sums must stay far from overflow. */
+/* Every constructor refuses (sp_fail, one line) a duration or a size outside the bounds
+ * of schedulers/plan/limits.h, or durations whose total exceeds this: the schedule's sums
+ * must stay far from overflow. */
 #define SP_COSTS_MAX_TOTAL 1e300
 
 /* [U] Table 1 costs: F takes fwd, the backward takes δ + G. */

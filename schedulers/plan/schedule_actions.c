@@ -11,6 +11,7 @@
 #include <string.h>
 #include "core/error.h"
 #include "schedulers/plan/actions.h"
+#include "schedulers/plan/limits.h"
 #include "schedulers/plan/schedule.h"
 #include "schedulers/plan/schedule_internal.h"
 
@@ -56,6 +57,8 @@ int sp_pp_generate_from_costs(const sp_pp_generator *g, const sp_costs *c, int r
         return sp_error("%s: %d ranks x %d chunks per rank for %d stages (expected ranks x chunks <= stages: each "
                         "chunk holds whole layers)", g->name, ranks, v, c ? c->stages : 0);
     int C = ranks * v;
+    /* the work bound (limits.h) of the schedule the list becomes, before it is generated */
+    if (micro >= 1 && sp_limit_work(g->name, (double)(c ? c->stages : C) * micro * 3, ranks) != SP_OK) return SP_ERR;
     sp_chunk_costs cc = {.chunks = C};
     double *buf = NULL;
     if (c) {
@@ -139,6 +142,9 @@ sp_schedule *sp_schedule_from_actions(const sp_actions *a, const sp_sched_config
     bool split = list_splits(a);
     if (split && cfg->split == 0)
         sp_fail("--scheme %s: --no-split, but the list splits the backward into I and W", name);
+    /* the work bound (limits.h), before the schedule is built */
+    if (sp_limit_work(name, (double)S * a->micro * (split || cfg->split > 0 ? 3 : 2), a->ranks) != SP_OK)
+        sp_fail("--scheme %s", sp_last_error());
     int *stage_chunk = sp_xmalloc(sizeof(int) * (size_t)S), *stage_worker = sp_xmalloc(sizeof(int) * (size_t)S);
     sp_chunk_partition(c, S, a->chunks, stage_chunk);
     for (int st = 0; st < S; st++) stage_worker[st] = a->chunk_rank[stage_chunk[st]];
@@ -160,16 +166,23 @@ sp_schedule *sp_schedule_from_actions(const sp_actions *a, const sp_sched_config
         for (int k = a->off[r]; k < a->off[r + 1]; k++) {
             int m = expand(s, first, last, a->act[k], buf);
             for (int i = 0; i < m; i++) {
-                if (n >= s->njobs) sp_fail("--scheme %s: the list expands to more jobs than the schedule has", name);
+                if (n >= s->njobs) {   /* a refusal frees what it built (the page's module goes on) */
+                    free(buf), free(first), free(last), sp_schedule_free(s);
+                    sp_fail("--scheme %s: the list expands to more jobs than the schedule has", name);
+                }
                 s->priority[buf[i]] = n;
                 s->fixed[n++] = buf[i];
             }
         }
         s->fixed_off[r + 1] = n;
     }
-    if (n != s->njobs) sp_fail("--scheme %s: the list covers %d of the %d jobs", name, n, s->njobs);
     free(buf);
     free(first);
     free(last);
+    if (n != s->njobs) {
+        int njobs = s->njobs;
+        sp_schedule_free(s);
+        sp_fail("--scheme %s: the list covers %d of the %d jobs", name, n, njobs);
+    }
     return s;
 }

@@ -11,6 +11,7 @@
 #include "core/io/fileio.h"
 #include "core/model.h"
 #include "core/tape.h"
+#include "schedulers/plan/limits.h"
 #include "schedulers/plan/schedule.h"
 
 static sp_costs *costs_alloc(int stages)
@@ -52,21 +53,44 @@ void sp_costs_free(sp_costs *c)
 
 double sp_costs_bwd(const sp_costs *c, int stage) { return c->delta[stage] + c->grad[stage]; }
 
-/* Every duration finite and their total far from overflow: the simulator adds them up
- * over micro-batches and the partitioners over stages, and an inf there makes no
- * partition fit (which once wrote before its array). what: where they came from. */
-static sp_costs *costs_checked(sp_costs *c, const char *what)
+/* Every duration and size within the bounds every caller shares (schedulers/plan/limits.h):
+ * the simulator adds durations up over micro-batches and the partitioners over stages,
+ * and an inf there makes no partition fit (which once wrote before its array). what:
+ * where they came from. Returns SP_OK, or SP_ERR with the line (c is the caller's). */
+static int costs_check(const sp_costs *c, const char *what)
 {
     double total = 0;
     for (int s = 0; s < c->stages; s++) {
-        const double d[3] = {c->fwd[s], c->delta[s], c->grad[s]};
+        const double d[4] = {c->fwd[s], c->delta[s], c->grad[s], c->opt[s]};
+        static const char *col[4] = {"fwd", "bwd_delta", "bwd_grad", "opt"};
+        char w[128 + SP_STAGE_NAME];
+        for (int k = 0; k < 4; k++)
+            if (!sp_limit_time_ok(d[k])) {
+                snprintf(w, sizeof w, "%s: stage %s: %s", what, c->name[s], col[k]);
+                return sp_limit_time(w, d[k]);
+            }
+        const double b[3] = {c->act_bytes[s], c->param_bytes[s], c->out_bytes ? c->out_bytes[s] : 0};
+        static const char *bcol[3] = {"act_bytes", "param_bytes", "output bytes"};
         for (int k = 0; k < 3; k++)
-            if (!isfinite(d[k])) sp_fail("%s: stage %s: a duration is %g (expected a finite number)", what, c->name[s], d[k]);
+            if (!sp_limit_bytes_ok(b[k])) {
+                snprintf(w, sizeof w, "%s: stage %s: %s", what, c->name[s], bcol[k]);
+                return sp_limit_bytes(w, b[k]);
+            }
         total += d[0] + d[1] + d[2];
     }
     if (!(total <= SP_COSTS_MAX_TOTAL))
-        sp_fail("%s: the stage durations add up to %g (expected at most %g: the schedule's sums would overflow)", what,
-                total, SP_COSTS_MAX_TOTAL);
+        return sp_error("%s: the stage durations add up to %g (expected at most %g: the schedule's sums would "
+                        "overflow)", what, total, SP_COSTS_MAX_TOTAL);
+    return SP_OK;
+}
+
+/* c, or (refused) an sp_fail with c freed */
+static sp_costs *costs_checked(sp_costs *c, const char *what)
+{
+    if (costs_check(c, what) != SP_OK) {
+        sp_costs_free(c);
+        sp_fail("%s", sp_last_error());
+    }
     return c;
 }
 
@@ -75,6 +99,9 @@ sp_costs *sp_costs_uniform(int stages, double fwd, double delta, double grad)
     if (stages < 1) sp_fail("--stages %d: expected >= 1", stages);
     if (!(fwd >= 0) || !(delta >= 0) || !(grad >= 0))
         sp_fail("costs %g/%g/%g: expected forward, delta and G durations >= 0", fwd, delta, grad);
+    if (sp_limit_time("--fwd-cost", fwd) != SP_OK || sp_limit_time("--delta-cost", delta) != SP_OK ||
+        sp_limit_time("--grad-cost", grad) != SP_OK)
+        sp_fail("%s", sp_last_error());
     sp_costs *c = costs_alloc(stages);
     for (int s = 0; s < stages; s++) {
         c->fwd[s] = fwd;
@@ -262,7 +289,7 @@ static void load_body(void *arg)
     l->c = costs_alloc(rows);
     strcpy(l->c->unit, "profile");
     read_rows(l->f, l->path, l->c);
-    costs_checked(l->c, l->path);
+    if (costs_check(l->c, l->path) != SP_OK) sp_fail("%s", sp_last_error());   /* the caller frees l->c */
 }
 
 int sp_costs_load_csv(const char *path, sp_costs **out)

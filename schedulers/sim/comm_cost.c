@@ -8,6 +8,7 @@
 #include <string.h>
 #include "core/io/fileio.h"
 #include "core/threads.h"
+#include "schedulers/plan/limits.h"
 #include "schedulers/sim/comm_cost.h"
 
 static const char *const OP_NAMES[SP_COMM_NOPS] = {"p2p", "allreduce", "broadcast", "reduce", "allgather"};
@@ -347,6 +348,9 @@ static int parse_row(sp_comm_model *m, char *line, const char *path, int ln)
         return sp_error("%s:%d: ranks '%s' (expected an integer >= 1)", path, ln, f[2]);
     if (num(f[3], &bytes, false) || !(bytes >= 0) || !isfinite(bytes))
         return sp_error("%s:%d: bytes '%s' (expected a finite number >= 0)", path, ln, f[3]);
+    char what[96];   /* the bounds every caller shares (schedulers/plan/limits.h) */
+    snprintf(what, sizeof what, "%s:%d: bytes", path, ln);
+    if (sp_limit_bytes(what, bytes) != SP_OK) return SP_ERR;
     sp_comm_fit *g = &m->fit[op];
     if (g->ranks && g->ranks != (int)ranks && strcmp(f[0], "fit") == 0)
         return sp_error("%s:%d: %s measured with %d ranks here, %d above (expected one rank count per op)", path, ln,
@@ -356,6 +360,10 @@ static int parse_row(sp_comm_model *m, char *line, const char *path, int ln)
             return sp_error("%s:%d: alpha_us '%s' (expected a finite number >= 0)", path, ln, f[4]);
         if (num(f[5], &b, false) || !(b > 0))
             return sp_error("%s:%d: beta_bytes_per_us '%s' (expected a number > 0, inf for none)", path, ln, f[5]);
+        snprintf(what, sizeof what, "%s:%d: alpha_us", path, ln);
+        if (sp_limit_time(what, a) != SP_OK) return SP_ERR;
+        snprintf(what, sizeof what, "%s:%d: beta_bytes_per_us", path, ln);
+        if (!isinf(b) && sp_limit_bandwidth(what, b) != SP_OK) return SP_ERR;
         if (g->nsegs == SP_COMM_MAX_SEGS)
             return sp_error("%s:%d: a %d-th segment of %s (expected at most %d)", path, ln, g->nsegs + 1, f[1],
                             SP_COMM_MAX_SEGS);
@@ -367,6 +375,8 @@ static int parse_row(sp_comm_model *m, char *line, const char *path, int ln)
     } else if (!strcmp(f[0], "probe")) {
         if (num(f[6], &us, false) || !(us > 0) || !isfinite(us))
             return sp_error("%s:%d: us '%s' (expected a finite time > 0)", path, ln, f[6]);
+        snprintf(what, sizeof what, "%s:%d: us", path, ln);
+        if (sp_limit_time(what, us) != SP_OK) return SP_ERR;
         m->probes = sp_xrealloc(m->probes, sizeof *m->probes * (size_t)(m->nprobes + 1));
         m->probes[m->nprobes++] = (sp_comm_probe){op, (int)ranks, bytes, us};
     } else {
@@ -465,6 +475,11 @@ int sp_comm_topology_check(const sp_comm_topology *t, const char *what)
             return sp_error("%s: %s-node latency %g us (expected a finite number >= 0)", what, name[i], l[i]->alpha_us);
         if (!(l[i]->beta > 0) || !isfinite(l[i]->beta))
             return sp_error("%s: %s-node bandwidth %g B/us (expected a finite number > 0)", what, name[i], l[i]->beta);
+        char w[64];   /* the bounds every caller shares (schedulers/plan/limits.h) */
+        snprintf(w, sizeof w, "%s: --%s-latency-us", what, name[i]);
+        if (sp_limit_time(w, l[i]->alpha_us) != SP_OK) return SP_ERR;
+        snprintf(w, sizeof w, "%s: %s-node bandwidth", what, name[i]);
+        if (sp_limit_bandwidth(w, l[i]->beta) != SP_OK) return SP_ERR;
     }
     return SP_OK;
 }

@@ -85,6 +85,9 @@ void sp_sim_memory(const sp_schedule *s, const sp_costs *c, sp_sim *r);
  * buffers. */
 void sp_sim_memory_breakdown(const sp_schedule *s, const sp_costs *c, const sp_sim *r, int optim_slots, int worker,
                              sp_mem_breakdown *out);
+/* The same for every worker at once, into r->worker[w].mem: time in the jobs, where a
+ * call per worker takes jobs × workers. */
+void sp_sim_memory_breakdowns(const sp_schedule *s, const sp_costs *c, sp_sim *r, int optim_slots);
 
 /* ------------------------------------------------------------------------------------ */
 /* Diagrams                                                                             */

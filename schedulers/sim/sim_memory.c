@@ -112,27 +112,64 @@ void sp_sim_memory(const sp_schedule *s, const sp_costs *c, sp_sim *r)
     free(pos);
     /* the whole memory with the apps' default optimizer (sgd, momentum 0.9: one state
      * float per parameter); a caller that knows the optimizer refills it */
-    for (int w = 0; w < s->workers; w++) sp_sim_memory_breakdown(s, c, r, SP_OPTIM_SLOTS_DEFAULT, w, &r->worker[w].mem);
+    sp_sim_memory_breakdowns(s, c, r, SP_OPTIM_SLOTS_DEFAULT);
+}
+
+/* Every worker's breakdown into out[0..workers): the jobs by stage (one pass), then each
+ * stage's computing and weight-holding workers from its own jobs, added to those workers
+ * (a worker that neither computes a stage nor holds it gets nothing of it), stage by stage
+ * in order as a single worker's sum. */
+static void breakdowns(const sp_schedule *s, const sp_costs *c, const sp_sim *r, int optim_slots, sp_mem_breakdown *out)
+{
+    for (int w = 0; w < s->workers; w++) out[w] = (sp_mem_breakdown){.activations = r->worker[w].peak_mem_bytes};
+    int *off = sp_xcalloc((size_t)s->stages + 2, sizeof(int)), *idx = sp_xmalloc(sizeof(int) * ((size_t)s->njobs + 1));
+    for (int j = 0; j < s->njobs; j++) off[s->jobs[j].stage + 2]++;
+    for (int st = 0; st < s->stages; st++) off[st + 2] += off[st + 1];
+    for (int j = 0; j < s->njobs; j++) idx[off[s->jobs[j].stage + 1]++] = j;
+    unsigned char *mark = sp_xcalloc((size_t)s->workers + 1, 1);   /* 1: computes the stage, 2: holds its weights */
+    int *touched = sp_xmalloc(sizeof(int) * (2 * (size_t)s->workers + 1));
+    for (int st = 0; st < s->stages; st++) {
+        double p = c ? c->param_bytes[st] : 1.0;
+        if (!(p > 0)) continue;
+        int nc = 0, nw = 0, nt = 0;
+        for (int k = off[st]; k < off[st + 1]; k++) {
+            int cw = s->compute[idx[k]], ww = s->weights[idx[k]];
+            if (!mark[cw]) touched[nt++] = cw;
+            if (!(mark[cw] & 1)) mark[cw] |= 1, nc++;
+            if (!mark[ww]) touched[nt++] = ww;
+            if (!(mark[ww] & 2)) mark[ww] |= 2, nw++;
+        }
+        bool replicas = true;   /* the same workers compute it and hold its weights */
+        for (int t = 0; t < nt; t++)
+            if (mark[touched[t]] != 3) replicas = false;
+        for (int t = 0; t < nt; t++) {
+            int w = touched[t];
+            bool here = mark[w] & 1, owns = mark[w] & 2;
+            sp_mem_add_params(&out[w], p, optim_slots, owns, here || owns);
+            if (replicas ? here && nc > 1 : nw == 1 && (here || owns)) out[w].buckets += p;
+        }
+        for (int t = 0; t < nt; t++) mark[touched[t]] = 0;
+    }
+    free(touched);
+    free(mark);
+    free(idx);
+    free(off);
+    for (int w = 0; w < s->workers; w++) sp_mem_total(&out[w]);
 }
 
 void sp_sim_memory_breakdown(const sp_schedule *s, const sp_costs *c, const sp_sim *r, int optim_slots, int worker,
                              sp_mem_breakdown *out)
 {
-    *out = (sp_mem_breakdown){.activations = r->worker[worker].peak_mem_bytes};
-    bool *comp = sp_xmalloc(sizeof(bool) * 2 * (size_t)s->workers), *wgt = comp + s->workers;
-    for (int st = 0; st < s->stages; st++) {
-        double p = c ? c->param_bytes[st] : 1.0;
-        if (!(p > 0)) continue;
-        memset(comp, 0, sizeof(bool) * 2 * (size_t)s->workers);
-        for (int j = 0; j < s->njobs; j++)
-            if (s->jobs[j].stage == st) comp[s->compute[j]] = wgt[s->weights[j]] = true;
-        int nc = 0, nw = 0;
-        for (int w = 0; w < s->workers; w++) nc += comp[w], nw += wgt[w];
-        bool replicas = !memcmp(comp, wgt, sizeof(bool) * (size_t)s->workers);
-        bool here = comp[worker], owns = wgt[worker];
-        sp_mem_add_params(out, p, optim_slots, owns, here || owns);
-        if (replicas ? here && nc > 1 : nw == 1 && (here || owns)) out->buckets += p;
-    }
-    free(comp);
-    sp_mem_total(out);
+    sp_mem_breakdown *all = sp_xmalloc(sizeof *all * ((size_t)s->workers + 1));
+    breakdowns(s, c, r, optim_slots, all);
+    *out = all[worker];
+    free(all);
+}
+
+void sp_sim_memory_breakdowns(const sp_schedule *s, const sp_costs *c, sp_sim *r, int optim_slots)
+{
+    sp_mem_breakdown *all = sp_xmalloc(sizeof *all * ((size_t)s->workers + 1));
+    breakdowns(s, c, r, optim_slots, all);
+    for (int w = 0; w < s->workers; w++) r->worker[w].mem = all[w];
+    free(all);
 }

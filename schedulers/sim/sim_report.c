@@ -1,5 +1,6 @@
 /* sim_report.c — the per-worker table and the JSON lines of a simulated schedule and of
  * a LayerPipe partition (schedulers/sim/sim_report.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,9 +49,37 @@ void sp_sim_print_json(FILE *out, const sp_schedule *s, const sp_costs *c, const
     sp_sim_print_json_comm(out, s, c, r, NULL);
 }
 
+/* JSON has no inf or NaN: a figure that is not finite is refused before a byte is
+ * written (the inputs' bounds, schedulers/plan/limits.h, keep every figure finite). */
+static void check_finite(const char *what, double v)
+{
+    if (!isfinite(v)) sp_fail("simulate: %s is %g (expected a finite figure: are the inputs within "
+                              "schedulers/plan/limits.h's bounds?)", what, v);
+}
+
+static void check_figures(const sp_sim *r, const struct sp_sim_comm *sc)
+{
+    const double top[] = {r->latency, r->utilization, r->peak_act_bytes_max, r->rho, r->rho_bound};
+    for (size_t k = 0; k < sizeof top / sizeof *top; k++) check_finite("the step's latency or utilization", top[k]);
+    for (int w = 0; w < r->workers; w++) {
+        const sp_worker_stats *x = &r->worker[w];
+        const double v[] = {x->utilization, x->peak_act_bytes, x->mem.total, x->mem.weights, x->mem.grads,
+                            x->mem.optim, x->mem.buckets, x->mem.activations};
+        for (size_t k = 0; k < sizeof v / sizeof *v; k++) check_finite("a worker's utilization or memory", v[k]);
+    }
+    if (!sc) return;
+    check_finite("latency_with_comm", sc->latency);
+    check_finite("the transfer cost", sc->transfer);
+    for (int w = 0; w < sc->workers; w++) {
+        check_finite("a worker's communication time", sc->comm_us[w]);
+        if (sc->opt_us) check_finite("a worker's optimizer time", sc->opt_us[w]);
+    }
+}
+
 void sp_sim_print_json_comm(FILE *out, const sp_schedule *s, const sp_costs *c, const sp_sim *r,
                             const struct sp_sim_comm *sc)
 {
+    check_figures(r, sc);
     const sp_worker_stats *w0 = r->worker;
     fprintf(out,
             "{\"scheme\":\"%s\",\"stages\":%d,\"microbatches\":%d,\"workers\":%d,\"groups\":%d,\"per_group\":%d,"

@@ -155,9 +155,12 @@ static void run_greedy(const sp_schedule *s, const sp_costs *c, sp_sim *r)
     int *order_fill = sp_xcalloc(s->workers, sizeof(int));
     for (int done = 0; done < s->njobs; done++) {
         candidate best = global_best(&st);
-        if (best.job < 0)
+        if (best.job < 0) {   /* a refusal frees what it built; sp_sim_free frees r */
+            free(order_fill);
+            state_free(&st);
             sp_fail("--scheme %s: deadlock, %d of %d jobs never became ready (pred() has a cycle)",
                     s->scheme->name, s->njobs - done, s->njobs);
+        }
         run_job(&st, best, r, order_fill);
     }
     free(order_fill);
@@ -197,9 +200,10 @@ static void run_fixed(const sp_schedule *s, const sp_costs *c, sp_sim *r)
             char lab[32];
             int w = 0;
             while (s->fixed_off[w] + pos[w] >= s->fixed_off[w + 1]) w++;
+            sp_job_label(s, s->fixed[s->fixed_off[w] + pos[w]], lab, sizeof lab);
+            free(pos), free(free_at), free(done);   /* a refusal frees what it built; sp_sim_free frees r */
             sp_fail("--scheme %s: deadlock, worker %d waits forever at job %s (%d of %d jobs never ran)",
-                    s->scheme->name, w, sp_job_label(s, s->fixed[s->fixed_off[w] + pos[w]], lab, sizeof lab),
-                    s->njobs - placed, s->njobs);
+                    s->scheme->name, w, lab, s->njobs - placed, s->njobs);
         }
     }
     free(pos);

@@ -8,6 +8,8 @@
    `build/<app> --backward bppsa --plan=full`'s) and ooo task graphs (site_ooo: each
    order's peak_bytes and k must equal `build/<app> --backward ooo`'s, its timeline must
    respect the graph), refusals included (the same message).
+   Hostile calls into the module (tests/site/wasm_fuzz.js, under node): refusals, strings
+   of several MB, refused simulations that must not grow its memory, seeded random calls.
 2. Headless chromium loads the page from a static server on 127.0.0.1 with ?selftest=...:
    the page sets each configuration through its own controls (input/change events) and
    writes the figures it shows into the DOM; they must equal build/schedule's JSON, the
@@ -116,6 +118,14 @@ def unit_configs(schemes):
         cs.append(dict(scheme="interleaved-1f1b", stages=8, micro=8, workers=4, chunks=2))
     if "zb-auto" in schemes:
         cs.append(dict(scheme="zb-auto", stages=4, micro=8, mem_limit=3))
+    # refused by both with the same line: flags the command line refuses, values past the
+    # bounds of schedulers/plan/limits.h, a simulation past its work bound
+    cs += [dict(scheme="interleaved-1f1b", stages=8, micro=8, workers=4, chunks=-1),
+           dict(scheme="zb-h1", stages=4, micro=8, chunks=2), dict(scheme="gpipe", stages=4, micro=8, mem_limit=3),
+           dict(scheme="gpipe", stages=4, micro=8, groups=2), dict(scheme="gpipe", stages=4, micro=8, transfer=1e308),
+           dict(scheme="zb-h1", stages=4, micro=8, fwd=1e300), dict(scheme="gpipe", stages=1000, micro=100000),
+           dict(scheme="1f1b", stages=1000, micro=1000), dict(scheme="zb-auto", stages=64, micro=512),
+           dict(scheme="gpipe", stages=4, micro=8, workers=-1)]
     for name in ("gpipe", "1f1b", "ddp", "fsdp", "lpp", "ooo-ff", "zb-h1"):   # the transfer slider's simulation
         if name in schemes:
             for t in (0.5, 2):
@@ -972,6 +982,28 @@ def check_ooo(res):
     print("page: %d ooo orders match the engine's peak_bytes (and k)" % n)
 
 
+def check_wasm_fuzz():
+    """Hostile calls into the module (tests/site/wasm_fuzz.js): each an answer or a
+    refusal with a message, never a trap; the module keeps working; memory bounded."""
+    node = shutil.which("node")
+    if not node:
+        fail("node not found (the wasm fuzz needs it)")
+        return
+    p = subprocess.run([node, "--no-experimental-fetch", "tests/site/wasm_fuzz.js",
+                        os.path.abspath(os.path.join(SITE, "scanprop.js")), "1"], capture_output=True, text=True)
+    try:
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        fail("wasm fuzz: exit %d, no summary: %s %s" % (p.returncode, p.stdout[-500:], p.stderr[-2000:]))
+        return
+    for f in out["failures"]:
+        fail("wasm fuzz: " + f)
+    if p.returncode != 0 and not out["failures"]:
+        fail("wasm fuzz: exit %d" % p.returncode)
+    print("wasm fuzz: %d calls, %d failures, wasm memory %.1f MB, slowest call %d ms" %
+          (out["calls"], len(out["failures"]), out["memory_mb"], out["slowest_ms"]))
+
+
 def check_tutorial_links():
     """Every TUTORIAL.html#anchor the page links to exists in the converted tutorial."""
     import re
@@ -991,6 +1023,7 @@ def main():
         return 1
     schemes = run_json([os.path.join(BUILD, "schedule"), "--list"])["schemes"]
     check_wasm(schemes)
+    check_wasm_fuzz()
     check_tutorial_links()
     check_page(schemes)
     for root in _folder:

@@ -33,12 +33,14 @@
  * block instead; the figures they trade (memory against bubble) are what the tests check,
  * not the block's exact order. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
 #include "schedulers/plan/actions.h"
 #include "schedulers/plan/gen.h"
 #include "schedulers/plan/gen/gen_sail.h"
+#include "schedulers/plan/limits.h"
 
 typedef struct policy {
     int f_first;      /* F before I when both are ready; 2: only the F of a chunk later
@@ -250,10 +252,24 @@ static void consider(best *bs, sp_actions *cand, const sp_chunk_costs *costs, do
     *bs = (best){cand, lat, peak};
 }
 
+static int search_steps(double limit, double floor_, double u)
+{
+    return limit == INFINITY ? 1 : 1 + (int)fmin(8, floor((limit - floor_) / u + 1e-9));
+}
+
+/* The work bound (limits.h) of a search that simulates `runs` candidate lists: each is a
+ * simulation of 3·M·C jobs on R ranks. */
+static int search_bound(const char *name, const problem *pb, int runs)
+{
+    char what[96];
+    snprintf(what, sizeof what, "%s (a search over %d candidate lists)", name, runs);
+    return sp_limit_work(what, (double)runs * 3 * pb->M * pb->C, pb->R);
+}
+
 /* Run every variant at limits limit, limit − u, ... (down to the smallest that can run). */
 static void search(best *bs, const problem *pb, const sp_chunk_costs *costs, double limit, double floor_, double u)
 {
-    int steps = limit == INFINITY ? 1 : 1 + (int)fmin(8, floor((limit - floor_) / u + 1e-9));
+    int steps = search_steps(limit, floor_, u);
     for (int s = 0; s < steps; s++)
         for (int v = 0; v < 24; v++) {
             /* s steps off the limit for every F, or only for a new micro-batch's. */
@@ -312,6 +328,11 @@ static int gen_v_limited(const char *name, const sp_pp_params *p, int units, int
     for (int r = 0; r < P; r++) need = fmax(need, pb.act[r] + pb.act[C - 1 - r]);
     if (u <= 0) u = 1;
     double limit = fmax(units * u, need);
+    if (search_bound(name, &pb, 24 + 12 * (search_steps(limit, need, u) - 1)) != SP_OK) {
+        free(pb.f);
+        free(cr);
+        return SP_ERR;
+    }
     best bs = {0};
     /* [CM]'s own building block (gen_sail.h) first: its peak is the bound the search keeps. */
     sp_actions *block = sp_sail_vpattern(p, half);
@@ -361,6 +382,12 @@ int sp_pp_gen_zb_auto(const sp_pp_params *p, sp_actions **out)
         free(cr);
         return sp_error("zb-auto: memory limit %g is below one micro-batch's activations on a rank (%g)", limit,
                         need);
+    }
+    if (search_bound("zb-auto", &pb, 24 + 12 * (search_steps(limit, need, u) - 1) + (limit == INFINITY) * 24 * P) !=
+        SP_OK) {
+        free(pb.f);
+        free(cr);
+        return SP_ERR;
     }
     best bs = {0};
     /* The handcrafted schedules of the same placement, where they fit. */
