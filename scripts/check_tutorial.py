@@ -25,7 +25,7 @@ Commands run as a student runs them: with bash from the repository root, build/ 
 $BUILD/ when BUILD differs, and an environment of PATH, HOME, USER, LANG and the like only
 (no OMPI_*, OPENBLAS_*, SCANPROP_*: a lesson that needs one must show it). Run as root, the
 page is then checked a second time as an unprivileged user (nobody, with runuser or
-setpriv) in a scratch folder that holds links to the programs, so that every command also
+setpriv) in a scratch folder that holds copies of the programs, so that every command also
 works without root. Exit status 1 on any failure."""
 import json
 import os
@@ -161,32 +161,33 @@ def check_page(path):
 
 
 def as_user(path):
-    """Run this script on the page again as nobody, in a scratch folder whose build/ holds
-    links to BUILD's programs (nobody cannot write into root's tree; lesson commands
-    write under build/). Returns (exit status, what it printed)."""
+    """Run this script on the page again as nobody, in a scratch folder that holds copies of
+    BUILD's programs, site/profiles, the page and this script (nobody may not be able to
+    read the checkout, and the lessons write under build/). Returns (exit status, what it
+    printed)."""
     if shutil.which("runuser"):
         drop = ["runuser", "-u", "nobody", "--"]
     elif shutil.which("setpriv"):
         drop = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
     else:
         return 1, "neither runuser nor setpriv: cannot run the lessons as an unprivileged user"
-    root = os.getcwd()
     scratch = tempfile.mkdtemp(prefix="scanprop-tutorial-")
     try:
-        os.chmod(scratch, 0o755)
-        build = os.path.join(scratch, "build")
-        os.mkdir(build)
-        src = os.path.abspath(BUILD)
-        for name in os.listdir(src):
-            f = os.path.join(src, name)
+        os.mkdir(os.path.join(scratch, "build"))
+        for name in os.listdir(BUILD):
+            f = os.path.join(BUILD, name)
             if os.path.isfile(f) and os.access(f, os.X_OK):
-                os.symlink(f, os.path.join(build, name))
-        for name in ("site", "docs"):
-            os.symlink(os.path.join(root, name), os.path.join(scratch, name))
-        shutil.chown(build, "nobody")
-        env = dict(ENV, HOME=scratch, USER="nobody", LOGNAME="nobody", BUILD="build")
-        p = subprocess.run(drop + ["/usr/bin/python3", os.path.abspath(__file__), "--no-user-pass",
-                                   os.path.join("docs", os.path.basename(path))],
+                shutil.copy2(f, os.path.join(scratch, "build", name))
+        shutil.copytree("site/profiles", os.path.join(scratch, "site", "profiles"))
+        os.mkdir(os.path.join(scratch, "docs"))
+        page = os.path.join("docs", os.path.basename(path))
+        shutil.copy2(path, os.path.join(scratch, page))
+        shutil.copy2(os.path.abspath(__file__), os.path.join(scratch, "check_tutorial.py"))
+        for d, dirs, files in os.walk(scratch):
+            for name in [d] + [os.path.join(d, x) for x in dirs + files]:
+                shutil.chown(name, "nobody")
+        env = dict(ENV, HOME=scratch, USER="nobody", LOGNAME="nobody")
+        p = subprocess.run(drop + ["/usr/bin/python3", "check_tutorial.py", "--no-user-pass", page],
                            cwd=scratch, env=env, capture_output=True, text=True, timeout=1200)
         return p.returncode, (p.stdout + p.stderr).strip()
     finally:
