@@ -20,7 +20,7 @@
 #   make test-site       the page in headless chromium against build/schedule and the apps; the
 #                        wasm build against the native one, and hostile calls into it
 #                        (tests/site/wasm_fuzz.js), under node
-#   make test-tutorial   every command and quoted number of docs/TUTORIAL.md
+#   make test-tutorial   every command and quoted number of docs/TUTORIAL.md (as root and as nobody)
 #   make MPI=0|1         without / with Open MPI (default: with it when mpicc is found);
 #                        make test then also runs the suites under mpirun (test_comm, test_exec)
 
@@ -182,7 +182,8 @@ test: all $(TESTS) $(MPI_WORKERS)
 	./scripts/check_architecture.sh && echo "   check_architecture: docs/ARCHITECTURE.md matches the tree" || st=1; \
 	$(TUTORIAL_CHECK) \
 	[ $$st -eq 0 ] || echo "make test: FAILED (the failures are above)"; exit $$st
-# docs/TUTORIAL.md's commands and numbers (~20 s; its mpirun lesson needs MPI; not under SAN=1)
+# docs/TUTORIAL.md's commands and numbers, as root then as nobody when run as root (about 1 min of
+# CPU; its mpirun lessons need MPI; not under SAN=1)
 TUTORIAL_CHECK = $(if $(filter 1,$(MPI)),$(if $(filter 1,$(SAN)),,BUILD=$(BUILD) /usr/bin/python3 scripts/check_tutorial.py docs/TUTORIAL.md || st=1;))
 
 # The static library, headers and a pkg-config file whose Libs are this build's link line.

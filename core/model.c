@@ -89,11 +89,10 @@ int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from)
     return m->nlayers - 1;
 }
 
-sp_layer *sp_model_add(sp_model *m, sp_layer *l)
+int sp_model_add(sp_model *m, sp_layer *l)
 {
-    if (!m || !l) return sp_error("sp_model_add: %s is NULL", !m ? "the model" : "the layer"), NULL;
-    sp_model_add_from(m, l, 1, (int[]){sp_model_last(m)});
-    return l;
+    if (!m || !l) return sp_error("sp_model_add: %s is NULL", !m ? "the model" : "the layer"), SP_MODEL_NONE;
+    return sp_model_add_from(m, l, 1, (int[]){sp_model_last(m)});
 }
 
 int sp_model_last(const sp_model *m)

@@ -12,7 +12,8 @@
  *
  *   int x = sp_model_last(m);                                  the block's input
  *   sp_model_add(m, sp_conv2d("b.conv1", 16, 16, 3, 1, 1)); ...
- *   sp_model_add_from(m, sp_add(), 2, (int[]){sp_model_last(m), x});
+ *   int f = sp_model_add(m, sp_batchnorm2d("b.bn2", 16));      both return an index
+ *   sp_model_add_from(m, sp_add(), 2, (int[]){f, x});
  *
  * sp_model_forward applies the layers in order on a tape; the last layer's output is the
  * model's. A model where every layer reads the one before is a chain (what the pipeline
@@ -53,8 +54,15 @@ sp_model *sp_model_new(const char *name);
 void sp_model_set_loss(sp_model *m, sp_layer *loss);
 void sp_model_free(sp_model *m);
 #define SP_MODEL_INPUT (-1)
+/* What sp_model_add returns for a NULL model or layer: no layer's index, and not the
+ * input's, so that a later sp_model_add_from reading it is refused. */
+#define SP_MODEL_NONE (-2)
 
-sp_layer *sp_model_add(sp_model *m, sp_layer *l);     /* takes ownership; reads the last layer */
+/* Both calls that add a layer return its INDEX (an int), the handle that
+ * sp_model_add_from's `from` takes; the layer itself is m->layers[index]. */
+/* l (owned from now on) reading the last layer's output. Returns l's index; a NULL m or
+ * l: sp_last_error() says which, and SP_MODEL_NONE. */
+int sp_model_add(sp_model *m, sp_layer *l);
 /* l (owned from now on) reading the outputs of layers from[0..ninputs-1], indices of
  * earlier layers or SP_MODEL_INPUT, in l's argument order. Returns l's index. Bad
  * index or arity: sp_fail naming the model and layer. */

@@ -7,10 +7,13 @@
 #     linkage (extern "C"), trains with every engine, builds a zoo model;
 #   - tests/install/runner.c (C): the apps' runner sp_run on a zoo model for a few steps
 #     with every engine (its JSON line, --save, a refused flag);
-#   - tests/install/parallel.c (C): a residual model with batch norm through sp_run, under
-#     `mpirun -np 2` with --parallel ddp and --parallel 1f1b (with MPI and mpirun): both
-#     exit 0 with a finite loss, and the 1f1b run's checkpoint is byte for byte the one
-#     of the program's own one-process run with --microbatches 4 (1f1b's M on 2 ranks);
+#   - docs/WRITING_MODELS.md's my_model.c (C), taken from the page: a residual model with
+#     batch norm through sp_run; compiled warning-free, then the ```sh block printed
+#     under it is run line by line as printed, in a scratch folder (the engines, --save,
+#     --eval-only, --save-every/--resume, --microbatches and, with MPI and mpirun,
+#     `mpirun -np 2` with --parallel ddp and --parallel 1f1b, whose checkpoint `cmp`
+#     finds byte for byte the one-process --microbatches 4 run's); the mpirun lines'
+#     JSON must say 2 workers and their batch-norm semantics;
 #   - tests/install/zoo.c (C): a built-in model (sp_zoo_resnet20, layers/zoo.h) links
 #     and trains from the installed library and saves a checkpoint;
 #   - the installed python/scanprop_torch.py (pkg-config's pythondir) imports with
@@ -67,40 +70,63 @@ fi
 [ $runner_ok = 1 ] && done_list="$done_list; sp_run on a zoo model (linear, bppsa, ooo)"
 
 : >"$log"
-if ! ${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/parallel" tests/install/parallel.c $flags >>"$log" 2>&1; then
-    fail "the out-of-tree parallel program does not compile with: cc parallel.c $flags"
-elif ! case " $flags " in *" -lmpi "*) command -v mpirun >/dev/null 2>&1 ;; *) false ;; esac; then
-    done_list="$done_list; no MPI or no mpirun: the mpirun check skipped"
+# docs/WRITING_MODELS.md's whole program, and the commands printed under it, as printed:
+# the page is the test (nothing is copied here).
+doc=docs/WRITING_MODELS.md
+doc_block() {   # the fenced block of $doc whose first line starts with $1
+    awk -v want="$1" '
+        /^```/ { if (inb) { if (index(buf, want) == 1) { printf "%s", buf; found = 1; exit }
+                            inb = 0; next }
+                 inb = 1; buf = ""; next }
+        inb { buf = buf $0 "\n" }
+        END { exit !found }' "$doc"
+}
+mkdir -p "$tmp/doc"
+have_mpi=0
+case " $flags " in *" -lmpi "*) command -v mpirun >/dev/null 2>&1 && have_mpi=1 ;; esac
+if ! doc_block "/* my_model.c" >"$tmp/doc/my_model.c" || ! doc_block "cc -std=c11 -O2 my_model.c" >"$tmp/doc/run.sh"; then
+    fail "$doc has no my_model.c block followed by the commands that build and run it"
+elif ! ${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/doc/warnings" "$tmp/doc/my_model.c" $flags >>"$log" 2>&1; then
+    fail "$doc's my_model.c does not compile without warnings (-Wall -Wextra -Werror) with: $flags"
 else
-    par_ok=1
-    common="--steps 6 --threads 1 --quiet"
-    # shellcheck disable=SC2086
-    (cd "$tmp" && ./parallel $common --microbatches 4 --save one.safetensors) >>"$log" 2>&1 ||
-        { fail "the out-of-tree parallel program failed on one process (--microbatches 4)"; par_ok=0; }
-    for scheme in ddp 1f1b; do
-        # shellcheck disable=SC2086
+    doc_ok=1
+    ran=0
+    while IFS= read -r line; do
+        case $line in ''|'#'*) continue ;; esac
+        case $line in *mpirun*|*1f1b.safetensors*) [ $have_mpi = 1 ] || continue ;; esac
         # (an ASan build: no leak check in the ranks, as the MPI suites run them — Open MPI
         # keeps what MPI_Init allocates; tests/testutil.h TU_MPI_FAST_ENV)
-        out=$(cd "$tmp" && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ASAN_OPTIONS=detect_leaks=0 \
-            mpirun --oversubscribe --bind-to none -np 2 ./parallel $common --parallel $scheme \
-            --save "$scheme.safetensors" 2>>"$log")
+        out=$(cd "$tmp/doc" && ASAN_OPTIONS=detect_leaks=0 sh -c "$line" </dev/null 2>>"$log")
         rc=$?
-        echo "$out" >>"$log"
+        printf '$ %s\n%s\n' "$line" "$out" >>"$log"
+        ran=$((ran + 1))
         if [ $rc -ne 0 ]; then
-            fail "the out-of-tree parallel program failed under mpirun -np 2 --parallel $scheme"; par_ok=0
-            continue
+            fail "$doc: \`$line\` exited $rc"; doc_ok=0; break
         fi
-        case $scheme in ddp) bn=per-rank ;; *) bn=per-micro-batch ;; esac
-        case $(echo "$out" | tail -n 1) in
-            *'"parallel": "'$scheme'", "workers": 2,'*'"batch_norm": "'$bn'"'*) ;;
-            *) fail "the out-of-tree parallel program's JSON line under --parallel $scheme does not say $bn batch norm on 2 workers"; par_ok=0 ;;
+        case $line in
+            *"--parallel ddp"*) bn=per-rank ;;
+            *"--parallel 1f1b"*) bn=per-micro-batch ;;
+            *) bn= ;;
         esac
-    done
-    if [ $par_ok = 1 ] && ! cmp -s "$tmp/1f1b.safetensors" "$tmp/one.safetensors"; then
-        fail "the out-of-tree parallel program's 1f1b checkpoint differs from its one-process --microbatches 4 run"
-        par_ok=0
+        if [ -n "$bn" ]; then
+            scheme=${line#*--parallel }; scheme=${scheme%% *}
+            case $(echo "$out" | tail -n 1) in
+                *'"parallel": "'$scheme'", "workers": 2,'*'"batch_norm": "'$bn'"'*) ;;
+                *) fail "$doc: \`$line\`: its JSON line does not say $bn batch norm on 2 workers"; doc_ok=0 ;;
+            esac
+        fi
+    done <"$tmp/doc/run.sh"
+    # (every line ran: none of them read the rest of the list as its input)
+    want=$(grep -c '^[^#]' "$tmp/doc/run.sh")
+    [ $have_mpi = 1 ] || want=$(grep '^[^#]' "$tmp/doc/run.sh" | grep -vc 'mpirun\|1f1b\.safetensors')
+    if [ $doc_ok = 1 ] && [ "$ran" -ne "$want" ]; then
+        fail "$doc: $ran of its $want commands ran"; doc_ok=0
     fi
-    [ $par_ok = 1 ] && done_list="$done_list; a residual model with batch norm under mpirun -np 2 (ddp; 1f1b = --microbatches 4, bitwise)"
+    if [ $doc_ok = 1 ]; then
+        done_list="$done_list; WRITING_MODELS.md's my_model.c built and run as printed ($ran commands"
+        [ $have_mpi = 1 ] && done_list="$done_list, mpirun ddp and 1f1b = --microbatches 4 bitwise)" ||
+            done_list="$done_list; no MPI or no mpirun: its mpirun lines skipped)"
+    fi
 fi
 
 : >"$log"

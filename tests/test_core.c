@@ -277,6 +277,30 @@ Test(errors, model_without_a_loss_exits_2, .exit_code = 2, .init = tu_capture_st
     sp_model_loss(m, &t, &x, ys);
 }
 
+/* Both calls that add a layer return its index (what sp_model_add_from reads), so
+ * `int f = sp_model_add(...)` is the layer f, as from sp_model_add_from. */
+Test(model, add_and_add_from_both_return_the_layers_index)
+{
+    sp_model *m = sp_model_new("idx");
+    cr_assert_eq(sp_model_add(m, sp_linear("fc1", 4, 4)), 0);
+    int r = sp_model_add(m, sp_relu());
+    cr_assert_eq(r, 1);
+    cr_assert_eq(r, sp_model_last(m));
+    cr_assert_eq(sp_model_add_from(m, sp_add(), 2, (int[]){r, 0}), 2);
+    cr_assert_eq(sp_model_add(m, sp_linear("fc2", 4, 2)), 3);
+    cr_assert_eq(m->nlayers, 4);
+    sp_model_free(m);
+}
+
+/* What sp_model_add returns for a NULL layer is no layer: reading it is refused. */
+Test(model, reading_a_failed_add_is_refused, .exit_code = 2, .init = tu_capture_stderr)
+{
+    sp_model *m = sp_model_new("none");
+    sp_model_add(m, sp_linear("fc1", 4, 4));
+    int bad = sp_model_add(m, NULL);
+    sp_model_add_from(m, sp_relu(), 1, (int[]){bad});
+}
+
 Test(model, set_loss_owns_and_replaces_the_loss)
 {
     sp_model *m = sp_model_new("m");
@@ -557,7 +581,7 @@ Test(api, null_arguments_are_errors_naming_them)
     cr_assert(strstr(sp_last_error(), "the root folder is NULL"), "%s", sp_last_error());
     cr_assert_null(sp_loader_new(NULL, 4, false, 1, false));
     cr_assert(strstr(sp_last_error(), "sp_loader_new: the dataset is NULL"), "%s", sp_last_error());
-    cr_assert_null(sp_model_add(m, NULL));
+    cr_assert_eq(sp_model_add(m, NULL), SP_MODEL_NONE);
     cr_assert(strstr(sp_last_error(), "sp_model_add: the layer is NULL"), "%s", sp_last_error());
     sp_train_result r = sp_train(m, NULL, NULL, NULL, NULL, NULL);
     cr_assert_eq(r.status, SP_ERR);
@@ -657,7 +681,7 @@ static void c61(void) { (void)sp_tape_tensor_on(NULL, 0, -1, NULL); }
 static void c62(void) { (void)sp_model_new(NULL); }
 static void c63(void) { sp_model_set_loss(NULL, NULL); }
 static void c64(void) { sp_model_free(NULL); }
-static void c65(void) { g_ptr = (const void *)sp_model_add(NULL, NULL); }
+static void c65(void) { g_status = sp_model_add(NULL, NULL) == SP_MODEL_NONE ? SP_ERR : SP_OK; }
 static void c66(void) { (void)sp_model_add_from(NULL, NULL, 1, NULL); }
 static void c67(void) { (void)sp_model_layer_label(NULL, 0, NULL, 0); }
 static void c68(void) { (void)sp_model_last(NULL); }
@@ -934,7 +958,7 @@ static const api_case cases[] = {
     {"sp_model_new", K_TRY, c62, "sp_model_new: argument 'name' is NULL"},
     {"sp_model_set_loss", K_TRY, c63, "sp_model_set_loss: argument 'm' is NULL"},
     {"sp_model_free", K_NOOP, c64, "?"},
-    {"sp_model_add", K_NULL, c65, "sp_model_add: the model is NULL"},
+    {"sp_model_add", K_STATUS, c65, "sp_model_add: the model is NULL"},
     {"sp_model_add_from", K_TRY, c66, "sp_model_add_from: argument 'm' is NULL"},
     {"sp_model_layer_label", K_TRY, c67, "sp_model_layer_label: argument 'm' is NULL"},
     {"sp_model_last", K_TRY, c68, "sp_model_last: argument 'm' is NULL"},

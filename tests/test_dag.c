@@ -463,7 +463,8 @@ Test(dropout, mask_delta_eval_and_seed)
     for (int run = 0; run < 2; run++) {
         sp_model *m = sp_model_new("d");
         sp_model_set_loss(m, sp_softmax_ce());
-        sp_layer *l = sp_model_add(m, sp_dropout(0.25f));
+        sp_layer *l = sp_dropout(0.25f);
+        sp_model_add(m, l);
         sp_model_init(m, 9);
         sp_tensor x = sp_tensor_new(2, (int[]){10, 100}), dy = sp_tensor_new(2, (int[]){10, 100}),
                   dx = sp_tensor_new(2, (int[]){10, 100});

@@ -35,13 +35,20 @@ static tmodel tm_make(const char *name, int batch)
     if (strcmp(name, "branchy") == 0) {
         sp_model *m = tm.m = sp_model_new("branchy");
         sp_model_set_loss(m, sp_softmax_ce());
-        tm.fc1 = sp_model_add(m, sp_linear("fc1", 8, 6));
-        tm.t1 = sp_model_add(m, sp_tanh());
-        tm.deadA = sp_model_add(m, sp_linear("dead", 6, 3));
-        tm.deadB = sp_model_add(m, sp_sigmoid());
-        tm.shared = sp_model_add(m, sp_linear("shared", 6, 6));
-        tm.t2 = sp_model_add(m, sp_tanh());
-        tm.head = sp_model_add(m, sp_linear("head", 6, 5));
+        tm.fc1 = sp_linear("fc1", 8, 6);
+        sp_model_add(m, tm.fc1);
+        tm.t1 = sp_tanh();
+        sp_model_add(m, tm.t1);
+        tm.deadA = sp_linear("dead", 6, 3);
+        sp_model_add(m, tm.deadA);
+        tm.deadB = sp_sigmoid();
+        sp_model_add(m, tm.deadB);
+        tm.shared = sp_linear("shared", 6, 6);
+        sp_model_add(m, tm.shared);
+        tm.t2 = sp_tanh();
+        sp_model_add(m, tm.t2);
+        tm.head = sp_linear("head", 6, 5);
+        sp_model_add(m, tm.head);
         tm.ndim = 2;
         tm.shape[1] = 8;
     } else if (strcmp(name, "resconv") == 0 || strcmp(name, "dense") == 0) {   /* DAGs: tests/testutil.c */
@@ -433,9 +440,11 @@ Test(exec, a_waiting_update_is_passed)
     g_slow_linear.cpu.backward_params = slow_backward_params;
     sp_model *m = sp_model_new("slowtop");
     sp_model_set_loss(m, sp_softmax_ce());
-    sp_layer *low = sp_model_add(m, sp_linear("low", 8, 8));
+    sp_layer *low = sp_linear("low", 8, 8);
+    sp_model_add(m, low);
     sp_model_add(m, sp_tanh());
-    sp_layer *top = sp_model_add(m, sp_linear("top", 8, 5));
+    sp_layer *top = sp_linear("top", 8, 5);
+    sp_model_add(m, top);
     top->op = &g_slow_linear;
     sp_model_init(m, 3);
     tmodel tm = {.name = "slowtop", .m = m, .ndim = 2, .shape = {4, 8}};
