@@ -551,7 +551,7 @@ Test(exec, a_rank_that_hangs_mid_step_stops_the_others, .timeout = 120)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 4 --comm-timeout 5", tu_bin_path("demo"));
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 4 --comm-timeout 5", tu_bin_path("tests/fault_demo"));
     mpi_run("SCANPROP_EXEC_FAULT=hang:1:2", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 2, "status %d, want 2\n%s", r.status, r.err);
     cr_assert(r.seconds < 40, "took %.1f s with a 5 s timeout", r.seconds);
@@ -574,7 +574,7 @@ Test(exec, a_timeout_on_an_oversubscribed_node_says_so, .timeout = 120)
     char cmd[1024], want[160];
     int threads = (int)cores;   /* 2 ranks x cores threads > cores */
     snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 4 --batch 32 --quiet --threads %d --parallel gpipe "
-             "--microbatches 4 --comm-timeout 2", tu_bin_path("demo"), threads);
+             "--microbatches 4 --comm-timeout 2", tu_bin_path("tests/fault_demo"), threads);
     mpi_run("SCANPROP_EXEC_FAULT=hang:1:2", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 2, "status %d, want 2\n%s", r.status, r.err);
     snprintf(want, sizeof want, "oversubscribed, 2 ranks x %d thread%s on %ld online cores", threads,
@@ -590,13 +590,31 @@ Test(exec, a_rank_that_exits_mid_step_ends_the_job, .timeout = 120)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --microbatches 4 --comm-timeout 20", tu_bin_path("demo"));
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --microbatches 4 --comm-timeout 20", tu_bin_path("tests/fault_demo"));
     mpi_run("SCANPROP_EXEC_FAULT=exit:1:2", "-np 4", cmd, &r);
     cr_assert_neq(r.status, 0, "the job succeeded although rank 1 died\n%s", r.err);
     cr_assert(r.seconds < 25, "took %.1f s", r.seconds);
     /* mpirun names the dead process: "Process name: [[job,1],1]" (or "process rank 1") */
     cr_assert(strstr(r.err, ",1],1]") || strstr(r.err, "process rank 1"), "stderr:\n%s", r.err);
     cr_assert(!strstr(r.out, "\"app\""));
+}
+
+/* The injected faults live in the test program (tests/fault_demo.c), not in the library:
+ * the apps ignore $SCANPROP_EXEC_FAULT, and neither the library nor an app holds the name. */
+Test(exec, release_programs_ignore_the_fault_variable, .timeout = 60)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 2", tu_bin_path("demo"));
+    mpi_run("SCANPROP_EXEC_FAULT=exit:0:1", "-np 1", cmd, &r);
+    cr_assert_eq(r.status, 0, "build/demo obeyed the test hook: status %d\n%s", r.status, r.err);
+    cr_assert(strstr(r.out, "\"app\""), "no JSON line: %s", r.out);
+    snprintf(cmd, sizeof cmd, "grep -l SCANPROP_EXEC_FAULT %s %s >/dev/null 2>&1", tu_bin_path("libscanprop.a"),
+             tu_bin_path("demo"));
+    cr_assert_neq(system(cmd), 0, "the library or build/demo holds the test hook's variable");
+    snprintf(cmd, sizeof cmd, "grep -l SCANPROP_EXEC_FAULT %s >/dev/null 2>&1", tu_bin_path("tests/fault_demo"));
+    cr_assert_eq(system(cmd), 0, "tests/fault_demo lacks the hook: the check above proves nothing");
 }
 
 /* ---- measured vs predicted: like with like ----------------------------------------------- */
@@ -627,7 +645,7 @@ Test(exec, step_median_leaves_out_five_steps_and_stalls, .timeout = 120)
     static mpi_result r;
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 9 --batch 32 --threads 1 --quiet --parallel gpipe --microbatches 2",
-             tu_bin_path("demo"));
+             tu_bin_path("tests/fault_demo"));
     for (int k = 0; k < 2; k++) {
         mpi_run(k == 0 ? "SCANPROP_EXEC_FAULT=slow:0:3:1000" : "SCANPROP_EXEC_FAULT=slow:0:8:1000", "-np 2", cmd, &r);
         cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
@@ -640,12 +658,12 @@ Test(exec, step_median_leaves_out_five_steps_and_stalls, .timeout = 120)
         cr_assert(median > 0 && median < 100, "slowed step %d: step_median_ms %.3f holds it", k ? 8 : 3, median);
     }
     snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 5 --batch 32 --threads 1 --quiet --parallel gpipe --microbatches 2",
-             tu_bin_path("demo"));
+             tu_bin_path("tests/fault_demo"));
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
     cr_assert_not_null(strstr(r.out, "\"step_median_ms\": null"), "5 steps leave no step for the median: %s", r.out);
     /* ddp applies the previous step's update inside a forward job (counted as compute) */
-    snprintf(cmd, sizeof cmd, "%s --layers 8 --steps 2 --batch 32 --threads 1 --quiet --parallel ddp", tu_bin_path("demo"));
+    snprintf(cmd, sizeof cmd, "%s --layers 8 --steps 2 --batch 32 --threads 1 --quiet --parallel ddp", tu_bin_path("tests/fault_demo"));
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
     double job = json_number(r.out, "job_overhead_us");
@@ -658,7 +676,7 @@ Test(exec, costs_out_and_step_mean_leave_out_the_first_step, .timeout = 120)
     static mpi_result r;
     char cmd[1024];
     const char *costs = tu_tmp_path("mean-costs.csv");
-    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 2 --costs-out %s", tu_bin_path("demo"),
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 2 --costs-out %s", tu_bin_path("tests/fault_demo"),
              costs);
     mpi_run("SCANPROP_EXEC_FAULT=slow:0:1:1000", "-np 1", cmd, &r);
     cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
