@@ -166,8 +166,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.c.o $(BUILD)/obj/tests/testutil.c.o $(LIB
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -lcriterion -o $@
 
-# Programs the MPI suites start under mpirun (test_comm, test_exec, test_exec_dag, test_bn_parallel).
-MPI_WORKERS := $(BUILD)/tests/comm_worker $(BUILD)/tests/dag_worker $(BUILD)/tests/bn_worker
+# Programs the MPI suites start under mpirun (test_comm, test_exec, test_exec_dag, test_bn_parallel;
+# fault_demo: build/demo with the injected faults of test_exec's timeout tests).
+MPI_WORKERS := $(BUILD)/tests/comm_worker $(BUILD)/tests/dag_worker $(BUILD)/tests/bn_worker $(BUILD)/tests/fault_demo
 $(MPI_WORKERS): $(BUILD)/tests/%: $(BUILD)/obj/tests/%.c.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@

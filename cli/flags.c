@@ -1,10 +1,12 @@
 /* flags.c — the flag parser (cli/flags.h): values, ranges, choices, needs,
  * "did you mean", and --help written from the table. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "core/error.h"
 #include "cli/flags.h"
 #include "cli/summary.h"
@@ -84,6 +86,65 @@ static const char *alternatives(const char *list, char *buf, size_t len)
     return buf;
 }
 
+/* Levenshtein distance, for "did you mean". */
+static size_t edit_distance(const char *a, size_t la, const char *b)
+{
+    size_t lb = strlen(b), row[64];
+    if (la >= 63 || lb >= 63) return 99;
+    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+/* The choice of "a|b|c" (or the alias of `aliases`) closest to v, as "; did you mean X?", or
+ * "" if none is close: a typo's distance grows with the word's length (1 up to 4
+ * characters, 2 up to 8, else 3), and a prefix of 3 or more characters counts as 1. */
+static const char *suggest(const char *v, const char *list, const char *const *aliases, char *buf, size_t len)
+{
+    size_t vl = strlen(v), bd = 99;
+    const char *best = NULL;
+    size_t bl = 0;
+    for (const char *p = list; p && *p;) {
+        size_t n = strcspn(p, "|");
+        char word[64];
+        if (n < sizeof word) {
+            memcpy(word, p, n);
+            word[n] = 0;
+            size_t d = edit_distance(v, vl, word);
+            if (vl >= 3 && strncmp(word, v, vl < n ? vl : n) == 0 && d > 1) d = 1;
+            if (d < bd) bd = d, best = p, bl = n;
+        }
+        p += n;
+        if (*p) p++;
+    }
+    for (const char *const *a = aliases; a && a[0] && a[1]; a += 2) {
+        size_t d = edit_distance(v, vl, a[0]);
+        if (d < bd) bd = d, best = a[0], bl = strlen(a[0]);
+    }
+    size_t limit = vl <= 4 ? 1 : vl <= 8 ? 2 : 3;
+    buf[0] = 0;
+    if (best && bd > 0 && bd <= limit) snprintf(buf, len, "; did you mean %.*s?", (int)bl, best);
+    return buf;
+}
+
+const char *sp_flag_suggest(const char *value, const char *choices, char *buf, size_t len)
+{
+    if (!value) sp_fail("sp_flag_suggest: argument 'value' is NULL");
+    if (!choices) sp_fail("sp_flag_suggest: argument 'choices' is NULL");
+    if (!buf || len == 0) sp_fail("sp_flag_suggest: argument 'buf' is NULL or empty");
+    return suggest(value, choices, NULL, buf, len);
+}
+
 static void range_of(const sp_flag *f, double *lo, double *hi)
 {
     *lo = -INFINITY;
@@ -115,8 +176,9 @@ static void set_value(sp_flag *f, const char *v)
         for (const char *const *a = f->aliases; a && a[0] && a[1]; a += 2)   /* the choice it stands for */
             if (strcmp(v, a[0]) == 0) v = a[1];
         if (f->choices && !in_list(f->choices, v, strlen(v))) {
-            char alt[512];
-            sp_fail("--%s %s: expected %s", f->name, v, alternatives(f->choices, alt, sizeof alt));
+            char alt[512], hint[128];
+            sp_fail("--%s %s: expected %s%s", f->name, v, alternatives(f->choices, alt, sizeof alt),
+                    suggest(v, f->choices, f->aliases, hint, sizeof hint));
         }
         *(const char **)f->dst = v;
         return;
@@ -197,26 +259,6 @@ int sp_flags_digest(sp_flag_digest *out, int cap, const char *skip)
         n++;
     }
     return n;
-}
-
-/* Levenshtein distance, for "did you mean". */
-static size_t edit_distance(const char *a, size_t la, const char *b)
-{
-    size_t lb = strlen(b), row[64];
-    if (la >= 63 || lb >= 63) return 99;
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            diag = up;
-            row[j] = best;
-        }
-    }
-    return row[lb];
 }
 
 /* The closest flag of `set` to name[0..len), or NULL if none is close. */
@@ -354,12 +396,54 @@ static void bool_value_refused(const sp_flag *f, const char *v)
         if (!bar) break;
         p = bar + 1;
     }
-    sp_fail("--%s=%s: expected %s", f->name, v, alternatives(list, alt, sizeof alt));
+    char hint[128];
+    sp_fail("--%s=%s: expected %s%s", f->name, v, alternatives(list, alt, sizeof alt),
+            suggest(v, f->choices, NULL, hint, sizeof hint));
 }
 
 static bool g_output_check;
 
 static void check_output_at_exit(void) { sp_stdout_check(); }
+
+static int g_saved_stderr = -1;
+
+bool sp_flags_quiet_rank(void)
+{
+    const char *np = getenv("OMPI_COMM_WORLD_SIZE"), *rank = getenv("OMPI_COMM_WORLD_RANK");
+    return np && rank && atoi(np) > 1 && atoi(rank) != 0;
+}
+
+/* A quiet rank that exits on a refusal gives rank 0 time to print it: mpirun ends the
+ * job at the first exit, and rank 0 refuses the same command a moment later. */
+static void quiet_exit(void)
+{
+    if (g_saved_stderr >= 0) usleep(500 * 1000);
+}
+
+void sp_flags_quiet_begin(void)
+{
+    static bool registered;
+    if (g_saved_stderr >= 0 || !sp_flags_quiet_rank()) return;
+    if (!registered) {
+        registered = true;
+        atexit(quiet_exit);
+    }
+    fflush(stderr);
+    int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null < 0) return;
+    g_saved_stderr = dup(2);
+    if (g_saved_stderr >= 0) dup2(null, 2);
+    close(null);
+}
+
+void sp_flags_quiet_end(void)
+{
+    if (g_saved_stderr < 0) return;
+    fflush(stderr);
+    dup2(g_saved_stderr, 2);
+    close(g_saved_stderr);
+    g_saved_stderr = -1;
+}
 
 static void parse(int argc, char **argv, const char *app, const char *summary, sp_flag *set, const sp_flag *elsewhere)
 {
@@ -371,9 +455,10 @@ static void parse(int argc, char **argv, const char *app, const char *summary, s
     }
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(app, summary, set);
+            if (!sp_flags_quiet_rank()) usage(app, summary, set);   /* under mpirun: rank 0's */
             exit(0);
         }
+    for (sp_flag *f = set; f->name; f++) f->set = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0) {
@@ -384,7 +469,8 @@ static void parse(int argc, char **argv, const char *app, const char *summary, s
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         sp_flag *f = find(set, name, len);
         if (!f) unknown_flag(set, elsewhere, "--", name, len);
-        f->set = true;   /* given twice: the last value counts */
+        if (f->set) sp_fail("%s: --%s given twice (give each flag once)", app, f->name);
+        f->set = true;
         const char *v = eq ? eq + 1 : NULL;
         if (f->kind == SP_FLAG_BOOL) {
             if (v && f->choices) {   /* --plan=full: one of the flag's values */
@@ -413,7 +499,9 @@ void sp_flags_parse(int argc, char **argv, const char *app, const char *summary,
     if (!app) sp_fail("sp_flags_parse: argument 'app' is NULL");
     if (!summary) sp_fail("sp_flags_parse: argument 'summary' is NULL");
     if (!flags) sp_fail("sp_flags_parse: argument 'flags' is NULL");
+    sp_flags_quiet_begin();
     parse(argc, argv, app, summary, flags, NULL);
+    sp_flags_quiet_end();
 }
 
 void sp_flags_parse_among(int argc, char **argv, const char *app, const char *summary, sp_flag *flags,
@@ -424,6 +512,8 @@ void sp_flags_parse_among(int argc, char **argv, const char *app, const char *su
     if (!app) sp_fail("sp_flags_parse_among: argument 'app' is NULL");
     if (!summary) sp_fail("sp_flags_parse_among: argument 'summary' is NULL");
     if (!flags) sp_fail("sp_flags_parse_among: argument 'flags' is NULL");
+    sp_flags_quiet_begin();
     parse(argc, argv, app, summary, flags, others);
+    sp_flags_quiet_end();
 }
 

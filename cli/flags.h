@@ -6,7 +6,8 @@
  *   {"order", SP_FLAG_STR, &order, "task order", .choices = "ooo|list", .needs = "backward=ooo"},
  *
  * A flag that does not apply is refused with one line and exit 2 ("--order needs
- * --backward ooo"); the training runner's common flags are in cli/run.h. */
+ * --backward ooo"), and so is a flag given twice; the training runner's common flags are
+ * in cli/run.h. */
 #ifndef SP_FLAGS_H
 #define SP_FLAGS_H
 
@@ -44,13 +45,25 @@ typedef struct sp_flag {
 
 /* Parses argv against `flags` (ends with name == NULL). --help prints usage (every
  * default, every valid value, flags grouped) and exits 0; an unknown flag ("did you mean
- * --batch?"), a bad value, a value out of range or a flag whose `needs` fail: one line,
- * exit 2. Registers the check of stdout at exit (sp_stdout_check). */
+ * --batch?"), a bad value ("--scheme gpip: expected ...; did you mean gpipe?"), a value out
+ * of range, a flag given twice or a flag whose `needs` fail: one line, exit 2. Registers
+ * the check of stdout at exit (sp_stdout_check). */
 void sp_flags_parse(int argc, char **argv, const char *app, const char *summary, sp_flag *flags);
 /* The same, where `others` (NULL-terminated, may be NULL) are flags that exist but not in
  * this program: given one, the refusal says it "does not apply to" the program. */
 void sp_flags_parse_among(int argc, char **argv, const char *app, const char *summary, sp_flag *flags,
                           const sp_flag *others);
+/* "; did you mean X?" for the value v of a flag whose valid values are choices ("a|b|c"),
+ * or "" if none is close (the parser's refusal of a bad value adds it; other refusals of
+ * a name from a list may too). Returns buf. */
+const char *sp_flag_suggest(const char *value, const char *choices, char *buf, size_t len);
+/* Started by mpirun as a rank other than 0 (Open MPI's OMPI_COMM_WORLD_RANK): a refusal of
+ * the command line is rank 0's to print, once. Between begin and end (the parse does so
+ * itself; the runner around its checks after the parse) such a rank's stderr goes to
+ * /dev/null; the exit status is the same on every rank. */
+bool sp_flags_quiet_rank(void);
+void sp_flags_quiet_begin(void);
+void sp_flags_quiet_end(void);
 /* After a parse: whether --name was given. */
 bool sp_flag_given(const char *name);
 /* After a parse: the flags of the table, in order, each with a hash of the value the

@@ -33,7 +33,10 @@ void sp_run_open_images(const sp_run_opts *o, int pad_to, sp_dataset **train, sp
     if (!train) sp_fail("sp_run_open_images: argument 'train' is NULL");
     if (!test) sp_fail("sp_run_open_images: argument 'test' is NULL");
     const sp_data_format *f = run_data_format(o);
-    if (!f) sp_fail("--data-format %s: unknown (expected one of %s)", o->data_format, sp_data_format_names());
+    char hint[128];
+    if (!f)
+        sp_fail("--data-format %s: unknown (expected one of %s)%s", o->data_format, sp_data_format_names(),
+                sp_flag_suggest(o->data_format, sp_data_format_names(), hint, sizeof hint));
     const char *dir = o->data ? o->data : f->default_dir;
     /* --parallel: opened for their rows (headers checked now); sp_run reads a rank's own */
     bool rows = o->parallel != NULL;

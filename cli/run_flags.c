@@ -174,7 +174,7 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
          "backward, updates) as a CUDA Graph once per shape, replay it each step (docs/CUDA.md)", .group = G_OOO, .needs = "backward=ooo,device=cuda,!trace",
          .scope = SP_SCOPE_ENGINE},
         {"parallel", SP_FLAG_STR, &o->parallel, "run the master schedule on the MPI ranks", .group = G_PAR,
-         .choices = sp_exec_scheme_names(), .needs = "backward=linear|ooo",
+         .choices = sp_exec_scheme_names(), .needs = "backward=linear|ooo,!eval-only",
          .scope = SP_SCOPE_RUN},
         {"microbatches", SP_FLAG_INT, &o->microbatches, "micro-batches B per step (0 = W, pipelines 2W); "
          "without --parallel: gradient accumulation over B micro-batches, one update (0 = 1)",
@@ -227,6 +227,8 @@ static void check_ranges(sp_run_opts *o)
     if (!(o->lr > 0)) sp_fail("--lr %g: expected > 0", o->lr);
     if (!(o->prune >= 0 && o->prune < 1)) sp_fail("--prune %g: expected a fraction in [0, 1)", o->prune);
     if (o->momentum < 0 || o->momentum >= 1) sp_fail("--momentum %g: expected in [0, 1)", o->momentum);
+    if (sp_flag_given("step-sync") && !(o->clip_grad_norm > 0))
+        sp_fail("--step-sync %s needs --clip-grad-norm > 0 (with no clip there is no norm to wait for)", o->step_sync);
     if (sp_flag_given("lr-schedule")) sp_lr_parse(o->lr_schedule, o->lr);   /* fail before any data is read */
     if (!o->data && sp_flag_given("data-format")) run_data_format(o);   /* one that needs --data */
     o->plan_full = o->plan_arg && strcmp(o->plan_arg, "full") == 0;
@@ -281,7 +283,9 @@ void sp_run_parse(int argc, char **argv, const char *app, const char *summary, s
     for (int i = 0; i < n; i++)   /* the app's table learns which of its flags were given */
         for (sp_flag *f = extra; f && f->name; f++)
             if (strcmp(f->name, set[i].name) == 0) f->set = set[i].set;
+    sp_flags_quiet_begin();   /* under mpirun a refusal is rank 0's line */
     check_ranges(o);
+    sp_flags_quiet_end();
     /* Started by mpirun (Open MPI's environment; MPI itself starts only with --parallel):
      * without --parallel every rank would train alone and print its own JSON line. Rank 0
      * says so; the others leave quietly, so that the line is printed once and mpirun's

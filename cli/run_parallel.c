@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "core/comm/comm.h"
 #include "core/error.h"
+#include "core/io/fileio.h"
 #include "schedulers/sim/comm_cost.h"
 #include "schedulers/exec/exec.h"
 #include "cli/run.h"
@@ -43,12 +45,44 @@ static uint32_t hash_ints(uint32_t h, int n, const int *v)
     return h;
 }
 
+/* FNV-1a (64 bits) of a file's bytes; 0 when it cannot be read (the read that follows
+ * refuses it on that rank, naming why). */
+static uint64_t hash_file(const char *path)
+{
+    FILE *f = sp_open_read(path, NULL);
+    if (!f) return 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    unsigned char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        for (size_t i = 0; i < n; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
+    bool bad = ferror(f);
+    fclose(f);
+    return bad ? 0 : h | 1;   /* never 0: that is "cannot read" */
+}
+
+/* A list of ranks ("1, 3") whose entry e differs from rank 0's; returns how many. */
+static int ranks_differing(const float *all, int W, int E, int e, char *ranks, size_t len)
+{
+    size_t k = 0;
+    int nd = 0;
+    ranks[0] = 0;
+    for (int r = 1; r < W; r++)
+        if (memcmp(all + (size_t)r * 4 * E + 4 * e, all + 4 * e, 4 * sizeof *all) != 0) {
+            if (k + 16 < len) k += (size_t)snprintf(ranks + k, len - k, "%s%d", nd ? ", " : "", r);
+            nd++;
+        }
+    return nd;
+}
+
 /* Before the first collective of the executor: every rank must run the same program and
- * model on the same data with the same settings, or a rank would read a gradient bucket
- * of another size, wait for a message that never comes or silently train with rank 0's
- * numbers. One allgather of a hash per flag (and of the program, the model's parameter
- * shapes and the dataset's identity); on a difference every rank refuses alike, naming
- * the first flag that differs and the ranks. */
+ * model on the same data with the same settings, and read the same bytes from the files
+ * it is given, or a rank would read a gradient bucket of another size, wait for a message
+ * that never comes or silently train with rank 0's numbers. One allgather of a hash per
+ * flag (and of the program, the model's parameter shapes, the dataset's identity and the
+ * contents of each input file: a path names a file on each rank's own disk or working
+ * directory); on a difference every rank refuses alike, naming the first flag or file
+ * that differs and the ranks. */
 static void ranks_agree(const char *app, const sp_run_opts *o, const sp_model *m, const sp_dataset *train,
                         const sp_dataset *test, int sample_ndim, const int *sample_shape)
 {
@@ -57,8 +91,12 @@ static void ranks_agree(const char *app, const sp_run_opts *o, const sp_model *m
     if (W < 2) return;
     sp_flag_digest d[MAX_DIGEST];
     int nf = sp_flags_digest(d, MAX_DIGEST, RANK_LOCAL_FLAGS);
-    enum { E_APP, E_FLAGS, E = E_FLAGS + MAX_DIGEST + 2 };   /* then the model, the data */
-    uint32_t h[E] = {0};
+    /* the files a rank reads by path before or during the run */
+    const char *files[][2] = {{"actions", o->actions}, {"costs", o->costs}, {"comm-profile", o->comm_profile},
+                              {"load", o->load}};
+    enum { NFILES = sizeof files / sizeof files[0] };
+    enum { E_APP, E_FLAGS, E = E_FLAGS + MAX_DIGEST + 2 + NFILES };   /* then the model, the data, the files */
+    uint64_t h[E] = {0};
     h[E_APP] = hash_text(hash_text(2166136261u, app), m->name);
     for (int i = 0; i < nf; i++) h[E_FLAGS + i] = d[i].hash;
     uint32_t hm = 2166136261u;
@@ -69,20 +107,32 @@ static void ranks_agree(const char *app, const sp_run_opts *o, const sp_model *m
     for (const sp_dataset *ds = train; ds; ds = ds == train ? test : NULL)
         hd = hash_ints(hash_text(hd, ds->name), 2, (int[]){ds->n, ds->nclasses});
     h[E_FLAGS + nf + 1] = hd;
+    int e_files = E_FLAGS + nf + 2;
+    for (int i = 0; i < NFILES; i++) h[e_files + i] = files[i][1] ? hash_file(files[i][1]) : 0;
+    int used = e_files + NFILES;
     /* 16 bits per float: exact in any float and in any MPI implementation */
-    float *mine = sp_xcalloc(2 * E, sizeof *mine), *all = sp_xcalloc((size_t)W * 2 * E, sizeof *all);
-    for (int e = 0; e < E; e++) mine[2 * e] = (float)(h[e] >> 16), mine[2 * e + 1] = (float)(h[e] & 0xffff);
-    sp_allgather(w, mine, all, 2 * E);
-    for (int e = 0; e < E_FLAGS + nf + 2; e++) {
-        char ranks[256] = "";
-        size_t k = 0;
-        int nd = 0;
-        for (int r = 1; r < W; r++)
-            if (all[(size_t)r * 2 * E + 2 * e] != all[2 * e] || all[(size_t)r * 2 * E + 2 * e + 1] != all[2 * e + 1]) {
-                if (k + 16 < sizeof ranks) k += (size_t)snprintf(ranks + k, sizeof ranks - k, "%s%d", nd ? ", " : "", r);
-                nd++;
-            }
+    float *mine = sp_xcalloc(4 * E, sizeof *mine), *all = sp_xcalloc((size_t)W * 4 * E, sizeof *all);
+    for (int e = 0; e < E; e++)
+        for (int q = 0; q < 4; q++) mine[4 * e + q] = (float)((h[e] >> (16 * q)) & 0xffff);
+    sp_allgather(w, mine, all, 4 * E);
+    for (int e = 0; e < used; e++) {
+        char ranks[256];
+        int nd = ranks_differing(all, W, E, e, ranks, sizeof ranks);
         if (!nd) continue;
+        if (e >= e_files) {
+            const char *const *fl = files[e - e_files];
+            bool unread = false;   /* rank 0 or another cannot read it (hash 0) */
+            for (int r = 0; r < W; r++) {
+                bool zero = true;
+                for (int q = 0; q < 4; q++) zero &= all[(size_t)r * 4 * E + 4 * e + q] == 0;
+                unread |= zero;
+            }
+            sp_comm_fail_all(w, "--parallel %s: the ranks read different files as --%s %s: rank%s %s read%s other "
+                                "contents than rank 0%s (every rank must read the same bytes: one file on a shared "
+                                "disk, or identical copies)",
+                             o->parallel, fl[0], fl[1], nd > 1 ? "s" : "", ranks, nd > 1 ? "" : "s",
+                             unread ? " (or one of them cannot read it)" : "");
+        }
         char what[768], val[256];
         if (e == E_APP)
             snprintf(what, sizeof what, "the program (rank 0 runs %s, model %s)", app, m->name);
@@ -100,6 +150,23 @@ static void ranks_agree(const char *app, const sp_run_opts *o, const sp_model *m
     }
     free(mine);
     free(all);
+}
+
+/* More threads on this node (its ranks × --threads) than online cores: the steps slow
+ * down, a peer may look hung. A warning on rank 0, one line; not an error. */
+static void warn_oversubscribed(const char *app, const sp_run_opts *o, sp_comm *w)
+{
+    if (sp_comm_rank(w) != 0) return;
+    const char *env = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");   /* this node's ranks (Open MPI) */
+    long ranks = env && atol(env) > 0 ? atol(env) : sp_comm_size(w), cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1 || ranks < 2 || ranks * o->threads <= cores) return;
+    long fit = cores / ranks;
+    char hint[64];
+    if (fit >= 1 && fit < o->threads) snprintf(hint, sizeof hint, "--threads %ld or fewer ranks", fit);
+    else snprintf(hint, sizeof hint, "fewer ranks");
+    fprintf(stderr, "%s: warning: %ld ranks x %d thread%s on %ld online cores: the node is oversubscribed, the steps "
+                    "will be slow (try %s)\n",
+            app, ranks, o->threads, o->threads == 1 ? "" : "s", cores, hint);
 }
 
 /* The communication model of a run: --comm-profile, read by every rank before any work
@@ -129,6 +196,7 @@ struct sp_exec *run_exec_new(const char *app, const sp_run_opts *o, sp_model *m,
     sp_comm_set_timeout(o->comm_timeout);
     sp_comm_init(NULL, NULL);
     ranks_agree(app, o, m, train, test, sample_ndim, sample_shape);
+    warn_oversubscribed(app, o, sp_comm_world());
     sp_comm_model *profile = NULL;   /* a bad --comm-profile is refused before any work */
     if (o->comm_profile && sp_comm_model_load(o->comm_profile, &profile) != SP_OK)
         sp_comm_fail_all(sp_comm_world(), "%s", sp_last_error());

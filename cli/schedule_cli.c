@@ -159,6 +159,14 @@ static void parse(int argc, char **argv, opts *o)
 
 static void check(opts *o)
 {
+    /* the output files refused now, before anything is printed or computed */
+    const char *outs[][2] = {{"--svg", o->svg}, {"--costs-out", o->costs_out}, {"--actions-out", o->actions_out}};
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+        if (outs[i][1]) {
+            sp_out out;
+            sp_check(sp_out_open(&out, outs[i][1], outs[i][0]));
+            sp_out_abort(&out);
+        }
     if (!(o->gflops > 0)) sp_fail("--gflops %g: expected > 0", o->gflops);
     if (sp_limit_time("--transfer-cost", o->transfer) != SP_OK) sp_fail("%s", sp_last_error());
     if (o->bucket_mb >= 0 && !o->topo.nodes && !o->comm_profile && !(o->transfer > 0))   /* < 0: not given */

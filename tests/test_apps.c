@@ -114,16 +114,50 @@ static bool one_line_error(const char *e)
     return strncmp(e, "scanprop: ", 10) == 0 && nl && nl[1] == 0;
 }
 
+/* `base` without the flags `args` gives (each with its value: the next word unless it
+ * starts with --): a flag is given once, so the flag under test replaces the base's. */
+static void base_without(char *dst, size_t len, const char *base, const char *args)
+{
+    size_t k = 0;
+    dst[0] = 0;
+    for (const char *p = base; *p;) {
+        p += strspn(p, " ");
+        size_t n = strcspn(p, " ");
+        if (!n) break;
+        bool drop = false;
+        if (strncmp(p, "--", 2) == 0)
+            for (const char *q = args; *q && !drop;) {
+                q += strspn(q, " ");
+                size_t m = strcspn(q, " =");
+                drop = m == strcspn(p, " =") && strncmp(p, q, m) == 0 && strncmp(q, "--", 2) == 0;
+                q += strcspn(q, " ");
+            }
+        if (drop) {
+            p += n;
+            const char *v = p + strspn(p, " ");
+            if (*v && strncmp(v, "--", 2) != 0 && !memchr(p - n, '=', n)) p = v + strcspn(v, " ");   /* its value */
+            continue;
+        }
+        if (k + n + 2 < len) k += (size_t)snprintf(dst + k, len - k, "%s%.*s", k ? " " : "", (int)n, p);
+        p += n;
+    }
+}
+
 /* refusals_only: the runs that end before training (the sanitizer build of VGG-11 is too
  * slow to train 60 times; the same flag code trains in the lenet walk) */
 static void run_walk_some(const char *name, const char *base, const walk *w, int n, bool refusals_only)
 {
     for (int i = 0; i < n; i++) {
         if (refusals_only && w[i].expect != REFUSED) continue;
-        char a0[8192], a1[9000];
+        char a0[9000], a1[18000];
+        char kept[8192];
         if (w[i].with && w[i].with[0] == '=') snprintf(a0, sizeof a0, "%s", w[i].with + 1);   /* instead of base */
-        else snprintf(a0, sizeof a0, "%s %s", base, w[i].with ? w[i].with : "");
-        snprintf(a1, sizeof a1, "%s %s", a0, w[i].args);
+        else {
+            base_without(kept, sizeof kept, base, w[i].with ? w[i].with : "");
+            snprintf(a0, sizeof a0, "%s %s", kept, w[i].with ? w[i].with : "");
+        }
+        base_without(kept, sizeof kept, a0, w[i].args);
+        snprintf(a1, sizeof a1, "%s %s", kept, w[i].args);
         const char *what = w[i].what ? expand(w[i].what) : "";
         char whatc[4400];
         snprintf(whatc, sizeof whatc, "%s", what);
@@ -146,7 +180,7 @@ static void run_walk_some(const char *name, const char *base, const walk *w, int
         case STDOUT_HAS: cr_expect(strstr(out, whatc), "%s %s: stdout lacks '%s'", name, a1, whatc); break;
         case STDERR_HAS: cr_expect(strstr(err, whatc), "%s %s: stderr lacks '%s': %s", name, a1, whatc, err); break;
         default: {
-            static char cached[8192];   /* the last base run, reused while `with` stays */
+            static char cached[9000];   /* the last base run, reused while `with` stays */
             if (strcmp(cached, a0) != 0 || w[i].expect == QUIET) {
                 cr_expect_eq(app(name, a0, out0, err0), 0, "%s %s: exit != 0; stderr: %s", name, a0, err0);
                 snprintf(cached, sizeof cached, "%s", a0);
@@ -740,6 +774,25 @@ Test(flags, refused_with_the_reason)
         {"schedule", "--alpha 2", "--alpha needs --layerpipe"},
         {"schedule", "--workers 0", "--workers 0: expected >= 1"},
         {"jacobian", "--colums 3", "did you mean --columns?"},
+        /* a value of a list: the closest one */
+        {"schedule", "--scheme gpip", "--scheme gpip: expected ddp, fsdp, gpipe"},
+        {"schedule", "--scheme gpip", "; did you mean gpipe?"},
+        {"schedule", "--model lenet5", "did you mean lenet?"},
+        {"lenet", "--backward oo", "did you mean ooo?"},
+        {"lenet", "--optim adm", "did you mean adam?"},
+        {"lenet", "--data-format cifar", "did you mean cifar10?"},
+        {"lenet", "--backward ooo --order reverse-first", "did you mean reverse-first-k?"},
+        {"jacobian", "--model vgg", "did you mean vgg11?"},
+        {"demo", "--parallel 1f1", "did you mean 1f1b?"},
+        /* a flag given twice */
+        {"demo", "--steps 2 --steps 3", "demo: --steps given twice"},
+        {"schedule", "--stages 2 --stages 2", "schedule: --stages given twice"},
+        {"lenet", "--quiet --quiet", "lenet: --quiet given twice"},
+        /* a step sync with no clip to sync */
+        {"demo", "--parallel ddp --step-sync plain --clip-grad-norm 0", "--step-sync plain needs --clip-grad-norm > 0"},
+        /* an output refused before the diagram is printed (stdout stays empty) */
+        {"schedule", "--scheme gpipe --svg /dev/full", "--svg /dev/full: cannot open for writing"},
+        {"schedule", "--scheme gpipe --actions-out /dev/full", "--actions-out /dev/full: cannot open for writing"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = app(cases[i].app, cases[i].args, out, err);
@@ -1169,7 +1222,9 @@ Test(flags, eval_only_refuses_the_flags_it_does_not_use)
                  err);
     const char *flags[] = {"--log %T/l.csv", "--backward ooo", "--trace %T/t.json", "--prune 0.5", "--steps 5",
                            "--epochs 2", "--lr 0.1", "--lr-schedule cosine:2", "--optim sgd", "--no-shuffle",
-                           "--eval-every 2", "--mem-cap 1", "--plan", "--momentum 0.5", "--weight-decay 0.1"};
+                           "--eval-every 2", "--mem-cap 1", "--plan", "--momentum 0.5", "--weight-decay 0.1",
+                           "--parallel ddp", "--parallel custom --actions %T/missing.csv",
+                           "--parallel ddp --comm-profile %T/missing", "--parallel ddp --exec-order %T/o.txt"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         char a[512], name[64];
         snprintf(a, sizeof a, "--seq-len 4 --samples 32 --hidden 4 --quiet --load %%T/e.st --eval-only %s", flags[i]);

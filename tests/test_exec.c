@@ -30,6 +30,7 @@
  * the prediction from those costs is at most the mean step (bench/distributed.sh). */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <limits.h>
 #include <unistd.h>
 #include <stb/stb_image_write.h>
 #include <sys/stat.h>
@@ -510,6 +511,96 @@ Test(exec, mpirun_without_parallel_is_refused, .timeout = 60)
     cr_assert(!strstr(r.out, "\"app\""), "work was done: %s", r.out);
 }
 
+/* A refusal of the command line under mpirun is printed once (rank 0's), whether the
+ * parser refuses it or the runner's checks after the parse do. */
+Test(exec, a_refused_command_line_is_printed_once, .timeout = 60)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    const char *cases[][2] = {{"--btach 3", "did you mean --batch?"},
+                              {"--parallel ddp --lr -1", "--lr -1: expected > 0"},
+                              {"--parallel ddp --steps 2 --steps 3", "--steps given twice"},
+                              {"--parallel gpip", "did you mean gpipe?"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "%s --layers 3 --quiet %s", tu_bin_path("demo"), cases[i][0]);
+        mpi_run("", "-np 3", cmd, &r);
+        cr_assert_eq(r.status, 2, "%s: status %d, want 2\n%s", cases[i][0], r.status, r.err);
+        cr_assert(strstr(r.err, cases[i][1]), "%s: stderr lacks '%s':\n%s", cases[i][0], cases[i][1], r.err);
+        cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "%s: want one line:\n%s", cases[i][0], r.err);
+    }
+}
+
+/* Ranks started in different directories read different files of one name: the contents
+ * are compared (a hash in the start-up agreement), not the paths, and the refusal names
+ * the file and the rank; identical copies run. */
+Test(exec, ranks_that_read_different_files_are_refused_before_work, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    const char *d0 = tu_tmp_path("files0"), *d1 = tu_tmp_path("files1");
+    char cmd[16384], np[600];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s %s", d0, d1);
+    cr_assert_eq(system(cmd), 0);
+    const char *flags = "--layers 4 --steps 2 --batch 32 --threads 1 --quiet --comm-timeout 5 --parallel gpipe "
+                        "--microbatches 2 --costs c.csv";
+    const char *costs = "layer,fwd,bwd_grad,bwd_delta\nfc1,1,1,1\ntanh_1,1,1,1\nfc2,1,1,1\ntanh_2,1,1,1\n"
+                        "fc3,1,1,1\ntanh_3,1,1,1\nfc4,1,1,1\n";
+    for (int k = 0; k < 2; k++) {   /* k = 0: identical copies; 1: rank 1's first stage costs 9 */
+        for (int d = 0; d < 2; d++) {
+            FILE *f = fopen(d ? tu_tmp_path("files1/c.csv") : tu_tmp_path("files0/c.csv"), "w");
+            cr_assert_not_null(f);
+            fputs(d && k ? "layer,fwd,bwd_grad,bwd_delta\nfc1,9,9,9\ntanh_1,1,1,1\nfc2,1,1,1\ntanh_2,1,1,1\n"
+                           "fc3,1,1,1\ntanh_3,1,1,1\nfc4,1,1,1\n"
+                         : costs,
+                  f);
+            fclose(f);
+        }
+        char demo[PATH_MAX];   /* each rank starts in its directory */
+        cr_assert_not_null(realpath(tu_bin_path("demo"), demo));
+        snprintf(np, sizeof np, "-np 1 -wdir %s", d0);
+        snprintf(cmd, sizeof cmd, "%s %s : -np 1 -wdir %s %s %s", demo, flags, d1, demo, flags);
+        mpi_run("", np, cmd, &r);
+        if (k == 0) {
+            cr_assert_eq(r.status, 0, "identical copies: status %d\n%s", r.status, r.err);
+            continue;
+        }
+        cr_assert_eq(r.status, 2, "different files: status %d, want 2\n%s", r.status, r.err);
+        cr_assert(strstr(r.err, "scanprop: --parallel gpipe: the ranks read different files as --costs c.csv: rank 1 "
+                                "reads other contents than rank 0"),
+                  "stderr:\n%s", r.err);
+        cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "want one line:\n%s", r.err);
+        cr_assert(r.seconds < 30, "took %.1f s (a hang until the timeout?)", r.seconds);
+        cr_assert(!strstr(r.out, "\"app\""), "work was done: %s", r.out);
+    }
+}
+
+/* More threads than online cores on the node (ranks x --threads): one warning line on
+ * rank 0, and the run goes on; none where the threads fit. */
+Test(exec, oversubscribed_node_is_warned_once, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 32) cr_skip_test("%ld cores: 2 ranks of at most 64 threads do not oversubscribe them", cores);
+    static mpi_result r;
+    char cmd[1024], want[160];
+    snprintf(cmd, sizeof cmd, "%s --layers 3 --steps 1 --batch 32 --quiet --threads %ld --parallel ddp",
+             tu_bin_path("demo"), cores);
+    mpi_run("", "-np 2", cmd, &r);
+    cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
+    snprintf(want, sizeof want, "demo: warning: 2 ranks x %ld thread%s on %ld online cores: the node is oversubscribed",
+             cores, cores == 1 ? "" : "s", cores);
+    cr_assert(strstr(r.err, want), "want '%s' in:\n%s", want, r.err);
+    cr_assert_eq(count_lines(r.err, "warning: "), 1, "want one line:\n%s", r.err);
+    if (cores >= 2) {
+        snprintf(cmd, sizeof cmd, "%s --layers 3 --steps 1 --batch 32 --quiet --threads 1 --parallel ddp",
+                 tu_bin_path("demo"));
+        mpi_run("", "-np 2", cmd, &r);
+        cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
+        cr_assert(!strstr(r.err, "oversubscribed"), "2 ranks x 1 thread on %ld cores:\n%s", cores, r.err);
+    }
+}
+
 /* Ranks that run another program or other settings refuse before the first collective of
  * the executor (a bucket of another size, a schedule of another length, rank 0's numbers
  * used silently), naming what differs and where; --threads, --quiet and --comm-timeout
@@ -523,7 +614,7 @@ Test(exec, ranks_that_disagree_are_refused_before_work, .timeout = 120)
         const char *a, *b, *want;
     } cases[] = {
         {"demo --layers 3", "demo --layers 3 --seed 2", "the ranks disagree on --seed (rank 0: 1): rank 1 differs"},
-        {"demo --layers 3", "demo --layers 3 --batch 64", "the ranks disagree on --batch (rank 0: 32): rank 1 differs"},
+        {"demo --layers 3", "demo --layers 3 --width 32", "the ranks disagree on --width (rank 0: 64): rank 1 differs"},
         {"demo --layers 3", "rnn --samples 64 --seq-len 4", "the ranks disagree on the program (rank 0 runs demo"},
     };
     char cmd[2048];
@@ -553,7 +644,7 @@ Test(exec, a_rank_that_hangs_mid_step_stops_the_others, .timeout = 120)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 4 --comm-timeout 5", tu_bin_path("demo"));
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 4 --comm-timeout 5", tu_bin_path("tests/fault_demo"));
     mpi_run("SCANPROP_EXEC_FAULT=hang:1:2", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 2, "status %d, want 2\n%s", r.status, r.err);
     cr_assert(r.seconds < 40, "took %.1f s with a 5 s timeout", r.seconds);
@@ -576,7 +667,7 @@ Test(exec, a_timeout_on_an_oversubscribed_node_says_so, .timeout = 120)
     char cmd[1024], want[160];
     int threads = (int)cores;   /* 2 ranks x cores threads > cores */
     snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 4 --batch 32 --quiet --threads %d --parallel gpipe "
-             "--microbatches 4 --comm-timeout 2", tu_bin_path("demo"), threads);
+             "--microbatches 4 --comm-timeout 2", tu_bin_path("tests/fault_demo"), threads);
     mpi_run("SCANPROP_EXEC_FAULT=hang:1:2", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 2, "status %d, want 2\n%s", r.status, r.err);
     snprintf(want, sizeof want, "oversubscribed, 2 ranks x %d thread%s on %ld online cores", threads,
@@ -592,13 +683,31 @@ Test(exec, a_rank_that_exits_mid_step_ends_the_job, .timeout = 120)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     static mpi_result r;
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --microbatches 4 --comm-timeout 20", tu_bin_path("demo"));
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel ddp --microbatches 4 --comm-timeout 20", tu_bin_path("tests/fault_demo"));
     mpi_run("SCANPROP_EXEC_FAULT=exit:1:2", "-np 4", cmd, &r);
     cr_assert_neq(r.status, 0, "the job succeeded although rank 1 died\n%s", r.err);
     cr_assert(r.seconds < 25, "took %.1f s", r.seconds);
     /* mpirun names the dead process: "Process name: [[job,1],1]" (or "process rank 1") */
     cr_assert(strstr(r.err, ",1],1]") || strstr(r.err, "process rank 1"), "stderr:\n%s", r.err);
     cr_assert(!strstr(r.out, "\"app\""));
+}
+
+/* The injected faults live in the test program (tests/fault_demo.c), not in the library:
+ * the apps ignore $SCANPROP_EXEC_FAULT, and neither the library nor an app holds the name. */
+Test(exec, release_programs_ignore_the_fault_variable, .timeout = 60)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 2", tu_bin_path("demo"));
+    mpi_run("SCANPROP_EXEC_FAULT=exit:0:1", "-np 1", cmd, &r);
+    cr_assert_eq(r.status, 0, "build/demo obeyed the test hook: status %d\n%s", r.status, r.err);
+    cr_assert(strstr(r.out, "\"app\""), "no JSON line: %s", r.out);
+    snprintf(cmd, sizeof cmd, "grep -l SCANPROP_EXEC_FAULT %s %s >/dev/null 2>&1", tu_bin_path("libscanprop.a"),
+             tu_bin_path("demo"));
+    cr_assert_neq(system(cmd), 0, "the library or build/demo holds the test hook's variable");
+    snprintf(cmd, sizeof cmd, "grep -l SCANPROP_EXEC_FAULT %s >/dev/null 2>&1", tu_bin_path("tests/fault_demo"));
+    cr_assert_eq(system(cmd), 0, "tests/fault_demo lacks the hook: the check above proves nothing");
 }
 
 /* ---- measured vs predicted: like with like ----------------------------------------------- */
@@ -629,7 +738,7 @@ Test(exec, step_median_leaves_out_five_steps_and_stalls, .timeout = 120)
     static mpi_result r;
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 9 --batch 32 --threads 1 --quiet --parallel gpipe --microbatches 2",
-             tu_bin_path("demo"));
+             tu_bin_path("tests/fault_demo"));
     for (int k = 0; k < 2; k++) {
         mpi_run(k == 0 ? "SCANPROP_EXEC_FAULT=slow:0:3:1000" : "SCANPROP_EXEC_FAULT=slow:0:8:1000", "-np 2", cmd, &r);
         cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
@@ -642,12 +751,12 @@ Test(exec, step_median_leaves_out_five_steps_and_stalls, .timeout = 120)
         cr_assert(median > 0 && median < 100, "slowed step %d: step_median_ms %.3f holds it", k ? 8 : 3, median);
     }
     snprintf(cmd, sizeof cmd, "%s --layers 4 --steps 5 --batch 32 --threads 1 --quiet --parallel gpipe --microbatches 2",
-             tu_bin_path("demo"));
+             tu_bin_path("tests/fault_demo"));
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
     cr_assert_not_null(strstr(r.out, "\"step_median_ms\": null"), "5 steps leave no step for the median: %s", r.out);
     /* ddp applies the previous step's update inside a forward job (counted as compute) */
-    snprintf(cmd, sizeof cmd, "%s --layers 8 --steps 2 --batch 32 --threads 1 --quiet --parallel ddp", tu_bin_path("demo"));
+    snprintf(cmd, sizeof cmd, "%s --layers 8 --steps 2 --batch 32 --threads 1 --quiet --parallel ddp", tu_bin_path("tests/fault_demo"));
     mpi_run("", "-np 2", cmd, &r);
     cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);
     double job = json_number(r.out, "job_overhead_us");
@@ -660,7 +769,7 @@ Test(exec, costs_out_and_step_mean_leave_out_the_first_step, .timeout = 120)
     static mpi_result r;
     char cmd[1024];
     const char *costs = tu_tmp_path("mean-costs.csv");
-    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 2 --costs-out %s", tu_bin_path("demo"),
+    snprintf(cmd, sizeof cmd, "%s " DEMO_FLAGS " --parallel gpipe --microbatches 2 --costs-out %s", tu_bin_path("tests/fault_demo"),
              costs);
     mpi_run("SCANPROP_EXEC_FAULT=slow:0:1:1000", "-np 1", cmd, &r);
     cr_assert_eq(r.status, 0, "status %d\n%s", r.status, r.err);

@@ -159,7 +159,10 @@ Test(resume, refuses_other_settings_and_plain_checkpoints)
     snprintf(cmd, sizeof cmd, "%s %s --steps 3 --save %s/plain.st", tu_bin("rnn"), a, dir);
     cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0);
 
-    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --batch 8", tu_bin("rnn"), a, dir);
+    /* a with another --batch, later another --hidden (a flag is given once) */
+    const char *a_no_batch = "--quiet --seq-len 20 --samples 64 --hidden 8", *a_no_hidden =
+        "--quiet --seq-len 20 --samples 64 --batch 16";
+    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --batch 8", tu_bin("rnn"), a_no_batch, dir);
     expect_refused(cmd, "saved with --batch 16, this run has --batch 8");
     snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --optim sgd", tu_bin("rnn"), a, dir);
     expect_refused(cmd, "saved with --optim adam, this run has --optim sgd");
@@ -169,7 +172,7 @@ Test(resume, refuses_other_settings_and_plain_checkpoints)
     expect_refused(cmd, "--seed");
     snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/plain.st", tu_bin("rnn"), a, dir);
     expect_refused(cmd, "not a resumable checkpoint");
-    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --hidden 9", tu_bin("rnn"), a, dir);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/r.st --hidden 9", tu_bin("rnn"), a_no_hidden, dir);
     expect_refused(cmd, "r.st");
     snprintf(cmd, sizeof cmd, "%s %s --steps 5 --save-every 2", tu_bin("rnn"), a);
     expect_refused(cmd, "--save-every needs --save");
@@ -235,6 +238,27 @@ Test(resume, impossible_step_counts_refused)
     snprintf(cmd, sizeof cmd, "%s %s --steps 2 --resume %s/s.st", tu_bin("rnn"), SMALL, dir);
     cr_assert_eq(run(cmd, last, sizeof last, NULL, 0), 0, "%s", cmd);
     cr_assert(strstr(last, "\"steps\": 3,"), "%s", last);
+}
+
+/* The saved learning rate is the schedule's at the saved epoch: 0, 1e300 and -0.5 are
+ * refused alike (a resume would run the schedule's rate and ignore it); the saved rate
+ * resumes. */
+Test(resume, a_learning_rate_the_schedule_does_not_give_is_refused)
+{
+    char cmd[2048], path[256];
+    snprintf(cmd, sizeof cmd, "%s %s --steps 3 --save-every 3 --save %s/lr.st", tu_bin("rnn"), SMALL, dir);
+    cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0);
+    const double bad[] = {0, 1e300, -0.5, 0.02};
+    const char *says[] = {"train/lr is 0, but --lr", "train/lr is 1e+300, but --lr", "lr -0.5", "train/lr is 0.02"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        copy_file("lr.st", "badlr.st");
+        snprintf(path, sizeof path, "%s/badlr.st", dir);
+        patch(path, "state/train/lr", 0, &bad[i], sizeof bad[i]);
+        snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s", tu_bin("rnn"), SMALL, path);
+        expect_refused(cmd, says[i]);
+    }
+    snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s/lr.st", tu_bin("rnn"), SMALL, dir);
+    cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0, "%s", cmd);
 }
 
 /* NaN in a weight, in the optimizer's state or in the epoch's loss sum is refused at
@@ -356,8 +380,11 @@ Test(resume, other_dataset_refused)
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s %s --steps 2 --save-every 1 --save %s/d.st", tu_bin("rnn"), SMALL, dir);
     cr_assert_eq(run(cmd, NULL, 0, NULL, 0), 0);
-    snprintf(cmd, sizeof cmd, "%s %s --steps 4 --resume %s/d.st --samples 640", tu_bin("rnn"), SMALL, dir);
+    /* SMALL with another --samples, then another --seq-len (a flag is given once) */
+    snprintf(cmd, sizeof cmd, "%s --quiet --seq-len 10 --batch 16 --hidden 8 --steps 4 --resume %s/d.st --samples 640",
+             tu_bin("rnn"), dir);
     expect_refused(cmd, "saved on the training set bitstream(n=64");
-    snprintf(cmd, sizeof cmd, "%s %s --steps 4 --resume %s/d.st --seq-len 50", tu_bin("rnn"), SMALL, dir);
+    snprintf(cmd, sizeof cmd, "%s --quiet --samples 64 --batch 16 --hidden 8 --steps 4 --resume %s/d.st --seq-len 50",
+             tu_bin("rnn"), dir);
     expect_refused(cmd, "T=50");
 }

@@ -139,6 +139,14 @@ static int check_meta(const sp_st_file *f, const char *key, const char *want)
     return SP_OK;
 }
 
+/* The value of key in run_meta (pairs, NULL-terminated), or NULL. */
+static const char *meta_value(const char *const *run_meta, const char *key)
+{
+    for (int i = 0; run_meta && run_meta[i]; i += 2)
+        if (strcmp(run_meta[i], key) == 0) return run_meta[i + 1];
+    return NULL;
+}
+
 /* Everything checked, nothing changed: SP_OK and the loop state in *t. */
 static int check_all(const sp_st_file *f, const sp_model *m, const sp_optim *o, sp_train_state *t,
                      const char *const *run_meta)
@@ -187,6 +195,17 @@ static int check_all(const sp_st_file *f, const sp_model *m, const sp_optim *o, 
         !isfinite(t->lr) || batch > INT32_MAX || step > (epoch + 1) * (int64_t)INT32_MAX)
         return sp_error("%s: inconsistent training state (step %lld, epoch %lld, batch %lld, lr %g)", path,
                         (long long)step, (long long)epoch, (long long)batch, t->lr);
+    /* the rate is the schedule's at that epoch (sp_train sets it at each epoch's start):
+     * a checkpoint whose rate is another would be resumed with the schedule's, silently */
+    const char *lr0 = meta_value(run_meta, "lr"), *spec = meta_value(run_meta, "lr-schedule");
+    if (lr0 && spec) {
+        sp_lr_schedule sched = sp_lr_parse(spec, strtod(lr0, NULL));
+        double want = sp_lr_at(&sched, (int)epoch);
+        if (!(fabs(t->lr - want) <= 1e-12 * fabs(want)))
+            return sp_error("%s: " SP_ST_STATE_PREFIX "train/lr is %g, but --lr %s with --lr-schedule %s gives %.17g "
+                            "at epoch %lld (expected the schedule's rate)",
+                            path, t->lr, lr0, spec, want, (long long)epoch);
+    }
     t->step = (long)step;
     t->epoch = (int)epoch;
     t->batch = (long)batch;

@@ -208,23 +208,17 @@ static void start_loss(sp_exec *x)
     x->loss_started = true;
 }
 
-/* $SCANPROP_EXEC_FAULT = exit:RANK:STEP | hang:RANK:STEP | slow:RANK:STEP:MS — the tests'
- * injected fault: halfway through its jobs of that step (counted from 1) that rank exits
- * (without MPI_Finalize), stops answering, or computes its next job MS ms longer. */
-static void maybe_fault(sp_exec *x, int i, int njobs)
+static sp_exec_job_hook g_job_hook;
+
+void sp_exec_set_job_hook(sp_exec_job_hook hook) { g_job_hook = hook; }
+
+/* The hook (sp_exec_set_job_hook), halfway through this rank's jobs of a step: its delay
+ * is added to the next job's compute. */
+static void job_hook(sp_exec *x, int i, int njobs)
 {
-    const char *f = getenv("SCANPROP_EXEC_FAULT");
-    if (!f || i != njobs / 2) return;
-    char kind[8] = "";
-    int rank = -1;
-    long step = -1;
-    double ms = 0;
-    if (sscanf(f, "%7[a-z]:%d:%ld:%lf", kind, &rank, &step, &ms) < 3 || rank != x->rank || step != x->steps + 1)
-        return;
-    if (!strcmp(kind, "slow")) x->delay_s = 1e-3 * ms;
-    if (!strcmp(kind, "exit")) _exit(3);
-    if (!strcmp(kind, "hang"))
-        for (;;) pause();
+    if (!g_job_hook || i != njobs / 2) return;
+    double delay = g_job_hook(x->rank, x->steps + 1);
+    if (delay > 0) x->delay_s = delay;
 }
 
 float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *fwd_s, double *bwd_s,
@@ -243,7 +237,7 @@ float sp_exec_step(sp_exec *x, const sp_tensor *in, const int *labels, double *f
     for (int i = 0; i < njobs; i++) {
         int job = order[i];
         sp_job j = x->sched->jobs[job];
-        maybe_fault(x, i, njobs);
+        job_hook(x, i, njobs);
         sp_exec_label_job(x, job, x->steps);
         double j0 = sp_now(), w0 = sp_comm_wait_seconds(), b0 = x->fwd_s + x->bwd_s;
         if (j.dir == SP_FWD) {

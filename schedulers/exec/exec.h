@@ -121,6 +121,14 @@ void sp_exec_sync_weights(sp_exec *x);
  * model without buffers. */
 const char *sp_exec_batch_norm(const sp_exec *x);
 
+/* A function every rank's executor calls halfway through its jobs of each step (rank,
+ * step counted from 1), for programs that inject a fault to test the ranks' timeouts
+ * (tests/fault_demo.c: a rank that exits, stops answering or computes slower); it may
+ * return seconds added to the next job's compute. None is set in the library or the apps:
+ * no release program has a fault to inject. NULL: none (the default). */
+typedef double (*sp_exec_job_hook)(int rank, long step);
+void sp_exec_set_job_hook(sp_exec_job_hook hook);
+
 int sp_exec_rank(const sp_exec *x);
 int sp_exec_workers(const sp_exec *x);
 const sp_schedule *sp_exec_schedule(const sp_exec *x);

@@ -125,7 +125,7 @@ struct sp_exec {
                                 compute nor waiting (exec_predict.c)                 */
     long njobs_late;
     long cap_step_wall;
-    double delay_s;          /* $SCANPROP_EXEC_FAULT=slow: added to the next job's compute */
+    double delay_s;          /* the job hook's delay: added to the next job's compute */
     int *order_rec;          /* the first step's executed job ids                    */
     int norder;
     trace_ev *ev;

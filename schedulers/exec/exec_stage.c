@@ -203,8 +203,8 @@ static void measured(sp_exec *x, int s, int part, double seconds)
     x->meas[6 * s + 3 + part] += 1;
 }
 
-/* $SCANPROP_EXEC_FAULT=slow (exec.c): this job computes that much longer, inside its
- * measured time, as a cold first step would. */
+/* The job hook's delay (sp_exec_set_job_hook): this job computes that much longer,
+ * inside its measured time, as a cold first step would. */
 static void injected_delay(sp_exec *x)
 {
     if (x->delay_s <= 0) return;
