@@ -60,9 +60,21 @@ function figure(dl, key, name, value, shown) {
 /* ---- the C side ----------------------------------------------------------------------- */
 
 var api = {};
+/* sp_open_text's refusal of a NUL byte (core/io/fileio.c), for text the page hands over */
+function nulAt(text, name) {
+  var i = text ? text.indexOf('\0') : -1;
+  if (i < 0) return '';
+  var before = text.slice(0, i), line = before.split('\n').length;
+  var start = before.lastIndexOf('\n') + 1;
+  var bytes = new TextEncoder().encode(text.slice(start, i)).length + 1;
+  return name + ': line ' + line + ', byte ' + bytes + ': a NUL byte (expected text)';
+}
 function bindApi() {
   api.schemes = function () { return JSON.parse(Module.ccall('site_schemes', 'string', [], [])); };
   api.simulate = function (c) {
+    /* A C string ends at a NUL: refuse it here as the native reader does, not run a cut text */
+    var nul = nulAt(c.actions, 'action list: /actions.csv') || nulAt(c.profile, 'profile: /profile.csv');
+    if (nul) return {ok: false, error: nul};
     return JSON.parse(Module.ccall('site_simulate', 'string',
       ['string', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'string',
        'number', 'number', 'string', 'number'],

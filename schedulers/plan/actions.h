@@ -44,6 +44,10 @@ typedef struct sp_actions {
     int *off;               /* [ranks + 1]: rank r runs act[off[r] .. off[r+1]) in order */
     sp_action *act;
     int cap;                /* room in act[] (sp_actions_push grows it)                 */
+    int *cell;              /* read from a CSV: [off[ranks]] the cell of act[k] in its rank's
+                             * line (line r + 1 is rank r), for messages; NULL otherwise   */
+    int ignored;            /* read from a CSV: PyTorch's communication and bookkeeping
+                             * actions (SEND_F, RECV_B, REDUCE_GRAD, ...) not run          */
 } sp_actions;
 
 /* Per-chunk durations of one micro-batch, the transfer time of one activation or gradient
