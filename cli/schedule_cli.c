@@ -42,7 +42,7 @@ typedef struct opts {
     sp_comm_topology topo;   /* --nodes …: a cluster to predict for (links in GB/s here)   */
     int stages, micro, workers, groups, per_group, batch, processors, max_cols, chunks, cal_reps;
     double fwd, bwd, delta, grad, gflops, alpha, mem_limit, cal_max_mb;
-    bool split, no_split, no_input_grad, no_diagram, list;
+    bool split, no_split, no_input_grad, no_diagram, list, torch;
     bool stages_given, micro_given, workers_given;   /* custom: flags the list must agree with */
 } opts;
 
@@ -97,6 +97,9 @@ static void parse(int argc, char **argv, opts *o)
          .group = "output", .needs = SIM},
         {"actions-out", SP_FLAG_STR, &o->actions_out, "write the simulated order as per-rank action lists (CSV)",
          .meta = "CSV", .group = "output", .needs = SIM},
+        {"torch", SP_FLAG_BOOL, &o->torch, "--actions-out in PyTorch's form with communication (SEND_F, RECV_F, "
+         "SEND_B, RECV_B, REDUCE_GRAD), what its runtime's _dump_csv writes and _load_csv(path, "
+         "format=\"compute_comms\") reads", .group = "output", .needs = SIM ",actions-out"},
         {"svg", SP_FLAG_STR, &o->svg, "write the pipeline diagram as SVG", .meta = "FILE", .group = "output",
          .needs = SIM},
         {"title", SP_FLAG_STR, &o->title, "SVG title", .group = "output", .needs = SIM ",svg"},
@@ -271,7 +274,8 @@ static void write_actions(const opts *o, const sp_actions *given, const sp_sched
     if (!given && !a) sp_fail("%s", sp_last_error());
     sp_out out;
     sp_check(sp_out_open(&out, o->actions_out, "--actions-out"));
-    sp_actions_write_csv(out.f, given ? given : a);
+    if (o->torch) sp_actions_write_torch(out.f, given ? given : a);
+    else sp_actions_write_csv(out.f, given ? given : a);
     sp_check(sp_out_commit(&out));
     sp_actions_free(a);
 }

@@ -548,3 +548,38 @@ Test(actions, torch_overlap_runs_its_parts_in_order)
     cr_assert_eq(a->cell[2], 2);
     sp_actions_free(a);
 }
+
+/* --actions-out --torch: the runtime's form with communication, read back as the same
+ * list; every cell one of PyTorch's actions (no compound: each computation stands alone),
+ * each send with its receive, and a REDUCE_GRAD per chunk. */
+Test(actions, torch_form_written_reads_back)
+{
+    gen_fn gens[] = {sp_pp_gen_zbv, sp_pp_gen_dualpipev, sp_pp_gen_zb_auto};
+    for (size_t g = 0; g < sizeof gens / sizeof gens[0]; g++) {
+        sp_actions *a = gen(gens[g], 4, 8, 0), *b = NULL;
+        char path[512];
+        snprintf(path, sizeof path, "%s/torch.csv", tu_tmpdir());
+        FILE *f = fopen(path, "w");
+        sp_actions_write_torch(f, a);
+        fclose(f);
+        cr_assert_eq(sp_actions_read_csv(path, &b), SP_OK, "%s", sp_last_error());
+        same_list(a, b, "torch form");
+        char *text = NULL;
+        size_t len = 0;
+        f = fopen(path, "r");
+        cr_assert_gt(getdelim(&text, &len, 0, f), 0);
+        fclose(f);
+        int sends = 0, recvs = 0, reduces = 0;
+        for (const char *p = text; (p = strstr(p, "SEND_")); p++) sends++;
+        for (const char *p = text; (p = strstr(p, "RECV_")); p++) recvs++;
+        for (const char *p = text; (p = strstr(p, "REDUCE_GRAD")); p++) reduces++;
+        cr_assert_eq(sends, recvs);
+        cr_assert_gt(sends, 0);
+        cr_assert_eq(reduces, a->chunks);
+        cr_assert_eq(b->ignored, sends + recvs + reduces);
+        cr_assert(strstr(text, "\r\n"), "csv.writer's line ends");
+        free(text);
+        sp_actions_free(a);
+        sp_actions_free(b);
+    }
+}

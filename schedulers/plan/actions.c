@@ -618,6 +618,13 @@ int sp_actions_read_csv(const char *path, sp_actions **out)
             st = sp_error("%s: %d chunks × %d micro-batches is too large (at most %d actions)", path, chunks, micro,
                           ACT_MAX_KEYS);
     }
+    /* Every (chunk, micro-batch) pair needs two actions at least (F and B): a list naming
+     * more pairs than half its actions cannot be whole. Refused before the tables of the
+     * checks are sized by it (small lists go on, for the check's sharper messages). */
+    if (st == SP_OK && (double)chunks * micro > (1 << 18) && 2.0 * chunks * micro > cr.n)
+        st = sp_error("%s: the list names chunks 0..%d and micro-batches 0..%d, %.0f pairs of them, each needing an F "
+                      "and a B (or I and W), but it has %d actions", path, chunks - 1, micro - 1,
+                      (double)chunks * micro, cr.n);
     if (st == SP_OK) st = check_micro(&cr, path, chunks, micro);
     if (st == SP_OK) {
         a = sp_actions_new(cr.rows, chunks, micro, cr.n);
@@ -656,4 +663,95 @@ void sp_actions_write_csv(FILE *out, const sp_actions *a)
             fprintf(out, "%s%s", k > a->off[r] ? "," : "", sp_action_str(a->act[k], s));
         fputc('\n', out);
     }
+}
+
+/* ---- PyTorch's form with communication -------------------------------------------- */
+
+typedef struct tbuf {
+    char *s;
+    size_t n, cap;
+} tbuf;
+
+static void tput(tbuf *b, const char *cell)
+{
+    size_t l = strlen(cell);
+    if (b->n + l + 2 > b->cap) {
+        b->cap = 2 * (b->cap + l + 2);
+        b->s = sp_xrealloc(b->s, b->cap);
+    }
+    if (b->n) b->s[b->n++] = ',';
+    memcpy(b->s + b->n, cell, l + 1);
+    b->n += l;
+}
+
+void sp_actions_write_torch(FILE *out, const sp_actions *a)
+{
+    int R = a->ranks, C = a->chunks, M = a->micro;
+    size_t pairs = (size_t)C * (size_t)M;
+    /* per (chunk, micro-batch): F run, I/B run, RECV_F and RECV_B placed (on the rank of
+     * the chunk, the only one that runs or receives for it) */
+    char *f_done = sp_xcalloc(pairs, 1), *b_done = sp_xcalloc(pairs, 1);
+    char *recv_f = sp_xcalloc(pairs, 1), *recv_b = sp_xcalloc(pairs, 1);
+    int *grads = sp_xcalloc((size_t)C, sizeof(int)), *head = sp_xmalloc(sizeof(int) * (size_t)R);
+    tbuf *row = sp_xcalloc((size_t)R, sizeof(tbuf));
+    char cell[64];
+    for (int r = 0; r < R; r++) head[r] = a->off[r];
+    for (bool progress = true; progress;) {
+        progress = false;
+        /* PyTorch's lowering: one action per rank per sweep, in rank order; a computation
+         * waits until its input is on its rank (received, or made there by the
+         * neighbouring chunk); its send follows it, the receive goes to the other rank's
+         * list at that moment. */
+        for (int r = 0; r < R; r++) {
+            if (head[r] >= a->off[r + 1]) continue;
+            sp_action x = a->act[head[r]];
+            size_t at = (size_t)x.chunk * M + (size_t)x.micro;
+            bool bwd = x.type == SP_ACT_I || x.type == SP_ACT_B;
+            bool ready = true;
+            if (x.type == SP_ACT_F && x.chunk > 0)
+                ready = recv_f[at] || (f_done[at - M] && a->chunk_rank[x.chunk - 1] == r);
+            else if (bwd && x.chunk + 1 < C)
+                ready = recv_b[at] || (b_done[at + M] && a->chunk_rank[x.chunk + 1] == r);
+            if (!ready) continue;
+            tput(&row[r], sp_action_str(x, cell));
+            if (x.type == SP_ACT_F) {
+                f_done[at] = 1;
+                int to = x.chunk + 1 < C ? a->chunk_rank[x.chunk + 1] : r;
+                if (to != r) {
+                    snprintf(cell, sizeof cell, "%dSEND_F%d", x.chunk, x.micro);
+                    tput(&row[r], cell);
+                    snprintf(cell, sizeof cell, "%dRECV_F%d", x.chunk + 1, x.micro);
+                    tput(&row[to], cell);
+                    recv_f[at + M] = 1;
+                }
+            } else if (bwd) {
+                b_done[at] = 1;
+                int to = x.chunk > 0 ? a->chunk_rank[x.chunk - 1] : r;
+                if (to != r) {
+                    snprintf(cell, sizeof cell, "%dSEND_B%d", x.chunk, x.micro);
+                    tput(&row[r], cell);
+                    snprintf(cell, sizeof cell, "%dRECV_B%d", x.chunk - 1, x.micro);
+                    tput(&row[to], cell);
+                    recv_b[at - M] = 1;
+                }
+            }
+            /* the gradients of a chunk are reduced after its last W or B */
+            if (x.type != SP_ACT_F && x.type != SP_ACT_I && ++grads[x.chunk] == M) {
+                snprintf(cell, sizeof cell, "%dREDUCE_GRAD", x.chunk);
+                tput(&row[r], cell);
+            }
+            head[r]++;
+            progress = true;
+        }
+    }
+    /* csv.writer's line ends */
+    for (int r = 0; r < R; r++) fprintf(out, "%s\r\n", row[r].s ? row[r].s : "");
+    for (int r = 0; r < R; r++) free(row[r].s);
+    free(row);
+    free(f_done);
+    free(b_done);
+    free(recv_f);
+    free(recv_b);
+    free(grads);
+    free(head);
 }
