@@ -168,10 +168,12 @@ function config(p) {
 }
 
 function command(c, ranks) {
-  var a = ['build/schedule', '--scheme', c.scheme, '--microbatches', c.micro];
+  var custom = c.scheme === 'custom';   /* the list sets its ranks and micro-batches */
+  var a = ['build/schedule', '--scheme', c.scheme];
+  if (!custom) a.push('--microbatches', c.micro);
   if (c.preset) a.push('--profile', 'site/profiles/' + c.preset + '.csv');
   else a.push('--stages', c.stages, '--fwd-cost', c.fwd, '--delta-cost', c.delta, '--grad-cost', c.grad);
-  if (c.workers) a.push('--workers', c.workers);
+  if (c.workers && !custom) a.push('--workers', c.workers);
   if (c.groups) a.push('--groups', c.groups);
   if (c.per_group) a.push('--per-group', c.per_group);
   if (c.split === 1) a.push('--split');
@@ -184,7 +186,7 @@ function command(c, ranks) {
   /* the app that trains the preset's model (ResNet-20 too: the executor runs it as a chain of its segments) */
   var app = {mlp: 'demo', resnet20: 'resnet'}[c.preset] || c.preset;
   var run = c.preset ? '\n# a real run of the same schedule:\nmpirun -np ' + (ranks || 'W') + ' build/' + app +
-    ' --parallel ' + c.scheme + ' --microbatches ' + c.micro : '';
+    ' --parallel ' + c.scheme + (custom ? ' --actions FILE.csv' : ' --microbatches ' + c.micro) : '';
   return a.join(' ') + run;
 }
 

@@ -51,14 +51,17 @@ def run_json(argv):
 
 def schedule_argv(c):
     """build/schedule's flags for a page/wasm configuration (the page shows the same)."""
-    a = [os.path.join(BUILD, "schedule"), "--scheme", c["scheme"], "--microbatches", str(c["micro"]), "--no-diagram"]
+    custom = c["scheme"] == "custom"   # the list sets its ranks and micro-batches
+    a = [os.path.join(BUILD, "schedule"), "--scheme", c["scheme"], "--no-diagram"]
+    if not custom:
+        a += ["--microbatches", str(c["micro"])]
     if c.get("costs", "uniform") != "uniform":
         a += ["--profile", "site/profiles/%s.csv" % c["costs"]]
     else:
         a += ["--stages", str(c["stages"]), "--fwd-cost", fmt(c.get("fwd", 1)),
               "--delta-cost", fmt(c.get("delta", 0.5)), "--grad-cost", fmt(c.get("grad", 0.5))]
     for k, flag in (("workers", "--workers"), ("groups", "--groups"), ("per_group", "--per-group")):
-        if c.get(k):
+        if c.get(k) and not (custom and k == "workers"):
             a += [flag, str(c[k])]
     if c.get("split", -1) == 1:
         a.append("--split")
