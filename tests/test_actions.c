@@ -514,8 +514,8 @@ static double latency_at(const sp_actions *a, double f, double i, double w, doub
 
 Test(actions, torch_raw_csvs_import_as_their_clean_form)
 {
-    static const char *names[] = {"Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleLoopedBFS",
-                                  "ScheduleZBVZeroBubble", "ScheduleDualPipeV"};
+    static const char *names[] = {"Schedule1F1B",          "ScheduleInterleaved1F1B", "ScheduleLoopedBFS",
+                                  "ScheduleZBVZeroBubble", "ScheduleDualPipeV",       "ScheduleInterleavedZeroBubble"};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         char path[256];
         sp_actions *clean = NULL, *raw = NULL;

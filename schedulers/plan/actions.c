@@ -224,8 +224,8 @@ static int stuck_error(const sp_actions *a, const int *pos, const int *rank_of, 
     int k = head[r], st;
     if (rank_of[wait[r]] == r) {
         st = sp_error("rank %d: action %s (%s) waits for %s, which no rank can run first (%s comes later in rank %d's "
-                      "own list)", r, sp_action_str(a->act[k], s1), where(a, r, k, w1), sp_action_str(a->act[wait[r]], s2),
-                      s2, r);
+                      "own list)", r, sp_action_str(a->act[k], s1), where(a, r, k, w1),
+                      sp_action_str(a->act[wait[r]], s2), s2, r);
     } else {
         char chain[512] = "";
         size_t len = 0;

@@ -4,7 +4,8 @@ writes (test fixtures for test_actions' torch_* tests; run from the repository r
 `make`, then commit what it writes here).
 
 For each schedule: NAME.csv, scanprop's own list (build/schedule --actions-out, the
-computation only), and two PyTorch forms of the same order, written by the rules of
+computation only; ScheduleInterleavedZeroBubble, which scanprop has no scheme for, by
+PyTorch's rule, interleaved_zb below), and two PyTorch forms of the same order, written by the rules of
 PyTorch's schedules.py (its pipeline_order and the runtime's lowering, re-implemented here
 from their descriptions):
   NAME_compute.csv  pipeline_order on a grid of unit time steps: an empty cell where the
@@ -29,7 +30,74 @@ SCHEDULES = [  # PyTorch's class, scanprop's scheme, extra flags, stages (chunks
     ("ScheduleLoopedBFS", "looped-bfs", ["--chunks", "2"], 2 * P),
     ("ScheduleZBVZeroBubble", "zbv", [], 2 * P),
     ("ScheduleDualPipeV", "dualpipev", [], 2 * P),
+    ("ScheduleInterleavedZeroBubble", None, [], 2 * P),   # no scanprop scheme: PyTorch's rule below
 ]
+
+
+def interleaved_zb(p, v, m):
+    """ScheduleInterleavedZeroBubble's pipeline_order (ZB1P on v stages per rank), by the
+    rules of its _calculate_single_rank_operations and _add_bubbles_to_actions: rank r
+    waits r steps, runs its warm-up forwards (stage by stage in rounds of m/rounds
+    micro-batches), waits p - r - 1 steps, then pairs F with I, each I followed by the W
+    of the backward r pairs earlier, and ends with the I's and W's left."""
+    rounds = max(1, m // p)
+    per = m // rounds
+    orders = []
+    for r in range(p):
+        warm = min((v - 1) * per + (p - 1 - r), m * v)
+        total = v * m + warm
+        fstage = lambda k: ((k // per) % v) * p + r
+        bstage = lambda k: (v - 1 - ((k - warm) // per) % v) * p + r
+        nf, nb, nw = {}, {}, {}
+        ops, bids, wc = [None] * r, [], 0
+
+        def take(d, st):
+            d[st] = d.get(st, 0) + 1
+            return d[st] - 1
+
+        for k in range(total):
+            if k < warm:
+                st = fstage(k)
+                ops.append((st, "F", take(nf, st)))
+                if k == warm - 1:
+                    ops += [None] * (p - r - 1)
+                continue
+            if k < v * m:
+                st = fstage(k)
+                ops.append((st, "F", take(nf, st)))
+            st = bstage(k)
+            ops.append((st, "I", take(nb, st)))
+            bids.append(k)
+            if k - warm >= r:
+                st = bstage(bids[wc])
+                ops.append((st, "W", take(nw, st)))
+                wc += 1
+        while wc < len(bids):
+            st = bstage(bids[wc])
+            ops.append((st, "W", take(nw, st)))
+            wc += 1
+        orders.append(ops)
+    # idle steps where a forward's input (or a full backward's gradient) is not there yet
+    seen, out, head = set(), [[] for _ in range(p)], [0] * p
+    while any(head[r] < len(orders[r]) for r in range(p)):
+        now = set()
+        for r in range(p):
+            if head[r] >= len(orders[r]):
+                continue
+            a = orders[r][head[r]]
+            if a is None:
+                head[r] += 1
+                out[r].append(None)
+                continue
+            c, t, b = a
+            if t == "F" and c != 0 and (c - 1, "F", b) not in seen:
+                out[r].append(None)
+                continue
+            out[r].append(a)
+            now.add(a)
+            head[r] += 1
+        seen |= now
+    return out
 
 
 def parse(cell):
@@ -195,12 +263,19 @@ def write(path, rows):
 def main():
     for name, scheme, extra, stages in SCHEDULES:
         clean = os.path.join(HERE, name + ".csv")
-        subprocess.run(["build/schedule", "--scheme", scheme, "--stages", str(stages), "--microbatches", str(M),
-                        "--workers", str(P), "--no-diagram", "--actions-out", clean] + extra,
-                       check=True, stdout=subprocess.DEVNULL)
-        rows = [[parse(c) for c in line.strip().split(",") if c] for line in open(clean)]
+        if scheme:
+            subprocess.run(["build/schedule", "--scheme", scheme, "--stages", str(stages), "--microbatches", str(M),
+                            "--workers", str(P), "--no-diagram", "--actions-out", clean] + extra,
+                           check=True, stdout=subprocess.DEVNULL)
+            rows = [[parse(c) for c in line.strip().split(",") if c] for line in open(clean)]
+            steps = grid(rows, stages)
+        else:
+            steps = interleaved_zb(P, stages // P, M)
+            rows = [[a for a in row if a is not None] for row in steps]
+            with open(clean, "w") as f:
+                for row in rows:
+                    f.write(",".join(s(a) for a in row) + "\n")
         rank_of = {c: r for r, row in enumerate(rows) for c, _, _ in row}
-        steps = grid(rows, stages)
         if name == "ScheduleDualPipeV":
             steps = [overlap([a for a in row if a is not None]) for row in steps]
         compute = [reduce_grad(r) for r in steps] if name == "Schedule1F1B" else steps
