@@ -202,8 +202,12 @@ Test(actions, refusals_name_rank_action_and_reason)
         {"blank_mid.csv", "0F0,0B0\n\n \t,\n1F0,1B0\n", "line 2 is the first of blank lines, and line 4", NULL},
         /* PyTorch's forms, misspelt or misplaced */
         {"torch_comm_only.csv", "0F0,0B0,0SEND_F0\n1RECV_F0\n", "line 2 (rank 1) has no computation", NULL},
-        {"torch_comm_chunk.csv", "0F0,0B0,1RECV_F0\n1F0,1B0\n", "line 1 (rank 0), cell 3: a communication action of "
-         "chunk 1, which another rank holds", NULL},
+        {"torch_comm_chunk.csv", "0F0,0B0,1RECV_F0\n1F0,1B0\n", "line 1 (rank 0), cell 3: 1RECV_F0 does not fit the "
+         "list's messages (another rank holds its chunk)", NULL},
+        {"torch_comm_local.csv", "0F0,0SEND_F0,1F0,1B0,0B0\n", "0SEND_F0 does not fit", "chunk 1 is on the same rank"},
+        {"torch_comm_end.csv", "0F0,0B0,0SEND_B0\n", "0SEND_B0 does not fit", "chunk 0 has no chunk before it"},
+        {"torch_comm_micro.csv", "0F0,0SEND_F3,0B0\n1F0,1B0\n", "0SEND_F3 does not fit",
+         "the list has micro-batches 0..0"},
         {"torch_no_micro.csv", "0F0,0B0,0SEND_F\n", "\"0SEND_F\" is not an action", "0REDUCE_GRAD"},
         {"torch_grad_micro.csv", "0F0,0B0,0REDUCE_GRAD0\n", "\"0REDUCE_GRAD0\" is not an action", NULL},
         {"torch_overlap_tail.csv", "(0F0;0B0)OVERLAP\n", "a compound is (<action>;<action>...)OVERLAP_F_B", NULL},

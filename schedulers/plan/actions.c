@@ -386,9 +386,10 @@ static const char *const COMM_TYPES[] = {"SEND_F", "RECV_F", "SEND_B", "RECV_B",
 #define COMM_WITH_MICRO 4
 
 /* One action, s ending at its NUL (blanks trimmed): 1 a computation <chunk><F|I|W|B><micro>
- * in *out; 2 a communication or bookkeeping action of chunk *out->chunk; 0 not an action;
- * -1 an index above ACT_MAX_INDEX. */
-static int parse_one(const char *s, sp_action *out)
+ * in *out; 2 a communication or bookkeeping action of chunk out->chunk (micro-batch
+ * out->micro, 0 for those without), COMM_TYPES[*kind]; 0 not an action; -1 an index above
+ * ACT_MAX_INDEX. */
+static int parse_one(const char *s, sp_action *out, int *kind)
 {
     long c, b;
     int n = digits(s, &c);
@@ -405,8 +406,9 @@ static int parse_one(const char *s, sp_action *out)
         }
         if (*s) return 0;
         out->chunk = (int)c;
-        out->micro = 0;
+        out->micro = t < COMM_WITH_MICRO ? (int)b : 0;
         out->type = SP_ACT_F;
+        *kind = t;
         return 2;
     }
     const char *p = *s ? strchr("FIWB", *s) : NULL;
@@ -434,7 +436,7 @@ typedef struct csv_rows {
     sp_action *act;        /* all rows, in row order                            */
     int *cell;             /* the cell of each action                           */
     int n, acap;
-    int *ign;              /* ignored actions: (row, cell, chunk) triples       */
+    int *ign;              /* not run: (row, cell, chunk, kind, micro) each     */
     int nign, igncap;
 } csv_rows;
 
@@ -473,7 +475,7 @@ static int parse_cell(csv_rows *cr, const char *path, int row, int cell, char *p
             e = strchr(q, ';');
             if (e) *e = 0;
             char *t = trim(q);
-            int ok = parse_one(t, &x);
+            int kind, ok = parse_one(t, &x, &kind);
             if (ok < 0)
                 return sp_error("%s: line %d (rank %d), cell %d: \"%s\": an index above %d", path, row + 1, row, cell,
                                 shown, ACT_MAX_INDEX);
@@ -486,7 +488,7 @@ static int parse_cell(csv_rows *cr, const char *path, int row, int cell, char *p
         }
         return SP_OK;
     }
-    int ok = parse_one(p, &x);
+    int kind = 0, ok = parse_one(p, &x, &kind);
     if (ok < 0)
         return sp_error("%s: line %d (rank %d), cell %d: \"%s\": an index above %d", path, row + 1, row, cell, shown,
                         ACT_MAX_INDEX);
@@ -499,10 +501,10 @@ static int parse_cell(csv_rows *cr, const char *path, int row, int cell, char *p
     }
     if (cr->nign == cr->igncap) {
         cr->igncap = cr->igncap ? 2 * cr->igncap : 32;
-        cr->ign = sp_xrealloc(cr->ign, sizeof(int) * 3 * (size_t)cr->igncap);
+        cr->ign = sp_xrealloc(cr->ign, sizeof(int) * 5 * (size_t)cr->igncap);
     }
-    int *g = cr->ign + 3 * cr->nign++;
-    g[0] = row, g[1] = cell, g[2] = x.chunk;
+    int *g = cr->ign + 5 * cr->nign++;
+    g[0] = row, g[1] = cell, g[2] = x.chunk, g[3] = kind, g[4] = x.micro;
     return SP_OK;
 }
 
@@ -634,13 +636,29 @@ int sp_actions_read_csv(const char *path, sp_actions **out)
         cr.cell = NULL;
         a->ignored = cr.nign;
         if (sp_actions_simulate(a, NULL, NULL) != SP_OK) st = sp_error_prefix("%s", path);
-        /* a communication action names a chunk of its own rank (RECV_F: the receiving one) */
+        /* PyTorch's communication actions against the list's messages: each names a chunk
+         * of its own rank (RECV_F/RECV_B: the receiving one), and a send or receive a
+         * neighbouring chunk on another rank, for a micro-batch the list has */
         for (int g = 0; g < cr.nign && st == SP_OK; g++) {
-            int r = cr.ign[3 * g], c = cr.ign[3 * g + 2];
+            const int *e = cr.ign + 5 * g;
+            int r = e[0], c = e[2], kind = e[3], b = e[4];
+            char name[48];
+            snprintf(name, sizeof name, "%d%s", c, COMM_TYPES[kind]);
+            if (kind < COMM_WITH_MICRO) snprintf(name + strlen(name), sizeof name - strlen(name), "%d", b);
+            int peer = kind == 0 || kind == 3 ? c + 1 : c - 1;   /* SEND_F, RECV_B: the next chunk */
+            const char *why = NULL;
+            char buf[96];
             if (c >= a->chunks || a->chunk_rank[c] != r)
-                st = sp_error("%s: line %d (rank %d), cell %d: a communication action of chunk %d, which %s", path,
-                              r + 1, r, cr.ign[3 * g + 1], c,
-                              c >= a->chunks ? "no rank computes" : "another rank holds");
+                why = c >= a->chunks ? "no rank computes its chunk" : "another rank holds its chunk";
+            else if (kind < COMM_WITH_MICRO && (peer < 0 || peer >= a->chunks))
+                why = peer < 0 ? "chunk 0 has no chunk before it" : "the last chunk has no chunk after it";
+            else if (kind < COMM_WITH_MICRO && a->chunk_rank[peer] == r)
+                why = (snprintf(buf, sizeof buf, "chunk %d is on the same rank: no message", peer), buf);
+            else if (kind < COMM_WITH_MICRO && b >= a->micro)
+                why = (snprintf(buf, sizeof buf, "the list has micro-batches 0..%d", a->micro - 1), buf);
+            if (why)
+                st = sp_error("%s: line %d (rank %d), cell %d: %s does not fit the list's messages (%s)", path, r + 1,
+                              r, e[1], name, why);
         }
         if (st != SP_OK) {
             sp_actions_free(a);

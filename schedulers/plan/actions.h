@@ -21,9 +21,10 @@
  * Blank lines at the end are nothing; a blank line before a rank's line is refused (it
  * would be a rank that runs nothing). PyTorch's forms read too (_dump_csv's): its
  * communication and bookkeeping actions — cSEND_Fm, cRECV_Fm, cSEND_Bm, cRECV_Bm,
- * cUNSHARD, cRESHARD, cREDUCE_GRAD — are checked to name a chunk of their own rank and
- * not run (counted in `ignored`: the simulator and executor derive the messages from the
- * placement), and a compound (a;b;...)OVERLAP_F_B runs its computations in order. A NUL
+ * cUNSHARD, cRESHARD, cREDUCE_GRAD — are checked against the list's messages (a chunk of
+ * their own rank; a send or receive with a neighbouring chunk on another rank, of a
+ * micro-batch the list has) and not run (counted in `ignored`: the simulator and executor
+ * derive the messages from the placement), and a compound (a;b;...)OVERLAP_F_B runs its computations in order. A NUL
  * byte anywhere is refused.
  *
  * Schemes whose schedule is a fixed list (strict 1F1B, ZB-H1/H2, ZB-V, V-Half, V-Min,
