@@ -214,7 +214,7 @@ build-clang:
 # with clang, coverage, ASan and UBSan into build-fuzz/; each runs FUZZ_SECONDS on a
 # scratch copy of its seed corpus tests/fuzz/corpus/<target> (scripts/fuzz.sh).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := safetensors idx cifar seqset image costs state
+FUZZ_TARGETS := safetensors idx cifar seqset image costs state actions
 fuzzers: $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 # stb_image 2.27's JPEG bit reader shifts by more than 31 once a marker cuts a scan short
 # (code_bits < 0, and what it shifts is then 0): nothings/stb#1293, fixed in 2.28; not patchable in

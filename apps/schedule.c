@@ -5,7 +5,7 @@
  *   schedule --scheme gpipe --model vgg11 --workers 4
  *   schedule --layerpipe profile.csv --processors 3
  *   schedule --scheme zb-h1 --stages 4 --microbatches 8 --actions-out zb.csv
- *   schedule --scheme custom --actions zb.csv --stages 4
+ *   schedule --scheme custom --actions zb.csv
  *
  * The last stdout line is one JSON object. */
 #include "cli/schedule_cli.h"

@@ -6,7 +6,7 @@
  *   schedule --scheme gpipe --model vgg11 --workers 4
  *   schedule --layerpipe profile.csv --processors 3
  *   schedule --scheme zb-h1 --stages 4 --microbatches 8 --actions-out zb.csv
- *   schedule --scheme custom --actions zb.csv --stages 4
+ *   schedule --scheme custom --actions zb.csv
  *
  * The last stdout line is one JSON object. */
 #include <errno.h>
@@ -43,7 +43,8 @@ typedef struct opts {
     sp_comm_topology topo;   /* --nodes …: a cluster to predict for (links in GB/s here)   */
     int stages, micro, workers, groups, per_group, batch, processors, max_cols, chunks, cal_reps;
     double fwd, bwd, delta, grad, gflops, alpha, mem_limit, cal_max_mb;
-    bool split, no_split, no_input_grad, no_diagram, list;
+    bool split, no_split, no_input_grad, no_diagram, list, torch;
+    bool stages_given, micro_given, workers_given;   /* custom: flags the list must agree with */
 } opts;
 
 #define SIM "!layerpipe,!list,!calibrate-comm"   /* the simulator's flags */
@@ -97,6 +98,9 @@ static void parse(int argc, char **argv, opts *o)
          .group = "output", .needs = SIM},
         {"actions-out", SP_FLAG_STR, &o->actions_out, "write the simulated order as per-rank action lists (CSV)",
          .meta = "CSV", .group = "output", .needs = SIM},
+        {"torch", SP_FLAG_BOOL, &o->torch, "--actions-out in PyTorch's form with communication (SEND_F, RECV_F, "
+         "SEND_B, RECV_B, REDUCE_GRAD), what its runtime's _dump_csv writes and _load_csv(path, "
+         "format=\"compute_comms\") reads", .group = "output", .needs = SIM ",actions-out"},
         {"svg", SP_FLAG_STR, &o->svg, "write the pipeline diagram as SVG", .meta = "FILE", .group = "output",
          .needs = SIM},
         {"title", SP_FLAG_STR, &o->title, "SVG title", .group = "output", .needs = SIM ",svg"},
@@ -155,6 +159,9 @@ static void parse(int argc, char **argv, opts *o)
                    "custom), print its pipeline diagram and statistics, or balance a pipeline with\n"
                    "LayerPipe. Last stdout line: JSON.",
                    table);
+    o->stages_given = sp_flag_given("stages");
+    o->micro_given = sp_flag_given("microbatches");
+    o->workers_given = sp_flag_given("workers");
 }
 
 static void check(opts *o)
@@ -225,16 +232,40 @@ static void write_svg(const opts *o, const sp_schedule *s, const sp_sim *r, cons
     sp_check(sp_out_commit(&out));
 }
 
+/* --scheme custom: the list sets the ranks, micro-batches and (with unit costs, unless
+ * --stages says more) the stages, one per chunk; a flag that says otherwise is refused. */
+static sp_actions *read_custom(opts *o)
+{
+    if (!o->actions) sp_fail("--scheme custom needs --actions FILE.csv (one row of actions per rank)");
+    sp_actions *a = NULL;
+    sp_check(sp_actions_read_csv(o->actions, &a));
+    if (o->micro_given && o->micro != a->micro)
+        sp_fail("--scheme custom: --microbatches %d but %s names %d micro-batches (the list sets them: drop "
+                "--microbatches)", o->micro, o->actions, a->micro);
+    if (o->workers_given && o->workers != a->ranks)
+        sp_fail("--scheme custom: --workers %d but %s has %d rank%s, one line each (the list sets them: drop "
+                "--workers)", o->workers, o->actions, a->ranks, a->ranks == 1 ? "" : "s");
+    if (!o->model && !o->profile) {
+        if (!o->stages_given) o->stages = a->chunks;
+        else if (o->stages < a->chunks)
+            sp_fail("--scheme custom: --stages %d but %s has %d chunks (expected --stages >= %d: each chunk holds "
+                    "whole stages; or drop --stages: one stage per chunk)", o->stages, o->actions, a->chunks,
+                    a->chunks);
+    }
+    o->micro = a->micro;
+    o->workers = a->ranks;
+    if (a->ignored)
+        fprintf(stderr, "schedule: note: %s: %d communication and bookkeeping action%s of PyTorch's form (SEND_F, "
+                        "RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD) not run: the simulation derives the "
+                        "messages from where the chunks are\n", o->actions, a->ignored, a->ignored == 1 ? "" : "s");
+    return a;
+}
+
 /* The action list of a generator (ranks: --workers, or the stages over the chunks per
- * rank) with the per-chunk costs of the balanced partition, or --actions' file. */
+ * rank) with the per-chunk costs of the balanced partition. */
 static sp_actions *make_actions(const opts *o, const sp_costs *c)
 {
     sp_actions *a = NULL;
-    if (!strcmp(o->scheme, "custom")) {
-        if (!o->actions) sp_fail("--scheme custom needs --actions FILE.csv (one row of actions per rank)");
-        sp_check(sp_actions_read_csv(o->actions, &a));
-        return a;
-    }
     const sp_pp_generator *g = sp_pp_find(o->scheme);
     int v = o->chunks > 0 ? o->chunks : g->default_chunks_per_rank;
     int ranks = o->workers > 0 ? o->workers : c->stages / v > 0 ? c->stages / v : 1;
@@ -251,7 +282,8 @@ static void write_actions(const opts *o, const sp_actions *given, const sp_sched
     if (!given && !a) sp_fail("%s", sp_last_error());
     sp_out out;
     sp_check(sp_out_open(&out, o->actions_out, "--actions-out"));
-    sp_actions_write_csv(out.f, given ? given : a);
+    if (o->torch) sp_actions_write_torch(out.f, given ? given : a);
+    else sp_actions_write_csv(out.f, given ? given : a);
     sp_check(sp_out_commit(&out));
     sp_actions_free(a);
 }
@@ -347,6 +379,7 @@ static int run_schedule(opts *o)
         sp_check(sp_comm_model_load(o->comm_profile, &cm));
         print_comm(cm);
     }
+    sp_actions *a = !strcmp(o->scheme, "custom") ? read_custom(o) : NULL;
     sp_costs *c = load_costs(o);
     write_costs(o, c);
     sp_sched_config cfg = {
@@ -354,11 +387,9 @@ static int run_schedule(opts *o)
         .per_group = o->per_group, .split = o->split ? 1 : o->no_split ? 0 : -1, .no_input_grad = o->no_input_grad,
         .actions_scheme = o->scheme,
     };
-    sp_actions *a = NULL;
     if (sp_scheme_is_actions(o->scheme)) {
         if (o->groups || o->per_group) sp_fail("--scheme %s: --groups and --per-group are lpp's", o->scheme);
-        a = make_actions(o, c);
-        if (!strcmp(o->scheme, "custom")) cfg.micro = cfg.workers = 0;   /* the file's */
+        if (!a) a = make_actions(o, c);
     } else if (o->chunks) {
         sp_fail("--chunks %d: --scheme %s places its own stages (the action-list schemes take --chunks)", o->chunks,
                 o->scheme);

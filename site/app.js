@@ -77,10 +77,22 @@ function figure(dl, key, name, value, shown) {
 
 var api = {};
 /* every call goes through Module.siteCall (site/wasm_call.js): string arguments on the heap */
+/* sp_open_text's refusal of a NUL byte (core/io/fileio.c), for text the page hands over */
+function nulAt(text, name) {
+  var i = text ? text.indexOf('\0') : -1;
+  if (i < 0) return '';
+  var before = text.slice(0, i), line = before.split('\n').length;
+  var start = before.lastIndexOf('\n') + 1;
+  var bytes = new TextEncoder().encode(text.slice(start, i)).length + 1;
+  return name + ': line ' + line + ', byte ' + bytes + ': a NUL byte (expected text)';
+}
 function bindApi() {
   var call = Module.siteCall;
   api.schemes = function () { return call('site_schemes', [], []); };
   api.simulate = function (c) {
+    /* A C string ends at a NUL: refuse it here as the native reader does, not run a cut text */
+    var nul = nulAt(c.actions, 'action list: /actions.csv') || nulAt(c.profile, 'profile: /profile.csv');
+    if (nul) return {ok: false, error: nul};
     return call('site_simulate',
       ['string', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'number', 'string',
        'number', 'number', 'string', 'number'],
@@ -176,11 +188,12 @@ function config(p) {
  * profile the training run of the same schedule on `ranks` processes (the simulated
  * workers; none when the configuration is refused). */
 function command(c, ranks) {
+  var custom = c.scheme === 'custom';   /* the list sets its ranks and micro-batches */
   var a = ['build/schedule', '--scheme', c.scheme];
-  if (c.scheme !== 'custom') a.push('--microbatches', c.micro);
+  if (!custom) a.push('--microbatches', c.micro);
   if (c.preset) a.push('--profile', 'site/profiles/' + c.preset + '.csv');
   else a.push('--stages', c.stages, '--fwd-cost', c.fwd, '--delta-cost', c.delta, '--grad-cost', c.grad);
-  if (c.workers) a.push('--workers', c.workers);
+  if (c.workers && !custom) a.push('--workers', c.workers);
   if (c.groups) a.push('--groups', c.groups);
   if (c.per_group) a.push('--per-group', c.per_group);
   if (c.split === 1) a.push('--split');

@@ -53,6 +53,8 @@
 #include <string.h>
 #include "schedulers/plan/actions.h"
 #include "schedulers/plan/gen.h"
+#include "schedulers/plan/schedule.h"
+#include "schedulers/sim/comm_cost.h"
 #include "tests/testutil.h"
 
 typedef int (*gen_fn)(const sp_pp_params *, sp_actions **);
@@ -165,26 +167,26 @@ Test(actions, refusals_name_rank_action_and_reason)
     static const struct {
         const char *name, *text, *want1, *want2;
     } rows[] = {
-        {"missing.csv", "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1W0,1I1,1W1\n", "rank 1: action 1F1 missing", NULL},
-        {"missing_b.csv", "0F0,0I0,0W0\n1F0\n", "rank 1: action 1B0 missing", "or 1I0"},
-        {"repeated.csv", "0F0,0I0,0W0\n1F0,1F0,1I0,1W0\n", "rank 1: action 1F0 repeated", "position 2"},
-        {"two_ranks.csv", "0F0,0I0,0W0\n1F0,1I0,1W0,0F1\n", "rank 1: action 0F1: chunk 0 is on rank 0 too",
+        {"missing.csv", "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1W0,1I1,1W1\n", "rank 1 (line 2): action 1F1 missing", NULL},
+        {"missing_b.csv", "0F0,0I0,0W0\n1F0\n", "rank 1 (line 2): action 1B0 missing", "or 1I0"},
+        {"repeated.csv", "0F0,0I0,0W0\n1F0,1F0,1I0,1W0\n", "rank 1: action 1F0 repeated", "at line 2, cell 2"},
+        {"two_ranks.csv", "0F0,0I0,0W0\n1F0,1I0,1W0,0F1\n", "rank 1: action 0F1 (line 2, cell 4): chunk 0 is on rank 0 too",
          "a chunk on two ranks"},
-        {"i_without_w.csv", "0F0,0I0,0W0\n1F0,1I0\n", "rank 1: action 1I0 without 1W0", "I without W"},
+        {"i_without_w.csv", "0F0,0I0,0W0\n1F0,1I0\n", "rank 1 (line 2): action 1I0 without 1W0", "I without W"},
         {"w_without_i.csv", "0F0,0B0\n1F0,1W0,1B0\n", "and 1W0 both present", "B is I and W together"},
-        {"b_and_i.csv", "0F0,0I0,0W0\n1F0,1B0,1I0\n", "rank 1: action 1B0 and 1I0 both present", NULL},
-        {"w_alone.csv", "0F0,0B0\n1F0,1W0\n", "rank 1: action 1W0 without 1I0", "W without I"},
+        {"b_and_i.csv", "0F0,0I0,0W0\n1F0,1B0,1I0\n", "rank 1 (line 2): action 1B0 and 1I0 both present", NULL},
+        {"w_alone.csv", "0F0,0B0\n1F0,1W0\n", "rank 1 (line 2): action 1W0 without 1I0", "W without I"},
         /* An action before its predecessor can exist on any rank: on its own rank, later. */
         {"own_order.csv", "0I0,0F0,0W0\n1F0,1I0,1W0\n",
-         "rank 0: action 0I0 waits for 0F0, which no rank can run first", "later in rank 0's own list"},
+         "rank 0: action 0I0 (line 1, cell 1) waits for 0F0, which no rank can run first", "later in rank 0's own list"},
         /* A cycle between ranks: rank 0 waits for rank 1's backward, rank 1 for rank 0's
          * forward of the next micro-batch. */
         {"cycle.csv", "0F0,0I0,0W0,0F1,0I1,0W1\n1F1,1F0,1I0,1W0,1I1,1W1\n",
-         "rank 0: action 0I0 waits for 1I0, which no rank can run first: a cycle between ranks",
+         "rank 0: action 0I0 (line 1, cell 2) waits for 1I0, which no rank can run first: a cycle between ranks",
          "rank 1: 1F1 waits for 0F1 on rank 0"},
-        {"bad_type.csv", "0F0,0Q0\n", "row 1, cell 2: \"0Q0\" is not an action", "<chunk><F|I|W|B><micro-batch>"},
-        {"bad_chunk.csv", "0F0\nF0\n", "row 2, cell 1: \"F0\" is not an action", NULL},
-        {"bad_micro.csv", "0F\n", "row 1, cell 1: \"0F\" is not an action", NULL},
+        {"bad_type.csv", "0F0,0Q0\n", "line 1 (rank 0), cell 2: \"0Q0\" is not an action", "<chunk><F|I|W|B><micro-batch>"},
+        {"bad_chunk.csv", "0F0\nF0\n", "line 2 (rank 1), cell 1: \"F0\" is not an action", NULL},
+        {"bad_micro.csv", "0F\n", "line 1 (rank 0), cell 1: \"0F\" is not an action", NULL},
         {"bad_tail.csv", "0F0x\n", "\"0F0x\" is not an action", NULL},
         {"bad_space.csv", "0F 0\n", "\"0F 0\" is not an action", NULL},
         {"bad_sign.csv", "-1F0\n", "\"-1F0\" is not an action", NULL},
@@ -192,6 +194,27 @@ Test(actions, refusals_name_rank_action_and_reason)
         {"huge.csv", "0F99999999999\n", "an index above 1000000", NULL},
         {"empty.csv", "", "no actions", NULL},
         {"blank_cells.csv", ",,\n,\n", "no actions", NULL},
+        /* A typo for a missing action names the rank that lacks it, not every other rank. */
+        {"typo_micro.csv", "0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n2F0,2F1,2B0,2B1\n3F2,3F1,3B0,3B1\n",
+         "line 4 (rank 3), cell 1: 3F2 names micro-batch 2, but no chunk runs more than 2 forwards", "rank 3 has no 3F0"},
+        /* Blank lines: a rank that runs nothing would shift every later rank. */
+        {"blank_lead.csv", "\n0F0,0B0\n1F0,1B0\n", "line 1 is blank, and line 2 after it has actions", NULL},
+        {"blank_mid.csv", "0F0,0B0\n\n \t,\n1F0,1B0\n", "line 2 is the first of blank lines, and line 4", NULL},
+        /* PyTorch's forms, misspelt or misplaced */
+        {"torch_comm_only.csv", "0F0,0B0,0SEND_F0\n1RECV_F0\n", "line 2 (rank 1) has no computation", NULL},
+        {"torch_comm_chunk.csv", "0F0,0B0,1RECV_F0\n1F0,1B0\n", "line 1 (rank 0), cell 3: 1RECV_F0 does not fit the "
+         "list's messages (another rank holds its chunk)", NULL},
+        {"torch_comm_local.csv", "0F0,0SEND_F0,1F0,1B0,0B0\n", "0SEND_F0 does not fit", "chunk 1 is on the same rank"},
+        {"torch_comm_end.csv", "0F0,0B0,0SEND_B0\n", "0SEND_B0 does not fit", "chunk 0 has no chunk before it"},
+        {"torch_comm_micro.csv", "0F0,0SEND_F3,0B0\n1F0,1B0\n", "0SEND_F3 does not fit",
+         "the list has micro-batches 0..0"},
+        {"torch_no_micro.csv", "0F0,0B0,0SEND_F\n", "\"0SEND_F\" is not an action", "0REDUCE_GRAD"},
+        {"torch_grad_micro.csv", "0F0,0B0,0REDUCE_GRAD0\n", "\"0REDUCE_GRAD0\" is not an action", NULL},
+        {"torch_overlap_tail.csv", "(0F0;0B0)OVERLAP\n", "a compound is (<action>;<action>...)OVERLAP_F_B", NULL},
+        {"torch_overlap_comm.csv", "(0F0;0SEND_F0)OVERLAP_F_B,0B0\n", "part 2 \"0SEND_F0\" is not a computation",
+         NULL},
+        {"torch_overlap_empty.csv", "()OVERLAP_F_B\n", "is not an action", NULL},
+        {"torch_overlap_nested.csv", "((0F0)OVERLAP_F_B;0B0)OVERLAP_F_B\n", "is not an action", NULL},
     };
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
         refused(rows[k].name, rows[k].text, rows[k].want1, rows[k].want2);
@@ -214,7 +237,7 @@ Test(actions, check_on_built_lists)
     cr_assert_eq(sp_actions_check(a), SP_OK, "%s", sp_last_error());
     a->chunk_rank[1] = 0;
     cr_assert_eq(sp_actions_check(a), SP_ERR);
-    cr_assert(strstr(sp_last_error(), "rank 1: action 1F0: chunk 1 is on rank 0 too"), "%s", sp_last_error());
+    cr_assert(strstr(sp_last_error(), "rank 1: action 1F0 (position 1): chunk 1 is on rank 0 too"), "%s", sp_last_error());
     a->chunk_rank[1] = 1;
     a->act[3].micro = 5;
     cr_assert_eq(sp_actions_check(a), SP_ERR);
@@ -411,5 +434,164 @@ Test(actions, zb_auto_with_costs)
         sp_actions_free(h1);
         sp_actions_sim_free(&s);
         sp_actions_free(a);
+    }
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Text only, blank lines, PyTorch's forms                                             */
+
+static const char *write_bytes(const char *name, const char *data, size_t n)
+{
+    static char path[4][512];
+    static int k;
+    char *p = path[k++ % 4];
+    snprintf(p, 512, "%s/%s", tu_tmpdir(), name);
+    tu_write_file(p, data, n, false);
+    return p;
+}
+
+/* A NUL byte anywhere is refused naming the file, the line and the byte: C's string
+ * functions would end the line there and run the rest of it as nothing. */
+Test(actions, nul_byte_is_refused_where_it_is)
+{
+    static const struct {
+        const char *data;
+        size_t n;
+        const char *want;
+    } rows[] = {
+        {"0F0,0B0\0,0F1,0B1\n", 17, "line 1, byte 8: a NUL byte"},
+        {"0F0,0F1,0B0,0B1\n\0" "1F0,1F1,1B0,1B1\n", 32, "line 2, byte 1: a NUL byte"},
+        {"0F0,0B0\n1F0,1B0\0", 16, "line 2, byte 8: a NUL byte"},
+    };
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        const char *p = write_bytes("nul.csv", rows[k].data, rows[k].n);
+        sp_actions *a = NULL;
+        cr_assert_eq(sp_actions_read_csv(p, &a), SP_ERR, "row %zu accepted", k);
+        cr_assert(strstr(sp_last_error(), p) && strstr(sp_last_error(), rows[k].want), "row %zu: %s", k,
+                  sp_last_error());
+        cr_assert_null(a);
+    }
+    /* The same for a cost profile and a communication profile; a profile starting with
+     * NUL is not taken as "no profile". */
+    const char *prof = write_bytes("nul_profile.csv", "\0layer,fwd,bwd_grad,bwd_delta\nl0,1,1,1\n", 38);
+    sp_costs *c = NULL;
+    cr_assert_eq(sp_costs_load_csv(prof, &c), SP_ERR);
+    cr_assert(strstr(sp_last_error(), "line 1, byte 1: a NUL byte"), "%s", sp_last_error());
+    const char *cp = write_bytes("nul_comm.csv", "row,op,ranks,bytes,alpha_us,beta_bytes_per_us,us\n\0", 51);
+    sp_comm_model *m = NULL;
+    cr_assert_eq(sp_comm_model_load(cp, &m), SP_ERR);
+    cr_assert(strstr(sp_last_error(), "line 2, byte 1: a NUL byte"), "%s", sp_last_error());
+}
+
+/* Blank lines at the end are no ranks (the refusals of blank lines before a rank are in
+ * refusals_name_rank_action_and_reason). */
+Test(actions, trailing_blank_lines_are_not_ranks)
+{
+    const char *p = write_file("trail.csv", "0F0,0B0\r\n1F0,1B0\r\n\r\n \n,,\n\n");
+    sp_actions *a = NULL;
+    cr_assert_eq(sp_actions_read_csv(p, &a), SP_OK, "%s", sp_last_error());
+    cr_assert_eq(a->ranks, 2);
+    sp_actions_free(a);
+}
+
+/* PyTorch's raw CSVs (tests/ref/torch_csv, written by make_fixtures.py from scanprop's
+ * lists by PyTorch's rules): the computation-only grid with empty cells and REDUCE_GRAD,
+ * and the runtime's form with UNSHARD/RESHARD, SEND/RECV and (F;B)OVERLAP_F_B, read as
+ * the same actions in the same order as the clean list, so the same makespan. */
+static void same_list(const sp_actions *a, const sp_actions *b, const char *what)
+{
+    cr_assert(a->ranks == b->ranks && a->chunks == b->chunks && a->micro == b->micro, "%s: %dx%dx%d vs %dx%dx%d",
+              what, a->ranks, a->chunks, a->micro, b->ranks, b->chunks, b->micro);
+    for (int r = 0; r <= a->ranks; r++) cr_assert_eq(a->off[r], b->off[r], "%s: rank %d", what, r);
+    for (int k = 0; k < a->off[a->ranks]; k++)
+        cr_assert(a->act[k].chunk == b->act[k].chunk && a->act[k].micro == b->act[k].micro &&
+                  a->act[k].type == b->act[k].type, "%s: action %d", what, k);
+}
+
+static double latency_at(const sp_actions *a, double f, double i, double w, double transfer)
+{
+    double *F = malloc(sizeof(double) * (size_t)a->chunks), *I = malloc(sizeof(double) * (size_t)a->chunks),
+           *W = malloc(sizeof(double) * (size_t)a->chunks);
+    for (int k = 0; k < a->chunks; k++) F[k] = f, I[k] = i, W[k] = w;
+    sp_chunk_costs c = {a->chunks, F, I, W, NULL, transfer};
+    sp_actions_sim s;
+    cr_assert_eq(sp_actions_simulate(a, &c, &s), SP_OK, "%s", sp_last_error());
+    double l = s.latency;
+    sp_actions_sim_free(&s);
+    free(F);
+    free(I);
+    free(W);
+    return l;
+}
+
+Test(actions, torch_raw_csvs_import_as_their_clean_form)
+{
+    static const char *names[] = {"Schedule1F1B",          "ScheduleInterleaved1F1B", "ScheduleLoopedBFS",
+                                  "ScheduleZBVZeroBubble", "ScheduleDualPipeV",       "ScheduleInterleavedZeroBubble"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        char path[256];
+        sp_actions *clean = NULL, *raw = NULL;
+        snprintf(path, sizeof path, "tests/ref/torch_csv/%s.csv", names[k]);
+        cr_assert_eq(sp_actions_read_csv(path, &clean), SP_OK, "%s", sp_last_error());
+        cr_assert_eq(clean->ignored, 0);
+        static const char *forms[] = {"compute", "comms"};
+        for (int f = 0; f < 2; f++) {
+            snprintf(path, sizeof path, "tests/ref/torch_csv/%s_%s.csv", names[k], forms[f]);
+            cr_assert_eq(sp_actions_read_csv(path, &raw), SP_OK, "%s", sp_last_error());
+            same_list(clean, raw, path);
+            cr_assert(f == 0 || raw->ignored > 0, "%s: communication actions counted", path);
+            cr_assert_eq(latency_at(raw, 1, 1, 1, 0), latency_at(clean, 1, 1, 1, 0), "%s", path);
+            cr_assert_eq(latency_at(raw, 1, 1.2, 0.8, 0.5), latency_at(clean, 1, 1.2, 0.8, 0.5), "%s", path);
+            sp_actions_free(raw);
+        }
+        sp_actions_free(clean);
+    }
+}
+
+/* A compound runs its parts in the order written. */
+Test(actions, torch_overlap_runs_its_parts_in_order)
+{
+    const char *p = write_file("ov.csv", "0F0,(0F1;0B0)OVERLAP_F_B,0B1\n");
+    sp_actions *a = NULL;
+    cr_assert_eq(sp_actions_read_csv(p, &a), SP_OK, "%s", sp_last_error());
+    char s[32], line[128] = "";
+    for (int k = 0; k < a->off[1]; k++) strcat(strcat(line, sp_action_str(a->act[k], s)), " ");
+    cr_assert_str_eq(line, "0F0 0F1 0B0 0B1 ");
+    cr_assert_eq(a->cell[2], 2);
+    sp_actions_free(a);
+}
+
+/* --actions-out --torch: the runtime's form with communication, read back as the same
+ * list; every cell one of PyTorch's actions (no compound: each computation stands alone),
+ * each send with its receive, and a REDUCE_GRAD per chunk. */
+Test(actions, torch_form_written_reads_back)
+{
+    gen_fn gens[] = {sp_pp_gen_zbv, sp_pp_gen_dualpipev, sp_pp_gen_zb_auto};
+    for (size_t g = 0; g < sizeof gens / sizeof gens[0]; g++) {
+        sp_actions *a = gen(gens[g], 4, 8, 0), *b = NULL;
+        char path[512];
+        snprintf(path, sizeof path, "%s/torch.csv", tu_tmpdir());
+        FILE *f = fopen(path, "w");
+        sp_actions_write_torch(f, a);
+        fclose(f);
+        cr_assert_eq(sp_actions_read_csv(path, &b), SP_OK, "%s", sp_last_error());
+        same_list(a, b, "torch form");
+        char *text = NULL;
+        size_t len = 0;
+        f = fopen(path, "r");
+        cr_assert_gt(getdelim(&text, &len, 0, f), 0);
+        fclose(f);
+        int sends = 0, recvs = 0, reduces = 0;
+        for (const char *p = text; (p = strstr(p, "SEND_")); p++) sends++;
+        for (const char *p = text; (p = strstr(p, "RECV_")); p++) recvs++;
+        for (const char *p = text; (p = strstr(p, "REDUCE_GRAD")); p++) reduces++;
+        cr_assert_eq(sends, recvs);
+        cr_assert_gt(sends, 0);
+        cr_assert_eq(reduces, a->chunks);
+        cr_assert_eq(b->ignored, sends + recvs + reduces);
+        cr_assert(strstr(text, "\r\n"), "csv.writer's line ends");
+        free(text);
+        sp_actions_free(a);
+        sp_actions_free(b);
     }
 }

@@ -1261,14 +1261,16 @@ Test(exec, action_lists_that_cannot_run_are_refused_before_work, .timeout = 120)
     cr_assert_not_null(f);
     fprintf(f, "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1W0,1F1,1I1,1W1\n");
     fclose(f);
-    char a1[600], a2[600];
+    char a1[600], a2[600], a3[600];
     snprintf(a1, sizeof a1, "--layers 4 --parallel custom --actions %s", cyc);
     snprintf(a2, sizeof a2, "--layers 4 --parallel custom --actions %s", two);
+    snprintf(a3, sizeof a3, "--layers 4 --parallel custom --actions %s --microbatches 4 --batch 32", two);
     struct {
         const char *np, *flags, *want;
     } cases[] = {
-        {"-np 2", a1, "rank 0: action 0I0 waits for 0F0"},
+        {"-np 2", a1, "rank 0: action 0I0 (line 1, cell 1) waits for 0F0"},
         {"-np 4", a2, "has 2 ranks, mpirun started 4 (expected mpirun -np 2)"},
+        {"-np 2", a3, "--microbatches 4 but"},   /* as build/schedule --scheme custom refuses it */
         {"-np 4", "--layers 2 --parallel looped-bfs", "8 chunks for the model's 3 layers"},
         {"-np 2", "--layers 4 --parallel custom", "--parallel custom needs --actions FILE.csv"},
     };

@@ -93,6 +93,7 @@ Test(fuzz_corpus, seqset) { run_corpus("seqset"); }
 Test(fuzz_corpus, image) { run_corpus("image"); }
 Test(fuzz_corpus, costs) { run_corpus("costs"); }
 Test(fuzz_corpus, state) { run_corpus("state"); }
+Test(fuzz_corpus, actions) { run_corpus("actions"); }
 
 /* The readers added to the fuzzers (issue 25): what each seed must do, and that a bad
  * costs CSV comes back as a status (the reader's checks are sp_fail inside). */

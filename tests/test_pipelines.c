@@ -379,6 +379,50 @@ Test(pipelines, program_reports_the_issue_latencies)
     }
 }
 
+/* --scheme custom takes the ranks, micro-batches and stages (one per chunk) from the list:
+ * --stages is not needed, and a flag that says otherwise is refused in one line naming the
+ * flag, the file and what the list says; blank lines at the end are no ranks. */
+static void refused_by_program(const char *args, const char *want)
+{
+    char cmd[1200], err[2048];
+    const char *b = getenv("BUILD");
+    snprintf(cmd, sizeof cmd, "%s/schedule %s --no-diagram", b ? b : "build", args);
+    int rc = tu_run(cmd, NULL, 0, err, sizeof err);
+    cr_assert_eq(rc, 2, "%s: exit %d: %s", cmd, rc, err);
+    cr_assert(strstr(err, want), "%s: \"%s\" not in: %s", cmd, want, err);
+    cr_assert(!strchr(err, '\n') || strchr(err, '\n') == err + strlen(err) - 1, "%s: one line: %s", cmd, err);
+}
+
+Test(pipelines, custom_takes_its_shape_from_the_list)
+{
+    char csv[600], args[1024];
+    snprintf(csv, sizeof csv, "%s/zbv.csv", tu_tmpdir());
+    snprintf(args, sizeof args, "--scheme zbv --stages 8 --microbatches 8 --actions-out %s", csv);
+    double want = program_latency(args);
+    snprintf(args, sizeof args, "--scheme custom --actions %s", csv);   /* 8 chunks: no --stages */
+    cr_assert_eq(program_latency(args), want);
+    cr_assert_eq(program_key(args, "workers"), 4);
+    snprintf(args, sizeof args, "--scheme custom --actions %s --microbatches 8 --workers 4 --stages 16", csv);
+    cr_assert_eq(program_key(args, "workers"), 4);
+    snprintf(args, sizeof args, "--scheme custom --actions %s --microbatches 4", csv);
+    refused_by_program(args, "--microbatches 4 but");
+    refused_by_program(args, "names 8 micro-batches");
+    snprintf(args, sizeof args, "--scheme custom --actions %s --workers 3", csv);
+    refused_by_program(args, "--workers 3 but");
+    snprintf(args, sizeof args, "--scheme custom --actions %s --stages 4", csv);
+    refused_by_program(args, "--stages 4 but");
+    /* The issue's two trailing blank lines: 4 workers, utilisation 0.727 (not 6 and 0.48). */
+    snprintf(csv, sizeof csv, "%s/h1.csv", tu_tmpdir());
+    snprintf(args, sizeof args, "--scheme 1f1b-strict --stages 4 --microbatches 8 --actions-out %s", csv);
+    double util = program_key(args, "utilization");
+    FILE *f = fopen(csv, "a");
+    fputs("\n\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "--scheme custom --actions %s", csv);
+    cr_assert_eq(program_key(args, "workers"), 4);
+    cr_assert_eq(program_key(args, "utilization"), util);
+}
+
 /* ---- zb-auto's --mem-limit in bytes --------------------------------------------------- */
 
 /* Every rank's simulated peak stays within the limit in bytes, for models whose chunks

@@ -55,6 +55,35 @@ FILE *sp_open_read(const char *path, const char *what)
     return f;
 }
 
+FILE *sp_open_text(const char *path, const char *what)
+{
+    FILE *f = sp_open_read(path, what);
+    if (!f) return NULL;
+    char buf[4096];
+    size_t n;
+    long line = 1, byte = 0;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        for (size_t i = 0; i < n; i++) {
+            byte++;
+            if (buf[i] == '\n') {
+                line++;
+                byte = 0;
+            } else if (buf[i] == 0) {
+                fclose(f);
+                sp_error("%s%s%s: line %ld, byte %ld: a NUL byte (expected text)", what ? what : "",
+                         what && *what ? ": " : "", path, line, byte);
+                return NULL;
+            }
+        }
+    if (ferror(f) || fseek(f, 0, SEEK_SET) != 0) {
+        int err = errno;
+        fclose(f);
+        sp_error("%s%scannot read %s: %s", what ? what : "", what && *what ? ": " : "", path, strerror(err));
+        return NULL;
+    }
+    return f;
+}
+
 int sp_pread_full(int fd, void *buf, size_t n, off_t off, const char *path, const char *what)
 {
     size_t got = 0;

@@ -32,6 +32,10 @@ int sp_open_regular(const char *path, struct stat *st) SP_MUST_CHECK;
  * regular file (a directory)" or "<what>: cannot open <path>: <errno text>" (what may be NULL). The one way
  * the program opens a file it reads by stdio (a FIFO never blocks it). */
 FILE *sp_open_read(const char *path, const char *what) SP_MUST_CHECK;
+/* sp_open_read for a text file (action lists, profiles): a NUL byte anywhere in it is
+ * refused, "<what>: <path>: line L, byte B: a NUL byte (expected text)" (B counts from 1
+ * in the line), so no reader silently ends a line early. The FILE is at its start. */
+FILE *sp_open_text(const char *path, const char *what) SP_MUST_CHECK;
 /* Exactly n bytes at offset off; SP_ERR naming path and `what` on a short read. */
 int sp_pread_full(int fd, void *buf, size_t n, off_t off, const char *path, const char *what) SP_MUST_CHECK;
 /* "a FIFO", "a directory", "a character device", ... for messages. */

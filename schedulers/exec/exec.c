@@ -36,6 +36,10 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
         if (!cfg->actions) sp_comm_fail_all(world, "--parallel custom needs --actions FILE.csv (one row of actions per rank)");
         if (sp_actions_read_csv(cfg->actions, &x->actions) != SP_OK)
             sp_comm_fail_all(world, "--parallel custom: %s", sp_last_error());
+        if (x->actions->ignored && x->rank == 0)
+            fprintf(stderr, "note: %s: %d communication and bookkeeping action%s of PyTorch's form (SEND_F, RECV_B, "
+                            "REDUCE_GRAD, ...) not run as such: the executor sends what the chunks' placement needs\n",
+                    cfg->actions, x->actions->ignored, x->actions->ignored == 1 ? "" : "s");
     }
     x->B = cfg->micro > 0 ? cfg->micro : x->actions ? x->actions->micro : is_scan(cfg->scheme) ? 1
            : is_pipeline(cfg->scheme) || is_actions(cfg->scheme) ? 2 * x->W : x->W;

@@ -14,10 +14,18 @@
  * of micro-batch b are held from its F until its W (or B) has run: that is the memory the
  * zero-bubble schedules trade against bubbles.
  *
- * The CSV form: one row per rank (row r = rank r), one action per cell, an empty cell is
- * idle and ignored, e.g.
+ * The CSV form: one line per rank (line r + 1 = rank r), one action per cell, an empty
+ * cell is idle and ignored, e.g.
  *     0F0,0F1,0I0,0W0,0F2,...
  *     1F0,1I0,1F1,...
+ * Blank lines at the end are nothing; a blank line before a rank's line is refused (it
+ * would be a rank that runs nothing). PyTorch's forms read too (_dump_csv's): its
+ * communication and bookkeeping actions — cSEND_Fm, cRECV_Fm, cSEND_Bm, cRECV_Bm,
+ * cUNSHARD, cRESHARD, cREDUCE_GRAD — are checked against the list's messages (a chunk of
+ * their own rank; a send or receive with a neighbouring chunk on another rank, of a
+ * micro-batch the list has) and not run (counted in `ignored`: the simulator and executor
+ * derive the messages from the placement), and a compound (a;b;...)OVERLAP_F_B runs its computations in order. A NUL
+ * byte anywhere is refused.
  *
  * Schemes whose schedule is a fixed list (strict 1F1B, ZB-H1/H2, ZB-V, V-Half, V-Min,
  * interleaved 1F1B, looped BFS, DualPipeV, zb-auto, custom) are generators: they build an
@@ -44,6 +52,10 @@ typedef struct sp_actions {
     int *off;               /* [ranks + 1]: rank r runs act[off[r] .. off[r+1]) in order */
     sp_action *act;
     int cap;                /* room in act[] (sp_actions_push grows it)                 */
+    int *cell;              /* read from a CSV: [off[ranks]] the cell of act[k] in its rank's
+                             * line (line r + 1 is rank r), for messages; NULL otherwise   */
+    int ignored;            /* read from a CSV: PyTorch's communication and bookkeeping
+                             * actions (SEND_F, RECV_B, REDUCE_GRAD, ...) not run          */
 } sp_actions;
 
 /* Per-chunk durations of one micro-batch, the transfer time of one activation or gradient
@@ -92,6 +104,13 @@ void sp_actions_sim_free(sp_actions_sim *r);
  * (so a list that cannot run is refused before any work). */
 int sp_actions_read_csv(const char *path, sp_actions **out) SP_MUST_CHECK;
 void sp_actions_write_csv(FILE *out, const sp_actions *a);
+/* The form PyTorch's _PipelineScheduleRuntime._dump_csv writes by default, which its
+ * _load_csv(path, format="compute_comms") reads back: each rank's computations in order,
+ * a SEND_F/SEND_B after each one whose consumer chunk is on another rank and the
+ * RECV_F/RECV_B in that rank's list (PyTorch's lowering: ranks take turns, one action
+ * each), cREDUCE_GRAD after chunk c's last W or B; CRLF line ends. No UNSHARD/RESHARD
+ * (FSDP's; the runtime needs none without it). A valid list (sp_actions_check). */
+void sp_actions_write_torch(FILE *out, const sp_actions *a);
 
 /* ------------------------------------------------------------------------------------ */
 /* Generators                                                                           */

@@ -283,7 +283,7 @@ typedef struct csv_load {
 static void load_body(void *arg)
 {
     csv_load *l = arg;
-    l->f = sp_open_read(l->path, "profile");
+    l->f = sp_open_text(l->path, "profile");
     if (!l->f) sp_fail("%s", sp_last_error());
     int rows = read_rows(l->f, l->path, NULL);
     l->c = costs_alloc(rows);

@@ -388,7 +388,7 @@ static int parse_row(sp_comm_model *m, char *line, const char *path, int ln)
 int sp_comm_model_load(const char *path, sp_comm_model **out)
 {
     *out = NULL;
-    FILE *f = sp_open_read(path, "--comm-profile");
+    FILE *f = sp_open_text(path, "--comm-profile");
     if (!f) return SP_ERR;
     sp_comm_model *m = sp_xcalloc(1, sizeof *m);
     snprintf(m->source, sizeof m->source, "%s", path);

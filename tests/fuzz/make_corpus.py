@@ -241,4 +241,19 @@ with tempfile.TemporaryDirectory() as t:
         put("image", "truncated.jpg", data[: len(data) // 2])
     except (OSError, subprocess.CalledProcessError) as e:
         print("no JPEG seeds:", e)
+# ---- action lists (--scheme custom --actions; PyTorch's forms) ---------------------------
+torch = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref", "torch_csv")
+for n in ("Schedule1F1B_compute", "ScheduleZBVZeroBubble", "ScheduleDualPipeV_comms", "ScheduleInterleaved1F1B_compute"):
+    with open(os.path.join(torch, n + ".csv"), "rb") as f:
+        put("actions", n, f.read())
+put("actions", "zb-split", b"0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1F1,1I1,1W0,1W1\n")
+put("actions", "blanks-crlf", b" 0F0 ,, 0B0\r\n1F0,1B0,\r\n\r\n")
+put("actions", "overlap", b"0F0,(0F1;0B0)OVERLAP_F_B,0B1,0REDUCE_GRAD\n")
+put("actions", "missing", b"0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1W0,1I1,1W1\n")
+put("actions", "cycle", b"0F0,0I0,0W0,0F1,0I1,0W1\n1F1,1F0,1I0,1W0,1I1,1W1\n")
+put("actions", "typo", b"0F0,0F1,0B0,0B1\n1F2,1F1,1B0,1B1\n")
+put("actions", "blank-first", b"\n0F0,0B0\n")
+put("actions", "nul", b"0F0,0B0\0,0F1,0B1\n")
+put("actions", "huge-index", b"0F0,0B0,999999F999999\n")
+put("actions", "comm-elsewhere", b"0F0,0B0,1RECV_F0\n1F0,1B0\n")
 print("corpus written to", ROOT)

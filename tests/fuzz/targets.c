@@ -18,7 +18,9 @@
 #include "data/data.h"
 #include "layers/zoo.h"
 #include "optim/optim.h"
+#include "schedulers/plan/actions.h"
 #include "schedulers/plan/schedule.h"
+#include "schedulers/sim/sim.h"
 #include "train/checkpoint.h"
 
 static char fz_dir[64];
@@ -185,6 +187,40 @@ static int fz_state(const uint8_t *data, size_t size)
     return rc == SP_OK;
 }
 
+/* An action list (--scheme custom --actions, PyTorch's forms too): a refusal is a status
+ * with a message; a list the reader accepts must simulate, at unit costs and at unequal
+ * ones with a transfer, to a finite latency, and (small lists) expand into the master
+ * schedule build/schedule simulates, one stage per chunk. */
+static int fz_actions(const uint8_t *data, size_t size)
+{
+    sp_actions *a = NULL;
+    if (sp_actions_read_csv(fz_file("actions.csv", data, size), &a) != SP_OK) {
+        if (!*sp_last_error() || a) abort();
+        return 0;
+    }
+    sp_actions_sim r;
+    if (sp_actions_simulate(a, NULL, &r) != SP_OK || !(r.latency >= 0) || r.latency > 1e12) abort();
+    sp_actions_sim_free(&r);
+    double *cost = malloc(sizeof(double) * 3 * (size_t)a->chunks);
+    for (int c = 0; c < 3 * a->chunks; c++) cost[c] = 0.5 + (c % 7) * 0.25;
+    sp_chunk_costs cc = {a->chunks, cost, cost + a->chunks, cost + 2 * a->chunks, NULL, 0.5};
+    if (sp_actions_simulate(a, &cc, &r) != SP_OK || !(r.latency >= 0)) abort();
+    sp_actions_sim_free(&r);
+    free(cost);
+    if ((long)a->chunks * a->micro <= 4096) {
+        sp_sched_config cfg = {.stages = a->chunks, .micro = a->micro, .workers = a->ranks, .split = -1,
+                               .actions_scheme = "custom"};
+        sp_schedule *s = sp_schedule_from_actions(a, &cfg, NULL);
+        sp_sim sr;
+        sp_simulate(s, NULL, &sr);
+        if (!(sr.latency >= 0)) abort();
+        sp_sim_free(&sr);
+        sp_schedule_free(s);
+    }
+    sp_actions_free(a);
+    return 1;
+}
+
 typedef struct fz_target {
     const char *name;
     int (*run)(const uint8_t *data, size_t size);
@@ -193,5 +229,5 @@ typedef struct fz_target {
 __attribute__((unused)) static const fz_target fz_targets[] = {
     {"safetensors", fz_safetensors}, {"idx", fz_idx}, {"cifar", fz_cifar},
     {"seqset", fz_seqset},           {"image", fz_image},     {"costs", fz_costs},
-    {"state", fz_state},
+    {"state", fz_state},             {"actions", fz_actions},
 };

@@ -67,7 +67,7 @@ def schedule_argv(c):
         a += ["--stages", str(c["stages"]), "--fwd-cost", fmt(c.get("fwd", 1)),
               "--delta-cost", fmt(c.get("delta", 0.5)), "--grad-cost", fmt(c.get("grad", 0.5))]
     for k, flag in (("workers", "--workers"), ("groups", "--groups"), ("per_group", "--per-group")):
-        if c.get(k):
+        if c.get(k) and not (custom and k == "workers"):
             a += [flag, str(c[k])]
     if c.get("split", -1) == 1:
         a.append("--split")
