@@ -156,12 +156,15 @@ static int check_all(const sp_st_file *f, const sp_model *m, const sp_optim *o, 
     float *tmp = sp_file_alloc(most * sizeof *tmp, 0, path);   /* each buffer checked finite here */
     if (!tmp) return SP_ERR;
     int rc = SP_OK;
+    int64_t most_steps = 0;
+    const char *most_name = "";
     for (int i = 0; rc == SP_OK && i < o->nparams; i++) {
         const sp_param *p = o->params[i];
         int64_t st;
         snprintf(name, sizeof name, SP_ST_STATE_PREFIX "optim/%s/step", p->name);
         if ((rc = scalar(f, name, SP_ST_I64, &st)) != SP_OK) break;
         if (st < 0) rc = sp_error("%s: %s = %lld (expected >= 0)", path, name, (long long)st);
+        if (st > most_steps) most_steps = st, most_name = p->name;
         for (int k = 0; rc == SP_OK && k < nk; k++) {
             snprintf(name, sizeof name, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, o->state_names[k]);
             const sp_st_tensor *t = buffer(f, name, p);
@@ -187,6 +190,11 @@ static int check_all(const sp_st_file *f, const sp_model *m, const sp_optim *o, 
         !isfinite(t->lr) || batch > INT32_MAX || step > (epoch + 1) * (int64_t)INT32_MAX)
         return sp_error("%s: inconsistent training state (step %lld, epoch %lld, batch %lld, lr %g)", path,
                         (long long)step, (long long)epoch, (long long)batch, t->lr);
+    /* each training step steps a parameter at most once: a count above the run's (INT64_MAX
+     * in a crafted file would overflow at the next update) is no state of this run */
+    if (most_steps > step)
+        return sp_error("%s: " SP_ST_STATE_PREFIX "optim/%s/step = %lld, more than the %lld training steps "
+                        "(expected <= the training step)", path, most_name, (long long)most_steps, (long long)step);
     t->step = (long)step;
     t->epoch = (int)epoch;
     t->batch = (long)batch;
