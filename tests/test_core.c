@@ -867,6 +867,7 @@ static void c255(void) { (void)sp_engine_def_find(NULL); }
 static void c256(void) { (void)sp_engine_own_opts(NULL, NULL); }
 static void c257(void) { (void)sp_run_engine_own(NULL, "ooo"); }
 static void c258(void) { (void)sp_run_engine_int(NULL, "k", 0); }
+static void c259(void) { g_status = sp_model_check_finite(NULL); }
 
 static const api_case cases[] = {
     {"sp_tensor_view", K_TRY, c0, "sp_tensor_view: argument 'shape' is NULL"},
@@ -993,6 +994,7 @@ static const api_case cases[] = {
     {"sp_model_save", K_STATUS, c116, "sp_model_save: argument 'm' is NULL"},
     {"sp_model_load", K_STATUS, c117, "sp_model_load: the model is NULL"},
     {"sp_check_finite_f32", K_STATUS, c118, "sp_check_finite_f32: argument 'f' is NULL"},
+    {"sp_model_check_finite", K_STATUS, c259, "sp_model_check_finite: argument 'm' is NULL"},
     {"sp_model_check_saved_name", K_STATUS, c119, "sp_model_check_saved_name: argument 'f' is NULL"},
     {"sp_linear", K_TRY, c120, "sp_linear: argument 'name' is NULL"},
     {"sp_conv2d", K_TRY, c121, "sp_conv2d: argument 'name' is NULL"},

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include "core/device.h"
+#include "layers/layers.h"
 #include "layers/zoo.h"
 #include "schedulers/backward/engine.h"
 #include "core/threads.h"
@@ -491,6 +492,62 @@ Test(train, failing_runs_are_a_status_and_leak_nothing, .timeout = 120)
     cr_expect_leq(now, heap + 16384, "heap in use: %zu bytes before, %zu after 1,000 failed runs", heap, now);
     cr_expect_lt(secs, 10.0, "1,000 failing runs took %.1f s", secs);
     for (int k = 0; k <= FAIL_KINDS; k++) sp_dataset_free(sets[k]);
+}
+
+/* A diverged demo stops as the other apps do: one line "loss became ...", exit 2, and
+ * no checkpoint of NaN weights (alone and under --parallel zb-h1). */
+Test(train, diverged_demo_stops_and_saves_nothing)
+{
+    const char *extra[] = {"", "--parallel zb-h1"};
+    for (int i = 0; i < 2; i++) {
+        char path[4200], cmd[8800], err[4096];
+        snprintf(path, sizeof path, "%s/nan%d.st", tu_tmpdir(), i);
+        snprintf(cmd, sizeof cmd, "%s --quiet --steps 30 --lr 3e38 --save %s %s", tu_bin("demo"), path, extra[i]);
+        int rc = tu_run(cmd, NULL, 0, err, sizeof err);
+        cr_assert_eq(rc, 2, "%s: exit %d (%s)", cmd, rc, err);
+        cr_assert(strstr(err, "loss became"), "%s: '%s'", cmd, err);
+        const char *first = strstr(err, "scanprop: ");   /* one error line (after zb-h1's one-worker note) */
+        cr_assert(first && !strstr(first + 1, "scanprop: ") && strchr(first, '\n') == err + strlen(err) - 1,
+                  "%s: not one error line: '%s'", cmd, err);
+        cr_assert_neq(access(path, F_OK), 0, "%s: wrote %s", cmd, path);
+    }
+}
+
+/* One NaN input under ReLU: the loss stays finite (relu(nan) is 0 here), fc1's weights
+ * become NaN; sp_train stops with a status naming them, and saves no checkpoint of them. */
+Test(train, non_finite_weights_under_a_finite_loss_are_a_status)
+{
+    float *x;
+    int *y;
+    sp_dataset *d = sp_dataset_new_f32("nan-input", 8, 1, (int[]){4}, 2, &x, &y);
+    cr_assert_not_null(d);
+    tu_fill_uniform(x, 32, 3, -1, 1);
+    for (int i = 0; i < 8; i++) y[i] = i % 2;
+    x[5] = NAN;
+    char ck[4200];
+    snprintf(ck, sizeof ck, "%s/nan-weights.st", tu_tmpdir());
+    for (int save = 0; save < 2; save++) {
+        sp_model *m = sp_zoo_mlp(4, 3, 2);
+        sp_model_init(m, 1);
+        sp_optim_cfg oc = sp_optim_cfg_default();
+        sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &oc);
+        sp_engine *e = sp_engine_create("linear", NULL);
+        sp_loader *l = sp_loader_new(d, 4, false, 1, false);
+        sp_train_cfg tc = sp_train_cfg_default();
+        tc.steps = 2, tc.quiet = true;
+        if (save) tc.save_every = 1, tc.save_path = ck;
+        sp_train_result r = sp_train(m, e, o, l, NULL, &tc);
+        cr_assert(isfinite(r.last_loss) || r.status == SP_ERR, "the loss went non-finite: not this case");
+        cr_assert_eq(r.status, SP_ERR, "save %d: NaN weights reported as success", save);
+        cr_assert(strstr(sp_last_error(), "fc1.weight") && strstr(sp_last_error(), "nan"), "save %d: %s", save,
+                  sp_last_error());
+        cr_assert_neq(access(ck, F_OK), 0, "save %d: a checkpoint of NaN weights was written", save);
+        sp_loader_free(l);
+        sp_engine_destroy(e);
+        sp_optim_free(o);
+        sp_model_free(m);
+    }
+    sp_dataset_free(d);
 }
 
 /* 96 samples, 12 steps an epoch, shuffled (the loader reuses its buffers while a step's

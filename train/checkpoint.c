@@ -39,6 +39,7 @@ static const int scalar_shape[1] = {1};
 int sp_checkpoint_save(const char *path, const sp_model *m, const sp_optim *o, const sp_train_state *s,
                        const char *const *run_meta)
 {
+    if (sp_model_check_finite(m) != SP_OK) return sp_error_prefix("%s", path);   /* not resumable: not written */
     bool too_long = false;
     int nk = state_count(o), np = sp_model_nstate(m);   /* parameters and buffers */
     int cap = np + o->nparams * (1 + nk) + 5;

@@ -11,6 +11,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/io/fileio.h"
+#include "core/io/model_io.h"
 #include "core/threads.h"
 #include "train/checkpoint.h"
 #include "schedulers/exec/exec.h"
@@ -234,6 +235,16 @@ static void train_setup(train_run *s)
     }
 }
 
+/* The weights are finite, else the run stops as on a non-finite loss (a NaN input can
+ * make NaN weights under a finite loss, ReLU dropping it): before each checkpoint, each
+ * evaluation, at each epoch's end and the run's. Every update is in (callers join). */
+static void check_weights(train_run *s)
+{
+    if (sp_model_check_finite(s->m) != SP_OK)
+        sp_fail("%s: weights became non-finite by step %ld: %s (try a smaller --lr, check the data)",
+                s->cfg->app ? s->cfg->app : "sp_train", s->r.steps, sp_last_error());
+}
+
 /* A checkpoint after this step when one is due (every save_every steps and the last). */
 static void save_if_due(train_run *s, int epoch)
 {
@@ -241,6 +252,7 @@ static void save_if_due(train_run *s, int epoch)
     sp_train_result *r = &s->r;
     if (!(cfg->save_every > 0 && (r->steps % cfg->save_every == 0 || r->steps == s->total))) return;
     if (s->overlap) sp_engine_sync(s->e);   /* a checkpoint holds every update of the step: join the lanes first */
+    check_weights(s);
     if (sp_checkpoint_save(cfg->save_path, s->m, s->o,
                            &(sp_train_state){r->steps, epoch, s->epoch_steps, s->epoch_loss, sp_optim_get_lr(s->o)},
                            cfg->run_meta) != SP_OK)
@@ -252,6 +264,7 @@ static void save_if_due(train_run *s, int epoch)
 static void evaluate(train_run *s, int epoch)
 {
     sp_train_result *r = &s->r;
+    check_weights(s);
     train_evaluate(&s->ev, s->m, s->test, s->cfg, &r->test_loss, &r->test_acc);
     train_log_eval(s->log, r->steps, epoch, s->o, sp_now() - s->p.start, r->test_loss, r->test_acc);
 }
@@ -268,6 +281,7 @@ static void end_epoch(train_run *s, int epoch)
             sp_backend_allocator(s->dev)->release_staged(1);
         }
     }
+    check_weights(s);
     r->train_loss = s->epoch_steps ? s->epoch_loss / (double)s->epoch_steps : NAN;
     train_progress_show(&s->p, cfg->app, epoch, s->epochs, r->steps, r->last_loss,
                         s->busy > 0 ? s->images / s->busy : 0, true);
