@@ -54,10 +54,14 @@ void sp_model_set_loss(sp_model *m, sp_layer *loss);
 void sp_model_free(sp_model *m);
 #define SP_MODEL_INPUT (-1)
 
-sp_layer *sp_model_add(sp_model *m, sp_layer *l);     /* takes ownership; reads the last layer */
+/* l (owned from now on) reading the last layer; returns l. A layer already in m, a
+ * parameter or buffer name m already has: NULL naming it, m unchanged, and l freed unless
+ * it is m's already. */
+sp_layer *sp_model_add(sp_model *m, sp_layer *l);
 /* l (owned from now on) reading the outputs of layers from[0..ninputs-1], indices of
  * earlier layers or SP_MODEL_INPUT, in l's argument order. Returns l's index. Bad
- * index or arity: sp_fail naming the model and layer. */
+ * index or arity, a layer added twice, a duplicate name: sp_fail naming the model and
+ * layer. */
 int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from);
 /* Layer i's name as sp_node_label gives its node: the layer's name, or "<op>_<k>" with k
  * counting that op's layers up to i (the model's forward applies them in this order). */

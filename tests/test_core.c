@@ -255,11 +255,42 @@ Test(errors, label_out_of_range_exits_2, .exit_code = 2, .init = tu_capture_stde
     sp_model_loss(m, &t, &x, ys);
 }
 
-Test(errors, duplicate_param_name_exits_2, .exit_code = 2, .init = tu_capture_stderr)
+/* sp_model_add is a status (core/error.h): a duplicate parameter name or a layer added
+ * twice returns NULL naming it, the model as it was (and freeable: no layer twice). */
+Test(errors, duplicate_param_name_or_layer_is_a_status)
 {
     sp_model *m = sp_model_new("bad");
-    sp_model_add(m, sp_linear("fc", 4, 3));
-    sp_model_add(m, sp_linear("fc", 3, 3));
+    cr_assert_not_null(sp_model_add(m, sp_linear("fc", 4, 3)));
+    sp_layer *relu = sp_model_add(m, sp_relu());
+    cr_assert_not_null(relu);
+    sp_clear_error();
+    cr_assert_null(sp_model_add(m, sp_linear("fc", 3, 3)), "a duplicate name was added");
+    cr_assert(strstr(sp_last_error(), "model 'bad': duplicate parameter name 'fc.weight'"), "%s", sp_last_error());
+    cr_assert_null(sp_model_add(m, relu), "the same layer was added twice");
+    cr_assert(strstr(sp_last_error(), "already in the model as layer 1"), "%s", sp_last_error());
+    cr_assert_eq(m->nlayers, 2);
+    cr_assert_eq(m->nparams, 2);
+    cr_assert_not_null(sp_model_add(m, sp_linear("fc2", 3, 3)), "%s", sp_last_error());
+    cr_assert_eq(m->nlayers, 3);
+    sp_model_free(m);
+}
+
+/* A dataset of no classes (or -3) is refused at construction, not at its first label. */
+Test(errors, dataset_of_no_classes_is_refused)
+{
+    float *x;
+    int *y;
+    for (int k = -3; k <= 0; k++) {
+        cr_assert_null(sp_dataset_new_f32("classless", 2, 1, (int[]){3}, k, &x, &y), "nclasses %d accepted", k);
+        char want[64];
+        snprintf(want, sizeof want, "classless: %d classes (expected >= 1)", k);
+        cr_assert(strstr(sp_last_error(), want), "%s", sp_last_error());
+        uint8_t *b;
+        cr_assert_null(sp_dataset_new_u8("classless", 2, 1, (int[]){3}, k, 255.0f, &b, &y), "nclasses %d accepted", k);
+    }
+    sp_dataset *d = sp_dataset_new_f32("one", 2, 1, (int[]){3}, 1, &x, &y);
+    cr_assert_not_null(d, "%s", sp_last_error());
+    sp_dataset_free(d);
 }
 
 /* The model's loss is its builder's choice (core/model.c names no op). */

@@ -550,6 +550,40 @@ Test(train, non_finite_weights_under_a_finite_loss_are_a_status)
     sp_dataset_free(d);
 }
 
+/* An optimizer that does not step this model's parameters — built on another model, or
+ * before a layer was added — is refused before any step, naming the parameter. */
+Test(train, an_optimizer_of_other_parameters_is_refused)
+{
+    sp_dataset *d = small_set(8, 4, 8, 0);
+    for (int how = 0; how < 2; how++) {
+        sp_model *m = sp_zoo_mlp(4, 3, 2), *other = sp_zoo_mlp(4, 3, 2);
+        sp_optim_cfg oc = sp_optim_cfg_default();
+        sp_optim *o;
+        if (how == 0) {
+            o = sp_optim_create("sgd", other->params, other->nparams, &oc);
+        } else {
+            o = sp_optim_create("sgd", m->params, m->nparams, &oc);
+            cr_assert_not_null(sp_model_add(m, sp_linear("fc3", 2, 2)));
+        }
+        sp_model_init(m, 1);
+        sp_engine *e = sp_engine_create("linear", NULL);
+        sp_loader *l = sp_loader_new(d, 4, false, 1, false);
+        sp_train_cfg tc = sp_train_cfg_default();
+        tc.steps = 2, tc.quiet = true;
+        sp_train_result r = sp_train(m, e, o, l, NULL, &tc);
+        cr_assert_eq(r.status, SP_ERR, "case %d: trained with an optimizer of other parameters", how);
+        cr_assert_eq(r.steps, 0);
+        cr_assert(strstr(sp_last_error(), how ? "fc3.weight" : "fc1.weight") &&
+                  strstr(sp_last_error(), "optimizer does not hold"), "case %d: %s", how, sp_last_error());
+        sp_loader_free(l);
+        sp_engine_destroy(e);
+        sp_optim_free(o);
+        sp_model_free(m);
+        sp_model_free(other);
+    }
+    sp_dataset_free(d);
+}
+
 /* 96 samples, 12 steps an epoch, shuffled (the loader reuses its buffers while a step's
  * last δW may still read the batch): every weight after two epochs, and the train loss. */
 static float *train_lenet(const char *order, size_t *nw, double *train_loss)

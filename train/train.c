@@ -420,6 +420,16 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         return sp_error("sp_train: %s is NULL", !m ? "the model" : !e ? "the engine" : !o ? "the optimizer" :
                                                  !train ? "the loader" : "the configuration"), refused();
     if (check_cfg(cfg, test) != SP_OK) return refused();
+    /* the optimizer steps the model's parameters: one built on another model, or before a
+     * layer was added, would train nothing (or another model) and report success */
+    for (int i = 0; i < m->nparams; i++) {
+        bool held = false;
+        for (int k = 0; k < o->nparams && !held; k++) held = o->params[k] == m->params[i];
+        if (!held)
+            return sp_error("%s: the optimizer does not hold parameter %s of model '%s' (expected an optimizer "
+                            "built on this model's parameters, after its last layer was added)",
+                            cfg->app ? cfg->app : "sp_train", m->params[i]->name, m->name), refused();
+    }
     if (cfg->microbatches > 1 && model_device(m) != SP_CPU)
         return sp_error("%s: --microbatches %d without --parallel: gradient accumulation runs on the cpu (expected "
                         "--device cpu)", cfg->app ? cfg->app : "sp_train", cfg->microbatches), refused();
