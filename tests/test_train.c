@@ -466,6 +466,7 @@ Test(train, failing_runs_are_a_status_and_leak_nothing, .timeout = 120)
     long threads = 0;
     int fds = 0, maps = 0;
     size_t heap = 0;
+    long rss = 0;   /* kB: an arena block left mapped is not in the heap's count */
     double t0 = sp_now();
     for (int i = 0; i < 1000 + 5 * FAIL_KINDS; i++) {
         if (i == 5 * FAIL_KINDS) {   /* after a warm-up: lazily made pools, buffers */
@@ -473,6 +474,7 @@ Test(train, failing_runs_are_a_status_and_leak_nothing, .timeout = 120)
             fds = open_fds();
             maps = proc_maps();
             heap = mallinfo2().uordblks;
+            rss = proc_status_field("VmRSS:");
             t0 = sp_now();
         }
         int kind = i % FAIL_KINDS;
@@ -490,6 +492,8 @@ Test(train, failing_runs_are_a_status_and_leak_nothing, .timeout = 120)
     cr_expect_leq(proc_maps(), maps + 4, "mappings: %d before, %d after", maps, proc_maps());
     size_t now = mallinfo2().uordblks;
     cr_expect_leq(now, heap + 16384, "heap in use: %zu bytes before, %zu after 1,000 failed runs", heap, now);
+    cr_expect_leq(proc_status_field("VmRSS:"), rss + 512, "resident: %ld kB before, %ld kB after 1,000 failed runs",
+                  rss, proc_status_field("VmRSS:"));
     cr_expect_lt(secs, 10.0, "1,000 failing runs took %.1f s", secs);
     for (int k = 0; k <= FAIL_KINDS; k++) sp_dataset_free(sets[k]);
 }

@@ -25,6 +25,11 @@ static void evaluator_init(evaluator *ev, sp_dataset *d, int batch)
 void train_evaluator_free(evaluator *ev)
 {
     if (!ev->l) return;
+    if (ev->in_slot) {   /* a layer failed with a slot's arena in the tape: each back to its place */
+        ev->slot[ev->in_slot - 1] = ev->t.arena;
+        ev->t.arena = ev->held;
+        ev->in_slot = 0;
+    }
     sp_tape_free(&ev->t);
     for (int s = 0; s < ev->nslots; s++) sp_arena_free(&ev->slot[s]);
     free(ev->slot);
@@ -69,11 +74,13 @@ static sp_node *eval_forward(evaluator *ev, sp_model *m, const sp_tensor *x, con
         for (int k = 0; k < nin; k++) a[k] = m->from[k0 + k] == SP_MODEL_INPUT ? in : node[m->from[k0 + k]];
         int s = 0;
         while (busy[s]) s++;   /* at most L outputs are alive: one slot is free */
-        sp_arena keep = ev->t.arena;
+        ev->held = ev->t.arena;   /* in ev: a layer that fails (sp_fail) returns past this frame */
         ev->t.arena = ev->slot[s];
+        ev->in_slot = s + 1;
         out = node[i] = sp_apply_n(&ev->t, m->layers[i], nin, a);
+        ev->in_slot = 0;
         ev->slot[s] = ev->t.arena;
-        ev->t.arena = keep;
+        ev->t.arena = ev->held;
         busy[s] = ev->last_use[i] > i;   /* an output nobody reads is dropped at once */
         if (!busy[s]) sp_arena_reset(&ev->slot[s]);
         ev->slot_of[i] = s;
