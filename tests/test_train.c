@@ -588,6 +588,44 @@ Test(train, an_optimizer_of_other_parameters_is_refused)
     sp_dataset_free(d);
 }
 
+/* The --log is on disk before the checkpoint that claims its steps: a run stopped
+ * between the two (here: the save at step 2 fails) leaves the log holding step 2's row,
+ * never a checkpoint of steps the log lost. */
+Test(train, log_is_on_disk_before_the_checkpoint_claiming_its_steps)
+{
+    sp_dataset *d = small_set(8, 4, 8, 0);
+    char dir[4200], ck[4300], log[4300];
+    snprintf(dir, sizeof dir, "%s/order", tu_tmpdir());
+    snprintf(ck, sizeof ck, "%s/ck.st", dir);
+    snprintf(log, sizeof log, "%s/order.csv", tu_tmpdir());
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    sp_model *m = sp_zoo_mlp(4, 3, 2);
+    sp_model_init(m, 1);
+    sp_optim_cfg oc = sp_optim_cfg_default();
+    sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &oc);
+    sp_engine *e = sp_engine_create("linear", NULL);
+    sp_loader *l = sp_loader_new(d, 4, false, 1, false);
+    sp_train_cfg tc = sp_train_cfg_default();
+    tc.steps = 4, tc.quiet = true, tc.save_every = 2, tc.save_path = ck, tc.log_path = log;
+    fail_ctx f = {dir, NULL};   /* the checkpoint's folder removed after step 1 */
+    tc.on_step = break_after_step_1, tc.on_step_ctx = &f;
+    sp_train_result r = sp_train(m, e, o, l, NULL, &tc);
+    cr_assert_eq(r.status, SP_ERR, "the save at step 2 did not fail");
+    cr_assert(strstr(sp_last_error(), "ck.st"), "%s", sp_last_error());
+    FILE *fp = fopen(log, "r");
+    cr_assert_not_null(fp, "no --log on disk when the checkpoint of step 2 was being written");
+    char line[256];
+    bool step2 = false;
+    while (fgets(line, sizeof line, fp)) step2 |= strncmp(line, "2,0,", 4) == 0;
+    fclose(fp);
+    cr_assert(step2, "the --log on disk lacks step 2's row while its checkpoint was being written");
+    sp_loader_free(l);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    sp_model_free(m);
+    sp_dataset_free(d);
+}
+
 /* 96 samples, 12 steps an epoch, shuffled (the loader reuses its buffers while a step's
  * last δW may still read the batch): every weight after two epochs, and the train loss. */
 static float *train_lenet(const char *order, size_t *nw, double *train_loss)

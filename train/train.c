@@ -253,11 +253,14 @@ static void save_if_due(train_run *s, int epoch)
     if (!(cfg->save_every > 0 && (r->steps % cfg->save_every == 0 || r->steps == s->total))) return;
     if (s->overlap) sp_engine_sync(s->e);   /* a checkpoint holds every update of the step: join the lanes first */
     check_weights(s);
+    /* the log first, on disk as the checkpoint is: a kill between the two leaves the log
+     * ahead of the checkpoint (a resume keeps its rows up to the checkpoint's step), never
+     * behind it (the rows of the steps it claims would be lost) */
+    if (s->log) sp_check(sp_out_flush(&s->logout));
     if (sp_checkpoint_save(cfg->save_path, s->m, s->o,
                            &(sp_train_state){r->steps, epoch, s->epoch_steps, s->epoch_loss, sp_optim_get_lr(s->o)},
                            cfg->run_meta) != SP_OK)
         sp_fail("%s", sp_last_error());
-    if (s->log) sp_check(sp_out_flush(&s->logout));
 }
 
 /* An evaluation, its --log row and its progress line. */
