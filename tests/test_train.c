@@ -711,12 +711,40 @@ Test(train, ooo_evaluation_sees_every_update_of_its_step)
     }
     cr_assert_eq(k, n);
     double loss, acc;
-    sp_evaluate(m, d, 8, &loss, &acc);
+    cr_assert_eq(sp_evaluate(m, d, 8, &loss, &acc), SP_OK, "%s", sp_last_error());
     cr_assert_eq(r.test_loss, loss, "the step-3 evaluation's loss %.9g, the weights after step 3 give %.9g",
                  r.test_loss, loss);
     free(w);
     sp_model_free(m);
     sp_dataset_free(d);
+}
+
+/* sp_evaluate is a status: a set the model refuses (another sample shape, a label past
+ * its classes) or a batch of 0 is SP_ERR naming it, the outputs untouched, the model in
+ * its mode; 200 such calls leave the resident memory where it was. */
+Test(train, evaluate_refusals_are_a_status)
+{
+    sp_dataset *wide = small_set(8, 5, 8, 0), *label = small_set(8, 4, 4, 7);
+    sp_model *m = sp_zoo_mlp(4, 3, 2);
+    sp_model_init(m, 1);
+    double loss = -1, acc = -1;
+    long rss = 0;
+    for (int i = 0; i < 210; i++) {
+        if (i == 10) rss = proc_status_field("VmRSS:");
+        cr_assert_eq(sp_evaluate(m, wide, 4, &loss, &acc), SP_ERR, "a set of another shape was evaluated");
+        cr_assert(strstr(sp_last_error(), "fc1"), "%s", sp_last_error());
+        cr_assert_eq(sp_evaluate(m, label, 4, &loss, &acc), SP_ERR, "a label past the classes was evaluated");
+        cr_assert(strstr(sp_last_error(), "label 7"), "%s", sp_last_error());
+    }
+    cr_expect_leq(proc_status_field("VmRSS:"), rss + 512, "resident: %ld kB, then %ld kB", rss,
+                  proc_status_field("VmRSS:"));
+    cr_assert_eq(sp_evaluate(m, wide, 0, &loss, &acc), SP_ERR);
+    cr_assert(strstr(sp_last_error(), "'batch' is 0"), "%s", sp_last_error());
+    cr_assert(loss == -1 && acc == -1, "a refused evaluation wrote its outputs");
+    cr_assert_not(m->eval, "the model was left in eval mode");
+    sp_model_free(m);
+    sp_dataset_free(wide);
+    sp_dataset_free(label);
 }
 
 /* The evaluation frees each output after its last reader (train/train_eval.c,
@@ -767,7 +795,7 @@ Test(train, evaluation_freeing_outputs_is_bitwise_the_whole_forward)
         sp_model_init(m, 5);
         double l0, a0, l1, a1;
         whole_tape_eval(m, d, 8, &l0, &a0);
-        sp_evaluate(m, d, 8, &l1, &a1);
+        cr_assert_eq(sp_evaluate(m, d, 8, &l1, &a1), SP_OK, "%s", sp_last_error());
         cr_assert_eq(l0, l1, "%s: loss %.17g evaluated, %.17g on the whole tape", m->name, l1, l0);
         cr_assert_eq(a0, a1, "%s: accuracy %g evaluated, %g on the whole tape", m->name, a1, a0);
         cr_assert(isfinite(l1));

@@ -129,16 +129,38 @@ static void eval_pass(evaluator *ev, sp_model *m, double *loss_out, double *acc_
     *acc_out = seen ? (double)correct / (double)seen : NAN;
 }
 
-void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
+typedef struct evaluate_args {
+    evaluator ev;
+    sp_model *m;
+    sp_dataset *d;
+    int batch;
+    double loss, acc;
+} evaluate_args;
+
+static void evaluate_body(void *arg)
 {
-    if (!m) sp_fail("sp_evaluate: argument 'm' is NULL");
-    if (!d) sp_fail("sp_evaluate: argument 'd' is NULL");
-    if (!loss_out) sp_fail("sp_evaluate: argument 'loss_out' is NULL");
-    if (!acc_out) sp_fail("sp_evaluate: argument 'acc_out' is NULL");
-    evaluator ev = {0};
-    evaluator_init(&ev, d, batch);
-    eval_pass(&ev, m, loss_out, acc_out);
-    train_evaluator_free(&ev);
+    evaluate_args *a = arg;
+    evaluator_init(&a->ev, a->d, a->batch);
+    eval_pass(&a->ev, a->m, &a->loss, &a->acc);
+}
+
+int sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
+{
+    if (!m) return sp_error("sp_evaluate: argument 'm' is NULL");
+    if (!d) return sp_error("sp_evaluate: argument 'd' is NULL");
+    if (!loss_out) return sp_error("sp_evaluate: argument 'loss_out' is NULL");
+    if (!acc_out) return sp_error("sp_evaluate: argument 'acc_out' is NULL");
+    if (batch < 1) return sp_error("sp_evaluate: argument 'batch' is %d (expected >= 1)", batch);
+    bool was_training = !m->eval;
+    /* in sp_try's caller frame: intact when a layer's refusal returns through sp_try */
+    evaluate_args a = {.m = m, .d = d, .batch = batch};
+    int rc = sp_try(evaluate_body, &a);
+    train_evaluator_free(&a.ev);   /* also after a failure (the arena swap undone there) */
+    sp_model_set_training(m, was_training);
+    if (rc != SP_OK) return SP_ERR;
+    *loss_out = a.loss;
+    *acc_out = a.acc;
+    return SP_OK;
 }
 
 /* ---- evaluation across ranks --------------------------------------------------------- */
