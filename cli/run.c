@@ -153,7 +153,9 @@ float sp_run_step(sp_run_session *s, sp_tape *t, const sp_tensor *x, const int *
     if (s->exec) return sp_exec_step(s->exec, x, y, NULL, NULL, NULL);
     if (s->o->microbatches > 1)   /* gradient accumulation (train/train_accum.c) */
         return sp_train_step_accum(s->m, s->engine, s->optim, t, x, y, s->o->microbatches, NULL, NULL, NULL);
-    return sp_train_step(s->m, s->engine, s->optim, t, x, y, NULL, NULL, NULL);
+    float loss = sp_train_step(s->m, s->engine, s->optim, t, x, y, NULL, NULL, NULL);
+    if (isnan(loss) && sp_last_error()[0]) sp_fail("%s", sp_last_error());   /* a refused batch: its line */
+    return loss;
 }
 
 bool sp_run_prints(const sp_run_session *s)

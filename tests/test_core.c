@@ -607,7 +607,8 @@ Test(api, backward_with_a_null_tape_is_one_line, .exit_code = 2, .init = tu_capt
  * (every pointer argument NULL, counts 1, other values 0) or a count of -1:
  *   K_STATUS  returns SP_ERR, the message naming the argument (no exit, no crash)
  *   K_NULL    returns NULL, the message naming the argument
- *   K_RESULT  sp_train: result.status SP_ERR, the message naming the argument
+ *   K_RESULT  sp_train: result.status SP_ERR; sp_train_step: NaN; the message naming
+ *             the argument
  *   K_TRY     sp_fail naming the argument: SP_ERR from sp_try, exit 2 with that line
  *             outside it (the construction and step calls error.h lists)
  *   K_NOOP    a free or close of NULL does nothing
@@ -822,7 +823,10 @@ static void c184(void) { (void)sp_loader_batch(NULL); }
 static void c185(void) { sp_loader_free(NULL); }
 static void c186(void) { g_status = sp_train(NULL, NULL, NULL, NULL, NULL, NULL).status; }
 static void c187(void) { g_status = sp_evaluate(NULL, NULL, 1, NULL, NULL); }
-static void c188(void) { (void)sp_train_step(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL); }
+static void c188(void)
+{
+    g_status = isnan(sp_train_step(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)) ? SP_ERR : SP_OK;
+}
 static void c188b(void) { (void)sp_train_step_accum(NULL, NULL, NULL, NULL, NULL, NULL, 1, NULL, NULL, NULL); }
 static void c188c(void) { sp_batchnorm2d_set_reduce(NULL, NULL, NULL); }
 static void c188d(void) { g_status = sp_layer_is_batchnorm(NULL); }
@@ -1100,7 +1104,7 @@ static const api_case cases[] = {
     {"sp_loader_free", K_NOOP, c185, "?"},
     {"sp_train", K_RESULT, c186, "sp_train: the model is NULL"},
     {"sp_evaluate", K_STATUS, c187, "sp_evaluate: argument 'm' is NULL"},
-    {"sp_train_step", K_TRY, c188, "sp_train_step: argument 'm' is NULL"},
+    {"sp_train_step", K_RESULT, c188, "sp_train_step: argument 'm' is NULL"},
     {"sp_train_step_accum", K_TRY, c188b, "sp_train_step_accum: argument 'm' is NULL"},
     {"sp_batchnorm2d_set_reduce", K_TRY, c188c, "sp_batchnorm2d_set_reduce: argument 'l' is NULL"},
     {"sp_layer_is_batchnorm", K_ACCEPT, c188d, ""},   /* NULL: not batch norm (false) */

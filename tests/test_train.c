@@ -747,6 +747,38 @@ Test(train, evaluate_refusals_are_a_status)
     sp_dataset_free(label);
 }
 
+/* sp_train_step is a status too: a batch of another shape or a label past the classes
+ * returns NaN with the message (cleared on a good step), and the next good step trains. */
+Test(train, train_step_refusals_are_a_status)
+{
+    sp_model *m = sp_zoo_mlp(4, 3, 2);
+    sp_model_init(m, 1);
+    sp_optim_cfg oc = sp_optim_cfg_default();
+    sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &oc);
+    sp_engine *e = sp_engine_create("linear", NULL);
+    cr_assert(o && e, "%s", sp_last_error());
+    sp_tape t;
+    sp_tape_init(&t);
+    float xs[2 * 5] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, -0.1f, -0.2f, -0.3f, -0.4f, -0.5f};
+    sp_tensor wide = sp_tensor_2d(xs, 2, 5), good = sp_tensor_2d(xs, 2, 4);
+    for (int i = 0; i < 100; i++) {
+        sp_tape_reset(&t);
+        cr_assert(isnan(sp_train_step(m, e, o, &t, &wide, (int[]){0, 1}, NULL, NULL, NULL)), "a wide batch trained");
+        cr_assert(strstr(sp_last_error(), "fc1"), "%s", sp_last_error());
+        sp_tape_reset(&t);
+        cr_assert(isnan(sp_train_step(m, e, o, &t, &good, (int[]){0, 7}, NULL, NULL, NULL)), "label 7 trained");
+        cr_assert(strstr(sp_last_error(), "label 7"), "%s", sp_last_error());
+        sp_tape_reset(&t);
+        float loss = sp_train_step(m, e, o, &t, &good, (int[]){0, 1}, NULL, NULL, NULL);
+        cr_assert(isfinite(loss) && sp_last_error()[0] == 0, "a good step after refusals: %g '%s'", loss,
+                  sp_last_error());
+    }
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    sp_model_free(m);
+}
+
 /* The evaluation frees each output after its last reader (train/train_eval.c,
  * eval_forward): its loss and accuracy are bitwise those of the whole forward on one
  * tape, on a chain (LeNet-5) and on a DAG with residual adds (ResNet-20). */

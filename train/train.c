@@ -114,7 +114,9 @@ struct train_run {
 
 static float step_cpu(train_run *s, const sp_batch *b, double *f, double *bw, double *st)
 {
-    return sp_train_step(s->m, s->e, s->o, &s->t, &b->x, b->y, f, bw, st);
+    float loss = sp_train_step(s->m, s->e, s->o, &s->t, &b->x, b->y, f, bw, st);
+    if (isnan(loss) && sp_last_error()[0]) sp_fail("%s", sp_last_error());   /* a refused batch: its message */
+    return loss;
 }
 
 /* --microbatches M without --parallel: gradient accumulation (train_accum.c) */

@@ -93,7 +93,10 @@ int sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss, double *acc
 
 /* One training step on (x, y): zero grads, forward, backward, optimizer step.
  * Returns the loss; fwd_s/bwd_s/step_s receive the forward, backward (engine only)
- * and whole-step times if not NULL. */
+ * and whole-step times if not NULL. A NULL argument or a batch the model refuses (a
+ * sample shape a layer does not take, a label outside its classes) returns NaN with the
+ * message in sp_last_error(), the engine's work joined; nothing exits. The message is
+ * cleared at the start, so a NaN with an empty sp_last_error() is a diverged loss. */
 float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
                     double *fwd_s, double *bwd_s, double *step_s);
 
