@@ -1,5 +1,6 @@
 /* demo — the whole training loop on one screen: an MLP learns a synthetic 4-class
  * problem (Gaussian blobs in 32 dimensions). Start here to write your own model. */
+#include <math.h>
 #include <stdio.h>
 #include "cli/run.h"
 #include "core/error.h"
@@ -73,6 +74,8 @@ int main(int argc, char **argv)
         int start = (int)((step * B) % (N - B + 1));
         sp_tensor x = sp_tensor_2d(xs + start * D, B, D);
         loss = sp_run_step(&s, &t, &x, ys + start);
+        if (!isfinite(loss))   /* as sp_train stops the other apps: nothing saved */
+            sp_fail("demo: loss became %g at step %ld (try a smaller --lr)", loss, step);
         if (step == 0) first = loss;
         if (!o.quiet && sp_run_prints(&s) && (step % 50 == 0 || step == o.steps - 1))
             fprintf(stderr, "step %ld loss %.4f\n", step, loss);

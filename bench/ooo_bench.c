@@ -81,6 +81,7 @@ int main(int argc, char **argv)
         sp_engine_opts eo = {.own = &(sp_ooo_opts){.order = ORDERS[c]}, .update = update_layer, .update_ctx = r->o,
                              .trace_path = trace_dir && ORDERS[c] ? path : NULL};
         r->e = ORDERS[c] ? sp_engine_create("ooo", &eo) : sp_engine_create("linear", NULL);
+        if (!r->e) sp_fail("%s", sp_last_error());
         sp_tape_init(&r->t);
         r->times = calloc((size_t)(rounds * steps), sizeof(double));
         for (int w = 0; w < 3; w++) step(r, !ORDERS[c], &x, y);   /* warm-up: arenas, threads */

@@ -49,7 +49,7 @@ static void plan_only(const char *app, const sp_run_opts *o, sp_model *m, const 
     sp_engine_opts eo = sp_run_engine_opts(o);
     eo.plan = o->plan || !o->plan_svg;
     eo.plan_only = true;
-    sp_engine *e = sp_engine_create(o->backward, &eo);
+    sp_engine *e = sp_check_ptr(sp_engine_create(o->backward, &eo));
     sp_json j;
     sp_json_begin(&j);
     sp_json_str(&j, "app", app);
@@ -108,7 +108,7 @@ static void open_session(sp_run_session *s, const char *app, const sp_run_opts *
 {
     *s = (sp_run_session){.app = app, .o = o, .m = m};
     sp_engine_opts eo = sp_run_engine_opts(o);
-    s->engine = sp_engine_create(o->backward, &eo);
+    s->engine = sp_check_ptr(sp_engine_create(o->backward, &eo));
     if (o->cuda_graph) sp_engine_set_graph(s->engine, true);   /* sp_train replaces it by the step's */
     if (o->load) sp_check(sp_prune_load(m, o->load, &s->pruning));   /* plain or torch-pruned checkpoints */
     else sp_model_init(m, o->seed);   /* --resume overwrites it in sp_train */
@@ -121,7 +121,7 @@ static void open_session(sp_run_session *s, const char *app, const sp_run_opts *
     cfg.lr = o->lr;
     cfg.momentum = o->momentum;
     cfg.weight_decay = o->weight_decay;
-    s->optim = sp_optim_create(o->optim, m->params, m->nparams, &cfg);
+    s->optim = sp_check_ptr(sp_optim_create(o->optim, m->params, m->nparams, &cfg));
     sp_optim_set_clip_grad_norm(s->optim, o->clip_grad_norm);   /* sp_optim_step clips; the executor its own way */
     s->exec = run_exec_new(app, o, m, s->optim, train, test, x1->ndim - 1, x1->shape + 1, &s->comm);
 }
@@ -153,7 +153,9 @@ float sp_run_step(sp_run_session *s, sp_tape *t, const sp_tensor *x, const int *
     if (s->exec) return sp_exec_step(s->exec, x, y, NULL, NULL, NULL);
     if (s->o->microbatches > 1)   /* gradient accumulation (train/train_accum.c) */
         return sp_train_step_accum(s->m, s->engine, s->optim, t, x, y, s->o->microbatches, NULL, NULL, NULL);
-    return sp_train_step(s->m, s->engine, s->optim, t, x, y, NULL, NULL, NULL);
+    float loss = sp_train_step(s->m, s->engine, s->optim, t, x, y, NULL, NULL, NULL);
+    if (isnan(loss) && sp_last_error()[0]) sp_fail("%s", sp_last_error());   /* a refused batch: its line */
+    return loss;
 }
 
 bool sp_run_prints(const sp_run_session *s)
@@ -203,7 +205,7 @@ static sp_train_result eval_only(const char *app, const sp_run_opts *o, sp_model
 {
     sp_train_result r = {.train_loss = NAN, .last_loss = NAN};
     double t0 = sp_now();
-    sp_evaluate(m, d, o->batch > 256 ? o->batch : 256, &r.test_loss, &r.test_acc);
+    sp_check(sp_evaluate(m, d, o->batch > 256 ? o->batch : 256, &r.test_loss, &r.test_acc));
     r.seconds = sp_now() - t0;
     sp_json j;
     sp_json_begin(&j);

@@ -4,7 +4,8 @@
  *
  *  - Fallible entry points return an error status and never print or exit: a function
  *    returning int returns SP_OK (0) on success and SP_ERR (-1) on failure; a function
- *    returning a pointer returns NULL on failure; sp_train sets result.status. Either
+ *    returning a pointer returns NULL on failure; sp_train sets result.status and
+ *    sp_train_step returns NaN (having cleared the message at its start). Either
  *    way the one-line message, "<what>: <problem> (expected ...)", is in sp_last_error()
  *    — a thread-local string valid until the next failing call in the same thread. They
  *    are: the safetensors calls (sp_st_*), sp_model_save / sp_model_load /
@@ -12,7 +13,10 @@
  *    constructors and their checks (sp_idx_open, sp_fashion_mnist, sp_cifar10,
  *    sp_image_folder*, sp_seqset_open, sp_bitstream, sp_synthetic_sequences,
  *    sp_dataset_new_*, sp_dataset_normalize / _pad / _save / _check_*), sp_loader_new
- *    and sp_loader_new_sync, sp_train, sp_model_add, the lookups sp_model_param,
+ *    and sp_loader_new_sync, sp_train, sp_train_step, sp_evaluate, sp_model_add,
+ *    sp_model_check_finite, the constructors by name sp_optim_create and
+ *    sp_engine_create (an unknown name or options the optimizer or engine refuses), the
+ *    lookups sp_model_param,
  *    sp_st_find / _at / _metadata / _path, sp_file_alloc, sp_try, sp_error. Most are
  *    declared SP_MUST_CHECK, so an ignored status is a compiler warning. A failed call
  *    leaves its outputs untouched unless its header says otherwise, and frees what it
@@ -23,12 +27,12 @@
  *    checks are sp_fail — tensors (sp_tensor_*, sp_shape_*), the RNG (sp_rng_*), tapes
  *    and ops (sp_tape_*, sp_apply*, sp_param_new, sp_buffer_new, sp_node_*,
  *    sp_fill_uniform, sp_arena_*, sp_csr_*), models (every sp_model_* not listed above,
- *    sp_zoo_*), layer constructors (layers/layers.h), engines (sp_engine_*,
- *    sp_backward*, sp_mark_needs_grad, sp_alloc_grads), optimizers and schedules
- *    (sp_optim_*, sp_sgd_new, sp_adam_new, sp_lr_*), threads (sp_set_threads,
- *    sp_parallel_for, sp_spin_until), the loader's iteration (sp_loader_next, _set_epoch,
- *    _reset_epoch, _epoch, _nbatches, _batch), sample access (sp_dataset_get,
- *    sp_dataset_sample_numel), sp_evaluate, sp_train_step, sp_step_graph_*, the JSON
+ *    sp_zoo_*), layer constructors (layers/layers.h), engines (sp_engine_* but
+ *    sp_engine_create, sp_backward*, sp_mark_needs_grad, sp_alloc_grads), optimizers and
+ *    schedules (sp_optim_* but sp_optim_create, sp_sgd_new, sp_adam_new, sp_lr_*),
+ *    threads (sp_set_threads, sp_parallel_for, sp_spin_until), the loader's iteration
+ *    (sp_loader_next, _set_epoch, _reset_epoch, _epoch, _nbatches, _batch), sample access
+ *    (sp_dataset_get, sp_dataset_sample_numel), sp_train_step_accum, sp_step_graph_*, the JSON
  *    writer (sp_json_*), sp_xstrdup, sp_shape_str. A NULL pointer, a negative count or
  *    a bad size or configuration is an sp_fail naming it ("sp_tape_input: argument 'x'
  *    is NULL", "linear fc1: input [8, 5], expected [B, 4]"): inside sp_try (below) the
@@ -67,8 +71,8 @@ void sp_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)
 
 /* Run fn(arg) so that an sp_fail inside it, in this thread, returns SP_ERR with its
  * message in sp_last_error() instead of exiting. For the calls "checked by sp_try"
- * above — models and their layers (sizes, kernel configurations), engines
- * (sp_engine_create), optimizers, learning-rate schedules, tensor and tape calls — so an
+ * above — models and their layers (sizes, kernel configurations), engines' and
+ * optimizers' own calls, learning-rate schedules, tensor and tape calls — so an
  * embedding program survives a bad configuration or argument. On failure, what fn allocated before the check
  * is not freed (construction checks come before allocation where they can), and fn
  * must not hold locks or other threads' state. Nests; other threads are unaffected. */

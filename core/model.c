@@ -38,25 +38,40 @@ void sp_model_free(sp_model *m)
     free(m);
 }
 
+/* Whether l may join m: SP_ERR naming what is wrong (nothing changed), else SP_OK. */
+static int add_check(const sp_model *m, const sp_layer *l, int ninputs, const int *from)
+{
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->layers[i] == l)
+            return sp_error("model '%s': layer %d (%s) is already in the model as layer %d (a layer is added once)",
+                            m->name, m->nlayers, l->op->name, i);
+    int arity = l->op->arity ? l->op->arity : 1;
+    if (arity == SP_ARITY_ANY ? ninputs < 1 : ninputs != arity)
+        return sp_error("model '%s': layer %d (%s) given %d inputs, expected %d", m->name, m->nlayers, l->op->name,
+                        ninputs, arity);
+    for (int k = 0; k < ninputs; k++)
+        if (from[k] < SP_MODEL_INPUT || from[k] >= m->nlayers)
+            return sp_error("model '%s': layer %d (%s) reads layer %d, expected an earlier layer or the input",
+                            m->name, m->nlayers, l->op->name, from[k]);
+    for (int i = 0; i < l->nparams; i++) {
+        if (sp_model_param(m, l->params[i]->name))
+            return sp_error("model '%s': duplicate parameter name '%s'", m->name, l->params[i]->name);
+        for (int j = 0; j < i; j++)
+            if (strcmp(l->params[j]->name, l->params[i]->name) == 0)
+                return sp_error("model '%s': duplicate parameter name '%s'", m->name, l->params[i]->name);
+    }
+    for (int i = 0; i < l->nbuffers; i++)
+        if (sp_model_param(m, l->buffers[i]->name))
+            return sp_error("model '%s': duplicate buffer name '%s'", m->name, l->buffers[i]->name);
+    return SP_OK;
+}
+
 int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from)
 {
     if (!m) sp_fail("sp_model_add_from: argument 'm' is NULL");
     if (!l) sp_fail("sp_model_add_from: argument 'l' is NULL");
     if (ninputs > 0 && !from) sp_fail("sp_model_add_from: argument 'from' is NULL");
-    int arity = l->op->arity ? l->op->arity : 1;
-    if (arity == SP_ARITY_ANY ? ninputs < 1 : ninputs != arity)
-        sp_fail("model '%s': layer %d (%s) given %d inputs, expected %d", m->name, m->nlayers, l->op->name, ninputs,
-                arity);
-    for (int k = 0; k < ninputs; k++)
-        if (from[k] < SP_MODEL_INPUT || from[k] >= m->nlayers)
-            sp_fail("model '%s': layer %d (%s) reads layer %d, expected an earlier layer or the input", m->name,
-                    m->nlayers, l->op->name, from[k]);
-    for (int i = 0; i < l->nparams; i++)
-        if (sp_model_param(m, l->params[i]->name))
-            sp_fail("model '%s': duplicate parameter name '%s'", m->name, l->params[i]->name);
-    for (int i = 0; i < l->nbuffers; i++)
-        if (sp_model_param(m, l->buffers[i]->name))
-            sp_fail("model '%s': duplicate buffer name '%s'", m->name, l->buffers[i]->name);
+    if (add_check(m, l, ninputs, from) != SP_OK) sp_fail("%s", sp_last_error());
     l->eval = m->eval;
     if (m->nlayers == m->cap_layers) {
         m->cap_layers = m->cap_layers ? 2 * m->cap_layers : 16;
@@ -92,7 +107,14 @@ int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from)
 int sp_model_add(sp_model *m, sp_layer *l)
 {
     if (!m || !l) return sp_error("sp_model_add: %s is NULL", !m ? "the model" : "the layer"), SP_MODEL_NONE;
-    return sp_model_add_from(m, l, 1, (int[]){sp_model_last(m)});
+    int from = sp_model_last(m);
+    if (add_check(m, l, 1, &from) != SP_OK) {
+        bool owned = false;   /* a layer already in m stays m's; any other is freed (ownership taken) */
+        for (int i = 0; i < m->nlayers && !owned; i++) owned = m->layers[i] == l;
+        if (!owned) sp_layer_free(l);
+        return SP_MODEL_NONE;
+    }
+    return sp_model_add_from(m, l, 1, &from);
 }
 
 int sp_model_last(const sp_model *m)

@@ -60,12 +60,14 @@ void sp_model_free(sp_model *m);
 
 /* Both calls that add a layer return its INDEX (an int), the handle that
  * sp_model_add_from's `from` takes; the layer itself is m->layers[index]. */
-/* l (owned from now on) reading the last layer's output. Returns l's index; a NULL m or
- * l: sp_last_error() says which, and SP_MODEL_NONE. */
+/* l (owned from now on) reading the last layer's output. Returns l's index. A NULL m or
+ * l, a layer already in m, a parameter or buffer name m already has: SP_MODEL_NONE with
+ * sp_last_error() naming it, m unchanged, and l freed unless it is m's already. */
 int sp_model_add(sp_model *m, sp_layer *l);
 /* l (owned from now on) reading the outputs of layers from[0..ninputs-1], indices of
  * earlier layers or SP_MODEL_INPUT, in l's argument order. Returns l's index. Bad
- * index or arity: sp_fail naming the model and layer. */
+ * index or arity, a layer added twice, a duplicate name: sp_fail naming the model and
+ * layer. */
 int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from);
 /* Layer i's name as sp_node_label gives its node: the layer's name, or "<op>_<k>" with k
  * counting that op's layers up to i (the model's forward applies them in this order). */

@@ -95,7 +95,8 @@ void sp_dataset_free(sp_dataset *d);
 int sp_dataset_read_rows(sp_dataset *d, const unsigned char *keep, bool last) SP_MUST_CHECK;
 
 /* In-memory datasets for readers: storage for n samples of `shape`, returned through x
- * (bytes, x = byte / divisor, e.g. 255 for pixels) or x (floats), and labels. */
+ * (bytes, x = byte / divisor, e.g. 255 for pixels) or x (floats), and labels in
+ * [0, nclasses) (nclasses >= 1, else NULL naming it). */
 sp_dataset *sp_dataset_new_u8(const char *name, int n, int ndim, const int *shape, int nclasses,
                               float divisor, uint8_t **x, int **labels) SP_MUST_CHECK;
 sp_dataset *sp_dataset_new_f32(const char *name, int n, int ndim, const int *shape, int nclasses,

@@ -79,6 +79,7 @@ static mem_dataset *mem_new(const char *name, int n, int ndim, const int *shape,
 {
     if (n <= 0) return sp_error("%s: no samples", name), NULL;
     if (ndim < 1 || ndim > 3) return sp_error("%s: samples with %d dimensions (expected 1 to 3)", name, ndim), NULL;
+    if (nclasses < 1) return sp_error("%s: %d classes (expected >= 1)", name, nclasses), NULL;
     size_t bytes = elem;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 1) return sp_error("%s: sample dimension %d has size %d (expected >= 1)", name, i, shape[i]), NULL;

@@ -18,7 +18,7 @@ static sp_dataset *seqset_load(sp_st_file *f, const char *path)
     int n = (int)tx->shape[0], sample[2] = {(int)tx->shape[1], (int)tx->shape[2]};
     float *x;
     int *y;
-    sp_dataset *d = sp_dataset_new_f32(path, n, 2, sample, 0, &x, &y);
+    sp_dataset *d = sp_dataset_new_f32(path, n, 2, sample, 1, &x, &y);   /* classes: below */
     if (!d) return NULL;
     if (sp_st_read_f32(f, "x", x, 3, (int[]){n, sample[0], sample[1]}) != SP_OK ||
         sp_st_read_i32(f, "y", y, 1, &n) != SP_OK || sp_dataset_check_finite(d, x, path) != SP_OK)

@@ -26,6 +26,7 @@
 #define SP_OPTIM_H
 
 #include <stdbool.h>
+#include "core/error.h"
 #include "core/op.h"
 
 #ifdef __cplusplus
@@ -61,8 +62,10 @@ typedef struct sp_optim_cfg {
  * weight decay 0 (note: torch.optim.AdamW defaults to 0.01; here it is explicit). */
 sp_optim_cfg sp_optim_cfg_default(void);
 
-/* name: "sgd" | "adam" | "adamw"; anything else is a one-line error, exit 2. */
-sp_optim *sp_optim_create(const char *name, sp_param **params, int n, const sp_optim_cfg *cfg);
+/* name: "sgd" | "adam" | "adamw". NULL with the one-line message in sp_last_error() for
+ * an unknown name, a NULL argument, a negative count or a hyper-parameter the optimizer
+ * refuses ("optim sgd: momentum -1 (expected >= 0)"); nothing exits. */
+sp_optim *sp_optim_create(const char *name, sp_param **params, int n, const sp_optim_cfg *cfg) SP_MUST_CHECK;
 
 /* Update every parameter from its .grad. */
 void sp_optim_step(sp_optim *o);

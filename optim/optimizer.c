@@ -234,17 +234,37 @@ sp_optim_cfg sp_optim_cfg_default(void)
     return (sp_optim_cfg){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
 }
 
+typedef struct create_args {
+    const char *name;
+    sp_param **params;
+    int n;
+    const sp_optim_cfg *c;
+    sp_optim *o;
+} create_args;
+
+/* The constructors check every hyper-parameter before they allocate: under sp_try a
+ * refusal leaves nothing behind. */
+static void create(void *arg)
+{
+    create_args *a = arg;
+    const sp_optim_cfg *c = a->c;
+    if (!strcmp(a->name, "sgd"))
+        a->o = sp_sgd_new(a->params, a->n, c->lr, c->momentum, c->dampening, c->weight_decay, c->nesterov);
+    else if (!strcmp(a->name, "adam"))
+        a->o = sp_adam_new(a->params, a->n, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, false);
+    else if (!strcmp(a->name, "adamw"))
+        a->o = sp_adam_new(a->params, a->n, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, true);
+    else
+        sp_fail("optim '%s': unknown optimizer (expected sgd, adam or adamw)", a->name);
+}
+
 sp_optim *sp_optim_create(const char *name, sp_param **params, int n, const sp_optim_cfg *c)
 {
-    if (n < 0) sp_fail("sp_optim_create: argument 'n' is %d (expected >= 0)", n);
-    if (!name) sp_fail("sp_optim_create: argument 'name' is NULL");
-    if (n > 0 && !params) sp_fail("sp_optim_create: argument 'params' is NULL");
-    if (!c) sp_fail("sp_optim_create: argument 'c' is NULL");
-    if (!strcmp(name, "sgd"))
-        return sp_sgd_new(params, n, c->lr, c->momentum, c->dampening, c->weight_decay, c->nesterov);
-    if (!strcmp(name, "adam"))
-        return sp_adam_new(params, n, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, false);
-    if (!strcmp(name, "adamw"))
-        return sp_adam_new(params, n, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, true);
-    sp_fail("optim '%s': unknown optimizer (expected sgd, adam or adamw)", name);
+    if (n < 0) return sp_error("sp_optim_create: argument 'n' is %d (expected >= 0)", n), NULL;
+    if (!name) return sp_error("sp_optim_create: argument 'name' is NULL"), NULL;
+    if (n > 0 && !params) return sp_error("sp_optim_create: argument 'params' is NULL"), NULL;
+    if (!c) return sp_error("sp_optim_create: argument 'c' is NULL"), NULL;
+    create_args a = {name, params, n, c, NULL};
+    if (sp_try(create, &a) != SP_OK) return NULL;
+    return a.o;
 }

@@ -290,6 +290,7 @@ static void bppsa_body(void *arg)
     eo.own = &(sp_bppsa_opts){.scan_levels = a->levels};
     eo.plan = eo.plan_full = eo.plan_only = true;
     a->e = sp_engine_create("bppsa", &eo);
+    if (!a->e) sp_fail("%s", sp_last_error());   /* under the call's sp_try: its status */
     sp_engine_check(a->e, a->model.m, &a->model.x1, a->model.y);
     sp_report_writer w = {.ctx = a, .str = put_str, .num = put_num, .integer = put_int};
     if (!sp_engine_plan(a->e, a->model.m, &a->model.x, a->model.y, &w)) sp_fail("%s: --plan: no plan was made", a->model.name);

@@ -255,11 +255,43 @@ Test(errors, label_out_of_range_exits_2, .exit_code = 2, .init = tu_capture_stde
     sp_model_loss(m, &t, &x, ys);
 }
 
-Test(errors, duplicate_param_name_exits_2, .exit_code = 2, .init = tu_capture_stderr)
+/* sp_model_add is a status (core/error.h): a duplicate parameter name or a layer added
+ * twice returns SP_MODEL_NONE naming it, the model as it was (and freeable: no layer twice). */
+Test(errors, duplicate_param_name_or_layer_is_a_status)
 {
     sp_model *m = sp_model_new("bad");
-    sp_model_add(m, sp_linear("fc", 4, 3));
-    sp_model_add(m, sp_linear("fc", 3, 3));
+    cr_assert_eq(sp_model_add(m, sp_linear("fc", 4, 3)), 0);
+    int r = sp_model_add(m, sp_relu());
+    cr_assert_eq(r, 1);
+    sp_layer *relu = m->layers[r];
+    sp_clear_error();
+    cr_assert_eq(sp_model_add(m, sp_linear("fc", 3, 3)), SP_MODEL_NONE, "a duplicate name was added");
+    cr_assert(strstr(sp_last_error(), "model 'bad': duplicate parameter name 'fc.weight'"), "%s", sp_last_error());
+    cr_assert_eq(sp_model_add(m, relu), SP_MODEL_NONE, "the same layer was added twice");
+    cr_assert(strstr(sp_last_error(), "already in the model as layer 1"), "%s", sp_last_error());
+    cr_assert_eq(m->nlayers, 2);
+    cr_assert_eq(m->nparams, 2);
+    cr_assert_eq(sp_model_add(m, sp_linear("fc2", 3, 3)), 2, "%s", sp_last_error());
+    cr_assert_eq(m->nlayers, 3);
+    sp_model_free(m);
+}
+
+/* A dataset of no classes (or -3) is refused at construction, not at its first label. */
+Test(errors, dataset_of_no_classes_is_refused)
+{
+    float *x;
+    int *y;
+    for (int k = -3; k <= 0; k++) {
+        cr_assert_null(sp_dataset_new_f32("classless", 2, 1, (int[]){3}, k, &x, &y), "nclasses %d accepted", k);
+        char want[64];
+        snprintf(want, sizeof want, "classless: %d classes (expected >= 1)", k);
+        cr_assert(strstr(sp_last_error(), want), "%s", sp_last_error());
+        uint8_t *b;
+        cr_assert_null(sp_dataset_new_u8("classless", 2, 1, (int[]){3}, k, 255.0f, &b, &y), "nclasses %d accepted", k);
+    }
+    sp_dataset *d = sp_dataset_new_f32("one", 2, 1, (int[]){3}, 1, &x, &y);
+    cr_assert_not_null(d, "%s", sp_last_error());
+    sp_dataset_free(d);
 }
 
 /* The model's loss is its builder's choice (core/model.c names no op). */
@@ -600,7 +632,8 @@ Test(api, backward_with_a_null_tape_is_one_line, .exit_code = 2, .init = tu_capt
  * (every pointer argument NULL, counts 1, other values 0) or a count of -1:
  *   K_STATUS  returns SP_ERR, the message naming the argument (no exit, no crash)
  *   K_NULL    returns NULL, the message naming the argument
- *   K_RESULT  sp_train: result.status SP_ERR, the message naming the argument
+ *   K_RESULT  sp_train: result.status SP_ERR; sp_train_step: NaN; the message naming
+ *             the argument
  *   K_TRY     sp_fail naming the argument: SP_ERR from sp_try, exit 2 with that line
  *             outside it (the construction and step calls error.h lists)
  *   K_NOOP    a free or close of NULL does nothing
@@ -697,7 +730,7 @@ static void c77(void) { sp_model_summary(NULL, 1, NULL, NULL); }
 static void c78(void) { sp_model_set_training(NULL, 0); }
 static void c79(void) { sp_model_zero_grad(NULL); }
 static void c80(void) { (void)sp_model_numel(NULL); }
-static void c81(void) { (void)sp_engine_create(NULL, NULL); }
+static void c81(void) { g_ptr = (const void *)sp_engine_create(NULL, NULL); }
 static void c82(void) { sp_engine_destroy(NULL); }
 static void c83(void) { sp_backward(NULL, NULL, NULL); }
 static void c84(void) { (void)sp_engine_caps(NULL); }
@@ -748,8 +781,8 @@ static void c127(void) { (void)sp_sgd_new(NULL, 1, 0, 0, 0, 0, 0); }
 static void c128(void) { (void)sp_sgd_new(NULL, -1, 0, 0, 0, 0, 0); }
 static void c129(void) { (void)sp_adam_new(NULL, 1, 0, 0, 0, 0, 0, 0); }
 static void c130(void) { (void)sp_adam_new(NULL, -1, 0, 0, 0, 0, 0, 0); }
-static void c131(void) { (void)sp_optim_create(NULL, NULL, 1, NULL); }
-static void c132(void) { (void)sp_optim_create(NULL, NULL, -1, NULL); }
+static void c131(void) { g_ptr = (const void *)sp_optim_create(NULL, NULL, 1, NULL); }
+static void c132(void) { g_ptr = (const void *)sp_optim_create(NULL, NULL, -1, NULL); }
 static void c133(void) { sp_optim_step(NULL); }
 static void c134(void) { sp_optim_step_params(NULL, NULL, 1); }
 static void c135(void) { sp_optim_step_params(NULL, NULL, -1); }
@@ -814,8 +847,11 @@ static void c183(void) { (void)sp_loader_nbatches(NULL); }
 static void c184(void) { (void)sp_loader_batch(NULL); }
 static void c185(void) { sp_loader_free(NULL); }
 static void c186(void) { g_status = sp_train(NULL, NULL, NULL, NULL, NULL, NULL).status; }
-static void c187(void) { sp_evaluate(NULL, NULL, 1, NULL, NULL); }
-static void c188(void) { (void)sp_train_step(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL); }
+static void c187(void) { g_status = sp_evaluate(NULL, NULL, 1, NULL, NULL); }
+static void c188(void)
+{
+    g_status = isnan(sp_train_step(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)) ? SP_ERR : SP_OK;
+}
 static void c188b(void) { (void)sp_train_step_accum(NULL, NULL, NULL, NULL, NULL, NULL, 1, NULL, NULL, NULL); }
 static void c188c(void) { sp_batchnorm2d_set_reduce(NULL, NULL, NULL); }
 static void c188d(void) { g_status = sp_layer_is_batchnorm(NULL); }
@@ -891,6 +927,7 @@ static void c255(void) { (void)sp_engine_def_find(NULL); }
 static void c256(void) { (void)sp_engine_own_opts(NULL, NULL); }
 static void c257(void) { (void)sp_run_engine_own(NULL, "ooo"); }
 static void c258(void) { (void)sp_run_engine_int(NULL, "k", 0); }
+static void c259(void) { g_status = sp_model_check_finite(NULL); }
 
 static const api_case cases[] = {
     {"sp_tensor_view", K_TRY, c0, "sp_tensor_view: argument 'shape' is NULL"},
@@ -974,7 +1011,7 @@ static const api_case cases[] = {
     {"sp_model_set_training", K_TRY, c78, "sp_model_set_training: argument 'm' is NULL"},
     {"sp_model_zero_grad", K_TRY, c79, "sp_model_zero_grad: argument 'm' is NULL"},
     {"sp_model_numel", K_TRY, c80, "sp_model_numel: argument 'm' is NULL"},
-    {"sp_engine_create", K_TRY, c81, "sp_engine_create: argument 'name' is NULL"},
+    {"sp_engine_create", K_NULL, c81, "sp_engine_create: argument 'name' is NULL"},
     {"sp_engine_destroy", K_NOOP, c82, "?"},
     {"sp_backward", K_TRY, c83, "sp_backward: the engine is NULL"},
     {"sp_engine_caps", K_TRY, c84, "sp_engine_caps: argument 'name' is NULL"},
@@ -1017,6 +1054,7 @@ static const api_case cases[] = {
     {"sp_model_save", K_STATUS, c116, "sp_model_save: argument 'm' is NULL"},
     {"sp_model_load", K_STATUS, c117, "sp_model_load: the model is NULL"},
     {"sp_check_finite_f32", K_STATUS, c118, "sp_check_finite_f32: argument 'f' is NULL"},
+    {"sp_model_check_finite", K_STATUS, c259, "sp_model_check_finite: argument 'm' is NULL"},
     {"sp_model_check_saved_name", K_STATUS, c119, "sp_model_check_saved_name: argument 'f' is NULL"},
     {"sp_linear", K_TRY, c120, "sp_linear: argument 'name' is NULL"},
     {"sp_conv2d", K_TRY, c121, "sp_conv2d: argument 'name' is NULL"},
@@ -1030,8 +1068,8 @@ static const api_case cases[] = {
     {"sp_sgd_new", K_TRY, c128, "sp_sgd_new: argument 'n' is -1"},
     {"sp_adam_new", K_TRY, c129, "sp_adam_new: argument 'params' is NULL"},
     {"sp_adam_new", K_TRY, c130, "sp_adam_new: argument 'n' is -1"},
-    {"sp_optim_create", K_TRY, c131, "sp_optim_create: argument 'name' is NULL"},
-    {"sp_optim_create", K_TRY, c132, "sp_optim_create: argument 'n' is -1"},
+    {"sp_optim_create", K_NULL, c131, "sp_optim_create: argument 'name' is NULL"},
+    {"sp_optim_create", K_NULL, c132, "sp_optim_create: argument 'n' is -1"},
     {"sp_optim_step", K_TRY, c133, "sp_optim_step: argument 'o' is NULL"},
     {"sp_optim_step_params", K_TRY, c134, "sp_optim_step_params: argument 'o' is NULL"},
     {"sp_optim_step_params", K_TRY, c135, "sp_optim_step_params: argument 'k' is -1"},
@@ -1090,8 +1128,8 @@ static const api_case cases[] = {
     {"sp_loader_batch", K_TRY, c184, "sp_loader_batch: argument 'l' is NULL"},
     {"sp_loader_free", K_NOOP, c185, "?"},
     {"sp_train", K_RESULT, c186, "sp_train: the model is NULL"},
-    {"sp_evaluate", K_TRY, c187, "sp_evaluate: argument 'm' is NULL"},
-    {"sp_train_step", K_TRY, c188, "sp_train_step: argument 'm' is NULL"},
+    {"sp_evaluate", K_STATUS, c187, "sp_evaluate: argument 'm' is NULL"},
+    {"sp_train_step", K_RESULT, c188, "sp_train_step: argument 'm' is NULL"},
     {"sp_train_step_accum", K_TRY, c188b, "sp_train_step_accum: argument 'm' is NULL"},
     {"sp_batchnorm2d_set_reduce", K_TRY, c188c, "sp_batchnorm2d_set_reduce: argument 'l' is NULL"},
     {"sp_layer_is_batchnorm", K_ACCEPT, c188d, ""},   /* NULL: not batch norm (false) */

@@ -339,11 +339,27 @@ static sp_param *one_param(void)
     return g_params[g_nparams++] = make_param("w", 1, &n);
 }
 
-Test(errors, unknown_optimizer_exits_2, .exit_code = 2, .init = tu_capture_stderr)
+/* sp_optim_create is a status: an unknown name or a hyper-parameter the optimizer
+ * refuses is NULL naming it, and the program goes on (nothing allocated is left). */
+Test(errors, bad_optimizer_configuration_is_a_status)
 {
     sp_param *p = one_param();
     sp_optim_cfg cfg = sp_optim_cfg_default();
-    sp_optim_create("rmsprop", &p, 1, &cfg);
+    cr_assert_null(sp_optim_create("rmsprop", &p, 1, &cfg));
+    cr_assert(strstr(sp_last_error(), "optim 'rmsprop': unknown optimizer"), "%s", sp_last_error());
+    cfg.momentum = -1;
+    cr_assert_null(sp_optim_create("sgd", &p, 1, &cfg));
+    cr_assert(strstr(sp_last_error(), "optim sgd: momentum -1"), "%s", sp_last_error());
+    cfg = sp_optim_cfg_default();
+    cfg.beta1 = 1.0;
+    cr_assert_null(sp_optim_create("adam", &p, 1, &cfg));
+    cr_assert(strstr(sp_last_error(), "optim adam: beta1 1"), "%s", sp_last_error());
+    cr_assert_null(sp_optim_create("sgd", &p, 0, &cfg));
+    cr_assert(strstr(sp_last_error(), "empty parameter list"), "%s", sp_last_error());
+    cfg = sp_optim_cfg_default();
+    sp_optim *o = sp_optim_create("adamw", &p, 1, &cfg);
+    cr_assert_not_null(o, "%s", sp_last_error());
+    sp_optim_free(o);
 }
 
 Test(errors, nesterov_without_momentum_exits_2, .exit_code = 2, .init = tu_capture_stderr)

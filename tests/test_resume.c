@@ -234,6 +234,27 @@ Test(resume, impossible_step_counts_refused)
     patch(path, "state/train/step", 0, &two, sizeof two);   /* epoch 0, batch 3: step 3 */
     snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s", tu_bin("rnn"), SMALL, path);
     expect_refused(cmd, "inconsistent training state");
+    /* Adam's per-parameter step at INT64_MAX (or one below): the next update's ++ would
+     * overflow; more steps than the run has taken is refused at load */
+    sp_st_file *f = sp_st_open(path);
+    cr_assert_not_null(f);
+    char step_name[320] = "";
+    for (int i = 0; i < sp_st_count(f) && !step_name[0]; i++) {
+        const char *n = sp_st_at(f, i)->name;
+        size_t len = strlen(n);
+        if (strncmp(n, "state/optim/", 12) == 0 && len > 5 && strcmp(n + len - 5, "/step") == 0)
+            snprintf(step_name, sizeof step_name, "%s", n);
+    }
+    sp_st_close(f);
+    cr_assert(step_name[0], "no per-parameter step in the checkpoint");
+    int64_t steps_max[] = {INT64_MAX, INT64_MAX - 1, 4};
+    for (int i = 0; i < 3; i++) {
+        copy_file("s.st", "adam.st");
+        snprintf(path, sizeof path, "%s/adam.st", dir);
+        patch(path, step_name, 0, &steps_max[i], sizeof steps_max[i]);
+        snprintf(cmd, sizeof cmd, "%s %s --steps 5 --resume %s", tu_bin("rnn"), SMALL, path);
+        expect_refused(cmd, "more than the 3 training steps");
+    }
     char last[8192];
     snprintf(cmd, sizeof cmd, "%s %s --steps 2 --resume %s/s.st", tu_bin("rnn"), SMALL, dir);
     cr_assert_eq(run(cmd, last, sizeof last, NULL, 0), 0, "%s", cmd);

@@ -1023,7 +1023,10 @@ Test(files, apps_name_another_models_checkpoint, .timeout = 120)
 /* Issue 15 item 2: construction from user input whose checks use sp_fail (layers,
  * engines, schedules) returns an error under sp_try; the program goes on. */
 static void bad_conv(void *arg) { *(sp_layer **)arg = sp_conv2d("c", 1, 6, 0, 1, 0); }
-static void bad_engine(void *arg) { *(sp_engine **)arg = sp_engine_create("nope", NULL); }
+static void bad_engine(void *arg)
+{
+    if (!(*(sp_engine **)arg = sp_engine_create("nope", NULL))) sp_fail("%s", sp_last_error());
+}
 static void bad_schedule(void *arg) { *(sp_lr_schedule *)arg = sp_lr_parse("bogus", 0.1); }
 static void good_engine(void *arg) { *(sp_engine **)arg = sp_engine_create("linear", NULL); }
 static void nested(void *arg)
@@ -1041,6 +1044,9 @@ Test(errors, construction_failures_are_returned_under_sp_try)
     cr_assert_null(l);
     sp_engine *e = NULL;
     cr_assert_eq(sp_try(bad_engine, &e), SP_ERR);
+    assert_error_has("--backward nope: unknown engine");
+    sp_clear_error();
+    cr_assert_null(sp_engine_create("nope", NULL), "an unknown engine was made");   /* a status: no sp_try needed */
     assert_error_has("--backward nope: unknown engine");
     sp_lr_schedule s;
     cr_assert_eq(sp_try(bad_schedule, &s), SP_ERR);

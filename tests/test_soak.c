@@ -176,7 +176,7 @@ static void three_engines(const char *what, sp_model *m, sp_dataset *train, sp_d
     size_t n = 0;
     for (int k = 0; k < 3; k++) {
         w[k] = soak(what, m, engines[k], train, test, batch, optim, lr, steps, &n);
-        if (tol < 0 && test) sp_evaluate(m, test, 256, &loss[k], &acc[k]);
+        if (tol < 0 && test) cr_assert_eq(sp_evaluate(m, test, 256, &loss[k], &acc[k]), SP_OK, "%s", sp_last_error());
     }
     for (int k = 1; k < 3; k++) {
         if (tol < 0 && test) {

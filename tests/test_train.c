@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include "core/device.h"
+#include "layers/layers.h"
 #include "layers/zoo.h"
 #include "schedulers/backward/engine.h"
 #include "core/threads.h"
@@ -24,6 +25,12 @@
 #include "tests/testutil.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#endif
 
 Test(train, demo_loss_goes_down)
 {
@@ -465,6 +472,7 @@ Test(train, failing_runs_are_a_status_and_leak_nothing, .timeout = 120)
     long threads = 0;
     int fds = 0, maps = 0;
     size_t heap = 0;
+    long rss = 0;   /* kB: an arena block left mapped is not in the heap's count */
     double t0 = sp_now();
     for (int i = 0; i < 1000 + 5 * FAIL_KINDS; i++) {
         if (i == 5 * FAIL_KINDS) {   /* after a warm-up: lazily made pools, buffers */
@@ -472,6 +480,7 @@ Test(train, failing_runs_are_a_status_and_leak_nothing, .timeout = 120)
             fds = open_fds();
             maps = proc_maps();
             heap = mallinfo2().uordblks;
+            rss = proc_status_field("VmRSS:");
             t0 = sp_now();
         }
         int kind = i % FAIL_KINDS;
@@ -489,8 +498,141 @@ Test(train, failing_runs_are_a_status_and_leak_nothing, .timeout = 120)
     cr_expect_leq(proc_maps(), maps + 4, "mappings: %d before, %d after", maps, proc_maps());
     size_t now = mallinfo2().uordblks;
     cr_expect_leq(now, heap + 16384, "heap in use: %zu bytes before, %zu after 1,000 failed runs", heap, now);
+    if (!SANITIZED)   /* ASan's quarantine keeps freed memory resident */
+        cr_expect_leq(proc_status_field("VmRSS:"), rss + 512, "resident: %ld kB before, %ld kB after 1,000 failed runs",
+                      rss, proc_status_field("VmRSS:"));
     cr_expect_lt(secs, 10.0, "1,000 failing runs took %.1f s", secs);
     for (int k = 0; k <= FAIL_KINDS; k++) sp_dataset_free(sets[k]);
+}
+
+/* A diverged demo stops as the other apps do: one line "loss became ...", exit 2, and
+ * no checkpoint of NaN weights (alone and under --parallel zb-h1). */
+Test(train, diverged_demo_stops_and_saves_nothing)
+{
+    const char *extra[] = {"", "--parallel zb-h1"};
+    const char *env[] = {"", TU_MPI_FAST_ENV};   /* Open MPI keeps what MPI_Init allocated */
+    for (int i = 0; i < 2; i++) {
+        char path[4200], cmd[8800], err[4096];
+        snprintf(path, sizeof path, "%s/nan%d.st", tu_tmpdir(), i);
+        snprintf(cmd, sizeof cmd, "%s%s --quiet --steps 30 --lr 3e38 --save %s %s", env[i], tu_bin("demo"), path,
+                 extra[i]);
+        int rc = tu_run(cmd, NULL, 0, err, sizeof err);
+        cr_assert_eq(rc, 2, "%s: exit %d (%s)", cmd, rc, err);
+        cr_assert(strstr(err, "loss became"), "%s: '%s'", cmd, err);
+        const char *first = strstr(err, "scanprop: ");   /* one error line (after zb-h1's one-worker note) */
+        cr_assert(first && !strstr(first + 1, "scanprop: ") && strchr(first, '\n') == err + strlen(err) - 1,
+                  "%s: not one error line: '%s'", cmd, err);
+        cr_assert_neq(access(path, F_OK), 0, "%s: wrote %s", cmd, path);
+    }
+}
+
+/* One NaN input under ReLU: the loss stays finite (relu(nan) is 0 here), fc1's weights
+ * become NaN; sp_train stops with a status naming them, and saves no checkpoint of them. */
+Test(train, non_finite_weights_under_a_finite_loss_are_a_status)
+{
+    float *x;
+    int *y;
+    sp_dataset *d = sp_dataset_new_f32("nan-input", 8, 1, (int[]){4}, 2, &x, &y);
+    cr_assert_not_null(d);
+    tu_fill_uniform(x, 32, 3, -1, 1);
+    for (int i = 0; i < 8; i++) y[i] = i % 2;
+    x[5] = NAN;
+    char ck[4200];
+    snprintf(ck, sizeof ck, "%s/nan-weights.st", tu_tmpdir());
+    for (int save = 0; save < 2; save++) {
+        sp_model *m = sp_zoo_mlp(4, 3, 2);
+        sp_model_init(m, 1);
+        sp_optim_cfg oc = sp_optim_cfg_default();
+        sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &oc);
+        sp_engine *e = sp_engine_create("linear", NULL);
+        sp_loader *l = sp_loader_new(d, 4, false, 1, false);
+        sp_train_cfg tc = sp_train_cfg_default();
+        tc.steps = 2, tc.quiet = true;
+        if (save) tc.save_every = 1, tc.save_path = ck;
+        sp_train_result r = sp_train(m, e, o, l, NULL, &tc);
+        cr_assert(isfinite(r.last_loss) || r.status == SP_ERR, "the loss went non-finite: not this case");
+        cr_assert_eq(r.status, SP_ERR, "save %d: NaN weights reported as success", save);
+        cr_assert(strstr(sp_last_error(), "fc1.weight") && strstr(sp_last_error(), "nan"), "save %d: %s", save,
+                  sp_last_error());
+        cr_assert_neq(access(ck, F_OK), 0, "save %d: a checkpoint of NaN weights was written", save);
+        sp_loader_free(l);
+        sp_engine_destroy(e);
+        sp_optim_free(o);
+        sp_model_free(m);
+    }
+    sp_dataset_free(d);
+}
+
+/* An optimizer that does not step this model's parameters — built on another model, or
+ * before a layer was added — is refused before any step, naming the parameter. */
+Test(train, an_optimizer_of_other_parameters_is_refused)
+{
+    sp_dataset *d = small_set(8, 4, 8, 0);
+    for (int how = 0; how < 2; how++) {
+        sp_model *m = sp_zoo_mlp(4, 3, 2), *other = sp_zoo_mlp(4, 3, 2);
+        sp_optim_cfg oc = sp_optim_cfg_default();
+        sp_optim *o;
+        if (how == 0) {
+            o = sp_optim_create("sgd", other->params, other->nparams, &oc);
+        } else {
+            o = sp_optim_create("sgd", m->params, m->nparams, &oc);
+            cr_assert_geq(sp_model_add(m, sp_linear("fc3", 2, 2)), 0, "%s", sp_last_error());
+        }
+        sp_model_init(m, 1);
+        sp_engine *e = sp_engine_create("linear", NULL);
+        sp_loader *l = sp_loader_new(d, 4, false, 1, false);
+        sp_train_cfg tc = sp_train_cfg_default();
+        tc.steps = 2, tc.quiet = true;
+        sp_train_result r = sp_train(m, e, o, l, NULL, &tc);
+        cr_assert_eq(r.status, SP_ERR, "case %d: trained with an optimizer of other parameters", how);
+        cr_assert_eq(r.steps, 0);
+        cr_assert(strstr(sp_last_error(), how ? "fc3.weight" : "fc1.weight") &&
+                  strstr(sp_last_error(), "optimizer does not hold"), "case %d: %s", how, sp_last_error());
+        sp_loader_free(l);
+        sp_engine_destroy(e);
+        sp_optim_free(o);
+        sp_model_free(m);
+        sp_model_free(other);
+    }
+    sp_dataset_free(d);
+}
+
+/* The --log is on disk before the checkpoint that claims its steps: a run stopped
+ * between the two (here: the save at step 2 fails) leaves the log holding step 2's row,
+ * never a checkpoint of steps the log lost. */
+Test(train, log_is_on_disk_before_the_checkpoint_claiming_its_steps)
+{
+    sp_dataset *d = small_set(8, 4, 8, 0);
+    char dir[4200], ck[4300], log[4300];
+    snprintf(dir, sizeof dir, "%s/order", tu_tmpdir());
+    snprintf(ck, sizeof ck, "%s/ck.st", dir);
+    snprintf(log, sizeof log, "%s/order.csv", tu_tmpdir());
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    sp_model *m = sp_zoo_mlp(4, 3, 2);
+    sp_model_init(m, 1);
+    sp_optim_cfg oc = sp_optim_cfg_default();
+    sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &oc);
+    sp_engine *e = sp_engine_create("linear", NULL);
+    sp_loader *l = sp_loader_new(d, 4, false, 1, false);
+    sp_train_cfg tc = sp_train_cfg_default();
+    tc.steps = 4, tc.quiet = true, tc.save_every = 2, tc.save_path = ck, tc.log_path = log;
+    fail_ctx f = {dir, NULL};   /* the checkpoint's folder removed after step 1 */
+    tc.on_step = break_after_step_1, tc.on_step_ctx = &f;
+    sp_train_result r = sp_train(m, e, o, l, NULL, &tc);
+    cr_assert_eq(r.status, SP_ERR, "the save at step 2 did not fail");
+    cr_assert(strstr(sp_last_error(), "ck.st"), "%s", sp_last_error());
+    FILE *fp = fopen(log, "r");
+    cr_assert_not_null(fp, "no --log on disk when the checkpoint of step 2 was being written");
+    char line[256];
+    bool step2 = false;
+    while (fgets(line, sizeof line, fp)) step2 |= strncmp(line, "2,0,", 4) == 0;
+    fclose(fp);
+    cr_assert(step2, "the --log on disk lacks step 2's row while its checkpoint was being written");
+    sp_loader_free(l);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    sp_model_free(m);
+    sp_dataset_free(d);
 }
 
 /* 96 samples, 12 steps an epoch, shuffled (the loader reuses its buffers while a step's
@@ -578,12 +720,73 @@ Test(train, ooo_evaluation_sees_every_update_of_its_step)
     }
     cr_assert_eq(k, n);
     double loss, acc;
-    sp_evaluate(m, d, 8, &loss, &acc);
+    cr_assert_eq(sp_evaluate(m, d, 8, &loss, &acc), SP_OK, "%s", sp_last_error());
     cr_assert_eq(r.test_loss, loss, "the step-3 evaluation's loss %.9g, the weights after step 3 give %.9g",
                  r.test_loss, loss);
     free(w);
     sp_model_free(m);
     sp_dataset_free(d);
+}
+
+/* sp_evaluate is a status: a set the model refuses (another sample shape, a label past
+ * its classes) or a batch of 0 is SP_ERR naming it, the outputs untouched, the model in
+ * its mode; 200 such calls leave the resident memory where it was. */
+Test(train, evaluate_refusals_are_a_status)
+{
+    sp_dataset *wide = small_set(8, 5, 8, 0), *label = small_set(8, 4, 4, 7);
+    sp_model *m = sp_zoo_mlp(4, 3, 2);
+    sp_model_init(m, 1);
+    double loss = -1, acc = -1;
+    long rss = 0;
+    for (int i = 0; i < 210; i++) {
+        if (i == 10) rss = proc_status_field("VmRSS:");
+        cr_assert_eq(sp_evaluate(m, wide, 4, &loss, &acc), SP_ERR, "a set of another shape was evaluated");
+        cr_assert(strstr(sp_last_error(), "fc1"), "%s", sp_last_error());
+        cr_assert_eq(sp_evaluate(m, label, 4, &loss, &acc), SP_ERR, "a label past the classes was evaluated");
+        cr_assert(strstr(sp_last_error(), "label 7"), "%s", sp_last_error());
+    }
+    if (!SANITIZED)   /* ASan's quarantine keeps freed memory resident */
+        cr_expect_leq(proc_status_field("VmRSS:"), rss + 512, "resident: %ld kB, then %ld kB", rss,
+                      proc_status_field("VmRSS:"));
+    cr_assert_eq(sp_evaluate(m, wide, 0, &loss, &acc), SP_ERR);
+    cr_assert(strstr(sp_last_error(), "'batch' is 0"), "%s", sp_last_error());
+    cr_assert(loss == -1 && acc == -1, "a refused evaluation wrote its outputs");
+    cr_assert_not(m->eval, "the model was left in eval mode");
+    sp_model_free(m);
+    sp_dataset_free(wide);
+    sp_dataset_free(label);
+}
+
+/* sp_train_step is a status too: a batch of another shape or a label past the classes
+ * returns NaN with the message (cleared on a good step), and the next good step trains. */
+Test(train, train_step_refusals_are_a_status)
+{
+    sp_model *m = sp_zoo_mlp(4, 3, 2);
+    sp_model_init(m, 1);
+    sp_optim_cfg oc = sp_optim_cfg_default();
+    sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &oc);
+    sp_engine *e = sp_engine_create("linear", NULL);
+    cr_assert(o && e, "%s", sp_last_error());
+    sp_tape t;
+    sp_tape_init(&t);
+    float xs[2 * 5] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, -0.1f, -0.2f, -0.3f, -0.4f, -0.5f};
+    sp_tensor wide = sp_tensor_2d(xs, 2, 5), good = sp_tensor_2d(xs, 2, 4);
+    for (int i = 0; i < 100; i++) {
+        sp_tape_reset(&t);
+        cr_assert(isnan(sp_train_step(m, e, o, &t, &wide, (int[]){0, 1}, NULL, NULL, NULL)), "a wide batch trained");
+        cr_assert(strstr(sp_last_error(), "fc1"), "%s", sp_last_error());
+        sp_tape_reset(&t);
+        cr_assert(isnan(sp_train_step(m, e, o, &t, &good, (int[]){0, 7}, NULL, NULL, NULL)), "label 7 trained");
+        cr_assert(strstr(sp_last_error(), "label 7"), "%s", sp_last_error());
+        sp_tape_reset(&t);
+        float loss = sp_train_step(m, e, o, &t, &good, (int[]){0, 1}, NULL, NULL, NULL);
+        cr_assert(isfinite(loss) && sp_last_error()[0] == 0, "a good step after refusals: %g '%s'", loss,
+                  sp_last_error());
+    }
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    sp_model_free(m);
 }
 
 /* The evaluation frees each output after its last reader (train/train_eval.c,
@@ -634,7 +837,7 @@ Test(train, evaluation_freeing_outputs_is_bitwise_the_whole_forward)
         sp_model_init(m, 5);
         double l0, a0, l1, a1;
         whole_tape_eval(m, d, 8, &l0, &a0);
-        sp_evaluate(m, d, 8, &l1, &a1);
+        cr_assert_eq(sp_evaluate(m, d, 8, &l1, &a1), SP_OK, "%s", sp_last_error());
         cr_assert_eq(l0, l1, "%s: loss %.17g evaluated, %.17g on the whole tape", m->name, l1, l0);
         cr_assert_eq(a0, a1, "%s: accuracy %g evaluated, %g on the whole tape", m->name, a1, a0);
         cr_assert(isfinite(l1));

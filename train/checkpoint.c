@@ -39,6 +39,7 @@ static const int scalar_shape[1] = {1};
 int sp_checkpoint_save(const char *path, const sp_model *m, const sp_optim *o, const sp_train_state *s,
                        const char *const *run_meta)
 {
+    if (sp_model_check_finite(m) != SP_OK) return sp_error_prefix("%s", path);   /* not resumable: not written */
     bool too_long = false;
     int nk = state_count(o), np = sp_model_nstate(m);   /* parameters and buffers */
     int cap = np + o->nparams * (1 + nk) + 5;
@@ -164,12 +165,15 @@ static int check_all(const sp_st_file *f, const sp_model *m, const sp_optim *o, 
     float *tmp = sp_file_alloc(most * sizeof *tmp, 0, path);   /* each buffer checked finite here */
     if (!tmp) return SP_ERR;
     int rc = SP_OK;
+    int64_t most_steps = 0;
+    const char *most_name = "";
     for (int i = 0; rc == SP_OK && i < o->nparams; i++) {
         const sp_param *p = o->params[i];
         int64_t st;
         snprintf(name, sizeof name, SP_ST_STATE_PREFIX "optim/%s/step", p->name);
         if ((rc = scalar(f, name, SP_ST_I64, &st)) != SP_OK) break;
         if (st < 0) rc = sp_error("%s: %s = %lld (expected >= 0)", path, name, (long long)st);
+        if (st > most_steps) most_steps = st, most_name = p->name;
         for (int k = 0; rc == SP_OK && k < nk; k++) {
             snprintf(name, sizeof name, SP_ST_STATE_PREFIX "optim/%s/%s", p->name, o->state_names[k]);
             const sp_st_tensor *t = buffer(f, name, p);
@@ -206,6 +210,11 @@ static int check_all(const sp_st_file *f, const sp_model *m, const sp_optim *o, 
                             "at epoch %lld (expected the schedule's rate)",
                             path, t->lr, lr0, spec, want, (long long)epoch);
     }
+    /* each training step steps a parameter at most once: a count above the run's (INT64_MAX
+     * in a crafted file would overflow at the next update) is no state of this run */
+    if (most_steps > step)
+        return sp_error("%s: " SP_ST_STATE_PREFIX "optim/%s/step = %lld, more than the %lld training steps "
+                        "(expected <= the training step)", path, most_name, (long long)most_steps, (long long)step);
     t->step = (long)step;
     t->epoch = (int)epoch;
     t->batch = (long)batch;

@@ -11,6 +11,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/io/fileio.h"
+#include "core/io/model_io.h"
 #include "core/threads.h"
 #include "train/checkpoint.h"
 #include "schedulers/exec/exec.h"
@@ -113,7 +114,9 @@ struct train_run {
 
 static float step_cpu(train_run *s, const sp_batch *b, double *f, double *bw, double *st)
 {
-    return sp_train_step(s->m, s->e, s->o, &s->t, &b->x, b->y, f, bw, st);
+    float loss = sp_train_step(s->m, s->e, s->o, &s->t, &b->x, b->y, f, bw, st);
+    if (isnan(loss) && sp_last_error()[0]) sp_fail("%s", sp_last_error());   /* a refused batch: its message */
+    return loss;
 }
 
 /* --microbatches M without --parallel: gradient accumulation (train_accum.c) */
@@ -234,6 +237,16 @@ static void train_setup(train_run *s)
     }
 }
 
+/* The weights are finite, else the run stops as on a non-finite loss (a NaN input can
+ * make NaN weights under a finite loss, ReLU dropping it): before each checkpoint, each
+ * evaluation, at each epoch's end and the run's. Every update is in (callers join). */
+static void check_weights(train_run *s)
+{
+    if (sp_model_check_finite(s->m) != SP_OK)
+        sp_fail("%s: weights became non-finite by step %ld: %s (try a smaller --lr, check the data)",
+                s->cfg->app ? s->cfg->app : "sp_train", s->r.steps, sp_last_error());
+}
+
 /* A checkpoint after this step when one is due (every save_every steps and the last). */
 static void save_if_due(train_run *s, int epoch)
 {
@@ -241,17 +254,22 @@ static void save_if_due(train_run *s, int epoch)
     sp_train_result *r = &s->r;
     if (!(cfg->save_every > 0 && (r->steps % cfg->save_every == 0 || r->steps == s->total))) return;
     if (s->overlap) sp_engine_sync(s->e);   /* a checkpoint holds every update of the step: join the lanes first */
+    check_weights(s);
+    /* the log first, on disk as the checkpoint is: a kill between the two leaves the log
+     * ahead of the checkpoint (a resume keeps its rows up to the checkpoint's step), never
+     * behind it (the rows of the steps it claims would be lost) */
+    if (s->log) sp_check(sp_out_flush(&s->logout));
     if (sp_checkpoint_save(cfg->save_path, s->m, s->o,
                            &(sp_train_state){r->steps, epoch, s->epoch_steps, s->epoch_loss, sp_optim_get_lr(s->o)},
                            cfg->run_meta) != SP_OK)
         sp_fail("%s", sp_last_error());
-    if (s->log) sp_check(sp_out_flush(&s->logout));
 }
 
 /* An evaluation, its --log row and its progress line. */
 static void evaluate(train_run *s, int epoch)
 {
     sp_train_result *r = &s->r;
+    check_weights(s);
     train_evaluate(&s->ev, s->m, s->test, s->cfg, &r->test_loss, &r->test_acc);
     train_log_eval(s->log, r->steps, epoch, s->o, sp_now() - s->p.start, r->test_loss, r->test_acc);
 }
@@ -268,6 +286,7 @@ static void end_epoch(train_run *s, int epoch)
             sp_backend_allocator(s->dev)->release_staged(1);
         }
     }
+    check_weights(s);
     r->train_loss = s->epoch_steps ? s->epoch_loss / (double)s->epoch_steps : NAN;
     train_progress_show(&s->p, cfg->app, epoch, s->epochs, r->steps, r->last_loss,
                         s->busy > 0 ? s->images / s->busy : 0, true);
@@ -410,6 +429,16 @@ sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *trai
         return sp_error("sp_train: %s is NULL", !m ? "the model" : !e ? "the engine" : !o ? "the optimizer" :
                                                  !train ? "the loader" : "the configuration"), refused();
     if (check_cfg(cfg, test) != SP_OK) return refused();
+    /* the optimizer steps the model's parameters: one built on another model, or before a
+     * layer was added, would train nothing (or another model) and report success */
+    for (int i = 0; i < m->nparams; i++) {
+        bool held = false;
+        for (int k = 0; k < o->nparams && !held; k++) held = o->params[k] == m->params[i];
+        if (!held)
+            return sp_error("%s: the optimizer does not hold parameter %s of model '%s' (expected an optimizer "
+                            "built on this model's parameters, after its last layer was added)",
+                            cfg->app ? cfg->app : "sp_train", m->params[i]->name, m->name), refused();
+    }
     if (cfg->microbatches > 1 && model_device(m) != SP_CPU)
         return sp_error("%s: --microbatches %d without --parallel: gradient accumulation runs on the cpu (expected "
                         "--device cpu)", cfg->app ? cfg->app : "sp_train", cfg->microbatches), refused();

@@ -89,12 +89,18 @@ sp_train_cfg sp_train_cfg_default(void);
 sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,
                          const sp_train_cfg *cfg);
 
-/* Mean loss and accuracy of m on d (forward only), in batches of `batch`. */
-void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss, double *acc);
+/* Mean loss and accuracy of m on d (forward only, in eval mode), in batches of `batch`.
+ * SP_ERR with the message in sp_last_error() (loss and acc untouched, m back in its
+ * mode) for a NULL argument, a batch < 1 or a set the model refuses (a sample shape a
+ * layer does not take, a label outside its classes); nothing exits. */
+int sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss, double *acc) SP_MUST_CHECK;
 
 /* One training step on (x, y): zero grads, forward, backward, optimizer step.
  * Returns the loss; fwd_s/bwd_s/step_s receive the forward, backward (engine only)
- * and whole-step times if not NULL. */
+ * and whole-step times if not NULL. A NULL argument or a batch the model refuses (a
+ * sample shape a layer does not take, a label outside its classes) returns NaN with the
+ * message in sp_last_error(), the engine's work joined; nothing exits. The message is
+ * cleared at the start, so a NaN with an empty sp_last_error() is a diverged loss. */
 float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
                     double *fwd_s, double *bwd_s, double *step_s);
 

@@ -25,6 +25,11 @@ static void evaluator_init(evaluator *ev, sp_dataset *d, int batch)
 void train_evaluator_free(evaluator *ev)
 {
     if (!ev->l) return;
+    if (ev->in_slot) {   /* a layer failed with a slot's arena in the tape: each back to its place */
+        ev->slot[ev->in_slot - 1] = ev->t.arena;
+        ev->t.arena = ev->held;
+        ev->in_slot = 0;
+    }
     sp_tape_free(&ev->t);
     for (int s = 0; s < ev->nslots; s++) sp_arena_free(&ev->slot[s]);
     free(ev->slot);
@@ -69,11 +74,13 @@ static sp_node *eval_forward(evaluator *ev, sp_model *m, const sp_tensor *x, con
         for (int k = 0; k < nin; k++) a[k] = m->from[k0 + k] == SP_MODEL_INPUT ? in : node[m->from[k0 + k]];
         int s = 0;
         while (busy[s]) s++;   /* at most L outputs are alive: one slot is free */
-        sp_arena keep = ev->t.arena;
+        ev->held = ev->t.arena;   /* in ev: a layer that fails (sp_fail) returns past this frame */
         ev->t.arena = ev->slot[s];
+        ev->in_slot = s + 1;
         out = node[i] = sp_apply_n(&ev->t, m->layers[i], nin, a);
+        ev->in_slot = 0;
         ev->slot[s] = ev->t.arena;
-        ev->t.arena = keep;
+        ev->t.arena = ev->held;
         busy[s] = ev->last_use[i] > i;   /* an output nobody reads is dropped at once */
         if (!busy[s]) sp_arena_reset(&ev->slot[s]);
         ev->slot_of[i] = s;
@@ -122,16 +129,38 @@ static void eval_pass(evaluator *ev, sp_model *m, double *loss_out, double *acc_
     *acc_out = seen ? (double)correct / (double)seen : NAN;
 }
 
-void sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
+typedef struct evaluate_args {
+    evaluator ev;
+    sp_model *m;
+    sp_dataset *d;
+    int batch;
+    double loss, acc;
+} evaluate_args;
+
+static void evaluate_body(void *arg)
 {
-    if (!m) sp_fail("sp_evaluate: argument 'm' is NULL");
-    if (!d) sp_fail("sp_evaluate: argument 'd' is NULL");
-    if (!loss_out) sp_fail("sp_evaluate: argument 'loss_out' is NULL");
-    if (!acc_out) sp_fail("sp_evaluate: argument 'acc_out' is NULL");
-    evaluator ev = {0};
-    evaluator_init(&ev, d, batch);
-    eval_pass(&ev, m, loss_out, acc_out);
-    train_evaluator_free(&ev);
+    evaluate_args *a = arg;
+    evaluator_init(&a->ev, a->d, a->batch);
+    eval_pass(&a->ev, a->m, &a->loss, &a->acc);
+}
+
+int sp_evaluate(sp_model *m, sp_dataset *d, int batch, double *loss_out, double *acc_out)
+{
+    if (!m) return sp_error("sp_evaluate: argument 'm' is NULL");
+    if (!d) return sp_error("sp_evaluate: argument 'd' is NULL");
+    if (!loss_out) return sp_error("sp_evaluate: argument 'loss_out' is NULL");
+    if (!acc_out) return sp_error("sp_evaluate: argument 'acc_out' is NULL");
+    if (batch < 1) return sp_error("sp_evaluate: argument 'batch' is %d (expected >= 1)", batch);
+    bool was_training = !m->eval;
+    /* in sp_try's caller frame: intact when a layer's refusal returns through sp_try */
+    evaluate_args a = {.m = m, .d = d, .batch = batch};
+    int rc = sp_try(evaluate_body, &a);
+    train_evaluator_free(&a.ev);   /* also after a failure (the arena swap undone there) */
+    sp_model_set_training(m, was_training);
+    if (rc != SP_OK) return SP_ERR;
+    *loss_out = a.loss;
+    *acc_out = a.acc;
+    return SP_OK;
 }
 
 /* ---- evaluation across ranks --------------------------------------------------------- */

@@ -65,6 +65,8 @@ typedef struct evaluator {
     sp_arena *slot;            /* one arena per output alive at once (eval_forward) */
     int *slot_of, *last_use;   /* per layer: its output's slot, its last reader */
     int nslots;
+    sp_arena held;             /* the tape's own arena while a slot's stands in  */
+    int in_slot;               /* that slot + 1 (0: none): a failed layer leaves it */
     sp_tape *idle[3];          /* the steps' host tapes, idle while it runs: trimmed */
 } evaluator;
 

@@ -78,8 +78,9 @@ static char *log_rows_upto(const char *path, long keep, bool *eval_at_keep)
     return out;
 }
 
-/* The --log CSV collects in memory and replaces the file atomically at each checkpoint
- * save (so the log on disk matches the checkpoint a resume starts from) and at the end. */
+/* The --log CSV collects in memory and replaces the file atomically just before each
+ * checkpoint save (so the log on disk holds every step of the checkpoint a resume starts
+ * from) and at the end. */
 int train_log_open(sp_out *out, const char *path, long resumed_step, bool *eval_at_keep, FILE **log)
 {
     *log = NULL;

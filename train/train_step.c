@@ -2,6 +2,7 @@
  * whose forward overlaps the previous step's last δW/U (an engine with backward_async),
  * and the whole step captured and replayed as one device graph (--cuda-graph). The loop
  * that chooses among them is train.c's. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,18 +200,36 @@ void sp_step_graph_free(sp_step_graph *g)
     free(g);
 }
 
+typedef struct step_args {
+    sp_model *m;
+    sp_engine *e;
+    sp_optim *o;
+    sp_tape *t;
+    const sp_tensor *x;
+    const int *y;
+    double *fwd_s, *bwd_s;
+    float loss;
+} step_args;
+
+static void checked_step(void *arg)
+{
+    step_args *a = arg;
+    sp_node *loss = train_step_queue(a->m, a->e, a->o, a->t, a->x, a->y, a->fwd_s, a->bwd_s);
+    a->loss = sp_tensor_get(&loss->out, 0);   /* waits for the step on a device */
+}
+
 float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
                     double *fwd_s, double *bwd_s, double *step_s)
 {
-    if (!m) sp_fail("sp_train_step: argument 'm' is NULL");
-    if (!e) sp_fail("sp_train_step: argument 'e' is NULL");
-    if (!o) sp_fail("sp_train_step: argument 'o' is NULL");
-    if (!t) sp_fail("sp_train_step: argument 't' is NULL");
-    if (!x) sp_fail("sp_train_step: argument 'x' is NULL");
-    if (!y) sp_fail("sp_train_step: argument 'y' is NULL");
+    sp_clear_error();
+    const char *null = !m ? "m" : !e ? "e" : !o ? "o" : !t ? "t" : !x ? "x" : !y ? "y" : NULL;
+    if (null) return sp_error("sp_train_step: argument '%s' is NULL", null), NAN;
     double t0 = sp_now();
-    sp_node *loss = train_step_queue(m, e, o, t, x, y, fwd_s, bwd_s);
-    float l = sp_tensor_get(&loss->out, 0);   /* waits for the step on a device */
+    step_args a = {m, e, o, t, x, y, fwd_s, bwd_s, NAN};
+    if (sp_try(checked_step, &a) != SP_OK) {
+        sp_engine_sync(e);   /* an engine's lanes still running the step's tail */
+        return NAN;
+    }
     if (step_s) *step_s = sp_now() - t0;
-    return l;
+    return a.loss;
 }

@@ -16,6 +16,7 @@ int sp_model_save(const sp_model *m, const char *path)
 {
     if (!m) return sp_error("sp_model_save: argument 'm' is NULL");
     if (!path) return sp_error("sp_model_save: argument 'path' is NULL");
+    if (sp_model_check_finite(m) != SP_OK) return sp_error_prefix("%s", path);
     int n = sp_model_nstate(m);   /* parameters and buffers */
     const char **names = sp_xcalloc((size_t)(n ? n : 1), sizeof *names);
     const sp_tensor **ts = sp_xcalloc((size_t)(n ? n : 1), sizeof *ts);
@@ -28,6 +29,20 @@ int sp_model_save(const sp_model *m, const char *path)
     free(names);
     free(ts);
     return rc;
+}
+
+int sp_model_check_finite(const sp_model *m)
+{
+    if (!m) return sp_error("sp_model_check_finite: argument 'm' is NULL");
+    for (int i = 0; i < sp_model_nstate(m); i++) {
+        const sp_param *p = sp_model_state(m, i);
+        if (p->value.device != SP_CPU || !p->value.data) continue;
+        for (size_t k = 0; k < p->value.numel; k++)
+            if (!isfinite(p->value.data[k]))
+                return sp_error("model '%s': %s %s[%zu] is %g (expected finite values: the run diverged?)", m->name,
+                                i < m->nparams ? "parameter" : "buffer", p->name, k, (double)p->value.data[k]);
+    }
+    return SP_OK;
 }
 
 int sp_model_check_saved_name(const sp_st_file *f, const sp_model *m)

@@ -21,8 +21,13 @@ extern "C" {
 #define SP_ST_STATE_PREFIX "state/"
 
 /* Every parameter and buffer under its PyTorch name, with "scanprop_model": m->name.
- * Atomic (core/io/fileio.h): a failed save leaves the old file intact. */
+ * Atomic (core/io/fileio.h): a failed save leaves the old file intact. A non-finite
+ * value is refused as sp_model_check_finite says, before the file is touched (what
+ * sp_model_load would refuse is not written). */
 int sp_model_save(const sp_model *m, const char *path) SP_MUST_CHECK;
+/* Every value of m's host-resident parameters and buffers is finite, else SP_ERR
+ * "model 'NAME': parameter P[i] is nan (expected finite values: the run diverged?)". */
+int sp_model_check_finite(const sp_model *m) SP_MUST_CHECK;
 /* Checks first, writes after: every parameter present with its shape and a float dtype,
  * no unexpected tensors, every value finite; otherwise SP_ERR with one line naming the first problem (and
  * how many more), and the model is untouched. (Only a read error after the checks —

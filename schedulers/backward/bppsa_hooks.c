@@ -60,6 +60,7 @@ static void print_dense_vs_pruned(sp_engine *e, sp_model *m, const sp_tensor *x,
     dq.plan = false;
     dq.plan_svg = NULL;
     sp_engine *d = sp_engine_create("bppsa", &dq);
+    if (!d) sp_fail("%s", sp_last_error());
     sp_tape td;
     sp_tape_init(&td);
     sp_backward(d, &td, sp_model_loss(m, &td, x, y));

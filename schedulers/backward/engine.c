@@ -75,15 +75,28 @@ const char *sp_engine_names_with(unsigned caps, char *buf, size_t len)
 
 sp_engine_opts sp_engine_opts_default(void) { return (sp_engine_opts){0}; }
 
+typedef struct create_args {
+    const sp_engine_def *d;
+    const sp_engine_opts *opts;
+    sp_engine *e;
+} create_args;
+
+static void create(void *arg)   /* an engine's create checks its options before it allocates */
+{
+    create_args *a = arg;
+    a->e = a->d->create(a->opts);
+}
+
 sp_engine *sp_engine_create(const char *name, const sp_engine_opts *opts)
 {
-    if (!name) sp_fail("sp_engine_create: argument 'name' is NULL");
+    if (!name) return sp_error("sp_engine_create: argument 'name' is NULL"), NULL;
     const sp_engine_def *d = sp_engine_def_find(name);
-    if (!d) sp_fail("--backward %s: unknown engine (expected one of %s)", name, sp_engine_names());
+    if (!d) return sp_error("--backward %s: unknown engine (expected one of %s)", name, sp_engine_names()), NULL;
     sp_engine_opts defaults = sp_engine_opts_default();
-    sp_engine *e = d->create(opts ? opts : &defaults);
-    e->caps = d->caps;
-    return e;
+    create_args a = {d, opts ? opts : &defaults, NULL};
+    if (sp_try(create, &a) != SP_OK) return NULL;
+    a.e->caps = d->caps;
+    return a.e;
 }
 
 void sp_engine_destroy(sp_engine *e)

@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include "core/error.h"
 #include "core/tape.h"
 
 #ifdef __cplusplus
@@ -158,9 +159,10 @@ const sp_engine_def *sp_engine_def_find(const char *name);
 /* The engine's own options from an opts: opts->own, or its defaults where NULL. */
 const void *sp_engine_own_opts(const sp_engine_def *d, const sp_engine_opts *opts);
 
-/* NULL opts = defaults. name may be an alias. Unknown name: sp_fail listing the known
- * engines. */
-sp_engine *sp_engine_create(const char *name, const sp_engine_opts *opts);
+/* NULL opts = defaults. name may be an alias. An unknown name (the line lists the known
+ * engines), a NULL name or options the engine refuses: NULL with the one-line message in
+ * sp_last_error(); nothing exits. */
+sp_engine *sp_engine_create(const char *name, const sp_engine_opts *opts) SP_MUST_CHECK;
 void sp_engine_destroy(sp_engine *e);
 void sp_backward(sp_engine *e, sp_tape *t, sp_node *loss);
 const char *sp_engine_names(void);   /* "linear|bppsa|ooo" as registered */

@@ -36,6 +36,10 @@ bool train(sp_dataset *d, const std::string &engine, const char *ckpt)
     cfg.momentum = 0.9;
     sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &cfg);
     sp_engine *e = sp_engine_create(engine.c_str(), nullptr);
+    if (!o || !e) {
+        std::fprintf(stderr, "%s\n", sp_last_error());
+        return false;
+    }
     sp_loader *l = sp_loader_new(d, 16, true, 2, false);
     sp_tape t;
     sp_tape_init(&t);

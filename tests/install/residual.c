@@ -52,6 +52,7 @@ int main(int argc, char **argv)
         cfg.momentum = 0.9;
         sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &cfg);
         sp_engine *eng = sp_engine_create(engines[e], NULL);
+        if (!o || !eng) return fprintf(stderr, "%s\n", sp_last_error()), 2;
         sp_loader *l = sp_loader_new(d, 32, true, 3, false);
         sp_tape t;
         sp_tape_init(&t);

@@ -34,6 +34,7 @@ int main(int argc, char **argv)
     sp_optim_cfg cfg = sp_optim_cfg_default();
     sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &cfg);
     sp_engine *e = sp_engine_create("linear", NULL);
+    if (!o || !e) return fprintf(stderr, "%s\n", sp_last_error()), 2;
     sp_loader *l = sp_loader_new(d, 4, false, 1, false);
     sp_tape t;
     sp_tape_init(&t);
