@@ -373,6 +373,32 @@ def sec_mem(R, q, fm, cf):
                         f"steady {js.get('rss_steady_mib') or 0:.0f} MiB")
 
 
+# The default runs: each image app as a user first runs it (its default batch and data,
+# Debian's Fashion-MNIST with the whole 10 000-image test set, the end-of-run evaluation
+# at its default --eval-batch), next to bench/peers/default_run.py doing the same in
+# PyTorch. (name, the app's default batch, steps, quick steps.)
+MEMRUN_WORKLOADS = [("lenet", "lenet", 64, 100, 50), ("vgg11", "vgg11", 32, 6, 3), ("resnet20", "resnet", 64, 6, 3)]
+
+
+def sec_memrun(R, q):
+    """Peak RSS of a default run, training and evaluation: the child's ru_maxrss on both
+    sides; steady = VmRSS after the last training step, before the evaluation."""
+    for rnd in range(1 if q else 2):
+        for name, app, b, n, nq in MEMRUN_WORKLOADS:
+            steps = nq if q else n
+            for who in abba(rnd, ["ours", "torch"]):
+                cfg = {"workload": name, "batch": b, "steps": steps}
+                if who == "ours":
+                    js, rec = R.run("memrun", "ours", cfg, rnd, R.ours(app, "--steps", steps, "--mem-report"))
+                else:
+                    js, rec = R.run("memrun", "torch", cfg, rnd,
+                                    R.torch("default_run.py", "--workload", name, "--steps", steps, "--data-dir",
+                                            FMNIST))
+                if js:
+                    log(f"  [memrun {name} r{rnd}] {who}: peak {rec['maxrss_kib'] / 1024:.0f} MiB, "
+                        f"steady {js.get('rss_steady_mib') or 0:.0f} MiB, test_acc {js.get('test_acc')}")
+
+
 def rnn_steps(T, engine, q):
     if T <= 100:
         s = 50
@@ -459,7 +485,7 @@ def sec_ooo(R, q, fm, cf):
 
 
 # The order they run in: the load-independent memory figures and the newest workload early.
-SECTIONS = ["gemm", "mem", "resnet", "lenet", "vgg", "rnn", "gru", "ooo"]
+SECTIONS = ["gemm", "mem", "memrun", "resnet", "lenet", "vgg", "rnn", "gru", "ooo"]
 
 
 def main():
@@ -489,6 +515,7 @@ def main():
         log(f"== {s} ({a.cpu})")
         {"gemm": lambda: sec_gemm(R, q), "lenet": lambda: sec_lenet(R, q, fm), "vgg": lambda: sec_vgg(R, q, cf),
          "resnet": lambda: sec_resnet(R, q, cf), "mem": lambda: sec_mem(R, q, fm, cf),
+         "memrun": lambda: sec_memrun(R, q),
          "rnn": lambda: sec_rnn(R, q), "gru": lambda: sec_gru(R, q), "ooo": lambda: sec_ooo(R, q, fm, cf)}[s]()
         log(f"   ({time.perf_counter() - t0:.0f} s)")
     return 1 if R.failures else 0

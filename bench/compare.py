@@ -221,6 +221,40 @@ def memory_table(recs, targets):
     table(["workload", "peak", "params", "grads", "optimizer", "step arena", "eval arena", "dataset", "rest"], rows2)
 
 
+def memrun_table(recs, targets):
+    """Peak RSS of each image app's default run (training, then the evaluation of the
+    whole test set) next to bench/peers/default_run.py doing the same in PyTorch."""
+    rows = []
+    for n in MEM_ORDER:
+        o, t = sel(recs, "memrun", "ours", workload=n), sel(recs, "memrun", "torch", workload=n)
+        if not o and not t:
+            continue
+        op = med([r["maxrss_kib"] / 1024 for r in o if r.get("maxrss_kib")])
+        tp = med([r["maxrss_kib"] / 1024 for r in t if r.get("maxrss_kib")])
+        os_ = med([r["json"].get("rss_steady_mib") for r in o])
+        ts = med([r["json"].get("rss_steady_mib") for r in t])
+        ev = med([r["json"].get("mem_eval_arena_mib") for r in o])
+        st = med([r["json"].get("mem_arena_mib") for r in o])
+        cfg = (o or t)[0]["cfg"]
+        r = ratio(op, tp)
+        targets.append(target_line(f"{MEM_NAMES[n]} default run (b{cfg['batch']}, with its evaluation) peak RSS "
+                                   "vs PyTorch", r, None, 0.5, at_most=True))
+        acc = " / ".join(fmt(x[-1]["json"].get("test_acc"), 4) if x else "—" for x in (o, t))
+        rows.append([f"{MEM_NAMES[n]} b{cfg['batch']}", fmt(op, 0), fmt(tp, 0), f"{r:.2f}×" if r else "—",
+                     f"{fmt(os_, 0)} / {fmt(ts, 0)}", f"{fmt(st, 1)} / {fmt(ev, 1)}", acc, str(cfg["steps"])])
+    if not rows:
+        return
+    print("## Memory: default runs, training and evaluation\n")
+    print("Each image app as a user first runs it: `build/APP --steps N --mem-report` (its default batch, "
+          "Debian's Fashion-MNIST, then the evaluation of the 10 000 test images at its default `--eval-batch`, "
+          "the training batch), next to `bench/peers/default_run.py` doing the same in PyTorch (the same "
+          "steps, then the test set at the same batch in eval mode under `torch.no_grad()`). *Peak* = the "
+          "child's `ru_maxrss`; *steady* = `VmRSS` after the last training step, before the evaluation. MiB, "
+          "median over rounds; ratio = scanprop ÷ PyTorch.\n")
+    table(["workload", "scanprop peak MiB", "PyTorch peak MiB", "peak ratio", "steady MiB (scanprop / PyTorch)",
+           "scanprop step / eval arena MiB", "test accuracy (scanprop / PyTorch)", "steps"], rows)
+
+
 def report(recs):
     targets = []
 
@@ -303,6 +337,7 @@ def report(recs):
         step_table(recs, "resnet", (64, 128), {64: 1.2, 128: 1.1}, targets, "ResNet-20")
 
     memory_table(recs, targets)
+    memrun_table(recs, targets)
 
     # ---- RNN ----------------------------------------------------------------------------
     if sel(recs, "rnn", "ours") or sel(recs, "rnn", "torch"):

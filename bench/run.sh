@@ -3,7 +3,8 @@
 #
 #   make bench                        both CPU settings (below), about 15 min on 2 cores
 #   BENCH_QUICK=1 make bench          a ~5 min subset (one round, fewer sizes, both settings)
-#   BENCH_SECTIONS=mem,resnet make bench   only some of: gemm lenet vgg resnet mem rnn gru ooo
+#   BENCH_SECTIONS=mem,resnet make bench   only some of: gemm lenet vgg resnet mem memrun rnn gru ooo
+#                                     (memrun: the apps' default runs, training + evaluation)
 #   BENCH_CPU=native make bench       only one CPU setting: native | avx2 | native,avx2 (default)
 #   BENCH_AVX2_QUICK=0 make bench     the avx2 pass in full too (default: its quick subset)
 #   BENCH_PERF=1 make bench           also perf-record lenet and vgg11 (top symbols)
@@ -28,7 +29,7 @@ BUILD=${BUILD:-build}
 PY=/usr/bin/python3
 PEERS=${SCANPROP_PEERS:-$REPO/bench/peers}
 QUICK=${BENCH_QUICK:-0}
-SECTIONS=${BENCH_SECTIONS:-gemm,lenet,vgg,resnet,mem,rnn,gru,ooo}
+SECTIONS=${BENCH_SECTIONS:-gemm,lenet,vgg,resnet,mem,memrun,rnn,gru,ooo}
 CPUS=${BENCH_CPU:-native,avx2}
 AVX2_QUICK=${BENCH_AVX2_QUICK:-1}
 

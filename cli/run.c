@@ -205,7 +205,7 @@ static sp_train_result eval_only(const char *app, const sp_run_opts *o, sp_model
 {
     sp_train_result r = {.train_loss = NAN, .last_loss = NAN};
     double t0 = sp_now();
-    sp_check(sp_evaluate(m, d, o->batch > 256 ? o->batch : 256, &r.test_loss, &r.test_acc));
+    sp_check(sp_evaluate(m, d, o->eval_batch ? o->eval_batch : o->batch, &r.test_loss, &r.test_acc));
     r.seconds = sp_now() - t0;
     sp_json j;
     sp_json_begin(&j);
@@ -362,7 +362,7 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
                        .epochs = o->epochs,
                        .steps = o->steps,
                        .eval_every = o->eval_every,
-                       .eval_batch = o->batch > 256 ? o->batch : 256,
+                       .eval_batch = o->eval_batch ? o->eval_batch : o->batch,   /* the step's memory bounds the evaluation's */
                        .log_path = sp_run_prints(&s) ? o->log : NULL,   /* rank 0 writes the log */
                        .lr = &sched,
                        .quiet = o->quiet || !sp_run_prints(&s),

@@ -50,6 +50,7 @@ typedef struct sp_run_opts {
     const char *resume;   /* --resume FILE: continue a --save-every checkpoint */
     long save_every;      /* --save-every N: resumable checkpoint to --save every N steps */
     int epochs, batch, threads, eval_every;   /* epochs 0: as many as --steps needs */
+    int eval_batch;                      /* --eval-batch N (0: the training batch) */
     long steps;
     double lr, momentum, weight_decay;   /* doubles, as PyTorch's Python floats */
     uint64_t seed;

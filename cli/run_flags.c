@@ -138,6 +138,9 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
          .needs = "!eval-only", .scope = SP_SCOPE_LOOP},
         {"eval-every", SP_FLAG_INT, &o->eval_every, "evaluate on the test set every N steps (0 = after each epoch)",
          .group = G_LOOP, .range = "0..", .needs = "!eval-only", .scope = SP_SCOPE_LOOP},
+        {"eval-batch", SP_FLAG_INT, &o->eval_batch, "samples per evaluation batch; the results do not depend "
+         "on it, the evaluation's memory does", .group = G_LOOP, .range = "1..", .def = "--batch",
+         .scope = SP_SCOPE_LOOP},
         {"mem-report", SP_FLAG_BOOL, &o->mem_report, "add the run's memory to the JSON line: peak and "
          "steady-state RSS, parameters, gradients, optimizer state, tape arenas, dataset (docs/PERFORMANCE.md)",
          .group = G_LOOP, .needs = "!eval-only", .scope = SP_SCOPE_LOOP},

@@ -761,6 +761,7 @@ Test(flags, refused_with_the_reason)
         {"vgg11", "--lanes 2 --batch 4", "--lanes needs --backward ooo"},
         {"lenet", "--backward ooo --lanes 3", "--lanes 3: expected 1, 2 or auto"},
         {"lenet", "--data-format mnist", "--data-format mnist needs --data DIR"},
+        {"lenet", "--eval-batch 0", "--eval-batch 0: expected >= 1"},
         {"lenet", "--btach 4", "did you mean --batch?"},
         {"lenet", "--epoch 2", "did you mean --epochs?"},
         {"lenet", "-batch 4", "did you mean --batch?"},
@@ -1236,6 +1237,32 @@ Test(flags, eval_only_refuses_the_flags_it_does_not_use)
     }
     cr_assert_eq(app("rnn", "--seq-len 4 --samples 32 --hidden 4 --quiet --load %T/e.st --eval-only --batch 8", out, err),
                  0, "%s", err);
+}
+
+/* --eval-batch: by default the training batch (the evaluation's arenas then within the
+ * step's); any other size gives the same accuracy and the loss within 1e-6, in a
+ * training run and under --eval-only. */
+Test(flags, eval_batch_defaults_to_the_batch_and_keeps_the_results)
+{
+    const char *base = "--seq-len 20 --samples 200 --hidden 8 --batch 8 --steps 2 --quiet --mem-report";
+    char a[512];
+    snprintf(a, sizeof a, "%s --save %%T/eb.st", base);
+    cr_assert_eq(app("rnn", a, out, err), 0, "%s", err);
+    double loss = json_num(out, "test_loss"), acc = json_num(out, "test_acc");
+    cr_expect_leq(json_num(out, "mem_eval_arena_mib"), json_num(out, "mem_arena_mib"),
+                  "the default evaluation's arenas outgrow the step's: %s", out);
+    const char *other[] = {"--eval-batch 3", "--eval-batch 8", "--eval-batch 1000"};
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+        for (int only = 0; only < 2; only++) {
+            if (only)
+                snprintf(a, sizeof a, "--seq-len 20 --samples 200 --hidden 8 --batch 8 --quiet --load %%T/eb.st "
+                         "--eval-only %s", other[i]);
+            else snprintf(a, sizeof a, "%s %s", base, other[i]);
+            cr_assert_eq(app("rnn", a, out, err), 0, "rnn %s: %s", a, err);
+            cr_expect_eq(json_num(out, "test_acc"), acc, "rnn %s: accuracy differs", a);
+            cr_expect_leq(fabs(json_num(out, "test_loss") - loss), 1e-6 * fmax(1.0, fabs(loss)),
+                          "rnn %s: loss %.9g, %.9g at the default", a, json_num(out, "test_loss"), loss);
+        }
 }
 
 /* --seed takes the whole unsigned 64-bit range, and the JSON line says what was given. */

@@ -846,6 +846,42 @@ Test(train, evaluation_freeing_outputs_is_bitwise_the_whole_forward)
     }
 }
 
+/* The evaluation batch changes the evaluation's memory, not its results: the same
+ * accuracy, the loss within 1e-6 (each batch's mean loss is a float sum over the batch);
+ * at the training batch (the apps' default) the evaluation's arenas stay within the
+ * step's, and they are trimmed after each evaluation (the steps after it map their own). */
+Test(train, eval_batch_changes_memory_not_results)
+{
+    sp_set_threads(2);
+    sp_dataset *d = rand_images(24, 7), *test = rand_images(21, 8);   /* 21: a short last batch */
+    const int batches[] = {8, 1, 5, 21, 256};   /* first: the training batch */
+    double loss0 = 0, acc0 = 0;
+    for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
+        sp_train_cfg tc = sp_train_cfg_default();
+        tc.quiet = true;
+        tc.steps = 3;
+        tc.eval_batch = batches[i];
+        sp_train_result r;
+        size_t n;
+        free(train_lenet_on(d, NULL, false, false, test, &tc, &r, &n));
+        cr_assert_eq(r.status, SP_OK, "%s", sp_last_error());
+        cr_assert(isfinite(r.test_loss) && r.eval_arena_bytes > 0);
+        if (i == 0) {
+            loss0 = r.test_loss, acc0 = r.test_acc;
+            cr_expect_leq(r.eval_arena_bytes, r.arena_bytes,
+                          "at the training batch the evaluation's arenas (%zu bytes) outgrow the step's (%zu)",
+                          r.eval_arena_bytes, r.arena_bytes);
+            continue;
+        }
+        cr_expect_eq(r.test_acc, acc0, "eval_batch %d: accuracy %g, %g at the training batch", batches[i],
+                     r.test_acc, acc0);
+        cr_expect_leq(fabs(r.test_loss - loss0), 1e-6 * fmax(1.0, fabs(loss0)),
+                      "eval_batch %d: loss %.9g, %.9g at the training batch", batches[i], r.test_loss, loss0);
+    }
+    sp_dataset_free(d);
+    sp_dataset_free(test);
+}
+
 /* ---- the engine seam: train/ knows engines only through engine.h -------------- */
 
 /* A toy engine made through the interface alone, as an out-of-tree engine would be: linear

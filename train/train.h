@@ -23,7 +23,10 @@ typedef struct sp_train_cfg {
     long steps;                /* stop after this many steps (0 = whole epochs); with
                                 * both limits, whichever comes first (default 0) */
     int eval_every;            /* evaluate every N steps (0 = after each epoch) */
-    int eval_batch;            /* evaluation batch size, >= 1 (default 256)   */
+    int eval_batch;            /* evaluation batch size, >= 1 (default 256); the
+                                * apps pass their --eval-batch, by default their
+                                * training batch, so that the evaluation's arenas
+                                * stay within the step's                       */
     const char *log_path;      /* per-step CSV: step,epoch,loss,lr,seconds     */
     const sp_lr_schedule *lr;  /* indexed by epoch; NULL = constant            */
     bool quiet;

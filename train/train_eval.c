@@ -190,19 +190,32 @@ void train_evaluator_open(evaluator *ev, sp_dataset *d, int batch, const sp_trai
     if (ev->slice.d.n > 0) evaluator_init(ev, &ev->slice.d, batch);
 }
 
+/* The evaluation's arenas between evaluations: their blocks go back, their sizes stay
+ * (the next evaluation opens one block each, as the first did). */
+static void evaluator_trim(evaluator *ev)
+{
+    if (!ev->l) return;
+    sp_tape_trim(&ev->t);
+    for (int s = 0; s < ev->nslots; s++) sp_arena_trim(&ev->slot[s]);
+}
+
 void train_evaluate(evaluator *ev, sp_model *m, sp_dataset *d, const sp_train_cfg *cfg, double *loss, double *acc)
 {
-    /* the step's arena and the evaluation's are not needed at once (VGG-11 b32: 0.17 GB) */
+    /* the step's arenas and the evaluation's are never needed at once: each side's are
+     * trimmed while the other runs, so a run's peak is the larger of the two, not their
+     * sum (at an evaluation batch no larger than the step's: the step's) */
     for (int k = 0; k < 3; k++)
         if (ev->idle[k]) sp_tape_trim(ev->idle[k]);
     if (!cfg->exec) {
         eval_pass(ev, m, loss, acc);
+        evaluator_trim(ev);
         return;
     }
     sp_exec_sync_weights(cfg->exec);
     int n = ev->l ? ev->d->n : 0;
     double l = 0, a = 0;
     if (n > 0) eval_pass(ev, m, &l, &a);
+    evaluator_trim(ev);
     float sums[2] = {(float)(l * n), (float)floor(a * n + 0.5)};   /* rounded per rank, then summed */
     sp_comm_set_label("evaluation");
     sp_allreduce(sp_comm_world(), sums, 2);
