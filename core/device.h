@@ -8,6 +8,7 @@
 #define SP_DEVICE_H
 
 #include <stdbool.h>
+#include "core/device_counts.h"
 #include "core/op.h"
 
 /* k (kept, not copied) runs op on dev (not SP_CPU); a second call for the same op and
@@ -17,17 +18,6 @@ void sp_op_register_kernels(const sp_opdef *op, sp_device dev, const sp_kernels 
 const sp_kernels *sp_op_kernels(const sp_opdef *op, sp_device dev);
 const char *sp_device_name(sp_device dev);
 
-/* What a backend has issued since it started, counted where every call is checked
- * (the CUDA backend's sp_cuda_check & co.), so the same counts come from a GPU and from
- * the CUDA emulator. A steady-state step's share is the difference of two readings
- * (sp_train_result.device_step; the JSON's "device_launches", "device_syncs", ...). */
-typedef struct sp_device_counts {
-    long long launches;        /* kernel launches and graph launches                    */
-    long long library_calls;   /* cuBLAS, cuSPARSE and cuDNN calls                      */
-    long long syncs;           /* host waits: stream, event or device synchronize       */
-    long long allocs;          /* cudaMalloc, cudaMallocHost, cudaHostAlloc             */
-    long long copies;          /* host<->device and device<->device copies (cudaMemcpy*) */
-} sp_device_counts;
 /* dev's counts so far; all zero on the CPU or before dev's backend started. */
 void sp_device_counts_get(sp_device dev, sp_device_counts *c);
 /* after − before, field by field. */

@@ -285,6 +285,8 @@ static void make_images(int per_class)
         {NULL, "--no-shuffle", EFFECT, NULL}, {NULL, "--eval-every 1", STDERR_HAS, "step 1: test loss"},     \
         {NULL, "--log %T/log.csv", FILE_MADE, "%T/log.csv"}, {NULL, "--save %T/w.st", FILE_MADE, "%T/w.st"}, \
         {NULL, "--mem-report", STDOUT_HAS, "\"mem_arena_mib\": "},                                           \
+        {"--mem-report", "--eval-batch 1", EFFECT, NULL},                                                      \
+        {NULL, "--eval-batch 0", REFUSED, "--eval-batch 0: expected >= 1"},                                    \
         {NULL, "--load %T/w.st", EFFECT, NULL}, {"--load %T/w.st", "--eval-only", STDOUT_HAS, "eval-only"},     \
         {NULL, "--eval-only", REFUSED, "--eval-only needs --load"},                                            \
         {NULL, "--save-every 3", REFUSED, "--save-every needs --save"},                                        \
@@ -528,6 +530,8 @@ Test(walk, schedule)
         {"--scheme zb-auto --model mlp", "--mem-limit 5GiBs", REFUSED, "--mem-limit 5GiBs: unknown unit \"GiBs\""},
         {NULL, "--actions %T/a.csv", REFUSED, "--actions needs --scheme custom"},
         {NULL, "--actions-out %T/a.csv", FILE_MADE, "%T/a.csv"},
+        {"--actions-out %T/t.csv", "--torch", FILE_MADE, "%T/t.csv"},
+        {NULL, "--torch", REFUSED, "--torch needs --actions-out"},
         {NULL, "--workers 0", REFUSED, "--workers 0: expected >= 1"},
         {"--scheme lpp --stages 4 --workers 4", "--groups 2 --per-group 2", EFFECT, NULL},
         {NULL, "--groups 2", REFUSED, "--groups needs --scheme lpp or fslpp"},

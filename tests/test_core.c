@@ -928,6 +928,11 @@ static void c256(void) { (void)sp_engine_own_opts(NULL, NULL); }
 static void c257(void) { (void)sp_run_engine_own(NULL, "ooo"); }
 static void c258(void) { (void)sp_run_engine_int(NULL, "k", 0); }
 static void c259(void) { g_status = sp_model_check_finite(NULL); }
+static void c260(void)
+{
+    char buf[8];
+    (void)sp_flag_suggest(NULL, "a|b", buf, sizeof buf);
+}
 
 static const api_case cases[] = {
     {"sp_tensor_view", K_TRY, c0, "sp_tensor_view: argument 'shape' is NULL"},
@@ -1142,6 +1147,7 @@ static const api_case cases[] = {
     {"sp_flags_parse_among", K_TRY, c195, "sp_flags_parse_among: argument 'argv' is NULL"},
     {"sp_flags_parse_among", K_TRY, c196, "sp_flags_parse_among: argument 'argc' is -1"},
     {"sp_flag_given", K_TRY, c197, "sp_flag_given: argument 'name' is NULL"},
+    {"sp_flag_suggest", K_TRY, c260, "sp_flag_suggest: argument 'value' is NULL"},
     {"sp_flags_digest", K_TRY, c198, "sp_flags_digest: argument 'out' is NULL"},
     {"sp_flags_digest", K_TRY, c199, "sp_flags_digest: argument 'cap' is -1"},
     {"sp_flag_value_text", K_TRY, c200, "sp_flag_value_text: argument 'name' is NULL"},
@@ -1204,6 +1210,9 @@ static const api_case cases[] = {
 
 /* Declared with no pointer or count argument: nothing to pass wrong. */
 static const char *const no_pointer_or_count[] = {
+    "sp_flags_quiet_rank",
+    "sp_flags_quiet_begin",
+    "sp_flags_quiet_end",
     "sp_rss_kib",
     "sp_clip_coef",
     "sp_last_error",

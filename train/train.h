@@ -6,7 +6,7 @@
 
 #include <stdbool.h>
 #include "schedulers/backward/engine.h"
-#include "core/device.h"
+#include "core/device_counts.h"
 #include "core/model.h"
 #include "data/data.h"
 #include "optim/optim.h"
