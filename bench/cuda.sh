@@ -9,9 +9,9 @@
 #      (device_launches, device_syncs of its JSON).
 # scanprop's step time is the app's median step_ms (--device cuda; each step ends by
 # reading the loss back, so it includes the synchronisation). scanprop's backward time is
-# step_ms - forward_ms of a run under CUDA_LAUNCH_BLOCKING=1 (every launch waits for the
-# device, so the host's forward time is the device's); PyTorch's is its step minus its
-# forward-only step. Writes bench/results/cuda-<stamp>.md and prints it.
+# the same run's backward_ms: on the device, the median device time between CUDA events
+# recorded before and after the engine's backward (train/train_step.c), read after the
+# step's loss; PyTorch's is its step minus its forward-only step. Writes bench/results/cuda-<stamp>.md and prints it.
 #   BUILD=dir (default build-cuda)   STEPS=n (default 30)   PY=python (default python3)
 #   cuda.sh --check    only the GPU check (make bench-cuda runs it before building)
 # Without a GPU: one line, exit 2.
@@ -43,7 +43,7 @@ app() {   # model args...: the JSON line of a run on the device
     echo "GPU: $("$SMI" --query-gpu=name,driver_version --format=csv,noheader); CPU: $(lscpu | sed -n 's/^Model name: *//p')"
     echo "command: make bench-cuda (BUILD=$BUILD STEPS=$STEPS)"
     echo
-    echo "## BPPSA: rnn and gru (backward = step − forward-only step)"
+    echo "## BPPSA: rnn and gru (scanprop's backward: CUDA events around it; PyTorch's: step − forward-only step)"
     echo
     echo "| model | B | linear ms/step | bppsa ms/step | PyTorch ms/step | linear bwd ms | bppsa bwd ms | PyTorch bwd ms | bppsa bwd speed-up vs PyTorch | bppsa end-to-end vs PyTorch |"
     echo "|---|---|---|---|---|---|---|---|---|---|"
@@ -51,16 +51,12 @@ app() {   # model args...: the JSON line of a run on the device
 seqrow() {   # label peer-model peer-arg app args...
     local label=$1 pm=$2 pa=$3 batch=$4
     shift 4
-    local lin bp lb bb p ls bs pb pf
+    local lin bp p ls bs pb lbw bbw
     lin=$(app "$@" --batch "$batch" --backward linear)
     bp=$(app "$@" --batch "$batch" --backward bppsa)
-    lb=$(CUDA_LAUNCH_BLOCKING=1 app "$@" --batch "$batch" --backward linear)
-    bb=$(CUDA_LAUNCH_BLOCKING=1 app "$@" --batch "$batch" --backward bppsa)
     p=$("$PY" bench/cuda_peer.py "$pm" "$batch" "$STEPS" "$pa" | tail -1)
     ls=$(key step_ms <<<"$lin"); bs=$(key step_ms <<<"$bp"); ps=$(key step_ms <<<"$p"); pb=$(key backward_ms <<<"$p")
-    local lbw bbw
-    lbw=$(awk "BEGIN{printf \"%.3f\", $(key step_ms <<<"$lb") - $(key forward_ms <<<"$lb")}")
-    bbw=$(awk "BEGIN{printf \"%.3f\", $(key step_ms <<<"$bb") - $(key forward_ms <<<"$bb")}")
+    lbw=$(key backward_ms <<<"$lin"); bbw=$(key backward_ms <<<"$bp")
     [ -n "$ls" ] && [ -n "$bs" ] && [ -n "$ps" ] || die "$label B $batch: no timing (linear '$ls', bppsa '$bs', PyTorch '$ps')"
     echo "| $label | $batch | $ls | $bs | $ps | $lbw | $bbw | $pb | $(ratio "$pb" "$bbw") | $(ratio "$ps" "$bs") |" >> "$OUT"
 }

@@ -57,6 +57,12 @@ typedef struct sp_device_allocator {
     const void *(*arena_base)(void *arena);
     void (*add)(float *dst, const float *src, size_t n);   /* dst[i] += src[i], ordered like fill */
     void (*counts)(sp_device_counts *c);   /* what the backend has issued so far */
+    /* Device time: time_mark(0) before some work, time_mark(1) after it, both on the
+     * calling lane; once that work is done (the step's wait has passed it), time_ms()
+     * gives the device milliseconds between the marks, once; < 0 if not both were
+     * marked since the last read or the work is still running. */
+    void (*time_mark)(int which);
+    double (*time_ms)(void);
 } sp_device_allocator;
 
 void sp_backend_register_allocator(sp_device dev, const sp_device_allocator *a);

@@ -1,7 +1,9 @@
 /* add_cuda.cu — the CUDA twin of layers/add.c: y = x_0 + x_1 + … (same shapes).
- *   forward: y = x_0 (a device copy), then y += x_i for i = 1, 2, … left to right, one
- *            kernel per input, __fadd_rn: the CPU op's float sums, so bitwise equal.
- *   δ_i:     dx_i = dy (a device copy).
+ *   forward: y = x_0 + x_1 in one kernel (x_0 alone: a copy kernel), then y += x_i for
+ *            i = 2, 3, … left to right, one kernel per input, __fadd_rn: the CPU op's
+ *            float sums, so bitwise equal; no device copy (a step's copies are only
+ *            host↔device transfers).
+ *   δ_i:     dx_i = dy (a copy kernel).
  *   Jᵀ_i:    the identity; its values, 1, for every sample in one launch.
  * add_relu: the same sum, then y = max(y, 0) in place; δ_i = dy ⊙ [y > 0]; Jᵀ_i =
  * diag([y > 0]) — the CPU op's comparisons, so bitwise equal to it. */
@@ -19,6 +21,12 @@ __global__ void add_into_kernel(float *y, const float *x, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = __fadd_rn(y[i], x[i]);
+}
+
+__global__ void add_two_kernel(float *y, const float *a, const float *b, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = b ? __fadd_rn(a[i], b[i]) : a[i];
 }
 
 __global__ void relu_inplace_kernel(float *y, size_t n)
@@ -57,24 +65,24 @@ static void add_into_cuda(float *y, const float *x, size_t n, cudaStream_t strea
     sp_cuda_check(cudaGetLastError());
 }
 
-static void copy_cuda(float *dst, const float *src, size_t n, cudaStream_t stream)
-{
-    sp_cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
-}
-
 // ----------------------------------------------------------------------------
 // the op
 
 static void add_cuda_forward(sp_node *n)
 {
     cudaStream_t st = sp_cuda_stream();
-    copy_cuda(n->out.data, sp_node_in(n, 0)->data, n->out.numel, st);
-    for (int i = 1; i < n->ninputs; i++) add_into_cuda(n->out.data, sp_node_in(n, i)->data, n->out.numel, st);
+    size_t len = n->out.numel;
+    add_two_kernel<<<sp_cuda_blocks(len, 256), 256, 0, st>>>(n->out.data, sp_node_in(n, 0)->data,
+                                                             n->ninputs > 1 ? sp_node_in(n, 1)->data : nullptr, len);
+    sp_cuda_check(cudaGetLastError());
+    for (int i = 2; i < n->ninputs; i++) add_into_cuda(n->out.data, sp_node_in(n, i)->data, n->out.numel, st);
 }
 
 static void add_cuda_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
-    copy_cuda(dx->data, dy->data, dx->numel, sp_cuda_stream());
+    add_two_kernel<<<sp_cuda_blocks(dx->numel, 256), 256, 0, sp_cuda_stream()>>>(dx->data, dy->data,
+                                                                                  (const float *)nullptr, dx->numel);
+    sp_cuda_check(cudaGetLastError());
 }
 
 static void add_jt_launch(const sp_csr *jt, size_t stride, int nb)

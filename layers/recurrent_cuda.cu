@@ -55,6 +55,15 @@ __device__ float rec_tanh(float x)
 __device__ float rec_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* y[i, j] = a[j] (+ b[j]) for rows i < rows, width w. */
+/* dst row r (w floats, pitch dp) ← src row r (pitch sp), r < rows: the outputs taken
+ * from hs without a device copy. */
+__global__ void rec_rows_kernel(float *dst, size_t dp, const float *src, size_t sp, size_t w, size_t rows)
+{
+    size_t n = w * rows;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i / w * dp + i % w] = src[i / w * sp + i % w];
+}
+
 __global__ void rec_bias_rows_kernel(float *y, const float *a, const float *b, size_t rows, int w)
 {
     size_t n = rows * w;
@@ -298,13 +307,12 @@ static void rec_cuda_forward(sp_node *n)
             sp_cuda_check(cudaGetLastError());
         }
     }
-    if (SP_REC(n)->mode == SP_SEQ_ALL) {
-        sp_cuda_check(cudaMemcpyAsync(n->out.data, s->hs, BT * H * sizeof(float), cudaMemcpyDeviceToDevice, st));
-    } else {   /* h_T of every sample: rows (b, T − 1) */
-        sp_cuda_check(cudaMemcpy2DAsync(n->out.data, H * sizeof(float), s->hs + (size_t)(T - 1) * H,
-                                        (size_t)T * H * sizeof(float), H * sizeof(float), B, cudaMemcpyDeviceToDevice,
-                                        st));
-    }
+    if (SP_REC(n)->mode == SP_SEQ_ALL)
+        rec_rows_kernel<<<GRID(BT * H)>>>(n->out.data, (size_t)H, s->hs, (size_t)H, (size_t)H, BT);
+    else   /* h_T of every sample: rows (b, T − 1) */
+        rec_rows_kernel<<<GRID((size_t)B * H)>>>(n->out.data, (size_t)H, s->hs + (size_t)(T - 1) * H, (size_t)T * H,
+                                                  (size_t)H, (size_t)B);
+    sp_cuda_check(cudaGetLastError());
 }
 
 /* da for this dy, computed once per backward pass. */

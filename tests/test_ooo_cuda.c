@@ -580,3 +580,90 @@ Test(ooo_cuda, steady_state_step_counts)
         sp_model_free(m);
     }
 }
+
+/* A demo-like MLP (linear, tanh, linear, tanh, linear). */
+static sp_model *tiny_mlp(void)
+{
+    sp_model *m = sp_model_new("tiny_mlp");
+    sp_model_set_loss(m, sp_softmax_ce());
+    sp_model_add(m, sp_linear("fc1", 6, 8));
+    sp_model_add(m, sp_tanh());
+    sp_model_add(m, sp_linear("fc2", 8, 8));
+    sp_model_add(m, sp_tanh());
+    sp_model_add(m, sp_linear("fc3", 8, 10));
+    return m;
+}
+
+/* The steady state of model m (init seed 3, SGD) trained through sp_train on the
+ * device by engine `engine` (ooo: two lanes; bppsa: automatic levels), n random
+ * samples of the given shape in 6 batches: from the third step on a step allocates
+ * nothing, waits once (the loss) and copies only the batch, its labels and the loss,
+ * and the emulator counts what scanprop counts. */
+static void expect_steady(const char *what, sp_model *m, const char *engine, int batch, int ndim, const int *shape)
+{
+    int n = 6 * batch;
+    float *x;
+    int *y;
+    sp_dataset *d = sp_dataset_new_f32("rand", n, ndim, shape, 10, &x, &y);
+    cr_assert_not_null(d);
+    size_t per = 1;
+    for (int i = 0; i < ndim; i++) per *= (size_t)shape[i];
+    tu_fill_uniform(x, (size_t)n * per, 5, -1, 1);
+    for (int i = 0; i < n; i++) y[i] = (i * 7) % 10;
+    sp_model_init(m, 3);
+    sp_model_to_device(m, SP_CUDA);
+    sp_optim_cfg oc = sp_optim_cfg_default();
+    oc.lr = 0.01;
+    sp_optim *o = sp_optim_create("sgd", m->params, m->nparams, &oc);
+    sp_ooo_opts oo = {.order = "ooo"};
+    sp_bppsa_opts bo = {.scan_levels = SP_SCAN_LEVELS_AUTO};
+    sp_engine_opts eo = {0};
+    if (strcmp(engine, "ooo") == 0) eo = (sp_engine_opts){.own = &oo, .update = update_layer, .update_ctx = o};
+    else if (strcmp(engine, "bppsa") == 0) eo = (sp_engine_opts){.own = &bo};
+    sp_engine *e = sp_engine_create(engine, strcmp(engine, "linear") ? &eo : NULL);
+    sp_loader *l = sp_loader_new_sync(d, batch, false, 1, false);
+    step_counts c = {0};
+    sp_train_cfg tc = sp_train_cfg_default();
+    tc.quiet = true;
+    tc.on_step = read_counts;
+    tc.on_step_ctx = &c;
+    sp_train_result r = sp_train(m, e, o, l, NULL, &tc);
+    cr_assert_eq(r.status, SP_OK, "%s: %s", what, sp_last_error());
+    cr_assert_eq(c.n, 6);
+    for (int s = 2; s + 1 < c.n; s++) {
+        sp_device_counts dc = sp_device_counts_diff(&c.own[s + 1], &c.own[s]);
+        cr_expect_eq(dc.allocs, 0, "%s: step %d allocated %lld times", what, s + 2, dc.allocs);
+        cr_expect_eq(dc.syncs, 1, "%s: step %d waited %lld times (the loss's only)", what, s + 2, dc.syncs);
+        cr_expect_leq(dc.copies, 3, "%s: step %d copied %lld times (batch, labels, loss)", what, s + 2, dc.copies);
+        if (cudaemu_counts) {
+            long long want[4] = {dc.launches, dc.syncs, dc.allocs, dc.copies};
+            const char *names[4] = {"launches", "syncs", "allocs", "copies"};
+            for (int f = 0; f < 4; f++)
+                cr_expect_eq(c.emu[s + 1][f] - c.emu[s][f], want[f],
+                             "%s: step %d: the emulator counted %lld %s, scanprop %lld", what, s + 2,
+                             c.emu[s + 1][f] - c.emu[s][f], names[f], want[f]);
+        }
+    }
+    cr_expect_leq(r.device_step.copies, 3, "%s: %lld copies in the JSON's step", what, r.device_step.copies);
+    cr_expect(r.backward_ms >= 0, "%s: backward_ms %g", what, r.backward_ms);
+    sp_loader_free(l);
+    sp_dataset_free(d);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    sp_model_free(m);
+}
+
+/* The other models at tiny sizes: the RNN and the GRU scanned by bppsa (the scan's
+ * pointer arrays stay on the device), ResNet-20 on 8×8 images (batch norm and the
+ * residual adds, no device copy) and a demo-like MLP. */
+Test(ooo_cuda, steady_state_step_counts_models, .timeout = 600)
+{
+    need_gpu();
+    const int seq[2] = {8, 1}, gseq[2] = {6, 4}, img[3] = {1, 8, 8}, vec[1] = {6};
+    expect_steady("rnn bppsa", sp_zoo_rnn(1, 8, 10), "bppsa", 4, 2, seq);
+    expect_steady("rnn linear", sp_zoo_rnn(1, 8, 10), "linear", 4, 2, seq);
+    expect_steady("gru bppsa", sp_zoo_gru(4, 8, 10), "bppsa", 4, 2, gseq);
+    expect_steady("resnet20 linear", sp_zoo_resnet20(1, 10), "linear", 2, 3, img);
+    expect_steady("mlp bppsa", tiny_mlp(), "bppsa", 4, 1, vec);
+    expect_steady("mlp linear", tiny_mlp(), "linear", 4, 1, vec);
+}

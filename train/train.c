@@ -361,6 +361,10 @@ static void train_body(void *arg)
             sp_device_counts before, after;
             sp_device_counts_get(s->dev, &before);
             float loss = step(s, &b, &f, &bw, &st);
+            if (s->dev != SP_CPU) {   /* the backward's device time, where the step marked it */
+                double ms = sp_backend_allocator(s->dev)->time_ms();
+                if (ms >= 0) bw = ms / 1e3;
+            }
             sp_device_counts_get(s->dev, &after);
             r->device_step = sp_device_counts_diff(&after, &before);
             if (!isfinite(loss))

@@ -12,17 +12,22 @@
 #include "train/train.h"
 #include "train/train_internal.h"
 
-/* The step after the tape's reset; on a device everything is queued, nothing waited for. */
+/* The step after the tape's reset; on a device everything is queued, nothing waited for,
+ * and (when bwd_s is asked for) the backward is bracketed by the backend's time marks:
+ * the loop reads its device time once the step's loss has been read (train.c). */
 static sp_node *step_body(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
                           double *fwd_s, double *bwd_s)
 {
+    const sp_device_allocator *a = bwd_s && model_device(m) != SP_CPU ? sp_backend_allocator(model_device(m)) : NULL;
     sp_optim_zero_grad(o);
     double t0 = sp_now();
     sp_tensor xin = sp_tape_copy_on(t, model_device(m), x);   /* the batch goes up (--device cuda) */
     t->reuse_inputs = (e->caps & SP_ENGINE_OVER_INPUTS) && model_device(m) == SP_CPU;   /* ReLUs over inputs (tape.h) */
     sp_node *loss = sp_model_loss(m, t, &xin, y);
     double t1 = sp_now();
+    if (a) a->time_mark(0);
     sp_backward(e, t, loss);
+    if (a) a->time_mark(1);
     double t2 = sp_now();
     if (!e->opts.update) sp_optim_step(o);   /* else the engine ran every layer's update */
     if (fwd_s) *fwd_s = t1 - t0;

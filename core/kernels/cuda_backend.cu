@@ -313,9 +313,37 @@ static void dev_use_staged(int slot)
     sp_cuda_check(cudaStreamWaitEvent(sp_cuda_stream(), slots[slot].done, 0));
 }
 
+/* Device time between two marks: timing events recorded on the calling lane, read
+ * (once, without waiting) after the step's wait has passed both. */
+static cudaEvent_t marks[2];
+static bool marked[2];
+
+static void dev_time_mark(int which)
+{
+    if (which < 0 || which > 1) sp_fail("cuda: time mark %d (expected 0 or 1)", which);
+    sp_cuda_check(cudaEventRecord(marks[which], sp_cuda_stream()));
+    marked[which] = true;
+    if (which == 0) marked[1] = false;
+}
+
+static double dev_time_ms(void)
+{
+    if (!marked[0] || !marked[1]) return -1.0;
+    marked[0] = marked[1] = false;
+    float ms = 0.0f;
+    cudaError_t e = cudaEventElapsedTime(&ms, marks[0], marks[1]);
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError();   /* not an error: the work is still queued */
+        return -1.0;
+    }
+    sp_cuda_check(e);
+    return ms;
+}
+
 static const sp_device_allocator cuda_allocator = {
-    dev_alloc, dev_free, dev_arena_new, dev_arena_alloc, dev_arena_reset, dev_arena_free, dev_fill, dev_upload,
-    dev_download, dev_stage, dev_use_staged, dev_stage_labels, dev_release_staged, dev_arena_base, dev_add, counts,
+    dev_alloc,     dev_free,   dev_arena_new, dev_arena_alloc, dev_arena_reset,    dev_arena_free,
+    dev_fill,      dev_upload, dev_download,  dev_stage,       dev_use_staged,     dev_stage_labels,
+    dev_release_staged, dev_arena_base, dev_add, counts, dev_time_mark, dev_time_ms,
 };
 
 /* Whole-step graphs: captured on the calling lane's stream (global mode: any forbidden
@@ -385,6 +413,7 @@ void sp_cuda_init(int device_id)
     for (int i = 0; i < 2; i++) {
         sp_cuda_check(cudaEventCreateWithFlags(&slots[i].done, cudaEventDisableTiming));
         sp_cuda_check(cudaEventCreateWithFlags(&slots[i].released, cudaEventDisableTiming));
+        sp_cuda_check(cudaEventCreate(&marks[i]));
     }
     sp_backend_register_allocator(SP_CUDA, &cuda_allocator);
     sp_backend_register_graph(SP_CUDA, &cuda_graph);

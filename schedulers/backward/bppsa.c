@@ -155,7 +155,7 @@ static void run_tasks_dev(bppsa_state *s, task *tasks, int ntasks, sp_tape *t)
             sp_bppsa_cuda_spgemm(s->dev_cache, g->plan, &mt, &xt, g->Ot.indptr, g->Ot.indices, g->Ot.nnz, M, X, O,
                                  count);
         else
-            sp_bppsa_cuda_products(t, &mt, &xt, &ot, M, X, O, count);
+            sp_bppsa_cuda_products(s->dev_cache, t, &mt, &xt, &ot, M, X, O, count);
     }
 }
 
@@ -305,7 +305,7 @@ static void gather_dev(const exec_ctx *c, sp_tape *t, float *dst, int pos, int T
     int count = c->B * T;
     float **src = sp_tape_alloc(t, (size_t)count * sizeof *src);
     for (int k = 0; k < count; k++) src[k] = run_block(c, pos, T, (size_t)k);
-    sp_bppsa_cuda_gather(t, dst, src, count, len);
+    sp_bppsa_cuda_gather(c->s->dev_cache, dst, src, count, len);
 }
 #endif
 
@@ -374,8 +374,10 @@ static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nod
     }
     ty[n].kind = EL_NONE;
 #ifdef SP_HAVE_CUDA
-    if (s->device) fill_links_dev(&c, t);
-    else
+    if (s->device) {
+        sp_bppsa_cuda_step_begin(s->dev_cache);
+        fill_links_dev(&c, t);
+    } else
 #endif
         sp_parallel_for((size_t)(n - 1) * (size_t)B, fill_links_range, &c);
 

@@ -26,7 +26,19 @@ typedef struct spgemm_dev {
     int32_t *c_ptr, *c_idx;
 } spgemm_dev;
 
+/* A launch's device pointer array, kept across steps: the n-th upload of a step lands
+ * in the n-th slot, and when its addresses are that slot's last ones (the step's arena
+ * hands out the same addresses every step) nothing is copied. */
+typedef struct ptr_slot {
+    void **host;   /* the addresses on the device now */
+    void **dev;
+    size_t n, cap;
+    cudaStream_t st;   /* the stream that reads them */
+} ptr_slot;
+
 struct sp_bppsa_cache {
+    ptr_slot *ps;
+    int nps, pscap, next;   /* next: the slot of the step's next upload */
     struct entry {
         const int32_t *host;
         int32_t *dev;   /* rows + 1 offsets, then nnz indices */
@@ -150,21 +162,56 @@ static size_t floats_of(const sp_bppsa_mat *m)
     }
 }
 
+/* The device copy of the n pointers at host, in the step's next slot: uploaded (on st,
+ * ahead of the launch that reads it) only when they differ from the slot's. A slot that
+ * grows, or passes to another stream, waits for the device first: a launch of the last
+ * step may still read it. */
+static void **slot_ptrs(sp_bppsa_cache *c, void *const *host, size_t n, cudaStream_t st)
+{
+    if (c->next == c->nps) {
+        if (c->nps == c->pscap) {
+            c->pscap = c->pscap ? 2 * c->pscap : 16;
+            c->ps = (ptr_slot *)sp_xrealloc(c->ps, (size_t)c->pscap * sizeof *c->ps);
+        }
+        memset(&c->ps[c->nps++], 0, sizeof(ptr_slot));
+    }
+    ptr_slot *p = &c->ps[c->next++];
+    size_t bytes = n * sizeof(void *);
+    if (p->n == n && p->st == st && memcmp(p->host, host, bytes) == 0) return p->dev;
+    if (p->cap < n || (p->dev && p->st != st)) {
+        if (p->dev) {
+            sp_cuda_check(cudaFree(p->dev));   /* waits for the device */
+            p->dev = NULL;
+        }
+        if (p->cap < n) {
+            p->cap = n;
+            p->host = (void **)sp_xrealloc(p->host, bytes);
+        }
+        sp_cuda_check(cudaMalloc((void **)&p->dev, p->cap * sizeof(void *)));
+    }
+    memcpy(p->host, host, bytes);
+    p->n = n;
+    p->st = st;
+    /* pageable source: staged before the call returns, so p->host may change after */
+    sp_cuda_check(cudaMemcpyAsync(p->dev, p->host, bytes, cudaMemcpyHostToDevice, st));
+    return p->dev;
+}
+
 /* The pointer arrays' device copy: [M | X | out], count each. */
-static float **upload_ptrs(sp_tape *t, float *const *M, float *const *X, float *const *out, int count,
-                           cudaStream_t st)
+static float **upload_ptrs(sp_bppsa_cache *c, sp_tape *t, float *const *M, float *const *X, float *const *out,
+                           int count, cudaStream_t st)
 {
     size_t bytes = (size_t)count * sizeof(float *);
     float **host = (float **)sp_tape_alloc(t, 3 * bytes);
     memcpy(host, M, bytes);
     memcpy(host + count, X, bytes);
     memcpy(host + 2 * count, out, bytes);
-    float **dev = (float **)sp_tape_alloc_on(t, SP_CUDA, 3 * bytes);
-    sp_cuda_check(cudaMemcpyAsync(dev, host, 3 * bytes, cudaMemcpyHostToDevice, st));
-    return dev;
+    return (float **)slot_ptrs(c, (void *const *)host, 3 * (size_t)count, st);
 }
 
-extern "C" int sp_bppsa_cuda_products(sp_tape *t, const sp_bppsa_mat *Mt, const sp_bppsa_mat *Xt,
+extern "C" void sp_bppsa_cuda_step_begin(sp_bppsa_cache *c) { c->next = 0; }
+
+extern "C" int sp_bppsa_cuda_products(sp_bppsa_cache *c, sp_tape *t, const sp_bppsa_mat *Mt, const sp_bppsa_mat *Xt,
                                       const sp_bppsa_mat *Ot, float *const *M, float *const *X, float *const *out,
                                       int count)
 {
@@ -173,7 +220,7 @@ extern "C" int sp_bppsa_cuda_products(sp_tape *t, const sp_bppsa_mat *Mt, const 
     cudaStream_t st = lane->stream;
     if (Mt->kind == SP_BD_DENSE && (Xt->kind == SP_BD_DENSE || Xt->kind == SP_BD_VEC)) {
         /* row-major out (r × c) = M (r × k) · X (k × c) is column-major outᵀ = Xᵀ·Mᵀ */
-        float **dev = upload_ptrs(t, M, X, out, count, st);
+        float **dev = upload_ptrs(c, t, M, X, out, count, st);
         int r = Mt->rows, k = Mt->cols, c = Xt->kind == SP_BD_VEC ? 1 : Xt->cols;
         float one = 1.0f, zero = 0.0f;
         sp_cublas_check(cublasSgemmBatched(lane->cublas, CUBLAS_OP_N, CUBLAS_OP_N, c, r, k, &one, dev + count, c, dev,
@@ -181,7 +228,7 @@ extern "C" int sp_bppsa_cuda_products(sp_tape *t, const sp_bppsa_mat *Mt, const 
         g_gemm += count;
         return 1;
     }
-    float **dev = upload_ptrs(t, M, X, out, count, st);
+    float **dev = upload_ptrs(c, t, M, X, out, count, st);
     float **dM = dev, **dX = dev + count, **dO = dev + 2 * count;
     if (Mt->kind == SP_BD_ID || Xt->kind == SP_BD_ID) {
         size_t len = floats_of(Ot);
@@ -208,15 +255,11 @@ extern "C" int sp_bppsa_cuda_products(sp_tape *t, const sp_bppsa_mat *Mt, const 
     return 1;
 }
 
-extern "C" void sp_bppsa_cuda_gather(sp_tape *t, float *dst, float *const *src, int count, size_t len)
+extern "C" void sp_bppsa_cuda_gather(sp_bppsa_cache *c, float *dst, float *const *src, int count, size_t len)
 {
     if (count == 0 || len == 0) return;
     cudaStream_t st = sp_cuda_stream();
-    size_t bytes = (size_t)count * sizeof(float *);
-    float **host = (float **)sp_tape_alloc(t, bytes);
-    memcpy(host, src, bytes);
-    float **dev = (float **)sp_tape_alloc_on(t, SP_CUDA, bytes);
-    sp_cuda_check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, st));
+    float **dev = (float **)slot_ptrs(c, (void *const *)src, (size_t)count, st);
     bppsa_gather_kernel<<<GRID(len * count, 256)>>>(dst, dev, len, count);
     sp_cuda_check(cudaGetLastError());
 }
@@ -255,6 +298,11 @@ extern "C" void sp_bppsa_cuda_cache_reset(sp_bppsa_cache *c)
         sp_cuda_check(cudaFree(g->c_idx));
     }
     c->ng = 0;
+    for (int i = 0; i < c->nps; i++) {
+        sp_cuda_check(cudaFree(c->ps[i].dev));
+        free(c->ps[i].host);
+    }
+    c->nps = c->next = 0;
 }
 
 extern "C" void sp_bppsa_cuda_cache_free(sp_bppsa_cache *c)
@@ -263,6 +311,7 @@ extern "C" void sp_bppsa_cuda_cache_free(sp_bppsa_cache *c)
     sp_bppsa_cuda_cache_reset(c);
     free(c->e);
     free(c->g);
+    free(c->ps);
     free(c);
 }
 

@@ -6,9 +6,12 @@
  * operand types (every sample, every step of the level) is ONE launch — one
  * cublasSgemmBatched for dense·dense and dense·vector, one own kernel for CSR·vector,
  * CSR·dense, dense·CSR and the moves by the identity. CSR·CSR products go to cuSPARSE's
- * generic SpGEMM with structure reuse, one call per sample (sp_bppsa_cuda_spgemm). Operands are addressed through pointer arrays in the
- * step's device arena, copied up with the launch on the lane's stream. CSR patterns
- * are copied to the device once per plan (sp_bppsa_cuda_pattern's cache). */
+ * generic SpGEMM with structure reuse, one call per sample (sp_bppsa_cuda_spgemm). Operands are
+ * addressed through pointer arrays kept on the device across steps (the cache's slots,
+ * one per launch of a step, in order): a slot is copied up, on the lane's stream ahead
+ * of its launch, only when its addresses change, so a steady-state step whose arena
+ * gives the same addresses copies nothing. CSR patterns are copied to the device once
+ * per plan (sp_bppsa_cuda_pattern's cache). */
 #ifndef SP_BPPSA_CUDA_H
 #define SP_BPPSA_CUDA_H
 
@@ -37,7 +40,8 @@ typedef struct sp_bppsa_mat {
 typedef struct sp_bppsa_cache sp_bppsa_cache;
 
 sp_bppsa_cache *sp_bppsa_cuda_cache_new(void);
-/* Forget (and free) every device pattern: the host patterns they mirror may go. */
+/* Forget (and free) every device pattern and pointer slot: the host patterns they
+ * mirror may go. */
 void sp_bppsa_cuda_cache_reset(sp_bppsa_cache *c);
 void sp_bppsa_cuda_cache_free(sp_bppsa_cache *c);
 /* The device copy of a host pattern (rows + 1 offsets, nnz indices), uploaded on first
@@ -45,12 +49,14 @@ void sp_bppsa_cuda_cache_free(sp_bppsa_cache *c);
 void sp_bppsa_cuda_pattern(sp_bppsa_cache *c, int rows, int64_t nnz, const int32_t *indptr, const int32_t *indices,
                            const int32_t **d_indptr, const int32_t **d_indices);
 
+/* A step starts: its launches take the cache's pointer slots from the first on. */
+void sp_bppsa_cuda_step_begin(sp_bppsa_cache *c);
 /* out[k] = M[k]·X[k] for k < count, all of types Mt, Xt → Ot, in one launch on the
  * calling lane's stream (an identity operand: a copy of the other). The pointer arrays
- * are host memory that lives until the tape is reset; t's device arena holds their
- * device copy. Returns the number of launches (1). */
-int sp_bppsa_cuda_products(sp_tape *t, const sp_bppsa_mat *Mt, const sp_bppsa_mat *Xt, const sp_bppsa_mat *Ot,
-                           float *const *M, float *const *X, float *const *out, int count);
+ * are host memory (t's arena holds a scratch copy); their device copy is the step's
+ * next slot of c. Returns the number of launches (1). */
+int sp_bppsa_cuda_products(sp_bppsa_cache *c, sp_tape *t, const sp_bppsa_mat *Mt, const sp_bppsa_mat *Xt,
+                           const sp_bppsa_mat *Ot, float *const *M, float *const *X, float *const *out, int count);
 /* CSR·CSR through cuSPARSE's generic SpGEMM with structure reuse: the symbolic phase
  * (work estimation, nnz, copy) runs once per key (the host's sp_spgemm_plan) and its
  * pattern is checked against the host's (h_ptr, h_idx, h_nnz); every call runs the
@@ -64,8 +70,9 @@ long sp_bppsa_cuda_symbolic_calls(void);
 /* Products (one per sample and step) run by cublasSgemmBatched in this process: every
  * dense·dense and dense·vector product, i.e. every product after one turned dense. */
 long sp_bppsa_cuda_gemm_products(void);
-/* dst + k·len ← src[k] (len floats each) for k < count: one launch. */
-void sp_bppsa_cuda_gather(sp_tape *t, float *dst, float *const *src, int count, size_t len);
+/* dst + k·len ← src[k] (len floats each) for k < count: one launch, the addresses in
+ * the step's next slot of c. */
+void sp_bppsa_cuda_gather(sp_bppsa_cache *c, float *dst, float *const *src, int count, size_t len);
 /* dense[b] (rows × cols, every entry written) ← the CSR values vals + b·stride with
  * pattern P, for b < B, the dense blocks at dense + b·stride: one launch. */
 void sp_bppsa_cuda_csr_to_dense(const sp_bppsa_mat *P, const float *vals, float *dense, size_t stride, int B);
