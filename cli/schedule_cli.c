@@ -64,8 +64,9 @@ static void parse(int argc, char **argv, opts *o)
          .needs = SIM ",scheme=lpp|fslpp"},
         {"per-group", SP_FLAG_INT, &o->per_group, "R workers per group", .def = "from W", .range = "1..", .group = "schedule",
          .needs = SIM ",scheme=lpp|fslpp"},
-        {"chunks", SP_FLAG_INT, &o->chunks, "V chunks per rank (interleaved-1f1b, interleaved-zb, looped-bfs)", .def = "the scheme's",
-         .range = "1..", .group = "schedule", .needs = SIM ",scheme=interleaved-1f1b|interleaved-zb|looped-bfs"},
+        {"chunks", SP_FLAG_INT, &o->chunks, "V chunks per rank (interleaved-1f1b, interleaved-zb, looped-bfs; "
+         "zb-auto: 1, or 2 for the V)", .def = "the scheme's",
+         .range = "1..", .group = "schedule", .needs = SIM ",scheme=interleaved-1f1b|interleaved-zb|looped-bfs|zb-auto"},
         {"actions", SP_FLAG_STR, &o->actions, "per-rank action lists (CSV, PyTorch's form: 0F0,0I0,0W0,...)",
          .meta = "CSV", .group = "schedule", .needs = SIM ",scheme=custom"},
         {"mem-limit", SP_FLAG_STR, &o->mem_limit_arg, "zb-auto: peak activations per rank, N micro-batches of a "
