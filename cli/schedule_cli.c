@@ -37,6 +37,8 @@ typedef struct opts {
     const char *calibrate_comm, *comm_profile;   /* the communication model (comm_cost.h) */
     const char *optim;       /* memory: the optimizer's state per parameter (sp_optim_slots) */
     const char *mem_limit_arg;   /* --mem-limit as given: N chunk micro-batches | bytes with a unit */
+    const char *mem_model;       /* --mem-model: whole | sail (sp_act_model, schedule.h)     */
+    double mem_grad_share;       /* --mem-grad-share: sail's share of an activation G needs */
     bool mem_limit_bytes;        /* mem_limit is in bytes (the chunks' act_bytes)            */
     double momentum, bucket_mb, opt_gbs;
     double transfer;         /* --transfer-cost: every message's latency, the costs' unit */
@@ -72,6 +74,12 @@ static void parse(int argc, char **argv, opts *o)
         {"mem-limit", SP_FLAG_STR, &o->mem_limit_arg, "zb-auto: peak activations per rank, N micro-batches of a "
          "chunk or bytes with a unit (512MiB, 1.5GB, 300KB; bytes need --model or --profile)", .meta = "N|BYTES",
          .group = "schedule", .needs = SIM ",scheme=zb-auto"},
+        {"mem-model", SP_FLAG_STR, &o->mem_model, "activation memory: whole (held until its backward has fully "
+         "run) or sail (F adds it, delta frees its part, G the rest)", .choices = "whole|sail", .def = "whole",
+         .group = "schedule", .needs = SIM},
+        {"mem-grad-share", SP_FLAG_DOUBLE, &o->mem_grad_share, "--mem-model sail: the share of an activation only "
+         "G needs (freed by G; delta frees the rest)", .def = "0.5", .range = "0..1", .group = "schedule",
+         .needs = SIM ",mem-model=sail"},
         {"split", SP_FLAG_BOOL, &o->split, "backward as two jobs, delta before G (any scheme)", .group = "schedule",
          .needs = SIM ",!no-split"},
         {"no-split", SP_FLAG_BOOL, &o->no_split, "backward as one job (ooo schemes split by default)",
@@ -345,7 +353,8 @@ static int run_schedule(opts *o)
     sp_sched_config cfg = {
         .stages = c->stages, .micro = o->micro, .workers = o->workers, .groups = o->groups,
         .per_group = o->per_group, .split = o->split ? 1 : o->no_split ? 0 : -1, .no_input_grad = o->no_input_grad,
-        .actions_scheme = o->scheme,
+        .actions_scheme = o->scheme, .mem_model = strcmp(o->mem_model, "sail") ? SP_MEM_WHOLE : SP_MEM_SAIL,
+        .mem_grad_share = o->mem_grad_share,
     };
     sp_actions *a = NULL;
     if (sp_scheme_is_actions(o->scheme)) {
@@ -447,7 +456,7 @@ static int run_layerpipe(const opts *o)
 
 int sp_schedule_main(int argc, char **argv)
 {
-    opts o = {.scheme = "gpipe", .stages = 4, .micro = 8, .batch = 32, .processors = 3, .fwd = 1, .bwd = 1,
+    opts o = {.scheme = "gpipe", .mem_model = "whole", .mem_grad_share = 0.5, .stages = 4, .micro = 8, .batch = 32, .processors = 3, .fwd = 1, .bwd = 1,
               .delta = -1, .grad = -1, .gflops = 1000, .alpha = 1.01, .cal_max_mb = 25, .cal_reps = 7, .optim = "sgd",
               .momentum = 0.9, .bucket_mb = -1, .opt_gbs = -1};
     parse(argc, argv, &o);
