@@ -93,8 +93,8 @@ typedef struct scheme_row {
     X(fsdp,             "fsdp",             JOBS, false,   true,  false,  0,        0,      true)  \
     X(gpipe,            "gpipe",            JOBS, true,    true,  false,  0,        0,      true)  \
     X(1f1b,             "1f1b",             JOBS, true,    true,  false,  0,        0,      true)  \
-    X(lpp,              "lpp",              JOBS, false,   true,  true,   0, 0,        true)  \
-    X(fslpp,            "fslpp",            JOBS, false,   true,  true,   0, 0,        false) \
+    X(lpp,              "lpp",              JOBS, false,   true,  true,   0,        0,      true)  \
+    X(fslpp,            "fslpp",            JOBS, false,   true,  true,   0,        0,      false) \
     X(ooo_ff,           "ooo-ff",           JOBS, true,    true,  false,  0,        0,      false) \
     X(ooo_modulo,       "ooo-modulo",       JOBS, true,    true,  false,  0,        0,      false) \
     X(1f1b_strict,      "1f1b-strict",      LIST, true,    true,  false,  0,        0,      true)  \
