@@ -187,8 +187,9 @@ static int common_flags(sp_run_opts *o, sp_flag *f, int cap)
          .needs = "parallel=ddp|fsdp|ddp-ooo", .scope = SP_SCOPE_RUN},
         {"groups", SP_FLAG_INT, &o->groups, "groups G of lpp/fslpp (W = G*R; 0 = 1)", .group = G_PAR,
          .range = "0..", .needs = "parallel=lpp|fslpp", .scope = SP_SCOPE_RUN},
-        {"chunks", SP_FLAG_INT, &o->chunks, "chunks per rank of interleaved-1f1b / interleaved-zb / looped-bfs (0 = the scheme's)",
-         .group = G_PAR, .range = "0..", .needs = "parallel=interleaved-1f1b|interleaved-zb|looped-bfs", .scope = SP_SCOPE_RUN},
+        {"chunks", SP_FLAG_INT, &o->chunks, "chunks per rank of interleaved-1f1b / interleaved-zb / looped-bfs, "
+         "zb-auto: 1, or 2 for the V (0 = the scheme's)",
+         .group = G_PAR, .range = "0..", .needs = "parallel=interleaved-1f1b|interleaved-zb|looped-bfs|zb-auto", .scope = SP_SCOPE_RUN},
         {"mem-limit", SP_FLAG_STR, &o->mem_limit_arg, "zb-auto: peak activations per rank, N micro-batches of a "
          "chunk (0 = none) or bytes with a unit (512MiB, 1.5GB, 300KB)", .group = G_PAR, .meta = "N|BYTES",
          .needs = "parallel=zb-auto", .scope = SP_SCOPE_RUN},

@@ -37,6 +37,8 @@ typedef struct opts {
     const char *calibrate_comm, *comm_profile;   /* the communication model (comm_cost.h) */
     const char *optim;       /* memory: the optimizer's state per parameter (sp_optim_slots) */
     const char *mem_limit_arg;   /* --mem-limit as given: N chunk micro-batches | bytes with a unit */
+    const char *mem_model;       /* --mem-model: whole | sail (sp_act_model, schedule.h)     */
+    double mem_grad_share;       /* --mem-grad-share: sail's share of an activation G needs */
     bool mem_limit_bytes;        /* mem_limit is in bytes (the chunks' act_bytes)            */
     double momentum, bucket_mb, opt_gbs;
     double transfer;         /* --transfer-cost: every message's latency, the costs' unit */
@@ -65,13 +67,20 @@ static void parse(int argc, char **argv, opts *o)
          .needs = SIM ",scheme=lpp|fslpp"},
         {"per-group", SP_FLAG_INT, &o->per_group, "R workers per group", .def = "from W", .range = "1..", .group = "schedule",
          .needs = SIM ",scheme=lpp|fslpp"},
-        {"chunks", SP_FLAG_INT, &o->chunks, "V chunks per rank (interleaved-1f1b, interleaved-zb, looped-bfs)", .def = "the scheme's",
-         .range = "1..", .group = "schedule", .needs = SIM ",scheme=interleaved-1f1b|interleaved-zb|looped-bfs"},
+        {"chunks", SP_FLAG_INT, &o->chunks, "V chunks per rank (interleaved-1f1b, interleaved-zb, looped-bfs; "
+         "zb-auto: 1, or 2 for the V)", .def = "the scheme's",
+         .range = "1..", .group = "schedule", .needs = SIM ",scheme=interleaved-1f1b|interleaved-zb|looped-bfs|zb-auto"},
         {"actions", SP_FLAG_STR, &o->actions, "per-rank action lists (CSV, PyTorch's form: 0F0,0I0,0W0,...)",
          .meta = "CSV", .group = "schedule", .needs = SIM ",scheme=custom"},
         {"mem-limit", SP_FLAG_STR, &o->mem_limit_arg, "zb-auto: peak activations per rank, N micro-batches of a "
          "chunk or bytes with a unit (512MiB, 1.5GB, 300KB; bytes need --model or --profile)", .meta = "N|BYTES",
          .group = "schedule", .needs = SIM ",scheme=zb-auto"},
+        {"mem-model", SP_FLAG_STR, &o->mem_model, "activation memory: whole (held until its backward has fully "
+         "run) or sail (F adds it, delta frees its part, G the rest)", .choices = "whole|sail", .def = "whole",
+         .group = "schedule", .needs = SIM},
+        {"mem-grad-share", SP_FLAG_DOUBLE, &o->mem_grad_share, "--mem-model sail: the share of an activation only "
+         "G needs (freed by G; delta frees the rest)", .def = "0.5", .range = "0..1", .group = "schedule",
+         .needs = SIM ",mem-model=sail"},
         {"split", SP_FLAG_BOOL, &o->split, "backward as two jobs, delta before G (any scheme)", .group = "schedule",
          .needs = SIM ",!no-split"},
         {"no-split", SP_FLAG_BOOL, &o->no_split, "backward as one job (ooo schemes split by default)",
@@ -385,7 +394,8 @@ static int run_schedule(opts *o)
     sp_sched_config cfg = {
         .stages = c->stages, .micro = o->micro, .workers = o->workers, .groups = o->groups,
         .per_group = o->per_group, .split = o->split ? 1 : o->no_split ? 0 : -1, .no_input_grad = o->no_input_grad,
-        .actions_scheme = o->scheme,
+        .actions_scheme = o->scheme, .mem_model = strcmp(o->mem_model, "sail") ? SP_MEM_WHOLE : SP_MEM_SAIL,
+        .mem_grad_share = o->mem_grad_share,
     };
     if (sp_scheme_is_actions(o->scheme)) {
         if (o->groups || o->per_group) sp_fail("--scheme %s: --groups and --per-group are lpp's", o->scheme);
@@ -485,7 +495,7 @@ static int run_layerpipe(const opts *o)
 
 int sp_schedule_main(int argc, char **argv)
 {
-    opts o = {.scheme = "gpipe", .stages = 4, .micro = 8, .batch = 32, .processors = 3, .fwd = 1, .bwd = 1,
+    opts o = {.scheme = "gpipe", .mem_model = "whole", .mem_grad_share = 0.5, .stages = 4, .micro = 8, .batch = 32, .processors = 3, .fwd = 1, .bwd = 1,
               .delta = -1, .grad = -1, .gflops = 1000, .alpha = 1.01, .cal_max_mb = 25, .cal_reps = 7, .optim = "sgd",
               .momentum = 0.9, .bucket_mb = -1, .opt_gbs = -1};
     parse(argc, argv, &o);

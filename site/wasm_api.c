@@ -171,8 +171,9 @@ static void sim_flags(sim_args *a)
     if (a->cfg.groups && !lpp) sp_fail("--groups needs --scheme lpp or fslpp");
     if (a->cfg.per_group && !lpp) sp_fail("--per-group needs --scheme lpp or fslpp");
     if (a->chunks < 0) sp_fail("--chunks %d: expected >= 1", a->chunks);
-    if (a->chunks && strcmp(n, "interleaved-1f1b") && strcmp(n, "looped-bfs"))
-        sp_fail("--chunks needs --scheme interleaved-1f1b or looped-bfs");
+    if (a->chunks && strcmp(n, "interleaved-1f1b") && strcmp(n, "interleaved-zb") && strcmp(n, "looped-bfs") &&
+        strcmp(n, "zb-auto"))
+        sp_fail("--chunks needs --scheme interleaved-1f1b, interleaved-zb, looped-bfs or zb-auto");
     if (a->cfg.split < -1 || a->cfg.split > 1)
         sp_fail("split %d: expected -1 (the scheme's), 0 (--no-split) or 1 (--split)", a->cfg.split);
     if (a->mem_limit != 0) {   /* --mem-limit N, as its parser reads the text */

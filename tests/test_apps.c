@@ -325,7 +325,7 @@ static void make_images(int per_class)
         {"--parallel gpipe --batch 2", "--sync-bn", REFUSED, "--sync-bn needs --parallel ddp, fsdp or ddp-ooo"}, \
         {"--parallel ddp", "--sync-bn", REFUSED, "has no batch norm"},                                       \
         {"--parallel ddp", "--groups 2", REFUSED, "--groups needs --parallel lpp or fslpp"},                 \
-        {"--parallel ddp", "--chunks 2", REFUSED, "--chunks needs --parallel interleaved-1f1b, interleaved-zb or looped-bfs"}, \
+        {"--parallel ddp", "--chunks 2", REFUSED, "--chunks needs --parallel interleaved-1f1b, interleaved-zb, looped-bfs or zb-auto"}, \
         {NULL, "--mem-limit 2", REFUSED, "--mem-limit needs --parallel zb-auto"},                          \
         {"--parallel zb-auto", "--mem-limit 2XB", REFUSED, "--mem-limit 2XB: unknown unit \"XB\""},        \
         {"--parallel zb-auto", "--mem-limit 1.2.3", REFUSED, "--mem-limit 1.2.3: expected N"},              \
@@ -521,9 +521,14 @@ Test(walk, schedule)
         {NULL, "--stages 3", EFFECT, NULL},
         {NULL, "--microbatches 3", EFFECT, NULL},
         {"--scheme ddp", "--workers 2", EFFECT, NULL},
-        {"--scheme zb-h1", "--chunks 2", REFUSED, "--chunks needs --scheme interleaved-1f1b, interleaved-zb or looped-bfs"},
+        {"--scheme zb-h1", "--chunks 2", REFUSED, "--chunks needs --scheme interleaved-1f1b, interleaved-zb, looped-bfs or zb-auto"},
         {"--scheme interleaved-1f1b --stages 8 --workers 4", "--chunks 1", EFFECT, NULL},
+        {"--scheme zb-auto --stages 8 --workers 4", "--chunks 2", EFFECT, NULL},
         {NULL, "--mem-limit 2", REFUSED, "--mem-limit needs --scheme zb-auto"},
+        {"--scheme zb-h1", "--mem-model sail", EFFECT, NULL},
+        {"--scheme zb-h1 --mem-model sail", "--mem-grad-share 0.25", EFFECT, NULL},
+        {NULL, "--mem-grad-share 0.25", REFUSED, "--mem-grad-share needs --mem-model sail"},
+        {"--mem-model sail", "--mem-grad-share 2", REFUSED, "--mem-grad-share"},
         {"--scheme zb-auto --model mlp --workers 2", "--mem-limit 300KB", EFFECT, NULL},
         {"--scheme zb-auto --stages 4 --workers 4", "--mem-limit 2", EFFECT, NULL},
         {"--scheme zb-auto", "--mem-limit 1MiB", REFUSED, "--mem-limit 1MiB: a limit in bytes needs activation sizes"},

@@ -70,6 +70,8 @@ static double compare(const char *pa, const char *pb, bool *bitwise)
  *   costs      JOBS: the run is given --costs (ddp refuses it: its order depends on none)
  *   groups     --groups GROUPS (lpp, fslpp); the simulator's groups likewise
  *   mem_limit  --mem-limit N in micro-batches of a chunk per rank (zb-auto), 0: none
+ *   chunks     --chunks N (zb-auto on the V: 2), 0: the scheme's; the loops that run every
+ *              scheme at its defaults skip such rows (the scheme has its own row)
  *   lenet      LeNet runs the scheme too (lenet_*_match_single_process) */
 typedef enum { JOBS, LIST, V } run_kind;
 
@@ -77,38 +79,43 @@ typedef struct scheme_row {
     const char *name;
     run_kind kind;
     bool bitwise, costs, groups;
-    int mem_limit;
+    int mem_limit, chunks;
     bool lenet;
 } scheme_row;
 
 /* zb-auto's --mem-limit: 2 micro-batches of a chunk per rank, below 1F1B's p on rank 0 at -np 4 */
 #define VL_LIMIT 2
+/* zb-auto --chunks 2's: 3 chunk activations per rank, below zbv's 2p at -np 2 and 4 */
+#define VL_LIMIT_V 3
 
-/*  X(id,               name,               kind, bitwise, costs, groups, mem_limit, lenet) */
+/*  X(id,               name,               kind, bitwise, costs, groups, mem_limit, chunks, lenet) */
 #define SCHEMES(X)                                                                      \
-    X(ddp,              "ddp",              JOBS, false,   false, false,  0,        true)  \
-    X(fsdp,             "fsdp",             JOBS, false,   true,  false,  0,        true)  \
-    X(gpipe,            "gpipe",            JOBS, true,    true,  false,  0,        true)  \
-    X(1f1b,             "1f1b",             JOBS, true,    true,  false,  0,        true)  \
-    X(lpp,              "lpp",              JOBS, false,   true,  true,   0,        true)  \
-    X(fslpp,            "fslpp",            JOBS, false,   true,  true,   0,        false) \
-    X(ooo_ff,           "ooo-ff",           JOBS, true,    true,  false,  0,        false) \
-    X(ooo_modulo,       "ooo-modulo",       JOBS, true,    true,  false,  0,        false) \
-    X(1f1b_strict,      "1f1b-strict",      LIST, true,    true,  false,  0,        true)  \
-    X(zb_h1,            "zb-h1",            LIST, true,    true,  false,  0,        true)  \
-    X(zb_h2,            "zb-h2",            LIST, true,    true,  false,  0,        true)  \
-    X(interleaved_1f1b, "interleaved-1f1b", LIST, true,    true,  false,  0,        true)  \
-    X(looped_bfs,       "looped-bfs",       LIST, true,    true,  false,  0,        true)  \
-    X(interleaved_zb,   "interleaved-zb",   LIST, true,    true,  false,  0,        true)  \
-    X(1f1b_v,           "1f1b-v",           V,    false,   true,  false,  0,        true)  \
-    X(zbv,              "zbv",              V,    false,   true,  false,  0,        true)  \
-    X(v_half,           "v-half",           V,    false,   true,  false,  0,        true)  \
-    X(v_min,            "v-min",            V,    false,   true,  false,  0,        true)  \
-    X(dualpipev,        "dualpipev",        V,    false,   true,  false,  0,        true)  \
-    X(zb_auto_mem_limit, "zb-auto",         V,    false,   true,  false,  VL_LIMIT, true)
+    X(ddp,              "ddp",              JOBS, false,   false, false,  0,        0,      true)  \
+    X(fsdp,             "fsdp",             JOBS, false,   true,  false,  0,        0,      true)  \
+    X(gpipe,            "gpipe",            JOBS, true,    true,  false,  0,        0,      true)  \
+    X(1f1b,             "1f1b",             JOBS, true,    true,  false,  0,        0,      true)  \
+    X(lpp,              "lpp",              JOBS, false,   true,  true,   0,        0,      true)  \
+    X(fslpp,            "fslpp",            JOBS, false,   true,  true,   0,        0,      false) \
+    X(ooo_ff,           "ooo-ff",           JOBS, true,    true,  false,  0,        0,      false) \
+    X(ooo_modulo,       "ooo-modulo",       JOBS, true,    true,  false,  0,        0,      false) \
+    X(1f1b_strict,      "1f1b-strict",      LIST, true,    true,  false,  0,        0,      true)  \
+    X(zb_h1,            "zb-h1",            LIST, true,    true,  false,  0,        0,      true)  \
+    X(zb_h2,            "zb-h2",            LIST, true,    true,  false,  0,        0,      true)  \
+    X(interleaved_1f1b, "interleaved-1f1b", LIST, true,    true,  false,  0,        0,      true)  \
+    X(looped_bfs,       "looped-bfs",       LIST, true,    true,  false,  0,        0,      true)  \
+    X(interleaved_zb,   "interleaved-zb",   LIST, true,    true,  false,  0,        0,      true)  \
+    X(1f1b_v,           "1f1b-v",           V,    false,   true,  false,  0,        0,      true)  \
+    X(zbv,              "zbv",              V,    false,   true,  false,  0,        0,      true)  \
+    X(v_half,           "v-half",           V,    false,   true,  false,  0,        0,      true)  \
+    X(v_min,            "v-min",            V,    false,   true,  false,  0,        0,      true)  \
+    X(dualpipev,        "dualpipev",        V,    false,   true,  false,  0,        0,      true)  \
+    X(zb_auto_mem_limit, "zb-auto",         V,    false,   true,  false,  VL_LIMIT, 0,      true)  \
+    X(zb_auto_v,        "zb-auto",          V,    false,   true,  false,  VL_LIMIT_V, 2,    true)
 
-#define SCHEME_ROW(id, name, kind, bitwise, costs, groups, mem_limit, lenet) \
-    {name, kind, bitwise, costs, groups, mem_limit, lenet},
+#define SCHEME_ROW(id, name, kind, bitwise, costs, groups, mem_limit, chunks, lenet) \
+    {name, kind, bitwise, costs, groups, mem_limit, chunks, lenet},
+#define SCHEME_ID(id, ...) ROW_##id,
+enum { SCHEMES(SCHEME_ID) NROWS };
 static const scheme_row schemes[] = {SCHEMES(SCHEME_ROW)};
 #define NSCHEMES ((int)(sizeof schemes / sizeof schemes[0]))
 
@@ -123,7 +130,7 @@ static const scheme_row *scheme_find(const char *name)
 static void demo_run(const scheme_row *row);
 
 #define DEMO_TEST(id, name, ...) \
-    Test(exec, demo_##id, .timeout = 300) { demo_run(scheme_find(name)); }
+    Test(exec, demo_##id, .timeout = 300) { demo_run(&schemes[ROW_##id]); }
 SCHEMES(DEMO_TEST)
 
 /* Scheme flags beyond --parallel and --microbatches: --groups, --mem-limit. */
@@ -135,6 +142,10 @@ static const char *scheme_flags(const scheme_row *row)
     f[k][0] = 0;
     if (row && row->groups) snprintf(f[k], sizeof f[k], "--groups %d", GROUPS);
     if (row && row->mem_limit) snprintf(f[k], sizeof f[k], "--mem-limit %d", row->mem_limit);
+    if (row && row->chunks) {
+        size_t n = strlen(f[k]);
+        snprintf(f[k] + n, sizeof f[k] - n, "%s--chunks %d", n ? " " : "", row->chunks);
+    }
     return f[k];
 }
 
@@ -1338,6 +1349,7 @@ Test(exec, measured_peak_activations_equal_the_simulated_ones, .timeout = 600)
     static mpi_result r;
     char cmd[2048], costs[600];
     for (int i = 0; i <= NSCHEMES; i++) {   /* every row, and ddp with ooo's order */
+        if (i < NSCHEMES && schemes[i].chunks) continue;   /* run at its defaults by its own row */
         const char *name = i < NSCHEMES ? schemes[i].name : "ddp-ooo";
         bool data = !strncmp(name, "ddp", 3);   /* the order of ddp does not depend on costs (refused there) */
         snprintf(costs, sizeof costs, "%s%s", data ? "" : "--costs ", data ? "" : plan);
@@ -1449,15 +1461,15 @@ static const char *vl_extra(const char *scheme)
     return scheme_flags(scheme_find(scheme));
 }
 
-/* The generator's list for W ranks and `micro` micro-batches with the chunk costs of c. */
-static sp_actions *vl_generate(const char *scheme, int W, int micro, const sp_costs *c)
+/* The generator's list of a row for W ranks and `micro` micro-batches with the chunk
+ * costs of c (the row's --mem-limit and --chunks). */
+static sp_actions *vl_generate(const scheme_row *row, int W, int micro, const sp_costs *c)
 {
-    const sp_pp_generator *g = sp_pp_find(scheme);
-    cr_assert_not_null(g, "%s: not an action-list scheme", scheme);
+    const sp_pp_generator *g = sp_pp_find(row->name);
+    cr_assert_not_null(g, "%s: not an action-list scheme", row->name);
     sp_actions *a = NULL;
-    const scheme_row *row = scheme_find(scheme);
-    cr_assert_eq(sp_pp_generate_from_costs(g, c, W, micro, 0, row ? row->mem_limit : 0, false, 0, &a), SP_OK, "%s: %s",
-                 scheme, sp_last_error());
+    cr_assert_eq(sp_pp_generate_from_costs(g, c, W, micro, row->chunks, row->mem_limit, false, 0, &a), SP_OK, "%s: %s",
+                 row->name, sp_last_error());
     return a;
 }
 
@@ -1477,8 +1489,9 @@ static void vl_check_order(const char *what, const char *scheme, sp_actions *a, 
 
 /* app ("demo" with app_flags, or "lenet") under scheme at -np 2 and -np 4 against the
  * single-process weights ref, with the executed order checked; plan is the --costs file. */
-static void vl_run(const char *app, const char *app_flags, const char *scheme, const char *plan, const char *ref)
+static void vl_run(const char *app, const char *app_flags, const scheme_row *row, const char *plan, const char *ref)
 {
+    const char *scheme = row->name;
     static mpi_result r;
     char cmd[2048], par[512], order[512], what[128];
     snprintf(par, sizeof par, "%s/vl-par.safetensors", tu_tmpdir());
@@ -1486,9 +1499,9 @@ static void vl_run(const char *app, const char *app_flags, const char *scheme, c
     sp_costs *c = sp_costs_read_csv(plan);
     cr_assert_not_null(c, "%s", plan);
     for (int W = 2; W <= 4; W += 2) {
-        snprintf(what, sizeof what, "%s %s -np %d", app, scheme, W);
+        snprintf(what, sizeof what, "%s %s %s -np %d", app, scheme, scheme_flags(row), W);
         snprintf(cmd, sizeof cmd, "%s %s --parallel %s %s --microbatches %d --costs %s --save %s --exec-order %s",
-                 tu_bin_path(app), app_flags, scheme, vl_extra(scheme), 2 * W, plan, par, order);
+                 tu_bin_path(app), app_flags, scheme, scheme_flags(row), 2 * W, plan, par, order);
         char np[16];
         snprintf(np, sizeof np, "-np %d", W);
         mpi_run("", np, cmd, &r);
@@ -1497,7 +1510,7 @@ static void vl_run(const char *app, const char *app_flags, const char *scheme, c
         bool bit;
         double d = compare(par, ref, &bit);
         cr_assert(d <= 1e-6, "%s vs single process: max rel diff %.3g > 1e-6", what, d);
-        sp_actions *a = vl_generate(scheme, W, 2 * W, c);
+        sp_actions *a = vl_generate(row, W, 2 * W, c);
         vl_check_order(what, scheme, a, c, order);
         sp_actions_free(a);
         remove(par);
@@ -1516,7 +1529,7 @@ static void vl_demo(const scheme_row *row)
     snprintf(ref, sizeof ref, "%s/vl-demo-ref.safetensors", tu_tmpdir());
     snprintf(cmd, sizeof cmd, "%s " VL_DEMO " --save %s >/dev/null", tu_bin_path("demo"), ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    vl_run("demo", VL_DEMO, row->name, plan, ref);
+    vl_run("demo", VL_DEMO, row, plan, ref);
     remove(plan);
     remove(ref);
 }
@@ -1544,7 +1557,7 @@ Test(exec, lenet_v_and_auto_lists_match_single_process, .timeout = 900)
     snprintf(cmd, sizeof cmd, "%s " LENET_FLAGS " --save %s >/dev/null", tu_bin_path("lenet"), ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     for (int i = 0; i < NSCHEMES; i++)
-        if (schemes[i].kind == V && schemes[i].lenet) vl_run("lenet", LENET_FLAGS, schemes[i].name, plan, ref);
+        if (schemes[i].kind == V && schemes[i].lenet) vl_run("lenet", LENET_FLAGS, &schemes[i], plan, ref);
     remove(plan);
     remove(ref);
 }
@@ -1859,6 +1872,7 @@ Test(exec, predicted_messages_match_the_executor, .timeout = 900)
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
     for (int k = 0; k <= NSCHEMES; k++)   /* every row, and ddp with ooo's order */
         for (int W = 2; W <= 4; W += 2) {
+            if (k < NSCHEMES && schemes[k].chunks) continue;   /* run at its defaults by its own row */
             const char *scheme = k < NSCHEMES ? schemes[k].name : "ddp-ooo";
             bool groups = k < NSCHEMES && schemes[k].groups && W == 4;
             char flags[512];

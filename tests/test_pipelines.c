@@ -590,3 +590,74 @@ Test(pipelines, generators_match_or_beat_the_references, .timeout = 300)
     fclose(f);
     cr_assert_eq(rows, 168, "docs/schedule-references.csv: %d cases (expected 168)", rows);
 }
+
+/* ---- zb-auto on the V placement (--chunks 2) ---------------------------------------------
+ *
+ * Given the peak of zbv, 1f1b-v, v-half or v-min as its --mem-limit, zb-auto --chunks 2
+ * is at least as short at no higher peak (p ∈ {4, 8}, m < p and m ≥ p, unit costs and
+ * F = 1, I = 1.2, W = 0.8, transfer 0 and 0.5); build/schedule takes --chunks 2. */
+
+/* The latency and peak (chunk activations, the most of any rank) of scheme's list. */
+static sp_actions *v_list(const char *scheme, int p, int m, double lim, const sp_chunk_costs *k, double *lat,
+                          double *peak)
+{
+    sp_pp_params pp = {.ranks = p, .micro = m, .chunks_per_rank = 2, .costs = k, .mem_limit = lim};
+    sp_actions *a = NULL;
+    cr_assert_eq(sp_pp_find(scheme)->generate(&pp, &a), SP_OK, "%s p=%d m=%d: %s", scheme, p, m, sp_last_error());
+    cr_assert_eq(a->chunks, 2 * p, "%s: %d chunks (expected the V's %d)", scheme, a->chunks, 2 * p);
+    sp_actions_sim s;
+    cr_assert_eq(sp_actions_simulate(a, k, &s), SP_OK, "%s", sp_last_error());
+    *peak = 0;
+    for (int r = 0; r < p; r++) *peak = fmax(*peak, s.peak_act[r]);
+    *lat = s.latency;
+    sp_actions_sim_free(&s);
+    return a;
+}
+
+Test(pipelines, zb_auto_v_placement_is_never_longer_than_the_v_schemes, .timeout = 300)
+{
+    static const char *const vs[] = {"zbv", "1f1b-v", "v-half", "v-min"};
+    static const int ps[] = {4, 8}, ms[] = {3, 8, 16};
+    static const double costs[2][3] = {{1, 1, 1}, {1, 1.2, 0.8}};
+    int cases = 0;
+    for (int pi = 0; pi < 2; pi++)
+        for (int mi = 0; mi < 3; mi++)
+            for (int ci = 0; ci < 2; ci++)
+                for (int ti = 0; ti < 2; ti++)
+                    for (int si = 0; si < 4; si++) {
+                        int p = ps[pi], m = ms[mi], C = 2 * p;
+                        double fv[16], iv[16], wv[16];
+                        for (int c = 0; c < C; c++) fv[c] = costs[ci][0], iv[c] = costs[ci][1], wv[c] = costs[ci][2];
+                        sp_chunk_costs k = {C, fv, iv, wv, NULL, 0.5 * ti};
+                        sp_pp_params probe = {.ranks = p, .micro = m, .chunks_per_rank = 2, .costs = &k};
+                        sp_actions *a = NULL;
+                        if (sp_pp_find(vs[si])->generate(&probe, &a) != SP_OK) {   /* dualpipev-like limits on m */
+                            sp_clear_error();
+                            continue;
+                        }
+                        sp_actions_free(a);
+                        double lat, peak, alat, apeak;
+                        sp_actions_free(v_list(vs[si], p, m, 0, &k, &lat, &peak));
+                        sp_actions_free(v_list("zb-auto", p, m, peak, &k, &alat, &apeak));
+                        cr_expect(alat <= lat + 1e-9 && apeak <= peak + 1e-9,
+                                  "p=%d m=%d F/I/W %g/%g/%g transfer %g: zb-auto --chunks 2 --mem-limit %g: %g at peak "
+                                  "%g against %s's %g",
+                                  p, m, costs[ci][0], costs[ci][1], costs[ci][2], 0.5 * ti, peak, alat, apeak, vs[si],
+                                  lat);
+                        cases++;
+                    }
+    cr_assert_geq(cases, 90, "%d cases", cases);
+    /* m < p at a tight limit, and through build/schedule */
+    double fv[16], iv[16], wv[16];
+    for (int c = 0; c < 16; c++) fv[c] = iv[c] = wv[c] = 1;
+    sp_chunk_costs k = {16, fv, iv, wv, NULL, 0};
+    double lat, peak;
+    sp_actions_free(v_list("zb-auto", 8, 4, 2, &k, &lat, &peak));
+    cr_expect(peak <= 2 + 1e-9 && lat >= 6 * 4 + 8 - 1 - 1e-9, "p=8 m=4 --mem-limit 2: %g at peak %g", lat, peak);
+    static char cmd[512], out[1 << 14], err[1024];
+    snprintf(cmd, sizeof cmd, "%s --scheme zb-auto --chunks 2 --mem-limit 6 --stages 8 --workers 4 --microbatches 8 "
+             "--fwd-cost 1 --delta-cost 1 --grad-cost 1 --no-diagram", tu_bin_path("schedule"));
+    cr_assert_eq(tu_run(cmd, out, sizeof out, err, sizeof err), 0, "%s: %s", cmd, err);
+    cr_expect(strstr(out, "\"latency\":53,") && strstr(out, "\"peak_activations_max\":6,"),
+              "zb-auto --chunks 2 --mem-limit 6 at p=4 m=8 (v-half's 53 at 6): %s", out);
+}

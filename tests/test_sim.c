@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
+#include "schedulers/plan/actions.h"
 #include "schedulers/plan/limits.h"
 #include "schedulers/plan/schedule.h"
 #include "schedulers/sim/sim.h"
@@ -53,6 +54,44 @@ Test(memory, series_and_peaks)
         sp_schedule_free(s);
         sp_costs_free(c);
     }
+}
+
+/* --mem-model sail (SP_MEM_SAIL): F takes the activation a, δ frees (1 − g)·a, G the rest.
+ * One rank, one stage, m micro-batches in the order F0 I0 F1 I1 ... F(m−1) I(m−1) W0 ...
+ * W(m−1): the whole-activation model holds m·a before the first W; sail holds
+ * (1 + (m − 1)·g)·a after the last F (each earlier micro-batch keeps only G's share).
+ * The count of activations held is m in both (a part still held counts), and both end at 0. */
+Test(memory, sail_model_frees_in_parts)
+{
+    const int m = 5;
+    const double a = 10, shares[] = {0, 0.25, 0.5, 1};
+    for (int k = 0; k < 4; k++)
+        for (int model = SP_MEM_WHOLE; model <= SP_MEM_SAIL; model++) {
+            sp_actions *x = sp_actions_new(1, 1, m, 3 * m);
+            for (int b = 0; b < m; b++) {
+                sp_actions_push(x, 0, (sp_action){0, b, SP_ACT_F});
+                sp_actions_push(x, 0, (sp_action){0, b, SP_ACT_I});
+            }
+            for (int b = 0; b < m; b++) sp_actions_push(x, 0, (sp_action){0, b, SP_ACT_W});
+            sp_costs *c = sp_costs_uniform(1, 1, 1, 1);
+            c->act_bytes[0] = a;
+            sp_sched_config sc = {.stages = 1, .split = -1, .mem_model = (sp_act_model)model,
+                                  .mem_grad_share = shares[k]};
+            sp_schedule *s = sp_schedule_from_actions(x, &sc, c);
+            sp_sim r;
+            sp_simulate(s, c, &r);
+            double want = model == SP_MEM_SAIL ? (1 + (m - 1) * shares[k]) * a : m * a;
+            const sp_worker_stats *ws = &r.worker[0];
+            cr_assert_float_eq(ws->peak_act_bytes, want, 1e-9, "model %d g=%g: peak %g bytes (expected %g)", model,
+                               shares[k], ws->peak_act_bytes, want);
+            cr_assert_eq(ws->peak_act, m, "model %d g=%g: %d activations held", model, shares[k], ws->peak_act);
+            cr_assert_float_eq(r.mem_act[r.mem_off[1] - 1], 0, 1e-9, "model %d g=%g: ends holding %g", model,
+                               shares[k], r.mem_act[r.mem_off[1] - 1]);
+            sp_sim_free(&r);
+            sp_schedule_free(s);
+            sp_costs_free(c);
+            sp_actions_free(x);
+        }
 }
 
 /* The whole memory per worker in closed form: 4 stages of 10 parameter bytes and 1

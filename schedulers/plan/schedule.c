@@ -175,7 +175,8 @@ sp_schedule *sp_schedule_new(const sp_scheme *scheme, const sp_sched_config *cfg
         .scheme = scheme, .stages = cfg->stages, .micro = cfg->micro, .workers = cfg->workers,
         .groups = cfg->groups, .per_group = cfg->per_group,
         .split_backward = cfg->split < 0 ? scheme->split_backward : cfg->split > 0,
-        .input_grad = !cfg->no_input_grad, .first_k = cfg->first_k,
+        .input_grad = !cfg->no_input_grad, .first_k = cfg->first_k, .mem_model = cfg->mem_model,
+        .mem_grad_share = cfg->mem_grad_share,
     };
     scheme->setup(&shape);   /* may sp_fail: nothing is allocated yet */
     if (shape.groups == 0) shape.groups = 1;

@@ -208,6 +208,14 @@ int sp_scheme_def_count(void);
 const sp_scheme_def *sp_scheme_def_at(int i);
 const sp_scheme_def *sp_scheme_def_find(const char *name);   /* NULL: no such scheme */
 
+/* The activation memory of a (stage, micro-batch), as the simulator counts it:
+ *   SP_MEM_WHOLE  F takes the stage's act_bytes; the last of its backward jobs frees it all
+ *   SP_MEM_SAIL   the zero-bubble papers' accounting per action: F takes act_bytes, δ frees
+ *                 (1 − g)·act_bytes (what only δ needs), G frees g·act_bytes (what G needs:
+ *                 the layer inputs its weight gradient reads); with the backward as one
+ *                 job (no split), or a stage with no δ, that job frees it all. */
+typedef enum sp_act_model { SP_MEM_WHOLE = 0, SP_MEM_SAIL = 1 } sp_act_model;
+
 typedef struct sp_sched_config {
     int stages, micro;       /* S, B                                                    */
     int workers;             /* W; 0 = the scheme's default                             */
@@ -219,6 +227,9 @@ typedef struct sp_sched_config {
                                 (e.g. LayerPipe's partition); NULL: balanced by cost    */
     const char *actions_scheme; /* sp_schedule_from_actions: the name the schedule reports
                                 ("zb-h1", …); NULL: "custom"                            */
+    sp_act_model mem_model;  /* how the simulator counts activations (sim_memory.c)     */
+    double mem_grad_share;   /* SP_MEM_SAIL: the share of a stage's activation that only G
+                                needs (0..1); δ frees the rest                          */
 } sp_sched_config;
 
 struct sp_schedule {
@@ -227,6 +238,8 @@ struct sp_schedule {
     int groups, per_group;   /* G, R for the looped schemes (1 and W otherwise)         */
     bool split_backward, input_grad;
     int first_k;             /* ddp-ooo                                                 */
+    sp_act_model mem_model;  /* sp_sched_config's                                       */
+    double mem_grad_share;
     int *stage_worker;       /* pipeline schemes: the worker of each stage              */
     int njobs;
     sp_job *jobs;            /* job ids 0..njobs−1                                      */

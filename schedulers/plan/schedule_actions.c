@@ -151,6 +151,7 @@ sp_schedule *sp_schedule_from_actions(const sp_actions *a, const sp_sched_config
     sp_schedule shape = {
         .scheme = scheme, .stages = S, .micro = a->micro, .workers = a->ranks, .groups = 1, .per_group = a->ranks,
         .split_backward = split || cfg->split > 0, .input_grad = !cfg->no_input_grad,
+        .mem_model = cfg->mem_model, .mem_grad_share = cfg->mem_grad_share,
     };
     sp_schedule *s = sp_schedule_build(&shape, stage_worker);
     s->chunks = a->chunks;

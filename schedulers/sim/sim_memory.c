@@ -1,6 +1,7 @@
 /* sim_memory.c — memory over time of a simulated schedule (sim/sim.h, sp_sim_memory):
  * per worker, the activations each stage's forward keeps until its backward has fully
- * run ([U] Definition: M, in bytes) and, for the schemes that compute a stage away from
+ * run ([U] Definition: M, in bytes; with SP_MEM_SAIL, schedule.h, δ frees its part and G
+ * the rest) and, for the schemes that compute a stage away from
  * its weights (fsdp, fslpp), the fetched weights while a job uses them; and the whole
  * memory of a worker (sp_sim_memory_breakdown): weights, gradients, optimizer state and
  * gradient buckets besides. The counters and the breakdown are schedulers/memory/'s. */
@@ -18,8 +19,10 @@ typedef struct mem_event {
                         the job's place in its worker's order); −1: a release by a job of
                         another worker, first */
     int delta;       /* +1 acquire, −1 release */
+    int count;       /* the change of the number of activations held: +1, −1 or 0 (a
+                        part of one freed) */
     bool weights;    /* fetched weights, else an activation */
-    double bytes;
+    double bytes;    /* the change, signed */
 } mem_event;
 
 static bool same_time(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1.0, fabs(a)); }
@@ -54,16 +57,30 @@ static int collect_events(const sp_schedule *s, const sp_costs *c, const sp_sim 
         for (int st = 0; st < s->stages; st++) {
             int f = sp_schedule_find(s, st, b, SP_FWD), w = s->compute[f], l = last_backward(s, r, pos, st, b);
             double bytes = c ? c->act_bytes[st] : 1.0;
-            ev[n++] = (mem_event){w, r->start[f], 2L * pos[f], +1, false, bytes};
-            if (l < 0) ev[n++] = (mem_event){w, r->finish[f], 2L * pos[f] + 1, -1, false, bytes};
-            else ev[n++] = (mem_event){w, r->finish[l], s->compute[l] == w ? 2L * pos[l] + 1 : -1, -1, false, bytes};
+            ev[n++] = (mem_event){w, r->start[f], 2L * pos[f], +1, +1, false, bytes};
+            int d = sp_schedule_find(s, st, b, SP_BWD_DELTA), g = sp_schedule_find(s, st, b, SP_BWD_GRAD);
+            if (l < 0) {
+                ev[n++] = (mem_event){w, r->finish[f], 2L * pos[f] + 1, -1, -1, false, -bytes};
+            } else if (s->mem_model == SP_MEM_SAIL && d >= 0 && g >= 0) {
+                /* δ frees what only it needs, G the rest; the later of the two ends the count */
+                double share = fmin(1, fmax(0, s->mem_grad_share));
+                int jobs[2] = {d, g};
+                double part[2] = {(1 - share) * bytes, share * bytes};
+                for (int k = 0; k < 2; k++) {
+                    int j = jobs[k];
+                    ev[n++] = (mem_event){w, r->finish[j], s->compute[j] == w ? 2L * pos[j] + 1 : -1, -1,
+                                          j == l ? -1 : 0, false, -part[k]};
+                }
+            } else {
+                ev[n++] = (mem_event){w, r->finish[l], s->compute[l] == w ? 2L * pos[l] + 1 : -1, -1, -1, false, -bytes};
+            }
         }
     for (int j = 0; j < s->njobs; j++) {
         int st = s->jobs[j].stage, w = s->compute[j];
         double bytes = c ? c->param_bytes[st] : 1.0;
         if (s->weights[j] == w || !(bytes > 0)) continue;
-        ev[n++] = (mem_event){w, r->start[j], 2L * pos[j], +1, true, bytes};
-        ev[n++] = (mem_event){w, r->finish[j], 2L * pos[j] + 1, -1, true, bytes};
+        ev[n++] = (mem_event){w, r->start[j], 2L * pos[j], +1, 0, true, bytes};
+        ev[n++] = (mem_event){w, r->finish[j], 2L * pos[j] + 1, -1, 0, true, -bytes};
     }
     return n;
 }
@@ -73,7 +90,7 @@ void sp_sim_memory(const sp_schedule *s, const sp_costs *c, sp_sim *r)
     int *pos = sp_xmalloc(sizeof(int) * (size_t)(s->njobs + 1));
     for (int w = 0; w < s->workers; w++)
         for (int i = r->order_off[w]; i < r->order_off[w + 1]; i++) pos[r->order[i]] = i - r->order_off[w];
-    size_t cap = 2 * ((size_t)s->stages * s->micro + (size_t)s->njobs);
+    size_t cap = 3 * (size_t)s->stages * s->micro + 2 * (size_t)s->njobs;
     mem_event *ev = sp_xmalloc(sizeof(mem_event) * (cap + 1));
     int n = collect_events(s, c, r, pos, ev);
     qsort(ev, (size_t)n, sizeof *ev, event_cmp);
@@ -92,8 +109,8 @@ void sp_sim_memory(const sp_schedule *s, const sp_costs *c, sp_sim *r)
         r->mem_time[np] = 0, r->mem_act[np] = 0, r->mem_wgt[np] = 0, np++;
         for (; i < n && ev[i].worker == w; i++) {
             const mem_event *e = &ev[i];
-            if (e->weights) sp_mem_take(&wgt, e->delta * e->bytes);
-            else sp_mem_take(&count, e->delta), sp_mem_take(&act, e->delta * e->bytes);
+            if (e->weights) sp_mem_take(&wgt, e->bytes);
+            else sp_mem_take(&count, e->count), sp_mem_take(&act, e->bytes);
             sp_mem_set(&both, act.live + wgt.live);
             if (i + 1 < n && ev[i + 1].worker == w && same_time(ev[i + 1].time, e->time)) continue;
             /* the end of an instant: a point, unless it holds what the last one held */

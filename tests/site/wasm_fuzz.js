@@ -63,7 +63,7 @@ M.onRuntimeInitialized = () => {
 
   // 1. what the command line refuses
   refuses(sim({scheme: 'interleaved-1f1b', stages: 8, workers: 4, chunks: -1}), '--chunks -1: expected >= 1', 'chunks -1');
-  refuses(sim({scheme: 'zb-h1', chunks: 2}), '--chunks needs --scheme interleaved-1f1b or looped-bfs', 'chunks with zb-h1');
+  refuses(sim({scheme: 'zb-h1', chunks: 2}), '--chunks needs --scheme interleaved-1f1b, interleaved-zb, looped-bfs or zb-auto', 'chunks with zb-h1');
   refuses(sim({split: 7}), 'split 7: expected -1', 'split 7');
   refuses(sim({split: -9}), 'split -9: expected -1', 'split -9');
   refuses(sim({mem: 3}), '--mem-limit needs --scheme zb-auto', 'a memory limit with gpipe');

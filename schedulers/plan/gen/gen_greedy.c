@@ -23,8 +23,9 @@
  * W into any idle gap, or only gaps at least as long as the W; and limits below the
  * given one (a tighter limit is the heuristic's "fewer warm-up forwards"). Each result
  * is re-simulated in its fixed order (sp_actions_simulate) and the shortest kept, ties to
- * the smaller peak. zb-auto also considers zb-h1 (and for two chunks per rank, zbv) when
- * their peak fits the limit, so it is never longer than they are at that limit.
+ * the smaller peak. zb-auto also considers zb-h1 (and for two chunks per rank, the V:
+ * zbv, 1f1b-v, v-half and v-min) when their peak fits the limit, so it is never longer
+ * than they are at that limit.
  *
  * v-half and v-min are this scheduler on the V placement (gen_v.h) with [CM]'s memory:
  * in units of the largest chunk activation u (a V chunk is half a rank's layers, so 1F1B
@@ -404,8 +405,18 @@ int sp_pp_gen_zb_auto(const sp_pp_params *p, sp_actions **out)
             for (int var = 0; var < SP_SAIL_ZB_VARIANTS; var++)
                 consider(&bs, sp_sail_zb(p, lim == INFINITY ? 0 : lim, var), p->costs, limit);
     }
-    if (v == 2)
+    if (v == 2) {
         for (int var = 0; var < SP_SAIL_ZBV_VARIANTS; var++) consider(&bs, sp_sail_zbv(p, var), p->costs, limit);
+        /* The other V schemes, where their peak fits: zb-auto --chunks 2 is never longer
+         * than 1f1b-v, v-half or v-min given their peak as the limit. */
+        int (*const vgen[])(const sp_pp_params *, sp_actions **) = {sp_pp_gen_1f1b_v, sp_pp_gen_v_half,
+                                                                     sp_pp_gen_v_min};
+        for (int k = 0; k < 3; k++) {
+            hand = NULL;
+            if (vgen[k](&q, &hand) == SP_OK) consider(&bs, hand, p->costs, limit);
+            else sp_clear_error();
+        }
+    }
     search(&bs, &pb, p->costs, limit, need, u);
     /* Without a limit, also the limits of 1F1B (p in flight) and ZB-H2 (2p − 1). */
     if (limit == INFINITY)
