@@ -59,8 +59,9 @@ def run_json(argv):
 
 def schedule_argv(c):
     """build/schedule's flags for a page/wasm configuration (the page shows the same)."""
+    custom = c["scheme"] == "custom"   # the list sets its ranks and micro-batches
     a = [os.path.join(BUILD, "schedule"), "--scheme", c["scheme"]] + \
-        ([] if c["scheme"] == "custom" else ["--microbatches", str(c["micro"])]) + ["--no-diagram"]
+        ([] if custom else ["--microbatches", str(c["micro"])]) + ["--no-diagram"]
     if c.get("costs", "uniform") != "uniform":
         a += ["--profile", "site/profiles/%s.csv" % c["costs"]]
     else:
