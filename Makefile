@@ -199,9 +199,14 @@ test-long: all $(BUILD)/tests/test_train $(BUILD)/tests/test_soak $(BUILD)/tests
 	SCANPROP_SOAK_STEPS=2000 SCANPROP_SOAK_REPORT=1 $(BUILD)/tests/test_soak --jobs=1
 	SCANPROP_RESUME_SLOW=1 BUILD=$(BUILD) $(BUILD)/tests/test_resume --jobs=1 --filter 'resume/resnet*'
 
-# (tests/lsan.supp: what oneDNN and OpenMP keep for the life of the process)
+# (tests/lsan.supp: what oneDNN and OpenMP keep for the life of the process.) Under the
+# sanitizers test_exec runs every scheme once (demo_*) and every refusal, message and
+# fault check, and leaves out the sweeps that run the same executor paths again on other
+# models and the checks that wait out timeouts: make test runs those (ASan costs ~2× there).
+ASAN_EXEC_SKIP = lenet_schemes_match_single_process|lenet_action_lists_match_single_process|lenet_v_and_auto_lists_match_single_process|schemes_train_vgg11|every_scheme_trains_rnn_and_gru|interleaving_any_m_matches_single_process|every_action_list_scheme_round_trips_through_custom|a_rank_that_hangs_mid_step_stops_the_others|a_timeout_on_an_oversubscribed_node_says_so|step_median_leaves_out_five_steps_and_stalls
 test-asan:
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	SUITE_FILTER='test_exec=exec/!($(ASAN_EXEC_SKIP))' \
 	  $(MAKE) BUILD=build-asan SAN=1 OPT="-O1 -g" test
 
 # Both compilers must build everything: clang, plain and with ASan+UBSan, into their own

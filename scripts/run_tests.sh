@@ -5,6 +5,8 @@
 # (VERBOSE=1 shows it always). Exit status 1 if any suite failed.
 # A suite that runs past SUITE_TIMEOUT seconds (default 600) is killed and counts as
 # failed: a hang must never hold CI until its own limit.
+# SUITE_FILTER="suite=pattern ..." runs only the tests of that suite matching the Criterion
+# glob (make test-asan uses it to leave out multi-scheme sweeps that make test runs anyway).
 # The suites keep their temporary files under $BUILD/tmp (tests/testutil.c); what a
 # crashed suite left there is removed after it.
 set -u
@@ -16,8 +18,12 @@ pass=0; fail=0; failed=()
 for t in "$@"; do
   name=$(basename "$t")
   log="$logs/$name.log"
+  filter=()
+  for f in ${SUITE_FILTER:-}; do
+    [ "${f%%=*}" = "$name" ] && filter=(--filter="${f#*=}")
+  done
   start=$(date +%s)
-  timeout --kill-after=10 "$limit" "$t" --jobs=1 >"$log" 2>&1
+  timeout --kill-after=10 "$limit" "$t" --jobs=1 "${filter[@]}" >"$log" 2>&1
   rc=$?
   secs=$(( $(date +%s) - start ))
   rm -rf "$build"/tmp/scanprop-test-*
