@@ -163,6 +163,24 @@ Test(ooo_cuda, every_order_bitwise_equals_device_linear_mlp)
     every_order(mlp, 2, (int[]){8, 20}, "adam");
 }
 
+/* Two recurrent layers: the GRU's δ and G both run (cuDNN's BackwardData once, by
+ * whichever comes first in the order, the other lane waiting for it), the RNN's G alone
+ * (its input needs no gradient: G runs BackwardData itself). */
+static sp_model *stacked_rnn(void)
+{
+    sp_model *m = sp_model_new("stacked_rnn");
+    sp_model_set_loss(m, sp_softmax_ce());
+    sp_model_add(m, sp_rnn("r1", 3, 8, SP_SEQ_ALL));
+    sp_model_add(m, sp_gru("r2", 8, 6, SP_SEQ_LAST));
+    sp_model_add(m, sp_linear("fc", 6, 10));
+    return m;
+}
+
+Test(ooo_cuda, every_order_bitwise_equals_device_linear_rnn)
+{
+    every_order(stacked_rnn, 3, (int[]){4, 5, 3}, "sgd");
+}
+
 /* The backward captured once its key repeats and replayed after: every step bitwise the
  * step without a graph (the linear engine's). */
 Test(ooo_cuda, graph_replay_bitwise_equals_no_graph)

@@ -119,5 +119,14 @@ plant "add skips an input (i = 2)" layers/add_cuda.cu \
   's/n->ninputs > 1 ? sp_node_in(n, 1)->data : nullptr/nullptr/' \
   "" "cuda/add_concat_match_cpu_bitwise" "add forward differs"
 
+# 17-18. cuDNN's RNN: a forward in inference mode leaves the backward nothing in the
+#    reserve space; the weight blocks packed one gate off
+plant "RNN forward in inference mode (no reserve for the backward)" layers/recurrent_cuda.cu \
+  's/cudnnRNNForward(lane->cudnn, p->rnn, CUDNN_FWD_MODE_TRAINING/cudnnRNNForward(lane->cudnn, p->rnn, CUDNN_FWD_MODE_INFERENCE/' \
+  "" "cuda/rnn_gru_match_cpu" "cudaemu: cudnnRNNBackwardData_v8: the reserve space"
+plant "GRU weights packed one gate off" layers/recurrent_cuda.cu \
+  's/size_t off\[4\] = {p->m_off\[g\], p->m_off\[G + g\]/size_t off[4] = {p->m_off[(g + 1) % G], p->m_off[G + g]/' \
+  "" "cuda/rnn_gru_match_cpu" "gru forward: err"
+
 if [ $missed -ne 0 ]; then echo "planted bugs: $missed not caught"; exit 1; fi
 echo "planted bugs: all caught"
