@@ -163,10 +163,10 @@ static void parse(int argc, char **argv, opts *o)
     };
     sp_flags_parse(argc, argv, "schedule",
                    "Simulate a parallel-training schedule (one master schedule: DDP, FSDP, GPipe, 1F1B,\n"
-                   "LPP, FSLPP, ooo fast-forwarding and modulo allocation, and the pipelines given as\n"
-                   "per-rank action lists: strict 1F1B, zero bubble, interleaved, looped BFS, V shapes,\n"
-                   "custom), print its pipeline diagram and statistics, or balance a pipeline with\n"
-                   "LayerPipe. Last stdout line: JSON.",
+                   "LPP, FSLPP, ooo fast-forwarding and modulo allocation, bidirectional DualPipe, and\n"
+                   "the pipelines given as per-rank action lists: strict 1F1B, zero bubble, interleaved,\n"
+                   "looped BFS, V shapes, custom), print its pipeline diagram and statistics, or balance\n"
+                   "a pipeline with LayerPipe. Last stdout line: JSON.",
                    table);
     o->stages_given = sp_flag_given("stages");
     o->micro_given = sp_flag_given("microbatches");

@@ -50,6 +50,7 @@ draw schedule-1f1b-v.svg 60 --scheme 1f1b-v --stages 8 --workers 4 --microbatche
 draw schedule-v-half.svg 53 --scheme v-half --stages 8 --workers 4 --microbatches 8 $U
 draw schedule-v-min.svg 59 --scheme v-min --stages 8 --workers 4 --microbatches 8 $U
 draw schedule-dualpipev.svg 51 --scheme dualpipev --stages 8 --workers 4 --microbatches 8 $U
+draw schedule-dualpipe.svg 25 --scheme dualpipe --stages 4 --microbatches 8 $U
 draw schedule-zb-auto.svg 33 --scheme zb-auto --stages 4 --microbatches 8 $U --mem-limit 3
 draw schedule-lenet-1f1b-memory.svg 391.7 --scheme 1f1b --model lenet --workers 4 --microbatches 8
 exit "$fail"

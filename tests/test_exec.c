@@ -8,9 +8,10 @@
  *   (b) the same scheme on ONE rank (all micro-batches accumulated in order): bitwise for
  *       the pipeline schemes (gpipe, 1f1b, ooo-ff, ooo-modulo), where each stage's
  *       gradients are summed over micro-batches in micro-batch order on one rank by
- *       construction; within 1e-6 for ddp, fsdp, lpp and fslpp, whose sums cross ranks
+ *       construction; within 1e-6 for ddp, fsdp, lpp, fslpp and dualpipe, whose sums cross ranks
  *       (MPI's reduction order is its own). The scheme table below says which, per row.
- * LeNet does the same for ddp, fsdp, gpipe (also with --partition layerpipe), 1f1b, lpp.
+ * LeNet does the same for ddp, fsdp, gpipe (also with --partition layerpipe), 1f1b, lpp,
+ * dualpipe (also on 4 ranks).
  *
  * Order. The executed job order of every rank (--exec-order) equals the order the
  * simulator computes from the same stage costs (given with --costs: uneven, so that the
@@ -98,6 +99,7 @@ typedef struct scheme_row {
     X(fslpp,            "fslpp",            JOBS, false,   true,  true,   0,        0,      false) \
     X(ooo_ff,           "ooo-ff",           JOBS, true,    true,  false,  0,        0,      false) \
     X(ooo_modulo,       "ooo-modulo",       JOBS, true,    true,  false,  0,        0,      false) \
+    X(dualpipe,         "dualpipe",         JOBS, false,   true,  false,  0,        0,      true)  \
     X(1f1b_strict,      "1f1b-strict",      LIST, true,    true,  false,  0,        0,      true)  \
     X(zb_h1,            "zb-h1",            LIST, true,    true,  false,  0,        0,      true)  \
     X(zb_h2,            "zb-h2",            LIST, true,    true,  false,  0,        0,      true)  \
@@ -256,8 +258,10 @@ static void demo_ranks(const scheme_row *row)
     if (row->costs) snprintf(costs_in, sizeof costs_in, "--costs %s", plan);
     snprintf(cmd, sizeof cmd, "%s %s --save %s >/dev/null", tu_bin_path("demo"), flags, ref);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    snprintf(cmd, sizeof cmd, "%s %s --parallel %s --microbatches %d %s --save %s", tu_bin_path("demo"), flags, scheme, MICRO,
-             list ? costs_in : "", one);
+    /* dualpipe pairs ranks (an even count): its one-rank run is gpipe's, the same sums */
+    const char *one_scheme = strcmp(scheme, "dualpipe") ? scheme : "gpipe";
+    snprintf(cmd, sizeof cmd, "%s %s --parallel %s --microbatches %d %s --save %s", tu_bin_path("demo"), flags, one_scheme,
+             MICRO, list ? costs_in : "", one);
     mpi_run("", "-np 1", cmd, &r);
     cr_assert_eq(r.status, 0, "%s -np 1: status %d\n%s", scheme, r.status, r.err);
     for (int W = 2; W <= 4; W += 2) {
@@ -348,7 +352,8 @@ static void lenet_match(const lenet_run *runs, int n, const char *ref, const cha
     }
 }
 
-/* The JOBS rows LeNet runs, and gpipe with --partition layerpipe, on 2 ranks. */
+/* The JOBS rows LeNet runs, and gpipe with --partition layerpipe, on 2 ranks; dualpipe
+ * also on 4. */
 Test(exec, lenet_schemes_match_single_process, .timeout = 600)
 {
     if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
@@ -364,6 +369,8 @@ Test(exec, lenet_schemes_match_single_process, .timeout = 600)
     lenet_run runs[NSCHEMES + 1];
     int n = lenet_rows(JOBS, runs);
     runs[n++] = (lenet_run){scheme_find("gpipe"), "gpipe", "--partition layerpipe", 2, true};
+    /* dualpipe's pairs {0, 3} and {1, 2}: each stage's gradients summed across its pair */
+    runs[n++] = (lenet_run){scheme_find("dualpipe"), "dualpipe", "", 4, false};
     lenet_match(runs, n, ref, one);
     remove(ref);
     remove(one);
@@ -481,6 +488,11 @@ Test(exec, impossible_configurations_are_refused_before_work, .timeout = 120)
         {"-np 3", "--layers 3 --parallel lpp --groups 2 --batch 64",
          "2 problems: --batch 64 does not split into 3 micro-batches (--parallel lpp's default, W with 3 ranks)"},
         {"-np 3", "--layers 3 --parallel lpp --groups 2 --batch 64", "; 3 workers but --groups 2 (expected W = G*R"},
+        /* dualpipe pairs rank r with W-1-r and sends half the micro-batches from each end */
+        {"-np 3", "--layers 3 --parallel dualpipe --batch 30",
+         "--parallel dualpipe: 3 ranks (expected an even number: rank r pairs with rank W-1-r)"},
+        {"-np 2", "--layers 2 --parallel dualpipe --microbatches 3 --batch 30",
+         "3 micro-batches (--microbatches 3) (expected an even number: half enter from each end)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[1024];

@@ -352,6 +352,47 @@ Test(pipelines, one_f_one_b_v_closed_form)
             }
 }
 
+/* dualpipe (rules_dualpipe.c) at unit costs F = I = W = 1, each rank running 3m of work:
+ * at p = 4 the greedy order leaves one unit of bubble, 3m + 1 for every even m ≥ 2p (25 at
+ * m = 8, where DualPipe's own bubble (p/2 − 1)(F&B + B − 3W) gives 26 with F&B = F + B,
+ * and DualPipeV on twice the stages 51), and every rank holds at most W stage activations
+ * (the in-flight cap: W/2 of each direction per stage) — 4 at p = 4, below DualPipe's
+ * p + 1. Through build/schedule, the figure of docs/SCHEDULES.md. */
+Test(pipelines, dualpipe_at_unit_costs)
+{
+    for (int p = 2; p <= 8; p += 2)
+        for (int m = 2; m <= 4 * p; m += 2) {
+            sp_costs *cp = sp_costs_uniform(p, 1, 1, 1);
+            sp_sched_config sc = {.stages = p, .micro = m, .split = -1};
+            sp_schedule *s = sp_schedule_new(sp_scheme_find("dualpipe"), &sc, cp);
+            sp_sim r;
+            sp_simulate(s, cp, &r);
+            cr_assert(s->split_backward, "dualpipe splits the backward by default");
+            if (p == 4 && m >= 2 * p)   /* DualPipe's own condition, m ≥ 2p */
+                cr_assert_float_eq(r.latency, 3 * m + 1, 1e-9, "dualpipe p=4 m=%d: %g", m, r.latency);
+            cr_assert_geq(r.latency, 3 * m, "dualpipe p=%d m=%d: %g below the work of a rank", p, m, r.latency);
+            for (int w = 0; w < p; w++) {
+                cr_assert_leq(r.worker[w].peak_act, p, "dualpipe p=%d m=%d w%d: peak %d", p, m, w, r.worker[w].peak_act);
+                if (p == 4 && m >= 2 * p) cr_assert_eq(r.worker[w].peak_act, 4, "p=4 m=%d w%d", m, w);
+            }
+            /* rank r runs stage r of the even micro-batches and stage p−1−r of the odd ones */
+            for (int j = 0; j < s->njobs; j++) {
+                sp_job jb = s->jobs[j];
+                cr_assert_eq(s->compute[j], jb.micro % 2 ? p - 1 - jb.stage : jb.stage);
+            }
+            sp_sim_free(&r);
+            sp_schedule_free(s);
+            sp_costs_free(cp);
+        }
+    const char *u = "--fwd-cost 1 --delta-cost 1 --grad-cost 1";
+    char args[256];
+    snprintf(args, sizeof args, "--scheme dualpipe --stages 4 --microbatches 8 %s", u);
+    cr_assert_float_eq(program_key(args, "latency"), 25, 1e-9);
+    cr_assert_float_eq(program_key(args, "peak_activations_max"), 4, 1e-9);
+    snprintf(args, sizeof args, "--scheme dualpipev --stages 8 --workers 4 --microbatches 8 %s", u);
+    cr_assert_float_eq(program_key(args, "latency"), 51, 1e-9);
+}
+
 /* The issue's numbers from the program itself: zb-h1 27, 1f1b-strict 33 (and the greedy
  * 1f1b --split stays 30), and a list written by --actions-out and read by --scheme custom
  * gives the same latency. */

@@ -720,7 +720,7 @@ Test(registry, every_list_reads_the_one_table)
     cr_assert_eq(sp_scheme_count(), nrules);
     cr_assert_eq(sp_pp_count(), nlist);
     cr_assert_str_eq(sp_schedule_all_names(), all);
-    cr_assert_str_eq(all, "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|ddp-ooo|1f1b-strict|zb-h1|zb-h2|"
+    cr_assert_str_eq(all, "ddp|fsdp|gpipe|1f1b|lpp|fslpp|ooo-ff|ooo-modulo|ddp-ooo|dualpipe|1f1b-strict|zb-h1|zb-h2|"
                           "interleaved-1f1b|interleaved-zb|looped-bfs|1f1b-v|zbv|v-half|v-min|dualpipev|zb-auto|custom");
     cr_assert_null(sp_scheme_def_find("pipedream-2bw"));
     cr_assert_null(sp_pp_find("gpipe"));

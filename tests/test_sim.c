@@ -314,6 +314,49 @@ Test(sim_comm, ddp_buckets_and_optimizer)
     }
 }
 
+/* A stage's gradients are summed among the ranks that hold it, bucketed per rank set as
+ * every member packs them (exec_sync.c): dualpipe on 4 ranks and 8 stages puts blocks 0
+ * and 3 (stages 0, 1, 6, 7) on the pair {0, 3} and blocks 1 and 2 (stages 2 to 5) on
+ * {1, 2}. With buckets large enough, each pair sums its four stages in one allreduce,
+ * its two members together, although the pairs' gradients complete interleaved. */
+Test(sim_comm, dualpipe_buckets_per_pair)
+{
+    sp_costs *c = sp_costs_uniform(8, 1, 0.5, 0.5);
+    for (int st = 0; st < 8; st++) c->param_bytes[st] = 400;
+    sp_sched_config sc = {.stages = 8, .micro = 8, .workers = 4, .split = -1};
+    sp_schedule *s = sp_schedule_new(sp_scheme_find("dualpipe"), &sc, c);
+    cr_assert_eq(s->workers, 4);
+    sp_sim r;
+    sp_simulate(s, c, &r);
+    sp_comm_model *cm = latency_model(10, 5);
+    sp_sim_comm_cfg cfg = {.model = cm, .bucket_mb = 25};
+    sp_sim_comm m;
+    sp_simulate_comm(s, c, &r, &cfg, &m);
+    int ar[4] = {0}, pair_stage[4] = {-1, -1, -1, -1};
+    double t0[4] = {0}, t1[4] = {0};
+    for (int i = 0; i < m.nmsg; i++) {
+        const sp_sim_msg *g = &m.msg[i];
+        if (g->kind != SP_MSG_ALLREDUCE) continue;
+        ar[g->rank]++;
+        pair_stage[g->rank] = g->stage;
+        t0[g->rank] = g->start, t1[g->rank] = g->end;
+        int block = g->stage / 2;
+        cr_assert(block == g->rank || block == 3 - g->rank, "rank %d sums stage %d of another pair", g->rank,
+                  g->stage);
+    }
+    for (int w = 0; w < 4; w++) cr_assert_eq(ar[w], 1, "rank %d: %d allreduces (one bucket per pair)", w, ar[w]);
+    for (int w = 0; w < 2; w++) {
+        int v = 3 - w;
+        cr_assert_eq(pair_stage[w], pair_stage[v], "pair %d/%d: different buckets", w, v);
+        cr_assert(t0[w] == t0[v] && t1[w] == t1[v], "pair %d/%d: not one collective", w, v);
+    }
+    sp_sim_comm_free(&m);
+    free(cm);
+    sp_sim_free(&r);
+    sp_schedule_free(s);
+    sp_costs_free(c);
+}
+
 /* ---- the simulation with communication on a cluster topology (--nodes) --------------- */
 
 /* Zero-latency links of (all but) infinite bandwidth: every message of every scheme costs

@@ -187,7 +187,7 @@ static inline bool is_scan(const char *name) { return !strcmp(name, "scan"); }
 static inline bool is_pipeline(const char *name)
 {
     return !strcmp(name, "gpipe") || !strcmp(name, "1f1b") || !strcmp(name, "ooo-ff") || !strcmp(name, "ooo-modulo") ||
-           is_scan(name);
+           !strcmp(name, "dualpipe") || is_scan(name);
 }
 /* A pipeline given as per-rank action lists: a generator (1f1b-strict, zb-h1, …) or custom. */
 static inline bool is_actions(const char *name) { return sp_scheme_is_actions(name); }

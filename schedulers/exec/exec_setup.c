@@ -335,6 +335,10 @@ void sp_exec_check_config(sp_exec *x)
     else if (is_pipeline(name) && !x->tscan && x->W > x->S)
         add(&P, "%d workers for %d stages (a pipeline needs workers <= stages: model %s can be cut only between its %d "
                 "segments, %s; mpirun -np %d or fewer)", x->W, x->S, x->m->name, x->S, where, x->S);
+    if (!strcmp(name, "dualpipe")) {   /* rules_dualpipe.c's conditions, named here for every rank */
+        if (x->W % 2) add(&P, "%d ranks (expected an even number: rank r pairs with rank W-1-r)", x->W);
+        if (x->B >= 1 && x->B % 2) add(&P, "%s (expected an even number: half enter from each end)", mb);
+    }
     if (is_looped(name)) {
         int G = x->cfg.groups > 0 ? x->cfg.groups : 1;
         if (x->W % G != 0)

@@ -104,15 +104,16 @@ static int by_ready(const void *pa, const void *pb)
 }
 
 /* Buckets: stages in the order their gradients complete in the schedule (backward
- * order S−1 … 0 for the conventional schemes; ooo's order for ddp-ooo), consecutive
- * stages of the same communicator and kind packed until --bucket-mb; the rank's own
- * stages only. */
+ * order S−1 … 0 for the conventional schemes; ooo's order for ddp-ooo), per communicator
+ * (rank set): its consecutive stages of the same kind packed until --bucket-mb, so every
+ * member packs alike whatever other sets it is in (sim_comm.c's setup_buckets the same);
+ * the rank's own communicators only. */
 void sp_exec_setup_buckets(sp_exec *x)
 {
     double cap = x->cfg.bucket_mb > 0 ? x->cfg.bucket_mb * 1024 * 1024 / sizeof(float) : 0;
     x->buckets = sp_xcalloc((size_t)x->S, sizeof *x->buckets);
     x->nbuckets = 0;
-    bucket *cur = NULL;
+    bucket **last = sp_xcalloc((size_t)(x->ncomms ? x->ncomms : 1), sizeof *last);   /* per communicator */
     int *order = sp_xmalloc(sizeof(int) * (size_t)x->S), n = 0;
     for (int st = x->S - 1; st >= 0; st--)
         if (x->st[st].comm >= 0 && x->st[st].sync != SYNC_NONE) order[n++] = st;
@@ -122,20 +123,22 @@ void sp_exec_setup_buckets(sp_exec *x)
         int st = order[i];
         stage_info *si = &x->st[st];
         if (si->comm < 0 || si->sync == SYNC_NONE) continue;
-        bool join = cur && cur->comm == si->comm && cur->sync == si->sync && si->sync == SYNC_ALLREDUCE &&
-                    (double)(cur->n + si->nfloats) <= cap;
+        bucket *cur = last[si->comm];
+        bool join = cur && cur->sync == si->sync && si->sync == SYNC_ALLREDUCE && (double)(cur->n + si->nfloats) <= cap;
         if (!join) {
             cur = &x->buckets[x->nbuckets++];
             cur->stages = sp_xmalloc(sizeof(int) * (size_t)x->S);
             cur->comm = si->comm;
             cur->sync = si->sync;
             cur->root = si->owner_in_comm;
+            last[si->comm] = cur;
         }
         cur->stages[cur->nstages++] = st;
         cur->n += si->nfloats;
         si->bucket = (int)(cur - x->buckets);
     }
     free(order);
+    free(last);
     for (int i = 0; i < x->nbuckets; i++) x->buckets[i].buf = sp_xmalloc(sizeof(float) * (x->buckets[i].n + 1));
     x->next_bucket = sp_xcalloc((size_t)(x->ncomms ? x->ncomms : 1), sizeof(int));
 }

@@ -11,9 +11,9 @@
  *   interleaved-1f1b     gen_interleaved_1f1b.c  Megatron's virtual stages, v chunks per rank
  *   interleaved-zb       gen_interleaved_zb.c    PyTorch ScheduleInterleavedZeroBubble (ZB1P)
  *   looped-bfs           gen_looped_bfs.c        PyTorch ScheduleLoopedBFS
- *   zbv                  gen_zbv.c               [ZB]'s ZB-V on the V placement (gen_v.h)
+ *   zbv, 1f1b-v          gen_zbv.c               [ZB]'s ZB-V on the V placement (gen_v.h), and
+ *                                                1F1B there: its order with I and W as one B
  *   dualpipev            gen_dualpipev.c         DeepSeek's DualPipeV on the V placement
- *   1f1b-v               gen_1f1b_v.c            1F1B on the V placement (ZB-V's order, B unsplit)
  *   zb-auto, v-half,     gen_greedy.c            [ZB]'s greedy list scheduler, and [CM]'s
  *   v-min                                        V-Half and V-Min built with it
  *   (candidates)         gen_sail.c, gen_sail.h  the papers' own heuristics (zb.py, zbv.py,

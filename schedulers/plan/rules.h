@@ -12,8 +12,9 @@
  *   ooo-modulo  s mod W            s mod W            F, δ, then G        rules_pipeline.c
  *   lpp         h(s,b)             h(s,b)             forward first       rules_looped.c
  *   fslpp       h(s,b)             h(s,s)             forward first       rules_looped.c
+ *   dualpipe    k or W-1-k (b odd) the same          δ, F, G; cap W      rules_dualpipe.c
  *
- * with h(s,b) = (R·b mod W) + (s mod R). The papers are cited as in schedule.h ([U], [O]).
+ * with h(s,b) = (R·b mod W) + (s mod R) and k = stage_worker[s], s's contiguous block. The papers are cited as in schedule.h ([U], [O]).
  * A new rule-based scheme is a file defining its sp_scheme_rules, its declaration here
  * and one row in schemes.c. */
 #ifndef SP_PLAN_RULES_H
@@ -41,5 +42,6 @@ static inline long sp_rules_forward_first(const sp_schedule *s, sp_job j)
 extern const sp_scheme_rules sp_rules_ddp, sp_rules_fsdp, sp_rules_ddp_ooo;          /* rules_data_parallel.c */
 extern const sp_scheme_rules sp_rules_gpipe, sp_rules_1f1b, sp_rules_ooo_ff, sp_rules_ooo_modulo; /* rules_pipeline.c */
 extern const sp_scheme_rules sp_rules_lpp, sp_rules_fslpp;                           /* rules_looped.c */
+extern const sp_scheme_rules sp_rules_dualpipe;                                      /* rules_dualpipe.c */
 
 #endif

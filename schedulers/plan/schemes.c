@@ -37,6 +37,8 @@ static const sp_scheme_def SCHEMES[] = {
     RULES("ooo-modulo", "modulo layer allocation s mod W + fast-forwarding (ooo §5.2.1)", sp_rules_ooo_modulo),
     RULES("ddp-ooo", "DDP with ooo's reverse first-k weight-gradient order (ooo §5.1, Algorithm 2)",
           sp_rules_ddp_ooo),
+    RULES("dualpipe", "DualPipe (DeepSeek): bidirectional, rank r holds stages r and W-1-r, half the micro-batches from each end",
+          sp_rules_dualpipe),
     /* the fixed order of 1f1b above (see there why both exist) */
     LIST("1f1b-strict", "1F1B with a fixed order: p-r-1 warm-up forwards, one F one B, cool-down (B = I+W)",
          sp_pp_gen_1f1b_strict, 1),

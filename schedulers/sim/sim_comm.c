@@ -239,22 +239,27 @@ static void setup_buckets(csim *cs)
     cs->bk_bytes = sp_xcalloc((size_t)S + 1, sizeof(double));
     cs->stage_bucket = sp_xmalloc(sizeof(int) * (size_t)(S + 1));
     for (int st = 0; st < S; st++) cs->stage_bucket[st] = -1;
-    for (int i = 0; i < n; i++) {
-        int st = order[i];
-        double bytes = cs->c->param_bytes[st];
-        int cur = cs->nb - 1;
-        bool join = cur >= 0 && cs->bk_set[cur] == cs->set_of[st] && cs->bk_sync[cur] == cs->sync[st] &&
-                    cs->sync[st] == SYNC_ALLREDUCE && cs->bk_bytes[cur] + bytes <= cap;
-        if (!join) {
-            cur = cs->nb++;
-            cs->bk_set[cur] = cs->set_of[st];
-            cs->bk_sync[cur] = cs->sync[st];
-            cs->bk_off[cur] = i;
+    /* per rank set, as every member of it packs them: the set's stages in that order,
+     * consecutive ones of the same kind joined until --bucket-mb */
+    for (int set = 0, k = 0; set < cs->nsets; set++) {
+        int cur = -1;
+        for (int i = 0; i < n; i++) {
+            int st = order[i];
+            if (cs->set_of[st] != set) continue;
+            double bytes = cs->c->param_bytes[st];
+            bool join = cur >= 0 && cs->bk_sync[cur] == cs->sync[st] && cs->sync[st] == SYNC_ALLREDUCE &&
+                        cs->bk_bytes[cur] + bytes <= cap;
+            if (!join) {
+                cur = cs->nb++;
+                cs->bk_set[cur] = set;
+                cs->bk_sync[cur] = cs->sync[st];
+                cs->bk_off[cur] = k;
+            }
+            cs->bk_stages[k++] = st;
+            cs->bk_off[cur + 1] = k;
+            cs->bk_bytes[cur] += bytes;
+            cs->stage_bucket[st] = cur;
         }
-        cs->bk_stages[i] = st;
-        cs->bk_off[cur + 1] = i + 1;
-        cs->bk_bytes[cur] += bytes;
-        cs->stage_bucket[st] = cur;
     }
     free(order);
     cs->pending0 = sp_xcalloc((size_t)(cs->nb + 1) * W, sizeof(int));

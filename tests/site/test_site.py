@@ -126,8 +126,9 @@ def unit_configs(schemes):
            dict(scheme="gpipe", stages=4, micro=8, groups=2), dict(scheme="gpipe", stages=4, micro=8, transfer=1e308),
            dict(scheme="zb-h1", stages=4, micro=8, fwd=1e300), dict(scheme="gpipe", stages=1000, micro=100000),
            dict(scheme="1f1b", stages=1000, micro=1000), dict(scheme="zb-auto", stages=64, micro=512),
-           dict(scheme="gpipe", stages=4, micro=8, workers=-1)]
-    for name in ("gpipe", "1f1b", "ddp", "fsdp", "lpp", "ooo-ff", "zb-h1"):   # the transfer slider's simulation
+           dict(scheme="gpipe", stages=4, micro=8, workers=-1),
+           dict(scheme="dualpipe", stages=4, micro=7), dict(scheme="dualpipe", stages=3, micro=8)]
+    for name in ("gpipe", "1f1b", "ddp", "fsdp", "lpp", "ooo-ff", "zb-h1", "dualpipe"):   # the transfer slider's simulation
         if name in schemes:
             for t in (0.5, 2):
                 cs.append(dict(scheme=name, stages=4, micro=4, transfer=t))

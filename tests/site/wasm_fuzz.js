@@ -124,7 +124,7 @@ M.onRuntimeInitialized = () => {
     '0F0,1F0\n1B0,0B0\n', '0F0,0B0\n1F0,1B0\n', '\u0000', garbage(64), garbage(2000), '0F' + '9'.repeat(40) + '\n',
     'layer,fwd,bwd_grad,bwd_delta\n' + 'a,1,1,1\n'.repeat(pick([1, 3, 50]))]);
   const STR = () => pick(['gpipe', '1f1b', 'zb-h1', 'zb-auto', 'interleaved-1f1b', 'custom', 'ddp', 'lpp', 'fsdp',
-    'v-half', 'dualpipev', '', 'nope', garbage(16), 'gpipe\u0000x']);
+    'v-half', 'dualpipev', 'dualpipe', '', 'nope', garbage(16), 'gpipe\u0000x']);
   const MODEL = () => pick(['lenet', 'rnn', 'gru', 'mlp', '', 'nope', garbage(8)]);
   const NROUNDS = 300;
   for (let i = 0; i < NROUNDS; i++) {
