@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/io/fileio.h"
 #include "core/model.h"
+#include "schedulers/exec/exec.h"
 #include "schedulers/plan/actions.h"
 #include "schedulers/plan/limits.h"
 #include "core/comm/comm.h"
@@ -46,6 +47,7 @@ typedef struct opts {
     int stages, micro, workers, groups, per_group, batch, processors, max_cols, chunks, cal_reps;
     double fwd, bwd, delta, grad, gflops, alpha, mem_limit, cal_max_mb;
     bool split, no_split, no_input_grad, no_diagram, list, torch;
+    bool sync_bn;            /* --sync-bn: the apps' synchronized batch norm (its allgathers) */
     bool stages_given, micro_given, workers_given;   /* custom: flags the list must agree with */
 } opts;
 
@@ -155,6 +157,10 @@ static void parse(int argc, char **argv, opts *o)
         {"comm-profile", SP_FLAG_STR, &o->comm_profile, "read a communication profile (--calibrate-comm's file) and "
          "print its model and simulate with communication (the JSON's latency_with_comm, comm_ms, messages)",
          .meta = "FILE", .group = "communication", .needs = "!layerpipe,!list"},
+        {"sync-bn", SP_FLAG_BOOL, &o->sync_bn, "--model with batch norm: synchronized statistics, as the apps' "
+         "--sync-bn (an allgather of each batch-norm layer's per-channel sums in the forward and one in the "
+         "backward; without it each rank's own statistics and rank 0's running statistics broadcast at each "
+         "step's start)", .group = "communication", .needs = SIM ",model,scheme=ddp|fsdp|ddp-ooo"},
         {"transfer-cost", SP_FLAG_DOUBLE, &o->transfer, "every message between two workers costs X (the costs' "
          "unit; a collective X per step of its algorithm) in a simulation with communication (the JSON's "
          "latency_with_comm, comm_time, messages); 0: none", .meta = "X", .group = "communication",
@@ -209,15 +215,12 @@ static void check(opts *o)
 
 /* ------------------------------------------------------------------------------------ */
 
-static sp_costs *load_costs(opts *o)
+static sp_costs *load_costs(opts *o, sp_model *m)
 {
     if (o->profile) return sp_costs_read_csv(o->profile);
-    if (o->model) {
-        sp_model *m = sp_zoo_model(o->model);
+    if (m) {
         int shape[3], ndim = sp_zoo_input_shape(o->model, shape);
-        sp_costs *c = sp_costs_from_model(m, ndim, shape, o->batch, o->gflops);
-        sp_model_free(m);
-        return c;
+        return sp_costs_from_model(m, ndim, shape, o->batch, o->gflops);
     }
     double delta = o->delta >= 0 ? o->delta : o->bwd / 2, grad = o->grad >= 0 ? o->grad : o->bwd / 2;
     return sp_costs_uniform(o->stages, o->fwd, delta, grad);
@@ -325,7 +328,7 @@ static double *stage_out_bytes(const sp_costs *c)
 /* --comm-profile (cm) or --nodes (topo): the step with every message and the optimizer
  * (sim_comm.h). */
 static void simulate_comm(const opts *o, const sp_comm_model *cm, const sp_comm_topology *topo, const sp_schedule *s,
-                          const sp_costs *c, const sp_sim *r, sp_sim_comm *sc)
+                          const sp_costs *c, const sp_sim *r, const sp_sim_buffers *bufs, sp_sim_comm *sc)
 {
     double *ob = stage_out_bytes(c), *opt = sp_xcalloc((size_t)c->stages + 1, sizeof(double));
     /* a profile with the executor's measured optimizer steps (--costs-out's opt column)
@@ -334,9 +337,10 @@ static void simulate_comm(const opts *o, const sp_comm_model *cm, const sp_comm_
         opt[st] = c->has_opt && c->opt[st] > 0 ? c->opt[st] : sp_opt_us_estimate(c->param_bytes[st]) * 10 / o->opt_gbs;
     bool ddp = !strcmp(s->scheme->name, "ddp") || !strcmp(s->scheme->name, "ddp-ooo");
     sp_sim_comm_cfg cfg = {.model = cm, .out_bytes = ob, .bucket_mb = o->bucket_mb, .deferred = ddp, .opt_us = opt,
-                           .topo = topo};
+                           .topo = topo, .buffers = bufs};
     if (!cm && o->transfer > 0)   /* --transfer-cost: a constant latency per message (sim_comm.h) */
-        cfg = (sp_sim_comm_cfg){.bucket_mb = o->bucket_mb, .deferred = ddp, .transfer = o->transfer, .topo = topo};
+        cfg = (sp_sim_comm_cfg){.bucket_mb = o->bucket_mb, .deferred = ddp, .transfer = o->transfer, .topo = topo,
+                                .buffers = bufs};
     sp_simulate_comm(s, c, r, &cfg, sc);
     free(ob);
     free(opt);
@@ -346,14 +350,18 @@ static void simulate_comm(const opts *o, const sp_comm_model *cm, const sp_comm_
  * message costed by sp_comm_time_ranks on the ranks it spans: step_with_comm), beside the
  * communication added up per worker without a timeline (comm_cost_account.c) and the bracket
  * that sum gives (in the costs' unit: µs with --model or a profile in µs). */
-static void print_cluster(const opts *o, const sp_schedule *s, const sp_costs *c, const sp_sim *r)
+static void print_cluster(const opts *o, const sp_schedule *s, const sp_costs *c, const sp_sim *r,
+                          const sp_sim_buffers *bufs)
 {
     if (o->topo.nodes < 1) return;
     double *comm = sp_xmalloc(sizeof(double) * (size_t)s->workers), most = 0;
     sp_comm_step_account(s, c, NULL, &o->topo, o->bucket_mb * 1024 * 1024, comm);
-    for (int w = 0; w < s->workers; w++) most = fmax(most, comm[w]);
     sp_sim_comm sc;
-    simulate_comm(o, NULL, &o->topo, s, c, r, &sc);
+    simulate_comm(o, NULL, &o->topo, s, c, r, bufs, &sc);
+    for (int i = 0; i < sc.nmsg; i++)   /* batch norm's messages, each as the timeline costs it */
+        if (sc.msg[i].kind == SP_MSG_BUFFERS || sc.msg[i].kind == SP_MSG_SYNC_BN)
+            comm[sc.msg[i].rank] += sc.msg[i].end - sc.msg[i].start;
+    for (int w = 0; w < s->workers; w++) most = fmax(most, comm[w]);
     double lane = 0, opt = 0;
     for (int w = 0; w < sc.workers; w++) lane = fmax(lane, sc.comm_us[w]), opt = fmax(opt, sc.opt_us[w]);
     printf("cluster (prediction): %d nodes x %d ranks; simulated step with communication %.6g %s (compute only "
@@ -381,15 +389,43 @@ static void print_cluster(const opts *o, const sp_schedule *s, const sp_costs *c
     free(comm);
 }
 
+/* A line on batch norm's semantics and its messages per step, as the simulation with
+ * communication adds them (sp_model_buffers_sim): the broadcasts, and --sync-bn's
+ * allgathers of every stage's forward and backward (bytes: one rank's share). */
+static void print_batch_norm(const char *bn, const sp_sim_buffers *b, int stages)
+{
+    int nf = 0, nk = 0;
+    double bb = 0, fb = 0, kb = 0;
+    for (int i = 0; b && i < b->nbcast; i++) bb += b->bcast_bytes[i];
+    for (int st = 0; b && b->sync_off && st < stages; st++) {
+        for (int i = b->sync_off[2 * st]; i < b->sync_off[2 * st + 1]; i++) nf++, fb += b->sync_bytes[i];
+        for (int i = b->sync_off[2 * st + 1]; i < b->sync_off[2 * st + 2]; i++) nk++, kb += b->sync_bytes[i];
+    }
+    printf("batch norm: %s", bn);
+    if (b && b->nbcast)
+        printf("; running statistics broadcast from their owner at the step's start: %d broadcast%s, %.15g B",
+               b->nbcast, b->nbcast == 1 ? "" : "s", bb);
+    if (nf + nk)
+        printf("; allgathers of the per-channel sums a step: %d in the forwards (%.15g B a rank), %d in the "
+               "backwards (%.15g B a rank)", nf, fb, nk, kb);
+    if (!(b && b->nbcast) && !(nf + nk)) printf("; no message");
+    printf("\n");
+}
+
 static int run_schedule(opts *o)
 {
     sp_comm_model *cm = NULL;
+    sp_model *m = o->model ? sp_zoo_model(o->model) : NULL;
+    if (o->sync_bn && m->nbuffers == 0) sp_fail("--sync-bn: model %s has no batch norm", m->name);
+    if (o->sync_bn && o->workers_given && o->workers != o->micro)
+        sp_fail("--sync-bn with %d micro-batches for %d workers (the statistics are over the workers' micro-batches "
+                "at once: expected --microbatches %d)", o->micro, o->workers, o->workers);
     if (o->comm_profile) {   /* print the model; the simulation then adds the messages */
         sp_check(sp_comm_model_load(o->comm_profile, &cm));
         print_comm(cm);
     }
     sp_actions *a = !strcmp(o->scheme, "custom") ? read_custom(o) : NULL;
-    sp_costs *c = load_costs(o);
+    sp_costs *c = load_costs(o, m);
     write_costs(o, c);
     sp_sched_config cfg = {
         .stages = c->stages, .micro = o->micro, .workers = o->workers, .groups = o->groups,
@@ -408,6 +444,13 @@ static int run_schedule(opts *o)
     if (o->topo.nodes > 0 && (long)o->topo.nodes * o->topo.ranks_per_node < s->workers)
         sp_fail("--nodes %d --ranks-per-node %d: %d ranks for %d workers (expected nodes x ranks-per-node >= workers)",
                 o->topo.nodes, o->topo.ranks_per_node, o->topo.nodes * o->topo.ranks_per_node, s->workers);
+    /* batch norm: the apps' semantics for this scheme and the messages the executor sends */
+    const char *bn = m && m->nbuffers ? sp_exec_batch_norm_of(s->scheme->name, o->sync_bn) : NULL;
+    sp_sim_buffers *bufs = NULL;
+    if (bn) {
+        int shape[3], ndim = sp_zoo_input_shape(o->model, shape);
+        bufs = sp_model_buffers_sim(m, ndim, shape, s, o->sync_bn);
+    }
     sp_sim r;
     sp_simulate(s, c, &r);
     int slots = sp_optim_slots(o->optim, o->momentum);
@@ -417,31 +460,34 @@ static int run_schedule(opts *o)
     if (!o->no_diagram) sp_diagram_text(stdout, s, &r, o->max_cols);
     sp_sim_print_workers(stdout, &r);
     write_svg(o, s, &r, c->unit);
-    if (o->topo.nodes > 0) print_cluster(o, s, c, &r);
+    if (bn) print_batch_norm(bn, bufs, s->stages);
+    if (o->topo.nodes > 0) print_cluster(o, s, c, &r, bufs);
     if (cm && strcmp(c->unit, "us") != 0) {   /* messages are µs: nothing to add them to */
         printf("with communication: not simulated (durations in %s; --model or a --profile in us)\n", c->unit);
-        sp_sim_print_json(stdout, s, c, &r);
+        sp_sim_print_json_bn(stdout, s, c, &r, NULL, bn);
         sp_comm_model_free(cm);
     } else if (o->transfer > 0) {   /* the constant transfer latency in the costs' unit */
         sp_sim_comm sc;
-        simulate_comm(o, NULL, NULL, s, c, &r, &sc);
+        simulate_comm(o, NULL, NULL, s, c, &r, bufs, &sc);
         printf("with transfers (%g %s per message): latency %g, comm per worker", o->transfer, c->unit, sc.latency);
         for (int w = 0; w < sc.workers; w++) printf(" %.4g", sc.comm_us[w]);
         printf(" %s\n", c->unit);
-        sp_sim_print_json_comm(stdout, s, c, &r, &sc);
+        sp_sim_print_json_bn(stdout, s, c, &r, &sc, bn);
         sp_sim_comm_free(&sc);
     } else if (cm) {
         sp_sim_comm sc;
-        simulate_comm(o, cm, NULL, s, c, &r, &sc);
+        simulate_comm(o, cm, NULL, s, c, &r, bufs, &sc);
         printf("with communication (%s): latency %g, comm per worker", cm->source, sc.latency);
         for (int w = 0; w < sc.workers; w++) printf(" %.4g", sc.comm_us[w]);
         printf(" us\n");
-        sp_sim_print_json_comm(stdout, s, c, &r, &sc);
+        sp_sim_print_json_bn(stdout, s, c, &r, &sc, bn);
         sp_sim_comm_free(&sc);
         sp_comm_model_free(cm);
     } else {
-        sp_sim_print_json(stdout, s, c, &r);
+        sp_sim_print_json_bn(stdout, s, c, &r, NULL, bn);
     }
+    sp_sim_buffers_free(bufs);
+    sp_model_free(m);
     sp_sim_free(&r);
     sp_schedule_free(s);
     sp_costs_free(c);

@@ -597,6 +597,10 @@ Test(walk, schedule)
         {"=--scheme ddp --workers 4 --nodes 2 --ranks-per-node 2 --intra-bw-gbs 100 --inter-bw-gbs 10",
          "--opt-gbs 1000", EFFECT, NULL},
         {NULL, "--opt-gbs 1", REFUSED, "--opt-gbs needs --nodes or --comm-profile"},
+        {"=--scheme ddp --model resnet20 --microbatches 2 --transfer-cost 1", "--sync-bn", EFFECT, NULL},
+        {"=--scheme gpipe --model resnet20", "--sync-bn", REFUSED, "--sync-bn needs --scheme ddp, fsdp or ddp-ooo"},
+        {"=--scheme ddp --model lenet", "--sync-bn", REFUSED, "--sync-bn: model lenet has no batch norm"},
+        {NULL, "--sync-bn", REFUSED, "--sync-bn needs --model"},
     };
     run_walk("schedule", "--microbatches 4", w, N(w));
     check_coverage("schedule", w, N(w));

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
+#include "layers/zoo.h"
+#include "schedulers/exec/exec.h"
 #include "schedulers/plan/actions.h"
 #include "schedulers/plan/limits.h"
 #include "schedulers/plan/schedule.h"
@@ -516,6 +518,157 @@ Test(sim_comm, transfer_cost_allreduce_steps)
         sp_schedule_free(s);
         sp_costs_free(c);
     }
+}
+
+/* ---- batch norm's messages (sp_model_buffers_sim, sim_comm.h's sp_sim_buffers) ----------- */
+
+/* ResNet-20's batch-norm layers: bn1 (16 channels), two per residual block — 3 blocks of
+ * 16, 3 of 32, 3 of 64 — and the option-B shortcuts' of layer2.0 (32) and layer3.0 (64). */
+static void refused(const char *args, const char *want, int seconds);
+
+#define R20_BN 21
+#define R20_BN_CHANNELS (16 + 6 * 16 + 7 * 32 + 7 * 64)   /* ΣC = 784 */
+
+/* The sums of rank w's messages of one kind. */
+static void msg_sums(const sp_sim_comm *m, int w, int kind, int *n, double *bytes, double *us)
+{
+    *n = 0, *bytes = 0, *us = 0;
+    for (int i = 0; i < m->nmsg; i++)
+        if (m->msg[i].rank == w && m->msg[i].kind == kind)
+            (*n)++, *bytes += m->msg[i].bytes, *us += m->msg[i].end - m->msg[i].start;
+}
+
+/* ResNet-20 under ddp on 2 workers (one micro-batch each), with a transfer latency of 1 a
+ * message (an allgather over 2 ranks: 1 step): per-rank batch norm sends one broadcast of
+ * every layer's running mean, running variance and num_batches_tracked — 4(2C + 1) bytes a
+ * layer — before the first job (with --sync-bn too, as PyTorch DDP's broadcast_buffers);
+ * --sync-bn adds an allgather per layer in the forward,
+ * of 2C + 1 doubles as two floats each (8(2C + 1) bytes a rank), and one in the backward,
+ * 2C doubles (16C bytes), each inside its job on the critical path: the step is 2·21
+ * steps longer than with no batch-norm message (plus at most the broadcast's 1). A
+ * pipeline (1f1b) sends none. */
+Test(sim_comm, resnet20_batch_norm_messages_closed_form)
+{
+    sp_model *mdl = sp_zoo_model("resnet20");
+    int shape[3], ndim = sp_zoo_input_shape("resnet20", shape);
+    sp_costs *c = sp_costs_from_model(mdl, ndim, shape, 32, 1000);
+    const char *schemes[] = {"ddp", "ddp", "fsdp", "ddp-ooo", "1f1b"};
+    const bool sync[] = {false, true, true, true, false};
+    for (int k = 0; k < 5; k++) {
+        sp_sched_config sc = {.stages = c->stages, .micro = 2, .workers = 2};
+        sp_schedule *s = sp_schedule_new(sp_scheme_find(schemes[k]), &sc, c);
+        sp_sim r;
+        sp_simulate(s, c, &r);
+        sp_sim_buffers *b = sp_model_buffers_sim(mdl, ndim, shape, s, sync[k]);
+        bool ddp = !strcmp(schemes[k], "ddp") || !strcmp(schemes[k], "ddp-ooo");
+        sp_sim_comm_cfg cfg = {.bucket_mb = 25, .transfer = 1, .deferred = ddp, .buffers = b}, none = cfg;
+        none.buffers = NULL;
+        sp_sim_comm m, m0;
+        sp_simulate_comm(s, c, &r, &cfg, &m);
+        sp_simulate_comm(s, c, &r, &none, &m0);
+        const char *what = sync[k] ? "--sync-bn" : "per-rank";
+        for (int w = 0; w < 2; w++) {
+            int n;
+            double bytes, us, fwd = 0, bwd = 0;
+            int nf = 0, nb = 0;
+            msg_sums(&m, w, SP_MSG_BUFFERS, &n, &bytes, &us);
+            if (!strcmp(schemes[k], "1f1b")) {
+                cr_assert_null(b, "1f1b: batch-norm messages");
+                cr_assert_eq(n, 0);
+                continue;
+            }
+            cr_assert_eq(n, 1, "%s %s w%d: %d broadcasts", schemes[k], what, w, n);   /* with --sync-bn too, as DDP */
+            cr_assert_float_eq(bytes, 4.0 * (2 * R20_BN_CHANNELS + R20_BN), 0, "%s %s w%d: broadcast of %g B",
+                               schemes[k], what, w, bytes);
+            for (int i = 0; i < m.nmsg; i++) {
+                if (m.msg[i].rank != w || m.msg[i].kind != SP_MSG_SYNC_BN) continue;
+                int j = -1;   /* the job the allgather is inside */
+                for (int q = 0; q < s->njobs; q++)
+                    if (s->compute[q] == w && m.start[q] <= m.msg[i].start && m.msg[i].end <= m.finish[q]) j = q;
+                cr_assert_geq(j, 0, "%s w%d: an allgather outside every job", schemes[k], w);
+                if (s->jobs[j].dir == SP_FWD) nf++, fwd += m.msg[i].bytes;
+                else nb++, bwd += m.msg[i].bytes;
+            }
+            cr_assert_eq(nf, sync[k] ? R20_BN : 0, "%s %s w%d: %d forward allgathers", schemes[k], what, w, nf);
+            cr_assert_eq(nb, sync[k] ? R20_BN : 0, "%s %s w%d: %d backward allgathers", schemes[k], what, w, nb);
+            cr_assert_float_eq(fwd, sync[k] ? 8.0 * (2 * R20_BN_CHANNELS + R20_BN) : 0, 0, "%s: forward %g B",
+                               schemes[k], fwd);
+            cr_assert_float_eq(bwd, sync[k] ? 16.0 * R20_BN_CHANNELS : 0, 0, "%s: backward %g B", schemes[k], bwd);
+        }
+        /* every allgather on the critical path; the broadcast (1) may hide behind ddp's wait
+         * for the previous step's last bucket, and waits for fsdp's weight broadcasts (one
+         * lane a rank: the first forward then waits for all of them, not only stage 0's) */
+        int nw;
+        double bw, uw;
+        msg_sums(&m, 0, SP_MSG_BROADCAST, &nw, &bw, &uw);
+        double extra = m.latency - m0.latency, least = sync[k] ? 2 * R20_BN : 0, most = least + 1 + uw;
+        if (b)
+            cr_assert(extra >= least - 1e-6 && extra <= most + 1e-6, "%s %s: step %g, %g without batch norm's "
+                      "messages (expected %g to %g more)", schemes[k], sync[k] ? "--sync-bn" : "per-rank", m.latency,
+                      m0.latency, least, most);
+        sp_sim_comm_free(&m);
+        sp_sim_comm_free(&m0);
+        sp_sim_buffers_free(b);
+        sp_sim_free(&r);
+        sp_schedule_free(s);
+    }
+    sp_costs_free(c);
+    sp_model_free(mdl);
+}
+
+/* build/schedule with args: the first line of its stdout starting with `prefix` into line
+ * ("" if none), its last line (the JSON) into json. */
+static void schedule_lines(const char *args, const char *prefix, char *line, size_t n, char *json, size_t jn)
+{
+    char cmd[1200], buf[65536];
+    const char *b = getenv("BUILD");
+    snprintf(cmd, sizeof cmd, "%s/schedule %s --no-diagram 2>&1", b ? b : "build", args);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    line[0] = json[0] = 0;
+    while (fgets(buf, sizeof buf, f)) {
+        size_t k = strlen(buf);
+        if (!line[0] && !strncmp(buf, prefix, strlen(prefix))) {
+            memcpy(line, buf, k < n ? k : n - 1);
+            line[k < n ? k : n - 1] = 0;
+        }
+        memcpy(json, buf, k < jn ? k : jn - 1);
+        json[k < jn ? k : jn - 1] = 0;
+    }
+    cr_assert_eq(pclose(f), 0, "%s", cmd);
+}
+
+/* build/schedule --model resnet20: the JSON's "batch_norm" and the messages it adds (the
+ * same closed form as above); --sync-bn with a pipeline, on a model without batch norm or
+ * without --model is refused in one line. */
+Test(sim_comm, schedule_models_batch_norm)
+{
+    char line[2048], json[65536], want[512];
+    const char *base = "--model resnet20 --microbatches 2 --transfer-cost 1";
+    char args[600];
+    snprintf(args, sizeof args, "--scheme ddp %s", base);
+    schedule_lines(args, "batch norm:", line, sizeof line, json, sizeof json);
+    cr_assert(strstr(json, "\"batch_norm\":\"per-rank\""), "%s: %s", args, json);
+    snprintf(want, sizeof want, "1 broadcast, %d B", 4 * (2 * R20_BN_CHANNELS + R20_BN));
+    cr_assert(strstr(line, want), "%s: '%s' (expected '%s')", args, line, want);
+    snprintf(args, sizeof args, "--scheme ddp %s --sync-bn", base);
+    schedule_lines(args, "batch norm:", line, sizeof line, json, sizeof json);
+    cr_assert(strstr(json, "\"batch_norm\":\"synchronized\""), "%s: %s", args, json);
+    snprintf(want, sizeof want, "%d in the forwards (%d B a rank), %d in the backwards (%d B a rank)", R20_BN,
+             8 * (2 * R20_BN_CHANNELS + R20_BN), R20_BN, 16 * R20_BN_CHANNELS);
+    cr_assert(strstr(line, want), "%s: '%s' (expected '%s')", args, line, want);
+    snprintf(args, sizeof args, "--scheme 1f1b %s", base);
+    schedule_lines(args, "batch norm:", line, sizeof line, json, sizeof json);
+    cr_assert(strstr(json, "\"batch_norm\":\"per-micro-batch\""), "%s: %s", args, json);
+    cr_assert(strstr(line, "no message"), "%s: %s", args, line);
+    snprintf(args, sizeof args, "--scheme ddp --model lenet --microbatches 2");
+    schedule_lines(args, "batch norm:", line, sizeof line, json, sizeof json);
+    cr_assert(!strstr(json, "batch_norm") && !line[0], "%s: %s", args, json);
+    refused("--scheme gpipe --model resnet20 --sync-bn", "--sync-bn", 20);
+    refused("--scheme ddp --model lenet --sync-bn", "--sync-bn: model lenet has no batch norm", 20);
+    refused("--scheme ddp --sync-bn", "--sync-bn", 20);
+    refused("--scheme ddp --model resnet20 --microbatches 4 --workers 2 --sync-bn",
+            "--sync-bn with 4 micro-batches for 2 workers", 20);
 }
 
 /* ---- the bounds on the simulator's inputs (schedulers/plan/limits.h) -------------------- */

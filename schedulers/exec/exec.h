@@ -120,6 +120,16 @@ void sp_exec_sync_weights(sp_exec *x);
  * ddp-ooo), "synchronized" (--sync-bn) or "per-micro-batch" (the pipelines); NULL for a
  * model without buffers. */
 const char *sp_exec_batch_norm(const sp_exec *x);
+/* The semantics a run of scheme `scheme` gives a model with buffers: as above. */
+const char *sp_exec_batch_norm_of(const char *scheme, bool sync_bn);
+
+/* Batch norm's messages (sim_comm.h's sp_sim_buffers) that the executor sends for model m
+ * (input shape ndim/shape, one sample) under schedule s, whose stages are m's segments
+ * (sp_tape_segments, as sp_costs_from_model cuts it: build/schedule --model): the
+ * running statistics' broadcast at each step's start and, with sync_bn, --sync-bn's
+ * allgathers. NULL when m has no buffers or sends none; free with sp_sim_buffers_free. */
+struct sp_sim_buffers *sp_model_buffers_sim(sp_model *m, int ndim, const int *shape, const sp_schedule *s,
+                                            bool sync_bn);
 
 /* A function every rank's executor calls halfway through its jobs of each step (rank,
  * step counted from 1), for programs that inject a fault to test the ranks' timeouts

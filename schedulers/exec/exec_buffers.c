@@ -48,10 +48,7 @@ struct exec_buffers {
     double reduce_s;     /* seconds in the reduce                                   */
     long reduces;
     struct bn_ctx *ctx;  /* sync: [model layers]                                     */
-    /* the simulator's view of these messages (sp_exec_buffers_sim) */
-    sp_sim_buffers sim;
-    int *bcast_root, *bcast_stage, *sync_off;
-    double *bcast_bytes, *sync_bytes;
+    sp_sim_buffers *sim; /* the simulator's view of these messages (sp_exec_buffers_sim) */
 };
 
 /* The executor's stage that applies model layer li: the segment whose layers
@@ -151,53 +148,67 @@ static size_t layer_buffer_floats(const sp_layer *l)
     return n;
 }
 
-/* B->sim: the broadcasts broadcast_buffers(x, true) makes (one per owner with replicated
- * layers: its bytes, the stage of its first layer) and, with --sync-bn, the allgathers
- * reduce_doubles makes per stage — F: 2C + 1 doubles per batch-norm layer in layer order;
- * the walk back: 2C in reverse order, except a layer reading the model's input (the first
- * layer: no δ is made for it). Each double travels as two floats. */
-static void sim_setup(sp_exec *x)
+/* The layers with buffers of m (layer li in stage stage_of[li]) as the simulator reads
+ * them (sp_sim_bn_layer): the bytes of its buffers (one broadcast of broadcast_buffers
+ * packs them) and, with sync, the allgathers reduce_doubles makes — F: 2C + 1 doubles per
+ * batch-norm layer; the walk back: 2C, except a layer reading the model's input (the
+ * first layer: no δ is made for it). Each double travels as two floats. */
+static sp_sim_buffers *model_buffers_sim(const sp_model *m, const int *stage_of, const sp_schedule *s, bool sync)
 {
-    struct exec_buffers *B = x->bufs;
-    const sp_model *m = x->m;
-    B->bcast_root = sp_xcalloc((size_t)x->W, sizeof(int));
-    B->bcast_stage = sp_xcalloc((size_t)x->W, sizeof(int));
-    B->bcast_bytes = sp_xcalloc((size_t)x->W, sizeof(double));
-    for (int r = 0; r < x->W; r++) {
-        double bytes = 0;
-        int stage = -1;
-        for (int k = 0; k < B->nl; k++)
-            if (B->owner[k] == r && B->replicated[k]) {
-                bytes += sizeof(float) * (double)layer_buffer_floats(m->layers[B->layer[k]]);
-                if (stage < 0) stage = stage_of_layer(x, B->layer[k]);
-            }
-        if (bytes <= 0) continue;
-        int i = B->sim.nbcast++;
-        B->bcast_root[i] = r, B->bcast_stage[i] = stage, B->bcast_bytes[i] = bytes;
-    }
-    B->sim.bcast_root = B->bcast_root, B->sim.bcast_stage = B->bcast_stage, B->sim.bcast_bytes = B->bcast_bytes;
-    if (!B->sync) return;
-    B->sync_off = sp_xcalloc(2 * (size_t)x->S + 1, sizeof(int));
-    B->sync_bytes = sp_xcalloc(2 * (size_t)m->nlayers + 1, sizeof(double));
+    sp_sim_bn_layer *l = sp_xcalloc((size_t)m->nlayers + 1, sizeof *l);
     int n = 0;
-    for (int s = 0; s < x->S; s++) {
-        const stage_info *si = &x->st[s];
-        for (int li = si->layer0; li < si->layer0 + si->nlayers; li++)
-            if (sp_layer_is_batchnorm(m->layers[li]))
-                B->sync_bytes[n++] = 2 * sizeof(float) * (2.0 * (double)m->layers[li]->buffers[0]->value.numel + 1);
-        B->sync_off[2 * s + 1] = n;
-        for (int li = si->layer0 + si->nlayers - 1; li >= si->layer0; li--)
-            if (sp_layer_is_batchnorm(m->layers[li]) && li > 0)
-                B->sync_bytes[n++] = 2 * sizeof(float) * 2.0 * (double)m->layers[li]->buffers[0]->value.numel;
-        B->sync_off[2 * s + 2] = n;
+    for (int li = 0; li < m->nlayers; li++) {
+        const sp_layer *ly = m->layers[li];
+        if (ly->nbuffers == 0) continue;
+        sp_sim_bn_layer *b = &l[n++];
+        b->stage = stage_of[li];
+        b->buffer_bytes = sizeof(float) * (double)layer_buffer_floats(ly);
+        if (sync && sp_layer_is_batchnorm(ly)) {
+            double C = (double)ly->buffers[0]->value.numel;
+            b->sync_fwd_bytes = 2 * sizeof(float) * (2 * C + 1);
+            b->sync_bwd_bytes = li > 0 ? 2 * sizeof(float) * 2 * C : 0;
+        }
     }
-    B->sim.sync_off = B->sync_off, B->sim.sync_bytes = B->sync_bytes;
+    sp_sim_buffers *r = sp_sim_buffers_new(s, l, n, sync);
+    free(l);
+    return r;
 }
 
-const sp_sim_buffers *sp_exec_buffers_sim(const sp_exec *x)
+/* B->sim: the broadcasts broadcast_buffers(x, true) makes (one per owner with replicated
+ * layers) and, with --sync-bn, the allgathers reduce_doubles makes per stage. */
+static void sim_setup(sp_exec *x)
 {
-    return x->bufs && (x->bufs->sim.nbcast || x->bufs->sim.sync_off) ? &x->bufs->sim : NULL;
+    int *stage_of = sp_xcalloc((size_t)x->m->nlayers + 1, sizeof(int));
+    for (int li = 0; li < x->m->nlayers; li++) stage_of[li] = stage_of_layer(x, li);
+    x->bufs->sim = model_buffers_sim(x->m, stage_of, x->sched, x->bufs->sync);
+    free(stage_of);
 }
+
+sp_sim_buffers *sp_model_buffers_sim(sp_model *m, int ndim, const int *shape, const sp_schedule *s, bool sync)
+{
+    if (!m) sp_fail("sp_model_buffers_sim: argument 'm' is NULL");
+    if (!s) sp_fail("sp_model_buffers_sim: argument 's' is NULL");
+    if (m->nbuffers == 0) return NULL;
+    sp_tape t;
+    sp_model_forward_shapes(m, &t, 1, ndim, shape);
+    if (t.n != m->nlayers + 1)   /* node l + 1 is layer l (node 0: the input) */
+        sp_fail("internal: model %s: %d layers but %d tape nodes", m->name, m->nlayers, t.n - 1);
+    int *last = sp_xmalloc(sizeof(int) * (size_t)t.n), S = sp_tape_segments(&t, last);
+    sp_tape_free(&t);
+    if (S != s->stages)
+        sp_fail("sp_model_buffers_sim: model %s has %d segments, the schedule %d stages", m->name, S, s->stages);
+    int *stage_of = sp_xcalloc((size_t)m->nlayers + 1, sizeof(int));
+    for (int li = 0, st = 0; li < m->nlayers; li++) {
+        while (li + 1 > last[st]) st++;   /* layer li is node li + 1; segment st ends at node last[st] */
+        stage_of[li] = st;
+    }
+    sp_sim_buffers *r = model_buffers_sim(m, stage_of, s, sync);
+    free(stage_of);
+    free(last);
+    return r;
+}
+
+const sp_sim_buffers *sp_exec_buffers_sim(const sp_exec *x) { return x->bufs ? x->bufs->sim : NULL; }
 
 double sp_exec_buffers_reduce_s(const sp_exec *x) { return x->bufs ? x->bufs->reduce_s : 0; }
 
@@ -307,10 +318,15 @@ void sp_exec_buffers_sync(sp_exec *x)
     broadcast_buffers(x, false);
 }
 
+const char *sp_exec_batch_norm_of(const char *scheme, bool sync_bn)
+{
+    return sync_bn ? "synchronized" : is_data(scheme) ? "per-rank" : "per-micro-batch";
+}
+
 const char *sp_exec_batch_norm(const sp_exec *x)
 {
     if (!x->bufs || !x->bufs->nl) return NULL;
-    return x->bufs->sync ? "synchronized" : is_data_scheme(x) ? "per-rank" : "per-micro-batch";
+    return sp_exec_batch_norm_of(x->cfg.scheme, x->bufs->sync);
 }
 
 void sp_exec_buffers_free(sp_exec *x)
@@ -328,7 +344,7 @@ void sp_exec_buffers_free(sp_exec *x)
     free(B->recv);
     free(B->kept);
     free(B->ctx);
-    free(B->bcast_root), free(B->bcast_stage), free(B->bcast_bytes), free(B->sync_off), free(B->sync_bytes);
+    sp_sim_buffers_free(B->sim);
     free(B);
     x->bufs = NULL;
 }

@@ -310,6 +310,75 @@ static void broadcast_buffers(csim *cs)
     }
 }
 
+sp_sim_buffers *sp_sim_buffers_new(const sp_schedule *s, const sp_sim_bn_layer *l, int n, bool sync)
+{
+    if (!s) sp_fail("sp_sim_buffers_new: argument 's' is NULL");
+    if (n > 0 && !l) sp_fail("sp_sim_buffers_new: argument 'l' is NULL");
+    int W = s->workers, S = s->stages;
+    for (int k = 0; k < n; k++)
+        if (l[k].stage < 0 || l[k].stage >= S)
+            sp_fail("sp_sim_buffers_new: layer %d in stage %d of a schedule of %d stages", k, l[k].stage, S);
+    sp_sim_buffers *b = sp_xcalloc(1, sizeof *b);
+    int *root = sp_xcalloc((size_t)W + 1, sizeof(int)), *stage = sp_xcalloc((size_t)W + 1, sizeof(int));
+    double *bytes = sp_xcalloc((size_t)W + 1, sizeof(double));
+    int *owner = sp_xcalloc((size_t)n + 1, sizeof(int));
+    bool *replicated = sp_xcalloc((size_t)n + 1, sizeof(bool)), *runs = sp_xcalloc((size_t)W, sizeof(bool));
+    for (int k = 0; k < n; k++) {
+        memset(runs, 0, sizeof(bool) * (size_t)W);
+        int nranks = 0;
+        owner[k] = W;
+        for (int j = 0; j < s->njobs; j++)
+            if (s->jobs[j].stage == l[k].stage && s->jobs[j].dir == SP_FWD && !runs[s->compute[j]]) {
+                runs[s->compute[j]] = true;
+                nranks++;
+                if (s->compute[j] < owner[k]) owner[k] = s->compute[j];
+            }
+        replicated[k] = nranks > 1;
+    }
+    for (int r = 0; r < W; r++) {
+        double sum = 0;
+        int st = -1;
+        for (int k = 0; k < n; k++)
+            if (owner[k] == r && replicated[k] && l[k].buffer_bytes > 0) {
+                sum += l[k].buffer_bytes;
+                if (st < 0) st = l[k].stage;
+            }
+        if (sum <= 0) continue;
+        int i = b->nbcast++;
+        root[i] = r, stage[i] = st, bytes[i] = sum;
+    }
+    free(owner), free(replicated), free(runs);
+    b->bcast_root = root, b->bcast_stage = stage, b->bcast_bytes = bytes;
+    int nsync = 0;
+    if (sync) {
+        int *off = sp_xcalloc(2 * (size_t)S + 1, sizeof(int));
+        double *sb = sp_xcalloc(2 * (size_t)n + 1, sizeof(double));
+        for (int st = 0; st < S; st++) {
+            for (int k = 0; k < n; k++)
+                if (l[k].stage == st && l[k].sync_fwd_bytes > 0) sb[nsync++] = l[k].sync_fwd_bytes;
+            off[2 * st + 1] = nsync;
+            for (int k = n - 1; k >= 0; k--)
+                if (l[k].stage == st && l[k].sync_bwd_bytes > 0) sb[nsync++] = l[k].sync_bwd_bytes;
+            off[2 * st + 2] = nsync;
+        }
+        if (nsync) b->sync_off = off, b->sync_bytes = sb;
+        else free(off), free(sb);
+    }
+    if (!b->nbcast && !nsync) {
+        sp_sim_buffers_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void sp_sim_buffers_free(sp_sim_buffers *b)
+{
+    if (!b) return;
+    free((void *)b->bcast_root), free((void *)b->bcast_stage), free((void *)b->bcast_bytes);
+    free((void *)b->sync_off), free((void *)b->sync_bytes);
+    free(b);
+}
+
 /* ---- one pass over the step -------------------------------------------------------------- */
 
 static double stage_opt(const csim *cs, int st)

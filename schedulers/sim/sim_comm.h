@@ -121,6 +121,23 @@ typedef struct sp_sim_buffers {
     const double *sync_bytes;
 } sp_sim_buffers;
 
+/* A layer with buffers, as sp_sim_buffers_new reads it: the stage that applies it, its
+ * buffers' bytes (what a broadcast of its running statistics moves), and with --sync-bn
+ * the bytes of one rank's share of its forward and its backward allgather (0: none). */
+typedef struct sp_sim_bn_layer {
+    int stage;
+    double buffer_bytes, sync_fwd_bytes, sync_bwd_bytes;
+} sp_sim_bn_layer;
+
+/* Batch norm's messages under schedule s for the layers l[0 … n) (in the model's order),
+ * as the executor sends them (exec_buffers.c): a layer's owner is the lowest worker that
+ * runs its stage's forward; a layer whose forward runs on several workers is
+ * broadcast from its owner (one broadcast per owner, its layers packed, stage: its first
+ * layer's); with sync, each stage's forward allgathers in layer order and its backward's
+ * in reverse order (a zero byte count: no message). NULL when there is no message. */
+sp_sim_buffers *sp_sim_buffers_new(const sp_schedule *s, const sp_sim_bn_layer *l, int n, bool sync);
+void sp_sim_buffers_free(sp_sim_buffers *b);
+
 enum { SP_CLIP_NONE = 0, SP_CLIP_PLAIN, SP_CLIP_POST_VALIDATE };
 
 typedef struct sp_sim_comm {

@@ -79,16 +79,23 @@ static void check_figures(const sp_sim *r, const struct sp_sim_comm *sc)
 void sp_sim_print_json_comm(FILE *out, const sp_schedule *s, const sp_costs *c, const sp_sim *r,
                             const struct sp_sim_comm *sc)
 {
+    sp_sim_print_json_bn(out, s, c, r, sc, NULL);
+}
+
+void sp_sim_print_json_bn(FILE *out, const sp_schedule *s, const sp_costs *c, const sp_sim *r,
+                          const struct sp_sim_comm *sc, const char *batch_norm)
+{
     check_figures(r, sc);
     const sp_worker_stats *w0 = r->worker;
     fprintf(out,
             "{\"scheme\":\"%s\",\"stages\":%d,\"microbatches\":%d,\"workers\":%d,\"groups\":%d,\"per_group\":%d,"
-            "\"split_backward\":%s,\"time_unit\":\"%s\",\"latency\":%.6g,\"utilization\":%.6g,"
+            "\"split_backward\":%s,\"time_unit\":\"%s\"%s%s%s,\"latency\":%.6g,\"utilization\":%.6g,"
             "\"activation_transfers_max\":%d,\"gradient_transfers_max\":%d,\"weight_transfers_max\":%d,"
             "\"weight_storage_max\":%d,\"peak_activations_max\":%d,\"peak_activation_bytes_max\":%.6g,"
             "\"rho\":%.6g,\"rho_bound\":%.6g",
             s->scheme->name, s->stages, s->micro, s->workers, s->groups, s->per_group,
-            s->split_backward ? "true" : "false", c->unit, r->latency, r->utilization, r->act_recv_max,
+            s->split_backward ? "true" : "false", c->unit, batch_norm ? ",\"batch_norm\":\"" : "",
+            batch_norm ? batch_norm : "", batch_norm ? "\"" : "", r->latency, r->utilization, r->act_recv_max,
             r->grad_recv_max, r->weight_recv_max, r->weight_stages_max, r->peak_act_max, r->peak_act_bytes_max,
             r->rho, r->rho_bound);
     size_t st = sizeof *w0;

@@ -20,6 +20,10 @@ void sp_sim_print_json(FILE *out, const sp_schedule *s, const sp_costs *c, const
 struct sp_sim_comm;
 void sp_sim_print_json_comm(FILE *out, const sp_schedule *s, const sp_costs *c, const sp_sim *r,
                             const struct sp_sim_comm *sc);
+/* The same with "batch_norm" (a model with buffers: "per-rank", "synchronized" or
+ * "per-micro-batch", the apps' key; NULL: none) after "time_unit". */
+void sp_sim_print_json_bn(FILE *out, const sp_schedule *s, const sp_costs *c, const sp_sim *r,
+                          const struct sp_sim_comm *sc, const char *batch_norm);
 /* LayerPipe's partition as one JSON line: the target, bottlenecks (its own and the
  * contiguous PipeDream one) and per-processor loads. */
 void sp_layerpipe_print_json(FILE *out, const sp_layerpipe *lp);
