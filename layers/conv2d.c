@@ -161,7 +161,16 @@ typedef struct fwd_job {
     const conv_saved *S;
     const float *x, *W, *bias;
     float *y, *col, *rows;   /* per slot: [K, cs·P] and [O, cs·P] */
+    bool relu;               /* forward_relu: y = max(y, 0) */
 } fwd_job;
+
+/* The ReLU's formula (layers/relu.c) over samples [b0, b0 + nb) of y, still in cache. */
+static void relu_samples(const conv_saved *S, float *y, int b0, int nb)
+{
+    float *restrict p = y + (size_t)b0 * S->O * S->P;
+    size_t n = (size_t)nb * S->O * S->P;
+    for (size_t i = 0; i < n; i++) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
+}
 
 static void forward_slots(void *ctx, size_t begin, size_t end)
 {
@@ -179,10 +188,11 @@ static void forward_slots(void *ctx, size_t begin, size_t end)
                 float *y = J->y + (size_t)b0 * S->O * S->P;
                 for (int o = 0; o < S->O; o++) fill(y + (size_t)o * S->P, J->bias[o], S->P);
                 sp_gemm_serial(false, false, S->O, S->P, S->K, 1.0f, J->W, S->K, col, S->P, 1.0f, y, S->P);
-                continue;
+            } else {
+                sp_gemm_serial(false, false, S->O, N, S->K, 1.0f, J->W, S->K, col, N, 0.0f, rows, N);
+                scatter(S, rows, J->bias, J->y, b0, nb);
             }
-            sp_gemm_serial(false, false, S->O, N, S->K, 1.0f, J->W, S->K, col, N, 0.0f, rows, N);
-            scatter(S, rows, J->bias, J->y, b0, nb);
+            if (J->relu) relu_samples(S, J->y, b0, nb);
         }
     }
 }
@@ -211,7 +221,7 @@ static sp_dnnl_conv dnnl_shape(const conv_saved *S)
                           .stride = S->g.stride, .pad = S->g.pad, .Ho = S->g.Ho, .Wo = S->g.Wo};
 }
 
-static void conv_forward(sp_node *n)
+static void conv_forward_with(sp_node *n, bool relu)
 {
     const sp_tensor *x = sp_node_x(n);
     conv_saved *S = conv_plan(n);
@@ -223,18 +233,26 @@ static void conv_forward(sp_node *n)
     sp_arena_mark mark = sp_arena_mark_get(&n->tape->arena);
     if (S->dnnl) {
         sp_dnnl_conv c = dnnl_shape(S);
-        sp_dnnl_conv_forward(n->tape, &c, x->data, n->layer->params[0]->value.data,
-                             bias_of(n), n->out.data);
+        (relu ? sp_dnnl_conv_forward_relu : sp_dnnl_conv_forward)(n->tape, &c, x->data,
+                                                                 n->layer->params[0]->value.data, bias_of(n),
+                                                                 n->out.data);
     } else {
         size_t cols = (size_t)S->slots * S->cs * S->P;
         fwd_job J = {.S = S, .x = x->data, .W = n->layer->params[0]->value.data,
-                     .bias = bias_of(n), .y = n->out.data};
+                     .bias = bias_of(n), .y = n->out.data, .relu = relu};
         J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
         J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
         sp_parallel_for((size_t)S->slots, forward_slots, &J);
     }
     sp_arena_release(&n->tape->arena, mark);
 }
+
+static void conv_forward(sp_node *n) { conv_forward_with(n, false); }
+
+/* The forward with the next ReLU folded in (sp_kernels.forward_relu): each slot applies
+ * it to its samples right after their GEMM or oneDNN call, while they are in cache, in
+ * the same parallel region. */
+static void conv_forward_relu(sp_node *n) { conv_forward_with(n, true); }
 
 /* ---- δ ---------------------------------------------------------------------------------- */
 
@@ -530,6 +548,7 @@ const sp_opdef sp_op_conv2d = {
     .free_layer = conv_free,
     .cpu = {
         .forward = conv_forward,
+        .forward_relu = conv_forward_relu,
         .backward_input = conv_backward_input,
         .backward_input_acc = conv_backward_input_acc,
         .backward_params = conv_backward_params,

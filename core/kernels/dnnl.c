@@ -62,6 +62,11 @@ void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, con
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
 }
+void sp_dnnl_conv_forward_relu(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
+                               float *y)
+{
+    sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
+}
 void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx)
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
@@ -347,6 +352,7 @@ static size_t up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 typedef struct job {
     int kind, slots;
     bool acc;                     /* BWD_D: add into dx instead of overwriting it */
+    bool relu;                    /* FWD: y = max(y, 0) after each slot's convolution */
     sp_dnnl_conv c;
     entry *e[MAX_SLOTS];
     float *user[NARG];            /* the whole batch; role 1 (weights) not per sample */
@@ -415,6 +421,11 @@ static void exec_slot(const job *J, size_t s, void *dy_in, void **dy_out)
     if (e->reorder[OUT]) run_reorder(m, J->acc ? e->reorder_acc : e->reorder[OUT], use[OUT], user[OUT]);
     for (size_t i = 0; i < acc_n; i++) acc_to[i] += acc_from[i];
     release(m);
+    if (J->relu) {   /* the ReLU's formula (layers/relu.c), on the slot's output still in cache */
+        float *restrict y = J->user[OUT] + (size_t)b0 * J->per_sample[OUT];
+        size_t n = (size_t)(b1 - b0) * J->per_sample[OUT];
+        for (size_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+    }
 }
 
 static void run_slots(void *ctx, size_t begin, size_t end)
@@ -529,6 +540,14 @@ void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, con
                           float *y)
 {
     run(t, FWD, false, c, (float *)x, (float *)w, y, b);
+}
+
+void sp_dnnl_conv_forward_relu(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
+                               float *y)
+{
+    job *J = prepare(t, FWD, false, c, (float *)x, (float *)w, y, b);
+    J->relu = true;
+    sp_parallel_for((size_t)J->slots, run_slots, J);
 }
 
 void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx)

@@ -45,6 +45,10 @@ bool sp_dnnl_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
 /* y = conv(x, w) + b. Scratch from the tape's arena. */
 void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
                           float *y);
+/* y = max(conv(x, w) + b, 0): the same, each slot's ReLU run on its own thread right
+ * after its convolution; bitwise the call above then y = y > 0 ? y : 0. */
+void sp_dnnl_conv_forward_relu(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
+                               float *y);
 /* dx = convᵀ(dy, w) (overwrites dx). */
 void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx);
 /* dx += convᵀ(dy, w): bitwise dx + (what the call above writes), one add per element,
