@@ -316,68 +316,6 @@ static void conv_backward_input_acc(sp_node *n, int i, const sp_tensor *dy, sp_t
 
 /* ---- G ----------------------------------------------------------------------------------- */
 
-/* Small weights: each thread sums G over its own samples into a private copy, then
- * the copies are added in slot order. Larger ones: one OpenBLAS-threaded GEMM per
- * chunk of samples, as private copies would cost more to add up than they save. */
-typedef struct grad_job {
-    const conv_saved *S;
-    const float *x, *dy;
-    float *col, *rows, *part;   /* per slot: [K, cs·P], [O, cs·P], [O, K] */
-} grad_job;
-
-static void grad_slots(void *ctx, size_t begin, size_t end)
-{
-    const grad_job *J = ctx;
-    const conv_saved *S = J->S;
-    size_t cols = (size_t)S->cs * S->P;
-    for (size_t s = begin; s < end; s++) {
-        float *col = J->col + s * S->K * cols, *rows = J->rows + s * S->O * cols;
-        float *part = J->part + s * (size_t)S->O * S->K;
-        memset(part, 0, (size_t)S->O * S->K * sizeof(float));
-        int lo, hi;
-        slot_samples(S, s, &lo, &hi);
-        for (int b0 = lo; b0 < hi; b0 += S->cs) {
-            int nb = imin(S->cs, hi - b0), N = nb * S->P;
-            sp_im2col(&S->g, J->x, b0, b0 + nb, col);
-            const float *dyt = J->dy + (size_t)b0 * S->O * S->P;
-            if (nb > 1) {
-                gather(S, J->dy, rows, (size_t)N, b0, nb);
-                dyt = rows;
-            }
-            sp_gemm_serial(false, true, S->O, S->K, N, 1.0f, dyt, N, col, N, 1.0f, part, S->K);
-        }
-    }
-}
-
-static void grad_private(sp_node *n, const sp_tensor *dy)
-{
-    const conv_saved *S = n->saved;
-    size_t cols = (size_t)S->slots * S->cs * S->P, nw = (size_t)S->O * S->K;
-    grad_job J = {.S = S, .x = sp_node_x(n)->data, .dy = dy->data};
-    J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
-    J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
-    J.part = sp_tape_alloc(n->tape, (size_t)S->slots * nw * sizeof(float));
-    sp_parallel_for((size_t)S->slots, grad_slots, &J);
-    float *dW = n->layer->params[0]->grad.data;
-    for (int s = 0; s < S->slots; s++)
-        for (size_t i = 0; i < nw; i++) dW[i] += J.part[(size_t)s * nw + i];
-}
-
-static void grad_batched(sp_node *n, const sp_tensor *dy)
-{
-    const conv_saved *S = n->saved;
-    size_t cols = (size_t)S->cg * S->P;
-    float *col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
-    float *rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
-    for (int b0 = 0; b0 < S->B; b0 += S->cg) {
-        int nb = imin(S->cg, S->B - b0), N = nb * S->P;
-        sp_im2col(&S->g, sp_node_x(n)->data, b0, b0 + nb, col);
-        gather_job gj = {.S = S, .dy = dy->data, .rows = rows, .b0 = b0, .N = N};
-        sp_parallel_for((size_t)nb, gather_range, &gj);
-        sp_gemm(false, true, S->O, S->K, N, 1.0f, rows, N, col, N, 1.0f, n->layer->params[0]->grad.data, S->K);
-    }
-}
-
 typedef struct bias_job {
     const conv_saved *S;
     const float *dy;
@@ -403,17 +341,92 @@ static void bias_grad_range(void *ctx, size_t begin, size_t end)
     }
 }
 
+/* Small weights: each thread sums G over its own samples into a private copy, then
+ * the copies are added in slot order. Larger ones: one OpenBLAS-threaded GEMM per
+ * chunk of samples, as private copies would cost more to add up than they save. */
+typedef struct grad_job {
+    const conv_saved *S;
+    const float *x, *dy;
+    float *col, *rows, *part;   /* per slot: [K, cs·P], [O, cs·P], [O, K] */
+    const sp_dnnl_side *side;   /* the bias gradient, in the same region, or NULL */
+} grad_job;
+
+static void grad_slots(void *ctx, size_t begin, size_t end)
+{
+    const grad_job *J = ctx;
+    const conv_saved *S = J->S;
+    size_t cols = (size_t)S->cs * S->P;
+    for (size_t s = begin; s < end; s++) {
+        float *col = J->col + s * S->K * cols, *rows = J->rows + s * S->O * cols;
+        float *part = J->part + s * (size_t)S->O * S->K;
+        memset(part, 0, (size_t)S->O * S->K * sizeof(float));
+        int lo, hi;
+        slot_samples(S, s, &lo, &hi);
+        for (int b0 = lo; b0 < hi; b0 += S->cs) {
+            int nb = imin(S->cs, hi - b0), N = nb * S->P;
+            sp_im2col(&S->g, J->x, b0, b0 + nb, col);
+            const float *dyt = J->dy + (size_t)b0 * S->O * S->P;
+            if (nb > 1) {
+                gather(S, J->dy, rows, (size_t)N, b0, nb);
+                dyt = rows;
+            }
+            sp_gemm_serial(false, true, S->O, S->K, N, 1.0f, dyt, N, col, N, 1.0f, part, S->K);
+        }
+    }
+    const sp_dnnl_side *d = J->side;   /* this chunk's share of the side work, as dnnl.c's */
+    if (!d) return;
+    size_t ob = d->n * begin / (size_t)S->slots, oe = d->n * end / (size_t)S->slots;
+    if (ob < oe) d->fn(d->ctx, ob, oe);
+}
+
+static void grad_private(sp_node *n, const sp_tensor *dy, const sp_dnnl_side *side)
+{
+    const conv_saved *S = n->saved;
+    size_t cols = (size_t)S->slots * S->cs * S->P, nw = (size_t)S->O * S->K;
+    grad_job J = {.S = S, .x = sp_node_x(n)->data, .dy = dy->data, .side = side};
+    J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
+    J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
+    J.part = sp_tape_alloc(n->tape, (size_t)S->slots * nw * sizeof(float));
+    sp_parallel_for((size_t)S->slots, grad_slots, &J);
+    float *dW = n->layer->params[0]->grad.data;
+    for (int s = 0; s < S->slots; s++)
+        for (size_t i = 0; i < nw; i++) dW[i] += J.part[(size_t)s * nw + i];
+}
+
+static void grad_batched(sp_node *n, const sp_tensor *dy)
+{
+    const conv_saved *S = n->saved;
+    size_t cols = (size_t)S->cg * S->P;
+    float *col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
+    float *rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
+    for (int b0 = 0; b0 < S->B; b0 += S->cg) {
+        int nb = imin(S->cg, S->B - b0), N = nb * S->P;
+        sp_im2col(&S->g, sp_node_x(n)->data, b0, b0 + nb, col);
+        gather_job gj = {.S = S, .dy = dy->data, .rows = rows, .b0 = b0, .N = N};
+        sp_parallel_for((size_t)nb, gather_range, &gj);
+        sp_gemm(false, true, S->O, S->K, N, 1.0f, rows, N, col, N, 1.0f, n->layer->params[0]->grad.data, S->K);
+    }
+}
+
+/* G: dW, and db in the same parallel region where dW takes one (its sums per output
+ * channel do not depend on the split, so the bits are those of a region of its own). */
 static void conv_backward_params(sp_node *n, const sp_tensor *dy)
 {
     const conv_saved *S = n->saved;
+    bias_job B = {.S = S, .dy = dy->data, .db = n->layer->nparams > 1 ? n->layer->params[1]->grad.data : NULL};
+    sp_dnnl_side side = {.fn = bias_grad_range, .ctx = &B, .n = (size_t)S->O}, *bias = B.db ? &side : NULL;
     if (S->dnnl && S->P > DNNL_G_MIN_P) {
         sp_dnnl_conv c = dnnl_shape(S);
-        sp_dnnl_conv_backward_weights(n->tape, &c, sp_node_x(n)->data, dy->data, n->layer->params[0]->grad.data);
-    } else if ((size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS) grad_private(n, dy);
-    else grad_batched(n, dy);
-    if (n->layer->nparams < 2) return;
-    bias_job J = {.S = S, .dy = dy->data, .db = n->layer->params[1]->grad.data};
-    sp_parallel_for((size_t)S->O, bias_grad_range, &J);
+        sp_dnnl_conv_backward_weights(n->tape, &c, sp_node_x(n)->data, dy->data, n->layer->params[0]->grad.data,
+                                      bias);
+        return;
+    }
+    if ((size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS) {
+        grad_private(n, dy, bias);
+        return;
+    }
+    grad_batched(n, dy);
+    if (bias) sp_parallel_for((size_t)S->O, bias_grad_range, &B);
 }
 
 /* G and δ in one call (the linear engine's path): on oneDNN each slot's dy goes into the
@@ -428,11 +441,10 @@ static void conv_backward_input_params(sp_node *n, const sp_tensor *dy, sp_tenso
         return;
     }
     sp_dnnl_conv c = dnnl_shape(S);
+    bias_job B = {.S = S, .dy = dy->data, .db = n->layer->nparams > 1 ? n->layer->params[1]->grad.data : NULL};
+    sp_dnnl_side side = {.fn = bias_grad_range, .ctx = &B, .n = (size_t)S->O};
     sp_dnnl_conv_backward(n->tape, &c, sp_node_x(n)->data, n->layer->params[0]->value.data, dy->data, dx->data, acc,
-                          n->layer->params[0]->grad.data);
-    if (n->layer->nparams < 2) return;
-    bias_job J = {.S = S, .dy = dy->data, .db = n->layer->params[1]->grad.data};
-    sp_parallel_for((size_t)S->O, bias_grad_range, &J);
+                          n->layer->params[0]->grad.data, B.db ? &side : NULL);
 }
 
 /* ---- Jᵀ ----------------------------------------------------------------------------- */

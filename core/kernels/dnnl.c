@@ -75,12 +75,13 @@ void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const flo
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
 }
-void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw)
+void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw,
+                                   const sp_dnnl_side *side)
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
 }
 void sp_dnnl_conv_backward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *dy,
-                           float *dx, bool acc, float *dw)
+                           float *dx, bool acc, float *dw, const sp_dnnl_side *side)
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
 }
@@ -361,7 +362,17 @@ typedef struct job {
     unsigned char *scratch[MAX_SLOTS];
     void *shared_w;               /* weights already in the primitives' layout, or NULL */
     float *partial;               /* BWD_W: [slots][O·C·k·k] */
+    const sp_dnnl_side *side;     /* BWD_W: work in the same region, or NULL */
 } job;
+
+/* The side work's share of the thread that ran slots [begin, end). */
+static void run_side(const job *J, size_t begin, size_t end)
+{
+    const sp_dnnl_side *d = J->side;
+    if (!d || !d->n) return;
+    size_t b = d->n * begin / (size_t)J->slots, e = d->n * end / (size_t)J->slots;
+    if (b < e) d->fn(d->ctx, b, e);
+}
 
 static void slot_range(const job *J, int s, int *b0, int *b1)
 {
@@ -433,6 +444,7 @@ static void run_slots(void *ctx, size_t begin, size_t end)
     const job *J = ctx;
     one_thread();
     for (size_t s = begin; s < end; s++) exec_slot(J, s, NULL, NULL);
+    run_side(J, begin, end);
 }
 
 /* G then δ of one slot on one thread, dy reordered into the blocked layout once for
@@ -451,6 +463,7 @@ static void run_pair_slots(void *ctx, size_t begin, size_t end)
         bool same = dy && dnnl_memory_desc_equal(&P->w->e[s]->want[IN1], &P->d->e[s]->want[IN0]);
         exec_slot(P->d, s, same ? dy : NULL, NULL);
     }
+    run_side(P->w, begin, end);
 }
 
 typedef struct sum_job {
@@ -560,16 +573,21 @@ void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const flo
     run(t, BWD_D, true, c, (float *)dy, (float *)w, dx, NULL);
 }
 
-void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw)
+void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw,
+                                   const sp_dnnl_side *side)
 {
-    run(t, BWD_W, false, c, (float *)x, (float *)dy, dw, NULL);
+    job *J = prepare(t, BWD_W, false, c, (float *)x, (float *)dy, dw, NULL);
+    J->side = side;
+    sp_parallel_for((size_t)J->slots, run_slots, J);
+    finish(J);
 }
 
 void sp_dnnl_conv_backward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *dy,
-                           float *dx, bool acc, float *dw)
+                           float *dx, bool acc, float *dw, const sp_dnnl_side *side)
 {
-    pair P = {.w = prepare(t, BWD_W, false, c, (float *)x, (float *)dy, dw, NULL),
-              .d = prepare(t, BWD_D, acc, c, (float *)dy, (float *)w, dx, NULL)};
+    job *G = prepare(t, BWD_W, false, c, (float *)x, (float *)dy, dw, NULL);
+    G->side = side;
+    pair P = {.w = G, .d = prepare(t, BWD_D, acc, c, (float *)dy, (float *)w, dx, NULL)};
     sp_parallel_for((size_t)P.w->slots, run_pair_slots, &P);
     finish(P.w);
 }
