@@ -11,7 +11,8 @@
  *
  * Two paths. By default (oneDNN builds) the forward, δ and G run on oneDNN's JIT
  * convolutions (core/kernels/dnnl.h), except for fewer than 4 input channels (all three) and
- * G of tiny output maps (Ho·Wo <= 16), which run im2col with oneDNN's SGEMM; SCANPROP_CONV=gemm selects the im2col + OpenBLAS path below for all
+ * G of tiny output maps (Ho·Wo <= 16) and δ of fewer than 16 input channels (oneDNN's
+ * block), which run im2col with oneDNN's SGEMM; SCANPROP_CONV=gemm selects the im2col + OpenBLAS path below for all
  * three, which the tests use as the reference. The choice is made at the forward and
  * kept in the saved state, so δ and G follow it.
  *
@@ -54,6 +55,10 @@
  * vector's width and reorders the output, more work than im2col + oneDNN's SGEMM, which
  * such convs use instead. */
 #define DNNL_MIN_C 4
+/* oneDNN's δ writes dx in its channel blocks: with fewer input channels than a block
+ * (LeNet-5's conv2: 6 of 16) it computes the padded ones too, more work than im2col's
+ * GEMM (Wᵀ·dy, no padding) and col2im, which such δ use instead. */
+#define DNNL_D_MIN_C 16
 /* Otherwise its column buffer per chunk: inside the 32 MiB L3 of the target machine. */
 #define G_CHUNK_BYTES (8u << 20)
 
@@ -70,6 +75,7 @@ typedef struct conv_saved {
     int cs;      /* forward and δ: samples per GEMM                               */
     int cg;      /* G: samples per GEMM                                           */
     bool dnnl;   /* the forward ran on oneDNN: so do δ and G (core/kernels/dnnl.c)        */
+    bool dnnl_d; /* δ on oneDNN too (dnnl and at least DNNL_D_MIN_C input channels)       */
 } conv_saved;
 
 #define L(n) ((const conv_layer *)(n)->layer)
@@ -227,6 +233,7 @@ static void conv_forward_with(sp_node *n, bool relu)
     conv_saved *S = conv_plan(n);
     n->saved = S;
     S->dnnl = sp_dnnl_conv_on() && S->g.C >= DNNL_MIN_C;
+    S->dnnl_d = S->dnnl && S->g.C >= DNNL_D_MIN_C;
     /* the scratch below (im2col columns; oneDNN's job, scratchpads and blocked copies of
      * the input and output) is dead when the forward returns: handed back to the arena
      * for the next op (ResNet-20 b64: the larger part of a step's arena otherwise) */
@@ -287,7 +294,7 @@ static void delta_slots(void *ctx, size_t begin, size_t end)
 static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const conv_saved *S = n->saved;
-    if (S->dnnl) {
+    if (S->dnnl_d) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_data(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data);
         return;
@@ -304,7 +311,7 @@ static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tenso
 static void conv_backward_input_acc(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const conv_saved *S = n->saved;
-    if (S->dnnl) {
+    if (S->dnnl_d) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_data_acc(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data);
         return;
@@ -429,13 +436,44 @@ static void conv_backward_params(sp_node *n, const sp_tensor *dy)
     if (bias) sp_parallel_for((size_t)S->O, bias_grad_range, &B);
 }
 
+/* G on oneDNN with δ on im2col (few input channels): the thread that runs G's slots
+ * [b, e) then runs δ's same slots and its share of the bias sums, one region for all. */
+typedef struct split_job {
+    delta_job *D;
+    bias_job *B;
+} split_job;
+
+static void split_side(void *ctx, size_t begin, size_t end)
+{
+    const split_job *J = ctx;
+    const conv_saved *S = J->D->S;
+    delta_slots(J->D, begin, end);
+    if (!J->B->db) return;
+    size_t ob = (size_t)S->O * begin / (size_t)S->slots, oe = (size_t)S->O * end / (size_t)S->slots;
+    if (ob < oe) bias_grad_range(J->B, ob, oe);
+}
+
 /* G and δ in one call (the linear engine's path): on oneDNN each slot's dy goes into the
- * blocked layout once for both primitives instead of once for each; bitwise the two
- * calls. Elsewhere the two calls. */
+ * blocked layout once for both primitives instead of once for each, or, where δ runs
+ * im2col, each slot's δ follows its G in the same region; bitwise the two calls.
+ * Elsewhere the two calls. */
 static void conv_backward_input_params(sp_node *n, const sp_tensor *dy, sp_tensor *dx, bool acc)
 {
     const conv_saved *S = n->saved;
-    if (!(S->dnnl && S->P > DNNL_G_MIN_P)) {
+    if (S->dnnl && !S->dnnl_d && S->P > DNNL_G_MIN_P && !acc) {
+        size_t cols = (size_t)S->slots * S->cs * S->P;
+        delta_job D = {.S = S, .W = n->layer->params[0]->value.data, .dy = dy->data, .dx = dx->data};
+        D.dcol = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
+        D.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
+        bias_job B = {.S = S, .dy = dy->data, .db = n->layer->nparams > 1 ? n->layer->params[1]->grad.data : NULL};
+        split_job J = {.D = &D, .B = &B};
+        sp_dnnl_side side = {.fn = split_side, .ctx = &J, .n = (size_t)S->slots};
+        sp_dnnl_conv c = dnnl_shape(S);
+        sp_dnnl_conv_backward_weights(n->tape, &c, sp_node_x(n)->data, dy->data, n->layer->params[0]->grad.data,
+                                      &side);
+        return;
+    }
+    if (!(S->dnnl_d && S->P > DNNL_G_MIN_P)) {
         conv_backward_params(n, dy);
         (acc ? conv_backward_input_acc : conv_backward_input)(n, 0, dy, dx);
         return;

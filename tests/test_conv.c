@@ -200,6 +200,25 @@ static void conv_run_op(const conv_cfg *c, uint64_t seed, conv_run *R)
     n->kern->backward_params(n, &dyt);
     memcpy(R->dW, l->params[0]->grad.data, R->nw * sizeof(float));
     memcpy(R->db, l->params[1]->grad.data, (size_t)c->O * sizeof(float));
+    /* δ and G in one call (the linear engine's), overwriting and adding into dx: bitwise
+     * the two calls above on every path */
+    float *dx2 = malloc(R->nx * sizeof(float)), *pre = malloc(R->nx * sizeof(float));
+    tu_fill_uniform(pre, R->nx, seed + 3, -1, 1);
+    for (int acc = 0; acc <= 1; acc++) {
+        memcpy(dx2, pre, R->nx * sizeof(float));
+        sp_tensor dx2t = sp_tensor_4d(dx2, c->B, c->C, c->H, c->W);
+        sp_tensor_zero(&l->params[0]->grad);
+        sp_tensor_zero(&l->params[1]->grad);
+        n->kern->backward_input_params(n, &dyt, &dx2t, acc);
+        for (size_t i = 0; i < R->nx && acc; i++) pre[i] += R->dx[i];   /* what dx += δ gives */
+        const float *want = acc ? pre : R->dx;
+        cr_assert(memcmp(dx2, want, R->nx * sizeof(float)) == 0, "B%d C%d O%d: δ of the one call (acc %d) differs",
+                  c->B, c->C, c->O, acc);
+        cr_assert(memcmp(l->params[0]->grad.data, R->dW, R->nw * sizeof(float)) == 0 &&
+                      memcmp(l->params[1]->grad.data, R->db, (size_t)c->O * sizeof(float)) == 0,
+                  "B%d C%d O%d: G of the one call (acc %d) differs", c->B, c->C, c->O, acc);
+    }
+    free(dx2), free(pre);
     sp_tape_free(&t);
     sp_layer_free(l);
 }
