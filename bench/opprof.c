@@ -12,7 +12,10 @@
  * linear the achieved GFLOP/s from the op's own cost(). The sum of the medians is
  * compared with the median of whole steps, so time lost between ops shows.
  * OPPROF_BEST=1: the best (minimum) of the STEPS steps instead of the median, which
- * other tenants' load disturbs less on a shared machine. */
+ * other tenants' load disturbs less on a shared machine. As the training step's forward,
+ * a layer whose ReLU sp_model_forward folds into it (sp_model_fuses_relu) runs with it,
+ * the ReLU's row then near 0; OPPROF_FUSE=0 runs every layer on its own, each output
+ * in bytes of its own. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +75,7 @@ int main(int argc, char **argv)
     int B = atoi(argv[2]), steps = argc > 3 ? atoi(argv[3]) : 50, threads = argc > 4 ? atoi(argv[4]) : 2;
     if (B < 1 || steps < 1) sp_fail("opprof: BATCH and STEPS must be >= 1");
     g_best = getenv("OPPROF_BEST") && !strcmp(getenv("OPPROF_BEST"), "1");
+    bool fuse = !(getenv("OPPROF_FUSE") && !strcmp(getenv("OPPROF_FUSE"), "0"));
     sp_set_threads(threads);
     sp_model *m = sp_zoo_model(name);
     sp_model_init(m, 1);
@@ -97,6 +101,7 @@ int main(int argc, char **argv)
     for (int p = 0; p < NPH; p++) flops[p] = calloc((size_t)L, sizeof(double));
     sp_tape tape;
     sp_tape_init(&tape);
+    tape.reuse_inputs = fuse;   /* the training step's forward (a ReLU over a conv: folded in) */
     sp_node **outs = malloc((size_t)m->nlayers * sizeof *outs), *args[16];
     bool *fused = calloc((size_t)L, sizeof *fused);
     for (int s = -WARMUP; s < steps; s++) {
@@ -111,6 +116,16 @@ int main(int argc, char **argv)
             if (nin > 16) sp_fail("opprof: layer %d reads %d inputs (at most 16)", l, nin);
             for (int k = 0; k < nin; k++) args[k] = m->from[k0 + k] == SP_MODEL_INPUT ? in : outs[m->from[k0 + k]];
             a = sp_now();
+            if (l < m->nlayers && fuse && nin == 1 && sp_model_fuses_relu(m, &tape, l, SP_CPU)) {
+                /* as sp_model_forward: the layer with its ReLU folded in; the ReLU's row 0 */
+                outs[l] = sp_apply_fused_relu(&tape, m->layers[l], args[0]);
+                if (s >= 0) t[PH_FWD][(size_t)l * steps + s] = sp_now() - a;
+                a = sp_now();
+                n = outs[l + 1] = sp_apply_over_fused(&tape, m->layers[l + 1], outs[l]);
+                if (s >= 0) t[PH_FWD][(size_t)(l + 1) * steps + s] = sp_now() - a;
+                l++;
+                continue;
+            }
             n = l < m->nlayers ? sp_apply_n(&tape, m->layers[l], nin, args) : sp_apply_loss(&tape, m->loss, n, y);
             if (s >= 0) t[PH_FWD][(size_t)l * steps + s] = sp_now() - a;
             if (l < m->nlayers) outs[l] = n;

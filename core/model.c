@@ -146,13 +146,27 @@ void sp_model_init(sp_model *m, uint64_t seed)
 
 /* Whether layer i may run over its one input, layer j's output (t->reuse_inputs): an
  * over_input op after an out_unread one, on the host, the output read by layer i alone. */
-static bool over_input(const sp_model *m, const sp_tape *t, int i, int j, const sp_node *x)
+static bool over_input_on(const sp_model *m, const sp_tape *t, int i, int j, sp_device dev)
 {
     if (!t->reuse_inputs || j < 0 || !m->layers[i]->op->over_input || !m->layers[j]->op->out_unread) return false;
-    if (x->out.device != SP_CPU || m->from_start[i + 1] - m->from_start[i] != 1 || j == m->nlayers - 1) return false;
+    if (dev != SP_CPU || m->from_start[i + 1] - m->from_start[i] != 1 || j == m->nlayers - 1) return false;
     int readers = 0;
     for (int k = 0; k < m->from_start[m->nlayers]; k++) readers += m->from[k] == j;
     return readers == 1;
+}
+
+static bool over_input(const sp_model *m, const sp_tape *t, int i, int j, const sp_node *x)
+{
+    return over_input_on(m, t, i, j, x->out.device);
+}
+
+bool sp_model_fuses_relu(const sp_model *m, const sp_tape *t, int i, sp_device dev)
+{
+    if (!m) sp_fail("sp_model_fuses_relu: argument 'm' is NULL");
+    if (!t) sp_fail("sp_model_fuses_relu: argument 't' is NULL");
+    if (i < 0 || i + 1 >= m->nlayers || !m->layers[i + 1]->op->relu || m->from[m->from_start[i + 1]] != i) return false;
+    if (m->from_start[i + 1] - m->from_start[i] != 1) return false;   /* layer i itself: one input */
+    return over_input_on(m, t, i + 1, i, dev) && sp_op_kernels(m->layers[i]->op, dev)->forward_relu;
 }
 
 sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x)
@@ -161,8 +175,14 @@ sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x)
     if (!t) sp_fail("sp_model_forward: argument 't' is NULL");
     if (!x) sp_fail("sp_model_forward: argument 'x' is NULL");
     if (sp_model_is_chain(m)) {
-        for (int i = 0; i < m->nlayers; i++)
+        for (int i = 0; i < m->nlayers; i++) {
+            if (sp_model_fuses_relu(m, t, i, x->out.device)) {   /* layer i and its ReLU in one pass */
+                x = sp_apply_over_fused(t, m->layers[i + 1], sp_apply_fused_relu(t, m->layers[i], x));
+                i++;
+                continue;
+            }
             x = over_input(m, t, i, i - 1, x) ? sp_apply_over(t, m->layers[i], x) : sp_apply(t, m->layers[i], x);
+        }
         return x;
     }
     sp_node **out = sp_tape_alloc(t, ((size_t)m->nlayers + 1) * sizeof *out), **in = out + 1;   /* out[-1]: x */
@@ -171,6 +191,12 @@ sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x)
     for (int i = 0; i < m->nlayers; i++) {
         int k0 = m->from_start[i], nin = m->from_start[i + 1] - k0;
         for (int k = 0; k < nin; k++) args[k0 + k] = in[m->from[k0 + k]];
+        if (nin == 1 && sp_model_fuses_relu(m, t, i, args[k0]->out.device)) {
+            in[i] = sp_apply_fused_relu(t, m->layers[i], args[k0]);
+            in[i + 1] = sp_apply_over_fused(t, m->layers[i + 1], in[i]);
+            i++;
+            continue;
+        }
         if (nin == 1 && over_input(m, t, i, m->from[k0], args[k0]))
             in[i] = sp_apply_over(t, m->layers[i], args[k0]);
         else

@@ -76,6 +76,11 @@ int sp_model_last(const sp_model *m);                  /* index of the last laye
 bool sp_model_is_chain(const sp_model *m);
 void sp_model_init(sp_model *m, uint64_t seed);        /* m->init, else PyTorch defaults */
 sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x);
+/* Whether sp_model_forward on t, its input x on device dev, runs layer i with the ReLU
+ * of layer i + 1 folded into its forward (sp_apply_fused_relu, then
+ * sp_apply_over_fused): t->reuse_inputs, layer i + 1 a ReLU that would run over layer
+ * i's output (read by it alone), and layer i's kernels on dev with a forward_relu. */
+bool sp_model_fuses_relu(const sp_model *m, const sp_tape *t, int i, sp_device dev);
 /* A shape-only pass (nothing is computed) of m on `batch` samples of sample_shape into
  * the freshly initialised tape t: its nodes carry their output shapes and costs. The
  * caller frees t. */

@@ -96,6 +96,11 @@ struct sp_layer {
  *                          the two calls. The
  *                          linear engine uses it (sp_node_backward); engines that run δ
  *                          and G apart (ooo) make the two calls.
+ *   forward_relu           y = max(f(x; θ), 0): the forward with the ReLU that runs over
+ *                          y next (sp_model_forward, sp_tape.reuse_inputs) folded into
+ *                          the same pass, bitwise forward then relu's forward; that
+ *                          ReLU's node is then recorded without running
+ *                          (sp_apply_over_fused). NULL: none.
  *   backward_input_acc     dx += J_iᵀ·dy, bitwise dx + (what backward_input writes): the
  *                          δ of an input that fans out, added into its sum with no
  *                          scratch tensor and no separate pass (the linear engine's
@@ -137,6 +142,7 @@ typedef struct sp_kernels {
     void (*chain_backward_params_range)(sp_node *n, const sp_tensor *dh, int t0, int t1);
     void (*backward_input_params)(sp_node *n, const sp_tensor *dy, sp_tensor *dx, bool acc);
     void (*backward_input_acc)(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx);
+    void (*forward_relu)(sp_node *n);
 } sp_kernels;
 
 /* ---- What an op is, on every device -------------------------------------------------- */
@@ -166,6 +172,9 @@ struct sp_opdef {
      * over_input   the forward may write y over its one input x (sp_apply_over), and every
      *              kernel gives the same bits reading y where it read x. */
     bool out_unread, over_input;
+    /* The op is the ReLU, y = max(x, 0) elementwise: a producer's forward_relu computes
+     * its output (sp_model_forward). */
+    bool relu;
     /* The CPU kernels, the op's default table (.cpu = {.forward = …, …}). Code that runs a
      * node calls n->kern->…, never n->op->cpu.…: on a device, n->kern is that device's. */
     sp_kernels cpu;

@@ -126,8 +126,11 @@ sp_node *sp_tape_input(sp_tape *t, const sp_tensor *x)
     return n;
 }
 
+/* How apply runs the layer's forward. */
+enum { RUN_FORWARD, RUN_FORWARD_RELU, RUN_NOTHING };
+
 /* over: the output's bytes (x's, sp_apply_over), or NULL for new ones in the arena */
-static sp_node *apply(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs, float *over)
+static sp_node *apply(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs, float *over, int run)
 {
     int arity = l->op->arity ? l->op->arity : 1;
     if (arity == SP_ARITY_ANY ? ninputs < 1 : ninputs != arity)
@@ -159,7 +162,9 @@ static sp_node *apply(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs, 
         n->out = sp_tape_tensor_on(t, xs[0]->out.device, n->out.ndim, n->out.shape);
     }
     if (t->before_apply && !t->shape_only) t->before_apply(t->before_apply_ctx, l);
-    if (!t->shape_only) n->kern->forward(n);
+    if (t->shape_only || run == RUN_NOTHING) return n;
+    if (run == RUN_FORWARD_RELU) n->kern->forward_relu(n);
+    else n->kern->forward(n);
     return n;
 }
 
@@ -168,7 +173,7 @@ sp_node *sp_apply_n(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs)
     if (!t) sp_fail("sp_apply_n: argument 't' is NULL");
     if (!l) sp_fail("sp_apply_n: argument 'l' is NULL");
     if (ninputs > 0 && !xs) sp_fail("sp_apply_n: argument 'xs' is NULL");
-    return apply(t, l, ninputs, xs, NULL);
+    return apply(t, l, ninputs, xs, NULL, RUN_FORWARD);
 }
 
 sp_node *sp_apply_over(sp_tape *t, sp_layer *l, sp_node *x)
@@ -178,7 +183,27 @@ sp_node *sp_apply_over(sp_tape *t, sp_layer *l, sp_node *x)
     if (!x) sp_fail("sp_apply_over: argument 'x' is NULL");
     if (!l->op->over_input) sp_fail("op %s: cannot write its output over its input", l->op->name);
     if (x->out.device != SP_CPU) sp_fail("op %s: applied over an input on a device", l->op->name);
-    return apply(t, l, 1, &x, t->shape_only ? NULL : x->out.data);
+    return apply(t, l, 1, &x, t->shape_only ? NULL : x->out.data, RUN_FORWARD);
+}
+
+sp_node *sp_apply_fused_relu(sp_tape *t, sp_layer *l, sp_node *x)
+{
+    if (!t) sp_fail("sp_apply_fused_relu: argument 't' is NULL");
+    if (!l) sp_fail("sp_apply_fused_relu: argument 'l' is NULL");
+    if (!x) sp_fail("sp_apply_fused_relu: argument 'x' is NULL");
+    if (!sp_op_kernels(l->op, x->out.device)->forward_relu)
+        sp_fail("op %s: no forward with a ReLU folded in on %s", l->op->name, sp_device_name(x->out.device));
+    return apply(t, l, 1, &x, NULL, RUN_FORWARD_RELU);
+}
+
+sp_node *sp_apply_over_fused(sp_tape *t, sp_layer *relu, sp_node *x)
+{
+    if (!t) sp_fail("sp_apply_over_fused: argument 't' is NULL");
+    if (!relu) sp_fail("sp_apply_over_fused: argument 'relu' is NULL");
+    if (!x) sp_fail("sp_apply_over_fused: argument 'x' is NULL");
+    if (!relu->op->relu || !relu->op->over_input) sp_fail("op %s: not a ReLU", relu->op->name);
+    if (x->out.device != SP_CPU) sp_fail("op %s: applied over an input on a device", relu->op->name);
+    return apply(t, relu, 1, &x, t->shape_only ? NULL : x->out.data, RUN_NOTHING);
 }
 
 sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x)

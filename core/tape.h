@@ -57,6 +57,13 @@ sp_node *sp_apply2(sp_tape *t, sp_layer *l, sp_node *a, sp_node *b);
  * l's op has over_input, x is on the host and nothing reads x's output after this (the
  * caller's promise: sp_model_forward checks the model's graph). Else sp_fail. */
 sp_node *sp_apply_over(sp_tape *t, sp_layer *l, sp_node *x);
+/* sp_apply with x's ReLU folded into l's forward (l's kernels' forward_relu): the
+ * output is max(y, 0), bitwise what l then a ReLU over y give. The caller then records
+ * that ReLU with sp_apply_over_fused on the returned node, and nothing else reads y. */
+sp_node *sp_apply_fused_relu(sp_tape *t, sp_layer *l, sp_node *x);
+/* sp_apply_over for a ReLU layer (op->relu) whose work x's producer did already
+ * (sp_apply_fused_relu): the node is recorded over x and its forward does not run. */
+sp_node *sp_apply_over_fused(sp_tape *t, sp_layer *relu, sp_node *x);
 /* The loss layer (a model's sp_model.loss, e.g. softmax + cross-entropy, mean over the
  * batch) applied to logits; labels [B] must outlive the step. */
 sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *labels);

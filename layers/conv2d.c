@@ -11,7 +11,8 @@
  *
  * Two paths. By default (oneDNN builds) the forward, δ and G run on oneDNN's JIT
  * convolutions (core/kernels/dnnl.h), except for fewer than 4 input channels (all three) and
- * G of tiny output maps (Ho·Wo <= 16), which run im2col with oneDNN's SGEMM; SCANPROP_CONV=gemm selects the im2col + OpenBLAS path below for all
+ * G of tiny output maps (Ho·Wo <= 16) and δ of fewer than 16 input channels (oneDNN's
+ * block), which run im2col with oneDNN's SGEMM; SCANPROP_CONV=gemm selects the im2col + OpenBLAS path below for all
  * three, which the tests use as the reference. The choice is made at the forward and
  * kept in the saved state, so δ and G follow it.
  *
@@ -54,6 +55,10 @@
  * vector's width and reorders the output, more work than im2col + oneDNN's SGEMM, which
  * such convs use instead. */
 #define DNNL_MIN_C 4
+/* oneDNN's δ writes dx in its channel blocks: with fewer input channels than a block
+ * (LeNet-5's conv2: 6 of 16) it computes the padded ones too, more work than im2col's
+ * GEMM (Wᵀ·dy, no padding) and col2im, which such δ use instead. */
+#define DNNL_D_MIN_C 16
 /* Otherwise its column buffer per chunk: inside the 32 MiB L3 of the target machine. */
 #define G_CHUNK_BYTES (8u << 20)
 
@@ -70,6 +75,7 @@ typedef struct conv_saved {
     int cs;      /* forward and δ: samples per GEMM                               */
     int cg;      /* G: samples per GEMM                                           */
     bool dnnl;   /* the forward ran on oneDNN: so do δ and G (core/kernels/dnnl.c)        */
+    bool dnnl_d; /* δ on oneDNN too (dnnl and at least DNNL_D_MIN_C input channels)       */
 } conv_saved;
 
 #define L(n) ((const conv_layer *)(n)->layer)
@@ -161,7 +167,16 @@ typedef struct fwd_job {
     const conv_saved *S;
     const float *x, *W, *bias;
     float *y, *col, *rows;   /* per slot: [K, cs·P] and [O, cs·P] */
+    bool relu;               /* forward_relu: y = max(y, 0) */
 } fwd_job;
+
+/* The ReLU's formula (layers/relu.c) over samples [b0, b0 + nb) of y, still in cache. */
+static void relu_samples(const conv_saved *S, float *y, int b0, int nb)
+{
+    float *restrict p = y + (size_t)b0 * S->O * S->P;
+    size_t n = (size_t)nb * S->O * S->P;
+    for (size_t i = 0; i < n; i++) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
+}
 
 static void forward_slots(void *ctx, size_t begin, size_t end)
 {
@@ -179,10 +194,11 @@ static void forward_slots(void *ctx, size_t begin, size_t end)
                 float *y = J->y + (size_t)b0 * S->O * S->P;
                 for (int o = 0; o < S->O; o++) fill(y + (size_t)o * S->P, J->bias[o], S->P);
                 sp_gemm_serial(false, false, S->O, S->P, S->K, 1.0f, J->W, S->K, col, S->P, 1.0f, y, S->P);
-                continue;
+            } else {
+                sp_gemm_serial(false, false, S->O, N, S->K, 1.0f, J->W, S->K, col, N, 0.0f, rows, N);
+                scatter(S, rows, J->bias, J->y, b0, nb);
             }
-            sp_gemm_serial(false, false, S->O, N, S->K, 1.0f, J->W, S->K, col, N, 0.0f, rows, N);
-            scatter(S, rows, J->bias, J->y, b0, nb);
+            if (J->relu) relu_samples(S, J->y, b0, nb);
         }
     }
 }
@@ -211,30 +227,39 @@ static sp_dnnl_conv dnnl_shape(const conv_saved *S)
                           .stride = S->g.stride, .pad = S->g.pad, .Ho = S->g.Ho, .Wo = S->g.Wo};
 }
 
-static void conv_forward(sp_node *n)
+static void conv_forward_with(sp_node *n, bool relu)
 {
     const sp_tensor *x = sp_node_x(n);
     conv_saved *S = conv_plan(n);
     n->saved = S;
     S->dnnl = sp_dnnl_conv_on() && S->g.C >= DNNL_MIN_C;
+    S->dnnl_d = S->dnnl && S->g.C >= DNNL_D_MIN_C;
     /* the scratch below (im2col columns; oneDNN's job, scratchpads and blocked copies of
      * the input and output) is dead when the forward returns: handed back to the arena
      * for the next op (ResNet-20 b64: the larger part of a step's arena otherwise) */
     sp_arena_mark mark = sp_arena_mark_get(&n->tape->arena);
     if (S->dnnl) {
         sp_dnnl_conv c = dnnl_shape(S);
-        sp_dnnl_conv_forward(n->tape, &c, x->data, n->layer->params[0]->value.data,
-                             bias_of(n), n->out.data);
+        (relu ? sp_dnnl_conv_forward_relu : sp_dnnl_conv_forward)(n->tape, &c, x->data,
+                                                                 n->layer->params[0]->value.data, bias_of(n),
+                                                                 n->out.data);
     } else {
         size_t cols = (size_t)S->slots * S->cs * S->P;
         fwd_job J = {.S = S, .x = x->data, .W = n->layer->params[0]->value.data,
-                     .bias = bias_of(n), .y = n->out.data};
+                     .bias = bias_of(n), .y = n->out.data, .relu = relu};
         J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
         J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
         sp_parallel_for((size_t)S->slots, forward_slots, &J);
     }
     sp_arena_release(&n->tape->arena, mark);
 }
+
+static void conv_forward(sp_node *n) { conv_forward_with(n, false); }
+
+/* The forward with the next ReLU folded in (sp_kernels.forward_relu): each slot applies
+ * it to its samples right after their GEMM or oneDNN call, while they are in cache, in
+ * the same parallel region. */
+static void conv_forward_relu(sp_node *n) { conv_forward_with(n, true); }
 
 /* ---- δ ---------------------------------------------------------------------------------- */
 
@@ -269,7 +294,7 @@ static void delta_slots(void *ctx, size_t begin, size_t end)
 static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const conv_saved *S = n->saved;
-    if (S->dnnl) {
+    if (S->dnnl_d) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_data(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data);
         return;
@@ -286,7 +311,7 @@ static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tenso
 static void conv_backward_input_acc(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const conv_saved *S = n->saved;
-    if (S->dnnl) {
+    if (S->dnnl_d) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_data_acc(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data);
         return;
@@ -297,68 +322,6 @@ static void conv_backward_input_acc(sp_node *n, int i, const sp_tensor *dy, sp_t
 }
 
 /* ---- G ----------------------------------------------------------------------------------- */
-
-/* Small weights: each thread sums G over its own samples into a private copy, then
- * the copies are added in slot order. Larger ones: one OpenBLAS-threaded GEMM per
- * chunk of samples, as private copies would cost more to add up than they save. */
-typedef struct grad_job {
-    const conv_saved *S;
-    const float *x, *dy;
-    float *col, *rows, *part;   /* per slot: [K, cs·P], [O, cs·P], [O, K] */
-} grad_job;
-
-static void grad_slots(void *ctx, size_t begin, size_t end)
-{
-    const grad_job *J = ctx;
-    const conv_saved *S = J->S;
-    size_t cols = (size_t)S->cs * S->P;
-    for (size_t s = begin; s < end; s++) {
-        float *col = J->col + s * S->K * cols, *rows = J->rows + s * S->O * cols;
-        float *part = J->part + s * (size_t)S->O * S->K;
-        memset(part, 0, (size_t)S->O * S->K * sizeof(float));
-        int lo, hi;
-        slot_samples(S, s, &lo, &hi);
-        for (int b0 = lo; b0 < hi; b0 += S->cs) {
-            int nb = imin(S->cs, hi - b0), N = nb * S->P;
-            sp_im2col(&S->g, J->x, b0, b0 + nb, col);
-            const float *dyt = J->dy + (size_t)b0 * S->O * S->P;
-            if (nb > 1) {
-                gather(S, J->dy, rows, (size_t)N, b0, nb);
-                dyt = rows;
-            }
-            sp_gemm_serial(false, true, S->O, S->K, N, 1.0f, dyt, N, col, N, 1.0f, part, S->K);
-        }
-    }
-}
-
-static void grad_private(sp_node *n, const sp_tensor *dy)
-{
-    const conv_saved *S = n->saved;
-    size_t cols = (size_t)S->slots * S->cs * S->P, nw = (size_t)S->O * S->K;
-    grad_job J = {.S = S, .x = sp_node_x(n)->data, .dy = dy->data};
-    J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
-    J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
-    J.part = sp_tape_alloc(n->tape, (size_t)S->slots * nw * sizeof(float));
-    sp_parallel_for((size_t)S->slots, grad_slots, &J);
-    float *dW = n->layer->params[0]->grad.data;
-    for (int s = 0; s < S->slots; s++)
-        for (size_t i = 0; i < nw; i++) dW[i] += J.part[(size_t)s * nw + i];
-}
-
-static void grad_batched(sp_node *n, const sp_tensor *dy)
-{
-    const conv_saved *S = n->saved;
-    size_t cols = (size_t)S->cg * S->P;
-    float *col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
-    float *rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
-    for (int b0 = 0; b0 < S->B; b0 += S->cg) {
-        int nb = imin(S->cg, S->B - b0), N = nb * S->P;
-        sp_im2col(&S->g, sp_node_x(n)->data, b0, b0 + nb, col);
-        gather_job gj = {.S = S, .dy = dy->data, .rows = rows, .b0 = b0, .N = N};
-        sp_parallel_for((size_t)nb, gather_range, &gj);
-        sp_gemm(false, true, S->O, S->K, N, 1.0f, rows, N, col, N, 1.0f, n->layer->params[0]->grad.data, S->K);
-    }
-}
 
 typedef struct bias_job {
     const conv_saved *S;
@@ -385,36 +348,141 @@ static void bias_grad_range(void *ctx, size_t begin, size_t end)
     }
 }
 
+/* Small weights: each thread sums G over its own samples into a private copy, then
+ * the copies are added in slot order. Larger ones: one OpenBLAS-threaded GEMM per
+ * chunk of samples, as private copies would cost more to add up than they save. */
+typedef struct grad_job {
+    const conv_saved *S;
+    const float *x, *dy;
+    float *col, *rows, *part;   /* per slot: [K, cs·P], [O, cs·P], [O, K] */
+    const sp_dnnl_side *side;   /* the bias gradient, in the same region, or NULL */
+} grad_job;
+
+static void grad_slots(void *ctx, size_t begin, size_t end)
+{
+    const grad_job *J = ctx;
+    const conv_saved *S = J->S;
+    size_t cols = (size_t)S->cs * S->P;
+    for (size_t s = begin; s < end; s++) {
+        float *col = J->col + s * S->K * cols, *rows = J->rows + s * S->O * cols;
+        float *part = J->part + s * (size_t)S->O * S->K;
+        memset(part, 0, (size_t)S->O * S->K * sizeof(float));
+        int lo, hi;
+        slot_samples(S, s, &lo, &hi);
+        for (int b0 = lo; b0 < hi; b0 += S->cs) {
+            int nb = imin(S->cs, hi - b0), N = nb * S->P;
+            sp_im2col(&S->g, J->x, b0, b0 + nb, col);
+            const float *dyt = J->dy + (size_t)b0 * S->O * S->P;
+            if (nb > 1) {
+                gather(S, J->dy, rows, (size_t)N, b0, nb);
+                dyt = rows;
+            }
+            sp_gemm_serial(false, true, S->O, S->K, N, 1.0f, dyt, N, col, N, 1.0f, part, S->K);
+        }
+    }
+    const sp_dnnl_side *d = J->side;   /* this chunk's share of the side work, as dnnl.c's */
+    if (!d) return;
+    size_t ob = d->n * begin / (size_t)S->slots, oe = d->n * end / (size_t)S->slots;
+    if (ob < oe) d->fn(d->ctx, ob, oe);
+}
+
+static void grad_private(sp_node *n, const sp_tensor *dy, const sp_dnnl_side *side)
+{
+    const conv_saved *S = n->saved;
+    size_t cols = (size_t)S->slots * S->cs * S->P, nw = (size_t)S->O * S->K;
+    grad_job J = {.S = S, .x = sp_node_x(n)->data, .dy = dy->data, .side = side};
+    J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
+    J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
+    J.part = sp_tape_alloc(n->tape, (size_t)S->slots * nw * sizeof(float));
+    sp_parallel_for((size_t)S->slots, grad_slots, &J);
+    float *dW = n->layer->params[0]->grad.data;
+    for (int s = 0; s < S->slots; s++)
+        for (size_t i = 0; i < nw; i++) dW[i] += J.part[(size_t)s * nw + i];
+}
+
+static void grad_batched(sp_node *n, const sp_tensor *dy)
+{
+    const conv_saved *S = n->saved;
+    size_t cols = (size_t)S->cg * S->P;
+    float *col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
+    float *rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
+    for (int b0 = 0; b0 < S->B; b0 += S->cg) {
+        int nb = imin(S->cg, S->B - b0), N = nb * S->P;
+        sp_im2col(&S->g, sp_node_x(n)->data, b0, b0 + nb, col);
+        gather_job gj = {.S = S, .dy = dy->data, .rows = rows, .b0 = b0, .N = N};
+        sp_parallel_for((size_t)nb, gather_range, &gj);
+        sp_gemm(false, true, S->O, S->K, N, 1.0f, rows, N, col, N, 1.0f, n->layer->params[0]->grad.data, S->K);
+    }
+}
+
+/* G: dW, and db in the same parallel region where dW takes one (its sums per output
+ * channel do not depend on the split, so the bits are those of a region of its own). */
 static void conv_backward_params(sp_node *n, const sp_tensor *dy)
 {
     const conv_saved *S = n->saved;
+    bias_job B = {.S = S, .dy = dy->data, .db = n->layer->nparams > 1 ? n->layer->params[1]->grad.data : NULL};
+    sp_dnnl_side side = {.fn = bias_grad_range, .ctx = &B, .n = (size_t)S->O}, *bias = B.db ? &side : NULL;
     if (S->dnnl && S->P > DNNL_G_MIN_P) {
         sp_dnnl_conv c = dnnl_shape(S);
-        sp_dnnl_conv_backward_weights(n->tape, &c, sp_node_x(n)->data, dy->data, n->layer->params[0]->grad.data);
-    } else if ((size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS) grad_private(n, dy);
-    else grad_batched(n, dy);
-    if (n->layer->nparams < 2) return;
-    bias_job J = {.S = S, .dy = dy->data, .db = n->layer->params[1]->grad.data};
-    sp_parallel_for((size_t)S->O, bias_grad_range, &J);
+        sp_dnnl_conv_backward_weights(n->tape, &c, sp_node_x(n)->data, dy->data, n->layer->params[0]->grad.data,
+                                      bias);
+        return;
+    }
+    if ((size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS) {
+        grad_private(n, dy, bias);
+        return;
+    }
+    grad_batched(n, dy);
+    if (bias) sp_parallel_for((size_t)S->O, bias_grad_range, &B);
+}
+
+/* G on oneDNN with δ on im2col (few input channels): the thread that runs G's slots
+ * [b, e) then runs δ's same slots and its share of the bias sums, one region for all. */
+typedef struct split_job {
+    delta_job *D;
+    bias_job *B;
+} split_job;
+
+static void split_side(void *ctx, size_t begin, size_t end)
+{
+    const split_job *J = ctx;
+    const conv_saved *S = J->D->S;
+    delta_slots(J->D, begin, end);
+    if (!J->B->db) return;
+    size_t ob = (size_t)S->O * begin / (size_t)S->slots, oe = (size_t)S->O * end / (size_t)S->slots;
+    if (ob < oe) bias_grad_range(J->B, ob, oe);
 }
 
 /* G and δ in one call (the linear engine's path): on oneDNN each slot's dy goes into the
- * blocked layout once for both primitives instead of once for each; bitwise the two
- * calls. Elsewhere the two calls. */
+ * blocked layout once for both primitives instead of once for each, or, where δ runs
+ * im2col, each slot's δ follows its G in the same region; bitwise the two calls.
+ * Elsewhere the two calls. */
 static void conv_backward_input_params(sp_node *n, const sp_tensor *dy, sp_tensor *dx, bool acc)
 {
     const conv_saved *S = n->saved;
-    if (!(S->dnnl && S->P > DNNL_G_MIN_P)) {
+    if (S->dnnl && !S->dnnl_d && S->P > DNNL_G_MIN_P && !acc) {
+        size_t cols = (size_t)S->slots * S->cs * S->P;
+        delta_job D = {.S = S, .W = n->layer->params[0]->value.data, .dy = dy->data, .dx = dx->data};
+        D.dcol = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
+        D.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
+        bias_job B = {.S = S, .dy = dy->data, .db = n->layer->nparams > 1 ? n->layer->params[1]->grad.data : NULL};
+        split_job J = {.D = &D, .B = &B};
+        sp_dnnl_side side = {.fn = split_side, .ctx = &J, .n = (size_t)S->slots};
+        sp_dnnl_conv c = dnnl_shape(S);
+        sp_dnnl_conv_backward_weights(n->tape, &c, sp_node_x(n)->data, dy->data, n->layer->params[0]->grad.data,
+                                      &side);
+        return;
+    }
+    if (!(S->dnnl_d && S->P > DNNL_G_MIN_P)) {
         conv_backward_params(n, dy);
         (acc ? conv_backward_input_acc : conv_backward_input)(n, 0, dy, dx);
         return;
     }
     sp_dnnl_conv c = dnnl_shape(S);
+    bias_job B = {.S = S, .dy = dy->data, .db = n->layer->nparams > 1 ? n->layer->params[1]->grad.data : NULL};
+    sp_dnnl_side side = {.fn = bias_grad_range, .ctx = &B, .n = (size_t)S->O};
     sp_dnnl_conv_backward(n->tape, &c, sp_node_x(n)->data, n->layer->params[0]->value.data, dy->data, dx->data, acc,
-                          n->layer->params[0]->grad.data);
-    if (n->layer->nparams < 2) return;
-    bias_job J = {.S = S, .dy = dy->data, .db = n->layer->params[1]->grad.data};
-    sp_parallel_for((size_t)S->O, bias_grad_range, &J);
+                          n->layer->params[0]->grad.data, B.db ? &side : NULL);
 }
 
 /* ---- Jᵀ ----------------------------------------------------------------------------- */
@@ -530,6 +598,7 @@ const sp_opdef sp_op_conv2d = {
     .free_layer = conv_free,
     .cpu = {
         .forward = conv_forward,
+        .forward_relu = conv_forward_relu,
         .backward_input = conv_backward_input,
         .backward_input_acc = conv_backward_input_acc,
         .backward_params = conv_backward_params,

@@ -96,6 +96,7 @@ static sp_cost relu_cost(const sp_node *n) { return sp_elementwise_cost(n, 1, 1)
 const sp_opdef sp_op_relu = {
     .name = "relu",
     .over_input = true,   /* y > 0 exactly where x > 0: δ and Jᵀ read the same mask from y */
+    .relu = true,         /* a convolution's forward_relu computes it (sp_model_forward) */
     .infer = sp_elementwise_infer,
     .jt_pattern = relu_jt_pattern,
     .cost = relu_cost,

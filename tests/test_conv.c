@@ -2,18 +2,22 @@
  * accumulated central finite differences (tolerance 5e-3 of the largest entry, as in
  * test_layers.c), forward/δ/G against naive direct-loop references (float64, relative
  * 1e-5) with 1 and 2 threads, shapes and bad-shape errors (exit 2), initialisation,
- * cost, and bitwise identical repeats (im2col/col2im: also across thread counts). */
+ * cost, bitwise identical repeats (im2col/col2im: also across thread counts), and the
+ * forward with the ReLU folded in (forward_relu) bitwise the two ops, through a step. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/device.h"
 #include "core/kernels/dnnl.h"
 #include "core/threads.h"
 #include "core/rng.h"
+#include "core/model.h"
 #include "core/tape.h"
 #include "layers/im2col.h"
 #include "layers/layers.h"
+#include "schedulers/backward/engines.h"
 #include "tests/testutil.h"
 
 #define GC_TOL 5e-3
@@ -196,6 +200,25 @@ static void conv_run_op(const conv_cfg *c, uint64_t seed, conv_run *R)
     n->kern->backward_params(n, &dyt);
     memcpy(R->dW, l->params[0]->grad.data, R->nw * sizeof(float));
     memcpy(R->db, l->params[1]->grad.data, (size_t)c->O * sizeof(float));
+    /* δ and G in one call (the linear engine's), overwriting and adding into dx: bitwise
+     * the two calls above on every path */
+    float *dx2 = malloc(R->nx * sizeof(float)), *pre = malloc(R->nx * sizeof(float));
+    tu_fill_uniform(pre, R->nx, seed + 3, -1, 1);
+    for (int acc = 0; acc <= 1; acc++) {
+        memcpy(dx2, pre, R->nx * sizeof(float));
+        sp_tensor dx2t = sp_tensor_4d(dx2, c->B, c->C, c->H, c->W);
+        sp_tensor_zero(&l->params[0]->grad);
+        sp_tensor_zero(&l->params[1]->grad);
+        n->kern->backward_input_params(n, &dyt, &dx2t, acc);
+        for (size_t i = 0; i < R->nx && acc; i++) pre[i] += R->dx[i];   /* what dx += δ gives */
+        const float *want = acc ? pre : R->dx;
+        cr_assert(memcmp(dx2, want, R->nx * sizeof(float)) == 0, "B%d C%d O%d: δ of the one call (acc %d) differs",
+                  c->B, c->C, c->O, acc);
+        cr_assert(memcmp(l->params[0]->grad.data, R->dW, R->nw * sizeof(float)) == 0 &&
+                      memcmp(l->params[1]->grad.data, R->db, (size_t)c->O * sizeof(float)) == 0,
+                  "B%d C%d O%d: G of the one call (acc %d) differs", c->B, c->C, c->O, acc);
+    }
+    free(dx2), free(pre);
     sp_tape_free(&t);
     sp_layer_free(l);
 }
@@ -550,4 +573,94 @@ Test(im2col, same_bits_with_1_and_2_threads)
         }
     for (int t = 0; t < 2; t++) free(col[t]), free(dx[t]);
     free(x);
+}
+
+/* ---- a convolution with its ReLU folded in (sp_kernels.forward_relu) -------------------- */
+
+typedef struct fused_run {
+    float *logits, **grads;
+    bool fused;
+} fused_run;
+
+/* One step of conv → ReLU → 2×2 max pool → fc on a fresh tape, the linear engine's
+ * backward: with reuse (the training step's forward) the conv runs with the ReLU fused. */
+static fused_run fused_step(sp_model *m, const sp_tensor *x, const int *y, bool reuse)
+{
+    for (int p = 0; p < m->nparams; p++) sp_zero(&m->params[p]->grad);
+    sp_tape t;
+    sp_tape_init(&t);
+    t.reuse_inputs = reuse;
+    fused_run r = {.fused = sp_model_fuses_relu(m, &t, 0, SP_CPU)};
+    sp_node *loss = sp_model_loss(m, &t, x, y);
+    const sp_tensor *lg = &loss->input->out;
+    r.logits = malloc(lg->numel * sizeof(float));
+    memcpy(r.logits, lg->data, lg->numel * sizeof(float));
+    sp_engine *e = sp_engine_create("linear", NULL);
+    sp_backward(e, &t, loss);
+    sp_engine_destroy(e);
+    r.grads = calloc((size_t)m->nparams, sizeof *r.grads);
+    for (int p = 0; p < m->nparams; p++) {
+        r.grads[p] = malloc(m->params[p]->grad.numel * sizeof(float));
+        memcpy(r.grads[p], m->params[p]->grad.data, m->params[p]->grad.numel * sizeof(float));
+    }
+    sp_tape_free(&t);
+    return r;
+}
+
+static void fused_free(fused_run *r, int nparams)
+{
+    for (int p = 0; p < nparams; p++) free(r->grads[p]);
+    free(r->grads);
+    free(r->logits);
+}
+
+static void compare_fused(const conv_cfg *c, uint64_t seed)
+{
+    sp_model *m = sp_model_new("fused");
+    sp_model_set_loss(m, sp_softmax_ce());
+    sp_model_add(m, sp_conv2d("conv", c->C, c->O, c->k, c->s, c->p));
+    sp_model_add(m, sp_relu());
+    sp_model_add(m, sp_maxpool2d(2, 2, 0));
+    sp_model_add(m, sp_flatten());
+    int ho = out_size(c->H, c->k, c->s, c->p) / 2, wo = out_size(c->W, c->k, c->s, c->p) / 2;
+    sp_model_add(m, sp_linear("fc", c->O * ho * wo, 10));
+    sp_model_init(m, seed);
+    sp_tensor x = sp_tensor_new(4, (int[]){c->B, c->C, c->H, c->W});
+    tu_fill_uniform(x.data, x.numel, seed + 1, -1, 1);
+    int y[16];
+    for (int b = 0; b < c->B; b++) y[b] = (int)((seed + 3 * (uint64_t)b) % 10);
+    fused_run a = fused_step(m, &x, y, false), f = fused_step(m, &x, y, true);
+    cr_assert(!a.fused && f.fused, "the training step's forward folds the ReLU into the conv (and only it)");
+    cr_assert(memcmp(a.logits, f.logits, (size_t)c->B * 10 * sizeof(float)) == 0,
+              "conv %dx%dx%d → %d, k %d: logits differ with the ReLU folded into the conv", c->C, c->H, c->W, c->O,
+              c->k);
+    for (int p = 0; p < m->nparams; p++)
+        cr_assert(memcmp(a.grads[p], f.grads[p], m->params[p]->grad.numel * sizeof(float)) == 0,
+                  "conv %dx%dx%d → %d, k %d: grad of %s differs with the ReLU folded into the conv", c->C, c->H,
+                  c->W, c->O, c->k, m->params[p]->name);
+    fused_free(&a, m->nparams), fused_free(&f, m->nparams);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+}
+
+/* conv + ReLU in one pass is bitwise the two ops, on both paths (oneDNN and im2col) and
+ * both of oneDNN's (a conv of 1 input channel runs im2col there too), 1–3 threads. */
+Test(conv_relu, fused_forward_matches_conv_then_relu_bitwise)
+{
+    static const conv_cfg cfgs[] = {
+        {.B = 8, .C = 1, .H = 28, .W = 28, .O = 6, .k = 5, .s = 1, .p = 2},   /* LeNet-5's conv1 */
+        {.B = 8, .C = 6, .H = 14, .W = 14, .O = 16, .k = 5, .s = 1, .p = 0},  /* and conv2 */
+        {.B = 3, .C = 17, .H = 11, .W = 10, .O = 20, .k = 3, .s = 1, .p = 1},
+        {.B = 5, .C = 3, .H = 9, .W = 9, .O = 4, .k = 3, .s = 2, .p = 1},
+    };
+    bool was = sp_dnnl_conv_on();
+    for (int dnnl = 0; dnnl <= 1; dnnl++) {
+        if (!sp_dnnl_conv_set(dnnl)) continue;
+        for (int threads = 1; threads <= 3; threads++) {
+            sp_set_threads(threads);
+            for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) compare_fused(&cfgs[i], 90 + i);
+        }
+    }
+    sp_dnnl_conv_set(was);
+    sp_set_threads(1);
 }

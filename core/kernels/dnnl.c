@@ -62,6 +62,11 @@ void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, con
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
 }
+void sp_dnnl_conv_forward_relu(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
+                               float *y)
+{
+    sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
+}
 void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx)
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
@@ -70,12 +75,13 @@ void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const flo
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
 }
-void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw)
+void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw,
+                                   const sp_dnnl_side *side)
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
 }
 void sp_dnnl_conv_backward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *dy,
-                           float *dx, bool acc, float *dw)
+                           float *dx, bool acc, float *dw, const sp_dnnl_side *side)
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
 }
@@ -347,6 +353,7 @@ static size_t up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 typedef struct job {
     int kind, slots;
     bool acc;                     /* BWD_D: add into dx instead of overwriting it */
+    bool relu;                    /* FWD: y = max(y, 0) after each slot's convolution */
     sp_dnnl_conv c;
     entry *e[MAX_SLOTS];
     float *user[NARG];            /* the whole batch; role 1 (weights) not per sample */
@@ -355,7 +362,17 @@ typedef struct job {
     unsigned char *scratch[MAX_SLOTS];
     void *shared_w;               /* weights already in the primitives' layout, or NULL */
     float *partial;               /* BWD_W: [slots][O·C·k·k] */
+    const sp_dnnl_side *side;     /* BWD_W: work in the same region, or NULL */
 } job;
+
+/* The side work's share of the thread that ran slots [begin, end). */
+static void run_side(const job *J, size_t begin, size_t end)
+{
+    const sp_dnnl_side *d = J->side;
+    if (!d || !d->n) return;
+    size_t b = d->n * begin / (size_t)J->slots, e = d->n * end / (size_t)J->slots;
+    if (b < e) d->fn(d->ctx, b, e);
+}
 
 static void slot_range(const job *J, int s, int *b0, int *b1)
 {
@@ -415,6 +432,11 @@ static void exec_slot(const job *J, size_t s, void *dy_in, void **dy_out)
     if (e->reorder[OUT]) run_reorder(m, J->acc ? e->reorder_acc : e->reorder[OUT], use[OUT], user[OUT]);
     for (size_t i = 0; i < acc_n; i++) acc_to[i] += acc_from[i];
     release(m);
+    if (J->relu) {   /* the ReLU's formula (layers/relu.c), on the slot's output still in cache */
+        float *restrict y = J->user[OUT] + (size_t)b0 * J->per_sample[OUT];
+        size_t n = (size_t)(b1 - b0) * J->per_sample[OUT];
+        for (size_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+    }
 }
 
 static void run_slots(void *ctx, size_t begin, size_t end)
@@ -422,6 +444,7 @@ static void run_slots(void *ctx, size_t begin, size_t end)
     const job *J = ctx;
     one_thread();
     for (size_t s = begin; s < end; s++) exec_slot(J, s, NULL, NULL);
+    run_side(J, begin, end);
 }
 
 /* G then δ of one slot on one thread, dy reordered into the blocked layout once for
@@ -440,6 +463,7 @@ static void run_pair_slots(void *ctx, size_t begin, size_t end)
         bool same = dy && dnnl_memory_desc_equal(&P->w->e[s]->want[IN1], &P->d->e[s]->want[IN0]);
         exec_slot(P->d, s, same ? dy : NULL, NULL);
     }
+    run_side(P->w, begin, end);
 }
 
 typedef struct sum_job {
@@ -531,6 +555,14 @@ void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, con
     run(t, FWD, false, c, (float *)x, (float *)w, y, b);
 }
 
+void sp_dnnl_conv_forward_relu(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
+                               float *y)
+{
+    job *J = prepare(t, FWD, false, c, (float *)x, (float *)w, y, b);
+    J->relu = true;
+    sp_parallel_for((size_t)J->slots, run_slots, J);
+}
+
 void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx)
 {
     run(t, BWD_D, false, c, (float *)dy, (float *)w, dx, NULL);
@@ -541,16 +573,21 @@ void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const flo
     run(t, BWD_D, true, c, (float *)dy, (float *)w, dx, NULL);
 }
 
-void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw)
+void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw,
+                                   const sp_dnnl_side *side)
 {
-    run(t, BWD_W, false, c, (float *)x, (float *)dy, dw, NULL);
+    job *J = prepare(t, BWD_W, false, c, (float *)x, (float *)dy, dw, NULL);
+    J->side = side;
+    sp_parallel_for((size_t)J->slots, run_slots, J);
+    finish(J);
 }
 
 void sp_dnnl_conv_backward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *dy,
-                           float *dx, bool acc, float *dw)
+                           float *dx, bool acc, float *dw, const sp_dnnl_side *side)
 {
-    pair P = {.w = prepare(t, BWD_W, false, c, (float *)x, (float *)dy, dw, NULL),
-              .d = prepare(t, BWD_D, acc, c, (float *)dy, (float *)w, dx, NULL)};
+    job *G = prepare(t, BWD_W, false, c, (float *)x, (float *)dy, dw, NULL);
+    G->side = side;
+    pair P = {.w = G, .d = prepare(t, BWD_D, acc, c, (float *)dy, (float *)w, dx, NULL)};
     sp_parallel_for((size_t)P.w->slots, run_pair_slots, &P);
     finish(P.w);
 }

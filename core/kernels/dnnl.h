@@ -45,17 +45,31 @@ bool sp_dnnl_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
 /* y = conv(x, w) + b. Scratch from the tape's arena. */
 void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
                           float *y);
+/* y = max(conv(x, w) + b, 0): the same, each slot's ReLU run on its own thread right
+ * after its convolution; bitwise the call above then y = y > 0 ? y : 0. */
+void sp_dnnl_conv_forward_relu(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
+                               float *y);
 /* dx = convᵀ(dy, w) (overwrites dx). */
 void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx);
 /* dx += convᵀ(dy, w): bitwise dx + (what the call above writes), one add per element,
  * folded into each slot's reorder out of the blocked layout (a sum post-op) or, where
  * the primitive takes dx's layout, added from the slot's scratch on the slot's thread. */
 void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx);
-/* dw += Σ_b dy_b ⋆ x_b; the slots' partial sums are added in slot order. */
-void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw);
+/* Work that rides in the same parallel region as G (conv2d's bias gradient): the
+ * thread that runs slots [s0, s1) of S also runs fn(ctx, n·s0/S, n·s1/S), so [0, n) is
+ * covered once, split as the slots are; fn's bits must not depend on that split. */
+typedef struct sp_dnnl_side {
+    void (*fn)(void *ctx, size_t begin, size_t end);
+    void *ctx;
+    size_t n;
+} sp_dnnl_side;
+/* dw += Σ_b dy_b ⋆ x_b; the slots' partial sums are added in slot order. side: NULL or
+ * work run in the same region. */
+void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw,
+                                   const sp_dnnl_side *side);
 /* Both at once, slot by slot: dw += G and dx = δ (acc: dx += δ), each slot's dy
  * reordered into the blocked layout once for both; bitwise the two calls above. */
 void sp_dnnl_conv_backward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *dy,
-                           float *dx, bool acc, float *dw);
+                           float *dx, bool acc, float *dw, const sp_dnnl_side *side);
 
 #endif
