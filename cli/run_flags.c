@@ -292,6 +292,7 @@ void sp_run_parse(int argc, char **argv, const char *app, const char *summary, s
     sp_flags_quiet_begin();   /* under mpirun a refusal is rank 0's line */
     check_ranges(o);
     sp_flags_quiet_end();
+    if (o->parallel) sp_open_record(true);   /* the files read before the ranks agree (run_parallel.c) */
     /* Started by mpirun (Open MPI's environment; MPI itself starts only with --parallel):
      * without --parallel every rank would train alone and print its own JSON line. Rank 0
      * says so; the others leave quietly, so that the line is printed once and mpirun's
