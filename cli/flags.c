@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "core/error.h"
+#include "core/guard.h"
 #include "cli/flags.h"
 #include "cli/summary.h"
 
@@ -447,6 +448,7 @@ void sp_flags_quiet_end(void)
 
 static void parse(int argc, char **argv, const char *app, const char *summary, sp_flag *set, const sp_flag *elsewhere)
 {
+    sp_guard_off();   /* an app: a refused library call is its one line and exit 2 */
     g_flags = set;
     g_app = app;
     if (!g_output_check) {

@@ -295,6 +295,7 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
                     test->name, dims(test, a, sizeof a), train->name, dims(train, b, sizeof b));
     }
     sp_lr_schedule sched = sp_lr_parse(o->lr_schedule, o->lr);
+    if (isnan(sched.lr0)) sp_fail("%s", sp_last_error());
     sp_run_session s;
     /* A dataset opened for rows (--parallel) holds no row yet; which rows this rank reads
      * is known once the session is: sample 0 now (the session is checked on it), the

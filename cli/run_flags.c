@@ -6,6 +6,7 @@
  * flags.c's. */
 #include <errno.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
@@ -233,7 +234,8 @@ static void check_ranges(sp_run_opts *o)
     if (o->momentum < 0 || o->momentum >= 1) sp_fail("--momentum %g: expected in [0, 1)", o->momentum);
     if (sp_flag_given("step-sync") && !(o->clip_grad_norm > 0))
         sp_fail("--step-sync %s needs --clip-grad-norm > 0 (with no clip there is no norm to wait for)", o->step_sync);
-    if (sp_flag_given("lr-schedule")) sp_lr_parse(o->lr_schedule, o->lr);   /* fail before any data is read */
+    if (sp_flag_given("lr-schedule") && isnan(sp_lr_parse(o->lr_schedule, o->lr).lr0))
+        sp_fail("%s", sp_last_error());   /* before any data is read */
     if (!o->data && sp_flag_given("data-format")) run_data_format(o);   /* one that needs --data */
     o->plan_full = o->plan_arg && strcmp(o->plan_arg, "full") == 0;
     if (o->mem_limit_arg && sp_mem_limit_parse("--mem-limit", o->mem_limit_arg, &o->mem_limit,
@@ -290,6 +292,7 @@ void sp_run_parse(int argc, char **argv, const char *app, const char *summary, s
     sp_flags_quiet_begin();   /* under mpirun a refusal is rank 0's line */
     check_ranges(o);
     sp_flags_quiet_end();
+    if (o->parallel) sp_open_record(true);   /* the files read before the ranks agree (run_parallel.c) */
     /* Started by mpirun (Open MPI's environment; MPI itself starts only with --parallel):
      * without --parallel every rank would train alone and print its own JSON line. Rank 0
      * says so; the others leave quietly, so that the line is printed once and mpirun's

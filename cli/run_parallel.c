@@ -95,7 +95,13 @@ static void ranks_agree(const char *app, const sp_run_opts *o, const sp_model *m
     const char *files[][2] = {{"actions", o->actions}, {"costs", o->costs}, {"comm-profile", o->comm_profile},
                               {"load", o->load}};
     enum { NFILES = sizeof files / sizeof files[0] };
-    enum { E_APP, E_FLAGS, E = E_FLAGS + MAX_DIGEST + 2 + NFILES };   /* then the model, the data, the files */
+    /* and every file read since the flags were parsed (the datasets' files): each of the
+     * first NREAD - 1 in a slot of its own, the rest together in the last */
+    enum { NREAD = 8 };
+    sp_open_record(false);
+    const char *const *read;
+    int nread = sp_opened_files(&read);
+    enum { E_APP, E_FLAGS, E = E_FLAGS + MAX_DIGEST + 2 + NFILES + NREAD };   /* then the model, the data, the files */
     uint64_t h[E] = {0};
     h[E_APP] = hash_text(hash_text(2166136261u, app), m->name);
     for (int i = 0; i < nf; i++) h[E_FLAGS + i] = d[i].hash;
@@ -109,7 +115,12 @@ static void ranks_agree(const char *app, const sp_run_opts *o, const sp_model *m
     h[E_FLAGS + nf + 1] = hd;
     int e_files = E_FLAGS + nf + 2;
     for (int i = 0; i < NFILES; i++) h[e_files + i] = files[i][1] ? hash_file(files[i][1]) : 0;
-    int used = e_files + NFILES;
+    int e_read = e_files + NFILES;
+    for (int i = 0; i < nread; i++) {   /* the path too: another list of files is another slot's */
+        int e = e_read + (i < NREAD - 1 ? i : NREAD - 1);
+        h[e] = (h[e] ^ hash_file(read[i]) ^ hash_text(2166136261u, read[i])) * 0x100000001b3ull | 1;
+    }
+    int used = e_read + NREAD;
     /* 16 bits per float: exact in any float and in any MPI implementation */
     float *mine = sp_xcalloc(4 * E, sizeof *mine), *all = sp_xcalloc((size_t)W * 4 * E, sizeof *all);
     for (int e = 0; e < E; e++)
@@ -119,6 +130,14 @@ static void ranks_agree(const char *app, const sp_run_opts *o, const sp_model *m
         char ranks[256];
         int nd = ranks_differing(all, W, E, e, ranks, sizeof ranks);
         if (!nd) continue;
+        if (e >= e_read) {
+            int i = e - e_read;
+            sp_comm_fail_all(w, "--parallel %s: the ranks read different files as %s%s: rank%s %s read%s other contents "
+                                "than rank 0 (every rank must read the same bytes: one file on a shared disk, or "
+                                "identical copies)",
+                             o->parallel, i < nread ? read[i] : "the input files", i == NREAD - 1 && nread > NREAD ?
+                             " or the files read after it" : "", nd > 1 ? "s" : "", ranks, nd > 1 ? "" : "s");
+        }
         if (e >= e_files) {
             const char *const *fl = files[e - e_files];
             bool unread = false;   /* rank 0 or another cannot read it (hash 0) */

@@ -15,6 +15,7 @@
 #include "schedulers/memory/memory.h"
 #include "cli/run.h"
 #include "cli/summary.h"
+#include "core/guard.h"
 
 /* ---- output ------------------------------------------------------------------------- */
 
@@ -57,16 +58,19 @@ static void key(sp_json *j, const char *k)
     j->first = false;
 }
 
-void sp_json_begin(sp_json *j)
+int sp_json_begin(sp_json *j)
 {
+    SP_GUARD(SP_ERR);
     if (!j) sp_fail("sp_json_begin: argument 'j' is NULL");
     j->len = 0;
     j->first = true;
     put(j, "{");
+    return SP_OK;
 }
 
-void sp_json_str(sp_json *j, const char *k, const char *v)
+int sp_json_str(sp_json *j, const char *k, const char *v)
 {
+    SP_GUARD(SP_ERR);
     if (!j) sp_fail("sp_json_str: argument 'j' is NULL");
     if (!k) sp_fail("sp_json_str: argument 'k' is NULL");
     key(j, k);
@@ -77,40 +81,49 @@ void sp_json_str(sp_json *j, const char *k, const char *v)
         else put(j, "%c", *c);
     }
     put(j, "\"");
+    return SP_OK;
 }
 
-void sp_json_num(sp_json *j, const char *k, double v)
+int sp_json_num(sp_json *j, const char *k, double v)
 {
+    SP_GUARD(SP_ERR);
     if (!j) sp_fail("sp_json_num: argument 'j' is NULL");
     if (!k) sp_fail("sp_json_num: argument 'k' is NULL");
     key(j, k);
     if (isfinite(v)) put(j, "%.9g", v);
     else put(j, "null");
+    return SP_OK;
 }
 
-void sp_json_int(sp_json *j, const char *k, long v)
+int sp_json_int(sp_json *j, const char *k, long v)
 {
+    SP_GUARD(SP_ERR);
     if (!j) sp_fail("sp_json_int: argument 'j' is NULL");
     if (!k) sp_fail("sp_json_int: argument 'k' is NULL");
     key(j, k);
     put(j, "%ld", v);
+    return SP_OK;
 }
 
-void sp_json_raw(sp_json *j, const char *k, const char *raw)
+int sp_json_raw(sp_json *j, const char *k, const char *raw)
 {
+    SP_GUARD(SP_ERR);
     if (!j) sp_fail("sp_json_raw: argument 'j' is NULL");
     if (!k) sp_fail("sp_json_raw: argument 'k' is NULL");
     if (!raw) sp_fail("sp_json_raw: argument 'raw' is NULL");
     key(j, k);
     put(j, "%s", raw);
+    return SP_OK;
 }
 
-void sp_json_end_print(sp_json *j)
+int sp_json_end_print(sp_json *j)
 {
+    SP_GUARD(SP_ERR);
     if (!j) sp_fail("sp_json_end_print: argument 'j' is NULL");
     put(j, "}");
     printf("%s\n", j->buf);
     sp_stdout_check();
+    return SP_OK;
 }
 
 static void put_str(void *j, const char *k, const char *v) { sp_json_str(j, k, v); }
@@ -119,6 +132,7 @@ static void put_int(void *j, const char *k, long v) { sp_json_int(j, k, v); }
 
 sp_report_writer sp_json_writer(sp_json *j)
 {
+    SP_GUARD((sp_report_writer){0});
     if (!j) sp_fail("sp_json_writer: argument 'j' is NULL");
     return (sp_report_writer){j, put_str, put_num, put_int};
 }

@@ -1,10 +1,12 @@
 /* error.c — returnable errors (thread-local message), one-line exits for apps, checked
  * allocation, the ceiling on file-driven allocations. */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
+#include "core/guard.h"
 #include "core/tensor.h"
 
 #define ERR_LEN 1024
@@ -161,4 +163,26 @@ const char *sp_shape_str(const sp_tensor *t, char *buf, size_t len)
         k += (size_t)snprintf(buf + k, len - k, i ? ", %d" : "%d", t->shape[i]);
     if (k < len) snprintf(buf + k, len - k, "]");
     return buf;
+}
+
+/* ---- guards at the public entry points (core/guard.h) ---- */
+
+static bool guards_off;   /* set once by the apps' layer, before any thread starts */
+
+int sp_try_active(void) { return try_frame != NULL; }
+
+void sp_guard_off(void) { guards_off = true; }
+
+int sp_guard_enter(sp_guard *g)
+{
+    g->outer = try_frame;
+    g->armed = try_frame == NULL && !guards_off;
+    if (g->armed) try_frame = &g->frame;
+    return g->armed;
+}
+
+void sp_guard_leave(sp_guard *g)
+{
+    if (g->armed) try_frame = g->outer;
+    g->armed = 0;
 }

@@ -17,6 +17,17 @@
  *    sp_model_check_finite, the constructors by name sp_optim_create and
  *    sp_engine_create (an unknown name or options the optimizer or engine refuses), the
  *    lookups sp_model_param,
+ *    and, through a guard at the entry (core/guard.h: outside any sp_try an sp_fail
+ *    below it returns the call's failure value), models (every sp_model_*, sp_zoo_*),
+ *    layer constructors (layers/layers.h), engines (sp_engine_*, sp_backward*,
+ *    sp_mark_needs_grad, sp_alloc_grads; an sp_fail on an engine's lane thread or worker
+ *    comes back as the call's status), optimizers and schedules (sp_optim_*, sp_sgd_new,
+ *    sp_adam_new, sp_grad_*, sp_clip_grad_norm, sp_lr_*), the loader's iteration
+ *    (sp_loader_next, _set_epoch, _reset_epoch, _epoch, _nbatches, _batch), sample
+ *    access (sp_dataset_get, sp_dataset_sample_numel), sp_train_step_accum,
+ *    sp_step_graph_*, the JSON writer (sp_json_*) — each header names the failure
+ *    values (NULL, SP_ERR, NaN, -1, false, SP_MODEL_NONE); in an app (after
+ *    sp_flags_parse or sp_run_parse) these end the process with their line instead,
  *    sp_st_find / _at / _metadata / _path, sp_file_alloc, sp_try, sp_error. Most are
  *    declared SP_MUST_CHECK, so an ignored status is a compiler warning. A failed call
  *    leaves its outputs untouched unless its header says otherwise, and frees what it
@@ -26,16 +37,11 @@
  *  - Checked by sp_try: construction from user input and the calls inside a step, whose
  *    checks are sp_fail — tensors (sp_tensor_*, sp_shape_*), the RNG (sp_rng_*), tapes
  *    and ops (sp_tape_*, sp_apply*, sp_param_new, sp_buffer_new, sp_node_*,
- *    sp_fill_uniform, sp_arena_*, sp_csr_*), models (every sp_model_* not listed above,
- *    sp_zoo_*), layer constructors (layers/layers.h), engines (sp_engine_* but
- *    sp_engine_create, sp_backward*, sp_mark_needs_grad, sp_alloc_grads), optimizers and
- *    schedules (sp_optim_* but sp_optim_create, sp_sgd_new, sp_adam_new, sp_lr_*),
- *    threads (sp_set_threads, sp_parallel_for, sp_spin_until), the loader's iteration
- *    (sp_loader_next, _set_epoch, _reset_epoch, _epoch, _nbatches, _batch), sample access
- *    (sp_dataset_get, sp_dataset_sample_numel), sp_train_step_accum, sp_step_graph_*, the JSON
- *    writer (sp_json_*), sp_xstrdup, sp_shape_str. A NULL pointer, a negative count or
- *    a bad size or configuration is an sp_fail naming it ("sp_tape_input: argument 'x'
- *    is NULL", "linear fc1: input [8, 5], expected [B, 4]"): inside sp_try (below) the
+ *    sp_fill_uniform, sp_arena_*, sp_csr_*),
+ *    threads (sp_set_threads, sp_parallel_for, sp_spin_until), sp_xstrdup, sp_shape_str.
+ *    A NULL pointer, a negative count or a bad size or configuration is an sp_fail
+ *    naming it ("sp_tape_input: argument 'x' is NULL", "linear fc1: input [8, 5],
+ *    expected [B, 4]"): inside sp_try (below) the
  *    call returns there with SP_ERR and the message; outside sp_try the process prints
  *    "scanprop: <message>" and exits 2. Never a crash. sp_train runs its loop under
  *    sp_try, so a step that fails comes back as its status.

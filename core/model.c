@@ -5,17 +5,20 @@
 #include "core/model.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/guard.h"
 
 sp_model *sp_model_new(const char *name)
 {
+    SP_GUARD(NULL);
     if (!name) sp_fail("sp_model_new: argument 'name' is NULL");
     sp_model *m = sp_xcalloc(1, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", name);
     return m;
 }
 
-void sp_model_set_loss(sp_model *m, sp_layer *loss)
+int sp_model_set_loss(sp_model *m, sp_layer *loss)
 {
+    SP_GUARD(SP_ERR);
     if (!m) sp_fail("sp_model_set_loss: argument 'm' is NULL");
     if (!loss) sp_fail("sp_model_set_loss: argument 'loss' is NULL");
     if (loss && loss->nparams > 0)
@@ -23,6 +26,7 @@ void sp_model_set_loss(sp_model *m, sp_layer *loss)
                 m->name, loss->op->name);
     if (m->loss != loss) sp_layer_free(m->loss);
     m->loss = loss;
+    return SP_OK;
 }
 
 void sp_model_free(sp_model *m)
@@ -68,10 +72,16 @@ static int add_check(const sp_model *m, const sp_layer *l, int ninputs, const in
 
 int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from)
 {
+    SP_GUARD(SP_MODEL_NONE);
     if (!m) sp_fail("sp_model_add_from: argument 'm' is NULL");
     if (!l) sp_fail("sp_model_add_from: argument 'l' is NULL");
     if (ninputs > 0 && !from) sp_fail("sp_model_add_from: argument 'from' is NULL");
-    if (add_check(m, l, ninputs, from) != SP_OK) sp_fail("%s", sp_last_error());
+    if (add_check(m, l, ninputs, from) != SP_OK) {
+        bool owned = false;   /* a layer already in m stays m's; any other is freed (ownership taken) */
+        for (int i = 0; i < m->nlayers && !owned; i++) owned = m->layers[i] == l;
+        if (!owned) sp_layer_free(l);
+        return SP_MODEL_NONE;
+    }
     l->eval = m->eval;
     if (m->nlayers == m->cap_layers) {
         m->cap_layers = m->cap_layers ? 2 * m->cap_layers : 16;
@@ -107,41 +117,39 @@ int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from)
 int sp_model_add(sp_model *m, sp_layer *l)
 {
     if (!m || !l) return sp_error("sp_model_add: %s is NULL", !m ? "the model" : "the layer"), SP_MODEL_NONE;
-    int from = sp_model_last(m);
-    if (add_check(m, l, 1, &from) != SP_OK) {
-        bool owned = false;   /* a layer already in m stays m's; any other is freed (ownership taken) */
-        for (int i = 0; i < m->nlayers && !owned; i++) owned = m->layers[i] == l;
-        if (!owned) sp_layer_free(l);
-        return SP_MODEL_NONE;
-    }
+    int from = m->nlayers - 1;
     return sp_model_add_from(m, l, 1, &from);
 }
 
 int sp_model_last(const sp_model *m)
 {
+    SP_GUARD(SP_MODEL_NONE);
     if (!m) sp_fail("sp_model_last: argument 'm' is NULL");
     return m->nlayers - 1;
 }
 
 bool sp_model_is_chain(const sp_model *m)
 {
+    SP_GUARD(false);
     if (!m) sp_fail("sp_model_is_chain: argument 'm' is NULL");
     for (int i = 0; i < m->nlayers; i++)
         if (m->from_start[i + 1] - m->from_start[i] != 1 || m->from[m->from_start[i]] != i - 1) return false;
     return true;
 }
 
-void sp_model_init(sp_model *m, uint64_t seed)
+int sp_model_init(sp_model *m, uint64_t seed)
 {
+    SP_GUARD(SP_ERR);
     if (!m) sp_fail("sp_model_init: argument 'm' is NULL");
     sp_rng r;
     sp_rng_seed(&r, seed);
     if (m->init) {
         m->init(m, &r);
-        return;
+        return SP_OK;
     }
     for (int i = 0; i < m->nlayers; i++)
         if (m->layers[i]->op->init_params) m->layers[i]->op->init_params(m->layers[i], &r);
+    return SP_OK;
 }
 
 /* Whether layer i may run over its one input, layer j's output (t->reuse_inputs): an
@@ -162,6 +170,7 @@ static bool over_input(const sp_model *m, const sp_tape *t, int i, int j, const 
 
 bool sp_model_fuses_relu(const sp_model *m, const sp_tape *t, int i, sp_device dev)
 {
+    SP_GUARD(false);
     if (!m) sp_fail("sp_model_fuses_relu: argument 'm' is NULL");
     if (!t) sp_fail("sp_model_fuses_relu: argument 't' is NULL");
     if (i < 0 || i + 1 >= m->nlayers || !m->layers[i + 1]->op->relu || m->from[m->from_start[i + 1]] != i) return false;
@@ -169,7 +178,7 @@ bool sp_model_fuses_relu(const sp_model *m, const sp_tape *t, int i, sp_device d
     return over_input_on(m, t, i + 1, i, dev) && sp_op_kernels(m->layers[i]->op, dev)->forward_relu;
 }
 
-sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x)
+static sp_node *model_forward(sp_model *m, sp_tape *t, sp_node *x)
 {
     if (!m) sp_fail("sp_model_forward: argument 'm' is NULL");
     if (!t) sp_fail("sp_model_forward: argument 't' is NULL");
@@ -205,8 +214,15 @@ sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x)
     return m->nlayers ? in[m->nlayers - 1] : x;
 }
 
+sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x)
+{
+    SP_GUARD(NULL);
+    return model_forward(m, t, x);
+}
+
 sp_node *sp_model_loss(sp_model *m, sp_tape *t, const sp_tensor *x, const int *labels)
 {
+    SP_GUARD(NULL);
     if (!m) sp_fail("sp_model_loss: argument 'm' is NULL");
     if (!t) sp_fail("sp_model_loss: argument 't' is NULL");
     if (!x) sp_fail("sp_model_loss: argument 'x' is NULL");
@@ -226,31 +242,38 @@ sp_param *sp_model_param(const sp_model *m, const char *name)
 
 int sp_model_nstate(const sp_model *m)
 {
+    SP_GUARD(-1);
     if (!m) sp_fail("sp_model_nstate: argument 'm' is NULL");
     return m->nparams + m->nbuffers;
 }
 
 sp_param *sp_model_state(const sp_model *m, int i)
 {
+    SP_GUARD(NULL);
     if (!m) sp_fail("sp_model_state: argument 'm' is NULL");
     return i < m->nparams ? m->params[i] : m->buffers[i - m->nparams];
 }
 
-void sp_model_set_training(sp_model *m, bool training)
+int sp_model_set_training(sp_model *m, bool training)
 {
+    SP_GUARD(SP_ERR);
     if (!m) sp_fail("sp_model_set_training: argument 'm' is NULL");
     m->eval = !training;
     for (int i = 0; i < m->nlayers; i++) m->layers[i]->eval = !training;
+    return SP_OK;
 }
 
-void sp_model_zero_grad(sp_model *m)
+int sp_model_zero_grad(sp_model *m)
 {
+    SP_GUARD(SP_ERR);
     if (!m) sp_fail("sp_model_zero_grad: argument 'm' is NULL");
     for (int i = 0; i < m->nparams; i++) sp_zero(&m->params[i]->grad);
+    return SP_OK;
 }
 
 const char *sp_model_layer_label(const sp_model *m, int i, char *buf, size_t len)
 {
+    SP_GUARD(NULL);
     if (!m) sp_fail("sp_model_layer_label: argument 'm' is NULL");
     if (!buf) sp_fail("sp_model_layer_label: argument 'buf' is NULL");
     const sp_layer *l = m->layers[i];
@@ -266,6 +289,7 @@ const char *sp_model_layer_label(const sp_model *m, int i, char *buf, size_t len
 
 size_t sp_model_numel(const sp_model *m)
 {
+    SP_GUARD(0);
     if (!m) sp_fail("sp_model_numel: argument 'm' is NULL");
     size_t n = 0;
     for (int i = 0; i < m->nparams; i++) n += m->params[i]->value.numel;
@@ -274,6 +298,7 @@ size_t sp_model_numel(const sp_model *m)
 
 sp_node *sp_model_forward_shapes(sp_model *m, sp_tape *t, int batch, int ndim, const int *sample_shape)
 {
+    SP_GUARD(NULL);
     if (!m) sp_fail("sp_model_forward_shapes: argument 'm' is NULL");
     if (!t) sp_fail("sp_model_forward_shapes: argument 't' is NULL");
     if (ndim > 0 && !sample_shape) sp_fail("sp_model_forward_shapes: argument 'sample_shape' is NULL");
@@ -286,8 +311,9 @@ sp_node *sp_model_forward_shapes(sp_model *m, sp_tape *t, int batch, int ndim, c
     return sp_model_forward(m, t, sp_tape_input(t, &x));
 }
 
-void sp_model_summary(sp_model *m, int ndim, const int *sample_shape, FILE *f)
+int sp_model_summary(sp_model *m, int ndim, const int *sample_shape, FILE *f)
 {
+    SP_GUARD(SP_ERR);
     if (!m) sp_fail("sp_model_summary: argument 'm' is NULL");
     if (ndim > 0 && !sample_shape) sp_fail("sp_model_summary: argument 'sample_shape' is NULL");
     if (!f) sp_fail("sp_model_summary: argument 'f' is NULL");
@@ -319,4 +345,5 @@ void sp_model_summary(sp_model *m, int ndim, const int *sample_shape, FILE *f)
     fprintf(f, "total: %d layers, %zu parameters, %.0f forward FLOPs per sample%s\n", m->nlayers, sp_model_numel(m),
             flops, sp_model_is_chain(m) ? " (a chain)" : " (a DAG)");
     sp_tape_free(&t);
+    return SP_OK;
 }

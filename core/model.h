@@ -47,11 +47,18 @@ typedef struct sp_model {
     void (*init)(struct sp_model *m, sp_rng *r);
 } sp_model;
 
+/* Every call below but sp_model_free is fallible (core/error.h's first kind): a NULL
+ * model, layer or tape, a bad index, size or loss returns SP_ERR (the int calls), NULL
+ * (pointers), SP_MODEL_NONE (layer indices), false (sp_model_is_chain), -1
+ * (sp_model_nstate) or 0 (sp_model_numel), with the message in sp_last_error(); it
+ * never ends the process. Inside sp_try an sp_fail goes to that sp_try as before. */
+
 /* An empty model, without a loss: whoever builds it sets one (sp_model_set_loss). */
 sp_model *sp_model_new(const char *name);
 /* The loss node's layer (owned from now on, replacing and freeing any earlier one): a
- * parameter-free op of one input taking labels, e.g. sp_softmax_ce() (layers/layers.h). */
-void sp_model_set_loss(sp_model *m, sp_layer *loss);
+ * parameter-free op of one input taking labels, e.g. sp_softmax_ce() (layers/layers.h).
+ * A refused loss (one with parameters) is not taken: SP_ERR, the caller still owns it. */
+int sp_model_set_loss(sp_model *m, sp_layer *loss);
 void sp_model_free(sp_model *m);
 #define SP_MODEL_INPUT (-1)
 /* What sp_model_add returns for a NULL model or layer: no layer's index, and not the
@@ -66,15 +73,15 @@ void sp_model_free(sp_model *m);
 int sp_model_add(sp_model *m, sp_layer *l);
 /* l (owned from now on) reading the outputs of layers from[0..ninputs-1], indices of
  * earlier layers or SP_MODEL_INPUT, in l's argument order. Returns l's index. Bad
- * index or arity, a layer added twice, a duplicate name: sp_fail naming the model and
- * layer. */
+ * index or arity, a layer added twice, a duplicate name: SP_MODEL_NONE naming the model
+ * and layer, m unchanged, and l freed unless it is m's already. */
 int sp_model_add_from(sp_model *m, sp_layer *l, int ninputs, const int *from);
 /* Layer i's name as sp_node_label gives its node: the layer's name, or "<op>_<k>" with k
  * counting that op's layers up to i (the model's forward applies them in this order). */
 const char *sp_model_layer_label(const sp_model *m, int i, char *buf, size_t len);
 int sp_model_last(const sp_model *m);                  /* index of the last layer; SP_MODEL_INPUT if none */
 bool sp_model_is_chain(const sp_model *m);
-void sp_model_init(sp_model *m, uint64_t seed);        /* m->init, else PyTorch defaults */
+int sp_model_init(sp_model *m, uint64_t seed);        /* m->init, else PyTorch defaults */
 sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x);
 /* Whether sp_model_forward on t, its input x on device dev, runs layer i with the ReLU
  * of layer i + 1 folded into its forward (sp_apply_fused_relu, then
@@ -85,7 +92,7 @@ bool sp_model_fuses_relu(const sp_model *m, const sp_tape *t, int i, sp_device d
  * the freshly initialised tape t: its nodes carry their output shapes and costs. The
  * caller frees t. */
 sp_node *sp_model_forward_shapes(sp_model *m, sp_tape *t, int batch, int ndim, const int *sample_shape);
-/* forward + the model's loss node; sp_fail if it has none. */
+/* forward + the model's loss node; NULL if it has none. */
 sp_node *sp_model_loss(sp_model *m, sp_tape *t, const sp_tensor *x, const int *labels);
 /* A parameter or buffer by its PyTorch name; NULL if none. */
 sp_param *sp_model_param(const sp_model *m, const char *name);
@@ -96,11 +103,11 @@ sp_param *sp_model_state(const sp_model *m, int i);
  * parameters and forward FLOPs per sample; then the totals. The model is recorded on a
  * shape-only tape for one sample of sample_shape (ndim dims, no batch dim): nothing
  * runs. */
-void sp_model_summary(sp_model *m, int ndim, const int *sample_shape, FILE *f);
+int sp_model_summary(sp_model *m, int ndim, const int *sample_shape, FILE *f);
 /* Training mode (the default) or eval mode for every layer: batch norm's statistics,
  * dropout. */
-void sp_model_set_training(sp_model *m, bool training);
-void sp_model_zero_grad(sp_model *m);
+int sp_model_set_training(sp_model *m, bool training);
+int sp_model_zero_grad(sp_model *m);
 size_t sp_model_numel(const sp_model *m);
 
 #ifdef __cplusplus

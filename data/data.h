@@ -66,13 +66,18 @@ struct sp_dataset {
     long long file_bytes_read, file_bytes_kept;
 };
 
+/* Sample access and the loader's iteration below are fallible (core/error.h's first
+ * kind): a NULL argument, an index out of range, a sample the source cannot give returns
+ * SP_ERR (int calls; -1 for the counts), 0 (sp_dataset_sample_numel) or false
+ * (sp_loader_next: check sp_last_error() to tell a failure from an epoch's end), with
+ * the message in sp_last_error(); nothing exits. */
 size_t sp_dataset_sample_numel(const sp_dataset *d);
 /* Bytes an in-memory dataset of sp_dataset_new_u8/_f32 holds (samples and labels), or
  * one opened for a subset of rows (the rows it holds, and its per-row map of 2 ints); 0
  * for one generated on demand or held elsewhere (--mem-report), and for NULL. */
 size_t sp_dataset_bytes(const sp_dataset *d);
 /* d->get, bounds-checked, then normalisation if set. */
-void sp_dataset_get(sp_dataset *d, int i, float *x, int *y);
+int sp_dataset_get(sp_dataset *d, int i, float *x, int *y);
 /* The label of sample i: d->label, or (without one) get into scratch (sample_numel
  * floats). Returns whether the sample's input had to be read for it. */
 bool sp_dataset_label(sp_dataset *d, int i, float *scratch, int *y);
@@ -230,9 +235,9 @@ double sp_loader_bytes_read(const sp_loader *l);
 bool sp_loader_next(sp_loader *l, sp_batch *out);
 /* Start epoch `epoch` from its first batch (a no-op if it is the current epoch and no
  * batch of it was taken yet). Epoch 0 is current after sp_loader_new. */
-void sp_loader_set_epoch(sp_loader *l, int epoch);
+int sp_loader_set_epoch(sp_loader *l, int epoch);
 /* Start the next epoch: sp_loader_set_epoch(l, current + 1). */
-void sp_loader_reset_epoch(sp_loader *l);
+int sp_loader_reset_epoch(sp_loader *l);
 int sp_loader_epoch(const sp_loader *l);
 int sp_loader_nbatches(const sp_loader *l);
 /* The size of a full batch as run: the batch size, or the dataset's size if smaller. */

@@ -8,6 +8,7 @@
 #include "core/io/safetensors.h"
 #include "data/data.h"
 #include "data/rowset.h"
+#include "core/guard.h"
 
 /* Samples as bytes (pixels, divided by `divisor` on the way out) or as floats. A padded
  * byte dataset (sp_dataset_pad) keeps its images as read, src_h × src_w, and zero-pads
@@ -23,6 +24,7 @@ typedef struct mem_dataset {
 
 size_t sp_dataset_sample_numel(const sp_dataset *d)
 {
+    SP_GUARD(0);
     if (!d) sp_fail("sp_dataset_sample_numel: argument 'd' is NULL");
     return sp_shape_numel(d->ndim, d->shape);
 }
@@ -211,7 +213,7 @@ bool sp_dataset_label(sp_dataset *d, int i, float *scratch, int *y)
     return true;
 }
 
-void sp_dataset_get(sp_dataset *d, int i, float *x, int *y)
+static void dataset_get(sp_dataset *d, int i, float *x, int *y)
 {
     if (!d) sp_fail("sp_dataset_get: argument 'd' is NULL");
     if (!x) sp_fail("sp_dataset_get: argument 'x' is NULL");
@@ -228,6 +230,13 @@ void sp_dataset_get(sp_dataset *d, int i, float *x, int *y)
         int c = nch == 1 ? 0 : d->ndim == 3 ? (int)(j / plane) : (int)(j % cdim);
         x[j] = (x[j] - d->mean[c]) / d->std[c];
     }
+}
+
+int sp_dataset_get(sp_dataset *d, int i, float *x, int *y)
+{
+    SP_GUARD(SP_ERR);
+    dataset_get(d, i, x, y);
+    return SP_OK;
 }
 
 int sp_dataset_read_rows(sp_dataset *d, const unsigned char *keep, bool last)

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/data.h"
+#include "core/guard.h"
 
 struct sp_loader {
     sp_dataset *d;
@@ -221,6 +222,7 @@ double sp_loader_bytes_read(const sp_loader *l)
 
 bool sp_loader_next(sp_loader *l, sp_batch *out)
 {
+    SP_GUARD(false);
     if (!l) sp_fail("sp_loader_next: argument 'l' is NULL");
     if (!out) sp_fail("sp_loader_next: argument 'out' is NULL");
     if (l->taken >= l->nbatches) return false;
@@ -241,11 +243,12 @@ bool sp_loader_next(sp_loader *l, sp_batch *out)
     return true;
 }
 
-void sp_loader_set_epoch(sp_loader *l, int epoch)
+int sp_loader_set_epoch(sp_loader *l, int epoch)
 {
+    SP_GUARD(SP_ERR);
     if (!l) sp_fail("sp_loader_set_epoch: argument 'l' is NULL");
     if (epoch < 0) sp_fail("loader: epoch %d (expected >= 0)", epoch);
-    if (epoch == l->epoch && l->taken == 0) return;
+    if (epoch == l->epoch && l->taken == 0) return SP_OK;
     if (l->prefetch) {
         /* Wait out a batch being assembled: it reads order[] and writes a slot. */
         pthread_mutex_lock(&l->mu);
@@ -259,25 +262,31 @@ void sp_loader_set_epoch(sp_loader *l, int epoch)
         pthread_cond_broadcast(&l->work);
         pthread_mutex_unlock(&l->mu);
     }
+    return SP_OK;
 }
 
-void sp_loader_reset_epoch(sp_loader *l)
+int sp_loader_reset_epoch(sp_loader *l)
 {
+    SP_GUARD(SP_ERR);
     if (!l) sp_fail("sp_loader_reset_epoch: argument 'l' is NULL");
     sp_loader_set_epoch(l, l->epoch + 1);
+    return SP_OK;
 }
 int sp_loader_epoch(const sp_loader *l)
 {
+    SP_GUARD(-1);
     if (!l) sp_fail("sp_loader_epoch: argument 'l' is NULL");
     return l->epoch;
 }
 int sp_loader_nbatches(const sp_loader *l)
 {
+    SP_GUARD(-1);
     if (!l) sp_fail("sp_loader_nbatches: argument 'l' is NULL");
     return l->nbatches;
 }
 int sp_loader_batch(const sp_loader *l)
 {
+    SP_GUARD(-1);
     if (!l) sp_fail("sp_loader_batch: argument 'l' is NULL");
     return l->batch < l->d->n ? l->batch : l->d->n;
 }

@@ -17,6 +17,7 @@
 #include "layers/im2col.h"
 #include "layers/layers.h"
 #include "layers/pool2d.h"
+#include "core/guard.h"
 
 /* ---- avgpool2d(k, stride, pad) --------------------------------------------------------- */
 
@@ -85,7 +86,11 @@ const sp_opdef sp_op_avgpool2d = {
     },
 };
 
-sp_layer *sp_avgpool2d(int k, int stride, int pad) { return sp_pool2d_layer_new(&sp_op_avgpool2d, k, stride, pad); }
+sp_layer *sp_avgpool2d(int k, int stride, int pad)
+{
+    SP_GUARD(NULL);
+    return sp_pool2d_layer_new(&sp_op_avgpool2d, k, stride, pad);
+}
 
 /* ---- global average pooling -------------------------------------------------------- */
 

@@ -40,6 +40,7 @@
 #include "core/tape.h"
 #include "layers/batchnorm2d_internal.h"
 #include "layers/layers.h"
+#include "core/guard.h"
 
 #define BN(n) ((const bn_layer *)(n)->layer)
 
@@ -536,12 +537,14 @@ static sp_layer *bn_new(const char *name, int channels, bool relu)
 
 sp_layer *sp_batchnorm2d(const char *name, int channels)
 {
+    SP_GUARD(NULL);
     if (!name) sp_fail("sp_batchnorm2d: argument 'name' is NULL");
     return bn_new(name, channels, false);
 }
 
 sp_layer *sp_batchnorm2d_relu(const char *name, int channels)
 {
+    SP_GUARD(NULL);
     if (!name) sp_fail("sp_batchnorm2d_relu: argument 'name' is NULL");
     return bn_new(name, channels, true);
 }
@@ -551,11 +554,13 @@ bool sp_layer_is_batchnorm(const sp_layer *l)
     return l && (l->op == &sp_op_batchnorm2d || l->op == &sp_op_batchnorm2d_relu);
 }
 
-void sp_batchnorm2d_set_reduce(sp_layer *l, sp_bn_reduce_fn reduce, void *ctx)
+int sp_batchnorm2d_set_reduce(sp_layer *l, sp_bn_reduce_fn reduce, void *ctx)
 {
+    SP_GUARD(SP_ERR);
     if (!l) sp_fail("sp_batchnorm2d_set_reduce: argument 'l' is NULL");
     if (!sp_layer_is_batchnorm(l)) sp_fail("sp_batchnorm2d_set_reduce: layer %s is not batch norm", l->name);
     bn_layer *b = (bn_layer *)l;
     b->reduce = reduce;
     b->reduce_ctx = ctx;
+    return SP_OK;
 }

@@ -42,6 +42,7 @@
 #include "layers/conv2d_internal.h"
 #include "layers/im2col.h"
 #include "layers/layers.h"
+#include "core/guard.h"
 
 /* The forward and δ give each GEMM at least this many columns (samples × Ho·Wo). */
 #define MIN_GEMM_COLS 256
@@ -629,12 +630,14 @@ static sp_layer *conv_new(const char *name, int cin, int cout, int k, int stride
 
 sp_layer *sp_conv2d(const char *name, int cin, int cout, int k, int stride, int pad)
 {
+    SP_GUARD(NULL);
     if (!name) sp_fail("sp_conv2d: argument 'name' is NULL");
     return conv_new(name, cin, cout, k, stride, pad, true);
 }
 
 sp_layer *sp_conv2d_nobias(const char *name, int cin, int cout, int k, int stride, int pad)
 {
+    SP_GUARD(NULL);
     if (!name) sp_fail("sp_conv2d_nobias: argument 'name' is NULL");
     return conv_new(name, cin, cout, k, stride, pad, false);
 }

@@ -19,6 +19,7 @@
 #include "layers/conv2d_internal.h"
 #include "layers/im2col.h"
 #include "layers/layers.h"
+#include "core/guard.h"
 
 #define GL(n) ((const gconv_layer *)(n)->layer)
 
@@ -239,6 +240,7 @@ const sp_opdef sp_op_conv2d_groups = {
 
 sp_layer *sp_conv2d_groups(const char *name, int cin, int cout, int k, int stride, int pad, int groups, bool bias)
 {
+    SP_GUARD(NULL);
     if (!name) sp_fail("sp_conv2d_groups: argument 'name' is NULL");
     if (groups < 1 || cin % groups || cout % groups)
         sp_fail("conv2d %s: %d groups for %d -> %d channels (expected groups >= 1 dividing both)", name, groups, cin,

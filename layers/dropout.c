@@ -15,6 +15,7 @@
 #include "layers/dropout_internal.h"
 #include "layers/elementwise.h"
 #include "layers/layers.h"
+#include "core/guard.h"
 
 #define DL(n) ((dropout_layer *)(n)->layer)
 
@@ -86,6 +87,7 @@ const sp_opdef sp_op_dropout = {
 
 sp_layer *sp_dropout(float p)
 {
+    SP_GUARD(NULL);
     if (!(p >= 0.0f && p < 1.0f)) sp_fail("dropout: p = %g, expected 0 <= p < 1", (double)p);
     dropout_layer *l = sp_xcalloc(1, sizeof *l);
     l->base.op = &sp_op_dropout;

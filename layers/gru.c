@@ -23,6 +23,7 @@
 #include "core/threads.h"
 #include "core/tape.h"
 #include "layers/recurrent.h"
+#include "core/guard.h"
 
 enum { W_IH, W_HH, B_IH, B_HH };
 #define PV(n, i) ((n)->layer->params[i]->value.data)
@@ -220,6 +221,7 @@ const sp_opdef sp_op_gru = {
 
 sp_layer *sp_gru(const char *name, int input, int hidden, sp_seq_output mode)
 {
+    SP_GUARD(NULL);
     if (!name) sp_fail("sp_gru: argument 'name' is NULL");
     return sp_recurrent_new(&sp_op_gru, name, input, hidden, 3, mode);
 }

@@ -1,6 +1,12 @@
 /* layers.h — constructors of every built-in op. Each op lives in its own file,
  * layers/<op>.c, holding the whole truth about it: shapes, forward, δ, G, Jᵀ pattern,
- * Jᵀ values and cost. Names give PyTorch parameter names ("conv1" → conv1.weight). */
+ * Jᵀ values and cost. Names give PyTorch parameter names ("conv1" → conv1.weight).
+ *
+ * The constructors are fallible (core/error.h's first kind): a NULL name or a size,
+ * kernel, stride, padding, group count or probability out of range returns NULL with the
+ * message in sp_last_error(), having allocated nothing (sp_batchnorm2d_set_reduce:
+ * SP_ERR). A bad input shape at forward time is an sp_fail of the calling step (the
+ * model's and the engine's calls return it as their status). */
 #ifndef SP_LAYERS_H
 #define SP_LAYERS_H
 
@@ -37,7 +43,7 @@ sp_layer *sp_batchnorm2d_relu(const char *name, int channels);
  * gradients are summed later like any other). NULL: this process's batch (the default).
  * sp_layer_is_batchnorm: whether l is one of the two. */
 typedef void (*sp_bn_reduce_fn)(void *ctx, double *v, int n);
-void sp_batchnorm2d_set_reduce(sp_layer *l, sp_bn_reduce_fn reduce, void *ctx);
+int sp_batchnorm2d_set_reduce(sp_layer *l, sp_bn_reduce_fn reduce, void *ctx);
 bool sp_layer_is_batchnorm(const sp_layer *l);
 /* nn.Conv2d(cin, cout, k, stride, pad, groups=G, bias=bias): W [cout, cin/G, k, k];
  * G = cin = cout is the depthwise convolution. G = 1 gives sp_conv2d(_nobias). */

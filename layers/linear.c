@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/tape.h"
 #include "layers/layers.h"
+#include "core/guard.h"
 
 typedef struct linear_layer {
     sp_layer base;
@@ -110,6 +111,7 @@ const sp_opdef sp_op_linear = {
 
 sp_layer *sp_linear(const char *name, int in, int out)
 {
+    SP_GUARD(NULL);
     if (!name) sp_fail("sp_linear: argument 'name' is NULL");
     if (in < 1 || out < 1) sp_fail("linear %s: sizes %d -> %d, expected positive", name, in, out);
     linear_layer *l = sp_xcalloc(1, sizeof *l);

@@ -20,6 +20,7 @@
 #include "layers/im2col.h"
 #include "layers/layers.h"
 #include "layers/pool2d.h"
+#include "core/guard.h"
 
 static void pool_infer(sp_node *n, const sp_tensor *x) { sp_pool2d_infer(n, x); }
 
@@ -195,4 +196,8 @@ const sp_opdef sp_op_maxpool2d = {
     },
 };
 
-sp_layer *sp_maxpool2d(int k, int stride, int pad) { return sp_pool2d_layer_new(&sp_op_maxpool2d, k, stride, pad); }
+sp_layer *sp_maxpool2d(int k, int stride, int pad)
+{
+    SP_GUARD(NULL);
+    return sp_pool2d_layer_new(&sp_op_maxpool2d, k, stride, pad);
+}

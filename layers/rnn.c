@@ -16,6 +16,7 @@
 #include "core/threads.h"
 #include "core/tape.h"
 #include "layers/recurrent.h"
+#include "core/guard.h"
 
 enum { W_IH, W_HH, B_IH, B_HH };
 #define PV(n, i) ((n)->layer->params[i]->value.data)
@@ -155,6 +156,7 @@ const sp_opdef sp_op_rnn = {
 
 sp_layer *sp_rnn(const char *name, int input, int hidden, sp_seq_output mode)
 {
+    SP_GUARD(NULL);
     if (!name) sp_fail("sp_rnn: argument 'name' is NULL");
     return sp_recurrent_new(&sp_op_rnn, name, input, hidden, 1, mode);
 }

@@ -5,6 +5,13 @@
 #include "layers/zoo.h"
 #include "core/error.h"
 #include "layers/layers.h"
+#include "core/guard.h"
+
+/* A builder's sizes, checked before anything is allocated (a refused size leaks nothing). */
+static void zoo_size(const char *model, const char *what, int v)
+{
+    if (v < 1) sp_fail("%s: %s %d (expected positive)", model, what, v);
+}
 
 /* Every model of the zoo is a classifier: softmax cross-entropy is its loss. */
 static sp_model *classifier(const char *name)
@@ -18,7 +25,9 @@ static sp_model *classifier(const char *name)
  * runs), 32×32 inputs none, so both reach conv2 with 16×5×5 features after pooling. */
 sp_model *sp_zoo_lenet(int in_channels, int size)
 {
+    SP_GUARD(NULL);
     if (size != 28 && size != 32) sp_fail("lenet: input %dx%d, expected 28x28 or 32x32", size, size);
+    zoo_size("lenet", "in_channels", in_channels);
     sp_model *m = classifier("lenet");
     sp_model_add(m, sp_conv2d("conv1", in_channels, 6, 5, 1, size == 28 ? 2 : 0));
     sp_model_add(m, sp_relu());
@@ -57,8 +66,11 @@ static void vgg_init(sp_model *m, sp_rng *r)
 /* VGG-11 (config A) for 32×32 inputs, no batch norm: 8 convs, 5 pools, fc 512 → classes. */
 sp_model *sp_zoo_vgg11(int in_channels, int classes)
 {
+    SP_GUARD(NULL);
     static const int widths[8] = {64, 128, 256, 256, 512, 512, 512, 512};
     static const int pool_after[8] = {1, 1, 0, 1, 0, 1, 0, 1};
+    zoo_size("vgg11", "in_channels", in_channels);
+    zoo_size("vgg11", "classes", classes);
     sp_model *m = classifier("vgg11");
     int cin = in_channels;
     for (int i = 0; i < 8; i++) {
@@ -77,6 +89,10 @@ sp_model *sp_zoo_vgg11(int in_channels, int classes)
 
 sp_model *sp_zoo_rnn(int input, int hidden, int classes)
 {
+    SP_GUARD(NULL);
+    zoo_size("rnn", "input", input);
+    zoo_size("rnn", "hidden", hidden);
+    zoo_size("rnn", "classes", classes);
     sp_model *m = classifier("rnn");
     sp_model_add(m, sp_rnn("rnn", input, hidden, SP_SEQ_LAST));
     sp_model_add(m, sp_linear("fc", hidden, classes));
@@ -85,6 +101,10 @@ sp_model *sp_zoo_rnn(int input, int hidden, int classes)
 
 sp_model *sp_zoo_gru(int input, int hidden, int classes)
 {
+    SP_GUARD(NULL);
+    zoo_size("gru", "input", input);
+    zoo_size("gru", "hidden", hidden);
+    zoo_size("gru", "classes", classes);
     sp_model *m = classifier("gru");
     sp_model_add(m, sp_gru("gru", input, hidden, SP_SEQ_LAST));
     sp_model_add(m, sp_linear("fc", hidden, classes));
@@ -93,6 +113,10 @@ sp_model *sp_zoo_gru(int input, int hidden, int classes)
 
 sp_model *sp_zoo_mlp(int input, int hidden, int classes)
 {
+    SP_GUARD(NULL);
+    zoo_size("mlp", "input", input);
+    zoo_size("mlp", "hidden", hidden);
+    zoo_size("mlp", "classes", classes);
     sp_model *m = classifier("mlp");
     sp_model_add(m, sp_flatten());
     sp_model_add(m, sp_linear("fc1", input, hidden));
@@ -149,6 +173,9 @@ static void resnet_init(sp_model *m, sp_rng *r)
  * norm follows each). */
 sp_model *sp_zoo_resnet20(int in_channels, int classes)
 {
+    SP_GUARD(NULL);
+    zoo_size("resnet20", "in_channels", in_channels);
+    zoo_size("resnet20", "classes", classes);
     sp_model *m = classifier("resnet20");
     sp_model_add(m, sp_conv2d_nobias("conv1", in_channels, 16, 3, 1, 1));
     sp_model_add(m, sp_batchnorm2d_relu("bn1", 16));
@@ -190,6 +217,7 @@ static const zoo_entry *zoo_find(const char *name)
 
 int sp_zoo_input_shape(const char *name, int shape[3])
 {
+    SP_GUARD(SP_ERR);
     if (!name) sp_fail("sp_zoo_input_shape: argument 'name' is NULL");
     if (!shape) sp_fail("sp_zoo_input_shape: argument 'shape' is NULL");
     const zoo_entry *e = zoo_find(name);
@@ -199,6 +227,7 @@ int sp_zoo_input_shape(const char *name, int shape[3])
 
 sp_model *sp_zoo_model(const char *name)
 {
+    SP_GUARD(NULL);
     if (!name) sp_fail("sp_zoo_model: argument 'name' is NULL");
     const zoo_entry *e = zoo_find(name);
     if (strcmp(e->name, "lenet") == 0) return sp_zoo_lenet(1, 28);

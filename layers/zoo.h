@@ -11,8 +11,10 @@ extern "C" {
 
 /* "lenet" (1×28×28 → 10), "vgg11" (3×32×32 → 10, config A, no batch norm),
  * "rnn" (bitstream: T×1 → 10, hidden 20), "gru" (T×12 → 10, hidden 20),
- * "mlp" (1×28×28 → 10, 784-128-10), "resnet20" (1×32×32 → 10). Unknown name: sp_fail listing the valid ones.
- * Parameters are left at zero: call sp_model_init. */
+ * "mlp" (1×28×28 → 10, 784-128-10), "resnet20" (1×32×32 → 10). Parameters are left at zero: call sp_model_init.
+ * Every builder here is fallible (core/error.h's first kind): an unknown name (the
+ * message lists the valid ones), a NULL name or a size below 1 returns NULL, having
+ * allocated nothing; sp_zoo_input_shape returns SP_ERR. */
 sp_model *sp_zoo_model(const char *name);
 
 sp_model *sp_zoo_lenet(int in_channels, int size);   /* size 28 or 32 */

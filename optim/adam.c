@@ -18,6 +18,7 @@
 #include <math.h>
 #include "core/error.h"
 #include "optim/optim.h"
+#include "core/guard.h"
 
 typedef struct adam_ctx {
     float *p, *m, *v;
@@ -95,6 +96,7 @@ static void adam_scalars(sp_optim *o, int i, sp_optim_scalars *out)
 sp_optim *sp_adam_new(sp_param **params, int n, double lr, double beta1, double beta2, double eps,
                       double weight_decay, bool decoupled)
 {
+    SP_GUARD(NULL);
     if (n < 0) sp_fail("sp_adam_new: argument 'n' is %d (expected >= 0)", n);
     if (n > 0 && !params) sp_fail("sp_adam_new: argument 'params' is NULL");
     const char *name = decoupled ? "adamw" : "adam";

@@ -6,9 +6,11 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "optim/optim.h"
+#include "core/guard.h"
 
 double sp_grad_sq_norm(sp_param *const *params, int n)
 {
+    SP_GUARD(NAN);
     if (n < 0) sp_fail("sp_grad_sq_norm: argument 'n' is %d", n);
     if (!params && n) sp_fail("sp_grad_sq_norm: argument 'params' is NULL");
     double sum = 0;
@@ -29,18 +31,21 @@ float sp_clip_coef(double total_norm, double max_norm)
     return coef < 1.0f ? coef : isnan(coef) ? coef : 1.0f;
 }
 
-void sp_grad_scale(sp_param *const *params, int n, float coef)
+int sp_grad_scale(sp_param *const *params, int n, float coef)
 {
+    SP_GUARD(SP_ERR);
     if (n < 0) sp_fail("sp_grad_scale: argument 'n' is %d", n);
     if (!params && n) sp_fail("sp_grad_scale: argument 'params' is NULL");
     for (int i = 0; i < n; i++) {
         sp_tensor *g = &params[i]->grad;
         for (size_t k = 0; k < g->numel; k++) g->data[k] *= coef;
     }
+    return SP_OK;
 }
 
 double sp_clip_grad_norm(sp_param *const *params, int n, double max_norm)
 {
+    SP_GUARD(NAN);
     if (n < 0) sp_fail("sp_clip_grad_norm: argument 'n' is %d", n);
     if (!params && n) sp_fail("sp_clip_grad_norm: argument 'params' is NULL");
     double norm = (float)sqrt(sp_grad_sq_norm(params, n));
@@ -49,8 +54,9 @@ double sp_clip_grad_norm(sp_param *const *params, int n, double max_norm)
     return norm;
 }
 
-void sp_optim_set_clip_grad_norm(sp_optim *o, double max_norm)
+int sp_optim_set_clip_grad_norm(sp_optim *o, double max_norm)
 {
+    SP_GUARD(SP_ERR);
     if (!o) sp_fail("sp_optim_set_clip_grad_norm: argument 'o' is NULL");
     if (!(max_norm >= 0) || !isfinite(max_norm))
         sp_fail("optim %s: --clip-grad-norm %g (expected a finite value >= 0; 0 = off)", o->name, max_norm);
@@ -58,10 +64,12 @@ void sp_optim_set_clip_grad_norm(sp_optim *o, double max_norm)
         sp_fail("optim %s: --clip-grad-norm on %s (the clip reads the gradients on the cpu)", o->name,
                 sp_device_name(o->device));
     o->clip = max_norm;
+    return SP_OK;
 }
 
 double sp_optim_last_grad_norm(const sp_optim *o)
 {
+    SP_GUARD(NAN);
     if (!o) sp_fail("sp_optim_last_grad_norm: argument 'o' is NULL");
     return o->last_norm;
 }
@@ -77,8 +85,9 @@ static int index_of(const sp_optim *o, const sp_param *p)
 
 static int nstate(const sp_optim *o) { return o->state[1] ? 2 : o->state[0] ? 1 : 0; }
 
-void sp_optim_undo_save(sp_optim_undo *u, sp_optim *o, sp_param *const *params, int k)
+int sp_optim_undo_save(sp_optim_undo *u, sp_optim *o, sp_param *const *params, int k)
 {
+    SP_GUARD(SP_ERR);
     if (!u) sp_fail("sp_optim_undo_save: argument 'u' is NULL");
     if (!o) sp_fail("sp_optim_undo_save: argument 'o' is NULL");
     if (k < 0) sp_fail("sp_optim_undo_save: argument 'k' is %d", k);
@@ -105,10 +114,12 @@ void sp_optim_undo_save(sp_optim_undo *u, sp_optim *o, sp_param *const *params, 
         u->used += n;
         for (int s = 0; s < nstate(o); s++, u->used += n) memcpy(u->buf + u->used, o->state[s] + o->offset[i], n * sizeof(float));
     }
+    return SP_OK;
 }
 
-void sp_optim_undo_restore(sp_optim_undo *u)
+int sp_optim_undo_restore(sp_optim_undo *u)
 {
+    SP_GUARD(SP_ERR);
     if (!u) sp_fail("sp_optim_undo_restore: argument 'u' is NULL");
     const sp_optim *o = u->o;
     size_t at = 0;
@@ -120,6 +131,7 @@ void sp_optim_undo_restore(sp_optim_undo *u)
         at += n;
         for (int s = 0; s < nstate(o); s++, at += n) memcpy(o->state[s] + o->offset[i], u->buf + at, n * sizeof(float));
     }
+    return SP_OK;
 }
 
 void sp_optim_undo_clear(sp_optim_undo *u)

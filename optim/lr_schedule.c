@@ -10,6 +10,7 @@
 #include <string.h>
 #include "core/error.h"
 #include "optim/optim.h"
+#include "core/guard.h"
 
 #define LR_SPEC_HELP \
     "expected constant, step:STEP_SIZE:GAMMA or cosine:T_MAX[:ETA_MIN], optionally followed by " \
@@ -30,8 +31,9 @@ static double main_lr(const sp_lr_schedule *s, int t)
 
 double sp_lr_at(const sp_lr_schedule *s, int t)
 {
+    SP_GUARD(NAN);
     if (!s) sp_fail("sp_lr_at: argument 's' is NULL");
-    assert(t >= 0);
+    if (t < 0) sp_fail("sp_lr_at: argument 't' is %d (expected >= 0)", t);
     if (t < s->warmup) {
         /* LinearLR(start_factor, end_factor=1, total_iters=warmup), closed form. */
         double f = s->warmup_start + (1 - s->warmup_start) * t / s->warmup;
@@ -113,6 +115,7 @@ static void parse_warmup(const char *spec, char *part, sp_lr_schedule *s)
 
 sp_lr_schedule sp_lr_parse(const char *spec, double lr0)
 {
+    SP_GUARD((sp_lr_schedule){.lr0 = NAN});
     if (!(lr0 >= 0) || !isfinite(lr0)) sp_fail("--lr %g: expected a finite number >= 0", lr0);
     sp_lr_schedule s = {.kind = SP_LR_CONSTANT, .lr0 = lr0, .warmup_start = 1.0 / 3};
     char buf[256];

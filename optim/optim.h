@@ -67,21 +67,27 @@ sp_optim_cfg sp_optim_cfg_default(void);
  * refuses ("optim sgd: momentum -1 (expected >= 0)"); nothing exits. */
 sp_optim *sp_optim_create(const char *name, sp_param **params, int n, const sp_optim_cfg *cfg) SP_MUST_CHECK;
 
+/* The calls below are fallible (core/error.h's first kind): a NULL optimizer or
+ * argument, a negative count, a parameter the optimizer does not hold, a refused value
+ * returns SP_ERR (the int calls), NULL (pointers) or NaN (the doubles), with the message
+ * in sp_last_error(); nothing exits. Inside sp_try an sp_fail goes to that sp_try. */
+
 /* Update every parameter from its .grad. */
-void sp_optim_step(sp_optim *o);
-/* Update only params[0..k) (each must belong to o, else exit 2; each once per step). */
-void sp_optim_step_params(sp_optim *o, sp_param **params, int k);
+int sp_optim_step(sp_optim *o);
+/* Update only params[0..k) (each must belong to o, else SP_ERR before any update; each
+ * once per step). */
+int sp_optim_step_params(sp_optim *o, sp_param **params, int k);
 /* Zero the .grad of every parameter (PyTorch 1.13's zero_grad(set_to_none=False)),
  * except those an update has zeroed already since the last call (below). */
-void sp_optim_zero_grad(sp_optim *o);
+int sp_optim_zero_grad(sp_optim *o);
 /* On (CPU parameters only; off by default): each update zeroes the gradient it has just
  * read, block by block in the same pass while the block is in cache, and the next
  * sp_optim_zero_grad skips the parameters so zeroed. The trainer's loop (update, then
  * zero_grad, then the next backward) saves the separate pass over every gradient
  * (docs/PERFORMANCE.md). Only for a caller that writes no
  * gradient between an update and the next sp_optim_zero_grad. */
-void sp_optim_set_zero_in_step(sp_optim *o, bool on);
-void sp_optim_set_lr(sp_optim *o, double lr);
+int sp_optim_set_zero_in_step(sp_optim *o, bool on);
+int sp_optim_set_lr(sp_optim *o, double lr);
 double sp_optim_get_lr(const sp_optim *o);
 
 /* Whole-step CUDA Graphs (docs/CUDA.md, "The whole step as one graph"): a replayed
@@ -92,8 +98,8 @@ double sp_optim_get_lr(const sp_optim *o);
  * (same doubles, same roundings), advances the step counts, and queues ONE copy of
  * them to the device on the calling lane; the update kernels then read them there.
  * Call it once per step, before the step's updates are queued (outside a capture). */
-void sp_optim_device_scalars(sp_optim *o, bool on);
-void sp_optim_stage_scalars(sp_optim *o);
+int sp_optim_device_scalars(sp_optim *o, bool on);
+int sp_optim_stage_scalars(sp_optim *o);
 const char *sp_optim_name(const sp_optim *o);
 void sp_optim_free(sp_optim *o);
 
@@ -109,11 +115,11 @@ double sp_clip_grad_norm(sp_param *const *params, int n, double max_norm);
  * norms, the clamped coefficient of a total norm, and the scaling. */
 double sp_grad_sq_norm(sp_param *const *params, int n);
 float sp_clip_coef(double total_norm, double max_norm);
-void sp_grad_scale(sp_param *const *params, int n, float coef);
+int sp_grad_scale(sp_param *const *params, int n, float coef);
 /* max_norm > 0: every sp_optim_step clips the gradients of all its parameters first
  * (sp_optim_step_params does not: its caller clips over the whole gradient, e.g. the
  * parallel executor); 0: off. CPU parameters only (sp_fail otherwise). */
-void sp_optim_set_clip_grad_norm(sp_optim *o, double max_norm);
+int sp_optim_set_clip_grad_norm(sp_optim *o, double max_norm);
 double sp_optim_last_grad_norm(const sp_optim *o);   /* the last sp_optim_step's total norm */
 
 /* The undo of an optimizer step (the post-validated step of the parallel executor):
@@ -127,8 +133,8 @@ typedef struct sp_optim_undo {
     int *idx, n, cap_idx;
     long *steps;
 } sp_optim_undo;
-void sp_optim_undo_save(sp_optim_undo *u, sp_optim *o, sp_param *const *params, int k);
-void sp_optim_undo_restore(sp_optim_undo *u);
+int sp_optim_undo_save(sp_optim_undo *u, sp_optim *o, sp_param *const *params, int k);
+int sp_optim_undo_restore(sp_optim_undo *u);
 void sp_optim_undo_clear(sp_optim_undo *u);
 void sp_optim_undo_free(sp_optim_undo *u);
 
@@ -188,7 +194,7 @@ sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
 
 /* Runs an update's element loop fn over [0, numel) on the thread pool when the tensor is
  * large enough; with zero_in_step on, in blocks, each block's gradient zeroed after it. */
-void sp_optim_for(size_t numel, void (*fn)(void *ctx, size_t begin, size_t end), void *ctx);
+int sp_optim_for(size_t numel, void (*fn)(void *ctx, size_t begin, size_t end), void *ctx);
 
 /* ---- device updates ---------------------------------------------------------------- */
 
@@ -222,7 +228,7 @@ typedef struct sp_optim_device_ops {
     void (*scalars_free)(void *h);
 } sp_optim_device_ops;
 
-void sp_optim_register_device(sp_device dev, const sp_optim_device_ops *ops);
+int sp_optim_register_device(sp_device dev, const sp_optim_device_ops *ops);
 /* make CUDA=1: register the fused CUDA updates (optim/optim_cuda.cu), called by
  * sp_cuda_start (cli/cuda_start.h) once the backend is up. */
 void sp_optim_cuda_register(void);
@@ -255,9 +261,10 @@ typedef struct sp_lr_schedule {
 
 /* spec: "constant" | "step:STEP_SIZE:GAMMA" | "cosine:T_MAX[:ETA_MIN]", optionally
  * followed by ",warmup:STEPS[:START_FACTOR]" (START_FACTOR defaults to 1/3, LinearLR's
- * default). Malformed specs: one-line error naming the spec, exit 2. */
+ * default). A malformed spec or lr0: a schedule whose lr0 is NaN, the one-line message
+ * naming the spec in sp_last_error() (the apps then exit 2 with it). */
 sp_lr_schedule sp_lr_parse(const char *spec, double lr0);
-/* The learning rate at index t >= 0. */
+/* The learning rate at index t >= 0; NaN for a NULL s or a negative t. */
 double sp_lr_at(const sp_lr_schedule *s, int t);
 
 #ifdef __cplusplus

@@ -1,12 +1,14 @@
 /* optimizer.c — what every optimizer shares: construction and validation of the
  * parameter list, the per-parameter state block, step / step_params / zero_grad, and
  * the by-name constructor the apps use. The update rules live in sgd.c and adam.c. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/device.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "optim/optim.h"
+#include "core/guard.h"
 
 /* Below this many elements a tensor is updated inline: waking the pool costs more. */
 #define OPTIM_PAR_MIN 32768
@@ -14,6 +16,7 @@
 sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
                          sp_optim_update_fn update)
 {
+    SP_GUARD(NULL);
     if (n < 0) sp_fail("sp_optim_alloc: argument 'n' is %d (expected >= 0)", n);
     if (nstate < 0) sp_fail("sp_optim_alloc: argument 'nstate' is %d (expected >= 0)", nstate);
     if (!name) sp_fail("sp_optim_alloc: argument 'name' is NULL");
@@ -87,13 +90,14 @@ static void zero_range(void *vctx, size_t begin, size_t end)
  * lanes may update two layers at once. */
 static _Thread_local float *t_zero_g;
 
-void sp_optim_for(size_t numel, void (*fn)(void *ctx, size_t begin, size_t end), void *ctx)
+int sp_optim_for(size_t numel, void (*fn)(void *ctx, size_t begin, size_t end), void *ctx)
 {
-    if (!fn) sp_fail("sp_optim_for: argument 'fn' is NULL");
+    if (!fn) return sp_error("sp_optim_for: argument 'fn' is NULL");
     zero_job J = {fn, ctx, t_zero_g};
     if (t_zero_g) fn = zero_range, ctx = &J;
     if (numel < OPTIM_PAR_MIN) fn(ctx, 0, numel);
     else sp_parallel_for(numel, fn, ctx);
+    return SP_OK;
 }
 
 /* One parameter's update; a pruned parameter (mask set) gets its pruned entries' gradient
@@ -113,11 +117,13 @@ static void update_one(sp_optim *o, int i)
         for (size_t j = 0; j < p->value.numel; j++) p->value.data[j] *= mk[j];
 }
 
-void sp_optim_step(sp_optim *o)
+int sp_optim_step(sp_optim *o)
 {
+    SP_GUARD(SP_ERR);
     if (!o) sp_fail("sp_optim_step: argument 'o' is NULL");
     if (o->clip > 0) o->last_norm = sp_clip_grad_norm(o->params, o->nparams, o->clip);
     for (int i = 0; i < o->nparams; i++) update_one(o, i);
+    return SP_OK;
 }
 
 static int param_index(const sp_optim *o, const sp_param *p)
@@ -128,73 +134,88 @@ static int param_index(const sp_optim *o, const sp_param *p)
             o->name, p ? p->name : "(null)");
 }
 
-void sp_optim_step_params(sp_optim *o, sp_param **params, int k)
+int sp_optim_step_params(sp_optim *o, sp_param **params, int k)
 {
+    SP_GUARD(SP_ERR);
     if (k < 0) sp_fail("sp_optim_step_params: argument 'k' is %d (expected >= 0)", k);
     if (!o) sp_fail("sp_optim_step_params: argument 'o' is NULL");
     if (k > 0 && !params) sp_fail("sp_optim_step_params: argument 'params' is NULL");
+    for (int j = 0; j < k; j++) param_index(o, params[j]);   /* every one checked before any update */
     for (int j = 0; j < k; j++) update_one(o, param_index(o, params[j]));
+    return SP_OK;
 }
 
-void sp_optim_zero_grad(sp_optim *o)
+int sp_optim_zero_grad(sp_optim *o)
 {
+    SP_GUARD(SP_ERR);
     if (!o) sp_fail("sp_optim_zero_grad: argument 'o' is NULL");
     for (int i = 0; i < o->nparams; i++) {
         if (!o->zeroed[i]) sp_zero(&o->params[i]->grad);
         o->zeroed[i] = false;
     }
+    return SP_OK;
 }
 
-void sp_optim_set_zero_in_step(sp_optim *o, bool on)
+int sp_optim_set_zero_in_step(sp_optim *o, bool on)
 {
+    SP_GUARD(SP_ERR);
     if (!o) sp_fail("sp_optim_set_zero_in_step: argument 'o' is NULL");
     o->zero_in_step = on;
     if (!on)
         for (int i = 0; i < o->nparams; i++) o->zeroed[i] = false;
+    return SP_OK;
 }
 
-void sp_optim_set_lr(sp_optim *o, double lr)
+int sp_optim_set_lr(sp_optim *o, double lr)
 {
+    SP_GUARD(SP_ERR);
     if (!o) sp_fail("sp_optim_set_lr: argument 'o' is NULL");
     if (!(lr >= 0)) sp_fail("optim %s: learning rate %g (expected >= 0)", o->name, lr);
     o->lr = lr;
+    return SP_OK;
 }
 
 double sp_optim_get_lr(const sp_optim *o)
 {
+    SP_GUARD(NAN);
     if (!o) sp_fail("sp_optim_get_lr: argument 'o' is NULL");
     return o->lr;
 }
 
-void sp_optim_device_scalars(sp_optim *o, bool on)
+int sp_optim_device_scalars(sp_optim *o, bool on)
 {
+    SP_GUARD(SP_ERR);
     if (!o) sp_fail("sp_optim_device_scalars: argument 'o' is NULL");
-    if (on == (o->sc_handle != NULL)) return;
+    if (on == (o->sc_handle != NULL)) return SP_OK;
     if (o->device == SP_CPU) sp_fail("optim %s: device scalars need parameters on a device (they are on the cpu)", o->name);
     const sp_optim_device_ops *d = sp_optim_device(o->device);
     if (on) {
         if (!o->scalars || !d->scalars_new) sp_fail("optim %s: no device scalars on %s", o->name, sp_device_name(o->device));
         o->sc_handle = d->scalars_new(o->nparams, &o->sc_dev);
         o->sc_host = sp_xcalloc((size_t)o->nparams, sizeof *o->sc_host);
-        return;
+        return SP_OK;
     }
     d->scalars_free(o->sc_handle);
     free(o->sc_host);
     o->sc_handle = NULL;
     o->sc_host = NULL;
     o->sc_dev = NULL;
+    return SP_OK;
 }
 
-void sp_optim_stage_scalars(sp_optim *o)
+int sp_optim_stage_scalars(sp_optim *o)
 {
+    SP_GUARD(SP_ERR);
     if (!o) sp_fail("sp_optim_stage_scalars: argument 'o' is NULL");
     if (!o->sc_handle) sp_fail("optim %s: sp_optim_stage_scalars without device scalars (sp_optim_device_scalars)", o->name);
     for (int i = 0; i < o->nparams; i++) o->scalars(o, i, &o->sc_host[i]);
     sp_optim_device(o->device)->scalars_upload(o->sc_handle, o->sc_host, o->nparams);
+    return SP_OK;
 }
 
 const char *sp_optim_name(const sp_optim *o)
 {
+    SP_GUARD(NULL);
     if (!o) sp_fail("sp_optim_name: argument 'o' is NULL");
     return o->name;
 }
@@ -216,14 +237,17 @@ void sp_optim_free(sp_optim *o)
 
 static const sp_optim_device_ops *device_ops[SP_NDEVICES];
 
-void sp_optim_register_device(sp_device dev, const sp_optim_device_ops *ops)
+int sp_optim_register_device(sp_device dev, const sp_optim_device_ops *ops)
 {
+    SP_GUARD(SP_ERR);
     if (!ops) sp_fail("sp_optim_register_device: argument 'ops' is NULL");
     device_ops[dev] = ops;
+    return SP_OK;
 }
 
 const sp_optim_device_ops *sp_optim_device(sp_device dev)
 {
+    SP_GUARD(NULL);
     if (dev == SP_CPU || !device_ops[dev])
         sp_fail("optim: no %s updates (build with make CUDA=1 and call the backend's init)", sp_device_name(dev));
     return device_ops[dev];

@@ -13,6 +13,7 @@
 #include <math.h>
 #include "core/error.h"
 #include "optim/optim.h"
+#include "core/guard.h"
 
 typedef struct sgd_ctx {
     float *p, *buf;
@@ -87,6 +88,7 @@ static void sgd_scalars(sp_optim *o, int i, sp_optim_scalars *out)
 sp_optim *sp_sgd_new(sp_param **params, int n, double lr, double momentum, double dampening,
                      double weight_decay, bool nesterov)
 {
+    SP_GUARD(NULL);
     if (n < 0) sp_fail("sp_sgd_new: argument 'n' is %d (expected >= 0)", n);
     if (n > 0 && !params) sp_fail("sp_sgd_new: argument 'params' is NULL");
     /* The same checks, in the same words, as torch.optim.SGD's constructor. */

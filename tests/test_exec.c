@@ -598,6 +598,64 @@ Test(exec, ranks_that_read_different_files_are_refused_before_work, .timeout = 1
     }
 }
 
+/* IDX images of 28x28 (n samples, labels i % 10; pixel bytes from `seed`) into dir. */
+static void write_idx_split(const char *dir, const char *prefix, int n, int seed)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte", dir, prefix);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    unsigned char h[16] = {0, 0, 8, 3, 0, 0, 0, (unsigned char)n, 0, 0, 0, 28, 0, 0, 0, 28};
+    fwrite(h, 1, 16, f);
+    for (int i = 0; i < n * 28 * 28; i++) fputc((i * 37 + seed) & 255, f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte", dir, prefix);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    unsigned char l[8] = {0, 0, 8, 1, 0, 0, 0, (unsigned char)n};
+    fwrite(l, 1, 8, f);
+    for (int i = 0; i < n; i++) fputc(i % 10, f);
+    fclose(f);
+}
+
+/* The same of the dataset: ranks started in different directories read --data idx from
+ * files of one name but other contents (one pixel byte seed apart, same shapes and
+ * counts): refused before work, naming the file and the rank (they were compared by
+ * shape only and trained on different data); identical copies run. */
+Test(exec, ranks_that_read_different_dataset_files_are_refused, .timeout = 120)
+{
+    if (!mpi_available()) cr_skip_test("no MPI in this build or no mpirun");
+    static mpi_result r;
+    const char *d0 = tu_tmp_path("data0"), *d1 = tu_tmp_path("data1");
+    char cmd[16384], np[600], sub[4200];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/idx %s/idx", d0, d1);
+    cr_assert_eq(system(cmd), 0);
+    const char *flags = "--data idx --data-format idx --steps 1 --batch 8 --threads 1 --quiet --comm-timeout 5 "
+                        "--parallel ddp";
+    for (int k = 0; k < 2; k++) {   /* k = 0: identical copies; 1: rank 1's training images differ */
+        for (int d = 0; d < 2; d++) {
+            snprintf(sub, sizeof sub, "%s/idx", d ? d1 : d0);
+            write_idx_split(sub, "train", 16, d && k ? 1 : 0);
+            write_idx_split(sub, "t10k", 8, 0);
+        }
+        char lenet[PATH_MAX];
+        cr_assert_not_null(realpath(tu_bin_path("lenet"), lenet));
+        snprintf(np, sizeof np, "-np 1 -wdir %s", d0);
+        snprintf(cmd, sizeof cmd, "%s %s : -np 1 -wdir %s %s %s", lenet, flags, d1, lenet, flags);
+        mpi_run("", np, cmd, &r);
+        if (k == 0) {
+            cr_assert_eq(r.status, 0, "identical copies: status %d\n%s", r.status, r.err);
+            continue;
+        }
+        cr_assert_eq(r.status, 2, "different files: status %d, want 2\n%s", r.status, r.err);
+        cr_assert(strstr(r.err, "scanprop: --parallel ddp: the ranks read different files as "
+                                "idx/train-images-idx3-ubyte: rank 1 reads other contents than rank 0"),
+                  "stderr:\n%s", r.err);
+        cr_assert_eq(count_lines(r.err, "scanprop: "), 1, "want one line:\n%s", r.err);
+        cr_assert(!strstr(r.out, "\"app\""), "work was done: %s", r.out);
+    }
+}
+
 /* More threads than online cores on the node (ranks x --threads): one warning line on
  * rank 0, and the run goes on; none where the threads fit. */
 Test(exec, oversubscribed_node_is_warned_once, .timeout = 120)

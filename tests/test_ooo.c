@@ -567,6 +567,44 @@ Test(exec, forced_lanes_put_tasks_on_the_sub_lane_or_none)
     sp_ooo_exec_set_min_two_lane_flops(0);
 }
 
+/* An sp_fail on the sub lane — here in the update of conv1, which only the sub lane can
+ * run (above) — comes back to the caller of the public call as its status: no exit (it
+ * ended the process), no hang; the engine then runs the next step as usual. */
+static void update_or_fail(void *ctx, sp_layer *l)
+{
+    if (*(bool *)ctx && strcmp(l->name, "conv1") == 0) sp_fail("update of %s refused", l->name);
+}
+
+Test(exec, a_failure_on_the_sub_lane_is_the_callers_status, .timeout = 60)
+{
+    sp_set_threads(2);
+    sp_ooo_exec_set_min_two_lane_flops(5e7);
+    tmodel tm = tm_make("lenet", 4);
+    bool fail = true;
+    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = "ooo", .lanes = 2},
+                                                              .update = update_or_fail, .update_ctx = &fail});
+    cr_assert_not_null(e, "%s", sp_last_error());
+    sp_tape t;
+    sp_tape_init(&t);
+    for (int s = 0; s < 3; s++) {
+        fail = s < 2;
+        batch b = make_batch(&tm, 40 + (uint64_t)s);
+        sp_tape_reset(&t);
+        sp_model_zero_grad(tm.m);
+        cr_assert_eq(sp_backward_async(e, &t, sp_model_loss(tm.m, &t, &b.x, b.y)), SP_OK, "%s", sp_last_error());
+        sp_clear_error();
+        int waited = sp_engine_wait_layer(e, sp_ooo_last_run(e)->graph->layers[0]);
+        if (fail) tu_refused(waited == SP_ERR, "update of conv1 refused");
+        else cr_assert_eq(waited, SP_OK, "step %d: %s", s, sp_last_error());
+        cr_assert_eq(sp_engine_sync(e), SP_OK, "step %d: %s", s, sp_last_error());
+        sp_tensor_free(&b.x);
+    }
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+    sp_model_free(tm.m);
+    sp_ooo_exec_set_min_two_lane_flops(0);
+}
+
 /* LeNet-5 on the ooo engine with per-layer SGD updates, and a tape of its own. */
 typedef struct lane_rig {
     tmodel tm;
@@ -701,6 +739,7 @@ Test(memory, reverse_first_k_honours_its_cap)
     sp_model_free(tm.m);
 }
 
+/* A cap the order cannot keep: sp_backward's status, naming the cap (it exited 2). */
 static void run_with_cap(const char *order, size_t cap)
 {
     tmodel tm = tm_make("mlp", 2);
@@ -708,11 +747,15 @@ static void run_with_cap(const char *order, size_t cap)
     sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = order, .mem_cap = (long)cap}});
     sp_tape t;
     sp_tape_init(&t);
-    sp_backward(e, &t, tm_loss(&tm, &t, &b.x, b.y));
+    tu_refused(sp_backward(e, &t, tm_loss(&tm, &t, &b.x, b.y)) == SP_ERR, "--mem-cap 1000");
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+    sp_tensor_free(&b.x);
+    sp_model_free(tm.m);
 }
 
-Test(memory, cap_below_conventional_exits_2, .exit_code = 2, .init = tu_capture_stderr) { run_with_cap("reverse-first-k", 1000); }
-Test(memory, cap_too_small_for_ooo_exits_2, .exit_code = 2, .init = tu_capture_stderr) { run_with_cap("ooo", 1000); }
+Test(memory, cap_below_conventional_is_refused) { run_with_cap("reverse-first-k", 1000); }
+Test(memory, cap_too_small_for_ooo_is_refused) { run_with_cap("ooo", 1000); }
 
 /* ---- errors, trace, async ------------------------------------------------------------------ */
 
@@ -731,10 +774,19 @@ Test(errors, refused_engine_options_are_a_status)
         cr_assert(strstr(sp_last_error(), cases[i].says), "case %zu: '%s'", i, sp_last_error());
     }
 }
-Test(errors, two_lanes_on_one_thread_exit_2, .exit_code = 2, .init = tu_capture_stderr)
+Test(errors, two_lanes_on_one_thread_is_refused)
 {
     sp_set_threads(1);
-    train_lanes("mlp", 4, "ooo", 2, 1, NULL);
+    tmodel tm = tm_make("mlp", 4);
+    batch b = make_batch(&tm, 1);
+    sp_engine *e = sp_engine_create("ooo", &(sp_engine_opts){.own = &(sp_ooo_opts){.order = "ooo", .lanes = 2}});
+    sp_tape t;
+    sp_tape_init(&t);
+    tu_refused(sp_backward(e, &t, tm_loss(&tm, &t, &b.x, b.y)) == SP_ERR, "lanes = 2 with 1 thread");
+    sp_tape_free(&t);
+    sp_engine_destroy(e);
+    sp_tensor_free(&b.x);
+    sp_model_free(tm.m);
 }
 Test(errors, stats_of_another_engine_exit_2, .exit_code = 2, .init = tu_capture_stderr) { sp_ooo_last_stats(sp_engine_create("linear", NULL)); }
 

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include "core/op.h"
 #include "core/tape.h"
 #include "core/model.h"
@@ -86,6 +87,12 @@ void tu_write_file(const char *path, const void *data, size_t n, bool gz);
  * shows its stderr as before. */
 void tu_capture_stderr(void);
 void tu_expect_error(const char *text);
+/* A fallible call's refusal (core/error.h's first kind): cond (its failure value) holds
+ * and sp_last_error() is one line containing `says`; the process goes on. */
+#define tu_refused(cond, says)                                                                  \
+    cr_assert((cond) && strstr(sp_last_error(), (says)) && !strchr(sp_last_error(), '\n'),      \
+              "expected a refusal saying '%s'; got %s with '%s'", (says), (cond) ? "it" : "no failure", \
+              sp_last_error())
 
 /* Runs `cmd` with /bin/sh, stdout and stderr into files of tu_tmpdir() (nothing shown);
  * out/err (if not NULL) receive them, NUL-terminated and cut to their size. Returns the

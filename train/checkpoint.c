@@ -204,6 +204,7 @@ static int check_all(const sp_st_file *f, const sp_model *m, const sp_optim *o, 
     const char *lr0 = meta_value(run_meta, "lr"), *spec = meta_value(run_meta, "lr-schedule");
     if (lr0 && spec) {
         sp_lr_schedule sched = sp_lr_parse(spec, strtod(lr0, NULL));
+        if (isnan(sched.lr0)) return sp_error_prefix("%s: the run's metadata", path);
         double want = sp_lr_at(&sched, (int)epoch);
         if (!(fabs(t->lr - want) <= 1e-12 * fabs(want)))
             return sp_error("%s: " SP_ST_STATE_PREFIX "train/lr is %g, but --lr %s with --lr-schedule %s gives %.17g "

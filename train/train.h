@@ -113,7 +113,8 @@ float sp_train_step(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp
  * the sum is the whole batch's gradient), then one update. Ops with batch statistics
  * (batch norm) see each micro-batch as a batch: statistics per micro-batch, running
  * statistics moved once per micro-batch in order. micro = 1 is sp_train_step's bits.
- * The model on the CPU. Returns the batch's mean loss. */
+ * The model on the CPU. Returns the batch's mean loss; on failure NaN with the message,
+ * as sp_train_step (the message cleared at the start, the engine's work joined). */
 float sp_train_step_accum(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
                           int micro, double *fwd_s, double *bwd_s, double *step_s);
 
@@ -133,13 +134,15 @@ typedef struct sp_step_graph sp_step_graph;
 
 /* Turns on o's device scalars (and tells the engine, through its set_step_capture hook,
  * that the caller captures the step) until sp_step_graph_free. m's parameters must be
- * on a device. */
+ * on a device. The three calls are fallible (core/error.h's first kind): a NULL
+ * argument, a model on the cpu, a build without graphs, a label out of range returns
+ * NULL (SP_ERR for the counts) with the message; nothing exits. */
 sp_step_graph *sp_step_graph_new(sp_model *m, sp_engine *e, sp_optim *o);
 /* One training step queued on the device: x (device, fixed buffer) and the labels y
  * (host; y_dev: the same labels staged on the device). Returns the loss tensor on the
  * device, valid until the next step; nothing is waited for. */
 const sp_tensor *sp_step_graph_step(sp_step_graph *g, sp_tape *t, const sp_tensor *x, const int *y, const int *y_dev);
-void sp_step_graph_counts(const sp_step_graph *g, long *captures, long *replays);
+int sp_step_graph_counts(const sp_step_graph *g, long *captures, long *replays);
 void sp_step_graph_free(sp_step_graph *g);
 
 #ifdef __cplusplus

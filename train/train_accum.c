@@ -20,6 +20,7 @@
 #include <math.h>
 #include "core/device.h"
 #include "core/error.h"
+#include "core/guard.h"
 #include "core/threads.h"
 #include "train/train.h"
 #include "train/train_internal.h"
@@ -82,8 +83,8 @@ sp_node *train_step_accum(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, co
     return last;
 }
 
-float sp_train_step_accum(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
-                          int micro, double *fwd_s, double *bwd_s, double *step_s)
+static float step_accum(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
+                        int micro, double *fwd_s, double *bwd_s, double *step_s)
 {
     if (!m) sp_fail("sp_train_step_accum: argument 'm' is NULL");
     if (!e) sp_fail("sp_train_step_accum: argument 'e' is NULL");
@@ -97,4 +98,35 @@ float sp_train_step_accum(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, co
     train_step_accum(m, e, o, t, x, y, micro, &l, fwd_s, bwd_s);
     if (step_s) *step_s = sp_now() - t0;
     return l;
+}
+
+typedef struct accum_args {
+    sp_model *m;
+    sp_engine *e;
+    sp_optim *o;
+    sp_tape *t;
+    const sp_tensor *x;
+    const int *y;
+    int micro;
+    double *fwd_s, *bwd_s, *step_s;
+    float loss;
+} accum_args;
+
+static void accum_run(void *p)
+{
+    accum_args *a = p;
+    a->loss = step_accum(a->m, a->e, a->o, a->t, a->x, a->y, a->micro, a->fwd_s, a->bwd_s, a->step_s);
+}
+
+float sp_train_step_accum(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, const sp_tensor *x, const int *y,
+                          int micro, double *fwd_s, double *bwd_s, double *step_s)
+{
+    if (sp_try_active()) return step_accum(m, e, o, t, x, y, micro, fwd_s, bwd_s, step_s);   /* its sp_try has it */
+    sp_clear_error();
+    accum_args a = {m, e, o, t, x, y, micro, fwd_s, bwd_s, step_s, NAN};
+    if (sp_try(accum_run, &a) != SP_OK) {
+        if (e) sp_engine_sync(e);   /* an engine's lanes still running the step's tail */
+        return NAN;
+    }
+    return a.loss;
 }

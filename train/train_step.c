@@ -11,6 +11,7 @@
 #include "core/threads.h"
 #include "train/train.h"
 #include "train/train_internal.h"
+#include "core/guard.h"
 
 /* The step after the tape's reset; on a device everything is queued, nothing waited for,
  * and (when bwd_s is asked for) the backward is bracketed by the backend's time marks:
@@ -111,16 +112,17 @@ static uint64_t mix64(uint64_t h, uint64_t v)
 
 sp_step_graph *sp_step_graph_new(sp_model *m, sp_engine *e, sp_optim *o)
 {
+    SP_GUARD(NULL);
     if (!m) sp_fail("sp_step_graph_new: argument 'm' is NULL");
     if (!e) sp_fail("sp_step_graph_new: argument 'e' is NULL");
     if (!o) sp_fail("sp_step_graph_new: argument 'o' is NULL");
     sp_device dev = model_device(m);
     if (dev == SP_CPU) sp_fail("--cuda-graph: the model is on the cpu (expected --device cuda)");
     sp_backend_graph(dev);   /* fails now without graph support */
+    if (sp_optim_device_scalars(o, true) != SP_OK) sp_fail("%s", sp_last_error());
+    if (sp_engine_set_step_capture(e, true) != SP_OK) sp_fail("%s", sp_last_error());   /* the engine captures nothing of its own */
     sp_step_graph *g = sp_xcalloc(1, sizeof *g);
     *g = (sp_step_graph){.m = m, .e = e, .o = o, .dev = dev};
-    sp_optim_device_scalars(o, true);
-    sp_engine_set_step_capture(e, true);   /* the engine captures nothing of its own */
     return g;
 }
 
@@ -134,6 +136,7 @@ static bool step_capturable(const sp_tape *t)
 
 const sp_tensor *sp_step_graph_step(sp_step_graph *g, sp_tape *t, const sp_tensor *x, const int *y, const int *y_dev)
 {
+    SP_GUARD(NULL);
     if (!g) sp_fail("sp_step_graph_step: argument 'g' is NULL");
     if (!t) sp_fail("sp_step_graph_step: argument 't' is NULL");
     if (!x) sp_fail("sp_step_graph_step: argument 'x' is NULL");
@@ -187,13 +190,15 @@ const sp_tensor *sp_step_graph_step(sp_step_graph *g, sp_tape *t, const sp_tenso
     return &g->c[slot].loss;
 }
 
-void sp_step_graph_counts(const sp_step_graph *g, long *captures, long *replays)
+int sp_step_graph_counts(const sp_step_graph *g, long *captures, long *replays)
 {
+    SP_GUARD(SP_ERR);
     if (!g) sp_fail("sp_step_graph_counts: argument 'g' is NULL");
     if (!captures) sp_fail("sp_step_graph_counts: argument 'captures' is NULL");
     if (!replays) sp_fail("sp_step_graph_counts: argument 'replays' is NULL");
     *captures = g->captures;
     *replays = g->replays;
+    return SP_OK;
 }
 
 void sp_step_graph_free(sp_step_graph *g)

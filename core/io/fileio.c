@@ -21,6 +21,46 @@ const char *sp_file_kind(mode_t mode)
            : S_ISSOCK(mode) ? "a socket" : S_ISLNK(mode) ? "a symbolic link" : "not a regular file";
 }
 
+static pthread_mutex_t record_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool recording;
+static char **recorded;
+static int nrecorded, cap_recorded;
+
+void sp_open_record(bool on)
+{
+    pthread_mutex_lock(&record_mu);
+    if (on && !recording) {
+        for (int i = 0; i < nrecorded; i++) free(recorded[i]);
+        nrecorded = 0;
+    }
+    recording = on;
+    pthread_mutex_unlock(&record_mu);
+}
+
+int sp_opened_files(const char *const **paths)
+{
+    pthread_mutex_lock(&record_mu);
+    *paths = (const char *const *)recorded;
+    int n = nrecorded;
+    pthread_mutex_unlock(&record_mu);
+    return n;
+}
+
+static void record(const char *path)
+{
+    pthread_mutex_lock(&record_mu);
+    bool seen = !recording;
+    for (int i = 0; i < nrecorded && !seen; i++) seen = strcmp(recorded[i], path) == 0;
+    if (!seen) {
+        if (nrecorded == cap_recorded) {
+            cap_recorded = cap_recorded ? 2 * cap_recorded : 16;
+            recorded = sp_xrealloc(recorded, (size_t)cap_recorded * sizeof *recorded);
+        }
+        recorded[nrecorded++] = sp_xstrdup(path);
+    }
+    pthread_mutex_unlock(&record_mu);
+}
+
 int sp_open_regular(const char *path, struct stat *st)
 {
     struct stat own;
@@ -36,6 +76,7 @@ int sp_open_regular(const char *path, struct stat *st)
     }
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    record(path);
     return fd;
 }
 

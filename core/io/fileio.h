@@ -19,6 +19,7 @@
 #ifndef SP_FILEIO_H
 #define SP_FILEIO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -32,6 +33,12 @@ int sp_open_regular(const char *path, struct stat *st) SP_MUST_CHECK;
  * regular file (a directory)" or "<what>: cannot open <path>: <errno text>" (what may be NULL). The one way
  * the program opens a file it reads by stdio (a FIFO never blocks it). */
 FILE *sp_open_read(const char *path, const char *what) SP_MUST_CHECK;
+/* While on, every path sp_open_regular (and so sp_open_read) opens is recorded, each
+ * once, in order of first opening: the runner names the files a rank read (its ranks
+ * compare their contents). sp_opened_files: the recorded paths (valid until the next
+ * recording opens another) and how many; on again starts a new list. */
+void sp_open_record(bool on);
+int sp_opened_files(const char *const **paths);
 /* sp_open_read for a text file (action lists, profiles): a NUL byte anywhere in it is
  * refused, "<what>: <path>: line L, byte B: a NUL byte (expected text)" (B counts from 1
  * in the line), so no reader silently ends a line early. The FILE is at its start. */

@@ -106,7 +106,7 @@ static void run_tasks(task *tasks, int ntasks)
             bppsa_product(&tasks[k].Mt, tasks[k].M, &tasks[k].Xt, tasks[k].X, tasks[k].plan, &tasks[k].Ot, tasks[k].out);
         else tasks[light++] = tasks[k];
     level_ctx lc = {tasks};
-    sp_parallel_for((size_t)light, tasks_range, &lc);
+    sp_engine_parallel_for((size_t)light, tasks_range, &lc);
 }
 
 static task make_task(const el_type *Mt, float *M, const el_type *Xt, float *X, const step_info *si, float *out)
@@ -379,7 +379,7 @@ static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nod
         fill_links_dev(&c, t);
     } else
 #endif
-        sp_parallel_for((size_t)(n - 1) * (size_t)B, fill_links_range, &c);
+        sp_engine_parallel_for((size_t)(n - 1) * (size_t)B, fill_links_range, &c);
 
     /* the scan, level by level */
     el *reg = sp_tape_alloc(t, (size_t)B * sizeof *reg);

@@ -164,7 +164,7 @@ const void *sp_engine_own_opts(const sp_engine_def *d, const sp_engine_opts *opt
  * sp_last_error(); nothing exits. */
 sp_engine *sp_engine_create(const char *name, const sp_engine_opts *opts) SP_MUST_CHECK;
 void sp_engine_destroy(sp_engine *e);
-void sp_backward(sp_engine *e, sp_tape *t, sp_node *loss);
+int sp_backward(sp_engine *e, sp_tape *t, sp_node *loss);
 const char *sp_engine_names(void);   /* "linear|bppsa|ooo" as registered */
 /* The aliases as pairs {"reverse", "linear", …, NULL} (sp_flag.aliases). */
 const char *const *sp_engine_aliases(void);
@@ -178,13 +178,13 @@ const char *sp_engine_names_with(unsigned caps, char *buf, size_t len);
 /* The hooks through their defaults: backward_async runs sp_backward without one; sync,
  * wait_layer, set_step_capture, check and report do nothing; set_graph(e, true) fails
  * with one line (the engine cannot capture its backward); plan returns false. */
-void sp_backward_async(sp_engine *e, sp_tape *t, sp_node *loss);
-void sp_engine_sync(sp_engine *e);
-void sp_engine_wait_layer(sp_engine *e, const sp_layer *l);
-void sp_engine_set_graph(sp_engine *e, bool on);
-void sp_engine_set_step_capture(sp_engine *e, bool on);
-void sp_engine_check(sp_engine *e, struct sp_model *m, const sp_tensor *x1, const int *y1);
-void sp_engine_report(sp_engine *e, const sp_report_writer *w);
+int sp_backward_async(sp_engine *e, sp_tape *t, sp_node *loss);
+int sp_engine_sync(sp_engine *e);
+int sp_engine_wait_layer(sp_engine *e, const sp_layer *l);
+int sp_engine_set_graph(sp_engine *e, bool on);
+int sp_engine_set_step_capture(sp_engine *e, bool on);
+int sp_engine_check(sp_engine *e, struct sp_model *m, const sp_tensor *x1, const int *y1);
+int sp_engine_report(sp_engine *e, const sp_report_writer *w);
 bool sp_engine_plan(sp_engine *e, struct sp_model *m, const sp_tensor *x, const int *y, const sp_report_writer *w);
 
 /* make CUDA=1: every engine's device parts (schedulers/backward/register_cuda.c), after
@@ -192,8 +192,8 @@ bool sp_engine_plan(sp_engine *e, struct sp_model *m, const sp_tensor *x, const 
 void sp_backward_cuda_register(void);
 
 /* Helpers shared by engines. */
-void sp_mark_needs_grad(sp_tape *t);             /* sets needs_grad, nconsumers  */
-void sp_alloc_grads(sp_tape *t, sp_node *loss);  /* grad buffers (zeroed where accumulated); seeds loss = 1 */
+int sp_mark_needs_grad(sp_tape *t);             /* sets needs_grad, nconsumers  */
+int sp_alloc_grads(sp_tape *t, sp_node *loss);  /* grad buffers (zeroed where accumulated); seeds loss = 1 */
 
 #ifdef __cplusplus
 }

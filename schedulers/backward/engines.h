@@ -82,4 +82,10 @@ int sp_bppsa_max_scan_levels(struct sp_model *m, int ndim, const int *sample_sha
 void sp_node_backward(sp_node *n);
 void sp_node_backward_inputs(sp_node *n);
 
+/* sp_parallel_for for an engine's own workers (bppsa's scan levels): each chunk runs
+ * under sp_try on whichever thread takes it, so an sp_fail in an op on a pool thread
+ * comes back here, and is raised again on the calling thread once every chunk is out
+ * (to the step's sp_try or the public call's guard) instead of ending the process. */
+void sp_engine_parallel_for(size_t n, void (*fn)(void *ctx, size_t begin, size_t end), void *ctx);
+
 #endif

@@ -58,6 +58,7 @@ typedef struct run_ctx {
     _Atomic int main_left;    /* the plan's main-lane tasks not done */
     _Atomic int all_left;     /* executable tasks not done */
     _Atomic int idle[2];      /* the lane runs no task: it waits, or has not started */
+    _Atomic int failed;       /* a task ended in sp_fail: both lanes stop, finish reports it */
     _Atomic int wide;         /* a lane runs a task on the thread pool (both cores) */
     sp_tape *main_scratch;
 } run_ctx;
@@ -89,7 +90,10 @@ struct sp_ooo_exec {
     unsigned generation;
     run_ctx *cur;
     lane_tuner tune;
+    char failure[512];        /* the first failed task's message (written by its lane once) */
 };
+
+static int exec_join(sp_ooo_exec *x);
 
 /* ---- one task ------------------------------------------------------------------------ */
 
@@ -270,7 +274,7 @@ typedef struct lane_wait {
 
 static bool lane_finished(const lane_wait *w)
 {
-    return atomic_load(&w->c->all_left) == 0 ||
+    return atomic_load(&w->c->all_left) == 0 || atomic_load(&w->c->failed) ||
            (w->lane == SP_OOO_MAIN && !w->all && atomic_load(&w->c->main_left) == 0);
 }
 
@@ -294,6 +298,20 @@ static void advance_frontier(run_ctx *c)
     int f = atomic_load(&c->frontier);
     while (f < c->g->nexec && atomic_load(&c->done[c->p->seq[f]]))
         if (atomic_compare_exchange_weak(&c->frontier, &f, f + 1)) f++;
+}
+
+/* A task under sp_try, so that an sp_fail in its op comes back to the lane (the sub lane
+ * has no caller to return to): the step then stops and sp_ooo_exec_finish reports it. */
+typedef struct task_call {
+    run_ctx *c;
+    const sp_ooo_task *t;
+    int lane;
+} task_call;
+
+static void task_call_run(void *arg)
+{
+    task_call *a = arg;
+    run_task(a->c, a->t, a->lane);
 }
 
 static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane, bool all)
@@ -327,7 +345,17 @@ static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane, bool all)
         }
         mem_start(c, t);
         double a = sp_now();
-        run_task(c, t, lane);
+        task_call call = {c, t, lane};
+        if (sp_try(task_call_run, &call) != SP_OK) {   /* an sp_fail in the op, on either lane */
+            if (!atomic_exchange(&c->failed, 1)) snprintf(x->failure, sizeof x->failure, "%s", sp_last_error());
+            if (wide) {
+                sp_parallel_set_inline(true);
+                atomic_store(&c->wide, 0);
+            }
+            atomic_store(&c->idle[lane], 1);
+            signal_done(x);   /* the other lane stops waiting: lane_finished */
+            return;
+        }
         double b = sp_now();
         if (wide) {
             sp_parallel_set_inline(true);
@@ -380,7 +408,7 @@ sp_ooo_exec *sp_ooo_exec_new(void)
 void sp_ooo_exec_free(sp_ooo_exec *x)
 {
     if (!x) return;
-    sp_ooo_exec_finish(x);
+    if (x->cur) (void)exec_join(x);   /* a failed step's message was reported at its sync */
     sp_parallel_set_help_notify(NULL, NULL);
     if (x->sub_started) {
         pthread_mutex_lock(&x->mu);
@@ -485,24 +513,36 @@ void sp_ooo_exec_wait_task(sp_ooo_exec *x, int task)
     if (!c || atomic_load(&c->done[task])) return;
     pthread_mutex_lock(&x->mu);
     atomic_fetch_add(&x->waiters, 1);
-    while (!atomic_load(&c->done[task])) pthread_cond_wait(&x->cv, &x->mu);
+    while (!atomic_load(&c->done[task]) && !atomic_load(&c->failed)) pthread_cond_wait(&x->cv, &x->mu);
     atomic_fetch_sub(&x->waiters, 1);
     pthread_mutex_unlock(&x->mu);
+    if (atomic_load(&c->failed)) sp_ooo_exec_finish(x);   /* the task never ran: report the failure */
 }
 
 bool sp_ooo_exec_busy(const sp_ooo_exec *x) { return x->cur != NULL; }
 
 bool sp_ooo_exec_all_done(const sp_ooo_exec *x) { return x->cur && atomic_load(&x->cur->all_left) == 0; }
 
-void sp_ooo_exec_finish(sp_ooo_exec *x)
+/* Both lanes out of the step; SP_ERR (the failed task's message in x->failure) when a
+ * task failed, the step left unfinished. */
+static int exec_join(sp_ooo_exec *x)
 {
     run_ctx *c = x->cur;
-    if (!c) return;
     run_lane(x, c, SP_OOO_MAIN, true);   /* what is left, beside the sub lane */
     pthread_mutex_lock(&x->mu);
     while (x->sub_busy) pthread_cond_wait(&x->cv, &x->mu);
     pthread_mutex_unlock(&x->mu);
     sp_parallel_set_help_notify(NULL, NULL);   /* both lanes are out: nobody to help */
+    if (!atomic_load(&c->failed)) return SP_OK;
+    x->cur = NULL;
+    return SP_ERR;
+}
+
+void sp_ooo_exec_finish(sp_ooo_exec *x)
+{
+    run_ctx *c = x->cur;
+    if (!c) return;
+    if (exec_join(x) != SP_OK) sp_fail("%s", x->failure);   /* to the caller's sp_try or guard */
     size_t scratch = x->main_scratch.arena.used_total + (c->cfg.sub_tape ? c->cfg.sub_tape->arena.used_total : 0);
     if (scratch > x->scratch_total) x->scratch_total = scratch;
     sp_ooo_run *run = c->run;
