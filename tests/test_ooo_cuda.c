@@ -665,8 +665,9 @@ static void expect_steady(const char *what, sp_model *m, const char *engine, int
 }
 
 /* The other models at tiny sizes: the RNN and the GRU scanned by bppsa (the scan's
- * pointer arrays stay on the device), ResNet-20 on 8×8 images (batch norm and the
- * residual adds, no device copy) and a demo-like MLP. */
+ * pointer arrays stay on the device, its levels one graph), ResNet-20 on 8×8 images
+ * (batch norm and the residual adds, no device copy) and under ooo on 16×16 (two tapes
+ * taking turns, each needing more than the arena's first block), and a demo-like MLP. */
 Test(ooo_cuda, steady_state_step_counts_models, .timeout = 600)
 {
     need_gpu();
