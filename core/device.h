@@ -63,6 +63,11 @@ typedef struct sp_device_allocator {
      * marked since the last read or the work is still running. */
     void (*time_mark)(int which);
     double (*time_ms)(void);
+    /* A fresh arena (nothing allocated yet) opens its first block at the size `like`
+     * needed (its high water), not growing block by block: a tape that takes turns with
+     * another (the ooo engine's two tapes) then allocates nothing from its second step
+     * on. May be NULL. */
+    void (*arena_size_like)(void *arena, const void *like);
 } sp_device_allocator;
 
 void sp_backend_register_allocator(sp_device dev, const sp_device_allocator *a);

@@ -73,6 +73,19 @@ void *sp_tape_alloc_on(sp_tape *t, sp_device dev, size_t bytes)
     return a->arena_alloc(t->dev_arena[dev], bytes);
 }
 
+void sp_tape_arena_like(sp_tape *t, const sp_tape *like)
+{
+    if (!t) sp_fail("sp_tape_arena_like: argument 't' is NULL");
+    if (!like) sp_fail("sp_tape_arena_like: argument 'like' is NULL");
+    for (int d = 0; d < SP_NDEVICES; d++) {
+        if (d == SP_CPU || t->dev_arena[d] || !like->dev_arena[d]) continue;
+        const sp_device_allocator *a = sp_backend_allocator((sp_device)d);
+        if (!a->arena_size_like) continue;
+        t->dev_arena[d] = a->arena_new();
+        a->arena_size_like(t->dev_arena[d], like->dev_arena[d]);
+    }
+}
+
 sp_tensor sp_tape_tensor_on(sp_tape *t, sp_device dev, int ndim, const int *shape)
 {
     if (ndim < 0) sp_fail("sp_tape_tensor_on: argument 'ndim' is %d (expected >= 0)", ndim);

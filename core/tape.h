@@ -79,6 +79,11 @@ sp_tensor sp_tape_tensor(sp_tape *t, int ndim, const int *shape);
 sp_tensor sp_tape_tensor_like(sp_tape *t, const sp_tensor *like);
 /* Per-step memory on device dev (SP_CPU: the host arena), released by sp_tape_reset. */
 void *sp_tape_alloc_on(sp_tape *t, sp_device dev, size_t bytes);
+/* Before t's first step: its device arenas open their first block at the size like's
+ * needed (sp_device_allocator.arena_size_like), so two tapes that take turns (the
+ * training loop's, ooo's next forward overlapping the last updates) allocate no device
+ * memory after their first steps. Nothing for arenas t already has. */
+void sp_tape_arena_like(sp_tape *t, const sp_tape *like);
 sp_tensor sp_tape_tensor_on(sp_tape *t, sp_device dev, int ndim, const int *shape);
 
 #ifdef __cplusplus

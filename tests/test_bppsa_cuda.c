@@ -13,6 +13,9 @@
  * 3. --scan-levels auto on the device: the depth the device cost model picks, the model
  *    re-derived here from the scan plan and the chain's element types (an RNN at
  *    T = 1000, B = 16; a wide MLP; SCANPROP_GPU_MODEL); dense products on cuBLAS.
+ * 4. The scan's levels as a CUDA graph: bitwise the live levels' gradients, captured
+ *    once per key and replayed, and a replay issues one graph launch for the levels'
+ *    kernels (MLP, RNN; LeNet, whose cuSPARSE calls split the graph).
  * Tolerance for gradients: 1e-4 of the largest entry (the scan sums in another order
  * than BPTT; both devices' products use FP32). */
 #include <criterion/criterion.h>
@@ -640,4 +643,114 @@ Test(bppsa_cuda, dense_products_run_on_cublas)
     free(links);
     sp_tensor_free(&x);
     sp_model_free(m);
+}
+
+/* ---- 4. the scan's levels as a CUDA graph ------------------------------------------- */
+
+/* One backward of m by engine e on tape t, the batch from seed; the gradients into g
+ * (n floats) and what the step issued into d. */
+static void graph_step(sp_model *m, sp_engine *e, sp_tape *t, int ndim, const int *xshape, int classes,
+                       uint64_t seed, float *g, sp_device_counts *d)
+{
+    sp_tensor x = sp_tensor_new(ndim, xshape);
+    tu_fill_uniform(x.data, x.numel, seed, -1.0f, 1.0f);
+    int B = xshape[0], labels[64];
+    for (int b = 0; b < B; b++) labels[b] = (int)((seed + 3 * (uint64_t)b) % (uint64_t)classes);
+    sp_tape_reset(t);
+    for (int p = 0; p < m->nparams; p++) sp_zero(&m->params[p]->grad);
+    sp_tensor xin = sp_tape_tensor_on(t, SP_CUDA, ndim, xshape);
+    sp_tensor_to_device(&xin, &x);
+    sp_device_counts before, after;
+    sp_device_counts_get(SP_CUDA, &before);
+    sp_backward(e, t, sp_model_loss(m, t, &xin, labels));
+    sp_device_counts_get(SP_CUDA, &after);
+    *d = sp_device_counts_diff(&after, &before);
+    size_t off = 0;
+    for (int p = 0; p < m->nparams; p++) {
+        sp_tensor_read(g + off, &m->params[p]->grad);
+        off += m->params[p]->grad.numel;
+    }
+    sp_tensor_free(&x);
+}
+
+/* Two copies of a model, bppsa at depth K on each: one with the levels' graph (the
+ * default), one live (SCANPROP_BPPSA_GRAPH=off). Batches of B0 ×4, B1 ×3, B0 ×2, each
+ * step new data: every step's gradients bitwise equal; a key runs live, is captured,
+ * then replayed (3 captures, 3 replays); a replayed step issues what the live one does
+ * less the graph's kernels and cuBLAS calls, plus its graph launches (one per graph:
+ * one where no cuSPARSE call splits it). */
+static void graph_vs_live(sp_model *(*make)(void), int ndim, const int *xshape, int classes, int K, int B1,
+                          int want_launches)
+{
+    sp_model *ma = make(), *mb = make();
+    sp_model_init(ma, 42);
+    sp_model_init(mb, 42);
+    sp_model_to_device(ma, SP_CUDA);
+    sp_model_to_device(mb, SP_CUDA);
+    sp_engine_opts eo = {.own = &(sp_bppsa_opts){.scan_levels = K}};
+    sp_engine *ea = sp_engine_create("bppsa", &eo), *eb = sp_engine_create("bppsa", &eo);
+    sp_tape ta, tb;
+    sp_tape_init(&ta);
+    sp_tape_init(&tb);
+    /* one arena block from the start: the first steps do not move the arena's addresses */
+    sp_tape_alloc_on(&ta, SP_CUDA, (size_t)16 << 20);
+    sp_tape_alloc_on(&tb, SP_CUDA, (size_t)16 << 20);
+    size_t n = nparams_total(ma);
+    float *ga = malloc(n * sizeof *ga), *gb = malloc(n * sizeof *gb);
+    const int B0 = xshape[0], seq[9] = {B0, B0, B0, B0, B1, B1, B1, B0, B0};
+    const bool replayed[9] = {0, 0, 1, 1, 0, 0, 1, 0, 0};
+    sp_bppsa_graph_stats s0, s1;
+    sp_bppsa_cuda_graph_stats(&s0);
+    for (int s = 0; s < 9; s++) {
+        int shape[SP_MAX_DIMS];
+        memcpy(shape, xshape, (size_t)ndim * sizeof *shape);
+        shape[0] = seq[s];
+        sp_device_counts da, db;
+        sp_bppsa_graph_stats before, after;
+        sp_bppsa_cuda_graph_stats(&before);
+        cr_assert_eq(setenv("SCANPROP_BPPSA_GRAPH", "on", 1), 0);
+        graph_step(ma, ea, &ta, ndim, shape, classes, 100 + (uint64_t)s, ga, &da);
+        sp_bppsa_cuda_graph_stats(&after);
+        cr_assert_eq(setenv("SCANPROP_BPPSA_GRAPH", "off", 1), 0);
+        graph_step(mb, eb, &tb, ndim, shape, classes, 100 + (uint64_t)s, gb, &db);
+        cr_assert_eq(unsetenv("SCANPROP_BPPSA_GRAPH"), 0);
+        cr_assert(memcmp(ga, gb, n * sizeof *ga) == 0, "%s K=%d step %d (batch %d): gradients with the graph differ",
+                  ma->name, K, s + 1, seq[s]);
+        cr_assert_eq(after.replays - before.replays, replayed[s], "%s step %d: %ld replays", ma->name, s + 1,
+                     after.replays - before.replays);
+        if (!replayed[s]) continue;
+        if (want_launches > 0)
+            cr_assert_eq(after.launches, want_launches, "%s: %ld graph launches per replay", ma->name, after.launches);
+        else   /* cuSPARSE's groups split the levels into several graphs */
+            cr_assert(after.launches > 1 && after.pieces > after.launches, "%s: %ld graph launches, %ld pieces",
+                      ma->name, after.launches, after.pieces);
+        cr_assert_gt(after.kernels + after.library_calls, 0, "%s: an empty graph", ma->name);
+        cr_assert_eq(da.launches, db.launches - after.kernels + after.launches,
+                     "%s step %d: %lld launches with the graph, %lld live, %ld kernels in it", ma->name, s + 1,
+                     da.launches, db.launches, after.kernels);
+        cr_assert_eq(da.library_calls, db.library_calls - after.library_calls,
+                     "%s step %d: %lld library calls with the graph, %lld live, %ld in it", ma->name, s + 1,
+                     da.library_calls, db.library_calls, after.library_calls);
+        cr_assert_eq(da.allocs + da.copies, db.allocs + db.copies,
+                     "%s step %d: %lld allocations and copies with the graph, %lld live", ma->name, s + 1,
+                     da.allocs + da.copies, db.allocs + db.copies);
+    }
+    sp_bppsa_cuda_graph_stats(&s1);
+    cr_assert_eq(s1.captures - s0.captures, 3, "%s: %ld captures", ma->name, s1.captures - s0.captures);
+    free(ga);
+    free(gb);
+    sp_tape_free(&ta);
+    sp_tape_free(&tb);
+    sp_engine_destroy(ea);
+    sp_engine_destroy(eb);
+    sp_model_free(ma);
+    sp_model_free(mb);
+}
+
+Test(bppsa_cuda, scan_graph_bitwise_equals_live)
+{
+    need_gpu();
+    graph_vs_live(mlp, 2, (int[]){5, 12}, 5, SP_SCAN_LEVELS_FULL, 3, 1);
+    graph_vs_live(rnn, 3, (int[]){3, 13, 3}, 4, SP_SCAN_LEVELS_FULL, 2, 1);
+    graph_vs_live(lenet, 4, (int[]){2, 1, 28, 28}, 10, SP_SCAN_LEVELS_FULL, 1, -1);
 }

@@ -16,6 +16,7 @@
 #include "layers/layers.h"
 #include "optim/optim.h"
 #include "layers/zoo.h"
+#include "schedulers/backward/bppsa_cuda.h"
 #include "schedulers/backward/engines.h"
 #include "schedulers/backward/ooo.h"
 #include "train/train.h"
@@ -524,6 +525,7 @@ typedef struct step_counts {
     int n;
     sp_device_counts own[8];
     long long emu[8][4];
+    sp_bppsa_graph_stats scan[8];   /* bppsa's scan graphs (bppsa_cuda.h) */
 } step_counts;
 
 static void read_counts(void *ctx, long step)
@@ -532,6 +534,7 @@ static void read_counts(void *ctx, long step)
     if (c->n >= 8) return;
     sp_device_counts_get(SP_CUDA, &c->own[c->n]);
     if (cudaemu_counts) cudaemu_counts(&c->emu[c->n][0], &c->emu[c->n][1], &c->emu[c->n][2], &c->emu[c->n][3]);
+    sp_bppsa_cuda_graph_stats(&c->scan[c->n]);
     c->n++;
     (void)step;
 }
@@ -616,7 +619,8 @@ static sp_model *tiny_mlp(void)
  * device by engine `engine` (ooo: two lanes; bppsa: automatic levels), n random
  * samples of the given shape in 6 batches: from the third step on a step allocates
  * nothing, waits once (the loss) and copies only the batch, its labels and the loss,
- * and the emulator counts what scanprop counts. */
+ * under bppsa replays its scan's levels as one graph launch, and the emulator counts
+ * what scanprop counts. */
 static void expect_steady(const char *what, sp_model *m, const char *engine, int batch, int ndim, const int *shape)
 {
     int n = 6 * batch;
@@ -653,6 +657,13 @@ static void expect_steady(const char *what, sp_model *m, const char *engine, int
         cr_expect_eq(dc.allocs, 0, "%s: step %d allocated %lld times", what, s + 2, dc.allocs);
         cr_expect_eq(dc.syncs, 1, "%s: step %d waited %lld times (the loss's only)", what, s + 2, dc.syncs);
         cr_expect_leq(dc.copies, 3, "%s: step %d copied %lld times (batch, labels, loss)", what, s + 2, dc.copies);
+        if (strcmp(engine, "bppsa") == 0) {   /* the scan's levels: one graph, replayed */
+            cr_expect_eq(c.scan[s + 1].replays - c.scan[s].replays, 1, "%s: step %d replayed the scan %ld times",
+                         what, s + 2, c.scan[s + 1].replays - c.scan[s].replays);
+            cr_expect_eq(c.scan[s + 1].captures, c.scan[s].captures, "%s: step %d captured the scan", what, s + 2);
+            cr_expect_eq(c.scan[s + 1].launches, 1, "%s: %ld graph launches for the scan", what,
+                         c.scan[s + 1].launches);
+        }
         if (cudaemu_counts) {
             long long want[4] = {dc.launches, dc.syncs, dc.allocs, dc.copies};
             const char *names[4] = {"launches", "syncs", "allocs", "copies"};
@@ -672,8 +683,9 @@ static void expect_steady(const char *what, sp_model *m, const char *engine, int
 }
 
 /* The other models at tiny sizes: the RNN and the GRU scanned by bppsa (the scan's
- * pointer arrays stay on the device), ResNet-20 on 8×8 images (batch norm and the
- * residual adds, no device copy) and a demo-like MLP. */
+ * pointer arrays stay on the device, its levels one graph), ResNet-20 on 8×8 images
+ * (batch norm and the residual adds, no device copy) and under ooo on 16×16 (two tapes
+ * taking turns, each needing more than the arena's first block), and a demo-like MLP. */
 Test(ooo_cuda, steady_state_step_counts_models, .timeout = 600)
 {
     need_gpu();
@@ -681,11 +693,13 @@ Test(ooo_cuda, steady_state_step_counts_models, .timeout = 600)
      * protection: the default and ASan runs of make test-cuda-emu count it (a minute each) */
     if (getenv("SCANPROP_EMU_ORDER") || getenv("SCANPROP_EMU_PROTECT"))
         cr_skip_test("counted in the emulator's default mode");
-    const int seq[2] = {8, 1}, gseq[2] = {6, 4}, img[3] = {1, 8, 8}, vec[1] = {6};
+    const int seq[2] = {8, 1}, gseq[2] = {6, 4}, img[3] = {1, 8, 8}, img16[3] = {1, 16, 16}, vec[1] = {6};
     expect_steady("rnn bppsa", sp_zoo_rnn(1, 8, 10), "bppsa", 4, 2, seq);
     expect_steady("rnn linear", sp_zoo_rnn(1, 8, 10), "linear", 4, 2, seq);
     expect_steady("gru bppsa", sp_zoo_gru(4, 8, 10), "bppsa", 4, 2, gseq);
     expect_steady("resnet20 linear", sp_zoo_resnet20(1, 10), "linear", 2, 3, img);
+    /* two tapes taking turns, each outgrowing the arena's first block on its first step */
+    expect_steady("resnet20 ooo", sp_zoo_resnet20(1, 10), "ooo", 2, 3, img16);
     expect_steady("mlp bppsa", tiny_mlp(), "bppsa", 4, 1, vec);
     expect_steady("mlp linear", tiny_mlp(), "linear", 4, 1, vec);
 }

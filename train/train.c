@@ -170,6 +170,7 @@ static float step_device_overlap(train_run *s, const sp_batch *b, double *f, dou
 {
     double t0 = device_begin(s);
     sp_tape *tp = &s->tapes[s->r.steps % 2];
+    sp_tape_arena_like(tp, &s->tapes[(s->r.steps + 1) % 2]);   /* the second tape: one block from the start */
     return device_end(s, &train_step_queue_overlap(s->m, s->e, s->o, tp, &s->xd, b->y, s->slot ^ 1, f, bw)->out, t0,
                       st);
 }

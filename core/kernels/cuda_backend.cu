@@ -209,6 +209,15 @@ static void dev_arena_reset(void *arena)
     sp_arena_reset(&a->a);
 }
 
+/* The first block at like's high water (sp_arena_alloc opens a first block of at least
+ * the arena's high water). */
+static void dev_arena_size_like(void *arena, const void *like)
+{
+    dev_arena *a = (dev_arena *)arena;
+    const dev_arena *l = (const dev_arena *)like;
+    if (!a->off && !a->a.head && l->a.high_water > a->a.high_water) a->a.high_water = l->a.high_water;
+}
+
 static void dev_arena_free(void *arena)
 {
     dev_arena *a = (dev_arena *)arena;
@@ -343,7 +352,7 @@ static double dev_time_ms(void)
 static const sp_device_allocator cuda_allocator = {
     dev_alloc,     dev_free,   dev_arena_new, dev_arena_alloc, dev_arena_reset,    dev_arena_free,
     dev_fill,      dev_upload, dev_download,  dev_stage,       dev_use_staged,     dev_stage_labels,
-    dev_release_staged, dev_arena_base, dev_add, counts, dev_time_mark, dev_time_ms,
+    dev_release_staged, dev_arena_base, dev_add, counts, dev_time_mark, dev_time_ms, dev_arena_size_like,
 };
 
 /* Whole-step graphs: captured on the calling lane's stream (global mode: any forbidden

@@ -49,6 +49,8 @@ typedef struct exec_ctx {
     int B;
     const int *idx;            /* steps of the current level                          */
     int nidx;
+    char *region;              /* device: the products' memory, one block per step      */
+    size_t region_used, region_bytes;
 } exec_ctx;
 
 #define A(c, p, b) ((c)->a[(size_t)(p) * (size_t)(c)->B + (size_t)(b)])
@@ -116,10 +118,23 @@ static task make_task(const el_type *Mt, float *M, const el_type *Xt, float *X, 
 
 /* ---- one step on the device (schedulers/backward/bppsa_cuda.cu) ------------------------- */
 
-/* An element's storage in the step: the host arena, or the device arena. */
+/* Device products start at multiples of this within the step's block (cudaMalloc's). */
+#define DEV_EL_ALIGN 256
+
+static size_t dev_el_bytes(size_t bytes) { return (bytes + DEV_EL_ALIGN - 1) / DEV_EL_ALIGN * DEV_EL_ALIGN; }
+
+/* An element's storage in the step: the host arena, or on the device the step's block
+ * of product memory (levels_dev_bytes: one allocation, so the levels' addresses follow
+ * from its address alone). */
 static float *el_alloc(exec_ctx *c, sp_tape *t, size_t bytes)
 {
-    return c->s->device ? sp_tape_alloc_on(t, SP_CUDA, bytes) : sp_tape_alloc(t, bytes);
+    if (!c->s->device) return sp_tape_alloc(t, bytes);
+    size_t need = dev_el_bytes(bytes);
+    if (c->region_used + need > c->region_bytes)
+        sp_fail("bppsa (cuda): internal: the levels need more than the %zu bytes planned", c->region_bytes);
+    float *p = (float *)(c->region + c->region_used);
+    c->region_used += need;
+    return p;
 }
 
 #ifdef SP_HAVE_CUDA
@@ -203,6 +218,49 @@ static void fill_links_dev(exec_ctx *c, sp_tape *t)
         node->kern->jt_values_all(node, 0, &m, floats);
         if (dense) sp_bppsa_cuda_csr_to_dense(&P, block + el_n, block, floats, B);
     }
+}
+
+/* The device memory of a step's products: one block per product and sample (el_alloc). */
+static size_t levels_dev_bytes(const bppsa_state *s, int B)
+{
+    size_t bytes = 0;
+    for (int k = 0; k < s->plan.nsteps; k++)
+        if (bppsa_step_multiplies(s, k)) bytes += (size_t)B * dev_el_bytes(bppsa_el_floats(&s->steps[k].out) * sizeof(float));
+    return bytes;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    for (int b = 0; b < 8; b++) h = (h ^ ((v >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+    return h;
+}
+
+/* What a captured graph of the levels bakes in (FNV-1a): the batch, the products'
+ * memory, every element's address before the levels and the recurrent ops' W_hh. The
+ * plan is the state's: a new plan drops the graph (sp_bppsa_cuda_cache_reset). */
+static uint64_t levels_key(const exec_ctx *c)
+{
+    const bppsa_state *s = c->s;
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = mix(h, (uint64_t)c->B);
+    h = mix(h, (uint64_t)s->n);
+    h = mix(h, (uint64_t)(uintptr_t)c->region);
+    h = mix(h, (uint64_t)c->region_bytes);
+    for (size_t i = 0; i < (size_t)(s->n + 1) * (size_t)c->B; i++) h = mix(h, (uint64_t)(uintptr_t)c->a[i].v);
+    for (int i = 0; i < s->n; i++) h = mix(h, (uint64_t)(uintptr_t)s->links[i].type.w);
+    return h;
+}
+
+static int run_level(exec_ctx *c, el_type *ty, el *reg, el_type *reg_t, int k, task *tasks, sp_tape *t);
+
+/* The levels on the device: live, captured into a graph, or replayed (bppsa_cuda.h). */
+static void levels_dev(exec_ctx *c, el_type *ty, el *reg, el_type *reg_t, task *tasks, sp_tape *t)
+{
+    bppsa_state *s = c->s;
+    size_t bytes = (size_t)(s->n + 1) * (size_t)c->B * sizeof *c->a;
+    if (sp_bppsa_cuda_levels_begin(s->dev_cache, levels_key(c), c->a, bytes) == SP_BPPSA_LEVELS_REPLAYED) return;
+    for (int k = 0; k < s->plan.nsteps;) k = run_level(c, ty, reg, reg_t, k, tasks, t);
+    sp_bppsa_cuda_levels_end(s->dev_cache, c->a, bytes);
 }
 
 #endif
@@ -383,15 +441,19 @@ static void scan_segment(sp_engine *e, bppsa_state *s, sp_tape *t, sp_node **nod
 
     /* the scan, level by level */
     el *reg = sp_tape_alloc(t, (size_t)B * sizeof *reg);
+    memset(reg, 0, (size_t)B * sizeof *reg);   /* the identity's address: none */
     el_type reg_t = {.kind = EL_ID};
     task *tasks = sp_tape_alloc(t, (size_t)(n + 1) * (size_t)B * sizeof *tasks);
-    for (int k = 0; k < s->plan.nsteps;) k = run_level(&c, ty, reg, &reg_t, k, tasks, t);
 #ifdef SP_HAVE_CUDA
     if (s->device) {
+        c.region_bytes = levels_dev_bytes(s, B);
+        c.region = c.region_bytes ? sp_tape_alloc_on(t, SP_CUDA, c.region_bytes) : NULL;
+        levels_dev(&c, ty, reg, &reg_t, tasks, t);
         weight_gradients(&c, t, SP_CUDA, gather_dev);
         return;
     }
 #endif
+    for (int k = 0; k < s->plan.nsteps;) k = run_level(&c, ty, reg, &reg_t, k, tasks, t);
     weight_gradients(&c, t, SP_CPU, gather_host);
 }
 

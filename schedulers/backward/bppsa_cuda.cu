@@ -7,7 +7,20 @@
  * in index order. Dense·dense and dense·vector go to cublasSgemmBatched (FP32, the
  * lane's handle); CSR·CSR to cuSPARSE's generic SpGEMM with structure reuse (below):
  * its symbolic phase once per plan, then only cusparseSpGEMMreuse_compute per product
- * (cuSPARSE has no batched SpGEMM: one call per sample). */
+ * (cuSPARSE has no batched SpGEMM: one call per sample).
+ *
+ * The scan's levels as a CUDA graph (sp_bppsa_cuda_levels_begin/_end): a key seen for
+ * the first time runs live; the second time the levels' launches are captured
+ * (cudaStreamBeginCapture on the lane's stream) into a graph, instantiated and
+ * launched; after that one cudaGraphLaunch replays them and the host copies the
+ * elements' final addresses from the capture instead of walking the plan. A graph bakes
+ * in every device address and the pointer slots' contents: the key covers the
+ * addresses, the slots the graph reads are not written while it lives (a replay skips
+ * them), and a new key or a new plan (sp_bppsa_cuda_cache_reset) drops it. The
+ * cuSPARSE numeric phase stays out of the graph (not documented as capturable): a
+ * CSR·CSR group ends the graph being captured, is recorded and replayed as live calls,
+ * and the capture goes on in a next graph. */
+#include <stdlib.h>
 #include <string.h>
 #include "core/kernels/cuda.h"
 extern "C" {
@@ -36,6 +49,17 @@ typedef struct ptr_slot {
     cudaStream_t st;   /* the stream that reads them */
 } ptr_slot;
 
+/* One piece of a captured scan: a graph, or (exec NULL) a cuSPARSE group run live. */
+typedef struct graph_seg {
+    cudaGraphExec_t exec;
+    spgemm_dev *g;
+    const int32_t *ap, *ai, *bp, *bi;   /* A's and B's patterns (device) */
+    float **ptrs;                        /* M | X | out, count each (host) */
+    int count;
+} graph_seg;
+
+enum { GRAPH_NONE, GRAPH_SEEN, GRAPH_CAPTURED };
+
 struct sp_bppsa_cache {
     ptr_slot *ps;
     int nps, pscap, next;   /* next: the slot of the step's next upload */
@@ -47,10 +71,22 @@ struct sp_bppsa_cache {
     int n, cap;
     spgemm_dev *g;
     int ng, gcap;
+    /* the levels as a graph */
+    uint64_t gkey;
+    int gstate;                  /* GRAPH_*: the key seen once (live), or captured */
+    bool capturing;
+    int cap_work;                /* launches captured since the capture (re)began */
+    graph_seg *seg;
+    int nseg, segcap;
+    void *snap;                  /* the elements' addresses after the levels */
+    size_t snap_bytes;
+    int next_after;              /* the slot after the levels' */
+    long gemm_in_graph, kernels, library_calls;
 };
 
 static long g_symbolic;   /* cuSPARSE symbolic phases run (sp_bppsa_cuda_symbolic_calls) */
 static long g_gemm;       /* products run by cublasSgemmBatched (sp_bppsa_cuda_gemm_products) */
+static sp_bppsa_graph_stats g_graph;   /* sp_bppsa_cuda_graph_stats */
 
 // ----------------------------------------------------------------------------
 // CUDA kernels
@@ -197,6 +233,14 @@ static void **slot_ptrs(sp_bppsa_cache *c, void *const *host, size_t n, cudaStre
     return p->dev;
 }
 
+/* Whether the levels are being captured (and count what goes into the graph). */
+static bool c_cap(sp_bppsa_cache *c)
+{
+    if (!c->capturing) return false;
+    c->cap_work++;
+    return true;
+}
+
 /* The pointer arrays' device copy: [M | X | out], count each. */
 static float **upload_ptrs(sp_bppsa_cache *c, sp_tape *t, float *const *M, float *const *X, float *const *out,
                            int count, cudaStream_t st)
@@ -221,6 +265,7 @@ extern "C" int sp_bppsa_cuda_products(sp_bppsa_cache *c, sp_tape *t, const sp_bp
     if (Mt->kind == SP_BD_DENSE && (Xt->kind == SP_BD_DENSE || Xt->kind == SP_BD_VEC)) {
         /* row-major out (r × c) = M (r × k) · X (k × c) is column-major outᵀ = Xᵀ·Mᵀ */
         float **dev = upload_ptrs(c, t, M, X, out, count, st);
+        if (c_cap(c)) c->library_calls++;
         int r = Mt->rows, k = Mt->cols, c = Xt->kind == SP_BD_VEC ? 1 : Xt->cols;
         float one = 1.0f, zero = 0.0f;
         sp_cublas_check(cublasSgemmBatched(lane->cublas, CUBLAS_OP_N, CUBLAS_OP_N, c, r, k, &one, dev + count, c, dev,
@@ -252,6 +297,7 @@ extern "C" int sp_bppsa_cuda_products(sp_bppsa_cache *c, sp_tape *t, const sp_bp
         sp_fail("bppsa (cuda): internal: no product for kinds %d · %d", Mt->kind, Xt->kind);
     }
     sp_cuda_check(cudaGetLastError());
+    if (c_cap(c)) c->kernels++;
     return 1;
 }
 
@@ -281,9 +327,12 @@ extern "C" sp_bppsa_cache *sp_bppsa_cuda_cache_new(void)
     return (sp_bppsa_cache *)sp_xcalloc(1, sizeof(sp_bppsa_cache));
 }
 
+static void graph_drop(sp_bppsa_cache *c);
+
 extern "C" void sp_bppsa_cuda_cache_reset(sp_bppsa_cache *c)
 {
     if (!c) return;
+    graph_drop(c);   /* it bakes in the plan's patterns, slots and products */
     for (int i = 0; i < c->n; i++) sp_cuda_check(cudaFree(c->e[i].dev));   /* waits for the device */
     c->n = 0;
     for (int i = 0; i < c->ng; i++) {
@@ -312,6 +361,7 @@ extern "C" void sp_bppsa_cuda_cache_free(sp_bppsa_cache *c)
     free(c->e);
     free(c->g);
     free(c->ps);
+    free(c->seg);
     free(c);
 }
 
@@ -426,20 +476,161 @@ static spgemm_dev *spgemm_symbolic(sp_bppsa_cache *c, const void *key, const sp_
     return g;
 }
 
+/* The numeric phase of count products of g (patterns ap/ai, bp/bi on the device). */
+static void spgemm_run(spgemm_dev *g, const int32_t *ap, const int32_t *ai, const int32_t *bp, const int32_t *bi,
+                       float *const *M, float *const *X, float *const *out, int count)
+{
+    cusparseHandle_t h = sp_cuda_current()->cusparse;
+    cusparseOperation_t N = CUSPARSE_OPERATION_NON_TRANSPOSE;
+    float one = 1.0f, zero = 0.0f;
+    for (int k = 0; k < count; k++) {
+        sp_cusparse_check(cusparseCsrSetPointers(g->A, (void *)ap, (void *)ai, M[k]));
+        sp_cusparse_check(cusparseCsrSetPointers(g->B, (void *)bp, (void *)bi, X[k]));
+        sp_cusparse_check(cusparseCsrSetPointers(g->C, g->c_ptr, g->c_idx, out[k]));
+        sp_cusparse_check(cusparseSpGEMMreuse_compute(h, N, N, &one, g->A, g->B, &zero, g->C, CUDA_R_32F,
+                                                      CUSPARSE_SPGEMM_DEFAULT, g->d));
+    }
+}
+
+static void capture_begin(sp_bppsa_cache *c);
+static void capture_end(sp_bppsa_cache *c);
+static graph_seg *seg_push(sp_bppsa_cache *c);
+
 extern "C" int sp_bppsa_cuda_spgemm(sp_bppsa_cache *c, const void *key, const sp_bppsa_mat *Mt,
                                     const sp_bppsa_mat *Xt, const int32_t *h_ptr, const int32_t *h_idx,
                                     int64_t h_nnz, float *const *M, float *const *X, float *const *out, int count)
 {
     spgemm_dev *g = spgemm_symbolic(c, key, Mt, Xt, h_ptr, h_idx, h_nnz);
-    cusparseHandle_t h = sp_cuda_current()->cusparse;
-    cusparseOperation_t N = CUSPARSE_OPERATION_NON_TRANSPOSE;
-    float one = 1.0f, zero = 0.0f;
-    for (int k = 0; k < count; k++) {   /* the numeric phase only */
-        sp_cusparse_check(cusparseCsrSetPointers(g->A, (void *)Mt->indptr, (void *)Mt->indices, M[k]));
-        sp_cusparse_check(cusparseCsrSetPointers(g->B, (void *)Xt->indptr, (void *)Xt->indices, X[k]));
-        sp_cusparse_check(cusparseCsrSetPointers(g->C, g->c_ptr, g->c_idx, out[k]));
-        sp_cusparse_check(cusparseSpGEMMreuse_compute(h, N, N, &one, g->A, g->B, &zero, g->C, CUDA_R_32F,
-                                                      CUSPARSE_SPGEMM_DEFAULT, g->d));
+    if (c->capturing) {   /* outside the graphs: recorded, run in order with them */
+        capture_end(c);
+        graph_seg *q = seg_push(c);
+        *q = (graph_seg){.g = g, .ap = Mt->indptr, .ai = Mt->indices, .bp = Xt->indptr, .bi = Xt->indices,
+                         .count = count};
+        q->ptrs = (float **)sp_xmalloc(3 * (size_t)count * sizeof(float *));
+        memcpy(q->ptrs, M, (size_t)count * sizeof(float *));
+        memcpy(q->ptrs + count, X, (size_t)count * sizeof(float *));
+        memcpy(q->ptrs + 2 * count, out, (size_t)count * sizeof(float *));
+        capture_begin(c);
+        return count;
     }
+    spgemm_run(g, Mt->indptr, Mt->indices, Xt->indptr, Xt->indices, M, X, out, count);
     return count;
 }
+
+// ----------------------------------------------------------------------------
+// the levels as a CUDA graph
+
+static graph_seg *seg_push(sp_bppsa_cache *c)
+{
+    if (c->nseg == c->segcap) {
+        c->segcap = c->segcap ? 2 * c->segcap : 4;
+        c->seg = (graph_seg *)sp_xrealloc(c->seg, (size_t)c->segcap * sizeof *c->seg);
+    }
+    graph_seg *q = &c->seg[c->nseg++];
+    memset(q, 0, sizeof *q);
+    return q;
+}
+
+static void graph_drop(sp_bppsa_cache *c)
+{
+    if (c->capturing) sp_fail("bppsa (cuda): internal: the plan changed during a capture");
+    for (int i = 0; i < c->nseg; i++) {
+        if (c->seg[i].exec) sp_cuda_check(cudaGraphExecDestroy(c->seg[i].exec));
+        free(c->seg[i].ptrs);
+    }
+    c->nseg = 0;
+    free(c->snap);
+    c->snap = NULL;
+    c->snap_bytes = 0;
+    c->gstate = GRAPH_NONE;
+}
+
+static void capture_begin(sp_bppsa_cache *c)
+{
+    sp_cuda_check(cudaStreamBeginCapture(sp_cuda_stream(), cudaStreamCaptureModeGlobal));
+    c->capturing = true;
+    c->cap_work = 0;
+}
+
+/* The graph captured since capture_begin, instantiated, as the next piece (none if
+ * nothing was captured). */
+static void capture_end(sp_bppsa_cache *c)
+{
+    cudaGraph_t gr = NULL;
+    sp_cuda_check(cudaStreamEndCapture(sp_cuda_stream(), &gr));
+    c->capturing = false;
+    if (c->cap_work) {
+        graph_seg *q = seg_push(c);
+        sp_cuda_check(cudaGraphInstantiate(&q->exec, gr, 0));
+    }
+    sp_cuda_check(cudaGraphDestroy(gr));
+}
+
+/* The captured levels, in order, on the lane's stream. */
+static void graph_run(sp_bppsa_cache *c)
+{
+    for (int i = 0; i < c->nseg; i++) {
+        graph_seg *q = &c->seg[i];
+        if (q->exec) sp_cuda_check(cudaGraphLaunch(q->exec, sp_cuda_stream()));
+        else spgemm_run(q->g, q->ap, q->ai, q->bp, q->bi, q->ptrs, q->ptrs + q->count, q->ptrs + 2 * q->count,
+                        q->count);
+    }
+}
+
+static bool graphs_on(void)
+{
+    const char *e = getenv("SCANPROP_BPPSA_GRAPH");
+    if (!e || !*e || strcmp(e, "on") == 0) return true;
+    if (strcmp(e, "off") == 0) return false;
+    sp_fail("SCANPROP_BPPSA_GRAPH=%s (expected on or off)", e);
+}
+
+extern "C" int sp_bppsa_cuda_levels_begin(sp_bppsa_cache *c, uint64_t key, void *elems, size_t bytes)
+{
+    if (!graphs_on()) {
+        graph_drop(c);
+        return SP_BPPSA_LEVELS_LIVE;
+    }
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    sp_cuda_check(cudaStreamIsCapturing(sp_cuda_stream(), &cs));
+    if (cs != cudaStreamCaptureStatusNone) return SP_BPPSA_LEVELS_LIVE;   /* inside a capture of the whole step */
+    if (c->gstate == GRAPH_CAPTURED && c->gkey == key && c->snap_bytes == bytes) {
+        graph_run(c);
+        memcpy(elems, c->snap, bytes);
+        c->next = c->next_after;   /* the slots the graph reads stay as they are */
+        g_gemm += c->gemm_in_graph;
+        g_graph.replays++;
+        return SP_BPPSA_LEVELS_REPLAYED;
+    }
+    if (c->gstate == GRAPH_SEEN && c->gkey == key) {   /* seen before: capture this time */
+        c->gemm_in_graph = g_gemm;
+        c->kernels = c->library_calls = 0;
+        capture_begin(c);
+        return SP_BPPSA_LEVELS_CAPTURE;
+    }
+    graph_drop(c);   /* a new key: live, captured when it comes again */
+    c->gkey = key;
+    c->gstate = GRAPH_SEEN;
+    return SP_BPPSA_LEVELS_LIVE;
+}
+
+extern "C" void sp_bppsa_cuda_levels_end(sp_bppsa_cache *c, const void *elems, size_t bytes)
+{
+    if (!c->capturing) return;
+    capture_end(c);
+    c->snap = sp_xmalloc(bytes ? bytes : 1);
+    memcpy(c->snap, elems, bytes);
+    c->snap_bytes = bytes;
+    c->next_after = c->next;
+    c->gemm_in_graph = g_gemm - c->gemm_in_graph;
+    c->gstate = GRAPH_CAPTURED;
+    g_graph.captures++;
+    g_graph.kernels = c->kernels;
+    g_graph.library_calls = c->library_calls;
+    g_graph.pieces = c->nseg;
+    g_graph.launches = 0;
+    for (int i = 0; i < c->nseg; i++) g_graph.launches += c->seg[i].exec != NULL;
+    graph_run(c);   /* the captured levels run now */
+}
+
+extern "C" void sp_bppsa_cuda_graph_stats(sp_bppsa_graph_stats *out) { *out = g_graph; }

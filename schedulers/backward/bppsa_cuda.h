@@ -77,6 +77,28 @@ void sp_bppsa_cuda_gather(sp_bppsa_cache *c, float *dst, float *const *src, int 
  * pattern P, for b < B, the dense blocks at dense + b·stride: one launch. */
 void sp_bppsa_cuda_csr_to_dense(const sp_bppsa_mat *P, const float *vals, float *dense, size_t stride, int B);
 
+/* The scan's levels as a CUDA graph, once per plan (docs/CUDA.md, "bppsa's scan as a
+ * graph"). Around the levels of a step: begin with the step's key (a hash of every
+ * device address the levels read or write: the elements' before the levels, the
+ * products' memory, the batch) and the host array of the elements' addresses (bytes);
+ * LIVE: run the levels as ever; CAPTURE: run them too (their launches are captured,
+ * not run, and end runs them); REPLAYED: the levels ran as one cudaGraphLaunch and
+ * elems holds the addresses they end at — skip them. A key runs live the first time,
+ * is captured the second, replayed from then on; a new key, a new plan
+ * (sp_bppsa_cuda_cache_reset) or SCANPROP_BPPSA_GRAPH=off drops the graph. */
+enum { SP_BPPSA_LEVELS_LIVE, SP_BPPSA_LEVELS_CAPTURE, SP_BPPSA_LEVELS_REPLAYED };
+int sp_bppsa_cuda_levels_begin(sp_bppsa_cache *c, uint64_t key, void *elems, size_t bytes);
+void sp_bppsa_cuda_levels_end(sp_bppsa_cache *c, const void *elems, size_t bytes);
+
+/* Process-wide: graphs captured and replays; of the graph captured last, the own kernels
+ * and cuBLAS calls inside it, its graph launches per replay (one, or more where cuSPARSE
+ * calls split it) and its pieces (graphs and live cuSPARSE groups). */
+typedef struct sp_bppsa_graph_stats {
+    long captures, replays;
+    long kernels, library_calls, launches, pieces;
+} sp_bppsa_graph_stats;
+void sp_bppsa_cuda_graph_stats(sp_bppsa_graph_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -118,6 +118,12 @@ plant "missing __syncthreads (batchnorm2d block sum)" layers/batchnorm2d_cuda.cu
 plant "add skips an input (i = 2)" layers/add_cuda.cu \
   's/n->ninputs > 1 ? sp_node_in(n, 1)->data : nullptr/nullptr/' \
   "" "cuda/add_concat_match_cpu_bitwise" "add forward differs"
+# 17. bppsa's scan graph: a replay leaves the pointer slots' index at the levels' start, so
+#     the weight gradients' gather uploads its addresses into a slot the graph reads
+plant "bppsa scan graph: replay without skipping the graph's pointer slots" schedulers/backward/bppsa_cuda.cu \
+  's/        c->next = c->next_after;/        (void)0;/' \
+  "" "bppsa_cuda/scan_graph_bitwise_equals_live" \
+  "allocations and copies with the graph|gradients with the graph differ" test_bppsa_cuda
 
 # 17-18. cuDNN's RNN: a forward in inference mode leaves the backward nothing in the
 #    reserve space; the weight blocks packed one gate off
