@@ -954,6 +954,11 @@ static void c260(void)
     (void)sp_flag_suggest(NULL, "a|b", buf, sizeof buf);
 }
 
+static void c400(void) { (void)sp_apply_fused_relu(NULL, NULL, NULL); }
+static void c401(void) { (void)sp_apply_over_fused(NULL, NULL, NULL); }
+static void c402(void) { sp_tape_arena_like(NULL, NULL); }
+static void c403(void) { g_status = sp_model_fuses_relu(NULL, NULL, 0, SP_CPU) == false ? SP_ERR : SP_OK; }
+
 static const api_case cases[] = {
     {"sp_tensor_view", K_TRY, c0, "sp_tensor_view: argument 'shape' is NULL"},
     {"sp_tensor_view", K_TRY, c1, "sp_tensor_view: argument 'ndim' is -1"},
@@ -1238,6 +1243,10 @@ static const api_case cases[] = {
     {"sp_arena_release", K_TRY, c251, "sp_arena_release: argument 'a' is NULL"},
     {"sp_tape_trim", K_TRY, c252, "sp_tape_trim: argument 't' is NULL"},
     {"sp_apply_over", K_TRY, c253, "sp_apply_over: argument 't' is NULL"},
+    {"sp_apply_fused_relu", K_TRY, c400, "sp_apply_fused_relu: argument 't' is NULL"},
+    {"sp_apply_over_fused", K_TRY, c401, "sp_apply_over_fused: argument 't' is NULL"},
+    {"sp_tape_arena_like", K_TRY, c402, "sp_tape_arena_like: argument 't' is NULL"},
+    {"sp_model_fuses_relu", K_STATUS, c403, "sp_model_fuses_relu: argument 'm' is NULL"},
 };
 
 /* Declared with no pointer or count argument: nothing to pass wrong. */
