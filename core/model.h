@@ -76,6 +76,12 @@ int sp_model_last(const sp_model *m);                  /* index of the last laye
 bool sp_model_is_chain(const sp_model *m);
 void sp_model_init(sp_model *m, uint64_t seed);        /* m->init, else PyTorch defaults */
 sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x);
+/* Which layers write their output in oneDNN's blocked layout when the tape allows it
+ * (sp_tape.blocked): make[i] for each of the nlayers layers, from the ops' sp_opdef.blocked
+ * alone, so that no op meets a layout it does not take, no op's inputs come in two
+ * layouts and the model's output is NCHW. sp_model_forward uses it; exposed for code
+ * that applies the layers itself (bench/opprof.c). */
+void sp_model_blocked_plan(const sp_model *m, bool *make);
 /* A shape-only pass (nothing is computed) of m on `batch` samples of sample_shape into
  * the freshly initialised tape t: its nodes carry their output shapes and costs. The
  * caller frees t. */

@@ -70,6 +70,7 @@ typedef struct conv_saved {
     int cs;      /* forward and δ: samples per GEMM                               */
     int cg;      /* G: samples per GEMM                                           */
     bool dnnl;   /* the forward ran on oneDNN: so do δ and G (core/kernels/dnnl.c)        */
+    int xblk, yblk;   /* the layouts of x and y (sp_tensor.blk), so of dx and dy        */
 } conv_saved;
 
 #define L(n) ((const conv_layer *)(n)->layer)
@@ -208,7 +209,18 @@ static conv_saved *conv_plan(sp_node *n)
 static sp_dnnl_conv dnnl_shape(const conv_saved *S)
 {
     return (sp_dnnl_conv){.B = S->B, .C = S->g.C, .H = S->g.H, .W = S->g.W, .O = S->O, .k = S->g.k,
-                          .stride = S->g.stride, .pad = S->g.pad, .Ho = S->g.Ho, .Wo = S->g.Wo};
+                          .stride = S->g.stride, .pad = S->g.pad, .Ho = S->g.Ho, .Wo = S->g.Wo,
+                          .xblk = S->xblk, .yblk = S->yblk};
+}
+
+/* t's values in NCHW: its own data, or a copy in the arena when t is blocked (the im2col
+ * path's inputs; oneDNN takes the blocked layouts as they are). */
+static const float *plain_of(sp_node *n, const sp_tensor *t)
+{
+    if (!t->blk) return t->data;
+    float *p = sp_tape_alloc(n->tape, t->numel * sizeof(float));
+    sp_tensor_to_plain(t, p);
+    return p;
 }
 
 static void conv_forward(sp_node *n)
@@ -217,6 +229,12 @@ static void conv_forward(sp_node *n)
     conv_saved *S = conv_plan(n);
     n->saved = S;
     S->dnnl = sp_dnnl_conv_on() && S->g.C >= DNNL_MIN_C;
+    /* the layouts: x's as it comes; y blocked where the model asks (sp_tape.out_blocked)
+     * and oneDNN's block divides the channels */
+    int blk = n->tape->out_blocked ? sp_dnnl_block() : 0;
+    S->xblk = x->blk;
+    S->yblk = blk && S->O % blk == 0 ? blk : 0;
+    n->out.blk = S->yblk;
     /* the scratch below (im2col columns; oneDNN's job, scratchpads and blocked copies of
      * the input and output) is dead when the forward returns: handed back to the arena
      * for the next op (ResNet-20 b64: the larger part of a step's arena otherwise) */
@@ -225,13 +243,15 @@ static void conv_forward(sp_node *n)
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_forward(n->tape, &c, x->data, n->layer->params[0]->value.data,
                              bias_of(n), n->out.data);
-    } else {
+    } else {   /* im2col in NCHW; a blocked x or y through a copy */
         size_t cols = (size_t)S->slots * S->cs * S->P;
-        fwd_job J = {.S = S, .x = x->data, .W = n->layer->params[0]->value.data,
+        fwd_job J = {.S = S, .x = plain_of(n, x), .W = n->layer->params[0]->value.data,
                      .bias = bias_of(n), .y = n->out.data};
+        if (S->yblk) J.y = sp_tape_alloc(n->tape, n->out.numel * sizeof(float));
         J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
         J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
         sp_parallel_for((size_t)S->slots, forward_slots, &J);
+        if (S->yblk) sp_tensor_from_plain(&n->out, J.y, n->out.data);
     }
     sp_arena_release(&n->tape->arena, mark);
 }
@@ -275,10 +295,12 @@ static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tenso
         return;
     }
     size_t cols = (size_t)S->slots * S->cs * S->P;
-    delta_job J = {.S = S, .W = n->layer->params[0]->value.data, .dy = dy->data, .dx = dx->data};
+    delta_job J = {.S = S, .W = n->layer->params[0]->value.data, .dy = plain_of(n, dy), .dx = dx->data};
+    if (dx->blk) J.dx = sp_tape_alloc(n->tape, dx->numel * sizeof(float));
     J.dcol = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
     J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
     sp_parallel_for((size_t)S->slots, delta_slots, &J);
+    if (dx->blk) sp_tensor_from_plain(dx, J.dx, dx->data);
 }
 
 /* dx += δ, for an input that fans out: on oneDNN the add rides on each slot's reorder out
@@ -331,11 +353,11 @@ static void grad_slots(void *ctx, size_t begin, size_t end)
     }
 }
 
-static void grad_private(sp_node *n, const sp_tensor *dy)
+static void grad_private(sp_node *n, const float *x, const float *dy)
 {
     const conv_saved *S = n->saved;
     size_t cols = (size_t)S->slots * S->cs * S->P, nw = (size_t)S->O * S->K;
-    grad_job J = {.S = S, .x = sp_node_x(n)->data, .dy = dy->data};
+    grad_job J = {.S = S, .x = x, .dy = dy};
     J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
     J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
     J.part = sp_tape_alloc(n->tape, (size_t)S->slots * nw * sizeof(float));
@@ -345,7 +367,7 @@ static void grad_private(sp_node *n, const sp_tensor *dy)
         for (size_t i = 0; i < nw; i++) dW[i] += J.part[(size_t)s * nw + i];
 }
 
-static void grad_batched(sp_node *n, const sp_tensor *dy)
+static void grad_batched(sp_node *n, const float *x, const float *dy)
 {
     const conv_saved *S = n->saved;
     size_t cols = (size_t)S->cg * S->P;
@@ -353,8 +375,8 @@ static void grad_batched(sp_node *n, const sp_tensor *dy)
     float *rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
     for (int b0 = 0; b0 < S->B; b0 += S->cg) {
         int nb = imin(S->cg, S->B - b0), N = nb * S->P;
-        sp_im2col(&S->g, sp_node_x(n)->data, b0, b0 + nb, col);
-        gather_job gj = {.S = S, .dy = dy->data, .rows = rows, .b0 = b0, .N = N};
+        sp_im2col(&S->g, x, b0, b0 + nb, col);
+        gather_job gj = {.S = S, .dy = dy, .rows = rows, .b0 = b0, .N = N};
         sp_parallel_for((size_t)nb, gather_range, &gj);
         sp_gemm(false, true, S->O, S->K, N, 1.0f, rows, N, col, N, 1.0f, n->layer->params[0]->grad.data, S->K);
     }
@@ -391,10 +413,10 @@ static void conv_backward_params(sp_node *n, const sp_tensor *dy)
     if (S->dnnl && S->P > DNNL_G_MIN_P) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_weights(n->tape, &c, sp_node_x(n)->data, dy->data, n->layer->params[0]->grad.data);
-    } else if ((size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS) grad_private(n, dy);
-    else grad_batched(n, dy);
+    } else if ((size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS) grad_private(n, plain_of(n, sp_node_x(n)), plain_of(n, dy));
+    else grad_batched(n, plain_of(n, sp_node_x(n)), plain_of(n, dy));
     if (n->layer->nparams < 2) return;
-    bias_job J = {.S = S, .dy = dy->data, .db = n->layer->params[1]->grad.data};
+    bias_job J = {.S = S, .dy = plain_of(n, dy), .db = n->layer->params[1]->grad.data};
     sp_parallel_for((size_t)S->O, bias_grad_range, &J);
 }
 
@@ -413,7 +435,7 @@ static void conv_backward_input_params(sp_node *n, const sp_tensor *dy, sp_tenso
     sp_dnnl_conv_backward(n->tape, &c, sp_node_x(n)->data, n->layer->params[0]->value.data, dy->data, dx->data, acc,
                           n->layer->params[0]->grad.data);
     if (n->layer->nparams < 2) return;
-    bias_job J = {.S = S, .dy = dy->data, .db = n->layer->params[1]->grad.data};
+    bias_job J = {.S = S, .dy = plain_of(n, dy), .db = n->layer->params[1]->grad.data};
     sp_parallel_for((size_t)S->O, bias_grad_range, &J);
 }
 
@@ -520,6 +542,13 @@ static void conv_init(sp_layer *l, sp_rng *r)
 
 static void conv_free(sp_layer *l) { free(((conv_layer *)l)->zero_bias); }
 
+/* Any input layout; a blocked output where asked when bias-free (the bias's G reads dy
+ * in NCHW: a biased conv would copy dy back every step). */
+static int conv_blocked(const sp_layer *l)
+{
+    return l->nparams > 1 ? SP_BLK_PLAIN : SP_BLK_MAKES;
+}
+
 const sp_opdef sp_op_conv2d = {
     .out_unread = true,
     .name = "conv2d",
@@ -528,6 +557,7 @@ const sp_opdef sp_op_conv2d = {
     .cost = conv_cost,
     .init_params = conv_init,
     .free_layer = conv_free,
+    .blocked = conv_blocked,
     .cpu = {
         .forward = conv_forward,
         .backward_input = conv_backward_input,
