@@ -560,16 +560,18 @@ Test(im2col, same_bits_with_1_and_2_threads)
 
 /* One training step of m on tape t (blocked or not): the loss, every parameter's grad
  * and every buffer, copied out in that order; *nblocked: nodes whose output was blocked. */
-static float *resnet_step(sp_model *m, bool blocked, const sp_tensor *x, const int *y, size_t *len, int *nblocked)
+static float *resnet_step(sp_model *m, const char *engine, bool blocked, const sp_tensor *x, const int *y, size_t *len,
+                          int *nblocked)
 {
     sp_tape t;
     sp_tape_init(&t);
     t.blocked = blocked;
     sp_model_zero_grad(m);
     sp_node *loss = sp_model_loss(m, &t, x, y);
-    sp_engine *e = sp_engine_create("linear", NULL);
+    sp_engine *e = sp_engine_create(engine, NULL);
     cr_assert(e);
     sp_backward(e, &t, loss);
+    sp_engine_sync(e);
     *nblocked = 0;
     for (int i = 0; i < t.n; i++) *nblocked += t.nodes[i]->out.blk != 0;
     size_t n = 1;
@@ -588,7 +590,8 @@ static float *resnet_step(sp_model *m, bool blocked, const sp_tensor *x, const i
 }
 
 /* ResNet-20's step with its activations blocked between the convolutions gives the bits
- * of the NCHW step: loss, gradients, updated running statistics; with 1 and 2 threads. */
+ * of the NCHW step: loss, gradients, updated running statistics; with 1 and 2 threads,
+ * on the linear engine and on ooo (δ and G apart, each reading the blocked dy). */
 Test(conv_blocked, resnet20_step_bitwise_as_nchw, .timeout = 120)
 {
     sp_dnnl_conv_set(true);
@@ -604,25 +607,27 @@ Test(conv_blocked, resnet20_step_bitwise_as_nchw, .timeout = 120)
         sp_rng_seed(&r, 7);
         for (size_t i = 0; i < x.numel; i++) x.data[i] = sp_rng_normal(&r);
         int y[5] = {1, 3, 0, 9, 3};
-        float *got[2];
-        size_t len[2];
-        int nb[2];
-        for (int b = 0; b < 2; b++) {   /* the same initial state for both */
+        float *got[3];
+        size_t len[3];
+        int nb[3];
+        const char *engine[3] = {"linear", "linear", "ooo"};
+        for (int b = 0; b < 3; b++) {   /* the same initial state for each */
             sp_model *m = sp_zoo_resnet20(1, 10);
             sp_model_init(m, 3);
-            got[b] = resnet_step(m, b == 1, &x, y, &len[b], &nb[b]);
+            got[b] = resnet_step(m, engine[b], b > 0, &x, y, &len[b], &nb[b]);
             sp_model_free(m);
         }
         cr_assert_eq(nb[0], 0, "NCHW step: %d blocked outputs", nb[0]);
-        /* every conv, bn and add_relu output: all nodes but the input, the pool, fc, loss */
-        cr_assert_gt(nb[1], 40, "blocked step (nChw%dc): only %d blocked outputs", blk, nb[1]);
-        cr_assert_eq(len[0], len[1]);
-        for (size_t i = 0; i < len[0]; i++)
-            cr_assert(memcmp(&got[0][i], &got[1][i], sizeof(float)) == 0,
-                      "%d threads: value %zu (0: the loss, then grads, then state): NCHW %.9g, blocked %.9g", threads,
-                      i, got[0][i], got[1][i]);
-        free(got[0]);
-        free(got[1]);
+        for (int b = 1; b < 3; b++) {
+            /* every conv, bn and add_relu output: all nodes but the input, the pool, fc, loss */
+            cr_assert_gt(nb[b], 40, "%s blocked step (nChw%dc): only %d blocked outputs", engine[b], blk, nb[b]);
+            cr_assert_eq(len[0], len[b]);
+            for (size_t i = 0; i < len[0]; i++)
+                cr_assert(memcmp(&got[0][i], &got[b][i], sizeof(float)) == 0,
+                          "%s, %d threads: value %zu (0: the loss, then grads, then state): NCHW %.9g, blocked %.9g",
+                          engine[b], threads, i, got[0][i], got[b][i]);
+        }
+        for (int b = 0; b < 3; b++) free(got[b]);
         sp_tensor_free(&x);
     }
     sp_set_threads(1);

@@ -70,6 +70,7 @@ sp_node *train_step_queue_overlap(sp_model *m, sp_engine *e, sp_optim *o, sp_tap
         x = &xc;
         y = yc;
     }
+    t->blocked = (e->caps & SP_ENGINE_BLOCKED) && model_device(m) == SP_CPU;   /* as the plain step */
     t->before_apply = wait_layer;
     t->before_apply_ctx = e;
     sp_node *loss = sp_model_loss(m, t, x, y);
