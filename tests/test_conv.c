@@ -654,3 +654,48 @@ Test(conv_blocked, offsets_and_conversions_round_trip)
         sp_tensor_free(&t);
     }
 }
+
+/* Which convolutions write blocked outputs: none whose output reaches an op that does
+ * not take the layout, an add with an NCHW input, or the model's output. */
+Test(conv_blocked, plan_stops_at_ops_without_the_layout)
+{
+    sp_model *m = sp_model_new("plan");
+    int c1 = sp_model_add(m, sp_conv2d_nobias("c1", 3, 16, 3, 1, 1));     /* → bn → relu → c2: blocked */
+    sp_model_add(m, sp_batchnorm2d("bn", 16));
+    sp_model_add(m, sp_relu());
+    int c2 = sp_model_add(m, sp_conv2d_nobias("c2", 16, 16, 3, 1, 1));    /* → maxpool: NCHW */
+    sp_model_add(m, sp_maxpool2d(2, 2, 0));
+    int c3 = sp_model_add(m, sp_conv2d_nobias("c3", 16, 16, 3, 1, 1));    /* → add with the pool's NCHW */
+    int p = c3 - 1;
+    int a = sp_model_add_from(m, sp_add(), 2, (int[]){c3, p});
+    int c4 = sp_model_add(m, sp_conv2d_nobias("c4", 16, 16, 3, 1, 1));   /* → c5: blocked */
+    int c5 = sp_model_add(m, sp_conv2d("c5", 16, 16, 1, 1, 0));          /* biased: never */
+    int c6 = sp_model_add(m, sp_conv2d_nobias("c6", 16, 16, 3, 1, 1));   /* → gap: blocked */
+    sp_model_add(m, sp_global_avgpool2d());
+    (void)a;
+    bool make[16] = {0};
+    sp_model_blocked_plan(m, make);
+    cr_expect(make[c1], "conv → bn → relu → conv");
+    cr_expect(!make[c2], "conv → maxpool");
+    cr_expect(!make[c3], "conv → add with an NCHW input");
+    cr_expect(make[c4], "conv → conv");
+    cr_expect(!make[c5], "a biased conv");
+    cr_expect(make[c6], "conv → global average pooling");
+    sp_model_free(m);
+    sp_model *last = sp_model_new("last");   /* the model's output stays NCHW */
+    sp_model_add(last, sp_conv2d_nobias("c", 3, 16, 3, 1, 1));
+    sp_model_add(last, sp_relu());
+    sp_model_blocked_plan(last, make);
+    cr_expect(!make[0], "conv → relu, the model's output");
+    sp_model_free(last);
+}
+
+/* An op meeting a layout it does not take: one line, exit 2. */
+Test(conv_blocked, op_without_the_layout_refuses_it, .exit_code = 2, .init = tu_capture_stderr)
+{
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_tensor x = sp_tensor_new(4, (int[]){2, 16, 4, 4});
+    x.blk = 16;
+    sp_apply(&t, sp_maxpool2d(2, 2, 0), sp_tape_input(&t, &x));
+}
