@@ -85,6 +85,7 @@ void sp_tensor_copy(sp_tensor *dst, const sp_tensor *src)
 
 size_t sp_tensor_offset(const sp_tensor *t, int b, int c, int h, int w)
 {
+    if (!t) sp_fail("sp_tensor_offset: argument 't' is NULL");
     size_t C = (size_t)t->shape[1], H = (size_t)t->shape[2], W = (size_t)t->shape[3];
     if (!t->blk) return (((size_t)b * C + (size_t)c) * H + (size_t)h) * W + (size_t)w;
     size_t k = (size_t)t->blk;
@@ -106,14 +107,17 @@ static void move_blocks(const sp_tensor *t, const float *src, float *dst, bool t
 
 void sp_tensor_to_plain(const sp_tensor *src, float *dst)
 {
-    if (!src || !dst) sp_fail("sp_tensor_to_plain: argument '%s' is NULL", !src ? "src" : "dst");
+    if (!src) sp_fail("sp_tensor_to_plain: argument 'src' is NULL");
+    if (!dst) sp_fail("sp_tensor_to_plain: argument 'dst' is NULL");
     if (!src->blk) memcpy(dst, src->data, src->numel * sizeof(float));
     else move_blocks(src, src->data, dst, true);
 }
 
 void sp_tensor_from_plain(const sp_tensor *t, const float *src, float *dst)
 {
-    if (!t || !src || !dst) sp_fail("sp_tensor_from_plain: an argument is NULL");
+    if (!t) sp_fail("sp_tensor_from_plain: argument 't' is NULL");
+    if (!src) sp_fail("sp_tensor_from_plain: argument 'src' is NULL");
+    if (!dst) sp_fail("sp_tensor_from_plain: argument 'dst' is NULL");
     if (!t->blk) memcpy(dst, src, t->numel * sizeof(float));
     else move_blocks(t, src, dst, false);
 }
