@@ -305,6 +305,19 @@ static void blk_stats_range(void *ctx, size_t g0, size_t g1)
     }
 }
 
+/* One sample's channel block [P][KS] (KS a constant at each call: vector code). */
+static inline __attribute__((always_inline)) void blk_normalize_block(const float *restrict x, float *restrict y,
+                                                                      size_t P, int KS, const float *mean,
+                                                                      const float *inv, const float *g,
+                                                                      const float *be, bool relu)
+{
+    for (size_t p = 0; p < P; p++)
+        for (int k = 0; k < KS; k++) {
+            float h = (x[p * KS + k] - mean[k]) * inv[k], v = g[k] * h + be[k];
+            y[p * KS + k] = relu ? (v > 0.0f ? v : 0.0f) : v;
+        }
+}
+
 static void blk_normalize_range(void *ctx, size_t b0, size_t b1)
 {
     const bn_blk *J = ctx;
@@ -314,24 +327,15 @@ static void blk_normalize_range(void *ctx, size_t b0, size_t b1)
     bool relu = S->relu;
     for (size_t b = b0; b < b1; b++)
         for (size_t c0 = 0; c0 < (size_t)J->C; c0 += ks) {
-            const float *restrict x = J->x + blk_at(J, (int)b, c0);
-            float *restrict y = J->n->out.data + blk_at(J, (int)b, c0);
+            const float *x = J->x + blk_at(J, (int)b, c0);
+            float *y = J->n->out.data + blk_at(J, (int)b, c0);
             float mean[16], inv[16], g[16], be[16];
             for (size_t k = 0; k < ks; k++)
                 mean[k] = S->mean[c0 + k], inv[k] = S->inv[c0 + k], g[k] = gamma[c0 + k], be[k] = beta[c0 + k];
-            size_t n = J->P * ks;
-            if (relu)
-                for (size_t i = 0; i < n; i++) {
-                    size_t k = i % ks;
-                    float h = (x[i] - mean[k]) * inv[k], v = g[k] * h + be[k];
-                    y[i] = v > 0.0f ? v : 0.0f;
-                }
-            else
-                for (size_t i = 0; i < n; i++) {
-                    size_t k = i % ks;
-                    float h = (x[i] - mean[k]) * inv[k];
-                    y[i] = g[k] * h + be[k];
-                }
+            if (ks == 16 && relu) blk_normalize_block(x, y, J->P, 16, mean, inv, g, be, true);
+            else if (ks == 16) blk_normalize_block(x, y, J->P, 16, mean, inv, g, be, false);
+            else if (relu) blk_normalize_block(x, y, J->P, 8, mean, inv, g, be, true);
+            else blk_normalize_block(x, y, J->P, 8, mean, inv, g, be, false);
         }
 }
 
@@ -385,6 +389,21 @@ static void blk_sums_range(void *ctx, size_t g0, size_t g1)
     }
 }
 
+/* δ of one sample's channel block [P][KS], as blk_normalize_block. */
+static inline __attribute__((always_inline)) void blk_delta_block(const float *restrict x, const float *restrict dy,
+                                                                  float *restrict dx, size_t P, int KS,
+                                                                  const float *mean, const float *inv,
+                                                                  const float *gm, const float *be, const float *kk,
+                                                                  const float *mdy, const float *mdyx, bool relu)
+{
+    for (size_t p = 0; p < P; p++)
+        for (int k = 0; k < KS; k++) {
+            float h = (x[p * KS + k] - mean[k]) * inv[k], d = dy[p * KS + k];
+            float m = !relu || gm[k] * h + be[k] > 0.0f ? d : 0.0f;
+            dx[p * KS + k] = kk[k] * (m - mdy[k] - h * mdyx[k]);
+        }
+}
+
 static void blk_delta_range(void *ctx, size_t b0, size_t b1)
 {
     const bn_blk *J = ctx;
@@ -402,13 +421,10 @@ static void blk_delta_range(void *ctx, size_t b0, size_t b1)
                 mean[k] = S->mean[c], inv[k] = S->inv[c], kk[k] = S->scale[c], mdy[k] = J->mdy[c], mdyx[k] = J->mdyx[c];
                 gm[k] = S->relu ? S->gb[2 * c] : 0.0f, be[k] = S->relu ? S->gb[2 * c + 1] : 0.0f;
             }
-            size_t n = J->P * ks;
-            for (size_t i = 0; i < n; i++) {
-                size_t k = i % ks;
-                float h = (x[i] - mean[k]) * inv[k], d = dy[i];
-                float m = !relu || gm[k] * h + be[k] > 0.0f ? d : 0.0f;
-                dx[i] = kk[k] * (m - mdy[k] - h * mdyx[k]);
-            }
+            if (ks == 16 && relu) blk_delta_block(x, dy, dx, J->P, 16, mean, inv, gm, be, kk, mdy, mdyx, true);
+            else if (ks == 16) blk_delta_block(x, dy, dx, J->P, 16, mean, inv, gm, be, kk, mdy, mdyx, false);
+            else if (relu) blk_delta_block(x, dy, dx, J->P, 8, mean, inv, gm, be, kk, mdy, mdyx, true);
+            else blk_delta_block(x, dy, dx, J->P, 8, mean, inv, gm, be, kk, mdy, mdyx, false);
         }
 }
 
