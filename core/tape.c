@@ -61,7 +61,9 @@ sp_tensor sp_tape_tensor_like(sp_tape *t, const sp_tensor *like)
 {
     if (!t) sp_fail("sp_tape_tensor_like: argument 't' is NULL");
     if (!like) sp_fail("sp_tape_tensor_like: argument 'like' is NULL");
-    return sp_tape_tensor_on(t, like->device, like->ndim, like->shape);
+    sp_tensor r = sp_tape_tensor_on(t, like->device, like->ndim, like->shape);
+    r.blk = like->blk;
+    return r;
 }
 
 void *sp_tape_alloc_on(sp_tape *t, sp_device dev, size_t bytes)
@@ -174,6 +176,16 @@ static sp_node *apply(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs, 
     } else {
         n->out = sp_tape_tensor_on(t, xs[0]->out.device, n->out.ndim, n->out.shape);
     }
+    /* Layouts (sp_tensor.blk): every input in one, which the op must take; the output
+     * in it too unless the op's forward says otherwise (a convolution, a pooling). */
+    int blk = xs[0]->out.blk;
+    for (int i = 1; i < ninputs; i++)
+        if (xs[i]->out.blk != blk)
+            sp_fail("op %s: input %d in layout %d, input 0 in %d (expected one layout)", l->op->name, i,
+                    xs[i]->out.blk, blk);
+    if (blk && (!l->op->blocked || !l->op->blocked(l)))
+        sp_fail("op %s: input in the blocked layout nChw%dc, which it does not take", l->op->name, blk);
+    n->out.blk = blk;
     if (t->before_apply && !t->shape_only) t->before_apply(t->before_apply_ctx, l);
     if (t->shape_only || run == RUN_NOTHING) return n;
     if (run == RUN_FORWARD_RELU) n->kern->forward_relu(n);

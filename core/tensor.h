@@ -23,6 +23,12 @@ typedef struct sp_tensor {
     int shape[SP_MAX_DIMS];
     size_t numel;
     sp_device device;
+    /* The layout of a 4-D activation [B, C, H, W] on the host: 0 NCHW; 8 or 16 oneDNN's
+     * blocked nChw8c / nChw16c (element (b, c, h, w) at ((b·C/blk + c/blk)·H·W + h·W +
+     * w)·blk + c mod blk), only where blk divides C: numel and each sample's offset are
+     * NCHW's. Set by ops that keep activations blocked between convolutions (core/op.h,
+     * sp_opdef.takes_blocked); 0 everywhere else. */
+    int blk;
 } sp_tensor;
 
 /* Shape helpers. sp_tensor_view does not allocate: data may be NULL. */
@@ -39,6 +45,12 @@ sp_tensor sp_tensor_new(int ndim, const int *shape);
 void sp_tensor_free(sp_tensor *t);
 
 void sp_tensor_zero(sp_tensor *t);
+/* Offset of element (b, c, h, w) of a 4-D tensor in its layout (t->blk). */
+size_t sp_tensor_offset(const sp_tensor *t, int b, int c, int h, int w);
+/* dst (NCHW, numel floats) = src in NCHW order, whatever src's layout. */
+void sp_tensor_to_plain(const sp_tensor *src, float *dst);
+/* dst (in t's layout t->blk) = src (NCHW): the inverse of sp_tensor_to_plain. */
+void sp_tensor_from_plain(const sp_tensor *t, const float *src, float *dst);
 void sp_tensor_copy(sp_tensor *dst, const sp_tensor *src);
 
 #ifdef __cplusplus

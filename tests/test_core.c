@@ -958,6 +958,10 @@ static void c400(void) { (void)sp_apply_fused_relu(NULL, NULL, NULL); }
 static void c401(void) { (void)sp_apply_over_fused(NULL, NULL, NULL); }
 static void c402(void) { sp_tape_arena_like(NULL, NULL); }
 static void c403(void) { g_status = sp_model_fuses_relu(NULL, NULL, 0, SP_CPU) == false ? SP_ERR : SP_OK; }
+static void cb0(void) { (void)sp_tensor_offset(NULL, 0, 0, 0, 0); }
+static void cb1(void) { sp_tensor_to_plain(NULL, NULL); }
+static void cb2(void) { sp_tensor_from_plain(NULL, NULL, NULL); }
+static void cb3(void) { g_status = sp_model_blocked_plan(NULL, NULL); }
 
 static const api_case cases[] = {
     {"sp_tensor_view", K_TRY, c0, "sp_tensor_view: argument 'shape' is NULL"},
@@ -973,6 +977,10 @@ static const api_case cases[] = {
     {"sp_tensor_free", K_NOOP, c10, "?"},
     {"sp_tensor_zero", K_TRY, c11, "sp_tensor_zero: argument 't' is NULL"},
     {"sp_tensor_copy", K_TRY, c12, "sp_tensor_copy: argument 'dst' is NULL"},
+    {"sp_tensor_offset", K_TRY, cb0, "sp_tensor_offset: argument 't' is NULL"},
+    {"sp_tensor_to_plain", K_TRY, cb1, "sp_tensor_to_plain: argument 'src' is NULL"},
+    {"sp_tensor_from_plain", K_TRY, cb2, "sp_tensor_from_plain: argument 't' is NULL"},
+    {"sp_model_blocked_plan", K_STATUS, cb3, "sp_model_blocked_plan: argument 'm' is NULL"},
     {"sp_rng_seed", K_TRY, c13, "sp_rng_seed: argument 'r' is NULL"},
     {"sp_rng_u32", K_TRY, c14, "sp_rng_u32: argument 'r' is NULL"},
     {"sp_rng_uniform", K_TRY, c15, "sp_rng_uniform: argument 'r' is NULL"},
