@@ -22,20 +22,31 @@
  *    leaves its outputs untouched unless its header says otherwise, and frees what it
  *    allocated. A NULL pointer or a negative count is such a failure, naming the
  *    argument: "sp_st_read_f32: the file is NULL", "sp_st_write x.st: -1 tensors".
+ *    Core's own calls refuse the same way, through sp_refuse (below): tensors and shapes
+ *    (sp_tensor_*, sp_shape_*), the RNG (sp_rng_*), tapes and ops (sp_tape_*, sp_apply*,
+ *    sp_param_new, sp_buffer_new, sp_node_*, sp_fill_uniform), arenas (sp_arena_*),
+ *    sp_csr_alloc and sp_csr_bytes, threads (sp_set_threads, sp_parallel_for,
+ *    sp_spin_until), sp_xstrdup, sp_shape_str, sp_refuse. Given a NULL pointer, a
+ *    negative count, a bad shape, size, device or configuration, a node of another tape,
+ *    or an op whose shape check or forward fails ("linear fc1: input [8, 5], expected
+ *    [B, 4]", a label out of range), such a call outside sp_try returns SP_ERR, NULL or
+ *    the failure value its header names (a tensor of ndim 0, a count of 0, false, NaN)
+ *    with the message, never exiting, having freed what it allocated (a refused
+ *    sp_apply* leaves the tape as it was); inside sp_try it ends there with SP_ERR, as
+ *    sp_fail does, so the library's own calls of them in a step need not check each one
+ *    (their int statuses are not SP_MUST_CHECK for that reason).
  *
  *  - Checked by sp_try: construction from user input and the calls inside a step, whose
- *    checks are sp_fail — tensors (sp_tensor_*, sp_shape_*), the RNG (sp_rng_*), tapes
- *    and ops (sp_tape_*, sp_apply*, sp_param_new, sp_buffer_new, sp_node_*,
- *    sp_fill_uniform, sp_arena_*, sp_csr_*), models (every sp_model_* not listed above,
+ *    checks are sp_fail — models (every sp_model_* not listed above,
  *    sp_zoo_*), layer constructors (layers/layers.h), engines (sp_engine_* but
  *    sp_engine_create, sp_backward*, sp_mark_needs_grad, sp_alloc_grads), optimizers and
  *    schedules (sp_optim_* but sp_optim_create, sp_sgd_new, sp_adam_new, sp_lr_*),
- *    threads (sp_set_threads, sp_parallel_for, sp_spin_until), the loader's iteration
+ *    the loader's iteration
  *    (sp_loader_next, _set_epoch, _reset_epoch, _epoch, _nbatches, _batch), sample access
  *    (sp_dataset_get, sp_dataset_sample_numel), sp_train_step_accum, sp_step_graph_*, the JSON
- *    writer (sp_json_*), sp_xstrdup, sp_shape_str. A NULL pointer, a negative count or
- *    a bad size or configuration is an sp_fail naming it ("sp_tape_input: argument 'x'
- *    is NULL", "linear fc1: input [8, 5], expected [B, 4]"): inside sp_try (below) the
+ *    writer (sp_json_*). A NULL pointer, a negative count or a bad size or
+ *    configuration is an sp_fail naming it ("sp_model_forward: argument 'x' is NULL",
+ *    "linear fc1: sizes 0 -> 4, expected positive"): inside sp_try (below) the
  *    call returns there with SP_ERR and the message; outside sp_try the process prints
  *    "scanprop: <message>" and exits 2. Never a crash. sp_train runs its loop under
  *    sp_try, so a step that fails comes back as its status.
@@ -44,7 +55,9 @@
  *    sp_check_ptr and sp_fail print "scanprop: <message>" and exit 2 by design (a bad
  *    flag, a refused file, a failed status); under sp_try they return SP_ERR too.
  *
- * Frees and closes (sp_*_free, sp_*_destroy, sp_st_close) do nothing given NULL. Out of
+ * Frees and closes (sp_*_free, sp_*_destroy, sp_st_close) do nothing given NULL. In
+ * core, sp_fail outside sp_try is left for internal invariants no caller's argument
+ * reaches (a device twin registered twice, a backend's tables; core/device.h). Out of
  * memory in sp_xmalloc & co. prints one line and exits 2 (an allocation whose size a
  * file decided goes through sp_file_alloc instead, which refuses sizes above a ceiling
  * and returns NULL). tests/test_core.c (api::every_public_function_checks_its_arguments)
@@ -66,7 +79,7 @@ extern "C" {
 #define SP_MUST_CHECK __attribute__((warn_unused_result))
 
 /* Print "scanprop: " + message and exit(2). Never returns. For apps and for
- * programming errors; library entry points use sp_error instead. */
+ * programming errors; library entry points use sp_error or sp_refuse instead. */
 void sp_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
 /* Run fn(arg) so that an sp_fail inside it, in this thread, returns SP_ERR with its
@@ -77,6 +90,12 @@ void sp_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)
  * is not freed (construction checks come before allocation where they can), and fn
  * must not hold locks or other threads' state. Nests; other threads are unaffected. */
 int sp_try(void (*fn)(void *arg), void *arg) SP_MUST_CHECK;
+
+/* How a fallible entry point refuses a caller's argument: records the message as
+ * sp_error does and returns SP_ERR, for the caller to return its failure value; inside
+ * sp_try it ends there instead, as sp_fail (the library's own callers in a step rely on
+ * that). Never prints, never exits. */
+int sp_refuse(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Record a one-line error message for this thread; returns SP_ERR, so a fallible
  * function can `return sp_error("%s: not a regular file", path);`. */
