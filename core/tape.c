@@ -91,10 +91,15 @@ static sp_tensor tensor_on(const char *what, sp_tape *t, sp_device dev, int ndim
 {
     if (ndim < 0) return sp_shape_check(what, ndim, shape, NULL), no_tensor;   /* named first */
     if (!t) return sp_refuse("%s: argument 't' is NULL", what), no_tensor;
-    if (check_device(what, dev) != SP_OK || sp_shape_check(what, ndim, shape, NULL) != SP_OK) return no_tensor;
-    sp_tensor x = sp_tensor_view(NULL, ndim, shape);
-    x.device = dev;
-    if (!t->shape_only && !(x.data = sp_tape_alloc_on(t, dev, x.numel * sizeof(float)))) return no_tensor;
+    size_t numel;
+    if ((dev != SP_CPU && check_device(what, dev) != SP_OK) || sp_shape_check(what, ndim, shape, &numel) != SP_OK)
+        return no_tensor;
+    sp_tensor x = {.ndim = ndim, .numel = numel, .device = dev};
+    memcpy(x.shape, shape, (size_t)ndim * sizeof *shape);
+    if (!t->shape_only) {
+        x.data = sp_tape_alloc_on(t, dev, x.numel * sizeof(float));
+        if (!x.data && x.numel) return no_tensor;   /* refused (a device may give no bytes for none) */
+    }
     return x;
 }
 
@@ -254,7 +259,7 @@ static sp_node *apply_guarded(void (*run)(void *), apply_call *c)
 {
     sp_tape *t = c->t;
     int n0 = t->n;
-    sp_arena_mark m = sp_arena_mark_get(&t->arena);
+    sp_arena_mark m = {t->arena.head, t->arena.head ? t->arena.head->used : 0, t->arena.used_total};   /* mark_get */
     if (sp_try(run, c) == SP_OK) return c->out;
     t->n = n0;
     sp_arena_release(&t->arena, m);

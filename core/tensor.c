@@ -10,7 +10,7 @@
 static const sp_tensor none;   /* a refused call's tensor: ndim 0, no data */
 
 /* The element count of shape[0..ndim-1] (ndim >= 0), or sp_refuse naming what. */
-static int count(const char *what, int ndim, const int *shape, size_t *numel)
+static inline int count(const char *what, int ndim, const int *shape, size_t *numel)
 {
     if (ndim > 0 && !shape) return sp_refuse("%s: argument 'shape' is NULL", what);
     size_t n = 1;
@@ -23,13 +23,19 @@ static int count(const char *what, int ndim, const int *shape, size_t *numel)
     return SP_OK;
 }
 
+/* sp_shape_check without the check of what (every caller here names itself). */
+static inline int shape_ok(const char *what, int ndim, const int *shape, size_t *numel)
+{
+    if (__builtin_expect(ndim < 1 || ndim > SP_MAX_DIMS, 0))
+        return sp_refuse("%s: argument 'ndim' is %d (expected 1..%d)", what, ndim, SP_MAX_DIMS);
+    return count(what, ndim, shape, numel);
+}
+
 int sp_shape_check(const char *what, int ndim, const int *shape, size_t *numel)
 {
     if (!what) return sp_refuse("sp_shape_check: argument 'what' is NULL");
-    if (ndim < 1 || ndim > SP_MAX_DIMS)
-        return sp_refuse("%s: argument 'ndim' is %d (expected 1..%d)", what, ndim, SP_MAX_DIMS);
     size_t n = 0;
-    if (count(what, ndim, shape, &n) != SP_OK) return SP_ERR;
+    if (shape_ok(what, ndim, shape, &n) != SP_OK) return SP_ERR;
     if (numel) *numel = n;
     return SP_OK;
 }
@@ -47,9 +53,9 @@ size_t sp_shape_numel(int ndim, const int *shape)
 sp_tensor sp_tensor_view(float *data, int ndim, const int *shape)
 {
     size_t numel = 0;
-    if (sp_shape_check("sp_tensor_view", ndim, shape, &numel) != SP_OK) return none;
+    if (shape_ok("sp_tensor_view", ndim, shape, &numel) != SP_OK) return none;
     sp_tensor t = {.data = data, .ndim = ndim, .numel = numel, .device = SP_CPU};
-    for (int i = 0; i < ndim; i++) t.shape[i] = shape[i];
+    memcpy(t.shape, shape, (size_t)ndim * sizeof *shape);
     return t;
 }
 
@@ -102,7 +108,7 @@ size_t sp_tensor_sample_numel(const sp_tensor *t)
 sp_tensor sp_tensor_new(int ndim, const int *shape)
 {
     size_t numel = 0;
-    if (sp_shape_check("sp_tensor_new", ndim, shape, &numel) != SP_OK) return none;
+    if (shape_ok("sp_tensor_new", ndim, shape, &numel) != SP_OK) return none;
     float *data = calloc(numel ? numel : 1, sizeof(float));
     if (!data) {
         sp_refuse("sp_tensor_new: out of memory allocating %zu bytes", numel * sizeof(float));
