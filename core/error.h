@@ -85,7 +85,7 @@ void sp_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)
 /* Run fn(arg) so that an sp_fail inside it, in this thread, returns SP_ERR with its
  * message in sp_last_error() instead of exiting. For the calls "checked by sp_try"
  * above — models and their layers (sizes, kernel configurations), engines' and
- * optimizers' own calls, learning-rate schedules, tensor and tape calls — so an
+ * optimizers' own calls, learning-rate schedules; core's calls (sp_refuse) end there too — so an
  * embedding program survives a bad configuration or argument. On failure, what fn allocated before the check
  * is not freed (construction checks come before allocation where they can), and fn
  * must not hold locks or other threads' state. Nests; other threads are unaffected. */
