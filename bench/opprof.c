@@ -104,6 +104,11 @@ int main(int argc, char **argv)
     tape.reuse_inputs = fuse;   /* the training step's forward (a ReLU over a conv: folded in) */
     sp_node **outs = malloc((size_t)m->nlayers * sizeof *outs), *args[16];
     bool *fused = calloc((size_t)L, sizeof *fused);
+    /* activations in oneDNN's blocked layout where the model allows (sp_model_forward's
+     * plan, as the training loop); OPPROF_BLOCKED=0: NCHW throughout */
+    const char *bv = getenv("OPPROF_BLOCKED");
+    bool *make = calloc((size_t)m->nlayers + 1, sizeof *make);
+    if (!bv || strcmp(bv, "0") != 0) sp_model_blocked_plan(m, make);
     for (int s = -WARMUP; s < steps; s++) {
         double w0 = sp_now(), a;
         sp_tape_reset(&tape);
@@ -115,6 +120,7 @@ int main(int argc, char **argv)
             int k0 = l < m->nlayers ? m->from_start[l] : 0, nin = l < m->nlayers ? m->from_start[l + 1] - k0 : 0;
             if (nin > 16) sp_fail("opprof: layer %d reads %d inputs (at most 16)", l, nin);
             for (int k = 0; k < nin; k++) args[k] = m->from[k0 + k] == SP_MODEL_INPUT ? in : outs[m->from[k0 + k]];
+            tape.out_blocked = l < m->nlayers && make[l];
             a = sp_now();
             if (l < m->nlayers && fuse && nin == 1 && sp_model_fuses_relu(m, &tape, l, SP_CPU)) {
                 /* as sp_model_forward: the layer with its ReLU folded in; the ReLU's row 0 */
@@ -130,6 +136,7 @@ int main(int argc, char **argv)
             if (s >= 0) t[PH_FWD][(size_t)l * steps + s] = sp_now() - a;
             if (l < m->nlayers) outs[l] = n;
         }
+        tape.out_blocked = false;
         sp_mark_needs_grad(&tape);
         sp_alloc_grads(&tape, n);
         for (int l = L - 1; l >= 0; l--) {   /* node l + 1 is layer l (node 0: the input) */

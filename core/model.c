@@ -178,20 +178,84 @@ bool sp_model_fuses_relu(const sp_model *m, const sp_tape *t, int i, sp_device d
     return over_input_on(m, t, i + 1, i, dev) && sp_op_kernels(m->layers[i]->op, dev)->forward_relu;
 }
 
+static int blk_kind(const sp_model *m, int i)
+{
+    const sp_layer *l = m->layers[i];
+    return l->op->blocked ? l->op->blocked(l) : SP_BLK_NONE;
+}
+
+/* Layer i's output is blocked no more: the layers making it so (through those passing
+ * their input's layout on) make NCHW. */
+static void unblock(const sp_model *m, const bool *out, bool *make, int i)
+{
+    if (i < 0 || !out[i]) return;
+    if (blk_kind(m, i) == SP_BLK_MAKES) {
+        make[i] = false;
+        return;
+    }
+    for (int k = m->from_start[i]; k < m->from_start[i + 1]; k++) unblock(m, out, make, m->from[k]);
+}
+
+/* Which layers write a blocked output (make[i], sp_tape.out_blocked): every layer that
+ * may (SP_BLK_MAKES), less those whose output would reach, through layers passing the
+ * layout on, an op that does not take it, an op whose inputs would be in two layouts, or
+ * the model's output. Starts from all and drops the makers of each conflict until none is
+ * left (the model's input is NCHW). */
+static void blocked_plan(const sp_model *m, bool *make, bool *out)
+{
+    if (!m->nlayers) return;
+    for (int i = 0; i < m->nlayers; i++) make[i] = blk_kind(m, i) == SP_BLK_MAKES;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int i = 0; i < m->nlayers && !changed; i++) {
+            int kind = blk_kind(m, i), k0 = m->from_start[i], k1 = m->from_start[i + 1];
+            int nblk = 0;
+            for (int k = k0; k < k1; k++) nblk += m->from[k] >= 0 && out[m->from[k]];
+            bool conflict = nblk && (kind == SP_BLK_NONE || (kind == SP_BLK_PASS && nblk != k1 - k0));
+            out[i] = kind == SP_BLK_MAKES ? make[i] : kind == SP_BLK_PASS && nblk == k1 - k0 && nblk > 0;
+            if (!conflict && out[i] && i == m->nlayers - 1) {
+                unblock(m, out, make, i);
+                changed = true;
+            } else if (conflict) {
+                for (int k = k0; k < k1; k++) unblock(m, out, make, m->from[k]);
+                changed = true;
+            }
+        }
+    }
+}
+
+int sp_model_blocked_plan(const sp_model *m, bool *make)
+{
+    SP_GUARD(SP_ERR);
+    if (!m) sp_fail("sp_model_blocked_plan: argument 'm' is NULL");
+    if (!make) sp_fail("sp_model_blocked_plan: argument 'make' is NULL");
+    bool *out = sp_xcalloc((size_t)m->nlayers + 1, sizeof *out);
+    blocked_plan(m, make, out);
+    free(out);
+    return SP_OK;
+}
+
 static sp_node *model_forward(sp_model *m, sp_tape *t, sp_node *x)
 {
     if (!m) sp_fail("sp_model_forward: argument 'm' is NULL");
     if (!t) sp_fail("sp_model_forward: argument 't' is NULL");
     if (!x) sp_fail("sp_model_forward: argument 'x' is NULL");
+    bool *make = NULL;
+    if (t->blocked && !t->shape_only && x->out.device == SP_CPU && m->nlayers) {
+        make = sp_tape_alloc(t, 2 * (size_t)m->nlayers * sizeof *make);
+        blocked_plan(m, make, make + m->nlayers);
+    }
     if (sp_model_is_chain(m)) {
         for (int i = 0; i < m->nlayers; i++) {
-            if (sp_model_fuses_relu(m, t, i, x->out.device)) {   /* layer i and its ReLU in one pass */
+            t->out_blocked = make && make[i];
+            if (!t->out_blocked && !x->out.blk && sp_model_fuses_relu(m, t, i, x->out.device)) {   /* layer i and its ReLU in one pass */
                 x = sp_apply_over_fused(t, m->layers[i + 1], sp_apply_fused_relu(t, m->layers[i], x));
                 i++;
                 continue;
             }
             x = over_input(m, t, i, i - 1, x) ? sp_apply_over(t, m->layers[i], x) : sp_apply(t, m->layers[i], x);
         }
+        t->out_blocked = false;
         return x;
     }
     sp_node **out = sp_tape_alloc(t, ((size_t)m->nlayers + 1) * sizeof *out), **in = out + 1;   /* out[-1]: x */
@@ -200,7 +264,8 @@ static sp_node *model_forward(sp_model *m, sp_tape *t, sp_node *x)
     for (int i = 0; i < m->nlayers; i++) {
         int k0 = m->from_start[i], nin = m->from_start[i + 1] - k0;
         for (int k = 0; k < nin; k++) args[k0 + k] = in[m->from[k0 + k]];
-        if (nin == 1 && sp_model_fuses_relu(m, t, i, args[k0]->out.device)) {
+        t->out_blocked = make && make[i];
+        if (nin == 1 && !t->out_blocked && !args[k0]->out.blk && sp_model_fuses_relu(m, t, i, args[k0]->out.device)) {
             in[i] = sp_apply_fused_relu(t, m->layers[i], args[k0]);
             in[i + 1] = sp_apply_over_fused(t, m->layers[i + 1], in[i]);
             i++;
@@ -211,6 +276,7 @@ static sp_node *model_forward(sp_model *m, sp_tape *t, sp_node *x)
         else
             in[i] = sp_apply_n(t, m->layers[i], nin, args + k0);
     }
+    t->out_blocked = false;
     return m->nlayers ? in[m->nlayers - 1] : x;
 }
 

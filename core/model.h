@@ -88,6 +88,12 @@ sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x);
  * sp_apply_over_fused): t->reuse_inputs, layer i + 1 a ReLU that would run over layer
  * i's output (read by it alone), and layer i's kernels on dev with a forward_relu. */
 bool sp_model_fuses_relu(const sp_model *m, const sp_tape *t, int i, sp_device dev);
+/* Which layers write their output in oneDNN's blocked layout when the tape allows it
+ * (sp_tape.blocked): make[i] for each of the nlayers layers, from the ops' sp_opdef.blocked
+ * alone, so that no op meets a layout it does not take, no op's inputs come in two
+ * layouts and the model's output is NCHW. sp_model_forward uses it; exposed for code
+ * that applies the layers itself (bench/opprof.c). SP_ERR on a NULL argument. */
+int sp_model_blocked_plan(const sp_model *m, bool *make);
 /* A shape-only pass (nothing is computed) of m on `batch` samples of sample_shape into
  * the freshly initialised tape t: its nodes carry their output shapes and costs. The
  * caller frees t. */

@@ -76,6 +76,9 @@ struct sp_layer {
                                * running statistics, dropout passes x through */
 };
 
+/* sp_opdef.blocked's answers. */
+enum { SP_BLK_NONE = 0, SP_BLK_PASS, SP_BLK_PLAIN, SP_BLK_MAKES };
+
 /* sp_opdef.arity for ops taking any number (>= 1) of inputs. */
 #define SP_ARITY_ANY (-1)
 
@@ -175,6 +178,13 @@ struct sp_opdef {
     /* The op is the ReLU, y = max(x, 0) elementwise: a producer's forward_relu computes
      * its output (sp_model_forward). */
     bool relu;
+    /* Layouts (sp_tensor.blk) its CPU kernels take and give; NULL or SP_BLK_NONE for
+     * layer l: NCHW inputs only (sp_apply fails on a blocked one). SP_BLK_PASS: any one
+     * layout, the output and every δ in the input's; SP_BLK_PLAIN: any input layout, an
+     * NCHW output; SP_BLK_MAKES: any input layout, the output blocked when the tape asks
+     * for it (sp_tape.out_blocked), in the block the op picks. Where a blocked activation may go is decided per
+     * model from these (sp_model_forward), so an op without support never sees one. */
+    int (*blocked)(const sp_layer *l);
     /* The CPU kernels, the op's default table (.cpu = {.forward = …, …}). Code that runs a
      * node calls n->kern->…, never n->op->cpu.…: on a device, n->kern is that device's. */
     sp_kernels cpu;

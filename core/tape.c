@@ -130,7 +130,9 @@ sp_tensor sp_tape_tensor_like(sp_tape *t, const sp_tensor *like)
 {
     if (!t) return sp_refuse("sp_tape_tensor_like: argument 't' is NULL"), no_tensor;
     if (!like) return sp_refuse("sp_tape_tensor_like: argument 'like' is NULL"), no_tensor;
-    return sp_tape_tensor_on(t, like->device, like->ndim, like->shape);
+    sp_tensor r = sp_tape_tensor_on(t, like->device, like->ndim, like->shape);
+    if (r.ndim || !like->ndim) r.blk = like->blk;   /* not on a refused one */
+    return r;
 }
 
 /* A new node at the tape's end, or NULL after sp_refuse (no memory). */
@@ -242,6 +244,16 @@ static void apply(void *arg)
     } else {
         n->out = sp_tape_tensor_on(t, xs[0]->out.device, n->out.ndim, n->out.shape);
     }
+    /* Layouts (sp_tensor.blk): every input in one, which the op must take; the output
+     * in it too unless the op's forward says otherwise (a convolution, a pooling). */
+    int blk = xs[0]->out.blk;
+    for (int i = 1; i < ninputs; i++)
+        if (xs[i]->out.blk != blk)
+            sp_fail("op %s: input %d in layout %d, input 0 in %d (expected one layout)", l->op->name, i,
+                    xs[i]->out.blk, blk);
+    if (blk && (!l->op->blocked || !l->op->blocked(l)))
+        sp_fail("op %s: input in the blocked layout nChw%dc, which it does not take", l->op->name, blk);
+    n->out.blk = blk;
     if (t->before_apply && !t->shape_only) t->before_apply(t->before_apply_ctx, l);
     if (!t->shape_only && c->run == RUN_FORWARD_RELU) n->kern->forward_relu(n);
     else if (!t->shape_only && c->run == RUN_FORWARD) n->kern->forward(n);

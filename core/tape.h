@@ -34,6 +34,15 @@ struct sp_tape {
      * the output of an out_unread op (convolution, batch norm, add) that only it reads,
      * instead of keeping both (VGG-11 and ResNet-20: one activation less per ReLU). */
     bool reuse_inputs;
+    /* Set by a caller whose engine reads activations and their gradients only through
+     * the ops' kernels (the training loop, SP_ENGINE_BLOCKED): sp_model_forward then keeps
+     * the activations between convolutions in oneDNN's blocked layout (sp_tensor.blk)
+     * where every op they reach takes it (sp_opdef.blocked). */
+    bool blocked;
+    /* Whether the next layer's output is written blocked, for an op that makes blocked
+     * outputs (SP_BLK_MAKES; the op picks the block): set by sp_model_forward around each
+     * apply, false otherwise (NCHW). */
+    bool out_blocked;
 };
 
 /* Every call here but sp_tape_free refuses a NULL pointer, a negative count, a bad shape

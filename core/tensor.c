@@ -158,3 +158,44 @@ int sp_tensor_copy(sp_tensor *dst, const sp_tensor *src)
     if (src->numel) memcpy(dst->data, src->data, src->numel * sizeof(float));
     return SP_OK;
 }
+
+size_t sp_tensor_offset(const sp_tensor *t, int b, int c, int h, int w)
+{
+    if (!t) return sp_refuse("sp_tensor_offset: argument 't' is NULL"), SIZE_MAX;
+    size_t C = (size_t)t->shape[1], H = (size_t)t->shape[2], W = (size_t)t->shape[3];
+    if (!t->blk) return (((size_t)b * C + (size_t)c) * H + (size_t)h) * W + (size_t)w;
+    size_t k = (size_t)t->blk;
+    return (((size_t)b * (C / k) + (size_t)c / k) * H * W + (size_t)h * W + (size_t)w) * k + (size_t)c % k;
+}
+
+/* Plain ↔ blocked, one sample's [C/k][H·W][k] ↔ [C][H·W] at a time. */
+static void move_blocks(const sp_tensor *t, const float *src, float *dst, bool to_plain)
+{
+    size_t k = (size_t)t->blk, C = (size_t)t->shape[1], P = (size_t)t->shape[2] * t->shape[3];
+    for (size_t b = 0; b < (size_t)t->shape[0]; b++)
+        for (size_t c = 0; c < C; c++)
+            for (size_t p = 0; p < P; p++) {
+                size_t plain = (b * C + c) * P + p, blocked = ((b * (C / k) + c / k) * P + p) * k + c % k;
+                if (to_plain) dst[plain] = src[blocked];
+                else dst[blocked] = src[plain];
+            }
+}
+
+int sp_tensor_to_plain(const sp_tensor *src, float *dst)
+{
+    if (!src) return sp_refuse("sp_tensor_to_plain: argument 'src' is NULL");
+    if (!dst) return sp_refuse("sp_tensor_to_plain: argument 'dst' is NULL");
+    if (!src->blk) memcpy(dst, src->data, src->numel * sizeof(float));
+    else move_blocks(src, src->data, dst, true);
+    return SP_OK;
+}
+
+int sp_tensor_from_plain(const sp_tensor *t, const float *src, float *dst)
+{
+    if (!t) return sp_refuse("sp_tensor_from_plain: argument 't' is NULL");
+    if (!src) return sp_refuse("sp_tensor_from_plain: argument 'src' is NULL");
+    if (!dst) return sp_refuse("sp_tensor_from_plain: argument 'dst' is NULL");
+    if (!t->blk) memcpy(dst, src, t->numel * sizeof(float));
+    else move_blocks(t, src, dst, false);
+    return SP_OK;
+}

@@ -23,6 +23,12 @@ typedef struct sp_tensor {
     int shape[SP_MAX_DIMS];
     size_t numel;
     sp_device device;
+    /* The layout of a 4-D activation [B, C, H, W] on the host: 0 NCHW; 8 or 16 oneDNN's
+     * blocked nChw8c / nChw16c (element (b, c, h, w) at ((b·C/blk + c/blk)·H·W + h·W +
+     * w)·blk + c mod blk), only where blk divides C: numel and each sample's offset are
+     * NCHW's. Set by ops that keep activations blocked between convolutions (core/op.h,
+     * sp_opdef.takes_blocked); 0 everywhere else. */
+    int blk;
 } sp_tensor;
 
 /* Every call here refuses a NULL pointer, a negative count or a bad shape with sp_refuse
@@ -52,6 +58,13 @@ void sp_tensor_free(sp_tensor *t);
 /* Host tensors with data (a shape-only view is refused); copy: the same element count. */
 int sp_tensor_zero(sp_tensor *t);
 int sp_tensor_copy(sp_tensor *dst, const sp_tensor *src);
+/* Offset of element (b, c, h, w) of a 4-D tensor in its layout (t->blk); SIZE_MAX
+ * when refused. */
+size_t sp_tensor_offset(const sp_tensor *t, int b, int c, int h, int w);
+/* dst (NCHW, numel floats) = src in NCHW order, whatever src's layout. */
+int sp_tensor_to_plain(const sp_tensor *src, float *dst);
+/* dst (in t's layout t->blk) = src (NCHW): the inverse of sp_tensor_to_plain. */
+int sp_tensor_from_plain(const sp_tensor *t, const float *src, float *dst);
 
 #ifdef __cplusplus
 }

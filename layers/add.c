@@ -122,9 +122,13 @@ static sp_cost add_relu_cost(const sp_node *n)
     return c;
 }
 
+/* Element by element: any one layout (sp_tensor.blk), passed on. */
+static int add_blocked(const sp_layer *l) { return SP_BLK_PASS; }
+
 const sp_opdef sp_op_add = {
     .out_unread = true,
     .name = "add",
+    .blocked = add_blocked,
     .arity = SP_ARITY_ANY,
     .infer = add_infer,
     .jt_pattern = add_jt_pattern,
@@ -141,6 +145,7 @@ sp_layer *sp_add(void) { return sp_elementwise_layer(&sp_op_add); }
 
 const sp_opdef sp_op_add_relu = {
     .name = "add_relu",
+    .blocked = add_blocked,
     .arity = SP_ARITY_ANY,
     .infer = add_infer,
     .jt_pattern = add_jt_pattern,

@@ -103,25 +103,39 @@ static void gap_infer(sp_node *n, const sp_tensor *x)
 
 static size_t plane(const sp_node *n) { return (size_t)sp_node_x(n)->shape[2] * sp_node_x(n)->shape[3]; }
 
+/* Map r = (b, c) of x starts at offset *o and steps by *step (a blocked x: sp_tensor.blk). */
+static void map_at(const sp_tensor *x, size_t r, size_t P, size_t *o, size_t *step)
+{
+    size_t C = (size_t)x->shape[1], k = (size_t)x->blk;
+    *step = k ? k : 1;
+    *o = k ? ((r / C * (C / k) + r % C / k) * P) * k + r % C % k : r * P;
+}
+
 static void gap_forward(sp_node *n)
 {
-    const float *x = sp_node_x(n)->data;
-    size_t P = plane(n);
+    const sp_tensor *xt = sp_node_x(n);
+    const float *x = xt->data;
+    size_t P = plane(n), o, st;
+    n->out.blk = 0;   /* [B, C]: NCHW's order whatever x's layout */
     for (size_t r = 0; r < n->out.numel; r++) {
+        map_at(xt, r, P, &o, &st);
         float s = 0;   /* in order, as a float sum */
-        for (size_t p = 0; p < P; p++) s += x[r * P + p];
+        for (size_t p = 0; p < P; p++) s += x[o + p * st];
         n->out.data[r] = s / (float)P;
     }
 }
 
 static void gap_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
-    size_t P = plane(n);
+    size_t P = plane(n), o, st;
     for (size_t r = 0; r < dy->numel; r++) {
         float g = dy->data[r] / (float)P;
-        for (size_t p = 0; p < P; p++) dx->data[r * P + p] = g;
+        map_at(dx, r, P, &o, &st);
+        for (size_t p = 0; p < P; p++) dx->data[o + p * st] = g;
     }
 }
+
+static int gap_blocked(const sp_layer *l) { return SP_BLK_PLAIN; }
 
 static void gap_jt_pattern(const sp_node *n, int i, sp_csr *jt)
 {
@@ -149,6 +163,7 @@ const sp_opdef sp_op_global_avgpool2d = {
     .infer = gap_infer,
     .jt_pattern = gap_jt_pattern,
     .cost = gap_cost,
+    .blocked = gap_blocked,
     .cpu = {
         .forward = gap_forward,
         .backward_input = gap_backward_input,

@@ -161,6 +161,26 @@ typedef struct bn_job {
     double *sums;   /* synchronized: [2C] per-channel sums (local, then over every process) */
 } bn_job;
 
+/* Channel c's statistics from the batch's mean and biased variance over N values: the
+ * float mean and 1/σ the backward recomputes x̂ with, γ/σ, the fused op's γ, β, and the
+ * running statistics. */
+static void set_stats(sp_node *n, size_t c, double mu, double var, size_t N)
+{
+    const bn_layer *l = BN(n);
+    bn_saved *S = n->saved;
+    const float *gamma = n->layer->params[0]->value.data, *beta = n->layer->params[1]->value.data;
+    float *rm = n->layer->buffers[0]->value.data, *rv = n->layer->buffers[1]->value.data;
+    float mean = (float)mu;
+    float inv = (float)(1.0 / sqrt(var + (double)l->eps));
+    float g = gamma[c], be = beta[c];
+    float m = l->momentum;
+    rm[c] = (1 - m) * rm[c] + m * mean;
+    rv[c] = (1 - m) * rv[c] + m * (float)(var * (double)N / (double)(N - 1));
+    S->mean[c] = mean, S->inv[c] = inv;   /* x̂ is recomputed from x by the backward */
+    if (S->relu) S->gb[2 * c] = g, S->gb[2 * c + 1] = be;
+    S->scale[c] = g * inv;
+}
+
 static void bn_forward_range(void *ctx, size_t c0, size_t c1)
 {
     sp_node *n = ((bn_job *)ctx)->n;
@@ -188,15 +208,9 @@ static void bn_forward_range(void *ctx, size_t c0, size_t c1)
                 for (int b = 0; b < B; b++) lanes_sqdev(x->data + ((size_t)b * C + c) * P, P, mu, acc2);
                 var = lanes_total(acc2) / (double)N;
             }
-            mean = (float)mu;
-            float inv = (float)(1.0 / sqrt(var + (double)l->eps));
-            float g = gamma[c], be = beta[c];
-            scale = g * inv;
-            float m = l->momentum;
-            rm[c] = (1 - m) * rm[c] + m * mean;
-            rv[c] = (1 - m) * rv[c] + m * (float)(var * (double)N / (double)(N - 1));
-            S->mean[c] = mean, S->inv[c] = inv;   /* x̂ is recomputed from x by the backward */
-            if (S->relu) S->gb[2 * c] = g, S->gb[2 * c + 1] = be;
+            set_stats(n, c, mu, var, N);
+            mean = S->mean[c], scale = S->scale[c];
+            float inv = S->inv[c], g = gamma[c], be = beta[c];
             for (int b = 0; b < B; b++) {
                 const float *restrict xc = x->data + ((size_t)b * C + c) * P;
                 float *restrict y = n->out.data + ((size_t)b * C + c) * P;
@@ -226,6 +240,205 @@ static void bn_forward_range(void *ctx, size_t c0, size_t c1)
         }
         S->scale[c] = scale;
     }
+}
+
+/* ---- the blocked layout (sp_tensor.blk): training mode on this process's batch -------
+ * Element (b, c, p) at ((b·C/k + c/k)·P + p)·k + c mod k. The sums run over groups of BG
+ * channels side by side (one task each), every channel in the lanes and order of the
+ * NCHW loops above (lane p mod SP_BN_LANES, samples then positions), so the bits are
+ * NCHW's; the passes that write y or dx run over samples. */
+#define BG 8
+
+static void channel_params(const sp_node *n, const float *dy, size_t c, double sdy, double sdyx);
+
+typedef struct bn_blk {
+    sp_node *n;
+    const float *x, *dy;
+    float *dx;
+    int B, C, k;
+    size_t P;
+    double *s1, *s2;   /* per channel: Σx, Σ(x − μ)² (forward); Σdy, Σdy·x̂ (backward) */
+    float *mdy, *mdyx; /* backward: per channel (float)(Σdy/N), (float)(Σdy·x̂/N)      */
+    bool params;
+} bn_blk;
+
+static inline size_t blk_at(const bn_blk *J, int b, size_t c)
+{
+    return (((size_t)b * (size_t)(J->C / J->k) + c / (size_t)J->k) * J->P) * (size_t)J->k + c % (size_t)J->k;
+}
+
+static double lane_total(double a[SP_BN_LANES][BG], int k)
+{
+    double t[SP_BN_LANES];
+    for (int j = 0; j < SP_BN_LANES; j++) t[j] = a[j][k];
+    return lanes_total(t);
+}
+
+static void blk_stats_range(void *ctx, size_t g0, size_t g1)
+{
+    bn_blk *J = ctx;
+    size_t N = (size_t)J->B * J->P, ks = (size_t)J->k;
+    for (size_t g = g0; g < g1; g++) {
+        size_t c0 = g * BG;
+        double a[SP_BN_LANES][BG] = {{0}}, a2[SP_BN_LANES][BG] = {{0}}, mu[BG];
+        for (int b = 0; b < J->B; b++) {
+            const float *restrict x = J->x + blk_at(J, b, c0);
+            size_t p = 0;
+            for (; p + SP_BN_LANES <= J->P; p += SP_BN_LANES)
+                for (int j = 0; j < SP_BN_LANES; j++)
+                    for (int k = 0; k < BG; k++) a[j][k] += (double)x[(p + j) * ks + k];
+            for (; p < J->P; p++)
+                for (int k = 0; k < BG; k++) a[p % SP_BN_LANES][k] += (double)x[p * ks + k];
+        }
+        for (int k = 0; k < BG; k++) mu[k] = lane_total(a, k) / (double)N;
+        for (int b = 0; b < J->B; b++) {
+            const float *restrict x = J->x + blk_at(J, b, c0);
+#define SQ(q) (((double)x[(q) * ks + k] - mu[k]) * ((double)x[(q) * ks + k] - mu[k]))
+            size_t p = 0;
+            for (; p + SP_BN_LANES <= J->P; p += SP_BN_LANES)
+                for (int j = 0; j < SP_BN_LANES; j++)
+                    for (int k = 0; k < BG; k++) a2[j][k] += SQ(p + j);
+            for (; p < J->P; p++)
+                for (int k = 0; k < BG; k++) a2[p % SP_BN_LANES][k] += SQ(p);
+#undef SQ
+        }
+        for (int k = 0; k < BG; k++) set_stats(J->n, c0 + k, mu[k], lane_total(a2, k) / (double)N, N);
+    }
+}
+
+/* One sample's channel block [P][KS] (KS a constant at each call: vector code). */
+static inline __attribute__((always_inline)) void blk_normalize_block(const float *restrict x, float *restrict y,
+                                                                      size_t P, int KS, const float *mean,
+                                                                      const float *inv, const float *g,
+                                                                      const float *be, bool relu)
+{
+    for (size_t p = 0; p < P; p++)
+        for (int k = 0; k < KS; k++) {
+            float h = (x[p * KS + k] - mean[k]) * inv[k], v = g[k] * h + be[k];
+            y[p * KS + k] = relu ? (v > 0.0f ? v : 0.0f) : v;
+        }
+}
+
+static void blk_normalize_range(void *ctx, size_t b0, size_t b1)
+{
+    const bn_blk *J = ctx;
+    const bn_saved *S = J->n->saved;
+    const float *gamma = J->n->layer->params[0]->value.data, *beta = J->n->layer->params[1]->value.data;
+    size_t ks = (size_t)J->k;
+    bool relu = S->relu;
+    for (size_t b = b0; b < b1; b++)
+        for (size_t c0 = 0; c0 < (size_t)J->C; c0 += ks) {
+            const float *x = J->x + blk_at(J, (int)b, c0);
+            float *y = J->n->out.data + blk_at(J, (int)b, c0);
+            float mean[16], inv[16], g[16], be[16];
+            for (size_t k = 0; k < ks; k++)
+                mean[k] = S->mean[c0 + k], inv[k] = S->inv[c0 + k], g[k] = gamma[c0 + k], be[k] = beta[c0 + k];
+            if (ks == 16 && relu) blk_normalize_block(x, y, J->P, 16, mean, inv, g, be, true);
+            else if (ks == 16) blk_normalize_block(x, y, J->P, 16, mean, inv, g, be, false);
+            else if (relu) blk_normalize_block(x, y, J->P, 8, mean, inv, g, be, true);
+            else blk_normalize_block(x, y, J->P, 8, mean, inv, g, be, false);
+        }
+}
+
+static void bn_forward_blocked(sp_node *n)
+{
+    const sp_tensor *x = sp_node_x(n);
+    bn_blk J = {.n = n, .x = x->data, .B = x->shape[0], .C = x->shape[1], .k = x->blk,
+                .P = (size_t)x->shape[2] * x->shape[3]};
+    sp_parallel_for((size_t)(J.C / BG), blk_stats_range, &J);
+    sp_parallel_for((size_t)J.B, blk_normalize_range, &J);
+}
+
+/* Σdy and Σdy·x̂ per channel (dy masked in the fused op), and G. */
+static void blk_sums_range(void *ctx, size_t g0, size_t g1)
+{
+    bn_blk *J = ctx;
+    const bn_saved *S = J->n->saved;
+    size_t ks = (size_t)J->k;
+    for (size_t g = g0; g < g1; g++) {
+        size_t c0 = g * BG;
+        double a[SP_BN_LANES][BG] = {{0}}, a2[SP_BN_LANES][BG] = {{0}};
+        float mean[BG], inv[BG], gm[BG], be[BG];
+        for (int k = 0; k < BG; k++) {
+            mean[k] = S->mean[c0 + k], inv[k] = S->inv[c0 + k];
+            gm[k] = S->relu ? S->gb[2 * (c0 + k)] : 0.0f, be[k] = S->relu ? S->gb[2 * (c0 + k) + 1] : 0.0f;
+        }
+        bool relu = S->relu;
+        for (int b = 0; b < J->B; b++) {
+            size_t o = blk_at(J, b, c0);
+            const float *restrict x = J->x + o, *restrict dy = J->dy + o;
+            for (size_t p = 0; p < J->P; p++) {
+                int j = (int)(p % SP_BN_LANES);
+                float m[BG], h[BG];
+                for (int k = 0; k < BG; k++) {
+                    float d = dy[p * ks + k];
+                    h[k] = (x[p * ks + k] - mean[k]) * inv[k];
+                    m[k] = !relu || gm[k] * h[k] + be[k] > 0.0f ? d : 0.0f;
+                }
+                for (int k = 0; k < BG; k++) {
+                    a[j][k] += (double)m[k];
+                    a2[j][k] += (double)m[k] * (double)h[k];
+                }
+            }
+        }
+        for (int k = 0; k < BG; k++) {
+            double sdy = lane_total(a, k), sdyx = lane_total(a2, k);
+            double N = (double)J->B * (double)J->P;
+            J->mdy[c0 + k] = (float)(sdy / N), J->mdyx[c0 + k] = (float)(sdyx / N);
+            if (J->params) channel_params(J->n, J->dy, c0 + k, sdy, sdyx);
+        }
+    }
+}
+
+/* δ of one sample's channel block [P][KS], as blk_normalize_block. */
+static inline __attribute__((always_inline)) void blk_delta_block(const float *restrict x, const float *restrict dy,
+                                                                  float *restrict dx, size_t P, int KS,
+                                                                  const float *mean, const float *inv,
+                                                                  const float *gm, const float *be, const float *kk,
+                                                                  const float *mdy, const float *mdyx, bool relu)
+{
+    for (size_t p = 0; p < P; p++)
+        for (int k = 0; k < KS; k++) {
+            float h = (x[p * KS + k] - mean[k]) * inv[k], d = dy[p * KS + k];
+            float m = !relu || gm[k] * h + be[k] > 0.0f ? d : 0.0f;
+            dx[p * KS + k] = kk[k] * (m - mdy[k] - h * mdyx[k]);
+        }
+}
+
+static void blk_delta_range(void *ctx, size_t b0, size_t b1)
+{
+    const bn_blk *J = ctx;
+    const bn_saved *S = J->n->saved;
+    size_t ks = (size_t)J->k;
+    bool relu = S->relu;
+    for (size_t b = b0; b < b1; b++)
+        for (size_t c0 = 0; c0 < (size_t)J->C; c0 += ks) {
+            size_t o = blk_at(J, (int)b, c0);
+            const float *restrict x = J->x + o, *restrict dy = J->dy + o;
+            float *restrict dx = J->dx + o;
+            float mean[16], inv[16], gm[16], be[16], kk[16], mdy[16], mdyx[16];
+            for (size_t k = 0; k < ks; k++) {
+                size_t c = c0 + k;
+                mean[k] = S->mean[c], inv[k] = S->inv[c], kk[k] = S->scale[c], mdy[k] = J->mdy[c], mdyx[k] = J->mdyx[c];
+                gm[k] = S->relu ? S->gb[2 * c] : 0.0f, be[k] = S->relu ? S->gb[2 * c + 1] : 0.0f;
+            }
+            if (ks == 16 && relu) blk_delta_block(x, dy, dx, J->P, 16, mean, inv, gm, be, kk, mdy, mdyx, true);
+            else if (ks == 16) blk_delta_block(x, dy, dx, J->P, 16, mean, inv, gm, be, kk, mdy, mdyx, false);
+            else if (relu) blk_delta_block(x, dy, dx, J->P, 8, mean, inv, gm, be, kk, mdy, mdyx, true);
+            else blk_delta_block(x, dy, dx, J->P, 8, mean, inv, gm, be, kk, mdy, mdyx, false);
+        }
+}
+
+/* δ into dx (unless NULL) and/or G. */
+static void bn_backward_blocked(sp_node *n, const float *dy, float *dx, bool params)
+{
+    const sp_tensor *x = sp_node_x(n);
+    bn_blk J = {.n = n, .x = x->data, .dy = dy, .dx = dx, .B = x->shape[0], .C = x->shape[1], .k = x->blk,
+                .P = (size_t)x->shape[2] * x->shape[3], .params = params};
+    J.mdy = sp_tape_alloc(n->tape, 2 * (size_t)J.C * sizeof(float));
+    J.mdyx = J.mdy + J.C;
+    sp_parallel_for((size_t)(J.C / BG), blk_sums_range, &J);
+    if (dx) sp_parallel_for((size_t)J.B, blk_delta_range, &J);
 }
 
 /* Synchronized: this process's Σx and Σx² of channels [c0, c1) into sums. */
@@ -277,7 +490,8 @@ static void bn_forward(sp_node *n)
             sp_fail("batchnorm2d %s: %g values per channel over every process; training mode needs more",
                     n->layer->name, S->count);
     }
-    sp_parallel_for((size_t)C, bn_forward_range, &J);
+    if (x->blk) bn_forward_blocked(n);
+    else sp_parallel_for((size_t)C, bn_forward_range, &J);
 }
 
 /* dy as batch norm's own formulas read it: masked by ReLU's [y > 0] in the fused op.
@@ -412,6 +626,10 @@ static void bn_backward_sync(sp_node *n, const float *dy, float *dx, bool params
 
 static void bn_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
+    if (dx->blk) {
+        bn_backward_blocked(n, dy->data, dx->data, false);
+        return;
+    }
     if (((const bn_saved *)n->saved)->sync) {
         bn_backward_sync(n, dy->data, dx->data, false, dx->shape[1]);
         return;
@@ -422,6 +640,10 @@ static void bn_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor 
 
 static void bn_backward_params(sp_node *n, const sp_tensor *dy)
 {
+    if (dy->blk) {
+        bn_backward_blocked(n, dy->data, NULL, true);
+        return;
+    }
     bn_job J = {.n = n, .dy = dy->data, .params = true};
     sp_parallel_for((size_t)dy->shape[1], bn_backward_range, &J);
 }
@@ -432,7 +654,9 @@ static void bn_backward_input_params(sp_node *n, const sp_tensor *dy, sp_tensor 
 {
     sp_tensor tmp = acc ? sp_tape_tensor_like(n->tape, dx) : *dx;   /* acc: δ, then added */
     bn_job J = {.n = n, .dy = dy->data, .dx = tmp.data, .params = true};
-    if (((const bn_saved *)n->saved)->sync)
+    if (dx->blk)
+        bn_backward_blocked(n, dy->data, tmp.data, true);
+    else if (((const bn_saved *)n->saved)->sync)
         bn_backward_sync(n, dy->data, tmp.data, true, dx->shape[1]);
     else
         sp_parallel_for((size_t)dx->shape[1], bn_backward_range, &J);
@@ -473,6 +697,14 @@ static sp_cost bn_relu_cost(const sp_node *n)
     return c;
 }
 
+/* Blocked inputs in training mode on this process's batch (eval mode and the
+ * synchronized statistics read NCHW), channels in whole groups of the sums. */
+static int bn_blocked(const sp_layer *l)
+{
+    const bn_layer *b = (const bn_layer *)l;
+    return !l->eval && !b->reduce && b->C % BG == 0 ? SP_BLK_PASS : SP_BLK_NONE;
+}
+
 static void bn_init(sp_layer *l, sp_rng *r)
 {
     sp_tensor *g = &l->params[0]->value;
@@ -491,6 +723,7 @@ const sp_opdef sp_op_batchnorm2d = {
     .jt_exists = bn_jt_exists,
     .cost = bn_cost,
     .init_params = bn_init,
+    .blocked = bn_blocked,
     .cpu = {
         .forward = bn_forward,
         .backward_input = bn_backward_input,
@@ -507,6 +740,7 @@ const sp_opdef sp_op_batchnorm2d_relu = {
     .jt_exists = bn_jt_exists,
     .cost = bn_relu_cost,
     .init_params = bn_init,
+    .blocked = bn_blocked,
     .cpu = {
         .forward = bn_forward,
         .backward_input = bn_backward_input,

@@ -77,6 +77,7 @@ typedef struct conv_saved {
     int cg;      /* G: samples per GEMM                                           */
     bool dnnl;   /* the forward ran on oneDNN: so do δ and G (core/kernels/dnnl.c)        */
     bool dnnl_d; /* δ on oneDNN too (dnnl and at least DNNL_D_MIN_C input channels)       */
+    int xblk, yblk;   /* the layouts of x and y (sp_tensor.blk), so of dx and dy        */
 } conv_saved;
 
 #define L(n) ((const conv_layer *)(n)->layer)
@@ -225,7 +226,18 @@ static conv_saved *conv_plan(sp_node *n)
 static sp_dnnl_conv dnnl_shape(const conv_saved *S)
 {
     return (sp_dnnl_conv){.B = S->B, .C = S->g.C, .H = S->g.H, .W = S->g.W, .O = S->O, .k = S->g.k,
-                          .stride = S->g.stride, .pad = S->g.pad, .Ho = S->g.Ho, .Wo = S->g.Wo};
+                          .stride = S->g.stride, .pad = S->g.pad, .Ho = S->g.Ho, .Wo = S->g.Wo,
+                          .xblk = S->xblk, .yblk = S->yblk};
+}
+
+/* t's values in NCHW: its own data, or a copy in the arena when t is blocked (the im2col
+ * path's inputs; oneDNN takes the blocked layouts as they are). */
+static const float *plain_of(sp_node *n, const sp_tensor *t)
+{
+    if (!t->blk) return t->data;
+    float *p = sp_tape_alloc(n->tape, t->numel * sizeof(float));
+    sp_tensor_to_plain(t, p);
+    return p;
 }
 
 static void conv_forward_with(sp_node *n, bool relu)
@@ -235,6 +247,12 @@ static void conv_forward_with(sp_node *n, bool relu)
     n->saved = S;
     S->dnnl = sp_dnnl_conv_on() && S->g.C >= DNNL_MIN_C;
     S->dnnl_d = S->dnnl && S->g.C >= DNNL_D_MIN_C;
+    /* the layouts: x's as it comes; y blocked where the model asks (sp_tape.out_blocked)
+     * and oneDNN's block divides the channels */
+    int blk = n->tape->out_blocked ? sp_dnnl_block() : 0;
+    S->xblk = x->blk;
+    S->yblk = blk && S->O % blk == 0 ? blk : 0;
+    n->out.blk = S->yblk;
     /* the scratch below (im2col columns; oneDNN's job, scratchpads and blocked copies of
      * the input and output) is dead when the forward returns: handed back to the arena
      * for the next op (ResNet-20 b64: the larger part of a step's arena otherwise) */
@@ -244,13 +262,15 @@ static void conv_forward_with(sp_node *n, bool relu)
         (relu ? sp_dnnl_conv_forward_relu : sp_dnnl_conv_forward)(n->tape, &c, x->data,
                                                                  n->layer->params[0]->value.data, bias_of(n),
                                                                  n->out.data);
-    } else {
+    } else {   /* im2col in NCHW; a blocked x or y through a copy */
         size_t cols = (size_t)S->slots * S->cs * S->P;
-        fwd_job J = {.S = S, .x = x->data, .W = n->layer->params[0]->value.data,
+        fwd_job J = {.S = S, .x = plain_of(n, x), .W = n->layer->params[0]->value.data,
                      .bias = bias_of(n), .y = n->out.data, .relu = relu};
+        if (S->yblk) J.y = sp_tape_alloc(n->tape, n->out.numel * sizeof(float));
         J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
         J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
         sp_parallel_for((size_t)S->slots, forward_slots, &J);
+        if (S->yblk) sp_tensor_from_plain(&n->out, J.y, n->out.data);
     }
     sp_arena_release(&n->tape->arena, mark);
 }
@@ -301,10 +321,12 @@ static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tenso
         return;
     }
     size_t cols = (size_t)S->slots * S->cs * S->P;
-    delta_job J = {.S = S, .W = n->layer->params[0]->value.data, .dy = dy->data, .dx = dx->data};
+    delta_job J = {.S = S, .W = n->layer->params[0]->value.data, .dy = plain_of(n, dy), .dx = dx->data};
+    if (dx->blk) J.dx = sp_tape_alloc(n->tape, dx->numel * sizeof(float));
     J.dcol = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
     J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
     sp_parallel_for((size_t)S->slots, delta_slots, &J);
+    if (dx->blk) sp_tensor_from_plain(dx, J.dx, dx->data);
 }
 
 /* dx += δ, for an input that fans out: on oneDNN the add rides on each slot's reorder out
@@ -391,7 +413,7 @@ static void grad_private(sp_node *n, const sp_tensor *dy, const sp_dnnl_side *si
 {
     const conv_saved *S = n->saved;
     size_t cols = (size_t)S->slots * S->cs * S->P, nw = (size_t)S->O * S->K;
-    grad_job J = {.S = S, .x = sp_node_x(n)->data, .dy = dy->data, .side = side};
+    grad_job J = {.S = S, .x = plain_of(n, sp_node_x(n)), .dy = plain_of(n, dy), .side = side};
     J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
     J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
     J.part = sp_tape_alloc(n->tape, (size_t)S->slots * nw * sizeof(float));
@@ -407,10 +429,11 @@ static void grad_batched(sp_node *n, const sp_tensor *dy)
     size_t cols = (size_t)S->cg * S->P;
     float *col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
     float *rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
+    const float *x = plain_of(n, sp_node_x(n)), *dyp = plain_of(n, dy);
     for (int b0 = 0; b0 < S->B; b0 += S->cg) {
         int nb = imin(S->cg, S->B - b0), N = nb * S->P;
-        sp_im2col(&S->g, sp_node_x(n)->data, b0, b0 + nb, col);
-        gather_job gj = {.S = S, .dy = dy->data, .rows = rows, .b0 = b0, .N = N};
+        sp_im2col(&S->g, x, b0, b0 + nb, col);
+        gather_job gj = {.S = S, .dy = dyp, .rows = rows, .b0 = b0, .N = N};
         sp_parallel_for((size_t)nb, gather_range, &gj);
         sp_gemm(false, true, S->O, S->K, N, 1.0f, rows, N, col, N, 1.0f, n->layer->params[0]->grad.data, S->K);
     }
@@ -461,7 +484,7 @@ static void split_side(void *ctx, size_t begin, size_t end)
 static void conv_backward_input_params(sp_node *n, const sp_tensor *dy, sp_tensor *dx, bool acc)
 {
     const conv_saved *S = n->saved;
-    if (S->dnnl && !S->dnnl_d && S->P > DNNL_G_MIN_P && !acc) {
+    if (S->dnnl && !S->dnnl_d && S->P > DNNL_G_MIN_P && !acc && !S->xblk && !S->yblk) {
         size_t cols = (size_t)S->slots * S->cs * S->P;
         delta_job D = {.S = S, .W = n->layer->params[0]->value.data, .dy = dy->data, .dx = dx->data};
         D.dcol = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
@@ -589,6 +612,13 @@ static void conv_init(sp_layer *l, sp_rng *r)
 
 static void conv_free(sp_layer *l) { free(((conv_layer *)l)->zero_bias); }
 
+/* Any input layout; a blocked output where asked when bias-free (the bias's G reads dy
+ * in NCHW: a biased conv would copy dy back every step). */
+static int conv_blocked(const sp_layer *l)
+{
+    return l->nparams > 1 ? SP_BLK_PLAIN : SP_BLK_MAKES;
+}
+
 const sp_opdef sp_op_conv2d = {
     .out_unread = true,
     .name = "conv2d",
@@ -597,6 +627,7 @@ const sp_opdef sp_op_conv2d = {
     .cost = conv_cost,
     .init_params = conv_init,
     .free_layer = conv_free,
+    .blocked = conv_blocked,
     .cpu = {
         .forward = conv_forward,
         .forward_relu = conv_forward_relu,

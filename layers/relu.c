@@ -91,10 +91,14 @@ static void relu_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
     for (int i = 0; i < jt->rows; i++) jt->data[i] = x[i] > 0.0f ? 1.0f : 0.0f;
 }
 
+/* Element by element: any layout (sp_tensor.blk), passed on. */
+static int relu_blocked(const sp_layer *l) { return SP_BLK_PASS; }
+
 static sp_cost relu_cost(const sp_node *n) { return sp_elementwise_cost(n, 1, 1); }
 
 const sp_opdef sp_op_relu = {
     .name = "relu",
+    .blocked = relu_blocked,
     .over_input = true,   /* y > 0 exactly where x > 0: δ and Jᵀ read the same mask from y */
     .relu = true,         /* a convolution's forward_relu computes it (sp_model_forward) */
     .infer = sp_elementwise_infer,

@@ -6,7 +6,10 @@
  * ends within 1e-6 of the plain step (the loss is a mean: the weighted sum of the
  * micro-batches' mean gradients is the batch's), also with micro-batches of unequal size;
  * a batch-norm chain with M = 1 is the plain step bitwise; with M = 2 its running
- * statistics are those of two forwards on the halves, in order. */
+ * statistics are those of two forwards on the halves, in order.
+ *
+ * The executor's walk. A B job makes a layer's δ and G in one call where the op has one
+ * (conv2d, batch norm): ResNet-20's gradients equal those of the two calls, bitwise. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
@@ -17,6 +20,7 @@
 #include "optim/optim.h"
 #include "schedulers/backward/engine.h"
 #include "train/train.h"
+#include "schedulers/exec/exec_internal.h"
 #include "tests/testutil.h"
 
 /* conv-bn-relu-conv-bn-relu-avgpool-flatten-linear on [B, 2, 8, 8], 5 classes. */
@@ -191,6 +195,61 @@ static void count_reduce(void *ctx, double *v, int n)
     reduce_count *c = ctx;
     c->calls++;
     c->values += n;
+}
+
+/* Every parameter gradient of m after the executor's walk over ResNet-20's whole tape
+ * (as a B job walks a segment), with δ and G of each layer fused or in two calls. */
+static float *walk_grads(sp_model *m, const sp_tensor *x, bool fuse, size_t *n)
+{
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_node *in = sp_tape_input(&t, x);
+    sp_node **out = sp_tape_alloc(&t, sizeof *out * (size_t)m->nlayers);
+    for (int l = 0; l < m->nlayers; l++) {   /* sp_exec_stage_forward's application */
+        int k0 = m->from_start[l], nin = m->from_start[l + 1] - k0;
+        sp_node **args = sp_tape_alloc(&t, sizeof *args * (size_t)nin);
+        for (int k = 0; k < nin; k++) args[k] = m->from[k0 + k] == SP_MODEL_INPUT ? in : out[m->from[k0 + k]];
+        out[l] = sp_apply_n(&t, m->layers[l], nin, args);
+    }
+    sp_node *y = out[m->nlayers - 1];
+    sp_tensor dy = sp_tape_tensor_like(&t, &y->out);
+    tu_fill_uniform(dy.data, dy.numel, 5, -1, 1);
+    sp_model_zero_grad(m);
+    sp_exec_stage_walk(&t, in->index + 1, y->index, &dy, NULL, true, fuse, NULL);
+    *n = 0;
+    for (int l = 0; l < m->nlayers; l++)
+        for (int p = 0; p < m->layers[l]->nparams; p++) *n += m->layers[l]->params[p]->grad.numel;
+    float *g = malloc(sizeof(float) * *n), *q = g;
+    for (int l = 0; l < m->nlayers; l++)
+        for (int p = 0; p < m->layers[l]->nparams; p++) {
+            const sp_tensor *gr = &m->layers[l]->params[p]->grad;
+            memcpy(q, gr->data, sizeof(float) * gr->numel);
+            q += gr->numel;
+        }
+    sp_tape_free(&t);
+    return g;
+}
+
+/* A B job's walk makes a one-input layer's δ and G in one call (backward_input_params:
+ * conv2d, whose block input fans out to conv1 and the shortcut, so its δ is added, and
+ * batch norm with and without ReLU): the gradients are the two calls', bitwise. */
+Test(exec_walk, fused_delta_and_grad_equal_the_two_calls_bitwise)
+{
+    sp_set_threads(1);
+    sp_model *m = sp_zoo_resnet20(1, 10);
+    sp_model_init(m, 3);
+    sp_tensor x = sp_tensor_new(4, (int[]){4, 1, 32, 32});
+    tu_fill_uniform(x.data, x.numel, 4, -1, 1);
+    size_t n0, n1;
+    float *apart = walk_grads(m, &x, false, &n0), *fused = walk_grads(m, &x, true, &n1);
+    cr_assert_eq(n0, n1);
+    double worst = 0;
+    for (size_t i = 0; i < n0; i++) worst = fmax(worst, fabs((double)apart[i] - fused[i]));
+    cr_assert(!memcmp(apart, fused, sizeof(float) * n0), "fused δ + G differ from the two calls by up to %g", worst);
+    free(apart);
+    free(fused);
+    sp_tensor_free(&x);
+    sp_model_free(m);
 }
 
 Test(bn_accum, sync_reduce_on_one_process_is_the_plain_step)

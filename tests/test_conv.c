@@ -671,3 +671,157 @@ Test(conv_relu, fused_forward_matches_conv_then_relu_bitwise)
     sp_dnnl_conv_set(was);
     sp_set_threads(1);
 }
+/* ---- activations in oneDNN's blocked layout (sp_tensor.blk, sp_tape.blocked) ---------- */
+
+#include "core/model.h"
+#include "layers/zoo.h"
+#include "schedulers/backward/engine.h"
+
+/* One training step of m on tape t (blocked or not): the loss, every parameter's grad
+ * and every buffer, copied out in that order; *nblocked: nodes whose output was blocked. */
+static float *resnet_step(sp_model *m, const char *engine, bool blocked, const sp_tensor *x, const int *y, size_t *len,
+                          int *nblocked)
+{
+    sp_tape t;
+    sp_tape_init(&t);
+    t.blocked = blocked;
+    sp_model_zero_grad(m);
+    sp_node *loss = sp_model_loss(m, &t, x, y);
+    sp_engine *e = sp_engine_create(engine, NULL);
+    cr_assert(e);
+    sp_backward(e, &t, loss);
+    sp_engine_sync(e);
+    *nblocked = 0;
+    for (int i = 0; i < t.n; i++) *nblocked += t.nodes[i]->out.blk != 0;
+    size_t n = 1;
+    for (int i = 0; i < sp_model_nstate(m); i++) n += sp_model_state(m, i)->value.numel;
+    for (int i = 0; i < m->nparams; i++) n += m->params[i]->grad.numel;
+    float *out = malloc(n * sizeof *out), *o = out;
+    *o++ = loss->out.data[0];
+    for (int i = 0; i < m->nparams; i++, o += m->params[i - 1]->grad.numel)
+        memcpy(o, m->params[i]->grad.data, m->params[i]->grad.numel * sizeof *o);
+    for (int i = 0; i < sp_model_nstate(m); i++, o += sp_model_state(m, i - 1)->value.numel)
+        memcpy(o, sp_model_state(m, i)->value.data, sp_model_state(m, i)->value.numel * sizeof *o);
+    *len = n;
+    sp_engine_destroy(e);
+    sp_tape_free(&t);
+    return out;
+}
+
+/* ResNet-20's step with its activations blocked between the convolutions gives the bits
+ * of the NCHW step: loss, gradients, updated running statistics; with 1 and 2 threads,
+ * on the linear engine and on ooo (δ and G apart, each reading the blocked dy). */
+Test(conv_blocked, resnet20_step_bitwise_as_nchw, .timeout = 120)
+{
+    sp_dnnl_conv_set(true);
+    int blk = sp_dnnl_block();
+    if (!blk) {
+        cr_log_warn("conv_blocked: oneDNN off or picks no channel block here: nothing to compare");
+        return;
+    }
+    for (int threads = 1; threads <= 2; threads++) {
+        sp_set_threads(threads);
+        sp_tensor x = sp_tensor_new(4, (int[]){5, 1, 16, 16});
+        sp_rng r;
+        sp_rng_seed(&r, 7);
+        for (size_t i = 0; i < x.numel; i++) x.data[i] = sp_rng_normal(&r);
+        int y[5] = {1, 3, 0, 9, 3};
+        float *got[3];
+        size_t len[3];
+        int nb[3];
+        const char *engine[3] = {"linear", "linear", "ooo"};
+        for (int b = 0; b < 3; b++) {   /* the same initial state for each */
+            sp_model *m = sp_zoo_resnet20(1, 10);
+            sp_model_init(m, 3);
+            got[b] = resnet_step(m, engine[b], b > 0, &x, y, &len[b], &nb[b]);
+            sp_model_free(m);
+        }
+        cr_assert_eq(nb[0], 0, "NCHW step: %d blocked outputs", nb[0]);
+        for (int b = 1; b < 3; b++) {
+            /* every conv, bn and add_relu output: all nodes but the input, the pool, fc, loss */
+            cr_assert_gt(nb[b], 40, "%s blocked step (nChw%dc): only %d blocked outputs", engine[b], blk, nb[b]);
+            cr_assert_eq(len[0], len[b]);
+            for (size_t i = 0; i < len[0]; i++)
+                cr_assert(memcmp(&got[0][i], &got[b][i], sizeof(float)) == 0,
+                          "%s, %d threads: value %zu (0: the loss, then grads, then state): NCHW %.9g, blocked %.9g",
+                          engine[b], threads, i, got[0][i], got[b][i]);
+        }
+        for (int b = 0; b < 3; b++) free(got[b]);
+        sp_tensor_free(&x);
+    }
+    sp_set_threads(1);
+}
+
+/* The layouts' index and the two conversions. */
+Test(conv_blocked, offsets_and_conversions_round_trip)
+{
+    for (int k = 8; k <= 16; k += 8) {
+        sp_tensor t = sp_tensor_new(4, (int[]){3, 32, 5, 7});
+        t.blk = k;
+        float *plain = malloc(t.numel * sizeof *plain), *back = malloc(t.numel * sizeof *back);
+        for (size_t i = 0; i < t.numel; i++) plain[i] = (float)i;
+        sp_tensor_from_plain(&t, plain, t.data);
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 32; c++)
+                for (int h = 0; h < 5; h++)
+                    for (int w = 0; w < 7; w++)
+                        cr_assert_eq(t.data[sp_tensor_offset(&t, b, c, h, w)], (float)(((b * 32 + c) * 5 + h) * 7 + w));
+        cr_assert_eq(t.data[1], 5.0f * 7.0f, "channel 1 of the first block follows channel 0");
+        sp_tensor_to_plain(&t, back);
+        cr_assert(memcmp(plain, back, t.numel * sizeof *back) == 0);
+        free(plain), free(back);
+        sp_tensor_free(&t);
+    }
+}
+
+/* Which convolutions write blocked outputs: none whose output reaches an op that does
+ * not take the layout, an add with an NCHW input, or the model's output. */
+Test(conv_blocked, plan_stops_at_ops_without_the_layout)
+{
+    sp_model *m = sp_model_new("plan");
+    int c1 = sp_model_add(m, sp_conv2d_nobias("c1", 3, 16, 3, 1, 1));     /* → bn → relu → c2: blocked */
+    sp_model_add(m, sp_batchnorm2d("bn", 16));
+    sp_model_add(m, sp_relu());
+    int c2 = sp_model_add(m, sp_conv2d_nobias("c2", 16, 16, 3, 1, 1));    /* → maxpool: NCHW */
+    sp_model_add(m, sp_maxpool2d(2, 2, 0));
+    int c3 = sp_model_add(m, sp_conv2d_nobias("c3", 16, 16, 3, 1, 1));    /* → add with the pool's NCHW */
+    int p = c3 - 1;
+    int a = sp_model_add_from(m, sp_add(), 2, (int[]){c3, p});
+    int c4 = sp_model_add(m, sp_conv2d_nobias("c4", 16, 16, 3, 1, 1));   /* → c5: blocked */
+    int c5 = sp_model_add(m, sp_conv2d("c5", 16, 16, 1, 1, 0));          /* biased: never */
+    int c6 = sp_model_add(m, sp_conv2d_nobias("c6", 16, 16, 3, 1, 1));   /* → gap: blocked */
+    sp_model_add(m, sp_global_avgpool2d());
+    (void)a;
+    bool make[16] = {0};
+    sp_model_blocked_plan(m, make);
+    cr_expect(make[c1], "conv → bn → relu → conv");
+    cr_expect(!make[c2], "conv → maxpool");
+    cr_expect(!make[c3], "conv → add with an NCHW input");
+    cr_expect(make[c4], "conv → conv");
+    cr_expect(!make[c5], "a biased conv");
+    cr_expect(make[c6], "conv → global average pooling");
+    sp_model_free(m);
+    sp_model *last = sp_model_new("last");   /* the model's output stays NCHW */
+    sp_model_add(last, sp_conv2d_nobias("c", 3, 16, 3, 1, 1));
+    sp_model_add(last, sp_relu());
+    sp_model_blocked_plan(last, make);
+    cr_expect(!make[0], "conv → relu, the model's output");
+    sp_model_free(last);
+}
+
+/* An op meeting a layout it does not take: refused naming it (core/tape.h), the tape as
+ * it was. */
+Test(conv_blocked, op_without_the_layout_refuses_it)
+{
+    sp_tape t;
+    sp_tape_init(&t);
+    sp_tensor x = sp_tensor_new(4, (int[]){2, 16, 4, 4});
+    x.blk = 16;
+    sp_layer *pool = sp_maxpool2d(2, 2, 0);
+    sp_clear_error();
+    tu_refused(!sp_apply(&t, pool, sp_tape_input(&t, &x)), "op maxpool2d: input in the blocked layout nChw16c");
+    cr_assert_eq(t.n, 1, "the refused node stayed on the tape");
+    sp_tape_free(&t);
+    sp_layer_free(pool);
+    sp_tensor_free(&x);
+}

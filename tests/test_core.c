@@ -1157,6 +1157,11 @@ static void c260(void)
     (void)sp_flag_suggest(NULL, "a|b", buf, sizeof buf);
 }
 
+static void cb0(void) { REFUSED(sp_tensor_offset(NULL, 0, 0, 0, 0) == SIZE_MAX); }
+static void cb1(void) { g_status = sp_tensor_to_plain(NULL, NULL); }
+static void cb2(void) { g_status = sp_tensor_from_plain(NULL, NULL, NULL); }
+static void cb3(void) { g_status = sp_model_blocked_plan(NULL, NULL); }
+
 static const api_case cases[] = {
     {"sp_tensor_view", K_REFUSED, c0, "sp_tensor_view: argument 'shape' is NULL"},
     {"sp_tensor_view", K_REFUSED, c1, "sp_tensor_view: argument 'ndim' is -1"},
@@ -1171,6 +1176,10 @@ static const api_case cases[] = {
     {"sp_tensor_free", K_NOOP, c10, "?"},
     {"sp_tensor_zero", K_REFUSED, c11, "sp_tensor_zero: argument 't' is NULL"},
     {"sp_tensor_copy", K_REFUSED, c12, "sp_tensor_copy: argument 'dst' is NULL"},
+    {"sp_tensor_offset", K_REFUSED, cb0, "sp_tensor_offset: argument 't' is NULL"},
+    {"sp_tensor_to_plain", K_REFUSED, cb1, "sp_tensor_to_plain: argument 'src' is NULL"},
+    {"sp_tensor_from_plain", K_REFUSED, cb2, "sp_tensor_from_plain: argument 't' is NULL"},
+    {"sp_model_blocked_plan", K_STATUS, cb3, "sp_model_blocked_plan: argument 'm' is NULL"},
     {"sp_rng_seed", K_REFUSED, c13, "sp_rng_seed: argument 'r' is NULL"},
     {"sp_rng_u32", K_REFUSED, c14, "sp_rng_u32: argument 'r' is NULL"},
     {"sp_rng_uniform", K_REFUSED, c15, "sp_rng_uniform: argument 'r' is NULL"},

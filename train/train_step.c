@@ -24,6 +24,7 @@ static sp_node *step_body(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, co
     double t0 = sp_now();
     sp_tensor xin = sp_tape_copy_on(t, model_device(m), x);   /* the batch goes up (--device cuda) */
     t->reuse_inputs = (e->caps & SP_ENGINE_OVER_INPUTS) && model_device(m) == SP_CPU;   /* ReLUs over inputs (tape.h) */
+    t->blocked = (e->caps & SP_ENGINE_BLOCKED) && model_device(m) == SP_CPU;   /* blocked activations (tape.h) */
     sp_node *loss = sp_model_loss(m, t, &xin, y);
     double t1 = sp_now();
     if (a) a->time_mark(0);
@@ -70,6 +71,7 @@ sp_node *train_step_queue_overlap(sp_model *m, sp_engine *e, sp_optim *o, sp_tap
         x = &xc;
         y = yc;
     }
+    t->blocked = (e->caps & SP_ENGINE_BLOCKED) && model_device(m) == SP_CPU;   /* as the plain step */
     t->before_apply = wait_layer;
     t->before_apply_ctx = e;
     sp_node *loss = sp_model_loss(m, t, x, y);

@@ -51,6 +51,8 @@ bool sp_dnnl_conv_set(bool on)
 
 #ifndef SP_HAVE_DNNL
 
+int sp_dnnl_block(void) { return 0; }
+
 bool sp_dnnl_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float beta, float *C, int ldc)
 {
@@ -172,6 +174,11 @@ static dnnl_primitive_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_
     return make_reorder_to(from, to, false);
 }
 
+static dnnl_format_tag_t layout_tag(int blk)
+{
+    return blk == 16 ? dnnl_nChw16c : blk == 8 ? dnnl_nChw8c : dnnl_nchw;
+}
+
 static entry *create(int kind, const sp_dnnl_conv *k)
 {
     if (!engine) check(dnnl_engine_create(&engine, dnnl_cpu, 0), "engine_create");
@@ -184,10 +191,10 @@ static entry *create(int kind, const sp_dnnl_conv *k)
     /* oneDNN pads on the right only as far as the last window reaches */
     dnnl_dims_t pad_r = {(k->Ho - 1) * k->stride + k->k - k->H - k->pad, (k->Wo - 1) * k->stride + k->k - k->W - k->pad};
     dnnl_memory_desc_t x, w, b, y, xa, wa, ya;
-    md_tag(&x, 4, xd, dnnl_nchw);
+    md_tag(&x, 4, xd, layout_tag(k->xblk));
     md_tag(&w, 4, wd, dnnl_oihw);
     md_tag(&b, 1, bd, dnnl_a);
-    md_tag(&y, 4, yd, dnnl_nchw);
+    md_tag(&y, 4, yd, layout_tag(k->yblk));
     md_tag(&xa, 4, xd, dnnl_format_tag_any);
     md_tag(&wa, 4, wd, dnnl_format_tag_any);
     md_tag(&ya, 4, yd, dnnl_format_tag_any);
@@ -547,6 +554,25 @@ static void run(sp_tape *t, int kind, bool acc, const sp_dnnl_conv *c, float *in
     job *J = prepare(t, kind, acc, c, in0, in1, out, bias);
     sp_parallel_for((size_t)J->slots, run_slots, J);
     finish(J);
+}
+
+/* The source layout oneDNN's forward picks for a 3×3 convolution of 16 → 16 channels. */
+int sp_dnnl_block(void)
+{
+    static _Atomic int blk = -1;
+    if (!sp_dnnl_conv_on()) return 0;
+    if (blk < 0) {
+        sp_dnnl_conv k = {.B = 1, .C = 16, .H = 8, .W = 8, .O = 16, .k = 3, .stride = 1, .pad = 1, .Ho = 8, .Wo = 8};
+        const entry *e = lookup(FWD, &k);
+        int found = 0;
+        for (int b = 8; b <= 16; b += 8) {
+            dnnl_memory_desc_t md;
+            md_tag(&md, 4, (dnnl_dims_t){1, 16, 8, 8}, layout_tag(b));
+            if (dnnl_memory_desc_equal(&md, &e->want[IN0])) found = b;
+        }
+        blk = found;
+    }
+    return blk;
 }
 
 void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,

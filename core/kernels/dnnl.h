@@ -28,7 +28,12 @@
 
 typedef struct sp_dnnl_conv {
     int B, C, H, W, O, k, stride, pad, Ho, Wo;
+    int xblk, yblk;   /* the layouts of x (and dx), y (and dy): 0 NCHW, else sp_tensor.blk */
 } sp_dnnl_conv;
+
+/* The channel block of the activations oneDNN's convolutions work in on this CPU (16:
+ * nChw16c with AVX-512, 8: nChw8c with AVX2), 0 where oneDNN is off or picks neither. */
+int sp_dnnl_block(void);
 
 /* Whether conv2d uses oneDNN now (SCANPROP_CONV, read once; a bad value exits 2). */
 bool sp_dnnl_conv_on(void);

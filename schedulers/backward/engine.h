@@ -60,6 +60,9 @@ enum {
     SP_ENGINE_OVER_INPUTS = 1 << 5,    /* its host backward reads no output a ReLU overwrote:
                                         * the training forward may run ReLUs over their inputs
                                         * (sp_tape.reuse_inputs, core/tape.h)                    */
+    SP_ENGINE_BLOCKED = 1 << 6,        /* its host backward reads activations and δ only through
+                                        * the ops' kernels: the training forward may keep them in
+                                        * oneDNN's blocked layout (sp_tape.blocked, core/tape.h)  */
 };
 
 /* Where an engine writes its figures: keys of a run's JSON line (the runner passes one

@@ -603,7 +603,7 @@ _Static_assert(sizeof(sp_ooo_opts) <= SP_ENGINE_OPTS_BYTES, "sp_ooo_opts: too la
 
 const sp_engine_def sp_engine_def_ooo = {
     .name = "ooo",
-    .caps = SP_ENGINE_DEVICE | SP_ENGINE_TRACE | SP_ENGINE_LAYER_UPDATES | SP_ENGINE_REORDERS_DW,
+    .caps = SP_ENGINE_DEVICE | SP_ENGINE_TRACE | SP_ENGINE_LAYER_UPDATES | SP_ENGINE_REORDERS_DW | SP_ENGINE_BLOCKED,
     .create = sp_engine_ooo_create,
     .opts_size = sizeof(sp_ooo_opts),
     .opts_default = &OOO_DEFAULTS,

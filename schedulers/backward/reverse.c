@@ -86,6 +86,6 @@ sp_engine *sp_engine_linear_create(const sp_engine_opts *opts)
 const sp_engine_def sp_engine_def_linear = {
     .name = "linear",
     .alias = "reverse",
-    .caps = SP_ENGINE_DEVICE | SP_ENGINE_OVER_INPUTS,
+    .caps = SP_ENGINE_DEVICE | SP_ENGINE_OVER_INPUTS | SP_ENGINE_BLOCKED,
     .create = sp_engine_linear_create,
 };

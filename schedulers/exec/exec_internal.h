@@ -217,9 +217,12 @@ void sp_exec_run_backward(sp_exec *x, int job, sp_job j);
 sp_node *sp_exec_stage_forward(const sp_exec *x, int s, sp_tape *t, sp_node *in);
 /* A stage of several layers on tape t (nodes first … last): the δ of each of its nodes
  * from dy, the δ of its input into dx (NULL: none wanted), and with params every
- * layer's gradients too (a whole B); *t_grad the seconds the gradients took. */
+ * layer's gradients too (a whole B); *t_grad the seconds the gradients took. With fuse
+ * (and params), a one-input layer whose op has backward_input_params makes its δ and G
+ * in that one call, as the linear engine does (bitwise the two calls); its G share of
+ * *t_grad is then the call's time weighted by the op's G FLOPs over its δ + G FLOPs. */
 void sp_exec_stage_walk(sp_tape *t, int first, int last, const sp_tensor *dy, sp_tensor *dx, bool params,
-                        double *t_grad);
+                        bool fuse, double *t_grad);
 /* Its nodes' gradients from the δ a walk left (a deferred G). */
 void sp_exec_stage_grads(sp_tape *t, int first, int last);
 /* The bytes F(s, b) holds for its backward (sp_tape_segment_act_bytes of its nodes). */

@@ -47,7 +47,7 @@ static sp_costs *measure_costs(sp_exec *x, int ndim, const int *shape, int rows)
         for (int s = x->S - 1; s >= 0 && x->dag; s--) {   /* a DAG's stages: their walks */
             double t0 = sp_now(), tg;
             sp_tensor dx = s > 0 ? sp_tape_tensor_like(&t, &nodes[s - 1]->out) : dy;
-            sp_exec_stage_walk(&t, first[s], nodes[s]->index, &dy, s > 0 ? &dx : NULL, true, &tg);
+            sp_exec_stage_walk(&t, first[s], nodes[s]->index, &dy, s > 0 ? &dx : NULL, true, false, &tg);
             double dt = sp_now() - t0;
             /* stage 0 has no δ job (no input gradient): its G job walks */
             if ((s > 0 ? tg : dt) < c->grad[s]) c->grad[s] = s > 0 ? tg : dt;

@@ -89,8 +89,17 @@ sp_node *sp_exec_stage_forward(const sp_exec *x, int s, sp_tape *t, sp_node *in)
 
 static bool has_params(const sp_node *n) { return n->kern->backward_params && n->layer && n->layer->nparams > 0; }
 
+/* The share of a fused δ + G call that is G, by the op's FLOPs (half where it has no cost). */
+static double grad_share(const sp_node *v)
+{
+    if (!v->op || !v->op->cost) return 0.5;
+    sp_cost k = v->op->cost(v);
+    double all = k.bwd_input_flops + k.bwd_params_flops;
+    return all > 0 ? k.bwd_params_flops / all : 0.5;
+}
+
 void sp_exec_stage_walk(sp_tape *t, int first, int last, const sp_tensor *dy, sp_tensor *dx, bool params,
-                        double *t_grad)
+                        bool fuse, double *t_grad)
 {
     int n = last - first + 1;
     int *uses = sp_xcalloc((size_t)n + 1, sizeof *uses);   /* input slots reading node first + i; [n]: the input */
@@ -110,6 +119,17 @@ void sp_exec_stage_walk(sp_tape *t, int first, int last, const sp_tensor *dy, sp
     for (int i = last; i >= first; i--) {
         sp_node *v = t->nodes[i];
         sp_arena_mark mk = sp_arena_mark_get(&t->arena);   /* the node's scratch: dead once it returns */
+        sp_tensor *g0 = NULL;   /* a one-input layer's δ target: fused with its G (the linear engine's call) */
+        if (fuse && params && has_params(v) && v->kern->backward_input_params && v->ninputs == 1)
+            g0 = v->inputs[0]->index < first ? dx : &v->inputs[0]->grad;
+        if (g0) {
+            int u = v->inputs[0]->index;
+            double t0 = sp_now();
+            v->kern->backward_input_params(v, &v->grad, g0, uses[u < first ? n : u - first] != 1);
+            tg += (sp_now() - t0) * grad_share(v);
+            sp_arena_release(&t->arena, mk);
+            continue;
+        }
         if (params && has_params(v)) {
             double t0 = sp_now();
             v->kern->backward_params(v, &v->grad);
@@ -268,7 +288,7 @@ static void dag_backward(sp_exec *x, int job, sp_job j, const sp_tensor *dy, dou
             x->dy[k - x->B] = sp_exec_stage_tensor(x, s - 1, b);
             dx = &x->dy[k - x->B];
         }
-        sp_exec_stage_walk(t, first, last, dy, dx, j.dir == SP_BWD, &tg);
+        sp_exec_stage_walk(t, first, last, dy, dx, j.dir == SP_BWD, true, &tg);
         if (dx) x->have_dy[k - x->B] = true;
         x->walked[k] = true;
     }
@@ -302,20 +322,25 @@ void sp_exec_run_backward(sp_exec *x, int job, sp_job j)
         return;
     }
     bool params = j.dir != SP_BWD_DELTA && n->kern->backward_params && n->layer->nparams > 0;
-    if (params) n->kern->backward_params(n, dy);
-    double t1 = sp_now();
     bool delta = j.dir != SP_BWD_GRAD && s > 0;
-    if (delta) {
-        int k = (s - 1) * x->B + b;
-        x->dy[k] = sp_tape_tensor_like(&x->tapes[b], &n->input->out);
-        n->kern->backward_input(n, 0, dy, &x->dy[k]);
-        x->have_dy[k] = true;
+    int k = (s - 1) * x->B + b;
+    if (delta) x->dy[k] = sp_tape_tensor_like(&x->tapes[b], &n->input->out);
+    double t1;
+    if (params && delta && n->kern->backward_input_params) {   /* one call, as the linear engine */
+        double f0 = sp_now();
+        n->kern->backward_input_params(n, dy, &x->dy[k], false);
+        t1 = f0 + (sp_now() - f0) * grad_share(n);
+    } else {
+        if (params) n->kern->backward_params(n, dy);
+        t1 = sp_now();
+        if (delta) n->kern->backward_input(n, 0, dy, &x->dy[k]);
     }
+    if (delta) x->have_dy[k] = true;
     double t2 = sp_now() - (sp_exec_buffers_reduce_s(x) - r0);   /* --sync-bn's allgathers: messages */
     x->bwd_s += t2 - t0;
     if (j.dir != SP_BWD_DELTA) measured(x, s, 2, t1 - t0);
     if (j.dir != SP_BWD_GRAD) measured(x, s, 1, t2 - t1);
-    if (delta) send_to_succs(x, job, &x->dy[(s - 1) * x->B + b], tag_of(x, 1, s - 1, b), true);
+    if (delta) send_to_succs(x, job, &x->dy[k], tag_of(x, 1, s - 1, b), true);
     if (j.dir != SP_BWD_DELTA) sp_exec_grad_done(x, s);
     sp_exec_mem_backward(x, s, b);
 }

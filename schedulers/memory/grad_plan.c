@@ -131,6 +131,7 @@ void sp_grad_plan_make(sp_grad_plan *p, sp_tape *t, sp_node *loss)
             sp_node *n = t->nodes[i];
             if (p->writer[i] < 0 || n->out.device != (sp_device)d) continue;
             n->grad = sp_tensor_view(base ? (float *)(base + p->off[i]) : NULL, n->out.ndim, n->out.shape);
+            n->grad.blk = n->out.blk;   /* ∂l/∂y in y's layout */
             n->grad.device = n->out.device;
         }
     }

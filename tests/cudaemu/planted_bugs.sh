@@ -125,7 +125,7 @@ plant "bppsa scan graph: replay without skipping the graph's pointer slots" sche
   "" "bppsa_cuda/scan_graph_bitwise_equals_live" \
   "allocations and copies with the graph|gradients with the graph differ" test_bppsa_cuda
 
-# 17-18. cuDNN's RNN: a forward in inference mode leaves the backward nothing in the
+# 18-19. cuDNN's RNN: a forward in inference mode leaves the backward nothing in the
 #    reserve space; the weight blocks packed one gate off
 plant "RNN forward in inference mode (no reserve for the backward)" layers/recurrent_cuda.cu \
   's/cudnnRNNForward(lane->cudnn, p->rnn, CUDNN_FWD_MODE_TRAINING/cudnnRNNForward(lane->cudnn, p->rnn, CUDNN_FWD_MODE_INFERENCE/' \
