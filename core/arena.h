@@ -26,7 +26,8 @@ typedef struct sp_arena_block {
 } sp_arena_block;
 
 /* A block source. block_new returns a block of at least `bytes` usable bytes at an
- * align-aligned base, with next = NULL and used = 0 (it exits on failure);
+ * align-aligned base, with next = NULL and used = 0, or NULL with errno set when it has
+ * none (the arena's call then refuses; a source may end in sp_fail instead);
  * block_free returns one block, header included. */
 typedef struct sp_arena_source {
     size_t align;   /* every allocation's alignment and size unit (a power of two) */
@@ -45,20 +46,29 @@ typedef struct sp_arena {
     const sp_arena_source *src;  /* where blocks come from                       */
 } sp_arena;
 
-/* A host arena (sp_arena_host; a zeroed sp_arena is one too). */
-void sp_arena_init(sp_arena *a, size_t initial_bytes);
-void sp_arena_init_on(sp_arena *a, const sp_arena_source *src, size_t initial_bytes);
+/* Every call but sp_arena_free refuses a NULL arena, a source without its functions or a
+ * power-of-two align, a mark that is not the arena's, or memory the source cannot give
+ * with sp_refuse (core/error.h): outside sp_try it returns SP_ERR, NULL or a zero mark
+ * with the message in sp_last_error(), never exiting; inside sp_try it ends there with
+ * SP_ERR. */
+
+/* A host arena (sp_arena_host; a zeroed sp_arena is one too, and so is src NULL). A
+ * refused initial block leaves the arena initialised and empty. */
+int sp_arena_init(sp_arena *a, size_t initial_bytes);
+int sp_arena_init_on(sp_arena *a, const sp_arena_source *src, size_t initial_bytes);
 /* Returns every block; the arena keeps its source and may be used again. */
 void sp_arena_free(sp_arena *a);
 /* src->align-aligned, uninitialised. */
 void *sp_arena_alloc(sp_arena *a, size_t bytes);
 /* Host arenas only (memset). */
 void *sp_arena_calloc(sp_arena *a, size_t bytes);
-void sp_arena_reset(sp_arena *a);
+/* (Where the merged block cannot be had, the arena is left empty and the next
+ * allocation asks for it again.) */
+int sp_arena_reset(sp_arena *a);
 /* Between uses that are far apart (training steps around an evaluation): returns every
  * block to the source but keeps the high-water size, so the next allocation opens one
  * block of that size and the steps after it allocate nothing. */
-void sp_arena_trim(sp_arena *a);
+int sp_arena_trim(sp_arena *a);
 /* A point in the arena to come back to: sp_arena_release(a, m) hands back everything
  * allocated after sp_arena_mark returned m (last in, first out), so transient scratch
  * (one node's backward) is reused by the next instead of piling up until the reset.
@@ -70,7 +80,7 @@ typedef struct sp_arena_mark {
     size_t used, used_total;
 } sp_arena_mark;
 sp_arena_mark sp_arena_mark_get(const sp_arena *a);
-void sp_arena_release(sp_arena *a, sp_arena_mark m);
+int sp_arena_release(sp_arena *a, sp_arena_mark m);
 /* Where the first allocation after a reset lands (NULL before any block exists):
  * the same base and the same requests give the same addresses. */
 const void *sp_arena_base(const sp_arena *a);

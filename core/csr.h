@@ -25,8 +25,11 @@ typedef struct sp_csr {
     bool own_data;
 } sp_csr;
 
-/* Allocate a matrix with room for nnz entries (heap). */
-void sp_csr_alloc(sp_csr *m, int rows, int cols, int64_t nnz);
+/* Allocate a matrix with room for nnz entries (heap; indptr zeroed). A NULL m, a
+ * negative size, nnz above INT32_MAX or no memory is refused with sp_refuse
+ * (core/error.h): outside sp_try SP_ERR (m untouched) or, for sp_csr_bytes, 0, with the
+ * message in sp_last_error(); inside sp_try the call ends there with SP_ERR. */
+int sp_csr_alloc(sp_csr *m, int rows, int cols, int64_t nnz);
 void sp_csr_free(sp_csr *m);
 size_t sp_csr_bytes(const sp_csr *m);   /* indptr + indices + data */
 

@@ -31,6 +31,8 @@ static const sp_device_allocator *allocators[SP_NDEVICES];
 
 void sp_backend_register_allocator(sp_device dev, const sp_device_allocator *a) { allocators[dev] = a; }
 
+bool sp_backend_has_allocator(sp_device dev) { return dev > SP_CPU && dev < SP_NDEVICES && allocators[dev]; }
+
 const sp_device_allocator *sp_backend_allocator(sp_device dev)
 {
     if (dev == SP_CPU || !allocators[dev])

@@ -73,6 +73,8 @@ typedef struct sp_device_allocator {
 void sp_backend_register_allocator(sp_device dev, const sp_device_allocator *a);
 /* The allocator of dev (not SP_CPU); sp_fail if its backend was not initialised. */
 const sp_device_allocator *sp_backend_allocator(sp_device dev);
+/* Whether dev (not SP_CPU) has one. */
+bool sp_backend_has_allocator(sp_device dev);
 
 /* Graphs of queued work (CUDA Graphs), for the whole-step capture of the training loop
  * (train/train.h, sp_step_graph): everything the calling thread queues on its lane

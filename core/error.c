@@ -11,7 +11,8 @@
 
 #define ERR_LEN 1024
 static _Thread_local char last_error[ERR_LEN];
-static _Thread_local jmp_buf *try_frame;   /* innermost sp_try of this thread */
+static _Thread_local jmp_buf *try_frame;   /* innermost sp_try or armed guard of this thread */
+static bool guards_off;   /* set once by the apps' layer (sp_guard_off), before any thread starts */
 
 void sp_fail(const char *fmt, ...)
 {
@@ -32,6 +33,20 @@ void sp_fail(const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     exit(SP_EXIT_USAGE);
+}
+
+int sp_refuse(const char *fmt, ...)
+{
+    if (!fmt) return sp_refuse("sp_refuse: argument 'fmt' is NULL");
+    char buf[ERR_LEN];   /* an argument may be sp_last_error() itself */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    memcpy(last_error, buf, sizeof buf);
+    if (try_frame) longjmp(*try_frame, 1);   /* as sp_fail inside sp_try or a guard */
+    if (guards_off) sp_fail("%s", buf);      /* an app: its one line and exit 2, as sp_fail */
+    return SP_ERR;
 }
 
 int sp_try(void (*fn)(void *arg), void *arg)
@@ -116,7 +131,10 @@ void *sp_xrealloc(void *p, size_t bytes)
 
 char *sp_xstrdup(const char *s)
 {
-    if (!s) sp_fail("sp_xstrdup: argument 's' is NULL");
+    if (!s) {
+        sp_refuse("sp_xstrdup: argument 's' is NULL");
+        return NULL;
+    }
     size_t n = strlen(s) + 1;
     return memcpy(sp_xmalloc(n), s, n);
 }
@@ -156,8 +174,18 @@ void *sp_file_alloc(size_t bytes, int zero, const char *what)
 
 const char *sp_shape_str(const sp_tensor *t, char *buf, size_t len)
 {
-    if (!t) sp_fail("sp_shape_str: argument 't' is NULL");
-    if (!buf) sp_fail("sp_shape_str: argument 'buf' is NULL");
+    if (!t) {
+        sp_refuse("sp_shape_str: argument 't' is NULL");
+        return NULL;
+    }
+    if (!buf) {
+        sp_refuse("sp_shape_str: argument 'buf' is NULL");
+        return NULL;
+    }
+    if (t->ndim < 0 || t->ndim > SP_MAX_DIMS) {
+        sp_refuse("sp_shape_str: argument 't' has ndim %d (expected 0..%d)", t->ndim, SP_MAX_DIMS);
+        return NULL;
+    }
     size_t k = (size_t)snprintf(buf, len, "[");
     for (int i = 0; i < t->ndim && k < len; i++)
         k += (size_t)snprintf(buf + k, len - k, i ? ", %d" : "%d", t->shape[i]);
@@ -167,7 +195,6 @@ const char *sp_shape_str(const sp_tensor *t, char *buf, size_t len)
 
 /* ---- guards at the public entry points (core/guard.h) ---- */
 
-static bool guards_off;   /* set once by the apps' layer, before any thread starts */
 
 int sp_try_active(void) { return try_frame != NULL; }
 

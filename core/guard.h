@@ -27,7 +27,8 @@ void sp_guard_leave(sp_guard *g);
 /* 1 inside an sp_try or a guarded call in this thread. */
 int sp_try_active(void);
 /* The apps' layer (core/error.h's third kind): from now on no guard of this process arms,
- * so a refused call ends the program with its one line and exit 2, as the apps document
+ * and sp_refuse outside sp_try is sp_fail (core/error.h), so a refused call ends the
+ * program with its one line and exit 2, as the apps document
  * (sp_flags_parse and sp_run_parse call it: main() has no status to look at). */
 void sp_guard_off(void);
 

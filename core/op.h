@@ -210,33 +210,41 @@ struct sp_node {
     bool needs_grad;          /* some parameter lies upstream (or at) here    */
 };
 
-/* The input tensor of a node (input 0), and input i. */
+/* The input tensor of a node (input 0), and input i (0 <= i < n->ninputs). A NULL node
+ * or an i out of range is refused with sp_refuse (core/error.h): NULL, or false for
+ * sp_node_has_jt, outside sp_try; inside sp_try the call ends there with SP_ERR. */
 static inline const sp_tensor *sp_node_x(const sp_node *n)
 {
-    if (__builtin_expect(!n, 0)) sp_fail("sp_node_x: argument 'n' is NULL");
+    if (__builtin_expect(!n, 0)) return sp_refuse("sp_node_x: argument 'n' is NULL"), (const sp_tensor *)NULL;
     return &n->input->out;
 }
 static inline const sp_tensor *sp_node_in(const sp_node *n, int i)
 {
-    if (__builtin_expect(!n, 0)) sp_fail("sp_node_in: argument 'n' is NULL");
+    if (__builtin_expect(!n, 0)) return sp_refuse("sp_node_in: argument 'n' is NULL"), (const sp_tensor *)NULL;
+    if (__builtin_expect(i < 0 || i >= n->ninputs, 0))
+        return sp_refuse("sp_node_in: argument 'i' is %d (the node has %d inputs)", i, n->ninputs),
+               (const sp_tensor *)NULL;
     return &n->inputs[i]->out;
 }
 
 /* Whether n's op gives a per-sample Jᵀ for n, on n's device. */
 static inline bool sp_node_has_jt(const sp_node *n)
 {
-    if (__builtin_expect(!n, 0)) sp_fail("sp_node_has_jt: argument 'n' is NULL");
+    if (__builtin_expect(!n, 0)) return sp_refuse("sp_node_has_jt: argument 'n' is NULL"), false;
     return n->op->jt_pattern && n->kern->jt_values && (!n->op->jt_exists || n->op->jt_exists(n));
 }
 
-/* Parameters: created by layer constructors, owned by their layer. */
+/* Parameters: created by layer constructors, owned by their layer. A NULL owner or
+ * suffix, a bad shape (tensor.h), a fifth parameter or buffer or no memory is refused
+ * with sp_refuse (core/error.h): NULL outside sp_try, having allocated nothing. */
 sp_param *sp_param_new(sp_layer *owner, const char *suffix, int ndim, const int *shape);
 /* A buffer (sp_layer.buffers): value only, grad left empty. */
 sp_param *sp_buffer_new(sp_layer *owner, const char *suffix, int ndim, const int *shape);
 void sp_layer_free(sp_layer *l);
 
-/* Uniform(-bound, bound) fill, as PyTorch's kaiming_uniform_(a=√5) / bias init. */
-void sp_fill_uniform(sp_tensor *t, sp_rng *r, float bound);
+/* Uniform(-bound, bound) fill, as PyTorch's kaiming_uniform_(a=√5) / bias init. A NULL
+ * argument or a shape-only t: SP_ERR after sp_refuse. */
+int sp_fill_uniform(sp_tensor *t, sp_rng *r, float bound);
 
 #ifdef __cplusplus
 }

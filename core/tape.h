@@ -45,26 +45,33 @@ struct sp_tape {
     bool out_blocked;
 };
 
-void sp_tape_init(sp_tape *t);
+/* Every call here but sp_tape_free refuses a NULL pointer, a negative count, a bad shape
+ * or device, a node of another tape, an op's shape check or forward that fails (labels
+ * out of range) or memory that runs out with sp_refuse (core/error.h): outside sp_try it
+ * returns NULL, SP_ERR or a tensor of ndim 0 with the message in sp_last_error(), never
+ * exiting; inside sp_try it ends there with SP_ERR. A refused sp_apply* leaves the tape
+ * as it was: no node recorded, the host arena's bytes handed back, no input counted as
+ * read. */
+int sp_tape_init(sp_tape *t);
 void sp_tape_free(sp_tape *t);
-void sp_tape_reset(sp_tape *t);
+int sp_tape_reset(sp_tape *t);
 /* sp_tape_reset, and the host arena's blocks go back to the system until the next step
  * (which opens one block of the size it had: sp_arena_trim). For a tape idle a while:
  * the training steps' tape during an evaluation. */
-void sp_tape_trim(sp_tape *t);
+int sp_tape_trim(sp_tape *t);
 
-/* A leaf holding x (not copied: x must outlive the step). */
+/* A leaf holding x (not copied: x must outlive the step; ndim 1..SP_MAX_DIMS). */
 sp_node *sp_tape_input(sp_tape *t, const sp_tensor *x);
 /* Record layer l applied to x. Returns the new node. */
 sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x);
 /* The same for ops of several inputs (add, concat): l applied to xs[0..ninputs-1], in
  * the op's argument order; a node may appear more than once. A count the op does not
- * take: sp_fail naming the op. */
+ * take is refused naming the op. */
 sp_node *sp_apply_n(sp_tape *t, sp_layer *l, int ninputs, sp_node *const *xs);
 sp_node *sp_apply2(sp_tape *t, sp_layer *l, sp_node *a, sp_node *b);
 /* sp_apply with the output written over x's bytes (x keeps its node, its data now y's):
- * l's op has over_input, x is on the host and nothing reads x's output after this (the
- * caller's promise: sp_model_forward checks the model's graph). Else sp_fail. */
+ * l's op has over_input, x is on the host (else refused) and nothing reads x's output
+ * after this (the caller's promise: sp_model_forward checks the model's graph). */
 sp_node *sp_apply_over(sp_tape *t, sp_layer *l, sp_node *x);
 /* sp_apply with x's ReLU folded into l's forward (l's kernels' forward_relu): the
  * output is max(y, 0), bitwise what l then a ReLU over y give. The caller then records
@@ -74,7 +81,8 @@ sp_node *sp_apply_fused_relu(sp_tape *t, sp_layer *l, sp_node *x);
  * (sp_apply_fused_relu): the node is recorded over x and its forward does not run. */
 sp_node *sp_apply_over_fused(sp_tape *t, sp_layer *relu, sp_node *x);
 /* The loss layer (a model's sp_model.loss, e.g. softmax + cross-entropy, mean over the
- * batch) applied to logits; labels [B] must outlive the step. */
+ * batch) applied to logits; labels [B] must outlive the step (NULL only on a shape-only
+ * tape, or with labels staged on the logits' device: sp_tape.dev_labels). */
 sp_node *sp_apply_loss(sp_tape *t, sp_layer *loss, sp_node *logits, const int *labels);
 
 /* The name every output uses for a node (traces, Jacobian tables, schedule costs, bppsa
@@ -91,8 +99,9 @@ void *sp_tape_alloc_on(sp_tape *t, sp_device dev, size_t bytes);
 /* Before t's first step: its device arenas open their first block at the size like's
  * needed (sp_device_allocator.arena_size_like), so two tapes that take turns (the
  * training loop's, ooo's next forward overlapping the last updates) allocate no device
- * memory after their first steps. Nothing for arenas t already has. */
-void sp_tape_arena_like(sp_tape *t, const sp_tape *like);
+ * memory after their first steps. Nothing for arenas t already has. SP_OK, or SP_ERR
+ * (sp_refuse) given a NULL tape. */
+int sp_tape_arena_like(sp_tape *t, const sp_tape *like);
 sp_tensor sp_tape_tensor_on(sp_tape *t, sp_device dev, int ndim, const int *shape);
 
 #ifdef __cplusplus

@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include <cblas.h>
@@ -56,7 +57,7 @@ static void chunk_bounds(size_t n, int nchunks, int c, size_t *b, size_t *e)
 
 bool sp_spin_until(bool (*done)(void *), void *arg, double seconds)
 {
-    if (!done) sp_fail("sp_spin_until: argument 'done' is NULL");
+    if (!done) return sp_refuse("sp_spin_until: argument 'done' is NULL"), false;
     double t0 = 0;
     for (unsigned i = 0; !done(arg); i++) {
         sp_cpu_relax();
@@ -132,14 +133,18 @@ static void update_spin(void)
     atomic_store(&g_no_spin, cores > 0 && (long)g_node_procs * g_threads > cores);
 }
 
-void sp_set_threads(int n)
+int sp_set_threads(int n)
 {
-    if (n < 1 || n > SP_MAX_THREADS) sp_fail("--threads %d: expected 1..%d", n, SP_MAX_THREADS);
+    if (n < 1 || n > SP_MAX_THREADS) return sp_refuse("--threads %d: expected 1..%d", n, SP_MAX_THREADS);
     sp_flush_denormals();   /* before any worker starts: threads inherit the MXCSR */
     pthread_mutex_lock(&P.busy);
     while (P.nworkers < n - 1) {   /* workers are never torn down, only left idle */
-        if (pthread_create(&P.workers[P.nworkers], NULL, worker_main, (void *)(size_t)P.nworkers))
-            sp_fail("cannot start thread pool worker");
+        int err = pthread_create(&P.workers[P.nworkers], NULL, worker_main, (void *)(size_t)P.nworkers);
+        if (err) {   /* the workers started so far stay idle; the count is unchanged */
+            pthread_mutex_unlock(&P.busy);
+            return sp_refuse("sp_set_threads: cannot start thread pool worker %d of %d (%s)", P.nworkers + 1,
+                             n - 1, strerror(err));
+        }
         P.nworkers++;
     }
     g_threads = n;
@@ -148,6 +153,7 @@ void sp_set_threads(int n)
     /* OpenBLAS never starts threads of its own: large GEMMs are split over this pool
      * (sp_gemm), so two pools never compete for the cores. */
     openblas_set_num_threads(1);
+    return SP_OK;
 }
 
 int sp_get_threads(void) { return g_threads; }
@@ -238,14 +244,14 @@ static bool offer(size_t n, int nchunks, sp_range_fn fn, void *ctx)
     return true;
 }
 
-void sp_parallel_for(size_t n, sp_range_fn fn, void *ctx)
+int sp_parallel_for(size_t n, sp_range_fn fn, void *ctx)
 {
-    if (!fn) sp_fail("sp_parallel_for: argument 'fn' is NULL");
+    if (!fn) return sp_refuse("sp_parallel_for: argument 'fn' is NULL");
     int nchunks = g_threads < (int)n ? g_threads : (int)n;
-    if (nchunks > 1 && t_inline && offer(n, nchunks, fn, ctx)) return;
+    if (nchunks > 1 && t_inline && offer(n, nchunks, fn, ctx)) return SP_OK;
     if (nchunks <= 1 || t_inline || pthread_mutex_trylock(&P.busy) != 0) {
         if (n) fn(ctx, 0, n);
-        return;
+        return SP_OK;
     }
     P.fn = fn;
     P.ctx = ctx;
@@ -261,6 +267,7 @@ void sp_parallel_for(size_t n, sp_range_fn fn, void *ctx)
 
     wait_for(all_done, NULL);
     pthread_mutex_unlock(&P.busy);
+    return SP_OK;
 }
 
 double sp_now(void)

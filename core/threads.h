@@ -16,7 +16,10 @@
 extern "C" {
 #endif
 
-void sp_set_threads(int n);
+/* n in 1..64; else (or a worker that cannot start) refused with sp_refuse (core/error.h):
+ * SP_ERR outside sp_try with the message in sp_last_error() and the count unchanged,
+ * never exiting; inside sp_try the call ends there with SP_ERR. */
+int sp_set_threads(int n);
 int sp_get_threads(void);
 
 /* Processes that share this machine's cores, this one included (1 until told: the MPI
@@ -46,7 +49,8 @@ bool sp_denormals_flushed(void);
  * Runs inline when n is small or one thread is set. Not reentrant: a nested call runs
  * inline on the calling thread. */
 typedef void (*sp_range_fn)(void *ctx, size_t begin, size_t end);
-void sp_parallel_for(size_t n, sp_range_fn fn, void *ctx);
+/* SP_OK; a NULL fn is refused as sp_set_threads' arguments are (SP_ERR). */
+int sp_parallel_for(size_t n, sp_range_fn fn, void *ctx);
 
 /* on: every sp_parallel_for called from THIS thread runs inline — for a thread that
  * owns one core, like a lane of the ooo executor. Off by default. */
@@ -72,7 +76,8 @@ static inline void sp_cpu_relax(void)
 
 /* Spins until done(arg) holds or `seconds` have passed; returns done(arg). For
  * hand-offs between threads that are usually microseconds apart: the caller falls
- * back to sleeping on a condition variable when this returns false. */
+ * back to sleeping on a condition variable when this returns false. A NULL done is
+ * refused as sp_set_threads' arguments are (false). */
 bool sp_spin_until(bool (*done)(void *), void *arg, double seconds);
 
 /* Wall clock in seconds (monotonic). */

@@ -12,6 +12,7 @@
 #include "core/arena.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/guard.h"
 #include "core/kernels/gemm_small.h"
 #include "core/model.h"
 #include "core/threads.h"
@@ -228,8 +229,8 @@ Test(model, vgg11_init_is_torchvisions_and_lenet_keeps_the_defaults)
     sp_model_free(m);
 }
 
-/* Error paths: a user mistake is a status with one line (the model's calls are
- * fallible: they exited 2 before). */
+/* Error paths: a user mistake in a step is a status naming it (the apps turn it into one
+ * line and exit status 2), and the tape is left as it was before the refused op. */
 Test(errors, shape_mismatch_is_a_status)
 {
     sp_model *m = sp_model_new("bad");
@@ -238,7 +239,19 @@ Test(errors, shape_mismatch_is_a_status)
     sp_tensor x = sp_tensor_2d(xs, 2, 7);
     sp_tape t;
     sp_tape_init(&t);
-    tu_refused(!sp_model_forward(m, &t, sp_tape_input(&t, &x)), "linear fc1: input [2, 7], expected [B, 8]");
+    sp_node *in = sp_tape_input(&t, &x);
+    size_t used = t.arena.used_total;
+    sp_clear_error();
+    cr_assert_null(sp_model_forward(m, &t, in));
+    cr_assert(strstr(sp_last_error(), "linear fc1: input [2, 7], expected [B, 8]"), "%s", sp_last_error());
+    cr_assert_eq(t.n, 1, "the refused node stayed on the tape");
+    cr_assert_eq(t.arena.used_total, used, "the refused node's arena bytes were kept");
+    cr_assert_eq(in->nconsumers, 0, "the input was counted as read by the refused node");
+    sp_tensor good = sp_tensor_2d(xs, 1, 8);   /* the tape goes on */
+    sp_node *y = sp_model_forward(m, &t, sp_tape_input(&t, &good));
+    cr_assert_not_null(y, "%s", sp_last_error());
+    cr_assert_eq(y->index, 2);
+    cr_assert_eq(y->out.shape[1], 4);
     sp_tape_free(&t);
     sp_model_free(m);
 }
@@ -254,9 +267,76 @@ Test(errors, label_out_of_range_is_a_status)
     sp_tensor x = sp_tensor_2d(xs, 2, 4);
     sp_tape t;
     sp_tape_init(&t);
-    tu_refused(!sp_model_loss(m, &t, &x, ys), "softmax_ce: label 3 of sample 1 out of range [0, 3)");
+    sp_clear_error();
+    cr_assert_null(sp_model_loss(m, &t, &x, ys));
+    cr_assert(strstr(sp_last_error(), "softmax_ce: label 3 of sample 1 out of range [0, 3)"), "%s", sp_last_error());
+    cr_assert_eq(t.n, 2, "input and fc1 only: the refused loss node stayed on the tape");
+    cr_assert_eq(t.nodes[1]->nconsumers, 0, "the logits were counted as read by the refused loss");
     sp_tape_free(&t);
     sp_model_free(m);
+}
+
+/* Inside sp_try the same mistake ends there, as before: the library's own callers in a
+ * step rely on it. */
+typedef struct tape_and_layer {
+    sp_tape t;
+    sp_layer *fc;
+} tape_and_layer;
+static void bad_linear_shape(void *arg)
+{
+    tape_and_layer *c = arg;
+    float xs[2 * 7] = {0};
+    sp_tensor x = sp_tensor_2d(xs, 2, 7);
+    (void)sp_apply(&c->t, c->fc, sp_tape_input(&c->t, &x));
+    cr_assert_fail("sp_apply returned inside sp_try");
+}
+Test(errors, shape_mismatch_inside_sp_try_ends_there)
+{
+    tape_and_layer c = {.fc = sp_linear("fc1", 8, 4)};
+    sp_tape_init(&c.t);
+    sp_clear_error();
+    cr_assert_eq(sp_try(bad_linear_shape, &c), SP_ERR);
+    cr_assert(strstr(sp_last_error(), "linear fc1: input [2, 7], expected [B, 8]"), "%s", sp_last_error());
+    cr_assert_eq(c.t.n, 1, "the refused node stayed on the tape");
+    sp_tape_free(&c.t);
+    sp_layer_free(c.fc);
+}
+
+/* In an app (sp_guard_off: sp_flags_parse, sp_run_parse) a core call's refusal outside
+ * sp_try is sp_fail: its one line and exit 2, so an app that ignores the status still
+ * ends with it; inside sp_try it is still that sp_try's SP_ERR. In a child: the switch
+ * is for the whole process. */
+static void refused_in_try(void *arg)
+{
+    (void)arg;
+    (void)sp_tensor_new(-1, NULL);
+    _exit(4);   /* returned inside sp_try */
+}
+Test(errors, in_an_app_a_refusal_outside_sp_try_exits_2_with_its_line)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        sp_guard_off();
+        if (sp_try(refused_in_try, NULL) != SP_ERR) _exit(3);
+        if (!strstr(sp_last_error(), "sp_tensor_new: argument 'ndim' is -1")) _exit(5);
+        (void)sp_tensor_new(-1, NULL);
+        _exit(0);   /* returned: the refusal was only a status */
+    }
+    close(fds[1]);
+    char err[256] = "";
+    ssize_t n, len = 0;
+    while ((n = read(fds[0], err + len, sizeof err - 1 - (size_t)len)) > 0) len += n;
+    close(fds[0]);
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "exit status %d, stderr '%s'", WIFEXITED(st) ? WEXITSTATUS(st) : -1, err);
+    cr_assert(strncmp(err, "scanprop: sp_tensor_new: argument 'ndim' is -1", 46) == 0 && strchr(err, '\n') == err + len - 1,
+              "not its one line: '%s'", err);
 }
 
 /* sp_model_add is a status (core/error.h): a duplicate parameter name or a layer added
@@ -645,8 +725,11 @@ Test(api, backward_with_a_null_tape_is_a_status)
  *   K_TRY     sp_fail naming the argument: SP_ERR from sp_try, exit 2 with that line
  *             outside it (the construction and step calls error.h lists)
  *   K_NOOP    a free or close of NULL does nothing
- *   K_ACCEPT  NULL is a documented value (a shape-only view, "no notifier", ...) */
-enum { K_STATUS, K_NULL, K_RESULT, K_TRY, K_NOOP, K_ACCEPT };
+ *   K_ACCEPT  NULL is a documented value (a shape-only view, "no notifier", ...)
+ *   K_REFUSED sp_refuse (core/): outside sp_try its documented failure value (the case
+ *             sets g_status to SP_ERR on seeing it), the message naming the argument, no
+ *             exit; inside sp_try the call ends there (SP_ERR from sp_try) */
+enum { K_STATUS, K_NULL, K_RESULT, K_TRY, K_NOOP, K_ACCEPT, K_REFUSED };
 typedef struct api_case {
     const char *name;
     int kind;
@@ -657,68 +740,184 @@ typedef struct api_case {
 static int g_status;
 static const void *g_ptr;
 
-static void c0(void) { (void)sp_tensor_view(NULL, 1, NULL); }
-static void c1(void) { (void)sp_tensor_view(NULL, -1, NULL); }
+/* For K_REFUSED cases: the call gave its failure value. */
+#define REFUSED(failed) (g_status = (failed) ? SP_ERR : SP_OK)
+
+static void c0(void) { REFUSED(sp_tensor_view(NULL, 1, NULL).ndim == 0); }
+static void c1(void) { REFUSED(sp_tensor_view(NULL, -1, NULL).ndim == 0); }
 static void c2(void) { (void)sp_tensor_2d(NULL, 0, 0); }
 static void c3(void) { (void)sp_tensor_4d(NULL, 0, 0, 0, 0); }
-static void c4(void) { (void)sp_shape_numel(1, NULL); }
-static void c5(void) { (void)sp_shape_numel(-1, NULL); }
-static void c6(void) { (void)sp_tensor_same_shape(NULL, NULL); }
-static void c7(void) { (void)sp_tensor_sample_numel(NULL); }
-static void c8(void) { (void)sp_tensor_new(1, NULL); }
-static void c9(void) { (void)sp_tensor_new(-1, NULL); }
+static void c4(void) { REFUSED(sp_shape_numel(1, NULL) == 0); }
+static void c5(void) { REFUSED(sp_shape_numel(-1, NULL) == 0); }
+static void c6(void) { REFUSED(!sp_tensor_same_shape(NULL, NULL)); }
+static void c7(void) { REFUSED(sp_tensor_sample_numel(NULL) == 0); }
+static void c8(void) { REFUSED(sp_tensor_new(1, NULL).data == NULL); }
+static void c9(void) { REFUSED(sp_tensor_new(-1, NULL).ndim == 0); }
 static void c10(void) { sp_tensor_free(NULL); }
-static void c11(void) { sp_tensor_zero(NULL); }
-static void c12(void) { sp_tensor_copy(NULL, NULL); }
-static void c13(void) { sp_rng_seed(NULL, 0); }
-static void c14(void) { (void)sp_rng_u32(NULL); }
-static void c15(void) { (void)sp_rng_uniform(NULL); }
-static void c16(void) { (void)sp_rng_uniform_range(NULL, 0, 0); }
-static void c17(void) { (void)sp_rng_normal(NULL); }
-static void c18(void) { (void)sp_rng_below(NULL, 0); }
-static void c19(void) { sp_rng_shuffle(NULL, NULL, 1); }
-static void c20(void) { sp_rng_shuffle(NULL, NULL, -1); }
+static void c11(void) { g_status = sp_tensor_zero(NULL); }
+static void c12(void) { g_status = sp_tensor_copy(NULL, NULL); }
+static void c13(void) { g_status = sp_rng_seed(NULL, 0); }
+static void c14(void) { REFUSED(sp_rng_u32(NULL) == 0); }
+static void c15(void) { REFUSED(isnan(sp_rng_uniform(NULL))); }
+static void c16(void) { REFUSED(isnan(sp_rng_uniform_range(NULL, 0, 0))); }
+static void c17(void) { REFUSED(isnan(sp_rng_normal(NULL))); }
+static void c18(void) { REFUSED(sp_rng_below(NULL, 0) == 0); }
+static void c19(void) { g_status = sp_rng_shuffle(NULL, NULL, 1); }
+static void c20(void) { g_status = sp_rng_shuffle(NULL, NULL, -1); }
 static void c21(void) { sp_fail(NULL); }
 static void c22(void) { g_status = sp_try(NULL, NULL); }
 static void c23(void) { g_status = sp_error(NULL); }
 static void c24(void) { g_status = sp_error_prefix(NULL); }
 static void c25(void) { (void)sp_check_ptr(NULL); }
 static void c26(void) { (void)sp_xrealloc(NULL, 0); }
-static void c27(void) { (void)sp_xstrdup(NULL); }
+static void c27(void) { REFUSED(sp_xstrdup(NULL) == NULL); }
 static void c28(void) { g_ptr = (const void *)sp_file_alloc(0, 0, NULL); }
-static void c29(void) { (void)sp_shape_str(NULL, NULL, 0); }
-static void c30(void) { sp_csr_alloc(NULL, 0, 0, 0); }
+static void c29(void) { REFUSED(sp_shape_str(NULL, NULL, 0) == NULL); }
+static void c30(void) { g_status = sp_csr_alloc(NULL, 0, 0, 0); }
 static void c31(void) { sp_csr_free(NULL); }
-static void c32(void) { (void)sp_csr_bytes(NULL); }
-static void c33(void) { (void)sp_param_new(NULL, NULL, 1, NULL); }
-static void c34(void) { (void)sp_param_new(NULL, NULL, -1, NULL); }
-static void c35(void) { (void)sp_buffer_new(NULL, NULL, 1, NULL); }
-static void c36(void) { (void)sp_buffer_new(NULL, NULL, -1, NULL); }
+static void c32(void) { REFUSED(sp_csr_bytes(NULL) == 0); }
+static void c33(void) { REFUSED(sp_param_new(NULL, NULL, 1, NULL) == NULL); }
+static void c34(void) { REFUSED(sp_param_new(NULL, NULL, -1, NULL) == NULL); }
+static void c35(void) { REFUSED(sp_buffer_new(NULL, NULL, 1, NULL) == NULL); }
+static void c36(void) { REFUSED(sp_buffer_new(NULL, NULL, -1, NULL) == NULL); }
 static void c37(void) { sp_layer_free(NULL); }
-static void c38(void) { sp_fill_uniform(NULL, NULL, 0); }
-static void c39(void) { sp_arena_init(NULL, 0); }
-static void c40(void) { sp_arena_init_on(NULL, NULL, 0); }
+static void c38(void) { g_status = sp_fill_uniform(NULL, NULL, 0); }
+static void c39(void) { g_status = sp_arena_init(NULL, 0); }
+static void c40(void) { g_status = sp_arena_init_on(NULL, NULL, 0); }
 static void c41(void) { sp_arena_free(NULL); }
-static void c42(void) { (void)sp_arena_alloc(NULL, 0); }
-static void c43(void) { (void)sp_arena_calloc(NULL, 0); }
-static void c44(void) { sp_arena_reset(NULL); }
-static void c45(void) { (void)sp_arena_base(NULL); }
-static void c46(void) { sp_tape_init(NULL); }
+static void c42(void) { REFUSED(sp_arena_alloc(NULL, 0) == NULL); }
+static void c43(void) { REFUSED(sp_arena_calloc(NULL, 0) == NULL); }
+static void c44(void) { g_status = sp_arena_reset(NULL); }
+static void c45(void) { REFUSED(sp_arena_base(NULL) == NULL); }
+static void c46(void) { g_status = sp_tape_init(NULL); }
 static void c47(void) { sp_tape_free(NULL); }
-static void c48(void) { sp_tape_reset(NULL); }
-static void c49(void) { (void)sp_tape_input(NULL, NULL); }
-static void c50(void) { (void)sp_apply(NULL, NULL, NULL); }
-static void c51(void) { (void)sp_apply_n(NULL, NULL, 1, NULL); }
-static void c52(void) { (void)sp_apply2(NULL, NULL, NULL, NULL); }
-static void c53(void) { (void)sp_apply_loss(NULL, NULL, NULL, NULL); }
-static void c54(void) { (void)sp_node_label(NULL, NULL, 0); }
-static void c55(void) { (void)sp_tape_alloc(NULL, 0); }
-static void c56(void) { (void)sp_tape_tensor(NULL, 1, NULL); }
-static void c57(void) { (void)sp_tape_tensor(NULL, -1, NULL); }
-static void c58(void) { (void)sp_tape_tensor_like(NULL, NULL); }
-static void c59(void) { (void)sp_tape_alloc_on(NULL, 0, 0); }
-static void c60(void) { (void)sp_tape_tensor_on(NULL, 0, 1, NULL); }
-static void c61(void) { (void)sp_tape_tensor_on(NULL, 0, -1, NULL); }
+static void c48(void) { g_status = sp_tape_reset(NULL); }
+static void c49(void) { REFUSED(sp_tape_input(NULL, NULL) == NULL); }
+static void c50(void) { REFUSED(sp_apply(NULL, NULL, NULL) == NULL); }
+static void c51(void) { REFUSED(sp_apply_n(NULL, NULL, 1, NULL) == NULL); }
+static void c52(void) { REFUSED(sp_apply2(NULL, NULL, NULL, NULL) == NULL); }
+static void c53(void) { REFUSED(sp_apply_loss(NULL, NULL, NULL, NULL) == NULL); }
+static void c54(void) { REFUSED(sp_node_label(NULL, NULL, 0) == NULL); }
+static void c55(void) { REFUSED(sp_tape_alloc(NULL, 0) == NULL); }
+static void c56(void) { REFUSED(sp_tape_tensor(NULL, 1, NULL).ndim == 0); }
+static void c57(void) { REFUSED(sp_tape_tensor(NULL, -1, NULL).ndim == 0); }
+static void c58(void) { REFUSED(sp_tape_tensor_like(NULL, NULL).ndim == 0); }
+static void c59(void) { REFUSED(sp_tape_alloc_on(NULL, 0, 0) == NULL); }
+static void c60(void) { REFUSED(sp_tape_tensor_on(NULL, 0, 1, NULL).ndim == 0); }
+static void c61(void) { REFUSED(sp_tape_tensor_on(NULL, 0, -1, NULL).ndim == 0); }
+
+/* Mismatched, out-of-range and impossible arguments to core's calls. */
+static void m_view_ndim(void) { REFUSED(sp_tensor_view(NULL, 5, (int[]){1, 1, 1, 1, 1}).ndim == 0); }
+static void m_view_dim(void) { REFUSED(sp_tensor_2d(NULL, 2, -3).ndim == 0); }
+static void m_view_huge(void) { REFUSED(sp_tensor_4d(NULL, 1 << 16, 1 << 16, 1 << 16, 1 << 16).ndim == 0); }
+static void m_new_ndim0(void) { REFUSED(sp_tensor_new(0, NULL).ndim == 0); }
+static void m_zero_view(void) { REFUSED(sp_tensor_zero(&(sp_tensor){.ndim = 1, .shape = {3}, .numel = 3}) == SP_ERR); }
+static void m_copy_sizes(void)
+{
+    float a[6] = {0}, b[4] = {0};
+    REFUSED(sp_tensor_copy(&(sp_tensor){.data = a, .ndim = 1, .shape = {6}, .numel = 6},
+                           &(sp_tensor){.data = b, .ndim = 1, .shape = {4}, .numel = 4}) == SP_ERR);
+}
+static void m_below_0(void)
+{
+    sp_rng r;
+    sp_rng_seed(&r, 1);
+    REFUSED(sp_rng_below(&r, 0) == 0);
+}
+static void m_csr_rows(void)
+{
+    sp_csr m;
+    g_status = sp_csr_alloc(&m, -1, 2, 0);
+}
+static void m_csr_nnz(void)
+{
+    sp_csr m;
+    g_status = sp_csr_alloc(&m, 2, 2, (int64_t)1 << 40);
+}
+static void m_param_fifth(void)
+{
+    sp_layer *l = sp_linear("fc", 2, 2);
+    for (int i = 0; i < 2; i++) (void)sp_param_new(l, "extra", 1, (int[]){2});
+    REFUSED(sp_param_new(l, "fifth", 1, (int[]){2}) == NULL);
+}
+static void m_fill_view(void)
+{
+    sp_rng r;
+    sp_rng_seed(&r, 1);
+    g_status = sp_fill_uniform(&(sp_tensor){.ndim = 1, .shape = {3}, .numel = 3}, &r, 1.0f);
+}
+static void m_arena_huge(void)
+{
+    sp_arena a;
+    sp_arena_init(&a, 0);
+    REFUSED(sp_arena_alloc(&a, (size_t)-1) == NULL);
+}
+static void m_arena_mark(void)
+{
+    sp_arena a, b;
+    sp_arena_init(&a, 4096);
+    sp_arena_init(&b, 4096);
+    (void)sp_arena_alloc(&b, 64);
+    g_status = sp_arena_release(&a, sp_arena_mark_get(&b));
+}
+static void m_arena_source(void)
+{
+    sp_arena a;
+    g_status = sp_arena_init_on(&a, &(sp_arena_source){.align = 48}, 0);
+}
+static float m_x[14];
+static sp_tape m_tape, m_tape2;
+static sp_node *m_input(sp_tape *t, int d0, int d1)
+{
+    sp_tape_init(t);
+    return sp_tape_input(t, &(sp_tensor){.data = m_x, .ndim = 2, .shape = {d0, d1}, .numel = (size_t)d0 * d1});
+}
+static void m_input_ndim(void)
+{
+    sp_tape_init(&m_tape);
+    REFUSED(sp_tape_input(&m_tape, &(sp_tensor){.data = m_x, .ndim = 7}) == NULL);
+}
+static void m_apply_shape(void) { REFUSED(sp_apply(&m_tape, sp_linear("fc1", 8, 4), m_input(&m_tape, 2, 7)) == NULL); }
+static void m_apply_tape(void)
+{
+    sp_node *x = m_input(&m_tape, 2, 7);
+    sp_tape_init(&m_tape2);
+    REFUSED(sp_apply(&m_tape2, sp_relu(), x) == NULL);
+}
+static void m_apply_arity(void)
+{
+    sp_node *x = m_input(&m_tape, 2, 7);
+    REFUSED(sp_apply_n(&m_tape, sp_relu(), 2, (sp_node *[]){x, x}) == NULL);
+}
+static void m_apply_over(void) { REFUSED(sp_apply_over(&m_tape, sp_linear("fc", 7, 2), m_input(&m_tape, 2, 7)) == NULL); }
+static void m_fused_relu(void) { REFUSED(sp_apply_fused_relu(&m_tape, sp_relu(), m_input(&m_tape, 2, 7)) == NULL); }
+static void m_over_fused(void) { REFUSED(sp_apply_over_fused(&m_tape, sp_linear("fc", 7, 2), m_input(&m_tape, 2, 7)) == NULL); }
+static void m_loss_label(void)
+{
+    sp_node *z = m_input(&m_tape, 2, 7);
+    REFUSED(sp_apply_loss(&m_tape, sp_softmax_ce(), z, (int[]){0, 7}) == NULL);
+}
+static void m_loss_nolabels(void)
+{
+    sp_node *z = m_input(&m_tape, 2, 7);
+    REFUSED(sp_apply_loss(&m_tape, sp_softmax_ce(), z, NULL) == NULL);
+}
+static void m_tensor_dev(void)
+{
+    sp_tape_init(&m_tape);
+    REFUSED(sp_tape_tensor_on(&m_tape, (sp_device)7, 1, (int[]){2}).ndim == 0);
+}
+static void m_node_x(void) { REFUSED(sp_node_x(NULL) == NULL); }
+static void m_node_in(void) { REFUSED(sp_node_in(m_input(&m_tape, 2, 7), 0) == NULL); }
+static void m_node_has_jt(void) { REFUSED(!sp_node_has_jt(NULL)); }
+static void m_threads_65(void) { g_status = sp_set_threads(65); }
+static void m_refuse(void) { g_status = sp_refuse(NULL); }
+static void m_shape_check(void) { g_status = sp_shape_check(NULL, 1, (int[]){1}, NULL); }
+static void m_shape_str_ndim(void)
+{
+    char buf[64];
+    REFUSED(sp_shape_str(&(sp_tensor){.ndim = 9}, buf, sizeof buf) == NULL);
+}
 static void c62(void) { g_ptr = (const void *)sp_model_new(NULL); }
 static void c63(void) { g_status = sp_model_set_loss(NULL, NULL); }
 static void c64(void) { sp_model_free(NULL); }
@@ -753,11 +952,11 @@ static void c92(void) { g_status = sp_engine_report(NULL, NULL); }
 static void c93(void) { g_status = sp_engine_plan(NULL, NULL, NULL, NULL, NULL) == false ? SP_ERR : SP_OK; }
 static void c94(void) { g_status = sp_mark_needs_grad(NULL); }
 static void c95(void) { g_status = sp_alloc_grads(NULL, NULL); }
-static void c96(void) { sp_set_threads(-1); }
-static void c97(void) { sp_parallel_for(0, NULL, NULL); }
+static void c96(void) { g_status = sp_set_threads(-1); }
+static void c97(void) { g_status = sp_parallel_for(0, NULL, NULL); }
 static void c98(void) { sp_parallel_set_help_notify(NULL, NULL); }
 static void c98b(void) { g_ptr = (const void *)sp_data_format_find(NULL); }
-static void c99(void) { (void)sp_spin_until(NULL, NULL, 0); }
+static void c99(void) { REFUSED(!sp_spin_until(NULL, NULL, 0)); }
 static void c100(void) { g_ptr = (const void *)sp_st_open(NULL); }
 static void c101(void) { sp_st_close(NULL); }
 static void c102(void) { g_ptr = (const void *)sp_st_path(NULL); }
@@ -925,11 +1124,11 @@ static void c245(void) { (void)sp_loader_labels_read(NULL); }
 static void c246(void) { (void)sp_loader_bytes_read(NULL); }
 static void c247(void) { (void)sp_dataset_bytes(NULL); }
 static void c248(void) { sp_run_summary_memory(NULL, NULL, NULL, NULL, NULL, 0); }
-static void c249(void) { sp_arena_trim(NULL); }
-static void c250(void) { (void)sp_arena_mark_get(NULL); }
-static void c251(void) { sp_arena_release(NULL, (sp_arena_mark){0}); }
-static void c252(void) { sp_tape_trim(NULL); }
-static void c253(void) { (void)sp_apply_over(NULL, NULL, NULL); }
+static void c249(void) { g_status = sp_arena_trim(NULL); }
+static void c250(void) { REFUSED(sp_arena_mark_get(NULL).head == NULL); }
+static void c251(void) { g_status = sp_arena_release(NULL, (sp_arena_mark){0}); }
+static void c252(void) { g_status = sp_tape_trim(NULL); }
+static void c253(void) { REFUSED(sp_apply_over(NULL, NULL, NULL) == NULL); }
 static void c253b(void) { g_ptr = (const void *)sp_batchnorm2d_relu(NULL, 0); }
 static void c255(void) { g_ptr = (const void *)sp_engine_def_find(NULL); }
 static void c256(void) { g_ptr = (const void *)sp_engine_own_opts(NULL, NULL); }
@@ -948,88 +1147,88 @@ static void c269(void) { g_ptr = (const void *)sp_zoo_resnet20(1, -1); }
 static void c270(void) { g_ptr = (const void *)sp_optim_device(SP_CPU); }
 static void c271(void) { g_status = isnan(sp_lr_at(&(sp_lr_schedule){.lr0 = 1}, -1)) ? SP_ERR : SP_OK; }
 static void c272(void) { g_ptr = (const void *)sp_zoo_model("nope"); }
+static void c273(void) { REFUSED(sp_apply_fused_relu(NULL, NULL, NULL) == NULL); }
+static void c274(void) { REFUSED(sp_apply_over_fused(NULL, NULL, NULL) == NULL); }
+static void c275(void) { g_status = sp_tape_arena_like(NULL, NULL); }
+static void c276(void) { g_status = sp_model_fuses_relu(NULL, NULL, 0, SP_CPU) == false ? SP_ERR : SP_OK; }
 static void c260(void)
 {
     char buf[8];
     (void)sp_flag_suggest(NULL, "a|b", buf, sizeof buf);
 }
 
-static void c400(void) { (void)sp_apply_fused_relu(NULL, NULL, NULL); }
-static void c401(void) { (void)sp_apply_over_fused(NULL, NULL, NULL); }
-static void c402(void) { sp_tape_arena_like(NULL, NULL); }
-static void c403(void) { g_status = sp_model_fuses_relu(NULL, NULL, 0, SP_CPU) == false ? SP_ERR : SP_OK; }
-static void cb0(void) { (void)sp_tensor_offset(NULL, 0, 0, 0, 0); }
-static void cb1(void) { sp_tensor_to_plain(NULL, NULL); }
-static void cb2(void) { sp_tensor_from_plain(NULL, NULL, NULL); }
+static void cb0(void) { REFUSED(sp_tensor_offset(NULL, 0, 0, 0, 0) == SIZE_MAX); }
+static void cb1(void) { g_status = sp_tensor_to_plain(NULL, NULL); }
+static void cb2(void) { g_status = sp_tensor_from_plain(NULL, NULL, NULL); }
 static void cb3(void) { g_status = sp_model_blocked_plan(NULL, NULL); }
 
 static const api_case cases[] = {
-    {"sp_tensor_view", K_TRY, c0, "sp_tensor_view: argument 'shape' is NULL"},
-    {"sp_tensor_view", K_TRY, c1, "sp_tensor_view: argument 'ndim' is -1"},
+    {"sp_tensor_view", K_REFUSED, c0, "sp_tensor_view: argument 'shape' is NULL"},
+    {"sp_tensor_view", K_REFUSED, c1, "sp_tensor_view: argument 'ndim' is -1"},
     {"sp_tensor_2d", K_ACCEPT, c2, ""},   /* NULL is a documented value */
     {"sp_tensor_4d", K_ACCEPT, c3, ""},   /* NULL is a documented value */
-    {"sp_shape_numel", K_TRY, c4, "sp_shape_numel: argument 'shape' is NULL"},
-    {"sp_shape_numel", K_TRY, c5, "sp_shape_numel: argument 'ndim' is -1"},
-    {"sp_tensor_same_shape", K_TRY, c6, "sp_tensor_same_shape: argument 'a' is NULL"},
-    {"sp_tensor_sample_numel", K_TRY, c7, "sp_tensor_sample_numel: argument 't' is NULL"},
-    {"sp_tensor_new", K_TRY, c8, "sp_tensor_new: argument 'shape' is NULL"},
-    {"sp_tensor_new", K_TRY, c9, "sp_tensor_new: argument 'ndim' is -1"},
+    {"sp_shape_numel", K_REFUSED, c4, "sp_shape_numel: argument 'shape' is NULL"},
+    {"sp_shape_numel", K_REFUSED, c5, "sp_shape_numel: argument 'ndim' is -1"},
+    {"sp_tensor_same_shape", K_REFUSED, c6, "sp_tensor_same_shape: argument 'a' is NULL"},
+    {"sp_tensor_sample_numel", K_REFUSED, c7, "sp_tensor_sample_numel: argument 't' is NULL"},
+    {"sp_tensor_new", K_REFUSED, c8, "sp_tensor_new: argument 'shape' is NULL"},
+    {"sp_tensor_new", K_REFUSED, c9, "sp_tensor_new: argument 'ndim' is -1"},
     {"sp_tensor_free", K_NOOP, c10, "?"},
-    {"sp_tensor_zero", K_TRY, c11, "sp_tensor_zero: argument 't' is NULL"},
-    {"sp_tensor_copy", K_TRY, c12, "sp_tensor_copy: argument 'dst' is NULL"},
-    {"sp_tensor_offset", K_TRY, cb0, "sp_tensor_offset: argument 't' is NULL"},
-    {"sp_tensor_to_plain", K_TRY, cb1, "sp_tensor_to_plain: argument 'src' is NULL"},
-    {"sp_tensor_from_plain", K_TRY, cb2, "sp_tensor_from_plain: argument 't' is NULL"},
+    {"sp_tensor_zero", K_REFUSED, c11, "sp_tensor_zero: argument 't' is NULL"},
+    {"sp_tensor_copy", K_REFUSED, c12, "sp_tensor_copy: argument 'dst' is NULL"},
+    {"sp_tensor_offset", K_REFUSED, cb0, "sp_tensor_offset: argument 't' is NULL"},
+    {"sp_tensor_to_plain", K_REFUSED, cb1, "sp_tensor_to_plain: argument 'src' is NULL"},
+    {"sp_tensor_from_plain", K_REFUSED, cb2, "sp_tensor_from_plain: argument 't' is NULL"},
     {"sp_model_blocked_plan", K_STATUS, cb3, "sp_model_blocked_plan: argument 'm' is NULL"},
-    {"sp_rng_seed", K_TRY, c13, "sp_rng_seed: argument 'r' is NULL"},
-    {"sp_rng_u32", K_TRY, c14, "sp_rng_u32: argument 'r' is NULL"},
-    {"sp_rng_uniform", K_TRY, c15, "sp_rng_uniform: argument 'r' is NULL"},
-    {"sp_rng_uniform_range", K_TRY, c16, "sp_rng_uniform_range: argument 'r' is NULL"},
-    {"sp_rng_normal", K_TRY, c17, "sp_rng_normal: argument 'r' is NULL"},
-    {"sp_rng_below", K_TRY, c18, "sp_rng_below: argument 'r' is NULL"},
-    {"sp_rng_shuffle", K_TRY, c19, "sp_rng_shuffle: argument 'r' is NULL"},
-    {"sp_rng_shuffle", K_TRY, c20, "sp_rng_shuffle: argument 'n' is -1"},
+    {"sp_rng_seed", K_REFUSED, c13, "sp_rng_seed: argument 'r' is NULL"},
+    {"sp_rng_u32", K_REFUSED, c14, "sp_rng_u32: argument 'r' is NULL"},
+    {"sp_rng_uniform", K_REFUSED, c15, "sp_rng_uniform: argument 'r' is NULL"},
+    {"sp_rng_uniform_range", K_REFUSED, c16, "sp_rng_uniform_range: argument 'r' is NULL"},
+    {"sp_rng_normal", K_REFUSED, c17, "sp_rng_normal: argument 'r' is NULL"},
+    {"sp_rng_below", K_REFUSED, c18, "sp_rng_below: argument 'r' is NULL"},
+    {"sp_rng_shuffle", K_REFUSED, c19, "sp_rng_shuffle: argument 'r' is NULL"},
+    {"sp_rng_shuffle", K_REFUSED, c20, "sp_rng_shuffle: argument 'n' is -1"},
     {"sp_fail", K_TRY, c21, "sp_fail: argument 'fmt' is NULL"},
     {"sp_try", K_STATUS, c22, "sp_try: argument 'fn' is NULL"},
     {"sp_error", K_STATUS, c23, "sp_error: argument 'fmt' is NULL"},
     {"sp_error_prefix", K_STATUS, c24, "sp_error_prefix: argument 'fmt' is NULL"},
     {"sp_check_ptr", K_TRY, c25, ""},
     {"sp_xrealloc", K_ACCEPT, c26, ""},   /* NULL is a documented value */
-    {"sp_xstrdup", K_TRY, c27, "sp_xstrdup: argument 's' is NULL"},
+    {"sp_xstrdup", K_REFUSED, c27, "sp_xstrdup: argument 's' is NULL"},
     {"sp_file_alloc", K_ACCEPT, c28, ""},   /* NULL is a documented value */
-    {"sp_shape_str", K_TRY, c29, "sp_shape_str: argument 't' is NULL"},
-    {"sp_csr_alloc", K_TRY, c30, "sp_csr_alloc: argument 'm' is NULL"},
+    {"sp_shape_str", K_REFUSED, c29, "sp_shape_str: argument 't' is NULL"},
+    {"sp_csr_alloc", K_REFUSED, c30, "sp_csr_alloc: argument 'm' is NULL"},
     {"sp_csr_free", K_NOOP, c31, "?"},
-    {"sp_csr_bytes", K_TRY, c32, "sp_csr_bytes: argument 'm' is NULL"},
-    {"sp_param_new", K_TRY, c33, "sp_param_new: argument 'owner' is NULL"},
-    {"sp_param_new", K_TRY, c34, "sp_param_new: argument 'ndim' is -1"},
-    {"sp_buffer_new", K_TRY, c35, "sp_buffer_new: argument 'owner' is NULL"},
-    {"sp_buffer_new", K_TRY, c36, "sp_buffer_new: argument 'ndim' is -1"},
+    {"sp_csr_bytes", K_REFUSED, c32, "sp_csr_bytes: argument 'm' is NULL"},
+    {"sp_param_new", K_REFUSED, c33, "sp_param_new: argument 'owner' is NULL"},
+    {"sp_param_new", K_REFUSED, c34, "sp_param_new: argument 'ndim' is -1"},
+    {"sp_buffer_new", K_REFUSED, c35, "sp_buffer_new: argument 'owner' is NULL"},
+    {"sp_buffer_new", K_REFUSED, c36, "sp_buffer_new: argument 'ndim' is -1"},
     {"sp_layer_free", K_NOOP, c37, "?"},
-    {"sp_fill_uniform", K_TRY, c38, "sp_fill_uniform: argument 't' is NULL"},
-    {"sp_arena_init", K_TRY, c39, "sp_arena_init: argument 'a' is NULL"},
-    {"sp_arena_init_on", K_TRY, c40, "sp_arena_init_on: argument 'a' is NULL"},
+    {"sp_fill_uniform", K_REFUSED, c38, "sp_fill_uniform: argument 't' is NULL"},
+    {"sp_arena_init", K_REFUSED, c39, "sp_arena_init: argument 'a' is NULL"},
+    {"sp_arena_init_on", K_REFUSED, c40, "sp_arena_init_on: argument 'a' is NULL"},
     {"sp_arena_free", K_NOOP, c41, "?"},
-    {"sp_arena_alloc", K_TRY, c42, "sp_arena_alloc: argument 'a' is NULL"},
-    {"sp_arena_calloc", K_TRY, c43, "sp_arena_calloc: argument 'a' is NULL"},
-    {"sp_arena_reset", K_TRY, c44, "sp_arena_reset: argument 'a' is NULL"},
-    {"sp_arena_base", K_TRY, c45, "sp_arena_base: argument 'a' is NULL"},
-    {"sp_tape_init", K_TRY, c46, "sp_tape_init: argument 't' is NULL"},
+    {"sp_arena_alloc", K_REFUSED, c42, "sp_arena_alloc: argument 'a' is NULL"},
+    {"sp_arena_calloc", K_REFUSED, c43, "sp_arena_calloc: argument 'a' is NULL"},
+    {"sp_arena_reset", K_REFUSED, c44, "sp_arena_reset: argument 'a' is NULL"},
+    {"sp_arena_base", K_REFUSED, c45, "sp_arena_base: argument 'a' is NULL"},
+    {"sp_tape_init", K_REFUSED, c46, "sp_tape_init: argument 't' is NULL"},
     {"sp_tape_free", K_NOOP, c47, "?"},
-    {"sp_tape_reset", K_TRY, c48, "sp_tape_reset: argument 't' is NULL"},
-    {"sp_tape_input", K_TRY, c49, "sp_tape_input: argument 't' is NULL"},
-    {"sp_apply", K_TRY, c50, "sp_apply: argument 't' is NULL"},
-    {"sp_apply_n", K_TRY, c51, "sp_apply_n: argument 't' is NULL"},
-    {"sp_apply2", K_TRY, c52, "sp_apply2: argument 't' is NULL"},
-    {"sp_apply_loss", K_TRY, c53, "sp_apply_loss: argument 't' is NULL"},
-    {"sp_node_label", K_TRY, c54, "sp_node_label: argument 'n' is NULL"},
-    {"sp_tape_alloc", K_TRY, c55, "sp_tape_alloc: argument 't' is NULL"},
-    {"sp_tape_tensor", K_TRY, c56, "sp_tape_tensor: argument 't' is NULL"},
-    {"sp_tape_tensor", K_TRY, c57, "sp_tape_tensor: argument 'ndim' is -1"},
-    {"sp_tape_tensor_like", K_TRY, c58, "sp_tape_tensor_like: argument 't' is NULL"},
-    {"sp_tape_alloc_on", K_TRY, c59, "sp_tape_alloc_on: argument 't' is NULL"},
-    {"sp_tape_tensor_on", K_TRY, c60, "sp_tape_tensor_on: argument 't' is NULL"},
-    {"sp_tape_tensor_on", K_TRY, c61, "sp_tape_tensor_on: argument 'ndim' is -1"},
+    {"sp_tape_reset", K_REFUSED, c48, "sp_tape_reset: argument 't' is NULL"},
+    {"sp_tape_input", K_REFUSED, c49, "sp_tape_input: argument 't' is NULL"},
+    {"sp_apply", K_REFUSED, c50, "sp_apply: argument 't' is NULL"},
+    {"sp_apply_n", K_REFUSED, c51, "sp_apply_n: argument 't' is NULL"},
+    {"sp_apply2", K_REFUSED, c52, "sp_apply2: argument 't' is NULL"},
+    {"sp_apply_loss", K_REFUSED, c53, "sp_apply_loss: argument 't' is NULL"},
+    {"sp_node_label", K_REFUSED, c54, "sp_node_label: argument 'n' is NULL"},
+    {"sp_tape_alloc", K_REFUSED, c55, "sp_tape_alloc: argument 't' is NULL"},
+    {"sp_tape_tensor", K_REFUSED, c56, "sp_tape_tensor: argument 't' is NULL"},
+    {"sp_tape_tensor", K_REFUSED, c57, "sp_tape_tensor: argument 'ndim' is -1"},
+    {"sp_tape_tensor_like", K_REFUSED, c58, "sp_tape_tensor_like: argument 't' is NULL"},
+    {"sp_tape_alloc_on", K_REFUSED, c59, "sp_tape_alloc_on: argument 't' is NULL"},
+    {"sp_tape_tensor_on", K_REFUSED, c60, "sp_tape_tensor_on: argument 't' is NULL"},
+    {"sp_tape_tensor_on", K_REFUSED, c61, "sp_tape_tensor_on: argument 'ndim' is -1"},
     {"sp_model_new", K_NULL, c62, "sp_model_new: argument 'name' is NULL"},
     {"sp_model_set_loss", K_STATUS, c63, "sp_model_set_loss: argument 'm' is NULL"},
     {"sp_model_free", K_NOOP, c64, "?"},
@@ -1068,11 +1267,11 @@ static const api_case cases[] = {
     {"sp_engine_plan", K_STATUS, c93, "sp_engine_plan: argument 'e' is NULL"},
     {"sp_mark_needs_grad", K_STATUS, c94, "sp_mark_needs_grad: argument 't' is NULL"},
     {"sp_alloc_grads", K_STATUS, c95, "sp_alloc_grads: argument 't' is NULL"},
-    {"sp_set_threads", K_TRY, c96, "--threads -1"},
-    {"sp_parallel_for", K_TRY, c97, "sp_parallel_for: argument 'fn' is NULL"},
+    {"sp_set_threads", K_REFUSED, c96, "--threads -1"},
+    {"sp_parallel_for", K_REFUSED, c97, "sp_parallel_for: argument 'fn' is NULL"},
     {"sp_parallel_set_help_notify", K_ACCEPT, c98, ""},   /* NULL is a documented value */
     {"sp_data_format_find", K_ACCEPT, c98b, ""},          /* NULL: no such format */
-    {"sp_spin_until", K_TRY, c99, "sp_spin_until: argument 'done' is NULL"},
+    {"sp_spin_until", K_REFUSED, c99, "sp_spin_until: argument 'done' is NULL"},
     {"sp_st_open", K_NULL, c100, "sp_st_open: the path is NULL"},
     {"sp_st_close", K_NOOP, c101, "?"},
     {"sp_st_path", K_NULL, c102, "sp_st_path: argument 'f' is NULL"},
@@ -1106,6 +1305,10 @@ static const api_case cases[] = {
     {"sp_optim_device", K_NULL, c270, "optim: no cpu updates"},
     {"sp_lr_at", K_STATUS, c271, "sp_lr_at: argument 't' is -1"},
     {"sp_zoo_model", K_NULL, c272, "--model nope: unknown model"},
+    {"sp_apply_fused_relu", K_REFUSED, c273, "sp_apply_fused_relu: argument 't' is NULL"},
+    {"sp_apply_over_fused", K_REFUSED, c274, "sp_apply_over_fused: argument 't' is NULL"},
+    {"sp_tape_arena_like", K_REFUSED, c275, "sp_tape_arena_like: argument 't' is NULL"},
+    {"sp_model_fuses_relu", K_STATUS, c276, "sp_model_fuses_relu: argument 'm' is NULL"},
     {"sp_linear", K_NULL, c120, "sp_linear: argument 'name' is NULL"},
     {"sp_conv2d", K_NULL, c121, "sp_conv2d: argument 'name' is NULL"},
     {"sp_batchnorm2d", K_NULL, c122, "sp_batchnorm2d: argument 'name' is NULL"},
@@ -1246,15 +1449,42 @@ static const api_case cases[] = {
     {"sp_loader_bytes_read", K_TRY, c246, "sp_loader_bytes_read: argument 'l' is NULL"},
     {"sp_dataset_bytes", K_ACCEPT, c247, ""},   /* NULL is a documented value: 0 bytes */
     {"sp_run_summary_memory", K_TRY, c248, "sp_run_summary_memory: argument 's' is NULL"},
-    {"sp_arena_trim", K_TRY, c249, "sp_arena_trim: argument 'a' is NULL"},
-    {"sp_arena_mark_get", K_TRY, c250, "sp_arena_mark_get: argument 'a' is NULL"},
-    {"sp_arena_release", K_TRY, c251, "sp_arena_release: argument 'a' is NULL"},
-    {"sp_tape_trim", K_TRY, c252, "sp_tape_trim: argument 't' is NULL"},
-    {"sp_apply_over", K_TRY, c253, "sp_apply_over: argument 't' is NULL"},
-    {"sp_apply_fused_relu", K_TRY, c400, "sp_apply_fused_relu: argument 't' is NULL"},
-    {"sp_apply_over_fused", K_TRY, c401, "sp_apply_over_fused: argument 't' is NULL"},
-    {"sp_tape_arena_like", K_TRY, c402, "sp_tape_arena_like: argument 't' is NULL"},
-    {"sp_model_fuses_relu", K_STATUS, c403, "sp_model_fuses_relu: argument 'm' is NULL"},
+    {"sp_arena_trim", K_REFUSED, c249, "sp_arena_trim: argument 'a' is NULL"},
+    {"sp_arena_mark_get", K_REFUSED, c250, "sp_arena_mark_get: argument 'a' is NULL"},
+    {"sp_arena_release", K_REFUSED, c251, "sp_arena_release: argument 'a' is NULL"},
+    {"sp_tape_trim", K_REFUSED, c252, "sp_tape_trim: argument 't' is NULL"},
+    {"sp_apply_over", K_REFUSED, c253, "sp_apply_over: argument 't' is NULL"},
+    {"sp_tensor_view", K_REFUSED, m_view_ndim, "sp_tensor_view: argument 'ndim' is 5 (expected 1..4)"},
+    {"sp_tensor_2d", K_REFUSED, m_view_dim, "sp_tensor_view: dimension 1 of the shape is -3"},
+    {"sp_tensor_4d", K_REFUSED, m_view_huge, "sp_tensor_view: a shape of more elements than memory can hold"},
+    {"sp_tensor_new", K_REFUSED, m_new_ndim0, "sp_tensor_new: argument 'ndim' is 0 (expected 1..4)"},
+    {"sp_tensor_zero", K_REFUSED, m_zero_view, "sp_tensor_zero: argument 't' has no data"},
+    {"sp_tensor_copy", K_REFUSED, m_copy_sizes, "sp_tensor_copy: dst has 6 elements, src 4"},
+    {"sp_rng_below", K_REFUSED, m_below_0, "sp_rng_below: argument 'n' is 0"},
+    {"sp_csr_alloc", K_REFUSED, m_csr_rows, "sp_csr_alloc: argument 'rows' is -1"},
+    {"sp_csr_alloc", K_REFUSED, m_csr_nnz, "sp_csr_alloc: argument 'nnz' is 1099511627776"},
+    {"sp_param_new", K_REFUSED, m_param_fifth, "layer 'fc': too many parameters"},
+    {"sp_fill_uniform", K_REFUSED, m_fill_view, "sp_fill_uniform: argument 't' has no data"},
+    {"sp_arena_alloc", K_REFUSED, m_arena_huge, "sp_arena_alloc: 18446744073709551615 bytes"},
+    {"sp_arena_release", K_REFUSED, m_arena_mark, "sp_arena_release: argument 'm' is not a mark of this arena"},
+    {"sp_arena_init_on", K_REFUSED, m_arena_source, "sp_arena_init_on: argument 'src' has no block_new"},
+    {"sp_tape_input", K_REFUSED, m_input_ndim, "sp_tape_input: argument 'x' has ndim 7"},
+    {"sp_apply", K_REFUSED, m_apply_shape, "linear fc1: input [2, 7]"},
+    {"sp_apply", K_REFUSED, m_apply_tape, "op relu: input 0 is a node of another tape"},
+    {"sp_apply_n", K_REFUSED, m_apply_arity, "op relu: applied to 2 inputs, expected 1"},
+    {"sp_apply_over", K_REFUSED, m_apply_over, "op linear: cannot write its output over its input"},
+    {"sp_apply_fused_relu", K_REFUSED, m_fused_relu, "op relu: no forward with a ReLU folded in on"},
+    {"sp_apply_over_fused", K_REFUSED, m_over_fused, "op linear: not a ReLU"},
+    {"sp_apply_loss", K_REFUSED, m_loss_label, "softmax_ce: label 7 of sample 1 out of range [0, 7)"},
+    {"sp_apply_loss", K_REFUSED, m_loss_nolabels, "sp_apply_loss: argument 'labels' is NULL"},
+    {"sp_tape_tensor_on", K_REFUSED, m_tensor_dev, "sp_tape_tensor_on: argument 'dev' is 7"},
+    {"sp_node_x", K_REFUSED, m_node_x, "sp_node_x: argument 'n' is NULL"},
+    {"sp_node_in", K_REFUSED, m_node_in, "sp_node_in: argument 'i' is 0 (the node has 0 inputs)"},
+    {"sp_node_has_jt", K_REFUSED, m_node_has_jt, "sp_node_has_jt: argument 'n' is NULL"},
+    {"sp_set_threads", K_REFUSED, m_threads_65, "--threads 65: expected 1..64"},
+    {"sp_refuse", K_REFUSED, m_refuse, "sp_refuse: argument 'fmt' is NULL"},
+    {"sp_shape_check", K_REFUSED, m_shape_check, "sp_shape_check: argument 'what' is NULL"},
+    {"sp_shape_str", K_REFUSED, m_shape_str_ndim, "sp_shape_str: argument 't' has ndim 9"},
 };
 
 /* Declared with no pointer or count argument: nothing to pass wrong. */
@@ -1271,9 +1501,6 @@ static const char *const no_pointer_or_count[] = {
     "sp_xcalloc",
     "sp_set_file_alloc_limit",
     "sp_file_alloc_limit",
-    "sp_node_x",
-    "sp_node_in",
-    "sp_node_has_jt",
     "sp_engine_names",
     "sp_engine_aliases",
     "sp_data_format_count",
@@ -1320,7 +1547,8 @@ typedef struct api_call {
 static void api_run(void *arg) { ((api_call *)arg)->call(); }
 
 /* In a child process: 0 when the call kept its kind's promise, 3 when it returned
- * something else, 4 when its message does not name the argument. */
+ * something else, 4 when its message does not name the argument, 5 when a K_REFUSED
+ * call returned inside sp_try instead of ending there. */
 static int api_probe(const api_case *c)
 {
     sp_clear_error();
@@ -1335,6 +1563,14 @@ static int api_probe(const api_case *c)
     case K_ACCEPT:
         c->call();
         return 0;
+    case K_REFUSED:   /* outside sp_try a failure value, no exit; inside, it ends there */
+        c->call();
+        if (g_status != SP_ERR) return 3;
+        if (!strstr(sp_last_error(), c->says)) return 4;
+        sp_clear_error();
+        g_status = SP_OK;
+        if (sp_try(api_run, &a) != SP_ERR) return 5;
+        break;
     default:
         c->call();
         if (c->kind == K_NULL ? g_ptr != NULL : g_status != SP_ERR) return 3;
@@ -1348,7 +1584,7 @@ static int api_probe(const api_case *c)
  * ...) or passed NULL on (sp_st_open(NULL) to stat). */
 Test(api, every_public_function_checks_its_arguments, .timeout = 300)
 {
-    static const char *kinds[] = {"status", "NULL", "result", "sp_try", "no-op", "accepts NULL"};
+    static const char *kinds[] = {"status", "NULL", "result", "sp_try", "no-op", "accepts NULL", "refused"};
     char bad[16384] = "";
     size_t len = 0;
     int nbad = 0;
@@ -1371,7 +1607,8 @@ Test(api, every_public_function_checks_its_arguments, .timeout = 300)
                                     WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st)
                                                                                           : WEXITSTATUS(st));
     }
-    cr_assert_eq(nbad, 0, "%d of %zu cases broke their promise (exit 3: wrong result, 4: message, 2: exited):\n%s",
+    cr_assert_eq(nbad, 0, "%d of %zu cases broke their promise (exit 3: wrong result, 4: message, 5: returned inside sp_try, "
+                 "2: exited):\n%s",
                  nbad, sizeof cases / sizeof *cases, bad);
 }
 
