@@ -14,7 +14,8 @@
 #   make BUILD=dir       build somewhere else (parallel worktrees, sanitizer builds)
 #   make CC=clang        build with clang (compiler-specific flags only where accepted)
 #   make build-clang     clang builds of everything, plain and SAN=1 (CI runs it)
-#   make fuzz            libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS=N each (docs/RELIABILITY.md)
+#   make fuzz            libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS=N each, and the page's
+#                        wasm module under node (make fuzz-wasm; docs/RELIABILITY.md)
 #   make site            build/site/: the teaching page, the simulator and the backward engines
 #                        in WebAssembly (emcc; scripts/deps.sh site installs it; docs/TUTORIAL.md)
 #   make test-site       the page in headless chromium against build/schedule and the apps; the
@@ -118,7 +119,7 @@ CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
 # Objects built through pattern rules are kept (not deleted as intermediates).
 .PRECIOUS: $(BUILD)/obj/%.c.o $(BUILD)/obj/%.cu.o
 .PHONY: site test-site test-tutorial all lib apps tests test install test-long test-asan test-cuda test-cuda-emu cuda-tests bench bench-cuda opprof \
-        format clean build-clang fuzz fuzz-build fuzzers
+        format clean build-clang fuzz fuzz-build fuzzers fuzz-wasm
 all: lib apps
 
 lib: $(LIB)
@@ -234,6 +235,17 @@ fuzz-build:
 	$(MAKE) CC=clang BUILD=build-fuzz SAN=1 FUZZ=1 OPT="-O1 -g" fuzzers
 fuzz: fuzz-build
 	./scripts/fuzz.sh build-fuzz/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+	$(MAKE) fuzz-wasm
+
+# The page's WebAssembly module under hostile calls (tests/site/wasm_fuzz.js, node): seed
+# after seed for FUZZ_SECONDS (make test-site runs seed 1); needs make site's build.
+fuzz-wasm: site
+	@end=$$(( $$(date +%s) + $(FUZZ_SECONDS) )); seed=2; st=0; \
+	while [ $$(date +%s) -lt $$end ] && [ $$st -eq 0 ]; do \
+	  node --no-experimental-fetch tests/site/wasm_fuzz.js $(CURDIR)/$(BUILD)/site/scanprop.js $$seed \
+	    > $(BUILD)/site/wasm-fuzz.log 2>&1 || { st=1; echo "fuzz wasm: seed $$seed failed:"; tail -5 $(BUILD)/site/wasm-fuzz.log; }; \
+	  seed=$$((seed + 1)); \
+	done; [ $$st -eq 0 ] && echo "   wasm: seeds 2..$$((seed - 1)), $$(tail -1 $(BUILD)/site/wasm-fuzz.log)"; exit $$st
 
 cuda-tests: $(CUDA_TESTS)
 
