@@ -228,6 +228,8 @@ sp_loader *sp_loader_new_rows_sync(sp_dataset *d, int batch, bool shuffle, uint6
  * batches < 0 or keep NULL. */
 int sp_loader_rows(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool drop_last,
                    const unsigned char *need, long batches, unsigned char *keep) SP_MUST_CHECK;
+/* What the loader has read so far: samples, labels alone, and their bytes; -1 (SP_ERR)
+ * for a NULL l. */
 long sp_loader_samples_read(const sp_loader *l);
 long sp_loader_labels_read(const sp_loader *l);
 double sp_loader_bytes_read(const sp_loader *l);

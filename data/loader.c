@@ -205,17 +205,17 @@ int sp_loader_rows(sp_dataset *d, int batch, bool shuffle, uint64_t seed, bool d
 
 long sp_loader_samples_read(const sp_loader *l)
 {
-    if (!l) sp_fail("sp_loader_samples_read: argument 'l' is NULL");
+    if (!l) return sp_error("sp_loader_samples_read: argument 'l' is NULL");
     return __atomic_load_n(&l->samples_read, __ATOMIC_RELAXED);
 }
 long sp_loader_labels_read(const sp_loader *l)
 {
-    if (!l) sp_fail("sp_loader_labels_read: argument 'l' is NULL");
+    if (!l) return sp_error("sp_loader_labels_read: argument 'l' is NULL");
     return __atomic_load_n(&l->labels_read, __ATOMIC_RELAXED);
 }
 double sp_loader_bytes_read(const sp_loader *l)
 {
-    if (!l) sp_fail("sp_loader_bytes_read: argument 'l' is NULL");
+    if (!l) return sp_error("sp_loader_bytes_read: argument 'l' is NULL");
     return (double)sp_loader_samples_read(l) * ((double)l->sample_numel * sizeof(float) + sizeof(int)) +
            (double)sp_loader_labels_read(l) * sizeof(int);
 }

@@ -960,7 +960,7 @@ static void c99(void) { REFUSED(!sp_spin_until(NULL, NULL, 0)); }
 static void c100(void) { g_ptr = (const void *)sp_st_open(NULL); }
 static void c101(void) { sp_st_close(NULL); }
 static void c102(void) { g_ptr = (const void *)sp_st_path(NULL); }
-static void c103(void) { (void)sp_st_count(NULL); }
+static void c103(void) { g_status = sp_st_count(NULL) < 0 ? SP_ERR : SP_OK; }
 static void c104(void) { g_ptr = (const void *)sp_st_at(NULL, 0); }
 static void c105(void) { g_ptr = (const void *)sp_st_find(NULL, NULL); }
 static void c106(void) { g_ptr = (const void *)sp_st_metadata(NULL, NULL); }
@@ -1119,9 +1119,9 @@ static void c241(void) { sp_optim_undo_free(NULL); }
 static void c242(void) { (void)sp_dataset_label(NULL, 0, NULL, NULL); }
 static void c243(void) { g_ptr = (const void *)sp_loader_new_rows(NULL, 1, 0, 0, 0, NULL); }
 static void c254(void) { g_ptr = (const void *)sp_loader_new_rows_sync(NULL, 1, 0, 0, 0, NULL); }
-static void c244(void) { (void)sp_loader_samples_read(NULL); }
-static void c245(void) { (void)sp_loader_labels_read(NULL); }
-static void c246(void) { (void)sp_loader_bytes_read(NULL); }
+static void c244(void) { g_status = sp_loader_samples_read(NULL) < 0 ? SP_ERR : SP_OK; }
+static void c245(void) { g_status = sp_loader_labels_read(NULL) < 0 ? SP_ERR : SP_OK; }
+static void c246(void) { g_status = sp_loader_bytes_read(NULL) < 0 ? SP_ERR : SP_OK; }
 static void c247(void) { (void)sp_dataset_bytes(NULL); }
 static void c248(void) { sp_run_summary_memory(NULL, NULL, NULL, NULL, NULL, 0); }
 static void c249(void) { g_status = sp_arena_trim(NULL); }
@@ -1275,7 +1275,7 @@ static const api_case cases[] = {
     {"sp_st_open", K_NULL, c100, "sp_st_open: the path is NULL"},
     {"sp_st_close", K_NOOP, c101, "?"},
     {"sp_st_path", K_NULL, c102, "sp_st_path: argument 'f' is NULL"},
-    {"sp_st_count", K_TRY, c103, "sp_st_count: argument 'f' is NULL"},
+    {"sp_st_count", K_STATUS, c103, "sp_st_count: argument 'f' is NULL"},
     {"sp_st_at", K_NULL, c104, "sp_st_at: argument 'f' is NULL"},
     {"sp_st_find", K_NULL, c105, "sp_st_find: argument 'f' is NULL"},
     {"sp_st_metadata", K_NULL, c106, "sp_st_metadata: argument 'f' is NULL"},
@@ -1444,9 +1444,9 @@ static const api_case cases[] = {
     {"sp_dataset_label", K_TRY, c242, "sp_dataset_label: argument 'd' is NULL"},
     {"sp_loader_new_rows", K_NULL, c243, "sp_loader_new: the dataset is NULL"},
     {"sp_loader_new_rows_sync", K_NULL, c254, "sp_loader_new: the dataset is NULL"},
-    {"sp_loader_samples_read", K_TRY, c244, "sp_loader_samples_read: argument 'l' is NULL"},
-    {"sp_loader_labels_read", K_TRY, c245, "sp_loader_labels_read: argument 'l' is NULL"},
-    {"sp_loader_bytes_read", K_TRY, c246, "sp_loader_bytes_read: argument 'l' is NULL"},
+    {"sp_loader_samples_read", K_STATUS, c244, "sp_loader_samples_read: argument 'l' is NULL"},
+    {"sp_loader_labels_read", K_STATUS, c245, "sp_loader_labels_read: argument 'l' is NULL"},
+    {"sp_loader_bytes_read", K_STATUS, c246, "sp_loader_bytes_read: argument 'l' is NULL"},
     {"sp_dataset_bytes", K_ACCEPT, c247, ""},   /* NULL is a documented value: 0 bytes */
     {"sp_run_summary_memory", K_TRY, c248, "sp_run_summary_memory: argument 's' is NULL"},
     {"sp_arena_trim", K_REFUSED, c249, "sp_arena_trim: argument 'a' is NULL"},

@@ -473,7 +473,7 @@ const char *sp_st_path(const sp_st_file *f)
 }
 int sp_st_count(const sp_st_file *f)
 {
-    if (!f) sp_fail("sp_st_count: argument 'f' is NULL");
+    if (!f) return sp_error("sp_st_count: argument 'f' is NULL");
     return f->n;
 }
 const sp_st_tensor *sp_st_at(const sp_st_file *f, int i)

@@ -66,6 +66,7 @@ typedef struct sp_st_file sp_st_file;
 sp_st_file *sp_st_open(const char *path) SP_MUST_CHECK;
 void sp_st_close(sp_st_file *f);
 const char *sp_st_path(const sp_st_file *f);
+/* The number of tensors; SP_ERR (-1) for a NULL f. */
 int sp_st_count(const sp_st_file *f);
 const sp_st_tensor *sp_st_at(const sp_st_file *f, int i);      /* header order      */
 const sp_st_tensor *sp_st_find(const sp_st_file *f, const char *name); /* NULL if absent */
