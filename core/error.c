@@ -14,16 +14,23 @@ static _Thread_local char last_error[ERR_LEN];
 static _Thread_local jmp_buf *try_frame;   /* innermost sp_try or armed guard of this thread */
 static bool guards_off;   /* set once by the apps' layer (sp_guard_off), before any thread starts */
 
+/* This thread's message from fmt and its arguments (which may include sp_last_error()
+ * itself: formatted aside first). */
+static void set_error(const char *fmt, va_list ap)
+{
+    char buf[ERR_LEN];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    memcpy(last_error, buf, sizeof buf);
+}
+
 void sp_fail(const char *fmt, ...)
 {
     va_list ap;
     if (!fmt) sp_fail("sp_fail: argument 'fmt' is NULL");
     if (try_frame) {   /* inside sp_try: the caller gets the message and SP_ERR */
-        char buf[ERR_LEN];
         va_start(ap, fmt);
-        vsnprintf(buf, sizeof buf, fmt, ap);
+        set_error(fmt, ap);
         va_end(ap);
-        memcpy(last_error, buf, sizeof buf);
         longjmp(*try_frame, 1);
     }
     fflush(stdout);
@@ -38,14 +45,12 @@ void sp_fail(const char *fmt, ...)
 int sp_refuse(const char *fmt, ...)
 {
     if (!fmt) return sp_refuse("sp_refuse: argument 'fmt' is NULL");
-    char buf[ERR_LEN];   /* an argument may be sp_last_error() itself */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    set_error(fmt, ap);
     va_end(ap);
-    memcpy(last_error, buf, sizeof buf);
-    if (try_frame) longjmp(*try_frame, 1);   /* as sp_fail inside sp_try or a guard */
-    if (guards_off) sp_fail("%s", buf);      /* an app: its one line and exit 2, as sp_fail */
+    if (try_frame) longjmp(*try_frame, 1);         /* as sp_fail inside sp_try or a guard */
+    if (guards_off) sp_fail("%s", last_error);     /* an app: its one line and exit 2, as sp_fail */
     return SP_ERR;
 }
 
@@ -67,12 +72,10 @@ int sp_try(void (*fn)(void *arg), void *arg)
 int sp_error(const char *fmt, ...)
 {
     if (!fmt) return sp_error("sp_error: argument 'fmt' is NULL");
-    char buf[ERR_LEN];   /* an argument may be sp_last_error() itself */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    set_error(fmt, ap);
     va_end(ap);
-    memcpy(last_error, buf, sizeof buf);
     return SP_ERR;
 }
 
