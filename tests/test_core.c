@@ -26,6 +26,7 @@
 #include "schedulers/backward/engine.h"
 #include "train/train.h"
 #include "tests/testutil.h"
+#include "core/io/fileio.h"
 #include "scanprop.h"
 
 Test(arena, alignment_and_growth)
@@ -231,6 +232,28 @@ Test(model, vgg11_init_is_torchvisions_and_lenet_keeps_the_defaults)
 
 /* Error paths: a user mistake in a step is a status naming it (the apps turn it into one
  * line and exit status 2), and the tape is left as it was before the refused op. */
+/* The ranks compare the contents of the files they read: the recording lists inputs, not
+ * what the machine says of itself (/proc/meminfo differs between two ranks at any time). */
+Test(fileio, recording_lists_inputs_not_the_machines_own_files)
+{
+    char path[] = "/tmp/scanprop-rec-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, "x", 1), 1);
+    close(fd);
+    sp_open_record(true);
+    FILE *a = sp_open_read("/proc/meminfo", "meminfo"), *b = sp_open_read(path, "input");
+    sp_open_record(false);
+    cr_assert(a && b, "%s", sp_last_error());
+    fclose(a);
+    fclose(b);
+    const char *const *paths;
+    int n = sp_opened_files(&paths);
+    cr_assert_eq(n, 1, "recorded %d files (expected the input alone)", n);
+    cr_assert_str_eq(paths[0], path);
+    unlink(path);
+}
+
 Test(errors, shape_mismatch_is_a_status)
 {
     sp_model *m = sp_model_new("bad");

@@ -46,8 +46,16 @@ int sp_opened_files(const char *const **paths)
     return n;
 }
 
+/* What this machine says of itself (/proc, /sys: free memory, cores) differs between
+ * ranks by nature and is no input the ranks must share: not recorded. */
+static bool machine_file(const char *path)
+{
+    return strncmp(path, "/proc/", 6) == 0 || strncmp(path, "/sys/", 5) == 0;
+}
+
 static void record(const char *path)
 {
+    if (machine_file(path)) return;
     pthread_mutex_lock(&record_mu);
     bool seen = !recording;
     for (int i = 0; i < nrecorded && !seen; i++) seen = strcmp(recorded[i], path) == 0;

@@ -35,8 +35,9 @@ int sp_open_regular(const char *path, struct stat *st) SP_MUST_CHECK;
 FILE *sp_open_read(const char *path, const char *what) SP_MUST_CHECK;
 /* While on, every path sp_open_regular (and so sp_open_read) opens is recorded, each
  * once, in order of first opening: the runner names the files a rank read (its ranks
- * compare their contents). sp_opened_files: the recorded paths (valid until the next
- * recording opens another) and how many; on again starts a new list. */
+ * compare their contents) — but not what the machine says of itself (/proc, /sys),
+ * which differs between ranks by nature. sp_opened_files: the recorded paths (valid
+ * until the next recording opens another) and how many; on again starts a new list. */
 void sp_open_record(bool on);
 int sp_opened_files(const char *const **paths);
 /* sp_open_read for a text file (action lists, profiles): a NUL byte anywhere in it is
