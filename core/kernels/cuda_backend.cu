@@ -1,5 +1,6 @@
 /* cuda_backend.cu — the CUDA backend: device selection, the stream and library handles,
  * persistent and per-step device memory, host↔device copies, cuBLAS GEMM. */
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include "core/kernels/cuda.h"
@@ -7,6 +8,7 @@ extern "C" {
 #include "core/arena.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/guard.h"
 #include "core/tape.h"
 }
 
@@ -49,30 +51,40 @@ static void counts(sp_device_counts *c)
     c->copies = __atomic_load_n(&n_copies, __ATOMIC_RELAXED);
 }
 
+/* A failed device call: the device's state after it is undefined, so the line is also
+ * written to stderr when an sp_try or a guarded call would otherwise only return it
+ * (a caller that does not look at the status still sees why); an app prints it once,
+ * through sp_fail. */
+static void device_fail(const char *what, const char *file, int line, const char *call, const char *why)
+{
+    if (sp_try_active()) fprintf(stderr, "scanprop: %s error at %s:%d: %s: %s\n", what, file, line, call, why);
+    sp_fail("%s error at %s:%d: %s: %s", what, file, line, call, why);
+}
+
 void sp_cuda_check_at(cudaError_t e, const char *call, const char *file, int line)
 {
     count_call(call);
-    if (e != cudaSuccess) sp_fail("CUDA error at %s:%d: %s: %s", file, line, call, cudaGetErrorString(e));
+    if (e != cudaSuccess) device_fail("CUDA", file, line, call, cudaGetErrorString(e));
 }
 
 void sp_cublas_check_at(cublasStatus_t s, const char *call, const char *file, int line)
 {
     bump(&n_library);
     if (s != CUBLAS_STATUS_SUCCESS)
-        sp_fail("cuBLAS error at %s:%d: %s: %s", file, line, call, cublasGetStatusString(s));
+        device_fail("cuBLAS", file, line, call, cublasGetStatusString(s));
 }
 
 void sp_cusparse_check_at(cusparseStatus_t s, const char *call, const char *file, int line)
 {
     bump(&n_library);
     if (s != CUSPARSE_STATUS_SUCCESS)
-        sp_fail("cuSPARSE error at %s:%d: %s: %s", file, line, call, cusparseGetErrorString(s));
+        device_fail("cuSPARSE", file, line, call, cusparseGetErrorString(s));
 }
 
 void sp_cudnn_check_at(cudnnStatus_t s, const char *call, const char *file, int line)
 {
     bump(&n_library);
-    if (s != CUDNN_STATUS_SUCCESS) sp_fail("cuDNN error at %s:%d: %s: %s", file, line, call, cudnnGetErrorString(s));
+    if (s != CUDNN_STATUS_SUCCESS) device_fail("cuDNN", file, line, call, cudnnGetErrorString(s));
 }
 
 // ----------------------------------------------------------------------------
