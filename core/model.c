@@ -168,14 +168,20 @@ static bool over_input(const sp_model *m, const sp_tape *t, int i, int j, const 
     return over_input_on(m, t, i, j, x->out.device);
 }
 
+/* sp_model_fuses_relu without its guard: sp_model_forward asks it for every layer. */
+static bool fuses_relu(const sp_model *m, const sp_tape *t, int i, sp_device dev)
+{
+    if (i < 0 || i + 1 >= m->nlayers || !m->layers[i + 1]->op->relu || m->from[m->from_start[i + 1]] != i) return false;
+    if (m->from_start[i + 1] - m->from_start[i] != 1) return false;   /* layer i itself: one input */
+    return over_input_on(m, t, i + 1, i, dev) && sp_op_kernels(m->layers[i]->op, dev)->forward_relu;
+}
+
 bool sp_model_fuses_relu(const sp_model *m, const sp_tape *t, int i, sp_device dev)
 {
     SP_GUARD(false);
     if (!m) sp_fail("sp_model_fuses_relu: argument 'm' is NULL");
     if (!t) sp_fail("sp_model_fuses_relu: argument 't' is NULL");
-    if (i < 0 || i + 1 >= m->nlayers || !m->layers[i + 1]->op->relu || m->from[m->from_start[i + 1]] != i) return false;
-    if (m->from_start[i + 1] - m->from_start[i] != 1) return false;   /* layer i itself: one input */
-    return over_input_on(m, t, i + 1, i, dev) && sp_op_kernels(m->layers[i]->op, dev)->forward_relu;
+    return fuses_relu(m, t, i, dev);
 }
 
 static int blk_kind(const sp_model *m, int i)
@@ -248,7 +254,7 @@ static sp_node *model_forward(sp_model *m, sp_tape *t, sp_node *x)
     if (sp_model_is_chain(m)) {
         for (int i = 0; i < m->nlayers; i++) {
             t->out_blocked = make && make[i];
-            if (!t->out_blocked && !x->out.blk && sp_model_fuses_relu(m, t, i, x->out.device)) {   /* layer i and its ReLU in one pass */
+            if (!t->out_blocked && !x->out.blk && fuses_relu(m, t, i, x->out.device)) {   /* layer i and its ReLU in one pass */
                 x = sp_apply_over_fused(t, m->layers[i + 1], sp_apply_fused_relu(t, m->layers[i], x));
                 i++;
                 continue;
@@ -265,7 +271,7 @@ static sp_node *model_forward(sp_model *m, sp_tape *t, sp_node *x)
         int k0 = m->from_start[i], nin = m->from_start[i + 1] - k0;
         for (int k = 0; k < nin; k++) args[k0 + k] = in[m->from[k0 + k]];
         t->out_blocked = make && make[i];
-        if (nin == 1 && !t->out_blocked && !args[k0]->out.blk && sp_model_fuses_relu(m, t, i, args[k0]->out.device)) {
+        if (nin == 1 && !t->out_blocked && !args[k0]->out.blk && fuses_relu(m, t, i, args[k0]->out.device)) {
             in[i] = sp_apply_fused_relu(t, m->layers[i], args[k0]);
             in[i + 1] = sp_apply_over_fused(t, m->layers[i + 1], in[i]);
             i++;
