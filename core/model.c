@@ -204,10 +204,11 @@ static void unblock(const sp_model *m, const bool *out, bool *make, int i)
 
 /* Which layers write a blocked output (make[i], sp_tape.out_blocked): every layer that
  * may (SP_BLK_MAKES), less those whose output would reach, through layers passing the
- * layout on, an op that does not take it, an op whose inputs would be in two layouts, or
- * the model's output. Starts from all and drops the makers of each conflict until none is
- * left (the model's input is NCHW). */
-static void blocked_plan(const sp_model *m, bool *make, bool *out)
+ * layout on, an op that does not take it, an op whose inputs would be in two layouts, the
+ * model's output, or the output of a layer marked plain[i] (plain may be NULL). Starts
+ * from all and drops the makers of each conflict until none is left (the model's input
+ * is NCHW). */
+static void blocked_plan(const sp_model *m, const bool *plain, bool *make, bool *out)
 {
     if (!m->nlayers) return;
     for (int i = 0; i < m->nlayers; i++) make[i] = blk_kind(m, i) == SP_BLK_MAKES;
@@ -219,7 +220,7 @@ static void blocked_plan(const sp_model *m, bool *make, bool *out)
             for (int k = k0; k < k1; k++) nblk += m->from[k] >= 0 && out[m->from[k]];
             bool conflict = nblk && (kind == SP_BLK_NONE || (kind == SP_BLK_PASS && nblk != k1 - k0));
             out[i] = kind == SP_BLK_MAKES ? make[i] : kind == SP_BLK_PASS && nblk == k1 - k0 && nblk > 0;
-            if (!conflict && out[i] && i == m->nlayers - 1) {
+            if (!conflict && out[i] && (i == m->nlayers - 1 || (plain && plain[i]))) {
                 unblock(m, out, make, i);
                 changed = true;
             } else if (conflict) {
@@ -230,15 +231,26 @@ static void blocked_plan(const sp_model *m, bool *make, bool *out)
     }
 }
 
+static int plan_cut(const sp_model *m, const bool *plain, bool *make, const char *who)
+{
+    if (!m) sp_fail("%s: argument 'm' is NULL", who);
+    if (!make) sp_fail("%s: argument 'make' is NULL", who);
+    bool *out = sp_xcalloc((size_t)m->nlayers + 1, sizeof *out);
+    blocked_plan(m, plain, make, out);
+    free(out);
+    return SP_OK;
+}
+
 int sp_model_blocked_plan(const sp_model *m, bool *make)
 {
     SP_GUARD(SP_ERR);
-    if (!m) sp_fail("sp_model_blocked_plan: argument 'm' is NULL");
-    if (!make) sp_fail("sp_model_blocked_plan: argument 'make' is NULL");
-    bool *out = sp_xcalloc((size_t)m->nlayers + 1, sizeof *out);
-    blocked_plan(m, make, out);
-    free(out);
-    return SP_OK;
+    return plan_cut(m, NULL, make, "sp_model_blocked_plan");
+}
+
+int sp_model_blocked_plan_cut(const sp_model *m, const bool *plain, bool *make)
+{
+    SP_GUARD(SP_ERR);
+    return plan_cut(m, plain, make, "sp_model_blocked_plan_cut");
 }
 
 static sp_node *model_forward(sp_model *m, sp_tape *t, sp_node *x)
@@ -249,7 +261,7 @@ static sp_node *model_forward(sp_model *m, sp_tape *t, sp_node *x)
     bool *make = NULL;
     if (t->blocked && !t->shape_only && x->out.device == SP_CPU && m->nlayers) {
         make = sp_tape_alloc(t, 2 * (size_t)m->nlayers * sizeof *make);
-        blocked_plan(m, make, make + m->nlayers);
+        blocked_plan(m, NULL, make, make + m->nlayers);
     }
     if (sp_model_is_chain(m)) {
         for (int i = 0; i < m->nlayers; i++) {

@@ -94,6 +94,9 @@ bool sp_model_fuses_relu(const sp_model *m, const sp_tape *t, int i, sp_device d
  * layouts and the model's output is NCHW. sp_model_forward uses it; exposed for code
  * that applies the layers itself (bench/opprof.c). SP_ERR on a NULL argument. */
 int sp_model_blocked_plan(const sp_model *m, bool *make);
+/* The same, with the outputs of the layers marked plain[i] NCHW too (plain: nlayers
+ * flags, or NULL): the parallel executor's stage outputs that cross to another rank. */
+int sp_model_blocked_plan_cut(const sp_model *m, const bool *plain, bool *make);
 /* A shape-only pass (nothing is computed) of m on `batch` samples of sample_shape into
  * the freshly initialised tape t: its nodes carry their output shapes and costs. The
  * caller frees t. */

@@ -71,6 +71,7 @@ sp_exec *sp_exec_new(sp_comm *world, sp_model *m, sp_optim *o, const sp_exec_cfg
         sp_exec_setup_buckets(x);
         sp_exec_buffers_setup(x);
     }
+    sp_exec_setup_blocked(x);
     /* $SCANPROP_EXEC_STEPWISE=1: every update at the end of its own step (the comparison
      * in docs/DISTRIBUTED.md) */
     const char *stepwise = getenv("SCANPROP_EXEC_STEPWISE");
@@ -118,6 +119,7 @@ void sp_exec_free(sp_exec *x)
     free(x->node);
     free(x->first);
     free(x->walked);
+    free(x->blk_make);
     free(x->dy);
     free(x->have_dy);
     free(x->loss);

@@ -101,6 +101,8 @@ struct sp_exec {
     /* per step */
     sp_tape *tapes;          /* one per micro-batch                                  */
     bool dag;                /* the model is not a chain: stages of several layers     */
+    bool *blk_make;          /* [layer]: writes its output in oneDNN's blocked layout
+                                (sp_tape.out_blocked; NULL: none), sp_exec_setup_blocked */
     sp_node **node;          /* [s·B + b]: the output node of F(s, b)                 */
     int *first;              /* [s·B + b] (dag): the tape index of F(s, b)'s first node;
                                 its nodes are first … node->index, contiguous          */
@@ -196,6 +198,11 @@ static inline bool is_ddp(const char *name) { return !strcmp(name, "ddp") || !st
 static inline bool is_data(const char *name) { return is_ddp(name) || !strcmp(name, "fsdp"); }
 
 /* ---- setup (exec_setup.c) ---------------------------------------------------------------- */
+
+/* x->blk_make: on the CPU, the layers that write blocked activations, as the single
+ * process's linear and ooo engines do (sp_model_blocked_plan), with every stage output
+ * that another rank reads kept NCHW; $SCANPROP_EXEC_BLOCKED=0 turns it off. */
+void sp_exec_setup_blocked(sp_exec *x);
 
 /* x->S and x->st[s].layer0/nlayers/layer/params/name: the model's segments, from a
  * shape-only pass (sp_tape_segments, as build/schedule --model cuts it); x->dag. */

@@ -402,3 +402,41 @@ void sp_exec_build_schedule(sp_exec *x)
     free(placement);
     sp_simulate(x->sched, x->costs, &x->sim);
 }
+
+/* Whether stage s's output never crosses ranks: for every micro-batch, the jobs of stages
+ * s and s + 1 (which make, read and differentiate it) run on one rank. */
+static bool stays_on_one_rank(const sp_exec *x, int s)
+{
+    if (s + 1 >= x->S) return false;   /* the model's output: the loss reads NCHW */
+    for (int b = 0; b < x->B; b++) {
+        int rank = -1;
+        for (int j = 0; j < x->sched->njobs; j++) {
+            const sp_job *jb = &x->sched->jobs[j];
+            if (jb->micro != b || (jb->stage != s && jb->stage != s + 1)) continue;
+            if (rank < 0) rank = x->sched->compute[j];
+            else if (x->sched->compute[j] != rank) return false;
+        }
+    }
+    return true;
+}
+
+void sp_exec_setup_blocked(sp_exec *x)
+{
+    const char *env = getenv("SCANPROP_EXEC_BLOCKED");
+    if (env && !strcmp(env, "0")) return;
+    if (x->tscan || is_scan(x->cfg.scheme) || !x->m->nlayers) return;   /* the scan reads NCHW Jacobians */
+    if (x->m->nparams && x->m->params[0]->value.device != SP_CPU) return;
+    int L = x->m->nlayers;
+    bool *plain = sp_xcalloc((size_t)L, sizeof *plain);
+    for (int s = 0; s < x->S; s++) {
+        const stage_info *si = &x->st[s];
+        plain[si->layer0 + si->nlayers - 1] = !stays_on_one_rank(x, s);
+    }
+    bool *make = sp_xcalloc((size_t)L, sizeof *make);
+    sp_model_blocked_plan_cut(x->m, plain, make);
+    free(plain);
+    bool any = false;
+    for (int l = 0; l < L; l++) any |= make[l];
+    if (any) x->blk_make = make;
+    else free(make);
+}

@@ -72,7 +72,12 @@ static void send_to_succs(sp_exec *x, int job, const sp_tensor *out, int tag, bo
 sp_node *sp_exec_stage_forward(const sp_exec *x, int s, sp_tape *t, sp_node *in)
 {
     const stage_info *si = &x->st[s];
-    if (!x->dag) return sp_apply(t, si->layer, in);
+    if (!x->dag) {
+        t->out_blocked = x->blk_make && x->blk_make[si->layer0];
+        sp_node *y = sp_apply(t, si->layer, in);
+        t->out_blocked = false;
+        return y;
+    }
     const sp_model *m = x->m;
     sp_node **out = sp_tape_alloc(t, sizeof *out * (size_t)si->nlayers);
     for (int i = 0; i < si->nlayers; i++) {
@@ -82,8 +87,10 @@ sp_node *sp_exec_stage_forward(const sp_exec *x, int s, sp_tape *t, sp_node *in)
             int f = m->from[k0 + k];
             args[k] = f < si->layer0 ? in : out[f - si->layer0];
         }
+        t->out_blocked = x->blk_make && x->blk_make[l];   /* sp_exec_setup_blocked */
         out[i] = sp_apply_n(t, m->layers[l], nin, args);
     }
+    t->out_blocked = false;
     return out[si->nlayers - 1];
 }
 
@@ -284,8 +291,9 @@ static void dag_backward(sp_exec *x, int job, sp_job j, const sp_tensor *dy, dou
     double tg = 0;
     if (!x->walked[k]) {
         sp_tensor *dx = NULL;
-        if (s > 0) {
-            x->dy[k - x->B] = sp_exec_stage_tensor(x, s - 1, b);
+        if (s > 0) {   /* in the layout of the stage's input (blocked where it stayed on this rank) */
+            const sp_node *in = x->node[k - x->B];
+            x->dy[k - x->B] = in ? sp_tape_tensor_like(t, &in->out) : sp_exec_stage_tensor(x, s - 1, b);
             dx = &x->dy[k - x->B];
         }
         sp_exec_stage_walk(t, first, last, dy, dx, j.dir == SP_BWD, true, &tg);
