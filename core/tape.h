@@ -43,6 +43,10 @@ struct sp_tape {
      * outputs (SP_BLK_MAKES; the op picks the block): set by sp_model_forward around each
      * apply, false otherwise (NCHW). */
     bool out_blocked;
+    /* Its arena is reset only between steps, never inside one (the ooo engine's lane
+     * tapes, set each step): an op may leave scratch in it for a later call of the same
+     * step (conv2d's blocked dy, made by δ for G or by G for δ). */
+    bool scratch_lives_step;
 };
 
 /* Every call here but sp_tape_free refuses a NULL pointer, a negative count, a bad shape

@@ -29,6 +29,7 @@
  * tape's arena when each entry point runs; the ooo engine gives its second lane its
  * own arena, so δ and G may run at once. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,9 @@ typedef struct conv_saved {
     bool dnnl;   /* the forward ran on oneDNN: so do δ and G (core/kernels/dnnl.c)        */
     bool dnnl_d; /* δ on oneDNN too (dnnl and at least DNNL_D_MIN_C input channels)       */
     int xblk, yblk;   /* the layouts of x and y (sp_tensor.blk), so of dx and dy        */
+    /* δ and G run apart on tapes whose scratch lives the step (the ooo engine's lanes):
+     * dy's blocked copy, made by whichever runs first (dy_share) */
+    _Atomic(sp_dnnl_dy_share *) share;
 } conv_saved;
 
 #define L(n) ((const conv_layer *)(n)->layer)
@@ -209,6 +213,7 @@ static void forward_slots(void *ctx, size_t begin, size_t end)
 static conv_saved *conv_plan(sp_node *n)
 {
     conv_saved *S = sp_tape_alloc(n->tape, sizeof *S);
+    atomic_init(&S->share, NULL);
     S->g = conv_geom(n);
     S->B = n->out.shape[0];
     S->O = L(n)->cout;
@@ -284,6 +289,20 @@ static void conv_forward_relu(sp_node *n) { conv_forward_with(n, true); }
 
 /* ---- δ ---------------------------------------------------------------------------------- */
 
+/* Where δ and G of this node share dy's reorder into oneDNN's layout though called apart
+ * (sp_dnnl_dy_share): only on a tape whose scratch lives until the step's end
+ * (sp_tape.scratch_lives_step), so that the first one's copy outlives its call. Made by
+ * the first of the two to ask, from its own lane's tape; NULL elsewhere. */
+static sp_dnnl_dy_share *dy_share(const sp_node *n)
+{
+    if (!n->tape->scratch_lives_step) return NULL;
+    conv_saved *S = n->saved;
+    sp_dnnl_dy_share *sh = atomic_load(&S->share);
+    if (sh) return sh;
+    sp_dnnl_dy_share *mine = sp_dnnl_dy_share_new(n->tape);
+    return atomic_compare_exchange_strong(&S->share, &sh, mine) ? mine : sh;
+}
+
 typedef struct delta_job {
     const conv_saved *S;
     const float *W, *dy;
@@ -317,7 +336,8 @@ static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tenso
     const conv_saved *S = n->saved;
     if (S->dnnl_d) {
         sp_dnnl_conv c = dnnl_shape(S);
-        sp_dnnl_conv_backward_data(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data);
+        sp_dnnl_conv_backward_data_shared(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data, false,
+                                          S->P > DNNL_G_MIN_P ? dy_share(n) : NULL);
         return;
     }
     size_t cols = (size_t)S->slots * S->cs * S->P;
@@ -336,7 +356,8 @@ static void conv_backward_input_acc(sp_node *n, int i, const sp_tensor *dy, sp_t
     const conv_saved *S = n->saved;
     if (S->dnnl_d) {
         sp_dnnl_conv c = dnnl_shape(S);
-        sp_dnnl_conv_backward_data_acc(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data);
+        sp_dnnl_conv_backward_data_shared(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data, true,
+                                          S->P > DNNL_G_MIN_P ? dy_share(n) : NULL);
         return;
     }
     sp_tensor tmp = sp_tape_tensor_like(n->tape, dx);
@@ -448,8 +469,8 @@ static void conv_backward_params(sp_node *n, const sp_tensor *dy)
     sp_dnnl_side side = {.fn = bias_grad_range, .ctx = &B, .n = (size_t)S->O}, *bias = B.db ? &side : NULL;
     if (S->dnnl && S->P > DNNL_G_MIN_P) {
         sp_dnnl_conv c = dnnl_shape(S);
-        sp_dnnl_conv_backward_weights(n->tape, &c, sp_node_x(n)->data, dy->data, n->layer->params[0]->grad.data,
-                                      bias);
+        sp_dnnl_conv_backward_weights_shared(n->tape, &c, sp_node_x(n)->data, dy->data,
+                                             n->layer->params[0]->grad.data, bias, S->dnnl_d ? dy_share(n) : NULL);
         return;
     }
     if ((size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "layers/zoo.h"
+#include "core/kernels/dnnl.h"
 #include "schedulers/backward/engine.h"
 #include "core/model.h"
 #include "core/threads.h"
@@ -225,6 +226,39 @@ Test(bitwise, gru) { bitwise_all_orders("gru", 4, 2); }
 Test(bitwise, lenet_forced_lanes) { bitwise_forced_lanes("lenet", 4, 3); }
 Test(bitwise, branchy_forced_lanes) { bitwise_forced_lanes("branchy", 4, 3); }
 Test(bitwise, vgg11_forced_lanes) { bitwise_forced_lanes("vgg11", 2, 2); }
+
+/* A convolution's δ and G run apart in the ooo engine; the first leaves dy in oneDNN's
+ * layout for the second (sp_dnnl_dy_share), so on one lane an ooo step reorders exactly
+ * as often as linear BP's one call for both, in every order (VGG-11: biased
+ * convolutions, NCHW activations, so each δ + G pair has a dy to reorder). (On two
+ * lanes a pair may run at once, and then each reorders for itself.) */
+Test(bitwise, vgg11_delta_and_grad_share_the_dy_reorder)
+{
+    if (!sp_dnnl_conv_on() || !sp_dnnl_block()) cr_skip_test("oneDNN's convolutions are off in this build");
+    sp_set_threads(1);
+    long r0 = sp_dnnl_reorder_count();
+    trained ref = train("vgg11", 2, NULL, 2, NULL);
+    long linear = sp_dnnl_reorder_count() - r0;
+    cr_assert_gt(linear, 0, "VGG-11's convolutions reorder dy, the weights and dW");
+    sp_model_free(ref.tm.m);
+    for (int o = 0; o < NORDERS; o++) {
+        r0 = sp_dnnl_reorder_count();
+        trained got = train("vgg11", 2, ORDERS[o], 2, NULL);
+        long ooo = sp_dnnl_reorder_count() - r0;
+        cr_assert_eq(ooo, linear, "%s on one lane: %ld reorders, linear BP %ld", ORDERS[o], ooo, linear);
+        sp_model_free(got.tm.m);
+    }
+    sp_set_threads(2);   /* two threads, one lane: each call's slots split the batch in two */
+    r0 = sp_dnnl_reorder_count();
+    ref = train("vgg11", 2, NULL, 2, NULL);
+    linear = sp_dnnl_reorder_count() - r0;
+    sp_model_free(ref.tm.m);
+    r0 = sp_dnnl_reorder_count();
+    trained got = train_lanes("vgg11", 2, "reverse-first-k", 1, 2, NULL);
+    long ooo = sp_dnnl_reorder_count() - r0;
+    sp_model_free(got.tm.m);
+    cr_assert_eq(ooo, linear, "two threads on one lane: %ld reorders, linear BP %ld", ooo, linear);
+}
 
 /* ---- the graph -------------------------------------------------------------------------- */
 

@@ -87,6 +87,18 @@ void sp_dnnl_conv_backward(sp_tape *t, const sp_dnnl_conv *c, const float *x, co
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
 }
+sp_dnnl_dy_share *sp_dnnl_dy_share_new(sp_tape *t) { return NULL; }
+void sp_dnnl_conv_backward_data_shared(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx,
+                                       bool acc, sp_dnnl_dy_share *sh)
+{
+    sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
+}
+void sp_dnnl_conv_backward_weights_shared(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy,
+                                          float *dw, const sp_dnnl_side *side, sp_dnnl_dy_share *sh)
+{
+    sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
+}
+long sp_dnnl_reorder_count(void) { return 0; }
 
 #else
 
@@ -350,8 +362,12 @@ static void exec(const bound *m, dnnl_primitive_t p, int n, const dnnl_exec_arg_
     check(dnnl_primitive_execute(p, m->s, n, args), "primitive_execute");
 }
 
+static _Atomic long reorders;
+long sp_dnnl_reorder_count(void) { return atomic_load_explicit(&reorders, memory_order_relaxed); }
+
 static void run_reorder(const bound *m, dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
 {
+    atomic_fetch_add_explicit(&reorders, 1, memory_order_relaxed);
     exec(m, r, 2, (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 
@@ -370,7 +386,26 @@ typedef struct job {
     void *shared_w;               /* weights already in the primitives' layout, or NULL */
     float *partial;               /* BWD_W: [slots][O·C·k·k] */
     const sp_dnnl_side *side;     /* BWD_W: work in the same region, or NULL */
+    void **dy_in;                 /* [slot]: dy already blocked (sp_dnnl_dy_share), or NULL */
+    void **dy_out;                /* [slot]: where the slot's blocked dy is, or NULL  */
 } job;
+
+/* sp_dnnl_dy_share: state 0 free, 1 claimed by a running call, 2 published (release
+ * store after the call's slots are done; read with acquire). */
+struct sp_dnnl_dy_share {
+    _Atomic int state;
+    int slots, kind;
+    const entry *e[MAX_SLOTS];
+    void *blk[MAX_SLOTS];
+};
+
+sp_dnnl_dy_share *sp_dnnl_dy_share_new(sp_tape *t)
+{
+    sp_dnnl_dy_share *sh = sp_tape_alloc(t, sizeof *sh);
+    memset(sh, 0, sizeof *sh);
+    atomic_init(&sh->state, 0);
+    return sh;
+}
 
 /* The side work's share of the thread that ran slots [begin, end). */
 static void run_side(const job *J, size_t begin, size_t end)
@@ -450,7 +485,8 @@ static void run_slots(void *ctx, size_t begin, size_t end)
 {
     const job *J = ctx;
     one_thread();
-    for (size_t s = begin; s < end; s++) exec_slot(J, s, NULL, NULL);
+    for (size_t s = begin; s < end; s++)
+        exec_slot(J, s, J->dy_in ? J->dy_in[s] : NULL, J->dy_out ? &J->dy_out[s] : NULL);
     run_side(J, begin, end);
 }
 
@@ -602,9 +638,66 @@ void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const flo
 void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw,
                                    const sp_dnnl_side *side)
 {
+    sp_dnnl_conv_backward_weights_shared(t, c, x, dy, dw, side, NULL);
+}
+
+/* dy's role in J's primitive: IN0 for δ, IN1 for G. */
+static int dy_role_of(const job *J) { return J->kind == BWD_D ? IN0 : IN1; }
+
+/* J's slots read sh's blocked dy where it is published by a call with the same slots
+ * and the same layout per slot (else they reorder dy themselves); if sh is free, J
+ * claims it and its slots record theirs (published by share_publish). */
+static void share_attach(job *J, sp_tape *t, sp_dnnl_dy_share *sh, bool *claimed)
+{
+    *claimed = false;
+    if (!sh) return;
+    int st = atomic_load_explicit(&sh->state, memory_order_acquire);
+    if (st == 2) {
+        if (sh->slots != J->slots) return;
+        J->dy_in = sp_tape_alloc(t, (size_t)J->slots * sizeof *J->dy_in);
+        int role = dy_role_of(J), prole = sh->kind == BWD_D ? IN0 : IN1;
+        for (int s = 0; s < J->slots; s++) {
+            bool same = sh->blk[s] && J->e[s]->reorder[role] &&
+                        dnnl_memory_desc_equal(&J->e[s]->want[role], &sh->e[s]->want[prole]);
+            J->dy_in[s] = same ? sh->blk[s] : NULL;
+        }
+        return;
+    }
+    if (st == 0 && atomic_compare_exchange_strong(&sh->state, &st, 1)) {
+        *claimed = true;
+        J->dy_out = sp_tape_alloc(t, (size_t)J->slots * sizeof *J->dy_out);
+        memset(J->dy_out, 0, (size_t)J->slots * sizeof *J->dy_out);
+    }
+}
+
+static void share_publish(const job *J, sp_dnnl_dy_share *sh, bool claimed)
+{
+    if (!claimed) return;
+    sh->slots = J->slots;
+    sh->kind = J->kind;
+    for (int s = 0; s < J->slots; s++) sh->e[s] = J->e[s], sh->blk[s] = J->dy_out[s];
+    atomic_store_explicit(&sh->state, 2, memory_order_release);
+}
+
+void sp_dnnl_conv_backward_data_shared(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx,
+                                       bool acc, sp_dnnl_dy_share *sh)
+{
+    job *J = prepare(t, BWD_D, acc, c, (float *)dy, (float *)w, dx, NULL);
+    bool claimed;
+    share_attach(J, t, sh, &claimed);
+    sp_parallel_for((size_t)J->slots, run_slots, J);
+    share_publish(J, sh, claimed);
+}
+
+void sp_dnnl_conv_backward_weights_shared(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy,
+                                          float *dw, const sp_dnnl_side *side, sp_dnnl_dy_share *sh)
+{
     job *J = prepare(t, BWD_W, false, c, (float *)x, (float *)dy, dw, NULL);
     J->side = side;
+    bool claimed;
+    share_attach(J, t, sh, &claimed);
     sp_parallel_for((size_t)J->slots, run_slots, J);
+    share_publish(J, sh, claimed);
     finish(J);
 }
 

@@ -72,6 +72,23 @@ typedef struct sp_dnnl_side {
  * work run in the same region. */
 void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw,
                                    const sp_dnnl_side *side);
+/* A convolution's dy in the blocked layout, left by the first of its δ and G calls for
+ * the second where they run apart (the ooo engine's lanes) on tapes whose scratch lives
+ * until the step's end (sp_tape.scratch_lives_step): the second reads it instead of
+ * reordering dy again. One per conv node and forward, zeroed, from the tape's arena.
+ * The calls below take it (or NULL): the first to start claims it and publishes its
+ * slots' blocked dy when it returns; a call that finds it published by a call with the
+ * same slots and layouts reads it, else reorders for itself. Bitwise the same either
+ * way: a reorder is a copy. */
+typedef struct sp_dnnl_dy_share sp_dnnl_dy_share;
+sp_dnnl_dy_share *sp_dnnl_dy_share_new(sp_tape *t);
+/* δ (acc: dx += δ) and G as above, sharing dy's reorder through sh (NULL: not). */
+void sp_dnnl_conv_backward_data_shared(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx,
+                                       bool acc, sp_dnnl_dy_share *sh);
+void sp_dnnl_conv_backward_weights_shared(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy,
+                                          float *dw, const sp_dnnl_side *side, sp_dnnl_dy_share *sh);
+/* The reorders into or out of oneDNN's layouts run so far, by every call (tests). */
+long sp_dnnl_reorder_count(void);
 /* Both at once, slot by slot: dw += G and dx = δ (acc: dx += δ), each slot's dy
  * reordered into the blocked layout once for both; bitwise the two calls above. */
 void sp_dnnl_conv_backward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *dy,

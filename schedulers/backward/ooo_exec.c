@@ -434,6 +434,7 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
     for (int l = 0; l < 2; l++) {
         if (!lanes[l]) continue;
         sp_tape_reset(lanes[l]);
+        lanes[l]->scratch_lives_step = true;   /* reset here only: conv2d's δ and G share dy's reorder */
         if (x->scratch_total) {
             sp_tape_alloc(lanes[l], x->scratch_total);
             sp_tape_reset(lanes[l]);
