@@ -57,7 +57,7 @@ static void plan_only(const char *app, const sp_run_opts *o, sp_model *m, const 
     sp_json_str(&j, "mode", "plan");
     sp_report_writer w = sp_json_writer(&j);
     if (!sp_engine_plan(e, m, x, y, &w)) sp_fail("%s: --plan: no plan was made", app);
-    sp_json_end_print(&j);
+    sp_check(sp_json_end_print(&j));
     sp_engine_destroy(e);
 }
 
@@ -181,7 +181,7 @@ void sp_run_close(sp_run_session *s, sp_json *j)
     if (!s) sp_fail("sp_run_close: argument 's' is NULL");
     if (j) {
         sp_run_summary_exec(s, j);
-        if (sp_run_prints(s)) sp_json_end_print(j);
+        if (sp_run_prints(s)) sp_check(sp_json_end_print(j));
     }
     run_exec_end(s->exec);
     sp_comm_model_free(s->comm);
@@ -218,7 +218,7 @@ static sp_train_result eval_only(const char *app, const sp_run_opts *o, sp_model
     sp_json_num(&j, "test_loss", r.test_loss);
     sp_json_num(&j, "test_acc", r.test_acc);
     sp_json_num(&j, "seconds", r.seconds);
-    sp_json_end_print(&j);
+    sp_check(sp_json_end_print(&j));
     return r;
 }
 

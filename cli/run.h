@@ -122,9 +122,11 @@ void sp_run_device_to_host(sp_model *m);
 /* The engine options from the flags. */
 sp_engine_opts sp_run_engine_opts(const sp_run_opts *o);
 /* The options of engine `name` (or alias) in o: the struct its descriptor declares, its
- * defaults unless flags set them; NULL for an unknown engine or one without options. */
+ * defaults unless flags set them; NULL for an unknown engine or one without options, and
+ * for a NULL argument (the message in sp_last_error(); guarded, core/guard.h). */
 const void *sp_run_engine_own(const sp_run_opts *o, const char *name);
-/* The chosen engine's (--backward) int option --flag; dflt when it has none. */
+/* The chosen engine's (--backward) int option --flag; dflt when it has none, and for a
+ * NULL argument (the message in sp_last_error(); guarded). */
 int sp_run_engine_int(const sp_run_opts *o, const char *flag, int dflt);
 
 /* ---- a program that runs its own steps (apps/demo.c) ------------------------------------- */

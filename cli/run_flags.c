@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
+#include "core/guard.h"
 #include "core/io/fileio.h"
 #include "core/io/safetensors.h"
 #include "schedulers/plan/actions.h"
@@ -32,6 +33,7 @@ void sp_run_defaults(sp_run_opts *o)
 
 const void *sp_run_engine_own(const sp_run_opts *o, const char *name)
 {
+    SP_GUARD(NULL);
     if (!o) sp_fail("sp_run_engine_own: argument 'o' is NULL");
     if (!name) sp_fail("sp_run_engine_own: argument 'name' is NULL");
     for (int i = 0; sp_engine_def_at(i); i++)
@@ -41,6 +43,7 @@ const void *sp_run_engine_own(const sp_run_opts *o, const char *name)
 
 int sp_run_engine_int(const sp_run_opts *o, const char *flag, int dflt)
 {
+    SP_GUARD(dflt);
     if (!o) sp_fail("sp_run_engine_int: argument 'o' is NULL");
     if (!flag) sp_fail("sp_run_engine_int: argument 'flag' is NULL");
     const sp_engine_def *d = sp_engine_def_find(o->backward);

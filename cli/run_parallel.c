@@ -252,7 +252,7 @@ struct sp_exec *run_exec_new(const char *app, const sp_run_opts *o, sp_model *m,
             sp_json_str(&j, "parallel", o->parallel);
             sp_json_int(&j, "workers", sp_exec_workers(x));
             sp_json_int(&j, "levels", levels);
-            sp_json_end_print(&j);
+            sp_check(sp_json_end_print(&j));
         }
         sp_comm_model_free(profile);
         run_exec_end(x);

@@ -384,7 +384,7 @@ static void print_cluster(const opts *o, const sp_schedule *s, const sp_costs *c
     double peak = 0;
     for (int w = 0; w < s->workers; w++) peak = fmax(peak, r->worker[w].mem.total);
     sp_json_num(&j, "peak_memory_bytes_max", peak);
-    sp_json_end_print(&j);
+    sp_check(sp_json_end_print(&j));
     sp_sim_comm_free(&sc);
     free(comm);
 }
@@ -520,7 +520,7 @@ static int run_calibrate(const opts *o, int *argc, char ***argv)
         sp_json_int(&j, "ranks", sp_comm_size(w));
         sp_json_int(&j, "probes", m->nprobes);
         sp_json_num(&j, "probe_ms", m->probe_ms);
-        sp_json_end_print(&j);
+        sp_check(sp_json_end_print(&j));
     }
     sp_comm_model_free(m);
     sp_comm_finalize();

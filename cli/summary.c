@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -121,9 +122,15 @@ int sp_json_end_print(sp_json *j)
     SP_GUARD(SP_ERR);
     if (!j) sp_fail("sp_json_end_print: argument 'j' is NULL");
     put(j, "}");
-    printf("%s\n", j->buf);
-    sp_stdout_check();
-    return SP_OK;
+    errno = 0;
+    bool bad = printf("%s\n", j->buf) < 0 || fflush(stdout) != 0;
+    int e = errno;
+    if (!bad && !ferror(stdout)) return SP_OK;
+    /* reported once, here: what could not be written is dropped, so the check at exit
+     * (sp_stdout_check) does not report it again after the caller's line */
+    __fpurge(stdout);
+    clearerr(stdout);
+    return sp_error("stdout: write failed: %s", bad && e ? strerror(e) : "an earlier write failed");
 }
 
 static void put_str(void *j, const char *k, const char *v) { sp_json_str(j, k, v); }

@@ -17,8 +17,10 @@ extern "C" {
 
 /* A tiny JSON writer for the last stdout line: keys in the order written. Its calls are
  * fallible (core/error.h's first kind): a NULL argument or a line past the buffer returns
- * SP_ERR (sp_json_writer: a writer of NULLs) with the message; nothing exits but a failed
- * write to stdout in sp_json_end_print (sp_stdout_check, the apps' one line). */
+ * SP_ERR (sp_json_writer: a writer of NULLs) with the message; nothing exits. A failed
+ * write to stdout in sp_json_end_print returns SP_ERR with "stdout: write failed: ..."
+ * (what stdout could not take is dropped: the caller reports it, as the apps do with
+ * sp_check, and the check at exit does not repeat it). */
 typedef struct sp_json {
     char buf[8192];
     size_t len;
@@ -29,7 +31,7 @@ int sp_json_str(sp_json *j, const char *key, const char *v);
 int sp_json_num(sp_json *j, const char *key, double v);   /* %.9g; NaN and inf: null */
 int sp_json_int(sp_json *j, const char *key, long v);
 int sp_json_raw(sp_json *j, const char *key, const char *raw);
-int sp_json_end_print(sp_json *j);   /* prints {...}\n on stdout and checks the write */
+int sp_json_end_print(sp_json *j) SP_MUST_CHECK;   /* prints {...}\n on stdout and checks the write */
 /* A writer onto j, for an engine's figures (sp_engine_report, sp_engine_plan). */
 sp_report_writer sp_json_writer(sp_json *j);
 

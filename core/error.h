@@ -24,9 +24,11 @@
  *    thread or worker comes back as the call's status), optimizers and schedules
  *    (sp_optim_*, sp_sgd_new, sp_adam_new, sp_grad_*, sp_clip_grad_norm, sp_lr_*), the
  *    loader's iteration (sp_loader_next, _set_epoch, _reset_epoch, _epoch, _nbatches,
- *    _batch), sample access (sp_dataset_get, sp_dataset_sample_numel),
- *    sp_train_step_accum, sp_step_graph_*, the JSON writer (sp_json_*) — each header
- *    names the failure values (NULL, SP_ERR, NaN, -1, false, SP_MODEL_NONE). Most are
+ *    _batch), sample access (sp_dataset_get, sp_dataset_label, sp_dataset_sample_numel),
+ *    sp_train_step_accum, sp_step_graph_*, the JSON writer (sp_json_*; a failed write
+ *    to stdout is a status too), the runner's lookups sp_run_engine_own and
+ *    sp_run_engine_int — each header names the failure values (NULL, SP_ERR, NaN, -1,
+ *    false, SP_MODEL_NONE). Most are
  *    declared SP_MUST_CHECK, so an ignored status is a compiler warning. A failed call
  *    leaves its outputs untouched unless its header says otherwise, and frees what it
  *    allocated. A NULL pointer or a negative count is such a failure, naming the

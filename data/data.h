@@ -79,8 +79,9 @@ size_t sp_dataset_bytes(const sp_dataset *d);
 /* d->get, bounds-checked, then normalisation if set. */
 int sp_dataset_get(sp_dataset *d, int i, float *x, int *y);
 /* The label of sample i: d->label, or (without one) get into scratch (sample_numel
- * floats). Returns whether the sample's input had to be read for it. */
-bool sp_dataset_label(sp_dataset *d, int i, float *scratch, int *y);
+ * floats). Returns 1 when the sample's input had to be read for it, 0 when not, SP_ERR
+ * on a NULL argument or an index out of range. */
+int sp_dataset_label(sp_dataset *d, int i, float *scratch, int *y);
 /* The channel is dim 0 of a C×H×W sample and the last dim of a T×C sample; nch is
  * that dim's size, or 1 to use one mean/std for every element. */
 int sp_dataset_normalize(sp_dataset *d, int nch, const float *mean, const float *std) SP_MUST_CHECK;

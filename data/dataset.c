@@ -200,17 +200,19 @@ int sp_dataset_normalize(sp_dataset *d, int nch, const float *mean, const float 
     return SP_OK;
 }
 
-bool sp_dataset_label(sp_dataset *d, int i, float *scratch, int *y)
+int sp_dataset_label(sp_dataset *d, int i, float *scratch, int *y)
 {
+    SP_GUARD(SP_ERR);
     if (!d) sp_fail("sp_dataset_label: argument 'd' is NULL");
     if (!y) sp_fail("sp_dataset_label: argument 'y' is NULL");
     if (i < 0 || i >= d->n) sp_fail("%s: sample %d out of range (dataset has %d)", d->name, i, d->n);
     if (d->label) {
         *y = d->label(d, i);
-        return false;
+        return 0;
     }
+    if (!scratch) sp_fail("sp_dataset_label: argument 'scratch' is NULL (%s has no label reader)", d->name);
     d->get(d, i, scratch, y);
-    return true;
+    return 1;
 }
 
 static void dataset_get(sp_dataset *d, int i, float *x, int *y)

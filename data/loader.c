@@ -75,8 +75,9 @@ static void assemble(sp_loader *l, int j)
             sp_dataset_get(l->d, idx[s], l->x[slot] + (size_t)s * l->sample_numel, &l->y[slot][s]);
             read++;
         } else if (need & SP_LOADER_Y) {   /* the label alone; the input stays zero */
-            if (sp_dataset_label(l->d, idx[s], l->scratch, &l->y[slot][s])) read++;
-            else labels++;
+            int r = sp_dataset_label(l->d, idx[s], l->scratch, &l->y[slot][s]);
+            if (r > 0) read++;
+            else if (r == 0) labels++;
         }   /* else another rank's row: left zero */
     }
     __atomic_fetch_add(&l->samples_read, read, __ATOMIC_RELAXED);

@@ -6,6 +6,8 @@
  * worst difference seen is reported. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include "layers/zoo.h"
@@ -16,6 +18,7 @@
 #include "core/model.h"
 #include "core/threads.h"
 #include "layers/layers.h"
+#include "layers/elementwise.h"
 #include "tests/testutil.h"
 
 #define TOL 1e-4
@@ -520,6 +523,87 @@ Test(bppsa, pruned_lenet_and_vgg_front)
     double w = compare(m, &x, y2, -1);
     cr_log_info("pruned vgg11 conv1-4: max relative difference bppsa vs linear %.2e", w);
     sp_prune_free(p);
+    sp_tensor_free(&x);
+    sp_model_free(m);
+}
+
+/* ---- a scan worker that fails ------------------------------------------------------------ */
+
+/* tanh whose Jᵀ refuses (sp_fail) on the pool's worker threads while g_refuse is set: the
+ * links' Jacobians are filled over the pool (sp_engine_parallel_for), the caller thread
+ * taking the first chunk, so only a worker's chunk fails. */
+static sp_opdef op_refusing_tanh;
+static pthread_t g_caller;
+static atomic_int g_refuse, g_worker_refusals;
+
+static void refusing_jt_values(const sp_node *n, int i, int b, sp_csr *jt)
+{
+    if (atomic_load(&g_refuse) && !pthread_equal(pthread_self(), g_caller)) {
+        atomic_fetch_add(&g_worker_refusals, 1);
+        sp_fail("refusing tanh: sample %d's Jacobian refused on a worker", b);
+    }
+    sp_op_tanh.cpu.jt_values(n, i, b, jt);
+}
+
+/* An sp_fail in an op on a pool worker comes back from sp_backward as SP_ERR with its
+ * message (it ended the process, or left the pool waiting); the same engine and pool
+ * then give bppsa's gradients equal to linear back-propagation's. */
+Test(bppsa, a_failing_worker_is_the_calls_status_and_the_pool_goes_on, .timeout = 120)
+{
+    sp_set_threads(4);
+    g_caller = pthread_self();
+    op_refusing_tanh = sp_op_tanh;
+    op_refusing_tanh.cpu.jt_values = refusing_jt_values;
+    sp_model *m = sp_model_new("refusing");
+    sp_model_set_loss(m, sp_softmax_ce());
+    sp_model_add(m, sp_linear("fc1", 7, 9));
+    sp_model_add(m, sp_elementwise_layer(&op_refusing_tanh));
+    sp_model_add(m, sp_linear("fc2", 9, 8));
+    sp_model_add(m, sp_elementwise_layer(&op_refusing_tanh));
+    sp_model_add(m, sp_linear("fc3", 8, 6));
+    sp_model_add(m, sp_elementwise_layer(&op_refusing_tanh));
+    sp_model_add(m, sp_linear("fc4", 6, 4));
+    sp_model_init(m, 3);
+    enum { B = 16 };
+    sp_tensor x = input(2, (int[]){B, 7}, 4);
+    int y[B];
+    for (int b = 0; b < B; b++) y[b] = b % 4;
+    sp_engine *e = sp_engine_create("bppsa", &(sp_engine_opts){.own = &(sp_bppsa_opts){.scan_levels = -1}});
+    cr_assert_not_null(e, "%s", sp_last_error());
+    for (int round = 0; round < 3; round++) {
+        atomic_store(&g_refuse, 1);
+        atomic_store(&g_worker_refusals, 0);
+        sp_tape t;
+        sp_tape_init(&t);
+        sp_model_zero_grad(m);
+        sp_node *l = sp_model_loss(m, &t, &x, y);
+        cr_assert_not_null(l, "%s", sp_last_error());
+        sp_clear_error();
+        cr_assert_eq(sp_backward(e, &t, l), SP_ERR, "round %d: a worker's failure was lost", round);
+        cr_assert_gt(atomic_load(&g_worker_refusals), 0, "round %d: no worker ran a refusing Jacobian", round);
+        cr_assert(strstr(sp_last_error(), "refusing tanh: sample ") && strstr(sp_last_error(), "refused on a worker"),
+                  "round %d: '%s'", round, sp_last_error());
+        sp_tape_free(&t);
+
+        atomic_store(&g_refuse, 0);   /* the next call, on the same engine and pool, works */
+        grads a;
+        float la, lb;
+        run(m, "linear", -1, &x, y, &a, &la);
+        sp_tape_init(&t);
+        sp_model_zero_grad(m);
+        l = sp_model_loss(m, &t, &x, y);
+        cr_assert_eq(sp_backward(e, &t, l), SP_OK, "round %d: %s", round, sp_last_error());
+        lb = l->out.data[0];
+        cr_assert_eq(la, lb);
+        for (int i = 0; i < m->nparams; i++) {
+            double d = tu_max_rel_diff(m->params[i]->grad.data, a.g[i], a.len[i]);
+            cr_assert_lt(d, TOL, "round %d: %s differs from linear by %.2e after a failure", round, m->params[i]->name,
+                         d);
+            free(a.g[i]);
+        }
+        sp_tape_free(&t);
+    }
+    sp_engine_destroy(e);
     sp_tensor_free(&x);
     sp_model_free(m);
 }

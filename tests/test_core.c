@@ -740,6 +740,27 @@ Test(api, backward_with_a_null_tape_is_a_status)
     cr_assert(strstr(sp_last_error(), "sp_backward: the engine is NULL"), "%s", sp_last_error());
 }
 
+/* sp_json_end_print on a stdout that cannot take the line (a full disk) returns SP_ERR
+ * with the reason, and the process goes on (it exited 2 from inside the library). */
+Test(api, json_end_print_reports_a_failed_write)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        if (!freopen("/dev/full", "w", stdout)) _exit(5);
+        sp_json j;
+        if (sp_json_begin(&j) != SP_OK || sp_json_int(&j, "x", 1) != SP_OK) _exit(6);
+        if (sp_json_end_print(&j) != SP_ERR) _exit(3);
+        if (!strstr(sp_last_error(), "stdout: write failed: No space left on device")) _exit(4);
+        _exit(0);   /* reached: the library did not end the process */
+    }
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit %d (3: not SP_ERR, 4: message, 2: the library exited)",
+              WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st));
+}
+
 /* ---- every public function and its arguments ------------------------------------------ */
 
 /* What a function declared in the headers scanprop.h includes does with a NULL pointer
@@ -994,8 +1015,11 @@ static void c107(void) { g_status = sp_st_read_f32(NULL, NULL, NULL, 1, NULL); }
 static void c108(void) { g_status = sp_st_read_f32(NULL, NULL, NULL, -1, NULL); }
 static void c109(void) { g_status = sp_st_read_i32(NULL, NULL, NULL, 1, NULL); }
 static void c110(void) { g_status = sp_st_read_i32(NULL, NULL, NULL, -1, NULL); }
-static void c111(void) { (void)sp_st_shape_problem(NULL, 1, NULL, NULL, 0); }
-static void c112(void) { (void)sp_st_shape_problem(NULL, -1, NULL, NULL, 0); }
+static void c111(void) { REFUSED(sp_st_shape_problem(NULL, 1, NULL, NULL, 0)); }
+static void c112(void) { REFUSED(sp_st_shape_problem(NULL, -1, NULL, NULL, 0)); }
+static void c_dtn(void) { g_ptr = sp_st_dtype_name((sp_st_dtype)99); }
+static void c_dtn2(void) { g_ptr = sp_st_dtype_name((sp_st_dtype)-1); }
+static void c_dts(void) { REFUSED(sp_st_dtype_size((sp_st_dtype)99) == 0); }
 static void c113(void) { g_status = sp_st_read_raw(NULL, NULL, NULL); }
 static void c114(void) { g_status = sp_st_write(NULL, 1, NULL, NULL); }
 static void c115(void) { g_status = sp_st_save(NULL, 1, NULL, NULL, NULL); }
@@ -1142,7 +1166,7 @@ static void c238(void) { g_status = sp_optim_undo_save(NULL, NULL, NULL, 1); }
 static void c239(void) { g_status = sp_optim_undo_restore(NULL); }
 static void c240(void) { sp_optim_undo_clear(NULL); }
 static void c241(void) { sp_optim_undo_free(NULL); }
-static void c242(void) { (void)sp_dataset_label(NULL, 0, NULL, NULL); }
+static void c242(void) { g_status = sp_dataset_label(NULL, 0, NULL, NULL); }
 static void c243(void) { g_ptr = (const void *)sp_loader_new_rows(NULL, 1, 0, 0, 0, NULL); }
 static void c254(void) { g_ptr = (const void *)sp_loader_new_rows_sync(NULL, 1, 0, 0, 0, NULL); }
 static void c244(void) { g_status = sp_loader_samples_read(NULL) < 0 ? SP_ERR : SP_OK; }
@@ -1158,8 +1182,8 @@ static void c253(void) { REFUSED(sp_apply_over(NULL, NULL, NULL) == NULL); }
 static void c253b(void) { g_ptr = (const void *)sp_batchnorm2d_relu(NULL, 0); }
 static void c255(void) { g_ptr = (const void *)sp_engine_def_find(NULL); }
 static void c256(void) { g_ptr = (const void *)sp_engine_own_opts(NULL, NULL); }
-static void c257(void) { (void)sp_run_engine_own(NULL, "ooo"); }
-static void c258(void) { (void)sp_run_engine_int(NULL, "k", 0); }
+static void c257(void) { g_ptr = sp_run_engine_own(NULL, "ooo"); }
+static void c258(void) { REFUSED(sp_run_engine_int(NULL, "k", 7) == 7); }
 static void c259(void) { g_status = sp_model_check_finite(NULL); }
 static void c261(void) { g_ptr = (const void *)sp_maxpool2d(-1, 1, 0); }
 static void c262(void) { g_ptr = (const void *)sp_avgpool2d(2, -1, 0); }
@@ -1281,8 +1305,8 @@ static const api_case cases[] = {
     {"sp_engine_names_with", K_NULL, c85, "sp_engine_names_with: argument 'buf' is NULL"},
     {"sp_engine_def_find", K_NULL, c255, "sp_engine_def_find: argument 'name' is NULL"},
     {"sp_engine_own_opts", K_NULL, c256, "sp_engine_own_opts: argument 'd' is NULL"},
-    {"sp_run_engine_own", K_TRY, c257, "sp_run_engine_own: argument 'o' is NULL"},
-    {"sp_run_engine_int", K_TRY, c258, "sp_run_engine_int: argument 'o' is NULL"},
+    {"sp_run_engine_own", K_NULL, c257, "sp_run_engine_own: argument 'o' is NULL"},
+    {"sp_run_engine_int", K_STATUS, c258, "sp_run_engine_int: argument 'o' is NULL"},
     {"sp_backward_async", K_STATUS, c86, "sp_backward_async: argument 'e' is NULL"},
     {"sp_engine_sync", K_STATUS, c87, "sp_engine_sync: argument 'e' is NULL"},
     {"sp_engine_wait_layer", K_STATUS, c88, "sp_engine_wait_layer: argument 'e' is NULL"},
@@ -1309,8 +1333,11 @@ static const api_case cases[] = {
     {"sp_st_read_f32", K_STATUS, c108, "sp_st_read_f32: argument 'ndim' is -1"},
     {"sp_st_read_i32", K_STATUS, c109, "sp_st_read_i32: argument 'f' is NULL"},
     {"sp_st_read_i32", K_STATUS, c110, "sp_st_read_i32: argument 'ndim' is -1"},
-    {"sp_st_shape_problem", K_TRY, c111, "sp_st_shape_problem: argument 't' is NULL"},
-    {"sp_st_shape_problem", K_TRY, c112, "sp_st_shape_problem: argument 'ndim' is -1"},
+    {"sp_st_shape_problem", K_STATUS, c111, "sp_st_shape_problem: argument 't' is NULL"},
+    {"sp_st_shape_problem", K_STATUS, c112, "sp_st_shape_problem: argument 'ndim' is -1"},
+    {"sp_st_dtype_name", K_NULL, c_dtn, "sp_st_dtype_name: argument 'dt' is 99"},
+    {"sp_st_dtype_name", K_NULL, c_dtn2, "sp_st_dtype_name: argument 'dt' is -1"},
+    {"sp_st_dtype_size", K_STATUS, c_dts, "sp_st_dtype_size: argument 'dt' is 99"},
     {"sp_st_read_raw", K_STATUS, c113, "sp_st_read_raw: argument 'f' is NULL"},
     {"sp_st_write", K_STATUS, c114, "sp_st_write: the path is NULL"},
     {"sp_st_save", K_STATUS, c115, "sp_st_save: the path is NULL"},
@@ -1467,7 +1494,7 @@ static const api_case cases[] = {
     {"sp_optim_undo_restore", K_STATUS, c239, "sp_optim_undo_restore: argument 'u' is NULL"},
     {"sp_optim_undo_clear", K_NOOP, c240, "?"},
     {"sp_optim_undo_free", K_NOOP, c241, "?"},
-    {"sp_dataset_label", K_TRY, c242, "sp_dataset_label: argument 'd' is NULL"},
+    {"sp_dataset_label", K_STATUS, c242, "sp_dataset_label: argument 'd' is NULL"},
     {"sp_loader_new_rows", K_NULL, c243, "sp_loader_new: the dataset is NULL"},
     {"sp_loader_new_rows_sync", K_NULL, c254, "sp_loader_new: the dataset is NULL"},
     {"sp_loader_samples_read", K_STATUS, c244, "sp_loader_samples_read: argument 'l' is NULL"},
@@ -1545,8 +1572,6 @@ static const char *const no_pointer_or_count[] = {
     "sp_parallel_help_open",
     "sp_cpu_relax",
     "sp_now",
-    "sp_st_dtype_name",
-    "sp_st_dtype_size",
     "sp_st_dtype_is_float",
     "sp_relu",
     "sp_tanh",

@@ -40,8 +40,19 @@ static const struct { const char *name; size_t size; } dtypes[SP_ST_NDTYPES] = {
     [SP_ST_BOOL] = {"BOOL", 1},
 };
 
-const char *sp_st_dtype_name(sp_st_dtype dt) { return dtypes[dt].name; }
-size_t sp_st_dtype_size(sp_st_dtype dt) { return dtypes[dt].size; }
+const char *sp_st_dtype_name(sp_st_dtype dt)
+{
+    if ((unsigned)dt >= SP_ST_NDTYPES)
+        return sp_error("sp_st_dtype_name: argument 'dt' is %d (expected 0..%d)", (int)dt, SP_ST_NDTYPES - 1), NULL;
+    return dtypes[dt].name;
+}
+
+size_t sp_st_dtype_size(sp_st_dtype dt)
+{
+    if ((unsigned)dt >= SP_ST_NDTYPES)
+        return sp_error("sp_st_dtype_size: argument 'dt' is %d (expected 0..%d)", (int)dt, SP_ST_NDTYPES - 1), 0;
+    return dtypes[dt].size;
+}
 
 struct sp_st_file {
     char *path;
@@ -502,10 +513,10 @@ const char *sp_st_metadata(const sp_st_file *f, const char *key)
 
 bool sp_st_shape_problem(const sp_st_tensor *t, int ndim, const int *shape, char *msg, size_t len)
 {
-    if (ndim < 0) sp_fail("sp_st_shape_problem: argument 'ndim' is %d (expected >= 0)", ndim);
-    if (!t) sp_fail("sp_st_shape_problem: argument 't' is NULL");
-    if (ndim > 0 && !shape) sp_fail("sp_st_shape_problem: argument 'shape' is NULL");
-    if (!msg) sp_fail("sp_st_shape_problem: argument 'msg' is NULL");
+    if (ndim < 0) return sp_error("sp_st_shape_problem: argument 'ndim' is %d (expected >= 0)", ndim), true;
+    if (!t) return sp_error("sp_st_shape_problem: argument 't' is NULL"), true;
+    if (ndim > 0 && !shape) return sp_error("sp_st_shape_problem: argument 'shape' is NULL"), true;
+    if (!msg) return sp_error("sp_st_shape_problem: argument 'msg' is NULL"), true;
     bool same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
     if (same) return false;

@@ -71,6 +71,8 @@ int sp_st_count(const sp_st_file *f);
 const sp_st_tensor *sp_st_at(const sp_st_file *f, int i);      /* header order      */
 const sp_st_tensor *sp_st_find(const sp_st_file *f, const char *name); /* NULL if absent */
 const char *sp_st_metadata(const sp_st_file *f, const char *key);     /* NULL if absent */
+/* A dtype's name ("F32") and bytes per element; a value outside the enum: NULL and 0,
+ * the message in sp_last_error(). */
 const char *sp_st_dtype_name(sp_st_dtype dt);
 size_t sp_st_dtype_size(sp_st_dtype dt);
 bool sp_st_dtype_is_float(sp_st_dtype dt);   /* F64, F32, F16, BF16 */
@@ -82,7 +84,8 @@ bool sp_st_dtype_is_float(sp_st_dtype dt);   /* F64, F32, F16, BF16 */
 int sp_st_read_f32(const sp_st_file *f, const char *name, float *dst, int ndim, const int *shape) SP_MUST_CHECK;
 int sp_st_read_i32(const sp_st_file *f, const char *name, int32_t *dst, int ndim, const int *shape) SP_MUST_CHECK;
 /* If t's shape is not `shape` (ndim dims): true, with "x has shape [..], expected [..]"
- * in msg. */
+ * in msg. A NULL argument or a negative ndim: true too, msg untouched, the message in
+ * sp_last_error(). */
 bool sp_st_shape_problem(const sp_st_tensor *t, int ndim, const int *shape, char *msg, size_t len);
 /* t's t->nbytes bytes as stored (little-endian, no conversion) into dst. */
 int sp_st_read_raw(const sp_st_file *f, const sp_st_tensor *t, void *dst) SP_MUST_CHECK;
