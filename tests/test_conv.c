@@ -800,6 +800,13 @@ Test(conv_blocked, plan_stops_at_ops_without_the_layout)
     cr_expect(make[c4], "conv → conv");
     cr_expect(!make[c5], "a biased conv");
     cr_expect(make[c6], "conv → global average pooling");
+    /* an output another rank reads (the executor's cut after bn's ReLU) stays NCHW: c1,
+     * which made it blocked through bn and relu, writes NCHW; the rest as before */
+    bool plain[16] = {0}, cut[16] = {0};
+    plain[c1 + 2] = true;
+    sp_model_blocked_plan_cut(m, plain, cut);
+    cr_expect(!cut[c1], "conv → bn → relu, read by another rank");
+    for (int i = c1 + 1; i < c6 + 2; i++) cr_expect_eq(cut[i], make[i], "layer %d: as without the cut", i);
     sp_model_free(m);
     sp_model *last = sp_model_new("last");   /* the model's output stays NCHW */
     sp_model_add(last, sp_conv2d_nobias("c", 3, 16, 3, 1, 1));
