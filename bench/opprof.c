@@ -14,8 +14,10 @@
  * OPPROF_BEST=1: the best (minimum) of the STEPS steps instead of the median, which
  * other tenants' load disturbs less on a shared machine. As the training step's forward,
  * a layer whose ReLU sp_model_forward folds into it (sp_model_fuses_relu) runs with it,
- * the ReLU's row then near 0; OPPROF_FUSE=0 runs every layer on its own, each output
- * in bytes of its own. */
+ * the ReLU's row then near 0, and where it also folds the op after that ReLU (a max
+ * pool: sp_model_fuses_relu_next) the three run as one, their time in the layer's row;
+ * OPPROF_FUSE=relu folds the ReLUs only; OPPROF_FUSE=0 runs every layer on its own, each
+ * output in bytes of its own. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +77,10 @@ int main(int argc, char **argv)
     int B = atoi(argv[2]), steps = argc > 3 ? atoi(argv[3]) : 50, threads = argc > 4 ? atoi(argv[4]) : 2;
     if (B < 1 || steps < 1) sp_fail("opprof: BATCH and STEPS must be >= 1");
     g_best = getenv("OPPROF_BEST") && !strcmp(getenv("OPPROF_BEST"), "1");
-    bool fuse = !(getenv("OPPROF_FUSE") && !strcmp(getenv("OPPROF_FUSE"), "0"));
+    const char *fv = getenv("OPPROF_FUSE");
+    bool fuse = !(fv && !strcmp(fv, "0")), fuse_next = fuse && !(fv && !strcmp(fv, "relu"));
+    if (fv && strcmp(fv, "0") && strcmp(fv, "1") && strcmp(fv, "relu"))
+        sp_fail("OPPROF_FUSE=%s: expected 0, relu or 1", fv);
     sp_set_threads(threads);
     sp_model *m = sp_zoo_model(name);
     sp_model_init(m, 1);
@@ -122,6 +127,17 @@ int main(int argc, char **argv)
             for (int k = 0; k < nin; k++) args[k] = m->from[k0 + k] == SP_MODEL_INPUT ? in : outs[m->from[k0 + k]];
             tape.out_blocked = l < m->nlayers && make[l];
             a = sp_now();
+            if (l < m->nlayers && fuse_next && nin == 1 && sp_model_fuses_relu_next(m, &tape, l, SP_CPU) &&
+                !make[l] && !make[l + 1] && !make[l + 2]) {
+                /* as sp_model_forward: the layer, its ReLU and the next op as one; their rows 0 */
+                n = outs[l + 2] = sp_apply_fused_relu_next(&tape, m->layers[l], m->layers[l + 1], m->layers[l + 2], args[0]);
+                if (s >= 0) t[PH_FWD][(size_t)l * steps + s] = sp_now() - a;
+                outs[l + 1] = n->input;
+                outs[l] = n->input->input;
+                if (s >= 0) t[PH_FWD][(size_t)(l + 1) * steps + s] = t[PH_FWD][(size_t)(l + 2) * steps + s] = 0;
+                l += 2;
+                continue;
+            }
             if (l < m->nlayers && fuse && nin == 1 && sp_model_fuses_relu(m, &tape, l, SP_CPU)) {
                 /* as sp_model_forward: the layer with its ReLU folded in; the ReLU's row 0 */
                 outs[l] = sp_apply_fused_relu(&tape, m->layers[l], args[0]);

@@ -184,6 +184,25 @@ bool sp_model_fuses_relu(const sp_model *m, const sp_tape *t, int i, sp_device d
     return fuses_relu(m, t, i, dev);
 }
 
+/* sp_model_fuses_relu_next without its guard. */
+static bool fuses_relu_next(const sp_model *m, const sp_tape *t, int i, sp_device dev)
+{
+    if (!fuses_relu(m, t, i, dev) || i + 2 >= m->nlayers) return false;
+    if (m->from_start[i + 3] - m->from_start[i + 2] != 1 || m->from[m->from_start[i + 2]] != i + 1) return false;
+    int readers = 0;   /* of the ReLU's output: layer i + 2 alone */
+    for (int k = 0; k < m->from_start[m->nlayers]; k++) readers += m->from[k] == i + 1;
+    const sp_kernels *k = sp_op_kernels(m->layers[i + 2]->op, dev);
+    return readers == 1 && k->forward_begin && k->forward_samples;
+}
+
+bool sp_model_fuses_relu_next(const sp_model *m, const sp_tape *t, int i, sp_device dev)
+{
+    SP_GUARD(false);
+    if (!m) sp_fail("sp_model_fuses_relu_next: argument 'm' is NULL");
+    if (!t) sp_fail("sp_model_fuses_relu_next: argument 't' is NULL");
+    return fuses_relu_next(m, t, i, dev);
+}
+
 static int blk_kind(const sp_model *m, int i)
 {
     const sp_layer *l = m->layers[i];
@@ -253,6 +272,9 @@ int sp_model_blocked_plan_cut(const sp_model *m, const bool *plain, bool *make)
     return plan_cut(m, plain, make, "sp_model_blocked_plan_cut");
 }
 
+/* Whether the plan writes layer i + 1's or i + 2's output blocked (make may be NULL). */
+static bool make_next(const bool *make, int i) { return make && (make[i + 1] || make[i + 2]); }
+
 static sp_node *model_forward(sp_model *m, sp_tape *t, sp_node *x)
 {
     if (!m) sp_fail("sp_model_forward: argument 'm' is NULL");
@@ -266,6 +288,12 @@ static sp_node *model_forward(sp_model *m, sp_tape *t, sp_node *x)
     if (sp_model_is_chain(m)) {
         for (int i = 0; i < m->nlayers; i++) {
             t->out_blocked = make && make[i];
+            if (!t->out_blocked && !x->out.blk && fuses_relu_next(m, t, i, x->out.device) && !make_next(make, i)) {
+                /* layer i, its ReLU and the pool after it in one region */
+                x = sp_apply_fused_relu_next(t, m->layers[i], m->layers[i + 1], m->layers[i + 2], x);
+                i += 2;
+                continue;
+            }
             if (!t->out_blocked && !x->out.blk && fuses_relu(m, t, i, x->out.device)) {   /* layer i and its ReLU in one pass */
                 x = sp_apply_over_fused(t, m->layers[i + 1], sp_apply_fused_relu(t, m->layers[i], x));
                 i++;
@@ -283,6 +311,14 @@ static sp_node *model_forward(sp_model *m, sp_tape *t, sp_node *x)
         int k0 = m->from_start[i], nin = m->from_start[i + 1] - k0;
         for (int k = 0; k < nin; k++) args[k0 + k] = in[m->from[k0 + k]];
         t->out_blocked = make && make[i];
+        if (nin == 1 && !t->out_blocked && !args[k0]->out.blk && fuses_relu_next(m, t, i, args[k0]->out.device) &&
+            !make_next(make, i)) {
+            in[i + 2] = sp_apply_fused_relu_next(t, m->layers[i], m->layers[i + 1], m->layers[i + 2], args[k0]);
+            in[i + 1] = in[i + 2]->input;
+            in[i] = in[i + 1]->input;
+            i += 2;
+            continue;
+        }
         if (nin == 1 && !t->out_blocked && !args[k0]->out.blk && fuses_relu(m, t, i, args[k0]->out.device)) {
             in[i] = sp_apply_fused_relu(t, m->layers[i], args[k0]);
             in[i + 1] = sp_apply_over_fused(t, m->layers[i + 1], in[i]);

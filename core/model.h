@@ -88,6 +88,11 @@ sp_node *sp_model_forward(sp_model *m, sp_tape *t, sp_node *x);
  * sp_apply_over_fused): t->reuse_inputs, layer i + 1 a ReLU that would run over layer
  * i's output (read by it alone), and layer i's kernels on dev with a forward_relu. */
 bool sp_model_fuses_relu(const sp_model *m, const sp_tape *t, int i, sp_device dev);
+/* Whether it runs layer i + 2's forward in that one too, on each range of samples once
+ * their ReLU is done (sp_apply_fused_relu_next): sp_model_fuses_relu, layer i + 2 reading
+ * layer i + 1 alone and read alone, and its kernels on dev with forward_begin and
+ * forward_samples (a max pool after a conv's ReLU). */
+bool sp_model_fuses_relu_next(const sp_model *m, const sp_tape *t, int i, sp_device dev);
 /* Which layers write their output in oneDNN's blocked layout when the tape allows it
  * (sp_tape.blocked): make[i] for each of the nlayers layers, from the ops' sp_opdef.blocked
  * alone, so that no op meets a layout it does not take, no op's inputs come in two

@@ -103,7 +103,16 @@ enum { SP_BLK_NONE = 0, SP_BLK_PASS, SP_BLK_PLAIN, SP_BLK_MAKES };
  *                          y next (sp_model_forward, sp_tape.reuse_inputs) folded into
  *                          the same pass, bitwise forward then relu's forward; that
  *                          ReLU's node is then recorded without running
- *                          (sp_apply_over_fused). NULL: none.
+ *                          (sp_apply_over_fused). next: NULL, or the node that reads the
+ *                          ReLU's output, whose forward_samples it runs on every range of
+ *                          samples once their ReLU is done, on the same thread, in the same
+ *                          parallel region (sp_apply_fused_relu_next). NULL: none.
+ *   forward_begin          the forward in pieces, for a node whose producer's forward_relu
+ *   forward_samples        runs it (next above): forward_begin does what comes before any
+ *                          sample (saved state from the arena) on the calling thread;
+ *                          forward_samples(n, b0, b1) then samples [b0, b1) on the calling
+ *                          thread, with no parallel region of its own. Pieces covering
+ *                          [0, B) give forward's bits. NULL: none.
  *   backward_input_acc     dx += J_iᵀ·dy, bitwise dx + (what backward_input writes): the
  *                          δ of an input that fans out, added into its sum with no
  *                          scratch tensor and no separate pass (the linear engine's
@@ -145,7 +154,9 @@ typedef struct sp_kernels {
     void (*chain_backward_params_range)(sp_node *n, const sp_tensor *dh, int t0, int t1);
     void (*backward_input_params)(sp_node *n, const sp_tensor *dy, sp_tensor *dx, bool acc);
     void (*backward_input_acc)(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx);
-    void (*forward_relu)(sp_node *n);
+    void (*forward_relu)(sp_node *n, sp_node *next);
+    void (*forward_begin)(sp_node *n);
+    void (*forward_samples)(sp_node *n, int b0, int b1);
 } sp_kernels;
 
 /* ---- What an op is, on every device -------------------------------------------------- */

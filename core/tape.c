@@ -184,7 +184,7 @@ sp_node *sp_tape_input(sp_tape *t, const sp_tensor *x)
 }
 
 /* How apply runs the layer's forward. */
-enum { RUN_FORWARD, RUN_FORWARD_RELU, RUN_NOTHING };
+enum { RUN_FORWARD, RUN_FORWARD_RELU, RUN_NOTHING, RUN_BEGIN };
 
 /* ---- applying an op ------------------------------------------------------------------
  * Each sp_apply* checks its pointers, then records the node under sp_try: an op's shape
@@ -255,7 +255,8 @@ static void apply(void *arg)
         sp_fail("op %s: input in the blocked layout nChw%dc, which it does not take", l->op->name, blk);
     n->out.blk = blk;
     if (t->before_apply && !t->shape_only) t->before_apply(t->before_apply_ctx, l);
-    if (!t->shape_only && c->run == RUN_FORWARD_RELU) n->kern->forward_relu(n);
+    if (!t->shape_only && c->run == RUN_FORWARD_RELU) n->kern->forward_relu(n, NULL);
+    else if (!t->shape_only && c->run == RUN_BEGIN) n->kern->forward_begin(n);
     else if (!t->shape_only && c->run == RUN_FORWARD) n->kern->forward(n);
     for (int i = 0; i < ninputs; i++) xs[i]->nconsumers++;
     c->out = n;
@@ -340,6 +341,63 @@ sp_node *sp_apply_over_fused(sp_tape *t, sp_layer *relu, sp_node *x)
         return sp_refuse("op %s: applied over an input on a device", relu->op->name), NULL;
     float *over = t->shape_only ? NULL : x->out.data;
     return apply_guarded(apply, &(apply_call){.t = t, .l = relu, .ninputs = 1, .xs = &x, .over = over, .run = RUN_NOTHING});
+}
+
+typedef struct fused_next_call {
+    sp_tape *t;
+    sp_layer *l, *relu, *next;
+    sp_node *x, *out;
+    int done;   /* nodes recorded whole (their inputs counted as read) */
+} fused_next_call;
+
+/* The three nodes of sp_apply_fused_relu_next, under sp_try: l's forward waits until
+ * next's node (and its saved state) exists, then computes all three. */
+static void apply_fused_next(void *arg)
+{
+    fused_next_call *f = arg;
+    sp_layer *ls[3] = {f->l, f->relu, f->next};
+    for (int i = 0; i < 3; i++)
+        if (!ls[i]->op) sp_fail("op of layer '%s': none (not a layer a constructor made)", ls[i]->name);
+    sp_device dev = f->x->out.device;
+    const sp_kernels *kn = sp_op_kernels(f->next->op, dev);
+    if (!sp_op_kernels(f->l->op, dev)->forward_relu)
+        sp_fail("op %s: no forward with a ReLU folded in on %s", f->l->op->name, sp_device_name(dev));
+    if (!f->relu->op->relu || !f->relu->op->over_input) sp_fail("op %s: not a ReLU", f->relu->op->name);
+    if (!kn->forward_begin || !kn->forward_samples)
+        sp_fail("op %s: no forward by ranges of samples on %s", f->next->op->name, sp_device_name(dev));
+    if (dev != SP_CPU) sp_fail("op %s: applied over an input on a device", f->relu->op->name);
+    apply_call c = {.t = f->t, .l = f->l, .ninputs = 1, .xs = &f->x, .run = RUN_NOTHING};
+    apply(&c);
+    sp_node *y = c.out;
+    f->done++;
+    c = (apply_call){.t = f->t, .l = f->relu, .ninputs = 1, .xs = &y, .over = y->out.data, .run = RUN_NOTHING};
+    apply(&c);
+    sp_node *r = c.out;
+    f->done++;
+    c = (apply_call){.t = f->t, .l = f->next, .ninputs = 1, .xs = &r, .run = RUN_BEGIN};
+    apply(&c);
+    f->done++;
+    if (!f->t->shape_only) y->kern->forward_relu(y, c.out);
+    f->out = c.out;
+}
+
+sp_node *sp_apply_fused_relu_next(sp_tape *t, sp_layer *l, sp_layer *relu, sp_layer *next, sp_node *x)
+{
+    if (!t) return sp_refuse("sp_apply_fused_relu_next: argument 't' is NULL"), NULL;
+    if (!l) return sp_refuse("sp_apply_fused_relu_next: argument 'l' is NULL"), NULL;
+    if (!relu) return sp_refuse("sp_apply_fused_relu_next: argument 'relu' is NULL"), NULL;
+    if (!next) return sp_refuse("sp_apply_fused_relu_next: argument 'next' is NULL"), NULL;
+    if (!x) return sp_refuse("sp_apply_fused_relu_next: argument 'x' is NULL"), NULL;
+    fused_next_call f = {.t = t, .l = l, .relu = relu, .next = next, .x = x};
+    int n0 = t->n;
+    sp_arena_mark m = {t->arena.head, t->arena.head ? t->arena.head->used : 0, t->arena.used_total};   /* mark_get */
+    if (sp_try(apply_fused_next, &f) == SP_OK) return f.out;
+    for (int i = n0; i < n0 + f.done; i++)   /* the inputs the recorded nodes counted as read */
+        for (int k = 0; k < t->nodes[i]->ninputs; k++) t->nodes[i]->inputs[k]->nconsumers--;
+    t->n = n0;
+    sp_arena_release(&t->arena, m);
+    sp_refuse("%s", sp_last_error());   /* inside sp_try: ends there */
+    return NULL;
 }
 
 sp_node *sp_apply(sp_tape *t, sp_layer *l, sp_node *x)

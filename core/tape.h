@@ -84,6 +84,12 @@ sp_node *sp_apply_fused_relu(sp_tape *t, sp_layer *l, sp_node *x);
 /* sp_apply_over for a ReLU layer (op->relu) whose work x's producer did already
  * (sp_apply_fused_relu): the node is recorded over x and its forward does not run. */
 sp_node *sp_apply_over_fused(sp_tape *t, sp_layer *relu, sp_node *x);
+/* sp_apply_fused_relu, then sp_apply_over_fused(relu), then next applied to the ReLU's
+ * output, with next's forward run by l's forward on each range of samples once their
+ * ReLU is done, in l's parallel region (l's forward_relu with next; next's kernels'
+ * forward_begin and forward_samples, else refused): bitwise the three ops one after the
+ * other. Returns next's node (its input the ReLU's, whose input is l's). */
+sp_node *sp_apply_fused_relu_next(sp_tape *t, sp_layer *l, sp_layer *relu, sp_layer *next, sp_node *x);
 /* The loss layer (a model's sp_model.loss, e.g. softmax + cross-entropy, mean over the
  * batch) applied to logits; labels [B] must outlive the step (NULL only on a shape-only
  * tape, or with labels staged on the logits' device: sp_tape.dev_labels). */

@@ -174,6 +174,7 @@ typedef struct fwd_job {
     const float *x, *W, *bias;
     float *y, *col, *rows;   /* per slot: [K, cs·P] and [O, cs·P] */
     bool relu;               /* forward_relu: y = max(y, 0) */
+    sp_node *next;           /* forward_relu's next: its forward_samples after the ReLU */
 } fwd_job;
 
 /* The ReLU's formula (layers/relu.c) over samples [b0, b0 + nb) of y, still in cache. */
@@ -205,6 +206,7 @@ static void forward_slots(void *ctx, size_t begin, size_t end)
                 scatter(S, rows, J->bias, J->y, b0, nb);
             }
             if (J->relu) relu_samples(S, J->y, b0, nb);
+            if (J->next) J->next->kern->forward_samples(J->next, b0, b0 + nb);
         }
     }
 }
@@ -245,7 +247,14 @@ static const float *plain_of(sp_node *n, const sp_tensor *t)
     return p;
 }
 
-static void conv_forward_with(sp_node *n, bool relu)
+/* The consumer's forward on samples [b, e) (an sp_dnnl_side over the batch). */
+static void next_samples(void *ctx, size_t b, size_t e)
+{
+    sp_node *next = ctx;
+    next->kern->forward_samples(next, (int)b, (int)e);
+}
+
+static void conv_forward_with(sp_node *n, bool relu, sp_node *next)
 {
     const sp_tensor *x = sp_node_x(n);
     conv_saved *S = conv_plan(n);
@@ -258,19 +267,22 @@ static void conv_forward_with(sp_node *n, bool relu)
     S->xblk = x->blk;
     S->yblk = blk && S->O % blk == 0 ? blk : 0;
     n->out.blk = S->yblk;
+    if (next && S->yblk)
+        sp_fail("conv2d %s: a blocked output with the next op's forward folded in (expected NCHW)", n->layer->name);
     /* the scratch below (im2col columns; oneDNN's job, scratchpads and blocked copies of
      * the input and output) is dead when the forward returns: handed back to the arena
      * for the next op (ResNet-20 b64: the larger part of a step's arena otherwise) */
     sp_arena_mark mark = sp_arena_mark_get(&n->tape->arena);
     if (S->dnnl) {
         sp_dnnl_conv c = dnnl_shape(S);
-        (relu ? sp_dnnl_conv_forward_relu : sp_dnnl_conv_forward)(n->tape, &c, x->data,
-                                                                 n->layer->params[0]->value.data, bias_of(n),
-                                                                 n->out.data);
+        const float *w = n->layer->params[0]->value.data;
+        sp_dnnl_side tail = {.fn = next_samples, .ctx = next, .n = (size_t)S->B};
+        if (relu) sp_dnnl_conv_forward_relu(n->tape, &c, x->data, w, bias_of(n), n->out.data, next ? &tail : NULL);
+        else sp_dnnl_conv_forward(n->tape, &c, x->data, w, bias_of(n), n->out.data);
     } else {   /* im2col in NCHW; a blocked x or y through a copy */
         size_t cols = (size_t)S->slots * S->cs * S->P;
         fwd_job J = {.S = S, .x = plain_of(n, x), .W = n->layer->params[0]->value.data,
-                     .bias = bias_of(n), .y = n->out.data, .relu = relu};
+                     .bias = bias_of(n), .y = n->out.data, .relu = relu, .next = next};
         if (S->yblk) J.y = sp_tape_alloc(n->tape, n->out.numel * sizeof(float));
         J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
         J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
@@ -280,12 +292,13 @@ static void conv_forward_with(sp_node *n, bool relu)
     sp_arena_release(&n->tape->arena, mark);
 }
 
-static void conv_forward(sp_node *n) { conv_forward_with(n, false); }
+static void conv_forward(sp_node *n) { conv_forward_with(n, false, NULL); }
 
 /* The forward with the next ReLU folded in (sp_kernels.forward_relu): each slot applies
  * it to its samples right after their GEMM or oneDNN call, while they are in cache, in
- * the same parallel region. */
-static void conv_forward_relu(sp_node *n) { conv_forward_with(n, true); }
+ * the same parallel region; then, with next (a max pool after that ReLU), next's forward
+ * on the same samples (per GEMM on the im2col path, per thread's slots on oneDNN's). */
+static void conv_forward_relu(sp_node *n, sp_node *next) { conv_forward_with(n, true, next); }
 
 /* ---- δ ---------------------------------------------------------------------------------- */
 

@@ -101,12 +101,28 @@ static void pool_forward_range(void *ctx, size_t begin, size_t end)
     }
 }
 
+/* The argmaxes (the saved state), before any sample (sp_kernels.forward_begin). */
+static void pool_forward_begin(sp_node *n) { n->saved = sp_tape_alloc(n->tape, n->out.numel * sizeof(int32_t)); }
+
+static pool_job forward_job(const sp_node *n)
+{
+    return (pool_job){.g = sp_pool2d_geom(n), .x = sp_node_x(n)->data, .y = n->out.data, .arg = n->saved};
+}
+
 static void pool_forward(sp_node *n)
 {
-    pool_job J = {.g = sp_pool2d_geom(n), .x = sp_node_x(n)->data, .y = n->out.data};
-    J.arg = sp_tape_alloc(n->tape, n->out.numel * sizeof(int32_t));
-    n->saved = J.arg;
+    pool_forward_begin(n);
+    pool_job J = forward_job(n);
     sp_parallel_for((size_t)n->out.shape[0] * J.g.C, pool_forward_range, &J);
+}
+
+/* Samples [b0, b1) on the calling thread (sp_kernels.forward_samples): the planes of
+ * those samples, as pool_forward's region computes them. A convolution's forward_relu
+ * runs it on the samples it has just written, still in cache. */
+static void pool_forward_samples(sp_node *n, int b0, int b1)
+{
+    pool_job J = forward_job(n);
+    pool_forward_range(&J, (size_t)b0 * J.g.C, (size_t)b1 * J.g.C);
 }
 
 /* 2×2, stride 2, no padding: each input lies in at most one window, so every dx is
@@ -191,6 +207,8 @@ const sp_opdef sp_op_maxpool2d = {
     .cost = pool_cost,
     .cpu = {
         .forward = pool_forward,
+        .forward_begin = pool_forward_begin,
+        .forward_samples = pool_forward_samples,
         .backward_input = pool_backward_input,
         .jt_values = pool_jt_values,
     },

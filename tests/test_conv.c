@@ -585,25 +585,29 @@ Test(im2col, same_bits_with_1_and_2_threads)
 /* ---- a convolution with its ReLU folded in (sp_kernels.forward_relu) -------------------- */
 
 typedef struct fused_run {
-    float *logits, **grads;
-    bool fused;
+    float *logits, **grads, loss;
+    bool fused, next;   /* layer 0 runs with its ReLU; and with the pool after it */
 } fused_run;
 
-/* One step of conv → ReLU → 2×2 max pool → fc on a fresh tape, the linear engine's
- * backward: with reuse (the training step's forward) the conv runs with the ReLU fused. */
-static fused_run fused_step(sp_model *m, const sp_tensor *x, const int *y, bool reuse)
+/* One step of conv → ReLU → 2×2 max pool → fc on a fresh tape, backward by engine
+ * (linear or ooo): with reuse (the training step's forward) the conv runs with the ReLU
+ * and the pool folded in. */
+static fused_run fused_step(sp_model *m, const sp_tensor *x, const int *y, bool reuse, const char *engine)
 {
     for (int p = 0; p < m->nparams; p++) sp_zero(&m->params[p]->grad);
     sp_tape t;
     sp_tape_init(&t);
     t.reuse_inputs = reuse;
-    fused_run r = {.fused = sp_model_fuses_relu(m, &t, 0, SP_CPU)};
+    fused_run r = {.fused = sp_model_fuses_relu(m, &t, 0, SP_CPU), .next = sp_model_fuses_relu_next(m, &t, 0, SP_CPU)};
     sp_node *loss = sp_model_loss(m, &t, x, y);
     const sp_tensor *lg = &loss->input->out;
     r.logits = malloc(lg->numel * sizeof(float));
     memcpy(r.logits, lg->data, lg->numel * sizeof(float));
-    sp_engine *e = sp_engine_create("linear", NULL);
+    r.loss = loss->out.data[0];
+    sp_engine *e = sp_engine_create(engine, NULL);
+    cr_assert(e, "engine %s", engine);
     sp_backward(e, &t, loss);
+    sp_engine_sync(e);
     sp_engine_destroy(e);
     r.grads = calloc((size_t)m->nparams, sizeof *r.grads);
     for (int p = 0; p < m->nparams; p++) {
@@ -621,7 +625,7 @@ static void fused_free(fused_run *r, int nparams)
     free(r->logits);
 }
 
-static void compare_fused(const conv_cfg *c, uint64_t seed)
+static void compare_fused(const conv_cfg *c, uint64_t seed, const char *engine)
 {
     sp_model *m = sp_model_new("fused");
     sp_model_set_loss(m, sp_softmax_ce());
@@ -636,22 +640,25 @@ static void compare_fused(const conv_cfg *c, uint64_t seed)
     tu_fill_uniform(x.data, x.numel, seed + 1, -1, 1);
     int y[16];
     for (int b = 0; b < c->B; b++) y[b] = (int)((seed + 3 * (uint64_t)b) % 10);
-    fused_run a = fused_step(m, &x, y, false), f = fused_step(m, &x, y, true);
-    cr_assert(!a.fused && f.fused, "the training step's forward folds the ReLU into the conv (and only it)");
-    cr_assert(memcmp(a.logits, f.logits, (size_t)c->B * 10 * sizeof(float)) == 0,
-              "conv %dx%dx%d → %d, k %d: logits differ with the ReLU folded into the conv", c->C, c->H, c->W, c->O,
-              c->k);
+    fused_run a = fused_step(m, &x, y, false, engine), f = fused_step(m, &x, y, true, engine);
+    cr_assert(!a.fused && f.fused && !a.next && f.next,
+              "the training step's forward folds the ReLU and the pool into the conv (and only it)");
+    cr_assert(memcmp(&a.loss, &f.loss, sizeof a.loss) == 0 &&
+                  memcmp(a.logits, f.logits, (size_t)c->B * 10 * sizeof(float)) == 0,
+              "conv %dx%dx%d → %d, k %d, %s: loss or logits differ with the ReLU and pool folded into the conv", c->C,
+              c->H, c->W, c->O, c->k, engine);
     for (int p = 0; p < m->nparams; p++)
         cr_assert(memcmp(a.grads[p], f.grads[p], m->params[p]->grad.numel * sizeof(float)) == 0,
-                  "conv %dx%dx%d → %d, k %d: grad of %s differs with the ReLU folded into the conv", c->C, c->H,
-                  c->W, c->O, c->k, m->params[p]->name);
+                  "conv %dx%dx%d → %d, k %d, %s: grad of %s differs with the ReLU and pool folded into the conv",
+                  c->C, c->H, c->W, c->O, c->k, engine, m->params[p]->name);
     fused_free(&a, m->nparams), fused_free(&f, m->nparams);
     sp_tensor_free(&x);
     sp_model_free(m);
 }
 
-/* conv + ReLU in one pass is bitwise the two ops, on both paths (oneDNN and im2col) and
- * both of oneDNN's (a conv of 1 input channel runs im2col there too), 1–3 threads. */
+/* conv + ReLU (+ the max pool after it) in one region is bitwise the ops one by one, on
+ * both paths (oneDNN and im2col) and both of oneDNN's (a conv of 1 input channel runs
+ * im2col there too), 1–3 threads, the linear and ooo engines' backward. */
 Test(conv_relu, fused_forward_matches_conv_then_relu_bitwise)
 {
     static const conv_cfg cfgs[] = {
@@ -665,7 +672,10 @@ Test(conv_relu, fused_forward_matches_conv_then_relu_bitwise)
         if (!sp_dnnl_conv_set(dnnl)) continue;
         for (int threads = 1; threads <= 3; threads++) {
             sp_set_threads(threads);
-            for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) compare_fused(&cfgs[i], 90 + i);
+            for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
+                compare_fused(&cfgs[i], 90 + i, "linear");
+                compare_fused(&cfgs[i], 90 + i, "ooo");
+            }
         }
     }
     sp_dnnl_conv_set(was);
@@ -831,4 +841,44 @@ Test(conv_blocked, op_without_the_layout_refuses_it)
     sp_tape_free(&t);
     sp_layer_free(pool);
     sp_tensor_free(&x);
+}
+
+/* LeNet-5's training step with both convs' ReLU and pool folded in (conv1 on im2col,
+ * conv2 on oneDNN where built) is bitwise its step with every op on its own: loss,
+ * logits and every gradient, linear and ooo engines, 1 and 2 threads. */
+Test(conv_relu, lenet_step_with_pools_folded_in_bitwise)
+{
+    sp_model *m = sp_zoo_lenet(1, 28);
+    sp_model_init(m, 7);
+    sp_tape probe;
+    sp_tape_init(&probe);
+    probe.reuse_inputs = true;
+    cr_assert(sp_model_fuses_relu_next(m, &probe, 0, SP_CPU) && sp_model_fuses_relu_next(m, &probe, 3, SP_CPU) &&
+                  !sp_model_fuses_relu_next(m, &probe, 7, SP_CPU),
+              "LeNet-5: conv1 and conv2 run their ReLU and pool in their region; fc1's ReLU has no pool");
+    sp_tape_free(&probe);
+    enum { B = 12 };
+    sp_tensor x = sp_tensor_new(4, (int[]){B, 1, 28, 28});
+    tu_fill_uniform(x.data, x.numel, 11, -1, 1);
+    int y[B];
+    for (int b = 0; b < B; b++) y[b] = (3 * b + 1) % 10;
+    const char *engines[] = {"linear", "ooo"};
+    for (int threads = 1; threads <= 2; threads++) {
+        sp_set_threads(threads);
+        for (int e = 0; e < 2; e++) {
+            fused_run a = fused_step(m, &x, y, false, engines[e]), f = fused_step(m, &x, y, true, engines[e]);
+            cr_assert(!a.next && f.next);
+            cr_assert(memcmp(&a.loss, &f.loss, sizeof a.loss) == 0 &&
+                          memcmp(a.logits, f.logits, (size_t)B * 10 * sizeof(float)) == 0,
+                      "LeNet-5, %s, %d threads: loss or logits differ with the pools folded in", engines[e], threads);
+            for (int p = 0; p < m->nparams; p++)
+                cr_assert(memcmp(a.grads[p], f.grads[p], m->params[p]->grad.numel * sizeof(float)) == 0,
+                          "LeNet-5, %s, %d threads: grad of %s differs with the pools folded in", engines[e], threads,
+                          m->params[p]->name);
+            fused_free(&a, m->nparams), fused_free(&f, m->nparams);
+        }
+    }
+    sp_set_threads(1);
+    sp_tensor_free(&x);
+    sp_model_free(m);
 }

@@ -938,6 +938,25 @@ static void m_apply_arity(void)
 }
 static void m_apply_over(void) { REFUSED(sp_apply_over(&m_tape, sp_linear("fc", 7, 2), m_input(&m_tape, 2, 7)) == NULL); }
 static void m_fused_relu(void) { REFUSED(sp_apply_fused_relu(&m_tape, sp_relu(), m_input(&m_tape, 2, 7)) == NULL); }
+static void m_fused_next(void)
+{
+    sp_tape_init(&m_tape2);   /* a conv's forward with a ReLU, then a layer with no forward by samples */
+    sp_tensor x = sp_tape_tensor(&m_tape2, 4, (int[]){2, 1, 6, 6});
+    sp_node *in = sp_tape_input(&m_tape2, &x);
+    int n0 = m_tape2.n;
+    REFUSED(sp_apply_fused_relu_next(&m_tape2, sp_conv2d("c", 1, 2, 3, 1, 1), sp_relu(), sp_flatten(), in) == NULL);
+    if (m_tape2.n != n0 || in->nconsumers != 0) g_status = SP_OK;   /* not left as it was: the case fails */
+}
+static void m_fused_next_shape(void)
+{
+    sp_tape_init(&m_tape2);   /* the pool's shape check fails after the conv and ReLU were recorded */
+    sp_tensor x = sp_tape_tensor(&m_tape2, 4, (int[]){2, 1, 6, 6});
+    sp_node *in = sp_tape_input(&m_tape2, &x);
+    int n0 = m_tape2.n;
+    REFUSED(sp_apply_fused_relu_next(&m_tape2, sp_conv2d("c", 1, 2, 3, 1, 1), sp_relu(), sp_maxpool2d(7, 1, 0), in) ==
+            NULL);
+    if (m_tape2.n != n0 || in->nconsumers != 0) g_status = SP_OK;   /* not left as it was: the case fails */
+}
 static void m_over_fused(void) { REFUSED(sp_apply_over_fused(&m_tape, sp_linear("fc", 7, 2), m_input(&m_tape, 2, 7)) == NULL); }
 static void m_loss_label(void)
 {
@@ -1200,6 +1219,8 @@ static void c272(void) { g_ptr = (const void *)sp_zoo_model("nope"); }
 static void c273(void) { REFUSED(sp_apply_fused_relu(NULL, NULL, NULL) == NULL); }
 static void c274(void) { REFUSED(sp_apply_over_fused(NULL, NULL, NULL) == NULL); }
 static void c275(void) { g_status = sp_tape_arena_like(NULL, NULL); }
+static void c277(void) { REFUSED(sp_apply_fused_relu_next(NULL, NULL, NULL, NULL, NULL) == NULL); }
+static void c278(void) { g_status = sp_model_fuses_relu_next(NULL, NULL, 0, SP_CPU) == false ? SP_ERR : SP_OK; }
 static void c276(void) { g_status = sp_model_fuses_relu(NULL, NULL, 0, SP_CPU) == false ? SP_ERR : SP_OK; }
 static void c260(void)
 {
@@ -1364,6 +1385,8 @@ static const api_case cases[] = {
     {"sp_apply_over_fused", K_REFUSED, c274, "sp_apply_over_fused: argument 't' is NULL"},
     {"sp_tape_arena_like", K_REFUSED, c275, "sp_tape_arena_like: argument 't' is NULL"},
     {"sp_model_fuses_relu", K_STATUS, c276, "sp_model_fuses_relu: argument 'm' is NULL"},
+    {"sp_apply_fused_relu_next", K_REFUSED, c277, "sp_apply_fused_relu_next: argument 't' is NULL"},
+    {"sp_model_fuses_relu_next", K_STATUS, c278, "sp_model_fuses_relu_next: argument 'm' is NULL"},
     {"sp_linear", K_NULL, c120, "sp_linear: argument 'name' is NULL"},
     {"sp_conv2d", K_NULL, c121, "sp_conv2d: argument 'name' is NULL"},
     {"sp_batchnorm2d", K_NULL, c122, "sp_batchnorm2d: argument 'name' is NULL"},
@@ -1530,6 +1553,8 @@ static const api_case cases[] = {
     {"sp_apply_over", K_REFUSED, m_apply_over, "op linear: cannot write its output over its input"},
     {"sp_apply_fused_relu", K_REFUSED, m_fused_relu, "op relu: no forward with a ReLU folded in on"},
     {"sp_apply_over_fused", K_REFUSED, m_over_fused, "op linear: not a ReLU"},
+    {"sp_apply_fused_relu_next", K_REFUSED, m_fused_next, "op flatten: no forward by ranges of samples on cpu"},
+    {"sp_apply_fused_relu_next", K_REFUSED, m_fused_next_shape, "maxpool2d: input [2, 2, 6, 6]"},
     {"sp_apply_loss", K_REFUSED, m_loss_label, "softmax_ce: label 7 of sample 1 out of range [0, 7)"},
     {"sp_apply_loss", K_REFUSED, m_loss_nolabels, "sp_apply_loss: argument 'labels' is NULL"},
     {"sp_tape_tensor_on", K_REFUSED, m_tensor_dev, "sp_tape_tensor_on: argument 'dev' is 7"},

@@ -65,7 +65,7 @@ void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, con
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
 }
 void sp_dnnl_conv_forward_relu(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
-                               float *y)
+                               float *y, const sp_dnnl_side *tail)
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
 }
@@ -385,7 +385,7 @@ typedef struct job {
     unsigned char *scratch[MAX_SLOTS];
     void *shared_w;               /* weights already in the primitives' layout, or NULL */
     float *partial;               /* BWD_W: [slots][O·C·k·k] */
-    const sp_dnnl_side *side;     /* BWD_W: work in the same region, or NULL */
+    const sp_dnnl_side *side;     /* BWD_W, FWD with relu: work in the same region, or NULL */
     void **dy_in;                 /* [slot]: dy already blocked (sp_dnnl_dy_share), or NULL */
     void **dy_out;                /* [slot]: where the slot's blocked dy is, or NULL  */
 } job;
@@ -618,10 +618,11 @@ void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, con
 }
 
 void sp_dnnl_conv_forward_relu(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
-                               float *y)
+                               float *y, const sp_dnnl_side *tail)
 {
     job *J = prepare(t, FWD, false, c, (float *)x, (float *)w, y, b);
     J->relu = true;
+    J->side = tail;
     sp_parallel_for((size_t)J->slots, run_slots, J);
 }
 

@@ -47,27 +47,30 @@ bool sp_dnnl_conv_set(bool on);
 bool sp_dnnl_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float beta, float *C, int ldc);
 
-/* y = conv(x, w) + b. Scratch from the tape's arena. */
-void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
-                          float *y);
-/* y = max(conv(x, w) + b, 0): the same, each slot's ReLU run on its own thread right
- * after its convolution; bitwise the call above then y = y > 0 ? y : 0. */
-void sp_dnnl_conv_forward_relu(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
-                               float *y);
-/* dx = convᵀ(dy, w) (overwrites dx). */
-void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx);
-/* dx += convᵀ(dy, w): bitwise dx + (what the call above writes), one add per element,
- * folded into each slot's reorder out of the blocked layout (a sum post-op) or, where
- * the primitive takes dx's layout, added from the slot's scratch on the slot's thread. */
-void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx);
-/* Work that rides in the same parallel region as G (conv2d's bias gradient): the
- * thread that runs slots [s0, s1) of S also runs fn(ctx, n·s0/S, n·s1/S), so [0, n) is
+/* Work that rides in the same parallel region as G (conv2d's bias gradient) or as a
+ * forward with its ReLU (the next op's forward on the same samples): the thread that runs slots [s0, s1) of S also runs fn(ctx, n·s0/S, n·s1/S), so [0, n) is
  * covered once, split as the slots are; fn's bits must not depend on that split. */
 typedef struct sp_dnnl_side {
     void (*fn)(void *ctx, size_t begin, size_t end);
     void *ctx;
     size_t n;
 } sp_dnnl_side;
+
+/* y = conv(x, w) + b. Scratch from the tape's arena. */
+void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
+                          float *y);
+/* y = max(conv(x, w) + b, 0): the same, each slot's ReLU run on its own thread right
+ * after its convolution; bitwise the call above then y = y > 0 ? y : 0. tail: NULL, or
+ * work run after the ReLU in the same region, split as sp_dnnl_side says (with n = B:
+ * the samples of the slots that thread has just written). */
+void sp_dnnl_conv_forward_relu(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
+                               float *y, const sp_dnnl_side *tail);
+/* dx = convᵀ(dy, w) (overwrites dx). */
+void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx);
+/* dx += convᵀ(dy, w): bitwise dx + (what the call above writes), one add per element,
+ * folded into each slot's reorder out of the blocked layout (a sum post-op) or, where
+ * the primitive takes dx's layout, added from the slot's scratch on the slot's thread. */
+void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx);
 /* dw += Σ_b dy_b ⋆ x_b; the slots' partial sums are added in slot order. side: NULL or
  * work run in the same region. */
 void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw,
