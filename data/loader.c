@@ -7,6 +7,8 @@
  * batch contains depends only on (seed, epoch, j), never on timing, so the prefetching
  * loader and the synchronous one give bitwise identical batches. */
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
@@ -37,6 +39,12 @@ struct sp_loader {
     int produced;             /* batches of this epoch assembled        */
     int released;             /* batches of this epoch given back       */
     bool filling, stop;
+    /* a sample that could not be read (sp_dataset_get's status): the batch it belongs to
+     * (its index + 1; 0: none; stored after the message) and the message, handed to
+     * sp_loader_next's caller when it takes that batch */
+    _Atomic int failed;
+    int failed_epoch;
+    char failure[256];
 };
 
 static uint64_t mix(uint64_t z)
@@ -72,7 +80,12 @@ static void assemble(sp_loader *l, int j)
     for (int s = 0; s < nb; s++) {
         int need = l->need ? l->need[s] : SP_LOADER_X;
         if (need & SP_LOADER_X) {
-            sp_dataset_get(l->d, idx[s], l->x[slot] + (size_t)s * l->sample_numel, &l->y[slot][s]);
+            if (sp_dataset_get(l->d, idx[s], l->x[slot] + (size_t)s * l->sample_numel, &l->y[slot][s]) != SP_OK &&
+                !atomic_load(&l->failed)) {   /* the batch is not what the dataset holds: its reader fails it */
+                snprintf(l->failure, sizeof l->failure, "%s", sp_last_error());
+                l->failed_epoch = l->epoch;
+                atomic_store(&l->failed, j + 1);
+            }
             read++;
         } else if (need & SP_LOADER_Y) {   /* the label alone; the input stays zero */
             int r = sp_dataset_label(l->d, idx[s], l->scratch, &l->y[slot][s]);
@@ -237,6 +250,9 @@ bool sp_loader_next(sp_loader *l, sp_batch *out)
     } else {
         assemble(l, j);
     }
+    int failed = atomic_load(&l->failed);
+    if (failed && (l->failed_epoch < l->epoch || failed - 1 <= j))
+        sp_fail("loader, epoch %d, batch %d: %s", l->failed_epoch, failed - 1, l->failure);
     int nb = batch_size(l, j), shape[SP_MAX_DIMS] = {nb};
     memcpy(shape + 1, l->d->shape, (size_t)l->d->ndim * sizeof *shape);
     *out = (sp_batch){.x = sp_tensor_view(l->x[j % 2], 1 + l->d->ndim, shape), .y = l->y[j % 2], .n = nb,

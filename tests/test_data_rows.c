@@ -310,3 +310,30 @@ Test(rows, loader_rows_name_every_row_the_loader_reads)
             cr_expect_leq(wanted, most < 200 ? most : 200, "%ld batches: %d rows named", batches, wanted);
         }
 }
+
+/* A sample the dataset cannot give (here a row this process never read) fails the batch
+ * it belongs to: sp_loader_next returns false with the reader's message (the prefetching
+ * loader's names the batch its thread was assembling), where the prefetching loader used
+ * to hand out the batch with that sample left as it was. */
+Test(rows, a_sample_that_cannot_be_read_fails_its_batch)
+{
+    const char *im = tmp_path("imf"), *lb = tmp_path("lbf");
+    write_idx(im, lb, false, 0, -1, 0);
+    for (int sync = 0; sync < 2; sync++) {
+        sp_dataset *d = sp_idx_open_rows(im, lb);
+        cr_assert_not_null(d, "%s", sp_last_error());
+        unsigned char keep[N] = {0};
+        for (int i = 0; i < 4; i++) keep[i] = SP_LOADER_X;   /* the first batch only */
+        OK(sp_dataset_read_rows(d, keep, true));
+        sp_loader *l = (sync ? sp_loader_new_sync : sp_loader_new)(d, 4, false, 1, true);
+        cr_assert_not_null(l, "%s", sp_last_error());
+        sp_batch b;
+        cr_assert(sp_loader_next(l, &b), "batch 0: its rows were read (%s)", sp_last_error());
+        cr_assert_not(sp_loader_next(l, &b), "batch 1 has rows this process did not read");
+        cr_expect(strstr(sp_last_error(), "sample 4 was not read") &&
+                      (sync || strstr(sp_last_error(), "loader, epoch 0, batch 1: ")),
+                  "%s loader, the message: %s", sync ? "synchronous" : "prefetching", sp_last_error());
+        sp_loader_free(l);
+        sp_dataset_free(d);
+    }
+}
