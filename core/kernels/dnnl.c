@@ -69,14 +69,6 @@ void sp_dnnl_conv_forward_relu(sp_tape *t, const sp_dnnl_conv *c, const float *x
 {
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
 }
-void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx)
-{
-    sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
-}
-void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx)
-{
-    sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
-}
 void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw,
                                    const sp_dnnl_side *side)
 {
@@ -624,16 +616,6 @@ void sp_dnnl_conv_forward_relu(sp_tape *t, const sp_dnnl_conv *c, const float *x
     J->relu = true;
     J->side = tail;
     sp_parallel_for((size_t)J->slots, run_slots, J);
-}
-
-void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx)
-{
-    run(t, BWD_D, false, c, (float *)dy, (float *)w, dx, NULL);
-}
-
-void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx)
-{
-    run(t, BWD_D, true, c, (float *)dy, (float *)w, dx, NULL);
 }
 
 void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw,

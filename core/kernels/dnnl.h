@@ -65,12 +65,6 @@ void sp_dnnl_conv_forward(sp_tape *t, const sp_dnnl_conv *c, const float *x, con
  * the samples of the slots that thread has just written). */
 void sp_dnnl_conv_forward_relu(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *b,
                                float *y, const sp_dnnl_side *tail);
-/* dx = convᵀ(dy, w) (overwrites dx). */
-void sp_dnnl_conv_backward_data(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx);
-/* dx += convᵀ(dy, w): bitwise dx + (what the call above writes), one add per element,
- * folded into each slot's reorder out of the blocked layout (a sum post-op) or, where
- * the primitive takes dx's layout, added from the slot's scratch on the slot's thread. */
-void sp_dnnl_conv_backward_data_acc(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx);
 /* dw += Σ_b dy_b ⋆ x_b; the slots' partial sums are added in slot order. side: NULL or
  * work run in the same region. */
 void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy, float *dw,
@@ -85,9 +79,13 @@ void sp_dnnl_conv_backward_weights(sp_tape *t, const sp_dnnl_conv *c, const floa
  * way: a reorder is a copy. */
 typedef struct sp_dnnl_dy_share sp_dnnl_dy_share;
 sp_dnnl_dy_share *sp_dnnl_dy_share_new(sp_tape *t);
-/* δ (acc: dx += δ) and G as above, sharing dy's reorder through sh (NULL: not). */
+/* δ: dx = convᵀ(dy, w), overwriting dx; with acc, dx += it, bitwise dx + (what acc false
+ * writes), one add per element, folded into each slot's reorder out of the blocked
+ * layout (a sum post-op) or, where the primitive takes dx's layout, added from the
+ * slot's scratch on the slot's thread. sh: dy's reorder shared with G, or NULL. */
 void sp_dnnl_conv_backward_data_shared(sp_tape *t, const sp_dnnl_conv *c, const float *w, const float *dy, float *dx,
                                        bool acc, sp_dnnl_dy_share *sh);
+/* G as sp_dnnl_conv_backward_weights, sharing dy's reorder with δ through sh (or NULL). */
 void sp_dnnl_conv_backward_weights_shared(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *dy,
                                           float *dw, const sp_dnnl_side *side, sp_dnnl_dy_share *sh);
 /* The reorders into or out of oneDNN's layouts run so far, by every call (tests). */
