@@ -7,7 +7,8 @@
 # (OPENBLAS_CORETYPE = Prescott: SSE3; Haswell: AVX2 + FMA; SkylakeX: AVX-512
 # F/BW/VL/DQ; Cooperlake: also AVX512_BF16), with SCANPROP_CONV=gemm so that OpenBLAS does
 # every product, convolutions included; then oneDNN held to AVX2 (DNNL_MAX_CPU_ISA=AVX2,
-# the default oneDNN convolutions). `make test` has already run everything with the
+# the default oneDNN convolutions, all direct there); and on AVX-512 oneDNN's direct
+# convolutions where the default takes Winograd (SCANPROP_CONV_ALGO=direct). `make test` has already run everything with the
 # machine's own choice. A row whose core OpenBLAS does not take is reported and skipped.
 # Prints one line per (row, suite); a failing suite's output follows its line (the whole
 # log: $BUILD/test-logs/matrix/<row>/<suite>.log). Exit status 1 if any suite failed.
@@ -39,6 +40,8 @@ has avx2 fma && rows+=("OPENBLAS_CORETYPE=Haswell SCANPROP_CONV=gemm")
 has avx512f avx512bw avx512vl avx512dq && rows+=("OPENBLAS_CORETYPE=SkylakeX SCANPROP_CONV=gemm")
 has avx512f avx512bw avx512vl avx512dq avx512_bf16 && rows+=("OPENBLAS_CORETYPE=Cooperlake SCANPROP_CONV=gemm")
 has avx2 && rows+=("DNNL_MAX_CPU_ISA=AVX2")
+# oneDNN's direct convolutions where the default would take Winograd (AVX-512 only)
+has avx512f avx512bw avx512vl avx512dq && rows+=("SCANPROP_CONV_ALGO=direct")
 
 # The core OpenBLAS runs under a row's environment, asked of the library the suites load.
 blas=$(ldd "$build/tests/test_alloc" 2>/dev/null | awk '/libopenblas/ { print $3; exit }')

@@ -330,6 +330,78 @@ Test(conv_paths, dnnl_matches_gemm_and_repeats_bitwise)
     sp_set_threads(1);
 }
 
+/* Winograd (SCANPROP_CONV_ALGO; core/kernels/dnnl.h): the rule asks for it for 3×3
+ * stride-1 convolutions of ≥ 32 channels at ≥ 8×8 and direct elsewhere; where oneDNN runs
+ * it (AVX-512), it matches the direct loops within the same tolerance as direct, takes
+ * other roundings than direct (so the switch is real), repeats bitwise, and under auto
+ * stays within its scratch cap. */
+Test(conv_paths, winograd_rule_and_results)
+{
+    sp_dnnl_conv vgg2 = {.B = 16, .C = 64, .H = 16, .W = 16, .O = 128, .k = 3, .stride = 1, .pad = 1, .Ho = 16, .Wo = 16};
+    sp_dnnl_conv small = vgg2, thin = vgg2, strided = vgg2, five = vgg2;
+    small.H = small.W = small.Ho = small.Wo = 4;   /* VGG-11's conv5: 4×4, direct */
+    thin.C = thin.O = 16;                          /* ResNet-20's first stage: direct */
+    strided.stride = 2, strided.Ho = strided.Wo = 8;
+    five.k = 5;
+    sp_dnnl_algo was = sp_dnnl_conv_algo();
+    sp_dnnl_conv_algo_set(SP_DNNL_AUTO);
+    cr_assert(sp_dnnl_conv_wants_winograd(&vgg2));
+    cr_assert(!sp_dnnl_conv_wants_winograd(&small) && !sp_dnnl_conv_wants_winograd(&thin));
+    cr_assert(!sp_dnnl_conv_wants_winograd(&strided) && !sp_dnnl_conv_wants_winograd(&five));
+    sp_dnnl_conv_algo_set(SP_DNNL_WINOGRAD);
+    cr_assert(sp_dnnl_conv_wants_winograd(&small) && sp_dnnl_conv_wants_winograd(&thin));
+    cr_assert(!sp_dnnl_conv_wants_winograd(&strided) && !sp_dnnl_conv_wants_winograd(&five));
+    sp_dnnl_conv_algo_set(SP_DNNL_DIRECT);
+    cr_assert(!sp_dnnl_conv_wants_winograd(&vgg2));
+
+    if (!sp_dnnl_conv_on() || sp_dnnl_block() != 16) {
+        sp_dnnl_conv_algo_set(was);
+        cr_skip_test("oneDNN's Winograd runs on AVX-512 only; this run has block %d", sp_dnnl_block());
+    }
+    static const conv_cfg cfgs[] = {
+        {.B = 4, .C = 64, .H = 16, .W = 16, .O = 128, .k = 3, .s = 1, .p = 1},   /* VGG-11's conv2 */
+        {.B = 5, .C = 64, .H = 8, .W = 8, .O = 64, .k = 3, .s = 1, .p = 1},      /* ResNet-20's stage 3 */
+        {.B = 3, .C = 32, .H = 11, .W = 9, .O = 48, .k = 3, .s = 1, .p = 1},     /* odd sizes: partial tiles */
+    };
+    for (int threads = 1; threads <= 2; threads++) {
+        sp_set_threads(threads);
+        for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
+            const conv_cfg *c = &cfgs[i];
+            sp_dnnl_conv k = {.B = c->B, .C = c->C, .H = c->H, .W = c->W, .O = c->O, .k = 3, .stride = 1, .pad = 1,
+                              .Ho = c->H, .Wo = c->W};
+            sp_dnnl_conv_algo_set(SP_DNNL_DIRECT);
+            conv_run D = conv_run_new(c);
+            conv_run_op(c, 90 + i, &D);
+            cr_assert(!sp_dnnl_conv_runs_winograd(&k));
+            sp_dnnl_conv_algo_set(SP_DNNL_WINOGRAD);
+            cr_assert(sp_dnnl_conv_runs_winograd(&k), "B%d C%d %dx%d: oneDNN has no Winograd for it", c->B, c->C,
+                      c->H, c->W);
+            check_against_reference(c, 90 + i);
+            conv_run W = conv_run_new(c), W2 = conv_run_new(c);
+            conv_run_op(c, 90 + i, &W);
+            conv_run_op(c, 90 + i, &W2);
+            cr_assert(memcmp(W.y, D.y, W.ny * sizeof(float)) != 0, "C%d %dx%d: Winograd's forward has direct's bits",
+                      c->C, c->H, c->W);
+            cr_assert(memcmp(W.y, W2.y, W.ny * sizeof(float)) == 0 && memcmp(W.dx, W2.dx, W.nx * sizeof(float)) == 0 &&
+                          memcmp(W.dW, W2.dW, W.nw * sizeof(float)) == 0,
+                      "C%d %dx%d: two Winograd runs differ", c->C, c->H, c->W);
+            conv_run_free(&D), conv_run_free(&W), conv_run_free(&W2);
+        }
+    }
+    /* auto's scratch cap: ResNet-20's 64 channels take Winograd, VGG-11's 256 do not */
+    sp_set_threads(1);
+    sp_dnnl_conv r64 = {.B = 32, .C = 64, .H = 8, .W = 8, .O = 64, .k = 3, .stride = 1, .pad = 1, .Ho = 8, .Wo = 8};
+    sp_dnnl_conv v256 = r64;
+    v256.B = 16, v256.C = v256.O = 256;
+    sp_dnnl_conv_algo_set(SP_DNNL_AUTO);
+    cr_assert(sp_dnnl_conv_wants_winograd(&v256) && !sp_dnnl_conv_runs_winograd(&v256),
+              "auto took Winograd beyond its scratch cap");
+    cr_assert(sp_dnnl_conv_runs_winograd(&r64));
+    sp_dnnl_conv_algo_set(SP_DNNL_WINOGRAD);
+    cr_assert(sp_dnnl_conv_runs_winograd(&v256));
+    sp_dnnl_conv_algo_set(was);
+}
+
 Test(conv, grad_accumulates)
 {
     conv_cfg c = {.B = 3, .C = 2, .H = 6, .W = 5, .O = 3, .k = 3, .s = 1, .p = 1};

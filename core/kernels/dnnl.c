@@ -49,6 +49,30 @@ bool sp_dnnl_conv_set(bool on)
     return g_mode == (int)on;
 }
 
+static int g_algo = -1;   /* -1 not read yet, else an sp_dnnl_algo */
+
+sp_dnnl_algo sp_dnnl_conv_algo(void)
+{
+    if (g_algo < 0) {
+        const char *v = getenv("SCANPROP_CONV_ALGO");
+        if (!v || !*v || !strcmp(v, "auto")) g_algo = SP_DNNL_AUTO;
+        else if (!strcmp(v, "direct")) g_algo = SP_DNNL_DIRECT;
+        else if (!strcmp(v, "winograd")) g_algo = SP_DNNL_WINOGRAD;
+        else sp_fail("SCANPROP_CONV_ALGO=%s: expected auto, direct or winograd", v);
+    }
+    return (sp_dnnl_algo)g_algo;
+}
+
+void sp_dnnl_conv_algo_set(sp_dnnl_algo a) { g_algo = a; }
+
+bool sp_dnnl_conv_wants_winograd(const sp_dnnl_conv *c)
+{
+    sp_dnnl_algo a = sp_dnnl_conv_algo();
+    if (a == SP_DNNL_DIRECT || c->k != 3 || c->stride != 1) return false;
+    return a == SP_DNNL_WINOGRAD || (c->C >= SP_DNNL_WINO_MIN_C && c->O >= SP_DNNL_WINO_MIN_C &&
+                                     c->Ho >= SP_DNNL_WINO_MIN_HW && c->Wo >= SP_DNNL_WINO_MIN_HW);
+}
+
 #ifndef SP_HAVE_DNNL
 
 int sp_dnnl_block(void) { return 0; }
@@ -91,6 +115,7 @@ void sp_dnnl_conv_backward_weights_shared(sp_tape *t, const sp_dnnl_conv *c, con
     sp_fail("conv2d: this build has no oneDNN (make DNNL=1)");
 }
 long sp_dnnl_reorder_count(void) { return 0; }
+bool sp_dnnl_conv_runs_winograd(const sp_dnnl_conv *c) { return false; }
 
 #else
 
@@ -109,6 +134,8 @@ enum { IN0, IN1, OUT, NARG };
 typedef struct entry {
     int kind;
     sp_dnnl_conv key;             /* B = the slot's batch */
+    sp_dnnl_algo algo;            /* the algorithm set when created (part of the key) */
+    bool wino;                    /* oneDNN's Winograd runs it (else direct) */
     dnnl_primitive_t prim;
     int arg[NARG];                /* DNNL_ARG_* of each role */
     dnnl_memory_desc_t user[NARG], want[NARG];
@@ -183,12 +210,34 @@ static dnnl_format_tag_t layout_tag(int blk)
     return blk == 16 ? dnnl_nChw16c : blk == 8 ? dnnl_nChw8c : dnnl_nchw;
 }
 
-static entry *create(int kind, const sp_dnnl_conv *k)
+/* pd ← a primitive descriptor of op_desc, or false (nothing made) where oneDNN has none. */
+static bool try_pd(dnnl_primitive_desc_t *pd, const void *op_desc, dnnl_primitive_attr_t attr,
+                   dnnl_primitive_desc_t hint)
+{
+    return dnnl_primitive_desc_create(pd, op_desc, attr, engine, hint) == dnnl_success;
+}
+
+/* A Winograd primitive descriptor the rule keeps: under SP_DNNL_AUTO only one whose
+ * scratchpad (the transformed weights and tiles) stays within SP_DNNL_WINO_MAX_SCRATCH. */
+static bool wino_pd(dnnl_primitive_desc_t *pd, const void *op_desc, dnnl_primitive_attr_t attr,
+                    dnnl_primitive_desc_t hint)
+{
+    if (!try_pd(pd, op_desc, attr, hint)) return false;
+    if (sp_dnnl_conv_algo() != SP_DNNL_AUTO ||
+        dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(*pd, dnnl_query_scratchpad_md, 0)) <=
+            SP_DNNL_WINO_MAX_SCRATCH)
+        return true;
+    dnnl_primitive_desc_destroy(*pd);
+    return false;
+}
+
+static entry *create(int kind, const sp_dnnl_conv *k, bool wino)
 {
     if (!engine) check(dnnl_engine_create(&engine, dnnl_cpu, 0), "engine_create");
     entry *e = sp_xcalloc(1, sizeof *e);
     e->kind = kind;
     e->key = *k;
+    e->algo = sp_dnnl_conv_algo();
     dnnl_dims_t xd = {k->B, k->C, k->H, k->W}, wd = {k->O, k->C, k->k, k->k}, bd = {k->O},
                 yd = {k->B, k->O, k->Ho, k->Wo};
     dnnl_dims_t st = {k->stride, k->stride}, pad = {k->pad, k->pad};
@@ -213,12 +262,22 @@ static entry *create(int kind, const sp_dnnl_conv *k)
     dnnl_primitive_attr_t attr;
     check(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
     check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "set_scratchpad_mode");
+    /* Winograd where the rule asks for it and oneDNN has it for this shape and ISA (its
+     * F(4×4, 3×3) kernels: AVX-512 only); each of the three primitives falls back to
+     * direct on its own. */
     dnnl_convolution_desc_t fd, bd_;
-    check(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &xa, &wa, &b, &ya,
-                                             st, pad, pad_r),
-          "convolution_forward_desc_init");
     dnnl_primitive_desc_t fpd, pd;
-    check(dnnl_primitive_desc_create(&fpd, &fd, attr, engine, NULL), "primitive_desc_create (conv forward)");
+    bool fwino = wino &&
+                 dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_winograd, &xa, &wa,
+                                                    &b, &ya, st, pad, pad_r) == dnnl_success &&
+                 wino_pd(&fpd, &fd, attr, NULL);
+    if (!fwino) {
+        check(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &xa, &wa, &b,
+                                                 &ya, st, pad, pad_r),
+              "convolution_forward_desc_init");
+        check(dnnl_primitive_desc_create(&fpd, &fd, attr, engine, NULL), "primitive_desc_create (conv forward)");
+    }
+    e->wino = kind == FWD && fwino;
     dnnl_query_t q[NARG];
     if (kind == FWD) {
         pd = fpd;
@@ -226,18 +285,32 @@ static entry *create(int kind, const sp_dnnl_conv *k)
         e->arg[IN0] = DNNL_ARG_SRC, e->arg[IN1] = DNNL_ARG_WEIGHTS, e->arg[OUT] = DNNL_ARG_DST;
         q[IN0] = dnnl_query_src_md, q[IN1] = dnnl_query_weights_md, q[OUT] = dnnl_query_dst_md;
     } else if (kind == BWD_D) {
-        check(dnnl_convolution_backward_data_desc_init(&bd_, dnnl_convolution_direct, &xa, &wa, &ya, st, pad, pad_r),
-              "convolution_backward_data_desc_init");
-        check(dnnl_primitive_desc_create(&pd, &bd_, attr, engine, fpd), "primitive_desc_create (conv backward data)");
+        e->wino = wino &&
+                  dnnl_convolution_backward_data_desc_init(&bd_, dnnl_convolution_winograd, &xa, &wa, &ya, st, pad,
+                                                           pad_r) == dnnl_success &&
+                  wino_pd(&pd, &bd_, attr, fpd);
+        if (!e->wino) {
+            check(dnnl_convolution_backward_data_desc_init(&bd_, dnnl_convolution_direct, &xa, &wa, &ya, st, pad,
+                                                           pad_r),
+                  "convolution_backward_data_desc_init");
+            check(dnnl_primitive_desc_create(&pd, &bd_, attr, engine, fpd),
+                  "primitive_desc_create (conv backward data)");
+        }
         e->user[IN0] = y, e->user[IN1] = w, e->user[OUT] = x;
         e->arg[IN0] = DNNL_ARG_DIFF_DST, e->arg[IN1] = DNNL_ARG_WEIGHTS, e->arg[OUT] = DNNL_ARG_DIFF_SRC;
         q[IN0] = dnnl_query_diff_dst_md, q[IN1] = dnnl_query_weights_md, q[OUT] = dnnl_query_diff_src_md;
     } else {
-        check(dnnl_convolution_backward_weights_desc_init(&bd_, dnnl_convolution_direct, &xa, &wa, NULL, &ya, st, pad,
-                                                          pad_r),
-              "convolution_backward_weights_desc_init");
-        check(dnnl_primitive_desc_create(&pd, &bd_, attr, engine, fpd),
-              "primitive_desc_create (conv backward weights)");
+        e->wino = wino &&
+                  dnnl_convolution_backward_weights_desc_init(&bd_, dnnl_convolution_winograd, &xa, &wa, NULL, &ya,
+                                                              st, pad, pad_r) == dnnl_success &&
+                  wino_pd(&pd, &bd_, attr, fpd);
+        if (!e->wino) {
+            check(dnnl_convolution_backward_weights_desc_init(&bd_, dnnl_convolution_direct, &xa, &wa, NULL, &ya, st,
+                                                              pad, pad_r),
+                  "convolution_backward_weights_desc_init");
+            check(dnnl_primitive_desc_create(&pd, &bd_, attr, engine, fpd),
+                  "primitive_desc_create (conv backward weights)");
+        }
         e->user[IN0] = x, e->user[IN1] = y, e->user[OUT] = w;
         e->arg[IN0] = DNNL_ARG_SRC, e->arg[IN1] = DNNL_ARG_DIFF_DST, e->arg[OUT] = DNNL_ARG_DIFF_WEIGHTS;
         q[IN0] = dnnl_query_src_md, q[IN1] = dnnl_query_diff_dst_md, q[OUT] = dnnl_query_diff_weights_md;
@@ -262,12 +335,14 @@ static void sets_make(entry *e);
 
 static entry *lookup(int kind, const sp_dnnl_conv *k)
 {
+    bool wino = sp_dnnl_conv_wants_winograd(k);
     pthread_mutex_lock(&cache_mu);
     entry *e = cache;
-    while (e && (e->kind != kind || memcmp(&e->key, k, sizeof *k))) e = e->next;
+    sp_dnnl_algo algo = sp_dnnl_conv_algo();
+    while (e && (e->kind != kind || e->algo != algo || memcmp(&e->key, k, sizeof *k))) e = e->next;
     if (!e) {
         one_thread();   /* a primitive is planned for the threads it sees when created */
-        e = create(kind, k);
+        e = create(kind, k, wino);
         sets_make(e);
         e->next = cache;
         cache = e;
@@ -582,6 +657,11 @@ static void run(sp_tape *t, int kind, bool acc, const sp_dnnl_conv *c, float *in
     job *J = prepare(t, kind, acc, c, in0, in1, out, bias);
     sp_parallel_for((size_t)J->slots, run_slots, J);
     finish(J);
+}
+
+bool sp_dnnl_conv_runs_winograd(const sp_dnnl_conv *c)
+{
+    return sp_dnnl_conv_on() && lookup(FWD, c)->wino;
 }
 
 /* The source layout oneDNN's forward picks for a 3×3 convolution of 16 → 16 channels. */

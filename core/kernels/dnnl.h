@@ -41,6 +41,35 @@ bool sp_dnnl_conv_on(void);
  * and the build has no oneDNN. */
 bool sp_dnnl_conv_set(bool on);
 
+/* The convolution algorithm (SCANPROP_CONV_ALGO, read once; a bad value exits 2):
+ *   auto      (default) oneDNN's Winograd F(4×4, 3×3) for 3×3 stride-1 convolutions
+ *             with ≥ SP_DNNL_WINO_MIN_C input and output channels and an output of at
+ *             least SP_DNNL_WINO_MIN_HW × SP_DNNL_WINO_MIN_HW, for each of forward, δ and
+ *             G whose scratchpad stays within SP_DNNL_WINO_MAX_SCRATCH; direct for the rest;
+ *   direct    oneDNN's direct convolutions only;
+ *   winograd  Winograd for every 3×3 stride-1 convolution oneDNN has it for.
+ * Winograd runs where oneDNN 2.x has it: AVX-512 CPUs (on AVX2 every convolution runs
+ * direct). It does 2.25× fewer multiplications on its 4×4 output tiles and rounds
+ * differently (its transforms add and scale). Its scratchpad holds the transformed
+ * weights and tiles: 7–9 MB a slot for ResNet-20's 32- and 64-channel layers, whatever
+ * the batch, but 14–32 MB for VGG-11's 128–256 (VGG-11 b32's step arena +100 MiB);
+ * the cap keeps auto's memory near direct's. The rule comes from per-layer timings
+ * (docs/PERFORMANCE.md): Winograd was 1.6–1.9× faster at 8×8 and 16×16 with 32–256
+ * channels, even at 32×32 with 16, and slower at 4×4 and 2×2 (mostly padding there). */
+typedef enum { SP_DNNL_AUTO, SP_DNNL_DIRECT, SP_DNNL_WINOGRAD } sp_dnnl_algo;
+#define SP_DNNL_WINO_MIN_C 32
+#define SP_DNNL_WINO_MIN_HW 8
+#define SP_DNNL_WINO_MAX_SCRATCH ((size_t)12 << 20)
+sp_dnnl_algo sp_dnnl_conv_algo(void);
+/* Sets the algorithm at run time (tests compare them); primitives made before keep theirs. */
+void sp_dnnl_conv_algo_set(sp_dnnl_algo a);
+/* Whether the algorithm now set asks Winograd for c by its shape (oneDNN may still not
+ * have it, or auto's scratch cap turn it down). */
+bool sp_dnnl_conv_wants_winograd(const sp_dnnl_conv *c);
+/* Whether c's forward runs on Winograd now (its primitive made if not yet); false
+ * without oneDNN. */
+bool sp_dnnl_conv_runs_winograd(const sp_dnnl_conv *c);
+
 /* Row-major C = alpha·op(A)·op(B) + beta·C on oneDNN, one thread; false (nothing done)
  * when oneDNN is off or the product is below SP_DNNL_GEMM_MIN_MACS. */
 #define SP_DNNL_GEMM_MIN_MACS 8192
