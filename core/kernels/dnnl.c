@@ -592,9 +592,30 @@ static void sum_range(void *ctx, size_t begin, size_t end)
     }
 }
 
-/* A call's job: primitives per slot, the weights reordered once, each slot's scratch. */
-static job *prepare(sp_tape *t, int kind, bool acc, const sp_dnnl_conv *c, float *in0, float *in1, float *out,
-                    const float *bias)
+/* The bytes slot s of J uses in its scratch, in exec_slot's order: the reorder buffers
+ * of its roles (not the weights shared by every slot), the acc buffer, the primitive's
+ * scratchpad. *dy_end (when asked): the offset just past dy's reorder buffer, 0 if dy
+ * has none (only what lies before it must outlive the call when the other half of a
+ * δ + G pair reads dy from there). */
+static size_t slot_bytes(const job *J, int s, size_t *dy_end)
+{
+    const entry *e = J->e[s];
+    int dy_role = J->kind == BWD_D ? IN0 : J->kind == BWD_W ? IN1 : -1;
+    size_t bytes = 0;
+    if (dy_end) *dy_end = 0;
+    for (int r = 0; r < NARG; r++)
+        if (e->reorder[r] && !(r == IN1 && J->shared_w)) {
+            bytes += up(e->want_bytes[r]);
+            if (r == dy_role && dy_end) *dy_end = bytes;
+        }
+    if (J->acc && !e->reorder[OUT]) bytes += up((size_t)e->key.B * J->per_sample[OUT] * sizeof(float));
+    return bytes + up(e->scratch_bytes);
+}
+
+/* A call's job: primitives per slot, the weights reordered once, each slot's scratch
+ * (none with no_scratch: the caller places it). */
+static job *prepare_with(sp_tape *t, int kind, bool acc, const sp_dnnl_conv *c, float *in0, float *in1, float *out,
+                         const float *bias, bool no_scratch)
 {
     job *J = sp_tape_alloc(t, sizeof *J);
     memset(J, 0, sizeof *J);
@@ -628,17 +649,17 @@ static job *prepare(sp_tape *t, int kind, bool acc, const sp_dnnl_conv *c, float
                     mem(&m->w_to, &J->e[0]->want[IN1], J->shared_w));
         release(m);
     }
-    for (int s = 0; s < J->slots; s++) {
-        const entry *e = J->e[s];
-        size_t bytes = up(e->scratch_bytes) + ALIGN;
-        for (int r = 0; r < NARG; r++)
-            if (e->reorder[r] && !(r == IN1 && J->shared_w)) bytes += up(e->want_bytes[r]);
-        if (acc && !e->reorder[OUT]) bytes += up((size_t)e->key.B * J->per_sample[OUT] * sizeof(float));
-        J->scratch[s] = (unsigned char *)up((uintptr_t)sp_tape_alloc(t, bytes));
-    }
+    for (int s = 0; s < J->slots && !no_scratch; s++)
+        J->scratch[s] = (unsigned char *)up((uintptr_t)sp_tape_alloc(t, slot_bytes(J, s, NULL) + ALIGN));
     size_t nw = (size_t)c->O * c->C * c->k * c->k;
     if (kind == BWD_W) J->partial = sp_tape_alloc(t, (size_t)J->slots * nw * sizeof(float));
     return J;
+}
+
+static job *prepare(sp_tape *t, int kind, bool acc, const sp_dnnl_conv *c, float *in0, float *in1, float *out,
+                    const float *bias)
+{
+    return prepare_with(t, kind, acc, c, in0, in1, out, bias, false);
 }
 
 /* G: the slots' partial dW added into dw in slot order. */
@@ -767,9 +788,19 @@ void sp_dnnl_conv_backward_weights_shared(sp_tape *t, const sp_dnnl_conv *c, con
 void sp_dnnl_conv_backward(sp_tape *t, const sp_dnnl_conv *c, const float *x, const float *w, const float *dy,
                            float *dx, bool acc, float *dw, const sp_dnnl_side *side)
 {
-    job *G = prepare(t, BWD_W, false, c, (float *)x, (float *)dy, dw, NULL);
+    job *G = prepare_with(t, BWD_W, false, c, (float *)x, (float *)dy, dw, NULL, true);
     G->side = side;
-    pair P = {.w = G, .d = prepare(t, BWD_D, acc, c, (float *)dy, (float *)w, dx, NULL)};
+    job *D = prepare_with(t, BWD_D, acc, c, (float *)dy, (float *)w, dx, NULL, true);
+    /* A slot runs G, then δ, on one thread: δ's scratch starts where G's dy (which δ
+     * may read) ends, over G's dead buffers and scratchpad, so a slot holds the larger
+     * of the two rather than both (Winograd's scratchpads: 7–9 MB each at ResNet-20). */
+    for (int s = 0; s < G->slots; s++) {
+        size_t dy_end, wb = slot_bytes(G, s, &dy_end), db = slot_bytes(D, s, NULL);
+        size_t bytes = wb > dy_end + db ? wb : dy_end + db;
+        G->scratch[s] = (unsigned char *)up((uintptr_t)sp_tape_alloc(t, bytes + ALIGN));
+        D->scratch[s] = G->scratch[s] + dy_end;
+    }
+    pair P = {.w = G, .d = D};
     sp_parallel_for((size_t)P.w->slots, run_pair_slots, &P);
     finish(P.w);
 }

@@ -51,9 +51,10 @@ bool sp_dnnl_conv_set(bool on);
  * Winograd runs where oneDNN 2.x has it: AVX-512 CPUs (on AVX2 every convolution runs
  * direct). It does 2.25× fewer multiplications on its 4×4 output tiles and rounds
  * differently (its transforms add and scale). Its scratchpad holds the transformed
- * weights and tiles: 7–9 MB a slot for ResNet-20's 32- and 64-channel layers, whatever
- * the batch, but 14–32 MB for VGG-11's 128–256 (VGG-11 b32's step arena +100 MiB);
- * the cap keeps auto's memory near direct's. The rule comes from per-layer timings
+ * weights and tiles, and grows with the channels (no more with the batch once a slot
+ * fills oneDNN's tile blocks): 7–9 MB a slot for ResNet-20's 32- and 64-channel layers,
+ * 11–32 MB for VGG-11's 128–256 at slots of 16 (its b32 step arena +100 MiB); the cap
+ * keeps auto's memory near direct's. The rule comes from per-layer timings
  * (docs/PERFORMANCE.md): Winograd was 1.6–1.9× faster at 8×8 and 16×16 with 32–256
  * channels, even at 32×32 with 16, and slower at 4×4 and 2×2 (mostly padding there). */
 typedef enum { SP_DNNL_AUTO, SP_DNNL_DIRECT, SP_DNNL_WINOGRAD } sp_dnnl_algo;
