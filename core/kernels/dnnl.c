@@ -210,24 +210,45 @@ static dnnl_format_tag_t layout_tag(int blk)
     return blk == 16 ? dnnl_nChw16c : blk == 8 ? dnnl_nChw8c : dnnl_nchw;
 }
 
-/* pd ← a primitive descriptor of op_desc, or false (nothing made) where oneDNN has none. */
-static bool try_pd(dnnl_primitive_desc_t *pd, const void *op_desc, dnnl_primitive_attr_t attr,
-                   dnnl_primitive_desc_t hint)
+/* The shapes of one convolution's three primitives, as oneDNN's descriptors take them. */
+typedef struct conv_mds {
+    const dnnl_memory_desc_t *x, *w, *b, *y;
+    const dnnl_dim_t *st, *pad, *pad_r;
+} conv_mds;
+
+/* *pd ← kind's primitive descriptor with algorithm alg (fpd: the forward's, the hint of
+ * δ and G), or false (nothing made) where oneDNN has none for this shape and ISA, or,
+ * for Winograd under SP_DNNL_AUTO, its scratchpad (the transformed weights and tiles)
+ * exceeds SP_DNNL_WINO_MAX_SCRATCH. */
+static bool conv_pd(dnnl_primitive_desc_t *pd, int kind, dnnl_alg_kind_t alg, const conv_mds *m,
+                    dnnl_primitive_attr_t attr, dnnl_primitive_desc_t fpd)
 {
-    return dnnl_primitive_desc_create(pd, op_desc, attr, engine, hint) == dnnl_success;
+    dnnl_convolution_desc_t d;
+    dnnl_status_t st =
+        kind == FWD ? dnnl_convolution_forward_desc_init(&d, dnnl_forward_training, alg, m->x, m->w, m->b, m->y, m->st,
+                                                         m->pad, m->pad_r)
+        : kind == BWD_D
+            ? dnnl_convolution_backward_data_desc_init(&d, alg, m->x, m->w, m->y, m->st, m->pad, m->pad_r)
+            : dnnl_convolution_backward_weights_desc_init(&d, alg, m->x, m->w, NULL, m->y, m->st, m->pad, m->pad_r);
+    if (st != dnnl_success || dnnl_primitive_desc_create(pd, &d, attr, engine, fpd) != dnnl_success) return false;
+    if (alg == dnnl_convolution_winograd && sp_dnnl_conv_algo() == SP_DNNL_AUTO &&
+        dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(*pd, dnnl_query_scratchpad_md, 0)) >
+            SP_DNNL_WINO_MAX_SCRATCH) {
+        dnnl_primitive_desc_destroy(*pd);
+        return false;
+    }
+    return true;
 }
 
-/* A Winograd primitive descriptor the rule keeps: under SP_DNNL_AUTO only one whose
- * scratchpad (the transformed weights and tiles) stays within SP_DNNL_WINO_MAX_SCRATCH. */
-static bool wino_pd(dnnl_primitive_desc_t *pd, const void *op_desc, dnnl_primitive_attr_t attr,
-                    dnnl_primitive_desc_t hint)
+/* Winograd where wino asks for it and conv_pd gives it, else direct (which must exist).
+ * Returns whether Winograd was taken. */
+static bool conv_pd_pick(dnnl_primitive_desc_t *pd, int kind, bool wino, const conv_mds *m,
+                         dnnl_primitive_attr_t attr, dnnl_primitive_desc_t fpd)
 {
-    if (!try_pd(pd, op_desc, attr, hint)) return false;
-    if (sp_dnnl_conv_algo() != SP_DNNL_AUTO ||
-        dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(*pd, dnnl_query_scratchpad_md, 0)) <=
-            SP_DNNL_WINO_MAX_SCRATCH)
-        return true;
-    dnnl_primitive_desc_destroy(*pd);
+    static const char *what[] = {"primitive_desc_create (conv forward)", "primitive_desc_create (conv backward data)",
+                                 "primitive_desc_create (conv backward weights)"};
+    if (wino && conv_pd(pd, kind, dnnl_convolution_winograd, m, attr, fpd)) return true;
+    if (!conv_pd(pd, kind, dnnl_convolution_direct, m, attr, fpd)) check(dnnl_unimplemented, what[kind]);
     return false;
 }
 
@@ -262,22 +283,12 @@ static entry *create(int kind, const sp_dnnl_conv *k, bool wino)
     dnnl_primitive_attr_t attr;
     check(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
     check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "set_scratchpad_mode");
-    /* Winograd where the rule asks for it and oneDNN has it for this shape and ISA (its
-     * F(4×4, 3×3) kernels: AVX-512 only); each of the three primitives falls back to
-     * direct on its own. */
-    dnnl_convolution_desc_t fd, bd_;
+    /* Winograd where the rule asks for it and oneDNN has it (its F(4×4, 3×3) kernels:
+     * AVX-512 only); the forward and its δ or G fall back to direct each on its own. */
+    conv_mds m = {.x = &xa, .w = &wa, .b = &b, .y = &ya, .st = st, .pad = pad, .pad_r = pad_r};
     dnnl_primitive_desc_t fpd, pd;
-    bool fwino = wino &&
-                 dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_winograd, &xa, &wa,
-                                                    &b, &ya, st, pad, pad_r) == dnnl_success &&
-                 wino_pd(&fpd, &fd, attr, NULL);
-    if (!fwino) {
-        check(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &xa, &wa, &b,
-                                                 &ya, st, pad, pad_r),
-              "convolution_forward_desc_init");
-        check(dnnl_primitive_desc_create(&fpd, &fd, attr, engine, NULL), "primitive_desc_create (conv forward)");
-    }
-    e->wino = kind == FWD && fwino;
+    bool fwino = conv_pd_pick(&fpd, FWD, wino, &m, attr, NULL);
+    e->wino = kind == FWD ? fwino : conv_pd_pick(&pd, kind, wino, &m, attr, fpd);
     dnnl_query_t q[NARG];
     if (kind == FWD) {
         pd = fpd;
@@ -285,32 +296,10 @@ static entry *create(int kind, const sp_dnnl_conv *k, bool wino)
         e->arg[IN0] = DNNL_ARG_SRC, e->arg[IN1] = DNNL_ARG_WEIGHTS, e->arg[OUT] = DNNL_ARG_DST;
         q[IN0] = dnnl_query_src_md, q[IN1] = dnnl_query_weights_md, q[OUT] = dnnl_query_dst_md;
     } else if (kind == BWD_D) {
-        e->wino = wino &&
-                  dnnl_convolution_backward_data_desc_init(&bd_, dnnl_convolution_winograd, &xa, &wa, &ya, st, pad,
-                                                           pad_r) == dnnl_success &&
-                  wino_pd(&pd, &bd_, attr, fpd);
-        if (!e->wino) {
-            check(dnnl_convolution_backward_data_desc_init(&bd_, dnnl_convolution_direct, &xa, &wa, &ya, st, pad,
-                                                           pad_r),
-                  "convolution_backward_data_desc_init");
-            check(dnnl_primitive_desc_create(&pd, &bd_, attr, engine, fpd),
-                  "primitive_desc_create (conv backward data)");
-        }
         e->user[IN0] = y, e->user[IN1] = w, e->user[OUT] = x;
         e->arg[IN0] = DNNL_ARG_DIFF_DST, e->arg[IN1] = DNNL_ARG_WEIGHTS, e->arg[OUT] = DNNL_ARG_DIFF_SRC;
         q[IN0] = dnnl_query_diff_dst_md, q[IN1] = dnnl_query_weights_md, q[OUT] = dnnl_query_diff_src_md;
     } else {
-        e->wino = wino &&
-                  dnnl_convolution_backward_weights_desc_init(&bd_, dnnl_convolution_winograd, &xa, &wa, NULL, &ya,
-                                                              st, pad, pad_r) == dnnl_success &&
-                  wino_pd(&pd, &bd_, attr, fpd);
-        if (!e->wino) {
-            check(dnnl_convolution_backward_weights_desc_init(&bd_, dnnl_convolution_direct, &xa, &wa, NULL, &ya, st,
-                                                              pad, pad_r),
-                  "convolution_backward_weights_desc_init");
-            check(dnnl_primitive_desc_create(&pd, &bd_, attr, engine, fpd),
-                  "primitive_desc_create (conv backward weights)");
-        }
         e->user[IN0] = x, e->user[IN1] = y, e->user[OUT] = w;
         e->arg[IN0] = DNNL_ARG_SRC, e->arg[IN1] = DNNL_ARG_DIFF_DST, e->arg[OUT] = DNNL_ARG_DIFF_WEIGHTS;
         q[IN0] = dnnl_query_src_md, q[IN1] = dnnl_query_diff_dst_md, q[OUT] = dnnl_query_diff_weights_md;
