@@ -326,8 +326,11 @@ sp_train_result sp_run(const char *app, const sp_run_opts *o, sp_model *m, sp_da
         free(keep);
         return (sp_train_result){0};
     }
-    /* (not with a clip: every update waits for the whole gradient's norm) */
-    if (!s.exec && (s.engine->caps & SP_ENGINE_LAYER_UPDATES) && !(o->clip_grad_norm > 0)) {   /* U_i as the engine's tasks (ooo: sub lane) */
+    /* (not with a clip: every update waits for the whole gradient's norm; the linear
+     * engine's walk updates on the cpu: its gradients then live in the step, sp_train) */
+    bool on_cpu = m->nparams == 0 || m->params[0]->value.device == SP_CPU;
+    if (!s.exec && (s.engine->caps & SP_ENGINE_LAYER_UPDATES) && !(o->clip_grad_norm > 0) &&
+        (on_cpu || !(s.engine->caps & SP_ENGINE_STEP_GRADS))) {   /* U_i as the engine's tasks (ooo: sub lane; linear: its walk) */
         s.engine->opts.update = update_layer;
         s.engine->opts.update_ctx = s.optim;
     }

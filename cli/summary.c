@@ -359,7 +359,7 @@ void sp_run_summary_memory(const sp_run_session *s, sp_json *j, const sp_train_r
     sp_json_num(j, "rss_steady_mib", rss_steady_kib >= 0 ? rss_steady_kib / 1024.0 : NAN);
     sp_json_int(j, "params", (long)params);
     sp_json_num(j, "mem_params_mib", mib(mem.weights));   /* parameters and buffers */
-    sp_json_num(j, "mem_grads_mib", mib(mem.grads));
+    sp_json_num(j, "mem_grads_mib", r->grads_in_step ? 0.0 : mib(mem.grads));   /* else in the step arena */
     sp_json_num(j, "mem_optim_mib", mib((double)state * sizeof(float)));
     sp_json_num(j, "mem_arena_mib", mib((double)r->arena_bytes));
     sp_json_num(j, "mem_eval_arena_mib", mib((double)r->eval_arena_bytes));

@@ -387,7 +387,30 @@ int sp_model_zero_grad(sp_model *m)
 {
     SP_GUARD(SP_ERR);
     if (!m) sp_fail("sp_model_zero_grad: argument 'm' is NULL");
-    for (int i = 0; i < m->nparams; i++) sp_zero(&m->params[i]->grad);
+    for (int i = 0; i < m->nparams; i++)
+        if (!m->params[i]->grad_in_step) sp_zero(&m->params[i]->grad);
+    return SP_OK;
+}
+
+int sp_model_step_grads(sp_model *m, bool on)
+{
+    SP_GUARD(SP_ERR);
+    if (!m) sp_fail("sp_model_step_grads: argument 'm' is NULL");
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i]->value.device != SP_CPU)
+            sp_fail("sp_model_step_grads: parameter '%s' is on a device (expected the cpu)", m->params[i]->name);
+    for (int i = 0; i < m->nparams; i++) {
+        sp_param *p = m->params[i];
+        if (p->grad_in_step == on) continue;
+        if (on) {
+            sp_tensor_free(&p->grad);   /* keeps its shape */
+        } else {
+            sp_tensor g = sp_tensor_new(p->grad.ndim, p->grad.shape);
+            if (!g.data) sp_fail("%s", sp_last_error());
+            p->grad = g;
+        }
+        p->grad_in_step = on;
+    }
     return SP_OK;
 }
 

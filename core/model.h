@@ -122,6 +122,14 @@ int sp_model_summary(sp_model *m, int ndim, const int *sample_shape, FILE *f);
  * dropout. */
 int sp_model_set_training(sp_model *m, bool training);
 int sp_model_zero_grad(sp_model *m);
+/* on: every parameter's gradient buffer is freed and its gradient lives in the training
+ * step instead (sp_param.grad_in_step): an engine with SP_ENGINE_STEP_GRADS
+ * (schedulers/backward/engine.h) places it in the step's arena for the backward of its
+ * layer and the layer's update (opts.update), so a chain or DAG of layers holds one
+ * layer's gradient at a time instead of all of them (VGG-11: 35 MiB). off: the buffers
+ * again, zeroed. CPU parameters only (else refused). Nothing else may read or write a
+ * gradient while it is on: sp_train turns it on for its loop where that holds. */
+int sp_model_step_grads(sp_model *m, bool on);
 size_t sp_model_numel(const sp_model *m);
 
 #ifdef __cplusplus

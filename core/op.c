@@ -51,7 +51,8 @@ void sp_layer_free(sp_layer *l)
     }
     for (int i = 0; i < l->nparams; i++) {
         sp_tensor_free(&l->params[i]->value);
-        sp_tensor_free(&l->params[i]->grad);
+        if (l->params[i]->grad_in_step) l->params[i]->grad.data = NULL;   /* the step arena's, or none */
+        else sp_tensor_free(&l->params[i]->grad);
         free(l->params[i]);
     }
     if (l->op->free_layer) l->op->free_layer(l);

@@ -60,6 +60,10 @@ typedef struct sp_param {
      * the masked entries of grad before and of value after every update, so pruned
      * weights stay exactly 0 in the forward; bppsa drops them from Jᵀ patterns. */
     const float *mask;
+    /* Its gradient lives in the training step's arena (sp_model_step_grads, core/model.h):
+     * grad.data is set by the linear engine for the backward of its layer's nodes and the
+     * layer's update, and is NULL otherwise; grad keeps its shape. */
+    bool grad_in_step;
 } sp_param;
 
 /* Op-specific layer structs embed sp_layer as their FIRST member. */

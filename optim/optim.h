@@ -77,8 +77,15 @@ int sp_optim_step(sp_optim *o);
 /* Update only params[0..k) (each must belong to o, else SP_ERR before any update; each
  * once per step). */
 int sp_optim_step_params(sp_optim *o, sp_param **params, int k);
+/* Update the parameters no update has read since the last sp_optim_zero_grad, each from
+ * its .grad (a zero gradient for one whose gradient lives in the step and was not made:
+ * sp_model_step_grads): with an engine that ran the updates of the layers its backward
+ * reached (opts.update), the rest, so the step is sp_optim_step's. Refused for an
+ * optimizer that clips. */
+int sp_optim_step_rest(sp_optim *o);
 /* Zero the .grad of every parameter (PyTorch 1.13's zero_grad(set_to_none=False)),
- * except those an update has zeroed already since the last call (below). */
+ * except those an update has zeroed already since the last call (below) and those whose
+ * gradient lives in the step (sp_param.grad_in_step: made zeroed there). */
 int sp_optim_zero_grad(sp_optim *o);
 /* On (CPU parameters only; off by default): each update zeroes the gradient it has just
  * read, block by block in the same pass while the block is in cache, and the next
@@ -169,6 +176,7 @@ struct sp_optim {
     sp_optim_scalars_fn scalars; /* the coming step's scalars (device scalars) */
     bool zero_in_step;           /* sp_optim_set_zero_in_step */
     bool *zeroed;                /* [nparams] zeroed by its update since the last zero_grad */
+    bool *stepped;               /* [nparams] updated since the last zero_grad              */
     /* device scalars (sp_optim_device_scalars): the staged scalars of each parameter */
     void *sc_handle;             /* the backend's pinned + device buffers */
     sp_optim_scalars *sc_host;   /* [nparams] staging (host) */

@@ -32,7 +32,7 @@ sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
         if (dev != SP_CPU && p->mask)
             sp_fail("optim %s: parameter '%s' is pruned and on %s (expected pruned parameters on the cpu)", name,
                     p->name, sp_device_name(dev));
-        if (p->grad.numel != p->value.numel || !p->grad.data)
+        if (p->grad.numel != p->value.numel || (!p->grad.data && !p->grad_in_step))
             sp_fail("optim %s: parameter '%s' has no gradient of its shape", name, p->name);
         /* PyTorch warns and would update a repeated parameter twice per step. */
         for (int j = 0; j < i; j++)
@@ -45,6 +45,7 @@ sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
     memcpy(o->params, params, (size_t)n * sizeof *o->params);
     o->steps = sp_xcalloc((size_t)n, sizeof *o->steps);
     o->zeroed = sp_xcalloc((size_t)n, sizeof *o->zeroed);
+    o->stepped = sp_xcalloc((size_t)n, sizeof *o->stepped);
     o->offset = sp_xmalloc((size_t)n * sizeof *o->offset);
     size_t total = 0;
     for (int i = 0; i < n; i++) {
@@ -106,13 +107,17 @@ static void update_one(sp_optim *o, int i)
 {
     sp_param *p = o->params[i];
     const float *mk = p->mask;
-    bool zero = o->zero_in_step && o->device == SP_CPU;
+    if (!p->grad.data)
+        sp_fail("optim %s: parameter '%s' has no gradient now (it lives in the training step's backward: "
+                "sp_model_step_grads)", o->name, p->name);
+    bool zero = o->zero_in_step && o->device == SP_CPU && !p->grad_in_step;   /* step grads: the arena's */
     if (mk)
         for (size_t j = 0; j < p->grad.numel; j++) p->grad.data[j] *= mk[j];
     t_zero_g = zero ? p->grad.data : NULL;
     o->update(o, i);
     t_zero_g = NULL;
     if (zero) o->zeroed[i] = true;
+    o->stepped[i] = true;
     if (mk)
         for (size_t j = 0; j < p->value.numel; j++) p->value.data[j] *= mk[j];
 }
@@ -145,13 +150,34 @@ int sp_optim_step_params(sp_optim *o, sp_param **params, int k)
     return SP_OK;
 }
 
+int sp_optim_step_rest(sp_optim *o)
+{
+    SP_GUARD(SP_ERR);
+    if (!o) sp_fail("sp_optim_step_rest: argument 'o' is NULL");
+    if (o->clip > 0) sp_fail("sp_optim_step_rest: a clipped optimizer (its clip needs the whole gradient first)");
+    for (int i = 0; i < o->nparams; i++) {
+        if (o->stepped[i]) continue;
+        sp_param *p = o->params[i];
+        if (p->grad.data || o->device != SP_CPU) {
+            update_one(o, i);
+            continue;
+        }
+        p->grad.data = sp_xcalloc(p->grad.numel ? p->grad.numel : 1, sizeof(float));   /* none reached it: zero */
+        update_one(o, i);
+        free(p->grad.data);
+        p->grad.data = NULL;
+    }
+    return SP_OK;
+}
+
 int sp_optim_zero_grad(sp_optim *o)
 {
     SP_GUARD(SP_ERR);
     if (!o) sp_fail("sp_optim_zero_grad: argument 'o' is NULL");
     for (int i = 0; i < o->nparams; i++) {
-        if (!o->zeroed[i]) sp_zero(&o->params[i]->grad);
+        if (!o->zeroed[i] && !o->params[i]->grad_in_step) sp_zero(&o->params[i]->grad);
         o->zeroed[i] = false;
+        o->stepped[i] = false;
     }
     return SP_OK;
 }
@@ -231,6 +257,7 @@ void sp_optim_free(sp_optim *o)
     free(o->offset);
     free(o->steps);
     free(o->zeroed);
+    free(o->stepped);
     free(o->params);
     free(o);
 }

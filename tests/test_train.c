@@ -1159,3 +1159,147 @@ Test(train, train_and_cli_name_no_engine)
     }
     cr_assert_geq(checked, 12, "only %d sources in train/ and cli/", checked);
 }
+
+/* ---- the linear engine's updates in its walk, gradients in the step ------------------- */
+
+/* model (from seed 3) trained on d in batches of 4 for 3 steps by the linear engine, with
+ * its updates in the walk (walk) or one sp_optim_step after it; every weight, the loss,
+ * whether the gradients lived in the step; afterwards every gradient buffer is back. */
+static float *train_walk(const char *model, sp_dataset *d, const char *optim, bool walk, size_t *nw, double *loss,
+                         bool *in_step)
+{
+    sp_model *m = sp_zoo_model(model);
+    sp_model_init(m, 3);
+    sp_optim_cfg oc = sp_optim_cfg_default();
+    oc.lr = 0.02;
+    oc.momentum = 0.9;
+    oc.weight_decay = 1e-3;
+    sp_optim *o = sp_optim_create(optim, m->params, m->nparams, &oc);
+    cr_assert_not_null(o);
+    layer_update u = {o, NULL};
+    sp_engine_opts eo = {.update = update_layer, .update_ctx = &u};
+    sp_engine *e = sp_engine_create("linear", walk ? &eo : NULL);
+    cr_assert(e->caps & SP_ENGINE_STEP_GRADS);
+    sp_loader *l = sp_loader_new(d, 4, true, 1, false);
+    sp_train_cfg tc = {.app = "walk", .steps = 3, .quiet = true};
+    sp_train_result r = sp_train(m, e, o, l, NULL, &tc);
+    cr_assert_eq(r.status, SP_OK, "%s", sp_last_error());
+    cr_assert_eq(r.steps, 3);
+    *loss = r.train_loss;
+    *in_step = r.grads_in_step;
+    for (int i = 0; i < m->nparams; i++)
+        cr_assert(!m->params[i]->grad_in_step && m->params[i]->grad.data,
+                  "%s: %s's gradient buffer is not back after sp_train", model, m->params[i]->name);
+    float *w = tu_model_weights(m, nw);
+    sp_loader_free(l);
+    sp_engine_destroy(e);
+    sp_optim_free(o);
+    sp_model_free(m);
+    return w;
+}
+
+/* The linear engine with opts.update runs each layer's update after the backward of its
+ * last node and makes the gradients in the step's arena: bitwise the step with all the
+ * gradients held and one update after the walk, on a chain (LeNet-5) and a DAG with batch
+ * norm (ResNet-20), with SGD (momentum, weight decay) and Adam. */
+Test(train, linear_walk_updates_with_step_gradients_are_bitwise_one_update, .timeout = 300)
+{
+    sp_set_threads(2);
+    static const char *models[] = {"lenet", "resnet20"}, *optims[] = {"sgd", "adam"};
+    for (int k = 0; k < 2; k++) {
+        int side = k ? 32 : 28, shape[3] = {1, side, side};
+        float *x;
+        int *y;
+        sp_dataset *d = sp_dataset_new_f32("rand", 12, 3, shape, 10, &x, &y);
+        tu_fill_uniform(x, (size_t)12 * side * side, 7, -1, 1);
+        for (int i = 0; i < 12; i++) y[i] = (i * 3) % 10;
+        for (int q = 0; q < 2; q++) {
+            size_t n0, n1;
+            double l0, l1;
+            bool s0, s1;
+            float *ref = train_walk(models[k], d, optims[q], false, &n0, &l0, &s0);
+            float *w = train_walk(models[k], d, optims[q], true, &n1, &l1, &s1);
+            cr_assert(!s0, "%s: gradients in the step without updates in the walk", models[k]);
+            cr_assert(s1, "%s %s: the walk's updates did not put the gradients in the step", models[k], optims[q]);
+            cr_assert_eq(n1, n0);
+            cr_assert_eq(memcmp(w, ref, n0 * sizeof *w), 0, "%s %s: the walk's updates change the weights (max rel %g)",
+                         models[k], optims[q], tu_max_rel_diff(w, ref, n0));
+            cr_assert_eq(l1, l0, "%s %s: train loss %.9g vs %.9g", models[k], optims[q], l1, l0);
+            free(ref);
+            free(w);
+        }
+        sp_dataset_free(d);
+    }
+}
+
+/* One layer applied twice (its gradient summed over both nodes: updated only after the
+ * second, held from the first to the step's end) and one layer the walk never reaches
+ * (updated from a zero gradient by sp_optim_step_rest, as sp_optim_step would): three
+ * steps by hand, bitwise the steps with the gradients held and one sp_optim_step. */
+Test(train, linear_walk_updates_a_shared_layer_after_its_last_node)
+{
+    sp_set_threads(2);
+    float ref[2][6 * 6 + 6], got[2][6 * 6 + 6], idle0[6 * 6 + 6];
+    for (int walk = 0; walk < 2; walk++) {
+        sp_layer *fc = sp_linear("fc", 6, 6), *relu = sp_relu(), *ce = sp_softmax_ce(), *idle = sp_linear("idle", 6, 6);
+        sp_rng r;
+        sp_rng_seed(&r, 5);
+        sp_fill_uniform(&fc->params[0]->value, &r, 0.5f);
+        sp_fill_uniform(&fc->params[1]->value, &r, 0.5f);
+        sp_fill_uniform(&idle->params[0]->value, &r, 0.5f);
+        sp_fill_uniform(&idle->params[1]->value, &r, 0.5f);
+        memcpy(idle0, idle->params[0]->value.data, 36 * sizeof(float));
+        memcpy(idle0 + 36, idle->params[1]->value.data, 6 * sizeof(float));
+        sp_param *ps[4] = {fc->params[0], fc->params[1], idle->params[0], idle->params[1]};
+        sp_optim *o = sp_sgd_new(ps, 4, 0.1, 0.9, 0, 0.01, false);
+        layer_update u = {o, NULL};
+        sp_engine_opts eo = {.update = update_layer, .update_ctx = &u};
+        sp_engine *e = sp_engine_create("linear", walk ? &eo : NULL);
+        if (walk)
+            for (int i = 0; i < 4; i++) {
+                sp_tensor_free(&ps[i]->grad);
+                ps[i]->grad_in_step = true;
+            }
+        float xs[4 * 6];
+        tu_fill_uniform(xs, 4 * 6, 9, -1, 1);
+        int ys[4] = {1, 5, 0, 3};
+        sp_tensor x = sp_tensor_view(xs, 2, (int[]){4, 6});
+        sp_tape t;
+        sp_tape_init(&t);
+        for (int step = 0; step < 3; step++) {
+            sp_tape_reset(&t);
+            sp_optim_zero_grad(o);
+            sp_node *h = sp_apply(&t, fc, sp_tape_input(&t, &x));
+            h = sp_apply(&t, fc, sp_apply(&t, relu, h));
+            sp_node *loss = sp_apply_loss(&t, ce, h, ys);
+            sp_backward(e, &t, loss);
+            if (walk) {
+                for (int i = 0; i < 4; i++)
+                    cr_assert_null(ps[i]->grad.data, "step %d: %s's gradient outlives its update", step, ps[i]->name);
+                cr_assert_eq(sp_optim_step_rest(o), SP_OK, "%s", sp_last_error());
+            } else {
+                cr_assert_eq(sp_optim_step(o), SP_OK);
+            }
+        }
+        if (walk) {   /* an update outside the walk has no gradient to read: refused, naming it */
+            cr_assert_eq(sp_optim_step(o), SP_ERR);
+            cr_assert(strstr(sp_last_error(), "fc.weight") && strstr(sp_last_error(), "no gradient"), "%s",
+                      sp_last_error());
+        }
+        float *dst = walk ? got[0] : ref[0], *dst2 = walk ? got[1] : ref[1];
+        memcpy(dst, fc->params[0]->value.data, 36 * sizeof(float));
+        memcpy(dst + 36, fc->params[1]->value.data, 6 * sizeof(float));
+        memcpy(dst2, idle->params[0]->value.data, 36 * sizeof(float));
+        memcpy(dst2 + 36, idle->params[1]->value.data, 6 * sizeof(float));
+        sp_tape_free(&t);
+        sp_engine_destroy(e);
+        sp_optim_free(o);
+        sp_layer_free(fc);
+        sp_layer_free(relu);
+        sp_layer_free(ce);
+        sp_layer_free(idle);
+    }
+    cr_assert_eq(memcmp(got[0], ref[0], sizeof ref[0]), 0, "the shared layer's weights differ from one update's");
+    cr_assert_eq(memcmp(got[1], ref[1], sizeof ref[1]), 0, "the unreached layer's weights differ from one update's");
+    cr_assert(memcmp(ref[1], idle0, sizeof idle0) != 0, "the unreached layer was not updated (weight decay)");
+}

@@ -96,7 +96,7 @@ struct train_run {
     sp_tape t, tapes[2];
     evaluator ev;
     sp_step_graph *sg;
-    bool overlap, zero_in_step, was_training;
+    bool overlap, zero_in_step, step_grads, was_training;
     sp_device dev;             /* where the model lives */
     double busy;               /* seconds of step time so far, and the samples they trained */
     long images;
@@ -231,6 +231,13 @@ static void train_setup(train_run *s)
      * next step's zero_grad skips it: nothing writes a gradient in between here. */
     s->zero_in_step = s->dev == SP_CPU;
     if (s->zero_in_step) sp_optim_set_zero_in_step(s->o, true);
+    /* An engine that updates in its walk (linear) makes each layer's gradient in the step
+     * for that layer's backward and update: the gradient buffers are not held (VGG-11: 35
+     * MiB). Not where anything else reads them: a clip, accumulation, the executor. */
+    s->step_grads = s->dev == SP_CPU && !s->sg && !cfg->exec && cfg->microbatches <= 1 && s->e->opts.update &&
+                    (s->e->caps & SP_ENGINE_STEP_GRADS) && !(s->o->clip > 0);
+    if (s->step_grads) sp_check(sp_model_step_grads(m, true));
+    s->r.grads_in_step = s->step_grads;
     if (!s->sg && s->dev == SP_CPU) {   /* every step joined before an evaluation (overlap: sync) */
         s->ev.idle[0] = &s->t;
         s->ev.idle[1] = &s->tapes[0];
@@ -425,6 +432,7 @@ static void train_end(train_run *s, bool failed)
     free(s->bwd);
     free(s->all);
     if (s->zero_in_step) sp_optim_set_zero_in_step(s->o, false);
+    if (s->step_grads) sp_model_step_grads(s->m, false);   /* the buffers again, zeroed */
 }
 
 sp_train_result sp_train(sp_model *m, sp_engine *e, sp_optim *o, sp_loader *train, sp_dataset *test,

@@ -68,6 +68,8 @@ typedef struct sp_train_result {
                                                 * zeros on the CPU */
     size_t arena_bytes, eval_arena_bytes;     /* high water of the step tapes' and the evaluation
                                                 * tape's arenas (host memory; --mem-report) */
+    bool grads_in_step;        /* the parameters' gradients lived in the steps' arenas
+                                * (sp_model_step_grads: an engine that updates in its walk) */
     int status;                /* SP_OK, or SP_ERR with the message in sp_last_error(): a bad
                                 * configuration or path refused before any work, or a run
                                 * stopped (steps and epochs: how far it got) */

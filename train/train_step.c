@@ -31,7 +31,8 @@ static sp_node *step_body(sp_model *m, sp_engine *e, sp_optim *o, sp_tape *t, co
     sp_backward(e, t, loss);
     if (a) a->time_mark(1);
     double t2 = sp_now();
-    if (!e->opts.update) sp_optim_step(o);   /* else the engine ran every layer's update */
+    if (!e->opts.update) sp_optim_step(o);   /* else the engine ran every layer's update, */
+    else if (e->caps & SP_ENGINE_STEP_GRADS) sp_optim_step_rest(o);   /* or those its walk reached */
     if (fwd_s) *fwd_s = t1 - t0;
     if (bwd_s) *bwd_s = t2 - t1;
     return loss;

@@ -36,8 +36,8 @@ typedef struct sp_engine_opts {
     const void *own;
     const char *trace_path;   /* SP_ENGINE_TRACE: a Chrome trace JSON             */
     /* SP_ENGINE_LAYER_UPDATES: when set, the optimizer update U_i of layer l runs as a
-     * task right after its weight gradient (the sub lane), and the caller skips its own
-     * step. */
+     * task right after its weight gradient (the sub lane; the linear engine: in its walk,
+     * after the backward of l's last node), and the caller skips its own step. */
     void (*update)(void *ctx, sp_layer *l);
     void *update_ctx;
     /* SP_ENGINE_PLAN */
@@ -63,6 +63,12 @@ enum {
     SP_ENGINE_BLOCKED = 1 << 6,        /* its host backward reads activations and δ only through
                                         * the ops' kernels: the training forward may keep them in
                                         * oneDNN's blocked layout (sp_tape.blocked, core/tape.h)  */
+    SP_ENGINE_STEP_GRADS = 1 << 7,     /* with opts.update: runs each layer's update in its walk
+                                        * (the caller then updates the layers it did not reach:
+                                        * sp_optim_step_rest), and makes the gradient of a
+                                        * parameter that lives in the step (sp_model_step_grads)
+                                        * in its arena, zeroed, for its layer's backward and
+                                        * update only                                            */
 };
 
 /* Where an engine writes its figures: keys of a run's JSON line (the runner passes one
