@@ -141,6 +141,12 @@ typedef struct entry {
     dnnl_memory_desc_t user[NARG], want[NARG];
     dnnl_primitive_t reorder[NARG];   /* NULL: the primitive takes the user layout */
     dnnl_primitive_t reorder_acc;     /* BWD_D: OUT's reorder adding into the user's dx */
+    /* FWD, BWD_D: the weights' reorder cut by output channels into W_PARTS pieces run on
+     * the pool at once (the same primitive on each piece: W_PARTS contiguous ranges of
+     * both layouts), or NULL: one piece on the calling thread */
+    dnnl_primitive_t wpart;
+    dnnl_memory_desc_t wpart_from, wpart_to;
+    size_t wpart_from_floats, wpart_to_bytes;
     size_t want_bytes[NARG];
     dnnl_memory_desc_t scratch_md, bias_md;
     size_t scratch_bytes;
@@ -208,6 +214,35 @@ static dnnl_primitive_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_
 static dnnl_format_tag_t layout_tag(int blk)
 {
     return blk == 16 ? dnnl_nChw16c : blk == 8 ? dnnl_nChw8c : dnnl_nchw;
+}
+
+/* The weights' reorder of a FWD or BWD_D entry in W_PARTS pieces by output channels
+ * (entry.wpart), where the layout it wants keeps the output-channel blocks outermost
+ * (one of the tags below; not Winograd's) and the pieces fill whole blocks: then piece p
+ * is the p-th contiguous range of both the OIHW weights and the blocked copy. A copy,
+ * so the pieces give the bits of the whole. VGG-11: 35 MiB of weights twice a step, on
+ * one thread while the other waited. */
+#define W_PARTS 2
+#define W_PART_MIN_FLOATS 65536
+static void wparts_make(entry *e, const sp_dnnl_conv *k)
+{
+    static const dnnl_format_tag_t tags[] = {dnnl_ABcd16b16a, dnnl_ABcd16a16b, dnnl_ABcd8b8a,
+                                             dnnl_ABcd8a8b, dnnl_Acdb16a, dnnl_Acdb8a};
+    size_t n = (size_t)k->O * k->C * k->k * k->k;
+    if (n < W_PART_MIN_FLOATS || k->O % (W_PARTS * CHANNEL_BLOCK) || sp_get_threads() < 2) return;
+    dnnl_dims_t wd = {k->O, k->C, k->k, k->k}, pd = {k->O / W_PARTS, k->C, k->k, k->k};
+    for (size_t i = 0; i < sizeof tags / sizeof *tags; i++) {
+        dnnl_memory_desc_t whole;
+        md_tag(&whole, 4, wd, tags[i]);
+        if (!dnnl_memory_desc_equal(&whole, &e->want[IN1])) continue;
+        md_tag(&e->wpart_from, 4, pd, dnnl_oihw);
+        md_tag(&e->wpart_to, 4, pd, tags[i]);
+        e->wpart_from_floats = n / W_PARTS;
+        e->wpart_to_bytes = dnnl_memory_desc_get_size(&e->wpart_to);
+        if (e->wpart_to_bytes * W_PARTS != e->want_bytes[IN1]) return;   /* padded: not whole pieces */
+        e->wpart = make_reorder(&e->wpart_from, &e->wpart_to);
+        return;
+    }
 }
 
 /* The shapes of one convolution's three primitives, as oneDNN's descriptors take them. */
@@ -311,6 +346,7 @@ static entry *create(int kind, const sp_dnnl_conv *k, bool wino)
         e->reorder[r] = r == OUT ? make_reorder(&e->want[r], &e->user[r]) : make_reorder(&e->user[r], &e->want[r]);
     }
     if (kind == BWD_D && e->reorder[OUT]) e->reorder_acc = make_reorder_to(&e->want[OUT], &e->user[OUT], true);
+    if (kind != BWD_W && e->reorder[IN1]) wparts_make(e, k);
     e->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     e->scratch_bytes = dnnl_memory_desc_get_size(&e->scratch_md);
     check(dnnl_primitive_create(&e->prim, pd), "primitive_create (convolution)");
@@ -350,6 +386,7 @@ typedef struct bound {
     dnnl_stream_t s;
     dnnl_memory_t user[NARG], want[NARG], scratch, bias;
     dnnl_memory_t w_from, w_to;   /* the shared weights' reorder in run() */
+    dnnl_memory_t wp_from, wp_to;   /* one piece of it (entry.wpart) */
     _Atomic int busy;
     struct bound *next;
 } bound;
@@ -372,6 +409,10 @@ static bound *bound_new(const entry *e)
     if (e->reorder[IN1]) {
         mem_new(&m->w_from, &e->user[IN1]);
         mem_new(&m->w_to, &e->want[IN1]);
+    }
+    if (e->wpart) {
+        mem_new(&m->wp_from, &e->wpart_from);
+        mem_new(&m->wp_to, &e->wpart_to);
     }
     return m;
 }
@@ -601,6 +642,26 @@ static size_t slot_bytes(const job *J, int s, size_t *dy_end)
     return bytes + up(e->scratch_bytes);
 }
 
+/* Pieces [begin, end) of an entry's weights' reorder (entry.wpart), each with a set of
+ * its own. */
+typedef struct wpart_job {
+    const entry *e;
+    const float *from;
+    void *to;
+} wpart_job;
+
+static void wpart_range(void *ctx, size_t begin, size_t end)
+{
+    const wpart_job *W = ctx;
+    one_thread();
+    for (size_t p = begin; p < end; p++) {
+        bound *m = acquire(W->e);
+        run_reorder(m, W->e->wpart, mem(&m->wp_from, &W->e->wpart_from, (void *)(W->from + p * W->e->wpart_from_floats)),
+                    mem(&m->wp_to, &W->e->wpart_to, (unsigned char *)W->to + p * W->e->wpart_to_bytes));
+        release(m);
+    }
+}
+
 /* A call's job: primitives per slot, the weights reordered once, each slot's scratch
  * (none with no_scratch: the caller places it). */
 static job *prepare_with(sp_tape *t, int kind, bool acc, const sp_dnnl_conv *c, float *in0, float *in1, float *out,
@@ -633,10 +694,15 @@ static job *prepare_with(sp_tape *t, int kind, bool acc, const sp_dnnl_conv *c, 
         one_thread();
         J->shared_w = sp_tape_alloc(t, J->e[0]->want_bytes[IN1] + ALIGN);
         J->shared_w = (void *)up((uintptr_t)J->shared_w);
-        bound *m = acquire(J->e[0]);
-        run_reorder(m, J->e[0]->reorder[IN1], mem(&m->w_from, &J->e[0]->user[IN1], in1),
-                    mem(&m->w_to, &J->e[0]->want[IN1], J->shared_w));
-        release(m);
+        if (J->e[0]->wpart) {
+            wpart_job W = {.e = J->e[0], .from = in1, .to = J->shared_w};
+            sp_parallel_for(W_PARTS, wpart_range, &W);
+        } else {
+            bound *m = acquire(J->e[0]);
+            run_reorder(m, J->e[0]->reorder[IN1], mem(&m->w_from, &J->e[0]->user[IN1], in1),
+                        mem(&m->w_to, &J->e[0]->want[IN1], J->shared_w));
+            release(m);
+        }
     }
     for (int s = 0; s < J->slots && !no_scratch; s++)
         J->scratch[s] = (unsigned char *)up((uintptr_t)sp_tape_alloc(t, slot_bytes(J, s, NULL) + ALIGN));
