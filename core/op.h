@@ -190,6 +190,11 @@ struct sp_opdef {
      * over_input   the forward may write y over its one input x (sp_apply_over), and every
      *              kernel gives the same bits reading y where it read x. */
     bool out_unread, over_input;
+    /* The CPU backward_input of its one input may write δx over δy (same shape, read and
+     * written element by element): the δ plan (schedulers/memory/memory.h) then gives
+     * the input's δ the output's bytes where nothing else adds into it (VGG-11: one
+     * activation's δ less at the first ReLU). */
+    bool delta_over;
     /* The op is the ReLU, y = max(x, 0) elementwise: a producer's forward_relu computes
      * its output (sp_model_forward). */
     bool relu;

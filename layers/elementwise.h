@@ -15,7 +15,7 @@ sp_layer *sp_elementwise_layer(const sp_opdef *op);
  * the split. */
 void sp_elementwise_for(size_t n, sp_range_fn fn, void *ctx);
 /* ReLU's δ: dx = dy where gate > 0, else 0, over n elements (relu's gate is its input or
- * output, add_relu's its output: the same signs). relu.c. */
+ * output, add_relu's its output: the same signs); dx may be dy itself. relu.c. */
 void sp_relu_mask(const float *gate, const float *dy, float *dx, size_t n);
 /* dx += dy where gate > 0 (a δ added into a fan-out's sum; bitwise mask-then-add). */
 void sp_relu_mask_acc(const float *gate, const float *dy, float *dx, size_t n);

@@ -46,6 +46,20 @@ static void relu_backward_range(void *ctx, size_t begin, size_t end)
     }
 }
 
+/* The same with dx = dy (the δ plan's delta_over): one pointer, so the loop stays a
+ * vector blend (two that may alias would get a runtime overlap check and, aliased,
+ * the scalar loop). */
+static void relu_backward_over_range(void *ctx, size_t begin, size_t end)
+{
+    const relu_bwd *J = ctx;
+    const float *restrict gate = J->gate;
+    float *restrict d = J->dx;
+    for (size_t i = begin; i < end; i++) {
+        float g = d[i];
+        d[i] = gate[i] > 0.0f ? g : 0.0f;
+    }
+}
+
 /* dx += the same: the fan-out's add, one f32 add of the masked value per element. */
 static void relu_backward_acc_range(void *ctx, size_t begin, size_t end)
 {
@@ -61,7 +75,7 @@ static void relu_backward_acc_range(void *ctx, size_t begin, size_t end)
 void sp_relu_mask(const float *gate, const float *dy, float *dx, size_t n)
 {
     relu_bwd J = {.gate = gate, .dy = dy, .dx = dx};
-    sp_elementwise_for(n, relu_backward_range, &J);
+    sp_elementwise_for(n, dx == dy ? relu_backward_over_range : relu_backward_range, &J);
 }
 
 void sp_relu_mask_acc(const float *gate, const float *dy, float *dx, size_t n)
@@ -100,6 +114,7 @@ const sp_opdef sp_op_relu = {
     .name = "relu",
     .blocked = relu_blocked,
     .over_input = true,   /* y > 0 exactly where x > 0: δ and Jᵀ read the same mask from y */
+    .delta_over = true,   /* δx = δy where x > 0, else 0: element by element */
     .relu = true,         /* a convolution's forward_relu computes it (sp_model_forward) */
     .infer = sp_elementwise_infer,
     .jt_pattern = relu_jt_pattern,

@@ -1233,6 +1233,8 @@ static void cb1(void) { g_status = sp_tensor_to_plain(NULL, NULL); }
 static void cb2(void) { g_status = sp_tensor_from_plain(NULL, NULL, NULL); }
 static void cb3(void) { g_status = sp_model_blocked_plan(NULL, NULL); }
 static void cb4(void) { g_status = sp_model_blocked_plan_cut(NULL, NULL, NULL); }
+static void cb5(void) { g_status = sp_model_step_grads(NULL, true); }
+static void cb6(void) { g_status = sp_optim_step_rest(NULL); }
 
 static const api_case cases[] = {
     {"sp_tensor_view", K_REFUSED, c0, "sp_tensor_view: argument 'shape' is NULL"},
@@ -1253,6 +1255,8 @@ static const api_case cases[] = {
     {"sp_tensor_from_plain", K_REFUSED, cb2, "sp_tensor_from_plain: argument 't' is NULL"},
     {"sp_model_blocked_plan", K_STATUS, cb3, "sp_model_blocked_plan: argument 'm' is NULL"},
     {"sp_model_blocked_plan_cut", K_STATUS, cb4, "sp_model_blocked_plan_cut: argument 'm' is NULL"},
+    {"sp_model_step_grads", K_STATUS, cb5, "sp_model_step_grads: argument 'm' is NULL"},
+    {"sp_optim_step_rest", K_STATUS, cb6, "sp_optim_step_rest: argument 'o' is NULL"},
     {"sp_rng_seed", K_REFUSED, c13, "sp_rng_seed: argument 'r' is NULL"},
     {"sp_rng_u32", K_REFUSED, c14, "sp_rng_u32: argument 'r' is NULL"},
     {"sp_rng_uniform", K_REFUSED, c15, "sp_rng_uniform: argument 'r' is NULL"},

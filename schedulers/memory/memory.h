@@ -59,7 +59,10 @@ size_t sp_grad_bytes(const sp_node *n);
  * (two for a chain, a few more across a residual block) instead of their sum. A δ that
  * is accumulated into (a fan-out, a node no op up to the loss reads, the loss itself) is
  * zeroed when its life begins, just before w_i's backward (sp_grad_plan_begin), since
- * its bytes were another δ's until then.
+ * its bytes were another δ's until then. A node j whose op writes δx over δy
+ * (sp_opdef.delta_over: ReLU) hands its δ's bytes on to its one input i when j is i's
+ * writer and i's δ is not accumulated: δ_i's life begins where δ_j's ends, in the same
+ * bytes (over[j]).
  *
  * Under AddressSanitizer a host δ is poisoned outside its life (sp_grad_plan_begin
  * unpoisons, sp_grad_plan_end poisons, sp_grad_plan_finish hands the region back), so an
@@ -69,6 +72,7 @@ typedef struct sp_grad_plan {
     int *writer;             /* w_i; −1: no δ (a leaf, or no parameter upstream)        */
     size_t *off;             /* δ_i's offset in its device's region                     */
     bool *zero;              /* zeroed when its life begins                             */
+    bool *over;              /* its bytes go on as its one input's δ (sp_opdef.delta_over) */
     unsigned char *host;     /* the host region (NULL: none), host_bytes long           */
     size_t host_bytes;
     size_t *fr_off, *fr_len; /* the simulation's free ranges, sorted by offset          */
