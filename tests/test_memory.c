@@ -232,33 +232,39 @@ Test(step_arena, resnet20_keeps_the_live_deltas_only, .timeout = 300) { check_mo
 #if defined(__SANITIZE_ADDRESS__)
 #include "layers/layers.h"
 
-/* y = x, whose δ also reads the loss's δ: dead by then (the loss's backward ran first),
- * its bytes poisoned, so AddressSanitizer stops the step there (exit 1). */
+/* y = x, whose δ also reads the last float of its consumer's δ: dead by then (the
+ * consumer's backward ran first), its bytes poisoned, so AddressSanitizer stops the step
+ * there (exit 1). That δ (1 KiB) is the step's largest and was alive with the peek's own
+ * (256 B); the δ the peek writes (256 B) may reuse its first bytes (the δ plan packs
+ * dead ones), never its last: they stay poisoned under either placement. */
 static void peek_infer(sp_node *n, const sp_tensor *x) { n->out = sp_tensor_view(NULL, x->ndim, x->shape); }
 static void peek_forward(sp_node *n) { memcpy(n->out.data, sp_node_x(n)->data, n->out.numel * sizeof(float)); }
 static volatile float peeked;
 static void peek_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     memcpy(dx->data, dy->data, dx->numel * sizeof(float));
-    peeked = n->tape->nodes[n->tape->n - 1]->grad.data[0];
+    const sp_tensor *dead = &n->tape->nodes[n->index + 1]->grad;
+    peeked = dead->data[dead->numel - 1];
 }
 static const sp_opdef peek_op = {.name = "peek", .infer = peek_infer,
                                  .cpu = {.forward = peek_forward, .backward_input = peek_backward_input}};
 
 Test(step_arena, reading_a_dead_delta_stops_the_sanitized_run, .exit_code = 1, .init = cr_redirect_stderr)
 {
-    /* 100 classes: the δ written after the loss's (1 KiB) does not fit the loss's 256 bytes */
-    sp_layer *fc = sp_linear("fc", 4, 100), *ce = sp_softmax_ce(), peek = {.op = &peek_op};
+    /* fc's and peek's δ 256 B each, fc2's 1 KiB */
+    sp_layer *fc = sp_linear("fc", 4, 32), *fc2 = sp_linear("fc2", 32, 128), *ce = sp_softmax_ce(),
+             peek = {.op = &peek_op};
     sp_rng r;
     sp_rng_seed(&r, 1);
     fc->op->init_params(fc, &r);
+    fc2->op->init_params(fc2, &r);
     sp_tensor x = sp_tensor_new(2, (int[]){2, 4});
     tu_fill_uniform(x.data, x.numel, 3, -1, 1);
     int y[2] = {0, 42};
     sp_tape t;
     sp_tape_init(&t);
     sp_node *h = sp_apply(&t, fc, sp_tape_input(&t, &x));
-    sp_node *loss = sp_apply_loss(&t, ce, sp_apply(&t, &peek, h), y);
+    sp_node *loss = sp_apply_loss(&t, ce, sp_apply(&t, fc2, sp_apply(&t, &peek, h)), y);
     sp_engine *e = sp_engine_create("linear", NULL);
     sp_backward(e, &t, loss);   /* exits 1 in peek's δ */
     cr_log_error("read %g from a dead δ unnoticed", (double)peeked);
