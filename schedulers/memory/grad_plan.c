@@ -123,7 +123,7 @@ static size_t greedy_place(const sp_grad_plan *p, sp_tape *t, sp_device dev, int
     int L = p->L;
     greedy_buf *b = sp_tape_alloc(t, (size_t)nbuf * sizeof *b);
     int *group = sp_tape_alloc(t, ((size_t)L + 1) * sizeof *group);
-    int n = 0;
+    size_t n = 0;
     for (int i = L; i >= 0; i--) {
         const sp_node *nd = t->nodes[i];
         group[i] = -1;
@@ -135,26 +135,26 @@ static size_t greedy_place(const sp_grad_plan *p, sp_tape *t, sp_device dev, int
             continue;
         }
         b[n] = (greedy_buf){.start = L - w, .end = L - i, .size = sp_grad_bytes(nd)};
-        group[i] = n++;
+        group[i] = (int)n++;
     }
-    int *order = sp_tape_alloc(t, (size_t)n * sizeof *order);
-    greedy_buf *s = sp_tape_alloc(t, (size_t)n * sizeof *s);
-    memcpy(s, b, (size_t)n * sizeof *s);
-    for (int k = 0; k < n; k++) s[k].off = (size_t)k;   /* remember each one's index */
-    qsort(s, (size_t)n, sizeof *s, by_size);
-    for (int k = 0; k < n; k++) order[k] = (int)s[k].off;
-    const greedy_buf **meet = sp_tape_alloc(t, (size_t)n * sizeof *meet);
-    bool *done = sp_tape_alloc(t, (size_t)n * sizeof *done);
-    memset(done, 0, (size_t)n * sizeof *done);
+    size_t *order = sp_tape_alloc(t, n * sizeof *order);
+    greedy_buf *s = sp_tape_alloc(t, n * sizeof *s);
+    memcpy(s, b, n * sizeof *s);
+    for (size_t k = 0; k < n; k++) s[k].off = k;   /* remember each one's index */
+    qsort(s, n, sizeof *s, by_size);
+    for (size_t k = 0; k < n; k++) order[k] = s[k].off;
+    const greedy_buf **meet = sp_tape_alloc(t, n * sizeof *meet);
+    bool *done = sp_tape_alloc(t, n * sizeof *done);
+    memset(done, 0, n * sizeof *done);
     size_t extent = 0;
-    for (int k = 0; k < n; k++) {
+    for (size_t k = 0; k < n; k++) {
         greedy_buf *g = &b[order[k]];
-        int m = 0;
-        for (int q = 0; q < n; q++)
+        size_t m = 0;
+        for (size_t q = 0; q < n; q++)
             if (done[q] && b[q].start <= g->end && g->start <= b[q].end) meet[m++] = &b[q];
-        qsort(meet, (size_t)m, sizeof *meet, by_off);
+        qsort(meet, m, sizeof *meet, by_off);
         size_t o = 0;
-        for (int q = 0; q < m; q++) {
+        for (size_t q = 0; q < m; q++) {
             if (meet[q]->off >= o + g->size) break;   /* the gap below it fits */
             if (meet[q]->off + meet[q]->size > o) o = meet[q]->off + meet[q]->size;
         }
