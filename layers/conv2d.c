@@ -11,8 +11,9 @@
  *
  * Two paths. By default (oneDNN builds) the forward, δ and G run on oneDNN's JIT
  * convolutions (core/kernels/dnnl.h), except for fewer than 4 input channels (all three) and
- * G of tiny output maps (Ho·Wo <= 16) and δ of fewer than 16 input channels (oneDNN's
- * block), which run im2col with oneDNN's SGEMM; SCANPROP_CONV=gemm selects the im2col + OpenBLAS path below for all
+ * G of tiny output maps (Ho·Wo <= 16) and δ of fewer input channels than oneDNN's block
+ * where the padding would cost more (sp_conv_delta_on_dnnl), which run im2col with
+ * oneDNN's SGEMM; SCANPROP_CONV=gemm selects the im2col + OpenBLAS path below for all
  * three, which the tests use as the reference. The choice is made at the forward and
  * kept in the saved state, so δ and G follow it.
  *
@@ -57,9 +58,11 @@
  * vector's width and reorders the output, more work than im2col + oneDNN's SGEMM, which
  * such convs use instead. */
 #define DNNL_MIN_C 4
-/* oneDNN's δ writes dx in its channel blocks: with fewer input channels than a block
- * (LeNet-5's conv2: 6 of 16) it computes the padded ones too, more work than im2col's
- * GEMM (Wᵀ·dy, no padding) and col2im, which such δ use instead. */
+/* oneDNN's δ writes dx in its channel blocks (16 on AVX-512, 8 on AVX2): with fewer input
+ * channels than a block it computes the padded ones too. Where they add more than a third
+ * to the channels (LeNet-5's conv2 on AVX-512: 6 → 16) that is more work than im2col's
+ * GEMM (Wᵀ·dy, no padding) and col2im, which such δ use instead; 6 → 8 on AVX2 is less
+ * (measured: LeNet-5 b64's conv2 δ + G 15-35 % faster; sp_conv_delta_on_dnnl). */
 #define DNNL_D_MIN_C 16
 /* Otherwise its column buffer per chunk: inside the 32 MiB L3 of the target machine. */
 #define G_CHUNK_BYTES (8u << 20)
@@ -77,7 +80,7 @@ typedef struct conv_saved {
     int cs;      /* forward and δ: samples per GEMM                               */
     int cg;      /* G: samples per GEMM                                           */
     bool dnnl;   /* the forward ran on oneDNN: so do δ and G (core/kernels/dnnl.c)        */
-    bool dnnl_d; /* δ on oneDNN too (dnnl and at least DNNL_D_MIN_C input channels)       */
+    bool dnnl_d; /* δ on oneDNN too (dnnl and sp_conv_delta_on_dnnl)                     */
     int xblk, yblk;   /* the layouts of x and y (sp_tensor.blk), so of dx and dy        */
     /* δ and G run apart on tapes whose scratch lives the step (the ooo engine's lanes):
      * dy's blocked copy, made by whichever runs first (dy_share) */
@@ -230,6 +233,13 @@ static conv_saved *conv_plan(sp_node *n)
     return S;
 }
 
+bool sp_conv_delta_on_dnnl(int C, int blk)
+{
+    if (C >= DNNL_D_MIN_C) return true;
+    int padded = blk > 0 ? (C + blk - 1) / blk * blk : 0;
+    return blk > 0 && 3 * padded <= 4 * C;
+}
+
 static sp_dnnl_conv dnnl_shape(const conv_saved *S)
 {
     return (sp_dnnl_conv){.B = S->B, .C = S->g.C, .H = S->g.H, .W = S->g.W, .O = S->O, .k = S->g.k,
@@ -260,7 +270,7 @@ static void conv_forward_with(sp_node *n, bool relu, sp_node *next)
     conv_saved *S = conv_plan(n);
     n->saved = S;
     S->dnnl = sp_dnnl_conv_on() && S->g.C >= DNNL_MIN_C;
-    S->dnnl_d = S->dnnl && S->g.C >= DNNL_D_MIN_C;
+    S->dnnl_d = S->dnnl && sp_conv_delta_on_dnnl(S->g.C, sp_dnnl_block());
     /* the layouts: x's as it comes; y blocked where the model asks (sp_tape.out_blocked)
      * and oneDNN's block divides the channels */
     int blk = n->tape->out_blocked ? sp_dnnl_block() : 0;

@@ -19,4 +19,9 @@ typedef struct gconv_layer {
     bool bias;
 } gconv_layer;
 
+/* Whether conv2d's δ of C input channels runs on oneDNN, whose channel block is blk
+ * (sp_dnnl_block), or on im2col's GEMM and col2im: oneDNN where C >= 16 or its padding
+ * to whole blocks adds at most a third to the channels (6 of 8 on AVX2, not 6 of 16). */
+bool sp_conv_delta_on_dnnl(int C, int blk);
+
 #endif

@@ -11,6 +11,7 @@
 #include <string.h>
 #include "core/device.h"
 #include "core/kernels/dnnl.h"
+#include "layers/conv2d_internal.h"
 #include "core/threads.h"
 #include "core/rng.h"
 #include "core/model.h"
@@ -328,6 +329,17 @@ Test(conv_paths, dnnl_matches_gemm_and_repeats_bitwise)
         compare_paths(&c, 700 + t);
     }
     sp_set_threads(1);
+}
+
+/* Which δ runs on oneDNN: 16 channels and more always; fewer where padding them to the
+ * block adds at most a third (LeNet-5's conv2, 6 channels: on AVX2's block of 8, not on
+ * AVX-512's 16); never without oneDNN (block 0). */
+Test(conv_paths, delta_on_dnnl_rule)
+{
+    cr_assert(sp_conv_delta_on_dnnl(16, 16) && sp_conv_delta_on_dnnl(64, 8) && sp_conv_delta_on_dnnl(20, 16));
+    cr_assert(sp_conv_delta_on_dnnl(6, 8) && sp_conv_delta_on_dnnl(7, 8) && sp_conv_delta_on_dnnl(12, 16));
+    cr_assert(!sp_conv_delta_on_dnnl(6, 16) && !sp_conv_delta_on_dnnl(5, 8) && !sp_conv_delta_on_dnnl(3, 8));
+    cr_assert(!sp_conv_delta_on_dnnl(11, 16) && !sp_conv_delta_on_dnnl(6, 0));
 }
 
 /* Winograd (SCANPROP_CONV_ALGO; core/kernels/dnnl.h): the rule asks for it for 3×3
