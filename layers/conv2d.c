@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/device.h"
+#include "core/kernels/conv_direct.h"
 #include "core/kernels/dense.h"
 #include "core/kernels/dnnl.h"
 #include "core/error.h"
@@ -81,6 +82,8 @@ typedef struct conv_saved {
     int cg;      /* G: samples per GEMM                                           */
     bool dnnl;   /* the forward ran on oneDNN: so do δ and G (core/kernels/dnnl.c)        */
     bool dnnl_d; /* δ on oneDNN too (dnnl and sp_conv_delta_on_dnnl)                     */
+    bool direct; /* forward and G on core/kernels/conv_direct.c (few channels, AVX2)     */
+    sp_conv_direct dd;
     int xblk, yblk;   /* the layouts of x and y (sp_tensor.blk), so of dx and dy        */
     /* δ and G run apart on tapes whose scratch lives the step (the ooo engine's lanes):
      * dy's blocked copy, made by whichever runs first (dy_share) */
@@ -176,6 +179,7 @@ typedef struct fwd_job {
     const conv_saved *S;
     const float *x, *W, *bias;
     float *y, *col, *rows;   /* per slot: [K, cs·P] and [O, cs·P] */
+    float *xp;               /* direct: per slot, sp_conv_direct_floats */
     bool relu;               /* forward_relu: y = max(y, 0) */
     sp_node *next;           /* forward_relu's next: its forward_samples after the ReLU */
 } fwd_job;
@@ -197,6 +201,16 @@ static void forward_slots(void *ctx, size_t begin, size_t end)
         float *col = J->col + s * S->K * cols, *rows = J->rows + s * S->O * cols;
         int lo, hi;
         slot_samples(S, s, &lo, &hi);
+        if (S->direct) {   /* one sample at a time, its ReLU in the kernel */
+            float *xp = J->xp + s * sp_conv_direct_floats(&S->dd);
+            sp_conv_direct_prepare(&S->dd, xp);
+            size_t xs = (size_t)S->g.C * S->g.H * S->g.W, ys = (size_t)S->O * S->P;
+            for (int b = lo; b < hi; b++) {
+                sp_conv_direct_forward(&S->dd, J->x + b * xs, J->W, J->bias, J->relu, J->y + b * ys, xp);
+                if (J->next) J->next->kern->forward_samples(J->next, b, b + 1);
+            }
+            continue;
+        }
         for (int b0 = lo; b0 < hi; b0 += S->cs) {
             int nb = imin(S->cs, hi - b0), N = nb * S->P;
             sp_im2col(&S->g, J->x, b0, b0 + nb, col);
@@ -271,6 +285,12 @@ static void conv_forward_with(sp_node *n, bool relu, sp_node *next)
     n->saved = S;
     S->dnnl = sp_dnnl_conv_on() && S->g.C >= DNNL_MIN_C;
     S->dnnl_d = S->dnnl && sp_conv_delta_on_dnnl(S->g.C, sp_dnnl_block());
+    /* the forward and G of a few input channels on the project's own kernel where it runs
+     * (AVX2) and G takes private per-thread copies; not under SCANPROP_CONV=gemm */
+    S->direct = !S->dnnl && sp_dnnl_conv_on() && (size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS &&
+                sp_conv_direct_on(S->g.C, S->g.k, S->g.stride);
+    S->dd = (sp_conv_direct){.C = S->g.C, .H = S->g.H, .W = S->g.W, .O = S->O, .k = S->g.k, .pad = S->g.pad,
+                             .Ho = S->g.Ho, .Wo = S->g.Wo};
     /* the layouts: x's as it comes; y blocked where the model asks (sp_tape.out_blocked)
      * and oneDNN's block divides the channels */
     int blk = n->tape->out_blocked ? sp_dnnl_block() : 0;
@@ -294,8 +314,11 @@ static void conv_forward_with(sp_node *n, bool relu, sp_node *next)
         fwd_job J = {.S = S, .x = plain_of(n, x), .W = n->layer->params[0]->value.data,
                      .bias = bias_of(n), .y = n->out.data, .relu = relu, .next = next};
         if (S->yblk) J.y = sp_tape_alloc(n->tape, n->out.numel * sizeof(float));
-        J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
-        J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
+        if (S->direct) J.xp = sp_tape_alloc(n->tape, S->slots * sp_conv_direct_floats(&S->dd) * sizeof(float));
+        else {
+            J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
+            J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
+        }
         sp_parallel_for((size_t)S->slots, forward_slots, &J);
         if (S->yblk) sp_tensor_from_plain(&n->out, J.y, n->out.data);
     }
@@ -422,6 +445,7 @@ typedef struct grad_job {
     const conv_saved *S;
     const float *x, *dy;
     float *col, *rows, *part;   /* per slot: [K, cs·P], [O, cs·P], [O, K] */
+    float *xp;                  /* direct: per slot, sp_conv_direct_floats  */
     const sp_dnnl_side *side;   /* the bias gradient, in the same region, or NULL */
 } grad_job;
 
@@ -436,6 +460,13 @@ static void grad_slots(void *ctx, size_t begin, size_t end)
         memset(part, 0, (size_t)S->O * S->K * sizeof(float));
         int lo, hi;
         slot_samples(S, s, &lo, &hi);
+        if (S->direct) {
+            float *xp = J->xp + s * sp_conv_direct_floats(&S->dd);
+            sp_conv_direct_prepare(&S->dd, xp);
+            size_t xs = (size_t)S->g.C * S->g.H * S->g.W, ys = (size_t)S->O * S->P;
+            for (int b = lo; b < hi; b++) sp_conv_direct_grad(&S->dd, J->x + b * xs, J->dy + b * ys, part, xp);
+            continue;
+        }
         for (int b0 = lo; b0 < hi; b0 += S->cs) {
             int nb = imin(S->cs, hi - b0), N = nb * S->P;
             sp_im2col(&S->g, J->x, b0, b0 + nb, col);
@@ -458,8 +489,11 @@ static void grad_private(sp_node *n, const sp_tensor *dy, const sp_dnnl_side *si
     const conv_saved *S = n->saved;
     size_t cols = (size_t)S->slots * S->cs * S->P, nw = (size_t)S->O * S->K;
     grad_job J = {.S = S, .x = plain_of(n, sp_node_x(n)), .dy = plain_of(n, dy), .side = side};
-    J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
-    J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
+    if (S->direct) J.xp = sp_tape_alloc(n->tape, S->slots * sp_conv_direct_floats(&S->dd) * sizeof(float));
+    else {
+        J.col = sp_tape_alloc(n->tape, (size_t)S->K * cols * sizeof(float));
+        J.rows = sp_tape_alloc(n->tape, (size_t)S->O * cols * sizeof(float));
+    }
     J.part = sp_tape_alloc(n->tape, (size_t)S->slots * nw * sizeof(float));
     sp_parallel_for((size_t)S->slots, grad_slots, &J);
     float *dW = n->layer->params[0]->grad.data;

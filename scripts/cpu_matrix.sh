@@ -30,6 +30,7 @@ suites=(
     "test_resume|"                     # [8] stop + resume bitwise an uninterrupted run
     "test_bppsa|"                      # [6] BPPSA against linear BP
     "test_dag|engines/*"               # [2] every engine against linear BP on DAGs
+    "test_conv|conv_paths/*"           # [4] each convolution path (direct kernel on AVX2) vs loops
 )
 
 flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "

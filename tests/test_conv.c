@@ -12,6 +12,8 @@
 #include "core/device.h"
 #include "core/kernels/dnnl.h"
 #include "layers/conv2d_internal.h"
+#include "core/kernels/conv_direct.h"
+#include "core/kernels/gemm_small.h"
 #include "core/threads.h"
 #include "core/rng.h"
 #include "core/model.h"
@@ -340,6 +342,63 @@ Test(conv_paths, delta_on_dnnl_rule)
     cr_assert(sp_conv_delta_on_dnnl(6, 8) && sp_conv_delta_on_dnnl(7, 8) && sp_conv_delta_on_dnnl(12, 16));
     cr_assert(!sp_conv_delta_on_dnnl(6, 16) && !sp_conv_delta_on_dnnl(5, 8) && !sp_conv_delta_on_dnnl(3, 8));
     cr_assert(!sp_conv_delta_on_dnnl(11, 16) && !sp_conv_delta_on_dnnl(6, 0));
+}
+
+/* The direct kernel for few input channels (core/kernels/conv_direct.c): taken on AVX2
+ * (sp_cpu_isa_level() == 1, e.g. DNNL_MAX_CPU_ISA=AVX2 on an AVX-512 CPU) for C <= 3,
+ * stride 1, k 3 or 5; its forward (+ ReLU in the kernel) and G match the direct loops for
+ * output channels that are not a multiple of its blocks (3 and 2), rows wider than one
+ * 32-column chunk, paddings 0-2, at 1 and 2 threads. */
+Test(conv_paths, direct_kernel_few_channels)
+{
+    bool avx2 = sp_cpu_isa_level() == 1;
+    cr_assert_eq(sp_conv_direct_on(1, 5, 1), avx2);
+    cr_assert_eq(sp_conv_direct_on(3, 3, 1), avx2);
+    cr_assert(!sp_conv_direct_on(4, 3, 1) && !sp_conv_direct_on(1, 5, 2) && !sp_conv_direct_on(1, 4, 1));
+    if (!avx2 || !sp_dnnl_conv_on()) cr_skip_test("the direct kernel runs on AVX2 with oneDNN on; ISA level %d", sp_cpu_isa_level());
+    static const conv_cfg cfgs[] = {
+        {.B = 5, .C = 1, .H = 28, .W = 28, .O = 6, .k = 5, .s = 1, .p = 2},   /* LeNet-5's conv1 */
+        {.B = 3, .C = 3, .H = 32, .W = 32, .O = 7, .k = 3, .s = 1, .p = 1},   /* VGG-11's, 7 outputs */
+        {.B = 4, .C = 2, .H = 9, .W = 45, .O = 5, .k = 5, .s = 1, .p = 0},    /* 41 columns: two chunks */
+        {.B = 2, .C = 1, .H = 6, .W = 70, .O = 1, .k = 3, .s = 1, .p = 2},    /* 72 columns, one output */
+    };
+    for (int threads = 1; threads <= 2; threads++) {
+        sp_set_threads(threads);
+        for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) check_against_reference(&cfgs[i], 170 + i);
+    }
+    sp_set_threads(1);
+    /* the forward with its ReLU folded in, as LeNet-5 runs it */
+    sp_model *m = sp_model_new("c1relu");
+    sp_model_add(m, sp_conv2d("c1", 1, 6, 5, 1, 2));
+    sp_model_add(m, sp_relu());
+    sp_model_init(m, 9);
+    float x[3 * 28 * 28];
+    tu_fill_uniform(x, sizeof x / sizeof *x, 4, -1, 1);
+    sp_tape t;
+    sp_tape_init(&t);
+    t.reuse_inputs = true;   /* the training step's forward: the ReLU folded into the conv */
+    cr_assert(sp_model_fuses_relu(m, &t, 0, SP_CPU));
+    sp_tensor xt = sp_tensor_4d(x, 3, 1, 28, 28);
+    sp_node *out = sp_model_forward(m, &t, sp_tape_input(&t, &xt));
+    const float *w = m->layers[0]->params[0]->value.data, *b = m->layers[0]->params[1]->value.data;
+    double worst = 0;
+    for (int n = 0; n < 3; n++)
+        for (int o = 0; o < 6; o++)
+            for (int i = 0; i < 28; i++)
+                for (int j = 0; j < 28; j++) {
+                    double acc = b[o];
+                    for (int u = 0; u < 5; u++)
+                        for (int v = 0; v < 5; v++) {
+                            int h = i + u - 2, c = j + v - 2;
+                            if (h >= 0 && h < 28 && c >= 0 && c < 28) acc += (double)w[o * 25 + u * 5 + v] * x[n * 784 + h * 28 + c];
+                        }
+                    acc = acc > 0 ? acc : 0;
+                    double e = fabs(out->out.data[((n * 6 + o) * 28 + i) * 28 + j] - acc);
+                    worst = e > worst ? e : worst;
+                }
+    cr_assert_lt(worst, 1e-5, "conv + ReLU: max abs err %.2e", worst);
+    sp_tape_free(&t);
+    sp_model_free(m);
 }
 
 /* Winograd (SCANPROP_CONV_ALGO; core/kernels/dnnl.h): the rule asks for it for 3×3
