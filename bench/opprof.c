@@ -128,7 +128,7 @@ int main(int argc, char **argv)
             tape.out_blocked = l < m->nlayers && make[l];
             a = sp_now();
             if (l < m->nlayers && fuse_next && nin == 1 && sp_model_fuses_relu_next(m, &tape, l, SP_CPU) &&
-                !make[l] && !make[l + 1] && !make[l + 2]) {
+                !make[l] && !make[l + 1] && !make[l + 2] && !args[0]->out.blk) {
                 /* as sp_model_forward: the layer, its ReLU and the next op as one; their rows 0 */
                 n = outs[l + 2] = sp_apply_fused_relu_next(&tape, m->layers[l], m->layers[l + 1], m->layers[l + 2], args[0]);
                 if (s >= 0) t[PH_FWD][(size_t)l * steps + s] = sp_now() - a;

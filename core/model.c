@@ -272,6 +272,15 @@ int sp_model_blocked_plan_cut(const sp_model *m, const bool *plain, bool *make)
     return plan_cut(m, plain, make, "sp_model_blocked_plan_cut");
 }
 
+/* Whether sp_model_forward runs layer i, its input x, with its ReLU folded in: in NCHW,
+ * or in any layouts for a layer that makes its output's (a convolution: its forward_relu
+ * reads and writes the blocked layouts as its forward does). */
+static bool fuses_relu_in(const sp_model *m, const sp_tape *t, int i, const sp_node *x)
+{
+    if ((t->out_blocked || x->out.blk) && blk_kind(m, i) != SP_BLK_MAKES) return false;
+    return fuses_relu(m, t, i, x->out.device);
+}
+
 /* Whether the plan writes layer i + 1's or i + 2's output blocked (make may be NULL). */
 static bool make_next(const bool *make, int i) { return make && (make[i + 1] || make[i + 2]); }
 
@@ -294,7 +303,7 @@ static sp_node *model_forward(sp_model *m, sp_tape *t, sp_node *x)
                 i += 2;
                 continue;
             }
-            if (!t->out_blocked && !x->out.blk && fuses_relu(m, t, i, x->out.device)) {   /* layer i and its ReLU in one pass */
+            if (fuses_relu_in(m, t, i, x)) {   /* layer i and its ReLU in one pass */
                 x = sp_apply_over_fused(t, m->layers[i + 1], sp_apply_fused_relu(t, m->layers[i], x));
                 i++;
                 continue;
@@ -319,7 +328,7 @@ static sp_node *model_forward(sp_model *m, sp_tape *t, sp_node *x)
             i += 2;
             continue;
         }
-        if (nin == 1 && !t->out_blocked && !args[k0]->out.blk && fuses_relu(m, t, i, args[k0]->out.device)) {
+        if (nin == 1 && fuses_relu_in(m, t, i, args[k0])) {
             in[i] = sp_apply_fused_relu(t, m->layers[i], args[k0]);
             in[i + 1] = sp_apply_over_fused(t, m->layers[i + 1], in[i]);
             i++;

@@ -419,10 +419,41 @@ typedef struct bias_job {
     float *db;
 } bias_job;
 
+/* A blocked dy (y's layout, S->yblk = k): unit u is the channel block u, its k channels
+ * summed side by side in the plain loop's order per channel (eight running sums over
+ * p's blocks of eight, the rest, then the eight), so the bits are those of NCHW. */
+static void bias_grad_blocks(const bias_job *J, size_t begin, size_t end)
+{
+    int P = J->S->P, k = J->S->yblk, Ob = J->S->O / k;
+    for (size_t u = begin; u < end; u++) {
+        double sum[16] = {0};
+        for (int b = 0; b < J->S->B; b++) {
+            const float *d = J->dy + ((size_t)b * Ob + u) * P * k;
+            float lane[8][16] = {{0}};
+            int p = 0;
+            for (; p + 8 <= P; p += 8)
+                for (int t = 0; t < 8; t++)
+                    for (int c = 0; c < k; c++) lane[t][c] += d[(size_t)(p + t) * k + c];
+            for (; p < P; p++)
+                for (int c = 0; c < k; c++) sum[c] += d[(size_t)p * k + c];
+            for (int t = 0; t < 8; t++)
+                for (int c = 0; c < k; c++) sum[c] += lane[t][c];
+        }
+        for (int c = 0; c < k; c++) J->db[u * k + c] += (float)sum[c];
+    }
+}
+
+/* Units of the bias gradient's work: output channels, or channel blocks of a blocked dy. */
+static size_t bias_units(const conv_saved *S) { return (size_t)(S->yblk ? S->O / S->yblk : S->O); }
+
 static void bias_grad_range(void *ctx, size_t begin, size_t end)
 {
     const bias_job *J = ctx;
     int O = J->S->O, P = J->S->P;
+    if (J->S->yblk) {
+        bias_grad_blocks(J, begin, end);
+        return;
+    }
     for (size_t o = begin; o < end; o++) {
         double sum = 0.0;   /* fixed order over (b, p): independent of the partition */
         for (int b = 0; b < J->S->B; b++) {
@@ -523,7 +554,7 @@ static void conv_backward_params(sp_node *n, const sp_tensor *dy)
 {
     const conv_saved *S = n->saved;
     bias_job B = {.S = S, .dy = dy->data, .db = n->layer->nparams > 1 ? n->layer->params[1]->grad.data : NULL};
-    sp_dnnl_side side = {.fn = bias_grad_range, .ctx = &B, .n = (size_t)S->O}, *bias = B.db ? &side : NULL;
+    sp_dnnl_side side = {.fn = bias_grad_range, .ctx = &B, .n = bias_units(S)}, *bias = B.db ? &side : NULL;
     if (S->dnnl && S->P > DNNL_G_MIN_P) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_weights_shared(n->tape, &c, sp_node_x(n)->data, dy->data,
@@ -535,7 +566,7 @@ static void conv_backward_params(sp_node *n, const sp_tensor *dy)
         return;
     }
     grad_batched(n, dy);
-    if (bias) sp_parallel_for((size_t)S->O, bias_grad_range, &B);
+    if (bias) sp_parallel_for(bias_units(S), bias_grad_range, &B);
 }
 
 /* G on oneDNN with δ on im2col (few input channels): the thread that runs G's slots
@@ -582,7 +613,7 @@ static void conv_backward_input_params(sp_node *n, const sp_tensor *dy, sp_tenso
     }
     sp_dnnl_conv c = dnnl_shape(S);
     bias_job B = {.S = S, .dy = dy->data, .db = n->layer->nparams > 1 ? n->layer->params[1]->grad.data : NULL};
-    sp_dnnl_side side = {.fn = bias_grad_range, .ctx = &B, .n = (size_t)S->O};
+    sp_dnnl_side side = {.fn = bias_grad_range, .ctx = &B, .n = bias_units(S)};
     sp_dnnl_conv_backward(n->tape, &c, sp_node_x(n)->data, n->layer->params[0]->value.data, dy->data, dx->data, acc,
                           n->layer->params[0]->grad.data, B.db ? &side : NULL);
 }
@@ -690,12 +721,9 @@ static void conv_init(sp_layer *l, sp_rng *r)
 
 static void conv_free(sp_layer *l) { free(((conv_layer *)l)->zero_bias); }
 
-/* Any input layout; a blocked output where asked when bias-free (the bias's G reads dy
- * in NCHW: a biased conv would copy dy back every step). */
-static int conv_blocked(const sp_layer *l)
-{
-    return l->nparams > 1 ? SP_BLK_PLAIN : SP_BLK_MAKES;
-}
+/* Any input layout; a blocked output where asked (the bias's G reads a blocked dy as it
+ * is: bias_grad_blocks). */
+static int conv_blocked(const sp_layer *l) { return SP_BLK_MAKES; }
 
 const sp_opdef sp_op_conv2d = {
     .out_unread = true,

@@ -831,13 +831,15 @@ Test(conv_relu, fused_forward_matches_conv_then_relu_bitwise)
 #include "schedulers/backward/engine.h"
 
 /* One training step of m on tape t (blocked or not): the loss, every parameter's grad
- * and every buffer, copied out in that order; *nblocked: nodes whose output was blocked. */
-static float *resnet_step(sp_model *m, const char *engine, bool blocked, const sp_tensor *x, const int *y, size_t *len,
-                          int *nblocked)
+ * and every buffer, copied out in that order; *nblocked: nodes whose output was blocked.
+ * reuse: the training loop's forward (a conv's ReLU folded in, sp_tape.reuse_inputs). */
+static float *model_step(sp_model *m, const char *engine, bool blocked, bool reuse, const sp_tensor *x, const int *y,
+                         size_t *len, int *nblocked)
 {
     sp_tape t;
     sp_tape_init(&t);
     t.blocked = blocked;
+    t.reuse_inputs = reuse;
     sp_model_zero_grad(m);
     sp_node *loss = sp_model_loss(m, &t, x, y);
     sp_engine *e = sp_engine_create(engine, NULL);
@@ -886,7 +888,7 @@ Test(conv_blocked, resnet20_step_bitwise_as_nchw, .timeout = 120)
         for (int b = 0; b < 3; b++) {   /* the same initial state for each */
             sp_model *m = sp_zoo_resnet20(1, 10);
             sp_model_init(m, 3);
-            got[b] = resnet_step(m, engine[b], b > 0, &x, y, &len[b], &nb[b]);
+            got[b] = model_step(m, engine[b], b > 0, false, &x, y, &len[b], &nb[b]);
             sp_model_free(m);
         }
         cr_assert_eq(nb[0], 0, "NCHW step: %d blocked outputs", nb[0]);
@@ -903,6 +905,112 @@ Test(conv_blocked, resnet20_step_bitwise_as_nchw, .timeout = 120)
         sp_tensor_free(&x);
     }
     sp_set_threads(1);
+}
+
+/* VGG-11's step with its activations blocked from the first convolution to the last
+ * pool's input (biased convs, their ReLU folded in, max pools) gives the bits of the
+ * NCHW step, linear and ooo, 1 and 2 threads. */
+Test(conv_blocked, vgg11_step_bitwise_as_nchw, .timeout = 120)
+{
+    sp_dnnl_conv_set(true);
+    int blk = sp_dnnl_block();
+    if (!blk) {
+        cr_log_warn("conv_blocked: oneDNN off or picks no channel block here: nothing to compare");
+        return;
+    }
+    sp_model *probe = sp_zoo_vgg11(1, 10);
+    bool make[64] = {0};
+    cr_assert_lt(probe->nlayers, 64);
+    sp_model_blocked_plan(probe, make);
+    int nmake = 0, last = -1;
+    for (int i = 0; i < probe->nlayers; i++)
+        if (make[i]) nmake++, last = i;
+    cr_assert_eq(nmake, 7, "VGG-11: conv1-conv7 write blocked outputs (%d do)", nmake);
+    cr_assert(!make[last + 2] && strcmp(probe->layers[last + 2]->op->name, "conv2d") == 0,
+              "conv8 writes NCHW: its pool's output reaches the flatten");
+    sp_model_free(probe);
+    for (int threads = 1; threads <= 2; threads++) {
+        sp_set_threads(threads);
+        sp_tensor x = sp_tensor_new(4, (int[]){3, 1, 32, 32});
+        sp_rng r;
+        sp_rng_seed(&r, 17);
+        for (size_t i = 0; i < x.numel; i++) x.data[i] = sp_rng_normal(&r);
+        int y[3] = {4, 0, 7};
+        float *got[3];
+        size_t len[3];
+        int nb[3];
+        const char *engine[3] = {"linear", "linear", "ooo"};
+        for (int b = 0; b < 3; b++) {
+            sp_model *m = sp_zoo_vgg11(1, 10);
+            sp_model_init(m, 5);
+            got[b] = model_step(m, engine[b], b > 0, true, &x, y, &len[b], &nb[b]);
+            sp_model_free(m);
+        }
+        cr_assert_eq(nb[0], 0, "NCHW step: %d blocked outputs", nb[0]);
+        for (int b = 1; b < 3; b++) {
+            /* conv1-conv7 with their ReLU and pools (the last conv, its pool, the classifier NCHW) */
+            cr_assert_geq(nb[b], 7 * 2 + 4, "%s blocked step (nChw%dc): only %d blocked outputs", engine[b], blk, nb[b]);
+            cr_assert_eq(len[0], len[b]);
+            for (size_t i = 0; i < len[0]; i++)
+                cr_assert(memcmp(&got[0][i], &got[b][i], sizeof(float)) == 0,
+                          "%s, %d threads: value %zu (0: the loss, then grads): NCHW %.9g, blocked %.9g", engine[b],
+                          threads, i, got[0][i], got[b][i]);
+        }
+        for (int b = 0; b < 3; b++) free(got[b]);
+        sp_tensor_free(&x);
+    }
+    sp_set_threads(1);
+}
+
+/* Max pooling on a blocked input: the NCHW bits (outputs, argmax ties, δ with windows
+ * that overlap or leave inputs out), for both blocks, 2×2 windows on odd sizes and
+ * strided 3×3 windows with padding. */
+Test(conv_blocked, maxpool_bitwise_as_nchw)
+{
+    static const int geo[3][5] = {{7, 9, 2, 2, 0}, {8, 8, 3, 2, 1}, {5, 6, 3, 1, 1}};   /* H W k s p */
+    for (int k = 8; k <= 16; k += 8)
+        for (int gi = 0; gi < 3; gi++) {
+            const int *G = geo[gi];
+            sp_tensor xp = sp_tensor_new(4, (int[]){2, 32, G[0], G[1]});
+            tu_fill_uniform(xp.data, xp.numel, 40 + gi, -1, 1);
+            for (size_t i = 0; i < xp.numel; i += 7) xp.data[i] = 0.5f;   /* ties */
+            sp_tensor xb = sp_tensor_new(4, xp.shape);
+            xb.blk = k;
+            sp_tensor_from_plain(&xb, xp.data, xb.data);
+            float *out[2], *dxs[2];
+            size_t ny = 0;
+            for (int v = 0; v < 2; v++) {
+                sp_tape t;
+                sp_tape_init(&t);
+                sp_layer *pool = sp_maxpool2d(G[2], G[3], G[4]);
+                sp_node *n = sp_apply(&t, pool, sp_tape_input(&t, v ? &xb : &xp));
+                cr_assert(n, "%s", sp_last_error());
+                cr_assert_eq(n->out.blk, v ? k : 0, "the output in the input's layout");
+                ny = n->out.numel;
+                sp_tensor dy = sp_tape_tensor_like(&t, &n->out), dx = sp_tape_tensor_like(&t, v ? &xb : &xp);
+                float *dyp = malloc(ny * sizeof *dyp);
+                tu_fill_uniform(dyp, ny, 50 + gi, -1, 1);
+                if (v) sp_tensor_from_plain(&dy, dyp, dy.data);
+                else memcpy(dy.data, dyp, ny * sizeof *dyp);
+                n->kern->backward_input(n, 0, &dy, &dx);
+                out[v] = malloc(ny * sizeof(float));
+                dxs[v] = malloc(xp.numel * sizeof(float));
+                if (v) {
+                    sp_tensor_to_plain(&n->out, out[v]);
+                    sp_tensor_to_plain(&dx, dxs[v]);
+                } else {
+                    memcpy(out[v], n->out.data, ny * sizeof(float));
+                    memcpy(dxs[v], dx.data, xp.numel * sizeof(float));
+                }
+                free(dyp);
+                sp_tape_free(&t);
+                sp_layer_free(pool);
+            }
+            cr_assert(memcmp(out[0], out[1], ny * sizeof(float)) == 0, "nChw%dc, geometry %d: y differs", k, gi);
+            cr_assert(memcmp(dxs[0], dxs[1], xp.numel * sizeof(float)) == 0, "nChw%dc, geometry %d: dx differs", k, gi);
+            for (int v = 0; v < 2; v++) free(out[v]), free(dxs[v]);
+            sp_tensor_free(&xp), sp_tensor_free(&xb);
+        }
 }
 
 /* The layouts' index and the two conversions. */
@@ -928,38 +1036,40 @@ Test(conv_blocked, offsets_and_conversions_round_trip)
 }
 
 /* Which convolutions write blocked outputs: none whose output reaches an op that does
- * not take the layout, an add with an NCHW input, or the model's output. */
+ * not take the layout, an add with an NCHW input, or the model's output; a max pool and
+ * a bias pass it on. */
 Test(conv_blocked, plan_stops_at_ops_without_the_layout)
 {
     sp_model *m = sp_model_new("plan");
     int c1 = sp_model_add(m, sp_conv2d_nobias("c1", 3, 16, 3, 1, 1));     /* → bn → relu → c2: blocked */
     sp_model_add(m, sp_batchnorm2d("bn", 16));
     sp_model_add(m, sp_relu());
-    int c2 = sp_model_add(m, sp_conv2d_nobias("c2", 16, 16, 3, 1, 1));    /* → maxpool: NCHW */
-    sp_model_add(m, sp_maxpool2d(2, 2, 0));
+    int c2 = sp_model_add(m, sp_conv2d_nobias("c2", 16, 16, 3, 1, 1));    /* → avgpool: NCHW */
+    sp_model_add(m, sp_avgpool2d(2, 2, 0));
     int c3 = sp_model_add(m, sp_conv2d_nobias("c3", 16, 16, 3, 1, 1));    /* → add with the pool's NCHW */
     int p = c3 - 1;
     int a = sp_model_add_from(m, sp_add(), 2, (int[]){c3, p});
     int c4 = sp_model_add(m, sp_conv2d_nobias("c4", 16, 16, 3, 1, 1));   /* → c5: blocked */
-    int c5 = sp_model_add(m, sp_conv2d("c5", 16, 16, 1, 1, 0));          /* biased: never */
-    int c6 = sp_model_add(m, sp_conv2d_nobias("c6", 16, 16, 3, 1, 1));   /* → gap: blocked */
+    int c5 = sp_model_add(m, sp_conv2d("c5", 16, 16, 1, 1, 0));          /* biased → c6: blocked */
+    int c6 = sp_model_add(m, sp_conv2d_nobias("c6", 16, 16, 3, 1, 1));   /* → maxpool → gap: blocked */
+    sp_model_add(m, sp_maxpool2d(2, 2, 0));
     sp_model_add(m, sp_global_avgpool2d());
     (void)a;
     bool make[16] = {0};
     sp_model_blocked_plan(m, make);
     cr_expect(make[c1], "conv → bn → relu → conv");
-    cr_expect(!make[c2], "conv → maxpool");
+    cr_expect(!make[c2], "conv → avgpool");
     cr_expect(!make[c3], "conv → add with an NCHW input");
     cr_expect(make[c4], "conv → conv");
-    cr_expect(!make[c5], "a biased conv");
-    cr_expect(make[c6], "conv → global average pooling");
+    cr_expect(make[c5], "a biased conv → conv");
+    cr_expect(make[c6], "conv → max pool → global average pooling");
     /* an output another rank reads (the executor's cut after bn's ReLU) stays NCHW: c1,
      * which made it blocked through bn and relu, writes NCHW; the rest as before */
     bool plain[16] = {0}, cut[16] = {0};
     plain[c1 + 2] = true;
     sp_model_blocked_plan_cut(m, plain, cut);
     cr_expect(!cut[c1], "conv → bn → relu, read by another rank");
-    for (int i = c1 + 1; i < c6 + 2; i++) cr_expect_eq(cut[i], make[i], "layer %d: as without the cut", i);
+    for (int i = c1 + 1; i < c6 + 3; i++) cr_expect_eq(cut[i], make[i], "layer %d: as without the cut", i);
     sp_model_free(m);
     sp_model *last = sp_model_new("last");   /* the model's output stays NCHW */
     sp_model_add(last, sp_conv2d_nobias("c", 3, 16, 3, 1, 1));
@@ -977,9 +1087,9 @@ Test(conv_blocked, op_without_the_layout_refuses_it)
     sp_tape_init(&t);
     sp_tensor x = sp_tensor_new(4, (int[]){2, 16, 4, 4});
     x.blk = 16;
-    sp_layer *pool = sp_maxpool2d(2, 2, 0);
+    sp_layer *pool = sp_avgpool2d(2, 2, 0);
     sp_clear_error();
-    tu_refused(!sp_apply(&t, pool, sp_tape_input(&t, &x)), "op maxpool2d: input in the blocked layout nChw16c");
+    tu_refused(!sp_apply(&t, pool, sp_tape_input(&t, &x)), "op avgpool2d: input in the blocked layout nChw16c");
     cr_assert_eq(t.n, 1, "the refused node stayed on the tape");
     sp_tape_free(&t);
     sp_layer_free(pool);
