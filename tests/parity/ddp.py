@@ -15,7 +15,10 @@ reference: max|scanprop − torch| / max|torch| per tensor, and the last step's 
 
 As tests/test_parity.c (its header and Test(parity, resnet20) say why): every tensor must
 have moved from its init by ≥ 10·TOL; PyTorch's own float32 run must be within TOL/10 of
-its float64 run (else the case compares roundings, not programs: change --seed); and when
+its float64 run (else the case compares roundings, not programs: which seeds are
+well-conditioned depends on the CPU's kernels, so the check takes the first of --seed,
+--seed + 1, … (--seed-tries of them) where PyTorch's float32 run is within TOL/10, and
+fails if none is); and when
 the app's default convolution path misses by more than TOL, the other path
 (SCANPROP_CONV=gemm: an independent float32 order, one that may round a ReLU input near
 zero to the other side) must match instead.
@@ -28,7 +31,8 @@ PyTorch's own float32 run missed its float64 run by 1.5e-4 to 1.3e-1 on every se
 (1 to 5, with and without the drawn affine parameters): the case compared roundings. Here
 PyTorch float32 is within 1.5e-6 and scanprop with SCANPROP_CONV=gemm within 5e-7; the
 default oneDNN path misses by 3.4e-3 (it does at batch 16 on one process too: 1.1e-3).
-A 5% different learning rate on scanprop's side fails by 1.9e-2. Exit 0 when within TOL, 1 when not, 77 (skip)
+A 5% different learning rate on scanprop's side fails by 1.9e-2 (measured with the learning
+rate in the peer's command; the app refuses a repeated --lr), momentum 0.89 by 2.2e-3. Exit 0 when within TOL, 1 when not, 77 (skip)
 without torch, Fashion-MNIST or mpirun. About 20 s on 2 cores.
 """
 import argparse
@@ -60,9 +64,9 @@ def last_json(out):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def peer(out, a, dtype, init=None):
+def peer(out, a, dtype, init=None, seed=None):
     cmd = [sys.executable, "-B", PEER, out, "--steps", str(a.steps), "--batch", str(a.batch), "--lr", a.lr,
-           "--seed", str(a.seed), "--dtype", dtype, "--threads", "1",
+           "--seed", str(a.seed if seed is None else seed), "--dtype", dtype, "--threads", "1",
            "--bn-affine-std", str(a.bn_affine_std)]
     if init:
         cmd += ["--init", init]
@@ -120,9 +124,11 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", default="0.02")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--seed-tries", type=int, default=6,
+                    help="seeds tried from --seed on for a case PyTorch's float32 run reproduces (default 6)")
     ap.add_argument("--bn-affine-std", type=float, default=0.1)
     ap.add_argument("--app-flag", action="append", default=[],
-                    help="one more build/resnet argument (repeatable; e.g. --app-flag=--lr --app-flag=0.021 to "
+                    help="one more build/resnet argument (repeatable; e.g. --app-flag=--momentum --app-flag=0.89 to "
                          "see the check fail)")
     ap.add_argument("--keep", help="work in this folder and keep it")
     a = ap.parse_args()
@@ -136,18 +142,24 @@ def main():
         skip("mpirun not found (Open MPI)")
     if not os.access(os.path.join(a.build, "resnet"), os.X_OK):
         sys.exit(f"ddp.py: {a.build}/resnet not built (make)")
-    work = a.keep or tempfile.mkdtemp(prefix="ddp_parity_")
+    top = a.keep or tempfile.mkdtemp(prefix="ddp_parity_")
     try:
-        ref = peer(work, a, "float64")
-        init = os.path.join(work, "init.safetensors")
-        f32dir = os.path.join(work, "float32")
-        f32 = peer(f32dir, a, "float32", init)
-        exp = os.path.join(work, "torch.safetensors")
-        cond = compare("torch float32 vs float64", os.path.join(f32dir, "torch.safetensors"), exp, init,
-                       f32["last_loss"], ref["last_loss"])
+        for seed in range(a.seed, a.seed + max(a.seed_tries, 1)):
+            work = os.path.join(top, f"seed{seed}")
+            ref = peer(work, a, "float64", seed=seed)
+            init = os.path.join(work, "init.safetensors")
+            f32dir = os.path.join(work, "float32")
+            f32 = peer(f32dir, a, "float32", init, seed=seed)
+            exp = os.path.join(work, "torch.safetensors")
+            cond = compare(f"seed {seed}: torch float32 vs float64", os.path.join(f32dir, "torch.safetensors"), exp,
+                           init, f32["last_loss"], ref["last_loss"])
+            if cond <= TOL / 10:
+                break
+            print(f"ddp.py: seed {seed}: PyTorch's own float32 and float64 runs differ by {cond:.2e} > {TOL / 10:g} "
+                  "on this CPU: an ill-conditioned case, not a test of scanprop; the next seed")
         if cond > TOL / 10:
-            sys.exit(f"ddp.py: PyTorch's own float32 and float64 runs differ by {cond:.2e} > {TOL / 10:g}: an "
-                     "ill-conditioned case, not a test of scanprop (change --seed)")
+            sys.exit(f"ddp.py: seeds {a.seed}..{seed}: every case ill-conditioned on this CPU (PyTorch's own float32 "
+                     "run misses its float64 run): nothing to compare")
         worst = None
         for conv in (None, "gemm"):
             got, js = scanprop(a, work, conv)
@@ -164,7 +176,7 @@ def main():
         print(f"ddp.py: passed: scanprop DDP within {TOL:g} of PyTorch DDP (parameters, running statistics, loss)")
     finally:
         if not a.keep:
-            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(top, ignore_errors=True)
 
 
 if __name__ == "__main__":
