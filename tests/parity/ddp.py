@@ -31,8 +31,8 @@ PyTorch's own float32 run missed its float64 run by 1.5e-4 to 1.3e-1 on every se
 (1 to 5, with and without the drawn affine parameters): the case compared roundings. Here
 PyTorch float32 is within 1.5e-6 and scanprop with SCANPROP_CONV=gemm within 5e-7; the
 default oneDNN path misses by 3.4e-3 (it does at batch 16 on one process too: 1.1e-3).
-A 5% different learning rate on scanprop's side fails by 1.9e-2 (measured with the learning
-rate in the peer's command; the app refuses a repeated --lr), momentum 0.89 by 2.2e-3. Exit 0 when within TOL, 1 when not, 77 (skip)
+A 5% different learning rate on scanprop's side fails by 1.9e-2, momentum 0.89 instead of
+0.9 by 2.2e-3 (--app-flag; the app refuses a second --lr). Exit 0 when within TOL, 1 when not, 77 (skip)
 without torch, Fashion-MNIST or mpirun. About 20 s on 2 cores.
 """
 import argparse
