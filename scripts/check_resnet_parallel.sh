@@ -17,8 +17,11 @@
 # statistics are rank 0's. The JSON's "batch_norm" must name the expected semantics.
 #
 # Within 1e-4 against the accumulation reference (it sums what the ranks sum; measured:
-# the pipelines bitwise, ddp and fsdp ~1e-6). --sync-bn within 1e-3: the whole-batch
-# reference sums each weight gradient over 32 samples in one convolution, the ranks over
+# the pipelines bitwise, ddp and fsdp ~1e-6 on AVX-512 CPUs). ddp and fsdp, whose
+# gradients are summed across ranks in another order than the reference's accumulation,
+# within 1e-3: with oneDNN's AVX2 kernels (an AMD Zen 3) they end 2.6e-4 from it at 4
+# ranks (the code of b9948a6 and after alike), 3e-9 at 2 ranks, the pipelines bitwise.
+# --sync-bn within 1e-3: the whole-batch reference sums each weight gradient over 32 samples in one convolution, the ranks over
 # 8 or 16 and then across ranks, ~4e-7 apart after the first step, and these 3 steps
 # grow a rounding difference about tenfold per step (the single process against itself
 # with --threads 2: up to 3e-4), so 1e-4 is within the noise there. A wrong reference
@@ -46,6 +49,7 @@ fmnist=${FMNIST:-/usr/share/datasets/fashion-mnist}
 ranks=${RANKS:-2 4}
 schemes=${SCHEMES:-ddp fsdp gpipe 1f1b zb-h1 interleaved-1f1b zbv dualpipev ooo-ff}
 tol=1e-4
+rank_tol=1e-3   # ddp and fsdp: the sum across ranks in another order (above)
 sync_tol=1e-3   # --sync-bn against the whole batch (above)
 export SCANPROP_CONV_ALGO=${SCANPROP_CONV_ALGO:-direct}
 train=(--steps 3 --batch 32 --lr 0.02 --threads 1 --quiet)
@@ -139,13 +143,13 @@ for w in $ranks; do
         m=$(field microbatches "$name")
         bn=$(field batch_norm "$name")
         steps=$(field steps "$name")
-        case $s in ddp | fsdp | ddp-ooo) want=per-rank stats=0 ;; *) want=per-micro-batch stats=1 ;; esac
+        case $s in ddp | fsdp | ddp-ooo) want=per-rank stats=0 t=$rank_tol ;; *) want=per-micro-batch stats=1 t=$tol ;; esac
         if [ "$bn" != "$want" ] || [ "$steps" != 3 ]; then
             echo "check_resnet_parallel: $name: batch_norm \"$bn\", $steps steps (expected \"$want\", 3)" >&2
             failed=1
         fi
         reference "$m" || { failed=1; continue; }
-        compare "$name" "ref-$m" $stats $tol "$s" "$w" "$m" "--microbatches $m" "$bn"
+        compare "$name" "ref-$m" $stats $t "$s" "$w" "$m" "--microbatches $m" "$bn"
     done
     name=ddp-sync-bn-$w
     run "$name" "${mpirun[@]}" -np "$w" "$build/resnet" --parallel ddp --sync-bn || { failed=1; continue; }
@@ -158,4 +162,4 @@ if [ $failed != 0 ]; then
     echo "check_resnet_parallel: FAILED"
     exit 1
 fi
-echo "check_resnet_parallel: every scheme within $tol of its single-process reference, --sync-bn within $sync_tol"
+echo "check_resnet_parallel: every pipeline within $tol of its single-process reference, ddp and fsdp within $rank_tol, --sync-bn within $sync_tol"
