@@ -69,29 +69,9 @@ static void pool_plane_2x2(const sp_conv_geom *g, const float *restrict x, float
     }
 }
 
-/* Any kernel, stride and padding (pad <= k/2 guarantees every window holds an input). */
-static void pool_plane(const sp_conv_geom *g, const float *x, float *y, int32_t *arg)
-{
-    for (int i = 0; i < g->Ho; i++) {
-        int h0 = i * g->stride - g->pad, h1 = h0 + g->k;
-        h0 = h0 < 0 ? 0 : h0;
-        h1 = h1 > g->H ? g->H : h1;
-        for (int j = 0; j < g->Wo; j++) {
-            int w0 = j * g->stride - g->pad, w1 = w0 + g->k;
-            w0 = w0 < 0 ? 0 : w0;
-            w1 = w1 > g->W ? g->W : w1;
-            int best = h0 * g->W + w0;
-            float m = -INFINITY;
-            for (int h = h0; h < h1; h++)
-                for (int w = w0; w < w1; w++) POOL_TAKE(x[h * g->W + w], h * g->W + w);
-            y[i * g->Wo + j] = m;
-            arg[i * g->Wo + j] = best;
-        }
-    }
-}
 
 /* The blocked layout: a plane of blk channels side by side, element (h, w, t) at
- * (h·W + w)·blk + t; each channel t as pool_plane_2x2 and pool_plane, vectorised over t. */
+ * (h·W + w)·blk + t; each channel t as pool_plane_2x2 does; pool_block with a block of 1 is NCHW's general window. */
 static void pool_block_2x2(const sp_conv_geom *g, int blk, const float *restrict x, float *restrict y,
                            int32_t *restrict arg)
 {
@@ -115,6 +95,7 @@ static void pool_block_2x2(const sp_conv_geom *g, int blk, const float *restrict
         }
 }
 
+/* Any kernel, stride and padding (pad <= k/2 guarantees every window holds an input). */
 static void pool_block(const sp_conv_geom *g, int blk, const float *x, float *y, int32_t *arg)
 {
     for (int i = 0; i < g->Ho; i++) {
@@ -150,7 +131,7 @@ static void pool_forward_range(void *ctx, size_t begin, size_t end)
         int32_t *arg = J->arg + u * out_plane;
         if (J->blk) (two ? pool_block_2x2 : pool_block)(g, J->blk, x, y, arg);
         else if (two) pool_plane_2x2(g, x, y, arg);
-        else pool_plane(g, x, y, arg);
+        else pool_block(g, 1, x, y, arg);   /* NCHW: a block of one channel */
     }
 }
 
