@@ -17,7 +17,8 @@
  * the ReLU's row then near 0, and where it also folds the op after that ReLU (a max
  * pool: sp_model_fuses_relu_next) the three run as one, their time in the layer's row;
  * OPPROF_FUSE=relu folds the ReLUs only; OPPROF_FUSE=0 runs every layer on its own, each
- * output in bytes of its own. */
+ * output in bytes of its own. OPPROF_CHANNELS=3 runs resnet20 on 3-channel input, as the
+ * bench's CIFAR-format data (the zoo's default is 1, Fashion-MNIST). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,10 +83,15 @@ int main(int argc, char **argv)
     if (fv && strcmp(fv, "0") && strcmp(fv, "1") && strcmp(fv, "relu"))
         sp_fail("OPPROF_FUSE=%s: expected 0, relu or 1", fv);
     sp_set_threads(threads);
-    sp_model *m = sp_zoo_model(name);
+    const char *cv = getenv("OPPROF_CHANNELS");
+    int in_ch = cv ? atoi(cv) : 0;
+    if (cv && (in_ch < 1 || strcmp(name, "resnet20")))
+        sp_fail("OPPROF_CHANNELS=%s: expected a count >= 1, for resnet20 only", cv);
+    sp_model *m = in_ch ? sp_zoo_resnet20(in_ch, 10) : sp_zoo_model(name);
     sp_model_init(m, 1);
     int shape[3];
     int nd = sp_zoo_input_shape(name, shape);
+    if (in_ch) shape[0] = in_ch;
     int xs[4] = {B, shape[0], shape[1], shape[2]};
     sp_tensor x = sp_tensor_new(nd + 1, xs);
     sp_rng r;

@@ -10,8 +10,9 @@
  *   (BPPSA §3.4, Appendix D.1, which gives only k=3, p=1; this is the general case).
  *
  * Two paths. By default (oneDNN builds) the forward, δ and G run on oneDNN's JIT
- * convolutions (core/kernels/dnnl.h), except for fewer than 4 input channels (all three) and
- * G of tiny output maps (Ho·Wo <= 16) and δ of fewer input channels than oneDNN's block
+ * convolutions (core/kernels/dnnl.h), except for fewer than 4 input channels into output
+ * channels that oneDNN's block does not divide (all three; LeNet-5's conv1, on the direct
+ * kernel where it runs) and G of tiny output maps (Ho·Wo <= 16) and δ of fewer input channels than oneDNN's block
  * where the padding would cost more (sp_conv_delta_on_dnnl), which run im2col with
  * oneDNN's SGEMM; SCANPROP_CONV=gemm selects the im2col + OpenBLAS path below for all
  * three, which the tests use as the reference. The choice is made at the forward and
@@ -55,9 +56,13 @@
  * Ho·Wo <= 16 (VGG-11's last four convs): there G is im2col + SGEMM (oneDNN's, see
  * core/kernels/dnnl.h) on the oneDNN path too. */
 #define DNNL_G_MIN_P 16
-/* With fewer input channels (LeNet-5's and VGG-11's first convs) oneDNN pads them to a
- * vector's width and reorders the output, more work than im2col + oneDNN's SGEMM, which
- * such convs use instead. */
+/* With fewer input channels and output channels that oneDNN's block does not divide
+ * (LeNet-5's conv1: 6) oneDNN pads them to a vector's width and reorders the output, more
+ * work than im2col + oneDNN's SGEMM or the direct kernel, which such convs use instead.
+ * Where the block divides them (VGG-11's and ResNet-20's first convs) the output may stay
+ * blocked, oneDNN writes it as it is and runs them (measured on AVX2:
+ * VGG-11 b32's conv1 forward + G 6.7-9.3 → 3.2-4.8 ms, ResNet-20 b64's stem 4.3-4.8 →
+ * 1.7-1.8 ms, against im2col or the direct kernel and a copy into the blocked layout). */
 #define DNNL_MIN_C 4
 /* oneDNN's δ writes dx in its channel blocks (16 on AVX-512, 8 on AVX2): with fewer input
  * channels than a block it computes the padded ones too. Where they add more than a third
@@ -283,7 +288,17 @@ static void conv_forward_with(sp_node *n, bool relu, sp_node *next)
     const sp_tensor *x = sp_node_x(n);
     conv_saved *S = conv_plan(n);
     n->saved = S;
-    S->dnnl = sp_dnnl_conv_on() && S->g.C >= DNNL_MIN_C;
+    /* the layouts: x's as it comes; y blocked where the model asks (sp_tape.out_blocked)
+     * and oneDNN's block divides the channels */
+    int blk = n->tape->out_blocked ? sp_dnnl_block() : 0;
+    S->xblk = x->blk;
+    S->yblk = blk && S->O % blk == 0 ? blk : 0;
+    n->out.blk = S->yblk;
+    /* few input channels stay off oneDNN only where its block does not divide the output
+     * channels (DNNL_MIN_C); where it does, the output may stay blocked, and the choice
+     * does not depend on whether it does, so a blocked step keeps the NCHW step's bits */
+    int dblk = sp_dnnl_block();
+    S->dnnl = sp_dnnl_conv_on() && (S->g.C >= DNNL_MIN_C || (dblk && S->O % dblk == 0));
     S->dnnl_d = S->dnnl && sp_conv_delta_on_dnnl(S->g.C, sp_dnnl_block());
     /* the forward and G of a few input channels on the project's own kernel where it runs
      * (AVX2) and G takes private per-thread copies; not under SCANPROP_CONV=gemm */
@@ -291,12 +306,6 @@ static void conv_forward_with(sp_node *n, bool relu, sp_node *next)
                 sp_conv_direct_on(S->g.C, S->g.k, S->g.stride);
     S->dd = (sp_conv_direct){.C = S->g.C, .H = S->g.H, .W = S->g.W, .O = S->O, .k = S->g.k, .pad = S->g.pad,
                              .Ho = S->g.Ho, .Wo = S->g.Wo};
-    /* the layouts: x's as it comes; y blocked where the model asks (sp_tape.out_blocked)
-     * and oneDNN's block divides the channels */
-    int blk = n->tape->out_blocked ? sp_dnnl_block() : 0;
-    S->xblk = x->blk;
-    S->yblk = blk && S->O % blk == 0 ? blk : 0;
-    n->out.blk = S->yblk;
     if (next && S->yblk)
         sp_fail("conv2d %s: a blocked output with the next op's forward folded in (expected NCHW)", n->layer->name);
     /* the scratch below (im2col columns; oneDNN's job, scratchpads and blocked copies of
