@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/device.h"
+#include "core/kernels/conv3x3_b8.h"
 #include "core/kernels/conv_direct.h"
 #include "core/kernels/dense.h"
 #include "core/kernels/dnnl.h"
@@ -89,6 +90,8 @@ typedef struct conv_saved {
     bool dnnl_d; /* δ on oneDNN too (dnnl and sp_conv_delta_on_dnnl)                     */
     bool direct; /* forward and G on core/kernels/conv_direct.c (few channels, AVX2)     */
     sp_conv_direct dd;
+    bool b8;     /* forward, δ and G on core/kernels/conv3x3_b8.c (3×3, 16·n channels, AVX2) */
+    sp_conv3_b8 d8;
     int xblk, yblk;   /* the layouts of x and y (sp_tensor.blk), so of dx and dy        */
     /* δ and G run apart on tapes whose scratch lives the step (the ooo engine's lanes):
      * dy's blocked copy, made by whichever runs first (dy_share) */
@@ -233,6 +236,93 @@ static void forward_slots(void *ctx, size_t begin, size_t end)
     }
 }
 
+/* ---- the 3×3 kernel on the 8-channel blocked layout (core/kernels/conv3x3_b8.c) ------- */
+
+/* One region over the slots; per sample the forward (y set), δ (dx set) and G (part set)
+ * in that order, δ and G on one padded copy of dy. The bits depend on neither the
+ * layouts (the kernels read padded blocked copies) nor on which of them run together. */
+typedef struct b8_job {
+    const conv_saved *S;
+    const float *x, *dy, *bias; /* in their layouts (S->xblk, S->yblk)               */
+    const float *wf, *wd;       /* the packed weights of the forward and of δ        */
+    float *y, *dx, *part;       /* part: per slot [C][3][3][O], with grad            */
+    bool grad;                  /* G: the parts, added to dW                         */
+    float *scratch;             /* per slot: b8_slot_floats                          */
+    bool relu, acc;             /* the forward's ReLU; δ added to dx                 */
+    sp_node *next;              /* the forward's next (forward_relu), per sample      */
+    const sp_dnnl_side *side;   /* G: the bias gradient, in the same region, or NULL */
+} b8_job;
+
+/* A slot's scratch: padded x, padded dy, one blocked sample of the larger side. */
+static size_t b8_slot_floats(const conv_saved *S)
+{
+    const sp_conv3_b8 *d = &S->d8;
+    int big = d->C > d->O ? d->C : d->O;
+    return sp_conv3_b8_padded_floats(d, d->C) + sp_conv3_b8_padded_floats(d, d->O) + (size_t)big * d->H * d->W;
+}
+
+static void b8_slots(void *ctx, size_t begin, size_t end)
+{
+    const b8_job *J = ctx;
+    const conv_saved *S = J->S;
+    const sp_conv3_b8 *d = &S->d8;
+    size_t xs = (size_t)d->C * S->P, ys = (size_t)d->O * S->P, nw = (size_t)d->O * S->K;
+    for (size_t s = begin; s < end; s++) {
+        float *xp = J->scratch + s * b8_slot_floats(S), *dyp = xp + sp_conv3_b8_padded_floats(d, d->C);
+        float *tmp = dyp + sp_conv3_b8_padded_floats(d, d->O), *part = J->part ? J->part + s * nw : NULL;
+        int lo, hi;
+        slot_samples(S, s, &lo, &hi);
+        if (J->y || part) sp_conv3_b8_clear(d, d->C, xp);
+        if (J->dx || part) sp_conv3_b8_clear(d, d->O, dyp);
+        if (part) memset(part, 0, nw * sizeof(float));
+        for (int b = lo; b < hi; b++) {
+            if (J->y || part) sp_conv3_b8_pad(d, d->C, J->x + b * xs, S->xblk, xp);
+            if (J->y) {
+                float *y = S->yblk ? J->y + b * ys : tmp;
+                sp_conv3_b8_forward(d, xp, J->wf, J->bias, J->relu, y);
+                if (!S->yblk) sp_conv3_b8_store(d, d->O, tmp, 0, false, J->y + b * ys);
+                if (J->next) J->next->kern->forward_samples(J->next, b, b + 1);
+            }
+            if (!J->dx && !part) continue;
+            sp_conv3_b8_pad(d, d->O, J->dy + b * ys, S->yblk, dyp);
+            if (part) sp_conv3_b8_grad(d, xp, dyp, part);
+            if (J->dx) {
+                bool in_place = S->xblk && !J->acc;
+                sp_conv3_b8_delta(d, dyp, J->wd, in_place ? J->dx + b * xs : tmp);
+                if (!in_place) sp_conv3_b8_store(d, d->C, tmp, S->xblk, J->acc, J->dx + b * xs);
+            }
+        }
+    }
+    const sp_dnnl_side *sd = J->side;   /* this chunk's share of the side work, as grad_slots' */
+    if (!sd) return;
+    size_t ob = sd->n * begin / (size_t)S->slots, oe = sd->n * end / (size_t)S->slots;
+    if (ob < oe) sd->fn(sd->ctx, ob, oe);
+}
+
+/* The weights packed for the forward or for δ, in the tape's arena. */
+static const float *b8_packed(sp_node *n, bool delta)
+{
+    const conv_saved *S = n->saved;
+    float *wp = sp_tape_alloc(n->tape, sp_conv3_b8_packed_floats(&S->d8) * sizeof(float));
+    sp_conv3_b8_pack(&S->d8, n->layer->params[0]->value.data, delta, wp);
+    return wp;
+}
+
+/* Runs J over the slots; with G, the slots' parts are added to dW in slot order. */
+static void b8_run(sp_node *n, b8_job *J)
+{
+    const conv_saved *S = n->saved;
+    size_t nw = (size_t)S->O * S->K;
+    J->scratch = sp_tape_alloc(n->tape, S->slots * b8_slot_floats(S) * sizeof(float));
+    if (J->grad) J->part = sp_tape_alloc(n->tape, S->slots * nw * sizeof(float));
+    sp_parallel_for((size_t)S->slots, b8_slots, J);
+    if (!J->grad) return;
+    for (int s = 0; s < S->slots; s++) sp_conv3_b8_unpack_add(&S->d8, J->part + s * nw, n->layer->params[0]->grad.data);
+}
+
+/* δ (into dx, added with acc), G (with grad) or both, and the bias gradient with G. */
+static void b8_backward(sp_node *n, const sp_tensor *dy, float *dx, bool acc, bool grad);
+
 /* How this node's work is split: slots and samples per GEMM (fixed at the forward). */
 static conv_saved *conv_plan(sp_node *n)
 {
@@ -306,13 +396,25 @@ static void conv_forward_with(sp_node *n, bool relu, sp_node *next)
                 sp_conv_direct_on(S->g.C, S->g.k, S->g.stride);
     S->dd = (sp_conv_direct){.C = S->g.C, .H = S->g.H, .W = S->g.W, .O = S->O, .k = S->g.k, .pad = S->g.pad,
                              .Ho = S->g.Ho, .Wo = S->g.Wo};
+    /* 3×3 stride-1 convolutions of 16·n channels on the project's blocked kernel where it
+     * runs (AVX2) and G takes private per-thread copies: all three of them, in either
+     * layout; not under SCANPROP_CONV=gemm */
+    S->b8 = sp_dnnl_conv_on() && (size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS && S->xblk % 8 == 0 &&
+            S->yblk % 8 == 0 && (S->xblk | S->yblk) <= 8 &&
+            sp_conv3_b8_on(S->g.C, S->O, S->g.H, S->g.W, S->g.k, S->g.stride, S->g.pad);
+    S->d8 = (sp_conv3_b8){.C = S->g.C, .O = S->O, .H = S->g.H, .W = S->g.W};
+    if (S->b8) S->dnnl = S->dnnl_d = S->direct = false;
     if (next && S->yblk)
         sp_fail("conv2d %s: a blocked output with the next op's forward folded in (expected NCHW)", n->layer->name);
     /* the scratch below (im2col columns; oneDNN's job, scratchpads and blocked copies of
      * the input and output) is dead when the forward returns: handed back to the arena
      * for the next op (ResNet-20 b64: the larger part of a step's arena otherwise) */
     sp_arena_mark mark = sp_arena_mark_get(&n->tape->arena);
-    if (S->dnnl) {
+    if (S->b8) {
+        b8_job J = {.S = S, .x = x->data, .bias = bias_of(n), .y = n->out.data, .relu = relu, .next = next};
+        J.wf = b8_packed(n, false);
+        b8_run(n, &J);
+    } else if (S->dnnl) {
         sp_dnnl_conv c = dnnl_shape(S);
         const float *w = n->layer->params[0]->value.data;
         sp_dnnl_side tail = {.fn = next_samples, .ctx = next, .n = (size_t)S->B};
@@ -389,6 +491,10 @@ static void delta_slots(void *ctx, size_t begin, size_t end)
 static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const conv_saved *S = n->saved;
+    if (S->b8) {
+        b8_backward(n, dy, dx->data, false, false);
+        return;
+    }
     if (S->dnnl_d) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_data_shared(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data, false,
@@ -409,6 +515,10 @@ static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tenso
 static void conv_backward_input_acc(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const conv_saved *S = n->saved;
+    if (S->b8) {
+        b8_backward(n, dy, dx->data, true, false);
+        return;
+    }
     if (S->dnnl_d) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_data_shared(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data, true,
@@ -476,6 +586,18 @@ static void bias_grad_range(void *ctx, size_t begin, size_t end)
         }
         J->db[o] += (float)sum;
     }
+}
+
+/* δ (into dx, added with acc), G (with grad) or both, and the bias gradient with G. */
+static void b8_backward(sp_node *n, const sp_tensor *dy, float *dx, bool acc, bool grad)
+{
+    const conv_saved *S = n->saved;
+    bias_job B = {.S = S, .dy = dy->data, .db = grad && n->layer->nparams > 1 ? n->layer->params[1]->grad.data : NULL};
+    sp_dnnl_side side = {.fn = bias_grad_range, .ctx = &B, .n = bias_units(S)};
+    b8_job J = {.S = S, .x = sp_node_x(n)->data, .dy = dy->data, .dx = dx, .acc = acc, .side = B.db ? &side : NULL};
+    if (dx) J.wd = b8_packed(n, true);
+    J.grad = grad;
+    b8_run(n, &J);
 }
 
 /* Small weights: each thread sums G over its own samples into a private copy, then
@@ -562,6 +684,10 @@ static void grad_batched(sp_node *n, const sp_tensor *dy)
 static void conv_backward_params(sp_node *n, const sp_tensor *dy)
 {
     const conv_saved *S = n->saved;
+    if (S->b8) {
+        b8_backward(n, dy, NULL, false, true);
+        return;
+    }
     bias_job B = {.S = S, .dy = dy->data, .db = n->layer->nparams > 1 ? n->layer->params[1]->grad.data : NULL};
     sp_dnnl_side side = {.fn = bias_grad_range, .ctx = &B, .n = bias_units(S)}, *bias = B.db ? &side : NULL;
     if (S->dnnl && S->P > DNNL_G_MIN_P) {
@@ -602,6 +728,10 @@ static void split_side(void *ctx, size_t begin, size_t end)
 static void conv_backward_input_params(sp_node *n, const sp_tensor *dy, sp_tensor *dx, bool acc)
 {
     const conv_saved *S = n->saved;
+    if (S->b8) {   /* one region, δ and G on one padded copy of each sample's dy */
+        b8_backward(n, dy, dx->data, acc, true);
+        return;
+    }
     if (S->dnnl && !S->dnnl_d && S->P > DNNL_G_MIN_P && !acc && !S->xblk && !S->yblk) {
         size_t cols = (size_t)S->slots * S->cs * S->P;
         delta_job D = {.S = S, .W = n->layer->params[0]->value.data, .dy = dy->data, .dx = dx->data};

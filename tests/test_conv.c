@@ -12,6 +12,7 @@
 #include "core/device.h"
 #include "core/kernels/dnnl.h"
 #include "layers/conv2d_internal.h"
+#include "core/kernels/conv3x3_b8.h"
 #include "core/kernels/conv_direct.h"
 #include "core/kernels/gemm_small.h"
 #include "core/threads.h"
@@ -342,6 +343,35 @@ Test(conv_paths, delta_on_dnnl_rule)
     cr_assert(sp_conv_delta_on_dnnl(6, 8) && sp_conv_delta_on_dnnl(7, 8) && sp_conv_delta_on_dnnl(12, 16));
     cr_assert(!sp_conv_delta_on_dnnl(6, 16) && !sp_conv_delta_on_dnnl(5, 8) && !sp_conv_delta_on_dnnl(3, 8));
     cr_assert(!sp_conv_delta_on_dnnl(11, 16) && !sp_conv_delta_on_dnnl(6, 0));
+}
+
+/* The 3×3 kernel on the 8-channel blocked layout (core/kernels/conv3x3_b8.c): taken on
+ * AVX2 for stride 1, padding 1, input and output channels in sixteens, widths in fours;
+ * its forward, δ and G (bias included) match the direct loops on ResNet-20's shapes, a
+ * plane that is not square, 48 channels (three groups of δ's outputs) and a batch that
+ * does not split evenly, at 1 and 2 threads. The layouts' and engines' bits: conv_blocked
+ * and test_dag on ResNet-20, whose 3×3 stride-1 convolutions take it. */
+Test(conv_paths, b8_kernel_3x3)
+{
+    bool avx2 = sp_cpu_isa_level() == 1;
+    cr_assert_eq(sp_conv3_b8_on(16, 16, 32, 32, 3, 1, 1), avx2);
+    cr_assert_eq(sp_conv3_b8_on(64, 48, 5, 4, 3, 1, 1), avx2);
+    cr_assert(!sp_conv3_b8_on(8, 16, 8, 8, 3, 1, 1) && !sp_conv3_b8_on(16, 8, 8, 8, 3, 1, 1));
+    cr_assert(!sp_conv3_b8_on(16, 16, 8, 6, 3, 1, 1) && !sp_conv3_b8_on(16, 32, 32, 32, 3, 2, 1));
+    cr_assert(!sp_conv3_b8_on(16, 16, 8, 8, 5, 1, 2) && !sp_conv3_b8_on(16, 16, 8, 8, 3, 1, 0));
+    if (!avx2 || !sp_dnnl_conv_on()) cr_skip_test("the blocked kernel runs on AVX2 with oneDNN on; ISA level %d", sp_cpu_isa_level());
+    static const conv_cfg cfgs[] = {
+        {.B = 5, .C = 16, .H = 32, .W = 32, .O = 16, .k = 3, .s = 1, .p = 1},   /* ResNet-20's stages */
+        {.B = 3, .C = 32, .H = 16, .W = 16, .O = 32, .k = 3, .s = 1, .p = 1},
+        {.B = 4, .C = 64, .H = 8, .W = 8, .O = 64, .k = 3, .s = 1, .p = 1},
+        {.B = 3, .C = 16, .H = 7, .W = 12, .O = 32, .k = 3, .s = 1, .p = 1},
+        {.B = 2, .C = 48, .H = 5, .W = 4, .O = 16, .k = 3, .s = 1, .p = 1},
+    };
+    for (int threads = 1; threads <= 2; threads++) {
+        sp_set_threads(threads);
+        for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) check_against_reference(&cfgs[i], 270 + i);
+    }
+    sp_set_threads(1);
 }
 
 /* The direct kernel for few input channels (core/kernels/conv_direct.c): taken on AVX2
