@@ -39,6 +39,7 @@
 #include "core/device.h"
 #include "core/kernels/conv3x3_b8.h"
 #include "core/kernels/conv_direct.h"
+#include "core/kernels/wino_b8.h"
 #include "core/kernels/dense.h"
 #include "core/kernels/dnnl.h"
 #include "core/error.h"
@@ -90,8 +91,10 @@ typedef struct conv_saved {
     bool dnnl_d; /* δ on oneDNN too (dnnl and sp_conv_delta_on_dnnl)                     */
     bool direct; /* forward and G on core/kernels/conv_direct.c (few channels, AVX2)     */
     sp_conv_direct dd;
-    bool b8;     /* forward, δ and G on core/kernels/conv3x3_b8.c (3×3, 16·n channels, AVX2) */
+    bool b8;     /* forward, δ and G on core/kernels/conv3x3_b8.c (3×3, 16·n channels, AVX2)  */
     sp_conv3_b8 d8;
+    bool wino;   /* forward, δ and G on core/kernels/wino_b8.c (3×3, ≥ 64 channels, AVX2)      */
+    sp_wino_b8 dw;
     int xblk, yblk;   /* the layouts of x and y (sp_tensor.blk), so of dx and dy        */
     /* δ and G run apart on tapes whose scratch lives the step (the ooo engine's lanes):
      * dy's blocked copy, made by whichever runs first (dy_share) */
@@ -323,6 +326,142 @@ static void b8_run(sp_node *n, b8_job *J)
 /* δ (into dx, added with acc), G (with grad) or both, and the bias gradient with G. */
 static void b8_backward(sp_node *n, const sp_tensor *dy, float *dx, bool acc, bool grad);
 
+/* ---- Winograd F(2×2, 3×3) on the 8-channel blocked layout (core/kernels/wino_b8.c) ---- */
+
+/* The forward (delta false: x → y) or δ (dy → dx) over the slots, each slot's samples in
+ * runs of sp_wino_b8_chunk; outputs not wanted blocked or added (acc) go through a
+ * blocked copy per run. */
+typedef struct wino_job {
+    const conv_saved *S;
+    bool delta;
+    const float *in, *bias, *U;
+    int inblk, outblk;
+    bool relu, acc;
+    float *out, *scratch;   /* scratch: per slot, wino_slot_floats */
+    sp_node *next;          /* the forward's next (forward_relu), per sample */
+} wino_job;
+
+static size_t wino_out_floats(const conv_saved *S)
+{
+    int big = S->g.C > S->O ? S->g.C : S->O;
+    return (size_t)sp_wino_b8_chunk(&S->dw) * big * S->P;
+}
+
+static size_t wino_slot_floats(const conv_saved *S) { return sp_wino_b8_scratch_floats(&S->dw) + wino_out_floats(S); }
+
+typedef struct wino_filter_job {
+    const sp_wino_b8 *d;
+    const float *w;
+    float *U;
+} wino_filter_job;
+
+static void wino_filter_range(void *ctx, size_t begin, size_t end)
+{
+    const wino_filter_job *J = ctx;
+    sp_wino_b8_filter(J->d, J->w, (int)begin, (int)end, J->U);
+}
+
+static void wino_slots(void *ctx, size_t begin, size_t end)
+{
+    const wino_job *J = ctx;
+    const conv_saved *S = J->S;
+    int Ci = J->delta ? S->O : S->g.C, Co = J->delta ? S->g.C : S->O, chunk = sp_wino_b8_chunk(&S->dw);
+    size_t xs = (size_t)Ci * S->P, ys = (size_t)Co * S->P;
+    for (size_t s = begin; s < end; s++) {
+        float *scratch = J->scratch + s * wino_slot_floats(S), *tmp = scratch + sp_wino_b8_scratch_floats(&S->dw);
+        int lo, hi;
+        slot_samples(S, s, &lo, &hi);
+        for (int b = lo; b < hi; b += chunk) {
+            int nb = imin(chunk, hi - b);
+            bool in_place = J->outblk && !J->acc;
+            float *out = in_place ? J->out + b * ys : tmp;
+            sp_wino_b8_run(&S->dw, J->delta, J->in + b * xs, J->inblk, nb, J->U, J->bias, J->relu, out, scratch);
+            for (int i = 0; i < nb; i++) {
+                if (!in_place) sp_conv3_b8_store(&S->d8, Co, tmp + i * ys, J->outblk, J->acc, J->out + (b + i) * ys);
+                if (J->next) J->next->kern->forward_samples(J->next, b + i, b + i + 1);
+            }
+        }
+    }
+}
+
+/* The weights' transform (split over output channels), then the slots. */
+static void wino_run(sp_node *n, wino_job *J)
+{
+    const conv_saved *S = n->saved;
+    float *U = sp_tape_alloc(n->tape, sp_wino_b8_u_floats(&S->dw) * sizeof(float));
+    wino_filter_job F = {.d = &S->dw, .w = n->layer->params[0]->value.data, .U = U};
+    sp_parallel_for((size_t)S->O, wino_filter_range, &F);
+    J->U = U;
+    J->scratch = sp_tape_alloc(n->tape, S->slots * wino_slot_floats(S) * sizeof(float));
+    sp_parallel_for((size_t)S->slots, wino_slots, J);
+}
+
+/* δ; its scratch (the transformed weights, the runs' tiles) goes back to the arena. */
+static void wino_delta(sp_node *n, const sp_tensor *dy, float *dx, bool acc)
+{
+    const conv_saved *S = n->saved;
+    sp_arena_mark mark = sp_arena_mark_get(&n->tape->arena);
+    wino_job J = {.S = S, .delta = true, .in = dy->data, .inblk = S->yblk, .out = dx, .outblk = S->xblk, .acc = acc};
+    wino_run(n, &J);
+    sp_arena_release(&n->tape->arena, mark);
+}
+
+/* G by F(3×3, 2×2), in runs of sp_wino_b8_grad_chunk samples: per run one region over
+ * the slots for the tiles (slot s: its share of the run's samples, its own blocked copy
+ * of an NCHW sample) and one for the blocks of SP_WINO_B8_ROWS output channels (slot s:
+ * its share of the blocks, its own block of M), each block's gradient added to dW. The
+ * blocks and runs do not depend on the thread count: neither do the bits. Its scratch
+ * goes back to the arena when it returns. */
+typedef struct wino_grad_job {
+    const conv_saved *S;
+    const float *x, *dy;
+    float *work, *tmp, *block, *dw;   /* tmp, block: per slot */
+    int b0, n;                        /* the run: samples [b0, b0 + n) */
+} wino_grad_job;
+
+static void wino_grad_tiles(void *ctx, size_t begin, size_t end)
+{
+    const wino_grad_job *J = ctx;
+    const conv_saved *S = J->S;
+    size_t xs = (size_t)S->g.C * S->P, ys = (size_t)S->O * S->P;
+    for (size_t u = begin; u < end; u++) {
+        int lo = (int)((size_t)J->n * u / S->slots), hi = (int)((size_t)J->n * (u + 1) / S->slots);
+        float *tmp = J->tmp + u * sp_wino_b8_tmp_floats(&S->dw);
+        for (int s = lo; s < hi; s++)
+            sp_wino_b8_grad_tiles(&S->dw, J->x + (J->b0 + s) * xs, S->xblk, J->dy + (J->b0 + s) * ys, S->yblk, s, J->n,
+                                  J->work, tmp);
+    }
+}
+
+static void wino_grad_blocks(void *ctx, size_t begin, size_t end)
+{
+    const wino_grad_job *J = ctx;
+    const conv_saved *S = J->S;
+    size_t nb = (size_t)(S->O + SP_WINO_B8_ROWS - 1) / SP_WINO_B8_ROWS;
+    for (size_t u = begin; u < end; u++)
+        for (size_t blk = nb * u / S->slots; blk < nb * (u + 1) / S->slots; blk++) {
+            int k0 = (int)blk * SP_WINO_B8_ROWS, k1 = imin(k0 + SP_WINO_B8_ROWS, S->O);
+            sp_wino_b8_grad_rows(&S->dw, J->n, k0, k1, J->work, J->block + u * sp_wino_b8_block_floats(&S->dw), J->dw);
+        }
+}
+
+static void wino_grad(sp_node *n, const sp_tensor *dy)
+{
+    const conv_saved *S = n->saved;
+    sp_arena_mark mark = sp_arena_mark_get(&n->tape->arena);
+    int chunk = sp_wino_b8_grad_chunk(&S->dw);
+    wino_grad_job J = {.S = S, .x = sp_node_x(n)->data, .dy = dy->data, .dw = n->layer->params[0]->grad.data};
+    J.work = sp_tape_alloc(n->tape, sp_wino_b8_grad_floats(&S->dw) * sizeof(float));
+    J.tmp = sp_tape_alloc(n->tape, S->slots * sp_wino_b8_tmp_floats(&S->dw) * sizeof(float));
+    J.block = sp_tape_alloc(n->tape, S->slots * sp_wino_b8_block_floats(&S->dw) * sizeof(float));
+    for (J.b0 = 0; J.b0 < S->B; J.b0 += chunk) {
+        J.n = imin(chunk, S->B - J.b0);
+        sp_parallel_for((size_t)S->slots, wino_grad_tiles, &J);
+        sp_parallel_for((size_t)S->slots, wino_grad_blocks, &J);
+    }
+    sp_arena_release(&n->tape->arena, mark);
+}
+
 /* How this node's work is split: slots and samples per GEMM (fixed at the forward). */
 static conv_saved *conv_plan(sp_node *n)
 {
@@ -396,14 +535,18 @@ static void conv_forward_with(sp_node *n, bool relu, sp_node *next)
                 sp_conv_direct_on(S->g.C, S->g.k, S->g.stride);
     S->dd = (sp_conv_direct){.C = S->g.C, .H = S->g.H, .W = S->g.W, .O = S->O, .k = S->g.k, .pad = S->g.pad,
                              .Ho = S->g.Ho, .Wo = S->g.Wo};
-    /* 3×3 stride-1 convolutions of 16·n channels on the project's blocked kernel where it
-     * runs (AVX2) and G takes private per-thread copies: all three of them, in either
-     * layout; not under SCANPROP_CONV=gemm */
-    S->b8 = sp_dnnl_conv_on() && (size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS && S->xblk % 8 == 0 &&
-            S->yblk % 8 == 0 && (S->xblk | S->yblk) <= 8 &&
+    /* 3×3 stride-1 convolutions on the project's AVX2 kernels where they run, in either
+     * layout, not under SCANPROP_CONV=gemm: 16·n channels on the blocked direct kernel
+     * where G takes private per-thread copies (ResNet-20's stages: 64 channels at 8×8
+     * measured even against Winograd in a step), larger ones of ≥ 64 channels on
+     * Winograd F(2×2, 3×3) (VGG-11's conv2 to conv6) */
+    bool own = S->dnnl && (S->xblk | S->yblk) <= 8;
+    S->b8 = own && (size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS &&
             sp_conv3_b8_on(S->g.C, S->O, S->g.H, S->g.W, S->g.k, S->g.stride, S->g.pad);
+    S->wino = own && !S->b8 && sp_wino_b8_on(S->g.C, S->O, S->g.H, S->g.W, S->g.k, S->g.stride, S->g.pad);
+    S->dw = (sp_wino_b8){.C = S->g.C, .O = S->O, .H = S->g.H, .W = S->g.W};
     S->d8 = (sp_conv3_b8){.C = S->g.C, .O = S->O, .H = S->g.H, .W = S->g.W};
-    if (S->b8) S->dnnl = S->dnnl_d = S->direct = false;
+    if (S->wino || S->b8) S->dnnl = S->dnnl_d = S->direct = false;
     if (next && S->yblk)
         sp_fail("conv2d %s: a blocked output with the next op's forward folded in (expected NCHW)", n->layer->name);
     /* the scratch below (im2col columns; oneDNN's job, scratchpads and blocked copies of
@@ -414,6 +557,10 @@ static void conv_forward_with(sp_node *n, bool relu, sp_node *next)
         b8_job J = {.S = S, .x = x->data, .bias = bias_of(n), .y = n->out.data, .relu = relu, .next = next};
         J.wf = b8_packed(n, false);
         b8_run(n, &J);
+    } else if (S->wino) {
+        wino_job J = {.S = S, .in = x->data, .inblk = S->xblk, .bias = bias_of(n), .relu = relu, .out = n->out.data,
+                      .outblk = S->yblk, .next = next};
+        wino_run(n, &J);
     } else if (S->dnnl) {
         sp_dnnl_conv c = dnnl_shape(S);
         const float *w = n->layer->params[0]->value.data;
@@ -495,6 +642,10 @@ static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tenso
         b8_backward(n, dy, dx->data, false, false);
         return;
     }
+    if (S->wino) {
+        wino_delta(n, dy, dx->data, false);
+        return;
+    }
     if (S->dnnl_d) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_data_shared(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data, false,
@@ -517,6 +668,10 @@ static void conv_backward_input_acc(sp_node *n, int i, const sp_tensor *dy, sp_t
     const conv_saved *S = n->saved;
     if (S->b8) {
         b8_backward(n, dy, dx->data, true, false);
+        return;
+    }
+    if (S->wino) {
+        wino_delta(n, dy, dx->data, true);
         return;
     }
     if (S->dnnl_d) {
@@ -689,6 +844,11 @@ static void conv_backward_params(sp_node *n, const sp_tensor *dy)
         return;
     }
     bias_job B = {.S = S, .dy = dy->data, .db = n->layer->nparams > 1 ? n->layer->params[1]->grad.data : NULL};
+    if (S->wino) {
+        wino_grad(n, dy);
+        if (B.db) sp_parallel_for(bias_units(S), bias_grad_range, &B);
+        return;
+    }
     sp_dnnl_side side = {.fn = bias_grad_range, .ctx = &B, .n = bias_units(S)}, *bias = B.db ? &side : NULL;
     if (S->dnnl && S->P > DNNL_G_MIN_P) {
         sp_dnnl_conv c = dnnl_shape(S);
@@ -730,6 +890,11 @@ static void conv_backward_input_params(sp_node *n, const sp_tensor *dy, sp_tenso
     const conv_saved *S = n->saved;
     if (S->b8) {   /* one region, δ and G on one padded copy of each sample's dy */
         b8_backward(n, dy, dx->data, acc, true);
+        return;
+    }
+    if (S->wino) {   /* G, then δ */
+        conv_backward_params(n, dy);
+        wino_delta(n, dy, dx->data, acc);
         return;
     }
     if (S->dnnl && !S->dnnl_d && S->P > DNNL_G_MIN_P && !acc && !S->xblk && !S->yblk) {

@@ -14,6 +14,7 @@
 #include "layers/conv2d_internal.h"
 #include "core/kernels/conv3x3_b8.h"
 #include "core/kernels/conv_direct.h"
+#include "core/kernels/wino_b8.h"
 #include "core/kernels/gemm_small.h"
 #include "core/threads.h"
 #include "core/rng.h"
@@ -345,12 +346,13 @@ Test(conv_paths, delta_on_dnnl_rule)
     cr_assert(!sp_conv_delta_on_dnnl(11, 16) && !sp_conv_delta_on_dnnl(6, 0));
 }
 
-/* The 3×3 kernel on the 8-channel blocked layout (core/kernels/conv3x3_b8.c): taken on
- * AVX2 for stride 1, padding 1, input and output channels in sixteens, widths in fours;
- * its forward, δ and G (bias included) match the direct loops on ResNet-20's shapes, a
- * plane that is not square, 48 channels (three groups of δ's outputs) and a batch that
- * does not split evenly, at 1 and 2 threads. The layouts' and engines' bits: conv_blocked
- * and test_dag on ResNet-20, whose 3×3 stride-1 convolutions take it. */
+/* The 3×3 kernel on the 8-channel blocked layout (core/kernels/conv3x3_b8.c): runs on
+ * AVX2 for stride 1, padding 1, input and output channels in sixteens, widths in fours
+ * (conv2d: where G fits per-thread copies); its forward, δ and G (bias included) match
+ * the direct loops on ResNet-20's shapes, a plane that is not square, 48 channels (three
+ * groups of δ's outputs) and a batch that does not split evenly, at 1 and 2 threads. The
+ * layouts' and engines' bits: conv_blocked and test_dag on ResNet-20, whose 3×3
+ * stride-1 convolutions take it. */
 Test(conv_paths, b8_kernel_3x3)
 {
     bool avx2 = sp_cpu_isa_level() == 1;
@@ -370,6 +372,36 @@ Test(conv_paths, b8_kernel_3x3)
     for (int threads = 1; threads <= 2; threads++) {
         sp_set_threads(threads);
         for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) check_against_reference(&cfgs[i], 270 + i);
+    }
+    sp_set_threads(1);
+}
+
+/* Winograd F(2×2, 3×3) on the 8-channel blocked layout (core/kernels/wino_b8.c): taken on
+ * AVX2 for stride 1, padding 1, ≥ 64 input and output channels in eights, planes of at
+ * least 4×4; its forward, δ and G (F(3×3, 2×2)) match the direct loops on VGG-11's
+ * shapes, odd planes (tiles half outside), channels that are not a multiple of 16 and a
+ * batch over several runs (of a slot's forward and δ, of G's 16 samples), at 1 and 2
+ * threads. */
+Test(conv_paths, wino_b8_3x3)
+{
+    bool avx2 = sp_cpu_isa_level() == 1;
+    cr_assert_eq(sp_wino_b8_on(64, 128, 16, 16, 3, 1, 1), avx2);
+    cr_assert_eq(sp_wino_b8_on(512, 512, 4, 4, 3, 1, 1), avx2);
+    cr_assert_eq(sp_wino_b8_on(72, 64, 5, 7, 3, 1, 1), avx2);
+    cr_assert(!sp_wino_b8_on(32, 64, 8, 8, 3, 1, 1) && !sp_wino_b8_on(64, 60, 8, 8, 3, 1, 1));
+    cr_assert(!sp_wino_b8_on(512, 512, 2, 2, 3, 1, 1) && !sp_wino_b8_on(64, 64, 8, 8, 3, 2, 1));
+    cr_assert(!sp_wino_b8_on(64, 64, 8, 8, 5, 1, 2) && !sp_wino_b8_on(64, 64, 8, 8, 3, 1, 0));
+    if (!avx2 || !sp_dnnl_conv_on()) cr_skip_test("Winograd on the blocked layout runs on AVX2 with oneDNN on; ISA level %d", sp_cpu_isa_level());
+    static const conv_cfg cfgs[] = {
+        {.B = 3, .C = 64, .H = 16, .W = 16, .O = 128, .k = 3, .s = 1, .p = 1},   /* VGG-11's conv2 */
+        {.B = 2, .C = 128, .H = 8, .W = 8, .O = 256, .k = 3, .s = 1, .p = 1},    /* conv3 */
+        {.B = 2, .C = 256, .H = 4, .W = 4, .O = 512, .k = 3, .s = 1, .p = 1},    /* conv5 */
+        {.B = 3, .C = 72, .H = 5, .W = 7, .O = 64, .k = 3, .s = 1, .p = 1},
+        {.B = 17, .C = 256, .H = 8, .W = 8, .O = 256, .k = 3, .s = 1, .p = 1},  /* runs of 8 (forward, δ) and 16 (G) */
+    };
+    for (int threads = 1; threads <= 2; threads++) {
+        sp_set_threads(threads);
+        for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) check_against_reference(&cfgs[i], 370 + i);
     }
     sp_set_threads(1);
 }
