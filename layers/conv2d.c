@@ -539,11 +539,12 @@ static void conv_forward_with(sp_node *n, bool relu, sp_node *next)
      * layout, not under SCANPROP_CONV=gemm: 16·n channels on the blocked direct kernel
      * where G takes private per-thread copies (ResNet-20's stages: 64 channels at 8×8
      * measured even against Winograd in a step), larger ones of ≥ 64 channels on
-     * Winograd F(2×2, 3×3) (VGG-11's conv2 to conv6) */
+     * Winograd F(2×2, 3×3) (VGG-11's conv2 to conv6) unless SCANPROP_CONV_ALGO=direct */
     bool own = S->dnnl && (S->xblk | S->yblk) <= 8;
     S->b8 = own && (size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS &&
             sp_conv3_b8_on(S->g.C, S->O, S->g.H, S->g.W, S->g.k, S->g.stride, S->g.pad);
-    S->wino = own && !S->b8 && sp_wino_b8_on(S->g.C, S->O, S->g.H, S->g.W, S->g.k, S->g.stride, S->g.pad);
+    S->wino = own && !S->b8 && sp_dnnl_conv_algo() != SP_DNNL_DIRECT &&
+              sp_wino_b8_on(S->g.C, S->O, S->g.H, S->g.W, S->g.k, S->g.stride, S->g.pad);
     S->dw = (sp_wino_b8){.C = S->g.C, .O = S->O, .H = S->g.H, .W = S->g.W};
     S->d8 = (sp_conv3_b8){.C = S->g.C, .O = S->O, .H = S->g.H, .W = S->g.W};
     if (S->wino || S->b8) S->dnnl = S->dnnl_d = S->direct = false;

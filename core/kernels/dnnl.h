@@ -48,8 +48,9 @@ bool sp_dnnl_conv_set(bool on);
  *             G whose scratchpad stays within SP_DNNL_WINO_MAX_SCRATCH; direct for the rest;
  *   direct    oneDNN's direct convolutions only;
  *   winograd  Winograd for every 3×3 stride-1 convolution oneDNN has it for.
- * Winograd runs where oneDNN 2.x has it: AVX-512 CPUs (on AVX2 every convolution runs
- * direct). It does 2.25× fewer multiplications on its 4×4 output tiles and rounds
+ * Winograd runs where oneDNN 2.x has it: AVX-512 CPUs (on AVX2 oneDNN's convolutions run
+ * direct, and conv2d takes the project's own F(2×2, 3×3) for the larger ones,
+ * core/kernels/wino_b8.h, under auto and winograd). It does 2.25× fewer multiplications on its 4×4 output tiles and rounds
  * differently (its transforms add and scale). Its scratchpad holds the transformed
  * weights and tiles, and grows with the channels (no more with the batch once a slot
  * fills oneDNN's tile blocks): 7–9 MB a slot for ResNet-20's 32- and 64-channel layers,
