@@ -636,17 +636,19 @@ static void delta_slots(void *ctx, size_t begin, size_t end)
     }
 }
 
+/* δ on the project's own 3×3 kernels, into dx or added to it (acc); false: not theirs. */
+static bool own_delta(sp_node *n, const sp_tensor *dy, float *dx, bool acc)
+{
+    const conv_saved *S = n->saved;
+    if (S->b8) b8_backward(n, dy, dx, acc, false);
+    else if (S->wino) wino_delta(n, dy, dx, acc);
+    return S->b8 || S->wino;
+}
+
 static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const conv_saved *S = n->saved;
-    if (S->b8) {
-        b8_backward(n, dy, dx->data, false, false);
-        return;
-    }
-    if (S->wino) {
-        wino_delta(n, dy, dx->data, false);
-        return;
-    }
+    if (own_delta(n, dy, dx->data, false)) return;
     if (S->dnnl_d) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_data_shared(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data, false,
@@ -667,14 +669,7 @@ static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tenso
 static void conv_backward_input_acc(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const conv_saved *S = n->saved;
-    if (S->b8) {
-        b8_backward(n, dy, dx->data, true, false);
-        return;
-    }
-    if (S->wino) {
-        wino_delta(n, dy, dx->data, true);
-        return;
-    }
+    if (own_delta(n, dy, dx->data, true)) return;
     if (S->dnnl_d) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_data_shared(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data, true,
