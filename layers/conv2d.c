@@ -376,7 +376,7 @@ static void wino_slots(void *ctx, size_t begin, size_t end)
             bool in_place = J->outblk && !J->acc;
             float *out = in_place ? J->out + b * ys : tmp;
             sp_wino_b8_run(&S->dw, J->delta, J->in + b * xs, J->inblk, nb, J->U, J->bias, J->relu, out, scratch);
-            for (int i = 0; i < nb; i++) {
+            for (int i = 0; i < nb; i++) {   /* the blocked kernel's store: it reads only the plane of d8 */
                 if (!in_place) sp_conv3_b8_store(&S->d8, Co, tmp + i * ys, J->outblk, J->acc, J->out + (b + i) * ys);
                 if (J->next) J->next->kern->forward_samples(J->next, b + i, b + i + 1);
             }
