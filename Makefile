@@ -111,10 +111,15 @@ LIB      := $(BUILD)/libscanprop.a
 APP_MAIN := $(wildcard apps/*.c)
 APPS     := $(patsubst apps/%.c,$(BUILD)/%,$(APP_MAIN))
 
+# The suites, the longest first: scripts/run_tests.sh runs two at once, so the long ones
+# start early and the short ones fill in beside them.
+SLOW_TESTS := test_exec test_apps test_train test_bn_parallel test_ooo test_parity test_conv test_exec_dag \
+              test_apps_cuda test_ooo_cuda test_ops_cuda
+slow_first = $(filter $(2),$(addprefix $(1)/tests/,$(SLOW_TESTS))) $(filter-out $(addprefix $(1)/tests/,$(SLOW_TESTS)),$(2))
 TEST_SRC := $(filter-out %_cuda.c,$(wildcard tests/test_*.c))
-TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TESTS    := $(call slow_first,$(BUILD),$(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC)))
 CUDA_TEST_SRC := $(wildcard tests/test_*_cuda.c)
-CUDA_TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC))
+CUDA_TESTS    := $(call slow_first,$(BUILD),$(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRC)))
 
 # Objects built through pattern rules are kept (not deleted as intermediates).
 .PRECIOUS: $(BUILD)/obj/%.c.o $(BUILD)/obj/%.cu.o

@@ -59,8 +59,11 @@ const char *tu_bin(const char *name)
 const char *tu_tmpdir(void)
 {
     if (!tmp_path[0]) {
+        /* SCANPROP_TEST_TMP: the folder to make it in (scripts/run_tests.sh gives each
+         * suite its own, so suites that run side by side never remove each other's) */
         char root[4096];
-        snprintf(root, sizeof root, "%s", tu_bin("tmp"));
+        const char *own = getenv("SCANPROP_TEST_TMP");
+        snprintf(root, sizeof root, "%s", own && *own ? own : tu_bin("tmp"));
         mkdir(root, 0755);
         char *abs = realpath(root, NULL);
         snprintf(tmp_path, sizeof tmp_path, "%s/scanprop-test-XXXXXX", abs ? abs : root);
