@@ -214,7 +214,7 @@ static void forward_slots(void *ctx, size_t begin, size_t end)
         slot_samples(S, s, &lo, &hi);
         if (S->direct) {   /* one sample at a time, its ReLU in the kernel */
             float *xp = J->xp + s * sp_conv_direct_floats(&S->dd);
-            sp_conv_direct_prepare(&S->dd, xp);
+            sp_conv_direct_prepare(&S->dd, J->W, xp);
             size_t xs = (size_t)S->g.C * S->g.H * S->g.W, ys = (size_t)S->O * S->P;
             for (int b = lo; b < hi; b++) {
                 sp_conv_direct_forward(&S->dd, J->x + b * xs, J->W, J->bias, J->relu, J->y + b * ys, xp);
@@ -529,10 +529,14 @@ static void conv_forward_with(sp_node *n, bool relu, sp_node *next)
     int dblk = sp_dnnl_block();
     S->dnnl = sp_dnnl_conv_on() && (S->g.C >= DNNL_MIN_C || (dblk && S->O % dblk == 0));
     S->dnnl_d = S->dnnl && sp_conv_delta_on_dnnl(S->g.C, sp_dnnl_block());
-    /* the forward and G of a few input channels on the project's own kernel where it runs
-     * (AVX2) and G takes private per-thread copies; not under SCANPROP_CONV=gemm */
-    S->direct = !S->dnnl && sp_dnnl_conv_on() && (size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS &&
-                sp_conv_direct_on(S->g.C, S->g.k, S->g.stride);
+    /* the forward and G on the project's own direct kernels where they run (AVX2) and G
+     * takes private per-thread copies, not under SCANPROP_CONV=gemm: up to 3 input
+     * channels where oneDNN does not take them; 4 to 16 channels into 16·n outputs, 5×5
+     * (LeNet-5's conv2), in place of oneDNN, which pads 6 channels to its block of 8 and
+     * reorders both sides of every call (with its δ: direct_delta) */
+    S->direct = sp_dnnl_conv_on() && (size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS &&
+                sp_conv_direct_on(S->g.C, S->O, S->g.k, S->g.pad, S->g.stride) && (S->g.C >= DNNL_MIN_C || !S->dnnl);
+    if (S->direct) S->dnnl = S->dnnl_d = false;
     S->dd = (sp_conv_direct){.C = S->g.C, .H = S->g.H, .W = S->g.W, .O = S->O, .k = S->g.k, .pad = S->g.pad,
                              .Ho = S->g.Ho, .Wo = S->g.Wo};
     /* 3×3 stride-1 convolutions on the project's AVX2 kernels where they run, in either
@@ -645,10 +649,45 @@ static bool own_delta(sp_node *n, const sp_tensor *dy, float *dx, bool acc)
     return S->b8 || S->wino;
 }
 
+/* δ on the direct kernel's wide form (sp_conv_direct_has_delta), one region, each slot's
+ * samples on its own scratch; into dx or added to it (acc). */
+typedef struct ddelta_job {
+    const conv_saved *S;
+    const float *W, *dy;
+    float *dx, *xp;
+    bool acc;
+} ddelta_job;
+
+static void direct_delta_slots(void *ctx, size_t begin, size_t end)
+{
+    const ddelta_job *J = ctx;
+    const conv_saved *S = J->S;
+    size_t xs = (size_t)S->g.C * S->g.H * S->g.W, ys = (size_t)S->O * S->P;
+    for (size_t s = begin; s < end; s++) {
+        float *xp = J->xp + s * sp_conv_direct_floats(&S->dd);
+        sp_conv_direct_prepare(&S->dd, NULL, xp);
+        int lo, hi;
+        slot_samples(S, s, &lo, &hi);
+        for (int b = lo; b < hi; b++) sp_conv_direct_delta(&S->dd, J->W, J->dy + b * ys, J->dx + b * xs, J->acc, xp);
+    }
+}
+
+static bool direct_delta(sp_node *n, const sp_tensor *dy, sp_tensor *dx, bool acc)
+{
+    const conv_saved *S = n->saved;
+    if (!S->direct || !sp_conv_direct_has_delta(&S->dd) || (acc && dx->blk)) return false;
+    ddelta_job J = {.S = S, .W = n->layer->params[0]->value.data, .dy = plain_of(n, dy), .dx = dx->data, .acc = acc};
+    if (dx->blk) J.dx = sp_tape_alloc(n->tape, dx->numel * sizeof(float));
+    J.xp = sp_tape_alloc(n->tape, S->slots * sp_conv_direct_floats(&S->dd) * sizeof(float));
+    sp_parallel_for((size_t)S->slots, direct_delta_slots, &J);
+    if (dx->blk) sp_tensor_from_plain(dx, J.dx, dx->data);
+    return true;
+}
+
 static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const conv_saved *S = n->saved;
-    if (own_delta(n, dy, dx->data, false)) return;
+    if (own_delta(n, dy, dx->data, false) || direct_delta(n, dy, dx, false)) return;
     if (S->dnnl_d) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_data_shared(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data, false,
@@ -669,7 +708,7 @@ static void conv_backward_input(sp_node *n, int i, const sp_tensor *dy, sp_tenso
 static void conv_backward_input_acc(sp_node *n, int i, const sp_tensor *dy, sp_tensor *dx)
 {
     const conv_saved *S = n->saved;
-    if (own_delta(n, dy, dx->data, true)) return;
+    if (own_delta(n, dy, dx->data, true) || direct_delta(n, dy, dx, true)) return;
     if (S->dnnl_d) {
         sp_dnnl_conv c = dnnl_shape(S);
         sp_dnnl_conv_backward_data_shared(n->tape, &c, n->layer->params[0]->value.data, dy->data, dx->data, true,
@@ -775,7 +814,7 @@ static void grad_slots(void *ctx, size_t begin, size_t end)
         slot_samples(S, s, &lo, &hi);
         if (S->direct) {
             float *xp = J->xp + s * sp_conv_direct_floats(&S->dd);
-            sp_conv_direct_prepare(&S->dd, xp);
+            sp_conv_direct_prepare(&S->dd, NULL, xp);
             size_t xs = (size_t)S->g.C * S->g.H * S->g.W, ys = (size_t)S->O * S->P;
             for (int b = lo; b < hi; b++) sp_conv_direct_grad(&S->dd, J->x + b * xs, J->dy + b * ys, part, xp);
             continue;

@@ -414,9 +414,9 @@ Test(conv_paths, wino_b8_3x3)
 Test(conv_paths, direct_kernel_few_channels)
 {
     bool avx2 = sp_cpu_isa_level() == 1;
-    cr_assert_eq(sp_conv_direct_on(1, 5, 1), avx2);
-    cr_assert_eq(sp_conv_direct_on(3, 3, 1), avx2);
-    cr_assert(!sp_conv_direct_on(4, 3, 1) && !sp_conv_direct_on(1, 5, 2) && !sp_conv_direct_on(1, 4, 1));
+    cr_assert_eq(sp_conv_direct_on(1, 6, 5, 2, 1), avx2);
+    cr_assert_eq(sp_conv_direct_on(3, 7, 3, 1, 1), avx2);
+    cr_assert(!sp_conv_direct_on(4, 16, 3, 1, 1) && !sp_conv_direct_on(1, 6, 5, 2, 2) && !sp_conv_direct_on(1, 6, 4, 1, 1));
     if (!avx2 || !sp_dnnl_conv_on()) cr_skip_test("the direct kernel runs on AVX2 with oneDNN on; ISA level %d", sp_cpu_isa_level());
     static const conv_cfg cfgs[] = {
         {.B = 5, .C = 1, .H = 28, .W = 28, .O = 6, .k = 5, .s = 1, .p = 2},   /* LeNet-5's conv1 */
@@ -461,6 +461,32 @@ Test(conv_paths, direct_kernel_few_channels)
     cr_assert_lt(worst, 1e-5, "conv + ReLU: max abs err %.2e", worst);
     sp_tape_free(&t);
     sp_model_free(m);
+}
+
+/* The wide direct kernel (core/kernels/conv_direct.c): on AVX2 it takes 4 to 16 input
+ * channels into 16·n outputs, 5×5, stride 1, padding below 5, in place of oneDNN
+ * (LeNet-5's conv2); its forward, δ and G match the direct loops for LeNet-5's shape, two
+ * output blocks with rows that are not a multiple of its 5-column groups and padding 2
+ * (δ: 13 columns of a 16-column chunk, 4 channels), and 16 input channels with padding 1
+ * (δ: groups of 6, 6 and 4 channels), at 1 and 2 threads. */
+Test(conv_paths, direct_kernel_wide)
+{
+    bool avx2 = sp_cpu_isa_level() == 1;
+    cr_assert_eq(sp_conv_direct_on(6, 16, 5, 0, 1), avx2);
+    cr_assert_eq(sp_conv_direct_on(16, 32, 5, 2, 1), avx2);
+    cr_assert(!sp_conv_direct_on(6, 8, 5, 0, 1) && !sp_conv_direct_on(17, 16, 5, 0, 1) &&
+              !sp_conv_direct_on(6, 16, 3, 1, 1) && !sp_conv_direct_on(6, 16, 5, 0, 2) && !sp_conv_direct_on(6, 16, 5, 5, 1));
+    if (!avx2 || !sp_dnnl_conv_on()) cr_skip_test("the direct kernel runs on AVX2 with oneDNN on; ISA level %d", sp_cpu_isa_level());
+    static const conv_cfg cfgs[] = {
+        {.B = 5, .C = 6, .H = 14, .W = 14, .O = 16, .k = 5, .s = 1, .p = 0},   /* LeNet-5's conv2 */
+        {.B = 3, .C = 4, .H = 9, .W = 13, .O = 32, .k = 5, .s = 1, .p = 2},    /* 13 columns, two blocks */
+        {.B = 2, .C = 16, .H = 7, .W = 8, .O = 16, .k = 5, .s = 1, .p = 1},    /* 16 channels, 6 columns */
+    };
+    for (int threads = 1; threads <= 2; threads++) {
+        sp_set_threads(threads);
+        for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) check_against_reference(&cfgs[i], 190 + i);
+    }
+    sp_set_threads(1);
 }
 
 /* Winograd (SCANPROP_CONV_ALGO; core/kernels/dnnl.h): the rule asks for it for 3×3
