@@ -2,7 +2,8 @@
 # run.sh — `make bench`: scanprop next to PyTorch CPU in one run on one machine.
 #
 #   make bench                        both CPU settings (below), about 15 min on 2 cores
-#   BENCH_QUICK=1 make bench          a ~5 min subset (one round, fewer sizes, both settings)
+#   BENCH_QUICK=1 make bench          a ~5 min subset (one round, three for LeNet-5 and ResNet-20;
+#                                     fewer sizes; both settings)
 #   BENCH_SECTIONS=mem,resnet make bench   only some of: gemm lenet vgg resnet mem memrun rnn gru ooo
 #                                     (memrun: the apps' default runs, training + evaluation)
 #   BENCH_CPU=native make bench       only one CPU setting: native | avx2 | native,avx2 (default)
