@@ -93,7 +93,8 @@ typedef struct conv_saved {
     sp_conv_direct dd;
     bool b8;     /* forward, δ and G on core/kernels/conv3x3_b8.c (3×3, 16·n channels, AVX2)  */
     sp_conv3_b8 d8;
-    bool wino;   /* forward, δ and G on core/kernels/wino_b8.c (3×3, ≥ 64 channels, AVX2)      */
+    bool wino;   /* forward, δ and G on core/kernels/wino_b8.c (3×3, ≥ 32 channels, AVX2)      */
+    bool wf;     /* ... in its fused form (sp_wino_b8_fused_on: 32 to 64 channels)             */
     sp_wino_b8 dw;
     int xblk, yblk;   /* the layouts of x and y (sp_tensor.blk), so of dx and dy        */
     /* δ and G run apart on tapes whose scratch lives the step (the ooo engine's lanes):
@@ -347,7 +348,12 @@ static size_t wino_out_floats(const conv_saved *S)
     return (size_t)sp_wino_b8_chunk(&S->dw) * big * S->P;
 }
 
-static size_t wino_slot_floats(const conv_saved *S) { return sp_wino_b8_scratch_floats(&S->dw) + wino_out_floats(S); }
+static size_t wino_slot_floats(const conv_saved *S)
+{
+    if (S->wf) /* and a blocked copy of one sample's output, for an NCHW one */
+        return sp_wino_b8_fused_floats(&S->dw) + (size_t)(S->g.C > S->O ? S->g.C : S->O) * S->P;
+    return sp_wino_b8_scratch_floats(&S->dw) + wino_out_floats(S);
+}
 
 typedef struct wino_filter_job {
     const sp_wino_b8 *d;
@@ -361,12 +367,33 @@ static void wino_filter_range(void *ctx, size_t begin, size_t end)
     sp_wino_b8_filter(J->d, J->w, (int)begin, (int)end, J->U);
 }
 
+static void wino_filter_fwd_range(void *ctx, size_t begin, size_t end)
+{
+    const wino_filter_job *J = ctx;
+    sp_wino_b8_filter_fwd(J->d, J->w, (int)begin, (int)end, J->U);
+}
+
 static void wino_slots(void *ctx, size_t begin, size_t end)
 {
     const wino_job *J = ctx;
     const conv_saved *S = J->S;
     int Ci = J->delta ? S->O : S->g.C, Co = J->delta ? S->g.C : S->O, chunk = sp_wino_b8_chunk(&S->dw);
     size_t xs = (size_t)Ci * S->P, ys = (size_t)Co * S->P;
+    if (S->wf) {   /* a sample at a time; an NCHW output through a blocked copy */
+        for (size_t s = begin; s < end; s++) {
+            float *scratch = J->scratch + s * wino_slot_floats(S), *tmp = scratch + sp_wino_b8_fused_floats(&S->dw);
+            int lo, hi;
+            slot_samples(S, s, &lo, &hi);
+            for (int b = lo; b < hi; b++) {
+                float *out = J->outblk ? J->out + b * ys : tmp;
+                sp_wino_b8_sample(&S->dw, J->delta, J->in + b * xs, J->inblk, J->U, J->bias, J->relu,
+                                  J->acc && J->outblk, out, scratch);
+                if (!J->outblk) sp_conv3_b8_store(&S->d8, Co, tmp, 0, J->acc, J->out + b * ys);
+                if (J->next) J->next->kern->forward_samples(J->next, b, b + 1);
+            }
+        }
+        return;
+    }
     for (size_t s = begin; s < end; s++) {
         float *scratch = J->scratch + s * wino_slot_floats(S), *tmp = scratch + sp_wino_b8_scratch_floats(&S->dw);
         int lo, hi;
@@ -390,7 +417,7 @@ static void wino_run(sp_node *n, wino_job *J)
     const conv_saved *S = n->saved;
     float *U = sp_tape_alloc(n->tape, sp_wino_b8_u_floats(&S->dw) * sizeof(float));
     wino_filter_job F = {.d = &S->dw, .w = n->layer->params[0]->value.data, .U = U};
-    sp_parallel_for((size_t)S->O, wino_filter_range, &F);
+    sp_parallel_for((size_t)S->O, S->wf && !J->delta ? wino_filter_fwd_range : wino_filter_range, &F);
     J->U = U;
     J->scratch = sp_tape_alloc(n->tape, S->slots * wino_slot_floats(S) * sizeof(float));
     sp_parallel_for((size_t)S->slots, wino_slots, J);
@@ -445,10 +472,54 @@ static void wino_grad_blocks(void *ctx, size_t begin, size_t end)
         }
 }
 
+/* The fused form's G: WF_GROUPS fixed groups of samples, each summing its samples' products
+ * in order into its own dU, the groups' dU added in order: the bits do not depend on the
+ * thread count. */
+#define WF_GROUPS 8
+
+typedef struct wf_grad_job {
+    const conv_saved *S;
+    const float *x, *dy;
+    float *dU, *scratch;   /* per group */
+    int groups;
+} wf_grad_job;
+
+static void wf_grad_groups(void *ctx, size_t begin, size_t end)
+{
+    const wf_grad_job *J = ctx;
+    const conv_saved *S = J->S;
+    size_t xs = (size_t)S->g.C * S->P, ys = (size_t)S->O * S->P, nu = sp_wino_b8_u_floats(&S->dw);
+    for (size_t g = begin; g < end; g++) {
+        float *dU = J->dU + g * nu, *scratch = J->scratch + g * sp_wino_b8_fused_floats(&S->dw);
+        memset(dU, 0, nu * sizeof(float));
+        int lo = (int)((size_t)S->B * g / (size_t)J->groups), hi = (int)((size_t)S->B * (g + 1) / (size_t)J->groups);
+        for (int b = lo; b < hi; b++)
+            sp_wino_b8_grad_sample(&S->dw, J->x + b * xs, S->xblk, J->dy + b * ys, S->yblk, dU, scratch);
+    }
+}
+
+static void wf_grad(sp_node *n, const sp_tensor *dy)
+{
+    const conv_saved *S = n->saved;
+    size_t nu = sp_wino_b8_u_floats(&S->dw);
+    wf_grad_job J = {.S = S, .x = sp_node_x(n)->data, .dy = dy->data, .groups = imin(WF_GROUPS, S->B)};
+    J.dU = sp_tape_alloc(n->tape, (size_t)J.groups * nu * sizeof(float));
+    J.scratch = sp_tape_alloc(n->tape, (size_t)J.groups * sp_wino_b8_fused_floats(&S->dw) * sizeof(float));
+    sp_parallel_for((size_t)J.groups, wf_grad_groups, &J);
+    for (int g = 1; g < J.groups; g++)
+        for (size_t i = 0; i < nu; i++) J.dU[i] += J.dU[(size_t)g * nu + i];
+    sp_wino_b8_grad_finish(&S->dw, J.dU, n->layer->params[0]->grad.data);
+}
+
 static void wino_grad(sp_node *n, const sp_tensor *dy)
 {
     const conv_saved *S = n->saved;
     sp_arena_mark mark = sp_arena_mark_get(&n->tape->arena);
+    if (S->wf) {
+        wf_grad(n, dy);
+        sp_arena_release(&n->tape->arena, mark);
+        return;
+    }
     int chunk = sp_wino_b8_grad_chunk(&S->dw);
     wino_grad_job J = {.S = S, .x = sp_node_x(n)->data, .dy = dy->data, .dw = n->layer->params[0]->grad.data};
     J.work = sp_tape_alloc(n->tape, sp_wino_b8_grad_floats(&S->dw) * sizeof(float));
@@ -540,15 +611,20 @@ static void conv_forward_with(sp_node *n, bool relu, sp_node *next)
     S->dd = (sp_conv_direct){.C = S->g.C, .H = S->g.H, .W = S->g.W, .O = S->O, .k = S->g.k, .pad = S->g.pad,
                              .Ho = S->g.Ho, .Wo = S->g.Wo};
     /* 3×3 stride-1 convolutions on the project's AVX2 kernels where they run, in either
-     * layout, not under SCANPROP_CONV=gemm: 16·n channels on the blocked direct kernel
-     * where G takes private per-thread copies (ResNet-20's stages: 64 channels at 8×8
-     * measured even against Winograd in a step), larger ones of ≥ 64 channels on
-     * Winograd F(2×2, 3×3) (VGG-11's conv2 to conv6) unless SCANPROP_CONV_ALGO=direct */
+     * layout, not under SCANPROP_CONV=gemm: 32 to 64 channels in sixteens on Winograd
+     * F(2×2, 3×3) in its fused form (ResNet-20's second and third stages), other 16·n
+     * channels on the blocked direct kernel where G takes private per-thread copies (its
+     * first stage: 16 channels at 32×32, where the transforms cost what the products
+     * save), larger ones of ≥ 64 channels on the chunked Winograd (VGG-11's conv2 to
+     * conv6); both Winograd forms off under SCANPROP_CONV_ALGO=direct */
     bool own = S->dnnl && (S->xblk | S->yblk) <= 8;
     S->b8 = own && (size_t)S->O * S->K <= G_PRIVATE_MAX_FLOATS &&
             sp_conv3_b8_on(S->g.C, S->O, S->g.H, S->g.W, S->g.k, S->g.stride, S->g.pad);
-    S->wino = own && !S->b8 && sp_dnnl_conv_algo() != SP_DNNL_DIRECT &&
-              sp_wino_b8_on(S->g.C, S->O, S->g.H, S->g.W, S->g.k, S->g.stride, S->g.pad);
+    S->wf = own && sp_dnnl_conv_algo() != SP_DNNL_DIRECT &&
+            sp_wino_b8_fused_on(S->g.C, S->O, S->g.H, S->g.W, S->g.k, S->g.stride, S->g.pad);
+    if (S->wf) S->b8 = false;
+    S->wino = S->wf || (own && !S->b8 && sp_dnnl_conv_algo() != SP_DNNL_DIRECT &&
+                        sp_wino_b8_on(S->g.C, S->O, S->g.H, S->g.W, S->g.k, S->g.stride, S->g.pad));
     S->dw = (sp_wino_b8){.C = S->g.C, .O = S->O, .H = S->g.H, .W = S->g.W};
     S->d8 = (sp_conv3_b8){.C = S->g.C, .O = S->O, .H = S->g.H, .W = S->g.W};
     if (S->wino || S->b8) S->dnnl = S->dnnl_d = S->direct = false;

@@ -349,7 +349,8 @@ Test(conv_paths, delta_on_dnnl_rule)
 /* The 3×3 kernel on the 8-channel blocked layout (core/kernels/conv3x3_b8.c): runs on
  * AVX2 for stride 1, padding 1, input and output channels in sixteens, widths in fours
  * (conv2d: where G fits per-thread copies); its forward, δ and G (bias included) match
- * the direct loops on ResNet-20's shapes, a plane that is not square, 48 channels (three
+ * the direct loops on ResNet-20's shapes (32 and 64 channels under SCANPROP_CONV_ALGO=direct,
+ * which otherwise take the fused Winograd), a plane that is not square, 48 channels (three
  * groups of δ's outputs) and a batch that does not split evenly, at 1 and 2 threads. The
  * layouts' and engines' bits: conv_blocked and test_dag on ResNet-20, whose 3×3
  * stride-1 convolutions take it. */
@@ -369,10 +370,14 @@ Test(conv_paths, b8_kernel_3x3)
         {.B = 3, .C = 16, .H = 7, .W = 12, .O = 32, .k = 3, .s = 1, .p = 1},
         {.B = 2, .C = 48, .H = 5, .W = 4, .O = 16, .k = 3, .s = 1, .p = 1},
     };
+    /* 32 and 64 channels take the fused Winograd unless direct is asked for */
+    sp_dnnl_algo was = sp_dnnl_conv_algo();
+    sp_dnnl_conv_algo_set(SP_DNNL_DIRECT);
     for (int threads = 1; threads <= 2; threads++) {
         sp_set_threads(threads);
         for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) check_against_reference(&cfgs[i], 270 + i);
     }
+    sp_dnnl_conv_algo_set(was);
     sp_set_threads(1);
 }
 
@@ -402,6 +407,37 @@ Test(conv_paths, wino_b8_3x3)
     for (int threads = 1; threads <= 2; threads++) {
         sp_set_threads(threads);
         for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) check_against_reference(&cfgs[i], 370 + i);
+    }
+    sp_set_threads(1);
+}
+
+/* Winograd F(2×2, 3×3) in its fused form (a sample at a time, in strips of tile rows):
+ * taken on AVX2 for stride 1, padding 1, 32 to 64 input and output channels in sixteens,
+ * in place of the blocked direct kernel (ResNet-20's second and third stages). Its
+ * forward, δ (into dx and added to it) and G match the direct loops on those shapes, a
+ * plane with several strips and a last strip shorter than the rest, odd planes (tiles half
+ * outside), channels in and out that differ, and a batch that splits unevenly into G's
+ * eight groups, at 1 and 2 threads (NCHW in and out: the blocked copies; the blocked
+ * layout itself: conv_blocked on ResNet-20). */
+Test(conv_paths, wino_b8_fused)
+{
+    bool avx2 = sp_cpu_isa_level() == 1;
+    cr_assert_eq(sp_wino_b8_fused_on(32, 32, 16, 16, 3, 1, 1), avx2);
+    cr_assert_eq(sp_wino_b8_fused_on(64, 48, 5, 7, 3, 1, 1), avx2);
+    cr_assert(!sp_wino_b8_fused_on(16, 16, 32, 32, 3, 1, 1) && !sp_wino_b8_fused_on(32, 40, 8, 8, 3, 1, 1));
+    cr_assert(!sp_wino_b8_fused_on(128, 64, 8, 8, 3, 1, 1) && !sp_wino_b8_fused_on(32, 32, 16, 16, 3, 2, 1));
+    cr_assert(!sp_wino_b8_fused_on(32, 32, 2, 2, 3, 1, 1) && !sp_wino_b8_fused_on(32, 32, 8, 8, 3, 1, 0));
+    if (!avx2 || !sp_dnnl_conv_on()) cr_skip_test("Winograd on the blocked layout runs on AVX2 with oneDNN on; ISA level %d", sp_cpu_isa_level());
+    static const conv_cfg cfgs[] = {
+        {.B = 3, .C = 32, .H = 16, .W = 16, .O = 32, .k = 3, .s = 1, .p = 1},   /* ResNet-20's stages */
+        {.B = 2, .C = 64, .H = 8, .W = 8, .O = 64, .k = 3, .s = 1, .p = 1},
+        {.B = 2, .C = 32, .H = 30, .W = 30, .O = 48, .k = 3, .s = 1, .p = 1},   /* 15 × 15 tiles: 5 strips of 45 */
+        {.B = 3, .C = 48, .H = 7, .W = 9, .O = 32, .k = 3, .s = 1, .p = 1},     /* odd plane: one strip of 20 */
+        {.B = 11, .C = 32, .H = 8, .W = 12, .O = 64, .k = 3, .s = 1, .p = 1},   /* G: 8 groups of 1-2 samples */
+    };
+    for (int threads = 1; threads <= 2; threads++) {
+        sp_set_threads(threads);
+        for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) check_against_reference(&cfgs[i], 470 + i);
     }
     sp_set_threads(1);
 }

@@ -71,4 +71,33 @@ void sp_wino_b8_grad_tiles(const sp_wino_b8 *d, const float *x, int xblk, const 
                            float *work, float *tmp);
 void sp_wino_b8_grad_rows(const sp_wino_b8 *d, int n, int k0, int k1, const float *work, float *block, float *dw);
 
+
+/* The fused form, for 32 to 64 channels (ResNet-20's second and third stages): one sample
+ * at a time, in strips of about 48 tiles whose transformed tiles and products stay in
+ * cache (the run above writes a run's whole V and M, ~2 MiB, and multiplies them with
+ * sp_gemm_serial, which at these channel counts cost more than the products saved), its
+ * GEMMs on register-blocked kernels (6 tiles × 16 outputs; G: 4 outputs × 16 inputs), and
+ * each column's Bᵀ computed once along a row of tiles. Measured on one Zen 3 core, 32
+ * samples, best of 40 alternating calls against the blocked direct kernel
+ * (conv3x3_b8.h): 32 channels at 16×16 forward 1.21 against 1.54 ms, G 1.27 against
+ * 1.59; 64 at 8×8 1.00 against 1.56, G 1.05 against 1.61. At 16 channels and 32×32 it
+ * gained 12–18 % on 32 samples and lost up to 7 % on 64 (more of its time is transforms
+ * and memory): not taken. C and O multiples of 16 in [SP_WINO_B8_FUSED_MIN_C,
+ * SP_WINO_B8_FUSED_MAX_C]. scratch: per thread, sp_wino_b8_fused_floats. The
+ * forward's weights are filter_fwd's, [16][C][O] (rows [k0, k1) of each point's columns);
+ * δ's are sp_wino_b8_filter's. sample: the forward (delta false: x → y, with bias and
+ * relu) or δ (dy → dx) of one sample (layout inblk: 0 NCHW, 8 nChw8c) into out (nChw8c),
+ * added to it with acc. grad_sample adds one sample's products to dU [16][O][C] (zero it
+ * first); grad_finish adds Gᵀ dU G to dw [O][C][3][3]. */
+#define SP_WINO_B8_FUSED_MIN_C 32
+#define SP_WINO_B8_FUSED_MAX_C 64
+bool sp_wino_b8_fused_on(int C, int O, int H, int W, int k, int stride, int pad);
+size_t sp_wino_b8_fused_floats(const sp_wino_b8 *d);
+void sp_wino_b8_filter_fwd(const sp_wino_b8 *d, const float *w, int k0, int k1, float *U);
+void sp_wino_b8_sample(const sp_wino_b8 *d, bool delta, const float *in, int inblk, const float *U, const float *bias,
+                       bool relu, bool acc, float *out, float *scratch);
+void sp_wino_b8_grad_sample(const sp_wino_b8 *d, const float *x, int xblk, const float *dy, int dyblk, float *dU,
+                            float *scratch);
+void sp_wino_b8_grad_finish(const sp_wino_b8 *d, const float *dU, float *dw);
+
 #endif
