@@ -4,7 +4,9 @@
 Usage: /usr/bin/python3 bench/compare.py bench/results/bench-<stamp>.jsonl
 
 Every number is the median over rounds of each run's own median (ours: the app's JSON
-keys, which are medians over steps; PyTorch: the peer scripts' medians). Every ratio is
+keys, which are medians over steps; PyTorch: the peer scripts' medians). The VGG-11 and
+ResNet-20 steps leave out as many first steps of each of our runs as the peer's
+--warmup leaves out of its own (their per-step wall times, from the app's --log). Every ratio is
 "scanprop speed / PyTorch speed": images/s ours ÷ theirs, or ms theirs ÷ ours, so > 1
 always means scanprop is faster. Stdlib only.
 """
@@ -138,6 +140,20 @@ def target_line(name, med_r, best_r, goal, unit="×", at_most=False):
     return [name, head, show(med_r), show(best_r), verdict]
 
 
+def peer_warmup(recs, section):
+    """The warm-up steps the section's PyTorch runs left out (their --warmup), 0 if none."""
+    ws = [int(r["cmd"].split("--warmup")[1].split()[0]) for r in recs
+          if r.get("section") == section and r.get("who") == "torch" and "--warmup" in (r.get("cmd") or "")]
+    return max(ws, default=0)
+
+
+def our_step_ms(rec, warm):
+    """One of our runs' median step (ms) after its first `warm` steps: the per-step wall
+    times where the run logged them and has steps left, else the app's own median."""
+    st = rec.get("step_s") or []
+    return statistics.median(st[warm:]) * 1e3 if len(st) > warm else rec["json"]["step_ms"]
+
+
 def step_table(recs, section, batches, goals, targets, label):
     """The VGG-11 / ResNet-20 table: step, forward and backward, scanprop against the
     peer's per-batch runs; appends the step targets. Returns {batch: (our median step ms,
@@ -149,7 +165,8 @@ def step_table(recs, section, batches, goals, targets, label):
         t = torch_rows(recs, section, "runs", batch=b)
         if not o and not t:
             continue
-        os_, ts = med([j["step_ms"] for j in o]), med([j["step_ms"] for j in t])
+        warm = peer_warmup(recs, section)
+        os_, ts = med([our_step_ms(r, warm) for r in orr]), med([j["step_ms"] for j in t])
         ob_, tb_ = best_step_ms(orr), min((j["step_minmax_ms"][0] for j in t), default=None)
         of, tf = med([j["forward_ms"] for j in o]), med([j["fwd_grad_ms"] for j in t])
         ob, tb = med([j["backward_ms"] for j in o]), med([j["bwd_derived_ms"] for j in t])
