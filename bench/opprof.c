@@ -18,7 +18,8 @@
  * pool: sp_model_fuses_relu_next) the three run as one, their time in the layer's row;
  * OPPROF_FUSE=relu folds the ReLUs only; OPPROF_FUSE=0 runs every layer on its own, each
  * output in bytes of its own. OPPROF_CHANNELS=3 runs resnet20 on 3-channel input, as the
- * bench's CIFAR-format data (the zoo's default is 1, Fashion-MNIST). */
+ * bench's CIFAR-format data (the zoo's default is 1, Fashion-MNIST). OPPROF_SPLIT=1 runs
+ * δ and G of every layer as two calls, as the ooo engine's tasks do. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,8 @@ int main(int argc, char **argv)
     g_best = getenv("OPPROF_BEST") && !strcmp(getenv("OPPROF_BEST"), "1");
     const char *fv = getenv("OPPROF_FUSE");
     bool fuse = !(fv && !strcmp(fv, "0")), fuse_next = fuse && !(fv && !strcmp(fv, "relu"));
+    const char *sv = getenv("OPPROF_SPLIT");
+    bool split = sv && !strcmp(sv, "1");
     if (fv && strcmp(fv, "0") && strcmp(fv, "1") && strcmp(fv, "relu"))
         sp_fail("OPPROF_FUSE=%s: expected 0, relu or 1", fv);
     sp_set_threads(threads);
@@ -164,7 +167,7 @@ int main(int argc, char **argv)
         for (int l = L - 1; l >= 0; l--) {   /* node l + 1 is layer l (node 0: the input) */
             sp_node *nd_ = tape.nodes[l + 1];
             bool params = nd_->kern->backward_params && nd_->layer->nparams > 0;
-            fused[l] = params && nd_->kern->backward_input_params && nd_->ninputs == 1 && nd_->input->needs_grad;
+            fused[l] = params && !split && nd_->kern->backward_input_params && nd_->ninputs == 1 && nd_->input->needs_grad;
             if (fused[l]) {   /* as sp_node_backward: one pass for δ and G */
                 a = sp_now();
                 sp_node_backward(nd_);

@@ -47,6 +47,10 @@ struct sp_tape {
      * tapes, set each step): an op may leave scratch in it for a later call of the same
      * step (conv2d's blocked dy, made by δ for G or by G for δ). */
     bool scratch_lives_step;
+    /* Set by an op that left scratch in this tape for a later call of the same step
+     * (conv2d's blocked dy): the ooo lanes hand each task's scratch back when it returns,
+     * unless its op set this (cleared before each task). */
+    bool scratch_kept;
 };
 
 /* Every call here but sp_tape_free refuses a NULL pointer, a negative count, a bad shape

@@ -685,6 +685,7 @@ static sp_dnnl_dy_share *dy_share(const sp_node *n)
     sp_dnnl_dy_share *sh = atomic_load(&S->share);
     if (sh) return sh;
     sp_dnnl_dy_share *mine = sp_dnnl_dy_share_new(n->tape);
+    n->tape->scratch_kept = true;   /* the share lives in this call's scratch */
     return atomic_compare_exchange_strong(&S->share, &sh, mine) ? mine : sh;
 }
 

@@ -554,6 +554,71 @@ Test(exec, lane_tuning_probes_both_modes_bitwise)
     sp_ooo_exec_set_min_two_lane_flops(0);
 }
 
+/* The tuner on made-up step times: two lanes take `two` times one lane's step, each
+ * step scaled by a load that jumps between two levels (1 and 1.4, as another tenant's
+ * comes and goes) and by ±3% of jitter. */
+typedef struct tune_case {
+    double two;
+    long slow_from, slow_to;   /* steps under the higher load */
+    long outlier;              /* a step 10× long (an evaluation between steps), or -1 */
+} tune_case;
+
+static double tune_dur(long k, int mode, void *ctx)
+{
+    const tune_case *c = ctx;
+    double jitter = 1.0 + 0.03 * (double)((k * 7919) % 13 - 6) / 6.0;
+    double load = k >= c->slow_from && k < c->slow_to ? 1.4 : 1.0;
+    return 0.05 * (mode ? c->two : 1.0) * jitter * load * (k == c->outlier ? 10.0 : 1.0);
+}
+
+/* The lane tuner picks by the median of paired ratios (ooo_exec.c): the faster mode,
+ * and keeps it through a change of load (the lowest time of each mode, or an average of
+ * one against an old figure of the other, flipped there); two lanes need a margin. */
+Test(exec, lane_tuner_picks_the_faster_mode_through_load_changes)
+{
+    int modes[130];
+    struct {
+        tune_case c;
+        int pick;
+    } cases[] = {
+        {{1.04, 9, 40, -1}, 0},   /* two lanes 4% slower, the load rising after the window */
+        {{1.04, 3, 6, -1}, 0},    /* … and changing inside it */
+        {{0.94, 9, 40, -1}, 1},   /* two lanes 6% faster */
+        {{0.92, 0, 5, 2}, 1},     /* 8% faster, an outlier and a load change inside the window */
+        {{0.995, 9, 40, -1}, 0},  /* within the margin: one lane */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int pick = sp_ooo_lane_tuner_replay(tune_dur, &cases[i].c, 130, modes);
+        cr_assert_eq(pick, cases[i].pick, "case %zu: pick %d, expected %d", i, pick, cases[i].pick);
+        for (int k = 0; k < 8; k++) cr_assert_eq(modes[k], k % 2 == 0, "case %zu: probe step %d", i, k);
+        for (int k = 8; k < 64; k++)
+            cr_assert_eq(modes[k], cases[i].pick, "case %zu: step %d runs mode %d, not the pick", i, k, modes[k]);
+        cr_assert(modes[64] == 1 && modes[65] == 0, "case %zu: a new probe window at step 64", i);
+        for (int k = 72; k < 128; k++) cr_assert_eq(modes[k], cases[i].pick, "case %zu: step %d after the second window", i, k);
+    }
+}
+
+/* A task's op scratch goes back to its lane when it returns (ooo_exec.c run_task), so
+ * at the end of a backward the lanes hold only what an op kept for a later call
+ * (conv2d's blocked dy, where oneDNN runs a δ and its G apart): LeNet-5 and VGG-11 at
+ * batch 2 keep none. Without the hand-back every task's scratch would still be held. */
+Test(exec, lanes_hand_each_tasks_scratch_back)
+{
+    sp_set_threads(2);
+    for (int lanes = 1; lanes <= 2; lanes++) {
+        const char *models[] = {"lenet", "vgg11"};
+        for (int m = 0; m < 2; m++) {
+            sp_engine *e;
+            trained got = train_lanes(models[m], 2, "ooo", lanes, 2, &e);
+            const sp_ooo_stats *st = sp_ooo_last_stats(e);
+            cr_assert_eq(st->scratch_live_bytes, 0, "%s, %d lane(s): %zu bytes of op scratch held after the backward",
+                         models[m], lanes, st->scratch_live_bytes);
+            sp_engine_destroy(e);
+            sp_model_free(got.tm.m);
+        }
+    }
+}
+
 /* --lanes 2 puts tasks on the sub lane, --lanes 1 none. Which lane takes a ready task is
  * a race, except here: the backward returns once the main lane's δO chain is done, and
  * the caller then blocks on U of the first layer (sp_ooo_wait_layer), so only the sub

@@ -807,6 +807,7 @@ static void share_attach(job *J, sp_tape *t, sp_dnnl_dy_share *sh, bool *claimed
     }
     if (st == 0 && atomic_compare_exchange_strong(&sh->state, &st, 1)) {
         *claimed = true;
+        t->scratch_kept = true;   /* the blocked dy stays in this call's scratch for the other call */
         J->dy_out = sp_tape_alloc(t, (size_t)J->slots * sizeof *J->dy_out);
         memset(J->dy_out, 0, (size_t)J->slots * sizeof *J->dy_out);
     }

@@ -380,6 +380,7 @@ void sp_ooo_sync(sp_engine *e)
     int tuned = !s->on_device && s->own.lanes == 0 ? sp_ooo_exec_tuned_lanes(s->exec) : 0;
     st->lanes = tuned ? tuned : r->lanes;
     st->peak_bytes = r->peak_bytes;
+    st->scratch_live_bytes = r->scratch_live_bytes;
     st->first_ready_s = r->graph->L > 0 ? r->end[r->graph->nexec] : r->wall;
     st->steps++;
     if (s->on_device && !s->timed) return;   /* no event times this step (--cuda-graph, or not asked) */

@@ -138,6 +138,8 @@ typedef struct sp_ooo_run {
     double main_done, wall; /* main lane finished; everything finished                 */
     int lanes;              /* 2: the sub lane was started for this backward; 1: not   */
     size_t peak_bytes;      /* memory model, live, as the lanes actually interleaved  */
+    size_t scratch_live_bytes;   /* the lanes' op scratch still held at the end: what ops
+                                  * kept for a later call (conv2d's blocked dy)         */
 } sp_ooo_run;
 
 sp_ooo_exec *sp_ooo_exec_new(void);
@@ -153,6 +155,10 @@ void sp_ooo_exec_set_min_two_lane_flops(double flops);   /* 0: always two lanes,
 /* Off: every backward above the size rule runs on two lanes (tests that time the
  * lanes); on (default): the executor measures both modes and keeps the faster. */
 void sp_ooo_exec_set_lane_tuning(bool on);
+/* The lane tuner on its own (tests): n steps of one backward, step k's time given by
+ * dur(k, mode, ctx) (mode 1: two lanes, 0: one); writes each step's mode into modes[k]
+ * and returns the pick after them (1 two lanes, 0 one, -1 not yet decided). */
+int sp_ooo_lane_tuner_replay(double (*dur)(long step, int mode, void *ctx), void *ctx, long n, int *modes);
 /* The lane mode the tuner prefers (1 or 2): the one with the smaller measured step time,
  * once it has measured both for the backward it last ran; 0 when the last backward was
  * not tuned (forced lanes, the size rule, a one-lane plan) or one mode is unmeasured. */
@@ -250,6 +256,7 @@ typedef struct sp_ooo_stats {
     size_t plan_peak_bytes; /* model, the order run one task at a time                 */
     size_t conventional_peak_bytes;   /* model, conventional order: overhead reference */
     size_t mem_cap;
+    size_t scratch_live_bytes;   /* op scratch the lanes held at the backward's end (run) */
 } sp_ooo_stats;
 
 /* The engine's own options (sp_engine_opts.own; --order, --k, --lanes, --mem-cap). */

@@ -64,19 +64,30 @@ typedef struct run_ctx {
 } run_ctx;
 
 /* Two lanes or one, measured: the step-to-step time of each mode on this backward (keyed
- * by its task count and flops), probed alternately for the first TUNE_PROBES steps, then
- * the faster mode, with the other probed again every TUNE_REPROBE steps. Both modes give
- * the same bits; only the time differs, and which is faster depends on the machine and
- * the model (docs/PERFORMANCE.md). */
-enum { TUNE_PROBES = 6, TUNE_REPROBE = 64 };
+ * by its task count and flops), in a probe window of TUNE_PAIRS pairs of steps, two lanes
+ * then one, each pair giving the ratio of its two times; the median ratio decides, two
+ * lanes only where they are faster by TUNE_MARGIN, and the pick runs until the next
+ * window, TUNE_REPROBE steps later. Adjacent steps share the machine's state (another
+ * tenant's load on a shared machine comes and goes over seconds), so their ratio is
+ * steadier than two separately kept estimates: a lowest time of each mode favours the
+ * one whose time varies more, and an average of one mode against an old figure of the
+ * other flips back and forth when the load changes. Both modes give the same bits; only
+ * the time differs, and which is faster depends on the machine and the model
+ * (docs/OOO.md). */
+enum { TUNE_PAIRS = 4, TUNE_WINDOW = 2 * TUNE_PAIRS, TUNE_REPROBE = 64 };
+#define TUNE_MARGIN 0.98   /* two lanes: at most this times one lane's step, as the median of the pairs */
 typedef struct lane_tuner {
     int nexec;
     double work;
-    long steps;           /* steps seen with this key */
-    int prev;             /* mode of the previous step: 0 one lane, 1 two lanes, -1 none */
-    double prev_begin;    /* when it began */
-    double est[2];        /* smoothed step time per mode, 0 = not yet measured */
-    bool used;            /* the last backward's mode came from this tuner */
+    long steps;              /* steps seen with this key */
+    long window;             /* the step the current probe window began at */
+    int prev;                /* mode of the previous step: 0 one lane, 1 two lanes, -1 none */
+    double prev_begin;       /* when it began */
+    double two;              /* the window's pending two-lane time (its pair's first), 0 = none */
+    double ratio[TUNE_PAIRS];
+    int nratio;
+    int pick;                /* 0 one lane, 1 two lanes, -1 not yet decided */
+    bool used;               /* the last backward's mode came from this tuner */
 } lane_tuner;
 
 struct sp_ooo_exec {
@@ -86,7 +97,7 @@ struct sp_ooo_exec {
     pthread_t sub;
     bool sub_started, quit, sub_busy;
     sp_tape main_scratch;     /* the main lane's arena for op scratch, reset by begin */
-    size_t scratch_total;     /* most op scratch of one step, both lanes together     */
+    size_t scratch_total;     /* most op scratch either lane has held at once         */
     unsigned generation;
     run_ctx *cur;
     lane_tuner tune;
@@ -102,9 +113,16 @@ static void run_task(run_ctx *c, const sp_ooo_task *t, int lane)
     /* The tape's arena is not thread-safe: the op sees a copy of its node whose scratch
      * comes from the running lane's own arena (either lane may take any task). */
     sp_node view;
+    sp_tape *lt = NULL;
+    sp_arena_mark mark = {0};
     if (t->node) {
         view = *t->node;
-        view.tape = lane == SP_OOO_SUB ? c->cfg.sub_tape : c->main_scratch;
+        view.tape = lt = lane == SP_OOO_SUB ? c->cfg.sub_tape : c->main_scratch;
+        /* the task's scratch goes back to its lane when it returns (the next task's
+         * scratch then lands on memory still in cache), unless the op left some for a
+         * later call of the step (conv2d's blocked dy: scratch_kept) */
+        mark = sp_arena_mark_get(&lt->arena);
+        lt->scratch_kept = false;
     }
     switch (t->kind) {
     case SP_OOO_DO: sp_node_backward_inputs(&view); break;   /* exactly as reverse.c */
@@ -112,6 +130,7 @@ static void run_task(run_ctx *c, const sp_ooo_task *t, int lane)
     case SP_OOO_U: c->cfg.update(c->cfg.update_ctx, t->layer); break;
     case SP_OOO_F: break;
     }
+    if (lt && !lt->scratch_kept) sp_arena_release(&lt->arena, mark);
 }
 
 /* ---- the lanes ---------------------------------------------------------------------- */
@@ -222,9 +241,31 @@ void sp_ooo_exec_set_lane_tuning(bool on) { g_tune_lanes = on; }
 int sp_ooo_exec_tuned_lanes(const sp_ooo_exec *x)
 {
     const lane_tuner *u = &x->tune;
-    if (!u->used || u->est[0] == 0 || u->est[1] == 0) return 0;
-    return u->est[1] <= u->est[0] ? 2 : 1;   /* as choose_two_lanes picks */
+    if (!u->used || u->pick < 0) return 0;
+    return u->pick ? 2 : 1;
 }
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The window's pick: two lanes where the median of its ratios (two lanes' time over one
+ * lane's) is at most TUNE_MARGIN; one lane where it is not, or where outliers left fewer
+ * than two pairs. */
+static int window_pick(lane_tuner *u)
+{
+    if (u->nratio < 2) return 0;
+    double r[TUNE_PAIRS];
+    memcpy(r, u->ratio, (size_t)u->nratio * sizeof *r);
+    qsort(r, (size_t)u->nratio, sizeof *r, cmp_double);
+    int n = u->nratio;
+    double med = n % 2 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]);
+    return med <= TUNE_MARGIN;
+}
+
+static bool tuner_step(lane_tuner *u, int nexec, double work, double now);
 
 /* Whether this step runs on two lanes: the caller's choice (lanes 1 or 2, --lanes),
  * else the size rule, then the measured choice. A forced step is not timed: the tuner
@@ -238,24 +279,51 @@ static bool choose_two_lanes(lane_tuner *u, int lanes, int nexec, double work, d
     }
     if (!g_tune_lanes) return true;
     u->used = true;
-    if (u->nexec != nexec || u->work != work) {   /* another backward: start over */
-        *u = (lane_tuner){.nexec = nexec, .work = work, .prev = -1};
-    } else if (u->prev >= 0) {
-        double dt = now - u->prev_begin, *e = &u->est[u->prev];
-        /* an evaluation or a checkpoint between two steps is no step: skip outliers */
-        if (*e == 0 || dt < 3 * *e) *e = *e == 0 ? dt : (u->steps <= TUNE_PROBES ? fmin(*e, dt) : 0.75 * *e + 0.25 * dt);
+    return tuner_step(u, nexec, work, now);
+}
+
+/* The tuner's step: this step's mode (true: two lanes), from the times so far. */
+static bool tuner_step(lane_tuner *u, int nexec, double work, double now)
+{
+    if (u->nexec != nexec || u->work != work)   /* another backward: start over */
+        *u = (lane_tuner){.nexec = nexec, .work = work, .prev = -1, .pick = -1};
+    long k = u->steps++, at = k - u->window;
+    bool probing = at <= TUNE_WINDOW;   /* the window's steps, and the begin after its last */
+    if (probing && u->prev >= 0) {   /* the previous step's time: the first or second of a pair */
+        double dt = now - u->prev_begin;
+        if (u->prev == 1) u->two = dt;
+        else if (u->two > 0) {
+            /* an evaluation or a checkpoint between two steps is no step: not a pair */
+            if (u->two < 3 * dt && dt < 3 * u->two && u->nratio < TUNE_PAIRS) u->ratio[u->nratio++] = u->two / dt;
+            u->two = 0;
+        }
     }
-    long k = u->steps++;
-    int mode;
-    if (k < TUNE_PROBES || u->est[0] == 0 || u->est[1] == 0)
-        mode = (int)(k % 2 == 0);   /* two, one, two, … */
-    else {
-        mode = u->est[1] <= u->est[0];
-        if (k % TUNE_REPROBE == 0) mode = !mode;
+    if (at == TUNE_WINDOW) {   /* the window's last time is in: decide */
+        u->pick = window_pick(u);
+        u->nratio = 0;
+        u->two = 0;
     }
+    if (at >= TUNE_REPROBE && u->pick >= 0) {   /* a new window */
+        u->window = k;
+        at = 0;
+    }
+    int mode = at < TUNE_WINDOW ? (int)(at % 2 == 0) : u->pick;   /* two, one, two, … then the pick */
     u->prev = mode;
     u->prev_begin = now;
     return mode == 1;
+}
+
+int sp_ooo_lane_tuner_replay(double (*dur)(long step, int mode, void *ctx), void *ctx, long n, int *modes)
+{
+    lane_tuner u = {.prev = -1};
+    double now = 0;
+    for (long k = 0; k < n; k++) {
+        int mode = tuner_step(&u, 1, 1.0, now);   /* one backward */
+        modes[k] = mode;
+        now += dur(k, mode, ctx);
+    }
+    (void)tuner_step(&u, 1, 1.0, now);   /* the last step's time is in */
+    return u.pick;
 }
 
 /* A task's arithmetic from its op's cost model (est may hold last step's seconds). */
@@ -427,14 +495,17 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
                        const sp_ooo_exec_cfg *cfg, sp_ooo_run *run)
 {
     sp_ooo_exec_finish(x);
-    /* Either lane may take any task, so either may need a whole step's scratch: each
-     * lane's arena is kept one block of at least that size (an allocation that size,
-     * then a reset, which merges the blocks), so no step after the first mallocs. */
+    /* Either lane may take any task: each lane's arena is kept one block of at least the
+     * most scratch either lane has held at once (an allocation that size, then a reset,
+     * which merges the blocks), so a task that moves to the other lane rarely mallocs.
+     * A task's scratch goes back when it returns (run_task), so a lane holds the scratch
+     * kept for later calls (conv2d's blocked dy) and one task's. */
     sp_tape *lanes[2] = {&x->main_scratch, cfg->sub_tape};
     for (int l = 0; l < 2; l++) {
         if (!lanes[l]) continue;
         sp_tape_reset(lanes[l]);
         lanes[l]->scratch_lives_step = true;   /* reset here only: conv2d's δ and G share dy's reorder */
+        lanes[l]->scratch_kept = false;
         if (x->scratch_total) {
             sp_tape_alloc(lanes[l], x->scratch_total);
             sp_tape_reset(lanes[l]);
@@ -544,12 +615,14 @@ void sp_ooo_exec_finish(sp_ooo_exec *x)
     run_ctx *c = x->cur;
     if (!c) return;
     if (exec_join(x) != SP_OK) sp_fail("%s", x->failure);   /* to the caller's sp_try or guard */
-    size_t scratch = x->main_scratch.arena.used_total + (c->cfg.sub_tape ? c->cfg.sub_tape->arena.used_total : 0);
+    size_t scratch = x->main_scratch.arena.high_water;
+    if (c->cfg.sub_tape && c->cfg.sub_tape->arena.high_water > scratch) scratch = c->cfg.sub_tape->arena.high_water;
     if (scratch > x->scratch_total) x->scratch_total = scratch;
     sp_ooo_run *run = c->run;
     const sp_ooo_graph *g = c->g;
     run->wall = sp_now() - c->t0;
     run->peak_bytes = atomic_load(&c->peak);
+    run->scratch_live_bytes = x->main_scratch.arena.used_total + (c->cfg.sub_tape ? c->cfg.sub_tape->arena.used_total : 0);
     for (int i = g->nexec; i < g->ntasks; i++) {   /* F': when the next forward could start */
         double at = 0;
         for (int q = 0; q < g->tasks[i].npred; q++) {
