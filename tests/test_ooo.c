@@ -598,6 +598,26 @@ Test(exec, lane_tuner_picks_the_faster_mode_through_load_changes)
     }
 }
 
+/* On one lane a δO whose node's δW is ready runs with it as one call (the linear
+ * engine's one pass: LeNet-5's conv2 — conv1's input needs no δ); on two lanes never:
+ * the plan puts the δW on the other lane. Bitwise either way (the forced-lanes tests of the bitwise suite). */
+Test(exec, one_lane_runs_a_delta_with_its_weight_gradient)
+{
+    sp_set_threads(2);
+    for (int lanes = 1; lanes <= 2; lanes++) {
+        sp_engine *e;
+        trained ref = train("lenet", 4, NULL, 2, NULL);
+        trained got = train_lanes("lenet", 4, "ooo", lanes, 2, &e);
+        assert_same_model(&ref, &got, 2, lanes == 1 ? "one lane, fused" : "two lanes");
+        const sp_ooo_stats *st = sp_ooo_last_stats(e);
+        if (lanes == 1) cr_assert_eq(st->fused, 1, "one lane: δ and G of conv2 in one call, %d pairs", st->fused);
+        else cr_assert_eq(st->fused, 0, "two lanes: %d pairs fused", st->fused);
+        sp_engine_destroy(e);
+        sp_model_free(got.tm.m);
+        sp_model_free(ref.tm.m);
+    }
+}
+
 /* A task's op scratch goes back to its lane when it returns (ooo_exec.c run_task), so
  * at the end of a backward the lanes hold only what an op kept for a later call
  * (conv2d's blocked dy, where oneDNN runs a δ and its G apart): LeNet-5 and VGG-11 at

@@ -80,6 +80,8 @@ int sp_bppsa_max_scan_levels(struct sp_model *m, int ndim, const int *sample_sha
  * then, input by input in argument order, δ_i into the producer's grad (accumulating
  * when the producer fans out). sp_node_backward_inputs is the δ part alone. */
 void sp_node_backward(sp_node *n);
+/* Whether sp_node_backward runs n's δ and G as one pass (backward_input_params). */
+bool sp_node_backward_fuses(const sp_node *n);
 void sp_node_backward_inputs(sp_node *n);
 
 /* sp_parallel_for for an engine's own workers (bppsa's scan levels): each chunk runs

@@ -341,6 +341,10 @@ static void profile_save(ooo_state *s, const sp_ooo_run *r)
     s->nprof = g->nexec;
     for (int i = 0; i < g->nexec; i++) {
         double t = r->end[i] - r->start[i];
+        if (r->with && r->with[i] >= 0) {   /* a δO and δW in one call: half each, or as before */
+            if (same) continue;
+            t = 0.5 * (r->end[i] - r->start[i] + r->end[r->with[i]] - r->start[r->with[i]]);
+        }
         s->prof[i] = same ? 0.7 * s->prof[i] + 0.3 * (t < 2 * s->prof[i] ? t : 2 * s->prof[i]) : t;
         s->prof_key[i] = task_key(&g->tasks[i]);
     }
@@ -381,6 +385,8 @@ void sp_ooo_sync(sp_engine *e)
     st->lanes = tuned ? tuned : r->lanes;
     st->peak_bytes = r->peak_bytes;
     st->scratch_live_bytes = r->scratch_live_bytes;
+    st->fused = 0;
+    for (int i = 0; r->with && i < r->graph->nexec; i++) st->fused += r->with[i] >= 0 && r->graph->tasks[i].kind == SP_OOO_DO;
     st->first_ready_s = r->graph->L > 0 ? r->end[r->graph->nexec] : r->wall;
     st->steps++;
     if (s->on_device && !s->timed) return;   /* no event times this step (--cuda-graph, or not asked) */

@@ -134,6 +134,9 @@ typedef struct sp_ooo_run {
     const sp_ooo_plan *plan;
     double *start, *end;    /* [ntasks]; F' tasks: start = end = when they could start */
     int *ran_on;            /* [ntasks] the lane that ran the task (F': SP_OOO_MAIN)   */
+    int *with;              /* [ntasks] the task that ran in the same call (one lane: a
+                             * δO and its node's δW, sp_node_backward), or -1; the δW's
+                             * start = end = the call's end, its time in the δO's span */
     double busy[2];         /* per-lane time inside tasks                               */
     double main_done, wall; /* main lane finished; everything finished                 */
     int lanes;              /* 2: the sub lane was started for this backward; 1: not   */
@@ -257,6 +260,7 @@ typedef struct sp_ooo_stats {
     size_t conventional_peak_bytes;   /* model, conventional order: overhead reference */
     size_t mem_cap;
     size_t scratch_live_bytes;   /* op scratch the lanes held at the backward's end (run) */
+    int fused;              /* δO + δW pairs run as one call (one lane: sp_node_backward) */
 } sp_ooo_stats;
 
 /* The engine's own options (sp_engine_opts.own; --order, --k, --lanes, --mem-cap). */

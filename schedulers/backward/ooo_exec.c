@@ -60,6 +60,8 @@ typedef struct run_ctx {
     _Atomic int idle[2];      /* the lane runs no task: it waits, or has not started */
     _Atomic int failed;       /* a task ended in sp_fail: both lanes stop, finish reports it */
     _Atomic int wide;         /* a lane runs a task on the thread pool (both cores) */
+    bool fuse;                /* one lane: a δO runs with its node's δW as one call */
+    int *dw_of;               /* [ntasks] the δW of a δO's node that one call can run with it, or -1 */
     sp_tape *main_scratch;
 } run_ctx;
 
@@ -108,7 +110,7 @@ static int exec_join(sp_ooo_exec *x);
 
 /* ---- one task ------------------------------------------------------------------------ */
 
-static void run_task(run_ctx *c, const sp_ooo_task *t, int lane)
+static void run_task(run_ctx *c, const sp_ooo_task *t, int lane, bool with_dw)
 {
     /* The tape's arena is not thread-safe: the op sees a copy of its node whose scratch
      * comes from the running lane's own arena (either lane may take any task). */
@@ -125,7 +127,10 @@ static void run_task(run_ctx *c, const sp_ooo_task *t, int lane)
         lt->scratch_kept = false;
     }
     switch (t->kind) {
-    case SP_OOO_DO: sp_node_backward_inputs(&view); break;   /* exactly as reverse.c */
+    case SP_OOO_DO:   /* exactly as reverse.c: with its δW, the node's one pass for both */
+        if (with_dw) sp_node_backward(&view);
+        else sp_node_backward_inputs(&view);
+        break;
     case SP_OOO_DW: t->node->kern->backward_params(&view, &t->node->grad); break;
     case SP_OOO_U: c->cfg.update(c->cfg.update_ctx, t->layer); break;
     case SP_OOO_F: break;
@@ -374,12 +379,29 @@ typedef struct task_call {
     run_ctx *c;
     const sp_ooo_task *t;
     int lane;
+    bool with_dw;
 } task_call;
 
 static void task_call_run(void *arg)
 {
     task_call *a = arg;
-    run_task(a->c, a->t, a->lane);
+    run_task(a->c, a->t, a->lane, a->with_dw);
+}
+
+/* Task id has run on lane from a to b (with: the task that ran in the same call, or -1). */
+static void task_done(run_ctx *c, int id, int lane, double a, double b, int with)
+{
+    const sp_ooo_task *t = &c->g->tasks[id];
+    c->run->start[id] = a - c->t0;
+    c->run->end[id] = b - c->t0;
+    c->run->ran_on[id] = lane;
+    c->run->with[id] = with;
+    mem_end(c, t);
+    for (int s = 0; s < t->nsucc; s++) atomic_fetch_sub(&c->remaining[t->succ[s]], 1);
+    atomic_store(&c->done[id], 1);   /* cudaEventRecord */
+    advance_frontier(c);
+    if (c->p->lane[id] == SP_OOO_MAIN) atomic_fetch_sub(&c->main_left, 1);
+    atomic_fetch_sub(&c->all_left, 1);
 }
 
 static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane, bool all)
@@ -411,9 +433,19 @@ static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane, bool all)
             atomic_store(&c->wide, 1);
             sp_parallel_set_inline(false);
         }
+        /* one lane: a δO whose node's δW is ready too runs with it as one call, the op's
+         * one pass for both (the linear engine's: conv2d's padded dy, batch norm's sums)
+         * instead of two passes, the second long after the first's data left the cache */
+        int dw = c->fuse && t->kind == SP_OOO_DO ? c->dw_of[id] : -1;
+        if (dw >= 0) {
+            int no = 0;
+            if (atomic_load(&c->remaining[dw]) != 0 || !atomic_compare_exchange_strong(&c->taken[dw], &no, 1)) dw = -1;
+            else advance_head(c, c->p->lane[dw]);
+        }
         mem_start(c, t);
+        if (dw >= 0) mem_start(c, &c->g->tasks[dw]);
         double a = sp_now();
-        task_call call = {c, t, lane};
+        task_call call = {c, t, lane, dw >= 0};
         if (sp_try(task_call_run, &call) != SP_OK) {   /* an sp_fail in the op, on either lane */
             if (!atomic_exchange(&c->failed, 1)) snprintf(x->failure, sizeof x->failure, "%s", sp_last_error());
             if (wide) {
@@ -429,16 +461,9 @@ static void run_lane(sp_ooo_exec *x, run_ctx *c, int lane, bool all)
             sp_parallel_set_inline(true);
             atomic_store(&c->wide, 0);
         }
-        c->run->start[id] = a - c->t0;
-        c->run->end[id] = b - c->t0;
-        c->run->ran_on[id] = lane;
         c->run->busy[lane] += b - a;
-        mem_end(c, t);
-        for (int s = 0; s < t->nsucc; s++) atomic_fetch_sub(&c->remaining[t->succ[s]], 1);
-        atomic_store(&c->done[id], 1);   /* cudaEventRecord */
-        advance_frontier(c);
-        if (c->p->lane[id] == SP_OOO_MAIN) atomic_fetch_sub(&c->main_left, 1);
-        atomic_fetch_sub(&c->all_left, 1);
+        task_done(c, id, lane, a, b, dw);
+        if (dw >= 0) task_done(c, dw, lane, b, b, id);   /* its time is in the δO's span */
         signal_done(x);
     }
 }
@@ -545,6 +570,19 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
     memset(run->end, 0, (size_t)g->ntasks * sizeof(double));
     run->ran_on = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(int));
     memset(run->ran_on, 0, (size_t)g->ntasks * sizeof(int));
+    run->with = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(int));
+    for (int i = 0; i < g->ntasks; i++) run->with[i] = -1;
+    /* δO and δW of one node that one call can run (sp_node_backward's one pass), for a
+     * step on one lane; not under a memory cap, whose bound holds for the plan's order */
+    c->dw_of = sp_tape_alloc(t, (size_t)(g->ntasks + 1) * sizeof(int));
+    int *dw_at = sp_tape_alloc(t, (size_t)(t->n + 1) * sizeof(int));
+    for (int i = 0; i < t->n; i++) dw_at[i] = -1;
+    for (int i = 0; i < g->nexec; i++)
+        if (g->tasks[i].kind == SP_OOO_DW) dw_at[g->tasks[i].node->index] = i;
+    for (int i = 0; i < g->ntasks; i++) {
+        const sp_ooo_task *k = &g->tasks[i];
+        c->dw_of[i] = i < g->nexec && k->kind == SP_OOO_DO && sp_node_backward_fuses(k->node) ? dw_at[k->node->index] : -1;
+    }
     c->t0 = sp_now();
     double work = 0;
     for (int i = 0; i < g->nexec; i++) work += task_flops(&g->tasks[i]);
@@ -552,6 +590,7 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
     x->tune.used = false;   /* until choose_two_lanes tunes this backward */
     if (p->nqueue[SP_OOO_SUB] > 0 && !choose_two_lanes(&x->tune, cfg->lanes, g->nexec, work, c->t0)) {   /* one lane */
         run->lanes = 1;
+        c->fuse = !cfg->mem_cap;
         x->cur = c;
         atomic_store(&c->idle[SP_OOO_SUB], 0);   /* the pool is this lane's already: no wide hand-off */
         if (cfg->lanes_inline) sp_parallel_set_inline(false);
@@ -572,7 +611,8 @@ void sp_ooo_exec_begin(sp_ooo_exec *x, sp_tape *t, const sp_ooo_graph *g, const 
         x->generation++;
         pthread_cond_broadcast(&x->cv);
         pthread_mutex_unlock(&x->mu);
-    } else {
+    } else {   /* a plan of one lane (the conventional order, or two threads short) */
+        c->fuse = !cfg->mem_cap;
         x->cur = c;
     }
     run_lane(x, c, SP_OOO_MAIN, false);

@@ -44,6 +44,11 @@ void sp_ooo_trace_capture(sp_ooo_trace *tr, const sp_ooo_run *run, const char *t
         const sp_ooo_task *t = &g->tasks[i];
         sp_ooo_trace_rec *r = &tr->rec[i];
         sp_ooo_task_label(t, r->name, sizeof r->name);
+        if (i < g->nexec && run->with && run->with[i] >= 0 && t->kind == SP_OOO_DO) {   /* one call for δ and G */
+            char what[sizeof r->name];
+            snprintf(what, sizeof what, "δ+G%s", r->name + strlen("δ"));
+            memcpy(r->name, what, sizeof what);
+        }
         r->kind = t->kind;
         r->lane = i < g->nexec ? run->ran_on[i] : SP_OOO_MAIN;
         r->node = t->node ? t->node->index : -1;

@@ -47,11 +47,17 @@ void sp_node_backward_inputs(sp_node *n)
     }
 }
 
+bool sp_node_backward_fuses(const sp_node *n)
+{
+    return n->kern->backward_params && n->layer->nparams > 0 && n->kern->backward_input_params && n->ninputs == 1 &&
+           n->input->needs_grad;
+}
+
 void sp_node_backward(sp_node *n)
 {
     bool params = n->kern->backward_params && n->layer->nparams > 0;
     sp_node *in = n->input;
-    if (params && n->kern->backward_input_params && n->ninputs == 1 && in->needs_grad) {
+    if (sp_node_backward_fuses(n)) {
         /* δ and G from one pass over dy (batch norm's sums, conv2d's blocked dy); into a
          * producer that fans out, added */
         n->kern->backward_input_params(n, &n->grad, &in->grad, in->nconsumers > 1);
