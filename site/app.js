@@ -577,7 +577,7 @@ var HOST32_LINE = '(this page: 32-bit WebAssembly pointers; the 64-bit command p
 
 function updateOoo() {
   var m = document.getElementById('ooo-model').value, host = document.getElementById('ooo-orders');
-  /* the command of one order: its JSON line's peak_bytes (and k) are the figures shown */
+  /* the command of one order: its JSON line's plan_peak_bytes (and k) are the figures shown */
   var cmdOf = function (order) {
     return 'build/' + m + (m === 'rnn' ? ' --seq-len 1000 --hidden 20' : '') + ' --backward ooo --order ' + order +
       ' --batch 8 --steps 1 --threads 1 --lanes 1';

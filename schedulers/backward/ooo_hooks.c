@@ -17,7 +17,8 @@ void sp_ooo_check(sp_engine *e, struct sp_model *m, const sp_tensor *x1, const i
 
 /* order (k for reverse-first-k), the lanes the backwards ran on (sp_ooo_stats.lanes:
  * --lanes 1 or 2 as given; auto, the lane tuner's pick), the critical path and the
- * memory model's peak of the last backward; with --cuda-graph the backward's graph counts. Nothing before the first
+ * memory model's peak of the last backward, as it ran and as its order's plan run one
+ * task at a time; with --cuda-graph the backward's graph counts. Nothing before the first
  * backward (under --parallel the executor runs the steps, not this engine). */
 void sp_ooo_report(sp_engine *e, const sp_report_writer *w)
 {
@@ -28,6 +29,7 @@ void sp_ooo_report(sp_engine *e, const sp_report_writer *w)
     w->integer(w->ctx, "lanes", st->lanes);
     w->num(w->ctx, "critical_path_ms", 1e3 * st->critical_s);
     w->integer(w->ctx, "peak_bytes", (long)st->peak_bytes);
+    w->integer(w->ctx, "plan_peak_bytes", (long)st->plan_peak_bytes);
     sp_ooo_device_stats ds = sp_ooo_device_stats_get(e);
     if (ds.graph_captures + ds.graph_replays > 0) {   /* the backward alone (demo) */
         w->str(w->ctx, "cuda_graph", "backward");

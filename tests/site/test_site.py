@@ -6,14 +6,14 @@
    `build/schedule --list`; each report must equal `build/schedule`'s JSON line. It makes
    the zoo models' BPPSA plans (site_bppsa_plan: the text and JSON keys must equal
    `build/<app> --backward bppsa --plan=full`'s) and ooo task graphs (site_ooo: each
-   order's peak_bytes and k must equal `build/<app> --backward ooo`'s, its timeline must
+   order's peak_bytes and k must equal `build/<app> --backward ooo`'s plan_peak_bytes and k, its timeline must
    respect the graph), refusals included (the same message).
    Hostile calls into the module (tests/site/wasm_fuzz.js, under node): refusals, strings
    of several MB, refused simulations that must not grow its memory, seeded random calls.
 2. Headless chromium loads the page from a static server on 127.0.0.1 with ?selftest=...:
    the page sets each configuration through its own controls (input/change events) and
    writes the figures it shows into the DOM; they must equal build/schedule's JSON, the
-   apps' --plan (BPPSA) and the ooo engine's peak_bytes and k. It also imports an action
+   apps' --plan (BPPSA) and the ooo engine's plan_peak_bytes and k. It also imports an action
    CSV. Any console error, page error or failed request fails the test.
    Each figure's text as shown must begin with the program's number, an integer digit for
    digit (the 32-bit build's scan memory carries its note); the sliders follow the source
@@ -330,16 +330,16 @@ def check_wasm_ooo(answers):
         for o in a["orders"]:
             native = run_json(base + ["--order", o["order"]])
             ok = timeline_ok(a, o)
-            if o["peak_bytes"] != native["peak_bytes"] or (o["order"] == "reverse-first-k" and o["k"] != native["k"]):
+            if o["peak_bytes"] != native["plan_peak_bytes"] or (o["order"] == "reverse-first-k" and o["k"] != native["k"]):
                 ok = False
-                fail("wasm ooo %s %s: peak_bytes %s k %s, the engine %s k %s" % (c, o["order"], o["peak_bytes"], o["k"],
-                                                                                 native["peak_bytes"], native.get("k")))
+                fail("wasm ooo %s %s: peak_bytes %s k %s, the engine's plan %s k %s" % (
+                    c, o["order"], o["peak_bytes"], o["k"], native["plan_peak_bytes"], native.get("k")))
             if not timeline_ok(a, o):
                 fail("wasm ooo %s %s: the timeline breaks the task graph" % (c, o["order"]))
             n += ok
         if not any(t["critical"] for t in a["tasks"]):
             fail("wasm ooo %s: no critical path" % c)
-    print("wasm: %d ooo orders equal the engine's peak_bytes and k, %d refused by both (slowest graph %d ms)"
+    print("wasm: %d ooo orders equal the engine's plan_peak_bytes and k, %d refused by both (slowest graph %d ms)"
           % (n, refused, slowest))
 
 
@@ -967,29 +967,29 @@ def check_ooo(res):
                                "--steps", "1", "--threads", "1", "--lanes", "1", "--quiet"] +
                               (["--seq-len", "1000", "--hidden", "20"] if app == "rnn" else []) +
                               (image_folder() if app == "vgg11" else []))
-            if not close(s["peak_bytes"], native["peak_bytes"]):
-                fail("ooo %s %s: the page shows peak_bytes %s, the engine %s" % (r["model"], order, s["peak_bytes"],
-                                                                                native["peak_bytes"]))
+            if not close(s["peak_bytes"], native["plan_peak_bytes"]):
+                fail("ooo %s %s: the page shows peak_bytes %s, the engine's plan %s" % (r["model"], order, s["peak_bytes"],
+                                                                                       native["plan_peak_bytes"]))
             if order == "reverse-first-k" and int(s["k"]) != native["k"]:
                 fail("ooo %s: the page shows k = %s, the engine %s" % (r["model"], s["k"], native["k"]))
             t = r.get("texts", {}).get(order, {})
-            if not same_shown(t.get("peak_bytes", ""), native["peak_bytes"]):
-                fail("ooo %s %s: the page shows peak_bytes as %r, the engine %s" % (app, order, t.get("peak_bytes"),
-                                                                                   native["peak_bytes"]))
+            if not same_shown(t.get("peak_bytes", ""), native["plan_peak_bytes"]):
+                fail("ooo %s %s: the page shows peak_bytes as %r, the engine's plan %s" % (
+                    app, order, t.get("peak_bytes"), native["plan_peak_bytes"]))
             if any(not same_shown(t.get(k, ""), float(s[k])) for k in ("makespan", "main_done")):
                 fail("ooo %s %s: the page shows %r, its own figures %s" % (app, order, t, s))
             # the order's command, run as shown (vgg11: on a one-image folder instead of its
             # default Fashion-MNIST, whose 10,000-image evaluation takes tens of seconds)
             cmd = r.get("commands", {}).get(order, "")
             ran = run_json(shown_argv(cmd) + (image_folder() if app == "vgg11" else []) + ["--quiet"]) if cmd else {}
-            if ran.get("peak_bytes") != native["peak_bytes"] or (order == "reverse-first-k" and ran.get("k") != native["k"]):
-                fail("ooo %s %s: the page's command %r prints %s, the page shows peak_bytes %s" % (
-                    app, order, cmd, ran.get("peak_bytes"), s["peak_bytes"]))
+            if ran.get("plan_peak_bytes") != native["plan_peak_bytes"] or (order == "reverse-first-k" and ran.get("k") != native["k"]):
+                fail("ooo %s %s: the page's command %r prints plan_peak_bytes %s, the page shows peak_bytes %s" % (
+                    app, order, cmd, ran.get("plan_peak_bytes"), s["peak_bytes"]))
             lab = r.get("labels", {}).get(order, {})
             if lab.get("bad") or not lab.get("labels"):
                 fail("ooo %s %s: box labels clash: %s (of %s)" % (app, order, lab.get("bad"), lab.get("labels")))
             n += len(failures) == before
-    print("page: %d ooo orders match the engine's peak_bytes (and k)" % n)
+    print("page: %d ooo orders match the engine's plan_peak_bytes (and k)" % n)
 
 
 def check_wasm_fuzz():
