@@ -537,8 +537,8 @@ Test(exec, lane_tuning_probes_both_modes_bitwise)
         snprintf(what, sizeof what, "tuned lanes, %d steps", steps);
         assert_same_model(&ref, &got, steps, what);
         const sp_ooo_stats *st = sp_ooo_last_stats(e);
-        /* lanes: the last backward's mode until both are measured (at the third step's
-         * begin), then the tuner's pick */
+        /* lanes: the last backward's mode until the probe window (eight steps) decides,
+         * then the tuner's pick */
         if (steps <= 2) cr_assert_eq(st->lanes, steps == 1 ? 2 : 1, "%s: lanes %d", what, st->lanes);
         else cr_assert(st->lanes == 1 || st->lanes == 2, "%s: lanes %d", what, st->lanes);
         if (steps % 2 == 0) {   /* the one-lane probe: the main lane ran every task */

@@ -162,9 +162,9 @@ void sp_ooo_exec_set_lane_tuning(bool on);
  * dur(k, mode, ctx) (mode 1: two lanes, 0: one); writes each step's mode into modes[k]
  * and returns the pick after them (1 two lanes, 0 one, -1 not yet decided). */
 int sp_ooo_lane_tuner_replay(double (*dur)(long step, int mode, void *ctx), void *ctx, long n, int *modes);
-/* The lane mode the tuner prefers (1 or 2): the one with the smaller measured step time,
- * once it has measured both for the backward it last ran; 0 when the last backward was
- * not tuned (forced lanes, the size rule, a one-lane plan) or one mode is unmeasured. */
+/* The lane mode the tuner picked (1 or 2) by its last probe window's paired step times,
+ * for the backward it last ran; 0 when the last backward was not tuned (forced lanes,
+ * the size rule, a one-lane plan) or no window has decided yet. */
 int sp_ooo_exec_tuned_lanes(const sp_ooo_exec *x);
 void sp_ooo_exec_finish(sp_ooo_exec *x);
 bool sp_ooo_exec_busy(const sp_ooo_exec *x);
@@ -247,7 +247,7 @@ typedef struct sp_ooo_stats {
     int lanes;              /* lanes the backwards ran on: opts.lanes when 1 or 2; auto:
                              * 1 with --threads 1, the conventional order or below the
                              * size rule, else the tuner's pick (sp_ooo_exec_tuned_lanes),
-                             * or the last backward's while one mode is unmeasured    */
+                             * or the last backward's until a probe window decides  */
     int ntasks;             /* δO + δW + U executed                                    */
     long steps;             /* backward passes run by this engine                      */
     double wall_s;          /* backward + updates                                      */
