@@ -9,6 +9,7 @@
 #include <string.h>
 #include "core/kernels/csr_ops.h"
 #include "core/error.h"
+#include "core/kernels/simd.h"
 #include "layers/elementwise.h"
 #include "layers/layers.h"
 
@@ -23,7 +24,7 @@ static void add_infer(sp_node *n, const sp_tensor *x)
     n->out = sp_tensor_view(NULL, x->ndim, x->shape);
 }
 
-static void add_forward_range(void *ctx, size_t begin, size_t end)
+SP_AVX2_CLONES static void add_forward_range(void *ctx, size_t begin, size_t end)
 {
     const sp_node *n = ctx;
     float *restrict y = n->out.data;
@@ -38,7 +39,7 @@ static void add_forward_range(void *ctx, size_t begin, size_t end)
 static void add_forward(sp_node *n) { sp_elementwise_for(n->out.numel, add_forward_range, n); }
 
 /* The sum as add_forward_range makes it, clamped in the same pass over the chunk. */
-static void add_relu_forward_range(void *ctx, size_t begin, size_t end)
+SP_AVX2_CLONES static void add_relu_forward_range(void *ctx, size_t begin, size_t end)
 {
     const sp_node *n = ctx;
     float *restrict y = n->out.data;
@@ -72,7 +73,7 @@ typedef struct add_acc {
     float *dx;
 } add_acc;
 
-static void add_acc_range(void *ctx, size_t begin, size_t end)
+SP_AVX2_CLONES static void add_acc_range(void *ctx, size_t begin, size_t end)
 {
     const add_acc *J = ctx;
     const float *restrict dy = J->dy;

@@ -35,6 +35,7 @@
 #include <string.h>
 #include "core/device.h"
 #include "core/kernels/csr_ops.h"
+#include "core/kernels/simd.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "core/tape.h"
@@ -274,7 +275,7 @@ static double lane_total(double a[SP_BN_LANES][BG], int k)
     return lanes_total(t);
 }
 
-static void blk_stats_range(void *ctx, size_t g0, size_t g1)
+SP_AVX2_CLONES static void blk_stats_range(void *ctx, size_t g0, size_t g1)
 {
     bn_blk *J = ctx;
     size_t N = (size_t)J->B * J->P, ks = (size_t)J->k;
@@ -319,7 +320,7 @@ static inline __attribute__((always_inline)) void blk_normalize_block(const floa
         }
 }
 
-static void blk_normalize_range(void *ctx, size_t b0, size_t b1)
+SP_AVX2_CLONES static void blk_normalize_range(void *ctx, size_t b0, size_t b1)
 {
     const bn_blk *J = ctx;
     const bn_saved *S = J->n->saved;
@@ -350,7 +351,7 @@ static void bn_forward_blocked(sp_node *n)
 }
 
 /* Σdy and Σdy·x̂ per channel (dy masked in the fused op), and G. */
-static void blk_sums_range(void *ctx, size_t g0, size_t g1)
+SP_AVX2_CLONES static void blk_sums_range(void *ctx, size_t g0, size_t g1)
 {
     bn_blk *J = ctx;
     const bn_saved *S = J->n->saved;
@@ -405,7 +406,7 @@ static inline __attribute__((always_inline)) void blk_delta_block(const float *r
         }
 }
 
-static void blk_delta_range(void *ctx, size_t b0, size_t b1)
+SP_AVX2_CLONES static void blk_delta_range(void *ctx, size_t b0, size_t b1)
 {
     const bn_blk *J = ctx;
     const bn_saved *S = J->n->saved;

@@ -4,12 +4,13 @@
  *   diagonal: slopes of 0 are stored as explicit zeros, so the pattern depends on the
  *   shape only (docs/JACOBIANS.md). */
 #include "core/kernels/csr_ops.h"
+#include "core/kernels/simd.h"
 #include "layers/elementwise.h"
 #include "layers/layers.h"
 
 /* Branch-free selects on restrict pointers: they compile to vector max / mask-and
  * (a branch on the sign of a trained activation is mispredicted half the time). */
-static void relu_forward_range(void *ctx, size_t begin, size_t end)
+SP_AVX2_CLONES static void relu_forward_range(void *ctx, size_t begin, size_t end)
 {
     const sp_node *n = ctx;
     const float *restrict x = sp_node_x(n)->data;
@@ -18,7 +19,7 @@ static void relu_forward_range(void *ctx, size_t begin, size_t end)
 }
 
 /* The same over x's bytes (sp_apply_over): one pointer, read then written per element. */
-static void relu_over_range(void *ctx, size_t begin, size_t end)
+SP_AVX2_CLONES static void relu_over_range(void *ctx, size_t begin, size_t end)
 {
     float *restrict y = ((const sp_node *)ctx)->out.data;
     for (size_t i = begin; i < end; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
@@ -35,7 +36,7 @@ typedef struct relu_bwd {
     float *dx;
 } relu_bwd;
 
-static void relu_backward_range(void *ctx, size_t begin, size_t end)
+SP_AVX2_CLONES static void relu_backward_range(void *ctx, size_t begin, size_t end)
 {
     const relu_bwd *J = ctx;
     const float *restrict gate = J->gate, *restrict dy = J->dy;
@@ -49,7 +50,7 @@ static void relu_backward_range(void *ctx, size_t begin, size_t end)
 /* The same with dx = dy (the δ plan's delta_over): one pointer, so the loop stays a
  * vector blend (two that may alias would get a runtime overlap check and, aliased,
  * the scalar loop). */
-static void relu_backward_over_range(void *ctx, size_t begin, size_t end)
+SP_AVX2_CLONES static void relu_backward_over_range(void *ctx, size_t begin, size_t end)
 {
     const relu_bwd *J = ctx;
     const float *restrict gate = J->gate;
@@ -61,7 +62,7 @@ static void relu_backward_over_range(void *ctx, size_t begin, size_t end)
 }
 
 /* dx += the same: the fan-out's add, one f32 add of the masked value per element. */
-static void relu_backward_acc_range(void *ctx, size_t begin, size_t end)
+SP_AVX2_CLONES static void relu_backward_acc_range(void *ctx, size_t begin, size_t end)
 {
     const relu_bwd *J = ctx;
     const float *restrict gate = J->gate, *restrict dy = J->dy;
