@@ -47,7 +47,6 @@
 #include "core/tape.h"
 #include "layers/conv2d_internal.h"
 #include "layers/im2col.h"
-#include "core/kernels/simd.h"
 #include "layers/layers.h"
 #include "core/guard.h"
 
@@ -809,7 +808,7 @@ typedef struct bias_job {
 /* A blocked dy (y's layout, S->yblk = k): unit u is the channel block u, its k channels
  * summed side by side in the plain loop's order per channel (eight running sums over
  * p's blocks of eight, the rest, then the eight), so the bits are those of NCHW. */
-static inline void bias_grad_blocks(const bias_job *J, size_t begin, size_t end)
+static void bias_grad_blocks(const bias_job *J, size_t begin, size_t end)
 {
     int P = J->S->P, k = J->S->yblk, Ob = J->S->O / k;
     for (size_t u = begin; u < end; u++) {
@@ -833,7 +832,7 @@ static inline void bias_grad_blocks(const bias_job *J, size_t begin, size_t end)
 /* Units of the bias gradient's work: output channels, or channel blocks of a blocked dy. */
 static size_t bias_units(const conv_saved *S) { return (size_t)(S->yblk ? S->O / S->yblk : S->O); }
 
-SP_AVX2_CLONES static void bias_grad_range(void *ctx, size_t begin, size_t end)
+static void bias_grad_range(void *ctx, size_t begin, size_t end)
 {
     const bias_job *J = ctx;
     int O = J->S->O, P = J->S->P;

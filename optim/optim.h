@@ -27,6 +27,7 @@
 
 #include <stdbool.h>
 #include "core/error.h"
+#include "core/kernels/simd.h"
 #include "core/op.h"
 
 #ifdef __cplusplus
@@ -194,11 +195,7 @@ sp_optim *sp_optim_alloc(const char *name, sp_param **params, int n, int nstate,
  * multiply-add (vec::fmadd), so the updates use fmaf there to match torch bitwise.
  * fmaf is exactly rounded on every machine; on x86-64 the element loops are also
  * compiled for FMA hardware and picked at load time, else fmaf is a libm call. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SP_OPTIM_KERNEL __attribute__((target_clones("fma", "default")))
-#else
-#define SP_OPTIM_KERNEL
-#endif
+#define SP_OPTIM_KERNEL SP_FMA_CLONES   /* core/kernels/simd.h */
 
 /* Runs an update's element loop fn over [0, numel) on the thread pool when the tensor is
  * large enough; with zero_in_step on, in blocks, each block's gradient zeroed after it. */
