@@ -9,7 +9,8 @@
 #   make bench           time and memory against PyTorch CPU, native and AVX2-capped (docs/PERFORMANCE.md;
 #                        BENCH_QUICK=1, BENCH_SECTIONS=…, BENCH_CPU=native|avx2: bench/run.sh)
 #   make bench-cuda      on a GPU machine: scanprop's GPU step next to PyTorch's (docs/CUDA.md)
-#   make opprof          build/opprof: per-op timers of a training step
+#   make opprof          build/opprof: per-op timers of a training step; build/ooo_bench: the
+#                        ooo engine's orders against linear BP in one process (bench/ooo.sh)
 #   make install PREFIX=dir   libscanprop.a, the headers (include/scanprop) and scanprop.pc
 #   make BUILD=dir       build somewhere else (parallel worktrees, sanitizer builds)
 #   make CC=clang        build with clang (compiler-specific flags only where accepted)
@@ -161,7 +162,7 @@ $(EMU_LIB): $(EMU_OBJ)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
 # Linked after libscanprop.a: the programs' prerequisites end with it.
-$(APPS) $(TESTS) $(CUDA_TESTS) $(BUILD)/opprof: $(EMU_LIB)
+$(APPS) $(TESTS) $(CUDA_TESTS) $(BUILD)/opprof $(BUILD)/ooo_bench: $(EMU_LIB)
 endif
 
 $(BUILD)/%: $(BUILD)/obj/apps/%.c.o $(LIB)
@@ -279,12 +280,16 @@ bench-cuda:
 	$(MAKE) CUDA=1 BUILD=build-cuda all
 	BUILD=build-cuda ./bench/cuda.sh
 
-bench: all
+bench: all $(BUILD)/ooo_bench
 	./bench/run.sh
 
-# Per-op timers of one training step: build/opprof lenet 64 (docs/PERFORMANCE.md).
-opprof: $(BUILD)/opprof
+# Per-op timers of one training step: build/opprof lenet 64 (docs/PERFORMANCE.md); the ooo
+# engine's orders against linear BP, steps interleaved in one process: build/ooo_bench
+# vgg11 8 40 2 (docs/OOO.md).
+opprof: $(BUILD)/opprof $(BUILD)/ooo_bench
 $(BUILD)/opprof: $(BUILD)/obj/bench/opprof.c.o $(LIB)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+$(BUILD)/ooo_bench: $(BUILD)/obj/bench/ooo_bench.c.o $(LIB)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 # ---- the teaching page (docs/TUTORIAL.md) --------------------------------------------------

@@ -22,6 +22,7 @@ import os
 import random
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -490,6 +491,16 @@ def sec_ooo(R, q, fm, cf):
                               R.ours(app, *data, "--steps", n, "--batch", b, "--backward", e, *extra))
                 if js:
                     log(f"  [ooo {app} b{b} r{rnd}] {order or e}: step {js['step_ms']:.2f} ms")
+    # The same comparison paired: every engine in one process (build/ooo_bench), two steps
+    # each in turn, so a shared machine's speed changes hit all alike; the steps as the
+    # apps run them (bench/ooo_bench.c).
+    for app, b, rounds in [("lenet", 64, 50 if q else 100), ("vgg11", 8, 20 if q else 40)]:
+        js, _ = R.run("ooo", "paired", {"app": app, "batch": b}, 0,
+                      [os.path.join(R.build, "ooo_bench"), app, str(b), str(rounds), "2"])
+        if js:
+            lin = statistics.median(js["step_s"]["linear"]) * 1e3
+            log(f"  [ooo paired {app} b{b}] linear {lin:.2f} ms; " + ", ".join(
+                f"{o} {lin / (statistics.median(v) * 1e3):.2f}×" for o, v in js["step_s"].items() if o != "linear"))
 
 
 # The order they run in: the load-independent memory figures and the newest workload early.

@@ -436,11 +436,11 @@ def report(recs):
     oo = sel(recs, "ooo", "ours")
     if st or oo:
         print("## Out-of-order backward: training step time by policy (2 threads)\n")
+        pol = ["conventional", "ooo", "reverse-first-k", "list"]
         if st and not oo:
             print(f"ooo: {st[-1]['status']}\n")
         else:
             cases = list(dict.fromkeys((r["cfg"]["app"], r["cfg"]["batch"]) for r in oo))
-            pol = ["conventional", "ooo", "reverse-first-k", "list"]
             rows = []
             for app, b in cases:
                 lin = med([r["json"]["step_ms"] for r in sel(recs, "ooo", "ours", app=app, batch=b, engine="linear")])
@@ -461,6 +461,31 @@ def report(recs):
                                            ratio(lin_best, min(pb, default=None)), goal))
             print("Cells: step ms (linear step ms ÷ this policy's step ms; > 1 = faster than linear).\n")
             table(["model", "batch", "linear ms"] + [f"ooo --order {p}" for p in pol], rows)
+        paired = sel(recs, "ooo", "paired")
+        if paired:
+            print("Paired: every engine in one process (`build/ooo_bench MODEL BATCH ROUNDS 2`), two steps "
+                  "each in turn, the steps as the apps run them. Cells: median / best step ms "
+                  "(linear ÷ this order, of medians / of bests).\n")
+            rows = []
+            for r in paired:
+                js, app, b = r["json"], r["cfg"]["app"], r["cfg"]["batch"]
+                ts = {o: [1e3 * t for t in v] for o, v in js["step_s"].items() if v}
+                lin = ts.get("linear")
+                if not lin:
+                    continue
+                row = [app, str(b), str(len(lin)), f"{fmt(med(lin), 2)} / {fmt(min(lin), 2)}"]
+                for p in pol:
+                    v = ts.get(p)
+                    row.append(f"{fmt(med(v), 2)} / {fmt(min(v), 2)} ({ratio(med(lin), med(v)):.2f}× / "
+                               f"{ratio(min(lin), min(v)):.2f}×)" if v else "—")
+                rows.append(row)
+                best_p = max((p for p in pol if ts.get(p)), key=lambda p: ratio(med(lin), med(ts[p])), default=None)
+                if best_p:
+                    goal = 1.1 if (app, b) == ("lenet", 64) else 1.0
+                    targets.append(target_line(f"ooo ({best_p}, paired in one process) vs linear, {app} b{b}",
+                                               ratio(med(lin), med(ts[best_p])), ratio(min(lin), min(ts[best_p])),
+                                               goal))
+            table(["model", "batch", "steps each", "linear ms"] + [f"ooo --order {p}" for p in pol], rows)
 
     if targets:
         print("## Targets\n")
