@@ -91,8 +91,8 @@ int main(int argc, char **argv)
     const char *trace_dir = argc > 5 ? argv[5] : NULL;
     int s[3], nd = sp_zoo_input_shape(model, s);
     if (nd < 0 || batch < 1 || rounds < 1 || steps < 1) {
-        fprintf(stderr, "ooo_bench: %s\n", nd < 0 ? "unknown model (lenet, vgg11, resnet20, ...)"
-                                                  : "BATCH, ROUNDS and STEPS must be positive integers");
+        if (nd < 0) fprintf(stderr, "ooo_bench: unknown model '%s' (%s)\n", model, sp_last_error());
+        else fprintf(stderr, "ooo_bench: BATCH, ROUNDS and STEPS must be positive integers\n");
         return 2;
     }
     sp_set_threads(2);
